@@ -1,0 +1,7 @@
+"""Dagster wiring for the credits area (not built yet)."""
+
+import dagster as dg
+
+
+def build_defs() -> dg.Definitions:
+    return dg.Definitions()

@@ -1,0 +1,83 @@
+"""Shared fixtures: the real PostgreSQL server, a private local home, a fresh domain store.
+
+With ``CI=true`` a service that does not answer fails the test instead of skipping it.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import Engine
+
+PG_HOST = os.environ.get("TYPESTRICT_TEST_PG_HOST", "127.0.0.1")
+PG_PORT = int(os.environ.get("TYPESTRICT_TEST_PG_PORT", "5432"))
+PG_USER = os.environ.get("TYPESTRICT_TEST_PG_USER", "postgres")
+PG_ADMIN_DB = os.environ.get("TYPESTRICT_TEST_PG_DB", "test")
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def _pg_url(database: str) -> str:
+    return f"postgresql+psycopg2://{PG_USER}@{PG_HOST}:{PG_PORT}/{database}"
+
+
+@pytest.fixture(scope="session")
+def pg_admin_engine() -> Iterator[Engine]:
+    """A connection to the server's ``test`` database, used to create and drop scratch databases."""
+    engine = create_engine(_pg_url(PG_ADMIN_DB), isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except Exception as exc:
+        engine.dispose()
+        message = f"PostgreSQL at {PG_HOST}:{PG_PORT} (database {PG_ADMIN_DB}) did not answer: {exc}"
+        if _in_ci():
+            pytest.fail(message + " (CI=true: a missing service is a failure)")
+        pytest.skip(message)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def pg_url(pg_admin_engine: Engine) -> Iterator[str]:
+    """A brand-new, empty PostgreSQL database for one test; dropped afterwards."""
+    name = f"ts_test_{uuid.uuid4().hex[:12]}"
+    with pg_admin_engine.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield _pg_url(name)
+    finally:
+        with pg_admin_engine.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
+def typestrict_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private ``TYPESTRICT_HOME`` (and no store URL override) for one test."""
+    home = tmp_path / "typestrict-home"
+    home.mkdir()
+    monkeypatch.setenv("TYPESTRICT_HOME", str(home))
+    monkeypatch.delenv("TYPESTRICT_STORE_URL", raising=False)
+    return home
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A SQLite store URL in a fresh temporary folder."""
+    return f"sqlite:///{tmp_path / 'store.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The same test over both store backends: SQLite and the real PostgreSQL server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.db'}"
+    url: str = request.getfixturevalue("pg_url")
+    return url

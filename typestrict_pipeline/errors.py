@@ -1,0 +1,98 @@
+"""The project's own error hierarchy.
+
+Every message has one shape: what was expected, what was got, and what to do.
+Errors that come from a file name the file, and where it applies the row and the
+column, so a user can go straight to the fix.
+
+>>> err = InputError("a probability between 0 and 1", "-0.2",
+...                  "fix the predictions file", file="p.jsonl", row=3, column="p_rotten")
+>>> print(err)
+p.jsonl, row 3, column 'p_rotten': expected a probability between 0 and 1, got -0.2. Fix the predictions file.
+"""
+
+from __future__ import annotations
+
+
+class TypeStrictError(Exception):
+    """Base class of every error this project raises on purpose."""
+
+
+def _locate(file: str | None, row: int | None, column: str | None) -> str:
+    parts: list[str] = []
+    if file is not None:
+        parts.append(str(file))
+    if row is not None:
+        parts.append(f"row {row}")
+    if column is not None:
+        parts.append(f"column {column!r}")
+    return ", ".join(parts)
+
+
+class InputError(TypeStrictError, ValueError):
+    """Bad input found at the edge: a file, a manifest, a configuration.
+
+    ``row`` is 1-based and counts data rows (the header of a CSV is not a row).
+    """
+
+    def __init__(
+        self,
+        expected: str,
+        got: str,
+        fix: str,
+        *,
+        file: str | None = None,
+        row: int | None = None,
+        column: str | None = None,
+    ) -> None:
+        self.expected = expected
+        self.got = got
+        self.fix = fix
+        self.file = file
+        self.row = row
+        self.column = column
+        where = _locate(file, row, column)
+        prefix = f"{where}: " if where else ""
+        fix_text = fix[:1].upper() + fix[1:] if fix else ""
+        if fix_text and not fix_text.endswith("."):
+            fix_text += "."
+        super().__init__(f"{prefix}expected {expected}, got {got}. {fix_text}".rstrip())
+
+
+class ManifestError(InputError):
+    """A training manifest is malformed or refers to something that does not exist."""
+
+
+class PredictionsError(InputError):
+    """A predictions file (or a model's answer) is malformed."""
+
+
+class DatasetError(InputError):
+    """A dataset is malformed: columns, texts, ids, answers, groups."""
+
+
+class NotEnoughDataError(TypeStrictError, ValueError):
+    """There is too little data to do what was asked; the message says how much is needed."""
+
+
+class ModelClientError(TypeStrictError, RuntimeError):
+    """A model endpoint failed after its retries, or answered something unusable."""
+
+
+class StoreError(TypeStrictError, RuntimeError):
+    """The domain store refused or failed an operation; the message says why and what to do."""
+
+
+class NotFoundError(StoreError, LookupError):
+    """A record that was asked for by id does not exist; the message names the id."""
+
+
+class LookAheadError(TypeStrictError, RuntimeError):
+    """A workflow tried to read data that was not yet known at its decision time."""
+
+
+class LimitError(TypeStrictError, ValueError):
+    """A study was configured without a required limit, or with an impossible one."""
+
+
+class ConflictError(StoreError):
+    """The operation conflicts with one in flight (for example a second study on one workflow)."""
