@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-PARTS = ("refund", "backtest", "study", "reruns")
+PARTS = ("refund", "credits", "backtest", "study", "reruns")
 
 
 def main() -> int:

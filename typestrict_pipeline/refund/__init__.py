@@ -1,0 +1,1 @@
+"""The refund calculation: split, metrics, paired bootstrap, the rule, the audit."""
