@@ -1,0 +1,172 @@
+"""The Dagster instance's configuration (``$DAGSTER_HOME/dagster.yaml``), as plain data.
+
+No Dagster import: these helpers only pick and write the YAML. Two shapes, both shipped in
+``deploy/``:
+
+- **SQLite** (the embedded default, ``deploy/dagster.yaml``): run, event-log and schedule storage
+  in files under ``$DAGSTER_HOME``. One machine, a few concurrent runs.
+- **PostgreSQL** (production, ``deploy/dagster.postgres.yaml``): the same storages in one
+  PostgreSQL database, read from ``DAGSTER_PG_URL`` or ``DAGSTER_PG_HOST`` / ``_PORT`` /
+  ``_USERNAME`` / ``_PASSWORD`` / ``_DB``. The driver must be psycopg2
+  (``postgresql+psycopg2``): SQLAlchemy 2.1 maps a bare ``postgresql://`` to psycopg 3, which is
+  not installed.
+
+The configuration refers to environment variables by name (``{env: NAME}``); Dagster reads them
+when the instance is loaded, so no secret is ever written to disk.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from typestrict_pipeline.errors import InputError
+
+DEPLOY_DIR = Path(__file__).resolve().parent.parent / "deploy"
+PG_PARTS = ("DAGSTER_PG_HOST", "DAGSTER_PG_PORT", "DAGSTER_PG_USERNAME", "DAGSTER_PG_PASSWORD", "DAGSTER_PG_DB")
+PG_SCHEME = "postgresql+psycopg2"
+
+_CONCURRENCY: dict[str, Any] = {
+    "runs": {
+        "max_concurrent_runs": 2,
+        "tag_concurrency_limits": [
+            {"key": "workflow", "value": {"applyLimitPerUniqueValue": True}, "limit": 1}
+        ],
+    },
+    "pools": {"default_limit": 1},
+}
+
+
+def sqlite_instance_config(base_dir: Path) -> dict[str, Any]:
+    """The embedded default: SQLite storage under ``base_dir`` (normally ``$DAGSTER_HOME``).
+
+    >>> sqlite_instance_config(Path("/tmp/dh"))["storage"]
+    {'sqlite': {'base_dir': '/tmp/dh'}}
+    """
+    return {
+        "storage": {"sqlite": {"base_dir": str(base_dir)}},
+        "concurrency": _CONCURRENCY,
+        "telemetry": {"enabled": False},
+    }
+
+
+def check_pg_url(url: str, *, name: str = "DAGSTER_PG_URL") -> str:
+    """Refuse a PostgreSQL URL that SQLAlchemy 2.1 would send to the missing psycopg 3 driver.
+
+    Args:
+        url: the URL as set in the environment.
+        name: the variable's name, for the message.
+
+    Returns:
+        ``url`` unchanged.
+
+    Raises:
+        InputError: the URL does not start with ``postgresql+psycopg2://``.
+
+    >>> check_pg_url("postgresql+psycopg2://u@h:5432/dagster")
+    'postgresql+psycopg2://u@h:5432/dagster'
+    >>> check_pg_url("postgresql://u@h/d")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: DAGSTER_PG_URL: expected a URL starting with postgresql+psycopg2://, got 'postgresql://u@h/d'. Write it as 'postgresql+psycopg2://u@h/d' (SQLAlchemy 2.1 maps postgresql:// to psycopg 3, which is not installed).
+    """
+    if url.startswith(f"{PG_SCHEME}://"):
+        return url
+    masked = _mask_password(url)
+    rest = masked.split("://", 1)[1] if "://" in masked else masked
+    raise InputError(
+        f"a URL starting with {PG_SCHEME}://",
+        repr(masked),
+        f"write it as '{PG_SCHEME}://{rest}' (SQLAlchemy 2.1 maps postgresql:// to psycopg 3, "
+        "which is not installed)",
+        file=name,
+    )
+
+
+def _mask_password(url: str) -> str:
+    """Hide the password of ``scheme://user:password@host`` (never echo a secret).
+
+    >>> _mask_password("postgresql://u:secret@h/d")
+    'postgresql://u:***@h/d'
+    """
+    head, sep, tail = url.partition("://")
+    if not sep or "@" not in tail:
+        return url
+    userinfo, at, hostpart = tail.rpartition("@")
+    if ":" in userinfo:
+        userinfo = userinfo.split(":", 1)[0] + ":***"
+    return f"{head}://{userinfo}{at}{hostpart}"
+
+
+def postgres_instance_config(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """PostgreSQL storage from the environment: ``DAGSTER_PG_URL``, else the ``DAGSTER_PG_*`` parts.
+
+    The returned configuration names the variables (``{"env": ...}``) rather than copying their
+    values, so the password never lands in ``dagster.yaml``.
+
+    Args:
+        env: the environment to check (default ``os.environ``).
+
+    Returns:
+        A dagster.yaml mapping.
+
+    Raises:
+        InputError: neither ``DAGSTER_PG_URL`` nor all five parts are set, or the URL has the
+            wrong scheme.
+
+    >>> cfg = postgres_instance_config({"DAGSTER_PG_URL": "postgresql+psycopg2://u@h/d"})
+    >>> cfg["storage"]["postgres"]
+    {'postgres_url': {'env': 'DAGSTER_PG_URL'}}
+    """
+    environ = os.environ if env is None else env
+    url = environ.get("DAGSTER_PG_URL")
+    if url:
+        check_pg_url(url)
+        storage: dict[str, Any] = {"postgres_url": {"env": "DAGSTER_PG_URL"}}
+    else:
+        missing = [n for n in PG_PARTS if n not in environ]
+        if missing:
+            raise InputError(
+                "DAGSTER_PG_URL, or all of " + ", ".join(PG_PARTS),
+                "none of DAGSTER_PG_URL and " + ", ".join(missing) + " unset",
+                "set them (an empty DAGSTER_PG_PASSWORD is allowed with trust auth); see docs/operations.md",
+            )
+        storage = {
+            "postgres_db": {
+                "hostname": {"env": "DAGSTER_PG_HOST"},
+                "port": {"env": "DAGSTER_PG_PORT"},
+                "username": {"env": "DAGSTER_PG_USERNAME"},
+                "password": {"env": "DAGSTER_PG_PASSWORD"},
+                "db_name": {"env": "DAGSTER_PG_DB"},
+                "scheme": PG_SCHEME,
+            }
+        }
+    return {
+        "storage": {"postgres": storage},
+        "concurrency": {**_CONCURRENCY, "runs": {**_CONCURRENCY["runs"], "max_concurrent_runs": 4}},
+        "telemetry": {"enabled": False},
+    }
+
+
+def write_instance_yaml(dagster_home: Path, config: Mapping[str, Any]) -> Path:
+    """Write ``config`` to ``dagster_home/dagster.yaml`` atomically (temp file + rename).
+
+    Returns:
+        The path written.
+    """
+    dagster_home.mkdir(parents=True, exist_ok=True)
+    target = dagster_home / "dagster.yaml"
+    fd, tmp = tempfile.mkstemp(prefix=".dagster.yaml.", dir=dagster_home)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            yaml.safe_dump(dict(config), handle, sort_keys=False)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
