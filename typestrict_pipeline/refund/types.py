@@ -70,12 +70,17 @@ class JudgedRow:
         y: index of the right answer in ``DecisionData.answers``.
         p_model: the trained model's probabilities, aligned with ``DecisionData.answers``.
         p_jev: Jev's probabilities, aligned the same way.
+        n_options: multiple choice only: how many options this example offered (its positions
+            ``0 .. n_options - 1``). Vectors may then be given over those options only; the
+            judgement pads them with 0.0 up to the decision's answer count. ``None`` means all of
+            ``answers`` (or, for a shorter vector, its length).
     """
 
     text_sha256: str
     y: int
     p_model: tuple[float, ...]
     p_jev: tuple[float, ...]
+    n_options: int | None = None
 
 
 @dataclass(frozen=True)

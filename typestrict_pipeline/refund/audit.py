@@ -1,0 +1,262 @@
+"""The audit file: every test example's hash, right answer and both systems' probabilities, plus
+every number of the judgement, so ``verify_audit.py`` can rebuild the verdict with the standard
+library alone. The format is documented field by field in ``docs/audit-format.md``.
+
+The audit holds no example text and no file path: only SHA-256 hashes of texts (which can be
+guessed for short or common texts: see the format doc), answers, probabilities and ids.
+
+>>> import hashlib
+>>> from typestrict_pipeline.refund.rule import judge
+>>> from typestrict_pipeline.refund.types import DecisionData, DecisionKind, JudgedRow
+>>> rows = tuple(JudgedRow(hashlib.sha256(bytes([i])).hexdigest(), i % 2,
+...                        (0.6, 0.4), (0.6, 0.4)) for i in range(10))
+>>> j = judge([DecisionData("spam", DecisionKind.SINGLE, ("no", "yes"), rows)], keep_if_loses=False)
+>>> audit = build_audit(j, training_id="t1", model_id="m1", jev_id="jev-2026-11")
+>>> audit["overall"]["verdict"], audit["decisions"][0]["report"]["n"]
+('refund', 10)
+>>> audit["decisions"][0]["report"]["gain"]  # a tie is a refund
+0.0
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import tempfile
+from collections.abc import Mapping
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from typestrict_pipeline.errors import InputError
+from typestrict_pipeline.refund.bootstrap import BootstrapResult
+from typestrict_pipeline.refund.metrics import (
+    BRIER_UNITS_LOG2,
+    MAX_DROP,
+    METRIC_NAMES,
+    WEIGHTS,
+    WORST_MIN_SUPPORT,
+    Counts,
+    Metrics,
+)
+from typestrict_pipeline.refund.rule import RESAMPLES, DecisionReport, TrainingJudgement
+from typestrict_pipeline.refund.stream import SEED_DOMAIN, STREAM_DOMAIN, STREAM_NAME
+
+AUDIT_FORMAT = "typestrict-refund-audit"
+AUDIT_VERSION = 1
+
+SplitSummary = Mapping[str, "int | Mapping[str, int]"]
+
+
+def params() -> dict[str, Any]:
+    """The rule's fixed parameters as written in every audit (the verifier checks them)."""
+    return {
+        "resamples": RESAMPLES,
+        "weights": {"macro_f1": WEIGHTS[0], "brier_skill": WEIGHTS[1], "selective_acc_80": WEIGHTS[2]},
+        "max_drop": {name: _frac(MAX_DROP[name]) for name in METRIC_NAMES},
+        "coverage": "4/5",
+        "worst_min_support": WORST_MIN_SUPPORT,
+        "brier_units_log2": BRIER_UNITS_LOG2,
+        "percentile": {"q": "5/100", "method": "order_statistic_ceil"},
+        "decisions_needed": "ceil(2n/3)",
+        "stream": STREAM_NAME,
+        "seed_domain": SEED_DOMAIN.decode("ascii").rstrip("\x00"),
+        "stream_domain": STREAM_DOMAIN.decode("ascii").rstrip("\x00"),
+        "zero_division": 0,
+        "tie_rule": "right_if_right_answer_among_tied_top;else_pred_first_tied_in_answer_order",
+        "confidence_order": "confidence_desc,row_asc",
+    }
+
+
+def _frac(f: Fraction) -> str:
+    return f"{f.numerator}/{f.denominator}"
+
+
+def gains_sha256(gains: tuple[float, ...] | list[float]) -> str:
+    """SHA-256 of the gains as big-endian IEEE doubles, in resample order."""
+    return hashlib.sha256(struct.pack(f">{len(gains)}d", *gains)).hexdigest()
+
+
+def _metrics(m: Metrics, answers: tuple[str, ...]) -> dict[str, Any]:
+    return {
+        "macro_f1": m.macro_f1,
+        "brier_skill": m.brier_skill,
+        "selective_acc_80": m.selective_acc_80,
+        "worst_class_f1": m.worst_class_f1,
+        "worst_class": None if m.worst_class is None else answers[m.worst_class],
+        "exact": {name: (_frac(m.exact[name]) if name in m.exact else None) for name in METRIC_NAMES},
+    }
+
+
+def _counts(c: Counts) -> dict[str, Any]:
+    return {
+        "tp": list(c.tp),
+        "true": list(c.true),
+        "pred": list(c.pred),
+        "brier_units": c.brier_units,
+        "selective_correct": c.selective_correct,
+    }
+
+
+def _bootstrap(b: BootstrapResult) -> dict[str, Any]:
+    return {
+        "resamples": b.resamples,
+        "seed": b.seed_hex,
+        "q05_index": b.q05_index,
+        "q05": b.q05,
+        "n_gain_le_0": b.n_gain_le_0,
+        "gains_sha256": gains_sha256(b.gains),
+        "gains": list(b.gains),
+    }
+
+
+def _decision(r: DecisionReport) -> dict[str, Any]:
+    rows: dict[str, Any] = {
+        "sha256": [row.text_sha256 for row in r.rows],
+        "y": [row.y for row in r.rows],
+    }
+    if r.n_options is not None:
+        rows["n_options"] = list(r.n_options)
+    rows["p_model"] = [list(row.p_model) for row in r.rows]
+    rows["p_jev"] = [list(row.p_jev) for row in r.rows]
+    return {
+        "name": r.name,
+        "kind": r.kind.value,
+        "answers": list(r.answers),
+        "rows": rows,
+        "report": {
+            "n": r.n,
+            "f1_answers": list(r.f1_answers),
+            "worst_eligible": list(r.worst_eligible),
+            "coverage": r.coverage,
+            "metrics": {
+                "model": _metrics(r.model, r.answers),
+                "jev": _metrics(r.jev, r.answers),
+            },
+            "counts": {"model": _counts(r.model_counts), "jev": _counts(r.jev_counts)},
+            "deltas": {name: r.deltas[name] for name in METRIC_NAMES},
+            "exact_deltas": {
+                name: (_frac(r.exact_deltas[name]) if name in r.exact_deltas else None)
+                for name in METRIC_NAMES
+            },
+            "margins": {name: r.margins[name].value for name in METRIC_NAMES},
+            "gain": r.gain,
+            "bootstrap": _bootstrap(r.bootstrap),
+            "gain_is_real": r.gain_is_real,
+            "nothing_collapses": r.nothing_collapses,
+            "beats": r.beats,
+        },
+    }
+
+
+def _check_id(name: str, value: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > 200 or not value.isprintable():
+        raise InputError(
+            f"{name} as a printable string of 1 to 200 characters", repr(value), f"pass the {name}"
+        )
+    return value
+
+
+def _check_split(split: SplitSummary) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in split.items():
+        if not isinstance(key, str):
+            raise InputError("split summary keys as strings", repr(key), "pass counts by name")
+        if isinstance(value, Mapping):
+            out[key] = _check_split(value)
+        elif isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            out[key] = value
+        else:
+            raise InputError(
+                "split summary values as counts (integers >= 0)",
+                f"{key}={value!r}",
+                "pass counts only: no paths, no texts",
+            )
+    return out
+
+
+def build_audit(
+    judgement: TrainingJudgement,
+    *,
+    training_id: str,
+    model_id: str,
+    jev_id: str,
+    split: SplitSummary | None = None,
+) -> dict[str, Any]:
+    """The audit of one training as a JSON-ready dict (deterministic: same inputs, same dict).
+
+    Args:
+        judgement: from :func:`~typestrict_pipeline.refund.rule.judge_training`,
+            :func:`~typestrict_pipeline.refund.rule.judge` or
+            :func:`~typestrict_pipeline.refund.rule.failed_training`.
+        training_id: the training's id.
+        model_id: the trained model's id.
+        jev_id: the Jev model's id (version) it was compared with.
+        split: optional split summary, counts only (``{"n_test": 2000, ...}``; one nested level
+            allowed, e.g. per decision).
+
+    Returns:
+        The audit dict (see ``docs/audit-format.md``).
+
+    Raises:
+        InputError: an id is empty or not printable, or the split summary holds a non-count.
+    """
+    return {
+        "format": AUDIT_FORMAT,
+        "audit_version": AUDIT_VERSION,
+        "training_id": _check_id("training_id", training_id),
+        "model_id": _check_id("model_id", model_id),
+        "jev_id": _check_id("jev_id", jev_id),
+        "params": params(),
+        "split": None if split is None else _check_split(split),
+        "decisions": [_decision(r) for r in judgement.decisions],
+        "overall": {
+            "n_decisions": len(judgement.decisions),
+            "needed": judgement.needed,
+            "won": judgement.won,
+            "beats": judgement.beats,
+            "settling_decision": judgement.settling_decision,
+            "keep_if_loses": judgement.keep_if_loses,
+            "verdict": judgement.verdict.value,
+            "refunds_credit": judgement.refunds_credit,
+            "failure_reason": judgement.failure_reason,
+        },
+    }
+
+
+def audit_bytes(audit: Mapping[str, Any]) -> bytes:
+    """The audit serialised as written: compact UTF-8 JSON, floats by ``repr``, one final newline.
+
+    Raises:
+        ValueError: the audit holds NaN or infinity (it never should).
+    """
+    text = json.dumps(audit, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return (text + "\n").encode("utf-8")
+
+
+def write_audit(path: str | os.PathLike[str], audit: Mapping[str, Any]) -> Path:
+    """Write the audit atomically (temporary file in the same folder, fsync, ``os.replace``).
+
+    Args:
+        path: where the audit goes.
+        audit: from :func:`build_audit`.
+
+    Returns:
+        The path written.
+    """
+    target = Path(path)
+    data = audit_bytes(audit)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target

@@ -1,0 +1,99 @@
+"""The bootstrap's seed and its resampling stream (SHAKE-256), as published in the audit format.
+
+Everything here is fixed by ``docs/audit-format.md`` so anyone can rebuild the same resamples with
+nothing but a SHA-3 implementation:
+
+* **Seed.** ``SHA-256(b"typestrict-refund-seed-v1\\0" + name + b"\\0" + h_1 + … + h_n)`` where
+  ``name`` is the decision's name as UTF-8 and ``h_1 … h_n`` are the 32-byte SHA-256 digests of the
+  test examples' texts, sorted ascending (so the seed does not depend on row order; a text that
+  appears twice contributes twice).
+* **Stream.** ``SHAKE-256(b"typestrict-refund-resample-v1\\0" + seed)`` read as ``n · B`` unsigned
+  32-bit little-endian words ``u``. Resample ``b`` (0-based) is the words ``b·n … b·n + n − 1``,
+  and each word picks the row ``(u · n) >> 32`` of the canonical row order (multiply-shift; the bias
+  is below ``n / 2**32``).
+
+>>> seed = bootstrap_seed("refund", ["00" * 32, "ff" * 32])
+>>> len(seed)
+32
+>>> resample_indices_python(seed, 3, 2)
+[[0, 0, 1], [2, 0, 0]]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Iterable
+
+import numpy as np
+import numpy.typing as npt
+
+SEED_DOMAIN = b"typestrict-refund-seed-v1\x00"
+STREAM_DOMAIN = b"typestrict-refund-resample-v1\x00"
+STREAM_NAME = "shake256-u32le-mulshift-v1"
+
+
+def bootstrap_seed(decision_name: str, text_sha256s: Iterable[str]) -> bytes:
+    """The 32-byte bootstrap seed of one decision.
+
+    Args:
+        decision_name: the decision's name (domain separation between decisions).
+        text_sha256s: lowercase hex SHA-256 of every test example's text, in any order.
+
+    Returns:
+        ``SHA-256(SEED_DOMAIN + name_utf8 + b"\\0" + b"".join(sorted(digests)))``.
+
+    >>> bootstrap_seed("a", []).hex()[:16] != bootstrap_seed("b", []).hex()[:16]
+    True
+    """
+    digests = sorted(bytes.fromhex(h) for h in text_sha256s)
+    h = hashlib.sha256()
+    h.update(SEED_DOMAIN)
+    h.update(decision_name.encode("utf-8"))
+    h.update(b"\x00")
+    for d in digests:
+        h.update(d)
+    return h.digest()
+
+
+def _stream_bytes(seed: bytes, n: int, resamples: int) -> bytes:
+    return hashlib.shake_256(STREAM_DOMAIN + seed).digest(4 * n * resamples)
+
+
+def resample_indices(seed: bytes, n: int, resamples: int) -> npt.NDArray[np.intp]:
+    """All resamples' row indices as a ``(resamples, n)`` array (numpy; same values as the stdlib).
+
+    Args:
+        seed: the 32-byte seed from :func:`bootstrap_seed`.
+        n: the number of test examples (rows), at least 1.
+        resamples: the number of resamples B, at least 1.
+
+    Returns:
+        ``idx[b, j]``: the row (canonical position) of draw ``j`` of resample ``b``.
+
+    >>> resample_indices(bytes(32), 3, 2).tolist() == resample_indices_python(bytes(32), 3, 2)
+    True
+    """
+    if n < 1 or resamples < 1:
+        raise ValueError(f"expected n >= 1 and resamples >= 1, got n={n}, resamples={resamples}")
+    words = np.frombuffer(_stream_bytes(seed, n, resamples), dtype="<u4").astype(np.uint64)
+    idx = (words * np.uint64(n)) >> np.uint64(32)
+    return idx.astype(np.intp).reshape(resamples, n)
+
+
+def resample_indices_python(seed: bytes, n: int, resamples: int) -> list[list[int]]:
+    """The same indices as :func:`resample_indices`, in plain Python (the verifier's way).
+
+    Args:
+        seed: the 32-byte seed.
+        n: the number of rows, at least 1.
+        resamples: the number of resamples, at least 1.
+
+    Returns:
+        One list of ``n`` row indices per resample.
+    """
+    if n < 1 or resamples < 1:
+        raise ValueError(f"expected n >= 1 and resamples >= 1, got n={n}, resamples={resamples}")
+    data = _stream_bytes(seed, n, resamples)
+    unpack = struct.Struct(f"<{n}I").unpack_from
+    return [[(u * n) >> 32 for u in unpack(data, 4 * n * b)] for b in range(resamples)]
