@@ -1,0 +1,608 @@
+"""The credit ledger: one credit per training, returned exactly once by a ``refund``/``failed`` verdict.
+
+The ledger is append-only (``credit_entries``); each workspace's balance (``credit_accounts``) is
+the running total of its entries, updated in the same transaction as every entry. The
+exactly-once guarantees are enforced by the database, not by the caller:
+
+* ``UNIQUE (kind, reference)`` on the entries: one ``spend`` and one ``settlement`` per training
+  (the reference is the training id), one ``grant`` per idempotency key;
+* every write first updates the workspace's account row, which serializes the writers of one
+  workspace (a row lock on PostgreSQL, the database write lock on SQLite, taken up front with
+  ``BEGIN IMMEDIATE``), and ``CHECK (balance >= 0)`` refuses an overdraft;
+* a writer that loses a race gets an ``IntegrityError``, its whole transaction (balance change
+  included) is rolled back, and it reads back the winner's entry instead.
+
+The first settled verdict of a training is final: settling again with the same verdict is a
+no-op, and with a different verdict it moves no credit and reports the disagreement
+(``Settlement.verdict_changed``); a correction is an explicit ``adjust`` entry. See
+``docs/credits.md`` for the model and the argument.
+
+>>> import tempfile, pathlib
+>>> from typestrict_pipeline.store import open_store
+>>> db = pathlib.Path(tempfile.mkdtemp()) / "store.db"
+>>> ledger = CreditLedger(open_store(f"sqlite:///{db}"))
+>>> _ = ledger.grant("demo", 3, reference="invoice-1", reason="welcome credits")
+>>> _ = ledger.spend("demo", "tr_1")
+>>> s = ledger.settle("demo", "tr_1", Verdict.REFUND, reason="the model did not beat Jev")
+>>> (s.refunded, s.newly_settled, ledger.balance("demo"))
+(True, True, 3)
+>>> ledger.settle("demo", "tr_1", Verdict.REFUND, reason="again").newly_settled
+False
+>>> ledger.balance("demo")
+3
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from sqlalchemy import Engine, select, text, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from typestrict_pipeline.credits.tables import CreditAccount, CreditEntry, EntryKind
+from typestrict_pipeline.errors import InputError, StoreError
+from typestrict_pipeline.refund.types import Verdict
+from typestrict_pipeline.store import session_scope, utcnow
+
+__all__ = [
+    "CreditLedger",
+    "InsufficientCreditsError",
+    "LedgerLine",
+    "Settlement",
+    "run_transaction",
+    "settle_in_session",
+]
+
+T = TypeVar("T")
+
+_MAX_ATTEMPTS = 6
+_ID_MAX = 200
+
+
+class InsufficientCreditsError(StoreError):
+    """A workspace has fewer credits than the operation needs; the message says how to add some."""
+
+
+@dataclass(frozen=True)
+class LedgerLine:
+    """One ledger entry, as read back (immutable snapshot).
+
+    Attributes:
+        id: the entry's id (increasing in commit order within a workspace).
+        workspace_id: the workspace whose balance it changed.
+        kind: grant, spend, settlement or adjustment.
+        reference: the training id (spend, settlement) or the caller's key (grant, adjustment).
+        training_id: the training it belongs to, or None.
+        amount: the change in credits (signed integer; 0 for a settlement that keeps it spent).
+        balance_after: the workspace's balance right after this entry.
+        verdict: the settled verdict (settlements only).
+        reason: why, in words.
+        created_at: when it was written (aware UTC).
+    """
+
+    id: int
+    workspace_id: str
+    kind: EntryKind
+    reference: str
+    training_id: str | None
+    amount: int
+    balance_after: int
+    verdict: Verdict | None
+    reason: str
+    created_at: dt.datetime
+
+    def describe(self) -> str:
+        """One human-readable line, as the CLI and the Dagster metadata show it.
+
+        >>> line = LedgerLine(7, "demo", EntryKind.SETTLEMENT, "tr_1", "tr_1", 1, 5,
+        ...                   Verdict.REFUND, "the model did not beat Jev",
+        ...                   dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC))
+        >>> line.describe()
+        '#7 2026-01-02T03:04:05Z settlement +1 -> 5  training=tr_1 verdict=refund  the model did not beat Jev'
+        """
+        when = self.created_at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        parts = [f"#{self.id} {when} {self.kind.value} {self.amount:+d} -> {self.balance_after}"]
+        extra = []
+        if self.training_id is not None:
+            extra.append(f"training={self.training_id}")
+        elif self.kind in (EntryKind.GRANT, EntryKind.ADJUSTMENT):
+            extra.append(f"reference={self.reference}")
+        if self.verdict is not None:
+            extra.append(f"verdict={self.verdict.value}")
+        if extra:
+            parts.append(" ".join(extra))
+        parts.append(self.reason)
+        return "  ".join(parts)
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """What settling a training's verdict did.
+
+    Attributes:
+        training_id: the training.
+        workspace_id: its workspace.
+        verdict: the verdict the ledger holds (the first one settled: final).
+        requested_verdict: the verdict this call asked to settle.
+        refunded: whether the settled verdict returned the credit.
+        newly_settled: True only for the call that wrote the settlement entry.
+        spent_now: True when this call also wrote the training's spend entry (it had not been
+            charged when it was started).
+        balance: the workspace's balance after the call.
+        lines: the training's ledger entries (spend, settlement), in order.
+    """
+
+    training_id: str
+    workspace_id: str
+    verdict: Verdict
+    requested_verdict: Verdict
+    refunded: bool
+    newly_settled: bool
+    spent_now: bool
+    balance: int
+    lines: tuple[LedgerLine, ...]
+
+    @property
+    def verdict_changed(self) -> bool:
+        """A later verdict disagreed with the settled one (no credit moved; see the docs)."""
+        return self.verdict != self.requested_verdict
+
+
+def _line(entry: CreditEntry) -> LedgerLine:
+    return LedgerLine(
+        id=entry.id,
+        workspace_id=entry.workspace_id,
+        kind=EntryKind(entry.kind),
+        reference=entry.reference,
+        training_id=entry.training_id,
+        amount=entry.amount,
+        balance_after=entry.balance_after,
+        verdict=Verdict(entry.verdict) if entry.verdict is not None else None,
+        reason=entry.reason,
+        created_at=entry.created_at,
+    )
+
+
+def _check_id(what: str, value: str) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > _ID_MAX:
+        raise InputError(
+            f"a non-empty {what} of at most {_ID_MAX} characters",
+            repr(value),
+            f"pass the {what} as a plain string",
+        )
+    return value
+
+
+def _check_now(now: dt.datetime) -> dt.datetime:
+    if now.tzinfo is None:
+        raise InputError(
+            "a timezone-aware time", repr(now), "pass datetime.now(timezone.utc) or another aware value"
+        )
+    return now
+
+
+def run_transaction(engine: Engine, work: Callable[[Session], T]) -> T:
+    """Run ``work`` in one transaction, retried when it lost a uniqueness race.
+
+    On SQLite the transaction starts with ``BEGIN IMMEDIATE`` so that writers queue on the
+    database lock (``busy_timeout``) instead of failing on a stale snapshot. On PostgreSQL
+    (READ COMMITTED) the writers of one workspace queue on its account row. An
+    ``IntegrityError`` rolls the whole transaction back; ``work`` is then run again and sees the
+    winner's rows.
+
+    Raises:
+        StoreError: still conflicting after several attempts.
+    """
+    last: IntegrityError | None = None
+    for _attempt in range(_MAX_ATTEMPTS):
+        try:
+            with session_scope(engine) as session:
+                if engine.dialect.name == "sqlite":
+                    session.execute(text("BEGIN IMMEDIATE"))
+                return work(session)
+        except IntegrityError as exc:
+            last = exc
+    raise StoreError(
+        f"a ledger write that commits within {_MAX_ATTEMPTS} attempts, got a uniqueness conflict "
+        f"every time ({last.orig if last else '?'}). Retry later; report it if it persists"
+    )
+
+
+def _find(session: Session, kind: EntryKind, reference: str) -> CreditEntry | None:
+    return session.scalars(
+        select(CreditEntry).where(CreditEntry.kind == kind, CreditEntry.reference == reference)
+    ).first()
+
+
+def _append(
+    session: Session,
+    *,
+    workspace_id: str,
+    kind: EntryKind,
+    reference: str,
+    training_id: str | None,
+    amount: int,
+    verdict: Verdict | None,
+    reason: str,
+    now: dt.datetime,
+    create_account: bool,
+) -> CreditEntry:
+    """Change the balance and append the entry, in the caller's transaction.
+
+    The account row is updated first: that takes the workspace's lock, so entries of one
+    workspace are written one at a time and ``balance_after`` follows commit order.
+    """
+    stmt = (
+        update(CreditAccount)
+        .where(CreditAccount.workspace_id == workspace_id)
+        .values(balance=CreditAccount.balance + amount, updated_at=now)
+        .returning(CreditAccount.balance)
+    )
+    if amount < 0:
+        stmt = stmt.where(CreditAccount.balance + amount >= 0)
+    balance = session.execute(stmt, execution_options={"synchronize_session": False}).scalar()
+    if balance is None:
+        current = session.scalar(
+            select(CreditAccount.balance).where(CreditAccount.workspace_id == workspace_id)
+        )
+        if current is None and create_account and amount >= 0:
+            session.add(
+                CreditAccount(workspace_id=workspace_id, balance=amount, created_at=now, updated_at=now)
+            )
+            session.flush()  # a concurrent creator makes this an IntegrityError: retried
+            balance = amount
+        else:
+            have = 0 if current is None else current
+            raise InsufficientCreditsError(
+                f"expected at least {-amount} credit(s) in workspace {workspace_id!r} for "
+                f"{kind.value} {reference!r}, got {have}"
+                + ("" if current is not None else " (the workspace has no credit account)")
+                + f". Add credits with `typestrict credits grant {workspace_id} N --reference KEY`"
+            )
+    entry = CreditEntry(
+        workspace_id=workspace_id,
+        kind=kind,
+        reference=reference,
+        training_id=training_id,
+        amount=amount,
+        balance_after=balance,
+        verdict=verdict.value if verdict is not None else None,
+        reason=reason,
+        created_at=now,
+    )
+    session.add(entry)
+    session.flush()  # UNIQUE (kind, reference): the loser of a race fails here and rolls back
+    return entry
+
+
+def _spend_in(session: Session, workspace_id: str, training_id: str, reason: str, now: dt.datetime
+              ) -> tuple[CreditEntry, bool]:
+    existing = _find(session, EntryKind.SPEND, training_id)
+    if existing is not None:
+        _same_workspace(existing, workspace_id, training_id)
+        return existing, False
+    try:
+        return (
+            _append(
+                session,
+                workspace_id=workspace_id,
+                kind=EntryKind.SPEND,
+                reference=training_id,
+                training_id=training_id,
+                amount=-1,
+                verdict=None,
+                reason=reason,
+                now=now,
+                create_account=False,
+            ),
+            True,
+        )
+    except InsufficientCreditsError:
+        # A racing spend of the same training may have taken the last credit: then it is spent.
+        existing = _find(session, EntryKind.SPEND, training_id)
+        if existing is not None:
+            _same_workspace(existing, workspace_id, training_id)
+            return existing, False
+        raise
+
+
+def _same_workspace(entry: CreditEntry, workspace_id: str, training_id: str) -> None:
+    if entry.workspace_id != workspace_id:
+        raise InputError(
+            f"training {training_id!r} in workspace {entry.workspace_id!r} (as its ledger says)",
+            f"workspace {workspace_id!r}",
+            "check the training's manifest: a training belongs to one workspace",
+        )
+
+
+def _training_lines(session: Session, training_id: str) -> tuple[LedgerLine, ...]:
+    rows = session.scalars(
+        select(CreditEntry).where(CreditEntry.training_id == training_id).order_by(CreditEntry.id)
+    ).all()
+    return tuple(_line(r) for r in rows)
+
+
+def _balance(session: Session, workspace_id: str) -> int:
+    value = session.scalar(
+        select(CreditAccount.balance).where(CreditAccount.workspace_id == workspace_id)
+    )
+    return 0 if value is None else int(value)
+
+
+def settle_in_session(
+    session: Session,
+    workspace_id: str,
+    training_id: str,
+    verdict: Verdict,
+    *,
+    reason: str,
+    now: dt.datetime,
+    charge_if_unspent: bool = True,
+) -> Settlement:
+    """Settle a verdict inside the caller's transaction (see :meth:`CreditLedger.settle`).
+
+    Use it through :func:`run_transaction` so that a lost race is retried.
+    """
+    verdict = Verdict(verdict)
+    existing = _find(session, EntryKind.SETTLEMENT, training_id)
+    spent_now = False
+    newly = False
+    if existing is None:
+        spend = _find(session, EntryKind.SPEND, training_id)
+        if spend is None:
+            if not charge_if_unspent:
+                raise InputError(
+                    f"a spend entry for training {training_id!r} before its verdict is settled",
+                    "none",
+                    f"record the start with `typestrict credits spend {workspace_id} {training_id}`",
+                )
+            _, spent_now = _spend_in(session, workspace_id, training_id, "training registered", now)
+        else:
+            _same_workspace(spend, workspace_id, training_id)
+        existing = _append(
+            session,
+            workspace_id=workspace_id,
+            kind=EntryKind.SETTLEMENT,
+            reference=training_id,
+            training_id=training_id,
+            amount=1 if verdict.refunds_credit else 0,
+            verdict=verdict,
+            reason=reason,
+            now=now,
+            create_account=False,
+        )
+        newly = True
+    else:
+        _same_workspace(existing, workspace_id, training_id)
+    settled = Verdict(existing.verdict) if existing.verdict is not None else verdict
+    return Settlement(
+        training_id=training_id,
+        workspace_id=workspace_id,
+        verdict=settled,
+        requested_verdict=verdict,
+        refunded=settled.refunds_credit,
+        newly_settled=newly,
+        spent_now=spent_now,
+        balance=_balance(session, workspace_id),
+        lines=_training_lines(session, training_id),
+    )
+
+
+class CreditLedger:
+    """The credit ledger over one store (SQLite or PostgreSQL), independent of Dagster.
+
+    Every method is one transaction and is safe to call concurrently from threads or processes
+    (each thread should share the engine, not a session). Times are aware UTC; pass ``now`` to
+    make a call deterministic.
+
+    Args:
+        engine: an engine on a store whose schema is current (``open_store``).
+        clock: the time source used when ``now`` is not given.
+    """
+
+    def __init__(self, engine: Engine, clock: Callable[[], dt.datetime] = utcnow) -> None:
+        self.engine = engine
+        self._clock = clock
+
+    def _now(self, now: dt.datetime | None) -> dt.datetime:
+        return _check_now(now if now is not None else self._clock())
+
+    def grant(
+        self,
+        workspace_id: str,
+        amount: int,
+        *,
+        reference: str,
+        reason: str = "credits added",
+        now: dt.datetime | None = None,
+    ) -> LedgerLine:
+        """Add ``amount`` credits to a workspace (creating its account), once per ``reference``.
+
+        Args:
+            workspace_id: the workspace (a plain string).
+            amount: credits to add, a positive integer.
+            reference: idempotency key (an invoice id...): a second grant with the same key
+                returns the first entry and adds nothing.
+            reason: why, in words (shown in the ledger).
+            now: the entry's time (default: the clock).
+
+        Returns:
+            The grant's ledger line.
+
+        Raises:
+            InputError: ``amount`` is not a positive integer, or an id is empty.
+        """
+        _check_id("workspace id", workspace_id)
+        _check_id("reference", reference)
+        if isinstance(amount, bool) or not isinstance(amount, int) or amount <= 0:
+            raise InputError("a positive whole number of credits", repr(amount), "grant 1 or more")
+        when = self._now(now)
+
+        def work(session: Session) -> LedgerLine:
+            found = _find(session, EntryKind.GRANT, reference)
+            if found is None:
+                found = _append(
+                    session,
+                    workspace_id=workspace_id,
+                    kind=EntryKind.GRANT,
+                    reference=reference,
+                    training_id=None,
+                    amount=amount,
+                    verdict=None,
+                    reason=reason,
+                    now=when,
+                    create_account=True,
+                )
+            return _line(found)
+
+        return run_transaction(self.engine, work)
+
+    def adjust(
+        self,
+        workspace_id: str,
+        amount: int,
+        *,
+        reference: str,
+        reason: str,
+        training_id: str | None = None,
+        now: dt.datetime | None = None,
+    ) -> LedgerLine:
+        """Record a manual correction (positive or negative), once per ``reference``.
+
+        This is how an operator corrects a settlement after the fact: the settlement entry
+        stays, and the correction is a new entry with its reason.
+
+        Raises:
+            InputError: ``amount`` is 0 or not an integer, or the reason is empty.
+            InsufficientCreditsError: a negative adjustment would overdraw the workspace.
+        """
+        _check_id("workspace id", workspace_id)
+        _check_id("reference", reference)
+        if isinstance(amount, bool) or not isinstance(amount, int) or amount == 0:
+            raise InputError("a non-zero whole number of credits", repr(amount), "pass e.g. 1 or -1")
+        if not reason.strip():
+            raise InputError("a reason for the adjustment", "an empty string", "say why in --reason")
+        when = self._now(now)
+
+        def work(session: Session) -> LedgerLine:
+            found = _find(session, EntryKind.ADJUSTMENT, reference)
+            if found is None:
+                found = _append(
+                    session,
+                    workspace_id=workspace_id,
+                    kind=EntryKind.ADJUSTMENT,
+                    reference=reference,
+                    training_id=training_id,
+                    amount=amount,
+                    verdict=None,
+                    reason=reason,
+                    now=when,
+                    create_account=amount > 0,
+                )
+            return _line(found)
+
+        return run_transaction(self.engine, work)
+
+    def spend(
+        self,
+        workspace_id: str,
+        training_id: str,
+        *,
+        reason: str = "training started",
+        now: dt.datetime | None = None,
+    ) -> LedgerLine:
+        """Take the one credit a training costs, once (idempotent per training).
+
+        Raises:
+            InsufficientCreditsError: the workspace has no credit left.
+            InputError: the training was already charged to another workspace.
+        """
+        _check_id("workspace id", workspace_id)
+        _check_id("training id", training_id)
+        when = self._now(now)
+
+        def work(session: Session) -> LedgerLine:
+            entry, _ = _spend_in(session, workspace_id, training_id, reason, when)
+            return _line(entry)
+
+        return run_transaction(self.engine, work)
+
+    def settle(
+        self,
+        workspace_id: str,
+        training_id: str,
+        verdict: Verdict,
+        *,
+        reason: str,
+        now: dt.datetime | None = None,
+        charge_if_unspent: bool = True,
+    ) -> Settlement:
+        """Bring a training's verdict to the ledger, exactly once.
+
+        ``refund`` and ``failed`` return the credit (+1), ``beats`` and ``kept`` keep it spent
+        (a 0 entry, so every verdict is on the ledger). The first settlement is final: calling
+        again (a re-materialization, a retry, a concurrent run) returns it with
+        ``newly_settled=False``; a different verdict moves nothing and sets ``verdict_changed``.
+
+        Args:
+            workspace_id: the training's workspace.
+            training_id: the training (its model id too).
+            verdict: the verdict to settle.
+            reason: why, in words (the failure reason for ``failed``).
+            now: the entry's time (default: the clock).
+            charge_if_unspent: if the training was never charged (registered by its manifest
+                only), charge it first in the same transaction; if False, refuse.
+
+        Returns:
+            The settlement as the ledger holds it.
+
+        Raises:
+            InsufficientCreditsError: the training must be charged first and there is no credit.
+            InputError: bad ids, or the training belongs to another workspace.
+        """
+        _check_id("workspace id", workspace_id)
+        _check_id("training id", training_id)
+        verdict = Verdict(verdict)
+        when = self._now(now)
+        return run_transaction(
+            self.engine,
+            lambda s: settle_in_session(
+                s, workspace_id, training_id, verdict, reason=reason, now=when,
+                charge_if_unspent=charge_if_unspent,
+            ),
+        )
+
+    def balance(self, workspace_id: str) -> int:
+        """The workspace's balance in credits (0 for a workspace that has no account yet)."""
+        with session_scope(self.engine) as session:
+            return _balance(session, workspace_id)
+
+    def has_account(self, workspace_id: str) -> bool:
+        """Whether the workspace has a credit account (any entry ever)."""
+        with session_scope(self.engine) as session:
+            return session.get(CreditAccount, workspace_id) is not None
+
+    def entries_total(self, workspace_id: str) -> int:
+        """The sum of the workspace's ledger entries (always equal to :meth:`balance`)."""
+        with session_scope(self.engine) as session:
+            rows = session.scalars(
+                select(CreditEntry.amount).where(CreditEntry.workspace_id == workspace_id)
+            ).all()
+            return int(sum(rows))
+
+    def lines(self, workspace_id: str, *, training_id: str | None = None) -> list[LedgerLine]:
+        """The workspace's ledger entries in order, optionally only one training's."""
+        with session_scope(self.engine) as session:
+            stmt = select(CreditEntry).where(CreditEntry.workspace_id == workspace_id)
+            if training_id is not None:
+                stmt = stmt.where(CreditEntry.training_id == training_id)
+            return [_line(r) for r in session.scalars(stmt.order_by(CreditEntry.id)).all()]
+
+    def training_lines(self, training_id: str) -> list[LedgerLine]:
+        """One training's entries (spend, settlement), in order."""
+        with session_scope(self.engine) as session:
+            return list(_training_lines(session, training_id))

@@ -1,0 +1,400 @@
+"""Model records: what a settled training delivered, how long its files stay, and its audit.
+
+A training's verdict is settled in ONE transaction that writes the ledger entries (see
+:mod:`typestrict_pipeline.credits.ledger`) and the model record, with the audit file's exact bytes.
+Retention later deletes the files of records whose ``expires_at`` has passed and marks them
+expired; the record and its audit stay, so the audit can be served byte-identical at any time.
+
+The model id is the training id (one model per training).
+
+>>> import tempfile, pathlib, datetime as dt
+>>> from typestrict_pipeline.store import open_store
+>>> tmp = pathlib.Path(tempfile.mkdtemp())
+>>> engine = open_store(f"sqlite:///{tmp / 'store.db'}")
+>>> files = tmp / "tr_1" / "model"; files.mkdir(parents=True); _ = (files / "w.bin").write_bytes(b"1")
+>>> t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+>>> r = settle_training(engine, SettlementRequest("demo", "tr_1", Verdict.KEPT, "kept",
+...     keep_if_loses=True, model_dir=files, audit_json=b'{"a": 1}'), now=t0)
+Traceback (most recent call last):
+...
+typestrict_pipeline.credits.ledger.InsufficientCreditsError: expected at least 1 credit(s) in workspace 'demo' ...
+>>> from typestrict_pipeline.credits.ledger import CreditLedger
+>>> _ = CreditLedger(engine).grant("demo", 1, reference="gift", now=t0)
+>>> r = settle_training(engine, SettlementRequest("demo", "tr_1", Verdict.KEPT, "kept",
+...     keep_if_loses=True, model_dir=files, audit_json=b'{"a": 1}'), now=t0)
+>>> (r.settlement.refunded, r.model.delivered, r.model.expires_at.date().isoformat())
+(False, True, '2026-01-31')
+>>> [m.model_id for m in expire_models(engine, now=t0 + dt.timedelta(days=30))]
+['tr_1']
+>>> files.exists(), audit_bytes(engine, "tr_1")
+(False, b'{"a": 1}')
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import Engine, select, update
+from sqlalchemy.orm import Session
+
+from typestrict_pipeline.credits.ledger import (
+    Settlement,
+    _check_id,
+    _check_now,
+    run_transaction,
+    settle_in_session,
+)
+from typestrict_pipeline.credits.tables import ModelRecord, ModelState
+from typestrict_pipeline.errors import InputError, NotFoundError, StoreError
+from typestrict_pipeline.refund.types import Verdict
+from typestrict_pipeline.store import session_scope, utcnow
+
+__all__ = [
+    "DEFAULT_RETENTION_DAYS",
+    "ModelInfo",
+    "RetentionPolicy",
+    "SettlementRequest",
+    "SettlementResult",
+    "audit_bytes",
+    "due_for_expiry",
+    "expire_models",
+    "get_model",
+    "list_models",
+    "model_files",
+    "settle_training",
+]
+
+DEFAULT_RETENTION_DAYS = 30
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """How long a model's files stay after its verdict is settled.
+
+    Attributes:
+        days: whole days (default 30, as the product page promises for a kept model).
+
+    >>> RetentionPolicy().days
+    30
+    >>> RetentionPolicy(0)
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected a retention of at least 1 whole day, got 0. Set retention_days to 1 or more.
+    """
+
+    days: int = DEFAULT_RETENTION_DAYS
+
+    def __post_init__(self) -> None:
+        if isinstance(self.days, bool) or not isinstance(self.days, int) or self.days < 1:
+            raise InputError(
+                "a retention of at least 1 whole day", repr(self.days), "set retention_days to 1 or more"
+            )
+
+    def expires_at(self, settled_at: dt.datetime) -> dt.datetime:
+        """When files settled at ``settled_at`` expire (exactly ``days`` × 24 h later)."""
+        return settled_at + dt.timedelta(days=self.days)
+
+
+@dataclass(frozen=True)
+class SettlementRequest:
+    """A training's verdict, ready to be settled.
+
+    Attributes:
+        workspace_id: the training's workspace.
+        training_id: the training (and model) id.
+        verdict: beats, kept, refund or failed.
+        reason: why, in words; for ``failed`` the failure reason (recorded in the ledger).
+        keep_if_loses: the option the training was started with (recorded on the model).
+        model_dir: the folder of the model's files (deleted when they expire).
+        audit_json: the audit file's exact bytes, or None when there is none (a failed training).
+    """
+
+    workspace_id: str
+    training_id: str
+    verdict: Verdict
+    reason: str
+    keep_if_loses: bool
+    model_dir: Path
+    audit_json: bytes | None
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """A model record, as read back (without the audit bytes).
+
+    Attributes:
+        model_id: the model id (= training id).
+        workspace_id: its workspace.
+        verdict: the settled verdict.
+        keep_if_loses: the option it was trained with.
+        delivered: whether it can be downloaded (``beats`` and ``kept``) while its files last.
+        files_path: its files' folder.
+        state: available or expired.
+        settled_at: when the verdict was settled.
+        expires_at: when its files expire.
+        expired_at: when retention deleted them, or None.
+        audit_sha256: SHA-256 of the stored audit, or None when there is no audit.
+    """
+
+    model_id: str
+    workspace_id: str
+    verdict: Verdict
+    keep_if_loses: bool
+    delivered: bool
+    files_path: Path
+    state: ModelState
+    settled_at: dt.datetime
+    expires_at: dt.datetime
+    expired_at: dt.datetime | None
+    audit_sha256: str | None
+
+    @property
+    def downloadable(self) -> bool:
+        """Delivered and its files not yet expired."""
+        return self.delivered and self.state is ModelState.AVAILABLE
+
+
+@dataclass(frozen=True)
+class SettlementResult:
+    """The ledger's settlement and the model record, after one settle call."""
+
+    settlement: Settlement
+    model: ModelInfo
+
+
+def _info(row: ModelRecord) -> ModelInfo:
+    return ModelInfo(
+        model_id=row.model_id,
+        workspace_id=row.workspace_id,
+        verdict=Verdict(row.verdict),
+        keep_if_loses=row.keep_if_loses,
+        delivered=row.delivered,
+        files_path=Path(row.files_path),
+        state=ModelState(row.state),
+        settled_at=row.settled_at,
+        expires_at=row.expires_at,
+        expired_at=row.expired_at,
+        audit_sha256=row.audit_sha256,
+    )
+
+
+def _record_in(session: Session, req: SettlementRequest, verdict: Verdict, now: dt.datetime,
+               policy: RetentionPolicy) -> ModelRecord:
+    row = session.get(ModelRecord, req.training_id)
+    if row is None:
+        row = ModelRecord(
+            model_id=req.training_id,
+            workspace_id=req.workspace_id,
+            verdict=verdict.value,
+            keep_if_loses=req.keep_if_loses,
+            delivered=verdict in (Verdict.BEATS, Verdict.KEPT),
+            files_path=str(Path(req.model_dir).resolve()),
+            state=ModelState.AVAILABLE,
+            settled_at=now,
+            expires_at=policy.expires_at(now),
+            expired_at=None,
+            audit_json=req.audit_json,
+            audit_sha256=hashlib.sha256(req.audit_json).hexdigest() if req.audit_json is not None else None,
+        )
+        session.add(row)
+        session.flush()  # primary key: a concurrent settler fails here and retries
+    elif row.audit_json is None and req.audit_json is not None:
+        # The first settlement had no audit yet; the first audit that arrives is kept, once.
+        session.execute(
+            update(ModelRecord)
+            .where(ModelRecord.model_id == req.training_id, ModelRecord.audit_json.is_(None))
+            .values(audit_json=req.audit_json, audit_sha256=hashlib.sha256(req.audit_json).hexdigest()),
+            execution_options={"synchronize_session": False},
+        )
+        session.expire(row)
+        row = session.get(ModelRecord, req.training_id)
+        assert row is not None
+    return row
+
+
+def settle_training(
+    engine: Engine,
+    request: SettlementRequest,
+    *,
+    now: dt.datetime | None = None,
+    policy: RetentionPolicy | None = None,
+) -> SettlementResult:
+    """Settle a training's verdict on the ledger and record its model, in one transaction.
+
+    Exactly once per training whatever the number of calls, retries or concurrent runs: the
+    ledger's settlement entry and the model record are written together or not at all, and the
+    first verdict settled is final (later calls return it; ``settlement.verdict_changed`` tells
+    that a later verdict disagreed).
+
+    Args:
+        engine: the store.
+        request: what to settle.
+        now: the settlement time (default: now, UTC); the retention clock starts here.
+        policy: retention (default 30 days).
+
+    Returns:
+        The settlement and the model record.
+
+    Raises:
+        InsufficientCreditsError: the training was never charged and the workspace is empty.
+        InputError: bad ids or time.
+    """
+    _check_id("workspace id", request.workspace_id)
+    _check_id("training id", request.training_id)
+    when = _check_now(now if now is not None else utcnow())
+    retention = policy or RetentionPolicy()
+    verdict = Verdict(request.verdict)
+
+    def work(session: Session) -> SettlementResult:
+        settlement = settle_in_session(
+            session, request.workspace_id, request.training_id, verdict,
+            reason=request.reason, now=when,
+        )
+        row = _record_in(session, request, settlement.verdict, when, retention)
+        return SettlementResult(settlement=settlement, model=_info(row))
+
+    return run_transaction(engine, work)
+
+
+def get_model(engine: Engine, model_id: str) -> ModelInfo:
+    """The model record of ``model_id``.
+
+    Raises:
+        NotFoundError: there is no such model.
+    """
+    with session_scope(engine) as session:
+        row = session.get(ModelRecord, model_id)
+        if row is None:
+            raise _not_found(model_id)
+        return _info(row)
+
+
+def list_models(engine: Engine, workspace_id: str) -> list[ModelInfo]:
+    """A workspace's model records, oldest settlement first."""
+    with session_scope(engine) as session:
+        rows = session.scalars(
+            select(ModelRecord)
+            .where(ModelRecord.workspace_id == workspace_id)
+            .order_by(ModelRecord.settled_at, ModelRecord.model_id)
+        ).all()
+        return [_info(r) for r in rows]
+
+
+def _not_found(model_id: str) -> NotFoundError:
+    return NotFoundError(
+        f"a model with id {model_id!r}, got none in the store. Check the id (it is the training id) "
+        "and that its verdict was settled (the credit_settlement asset)"
+    )
+
+
+def audit_bytes(engine: Engine, model_id: str) -> bytes:
+    """The model's audit JSON, byte-identical to the audit file written at its verdict.
+
+    Available for the record's whole life, also after its files expired
+    (``GET /v1/models/{id}/audit``).
+
+    Raises:
+        NotFoundError: no such model, or it has no audit (a failed training).
+    """
+    with session_scope(engine) as session:
+        row = session.get(ModelRecord, model_id)
+        if row is None:
+            raise _not_found(model_id)
+        if row.audit_json is None:
+            raise NotFoundError(
+                f"an audit for model {model_id!r}, got none: its verdict is {row.verdict!r} and no "
+                "audit file was written for it. A failed training has nothing to audit"
+            )
+        return bytes(row.audit_json)
+
+
+def model_files(engine: Engine, model_id: str) -> Path:
+    """The folder of a downloadable model's files.
+
+    Raises:
+        NotFoundError: no such model, not delivered (its verdict returned the credit), or expired.
+    """
+    info = get_model(engine, model_id)
+    if not info.delivered:
+        raise NotFoundError(
+            f"a delivered model for {model_id!r}, got verdict {info.verdict.value!r}: "
+            "a model whose credit came back is not delivered. Start a new training"
+        )
+    if info.state is ModelState.EXPIRED:
+        when = info.expired_at.isoformat() if info.expired_at else "?"
+        raise NotFoundError(
+            f"model files for {model_id!r}, got none: they expired at {when} "
+            f"(kept {((info.expires_at - info.settled_at).days)} days). Its audit is still "
+            f"available with `typestrict audit {model_id}`"
+        )
+    return info.files_path
+
+
+def due_for_expiry(engine: Engine, now: dt.datetime) -> list[ModelInfo]:
+    """Records whose files are still there and whose ``expires_at`` is at or before ``now``."""
+    when = _check_now(now)
+    with session_scope(engine) as session:
+        rows = session.scalars(
+            select(ModelRecord)
+            .where(ModelRecord.state == ModelState.AVAILABLE, ModelRecord.expires_at <= when)
+            .order_by(ModelRecord.expires_at, ModelRecord.model_id)
+        ).all()
+        return [_info(r) for r in rows]
+
+
+def _delete_files(path: Path, allowed_root: Path | None) -> None:
+    if allowed_root is not None:
+        root = allowed_root.resolve()
+        resolved = path.resolve()
+        if resolved == root or root not in resolved.parents:
+            raise StoreError(
+                f"expected model files under {root}, got {resolved}. Refusing to delete outside "
+                "the trainings folder; fix the record's files_path or the trainings_dir setting"
+            )
+    if path.is_symlink() or path.is_file():
+        path.unlink(missing_ok=True)
+    elif path.exists():
+        shutil.rmtree(path)
+
+
+def expire_models(
+    engine: Engine, *, now: dt.datetime, allowed_root: Path | None = None
+) -> list[ModelInfo]:
+    """Delete the files of every record due at ``now`` and mark it expired; keep its audit.
+
+    Safe to run twice or concurrently: files are deleted first (deleting missing files is a
+    no-op), then ``UPDATE ... WHERE state = 'available'`` marks the record, so each record is
+    reported expired by exactly one run. A crash between the two steps is finished by the next
+    run.
+
+    Args:
+        engine: the store.
+        now: the sweep's time (aware UTC; the schedule passes its scheduled time).
+        allowed_root: if given, refuse to delete anything outside this folder.
+
+    Returns:
+        The records this call expired.
+
+    Raises:
+        StoreError: a record's files are outside ``allowed_root``.
+    """
+    when = _check_now(now)
+    expired: list[ModelInfo] = []
+    for info in due_for_expiry(engine, when):
+        _delete_files(info.files_path, allowed_root)
+        with session_scope(engine) as session:
+            changed = session.execute(
+                update(ModelRecord)
+                .where(ModelRecord.model_id == info.model_id, ModelRecord.state == ModelState.AVAILABLE)
+                .values(state=ModelState.EXPIRED, expired_at=when),
+                execution_options={"synchronize_session": False},
+            ).rowcount  # type: ignore[attr-defined]
+            if changed:
+                row = session.get(ModelRecord, info.model_id)
+                assert row is not None
+                expired.append(_info(row))
+    return expired
