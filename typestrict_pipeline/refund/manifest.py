@@ -1,0 +1,682 @@
+"""The training manifest: one small JSON file that says what a training is and where its data is.
+
+Every key is documented in ``docs/manifest.md``. Unknown keys anywhere are refused with an error
+that names the key and the allowed ones, so a typo never silently changes what is measured.
+
+>>> import json, tempfile, pathlib
+>>> folder = pathlib.Path(tempfile.mkdtemp())
+>>> _ = (folder / "m.json").write_text(json.dumps({
+...     "manifest_version": 1, "training_id": "tr_1", "workspace_id": "demo",
+...     "dataset": {"path": "data.csv", "columns": {"id": "id", "text": "text"}},
+...     "decisions": [{"name": "sentiment", "question": "Is it positive?",
+...                    "answer_column": "label", "answers": ["no", "yes"]}],
+...     "predictions": {"jev": {"kind": "file", "path": "jev.jsonl"},
+...                     "model": {"kind": "file", "path": "model.jsonl"}},
+...     "training": {"status": "succeeded"}}))
+>>> m = load_manifest(folder / "m.json")
+>>> m.decisions[0].kind, m.decisions[0].answers, m.options.keep_if_loses
+(<DecisionKind.SINGLE: 'single'>, ('no', 'yes'), False)
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from typestrict_pipeline.errors import ManifestError
+from typestrict_pipeline.refund.types import DecisionKind
+
+__all__ = [
+    "MANIFEST_VERSION",
+    "Columns",
+    "DatasetFormat",
+    "DatasetSpec",
+    "DecisionSpec",
+    "EndpointSource",
+    "ManifestKeyError",
+    "PredictionSource",
+    "PredictionsFileSource",
+    "TrainingManifest",
+    "TrainingOptions",
+    "TrainingStatus",
+    "load_manifest",
+    "parse_manifest",
+]
+
+MANIFEST_VERSION = 1
+
+
+class DatasetFormat(enum.StrEnum):
+    """The file formats a dataset (or a predictions file) may have.
+
+    Attributes:
+        CSV: comma-separated values with a header row (``.csv``, also ``.csv.gz``/``.csv.bz2``).
+        PARQUET: Apache Parquet (``.parquet``, ``.pq``).
+        JSONL: one JSON object per line (``.jsonl``, ``.ndjson``).
+    """
+
+    CSV = "csv"
+    PARQUET = "parquet"
+    JSONL = "jsonl"
+
+
+class TrainingStatus(enum.StrEnum):
+    """How the training ended.
+
+    Attributes:
+        SUCCEEDED: a model was produced; it is compared with Jev.
+        FAILED: no usable model; the verdict is ``failed`` and the credit comes back.
+    """
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Which dataset columns hold what.
+
+    Attributes:
+        id: unique example id (required).
+        text: the example's text, as sent to the models (required).
+        group: optional group column (a repository, a customer, a document): whole groups go to
+            the test side together.
+        review_label: optional column holding the answer a person gave in the review step; used
+            as the test when the data has no answers. A decision may name its own
+            ``review_column`` instead.
+    """
+
+    id: str
+    text: str
+    group: str | None = None
+    review_label: str | None = None
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """Where the dataset is and how to read it.
+
+    Attributes:
+        path: the dataset file, resolved against the manifest's folder.
+        path_as_written: the path exactly as the manifest wrote it.
+        format: the file format (from ``format`` or inferred from the file name).
+        columns: which columns hold the id, text, group and review label.
+    """
+
+    path: Path
+    path_as_written: str
+    format: DatasetFormat
+    columns: Columns
+
+
+@dataclass(frozen=True)
+class DecisionSpec:
+    """One decision the model makes, and how it is read from the dataset.
+
+    Attributes:
+        name: unique within the training (letters, digits, ``_``, ``-``, ``.``).
+        question: the question both systems are asked.
+        kind: ``single`` (one fixed list of answers) or ``multiple_choice`` (each example offers
+            its own options).
+        answer_column: the column holding the right answer, or None when the data has no
+            answers (then the review labels are the test).
+        answers: the answers of a single decision, in order (empty for multiple choice).
+        options_column: the column holding each example's options (multiple choice only).
+        review_column: the column holding a person's review label for this decision, or None
+            to use the dataset's ``columns.review_label``.
+    """
+
+    name: str
+    question: str
+    kind: DecisionKind
+    answer_column: str | None
+    answers: tuple[str, ...]
+    options_column: str | None
+    review_column: str | None
+
+
+@dataclass(frozen=True)
+class PredictionsFileSource:
+    """Probabilities recorded in a file (format in ``docs/manifest.md``).
+
+    Attributes:
+        path: the file, resolved against the manifest's folder.
+        path_as_written: the path exactly as the manifest wrote it.
+    """
+
+    path: Path
+    path_as_written: str
+
+
+@dataclass(frozen=True)
+class EndpointSource:
+    """Probabilities asked from an OpenAI-compatible ``/v1/chat/completions`` endpoint.
+
+    The API key itself is never in the manifest: only the name of the environment variable that
+    holds it, read when a call is made.
+
+    Attributes:
+        base_url: e.g. ``https://api.example.com/v1``.
+        model: the model name sent in each request.
+        api_key_env: the environment variable holding the API key, or None for no key.
+        timeout_s: seconds allowed per attempt.
+        max_attempts: attempts per example (retries on 429, 5xx and network errors).
+        top_logprobs: how many alternatives to ask for the answer token (1..20).
+    """
+
+    base_url: str
+    model: str
+    api_key_env: str | None
+    timeout_s: float = 30.0
+    max_attempts: int = 4
+    top_logprobs: int = 20
+
+
+PredictionSource = PredictionsFileSource | EndpointSource
+
+
+@dataclass(frozen=True)
+class TrainingOptions:
+    """Options chosen when the training was started.
+
+    Attributes:
+        keep_if_loses: keep (deliver) the model even if it does not beat Jev; gives up the
+            refund for that training. Off unless turned on.
+    """
+
+    keep_if_loses: bool = False
+
+
+@dataclass(frozen=True)
+class TrainingManifest:
+    """A whole training manifest.
+
+    Attributes:
+        source: the manifest file it was read from (or ``"<memory>"``).
+        manifest_version: the manifest format version (1).
+        training_id: the training's id.
+        workspace_id: the workspace it belongs to (a plain string, e.g. ``"demo"``).
+        dataset: the dataset and its columns.
+        decisions: one or more decisions, in manifest order.
+        jev: where Jev's probabilities come from.
+        model: where the trained model's probabilities come from (None only for a failed
+            training).
+        status: succeeded or failed.
+        failure_reason: why it failed (None when it succeeded).
+        options: the training's options.
+    """
+
+    source: str
+    manifest_version: int
+    training_id: str
+    workspace_id: str
+    dataset: DatasetSpec
+    decisions: tuple[DecisionSpec, ...]
+    jev: PredictionSource
+    model: PredictionSource | None
+    status: TrainingStatus
+    failure_reason: str | None
+    options: TrainingOptions
+
+    def decision(self, name: str) -> DecisionSpec:
+        """The decision called ``name``.
+
+        Raises:
+            ManifestError: no decision has that name.
+        """
+        for spec in self.decisions:
+            if spec.name == name:
+                return spec
+        raise ManifestError(
+            f"one of the decisions {[d.name for d in self.decisions]}",
+            repr(name),
+            "use a decision name from the manifest",
+            file=self.source,
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing
+# --------------------------------------------------------------------------------------------
+
+_TOP_KEYS_REQUIRED = (
+    "manifest_version",
+    "training_id",
+    "workspace_id",
+    "dataset",
+    "decisions",
+    "predictions",
+    "training",
+)
+_TOP_KEYS = (*_TOP_KEYS_REQUIRED, "options")
+_DATASET_KEYS = ("path", "format", "columns")
+_COLUMN_KEYS = ("id", "text", "group", "review_label")
+_DECISION_KEYS = (
+    "name",
+    "question",
+    "answer_column",
+    "answers",
+    "options_column",
+    "review_column",
+)
+_PREDICTIONS_KEYS = ("jev", "model")
+_FILE_SOURCE_KEYS = ("kind", "path")
+_ENDPOINT_KEYS = ("kind", "base_url", "model", "api_key_env", "timeout_s", "max_attempts", "top_logprobs")
+_TRAINING_KEYS = ("status", "reason")
+_OPTION_KEYS = ("keep_if_loses",)
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
+
+
+class ManifestKeyError(ManifestError):
+    """A manifest error at one key; the message names the file and the key.
+
+    >>> print(ManifestKeyError("true or false", "'yes'", "write true or false",
+    ...                        file="m.json", key="options.keep_if_loses"))
+    m.json, key 'options.keep_if_loses': expected true or false, got 'yes'. Write true or false.
+    """
+
+    def __init__(self, expected: str, got: str, fix: str, *, file: str, key: str) -> None:
+        super().__init__(expected, got, fix, file=f"{file}, key {key!r}")
+        self.file = file
+        self.key = key
+
+
+class _Ctx:
+    """Where in the manifest we are, for error messages."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+
+    def fail(self, where: str, expected: str, got: str, fix: str) -> ManifestError:
+        return ManifestKeyError(expected, got, fix, file=self.file, key=where)
+
+
+def _describe(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _check_keys(
+    ctx: _Ctx,
+    where: str,
+    obj: Any,
+    allowed: tuple[str, ...],
+    required: tuple[str, ...],
+) -> Mapping[str, Any]:
+    if not isinstance(obj, dict):
+        raise ctx.fail(where, "a JSON object", _describe(obj), f"write {where} as an object {{...}}")
+    for key in obj:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ctx.fail(
+                f"{where}.{key}" if where != "(top level)" else str(key),
+                f"one of the keys {list(allowed)}",
+                f"the unknown key {key!r}",
+                f"{hint}remove or rename it (unknown keys are refused so a typo never changes the result)",
+            )
+    for key in required:
+        if key not in obj:
+            raise ctx.fail(
+                where,
+                f"the key {key!r} (required keys: {list(required)})",
+                f"an object without it (keys: {sorted(obj)})",
+                f"add {key!r}; see docs/manifest.md",
+            )
+    return obj
+
+
+def _string(ctx: _Ctx, where: str, value: Any, *, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        expected = "a non-empty string" + (" or null" if optional else "")
+        raise ctx.fail(where, expected, _describe(value), f"set {where} to a non-empty string")
+    return value
+
+
+def _required_string(ctx: _Ctx, where: str, value: Any) -> str:
+    out = _string(ctx, where, value)
+    assert out is not None
+    return out
+
+
+def _name(ctx: _Ctx, where: str, value: Any) -> str:
+    text = _required_string(ctx, where, value)
+    if not set(text) <= _NAME_CHARS:
+        raise ctx.fail(
+            where,
+            "a name of letters, digits, '_', '-' or '.'",
+            repr(text),
+            "rename it without spaces or other characters",
+        )
+    return text
+
+
+def _resolve(base: Path | None, written: str) -> Path:
+    path = Path(written)
+    if path.is_absolute() or base is None:
+        return path
+    return (base / path).resolve()
+
+
+def _infer_format(path_written: str) -> DatasetFormat | None:
+    name = path_written.lower()
+    for suffix in (".gz", ".bz2", ".xz", ".zst", ".zip"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    if name.endswith(".csv"):
+        return DatasetFormat.CSV
+    if name.endswith((".parquet", ".pq")):
+        return DatasetFormat.PARQUET
+    if name.endswith((".jsonl", ".ndjson")):
+        return DatasetFormat.JSONL
+    return None
+
+
+def _parse_dataset(ctx: _Ctx, raw: Any, base: Path | None) -> DatasetSpec:
+    obj = _check_keys(ctx, "dataset", raw, _DATASET_KEYS, ("path", "columns"))
+    written = _required_string(ctx, "dataset.path", obj["path"])
+    fmt_raw = obj.get("format")
+    if fmt_raw is None:
+        fmt = _infer_format(written)
+        if fmt is None:
+            raise ctx.fail(
+                "dataset.path",
+                "a file ending in .csv, .parquet, .pq, .jsonl or .ndjson",
+                repr(written),
+                "rename the file or set dataset.format to 'csv', 'parquet' or 'jsonl'",
+            )
+    else:
+        allowed = [f.value for f in DatasetFormat]
+        if fmt_raw not in allowed:
+            raise ctx.fail("dataset.format", f"one of {allowed}", _describe(fmt_raw), "set a supported format")
+        fmt = DatasetFormat(fmt_raw)
+    cols = _check_keys(ctx, "dataset.columns", obj["columns"], _COLUMN_KEYS, ("id", "text"))
+    columns = Columns(
+        id=_required_string(ctx, "dataset.columns.id", cols["id"]),
+        text=_required_string(ctx, "dataset.columns.text", cols["text"]),
+        group=_string(ctx, "dataset.columns.group", cols.get("group"), optional=True),
+        review_label=_string(
+            ctx, "dataset.columns.review_label", cols.get("review_label"), optional=True
+        ),
+    )
+    if columns.id == columns.text:
+        raise ctx.fail(
+            "dataset.columns",
+            "different columns for the id and the text",
+            f"{columns.id!r} for both",
+            "name the id column and the text column separately",
+        )
+    return DatasetSpec(path=_resolve(base, written), path_as_written=written, format=fmt, columns=columns)
+
+
+def _parse_decision(ctx: _Ctx, index: int, raw: Any, columns: Columns) -> DecisionSpec:
+    where = f"decisions[{index}]"
+    obj = _check_keys(ctx, where, raw, _DECISION_KEYS, ("name", "question"))
+    name = _name(ctx, f"{where}.name", obj["name"])
+    question = _required_string(ctx, f"{where}.question", obj["question"])
+    answer_column = _string(ctx, f"{where}.answer_column", obj.get("answer_column"), optional=True)
+    options_column = _string(ctx, f"{where}.options_column", obj.get("options_column"), optional=True)
+    review_column = _string(ctx, f"{where}.review_column", obj.get("review_column"), optional=True)
+    has_answers = "answers" in obj and obj["answers"] is not None
+    if has_answers == (options_column is not None):
+        raise ctx.fail(
+            where,
+            "exactly one of 'answers' (a single decision) or 'options_column' (multiple choice)",
+            "both" if has_answers else "neither",
+            "list the answers for a decision whose answers are the same for every example, "
+            "or name the options column when each example offers its own options",
+        )
+    answers: tuple[str, ...] = ()
+    if has_answers:
+        raw_answers = obj["answers"]
+        if not isinstance(raw_answers, list) or not all(
+            isinstance(a, str) and a.strip() for a in raw_answers
+        ):
+            raise ctx.fail(
+                f"{where}.answers",
+                "a list of non-empty strings",
+                _describe(raw_answers),
+                "write the answers as a JSON list of strings",
+            )
+        answers = tuple(raw_answers)
+        if len(answers) < 2:
+            raise ctx.fail(
+                f"{where}.answers",
+                "at least 2 answers",
+                f"{len(answers)} ({list(answers)})",
+                "a decision needs two or more possible answers to be measured; add the missing ones",
+            )
+        duplicates = sorted({a for a in answers if answers.count(a) > 1})
+        if duplicates:
+            raise ctx.fail(
+                f"{where}.answers",
+                "each answer listed once",
+                f"{duplicates} listed more than once",
+                "remove the duplicates",
+            )
+    if answer_column is None and review_column is None and columns.review_label is None:
+        raise ctx.fail(
+            where,
+            "an 'answer_column', or a review label column (decision 'review_column' or dataset "
+            "columns.review_label) when the data has no answers",
+            "none of them",
+            "name the column with the right answers, or the column with a person's review labels",
+        )
+    used = {columns.id, columns.text} | ({columns.group} if columns.group else set())
+    for key, col in (("answer_column", answer_column), ("options_column", options_column)):
+        if col is not None and col in used:
+            raise ctx.fail(
+                f"{where}.{key}",
+                "a column other than the id, text and group columns",
+                repr(col),
+                "name the column that holds this decision's answers or options",
+            )
+    return DecisionSpec(
+        name=name,
+        question=question,
+        kind=DecisionKind.SINGLE if has_answers else DecisionKind.MULTIPLE_CHOICE,
+        answer_column=answer_column,
+        answers=answers,
+        options_column=options_column,
+        review_column=review_column,
+    )
+
+
+def _positive_number(ctx: _Ctx, where: str, value: Any, default: float) -> float:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ctx.fail(where, "a positive number", _describe(value), f"set {where} to a number above 0")
+    return float(value)
+
+
+def _int_in(ctx: _Ctx, where: str, value: Any, default: int, low: int, high: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ctx.fail(where, f"an integer from {low} to {high}", _describe(value), f"set {where} within range")
+    return value
+
+
+def _parse_source(ctx: _Ctx, where: str, raw: Any, base: Path | None) -> PredictionSource:
+    if not isinstance(raw, dict):
+        raise ctx.fail(where, "a JSON object", _describe(raw), "see docs/manifest.md for the two kinds")
+    kind = raw.get("kind")
+    if kind == "file":
+        obj = _check_keys(ctx, where, raw, _FILE_SOURCE_KEYS, ("kind", "path"))
+        written = _required_string(ctx, f"{where}.path", obj["path"])
+        return PredictionsFileSource(path=_resolve(base, written), path_as_written=written)
+    if kind == "openai":
+        obj = _check_keys(ctx, where, raw, _ENDPOINT_KEYS, ("kind", "base_url", "model"))
+        base_url = _required_string(ctx, f"{where}.base_url", obj["base_url"])
+        if not base_url.startswith(("http://", "https://")):
+            raise ctx.fail(
+                f"{where}.base_url",
+                "an http:// or https:// URL",
+                repr(base_url),
+                "write the endpoint's base URL, e.g. https://api.example.com/v1",
+            )
+        env = _string(ctx, f"{where}.api_key_env", obj.get("api_key_env"), optional=True)
+        return EndpointSource(
+            base_url=base_url.rstrip("/"),
+            model=_required_string(ctx, f"{where}.model", obj["model"]),
+            api_key_env=env,
+            timeout_s=_positive_number(ctx, f"{where}.timeout_s", obj.get("timeout_s"), 30.0),
+            max_attempts=_int_in(ctx, f"{where}.max_attempts", obj.get("max_attempts"), 4, 1, 20),
+            top_logprobs=_int_in(ctx, f"{where}.top_logprobs", obj.get("top_logprobs"), 20, 1, 20),
+        )
+    raise ctx.fail(
+        f"{where}.kind",
+        "'file' (a predictions file) or 'openai' (an OpenAI-compatible endpoint)",
+        _describe(kind),
+        "set kind to 'file' or 'openai'",
+    )
+
+
+def parse_manifest(raw: Any, *, source: str = "<memory>", base_dir: Path | None = None) -> TrainingManifest:
+    """Validate an already-decoded manifest object.
+
+    Args:
+        raw: the decoded JSON value.
+        source: the name used in error messages (the file path).
+        base_dir: the folder that relative paths are resolved against (None: left as written).
+
+    Returns:
+        The frozen manifest.
+
+    Raises:
+        ManifestError: an unknown key, a missing key or a bad value; the message names the key.
+
+    >>> parse_manifest({"manifest_version": 1, "training_id": "t", "workspace_id": "w"})
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.refund.manifest.ManifestKeyError: <memory>, key '(top level)': expected the key 'dataset' ...
+    """
+    ctx = _Ctx(source)
+    obj = _check_keys(ctx, "(top level)", raw, _TOP_KEYS, _TOP_KEYS_REQUIRED)
+    version = obj["manifest_version"]
+    if version != MANIFEST_VERSION or isinstance(version, bool):
+        raise ctx.fail(
+            "manifest_version",
+            f"manifest_version {MANIFEST_VERSION}",
+            _describe(version),
+            "write a version-1 manifest as described in docs/manifest.md",
+        )
+    training_id = _name(ctx, "training_id", obj["training_id"])
+    workspace_id = _name(ctx, "workspace_id", obj["workspace_id"])
+    dataset = _parse_dataset(ctx, obj["dataset"], base_dir)
+
+    raw_decisions = obj["decisions"]
+    if not isinstance(raw_decisions, list) or not raw_decisions:
+        raise ctx.fail(
+            "decisions",
+            "a non-empty list of decisions",
+            _describe(raw_decisions),
+            "list one or more decisions",
+        )
+    decisions = tuple(
+        _parse_decision(ctx, i, d, dataset.columns) for i, d in enumerate(raw_decisions)
+    )
+    names = [d.name for d in decisions]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ctx.fail("decisions", "unique decision names", f"{repeated} used more than once", "rename them")
+
+    training = _check_keys(ctx, "training", obj["training"], _TRAINING_KEYS, ("status",))
+    allowed_status = [s.value for s in TrainingStatus]
+    if training["status"] not in allowed_status:
+        raise ctx.fail(
+            "training.status", f"one of {allowed_status}", _describe(training["status"]), "set the status"
+        )
+    status = TrainingStatus(training["status"])
+    reason = _string(ctx, "training.reason", training.get("reason"), optional=True)
+    if status is TrainingStatus.FAILED and reason is None:
+        raise ctx.fail(
+            "training.reason",
+            "a reason for a failed training",
+            "none",
+            "say why the training failed (it is shown with the 'failed' verdict)",
+        )
+    if status is TrainingStatus.SUCCEEDED and reason is not None:
+        raise ctx.fail(
+            "training.reason",
+            "no reason for a training that succeeded",
+            repr(reason),
+            "remove training.reason or set training.status to 'failed'",
+        )
+
+    preds = _check_keys(ctx, "predictions", obj["predictions"], _PREDICTIONS_KEYS, ("jev",))
+    jev = _parse_source(ctx, "predictions.jev", preds["jev"], base_dir)
+    model: PredictionSource | None = None
+    if preds.get("model") is not None:
+        model = _parse_source(ctx, "predictions.model", preds["model"], base_dir)
+    elif status is TrainingStatus.SUCCEEDED:
+        raise ctx.fail(
+            "predictions",
+            "the key 'model' for a training that succeeded",
+            "no model predictions",
+            "say where the trained model's probabilities come from",
+        )
+
+    opts = _check_keys(ctx, "options", obj.get("options", {}), _OPTION_KEYS, ())
+    keep = opts.get("keep_if_loses", False)
+    if not isinstance(keep, bool):
+        raise ctx.fail("options.keep_if_loses", "true or false", _describe(keep), "write true or false")
+
+    return TrainingManifest(
+        source=source,
+        manifest_version=MANIFEST_VERSION,
+        training_id=training_id,
+        workspace_id=workspace_id,
+        dataset=dataset,
+        decisions=decisions,
+        jev=jev,
+        model=model,
+        status=status,
+        failure_reason=reason,
+        options=TrainingOptions(keep_if_loses=keep),
+    )
+
+
+def load_manifest(path: str | Path) -> TrainingManifest:
+    """Read and validate a training manifest; relative paths resolve against its folder.
+
+    Args:
+        path: the manifest JSON file.
+
+    Returns:
+        The frozen manifest.
+
+    Raises:
+        ManifestError: the file is missing, is not JSON, or is not a valid manifest.
+    """
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ManifestError(
+            "a training manifest file", "no such file", "check the path", file=str(file)
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ManifestError(
+            "a readable UTF-8 JSON file", type(exc).__name__, "check the file", file=str(file)
+        ) from exc
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ManifestError(
+            "valid JSON",
+            f"{exc.msg} at line {exc.lineno}, column {exc.colno}",
+            "fix the JSON syntax",
+            file=str(file),
+        ) from exc
+    return parse_manifest(raw, source=str(file), base_dir=file.resolve().parent)
