@@ -255,6 +255,7 @@ def write_audit(path: str | os.PathLike[str], audit: Mapping[str, Any]) -> Path:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)  # an audit is meant to be read: not mkstemp's 0600
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

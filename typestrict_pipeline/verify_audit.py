@@ -1,0 +1,600 @@
+#!/usr/bin/env python3
+"""Verify a TypeStrict refund audit file with the Python standard library alone.
+
+Usage::
+
+    python3 verify_audit.py audit.json
+
+This one file works when copied anywhere (Python 3.11 or later, nothing to install). It rebuilds,
+from the audit alone, each decision's bootstrap seed, every resample (SHAKE-256 stream), every
+per-example value, the four metrics of both systems, the deltas and margins, the gain G, the
+bootstrap's 5th percentile and its count of G <= 0, then the two-thirds rule, the settling
+decision and the verdict, and compares every number in the audit with what it rebuilt, exactly.
+
+Exit status: 0 when everything matches; 1 when anything differs (each difference is printed);
+2 when the file cannot be read or is not an audit (a one-line message says what is wrong).
+
+The method is documented in ``docs/method/refund.md`` and the format in ``docs/audit-format.md``
+of the TypeStrict pipeline. Note: Python's ``sum()`` of floats is compensated since 3.12, so every
+float sum here is an explicit left-to-right loop; squares are ``d * d``, never ``d ** 2``.
+
+>>> verify({"format": "nope"})[:1]
+['format: expected "typestrict-refund-audit", got \\'nope\\'']
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import struct
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from fractions import Fraction
+from itertools import islice
+from typing import Any
+
+AUDIT_FORMAT = "typestrict-refund-audit"
+AUDIT_VERSION = 1
+SEED_DOMAIN = b"typestrict-refund-seed-v1\x00"
+STREAM_DOMAIN = b"typestrict-refund-resample-v1\x00"
+RESAMPLES = 2000
+BRIER_UNIT = 2**40
+WEIGHTS = (0.5, 0.3, 0.2)
+METRICS = ("macro_f1", "brier_skill", "selective_acc_80", "worst_class_f1")
+MAX_DROP = {
+    "macro_f1": Fraction(2, 100),
+    "brier_skill": Fraction(2, 100),
+    "selective_acc_80": Fraction(2, 100),
+    "worst_class_f1": Fraction(5, 100),
+}
+WORST_MIN_SUPPORT = 5
+PROB_SUM_TOLERANCE = 0.01
+MAX_SHOWN_PER_LIST = 5
+KINDS = ("single", "multiple_choice")
+VERDICTS = ("beats", "kept", "refund", "failed")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+PARAMS: dict[str, Any] = {
+    "resamples": RESAMPLES,
+    "weights": {"macro_f1": 0.5, "brier_skill": 0.3, "selective_acc_80": 0.2},
+    "max_drop": {
+        "macro_f1": "1/50",
+        "brier_skill": "1/50",
+        "selective_acc_80": "1/50",
+        "worst_class_f1": "1/20",
+    },
+    "coverage": "4/5",
+    "worst_min_support": WORST_MIN_SUPPORT,
+    "brier_units_log2": 40,
+    "percentile": {"q": "5/100", "method": "order_statistic_ceil"},
+    "decisions_needed": "ceil(2n/3)",
+    "stream": "shake256-u32le-mulshift-v1",
+    "seed_domain": "typestrict-refund-seed-v1",
+    "stream_domain": "typestrict-refund-resample-v1",
+    "zero_division": 0,
+    "tie_rule": "right_if_right_answer_among_tied_top;else_pred_first_tied_in_answer_order",
+    "confidence_order": "confidence_desc,row_asc",
+}
+
+
+class Malformed(Exception):
+    """The file is not a readable audit; the message says what was expected and where."""
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _field(obj: Any, key: str, where: str) -> Any:
+    if not isinstance(obj, dict):
+        raise Malformed(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    if key not in obj:
+        raise Malformed(f"{where}: missing field {key!r}")
+    return obj[key]
+
+
+def _int(value: Any, where: str, low: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise Malformed(f"{where}: expected an integer >= {low}, got {value!r}")
+    return value
+
+
+def _str(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise Malformed(f"{where}: expected a non-empty string, got {value!r}")
+    return value
+
+
+def _list(value: Any, where: str, length: int | None = None) -> list[Any]:
+    if not isinstance(value, list):
+        raise Malformed(f"{where}: expected a list, got {type(value).__name__}")
+    if length is not None and len(value) != length:
+        raise Malformed(f"{where}: expected {length} entries, got {len(value)}")
+    return value
+
+
+def _reject_constant(name: str) -> Any:
+    raise Malformed(f"expected finite JSON numbers, got {name}")
+
+
+def load(path: str) -> Any:
+    """Read and parse an audit file; :class:`Malformed` with a clear message on any failure."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise Malformed(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Malformed(f"{path}: expected UTF-8 JSON, got undecodable bytes at {exc.start}") from None
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise Malformed(
+            f"{path}: expected JSON, got an error at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from None
+
+
+# --------------------------------------------------------------------------- the method
+
+
+def seed_of(name: str, hashes: Sequence[str]) -> bytes:
+    """SHA-256(seed domain + name + NUL + sorted text digests)."""
+    h = hashlib.sha256()
+    h.update(SEED_DOMAIN)
+    h.update(name.encode("utf-8"))
+    h.update(b"\x00")
+    for d in sorted(bytes.fromhex(x) for x in hashes):
+        h.update(d)
+    return h.digest()
+
+
+def _frac(f: Fraction) -> str:
+    return f"{f.numerator}/{f.denominator}"
+
+
+class _System:
+    """Per-example values of one system, computed once."""
+
+    def __init__(self, y: Sequence[int], probs: Sequence[Sequence[float]]) -> None:
+        n = len(y)
+        self.conf: list[float] = []
+        self.correct: list[int] = []
+        self.pred: list[int] = []
+        self.units: list[int] = []
+        for yi, p in zip(y, probs, strict=True):
+            top = max(p)
+            right = p[yi] == top
+            self.conf.append(top)
+            self.correct.append(1 if right else 0)
+            self.pred.append(yi if right else list(p).index(top))
+            b = 0.0
+            for k, pk in enumerate(p):
+                d = pk - 1.0 if k == yi else pk
+                b += d * d
+            self.units.append(round(b * BRIER_UNIT))
+        conf = self.conf
+        self.order = sorted(range(n), key=lambda i: (-conf[i], i))
+        self.rank = [0] * n
+        for pos, i in enumerate(self.order):
+            self.rank[i] = pos
+        self.correct_by_rank = [self.correct[i] for i in self.order]
+
+
+def _f1(tp: int, true: int, pred: int) -> float:
+    den = true + pred
+    return 2 * tp / den if den else 0.0
+
+
+def _f1_exact(tp: int, true: int, pred: int) -> Fraction:
+    den = true + pred
+    return Fraction(2 * tp, den) if den else Fraction(0)
+
+
+def _counts(y: Sequence[int], s: _System, k: int, m: int) -> dict[str, Any]:
+    tp, true, pred = [0] * k, [0] * k, [0] * k
+    for yi, ok, pi in zip(y, s.correct, s.pred, strict=True):
+        true[yi] += 1
+        pred[pi] += 1
+        tp[yi] += ok
+    return {
+        "tp": tp,
+        "true": true,
+        "pred": pred,
+        "brier_units": sum(s.units),
+        "selective_correct": sum(s.correct_by_rank[:m]),
+    }
+
+
+def _metrics(
+    counts: dict[str, Any], n: int, labels: list[int], eligible: list[int], m: int,
+    answers: list[str],
+) -> tuple[dict[str, Any], dict[str, Fraction]]:
+    tp, true, pred = counts["tp"], counts["true"], counts["pred"]
+    macro = 0.0
+    for k in labels:
+        macro += _f1(tp[k], true[k], pred[k])
+    macro = macro / len(labels)
+    two_d = 2 * n * BRIER_UNIT
+    exact = {
+        "macro_f1": sum((_f1_exact(tp[k], true[k], pred[k]) for k in labels), Fraction(0))
+        / len(labels),
+        "brier_skill": Fraction(two_d - counts["brier_units"], two_d),
+        "selective_acc_80": Fraction(counts["selective_correct"], m),
+    }
+    worst: float | None = None
+    worst_class: str | None = None
+    if eligible:
+        w = min(eligible, key=lambda k: (_f1_exact(tp[k], true[k], pred[k]), k))
+        worst = _f1(tp[w], true[w], pred[w])
+        worst_class = answers[w]
+        exact["worst_class_f1"] = _f1_exact(tp[w], true[w], pred[w])
+    values = {
+        "macro_f1": macro,
+        "brier_skill": (two_d - counts["brier_units"]) / two_d,
+        "selective_acc_80": counts["selective_correct"] / m,
+        "worst_class_f1": worst,
+        "worst_class": worst_class,
+        "exact": {name: (_frac(exact[name]) if name in exact else None) for name in METRICS},
+    }
+    return values, exact
+
+
+def gains(
+    y: Sequence[int], a: _System, b: _System, k: int, seed: bytes, resamples: int
+) -> list[float]:
+    """G of every resample, rebuilt from the SHAKE-256 stream (integer counts, fixed order)."""
+    n = len(y)
+    labels = [c for c in range(k) if c in set(y)]
+    m = (4 * n + 4) // 5
+    two_d = 2 * n * BRIER_UNIT
+    codes = [(y[i] * k + a.pred[i]) * k + b.pred[i] for i in range(n)]
+    decode = {c: (c // (k * k), (c // k) % k, c % k) for c in set(codes)}
+    code_at = codes.__getitem__
+    units_a, units_b = a.units.__getitem__, b.units.__getitem__
+    rank_a, rank_b = a.rank.__getitem__, b.rank.__getitem__
+    corr_a, corr_b = a.correct_by_rank.__getitem__, b.correct_by_rank.__getitem__
+    data = hashlib.shake_256(STREAM_DOMAIN + seed).digest(4 * n * resamples)
+    unpack = struct.Struct(f"<{n}I").unpack_from
+    w0, w1, w2 = WEIGHTS
+    out: list[float] = []
+    for r in range(resamples):
+        draws = [(u * n) >> 32 for u in unpack(data, 4 * n * r)]
+        true, pa, pb, ta, tb = [0] * k, [0] * k, [0] * k, [0] * k, [0] * k
+        for code, c in Counter(map(code_at, draws)).items():
+            yi, qa, qb = decode[code]
+            true[yi] += c
+            pa[qa] += c
+            pb[qb] += c
+            if qa == yi:
+                ta[yi] += c
+            if qb == yi:
+                tb[yi] += c
+        mf_a = 0.0
+        mf_b = 0.0
+        for c in labels:
+            den = true[c] + pa[c]
+            mf_a += 2 * ta[c] / den if den else 0.0
+            den = true[c] + pb[c]
+            mf_b += 2 * tb[c] / den if den else 0.0
+        mf_a = mf_a / len(labels)
+        mf_b = mf_b / len(labels)
+        bs_a = (two_d - sum(map(units_a, draws))) / two_d
+        bs_b = (two_d - sum(map(units_b, draws))) / two_d
+        sa_a = sum(map(corr_a, islice(sorted(map(rank_a, draws)), m))) / m
+        sa_b = sum(map(corr_b, islice(sorted(map(rank_b, draws)), m))) / m
+        out.append(w0 * (mf_a - mf_b) + w1 * (bs_a - bs_b) + w2 * (sa_a - sa_b))
+    return out
+
+
+# --------------------------------------------------------------------------- checking
+
+
+class _Diffs:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def add(self, line: str) -> None:
+        self.lines.append(line)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return repr(a) == repr(b)
+    return bool(a == b)
+
+
+def _compare(expected: Any, got: Any, where: str, diffs: _Diffs) -> None:
+    if isinstance(expected, dict):
+        if not isinstance(got, dict):
+            diffs.add(f"{where}: expected an object, got {got!r}"[:300])
+            return
+        for key, value in expected.items():
+            if key not in got:
+                diffs.add(f"{where}.{key}: missing (rebuilt {value!r})"[:300])
+            else:
+                _compare(value, got[key], f"{where}.{key}", diffs)
+        for key in got:
+            if key not in expected:
+                diffs.add(f"{where}.{key}: unexpected field")
+        return
+    if isinstance(expected, list):
+        if not isinstance(got, list) or len(got) != len(expected):
+            size = len(got) if isinstance(got, list) else type(got).__name__
+            diffs.add(f"{where}: expected a list of {len(expected)}, got {size}")
+            return
+        bad = [i for i, (e, g) in enumerate(zip(expected, got, strict=True)) if not _deep_same(e, g)]
+        for i in bad[:MAX_SHOWN_PER_LIST]:
+            _compare(expected[i], got[i], f"{where}[{i}]", diffs)
+        if len(bad) > MAX_SHOWN_PER_LIST:
+            diffs.add(f"{where}: and {len(bad) - MAX_SHOWN_PER_LIST} more entries differ")
+        return
+    if not _same(expected, got):
+        diffs.add(f"{where}: audit says {got!r}, rebuilt {expected!r}")
+
+
+def _deep_same(a: Any, b: Any) -> bool:
+    if isinstance(a, dict):
+        return (
+            isinstance(b, dict) and a.keys() == b.keys() and all(_deep_same(a[k], b[k]) for k in a)
+        )
+    if isinstance(a, list):
+        return (
+            isinstance(b, list)
+            and len(a) == len(b)
+            and all(_deep_same(x, z) for x, z in zip(a, b, strict=True))
+        )
+    return _same(a, b)
+
+
+def _probs(value: Any, where: str, k: int, offered: int, diffs: _Diffs) -> list[float]:
+    p = _list(value, where, k)
+    for j, v in enumerate(p):
+        if not isinstance(v, float) or not (math.isfinite(v) and 0.0 <= v <= 1.0):
+            raise Malformed(f"{where}[{j}]: expected a float probability in [0, 1], got {v!r}")
+        if j >= offered and v != 0.0:
+            diffs.add(f"{where}[{j}]: option {j + 1} is not offered (n_options {offered}), "
+                      f"expected 0.0, got {v!r}")
+    total = math.fsum(p)
+    if abs(total - 1.0) > PROB_SUM_TOLERANCE:
+        diffs.add(f"{where}: probabilities sum to {total!r}, expected 1 (±{PROB_SUM_TOLERANCE})")
+    return p
+
+
+def _decision(dec: Any, where: str, diffs: _Diffs) -> tuple[str, bool]:
+    name = _str(_field(dec, "name", where), f"{where}.name")
+    where = f"{where} ({name!r})"
+    kind = _field(dec, "kind", where)
+    if kind not in KINDS:
+        raise Malformed(f"{where}.kind: expected one of {KINDS}, got {kind!r}")
+    answers = _list(_field(dec, "answers", where), f"{where}.answers")
+    if len(answers) < 2 or not all(isinstance(a, str) for a in answers) or len(set(answers)) != len(answers):
+        raise Malformed(f"{where}.answers: expected at least 2 distinct strings, got {answers!r}"[:300])
+    k = len(answers)
+    rows = _field(dec, "rows", where)
+    expected_row_keys = {"sha256", "y", "p_model", "p_jev"} | (
+        {"n_options"} if kind == "multiple_choice" else set()
+    )
+    if not isinstance(rows, dict) or set(rows) != expected_row_keys:
+        got = sorted(rows) if isinstance(rows, dict) else type(rows).__name__
+        raise Malformed(f"{where}.rows: expected fields {sorted(expected_row_keys)}, got {got}")
+    hashes = _list(rows["sha256"], f"{where}.rows.sha256")
+    n = len(hashes)
+    if n < 1:
+        raise Malformed(f"{where}.rows: expected at least 1 test example, got 0")
+    for i, h in enumerate(hashes):
+        if not isinstance(h, str) or not _HEX64.fullmatch(h):
+            raise Malformed(f"{where}.rows.sha256[{i}]: expected 64 lowercase hex digits, got {h!r}")
+    ys = _list(rows["y"], f"{where}.rows.y", n)
+    offered = [k] * n
+    if kind == "multiple_choice":
+        offered = _list(rows["n_options"], f"{where}.rows.n_options", n)
+        for i, o in enumerate(offered):
+            if isinstance(o, bool) or not isinstance(o, int) or not 1 <= o <= k:
+                raise Malformed(f"{where}.rows.n_options[{i}]: expected 1 to {k}, got {o!r}")
+    for i, yi in enumerate(ys):
+        if isinstance(yi, bool) or not isinstance(yi, int) or not 0 <= yi < k:
+            raise Malformed(f"{where}.rows.y[{i}]: expected an answer index 0 to {k - 1}, got {yi!r}")
+        if yi >= offered[i]:
+            diffs.add(f"{where}.rows.y[{i}]: right answer {yi + 1} is not among the "
+                      f"{offered[i]} options offered")
+    pm_raw = _list(rows["p_model"], f"{where}.rows.p_model", n)
+    pj_raw = _list(rows["p_jev"], f"{where}.rows.p_jev", n)
+    pm = [_probs(v, f"{where}.rows.p_model[{i}]", k, offered[i], diffs) for i, v in enumerate(pm_raw)]
+    pj = [_probs(v, f"{where}.rows.p_jev[{i}]", k, offered[i], diffs) for i, v in enumerate(pj_raw)]
+    keys = [(hashes[i], ys[i], tuple(pm[i]), tuple(pj[i]), offered[i]) for i in range(n)]
+    for i in range(1, n):
+        if keys[i] < keys[i - 1]:
+            diffs.add(f"{where}.rows: row {i} is out of canonical order (rows must be sorted by "
+                      "sha256, then y, p_model, p_jev)")
+            break
+
+    report = _field(dec, "report", where)
+    boot = _field(report, "bootstrap", f"{where}.report")
+    resamples = _int(_field(boot, "resamples", f"{where}.report.bootstrap"), "resamples", 1)
+    if resamples != RESAMPLES:
+        diffs.add(f"{where}.report.bootstrap.resamples: the rule needs {RESAMPLES}, got {resamples}")
+
+    sa, sb = _System(ys, pm), _System(ys, pj)
+    labels = [c for c in range(k) if c in set(ys)]
+    support = Counter(ys)
+    eligible = [c for c in range(k) if support[c] >= WORST_MIN_SUPPORT]
+    m = (4 * n + 4) // 5
+    ca, cb = _counts(ys, sa, k, m), _counts(ys, sb, k, m)
+    ma, ea = _metrics(ca, n, labels, eligible, m, answers)
+    mb, eb = _metrics(cb, n, labels, eligible, m, answers)
+    deltas: dict[str, float | None] = {}
+    exact_deltas: dict[str, str | None] = {}
+    margins: dict[str, str] = {}
+    for metric in METRICS:
+        if metric not in ea or metric not in eb:
+            deltas[metric] = None
+            exact_deltas[metric] = None
+            margins[metric] = "not_applicable"
+            continue
+        deltas[metric] = ma[metric] - mb[metric]
+        d = ea[metric] - eb[metric]
+        exact_deltas[metric] = _frac(d)
+        margins[metric] = "held" if d >= -MAX_DROP[metric] else "broken"
+    w0, w1, w2 = WEIGHTS
+    g_point = (w0 * (ma["macro_f1"] - mb["macro_f1"]) + w1 * (ma["brier_skill"] - mb["brier_skill"])
+               + w2 * (ma["selective_acc_80"] - mb["selective_acc_80"]))
+    seed = seed_of(name, hashes)
+    g = gains(ys, sa, sb, k, seed, resamples)
+    ordered = sorted(g)
+    qi = -((-5 * resamples) // 100) - 1
+    q05 = ordered[qi]
+    gain_is_real = q05 > 0.0
+    nothing_collapses = all(v != "broken" for v in margins.values())
+    beats = gain_is_real and nothing_collapses
+    expected = {
+        "n": n,
+        "f1_answers": labels,
+        "worst_eligible": eligible,
+        "coverage": m,
+        "metrics": {"model": ma, "jev": mb},
+        "counts": {"model": ca, "jev": cb},
+        "deltas": deltas,
+        "exact_deltas": exact_deltas,
+        "margins": margins,
+        "gain": g_point,
+        "bootstrap": {
+            "resamples": resamples,
+            "seed": seed.hex(),
+            "q05_index": qi,
+            "q05": q05,
+            "n_gain_le_0": sum(1 for v in g if v <= 0.0),
+            "gains_sha256": hashlib.sha256(struct.pack(f">{len(g)}d", *g)).hexdigest(),
+            "gains": g,
+        },
+        "gain_is_real": gain_is_real,
+        "nothing_collapses": nothing_collapses,
+        "beats": beats,
+    }
+    _compare(expected, report, f"{where}.report", diffs)
+    extra = set(dec) - {"name", "kind", "answers", "rows", "report"}
+    for key in sorted(extra):
+        diffs.add(f"{where}.{key}: unexpected field")
+    return name, beats
+
+
+def verify(audit: Any) -> list[str]:
+    """Rebuild everything in ``audit`` (a parsed audit) and return the differences (empty if none).
+
+    Raises:
+        Malformed: the audit's structure is not an audit's (missing fields, wrong types).
+    """
+    diffs = _Diffs()
+    if not isinstance(audit, dict):
+        raise Malformed(f"expected a JSON object at the top, got {type(audit).__name__}")
+    fmt = audit.get("format")
+    if fmt != AUDIT_FORMAT:
+        return [f'format: expected "{AUDIT_FORMAT}", got {fmt!r}']
+    version = _field(audit, "audit_version", "audit")
+    if version != AUDIT_VERSION or isinstance(version, bool):
+        raise Malformed(f"audit_version: expected {AUDIT_VERSION}, got {version!r}: "
+                        "use the verifier that matches this audit's version")
+    for key in ("training_id", "model_id", "jev_id"):
+        _str(_field(audit, key, "audit"), key)
+    _compare(PARAMS, _field(audit, "params", "audit"), "params", diffs)
+    split = _field(audit, "split", "audit")
+    if split is not None:
+        _check_split(split, "split", diffs)
+    decisions = _list(_field(audit, "decisions", "audit"), "decisions")
+    overall = _field(audit, "overall", "audit")
+    verdict = _field(overall, "verdict", "overall")
+    if verdict not in VERDICTS:
+        raise Malformed(f"overall.verdict: expected one of {VERDICTS}, got {verdict!r}")
+    keep = _field(overall, "keep_if_loses", "overall")
+    if not isinstance(keep, bool):
+        raise Malformed(f"overall.keep_if_loses: expected true or false, got {keep!r}")
+    expected: dict[str, Any]
+    if verdict == "failed":
+        reason = _field(overall, "failure_reason", "overall")
+        if not isinstance(reason, str) or not reason.strip():
+            diffs.add(f"overall.failure_reason: a failed training needs its reason, got {reason!r}")
+        if decisions:
+            diffs.add(f"decisions: a failed training has no decisions, got {len(decisions)}")
+        expected = {
+            "n_decisions": 0, "needed": 0, "won": 0, "beats": False, "settling_decision": None,
+            "keep_if_loses": keep, "verdict": "failed", "refunds_credit": True,
+            "failure_reason": reason,
+        }
+    else:
+        if not decisions:
+            raise Malformed("decisions: expected at least one decision for a judged training, got 0")
+        results = [_decision(d, f"decisions[{i}]", diffs) for i, d in enumerate(decisions)]
+        names = [r[0] for r in results]
+        if len(set(names)) != len(names):
+            diffs.add(f"decisions: names must be unique, got {names!r}"[:300])
+        won = sum(1 for _, b in results if b)
+        needed = (2 * len(results) + 2) // 3
+        beats = won >= needed
+        settling = next(nm for nm, b in results if b == beats)
+        rebuilt = "beats" if beats else ("kept" if keep else "refund")
+        expected = {
+            "n_decisions": len(results), "needed": needed, "won": won, "beats": beats,
+            "settling_decision": settling, "keep_if_loses": keep, "verdict": rebuilt,
+            "refunds_credit": rebuilt in ("refund", "failed"), "failure_reason": None,
+        }
+    _compare(expected, overall, "overall", diffs)
+    known = {"format", "audit_version", "training_id", "model_id", "jev_id", "params", "split",
+             "decisions", "overall"}
+    for key in sorted(set(audit) - known):
+        diffs.add(f"{key}: unexpected field")
+    return diffs.lines
+
+
+def _check_split(split: Any, where: str, diffs: _Diffs) -> None:
+    if not isinstance(split, dict):
+        diffs.add(f"{where}: expected an object of counts, got {type(split).__name__}")
+        return
+    for key, value in split.items():
+        if isinstance(value, dict):
+            _check_split(value, f"{where}.{key}", diffs)
+        elif isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            diffs.add(f"{where}.{key}: expected a count (integer >= 0), got {value!r}"[:300])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: verify one audit file; print every difference; return the exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1 or args[0] in ("-h", "--help"):
+        print("usage: python3 verify_audit.py AUDIT.json", file=sys.stderr)
+        return 0 if args and args[0] in ("-h", "--help") else 2
+    path = args[0]
+    try:
+        audit = load(path)
+        diffs = verify(audit)
+    except Malformed as exc:
+        print(f"verify_audit: not a valid audit: {exc}", file=sys.stderr)
+        return 2
+    except RecursionError:
+        print("verify_audit: not a valid audit: nested too deeply", file=sys.stderr)
+        return 2
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+        print(f"verify_audit: not a valid audit: unexpected structure "
+              f"({type(exc).__name__}: {exc})"[:500], file=sys.stderr)
+        return 2
+    if diffs:
+        for line in diffs:
+            print(f"DIFFERS {line}")
+        print(f"verify_audit: FAILED: {len(diffs)} difference(s) in {path}; "
+              "the audit does not match what its rows give.")
+        return 1
+    overall = audit["overall"]
+    n_dec = overall["n_decisions"]
+    settling = overall["settling_decision"]
+    tail = f", settled by {settling!r}" if settling is not None else ""
+    print(f"verify_audit: OK: {path}: every number matches; {n_dec} decision(s), "
+          f"verdict {overall['verdict']}{tail}.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
