@@ -1,0 +1,510 @@
+"""Recorded probabilities (Jev's and the model's): read, validate, align into ``DecisionData``.
+
+File format (documented in ``docs/manifest.md``, "Predictions files"):
+
+- **JSONL**, one object per line: ``{"id": "r17", "decision": "sentiment",
+  "probabilities": {"fresh": 0.7, "rotten": 0.2, "plot": 0.1}}``. For a multiple-choice decision
+  the keys are that example's options (their texts).
+- **Parquet**, one row per (example, decision): ``id`` (string or integer), ``decision`` (string),
+  ``answers`` (list of strings) and ``probabilities`` (list of doubles, same length and order).
+
+Checks, each an error naming the file, the row (1-based) and the column: a missing field, an id
+or decision that the training does not have, a duplicate (id, decision), a value that is not a
+number, NaN or infinite, negative, above 1, a row not summing to 1 within ±1e-6, answers that
+differ from the decision's (or from the example's options), Jev's answers differing from the
+model's, and a test example without a prediction.
+
+Probabilities are used exactly as given (float64, never renormalised or rounded): the
+judgement and the audit recompute from these values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from typestrict_pipeline.errors import PredictionsError
+from typestrict_pipeline.refund.dataset import Dataset
+from typestrict_pipeline.refund.holdout import Holdout
+from typestrict_pipeline.refund.types import DecisionData, DecisionKind, JudgedRow
+
+__all__ = [
+    "SUM_TOLERANCE",
+    "Prediction",
+    "SystemPredictions",
+    "build_decision_data",
+    "option_positions",
+    "read_predictions",
+    "text_sha256",
+    "validate_probabilities",
+    "write_predictions_jsonl",
+]
+
+SUM_TOLERANCE = 1e-6
+"""A row's probabilities must sum to 1 within this (absolute, ``math.fsum``)."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One system's probabilities for one example of one decision.
+
+    Attributes:
+        id: the example id.
+        decision: the decision's name.
+        probabilities: (answer or option text, probability) pairs, in the order given.
+        row: 1-based row in the source file (None when it came from an endpoint).
+    """
+
+    id: str
+    decision: str
+    probabilities: tuple[tuple[str, float], ...]
+    row: int | None = None
+
+    def as_dict(self) -> dict[str, float]:
+        """Answer → probability."""
+        return dict(self.probabilities)
+
+
+@dataclass(frozen=True)
+class SystemPredictions:
+    """All predictions of one system (Jev or the model).
+
+    Attributes:
+        system: ``"jev"`` or ``"model"`` (used in messages).
+        source: where they came from (a file path or an endpoint URL), for messages.
+        predictions: keyed by (decision, id).
+    """
+
+    system: str
+    source: str
+    predictions: Mapping[tuple[str, str], Prediction]
+
+    @classmethod
+    def from_iterable(cls, system: str, source: str, items: Iterable[Prediction]) -> SystemPredictions:
+        """Index predictions by (decision, id); a duplicate is an error."""
+        out: dict[tuple[str, str], Prediction] = {}
+        for p in items:
+            key = (p.decision, p.id)
+            if key in out:
+                first = out[key].row
+                raise PredictionsError(
+                    "one prediction per (id, decision)",
+                    f"id {p.id!r} of decision {p.decision!r} again" + (f" (first at row {first})" if first else ""),
+                    "remove the duplicate",
+                    file=source,
+                    row=p.row,
+                    column="id",
+                )
+            out[key] = p
+        return cls(system=system, source=source, predictions=out)
+
+
+def text_sha256(text: str) -> str:
+    """Lowercase hex SHA-256 of the UTF-8 text, exactly as written (no normalisation).
+
+    >>> text_sha256("abc")
+    'ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad'
+    """
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def option_positions(k: int) -> tuple[str, ...]:
+    """The answer names of a multiple-choice decision with up to ``k`` options: "1".."k".
+
+    >>> option_positions(3)
+    ('1', '2', '3')
+    """
+    return tuple(str(i) for i in range(1, k + 1))
+
+
+def validate_probabilities(
+    pairs: Sequence[tuple[str, Any]],
+    *,
+    file: str,
+    row: int | None,
+    column: str = "probabilities",
+    name_answer: bool = True,
+) -> tuple[tuple[str, float], ...]:
+    """Check one row of probabilities: numbers in [0, 1], no NaN, summing to 1 (±1e-6).
+
+    Args:
+        pairs: (answer, value) pairs.
+        file: the file (or endpoint) named in messages.
+        row: the 1-based row, or None.
+        column: the column named in messages.
+        name_answer: name a bad value's column as ``column.answer`` (JSONL objects).
+
+    Returns:
+        The pairs with float values.
+
+    Raises:
+        PredictionsError: the first problem found.
+
+    >>> validate_probabilities([("a", 0.5), ("b", 0.6)], file="p.jsonl", row=2)
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.PredictionsError: p.jsonl, row 2, column 'probabilities': expected probabilities summing to 1 (±1e-06), got a sum of 1.1. Fix the predictions so each row sums to 1.
+    """
+    out: list[tuple[str, float]] = []
+    if not pairs:
+        raise PredictionsError(
+            "probabilities for the answers", "none", "give one probability per answer", file=file, row=row, column=column
+        )
+    for answer, value in pairs:
+        where = f"{column}.{answer}" if name_answer else column
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise PredictionsError(
+                "a probability (a number from 0 to 1)", repr(value), "write a number", file=file, row=row, column=where
+            )
+        f = float(value)
+        if math.isnan(f):
+            raise PredictionsError(
+                "a probability from 0 to 1", "NaN", "the system produced no number here; fix or re-run it",
+                file=file, row=row, column=where,
+            )
+        if f < 0.0:
+            raise PredictionsError(
+                "a probability from 0 to 1", f"a negative value {f!r}", "fix the predictions", file=file, row=row, column=where
+            )
+        if f > 1.0:
+            raise PredictionsError(
+                "a probability from 0 to 1", f"{f!r}, above 1", "fix the predictions", file=file, row=row, column=where
+            )
+        out.append((answer, f))
+    total = math.fsum(v for _, v in out)
+    if abs(total - 1.0) > SUM_TOLERANCE:
+        raise PredictionsError(
+            f"probabilities summing to 1 (±{SUM_TOLERANCE})",
+            f"a sum of {total!r}",
+            "fix the predictions so each row sums to 1",
+            file=file,
+            row=row,
+            column=column,
+        )
+    return tuple(out)
+
+
+def _text_cell(value: Any, *, file: str, row: int, column: str) -> str:
+    if isinstance(value, str) and value.strip():
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise PredictionsError(
+        "a non-empty text" + (" or integer" if column == "id" else ""),
+        "nothing" if value is None else repr(value),
+        f"fill in {column!r}",
+        file=file,
+        row=row,
+        column=column,
+    )
+
+
+def _read_jsonl(path: Path) -> list[Prediction]:
+    file = str(path)
+    out: list[Prediction] = []
+    with path.open(encoding="utf-8") as handle:
+        row = 0
+        for line in handle:
+            if not line.strip():
+                continue
+            row += 1
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise PredictionsError(
+                    "one JSON object per line", f"invalid JSON ({exc.msg})", "fix that line", file=file, row=row
+                ) from exc
+            if not isinstance(obj, dict):
+                raise PredictionsError("a JSON object", type(obj).__name__, "write each row as {...}", file=file, row=row)
+            extra = sorted(set(obj) - {"id", "decision", "probabilities"})
+            if extra:
+                raise PredictionsError(
+                    "the keys 'id', 'decision', 'probabilities'",
+                    f"the unknown key {extra[0]!r}",
+                    "remove it (see docs/manifest.md)",
+                    file=file,
+                    row=row,
+                    column=extra[0],
+                )
+            ident = _text_cell(obj.get("id"), file=file, row=row, column="id")
+            decision = _text_cell(obj.get("decision"), file=file, row=row, column="decision")
+            probs = obj.get("probabilities")
+            if not isinstance(probs, dict):
+                raise PredictionsError(
+                    'an object {"answer": probability, ...}',
+                    "nothing" if probs is None else repr(probs)[:60],
+                    "write one probability per answer",
+                    file=file,
+                    row=row,
+                    column="probabilities",
+                )
+            pairs = validate_probabilities(list(probs.items()), file=file, row=row)
+            out.append(Prediction(id=ident, decision=decision, probabilities=pairs, row=row))
+    return out
+
+
+def _read_parquet(path: Path) -> list[Prediction]:
+    import pyarrow.parquet as pq
+
+    file = str(path)
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:
+        raise PredictionsError("a Parquet file", f"{type(exc).__name__}: {exc}", "check the file", file=file) from exc
+    cols = table.to_pydict()
+    for name in ("id", "decision", "answers", "probabilities"):
+        if name not in cols:
+            raise PredictionsError(
+                "the columns 'id', 'decision', 'answers', 'probabilities'",
+                f"no column {name!r} (columns: {sorted(cols)})",
+                "write the file in the documented layout (docs/manifest.md)",
+                file=file,
+                column=name,
+            )
+    out: list[Prediction] = []
+    for i in range(table.num_rows):
+        row = i + 1
+        ident = _text_cell(cols["id"][i], file=file, row=row, column="id")
+        decision = _text_cell(cols["decision"][i], file=file, row=row, column="decision")
+        answers = cols["answers"][i]
+        values = cols["probabilities"][i]
+        if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
+            raise PredictionsError(
+                "a list of answers", repr(answers)[:60], "write the answers as a list of strings", file=file, row=row, column="answers"
+            )
+        if not isinstance(values, list) or len(values) != len(answers):
+            raise PredictionsError(
+                f"a list of {len(answers)} probabilities (one per answer)",
+                repr(values)[:60],
+                "align 'probabilities' with 'answers'",
+                file=file,
+                row=row,
+                column="probabilities",
+            )
+        if len(set(answers)) != len(answers):
+            raise PredictionsError(
+                "each answer once", repr(answers), "remove the duplicate answers", file=file, row=row, column="answers"
+            )
+        values = [math.nan if v is None else v for v in values]
+        pairs = validate_probabilities(
+            list(zip(answers, values, strict=True)), file=file, row=row, name_answer=False
+        )
+        out.append(Prediction(id=ident, decision=decision, probabilities=pairs, row=row))
+    return out
+
+
+def read_predictions(path: str | Path, system: str) -> SystemPredictions:
+    """Read and validate a predictions file (JSONL or Parquet, by its suffix).
+
+    Args:
+        path: the file (``.jsonl``/``.ndjson`` or ``.parquet``/``.pq``).
+        system: ``"jev"`` or ``"model"``, used in messages.
+
+    Returns:
+        The system's predictions, keyed by (decision, id).
+
+    Raises:
+        PredictionsError: a missing file or any bad row (names the file, row and column).
+    """
+    file = Path(path)
+    if not file.exists():
+        raise PredictionsError(
+            "an existing predictions file", "no such file", f"check where {system}'s predictions are in the manifest",
+            file=str(file),
+        )
+    name = file.name.lower()
+    if name.endswith((".jsonl", ".ndjson")):
+        items = _read_jsonl(file)
+    elif name.endswith((".parquet", ".pq")):
+        items = _read_parquet(file)
+    else:
+        raise PredictionsError(
+            "a .jsonl or .parquet predictions file", repr(file.name), "convert the file to JSONL or Parquet", file=str(file)
+        )
+    return SystemPredictions.from_iterable(system, str(file), items)
+
+
+def write_predictions_jsonl(path: str | Path, predictions: Iterable[Prediction]) -> None:
+    """Write predictions as JSONL, atomically (temp file + ``os.replace``), floats by ``repr``.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "p.jsonl"
+    >>> write_predictions_jsonl(p, [Prediction("a", "d", (("yes", 0.25), ("no", 0.75)))])
+    >>> p.read_text()
+    '{"id": "a", "decision": "d", "probabilities": {"yes": 0.25, "no": 0.75}}\\n'
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            for p in predictions:
+                record = {"id": p.id, "decision": p.decision, "probabilities": dict(p.probabilities)}
+                handle.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _answers_error(
+    preds: SystemPredictions, p: Prediction, expected: Sequence[str], what: str
+) -> PredictionsError:
+    got = [a for a, _ in p.probabilities]
+    missing = [a for a in expected if a not in got]
+    extra = [a for a in got if a not in expected]
+    detail = []
+    if missing:
+        detail.append(f"missing {missing}")
+    if extra:
+        detail.append(f"unexpected {extra}")
+    return PredictionsError(
+        f"{what} {list(expected)}",
+        f"{sorted(got)} ({'; '.join(detail)})",
+        f"give {preds.system}'s probabilities over exactly these answers for example {p.id!r}",
+        file=preds.source,
+        row=p.row,
+        column="probabilities",
+    )
+
+
+def build_decision_data(
+    dataset: Dataset,
+    holdout: Holdout,
+    *,
+    model: SystemPredictions,
+    jev: SystemPredictions,
+) -> DecisionData:
+    """Align both systems' probabilities on one decision's test examples.
+
+    Single decisions: ``answers`` are the manifest's answers, vectors in that order. Multiple
+    choice: ``answers`` are option positions "1".."K" (K = the most options any example offers),
+    each vector gives the example's options in its own order, padded with 0.0 to K, with
+    ``n_options`` = that example's option count; ``y`` is the right option's position (0-based).
+
+    Args:
+        dataset: the validated dataset.
+        holdout: the decision's split (its test rows are judged).
+        model: the trained model's predictions.
+        jev: Jev's predictions.
+
+    Returns:
+        The :class:`DecisionData` of the test rows (sorted by id).
+
+    Raises:
+        PredictionsError: a prediction for an id or decision the training does not have,
+            answers that differ from the decision's (or between Jev and the model), or a test
+            example without a prediction.
+    """
+    name = holdout.decision
+    labels = dataset.decision(name)
+    known_ids = {ex.id for ex in dataset.examples}
+    known_decisions = {d.name for d in dataset.decisions}
+    for preds in (model, jev):
+        for (decision, ident), p in preds.predictions.items():
+            if decision not in known_decisions:
+                raise PredictionsError(
+                    f"one of the training's decisions {sorted(known_decisions)}",
+                    repr(decision),
+                    "fix the decision name",
+                    file=preds.source,
+                    row=p.row,
+                    column="decision",
+                )
+            if ident not in known_ids:
+                raise PredictionsError(
+                    "an id of the dataset",
+                    repr(ident),
+                    "predict the dataset's examples (is this the right file?)",
+                    file=preds.source,
+                    row=p.row,
+                    column="id",
+                )
+
+    position = {ex.id: i for i, ex in enumerate(dataset.examples)}
+    test_ids = holdout.test_ids
+    for preds in (model, jev):
+        missing = [i for i in test_ids if (name, i) not in preds.predictions]
+        if missing:
+            first = missing[0]
+            shown = ", ".join(repr(m) for m in missing[:5]) + (", ..." if len(missing) > 5 else "")
+            raise PredictionsError(
+                f"a prediction for every test example of decision {name!r} ({len(test_ids)})",
+                f"none for {len(missing)} of them: {shown} (first: dataset row {dataset.examples[position[first]].row})",
+                f"predict the missing examples with {preds.system} and record them",
+                file=preds.source,
+                column="id",
+            )
+
+    mc = labels.spec.kind is DecisionKind.MULTIPLE_CHOICE
+    if mc:
+        assert labels.options is not None
+        k = max(len(o) for o in labels.options)
+        answers = option_positions(k)
+    else:
+        answers = labels.spec.answers
+        k = len(answers)
+
+    # Jev and the model must answer over the same answers (checked on the first test example).
+    if test_ids:
+        first_id = test_ids[0]
+        pm = model.predictions[(name, first_id)]
+        pj = jev.predictions[(name, first_id)]
+        am = sorted(a for a, _ in pm.probabilities)
+        aj = sorted(a for a, _ in pj.probabilities)
+        if am != aj:
+            raise PredictionsError(
+                f"Jev's answers to be the model's answers {am}",
+                f"{aj} for example {first_id!r}",
+                "ask both systems the same question with the same answers",
+                file=jev.source,
+                row=pj.row,
+                column="probabilities",
+            )
+
+    source_values = labels.labels if holdout.summary.source.value == "labeled" else labels.reviews
+    rows: list[JudgedRow] = []
+    for ident in test_ids:
+        i = position[ident]
+        example = dataset.examples[i]
+        right = source_values[i]
+        assert right is not None
+        if mc:
+            assert labels.options is not None
+            expected: Sequence[str] = labels.options[i]
+            what = f"the options of example {ident!r}"
+        else:
+            expected = answers
+            what = f"the answers of decision {name!r}"
+        vectors: list[tuple[float, ...]] = []
+        for preds in (model, jev):
+            p = preds.predictions[(name, ident)]
+            given = p.as_dict()
+            if len(given) != len(p.probabilities) or set(given) != set(expected):
+                raise _answers_error(preds, p, expected, what)
+            vec = [given[a] for a in expected]
+            vec.extend([0.0] * (k - len(vec)))
+            vectors.append(tuple(vec))
+        rows.append(
+            JudgedRow(
+                text_sha256=text_sha256(example.text),
+                y=list(expected).index(right),
+                p_model=vectors[0],
+                p_jev=vectors[1],
+                n_options=len(expected) if mc else None,
+            )
+        )
+    return DecisionData(
+        name=name,
+        kind=labels.spec.kind,
+        answers=tuple(answers),
+        rows=tuple(rows),
+    )
+
