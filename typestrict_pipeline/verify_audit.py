@@ -156,7 +156,7 @@ def _frac(f: Fraction) -> str:
     return f"{f.numerator}/{f.denominator}"
 
 
-class _System:
+class SystemValues:
     """Per-example values of one system, computed once."""
 
     def __init__(self, y: Sequence[int], probs: Sequence[Sequence[float]]) -> None:
@@ -194,7 +194,7 @@ def _f1_exact(tp: int, true: int, pred: int) -> Fraction:
     return Fraction(2 * tp, den) if den else Fraction(0)
 
 
-def _counts(y: Sequence[int], s: _System, k: int, m: int) -> dict[str, Any]:
+def _counts(y: Sequence[int], s: SystemValues, k: int, m: int) -> dict[str, Any]:
     tp, true, pred = [0] * k, [0] * k, [0] * k
     for yi, ok, pi in zip(y, s.correct, s.pred, strict=True):
         true[yi] += 1
@@ -244,7 +244,7 @@ def _metrics(
 
 
 def gains(
-    y: Sequence[int], a: _System, b: _System, k: int, seed: bytes, resamples: int
+    y: Sequence[int], a: SystemValues, b: SystemValues, k: int, seed: bytes, resamples: int
 ) -> list[float]:
     """G of every resample, rebuilt from the SHAKE-256 stream (integer counts, fixed order)."""
     n = len(y)
@@ -420,7 +420,7 @@ def _decision(dec: Any, where: str, diffs: _Diffs) -> tuple[str, bool]:
     if resamples != RESAMPLES:
         diffs.add(f"{where}.report.bootstrap.resamples: the rule needs {RESAMPLES}, got {resamples}")
 
-    sa, sb = _System(ys, pm), _System(ys, pj)
+    sa, sb = SystemValues(ys, pm), SystemValues(ys, pj)
     labels = [c for c in range(k) if c in set(ys)]
     support = Counter(ys)
     eligible = [c for c in range(k) if support[c] >= WORST_MIN_SUPPORT]
