@@ -154,7 +154,7 @@ def test_a_broken_margin_refunds_even_with_a_real_gain() -> None:
 
 def test_worst_class_not_applicable_when_no_answer_has_5_examples() -> None:
     rows = tuple(
-        JudgedRow(_h(i), i % 3, (0.8, 0.1, 0.1) if i % 3 == 0 else (0.1, 0.8, 0.1),
+        JudgedRow(_h(i), i % 3, tuple(0.8 if k == i % 3 else 0.1 for k in range(3)),
                   (1 / 3, 1 / 3, 1 / 3))
         for i in range(12)  # 4 examples per answer
     )
@@ -239,7 +239,7 @@ def test_bad_rows_are_rejected_with_a_clear_message(change: dict[str, object], m
 
 def test_multiple_choice_rejects_mass_on_options_not_offered() -> None:
     row = JudgedRow(_h(0), 0, (0.5, 0.4, 0.1), (0.5, 0.5, 0.0), n_options=2)
-    with pytest.raises(InputError, match="0.0 at option position 3"):
+    with pytest.raises(InputError, match=r"0\.0 at option position 3"):
         judge_decision(DecisionData("mc", DecisionKind.MULTIPLE_CHOICE, ("1", "2", "3"), (row,)))
     row = JudgedRow(_h(0), 2, (0.5, 0.5), (0.5, 0.5), n_options=2)
     with pytest.raises(InputError, match="answer index from 0 to 1"):
