@@ -1,7 +1,267 @@
-"""Dagster wiring for the credits area (not built yet)."""
+"""Dagster wiring for the credits area: settlement, retention, and the training sensor.
+
+* ``credit_settlement`` (group ``refund``, ``trainings`` partitions, downstream of ``verdict`` and
+  ``audit``): settles the training's verdict on the credit ledger, exactly once, records the
+  model with its audit's exact bytes, and shows the balance and the training's ledger lines.
+  It is part of ``verdict_job`` (which selects the whole ``refund`` group).
+* ``retention_job`` / ``retention_schedule`` (daily 04:00 UTC): deletes the files of models whose
+  retention has passed and marks them expired; the audits stay.
+* ``training_sensor``: adds a ``trainings`` partition for each new manifest under
+  ``${TYPESTRICT_HOME}/trainings/*/manifest.json`` and requests its ``verdict_job`` run once.
+
+Every decision and write is in ``typestrict_pipeline.credits``; this module only wires it.
+"""
+
+import datetime as dt
+from typing import Any
 
 import dagster as dg
 
+from resources.credits import CreditsResource
+from resources.refund import RefundTrainingsResource
+from resources.store import StoreResource
+from typestrict_pipeline.credits import (
+    CreditLedger,
+    LedgerLine,
+    SettlementRequest,
+    decide,
+    expire_models,
+    run_key,
+    settle_training,
+    settlement_reason,
+)
+from typestrict_pipeline.refund.rule import TrainingJudgement
+
+GROUP = "refund"
+VERDICT_JOB = "verdict_job"  # defined by assets/refund.py over AssetSelection.groups("refund")
+MODEL_FILES_FOLDER = "model"
+# Equal (by value) to assets.refund.trainings_partitions: one partition per training id.
+trainings_partitions = dg.DynamicPartitionsDefinition(name="trainings")
+
+
+def ledger_markdown(lines: list[LedgerLine]) -> str:
+    """Ledger lines as a Markdown table (what the asset shows)."""
+    rows = ["| # | time (UTC) | kind | amount | balance after | verdict | reason |",
+            "|---:|---|---|---:|---:|---|---|"]
+    for ln in lines:
+        when = ln.created_at.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+        verdict = ln.verdict.value if ln.verdict is not None else ""
+        reason = ln.reason.replace("|", "\\|")
+        rows.append(
+            f"| {ln.id} | {when} | {ln.kind.value} | {ln.amount:+d} | {ln.balance_after} | "
+            f"{verdict} | {reason} |"
+        )
+    return "\n".join(rows)
+
+
+@dg.asset(
+    group_name=GROUP,
+    partitions_def=trainings_partitions,
+    kinds={"sql"},
+    description=(
+        "The verdict on the credit ledger, exactly once: refund/failed return the credit, "
+        "beats/kept keep it spent. Records the model (files kept N days) with its audit."
+    ),
+    check_specs=[
+        dg.AssetCheckSpec(
+            "settled_verdict_matches",
+            asset="credit_settlement",
+            description="The ledger's settled verdict (the first one, final) equals this run's verdict.",
+        )
+    ],
+)
+def credit_settlement(
+    context: dg.AssetExecutionContext,
+    verdict: TrainingJudgement,
+    audit: str,
+    store: StoreResource,
+    credits: CreditsResource,
+    refund_trainings: RefundTrainingsResource,
+) -> dg.MaterializeResult:
+    training_id = context.partition_key
+    manifest = refund_trainings.load(training_id)
+    policy = credits.policy()
+    audit_bytes = _read_audit(audit)
+    n = len(verdict.decisions)
+    request = SettlementRequest(
+        workspace_id=manifest.workspace_id,
+        training_id=training_id,
+        verdict=verdict.verdict,
+        reason=settlement_reason(
+            verdict.verdict,
+            won=verdict.won if n else None,
+            decisions=n or None,
+            needed=verdict.needed or None,
+            failure_reason=verdict.failure_reason,
+            retention_days=policy.days,
+        ),
+        keep_if_loses=manifest.options.keep_if_loses,
+        model_dir=refund_trainings.trainings_dir() / training_id / MODEL_FILES_FOLDER,
+        audit_json=audit_bytes,
+    )
+    with store.engine() as engine:
+        result = settle_training(engine, request, policy=policy)
+        ledger = CreditLedger(engine)
+        balance = ledger.balance(manifest.workspace_id)
+        total = ledger.entries_total(manifest.workspace_id)
+    s, model = result.settlement, result.model
+    if s.newly_settled:
+        context.log.info("settled %s: %s (balance %d)", training_id, s.verdict.value, balance)
+    else:
+        context.log.info("%s was already settled as %s; nothing moved", training_id, s.verdict.value)
+    if s.verdict_changed:
+        context.log.warning(
+            "%s: this run's verdict is %s but the ledger settled %s first; the first is final "
+            "(correct it with `typestrict credits adjust`)",
+            training_id, s.requested_verdict.value, s.verdict.value,
+        )
+    metadata: dict[str, Any] = {
+        "workspace_id": manifest.workspace_id,
+        "verdict": s.verdict.value,
+        "credit": "returned" if s.refunded else "stays spent",
+        "balance": dg.MetadataValue.int(balance),
+        "newly_settled": s.newly_settled,
+        "charged_at_registration": s.spent_now,
+        "ledger": dg.MetadataValue.md(ledger_markdown(list(s.lines))),
+        "ledger_lines": dg.MetadataValue.text("\n".join(ln.describe() for ln in s.lines)),
+        "model_id": model.model_id,
+        "delivered": model.delivered,
+        "model_state": model.state.value,
+        "files_expire_at": model.expires_at.isoformat(),
+        "audit_sha256": model.audit_sha256 or "",
+    }
+    check = dg.AssetCheckResult(
+        check_name="settled_verdict_matches",
+        passed=not s.verdict_changed and balance == total,
+        severity=dg.AssetCheckSeverity.WARN,
+        description=(
+            f"ledger verdict {s.verdict.value}, this run's verdict {s.requested_verdict.value}; "
+            f"balance {balance} = sum of entries {total}"
+        ),
+        metadata={"ledger_verdict": s.verdict.value, "run_verdict": s.requested_verdict.value},
+    )
+    return dg.MaterializeResult(metadata=metadata, check_results=[check])
+
+
+def _read_audit(path: str | None) -> bytes | None:
+    if not path:
+        return None
+    from pathlib import Path
+
+    return Path(path).read_bytes()
+
+
+# ------------------------------------------------------------------------------------------------
+# Retention
+# ------------------------------------------------------------------------------------------------
+
+
+class RetentionConfig(dg.Config):  # type: ignore[misc]
+    """``now``: the sweep's time as ISO 8601 with a zone (the schedule passes its tick time);
+    empty means the current time."""
+
+    now: str = ""
+
+
+def parse_now(value: str) -> dt.datetime:
+    """An aware UTC time from ISO 8601 (empty: now).
+
+    Raises:
+        ValueError: no time zone, or not ISO 8601.
+    """
+    if not value:
+        return dt.datetime.now(dt.UTC)
+    parsed = dt.datetime.fromisoformat(value)
+    if parsed.tzinfo is None:
+        raise ValueError(
+            f"expected an ISO 8601 time with a zone (e.g. 2026-01-31T04:00:00+00:00), got {value!r}. "
+            "Add +00:00"
+        )
+    return parsed.astimezone(dt.UTC)
+
+
+@dg.op(description="Delete the files of models whose retention has passed; mark them expired.")
+def expire_model_files(
+    context: dg.OpExecutionContext,
+    config: RetentionConfig,
+    store: StoreResource,
+    refund_trainings: RefundTrainingsResource,
+) -> int:
+    now = parse_now(config.now)
+    with store.engine() as engine:
+        expired = expire_models(engine, now=now, allowed_root=refund_trainings.trainings_dir())
+    for info in expired:
+        context.log.info("expired %s (%s): deleted %s", info.model_id, info.workspace_id, info.files_path)
+    context.add_output_metadata(
+        {"now": now.isoformat(), "expired": len(expired),
+         "models": ", ".join(i.model_id for i in expired) or "none"}
+    )
+    return len(expired)
+
+
+@dg.job(description="Retention sweep: expire model files past their retention; audits stay.")
+def retention_job() -> None:
+    expire_model_files()
+
+
+@dg.schedule(
+    job=retention_job,
+    cron_schedule="0 4 * * *",
+    execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Daily at 04:00 UTC: expire model files whose retention has passed.",
+)
+def retention_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
+    now = context.scheduled_execution_time.astimezone(dt.UTC)
+    return dg.RunRequest(
+        run_key=f"retention:{now.strftime('%Y-%m-%dT%H:%M')}",
+        run_config={"ops": {"expire_model_files": {"config": {"now": now.isoformat()}}}},
+        tags={"typestrict/area": "credits"},
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# The training sensor
+# ------------------------------------------------------------------------------------------------
+
+
+@dg.sensor(
+    job_name=VERDICT_JOB,
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description=(
+        "New finished trainings: a manifest at <trainings>/<id>/manifest.json adds partition <id> "
+        "of `trainings` and requests its verdict_job run once (run key verdict:<id>)."
+    ),
+)
+def training_sensor(
+    context: dg.SensorEvaluationContext, refund_trainings: RefundTrainingsResource
+) -> dg.SensorResult | dg.SkipReason:
+    folder = refund_trainings.trainings_dir()
+    ids = refund_trainings.training_ids()
+    known = context.instance.get_dynamic_partitions(trainings_partitions.name)
+    decision = decide(ids, known_partitions=known, cursor=context.cursor)
+    if not decision.new:
+        if decision.cursor != (context.cursor or ""):
+            context.update_cursor(decision.cursor)
+        return dg.SkipReason(
+            f"No new training manifests in {folder} ({len(ids)} registered, all requested already)"
+        )
+    return dg.SensorResult(
+        run_requests=[
+            dg.RunRequest(run_key=run_key(tid), partition_key=tid, tags={"typestrict/training": tid})
+            for tid in decision.new
+        ],
+        dynamic_partitions_requests=[trainings_partitions.build_add_request(list(decision.new))],
+        cursor=decision.cursor,
+    )
+
 
 def build_defs() -> dg.Definitions:
-    return dg.Definitions()
+    """The credits area's asset, job, schedule and sensor."""
+    return dg.Definitions(
+        assets=[credit_settlement],
+        jobs=[retention_job],
+        schedules=[retention_schedule],
+        sensors=[training_sensor],
+    )

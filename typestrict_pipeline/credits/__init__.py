@@ -5,6 +5,7 @@ Plain typed Python over the domain store (no Dagster): the Dagster wiring is in
 ``typestrict audit``. See ``docs/credits.md``.
 """
 
+from typestrict_pipeline.credits.intake import IntakeDecision, decide, parse_cursor, run_key
 from typestrict_pipeline.credits.ledger import (
     CreditLedger,
     InsufficientCreditsError,
@@ -27,6 +28,7 @@ from typestrict_pipeline.credits.models import (
     model_files,
     settle_training,
 )
+from typestrict_pipeline.credits.reasons import settlement_reason
 from typestrict_pipeline.credits.tables import (
     CreditAccount,
     CreditEntry,
@@ -42,6 +44,7 @@ __all__ = [
     "CreditLedger",
     "EntryKind",
     "InsufficientCreditsError",
+    "IntakeDecision",
     "LedgerLine",
     "ModelInfo",
     "ModelRecord",
@@ -51,12 +54,16 @@ __all__ = [
     "SettlementRequest",
     "SettlementResult",
     "audit_bytes",
+    "decide",
     "due_for_expiry",
     "expire_models",
     "get_model",
     "list_models",
     "model_files",
+    "parse_cursor",
+    "run_key",
     "run_transaction",
     "settle_in_session",
     "settle_training",
+    "settlement_reason",
 ]

@@ -286,7 +286,7 @@ def list_models(engine: Engine, workspace_id: str) -> list[ModelInfo]:
 
 def _not_found(model_id: str) -> NotFoundError:
     return NotFoundError(
-        f"a model with id {model_id!r}, got none in the store. Check the id (it is the training id) "
+        f"expected a model with id {model_id!r}, got none in the store. Check the id (it is the training id) "
         "and that its verdict was settled (the credit_settlement asset)"
     )
 
@@ -306,7 +306,7 @@ def audit_bytes(engine: Engine, model_id: str) -> bytes:
             raise _not_found(model_id)
         if row.audit_json is None:
             raise NotFoundError(
-                f"an audit for model {model_id!r}, got none: its verdict is {row.verdict!r} and no "
+                f"expected an audit for model {model_id!r}, got none: its verdict is {row.verdict!r} and no "
                 "audit file was written for it. A failed training has nothing to audit"
             )
         return bytes(row.audit_json)
@@ -321,13 +321,13 @@ def model_files(engine: Engine, model_id: str) -> Path:
     info = get_model(engine, model_id)
     if not info.delivered:
         raise NotFoundError(
-            f"a delivered model for {model_id!r}, got verdict {info.verdict.value!r}: "
+            f"expected a delivered model for {model_id!r}, got verdict {info.verdict.value!r}: "
             "a model whose credit came back is not delivered. Start a new training"
         )
     if info.state is ModelState.EXPIRED:
         when = info.expired_at.isoformat() if info.expired_at else "?"
         raise NotFoundError(
-            f"model files for {model_id!r}, got none: they expired at {when} "
+            f"expected model files for {model_id!r}, got none: they expired at {when} "
             f"(kept {((info.expires_at - info.settled_at).days)} days). Its audit is still "
             f"available with `typestrict audit {model_id}`"
         )
