@@ -1,0 +1,428 @@
+"""Metering: every model call, tool call, retry and judge call is counted and priced.
+
+Money is integer micro-USD (1 USD = 1_000_000 micro-USD) everywhere. A call's cost is
+``ceil((input_tokens * input_price + output_tokens * output_price) / 1_000_000)`` with prices in
+micro-USD per million tokens: rounding each call *up* to the next micro-USD never under-counts
+spend (the bias is under 1 micro-USD per call, documented in ``docs/method/backtests.md``).
+
+Every record carries the :class:`RunMode` of the run that made it (``HISTORICAL`` for a
+backtest, ``LIVE`` for a live run), so spend can be reported apart and a historical call can
+never be read back as live.
+
+>>> prices = PriceTable(models={"m": ModelPrice(150_000, 600_000)})   # $0.15 / $0.60 per 1M tokens
+>>> prices.model_cost("m", input_tokens=1_000, output_tokens=10)
+156
+>>> format_usd(156)
+'$0.000156'
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from typestrict_pipeline.errors import InputError, ModelClientError, TypeStrictError
+
+MICRO_USD_PER_USD = 1_000_000
+TOKENS_PER_PRICE_UNIT = 1_000_000
+
+__all__ = [
+    "MICRO_USD_PER_USD",
+    "CallKind",
+    "CallRecord",
+    "CompletionLike",
+    "Meter",
+    "MeteredModel",
+    "MeteredTool",
+    "ModelClient",
+    "ModelPrice",
+    "PriceTable",
+    "RunMode",
+    "UsageLike",
+    "format_usd",
+]
+
+
+class RunMode(enum.StrEnum):
+    """Whether a run replays history or decides now.
+
+    Attributes:
+        HISTORICAL: a backtest (or a study's backtest): a replayed decision, never a live one.
+        LIVE: a live run of the workflow (``typestrict run`` or the live schedule).
+    """
+
+    HISTORICAL = "HISTORICAL"
+    LIVE = "LIVE"
+
+
+class CallKind(enum.StrEnum):
+    """What a metered call was.
+
+    Attributes:
+        MODEL: a model call made by a decision.
+        TOOL: a tool call made by a decision.
+        JUDGE: a model call made by the scoring function (the scoring judge).
+    """
+
+    MODEL = "model"
+    TOOL = "tool"
+    JUDGE = "judge"
+
+
+def format_usd(micro_usd: int) -> str:
+    """Micro-USD as dollars with six decimals (exact: integer arithmetic).
+
+    >>> format_usd(1_234_567)
+    '$1.234567'
+    >>> format_usd(-5)
+    '-$0.000005'
+    """
+    sign = "-" if micro_usd < 0 else ""
+    whole, frac = divmod(abs(int(micro_usd)), MICRO_USD_PER_USD)
+    return f"{sign}${whole}.{frac:06d}"
+
+
+@dataclass(frozen=True)
+class ModelPrice:
+    """A model's price in integer micro-USD per million tokens.
+
+    Attributes:
+        input_micro_usd_per_mtok: price of one million prompt tokens.
+        output_micro_usd_per_mtok: price of one million completion tokens.
+    """
+
+    input_micro_usd_per_mtok: int
+    output_micro_usd_per_mtok: int
+
+    def __post_init__(self) -> None:
+        for name in ("input_micro_usd_per_mtok", "output_micro_usd_per_mtok"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise InputError(
+                    f"{name} as a non-negative integer (micro-USD per million tokens)",
+                    repr(value),
+                    "write prices in micro-USD, for example 150000 for $0.15 per 1M tokens",
+                )
+
+    def cost(self, input_tokens: int, output_tokens: int) -> int:
+        """Cost of one call in micro-USD, rounded up."""
+        numerator = (
+            input_tokens * self.input_micro_usd_per_mtok
+            + output_tokens * self.output_micro_usd_per_mtok
+        )
+        return -(-numerator // TOKENS_PER_PRICE_UNIT)
+
+
+@dataclass(frozen=True)
+class PriceTable:
+    """Prices of models (per token) and tools (per call), in integer micro-USD.
+
+    A model or tool missing from the table is an error, never free: an unpriced call would make
+    a run look cheaper than it was.
+
+    Attributes:
+        models: model name -> :class:`ModelPrice`.
+        tools: tool name -> micro-USD per call.
+    """
+
+    models: Mapping[str, ModelPrice] = field(default_factory=dict)
+    tools: Mapping[str, int] = field(default_factory=dict)
+
+    def model_price(self, model: str) -> ModelPrice:
+        """The price of ``model``.
+
+        Raises:
+            InputError: the model has no price.
+        """
+        try:
+            return self.models[model]
+        except KeyError:
+            raise InputError(
+                f"a price for model {model!r} in the price table",
+                f"none (priced models: {sorted(self.models) or 'none'})",
+                "add the model's input and output prices before running it: every call is costed",
+            ) from None
+
+    def model_cost(self, model: str, *, input_tokens: int, output_tokens: int) -> int:
+        """Micro-USD for one call of ``model``."""
+        return self.model_price(model).cost(input_tokens, output_tokens)
+
+    def tool_cost(self, tool: str) -> int:
+        """Micro-USD for one call of ``tool``.
+
+        Raises:
+            InputError: the tool has no price.
+        """
+        try:
+            return int(self.tools[tool])
+        except KeyError:
+            raise InputError(
+                f"a per-call price for tool {tool!r} in the price table",
+                f"none (priced tools: {sorted(self.tools) or 'none'})",
+                "add the tool's price (0 for a free tool, written explicitly)",
+            ) from None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready copy (stored with each backtest, so its costs can be re-checked)."""
+        return {
+            "models": {
+                k: {"input_micro_usd_per_mtok": v.input_micro_usd_per_mtok,
+                    "output_micro_usd_per_mtok": v.output_micro_usd_per_mtok}
+                for k, v in sorted(self.models.items())
+            },
+            "tools": dict(sorted(self.tools.items())),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PriceTable:
+        """The inverse of :meth:`to_json`.
+
+        >>> PriceTable.from_json({"models": {"m": {"input_micro_usd_per_mtok": 1,
+        ...     "output_micro_usd_per_mtok": 2}}}).model_price("m")
+        ModelPrice(input_micro_usd_per_mtok=1, output_micro_usd_per_mtok=2)
+        """
+        models = {
+            str(k): ModelPrice(int(v["input_micro_usd_per_mtok"]), int(v["output_micro_usd_per_mtok"]))
+            for k, v in dict(data.get("models", {})).items()
+        }
+        tools = {str(k): int(v) for k, v in dict(data.get("tools", {})).items()}
+        return cls(models=models, tools=tools)
+
+
+@runtime_checkable
+class UsageLike(Protocol):
+    """Token counts of one completion (OpenAI's ``usage`` object)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@runtime_checkable
+class CompletionLike(Protocol):
+    """What a model client's ``complete`` returns: the text and its token usage."""
+
+    text: str
+    usage: Any
+
+
+@runtime_checkable
+class ModelClient(Protocol):
+    """The model-client interface the engine meters (``typestrict_pipeline.clients`` implements it).
+
+    ``complete(messages, **kwargs)`` sends OpenAI-style chat messages and returns an object with
+    ``text`` and ``usage`` (``prompt_tokens``, ``completion_tokens``); a ``model`` attribute on the
+    client (or on the completion) names the price-table entry.
+    """
+
+    def complete(self, messages: Sequence[Mapping[str, str]], **kwargs: Any) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """One metered call (a retry is its own record, with ``attempt`` > 1).
+
+    Attributes:
+        kind: model, tool or judge.
+        name: the client or tool name the workflow used (``ctx.models[name]``).
+        model: the priced model (or the tool name for a tool).
+        input_tokens: prompt tokens (0 for a tool, or for an attempt that got no answer).
+        output_tokens: completion tokens.
+        cost_micro_usd: what the call cost.
+        latency_s: wall time of the call.
+        attempt: 1 for the first try, 2 for the first retry, ...
+        ok: whether the call returned.
+        error: the error of a failed call.
+        mode: HISTORICAL or LIVE.
+        step_index: the backtest step that made it (``None`` for a live run).
+        started_at_unix: wall-clock start, seconds since the epoch (usage is grouped by its UTC day).
+    """
+
+    kind: CallKind
+    name: str
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cost_micro_usd: int
+    latency_s: float
+    attempt: int
+    ok: bool
+    error: str | None
+    mode: RunMode
+    step_index: int | None
+    started_at_unix: float
+
+
+class Meter:
+    """Collects the call records of one step (or one live run); thread-safe.
+
+    Args:
+        mode: the run's mode, stamped on every record.
+        step_index: the step the calls belong to (``None`` for a live run).
+    """
+
+    __slots__ = ("_lock", "mode", "records", "step_index", "total_micro_usd")
+
+    def __init__(self, mode: RunMode, step_index: int | None = None) -> None:
+        self.mode = mode
+        self.step_index = step_index
+        self.records: list[CallRecord] = []
+        self.total_micro_usd = 0
+        self._lock = threading.Lock()
+
+    def add(self, record: CallRecord) -> None:
+        """Add one record (the record's mode must be the meter's)."""
+        if record.mode is not self.mode:
+            raise TypeStrictError(
+                f"expected a {self.mode.value} call record in a {self.mode.value} run, got a "
+                f"{record.mode.value} one. Historical and live calls are never mixed."
+            )
+        with self._lock:
+            self.records.append(record)
+            self.total_micro_usd += record.cost_micro_usd
+
+
+def _usage_tokens(result: Any) -> tuple[int, int]:
+    usage = getattr(result, "usage", None)
+    if usage is None:
+        raise ModelClientError(
+            "expected a completion with token usage (prompt_tokens, completion_tokens), got "
+            f"{type(result).__name__} without usage. A call that cannot be costed cannot be metered; "
+            "use a client that reports usage."
+        )
+    if isinstance(usage, Mapping):
+        pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    else:
+        pt = getattr(usage, "prompt_tokens", getattr(usage, "input_tokens", None))
+        ct = getattr(usage, "completion_tokens", getattr(usage, "output_tokens", None))
+    if not isinstance(pt, int) or not isinstance(ct, int):
+        raise ModelClientError(
+            f"expected integer token counts in the completion's usage, got {usage!r}. "
+            "Use a client that reports prompt_tokens and completion_tokens."
+        )
+    return pt, ct
+
+
+class MeteredModel:
+    """A model client whose every attempt is recorded and priced, with bounded calls in flight.
+
+    Args:
+        name: the name the workflow uses (``ctx.models[name]``).
+        client: the underlying client (anything with ``complete(messages, **kwargs)``).
+        model: the price-table entry (default: ``client.model``).
+        prices: the price table.
+        meter: where records go.
+        kind: ``MODEL`` for decisions, ``JUDGE`` for the scoring judge.
+        in_flight: a semaphore shared by every metered client of the run: the bound on calls in
+            flight (``max_in_flight``).
+        retries: extra attempts after a failure; every attempt is recorded (and priced when it
+            reports usage).
+    """
+
+    __slots__ = ("client", "in_flight", "kind", "meter", "model", "name", "prices", "retries")
+
+    def __init__(
+        self,
+        name: str,
+        client: Any,
+        *,
+        prices: PriceTable,
+        meter: Meter,
+        model: str | None = None,
+        kind: CallKind = CallKind.MODEL,
+        in_flight: threading.Semaphore | None = None,
+        retries: int = 0,
+    ) -> None:
+        self.name = name
+        self.client = client
+        self.model = model or str(getattr(client, "model", name))
+        self.prices = prices
+        self.meter = meter
+        self.kind = kind
+        self.in_flight = in_flight
+        self.retries = retries
+        prices.model_price(self.model)  # fail before the first call, not after it
+
+    @property
+    def mode(self) -> RunMode:
+        """HISTORICAL or LIVE: the mode every call of this client is recorded under."""
+        return self.meter.mode
+
+    def complete(self, messages: Sequence[Mapping[str, str]], **kwargs: Any) -> Any:
+        """Send ``messages``; record and price every attempt; return the completion.
+
+        Raises:
+            ModelClientError: every attempt failed (each one is recorded).
+        """
+        last: BaseException | None = None
+        for attempt in range(1, self.retries + 2):
+            started = time.time()
+            t0 = time.perf_counter()
+            try:
+                if self.in_flight is not None:
+                    with self.in_flight:
+                        result = self.client.complete(messages, **kwargs)
+                else:
+                    result = self.client.complete(messages, **kwargs)
+                pt, ct = _usage_tokens(result)
+            except Exception as exc:  # every failure is recorded, then retried or raised
+                last = exc
+                self.meter.add(
+                    CallRecord(self.kind, self.name, self.model, 0, 0, 0,
+                               time.perf_counter() - t0, attempt, False,
+                               f"{exc.__class__.__name__}: {exc}", self.meter.mode,
+                               self.meter.step_index, started)
+                )
+                continue
+            model = str(getattr(result, "model", None) or self.model)
+            if model not in self.prices.models:
+                model = self.model
+            cost = self.prices.model_cost(model, input_tokens=pt, output_tokens=ct)
+            self.meter.add(
+                CallRecord(self.kind, self.name, model, pt, ct, cost, time.perf_counter() - t0,
+                           attempt, True, None, self.meter.mode, self.meter.step_index, started)
+            )
+            return result
+        raise ModelClientError(
+            f"expected an answer from model client {self.name!r}, got "
+            f"{self.retries + 1} failed attempt(s), the last: {last}. Check the model endpoint."
+        ) from last
+
+
+class MeteredTool:
+    """A tool (any callable) whose every call is recorded and priced per call.
+
+    Args:
+        name: the tool's name (``ctx.tools[name]``) and its price-table entry.
+        fn: the callable.
+        prices: the price table.
+        meter: where records go.
+    """
+
+    __slots__ = ("fn", "meter", "name", "price")
+
+    def __init__(self, name: str, fn: Callable[..., Any], *, prices: PriceTable, meter: Meter) -> None:
+        self.name = name
+        self.fn = fn
+        self.meter = meter
+        self.price = prices.tool_cost(name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the tool; a failed call is recorded (and priced: the provider charged it) and re-raised."""
+        started = time.time()
+        t0 = time.perf_counter()
+        try:
+            out = self.fn(*args, **kwargs)
+        except Exception as exc:
+            self.meter.add(CallRecord(CallKind.TOOL, self.name, self.name, 0, 0, self.price,
+                                      time.perf_counter() - t0, 1, False,
+                                      f"{exc.__class__.__name__}: {exc}", self.meter.mode,
+                                      self.meter.step_index, started))
+            raise
+        self.meter.add(CallRecord(CallKind.TOOL, self.name, self.name, 0, 0, self.price,
+                                  time.perf_counter() - t0, 1, True, None, self.meter.mode,
+                                  self.meter.step_index, started))
+        return out

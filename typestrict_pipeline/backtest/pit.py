@@ -1,0 +1,702 @@
+"""Point-in-time (bitemporal) tables and the views a decision sees.
+
+Every row of a :class:`PointInTimeTable` carries two times:
+
+* ``event_time``: the time the row describes (the day a weather reading is about);
+* ``known_time``: the time the row became known (the end of that day).
+
+At a step ``t`` a workflow sees a :class:`PointInTimeView`: the rows with
+``known_time <= t`` and nothing else. The guarantee is structural, not a convention:
+
+* the table stores its rows, sorted by knowledge time, in immutable blocks of ``block_rows``
+  rows that form a persistent chain (each block points only to the blocks before it);
+* a view holds the last *complete* block known at ``t`` (from which only earlier blocks are
+  reachable) plus its own copy of the few rows known at ``t`` that do not fill a block;
+* a view holds no reference to the table, to a later block or to any later row, so no
+  attribute path from inside a decision leads to the future (``tests/test_backtest_pit.py``
+  walks the view's object graph to check it);
+* every read that names a time after ``t`` raises :class:`~typestrict_pipeline.errors.LookAheadError`.
+
+Creating a view costs O(``block_rows``) whatever the history length (no copy of the history per
+step); reading the last ``n`` rows costs O(n); reading a whole column costs O(rows known).
+
+Times are aware UTC ``datetime`` objects at the API and ``datetime64[us]`` (UTC) inside.
+
+>>> import datetime as dt
+>>> day = dt.datetime(2012, 1, 1, tzinfo=dt.UTC)
+>>> table = PointInTimeTable(
+...     "rain",
+...     event_time=[day, day + dt.timedelta(days=1), day + dt.timedelta(days=2)],
+...     known_time=[day + dt.timedelta(days=1), day + dt.timedelta(days=2), day + dt.timedelta(days=3)],
+...     columns={"mm": [0.0, 3.5, 1.0]},
+... )
+>>> view = table.view(day + dt.timedelta(days=2))
+>>> len(view), view.column("mm").tolist()
+(2, [0.0, 3.5])
+>>> view.get("mm", day + dt.timedelta(days=2))
+Traceback (most recent call last):
+...
+typestrict_pipeline.errors.LookAheadError: table 'rain': expected a read of rows known at or before the step's time 2012-01-03T00:00:00Z, got a read of the row about 2012-01-03T00:00:00Z, which was not known yet. Read only what was knowable at the step (view.tail, view.last, view.get with an earlier event time); what happened next belongs in the workflow's outcome function.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from typestrict_pipeline.errors import DatasetError, LookAheadError, NotFoundError
+
+EVENT_TIME = "event_time"
+KNOWN_TIME = "known_time"
+_TIME_COLUMNS = (EVENT_TIME, KNOWN_TIME)
+_US = "datetime64[us]"
+DEFAULT_BLOCK_ROWS = 64
+
+__all__ = [
+    "DEFAULT_BLOCK_ROWS",
+    "EVENT_TIME",
+    "KNOWN_TIME",
+    "PointInTimeTable",
+    "PointInTimeView",
+    "format_time",
+    "to_datetime64",
+    "to_utc_datetime",
+]
+
+
+def format_time(t: dt.datetime | np.datetime64) -> str:
+    """ISO 8601 in UTC with a ``Z``, to the second (to the microsecond when it has some).
+
+    >>> format_time(dt.datetime(2013, 5, 2, tzinfo=dt.UTC))
+    '2013-05-02T00:00:00Z'
+    """
+    if isinstance(t, np.datetime64):
+        t = to_utc_datetime(t)
+    t = t.astimezone(dt.UTC)
+    spec = "seconds" if t.microsecond == 0 else "microseconds"
+    return t.replace(tzinfo=None).isoformat(timespec=spec) + "Z"
+
+
+def to_datetime64(t: dt.datetime) -> np.datetime64:
+    """An aware datetime as ``datetime64[us]`` in UTC; naive datetimes are refused.
+
+    >>> to_datetime64(dt.datetime(2012, 1, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=1))))
+    np.datetime64('2012-01-01T00:00:00.000000')
+    """
+    if not isinstance(t, dt.datetime) or t.tzinfo is None:
+        raise DatasetError(
+            "a timezone-aware datetime",
+            repr(t),
+            "pass datetime(..., tzinfo=datetime.UTC) or another aware value",
+        )
+    return np.datetime64(t.astimezone(dt.UTC).replace(tzinfo=None), "us")
+
+
+def to_utc_datetime(t: np.datetime64) -> dt.datetime:
+    """A ``datetime64`` (taken as UTC) as an aware datetime.
+
+    >>> to_utc_datetime(np.datetime64("2012-01-01T06:00"))
+    datetime.datetime(2012, 1, 1, 6, 0, tzinfo=datetime.timezone.utc)
+    """
+    micros = int(t.astype("datetime64[us]").astype(np.int64))
+    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=micros)
+
+
+def _time_array(
+    values: Iterable[Any] | npt.NDArray[Any], what: str, table: str, file: str | None
+) -> npt.NDArray[np.datetime64]:
+    """Times as ``datetime64[us]`` UTC; refuses naive datetimes, strings without offset, NaT."""
+    if isinstance(values, np.ndarray) and np.issubdtype(values.dtype, np.datetime64):
+        arr = values.astype(_US)
+    else:
+        series = pd.Series(list(values) if not isinstance(values, pd.Series) else values)
+        if series.empty:
+            return np.empty(0, dtype=_US)
+        if pd.api.types.is_datetime64_any_dtype(series.dtype):
+            parsed = series
+        else:
+            try:
+                parsed = pd.to_datetime(series, utc=False, format="ISO8601")
+            except (ValueError, TypeError) as exc:
+                raise DatasetError(
+                    f"times in ISO 8601 with a UTC offset in {what!r}",
+                    f"a value that is not a time ({exc})",
+                    f"fix the {what!r} column of table {table!r}",
+                    file=file,
+                    column=what,
+                ) from exc
+        tz = getattr(parsed.dt, "tz", None)
+        if tz is None:
+            raise DatasetError(
+                f"timezone-aware times in {what!r} (for example 2012-01-02T00:00:00Z)",
+                "times without a time zone",
+                "add a UTC offset or 'Z' to every time: a local time would make what was "
+                "knowable depend on the reader's time zone",
+                file=file,
+                column=what,
+            )
+        arr = parsed.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy().astype(_US)
+    nat = np.flatnonzero(np.isnat(arr))
+    if nat.size:
+        raise DatasetError(
+            f"a time in every row of {what!r}",
+            f"an empty time in {nat.size} row(s)",
+            f"give every row of table {table!r} the time it "
+            + ("became known" if what == KNOWN_TIME else "describes"),
+            file=file,
+            row=int(nat[0]) + 1,
+            column=what,
+        )
+    return arr
+
+
+class _Block:
+    """One immutable block of rows and a link to the block before it (a persistent chain)."""
+
+    __slots__ = ("cols", "n", "prev", "stop")
+
+    def __init__(self, cols: dict[str, npt.NDArray[Any]], prev: _Block | None, stop: int) -> None:
+        self.cols = cols
+        self.prev = prev
+        self.stop = stop  # rows [0, stop) are reachable from this block
+        self.n = len(cols[KNOWN_TIME])
+
+
+def _freeze(arr: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    arr.flags.writeable = False
+    return arr
+
+
+class PointInTimeTable:
+    """A table whose every row carries the time it describes and the time it became known.
+
+    Args:
+        name: the table's name (workflows read ``ctx.data[name]``).
+        event_time: the time each row describes (aware datetimes or ``datetime64`` in UTC).
+        known_time: the time each row became known.
+        columns: the value columns, each as long as the times.
+        block_rows: rows per immutable block (the most a view ever copies).
+        file: the file the rows came from, named in error messages.
+
+    Raises:
+        DatasetError: a missing or empty time, a naive time, columns of different lengths,
+            a value column named like a time column, or no rows at all.
+
+    Rows are kept sorted by (``known_time``, ``event_time``), stably. Several rows may describe
+    the same event time (a revision); a view's :meth:`PointInTimeView.get` returns the latest one
+    known at its time.
+    """
+
+    __slots__ = (
+        "_block_rows",
+        "_cols",
+        "_known",
+        "_n",
+        "_name",
+        "_nodes",
+        "_value_columns",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        event_time: Iterable[Any] | npt.NDArray[Any],
+        known_time: Iterable[Any] | npt.NDArray[Any],
+        columns: Mapping[str, Iterable[Any] | npt.NDArray[Any]],
+        block_rows: int = DEFAULT_BLOCK_ROWS,
+        file: str | None = None,
+    ) -> None:
+        if block_rows < 1:
+            raise DatasetError("block_rows of at least 1", str(block_rows), "use the default 64")
+        ev = _time_array(event_time, EVENT_TIME, name, file)
+        kn = _time_array(known_time, KNOWN_TIME, name, file)
+        if len(ev) != len(kn):
+            raise DatasetError(
+                f"as many {KNOWN_TIME!r} values as {EVENT_TIME!r} values",
+                f"{len(kn)} and {len(ev)}",
+                f"give every row of table {name!r} both times",
+                file=file,
+            )
+        if len(kn) == 0:
+            raise DatasetError(
+                f"at least one row in table {name!r}", "an empty table", "replay a table with data", file=file
+            )
+        cols: dict[str, npt.NDArray[Any]] = {}
+        for col, values in columns.items():
+            if col in _TIME_COLUMNS:
+                raise DatasetError(
+                    f"value columns other than {EVENT_TIME!r} and {KNOWN_TIME!r}",
+                    f"a value column named {col!r}",
+                    "pass the times as event_time= and known_time=",
+                    file=file,
+                    column=col,
+                )
+            arr = np.asarray(values)
+            if arr.ndim != 1 or len(arr) != len(kn):
+                raise DatasetError(
+                    f"a column of {len(kn)} values",
+                    f"{arr.shape[0] if arr.ndim else 0} values",
+                    f"make column {col!r} of table {name!r} as long as its times",
+                    file=file,
+                    column=col,
+                )
+            cols[col] = arr
+        order = np.lexsort((ev, kn))  # by known_time, then event_time; stable
+        sorted_cols: dict[str, npt.NDArray[Any]] = {
+            EVENT_TIME: _freeze(ev[order].copy()),
+            KNOWN_TIME: _freeze(kn[order].copy()),
+        }
+        for col, arr in cols.items():
+            sorted_cols[col] = _freeze(arr[order].copy())
+        self._name = name
+        self._cols = sorted_cols
+        self._known = sorted_cols[KNOWN_TIME]
+        self._n = len(kn)
+        self._value_columns = tuple(cols)
+        self._block_rows = block_rows
+        nodes: list[_Block] = []
+        prev: _Block | None = None
+        for start in range(0, self._n - self._n % block_rows, block_rows):
+            stop = start + block_rows
+            block = {c: _freeze(a[start:stop].copy()) for c, a in sorted_cols.items()}
+            prev = _Block(block, prev, stop)
+            nodes.append(prev)
+        self._nodes = nodes
+
+    # -- construction from files and frames -------------------------------------------------
+
+    @classmethod
+    def from_frame(
+        cls,
+        name: str,
+        frame: pd.DataFrame,
+        *,
+        event_time: str = EVENT_TIME,
+        known_time: str = KNOWN_TIME,
+        file: str | None = None,
+        block_rows: int = DEFAULT_BLOCK_ROWS,
+    ) -> PointInTimeTable:
+        """A table from a data frame with an event-time and a knowledge-time column.
+
+        Raises:
+            DatasetError: the knowledge-time (or event-time) column is missing, or a time is
+                empty or has no time zone; the message names the column (and the file).
+
+        >>> import pandas as pd
+        >>> PointInTimeTable.from_frame("t", pd.DataFrame({"event_time": ["2012-01-01Z"], "x": [1]}))
+        Traceback (most recent call last):
+        ...
+        typestrict_pipeline.errors.DatasetError: expected a column 'known_time' with the time each row became known, got columns ['event_time', 'x']. Add it: a backtest replays only data whose knowledge time is recorded, so it can show each step only what was knowable then.
+        """
+        for col, role in ((known_time, "became known"), (event_time, "describes")):
+            if col not in frame.columns:
+                raise DatasetError(
+                    f"a column {col!r} with the time each row {role}",
+                    f"columns {[str(c) for c in frame.columns]}",
+                    "add it: a backtest replays only data whose knowledge time is recorded, "
+                    "so it can show each step only what was knowable then"
+                    if role == "became known"
+                    else "add it, or name the column with event_time=",
+                    file=file,
+                )
+        values = {
+            str(c): frame[c].to_numpy() for c in frame.columns if c not in (event_time, known_time)
+        }
+        return cls(
+            name,
+            event_time=frame[event_time],
+            known_time=frame[known_time],
+            columns=values,
+            block_rows=block_rows,
+            file=file,
+        )
+
+    @classmethod
+    def from_csv(
+        cls,
+        path: str | os.PathLike[str],
+        name: str | None = None,
+        *,
+        event_time: str = EVENT_TIME,
+        known_time: str = KNOWN_TIME,
+    ) -> PointInTimeTable:
+        """A table from a CSV file with an event-time and a knowledge-time column (ISO 8601, with offset).
+
+        Raises:
+            DatasetError: the file is missing or unreadable, or a time column is missing or bad.
+        """
+        p = Path(path)
+        try:
+            frame = pd.read_csv(p)
+        except (OSError, ValueError, pd.errors.ParserError) as exc:
+            raise DatasetError(
+                "a readable CSV file", f"{exc.__class__.__name__}: {exc}", "check the path", file=str(p)
+            ) from exc
+        return cls.from_frame(
+            name or p.stem, frame, event_time=event_time, known_time=known_time, file=str(p)
+        )
+
+    # -- what the table holds -----------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The table's name."""
+        return self._name
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The value columns (the two time columns are always there too)."""
+        return self._value_columns
+
+    @property
+    def n_rows(self) -> int:
+        """How many rows (all versions) the table holds."""
+        return self._n
+
+    @property
+    def block_rows(self) -> int:
+        """Rows per immutable block."""
+        return self._block_rows
+
+    @property
+    def first_known(self) -> dt.datetime:
+        """When the first row became known."""
+        return to_utc_datetime(self._known[0])
+
+    @property
+    def last_known(self) -> dt.datetime:
+        """When the last row became known."""
+        return to_utc_datetime(self._known[-1])
+
+    @property
+    def known_times(self) -> npt.NDArray[np.datetime64]:
+        """The knowledge times, sorted, read-only."""
+        return self._known
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __repr__(self) -> str:
+        return (
+            f"PointInTimeTable({self._name!r}, rows={self._n}, known "
+            f"{format_time(self._known[0])} .. {format_time(self._known[-1])})"
+        )
+
+    # -- views --------------------------------------------------------------------------------
+
+    def cutoff(self, as_of: dt.datetime) -> int:
+        """How many rows are known at ``as_of`` (``known_time <= as_of``)."""
+        return int(np.searchsorted(self._known, to_datetime64(as_of), side="right"))
+
+    def cutoffs(self, times: npt.NDArray[Any]) -> npt.NDArray[np.intp]:
+        """:meth:`cutoff` for many ``datetime64[us]`` times at once (one vectorised search)."""
+        return np.searchsorted(self._known, times.astype(_US), side="right")
+
+    def view(self, as_of: dt.datetime) -> PointInTimeView:
+        """What was knowable at ``as_of``: the rows with ``known_time <= as_of``."""
+        return self.view_at(self.cutoff(as_of), as_of)
+
+    def view_at(self, k: int, as_of: dt.datetime) -> PointInTimeView:
+        """The view of the first ``k`` rows (``k`` must be :meth:`cutoff` of ``as_of``).
+
+        Engines compute ``k`` for every step at once with :meth:`cutoffs`; this skips the search.
+        """
+        full = k // self._block_rows
+        head = self._nodes[full - 1] if full else None
+        start = full * self._block_rows
+        rem: dict[str, npt.NDArray[Any]] | None = None
+        if k > start:
+            block = self._nodes[full].cols if full < len(self._nodes) else None
+            if block is not None:
+                rem = {c: _freeze(a[: k - start].copy()) for c, a in block.items()}
+            else:
+                rem = {c: _freeze(a[start:k].copy()) for c, a in self._cols.items()}
+        return PointInTimeView(self._name, as_of, head, rem, k, self._value_columns)
+
+    # -- derived tables for leak tests ----------------------------------------------------------
+
+    def _rows(self, stop: int) -> dict[str, npt.NDArray[Any]]:
+        return {c: a[:stop] for c, a in self._cols.items()}
+
+    def truncated(self, as_of: dt.datetime) -> PointInTimeTable:
+        """The same table without any row known after ``as_of`` (truncation-invariance test)."""
+        k = self.cutoff(as_of)
+        if k == 0:
+            raise DatasetError(
+                f"a time at or after the first knowledge time {format_time(self._known[0])}",
+                format_time(as_of),
+                "truncate at a time when some row was known",
+            )
+        rows = self._rows(k)
+        return PointInTimeTable(
+            self._name,
+            event_time=rows[EVENT_TIME],
+            known_time=rows[KNOWN_TIME],
+            columns={c: rows[c] for c in self._value_columns},
+            block_rows=self._block_rows,
+        )
+
+    def poisoned(self, as_of: dt.datetime, *, seed: int) -> PointInTimeTable:
+        """Every row known after ``as_of`` replaced by noise (future-poisoning test).
+
+        Times are kept (so steps see the same row counts); numeric values are drawn from a
+        normal with the column's mean and 3x its standard deviation, other values from the
+        column's observed values, with ``numpy.random.default_rng(seed)``.
+        """
+        k = self.cutoff(as_of)
+        rng = np.random.default_rng(seed)
+        cols: dict[str, npt.NDArray[Any]] = {}
+        m = self._n - k
+        for c in self._value_columns:
+            arr = self._cols[c].copy()
+            if m:
+                if np.issubdtype(arr.dtype, np.number) and not np.issubdtype(arr.dtype, np.bool_):
+                    finite = arr[np.isfinite(arr.astype(float))].astype(float)
+                    mu = float(finite.mean()) if finite.size else 0.0
+                    sd = float(finite.std()) if finite.size > 1 else 1.0
+                    noise = rng.normal(mu, 3.0 * (sd or 1.0), size=m)
+                    if np.issubdtype(arr.dtype, np.integer):
+                        noise = np.rint(noise)
+                    arr[k:] = noise.astype(arr.dtype)
+                else:
+                    choices = np.unique(arr.astype(str)) if arr.dtype.kind in "OUS" else np.unique(arr)
+                    arr[k:] = rng.choice(choices, size=m)
+            cols[c] = arr
+        return PointInTimeTable(
+            self._name,
+            event_time=self._cols[EVENT_TIME],
+            known_time=self._cols[KNOWN_TIME],
+            columns=cols,
+            block_rows=self._block_rows,
+        )
+
+
+class PointInTimeView:
+    """The rows of one table that were known at one time, and nothing else.
+
+    Built by :meth:`PointInTimeTable.view`; immutable; safe to share between threads. Arrays it
+    returns are read-only. Rows are in knowledge order (then event order).
+    """
+
+    __slots__ = ("_as_of", "_as_of64", "_cache", "_head", "_n", "_name", "_rem", "_value_columns")
+
+    def __init__(
+        self,
+        name: str,
+        as_of: dt.datetime,
+        head: _Block | None,
+        rem: dict[str, npt.NDArray[Any]] | None,
+        n: int,
+        value_columns: tuple[str, ...],
+    ) -> None:
+        self._name = name
+        self._as_of = as_of
+        self._as_of64: np.datetime64 | None = None
+        self._head = head
+        self._rem = rem
+        self._n = n
+        self._value_columns = value_columns
+        self._cache: dict[str, npt.NDArray[Any]] | None = None
+
+    @property
+    def table_name(self) -> str:
+        """The table this view reads."""
+        return self._name
+
+    @property
+    def as_of(self) -> dt.datetime:
+        """The view's time: it holds the rows known at or before it."""
+        return self._as_of
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The value columns (``event_time`` and ``known_time`` can be read too)."""
+        return self._value_columns
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __repr__(self) -> str:
+        return f"PointInTimeView({self._name!r}, as_of={format_time(self._as_of)}, rows={self._n})"
+
+    def _check_column(self, column: str) -> None:
+        if column not in self._value_columns and column not in _TIME_COLUMNS:
+            raise DatasetError(
+                f"a column of table {self._name!r} "
+                f"({', '.join((*self._value_columns, *_TIME_COLUMNS))})",
+                repr(column),
+                "check the column name",
+            )
+
+    def _pieces(self, column: str, need: int) -> list[npt.NDArray[Any]]:
+        """The last ``need`` rows of ``column`` as pieces, newest last."""
+        pieces: list[npt.NDArray[Any]] = []
+        got = 0
+        if self._rem is not None:
+            piece = self._rem[column]
+            pieces.append(piece)
+            got += len(piece)
+        node = self._head
+        while node is not None and got < need:
+            pieces.append(node.cols[column])
+            got += node.n
+            node = node.prev
+        pieces.reverse()
+        return pieces
+
+    def column(self, column: str) -> npt.NDArray[Any]:
+        """Every known value of ``column`` (read-only; O(rows known), cached per view)."""
+        self._check_column(column)
+        if self._cache is not None and column in self._cache:
+            return self._cache[column]
+        pieces = self._pieces(column, self._n)
+        if len(pieces) == 1:
+            out = pieces[0]
+        elif pieces:
+            out = _freeze(np.concatenate(pieces))
+        else:
+            out = _freeze(self._empty(column))
+        if self._cache is None:
+            self._cache = {}
+        self._cache[column] = out
+        return out
+
+    def _empty(self, column: str) -> npt.NDArray[Any]:
+        if column in _TIME_COLUMNS:
+            return np.empty(0, dtype=_US)
+        node = self._head
+        if node is not None:
+            return node.cols[column][:0].copy()
+        return np.empty(0, dtype=object)
+
+    def tail(self, n: int, column: str | None = None) -> Any:
+        """The last ``n`` known rows (fewer if fewer are known), in O(n).
+
+        Args:
+            n: how many rows.
+            column: one column (returns an array) or ``None`` (returns a dict of every column,
+                the two times included).
+        """
+        if n < 0:
+            raise ValueError(f"expected n >= 0, got {n}. Ask for a non-negative number of rows.")
+        names = (column,) if column is not None else (*_TIME_COLUMNS, *self._value_columns)
+        out: dict[str, npt.NDArray[Any]] = {}
+        for c in names:
+            self._check_column(c)
+            pieces = self._pieces(c, n)
+            if not pieces or n == 0:
+                arr = self._empty(c)
+            else:
+                arr = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+                arr = arr[len(arr) - min(n, len(arr)):]
+            out[c] = _freeze(arr) if arr.flags.writeable else arr
+        return out[column] if column is not None else out
+
+    def last(self, column: str) -> Any:
+        """The value of ``column`` in the row that became known last.
+
+        Raises:
+            NotFoundError: no row is known yet.
+        """
+        self._check_column(column)
+        if self._n == 0:
+            raise NotFoundError(
+                f"table {self._name!r}: expected at least one row known at "
+                f"{format_time(self._as_of)}, got none. Start the backtest after the first row "
+                "becomes known."
+            )
+        if self._rem is not None:
+            return self._rem[column][-1]
+        assert self._head is not None
+        return self._head.cols[column][-1]
+
+    def _as_of_64(self) -> np.datetime64:
+        if self._as_of64 is None:
+            self._as_of64 = to_datetime64(self._as_of)
+        return self._as_of64
+
+    def _look_ahead(self, what: str) -> LookAheadError:
+        return LookAheadError(
+            f"table {self._name!r}: expected a read of rows known at or before the step's time "
+            f"{format_time(self._as_of)}, got a read of {what}, which was not known yet. "
+            "Read only what was knowable at the step (view.tail, view.last, view.get with an "
+            "earlier event time); what happened next belongs in the workflow's outcome function."
+        )
+
+    def get(self, column: str, event_time: dt.datetime) -> Any:
+        """The latest known value of ``column`` for the row about ``event_time``.
+
+        Raises:
+            LookAheadError: no row about ``event_time`` is known yet and ``event_time`` is at or
+                after the view's time (the read would look ahead).
+            NotFoundError: no row about an ``event_time`` at or before the view's time is known.
+        """
+        self._check_column(column)
+        target = to_datetime64(event_time)
+        # Search newest first: recent events are the common case, so this is usually O(block).
+        for piece_ev, piece_val in self._iter_pieces_newest_first(column):
+            hits = np.flatnonzero(piece_ev == target)
+            if hits.size:
+                return piece_val[hits[-1]]
+        if target >= self._as_of_64():
+            raise self._look_ahead(f"the row about {format_time(event_time)}")
+        raise NotFoundError(
+            f"table {self._name!r}: expected a row about {format_time(event_time)} known at "
+            f"{format_time(self._as_of)}, got none. Check the event time (rows about the past "
+            "may become known late, or be missing)."
+        )
+
+    def _iter_pieces_newest_first(
+        self, column: str
+    ) -> Iterator[tuple[npt.NDArray[Any], npt.NDArray[Any]]]:
+        if self._rem is not None:
+            yield self._rem[EVENT_TIME], self._rem[column]
+        node = self._head
+        while node is not None:
+            yield node.cols[EVENT_TIME], node.cols[column]
+            node = node.prev
+
+    def rows(
+        self, *, since: dt.datetime | None = None, until: dt.datetime | None = None
+    ) -> dict[str, npt.NDArray[Any]]:
+        """Rows with ``since < known_time <= until`` (``until`` defaults to the view's time).
+
+        Raises:
+            LookAheadError: ``until`` is after the view's time.
+        """
+        if until is not None and to_datetime64(until) > self._as_of_64():
+            raise self._look_ahead(f"rows known until {format_time(until)}")
+        known = self.column(KNOWN_TIME)
+        lo = 0 if since is None else int(np.searchsorted(known, to_datetime64(since), side="right"))
+        hi = self._n if until is None else int(np.searchsorted(known, to_datetime64(until), side="right"))
+        return {c: self.column(c)[lo:hi] for c in (*_TIME_COLUMNS, *self._value_columns)}
+
+    def at(self, as_of: dt.datetime) -> PointInTimeView:
+        """The view at an earlier time (what was knowable then).
+
+        Raises:
+            LookAheadError: ``as_of`` is after this view's time.
+        """
+        t64 = to_datetime64(as_of)
+        if t64 > self._as_of_64():
+            raise self._look_ahead(f"a view as of {format_time(as_of)}")
+        k = int(np.searchsorted(self.column(KNOWN_TIME), t64, side="right"))
+        cols = {c: self.column(c)[:k] for c in (*_TIME_COLUMNS, *self._value_columns)}
+        return PointInTimeView(self._name, as_of, None, cols if k else None, k, self._value_columns)
+
+    def frame(self) -> pd.DataFrame:
+        """Every known row as a data frame (O(rows known); the times as UTC timestamps)."""
+        data: dict[str, Any] = {}
+        for c in (*_TIME_COLUMNS, *self._value_columns):
+            arr = self.column(c)
+            data[c] = pd.to_datetime(arr).tz_localize("UTC") if c in _TIME_COLUMNS else arr
+        return pd.DataFrame(data)
+
