@@ -1,0 +1,1 @@
+"""Studies: a search over candidates and time folds, ranked honestly (no Dagster import here)."""

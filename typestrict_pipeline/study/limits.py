@@ -1,0 +1,133 @@
+"""A study's limits and its USD estimate (pure arithmetic, integer micro-USD).
+
+Two limits are always required (max candidates, max total steps); a USD budget is optional.
+The estimate comes from a real run: the last completed backtest of this workflow version in
+this workspace, ``cost / steps × steps the study will run``, rounded up to a whole micro-USD.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from typestrict_pipeline.errors import LimitError
+
+MICRO = 1_000_000
+
+NO_BACKTEST_MESSAGE = (
+    "This version has no completed backtest in your workspace to estimate from. "
+    "Run one, then try again, or leave the USD budget empty."
+)
+
+
+class StopLimit(enum.StrEnum):
+    """Which limit stopped a study (shown beside "Budget reached")."""
+
+    MAX_CANDIDATES = "Max candidates"
+    MAX_TOTAL_STEPS = "Max total steps"
+    BUDGET_USD = "Budget (USD)"
+
+
+@dataclass(frozen=True)
+class StudyLimits:
+    """The limits of one study. ``budget_micro`` is ``None`` when no USD budget was set."""
+
+    max_candidates: int | None
+    max_total_steps: int | None
+    budget_micro: int | None = None
+
+    def validate(self) -> None:
+        """Refuse a study without both required limits, or with a non-positive one.
+
+        >>> StudyLimits(None, 100).validate()
+        Traceback (most recent call last):
+        ...
+        typestrict_pipeline.errors.LimitError: expected Max candidates (a whole number ≥ 1), got nothing. Every study has a limit: set Max candidates and Max total steps (there is no unlimited option)
+        """
+        for name, value in (("Max candidates", self.max_candidates),
+                            ("Max total steps", self.max_total_steps)):
+            if value is None:
+                raise LimitError(
+                    f"expected {name} (a whole number ≥ 1), got nothing. Every study has a "
+                    "limit: set Max candidates and Max total steps (there is no unlimited option)"
+                )
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise LimitError(f"expected {name} to be a whole number ≥ 1, got {value!r}. "
+                                 f"Set {name} to a positive whole number.")
+        if self.budget_micro is not None and (
+            isinstance(self.budget_micro, bool) or not isinstance(self.budget_micro, int)
+            or self.budget_micro <= 0
+        ):
+            raise LimitError(
+                f"expected a USD budget above $0, got {format_usd(self.budget_micro)}. "
+                "Enter a positive budget or leave the USD budget empty."
+            )
+
+
+def usd_to_micro(usd: str | float | int) -> int:
+    """Parse a USD amount (``"0.25"``, ``"$1"``) into integer micro-USD, exactly.
+
+    >>> usd_to_micro("0.25"), usd_to_micro("$1.000001")
+    (250000, 1000001)
+    """
+    from decimal import Decimal, InvalidOperation
+
+    text = str(usd).strip().lstrip("$").strip()
+    try:
+        value = Decimal(text) * MICRO
+    except InvalidOperation:
+        raise LimitError(f"expected a USD amount such as 0.25, got {usd!r}. "
+                         "Enter the budget in dollars.") from None
+    if value != value.to_integral_value():
+        raise LimitError(f"expected a USD amount with at most 6 decimals, got {usd!r}. "
+                         "Round the budget to a micro-dollar.")
+    return int(value)
+
+
+def format_usd(micro: int | None, *, exact: bool = False) -> str:
+    """Format micro-USD for people: ``$0.0123``; ``—`` when unknown (never a fake $0).
+
+    >>> format_usd(12_345), format_usd(None), format_usd(2_500_000), format_usd(7, exact=True)
+    ('$0.0123', '—', '$2.50', '$0.000007')
+    """
+    if micro is None:
+        return "—"
+    if exact:
+        return f"${micro / MICRO:.6f}"
+    if abs(micro) >= MICRO:  # ≥ $1: cents are enough
+        return f"${micro / MICRO:,.2f}"
+    if abs(micro) >= 100:  # ≥ $0.0001
+        return f"${micro / MICRO:.4f}"
+    return f"${micro / MICRO:.6f}"
+
+
+def study_total_steps(n_candidates: int, search_steps_per_candidate: int, holdout_steps: int) -> int:
+    """Steps a study will run: candidates × (Σ folds' tune + eval steps) + the holdout.
+
+    >>> study_total_steps(2, 2 * (30 + 30), 60)
+    300
+    """
+    return n_candidates * search_steps_per_candidate + holdout_steps
+
+
+def estimate_cost_micro(last_cost_micro: int, last_steps: int, steps: int) -> int:
+    """``ceil(last_cost × steps / last_steps)`` in integer micro-USD (no float rounding).
+
+    >>> estimate_cost_micro(1_000, 3, 10)
+    3334
+    """
+    if last_steps <= 0:
+        raise LimitError(f"expected the last backtest to have run at least 1 step, got "
+                         f"{last_steps}. Run a complete backtest first.")
+    return -(-last_cost_micro * steps // last_steps)
+
+
+def estimate_text(micro: int, n_candidates: int, n_folds: int) -> str:
+    """The form's estimate line, e.g. ``≈ $0.01 for 2 candidates × 2 folds × 2 windows + the holdout``.
+
+    >>> estimate_text(12_000, 2, 2)
+    '≈ $0.0120 for 2 candidates × 2 folds × 2 windows + the holdout'
+    """
+    c = "candidate" if n_candidates == 1 else "candidates"
+    f = "fold" if n_folds == 1 else "folds"
+    return f"≈ {format_usd(micro)} for {n_candidates} {c} × {n_folds} {f} × 2 windows + the holdout"

@@ -1,0 +1,580 @@
+"""Study records in the store: creation with its lock, reservations, settlement, cancel.
+
+Every guarantee here is enforced by the database, not by the process:
+
+* **one study at a time per workflow**: ``study_locks`` has the primary key
+  ``(workspace, workflow)``; a second insert fails inside the database even when two starts
+  race (the loser's transaction sees the unique violation after the winner commits);
+* **spend never overshoots**: a run starts only after a conditional
+  ``UPDATE study_studies SET reserved = reserved + est ... WHERE spend + reserved + est <= budget
+  AND steps_used + steps_reserved + steps <= max_total_steps AND state = 'RUNNING' AND
+  stop_limit IS NULL`` succeeded; the row lock taken by that UPDATE serializes parallel
+  reservations; settlement moves the reservation into spend in one transaction;
+* **idempotent re-execution**: ``study_runs`` is unique on (study, candidate, fold, window); a
+  ``DONE`` row is returned as is, never re-run and never charged twice; a ``RESERVED`` row left
+  by a killed attempt is released (its flushed partial cost stays: that money was spent) and
+  reserved again.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, func, select, text, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from typestrict_pipeline.errors import ConflictError, LimitError, NotFoundError
+from typestrict_pipeline.store import session_scope, utcnow
+from typestrict_pipeline.study.folds import FoldLayout
+from typestrict_pipeline.study.limits import (
+    NO_BACKTEST_MESSAGE,
+    StopLimit,
+    StudyLimits,
+    estimate_cost_micro,
+    study_total_steps,
+)
+from typestrict_pipeline.study.space import SearchSpace
+from typestrict_pipeline.study.tables import (
+    CandidateRow,
+    CandidateState,
+    LockRow,
+    RunRow,
+    RunState,
+    StudyRow,
+    StudyState,
+    WindowKind,
+)
+
+HOLDOUT_FOLD = 0
+
+
+@dataclass(frozen=True)
+class LastBacktest:
+    """The last completed backtest of a workflow version in a workspace: what it cost, its steps."""
+
+    cost_micro: int
+    steps: int
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A run admitted by the budget: run it, then :func:`settle_run` it with ``attempt``."""
+
+    run_id: int
+    attempt: str
+    reserved_micro: int
+    steps: int
+
+
+@dataclass(frozen=True)
+class AlreadyDone:
+    """The run finished in an earlier attempt; its stored result is reused (never re-run)."""
+
+    run_id: int
+
+
+@dataclass(frozen=True)
+class Refused:
+    """No run: a limit was reached (``limit``) or the study is no longer running (``state``)."""
+
+    limit: StopLimit | None
+    state: StudyState
+
+
+def _write_lock(s: Session) -> None:
+    """On SQLite, take the database write lock first so a read-then-write never deadlocks.
+
+    (A no-op UPDATE starts a write transaction; PostgreSQL uses row locks instead.)
+    """
+    if s.get_bind().dialect.name == "sqlite":
+        s.execute(text("UPDATE study_locks SET study_id = study_id WHERE 1 = 0"))
+
+
+def _conflict_message(workspace: str, workflow: str, other: int | None, state: str) -> str:
+    who = f"study {other} ({state})" if other is not None else "another study"
+    return (
+        f"expected no study in flight on workflow {workflow!r} in workspace {workspace!r}, "
+        f"got {who}. One study at a time per workflow; cancel the running one "
+        f"(typestrict study cancel {other if other is not None else 'STUDY_ID'}) or wait for it "
+        "to finish."
+    )
+
+
+def create_study(
+    engine: Engine,
+    *,
+    workspace: str,
+    workflow: str,
+    workflow_version: str,
+    space: SearchSpace,
+    layout: FoldLayout,
+    limits: StudyLimits,
+    config: Mapping[str, Any] | None = None,
+    last_backtest: LastBacktest | None = None,
+    name: str | None = None,
+) -> int:
+    """Create a study in state ``PENDING`` and take its workflow's lock, atomically.
+
+    Candidates beyond ``max_candidates`` (in run order) are recorded as discarded with the
+    reason ``not run: Max candidates reached``; duplicates as ``duplicate of candidate N``.
+
+    Args:
+        engine: the store.
+        workspace: workspace id.
+        workflow: workflow id.
+        workflow_version: the version whose candidates are tried.
+        space: what to try.
+        layout: folds and holdout.
+        limits: max candidates and max total steps (required), USD budget (optional).
+        config: anything the runner needs to replay (data name, step, horizon, clients).
+        last_backtest: cost and steps of this version's last completed backtest in this
+            workspace, or ``None`` when it has none.
+        name: optional display name.
+
+    Returns:
+        The new study's id.
+
+    Raises:
+        LimitError: a required limit is missing, or a USD budget was set for a version that
+            has never been backtested in this workspace (the page's message).
+        ConflictError: a study is already in flight on this workflow.
+    """
+    limits.validate()
+    kept, dropped = space.expand()
+    assert limits.max_candidates is not None
+    admitted = kept[: limits.max_candidates]
+    cut = kept[limits.max_candidates :]
+    total_steps = study_total_steps(
+        len(admitted), layout.search_steps_per_candidate, layout.holdout.steps
+    )
+    estimate = None
+    if last_backtest is not None and last_backtest.steps > 0:
+        estimate = estimate_cost_micro(last_backtest.cost_micro, last_backtest.steps, total_steps)
+    if limits.budget_micro is not None and estimate is None:
+        raise LimitError(
+            f"expected a completed backtest of workflow {workflow!r} version "
+            f"{workflow_version!r} in workspace {workspace!r} to estimate the USD budget from, "
+            f"got none. {NO_BACKTEST_MESSAGE}"
+        )
+    cfg = dict(config or {})
+    with session_scope(engine) as s:
+        study = StudyRow(
+            workspace=workspace,
+            workflow=workflow,
+            workflow_version=workflow_version,
+            name=name,
+            state=StudyState.PENDING.value,
+            space_json=space.to_json(),
+            layout_json=layout.to_json(),
+            config_json=cfg,
+            horizon_steps=layout.horizon_steps,
+            holdout_start=layout.holdout.start,
+            holdout_end=layout.holdout.end,
+            max_candidates=limits.max_candidates,
+            max_total_steps=limits.max_total_steps,
+            candidates_planned=len(kept) + len(dropped),
+            steps_used=0,
+            steps_reserved=0,
+            cost_tracked=True,
+            spend_micro=0,
+            reserved_micro=0,
+            budget_micro=limits.budget_micro,
+            estimate_micro=estimate,
+            cost_per_step_num=None if last_backtest is None else last_backtest.cost_micro,
+            cost_per_step_den=None if last_backtest is None else last_backtest.steps,
+            created_at=utcnow(),
+        )
+        s.add(study)
+        s.flush()
+        rows: list[CandidateRow] = []
+        for cand in admitted:
+            rows.append(_candidate_row(study.id, cand, CandidateState.PLANNED, None))
+        for cand in cut:
+            rows.append(_candidate_row(study.id, cand, CandidateState.DISCARDED,
+                                       f"not run: {StopLimit.MAX_CANDIDATES.value} reached"))
+        for d in dropped:
+            rows.append(_candidate_row(study.id, d.candidate, CandidateState.DISCARDED, d.reason))
+        s.add_all(rows)
+        s.add(LockRow(workspace=workspace, workflow=workflow, study_id=study.id, created_at=utcnow()))
+        try:
+            s.flush()
+        except IntegrityError:
+            s.rollback()
+            other = s.execute(
+                select(LockRow.study_id).where(
+                    LockRow.workspace == workspace, LockRow.workflow == workflow
+                )
+            ).scalar_one_or_none()
+            state = "in flight"
+            if other is not None:
+                st = s.get(StudyRow, other)
+                state = st.state if st is not None else state
+            raise ConflictError(_conflict_message(workspace, workflow, other, state)) from None
+        return study.id
+
+
+def _candidate_row(study_id: int, cand: Any, state: CandidateState, reason: str | None) -> CandidateRow:
+    return CandidateRow(
+        study_id=study_id,
+        idx=cand.index,
+        key=cand.key,
+        label=cand.label,
+        origin=cand.origin,
+        params_json=dict(cand.params),
+        prompts_json=dict(cand.prompts),
+        state=state.value,
+        discard_reason=reason,
+        cost_micro=None,
+    )
+
+
+def get_study(session: Session, study_id: int) -> StudyRow:
+    """The study row, or a :class:`NotFoundError` naming the id."""
+    row = session.get(StudyRow, study_id)
+    if row is None:
+        raise NotFoundError(
+            f"expected an existing study id, got {study_id}. "
+            "List studies with `typestrict study list` and use one of their ids."
+        )
+    return row
+
+
+def start_study(engine: Engine, study_id: int, dagster_run_id: str | None = None) -> None:
+    """Move a ``PENDING`` or ``FAILED`` study to ``RUNNING`` (a re-execution resumes it)."""
+    with session_scope(engine) as s:
+        study = get_study(s, study_id)
+        state = StudyState(study.state)
+        if state.is_terminal:
+            raise ConflictError(
+                f"expected a pending or interrupted study, got study {study_id} in state "
+                f"{state.label}. Create a new study to run again."
+            )
+        s.execute(
+            update(StudyRow)
+            .where(StudyRow.id == study_id, StudyRow.state.in_(["PENDING", "RUNNING", "FAILED"]))
+            .values(
+                state=StudyState.RUNNING.value,
+                started_at=study.started_at or utcnow(),
+                dagster_run_id=dagster_run_id or study.dagster_run_id,
+                error=None,
+            )
+        )
+
+
+def mark_failed(engine: Engine, study_id: int, error: str) -> None:
+    """Record that the study's run failed; the lock stays so a re-execution can resume it."""
+    with session_scope(engine) as s:
+        s.execute(
+            update(StudyRow)
+            .where(StudyRow.id == study_id, StudyRow.state.in_(["PENDING", "RUNNING"]))
+            .values(state=StudyState.FAILED.value, error=error[:4000])
+        )
+
+
+def cancel_study(engine: Engine, study_id: int) -> StudyState:
+    """Cancel a study: no new run starts; runs in flight stop at their next step; what ran stays.
+
+    Returns the state after the call (``CANCELLED``, or the terminal state it already had).
+    """
+    with session_scope(engine) as s:
+        study = get_study(s, study_id)
+        res = s.execute(
+            update(StudyRow)
+            .where(StudyRow.id == study_id,
+                   StudyRow.state.in_(["PENDING", "RUNNING", "FAILED"]))
+            .values(state=StudyState.CANCELLED.value, finished_at=utcnow())
+        )
+        if res.rowcount:  # type: ignore[attr-defined]
+            _release_lock(s, study)
+            return StudyState.CANCELLED
+        return StudyState(study.state)
+
+
+def _release_lock(s: Session, study: StudyRow) -> None:
+    lock = s.get(LockRow, (study.workspace, study.workflow))
+    if lock is not None and lock.study_id == study.id:
+        s.delete(lock)
+
+
+def run_estimate_micro(study: StudyRow, steps: int) -> int:
+    """Estimated cost of a run of ``steps`` steps (0 when the study has no cost basis)."""
+    if study.cost_per_step_num is None or not study.cost_per_step_den:
+        return 0
+    return estimate_cost_micro(study.cost_per_step_num, study.cost_per_step_den, steps)
+
+
+def reserve_run(
+    engine: Engine,
+    study_id: int,
+    candidate_id: int,
+    fold: int,
+    window: WindowKind,
+    steps: int,
+    *,
+    attempt: str | None = None,
+) -> Reservation | AlreadyDone | Refused:
+    """Reserve a run's estimated cost and steps before it starts, or say why it may not start.
+
+    The first limit that refuses a run is recorded as the study's ``stop_limit`` and no run
+    starts after it (runs already in flight finish and are kept).
+    """
+    attempt = attempt or uuid.uuid4().hex
+    with session_scope(engine) as s:
+        _write_lock(s)
+        existing = s.execute(
+            select(RunRow).where(
+                RunRow.study_id == study_id,
+                RunRow.candidate_id == candidate_id,
+                RunRow.fold == fold,
+                RunRow.window == window.value,
+            ).with_for_update()
+        ).scalar_one_or_none()
+        if existing is not None and existing.state == RunState.DONE.value:
+            return AlreadyDone(existing.id)
+        study = get_study(s, study_id)
+        if existing is not None:
+            # A previous attempt was killed (RESERVED) or failed/cut: release what it still holds.
+            _release(s, existing)
+        est = run_estimate_micro(study, steps)
+        res = s.execute(
+            update(StudyRow)
+            .where(
+                StudyRow.id == study_id,
+                StudyRow.state == StudyState.RUNNING.value,
+                StudyRow.stop_limit.is_(None),
+                StudyRow.steps_used + StudyRow.steps_reserved + steps <= StudyRow.max_total_steps,
+                (StudyRow.budget_micro.is_(None))
+                | (StudyRow.spend_micro + StudyRow.reserved_micro + est <= StudyRow.budget_micro),
+            )
+            .values(
+                reserved_micro=StudyRow.reserved_micro + est,
+                steps_reserved=StudyRow.steps_reserved + steps,
+            )
+        )
+        if not res.rowcount:  # type: ignore[attr-defined]
+            s.refresh(study)
+            state = StudyState(study.state)
+            if state != StudyState.RUNNING:
+                return Refused(None, state)
+            if study.stop_limit is not None:
+                return Refused(StopLimit(study.stop_limit), state)
+            assert study.max_total_steps is not None
+            if study.steps_used + study.steps_reserved + steps > study.max_total_steps:
+                limit = StopLimit.MAX_TOTAL_STEPS
+            else:
+                limit = StopLimit.BUDGET_USD
+            s.execute(
+                update(StudyRow)
+                .where(StudyRow.id == study_id, StudyRow.stop_limit.is_(None))
+                .values(stop_limit=limit.value)
+            )
+            s.refresh(study)
+            return Refused(StopLimit(study.stop_limit or limit.value), state)
+        if existing is None:
+            existing = RunRow(
+                study_id=study_id,
+                candidate_id=candidate_id,
+                fold=fold,
+                window=window.value,
+                steps_done=0,
+                cost_micro=0,
+            )
+            s.add(existing)
+        existing.state = RunState.RESERVED.value
+        existing.attempt = attempt
+        existing.steps_planned = steps
+        existing.steps_done = 0
+        existing.reserved_micro = est
+        existing.cost_micro = existing.cost_micro or 0
+        existing.scores_json = None
+        existing.error = None
+        existing.started_at = utcnow()
+        existing.finished_at = None
+        s.flush()
+        return Reservation(existing.id, attempt, est, steps)
+
+
+def _release(s: Session, run: RunRow) -> None:
+    """Give back what a RESERVED run still holds (its remaining reservation and steps)."""
+    if run.state != RunState.RESERVED.value:
+        return
+    s.execute(
+        update(StudyRow)
+        .where(StudyRow.id == run.study_id)
+        .values(
+            reserved_micro=StudyRow.reserved_micro - run.reserved_micro,
+            steps_reserved=StudyRow.steps_reserved - (run.steps_planned - run.steps_done),
+        )
+    )
+    run.reserved_micro = 0
+    run.state = RunState.FAILED.value
+    run.error = (run.error or "") + "interrupted attempt released; "
+
+
+def flush_progress(engine: Engine, run_id: int, attempt: str, cost_micro: int, steps: int) -> bool:
+    """Record a running run's cost and steps so far (moved from reserved to spent).
+
+    Called while the run executes so that a killed run's spending is not lost. Returns
+    ``False`` when this attempt no longer owns the run (it was released), or the study was
+    cancelled, so the caller stops.
+    """
+    with session_scope(engine) as s:
+        _write_lock(s)
+        run = s.execute(
+            select(RunRow).where(RunRow.id == run_id).with_for_update()
+        ).scalar_one()
+        if run.attempt != attempt or run.state != RunState.RESERVED.value:
+            return False
+        flushed = run.cost_micro or 0
+        d_cost = cost_micro - flushed
+        d_steps = steps - run.steps_done
+        _move(s, run, d_cost, d_steps)
+        study = s.get(StudyRow, run.study_id)
+        return study is not None and study.state == StudyState.RUNNING.value
+
+
+def _move(s: Session, run: RunRow, d_cost: int, d_steps: int) -> None:
+    """Move ``d_cost`` from the run's reservation into spend (study, candidate, run)."""
+    if d_cost == 0 and d_steps == 0:
+        return
+    from_reserved = min(max(d_cost, 0), run.reserved_micro)
+    from_steps = min(max(d_steps, 0), run.steps_planned - run.steps_done)
+    s.execute(
+        update(StudyRow)
+        .where(StudyRow.id == run.study_id)
+        .values(
+            spend_micro=StudyRow.spend_micro + d_cost,
+            reserved_micro=StudyRow.reserved_micro - from_reserved,
+            steps_used=StudyRow.steps_used + d_steps,
+            steps_reserved=StudyRow.steps_reserved - from_steps,
+        )
+    )
+    s.execute(
+        update(CandidateRow)
+        .where(CandidateRow.id == run.candidate_id)
+        .values(cost_micro=func.coalesce(CandidateRow.cost_micro, 0) + d_cost)
+    )
+    run.reserved_micro -= from_reserved
+    run.cost_micro = (run.cost_micro or 0) + d_cost
+    run.steps_done += d_steps
+
+
+def settle_run(
+    engine: Engine,
+    reservation: Reservation,
+    *,
+    cost_micro: int,
+    steps_done: int,
+    scores: Sequence[tuple[str, float]],
+    state: RunState = RunState.DONE,
+    error: str | None = None,
+) -> bool:
+    """Finish a run: add its real cost to the study and its candidate, release the rest.
+
+    Returns ``False`` (and records nothing) when this attempt no longer owns the run.
+    """
+    with session_scope(engine) as s:
+        _write_lock(s)
+        run = s.execute(
+            select(RunRow).where(RunRow.id == reservation.run_id).with_for_update()
+        ).scalar_one()
+        if run.attempt != reservation.attempt or run.state != RunState.RESERVED.value:
+            return False
+        _move(s, run, cost_micro - (run.cost_micro or 0), steps_done - run.steps_done)
+        # Give back whatever reservation and steps were not used.
+        s.execute(
+            update(StudyRow)
+            .where(StudyRow.id == run.study_id)
+            .values(
+                reserved_micro=StudyRow.reserved_micro - run.reserved_micro,
+                steps_reserved=StudyRow.steps_reserved - (run.steps_planned - run.steps_done),
+            )
+        )
+        run.reserved_micro = 0
+        run.steps_planned = run.steps_done
+        run.state = state.value
+        run.scores_json = [[t, float(v)] for t, v in scores]
+        run.error = error
+        run.finished_at = utcnow()
+        return True
+
+
+def record_stop(engine: Engine, study_id: int, limit: StopLimit = StopLimit.BUDGET_USD) -> None:
+    """Record that a limit stopped the study (the first one recorded wins); no run starts after."""
+    with session_scope(engine) as s:
+        s.execute(
+            update(StudyRow)
+            .where(StudyRow.id == study_id, StudyRow.stop_limit.is_(None))
+            .values(stop_limit=limit.value)
+        )
+
+
+def finish_study(
+    engine: Engine,
+    study_id: int,
+    *,
+    winner_candidate_id: int | None,
+    holdout_score: float | None,
+    holdout_se: float | None,
+    holdout_missing_reason: str | None,
+) -> StudyState:
+    """Record the winner and holdout, set the final state and release the workflow's lock.
+
+    The final state is ``BUDGET_REACHED`` when a limit stopped the study (or cut planned
+    candidates), ``CANCELLED`` when it was cancelled, else ``FINISHED``.
+    """
+    with session_scope(engine) as s:
+        study = get_study(s, study_id)
+        state = StudyState(study.state)
+        cut = s.execute(
+            select(CandidateRow.id).where(
+                CandidateRow.study_id == study_id,
+                CandidateRow.discard_reason.like("not run:%"),
+            )
+        ).first()
+        if state == StudyState.CANCELLED:
+            final = StudyState.CANCELLED
+        elif study.stop_limit is not None or cut is not None:
+            final = StudyState.BUDGET_REACHED
+            if study.stop_limit is None:
+                study.stop_limit = StopLimit.MAX_CANDIDATES.value
+        else:
+            final = StudyState.FINISHED
+        study.state = final.value
+        study.winner_candidate_id = winner_candidate_id
+        study.holdout_score = holdout_score
+        study.holdout_se = holdout_se
+        study.holdout_missing_reason = holdout_missing_reason
+        study.finished_at = utcnow()
+        _release_lock(s, study)
+        return final
+
+
+def active_study(engine: Engine, workspace: str, workflow: str) -> int | None:
+    """The id of the study in flight on a workflow, or ``None``."""
+    with session_scope(engine) as s:
+        lock = s.get(LockRow, (workspace, workflow))
+        return None if lock is None else lock.study_id
+
+
+__all__ = [
+    "AlreadyDone",
+    "LastBacktest",
+    "Refused",
+    "Reservation",
+    "active_study",
+    "cancel_study",
+    "create_study",
+    "finish_study",
+    "flush_progress",
+    "get_study",
+    "mark_failed",
+    "record_stop",
+    "reserve_run",
+    "settle_run",
+    "start_study",
+]

@@ -1,0 +1,344 @@
+"""Running a study: plan its window runs, run each under the budget, rank, score the holdout.
+
+The same functions serve the Dagster job (one op per window run, fanned out) and the local
+runner below (a thread pool, for tests and benchmarks). What a run *does* is delegated to a
+:class:`StudyBackend`: the backtest engine for a real workflow, or :class:`SyntheticBackend`.
+
+Budget safety inside a run: before each step the run asks ``should_stop(cost_so_far, steps)``;
+the guard stops the run (state ``CUT``) when the next step could take its spend past its
+reservation (bound: the largest step cost seen so far in the run, or the per-step estimate),
+so the study's spend stays within the sum of reservations, which the database keeps within the
+budget. The guard also flushes progress to the store about once a second, so a killed run's
+spending is recorded, and stops the run when the study is cancelled.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+from sqlalchemy import Engine, select
+
+from typestrict_pipeline.errors import NotEnoughDataError
+from typestrict_pipeline.store import session_scope
+from typestrict_pipeline.study import repository as repo
+from typestrict_pipeline.study.folds import FoldLayout, Window
+from typestrict_pipeline.study.leaderboard import load_leaderboard
+from typestrict_pipeline.study.stats import newey_west_se
+from typestrict_pipeline.study.tables import (
+    CandidateRow,
+    CandidateState,
+    RunRow,
+    RunState,
+    StudyState,
+    WindowKind,
+)
+
+ShouldStop = Callable[[int, int], bool]
+"""``should_stop(cost_micro_so_far, steps_so_far) -> bool``, asked before each step."""
+
+
+@dataclass(frozen=True)
+class CandidateSpec:
+    """What a backend needs to run one candidate."""
+
+    candidate_id: int
+    index: int
+    params: Mapping[str, Any]
+    prompts: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class WindowOutcome:
+    """What one window run produced: per-step scores keyed by step time, its cost and steps."""
+
+    scores: Sequence[tuple[str, float]]
+    cost_micro: int
+    steps_done: int
+    cut: bool = False
+
+
+class StudyBackend(Protocol):
+    """Runs one candidate over one window (a backtest); ``seal_at`` is the holdout seal."""
+
+    def run_window(
+        self,
+        candidate: CandidateSpec,
+        window: Window,
+        kind: WindowKind,
+        *,
+        seal_at: dt.datetime | None,
+        should_stop: ShouldStop,
+    ) -> WindowOutcome: ...
+
+
+@dataclass(frozen=True)
+class RunKey:
+    """One planned window run: the idempotency key (study, candidate, fold, window) and its bounds."""
+
+    study_id: int
+    candidate_id: int
+    fold: int
+    window: WindowKind
+    start: dt.datetime
+    end: dt.datetime
+    steps: int
+
+    @property
+    def name(self) -> str:
+        """A Dagster-safe mapping key, e.g. ``c12_f3_eval``."""
+        return f"c{self.candidate_id}_f{self.fold}_{self.window.value.lower()}"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How one window run ended: ``DONE``, ``ALREADY_DONE``, ``CUT``, ``REFUSED`` or ``FAILED``."""
+
+    key: RunKey
+    status: str
+    cost_micro: int = 0
+    detail: str | None = None
+
+
+def plan_runs(engine: Engine, study_id: int) -> list[RunKey]:
+    """Every search run of a study, candidate by candidate (tune then eval, fold by fold)."""
+    with session_scope(engine) as s:
+        study = repo.get_study(s, study_id)
+        layout = FoldLayout.from_json(study.layout_json)
+        cands = s.execute(
+            select(CandidateRow.id)
+            .where(CandidateRow.study_id == study_id,
+                   CandidateRow.state != CandidateState.DISCARDED.value)
+            .order_by(CandidateRow.idx)
+        ).scalars().all()
+    keys: list[RunKey] = []
+    for cid in cands:
+        for fold in layout.folds:
+            for kind, win in ((WindowKind.TUNE, fold.tune), (WindowKind.EVAL, fold.eval)):
+                keys.append(RunKey(study_id, cid, fold.index, kind, win.start, win.end, win.steps))
+    return keys
+
+
+def _candidate_spec(engine: Engine, candidate_id: int) -> CandidateSpec:
+    with session_scope(engine) as s:
+        row = s.get(CandidateRow, candidate_id)
+        assert row is not None
+        return CandidateSpec(row.id, row.idx, dict(row.params_json), dict(row.prompts_json))
+
+
+class _Guard:
+    """The per-run ``should_stop``: budget bound per step, progress flushes, cancellation."""
+
+    def __init__(self, engine: Engine, reservation: repo.Reservation, per_step: int,
+                 enforce_cost: bool, flush_every_s: float = 1.0) -> None:
+        self.engine = engine
+        self.reservation = reservation
+        self.per_step = per_step
+        self.enforce_cost = enforce_cost
+        self.flush_every_s = flush_every_s
+        self.last_flush = time.monotonic()
+        self.last_cost = 0
+        self.max_step_cost = 0
+        self.cut = False
+        self.stopped = False
+
+    def __call__(self, cost_micro: int, steps: int) -> bool:
+        if steps > 0:
+            self.max_step_cost = max(self.max_step_cost, cost_micro - self.last_cost)
+        self.last_cost = cost_micro
+        if steps >= self.reservation.steps:
+            return True
+        if self.enforce_cost:
+            bound = max(self.per_step, self.max_step_cost)
+            if cost_micro + bound > self.reservation.reserved_micro:
+                self.cut = True
+                return True
+        now = time.monotonic()
+        if now - self.last_flush >= self.flush_every_s:
+            self.last_flush = now
+            if not repo.flush_progress(self.engine, self.reservation.run_id,
+                                       self.reservation.attempt, cost_micro, steps):
+                self.stopped = True
+                return True
+        return False
+
+
+def execute_run(engine: Engine, key: RunKey, backend: StudyBackend, *,
+                attempt: str | None = None) -> RunResult:
+    """Reserve, run and settle one window run (idempotent on its key).
+
+    Returns ``ALREADY_DONE`` without running anything when an earlier attempt finished it, and
+    ``REFUSED`` when a limit (or a cancel) stops the study before this run.
+    """
+    outcome = repo.reserve_run(engine, key.study_id, key.candidate_id, key.fold, key.window,
+                               key.steps, attempt=attempt)
+    if isinstance(outcome, repo.AlreadyDone):
+        return RunResult(key, "ALREADY_DONE")
+    if isinstance(outcome, repo.Refused):
+        why = outcome.limit.value if outcome.limit else outcome.state.label
+        return RunResult(key, "REFUSED", detail=why)
+    with session_scope(engine) as s:
+        study = repo.get_study(s, key.study_id)
+        layout = FoldLayout.from_json(study.layout_json)
+        per_step = repo.run_estimate_micro(study, 1)
+        enforce = study.budget_micro is not None
+    guard = _Guard(engine, outcome, per_step, enforce)
+    seal = None if key.window == WindowKind.HOLDOUT else layout.seal_at
+    cand = _candidate_spec(engine, key.candidate_id)
+    try:
+        result = backend.run_window(cand, Window(key.start, key.end, key.steps), key.window,
+                                    seal_at=seal, should_stop=guard)
+    except Exception as exc:
+        repo.settle_run(engine, outcome, cost_micro=guard.last_cost, steps_done=0, scores=(),
+                        state=RunState.FAILED, error=f"{type(exc).__name__}: {exc}")
+        raise
+    cut = guard.cut or guard.stopped or result.cut or result.steps_done < key.steps
+    state = RunState.CUT if cut else RunState.DONE
+    repo.settle_run(engine, outcome, cost_micro=result.cost_micro, steps_done=result.steps_done,
+                    scores=result.scores, state=state)
+    if guard.cut:
+        repo.record_stop(engine, key.study_id)
+    return RunResult(key, state.value, result.cost_micro)
+
+
+@dataclass(frozen=True)
+class StudyOutcome:
+    """The end of a study: its state, winner, holdout score (or why it is missing)."""
+
+    study_id: int
+    state: StudyState
+    winner_candidate_id: int | None
+    holdout_score: float | None
+    holdout_se: float | None
+    holdout_missing_reason: str | None
+
+
+def finalize_study(engine: Engine, study_id: int, backend: StudyBackend) -> StudyOutcome:
+    """Rank what ran, pick the winner, score it once on the holdout, close the study."""
+    board = load_leaderboard(engine, study_id)
+    winner = board.winner_candidate_id
+    with session_scope(engine) as s:
+        study = repo.get_study(s, study_id)
+        state = StudyState(study.state)
+        layout = FoldLayout.from_json(study.layout_json)
+        for row in board.rows:
+            cand = s.get(CandidateRow, row.candidate_id)
+            if cand is not None and cand.state == CandidateState.PLANNED.value and row.ran:
+                cand.state = (CandidateState.DONE if row.complete else CandidateState.PARTIAL).value
+    score = se = None
+    missing: str | None = None
+    if winner is None:
+        missing = "No candidate has an out-of-sample score, so there is no winner to score."
+    elif state == StudyState.CANCELLED:
+        missing = "The study was cancelled before the winner's holdout run."
+    else:
+        h = layout.holdout
+        key = RunKey(study_id, winner, repo.HOLDOUT_FOLD, WindowKind.HOLDOUT, h.start, h.end, h.steps)
+        res = execute_run(engine, key, backend)
+        if res.status == "REFUSED":
+            missing = (f"Budget reached before the winner's holdout run ({res.detail}). The "
+                       "ranking stands; the holdout score does not exist. Raise the budget and "
+                       "run the study again to get it.")
+        else:
+            with session_scope(engine) as s:
+                run = s.execute(select(RunRow).where(
+                    RunRow.study_id == study_id, RunRow.candidate_id == winner,
+                    RunRow.fold == repo.HOLDOUT_FOLD, RunRow.window == WindowKind.HOLDOUT.value,
+                )).scalar_one()
+                values = [float(v) for _, v in (run.scores_json or [])]
+                if run.state != RunState.DONE.value:
+                    missing = (f"The holdout run stopped after {run.steps_done} of "
+                               f"{h.steps} steps (the budget could not cover it); a shorter "
+                               "holdout is never scored.")
+            if missing is None:
+                score = float(np.mean(values)) if values else None
+                try:
+                    se = newey_west_se(values, layout.horizon_steps)
+                except NotEnoughDataError:
+                    se = None
+    final = repo.finish_study(engine, study_id, winner_candidate_id=winner, holdout_score=score,
+                              holdout_se=se, holdout_missing_reason=missing)
+    return StudyOutcome(study_id, final, winner, score, se, missing)
+
+
+def run_study_local(engine: Engine, study_id: int, backend: StudyBackend, *,
+                    max_workers: int = 4) -> StudyOutcome:
+    """Run a whole study in this process with a thread pool (tests, benchmarks, no Dagster)."""
+    repo.start_study(engine, study_id)
+    keys = plan_runs(engine, study_id)
+    attempt = uuid.uuid4().hex
+    with ThreadPoolExecutor(max_workers=max_workers) as pool:
+        list(pool.map(lambda k: execute_run(engine, k, backend, attempt=f"{attempt}-{k.name}"),
+                      keys))
+    return finalize_study(engine, study_id, backend)
+
+
+# --------------------------------------------------------------------------- synthetic backend
+
+
+def _unit_hash(*parts: Any) -> float:
+    digest = hashlib.blake2b("|".join(map(str, parts)).encode(), digest_size=8).digest()
+    return (int.from_bytes(digest, "big") + 0.5) / 2.0**64
+
+
+@dataclass
+class SyntheticBackend:
+    """A trivial workflow for tests and benchmarks: each step's score is a draw around the
+    candidate's true skill, deterministic in (seed, candidate index, step time).
+
+    ``skill(params) -> float`` gives a candidate's true mean score; ``noise`` the per-step
+    standard deviation (Gaussian, by inverse CDF of a hash, so reproducible and order-free);
+    ``common`` the share of variance common to all candidates on a step (a hard day is hard
+    for everyone); ``cost_per_step`` micro-USD; ``sleep_s`` a pause per step.
+    """
+
+    skill: Callable[[Mapping[str, Any]], float] = lambda p: float(p.get("skill", 0.5))
+    noise: float = 0.1
+    common: float = 0.3
+    cost_per_step: int = 10
+    seed: int = 0
+    sleep_s: float = 0.0
+    step: dt.timedelta = dt.timedelta(days=1)
+    calls: list[tuple[int, str, str]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def run_window(self, candidate: CandidateSpec, window: Window, kind: WindowKind, *,
+                   seal_at: dt.datetime | None, should_stop: ShouldStop) -> WindowOutcome:
+        from scipy.special import ndtri
+
+        if seal_at is not None and window.end > seal_at:
+            from typestrict_pipeline.errors import LookAheadError
+
+            raise LookAheadError(
+                f"expected a search window ending at or before the holdout seal "
+                f"{seal_at.isoformat()}, got one ending {window.end.isoformat()}. "
+                "The holdout is sealed during the search."
+            )
+        with self._lock:
+            self.calls.append((candidate.index, kind.value, window.start.isoformat()))
+        mu = self.skill(candidate.params)
+        scores: list[tuple[str, float]] = []
+        cost = 0
+        for i in range(window.steps):
+            if should_stop(cost, i):
+                return WindowOutcome(scores, cost, i, cut=True)
+            t = window.start + i * self.step
+            stamp = t.isoformat()
+            z_c = float(ndtri(_unit_hash(self.seed, "common", stamp)))
+            z_i = float(ndtri(_unit_hash(self.seed, candidate.index, stamp)))
+            value = mu + self.noise * (math.sqrt(self.common) * z_c
+                                       + math.sqrt(1.0 - self.common) * z_i)
+            if self.sleep_s:
+                time.sleep(self.sleep_s)
+            scores.append((stamp, value))
+            cost += self.cost_per_step
+        return WindowOutcome(scores, cost, window.steps)
