@@ -1,0 +1,243 @@
+"""Pure core of scheduled re-runs: tick decisions (every message), windows of a chain, lineage statistics."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from typestrict_pipeline.reruns.decide import (
+    Fire,
+    PreviousOutcome,
+    Skip,
+    SkipKind,
+    SubscriptionState,
+    TickState,
+    decide_tick,
+    rerun_run_key,
+)
+from typestrict_pipeline.reruns.lineage import (
+    SCALE_EDGE,
+    SCALE_SCORE,
+    LineageEntry,
+    best_expected_under_noise,
+    render_panel,
+    summarize,
+)
+from typestrict_pipeline.reruns.windows import (
+    RerunWindows,
+    StepWindow,
+    check_chain,
+    plan_rerun_windows,
+)
+from typestrict_pipeline.study.stats import expected_max_normal
+
+BASE = TickState(
+    lineage_root_id="12",
+    next_seq=1,
+    root_exists=True,
+    root_budget_micro_usd=2_000_000,
+    subscription=SubscriptionState.ACTIVE,
+    usage_budget_micro_usd=50_000_000,
+    usage_spent_micro_usd=1_000_000,
+    previous=PreviousOutcome.FINISHED,
+    previous_study_id="12",
+    previous_holdout_end=100,
+    workflow_in_flight=False,
+    available_end=107,
+    min_unseen_steps=20,
+    embargo_steps=1,
+)
+
+
+@pytest.mark.parametrize(
+    ("change", "kind", "message"),
+    [
+        ({}, SkipKind.NOT_ENOUGH_DATA, "Not enough unseen data yet: 7 of 20 steps"),
+        ({"available_end": 100}, SkipKind.NOT_ENOUGH_DATA, "Not enough unseen data yet: 0 of 20 steps"),
+        ({"available_end": 119}, SkipKind.NOT_ENOUGH_DATA, "Not enough unseen data yet: 19 of 20 steps"),
+        ({"workflow_in_flight": True, "available_end": 200}, SkipKind.IN_FLIGHT, "A study or backtest was in flight"),
+        ({"previous": PreviousOutcome.IN_PROGRESS, "available_end": 200}, SkipKind.IN_FLIGHT, "A study or backtest was in flight"),
+        ({"previous": PreviousOutcome.NOT_FINISHED, "available_end": 200}, SkipKind.PREVIOUS_NOT_FINISHED,
+         "The previous study in the lineage did not finish"),
+        ({"root_budget_micro_usd": None, "available_end": 200}, SkipKind.NO_USD_BUDGET, "The root study has no USD budget"),
+        ({"root_exists": False}, SkipKind.ROOT_DELETED, "The root study was deleted"),
+        ({"subscription": SubscriptionState.EXPIRED, "available_end": 200}, SkipKind.SUBSCRIPTION_EXPIRED,
+         "Workspace subscription expired"),
+        ({"usage_spent_micro_usd": 50_000_000, "available_end": 200}, SkipKind.USAGE_EXHAUSTED, "Usage budget exhausted"),
+    ],
+)
+def test_every_skip_reason_has_the_page_message(change: dict[str, object], kind: SkipKind, message: str) -> None:
+    outcome = decide_tick(dataclasses.replace(BASE, **change))  # type: ignore[arg-type]
+    assert isinstance(outcome, Skip)
+    assert (outcome.kind, outcome.message) == (kind, message)
+    assert outcome.turns_schedule_off is (kind is SkipKind.ROOT_DELETED)
+
+
+def test_usage_just_below_the_budget_still_fires() -> None:
+    outcome = decide_tick(dataclasses.replace(BASE, usage_spent_micro_usd=49_999_999, available_end=120))
+    assert isinstance(outcome, Fire)
+
+
+def test_the_first_blocking_reason_wins() -> None:
+    everything_wrong = dataclasses.replace(
+        BASE, root_exists=False, root_budget_micro_usd=None, subscription=SubscriptionState.EXPIRED,
+        usage_spent_micro_usd=10**9, previous=PreviousOutcome.NOT_FINISHED, workflow_in_flight=True,
+    )
+    order = [
+        ("root_exists", True, SkipKind.NO_USD_BUDGET),
+        ("root_budget_micro_usd", 1, SkipKind.SUBSCRIPTION_EXPIRED),
+        ("subscription", SubscriptionState.ACTIVE, SkipKind.USAGE_EXHAUSTED),
+        ("usage_spent_micro_usd", 0, SkipKind.PREVIOUS_NOT_FINISHED),
+        ("previous", PreviousOutcome.FINISHED, SkipKind.IN_FLIGHT),
+        ("workflow_in_flight", False, SkipKind.NOT_ENOUGH_DATA),
+    ]
+    state = everything_wrong
+    first = decide_tick(state)
+    assert isinstance(first, Skip) and first.kind is SkipKind.ROOT_DELETED
+    for field, value, expected in order:
+        state = dataclasses.replace(state, **{field: value})  # type: ignore[arg-type]
+        got = decide_tick(state)
+        assert isinstance(got, Skip) and got.kind is expected, field
+
+
+def test_fire_has_a_stable_run_key_and_new_windows() -> None:
+    state = dataclasses.replace(BASE, available_end=125)
+    a, b = decide_tick(state), decide_tick(state)
+    assert isinstance(a, Fire) and a == b
+    assert a.run_key == rerun_run_key("12", 1) == "study-rerun:12:1"
+    assert a.parent_study_id == "12" and a.seq == 1
+    assert a.windows.holdout == StepWindow(105, 125)
+    assert a.windows.learn_end == 104  # the folds may learn from the previous holdout (steps < 100)
+    # More data before the run starts does not change which re-run the key names.
+    later = decide_tick(dataclasses.replace(state, available_end=140))
+    assert isinstance(later, Fire) and later.run_key == a.run_key
+
+
+def test_chain_of_three_reruns_windows() -> None:
+    """Root holdout [80, 100); min 20; embargo 1; data arrive in batches; three re-runs fire."""
+    root = StepWindow(80, 100)
+    arrivals = [107, 120, 130, 145, 150, 171]
+    prev_end, seq, fired = root.end, 1, []
+    skips = []
+    for available in arrivals:
+        out = decide_tick(dataclasses.replace(
+            BASE, next_seq=seq, previous_holdout_end=prev_end, available_end=available))
+        if isinstance(out, Skip):
+            skips.append(out.message)
+            continue
+        assert isinstance(out, Fire)
+        fired.append(out.windows)
+        prev_end, seq = out.windows.holdout.end, seq + 1
+    assert skips == [
+        "Not enough unseen data yet: 7 of 20 steps",
+        "Not enough unseen data yet: 10 of 20 steps",
+        "Not enough unseen data yet: 5 of 20 steps",
+    ]
+    assert [w.holdout for w in fired] == [StepWindow(100, 120), StepWindow(125, 145), StepWindow(151, 171)]
+    assert [w.learn_end for w in fired] == [99, 124, 150]
+    check_chain(root, fired, 20)
+    # Every holdout is new: disjoint from every earlier holdout, and after it.
+    holdouts = [root] + [w.holdout for w in fired]
+    for i, later in enumerate(holdouts[1:], start=1):
+        for earlier in holdouts[:i]:
+            assert not later.overlaps(earlier) and later.start >= earlier.end
+    # Each re-run's folds may learn from the previous holdout, never from their own holdout.
+    for prev_h, w in zip(holdouts, fired, strict=False):
+        assert w.learn_end >= prev_h.end - 1 and w.learn_end <= w.holdout.start
+
+
+def test_check_chain_names_the_broken_rerun() -> None:
+    bad = [plan_rerun_windows(100, 120, 20), RerunWindows(learn_end=110, holdout=StepWindow(110, 130), unseen_steps=20)]
+    with pytest.raises(ValueError, match="re-run 2: expected a holdout starting at or after step 120"):
+        check_chain(StepWindow(80, 100), bad, 20)  # type: ignore[arg-type]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    root_end=st.integers(0, 500),
+    min_unseen=st.integers(1, 60),
+    embargo=st.integers(0, 5),
+    batches=st.lists(st.integers(0, 90), min_size=1, max_size=25),
+)
+def test_property_holdouts_are_new_full_length_and_disjoint(
+    root_end: int, min_unseen: int, embargo: int, batches: list[int]
+) -> None:
+    prev_end, available, fired = root_end, root_end, []
+    for batch in batches:
+        available += batch
+        w = plan_rerun_windows(prev_end, available, min_unseen, embargo)
+        if w is None:
+            assert available - prev_end < min_unseen
+            continue
+        assert w.holdout.length == min_unseen  # never a shorter window
+        assert w.holdout.start >= prev_end and w.holdout.end == available
+        assert w.learn_end <= w.holdout.start - embargo or w.learn_end == 0
+        fired.append(w)
+        prev_end = w.holdout.end
+    check_chain(StepWindow(max(0, root_end - min_unseen), root_end), fired, min_unseen)
+
+
+def test_plan_refuses_a_non_positive_minimum() -> None:
+    with pytest.raises(ValueError, match="Min unseen steps for a re-run"):
+        plan_rerun_windows(0, 10, 0)
+
+
+# ---- lineage statistics -------------------------------------------------------------------
+
+
+def _entry(seq: int, h: float | None, b: float | None, se: float | None, changed: bool | None = None) -> LineageEntry:
+    return LineageEntry(seq, str(seq), "FINISHED", f"w{seq}", f"c{seq}", h, b, se, changed)
+
+
+def test_noise_line_is_median_se_times_exact_e_k() -> None:
+    ses = [0.01, 0.04, 0.02, 0.03, 0.05]
+    assert best_expected_under_noise(ses) == pytest.approx(0.03 * expected_max_normal(5))
+    assert expected_max_normal(5) == pytest.approx(1.163, abs=5e-4)  # the note's table (§1.1)
+    assert best_expected_under_noise([0.02, 0.02]) == pytest.approx(0.02 / math.sqrt(math.pi))
+
+
+def test_within_noise_flag_at_and_below_the_line() -> None:
+    se = 0.02
+    line = se * expected_max_normal(3)
+    at = [_entry(0, 0.5, 0.5, se), _entry(1, 0.5 + line, 0.5, se), _entry(2, 0.49, 0.5, se)]
+    s = summarize(at)
+    assert s.scale == SCALE_EDGE and s.k == 3
+    assert s.best == pytest.approx(line) and s.within_noise is True  # "at or below"
+    above = [*at[:2], _entry(2, 0.5 + line + 0.01, 0.5, se)]
+    s2 = summarize(above)
+    assert s2.within_noise is False and s2.best_seq == 2
+    assert s2.mean_edge_se == pytest.approx(math.sqrt(3 * se * se) / 3)
+    assert "within noise" in render_panel(at)
+    assert "within noise" not in render_panel(above)
+
+
+def test_without_baselines_the_line_is_on_the_score_scale() -> None:
+    entries = [_entry(0, 0.60, None, 0.02), _entry(1, 0.64, None, 0.02, True)]
+    s = summarize(entries)
+    assert s.scale == SCALE_SCORE
+    assert s.noise_line == pytest.approx(0.62 + 0.02 * expected_max_normal(2))
+    assert s.best == pytest.approx(0.64) and s.within_noise is False  # 0.64 > 0.62 + 0.0113
+    close = summarize([_entry(0, 0.60, None, 0.05), _entry(1, 0.64, None, 0.05, True)])
+    assert close.within_noise is True  # 0.64 ≤ 0.62 + 0.05·0.564
+
+
+def test_undefined_numbers_are_missing_not_zero() -> None:
+    assert summarize([]).noise_line is None
+    s = summarize([_entry(0, 0.6, 0.5, None)])
+    assert s.noise_line is None and "standard error" in (s.missing_reason or "")
+    assert "n/a" in render_panel([_entry(0, 0.6, 0.5, None)])
+    running = LineageEntry(1, None, "PENDING", "w1", None, None, None, None, None)
+    assert summarize([_entry(0, 0.6, 0.5, 0.02), running]).k == 1
+
+
+def test_noise_line_matches_monte_carlo_of_pure_noise() -> None:
+    """Seeded (seed 2026): the mean of the best of k pure-noise edges is the line, to MC error."""
+    rng = np.random.default_rng(2026)
+    k, se, draws = 4, 0.03, 200_000
+    best = (rng.normal(0.0, se, size=(draws, k))).max(axis=1).mean()
+    assert best == pytest.approx(best_expected_under_noise([se] * k), abs=3 * se / math.sqrt(draws) * 2)

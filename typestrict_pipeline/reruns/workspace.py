@@ -1,0 +1,135 @@
+"""A workspace's subscription state and usage budget, and what it spent this period.
+
+* A workspace has a subscription state (``ACTIVE`` or ``EXPIRED``) and a usage budget in integer
+  micro-USD per calendar month (UTC). Scheduled work is refused while the subscription is
+  expired or the month's spend has reached the budget; nothing else is changed, so the schedule
+  resumes by itself once the workspace is restored (renewed, budget raised, or a new month).
+* Spend is every metered run of the workspace in the period: live runs, backtests and studies
+  (a study's runs are backtests, metered ``HISTORICAL``). It is read from the backtest engine's
+  usage records (by workspace, day, workflow and mode) through a :class:`SpendSource`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy import Engine, select
+
+from typestrict_pipeline.errors import InputError
+from typestrict_pipeline.reruns.decide import SubscriptionState
+from typestrict_pipeline.reruns.tables import Workspace
+from typestrict_pipeline.store import session_scope, utcnow
+
+#: ``(workspace_id, first_day, last_day_inclusive) -> micro-USD spent``.
+SpendSource = Callable[[str, dt.date, dt.date], int]
+
+
+@dataclass(frozen=True)
+class WorkspaceStatus:
+    """A workspace's state now.
+
+    Attributes:
+        workspace_id: the workspace.
+        subscription: its subscription state.
+        usage_budget_micro_usd: its budget for the period.
+        spent_micro_usd: what it spent in the period.
+        period: first and last day (inclusive, UTC) of the period.
+    """
+
+    workspace_id: str
+    subscription: SubscriptionState
+    usage_budget_micro_usd: int
+    spent_micro_usd: int
+    period: tuple[dt.date, dt.date]
+
+    @property
+    def usage_exhausted(self) -> bool:
+        """Spend has reached the budget."""
+        return self.spent_micro_usd >= self.usage_budget_micro_usd
+
+
+def usage_period(now: dt.datetime) -> tuple[dt.date, dt.date]:
+    """The calendar month (UTC) containing ``now``: first and last day, inclusive.
+
+    >>> usage_period(dt.datetime(2026, 2, 14, 23, 0, tzinfo=dt.UTC))
+    (datetime.date(2026, 2, 1), datetime.date(2026, 2, 28))
+    >>> usage_period(dt.datetime(2026, 12, 31, tzinfo=dt.UTC))[1]
+    datetime.date(2026, 12, 31)
+    """
+    day = now.astimezone(dt.UTC).date()
+    first = day.replace(day=1)
+    nxt = first.replace(year=first.year + 1, month=1) if first.month == 12 else first.replace(month=first.month + 1)
+    return first, nxt - dt.timedelta(days=1)
+
+
+def set_workspace(
+    engine: Engine,
+    workspace_id: str,
+    *,
+    subscription: SubscriptionState | None = None,
+    usage_budget_micro_usd: int | None = None,
+) -> None:
+    """Create or update a workspace's subscription state and usage budget.
+
+    A new workspace needs both; an existing one changes only what is given.
+
+    Raises:
+        InputError: a new workspace without both values, or a negative budget.
+    """
+    if usage_budget_micro_usd is not None and (
+        not isinstance(usage_budget_micro_usd, int) or usage_budget_micro_usd < 0
+    ):
+        raise InputError(
+            "a usage budget in whole micro-USD ≥ 0", repr(usage_budget_micro_usd), "give e.g. 50_000_000 for $50"
+        )
+    with session_scope(engine) as session:
+        row = session.get(Workspace, workspace_id, with_for_update=True)
+        if row is None:
+            if subscription is None or usage_budget_micro_usd is None:
+                raise InputError(
+                    f"a subscription state and a usage budget for the new workspace {workspace_id!r}",
+                    f"subscription={subscription}, budget={usage_budget_micro_usd}",
+                    "give both (e.g. --subscription ACTIVE --budget-usd 50)",
+                )
+            session.add(
+                Workspace(
+                    workspace_id=workspace_id,
+                    subscription=subscription,
+                    usage_budget_micro_usd=usage_budget_micro_usd,
+                    updated_at=utcnow(),
+                )
+            )
+            return
+        if subscription is not None:
+            row.subscription = subscription
+        if usage_budget_micro_usd is not None:
+            row.usage_budget_micro_usd = usage_budget_micro_usd
+        row.updated_at = utcnow()
+
+
+def workspace_status(
+    engine: Engine, workspace_id: str, now: dt.datetime, spend: SpendSource
+) -> WorkspaceStatus | None:
+    """The workspace's state now, or ``None`` when it has no record.
+
+    Args:
+        engine: the store.
+        workspace_id: the workspace.
+        now: the current time (aware).
+        spend: where spend comes from (the backtest engine's usage records).
+    """
+    with session_scope(engine) as session:
+        row = session.execute(select(Workspace).where(Workspace.workspace_id == workspace_id)).scalar_one_or_none()
+        if row is None:
+            return None
+        subscription, budget = row.subscription, row.usage_budget_micro_usd
+    first, last = usage_period(now)
+    return WorkspaceStatus(
+        workspace_id=workspace_id,
+        subscription=subscription,
+        usage_budget_micro_usd=budget,
+        spent_micro_usd=int(spend(workspace_id, first, last)),
+        period=(first, last),
+    )
