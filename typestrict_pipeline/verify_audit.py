@@ -40,6 +40,7 @@ AUDIT_FORMAT = "typestrict-refund-audit"
 AUDIT_VERSION = 1
 SEED_DOMAIN = b"typestrict-refund-seed-v1\x00"
 STREAM_DOMAIN = b"typestrict-refund-resample-v1\x00"
+DATA_DOMAIN = b"typestrict-refund-data-v1\x00"
 RESAMPLES = 2000
 BRIER_UNIT = 2**40
 WEIGHTS = (0.5, 0.3, 0.2)
@@ -150,6 +151,23 @@ def seed_of(name: str, hashes: Sequence[str]) -> bytes:
     for d in sorted(bytes.fromhex(x) for x in hashes):
         h.update(d)
     return h.digest()
+
+
+def data_digest(
+    kind: str, answers: Sequence[str], hashes: Sequence[str], ys: Sequence[int],
+    offered: Sequence[int], pm: Sequence[Sequence[float]], pj: Sequence[Sequence[float]],
+) -> str:
+    """SHA-256 of the decision's kind, answers and rows, exactly as the producer binds them."""
+    h = hashlib.sha256(DATA_DOMAIN)
+    h.update(kind.encode("utf-8") + b"\x00")
+    for a in answers:
+        h.update(a.encode("utf-8") + b"\x00")
+    k = len(answers)
+    pack = struct.Struct(f">II{k}d{k}d").pack
+    for i, sha in enumerate(hashes):
+        h.update(bytes.fromhex(sha))
+        h.update(pack(ys[i], offered[i], *pm[i], *pj[i]))
+    return h.hexdigest()
 
 
 def _frac(f: Fraction) -> str:
@@ -453,6 +471,7 @@ def _decision(dec: Any, where: str, diffs: _Diffs) -> tuple[str, bool]:
     nothing_collapses = all(v != "broken" for v in margins.values())
     beats = gain_is_real and nothing_collapses
     expected = {
+        "data_sha256": data_digest(kind, answers, hashes, ys, offered, pm, pj),
         "n": n,
         "f1_answers": labels,
         "worst_eligible": eligible,

@@ -25,7 +25,7 @@ import json
 import os
 import struct
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -79,6 +79,32 @@ def gains_sha256(gains: tuple[float, ...] | list[float]) -> str:
     return hashlib.sha256(struct.pack(f">{len(gains)}d", *gains)).hexdigest()
 
 
+DATA_DOMAIN = b"typestrict-refund-data-v1\x00"
+
+
+def data_sha256(
+    kind: str,
+    answers: Sequence[str],
+    rows: Sequence[tuple[str, int, int, Sequence[float], Sequence[float]]],
+) -> str:
+    """SHA-256 binding a decision's kind, answers and rows (so no probability can change unseen).
+
+    ``SHA-256(DATA_DOMAIN + kind + NUL + (answer + NUL)… + per row: 32-byte text digest,
+    y and n_options as big-endian u32, then p_model and p_jev as big-endian doubles)``.
+    ``rows`` holds ``(text_sha256, y, n_options, p_model, p_jev)`` in canonical order.
+    """
+    h = hashlib.sha256(DATA_DOMAIN)
+    h.update(kind.encode("utf-8") + b"\x00")
+    for a in answers:
+        h.update(a.encode("utf-8") + b"\x00")
+    k = len(answers)
+    pack = struct.Struct(f">II{k}d{k}d").pack
+    for sha, y, n_options, pm, pj in rows:
+        h.update(bytes.fromhex(sha))
+        h.update(pack(y, n_options, *pm, *pj))
+    return h.hexdigest()
+
+
 def _metrics(m: Metrics, answers: tuple[str, ...]) -> dict[str, Any]:
     return {
         "macro_f1": m.macro_f1,
@@ -127,6 +153,20 @@ def _decision(r: DecisionReport) -> dict[str, Any]:
         "answers": list(r.answers),
         "rows": rows,
         "report": {
+            "data_sha256": data_sha256(
+                r.kind.value,
+                r.answers,
+                [
+                    (
+                        row.text_sha256,
+                        row.y,
+                        len(r.answers) if row.n_options is None else row.n_options,
+                        row.p_model,
+                        row.p_jev,
+                    )
+                    for row in r.rows
+                ],
+            ),
             "n": r.n,
             "f1_answers": list(r.f1_answers),
             "worst_eligible": list(r.worst_eligible),
