@@ -167,7 +167,7 @@ def test_spend_is_idempotent_and_refuses_an_overdraft(ledger: CreditLedger) -> N
         ledger.spend("ws", "b", now=T0)
     with pytest.raises(InsufficientCreditsError, match="has no credit account"):
         ledger.spend("nobody", "c", now=T0)
-    with pytest.raises(InputError, match="expected a spend entry for training .z. before"):
+    with pytest.raises(InputError, match=r"expected a spend entry for training .z. before"):
         ledger.settle("ws", "z", Verdict.REFUND, reason="r", charge_if_unspent=False)
 
 

@@ -1,0 +1,88 @@
+"""``typestrict credits ...`` and ``typestrict audit MODEL_ID`` (byte-identical to the audit file)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from typestrict_pipeline.cli import main
+from typestrict_pipeline.credits import CreditLedger, SettlementRequest, settle_training
+from typestrict_pipeline.refund.audit import build_audit, write_audit
+from typestrict_pipeline.refund.rule import judge
+from typestrict_pipeline.refund.synthetic import synthetic_decision
+from typestrict_pipeline.refund.types import Verdict
+from typestrict_pipeline.store import open_store
+
+T0 = dt.datetime(2026, 6, 1, tzinfo=dt.UTC)
+
+
+def _settled_with_audit(url: str, tmp_path: Path) -> tuple[Path, Verdict]:
+    judgement = judge([synthetic_decision(seed=3, n=80, n_answers=3, ties=True)],
+                      keep_if_loses=True, resamples=200)
+    audit = write_audit(tmp_path / "audits" / "tr_9.json",
+                        build_audit(judgement, training_id="tr_9", model_id="m9", jev_id="jev"))
+    engine = open_store(url)
+    CreditLedger(engine).grant("acme", 2, reference="inv-1", now=T0)
+    settle_training(engine, SettlementRequest("acme", "tr_9", judgement.verdict, "r",
+                                              keep_if_loses=True, model_dir=tmp_path / "m",
+                                              audit_json=audit.read_bytes()), now=T0)
+    engine.dispose()
+    return audit, judgement.verdict
+
+
+def test_audit_command_prints_the_audit_file_byte_for_byte(sqlite_url: str, tmp_path: Path) -> None:
+    audit, _ = _settled_with_audit(sqlite_url, tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "typestrict_pipeline.cli", "audit", "tr_9", "--url", sqlite_url],
+        capture_output=True, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == audit.read_bytes()
+    out = tmp_path / "copy.json"
+    assert main(["audit", "tr_9", "--url", sqlite_url, "-o", str(out)]) == 0
+    assert out.read_bytes() == audit.read_bytes()
+
+
+def test_audit_command_names_a_missing_model(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["audit", "nope", "--url", sqlite_url]) == 2
+    assert "expected a model with id 'nope', got none in the store" in capsys.readouterr().err
+
+
+def test_balance_and_ledger_commands(store_url: str, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    _, verdict = _settled_with_audit(store_url, tmp_path)
+    refund = 1 if verdict.refunds_credit else 0
+    assert main(["credits", "balance", "acme", "--url", store_url]) == 0
+    balance = 1 + refund
+    assert capsys.readouterr().out == f"workspace acme: balance {balance} credit{'s' if balance != 1 else ''}\n"
+    assert main(["credits", "ledger", "acme", "--url", store_url]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("#") and "grant +2 -> 2  reference=inv-1" in out[0]
+    assert "spend -1 -> 1  training=tr_9" in out[1]
+    assert f"settlement +{refund} -> {balance}  training=tr_9 verdict={verdict.value}" in out[2]
+    assert out[3] == f"balance {balance} (3 entries)"
+    assert main(["credits", "ledger", "acme", "--json", "--training", "tr_9", "--url", store_url]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+    assert main(["credits", "balance", "ghost", "--url", store_url]) == 0
+    assert capsys.readouterr().out == "workspace ghost: balance 0 credits (no credit account yet)\n"
+
+
+def test_grant_spend_adjust_and_refusals(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["credits", "grant", "w", "1", "--reference", "a", "--url", sqlite_url]) == 0
+    assert main(["credits", "spend", "w", "t1", "--url", sqlite_url]) == 0
+    capsys.readouterr()
+    assert main(["credits", "spend", "w", "t2", "--url", sqlite_url]) == 2
+    err = capsys.readouterr().err
+    assert "expected at least 1 credit(s) in workspace 'w' for spend 't2', got 0" in err
+    assert "typestrict credits grant w N --reference KEY" in err
+    assert main(["credits", "adjust", "w", "1", "--reference", "T-1", "--reason", "goodwill",
+                 "--url", sqlite_url]) == 0
+    assert main(["credits", "expire", "--now", "2026-01-01T00:00:00", "--url", sqlite_url]) == 2
+    assert "expected an ISO 8601 time with a zone" in capsys.readouterr().err
+    assert main(["credits", "models", "w", "--url", sqlite_url]) == 0
+    assert main(["credits", "balance", "w", "--url", sqlite_url]) == 0
+    assert capsys.readouterr().out.endswith("workspace w: balance 1 credit\n")
