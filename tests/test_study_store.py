@@ -1,0 +1,244 @@
+"""Studies in the store: the one-study lock, budget reservations under parallel runs, resume,
+cancel, limits, legacy studies without cost (SQLite and the real PostgreSQL server)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from alembic import command
+from sqlalchemy import text
+
+from typestrict_pipeline.errors import ConflictError, LimitError
+from typestrict_pipeline.store import create_store_engine, open_store, session_scope
+from typestrict_pipeline.store.engine import alembic_config
+from typestrict_pipeline.study import repository as repo
+from typestrict_pipeline.study.folds import FoldLayout, plan_folds
+from typestrict_pipeline.study.leaderboard import load_leaderboard, render_markdown
+from typestrict_pipeline.study.limits import StudyLimits
+from typestrict_pipeline.study.runner import (
+    RunKey,
+    SyntheticBackend,
+    execute_run,
+    plan_runs,
+    run_study_local,
+)
+from typestrict_pipeline.study.space import SearchSpace
+from typestrict_pipeline.study.tables import StudyRow, StudyState, WindowKind
+
+UTC = dt.UTC
+
+
+def _layout(n_folds: int = 2) -> FoldLayout:
+    return plan_folds(start=dt.datetime(2012, 1, 1, tzinfo=UTC), end=dt.datetime(2012, 12, 1, tzinfo=UTC),
+                      step=dt.timedelta(days=1), n_folds=n_folds, tune_steps=20, eval_steps=20,
+                      holdout_steps=20)
+
+
+def _create(engine, *, workflow: str = "wx", n: int = 4, limits: StudyLimits | None = None,
+            last: repo.LastBacktest | None = repo.LastBacktest(1000, 100)) -> int:  # type: ignore[no-untyped-def]
+    space = SearchSpace(grid={"skill": [0.5 + 0.01 * i for i in range(n)]})
+    return repo.create_study(engine, workspace="demo", workflow=workflow, workflow_version="v1",
+                             space=space, layout=_layout(), limits=limits or StudyLimits(n, 10_000),
+                             last_backtest=last)
+
+
+def test_study_without_limits_or_without_backtest_for_usd_is_refused(sqlite_url: str) -> None:
+    engine = open_store(sqlite_url)
+    with pytest.raises(LimitError, match="expected Max candidates"):
+        _create(engine, limits=StudyLimits(None, 100))
+    with pytest.raises(LimitError, match="This version has no completed backtest in your workspace "
+                                         "to estimate from. Run one, then try again, or leave the "
+                                         "USD budget empty."):
+        _create(engine, limits=StudyLimits(4, 1000, 5_000), last=None)
+    _create(engine, limits=StudyLimits(4, 1000, None), last=None)  # no USD budget: allowed
+
+
+def test_second_study_on_a_workflow_is_refused_until_the_first_ends(store_url: str) -> None:
+    engine = open_store(store_url)
+    first = _create(engine)
+    with pytest.raises(ConflictError, match=f"got study {first} .PENDING.. One study at a time per workflow"):
+        _create(engine)
+    _create(engine, workflow="other")  # another workflow is fine
+    assert repo.cancel_study(engine, first) == StudyState.CANCELLED
+    _create(engine)
+
+
+def test_two_concurrent_starts_cannot_both_pass_on_postgres(pg_url: str) -> None:
+    open_store(pg_url)
+    barrier = threading.Barrier(8)
+    results: list[object] = []
+
+    def start() -> None:
+        engine = create_store_engine(pg_url)
+        barrier.wait()
+        try:
+            results.append(_create(engine))
+        except ConflictError as exc:
+            results.append(exc)
+        finally:
+            engine.dispose()
+
+    threads = [threading.Thread(target=start) for _ in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert sum(isinstance(r, int) for r in results) == 1
+    assert sum(isinstance(r, ConflictError) for r in results) == 7
+
+
+def test_parallel_runs_never_overshoot_the_usd_budget_on_postgres(pg_url: str) -> None:
+    engine = open_store(pg_url)
+    # 10 micro-USD per step by the last backtest; each 20-step window reserves 200.
+    sid = _create(engine, n=8, limits=StudyLimits(8, 100_000, budget_micro=2_500),
+                  last=repo.LastBacktest(1000, 100))
+    repo.start_study(engine, sid)
+    keys = plan_runs(engine, sid)
+    backend = SyntheticBackend(cost_per_step=10)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(lambda k: execute_run(create_store_engine(pg_url), k, backend), keys))
+    with session_scope(engine) as s:
+        study = s.get(StudyRow, sid)
+        assert study is not None
+        assert study.spend_micro is not None and study.spend_micro <= 2_500
+        assert study.reserved_micro == 0 and study.steps_reserved == 0
+        assert study.stop_limit == "Budget (USD)"
+        ran = [r for r in results if r.status == "DONE"]
+        assert study.spend_micro == sum(r.cost_micro for r in ran) == 200 * len(ran)
+        assert len(ran) == 12  # 2_500 // 200
+        cost_by_candidate = s.execute(text(
+            "SELECT COALESCE(SUM(cost_micro), 0) FROM study_candidates WHERE study_id = :s"), {"s": sid}).scalar()
+        assert cost_by_candidate == study.spend_micro
+
+
+def test_budget_below_the_estimate_stops_before_the_holdout_and_says_so(sqlite_url: str) -> None:
+    engine = open_store(sqlite_url)
+    # 2 candidates × 2 folds × 2 windows × 20 steps = 160 steps + 20 holdout = 180 steps at 10 µ$.
+    sid = _create(engine, n=2, limits=StudyLimits(2, 100_000, budget_micro=1_700))
+    out = run_study_local(engine, sid, SyntheticBackend(cost_per_step=10), max_workers=2)
+    assert out.state == StudyState.BUDGET_REACHED
+    assert out.holdout_score is None
+    assert out.holdout_missing_reason is not None
+    assert out.holdout_missing_reason.startswith("Budget reached before the winner's holdout run (Budget (USD))")
+    board = load_leaderboard(engine, sid)
+    md = render_markdown(board)
+    assert "Budget reached (limit: Budget (USD))" in md
+    assert "$0.0016 of $0.0017 budget" in md
+    assert "≈ $0.0018 for 2 candidates × 2 folds × 2 windows + the holdout" in md
+    assert board.run == 2 and board.winner_candidate_id is not None
+
+
+def test_max_total_steps_stops_the_study_and_keeps_what_ran(sqlite_url: str) -> None:
+    engine = open_store(sqlite_url)
+    sid = _create(engine, n=4, limits=StudyLimits(4, 200))
+    out = run_study_local(engine, sid, SyntheticBackend(), max_workers=1)
+    assert out.state == StudyState.BUDGET_REACHED
+    board = load_leaderboard(engine, sid)
+    assert board.stop_limit == "Max total steps"
+    assert board.run == 3  # 200 steps = 2.5 candidates: the third ran its first window(s)
+    assert any(not r.complete for r in board.rows)
+    with session_scope(engine) as s:
+        study = s.get(StudyRow, sid)
+        assert study is not None and study.steps_used <= 200
+
+
+def test_max_candidates_discards_the_rest_and_still_scores_the_holdout(sqlite_url: str) -> None:
+    engine = open_store(sqlite_url)
+    space = SearchSpace(grid={"skill": [0.5, 0.6, 0.55, 0.52]})
+    sid = repo.create_study(engine, workspace="demo", workflow="wx", workflow_version="v1",
+                            space=space, layout=_layout(), limits=StudyLimits(2, 10_000))
+    out = run_study_local(engine, sid, SyntheticBackend(), max_workers=2)
+    assert out.state == StudyState.BUDGET_REACHED
+    assert out.holdout_score is not None
+    board = load_leaderboard(engine, sid)
+    assert (board.planned, board.run, board.discarded) == (4, 2, 2)
+    assert board.discard_reasons == {"not run: Max candidates reached": 2}
+    assert board.stop_limit == "Max candidates"
+
+
+def test_a_real_edge_wins_and_is_scored_on_the_holdout(sqlite_url: str) -> None:
+    engine = open_store(sqlite_url)
+    space = SearchSpace(grid={"skill": [0.5, 0.5, 0.5, 0.6]}, random={"x": __import__(
+        "typestrict_pipeline.study.space", fromlist=["RandomParam"]).RandomParam(0, 1)}, random_draws=2)
+    sid = repo.create_study(engine, workspace="demo", workflow="wx", workflow_version="v1",
+                            space=space, layout=_layout(), limits=StudyLimits(10, 10_000))
+    out = run_study_local(engine, sid, SyntheticBackend(noise=0.05), max_workers=3)
+    assert out.state == StudyState.FINISHED
+    board = load_leaderboard(engine, sid)
+    assert (board.planned, board.run, board.discarded) == (8, 4, 4)
+    assert board.discard_reasons == {"duplicate": 4}
+    winner = next(r for r in board.rows if r.candidate_id == board.winner_candidate_id)
+    assert "skill=0.6" in winner.label and winner.rank == 1
+    assert board.stats.found_nothing is False
+    assert out.holdout_score == pytest.approx(0.6, abs=0.05)
+
+
+def test_finished_runs_are_not_rerun_or_charged_twice(sqlite_url: str) -> None:
+    engine = open_store(sqlite_url)
+    sid = _create(engine, n=2)
+    repo.start_study(engine, sid)
+    keys = plan_runs(engine, sid)
+    backend = SyntheticBackend(cost_per_step=10)
+    first = [execute_run(engine, k, backend) for k in keys[:3]]
+    # A killed attempt: reserved, never settled.
+    killed = repo.reserve_run(engine, sid, keys[3].candidate_id, keys[3].fold, keys[3].window, keys[3].steps)
+    assert isinstance(killed, repo.Reservation)
+    again = [execute_run(engine, k, backend) for k in keys]
+    assert [r.status for r in first] == ["DONE"] * 3
+    assert [r.status for r in again[:3]] == ["ALREADY_DONE"] * 3
+    assert all(r.status == "DONE" for r in again[3:])
+    with session_scope(engine) as s:
+        study = s.get(StudyRow, sid)
+        assert study is not None
+        assert study.spend_micro == 10 * sum(k.steps for k in keys)
+        assert study.reserved_micro == 0 and study.steps_reserved == 0
+    assert len(backend.calls) == len(keys)
+
+
+def test_cancel_keeps_what_ran_and_frees_the_workflow(sqlite_url: str) -> None:
+    engine = open_store(sqlite_url)
+    sid = _create(engine, n=2)
+    repo.start_study(engine, sid)
+    keys = plan_runs(engine, sid)
+    backend = SyntheticBackend()
+    execute_run(engine, keys[0], backend)
+    execute_run(engine, keys[1], backend)
+    repo.cancel_study(engine, sid)
+    assert execute_run(engine, keys[2], backend).status == "REFUSED"
+    from typestrict_pipeline.study.runner import finalize_study
+
+    out = finalize_study(engine, sid, backend)
+    assert out.state == StudyState.CANCELLED
+    assert out.holdout_missing_reason == "The study was cancelled before the winner's holdout run."
+    assert load_leaderboard(engine, sid).run == 1
+    assert repo.active_study(engine, "demo", "wx") is None
+
+
+def test_study_created_before_cost_tracking_shows_no_cost(sqlite_url: str) -> None:
+    engine = create_store_engine(sqlite_url)
+    cfg = alembic_config(engine)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "studies_0001")
+    layout = _layout().to_json()
+    import json
+
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO study_studies (workspace, workflow, workflow_version, state, space_json, "
+            "layout_json, config_json, horizon_steps, holdout_start, holdout_end, max_candidates, "
+            "max_total_steps, candidates_planned, steps_used, steps_reserved, created_at) VALUES "
+            "('demo', 'old', 'v0', 'FINISHED', '{}', :layout, '{}', 1, '2012-11-11 00:00:00', "
+            "'2012-12-01 00:00:00', 2, 100, 1, 80, 0, '2012-12-02 00:00:00')"), {"layout": json.dumps(layout)})
+    engine = open_store(sqlite_url)  # upgrade heads: studies_0002 adds cost columns
+    with session_scope(engine) as s:
+        old = s.query(StudyRow).one()
+        assert old.cost_tracked is False and old.spend_micro is None
+    board = load_leaderboard(engine, old.id)
+    assert board.spend_micro is None
+    md = render_markdown(board)
+    assert "created before cost tracking; no cost is shown" in md
+    assert "$0.00" not in md
