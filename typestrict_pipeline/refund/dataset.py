@@ -146,7 +146,10 @@ def read_table(path: Path, fmt: DatasetFormat) -> dict[str, list[Any]]:
     """
     if not path.exists():
         raise DatasetError(
-            "an existing dataset file", "no such file", "check dataset.path in the manifest", file=str(path)
+            "an existing dataset file",
+            "no such file",
+            "check dataset.path in the manifest",
+            file=str(path),
         )
     if fmt is DatasetFormat.CSV:
         return _read_csv(path)
@@ -162,11 +165,17 @@ def _read_csv(path: Path) -> dict[str, list[Any]]:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_filter=False)
     except UnicodeDecodeError as exc:
         raise DatasetError(
-            "a UTF-8 encoded CSV file", f"undecodable bytes ({exc.reason})", "save the file as UTF-8", file=str(path)
+            "a UTF-8 encoded CSV file",
+            f"undecodable bytes ({exc.reason})",
+            "save the file as UTF-8",
+            file=str(path),
         ) from exc
     except Exception as exc:
         raise DatasetError(
-            "a CSV file with a header row", f"{type(exc).__name__}: {exc}", "check the file", file=str(path)
+            "a CSV file with a header row",
+            f"{type(exc).__name__}: {exc}",
+            "check the file",
+            file=str(path),
         ) from exc
     return {str(col): frame[col].tolist() for col in frame.columns}
 
@@ -188,7 +197,9 @@ def _read_jsonl(path: Path) -> dict[str, list[Any]]:
     try:
         handle = path.open(encoding="utf-8")
     except OSError as exc:
-        raise DatasetError("a readable file", type(exc).__name__, "check the file", file=str(path)) from exc
+        raise DatasetError(
+            "a readable file", type(exc).__name__, "check the file", file=str(path)
+        ) from exc
     with handle:
         row = 0
         try:
@@ -200,16 +211,27 @@ def _read_jsonl(path: Path) -> dict[str, list[Any]]:
                     value = json.loads(line)
                 except json.JSONDecodeError as exc:
                     raise DatasetError(
-                        "one JSON object per line", f"invalid JSON ({exc.msg})", "fix that line", file=str(path), row=row
+                        "one JSON object per line",
+                        f"invalid JSON ({exc.msg})",
+                        "fix that line",
+                        file=str(path),
+                        row=row,
                     ) from exc
                 if not isinstance(value, dict):
                     raise DatasetError(
-                        "a JSON object", type(value).__name__, "write each row as {...}", file=str(path), row=row
+                        "a JSON object",
+                        type(value).__name__,
+                        "write each row as {...}",
+                        file=str(path),
+                        row=row,
                     )
                 rows.append(value)
         except UnicodeDecodeError as exc:
             raise DatasetError(
-                "a UTF-8 encoded file", f"undecodable bytes after row {row}", "save the file as UTF-8", file=str(path)
+                "a UTF-8 encoded file",
+                f"undecodable bytes after row {row}",
+                "save the file as UTF-8",
+                file=str(path),
             ) from exc
     names: dict[str, None] = {}
     for value in rows:
@@ -236,32 +258,37 @@ def _require_column(table: dict[str, list[Any]], name: str, role: str, file: str
     lowered = {c.lower().strip(): c for c in available}
     close = [lowered[name.lower().strip()]] if name.lower().strip() in lowered else []
     close = close or difflib.get_close_matches(name, available, n=3, cutoff=0.5)
-    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
     raise DatasetError(
         f"a column named {name!r} ({role})",
         f"no such column; the file has {available}",
-        f"{hint}rename the column in the file or fix the column name in the manifest",
+        f"rename the column in the file or fix the column name in the manifest{hint}",
         file=file,
         column=name,
     )
 
 
-def _scalar(
-    value: Any, *, file: str, row: int, column: str, what: str
-) -> str | None:
+def _scalar(value: Any, *, file: str, row: int, column: str, what: str) -> str | None:
     """A cell as text: None/NaN → None; str as is; int → decimal text; anything else is an error."""
     if value is None:
         return None
     if isinstance(value, str):
         return value
     if isinstance(value, bool):
-        raise DatasetError(f"{what} as text", repr(value), "write it as text", file=file, row=row, column=column)
+        raise DatasetError(
+            f"{what} as text", repr(value), "write it as text", file=file, row=row, column=column
+        )
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float) and math.isnan(value):
         return None
     raise DatasetError(
-        f"{what} as text", f"{type(value).__name__} {value!r}", "write it as text", file=file, row=row, column=column
+        f"{what} as text",
+        f"{type(value).__name__} {value!r}",
+        "write it as text",
+        file=file,
+        row=row,
+        column=column,
     )
 
 
@@ -291,7 +318,9 @@ def _parse_options(value: Any, *, file: str, row: int, column: str) -> tuple[str
             ) from None
     if hasattr(value, "tolist") and not isinstance(value, list):
         value = value.tolist()
-    if not isinstance(value, list | tuple) or not all(isinstance(o, str) and o.strip() for o in value):
+    if not isinstance(value, list | tuple) or not all(
+        isinstance(o, str) and o.strip() for o in value
+    ):
         raise DatasetError(
             "a list of non-empty strings",
             repr(value)[:60],
@@ -330,14 +359,20 @@ def _outside_error(
     value: str,
     allowed: Sequence[str],
     decision: str,
-    kind: str,
+    multiple_choice: bool,
 ) -> DatasetError:
     close = difflib.get_close_matches(value, list(allowed), n=1, cutoff=0.6)
-    hint = f"did you mean {close[0]!r}? " if close else ""
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    if multiple_choice:
+        expected = f"one of this example's options for decision {decision!r} {list(allowed)}"
+        fix = f"fix the cell{hint}, or add the right answer to the example's options"
+    else:
+        expected = f"one of the answers of decision {decision!r} {list(allowed)}"
+        fix = f"fix the cell{hint}, or add the answer to the decision's answers in the manifest"
     return DatasetError(
-        f"one of the {kind} of decision {decision!r} {list(allowed)}",
+        expected,
         f"{value!r} ({_rows_text(rows)})",
-        f"{hint}fix the cell, or add the answer to the decision's answers in the manifest",
+        fix,
         file=file,
         row=rows[0],
         column=column,
@@ -351,7 +386,7 @@ def _check_labels(
     file: str,
     column: str,
     decision: str,
-    kind: str,
+    multiple_choice: bool,
     first_row: int,
 ) -> None:
     bad: dict[str, list[int]] = {}
@@ -360,10 +395,14 @@ def _check_labels(
             bad.setdefault(label, []).append(i + first_row)
     if bad:
         value, rows = min(bad.items(), key=lambda item: item[1][0])
-        raise _outside_error(file, column, rows, value, allowed_for(rows[0] - first_row), decision, kind)
+        raise _outside_error(
+            file, column, rows, value, allowed_for(rows[0] - first_row), decision, multiple_choice
+        )
 
 
-def validate_dataset(table: dict[str, list[Any]], manifest: TrainingManifest, *, file: str | None = None) -> Dataset:
+def validate_dataset(
+    table: dict[str, list[Any]], manifest: TrainingManifest, *, file: str | None = None
+) -> Dataset:
     """Validate columns read by :func:`read_table` against the manifest.
 
     Args:
@@ -398,7 +437,9 @@ def validate_dataset(table: dict[str, list[Any]], manifest: TrainingManifest, *,
     first = 1
     ids_raw = _require_column(table, cols.id, "dataset.columns.id", name)
     texts_raw = _require_column(table, cols.text, "dataset.columns.text", name)
-    groups_raw = _require_column(table, cols.group, "dataset.columns.group", name) if cols.group else None
+    groups_raw = (
+        _require_column(table, cols.group, "dataset.columns.group", name) if cols.group else None
+    )
     for decision in manifest.decisions:
         where = f"decision {decision.name!r}"
         if decision.answer_column is not None:
@@ -412,7 +453,9 @@ def validate_dataset(table: dict[str, list[Any]], manifest: TrainingManifest, *,
 
     n = len(ids_raw)
     if n == 0:
-        raise NotEnoughDataError(f"{name}: expected at least one data row, got none. Add examples to the dataset.")
+        raise NotEnoughDataError(
+            f"{name}: expected at least one data row, got none. Add examples to the dataset."
+        )
 
     ids: list[str] = []
     seen: dict[str, int] = {}
@@ -480,7 +523,9 @@ def validate_dataset(table: dict[str, list[Any]], manifest: TrainingManifest, *,
     examples = tuple(
         Example(id=ids[i], text=texts[i], group=groups[i], row=i + first) for i in range(n)
     )
-    decisions = tuple(_validate_decision(table, d, cols, name, n, first) for d in manifest.decisions)
+    decisions = tuple(
+        _validate_decision(table, d, cols, name, n, first) for d in manifest.decisions
+    )
     return Dataset(path=str(spec.path), columns=cols, examples=examples, decisions=decisions)
 
 
@@ -528,24 +573,31 @@ def _validate_decision(
         def allowed(i: int) -> Sequence[str]:
             return opts[i]
 
-        kind = "options of its example for"
     else:
         answers = decision.answers
 
         def allowed(i: int) -> Sequence[str]:
             return answers
 
-        kind = "answers"
-
     if decision.answer_column is not None:
         _check_labels(
-            labels, allowed_for=allowed, file=name, column=decision.answer_column,
-            decision=decision.name, kind=kind, first_row=first,
+            labels,
+            allowed_for=allowed,
+            file=name,
+            column=decision.answer_column,
+            decision=decision.name,
+            multiple_choice=options is not None,
+            first_row=first,
         )
     if review_column is not None:
         _check_labels(
-            reviews, allowed_for=allowed, file=name, column=review_column,
-            decision=decision.name, kind=kind, first_row=first,
+            reviews,
+            allowed_for=allowed,
+            file=name,
+            column=review_column,
+            decision=decision.name,
+            multiple_choice=options is not None,
+            first_row=first,
         )
 
     n_labeled = sum(1 for v in labels if v is not None)

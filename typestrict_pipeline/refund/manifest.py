@@ -267,7 +267,15 @@ _DECISION_KEYS = (
 )
 _PREDICTIONS_KEYS = ("jev", "model")
 _FILE_SOURCE_KEYS = ("kind", "path")
-_ENDPOINT_KEYS = ("kind", "base_url", "model", "api_key_env", "timeout_s", "max_attempts", "top_logprobs")
+_ENDPOINT_KEYS = (
+    "kind",
+    "base_url",
+    "model",
+    "api_key_env",
+    "timeout_s",
+    "max_attempts",
+    "top_logprobs",
+)
 _TRAINING_KEYS = ("status", "reason")
 _OPTION_KEYS = ("keep_if_loses",)
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
@@ -310,16 +318,18 @@ def _check_keys(
     required: tuple[str, ...],
 ) -> Mapping[str, Any]:
     if not isinstance(obj, dict):
-        raise ctx.fail(where, "a JSON object", _describe(obj), f"write {where} as an object {{...}}")
+        raise ctx.fail(
+            where, "a JSON object", _describe(obj), f"write {where} as an object {{...}}"
+        )
     for key in obj:
         if key not in allowed:
             close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
-            hint = f"did you mean {close[0]!r}? " if close else ""
+            action = f"rename it to {close[0]!r}" if close else "remove it"
             raise ctx.fail(
                 f"{where}.{key}" if where != "(top level)" else str(key),
                 f"one of the keys {list(allowed)}",
                 f"the unknown key {key!r}",
-                f"{hint}remove or rename it (unknown keys are refused so a typo never changes the result)",
+                f"{action} (unknown keys are refused so a typo never changes the result)",
             )
     for key in required:
         if key not in obj:
@@ -397,7 +407,9 @@ def _parse_dataset(ctx: _Ctx, raw: Any, base: Path | None) -> DatasetSpec:
     else:
         allowed = [f.value for f in DatasetFormat]
         if fmt_raw not in allowed:
-            raise ctx.fail("dataset.format", f"one of {allowed}", _describe(fmt_raw), "set a supported format")
+            raise ctx.fail(
+                "dataset.format", f"one of {allowed}", _describe(fmt_raw), "set a supported format"
+            )
         fmt = DatasetFormat(fmt_raw)
     cols = _check_keys(ctx, "dataset.columns", obj["columns"], _COLUMN_KEYS, ("id", "text"))
     columns = Columns(
@@ -415,7 +427,9 @@ def _parse_dataset(ctx: _Ctx, raw: Any, base: Path | None) -> DatasetSpec:
             f"{columns.id!r} for both",
             "name the id column and the text column separately",
         )
-    return DatasetSpec(path=_resolve(base, written), path_as_written=written, format=fmt, columns=columns)
+    return DatasetSpec(
+        path=_resolve(base, written), path_as_written=written, format=fmt, columns=columns
+    )
 
 
 def _parse_decision(ctx: _Ctx, index: int, raw: Any, columns: Columns) -> DecisionSpec:
@@ -424,7 +438,9 @@ def _parse_decision(ctx: _Ctx, index: int, raw: Any, columns: Columns) -> Decisi
     name = _name(ctx, f"{where}.name", obj["name"])
     question = _required_string(ctx, f"{where}.question", obj["question"])
     answer_column = _string(ctx, f"{where}.answer_column", obj.get("answer_column"), optional=True)
-    options_column = _string(ctx, f"{where}.options_column", obj.get("options_column"), optional=True)
+    options_column = _string(
+        ctx, f"{where}.options_column", obj.get("options_column"), optional=True
+    )
     review_column = _string(ctx, f"{where}.review_column", obj.get("review_column"), optional=True)
     has_answers = "answers" in obj and obj["answers"] is not None
     if has_answers == (options_column is not None):
@@ -494,8 +510,15 @@ def _parse_decision(ctx: _Ctx, index: int, raw: Any, columns: Columns) -> Decisi
 def _positive_number(ctx: _Ctx, where: str, value: Any, default: float) -> float:
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise ctx.fail(where, "a positive number", _describe(value), f"set {where} to a number above 0")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ctx.fail(
+            where, "a positive number", _describe(value), f"set {where} to a number above 0"
+        )
     return float(value)
 
 
@@ -503,13 +526,17 @@ def _int_in(ctx: _Ctx, where: str, value: Any, default: int, low: int, high: int
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ctx.fail(where, f"an integer from {low} to {high}", _describe(value), f"set {where} within range")
+        raise ctx.fail(
+            where, f"an integer from {low} to {high}", _describe(value), f"set {where} within range"
+        )
     return value
 
 
 def _parse_source(ctx: _Ctx, where: str, raw: Any, base: Path | None) -> PredictionSource:
     if not isinstance(raw, dict):
-        raise ctx.fail(where, "a JSON object", _describe(raw), "see docs/manifest.md for the two kinds")
+        raise ctx.fail(
+            where, "a JSON object", _describe(raw), "see docs/manifest.md for the two kinds"
+        )
     kind = raw.get("kind")
     if kind == "file":
         obj = _check_keys(ctx, where, raw, _FILE_SOURCE_KEYS, ("kind", "path"))
@@ -542,7 +569,9 @@ def _parse_source(ctx: _Ctx, where: str, raw: Any, base: Path | None) -> Predict
     )
 
 
-def parse_manifest(raw: Any, *, source: str = "<memory>", base_dir: Path | None = None) -> TrainingManifest:
+def parse_manifest(
+    raw: Any, *, source: str = "<memory>", base_dir: Path | None = None
+) -> TrainingManifest:
     """Validate an already-decoded manifest object.
 
     Args:
@@ -589,13 +618,18 @@ def parse_manifest(raw: Any, *, source: str = "<memory>", base_dir: Path | None 
     names = [d.name for d in decisions]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
-        raise ctx.fail("decisions", "unique decision names", f"{repeated} used more than once", "rename them")
+        raise ctx.fail(
+            "decisions", "unique decision names", f"{repeated} used more than once", "rename them"
+        )
 
     training = _check_keys(ctx, "training", obj["training"], _TRAINING_KEYS, ("status",))
     allowed_status = [s.value for s in TrainingStatus]
     if training["status"] not in allowed_status:
         raise ctx.fail(
-            "training.status", f"one of {allowed_status}", _describe(training["status"]), "set the status"
+            "training.status",
+            f"one of {allowed_status}",
+            _describe(training["status"]),
+            "set the status",
         )
     status = TrainingStatus(training["status"])
     reason = _string(ctx, "training.reason", training.get("reason"), optional=True)
@@ -630,7 +664,9 @@ def parse_manifest(raw: Any, *, source: str = "<memory>", base_dir: Path | None 
     opts = _check_keys(ctx, "options", obj.get("options", {}), _OPTION_KEYS, ())
     keep = opts.get("keep_if_loses", False)
     if not isinstance(keep, bool):
-        raise ctx.fail("options.keep_if_loses", "true or false", _describe(keep), "write true or false")
+        raise ctx.fail(
+            "options.keep_if_loses", "true or false", _describe(keep), "write true or false"
+        )
 
     return TrainingManifest(
         source=source,

@@ -1,0 +1,289 @@
+"""Dataset loading: each bad input gets one clear error naming file, row and column."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from typestrict_pipeline.errors import DatasetError, NotEnoughDataError
+from typestrict_pipeline.refund.dataset import load_dataset
+from typestrict_pipeline.refund.manifest import TrainingManifest, load_manifest
+from typestrict_pipeline.refund.types import DecisionKind
+
+SINGLE = {
+    "name": "sentiment",
+    "question": "Is the review positive?",
+    "answer_column": "label",
+    "answers": ["no", "yes"],
+}
+CHOICE = {
+    "name": "title",
+    "question": "Which title fits?",
+    "answer_column": "right",
+    "options_column": "options",
+}
+
+
+def setup(
+    tmp_path: Path,
+    rows: list[dict[str, Any]],
+    *,
+    fmt: str = "csv",
+    decisions: list[dict[str, Any]] | None = None,
+    columns: dict[str, Any] | None = None,
+) -> TrainingManifest:
+    data = tmp_path / f"data.{fmt}"
+    if fmt == "csv":
+        names = list(dict.fromkeys(k for r in rows for k in r))
+        with data.open("w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=names)
+            writer.writeheader()
+            for r in rows:
+                writer.writerow(
+                    {k: (json.dumps(v) if isinstance(v, list) else v) for k, v in r.items()}
+                )
+    elif fmt == "jsonl":
+        data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    else:
+        pq.write_table(pa.Table.from_pylist(rows), data)
+    manifest = {
+        "manifest_version": 1,
+        "training_id": "t1",
+        "workspace_id": "demo",
+        "dataset": {"path": data.name, "columns": columns or {"id": "id", "text": "text"}},
+        "decisions": decisions or [SINGLE],
+        "predictions": {
+            "jev": {"kind": "file", "path": "jev.jsonl"},
+            "model": {"kind": "file", "path": "m.jsonl"},
+        },
+        "training": {"status": "succeeded"},
+    }
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps(manifest), encoding="utf-8")
+    return load_manifest(path)
+
+
+def good_rows() -> list[dict[str, Any]]:
+    return [
+        {"id": "a", "text": "I loved it", "label": "yes", "grp": "m1"},
+        {"id": "b", "text": "Dull.", "label": "no", "grp": "m1"},
+        {"id": "c", "text": "  fine  ", "label": "", "grp": ""},
+    ]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+def test_loads_every_format(tmp_path: Path, fmt: str) -> None:
+    m = setup(tmp_path, good_rows(), fmt=fmt, columns={"id": "id", "text": "text", "group": "grp"})
+    ds = load_dataset(m)
+    assert [e.id for e in ds.examples] == ["a", "b", "c"]
+    assert [e.row for e in ds.examples] == [1, 2, 3]
+    assert ds.examples[2].text == "  fine  "  # kept exactly: it is hashed as sent
+    assert [e.group for e in ds.examples] == ["m1", "m1", None]  # an empty group: its own group
+    labels = ds.decision("sentiment")
+    assert labels.labels == ("yes", "no", None) and labels.n_labeled == 2 and labels.n_reviewed == 0
+
+
+def test_integer_ids_from_jsonl_are_text(tmp_path: Path) -> None:
+    rows = [{"id": 1, "text": "x", "label": "yes"}, {"id": 2, "text": "y", "label": "no"}]
+    ds = load_dataset(setup(tmp_path, rows, fmt="jsonl"))
+    assert [e.id for e in ds.examples] == ["1", "2"]
+
+
+def test_missing_column_suggests_a_close_name(tmp_path: Path) -> None:
+    rows = [{"id": "a", "text": "x", "lable": "yes"}]
+    with pytest.raises(DatasetError) as info:
+        load_dataset(setup(tmp_path, rows))
+    msg = str(info.value)
+    assert "data.csv, column 'label': expected a column named 'label'" in msg
+    assert "no such column; the file has ['id', 'text', 'lable']" in msg
+    assert "(did you mean 'lable'?)" in msg
+    assert info.value.column == "label" and info.value.row is None
+
+
+def test_misnamed_column_by_case(tmp_path: Path) -> None:
+    rows = [{"ID": "a", "text": "x", "label": "yes"}]
+    with pytest.raises(
+        DatasetError, match=r"column 'id': expected a column named 'id'.*\(did you mean 'ID'\?\)"
+    ):
+        load_dataset(setup(tmp_path, rows))
+
+
+def test_empty_text(tmp_path: Path) -> None:
+    rows = [
+        *good_rows(),
+        {"id": "d", "text": "   ", "label": "yes"},
+        {"id": "e", "text": "", "label": "no"},
+    ]
+    with pytest.raises(
+        DatasetError,
+        match=r"data.csv, row 4, column 'text': expected a non-empty text on every row, got an empty text \(rows 4, 5\)",
+    ):
+        load_dataset(setup(tmp_path, rows))
+
+
+def test_duplicate_ids(tmp_path: Path) -> None:
+    rows = [*good_rows(), {"id": "b", "text": "again", "label": "yes"}]
+    with pytest.raises(
+        DatasetError,
+        match=r"data.csv, row 4, column 'id': expected unique ids, got 'b' again \(first at row 2\)",
+    ):
+        load_dataset(setup(tmp_path, rows))
+
+
+def test_empty_id(tmp_path: Path) -> None:
+    rows = [*good_rows(), {"id": "", "text": "z", "label": "yes"}]
+    with pytest.raises(
+        DatasetError, match=r"row 4, column 'id': expected a non-empty id on every row"
+    ):
+        load_dataset(setup(tmp_path, rows))
+
+
+def test_answer_outside_the_decision(tmp_path: Path) -> None:
+    rows = [
+        *good_rows(),
+        {"id": "d", "text": "meh", "label": "Yes"},
+        {"id": "e", "text": "ok", "label": "Yes"},
+    ]
+    with pytest.raises(DatasetError) as info:
+        load_dataset(setup(tmp_path, rows))
+    msg = str(info.value)
+    assert (
+        "data.csv, row 4, column 'label': expected one of the answers of decision 'sentiment' ['no', 'yes'], got 'Yes' (rows 4, 5)"
+    ) in msg
+    assert "(did you mean 'yes'?)" in msg
+
+
+def test_fewer_than_two_answers_in_the_data(tmp_path: Path) -> None:
+    rows = [{"id": "a", "text": "x", "label": "yes"}, {"id": "b", "text": "y", "label": "yes"}]
+    with pytest.raises(
+        DatasetError,
+        match=r"data.csv, column 'label': expected at least 2 different answers among the labeled examples of decision 'sentiment', got only \['yes'\]",
+    ):
+        load_dataset(setup(tmp_path, rows))
+
+
+def test_no_labeled_and_no_reviewed_examples(tmp_path: Path) -> None:
+    rows = [
+        {"id": "a", "text": "x", "label": "", "rev": ""},
+        {"id": "b", "text": "y", "label": "", "rev": ""},
+    ]
+    m = setup(tmp_path, rows, columns={"id": "id", "text": "text", "review_label": "rev"})
+    with pytest.raises(
+        NotEnoughDataError,
+        match=r"data.csv: expected labeled examples or examples a person labeled in review for decision 'sentiment' \(columns \['label', 'rev'\]\), got none",
+    ):
+        load_dataset(m)
+
+
+def test_review_labels_are_checked_too(tmp_path: Path) -> None:
+    rows = [
+        {"id": "a", "text": "x", "label": "", "rev": "yes"},
+        {"id": "b", "text": "y", "label": "", "rev": "perhaps"},
+    ]
+    m = setup(tmp_path, rows, columns={"id": "id", "text": "text", "review_label": "rev"})
+    with pytest.raises(
+        DatasetError,
+        match=r"row 2, column 'rev': expected one of the answers of decision 'sentiment'",
+    ):
+        load_dataset(m)
+
+
+def test_reviewed_only_dataset_loads(tmp_path: Path) -> None:
+    rows = [
+        {"id": "a", "text": "x", "rev": "yes"},
+        {"id": "b", "text": "y", "rev": "no"},
+        {"id": "c", "text": "z", "rev": ""},
+    ]
+    decision = {"name": "sentiment", "question": "q?", "answers": ["no", "yes"]}
+    m = setup(
+        tmp_path,
+        rows,
+        decisions=[decision],
+        columns={"id": "id", "text": "text", "review_label": "rev"},
+    )
+    labels = load_dataset(m).decision("sentiment")
+    assert labels.n_labeled == 0 and labels.reviews == ("yes", "no", None)
+
+
+def mc_rows() -> list[dict[str, Any]]:
+    return [
+        {
+            "id": "a",
+            "text": "A heist film",
+            "right": "Ocean's",
+            "options": ["Ocean's", "Heat", "Up"],
+        },
+        {"id": "b", "text": "A balloon house", "right": "Up", "options": ["Up", "Cars"]},
+    ]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+def test_multiple_choice_loads(tmp_path: Path, fmt: str) -> None:
+    ds = load_dataset(setup(tmp_path, mc_rows(), fmt=fmt, decisions=[CHOICE]))
+    labels = ds.decision("title")
+    assert labels.spec.kind is DecisionKind.MULTIPLE_CHOICE
+    assert labels.options == (("Ocean's", "Heat", "Up"), ("Up", "Cars"))
+
+
+def test_options_missing_on_some_examples(tmp_path: Path) -> None:
+    rows = [*mc_rows(), {"id": "c", "text": "Space", "right": "", "options": ""}]
+    with pytest.raises(
+        DatasetError,
+        match=r"data.csv, row 3, column 'options': expected options on every example of multiple-choice decision 'title', got no options \(row 3\)",
+    ):
+        load_dataset(setup(tmp_path, rows, decisions=[CHOICE]))
+
+
+def test_right_answer_not_among_the_options(tmp_path: Path) -> None:
+    rows = mc_rows()
+    rows[1]["right"] = "Heat"
+    with pytest.raises(
+        DatasetError,
+        match=r"data.csv, row 2, column 'right': expected one of this example's options for decision 'title' \['Up', 'Cars'\], got 'Heat' \(row 2\). Fix the cell, or add the right answer to the example's options",
+    ):
+        load_dataset(setup(tmp_path, rows, decisions=[CHOICE]))
+
+
+@pytest.mark.parametrize(
+    ("cell", "pattern"),
+    [
+        ("Up, Cars", r"row 2, column 'options': expected a JSON list of options"),
+        (["Up"], r"row 2, column 'options': expected at least 2 options, got 1"),
+        (["Up", "Up"], r"row 2, column 'options': expected each option listed once"),
+    ],
+)
+def test_bad_options(tmp_path: Path, cell: Any, pattern: str) -> None:
+    rows = mc_rows()
+    rows[1]["options"] = cell
+    with pytest.raises(DatasetError, match=pattern):
+        load_dataset(setup(tmp_path, rows, decisions=[CHOICE]))
+
+
+def test_missing_file_and_bad_jsonl(tmp_path: Path) -> None:
+    m = setup(tmp_path, good_rows())
+    m.dataset.path.unlink()
+    with pytest.raises(
+        DatasetError, match=r"data.csv: expected an existing dataset file, got no such file"
+    ):
+        load_dataset(m)
+    m = setup(tmp_path, good_rows(), fmt="jsonl")
+    m.dataset.path.write_text('{"id": "a", "text": "x"}\n{"id": "b", oops\n', encoding="utf-8")
+    with pytest.raises(
+        DatasetError,
+        match=r"data.jsonl, row 2: expected one JSON object per line, got invalid JSON",
+    ):
+        load_dataset(m)
+
+
+def test_non_text_cell_in_jsonl(tmp_path: Path) -> None:
+    rows = [{"id": "a", "text": 3.5, "label": "yes"}]
+    with pytest.raises(
+        DatasetError, match=r"row 1, column 'text': expected a text as text, got float 3.5"
+    ):
+        load_dataset(setup(tmp_path, rows, fmt="jsonl"))
