@@ -1,7 +1,517 @@
-"""Dagster wiring for the refund area (not built yet)."""
+"""Dagster wiring for the refund area: one partition per training, one verdict per partition.
+
+Asset group ``refund``, partitioned by the dynamic partitions definition ``trainings`` (a partition
+key is a training id; its manifest is found by the ``refund_trainings`` resource)::
+
+    dataset → holdout → jev_predictions ─┐
+                     └→ model_predictions → metrics → verdict → audit
+
+``verdict`` carries two asset checks, "the gain is real" and "nothing collapses"; ``verdict_job``
+materializes the whole group for one partition. Every number comes from the pure core
+(``typestrict_pipeline.refund``); this module only reads settings, calls it, and shows results.
+
+A training that failed on our side goes through the same chain: no dataset is read, no
+predictions are asked, and the verdict is ``failed`` with the manifest's reason.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import dagster as dg
+import pandas as pd
+
+from resources.refund import RefundModelClientResource, RefundTrainingsResource, SystemAnswers
+from typestrict_pipeline.refund.audit import build_audit, write_audit
+from typestrict_pipeline.refund.dataset import Dataset, load_dataset
+from typestrict_pipeline.refund.holdout import Holdout, split_decisions
+from typestrict_pipeline.refund.manifest import TrainingManifest, TrainingStatus
+from typestrict_pipeline.refund.metrics import MAX_DROP, METRIC_NAMES
+from typestrict_pipeline.refund.predictions import build_decision_data
+from typestrict_pipeline.refund.rule import (
+    DecisionReport,
+    MarginStatus,
+    TrainingJudgement,
+    failed_training,
+    judge_decision,
+    judge_training,
+)
+
+GROUP = "refund"
+trainings_partitions = dg.DynamicPartitionsDefinition(name="trainings")
+
+_JEV_NAME = "Jev"
+_RESOURCE_TRAININGS = "refund_trainings"
+
+
+# ------------------------------------------------------------------------------------------------
+# Values passed between assets (plain, picklable)
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadedTraining:
+    """The ``dataset`` asset's value: the manifest, and the dataset unless the training failed."""
+
+    manifest: TrainingManifest
+    dataset: Dataset | None
+
+    @property
+    def failed(self) -> bool:
+        return self.manifest.status is TrainingStatus.FAILED
+
+
+# ------------------------------------------------------------------------------------------------
+# Presentation (pure: tested directly)
+# ------------------------------------------------------------------------------------------------
+
+
+def _fmt(value: float | None, digits: int = 4) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _fmt_delta(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.4f}"
+
+
+def metrics_table_markdown(report: DecisionReport, *, jev_label: str = _JEV_NAME) -> str:
+    """The four metrics of both systems side by side, with deltas and margins (Markdown).
+
+    ``Δ`` is model − Jev; the margin column shows the largest drop allowed and whether it held.
+    """
+    lines = [
+        f"| metric | model | {jev_label} | Δ (model − {jev_label}) | margin | held |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for name in METRIC_NAMES:
+        status = report.margins[name]
+        held = {
+            MarginStatus.HELD: "yes",
+            MarginStatus.BROKEN: "**NO**",
+            MarginStatus.NOT_APPLICABLE: "n/a (no answer with 5 test examples)",
+        }[status]
+        margin = MAX_DROP[name]
+        lines.append(
+            f"| {name} | {_fmt(report.model.value(name))} | {_fmt(report.jev.value(name))} | "
+            f"{_fmt_delta(report.deltas[name])} | −{float(margin):.2f} | {held} |"
+        )
+    return "\n".join(lines)
+
+
+def decision_summary_markdown(report: DecisionReport, *, jev_label: str = _JEV_NAME) -> str:
+    """One decision: the table, G, its 5th percentile, the count of G ≤ 0, the outcome."""
+    boot = report.bootstrap
+    outcome = "beats" if report.beats else "does not beat"
+    return "\n".join(
+        [
+            f"### Decision `{report.name}`: model {outcome} {jev_label} (n = {report.n} test examples)",
+            "",
+            metrics_table_markdown(report, jev_label=jev_label),
+            "",
+            f"- G = 0.5·Δmacro_f1 + 0.3·Δbrier_skill + 0.2·Δselective_acc_80 = **{report.gain:+.4f}**",
+            f"- 5th percentile of G over {boot.resamples} paired resamples: **{boot.q05:+.4f}** "
+            f"(G ≤ 0 in {boot.n_gain_le_0} of {boot.resamples})",
+            f"- the gain is real (q05 > 0): {'yes' if report.gain_is_real else 'no'}; "
+            f"nothing collapses: {'yes' if report.nothing_collapses else 'no'}",
+        ]
+    )
+
+
+def verdict_markdown(judgement: TrainingJudgement, *, jev_label: str = _JEV_NAME) -> str:
+    """The whole verdict as Markdown (what the ``verdict`` asset shows in the UI)."""
+    head = f"## Verdict: **{judgement.verdict.value}**"
+    if judgement.failure_reason is not None:
+        return "\n".join(
+            [head, "", f"The training failed: {judgement.failure_reason}", "",
+             "The credit comes back (a failed training always refunds)."]
+        )
+    n = len(judgement.decisions)
+    credit = "comes back" if judgement.refunds_credit else "stays spent"
+    parts = [
+        head,
+        "",
+        f"Decisions won: {judgement.won} of {n} (needed {judgement.needed}); "
+        f"settling decision: `{judgement.settling_decision}`; the credit {credit}.",
+    ]
+    for report in judgement.decisions:
+        parts += ["", decision_summary_markdown(report, jev_label=jev_label)]
+    return "\n".join(parts)
+
+
+# ------------------------------------------------------------------------------------------------
+# Assets
+# ------------------------------------------------------------------------------------------------
+
+
+def _training_id(context: dg.AssetExecutionContext) -> str:
+    key: str = context.partition_key
+    return key
+
+
+@dg.asset(
+    group_name=GROUP,
+    partitions_def=trainings_partitions,
+    kinds={"python"},
+    description="The training's manifest and its validated dataset (not read for a failed training).",
+)
+def dataset(
+    context: dg.AssetExecutionContext, refund_trainings: RefundTrainingsResource
+) -> dg.MaterializeResult[LoadedTraining]:
+    training_id = _training_id(context)
+    manifest = refund_trainings.load(training_id)
+    meta: dict[str, Any] = {
+        "training_id": training_id,
+        "workspace_id": manifest.workspace_id,
+        "status": manifest.status.value,
+        "decisions": ", ".join(d.name for d in manifest.decisions),
+        "keep_if_loses": manifest.options.keep_if_loses,
+    }
+    if manifest.status is TrainingStatus.FAILED:
+        meta["failure_reason"] = manifest.failure_reason or ""
+        return dg.MaterializeResult(value=LoadedTraining(manifest, None), metadata=meta)
+    data = load_dataset(manifest)
+    meta["rows"] = len(data.examples)
+    meta["grouped"] = data.columns.group is not None
+    for labels in data.decisions:
+        meta[f"labeled[{labels.name}]"] = labels.n_labeled
+    return dg.MaterializeResult(value=LoadedTraining(manifest, data), metadata=meta)
+
+
+@dataclass(frozen=True)
+class TrainingHoldout:
+    """The ``holdout`` asset's value: each decision's split, and every example's role.
+
+    Attributes:
+        training: the upstream :class:`LoadedTraining`.
+        holdouts: one split per decision, in manifest order (empty for a failed training).
+        roles: one row per (decision, example): ``decision, id, group, answer, role``.
+    """
+
+    training: LoadedTraining
+    holdouts: tuple[Holdout, ...]
+    roles: pd.DataFrame
+
+    def holdout(self, decision: str) -> Holdout:
+        for h in self.holdouts:
+            if h.decision == decision:
+                return h
+        raise KeyError(f"no split for decision {decision!r}; have {[h.decision for h in self.holdouts]}")
+
+
+def roles_frame(holdouts: Sequence[Holdout]) -> pd.DataFrame:
+    """Every example of every decision with its role (``test`` / ``train`` / ``excluded``)."""
+    records = [
+        (h.decision, r.id, r.group, r.answer, r.role.value) for h in holdouts for r in h.rows
+    ]
+    return pd.DataFrame.from_records(
+        records, columns=["decision", "id", "group", "answer", "role"]
+    )
+
+
+@dg.asset(
+    group_name=GROUP,
+    partitions_def=trainings_partitions,
+    kinds={"pandas"},
+    description="Each decision's held-out test examples; every example listed with its role.",
+)
+def holdout(
+    context: dg.AssetExecutionContext, dataset: LoadedTraining
+) -> dg.MaterializeResult[TrainingHoldout]:
+    if dataset.dataset is None:
+        empty = roles_frame(())
+        return dg.MaterializeResult(
+            value=TrainingHoldout(dataset, (), empty),
+            metadata={"status": "failed training: no split needed"},
+        )
+    holdouts = split_decisions(dataset.dataset)
+    roles = roles_frame(holdouts)
+    meta: dict[str, Any] = {"dagster/row_count": len(roles)}
+    lines = ["| decision | test | train | excluded | test groups | capped |", "|---|---:|---:|---:|---:|---|"]
+    for h in holdouts:
+        s = h.summary
+        meta[f"{h.decision}: test"] = s.n_test
+        meta[f"{h.decision}: train"] = s.n_train
+        meta[f"{h.decision}: excluded"] = s.n_excluded
+        lines.append(
+            f"| {h.decision} | {s.n_test} | {s.n_train} | {s.n_excluded} | {s.groups_test} | "
+            f"{'yes' if s.capped else 'no'} |"
+        )
+    meta["split"] = dg.MetadataValue.md("\n".join(lines))
+    meta["preview"] = dg.MetadataValue.md(roles.head(10).to_markdown(index=False))
+    context.log.info("held out %s", ", ".join(f"{h.decision}: {h.summary.n_test}" for h in holdouts))
+    return dg.MaterializeResult(value=TrainingHoldout(dataset, holdouts, roles), metadata=meta)
+
+
+def _ask(
+    context: dg.AssetExecutionContext,
+    client_resource: RefundModelClientResource,
+    holdout: TrainingHoldout,
+    *,
+    system: str,
+) -> dg.MaterializeResult[SystemAnswers]:
+    training = holdout.training
+    manifest = training.manifest
+    source = manifest.jev if system == "jev" else manifest.model
+    if training.dataset is None:
+        return dg.MaterializeResult(
+            value=SystemAnswers.none(system),
+            metadata={"status": "failed training: no predictions needed"},
+        )
+    asked = client_resource.predict(
+        system=system, source=source, dataset=training.dataset, holdouts=holdout.holdouts,
+        log=context.log,
+    )
+    meta: dict[str, Any] = {
+        "system": asked.label,
+        "system_id": asked.system_id,
+        "predictions": len(asked.predictions.predictions),
+        "calls": asked.usage.calls,
+        "prompt_tokens": asked.usage.prompt_tokens,
+        "completion_tokens": asked.usage.completion_tokens,
+        "seconds": dg.MetadataValue.float(asked.seconds),
+    }
+    return dg.MaterializeResult(value=asked, metadata=meta)
+
+
+@dg.asset(
+    group_name=GROUP,
+    partitions_def=trainings_partitions,
+    kinds={"python"},
+    description="Jev's probabilities on every decision's test examples: the same question and "
+    "examples as the model, used only to measure.",
+)
+def jev_predictions(
+    context: dg.AssetExecutionContext,
+    refund_jev_client: RefundModelClientResource,
+    holdout: TrainingHoldout,
+) -> dg.MaterializeResult[SystemAnswers]:
+    return _ask(context, refund_jev_client, holdout, system="jev")
+
+
+@dg.asset(
+    group_name=GROUP,
+    partitions_def=trainings_partitions,
+    kinds={"python"},
+    description="The trained model's probabilities on every decision's test examples.",
+)
+def model_predictions(
+    context: dg.AssetExecutionContext,
+    refund_model_client: RefundModelClientResource,
+    holdout: TrainingHoldout,
+) -> dg.MaterializeResult[SystemAnswers]:
+    return _ask(context, refund_model_client, holdout, system="model")
+
+
+@dataclass(frozen=True)
+class TrainingMetrics:
+    """The ``metrics`` asset's value: each decision's report (none for a failed training)."""
+
+    training: LoadedTraining
+    reports: tuple[DecisionReport, ...]
+    model_id: str
+    jev_id: str
+    split: dict[str, Any]
+    jev_label: str = _JEV_NAME
+
+
+def _verdict_metadata(judgement: TrainingJudgement, jev_label: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "verdict": judgement.verdict.value,
+        "refunds_credit": judgement.refunds_credit,
+        "report": dg.MetadataValue.md(verdict_markdown(judgement, jev_label=jev_label)),
+    }
+    if judgement.failure_reason is not None:
+        meta["failure_reason"] = judgement.failure_reason
+        return meta
+    meta["settling_decision"] = judgement.settling_decision or ""
+    meta["decisions_won"] = f"{judgement.won} of {len(judgement.decisions)} (needed {judgement.needed})"
+    for r in judgement.decisions:
+        prefix = f"{r.name}: " if len(judgement.decisions) > 1 else ""
+        meta[f"{prefix}G"] = dg.MetadataValue.float(r.gain)
+        meta[f"{prefix}G q05"] = dg.MetadataValue.float(r.bootstrap.q05)
+        meta[f"{prefix}count G<=0"] = r.bootstrap.n_gain_le_0
+        meta[f"{prefix}beats"] = r.beats
+    return meta
+
+
+@dg.asset(
+    group_name=GROUP,
+    partitions_def=trainings_partitions,
+    kinds={"python"},
+    description="Four metrics per system and decision, margins, G and the paired bootstrap.",
+)
+def metrics(
+    context: dg.AssetExecutionContext,
+    holdout: TrainingHoldout,
+    jev_predictions: SystemAnswers,
+    model_predictions: SystemAnswers,
+) -> dg.MaterializeResult[TrainingMetrics]:
+    training = holdout.training
+    if training.failed:
+        return dg.MaterializeResult(
+            value=TrainingMetrics(training, (), model_predictions.system_id, jev_predictions.system_id, {}),
+            metadata={"status": "failed training: nothing to measure"},
+        )
+    reports = []
+    for h in holdout.holdouts:
+        assert training.dataset is not None
+        data = build_decision_data(
+            training.dataset, h, model=model_predictions.predictions, jev=jev_predictions.predictions
+        )
+        report = judge_decision(data)
+        context.log.info(
+            "%s: G=%+.4f q05=%+.4f beats=%s", report.name, report.gain, report.bootstrap.q05, report.beats
+        )
+        reports.append(report)
+    meta: dict[str, Any] = {}
+    for r in reports:
+        meta[r.name] = dg.MetadataValue.md(
+            decision_summary_markdown(r, jev_label=jev_predictions.label)
+        )
+    split = {h.decision: _split_counts(h) for h in holdout.holdouts}
+    value = TrainingMetrics(
+        training, tuple(reports), model_predictions.system_id, jev_predictions.system_id, split,
+        jev_predictions.label,
+    )
+    return dg.MaterializeResult(value=value, metadata=meta)
+
+
+@dg.asset(
+    group_name=GROUP,
+    partitions_def=trainings_partitions,
+    kinds={"python"},
+    description="beats / kept / refund / failed: the 2/3-of-decisions rule over every decision.",
+)
+def verdict(
+    context: dg.AssetExecutionContext, metrics: TrainingMetrics
+) -> dg.MaterializeResult[TrainingJudgement]:
+    manifest = metrics.training.manifest
+    if metrics.training.failed:
+        judgement = failed_training(
+            manifest.failure_reason or "the training failed", keep_if_loses=manifest.options.keep_if_loses
+        )
+    else:
+        judgement = judge_training(metrics.reports, keep_if_loses=manifest.options.keep_if_loses)
+    context.log.info("verdict for %s: %s", manifest.training_id, judgement.verdict.value)
+    return dg.MaterializeResult(
+        value=judgement, metadata=_verdict_metadata(judgement, metrics.jev_label)
+    )
+
+
+@dg.asset(
+    group_name=GROUP,
+    partitions_def=trainings_partitions,
+    kinds={"json"},
+    description="The audit file (hashes, answers, both systems' probabilities, every number), written atomically.",
+)
+def audit(
+    context: dg.AssetExecutionContext,
+    refund_trainings: RefundTrainingsResource,
+    metrics: TrainingMetrics,
+    verdict: TrainingJudgement,
+) -> dg.MaterializeResult[str]:
+    training_id = _training_id(context)
+    document = build_audit(
+        verdict,
+        training_id=training_id,
+        model_id=metrics.model_id,
+        jev_id=metrics.jev_id,
+        split=metrics.split or None,
+    )
+    path = write_audit(refund_trainings.audit_path(training_id), document)
+    context.log.info("audit written to %s", path)
+    return dg.MaterializeResult(
+        value=str(path),
+        metadata={"path": dg.MetadataValue.path(str(path)), "verdict": verdict.verdict.value},
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# The two conditions, as asset checks on ``verdict``
+# ------------------------------------------------------------------------------------------------
+
+
+def _split_counts(h: Holdout) -> dict[str, int]:
+    s = h.summary
+    return {
+        "n_rows": s.n_rows,
+        "n_labeled": s.n_labeled,
+        "n_test": s.n_test,
+        "n_train": s.n_train,
+        "n_excluded": s.n_excluded,
+        "groups_test": s.groups_test,
+        "rows_excluded_from_train": s.rows_excluded_from_train,
+    }
+
+
+def _decision_lines(judgement: TrainingJudgement, ok: Any) -> str:
+    return "; ".join(f"{r.name}: {'yes' if ok(r) else 'no'}" for r in judgement.decisions)
+
+
+@dg.asset_check(
+    asset=verdict,
+    name="gain_is_real",
+    description="The 5th percentile of G over 2,000 paired resamples is above zero (per decision).",
+)
+def gain_is_real(verdict: TrainingJudgement) -> dg.AssetCheckResult:
+    if verdict.failure_reason is not None:
+        return dg.AssetCheckResult(
+            passed=False,
+            severity=dg.AssetCheckSeverity.WARN,
+            description=f"not measured: the training failed ({verdict.failure_reason})",
+            metadata={"verdict": verdict.verdict.value},
+        )
+    meta: dict[str, Any] = {}
+    for r in verdict.decisions:
+        meta[f"{r.name}: q05"] = dg.MetadataValue.float(r.bootstrap.q05)
+        meta[f"{r.name}: count G<=0"] = r.bootstrap.n_gain_le_0
+    passed = all(r.gain_is_real for r in verdict.decisions)
+    return dg.AssetCheckResult(
+        passed=passed,
+        severity=dg.AssetCheckSeverity.WARN,
+        description="the gain is real: " + _decision_lines(verdict, lambda r: r.gain_is_real),
+        metadata=meta,
+    )
+
+
+@dg.asset_check(
+    asset=verdict,
+    name="nothing_collapses",
+    description="No metric is worse than Jev's by more than its margin (0.02; 0.05 for worst_class_f1).",
+)
+def nothing_collapses(verdict: TrainingJudgement) -> dg.AssetCheckResult:
+    if verdict.failure_reason is not None:
+        return dg.AssetCheckResult(
+            passed=False,
+            severity=dg.AssetCheckSeverity.WARN,
+            description=f"not measured: the training failed ({verdict.failure_reason})",
+            metadata={"verdict": verdict.verdict.value},
+        )
+    meta: dict[str, Any] = {}
+    for r in verdict.decisions:
+        broken = [m for m in METRIC_NAMES if r.margins[m] is MarginStatus.BROKEN]
+        meta[f"{r.name}: broken margins"] = ", ".join(broken) if broken else "none"
+    passed = all(r.nothing_collapses for r in verdict.decisions)
+    return dg.AssetCheckResult(
+        passed=passed,
+        severity=dg.AssetCheckSeverity.WARN,
+        description="nothing collapses: " + _decision_lines(verdict, lambda r: r.nothing_collapses),
+        metadata=meta,
+    )
+
+
+REFUND_ASSETS = (dataset, holdout, jev_predictions, model_predictions, metrics, verdict, audit)
+REFUND_CHECKS = (gain_is_real, nothing_collapses)
+
+verdict_job = dg.define_asset_job(
+    "verdict_job",
+    selection=dg.AssetSelection.groups(GROUP),
+    description="Materialize one training's refund chain (one `trainings` partition): its verdict and audit.",
+)
 
 
 def build_defs() -> dg.Definitions:
-    return dg.Definitions()
+    """The refund area's assets, checks and job."""
+    return dg.Definitions(
+        assets=list(REFUND_ASSETS), asset_checks=list(REFUND_CHECKS), jobs=[verdict_job]
+    )
