@@ -19,6 +19,7 @@ never be read back as live.
 from __future__ import annotations
 
 import enum
+import inspect
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -320,9 +321,11 @@ class MeteredModel:
             flight (``max_in_flight``).
         retries: extra attempts after a failure; every attempt is recorded (and priced when it
             reports usage).
+        mark_requests: send the run's mode in the request's ``metadata`` (clients with ``extra``).
     """
 
-    __slots__ = ("client", "in_flight", "kind", "meter", "model", "name", "prices", "retries")
+    __slots__ = ("client", "in_flight", "kind", "mark_requests", "meter", "model", "name", "prices",
+                 "retries")
 
     def __init__(
         self,
@@ -335,8 +338,10 @@ class MeteredModel:
         kind: CallKind = CallKind.MODEL,
         in_flight: threading.Semaphore | None = None,
         retries: int = 0,
+        mark_requests: bool = True,
     ) -> None:
         self.name = name
+        self.mark_requests = mark_requests
         self.client = client
         self.model = model or str(getattr(client, "model", name))
         self.prices = prices
@@ -354,11 +359,25 @@ class MeteredModel:
     def complete(self, messages: Sequence[Mapping[str, str]], **kwargs: Any) -> Any:
         """Send ``messages``; record and price every attempt; return the completion.
 
+        Clients whose ``complete`` takes an ``extra`` mapping of request fields (the project's
+        OpenAI-compatible client) also get ``metadata: {"typestrict_mode": "HISTORICAL"|"LIVE"}``
+        in the request, so the model side can tell replays from live calls. Attempts the client
+        retried by itself (``completion.attempts > 1``) are recorded as failed attempts with no
+        tokens (a provider does not bill a failed request).
+
         Raises:
             ModelClientError: every attempt failed (each one is recorded).
         """
+        if self.mark_requests and _accepts_extra(self.client):
+            extra = dict(kwargs.get("extra") or {})
+            metadata = dict(extra.get("metadata") or {})
+            metadata["typestrict_mode"] = self.meter.mode.value
+            extra["metadata"] = metadata
+            kwargs["extra"] = extra
         last: BaseException | None = None
-        for attempt in range(1, self.retries + 2):
+        attempt = 0
+        for _ in range(self.retries + 1):
+            attempt += 1
             started = time.time()
             t0 = time.perf_counter()
             try:
@@ -377,12 +396,21 @@ class MeteredModel:
                                self.meter.step_index, started)
                 )
                 continue
+            latency = time.perf_counter() - t0
+            inner = getattr(result, "attempts", 1)
+            for _k in range(int(inner) - 1 if isinstance(inner, int) else 0):
+                self.meter.add(
+                    CallRecord(self.kind, self.name, self.model, 0, 0, 0, 0.0, attempt, False,
+                               "retried by the client (no answer billed)", self.meter.mode,
+                               self.meter.step_index, started)
+                )
+                attempt += 1
             model = str(getattr(result, "model", None) or self.model)
             if model not in self.prices.models:
                 model = self.model
             cost = self.prices.model_cost(model, input_tokens=pt, output_tokens=ct)
             self.meter.add(
-                CallRecord(self.kind, self.name, model, pt, ct, cost, time.perf_counter() - t0,
+                CallRecord(self.kind, self.name, model, pt, ct, cost, latency,
                            attempt, True, None, self.meter.mode, self.meter.step_index, started)
             )
             return result
@@ -390,6 +418,22 @@ class MeteredModel:
             f"expected an answer from model client {self.name!r}, got "
             f"{self.retries + 1} failed attempt(s), the last: {last}. Check the model endpoint."
         ) from last
+
+
+_EXTRA_CACHE: dict[type, bool] = {}
+
+
+def _accepts_extra(client: Any) -> bool:
+    """Whether ``client.complete`` takes an ``extra`` keyword (cached per client class)."""
+    cls = type(client)
+    known = _EXTRA_CACHE.get(cls)
+    if known is None:
+        try:
+            known = "extra" in inspect.signature(client.complete).parameters
+        except (TypeError, ValueError):
+            known = False
+        _EXTRA_CACHE[cls] = known
+    return known
 
 
 class MeteredTool:

@@ -79,14 +79,14 @@ def to_jsonable(value: Any) -> Any:
     >>> to_jsonable({"p": np.float64(0.5), "rain": np.bool_(True), "t": (1, 2)})
     {'p': 0.5, 'rain': True, 't': [1, 2]}
     """
+    if isinstance(value, np.generic):
+        return to_jsonable(value.item())
+    if isinstance(value, enum.Enum):
+        return to_jsonable(value.value)
     if value is None or isinstance(value, (bool, str, int)):
         return value
     if isinstance(value, float):
-        return value if math.isfinite(value) else repr(value)
-    if isinstance(value, enum.Enum):
-        return to_jsonable(value.value)
-    if isinstance(value, np.generic):
-        return to_jsonable(value.item())
+        return float(value) if math.isfinite(value) else repr(float(value))
     if isinstance(value, np.ndarray):
         return [to_jsonable(v) for v in value.tolist()]
     if isinstance(value, dt.datetime):
@@ -528,7 +528,7 @@ def activate_version(engine: Engine, *, workspace: str, workflow: Workflow) -> N
                     .where(and_(ActiveVersionRow.workspace == workspace,
                                 ActiveVersionRow.workflow == workflow.name))
                     .values(version_id=workflow.version_id, activated_at=utcnow())
-                ).rowcount
+                ).rowcount  # type: ignore[attr-defined]
                 if n == 0:
                     s.add(ActiveVersionRow(workspace=workspace, workflow=workflow.name,
                                            version_id=workflow.version_id))
