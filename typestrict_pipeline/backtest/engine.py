@@ -81,6 +81,7 @@ __all__ = [
     "StepStatus",
     "parse_step",
     "plan_steps",
+    "replay_decisions",
     "run_backtest",
     "run_live",
 ]
@@ -596,8 +597,10 @@ class _Run:
         on_step_error: OnStepError,
         should_stop: Callable[[], bool] | None,
         on_step: Callable[[StepRecord], None] | None,
+        score: bool = True,
     ) -> None:
         self.wf = workflow
+        self.score = score
         self.times = times
         self.params = params
         self.prompts = prompts
@@ -624,7 +627,8 @@ class _Run:
         grid = t64[0] + step64 * np.arange(len(times)) if len(times) else t64
         hz = np.timedelta64(int(workflow.horizon.total_seconds() * 1_000_000), "us")
         # One vectorised search per table for every step's decision and outcome cut-offs.
-        self.tables = [(name, tab, tab.cutoffs(grid).tolist(), tab.cutoffs(grid + hz).tolist())
+        self.tables = [(name, tab, tab.cutoffs(grid).tolist(),
+                        tab.cutoffs(grid + hz).tolist() if score else [])
                        for name, tab in tables.items()]
         self.horizon = workflow.horizon
 
@@ -661,6 +665,8 @@ class _Run:
                 f"decide: expected a decision from workflow {wf.name!r} at {format_time(t)}, got "
                 "None. Return a value (or raise to mark the step failed with a reason)."
             )
+        if status is StepStatus.OK and not self.score:
+            status = StepStatus.UNSCORED
         if status is StepStatus.OK:
             t_next = t + self.horizon
             oviews = {name: tab.view_at(ko[i], t_next) for name, tab, _, ko in self.tables}
@@ -825,6 +831,58 @@ def run_backtest(
         fatal.backtest_result = result  # type: ignore[attr-defined]
         raise fatal
     return result
+
+
+def replay_decisions(
+    workflow: Workflow,
+    *,
+    data: Mapping[str, PointInTimeTable] | PointInTimeTable,
+    start: dt.datetime,
+    end: dt.datetime,
+    step: dt.timedelta,
+    clients: Mapping[str, Any] | None = None,
+    tools: Mapping[str, Callable[..., Any]] | None = None,
+    prices: PriceTable | None = None,
+    max_in_flight: int = 8,
+) -> list[StepRecord]:
+    """Run only ``decide`` at each step (no outcome, no score): what the leak tests compare.
+
+    The range needs data known at ``start`` but no outcome after ``end``, so it also works on a
+    table cut at ``end`` (truncation invariance). Steps are ``unscored`` (or ``failed``).
+
+    Raises:
+        InputError: bad range, step, data, clients or prices.
+        LookAheadError: the workflow read the future.
+    """
+    tables = _as_tables(workflow, data)
+    start, end = _aware("start", start), _aware("end", end)
+    if not isinstance(step, dt.timedelta) or step <= dt.timedelta(0) or end < start:
+        raise InputError("a positive step and start <= end", f"step {step}, {start} .. {end}",
+                         "fix the range")
+    n, left = divmod(end - start, step)
+    if left:
+        raise InputError("a step that fits the range a whole number of times",
+                         f"{n} steps and {left} left over", "fix the range or the step")
+    for name, table in tables.items():
+        if start < table.first_known:
+            raise InputError(f"a start at or after {format_time(table.first_known)} (table {name!r})",
+                             format_time(start), "start later")
+    clients, tools, prices = dict(clients or {}), dict(tools or {}), prices or PriceTable()
+    _check_services(workflow, clients, tools, prices)
+    times = [start + i * step for i in range(n + 1)]
+    run = _Run(workflow, tables, times, workflow.default_params, dict(workflow.prompts), clients,
+               tools, prices, max_in_flight, 0, OnStepError.CONTINUE, None, None, score=False)
+    counter = itertools.count()
+    workers = 1 if workflow.stateful else min(max_in_flight, len(times))
+    threads = [threading.Thread(target=run.worker, args=(counter,), daemon=True)
+               for _ in range(workers)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if run.fatal is not None:
+        raise run.fatal
+    return [r for r in run.records if r is not None]
 
 
 def build_card(

@@ -1,8 +1,8 @@
 """Planted canaries: workflows that try to read the future. For the leak tests only.
 
-They are never registered in the code location (so never run live). Each must be stopped with a
-:class:`~typestrict_pipeline.errors.LookAheadError` (or, for the one that hides the future in a
-module-level copy of the data, caught by the truncation and poisoning tests).
+They are never registered in the code location (so never run live). The peeking ones must be
+stopped with a :class:`~typestrict_pipeline.errors.LookAheadError`; the caching one, whose every
+view is clean, must be caught by the truncation and poisoning tests.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from typestrict_pipeline.backtest.pit import PointInTimeTable
 from typestrict_pipeline.backtest.workflow import (
     DecisionContext,
     OutcomeContext,
@@ -18,7 +17,7 @@ from typestrict_pipeline.backtest.workflow import (
     Workflow,
 )
 
-__all__ = ["CANARIES", "PEEKING_CANARY", "make_smuggling_canary"]
+__all__ = ["CANARIES", "PEEKING_CANARY", "make_caching_canary"]
 
 _DAY = dt.timedelta(days=1)
 
@@ -60,22 +59,22 @@ CANARIES = (
 )
 
 
-def make_smuggling_canary(full: PointInTimeTable) -> Workflow:
-    """A canary that closes over the whole table (a global the data layer cannot see).
+def make_caching_canary() -> Workflow:
+    """A "stateless" canary with a cache that outlives its steps and its runs.
 
-    Python cannot stop a function from reading a global; the truncation-invariance and
-    future-poisoning tests catch it (its decisions change when the future is cut or poisoned),
-    which is what they are for.
+    It remembers the newest row any of its steps has seen and decides from that row, not from
+    its own view: a memo that is never reset. Within one run, a concurrent step can see a later
+    step's row; across runs, a later run starts from the previous run's last row. The data layer
+    cannot see this (each view is clean); the truncation and poisoning tests catch it.
     """
-    known = full.known_times
-    values = full.view(full.last_known).column("precipitation")
+    newest: dict[str, Any] = {}
 
     def decide(ctx: DecisionContext) -> Any:
-        import numpy as np
+        view = ctx.data["weather"]
+        known = view.last("known_time")
+        if "known" not in newest or known > newest["known"]:
+            newest["known"] = known
+            newest["rain"] = bool(view.last("precipitation") > 0)
+        return newest["rain"]
 
-        from typestrict_pipeline.backtest.pit import to_datetime64
-
-        i = int(np.searchsorted(known, to_datetime64(ctx.t + _DAY), side="right")) - 1
-        return bool(values[i] > 0)
-
-    return _canary("canary_smuggler", decide)
+    return _canary("canary_cache", decide)
