@@ -203,3 +203,14 @@ class OutboxMessage(Base):
     last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utcnow)
     sent_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class DataEndRow(Base):
+    """Per workspace and workflow: decision steps before ``data_end`` have a known outcome."""
+
+    __tablename__ = "rerun_data_ends"
+
+    workspace_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    workflow_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    data_end: Mapped[dt.datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utcnow)

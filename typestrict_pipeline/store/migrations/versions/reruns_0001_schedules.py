@@ -138,9 +138,18 @@ def upgrade() -> None:
         sa.UniqueConstraint("dedupe_key", name="uq_notification_outbox_dedupe_key"),
     )
     op.create_index("ix_notification_outbox_due", "notification_outbox", ["state", "next_attempt_at"])
+    op.create_table(
+        "rerun_data_ends",
+        sa.Column("workspace_id", sa.String(64), nullable=False),
+        sa.Column("workflow_id", sa.String(128), nullable=False),
+        sa.Column("data_end", sa.DateTime(), nullable=False),
+        sa.Column("updated_at", sa.DateTime(), nullable=False),
+        sa.PrimaryKeyConstraint("workspace_id", "workflow_id", name="pk_rerun_data_ends"),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("rerun_data_ends")
     op.drop_table("notification_outbox")
     op.drop_table("notification_settings")
     op.drop_table("workspace_states")

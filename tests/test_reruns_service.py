@@ -1,0 +1,165 @@
+"""Scheduled re-runs on the store, with the studies area's real runner and the synthetic workflow."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from sqlalchemy import Engine, delete, select
+
+from typestrict_pipeline.errors import ConflictError, InputError
+from typestrict_pipeline.reruns import scenario
+from typestrict_pipeline.reruns.decide import SkipKind, SubscriptionState
+from typestrict_pipeline.reruns.notify import (
+    KIND_WINNER_CHANGED,
+    TITLE_WINNER_CHANGED,
+    set_notification,
+)
+from typestrict_pipeline.reruns.service import (
+    cancel_schedule,
+    enable_schedule,
+    evaluate_due,
+    evaluate_schedule,
+    execute_rerun,
+    get_schedule,
+    lineage_entries,
+    lineage_text,
+    status_text,
+)
+from typestrict_pipeline.reruns.studies import StoreStudies, record_data_end
+from typestrict_pipeline.reruns.tables import (
+    LineageState,
+    OutboxMessage,
+    ScheduleState,
+    TickOutcome,
+)
+from typestrict_pipeline.reruns.workspace import set_workspace, store_spend_source
+from typestrict_pipeline.store import open_store, session_scope
+from typestrict_pipeline.study.tables import CandidateRow, RunRow, StudyRow
+
+WS = "demo"
+ROOT_END = dt.datetime(2015, 2, 1, tzinfo=dt.UTC)
+DAY = dt.timedelta(days=1)
+T0 = dt.datetime(2026, 11, 30, 9, 0, tzinfo=dt.UTC)
+
+
+def _setup(url: str, *, budget: int | None = 1_000_000, min_unseen: int = 10) -> tuple[Engine, StoreStudies, str]:
+    engine = open_store(url)
+    set_workspace(engine, WS, subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=50_000_000)
+    workflow = scenario.backend(shift_at=ROOT_END - 10 * DAY)  # shifts as the root holdout starts
+    root = scenario.create_root_study(engine, workspace=WS, root_end=ROOT_END, budget_micro_usd=budget,
+                                      min_unseen_steps=min_unseen)
+    scenario.run(engine, root, workflow)
+    return engine, scenario.port(engine, workflow), root
+
+
+def _delete_study(engine: Engine, study_id: int) -> None:
+    """Delete a study the way a user deleting it from the Studies section would (rows and children)."""
+    with session_scope(engine) as s:
+        s.execute(delete(RunRow).where(RunRow.study_id == study_id))
+        s.execute(delete(CandidateRow).where(CandidateRow.study_id == study_id))
+        s.execute(delete(StudyRow).where(StudyRow.id == study_id))
+
+
+def test_enable_refuses_a_study_without_usd_budget(sqlite_url: str) -> None:
+    engine, port, root = _setup(sqlite_url, budget=None)
+    with pytest.raises(InputError, match="The root study has no USD budget"):
+        enable_schedule(engine, port, study_id=root, cadence="1d", owner="ana@example.com", now=T0)
+
+
+def test_enable_cancel_reenable_records_who(store_url: str) -> None:
+    engine, port, root = _setup(store_url)
+    s1 = enable_schedule(engine, port, study_id=root, cadence="1d", owner="ana@example.com", now=T0)
+    assert (s1.state, s1.owner, s1.cadence, s1.budget_micro_usd, s1.min_unseen_steps) == (
+        ScheduleState.ENABLED, "ana@example.com", "1d", 1_000_000, 10)
+    with pytest.raises(ConflictError, match=f"schedule {s1.id}"):
+        enable_schedule(engine, port, study_id=root, cadence="6h", owner="bo@example.com", now=T0)
+    off = cancel_schedule(engine, s1.id, by="bo@example.com", now=T0 + DAY)
+    assert (off.state, off.cancelled_by) == (ScheduleState.CANCELLED, "bo@example.com")
+    s2 = enable_schedule(engine, port, study_id=root, cadence="6h", owner="bo@example.com", now=T0 + DAY)
+    assert s2.id != s1.id and s2.owner == "bo@example.com" and s2.state is ScheduleState.ENABLED
+    assert "cancelled by bo@example.com" in status_text(engine, get_schedule(engine, s1.id))
+
+
+def test_rerun_skips_then_fires_once_and_notifies_once(store_url: str) -> None:
+    engine, port, root = _setup(store_url)
+    spend = store_spend_source(engine)
+    sched = enable_schedule(engine, port, study_id=root, cadence="1d", owner="ana@example.com", now=T0)
+
+    record_data_end(engine, WS, scenario.WORKFLOW, ROOT_END + 7 * DAY)
+    r = evaluate_schedule(engine, port, sched.id, now=T0, spend=spend, source="test")
+    assert r is not None and r.outcome is TickOutcome.SKIPPED
+    assert r.message == "Not enough unseen data yet: 7 of 10 steps"
+
+    record_data_end(engine, WS, scenario.WORKFLOW, ROOT_END + 12 * DAY)
+    fired = evaluate_schedule(engine, port, sched.id, now=T0, spend=spend, source="test")
+    assert fired is not None and fired.outcome is TickOutcome.FIRED
+    assert fired.run_key == f"study-rerun:{root}:1"
+    again = evaluate_schedule(engine, port, sched.id, now=T0, spend=spend, source="test")
+    assert again is not None and again.kind is SkipKind.IN_FLIGHT and again.run_key is None
+
+    record = execute_rerun(engine, port, fired.run_key)
+    assert record.state is LineageState.FINISHED and record.winner_changed is True and record.notified
+    repeat = execute_rerun(engine, port, fired.run_key)
+    assert repeat.study_id == record.study_id and not repeat.notified  # nothing runs twice
+
+    # The re-run's holdout is new: it starts after the root's holdout and holds the newest 10 steps.
+    with session_scope(engine) as s:
+        root_row = s.get(StudyRow, int(root))
+        child = s.get(StudyRow, int(record.study_id or 0))
+        assert root_row is not None and child is not None
+        assert child.holdout_start >= root_row.holdout_end
+        assert (child.holdout_start, child.holdout_end) == (ROOT_END + 2 * DAY, ROOT_END + 12 * DAY)
+        assert child.budget_micro == root_row.budget_micro
+        assert child.space_json["extra"][0]["origin"] == "previous winner"
+        outbox = s.execute(select(OutboxMessage)).scalars().all()
+        assert [(m.kind, m.recipient, m.subject) for m in outbox] == [
+            (KIND_WINNER_CHANGED, "ana@example.com", TITLE_WINNER_CHANGED)]
+
+    entries = lineage_entries(engine, root)
+    assert [(e.seq, e.winner, e.winner_changed) for e in entries] == [
+        (0, "arm=steady", None), (1, "arm=late", True)]
+    assert "Best expected of 2 under noise" in lineage_text(engine, record.study_id or "")
+
+    # Next tick: the previous study is the re-run; no new data, so not enough unseen data again.
+    nxt = evaluate_schedule(engine, port, sched.id, now=T0, spend=spend, source="test")
+    assert nxt is not None and nxt.message == "Not enough unseen data yet: 0 of 10 steps"
+
+
+def test_turned_off_notifications_are_not_sent(sqlite_url: str) -> None:
+    engine, port, root = _setup(sqlite_url)
+    set_notification(engine, "ana@example.com", KIND_WINNER_CHANGED, False)
+    sched = enable_schedule(engine, port, study_id=root, cadence="1d", owner="ana@example.com", now=T0)
+    record_data_end(engine, WS, scenario.WORKFLOW, ROOT_END + 10 * DAY)
+    fired = evaluate_schedule(engine, port, sched.id, now=T0, spend=store_spend_source(engine), source="test")
+    assert fired is not None and fired.run_key
+    record = execute_rerun(engine, port, fired.run_key)
+    assert record.winner_changed is True and record.notified is False
+    with session_scope(engine) as s:
+        assert s.execute(select(OutboxMessage)).first() is None
+
+
+def test_cadence_slots_evaluate_once_per_slot(sqlite_url: str) -> None:
+    engine, port, root = _setup(sqlite_url)
+    spend = store_spend_source(engine)
+    sched = enable_schedule(engine, port, study_id=root, cadence="1h", owner="ana@example.com", now=T0)
+    first, cursor = evaluate_due(engine, port, now=T0 + dt.timedelta(minutes=5), spend=spend, source="sensor")
+    assert [r.slot for r in first] == [0] and cursor == {sched.id: 0}
+    same, cursor = evaluate_due(engine, port, now=T0 + dt.timedelta(minutes=50), spend=spend, source="sensor", cursor=cursor)
+    assert same == []
+    # A second evaluator without the cursor (e.g. the Dagster schedule) is held back by the store.
+    other, _ = evaluate_due(engine, port, now=T0 + dt.timedelta(minutes=50), spend=spend, source="schedule")
+    assert other == []
+    nxt, cursor = evaluate_due(engine, port, now=T0 + dt.timedelta(minutes=65), spend=spend, source="sensor", cursor=cursor)
+    assert [r.slot for r in nxt] == [1] and cursor == {sched.id: 1}
+
+
+def test_root_deleted_turns_the_schedule_off(store_url: str) -> None:
+    engine, port, root = _setup(store_url)
+    sched = enable_schedule(engine, port, study_id=root, cadence="1d", owner="ana@example.com", now=T0)
+    _delete_study(engine, int(root))
+    r = evaluate_schedule(engine, port, sched.id, now=T0, spend=store_spend_source(engine), source="test")
+    assert r is not None and r.message == "The root study was deleted"
+    view = get_schedule(engine, sched.id)
+    assert view.state is ScheduleState.OFF and view.off_reason == "The root study was deleted"
+    assert evaluate_schedule(engine, port, sched.id, now=T0, spend=store_spend_source(engine)) is None

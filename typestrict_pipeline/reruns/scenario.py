@@ -1,0 +1,86 @@
+"""A small, reproducible scheduled-re-run scenario on the synthetic regime-shift workflow.
+
+Used by the tests and by ``make demo``: a root study over two arms ("steady" and "late") that
+finishes before the regime shifts, so its winner is "steady"; once data after the shift arrive,
+a re-run picks "late" and the schedule's owner is told that the winner changed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import Engine
+
+from typestrict_pipeline.reruns.service import set_min_unseen_steps
+from typestrict_pipeline.reruns.studies import StoreStudies
+from typestrict_pipeline.reruns.synthetic import RegimeShiftBackend
+from typestrict_pipeline.study import repository as repo
+from typestrict_pipeline.study.folds import plan_folds
+from typestrict_pipeline.study.limits import StudyLimits
+from typestrict_pipeline.study.runner import run_study_local
+from typestrict_pipeline.study.space import SearchSpace
+
+WORKFLOW = "regime-demo"
+VERSION = "v1"
+ARMS = ("steady", "late")
+START = dt.datetime(2015, 1, 1, tzinfo=dt.UTC)
+STEP = dt.timedelta(days=1)
+
+
+def backend(shift_at: dt.datetime, seed: int = 7) -> RegimeShiftBackend:
+    """The synthetic workflow: "steady" is better before ``shift_at``, "late" after (seed 7)."""
+    return RegimeShiftBackend(
+        before={"steady": 0.62, "late": 0.50},
+        after={"steady": 0.50, "late": 0.66},
+        shift_at=shift_at,
+        noise=0.05,
+        seed=seed,
+    )
+
+
+def create_root_study(
+    engine: Engine,
+    *,
+    workspace: str,
+    root_end: dt.datetime,
+    budget_micro_usd: int | None,
+    min_unseen_steps: int,
+    n_folds: int = 2,
+    tune_steps: int = 5,
+    eval_steps: int = 5,
+    holdout_steps: int = 10,
+    cost_per_step: int = 20,
+) -> str:
+    """Create (not run) a root study whose holdout ends at ``root_end``; returns its id.
+
+    The USD estimate is taken from the synthetic workflow's known cost per step (as if its last
+    backtest had run 10 steps at ``cost_per_step`` each).
+    """
+    layout = plan_folds(
+        start=START, end=root_end, step=STEP, n_folds=n_folds, tune_steps=tune_steps,
+        eval_steps=eval_steps, holdout_steps=holdout_steps,
+    )
+    study_id = repo.create_study(
+        engine,
+        workspace=workspace,
+        workflow=WORKFLOW,
+        workflow_version=VERSION,
+        space=SearchSpace(grid={"arm": list(ARMS)}),
+        layout=layout,
+        limits=StudyLimits(max_candidates=4, max_total_steps=10_000, budget_micro=budget_micro_usd),
+        config={"workflow": WORKFLOW},
+        last_backtest=repo.LastBacktest(cost_micro=10 * cost_per_step, steps=10),
+        name="root study",
+    )
+    set_min_unseen_steps(engine, str(study_id), min_unseen_steps)
+    return str(study_id)
+
+
+def run(engine: Engine, study_id: str, workflow: RegimeShiftBackend) -> None:
+    """Run a created study to its end in this process."""
+    run_study_local(engine, int(study_id), workflow, max_workers=2)
+
+
+def port(engine: Engine, workflow: RegimeShiftBackend) -> StoreStudies:
+    """The studies port running every study of this scenario on ``workflow``."""
+    return StoreStudies(engine, lambda _row: workflow, max_workers=2)

@@ -1,0 +1,785 @@
+"""Scheduled re-runs, end to end on the store: enable, cancel, evaluate ticks, execute a re-run.
+
+Guarantees, all enforced by the database:
+
+* one enabled schedule per lineage (partial unique index on ``rerun_schedules``);
+* one evaluation per schedule and cadence slot, however many evaluators (sensor, schedule,
+  two daemons): a conditional ``UPDATE ... SET last_slot = :slot WHERE last_slot < :slot``;
+* one re-run per lineage position: ``rerun_lineage`` is unique on ``(lineage_root_id, seq)``
+  and on ``run_key``; executing a run key a second time does nothing;
+* one notification per changed winner: the outbox's unique ``dedupe_key``.
+
+The cadence is an interval (``30m``, ``6h``, ``1d``, ``7d``) anchored at the moment the schedule
+was enabled: slot ``n`` starts at ``enabled_at + n·cadence`` and a schedule is evaluated at most
+once per slot (the first evaluation after the slot starts).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+
+from sqlalchemy import Engine, delete, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from typestrict_pipeline.errors import ConflictError, InputError, NotFoundError
+from typestrict_pipeline.reruns.decide import (
+    MSG_IN_FLIGHT,
+    MSG_NO_USD_BUDGET,
+    Fire,
+    PreviousOutcome,
+    Skip,
+    SkipKind,
+    SubscriptionState,
+    TickState,
+    decide_tick,
+)
+from typestrict_pipeline.reruns.lineage import LineageEntry, render_panel
+from typestrict_pipeline.reruns.notify import (
+    KIND_WINNER_CHANGED,
+    TITLE_WINNER_CHANGED,
+    enqueue,
+    notification_enabled,
+)
+from typestrict_pipeline.reruns.studies import RerunSpec, StudiesPort, StudyFacts
+from typestrict_pipeline.reruns.tables import (
+    LineageRow,
+    LineageState,
+    RerunSchedule,
+    RerunTick,
+    ScheduleState,
+    StudyRerunSetting,
+    TickOutcome,
+)
+from typestrict_pipeline.reruns.workspace import SpendSource, workspace_status
+from typestrict_pipeline.store import session_scope, utcnow
+
+_CADENCE = re.compile(r"^\s*(\d+)\s*([mhdw])\s*$")
+_UNIT_SECONDS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+MIN_CADENCE_SECONDS = 60
+LOST_CLAIM_AFTER = dt.timedelta(minutes=10)
+
+
+def parse_cadence(text: str) -> int:
+    """A cadence such as ``30m``, ``6h``, ``1d`` or ``1w``, in seconds (at least one minute).
+
+    >>> parse_cadence("1d"), parse_cadence("30m")
+    (86400, 1800)
+    """
+    m = _CADENCE.match(text or "")
+    seconds = int(m.group(1)) * _UNIT_SECONDS[m.group(2)] if m else 0
+    if seconds < MIN_CADENCE_SECONDS:
+        raise InputError(
+            "a cadence of at least one minute such as 30m, 6h, 1d or 1w", repr(text),
+            "write a whole number followed by m, h, d or w",
+        )
+    return seconds
+
+
+def format_cadence(seconds: int) -> str:
+    """The shortest exact form of a cadence.
+
+    >>> format_cadence(86400), format_cadence(5400)
+    ('1d', '90m')
+    """
+    for unit in ("w", "d", "h", "m"):
+        size = _UNIT_SECONDS[unit]
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def current_slot(enabled_at: dt.datetime, cadence_seconds: int, now: dt.datetime) -> int:
+    """The cadence slot ``now`` falls in (−1 before the schedule was enabled).
+
+    >>> t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    >>> current_slot(t0, 3600, t0), current_slot(t0, 3600, t0 + dt.timedelta(minutes=150))
+    (0, 2)
+    """
+    if now < enabled_at:
+        return -1
+    return int((now - enabled_at).total_seconds() // cadence_seconds)
+
+
+@dataclass(frozen=True)
+class ScheduleView:
+    """A schedule as the CLI and the UI show it."""
+
+    id: int
+    workspace_id: str
+    workflow_id: str
+    root_study_id: str
+    lineage_root_id: str
+    owner: str
+    cadence: str
+    state: ScheduleState
+    min_unseen_steps: int
+    budget_micro_usd: int
+    enabled_at: dt.datetime
+    cancelled_at: dt.datetime | None
+    cancelled_by: str | None
+    off_reason: str | None
+    last_tick_at: dt.datetime | None
+    last_outcome: TickOutcome | None
+    last_message: str | None
+    last_run_key: str | None
+
+
+def _view(row: RerunSchedule) -> ScheduleView:
+    return ScheduleView(
+        id=row.id, workspace_id=row.workspace_id, workflow_id=row.workflow_id,
+        root_study_id=row.root_study_id, lineage_root_id=row.lineage_root_id, owner=row.owner,
+        cadence=format_cadence(row.cadence_seconds), state=row.state,
+        min_unseen_steps=row.min_unseen_steps, budget_micro_usd=row.budget_micro_usd,
+        enabled_at=row.enabled_at, cancelled_at=row.cancelled_at, cancelled_by=row.cancelled_by,
+        off_reason=row.off_reason, last_tick_at=row.last_tick_at, last_outcome=row.last_outcome,
+        last_message=row.last_message, last_run_key=row.last_run_key,
+    )
+
+
+# --------------------------------------------------------------------------- study settings
+
+
+def set_min_unseen_steps(engine: Engine, study_id: str, steps: int) -> None:
+    """Record a study's "Min unseen steps for a re-run" (set when the study is created).
+
+    Setting the same value again is a no-op; a different value is refused (a lineage's holdout
+    length never changes).
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise InputError("Min unseen steps for a re-run as a whole number ≥ 1", repr(steps), "set it to e.g. 20")
+    with session_scope(engine) as session:
+        row = session.get(StudyRerunSetting, study_id, with_for_update=True)
+        if row is None:
+            session.add(StudyRerunSetting(study_id=study_id, min_unseen_steps=steps, set_at=utcnow()))
+        elif row.min_unseen_steps != steps:
+            raise ConflictError(
+                f"expected Min unseen steps for a re-run of study {study_id} to stay "
+                f"{row.min_unseen_steps}, got {steps}. It is set once, when the study is created; "
+                "create a new study to use another minimum."
+            )
+
+
+def min_unseen_steps_of(engine: Engine, study_id: str) -> int | None:
+    """A study's "Min unseen steps for a re-run", or None when it was never set."""
+    with session_scope(engine) as session:
+        row = session.get(StudyRerunSetting, study_id)
+        return None if row is None else row.min_unseen_steps
+
+
+# --------------------------------------------------------------------------- enable / cancel
+
+
+def _window_label(facts: StudyFacts, start: dt.datetime, end: dt.datetime) -> str:
+    last = end - facts.step
+    if facts.step >= dt.timedelta(days=1):
+        return f"{start.date().isoformat()} – {last.date().isoformat()}"
+    return f"{start.isoformat()} – {last.isoformat()}"
+
+
+def _lineage_of(session: Session, study_id: str) -> LineageRow | None:
+    return session.execute(
+        select(LineageRow).where(LineageRow.study_id == study_id).order_by(LineageRow.id.desc())
+    ).scalars().first()
+
+
+def enable_schedule(
+    engine: Engine,
+    port: StudiesPort,
+    *,
+    study_id: str,
+    cadence: str,
+    owner: str,
+    min_unseen_steps: int | None = None,
+    now: dt.datetime | None = None,
+) -> ScheduleView:
+    """Enable re-runs of a finished study on a cadence.
+
+    The study must be finished with a winner and have a USD budget (each re-run copies it).
+    Picking a finished re-run continues its lineage; later re-runs of that lineage that were
+    cancelled or failed are set aside (kept in the panel, no longer "the previous study").
+
+    Args:
+        engine: the store.
+        port: the studies area.
+        study_id: the finished study to re-run from.
+        cadence: how often to check (``1d``, ``6h``, ...).
+        owner: who sets it up (gets the "winner changed" notification).
+        min_unseen_steps: only for a study created before the setting existed; otherwise the
+            study's own "Min unseen steps for a re-run" is used.
+        now: the current time (default: now).
+
+    Raises:
+        NotFoundError: no such study.
+        InputError: not finished, no USD budget, no minimum, bad cadence, empty owner.
+        ConflictError: a schedule is already enabled on this lineage.
+    """
+    at = now or utcnow()
+    seconds = parse_cadence(cadence)
+    if not owner or not owner.strip():
+        raise InputError("who sets up the schedule (an email address)", repr(owner), "pass --owner you@example.com")
+    facts = port.get(study_id)
+    if facts is None:
+        raise NotFoundError(f"expected an existing study id, got {study_id}. List studies and pick a finished one.")
+    if facts.outcome is not PreviousOutcome.FINISHED:
+        raise InputError(
+            "a finished study with a winner to re-run from", f"study {study_id} in state {facts.state}",
+            "wait for it to finish, or pick a finished study",
+        )
+    if facts.budget_micro_usd is None:
+        raise InputError(
+            "a study with a USD budget (a scheduled study is the same spend, repeated)",
+            f"study {study_id} without one ({MSG_NO_USD_BUDGET})",
+            "create a study with a USD budget and schedule from that one",
+        )
+    with session_scope(engine) as session:
+        entry = _lineage_of(session, study_id)
+        lineage_root = study_id if entry is None else entry.lineage_root_id
+    minimum = min_unseen_steps_of(engine, lineage_root) or min_unseen_steps_of(engine, study_id)
+    if minimum is None:
+        if min_unseen_steps is None:
+            raise InputError(
+                "Min unseen steps for a re-run, set when the study was created", f"none for study {study_id}",
+                "pass --min-unseen-steps N (recorded on the study once)",
+            )
+        set_min_unseen_steps(engine, lineage_root, min_unseen_steps)
+        minimum = min_unseen_steps
+    elif min_unseen_steps is not None and min_unseen_steps != minimum:
+        raise InputError(
+            f"Min unseen steps for a re-run to match the study's ({minimum})", str(min_unseen_steps),
+            "leave --min-unseen-steps out",
+        )
+    root_facts = facts if lineage_root == study_id else port.get(lineage_root)
+    if root_facts is None:
+        raise NotFoundError(f"expected the lineage's root study {lineage_root} to exist, got none. Pick a new study.")
+    try:
+        with session_scope(engine) as session:
+            rows = session.execute(
+                select(LineageRow).where(LineageRow.lineage_root_id == lineage_root).order_by(LineageRow.seq)
+            ).scalars().all()
+            if not rows:
+                session.add(LineageRow(
+                    lineage_root_id=lineage_root, seq=0, schedule_id=None, study_id=study_id,
+                    parent_study_id=None, run_key=None, state=LineageState.FINISHED, superseded=False,
+                    learn_end=None, holdout_start=facts.index(facts.holdout_start),
+                    holdout_end=facts.index(facts.holdout_end), unseen_steps=None,
+                    window_label=_window_label(facts, facts.holdout_start, facts.holdout_end),
+                    winner=facts.winner_label, holdout_score=facts.holdout_score,
+                    baseline_score=facts.baseline_score, holdout_se=facts.holdout_se,
+                    winner_changed=None, created_at=at, finished_at=at,
+                ))
+            else:
+                picked = next((r for r in rows if r.study_id == study_id), None)
+                live = [r for r in rows if not r.superseded]
+                assert picked is not None
+                after = [r for r in live if r.seq > picked.seq]
+                unfinished = [r for r in after if r.state in (LineageState.PENDING, LineageState.RUNNING)]
+                finished_later = [r for r in after if r.state is LineageState.FINISHED]
+                if unfinished or finished_later:
+                    newest = max(after, key=lambda r: r.seq)
+                    raise InputError(
+                        f"the newest finished study of the lineage of study {lineage_root}",
+                        f"study {study_id}, followed by re-run #{newest.seq} ({newest.state.value})",
+                        "enable from the newest finished study of the lineage",
+                    )
+                for r in after:  # cancelled or failed re-runs after the picked one: set aside
+                    r.superseded = True
+            session.add(RerunSchedule(
+                workspace_id=facts.workspace_id, workflow_id=facts.workflow_id, root_study_id=study_id,
+                lineage_root_id=lineage_root, owner=owner.strip(), cadence_seconds=seconds,
+                min_unseen_steps=minimum, budget_micro_usd=facts.budget_micro_usd,
+                state=ScheduleState.ENABLED, enabled_at=at, last_slot=-1,
+            ))
+            session.flush()
+    except IntegrityError:
+        existing = [s for s in list_schedules(engine, lineage_root_id=lineage_root) if s.state is ScheduleState.ENABLED]
+        which = f"schedule {existing[0].id}" if existing else "another schedule"
+        raise ConflictError(
+            f"expected no enabled schedule on the lineage of study {lineage_root}, got {which}. "
+            "Cancel it first (typestrict schedule cancel ID), then enable again."
+        ) from None
+    views = [s for s in list_schedules(engine, lineage_root_id=lineage_root) if s.state is ScheduleState.ENABLED]
+    return views[0]
+
+
+def cancel_schedule(engine: Engine, schedule_id: int, *, by: str, now: dt.datetime | None = None) -> ScheduleView:
+    """Cancel a schedule (a re-run already running finishes; no new one starts)."""
+    with session_scope(engine) as session:
+        row = session.get(RerunSchedule, schedule_id, with_for_update=True)
+        if row is None:
+            raise NotFoundError(f"expected an existing schedule id, got {schedule_id}. List them with `typestrict schedule status`.")
+        if row.state is ScheduleState.ENABLED:
+            row.state = ScheduleState.CANCELLED
+            row.cancelled_at = now or utcnow()
+            row.cancelled_by = by
+        return _view(row)
+
+
+def get_schedule(engine: Engine, schedule_id: int) -> ScheduleView:
+    """One schedule; :class:`NotFoundError` naming the id when it does not exist."""
+    with session_scope(engine) as session:
+        row = session.get(RerunSchedule, schedule_id)
+        if row is None:
+            raise NotFoundError(f"expected an existing schedule id, got {schedule_id}. List them with `typestrict schedule status`.")
+        return _view(row)
+
+
+def list_schedules(
+    engine: Engine, *, workspace_id: str | None = None, study_id: str | None = None, lineage_root_id: str | None = None
+) -> list[ScheduleView]:
+    """Schedules, newest first, optionally of one workspace, study (root) or lineage."""
+    q = select(RerunSchedule).order_by(RerunSchedule.id.desc())
+    if workspace_id is not None:
+        q = q.where(RerunSchedule.workspace_id == workspace_id)
+    if study_id is not None:
+        q = q.where((RerunSchedule.root_study_id == study_id) | (RerunSchedule.lineage_root_id == study_id))
+    if lineage_root_id is not None:
+        q = q.where(RerunSchedule.lineage_root_id == lineage_root_id)
+    with session_scope(engine) as session:
+        return [_view(r) for r in session.execute(q).scalars().all()]
+
+
+# --------------------------------------------------------------------------- ticks
+
+
+@dataclass(frozen=True)
+class TickResult:
+    """One evaluation of one schedule.
+
+    ``run_key`` is set when the tick fired (or re-requests a claimed re-run whose run was lost).
+    """
+
+    schedule_id: int
+    slot: int
+    outcome: TickOutcome
+    message: str
+    kind: SkipKind | None
+    run_key: str | None
+    entry_id: int | None
+
+
+def _previous(session: Session, lineage_root: str) -> LineageRow:
+    row = session.execute(
+        select(LineageRow)
+        .where(LineageRow.lineage_root_id == lineage_root, LineageRow.superseded.is_(False))
+        .order_by(LineageRow.seq.desc())
+    ).scalars().first()
+    assert row is not None, "a schedule's lineage always has its root entry"
+    return row
+
+
+def tick_state(
+    engine: Engine, port: StudiesPort, schedule: ScheduleView, *, now: dt.datetime, spend: SpendSource
+) -> tuple[TickState, LineageRow]:
+    """Gather the state one tick decides on (see :func:`~typestrict_pipeline.reruns.decide.decide_tick`)."""
+    root = port.get(schedule.root_study_id)
+    grid = port.get(schedule.lineage_root_id) if schedule.lineage_root_id != schedule.root_study_id else root
+    with session_scope(engine) as session:
+        prev = _previous(session, schedule.lineage_root_id)
+        session.expunge(prev)
+    ws = workspace_status(engine, schedule.workspace_id, now, spend)
+    if prev.state in (LineageState.PENDING, LineageState.RUNNING):
+        outcome = PreviousOutcome.IN_PROGRESS
+    elif prev.state is LineageState.FINISHED:
+        facts = port.get(prev.study_id) if prev.study_id else None
+        outcome = PreviousOutcome.NOT_FINISHED if facts is None else facts.outcome
+    else:
+        outcome = PreviousOutcome.NOT_FINISHED
+    available = 0
+    if grid is not None:
+        data_end = port.data_end(grid)
+        available = 0 if data_end is None else max(0, grid.index(data_end))
+    state = TickState(
+        lineage_root_id=schedule.lineage_root_id,
+        next_seq=prev.seq + 1,
+        root_exists=root is not None and grid is not None,
+        root_budget_micro_usd=None if root is None else root.budget_micro_usd,
+        subscription=SubscriptionState.EXPIRED if ws is None else ws.subscription,
+        usage_budget_micro_usd=0 if ws is None else ws.usage_budget_micro_usd,
+        usage_spent_micro_usd=0 if ws is None else ws.spent_micro_usd,
+        previous=outcome,
+        previous_study_id=prev.study_id or "",
+        previous_holdout_end=prev.holdout_end,
+        workflow_in_flight=port.workflow_in_flight(schedule.workspace_id, schedule.workflow_id),
+        available_end=available,
+        min_unseen_steps=schedule.min_unseen_steps,
+        embargo_steps=0 if grid is None else grid.embargo_steps,
+    )
+    return state, prev
+
+
+def _record(engine: Engine, schedule_id: int, at: dt.datetime, source: str, result: TickResult, *, off: bool) -> None:
+    with session_scope(engine) as session:
+        session.add(RerunTick(schedule_id=schedule_id, at=at, source=source, outcome=result.outcome,
+                              kind=None if result.kind is None else result.kind.value,
+                              message=result.message, run_key=result.run_key))
+        values: dict[str, object] = {
+            "last_tick_at": at, "last_outcome": result.outcome, "last_message": result.message,
+        }
+        if result.run_key is not None:
+            values["last_run_key"] = result.run_key
+        if off:
+            values["state"] = ScheduleState.OFF
+            values["off_reason"] = result.message
+        session.execute(update(RerunSchedule).where(RerunSchedule.id == schedule_id).values(**values))
+
+
+def _claim_slot(engine: Engine, schedule_id: int, slot: int) -> bool:
+    with session_scope(engine) as session:
+        done = session.execute(  # type: ignore[attr-defined]
+            update(RerunSchedule)
+            .where(RerunSchedule.id == schedule_id, RerunSchedule.state == ScheduleState.ENABLED,
+                   RerunSchedule.last_slot < slot)
+            .values(last_slot=slot)
+        ).rowcount
+    return bool(done == 1)
+
+
+def evaluate_schedule(
+    engine: Engine,
+    port: StudiesPort,
+    schedule_id: int,
+    *,
+    now: dt.datetime | None = None,
+    spend: SpendSource,
+    source: str = "manual",
+    slot: int | None = None,
+) -> TickResult | None:
+    """Evaluate one schedule once: fire (claiming the next lineage position) or skip with the reason.
+
+    With ``slot``, the evaluation first claims that cadence slot and returns None when another
+    evaluator already took it. Without, it always evaluates (``typestrict schedule tick``).
+    """
+    at = now or utcnow()
+    view = get_schedule(engine, schedule_id)
+    if view.state is not ScheduleState.ENABLED:
+        return None
+    if slot is not None and not _claim_slot(engine, schedule_id, slot):
+        return None
+    state, prev = tick_state(engine, port, view, now=at, spend=spend)
+    decision = decide_tick(state)
+    used_slot = -1 if slot is None else slot
+    if isinstance(decision, Skip):
+        rerequest = None
+        if (decision.kind is SkipKind.IN_FLIGHT and prev.state is LineageState.PENDING
+                and prev.run_key is not None and at - prev.created_at >= LOST_CLAIM_AFTER):
+            rerequest = prev.run_key  # claimed but never started: ask again (Dagster dedups the key)
+        result = TickResult(schedule_id, used_slot, TickOutcome.SKIPPED, decision.message, decision.kind,
+                            rerequest, prev.id if rerequest else None)
+        _record(engine, schedule_id, at, source, result, off=decision.turns_schedule_off)
+        return result
+    assert isinstance(decision, Fire)
+    entry_id = _claim_rerun(engine, port, view, decision, at)
+    message = (f"Fired re-run #{decision.seq}: holdout steps {decision.windows.holdout.start}–"
+               f"{decision.windows.holdout.end - 1} ({decision.windows.holdout.length} unseen steps)")
+    result = TickResult(schedule_id, used_slot, TickOutcome.FIRED, message, None, decision.run_key, entry_id)
+    _record(engine, schedule_id, at, source, result, off=False)
+    return result
+
+
+def _claim_rerun(engine: Engine, port: StudiesPort, view: ScheduleView, fire: Fire, at: dt.datetime) -> int:
+    grid = port.get(view.lineage_root_id)
+    assert grid is not None
+    h = fire.windows.holdout
+    try:
+        with session_scope(engine) as session:
+            row = LineageRow(
+                lineage_root_id=view.lineage_root_id, seq=fire.seq, schedule_id=view.id, study_id=None,
+                parent_study_id=fire.parent_study_id, run_key=fire.run_key, state=LineageState.PENDING,
+                superseded=False, learn_end=fire.windows.learn_end, holdout_start=h.start, holdout_end=h.end,
+                unseen_steps=fire.windows.unseen_steps,
+                window_label=_window_label(grid, grid.time(h.start), grid.time(h.end)),
+                created_at=at,
+            )
+            session.add(row)
+            session.flush()
+            return int(row.id)
+    except IntegrityError:
+        with session_scope(engine) as session:
+            existing = session.execute(select(LineageRow).where(LineageRow.run_key == fire.run_key)).scalar_one()
+            return int(existing.id)
+
+
+def parse_cursor(cursor: str | None) -> dict[int, int]:
+    """The sensor cursor: ``"id:slot,id:slot"`` → ``{id: slot}`` (the last slot evaluated per schedule).
+
+    >>> parse_cursor("3:10,7:2"), parse_cursor(None)
+    ({3: 10, 7: 2}, {})
+    """
+    if not cursor:
+        return {}
+    out: dict[int, int] = {}
+    for part in cursor.split(","):
+        sid, _, slot = part.partition(":")
+        out[int(sid)] = int(slot)
+    return out
+
+
+def format_cursor(slots: dict[int, int]) -> str:
+    """Inverse of :func:`parse_cursor`.
+
+    >>> format_cursor({7: 2, 3: 10})
+    '3:10,7:2'
+    """
+    return ",".join(f"{k}:{v}" for k, v in sorted(slots.items()))
+
+
+def evaluate_due(
+    engine: Engine,
+    port: StudiesPort,
+    *,
+    now: dt.datetime | None = None,
+    spend: SpendSource,
+    source: str,
+    cursor: dict[int, int] | None = None,
+) -> tuple[list[TickResult], dict[int, int]]:
+    """Evaluate every enabled schedule whose cadence slot has come (once per slot).
+
+    Args:
+        engine: the store.
+        port: the studies area.
+        now: the current time.
+        spend: the workspace spend source.
+        source: who evaluates (``sensor``, ``schedule``, ``cli``), recorded with each tick.
+        cursor: last slot evaluated per schedule (the sensor's cursor); slots at or below it
+            are not evaluated again.
+
+    Returns:
+        The results, and the updated cursor.
+    """
+    at = now or utcnow()
+    seen = dict(cursor or {})
+    with session_scope(engine) as session:
+        rows = session.execute(
+            select(RerunSchedule.id, RerunSchedule.enabled_at, RerunSchedule.cadence_seconds, RerunSchedule.last_slot)
+            .where(RerunSchedule.state == ScheduleState.ENABLED)
+            .order_by(RerunSchedule.id)
+        ).all()
+    results: list[TickResult] = []
+    for sid, enabled_at, cadence, last_slot in rows:
+        slot = current_slot(enabled_at, cadence, at)
+        if slot < 0 or slot <= max(last_slot, seen.get(sid, -1)):
+            continue
+        result = evaluate_schedule(engine, port, sid, now=at, spend=spend, source=source, slot=slot)
+        seen[sid] = slot
+        if result is not None:
+            results.append(result)
+    return results, seen
+
+
+# --------------------------------------------------------------------------- executing a re-run
+
+
+@dataclass(frozen=True)
+class RerunRecord:
+    """A lineage entry after :func:`execute_rerun`."""
+
+    entry_id: int
+    run_key: str
+    seq: int
+    state: LineageState
+    study_id: str | None
+    winner: str | None
+    winner_changed: bool | None
+    notified: bool
+    detail: str
+
+
+def _record_view(row: LineageRow, notified: bool, detail: str) -> RerunRecord:
+    return RerunRecord(row.id, row.run_key or "", row.seq, row.state, row.study_id, row.winner,
+                       row.winner_changed, notified, detail)
+
+
+def execute_rerun(engine: Engine, port: StudiesPort, run_key: str, *, now: dt.datetime | None = None) -> RerunRecord:
+    """Create and run the re-run a tick claimed; idempotent on ``run_key``.
+
+    A second execution of a finished key returns it unchanged; a run that was interrupted after
+    creating its study resumes that study (the studies area never re-runs finished work).
+    """
+    with session_scope(engine) as session:
+        row = session.execute(select(LineageRow).where(LineageRow.run_key == run_key)).scalar_one_or_none()
+        if row is None:
+            raise NotFoundError(f"expected a claimed re-run with run key {run_key!r}, got none. It is created by a tick.")
+        claimed = session.execute(  # type: ignore[attr-defined]
+            update(LineageRow)
+            .where(LineageRow.id == row.id, LineageRow.state == LineageState.PENDING)
+            .values(state=LineageState.RUNNING)
+        ).rowcount
+        session.refresh(row)
+        session.expunge(row)
+    if not claimed:
+        if row.state is not LineageState.RUNNING or row.study_id is None:
+            return _record_view(row, False, f"already {row.state.value.lower()}; nothing to do")
+        study_id = row.study_id  # an interrupted run: resume its study
+    else:
+        study_id = None
+    with session_scope(engine) as session:
+        sched = session.get(RerunSchedule, row.schedule_id) if row.schedule_id is not None else None
+        if sched is None:
+            raise NotFoundError(f"expected the schedule of re-run {run_key!r}, got none.")
+        owner, budget, root_id = sched.owner, sched.budget_micro_usd, sched.root_study_id
+    parent = port.get(row.parent_study_id or "")
+    grid = port.get(row.lineage_root_id)
+    if parent is None or grid is None:
+        _finish_entry(engine, row.id, state=LineageState.FAILED, error="the parent or root study no longer exists")
+        with session_scope(engine) as session:
+            failed = session.get(LineageRow, row.id)
+            assert failed is not None
+            return _record_view(failed, False, "failed: the parent or root study was deleted")
+    if study_id is None:
+        spec = RerunSpec(
+            parent=parent, root=grid, holdout_start=grid.time(row.holdout_start),
+            holdout_end=grid.time(row.holdout_end), holdout_steps=row.holdout_end - row.holdout_start,
+            budget_micro_usd=budget, name=f"re-run #{row.seq} of study {row.lineage_root_id} (schedule {row.schedule_id}, root {root_id})",
+        )
+        try:
+            study_id = port.create_rerun(spec)
+        except ConflictError:
+            # Another study took the workflow between the tick and this run: give the position
+            # back; the next tick skips with "in flight" and fires again later.
+            with session_scope(engine) as session:
+                session.execute(delete(LineageRow).where(LineageRow.id == row.id, LineageRow.state == LineageState.RUNNING))
+            return RerunRecord(row.id, run_key, row.seq, LineageState.PENDING, None, None, None, False, MSG_IN_FLIGHT)
+        except Exception as exc:
+            _finish_entry(engine, row.id, state=LineageState.FAILED, error=f"{type(exc).__name__}: {exc}")
+            raise
+        with session_scope(engine) as session:
+            session.execute(update(LineageRow).where(LineageRow.id == row.id).values(study_id=study_id))
+    try:
+        port.run(study_id)
+    except Exception as exc:
+        port.mark_failed(study_id, f"{type(exc).__name__}: {exc}")
+        _finish_entry(engine, row.id, state=LineageState.FAILED, error=f"{type(exc).__name__}: {exc}")
+        raise
+    facts = port.get(study_id)
+    if facts is None or facts.outcome is not PreviousOutcome.FINISHED:
+        state = LineageState.CANCELLED if facts is not None and facts.state == "CANCELLED" else LineageState.FAILED
+        _finish_entry(engine, row.id, state=state, error=None if facts is None else f"study ended {facts.state}")
+        with session_scope(engine) as session:
+            ended = session.get(LineageRow, row.id)
+            assert ended is not None
+            return _record_view(ended, False, f"the re-run study ended without a winner ({state.value})")
+    changed = facts.winner_key != parent.winner_key
+    _finish_entry(engine, row.id, state=LineageState.FINISHED, facts=facts, winner_changed=changed, at=now)
+    notified = False
+    if changed:
+        notified = _notify_winner_changed(engine, entry_id=row.id, owner=owner, parent=parent, facts=facts,
+                                          seq=row.seq, lineage_root=row.lineage_root_id, now=now)
+    with session_scope(engine) as session:
+        done = session.get(LineageRow, row.id)
+        assert done is not None
+        return _record_view(done, notified, "finished")
+
+
+def _finish_entry(
+    engine: Engine, entry_id: int, *, state: LineageState, facts: StudyFacts | None = None,
+    winner_changed: bool | None = None, error: str | None = None, at: dt.datetime | None = None,
+) -> None:
+    values: dict[str, object] = {"state": state, "finished_at": at or utcnow(), "error": error}
+    if facts is not None:
+        values.update(winner=facts.winner_label, holdout_score=facts.holdout_score,
+                      baseline_score=facts.baseline_score, holdout_se=facts.holdout_se,
+                      winner_changed=winner_changed)
+    with session_scope(engine) as session:
+        session.execute(update(LineageRow).where(LineageRow.id == entry_id).values(**values))
+
+
+def _notify_winner_changed(
+    engine: Engine, *, entry_id: int, owner: str, parent: StudyFacts, facts: StudyFacts, seq: int,
+    lineage_root: str, now: dt.datetime | None,
+) -> bool:
+    with session_scope(engine) as session:
+        wanted = notification_enabled(session, owner, KIND_WINNER_CHANGED)
+    if not wanted:
+        return False
+    score = "none" if facts.holdout_score is None else f"{facts.holdout_score:.4f}"
+    body = (
+        f"{TITLE_WINNER_CHANGED}.\n\n"
+        f"Re-run #{seq} of study {lineage_root} (study {facts.study_id}, workflow {facts.workflow_id}) "
+        f"picked a different winner from the previous run (study {parent.study_id}).\n"
+        f"  previous winner: {parent.winner_label}\n"
+        f"  new winner:      {facts.winner_label}\n"
+        f"  holdout score:   {score}\n\n"
+        f"See the lineage: typestrict schedule lineage {lineage_root}\n"
+        "You get this because you set up the schedule; turn it off in Settings → Notifications "
+        f"(typestrict schedule notifications {owner} --off)."
+    )
+    return enqueue(engine, dedupe_key=f"winner-changed:{entry_id}", kind=KIND_WINNER_CHANGED, recipient=owner,
+                   subject=TITLE_WINNER_CHANGED, body=body, now=now)
+
+
+# --------------------------------------------------------------------------- lineage and status
+
+
+def lineage_root_of(engine: Engine, study_id: str) -> str:
+    """The lineage a study belongs to (its own id when it is a root or unscheduled)."""
+    with session_scope(engine) as session:
+        entry = _lineage_of(session, study_id)
+        return study_id if entry is None else entry.lineage_root_id
+
+
+def lineage_entries(engine: Engine, study_id: str) -> list[LineageEntry]:
+    """Every study of the lineage ``study_id`` belongs to, in order (set-aside ones marked)."""
+    root = lineage_root_of(engine, study_id)
+    with session_scope(engine) as session:
+        rows = session.execute(
+            select(LineageRow).where(LineageRow.lineage_root_id == root).order_by(LineageRow.seq)
+        ).scalars().all()
+        return [
+            LineageEntry(
+                seq=r.seq, study_id=r.study_id,
+                state=r.state.value + (" (set aside)" if r.superseded else ""),
+                window=r.window_label, winner=r.winner, holdout_score=r.holdout_score,
+                baseline_score=r.baseline_score, holdout_se=r.holdout_se, winner_changed=r.winner_changed,
+            )
+            for r in rows
+        ]
+
+
+def lineage_text(engine: Engine, study_id: str) -> str:
+    """The lineage panel of a study, as text."""
+    entries = lineage_entries(engine, study_id)
+    if not entries:
+        return f"Study {study_id} has no lineage yet: enable a schedule on it to start one."
+    return f"Lineage of study {lineage_root_of(engine, study_id)}\n" + render_panel(entries)
+
+
+def recent_ticks(engine: Engine, schedule_id: int, limit: int = 5) -> list[RerunTick]:
+    """The schedule's latest evaluations, newest first."""
+    with session_scope(engine) as session:
+        rows = session.execute(
+            select(RerunTick).where(RerunTick.schedule_id == schedule_id)
+            .order_by(RerunTick.at.desc(), RerunTick.id.desc()).limit(limit)
+        ).scalars().all()
+        for r in rows:
+            session.expunge(r)
+        return list(rows)
+
+
+def status_text(engine: Engine, view: ScheduleView, *, ticks: int = 5) -> str:
+    """What ``typestrict schedule status`` prints for one schedule (the skip reason under it)."""
+    usd = view.budget_micro_usd / 1_000_000
+    lines = [
+        f"Schedule {view.id}: re-run study {view.root_study_id} every {view.cadence} — {view.state.value}",
+        f"  workspace {view.workspace_id}, workflow {view.workflow_id}; set up by {view.owner} "
+        f"on {view.enabled_at.strftime('%Y-%m-%d %H:%M UTC')}",
+        f"  each re-run's USD budget: ${usd:,.6f}".rstrip("0").rstrip(".") + f"; min unseen steps: {view.min_unseen_steps}",
+    ]
+    if view.state is ScheduleState.CANCELLED:
+        when = view.cancelled_at.strftime("%Y-%m-%d %H:%M UTC") if view.cancelled_at else "?"
+        lines.append(f"  cancelled by {view.cancelled_by} on {when}")
+    if view.state is ScheduleState.OFF:
+        lines.append(f"  turned itself off: {view.off_reason}")
+    if view.last_tick_at is None:
+        lines.append("  not evaluated yet")
+    else:
+        label = "Skipped" if view.last_outcome is TickOutcome.SKIPPED else "Fired"
+        lines.append(f"  {label} ({view.last_tick_at.strftime('%Y-%m-%d %H:%M UTC')}): {view.last_message}")
+    history = recent_ticks(engine, view.id, ticks)
+    if len(history) > 1:
+        lines.append("  recent ticks:")
+        for t in history:
+            lines.append(f"    {t.at.strftime('%Y-%m-%d %H:%M:%S')}  {t.source:<8} {t.outcome.value:<7} {t.message}")
+    return "\n".join(lines)

@@ -1,0 +1,303 @@
+"""The adapter between re-runs and the studies area (``typestrict_pipeline.study``).
+
+Re-runs only need a few facts about a study (:class:`StudyFacts`) and three actions: create a
+re-run from a parent, run it, and tell whether a workflow is busy. :class:`StudiesPort` is that
+contract; :class:`StoreStudies` implements it on the studies area's store and runner. Nothing in
+the studies area is changed from here: a re-run is an ordinary study whose search space is the
+parent's plus the previous winner (an ``extra`` candidate, tried first), whose holdout is the
+new window, and whose USD budget is the schedule's copy of the root's.
+
+Data arrival: :func:`record_data_end` stores, per workspace and workflow, the end (exclusive) of
+the decision steps whose outcome is known; whoever appends data (an ingestion job, the demo)
+calls it. A study's own time range is the other bound: "Add data to the dataset (or extend the
+configuration's time range)".
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sqlalchemy import Engine, select
+
+from typestrict_pipeline.errors import InputError
+from typestrict_pipeline.reruns.decide import PreviousOutcome
+from typestrict_pipeline.reruns.tables import DataEndRow
+from typestrict_pipeline.store import session_scope, utcnow
+from typestrict_pipeline.study import repository as repo
+from typestrict_pipeline.study.folds import FoldLayout, plan_folds
+from typestrict_pipeline.study.limits import StudyLimits
+from typestrict_pipeline.study.runner import StudyBackend, run_study_local
+from typestrict_pipeline.study.space import SearchSpace, candidate_key
+from typestrict_pipeline.study.tables import CandidateRow, StudyRow, StudyState
+
+
+@dataclass(frozen=True)
+class StudyFacts:
+    """What re-runs need to know about a study.
+
+    Attributes:
+        study_id: the study's id (as text).
+        workspace_id, workflow_id: where it runs.
+        state: the studies area's state (``FINISHED``, ``BUDGET_REACHED``, ``RUNNING``, ...).
+        budget_micro_usd: its USD budget (None: created without one).
+        winner_key: the winning candidate's identity (hash of its parameters and prompts).
+        winner_label: a short label of the winner.
+        winner_params, winner_prompts: the winner's configuration (to add it to a re-run).
+        holdout_start, holdout_end: its holdout (aware UTC).
+        holdout_score, holdout_se: the winner's holdout score and its standard error.
+        baseline_score: the baseline's score on the same holdout steps (None when not scored).
+        origin: first step of the study's data (the first fold's tune window start).
+        step: the step size.
+        embargo_steps: the embargo before the holdout.
+        horizon_steps: the outcome horizon.
+    """
+
+    study_id: str
+    workspace_id: str
+    workflow_id: str
+    state: str
+    budget_micro_usd: int | None
+    winner_key: str | None
+    winner_label: str | None
+    winner_params: dict[str, Any]
+    winner_prompts: dict[str, str]
+    holdout_start: dt.datetime
+    holdout_end: dt.datetime
+    holdout_score: float | None
+    holdout_se: float | None
+    baseline_score: float | None
+    origin: dt.datetime
+    step: dt.timedelta
+    embargo_steps: int
+    horizon_steps: int
+
+    @property
+    def outcome(self) -> PreviousOutcome:
+        """FINISHED with a winner; IN_PROGRESS while pending or running; else NOT_FINISHED."""
+        if self.state in (StudyState.PENDING.value, StudyState.RUNNING.value):
+            return PreviousOutcome.IN_PROGRESS
+        if self.state in (StudyState.FINISHED.value, StudyState.BUDGET_REACHED.value) and self.winner_key:
+            return PreviousOutcome.FINISHED
+        return PreviousOutcome.NOT_FINISHED
+
+    def index(self, t: dt.datetime) -> int:
+        """The step index of time ``t`` on this study's grid (floor)."""
+        return int((t - self.origin) // self.step)
+
+    def time(self, index: int) -> dt.datetime:
+        """The time of step ``index`` on this study's grid."""
+        return self.origin + index * self.step
+
+
+@dataclass(frozen=True)
+class RerunSpec:
+    """What a re-run study is created with."""
+
+    parent: StudyFacts
+    root: StudyFacts
+    holdout_start: dt.datetime
+    holdout_end: dt.datetime
+    holdout_steps: int
+    budget_micro_usd: int
+    name: str
+
+
+class StudiesPort(Protocol):
+    """What re-runs need from the studies area."""
+
+    def get(self, study_id: str) -> StudyFacts | None:
+        """The study's facts, or None when it does not exist (deleted)."""
+
+    def workflow_in_flight(self, workspace_id: str, workflow_id: str) -> bool:
+        """Whether a study or backtest of the workflow is running."""
+
+    def data_end(self, facts: StudyFacts) -> dt.datetime | None:
+        """End (exclusive) of the decision steps with a known outcome, for the study's workflow."""
+
+    def create_rerun(self, spec: RerunSpec) -> str:
+        """Create the re-run study (taking the workflow's lock); its id."""
+
+    def run(self, study_id: str) -> None:
+        """Run a created study to its end (idempotent: finished work is not re-run)."""
+
+    def mark_failed(self, study_id: str, error: str) -> None:
+        """Record that a study's run failed."""
+
+
+def record_data_end(engine: Engine, workspace_id: str, workflow_id: str, data_end: dt.datetime) -> None:
+    """Record that outcomes are known for every decision step before ``data_end`` (never moves back)."""
+    if data_end.tzinfo is None:
+        raise InputError("an aware UTC time", repr(data_end), "pass e.g. datetime(2015, 6, 1, tzinfo=UTC)")
+    with session_scope(engine) as session:
+        row = session.get(DataEndRow, (workspace_id, workflow_id), with_for_update=True)
+        if row is None:
+            session.add(DataEndRow(workspace_id=workspace_id, workflow_id=workflow_id,
+                                   data_end=data_end, updated_at=utcnow()))
+        elif data_end > row.data_end:
+            row.data_end = data_end
+            row.updated_at = utcnow()
+
+
+def recorded_data_end(engine: Engine, workspace_id: str, workflow_id: str) -> dt.datetime | None:
+    """The recorded data end of a workflow, or None when no arrival was ever recorded."""
+    with session_scope(engine) as session:
+        row = session.get(DataEndRow, (workspace_id, workflow_id))
+        return None if row is None else row.data_end
+
+
+BackendFor = Callable[[StudyRow], StudyBackend]
+BusyCheck = Callable[[str, str], bool]
+
+
+class StoreStudies:
+    """:class:`StudiesPort` on the studies area's store and its local runner.
+
+    Args:
+        engine: the store (the same database as the studies area).
+        backend_for: the backend that runs a study's windows (the backtest engine for a real
+            workflow; :class:`~typestrict_pipeline.study.runner.SyntheticBackend` in tests).
+        backtest_in_flight: optional check for a plain backtest running on a workflow
+            ``(workspace, workflow) -> bool``; studies in flight are read from the studies lock.
+        max_workers: threads of the local runner.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        backend_for: BackendFor,
+        *,
+        backtest_in_flight: BusyCheck | None = None,
+        max_workers: int = 2,
+    ) -> None:
+        self.engine = engine
+        self.backend_for = backend_for
+        self.backtest_in_flight = backtest_in_flight
+        self.max_workers = max_workers
+
+    def get(self, study_id: str) -> StudyFacts | None:
+        try:
+            key = int(study_id)
+        except ValueError:
+            return None
+        with session_scope(self.engine) as session:
+            row = session.get(StudyRow, key)
+            if row is None:
+                return None
+            layout = FoldLayout.from_json(row.layout_json)
+            winner = None if row.winner_candidate_id is None else session.get(CandidateRow, row.winner_candidate_id)
+            return StudyFacts(
+                study_id=str(row.id),
+                workspace_id=row.workspace,
+                workflow_id=row.workflow,
+                state=row.state,
+                budget_micro_usd=row.budget_micro,
+                winner_key=None if winner is None else candidate_key(winner.params_json, winner.prompts_json),
+                winner_label=None if winner is None else winner.label,
+                winner_params={} if winner is None else dict(winner.params_json),
+                winner_prompts={} if winner is None else dict(winner.prompts_json),
+                holdout_start=row.holdout_start,
+                holdout_end=row.holdout_end,
+                holdout_score=row.holdout_score,
+                holdout_se=row.holdout_se,
+                baseline_score=None,
+                origin=layout.folds[0].tune.start if layout.folds else layout.holdout.start,
+                step=layout.step,
+                embargo_steps=layout.embargo_steps,
+                horizon_steps=layout.horizon_steps,
+            )
+
+    def workflow_in_flight(self, workspace_id: str, workflow_id: str) -> bool:
+        if repo.active_study(self.engine, workspace_id, workflow_id) is not None:
+            return True
+        return bool(self.backtest_in_flight and self.backtest_in_flight(workspace_id, workflow_id))
+
+    def data_end(self, facts: StudyFacts) -> dt.datetime | None:
+        return recorded_data_end(self.engine, facts.workspace_id, facts.workflow_id)
+
+    def create_rerun(self, spec: RerunSpec) -> str:
+        with session_scope(self.engine) as session:
+            parent = session.get(StudyRow, int(spec.parent.study_id))
+            root = session.get(StudyRow, int(spec.root.study_id))
+            if parent is None or root is None:
+                raise InputError("an existing parent and root study", f"{spec.parent.study_id}, {spec.root.study_id}",
+                                 "enable the schedule again from a finished study")
+            root_layout = FoldLayout.from_json(root.layout_json)
+            root_space = SearchSpace.from_json(root.space_json)
+            workflow, version = parent.workflow, parent.workflow_version
+            workspace = parent.workspace
+            config = dict(parent.config_json)
+            max_candidates = root.max_candidates
+            max_total_steps = root.max_total_steps
+            last = None
+            if root.cost_per_step_num is not None and root.cost_per_step_den:
+                last = repo.LastBacktest(cost_micro=int(root.cost_per_step_num), steps=int(root.cost_per_step_den))
+        fold = root_layout.folds[0]
+        layout = plan_folds(
+            start=fold.tune.start,
+            end=spec.holdout_end,
+            step=root_layout.step,
+            n_folds=len(root_layout.folds),
+            tune_steps=fold.tune.steps,
+            eval_steps=fold.eval.steps,
+            holdout_steps=spec.holdout_steps,
+            horizon_steps=root_layout.horizon_steps,
+            gap_steps=root_layout.gap_steps,
+            embargo_steps=root_layout.embargo_steps,
+            earliest_holdout_start=spec.holdout_start,
+        )
+        previous_winner = {
+            "params": dict(spec.parent.winner_params),
+            "prompts": dict(spec.parent.winner_prompts),
+            "origin": "previous winner",
+        }
+        space = SearchSpace(
+            grid=root_space.grid,
+            random=root_space.random,
+            random_draws=root_space.random_draws,
+            seed=root_space.seed,
+            prompts=root_space.prompts,
+            base_params=root_space.base_params,
+            extra=(previous_winner, *root_space.extra),
+        )
+        per_candidate = layout.search_steps_per_candidate
+        limits = StudyLimits(
+            max_candidates=None if max_candidates is None else max_candidates + 1,
+            max_total_steps=None if max_total_steps is None else max_total_steps + per_candidate,
+            budget_micro=spec.budget_micro_usd,
+        )
+        config["rerun_of"] = spec.parent.study_id
+        config["lineage_root"] = spec.root.study_id
+        study_id = repo.create_study(
+            self.engine,
+            workspace=workspace,
+            workflow=workflow,
+            workflow_version=version,
+            space=space,
+            layout=layout,
+            limits=limits,
+            config=config,
+            last_backtest=last,
+            name=spec.name,
+        )
+        return str(study_id)
+
+    def run(self, study_id: str) -> None:
+        with session_scope(self.engine) as session:
+            row = repo.get_study(session, int(study_id))
+            session.expunge(row)
+        run_study_local(self.engine, int(study_id), self.backend_for(row), max_workers=self.max_workers)
+
+    def mark_failed(self, study_id: str, error: str) -> None:
+        repo.mark_failed(self.engine, int(study_id), error)
+
+
+def study_ids(engine: Engine, workspace_id: str) -> list[str]:
+    """Ids of the studies of a workspace (newest first), for listings."""
+    with session_scope(engine) as session:
+        ids = session.execute(
+            select(StudyRow.id).where(StudyRow.workspace == workspace_id).order_by(StudyRow.id.desc())
+        ).scalars().all()
+    return [str(i) for i in ids]

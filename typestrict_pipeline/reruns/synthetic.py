@@ -1,0 +1,78 @@
+"""A synthetic workflow whose best configuration changes at a known date (tests and the demo).
+
+It implements the studies area's ``StudyBackend``: each step's score is the candidate's true
+skill at that time plus deterministic noise (a hash of the seed, the candidate and the step
+time, turned into a normal draw), so any study over it is reproducible bit for bit. The skill
+of candidate ``params["arm"]`` is ``before[arm]`` for steps before ``shift_at`` and
+``after[arm]`` from then on: a study that ends before the shift picks one winner, a re-run
+scored after it picks another.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import math
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from scipy.special import ndtri
+
+from typestrict_pipeline.errors import LookAheadError
+from typestrict_pipeline.study.folds import Window
+from typestrict_pipeline.study.runner import CandidateSpec, ShouldStop, WindowOutcome
+from typestrict_pipeline.study.tables import WindowKind
+
+
+def _unit(*parts: object) -> float:
+    digest = hashlib.blake2b("|".join(map(str, parts)).encode(), digest_size=8).digest()
+    return (int.from_bytes(digest, "big") + 0.5) / 2.0**64
+
+
+@dataclass
+class RegimeShiftBackend:
+    """Scores around a per-arm skill that changes at ``shift_at`` (seeded by ``seed``)."""
+
+    before: Mapping[str, float]
+    after: Mapping[str, float]
+    shift_at: dt.datetime
+    noise: float = 0.05
+    cost_per_step: int = 20
+    seed: int = 0
+    step: dt.timedelta = dt.timedelta(days=1)
+    windows_run: list[tuple[str, str, str]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def skill(self, arm: str, t: dt.datetime) -> float:
+        """The true mean score of ``arm`` at time ``t``."""
+        table = self.before if t < self.shift_at else self.after
+        return float(table[arm])
+
+    def run_window(
+        self, candidate: CandidateSpec, window: Window, kind: WindowKind, *,
+        seal_at: dt.datetime | None, should_stop: ShouldStop,
+    ) -> WindowOutcome:
+        if seal_at is not None and window.end > seal_at:
+            raise LookAheadError(
+                f"expected a search window ending at or before the holdout seal {seal_at.isoformat()}, "
+                f"got one ending {window.end.isoformat()}. The holdout is sealed during the search."
+            )
+        arm = str(candidate.params.get("arm"))
+        with self._lock:
+            self.windows_run.append((arm, kind.value, window.start.isoformat()))
+        scores: list[tuple[str, float]] = []
+        cost = 0
+        for i in range(window.steps):
+            if should_stop(cost, i):
+                return WindowOutcome(scores, cost, i, cut=True)
+            t = window.start + i * self.step
+            z = float(ndtri(_unit(self.seed, arm, t.isoformat())))
+            scores.append((t.isoformat(), self.skill(arm, t) + self.noise * z))
+            cost += self.cost_per_step
+        return WindowOutcome(scores, cost, window.steps)
+
+
+def expected_edge(backend: RegimeShiftBackend, arm: str, start: dt.datetime, steps: int) -> float:
+    """The arm's true mean skill over ``steps`` steps from ``start`` (for checks)."""
+    return math.fsum(backend.skill(arm, start + i * backend.step) for i in range(steps)) / steps
