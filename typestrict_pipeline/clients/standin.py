@@ -324,6 +324,15 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 256
     owner: StandinServer
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that gave up (timeout) is normal here; anything else is printed as usual."""
+        import sys
+
+        exc = sys.exc_info()[1]
+        if isinstance(exc, BrokenPipeError | ConnectionResetError | ConnectionAbortedError):
+            return
+        super().handle_error(request, client_address)
+
 
 class StandinServer:
     """A stand-in OpenAI-compatible server on 127.0.0.1, run in a background thread.
