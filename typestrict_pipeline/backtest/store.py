@@ -65,6 +65,7 @@ __all__ = [
     "load_steps",
     "record_live_decision",
     "save_backtest",
+    "stored_version",
     "to_jsonable",
     "usage",
 ]
@@ -537,6 +538,15 @@ def activate_version(engine: Engine, *, workspace: str, workflow: Workflow) -> N
             continue  # a concurrent activation inserted first (row or version): update instead
     raise StoreError(f"expected to activate {workflow.name}@{workflow.version_id}, got repeated "
                      "conflicts. Retry.")
+
+
+def stored_version(
+    engine: Engine, *, workflow: str, version_id: str
+) -> tuple[dict[str, Any], dict[str, str]] | None:
+    """The parameters and prompts a stored version ran with (``None``: never stored)."""
+    with session_scope(engine) as s:
+        row = s.get(WorkflowVersionRow, (workflow, version_id))
+        return (dict(row.params_json), dict(row.prompts_json)) if row is not None else None
 
 
 def active_version_id(engine: Engine, *, workspace: str, workflow: str) -> str | None:

@@ -1,0 +1,208 @@
+"""What the Dagster assets and the CLI share: pick the models, run, store, summarise.
+
+Model clients for a registered workflow come from one of two setups:
+
+* the **stand-in** (default, offline): a local stand-in OpenAI-compatible server started for the
+  run with the workflow's stand-in answer function, reached through the project's
+  OpenAI-compatible client (so the HTTP path, token usage and metering are the real ones);
+* an **endpoint**: any OpenAI-compatible ``base_url`` with a model name and its prices.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine
+
+from typestrict_pipeline.backtest.engine import (
+    BacktestResult,
+    LiveDecision,
+    OnStepError,
+    plan_steps,
+    run_backtest,
+    run_live,
+)
+from typestrict_pipeline.backtest.metering import ModelPrice, PriceTable
+from typestrict_pipeline.backtest.pit import PointInTimeTable
+from typestrict_pipeline.backtest.store import (
+    BacktestRecorder,
+    active_version_id,
+    record_live_decision,
+    stored_version,
+)
+from typestrict_pipeline.backtest.workflow import Workflow, WorkflowRegistry
+from typestrict_pipeline.backtest.workflows import default_registry
+from typestrict_pipeline.errors import InputError, NotFoundError
+
+__all__ = [
+    "ModelSetup",
+    "active_workflow",
+    "endpoint_models",
+    "parse_time",
+    "run_and_store_backtest",
+    "run_and_store_live",
+    "standin_models",
+]
+
+
+@dataclass(frozen=True)
+class ModelSetup:
+    """Model clients by name and the price table that covers them."""
+
+    clients: Mapping[str, Any]
+    prices: PriceTable
+
+
+def parse_time(text: str, what: str = "time") -> dt.datetime:
+    """An ISO 8601 time or date, taken as UTC when it has no offset (a date is its 00:00 UTC).
+
+    Raises:
+        InputError: not a time.
+
+    >>> parse_time("2015-01-01")
+    datetime.datetime(2015, 1, 1, 0, 0, tzinfo=datetime.timezone.utc)
+    """
+    try:
+        t = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise InputError(f"the {what} as an ISO 8601 date or time (2015-01-01, 2015-01-01T00:00Z)",
+                         repr(text), f"fix the {what}") from None
+    return t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t.astimezone(dt.UTC)
+
+
+def _standin_answers() -> dict[str, tuple[Callable[[Any], Any], str, PriceTable]]:
+    from typestrict_pipeline.backtest.workflows import weather
+
+    return {weather.WEATHER.name: (weather.standin_answer, weather.DEMO_MODEL, weather.DEMO_PRICES)}
+
+
+@contextlib.contextmanager
+def standin_models(workflow: Workflow, *, latency_s: float = 0.02) -> Iterator[ModelSetup]:
+    """A stand-in server for ``workflow``'s models for the duration of the block.
+
+    Raises:
+        InputError: the workflow has no stand-in answer function.
+    """
+    from typestrict_pipeline.clients.openai_http import OpenAICompatibleClient
+    from typestrict_pipeline.clients.standin import StandinServer
+
+    if not workflow.models and not workflow.judges:
+        yield ModelSetup({}, PriceTable())
+        return
+    answers = _standin_answers()
+    if workflow.name not in answers:
+        raise InputError(f"a stand-in answer function for workflow {workflow.name!r}",
+                         f"none (stand-ins exist for {', '.join(sorted(answers))})",
+                         "pass --model-url for a real OpenAI-compatible endpoint")
+    answer, model, prices = answers[workflow.name]
+    with StandinServer(answer, latency_s=latency_s, model_name=model) as server:
+        client = OpenAICompatibleClient(server.base_url, model, max_attempts=3, backoff_base_s=0.05)
+        yield ModelSetup({n: client for n in (*workflow.models, *workflow.judges)}, prices)
+
+
+@contextlib.contextmanager
+def endpoint_models(
+    workflow: Workflow,
+    *,
+    base_url: str,
+    model: str,
+    input_micro_usd_per_mtok: int,
+    output_micro_usd_per_mtok: int,
+    api_key_env: str | None = None,
+) -> Iterator[ModelSetup]:
+    """An OpenAI-compatible endpoint for every model of ``workflow``, priced as given."""
+    from typestrict_pipeline.clients.openai_http import OpenAICompatibleClient
+
+    client = OpenAICompatibleClient(base_url, model, api_key_env=api_key_env)
+    prices = PriceTable(models={model: ModelPrice(input_micro_usd_per_mtok, output_micro_usd_per_mtok)})
+    yield ModelSetup({n: client for n in (*workflow.models, *workflow.judges)}, prices)
+
+
+def run_and_store_backtest(
+    engine: Engine,
+    workflow: Workflow,
+    *,
+    workspace: str,
+    data: Mapping[str, PointInTimeTable],
+    dataset: str,
+    start: dt.datetime,
+    end: dt.datetime,
+    step: dt.timedelta,
+    models: ModelSetup,
+    params: Mapping[str, Any] | None = None,
+    prompts: Mapping[str, str] | None = None,
+    max_in_flight: int = 8,
+    retries: int = 0,
+    on_step_error: OnStepError | str = OnStepError.CONTINUE,
+    dagster_run_id: str | None = None,
+) -> tuple[str, BacktestResult]:
+    """Check the configuration, run the backtest, store it as it runs; returns (id, result).
+
+    Nothing is stored for a configuration that is refused (bad range, step, data, parameters):
+    the error says what to fix. Once it starts, every finished step is stored even if the run
+    fails later.
+    """
+    run_wf = workflow.variant(params=params, prompts=prompts) if (params or prompts) else workflow
+    times = plan_steps(run_wf, data, start=start, end=end, step=step)
+    with BacktestRecorder(engine, workspace=workspace, workflow=run_wf, start=times[0],
+                          end=times[-1], step=step, steps_planned=len(times), dataset=dataset,
+                          prices=models.prices, dagster_run_id=dagster_run_id) as rec:
+        result = run_backtest(run_wf, data=data, start=start, end=end, step=step,
+                              clients=models.clients, prices=models.prices,
+                              max_in_flight=max_in_flight, retries=retries,
+                              on_step_error=on_step_error, on_step=rec.on_step)
+        rec.finish(result.card)
+    return rec.id, result
+
+
+def run_and_store_live(
+    engine: Engine,
+    workflow: Workflow,
+    *,
+    workspace: str,
+    data: Mapping[str, PointInTimeTable],
+    models: ModelSetup,
+    as_of: dt.datetime | None = None,
+    params: Mapping[str, Any] | None = None,
+    dagster_run_id: str | None = None,
+) -> tuple[str, LiveDecision]:
+    """One LIVE decision, stored in the live table; returns (id, decision)."""
+    live = run_live(workflow, data=data, as_of=as_of, params=params, clients=models.clients,
+                    prices=models.prices)
+    return record_live_decision(engine, live, workspace=workspace, dagster_run_id=dagster_run_id), live
+
+
+def active_workflow(
+    engine: Engine, name: str, *, workspace: str, registry: WorkflowRegistry | None = None
+) -> Workflow:
+    """The active (live) version of ``name`` in ``workspace``.
+
+    The store's activation (``activate_version``, the studies' "Promote winner") wins over the
+    code's; a stored version that only changed parameters or prompts is rebuilt from the code's
+    version with them, and must reproduce the stored id.
+
+    Raises:
+        NotFoundError: unknown workflow, or the active version's code is no longer deployed.
+    """
+    reg = registry or default_registry()
+    vid = active_version_id(engine, workspace=workspace, workflow=name)
+    if vid is None:
+        return reg.active(name)
+    with contextlib.suppress(NotFoundError):
+        return reg.get(name, vid)
+    stored = stored_version(engine, workflow=name, version_id=vid)
+    if stored is not None:
+        for base in reg.versions(name):
+            with contextlib.suppress(InputError):
+                candidate = base.variant(params=stored[0], prompts=stored[1])
+                if candidate.version_id == vid:
+                    return candidate
+    raise NotFoundError(
+        f"expected the active version {vid} of workflow {name!r} in workspace {workspace!r} to be "
+        "deployed, got no deployed code that reproduces it. Activate a current version "
+        "(typestrict backtest activate)."
+    )
