@@ -576,6 +576,11 @@ class CreditLedger:
             ),
         )
 
+    def workspaces(self) -> list[str]:
+        """Every workspace that has a credit account, sorted."""
+        with session_scope(self.engine) as session:
+            return list(session.scalars(select(CreditAccount.workspace_id).order_by(CreditAccount.workspace_id)))
+
     def balance(self, workspace_id: str) -> int:
         """The workspace's balance in credits (0 for a workspace that has no account yet)."""
         with session_scope(self.engine) as session:
