@@ -369,13 +369,24 @@ def json_compact(d: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in d.items()) or "(none)"
 
 
-def _human_step(step: dt.timedelta) -> str:
-    s = int(step.total_seconds())
-    for unit, secs in (("day", 86400), ("hour", 3600), ("minute", 60)):
-        if s % secs == 0 and s >= secs:
-            n = s // secs
-            return f"{n} {unit}{'s' if n != 1 else ''}"
-    return f"{step.total_seconds()} seconds"
+def human_duration(d: dt.timedelta) -> str:
+    """A duration in words: days, hours, minutes, seconds.
+
+    >>> human_duration(dt.timedelta(days=1)), human_duration(dt.timedelta(days=2, hours=6))
+    ('1 day', '2 days 6 hours')
+    """
+    s = int(d.total_seconds())
+    if s == 0:
+        return "0 seconds"
+    parts = []
+    for unit, secs in (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1)):
+        n, s = divmod(s, secs)
+        if n:
+            parts.append(f"{n} {unit}{'s' if n != 1 else ''}")
+    return " ".join(parts)
+
+
+_human_step = human_duration
 
 
 def parse_step(text: str) -> dt.timedelta:
@@ -518,7 +529,11 @@ def plan_steps(
     start = _aware("start", start)
     end = _aware("end", end)
     if not isinstance(step, dt.timedelta) or step <= dt.timedelta(0):
-        raise InputError("a positive step size (for example 1 day)", repr(step), "pass a positive step")
+        raise InputError(
+            "a positive step size (for example 1 day)",
+            human_duration(step) if isinstance(step, dt.timedelta) and step >= dt.timedelta(0) else repr(step),
+            "pass a positive step",
+        )
     if end < start:
         raise InputError(
             "a time range whose end is not before its start",
@@ -530,8 +545,8 @@ def plan_steps(
     if left:
         raise InputError(
             f"a step size that fits the time range a whole number of times "
-            f"({format_time(start)} .. {format_time(end)} is {span})",
-            f"a step of {step}: {n} steps and {left} left over",
+            f"({format_time(start)} .. {format_time(end)} is {human_duration(span)})",
+            f"a step of {human_duration(step)}: {n} steps and {human_duration(left)} left over",
             f"end the range at {format_time(start + n * step)} or {format_time(start + (n + 1) * step)}, "
             "or pick a step that divides it",
         )
@@ -542,7 +557,7 @@ def plan_steps(
             raise InputError(
                 f"a time range inside the data of table {name!r}: decisions from "
                 f"{format_time(first)} (when its first row is known) to {format_time(last_decision)} "
-                f"(the last time whose outcome, {workflow.horizon} later, is known)",
+                f"(the last time whose outcome, {human_duration(workflow.horizon)} later, is known)",
                 f"{format_time(start)} .. {format_time(end)}",
                 "pick a range inside it, or replay more data",
             )
