@@ -1,7 +1,265 @@
-"""Dagster wiring for the reruns area (not built yet)."""
+"""Dagster wiring for scheduled re-runs: the sensor and schedule that fire them, the re-run job,
+the jobs that enable and cancel a schedule from the launchpad, and the lineage as metadata.
+
+* ``study_rerun_sensor`` evaluates every enabled re-run schedule whose cadence slot has come;
+  it returns a ``RunRequest`` (run key = the lineage position, so a re-run is launched once
+  however often the tick is evaluated) or a ``SkipReason`` with the product page's message,
+  which the UI shows in the tick history. Its cursor is the last slot evaluated per schedule.
+* ``study_rerun_schedule`` does the same on a fixed cron (every 15 minutes, stopped by default)
+  for deployments that prefer a schedule; the store's per-slot claim keeps the two from
+  evaluating a slot twice.
+* ``study_rerun_job`` creates and runs the claimed re-run (idempotent on its run key), records
+  the re-run's leaderboard and the lineage (``study_lineage``, one partition per lineage root)
+  as metadata, and delivers the "winner changed" notification.
+* ``enable_study_schedule_job`` / ``cancel_study_schedule_job``: the launchpad forms.
+* ``notification_outbox_sensor`` retries notifications that could not be delivered.
+"""
+
+from typing import Any
 
 import dagster as dg
+from sqlalchemy import Engine
+
+from resources.reruns import RerunNotifierResource, RerunSettingsResource
+from resources.store import StoreResource
+from typestrict_pipeline.reruns.lineage import render_markdown, summarize
+from typestrict_pipeline.reruns.service import (
+    TickResult,
+    cancel_schedule,
+    enable_schedule,
+    evaluate_due,
+    execute_rerun,
+    format_cursor,
+    get_schedule,
+    lineage_entries,
+    lineage_root_of,
+    parse_cursor,
+)
+
+LINEAGE_PARTITIONS = dg.DynamicPartitionsDefinition(name="study_lineages")
+LINEAGE_KEY = dg.AssetKey(["study_lineage"])
+NOTHING_DUE = "No re-run schedule is due"
+
+study_lineage_spec = dg.AssetSpec(
+    LINEAGE_KEY,
+    group_name="studies",
+    partitions_def=LINEAGE_PARTITIONS,
+    description="The lineage panel of a scheduled study (one partition per root study): every "
+    "re-run with the window it was scored on, its winner, its holdout score, whether the winner "
+    "changed, and the best expected of k under noise. Materialized by study_rerun_job.",
+)
+
+
+class RerunRunConfig(dg.Config):  # type: ignore[misc]
+    """Which claimed re-run to execute (set by the sensor or the schedule)."""
+
+    run_key: str
+
+
+class EnableScheduleConfig(dg.Config):  # type: ignore[misc]
+    """Re-run on a schedule: the finished study to re-run from, a cadence, and who sets it up."""
+
+    study_id: str
+    cadence: str = "1d"
+    owner: str
+    min_unseen_steps: int | None = None
+
+
+class CancelScheduleConfig(dg.Config):  # type: ignore[misc]
+    """Which schedule to cancel, and who cancels it."""
+
+    schedule_id: int
+    by: str
+
+
+def lineage_materialization(engine: Engine, study_id: str) -> dg.AssetMaterialization:
+    """The lineage panel of ``study_id``'s lineage as a materialization of ``study_lineage``."""
+    root = lineage_root_of(engine, study_id)
+    entries = lineage_entries(engine, root)
+    summary = summarize(entries)
+    metadata: dict[str, Any] = {
+        "lineage": dg.MetadataValue.md(render_markdown(entries)),
+        "k": dg.MetadataValue.int(summary.k),
+        "scale": summary.scale,
+    }
+    if summary.noise_line is not None:
+        metadata["best_expected_of_k_under_noise"] = dg.MetadataValue.float(summary.noise_line)
+        metadata["within_noise"] = dg.MetadataValue.bool(bool(summary.within_noise))
+    else:
+        metadata["best_expected_of_k_under_noise"] = dg.MetadataValue.text(f"n/a: {summary.missing_reason}")
+    return dg.AssetMaterialization(asset_key=LINEAGE_KEY, partition=root, metadata=metadata)
+
+
+@dg.op(tags={"area": "reruns"})
+def run_scheduled_rerun(
+    context: dg.OpExecutionContext,
+    config: RerunRunConfig,
+    store: StoreResource,
+    reruns: RerunSettingsResource,
+    reruns_notifier: RerunNotifierResource,
+) -> dict:  # type: ignore[type-arg]
+    """Create and run the claimed re-run, record the lineage, deliver notifications."""
+    with store.engine() as engine:
+        record = execute_rerun(engine, reruns.studies(engine), config.run_key, now=reruns.current_time())
+        context.log.info(f"re-run {config.run_key}: {record.detail}")
+        if record.study_id is not None:
+            root = lineage_root_of(engine, record.study_id)
+            context.instance.add_dynamic_partitions(LINEAGE_PARTITIONS.name, [root])
+            context.log_event(lineage_materialization(engine, record.study_id))
+            _record_leaderboard(context, engine, int(record.study_id))
+        report = reruns_notifier.deliver(engine)
+    for message_id, error in report.failed:
+        context.log.warning(f"notification {message_id} not delivered yet (kept, will retry): {error}")
+    return {
+        "run_key": record.run_key, "state": record.state.value, "study_id": record.study_id,
+        "winner": record.winner, "winner_changed": record.winner_changed,
+        "notified": record.notified, "delivered": len(report.sent),
+    }
+
+
+def _record_leaderboard(context: dg.OpExecutionContext, engine: Engine, study_id: int) -> None:
+    """The re-run is an ordinary study: record its leaderboard like the studies job does."""
+    from assets.studies import LEADERBOARD_KEY, STUDY_PARTITIONS
+    from typestrict_pipeline.study.leaderboard import load_leaderboard
+    from typestrict_pipeline.study.leaderboard import render_markdown as board_markdown
+
+    board = load_leaderboard(engine, study_id)
+    header, _, table = board_markdown(board).partition("\n\n")
+    context.instance.add_dynamic_partitions(STUDY_PARTITIONS.name, [str(study_id)])
+    context.log_event(dg.AssetMaterialization(
+        asset_key=LEADERBOARD_KEY, partition=str(study_id),
+        metadata={"header": dg.MetadataValue.md(header), "leaderboard": dg.MetadataValue.md(table),
+                  "state": board.state.label},
+    ))
+
+
+@dg.op(tags={"area": "reruns"})
+def enable_study_schedule(
+    context: dg.OpExecutionContext, config: EnableScheduleConfig, store: StoreResource, reruns: RerunSettingsResource
+) -> int:
+    """Enable re-runs of a finished study (refused, with the reason, without a USD budget)."""
+    with store.engine() as engine:
+        view = enable_schedule(
+            engine, reruns.studies(engine), study_id=config.study_id, cadence=config.cadence,
+            owner=config.owner, min_unseen_steps=config.min_unseen_steps, now=reruns.current_time(),
+        )
+    context.log.info(f"schedule {view.id}: re-run study {view.root_study_id} every {view.cadence}, set up by {view.owner}")
+    return view.id
+
+
+@dg.op(tags={"area": "reruns"})
+def cancel_study_schedule(context: dg.OpExecutionContext, config: CancelScheduleConfig, store: StoreResource) -> str:
+    """Cancel a re-run schedule."""
+    with store.engine() as engine:
+        view = cancel_schedule(engine, config.schedule_id, by=config.by)
+    context.log.info(f"schedule {view.id}: {view.state.value}")
+    return view.state.value
+
+
+@dg.job(tags={"area": "reruns"}, description="Create and run one scheduled re-run (launched by study_rerun_sensor).")
+def study_rerun_job() -> None:
+    run_scheduled_rerun()
+
+
+@dg.job(tags={"area": "reruns"}, description="Re-run a finished study on a schedule (fill in the launchpad).")
+def enable_study_schedule_job() -> None:
+    enable_study_schedule()
+
+
+@dg.job(tags={"area": "reruns"}, description="Cancel a re-run schedule.")
+def cancel_study_schedule_job() -> None:
+    cancel_study_schedule()
+
+
+def rerun_run_config(run_key: str) -> dict[str, Any]:
+    """The run config of ``study_rerun_job`` for one claimed re-run."""
+    return {"ops": {"run_scheduled_rerun": {"config": {"run_key": run_key}}}}
+
+
+def _requests_and_skips(engine: Engine, results: list[TickResult]) -> tuple[list[dg.RunRequest], str | None]:
+    requests: list[dg.RunRequest] = []
+    skipped: list[TickResult] = []
+    for r in results:
+        if r.run_key is None:
+            skipped.append(r)
+            continue
+        view = get_schedule(engine, r.schedule_id)
+        requests.append(dg.RunRequest(
+            run_key=r.run_key,
+            run_config=rerun_run_config(r.run_key),
+            tags={"area": "reruns", "workflow": view.workflow_id, "typestrict/schedule": str(r.schedule_id)},
+        ))
+    if not skipped:
+        return requests, None
+    if len(skipped) == 1 and len(results) == 1:
+        return requests, skipped[0].message
+    return requests, "; ".join(f"schedule {r.schedule_id}: {r.message}" for r in skipped)
+
+
+@dg.sensor(
+    job=study_rerun_job,
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.STOPPED,
+    description="Fires a scheduled study re-run when enough unseen steps have arrived; otherwise "
+    "skips with the reason (Why was my scheduled study skipped?).",
+)
+def study_rerun_sensor(
+    context: dg.SensorEvaluationContext, store: StoreResource, reruns: RerunSettingsResource
+) -> dg.SensorResult:
+    with store.engine() as engine:
+        results, slots = evaluate_due(
+            engine, reruns.studies(engine), now=reruns.current_time(), spend=reruns.spend(engine),
+            source="sensor", cursor=parse_cursor(context.cursor),
+        )
+        requests, skip = _requests_and_skips(engine, results)
+    cursor = format_cursor(slots)
+    if requests:
+        if skip:
+            context.log.info(f"skipped: {skip}")
+        return dg.SensorResult(run_requests=requests, cursor=cursor)
+    return dg.SensorResult(skip_reason=dg.SkipReason(skip or NOTHING_DUE), cursor=cursor)
+
+
+@dg.schedule(
+    job=study_rerun_job,
+    cron_schedule="*/15 * * * *",
+    execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.STOPPED,
+    description="The same evaluation as study_rerun_sensor on a fixed cron (use one or the other; "
+    "the store never evaluates a schedule's slot twice).",
+)
+def study_rerun_schedule(
+    context: dg.ScheduleEvaluationContext, store: StoreResource, reruns: RerunSettingsResource
+) -> dg.SkipReason | list[dg.RunRequest]:
+    now = context.scheduled_execution_time if reruns.now is None else reruns.current_time()
+    with store.engine() as engine:
+        results, _ = evaluate_due(engine, reruns.studies(engine), now=now, spend=reruns.spend(engine), source="schedule")
+        requests, skip = _requests_and_skips(engine, results)
+    if requests:
+        return requests
+    return dg.SkipReason(skip or NOTHING_DUE)
+
+
+@dg.sensor(
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.STOPPED,
+    description="Delivers notifications left in the outbox (retries with backoff).",
+)
+def notification_outbox_sensor(
+    context: dg.SensorEvaluationContext, store: StoreResource, reruns_notifier: RerunNotifierResource
+) -> dg.SkipReason:
+    with store.engine() as engine:
+        report = reruns_notifier.deliver(engine)
+    return dg.SkipReason(
+        f"Delivered {len(report.sent)} notification(s); {len(report.failed)} will be retried; "
+        f"{len(report.dead)} given up"
+    )
 
 
 def build_defs() -> dg.Definitions:
-    return dg.Definitions()
+    return dg.Definitions(
+        assets=[study_lineage_spec],
+        jobs=[study_rerun_job, enable_study_schedule_job, cancel_study_schedule_job],
+        sensors=[study_rerun_sensor, notification_outbox_sensor],
+        schedules=[study_rerun_schedule],
+    )

@@ -48,9 +48,9 @@ def _setup(url: str, *, budget: int | None = 1_000_000, min_unseen: int = 10) ->
     set_workspace(engine, WS, subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=50_000_000)
     workflow = scenario.backend(shift_at=ROOT_END - 10 * DAY)  # shifts as the root holdout starts
     root = scenario.create_root_study(engine, workspace=WS, root_end=ROOT_END, budget_micro_usd=budget,
-                                      min_unseen_steps=min_unseen)
-    scenario.run(engine, root, workflow)
-    return engine, scenario.port(engine, workflow), root
+                                      min_unseen_steps=min_unseen, workflow=workflow)
+    scenario.run(engine, root)
+    return engine, scenario.port(engine), root
 
 
 def _delete_study(engine: Engine, study_id: int) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import smtplib
 import urllib.error
 import urllib.request
@@ -58,6 +59,15 @@ class Transport(Protocol):
     def send(self, message: Outgoing) -> None: ...
 
 
+def message_id_header(key: str) -> str:
+    """A valid ``Message-ID`` for an outbox key (the same key always gives the same id).
+
+    >>> message_id_header("winner-changed:12")
+    '<winner-changed.12@typestrict>'
+    """
+    return "<" + re.sub(r"[^A-Za-z0-9.\-]", ".", key) + "@typestrict>"
+
+
 @dataclass(frozen=True)
 class SmtpTransport:
     """Email over SMTP (``smtplib``); STARTTLS and login when configured."""
@@ -75,7 +85,7 @@ class SmtpTransport:
         mail["From"] = self.sender
         mail["To"] = message.recipient
         mail["Subject"] = message.subject
-        mail["Message-ID"] = f"<{message.message_id}@typestrict>"
+        mail["Message-ID"] = message_id_header(message.message_id)
         mail["X-TypeStrict-Kind"] = message.kind
         mail.set_content(message.body)
         with smtplib.SMTP(self.host, self.port, timeout=self.timeout_seconds) as smtp:

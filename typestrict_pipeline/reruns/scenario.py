@@ -12,8 +12,9 @@ import datetime as dt
 from sqlalchemy import Engine
 
 from typestrict_pipeline.reruns.service import set_min_unseen_steps
-from typestrict_pipeline.reruns.studies import StoreStudies
-from typestrict_pipeline.reruns.synthetic import RegimeShiftBackend
+from typestrict_pipeline.reruns.studies import StoreStudies, default_backend_for
+from typestrict_pipeline.reruns.synthetic import RegimeShiftBackend, regime_config
+from typestrict_pipeline.store import session_scope
 from typestrict_pipeline.study import repository as repo
 from typestrict_pipeline.study.folds import plan_folds
 from typestrict_pipeline.study.limits import StudyLimits
@@ -45,16 +46,17 @@ def create_root_study(
     root_end: dt.datetime,
     budget_micro_usd: int | None,
     min_unseen_steps: int,
+    workflow: RegimeShiftBackend,
     n_folds: int = 2,
     tune_steps: int = 5,
     eval_steps: int = 5,
     holdout_steps: int = 10,
-    cost_per_step: int = 20,
 ) -> str:
     """Create (not run) a root study whose holdout ends at ``root_end``; returns its id.
 
-    The USD estimate is taken from the synthetic workflow's known cost per step (as if its last
-    backtest had run 10 steps at ``cost_per_step`` each).
+    The study stores ``workflow``'s configuration, so every process (and every re-run, which
+    copies it) rebuilds the same synthetic workflow. The USD estimate is taken from the synthetic
+    workflow's known cost per step (as if its last backtest had run 10 steps).
     """
     layout = plan_folds(
         start=START, end=root_end, step=STEP, n_folds=n_folds, tune_steps=tune_steps,
@@ -68,19 +70,22 @@ def create_root_study(
         space=SearchSpace(grid={"arm": list(ARMS)}),
         layout=layout,
         limits=StudyLimits(max_candidates=4, max_total_steps=10_000, budget_micro=budget_micro_usd),
-        config={"workflow": WORKFLOW},
-        last_backtest=repo.LastBacktest(cost_micro=10 * cost_per_step, steps=10),
+        config={"workflow": WORKFLOW, "backend": regime_config(workflow)},
+        last_backtest=repo.LastBacktest(cost_micro=10 * workflow.cost_per_step, steps=10),
         name="root study",
     )
     set_min_unseen_steps(engine, str(study_id), min_unseen_steps)
     return str(study_id)
 
 
-def run(engine: Engine, study_id: str, workflow: RegimeShiftBackend) -> None:
-    """Run a created study to its end in this process."""
-    run_study_local(engine, int(study_id), workflow, max_workers=2)
+def run(engine: Engine, study_id: str) -> None:
+    """Run a created study to its end in this process, on the backend it stores."""
+    with session_scope(engine) as session:
+        row = repo.get_study(session, int(study_id))
+        session.expunge(row)
+    run_study_local(engine, int(study_id), default_backend_for(row), max_workers=2)
 
 
-def port(engine: Engine, workflow: RegimeShiftBackend) -> StoreStudies:
-    """The studies port running every study of this scenario on ``workflow``."""
-    return StoreStudies(engine, lambda _row: workflow, max_workers=2)
+def port(engine: Engine) -> StoreStudies:
+    """The studies port (every study runs on the backend it stores)."""
+    return StoreStudies(engine, max_workers=2)

@@ -152,6 +152,43 @@ BackendFor = Callable[[StudyRow], StudyBackend]
 BusyCheck = Callable[[str, str], bool]
 
 
+def default_backend_for(row: StudyRow) -> StudyBackend:
+    """The backend a study's stored configuration describes.
+
+    ``{"backend": "regime-shift", ...}`` is this area's synthetic workflow
+    (:mod:`typestrict_pipeline.reruns.synthetic`); everything else is the studies area's
+    (``synthetic``, or ``engine`` on a real workflow setup such as the Seattle weather one).
+    """
+    from typestrict_pipeline.reruns.synthetic import regime_from_config
+    from typestrict_pipeline.study.backends import backend_from_config
+
+    config = dict(row.config_json.get("backend", {}))
+    if config.get("backend") == "regime-shift":
+        return regime_from_config(config)
+    return backend_from_config(config)
+
+
+def backtest_running(engine: Engine) -> BusyCheck:
+    """``(workspace, workflow) -> bool``: a plain backtest of the workflow is running (backtest store)."""
+    from sqlalchemy import func
+
+    from typestrict_pipeline.backtest.engine import BacktestStatus
+    from typestrict_pipeline.backtest.tables import BacktestRow
+
+    def busy(workspace_id: str, workflow_id: str) -> bool:
+        with session_scope(engine) as session:
+            n = session.execute(
+                select(func.count()).select_from(BacktestRow).where(
+                    BacktestRow.workspace == workspace_id,
+                    BacktestRow.workflow == workflow_id,
+                    BacktestRow.status == BacktestStatus.RUNNING.value,
+                )
+            ).scalar_one()
+        return bool(n)
+
+    return busy
+
+
 class StoreStudies:
     """:class:`StudiesPort` on the studies area's store and its local runner.
 
@@ -159,22 +196,23 @@ class StoreStudies:
         engine: the store (the same database as the studies area).
         backend_for: the backend that runs a study's windows (the backtest engine for a real
             workflow; :class:`~typestrict_pipeline.study.runner.SyntheticBackend` in tests).
-        backtest_in_flight: optional check for a plain backtest running on a workflow
-            ``(workspace, workflow) -> bool``; studies in flight are read from the studies lock.
+        backtest_in_flight: check for a plain backtest running on a workflow
+            ``(workspace, workflow) -> bool`` (default: the backtest store's running backtests);
+            studies in flight are read from the studies lock.
         max_workers: threads of the local runner.
     """
 
     def __init__(
         self,
         engine: Engine,
-        backend_for: BackendFor,
+        backend_for: BackendFor = default_backend_for,
         *,
         backtest_in_flight: BusyCheck | None = None,
         max_workers: int = 2,
     ) -> None:
         self.engine = engine
         self.backend_for = backend_for
-        self.backtest_in_flight = backtest_in_flight
+        self.backtest_in_flight = backtest_in_flight or backtest_running(engine)
         self.max_workers = max_workers
 
     def get(self, study_id: str) -> StudyFacts | None:
@@ -212,7 +250,7 @@ class StoreStudies:
     def workflow_in_flight(self, workspace_id: str, workflow_id: str) -> bool:
         if repo.active_study(self.engine, workspace_id, workflow_id) is not None:
             return True
-        return bool(self.backtest_in_flight and self.backtest_in_flight(workspace_id, workflow_id))
+        return bool(self.backtest_in_flight(workspace_id, workflow_id))
 
     def data_end(self, facts: StudyFacts) -> dt.datetime | None:
         return recorded_data_end(self.engine, facts.workspace_id, facts.workflow_id)

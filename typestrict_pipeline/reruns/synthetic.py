@@ -32,7 +32,10 @@ def _unit(*parts: object) -> float:
 
 @dataclass
 class RegimeShiftBackend:
-    """Scores around a per-arm skill that changes at ``shift_at`` (seeded by ``seed``)."""
+    """Scores around a per-arm skill that changes at ``shift_at`` (seeded by ``seed``).
+
+    ``fail_from`` simulates a data-source outage: a window reaching past it raises.
+    """
 
     before: Mapping[str, float]
     after: Mapping[str, float]
@@ -41,6 +44,7 @@ class RegimeShiftBackend:
     cost_per_step: int = 20
     seed: int = 0
     step: dt.timedelta = dt.timedelta(days=1)
+    fail_from: dt.datetime | None = None
     windows_run: list[tuple[str, str, str]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -58,6 +62,11 @@ class RegimeShiftBackend:
                 f"expected a search window ending at or before the holdout seal {seal_at.isoformat()}, "
                 f"got one ending {window.end.isoformat()}. The holdout is sealed during the search."
             )
+        if self.fail_from is not None and window.end > self.fail_from:
+            raise RuntimeError(
+                f"the synthetic data source has no data from {self.fail_from.isoformat()} "
+                "(an outage set with fail_from)"
+            )
         arm = str(candidate.params.get("arm"))
         with self._lock:
             self.windows_run.append((arm, kind.value, window.start.isoformat()))
@@ -71,6 +80,38 @@ class RegimeShiftBackend:
             scores.append((t.isoformat(), self.skill(arm, t) + self.noise * z))
             cost += self.cost_per_step
         return WindowOutcome(scores, cost, window.steps)
+
+
+def regime_config(backend: RegimeShiftBackend) -> dict[str, object]:
+    """The JSON a study stores to rebuild ``backend`` in any process (``{"backend": "regime-shift", ...}``)."""
+    return {
+        "backend": "regime-shift",
+        "before": dict(backend.before),
+        "after": dict(backend.after),
+        "shift_at": backend.shift_at.isoformat(),
+        "noise": backend.noise,
+        "cost_per_step": backend.cost_per_step,
+        "seed": backend.seed,
+        "step_seconds": backend.step.total_seconds(),
+        "fail_from": None if backend.fail_from is None else backend.fail_from.isoformat(),
+    }
+
+
+def regime_from_config(config: Mapping[str, object]) -> RegimeShiftBackend:
+    """Inverse of :func:`regime_config`."""
+    before = config["before"]
+    after = config["after"]
+    assert isinstance(before, Mapping) and isinstance(after, Mapping)
+    return RegimeShiftBackend(
+        before={str(k): float(v) for k, v in before.items()},
+        after={str(k): float(v) for k, v in after.items()},
+        shift_at=dt.datetime.fromisoformat(str(config["shift_at"])),
+        noise=float(str(config.get("noise", 0.05))),
+        cost_per_step=int(str(config.get("cost_per_step", 20))),
+        seed=int(str(config.get("seed", 0))),
+        step=dt.timedelta(seconds=float(str(config.get("step_seconds", 86400.0)))),
+        fail_from=None if not config.get("fail_from") else dt.datetime.fromisoformat(str(config["fail_from"])),
+    )
 
 
 def expected_edge(backend: RegimeShiftBackend, arm: str, start: dt.datetime, steps: int) -> float:
