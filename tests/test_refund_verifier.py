@@ -298,3 +298,20 @@ def test_cli_sub_command_runs_the_same_code(
     path.write_bytes(audit_bytes(broken))
     assert cli_main(["verify", str(path)]) == 1
     assert "overall.verdict: audit says 'refund', rebuilt 'kept'" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_selective_tail_window_is_exact_and_falls_back(seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    n, drop = 60, 12
+    rank = list(range(n))
+    rng.shuffle(rank)
+    correct_by_rank = [rng.randrange(2) for _ in range(n)]
+    draws = [rng.randrange(n) for _ in range(n)]
+    ranks = sorted(rank[i] for i in draws)
+    expected = sum(correct_by_rank[r] for r in ranks[-drop:])
+    for tail in (1, 5, drop, 20, n):  # windows too small to hold the drop force the full sort
+        assert verify_audit._dropped_correct(draws, rank, correct_by_rank, drop, tail) == expected
+    assert verify_audit._dropped_correct(draws, rank, correct_by_rank, 0, 5) == 0

@@ -1,10 +1,10 @@
 """The paired bootstrap of the gain G: vectorised with numpy, bit-identical to plain Python.
 
 Both systems are scored on the same resamples (rows drawn by :mod:`.stream`). Each resample's
-metrics are computed only from integer counts: a count matrix ``C[b, i]`` (how often row ``i``
-was drawn in resample ``b``), per-answer counts from ``C`` times one-hot matrices (a float matrix
-product is exact here: every term and partial sum is an integer below 2**53), the Brier sum as an
-int64 product, and selective accuracy from cumulative counts along each system's confidence order.
+metrics are computed only from integer counts: per-answer counts by ``bincount`` over the drawn
+rows' codes, the Brier sum as an int64 sum of the drawn rows' integer units, and selective
+accuracy by sorting each resample's confidence ranks (a radix sort on small integers) and
+counting the right answers among the ``m`` smallest.
 The floats are then made exactly as the plain-Python verifier makes them (one correctly rounded
 division per quotient, sums left to right in answer order, ``G`` left to right), so the arrays are
 equal bit for bit; :func:`gains_python` is the plain reference used by the tests.
@@ -89,28 +89,32 @@ def summarize(gains: Sequence[float], seed: bytes) -> BootstrapResult:
 
 
 def _system_block(
-    c: npt.NDArray[np.int64],
-    y: npt.NDArray[np.intp],
+    block: npt.NDArray[np.intp],
+    true: npt.NDArray[np.int64],
     ex: ExampleValues,
     labels: Sequence[int],
     n_answers: int,
     m: int,
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    n = len(ex.pred)
-    b = c.shape[0]
-    correct = np.asarray(ex.correct, dtype=bool)
-    pred = np.asarray(ex.pred, dtype=np.intp)
-    onehots = np.zeros((n, 3 * n_answers), dtype=np.float64)
-    rows = np.arange(n)
-    onehots[rows, y] = 1.0  # true
-    onehots[rows[correct], n_answers + y[correct]] = 1.0  # tp
-    onehots[rows, 2 * n_answers + pred] = 1.0  # pred
-    counts = (c.astype(np.float64) @ onehots).astype(np.int64)
-    true, tp, prd = (
-        counts[:, :n_answers],
-        counts[:, n_answers : 2 * n_answers],
-        counts[:, 2 * n_answers :],
-    )
+    """One system's three G metrics for a block of resamples.
+
+    Args:
+        block: ``block[b, j]`` = the row drawn by draw ``j`` of resample ``b``.
+        true: ``true[b, k]`` = draws whose right answer is ``k``.
+        ex: the system's per-example values.
+        labels: the answers macro F1 averages over.
+        n_answers: K.
+        m: how many draws selective accuracy keeps.
+    """
+    b, n = block.shape
+    offsets = (np.arange(b, dtype=np.intp) * (2 * n_answers))[:, None]
+    # a right example is always predicted as its right answer, so one code per draw,
+    # 2·pred + right, counts both "predicted as k" and "right with answer k"
+    code = 2 * np.asarray(ex.pred, dtype=np.intp) + np.asarray(ex.correct, dtype=np.intp)
+    pc = np.bincount((code[block] + offsets).ravel(), minlength=b * 2 * n_answers)
+    pc = pc.reshape(b, n_answers, 2)
+    tp = pc[:, :, 1]
+    prd = pc[:, :, 0] + tp
     macro = np.zeros(b, dtype=np.float64)
     for k in labels:
         den = (true[:, k] + prd[:, k]).astype(np.float64)
@@ -121,23 +125,21 @@ def _system_block(
     macro = macro / np.float64(len(labels))
 
     units = np.asarray(ex.brier_units, dtype=np.int64)
-    s = c @ units
+    s = units[block].sum(axis=1)  # integers: exact in any order
     two_d = 2 * n * BRIER_UNIT
     if two_d <= _EXACT_FLOAT_INT:
         brier = (two_d - s).astype(np.float64) / np.float64(two_d)
     else:  # int -> float would round: divide exactly in Python instead
         brier = np.array([(two_d - int(v)) / two_d for v in s.tolist()], dtype=np.float64)
 
-    order = np.asarray(ex.order, dtype=np.intp)
-    cs = c[:, order]
-    co = correct[order].astype(np.int64)
-    cum = np.cumsum(cs, axis=1)
-    cumc = np.cumsum(cs * co, axis=1)
-    j = np.argmax(cum >= m, axis=1)
-    r = np.arange(b)
-    cj = cs[r, j]
-    before = cum[r, j] - cj
-    sel = cumc[r, j] - cj * co[j] + (m - before) * co[j]
+    # selective accuracy: sort each resample's confidence ranks (radix sort on small ints)
+    # and count the right answers among the m smallest ranks
+    rank_dtype = np.int16 if n <= np.iinfo(np.int16).max else np.int64
+    rank = np.empty(n, dtype=rank_dtype)
+    rank[np.asarray(ex.order, dtype=np.intp)] = np.arange(n, dtype=rank_dtype)
+    correct_by_rank = np.asarray(ex.correct, dtype=np.int64)[np.asarray(ex.order, dtype=np.intp)]
+    ranks = np.sort(rank[block], axis=1, kind="stable")
+    sel = correct_by_rank[ranks[:, :m]].sum(axis=1)
     sel_acc = sel.astype(np.float64) / np.float64(m)
     return macro, brier, sel_acc
 
@@ -172,10 +174,11 @@ def bootstrap_gains(
     for start in range(0, resamples, _CHUNK):
         block = idx[start : start + _CHUNK]
         nb = block.shape[0]
-        flat = (np.arange(nb, dtype=np.intp)[:, None] * n + block).ravel()
-        c = np.bincount(flat, minlength=nb * n).astype(np.int64).reshape(nb, n)
-        mf_m, bs_m, sa_m = _system_block(c, ya, model, labels, n_answers, m)
-        mf_j, bs_j, sa_j = _system_block(c, ya, jev, labels, n_answers, m)
+        offsets = (np.arange(nb, dtype=np.intp) * n_answers)[:, None]
+        true = np.bincount((ya[block] + offsets).ravel(), minlength=nb * n_answers)
+        true = true.reshape(nb, n_answers)
+        mf_m, bs_m, sa_m = _system_block(block, true, model, labels, n_answers, m)
+        mf_j, bs_j, sa_j = _system_block(block, true, jev, labels, n_answers, m)
         g = WEIGHTS[0] * (mf_m - mf_j)
         g = g + WEIGHTS[1] * (bs_m - bs_j)
         g = g + WEIGHTS[2] * (sa_m - sa_j)
