@@ -40,7 +40,7 @@ def rt_frame() -> pd.DataFrame:
 def rt_records() -> list[HoldoutRecord]:
     df = rt_frame()
     return [
-        HoldoutRecord(id=f"rt{i}", text=t, answer=c, group=g)
+        HoldoutRecord(id=f"rt-{i:05d}", text=t, answer=c, group=g)
         for i, (t, c, g) in enumerate(
             zip(df["text"], df["category"], df["movie_name"], strict=True)
         )

@@ -244,6 +244,11 @@ class Holdout:
         return self.ids(Role.TEST)
 
 
+_ROW_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+"""Encodes a row exactly as ``json.dumps([id, text, answer, group], ensure_ascii=False,
+separators=(",", ":"))`` does (one encoder, built once)."""
+
+
 def _digest(*parts: bytes) -> bytes:
     h = hashlib.sha256()
     for part in parts:
@@ -251,7 +256,9 @@ def _digest(*parts: bytes) -> bytes:
     return h.digest()
 
 
-def holdout_seed(records: Iterable[HoldoutRecord], *, decision: str, source: HoldoutSource) -> bytes:
+def holdout_seed(
+    records: Iterable[HoldoutRecord], *, decision: str, source: HoldoutSource
+) -> bytes:
     """The split's seed: SHA-256 over the sorted row contents, the decision and the source.
 
     Args:
@@ -267,13 +274,10 @@ def holdout_seed(records: Iterable[HoldoutRecord], *, decision: str, source: Hol
     ...     a[::-1], decision="d", source=HoldoutSource.LABELED)
     True
     """
+    encode = _ROW_ENCODER.encode
+    sha = hashlib.sha256
     digests = sorted(
-        _digest(
-            json.dumps([r.id, r.text, r.answer, r.group], ensure_ascii=False, separators=(",", ":")).encode(
-                "utf-8"
-            )
-        )
-        for r in records
+        sha(encode([r.id, r.text, r.answer, r.group]).encode("utf-8")).digest() for r in records
     )
     return _digest(
         SEED_DOMAIN,
@@ -364,7 +368,10 @@ def draw_holdout(
     unknown = sorted(present - set(answers))
     if unknown:
         raise DatasetError(
-            f"answers among {answers}", f"{unknown}", "list every answer of the decision", column="answer"
+            f"answers among {answers}",
+            f"{unknown}",
+            "list every answer of the decision",
+            column="answer",
         )
     index = {a: i for i, a in enumerate(answers)}
     counts = [0] * len(answers)
