@@ -123,15 +123,25 @@ def _time_array(
             parsed = series
         else:
             try:
-                parsed = pd.to_datetime(series, utc=False, format="ISO8601")
-            except (ValueError, TypeError) as exc:
+                parsed = pd.to_datetime(series, utc=False, format="ISO8601", errors="coerce")
+            except (ValueError, TypeError) as exc:  # mixed offsets, objects that are not times
                 raise DatasetError(
                     f"times in ISO 8601 with a UTC offset in {what!r}",
-                    f"a value that is not a time ({exc})",
+                    f"values that are not one kind of time ({exc.__class__.__name__})",
                     f"fix the {what!r} column of table {table!r}",
                     file=file,
                     column=what,
                 ) from exc
+            bad = np.flatnonzero(parsed.isna().to_numpy() & series.notna().to_numpy())
+            if bad.size:
+                raise DatasetError(
+                    "a time in ISO 8601 with a UTC offset (for example 2012-01-02T00:00:00Z)",
+                    repr(series.iloc[int(bad[0])]),
+                    f"fix the {what!r} column of table {table!r}",
+                    file=file,
+                    row=int(bad[0]) + 1,
+                    column=what,
+                )
         tz = getattr(parsed.dt, "tz", None)
         if tz is None:
             raise DatasetError(

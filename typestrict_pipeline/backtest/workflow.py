@@ -182,20 +182,23 @@ FixtureFactory = Callable[[], contextlib.AbstractContextManager[WorkflowFixture]
 
 
 def _code_text(fn: Callable[..., Any]) -> str:
-    """The source that defines ``fn``: its whole module when readable, else the function.
+    """The code that defines ``fn``: its own source (or bytecode) plus its whole module's source.
 
-    Hashing the module is deliberately conservative: a helper the function calls lives there too,
+    Hashing the module too is deliberately conservative: a helper the function calls lives there,
     so any change that could change a decision changes the version (and sometimes one that could
-    not).
+    not). The function's own source and name tell apart two functions of one module.
     """
+    parts = [getattr(fn, "__qualname__", repr(fn))]
+    try:
+        parts.append(inspect.getsource(fn))
+    except (OSError, TypeError):
+        code = getattr(fn, "__code__", None)
+        parts.append(_code_fingerprint(code) if code is not None else repr(fn))
     module = sys.modules.get(getattr(fn, "__module__", "") or "")
     if module is not None:
         with contextlib.suppress(OSError, TypeError):
-            return inspect.getsource(module)
-    with contextlib.suppress(OSError, TypeError):
-        return inspect.getsource(fn)
-    code = getattr(fn, "__code__", None)
-    return _code_fingerprint(code) if code is not None else repr(fn)
+            parts.append(inspect.getsource(module))
+    return "\n".join(parts)
 
 
 def _code_fingerprint(code: types.CodeType) -> str:
