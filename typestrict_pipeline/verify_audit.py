@@ -5,7 +5,8 @@ Usage::
 
     python3 verify_audit.py audit.json
 
-This one file works when copied anywhere (Python 3.11 or later, nothing to install). It rebuilds,
+This one file works when copied anywhere (Python 3.10 or later, nothing to install; checked
+with 3.10, 3.11, 3.12 and 3.13). It rebuilds,
 from the audit alone, each decision's bootstrap seed, every resample (SHAKE-256 stream), every
 per-example value, the four metrics of both systems, the deltas and margins, the gain G, the
 bootstrap's 5th percentile and its count of G <= 0, then the two-thirds rule, the settling
