@@ -327,3 +327,49 @@ def test_write_then_read_round_trips_exactly(tmp_path: Path) -> None:
     back = read_predictions(tmp_path / "out" / "p.jsonl", "model").predictions[("d", "a")]
     assert back.probabilities == p[0].probabilities and back.row == 1
     assert [f.name for f in (tmp_path / "out").iterdir()] == ["p.jsonl"]  # no temp file left
+
+
+def test_no_answers_the_reviewed_examples_are_judged_on_their_review_labels(tmp_path: Path) -> None:
+    rows = [
+        {
+            "id": f"r{i}",
+            "text": f"ticket {i}",
+            "grp": f"c{i // 4}",
+            "rev": (["bug", "question"][(i // 4) % 2] if i % 4 == 0 else ""),
+        }
+        for i in range(40)
+    ]
+    (tmp_path / "data.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8"
+    )
+    manifest = {
+        "manifest_version": 1,
+        "training_id": "t",
+        "workspace_id": "demo",
+        "dataset": {
+            "path": "data.jsonl",
+            "columns": {"id": "id", "text": "text", "group": "grp", "review_label": "rev"},
+        },
+        "decisions": [
+            {"name": "kind", "question": "Bug or question?", "answers": ["bug", "question"]}
+        ],
+        "predictions": {
+            "jev": {"kind": "file", "path": "j.jsonl"},
+            "model": {"kind": "file", "path": "m.jsonl"},
+        },
+        "training": {"status": "succeeded"},
+    }
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    ds = load_dataset(load_manifest(tmp_path / "manifest.json"))
+    holdout = split_dataset(ds, "kind")
+    assert holdout.summary.source.value == "reviewed" and holdout.summary.n_test == 10
+    assert (
+        holdout.summary.n_excluded == 30 and holdout.summary.n_train == 0
+    )  # every group is an evaluation group
+    preds = [
+        {"id": f"r{i}", "decision": "kind", "probabilities": {"bug": 0.9, "question": 0.1}}
+        for i in range(40)
+    ]
+    both = read_predictions(write_jsonl(tmp_path / "m.jsonl", preds), "model")
+    data = build_decision_data(ds, holdout, model=both, jev=both)
+    assert sorted(r.y for r in data.rows) == [0] * 5 + [1] * 5

@@ -32,7 +32,7 @@ from typing import Any
 
 from typestrict_pipeline.errors import PredictionsError
 from typestrict_pipeline.refund.dataset import Dataset
-from typestrict_pipeline.refund.holdout import Holdout
+from typestrict_pipeline.refund.holdout import Holdout, HoldoutSource
 from typestrict_pipeline.refund.types import DecisionData, DecisionKind, JudgedRow
 
 __all__ = [
@@ -87,7 +87,9 @@ class SystemPredictions:
     predictions: Mapping[tuple[str, str], Prediction]
 
     @classmethod
-    def from_iterable(cls, system: str, source: str, items: Iterable[Prediction]) -> SystemPredictions:
+    def from_iterable(
+        cls, system: str, source: str, items: Iterable[Prediction]
+    ) -> SystemPredictions:
         """Index predictions by (decision, id); a duplicate is an error."""
         out: dict[tuple[str, str], Prediction] = {}
         for p in items:
@@ -96,7 +98,8 @@ class SystemPredictions:
                 first = out[key].row
                 raise PredictionsError(
                     "one prediction per (id, decision)",
-                    f"id {p.id!r} of decision {p.decision!r} again" + (f" (first at row {first})" if first else ""),
+                    f"id {p.id!r} of decision {p.decision!r} again"
+                    + (f" (first at row {first})" if first else ""),
                     "remove the duplicate",
                     file=source,
                     row=p.row,
@@ -155,27 +158,51 @@ def validate_probabilities(
     out: list[tuple[str, float]] = []
     if not pairs:
         raise PredictionsError(
-            "probabilities for the answers", "none", "give one probability per answer", file=file, row=row, column=column
+            "probabilities for the answers",
+            "none",
+            "give one probability per answer",
+            file=file,
+            row=row,
+            column=column,
         )
     for answer, value in pairs:
         where = f"{column}.{answer}" if name_answer else column
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise PredictionsError(
-                "a probability (a number from 0 to 1)", repr(value), "write a number", file=file, row=row, column=where
+                "a probability (a number from 0 to 1)",
+                repr(value),
+                "write a number",
+                file=file,
+                row=row,
+                column=where,
             )
         f = float(value)
         if math.isnan(f):
             raise PredictionsError(
-                "a probability from 0 to 1", "NaN", "the system produced no number here; fix or re-run it",
-                file=file, row=row, column=where,
+                "a probability from 0 to 1",
+                "NaN",
+                "the system produced no number here; fix or re-run it",
+                file=file,
+                row=row,
+                column=where,
             )
         if f < 0.0:
             raise PredictionsError(
-                "a probability from 0 to 1", f"a negative value {f!r}", "fix the predictions", file=file, row=row, column=where
+                "a probability from 0 to 1",
+                f"a negative value {f!r}",
+                "fix the predictions",
+                file=file,
+                row=row,
+                column=where,
             )
         if f > 1.0:
             raise PredictionsError(
-                "a probability from 0 to 1", f"{f!r}, above 1", "fix the predictions", file=file, row=row, column=where
+                "a probability from 0 to 1",
+                f"{f!r}, above 1",
+                "fix the predictions",
+                file=file,
+                row=row,
+                column=where,
             )
         out.append((answer, f))
     total = math.fsum(v for _, v in out)
@@ -219,10 +246,20 @@ def _read_jsonl(path: Path) -> list[Prediction]:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise PredictionsError(
-                    "one JSON object per line", f"invalid JSON ({exc.msg})", "fix that line", file=file, row=row
+                    "one JSON object per line",
+                    f"invalid JSON ({exc.msg})",
+                    "fix that line",
+                    file=file,
+                    row=row,
                 ) from exc
             if not isinstance(obj, dict):
-                raise PredictionsError("a JSON object", type(obj).__name__, "write each row as {...}", file=file, row=row)
+                raise PredictionsError(
+                    "a JSON object",
+                    type(obj).__name__,
+                    "write each row as {...}",
+                    file=file,
+                    row=row,
+                )
             extra = sorted(set(obj) - {"id", "decision", "probabilities"})
             if extra:
                 raise PredictionsError(
@@ -257,7 +294,9 @@ def _read_parquet(path: Path) -> list[Prediction]:
     try:
         table = pq.read_table(path)
     except Exception as exc:
-        raise PredictionsError("a Parquet file", f"{type(exc).__name__}: {exc}", "check the file", file=file) from exc
+        raise PredictionsError(
+            "a Parquet file", f"{type(exc).__name__}: {exc}", "check the file", file=file
+        ) from exc
     cols = table.to_pydict()
     for name in ("id", "decision", "answers", "probabilities"):
         if name not in cols:
@@ -277,7 +316,12 @@ def _read_parquet(path: Path) -> list[Prediction]:
         values = cols["probabilities"][i]
         if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
             raise PredictionsError(
-                "a list of answers", repr(answers)[:60], "write the answers as a list of strings", file=file, row=row, column="answers"
+                "a list of answers",
+                repr(answers)[:60],
+                "write the answers as a list of strings",
+                file=file,
+                row=row,
+                column="answers",
             )
         if not isinstance(values, list) or len(values) != len(answers):
             raise PredictionsError(
@@ -290,7 +334,12 @@ def _read_parquet(path: Path) -> list[Prediction]:
             )
         if len(set(answers)) != len(answers):
             raise PredictionsError(
-                "each answer once", repr(answers), "remove the duplicate answers", file=file, row=row, column="answers"
+                "each answer once",
+                repr(answers),
+                "remove the duplicate answers",
+                file=file,
+                row=row,
+                column="answers",
             )
         values = [math.nan if v is None else v for v in values]
         pairs = validate_probabilities(
@@ -316,7 +365,9 @@ def read_predictions(path: str | Path, system: str) -> SystemPredictions:
     file = Path(path)
     if not file.exists():
         raise PredictionsError(
-            "an existing predictions file", "no such file", f"check where {system}'s predictions are in the manifest",
+            "an existing predictions file",
+            "no such file",
+            f"check where {system}'s predictions are in the manifest",
             file=str(file),
         )
     name = file.name.lower()
@@ -326,7 +377,10 @@ def read_predictions(path: str | Path, system: str) -> SystemPredictions:
         items = _read_parquet(file)
     else:
         raise PredictionsError(
-            "a .jsonl or .parquet predictions file", repr(file.name), "convert the file to JSONL or Parquet", file=str(file)
+            "a .jsonl or .parquet predictions file",
+            repr(file.name),
+            "convert the file to JSONL or Parquet",
+            file=str(file),
         )
     return SystemPredictions.from_iterable(system, str(file), items)
 
@@ -346,7 +400,11 @@ def write_predictions_jsonl(path: str | Path, predictions: Iterable[Prediction])
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             for p in predictions:
-                record = {"id": p.id, "decision": p.decision, "probabilities": dict(p.probabilities)}
+                record = {
+                    "id": p.id,
+                    "decision": p.decision,
+                    "probabilities": dict(p.probabilities),
+                }
                 handle.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
         os.replace(tmp, target)
     except BaseException:
@@ -469,7 +527,8 @@ def build_decision_data(
                 column="probabilities",
             )
 
-    source_values = labels.labels if holdout.summary.source.value == "labeled" else labels.reviews
+    labeled = holdout.summary.source is HoldoutSource.LABELED
+    source_values = labels.labels if labeled else labels.reviews
     rows: list[JudgedRow] = []
     for ident in test_ids:
         i = position[ident]
@@ -507,4 +566,3 @@ def build_decision_data(
         answers=tuple(answers),
         rows=tuple(rows),
     )
-
