@@ -58,15 +58,20 @@ def test_numpy_gains_equal_plain_python_bit_for_bit(case: int) -> None:
     assert _bits(verify_audit.gains(y, va, vb, k, seed, 300)) == _bits(fast)
 
 
-def test_brier_falls_back_to_exact_division_past_2_to_53() -> None:
-    # n = 5000: 2 * n * 2**40 > 2**53, so int -> float would round; the producer divides exactly
-    data = synthetic_decision(seed=7, n=5000, n_answers=3)
+@pytest.mark.parametrize("n", [5000, 70000])
+def test_large_decisions_stay_exact(n: int) -> None:
+    # n = 5000: 2 * n * 2**40 > 2**53, so int -> float would round; the producer divides exactly.
+    # n = 70000: past 2**16 rows, the verifier's packed counters switch to 32-bit slots and the
+    # producer's ranks no longer fit int16.
+    data = synthetic_decision(seed=7, n=n, n_answers=3)
     rows, _ = canonical_rows(data)
     y = [r.y for r in rows]
-    a = example_values(y, [r.p_model for r in rows])
-    b = example_values(y, [r.p_jev for r in rows])
+    pm, pj = [r.p_model for r in rows], [r.p_jev for r in rows]
+    a, b = example_values(y, pm), example_values(y, pj)
     fast = bootstrap_gains(y, a, b, 3, bytes(32), 3).tolist()
     assert _bits(fast) == _bits(gains_python(y, a, b, 3, bytes(32), 3))
+    va, vb = verify_audit.SystemValues(y, pm), verify_audit.SystemValues(y, pj)
+    assert _bits(verify_audit.gains(y, va, vb, 3, bytes(32), 3)) == _bits(fast)
 
 
 def test_stream_is_the_documented_shake256_multiply_shift() -> None:

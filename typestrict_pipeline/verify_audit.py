@@ -262,7 +262,7 @@ def _metrics(
     return values, exact
 
 
-MAX_ROWS = 2**22  # the packed counters below hold counts below 2**16 and Brier sums below 2**64
+MAX_ROWS = 2**22  # the packed Brier slots below hold sums below 2**64 (n * 2**42)
 
 
 def _dropped_correct(
@@ -285,6 +285,7 @@ def gains(
     """G of every resample, rebuilt from the SHAKE-256 stream (integer counts, fixed order).
 
     Speed (all exact integer arithmetic): every row gets one packed integer whose 16-bit slots
+    (32-bit from 65,536 rows)
     count, for each answer, "right answer is it", "model right", "model predicts it", "Jev right",
     "Jev predicts it", plus both systems' right totals and (64-bit slots) Brier units; one C-level
     ``sum`` over a resample's draws then yields every count at once. Selective accuracy removes
@@ -300,18 +301,19 @@ def gains(
     tail = min(n, drop + 8 * math.isqrt(n) + 16)
     two_d = 2 * n * BRIER_UNIT
     slots = 5 * k + 2
+    w, fmt = (16, "H") if n < 2**16 else (32, "I")  # a count slot holds any count up to n
     packed: list[int] = []
     for i in range(n):
         yi = y[i]
-        v = (1 << (16 * yi)) + (1 << (16 * (k + a.pred[i]))) + (1 << (16 * (2 * k + b.pred[i])))
+        v = (1 << (w * yi)) + (1 << (w * (k + a.pred[i]))) + (1 << (w * (2 * k + b.pred[i])))
         if a.correct[i]:
-            v += (1 << (16 * (3 * k + yi))) + (1 << (16 * (5 * k)))
+            v += (1 << (w * (3 * k + yi))) + (1 << (w * (5 * k)))
         if b.correct[i]:
-            v += (1 << (16 * (4 * k + yi))) + (1 << (16 * (5 * k + 1)))
-        v += (a.units[i] << (16 * slots)) + (b.units[i] << (16 * slots + 64))
+            v += (1 << (w * (4 * k + yi))) + (1 << (w * (5 * k + 1)))
+        v += (a.units[i] << (w * slots)) + (b.units[i] << (w * slots + 64))
         packed.append(v)
     packed_at = packed.__getitem__
-    layout = struct.Struct(f"<{slots}HQQ")
+    layout = struct.Struct(f"<{slots}{fmt}QQ")
     size = layout.size
     data = hashlib.shake_256(STREAM_DOMAIN + seed).digest(4 * n * resamples)
     unpack = struct.Struct(f"<{n}I").unpack_from
