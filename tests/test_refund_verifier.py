@@ -315,3 +315,27 @@ def test_selective_tail_window_is_exact_and_falls_back(seed: int) -> None:
     for tail in (1, 5, drop, 20, n):  # windows too small to hold the drop force the full sort
         assert verify_audit._dropped_correct(draws, rank, correct_by_rank, drop, tail) == expected
     assert verify_audit._dropped_correct(draws, rank, correct_by_rank, 0, 5) == 0
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_verifier_agrees_with_the_producer_on_random_small_decisions(seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    decisions = [
+        synthetic_decision(
+            seed=1000 * seed + i,
+            n=rng.choice([1, 2, 3, 5, 7, 12, 30]),
+            n_answers=rng.randrange(2, 6),
+            name=f"d{i}",
+            ties=rng.random() < 0.6,
+            multiple_choice=rng.random() < 0.3,
+            skew=rng.choice([0.0, 4.0]),
+            model_skill=rng.random() * 2,
+            jev_skill=rng.random() * 2,
+        )
+        for i in range(rng.randrange(1, 4))
+    ]
+    audit = build_audit(judge(decisions, keep_if_loses=rng.random() < 0.5), training_id="t",
+                        model_id="m", jev_id="j")
+    assert verify_audit.verify(json.loads(audit_bytes(audit))) == []
