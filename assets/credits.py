@@ -36,7 +36,8 @@ GROUP = "refund"
 VERDICT_JOB = "verdict_job"  # defined by assets/refund.py over AssetSelection.groups("refund")
 MODEL_FILES_FOLDER = "model"
 # Equal (by value) to assets.refund.trainings_partitions: one partition per training id.
-trainings_partitions = dg.DynamicPartitionsDefinition(name="trainings")
+PARTITIONS_NAME = "trainings"
+trainings_partitions = dg.DynamicPartitionsDefinition(name=PARTITIONS_NAME)
 
 
 def ledger_markdown(lines: list[LedgerLine]) -> str:
@@ -156,7 +157,7 @@ def _read_audit(path: str | None) -> bytes | None:
 # ------------------------------------------------------------------------------------------------
 
 
-class RetentionConfig(dg.Config):  # type: ignore[misc]
+class RetentionConfig(dg.Config):
     """``now``: the sweep's time as ISO 8601 with a zone (the schedule passes its tick time);
     empty means the current time."""
 
@@ -239,7 +240,7 @@ def training_sensor(
 ) -> dg.SensorResult | dg.SkipReason:
     folder = refund_trainings.trainings_dir()
     ids = refund_trainings.training_ids()
-    known = context.instance.get_dynamic_partitions(trainings_partitions.name)
+    known = context.instance.get_dynamic_partitions(PARTITIONS_NAME)
     decision = decide(ids, known_partitions=known, cursor=context.cursor)
     if not decision.new:
         if decision.cursor != (context.cursor or ""):

@@ -49,7 +49,7 @@ def test_sensor_to_ledger_end_to_end(tmp_path: Path, sqlite_url: str) -> None:
     job = defs.resolve_job_def("verdict_job")
     assert "credit_settlement" in {n.name for n in job.graph.node_defs}
 
-    with dg.instance_for_test() as instance:
+    with dg.DagsterInstance.ephemeral() as instance:
         tick = training_sensor(dg.build_sensor_context(
             instance=instance, resources={"refund_trainings": RefundTrainingsResource(
                 folder=str(trainings), audits_folder=str(home / "audits"))}))

@@ -97,7 +97,7 @@ def test_training_sensor_requests_each_new_manifest_once(env: dict[str, Any]) ->
     write_manifest(trainings, "tr_a")
     (trainings / "not_yet").mkdir()  # a folder without a manifest is not a registered training
     res = {"refund_trainings": env["resources"]["refund_trainings"]}
-    with dg.instance_for_test() as instance:
+    with dg.DagsterInstance.ephemeral() as instance:
         first = training_sensor(dg.build_sensor_context(instance=instance, resources=res))
         assert isinstance(first, dg.SensorResult)
         assert [r.run_key for r in first.run_requests or []] == ["verdict:tr_a", "verdict:tr_b"]
@@ -127,7 +127,7 @@ def test_training_sensor_requests_each_new_manifest_once(env: dict[str, Any]) ->
 
 def test_training_sensor_skips_an_empty_folder(env: dict[str, Any]) -> None:
     res = {"refund_trainings": env["resources"]["refund_trainings"]}
-    with dg.instance_for_test() as instance:
+    with dg.DagsterInstance.ephemeral() as instance:
         out = training_sensor.evaluate_tick(dg.build_sensor_context(instance=instance, resources=res))
     assert out.run_requests == []
     assert out.skip_message == (
@@ -137,7 +137,7 @@ def test_training_sensor_skips_an_empty_folder(env: dict[str, Any]) -> None:
 
 def test_training_sensor_refuses_a_foreign_cursor(env: dict[str, Any]) -> None:
     res = {"refund_trainings": env["resources"]["refund_trainings"]}
-    with dg.instance_for_test() as instance, pytest.raises(Exception, match="training_sensor cursor"):
+    with dg.DagsterInstance.ephemeral() as instance, pytest.raises(Exception, match="training_sensor cursor"):
         training_sensor(dg.build_sensor_context(instance=instance, resources=res, cursor="12"))
 
 
@@ -215,15 +215,16 @@ def test_retention_job_expires_files_but_keeps_the_audit(env: dict[str, Any]) ->
     settled_at = get_model(engine, "tr1").settled_at
     audit_before = audit_bytes(engine, "tr1")
 
+    instance = dg.DagsterInstance.ephemeral()
+
     def run(now: dt.datetime) -> int:
-        with dg.instance_for_test() as instance:
-            out = retention_job.execute_in_process(
-                run_config={"ops": {"expire_model_files": {"config": {"now": now.isoformat()}}}},
-                resources={k: env["resources"][k] for k in ("store", "refund_trainings")},
-                instance=instance,
-            )
-            assert out.success
-            return int(out.output_for_node("expire_model_files"))
+        out = retention_job.execute_in_process(
+            run_config={"ops": {"expire_model_files": {"config": {"now": now.isoformat()}}}},
+            resources={k: env["resources"][k] for k in ("store", "refund_trainings")},
+            instance=instance,
+        )
+        assert out.success
+        return int(out.output_for_node("expire_model_files"))
 
     assert run(settled_at + dt.timedelta(days=30) - dt.timedelta(seconds=1)) == 0
     assert files.exists() and get_model(engine, "tr1").state is ModelState.AVAILABLE
