@@ -108,7 +108,7 @@ def _stamp_mode(context: dg.AssetExecutionContext, mode: RunMode, workflow: str)
             "Launch backtests from backtest_<workflow>_job and live runs from live_<workflow>_job."
         )
     if tags.get(MODE_TAG) != mode.value or tags.get("workflow") != workflow:
-        context.instance.add_run_tags(context.run_id, {MODE_TAG: mode.value, "workflow": workflow})
+        context.instance.add_run_tags(context.run.run_id, {MODE_TAG: mode.value, "workflow": workflow})
 
 
 def _data(config: BacktestConfig | LiveConfig) -> tuple[dict[str, PointInTimeTable], str]:
@@ -191,7 +191,7 @@ def _backtest_asset(name: str) -> dg.AssetsDefinition:
                         step=parse_step(config.step), models=models, params=config.params,
                         prompts=config.prompts, max_in_flight=config.max_in_flight,
                         retries=config.retries, on_step_error=config.on_step_error,
-                        dagster_run_id=context.run_id,
+                        dagster_run_id=context.run.run_id,
                     )
         except TypeStrictError as exc:
             raise dg.Failure(description=str(exc)) from exc
@@ -224,7 +224,7 @@ def _live_asset(name: str) -> dg.AssetsDefinition:
                 with backtest_models.open(workflow) as models:
                     live_id, live = run_and_store_live(
                         engine, workflow, workspace=config.workspace, data=data, models=models,
-                        as_of=as_of, dagster_run_id=context.run_id,
+                        as_of=as_of, dagster_run_id=context.run.run_id,
                     )
         except TypeStrictError as exc:
             raise dg.Failure(description=str(exc)) from exc

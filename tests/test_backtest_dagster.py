@@ -1,0 +1,126 @@
+"""The backtests' Dagster wiring, in process: launchpad config, HISTORICAL tags, run card metadata."""
+
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+
+from assets.backtests import backtest_usage, build_defs
+from resources.backtests import BacktestModelsResource, StandinBacktestModels
+from resources.store import StoreResource
+from typestrict_pipeline.backtest import store as bs
+from typestrict_pipeline.backtest.metering import RunMode
+from typestrict_pipeline.store import open_store
+
+
+@pytest.fixture
+def defs(tmp_path: Path) -> dg.Definitions:
+    return dg.Definitions.merge(build_defs(), dg.Definitions(resources={
+        "store": StoreResource(url=f"sqlite:///{tmp_path / 'store.db'}"),
+        "backtest_models": StandinBacktestModels(latency_s=0.002),
+    }))
+
+
+def _config(**kw: Any) -> dict[str, Any]:
+    return {"ops": {"backtest_seattle_rain": {"config": kw}}}
+
+
+def test_every_registered_workflow_has_a_backtest_job_a_live_job_and_a_schedule(defs: dg.Definitions) -> None:
+    job = defs.resolve_job_def("backtest_seattle_rain_job")
+    assert job.tags["mode"] == "HISTORICAL" and job.tags["workflow"] == "seattle_rain"
+    assert defs.resolve_job_def("live_seattle_rain_job").tags["mode"] == "LIVE"
+    schedule = defs.resolve_schedule_def("live_seattle_rain_schedule")
+    assert schedule.default_status is dg.DefaultScheduleStatus.STOPPED
+
+
+def test_the_backtest_job_stores_everything_and_shows_the_run_card(defs: dg.Definitions, tmp_path: Path) -> None:
+    with dg.instance_for_test() as instance:
+        result = defs.resolve_job_def("backtest_seattle_rain_job").execute_in_process(
+            instance=instance,
+            run_config=_config(start="2014-03-01", end="2014-03-31", step="1d",
+                               params={"lookback_days": 3}, max_in_flight=4),
+        )
+        assert result.success
+        run = instance.get_run_by_id(result.run_id)
+        assert run is not None and run.tags["mode"] == "HISTORICAL"
+    md = result.asset_materializations_for_node("backtest_seattle_rain")[0].metadata
+    assert md["mode"].value == "HISTORICAL"
+    assert md["time_range"].value == "2014-03-01T00:00:00Z .. 2014-03-31T00:00:00Z"
+    assert md["steps_run"].value == 31 and md["steps_failed"].value == 0
+    assert 0.0 <= md["mean_score"].value <= 1.0
+    assert len(md["score_over_time"].value.records) == 20
+    assert md["cost_micro_usd"].value > 0 and md["cost_usd"].value.startswith("$0.000")
+    assert md["params"].value == {"lookback_days": 3, "threshold": 0.5}
+    assert "[HISTORICAL]" in md["run_card"].value
+    engine = open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    try:
+        stored = bs.load_backtest(engine, md["backtest_id"].value)
+        assert stored.dagster_run_id == result.run_id and stored.mode is RunMode.HISTORICAL
+        assert stored.card is not None and stored.card.mean_score == md["mean_score"].value
+        assert len(bs.load_steps(engine, stored.id)) == 31
+    finally:
+        engine.dispose()
+
+
+def test_a_bad_configuration_fails_the_run_with_the_message(defs: dg.Definitions) -> None:
+    with dg.instance_for_test() as instance:
+        result = defs.resolve_job_def("backtest_seattle_rain_job").execute_in_process(
+            instance=instance, raise_on_error=False,
+            run_config=_config(start="2011-01-01", end="2011-02-01"),
+        )
+    assert not result.success
+    failure = result.get_step_failure_events()[0].step_failure_data.user_failure_data
+    assert failure is not None
+    assert "expected a time range inside the data of table 'weather'" in (failure.description or "")
+
+
+def test_a_backtest_in_a_run_tagged_live_is_refused(defs: dg.Definitions) -> None:
+    with dg.instance_for_test() as instance:
+        result = defs.resolve_job_def("backtest_seattle_rain_job").execute_in_process(
+            instance=instance, raise_on_error=False, tags={"mode": "LIVE"},
+            run_config=_config(start="2014-03-01", end="2014-03-02"),
+        )
+    assert not result.success
+    failure = result.get_step_failure_events()[0].step_failure_data.user_failure_data
+    assert failure is not None and "expected a run tagged mode=HISTORICAL, got mode=LIVE" in (failure.description or "")
+
+
+def test_live_run_and_usage_keep_historical_and_live_apart(defs: dg.Definitions) -> None:
+    with dg.instance_for_test() as instance:
+        bt = defs.resolve_job_def("backtest_seattle_rain_job").execute_in_process(
+            instance=instance, run_config=_config(start="2014-03-01", end="2014-03-10"))
+        live = defs.resolve_job_def("live_seattle_rain_job").execute_in_process(
+            instance=instance,
+            run_config={"ops": {"live_decision_seattle_rain": {"config": {"as_of": "2016-01-01"}}}})
+        assert bt.success and live.success
+        assert instance.get_run_by_id(live.run_id).tags["mode"] == "LIVE"  # type: ignore[union-attr]
+        usage = defs.resolve_job_def("backtest_usage_job").execute_in_process(instance=instance)
+    lmd = live.asset_materializations_for_node("live_decision_seattle_rain")[0].metadata
+    assert lmd["mode"].value == "LIVE" and set(lmd["decision"].value) == {"p_rain", "rain"}
+    cost = bt.asset_materializations_for_node("backtest_seattle_rain")[0].metadata["cost_micro_usd"].value
+    umd = usage.asset_materializations_for_node("backtest_usage")[0].metadata
+    assert umd["historical_micro_usd"].value == cost
+    assert umd["live_micro_usd"].value == 11
+    assert "| LIVE |" in umd["usage"].value and "| HISTORICAL |" in umd["usage"].value
+
+
+def test_the_default_models_resource_uses_the_stand_in_without_an_endpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TYPESTRICT_BACKTEST_MODEL_URL", raising=False)
+    from typestrict_pipeline.backtest.workflows.weather import WEATHER
+
+    with BacktestModelsResource(standin_latency_s=0.0).open(WEATHER) as setup:
+        assert set(setup.clients) == {"forecaster"} and "standin-forecaster" in setup.prices.models
+    monkeypatch.setenv("TYPESTRICT_BACKTEST_MODEL_URL", "http://127.0.0.1:9/v1")
+    with pytest.raises(dg.Failure, match="TYPESTRICT_BACKTEST_MODEL, TYPESTRICT_BACKTEST_PRICE_IN"), \
+            BacktestModelsResource().open(WEATHER):
+        pass
+
+
+def test_usage_asset_alone(tmp_path: Path) -> None:
+    result = dg.materialize([backtest_usage], resources={
+        "store": StoreResource(url=f"sqlite:///{tmp_path / 's.db'}")})
+    md = result.asset_materializations_for_node("backtest_usage")[0].metadata
+    assert md["historical_usd"].value == "$0.000000" and md["live_usd"].value == "$0.000000"
