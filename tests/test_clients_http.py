@@ -237,15 +237,7 @@ def test_complete_returns_text_usage_and_alternatives(server: StandinServer) -> 
 
 
 def test_a_response_without_usage_is_refused() -> None:
-    class NoUsage(StandinServer):
-        def _completion_payload(
-            self, request: ChatRequest, reply: StandinReply
-        ) -> dict[str, object]:
-            payload = super()._completion_payload(request, reply)
-            del payload["usage"]
-            return payload
-
-    with NoUsage() as s:
+    with StandinServer(report_usage=False) as s:
         client = OpenAICompatibleClient(s.base_url, "m")
         with pytest.raises(
             ModelClientError,
@@ -264,3 +256,28 @@ def test_concurrent_calls_run_in_parallel() -> None:
         assert [r.id for r in results] == [str(i) for i in range(8)]
         assert elapsed < 0.2 * 8 / 2, f"8 calls of 0.2 s took {elapsed:.2f} s"
         assert s.max_in_flight >= 4
+
+
+def test_retry_after_as_an_http_date_and_as_seconds() -> None:
+    from datetime import UTC, datetime, timedelta
+    from email.utils import format_datetime
+
+    from typestrict_pipeline.clients.openai_http import _parse_retry_after
+
+    assert _parse_retry_after("1.5") == 1.5
+    assert _parse_retry_after("-3") == 0.0
+    assert _parse_retry_after("soon") is None and _parse_retry_after(None) is None
+    when = format_datetime(datetime.now(UTC) + timedelta(seconds=30), usegmt=True)
+    waited = _parse_retry_after(when)
+    assert waited is not None and 25 < waited <= 30
+
+
+def test_a_failing_batch_stops_early_instead_of_calling_every_example(
+    server: StandinServer,
+) -> None:
+    server.add_faults(*[Fault(400, None, "bad")] * 3)
+    client = OpenAICompatibleClient(server.base_url, "m", max_attempts=1)
+    items = [ClassifyItem(str(i), f"t{i}", ("a", "b")) for i in range(200)]
+    with pytest.raises(ModelClientError, match="HTTP 400"):
+        client.classify_many("q?", items, decision="d", max_workers=2)
+    assert server.served < 50

@@ -162,7 +162,8 @@ class ModelClient(abc.ABC):
     ) -> list[ClassifyResult]:
         """:meth:`classify` for each item, in input order, on up to ``max_workers`` threads.
 
-        The first failure is raised (after the other in-flight calls finish).
+        The first failure (in input order) is raised; calls not yet started are cancelled and the
+        ones in flight are waited for, so no thread outlives the call.
         """
         if max_workers <= 1 or len(items) <= 1:
             return [self.classify(question, item, decision=decision) for item in items]
@@ -170,4 +171,9 @@ class ModelClient(abc.ABC):
             futures = [
                 pool.submit(self.classify, question, item, decision=decision) for item in items
             ]
-            return [f.result() for f in futures]
+            try:
+                return [f.result() for f in futures]
+            except BaseException:
+                for f in futures:
+                    f.cancel()
+                raise

@@ -270,6 +270,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         state = owner._state
         with state.lock:
+            state.served += 1
+            number = state.served
             state.in_flight += 1
             state.max_in_flight = max(state.max_in_flight, state.in_flight)
             fault = state.faults.popleft() if state.faults else None
@@ -312,11 +314,10 @@ class _Handler(BaseHTTPRequestHandler):
             except Exception as exc:  # the answer function is test code: report, don't crash
                 self._error(500, f"stand-in answer function failed: {type(exc).__name__}")
                 return
-            self._send_json(200, owner._completion_payload(request, reply))
+            self._send_json(200, owner._completion_payload(request, reply, number=number))
         finally:
             with state.lock:
                 state.in_flight -= 1
-                state.served += 1
 
 
 class _Server(ThreadingHTTPServer):
@@ -342,6 +343,7 @@ class StandinServer:
         latency_s: seconds every request waits before its answer (requests wait in parallel).
         port: the port (0: a free one).
         model_name: the model name reported (default ``"standin"``).
+        report_usage: include ``usage`` in answers (False imitates a server that omits it).
     """
 
     def __init__(
@@ -351,10 +353,12 @@ class StandinServer:
         latency_s: float = 0.0,
         port: int = 0,
         model_name: str = "standin",
+        report_usage: bool = True,
     ) -> None:
         self.answer: AnswerFn = answer if answer is not None else hashed_answer
         self.latency_s = latency_s
         self.model_name = model_name
+        self.report_usage = report_usage
         self._port = port
         self._state = _State()
         self._server: _Server | None = None
@@ -434,7 +438,7 @@ class StandinServer:
 
     @property
     def served(self) -> int:
-        """Chat requests handled (faults included)."""
+        """Chat requests received (faults included), counted when their handling starts."""
         with self._state.lock:
             return self._state.served
 
@@ -446,9 +450,9 @@ class StandinServer:
 
     # payload -----------------------------------------------------------------------------
 
-    def _completion_payload(self, request: ChatRequest, reply: StandinReply) -> dict[str, Any]:
-        with self._state.lock:
-            number = self._state.served + 1
+    def _completion_payload(
+        self, request: ChatRequest, reply: StandinReply, *, number: int = 0
+    ) -> dict[str, Any]:
         prompt_tokens = reply.prompt_tokens
         if prompt_tokens is None:
             prompt_tokens = sum(
@@ -478,7 +482,7 @@ class StandinServer:
                     }
                 ]
             }
-        return {
+        payload: dict[str, Any] = {
             "id": f"chatcmpl-standin-{number}",
             "object": "chat.completion",
             "created": int(time.time()),
@@ -492,9 +496,11 @@ class StandinServer:
                     "finish_reason": "stop",
                 }
             ],
-            "usage": {
+        }
+        if self.report_usage:
+            payload["usage"] = {
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": completion_tokens,
                 "total_tokens": prompt_tokens + completion_tokens,
-            },
-        }
+            }
+        return payload
