@@ -1,0 +1,78 @@
+"""``typestrict backtest ...``, ``typestrict run`` and ``typestrict usage``, in process."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from typestrict_pipeline.cli import main
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> list[str]:
+    return ["--store-url", f"sqlite:///{tmp_path / 'store.db'}"]
+
+
+def test_backtest_run_prints_the_run_card_then_list_show_live_and_usage(
+    store: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["backtest", "run", "seattle_rain", "--start", "2013-06-01", "--end", "2013-06-30",
+                 "--standin-latency", "0", "--param", "lookback_days=3", *store])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "Backtest run card: seattle_rain @ v" in out and "[HISTORICAL]" in out
+    assert "steps           30 run of 30 planned" in out and "lookback_days=3" in out
+    bid = re.search(r"backtest id\s+([0-9a-f]{32})", out).group(1)  # type: ignore[union-attr]
+
+    assert main(["backtest", "list", *store]) == 0
+    assert bid in capsys.readouterr().out
+    assert main(["backtest", "show", bid, *store]) == 0
+    assert "30 run of 30 planned" in capsys.readouterr().out
+
+    assert main(["run", "seattle_rain", "--as-of", "2016-01-01", "--standin-latency", "0", *store]) == 0
+    live = capsys.readouterr().out
+    assert "[LIVE]" in live and "as of           2016-01-01T00:00:00Z" in live
+
+    assert main(["usage", "demo", *store]) == 0
+    usage = capsys.readouterr().out
+    assert "By day" in usage and "By workflow" in usage
+    assert re.search(r"Total: HISTORICAL \$0\.000\d+, LIVE \$0\.000011", usage)
+
+
+def test_bad_input_exits_2_with_the_message(store: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["backtest", "run", "seattle_rain", "--start", "2013-06-01", "--end", "2013-06-30",
+                 "--step", "7d", *store])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "expected a step size that fits the time range a whole number of times" in err
+    assert main(["backtest", "run", "nope", "--start", "2013-06-01", "--end", "2013-06-30", *store]) == 2
+    assert "expected a registered workflow, got 'nope' (registered: seattle_rain)" in capsys.readouterr().err
+    assert main(["backtest", "run", "seattle_rain", "--start", "2013-06-01", "--end", "2013-06-30",
+                 "--step", "fortnight", *store]) == 2
+    assert "expected a step size like 1d, 12h, 30m, 45s or 1w, got 'fortnight'" in capsys.readouterr().err
+
+
+def test_a_csv_without_knowledge_times_is_refused(
+    store: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    csv = tmp_path / "weather.csv"
+    csv.write_text("event_time,precipitation\n2013-01-01T00:00:00Z,0.0\n")
+    code = main(["backtest", "run", "seattle_rain", "--csv", str(csv), "--start", "2013-01-02",
+                 "--end", "2013-01-02", *store])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"{csv}: expected a column 'known_time' with the time each row became known" in err
+
+
+def test_activate_changes_what_runs(store: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["backtest", "activate", "seattle_rain", "--param", "threshold=0.7", *store]) == 0
+    activated = capsys.readouterr().out
+    vid = re.search(r"version (v[0-9a-f]{16}) is now active", activated).group(1)  # type: ignore[union-attr]
+    assert main(["run", "seattle_rain", "--as-of", "2016-01-01", "--standin-latency", "0", *store]) == 0
+    assert f"seattle_rain @ {vid}" in capsys.readouterr().out
+
+
+def test_workflows_lists_the_registry(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["backtest", "workflows"]) == 0
+    out = capsys.readouterr().out
+    assert "seattle_rain" in out and "active" in out and "scored by: whether the next day" in out
