@@ -22,6 +22,7 @@ from sqlalchemy import Engine
 
 from resources.reruns import RerunNotifierResource, RerunSettingsResource
 from resources.store import StoreResource
+from typestrict_pipeline.reruns.decide import SkipKind
 from typestrict_pipeline.reruns.lineage import render_markdown, summarize
 from typestrict_pipeline.reruns.service import (
     TickResult,
@@ -176,11 +177,25 @@ def rerun_run_config(run_key: str) -> dict[str, Any]:
     return {"ops": {"run_scheduled_rerun": {"config": {"run_key": run_key}}}}
 
 
-def _requests_and_skips(engine: Engine, results: list[TickResult]) -> tuple[list[dg.RunRequest], str | None]:
+def _already_launched(instance: dg.DagsterInstance | None, run_key: str) -> bool:
+    if instance is None:
+        return False
+    runs = instance.get_runs(filters=dg.RunsFilter(tags={"dagster/run_key": run_key}), limit=1)
+    return bool(runs)
+
+
+def _requests_and_skips(
+    engine: Engine, results: list[TickResult], instance: dg.DagsterInstance | None
+) -> tuple[list[dg.RunRequest], str | None]:
+    """Run requests for fired ticks, and one skip message for the others.
+
+    A tick that found its own claimed re-run still waiting (in flight) asks for it again only
+    when no Dagster run carries its run key (the request was lost); otherwise it is a skip.
+    """
     requests: list[dg.RunRequest] = []
     skipped: list[TickResult] = []
     for r in results:
-        if r.run_key is None:
+        if r.run_key is None or (r.kind is SkipKind.IN_FLIGHT and _already_launched(instance, r.run_key)):
             skipped.append(r)
             continue
         view = get_schedule(engine, r.schedule_id)
@@ -194,6 +209,13 @@ def _requests_and_skips(engine: Engine, results: list[TickResult]) -> tuple[list
     if len(skipped) == 1 and len(results) == 1:
         return requests, skipped[0].message
     return requests, "; ".join(f"schedule {r.schedule_id}: {r.message}" for r in skipped)
+
+
+def _instance(context: dg.SensorEvaluationContext | dg.ScheduleEvaluationContext) -> dg.DagsterInstance | None:
+    try:
+        return context.instance
+    except Exception:  # a context built without an instance (a unit test): nothing was launched
+        return None
 
 
 @dg.sensor(
@@ -211,7 +233,7 @@ def study_rerun_sensor(
             engine, reruns.studies(engine), now=reruns.current_time(), spend=reruns.spend(engine),
             source="sensor", cursor=parse_cursor(context.cursor),
         )
-        requests, skip = _requests_and_skips(engine, results)
+        requests, skip = _requests_and_skips(engine, results, _instance(context))
     cursor = format_cursor(slots)
     if requests:
         if skip:
@@ -234,7 +256,7 @@ def study_rerun_schedule(
     now = context.scheduled_execution_time if reruns.now is None else reruns.current_time()
     with store.engine() as engine:
         results, _ = evaluate_due(engine, reruns.studies(engine), now=now, spend=reruns.spend(engine), source="schedule")
-        requests, skip = _requests_and_skips(engine, results)
+        requests, skip = _requests_and_skips(engine, results, _instance(context))
     if requests:
         return requests
     return dg.SkipReason(skip or NOTHING_DUE)

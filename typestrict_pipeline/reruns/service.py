@@ -20,7 +20,7 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, delete, select, update
+from sqlalchemy import Engine, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -199,7 +199,8 @@ def enable_schedule(
 
     The study must be finished with a winner and have a USD budget (each re-run copies it).
     Picking a finished re-run continues its lineage; later re-runs of that lineage that were
-    cancelled or failed are set aside (kept in the panel, no longer "the previous study").
+    cancelled or failed are set aside (kept in the panel, no longer "the previous study") and
+    their studies cancelled, which frees the workflow.
 
     Args:
         engine: the store.
@@ -251,6 +252,7 @@ def enable_schedule(
             f"Min unseen steps for a re-run to match the study's ({minimum})", str(min_unseen_steps),
             "leave --min-unseen-steps out",
         )
+    set_aside: list[str] = []
     root_facts = facts if lineage_root == study_id else port.get(lineage_root)
     if root_facts is None:
         raise NotFoundError(f"expected the lineage's root study {lineage_root} to exist, got none. Pick a new study.")
@@ -286,6 +288,8 @@ def enable_schedule(
                     )
                 for r in after:  # cancelled or failed re-runs after the picked one: set aside
                     r.superseded = True
+                    if r.study_id is not None:
+                        set_aside.append(r.study_id)
             session.add(RerunSchedule(
                 workspace_id=facts.workspace_id, workflow_id=facts.workflow_id, root_study_id=study_id,
                 lineage_root_id=lineage_root, owner=owner.strip(), cadence_seconds=seconds,
@@ -300,6 +304,8 @@ def enable_schedule(
             f"expected no enabled schedule on the lineage of study {lineage_root}, got {which}. "
             "Cancel it first (typestrict schedule cancel ID), then enable again."
         ) from None
+    for failed_study in set_aside:  # a failed study keeps its workflow's lock until cancelled
+        port.cancel(failed_study)
     views = [s for s in list_schedules(engine, lineage_root_id=lineage_root) if s.state is ScheduleState.ENABLED]
     return views[0]
 
@@ -379,6 +385,9 @@ def tick_state(
     with session_scope(engine) as session:
         prev = _previous(session, schedule.lineage_root_id)
         session.expunge(prev)
+        last_seq = session.execute(
+            select(func.max(LineageRow.seq)).where(LineageRow.lineage_root_id == schedule.lineage_root_id)
+        ).scalar_one()
     ws = workspace_status(engine, schedule.workspace_id, now, spend)
     if prev.state in (LineageState.PENDING, LineageState.RUNNING):
         outcome = PreviousOutcome.IN_PROGRESS
@@ -393,7 +402,7 @@ def tick_state(
         available = 0 if data_end is None else max(0, grid.index(data_end))
     state = TickState(
         lineage_root_id=schedule.lineage_root_id,
-        next_seq=prev.seq + 1,
+        next_seq=int(last_seq) + 1,  # set-aside positions are never reused
         root_exists=root is not None and grid is not None,
         root_budget_micro_usd=None if root is None else root.budget_micro_usd,
         subscription=SubscriptionState.EXPIRED if ws is None else ws.subscription,

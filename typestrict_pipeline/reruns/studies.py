@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from sqlalchemy import Engine, select
 
-from typestrict_pipeline.errors import InputError
+from typestrict_pipeline.errors import InputError, NotFoundError
 from typestrict_pipeline.reruns.decide import PreviousOutcome
 from typestrict_pipeline.reruns.tables import DataEndRow
 from typestrict_pipeline.store import session_scope, utcnow
@@ -125,6 +125,9 @@ class StudiesPort(Protocol):
 
     def mark_failed(self, study_id: str, error: str) -> None:
         """Record that a study's run failed."""
+
+    def cancel(self, study_id: str) -> None:
+        """Cancel a study that did not finish (releases its workflow); no-op when it ended."""
 
 
 def record_data_end(engine: Engine, workspace_id: str, workflow_id: str, data_end: dt.datetime) -> None:
@@ -330,6 +333,12 @@ class StoreStudies:
 
     def mark_failed(self, study_id: str, error: str) -> None:
         repo.mark_failed(self.engine, int(study_id), error)
+
+    def cancel(self, study_id: str) -> None:
+        try:
+            repo.cancel_study(self.engine, int(study_id))
+        except NotFoundError:
+            return
 
 
 def study_ids(engine: Engine, workspace_id: str) -> list[str]:

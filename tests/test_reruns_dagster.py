@@ -1,0 +1,243 @@
+"""The Dagster sensor and schedule that fire scheduled re-runs: every skip message, the firing case
+(run key, cursor), the launchpad jobs, and the re-run job's lineage metadata."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
+import pytest
+from sqlalchemy import Engine, delete, update
+
+from assets.reruns import (
+    LINEAGE_KEY,
+    cancel_study_schedule_job,
+    enable_study_schedule_job,
+    rerun_run_config,
+    study_rerun_job,
+    study_rerun_schedule,
+    study_rerun_sensor,
+)
+from resources.reruns import RerunNotifierResource, RerunSettingsResource
+from resources.store import StoreResource
+from typestrict_pipeline.reruns import scenario
+from typestrict_pipeline.reruns.decide import SubscriptionState
+from typestrict_pipeline.reruns.service import enable_schedule, get_schedule, lineage_entries
+from typestrict_pipeline.reruns.studies import record_data_end
+from typestrict_pipeline.reruns.tables import LineageState, ScheduleState
+from typestrict_pipeline.reruns.workspace import set_workspace
+from typestrict_pipeline.store import open_store, session_scope
+from typestrict_pipeline.study.tables import CandidateRow, RunRow, StudyRow
+
+WS = "demo"
+ROOT_END = dt.datetime(2015, 2, 1, tzinfo=dt.UTC)
+DAY = dt.timedelta(days=1)
+HOUR = dt.timedelta(hours=1)
+T0 = dt.datetime(2026, 11, 30, 9, 0, tzinfo=dt.UTC)
+
+
+@dataclass
+class World:
+    url: str
+    engine: Engine
+    root: str
+    schedule_id: int
+    instance: dg.DagsterInstance
+
+    def resources(self, now: dt.datetime, **extra: Any) -> dict[str, Any]:
+        return {"store": StoreResource(url=self.url), "reruns": RerunSettingsResource(now=now.isoformat()), **extra}
+
+    def tick(self, now: dt.datetime, cursor: str | None = None) -> Any:
+        ctx = dg.build_sensor_context(instance=self.instance, cursor=cursor, resources=self.resources(now))
+        return study_rerun_sensor.evaluate_tick(ctx)
+
+    def arrive(self, steps_after_root: int) -> None:
+        record_data_end(self.engine, WS, scenario.WORKFLOW, ROOT_END + steps_after_root * DAY)
+
+
+def _world(url: str, *, fail_from: dt.datetime | None = None, budget: int | None = 1_000_000) -> World:
+    """A finished root study (holdout ends 2015-02-01), a schedule every hour from T0."""
+    engine = open_store(url)
+    set_workspace(engine, WS, subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=50_000_000)
+    workflow = scenario.backend(shift_at=ROOT_END - 10 * DAY)
+    workflow.fail_from = fail_from
+    root = scenario.create_root_study(engine, workspace=WS, root_end=ROOT_END, budget_micro_usd=budget,
+                                      min_unseen_steps=10, workflow=workflow)
+    scenario.run(engine, root)
+    sched = enable_schedule(engine, scenario.port(engine), study_id=root, cadence="1h", owner="ana@example.com", now=T0)
+    return World(url, engine, root, sched.id, dg.DagsterInstance.ephemeral())
+
+
+@pytest.fixture
+def world(sqlite_url: str) -> Iterator[World]:
+    yield _world(sqlite_url)
+
+
+def test_not_enough_unseen_data_with_the_real_counts(world: World) -> None:
+    world.arrive(7)
+    data = world.tick(T0)
+    assert data.skip_message == "Not enough unseen data yet: 7 of 10 steps"
+    assert data.run_requests == [] and data.cursor == f"{world.schedule_id}:0"
+    # The same slot is not evaluated twice; the next slot is.
+    assert world.tick(T0 + 30 * dt.timedelta(minutes=1), cursor=data.cursor).skip_message == "No re-run schedule is due"
+    world.arrive(9)
+    nxt = world.tick(T0 + HOUR, cursor=data.cursor)
+    assert nxt.skip_message == "Not enough unseen data yet: 9 of 10 steps" and nxt.cursor == f"{world.schedule_id}:1"
+
+
+def test_fires_with_a_run_key_and_the_cursor(world: World) -> None:
+    world.arrive(10)
+    data = world.tick(T0)
+    assert data.skip_message is None and len(data.run_requests) == 1
+    req = data.run_requests[0]
+    assert req.run_key == f"study-rerun:{world.root}:1"
+    assert req.run_config == rerun_run_config(req.run_key)
+    assert req.tags["workflow"] == scenario.WORKFLOW and req.tags["typestrict/schedule"] == str(world.schedule_id)
+    assert data.cursor == f"{world.schedule_id}:0"
+    # Evaluating the same tick again (a retried daemon, a second evaluator) fires nothing new.
+    assert world.tick(T0).skip_message == "No re-run schedule is due"
+    # The daemon launches the run (a run carrying the run key exists, not finished yet) ...
+    world.instance.create_run_for_job(study_rerun_job, run_config=req.run_config,
+                                      tags={"dagster/run_key": req.run_key})
+    # ... so at the next slot the workflow is in flight.
+    nxt = world.tick(T0 + HOUR, cursor=data.cursor)
+    assert nxt.skip_message == "A study or backtest was in flight" and nxt.run_requests == []
+    assert get_schedule(world.engine, world.schedule_id).last_message == "A study or backtest was in flight"
+
+
+def test_a_lost_run_request_is_asked_for_again_with_the_same_key(world: World) -> None:
+    world.arrive(10)
+    first = world.tick(T0)  # claimed in the store, but the daemon died before launching it
+    later = world.tick(T0 + HOUR, cursor=first.cursor)
+    assert [r.run_key for r in later.run_requests] == [first.run_requests[0].run_key]
+    assert len(lineage_entries(world.engine, world.root)) == 2  # still one claimed re-run
+
+
+def test_in_flight_when_another_study_runs_on_the_workflow(world: World) -> None:
+    world.arrive(15)
+    other = scenario.backend(shift_at=ROOT_END)
+    scenario.create_root_study(world.engine, workspace=WS, root_end=ROOT_END + 5 * DAY, budget_micro_usd=None,
+                               min_unseen_steps=5, workflow=other)  # created, holds the workflow's lock
+    assert world.tick(T0).skip_message == "A study or backtest was in flight"
+
+
+def test_previous_study_did_not_finish_then_reenable(sqlite_url: str) -> None:
+    w = _world(sqlite_url, fail_from=ROOT_END + DAY)  # the data source fails after the root's data
+    w.arrive(10)
+    fired = w.tick(T0)
+    key = fired.run_requests[0].run_key
+    with dg.instance_for_test() as instance:
+        result = study_rerun_job.execute_in_process(
+            run_config=rerun_run_config(key), instance=instance, raise_on_error=False,
+            resources=w.resources(T0, reruns_notifier=RerunNotifierResource(transport="none")))
+    assert not result.success
+    assert [e.state for e in lineage_entries(w.engine, w.root)] == ["FINISHED", "FAILED"]
+    assert w.tick(T0 + HOUR).skip_message == "The previous study in the lineage did not finish"
+    # What to do: cancel the schedule and enable it again from a finished study.
+    with dg.instance_for_test() as instance:
+        cancel_study_schedule_job.execute_in_process(
+            run_config={"ops": {"cancel_study_schedule": {"config": {"schedule_id": w.schedule_id, "by": "ana@example.com"}}}},
+            instance=instance, resources=w.resources(T0 + HOUR))
+        enabled = enable_study_schedule_job.execute_in_process(
+            run_config={"ops": {"enable_study_schedule": {"config": {"study_id": w.root, "cadence": "1h", "owner": "ana@example.com"}}}},
+            instance=instance, resources=w.resources(T0 + 2 * HOUR))
+    new_id = enabled.output_for_node("enable_study_schedule")
+    assert get_schedule(w.engine, w.schedule_id).state is ScheduleState.CANCELLED
+    assert [e.state for e in lineage_entries(w.engine, w.root)] == ["FINISHED", "FAILED (set aside)"]
+    again = w.tick(T0 + 2 * HOUR)
+    assert again.run_requests[0].run_key == f"study-rerun:{w.root}:2"
+    assert again.run_requests[0].tags["typestrict/schedule"] == str(new_id)
+
+
+def test_root_study_has_no_usd_budget(world: World) -> None:
+    world.arrive(10)
+    with session_scope(world.engine) as s:  # the root study was edited and lost its USD budget
+        s.execute(update(StudyRow).where(StudyRow.id == int(world.root)).values(budget_micro=None))
+    assert world.tick(T0).skip_message == "The root study has no USD budget"
+
+
+def test_root_study_deleted_turns_the_schedule_off(world: World) -> None:
+    world.arrive(10)
+    rid = int(world.root)
+    with session_scope(world.engine) as s:
+        s.execute(delete(RunRow).where(RunRow.study_id == rid))
+        s.execute(delete(CandidateRow).where(CandidateRow.study_id == rid))
+        s.execute(delete(StudyRow).where(StudyRow.id == rid))
+    assert world.tick(T0).skip_message == "The root study was deleted"
+    assert get_schedule(world.engine, world.schedule_id).state is ScheduleState.OFF
+    assert world.tick(T0 + HOUR).skip_message == "No re-run schedule is due"
+
+
+def test_subscription_expired_then_resumes_by_itself(world: World) -> None:
+    world.arrive(10)
+    set_workspace(world.engine, WS, subscription=SubscriptionState.EXPIRED)
+    first = world.tick(T0)
+    assert first.skip_message == "Workspace subscription expired"
+    set_workspace(world.engine, WS, subscription=SubscriptionState.ACTIVE)
+    resumed = world.tick(T0 + HOUR, cursor=first.cursor)
+    assert [r.run_key for r in resumed.run_requests] == [f"study-rerun:{world.root}:1"]
+
+
+def test_usage_budget_exhausted_then_resumes_by_itself(world: World) -> None:
+    world.arrive(10)
+    set_workspace(world.engine, WS, usage_budget_micro_usd=1_000)  # the root study alone spent 1_000
+    first = world.tick(T0)
+    assert first.skip_message == "Usage budget exhausted"
+    set_workspace(world.engine, WS, usage_budget_micro_usd=50_000_000)
+    assert len(world.tick(T0 + HOUR, cursor=first.cursor).run_requests) == 1
+
+
+def test_the_dagster_schedule_skips_and_fires_too(world: World) -> None:
+    world.arrive(7)
+    ctx = dg.build_schedule_context(scheduled_execution_time=T0 + 15 * dt.timedelta(minutes=1),
+                                    resources={"store": StoreResource(url=world.url), "reruns": RerunSettingsResource()})
+    skip = study_rerun_schedule.evaluate_tick(ctx)
+    assert skip.skip_message == "Not enough unseen data yet: 7 of 10 steps"
+    world.arrive(10)
+    ctx = dg.build_schedule_context(scheduled_execution_time=T0 + HOUR,
+                                    resources={"store": StoreResource(url=world.url), "reruns": RerunSettingsResource()})
+    fire = study_rerun_schedule.evaluate_tick(ctx)
+    assert [r.run_key for r in fire.run_requests] == [f"study-rerun:{world.root}:1"]
+
+
+def test_launchpad_refuses_a_study_without_usd_budget(sqlite_url: str) -> None:
+    engine = open_store(sqlite_url)
+    workflow = scenario.backend(shift_at=ROOT_END)
+    sid = scenario.create_root_study(engine, workspace=WS, root_end=ROOT_END, budget_micro_usd=None,
+                                     min_unseen_steps=10, workflow=workflow)
+    scenario.run(engine, sid)
+    with dg.instance_for_test() as instance:
+        result = enable_study_schedule_job.execute_in_process(
+            run_config={"ops": {"enable_study_schedule": {"config": {"study_id": sid, "owner": "ana@example.com"}}}},
+            instance=instance, raise_on_error=False,
+            resources={"store": StoreResource(url=sqlite_url), "reruns": RerunSettingsResource(now=T0.isoformat())})
+    assert not result.success
+    error = result.get_step_failure_events()[0].event_specific_data.error  # type: ignore[union-attr]
+    assert error is not None and error.cause is not None
+    assert "The root study has no USD budget" in error.cause.message
+
+
+def test_rerun_job_records_the_lineage_as_metadata(world: World) -> None:
+    world.arrive(10)
+    key = world.tick(T0).run_requests[0].run_key
+    with dg.instance_for_test() as instance:
+        res = world.resources(T0, reruns_notifier=RerunNotifierResource(transport="none"))
+        result = study_rerun_job.execute_in_process(run_config=rerun_run_config(key), instance=instance, resources=res)
+        assert result.success
+        out = result.output_for_node("run_scheduled_rerun")
+        assert out["state"] == LineageState.FINISHED.value and out["winner_changed"] is True
+        mats = {m.asset_key: m for m in result.asset_materializations_for_node("run_scheduled_rerun")}
+        lineage = mats[LINEAGE_KEY]
+        assert lineage.partition == world.root
+        assert lineage.metadata["k"].value == 2
+        md = lineage.metadata["lineage"].value
+        assert "| winner changed |" in md and "arm=late" in md and "Best expected of 2 under noise" in md
+        assert isinstance(lineage.metadata["best_expected_of_k_under_noise"].value, float)
+        assert dg.AssetKey(["study_leaderboard"]) in mats
+        # The same run key again: nothing is created or run twice.
+        again = study_rerun_job.execute_in_process(run_config=rerun_run_config(key), instance=instance, resources=res)
+        assert again.output_for_node("run_scheduled_rerun")["study_id"] == out["study_id"]
+    assert len(lineage_entries(world.engine, world.root)) == 2
