@@ -1,7 +1,143 @@
-"""Dagster wiring for the studies area (not built yet)."""
+"""Dagster wiring for studies: ``study_job`` fans a study's window runs out as independent steps.
+
+Graph: ``study_plan`` (marks the study running, yields one dynamic output per
+(candidate, fold, window)) → ``study_window_run`` mapped over them (each reserves its estimated
+cost in the database, runs the backtest, settles the real cost) → ``study_finalize`` (ranks,
+picks the winner, scores it once on the holdout, closes the study) which records a
+materialization of the ``study_leaderboard`` asset (partition = the study id) whose metadata is
+the leaderboard and its header as Markdown tables.
+
+The executor is the job's default (multiprocess; in-process in tests); window runs are
+independent steps, so it runs them in parallel. Re-executing a failed or killed run from
+failure re-runs only unfinished steps, and each step is idempotent on its
+(study, candidate, fold, window) key in the store, so finished work is neither re-run nor
+charged twice.
+"""
+
+from typing import Any
 
 import dagster as dg
 
+from resources.store import StoreResource
+from resources.studies import StudyRunnerResource
+from typestrict_pipeline.study import repository as repo
+from typestrict_pipeline.study.leaderboard import load_leaderboard, render_markdown
+from typestrict_pipeline.study.runner import RunKey, execute_run, finalize_study, plan_runs
+from typestrict_pipeline.study.tables import WindowKind
+
+STUDY_PARTITIONS = dg.DynamicPartitionsDefinition(name="study_ids")
+LEADERBOARD_KEY = dg.AssetKey(["study_leaderboard"])
+
+study_leaderboard_spec = dg.AssetSpec(
+    LEADERBOARD_KEY,
+    group_name="studies",
+    partitions_def=STUDY_PARTITIONS,
+    description="A study's leaderboard: candidates ranked by the luck-adjusted out-of-sample "
+    "score, with the luck line, spend and the holdout score (one partition per study id). "
+    "Materialized by study_job.",
+)
+
+
+class StudyJobConfig(dg.Config):  # type: ignore[misc]
+    """Which study to run (create it first with `typestrict study run` or the Python API)."""
+
+    study_id: int
+
+
+def _key_to_json(key: RunKey) -> dict[str, Any]:
+    return {"study_id": key.study_id, "candidate_id": key.candidate_id, "fold": key.fold,
+            "window": key.window.value, "start": key.start.isoformat(),
+            "end": key.end.isoformat(), "steps": key.steps}
+
+
+def _key_from_json(d: dict[str, Any]) -> RunKey:
+    import datetime as dt
+
+    return RunKey(int(d["study_id"]), int(d["candidate_id"]), int(d["fold"]),
+                  WindowKind(d["window"]), dt.datetime.fromisoformat(d["start"]),
+                  dt.datetime.fromisoformat(d["end"]), int(d["steps"]))
+
+
+@dg.op(out=dg.DynamicOut(dict), tags={"area": "studies"})
+def study_plan(context: dg.OpExecutionContext, config: StudyJobConfig, store: StoreResource):
+    """Mark the study running and fan out one step per window run, candidate by candidate."""
+    with store.engine() as engine:
+        repo.start_study(engine, config.study_id, dagster_run_id=context.run_id)
+        keys = plan_runs(engine, config.study_id)
+    context.log.info(f"study {config.study_id}: {len(keys)} window runs planned")
+    for key in keys:
+        yield dg.DynamicOutput(_key_to_json(key), mapping_key=key.name)
+
+
+@dg.op(tags={"area": "studies"})
+def study_window_run(context: dg.OpExecutionContext, key: dict, store: StoreResource,
+                     study_runner: StudyRunnerResource) -> dict:
+    """Reserve, run and settle one (candidate, fold, window) backtest; idempotent on its key."""
+    run_key = _key_from_json(key)
+    with store.engine() as engine:
+        backend = study_runner.backend(engine, run_key.study_id)
+        try:
+            result = execute_run(engine, run_key, backend,
+                                 attempt=f"{context.run_id}:{run_key.name}")
+        except Exception as exc:
+            repo.mark_failed(engine, run_key.study_id, f"{type(exc).__name__}: {exc}")
+            raise
+    return {"study_id": run_key.study_id, "name": run_key.name, "status": result.status, "cost_micro": result.cost_micro,
+            "detail": result.detail}
+
+
+@dg.op(tags={"area": "studies"})
+def study_finalize(context: dg.OpExecutionContext, results: list, store: StoreResource,
+                   study_runner: StudyRunnerResource) -> dict:
+    """Rank, pick the winner, score the holdout, close the study; record the leaderboard."""
+    if not results:
+        raise dg.Failure("expected at least one planned window run, got none. Check the study.")
+    study_id = int(results[0]["study_id"])
+    with store.engine() as engine:
+        backend = study_runner.backend(engine, study_id)
+        outcome = finalize_study(engine, study_id, backend)
+        board = load_leaderboard(engine, study_id)
+    statuses: dict[str, int] = {}
+    for r in results:
+        statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+    context.instance.add_dynamic_partitions(STUDY_PARTITIONS.name, [str(study_id)])
+    md = render_markdown(board)
+    header, _, table = md.partition("\n\n")
+    context.log_event(dg.AssetMaterialization(
+        asset_key=LEADERBOARD_KEY,
+        partition=str(study_id),
+        metadata={
+            "header": dg.MetadataValue.md(header),
+            "leaderboard": dg.MetadataValue.md(table),
+            "state": board.state.label,
+            "winner": dg.MetadataValue.int(board.winner_candidate_id)
+            if board.winner_candidate_id is not None else dg.MetadataValue.text("none"),
+            "holdout_score": dg.MetadataValue.float(outcome.holdout_score)
+            if outcome.holdout_score is not None else dg.MetadataValue.text(
+                f"missing: {outcome.holdout_missing_reason}"),
+            "found_nothing": dg.MetadataValue.bool(bool(board.stats.found_nothing)),
+            "window_runs": dg.MetadataValue.json(statuses),
+        },
+    ))
+    return {"study_id": study_id, "state": outcome.state.value,
+            "winner_candidate_id": outcome.winner_candidate_id,
+            "holdout_score": outcome.holdout_score}
+
+
+@dg.graph(description="Run one study: its window runs fan out as independent steps; "
+          "re-execute from failure to resume.")
+def study_graph() -> None:
+    runs = study_plan().map(study_window_run)
+    study_finalize(runs.collect())
+
+
+study_job = study_graph.to_job(name="study_job", tags={"area": "studies"})
+
+
+def study_run_config(study_id: int) -> dict[str, Any]:
+    """The run config of ``study_job`` for one study."""
+    return {"ops": {"study_plan": {"config": {"study_id": study_id}}}}
+
 
 def build_defs() -> dg.Definitions:
-    return dg.Definitions()
+    return dg.Definitions(assets=[study_leaderboard_spec], jobs=[study_job])

@@ -175,7 +175,7 @@ def test_folds_refuse_a_gap_shorter_than_the_horizon_and_too_little_data() -> No
               step=DAY, n_folds=2, tune_steps=10, eval_steps=10, holdout_steps=10)
     with pytest.raises(InputError, match="expected gap_steps to be a whole number ≥ 3"):
         plan_folds(**kw, horizon_steps=3, gap_steps=1)  # type: ignore[arg-type]
-    with pytest.raises(NotEnoughDataError, match="expected at least .* steps of data"):
+    with pytest.raises(NotEnoughDataError, match=r"expected at least .* steps of data"):
         plan_folds(**{**kw, "tune_steps": 200})  # type: ignore[arg-type]
     with pytest.raises(NotEnoughDataError, match="Not enough unseen data yet: 7 of 10 steps"):
         plan_folds(**kw, earliest_holdout_start=dt.datetime(2012, 5, 25, tzinfo=UTC))  # type: ignore[arg-type]
@@ -198,7 +198,7 @@ def test_space_combines_grid_random_draws_and_prompts_deterministically() -> Non
 def test_limits_are_required_and_budget_arithmetic_is_exact() -> None:
     with pytest.raises(LimitError, match="expected Max total steps"):
         StudyLimits(4, None).validate()
-    with pytest.raises(LimitError, match="expected a USD budget above"):
+    with pytest.raises(LimitError, match=r"expected a USD budget above"):
         StudyLimits(4, 10, 0).validate()
     assert usd_to_micro("0.000001") == 1
     assert estimate_cost_micro(7, 3, 3) == 7

@@ -4,6 +4,7 @@ cancel, limits, legacy studies without cost (SQLite and the real PostgreSQL serv
 from __future__ import annotations
 
 import datetime as dt
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -19,16 +20,18 @@ from typestrict_pipeline.study.folds import FoldLayout, plan_folds
 from typestrict_pipeline.study.leaderboard import load_leaderboard, render_markdown
 from typestrict_pipeline.study.limits import StudyLimits
 from typestrict_pipeline.study.runner import (
-    RunKey,
     SyntheticBackend,
     execute_run,
     plan_runs,
     run_study_local,
 )
 from typestrict_pipeline.study.space import SearchSpace
-from typestrict_pipeline.study.tables import StudyRow, StudyState, WindowKind
+from typestrict_pipeline.study.tables import StudyRow, StudyState
 
 UTC = dt.UTC
+
+
+DEFAULT_LAST = repo.LastBacktest(1000, 100)
 
 
 def _layout(n_folds: int = 2) -> FoldLayout:
@@ -38,7 +41,7 @@ def _layout(n_folds: int = 2) -> FoldLayout:
 
 
 def _create(engine, *, workflow: str = "wx", n: int = 4, limits: StudyLimits | None = None,
-            last: repo.LastBacktest | None = repo.LastBacktest(1000, 100)) -> int:  # type: ignore[no-untyped-def]
+            last: repo.LastBacktest | None = DEFAULT_LAST) -> int:  # type: ignore[no-untyped-def]
     space = SearchSpace(grid={"skill": [0.5 + 0.01 * i for i in range(n)]})
     return repo.create_study(engine, workspace="demo", workflow=workflow, workflow_version="v1",
                              space=space, layout=_layout(), limits=limits or StudyLimits(n, 10_000),
@@ -49,9 +52,9 @@ def test_study_without_limits_or_without_backtest_for_usd_is_refused(sqlite_url:
     engine = open_store(sqlite_url)
     with pytest.raises(LimitError, match="expected Max candidates"):
         _create(engine, limits=StudyLimits(None, 100))
-    with pytest.raises(LimitError, match="This version has no completed backtest in your workspace "
-                                         "to estimate from. Run one, then try again, or leave the "
-                                         "USD budget empty."):
+    with pytest.raises(LimitError, match=re.escape(
+            "This version has no completed backtest in your workspace to estimate from. Run one, "
+            "then try again, or leave the USD budget empty.")):
         _create(engine, limits=StudyLimits(4, 1000, 5_000), last=None)
     _create(engine, limits=StudyLimits(4, 1000, None), last=None)  # no USD budget: allowed
 

@@ -222,8 +222,35 @@ class StudyOutcome:
     holdout_missing_reason: str | None
 
 
-def finalize_study(engine: Engine, study_id: int, backend: StudyBackend) -> StudyOutcome:
-    """Rank what ran, pick the winner, score it once on the holdout, close the study."""
+def missing_runs(engine: Engine, study_id: int) -> list[RunKey]:
+    """Planned search runs with no finished row (a resumed run may not have re-planned them)."""
+    keys = plan_runs(engine, study_id)
+    with session_scope(engine) as s:
+        finished = {
+            (r.candidate_id, r.fold, r.window)
+            for r in s.execute(select(RunRow).where(
+                RunRow.study_id == study_id,
+                RunRow.state.in_([RunState.DONE.value, RunState.CUT.value]),
+            )).scalars()
+        }
+    return [k for k in keys if (k.candidate_id, k.fold, k.window.value) not in finished]
+
+
+def finalize_study(engine: Engine, study_id: int, backend: StudyBackend, *,
+                   catch_up: bool = True) -> StudyOutcome:
+    """Rank what ran, pick the winner, score it once on the holdout, close the study.
+
+    With ``catch_up`` (the default) any planned search run that has not finished (for example
+    after a re-execution that did not re-plan every step) is run first, here, in order; runs
+    the limits refuse stay unrun.
+    """
+    if catch_up:
+        with session_scope(engine) as s:
+            running = repo.get_study(s, study_id).state == StudyState.RUNNING.value
+        if running:
+            for key in missing_runs(engine, study_id):
+                if execute_run(engine, key, backend).status == "REFUSED":
+                    break
     board = load_leaderboard(engine, study_id)
     winner = board.winner_candidate_id
     with session_scope(engine) as s:
