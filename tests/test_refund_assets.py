@@ -248,3 +248,73 @@ def test_the_metrics_table_shows_both_systems_deltas_and_margins(tmp_path: Path)
     assert cells[3] == f"{report.deltas['macro_f1']:+.4f}"
     assert cells[4] == "−0.02"
     assert next(line for line in lines if line.startswith("| worst_class_f1 |")).count("−0.05") == 1
+
+
+def test_two_trainings_on_one_instance_each_check_their_own_verdict(tmp_path: Path) -> None:
+    support.make_training(tmp_path / "trainings", "tr_one", model_skill=0.95, jev_skill=0.55, seed=11)
+    support.make_training(tmp_path / "trainings", "tr_two", model_skill=0.4, jev_skill=0.8, seed=12)
+    with dg.instance_for_test() as instance:
+        first = run_training(tmp_path, "tr_one", instance=instance)
+        second = run_training(tmp_path, "tr_two", instance=instance)
+        assert first.success and second.success
+        assert checks_of(first)["gain_is_real"].passed
+        assert not checks_of(second)["gain_is_real"].passed  # its own verdict, not tr_one's
+        assert second.output_for_node("verdict").verdict is Verdict.REFUND
+        assert sorted(instance.get_dynamic_partitions("trainings")) == ["tr_one", "tr_two"]
+
+
+def test_jev_over_http_through_the_stand_in_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real HTTP client against a local OpenAI-compatible stand-in (no skill: hashed answers)."""
+    from typestrict_pipeline.clients.prompt import parse_classification_prompt
+    from typestrict_pipeline.clients.standin import StandinServer
+
+    monkeypatch.setenv("TEST_JEV_KEY", "sk-test-not-a-secret-1234")
+    with StandinServer(model_name="standin-jev") as server:
+        support.make_training(
+            tmp_path / "trainings", "tr_http", n=120, model_skill=0.95, seed=4,
+            jev={"kind": "openai", "base_url": server.base_url, "model": "standin-jev",
+                 "api_key_env": "TEST_JEV_KEY", "max_attempts": 2},
+        )
+        result = run_training(
+            tmp_path, "tr_http",
+            resources={"refund_jev_client": ManifestSourceClientResource(label="Jev (stand-in)", max_workers=4)},
+        )
+        requests = server.requests
+    assert result.success
+    answers = result.output_for_node("jev_predictions")
+    assert answers.system_id == "standin-jev" and answers.label == "Jev (stand-in)"
+    assert len(requests) == answers.usage.calls == 24  # 20% of 120 test examples, one call each
+    assert {r.authorization for r in requests} == {"Bearer sk-test-not-a-secret-1234"}
+    # the model's question and examples are the ones Jev got
+    prompts = [parse_classification_prompt(r.messages) for r in requests]
+    asked_texts = sorted(p.text for p in prompts if p is not None)
+    held = result.output_for_node("holdout").holdout("sentiment")
+    data = result.output_for_node("dataset").dataset
+    by_id = {ex.id: ex.text for ex in data.examples}
+    assert asked_texts == sorted(by_id[i] for i in held.test_ids)
+    assert {(p.question, p.options) for p in prompts if p is not None} == {("Which sentiment?", ("yes", "no"))}
+    # the key is never in what Dagster stored
+    [mat] = [m for m in result.get_asset_materialization_events() if m.asset_key == dg.AssetKey("jev_predictions")]
+    assert "sk-test" not in repr(mat.materialization.metadata)
+    assert result.output_for_node("verdict").verdict is Verdict.BEATS
+
+
+def test_a_missing_api_key_fails_the_jev_step_with_the_variable_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typestrict_pipeline.clients.standin import StandinServer
+
+    monkeypatch.delenv("TEST_JEV_KEY_UNSET", raising=False)
+    with StandinServer() as server:
+        support.make_training(
+            tmp_path / "trainings", "tr_nokey", n=60,
+            jev={"kind": "openai", "base_url": server.base_url, "model": "standin",
+                 "api_key_env": "TEST_JEV_KEY_UNSET", "max_attempts": 1},
+        )
+        result = run_training(tmp_path, "tr_nokey", raise_on_error=False)
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    assert failure.step_key == "jev_predictions"
+    error = failure.step_failure_data.error
+    assert "TEST_JEV_KEY_UNSET" in (error.cause or error).message
+    assert not (tmp_path / "audits").exists()

@@ -170,3 +170,104 @@ def manifest_document(
         "training": training_block,
         "options": {"keep_if_loses": False},
     }
+
+
+@dataclass(frozen=True)
+class PreparedTraining:
+    """A demo training written to disk.
+
+    Attributes:
+        training: which demo training.
+        manifest_path: its ``manifest.json``.
+        train_rows: per decision, how many rows its model was trained on (empty when failed).
+        test_rows: per decision, how many test rows it predicted.
+        seconds: wall time to split, train and predict.
+    """
+
+    training: DemoTraining
+    manifest_path: Path
+    train_rows: dict[str, int]
+    test_rows: dict[str, int]
+    seconds: float
+
+
+MODEL_PREDICTIONS_FILE = "model_predictions.jsonl"
+
+
+def prepare_training(
+    training: DemoTraining,
+    *,
+    trainings_dir: Path,
+    dataset_path: Path,
+    jev_source: Mapping[str, Any],
+) -> PreparedTraining:
+    """Write a demo training's manifest, train its model(s) and write their test predictions.
+
+    The split is the product's own (:func:`typestrict_pipeline.refund.holdout.split_decisions`,
+    seeded by the dataset), so it is exactly the split the ``holdout`` asset will draw. Each
+    decision's model is trained only on rows that are training rows in *every* decision's split
+    (:func:`typestrict_pipeline.refund.holdout.training_ids`), so the model never sees a text or a
+    movie it is measured on; the tiny-slice training draws its rows from those with a fixed seed.
+
+    Args:
+        training: which demo training.
+        trainings_dir: the trainings folder (``<trainings_dir>/<id>/manifest.json``).
+        dataset_path: the shared dataset CSV.
+        jev_source: the manifest's ``predictions.jev`` entry.
+
+    Returns:
+        What was written.
+    """
+    import time
+
+    from typestrict_pipeline.demo_data.training import sample_rows, train_text_classifier
+    from typestrict_pipeline.refund.dataset import load_dataset
+    from typestrict_pipeline.refund.holdout import split_decisions, training_ids
+    from typestrict_pipeline.refund.manifest import load_manifest
+    from typestrict_pipeline.refund.predictions import Prediction, write_predictions_jsonl
+
+    started = time.perf_counter()
+    folder = trainings_dir / training.training_id
+    failed = training.failure_reason is not None
+    document = manifest_document(
+        training,
+        dataset_path=dataset_path,
+        jev_source=jev_source,
+        model_predictions=None if failed else MODEL_PREDICTIONS_FILE,
+    )
+    manifest_path = write_json(document, folder / "manifest.json")
+    if failed:
+        return PreparedTraining(training, manifest_path, {}, {}, time.perf_counter() - started)
+
+    manifest = load_manifest(manifest_path)
+    dataset = load_dataset(manifest)
+    holdouts = split_decisions(dataset)
+    allowed = training_ids(holdouts)
+    position = {ex.id: i for i, ex in enumerate(dataset.examples)}
+    train_idx = sorted(position[i] for i in allowed)
+    if training.train_rows is not None:
+        picked = sample_rows(len(train_idx), training.train_rows, seed=TINY_SLICE_SEED)
+        train_idx = [train_idx[i] for i in picked]
+    texts = [dataset.examples[i].text for i in train_idx]
+    predictions: list[Prediction] = []
+    train_rows: dict[str, int] = {}
+    test_rows: dict[str, int] = {}
+    for h in holdouts:
+        labels = dataset.decision(h.decision)
+        answers = labels.spec.answers
+        y = [labels.labels[i] or "" for i in train_idx]
+        model = train_text_classifier(
+            texts, y, answers, min_df=1 if training.train_rows is not None else 2
+        )
+        test = [position[i] for i in h.test_ids]
+        probs = model.predict_proba([dataset.examples[i].text for i in test])
+        for i, p in zip(test, probs, strict=True):
+            predictions.append(
+                Prediction(dataset.examples[i].id, h.decision, tuple(zip(answers, p, strict=True)))
+            )
+        train_rows[h.decision] = len(train_idx)
+        test_rows[h.decision] = len(test)
+    write_predictions_jsonl(folder / MODEL_PREDICTIONS_FILE, predictions)
+    return PreparedTraining(
+        training, manifest_path, train_rows, test_rows, time.perf_counter() - started
+    )

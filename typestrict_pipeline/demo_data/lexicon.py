@@ -23,6 +23,8 @@ import math
 import re
 from collections.abc import Sequence
 
+from typestrict_pipeline.clients.prompt import ClassificationPrompt
+from typestrict_pipeline.clients.standin import StandinServer, classification_answer
 from typestrict_pipeline.errors import InputError
 
 
@@ -160,3 +162,25 @@ def probabilities(text: str, answers: Sequence[str]) -> tuple[float, ...]:
     raw = [mass[a] for a in answers]
     total = sum(raw)
     return tuple(v / total for v in raw)
+
+
+def standin_judge(prompt: ClassificationPrompt) -> dict[str, float]:
+    """Jev (demo stand-in)'s answer to a classification prompt: option → probability.
+
+    This is the function the stand-in OpenAI-compatible server calls; the server turns it into
+    the first token's log-probabilities, and the real HTTP client turns those back into
+    probabilities, exactly as for a real endpoint.
+    """
+    return dict(zip(prompt.options, probabilities(prompt.text, prompt.options), strict=True))
+
+
+def jev_standin_server(*, latency_s: float = 0.0) -> StandinServer:
+    """A (not yet started) stand-in server answering as Jev (demo stand-in).
+
+    >>> with jev_standin_server() as server:
+    ...     server.base_url.startswith("http://127.0.0.1:")
+    True
+    """
+    return StandinServer(
+        classification_answer(standin_judge), latency_s=latency_s, model_name=JEV_STANDIN_MODEL
+    )
