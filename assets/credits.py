@@ -13,6 +13,7 @@ Every decision and write is in ``typestrict_pipeline.credits``; this module only
 """
 
 import datetime as dt
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -30,6 +31,7 @@ from typestrict_pipeline.credits import (
     settle_training,
     settlement_reason,
 )
+from typestrict_pipeline.errors import InputError
 from typestrict_pipeline.refund.rule import TrainingJudgement
 
 GROUP = "refund"
@@ -147,9 +149,13 @@ def credit_settlement(
 def _read_audit(path: str | None) -> bytes | None:
     if not path:
         return None
-    from pathlib import Path
-
-    return Path(path).read_bytes()
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError as exc:
+        raise InputError(
+            "the audit file the `audit` asset wrote", f"no file at {path}",
+            "re-materialize `audit` for this partition, then `credit_settlement`",
+        ) from exc
 
 
 # ------------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import pytest
 from typestrict_pipeline.credits import (
     CreditLedger,
     ModelState,
+    RetentionError,
     RetentionPolicy,
     SettlementRequest,
     audit_bytes,
@@ -116,13 +117,19 @@ def test_refunded_models_are_not_delivered_and_failed_ones_have_no_audit(sqlite_
 
 def test_expiry_refuses_to_delete_outside_the_trainings_folder(sqlite_url: str, tmp_path: Path) -> None:
     engine = open_store(sqlite_url)
-    CreditLedger(engine).grant("ws", 1, reference="g", now=T0)
+    CreditLedger(engine).grant("ws", 2, reference="g", now=T0)
     elsewhere = tmp_path / "precious"
     _model(elsewhere, "x")
     _settle(engine, elsewhere, "x", Verdict.BEATS, T0)
-    with pytest.raises(StoreError, match=r"expected model files under .*Refusing to delete"):
-        expire_models(engine, now=T0 + dt.timedelta(days=31), allowed_root=tmp_path / "trainings")
+    inside = tmp_path / "trainings"
+    _model(inside, "y")
+    _settle(engine, inside, "y", Verdict.BEATS, T0)
+    with pytest.raises(RetentionError, match=r"1 model\(s\) could not expire \(1 others did\): x: expected model files under .*Refusing to delete") as err:
+        expire_models(engine, now=T0 + dt.timedelta(days=31), allowed_root=inside)
+    assert isinstance(err.value, StoreError)
+    assert [m.model_id for m in err.value.expired] == ["y"]  # the bad record did not block the others
     assert (elsewhere / "x" / "model" / "weights.bin").exists()
+    assert not (inside / "y" / "model").exists()
     assert get_model(engine, "x").state is ModelState.AVAILABLE
     engine.dispose()
 

@@ -17,6 +17,7 @@ from typestrict_pipeline.credits.ledger import (
 from typestrict_pipeline.credits.models import (
     DEFAULT_RETENTION_DAYS,
     ModelInfo,
+    RetentionError,
     RetentionPolicy,
     SettlementRequest,
     SettlementResult,
@@ -49,6 +50,7 @@ __all__ = [
     "ModelInfo",
     "ModelRecord",
     "ModelState",
+    "RetentionError",
     "RetentionPolicy",
     "Settlement",
     "SettlementRequest",

@@ -56,6 +56,7 @@ from typestrict_pipeline.store import session_scope, utcnow
 __all__ = [
     "DEFAULT_RETENTION_DAYS",
     "ModelInfo",
+    "RetentionError",
     "RetentionPolicy",
     "SettlementRequest",
     "SettlementResult",
@@ -380,12 +381,18 @@ def expire_models(
         The records this call expired.
 
     Raises:
-        StoreError: a record's files are outside ``allowed_root``.
+        RetentionError: some records' files are outside ``allowed_root``; every other due
+            record was expired first (listed in the error's ``expired``).
     """
     when = _check_now(now)
     expired: list[ModelInfo] = []
+    refused: list[str] = []
     for info in due_for_expiry(engine, when):
-        _delete_files(info.files_path, allowed_root)
+        try:
+            _delete_files(info.files_path, allowed_root)
+        except StoreError as exc:
+            refused.append(f"{info.model_id}: {exc}")
+            continue  # one bad record must not stop the others from expiring
         with session_scope(engine) as session:
             changed = session.execute(
                 update(ModelRecord)
@@ -397,4 +404,18 @@ def expire_models(
                 row = session.get(ModelRecord, info.model_id)
                 assert row is not None
                 expired.append(_info(row))
+    if refused:
+        raise RetentionError(expired, refused)
     return expired
+
+
+class RetentionError(StoreError):
+    """Some records could not be expired; the others were. ``expired`` lists those that were."""
+
+    def __init__(self, expired: list[ModelInfo], refused: list[str]) -> None:
+        self.expired = expired
+        self.refused = refused
+        super().__init__(
+            f"{len(refused)} model(s) could not expire ({len(expired)} others did): "
+            + "; ".join(refused)
+        )
