@@ -396,27 +396,35 @@ def draw_holdout(
     for pos, r in enumerate(records):
         key = ("g\0" + r.group) if r.group is not None else ("r\0" + r.id)
         group_rows.setdefault(key, []).append(pos)
-    order = sorted(group_rows, key=lambda k: _digest(seed, b"group\0", k.encode("utf-8")))
+    group_prefix = hashlib.sha256(seed + b"group\0")
+
+    def group_rank(key: str) -> bytes:  # == sha256(seed + b"group\0" + key)
+        h = group_prefix.copy()
+        h.update(key.encode("utf-8"))
+        return h.digest()
+
+    order = sorted(group_rows, key=group_rank)
 
     remaining = list(quotas)
     open_total = sum(remaining)
     test_groups: set[str] = set()
     selected: set[int] = set()
 
-    def group_counts(key: str) -> dict[int, int]:
+    counts_of: dict[str, dict[int, int]] = {}
+    for key, positions in group_rows.items():
         out: dict[int, int] = {}
-        for pos in group_rows[key]:
-            a = records[pos].answer
-            if a is not None:
-                ai = index[a]
-                out[ai] = out.get(ai, 0) + 1
-        return out
+        for pos in positions:
+            stratum = records[pos].answer
+            if stratum is not None:
+                si = index[stratum]
+                out[si] = out.get(si, 0) + 1
+        counts_of[key] = out
 
     # Pass 1: whole groups that fit.
     for key in order:
         if open_total == 0:
             break
-        gc = group_counts(key)
+        gc = counts_of[key]
         if not gc or any(c > remaining[a] for a, c in gc.items()):
             continue
         test_groups.add(key)
@@ -432,7 +440,7 @@ def draw_holdout(
                 break
             if key in test_groups:
                 continue
-            gc = group_counts(key)
+            gc = counts_of[key]
             if not any(remaining[ai] > 0 for ai in gc):
                 continue
             test_groups.add(key)
