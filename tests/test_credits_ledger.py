@@ -338,3 +338,24 @@ def test_run_transaction_gives_up_with_a_clear_message(sqlite_url: str) -> None:
     with pytest.raises(StoreError, match="uniqueness conflict every time"):
         run_transaction(engine, always_conflicts)
     engine.dispose()
+
+
+def test_the_credits_branch_downgrades_and_upgrades_again(store_url: str) -> None:
+    from alembic import command
+
+    from typestrict_pipeline.store.engine import alembic_config
+
+    engine = open_store(store_url)
+    CreditLedger(engine).grant("w", 1, reference="g", now=T0)
+    with engine.begin() as conn:
+        cfg = alembic_config(engine)
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "credits@base")
+    assert not {"credit_accounts", "credit_entries", "model_records"} & set(inspect(engine).get_table_names())
+    with engine.begin() as conn:
+        cfg = alembic_config(engine)
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "heads")
+    assert CreditLedger(engine).balance("w") == 0  # fresh tables
+    assert CreditLedger(engine).grant("w", 2, reference="g", now=T0).balance_after == 2
+    engine.dispose()
