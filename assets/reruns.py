@@ -108,7 +108,7 @@ def run_scheduled_rerun(
             context.instance.add_dynamic_partitions(LINEAGE_PARTITIONS.name, [root])
             context.log_event(lineage_materialization(engine, record.study_id))
             _record_leaderboard(context, engine, int(record.study_id))
-        report = reruns_notifier.deliver(engine)
+        report = reruns_notifier.deliver(engine, now=reruns.current_time())
     for message_id, error in report.failed:
         context.log.warning(f"notification {message_id} not delivered yet (kept, will retry): {error}")
     return {
