@@ -115,3 +115,11 @@ def test_stop_is_idempotent_and_port_zero_gives_distinct_ports() -> None:
         _ = a.base_url
     reply = StandinReply("x")
     assert reply.top_logprobs == ()
+
+
+def test_command_line_server_announces_itself_as_a_stand_in(capsys: pytest.CaptureFixture[str]) -> None:
+    from typestrict_pipeline.clients.standin import main
+
+    assert main(["--for-seconds", "0.05", "--latency", "0"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("stand-in server (not a real model) at http://127.0.0.1:")

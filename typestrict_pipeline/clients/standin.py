@@ -504,3 +504,36 @@ class StandinServer:
                 "total_tokens": prompt_tokens + completion_tokens,
             }
         return payload
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a stand-in server from the command line until Ctrl-C (or ``--for-seconds``).
+
+    ``python -m typestrict_pipeline.clients.standin --port 8000 --latency 0.2``
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m typestrict_pipeline.clients.standin",
+        description="A STAND-IN OpenAI-compatible chat-completions server (not a real model).",
+    )
+    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: a free one)")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds per request")
+    parser.add_argument("--model-name", default="standin")
+    parser.add_argument("--for-seconds", type=float, default=None, help="stop after this long")
+    args = parser.parse_args(argv)
+    with StandinServer(latency_s=args.latency, port=args.port, model_name=args.model_name) as server:
+        print(f"stand-in server (not a real model) at {server.base_url}", flush=True)
+        try:
+            if args.for_seconds is not None:
+                time.sleep(args.for_seconds)
+            else:
+                while True:
+                    time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
