@@ -287,3 +287,10 @@ def test_non_text_cell_in_jsonl(tmp_path: Path) -> None:
         DatasetError, match=r"row 1, column 'text': expected a text as text, got float 3.5"
     ):
         load_dataset(setup(tmp_path, rows, fmt="jsonl"))
+
+
+def test_csv_with_a_byte_order_mark(tmp_path: Path) -> None:
+    m = setup(tmp_path, good_rows())
+    raw = m.dataset.path.read_bytes()
+    m.dataset.path.write_bytes(b"\xef\xbb\xbf" + raw)  # as saved by some spreadsheet tools
+    assert [e.id for e in load_dataset(m).examples] == ["a", "b", "c"]

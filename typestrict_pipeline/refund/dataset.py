@@ -162,7 +162,9 @@ def _read_csv(path: Path) -> dict[str, list[Any]]:
     import pandas as pd
 
     try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_filter=False)
+        frame = pd.read_csv(
+            path, dtype=str, keep_default_na=False, na_filter=False, encoding="utf-8-sig"
+        )
     except UnicodeDecodeError as exc:
         raise DatasetError(
             "a UTF-8 encoded CSV file",
