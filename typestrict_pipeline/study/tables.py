@@ -167,3 +167,15 @@ class LockRow(Base):
     workflow: Mapped[str] = mapped_column(String(128), primary_key=True)
     study_id: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class WorkflowParamsRow(Base):
+    """A workflow's configuration in a workspace as set by promoting a parameters-only winner."""
+
+    __tablename__ = "study_workflow_params"
+
+    workspace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    workflow: Mapped[str] = mapped_column(String(128), primary_key=True)
+    params_json: Mapped[dict[str, Any]] = mapped_column(JSON)
+    study_id: Mapped[int] = mapped_column(Integer)
+    applied_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utcnow)

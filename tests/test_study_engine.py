@@ -1,0 +1,117 @@
+"""Studies on the real backtest engine (Seattle rain, stand-in model server), the holdout seal,
+and promoting a winner through the evaluation gate."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from typestrict_pipeline.backtest.store import active_version_id
+from typestrict_pipeline.errors import ConflictError
+from typestrict_pipeline.store import open_store
+from typestrict_pipeline.study.backends import EngineBackend, backend_from_config
+from typestrict_pipeline.study.leaderboard import load_leaderboard, render_markdown
+from typestrict_pipeline.study.promote import PromotionKind, promote_winner, workflow_params
+from typestrict_pipeline.study.repository import LastBacktest
+from typestrict_pipeline.study.runner import SyntheticBackend, run_study_local
+from typestrict_pipeline.study.service import (
+    StudyConfig,
+    create_and_run_study,
+    create_study_from_config,
+    study_backend,
+)
+from typestrict_pipeline.study.space import SearchSpace
+from typestrict_pipeline.study.tables import StudyState
+
+UTC = dt.UTC
+ENGINE_BACKEND = {"backend": "engine", "setup": "typestrict_pipeline.study.setups:registered_workflow",
+                  "setup_args": {"workflow": "seattle_rain", "dataset": "seattle_weather",
+                                 "latency_s": 0.0}, "max_in_flight": 8}
+
+
+def _weather_config(space: SearchSpace, **kw: object) -> StudyConfig:
+    base: dict[str, object] = dict(
+        workspace="demo", workflow="seattle_rain", workflow_version="vtest", space=space,
+        start=dt.datetime(2013, 1, 2, tzinfo=UTC), end=dt.datetime(2013, 7, 1, tzinfo=UTC),
+        step=dt.timedelta(days=1), n_folds=2, tune_steps=20, eval_steps=20, holdout_steps=20,
+        max_candidates=4, max_total_steps=10_000, backend=ENGINE_BACKEND)
+    base.update(kw)
+    return StudyConfig(**base)  # type: ignore[arg-type]
+
+
+def test_weather_study_on_the_engine_with_usd_budget_and_prompt_promotion(sqlite_url: str) -> None:
+    engine = open_store(sqlite_url)
+    backend = backend_from_config(ENGINE_BACKEND)
+    assert isinstance(backend, EngineBackend)
+    prompt = backend.setup.workflow.prompts["forecast"]
+    terse = prompt.replace(" Today: {today_mm:.1f} mm,", "")
+    space = SearchSpace(grid={"threshold": [0.4, 0.6]}, prompts={"forecast": [prompt, terse]})
+    cfg = _weather_config(space, budget_micro=1_000_000)
+    out = create_and_run_study(engine, cfg, last_backtest=LastBacktest(cost_micro=3_000, steps=100))
+    assert out.state == StudyState.FINISHED and out.holdout_score is not None
+    board = load_leaderboard(engine, out.study_id)
+    assert board.run == 4 and board.spend_micro is not None and 0 < board.spend_micro <= 1_000_000
+    assert sum(r.cost_micro or 0 for r in board.rows) == board.spend_micro
+    md = render_markdown(board)
+    assert "Holdout (the number to trust)" in md
+    # Promote: the active version (threshold 0.5, the original prompt) is the gate's reference.
+    winner = next(r for r in board.rows if r.candidate_id == board.winner_candidate_id)
+    try:
+        res = promote_winner(engine, out.study_id, study_backend(engine, out.study_id))
+    except ConflictError as exc:
+        assert "got lower" in str(exc)  # the gate may refuse: then nothing was activated
+        assert active_version_id(engine, workspace="demo", workflow="seattle_rain") is None
+        return
+    # A winner whose prompt differs from the version's activates a version; else parameters.
+    changed = winner.index % 2 == 0  # candidates: (0.4, original), (0.4, terse), (0.6, ...), ...
+    assert res.kind == (PromotionKind.ACTIVATED_VERSION if changed else PromotionKind.APPLIED_PARAMETERS)
+    if res.kind == PromotionKind.ACTIVATED_VERSION:
+        assert active_version_id(engine, workspace="demo", workflow="seattle_rain") == res.version_id
+    else:
+        assert workflow_params(engine, "demo", "seattle_rain") == dict(res.params)
+
+
+def test_search_runs_cannot_read_the_holdout(sqlite_url: str) -> None:
+    backend = backend_from_config(ENGINE_BACKEND)
+    assert isinstance(backend, EngineBackend)
+    seal = dt.datetime(2013, 6, 1, tzinfo=UTC)
+    sealed = backend._data(seal)
+    assert all(t.last_known < seal for t in sealed.values())
+    assert any(t.last_known >= seal for t in backend.setup.data.values())
+
+
+def _synthetic(space: SearchSpace) -> StudyConfig:
+    return StudyConfig(
+        workspace="demo", workflow="wx", workflow_version="v1", space=space,
+        start=dt.datetime(2012, 1, 1, tzinfo=UTC), end=dt.datetime(2012, 12, 1, tzinfo=UTC),
+        step=dt.timedelta(days=1), n_folds=2, tune_steps=20, eval_steps=30, holdout_steps=60,
+        max_candidates=4, max_total_steps=10_000, backend={"backend": "synthetic", "noise": 0.05})
+
+
+def test_parameters_only_winner_applies_its_parameters_when_the_gate_passes(sqlite_url: str) -> None:
+    engine = open_store(sqlite_url)
+    out = create_and_run_study(engine, _synthetic(SearchSpace(grid={"skill": [0.55, 0.62]})))
+    res = promote_winner(engine, out.study_id, study_backend(engine, out.study_id))
+    assert res.kind == PromotionKind.APPLIED_PARAMETERS
+    assert res.gate.passed and res.gate.active_score is not None
+    assert workflow_params(engine, "demo", "wx") == {"skill": 0.62}
+    assert "nothing to activate" in res.message
+
+
+def test_gate_refuses_a_winner_worse_than_the_active_version(sqlite_url: str) -> None:
+    engine = open_store(sqlite_url)
+    out = create_and_run_study(engine, _synthetic(SearchSpace(grid={"skill": [0.40, 0.42]})))
+    with pytest.raises(ConflictError, match="to be at least the active version's on the same window"):
+        promote_winner(engine, out.study_id, study_backend(engine, out.study_id))
+    assert workflow_params(engine, "demo", "wx") == {}
+
+
+def test_promotion_needs_a_holdout_score(sqlite_url: str) -> None:
+    engine = open_store(sqlite_url)
+    cfg = _synthetic(SearchSpace(grid={"skill": [0.5, 0.6]}))
+    sid = create_study_from_config(engine, StudyConfig(**{**cfg.__dict__, "budget_micro": 1_000}),
+                                   last_backtest=LastBacktest(10, 1))
+    run_study_local(engine, sid, SyntheticBackend(noise=0.05))
+    with pytest.raises(ConflictError, match="expected a holdout score for the winner"):
+        promote_winner(engine, sid, SyntheticBackend())

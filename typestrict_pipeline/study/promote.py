@@ -1,0 +1,176 @@
+"""Promote a study's winner: through the evaluation gate, then the normal activation path.
+
+* **The evaluation gate.** A winner may replace the active version only if its holdout score is
+  not worse than the active version's score on the same holdout window (same steps, same data,
+  same scorer). The active version is run once on the holdout for this comparison (a metered
+  backtest, not part of the study's budget). No holdout score (budget reached, cancelled) means
+  no promotion.
+* **A winner that changed prompts** is a new workflow version: it is activated with the backtest
+  area's ``activate_version`` (the normal activation path; the active version of the workflow in
+  the workspace becomes the winner's).
+* **A winner that changed only parameters** has nothing to activate: its parameters are written
+  to the workflow's configuration in this workspace (``study_workflow_params``), which runs read
+  with :func:`workflow_params`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Engine
+
+from typestrict_pipeline.errors import ConflictError
+from typestrict_pipeline.store import session_scope, utcnow
+from typestrict_pipeline.study import repository as repo
+from typestrict_pipeline.study.folds import FoldLayout
+from typestrict_pipeline.study.runner import CandidateSpec, StudyBackend
+from typestrict_pipeline.study.tables import CandidateRow, StudyState, WindowKind, WorkflowParamsRow
+
+
+class PromotionKind(enum.StrEnum):
+    """What promoting did."""
+
+    ACTIVATED_VERSION = "ACTIVATED_VERSION"
+    APPLIED_PARAMETERS = "APPLIED_PARAMETERS"
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """The evaluation gate: the winner's holdout score against the active version's."""
+
+    passed: bool
+    winner_score: float
+    active_score: float | None
+    message: str
+
+
+@dataclass(frozen=True)
+class PromotionResult:
+    """What promoting a winner did."""
+
+    kind: PromotionKind
+    gate: GateResult
+    params: Mapping[str, Any]
+    prompts: Mapping[str, str]
+    version_id: str | None
+    message: str
+
+
+def evaluation_gate(engine: Engine, study_id: int, backend: StudyBackend,
+                    active: CandidateSpec) -> GateResult:
+    """Score ``active`` (the active version) on the study's holdout; compare with the winner's."""
+    with session_scope(engine) as s:
+        study = repo.get_study(s, study_id)
+        state = StudyState(study.state)
+        if state not in (StudyState.FINISHED, StudyState.BUDGET_REACHED):
+            raise ConflictError(f"expected a finished study to promote from, got study {study_id} "
+                                f"in state {state.label}. Wait for it to finish.")
+        if study.holdout_score is None:
+            why = study.holdout_missing_reason or "the holdout was not scored"
+            raise ConflictError(f"expected a holdout score for the winner of study {study_id}, got "
+                                f"none ({why}). Raise the budget and run the study again.")
+        winner_score = float(study.holdout_score)
+        layout = FoldLayout.from_json(study.layout_json)
+    h = layout.holdout
+    out = backend.run_window(active, h, WindowKind.HOLDOUT, seal_at=None,
+                             should_stop=lambda cost, steps: False)
+    values = [v for _, v in out.scores]
+    if not values:
+        return GateResult(False, winner_score, None,
+                          "The active version has no score on the holdout window; not promoted.")
+    active_score = float(np.mean(values))
+    if winner_score >= active_score:
+        return GateResult(True, winner_score, active_score,
+                          f"Gate passed: the winner's holdout score {winner_score:.4f} is not worse "
+                          f"than the active version's {active_score:.4f} on the same window.")
+    return GateResult(False, winner_score, active_score,
+                      f"expected the winner's holdout score ({winner_score:.4f}) to be at least the "
+                      f"active version's on the same window ({active_score:.4f}), got lower. The "
+                      "active version stays; keep collecting data or widen the search.")
+
+
+def promote_winner(
+    engine: Engine,
+    study_id: int,
+    backend: StudyBackend,
+    *,
+    active: CandidateSpec | None = None,
+    activate: Any = None,
+) -> PromotionResult:
+    """Promote the winner of ``study_id`` (see the module docstring).
+
+    Args:
+        engine: the store.
+        study_id: a finished study with a holdout score.
+        backend: the study's backend (runs the active version on the holdout for the gate).
+        active: the active version as a candidate (default: the studied version's defaults).
+        activate: ``activate(workflow_variant)`` for prompt changes; default: the backtest area's
+            ``activate_version`` on the engine backend's workflow.
+
+    Raises:
+        ConflictError: the study is not finished, has no holdout score, or the gate refused.
+    """
+    with session_scope(engine) as s:
+        study = repo.get_study(s, study_id)
+        if study.winner_candidate_id is None:
+            raise ConflictError(f"expected a winner in study {study_id}, got none. "
+                                "Run the study to the end first.")
+        cand = s.get(CandidateRow, study.winner_candidate_id)
+        assert cand is not None
+        params, prompts = dict(cand.params_json), dict(cand.prompts_json)
+        workspace, workflow = study.workspace, study.workflow
+    gate = evaluation_gate(engine, study_id, backend,
+                           active or CandidateSpec(0, 0, {}, {}))
+    if not gate.passed:
+        raise ConflictError(gate.message)
+    prompts = {k: v for k, v in prompts.items() if _base_prompts(backend).get(k) != v}
+    if prompts:
+        variant = _activate_prompts(engine, backend, workspace, params, prompts, activate)
+        return PromotionResult(PromotionKind.ACTIVATED_VERSION, gate, params, prompts, variant,
+                               f"{gate.message} Activated version {variant} of {workflow}.")
+    with session_scope(engine) as s:
+        row = s.get(WorkflowParamsRow, (workspace, workflow))
+        if row is None:
+            row = WorkflowParamsRow(workspace=workspace, workflow=workflow)
+            s.add(row)
+        row.params_json = params
+        row.study_id = study_id
+        row.applied_at = utcnow()
+    return PromotionResult(PromotionKind.APPLIED_PARAMETERS, gate, params, prompts, None,
+                           f"{gate.message} The winner changed only parameters: nothing to "
+                           f"activate; applied {params} to the configuration of {workflow}.")
+
+
+def _base_prompts(backend: StudyBackend) -> dict[str, str]:
+    from typestrict_pipeline.study.backends import EngineBackend
+
+    if isinstance(backend, EngineBackend):
+        return dict(backend.setup.workflow.prompts)
+    return {}
+
+
+def _activate_prompts(engine: Engine, backend: StudyBackend, workspace: str,
+                      params: Mapping[str, Any], prompts: Mapping[str, str], activate: Any) -> str:
+    from typestrict_pipeline.study.backends import EngineBackend
+
+    if activate is not None:
+        return str(activate(params, prompts))
+    if not isinstance(backend, EngineBackend):
+        raise ConflictError("expected a study on a real workflow to activate a prompt change, got "
+                            "a synthetic one. Promote winners of workflow studies only.")
+    from typestrict_pipeline.backtest.store import activate_version
+
+    variant = backend.setup.workflow.variant(params=params or None, prompts=prompts)
+    activate_version(engine, workspace=workspace, workflow=variant)
+    return str(variant.version_id)
+
+
+def workflow_params(engine: Engine, workspace: str, workflow: str) -> dict[str, Any]:
+    """Parameters a promoted parameters-only winner applied to ``workflow`` in ``workspace``."""
+    with session_scope(engine) as s:
+        row = s.get(WorkflowParamsRow, (workspace, workflow))
+        return {} if row is None else dict(row.params_json)
