@@ -285,3 +285,42 @@ def requeue(engine: Engine, message_id: int, now: dt.datetime | None = None) -> 
             .where(OutboxMessage.id == message_id)
             .values(state=OutboxState.PENDING, attempts=0, next_attempt_at=now or utcnow(), claimed_until=None)
         )
+
+
+def transport_from_env(
+    kind: str | None = None, environ: dict[str, str] | None = None
+) -> SmtpTransport | WebhookTransport | None:
+    """The transport the environment describes (None for ``none``: messages stay in the outbox).
+
+    ``TYPESTRICT_NOTIFY_TRANSPORT`` = ``smtp`` (default) | ``webhook`` | ``none``;
+    ``TYPESTRICT_SMTP_HOST`` (127.0.0.1), ``_PORT`` (25), ``_SENDER``, ``_USER``, ``_PASSWORD``,
+    ``_STARTTLS`` (1/true/yes); ``TYPESTRICT_NOTIFY_WEBHOOK``.
+
+    >>> transport_from_env(environ={"TYPESTRICT_NOTIFY_TRANSPORT": "none"}) is None
+    True
+    >>> transport_from_env(environ={"TYPESTRICT_SMTP_PORT": "2525"}).port
+    2525
+    """
+    import os
+
+    from typestrict_pipeline.errors import InputError
+
+    env = dict(os.environ) if environ is None else environ
+    chosen = (kind or env.get("TYPESTRICT_NOTIFY_TRANSPORT") or "smtp").lower()
+    if chosen == "none":
+        return None
+    if chosen == "webhook":
+        url = env.get("TYPESTRICT_NOTIFY_WEBHOOK")
+        if not url:
+            raise InputError("a webhook URL in TYPESTRICT_NOTIFY_WEBHOOK", "none", "set it, or use the smtp transport")
+        return WebhookTransport(url)
+    if chosen != "smtp":
+        raise InputError("TYPESTRICT_NOTIFY_TRANSPORT smtp, webhook or none", repr(chosen), "fix the variable")
+    return SmtpTransport(
+        host=env.get("TYPESTRICT_SMTP_HOST", "127.0.0.1"),
+        port=int(env.get("TYPESTRICT_SMTP_PORT", "25")),
+        sender=env.get("TYPESTRICT_SMTP_SENDER", "typestrict@localhost"),
+        starttls=env.get("TYPESTRICT_SMTP_STARTTLS", "").lower() in ("1", "true", "yes"),
+        username=env.get("TYPESTRICT_SMTP_USER"),
+        password=env.get("TYPESTRICT_SMTP_PASSWORD"),
+    )

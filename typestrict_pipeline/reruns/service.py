@@ -769,12 +769,14 @@ def recent_ticks(engine: Engine, schedule_id: int, limit: int = 5) -> list[Rerun
 
 def status_text(engine: Engine, view: ScheduleView, *, ticks: int = 5) -> str:
     """What ``typestrict schedule status`` prints for one schedule (the skip reason under it)."""
-    usd = view.budget_micro_usd / 1_000_000
+    from typestrict_pipeline.study.limits import format_usd
+
     lines = [
         f"Schedule {view.id}: re-run study {view.root_study_id} every {view.cadence} — {view.state.value}",
         f"  workspace {view.workspace_id}, workflow {view.workflow_id}; set up by {view.owner} "
         f"on {view.enabled_at.strftime('%Y-%m-%d %H:%M UTC')}",
-        f"  each re-run's USD budget: ${usd:,.6f}".rstrip("0").rstrip(".") + f"; min unseen steps: {view.min_unseen_steps}",
+        f"  each re-run's USD budget: {format_usd(view.budget_micro_usd)}; "
+        f"min unseen steps for a re-run: {view.min_unseen_steps}",
     ]
     if view.state is ScheduleState.CANCELLED:
         when = view.cancelled_at.strftime("%Y-%m-%d %H:%M UTC") if view.cancelled_at else "?"

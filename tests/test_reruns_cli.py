@@ -1,0 +1,69 @@
+"""``typestrict schedule ...`` in process: enable, skip reasons under the schedule, tick, lineage, workspace."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from typestrict_pipeline.cli import main
+from typestrict_pipeline.reruns import scenario
+from typestrict_pipeline.reruns.sinks import LocalSmtpServer
+from typestrict_pipeline.store import open_store
+
+ROOT_END = dt.datetime(2015, 2, 1, tzinfo=dt.UTC)
+DAY = dt.timedelta(days=1)
+
+
+def _root(url: str, budget: int | None) -> str:
+    engine = open_store(url)
+    workflow = scenario.backend(shift_at=ROOT_END - 10 * DAY)
+    sid = scenario.create_root_study(engine, workspace="demo", root_end=ROOT_END, budget_micro_usd=budget,
+                                     min_unseen_steps=10, workflow=workflow)
+    scenario.run(engine, sid)
+    return sid
+
+
+def test_schedule_commands(sqlite_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    u = ["--url", sqlite_url]
+    root = _root(sqlite_url, 1_000_000)
+    no_budget = _root(sqlite_url.replace("store.db", "other.db"), None)
+    assert main(["schedule", "workspace", "demo", "--subscription", "ACTIVE", "--budget-usd", "50", *u]) == 0
+    assert "subscription ACTIVE; usage $0.0010 of $50.00" in capsys.readouterr().out
+
+    assert main(["schedule", "enable", no_budget, "--owner", "ana@example.com",
+                 "--url", sqlite_url.replace("store.db", "other.db")]) == 2
+    assert "The root study has no USD budget" in capsys.readouterr().err
+
+    assert main(["schedule", "enable", root, "--cadence", "1h", "--owner", "ana@example.com", *u]) == 0
+    out = capsys.readouterr().out
+    assert "Schedule 1: re-run study 1 every 1h — ENABLED" in out and "set up by ana@example.com" in out
+
+    assert main(["schedule", "data-arrived", "demo", scenario.WORKFLOW, "2015-02-08", *u]) == 0
+    now = dt.datetime.now(dt.UTC)
+    assert main(["schedule", "tick", "--now", now.isoformat(), *u]) == 0
+    assert "schedule 1: skipped: Not enough unseen data yet: 7 of 10 steps" in capsys.readouterr().out
+    assert main(["schedule", "status", *u]) == 0
+    status = capsys.readouterr().out
+    assert "Skipped (" in status and "): Not enough unseen data yet: 7 of 10 steps" in status
+
+    assert main(["schedule", "data-arrived", "demo", scenario.WORKFLOW, "2015-02-11", *u]) == 0
+    with LocalSmtpServer() as smtp:
+        monkeypatch.setenv("TYPESTRICT_NOTIFY_TRANSPORT", "smtp")
+        monkeypatch.setenv("TYPESTRICT_SMTP_HOST", smtp.host)
+        monkeypatch.setenv("TYPESTRICT_SMTP_PORT", str(smtp.port))
+        assert main(["schedule", "tick", "--run", "--now", (now + dt.timedelta(hours=1)).isoformat(), *u]) == 0
+        out = capsys.readouterr().out
+        assert "schedule 1: fired:" in out and "winner arm=late (winner changed)" in out
+        assert "notifications: 1 sent" in out
+        assert [m.message["Subject"] for m in smtp.messages] == ["A scheduled study changes its winner"]
+
+    assert main(["schedule", "lineage", root, *u]) == 0
+    panel = capsys.readouterr().out
+    assert "Lineage of study 1" in panel and "arm=steady" in panel and "arm=late" in panel
+    assert "Best expected of 2 under noise" in panel
+
+    assert main(["schedule", "notifications", "ana@example.com", "--off", *u]) == 0
+    assert "'A scheduled study changes its winner' off" in capsys.readouterr().out
+    assert main(["schedule", "cancel", "1", "--by", "bo@example.com", *u]) == 0
+    assert "cancelled by bo@example.com" in capsys.readouterr().out

@@ -1,0 +1,241 @@
+"""``typestrict schedule ...``: re-run a finished study on a schedule, see why it skipped, its lineage.
+
+Commands:
+
+* ``enable STUDY_ID --cadence 1d --owner EMAIL``: re-run a finished study (it must have a USD budget);
+* ``cancel SCHEDULE_ID --by EMAIL``;
+* ``status [SCHEDULE_ID] [--study ID] [--workspace W]``: each schedule with the reason of its last skip;
+* ``lineage STUDY_ID``: the lineage panel (every re-run, its window, winner, holdout score, the
+  best expected of k under noise);
+* ``tick [--now ISO] [--run]``: evaluate the schedules that are due now (what the Dagster sensor
+  does); ``--run`` also executes fired re-runs in this process;
+* ``data-arrived WORKSPACE WORKFLOW END``: record that outcomes are known up to ``END``;
+* ``workspace WORKSPACE [--subscription ACTIVE|EXPIRED] [--budget-usd X]``: state and spend;
+* ``notifications USER --on|--off``: the "A scheduled study changes its winner" notification;
+* ``deliver``: send the notification outbox (``TYPESTRICT_NOTIFY_TRANSPORT``, ``TYPESTRICT_SMTP_*``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+
+from sqlalchemy import Engine
+
+from typestrict_pipeline.errors import InputError
+from typestrict_pipeline.store import default_store_url, normalize_url, open_store, utcnow
+
+
+def _engine(args: argparse.Namespace) -> Engine:
+    return open_store(normalize_url(args.url or default_store_url()))
+
+
+def _time(text: str | None) -> dt.datetime:
+    if not text:
+        return utcnow()
+    try:
+        t = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise InputError("an ISO 8601 time such as 2015-02-12T00:00:00+00:00", repr(text), "fix the time") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.UTC)
+    return t.astimezone(dt.UTC)
+
+
+def _who(value: str | None) -> str:
+    who = value or os.environ.get("TYPESTRICT_USER")
+    if not who:
+        raise InputError("who you are (an email address)", "nothing", "pass --owner/--by or set TYPESTRICT_USER")
+    return who
+
+
+def _enable(args: argparse.Namespace) -> int:
+    from typestrict_pipeline.reruns.service import enable_schedule, status_text
+    from typestrict_pipeline.reruns.studies import StoreStudies
+
+    engine = _engine(args)
+    view = enable_schedule(engine, StoreStudies(engine), study_id=args.study_id, cadence=args.cadence,
+                           owner=_who(args.owner), min_unseen_steps=args.min_unseen_steps)
+    print(status_text(engine, view))
+    return 0
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    from typestrict_pipeline.reruns.service import cancel_schedule, status_text
+
+    engine = _engine(args)
+    print(status_text(engine, cancel_schedule(engine, args.schedule_id, by=_who(args.by))))
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from typestrict_pipeline.reruns.service import get_schedule, list_schedules, status_text
+
+    engine = _engine(args)
+    if args.schedule_id is not None:
+        views = [get_schedule(engine, args.schedule_id)]
+    else:
+        views = list_schedules(engine, workspace_id=args.workspace, study_id=args.study)
+    if not views:
+        print("No re-run schedules. Enable one with: typestrict schedule enable STUDY_ID --cadence 1d --owner EMAIL")
+        return 0
+    print("\n\n".join(status_text(engine, v, ticks=args.ticks) for v in views))
+    return 0
+
+
+def _lineage(args: argparse.Namespace) -> int:
+    from typestrict_pipeline.reruns.service import lineage_text
+
+    print(lineage_text(_engine(args), args.study_id))
+    return 0
+
+
+def _tick(args: argparse.Namespace) -> int:
+    from typestrict_pipeline.reruns.notify import deliver_pending, transport_from_env
+    from typestrict_pipeline.reruns.service import evaluate_due, execute_rerun
+    from typestrict_pipeline.reruns.studies import StoreStudies
+    from typestrict_pipeline.reruns.workspace import store_spend_source
+
+    engine = _engine(args)
+    port = StoreStudies(engine)
+    now = _time(args.now)
+    results, _ = evaluate_due(engine, port, now=now, spend=store_spend_source(engine), source="cli")
+    if not results:
+        print("No re-run schedule is due")
+    for r in results:
+        print(f"schedule {r.schedule_id}: {r.outcome.value.lower()}: {r.message}")
+        if args.run and r.run_key is not None:
+            rec = execute_rerun(engine, port, r.run_key, now=now)
+            changed = {True: "winner changed", False: "same winner", None: "no winner"}[rec.winner_changed]
+            print(f"  re-run #{rec.seq} (study {rec.study_id}): {rec.state.value}, winner {rec.winner} ({changed})")
+    if args.run:
+        transport = transport_from_env()
+        if transport is not None:
+            report = deliver_pending(engine, transport, now=now)
+            print(f"notifications: {len(report.sent)} sent, {len(report.failed)} kept for retry")
+    return 0
+
+
+def _data_arrived(args: argparse.Namespace) -> int:
+    from typestrict_pipeline.reruns.studies import record_data_end
+
+    end = _time(args.end)
+    record_data_end(_engine(args), args.workspace, args.workflow, end)
+    print(f"{args.workspace}/{args.workflow}: outcomes known up to {end.isoformat()}")
+    return 0
+
+
+def _workspace(args: argparse.Namespace) -> int:
+    from typestrict_pipeline.reruns.decide import SubscriptionState
+    from typestrict_pipeline.reruns.workspace import (
+        set_workspace,
+        store_spend_source,
+        workspace_status,
+    )
+    from typestrict_pipeline.study.limits import format_usd, usd_to_micro
+
+    engine = _engine(args)
+    if args.subscription is not None or args.budget_usd is not None:
+        set_workspace(
+            engine, args.workspace,
+            subscription=None if args.subscription is None else SubscriptionState(args.subscription),
+            usage_budget_micro_usd=None if args.budget_usd is None else usd_to_micro(args.budget_usd),
+        )
+    status = workspace_status(engine, args.workspace, utcnow(), store_spend_source(engine))
+    if status is None:
+        print(f"Workspace {args.workspace} has no subscription state yet: "
+              "set one with --subscription ACTIVE --budget-usd 50")
+        return 1
+    first, last = status.period
+    print(f"Workspace {status.workspace_id}: subscription {status.subscription.value}; "
+          f"usage {format_usd(status.spent_micro_usd)} of {format_usd(status.usage_budget_micro_usd)} "
+          f"({first.isoformat()} – {last.isoformat()})" + ("; usage budget exhausted" if status.usage_exhausted else ""))
+    return 0
+
+
+def _notifications(args: argparse.Namespace) -> int:
+    from typestrict_pipeline.reruns.notify import (
+        KIND_WINNER_CHANGED,
+        TITLE_WINNER_CHANGED,
+        set_notification,
+    )
+
+    set_notification(_engine(args), args.user, KIND_WINNER_CHANGED, args.on)
+    print(f"{args.user}: '{TITLE_WINNER_CHANGED}' {'on' if args.on else 'off'}")
+    return 0
+
+
+def _deliver(args: argparse.Namespace) -> int:
+    from typestrict_pipeline.reruns.notify import deliver_pending, transport_from_env
+
+    transport = transport_from_env()
+    if transport is None:
+        print("TYPESTRICT_NOTIFY_TRANSPORT=none: messages stay in the outbox")
+        return 0
+    report = deliver_pending(_engine(args), transport)
+    print(f"{len(report.sent)} sent, {len(report.failed)} kept for retry, {len(report.dead)} given up")
+    for mid, error in report.failed:
+        print(f"  message {mid}: {error}")
+    return 0 if not report.dead else 1
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``typestrict schedule ...``."""
+    sched = subparsers.add_parser("schedule", help="re-run finished studies on a schedule; lineage; skip reasons")
+    sub = sched.add_subparsers(dest="schedule_command", required=True)
+
+    def cmd(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--url", help="store URL (default: TYPESTRICT_STORE_URL or the local SQLite file)")
+        return p
+
+    p = cmd("enable", "re-run a finished study (with a USD budget) on a cadence")
+    p.add_argument("study_id")
+    p.add_argument("--cadence", default="1d", help="30m, 6h, 1d, 1w ... (default 1d)")
+    p.add_argument("--owner", help="who sets it up (default TYPESTRICT_USER)")
+    p.add_argument("--min-unseen-steps", type=int, help="only for a study created without the setting")
+    p.set_defaults(func=_enable)
+
+    p = cmd("cancel", "cancel a schedule")
+    p.add_argument("schedule_id", type=int)
+    p.add_argument("--by", help="who cancels (default TYPESTRICT_USER)")
+    p.set_defaults(func=_cancel)
+
+    p = cmd("status", "schedules and why they were skipped")
+    p.add_argument("schedule_id", type=int, nargs="?")
+    p.add_argument("--study", help="only the schedules of this study")
+    p.add_argument("--workspace", help="only this workspace")
+    p.add_argument("--ticks", type=int, default=5, help="recent ticks to show (default 5)")
+    p.set_defaults(func=_status)
+
+    p = cmd("lineage", "the lineage panel of a study")
+    p.add_argument("study_id")
+    p.set_defaults(func=_lineage)
+
+    p = cmd("tick", "evaluate the schedules that are due (what the Dagster sensor does)")
+    p.add_argument("--now", help="evaluate as of this time (ISO 8601; default now)")
+    p.add_argument("--run", action="store_true", help="also run fired re-runs here and deliver notifications")
+    p.set_defaults(func=_tick)
+
+    p = cmd("data-arrived", "record that a workflow's outcomes are known up to END")
+    p.add_argument("workspace")
+    p.add_argument("workflow")
+    p.add_argument("end", help="end (exclusive) of the decision steps with a known outcome, ISO 8601")
+    p.set_defaults(func=_data_arrived)
+
+    p = cmd("workspace", "a workspace's subscription, usage budget and spend")
+    p.add_argument("workspace")
+    p.add_argument("--subscription", choices=["ACTIVE", "EXPIRED"])
+    p.add_argument("--budget-usd", help="usage budget per calendar month, in USD")
+    p.set_defaults(func=_workspace)
+
+    p = cmd("notifications", "turn 'A scheduled study changes its winner' on or off for a person")
+    p.add_argument("user")
+    onoff = p.add_mutually_exclusive_group(required=True)
+    onoff.add_argument("--on", dest="on", action="store_true")
+    onoff.add_argument("--off", dest="on", action="store_false")
+    p.set_defaults(func=_notifications)
+
+    p = cmd("deliver", "send the notification outbox now")
+    p.set_defaults(func=_deliver)
