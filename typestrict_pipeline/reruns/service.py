@@ -480,18 +480,21 @@ def evaluate_schedule(
         _record(engine, schedule_id, at, source, result, off=decision.turns_schedule_off)
         return result
     assert isinstance(decision, Fire)
-    entry_id = _claim_rerun(engine, port, view, decision, at)
-    message = (f"Fired re-run #{decision.seq}: holdout steps {decision.windows.holdout.start}–"
-               f"{decision.windows.holdout.end - 1} ({decision.windows.holdout.length} unseen steps)")
+    entry_id, label = _claim_rerun(engine, port, view, decision, at)
+    message = (f"Fired re-run #{decision.seq}: scored on {label} ({decision.windows.holdout.length} of "
+               f"{decision.windows.unseen_steps} unseen steps)")
     result = TickResult(schedule_id, used_slot, TickOutcome.FIRED, message, None, decision.run_key, entry_id)
     _record(engine, schedule_id, at, source, result, off=False)
     return result
 
 
-def _claim_rerun(engine: Engine, port: StudiesPort, view: ScheduleView, fire: Fire, at: dt.datetime) -> int:
+def _claim_rerun(
+    engine: Engine, port: StudiesPort, view: ScheduleView, fire: Fire, at: dt.datetime
+) -> tuple[int, str]:
     grid = port.get(view.lineage_root_id)
     assert grid is not None
     h = fire.windows.holdout
+    label = _window_label(grid, grid.time(h.start), grid.time(h.end))
     try:
         with session_scope(engine) as session:
             row = LineageRow(
@@ -499,16 +502,16 @@ def _claim_rerun(engine: Engine, port: StudiesPort, view: ScheduleView, fire: Fi
                 parent_study_id=fire.parent_study_id, run_key=fire.run_key, state=LineageState.PENDING,
                 superseded=False, learn_end=fire.windows.learn_end, holdout_start=h.start, holdout_end=h.end,
                 unseen_steps=fire.windows.unseen_steps,
-                window_label=_window_label(grid, grid.time(h.start), grid.time(h.end)),
+                window_label=label,
                 created_at=at,
             )
             session.add(row)
             session.flush()
-            return int(row.id)
+            return int(row.id), label
     except IntegrityError:
         with session_scope(engine) as session:
             existing = session.execute(select(LineageRow).where(LineageRow.run_key == fire.run_key)).scalar_one()
-            return int(existing.id)
+            return int(existing.id), existing.window_label
 
 
 def parse_cursor(cursor: str | None) -> dict[int, int]:
