@@ -32,7 +32,7 @@ from typestrict_pipeline.refund.audit import build_audit, write_audit
 from typestrict_pipeline.refund.rule import TrainingJudgement, failed_training, judge
 from typestrict_pipeline.refund.synthetic import synthetic_decision
 from typestrict_pipeline.refund.types import Verdict
-from typestrict_pipeline.store import default_store_url, open_store
+from typestrict_pipeline.store import default_store_url, open_store, typestrict_home
 
 
 def _refund_part_store(root: Path) -> str | None:
@@ -43,12 +43,14 @@ def _refund_part_store(root: Path) -> str | None:
     return f"sqlite:///{found[0]}" if found else None
 
 
-def _print_refund_trainings(root: Path) -> None:
+def _print_refund_trainings(root: Path) -> int:
+    """Print the refund part's ledger; return how many checks failed (balance, audits)."""
     url = _refund_part_store(root)
     print("-- The refund part's trainings on the ledger --")
     if url is None:
         print("(no store from the refund part found; nothing settled there)")
-        return
+        return 0
+    bad = 0
     engine = open_store(url)
     try:
         ledger = CreditLedger(engine)
@@ -56,19 +58,26 @@ def _print_refund_trainings(root: Path) -> None:
         if not workspaces:
             print(f"(the store {engine.url.render_as_string(hide_password=True)} has no credit account yet)")
         for ws in workspaces:
+            bad += ledger.balance(ws) != ledger.entries_total(ws)
             print(f"workspace {ws}: balance {ledger.balance(ws)} credits "
                   f"(= sum of its {len(ledger.lines(ws))} entries: {ledger.entries_total(ws)})")
             for line in ledger.lines(ws):
                 if line.training_id is None:
                     print(f"  {line.describe()}")
             for model in list_models(engine, ws):
+                audit_file = typestrict_home() / "audits" / f"{model.model_id}.json"
+                same = (model.audit_sha256 is not None and audit_file.is_file()
+                        and audit_bytes(engine, model.model_id) == audit_file.read_bytes())
+                bad += model.audit_sha256 is not None and not same
                 print(f"  training {model.model_id}: verdict {model.verdict.value}, "
                       f"{'delivered' if model.delivered else 'not delivered'}, files until "
-                      f"{model.expires_at:%Y-%m-%d}, audit sha256 {(model.audit_sha256 or 'none')[:12]}")
+                      f"{model.expires_at:%Y-%m-%d}, audit sha256 {(model.audit_sha256 or 'none')[:12]} "
+                      f"(`typestrict audit {model.model_id}` = {audit_file.name}: {same})")
                 for line in ledger.lines(ws, training_id=model.model_id):
                     print(f"    {line.describe()}")
     finally:
         engine.dispose()
+    return bad
 
 
 def _judgement(verdict: Verdict, seed: int) -> TrainingJudgement:
@@ -150,5 +159,5 @@ def _walkthrough(root: Path) -> int:
 def run(root: Path) -> int:
     """Print the refund part's ledger, then walk through the credit rules; 0 on success."""
     print("\n== Credits: one credit per training, back exactly once on refund or failure ==")
-    _print_refund_trainings(root)
-    return _walkthrough(root)
+    bad = _print_refund_trainings(root)
+    return 1 if bad else _walkthrough(root)
