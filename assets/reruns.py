@@ -1,7 +1,7 @@
 """Dagster wiring for scheduled re-runs: the sensor and schedule that fire them, the re-run job,
 the jobs that enable and cancel a schedule from the launchpad, and the lineage as metadata.
 
-* ``study_rerun_sensor`` evaluates every enabled re-run schedule whose cadence slot has come;
+* ``study_rerun_sensor`` (running by default, every minute) evaluates every enabled re-run schedule whose cadence slot has come;
   it returns a ``RunRequest`` (run key = the lineage position, so a re-run is launched once
   however often the tick is evaluated) or a ``SkipReason`` with the product page's message,
   which the UI shows in the tick history. Its cursor is the last slot evaluated per schedule.
@@ -221,7 +221,7 @@ def _instance(context: dg.SensorEvaluationContext | dg.ScheduleEvaluationContext
 @dg.sensor(
     job=study_rerun_job,
     minimum_interval_seconds=60,
-    default_status=dg.DefaultSensorStatus.STOPPED,
+    default_status=dg.DefaultSensorStatus.RUNNING,
     description="Fires a scheduled study re-run when enough unseen steps have arrived; otherwise "
     "skips with the reason (Why was my scheduled study skipped?).",
 )
@@ -264,7 +264,7 @@ def study_rerun_schedule(
 
 @dg.sensor(
     minimum_interval_seconds=60,
-    default_status=dg.DefaultSensorStatus.STOPPED,
+    default_status=dg.DefaultSensorStatus.RUNNING,
     description="Delivers notifications left in the outbox (retries with backoff).",
 )
 def notification_outbox_sensor(
