@@ -55,7 +55,10 @@ def _reachable_arrays(root: object, limit: int = 10_000) -> list[np.ndarray]:
             continue
         seen.add(id(obj))
         if isinstance(obj, np.ndarray):
-            arrays.append(obj)
+            if obj.dtype.names:  # a structured block: check each column
+                arrays.extend(obj[name] for name in obj.dtype.names)
+            else:
+                arrays.append(obj)
             if obj.base is not None:
                 stack.append(obj.base)
             continue

@@ -39,6 +39,7 @@ import itertools
 import math
 import threading
 import time
+import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -594,6 +595,9 @@ def _error_text(exc: BaseException) -> str:
 # --- the run ------------------------------------------------------------------------------------
 
 
+_NONE: Mapping[str, Any] = types.MappingProxyType({})
+
+
 class _Run:
     """One backtest's shared state (the step function, the stop flag, the results)."""
 
@@ -658,8 +662,10 @@ class _Run:
             n: MeteredModel(n, self.clients[n], prices=self.prices, meter=meter,
                             in_flight=self.in_flight, retries=self.retries)
             for n in wf.models
-        }
-        tools = {n: MeteredTool(n, self.tools[n], prices=self.prices, meter=meter) for n in wf.tools}
+        } if wf.models else _NONE
+        tools = {
+            n: MeteredTool(n, self.tools[n], prices=self.prices, meter=meter) for n in wf.tools
+        } if wf.tools else _NONE
         ctx = DecisionContext(t, i, views, self.params, self.prompts, models, tools,
                               RunMode.HISTORICAL, self.state)
         decision: Any = None
@@ -698,7 +704,7 @@ class _Run:
                 n: MeteredModel(n, self.clients[n], prices=self.prices, meter=meter,
                                 kind=CallKind.JUDGE, in_flight=self.in_flight, retries=self.retries)
                 for n in wf.judges
-            }
+            } if wf.judges else _NONE
             try:
                 raw = wf.score(decision, outcome, ScoreContext(t, self.params, self.prompts, judges))
                 score = float(raw)  # type: ignore[arg-type]
@@ -707,7 +713,7 @@ class _Run:
             except Exception as exc:
                 status, error, score = StepStatus.FAILED, "score: " + _error_text(exc), None
         return StepRecord(i, t, status, decision, outcome, score, meter.total_micro_usd,
-                          tuple(meter.records), error)
+                          tuple(meter.records) if meter.records else (), error)
 
     def finish_step(self, rec: StepRecord) -> None:
         self.records[rec.index] = rec

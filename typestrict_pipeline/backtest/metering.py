@@ -265,14 +265,15 @@ class Meter:
         step_index: the step the calls belong to (``None`` for a live run).
     """
 
-    __slots__ = ("_lock", "mode", "records", "step_index", "total_micro_usd")
+    __slots__ = ("mode", "records", "step_index", "total_micro_usd")
+
+    _lock = threading.Lock()  # shared: adding a record is rare next to everything else a step does
 
     def __init__(self, mode: RunMode, step_index: int | None = None) -> None:
         self.mode = mode
         self.step_index = step_index
         self.records: list[CallRecord] = []
         self.total_micro_usd = 0
-        self._lock = threading.Lock()
 
     def add(self, record: CallRecord) -> None:
         """Add one record (the record's mode must be the meter's)."""

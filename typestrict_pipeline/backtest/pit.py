@@ -172,11 +172,11 @@ class _Block:
 
     __slots__ = ("cols", "n", "prev", "stop")
 
-    def __init__(self, cols: dict[str, npt.NDArray[Any]], prev: _Block | None, stop: int) -> None:
-        self.cols = cols
+    def __init__(self, cols: npt.NDArray[Any], prev: _Block | None, stop: int) -> None:
+        self.cols = cols  # one structured array: a field per column
         self.prev = prev
         self.stop = stop  # rows [0, stop) are reachable from this block
-        self.n = len(cols[KNOWN_TIME])
+        self.n = len(cols)
 
 
 def _freeze(arr: npt.NDArray[Any]) -> npt.NDArray[Any]:
@@ -211,6 +211,7 @@ class PointInTimeTable:
         "_n",
         "_name",
         "_nodes",
+        "_rec",
         "_value_columns",
     )
 
@@ -260,15 +261,17 @@ class PointInTimeTable:
                 )
             cols[col] = arr
         order = np.lexsort((ev, kn))  # by known_time, then event_time; stable
-        sorted_cols: dict[str, npt.NDArray[Any]] = {
-            EVENT_TIME: _freeze(ev[order].copy()),
-            KNOWN_TIME: _freeze(kn[order].copy()),
-        }
-        for col, arr in cols.items():
-            sorted_cols[col] = _freeze(arr[order].copy())
+        # One structured array (a field per column): a view copies its few rows in one call.
+        all_cols = {EVENT_TIME: ev, KNOWN_TIME: kn, **cols}
+        rec = np.empty(len(kn), dtype=[(c, a.dtype) for c, a in all_cols.items()])
+        for col, arr in all_cols.items():
+            rec[col] = arr[order]
+        rec = _freeze(rec)
+        sorted_cols = {c: rec[c] for c in all_cols}
         self._name = name
+        self._rec = rec
         self._cols = sorted_cols
-        self._known = sorted_cols[KNOWN_TIME]
+        self._known = _freeze(rec[KNOWN_TIME].copy())
         self._n = len(kn)
         self._value_columns = tuple(cols)
         self._block_rows = block_rows
@@ -276,8 +279,7 @@ class PointInTimeTable:
         prev: _Block | None = None
         for start in range(0, self._n - self._n % block_rows, block_rows):
             stop = start + block_rows
-            block = {c: _freeze(a[start:stop].copy()) for c, a in sorted_cols.items()}
-            prev = _Block(block, prev, stop)
+            prev = _Block(_freeze(rec[start:stop].copy()), prev, stop)
             nodes.append(prev)
         self._nodes = nodes
 
@@ -422,13 +424,12 @@ class PointInTimeTable:
         full = k // self._block_rows
         head = self._nodes[full - 1] if full else None
         start = full * self._block_rows
-        rem: dict[str, npt.NDArray[Any]] | None = None
+        rem: npt.NDArray[Any] | None = None
         if k > start:
-            block = self._nodes[full].cols if full < len(self._nodes) else None
-            if block is not None:
-                rem = {c: _freeze(a[: k - start].copy()) for c, a in block.items()}
+            if full < len(self._nodes):
+                rem = _freeze(self._nodes[full].cols[: k - start].copy())
             else:
-                rem = {c: _freeze(a[start:k].copy()) for c, a in self._cols.items()}
+                rem = _freeze(self._rec[start:k].copy())
         return PointInTimeView(self._name, as_of, head, rem, k, self._value_columns)
 
     # -- derived tables for leak tests ----------------------------------------------------------
@@ -503,7 +504,7 @@ class PointInTimeView:
         name: str,
         as_of: dt.datetime,
         head: _Block | None,
-        rem: dict[str, npt.NDArray[Any]] | None,
+        rem: npt.NDArray[Any] | Mapping[str, npt.NDArray[Any]] | None,
         n: int,
         value_columns: tuple[str, ...],
     ) -> None:

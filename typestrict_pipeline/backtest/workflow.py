@@ -93,7 +93,7 @@ class Param:
     choices: tuple[str, ...] | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class DecisionContext:
     """What ``decide`` receives at one step.
 
@@ -121,7 +121,7 @@ class DecisionContext:
     state: dict[str, Any] | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class OutcomeContext:
     """What ``outcome`` receives: the data as known at ``t + horizon`` (what happened next).
 
@@ -138,7 +138,7 @@ class OutcomeContext:
     params: Mapping[str, ParamValue]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ScoreContext:
     """What ``score`` receives besides the decision and the outcome.
 
