@@ -59,22 +59,22 @@ def test_sensor_to_ledger_end_to_end(tmp_path: Path, sqlite_url: str) -> None:
         added = list((tick.dynamic_partitions_requests or [])[0].partition_keys or [])
         assert added == ["broken", "strong", "weak"]
         # What the daemon does with the tick: add the partitions, launch one run per request.
-        # Each run gets its own instance holding only its partition: the refund area's asset
-        # checks on `verdict` currently load every partition of the instance (reported to the
-        # refund area), which breaks as soon as two trainings share an instance.
-        per_training: dict[str, dg.DagsterInstance] = {}
+        instance.add_dynamic_partitions("trainings", added)
         for r in requests:
             assert r.partition_key is not None
-            inst = per_training[r.partition_key] = dg.DagsterInstance.ephemeral()
-            inst.add_dynamic_partitions("trainings", [r.partition_key])
-            assert job.execute_in_process(partition_key=r.partition_key, instance=inst).success
+            assert job.execute_in_process(partition_key=r.partition_key, instance=instance).success
         # A re-materialization of a refunded training (a retry, a re-run): nothing moves.
-        again = job.execute_in_process(partition_key="weak", instance=per_training["weak"])
+        again = job.execute_in_process(partition_key="weak", instance=instance)
         assert again.success
         [mat] = [m for m in again.get_asset_materialization_events()
                  if m.asset_key == dg.AssetKey("credit_settlement")]
         meta = {k: v.value for k, v in mat.materialization.metadata.items()}
         assert meta["newly_settled"] is False and meta["verdict"] == "refund"
+        # The next tick: nothing new, and the cursor forgets ids whose partition now exists.
+        res = {"refund_trainings": RefundTrainingsResource(folder=str(trainings))}
+        nxt = training_sensor.evaluate_tick(
+            dg.build_sensor_context(instance=instance, resources=res, cursor=tick.cursor))
+        assert nxt.run_requests == [] and nxt.cursor == '{"v": 1, "pending": []}'
 
     verdicts = {m: get_model(engine, m).verdict.value for m in ("strong", "weak", "broken")}
     assert verdicts == {"strong": "beats", "weak": "refund", "broken": "failed"}
