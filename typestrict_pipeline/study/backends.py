@@ -78,22 +78,26 @@ class EngineBackend:
 
         wf = self.setup.workflow
         step = (window.end - window.start) / window.steps
-        state = {"cost": 0, "finished": 0, "started": 0}
+        state = {"cost": 0, "finished": 0, "started": 0, "max_step": 0}
         lock = threading.Lock()
+        check = getattr(should_stop, "check", None)
 
         def on_step(rec: Any) -> None:
             with lock:
-                state["cost"] += int(rec.cost_micro_usd)
+                c = int(rec.cost_micro_usd)
+                state["cost"] += c
                 state["finished"] += 1
+                state["max_step"] = max(state["max_step"], c)
 
         def stop() -> bool:
             with lock:
-                # Steps in flight are not priced yet: count them at the guard's bound.
-                in_flight = state["started"] - state["finished"]
-                cost = state["cost"]
-                steps = state["started"]
-            halt = should_stop(cost, steps) if in_flight == 0 else should_stop(
-                cost + in_flight * max(1, cost // max(1, state["finished"])), steps)
+                cost, started = state["cost"], state["started"]
+                finished, max_step = state["finished"], state["max_step"]
+            if check is not None:
+                halt = bool(check(cost, started, finished, max_step))
+            else:
+                # A plain should_stop: count steps in flight at the largest step cost seen.
+                halt = should_stop(cost + (started - finished) * max_step, started)
             if not halt:
                 with lock:
                     state["started"] += 1

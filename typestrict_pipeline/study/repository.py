@@ -398,6 +398,35 @@ def reserve_run(
         return Reservation(existing.id, attempt, est, steps)
 
 
+def extend_reservation(engine: Engine, run_id: int, attempt: str, extra_micro: int) -> bool:
+    """Reserve ``extra_micro`` more for a running run whose real cost outgrows its estimate.
+
+    The same conditional UPDATE as :func:`reserve_run` (within the budget, study running, no
+    limit hit yet); ``False`` means the run must stop before its next step.
+    """
+    with session_scope(engine) as s:
+        _write_lock(s)
+        run = s.execute(select(RunRow).where(RunRow.id == run_id).with_for_update()).scalar_one()
+        if run.attempt != attempt or run.state != RunState.RESERVED.value:
+            return False
+        res = s.execute(
+            update(StudyRow)
+            .where(
+                StudyRow.id == run.study_id,
+                StudyRow.state == StudyState.RUNNING.value,
+                StudyRow.stop_limit.is_(None),
+                (StudyRow.budget_micro.is_(None))
+                | (StudyRow.spend_micro + StudyRow.reserved_micro + extra_micro
+                   <= StudyRow.budget_micro),
+            )
+            .values(reserved_micro=StudyRow.reserved_micro + extra_micro)
+        )
+        if not res.rowcount:  # type: ignore[attr-defined]
+            return False
+        run.reserved_micro += extra_micro
+        return True
+
+
 def _release(s: Session, run: RunRow) -> None:
     """Give back what a RESERVED run still holds (its remaining reservation and steps)."""
     if run.state != RunState.RESERVED.value:
@@ -569,6 +598,7 @@ __all__ = [
     "active_study",
     "cancel_study",
     "create_study",
+    "extend_reservation",
     "finish_study",
     "flush_progress",
     "get_study",

@@ -136,39 +136,67 @@ def _candidate_spec(engine: Engine, candidate_id: int) -> CandidateSpec:
 
 
 class _Guard:
-    """The per-run ``should_stop``: budget bound per step, progress flushes, cancellation."""
+    """The per-run ``should_stop``: budget bound per step, progress flushes, cancellation.
+
+    ``guard(cost, steps)`` is for backends that run one step at a time (``cost`` of the
+    ``steps`` finished so far). Concurrent backends call ``guard.check(cost_finished,
+    steps_started, steps_finished, max_step_cost)`` so that steps in flight, not yet priced,
+    are counted at the largest step cost seen.
+    """
 
     def __init__(self, engine: Engine, reservation: repo.Reservation, per_step: int,
                  enforce_cost: bool, flush_every_s: float = 1.0) -> None:
         self.engine = engine
         self.reservation = reservation
+        self.reserved = reservation.reserved_micro
         self.per_step = per_step
         self.enforce_cost = enforce_cost
         self.flush_every_s = flush_every_s
         self.last_flush = time.monotonic()
         self.last_cost = 0
+        self.last_steps = 0
         self.max_step_cost = 0
         self.cut = False
         self.stopped = False
+        self._lock = threading.Lock()
 
     def __call__(self, cost_micro: int, steps: int) -> bool:
-        if steps > 0:
-            self.max_step_cost = max(self.max_step_cost, cost_micro - self.last_cost)
-        self.last_cost = cost_micro
-        if steps >= self.reservation.steps:
+        with self._lock:
+            if steps == self.last_steps + 1:
+                self.max_step_cost = max(self.max_step_cost, cost_micro - self.last_cost)
+            elif steps > self.last_steps:
+                self.max_step_cost = max(self.max_step_cost, -(-(cost_micro - self.last_cost)
+                                                                // (steps - self.last_steps)))
+            self.last_cost, self.last_steps = cost_micro, steps
+            max_step = self.max_step_cost
+        return self.check(cost_micro, steps, steps, max_step)
+
+    def check(self, cost_finished: int, started: int, finished: int, max_step_cost: int) -> bool:
+        """Stop before the next step if it (and the steps in flight) could pass the reservation."""
+        with self._lock:
+            self.last_cost = max(self.last_cost, cost_finished)
+            if started >= self.reservation.steps:
+                return True
+            if self.enforce_cost:
+                bound = max(self.per_step, max_step_cost, 1)
+                committed = cost_finished + (started - finished + 1) * bound
+                if committed > self.reserved:
+                    # The run outgrows its estimate: reserve more, within the budget, or stop.
+                    extra = max(committed - self.reserved, self.reservation.reserved_micro // 4, bound)
+                    if repo.extend_reservation(self.engine, self.reservation.run_id,
+                                               self.reservation.attempt, extra):
+                        self.reserved += extra
+                    else:
+                        self.cut = True
+                        return True
+            now = time.monotonic()
+            flush = now - self.last_flush >= self.flush_every_s
+            if flush:
+                self.last_flush = now
+        if flush and not repo.flush_progress(self.engine, self.reservation.run_id,
+                                             self.reservation.attempt, cost_finished, finished):
+            self.stopped = True
             return True
-        if self.enforce_cost:
-            bound = max(self.per_step, self.max_step_cost)
-            if cost_micro + bound > self.reservation.reserved_micro:
-                self.cut = True
-                return True
-        now = time.monotonic()
-        if now - self.last_flush >= self.flush_every_s:
-            self.last_flush = now
-            if not repo.flush_progress(self.engine, self.reservation.run_id,
-                                       self.reservation.attempt, cost_micro, steps):
-                self.stopped = True
-                return True
         return False
 
 

@@ -73,6 +73,7 @@ class Candidate:
     params: Mapping[str, JSONScalar]
     prompts: Mapping[str, str]
     origin: str
+    prompt_tags: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -81,9 +82,14 @@ class Candidate:
 
     @property
     def label(self) -> str:
-        """A short human label, e.g. ``threshold=0.4, window=3, prompt[decide]=#2``."""
+        """A short human label, e.g. ``threshold=0.4, window=3, prompt[decide]=#2``.
+
+        A prompt from the space's alternatives shows as its number (``#1`` is the first listed);
+        an explicit candidate's prompt shows its first words.
+        """
         parts = [f"{k}={v}" for k, v in sorted(self.params.items())]
-        parts += [f"prompt[{k}]={_short(v)}" for k, v in sorted(self.prompts.items())]
+        parts += [f"prompt[{k}]={self.prompt_tags.get(k) or _short(v)}"
+                  for k, v in sorted(self.prompts.items())]
         return ", ".join(parts) if parts else "(defaults)"
 
 
@@ -191,16 +197,16 @@ class SearchSpace:
         >>> space = SearchSpace(grid={"k": [1, 2]}, prompts={"decide": ["A", "B"]})
         >>> kept, dropped = space.expand()
         >>> [c.label for c in kept]
-        ['k=1, prompt[decide]=A', 'k=1, prompt[decide]=B', 'k=2, prompt[decide]=A', 'k=2, prompt[decide]=B']
+        ['k=1, prompt[decide]=#1', 'k=1, prompt[decide]=#2', 'k=2, prompt[decide]=#1', 'k=2, prompt[decide]=#2']
         >>> kept, dropped = SearchSpace(grid={"k": [1, 1]}).expand()
         >>> len(kept), dropped[0].reason
         (1, 'duplicate of candidate 1')
         """
         self.validate()
-        planned: list[tuple[dict[str, JSONScalar], dict[str, str], str]] = []
+        planned: list[tuple[dict[str, JSONScalar], dict[str, str], str, dict[str, str]]] = []
         for extra in self.extra:
             planned.append((dict(self.base_params) | dict(extra.get("params", {})),
-                            dict(extra.get("prompts", {})), str(extra.get("origin", "extra"))))
+                            dict(extra.get("prompts", {})), str(extra.get("origin", "extra")), {}))
         names = list(self.grid)
         grid_points: list[tuple[dict[str, JSONScalar], str]] = [
             (dict(zip(names, combo, strict=True)), "grid")
@@ -215,17 +221,21 @@ class SearchSpace:
             ]
         steps = sorted(self.prompts)
         prompt_sets = [
-            dict(zip(steps, combo, strict=True))
-            for combo in itertools.product(*(self.prompts[s] for s in steps))
+            ({s: self.prompts[s][i] for s, i in zip(steps, combo, strict=True)},
+             {s: f"#{i + 1}" for s, i in zip(steps, combo, strict=True)})
+            for combo in itertools.product(*(range(len(self.prompts[s])) for s in steps))
         ]
-        for (gp, gorigin), (dp, dorigin), pr in itertools.product(grid_points, draws, prompt_sets):
+        for (gp, gorigin), (dp, dorigin), (pr, tags) in itertools.product(
+            grid_points, draws, prompt_sets
+        ):
             origin = " + ".join(x for x in (gorigin, dorigin, "prompts" if pr else "") if x)
-            planned.append((dict(self.base_params) | gp | dp, pr, origin or "defaults"))
+            planned.append((dict(self.base_params) | gp | dp, pr, origin or "defaults", tags))
         kept: list[Candidate] = []
         dropped: list[Discarded] = []
         seen: dict[str, int] = {}
-        for i, (params, prompts, origin) in enumerate(planned, start=1):
-            cand = Candidate(index=i, params=params, prompts=prompts, origin=origin)
+        for i, (params, prompts, origin, tags) in enumerate(planned, start=1):
+            cand = Candidate(index=i, params=params, prompts=prompts, origin=origin,
+                             prompt_tags=tags)
             first = seen.get(cand.key)
             if first is not None:
                 dropped.append(Discarded(cand, f"duplicate of candidate {first}"))

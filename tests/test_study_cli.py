@@ -1,0 +1,39 @@
+"""``typestrict study ...``: run (on Dagster, in process), leaderboard, list, cancel, promote."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from typestrict_pipeline.cli import main
+
+RUN = ["study", "run", "wx", "--synthetic", "--start", "2012-01-01", "--end", "2012-12-01",
+       "--folds", "2", "--tune-steps", "20", "--eval-steps", "20", "--holdout-steps", "20",
+       "--grid", "skill=0.5,0.6,0.55"]
+
+
+def test_study_cli_refuses_without_limits_then_runs_and_shows_the_leaderboard(
+        typestrict_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    assert main([*RUN, "--max-candidates", "3"]) == 2
+    assert "expected Max total steps (a whole number ≥ 1), got nothing" in capsys.readouterr().err
+    assert main([*RUN, "--max-candidates", "3", "--max-total-steps", "1000",
+                 "--budget-usd", "0.01"]) == 2
+    assert "Run one, then try again, or leave the USD budget empty." in capsys.readouterr().err
+    assert main([*RUN, "--max-candidates", "2", "--max-total-steps", "1000"]) == 0
+    out = capsys.readouterr().out
+    assert "| State | Budget reached (limit: Max candidates) |" in out
+    assert "3 planned / 2 run / 1 discarded (1 not run: Max candidates reached)" in out
+    assert main(["study", "leaderboard", "1", "--json"]) == 0
+    board = json.loads(capsys.readouterr().out)
+    assert board["state"] == "BUDGET_REACHED" and board["holdout_score"] is not None
+    assert main(["study", "list"]) == 0
+    assert "demo/wx  Budget reached" in capsys.readouterr().out
+    assert main(["study", "promote", "1"]) == 0
+    assert "nothing to activate" in capsys.readouterr().out
+    assert main(["study", "leaderboard", "99"]) == 2
+    assert "expected an existing study id, got 99" in capsys.readouterr().err
+    assert main(["study", "cancel", "1"]) == 0
+    assert "Budget reached; what ran is kept" in capsys.readouterr().out

@@ -1,0 +1,264 @@
+"""``typestrict study ...``: run a study on Dagster, see its leaderboard, cancel it, promote its winner.
+
+* ``run WORKFLOW --start ... --end ... --folds K --tune-steps N --eval-steps N --holdout-steps N
+  --grid NAME=V1,V2 [--random NAME=LOW:HIGH --random-draws N --seed S]
+  [--prompt-file STEP=PATH ...] --max-candidates N --max-total-steps N [--budget-usd X]``:
+  creates the study (refused without both limits, with a USD budget on a version never
+  backtested in the workspace, or while another study runs on the workflow) and runs
+  ``study_job`` on the Dagster instance (``DAGSTER_HOME``, else an ephemeral one); prints the
+  leaderboard. ``--synthetic`` runs the trivial synthetic workflow instead (no model).
+* ``leaderboard STUDY_ID [--json]``: the leaderboard and its header.
+* ``list [--workspace W] [--workflow NAME]``, ``cancel STUDY_ID``, ``promote STUDY_ID``.
+
+Dagster is imported only by ``run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, select
+
+from typestrict_pipeline.errors import InputError
+from typestrict_pipeline.store import default_store_url, open_store, session_scope
+from typestrict_pipeline.study import repository as repo
+from typestrict_pipeline.study.leaderboard import load_leaderboard, render_markdown
+from typestrict_pipeline.study.limits import estimate_text, format_usd, usd_to_micro
+from typestrict_pipeline.study.space import RandomParam, SearchSpace
+from typestrict_pipeline.study.tables import StudyRow, StudyState
+
+
+def _engine(args: argparse.Namespace) -> Engine:
+    return open_store(args.store_url or default_store_url())
+
+
+def _study_id(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise InputError("a study id (a whole number, see `typestrict study list`)", repr(text),
+                         "pass the study's id") from None
+
+
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def parse_space(grid: list[str] | None, random: list[str] | None, draws: int, seed: int,
+                prompt_files: list[str] | None) -> SearchSpace:
+    """A search space from the command line's ``--grid``, ``--random`` and ``--prompt-file``.
+
+    >>> parse_space(["threshold=0.4,0.6"], ["k=1:5"], 2, 7, None).to_json()["grid"]
+    {'threshold': [0.4, 0.6]}
+    """
+    g: dict[str, list[Any]] = {}
+    for item in grid or []:
+        name, sep, values = item.partition("=")
+        if not sep or not values:
+            raise InputError("--grid as NAME=V1,V2,...", repr(item), "write e.g. --grid threshold=0.4,0.5")
+        g[name.strip()] = [_value(v.strip()) for v in values.split(",")]
+    r: dict[str, RandomParam] = {}
+    for item in random or []:
+        name, sep, rng = item.partition("=")
+        low, colon, high = rng.partition(":")
+        if not sep or not colon:
+            raise InputError("--random as NAME=LOW:HIGH", repr(item), "write e.g. --random threshold=0.3:0.7")
+        lo, hi = _value(low), _value(high)
+        r[name.strip()] = RandomParam(float(lo), float(hi),
+                                      integer=isinstance(lo, int) and isinstance(hi, int))
+    prompts: dict[str, list[str]] = {}
+    for item in prompt_files or []:
+        step, sep, path = item.partition("=")
+        if not sep:
+            raise InputError("--prompt-file as STEP=PATH", repr(item), "write e.g. --prompt-file forecast=alt.txt")
+        p = Path(path)
+        if not p.is_file():
+            raise InputError(f"a readable prompt file for step {step!r}", repr(path), "check the path")
+        prompts.setdefault(step.strip(), []).append(p.read_text(encoding="utf-8").strip())
+    return SearchSpace(grid=g, random=r, random_draws=draws, seed=seed, prompts=prompts)
+
+
+def _run(args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    from typestrict_pipeline.backtest.engine import parse_step
+    from typestrict_pipeline.backtest.service import parse_time
+    from typestrict_pipeline.study.service import StudyConfig, create_study_from_config
+
+    engine = _engine(args)
+    space = parse_space(args.grid, args.random, args.random_draws, args.seed, args.prompt_file)
+    if args.synthetic:
+        backend: dict[str, Any] = {"backend": "synthetic", "cost_per_step": 10}
+        version = "synthetic"
+    else:
+        from typestrict_pipeline.backtest.workflows import default_registry
+
+        wf = default_registry().active(args.workflow)
+        version = wf.version_id
+        original = dict(wf.prompts)
+        if space.prompts:  # the version's own prompt is always one of the alternatives
+            space = SearchSpace.from_json({**space.to_json(), "prompts": {
+                k: [original[k], *v] if k in original else v for k, v in space.prompts.items()}})
+        backend = {"backend": "engine", "setup": "typestrict_pipeline.study.setups:registered_workflow",
+                   "setup_args": {"workflow": args.workflow, "dataset": args.dataset,
+                                  "latency_s": args.standin_latency},
+                   "max_in_flight": args.max_in_flight}
+    cfg = StudyConfig(
+        workspace=args.workspace, workflow=args.workflow, workflow_version=version, space=space,
+        start=parse_time(args.start, "start"), end=parse_time(args.end, "end"),
+        step=parse_step(args.step) if isinstance(args.step, str) else dt.timedelta(days=1),
+        n_folds=args.folds, tune_steps=args.tune_steps, eval_steps=args.eval_steps,
+        holdout_steps=args.holdout_steps, horizon_steps=args.horizon_steps,
+        max_candidates=args.max_candidates, max_total_steps=args.max_total_steps,
+        budget_micro=None if args.budget_usd is None else usd_to_micro(args.budget_usd),
+        backend=backend, name=args.name,
+    )
+    sid = create_study_from_config(engine, cfg)
+    with session_scope(engine) as s:
+        study = repo.get_study(s, sid)
+        est = study.estimate_micro
+        admitted = study.candidates_planned
+    if est is not None:
+        print(f"study {sid}: {estimate_text(est, admitted, args.folds)}")
+    else:
+        print(f"study {sid}: no USD estimate (this version has no completed backtest in workspace "
+              f"{args.workspace!r})")
+    ok = run_study_on_dagster(sid, executor=args.executor)
+    print(render_markdown(load_leaderboard(engine, sid)))
+    return 0 if ok else 1
+
+
+def run_study_on_dagster(study_id: int, *, executor: str = "in_process",
+                         max_concurrent: int = 2) -> bool:
+    """Run ``study_job`` for ``study_id`` on ``DAGSTER_HOME``'s instance (else an ephemeral one)."""
+    import importlib
+    import os
+
+    import dagster as dg
+
+    # Imported by name: the wiring is not part of the typed core.
+    study_run_config = importlib.import_module("assets.studies").study_run_config
+    defs = importlib.import_module("typestrict_pipeline.definitions").defs
+    job = defs.resolve_job_def("study_job")
+    config: dict[str, Any] = dict(study_run_config(study_id))
+    quiet = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+    if executor == "multiprocess":
+        config["execution"] = {"config": {"multiprocess": {
+            "max_concurrent": max_concurrent, "start_method": {"forkserver": {}}}}}
+        result = dg.execute_job(dg.reconstructable(_study_job), instance=instance,
+                                run_config={**config, **quiet})
+        return bool(result.success)
+    res = job.execute_in_process(run_config={**config, **quiet}, instance=instance,
+                                 raise_on_error=False)
+    return bool(res.success)
+
+
+def _study_job() -> Any:
+    import importlib
+
+    return importlib.import_module("typestrict_pipeline.definitions").defs.resolve_job_def("study_job")
+
+
+def _leaderboard(args: argparse.Namespace) -> int:
+    board = load_leaderboard(_engine(args), _study_id(args.study_id))
+    if args.json:
+        print(json.dumps(board.to_json(), indent=2, default=str))
+    else:
+        print(render_markdown(board))
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    with session_scope(_engine(args)) as s:
+        q = select(StudyRow).order_by(StudyRow.id.desc()).limit(50)
+        if args.workspace:
+            q = q.where(StudyRow.workspace == args.workspace)
+        if args.workflow:
+            q = q.where(StudyRow.workflow == args.workflow)
+        rows = s.execute(q).scalars().all()
+        if not rows:
+            print("no studies")
+        for r in rows:
+            spend = format_usd(r.spend_micro) if r.cost_tracked else "—"
+            print(f"{r.id:>5}  {r.workspace}/{r.workflow}  {StudyState(r.state).label:<15} "
+                  f"{r.stop_limit or '':<16} spend {spend}")
+    return 0
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    state = repo.cancel_study(_engine(args), _study_id(args.study_id))
+    print(f"study {args.study_id}: {state.label}; what ran is kept")
+    return 0
+
+
+def _promote(args: argparse.Namespace) -> int:
+    from typestrict_pipeline.study.promote import promote_winner
+    from typestrict_pipeline.study.service import study_backend
+
+    engine = _engine(args)
+    sid = _study_id(args.study_id)
+    res = promote_winner(engine, sid, study_backend(engine, sid))
+    print(res.message)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    study = subparsers.add_parser("study", help="studies: run, leaderboard, cancel, promote")
+    sub = study.add_subparsers(dest="study_command", required=True)
+
+    def cmd(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--store-url", help="store URL (default: TYPESTRICT_STORE_URL or the local SQLite file)")
+        return p
+
+    p = cmd("run", "create a study and run it on Dagster; print its leaderboard")
+    p.add_argument("workflow")
+    p.add_argument("--workspace", default="demo")
+    p.add_argument("--dataset", default="seattle_weather")
+    p.add_argument("--name")
+    p.add_argument("--start", required=True, help="first time the folds may use (ISO 8601)")
+    p.add_argument("--end", required=True, help="end of the data (exclusive); the holdout ends here")
+    p.add_argument("--step", default="1d")
+    p.add_argument("--folds", type=int, default=3)
+    p.add_argument("--tune-steps", type=int, required=True)
+    p.add_argument("--eval-steps", type=int, required=True)
+    p.add_argument("--holdout-steps", type=int, required=True)
+    p.add_argument("--horizon-steps", type=int, default=1)
+    p.add_argument("--grid", action="append", help="NAME=V1,V2,... (repeatable)")
+    p.add_argument("--random", action="append", help="NAME=LOW:HIGH drawn uniformly (repeatable)")
+    p.add_argument("--random-draws", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the random draws (default 0)")
+    p.add_argument("--prompt-file", action="append", help="STEP=PATH: an alternative prompt (repeatable)")
+    p.add_argument("--max-candidates", type=int, help="required: how many candidates may run")
+    p.add_argument("--max-total-steps", type=int, help="required: how many steps the study may run")
+    p.add_argument("--budget-usd", help="optional USD budget (needs a completed backtest of the version)")
+    p.add_argument("--max-in-flight", type=int, default=8)
+    p.add_argument("--standin-latency", type=float, default=0.02)
+    p.add_argument("--executor", choices=("in_process", "multiprocess"), default="in_process")
+    p.add_argument("--synthetic", action="store_true", help="run the synthetic workflow (no model)")
+    p.set_defaults(func=_run)
+
+    p = cmd("leaderboard", "print a study's leaderboard and header")
+    p.add_argument("study_id")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_leaderboard)
+
+    p = cmd("list", "list studies")
+    p.add_argument("--workspace")
+    p.add_argument("--workflow")
+    p.set_defaults(func=_list)
+
+    p = cmd("cancel", "cancel a study (what ran is kept)")
+    p.add_argument("study_id")
+    p.set_defaults(func=_cancel)
+
+    p = cmd("promote", "promote a finished study's winner through the evaluation gate")
+    p.add_argument("study_id")
+    p.set_defaults(func=_promote)
