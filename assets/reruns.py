@@ -106,8 +106,9 @@ def run_scheduled_rerun(
         if record.study_id is not None:
             root = lineage_root_of(engine, record.study_id)
             context.instance.add_dynamic_partitions(LINEAGE_PARTITIONS.name, [root])
-            context.log_event(lineage_materialization(engine, record.study_id))
-            _record_leaderboard(context, engine, int(record.study_id))
+            lineage = lineage_materialization(engine, record.study_id)
+            context.log_event(lineage)
+            _record_leaderboard(context, engine, int(record.study_id), lineage.metadata["lineage"])
         report = reruns_notifier.deliver(engine, now=reruns.current_time())
     for message_id, error in report.failed:
         context.log.warning(f"notification {message_id} not delivered yet (kept, will retry): {error}")
@@ -118,8 +119,11 @@ def run_scheduled_rerun(
     }
 
 
-def _record_leaderboard(context: dg.OpExecutionContext, engine: Engine, study_id: int) -> None:
-    """The re-run is an ordinary study: record its leaderboard like the studies job does."""
+def _record_leaderboard(
+    context: dg.OpExecutionContext, engine: Engine, study_id: int, lineage: Any
+) -> None:
+    """The re-run is an ordinary study: record its leaderboard like the studies job does, with
+    the lineage panel under it."""
     from assets.studies import LEADERBOARD_KEY, STUDY_PARTITIONS
     from typestrict_pipeline.study.leaderboard import load_leaderboard
     from typestrict_pipeline.study.leaderboard import render_markdown as board_markdown
@@ -130,7 +134,7 @@ def _record_leaderboard(context: dg.OpExecutionContext, engine: Engine, study_id
     context.log_event(dg.AssetMaterialization(
         asset_key=LEADERBOARD_KEY, partition=str(study_id),
         metadata={"header": dg.MetadataValue.md(header), "leaderboard": dg.MetadataValue.md(table),
-                  "state": board.state.label},
+                  "lineage": lineage, "state": board.state.label},
     ))
 
 

@@ -22,10 +22,9 @@ from sqlalchemy import Engine
 from typestrict_pipeline.errors import InputError
 from typestrict_pipeline.reruns.notify import (
     DeliveryReport,
-    SmtpTransport,
     Transport,
-    WebhookTransport,
     deliver_pending,
+    transport_from_env,
 )
 from typestrict_pipeline.reruns.studies import StoreStudies
 from typestrict_pipeline.reruns.workspace import SpendSource, store_spend_source
@@ -81,33 +80,21 @@ class RerunNotifierResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     webhook_url: str | None = None
     max_attempts: int = 8
 
-    def kind(self) -> str:
-        """The transport in use."""
-        kind = (self.transport or os.environ.get("TYPESTRICT_NOTIFY_TRANSPORT") or "smtp").lower()
-        if kind not in ("smtp", "webhook", "none"):
-            raise InputError("transport smtp, webhook or none", repr(kind), "fix TYPESTRICT_NOTIFY_TRANSPORT")
-        return kind
-
     def build_transport(self) -> Transport | None:
-        """The configured transport (None for ``none``)."""
-        kind = self.kind()
-        if kind == "none":
-            return None
-        if kind == "webhook":
-            url = self.webhook_url or os.environ.get("TYPESTRICT_NOTIFY_WEBHOOK")
-            if not url:
-                raise InputError("a webhook URL", "none", "set TYPESTRICT_NOTIFY_WEBHOOK or webhook_url")
-            return WebhookTransport(url)
-        env = os.environ
-        return SmtpTransport(
-            host=self.smtp_host or env.get("TYPESTRICT_SMTP_HOST", "127.0.0.1"),
-            port=int(self.smtp_port or env.get("TYPESTRICT_SMTP_PORT", "25")),
-            sender=self.sender or env.get("TYPESTRICT_SMTP_SENDER", "typestrict@localhost"),
-            starttls=bool(self.smtp_starttls if self.smtp_starttls is not None
-                          else env.get("TYPESTRICT_SMTP_STARTTLS", "") in ("1", "true", "yes")),
-            username=self.smtp_user or env.get("TYPESTRICT_SMTP_USER"),
-            password=self.smtp_password or env.get("TYPESTRICT_SMTP_PASSWORD"),
-        )
+        """The configured transport (None for ``none``): fields set here override the environment."""
+        env = dict(os.environ)
+        overrides = {
+            "TYPESTRICT_NOTIFY_TRANSPORT": self.transport,
+            "TYPESTRICT_SMTP_HOST": self.smtp_host,
+            "TYPESTRICT_SMTP_PORT": None if self.smtp_port is None else str(self.smtp_port),
+            "TYPESTRICT_SMTP_SENDER": self.sender,
+            "TYPESTRICT_SMTP_USER": self.smtp_user,
+            "TYPESTRICT_SMTP_PASSWORD": self.smtp_password,
+            "TYPESTRICT_SMTP_STARTTLS": None if self.smtp_starttls is None else str(self.smtp_starttls).lower(),
+            "TYPESTRICT_NOTIFY_WEBHOOK": self.webhook_url,
+        }
+        env.update({k: v for k, v in overrides.items() if v is not None})
+        return transport_from_env(environ=env)
 
     def deliver(self, engine: Engine, now: dt.datetime | None = None) -> DeliveryReport:
         """Send what is due in the outbox (failures stay queued and are retried later)."""

@@ -163,3 +163,39 @@ def test_root_deleted_turns_the_schedule_off(store_url: str) -> None:
     view = get_schedule(engine, sched.id)
     assert view.state is ScheduleState.OFF and view.off_reason == "The root study was deleted"
     assert evaluate_schedule(engine, port, sched.id, now=T0, spend=store_spend_source(engine)) is None
+
+
+def test_chain_of_three_stored_reruns_has_new_holdouts(sqlite_url: str) -> None:
+    """Three re-runs on the studies runner: each holdout is new and 10 steps long, each re-run's
+    folds learn from the previous (spent) holdout, and the lineage lists all four studies."""
+    from typestrict_pipeline.study.folds import FoldLayout
+
+    engine, port, root = _setup(sqlite_url)
+    spend = store_spend_source(engine)
+    sched = enable_schedule(engine, port, study_id=root, cadence="1d", owner="ana@example.com", now=T0)
+    study_ids = [root]
+    for arrived in (10, 23, 40):  # batches of 10, 13 and 17 new steps
+        record_data_end(engine, WS, scenario.WORKFLOW, ROOT_END + arrived * DAY)
+        fired = evaluate_schedule(engine, port, sched.id, now=T0, spend=spend, source="test")
+        assert fired is not None and fired.run_key is not None, fired
+        record = execute_rerun(engine, port, fired.run_key)
+        assert record.state is LineageState.FINISHED and record.study_id is not None
+        study_ids.append(record.study_id)
+    with session_scope(engine) as s:
+        rows = [s.get(StudyRow, int(i)) for i in study_ids]
+        assert all(r is not None for r in rows)
+        holdouts = [(r.holdout_start, r.holdout_end) for r in rows]  # type: ignore[union-attr]
+        layouts = [FoldLayout.from_json(r.layout_json) for r in rows]  # type: ignore[union-attr]
+    assert holdouts[1:] == [
+        (ROOT_END, ROOT_END + 10 * DAY),
+        (ROOT_END + 13 * DAY, ROOT_END + 23 * DAY),
+        (ROOT_END + 30 * DAY, ROOT_END + 40 * DAY),
+    ]
+    for (prev_start, prev_end), (start, end), layout in zip(holdouts[:-1], holdouts[1:], layouts[1:], strict=True):
+        assert start >= prev_end and end - start == 10 * DAY  # new, full length, disjoint
+        last_eval = layout.folds[-1].eval
+        assert last_eval.end <= start - layout.embargo_steps * DAY  # folds never see their own holdout
+        assert last_eval.end > prev_start  # ... but may learn from the previous, spent one
+    entries = lineage_entries(engine, root)
+    assert [e.seq for e in entries] == [0, 1, 2, 3]
+    assert "Best expected of 4 under noise" in lineage_text(engine, root)
