@@ -30,6 +30,7 @@ from typestrict_pipeline.reruns.service import (
     enable_schedule,
     evaluate_due,
     execute_rerun,
+    fail_claim,
     format_cursor,
     get_schedule,
     lineage_entries,
@@ -181,11 +182,18 @@ def rerun_run_config(run_key: str) -> dict[str, Any]:
     return {"ops": {"run_scheduled_rerun": {"config": {"run_key": run_key}}}}
 
 
-def _already_launched(instance: dg.DagsterInstance | None, run_key: str) -> bool:
+def _already_launched(engine: Engine, instance: dg.DagsterInstance | None, run_key: str) -> bool:
+    """Whether a Dagster run carries ``run_key``; a run that ended without starting the re-run
+    (failed or canceled while the claim is still pending) fails the claim."""
     if instance is None:
         return False
     runs = instance.get_runs(filters=dg.RunsFilter(tags={"dagster/run_key": run_key}), limit=1)
-    return bool(runs)
+    if not runs:
+        return False
+    run = runs[0]
+    if run.status in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED):
+        fail_claim(engine, run_key, f"the Dagster run {run.run_id} ended {run.status.value} before the re-run started")
+    return True
 
 
 def _requests_and_skips(
@@ -199,7 +207,7 @@ def _requests_and_skips(
     requests: list[dg.RunRequest] = []
     skipped: list[TickResult] = []
     for r in results:
-        if r.run_key is None or (r.kind is SkipKind.IN_FLIGHT and _already_launched(instance, r.run_key)):
+        if r.run_key is None or (r.kind is SkipKind.IN_FLIGHT and _already_launched(engine, instance, r.run_key)):
             skipped.append(r)
             continue
         view = get_schedule(engine, r.schedule_id)

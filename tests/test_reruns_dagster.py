@@ -241,3 +241,16 @@ def test_rerun_job_records_the_lineage_as_metadata(world: World) -> None:
         again = study_rerun_job.execute_in_process(run_config=rerun_run_config(key), instance=instance, resources=res)
         assert again.output_for_node("run_scheduled_rerun")["study_id"] == out["study_id"]
     assert len(lineage_entries(world.engine, world.root)) == 2
+
+
+def test_a_run_that_failed_before_starting_the_rerun_fails_the_claim(world: World) -> None:
+    world.arrive(10)
+    first = world.tick(T0)
+    req = first.run_requests[0]
+    run = world.instance.create_run_for_job(study_rerun_job, run_config=req.run_config,
+                                            tags={"dagster/run_key": req.run_key})
+    world.instance.report_run_failed(run)  # e.g. its code server could not start
+    assert world.tick(T0 + HOUR, cursor=first.cursor).skip_message == "A study or backtest was in flight"
+    assert [e.state for e in lineage_entries(world.engine, world.root)] == ["FINISHED", "FAILED"]
+    nxt = world.tick(T0 + 2 * HOUR, cursor=f"{world.schedule_id}:1")
+    assert nxt.skip_message == "The previous study in the lineage did not finish"

@@ -199,3 +199,25 @@ def test_chain_of_three_stored_reruns_has_new_holdouts(sqlite_url: str) -> None:
     entries = lineage_entries(engine, root)
     assert [e.seq for e in entries] == [0, 1, 2, 3]
     assert "Best expected of 4 under noise" in lineage_text(engine, root)
+
+
+def test_workflow_taken_between_tick_and_run_releases_the_claim(sqlite_url: str) -> None:
+    from typestrict_pipeline.study.repository import cancel_study
+
+    engine, port, root = _setup(sqlite_url)
+    spend = store_spend_source(engine)
+    sched = enable_schedule(engine, port, study_id=root, cadence="1d", owner="ana@example.com", now=T0)
+    record_data_end(engine, WS, scenario.WORKFLOW, ROOT_END + 10 * DAY)
+    fired = evaluate_schedule(engine, port, sched.id, now=T0, spend=spend, source="test")
+    assert fired is not None and fired.run_key == f"study-rerun:{root}:1"
+    other = scenario.create_root_study(engine, workspace=WS, root_end=ROOT_END, budget_micro_usd=None,
+                                       min_unseen_steps=10, workflow=scenario.backend(shift_at=ROOT_END))
+    released = execute_rerun(engine, port, fired.run_key)
+    assert released.state is LineageState.CANCELLED and released.study_id is None
+    assert [e.seq for e in lineage_entries(engine, root)] == [0]  # a released claim is not shown
+    busy = evaluate_schedule(engine, port, sched.id, now=T0, spend=spend, source="test")
+    assert busy is not None and busy.message == "A study or backtest was in flight"
+    cancel_study(engine, int(other))
+    again = evaluate_schedule(engine, port, sched.id, now=T0, spend=spend, source="test")
+    assert again is not None and again.run_key == f"study-rerun:{root}:2"  # a new key Dagster will launch
+    assert execute_rerun(engine, port, again.run_key).state is LineageState.FINISHED

@@ -20,7 +20,7 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, delete, func, select, update
+from sqlalchemy import Engine, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -649,11 +649,17 @@ def execute_rerun(engine: Engine, port: StudiesPort, run_key: str, *, now: dt.da
         try:
             study_id = port.create_rerun(spec)
         except ConflictError:
-            # Another study took the workflow between the tick and this run: give the position
-            # back; the next tick skips with "in flight" and fires again later.
+            # Another study took the workflow between the tick and this run: release the claim
+            # (set aside, never shown: it created nothing); the next tick skips with "in flight"
+            # and later fires the next position, with a new run key.
             with session_scope(engine) as session:
-                session.execute(delete(LineageRow).where(LineageRow.id == row.id, LineageRow.state == LineageState.RUNNING))
-            return RerunRecord(row.id, run_key, row.seq, LineageState.PENDING, None, None, None, False, MSG_IN_FLIGHT)
+                session.execute(
+                    update(LineageRow)
+                    .where(LineageRow.id == row.id, LineageRow.state == LineageState.RUNNING)
+                    .values(state=LineageState.CANCELLED, superseded=True, finished_at=utcnow(),
+                            error=f"released: {MSG_IN_FLIGHT}")
+                )
+            return RerunRecord(row.id, run_key, row.seq, LineageState.CANCELLED, None, None, None, False, MSG_IN_FLIGHT)
         except Exception as exc:
             _finish_entry(engine, row.id, state=LineageState.FAILED, error=f"{type(exc).__name__}: {exc}")
             raise
@@ -683,6 +689,21 @@ def execute_rerun(engine: Engine, port: StudiesPort, run_key: str, *, now: dt.da
         done = session.get(LineageRow, row.id)
         assert done is not None
         return _record_view(done, notified, "finished")
+
+
+def fail_claim(engine: Engine, run_key: str, reason: str) -> bool:
+    """Mark a claimed re-run whose Dagster run ended before starting it as failed.
+
+    Returns True when a ``PENDING`` claim was changed; the next tick then says "The previous
+    study in the lineage did not finish".
+    """
+    with session_scope(engine) as session:
+        changed = session.execute(  # type: ignore[attr-defined]
+            update(LineageRow)
+            .where(LineageRow.run_key == run_key, LineageRow.state == LineageState.PENDING)
+            .values(state=LineageState.FAILED, error=reason[:2000], finished_at=utcnow())
+        ).rowcount
+    return bool(changed)
 
 
 def _finish_entry(
@@ -739,6 +760,7 @@ def lineage_entries(engine: Engine, study_id: str) -> list[LineageEntry]:
         rows = session.execute(
             select(LineageRow).where(LineageRow.lineage_root_id == root).order_by(LineageRow.seq)
         ).scalars().all()
+        rows = [r for r in rows if not (r.superseded and r.study_id is None)]  # released claims
         return [
             LineageEntry(
                 seq=r.seq, study_id=r.study_id,
