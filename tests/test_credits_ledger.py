@@ -48,7 +48,7 @@ def test_migration_creates_the_credits_tables_and_matches_the_models(store_url: 
     assert {"credit_accounts", "credit_entries", "model_records"} <= names
     with engine.connect() as conn:
         heads = {r[0] for r in conn.execute(text("SELECT version_num FROM alembic_version"))}
-        assert "credits_0001" in heads or any(h.startswith("credits_") for h in heads)
+        assert "credits_0002" in heads
         ours = {"credit_accounts", "credit_entries", "model_records"}
         diff = [
             d for d in compare_metadata(MigrationContext.configure(conn), Base.metadata)
@@ -83,6 +83,21 @@ def test_the_database_itself_refuses_a_second_settlement(store_url: str) -> None
                           amount=1, balance_after=3, verdict="refund", reason="dup", created_at=T0))
     with pytest.raises(IntegrityError), engine.begin() as conn:
         conn.execute(text("UPDATE credit_accounts SET balance = -1 WHERE workspace_id = 'w'"))
+    bad_rows = [
+        # a second refund for the same training, under another reference
+        dict(kind="settlement", reference="t-again", training_id="t", amount=1),
+        # a refund of two credits
+        dict(kind="settlement", reference="u", training_id="u", amount=2),
+        # a spend that charges two
+        dict(kind="spend", reference="v", training_id="v", amount=-2),
+        # a grant that takes credits away
+        dict(kind="grant", reference="g2", training_id=None, amount=-1),
+    ]
+    for row in bad_rows:
+        with pytest.raises(IntegrityError), session_scope(engine) as s:
+            s.add(CreditEntry(workspace_id="w", kind=EntryKind(row["kind"]), reference=row["reference"],
+                              training_id=row["training_id"], amount=row["amount"], balance_after=3,
+                              verdict=None, reason="bad", created_at=T0))
     engine.dispose()
 
 

@@ -105,6 +105,17 @@ class CreditEntry(Base):
         # The exactly-once guarantee: one SPEND and one SETTLEMENT per training, one GRANT per key.
         UniqueConstraint("kind", "reference", name="uq_credit_entries_kind_reference"),
         CheckConstraint("balance_after >= 0", name="balance_after_not_negative"),
+        # credits_0002: training entries reference their training; amounts fit their kind.
+        CheckConstraint(
+            "kind NOT IN ('spend', 'settlement') "
+            "OR (training_id IS NOT NULL AND reference = training_id)",
+            name="training_entries_reference_training",
+        ),
+        CheckConstraint(
+            "(kind = 'grant' AND amount > 0) OR (kind = 'spend' AND amount = -1) "
+            "OR (kind = 'settlement' AND amount IN (0, 1)) OR (kind = 'adjustment' AND amount <> 0)",
+            name="amount_fits_kind",
+        ),
         Index("ix_credit_entries_workspace_id_id", "workspace_id", "id"),
         Index("ix_credit_entries_training_id", "training_id"),
     )
