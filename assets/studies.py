@@ -1,8 +1,9 @@
 """Dagster wiring for studies: ``study_job`` fans a study's window runs out as independent steps.
 
-Graph: ``study_plan`` (marks the study running, yields one dynamic output per
-(candidate, fold, window)) → ``study_window_run`` mapped over them (each reserves its estimated
-cost in the database, runs the backtest, settles the real cost) → ``study_finalize`` (ranks,
+Graph: ``study_plan`` (marks the study running, yields one dynamic output per candidate, or
+per (candidate, fold, window) with ``fanout: window``) → ``study_backtests`` mapped over them
+(each window run reserves its estimated cost in the database, runs the backtest, settles the
+real cost) → ``study_finalize`` (ranks,
 picks the winner, scores it once on the holdout, closes the study) which records a
 materialization of the ``study_leaderboard`` asset (partition = the study id) whose metadata is
 the leaderboard and its header as Markdown tables.
@@ -39,9 +40,16 @@ study_leaderboard_spec = dg.AssetSpec(
 
 
 class StudyJobConfig(dg.Config):  # type: ignore[misc]
-    """Which study to run (create it first with `typestrict study run` or the Python API)."""
+    """Which study to run (create it first with `typestrict study run` or the Python API).
+
+    ``fanout``: ``"candidate"`` (default) makes one step per candidate, running its folds'
+    windows in order; ``"window"`` makes one step per (candidate, fold, window). Both are
+    idempotent per window in the store; per-candidate steps cost far less orchestration (see
+    docs/benchmarks.md), per-window steps parallelise a study with few candidates better.
+    """
 
     study_id: int
+    fanout: str = "candidate"
 
 
 def _key_to_json(key: RunKey) -> dict[str, Any]:
@@ -58,32 +66,49 @@ def _key_from_json(d: dict[str, Any]) -> RunKey:
                   dt.datetime.fromisoformat(d["end"]), int(d["steps"]))
 
 
-@dg.op(out=dg.DynamicOut(dict), tags={"area": "studies"})
+@dg.op(out=dg.DynamicOut(list), tags={"area": "studies"})
 def study_plan(context: dg.OpExecutionContext, config: StudyJobConfig, store: StoreResource):
-    """Mark the study running and fan out one step per window run, candidate by candidate."""
+    """Mark the study running and fan out one step per candidate (or per window run)."""
+    if config.fanout not in ("candidate", "window"):
+        raise dg.Failure(f"expected fanout 'candidate' or 'window', got {config.fanout!r}. "
+                         "Fix the run config.")
     with store.engine() as engine:
         repo.start_study(engine, config.study_id, dagster_run_id=context.run_id)
         keys = plan_runs(engine, config.study_id)
     context.log.info(f"study {config.study_id}: {len(keys)} window runs planned")
+    if config.fanout == "window":
+        for key in keys:
+            yield dg.DynamicOutput([_key_to_json(key)], mapping_key=key.name)
+        return
+    groups: dict[int, list[RunKey]] = {}
     for key in keys:
-        yield dg.DynamicOutput(_key_to_json(key), mapping_key=key.name)
+        groups.setdefault(key.candidate_id, []).append(key)
+    for cid, group in groups.items():
+        yield dg.DynamicOutput([_key_to_json(k) for k in group], mapping_key=f"c{cid}")
 
 
 @dg.op(tags={"area": "studies"})
-def study_window_run(context: dg.OpExecutionContext, key: dict, store: StoreResource,
-                     study_runner: StudyRunnerResource) -> dict:
-    """Reserve, run and settle one (candidate, fold, window) backtest; idempotent on its key."""
-    run_key = _key_from_json(key)
+def study_backtests(context: dg.OpExecutionContext, keys: list, store: StoreResource,
+                    study_runner: StudyRunnerResource) -> dict:
+    """Reserve, run and settle this step's window backtests in order; idempotent per window."""
+    run_keys = [_key_from_json(k) for k in keys]
+    statuses: dict[str, int] = {}
+    cost = 0
+    study_id = run_keys[0].study_id
     with store.engine() as engine:
-        backend = study_runner.backend(engine, run_key.study_id)
-        try:
-            result = execute_run(engine, run_key, backend,
-                                 attempt=f"{context.run_id}:{run_key.name}")
-        except Exception as exc:
-            repo.mark_failed(engine, run_key.study_id, f"{type(exc).__name__}: {exc}")
-            raise
-    return {"study_id": run_key.study_id, "name": run_key.name, "status": result.status, "cost_micro": result.cost_micro,
-            "detail": result.detail}
+        backend = study_runner.backend(engine, study_id)
+        for run_key in run_keys:
+            try:
+                result = execute_run(engine, run_key, backend,
+                                     attempt=f"{context.run_id}:{run_key.name}")
+            except Exception as exc:
+                repo.mark_failed(engine, study_id, f"{type(exc).__name__}: {exc}")
+                raise
+            statuses[result.status] = statuses.get(result.status, 0) + 1
+            cost += result.cost_micro
+            if result.status == "REFUSED":
+                break  # a limit stopped the study: this step's later windows do not start
+    return {"study_id": study_id, "statuses": statuses, "cost_micro": cost}
 
 
 @dg.op(tags={"area": "studies"})
@@ -99,7 +124,8 @@ def study_finalize(context: dg.OpExecutionContext, results: list, store: StoreRe
         board = load_leaderboard(engine, study_id)
     statuses: dict[str, int] = {}
     for r in results:
-        statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+        for k, n in r["statuses"].items():
+            statuses[k] = statuses.get(k, 0) + n
     context.instance.add_dynamic_partitions(STUDY_PARTITIONS.name, [str(study_id)])
     md = render_markdown(board)
     header, _, table = md.partition("\n\n")
@@ -127,16 +153,16 @@ def study_finalize(context: dg.OpExecutionContext, results: list, store: StoreRe
 @dg.graph(description="Run one study: its window runs fan out as independent steps; "
           "re-execute from failure to resume.")
 def study_graph() -> None:
-    runs = study_plan().map(study_window_run)
+    runs = study_plan().map(study_backtests)
     study_finalize(runs.collect())
 
 
 study_job = study_graph.to_job(name="study_job", tags={"area": "studies"})
 
 
-def study_run_config(study_id: int) -> dict[str, Any]:
+def study_run_config(study_id: int, fanout: str = "candidate") -> dict[str, Any]:
     """The run config of ``study_job`` for one study."""
-    return {"ops": {"study_plan": {"config": {"study_id": study_id}}}}
+    return {"ops": {"study_plan": {"config": {"study_id": study_id, "fanout": fanout}}}}
 
 
 def build_defs() -> dg.Definitions:

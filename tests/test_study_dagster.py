@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import dagster as dg
+import pytest
 from sqlalchemy import select
 
 from assets.studies import LEADERBOARD_KEY, study_job, study_run_config
@@ -39,13 +40,15 @@ def _config(backend: dict, n: int = 3, budget: int | None = None) -> StudyConfig
     )
 
 
-def test_study_job_in_process_ranks_scores_holdout_and_records_leaderboard(sqlite_url: str) -> None:
+@pytest.mark.parametrize("fanout", ["candidate", "window"])
+def test_study_job_in_process_ranks_scores_holdout_and_records_leaderboard(
+        sqlite_url: str, fanout: str) -> None:
     engine = open_store(sqlite_url)
     sid = create_study_from_config(engine, _config({"backend": "synthetic", "cost_per_step": 3}),
                                    last_backtest=LastBacktest(30, 10))
     with dg.instance_for_test() as instance:
         result = study_job.execute_in_process(
-            run_config=study_run_config(sid), instance=instance,
+            run_config=study_run_config(sid, fanout), instance=instance,
             resources={"store": StoreResource(url=sqlite_url), "study_runner": StudyRunnerResource()},
         )
         assert result.success
@@ -56,6 +59,8 @@ def test_study_job_in_process_ranks_scores_holdout_and_records_leaderboard(sqlit
         assert "| Rank | Candidate | Adjusted | Out-of-sample | In-sample | Overfit gap | Cost |" in md
         assert "planned / 3 run / 0 discarded" in mats[0].metadata["header"].value
         assert instance.get_dynamic_partitions("study_ids") == [str(sid)]
+        steps = {e.step_key for e in result.all_events if e.step_key and "study_backtests" in e.step_key}
+        assert len(steps) == (3 if fanout == "candidate" else 3 * 2 * 2)
     board = load_leaderboard(engine, sid)
     assert board.state == StudyState.FINISHED and board.holdout_score is not None
     assert board.spend_micro == 3 * (3 * 2 * 30 + 15)
