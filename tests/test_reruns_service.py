@@ -221,3 +221,18 @@ def test_workflow_taken_between_tick_and_run_releases_the_claim(sqlite_url: str)
     again = evaluate_schedule(engine, port, sched.id, now=T0, spend=spend, source="test")
     assert again is not None and again.run_key == f"study-rerun:{root}:2"  # a new key Dagster will launch
     assert execute_rerun(engine, port, again.run_key).state is LineageState.FINISHED
+
+
+def test_min_unseen_steps_comes_from_the_study_or_is_given_once(sqlite_url: str) -> None:
+    engine = open_store(sqlite_url)
+    set_workspace(engine, WS, subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=50_000_000)
+    workflow = scenario.backend(shift_at=ROOT_END)
+    port = scenario.port(engine)
+    stored = scenario.create_root_study(engine, workspace=WS, root_end=ROOT_END, budget_micro_usd=10**6,
+                                        min_unseen_steps=12, workflow=workflow, record_setting=False)
+    scenario.run(engine, stored)
+    view = enable_schedule(engine, port, study_id=stored, cadence="1d", owner="ana@example.com", now=T0)
+    assert view.min_unseen_steps == 12  # from the study's configuration, set when it was created
+    cancel_schedule(engine, view.id, by="ana@example.com")
+    with pytest.raises(InputError, match="match the study's"):
+        enable_schedule(engine, port, study_id=stored, cadence="1d", owner="ana@example.com", min_unseen_steps=5)

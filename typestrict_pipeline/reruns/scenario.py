@@ -51,12 +51,15 @@ def create_root_study(
     tune_steps: int = 5,
     eval_steps: int = 5,
     holdout_steps: int = 10,
+    record_setting: bool = True,
 ) -> str:
     """Create (not run) a root study whose holdout ends at ``root_end``; returns its id.
 
     The study stores ``workflow``'s configuration, so every process (and every re-run, which
     copies it) rebuilds the same synthetic workflow. The USD estimate is taken from the synthetic
-    workflow's known cost per step (as if its last backtest had run 10 steps).
+    workflow's known cost per step (as if its last backtest had run 10 steps). "Min unseen steps
+    for a re-run" is stored in the study's configuration and, unless ``record_setting`` is False,
+    also recorded with :func:`~typestrict_pipeline.reruns.service.set_min_unseen_steps`.
     """
     layout = plan_folds(
         start=START, end=root_end, step=STEP, n_folds=n_folds, tune_steps=tune_steps,
@@ -70,11 +73,12 @@ def create_root_study(
         space=SearchSpace(grid={"arm": list(ARMS)}),
         layout=layout,
         limits=StudyLimits(max_candidates=4, max_total_steps=10_000, budget_micro=budget_micro_usd),
-        config={"workflow": WORKFLOW, "backend": regime_config(workflow)},
+        config={"workflow": WORKFLOW, "backend": regime_config(workflow), "min_unseen_steps": min_unseen_steps},
         last_backtest=repo.LastBacktest(cost_micro=10 * workflow.cost_per_step, steps=10),
         name="root study",
     )
-    set_min_unseen_steps(engine, str(study_id), min_unseen_steps)
+    if record_setting:
+        set_min_unseen_steps(engine, str(study_id), min_unseen_steps)
     return str(study_id)
 
 

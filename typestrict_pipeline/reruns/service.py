@@ -238,7 +238,13 @@ def enable_schedule(
     with session_scope(engine) as session:
         entry = _lineage_of(session, study_id)
         lineage_root = study_id if entry is None else entry.lineage_root_id
-    minimum = min_unseen_steps_of(engine, lineage_root) or min_unseen_steps_of(engine, study_id)
+    root_stored = facts if lineage_root == study_id else port.get(lineage_root)
+    minimum = (
+        min_unseen_steps_of(engine, lineage_root)
+        or (None if root_stored is None else root_stored.min_unseen_steps)
+        or min_unseen_steps_of(engine, study_id)
+        or facts.min_unseen_steps
+    )
     if minimum is None:
         if min_unseen_steps is None:
             raise InputError(

@@ -53,6 +53,8 @@ class StudyFacts:
         step: the step size.
         embargo_steps: the embargo before the holdout.
         horizon_steps: the outcome horizon.
+        min_unseen_steps: "Min unseen steps for a re-run" if the study stores it in its
+            configuration (``config_json["min_unseen_steps"]``), else None.
     """
 
     study_id: str
@@ -73,6 +75,7 @@ class StudyFacts:
     step: dt.timedelta
     embargo_steps: int
     horizon_steps: int
+    min_unseen_steps: int | None = None
 
     @property
     def outcome(self) -> PreviousOutcome:
@@ -128,6 +131,12 @@ class StudiesPort(Protocol):
 
     def cancel(self, study_id: str) -> None:
         """Cancel a study that did not finish (releases its workflow); no-op when it ended."""
+
+
+def _positive_int(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return None
+    return value
 
 
 def record_data_end(engine: Engine, workspace_id: str, workflow_id: str, data_end: dt.datetime) -> None:
@@ -248,6 +257,7 @@ class StoreStudies:
                 step=layout.step,
                 embargo_steps=layout.embargo_steps,
                 horizon_steps=layout.horizon_steps,
+                min_unseen_steps=_positive_int(row.config_json.get("min_unseen_steps")),
             )
 
     def workflow_in_flight(self, workspace_id: str, workflow_id: str) -> bool:
