@@ -374,3 +374,22 @@ def test_the_credits_branch_downgrades_and_upgrades_again(store_url: str) -> Non
     assert CreditLedger(engine).balance("w") == 0  # fresh tables
     assert CreditLedger(engine).grant("w", 2, reference="g", now=T0).balance_after == 2
     engine.dispose()
+
+
+@pytest.mark.postgres
+def test_concurrent_settle_training_writes_one_model_record_on_postgres(pg_url: str, tmp_path: Path) -> None:
+    """What two concurrent `credit_settlement` runs do: ledger entries and model record together."""
+    from typestrict_pipeline.credits import audit_bytes, list_models
+
+    engine = open_store(pg_url)
+    CreditLedger(engine).grant("ws", 1, reference="g", now=T0)
+    req = SettlementRequest("ws", "tr", Verdict.FAILED, "failed: disk full", keep_if_loses=True,
+                            model_dir=tmp_path / "tr" / "model", audit_json=b'{"v":1}\n')
+    newly: list[bool] = []
+    assert _race(8, lambda i: newly.append(settle_training(engine, req, now=T0).settlement.newly_settled)) == []
+    assert sorted(newly) == [False] * 7 + [True]
+    assert _entries(engine, "tr") == Counter({EntryKind.SPEND: 1, EntryKind.SETTLEMENT: 1})
+    assert [m.model_id for m in list_models(engine, "ws")] == ["tr"]
+    assert audit_bytes(engine, "tr") == b'{"v":1}\n'
+    assert CreditLedger(engine).balance("ws") == 1 == CreditLedger(engine).entries_total("ws")
+    engine.dispose()
