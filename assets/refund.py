@@ -81,7 +81,7 @@ def metrics_table_markdown(report: DecisionReport, *, jev_label: str = _JEV_NAME
     ``Δ`` is model − Jev; the margin column shows the largest drop allowed and whether it held.
     """
     lines = [
-        f"| metric | model | {jev_label} | Δ (model − {jev_label}) | margin | held |",
+        f"| metric | model | {jev_label} | Δ (model − Jev) | margin | held |",
         "|---|---:|---:|---:|---:|---|",
     ]
     for name in METRIC_NAMES:
@@ -94,7 +94,7 @@ def metrics_table_markdown(report: DecisionReport, *, jev_label: str = _JEV_NAME
         margin = MAX_DROP[name]
         lines.append(
             f"| {name} | {_fmt(report.model.value(name))} | {_fmt(report.jev.value(name))} | "
-            f"{_fmt_delta(report.deltas[name])} | −{float(margin):.2f} | {held} |"
+            f"{_fmt_delta(report.deltas[name])} | -{float(margin):.2f} | {held} |"
         )
     return "\n".join(lines)
 
