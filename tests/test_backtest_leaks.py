@@ -4,9 +4,17 @@ A workflow added to ``default_registry()`` is picked up here automatically (it m
 fixture to be registered at all).
 """
 
-import pytest
+import datetime as dt
+from typing import Any
 
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from typestrict_pipeline.backtest.engine import replay_decisions
 from typestrict_pipeline.backtest.leaks import check_leaks
+from typestrict_pipeline.backtest.pit import PointInTimeTable
 from typestrict_pipeline.backtest.workflow import Workflow
 from typestrict_pipeline.backtest.workflows import default_registry
 from typestrict_pipeline.backtest.workflows.canary import CANARIES, make_caching_canary
@@ -51,3 +59,52 @@ def test_a_canary_with_a_cache_across_steps_is_caught_by_truncation_and_poisonin
     assert not report.ok
     assert {f.test for f in report.findings} == {"truncation", "poisoning"}
     assert "depend on the future" in report.summary()
+
+
+# --- the data layer's guarantee as a property, on irregular data -------------------------------
+
+_T0 = dt.datetime(2022, 1, 1, tzinfo=dt.UTC)
+_H = dt.timedelta(hours=1)
+
+
+def _greedy(ctx: Any) -> Any:
+    """Reads the view every way it can: whole column, tail, rows since, latest version per event."""
+    view = ctx.data["obs"]
+    col = view.column("v")
+    rows = view.rows(since=ctx.t - 5 * _H)
+    ev = view.column("event_time")
+    latest = {}
+    for e in ev[-5:]:
+        latest[str(e)] = float(view.get("v", e.astype("datetime64[us]").item().replace(tzinfo=dt.UTC)))
+    return (len(view), float(col.sum()), view.tail(3, "v").tolist(), len(rows["v"]), latest)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    rows=st.lists(st.tuples(st.integers(0, 60), st.integers(0, 30), st.integers(-50, 50)),
+                  min_size=1, max_size=80),
+    cut=st.integers(5, 60),
+    block=st.integers(1, 8),
+    seed=st.integers(0, 1000),
+)
+def test_decisions_never_depend_on_rows_known_after_the_cut(
+    rows: list[tuple[int, int, int]], cut: int, block: int, seed: int
+) -> None:
+    """Random late and revised rows: cutting or poisoning the future never changes a decision."""
+    events = [_T0 + e * _H for e, _lag, _v in rows]
+    known = [_T0 + (e + lag) * _H for e, lag, _v in rows]
+    table = PointInTimeTable("obs", event_time=events, known_time=known,
+                             columns={"v": np.array([float(v) for *_x, v in rows])}, block_rows=block)
+    wf = Workflow("greedy", decide=_greedy, outcome=lambda c: None, score=lambda d, o, c: 0.0,
+                  tables=("obs",), horizon=_H, outcome_description="none")
+    start = max(table.first_known, _T0)
+    end = _T0 + cut * _H
+    if end < start:
+        return
+    n = (end - start) // _H
+    end = start + n * _H
+    full = replay_decisions(wf, data=table, start=start, end=end, step=_H, max_in_flight=4)
+    cut_at = start + (n // 2) * _H
+    for variant in (table.truncated(cut_at), table.poisoned(cut_at, seed=seed)):
+        again = replay_decisions(wf, data=variant, start=start, end=cut_at, step=_H, max_in_flight=1)
+        assert [r.decision for r in again] == [r.decision for r in full[: len(again)]]
