@@ -627,6 +627,7 @@ class _Run:
         self.tools = tools
         self.prices = prices
         self.retries = retries
+        self.mark_requests = True
         self.on_step_error = on_step_error
         self.should_stop = should_stop
         self.on_step = on_step
@@ -660,7 +661,8 @@ class _Run:
         }
         models = {
             n: MeteredModel(n, self.clients[n], prices=self.prices, meter=meter,
-                            in_flight=self.in_flight, retries=self.retries)
+                            in_flight=self.in_flight, retries=self.retries,
+                            mark_requests=self.mark_requests)
             for n in wf.models
         } if wf.models else _NONE
         tools = {
@@ -702,7 +704,8 @@ class _Run:
         if status is StepStatus.OK:
             judges = {
                 n: MeteredModel(n, self.clients[n], prices=self.prices, meter=meter,
-                                kind=CallKind.JUDGE, in_flight=self.in_flight, retries=self.retries)
+                                kind=CallKind.JUDGE, in_flight=self.in_flight, retries=self.retries,
+                                mark_requests=self.mark_requests)
                 for n in wf.judges
             } if wf.judges else _NONE
             try:
@@ -765,6 +768,7 @@ def run_backtest(
     on_step_error: OnStepError | str = OnStepError.CONTINUE,
     should_stop: Callable[[], bool] | None = None,
     on_step: Callable[[StepRecord], None] | None = None,
+    mark_requests: bool = True,
 ) -> BacktestResult:
     """Replay ``workflow`` over ``data``, one step per ``step`` from ``start`` to ``end`` inclusive.
 
@@ -787,6 +791,9 @@ def run_backtest(
             (a study's budget). Steps in flight finish and are kept.
         on_step: called with each finished step (serialised; from worker threads), for example to
             persist steps as they finish.
+        mark_requests: send ``metadata: {"typestrict_mode": "HISTORICAL"}`` with each model
+            request (clients taking ``extra``); turn off only for an endpoint that rejects it
+            (the calls are still recorded as HISTORICAL).
 
     Returns:
         The steps that ran, in order, and the run card.
@@ -822,6 +829,7 @@ def run_backtest(
 
     run = _Run(run_wf, tables, times, resolved_params, resolved_prompts, clients, tools, prices,
                max_in_flight, retries, policy, should_stop, on_step)
+    run.mark_requests = mark_requests
     started = time.perf_counter()
     workers = 1 if run_wf.stateful else min(max_in_flight, len(times))
     counter = itertools.count()

@@ -269,6 +269,9 @@ class Workflow:
         for pname, p in self.params.items():
             _check_value(self.name, pname, p, p.default)
 
+    def __hash__(self) -> int:
+        return hash((self.name, self.version_id))
+
     # -- versions ---------------------------------------------------------------------------
 
     @property
