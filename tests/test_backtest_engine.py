@@ -123,6 +123,12 @@ def test_every_request_carries_the_historical_mark_and_live_runs_the_live_one(se
     assert live.decision in ("up", "down") and live.cost_micro_usd == 106
 
 
+def test_the_request_mark_can_be_turned_off_but_the_records_stay_historical(server: StandinServer) -> None:
+    result = run(server, end=T0 + 2 * DAY, mark_requests=False)
+    assert all("metadata" not in r.body for r in server.requests)
+    assert {c.mode for s in result.steps for c in s.calls} == {RunMode.HISTORICAL}
+
+
 def test_concurrency_bounds_calls_in_flight_and_cuts_wall_time() -> None:
     latency, steps = 0.02, 64
     with StandinServer(answer, latency_s=latency, model_name=MODEL) as srv:
