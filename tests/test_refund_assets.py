@@ -318,3 +318,29 @@ def test_a_missing_api_key_fails_the_jev_step_with_the_variable_name(
     error = failure.step_failure_data.error
     assert "TEST_JEV_KEY_UNSET" in (error.cause or error).message
     assert not (tmp_path / "audits").exists()
+
+
+def test_a_multiple_choice_decision_goes_through_the_chain(tmp_path: Path) -> None:
+    support.make_mc_training(tmp_path / "trainings", "tr_mc", seed=8)
+    result = run_training(tmp_path, "tr_mc")
+    judgement = result.output_for_node("verdict")
+    [report] = judgement.decisions
+    assert report.kind.value == "multiple_choice"
+    assert report.answers == ("1", "2", "3", "4")  # option positions
+    assert report.n_options is not None and set(report.n_options) <= {2, 3, 4}
+    assert judgement.verdict is Verdict.BEATS
+    proc = subprocess.run(
+        [sys.executable, str(VERIFIER), str(result.output_for_node("audit"))],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_keep_if_loses_turns_a_loss_into_kept(tmp_path: Path) -> None:
+    support.make_training(
+        tmp_path / "trainings", "tr_keep", model_skill=0.4, jev_skill=0.8, seed=3, keep_if_loses=True
+    )
+    result = run_training(tmp_path, "tr_keep")
+    judgement = result.output_for_node("verdict")
+    assert judgement.verdict is Verdict.KEPT and not judgement.refunds_credit
+    assert verdict_metadata(result)["refunds_credit"] is False

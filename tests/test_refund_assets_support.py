@@ -33,6 +33,7 @@ def make_training(
     seed: int = 0,
     status: str = "succeeded",
     jev: dict[str, Any] | None = None,
+    keep_if_loses: bool = False,
 ) -> Path:
     """Write ``<trainings>/<id>/{manifest.json,data.csv,model.jsonl,jev.jsonl}``; return the manifest."""
     rng = random.Random(seed)
@@ -79,6 +80,45 @@ def make_training(
         ],
         "predictions": predictions,
         "training": training,
+        "options": {"keep_if_loses": keep_if_loses},
+    }
+    path = folder / "manifest.json"
+    path.write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+    return path
+
+
+def make_mc_training(trainings: Path, training_id: str, *, n: int = 200, seed: int = 0) -> Path:
+    """A multiple-choice training: each example offers 2 to 4 options of its own (JSONL dataset)."""
+    rng = random.Random(seed)
+    folder = trainings / training_id
+    folder.mkdir(parents=True, exist_ok=True)
+    pool = ["Up", "Heat", "Alien", "Jaws", "Rocky", "Fargo", "Brazil", "Ran"]
+    rows = []
+    model: list[Prediction] = []
+    jev_preds: list[Prediction] = []
+    for i in range(n):
+        options = rng.sample(pool, rng.randint(2, 4))
+        right = rng.randrange(len(options))
+        rows.append({"id": f"q{i:04d}", "text": f"which film is it, clue {i}", "title": options[right],
+                     "title_options": options})
+        pm = _probs(rng, right, len(options), 0.95)
+        pj = _probs(rng, right, len(options), 0.5)
+        model.append(Prediction(f"q{i:04d}", "title", tuple(zip(options, pm, strict=True))))
+        jev_preds.append(Prediction(f"q{i:04d}", "title", tuple(zip(options, pj, strict=True))))
+    (folder / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    write_predictions_jsonl(folder / "model.jsonl", model)
+    write_predictions_jsonl(folder / "jev.jsonl", jev_preds)
+    manifest = {
+        "manifest_version": 1,
+        "training_id": training_id,
+        "workspace_id": "tests",
+        "dataset": {"path": "data.jsonl", "columns": {"id": "id", "text": "text"}},
+        "decisions": [{"name": "title", "question": "Which film?", "answer_column": "title",
+                       "options_column": "title_options"}],
+        "predictions": {"jev": {"kind": "file", "path": "jev.jsonl"},
+                        "model": {"kind": "file", "path": "model.jsonl"}},
+        "training": {"status": "succeeded"},
+        "options": {"keep_if_loses": True},
     }
     path = folder / "manifest.json"
     path.write_text(json.dumps(manifest, indent=2), encoding="utf-8")
