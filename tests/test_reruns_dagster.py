@@ -254,3 +254,29 @@ def test_a_run_that_failed_before_starting_the_rerun_fails_the_claim(world: Worl
     assert [e.state for e in lineage_entries(world.engine, world.root)] == ["FINISHED", "FAILED"]
     nxt = world.tick(T0 + 2 * HOUR, cursor=f"{world.schedule_id}:1")
     assert nxt.skip_message == "The previous study in the lineage did not finish"
+
+
+def test_outbox_sensor_delivers_and_keeps_failures(sqlite_url: str) -> None:
+    from assets.reruns import notification_outbox_sensor
+    from typestrict_pipeline.reruns.notify import KIND_WINNER_CHANGED, TITLE_WINNER_CHANGED, enqueue
+    from typestrict_pipeline.reruns.sinks import LocalSmtpServer
+
+    engine = open_store(sqlite_url)
+    enqueue(engine, dedupe_key="winner-changed:9", kind=KIND_WINNER_CHANGED, recipient="ana@example.com",
+            subject=TITLE_WINNER_CHANGED, body="b", now=T0 - HOUR)
+    with LocalSmtpServer() as smtp:
+        notifier = RerunNotifierResource(transport="smtp", smtp_host=smtp.host, smtp_port=smtp.port)
+        ctx = dg.build_sensor_context(resources={"store": StoreResource(url=sqlite_url), "reruns_notifier": notifier})
+        smtp.fail_next(1)
+        first = notification_outbox_sensor.evaluate_tick(ctx)
+        assert first.skip_message == "Delivered 0 notification(s); 1 will be retried; 0 given up"
+        assert smtp.messages == []
+    with session_scope(engine) as s:  # make the retry due now (the backoff is 30 s)
+        from typestrict_pipeline.reruns.tables import OutboxMessage
+        s.execute(update(OutboxMessage).values(next_attempt_at=T0 - HOUR))
+    with LocalSmtpServer() as smtp:
+        notifier = RerunNotifierResource(transport="smtp", smtp_host=smtp.host, smtp_port=smtp.port)
+        ctx = dg.build_sensor_context(resources={"store": StoreResource(url=sqlite_url), "reruns_notifier": notifier})
+        second = notification_outbox_sensor.evaluate_tick(ctx)
+        assert second.skip_message == "Delivered 1 notification(s); 0 will be retried; 0 given up"
+        assert [m.message["Subject"] for m in smtp.messages] == [TITLE_WINNER_CHANGED]

@@ -56,6 +56,8 @@ def test_spend_counts_live_runs_backtests_and_studies(store_url: str) -> None:
         end = fx.start + 2 * fx.step
         with BacktestRecorder(engine, workspace="demo", workflow=WEATHER, start=fx.start, end=end, step=fx.step,
                               steps_planned=3, dataset="seattle_weather", prices=fx.prices) as rec:
+            # While a backtest of the workflow runs, scheduled re-runs see it in flight.
+            assert StoreStudies(engine).workflow_in_flight("demo", WEATHER.name) is True
             result = run_backtest(WEATHER, data=fx.data, start=fx.start, end=end, step=fx.step,
                                   clients=fx.clients, prices=fx.prices, on_step=rec.on_step)
             rec.finish(result.card)
