@@ -35,7 +35,8 @@ def test_schedule_commands(sqlite_url: str, capsys: pytest.CaptureFixture[str], 
                  "--url", sqlite_url.replace("store.db", "other.db")]) == 2
     assert "The root study has no USD budget" in capsys.readouterr().err
 
-    assert main(["schedule", "enable", root, "--cadence", "1h", "--owner", "ana@example.com", *u]) == 0
+    assert main(["study", "schedule", "enable", root, "--cadence", "1h", "--owner", "ana@example.com",
+                 "--store-url", sqlite_url]) == 0
     out = capsys.readouterr().out
     assert "Schedule 1: re-run study 1 every 1h — ENABLED" in out and "set up by ana@example.com" in out
 
@@ -46,6 +47,8 @@ def test_schedule_commands(sqlite_url: str, capsys: pytest.CaptureFixture[str], 
     assert main(["schedule", "status", *u]) == 0
     status = capsys.readouterr().out
     assert "Skipped (" in status and "): Not enough unseen data yet: 7 of 10 steps" in status
+    assert main(["study", "status", "--study", root, *u]) == 0  # the same, under `typestrict study`
+    assert capsys.readouterr().out == status
 
     assert main(["schedule", "data-arrived", "demo", scenario.WORKFLOW, "2015-02-11", *u]) == 0
     with LocalSmtpServer() as smtp:
@@ -58,7 +61,7 @@ def test_schedule_commands(sqlite_url: str, capsys: pytest.CaptureFixture[str], 
         assert "notifications: 1 sent" in out
         assert [m.message["Subject"] for m in smtp.messages] == ["A scheduled study changes its winner"]
 
-    assert main(["schedule", "lineage", root, *u]) == 0
+    assert main(["study", "lineage", root, *u]) == 0
     panel = capsys.readouterr().out
     assert "Lineage of study 1" in panel and "arm=steady" in panel and "arm=late" in panel
     assert "Best expected of 2 under noise" in panel

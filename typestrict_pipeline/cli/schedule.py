@@ -13,6 +13,9 @@ Commands:
 * ``workspace WORKSPACE [--subscription ACTIVE|EXPIRED] [--budget-usd X]``: state and spend;
 * ``notifications USER --on|--off``: the "A scheduled study changes its winner" notification;
 * ``deliver``: send the notification outbox (``TYPESTRICT_NOTIFY_TRANSPORT``, ``TYPESTRICT_SMTP_*``).
+
+The same ``status``, ``lineage`` and ``schedule enable|cancel`` are also offered under
+``typestrict study`` (added to the studies area's command when it does not define them).
 """
 
 from __future__ import annotations
@@ -180,38 +183,83 @@ def _deliver(args: argparse.Namespace) -> int:
     return 0 if not report.dead else 1
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``typestrict schedule ...``."""
-    sched = subparsers.add_parser("schedule", help="re-run finished studies on a schedule; lineage; skip reasons")
-    sub = sched.add_subparsers(dest="schedule_command", required=True)
+def _add_common(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("--url", "--store-url", dest="url",
+                   help="store URL (default: TYPESTRICT_STORE_URL or the local SQLite file)")
+    return p
 
-    def cmd(name: str, help_text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text)
-        p.add_argument("--url", help="store URL (default: TYPESTRICT_STORE_URL or the local SQLite file)")
-        return p
 
-    p = cmd("enable", "re-run a finished study (with a USD budget) on a cadence")
+def _add_enable(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = _add_common(sub.add_parser("enable", help="re-run a finished study (with a USD budget) on a cadence"))
     p.add_argument("study_id")
     p.add_argument("--cadence", default="1d", help="30m, 6h, 1d, 1w ... (default 1d)")
     p.add_argument("--owner", help="who sets it up (default TYPESTRICT_USER)")
     p.add_argument("--min-unseen-steps", type=int, help="only for a study created without the setting")
     p.set_defaults(func=_enable)
 
-    p = cmd("cancel", "cancel a schedule")
+
+def _add_cancel(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = _add_common(sub.add_parser("cancel", help="cancel a schedule"))
     p.add_argument("schedule_id", type=int)
     p.add_argument("--by", help="who cancels (default TYPESTRICT_USER)")
     p.set_defaults(func=_cancel)
 
-    p = cmd("status", "schedules and why they were skipped")
+
+def _add_status(sub: argparse._SubParsersAction[argparse.ArgumentParser], help_text: str) -> None:
+    p = _add_common(sub.add_parser("status", help=help_text))
     p.add_argument("schedule_id", type=int, nargs="?")
     p.add_argument("--study", help="only the schedules of this study")
     p.add_argument("--workspace", help="only this workspace")
     p.add_argument("--ticks", type=int, default=5, help="recent ticks to show (default 5)")
     p.set_defaults(func=_status)
 
-    p = cmd("lineage", "the lineage panel of a study")
+
+def _add_lineage(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = _add_common(sub.add_parser("lineage", help="the lineage panel of a study"))
     p.add_argument("study_id")
     p.set_defaults(func=_lineage)
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[argparse.ArgumentParser] | None:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action
+    return None
+
+
+def _extend_study(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Also offer ``typestrict study status|schedule enable|schedule cancel|lineage``.
+
+    The ``study`` command belongs to the studies area (``cli/study.py``); these sub-commands are
+    added to it only when it exists and does not already define them.
+    """
+    study = subparsers.choices.get("study")
+    sub = None if study is None else _subcommands(study)
+    if sub is None:
+        return
+    if "status" not in sub.choices:
+        _add_status(sub, "scheduled re-runs of studies and why they were skipped")
+    if "lineage" not in sub.choices:
+        _add_lineage(sub)
+    if "schedule" not in sub.choices:
+        sched = sub.add_parser("schedule", help="re-run a finished study on a schedule (enable, cancel)")
+        inner = sched.add_subparsers(dest="study_schedule_command", required=True)
+        _add_enable(inner)
+        _add_cancel(inner)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``typestrict schedule ...`` (and ``typestrict study status|schedule|lineage``)."""
+    sched = subparsers.add_parser("schedule", help="re-run finished studies on a schedule; lineage; skip reasons")
+    sub = sched.add_subparsers(dest="schedule_command", required=True)
+
+    def cmd(name: str, help_text: str) -> argparse.ArgumentParser:
+        return _add_common(sub.add_parser(name, help=help_text))
+
+    _add_enable(sub)
+    _add_cancel(sub)
+    _add_status(sub, "schedules and why they were skipped")
+    _add_lineage(sub)
 
     p = cmd("tick", "evaluate the schedules that are due (what the Dagster sensor does)")
     p.add_argument("--now", help="evaluate as of this time (ISO 8601; default now)")
@@ -239,3 +287,5 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     p = cmd("deliver", "send the notification outbox now")
     p.set_defaults(func=_deliver)
+
+    _extend_study(subparsers)
