@@ -252,7 +252,9 @@ class StoreStudies:
                 holdout_end=row.holdout_end,
                 holdout_score=row.holdout_score,
                 holdout_se=row.holdout_se,
-                baseline_score=None,
+                # The studies area scores only the winner on the holdout today; a baseline score on
+                # the same steps (column ``holdout_baseline``), once it exists, is used as is.
+                baseline_score=getattr(row, "holdout_baseline", None),
                 origin=layout.folds[0].tune.start if layout.folds else layout.holdout.start,
                 step=layout.step,
                 embargo_steps=layout.embargo_steps,
