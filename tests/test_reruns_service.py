@@ -236,3 +236,43 @@ def test_min_unseen_steps_comes_from_the_study_or_is_given_once(sqlite_url: str)
     cancel_schedule(engine, view.id, by="ana@example.com")
     with pytest.raises(InputError, match="match the study's"):
         enable_schedule(engine, port, study_id=stored, cadence="1d", owner="ana@example.com", min_unseen_steps=5)
+
+
+def test_rerun_of_a_study_on_the_studies_areas_own_backend(sqlite_url: str) -> None:
+    """A study created by the studies area itself (its synthetic workflow, its config) re-runs too."""
+    from typestrict_pipeline.reruns.service import set_min_unseen_steps
+    from typestrict_pipeline.study.repository import LastBacktest
+    from typestrict_pipeline.study.runner import run_study_local
+    from typestrict_pipeline.study.service import (
+        StudyConfig,
+        create_study_from_config,
+        study_backend,
+    )
+    from typestrict_pipeline.study.space import SearchSpace
+
+    engine = open_store(sqlite_url)
+    set_workspace(engine, "demo", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=50_000_000)
+    config = StudyConfig(
+        workspace="demo", workflow="wx", workflow_version="v1",
+        space=SearchSpace(grid={"skill": [0.50, 0.52, 0.54]}),
+        start=dt.datetime(2012, 1, 1, tzinfo=dt.UTC), end=dt.datetime(2012, 6, 1, tzinfo=dt.UTC),
+        step=DAY, n_folds=2, tune_steps=10, eval_steps=10, holdout_steps=10,
+        max_candidates=3, max_total_steps=100_000, budget_micro=1_000_000,
+        backend={"backend": "synthetic", "cost_per_step": 3},
+    )
+    sid = create_study_from_config(engine, config, last_backtest=LastBacktest(30, 10))
+    run_study_local(engine, sid, study_backend(engine, sid), max_workers=2)
+    set_min_unseen_steps(engine, str(sid), 15)
+    port = StoreStudies(engine)
+    sched = enable_schedule(engine, port, study_id=str(sid), cadence="1d", owner="ana@example.com", now=T0)
+    record_data_end(engine, "demo", "wx", dt.datetime(2012, 6, 21, tzinfo=dt.UTC))
+    fired = evaluate_schedule(engine, port, sched.id, now=T0, spend=store_spend_source(engine))
+    assert fired is not None and fired.run_key is not None
+    record = execute_rerun(engine, port, fired.run_key)
+    assert record.state is LineageState.FINISHED
+    with session_scope(engine) as s:
+        child = s.get(StudyRow, int(record.study_id or 0))
+        assert child is not None and child.config_json["backend"] == {"backend": "synthetic", "cost_per_step": 3}
+        assert (child.holdout_start, child.holdout_end) == (dt.datetime(2012, 6, 6, tzinfo=dt.UTC),
+                                                            dt.datetime(2012, 6, 21, tzinfo=dt.UTC))
+        assert child.spend_micro is not None and 0 < child.spend_micro <= 1_000_000
