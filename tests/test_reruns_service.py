@@ -276,3 +276,22 @@ def test_rerun_of_a_study_on_the_studies_areas_own_backend(sqlite_url: str) -> N
         assert (child.holdout_start, child.holdout_end) == (dt.datetime(2012, 6, 6, tzinfo=dt.UTC),
                                                             dt.datetime(2012, 6, 21, tzinfo=dt.UTC))
         assert child.spend_micro is not None and 0 < child.spend_micro <= 1_000_000
+
+
+def test_a_broken_schedule_does_not_stop_the_others(sqlite_url: str) -> None:
+    from sqlalchemy import update
+
+    engine, port, root = _setup(sqlite_url)
+    other = scenario.create_root_study(engine, workspace=WS, root_end=ROOT_END, budget_micro_usd=10**6,
+                                       min_unseen_steps=10, workflow=scenario.backend(shift_at=ROOT_END))
+    scenario.run(engine, other)
+    s1 = enable_schedule(engine, port, study_id=root, cadence="1h", owner="ana@example.com", now=T0)
+    s2 = enable_schedule(engine, port, study_id=other, cadence="1h", owner="ana@example.com", now=T0)
+    with session_scope(engine) as s:  # the first study's stored layout is unreadable
+        s.execute(update(StudyRow).where(StudyRow.id == int(root)).values(layout_json={}))
+    results, cursor = evaluate_due(engine, port, now=T0, spend=store_spend_source(engine), source="test")
+    by_id = {r.schedule_id: r.message for r in results}
+    assert by_id[s1.id].startswith("Evaluation failed: KeyError")
+    assert by_id[s2.id] == "Not enough unseen data yet: 0 of 10 steps"
+    assert cursor == {s1.id: 0, s2.id: 0}
+    assert get_schedule(engine, s1.id).last_message == by_id[s1.id]

@@ -580,7 +580,12 @@ def evaluate_due(
         slot = current_slot(enabled_at, cadence, at)
         if slot < 0 or slot <= max(last_slot, seen.get(sid, -1)):
             continue
-        result = evaluate_schedule(engine, port, sid, now=at, spend=spend, source=source, slot=slot)
+        try:
+            result = evaluate_schedule(engine, port, sid, now=at, spend=spend, source=source, slot=slot)
+        except Exception as exc:  # one broken schedule must not stop the others
+            result = TickResult(sid, slot, TickOutcome.SKIPPED, f"Evaluation failed: {type(exc).__name__}: {exc}",
+                                None, None, None)
+            _record(engine, sid, at, source, result, off=False)
         seen[sid] = slot
         if result is not None:
             results.append(result)
