@@ -131,6 +131,7 @@ def test_budget_below_the_estimate_stops_before_the_holdout_and_says_so(sqlite_u
     assert "Budget reached (limit: Budget (USD))" in md
     assert "$0.0016 of $0.0017 budget" in md
     assert "≈ $0.0018 for 2 candidates × 2 folds × 2 windows + the holdout" in md
+    assert "| Budget | $0.0017 is below the estimate $0.0018: the study stops before the run" in md
     assert board.run == 2 and board.winner_candidate_id is not None
 
 
@@ -245,3 +246,47 @@ def test_study_created_before_cost_tracking_shows_no_cost(sqlite_url: str) -> No
     md = render_markdown(board)
     assert "created before cost tracking; no cost is shown" in md
     assert "$0.00" not in md
+
+
+def test_runs_costlier_than_estimated_top_up_or_stop_and_never_overshoot_on_postgres(pg_url: str) -> None:
+    engine = open_store(pg_url)
+    # The estimate says 5 µ$ per step; the runs really cost 13 per step (a pricier candidate).
+    sid = _create(engine, n=6, limits=StudyLimits(6, 100_000, budget_micro=3_000),
+                  last=repo.LastBacktest(5, 1))
+    out_keys = plan_runs(engine, sid)
+    repo.start_study(engine, sid)
+    backend = SyntheticBackend(cost_per_step=13)
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        results = list(pool.map(lambda k: execute_run(create_store_engine(pg_url), k, backend), out_keys))
+    with session_scope(engine) as s:
+        study = s.get(StudyRow, sid)
+        assert study is not None and study.spend_micro is not None
+        assert study.spend_micro <= 3_000
+        assert study.stop_limit == "Budget (USD)"
+        assert study.reserved_micro == 0
+    done = [r for r in results if r.status == "DONE"]
+    assert done and all(r.cost_micro == 13 * 20 for r in done)  # top-ups let whole runs finish
+    assert any(r.status in ("CUT", "REFUSED") for r in results)
+
+
+def test_end_to_end_null_studies_flag_nothing_and_the_holdout_is_unbiased(sqlite_url: str) -> None:
+    """Through the real runner and store: every candidate has the same true skill (0.5)."""
+    engine = open_store(sqlite_url)
+    flags = 0
+    holdout_bias = []
+    n_studies = 30
+    for seed in range(n_studies):
+        space = SearchSpace(grid={"x": list(range(8))})
+        sid = repo.create_study(engine, workspace="demo", workflow=f"null{seed}",
+                                workflow_version="v1", space=space, layout=_layout(3),
+                                limits=StudyLimits(8, 100_000))
+        out = run_study_local(engine, sid, SyntheticBackend(noise=0.1, common=0.3, seed=seed),
+                              max_workers=2)
+        board = load_leaderboard(engine, sid)
+        flags += bool(board.stats.found_nothing)
+        assert out.holdout_score is not None
+        holdout_bias.append(out.holdout_score - 0.5)
+    assert flags / n_studies >= 0.3  # ≈ 0.5 expected; 30 studies: a loose bound
+    mean = sum(holdout_bias) / n_studies
+    sd = (sum((b - mean) ** 2 for b in holdout_bias) / (n_studies - 1)) ** 0.5
+    assert abs(mean) < 3 * sd / n_studies**0.5

@@ -234,6 +234,11 @@ def header_lines(board: Leaderboard) -> list[tuple[str, str]]:
         lines.append(("Verdict", "The top out-of-sample score is above the luck line (being "
                                  "above it is not proof: see the holdout)."))
     lines.append(("Spend", spend_text(board)))
+    if (board.budget_micro is not None and board.estimate_micro is not None
+            and board.budget_micro < board.estimate_micro):
+        lines.append(("Budget", f"{format_usd(board.budget_micro)} is below the estimate "
+                                f"{format_usd(board.estimate_micro)}: the study stops before the run "
+                                "that would exceed it and keeps what ran."))
     if board.holdout_score is not None:
         se = f" ± {board.holdout_se:.4f} (SE)" if board.holdout_se is not None else ""
         lines.append(("Holdout (the number to trust)",

@@ -1,0 +1,183 @@
+"""Study wall time: 64 candidates × 4 folds over a year of daily steps, a trivial workflow.
+
+Run: ``.venv/bin/python -m bench.bench_study_walltime``
+
+The workflow is trivial (no model: ``decide`` reads the last known value), so nearly all the
+time that is not the engine's own step loop is orchestration: planning, the database
+reservations and settlements, Dagster's steps and events. Layout: 2014-01-01 → 2015-01-01,
+4 folds × (60 tune + 45 eval days), 1-day gap and embargo, a 60-day holdout: 64 × 420 + 60 =
+26,940 steps in 513 window runs. Measured in the same run:
+
+* the straightforward alternative: the same 512 search windows run with the engine in a plain
+  loop (no store, no Dagster) — the floor;
+* the study on Dagster, in process, one step per candidate (64 steps) and one per window run
+  (512 steps);
+* the study on Dagster with the multiprocess executor (2 processes, forkserver), one step per
+  candidate.
+
+Orchestration share = 1 − work / (wall × workers), with work = Σ over window runs of the time
+between its reservation and its settlement (the engine's run plus the settlement write).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+DAY = dt.timedelta(days=1)
+UTC = dt.UTC
+START = dt.datetime(2014, 1, 1, tzinfo=UTC)
+END = dt.datetime(2015, 1, 1, tzinfo=UTC)
+N_CANDIDATES = 64
+
+
+def _decide(ctx: Any) -> Any:
+    return float(ctx.data["x"].last("v")) > float(ctx.params["threshold"])
+
+
+def _outcome(ctx: Any) -> Any:
+    return float(ctx.data["x"].get("v", ctx.t)) > 0.0
+
+
+def _score(decision: Any, happened: Any, ctx: Any) -> float:
+    return 1.0 if decision == happened else 0.0
+
+
+def trivial_setup() -> Any:
+    """The trivial workflow on 500 days of synthetic daily data (seeded)."""
+    from typestrict_pipeline.backtest.pit import PointInTimeTable
+    from typestrict_pipeline.backtest.workflow import Param, Workflow
+    from typestrict_pipeline.study.backends import WorkflowSetup
+
+    n = 500
+    t0 = START - 60 * DAY
+    rng = np.random.default_rng(20141)
+    table = PointInTimeTable("x", event_time=[t0 + i * DAY for i in range(n)],
+                             known_time=[t0 + (i + 1) * DAY for i in range(n)],
+                             columns={"v": rng.standard_normal(n).tolist()})
+    wf = Workflow("bench_trivial", decide=_decide, outcome=_outcome, score=_score, tables=("x",),
+                  horizon=DAY, outcome_description="whether the next value is positive",
+                  params={"threshold": Param(0.0, "say positive above this")})
+    return WorkflowSetup(workflow=wf, data={"x": table})
+
+
+def _config(backend: dict[str, Any]) -> Any:
+    from typestrict_pipeline.study.service import StudyConfig
+    from typestrict_pipeline.study.space import SearchSpace
+
+    space = SearchSpace(grid={"threshold": [round(-1.0 + 2.0 * i / (N_CANDIDATES - 1), 6)
+                                            for i in range(N_CANDIDATES)]})
+    return StudyConfig(workspace="bench", workflow="bench_trivial", workflow_version="v",
+                       space=space, start=START, end=END, step=DAY, n_folds=4, tune_steps=60,
+                       eval_steps=45, holdout_steps=60, max_candidates=N_CANDIDATES,
+                       max_total_steps=10**7, backend=backend)
+
+
+BACKEND = {"backend": "engine", "setup": "bench.bench_study_walltime:trivial_setup",
+           "max_in_flight": 1}
+
+
+def _work_seconds(engine: Any, study_id: int) -> float:
+    from sqlalchemy import select
+
+    from typestrict_pipeline.store import session_scope
+    from typestrict_pipeline.study.tables import RunRow
+
+    with session_scope(engine) as s:
+        rows = s.execute(select(RunRow).where(RunRow.study_id == study_id)).scalars().all()
+        return sum((r.finished_at - r.started_at).total_seconds() for r in rows if r.finished_at)
+
+
+def plain_loop() -> tuple[float, int]:
+    """The floor: every search window through the engine in a loop, nothing stored."""
+    from typestrict_pipeline.backtest.engine import run_backtest
+
+    setup = trivial_setup()
+    layout = _config(BACKEND).layout()
+    steps = 0
+    started = time.perf_counter()
+    for i in range(N_CANDIDATES):
+        thr = -1.0 + 2.0 * i / (N_CANDIDATES - 1)
+        for fold in layout.folds:
+            for win in (fold.tune, fold.eval):
+                res = run_backtest(setup.workflow, data=setup.data, start=win.start,
+                                   end=win.end - DAY, step=DAY, params={"threshold": thr},
+                                   max_in_flight=1)
+                steps += len(res.steps)
+    return time.perf_counter() - started, steps
+
+
+def dagster_study(url: str, executor: str, fanout: str) -> tuple[float, float, int]:
+    """(wall seconds, work seconds, steps) of one study through ``study_job``."""
+    import dagster as dg
+
+    from assets.studies import study_run_config
+    from typestrict_pipeline.store import open_store, session_scope
+    from typestrict_pipeline.study.repository import get_study
+    from typestrict_pipeline.study.service import create_study_from_config
+
+    engine = open_store(url)
+    sid = create_study_from_config(engine, _config(BACKEND))
+    quiet = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+    config: dict[str, Any] = {**study_run_config(sid, fanout), **quiet}
+    started = time.perf_counter()
+    with dg.DagsterInstance.get() as instance:
+        if executor == "in_process":
+            from typestrict_pipeline.definitions import defs
+
+            ok = defs.resolve_job_def("study_job").execute_in_process(
+                run_config=config, instance=instance).success
+        else:
+            config["execution"] = {"config": {"multiprocess": {
+                "max_concurrent": 2, "start_method": {"forkserver": {}}}}}
+            ok = dg.execute_job(dg.reconstructable(_bench_job), instance=instance,
+                                run_config=config).success
+    wall = time.perf_counter() - started
+    assert ok, "the study run failed"
+    with session_scope(engine) as s:
+        steps = get_study(s, sid).steps_used
+    work = _work_seconds(engine, sid)
+    engine.dispose()
+    return wall, work, steps
+
+
+def _bench_job() -> Any:
+    from typestrict_pipeline.definitions import defs
+
+    return defs.resolve_job_def("study_job")
+
+
+def main() -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="bench_study_"))
+    os.environ["DAGSTER_HOME"] = str(tmp / "dagster_home")
+    (tmp / "dagster_home").mkdir()
+    (tmp / "dagster_home" / "dagster.yaml").write_text("")
+    os.environ["TYPESTRICT_HOME"] = str(tmp)
+    url = f"sqlite:///{tmp / 'store.db'}"
+    os.environ["TYPESTRICT_STORE_URL"] = url
+    try:
+        floor, steps = plain_loop()
+        print(f"plain engine loop (512 search windows, no store, no Dagster): {floor:.1f} s for "
+              f"{steps} steps ({steps / floor:,.0f} steps/s)")
+        rows = [("plain loop", floor, floor, steps, 1)]
+        for executor, fanout, workers in (("in_process", "candidate", 1), ("in_process", "window", 1),
+                                          ("multiprocess", "candidate", 2)):
+            wall, work, st = dagster_study(url, executor, fanout)
+            share = max(0.0, 1.0 - work / (wall * workers))
+            print(f"study_job {executor:<12} fan-out per {fanout:<9}: {wall:6.1f} s wall, "
+                  f"{st} steps ({st / wall:,.0f} steps/s), work {work:.1f} s, orchestration "
+                  f"{share:.0%}, {wall / floor:.1f}× the plain loop")
+            rows.append((f"{executor}/{fanout}", wall, work, st, workers))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
