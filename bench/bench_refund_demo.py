@@ -3,7 +3,8 @@
 1. Training the demo's TF-IDF + logistic regression on the 11,777 training rows: one BLAS thread
    (what the demo does) against the default thread pool.
 2. Asking Jev (demo stand-in) over HTTP for the 2,000 test examples: 4 concurrent calls (the
-   demo's ``max_workers``) against one at a time.
+   demo's ``max_workers``) against one at a time; then the same with 5 ms of simulated network
+   latency per call (the stand-in's ``latency_s``), closer to a remote endpoint.
 3. One training's verdict chain in process on a SQLite instance (what the demo does), against an
    ephemeral in-memory instance (what the tests do); best of 2 each after a warm-up run.
 
@@ -85,6 +86,12 @@ def main() -> None:
         pooled = _best(lambda: predict_holdout(client, dataset, h, system="jev", max_workers=4), repeat=1)
         print(f"Jev (demo stand-in) over HTTP, {len(h.test_ids):,} test examples: 4 workers {pooled:.2f} s, "
               f"1 worker {serial:.2f} s (ratio {serial / pooled:.1f}x)")
+        with jev_standin_server(latency_s=0.005) as slow:
+            remote = OpenAICompatibleClient(slow.base_url, JEV_STANDIN_MODEL)
+            serial5 = _best(lambda: predict_holdout(remote, dataset, h, system="jev", max_workers=1), repeat=1)
+            pooled5 = _best(lambda: predict_holdout(remote, dataset, h, system="jev", max_workers=4), repeat=1)
+        print(f"  same with 5 ms of simulated network latency per call: 4 workers {pooled5:.2f} s, "
+              f"1 worker {serial5:.2f} s (ratio {serial5 / pooled5:.1f}x)")
 
         failed = DEMO_TRAININGS[3]
         prepare_training(failed, trainings_dir=root / "trainings", dataset_path=dataset_path, jev_source=jev)
