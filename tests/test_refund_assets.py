@@ -344,3 +344,18 @@ def test_keep_if_loses_turns_a_loss_into_kept(tmp_path: Path) -> None:
     judgement = result.output_for_node("verdict")
     assert judgement.verdict is Verdict.KEPT and not judgement.refunds_credit
     assert verdict_metadata(result)["refunds_credit"] is False
+
+
+def test_a_predictions_file_missing_a_test_example_fails_clearly(tmp_path: Path) -> None:
+    path = support.make_training(tmp_path / "trainings", "tr_gap", n=100, seed=6)
+    model_file = path.parent / "model.jsonl"
+    lines = model_file.read_text().splitlines(keepends=True)
+    model_file.write_text("".join(lines[:50]))  # the model forgot half the examples
+    result = run_training(tmp_path, "tr_gap", raise_on_error=False)
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    assert failure.step_key == "model_predictions"
+    error = failure.step_failure_data.error
+    message = (error.cause or error).message
+    assert "PredictionsError" in message and "model.jsonl" in message
+    assert not (tmp_path / "audits").exists()
