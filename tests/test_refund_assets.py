@@ -359,3 +359,22 @@ def test_a_predictions_file_missing_a_test_example_fails_clearly(tmp_path: Path)
     message = (error.cause or error).message
     assert "PredictionsError" in message and "model.jsonl" in message
     assert not (tmp_path / "audits").exists()
+
+
+def test_the_trainings_resource_follows_the_folder_convention(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typestrict_pipeline.errors import ManifestError
+
+    monkeypatch.setenv("TYPESTRICT_HOME", str(tmp_path))
+    res = RefundTrainingsResource()
+    assert res.manifest_path("tr_1") == tmp_path / "trainings" / "tr_1" / "manifest.json"
+    assert res.audit_path("tr_1") == tmp_path / "audits" / "tr_1.json"
+    support.make_training(tmp_path / "trainings", "tr_1", n=20)
+    (tmp_path / "trainings" / "not-yet").mkdir()  # no manifest: not a training
+    assert res.training_ids() == ["tr_1"]
+    for bad in ("../etc", "a/b", "..", ""):
+        with pytest.raises(ManifestError, match="a training id of letters"):
+            res.manifest_path(bad)
+    with pytest.raises(ManifestError, match="no such file"):
+        res.load("tr_2")
