@@ -7,8 +7,9 @@
 4. Four trainings (see ``typestrict_pipeline.demo_data.build``): each is split by the product's
    own holdout, trained (TF-IDF + logistic regression) on training rows only, and its test
    probabilities written to a predictions file.
-5. Each training is a ``trainings`` partition; ``verdict_job`` materializes the ``refund`` group
-   for it on the local instance, in process. The verdict, the metrics side by side, G, its 5th
+5. One tick of the training sensor registers each training as a ``trainings`` partition;
+   ``verdict_job`` materializes the ``refund`` group for it on the local instance, in process
+   (after granting one credit per training, which the run settles). The verdict, the metrics side by side, G, its 5th
    percentile and the audit's path are printed, then the audit is checked by the stand-alone
    verifier (``python3 verify_audit.py audit.json``, in a subprocess, from a copy of the file).
 """
@@ -105,6 +106,36 @@ def _verify(audit: Path, workdir: Path) -> tuple[bool, str, float]:
     return proc.returncode == 0, out[-1] if out else "", time.perf_counter() - started
 
 
+def _register(
+    instance: dg.DagsterInstance, defs: dg.Definitions, resources: dict[str, Any], ids: list[str]
+) -> list[str]:
+    """Register the trainings as ``trainings`` partitions the production way: one tick of the
+    credits area's ``training_sensor`` (it finds the manifests and asks for one run each). Without
+    that sensor in the code location, add the partitions directly."""
+    try:
+        sensor = defs.resolve_sensor_def("training_sensor")
+    except Exception:  # the sensor belongs to another area; the demo still works without it
+        instance.add_dynamic_partitions("trainings", ids)
+        print(f"registered partitions {', '.join(ids)} of 'trainings'")
+        return ids
+    context = dg.build_sensor_context(instance=instance, resources=resources, definitions=defs)
+    tick = sensor(context)  # the raw SensorResult (the daemon adds partitions, then launches runs)
+    if not isinstance(tick, dg.SensorResult):
+        raise RuntimeError(f"expected the training sensor to find {ids}, got {tick!r}")
+    for request in tick.dynamic_partitions_requests or []:
+        assert isinstance(request, dg.AddDynamicPartitionsRequest)
+        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+    requested = [r.partition_key for r in tick.run_requests or [] if r.partition_key]
+    print(
+        f"training_sensor tick: found {len(requested)} new manifests, added them as partitions of "
+        f"'trainings' and requested {len(requested)} verdict_job runs (run here in process)"
+    )
+    missing = sorted(set(ids) - set(requested))
+    if missing:
+        raise RuntimeError(f"expected the sensor to request {ids}, got {requested}; missing {missing}")
+    return [i for i in ids if i in requested]
+
+
 def run(root: Path) -> int:
     """Run the refund demo under ``root``; returns 0 when every step and every audit check passed."""
     started = time.perf_counter()
@@ -177,14 +208,13 @@ def run(root: Path) -> int:
               "settles each on the ledger)")
 
         instance = dg.DagsterInstance.get()
-        ids = [p.training.training_id for p in prepared]
-        instance.add_dynamic_partitions("trainings", ids)
         resources: dict[str, Any] = {
             **default_resources(),
             "refund_jev_client": ManifestSourceClientResource(label=JEV_STANDIN_LABEL, max_workers=4),
         }
         defs = dg.Definitions.merge(*area_definitions(), dg.Definitions(resources=resources))
         job = defs.resolve_job_def("verdict_job")
+        ids = _register(instance, defs, resources, [p.training.training_id for p in prepared])
         print(f"\nmaterializing group 'refund' (verdict_job) for partitions {', '.join(ids)}:")
         for p in prepared:
             tid = p.training.training_id
