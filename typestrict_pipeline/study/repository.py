@@ -316,11 +316,13 @@ def reserve_run(
     steps: int,
     *,
     attempt: str | None = None,
+    estimate_micro: int | None = None,
 ) -> Reservation | AlreadyDone | Refused:
     """Reserve a run's estimated cost and steps before it starts, or say why it may not start.
 
     The first limit that refuses a run is recorded as the study's ``stop_limit`` and no run
-    starts after it (runs already in flight finish and are kept).
+    starts after it (runs already in flight finish and are kept). ``estimate_micro`` is the
+    run's estimate when the caller already knows it (:func:`run_estimate_micro`).
     """
     attempt = attempt or uuid.uuid4().hex
     with session_scope(engine) as s:
@@ -335,11 +337,15 @@ def reserve_run(
         ).scalar_one_or_none()
         if existing is not None and existing.state == RunState.DONE.value:
             return AlreadyDone(existing.id)
-        study = get_study(s, study_id)
+        study: StudyRow | None = None
+        if estimate_micro is None:
+            study = get_study(s, study_id)
+            est = run_estimate_micro(study, steps)
+        else:
+            est = estimate_micro
         if existing is not None:
             # A previous attempt was killed (RESERVED) or failed/cut: release what it still holds.
             _release(s, existing)
-        est = run_estimate_micro(study, steps)
         res = s.execute(
             update(StudyRow)
             .where(
@@ -356,7 +362,10 @@ def reserve_run(
             )
         )
         if not res.rowcount:  # type: ignore[attr-defined]
-            s.refresh(study)
+            if study is None:
+                study = get_study(s, study_id)
+            else:
+                s.refresh(study)
             state = StudyState(study.state)
             if state != StudyState.RUNNING:
                 return Refused(None, state)
@@ -513,16 +522,26 @@ def settle_run(
         ).scalar_one()
         if run.attempt != reservation.attempt or run.state != RunState.RESERVED.value:
             return False
-        _move(s, run, cost_micro - (run.cost_micro or 0), steps_done - run.steps_done)
-        # Give back whatever reservation and steps were not used.
+        d_cost = cost_micro - (run.cost_micro or 0)
+        d_steps = steps_done - run.steps_done
+        # One statement: the real cost into spend, the whole remaining reservation given back.
         s.execute(
             update(StudyRow)
             .where(StudyRow.id == run.study_id)
             .values(
+                spend_micro=StudyRow.spend_micro + d_cost,
                 reserved_micro=StudyRow.reserved_micro - run.reserved_micro,
+                steps_used=StudyRow.steps_used + d_steps,
                 steps_reserved=StudyRow.steps_reserved - (run.steps_planned - run.steps_done),
             )
         )
+        s.execute(
+            update(CandidateRow)
+            .where(CandidateRow.id == run.candidate_id)
+            .values(cost_micro=func.coalesce(CandidateRow.cost_micro, 0) + d_cost)
+        )
+        run.cost_micro = cost_micro
+        run.steps_done = steps_done
         run.reserved_micro = 0
         run.steps_planned = run.steps_done
         run.state = state.value

@@ -128,11 +128,59 @@ def plan_runs(engine: Engine, study_id: int) -> list[RunKey]:
     return keys
 
 
+@dataclass(frozen=True)
+class _StudyStatic:
+    """What never changes after a study is created (cached per process)."""
+
+    layout: FoldLayout
+    cost_num: int | None
+    cost_den: int | None
+    enforce_cost: bool
+
+
+_STATIC: dict[tuple[str, int], _StudyStatic] = {}
+_CANDIDATES: dict[tuple[str, int], CandidateSpec] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def _static(engine: Engine, study_id: int) -> _StudyStatic:
+    key = (engine.url.render_as_string(hide_password=False), study_id)
+    with _CACHE_LOCK:
+        hit = _STATIC.get(key)
+    if hit is not None:
+        return hit
+    with session_scope(engine) as s:
+        study = repo.get_study(s, study_id)
+        value = _StudyStatic(FoldLayout.from_json(study.layout_json), study.cost_per_step_num,
+                             study.cost_per_step_den, study.budget_micro is not None)
+    with _CACHE_LOCK:
+        if len(_STATIC) > 1024:
+            _STATIC.clear()
+        _STATIC[key] = value
+    return value
+
+
+def _estimate(static: _StudyStatic, steps: int) -> int:
+    if static.cost_num is None or not static.cost_den:
+        return 0
+    return -(-static.cost_num * steps // static.cost_den)
+
+
 def _candidate_spec(engine: Engine, candidate_id: int) -> CandidateSpec:
+    key = (engine.url.render_as_string(hide_password=False), candidate_id)
+    with _CACHE_LOCK:
+        hit = _CANDIDATES.get(key)
+    if hit is not None:
+        return hit
     with session_scope(engine) as s:
         row = s.get(CandidateRow, candidate_id)
         assert row is not None
-        return CandidateSpec(row.id, row.idx, dict(row.params_json), dict(row.prompts_json))
+        spec = CandidateSpec(row.id, row.idx, dict(row.params_json), dict(row.prompts_json))
+    with _CACHE_LOCK:
+        if len(_CANDIDATES) > 65536:
+            _CANDIDATES.clear()
+        _CANDIDATES[key] = spec
+    return spec
 
 
 class _Guard:
@@ -207,20 +255,17 @@ def execute_run(engine: Engine, key: RunKey, backend: StudyBackend, *,
     Returns ``ALREADY_DONE`` without running anything when an earlier attempt finished it, and
     ``REFUSED`` when a limit (or a cancel) stops the study before this run.
     """
+    static = _static(engine, key.study_id)
     outcome = repo.reserve_run(engine, key.study_id, key.candidate_id, key.fold, key.window,
-                               key.steps, attempt=attempt)
+                               key.steps, attempt=attempt,
+                               estimate_micro=_estimate(static, key.steps))
     if isinstance(outcome, repo.AlreadyDone):
         return RunResult(key, "ALREADY_DONE")
     if isinstance(outcome, repo.Refused):
         why = outcome.limit.value if outcome.limit else outcome.state.label
         return RunResult(key, "REFUSED", detail=why)
-    with session_scope(engine) as s:
-        study = repo.get_study(s, key.study_id)
-        layout = FoldLayout.from_json(study.layout_json)
-        per_step = repo.run_estimate_micro(study, 1)
-        enforce = study.budget_micro is not None
-    guard = _Guard(engine, outcome, per_step, enforce)
-    seal = None if key.window == WindowKind.HOLDOUT else layout.seal_at
+    guard = _Guard(engine, outcome, _estimate(static, 1), static.enforce_cost)
+    seal = None if key.window == WindowKind.HOLDOUT else static.layout.seal_at
     cand = _candidate_spec(engine, key.candidate_id)
     try:
         result = backend.run_window(cand, Window(key.start, key.end, key.steps), key.window,
