@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -136,12 +137,23 @@ def _register(
     return [i for i in ids if i in requested]
 
 
-def run(root: Path) -> int:
-    """Run the refund demo under ``root``; returns 0 when every step and every audit check passed."""
+def run(root: Path, *, only: Sequence[str] | None = None) -> int:
+    """Run the refund demo under ``root``; returns 0 when every step and every audit check passed.
+
+    Args:
+        root: the demo folder (``.typestrict/demo`` under ``make demo``).
+        only: run just these demo trainings (tests use the two fast ones); default all four.
+    """
+    with warnings.catch_warnings():
+        # Dagster's beta/preview notices (sensor owners, partitioned checks) are for developers.
+        warnings.filterwarnings("ignore", category=dg.BetaWarning)
+        warnings.filterwarnings("ignore", category=dg.PreviewWarning)
+        return _run(root, only)
+
+
+def _run(root: Path, only: Sequence[str] | None) -> int:
     started = time.perf_counter()
-    # Dagster's beta/preview notices (sensor owners, partitioned checks) are for developers.
-    warnings.filterwarnings("ignore", category=dg.BetaWarning)
-    warnings.filterwarnings("ignore", category=dg.PreviewWarning)
+    trainings = [t for t in DEMO_TRAININGS if only is None or t.training_id in only]
     dagster_home = root / "dagster_home"
     os.environ["DAGSTER_HOME"] = str(dagster_home)
     os.environ["TYPESTRICT_HOME"] = str(root)
@@ -185,7 +197,7 @@ def run(root: Path) -> int:
         }
         print("\ntrainings (split by the product's holdout, trained on training rows only):")
         prepared: list[PreparedTraining] = []
-        for training in DEMO_TRAININGS:
+        for training in trainings:
             p = prepare_training(
                 training, trainings_dir=root / "trainings", dataset_path=dataset_path, jev_source=jev_source
             )
