@@ -523,10 +523,20 @@ def nothing_collapses(verdict: TrainingJudgement) -> dg.AssetCheckResult:
 REFUND_ASSETS = (dataset, holdout, jev_predictions, model_predictions, metrics, verdict, audit)
 REFUND_CHECKS = (gain_is_real, nothing_collapses)
 
+# Launched runs (UI, sensor, CLI) use the multiprocess executor with forkserver and at most two
+# steps at once: a step then starts in ~1.3 s instead of ~2.5 s with spawn (docs/operations.md).
+# Tests and the demo run in process (execute_in_process ignores the executor).
+VERDICT_JOB_EXECUTION = {
+    "execution": {
+        "config": {"multiprocess": {"max_concurrent": 2, "start_method": {"forkserver": {}}}}
+    }
+}
+
 verdict_job = dg.define_asset_job(
     "verdict_job",
     selection=dg.AssetSelection.groups(GROUP),
     description="Materialize one training's refund chain (one `trainings` partition): its verdict and audit.",
+    config=VERDICT_JOB_EXECUTION,
 )
 
 
