@@ -255,7 +255,7 @@ def _ask(
     source = manifest.jev if system == "jev" else manifest.model
     if training.dataset is None:
         return dg.MaterializeResult(
-            value=SystemAnswers.none(system),
+            value=SystemAnswers.none(system, client_resource.label),
             metadata={"status": "failed training: no predictions needed"},
         )
     asked = client_resource.predict(
