@@ -133,3 +133,19 @@ def test_a_bare_postgresql_url_is_refused_with_the_fix() -> None:
         check_pg_url("postgresql://u:secret@db:5432/dagster")
     with pytest.raises(InputError, match="DAGSTER_PG_URL, or all of DAGSTER_PG_HOST"):
         postgres_instance_config({"DAGSTER_PG_HOST": "db"})
+
+
+def test_the_shipped_sqlite_template_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dagster_home = tmp_path / "dagster_home"
+    dagster_home.mkdir()
+    shutil.copy(TEMPLATE.with_name("dagster.yaml"), dagster_home / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))
+    instance = dg.DagsterInstance.get()
+    try:
+        assert type(instance.run_storage).__name__ == "SqliteRunStorage"
+        settings = instance.get_concurrency_config()
+        assert settings.run_queue_config is not None
+        assert settings.run_queue_config.max_concurrent_runs == 2
+        assert settings.pool_config.default_pool_limit == 1
+    finally:
+        instance.dispose()
