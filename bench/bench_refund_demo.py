@@ -48,6 +48,19 @@ def _best(fn: object, repeat: int = 3) -> float:
 
 
 def main() -> None:
+    """Print the three comparisons (environment restored afterwards: `make bench` runs all benches in one process)."""
+    saved = {k: os.environ.get(k) for k in ("TYPESTRICT_HOME", "DAGSTER_HOME")}
+    try:
+        _main()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _main() -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-refund-demo-"))
     os.environ["TYPESTRICT_HOME"] = str(root)
     dataset_path = write_csv(demo_frame(), root / "data" / DATASET_FILE)
