@@ -12,6 +12,7 @@ Run: ``.venv/bin/python -m bench.bench_refund_demo`` (or ``make bench``).
 """
 
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -50,9 +51,11 @@ def _best(fn: object, repeat: int = 3) -> float:
 def main() -> None:
     """Print the three comparisons (environment restored afterwards: `make bench` runs all benches in one process)."""
     saved = {k: os.environ.get(k) for k in ("TYPESTRICT_HOME", "DAGSTER_HOME")}
+    root = Path(tempfile.mkdtemp(prefix="bench-refund-demo-"))
     try:
-        _main()
+        _main(root)
     finally:
+        shutil.rmtree(root, ignore_errors=True)
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -60,8 +63,7 @@ def main() -> None:
                 os.environ[key] = value
 
 
-def _main() -> None:
-    root = Path(tempfile.mkdtemp(prefix="bench-refund-demo-"))
+def _main(root: Path) -> None:
     os.environ["TYPESTRICT_HOME"] = str(root)
     dataset_path = write_csv(demo_frame(), root / "data" / DATASET_FILE)
     tfidf = DEMO_TRAININGS[0]
