@@ -187,9 +187,10 @@ def test_finished_runs_are_not_rerun_or_charged_twice(sqlite_url: str) -> None:
     keys = plan_runs(engine, sid)
     backend = SyntheticBackend(cost_per_step=10)
     first = [execute_run(engine, k, backend) for k in keys[:3]]
-    # A killed attempt: reserved, never settled.
+    # A killed attempt: reserved, 5 steps (50 µ$) flushed as spent, never settled.
     killed = repo.reserve_run(engine, sid, keys[3].candidate_id, keys[3].fold, keys[3].window, keys[3].steps)
     assert isinstance(killed, repo.Reservation)
+    assert repo.flush_progress(engine, killed.run_id, killed.attempt, 50, 5)
     again = [execute_run(engine, k, backend) for k in keys]
     assert [r.status for r in first] == ["DONE"] * 3
     assert [r.status for r in again[:3]] == ["ALREADY_DONE"] * 3
@@ -197,7 +198,12 @@ def test_finished_runs_are_not_rerun_or_charged_twice(sqlite_url: str) -> None:
     with session_scope(engine) as s:
         study = s.get(StudyRow, sid)
         assert study is not None
-        assert study.spend_micro == 10 * sum(k.steps for k in keys)
+        # Every window once, plus what the killed attempt really spent before it died.
+        assert study.spend_micro == 10 * sum(k.steps for k in keys) + 50
+        assert study.steps_used == sum(k.steps for k in keys) + 5
+        total_runs = s.execute(text("SELECT SUM(cost_micro) FROM study_runs WHERE study_id = :s"),
+                               {"s": sid}).scalar()
+        assert total_runs == study.spend_micro
         assert study.reserved_micro == 0 and study.steps_reserved == 0
     assert len(backend.calls) == len(keys)
 

@@ -68,6 +68,9 @@ class Reservation:
     attempt: str
     reserved_micro: int
     steps: int
+    prior_cost_micro: int = 0
+    """What earlier, interrupted attempts of this run already spent (kept, never re-charged):
+    flushes and the settlement report ``prior_cost_micro + this attempt's cost``."""
 
 
 @dataclass(frozen=True)
@@ -398,13 +401,14 @@ def reserve_run(
         existing.steps_planned = steps
         existing.steps_done = 0
         existing.reserved_micro = est
-        existing.cost_micro = existing.cost_micro or 0
+        prior = existing.cost_micro or 0
+        existing.cost_micro = prior
         existing.scores_json = None
         existing.error = None
         existing.started_at = utcnow()
         existing.finished_at = None
         s.flush()
-        return Reservation(existing.id, attempt, est, steps)
+        return Reservation(existing.id, attempt, est, steps, prior)
 
 
 def extend_reservation(engine: Engine, run_id: int, attempt: str, extra_micro: int) -> bool:
@@ -522,6 +526,9 @@ def settle_run(
         ).scalar_one()
         if run.attempt != reservation.attempt or run.state != RunState.RESERVED.value:
             return False
+        # What was flushed is spent: a settlement never lowers it.
+        cost_micro = max(cost_micro, run.cost_micro or 0)
+        steps_done = max(steps_done, run.steps_done)
         d_cost = cost_micro - (run.cost_micro or 0)
         d_steps = steps_done - run.steps_done
         # One statement: the real cost into spend, the whole remaining reservation given back.

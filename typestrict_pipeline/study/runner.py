@@ -223,6 +223,7 @@ class _Guard:
         """Stop before the next step if it (and the steps in flight) could pass the reservation."""
         with self._lock:
             self.last_cost = max(self.last_cost, cost_finished)
+            self.last_steps = max(self.last_steps, finished)
             if started >= self.reservation.steps:
                 return True
             if self.enforce_cost:
@@ -242,7 +243,9 @@ class _Guard:
             if flush:
                 self.last_flush = now
         if flush and not repo.flush_progress(self.engine, self.reservation.run_id,
-                                             self.reservation.attempt, cost_finished, finished):
+                                             self.reservation.attempt,
+                                             self.reservation.prior_cost_micro + cost_finished,
+                                             finished):
             self.stopped = True
             return True
         return False
@@ -271,13 +274,14 @@ def execute_run(engine: Engine, key: RunKey, backend: StudyBackend, *,
         result = backend.run_window(cand, Window(key.start, key.end, key.steps), key.window,
                                     seal_at=seal, should_stop=guard)
     except Exception as exc:
-        repo.settle_run(engine, outcome, cost_micro=guard.last_cost, steps_done=0, scores=(),
-                        state=RunState.FAILED, error=f"{type(exc).__name__}: {exc}")
+        repo.settle_run(engine, outcome, cost_micro=outcome.prior_cost_micro + guard.last_cost,
+                        steps_done=guard.last_steps, scores=(), state=RunState.FAILED,
+                        error=f"{type(exc).__name__}: {exc}")
         raise
     cut = guard.cut or guard.stopped or result.cut or result.steps_done < key.steps
     state = RunState.CUT if cut else RunState.DONE
-    repo.settle_run(engine, outcome, cost_micro=result.cost_micro, steps_done=result.steps_done,
-                    scores=result.scores, state=state)
+    repo.settle_run(engine, outcome, cost_micro=outcome.prior_cost_micro + result.cost_micro,
+                    steps_done=result.steps_done, scores=result.scores, state=state)
     if guard.cut:
         repo.record_stop(engine, key.study_id)
     return RunResult(key, state.value, result.cost_micro)
