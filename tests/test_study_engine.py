@@ -72,6 +72,17 @@ def test_weather_study_on_the_engine_with_usd_budget_and_prompt_promotion(sqlite
         assert workflow_params(engine, "demo", "seattle_rain") == dict(res.params)
 
 
+def test_candidates_the_workflow_rejects_are_discarded_with_the_reason(sqlite_url: str) -> None:
+    engine = open_store(sqlite_url)
+    cfg = _weather_config(SearchSpace(grid={"threshold": [0.5, 1.5]}), max_candidates=2)
+    sid = create_study_from_config(engine, cfg, last_backtest=LastBacktest(3_000, 100))
+    board = load_leaderboard(engine, sid)
+    assert (board.planned, board.discarded) == (2, 2)  # nothing ran yet
+    assert board.discard_reasons["rejected by the workflow"] == 1
+    (index, _, why), = board.discarded_candidates
+    assert index == 2 and "expected a value in [0.0, 1.0], got 1.5" in why
+
+
 def test_search_runs_cannot_read_the_holdout(sqlite_url: str) -> None:
     backend = backend_from_config(ENGINE_BACKEND)
     assert isinstance(backend, EngineBackend)

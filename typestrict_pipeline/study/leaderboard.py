@@ -61,6 +61,7 @@ class Leaderboard:
     run: int
     discarded: int
     discard_reasons: dict[str, int]
+    discarded_candidates: tuple[tuple[int, str, str], ...]
     stats: SearchStats
     rows: tuple[LeaderboardRow, ...]
     winner_candidate_id: int | None
@@ -85,6 +86,9 @@ class Leaderboard:
             "planned": self.planned,
             "run": self.run,
             "discarded": self.discarded,
+            "discard_reasons": self.discard_reasons,
+            "discarded_candidates": [{"index": i, "label": label, "reason": why}
+                                     for i, label, why in self.discarded_candidates],
             "luck_line": self.stats.luck_line,
             "found_nothing": self.stats.found_nothing,
             "winner_candidate_id": self.winner_candidate_id,
@@ -101,6 +105,8 @@ class Leaderboard:
 def _reason_group(reason: str) -> str:
     if reason.startswith("duplicate"):
         return "duplicate"
+    if reason.startswith("rejected by the workflow"):
+        return "rejected by the workflow"
     return reason
 
 
@@ -181,6 +187,8 @@ def load_leaderboard(engine: Engine, study_id: int) -> Leaderboard:
             run=ran,
             discarded=study.candidates_planned - ran,
             discard_reasons=dict(reasons),
+            discarded_candidates=tuple((c.idx, c.label, c.discard_reason or "discarded")
+                                       for c in discards),
             stats=stats,
             rows=tuple(rows),
             winner_candidate_id=study.winner_candidate_id or winner,

@@ -19,7 +19,7 @@ Every guarantee here is enforced by the database, not by the process:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +37,7 @@ from typestrict_pipeline.study.limits import (
     estimate_cost_micro,
     study_total_steps,
 )
-from typestrict_pipeline.study.space import SearchSpace
+from typestrict_pipeline.study.space import Candidate, Discarded, SearchSpace
 from typestrict_pipeline.study.tables import (
     CandidateRow,
     CandidateState,
@@ -119,6 +119,7 @@ def create_study(
     config: Mapping[str, Any] | None = None,
     last_backtest: LastBacktest | None = None,
     name: str | None = None,
+    validate: Callable[[Candidate], str | None] | None = None,
 ) -> int:
     """Create a study in state ``PENDING`` and take its workflow's lock, atomically.
 
@@ -137,6 +138,9 @@ def create_study(
         last_backtest: cost and steps of this version's last completed backtest in this
             workspace, or ``None`` when it has none.
         name: optional display name.
+        validate: ``validate(candidate) -> None`` when the workflow accepts the candidate, else
+            the reason; rejected candidates are discarded (``rejected by the workflow: …``)
+            instead of failing the study later.
 
     Returns:
         The new study's id.
@@ -148,6 +152,21 @@ def create_study(
     """
     limits.validate()
     kept, dropped = space.expand()
+    if validate is not None:
+        accepted: list[Candidate] = []
+        for cand in kept:
+            why = validate(cand)
+            if why is None:
+                accepted.append(cand)
+            else:
+                dropped.append(Discarded(cand, f"rejected by the workflow: {why}"))
+        kept = accepted
+        if not kept:
+            raise LimitError(
+                f"expected at least one candidate the workflow accepts, got none of "
+                f"{len(dropped)} ({dropped[0].reason if dropped else 'empty space'}). Fix the "
+                "search space."
+            )
     assert limits.max_candidates is not None
     admitted = kept[: limits.max_candidates]
     cut = kept[limits.max_candidates :]

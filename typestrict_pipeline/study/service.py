@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,7 @@ from typestrict_pipeline.study.backends import backend_from_config
 from typestrict_pipeline.study.folds import FoldLayout, plan_folds
 from typestrict_pipeline.study.limits import StudyLimits
 from typestrict_pipeline.study.runner import StudyBackend, StudyOutcome, run_study_local
-from typestrict_pipeline.study.space import SearchSpace
+from typestrict_pipeline.study.space import Candidate, SearchSpace
 
 
 @dataclass(frozen=True)
@@ -98,8 +98,31 @@ def create_study_from_config(engine: Engine, config: StudyConfig, *,
         engine, workspace=config.workspace, workflow=config.workflow,
         workflow_version=config.workflow_version, space=config.space, layout=layout,
         limits=config.limits(), config={"backend": dict(config.backend)},
-        last_backtest=last, name=config.name,
+        last_backtest=last, name=config.name, validate=candidate_validator(config.backend),
     )
+
+
+def candidate_validator(backend: Mapping[str, Any]) -> Callable[[Candidate], str | None] | None:
+    """For an engine backend: the workflow's own check of a candidate's parameters and prompts."""
+    if backend.get("backend") != "engine":
+        return None
+    from typestrict_pipeline.errors import InputError
+    from typestrict_pipeline.study.backends import EngineBackend
+
+    built = backend_from_config(backend)
+    if not isinstance(built, EngineBackend):
+        return None
+    workflow = built.setup.workflow
+
+    def check(candidate: Candidate) -> str | None:
+        try:
+            workflow.resolve_params(dict(candidate.params))
+            workflow.resolve_prompts(dict(candidate.prompts))
+        except InputError as exc:
+            return str(exc)
+        return None
+
+    return check
 
 
 def study_backend(engine: Engine, study_id: int) -> StudyBackend:
