@@ -148,6 +148,7 @@ def test_adjusted_orders_by_luck_corrected_score_and_one_candidate_has_no_luck()
     res = _stats(_simulate(1, 50, 0.0, 0.0, rng))
     assert res.e_n == 0.0
     assert res.rows[0].adjusted == res.rows[0].oos
+    assert res.found_nothing is None  # no search to judge, not "found nothing"
 
 
 # ------------------------------------------------------------------ folds

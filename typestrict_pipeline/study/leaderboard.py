@@ -238,6 +238,9 @@ def header_lines(board: Leaderboard) -> list[tuple[str, str]]:
     if st.found_nothing is True:
         lines.append(("Verdict", "The top out-of-sample score is at or below what pure luck "
                                  f"gives as the best of {st.n_trials}: this search found nothing."))
+    elif st.found_nothing is None and st.n_trials == 1:
+        lines.append(("Verdict", "One candidate: there was no search to judge against luck; "
+                                 "see the holdout."))
     elif st.found_nothing is False:
         lines.append(("Verdict", "The top out-of-sample score is above the luck line (being "
                                  "above it is not proof: see the holdout)."))

@@ -310,6 +310,8 @@ def search_stats(
     best = rows[0].candidate_id if rows and rows[0].adjusted is not None else None
     top = max((m for m in means.values() if m is not None), default=None)
     found_nothing = None if (luck is None or top is None) else top <= luck
+    if baseline is None and n_trials < 2:
+        found_nothing = None  # one candidate against its own mean: no search to judge
     return SearchStats(
         rows=tuple(rows),
         n_trials=n_trials,
