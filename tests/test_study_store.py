@@ -227,8 +227,8 @@ def test_cancel_keeps_what_ran_and_frees_the_workflow(sqlite_url: str) -> None:
     assert repo.active_study(engine, "demo", "wx") is None
 
 
-def test_study_created_before_cost_tracking_shows_no_cost(sqlite_url: str) -> None:
-    engine = create_store_engine(sqlite_url)
+def test_study_created_before_cost_tracking_shows_no_cost(store_url: str) -> None:
+    engine = create_store_engine(store_url)
     cfg = alembic_config(engine)
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
@@ -243,7 +243,7 @@ def test_study_created_before_cost_tracking_shows_no_cost(sqlite_url: str) -> No
             "max_total_steps, candidates_planned, steps_used, steps_reserved, created_at) VALUES "
             "('demo', 'old', 'v0', 'FINISHED', '{}', :layout, '{}', 1, '2012-11-11 00:00:00', "
             "'2012-12-01 00:00:00', 2, 100, 1, 80, 0, '2012-12-02 00:00:00')"), {"layout": json.dumps(layout)})
-    engine = open_store(sqlite_url)  # upgrade heads: studies_0002 adds cost columns
+    engine = open_store(store_url)  # upgrade heads: studies_0002 adds cost columns
     with session_scope(engine) as s:
         old = s.query(StudyRow).one()
         assert old.cost_tracked is False and old.spend_micro is None
