@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -296,3 +297,33 @@ def test_end_to_end_null_studies_flag_nothing_and_the_holdout_is_unbiased(sqlite
     mean = sum(holdout_bias) / n_studies
     sd = (sum((b - mean) ** 2 for b in holdout_bias) / (n_studies - 1)) ** 0.5
     assert abs(mean) < 3 * sd / n_studies**0.5
+
+
+def test_cancelling_a_running_study_stops_it_and_keeps_what_ran(pg_url: str) -> None:
+    engine = open_store(pg_url)
+    sid = _create(engine, n=6)
+    backend = SyntheticBackend(sleep_s=0.01)  # ~0.2 s per window run
+    outcome: list[object] = []
+    worker = threading.Thread(target=lambda: outcome.append(
+        run_study_local(create_store_engine(pg_url), sid, backend, max_workers=2)))
+    worker.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with session_scope(engine) as s:
+            n_done = s.execute(text("SELECT COUNT(*) FROM study_runs WHERE study_id = :s AND "
+                                    "state = 'DONE'"), {"s": sid}).scalar_one()
+        if n_done >= 3:
+            break
+        time.sleep(0.02)
+    assert repo.cancel_study(engine, sid) == StudyState.CANCELLED
+    assert repo.active_study(engine, "demo", "wx") is None  # the workflow is free at once
+    worker.join(timeout=60)
+    out = outcome[0]
+    assert out.state == StudyState.CANCELLED  # type: ignore[attr-defined]
+    board = load_leaderboard(engine, sid)
+    assert 1 <= board.run < 6
+    assert board.holdout_missing_reason == "The study was cancelled before the winner's holdout run."
+    assert "not run: study cancelled" in board.discard_reasons
+    with session_scope(engine) as s:
+        study = s.get(StudyRow, sid)
+        assert study is not None and study.reserved_micro == 0 and study.steps_reserved == 0
