@@ -327,3 +327,29 @@ def test_cancelling_a_running_study_stops_it_and_keeps_what_ran(pg_url: str) -> 
     with session_scope(engine) as s:
         study = s.get(StudyRow, sid)
         assert study is not None and study.reserved_micro == 0 and study.steps_reserved == 0
+
+
+class _Exploding(SyntheticBackend):
+    """A backend whose third window run raises, like a workflow bug."""
+
+    def run_window(self, candidate, window, kind, *, seal_at, should_stop):  # type: ignore[no-untyped-def]
+        if len(self.calls) == 2:
+            self.calls.append((candidate.index, kind.value, "boom"))
+            raise RuntimeError("the workflow broke")
+        return super().run_window(candidate, window, kind, seal_at=seal_at, should_stop=should_stop)
+
+
+def test_a_failed_run_marks_the_study_failed_keeps_its_lock_and_resumes(sqlite_url: str) -> None:
+    engine = open_store(sqlite_url)
+    sid = _create(engine, n=2)
+    with pytest.raises(RuntimeError, match="the workflow broke"):
+        run_study_local(engine, sid, _Exploding(), max_workers=1)
+    with session_scope(engine) as s:
+        study = s.get(StudyRow, sid)
+        assert study is not None and study.state == "FAILED"
+        assert study.error == "RuntimeError: the workflow broke"
+        assert study.reserved_micro == 0
+    with pytest.raises(ConflictError, match="One study at a time per workflow"):
+        _create(engine)  # a failed study still holds the workflow until resumed or cancelled
+    out = run_study_local(engine, sid, SyntheticBackend(), max_workers=1)  # resume
+    assert out.state == StudyState.FINISHED and out.holdout_score is not None

@@ -380,9 +380,13 @@ def run_study_local(engine: Engine, study_id: int, backend: StudyBackend, *,
     repo.start_study(engine, study_id)
     keys = plan_runs(engine, study_id)
     attempt = uuid.uuid4().hex
-    with ThreadPoolExecutor(max_workers=max_workers) as pool:
-        list(pool.map(lambda k: execute_run(engine, k, backend, attempt=f"{attempt}-{k.name}"),
-                      keys))
+    try:
+        with ThreadPoolExecutor(max_workers=max_workers) as pool:
+            list(pool.map(lambda k: execute_run(engine, k, backend, attempt=f"{attempt}-{k.name}"),
+                          keys))
+    except Exception as exc:
+        repo.mark_failed(engine, study_id, f"{type(exc).__name__}: {exc}")
+        raise
     return finalize_study(engine, study_id, backend)
 
 
