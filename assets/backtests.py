@@ -41,7 +41,7 @@ GROUP = "backtests"
 MODE_TAG = "mode"
 
 
-class BacktestConfig(dg.Config):  # type: ignore[misc]
+class BacktestConfig(dg.Config):
     """A backtest's configuration (the launchpad).
 
     Attributes:
@@ -73,7 +73,7 @@ class BacktestConfig(dg.Config):  # type: ignore[misc]
     on_step_error: str = "continue"
 
 
-class LiveConfig(dg.Config):  # type: ignore[misc]
+class LiveConfig(dg.Config):
     """A live run's configuration.
 
     Attributes:
@@ -87,7 +87,7 @@ class LiveConfig(dg.Config):  # type: ignore[misc]
     as_of: str | None = None
 
 
-class UsageConfig(dg.Config):  # type: ignore[misc]
+class UsageConfig(dg.Config):
     """Which workspace's usage to show.
 
     Attributes:
@@ -178,7 +178,7 @@ def _backtest_asset(name: str) -> dg.AssetsDefinition:
         config: BacktestConfig,
         store: StoreResource,
         backtest_models: BacktestModels,
-    ) -> dg.MaterializeResult:
+    ) -> dg.MaterializeResult[Any]:
         _stamp_mode(context, RunMode.HISTORICAL, name)
         try:
             data, label = _data(config)
@@ -214,7 +214,7 @@ def _live_asset(name: str) -> dg.AssetsDefinition:
         config: LiveConfig,
         store: StoreResource,
         backtest_models: BacktestModels,
-    ) -> dg.MaterializeResult:
+    ) -> dg.MaterializeResult[Any]:
         _stamp_mode(context, RunMode.LIVE, name)
         try:
             data, _label = _data(config)
@@ -262,7 +262,7 @@ def usage_markdown(rows: list[UsageRow]) -> str:
     kinds={"sql"},
     description="A workspace's model spend by day and by workflow, historical and live apart.",
 )
-def backtest_usage(context: dg.AssetExecutionContext, config: UsageConfig, store: StoreResource) -> dg.MaterializeResult:
+def backtest_usage(context: dg.AssetExecutionContext, config: UsageConfig, store: StoreResource) -> dg.MaterializeResult[Any]:
     since = dt.date.fromisoformat(config.since) if config.since else None
     with store.engine() as engine:
         rows = usage(engine, workspace=config.workspace, since=since)

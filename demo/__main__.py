@@ -8,6 +8,7 @@ import importlib
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 PARTS = ("refund", "credits", "backtest", "study", "reruns")
@@ -26,7 +27,8 @@ def main() -> int:
             if exc.name == f"demo.{name}":
                 continue
             raise
-        code = module.run(root)
+        run: Callable[[Path], int] = module.run  # every part exposes run(root) -> exit code
+        code = run(root)
         if code != 0:
             print(f"demo part {name!r} failed with exit code {code}", file=sys.stderr)
             return code

@@ -25,7 +25,7 @@ from typestrict_pipeline.backtest.service import ModelSetup, endpoint_models, st
 from typestrict_pipeline.backtest.workflow import Workflow
 
 
-class BacktestModels(dg.ConfigurableResource, abc.ABC):  # type: ignore[misc]
+class BacktestModels(dg.ConfigurableResource["BacktestModels"], abc.ABC):
     """Where a workflow's model clients come from, and their prices."""
 
     @abc.abstractmethod

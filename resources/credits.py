@@ -11,7 +11,7 @@ import dagster as dg
 from typestrict_pipeline.credits import DEFAULT_RETENTION_DAYS, RetentionPolicy
 
 
-class CreditsResource(dg.ConfigurableResource):  # type: ignore[misc]
+class CreditsResource(dg.ConfigurableResource["CreditsResource"]):
     """Settings of the credit ledger and the model files' retention.
 
     Attributes:

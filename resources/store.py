@@ -16,7 +16,7 @@ from sqlalchemy import Engine
 from typestrict_pipeline.store import default_store_url, normalize_url, open_store
 
 
-class StoreResource(dg.ConfigurableResource):  # type: ignore[misc]
+class StoreResource(dg.ConfigurableResource["StoreResource"]):
     """Our own tables (SQLAlchemy + Alembic): SQLite by default, PostgreSQL in production.
 
     Attributes:
