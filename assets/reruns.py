@@ -20,6 +20,7 @@ from typing import Any
 import dagster as dg
 from sqlalchemy import Engine
 
+from assets.studies import partitions_name
 from resources.reruns import RerunNotifierResource, RerunSettingsResource
 from resources.store import StoreResource
 from typestrict_pipeline.reruns.decide import SkipKind
@@ -52,13 +53,13 @@ study_lineage_spec = dg.AssetSpec(
 )
 
 
-class RerunRunConfig(dg.Config):  # type: ignore[misc]
+class RerunRunConfig(dg.Config):
     """Which claimed re-run to execute (set by the sensor or the schedule)."""
 
     run_key: str
 
 
-class EnableScheduleConfig(dg.Config):  # type: ignore[misc]
+class EnableScheduleConfig(dg.Config):
     """Re-run on a schedule: the finished study to re-run from, a cadence, and who sets it up."""
 
     study_id: str
@@ -67,7 +68,7 @@ class EnableScheduleConfig(dg.Config):  # type: ignore[misc]
     min_unseen_steps: int | None = None
 
 
-class CancelScheduleConfig(dg.Config):  # type: ignore[misc]
+class CancelScheduleConfig(dg.Config):
     """Which schedule to cancel, and who cancels it."""
 
     schedule_id: int
@@ -99,14 +100,14 @@ def run_scheduled_rerun(
     store: StoreResource,
     reruns: RerunSettingsResource,
     reruns_notifier: RerunNotifierResource,
-) -> dict:  # type: ignore[type-arg]
+) -> dict[str, Any]:
     """Create and run the claimed re-run, record the lineage, deliver notifications."""
     with store.engine() as engine:
         record = execute_rerun(engine, reruns.studies(engine), config.run_key, now=reruns.current_time())
         context.log.info(f"re-run {config.run_key}: {record.detail}")
         if record.study_id is not None:
             root = lineage_root_of(engine, record.study_id)
-            context.instance.add_dynamic_partitions(LINEAGE_PARTITIONS.name, [root])
+            context.instance.add_dynamic_partitions(partitions_name(LINEAGE_PARTITIONS), [root])
             lineage = lineage_materialization(engine, record.study_id)
             context.log_event(lineage)
             _record_leaderboard(context, engine, int(record.study_id), lineage.metadata["lineage"])
@@ -131,7 +132,7 @@ def _record_leaderboard(
 
     board = load_leaderboard(engine, study_id)
     header, _, table = board_markdown(board).partition("\n\n")
-    context.instance.add_dynamic_partitions(STUDY_PARTITIONS.name, [str(study_id)])
+    context.instance.add_dynamic_partitions(partitions_name(STUDY_PARTITIONS), [str(study_id)])
     context.log_event(dg.AssetMaterialization(
         asset_key=LEADERBOARD_KEY, partition=str(study_id),
         metadata={"header": dg.MetadataValue.md(header), "leaderboard": dg.MetadataValue.md(table),

@@ -15,6 +15,7 @@ failure re-runs only unfinished steps, and each step is idempotent on its
 charged twice.
 """
 
+from collections.abc import Iterator
 from typing import Any
 
 import dagster as dg
@@ -39,7 +40,7 @@ study_leaderboard_spec = dg.AssetSpec(
 )
 
 
-class StudyJobConfig(dg.Config):  # type: ignore[misc]
+class StudyJobConfig(dg.Config):
     """Which study to run (create it first with `typestrict study run` or the Python API).
 
     ``fanout``: ``"candidate"`` (default) makes one step per candidate, running its folds'
@@ -50,6 +51,13 @@ class StudyJobConfig(dg.Config):  # type: ignore[misc]
 
     study_id: int
     fanout: str = "candidate"
+
+
+def partitions_name(partitions: dg.DynamicPartitionsDefinition) -> str:
+    """The name of a named dynamic partitions definition (always set here)."""
+    if partitions.name is None:
+        raise dg.DagsterInvariantViolationError("expected a named dynamic partitions definition, got none")
+    return partitions.name
 
 
 def _key_to_json(key: RunKey) -> dict[str, Any]:
@@ -67,7 +75,8 @@ def _key_from_json(d: dict[str, Any]) -> RunKey:
 
 
 @dg.op(out=dg.DynamicOut(list), tags={"area": "studies"})
-def study_plan(context: dg.OpExecutionContext, config: StudyJobConfig, store: StoreResource):
+def study_plan(context: dg.OpExecutionContext, config: StudyJobConfig,
+               store: StoreResource) -> Iterator[dg.DynamicOutput[list[dict[str, Any]]]]:
     """Mark the study running and fan out one step per candidate (or per window run)."""
     if config.fanout not in ("candidate", "window"):
         raise dg.Failure(f"expected fanout 'candidate' or 'window', got {config.fanout!r}. "
@@ -88,8 +97,8 @@ def study_plan(context: dg.OpExecutionContext, config: StudyJobConfig, store: St
 
 
 @dg.op(tags={"area": "studies"})
-def study_backtests(context: dg.OpExecutionContext, keys: list, store: StoreResource,
-                    study_runner: StudyRunnerResource) -> dict:
+def study_backtests(context: dg.OpExecutionContext, keys: list[dict[str, Any]], store: StoreResource,
+                    study_runner: StudyRunnerResource) -> dict[str, Any]:
     """Reserve, run and settle this step's window backtests in order; idempotent per window."""
     run_keys = [_key_from_json(k) for k in keys]
     statuses: dict[str, int] = {}
@@ -112,8 +121,8 @@ def study_backtests(context: dg.OpExecutionContext, keys: list, store: StoreReso
 
 
 @dg.op(tags={"area": "studies"})
-def study_finalize(context: dg.OpExecutionContext, results: list, store: StoreResource,
-                   study_runner: StudyRunnerResource) -> dict:
+def study_finalize(context: dg.OpExecutionContext, results: list[dict[str, Any]], store: StoreResource,
+                   study_runner: StudyRunnerResource) -> dict[str, Any]:
     """Rank, pick the winner, score the holdout, close the study; record the leaderboard."""
     if not results:
         raise dg.Failure("expected at least one planned window run, got none. Check the study.")
@@ -126,7 +135,7 @@ def study_finalize(context: dg.OpExecutionContext, results: list, store: StoreRe
     for r in results:
         for k, n in r["statuses"].items():
             statuses[k] = statuses.get(k, 0) + n
-    context.instance.add_dynamic_partitions(STUDY_PARTITIONS.name, [str(study_id)])
+    context.instance.add_dynamic_partitions(partitions_name(STUDY_PARTITIONS), [str(study_id)])
     md = render_markdown(board)
     header, _, table = md.partition("\n\n")
     context.log_event(dg.AssetMaterialization(

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 LATENCY_S = 0.2
 IN_FLIGHT = 32
@@ -65,7 +66,7 @@ def main() -> None:
         os.environ["TYPESTRICT_STORE_URL"] = url
         engine = open_store(url)
         wf = default_registry().active("seattle_rain")
-        backend = {"backend": "engine", "setup": "typestrict_pipeline.study.setups:registered_workflow",
+        backend: dict[str, Any] = {"backend": "engine", "setup": "typestrict_pipeline.study.setups:registered_workflow",
                    "setup_args": {"workflow": "seattle_rain", "dataset": "seattle_weather",
                                   "base_url": base_url, "model": DEMO_MODEL,
                                   "input_micro_usd_per_mtok": 150_000,
@@ -98,7 +99,8 @@ def main() -> None:
               f"{ideal:.1f} s, efficiency {ideal / wall:.0%}; spend ${(spend or 0) / 1e6:.4f}")
         from typestrict_pipeline.study.backends import EngineBackend, load_setup
 
-        seq = EngineBackend(load_setup(backend["setup"], backend["setup_args"]), max_in_flight=1)
+        seq = EngineBackend(load_setup(str(backend["setup"]), backend["setup_args"]),
+                            max_in_flight=1)
         w = layout.holdout
         win = Window(w.start, w.start + 32 * layout.step, 32)
         t0 = time.perf_counter()

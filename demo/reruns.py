@@ -17,6 +17,7 @@ import datetime as dt
 from pathlib import Path
 
 import dagster as dg
+from dagster._core.definitions.sensor_definition import SensorExecutionData
 
 from assets.reruns import enable_study_schedule_job, study_rerun_job, study_rerun_sensor
 from resources.reruns import RerunNotifierResource, RerunSettingsResource
@@ -64,7 +65,7 @@ def run(root: Path) -> int:
                                                          smtp_port=smtp.port, sender="typestrict@localhost"),
             }
 
-        def tick(now: dt.datetime, cursor: str | None) -> dg.SensorResult:
+        def tick(now: dt.datetime, cursor: str | None) -> SensorExecutionData:
             ctx = dg.build_sensor_context(instance=instance, cursor=cursor, resources=resources(now))
             return study_rerun_sensor.evaluate_tick(ctx)
 
@@ -83,14 +84,14 @@ def run(root: Path) -> int:
 
         record_data_end(engine, "demo", scenario.WORKFLOW, ROOT_END + 10 * DAY)
         second = tick(T0 + HOUR, first.cursor)
-        request = second.run_requests[0]
+        request = (second.run_requests or [])[0]
         print(f"4. 10 new steps arrived; study_rerun_sensor fired: run key {request.run_key} (cursor {second.cursor})")
         same = tick(T0 + HOUR, second.cursor)
         print(f"   the same tick evaluated again: \"{same.skip_message}\" (the re-run is requested once)")
 
         result = study_rerun_job.execute_in_process(
             run_config=request.run_config, instance=instance,
-            tags={**request.tags, "dagster/run_key": request.run_key}, resources=resources(T0 + HOUR))
+            tags={**request.tags, "dagster/run_key": str(request.run_key)}, resources=resources(T0 + HOUR))
         out = result.output_for_node("run_scheduled_rerun")
         print(f"5. study_rerun_job: re-run study {out['study_id']} {out['state']}, winner {out['winner']} "
               f"(changed: {out['winner_changed']}), notifications delivered: {out['delivered']}")
@@ -104,7 +105,7 @@ def run(root: Path) -> int:
         print(f"7. mail to {', '.join(mail.recipients)}: \"{mail.message['Subject']}\"")
     print("8. typestrict schedule status:")
     print("   " + status_text(engine, get_schedule(engine, schedule_id)).replace("\n", "\n   "))
-    ok = (first.skip_message == "Not enough unseen data yet: 7 of 10 steps" and len(second.run_requests) == 1
+    ok = (first.skip_message == "Not enough unseen data yet: 7 of 10 steps" and len(second.run_requests or []) == 1
           and out["winner_changed"] is True and len(mails) == 1)
     engine.dispose()
     return 0 if ok else 1

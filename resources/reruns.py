@@ -31,7 +31,7 @@ from typestrict_pipeline.reruns.workspace import SpendSource, store_spend_source
 from typestrict_pipeline.store import utcnow
 
 
-class RerunSettingsResource(dg.ConfigurableResource):  # type: ignore[type-arg]
+class RerunSettingsResource(dg.ConfigurableResource["RerunSettingsResource"]):
     """How ticks and re-runs see the world.
 
     Attributes:
@@ -60,7 +60,7 @@ class RerunSettingsResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         return store_spend_source(engine)
 
 
-class RerunNotifierResource(dg.ConfigurableResource):  # type: ignore[type-arg]
+class RerunNotifierResource(dg.ConfigurableResource["RerunNotifierResource"]):
     """Delivers the outbox through SMTP or a webhook.
 
     Attributes:

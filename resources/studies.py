@@ -17,7 +17,7 @@ from typestrict_pipeline.study.backends import backend_from_config
 from typestrict_pipeline.study.runner import StudyBackend
 
 
-class StudyRunnerResource(dg.ConfigurableResource):  # type: ignore[misc]
+class StudyRunnerResource(dg.ConfigurableResource["StudyRunnerResource"]):
     """Builds a study's backend from its stored configuration.
 
     Attributes:
