@@ -1,5 +1,6 @@
 """The backtests' Dagster wiring, in process: launchpad config, HISTORICAL tags, run card metadata."""
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,39 @@ def _config(**kw: Any) -> dict[str, Any]:
     return {"ops": {"backtest_seattle_rain": {"config": kw}}}
 
 
+Metadata = Mapping[str, dg.MetadataValue]
+
+
+def _int(md: Metadata, key: str) -> int:
+    value = md[key].value
+    assert isinstance(value, int), f"{key}: expected an int, got {value!r}"
+    return value
+
+
+def _float(md: Metadata, key: str) -> float:
+    value = md[key].value
+    assert isinstance(value, float), f"{key}: expected a float, got {value!r}"
+    return value
+
+
+def _text(md: Metadata, key: str) -> str:
+    value = md[key].value
+    assert isinstance(value, str), f"{key}: expected text, got {value!r}"
+    return value
+
+
+def _json_object(md: Metadata, key: str) -> Mapping[str, Any]:
+    value = md[key].value
+    assert isinstance(value, Mapping), f"{key}: expected a JSON object, got {value!r}"
+    return value
+
+
+def _table(md: Metadata, key: str) -> dg.TableMetadataValue:
+    value = md[key]
+    assert isinstance(value, dg.TableMetadataValue), f"{key}: expected a table, got {value!r}"
+    return value
+
+
 def test_every_registered_workflow_has_a_backtest_job_a_live_job_and_a_schedule(defs: dg.Definitions) -> None:
     job = defs.resolve_job_def("backtest_seattle_rain_job")
     assert job.tags["mode"] == "HISTORICAL" and job.tags["workflow"] == "seattle_rain"
@@ -48,14 +82,14 @@ def test_the_backtest_job_stores_everything_and_shows_the_run_card(defs: dg.Defi
     assert md["mode"].value == "HISTORICAL"
     assert md["time_range"].value == "2014-03-01T00:00:00Z .. 2014-03-31T00:00:00Z"
     assert md["steps_run"].value == 31 and md["steps_failed"].value == 0
-    assert 0.0 <= md["mean_score"].value <= 1.0
-    assert len(md["score_over_time"].value.records) == 20
-    assert md["cost_micro_usd"].value > 0 and md["cost_usd"].value.startswith("$0.000")
+    assert 0.0 <= _float(md, "mean_score") <= 1.0
+    assert len(_table(md, "score_over_time").records) == 20
+    assert _int(md, "cost_micro_usd") > 0 and _text(md, "cost_usd").startswith("$0.000")
     assert md["params"].value == {"lookback_days": 3, "threshold": 0.5}
-    assert "[HISTORICAL]" in md["run_card"].value
+    assert "[HISTORICAL]" in _text(md, "run_card")
     engine = open_store(f"sqlite:///{tmp_path / 'store.db'}")
     try:
-        stored = bs.load_backtest(engine, md["backtest_id"].value)
+        stored = bs.load_backtest(engine, _text(md, "backtest_id"))
         assert stored.dagster_run_id == result.run_id and stored.mode is RunMode.HISTORICAL
         assert stored.card is not None and stored.card.mean_score == md["mean_score"].value
         assert len(bs.load_steps(engine, stored.id)) == 31
@@ -94,15 +128,16 @@ def test_live_run_and_usage_keep_historical_and_live_apart(defs: dg.Definitions)
             instance=instance,
             run_config={"ops": {"live_decision_seattle_rain": {"config": {"as_of": "2016-01-01"}}}})
         assert bt.success and live.success
-        assert instance.get_run_by_id(live.run_id).tags["mode"] == "LIVE"  # type: ignore[union-attr]
+        live_run = instance.get_run_by_id(live.run_id)
+        assert live_run is not None and live_run.tags["mode"] == "LIVE"
         usage = defs.resolve_job_def("backtest_usage_job").execute_in_process(instance=instance)
     lmd = live.asset_materializations_for_node("live_decision_seattle_rain")[0].metadata
-    assert lmd["mode"].value == "LIVE" and set(lmd["decision"].value) == {"p_rain", "rain"}
+    assert lmd["mode"].value == "LIVE" and set(_json_object(lmd, "decision")) == {"p_rain", "rain"}
     cost = bt.asset_materializations_for_node("backtest_seattle_rain")[0].metadata["cost_micro_usd"].value
     umd = usage.asset_materializations_for_node("backtest_usage")[0].metadata
     assert umd["historical_micro_usd"].value == cost
     assert umd["live_micro_usd"].value == 11
-    assert "| LIVE |" in umd["usage"].value and "| HISTORICAL |" in umd["usage"].value
+    assert "| LIVE |" in _text(umd, "usage") and "| HISTORICAL |" in _text(umd, "usage")
 
 
 def test_the_default_models_resource_uses_the_stand_in_without_an_endpoint(

@@ -105,7 +105,7 @@ def test_a_backtest_scores_every_step_in_order_and_costs_every_call(server: Stan
     assert card.cost_micro_usd == 40 * 106 and card.cost_per_step_micro_usd == 106
     assert card.input_tokens == 4000 and card.output_tokens == 120 and card.model_calls == 40
     scores = [s.score for s in result.steps]
-    assert card.mean_score == pytest.approx(sum(scores) / 40)  # type: ignore[arg-type]
+    assert card.mean_score == pytest.approx(sum(scores) / 40)
     assert all(c.mode is RunMode.HISTORICAL and c.step_index == s.index
                for s in result.steps for c in s.calls)
     assert sum(b.steps for b in card.score_over_time) == 40

@@ -66,7 +66,7 @@ def _reachable_arrays(root: object, limit: int = 10_000) -> list[np.ndarray]:
             stack.extend(getattr(obj, s) for s in PointInTimeView.__slots__)
             continue
         if type(obj).__name__ == "_Block":
-            stack.extend((obj.cols, obj.prev))  # type: ignore[attr-defined]
+            stack.extend((obj.cols, obj.prev))
             continue
         stack.extend(gc.get_referents(obj))
     return arrays

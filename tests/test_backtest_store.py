@@ -164,7 +164,7 @@ def test_a_failed_step_is_stored_with_its_error(engine: Any) -> None:
 
 def test_concurrent_activations_leave_exactly_one_active_version(engine: Any) -> None:
     reg = WorkflowRegistry()
-    base = simple(fixture=lambda: None)  # type: ignore[arg-type,return-value]
+    base = simple(fixture=lambda: None)
     reg.register(base)
     variants = [base.variant(params={"k": k}) for k in range(2, 10)]
     barrier = threading.Barrier(len(variants))

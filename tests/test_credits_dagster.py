@@ -77,7 +77,7 @@ def env(typestrict_home: Path, sqlite_url: str) -> dict[str, Any]:
     }
 
 
-def settle(env: dict[str, Any], training_id: str, judgement: TrainingJudgement) -> dg.MaterializeResult:
+def settle(env: dict[str, Any], training_id: str, judgement: TrainingJudgement) -> dg.MaterializeResult[Any]:
     res: RefundTrainingsResource = env["resources"]["refund_trainings"]
     path = write_audit(res.audit_path(training_id),
                        build_audit(judgement, training_id=training_id, model_id=f"m-{training_id}",

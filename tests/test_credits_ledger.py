@@ -6,6 +6,7 @@ import datetime as dt
 import threading
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -83,7 +84,7 @@ def test_the_database_itself_refuses_a_second_settlement(store_url: str) -> None
                           amount=1, balance_after=3, verdict="refund", reason="dup", created_at=T0))
     with pytest.raises(IntegrityError), engine.begin() as conn:
         conn.execute(text("UPDATE credit_accounts SET balance = -1 WHERE workspace_id = 'w'"))
-    bad_rows = [
+    bad_rows: list[dict[str, Any]] = [
         # a second refund for the same training, under another reference
         dict(kind="settlement", reference="t-again", training_id="t", amount=1),
         # a refund of two credits

@@ -6,6 +6,7 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
+from sqlalchemy import Engine
 
 from typestrict_pipeline.credits import (
     CreditLedger,
@@ -13,6 +14,7 @@ from typestrict_pipeline.credits import (
     RetentionError,
     RetentionPolicy,
     SettlementRequest,
+    SettlementResult,
     audit_bytes,
     due_for_expiry,
     expire_models,
@@ -38,8 +40,8 @@ def _model(root: Path, training_id: str) -> Path:
     return folder
 
 
-def _settle(engine, root: Path, training_id: str, verdict: Verdict, when: dt.datetime,
-            policy: RetentionPolicy | None = None, audit: bytes | None = AUDIT):  # type: ignore[no-untyped-def]
+def _settle(engine: Engine, root: Path, training_id: str, verdict: Verdict, when: dt.datetime,
+            policy: RetentionPolicy | None = None, audit: bytes | None = AUDIT) -> SettlementResult:
     return settle_training(
         engine,
         SettlementRequest("ws", training_id, verdict, f"{verdict.value}", keep_if_loses=verdict is Verdict.KEPT,

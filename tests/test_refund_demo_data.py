@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from typestrict_pipeline.demo_data import lexicon
@@ -25,11 +26,11 @@ from typestrict_pipeline.refund.predictions import read_predictions
 
 
 @pytest.fixture(scope="module")
-def corpus():  # type: ignore[no-untyped-def]
+def corpus() -> pd.DataFrame:
     return load_rotten_tomatoes()
 
 
-def test_the_loader_reads_the_whole_corpus(corpus) -> None:  # type: ignore[no-untyped-def]
+def test_the_loader_reads_the_whole_corpus(corpus: pd.DataFrame) -> None:
     s = summarize(corpus)
     assert s.rows == 13_905
     assert s.movies == 1_449
@@ -47,7 +48,7 @@ def test_the_loader_names_a_bad_answer_with_file_row_and_column(tmp_path: Path) 
         load_rotten_tomatoes(bad)
 
 
-def test_the_demo_frame_derives_the_second_decision(corpus) -> None:  # type: ignore[no-untyped-def]
+def test_the_demo_frame_derives_the_second_decision(corpus: pd.DataFrame) -> None:
     frame = demo_frame()
     assert len(frame) == 13_891
     assert set(frame["kind"]) == {"review", "plot"}

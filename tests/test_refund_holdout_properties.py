@@ -32,7 +32,7 @@ def datasets(draw: st.DrawFn, *, min_labeled: int = 3, max_rows: int = 250) -> l
     weighted = [ANSWERS[i] for i in range(k) for _ in range(skew[i])]
     records = []
     for i in range(n):
-        answer = draw(st.sampled_from(weighted))
+        answer: str | None = draw(st.sampled_from(weighted))
         if unlabeled_share and draw(st.floats(0, 1)) < unlabeled_share:
             answer = None
         group = f"g{draw(st.integers(0, n_groups - 1))}" if grouped else None

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
@@ -27,9 +27,14 @@ def _build(decisions: list[Any], keep: bool = False) -> dict[str, Any]:
                        model_id="mdl_9", jev_id="jev-1", split={"n_test": 100})
 
 
+class _Skills(TypedDict):
+    model_skill: float
+    jev_skill: float
+
+
 @pytest.fixture(scope="module")
 def audits() -> dict[str, dict[str, Any]]:
-    win = dict(model_skill=2.0, jev_skill=0.3)
+    win: _Skills = {"model_skill": 2.0, "jev_skill": 0.3}
     return {
         "single": _build([synthetic_decision(seed=21, n=60, n_answers=3, **win)]),
         "refund": _build([synthetic_decision(seed=22, n=50, n_answers=2, ties=True)]),
