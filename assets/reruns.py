@@ -232,7 +232,9 @@ def _instance(context: dg.SensorEvaluationContext | dg.ScheduleEvaluationContext
 
 
 @dg.sensor(
-    job=study_rerun_job,
+    # Targeted by name, not by the job object: Dagster re-creates a sensor that holds a job
+    # needing resources and, in 1.13, warns "BetaWarning: Parameter `owners`" when it does.
+    job_name="study_rerun_job",
     minimum_interval_seconds=60,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Fires a scheduled study re-run when enough unseen steps have arrived; otherwise "
@@ -256,7 +258,7 @@ def study_rerun_sensor(
 
 
 @dg.schedule(
-    job=study_rerun_job,
+    job_name="study_rerun_job",
     cron_schedule="*/15 * * * *",
     execution_timezone="UTC",
     default_status=dg.DefaultScheduleStatus.STOPPED,

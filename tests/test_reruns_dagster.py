@@ -280,3 +280,18 @@ def test_outbox_sensor_delivers_and_keeps_failures(sqlite_url: str) -> None:
         second = notification_outbox_sensor.evaluate_tick(ctx)
         assert second.skip_message == "Delivered 1 notification(s); 0 will be retried; 0 given up"
         assert [m.message["Subject"] for m in smtp.messages] == [TITLE_WINNER_CHANGED]
+
+
+def test_the_code_location_resolves_without_the_sensor_owners_beta_warning() -> None:
+    """Binding resources to study_rerun_job must not re-create the sensor with ``owners``."""
+    import warnings
+
+    from assets.reruns import build_defs
+    from resources.reruns import default_resources
+
+    fresh = dg.Definitions.merge(build_defs(), dg.Definitions(
+        resources={**default_resources(), "store": StoreResource()}))  # not cached by other tests
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fresh.get_repository_def()
+    assert not [w for w in caught if "owners" in str(w.message)]
