@@ -22,7 +22,9 @@ def test_backtest_run_prints_the_run_card_then_list_show_live_and_usage(
     assert code == 0
     assert "Backtest run card: seattle_rain @ v" in out and "[HISTORICAL]" in out
     assert "steps           30 run of 30 planned" in out and "lookback_days=3" in out
-    bid = re.search(r"backtest id\s+([0-9a-f]{32})", out).group(1)  # type: ignore[union-attr]
+    found = re.search(r"backtest id\s+([0-9a-f]{32})", out)
+    assert found is not None, out
+    bid = found.group(1)
 
     assert main(["backtest", "list", *store]) == 0
     assert bid in capsys.readouterr().out
@@ -67,7 +69,9 @@ def test_a_csv_without_knowledge_times_is_refused(
 def test_activate_changes_what_runs(store: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["backtest", "activate", "seattle_rain", "--param", "threshold=0.7", *store]) == 0
     activated = capsys.readouterr().out
-    vid = re.search(r"version (v[0-9a-f]{16}) is now active", activated).group(1)  # type: ignore[union-attr]
+    found = re.search(r"version (v[0-9a-f]{16}) is now active", activated)
+    assert found is not None, activated
+    vid = found.group(1)
     assert main(["run", "seattle_rain", "--as-of", "2016-01-01", "--standin-latency", "0", *store]) == 0
     assert f"seattle_rain @ {vid}" in capsys.readouterr().out
 

@@ -159,7 +159,8 @@ def test_a_failed_step_is_stored_with_its_error(engine: Any) -> None:
     steps = bs.load_steps(engine, bid)
     assert steps[2].status is StepStatus.FAILED and steps[2].score is None
     assert steps[2].error == "decide: ValueError: bad row"
-    assert bs.load_backtest(engine, bid).card.steps_failed == 1  # type: ignore[union-attr]
+    card = bs.load_backtest(engine, bid).card
+    assert card is not None and card.steps_failed == 1
 
 
 def test_concurrent_activations_leave_exactly_one_active_version(engine: Any) -> None:

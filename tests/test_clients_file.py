@@ -75,7 +75,8 @@ def test_end_to_end_file_model_and_stand_in_jev(tmp_path: Path) -> None:
         m = load_manifest(write_training(tmp_path, server.base_url))
         ds = load_dataset(m)
         holdout = split_dataset(ds, "polar")
-        model_client = client_for_source(m.model, system="model")  # type: ignore[arg-type]
+        assert m.model is not None
+        model_client = client_for_source(m.model, system="model")
         jev_client = client_for_source(m.jev, system="jev")
         assert isinstance(model_client, PredictionsFileClient) and isinstance(
             jev_client, OpenAICompatibleClient

@@ -6,6 +6,7 @@ import json
 import math
 import urllib.error
 import urllib.request
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ from typestrict_pipeline.clients import (
 from typestrict_pipeline.clients.standin import STANDIN_FINGERPRINT
 
 
-def post(url: str, body: bytes) -> tuple[int, dict[str, str], dict[str, object]]:
+def post(url: str, body: bytes) -> tuple[int, dict[str, str], dict[str, Any]]:
     request = urllib.request.Request(
         url, data=body, headers={"Content-Type": "application/json"}, method="POST"
     )
@@ -46,13 +47,13 @@ def test_openai_shaped_answer_labelled_as_a_stand_in() -> None:
             payload["system_fingerprint"] == STANDIN_FINGERPRINT
             and payload["object"] == "chat.completion"
         )
-        choice = payload["choices"][0]  # type: ignore[index]
+        choice = payload["choices"][0]
         top = choice["logprobs"]["content"][0]["top_logprobs"]
         assert [t["token"] for t in top] in (["A", "B"], ["B", "A"])
         assert math.isclose(sum(math.exp(t["logprob"]) for t in top), 1.0)
         assert choice["message"]["content"] == top[0]["token"]
         usage = payload["usage"]
-        assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]  # type: ignore[index]
+        assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
         assert "stand-in" in repr(s)
         with urllib.request.urlopen(s.base_url + "/models", timeout=5) as response:
             models = json.loads(response.read())

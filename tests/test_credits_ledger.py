@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections import Counter
+from collections.abc import Callable
+from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Engine, inspect, select, text
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from typestrict_pipeline.credits import (
     CreditEntry,
@@ -208,14 +211,14 @@ def test_a_training_belongs_to_one_workspace(ledger: CreditLedger) -> None:
 # --- truly concurrent writers on the real PostgreSQL server -------------------------------------
 
 
-def _race(n: int, target: object) -> list[BaseException]:
+def _race(n: int, target: Callable[[int], object]) -> list[BaseException]:
     barrier = threading.Barrier(n)
     errors: list[BaseException] = []
 
     def run(i: int) -> None:
         barrier.wait()
         try:
-            target(i)  # type: ignore[operator]
+            target(i)
         except BaseException as exc:
             errors.append(exc)
 
@@ -322,10 +325,10 @@ def test_concurrent_settlements_in_separate_processes_on_postgres(pg_url: str) -
     engine.dispose()
 
 
-def _settle_in_child(url: str, start: object) -> None:
+def _settle_in_child(url: str, start: EventType) -> None:
     engine = open_store(url)
     engine.dispose(close=False)  # never reuse the parent's pooled connections after fork
-    start.wait()  # type: ignore[attr-defined]
+    start.wait()
     CreditLedger(engine).settle("ws", "tr", Verdict.REFUND, reason="race", now=T0)
 
 
@@ -346,10 +349,10 @@ def test_run_transaction_gives_up_with_a_clear_message(sqlite_url: str) -> None:
     engine = open_store(sqlite_url)
     CreditLedger(engine).grant("ws", 1, reference="g", now=T0)
 
-    def always_conflicts(session: object) -> None:
-        session.add(CreditEntry(workspace_id="ws", kind=EntryKind.GRANT, reference="g",  # type: ignore[attr-defined]
+    def always_conflicts(session: Session) -> None:
+        session.add(CreditEntry(workspace_id="ws", kind=EntryKind.GRANT, reference="g",
                                 amount=1, balance_after=2, reason="dup", created_at=T0))
-        session.flush()  # type: ignore[attr-defined]
+        session.flush()
 
     with pytest.raises(StoreError, match="uniqueness conflict every time"):
         run_transaction(engine, always_conflicts)

@@ -15,6 +15,7 @@ import tempfile
 from collections import Counter
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -51,7 +52,7 @@ def _engine() -> Engine:
 
 @settings(max_examples=60, deadline=None)
 @given(sequence=ops)
-def test_random_sequences_keep_the_ledger_exact(sequence: list[tuple]) -> None:  # type: ignore[type-arg]
+def test_random_sequences_keep_the_ledger_exact(sequence: list[tuple[Any, ...]]) -> None:
     n = next(_COUNTER)
     ws = f"ws{n}"
     ledger = CreditLedger(_engine())

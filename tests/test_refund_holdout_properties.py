@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from fractions import Fraction
 
@@ -99,9 +100,9 @@ def test_the_real_2000_cap_keeps_shares() -> None:
 
 @SETTINGS
 @given(datasets(), st.randoms(use_true_random=False))
-def test_same_test_set_under_any_row_permutation(records: list[HoldoutRecord], rnd: object) -> None:
+def test_same_test_set_under_any_row_permutation(records: list[HoldoutRecord], rnd: random.Random) -> None:
     shuffled = list(records)
-    rnd.shuffle(shuffled)  # type: ignore[attr-defined]
+    rnd.shuffle(shuffled)
     a = draw_holdout(records, decision="d")
     b = draw_holdout(shuffled, decision="d")
     assert a.test_ids == b.test_ids

@@ -72,7 +72,9 @@ def test_the_shipped_template_stores_a_verdict_run_in_postgres(
         run_id = result.run_id
         latest = instance.get_latest_materialization_event(dg.AssetKey("verdict"))
         assert latest is not None and latest.run_id == run_id
-        meta = latest.asset_materialization.metadata  # type: ignore[union-attr]
+        materialization = latest.asset_materialization
+        assert materialization is not None
+        meta = materialization.metadata
         assert meta["verdict"].value == "beats"
     finally:
         instance.dispose()
