@@ -15,6 +15,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import dagster as dg
@@ -39,11 +40,11 @@ from typestrict_pipeline.refund.holdout import split_decisions, training_ids
 from typestrict_pipeline.refund.manifest import load_manifest
 
 
-def _best(fn: object, repeat: int = 3) -> float:
+def _best(fn: Callable[[], object], repeat: int = 3) -> float:
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        fn()  # type: ignore[operator]
+        fn()
         times.append(time.perf_counter() - t0)
     return min(times)
 

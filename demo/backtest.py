@@ -57,7 +57,11 @@ def run(root: Path) -> int:
     if not result.success:
         print("  the backtest run failed:", result.get_step_failure_events()[:1])
         return 1
-    tags = instance.get_run_by_id(result.run_id).tags  # type: ignore[union-attr]
+    run = instance.get_run_by_id(result.run_id)
+    if run is None:
+        print(f"  the backtest run {result.run_id} is missing from the Dagster instance")
+        return 1
+    tags = run.tags
     engine = open_store(default_store_url())
     try:
         stored = list_backtests(engine, workspace="demo", workflow=WORKFLOW, limit=1)[0]

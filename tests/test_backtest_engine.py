@@ -212,6 +212,7 @@ def test_reading_the_future_stops_the_backtest_with_a_clear_error() -> None:
                         decide=lambda c: float(c.data["series"].get("v", c.t + DAY)) > 0)
     with pytest.raises(LookAheadError, match=r"table 'series': expected a read of rows known at or before the step's time 2021-01-02T00:00:00Z") as info:
         run_backtest(wf, data=table(), start=T0 + DAY, end=T0 + 20 * DAY, step=DAY, max_in_flight=1)
+    # The engine attaches the partial result to the exception as an ad-hoc attribute.
     partial = info.value.backtest_result  # type: ignore[attr-defined]
     assert partial.card.status is BacktestStatus.FAILED and partial.card.steps_run == 0
 
