@@ -223,24 +223,49 @@ def test_workflow_taken_between_tick_and_run_releases_the_claim(sqlite_url: str)
     assert execute_rerun(engine, port, again.run_key).state is LineageState.FINISHED
 
 
-def test_min_unseen_steps_comes_from_the_study_or_is_given_once(sqlite_url: str) -> None:
+def test_min_unseen_steps_comes_from_the_study_and_re_runs_copy_it(sqlite_url: str) -> None:
     engine = open_store(sqlite_url)
     set_workspace(engine, WS, subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=50_000_000)
     workflow = scenario.backend(shift_at=ROOT_END)
     port = scenario.port(engine)
     stored = scenario.create_root_study(engine, workspace=WS, root_end=ROOT_END, budget_micro_usd=10**6,
-                                        min_unseen_steps=12, workflow=workflow, record_setting=False)
+                                        min_unseen_steps=12, workflow=workflow)
     scenario.run(engine, stored)
-    view = enable_schedule(engine, port, study_id=stored, cadence="1d", owner="ana@example.com", now=T0)
-    assert view.min_unseen_steps == 12  # from the study's configuration, set when it was created
-    cancel_schedule(engine, view.id, by="ana@example.com")
-    with pytest.raises(InputError, match="match the study's"):
+    with pytest.raises(InputError, match="match the study's"):  # an override that differs is refused
         enable_schedule(engine, port, study_id=stored, cadence="1d", owner="ana@example.com", min_unseen_steps=5)
+    view = enable_schedule(engine, port, study_id=stored, cadence="1d", owner="ana@example.com", now=T0)
+    assert view.min_unseen_steps == 12  # the study's own value, set when it was created
+    record_data_end(engine, WS, scenario.WORKFLOW, ROOT_END + 12 * DAY)
+    fired = evaluate_schedule(engine, port, view.id, now=T0, spend=store_spend_source(engine))
+    assert fired is not None and fired.run_key is not None
+    record = execute_rerun(engine, port, fired.run_key)
+    with session_scope(engine) as s:
+        child = s.get(StudyRow, int(record.study_id or 0))
+        assert child is not None and child.min_unseen_steps == 12  # the re-run copies it
+
+
+def test_a_study_created_without_the_minimum_gets_it_once_at_enable(sqlite_url: str) -> None:
+    engine = open_store(sqlite_url)
+    set_workspace(engine, WS, subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=50_000_000)
+    port = scenario.port(engine)
+    sid = scenario.create_root_study(engine, workspace=WS, root_end=ROOT_END, budget_micro_usd=10**6,
+                                     min_unseen_steps=None, workflow=scenario.backend(shift_at=ROOT_END))
+    scenario.run(engine, sid)
+    with pytest.raises(InputError, match="Create the study with --min-unseen-steps N"):
+        enable_schedule(engine, port, study_id=sid, cadence="1d", owner="ana@example.com", now=T0)
+    view = enable_schedule(engine, port, study_id=sid, cadence="1d", owner="ana@example.com",
+                           min_unseen_steps=15, now=T0)
+    assert view.min_unseen_steps == 15
+    with session_scope(engine) as s:
+        row = s.get(StudyRow, int(sid))
+        assert row is not None and row.min_unseen_steps == 15  # stored on the study, once
+    cancel_schedule(engine, view.id, by="ana@example.com")
+    with pytest.raises(InputError, match=r"match the study's \(15\)"):
+        enable_schedule(engine, port, study_id=sid, cadence="1d", owner="ana@example.com", min_unseen_steps=9)
 
 
 def test_rerun_of_a_study_on_the_studies_areas_own_backend(sqlite_url: str) -> None:
     """A study created by the studies area itself (its synthetic workflow, its config) re-runs too."""
-    from typestrict_pipeline.reruns.service import set_min_unseen_steps
     from typestrict_pipeline.study.repository import LastBacktest
     from typestrict_pipeline.study.runner import run_study_local
     from typestrict_pipeline.study.service import (
@@ -258,11 +283,10 @@ def test_rerun_of_a_study_on_the_studies_areas_own_backend(sqlite_url: str) -> N
         start=dt.datetime(2012, 1, 1, tzinfo=dt.UTC), end=dt.datetime(2012, 6, 1, tzinfo=dt.UTC),
         step=DAY, n_folds=2, tune_steps=10, eval_steps=10, holdout_steps=10,
         max_candidates=3, max_total_steps=100_000, budget_micro=1_000_000,
-        backend={"backend": "synthetic", "cost_per_step": 3},
+        backend={"backend": "synthetic", "cost_per_step": 3}, min_unseen_steps=15,
     )
     sid = create_study_from_config(engine, config, last_backtest=LastBacktest(30, 10))
     run_study_local(engine, sid, study_backend(engine, sid), max_workers=2)
-    set_min_unseen_steps(engine, str(sid), 15)
     port = StoreStudies(engine)
     sched = enable_schedule(engine, port, study_id=str(sid), cadence="1d", owner="ana@example.com", now=T0)
     record_data_end(engine, "demo", "wx", dt.datetime(2012, 6, 21, tzinfo=dt.UTC))

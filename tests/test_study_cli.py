@@ -22,13 +22,18 @@ def test_study_cli_refuses_without_limits_then_runs_and_shows_the_leaderboard(
     assert main([*RUN, "--max-candidates", "3", "--max-total-steps", "1000",
                  "--budget-usd", "0.01"]) == 2
     assert "Run one, then try again, or leave the USD budget empty." in capsys.readouterr().err
-    assert main([*RUN, "--max-candidates", "2", "--max-total-steps", "1000"]) == 0
+    assert main([*RUN, "--max-candidates", "2", "--max-total-steps", "1000",
+                 "--min-unseen-steps", "0"]) == 2
+    assert "expected Min unseen steps for a re-run as a whole number ≥ 1, got 0" in capsys.readouterr().err
+    assert main([*RUN, "--max-candidates", "2", "--max-total-steps", "1000",
+                 "--min-unseen-steps", "7"]) == 0
     out = capsys.readouterr().out
     assert "| State | Budget reached (limit: Max candidates) |" in out
     assert "3 planned / 2 run / 1 discarded (1 not run: Max candidates reached)" in out
     assert main(["study", "leaderboard", "1", "--json"]) == 0
     board = json.loads(capsys.readouterr().out)
     assert board["state"] == "BUDGET_REACHED" and board["holdout_score"] is not None
+    assert board["min_unseen_steps"] == 7  # set when the study is created
     assert main(["study", "list"]) == 0
     assert "demo/wx  Budget reached" in capsys.readouterr().out
     assert main(["study", "promote", "1"]) == 0

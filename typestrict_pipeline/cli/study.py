@@ -117,7 +117,7 @@ def _run(args: argparse.Namespace) -> int:
         holdout_steps=args.holdout_steps, horizon_steps=args.horizon_steps,
         max_candidates=args.max_candidates, max_total_steps=args.max_total_steps,
         budget_micro=None if args.budget_usd is None else usd_to_micro(args.budget_usd),
-        backend=backend, name=args.name,
+        backend=backend, name=args.name, min_unseen_steps=args.min_unseen_steps,
     )
     sid = create_study_from_config(engine, cfg)
     with session_scope(engine) as s:
@@ -239,6 +239,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--max-candidates", type=int, help="required: how many candidates may run")
     p.add_argument("--max-total-steps", type=int, help="required: how many steps the study may run")
     p.add_argument("--budget-usd", help="optional USD budget (needs a completed backtest of the version)")
+    p.add_argument("--min-unseen-steps", type=int,
+                   help="Min unseen steps for a re-run: new steps a scheduled re-run waits for")
     p.add_argument("--max-in-flight", type=int, default=8)
     p.add_argument("--standin-latency", type=float, default=0.02)
     p.add_argument("--executor", choices=("in_process", "multiprocess"), default="in_process")

@@ -11,7 +11,6 @@ import datetime as dt
 
 from sqlalchemy import Engine
 
-from typestrict_pipeline.reruns.service import set_min_unseen_steps
 from typestrict_pipeline.reruns.studies import StoreStudies, default_backend_for
 from typestrict_pipeline.reruns.synthetic import RegimeShiftBackend, regime_config
 from typestrict_pipeline.store import session_scope
@@ -45,21 +44,19 @@ def create_root_study(
     workspace: str,
     root_end: dt.datetime,
     budget_micro_usd: int | None,
-    min_unseen_steps: int,
+    min_unseen_steps: int | None,
     workflow: RegimeShiftBackend,
     n_folds: int = 2,
     tune_steps: int = 5,
     eval_steps: int = 5,
     holdout_steps: int = 10,
-    record_setting: bool = True,
 ) -> str:
     """Create (not run) a root study whose holdout ends at ``root_end``; returns its id.
 
     The study stores ``workflow``'s configuration, so every process (and every re-run, which
     copies it) rebuilds the same synthetic workflow. The USD estimate is taken from the synthetic
     workflow's known cost per step (as if its last backtest had run 10 steps). "Min unseen steps
-    for a re-run" is stored in the study's configuration and, unless ``record_setting`` is False,
-    also recorded with :func:`~typestrict_pipeline.reruns.service.set_min_unseen_steps`.
+    for a re-run" is stored on the study when it is created (``None``: created without it).
     """
     layout = plan_folds(
         start=START, end=root_end, step=STEP, n_folds=n_folds, tune_steps=tune_steps,
@@ -73,12 +70,11 @@ def create_root_study(
         space=SearchSpace(grid={"arm": list(ARMS)}),
         layout=layout,
         limits=StudyLimits(max_candidates=4, max_total_steps=10_000, budget_micro=budget_micro_usd),
-        config={"workflow": WORKFLOW, "backend": regime_config(workflow), "min_unseen_steps": min_unseen_steps},
+        config={"workflow": WORKFLOW, "backend": regime_config(workflow)},
         last_backtest=repo.LastBacktest(cost_micro=10 * workflow.cost_per_step, steps=10),
         name="root study",
+        min_unseen_steps=min_unseen_steps,
     )
-    if record_setting:
-        set_min_unseen_steps(engine, str(study_id), min_unseen_steps)
     return str(study_id)
 
 

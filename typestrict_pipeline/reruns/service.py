@@ -142,28 +142,12 @@ def _view(row: RerunSchedule) -> ScheduleView:
 # --------------------------------------------------------------------------- study settings
 
 
-def set_min_unseen_steps(engine: Engine, study_id: str, steps: int) -> None:
-    """Record a study's "Min unseen steps for a re-run" (set when the study is created).
-
-    Setting the same value again is a no-op; a different value is refused (a lineage's holdout
-    length never changes).
-    """
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise InputError("Min unseen steps for a re-run as a whole number ≥ 1", repr(steps), "set it to e.g. 20")
-    with session_scope(engine) as session:
-        row = session.get(StudyRerunSetting, study_id, with_for_update=True)
-        if row is None:
-            session.add(StudyRerunSetting(study_id=study_id, min_unseen_steps=steps, set_at=utcnow()))
-        elif row.min_unseen_steps != steps:
-            raise ConflictError(
-                f"expected Min unseen steps for a re-run of study {study_id} to stay "
-                f"{row.min_unseen_steps}, got {steps}. It is set once, when the study is created; "
-                "create a new study to use another minimum."
-            )
-
-
 def min_unseen_steps_of(engine: Engine, study_id: str) -> int | None:
-    """A study's "Min unseen steps for a re-run", or None when it was never set."""
+    """A value recorded in the legacy ``rerun_study_settings`` table, or None.
+
+    Before ``studies_0004`` the minimum was recorded here at enable time; the study's own
+    column is now the source of truth and this table is only read for such older studies.
+    """
     with session_scope(engine) as session:
         row = session.get(StudyRerunSetting, study_id)
         return None if row is None else row.min_unseen_steps
@@ -208,8 +192,9 @@ def enable_schedule(
         study_id: the finished study to re-run from.
         cadence: how often to check (``1d``, ``6h``, ...).
         owner: who sets it up (gets the "winner changed" notification).
-        min_unseen_steps: only for a study created before the setting existed; otherwise the
-            study's own "Min unseen steps for a re-run" is used.
+        min_unseen_steps: only for a study created without "Min unseen steps for a re-run"
+            (older studies, or one created without it): it is then stored on the lineage's root
+            study once. A study that has its own value uses it; a different value is refused.
         now: the current time (default: now).
 
     Raises:
@@ -239,24 +224,31 @@ def enable_schedule(
         entry = _lineage_of(session, study_id)
         lineage_root = study_id if entry is None else entry.lineage_root_id
     root_stored = facts if lineage_root == study_id else port.get(lineage_root)
+    # The study's own value (set when it was created) is the source of truth: the lineage
+    # root's, else the picked study's; the legacy settings table only for older studies.
     minimum = (
-        min_unseen_steps_of(engine, lineage_root)
-        or (None if root_stored is None else root_stored.min_unseen_steps)
-        or min_unseen_steps_of(engine, study_id)
+        (None if root_stored is None else root_stored.min_unseen_steps)
         or facts.min_unseen_steps
+        or min_unseen_steps_of(engine, lineage_root)
+        or min_unseen_steps_of(engine, study_id)
     )
     if minimum is None:
         if min_unseen_steps is None:
             raise InputError(
                 "Min unseen steps for a re-run, set when the study was created", f"none for study {study_id}",
-                "pass --min-unseen-steps N (recorded on the study once)",
+                "create the study with --min-unseen-steps N, or pass --min-unseen-steps N here once "
+                "(it is then stored on the study)",
             )
-        set_min_unseen_steps(engine, lineage_root, min_unseen_steps)
-        minimum = min_unseen_steps
+        minimum = port.set_min_unseen_steps(lineage_root, min_unseen_steps)
+        if minimum != min_unseen_steps:  # set concurrently by someone else: theirs stands
+            raise InputError(
+                f"Min unseen steps for a re-run to match the study's ({minimum})", str(min_unseen_steps),
+                "leave --min-unseen-steps out",
+            )
     elif min_unseen_steps is not None and min_unseen_steps != minimum:
         raise InputError(
             f"Min unseen steps for a re-run to match the study's ({minimum})", str(min_unseen_steps),
-            "leave --min-unseen-steps out",
+            "leave --min-unseen-steps out: it is set when the study is created",
         )
     set_aside: list[str] = []
     root_facts = facts if lineage_root == study_id else port.get(lineage_root)

@@ -53,8 +53,9 @@ class StudyFacts:
         step: the step size.
         embargo_steps: the embargo before the holdout.
         horizon_steps: the outcome horizon.
-        min_unseen_steps: "Min unseen steps for a re-run" if the study stores it in its
-            configuration (``config_json["min_unseen_steps"]``), else None.
+        min_unseen_steps: the study's "Min unseen steps for a re-run", set when it was created
+            (column ``study_studies.min_unseen_steps``; for studies created before that column,
+            a positive ``config_json["min_unseen_steps"]`` is read), else None.
     """
 
     study_id: str
@@ -131,6 +132,9 @@ class StudiesPort(Protocol):
 
     def cancel(self, study_id: str) -> None:
         """Cancel a study that did not finish (releases its workflow); no-op when it ended."""
+
+    def set_min_unseen_steps(self, study_id: str, steps: int) -> int:
+        """Set the study's "Min unseen steps for a re-run" if it has none; the stored value."""
 
 
 def _positive_int(value: Any) -> int | None:
@@ -259,7 +263,8 @@ class StoreStudies:
                 step=layout.step,
                 embargo_steps=layout.embargo_steps,
                 horizon_steps=layout.horizon_steps,
-                min_unseen_steps=_positive_int(row.config_json.get("min_unseen_steps")),
+                min_unseen_steps=(row.min_unseen_steps if row.min_unseen_steps is not None
+                                  else _positive_int(row.config_json.get("min_unseen_steps"))),
             )
 
     def workflow_in_flight(self, workspace_id: str, workflow_id: str) -> bool:
@@ -283,6 +288,9 @@ class StoreStudies:
             workspace = parent.workspace
             config = dict(parent.config_json)
             max_candidates = root.max_candidates
+            # The re-run copies the lineage's "Min unseen steps for a re-run".
+            min_unseen = (root.min_unseen_steps if root.min_unseen_steps is not None
+                          else _positive_int(root.config_json.get("min_unseen_steps")))
             max_total_steps = root.max_total_steps
             last = None
             if root.cost_per_step_num is not None and root.cost_per_step_den:
@@ -334,6 +342,7 @@ class StoreStudies:
             config=config,
             last_backtest=last,
             name=spec.name,
+            min_unseen_steps=min_unseen,
         )
         return str(study_id)
 
@@ -351,6 +360,9 @@ class StoreStudies:
             repo.cancel_study(self.engine, int(study_id))
         except NotFoundError:
             return
+
+    def set_min_unseen_steps(self, study_id: str, steps: int) -> int:
+        return repo.set_min_unseen_steps(self.engine, int(study_id), steps)
 
 
 def study_ids(engine: Engine, workspace_id: str) -> list[str]:

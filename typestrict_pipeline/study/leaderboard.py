@@ -76,6 +76,7 @@ class Leaderboard:
     holdout_score: float | None
     holdout_se: float | None
     holdout_missing_reason: str | None
+    min_unseen_steps: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A plain-JSON form (for H7's lineage and for tests)."""
@@ -98,6 +99,7 @@ class Leaderboard:
             "holdout_score": self.holdout_score,
             "holdout_se": self.holdout_se,
             "holdout_missing_reason": self.holdout_missing_reason,
+            "min_unseen_steps": self.min_unseen_steps,
             "rows": [r.__dict__ for r in self.rows],
         }
 
@@ -203,6 +205,7 @@ def load_leaderboard(engine: Engine, study_id: int) -> Leaderboard:
             holdout_score=study.holdout_score,
             holdout_se=study.holdout_se,
             holdout_missing_reason=study.holdout_missing_reason,
+            min_unseen_steps=study.min_unseen_steps,
         )
 
 

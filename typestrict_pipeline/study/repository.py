@@ -120,6 +120,7 @@ def create_study(
     last_backtest: LastBacktest | None = None,
     name: str | None = None,
     validate: Callable[[Candidate], str | None] | None = None,
+    min_unseen_steps: int | None = None,
 ) -> int:
     """Create a study in state ``PENDING`` and take its workflow's lock, atomically.
 
@@ -141,6 +142,8 @@ def create_study(
         validate: ``validate(candidate) -> None`` when the workflow accepts the candidate, else
             the reason; rejected candidates are discarded (``rejected by the workflow: …``)
             instead of failing the study later.
+        min_unseen_steps: "Min unseen steps for a re-run" (a whole number ≥ 1), or ``None``
+            when the study is not meant to be re-run on a schedule.
 
     Returns:
         The new study's id.
@@ -151,6 +154,7 @@ def create_study(
         ConflictError: a study is already in flight on this workflow.
     """
     limits.validate()
+    check_min_unseen_steps(min_unseen_steps)
     kept, dropped = space.expand()
     if validate is not None:
         accepted: list[Candidate] = []
@@ -208,6 +212,7 @@ def create_study(
             estimate_micro=estimate,
             cost_per_step_num=None if last_backtest is None else last_backtest.cost_micro,
             cost_per_step_den=None if last_backtest is None else last_backtest.steps,
+            min_unseen_steps=min_unseen_steps,
             created_at=utcnow(),
         )
         s.add(study)
@@ -237,6 +242,35 @@ def create_study(
                 state = st.state if st is not None else state
             raise ConflictError(_conflict_message(workspace, workflow, other, state)) from None
         return study.id
+
+
+def check_min_unseen_steps(value: int | None) -> None:
+    """Refuse a "Min unseen steps for a re-run" that is not ``None`` or a whole number ≥ 1.
+
+    >>> check_min_unseen_steps(20), check_min_unseen_steps(None)
+    (None, None)
+    """
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise LimitError(f"expected Min unseen steps for a re-run as a whole number ≥ 1, got "
+                         f"{value!r}. Set it to e.g. 20, or leave it out.")
+
+
+def set_min_unseen_steps(engine: Engine, study_id: int, steps: int) -> int:
+    """Set a study's "Min unseen steps for a re-run" when it has none yet; returns the stored value.
+
+    For studies created before the setting existed (or without it). A study that already has
+    one keeps it: the stored value is returned and the caller compares.
+    """
+    check_min_unseen_steps(steps)
+    with session_scope(engine) as s:
+        s.execute(update(StudyRow).where(StudyRow.id == study_id,
+                                         StudyRow.min_unseen_steps.is_(None))
+                  .values(min_unseen_steps=steps))
+        stored = get_study(s, study_id).min_unseen_steps
+        assert stored is not None
+        return int(stored)
 
 
 def _candidate_row(study_id: int, cand: Any, state: CandidateState, reason: str | None) -> CandidateRow:
@@ -650,6 +684,7 @@ __all__ = [
     "mark_failed",
     "record_stop",
     "reserve_run",
+    "set_min_unseen_steps",
     "settle_run",
     "start_study",
 ]

@@ -30,7 +30,9 @@ class StudyConfig:
     """Everything needed to create a study.
 
     ``earliest_holdout_start`` is the constraint a scheduled re-run sets: its holdout must be
-    data that arrived after the previous study's holdout. ``backend`` is the JSON description
+    data that arrived after the previous study's holdout. ``min_unseen_steps`` is "Min unseen
+    steps for a re-run": how many new steps a scheduled re-run of this study waits for (stored
+    on the study; re-runs copy it; ``None`` when the study is not meant to be scheduled). ``backend`` is the JSON description
     of what runs the candidates (see :mod:`typestrict_pipeline.study.backends`).
     """
 
@@ -54,6 +56,7 @@ class StudyConfig:
     earliest_holdout_start: dt.datetime | None = None
     backend: Mapping[str, Any] = field(default_factory=lambda: {"backend": "synthetic"})
     name: str | None = None
+    min_unseen_steps: int | None = None
 
     def layout(self) -> FoldLayout:
         """The fold and holdout layout (raises when the data is too short)."""
@@ -99,6 +102,7 @@ def create_study_from_config(engine: Engine, config: StudyConfig, *,
         workflow_version=config.workflow_version, space=config.space, layout=layout,
         limits=config.limits(), config={"backend": dict(config.backend)},
         last_backtest=last, name=config.name, validate=candidate_validator(config.backend),
+        min_unseen_steps=config.min_unseen_steps,
     )
 
 

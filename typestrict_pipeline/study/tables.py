@@ -1,4 +1,4 @@
-"""The studies area's tables (schema: migrations ``studies_0001`` and ``studies_0002``).
+"""The studies area's tables (schema: migrations ``studies_0001`` to ``studies_0004``).
 
 * ``study_studies``: one row per study: what it searches, its limits, its layout, its state,
   what it has spent and reserved, its winner and holdout score.
@@ -117,6 +117,8 @@ class StudyRow(Base):
     estimate_micro: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     cost_per_step_num: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     cost_per_step_den: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # studies_0004: "Min unseen steps for a re-run" (NULL: never set; studies before 0004).
+    min_unseen_steps: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class CandidateRow(Base):
