@@ -29,7 +29,7 @@ def test_schedule_commands(sqlite_url: str, capsys: pytest.CaptureFixture[str], 
     root = _root(sqlite_url, 1_000_000)
     no_budget = _root(sqlite_url.replace("store.db", "other.db"), None)
     assert main(["schedule", "workspace", "demo", "--subscription", "ACTIVE", "--budget-usd", "50", *u]) == 0
-    assert "subscription ACTIVE; usage $0.0010 of $50.00" in capsys.readouterr().out
+    assert "subscription ACTIVE; usage $0.0012 of $50.00" in capsys.readouterr().out
 
     assert main(["schedule", "enable", no_budget, "--owner", "ana@example.com",
                  "--url", sqlite_url.replace("store.db", "other.db")]) == 2

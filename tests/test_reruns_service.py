@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import statistics
 
 import pytest
 from sqlalchemy import Engine, delete, select
@@ -10,6 +11,7 @@ from sqlalchemy import Engine, delete, select
 from typestrict_pipeline.errors import ConflictError, InputError
 from typestrict_pipeline.reruns import scenario
 from typestrict_pipeline.reruns.decide import SkipKind, SubscriptionState
+from typestrict_pipeline.reruns.lineage import SCALE_EDGE, summarize
 from typestrict_pipeline.reruns.notify import (
     KIND_WINNER_CHANGED,
     TITLE_WINNER_CHANGED,
@@ -35,6 +37,7 @@ from typestrict_pipeline.reruns.tables import (
 )
 from typestrict_pipeline.reruns.workspace import set_workspace, store_spend_source
 from typestrict_pipeline.store import open_store, session_scope
+from typestrict_pipeline.study.stats import expected_max_normal
 from typestrict_pipeline.study.tables import CandidateRow, RunRow, StudyRow
 
 WS = "demo"
@@ -120,6 +123,18 @@ def test_rerun_skips_then_fires_once_and_notifies_once(store_url: str) -> None:
     assert [(e.seq, e.winner, e.winner_changed) for e in entries] == [
         (0, "arm=steady", None), (1, "arm=late", True)]
     assert "Best expected of 2 under noise" in lineage_text(engine, record.study_id or "")
+    # Every study scored its baseline on its own holdout: the panel is on the d_j = h_j − b_j
+    # scale, with SE_j the Newey–West SE of the per-step difference, and the line median(SE_j)·e(2).
+    with session_scope(engine) as s:
+        rows = [s.get(StudyRow, int(e.study_id or 0)) for e in entries]
+        assert all(r is not None and r.holdout_baseline is not None and r.holdout_diff_se for r in rows)
+        assert [e.baseline_score for e in entries] == [r.holdout_baseline for r in rows if r is not None]
+        assert [e.holdout_se for e in entries] == [r.holdout_diff_se for r in rows if r is not None]
+    summary = summarize(entries)
+    ses = [float(e.holdout_se or 0.0) for e in entries]
+    assert summary.scale == SCALE_EDGE
+    assert summary.noise_line == pytest.approx(statistics.median(ses) * expected_max_normal(2))
+    assert summary.best == pytest.approx(max(e.edge or 0.0 for e in entries))
 
     # Next tick: the previous study is the re-run; no new data, so not enough unseen data again.
     nxt = evaluate_schedule(engine, port, sched.id, now=T0, spend=spend, source="test")

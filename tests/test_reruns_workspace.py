@@ -69,7 +69,8 @@ def test_spend_counts_live_runs_backtests_and_studies(store_url: str) -> None:
     sid = scenario.create_root_study(engine, workspace="demo", root_end=dt.datetime(2015, 2, 1, tzinfo=dt.UTC),
                                      budget_micro_usd=10**6, min_unseen_steps=10, workflow=workflow)
     scenario.run(engine, sid)
-    study_spend = 50 * workflow.cost_per_step  # 2 arms × 2 folds × (5 + 5) steps + 10 holdout steps
+    # 2 arms × 2 folds × (5 + 5) steps + 10 holdout steps for the winner and 10 for the baseline
+    study_spend = 60 * workflow.cost_per_step
     assert workspace_status(engine, "demo", now, spend).spent_micro_usd == after_runs + study_spend  # type: ignore[union-attr]
     # Another workspace and another month see none of it.
     assert spend("other", *usage_period(now)) == 0

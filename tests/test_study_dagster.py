@@ -63,7 +63,9 @@ def test_study_job_in_process_ranks_scores_holdout_and_records_leaderboard(
         assert len(steps) == (3 if fanout == "candidate" else 3 * 2 * 2)
     board = load_leaderboard(engine, sid)
     assert board.state == StudyState.FINISHED and board.holdout_score is not None
-    assert board.spend_micro == 3 * (3 * 2 * 30 + 15)
+    # 3 candidates × 2 folds × 30 steps, then the holdout twice: the winner's and the baseline's.
+    assert board.spend_micro == 3 * (3 * 2 * 30 + 2 * 15)
+    assert board.holdout_baseline is not None and board.holdout_diff_se is not None
 
 
 _CHILD = textwrap.dedent("""
@@ -151,7 +153,7 @@ def test_killed_study_run_resumes_without_rerunning_or_double_charging(pg_url: s
     after = _done_runs(engine)
     for run_id, before in done.items():
         assert after[run_id] == before  # finished before the kill: not re-run, not re-charged
-    assert len(after) == 16 + 1  # every window run and the holdout
+    assert len(after) == 16 + 2  # every window run, the winner's holdout and the baseline's
     with session_scope(engine) as s:
         study = s.get(StudyRow, sid)
         assert study is not None and study.state == StudyState.FINISHED.value
@@ -159,4 +161,4 @@ def test_killed_study_run_resumes_without_rerunning_or_double_charging(pg_url: s
         assert study.spend_micro == all_costs  # spend = what each attempt really cost, once
         assert study.reserved_micro == 0 and study.steps_reserved == 0
         done_cost = sum(c or 0 for c, _ in after.values())
-        assert done_cost == 7 * (4 * 2 * 30 + 15) + flushed
+        assert done_cost == 7 * (4 * 2 * 30 + 2 * 15) + flushed

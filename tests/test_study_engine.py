@@ -52,7 +52,9 @@ def test_weather_study_on_the_engine_with_usd_budget_and_prompt_promotion(sqlite
     assert out.state == StudyState.FINISHED and out.holdout_score is not None
     board = load_leaderboard(engine, out.study_id)
     assert board.run == 4 and board.spend_micro is not None and 0 < board.spend_micro <= 1_000_000
-    assert sum(r.cost_micro or 0 for r in board.rows) == board.spend_micro
+    # The candidates' shares plus the baseline's holdout run make the study's spend.
+    assert board.baseline_cost_micro is not None and board.baseline_cost_micro > 0
+    assert sum(r.cost_micro or 0 for r in board.rows) + board.baseline_cost_micro == board.spend_micro
     md = render_markdown(board)
     assert "Holdout (the number to trust)" in md
     # Promote: the active version (threshold 0.5, the original prompt) is the gate's reference.

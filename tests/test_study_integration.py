@@ -42,3 +42,43 @@ def test_min_unseen_steps_is_set_when_the_study_is_created(sqlite_url: str) -> N
         assert row is not None and row.min_unseen_steps == 20
     # Set once: a later "set if missing" keeps the study's own value.
     assert repo.set_min_unseen_steps(engine, sid, 5) == 20
+
+
+def test_the_baseline_is_scored_on_the_same_holdout_and_counts_against_the_budget(sqlite_url: str) -> None:
+    from typestrict_pipeline.study.leaderboard import load_leaderboard, render_markdown
+    from typestrict_pipeline.study.runner import SyntheticBackend, run_study_local
+    from typestrict_pipeline.study.stats import newey_west_se
+    from typestrict_pipeline.study.tables import RunRow
+
+    engine = open_store(sqlite_url)
+    backend = SyntheticBackend(cost_per_step=3)
+    # 2 candidates × 2 folds × (10 + 10) steps = 80 steps, then 20 holdout steps twice.
+    sid = create_study_from_config(engine, _config(budget_micro=3 * 120), last_backtest=LAST)
+    out = run_study_local(engine, sid, backend, max_workers=2)
+    assert out.holdout_score is not None and out.holdout_baseline is not None
+    with session_scope(engine) as s:
+        runs = {r.candidate_id: r for r in s.query(RunRow).filter(RunRow.study_id == sid,
+                                                                    RunRow.window == "HOLDOUT")}
+        base, won = runs[repo.BASELINE_CANDIDATE_ID], runs[out.winner_candidate_id or -1]
+        b = {t: v for t, v in base.scores_json or []}
+        w = {t: v for t, v in won.scores_json or []}
+        assert sorted(b) == sorted(w) and len(b) == 20  # the same slice, step for step
+        diffs = [w[t] - b[t] for t in sorted(w)]
+        row = s.get(StudyRow, sid)
+        assert row is not None and row.spend_micro == 3 * 120  # the baseline's run is costed
+    assert out.holdout_baseline == pytest.approx(sum(b.values()) / 20)
+    assert out.holdout_diff_se == pytest.approx(newey_west_se(diffs, 1))
+    md = render_markdown(load_leaderboard(engine, sid))
+    assert "| Baseline on the holdout | " in md and "winner − baseline" in md
+
+    # A budget that covers the winner's holdout but not the baseline's: the winner's score
+    # stands, the baseline is missing and the leaderboard says why.
+    sid2 = create_study_from_config(engine, _config(budget_micro=3 * 110, workflow="wy"),
+                                    last_backtest=LAST)
+    out2 = run_study_local(engine, sid2, backend, max_workers=2)
+    assert out2.holdout_score is not None and out2.holdout_baseline is None
+    assert (out2.holdout_baseline_missing_reason or "").startswith(
+        "Budget reached before the baseline's holdout run (Budget (USD))")
+    md2 = render_markdown(load_leaderboard(engine, sid2))
+    assert "| Baseline on the holdout | missing: Budget reached before the baseline's holdout run" in md2
+    assert "Budget reached (limit: Budget (USD))" in md2

@@ -120,7 +120,8 @@ def test_parallel_runs_never_overshoot_the_usd_budget_on_postgres(pg_url: str) -
 
 def test_budget_below_the_estimate_stops_before_the_holdout_and_says_so(sqlite_url: str) -> None:
     engine = open_store(sqlite_url)
-    # 2 candidates × 2 folds × 2 windows × 20 steps = 160 steps + 20 holdout = 180 steps at 10 µ$.
+    # 2 candidates × 2 folds × 2 windows × 20 steps = 160 steps + 2 × 20 holdout (winner and
+    # baseline) = 200 steps at 10 µ$.
     sid = _create(engine, n=2, limits=StudyLimits(2, 100_000, budget_micro=1_700))
     out = run_study_local(engine, sid, SyntheticBackend(cost_per_step=10), max_workers=2)
     assert out.state == StudyState.BUDGET_REACHED
@@ -131,8 +132,8 @@ def test_budget_below_the_estimate_stops_before_the_holdout_and_says_so(sqlite_u
     md = render_markdown(board)
     assert "Budget reached (limit: Budget (USD))" in md
     assert "$0.0016 of $0.0017 budget" in md
-    assert "≈ $0.0018 for 2 candidates × 2 folds × 2 windows + the holdout" in md
-    assert "| Budget | $0.0017 is below the estimate $0.0018: the study stops before the run" in md
+    assert "≈ $0.0020 for 2 candidates × 2 folds × 2 windows + the holdout" in md
+    assert "| Budget | $0.0017 is below the estimate $0.0020: the study stops before the run" in md
     assert board.run == 2 and board.winner_candidate_id is not None
 
 

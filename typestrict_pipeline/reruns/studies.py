@@ -47,7 +47,9 @@ class StudyFacts:
         winner_label: a short label of the winner.
         winner_params, winner_prompts: the winner's configuration (to add it to a re-run).
         holdout_start, holdout_end: its holdout (aware UTC).
-        holdout_score, holdout_se: the winner's holdout score and its standard error.
+        holdout_score: the winner's holdout score.
+        holdout_se: with a baseline, the SE of the per-step difference winner − baseline
+            (Newey–West); without one, the SE of the winner's holdout mean.
         baseline_score: the baseline's score on the same holdout steps (None when not scored).
         origin: first step of the study's data (the first fold's tune window start).
         step: the step size.
@@ -255,10 +257,12 @@ class StoreStudies:
                 holdout_start=row.holdout_start,
                 holdout_end=row.holdout_end,
                 holdout_score=row.holdout_score,
-                holdout_se=row.holdout_se,
-                # The studies area scores only the winner on the holdout today; a baseline score on
-                # the same steps (column ``holdout_baseline``), once it exists, is used as is.
-                baseline_score=getattr(row, "holdout_baseline", None),
+                # With a baseline scored on the same holdout steps, the SE the lineage uses is the
+                # Newey–West SE of the per-step difference winner − baseline; without one (older
+                # studies, baseline not affordable) the SE of the winner's holdout mean.
+                holdout_se=(row.holdout_diff_se if row.holdout_baseline is not None
+                            else row.holdout_se),
+                baseline_score=row.holdout_baseline,
                 origin=layout.folds[0].tune.start if layout.folds else layout.holdout.start,
                 step=layout.step,
                 embargo_steps=layout.embargo_steps,

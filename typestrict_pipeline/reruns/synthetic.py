@@ -5,7 +5,9 @@ skill at that time plus deterministic noise (a hash of the seed, the candidate a
 time, turned into a normal draw), so any study over it is reproducible bit for bit. The skill
 of candidate ``params["arm"]`` is ``before[arm]`` for steps before ``shift_at`` and
 ``after[arm]`` from then on: a study that ends before the shift picks one winner, a re-run
-scored after it picks another.
+scored after it picks another. A candidate without ``arm`` is the workflow's default
+configuration (the baseline a study scores on its holdout): its skill is ``baseline_skill``
+(0.5, a coin flip) at every time.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ def _unit(*parts: object) -> float:
     return (int.from_bytes(digest, "big") + 0.5) / 2.0**64
 
 
+DEFAULT_ARM = "default"
+"""The arm of a candidate without ``arm``: the workflow's default configuration."""
+
+
 @dataclass
 class RegimeShiftBackend:
     """Scores around a per-arm skill that changes at ``shift_at`` (seeded by ``seed``).
@@ -45,11 +51,14 @@ class RegimeShiftBackend:
     seed: int = 0
     step: dt.timedelta = dt.timedelta(days=1)
     fail_from: dt.datetime | None = None
+    baseline_skill: float = 0.5
     windows_run: list[tuple[str, str, str]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def skill(self, arm: str, t: dt.datetime) -> float:
         """The true mean score of ``arm`` at time ``t``."""
+        if arm == DEFAULT_ARM:
+            return self.baseline_skill
         table = self.before if t < self.shift_at else self.after
         return float(table[arm])
 
@@ -67,7 +76,7 @@ class RegimeShiftBackend:
                 f"the synthetic data source has no data from {self.fail_from.isoformat()} "
                 "(an outage set with fail_from)"
             )
-        arm = str(candidate.params.get("arm"))
+        arm = str(candidate.params.get("arm", DEFAULT_ARM))
         with self._lock:
             self.windows_run.append((arm, kind.value, window.start.isoformat()))
         scores: list[tuple[str, float]] = []
@@ -94,6 +103,7 @@ def regime_config(backend: RegimeShiftBackend) -> dict[str, object]:
         "seed": backend.seed,
         "step_seconds": backend.step.total_seconds(),
         "fail_from": None if backend.fail_from is None else backend.fail_from.isoformat(),
+        "baseline_skill": backend.baseline_skill,
     }
 
 
@@ -111,6 +121,7 @@ def regime_from_config(config: Mapping[str, object]) -> RegimeShiftBackend:
         seed=int(str(config.get("seed", 0))),
         step=dt.timedelta(seconds=float(str(config.get("step_seconds", 86400.0)))),
         fail_from=None if not config.get("fail_from") else dt.datetime.fromisoformat(str(config["fail_from"])),
+        baseline_skill=float(str(config.get("baseline_skill", 0.5))),
     )
 
 

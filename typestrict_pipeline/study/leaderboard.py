@@ -77,6 +77,10 @@ class Leaderboard:
     holdout_se: float | None
     holdout_missing_reason: str | None
     min_unseen_steps: int | None = None
+    holdout_baseline: float | None = None
+    holdout_diff_se: float | None = None
+    holdout_baseline_missing_reason: str | None = None
+    baseline_cost_micro: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A plain-JSON form (for H7's lineage and for tests)."""
@@ -100,6 +104,10 @@ class Leaderboard:
             "holdout_se": self.holdout_se,
             "holdout_missing_reason": self.holdout_missing_reason,
             "min_unseen_steps": self.min_unseen_steps,
+            "holdout_baseline": self.holdout_baseline,
+            "holdout_diff_se": self.holdout_diff_se,
+            "holdout_baseline_missing_reason": self.holdout_baseline_missing_reason,
+            "baseline_cost_micro": self.baseline_cost_micro,
             "rows": [r.__dict__ for r in self.rows],
         }
 
@@ -128,8 +136,11 @@ def load_leaderboard(engine: Engine, study_id: int) -> Leaderboard:
         ins: dict[str, list[float]] = {}
         done_eval: Counter[int] = Counter()
         done_any: set[int] = set()
+        baseline_cost: int | None = None
         for r in runs:
             if r.window == WindowKind.HOLDOUT.value:
+                if r.candidate_id == repo.BASELINE_CANDIDATE_ID:
+                    baseline_cost = r.cost_micro
                 continue
             done_any.add(r.candidate_id)
             pairs = r.scores_json or []
@@ -206,6 +217,10 @@ def load_leaderboard(engine: Engine, study_id: int) -> Leaderboard:
             holdout_se=study.holdout_se,
             holdout_missing_reason=study.holdout_missing_reason,
             min_unseen_steps=study.min_unseen_steps,
+            holdout_baseline=study.holdout_baseline,
+            holdout_diff_se=study.holdout_diff_se,
+            holdout_baseline_missing_reason=study.holdout_baseline_missing_reason,
+            baseline_cost_micro=baseline_cost if study.cost_tracked else None,
         )
 
 
@@ -259,6 +274,17 @@ def header_lines(board: Leaderboard) -> list[tuple[str, str]]:
                       f"{board.holdout_score:.4f}{se} for candidate "
                       f"{_index_of(board, board.winner_candidate_id)} on {board.holdout_start} → "
                       f"{board.holdout_end} ({board.holdout_steps} steps)"))
+        if board.holdout_baseline is not None:
+            diff = board.holdout_score - board.holdout_baseline
+            dse = (f" ± {board.holdout_diff_se:.4f} (Newey–West SE of the per-step difference)"
+                   if board.holdout_diff_se is not None else "")
+            lines.append(("Baseline on the holdout",
+                          f"{board.holdout_baseline:.4f} (the version's default parameters and "
+                          f"prompts, same steps); winner − baseline {diff:+.4f}{dse}; "
+                          f"its run cost {format_usd(board.baseline_cost_micro)}"))
+        elif board.holdout_baseline_missing_reason:
+            lines.append(("Baseline on the holdout",
+                          f"missing: {board.holdout_baseline_missing_reason}"))
     elif board.holdout_missing_reason:
         lines.append(("Holdout", f"missing: {board.holdout_missing_reason}"))
     else:

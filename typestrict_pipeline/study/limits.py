@@ -101,13 +101,20 @@ def format_usd(micro: int | None, *, exact: bool = False) -> str:
     return f"${micro / MICRO:.6f}"
 
 
+HOLDOUT_RUNS = 2
+"""Runs on the holdout slice: the winner's and the baseline's."""
+
+
 def study_total_steps(n_candidates: int, search_steps_per_candidate: int, holdout_steps: int) -> int:
     """Steps a study will run: candidates × (Σ folds' tune + eval steps) + the holdout.
 
+    The holdout is run twice: by the winner, then by the baseline on the same slice (see
+    ``docs/method/studies.md``, "Baseline on the holdout"), so it counts twice.
+
     >>> study_total_steps(2, 2 * (30 + 30), 60)
-    300
+    360
     """
-    return n_candidates * search_steps_per_candidate + holdout_steps
+    return n_candidates * search_steps_per_candidate + HOLDOUT_RUNS * holdout_steps
 
 
 def estimate_cost_micro(last_cost_micro: int, last_steps: int, steps: int) -> int:

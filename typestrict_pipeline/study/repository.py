@@ -50,6 +50,8 @@ from typestrict_pipeline.study.tables import (
 )
 
 HOLDOUT_FOLD = 0
+BASELINE_CANDIDATE_ID = 0
+"""``study_runs.candidate_id`` of the baseline's holdout run (no candidate row has id 0)."""
 
 
 @dataclass(frozen=True)
@@ -629,6 +631,9 @@ def finish_study(
     holdout_score: float | None,
     holdout_se: float | None,
     holdout_missing_reason: str | None,
+    holdout_baseline: float | None = None,
+    holdout_diff_se: float | None = None,
+    holdout_baseline_missing_reason: str | None = None,
 ) -> StudyState:
     """Record the winner and holdout, set the final state and release the workflow's lock.
 
@@ -657,6 +662,9 @@ def finish_study(
         study.holdout_score = holdout_score
         study.holdout_se = holdout_se
         study.holdout_missing_reason = holdout_missing_reason
+        study.holdout_baseline = holdout_baseline
+        study.holdout_diff_se = holdout_diff_se
+        study.holdout_baseline_missing_reason = holdout_baseline_missing_reason
         study.finished_at = utcnow()
         _release_lock(s, study)
         return final

@@ -166,7 +166,14 @@ def _estimate(static: _StudyStatic, steps: int) -> int:
     return -(-static.cost_num * steps // static.cost_den)
 
 
+BASELINE = CandidateSpec(repo.BASELINE_CANDIDATE_ID, -1, {}, {})
+"""The baseline scored on the holdout: the studied version with its default parameters and
+prompts (no candidate row; its run is stored with ``candidate_id`` 0 and costed like any run)."""
+
+
 def _candidate_spec(engine: Engine, candidate_id: int) -> CandidateSpec:
+    if candidate_id == repo.BASELINE_CANDIDATE_ID:
+        return BASELINE
     key = (engine.url.render_as_string(hide_password=False), candidate_id)
     with _CACHE_LOCK:
         hit = _CANDIDATES.get(key)
@@ -289,7 +296,8 @@ def execute_run(engine: Engine, key: RunKey, backend: StudyBackend, *,
 
 @dataclass(frozen=True)
 class StudyOutcome:
-    """The end of a study: its state, winner, holdout score (or why it is missing)."""
+    """The end of a study: its state, winner, holdout score (or why it is missing), and the
+    baseline on the same holdout slice with the SE of the per-step difference."""
 
     study_id: int
     state: StudyState
@@ -297,6 +305,9 @@ class StudyOutcome:
     holdout_score: float | None
     holdout_se: float | None
     holdout_missing_reason: str | None
+    holdout_baseline: float | None = None
+    holdout_diff_se: float | None = None
+    holdout_baseline_missing_reason: str | None = None
 
 
 def missing_runs(engine: Engine, study_id: int) -> list[RunKey]:
@@ -369,9 +380,64 @@ def finalize_study(engine: Engine, study_id: int, backend: StudyBackend, *,
                     se = newey_west_se(values, layout.horizon_steps)
                 except NotEnoughDataError:
                     se = None
+    base = _BaselineResult(None, None, "the winner's holdout was not scored, so the baseline was not run")
+    if missing is None and winner is not None:
+        base = _score_baseline(engine, study_id, layout, winner, backend)
     final = repo.finish_study(engine, study_id, winner_candidate_id=winner, holdout_score=score,
-                              holdout_se=se, holdout_missing_reason=missing)
-    return StudyOutcome(study_id, final, winner, score, se, missing)
+                              holdout_se=se, holdout_missing_reason=missing,
+                              holdout_baseline=base.score, holdout_diff_se=base.diff_se,
+                              holdout_baseline_missing_reason=base.missing)
+    return StudyOutcome(study_id, final, winner, score, se, missing, base.score, base.diff_se,
+                        base.missing)
+
+
+@dataclass(frozen=True)
+class _BaselineResult:
+    score: float | None
+    diff_se: float | None
+    missing: str | None
+
+
+def _holdout_scores(engine: Engine, study_id: int, candidate_id: int) -> tuple[RunRow, dict[str, float]]:
+    with session_scope(engine) as s:
+        run = s.execute(select(RunRow).where(
+            RunRow.study_id == study_id, RunRow.candidate_id == candidate_id,
+            RunRow.fold == repo.HOLDOUT_FOLD, RunRow.window == WindowKind.HOLDOUT.value,
+        )).scalar_one()
+        s.expunge(run)
+    return run, {str(t): float(v) for t, v in (run.scores_json or [])}
+
+
+def _score_baseline(engine: Engine, study_id: int, layout: FoldLayout, winner: int,
+                    backend: StudyBackend) -> _BaselineResult:
+    """Run the baseline on the holdout slice (after the winner's run, under the same budget).
+
+    Returns its mean score and the Newey–West SE of the per-step difference winner − baseline
+    on the steps both scored, or why it is missing.
+    """
+    h = layout.holdout
+    key = RunKey(study_id, repo.BASELINE_CANDIDATE_ID, repo.HOLDOUT_FOLD, WindowKind.HOLDOUT,
+                 h.start, h.end, h.steps)
+    res = execute_run(engine, key, backend)
+    if res.status == "REFUSED":
+        return _BaselineResult(None, None, (
+            f"Budget reached before the baseline's holdout run ({res.detail}). The winner's "
+            "holdout score stands; its difference from the baseline does not exist."))
+    run, base = _holdout_scores(engine, study_id, repo.BASELINE_CANDIDATE_ID)
+    if run.state != RunState.DONE.value:
+        return _BaselineResult(None, None, (
+            f"The baseline's holdout run stopped after {run.steps_done} of {h.steps} steps (the "
+            "budget could not cover it); a shorter baseline is never scored."))
+    if not base:
+        return _BaselineResult(None, None, "The baseline has no score on the holdout steps.")
+    _, won = _holdout_scores(engine, study_id, winner)
+    common = sorted(set(won) & set(base))
+    diffs = [won[t] - base[t] for t in common]
+    try:
+        diff_se: float | None = newey_west_se(diffs, layout.horizon_steps)
+    except NotEnoughDataError:
+        diff_se = None
+    return _BaselineResult(float(np.mean(list(base.values()))), diff_se, None)
 
 
 def run_study_local(engine: Engine, study_id: int, backend: StudyBackend, *,

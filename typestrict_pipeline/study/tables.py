@@ -1,4 +1,4 @@
-"""The studies area's tables (schema: migrations ``studies_0001`` to ``studies_0004``).
+"""The studies area's tables (schema: migrations ``studies_0001`` to ``studies_0005``).
 
 * ``study_studies``: one row per study: what it searches, its limits, its layout, its state,
   what it has spent and reserved, its winner and holdout score.
@@ -119,6 +119,10 @@ class StudyRow(Base):
     cost_per_step_den: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     # studies_0004: "Min unseen steps for a re-run" (NULL: never set; studies before 0004).
     min_unseen_steps: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # studies_0005: the baseline on the same holdout slice (NULL: not scored / older studies).
+    holdout_baseline: Mapped[float | None] = mapped_column(Float, nullable=True)
+    holdout_diff_se: Mapped[float | None] = mapped_column(Float, nullable=True)
+    holdout_baseline_missing_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class CandidateRow(Base):
