@@ -15,6 +15,7 @@ the jobs that enable and cancel a schedule from the launchpad, and the lineage a
 * ``notification_outbox_sensor`` retries notifications that could not be delivered.
 """
 
+import contextlib
 from typing import Any
 
 import dagster as dg
@@ -23,6 +24,7 @@ from sqlalchemy import Engine
 from assets.studies import partitions_name
 from resources.reruns import RerunNotifierResource, RerunSettingsResource
 from resources.store import StoreResource
+from typestrict_pipeline.errors import NotFoundError
 from typestrict_pipeline.reruns.decide import SkipKind
 from typestrict_pipeline.reruns.lineage import render_markdown, summarize
 from typestrict_pipeline.reruns.service import (
@@ -110,7 +112,7 @@ def run_scheduled_rerun(
             context.instance.add_dynamic_partitions(partitions_name(LINEAGE_PARTITIONS), [root])
             lineage = lineage_materialization(engine, record.study_id)
             context.log_event(lineage)
-            _record_leaderboard(context, engine, int(record.study_id), lineage.metadata["lineage"])
+            _record_leaderboards(context, engine, record.study_id)
         report = reruns_notifier.deliver(engine, now=reruns.current_time())
     for message_id, error in report.failed:
         context.log.warning(f"notification {message_id} not delivered yet (kept, will retry): {error}")
@@ -121,23 +123,16 @@ def run_scheduled_rerun(
     }
 
 
-def _record_leaderboard(
-    context: dg.OpExecutionContext, engine: Engine, study_id: int, lineage: Any
-) -> None:
-    """The re-run is an ordinary study: record its leaderboard like the studies job does, with
-    the lineage panel under it."""
-    from assets.studies import LEADERBOARD_KEY, STUDY_PARTITIONS
-    from typestrict_pipeline.study.leaderboard import load_leaderboard
-    from typestrict_pipeline.study.leaderboard import render_markdown as board_markdown
+def _record_leaderboards(context: dg.OpExecutionContext, engine: Engine, study_id: str) -> None:
+    """Every study of the lineage gets a fresh leaderboard materialization with the lineage
+    panel under it (the re-run is an ordinary study; older ones' panels gain the new row)."""
+    from assets.studies import STUDY_PARTITIONS, leaderboard_materialization
 
-    board = load_leaderboard(engine, study_id)
-    header, _, table = board_markdown(board).partition("\n\n")
-    context.instance.add_dynamic_partitions(partitions_name(STUDY_PARTITIONS), [str(study_id)])
-    context.log_event(dg.AssetMaterialization(
-        asset_key=LEADERBOARD_KEY, partition=str(study_id),
-        metadata={"header": dg.MetadataValue.md(header), "leaderboard": dg.MetadataValue.md(table),
-                  "lineage": lineage, "state": board.state.label},
-    ))
+    ids = [int(e.study_id) for e in lineage_entries(engine, study_id) if e.study_id is not None]
+    context.instance.add_dynamic_partitions(partitions_name(STUDY_PARTITIONS), [str(i) for i in ids])
+    for sid in ids:
+        with contextlib.suppress(NotFoundError):  # a study of the lineage that was deleted
+            context.log_event(leaderboard_materialization(engine, sid))
 
 
 @dg.op(tags={"area": "reruns"})

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import dagster as dg
+from sqlalchemy import Engine
 
 from resources.store import StoreResource
 from resources.studies import StudyRunnerResource
@@ -58,6 +59,42 @@ def partitions_name(partitions: dg.DynamicPartitionsDefinition) -> str:
     if partitions.name is None:
         raise dg.DagsterInvariantViolationError("expected a named dynamic partitions definition, got none")
     return partitions.name
+
+
+def leaderboard_materialization(engine: Engine, study_id: int,
+                                extra: dict[str, Any] | None = None) -> dg.AssetMaterialization:
+    """The ``study_leaderboard`` materialization of a study: header, table, holdout, baseline,
+    and the lineage panel when the study belongs to a lineage of scheduled re-runs."""
+    from typestrict_pipeline.reruns.lineage import render_markdown as lineage_markdown
+    from typestrict_pipeline.reruns.lineage import summarize
+    from typestrict_pipeline.reruns.service import lineage_entries
+
+    board = load_leaderboard(engine, study_id)
+    header, _, table = render_markdown(board).partition("\n\n")
+    metadata: dict[str, Any] = {
+        "header": dg.MetadataValue.md(header),
+        "leaderboard": dg.MetadataValue.md(table),
+        "state": board.state.label,
+        "winner": dg.MetadataValue.int(board.winner_candidate_id)
+        if board.winner_candidate_id is not None else dg.MetadataValue.text("none"),
+        "holdout_score": dg.MetadataValue.float(board.holdout_score)
+        if board.holdout_score is not None else dg.MetadataValue.text(
+            f"missing: {board.holdout_missing_reason}"),
+        "holdout_baseline": dg.MetadataValue.float(board.holdout_baseline)
+        if board.holdout_baseline is not None else dg.MetadataValue.text(
+            f"missing: {board.holdout_baseline_missing_reason or 'not scored'}"),
+        "found_nothing": dg.MetadataValue.bool(bool(board.stats.found_nothing)),
+    }
+    entries = lineage_entries(engine, str(study_id))
+    if entries:
+        summary = summarize(entries)
+        metadata["lineage"] = dg.MetadataValue.md(lineage_markdown(entries))
+        metadata["best_expected_of_k_under_noise"] = (
+            dg.MetadataValue.float(summary.noise_line) if summary.noise_line is not None
+            else dg.MetadataValue.text(f"n/a: {summary.missing_reason}"))
+    metadata.update(extra or {})
+    return dg.AssetMaterialization(asset_key=LEADERBOARD_KEY, partition=str(study_id),
+                                   metadata=metadata)
 
 
 def _key_to_json(key: RunKey) -> dict[str, Any]:
@@ -130,30 +167,14 @@ def study_finalize(context: dg.OpExecutionContext, results: list[dict[str, Any]]
     with store.engine() as engine:
         backend = study_runner.backend(engine, study_id)
         outcome = finalize_study(engine, study_id, backend)
-        board = load_leaderboard(engine, study_id)
     statuses: dict[str, int] = {}
     for r in results:
         for k, n in r["statuses"].items():
             statuses[k] = statuses.get(k, 0) + n
     context.instance.add_dynamic_partitions(partitions_name(STUDY_PARTITIONS), [str(study_id)])
-    md = render_markdown(board)
-    header, _, table = md.partition("\n\n")
-    context.log_event(dg.AssetMaterialization(
-        asset_key=LEADERBOARD_KEY,
-        partition=str(study_id),
-        metadata={
-            "header": dg.MetadataValue.md(header),
-            "leaderboard": dg.MetadataValue.md(table),
-            "state": board.state.label,
-            "winner": dg.MetadataValue.int(board.winner_candidate_id)
-            if board.winner_candidate_id is not None else dg.MetadataValue.text("none"),
-            "holdout_score": dg.MetadataValue.float(outcome.holdout_score)
-            if outcome.holdout_score is not None else dg.MetadataValue.text(
-                f"missing: {outcome.holdout_missing_reason}"),
-            "found_nothing": dg.MetadataValue.bool(bool(board.stats.found_nothing)),
-            "window_runs": dg.MetadataValue.json(statuses),
-        },
-    ))
+    with store.engine() as engine:
+        context.log_event(leaderboard_materialization(engine, study_id, {
+            "window_runs": dg.MetadataValue.json(statuses)}))
     return {"study_id": study_id, "state": outcome.state.value,
             "winner_candidate_id": outcome.winner_candidate_id,
             "holdout_score": outcome.holdout_score}

@@ -104,8 +104,9 @@ def run(root: Path) -> int:
         step=dt.timedelta(days=1), n_folds=3, tune_steps=90, eval_steps=60, holdout_steps=120,
         max_candidates=12, max_total_steps=6_000, backend=_backend(), name="seattle rain grid")
     layout = base.layout()
-    total = 12 * layout.search_steps_per_candidate + layout.holdout.steps
-    from typestrict_pipeline.study.limits import estimate_cost_micro
+    from typestrict_pipeline.study.limits import estimate_cost_micro, study_total_steps
+
+    total = study_total_steps(12, layout.search_steps_per_candidate, layout.holdout.steps)
 
     estimate = estimate_cost_micro(last.cost_micro, last.steps, total)
     cfg = StudyConfig(**{**base.__dict__, "budget_micro": estimate * 5 // 4})
@@ -131,7 +132,7 @@ def run(root: Path) -> int:
                           "name": "budget below the estimate"})
     lay2 = cfg2.layout()
     est2 = estimate_cost_micro(last.cost_micro, last.steps,
-                               2 * lay2.search_steps_per_candidate + lay2.holdout.steps)
+                               study_total_steps(2, lay2.search_steps_per_candidate, lay2.holdout.steps))
     cfg2 = StudyConfig(**{**cfg2.__dict__, "budget_micro": est2 * 9 // 10})
     sid2 = create_study_from_config(engine, cfg2, last_backtest=last)
     print(f"\n  study {sid2}: {estimate_text(est2, 2, 2)}; budget {format_usd(est2 * 9 // 10)} "

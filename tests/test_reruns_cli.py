@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import pytest
 
@@ -65,6 +66,17 @@ def test_schedule_commands(sqlite_url: str, capsys: pytest.CaptureFixture[str], 
     panel = capsys.readouterr().out
     assert "Lineage of study 1" in panel and "arm=steady" in panel and "arm=late" in panel
     assert "Best expected of 2 under noise" in panel
+
+    # The study's leaderboard prints the lineage panel under it (the root and the re-run alike).
+    for sid in (root, "2"):
+        assert main(["study", "leaderboard", sid, "--store-url", sqlite_url]) == 0
+        board = capsys.readouterr().out
+        assert board.index("| Rank | Candidate |") < board.index("Lineage of study 1")
+        assert "holdout − baseline" in board and "Best expected of 2 under noise" in board
+        assert "winner changed" in board and "arm=late" in board
+    assert main(["study", "leaderboard", root, "--json", "--store-url", sqlite_url]) == 0
+    lineage = json.loads(capsys.readouterr().out)["lineage"]
+    assert lineage["summary"]["k"] == 2 and len(lineage["entries"]) == 2
 
     assert main(["schedule", "notifications", "ana@example.com", "--off", *u]) == 0
     assert "'A scheduled study changes its winner' off" in capsys.readouterr().out

@@ -236,7 +236,14 @@ def test_rerun_job_records_the_lineage_as_metadata(world: World) -> None:
         md = lineage.metadata["lineage"].value
         assert "| winner changed |" in md and "arm=late" in md and "Best expected of 2 under noise" in md
         assert isinstance(lineage.metadata["best_expected_of_k_under_noise"].value, float)
-        assert dg.AssetKey(["study_leaderboard"]) in mats
+        # Every study of the lineage gets its leaderboard again, with the lineage panel under it.
+        boards = {m.partition: m for m in result.asset_materializations_for_node("run_scheduled_rerun")
+                  if m.asset_key == dg.AssetKey(["study_leaderboard"])}
+        assert set(boards) == {world.root, str(out["study_id"])}
+        for board in boards.values():
+            assert "Best expected of 2 under noise" in board.metadata["lineage"].value
+            assert "| Baseline on the holdout |" in board.metadata["header"].value
+            assert isinstance(board.metadata["best_expected_of_k_under_noise"].value, float)
         # The same run key again: nothing is created or run twice.
         again = study_rerun_job.execute_in_process(run_config=rerun_run_config(key), instance=instance, resources=res)
         assert again.output_for_node("run_scheduled_rerun")["study_id"] == out["study_id"]

@@ -167,11 +167,23 @@ def _study_job() -> Any:
 
 
 def _leaderboard(args: argparse.Namespace) -> int:
-    board = load_leaderboard(_engine(args), _study_id(args.study_id))
+    from typestrict_pipeline.reruns.lineage import summarize
+    from typestrict_pipeline.reruns.service import lineage_entries, lineage_text
+
+    engine = _engine(args)
+    sid = _study_id(args.study_id)
+    board = load_leaderboard(engine, sid)
+    entries = lineage_entries(engine, str(sid))
     if args.json:
-        print(json.dumps(board.to_json(), indent=2, default=str))
+        out = board.to_json()
+        if entries:
+            out["lineage"] = {"entries": [{**e.__dict__, "edge": e.edge} for e in entries],
+                              "summary": summarize(entries).__dict__}
+        print(json.dumps(out, indent=2, default=str))
     else:
         print(render_markdown(board))
+        if entries:  # the lineage panel under the leaderboard
+            print("\n" + lineage_text(engine, str(sid)))
     return 0
 
 
