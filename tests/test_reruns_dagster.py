@@ -10,7 +10,7 @@ from typing import Any
 
 import dagster as dg
 import pytest
-from sqlalchemy import Engine, delete, update
+from sqlalchemy import Engine, update
 
 from assets.reruns import (
     LINEAGE_KEY,
@@ -30,7 +30,7 @@ from typestrict_pipeline.reruns.studies import record_data_end
 from typestrict_pipeline.reruns.tables import LineageState, ScheduleState
 from typestrict_pipeline.reruns.workspace import set_workspace
 from typestrict_pipeline.store import open_store, session_scope
-from typestrict_pipeline.study.tables import CandidateRow, RunRow, StudyRow
+from typestrict_pipeline.study.tables import StudyRow
 
 WS = "demo"
 ROOT_END = dt.datetime(2015, 2, 1, tzinfo=dt.UTC)
@@ -161,11 +161,9 @@ def test_root_study_has_no_usd_budget(world: World) -> None:
 
 def test_root_study_deleted_turns_the_schedule_off(world: World) -> None:
     world.arrive(10)
-    rid = int(world.root)
-    with session_scope(world.engine) as s:
-        s.execute(delete(RunRow).where(RunRow.study_id == rid))
-        s.execute(delete(CandidateRow).where(CandidateRow.study_id == rid))
-        s.execute(delete(StudyRow).where(StudyRow.id == rid))
+    from typestrict_pipeline.cli import main
+
+    assert main(["study", "delete", world.root, "--store-url", world.url]) == 0  # the product path
     assert world.tick(T0).skip_message == "The root study was deleted"
     assert get_schedule(world.engine, world.schedule_id).state is ScheduleState.OFF
     assert world.tick(T0 + HOUR).skip_message == "No re-run schedule is due"

@@ -6,7 +6,7 @@ import datetime as dt
 import statistics
 
 import pytest
-from sqlalchemy import Engine, delete, select
+from sqlalchemy import Engine, select
 
 from typestrict_pipeline.errors import ConflictError, InputError
 from typestrict_pipeline.reruns import scenario
@@ -37,8 +37,9 @@ from typestrict_pipeline.reruns.tables import (
 )
 from typestrict_pipeline.reruns.workspace import set_workspace, store_spend_source
 from typestrict_pipeline.store import open_store, session_scope
+from typestrict_pipeline.study.repository import delete_study
 from typestrict_pipeline.study.stats import expected_max_normal
-from typestrict_pipeline.study.tables import CandidateRow, RunRow, StudyRow
+from typestrict_pipeline.study.tables import StudyRow
 
 WS = "demo"
 ROOT_END = dt.datetime(2015, 2, 1, tzinfo=dt.UTC)
@@ -54,14 +55,6 @@ def _setup(url: str, *, budget: int | None = 1_000_000, min_unseen: int = 10) ->
                                       min_unseen_steps=min_unseen, workflow=workflow)
     scenario.run(engine, root)
     return engine, scenario.port(engine), root
-
-
-def _delete_study(engine: Engine, study_id: int) -> None:
-    """Delete a study the way a user deleting it from the Studies section would (rows and children)."""
-    with session_scope(engine) as s:
-        s.execute(delete(RunRow).where(RunRow.study_id == study_id))
-        s.execute(delete(CandidateRow).where(CandidateRow.study_id == study_id))
-        s.execute(delete(StudyRow).where(StudyRow.id == study_id))
 
 
 def test_enable_refuses_a_study_without_usd_budget(sqlite_url: str) -> None:
@@ -172,7 +165,7 @@ def test_cadence_slots_evaluate_once_per_slot(sqlite_url: str) -> None:
 def test_root_deleted_turns_the_schedule_off(store_url: str) -> None:
     engine, port, root = _setup(store_url)
     sched = enable_schedule(engine, port, study_id=root, cadence="1d", owner="ana@example.com", now=T0)
-    _delete_study(engine, int(root))
+    delete_study(engine, int(root))  # the product path (typestrict study delete)
     r = evaluate_schedule(engine, port, sched.id, now=T0, spend=store_spend_source(engine), source="test")
     assert r is not None and r.message == "The root study was deleted"
     view = get_schedule(engine, sched.id)

@@ -82,3 +82,26 @@ def test_the_baseline_is_scored_on_the_same_holdout_and_counts_against_the_budge
     md2 = render_markdown(load_leaderboard(engine, sid2))
     assert "| Baseline on the holdout | missing: Budget reached before the baseline's holdout run" in md2
     assert "Budget reached (limit: Budget (USD))" in md2
+
+
+def test_delete_study_refuses_one_in_flight_and_removes_its_rows(sqlite_url: str) -> None:
+    from typestrict_pipeline.cli import main
+    from typestrict_pipeline.errors import ConflictError, NotFoundError
+    from typestrict_pipeline.study.runner import SyntheticBackend, run_study_local
+    from typestrict_pipeline.study.tables import CandidateRow, LockRow, RunRow
+
+    engine = open_store(sqlite_url)
+    sid = create_study_from_config(engine, _config(), last_backtest=LAST)
+    with pytest.raises(ConflictError, match="Cancel it first"):
+        repo.delete_study(engine, sid)  # pending: in flight
+    run_study_local(engine, sid, SyntheticBackend(cost_per_step=3), max_workers=2)
+    assert main(["study", "delete", str(sid), "--store-url", sqlite_url]) == 0
+    with session_scope(engine) as s:
+        assert s.get(StudyRow, sid) is None
+        assert s.query(CandidateRow).filter(CandidateRow.study_id == sid).count() == 0
+        assert s.query(RunRow).filter(RunRow.study_id == sid).count() == 0
+        assert s.query(LockRow).count() == 0
+    with pytest.raises(NotFoundError, match=f"expected an existing study id, got {sid}"):
+        repo.delete_study(engine, sid)
+    # The workflow is free again: a new study on it can start.
+    assert create_study_from_config(engine, _config(), last_backtest=LAST) != sid

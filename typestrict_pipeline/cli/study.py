@@ -8,7 +8,8 @@
   ``study_job`` on the Dagster instance (``DAGSTER_HOME``, else an ephemeral one); prints the
   leaderboard. ``--synthetic`` runs the trivial synthetic workflow instead (no model).
 * ``leaderboard STUDY_ID [--json]``: the leaderboard and its header.
-* ``list [--workspace W] [--workflow NAME]``, ``cancel STUDY_ID``, ``promote STUDY_ID``.
+* ``list [--workspace W] [--workflow NAME]``, ``cancel STUDY_ID``, ``delete STUDY_ID``,
+  ``promote STUDY_ID``.
 
 Dagster is imported only by ``run``.
 """
@@ -210,6 +211,13 @@ def _cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def _delete(args: argparse.Namespace) -> int:
+    sid = _study_id(args.study_id)
+    repo.delete_study(_engine(args), sid)
+    print(f"study {sid}: deleted (a schedule re-running it turns itself off at its next tick)")
+    return 0
+
+
 def _promote(args: argparse.Namespace) -> int:
     from typestrict_pipeline.study.promote import promote_winner
     from typestrict_pipeline.study.service import study_backend
@@ -222,7 +230,7 @@ def _promote(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    study = subparsers.add_parser("study", help="studies: run, leaderboard, cancel, promote")
+    study = subparsers.add_parser("study", help="studies: run, leaderboard, cancel, delete, promote")
     sub = study.add_subparsers(dest="study_command", required=True)
 
     def cmd(name: str, help_text: str) -> argparse.ArgumentParser:
@@ -272,6 +280,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = cmd("cancel", "cancel a study (what ran is kept)")
     p.add_argument("study_id")
     p.set_defaults(func=_cancel)
+
+    p = cmd("delete", "delete a study that is not in flight (its candidates and runs too)")
+    p.add_argument("study_id")
+    p.set_defaults(func=_delete)
 
     p = cmd("promote", "promote a finished study's winner through the evaluation gate")
     p.add_argument("study_id")

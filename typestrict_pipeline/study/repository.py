@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, func, select, text, update
+from sqlalchemy import Engine, delete, func, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -350,6 +350,37 @@ def cancel_study(engine: Engine, study_id: int) -> StudyState:
             _release_lock(s, study)
             return StudyState.CANCELLED
         return StudyState(study.state)
+
+
+def delete_study(engine: Engine, study_id: int) -> None:
+    """Delete a study with its candidates and runs (the Studies section's *Delete*).
+
+    A study in flight (``PENDING`` or ``RUNNING``) is refused: cancel it first. A ``FAILED``
+    study's workflow lock is released with it. Parameters a promotion already applied to the
+    workflow stay applied (deleting the study does not change the configuration). A schedule
+    re-running this study turns itself off at its next tick ("The root study was deleted").
+
+    Raises:
+        NotFoundError: no such study.
+        ConflictError: the study is in flight.
+    """
+    with session_scope(engine) as s:
+        _write_lock(s)
+        study = s.execute(select(StudyRow).where(StudyRow.id == study_id).with_for_update()
+                          ).scalar_one_or_none()
+        if study is None:
+            get_study(s, study_id)  # raises the NotFoundError naming the id
+            return
+        if study.state in (StudyState.PENDING.value, StudyState.RUNNING.value):
+            raise ConflictError(
+                f"expected a study that is not in flight, got study {study_id} in state "
+                f"{StudyState(study.state).label}. Cancel it first (typestrict study cancel "
+                f"{study_id}), then delete it."
+            )
+        _release_lock(s, study)
+        s.execute(delete(RunRow).where(RunRow.study_id == study_id))
+        s.execute(delete(CandidateRow).where(CandidateRow.study_id == study_id))
+        s.delete(study)
 
 
 def _release_lock(s: Session, study: StudyRow) -> None:
@@ -685,6 +716,7 @@ __all__ = [
     "active_study",
     "cancel_study",
     "create_study",
+    "delete_study",
     "extend_reservation",
     "finish_study",
     "flush_progress",

@@ -1,4 +1,4 @@
-"""The studies area's tables (schema: migrations ``studies_0001`` to ``studies_0005``).
+"""The studies area's tables (schema: migrations ``studies_0001`` to ``studies_0006``).
 
 * ``study_studies``: one row per study: what it searches, its limits, its layout, its state,
   what it has spent and reserved, its winner and holdout score.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import JSON, BigInteger, Boolean, Float, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
@@ -81,6 +81,8 @@ class RunState(enum.StrEnum):
 
 class StudyRow(Base):
     __tablename__ = "study_studies"
+    # Ids are never reused after a delete (a schedule must see its deleted study as deleted).
+    __table_args__: ClassVar[dict[str, Any]] = {"sqlite_autoincrement": True}
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     workspace: Mapped[str] = mapped_column(String(128), index=True)
