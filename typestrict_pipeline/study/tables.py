@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
-from typing import Any, ClassVar
+from typing import Any
 
 from sqlalchemy import JSON, BigInteger, Boolean, Float, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
@@ -82,7 +82,7 @@ class RunState(enum.StrEnum):
 class StudyRow(Base):
     __tablename__ = "study_studies"
     # Ids are never reused after a delete (a schedule must see its deleted study as deleted).
-    __table_args__: ClassVar[dict[str, Any]] = {"sqlite_autoincrement": True}
+    __table_args__ = ({"sqlite_autoincrement": True},)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     workspace: Mapped[str] = mapped_column(String(128), index=True)
