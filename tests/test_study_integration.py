@@ -105,3 +105,26 @@ def test_delete_study_refuses_one_in_flight_and_removes_its_rows(sqlite_url: str
         repo.delete_study(engine, sid)
     # The workflow is free again: a new study on it can start.
     assert create_study_from_config(engine, _config(), last_backtest=LAST) != sid
+
+
+def test_promoted_parameters_are_used_by_live_runs_and_later_backtests(sqlite_url: str) -> None:
+    from typestrict_pipeline.backtest.service import active_workflow
+    from typestrict_pipeline.study.promote import PromotionKind, promote_winner
+    from typestrict_pipeline.study.runner import SyntheticBackend, run_study_local
+
+    engine = open_store(sqlite_url)
+    before = active_workflow(engine, "seattle_rain", workspace="demo")
+    assert before.default_params["threshold"] == 0.5
+    # A parameters-only study of seattle_rain (synthetic scores: the threshold is the skill).
+    backend = SyntheticBackend(skill=lambda p: float(p.get("threshold", 0.5)), cost_per_step=3)
+    sid = create_study_from_config(engine, _config(
+        workflow="seattle_rain", space=SearchSpace(grid={"threshold": [0.55, 0.7]})), last_backtest=LAST)
+    run_study_local(engine, sid, backend, max_workers=2)
+    res = promote_winner(engine, sid, backend)
+    assert res.kind is PromotionKind.APPLIED_PARAMETERS and res.params == {"threshold": 0.7}
+    live = active_workflow(engine, "seattle_rain", workspace="demo")
+    assert live.default_params == {**before.default_params, "threshold": 0.7}
+    assert live.resolve_params(None)["threshold"] == 0.7  # what a run without overrides uses
+    assert live.version_id == before.variant(params={"threshold": 0.7}).version_id
+    # Only in that workspace.
+    assert active_workflow(engine, "seattle_rain", workspace="other").default_params["threshold"] == 0.5

@@ -179,30 +179,52 @@ def run_and_store_live(
 def active_workflow(
     engine: Engine, name: str, *, workspace: str, registry: WorkflowRegistry | None = None
 ) -> Workflow:
-    """The active (live) version of ``name`` in ``workspace``.
+    """The active (live) version of ``name`` in ``workspace``, with promoted parameters.
 
     The store's activation (``activate_version``, the studies' "Promote winner") wins over the
     code's; a stored version that only changed parameters or prompts is rebuilt from the code's
-    version with them, and must reproduce the stored id.
+    version with them, and must reproduce the stored id. Then the parameters a study's "Promote
+    winner" applied to this workflow in this workspace (a parameters-only winner, table
+    ``study_workflow_params``) are merged over that version's defaults
+    (:meth:`Workflow.variant`), so live runs and later backtests use them.
 
     Raises:
         NotFoundError: unknown workflow, or the active version's code is no longer deployed.
+        InputError: a promoted parameter the active version no longer accepts.
     """
+    from typestrict_pipeline.study.promote import workflow_params
+
     reg = registry or default_registry()
     vid = active_version_id(engine, workspace=workspace, workflow=name)
+    workflow: Workflow | None = None
     if vid is None:
-        return reg.active(name)
-    with contextlib.suppress(NotFoundError):
-        return reg.get(name, vid)
-    stored = stored_version(engine, workflow=name, version_id=vid)
-    if stored is not None:
-        for base in reg.versions(name):
-            with contextlib.suppress(InputError):
-                candidate = base.variant(params=stored[0], prompts=stored[1])
-                if candidate.version_id == vid:
-                    return candidate
-    raise NotFoundError(
-        f"expected the active version {vid} of workflow {name!r} in workspace {workspace!r} to be "
-        "deployed, got no deployed code that reproduces it. Activate a current version "
-        "(typestrict backtest activate)."
-    )
+        workflow = reg.active(name)
+    else:
+        with contextlib.suppress(NotFoundError):
+            workflow = reg.get(name, vid)
+        stored = None if workflow is not None else stored_version(engine, workflow=name, version_id=vid)
+        if stored is not None:
+            for base in reg.versions(name):
+                with contextlib.suppress(InputError):
+                    candidate = base.variant(params=stored[0], prompts=stored[1])
+                    if candidate.version_id == vid:
+                        workflow = candidate
+                        break
+    if workflow is None:
+        raise NotFoundError(
+            f"expected the active version {vid} of workflow {name!r} in workspace {workspace!r} to be "
+            "deployed, got no deployed code that reproduces it. Activate a current version "
+            "(typestrict backtest activate)."
+        )
+    promoted = workflow_params(engine, workspace, name)
+    if not promoted:
+        return workflow
+    try:
+        return workflow.variant(params=promoted)
+    except InputError as exc:
+        raise InputError(
+            f"parameters promoted to workflow {name!r} in workspace {workspace!r} that its active "
+            f"version {workflow.version_id} accepts",
+            f"{promoted} ({exc})",
+            "run a study on the current version and promote its winner",
+        ) from None

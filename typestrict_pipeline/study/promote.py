@@ -9,8 +9,11 @@
   area's ``activate_version`` (the normal activation path; the active version of the workflow in
   the workspace becomes the winner's).
 * **A winner that changed only parameters** has nothing to activate: its parameters are written
-  to the workflow's configuration in this workspace (``study_workflow_params``), which runs read
-  with :func:`workflow_params`.
+  to the workflow's configuration in this workspace (``study_workflow_params``), read with
+  :func:`workflow_params`; ``typestrict_pipeline.backtest.service.active_workflow`` merges them
+  over the active version's defaults, so live runs and later backtests use them. A later
+  promotion that activates a version (its prompts changed) carries its own parameters and
+  clears this row.
 """
 
 from __future__ import annotations
@@ -130,6 +133,10 @@ def promote_winner(
     prompts = {k: v for k, v in prompts.items() if _base_prompts(backend).get(k) != v}
     if prompts:
         variant = _activate_prompts(engine, backend, workspace, params, prompts, activate)
+        with session_scope(engine) as s:  # the activated version carries the winner's parameters
+            old = s.get(WorkflowParamsRow, (workspace, workflow))
+            if old is not None:
+                s.delete(old)
         return PromotionResult(PromotionKind.ACTIVATED_VERSION, gate, params, prompts, variant,
                                f"{gate.message} Activated version {variant} of {workflow}.")
     with session_scope(engine) as s:
