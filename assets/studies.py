@@ -41,8 +41,43 @@ study_leaderboard_spec = dg.AssetSpec(
 )
 
 
+class NewStudyConfig(dg.Config):
+    """A new study, described on the launchpad (the fields of ``typestrict study run``).
+
+    ``grid``: ``["NAME=V1,V2", ...]``; ``random``: ``["NAME=LOW:HIGH", ...]`` with
+    ``random_draws`` draws (seed ``seed``); ``prompt_files``: ``["STEP=PATH", ...]``. Both limits
+    are required and the USD budget needs a completed backtest of the version in the workspace:
+    otherwise the run fails with the product's message and creates nothing.
+    """
+
+    workflow: str
+    start: str
+    end: str
+    tune_steps: int
+    eval_steps: int
+    holdout_steps: int
+    workspace: str = "demo"
+    dataset: str = "seattle_weather"
+    step: str = "1d"
+    folds: int = 3
+    horizon_steps: int = 1
+    grid: list[str] | None = None
+    random: list[str] | None = None
+    random_draws: int = 0
+    seed: int = 0
+    prompt_files: list[str] | None = None
+    max_candidates: int | None = None
+    max_total_steps: int | None = None
+    budget_usd: str | None = None
+    min_unseen_steps: int | None = None
+    name: str | None = None
+    synthetic: bool = False
+    max_in_flight: int = 8
+
+
 class StudyJobConfig(dg.Config):
-    """Which study to run (create it first with `typestrict study run` or the Python API).
+    """Which study to run: ``study_id`` of a created study (``typestrict study run`` or the
+    Python API), or ``new_study`` to create one from the launchpad (exactly one of the two).
 
     ``fanout``: ``"candidate"`` (default) makes one step per candidate, running its folds'
     windows in order; ``"window"`` makes one step per (candidate, fold, window). Both are
@@ -50,8 +85,24 @@ class StudyJobConfig(dg.Config):
     docs/benchmarks.md), per-window steps parallelise a study with few candidates better.
     """
 
-    study_id: int
+    study_id: int | None = None
+    new_study: NewStudyConfig | None = None
     fanout: str = "candidate"
+
+
+def _create_from_launchpad(engine: Engine, new: NewStudyConfig) -> int:
+    """Create the study the launchpad describes; the product's refusals become a step failure."""
+    from typestrict_pipeline.errors import TypeStrictError
+    from typestrict_pipeline.study.form import StudyForm, study_config
+    from typestrict_pipeline.study.service import create_study_from_config
+
+    try:
+        fields = new.model_dump()
+        for name in ("grid", "random", "prompt_files"):
+            fields[name] = list(fields[name] or [])
+        return create_study_from_config(engine, study_config(StudyForm(**fields)))
+    except TypeStrictError as exc:
+        raise dg.Failure(description=str(exc)) from None
 
 
 def partitions_name(partitions: dg.DynamicPartitionsDefinition) -> str:
@@ -118,10 +169,20 @@ def study_plan(context: dg.OpExecutionContext, config: StudyJobConfig,
     if config.fanout not in ("candidate", "window"):
         raise dg.Failure(f"expected fanout 'candidate' or 'window', got {config.fanout!r}. "
                          "Fix the run config.")
+    if (config.study_id is None) == (config.new_study is None):
+        raise dg.Failure("expected either study_id (a created study) or new_study (a study to "
+                         "create), got " + ("both" if config.study_id is not None else "neither")
+                         + ". Fix the run config.")
     with store.engine() as engine:
-        repo.start_study(engine, config.study_id, dagster_run_id=context.run_id)
-        keys = plan_runs(engine, config.study_id)
-    context.log.info(f"study {config.study_id}: {len(keys)} window runs planned")
+        if config.new_study is not None:
+            study_id = _create_from_launchpad(engine, config.new_study)
+            context.log.info(f"study {study_id} created from the launchpad")
+        else:
+            assert config.study_id is not None
+            study_id = config.study_id
+        repo.start_study(engine, study_id, dagster_run_id=context.run_id)
+        keys = plan_runs(engine, study_id)
+    context.log.info(f"study {study_id}: {len(keys)} window runs planned")
     if config.fanout == "window":
         for key in keys:
             yield dg.DynamicOutput([_key_to_json(key)], mapping_key=key.name)
@@ -193,6 +254,11 @@ study_job = study_graph.to_job(name="study_job", tags={"area": "studies"})
 def study_run_config(study_id: int, fanout: str = "candidate") -> dict[str, Any]:
     """The run config of ``study_job`` for one study."""
     return {"ops": {"study_plan": {"config": {"study_id": study_id, "fanout": fanout}}}}
+
+
+def new_study_run_config(new_study: dict[str, Any], fanout: str = "candidate") -> dict[str, Any]:
+    """The run config of ``study_job`` that creates a study from ``new_study``'s fields."""
+    return {"ops": {"study_plan": {"config": {"new_study": new_study, "fanout": fanout}}}}
 
 
 def build_defs() -> dg.Definitions:

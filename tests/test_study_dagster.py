@@ -162,3 +162,50 @@ def test_killed_study_run_resumes_without_rerunning_or_double_charging(pg_url: s
         assert study.reserved_micro == 0 and study.steps_reserved == 0
         done_cost = sum(c or 0 for c, _ in after.values())
         assert done_cost == 7 * (4 * 2 * 30 + 2 * 15) + flushed
+
+
+NEW_STUDY: dict[str, object] = {
+    "workflow": "wx", "synthetic": True, "start": "2012-01-01", "end": "2012-12-01", "folds": 2,
+    "tune_steps": 15, "eval_steps": 15, "holdout_steps": 15, "grid": ["skill=0.5,0.6"],
+}
+
+
+def _launch(sqlite_url: str, new_study: dict[str, object]) -> dg.ExecuteInProcessResult:
+    from assets.studies import new_study_run_config
+
+    with dg.instance_for_test() as instance:
+        return study_job.execute_in_process(
+            run_config=new_study_run_config(new_study), instance=instance, raise_on_error=False,
+            resources={"store": StoreResource(url=sqlite_url), "study_runner": StudyRunnerResource()})
+
+
+def _failure(result: dg.ExecuteInProcessResult) -> str:
+    assert not result.success
+    error = result.get_step_failure_events()[0].event_specific_data.error  # type: ignore[union-attr]
+    assert error is not None
+    return str(error.message)
+
+
+def test_the_launchpad_creates_a_study_or_refuses_it_with_the_products_messages(sqlite_url: str) -> None:
+    engine = open_store(sqlite_url)
+    no_limit = _launch(sqlite_url, {**NEW_STUDY, "max_candidates": 2})
+    assert "expected Max total steps (a whole number ≥ 1), got nothing" in _failure(no_limit)
+    no_estimate = _launch(sqlite_url, {**NEW_STUDY, "max_candidates": 2, "max_total_steps": 1000,
+                                       "budget_usd": "0.01"})
+    assert "Run one, then try again, or leave the USD budget empty." in _failure(no_estimate)
+    with session_scope(engine) as s:
+        assert s.execute(select(StudyRow)).first() is None  # nothing was created
+    ok = _launch(sqlite_url, {**NEW_STUDY, "max_candidates": 2, "max_total_steps": 1000,
+                              "min_unseen_steps": 5, "name": "from the launchpad"})
+    assert ok.success
+    mats = ok.asset_materializations_for_node("study_finalize")
+    assert len(mats) == 1 and "2 planned / 2 run / 0 discarded" in mats[0].metadata["header"].value
+    with session_scope(engine) as s:
+        row = s.execute(select(StudyRow)).scalar_one()
+        assert (row.name, row.min_unseen_steps, row.max_total_steps) == ("from the launchpad", 5, 1000)
+        assert row.state == StudyState.FINISHED.value and str(row.id) == mats[0].partition
+    both = study_job.execute_in_process(
+        run_config={"ops": {"study_plan": {"config": {"study_id": 1, "new_study": NEW_STUDY}}}},
+        raise_on_error=False,
+        resources={"store": StoreResource(url=sqlite_url), "study_runner": StudyRunnerResource()})
+    assert "expected either study_id (a created study) or new_study" in _failure(both)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, select
@@ -26,9 +25,9 @@ from sqlalchemy import Engine, select
 from typestrict_pipeline.errors import InputError
 from typestrict_pipeline.store import default_store_url, open_store, session_scope
 from typestrict_pipeline.study import repository as repo
+from typestrict_pipeline.study.form import StudyForm, study_config
 from typestrict_pipeline.study.leaderboard import load_leaderboard, render_markdown
-from typestrict_pipeline.study.limits import estimate_text, format_usd, usd_to_micro
-from typestrict_pipeline.study.space import RandomParam, SearchSpace
+from typestrict_pipeline.study.limits import estimate_text, format_usd
 from typestrict_pipeline.study.tables import StudyRow, StudyState
 
 
@@ -44,83 +43,22 @@ def _study_id(text: str) -> int:
                          "pass the study's id") from None
 
 
-def _value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def parse_space(grid: list[str] | None, random: list[str] | None, draws: int, seed: int,
-                prompt_files: list[str] | None) -> SearchSpace:
-    """A search space from the command line's ``--grid``, ``--random`` and ``--prompt-file``.
-
-    >>> parse_space(["threshold=0.4,0.6"], ["k=1:5"], 2, 7, None).to_json()["grid"]
-    {'threshold': [0.4, 0.6]}
-    """
-    g: dict[str, list[Any]] = {}
-    for item in grid or []:
-        name, sep, values = item.partition("=")
-        if not sep or not values:
-            raise InputError("--grid as NAME=V1,V2,...", repr(item), "write e.g. --grid threshold=0.4,0.5")
-        g[name.strip()] = [_value(v.strip()) for v in values.split(",")]
-    r: dict[str, RandomParam] = {}
-    for item in random or []:
-        name, sep, rng = item.partition("=")
-        low, colon, high = rng.partition(":")
-        if not sep or not colon:
-            raise InputError("--random as NAME=LOW:HIGH", repr(item), "write e.g. --random threshold=0.3:0.7")
-        lo, hi = _value(low), _value(high)
-        r[name.strip()] = RandomParam(float(lo), float(hi),
-                                      integer=isinstance(lo, int) and isinstance(hi, int))
-    prompts: dict[str, list[str]] = {}
-    for item in prompt_files or []:
-        step, sep, path = item.partition("=")
-        if not sep:
-            raise InputError("--prompt-file as STEP=PATH", repr(item), "write e.g. --prompt-file forecast=alt.txt")
-        p = Path(path)
-        if not p.is_file():
-            raise InputError(f"a readable prompt file for step {step!r}", repr(path), "check the path")
-        prompts.setdefault(step.strip(), []).append(p.read_text(encoding="utf-8").strip())
-    return SearchSpace(grid=g, random=r, random_draws=draws, seed=seed, prompts=prompts)
-
-
 def _run(args: argparse.Namespace) -> int:
-    import datetime as dt
-
-    from typestrict_pipeline.backtest.engine import parse_step
-    from typestrict_pipeline.backtest.service import parse_time
-    from typestrict_pipeline.study.service import StudyConfig, create_study_from_config
+    from typestrict_pipeline.study.service import create_study_from_config
 
     engine = _engine(args)
-    space = parse_space(args.grid, args.random, args.random_draws, args.seed, args.prompt_file)
-    if args.synthetic:
-        backend: dict[str, Any] = {"backend": "synthetic", "cost_per_step": 10}
-        version = "synthetic"
-    else:
-        from typestrict_pipeline.backtest.workflows import default_registry
-
-        wf = default_registry().active(args.workflow)
-        version = wf.version_id
-        original = dict(wf.prompts)
-        if space.prompts:  # the version's own prompt is always one of the alternatives
-            space = SearchSpace.from_json({**space.to_json(), "prompts": {
-                k: [original[k], *v] if k in original else v for k, v in space.prompts.items()}})
-        backend = {"backend": "engine", "setup": "typestrict_pipeline.study.setups:registered_workflow",
-                   "setup_args": {"workflow": args.workflow, "dataset": args.dataset,
-                                  "latency_s": args.standin_latency},
-                   "max_in_flight": args.max_in_flight}
-    cfg = StudyConfig(
-        workspace=args.workspace, workflow=args.workflow, workflow_version=version, space=space,
-        start=parse_time(args.start, "start"), end=parse_time(args.end, "end"),
-        step=parse_step(args.step) if isinstance(args.step, str) else dt.timedelta(days=1),
-        n_folds=args.folds, tune_steps=args.tune_steps, eval_steps=args.eval_steps,
-        holdout_steps=args.holdout_steps, horizon_steps=args.horizon_steps,
+    form = StudyForm(
+        workflow=args.workflow, start=args.start, end=args.end, tune_steps=args.tune_steps,
+        eval_steps=args.eval_steps, holdout_steps=args.holdout_steps, workspace=args.workspace,
+        dataset=args.dataset, step=args.step, folds=args.folds, horizon_steps=args.horizon_steps,
+        grid=list(args.grid or []), random=list(args.random or []),
+        random_draws=args.random_draws, seed=args.seed, prompt_files=list(args.prompt_file or []),
         max_candidates=args.max_candidates, max_total_steps=args.max_total_steps,
-        budget_micro=None if args.budget_usd is None else usd_to_micro(args.budget_usd),
-        backend=backend, name=args.name, min_unseen_steps=args.min_unseen_steps,
+        budget_usd=args.budget_usd, min_unseen_steps=args.min_unseen_steps, name=args.name,
+        synthetic=args.synthetic, max_in_flight=args.max_in_flight,
+        standin_latency=args.standin_latency,
     )
-    sid = create_study_from_config(engine, cfg)
+    sid = create_study_from_config(engine, study_config(form))
     with session_scope(engine) as s:
         study = repo.get_study(s, sid)
         est = study.estimate_micro

@@ -1,0 +1,139 @@
+"""A study described as a form (the CLI's ``typestrict study run`` and ``study_job``'s launchpad).
+
+:class:`StudyForm` is what a person fills in: the workflow, workspace, search space (as the
+CLI writes it: ``NAME=V1,V2`` grids, ``NAME=LOW:HIGH`` random ranges, ``STEP=PATH`` prompt
+files), folds, limits, an optional USD budget and "Min unseen steps for a re-run".
+:func:`study_config` turns it into a :class:`~typestrict_pipeline.study.service.StudyConfig`;
+creating the study then refuses it with the product's messages (missing limits, a USD budget
+that cannot be estimated, a study already in flight).
+
+>>> form = StudyForm(workflow="wx", start="2012-01-01", end="2012-12-01", tune_steps=20,
+...     eval_steps=20, holdout_steps=20, grid=["skill=0.5,0.6"], synthetic=True,
+...     max_candidates=2, max_total_steps=1000, min_unseen_steps=10)
+>>> cfg = study_config(form)
+>>> cfg.workflow_version, cfg.min_unseen_steps, cfg.limits().budget_micro is None
+('synthetic', 10, True)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from typestrict_pipeline.errors import InputError
+from typestrict_pipeline.study.limits import usd_to_micro
+from typestrict_pipeline.study.service import StudyConfig
+from typestrict_pipeline.study.space import RandomParam, SearchSpace
+
+
+@dataclass(frozen=True)
+class StudyForm:
+    """The fields of the "new study" form (see the module docstring)."""
+
+    workflow: str
+    start: str
+    end: str
+    tune_steps: int
+    eval_steps: int
+    holdout_steps: int
+    workspace: str = "demo"
+    dataset: str = "seattle_weather"
+    step: str = "1d"
+    folds: int = 3
+    horizon_steps: int = 1
+    grid: list[str] = field(default_factory=list)
+    random: list[str] = field(default_factory=list)
+    random_draws: int = 0
+    seed: int = 0
+    prompt_files: list[str] = field(default_factory=list)
+    max_candidates: int | None = None
+    max_total_steps: int | None = None
+    budget_usd: str | None = None
+    min_unseen_steps: int | None = None
+    name: str | None = None
+    synthetic: bool = False
+    max_in_flight: int = 8
+    standin_latency: float = 0.02
+
+
+def study_config(form: StudyForm) -> StudyConfig:
+    """The study configuration a form describes (the engine on the workflow's active version,
+    or the synthetic workflow with ``synthetic``).
+
+    Raises:
+        InputError: an unreadable time, step, search space or USD amount, or an unknown workflow.
+    """
+    from typestrict_pipeline.backtest.engine import parse_step
+    from typestrict_pipeline.backtest.service import parse_time
+
+    space = parse_space(form.grid, form.random, form.random_draws, form.seed, form.prompt_files)
+    backend: dict[str, Any]
+    if form.synthetic:
+        backend = {"backend": "synthetic", "cost_per_step": 10}
+        version = "synthetic"
+    else:
+        from typestrict_pipeline.backtest.workflows import default_registry
+
+        wf = default_registry().active(form.workflow)
+        version = wf.version_id
+        original = dict(wf.prompts)
+        if space.prompts:  # the version's own prompt is always one of the alternatives
+            space = SearchSpace.from_json({**space.to_json(), "prompts": {
+                k: [original[k], *v] if k in original else v for k, v in space.prompts.items()}})
+        backend = {"backend": "engine", "setup": "typestrict_pipeline.study.setups:registered_workflow",
+                   "setup_args": {"workflow": form.workflow, "dataset": form.dataset,
+                                  "latency_s": form.standin_latency},
+                   "max_in_flight": form.max_in_flight}
+    return StudyConfig(
+        workspace=form.workspace, workflow=form.workflow, workflow_version=version, space=space,
+        start=parse_time(form.start, "start"), end=parse_time(form.end, "end"),
+        step=parse_step(form.step), n_folds=form.folds, tune_steps=form.tune_steps,
+        eval_steps=form.eval_steps, holdout_steps=form.holdout_steps,
+        horizon_steps=form.horizon_steps, max_candidates=form.max_candidates,
+        max_total_steps=form.max_total_steps,
+        budget_micro=None if form.budget_usd is None else usd_to_micro(form.budget_usd),
+        backend=backend, name=form.name, min_unseen_steps=form.min_unseen_steps,
+    )
+
+
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def parse_space(grid: list[str] | None, random: list[str] | None, draws: int, seed: int,
+                prompt_files: list[str] | None) -> SearchSpace:
+    """A search space from the command line's ``--grid``, ``--random`` and ``--prompt-file``.
+
+    >>> parse_space(["threshold=0.4,0.6"], ["k=1:5"], 2, 7, None).to_json()["grid"]
+    {'threshold': [0.4, 0.6]}
+    """
+    g: dict[str, list[Any]] = {}
+    for item in grid or []:
+        name, sep, values = item.partition("=")
+        if not sep or not values:
+            raise InputError("--grid as NAME=V1,V2,...", repr(item), "write e.g. --grid threshold=0.4,0.5")
+        g[name.strip()] = [_value(v.strip()) for v in values.split(",")]
+    r: dict[str, RandomParam] = {}
+    for item in random or []:
+        name, sep, rng = item.partition("=")
+        low, colon, high = rng.partition(":")
+        if not sep or not colon:
+            raise InputError("--random as NAME=LOW:HIGH", repr(item), "write e.g. --random threshold=0.3:0.7")
+        lo, hi = _value(low), _value(high)
+        r[name.strip()] = RandomParam(float(lo), float(hi),
+                                      integer=isinstance(lo, int) and isinstance(hi, int))
+    prompts: dict[str, list[str]] = {}
+    for item in prompt_files or []:
+        step, sep, path = item.partition("=")
+        if not sep:
+            raise InputError("--prompt-file as STEP=PATH", repr(item), "write e.g. --prompt-file forecast=alt.txt")
+        p = Path(path)
+        if not p.is_file():
+            raise InputError(f"a readable prompt file for step {step!r}", repr(path), "check the path")
+        prompts.setdefault(step.strip(), []).append(p.read_text(encoding="utf-8").strip())
+    return SearchSpace(grid=g, random=r, random_draws=draws, seed=seed, prompts=prompts)
