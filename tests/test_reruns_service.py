@@ -327,3 +327,42 @@ def test_a_broken_schedule_does_not_stop_the_others(sqlite_url: str) -> None:
     assert by_id[s2.id] == "Not enough unseen data yet: 0 of 10 steps"
     assert cursor == {s1.id: 0, s2.id: 0}
     assert get_schedule(engine, s1.id).last_message == by_id[s1.id]
+
+
+def test_data_arrival_is_read_from_a_point_in_time_dataset(sqlite_url: str) -> None:
+    """A root study replaying seattle_rain on the seattle_weather dataset: each tick takes the
+    data end from the dataset's latest knowledge time (2016-01-01, horizon 1 day), not from a
+    recorded signal."""
+    from typestrict_pipeline.backtest.workflows.weather import load_seattle_weather
+    from typestrict_pipeline.reruns.studies import REGISTERED_SETUP, data_end_from_tables
+    from typestrict_pipeline.study import repository as repo
+    from typestrict_pipeline.study.folds import plan_folds
+    from typestrict_pipeline.study.limits import StudyLimits
+    from typestrict_pipeline.study.runner import SyntheticBackend, run_study_local
+    from typestrict_pipeline.study.space import SearchSpace
+
+    # Pure rule: rows known up to K give decision steps up to K − horizon a known outcome.
+    part = {"weather": load_seattle_weather(until=dt.datetime(2015, 12, 15, tzinfo=dt.UTC))}
+    assert data_end_from_tables(part, horizon=DAY, step=DAY) == dt.datetime(2015, 12, 15, tzinfo=dt.UTC)
+    assert data_end_from_tables({}, horizon=DAY, step=DAY) is None
+
+    engine = open_store(sqlite_url)
+    set_workspace(engine, WS, subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=50_000_000)
+    layout = plan_folds(start=dt.datetime(2015, 6, 1, tzinfo=dt.UTC), end=dt.datetime(2015, 12, 2, tzinfo=dt.UTC),
+                        step=DAY, n_folds=2, tune_steps=10, eval_steps=10, holdout_steps=10)
+    backend = {"backend": "engine", "setup": REGISTERED_SETUP,
+               "setup_args": {"workflow": "seattle_rain", "dataset": "seattle_weather"}}
+    sid = repo.create_study(
+        engine, workspace=WS, workflow="seattle_rain", workflow_version="v", layout=layout,
+        space=SearchSpace(grid={"threshold": [0.4, 0.6]}), limits=StudyLimits(2, 10_000, 10**6),
+        config={"backend": backend}, last_backtest=repo.LastBacktest(30, 10), min_unseen_steps=40)
+    # Scored here with synthetic scores (the stored configuration is what the tick reads).
+    run_study_local(engine, sid, SyntheticBackend(skill=lambda p: float(p.get("threshold", 0.5))))
+    port = StoreStudies(engine)
+    facts = port.get(str(sid))
+    assert facts is not None and port.data_end(facts) == dt.datetime(2016, 1, 1, tzinfo=dt.UTC)
+    record_data_end(engine, WS, "seattle_rain", dt.datetime(2016, 6, 1, tzinfo=dt.UTC))  # ignored
+    sched = enable_schedule(engine, port, study_id=str(sid), cadence="1d", owner="ana@example.com", now=T0)
+    r = evaluate_schedule(engine, port, sched.id, now=T0, spend=store_spend_source(engine))
+    # 2015-12-02 .. 2015-12-31: 30 decision steps with a known outcome after the holdout.
+    assert r is not None and r.message == "Not enough unseen data yet: 30 of 40 steps"

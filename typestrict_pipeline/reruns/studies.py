@@ -7,16 +7,21 @@ the studies area is changed from here: a re-run is an ordinary study whose searc
 parent's plus the previous winner (an ``extra`` candidate, tried first), whose holdout is the
 new window, and whose USD budget is the schedule's copy of the root's.
 
-Data arrival: :func:`record_data_end` stores, per workspace and workflow, the end (exclusive) of
-the decision steps whose outcome is known; whoever appends data (an ingestion job, the demo)
-calls it. A study's own time range is the other bound: "Add data to the dataset (or extend the
-configuration's time range)".
+Data arrival, from the data itself where possible: when the lineage's root study replays a
+registered workflow on a named point-in-time dataset (an ``engine`` backend with the
+``registered_workflow`` setup), each tick reads the dataset's tables and takes the end of the
+decision steps whose outcome is known from their latest knowledge time
+(:func:`data_end_from_tables`). For sources that cannot be read that way (the synthetic
+workflows, a setup of your own), :func:`record_data_end` stores, per workspace and workflow, the
+end (exclusive) of the decision steps whose outcome is known; whoever appends data (an
+ingestion job, the demo, ``typestrict schedule data-arrived``) calls it. A readable dataset wins
+over the signal (the data is the truth; a stale or early signal is ignored for it).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -121,7 +126,8 @@ class StudiesPort(Protocol):
         """Whether a study or backtest of the workflow is running."""
 
     def data_end(self, facts: StudyFacts) -> dt.datetime | None:
-        """End (exclusive) of the decision steps with a known outcome, for the study's workflow."""
+        """End (exclusive) of the decision steps with a known outcome, for the study's workflow
+        (from its dataset when readable, else from the recorded arrival signal)."""
 
     def create_rerun(self, spec: RerunSpec) -> str:
         """Create the re-run study (taking the workflow's lock); its id."""
@@ -143,6 +149,53 @@ def _positive_int(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         return None
     return value
+
+
+REGISTERED_SETUP = "typestrict_pipeline.study.setups:registered_workflow"
+"""The setup whose dataset a tick can read (a registered workflow on a named dataset)."""
+
+
+def data_end_from_tables(
+    tables: Mapping[str, Any], *, horizon: dt.timedelta, step: dt.timedelta
+) -> dt.datetime | None:
+    """End (exclusive) of the decision steps whose outcome is known, from point-in-time tables.
+
+    A decision at ``t`` is scored by what happened by ``t + horizon``, which is known once a row
+    known at or after ``t + horizon`` exists; with ``K`` the earliest of the tables' latest
+    knowledge times, the last such ``t`` is ``K − horizon``, so the end is ``K − horizon + step``.
+    None for no table or an empty one.
+
+    >>> from typestrict_pipeline.backtest.workflows.weather import load_seattle_weather
+    >>> day = dt.timedelta(days=1)
+    >>> data_end_from_tables({"weather": load_seattle_weather()}, horizon=day, step=day).date()
+    datetime.date(2016, 1, 1)
+    """
+    lasts: list[dt.datetime] = [t.last_known for t in tables.values() if len(t)]
+    if not lasts or len(lasts) != len(tables):
+        return None
+    return min(lasts) - horizon + step
+
+
+def dataset_data_end(config: Mapping[str, Any], step: dt.timedelta) -> dt.datetime | None:
+    """The data end of a study's backend configuration when its data can be read, else None.
+
+    Readable: ``{"backend": "engine", "setup": "typestrict_pipeline.study.setups:registered_workflow",
+    "setup_args": {"workflow": W, "dataset": D, ...}}``, the workflow's own tables of dataset
+    ``D`` (loaded afresh, so rows appended since the last tick count).
+    """
+    if config.get("backend") != "engine" or config.get("setup") != REGISTERED_SETUP:
+        return None
+    args = config.get("setup_args") or {}
+    if not isinstance(args, Mapping) or "workflow" not in args or "dataset" not in args:
+        return None
+    from typestrict_pipeline.backtest.workflows import default_registry, load_dataset
+
+    wf = default_registry().get(str(args["workflow"]), args.get("version_id"))
+    data = load_dataset(str(args["dataset"]))
+    tables = {name: data[name] for name in wf.tables if name in data}
+    if len(tables) != len(wf.tables):
+        return None
+    return data_end_from_tables(tables, horizon=wf.horizon, step=step)
 
 
 def record_data_end(engine: Engine, workspace_id: str, workflow_id: str, data_end: dt.datetime) -> None:
@@ -277,6 +330,13 @@ class StoreStudies:
         return bool(self.backtest_in_flight(workspace_id, workflow_id))
 
     def data_end(self, facts: StudyFacts) -> dt.datetime | None:
+        """From the root study's dataset when it can be read, else the recorded signal."""
+        with session_scope(self.engine) as session:
+            row = session.get(StudyRow, int(facts.study_id))
+            config = {} if row is None else dict(row.config_json.get("backend", {}))
+        from_data = dataset_data_end(config, facts.step)
+        if from_data is not None:
+            return from_data
         return recorded_data_end(self.engine, facts.workspace_id, facts.workflow_id)
 
     def create_rerun(self, spec: RerunSpec) -> str:
