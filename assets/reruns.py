@@ -62,7 +62,11 @@ class RerunRunConfig(dg.Config):
 
 
 class EnableScheduleConfig(dg.Config):
-    """Re-run on a schedule: the finished study to re-run from, a cadence, and who sets it up."""
+    """Re-run on a schedule: the finished study to re-run from, a cadence, and who sets it up.
+
+    ``min_unseen_steps`` only for a study created without "Min unseen steps for a re-run" (it is
+    then stored on the study once); a study that has one uses it and a different value is refused.
+    """
 
     study_id: str
     cadence: str = "1d"

@@ -15,6 +15,7 @@ Everything is under ``<root>/reruns`` (its own SQLite store, an ephemeral Dagste
 
 import datetime as dt
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 from dagster._core.definitions.sensor_definition import SensorExecutionData
@@ -36,6 +37,7 @@ DAY = dt.timedelta(days=1)
 HOUR = dt.timedelta(hours=1)
 T0 = dt.datetime(2026, 11, 30, 9, 0, tzinfo=dt.UTC)
 OWNER = "ana@example.com"
+QUIET: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 
 
 def run(root: Path) -> int:
@@ -71,7 +73,7 @@ def run(root: Path) -> int:
 
         enabled = enable_study_schedule_job.execute_in_process(
             run_config={"ops": {"enable_study_schedule": {"config": {
-                "study_id": root_id, "cadence": "1h", "owner": OWNER}}}},
+                "study_id": root_id, "cadence": "1h", "owner": OWNER}}}, **QUIET},
             instance=instance, resources=resources(T0))
         schedule_id = enabled.output_for_node("enable_study_schedule")
         view = get_schedule(engine, schedule_id)
@@ -90,7 +92,7 @@ def run(root: Path) -> int:
         print(f"   the same tick evaluated again: \"{same.skip_message}\" (the re-run is requested once)")
 
         result = study_rerun_job.execute_in_process(
-            run_config=request.run_config, instance=instance,
+            run_config={**request.run_config, **QUIET}, instance=instance,
             tags={**request.tags, "dagster/run_key": str(request.run_key)}, resources=resources(T0 + HOUR))
         out = result.output_for_node("run_scheduled_rerun")
         print(f"5. study_rerun_job: re-run study {out['study_id']} {out['state']}, winner {out['winner']} "
