@@ -198,6 +198,7 @@ def test_the_dagster_schedule_skips_and_fires_too(world: World) -> None:
     ctx = dg.build_schedule_context(scheduled_execution_time=T0 + HOUR,
                                     resources={"store": StoreResource(url=world.url), "reruns": RerunSettingsResource()})
     fire = study_rerun_schedule.evaluate_tick(ctx)
+    assert fire.run_requests is not None
     assert [r.run_key for r in fire.run_requests] == [f"study-rerun:{world.root}:1"]
 
 
@@ -231,7 +232,7 @@ def test_rerun_job_records_the_lineage_as_metadata(world: World) -> None:
         lineage = mats[LINEAGE_KEY]
         assert lineage.partition == world.root
         assert lineage.metadata["k"].value == 2
-        md = lineage.metadata["lineage"].value
+        md = str(lineage.metadata["lineage"].value)
         assert "| winner changed |" in md and "arm=late" in md and "Best expected of 2 under noise" in md
         assert isinstance(lineage.metadata["best_expected_of_k_under_noise"].value, float)
         # Every study of the lineage gets its leaderboard again, with the lineage panel under it.
@@ -239,8 +240,8 @@ def test_rerun_job_records_the_lineage_as_metadata(world: World) -> None:
                   if m.asset_key == dg.AssetKey(["study_leaderboard"])}
         assert set(boards) == {world.root, str(out["study_id"])}
         for board in boards.values():
-            assert "Best expected of 2 under noise" in board.metadata["lineage"].value
-            assert "| Baseline on the holdout |" in board.metadata["header"].value
+            assert "Best expected of 2 under noise" in str(board.metadata["lineage"].value)
+            assert "| Baseline on the holdout |" in str(board.metadata["header"].value)
             assert isinstance(board.metadata["best_expected_of_k_under_noise"].value, float)
         # The same run key again: nothing is created or run twice.
         again = study_rerun_job.execute_in_process(run_config=rerun_run_config(key), instance=instance, resources=res)

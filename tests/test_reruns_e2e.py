@@ -17,6 +17,8 @@ from resources.store import StoreResource
 from typestrict_pipeline.reruns import scenario
 from typestrict_pipeline.reruns.decide import SubscriptionState
 from typestrict_pipeline.reruns.service import (
+    RerunRecord,
+    TickResult,
     enable_schedule,
     evaluate_schedule,
     execute_rerun,
@@ -55,7 +57,7 @@ def test_end_to_end_skip_then_fire_once_then_notify_once(pg_url: str) -> None:
                                                          sender="typestrict@localhost"),
             }
 
-        def tick(now: dt.datetime, cursor: str | None) -> dg.SensorResult:
+        def tick(now: dt.datetime, cursor: str | None):  # -> dagster SensorExecutionData (not exported)
             ctx = dg.build_sensor_context(instance=instance, cursor=cursor, resources=resources(now))
             return study_rerun_sensor.evaluate_tick(ctx)
 
@@ -124,7 +126,7 @@ def test_concurrent_evaluators_claim_once_and_run_once_on_postgres(pg_url: str) 
 
     n = 6
     barrier = threading.Barrier(n)
-    results: list[object] = []
+    results: list[TickResult | None] = []
     lock = threading.Lock()
 
     def evaluator() -> None:
@@ -140,10 +142,11 @@ def test_concurrent_evaluators_claim_once_and_run_once_on_postgres(pg_url: str) 
         t.join()
     fired = [r for r in results if r is not None]
     assert len(fired) == 1  # the slot is evaluated once
-    key = fired[0].run_key  # type: ignore[attr-defined]
+    key = fired[0].run_key
+    assert key is not None  # the one evaluation that took the slot fired
 
     barrier2 = threading.Barrier(3)
-    records: list[object] = []
+    records: list[RerunRecord] = []
 
     def runner() -> None:
         barrier2.wait()
@@ -160,4 +163,4 @@ def test_concurrent_evaluators_claim_once_and_run_once_on_postgres(pg_url: str) 
         assert s.execute(select(func.count()).select_from(StudyRow)).scalar_one() == 2  # one re-run study
         assert s.execute(select(func.count()).select_from(LineageRow)).scalar_one() == 2
         assert s.execute(select(func.count()).select_from(OutboxMessage)).scalar_one() == 1
-    assert sum(1 for r in records if r.notified) == 1  # type: ignore[attr-defined]
+    assert sum(1 for r in records if r.notified) == 1

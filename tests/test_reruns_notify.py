@@ -23,12 +23,12 @@ from typestrict_pipeline.store import open_store, session_scope
 T0 = dt.datetime(2026, 11, 30, 10, 0, tzinfo=dt.UTC)
 
 
-def _enqueue(engine, key: str = "winner-changed:1", to: str = "ana@example.com") -> bool:  # type: ignore[no-untyped-def]
+def _enqueue(engine, key: str = "winner-changed:1", to: str = "ana@example.com") -> bool:
     return enqueue(engine, dedupe_key=key, kind=KIND_WINNER_CHANGED, recipient=to,
                    subject=TITLE_WINNER_CHANGED, body="Re-run #1 picked arm=late.", now=T0)
 
 
-def _states(engine) -> list[tuple[str, OutboxState, int]]:  # type: ignore[no-untyped-def]
+def _states(engine) -> list[tuple[str, OutboxState, int]]:
     with session_scope(engine) as s:
         return [(m.dedupe_key, m.state, m.attempts) for m in s.execute(select(OutboxMessage).order_by(OutboxMessage.id)).scalars()]
 

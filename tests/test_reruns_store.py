@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from sqlalchemy import inspect
+from sqlalchemy import Table, inspect
 from sqlalchemy.exc import IntegrityError
 
 import typestrict_pipeline.reruns.tables as tables
@@ -22,6 +22,7 @@ def test_migration_matches_the_models(store_url: str) -> None:
     insp = inspect(engine)
     for model in MODELS:
         table = model.__table__
+        assert isinstance(table, Table)
         db_columns = {c["name"]: c for c in insp.get_columns(table.name)}
         assert set(db_columns) == {c.name for c in table.columns}, table.name
         for column in table.columns:

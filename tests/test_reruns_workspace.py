@@ -8,7 +8,7 @@ import pytest
 
 from typestrict_pipeline.backtest.engine import run_backtest, run_live
 from typestrict_pipeline.backtest.store import BacktestRecorder, record_live_decision
-from typestrict_pipeline.backtest.workflows.weather import WEATHER
+from typestrict_pipeline.backtest.workflows.weather import WEATHER, weather_fixture
 from typestrict_pipeline.errors import InputError
 from typestrict_pipeline.reruns import scenario
 from typestrict_pipeline.reruns.decide import SubscriptionState
@@ -50,7 +50,7 @@ def test_spend_counts_live_runs_backtests_and_studies(store_url: str) -> None:
     now = utcnow()
     assert workspace_status(engine, "demo", now, spend).spent_micro_usd == 0  # type: ignore[union-attr]
 
-    with WEATHER.fixture(days=5) as fx:  # a real workflow, its stand-in model server, metered
+    with weather_fixture(days=5) as fx:  # a real workflow, its stand-in model server, metered
         live = run_live(WEATHER, data=fx.data, as_of=fx.start, clients=fx.clients, prices=fx.prices)
         record_live_decision(engine, live, workspace="demo")
         end = fx.start + 2 * fx.step

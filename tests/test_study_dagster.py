@@ -55,9 +55,9 @@ def test_study_job_in_process_ranks_scores_holdout_and_records_leaderboard(
         mats = result.asset_materializations_for_node("study_finalize")
         assert len(mats) == 1 and mats[0].asset_key == LEADERBOARD_KEY
         assert mats[0].partition == str(sid)
-        md = mats[0].metadata["leaderboard"].value
+        md = str(mats[0].metadata["leaderboard"].value)
         assert "| Rank | Candidate | Adjusted | Out-of-sample | In-sample | Overfit gap | Cost |" in md
-        assert "planned / 3 run / 0 discarded" in mats[0].metadata["header"].value
+        assert "planned / 3 run / 0 discarded" in str(mats[0].metadata["header"].value)
         assert instance.get_dynamic_partitions("study_ids") == [str(sid)]
         steps = {e.step_key for e in result.all_events if e.step_key and "study_backtests" in e.step_key}
         assert len(steps) == (3 if fanout == "candidate" else 3 * 2 * 2)
@@ -105,7 +105,7 @@ _HELPER = textwrap.dedent("""
 """)
 
 
-def _done_runs(engine) -> dict[int, tuple[int | None, object]]:  # type: ignore[no-untyped-def]
+def _done_runs(engine) -> dict[int, tuple[int | None, object]]:
     with session_scope(engine) as s:
         return {r.id: (r.cost_micro, r.finished_at) for r in s.execute(select(RunRow).where(
             RunRow.state == RunState.DONE.value)).scalars()}
@@ -199,7 +199,7 @@ def test_the_launchpad_creates_a_study_or_refuses_it_with_the_products_messages(
                               "min_unseen_steps": 5, "name": "from the launchpad"})
     assert ok.success
     mats = ok.asset_materializations_for_node("study_finalize")
-    assert len(mats) == 1 and "2 planned / 2 run / 0 discarded" in mats[0].metadata["header"].value
+    assert len(mats) == 1 and "2 planned / 2 run / 0 discarded" in str(mats[0].metadata["header"].value)
     with session_scope(engine) as s:
         row = s.execute(select(StudyRow)).scalar_one()
         assert (row.name, row.min_unseen_steps, row.max_total_steps) == ("from the launchpad", 5, 1000)

@@ -103,7 +103,7 @@ def _simulate(n: int, t: int, rho: float, edge: float, rng: np.random.Generator)
     return scores
 
 
-def _stats(scores: np.ndarray):  # type: ignore[no-untyped-def]
+def _stats(scores: np.ndarray):
     keys = [str(i) for i in range(scores.shape[0])]
     oos = {f"c{j}": dict(zip(keys, scores[:, j].tolist(), strict=True)) for j in range(scores.shape[1])}
     return search_stats(oos, {})

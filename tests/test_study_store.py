@@ -42,7 +42,7 @@ def _layout(n_folds: int = 2) -> FoldLayout:
 
 
 def _create(engine, *, workflow: str = "wx", n: int = 4, limits: StudyLimits | None = None,
-            last: repo.LastBacktest | None = DEFAULT_LAST) -> int:  # type: ignore[no-untyped-def]
+            last: repo.LastBacktest | None = DEFAULT_LAST) -> int:
     space = SearchSpace(grid={"skill": [0.5 + 0.01 * i for i in range(n)]})
     return repo.create_study(engine, workspace="demo", workflow=workflow, workflow_version="v1",
                              space=space, layout=_layout(), limits=limits or StudyLimits(n, 10_000),
@@ -333,7 +333,7 @@ def test_cancelling_a_running_study_stops_it_and_keeps_what_ran(pg_url: str) -> 
 class _Exploding(SyntheticBackend):
     """A backend whose third window run raises, like a workflow bug."""
 
-    def run_window(self, candidate, window, kind, *, seal_at, should_stop):  # type: ignore[no-untyped-def]
+    def run_window(self, candidate, window, kind, *, seal_at, should_stop):
         if len(self.calls) == 2:
             self.calls.append((candidate.index, kind.value, "boom"))
             raise RuntimeError("the workflow broke")
