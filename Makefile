@@ -26,7 +26,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check typestrict_pipeline assets resources tests bench demo
 
 typecheck: $(STAMP)
-	$(BIN)/mypy typestrict_pipeline
+	$(BIN)/mypy typestrict_pipeline assets resources demo bench tests
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
