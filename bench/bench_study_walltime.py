@@ -158,7 +158,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench_study_"))
     os.environ["DAGSTER_HOME"] = str(tmp / "dagster_home")
     (tmp / "dagster_home").mkdir()
-    (tmp / "dagster_home" / "dagster.yaml").write_text("")
+    (tmp / "dagster_home" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     os.environ["TYPESTRICT_HOME"] = str(tmp)
     url = f"sqlite:///{tmp / 'store.db'}"
     os.environ["TYPESTRICT_STORE_URL"] = url
