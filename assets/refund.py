@@ -470,18 +470,23 @@ def _verdict_check(
     return decorate
 
 
+def _not_measured(verdict: TrainingJudgement) -> dg.AssetCheckResult:
+    """A failed training was not compared with Jev, so neither condition holds."""
+    return dg.AssetCheckResult(
+        passed=False,
+        severity=dg.AssetCheckSeverity.WARN,
+        description=f"not measured: the training failed ({verdict.failure_reason})",
+        metadata={"verdict": verdict.verdict.value},
+    )
+
+
 @_verdict_check(
     "gain_is_real",
     "The 5th percentile of G over 2,000 paired resamples is above zero (per decision).",
 )
 def gain_is_real(verdict: TrainingJudgement) -> dg.AssetCheckResult:
     if verdict.failure_reason is not None:
-        return dg.AssetCheckResult(
-            passed=False,
-            severity=dg.AssetCheckSeverity.WARN,
-            description=f"not measured: the training failed ({verdict.failure_reason})",
-            metadata={"verdict": verdict.verdict.value},
-        )
+        return _not_measured(verdict)
     meta: dict[str, Any] = {}
     for r in verdict.decisions:
         meta[f"{r.name}: q05"] = dg.MetadataValue.float(r.bootstrap.q05)
@@ -501,12 +506,7 @@ def gain_is_real(verdict: TrainingJudgement) -> dg.AssetCheckResult:
 )
 def nothing_collapses(verdict: TrainingJudgement) -> dg.AssetCheckResult:
     if verdict.failure_reason is not None:
-        return dg.AssetCheckResult(
-            passed=False,
-            severity=dg.AssetCheckSeverity.WARN,
-            description=f"not measured: the training failed ({verdict.failure_reason})",
-            metadata={"verdict": verdict.verdict.value},
-        )
+        return _not_measured(verdict)
     meta: dict[str, Any] = {}
     for r in verdict.decisions:
         broken = [m for m in METRIC_NAMES if r.margins[m] is MarginStatus.BROKEN]
