@@ -18,7 +18,6 @@ when the instance is loaded, so no secret is ever written to disk.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 import yaml
 
 from typestrict_pipeline.errors import InputError
+from typestrict_pipeline.files import write_atomic
 
 DEPLOY_DIR = Path(__file__).resolve().parent.parent / "deploy"
 PG_PARTS = ("DAGSTER_PG_HOST", "DAGSTER_PG_PORT", "DAGSTER_PG_USERNAME", "DAGSTER_PG_PASSWORD", "DAGSTER_PG_DB")
@@ -159,14 +159,5 @@ def write_instance_yaml(dagster_home: Path, config: Mapping[str, Any]) -> Path:
     Returns:
         The path written.
     """
-    dagster_home.mkdir(parents=True, exist_ok=True)
-    target = dagster_home / "dagster.yaml"
-    fd, tmp = tempfile.mkstemp(prefix=".dagster.yaml.", dir=dagster_home)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            yaml.safe_dump(dict(config), handle, sort_keys=False)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    text = yaml.safe_dump(dict(config), sort_keys=False)
+    return write_atomic(dagster_home / "dagster.yaml", text.encode("utf-8"))

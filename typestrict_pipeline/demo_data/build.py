@@ -24,8 +24,6 @@ The trainings (``DEMO_TRAININGS``):
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +32,7 @@ from typing import Any
 import pandas as pd
 
 from typestrict_pipeline.demo_data.corpus import ANSWERS, labelled_examples, load_rotten_tomatoes
+from typestrict_pipeline.files import write_atomic
 
 DATASET_FILE = "rotten_tomatoes.csv"
 KIND_ANSWERS = ("review", "plot")
@@ -105,28 +104,17 @@ def demo_frame() -> pd.DataFrame:
     )
 
 
-def _atomic_write(path: Path, data: bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def write_csv(frame: pd.DataFrame, path: Path) -> Path:
     """Write ``frame`` as UTF-8 CSV atomically (temp file + rename)."""
-    return _atomic_write(path, frame.to_csv(index=False).encode("utf-8"))
+    return write_atomic(path, frame.to_csv(index=False).encode("utf-8"))
 
 
 def write_json(document: Mapping[str, Any], path: Path) -> Path:
     """Write ``document`` as indented UTF-8 JSON atomically."""
     text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
-    return _atomic_write(path, text.encode("utf-8"))
+    return write_atomic(path, text.encode("utf-8"))
 
 
 def manifest_document(

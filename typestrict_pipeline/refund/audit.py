@@ -24,13 +24,13 @@ import hashlib
 import json
 import os
 import struct
-import tempfile
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from typestrict_pipeline.errors import InputError
+from typestrict_pipeline.files import write_atomic
 from typestrict_pipeline.refund.bootstrap import BootstrapResult
 from typestrict_pipeline.refund.metrics import (
     BRIER_UNITS_LOG2,
@@ -286,18 +286,4 @@ def write_audit(path: str | os.PathLike[str], audit: Mapping[str, Any]) -> Path:
     Returns:
         The path written.
     """
-    target = Path(path)
-    data = audit_bytes(audit)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)  # an audit is meant to be read: not mkstemp's 0600
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return write_atomic(path, audit_bytes(audit))

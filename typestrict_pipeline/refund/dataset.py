@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from typestrict_pipeline.errors import DatasetError, NotEnoughDataError
+from typestrict_pipeline.files import iter_jsonl_objects
 from typestrict_pipeline.refund.manifest import (
     Columns,
     DatasetFormat,
@@ -195,46 +196,7 @@ def _read_parquet(path: Path) -> dict[str, list[Any]]:
 
 
 def _read_jsonl(path: Path) -> dict[str, list[Any]]:
-    rows: list[dict[str, Any]] = []
-    try:
-        handle = path.open(encoding="utf-8")
-    except OSError as exc:
-        raise DatasetError(
-            "a readable file", type(exc).__name__, "check the file", file=str(path)
-        ) from exc
-    with handle:
-        row = 0
-        try:
-            for line in handle:
-                if not line.strip():
-                    continue
-                row += 1
-                try:
-                    value = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DatasetError(
-                        "one JSON object per line",
-                        f"invalid JSON ({exc.msg})",
-                        "fix that line",
-                        file=str(path),
-                        row=row,
-                    ) from exc
-                if not isinstance(value, dict):
-                    raise DatasetError(
-                        "a JSON object",
-                        type(value).__name__,
-                        "write each row as {...}",
-                        file=str(path),
-                        row=row,
-                    )
-                rows.append(value)
-        except UnicodeDecodeError as exc:
-            raise DatasetError(
-                "a UTF-8 encoded file",
-                f"undecodable bytes after row {row}",
-                "save the file as UTF-8",
-                file=str(path),
-            ) from exc
+    rows = [value for _, value in iter_jsonl_objects(path, DatasetError)]
     names: dict[str, None] = {}
     for value in rows:
         for key in value:

@@ -23,14 +23,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from typestrict_pipeline.errors import PredictionsError
+from typestrict_pipeline.files import iter_jsonl_objects, write_atomic
 from typestrict_pipeline.refund.dataset import Dataset
 from typestrict_pipeline.refund.holdout import Holdout, HoldoutSource
 from typestrict_pipeline.refund.types import DecisionData, DecisionKind, JudgedRow
@@ -236,54 +235,31 @@ def _text_cell(value: Any, *, file: str, row: int, column: str) -> str:
 def _read_jsonl(path: Path) -> list[Prediction]:
     file = str(path)
     out: list[Prediction] = []
-    with path.open(encoding="utf-8") as handle:
-        row = 0
-        for line in handle:
-            if not line.strip():
-                continue
-            row += 1
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise PredictionsError(
-                    "one JSON object per line",
-                    f"invalid JSON ({exc.msg})",
-                    "fix that line",
-                    file=file,
-                    row=row,
-                ) from exc
-            if not isinstance(obj, dict):
-                raise PredictionsError(
-                    "a JSON object",
-                    type(obj).__name__,
-                    "write each row as {...}",
-                    file=file,
-                    row=row,
-                )
-            extra = sorted(set(obj) - {"id", "decision", "probabilities"})
-            if extra:
-                raise PredictionsError(
-                    "the keys 'id', 'decision', 'probabilities'",
-                    f"the unknown key {extra[0]!r}",
-                    "remove it (see docs/manifest.md)",
-                    file=file,
-                    row=row,
-                    column=extra[0],
-                )
-            ident = _text_cell(obj.get("id"), file=file, row=row, column="id")
-            decision = _text_cell(obj.get("decision"), file=file, row=row, column="decision")
-            probs = obj.get("probabilities")
-            if not isinstance(probs, dict):
-                raise PredictionsError(
-                    'an object {"answer": probability, ...}',
-                    "nothing" if probs is None else repr(probs)[:60],
-                    "write one probability per answer",
-                    file=file,
-                    row=row,
-                    column="probabilities",
-                )
-            pairs = validate_probabilities(list(probs.items()), file=file, row=row)
-            out.append(Prediction(id=ident, decision=decision, probabilities=pairs, row=row))
+    for row, obj in iter_jsonl_objects(path, PredictionsError):
+        extra = sorted(set(obj) - {"id", "decision", "probabilities"})
+        if extra:
+            raise PredictionsError(
+                "the keys 'id', 'decision', 'probabilities'",
+                f"the unknown key {extra[0]!r}",
+                "remove it (see docs/manifest.md)",
+                file=file,
+                row=row,
+                column=extra[0],
+            )
+        ident = _text_cell(obj.get("id"), file=file, row=row, column="id")
+        decision = _text_cell(obj.get("decision"), file=file, row=row, column="decision")
+        probs = obj.get("probabilities")
+        if not isinstance(probs, dict):
+            raise PredictionsError(
+                'an object {"answer": probability, ...}',
+                "nothing" if probs is None else repr(probs)[:60],
+                "write one probability per answer",
+                file=file,
+                row=row,
+                column="probabilities",
+            )
+        pairs = validate_probabilities(list(probs.items()), file=file, row=row)
+        out.append(Prediction(id=ident, decision=decision, probabilities=pairs, row=row))
     return out
 
 
@@ -394,22 +370,16 @@ def write_predictions_jsonl(path: str | Path, predictions: Iterable[Prediction])
     >>> p.read_text()
     '{"id": "a", "decision": "d", "probabilities": {"yes": 0.25, "no": 0.75}}\\n'
     """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            for p in predictions:
-                record = {
-                    "id": p.id,
-                    "decision": p.decision,
-                    "probabilities": dict(p.probabilities),
-                }
-                handle.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    lines = [
+        json.dumps(
+            {"id": p.id, "decision": p.decision, "probabilities": dict(p.probabilities)},
+            ensure_ascii=False,
+            allow_nan=False,
+        )
+        + "\n"
+        for p in predictions
+    ]
+    write_atomic(path, "".join(lines).encode("utf-8"))
 
 
 def _answers_error(
