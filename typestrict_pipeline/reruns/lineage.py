@@ -246,12 +246,12 @@ def _summary_lines(s: LineageSummary) -> list[str]:
     lines = [f"Best expected of {s.k} under noise: {_num(s.noise_line, signed)} ({s.scale})"]
     if signed:
         lines.append(
-            f"Best {s.scale}: {_num(s.best, True)} (study #{s.best_seq}); "
+            f"Best {s.scale}: {_num(s.best, True)} (lineage #{s.best_seq}); "
             f"mean over all {s.k}: {_num(s.mean_edge, True)} ± {_num(s.mean_edge_se)}"
         )
     else:
         lines.append(
-            f"Best {s.scale}: {_num(s.best)} (study #{s.best_seq}); baseline: the lineage's mean "
+            f"Best {s.scale}: {_num(s.best)} (lineage #{s.best_seq}); baseline: the lineage's mean "
             f"holdout score {_num(s.baseline)} (no baseline was scored on the holdouts)"
         )
     if s.within_noise:
