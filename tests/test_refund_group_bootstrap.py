@@ -198,3 +198,17 @@ def test_rows_must_all_have_a_group_or_none() -> None:
     rows[2] = JudgedRow(rows[2].text_sha256, rows[2].y, rows[2].p_model, rows[2].p_jev, None, "X")
     with pytest.raises(Exception, match="group_sha256"):
         judge_decision(DecisionData(data.name, data.kind, data.answers, tuple(rows)))
+
+
+@pytest.mark.parametrize("sizes", [[300] * 2, [1] * 400 + [200], [10] * 60])
+def test_selective_window_and_its_fallback_are_exact(sizes: list[int]) -> None:
+    # 600 rows: the search looks at the ~380 least confident rows first; with a few big groups
+    # drawn unevenly they weigh too little and every row is searched instead
+    data = with_groups(synthetic_decision(seed=4, n=600, n_answers=3, model_skill=1.2), sizes)
+    rows, _ = canonical_rows(data)
+    groups = group_indices(rows)
+    y = [r.y for r in rows]
+    a = example_values(y, [r.p_model for r in rows])
+    b = example_values(y, [r.p_jev for r in rows])
+    fast = bootstrap_gains(y, a, b, 3, bytes(32), 40, groups).tolist()
+    assert _bits(fast) == _bits(gains_python(y, a, b, 3, bytes(32), 40, groups))

@@ -335,8 +335,10 @@ class _GroupSums:
 
     codes: npt.NDArray[np.int64]  # (G, 2K): per answer k, [2k] wrong-and-predicted-k, [2k+1] right
     units: npt.NDArray[np.int64]  # (G,): Brier units
+    group_right: npt.NDArray[np.int64]  # (G,): right answers
     by_rank: npt.NDArray[np.intp]  # group of each row, rows in this system's confidence order
     correct_by_rank: npt.NDArray[np.int64]
+    window: int  # how many of the least confident rows the first search looks at
 
 
 def _group_sums(
@@ -348,7 +350,41 @@ def _group_sums(
     units = np.zeros(n_groups, dtype=np.int64)
     np.add.at(units, gidx, np.asarray(ex.brier_units, dtype=np.int64))
     order = np.asarray(ex.order, dtype=np.intp)
-    return _GroupSums(codes, units, gidx[order], np.asarray(ex.correct, dtype=np.int64)[order])
+    correct = np.asarray(ex.correct, dtype=np.int64)
+    group_right = np.bincount(gidx, weights=correct, minlength=n_groups).astype(np.int64)
+    n = len(order)
+    window = min(n, n // 4 + 8 * int(np.sqrt(n)) + 16)
+    return _GroupSums(codes, units, group_right, gidx[order], correct[order], window)
+
+
+def _dropped_right(
+    counts: npt.NDArray[np.int64],
+    sums: _GroupSums,
+    drop: npt.NDArray[np.int64],
+    window: int,
+) -> npt.NDArray[np.int64]:
+    """Right answers among the ``drop[b]`` least confident drawn rows of each resample.
+
+    Looks only at the ``window`` least confident rows; ``-1`` where they weigh less than
+    ``drop[b]`` (the caller then asks again with every row).
+    """
+    by_rank = sums.by_rank[::-1][:window]  # least confident first
+    right = sums.correct_by_rank[::-1][:window]
+    weight = counts[:, by_rank].astype(np.int32)
+    cum = np.cumsum(weight, axis=1, dtype=np.int64)
+    cum_right = np.cumsum(weight * right.astype(np.int32), axis=1, dtype=np.int64)
+    out = np.zeros(counts.shape[0], dtype=np.int64)
+    need = drop > 0
+    reach = cum[:, -1] >= drop
+    out[~reach] = -1
+    rows_ = np.flatnonzero(need & reach)
+    if rows_.size:
+        cut = np.argmax(cum[rows_] >= drop[rows_, None], axis=1)
+        w_cut = weight[rows_, cut].astype(np.int64)
+        c_cut = right[cut].astype(np.int64)
+        before = cum[rows_, cut] - w_cut
+        out[rows_] = cum_right[rows_, cut] - w_cut * c_cut + (drop[rows_] - before) * c_cut
+    return out
 
 
 def _group_system_block(
@@ -376,17 +412,18 @@ def _group_system_block(
     two_d = 2 * n_b * BRIER_UNIT
     brier = _exact_quotients(two_d - counts @ sums.units, two_d)
 
-    # selective accuracy: walk the rows in confidence order, each weighted by how many times its
-    # group was drawn; keep m_b = ceil(4 n_b / 5) of them (a cut may fall inside a row's copies)
+    # selective accuracy: the rows in confidence order, each weighted by how many times its
+    # group was drawn; keep m_b = ceil(4 n_b / 5) of them (a cut may fall inside a row's copies).
+    # Right answers kept = all right answers − those among the n_b − m_b least confident, which
+    # are found from the least confident end within a window (all rows when it is too short).
     m_b = (4 * n_b + 4) // 5
-    weight = counts[:, sums.by_rank]
-    cum = np.cumsum(weight, axis=1)
-    cut = np.argmax(cum >= m_b[:, None], axis=1)
-    rows_ = np.arange(nb)
-    right = np.cumsum(weight * sums.correct_by_rank, axis=1)
-    w_cut = weight[rows_, cut]
-    c_cut = sums.correct_by_rank[cut]
-    sel = right[rows_, cut] - w_cut * c_cut + (m_b - (cum[rows_, cut] - w_cut)) * c_cut
+    drop = n_b - m_b
+    total_right = counts @ sums.group_right
+    dropped = _dropped_right(counts, sums, drop, sums.window)
+    short = dropped < 0
+    if short.any():
+        dropped[short] = _dropped_right(counts[short], sums, drop[short], len(sums.by_rank))
+    sel = total_right - dropped
     sel_acc = sel.astype(np.float64) / m_b.astype(np.float64)
     return macro, brier, sel_acc
 
