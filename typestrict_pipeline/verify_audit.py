@@ -38,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 import struct
 import sys
@@ -50,12 +51,12 @@ from typing import Any
 MIN_PYTHON = (3, 10)
 
 
-def python_problem(version: tuple[int, ...] = tuple(sys.version_info[:3])) -> str | None:
+def _old_python_message(version: tuple[int, ...]) -> str | None:
     """The message for an interpreter too old to run this file, or ``None`` when it is recent enough.
 
-    >>> python_problem((3, 9, 18))
+    >>> _old_python_message((3, 9, 18))
     'verify_audit: needs Python 3.10 or later, got Python 3.9.18: run it with python3.10 or newer'
-    >>> python_problem((3, 12, 1)) is None
+    >>> _old_python_message((3, 12, 1)) is None
     True
     """
     if tuple(version[:2]) >= MIN_PYTHON:
@@ -64,6 +65,11 @@ def python_problem(version: tuple[int, ...] = tuple(sys.version_info[:3])) -> st
     need = ".".join(str(v) for v in MIN_PYTHON)
     return (f"verify_audit: needs Python {need} or later, got Python {got}: "
             f"run it with python{need} or newer")
+
+
+def python_problem() -> str | None:
+    """This interpreter's problem, if it is too old (checked first, before reading any file)."""
+    return _old_python_message(tuple(sys.version_info[:3]))
 
 
 AUDIT_FORMAT = "typestrict-refund-audit"
@@ -150,6 +156,13 @@ def _short(value: Any) -> str:
         return "an integer of more than 30 digits"
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _name(key: Any) -> str:
+    """A key as shown in a field path: itself when short and printable, else cut ``repr``."""
+    if isinstance(key, str) and len(key) <= 80 and key.isprintable():
+        return key
+    return _short(key)
 
 
 def _str(value: Any, where: str) -> str:
@@ -526,7 +539,7 @@ def _same(a: Any, b: Any) -> bool:
 def _compare(expected: Any, got: Any, where: str, diffs: _Diffs) -> None:
     if isinstance(expected, dict):
         if not isinstance(got, dict):
-            diffs.add(f"{where}: expected an object, got {got!r}"[:300])
+            diffs.add(f"{where}: expected an object, got {_short(got)}")
             return
         for key, value in expected.items():
             if key not in got:
@@ -535,7 +548,7 @@ def _compare(expected: Any, got: Any, where: str, diffs: _Diffs) -> None:
                 _compare(value, got[key], f"{where}.{key}", diffs)
         for key in got:
             if key not in expected:
-                diffs.add(f"{where}.{key}: unexpected field")
+                diffs.add(f"{where}.{_name(key)}: unexpected field")
         return
     if isinstance(expected, list):
         if not isinstance(got, list) or len(got) != len(expected):
@@ -549,7 +562,7 @@ def _compare(expected: Any, got: Any, where: str, diffs: _Diffs) -> None:
             diffs.add(f"{where}: and {len(bad) - MAX_SHOWN_PER_LIST} more entries differ")
         return
     if not _same(expected, got):
-        diffs.add(f"{where}: audit says {got!r}, rebuilt {expected!r}")
+        diffs.add(f"{where}: audit says {_short(got)}, rebuilt {expected!r}")
 
 
 def _deep_same(a: Any, b: Any) -> bool:
@@ -622,7 +635,7 @@ class _Decision:
         self._read_rows(_field(dec, "rows", where), diffs)
         extra = set(dec) - {"name", "kind", "answers", "rows", "report"}
         for key in sorted(extra):
-            diffs.add(f"{where}.{_short(key)}: unexpected field")
+            diffs.add(f"{where}.{_name(key)}: unexpected field")
 
     def _read_rows(self, rows: Any, diffs: _Diffs) -> None:
         where, k = self.where, len(self.answers)
@@ -836,7 +849,7 @@ def verify(audit: Any, *, large: bool = False) -> list[str]:
     known = {"format", "audit_version", "training_id", "model_id", "jev_id", "params", "split",
              "decisions", "overall"}
     for key in sorted(set(audit) - known):
-        diffs.add(f"{_short(key)}: unexpected field")
+        diffs.add(f"{_name(key)}: unexpected field")
     return diffs.lines
 
 
@@ -846,11 +859,11 @@ def _check_split(split: Any, diffs: _Diffs) -> None:
         diffs.add(f"split: expected an object of counts, got {type(split).__name__}")
         return
     for key, value in split.items():
-        where = f"split.{_short(key)}"
+        where = f"split.{_name(key)}"
         if isinstance(value, dict):
             for inner, count in value.items():
                 if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= 10**15:
-                    diffs.add(f"{where}.{_short(inner)}: expected a count (integer >= 0), "
+                    diffs.add(f"{where}.{_name(inner)}: expected a count (integer >= 0), "
                               f"got {_short(count)}")
         elif isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10**15:
             diffs.add(f"{where}: expected a count (integer >= 0) or an object of counts, "
@@ -867,7 +880,12 @@ def _print(text: str, err: bool = False) -> None:
         print(text, file=stream)
         stream.flush()
     except (BrokenPipeError, OSError):
-        pass
+        # the reader is gone: send the rest (and the interpreter's final flush) to /dev/null
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, stream.fileno())
+        except (OSError, ValueError):
+            pass
 
 
 def _run(args: list[str]) -> int:

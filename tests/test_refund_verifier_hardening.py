@@ -1,0 +1,185 @@
+"""The verifier on hostile files: strict JSON, bounds checked before any work, exit 0/1/2 only,
+never a traceback (issue 11, items 3 and 8; the verifier part)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import typestrict_pipeline.verify_audit as verify_audit
+from typestrict_pipeline.refund.audit import audit_bytes, build_audit
+from typestrict_pipeline.refund.rule import judge
+from typestrict_pipeline.refund.synthetic import synthetic_decision, with_groups
+
+VERIFIER = Path(verify_audit.__file__)
+GUARDS = ("could not check it", "unexpected structure", "Traceback")
+
+
+@pytest.fixture(scope="module")
+def small() -> dict[str, Any]:
+    d1 = with_groups(synthetic_decision(seed=31, n=12, n_answers=3, model_skill=2.0), [3, 4, 5])
+    d2 = synthetic_decision(seed=32, n=8, n_answers=2, name="b", multiple_choice=True)
+    return build_audit(judge([d1, d2], keep_if_loses=False), training_id="t", model_id="m",
+                       jev_id="j", split={"n_test": 20, "per_decision": {"decision": 12}})
+
+
+def _run(tmp_path: Path, content: bytes, *args: str) -> tuple[int, str, str]:
+    path = tmp_path / "audit.json"
+    path.write_bytes(content)
+    done = subprocess.run([sys.executable, "-I", str(VERIFIER), *args, str(path)],
+                          capture_output=True, text=True, timeout=300, check=False)
+    return done.returncode, done.stdout, done.stderr
+
+
+def _main(tmp_path: Path, content: bytes, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    path = tmp_path / "audit.json"
+    path.write_bytes(content)
+    code = verify_audit.main([str(path)])
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def test_the_fixture_verifies(small: dict[str, Any], tmp_path: Path,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert _main(tmp_path, audit_bytes(small), capsys)[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        # the verdict twice (refund, then beats): refused, not "last wins"
+        (lambda t: t.replace('"verdict":"refund"', '"verdict":"refund","verdict":"beats"'),
+         "each key once"),
+        (lambda t: t.replace('"audit_version":2', '"audit_version":2.0'), "audit_version"),
+        (lambda t: t.replace('"audit_version":2', '"audit_version":true'), "audit_version"),
+        (lambda t: t.replace('"resamples":2000,"unit"', '"resamples":1' + "0" * 30 + ',"unit"'),
+         "expected 2000"),
+        (lambda t: t.replace('"resamples":2000,"unit"', '"resamples":1000000000,"unit"'),
+         "expected 2000"),
+        (lambda t: t.replace('"resamples":2000,"unit"', '"resamples":5000000,"unit"'),
+         "expected 2000"),
+        (lambda t: t.replace('"n_test":20', '"n_test":1' + "0" * 5000), "within bounds"),
+        (lambda t: t.replace('"training_id":"t"', '"training_id":"' + "x" * 1001 + '"'),
+         "1 to 1000 characters"),
+        (lambda t: "{}", "format"),
+        (lambda t: "[" * 200_000 + "]" * 200_000, "JSON object"),
+        (lambda t: '{"a":' + "[" * 100_000 + "]" * 100_000 + "}", "nested"),
+        (lambda t: t.replace('"unit":"group"', '"unit":"cluster"'), "unit"),
+        (lambda t: t[: len(t) // 2], "expected JSON"),
+        (lambda t: t.replace('"q05_index"', '"q05_index":1,"q05_index"', 1), "each key once"),
+    ],
+)
+def test_hostile_audits_exit_2_with_one_line(
+    small: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str], edit: Any,
+    message: str,
+) -> None:
+    text = audit_bytes(small).decode()
+    changed = edit(text)
+    assert changed != text
+    code, said = _main(tmp_path, changed.encode(), capsys)
+    assert code == 2, said
+    assert message in said and not any(g in said for g in GUARDS), said
+    assert said.startswith("verify_audit: not a valid audit:") and said.count("\n") == 1
+
+
+def test_sizes_past_the_bounds_are_refused_before_any_work(small: dict[str, Any]) -> None:
+    big = copy.deepcopy(small)
+    rows = big["decisions"][1]["rows"]
+    for key in rows:
+        rows[key] = rows[key] * 251  # 2,008 test examples in one decision
+    with pytest.raises(verify_audit.Malformed, match="at most 2000 entries"):
+        verify_audit.verify(big)
+    many = copy.deepcopy(small)
+    decision = many["decisions"][1]
+    for key in decision["rows"]:
+        decision["rows"][key] = decision["rows"][key] * 250  # 2,000 each
+    many["decisions"] = [dict(decision, name=f"d{i}") for i in range(4)]  # 8,000 in all
+    with pytest.raises(verify_audit.Malformed, match="--large"):
+        verify_audit.verify(many)
+    many["decisions"] = many["decisions"] * 9
+    with pytest.raises(verify_audit.Malformed, match="at most 32 entries"):
+        verify_audit.verify(many)
+
+
+def test_an_extra_level_in_split_is_a_difference(small: dict[str, Any]) -> None:
+    audit = copy.deepcopy(small)
+    audit["split"]["per_decision"]["decision"] = {"n_test": 12}
+    assert any("split.per_decision.decision" in d for d in verify_audit.verify(audit))
+
+
+def test_the_interpreter_is_named_when_too_old(monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(verify_audit, "python_problem",
+                        lambda: verify_audit.__dict__["_old_python_message"]((3, 9, 18)))
+    assert verify_audit.main(["whatever.json"]) == 2
+    err = capsys.readouterr().err
+    assert "needs Python 3.10 or later, got Python 3.9.18" in err and "whatever" not in err
+
+
+def test_a_reader_that_goes_away_gets_no_traceback(small: dict[str, Any], tmp_path: Path) -> None:
+    audit = copy.deepcopy(small)
+    for row in audit["decisions"][0]["rows"]["p_model"]:
+        row.reverse()  # many differences, many lines
+    path = tmp_path / "a.json"
+    path.write_bytes(audit_bytes(audit))
+    proc = subprocess.Popen([sys.executable, "-I", str(VERIFIER), str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.readline()
+    proc.stdout.close()  # like `| head -1`
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 1
+    assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+def _mutations() -> st.SearchStrategy[Any]:
+    leaf = st.one_of(st.none(), st.booleans(), st.integers(-(10**40), 10**40),
+                     st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=8))
+    return st.recursive(leaf, lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+        max_leaves=6)
+
+
+def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix]
+    if isinstance(node, dict):
+        for k, v in node.items():
+            out.extend(_paths(v, (*prefix, k)))
+    elif isinstance(node, list):
+        for i, v in enumerate(node[:3]):
+            out.extend(_paths(v, (*prefix, i)))
+    return out
+
+
+@settings(max_examples=150, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_fuzz_exit_codes_are_0_1_2_and_never_a_traceback(
+    small: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str], data: st.DataObject
+) -> None:
+    audit = copy.deepcopy(small)
+    paths = _paths(audit)
+    path = data.draw(st.sampled_from(paths[1:]))
+    parent = audit
+    for key in path[:-1]:
+        parent = parent[key]
+    action = data.draw(st.sampled_from(["replace", "delete", "text"]))
+    if action == "replace":
+        parent[path[-1]] = data.draw(_mutations())
+    elif action == "delete" and isinstance(parent, dict):
+        del parent[path[-1]]
+    raw = json.dumps(audit).encode()
+    if action == "text":
+        cut = data.draw(st.integers(0, len(raw)))
+        raw = raw[:cut] + data.draw(st.binary(max_size=8)) + raw[cut:]
+    code, said = _main(tmp_path, raw, capsys)
+    assert code in (0, 1, 2)
+    assert not any(g in said for g in GUARDS), said
