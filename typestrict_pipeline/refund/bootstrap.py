@@ -353,7 +353,7 @@ def _group_sums(
     correct = np.asarray(ex.correct, dtype=np.int64)
     group_right = np.bincount(gidx, weights=correct, minlength=n_groups).astype(np.int64)
     n = len(order)
-    window = min(n, n // 4 + 8 * int(np.sqrt(n)) + 16)
+    window = min(n, n // 4 + 4 * int(np.sqrt(n)) + 16)
     return _GroupSums(codes, units, group_right, gidx[order], correct[order], window)
 
 
@@ -369,21 +369,23 @@ def _dropped_right(
     ``drop[b]`` (the caller then asks again with every row).
     """
     by_rank = sums.by_rank[::-1][:window]  # least confident first
-    right = sums.correct_by_rank[::-1][:window]
-    weight = counts[:, by_rank].astype(np.int32)
-    cum = np.cumsum(weight, axis=1, dtype=np.int64)
-    cum_right = np.cumsum(weight * right.astype(np.int32), axis=1, dtype=np.int64)
+    right = sums.correct_by_rank[::-1][:window].astype(np.int64)
+    weight = counts[:, by_rank]
+    # one cumulative sum for both: weight in the low 32 bits, right answers in the high ones
+    # (a resample holds fewer than 2**22 rows, so neither half overflows)
+    cum = np.cumsum(weight | ((weight * right) << 32), axis=1)
+    cum_w = cum & 0xFFFFFFFF
     out = np.zeros(counts.shape[0], dtype=np.int64)
     need = drop > 0
-    reach = cum[:, -1] >= drop
+    reach = cum_w[:, -1] >= drop
     out[~reach] = -1
     rows_ = np.flatnonzero(need & reach)
     if rows_.size:
-        cut = np.argmax(cum[rows_] >= drop[rows_, None], axis=1)
-        w_cut = weight[rows_, cut].astype(np.int64)
-        c_cut = right[cut].astype(np.int64)
-        before = cum[rows_, cut] - w_cut
-        out[rows_] = cum_right[rows_, cut] - w_cut * c_cut + (drop[rows_] - before) * c_cut
+        cut = np.argmax(cum_w[rows_] >= drop[rows_, None], axis=1)
+        w_cut = weight[rows_, cut]
+        c_cut = right[cut]
+        before = cum_w[rows_, cut] - w_cut
+        out[rows_] = (cum[rows_, cut] >> 32) - w_cut * c_cut + (drop[rows_] - before) * c_cut
     return out
 
 
