@@ -77,7 +77,9 @@ AUDIT_VERSIONS = (1, 2)
 MAX_FILE_BYTES = 64 * 2**20
 MAX_DECISIONS = 32
 MAX_TEST_EXAMPLES = 2000  # per decision: the product holds out at most 2,000
-MAX_TOTAL_EXAMPLES = 6000  # over all decisions, unless --large
+MAX_TOTAL_EXAMPLES = 4000  # over all decisions, unless --large
+MAX_TOTAL_CELLS = 80_000  # test examples x answers over all decisions, unless --large
+MAX_SPLIT_ENTRIES = 1000
 MAX_ANSWERS = 256
 MAX_TEXT = 1000  # characters in a name, an id, an answer, a failure reason
 MAX_OBJECT_CHARS = 100_000
@@ -186,6 +188,25 @@ def _list(value: Any, where: str, length: int | None = None, most: int | None = 
 
 def _reject_constant(name: str) -> Any:
     raise Malformed(f"expected finite JSON numbers, got {name}")
+
+
+def _bounded_size(node: Any, budget: int, where: str) -> None:
+    """Refuse ``node`` if it holds more than ``budget`` values (containers and leaves)."""
+    stack = [node]
+    seen = 0
+    while stack:
+        item = stack.pop()
+        seen += 1
+        if seen > budget:
+            raise Malformed(f"{where}: expected at most {budget} values (the product never writes "
+                            "more), got more")
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            if len(item) > budget:
+                raise Malformed(f"{where}: expected at most {budget} values (the product never "
+                                f"writes more), got a list of {len(item)}")
+            stack.extend(item)
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -632,10 +653,14 @@ class _Decision:
                 raise Malformed(f"{where}.report.bootstrap.unit: expected one of {UNITS}, "
                                 f"got {_short(unit)}")
             self.unit = unit
-        self._read_rows(_field(dec, "rows", where), diffs)
         extra = set(dec) - {"name", "kind", "answers", "rows", "report"}
-        for key in sorted(extra):
-            diffs.add(f"{where}.{_name(key)}: unexpected field")
+        if extra:
+            raise Malformed(f"{where}: unexpected field {_name(sorted(extra)[0])} (the product "
+                            "never writes it)")
+        self._read_rows(_field(dec, "rows", where), diffs)
+        # a report holds about 2,000 gains and a few numbers per answer: refuse a bigger one
+        # before computing anything (its contents are compared after)
+        _bounded_size(report, 3 * RESAMPLES + 40 * len(answers) + 200, f"{where}.report")
 
     def _read_rows(self, rows: Any, diffs: _Diffs) -> None:
         where, k = self.where, len(self.answers)
@@ -778,7 +803,8 @@ def verify(audit: Any, *, large: bool = False) -> list[str]:
 
     Args:
         audit: the parsed audit.
-        large: allow more than ``MAX_TOTAL_EXAMPLES`` test examples in all (slower).
+        large: allow more than ``MAX_TOTAL_EXAMPLES`` test examples (or ``MAX_TOTAL_CELLS``
+            examples x answers) in all (slower).
 
     Raises:
         Malformed: not an audit (wrong format or version, missing fields, wrong types, sizes the
@@ -794,8 +820,16 @@ def verify(audit: Any, *, large: bool = False) -> list[str]:
     if isinstance(version, bool) or not isinstance(version, int) or version not in AUDIT_VERSIONS:
         raise Malformed(f"audit_version: expected one of {AUDIT_VERSIONS} (an integer), got "
                         f"{_short(version)}: use the verifier that matches this audit's version")
+    known = {"format", "audit_version", "training_id", "model_id", "jev_id", "params", "split",
+             "decisions", "overall"}
+    extra = set(audit) - known
+    if extra:
+        raise Malformed(f"unexpected field {_name(sorted(extra)[0])} at the top (the product never "
+                        "writes it)")
     for key in ("training_id", "model_id", "jev_id"):
         _str(_field(audit, key, "audit"), key)
+    for key in ("params", "overall"):
+        _bounded_size(_field(audit, key, "audit"), 200, key)
     params = PARAMS if version == 1 else PARAMS_V2
     _compare(params, _field(audit, "params", "audit"), "params", diffs)
     split = _field(audit, "split", "audit")
@@ -827,10 +861,12 @@ def verify(audit: Any, *, large: bool = False) -> list[str]:
             raise Malformed("decisions: expected at least one decision for a judged training, got 0")
         read = [_Decision(d, f"decisions[{i}]", version, diffs) for i, d in enumerate(decisions)]
         total = sum(d.n for d in read)
-        if total > MAX_TOTAL_EXAMPLES and not large:
-            raise Malformed(f"expected at most {MAX_TOTAL_EXAMPLES} test examples in all, got "
-                            f"{total}: verifying takes about {total // 1000 + 1} s per 1,000 on a "
-                            "slow machine; re-run with --large to verify it anyway")
+        cells = sum(d.n * len(d.answers) for d in read)
+        if (total > MAX_TOTAL_EXAMPLES or cells > MAX_TOTAL_CELLS) and not large:
+            raise Malformed(f"expected at most {MAX_TOTAL_EXAMPLES} test examples and "
+                            f"{MAX_TOTAL_CELLS} examples x answers in all, got {total} and "
+                            f"{cells}: such an audit takes long to verify; re-run with --large "
+                            "to verify it anyway")
         results = [(d.name, d.check(version, diffs)) for d in read]
         names = [r[0] for r in results]
         if len(set(names)) != len(names):
@@ -846,10 +882,6 @@ def verify(audit: Any, *, large: bool = False) -> list[str]:
             "refunds_credit": rebuilt in ("refund", "failed"), "failure_reason": None,
         }
     _compare(expected, overall, "overall", diffs)
-    known = {"format", "audit_version", "training_id", "model_id", "jev_id", "params", "split",
-             "decisions", "overall"}
-    for key in sorted(set(audit) - known):
-        diffs.add(f"{_name(key)}: unexpected field")
     return diffs.lines
 
 
@@ -858,6 +890,7 @@ def _check_split(split: Any, diffs: _Diffs) -> None:
     if not isinstance(split, dict):
         diffs.add(f"split: expected an object of counts, got {type(split).__name__}")
         return
+    _bounded_size(split, MAX_SPLIT_ENTRIES, "split")
     for key, value in split.items():
         where = f"split.{_name(key)}"
         if isinstance(value, dict):
