@@ -331,6 +331,7 @@ def _verdict_metadata(judgement: TrainingJudgement, jev_label: str) -> dict[str,
         prefix = f"{r.name}: " if len(judgement.decisions) > 1 else ""
         meta[f"{prefix}G"] = dg.MetadataValue.float(r.gain)
         meta[f"{prefix}G q05"] = dg.MetadataValue.float(r.bootstrap.q05)
+        meta[f"{prefix}bootstrap unit"] = r.bootstrap.unit.value
         meta[f"{prefix}count G<=0"] = r.bootstrap.n_gain_le_0
         meta[f"{prefix}beats"] = r.beats
     return meta

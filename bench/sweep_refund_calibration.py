@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", type=int, default=200, help="simulated test sets per setting")
     parser.add_argument("--no-power", action="store_true", help="only the true-G = 0 settings")
+    parser.add_argument("--only", default="", help="only the settings whose label contains this")
     args = parser.parse_args(argv)
     if not 1 <= args.sets <= 100_000:
         parser.error(f"--sets: expected 1 to 100000, got {args.sets}")
@@ -53,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
           "declared, row bootstrap |")
     print("|---|---:|---:|---:|")
     for j, (label, design) in enumerate(_settings(not args.no_power)):
+        if args.only not in label:
+            continue
         t = time.process_time()
         r = rates(design, n_sets=args.sets, base_seed=1000 * (j + 1))
         lo, hi = binomial_interval(round(r.group * r.n_sets), r.n_sets)

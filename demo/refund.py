@@ -46,7 +46,8 @@ from typestrict_pipeline.demo_data.lexicon import (
     jev_standin_server,
 )
 from typestrict_pipeline.instance import sqlite_instance_config, write_instance_yaml
-from typestrict_pipeline.refund.rule import TrainingJudgement
+from typestrict_pipeline.refund.bootstrap import BootstrapUnit
+from typestrict_pipeline.refund.rule import DecisionReport, TrainingJudgement, example_bootstrap
 from typestrict_pipeline.store import default_store_url, open_store
 
 VERIFIER = Path(__file__).resolve().parent.parent / "typestrict_pipeline" / "verify_audit.py"
@@ -83,13 +84,30 @@ def _print_verdict(judgement: TrainingJudgement, checks: dict[str, bool]) -> Non
         for line in metrics_table_markdown(r, jev_label=JEV_STANDIN_LABEL).splitlines():
             print(f"    {line}")
         print(
-            f"    G = {r.gain:+.4f}   q05 = {boot.q05:+.4f}   G <= 0 in {boot.n_gain_le_0} of "
-            f"{boot.resamples} resamples   gain is real: {'yes' if r.gain_is_real else 'no'}   "
-            f"nothing collapses: {'yes' if r.nothing_collapses else 'no'}"
+            f"    G = {r.gain:+.4f}   q05 = {boot.q05:+.4f} ({_unit_line(r)})   G <= 0 in "
+            f"{boot.n_gain_le_0} of {boot.resamples} resamples   gain is real: "
+            f"{'yes' if r.gain_is_real else 'no'}   nothing collapses: "
+            f"{'yes' if r.nothing_collapses else 'no'}"
         )
     print(
         "  asset checks on verdict: "
         + ", ".join(f"{name} {'PASSED' if ok else 'failed'}" for name, ok in sorted(checks.items()))
+    )
+
+
+def _unit_line(r: DecisionReport) -> str:
+    """The bootstrap unit beside q05 and, for groups, how q05 moved against row resampling."""
+    boot = r.bootstrap
+    if boot.unit is BootstrapUnit.EXAMPLE:
+        return f"unit: example, {boot.n_units:,} examples drawn per resample"
+    rows = example_bootstrap(r)
+    moved = boot.q05 - rows.q05
+    flip = ""
+    if rows.gain_is_real != boot.gain_is_real:
+        flip = f"; rows alone would have said the gain is {'real' if rows.gain_is_real else 'not real'}"
+    return (
+        f"unit: group, {boot.n_units:,} movies drawn per resample; resampling single examples "
+        f"instead gives q05 = {rows.q05:+.4f}, so whole movies moved it by {moved:+.4f}{flip}"
     )
 
 

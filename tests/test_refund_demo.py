@@ -29,9 +29,13 @@ def test_the_demo_runs_its_fast_trainings_through_dagster(
     assert "verdict: FAILED (the credit comes back)" in out
     assert out.count("every number matches") == 2
     assert "| macro_f1 |" in out and "G <= 0 in" in out
+    # grouped by movie: the group bootstrap, with how q05 moved against row resampling
+    assert "unit: group" in out and "whole movies moved it by" in out
     assert (root / "dagster_home" / "dagster.yaml").is_file()
     for tid, verdict in (("rt-tiny", "refund"), ("rt-failed", "failed")):
         audit = json.loads((root / "audits" / f"{tid}.json").read_text())
         assert audit["overall"]["verdict"] == verdict
+        for d in audit["decisions"]:
+            assert d["report"]["bootstrap"]["unit"] == "group" and "group_sha256" in d["rows"]
         assert audit["jev_id"] == ("jev-demo-lexicon-v1" if tid == "rt-tiny" else "none")
     assert "credits: workspace 'demo' balance after settlement: 2" in out

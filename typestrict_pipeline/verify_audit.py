@@ -16,11 +16,12 @@ decision and the verdict, and compares every number in the audit with what it re
 
 Exit status: 0 when everything matches; 1 when anything differs (each difference is printed);
 2 when the file cannot be read or is not an audit (a one-line message says what is wrong). It
-reads JSON strictly (a duplicated key, a non-finite number, an integer of more than 30 digits, a
-file above 64 MiB or nested past the format are refused) and refuses, before any computation,
-what the product never writes: a resample count other than 2,000, more than 2,000 test examples
-in a decision, more than 256 answers, more than 32 decisions, or (unless ``--large`` is given)
-more than 6,000 test examples in all, which keeps a run under a few seconds whatever the file.
+reads JSON strictly (a duplicated key, a non-finite number, an integer past the interpreter's
+digit limit, a file above 64 MiB, nesting past the interpreter's limit are refused) and
+refuses, before any computation, what the product never writes: a resample count other than 2,000, more than 2,000 test examples
+in a decision, more than 256 answers, more than 32 decisions, a field the format does not have,
+or (unless ``--large`` is given) more than 4,000 test examples or 80,000 examples x answers in
+all, which keeps a run within a few seconds whatever the file.
 
 The method is documented in ``docs/method/refund.md`` and the format in ``docs/audit-format.md``
 of the TypeStrict pipeline. Note: Python's ``sum()`` of floats is compensated since 3.12, so every

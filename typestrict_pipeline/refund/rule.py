@@ -380,6 +380,30 @@ def judge_decision(data: DecisionData, *, resamples: int = RESAMPLES) -> Decisio
     )
 
 
+def example_bootstrap(report: DecisionReport) -> BootstrapResult:
+    """The same decision's bootstrap resampling single examples: what rows alone would say.
+
+    For comparison only (the demo and the method page show how whole groups move q05); the
+    verdict of a grouped decision uses :attr:`DecisionReport.bootstrap`.
+
+    >>> import hashlib
+    >>> from typestrict_pipeline.refund.stream import group_sha256
+    >>> rows = tuple(JudgedRow(hashlib.sha256(str(i).encode()).hexdigest(), i % 2,
+    ...                        (0.8, 0.2) if i % 3 else (0.2, 0.8), (0.5, 0.5), None,
+    ...                        group_sha256(str(i // 4))) for i in range(40))
+    >>> r = judge_decision(DecisionData("d", DecisionKind.SINGLE, ("no", "yes"), rows))
+    >>> r.bootstrap.unit.value, example_bootstrap(r).unit.value, r.bootstrap.n_units
+    ('group', 'example', 10)
+    """
+    y = [r.y for r in report.rows]
+    k = len(report.answers)
+    ex_m = example_values(y, [r.p_model for r in report.rows])
+    ex_j = example_values(y, [r.p_jev for r in report.rows])
+    seed = bootstrap_seed(report.name, (r.text_sha256 for r in report.rows))
+    gains = bootstrap_gains(y, ex_m, ex_j, k, seed, report.bootstrap.resamples)
+    return summarize(gains.tolist(), seed, BootstrapUnit.EXAMPLE, len(y))
+
+
 def judge_training(
     reports: Sequence[DecisionReport], *, keep_if_loses: bool
 ) -> TrainingJudgement:
