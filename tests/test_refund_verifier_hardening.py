@@ -107,6 +107,18 @@ def test_sizes_past_the_bounds_are_refused_before_any_work(small: dict[str, Any]
     many["decisions"] = many["decisions"] * 9
     with pytest.raises(verify_audit.Malformed, match="at most 32 entries"):
         verify_audit.verify(many)
+    wide = copy.deepcopy(small)  # 2 decisions: 2,000 x 3 + 2,000 x 41 answers > 80,000
+    decision = wide["decisions"][0]
+    for key in decision["rows"]:
+        decision["rows"][key] = decision["rows"][key] * 166 + decision["rows"][key][:8]
+    other = wide["decisions"][1]
+    other["answers"] = other["answers"] + [f"x{i}" for i in range(41 - len(other["answers"]))]
+    for key in ("p_model", "p_jev"):
+        other["rows"][key] = [p + [0.0] * (41 - len(p)) for p in other["rows"][key]]
+    for key in other["rows"]:
+        other["rows"][key] = other["rows"][key] * 250
+    with pytest.raises(verify_audit.Malformed, match="examples x answers"):
+        verify_audit.verify(wide)
 
 
 def test_an_extra_level_in_split_is_a_difference(small: dict[str, Any]) -> None:
@@ -183,3 +195,21 @@ def test_fuzz_exit_codes_are_0_1_2_and_never_a_traceback(
     code, said = _main(tmp_path, raw, capsys)
     assert code in (0, 1, 2)
     assert not any(g in said for g in GUARDS), said
+
+
+def test_large_lifts_the_work_bound_in_the_verifier_and_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typestrict_pipeline.cli import main as cli_main
+
+    # the bound itself (80,000 examples x answers) is tested above with real sizes; here a
+    # lowered bound keeps the run short: 40 examples x 3 answers = 120 > 100
+    monkeypatch.setattr(verify_audit, "MAX_TOTAL_CELLS", 100)
+    data = synthetic_decision(seed=41, n=40, n_answers=3, model_skill=3.0)
+    path = tmp_path / "big.json"
+    path.write_bytes(audit_bytes(build_audit(judge([data], keep_if_loses=False),
+                                             training_id="t", model_id="m", jev_id="j")))
+    assert verify_audit.main([str(path)]) == 2
+    assert "120" in capsys.readouterr().err
+    assert cli_main(["verify", "--large", str(path)]) == 0
+    assert "OK" in capsys.readouterr().out

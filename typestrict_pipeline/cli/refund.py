@@ -8,7 +8,7 @@ import argparse
 def _verify(args: argparse.Namespace) -> int:
     from typestrict_pipeline import verify_audit
 
-    return verify_audit.main([args.audit])
+    return verify_audit.main([*(["--large"] if args.large else []), args.audit])
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,4 +24,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     )
     verify.add_argument("audit", metavar="AUDIT.json", help="the audit file")
+    verify.add_argument(
+        "--large",
+        action="store_true",
+        help="verify an audit past the default bounds (more than 4,000 test examples or 80,000 "
+        "examples x answers in all); slower",
+    )
     verify.set_defaults(func=_verify)
