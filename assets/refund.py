@@ -233,6 +233,7 @@ def holdout(
         meta[f"{h.decision}: test"] = s.n_test
         meta[f"{h.decision}: train"] = s.n_train
         meta[f"{h.decision}: excluded"] = s.n_excluded
+        meta[f"{h.decision}: rows joined by identical text"] = s.rows_joined_by_text
         lines.append(
             f"| {h.decision} | {s.n_test} | {s.n_train} | {s.n_excluded} | {s.groups_test} | "
             f"{'yes' if s.capped else 'no'} |"
@@ -442,6 +443,7 @@ def _split_counts(h: Holdout) -> dict[str, int]:
         "n_excluded": s.n_excluded,
         "groups_test": s.groups_test,
         "rows_excluded_from_train": s.rows_excluded_from_train,
+        "rows_joined_by_text": s.rows_joined_by_text,
     }
 
 

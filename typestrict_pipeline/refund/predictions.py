@@ -32,6 +32,7 @@ from typestrict_pipeline.errors import PredictionsError
 from typestrict_pipeline.files import iter_jsonl_objects, write_atomic
 from typestrict_pipeline.refund.dataset import Dataset
 from typestrict_pipeline.refund.holdout import Holdout, HoldoutSource
+from typestrict_pipeline.refund.stream import group_sha256
 from typestrict_pipeline.refund.types import DecisionData, DecisionKind, JudgedRow
 
 __all__ = [
@@ -499,6 +500,8 @@ def build_decision_data(
 
     labeled = holdout.summary.source is HoldoutSource.LABELED
     source_values = labels.labels if labeled else labels.reviews
+    # with groups, the bootstrap resamples the groups the split drew (identical texts joined)
+    unit_of = {r.id: r.unit for r in holdout.rows} if holdout.summary.grouped else None
     rows: list[JudgedRow] = []
     for ident in test_ids:
         i = position[ident]
@@ -528,6 +531,7 @@ def build_decision_data(
                 p_model=vectors[0],
                 p_jev=vectors[1],
                 n_options=len(expected) if mc else None,
+                group_sha256=None if unit_of is None else group_sha256(unit_of[ident]),
             )
         )
     return DecisionData(
