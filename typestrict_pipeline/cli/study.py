@@ -142,9 +142,9 @@ def _watch_runs(engine: Engine, study_id: int, total: int) -> Iterator[None]:
 
 def run_study_on_dagster(study_id: int, *, executor: str = "in_process",
                          max_concurrent: int = 2) -> bool:
-    """Run ``study_job`` for ``study_id`` on ``DAGSTER_HOME``'s instance (else an ephemeral one)."""
+    """Run ``study_job`` for ``study_id`` on ``DAGSTER_HOME``'s instance (else the home's, else an
+    ephemeral one)."""
     import importlib
-    import os
 
     import dagster as dg
 
@@ -154,7 +154,7 @@ def run_study_on_dagster(study_id: int, *, executor: str = "in_process",
     job = defs.resolve_job_def("study_job")
     config: dict[str, Any] = dict(study_run_config(study_id))
     quiet = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
-    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+    instance = _instance()
     if executor == "multiprocess":
         config["execution"] = {"config": {"multiprocess": {
             "max_concurrent": max_concurrent, "start_method": {"forkserver": {}}}}}
@@ -164,6 +164,23 @@ def run_study_on_dagster(study_id: int, *, executor: str = "in_process",
     res = job.execute_in_process(run_config={**config, **quiet}, instance=instance,
                                  raise_on_error=False)
     return bool(res.success)
+
+
+def _instance() -> Any:
+    """``DAGSTER_HOME``'s instance; else the home's (``<TYPESTRICT_HOME>/dagster_home``, where
+    ``make demo`` and ``make ui`` keep it) when it exists; else an ephemeral one."""
+    import os
+
+    import dagster as dg
+
+    from typestrict_pipeline.store import typestrict_home
+
+    if os.environ.get("DAGSTER_HOME"):
+        return dg.DagsterInstance.get()
+    local = typestrict_home() / "dagster_home"
+    if (local / "dagster.yaml").is_file():
+        return dg.DagsterInstance.from_config(str(local))
+    return dg.DagsterInstance.ephemeral()
 
 
 def _study_job() -> Any:
