@@ -51,6 +51,7 @@ from typestrict_pipeline.cli.common import (
     print_table,
     progress,
     read_store,
+    step,
     write_store,
 )
 from typestrict_pipeline.errors import InputError
@@ -129,7 +130,7 @@ def _backtest_run(args: argparse.Namespace) -> int:
     start, end = parse_time(args.start, "start"), parse_time(args.end, "end")
     check_range(start, end)
     _check_model_url(args)
-    step = parse_step(args.step)
+    step_size = parse_step(args.step)
     data, label = _data(args)
     engine = write_store(args)
     try:
@@ -137,7 +138,7 @@ def _backtest_run(args: argparse.Namespace) -> int:
         with _models(args, workflow) as models, _bar(f"backtest {args.workflow}") as report:
             bid, result = run_and_store_backtest(
                 engine, workflow, workspace=args.workspace, data=data, dataset=label,
-                start=start, end=end, step=step, models=models, params=_pairs(args.param, "param"),
+                start=start, end=end, step=step_size, models=models, params=_pairs(args.param, "param"),
                 prompts=_pairs(args.prompt, "prompt"), max_in_flight=args.max_in_flight,
                 retries=args.retries, on_step_error=args.on_step_error, on_progress=report,
             )
@@ -358,7 +359,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("workflow", type=WORKFLOW, help="the workflow, e.g. seattle_rain (see `backtest workflows`)")
     p.add_argument("--start", required=True, help="first decision time (ISO 8601; a date is 00:00 UTC)")
     p.add_argument("--end", required=True, help="last decision time")
-    p.add_argument("--step", default="1d", help="step size: 1d, 12h, 30m, 1w (default 1d)")
+    p.add_argument("--step", type=step, default="1d", help="step size: 1d, 12h, 30m, 1w (default 1d)")
     p.add_argument("--param", action="append", help="parameter override NAME=VALUE (repeatable)")
     p.add_argument("--prompt", action="append", help="prompt override STEP=TEXT (repeatable)")
     p.add_argument("--max-in-flight", type=bounded_int("calls in flight", 1, 256), default=8,

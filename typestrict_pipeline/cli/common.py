@@ -210,6 +210,27 @@ def positive_float(what: str, hi: float) -> Callable[[str], float]:
     return parse
 
 
+def step(text: str) -> str:
+    """An argparse ``type=``: a step size such as ``1d``, ``12h``, ``30m``, ``45s``, ``1w``, at most
+    a year; returns the text (the core parses it).
+
+    >>> step("1d")
+    '1d'
+    >>> step("99999999999d")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected a step size like 1d, 12h, 30m, 45s or 1w, at most 366 days, got '99999999999d'
+    """
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+    body = text.strip().lower()
+    ok = (2 <= len(body) <= 8 and body[-1] in units and body[:-1].isascii() and body[:-1].isdigit()
+          and 1 <= int(body[:-1]) * units[body[-1]] <= 366 * 86400)
+    if not ok:
+        raise argparse.ArgumentTypeError(
+            f"expected a step size like 1d, 12h, 30m, 45s or 1w, at most 366 days, got {text[:40]!r}")
+    return text
+
+
 def day(text: str) -> dt.date:
     """An argparse ``type=``: a calendar day ``YYYY-MM-DD``.
 

@@ -37,6 +37,7 @@ from typestrict_pipeline.cli.common import (
     print_table,
     progress,
     read_store,
+    step,
     usd,
     write_store,
 )
@@ -310,7 +311,7 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", help="a display name for the study")
     p.add_argument("--start", required=True, help="first time the folds may use (ISO 8601)")
     p.add_argument("--end", required=True, help="end of the data (exclusive); the holdout ends here")
-    p.add_argument("--step", default="1d", help="step size: 1d, 12h, 30m, 1w (default 1d)")
+    p.add_argument("--step", type=step, default="1d", help="step size: 1d, 12h, 30m, 1w (default 1d)")
     p.add_argument("--folds", type=bounded_int("a number of folds", 1, 100), default=3,
                    help="walk-forward folds, 1 to 100 (default 3)")
     p.add_argument("--tune-steps", type=STEPS, required=True, help="steps in each fold's tune window")
