@@ -26,8 +26,7 @@ PARTS = ("refund", "credits", "backtest", "study", "reruns")
 
 def _say_plan(p: demo_home.HomePlan, replace: bool) -> bool:
     """Print what the run replaces and keeps; False when it must stop."""
-    where = os.environ.get("TYPESTRICT_HOME") or "./.typestrict"
-    print(f"make demo: writing into {where} ({p.home})")
+    print(f"make demo: writing into {p.home} (TYPESTRICT_HOME, default ./.typestrict)")
     if p.blockers and not replace:
         print("make demo: stopped, nothing was deleted. Since the previous demo"
               + (f" ({p.previous})" if p.previous else "") + " this home changed:", file=sys.stderr)
