@@ -90,7 +90,7 @@ MAX_DROP = {
     "worst_class_f1": Fraction(5, 100),
 }
 WORST_MIN_SUPPORT = 5
-PROB_SUM_TOLERANCE = 0.01
+PROB_SUM_TOLERANCE = Fraction(1, 100)
 UNITS = ("example", "group")
 MAX_SHOWN_PER_LIST = 5
 KINDS = ("single", "multiple_choice")
@@ -574,10 +574,19 @@ def _probs(value: Any, where: str, k: int, offered: int, diffs: _Diffs) -> list[
         if j >= offered and v != 0.0:
             diffs.add(f"{where}[{j}]: option {j + 1} is not offered (n_options {offered}), "
                       f"expected 0.0, got {v!r}")
-    total = math.fsum(p)
-    if abs(total - 1.0) > PROB_SUM_TOLERANCE:
-        diffs.add(f"{where}: probabilities sum to {total!r}, expected 1 (±{PROB_SUM_TOLERANCE})")
+    if not sums_to_one(p):
+        diffs.add(f"{where}: probabilities sum to {math.fsum(p)!r}, expected 1 (±0.01)")
     return p
+
+
+def sums_to_one(values: Sequence[float]) -> bool:
+    """``|Σ p − 1| <= 1/100``, the sum of the given doubles taken exactly (as the producer)."""
+    total = math.fsum(values)
+    if abs(total - 1.0) < 0.0099:
+        return True
+    if abs(total - 1.0) > 0.0101 or not math.isfinite(total):
+        return False
+    return abs(sum((Fraction(v) for v in values), Fraction(0)) - 1) <= PROB_SUM_TOLERANCE
 
 
 class _Decision:

@@ -47,6 +47,7 @@ from typestrict_pipeline.refund.bootstrap import (
 from typestrict_pipeline.refund.metrics import (
     MAX_DROP,
     METRIC_NAMES,
+    PROB_SUM_TOLERANCE,
     Counts,
     Metrics,
     coverage_count,
@@ -55,13 +56,13 @@ from typestrict_pipeline.refund.metrics import (
     full_counts,
     gain,
     point_metrics,
+    sums_to_one,
     worst_eligible,
 )
 from typestrict_pipeline.refund.stream import bootstrap_seed
 from typestrict_pipeline.refund.types import DecisionData, DecisionKind, JudgedRow, Verdict
 
 RESAMPLES = 2000
-PROB_SUM_TOLERANCE = 0.01
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
@@ -218,10 +219,10 @@ def _check_probs(
             )
         out.append(f)
     out.extend([0.0] * (k - len(out)))
-    total = math.fsum(out)
-    if abs(total - 1.0) > PROB_SUM_TOLERANCE:
+    if not sums_to_one(out):
         raise _row_error(
-            data, index, column, f"probabilities summing to 1 (±{PROB_SUM_TOLERANCE})", repr(total)
+            data, index, column, f"probabilities summing to 1 (±{float(PROB_SUM_TOLERANCE)})",
+            repr(math.fsum(out)),
         )
     return tuple(out)
 
