@@ -85,7 +85,9 @@ def _run_on_a_terminal(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
     return proc.wait(timeout=600), b"".join(chunks).decode(errors="replace")
 
 
-def test_a_progress_bar_on_a_terminal_and_none_in_a_pipe(tmp_path: Path) -> None:
+def test_a_progress_bar_on_a_terminal_and_none_in_a_pipe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     env = {**os.environ, "TYPESTRICT_HOME": str(tmp_path), "COLUMNS": "120"}
     env.pop("TYPESTRICT_STORE_URL", None)
     argv = ["backtest", "run", "seattle_rain", "--start", "2015-01-01", "--end", "2015-03-31",
@@ -93,7 +95,11 @@ def test_a_progress_bar_on_a_terminal_and_none_in_a_pipe(tmp_path: Path) -> None
     code, screen = _run_on_a_terminal(argv, env)
     assert code == 0, screen
     assert "backtest seattle_rain" in screen and "/90" in screen  # the bar: steps done of 90
-    piped = subprocess.run([sys.executable, "-m", "typestrict_pipeline.cli", *argv], env=env,
-                           capture_output=True, text=True, timeout=600, check=False)
-    assert piped.returncode == 0 and piped.stderr == ""
-    assert "backtest seattle_rain" not in piped.stdout and "backtest id" in piped.stdout
+
+    # The same command with its output captured (not a terminal): no bar, nothing on stderr.
+    monkeypatch.setenv("TYPESTRICT_HOME", str(tmp_path))
+    monkeypatch.delenv("TYPESTRICT_STORE_URL", raising=False)
+    assert main(argv) == 0
+    piped = capsys.readouterr()
+    assert piped.err == ""
+    assert "backtest seattle_rain" not in piped.out and "backtest id" in piped.out

@@ -13,9 +13,11 @@ model server (offline, deterministic).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import select
@@ -35,15 +37,21 @@ STUDY = ["study", "run", "seattle_rain", "--start", "2014-06-01", "--end", "2015
          "--budget-usd", "1"]
 
 
-@pytest.fixture
-def studied(typestrict_home: Path, monkeypatch: pytest.MonkeyPatch,
-            capsys: pytest.CaptureFixture[str]) -> str:
-    """A backtest (the estimate's base), then a 3-candidate study capped at 2; its first line."""
-    monkeypatch.delenv("DAGSTER_HOME", raising=False)
-    assert main(["backtest", "run", "seattle_rain", "--start", "2015-01-01", "--end", "2015-01-31"]) == 0
-    capsys.readouterr()
-    assert main(STUDY) == 0
-    return capsys.readouterr().out.splitlines()[0]
+@pytest.fixture(scope="module")
+def studied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A backtest (the estimate's base), then a 3-candidate study capped at 2, in a private home,
+    built once for the module; yields the study's first line."""
+    home = tmp_path_factory.mktemp("pages-home")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TYPESTRICT_HOME", str(home))
+        mp.delenv("TYPESTRICT_STORE_URL", raising=False)
+        mp.delenv("DAGSTER_HOME", raising=False)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(["backtest", "run", "seattle_rain", "--start", "2015-01-01", "--end", "2015-01-31"]) == 0
+            start = len(out.getvalue())
+            assert main(STUDY) == 0
+        yield out.getvalue()[start:].splitlines()[0]
 
 
 def test_the_estimate_counts_the_candidates_left_after_max_candidates(studied: str) -> None:
