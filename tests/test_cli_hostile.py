@@ -99,6 +99,8 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("unknown workspace", ["credits", "balance", "ghost"], 2,
      "expected a workspace the store knows, got 'ghost' (known: acme)"),
     ("unknown workspace usage", ["usage", "ghost"], 2, "got 'ghost' (known: acme)"),
+    ("ledger unknown training", ["credits", "ledger", "acme", "--training", "t9"], 2,
+     "expected ledger entries of training 't9' in workspace 'acme', got none"),
     ("ledger training path", ["credits", "ledger", "acme", "--training", "../x"], 2, "expected a training id"),
     ("usage bad day", ["usage", "acme", "--since", "2014-13-45"], 2,
      "expected a day as YYYY-MM-DD (e.g. 2014-12-31), got '2014-13-45'"),

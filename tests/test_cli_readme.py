@@ -154,8 +154,9 @@ EXPECT = {
     "study run": "| Adjusted |",
     "study list": "seattle rain grid",
     "study leaderboard 1": "| Adjusted |",
-    "schedule enable 1": "schedule",
-    "study status": "schedule",
+    "schedule enable 1": "Schedule 1: re-run study 1 every 1d",
+    "study status": "Schedule 1:",
+    "schedule lineage 1": "lineage",
 }
 
 

@@ -79,7 +79,13 @@ class WorkspaceUsage:
         return [DaySpend(d, *days[d]) for d in sorted(days)]
 
     def by_workflow(self) -> dict[str, DaySpend]:
-        """Spend per workflow (``day`` holds the workflow's name), sorted by name."""
+        """Spend per workflow (``day`` holds the workflow's name), sorted by name.
+
+        >>> u = WorkspaceUsage("w", (UsageRow("2015-01-02", "rain", RunMode.HISTORICAL, 2, 10, 2, 5),),
+        ...                    (StudySpend(1, None, "rain", "2015-01-03", "completed", 7, None),))
+        >>> u.by_workflow()["rain"]
+        DaySpend(day='rain', backtests_micro=5, studies_micro=7, live_micro=0, calls=2)
+        """
         out: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
         for r in self.calls:
             slot = out[r.workflow]
@@ -90,7 +96,14 @@ class WorkspaceUsage:
         return {w: DaySpend(w, *out[w]) for w in sorted(out)}
 
     def totals(self) -> DaySpend:
-        """The whole period (``day`` is ``"total"``)."""
+        """The whole period (``day`` is ``"total"``); studies without tracked cost count 0.
+
+        >>> u = WorkspaceUsage("w", (), (StudySpend(1, None, "rain", "2015-01-03", "completed", None, None),
+        ...                              StudySpend(2, None, "rain", "2015-01-04", "completed", 9, 10)))
+        >>> t = u.totals()
+        >>> (t.studies_micro, t.historical_micro)
+        (9, 9)
+        """
         days = self.by_day()
         return DaySpend("total", sum(d.backtests_micro for d in days), sum(d.studies_micro for d in days),
                         sum(d.live_micro for d in days), sum(d.calls for d in days))

@@ -33,7 +33,7 @@ from typestrict_pipeline.credits import (
     expire_models,
     list_models,
 )
-from typestrict_pipeline.errors import InputError
+from typestrict_pipeline.errors import InputError, NotFoundError
 from typestrict_pipeline.store import typestrict_home
 from typestrict_pipeline.workspaces import require_workspace
 
@@ -94,6 +94,10 @@ def _ledger(args: argparse.Namespace) -> int:
     try:
         ledger = CreditLedger(engine)
         lines = ledger.lines(args.workspace, training_id=args.training)
+        if args.training and not lines:
+            raise NotFoundError(f"expected ledger entries of training {args.training!r} in workspace "
+                                f"{args.workspace!r}, got none. List the workspace's entries with "
+                                f"`typestrict credits ledger {args.workspace}`.")
         if args.json:
             for ln in lines:
                 print(json.dumps({
