@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench clean
+.PHONY: demo test lint typecheck bench clean api
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,3 +33,6 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .typestrict build *.egg-info
+
+api: $(STAMP)
+	$(BIN)/typestrict api
