@@ -267,3 +267,48 @@ def test_the_result_page_shows_the_verdict(world: dict[str, Any]) -> None:
         assert '<span id="verdict">beats</span>' in page.text
         assert "python3 verify_audit.py audit.json" in page.text
         assert io.StringIO(page.text).read().count('data-metric="') == 4
+
+
+def test_the_result_page_in_headless_chromium(world: dict[str, Any]) -> None:
+    """The page as a browser renders it: verdict, settling decision, metrics beside Jev's,
+    pictures that load, a working audit link and the verifier command."""
+    from playwright.sync_api import sync_playwright
+
+    server = world["server"]
+    with server.client(world["key_a"]) as c:
+        verdict = c.get(f"/v1/models/{world['settled']}").json()
+        audit = c.get(f"/v1/models/{world['settled']}/audit").content
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path="/usr/bin/chromium",
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        try:
+            context = browser.new_context(extra_http_headers={"Authorization": f"Bearer {world['key_a']}"})
+            page = context.new_page()
+            page.set_default_timeout(120_000)
+            response = page.goto(f"{server.url}/v1/models/{world['settled']}/page")
+            assert response is not None and response.status == 200
+            assert page.locator("#verdict").inner_text() == verdict["verdict"] == "beats"
+            assert page.locator("#settling").inner_text() == verdict["settling_decision"]
+            rows = page.locator("section.decision tbody tr")
+            assert rows.count() == 4
+            for i, m in enumerate(verdict["decisions"][0]["metrics"]):
+                row = rows.nth(i)
+                assert row.get_attribute("data-metric") == m["metric"]
+                if m["model"] is not None:
+                    assert row.locator("td.model").inner_text() == f"{m['model']:.4f}"
+                    assert row.locator("td.jev").inner_text() == f"{m['jev']:.4f}"
+            images = page.locator("#pictures img")
+            assert images.count() == 2
+            widths = page.eval_on_selector_all("#pictures img", "els => els.map(e => e.naturalWidth)")
+            assert all(w > 100 for w in widths)
+            href = page.locator("#audit").get_attribute("href")
+            assert href is not None
+            fetched = page.evaluate(
+                "async (u) => { const r = await fetch(u); const b = new Uint8Array(await r.arrayBuffer());"
+                " return [r.status, Array.from(b).length]; }", href)
+            assert fetched == [200, len(audit)]
+            assert "python3 verify_audit.py audit.json" in page.locator("#verify").inner_text()
+        finally:
+            browser.close()
