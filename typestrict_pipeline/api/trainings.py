@@ -71,14 +71,14 @@ def _not_found(what: str, ident: str) -> NotFoundError:
 
 
 def check_name(name: str, what: str = "file name") -> str:
-    """A plain file or id name: letters, digits, ``_``, ``-``, ``.``; 1–200; not only dots.
+    """A plain file or id name: letters, digits, ``_``, ``-``, ``.``; 1–200; not starting with ``.``.
 
     >>> check_name("data.csv")
     'data.csv'
     """
-    if not name or len(name) > 200 or not set(name) <= _NAME_CHARS or set(name) == {"."}:
+    if not name or len(name) > 200 or not set(name) <= _NAME_CHARS or name.startswith("."):
         raise InputError(
-            f"a {what} of letters, digits, '_', '-' or '.' (1 to 200 characters)",
+            f"a {what} of letters, digits, '_', '-' or '.' (1 to 200 characters, not starting with '.')",
             repr(name[:80]), f"rename the {what}",
         )
     return name

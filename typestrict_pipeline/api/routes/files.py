@@ -11,7 +11,7 @@ from typestrict_pipeline.api.schemas import ErrorBody, FileOut
 
 router = APIRouter(tags=["files"], responses={401: {"model": ErrorBody}, 422: {"model": ErrorBody}})
 
-FileName = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.-]+$")]
+FileName = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$")]
 
 
 async def read_body(request: Request) -> bytes:
