@@ -19,6 +19,7 @@ import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from schemathesis.core.result import Ok
 
 _SUPPORT = Path(__file__).with_name("test_api_support.py")
 _spec = importlib.util.spec_from_file_location("test_api_support", _SUPPORT)
@@ -45,6 +46,7 @@ def test_no_operation_answers_a_server_error(tmp_path: Path, sqlite_url: str) ->
         failures: list[str] = []
         operations = 0
         for result in schema.get_all_operations():
+            assert isinstance(result, Ok), result
             operation = result.ok()
             operations += 1
 
