@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import threading
+from collections import OrderedDict
 from pathlib import Path as FsPath
 from typing import Annotated, Any
 
@@ -30,10 +33,28 @@ router = APIRouter(tags=["models"], responses={401: {"model": ErrorBody}, 404: {
 ModelId = Annotated[str, Path(min_length=1, max_length=200)]
 
 
+_PARSED: OrderedDict[str, dict[str, Any]] = OrderedDict()
+_PARSED_MAX = 64
+_PARSED_LOCK = threading.Lock()
+
+
 def _audit(ctx: Ctx, info: ModelInfo) -> dict[str, Any] | None:
-    if info.audit_sha256 is None:
+    """The parsed audit, cached by its SHA-256 (a stored audit never changes: the first is final)."""
+    sha = info.audit_sha256
+    if sha is None:
         return None
-    doc: dict[str, Any] = json.loads(audit_bytes(ctx.engine, info.model_id))
+    with _PARSED_LOCK:
+        if sha in _PARSED:
+            _PARSED.move_to_end(sha)
+            return _PARSED[sha]
+    data = audit_bytes(ctx.engine, info.model_id)
+    if hashlib.sha256(data).hexdigest() != sha:  # never serve a parse of other bytes
+        return dict(json.loads(data))
+    doc: dict[str, Any] = json.loads(data)
+    with _PARSED_LOCK:
+        _PARSED[sha] = doc
+        while len(_PARSED) > _PARSED_MAX:
+            _PARSED.popitem(last=False)
     return doc
 
 
