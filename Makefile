@@ -9,7 +9,7 @@ TS_HOME := $(abspath $(or $(TYPESTRICT_HOME),.typestrict))
 UI_HOST ?= 127.0.0.1
 UI_PORT ?= 3000
 
-.PHONY: demo ui test lint typecheck bench clean
+.PHONY: demo ui api test lint typecheck bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -45,3 +45,6 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .typestrict build *.egg-info
+
+api: $(STAMP)
+	$(BIN)/typestrict api

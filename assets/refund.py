@@ -40,6 +40,7 @@ from typestrict_pipeline.refund.rule import (
     judge_decision,
     judge_training,
 )
+from typestrict_pipeline.refund.trained_on import check_trained_on
 
 GROUP = "refund"
 trainings_partitions = dg.DynamicPartitionsDefinition(name="trainings")
@@ -261,6 +262,10 @@ def holdout(
             metadata={"status": "failed training: no split needed"},
         )
     holdouts = split_decisions(dataset.dataset)
+    manifest = dataset.manifest
+    # A model that may have seen test rows is never judged (refund/trained_on.py).
+    check_trained_on(manifest.trained_on_sha256, holdouts, training_id=manifest.training_id,
+                     source=manifest.source)
     roles = roles_frame(holdouts)
     meta: dict[str, Any] = {"dagster/row_count": len(roles)}
     lines = ["| decision | test | train | excluded | test groups | capped |", "|---|---:|---:|---:|---:|---|"]
