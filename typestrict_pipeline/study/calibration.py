@@ -211,25 +211,27 @@ def lineage_false_reassurance(looks: int, lineages: int, seed: int,
 PARTS = ("null", "power", "scale", "holdout", "lineage")
 
 
-def _null(sims: int, seed: int, reps: int) -> None:  # pragma: no cover - the documented script
+def _null(sims: int, seed: int, reps: int, scenarios: Sequence[Scenario],
+          ns: Sequence[int], ts: Sequence[int]) -> None:  # pragma: no cover - the documented script
     print(f"# Null searches ({sims} per cell, {reps} resamples, seed {seed}; benchmark: the "
           "candidates' mean, upper SPA p-value)\n")
     print("| Scenario | N | T | Beats luck at 5% | found nothing (seed-literal) |")
     print("|---|---:|---:|---:|---:|")
-    for sc in SCENARIOS:
-        for n in (2, 5, 20, 64):
-            for t in (60, 120, 480):
+    for sc in scenarios:
+        for n in ns:
+            for t in ts:
                 r = search_rates(sc, n, t, sims, seed, reps=reps)
                 print(f"| {sc.name} | {n} | {t} | {r.beats_luck:.3f} | {r.found_nothing:.3f} |",
                       flush=True)
 
 
-def _power(sims: int, seed: int, reps: int) -> None:  # pragma: no cover - the documented script
+def _power(sims: int, seed: int, reps: int, scenarios: Sequence[Scenario],
+           ns: Sequence[int]) -> None:  # pragma: no cover - the documented script
     print("\n# Power: one candidate with a true edge (in per-step SDs of the score)\n")
     print("| Scenario | N | T | edge | Beats luck at 5% | edge in StepM set |")
     print("|---|---:|---:|---:|---:|---:|")
-    for sc in SCENARIOS[:3]:
-        for n in (5, 20, 64):
+    for sc in scenarios:
+        for n in ns:
             for t, edge in ((120, 0.5), (480, 0.25)):
                 r = search_rates(sc, n, t, sims, seed, edge=edge, reps=reps)
                 print(f"| {sc.name} | {n} | {t} | {edge} | {r.beats_luck:.3f} | "
@@ -272,13 +274,20 @@ def main(argv: Sequence[str] | None = None) -> int:  # pragma: no cover - the do
     parser.add_argument("--reps", type=int, default=299, choices=range(99, 10_001), metavar="99..10000")
     parser.add_argument("--part", action="append", choices=PARTS,
                         help="run only these parts (repeatable); default: all")
+    parser.add_argument("--scenario", action="append", choices=[sc.name for sc in SCENARIOS],
+                        help="only these scenarios (repeatable); default: all")
+    parser.add_argument("--n", action="append", type=int, choices=(2, 5, 20, 64))
+    parser.add_argument("--t", action="append", type=int, choices=(60, 120, 480))
     args = parser.parse_args(argv)
     started = time.perf_counter()
     parts = args.part or list(PARTS)
+    scenarios = [sc for sc in SCENARIOS if not args.scenario or sc.name in args.scenario]
     if "null" in parts:
-        _null(args.sims, args.seed, args.reps)
+        _null(args.sims, args.seed, args.reps, scenarios, args.n or (2, 5, 20, 64),
+              args.t or (60, 120, 480))
     if "power" in parts:
-        _power(args.sims, args.seed, args.reps)
+        _power(args.sims, args.seed, args.reps, [sc for sc in scenarios if sc in SCENARIOS[:3]],
+               args.n or (5, 20, 64))
     if "scale" in parts:
         _scale(args.sims, args.seed)
     if "holdout" in parts:
