@@ -80,6 +80,8 @@ def test_never_set_up_and_expired_are_told_apart(sqlite_url: str, capsys: pytest
     err = capsys.readouterr().err
     assert "workspace demo has no subscription yet (never set up)" in err
     assert "typestrict schedule workspace demo --subscription ACTIVE --budget-usd 50" in err
+    assert main(["schedule", "status", "--url", sqlite_url]) == 0
+    assert "workspace: workspace demo has no subscription yet (never set up)" in capsys.readouterr().out
     engine = open_store(sqlite_url)
     record_data_end(engine, WS, scenario.WORKFLOW, ROOT_END + 12 * DAY)
     resources = {"store": StoreResource(url=sqlite_url), "reruns": RerunSettingsResource()}

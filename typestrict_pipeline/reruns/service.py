@@ -817,6 +817,12 @@ def status_text(engine: Engine, view: ScheduleView, *, ticks: int = 5) -> str:
         f"  each re-run's USD budget: {format_usd(view.budget_micro_usd)}; "
         f"min unseen steps for a re-run: {view.min_unseen_steps}",
     ]
+    if view.state is ScheduleState.ENABLED:
+        from typestrict_pipeline.reruns.workspace import store_spend_source, workspace_warning
+
+        warning = workspace_warning(engine, view.workspace_id, utcnow(), store_spend_source(engine))
+        lines.append(f"  workspace: {warning}" if warning else
+                     f"  workspace {view.workspace_id}: subscription active, usage budget left")
     if view.state is ScheduleState.CANCELLED:
         when = view.cancelled_at.strftime("%Y-%m-%d %H:%M UTC") if view.cancelled_at else "?"
         lines.append(f"  cancelled by {view.cancelled_by} on {when}")
