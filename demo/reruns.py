@@ -17,7 +17,9 @@ B. A winner that changes (the synthetic regime-shift workflow, whose arrivals ar
    (the default transport: no mail server needed).
 
 The ticks are evaluated with a clock stepping through hourly slots that ended before now, so a
-daemon started afterwards (``dagster dev``) goes on with the current slot.
+daemon started afterwards (``dagster dev``) goes on with the current slot. Each evaluation is
+recorded as a tick of ``study_rerun_sensor`` on the demo's instance (``demo.ticks``), so the UI's
+tick history shows the skips with their reasons and the fired ticks with their runs.
 """
 
 import datetime as dt
@@ -29,6 +31,7 @@ import dagster as dg
 from dagster._core.definitions.sensor_definition import SensorExecutionData
 
 from assets.reruns import enable_study_schedule_job, study_rerun_job, study_rerun_sensor
+from demo.ticks import SensorTick
 from resources.reruns import RerunNotifierResource, RerunSettingsResource
 from resources.store import StoreResource
 from typestrict_pipeline.backtest.workflows.datasets import (
@@ -63,6 +66,7 @@ class _Demo:
         self.engine = open_store(self.url)
         self.instance = dg.DagsterInstance.get()
         self.notifications = root / "notifications.log"
+        self.fired: list[SensorTick] = []
 
     def resources(self, now: dt.datetime) -> dict[str, object]:
         return {
@@ -72,8 +76,14 @@ class _Demo:
         }
 
     def tick(self, now: dt.datetime, cursor: str | None) -> SensorExecutionData:
+        recorded = SensorTick(self.instance, "study_rerun_sensor")
         ctx = dg.build_sensor_context(instance=self.instance, cursor=cursor, resources=self.resources(now))
-        return study_rerun_sensor.evaluate_tick(ctx)
+        data = study_rerun_sensor.evaluate_tick(ctx)
+        if data.run_requests:
+            self.fired.append(recorded)  # completed once its run is launched (run_request)
+        else:
+            recorded.skipped(data.skip_message, data.cursor)
+        return data
 
     def enable(self, study_id: str, now: dt.datetime) -> int:
         enabled = enable_study_schedule_job.execute_in_process(
@@ -83,10 +93,12 @@ class _Demo:
         schedule_id: int = enabled.output_for_node("enable_study_schedule")
         return schedule_id
 
-    def run_request(self, request: dg.RunRequest, now: dt.datetime) -> dict[str, Any]:
+    def run_request(self, request: dg.RunRequest, now: dt.datetime, cursor: str | None) -> dict[str, Any]:
+        tick = self.fired[-1]
         result = study_rerun_job.execute_in_process(
             run_config={**request.run_config, **QUIET}, instance=self.instance,
-            tags={**request.tags, "dagster/run_key": str(request.run_key)}, resources=self.resources(now))
+            tags={**request.tags, **tick.run_tags(request.run_key)}, resources=self.resources(now))
+        tick.fired([result.run_id], [request.run_key], cursor)
         out: dict[str, Any] = result.output_for_node("run_scheduled_rerun")
         return out
 
@@ -125,7 +137,7 @@ def _part_a(demo: _Demo, t0: dt.datetime) -> bool:
         print(f"  the next tick did not fire: {second.skip_message}")
         return False
     print(f"  4. the next tick fired: run tags typestrict/reason = \"{requests[0].tags['typestrict/reason']}\"")
-    out = demo.run_request(requests[0], t0 + HOUR)
+    out = demo.run_request(requests[0], t0 + HOUR, second.cursor)
     print(f"  5. study_rerun_job: re-run study {out['study_id']} {out['state']}, winner {out['winner']}")
     print("     " + lineage_text(demo.engine, root_id).replace("\n", "\n     "))
     return bool(first.skip_message == "Not enough unseen data yet: 0 of 5 steps" and out["state"] == "FINISHED")
@@ -155,7 +167,7 @@ def _part_b(demo: _Demo, t0: dt.datetime) -> tuple[bool, int]:
     print(f"  4. 10 new steps arrived; study_rerun_sensor fired: run key {request.run_key}")
     same = demo.tick(t0 + HOUR, second.cursor)
     print(f"     the same tick evaluated again: \"{same.skip_message}\" (the re-run is requested once)")
-    out = demo.run_request(request, t0 + HOUR)
+    out = demo.run_request(request, t0 + HOUR, second.cursor)
     print(f"  5. study_rerun_job: re-run study {out['study_id']} {out['state']}, winner {out['winner']} "
           f"(changed: {out['winner_changed']}), notifications delivered: {out['delivered']}")
     third = demo.tick(t0 + 2 * HOUR, second.cursor)
