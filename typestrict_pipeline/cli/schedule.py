@@ -264,7 +264,7 @@ def _deliver(args: argparse.Namespace) -> int:
 def _outbox(args: argparse.Namespace) -> int:
     from typestrict_pipeline.reruns.notify import outbox, transport_from_env, transport_label
 
-    entries = outbox(_engine(args), undelivered_only=args.undelivered, limit=args.limit)
+    entries = outbox(read_store(args), undelivered_only=args.undelivered, limit=args.limit)
     print(f"Notifications are delivered to {transport_label(transport_from_env())}")
     if not entries:
         print("The outbox is empty" + (" of undelivered messages" if args.undelivered else ""))
@@ -380,12 +380,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(func=_notifications)
 
     p = cmd("deliver", "send the notification outbox now")
-    p.add_argument("--requeue", type=int, metavar="MESSAGE_ID", help="first put a given-up message back")
+    p.add_argument("--requeue", type=bounded_int("a message id", 1, 2**62), metavar="MESSAGE_ID",
+                   help="first put a given-up message back")
     p.set_defaults(func=_deliver)
 
     p = cmd("outbox", "the notifications: delivered, waiting, or not delivered and why")
     p.add_argument("--undelivered", action="store_true", help="only messages not delivered yet")
-    p.add_argument("--limit", type=int, default=50, choices=range(1, 1001), metavar="N", help="at most N (1-1000)")
+    p.add_argument("--limit", type=bounded_int("a number of messages", 1, 1000), default=50, metavar="N",
+                   help="at most N (1-1000, default 50)")
     p.set_defaults(func=_outbox)
 
     _extend_study(subparsers)
