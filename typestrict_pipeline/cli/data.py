@@ -17,6 +17,7 @@ Datasets live under ``TYPESTRICT_DATASETS_DIR`` (default ``${TYPESTRICT_HOME}/da
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 
 from typestrict_pipeline.errors import InputError
 
@@ -52,8 +53,10 @@ def _show_one(name: str) -> str:
     except LookupError:
         lines.append(f"  workflow {info.workflow} is not registered in this code location")
     else:
+        span = (f"{horizon.days} day(s)" if horizon % dt.timedelta(days=1) == dt.timedelta(0)
+                else f"{int(horizon.total_seconds())} s")
         lines.append(f"  outcomes are known for decisions up to {format_time(info.last_known - horizon)} "
-                     f"(last knowledge time − the workflow's horizon {horizon})")
+                     f"(last knowledge time − the workflow's horizon, {span})")
     return "\n".join(lines)
 
 

@@ -234,7 +234,7 @@ def register_dataset(
             f"tables {sorted(tables)}",
             "pass --table TABLE=FILE.csv for each of them and nothing else",
         )
-    at = now or dt.datetime.now(dt.UTC)
+    at = (now or dt.datetime.now(dt.UTC)).replace(microsecond=0)
     folder = _folder(name, base)
     rows = {t: _validated(_read_rows(Path(f)), t, Path(f), at) for t, f in tables.items()}
     with _locked(folder):
