@@ -130,3 +130,21 @@ def test_cli_register_append_show(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert err.startswith(f"typestrict: {tmp_path / 'b.csv'}, row 1, column 'known_time'") and "Traceback" not in err
     assert main(["data", "register", "wx2", "--workflow", "seattle_rain", "--table", "weather"]) == 2
     assert "--table TABLE=FILE.csv" in capsys.readouterr().err
+
+
+def test_data_arrived_is_refused_where_the_tick_reads_the_dataset(
+    home: Path, sqlite_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from typestrict_pipeline.reruns import scenario
+    from typestrict_pipeline.store import open_store
+
+    engine = open_store(sqlite_url)
+    scenario.create_seattle_study(engine, workspace="w", dataset="live", end=CUT, budget_micro_usd=10**6,
+                                  min_unseen_steps=5)
+    engine.dispose()
+    assert main(["schedule", "data-arrived", "w", "seattle_rain", "2012-04-01T00:00:00Z", "--store", sqlite_url]) == 2
+    err = capsys.readouterr().err
+    assert "whose studies read dataset 'live' themselves" in err
+    assert "typestrict data append live --table TABLE FILE.csv" in err
+    # A workflow whose data a tick cannot read still takes the signal.
+    assert main(["schedule", "data-arrived", "w", "regime-demo", "2015-02-10T00:00:00Z", "--store", sqlite_url]) == 0
