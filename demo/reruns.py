@@ -5,7 +5,7 @@ and their lineages.
 
 A. Data added the documented way (a registered point-in-time dataset):
 
-   1. ``seattle_live`` is registered for ``seattle_rain`` with the Seattle rows known until
+   1. ``demo_seattle_live`` is registered for ``seattle_rain`` with the Seattle rows known until
       2015-10-01; a small root study on it finishes (USD budget, min unseen steps 5).
    2. A schedule is enabled; ``study_rerun_sensor`` skips ("Not enough unseen data yet: 0 of 5
       steps"); 10 days are appended (``typestrict data append``); the next tick fires, and the
@@ -13,8 +13,11 @@ A. Data added the documented way (a registered point-in-time dataset):
 
 B. A winner that changes (the synthetic regime-shift workflow, whose arrivals are recorded with
    ``record_data_end``): 7 new steps skip, 10 fire; the re-run's winner differs, so the owner
-   gets "A scheduled study changes its winner", delivered to ``<root>/notifications.log``
-   (the default transport: no mail server needed).
+   gets "A scheduled study changes its winner", delivered to a file (the default transport: no
+   mail server needed; the demo's is ``<root>/reruns/notifications.log``).
+
+What the part writes besides the store and the instance is under ``<root>/reruns`` and
+``<root>/datasets/demo_seattle_live`` (both replaced by the next ``make demo``).
 
 The ticks are evaluated with a clock stepping through hourly slots that ended before now, so a
 daemon started afterwards (``dagster dev``) goes on with the current slot. Each evaluation is
@@ -24,6 +27,7 @@ tick history shows the skips with their reasons and the fired ticks with their r
 
 import datetime as dt
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +40,7 @@ from resources.reruns import RerunNotifierResource, RerunSettingsResource
 from resources.store import StoreResource
 from typestrict_pipeline.backtest.workflows.datasets import (
     append_rows,
+    datasets_dir,
     is_registered,
     register_dataset,
 )
@@ -54,6 +59,7 @@ SEATTLE_CUT = dt.datetime(2015, 10, 1, tzinfo=dt.UTC)
 DAY = dt.timedelta(days=1)
 HOUR = dt.timedelta(hours=1)
 OWNER = "ana@example.com"
+DATASET = "demo_seattle_live"
 QUIET: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 
 
@@ -65,7 +71,7 @@ class _Demo:
         self.url = default_store_url()
         self.engine = open_store(self.url)
         self.instance = dg.DagsterInstance.get()
-        self.notifications = root / "notifications.log"
+        self.notifications = root / "reruns" / "notifications.log"
         self.fired: list[SensorTick] = []
 
     def resources(self, now: dt.datetime) -> dict[str, object]:
@@ -114,23 +120,24 @@ def _setup_home(root: Path) -> None:
 
 def _part_a(demo: _Demo, t0: dt.datetime) -> bool:
     print("A. Data added the documented way: a registered dataset, a schedule, rows appended")
-    data = demo.root / "data"
+    data = demo.root / "reruns"
     write_seattle_csv(data / "seattle-until-2015-10.csv", known_until=SEATTLE_CUT)
-    if not is_registered("seattle_live"):
-        register_dataset("seattle_live", "seattle_rain", {"weather": data / "seattle-until-2015-10.csv"})
-    root_id = scenario.create_seattle_study(demo.engine, workspace="demo", dataset="seattle_live", end=SEATTLE_CUT,
+    if is_registered(DATASET):  # the demo's own dataset from an earlier run of this part alone
+        shutil.rmtree(datasets_dir() / DATASET)
+    register_dataset(DATASET, "seattle_rain", {"weather": data / "seattle-until-2015-10.csv"})
+    root_id = scenario.create_seattle_study(demo.engine, workspace="demo", dataset=DATASET, end=SEATTLE_CUT,
                                             budget_micro_usd=1_000_000, min_unseen_steps=5)
     scenario.run(demo.engine, root_id)
     facts = StoreStudies(demo.engine).get(root_id)
     assert facts is not None
-    print(f"  1. typestrict data register seattle_live --workflow seattle_rain --table weather=...: rows known "
+    print(f"  1. typestrict data register {DATASET} --workflow seattle_rain --table weather=...: rows known "
           f"until {SEATTLE_CUT.date()}; root study {root_id} on it finished, winner {facts.winner_label}")
     schedule_id = demo.enable(root_id, t0)
     first = demo.tick(t0, None)
     print(f"  2. schedule {schedule_id} enabled; study_rerun_sensor skipped: \"{first.skip_message}\"")
     write_seattle_csv(data / "seattle-oct-1-10.csv", known_after=SEATTLE_CUT, known_until=SEATTLE_CUT + 10 * DAY)
-    added = append_rows("seattle_live", "weather", data / "seattle-oct-1-10.csv")
-    print(f"  3. typestrict data append seattle_live seattle-oct-1-10.csv: {added.added} rows added")
+    added = append_rows(DATASET, "weather", data / "seattle-oct-1-10.csv")
+    print(f"  3. typestrict data append {DATASET} seattle-oct-1-10.csv: {added.added} rows added")
     second = demo.tick(t0 + HOUR, first.cursor)
     requests = second.run_requests or []
     if len(requests) != 1:
