@@ -17,8 +17,10 @@ Datasets live under ``TYPESTRICT_DATASETS_DIR`` (default ``${TYPESTRICT_HOME}/da
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 
+from typestrict_pipeline.cli.common import add_json, print_json
 from typestrict_pipeline.errors import InputError
 
 _MAX_TABLES = 64
@@ -88,8 +90,16 @@ def _append(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from typestrict_pipeline.backtest.workflows.datasets import datasets_dir, list_datasets
+    from typestrict_pipeline.backtest.workflows.datasets import (
+        dataset_info,
+        datasets_dir,
+        list_datasets,
+    )
 
+    if args.json:
+        infos = [dataset_info(args.name)] if args.name is not None else list_datasets()
+        print_json([dataclasses.asdict(i) for i in infos])
+        return 0
     if args.name is not None:
         print(_show_one(args.name))
         return 0
@@ -115,11 +125,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(func=_register)
 
     p = sub.add_parser("append", help="add rows known after the table's last knowledge time")
-    p.add_argument("name")
+    p.add_argument("name", help="a registered dataset")
     p.add_argument("file", help="CSV with the table's columns")
     p.add_argument("--table", help="which table (default: the only one)")
     p.set_defaults(func=_append)
 
-    p = sub.add_parser("show", help="registered datasets: tables, rows, knowledge times")
-    p.add_argument("name", nargs="?")
+    p = add_json(sub.add_parser("show", help="registered datasets: tables, rows, knowledge times"))
+    p.add_argument("name", nargs="?", help="one dataset (default: every registered one)")
     p.set_defaults(func=_show)

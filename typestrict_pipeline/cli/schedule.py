@@ -23,6 +23,7 @@ The same ``status``, ``lineage`` and ``schedule enable|cancel`` are also offered
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import os
 import sys
@@ -265,6 +266,10 @@ def _outbox(args: argparse.Namespace) -> int:
     from typestrict_pipeline.reruns.notify import outbox, transport_from_env, transport_label
 
     entries = outbox(read_store(args), undelivered_only=args.undelivered, limit=args.limit)
+    if args.json:
+        print_json({"transport": transport_label(transport_from_env()),
+                    "messages": [dataclasses.asdict(e) for e in entries]})
+        return 0
     print(f"Notifications are delivered to {transport_label(transport_from_env())}")
     if not entries:
         print("The outbox is empty" + (" of undelivered messages" if args.undelivered else ""))
@@ -384,7 +389,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="first put a given-up message back")
     p.set_defaults(func=_deliver)
 
-    p = cmd("outbox", "the notifications: delivered, waiting, or not delivered and why")
+    p = add_json(cmd("outbox", "the notifications: delivered, waiting, or not delivered and why"))
     p.add_argument("--undelivered", action="store_true", help="only messages not delivered yet")
     p.add_argument("--limit", type=bounded_int("a number of messages", 1, 1000), default=50, metavar="N",
                    help="at most N (1-1000, default 50)")
