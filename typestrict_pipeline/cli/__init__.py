@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typestrict_pipeline.errors import TypeStrictError
 
 # Modules under typestrict_pipeline.cli that define register(subparsers).
-_AREAS = ("refund", "credits", "store", "backtest", "study", "schedule", "api")
+_AREAS = ("refund", "credits", "store", "backtest", "study", "schedule", "api", "data")
 
 
 def build_parser() -> argparse.ArgumentParser:
