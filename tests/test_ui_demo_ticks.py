@@ -53,3 +53,20 @@ def test_the_reruns_demo_leaves_its_skip_and_its_fired_tick_on_the_instance(
     run = instance.get_run_by_id(run_id)
     assert run is not None and run.job_name == "study_rerun_job"
     assert run.tags[SENSOR_TAG] == "study_rerun_sensor" and run.tags["dagster/run_key"]
+    # The lineage the demo recorded can be materialized again from the UI: it is redrawn.
+    from assets.reruns import study_lineage
+    from resources.store import StoreResource
+
+    [root] = instance.get_dynamic_partitions("study_lineages")
+    store = StoreResource(url=f"sqlite:///{tmp_path / 'reruns' / 'store.db'}")
+    again = dg.materialize([study_lineage], partition_key=root, instance=instance,
+                           resources={"store": store})
+    [mat] = again.asset_materializations_for_node("study_lineage")
+    assert str(mat.metadata["lineage_picture"].value).startswith("![lineage over re-runs](data:image/png;base64,")
+    assert mat.metadata["k"].value == 2
+    instance.add_dynamic_partitions("study_lineages", ["404"])
+    missing = dg.materialize([study_lineage], partition_key="404", instance=instance,
+                             resources={"store": store}, raise_on_error=False)
+    [failure] = [e for e in missing.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    user = failure.step_failure_data.user_failure_data
+    assert user is not None and "'404', which has no lineage" in (user.description or "")
