@@ -40,6 +40,7 @@ from typestrict_pipeline.refund.rule import (
     judge_decision,
     judge_training,
 )
+from typestrict_pipeline.refund.trained_on import check_trained_on
 
 GROUP = "refund"
 trainings_partitions = dg.DynamicPartitionsDefinition(name="trainings")
@@ -261,6 +262,10 @@ def holdout(
             metadata={"status": "failed training: no split needed"},
         )
     holdouts = split_decisions(dataset.dataset)
+    manifest = dataset.manifest
+    # A model that may have seen test rows is never judged (refund/trained_on.py).
+    check_trained_on(manifest.trained_on_sha256, holdouts, training_id=manifest.training_id,
+                     source=manifest.source)
     roles = roles_frame(holdouts)
     meta: dict[str, Any] = {"dagster/row_count": len(roles)}
     lines = ["| decision | test | train | excluded | test groups | capped |", "|---|---:|---:|---:|---:|---|"]
@@ -269,6 +274,7 @@ def holdout(
         meta[f"{h.decision}: test"] = s.n_test
         meta[f"{h.decision}: train"] = s.n_train
         meta[f"{h.decision}: excluded"] = s.n_excluded
+        meta[f"{h.decision}: rows joined by identical text"] = s.rows_joined_by_text
         lines.append(
             f"| {h.decision} | {s.n_test} | {s.n_train} | {s.n_excluded} | {s.groups_test} | "
             f"{'yes' if s.capped else 'no'} |"
@@ -484,6 +490,7 @@ def _split_counts(h: Holdout) -> dict[str, int]:
         "n_excluded": s.n_excluded,
         "groups_test": s.groups_test,
         "rows_excluded_from_train": s.rows_excluded_from_train,
+        "rows_joined_by_text": s.rows_joined_by_text,
     }
 
 

@@ -140,6 +140,13 @@ def leaderboard_materialization(engine: Engine, study_id: int,
         if board.holdout_baseline is not None else dg.MetadataValue.text(
             f"missing: {board.holdout_baseline_missing_reason or 'not scored'}"),
         "found_nothing": dg.MetadataValue.bool(bool(board.stats.found_nothing)),
+        "verdict": dg.MetadataValue.text(board.verdict),
+        "spa_pvalue": dg.MetadataValue.float(board.joint.spa_pvalue) if board.joint is not None
+        else dg.MetadataValue.text(f"not tested: {board.joint_missing_reason}"),
+        "stepm_set": dg.MetadataValue.json([int(c) for c in board.joint.stepm])
+        if board.joint is not None else dg.MetadataValue.text("not tested"),
+        "pbo": dg.MetadataValue.float(board.pbo.pbo) if board.pbo is not None
+        else dg.MetadataValue.text("not computed: fewer than 2 complete candidates or 40 steps"),
     }
     entries = lineage_entries(engine, str(study_id))
     if entries:
@@ -149,6 +156,8 @@ def leaderboard_materialization(engine: Engine, study_id: int,
             dg.MetadataValue.float(plots.for_reading(summary.noise_line))
             if summary.noise_line is not None
             else dg.MetadataValue.text(f"n/a: {summary.missing_reason}"))
+        if summary.cs_lower is not None:
+            metadata["lineage_pooled_edge_lower_bound"] = dg.MetadataValue.float(summary.cs_lower)
     metadata.update(extra or {})
     return dg.AssetMaterialization(asset_key=LEADERBOARD_KEY, partition=str(study_id),
                                    metadata=metadata)

@@ -285,9 +285,8 @@ def _run(root: Path, only: Sequence[str] | None) -> int:
         engine.dispose()
     print(f"\ncredits: workspace 'demo' balance after settlement: {balance} (refunded trainings returned theirs)")
     print(
-        f"Jev (demo stand-in) answered {calls:,} HTTP requests. Dagster UI: "
-        f"DAGSTER_HOME={_rel(dagster_home)} dagster dev -m typestrict_pipeline.definitions "
-        f"(TYPESTRICT_HOME={_rel(root)}) shows these runs, verdicts and checks."
+        f"Jev (demo stand-in) answered {calls:,} HTTP requests. Dagster UI: `make ui` "
+        f"(DAGSTER_HOME={dagster_home}, TYPESTRICT_HOME={root}) shows these runs, verdicts and checks."
     )
     print(f"refund demo: {len(prepared)} trainings in {time.perf_counter() - started:.1f} s"
           + ("" if failures == 0 else f"; {failures} FAILED"))
