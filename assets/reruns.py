@@ -57,14 +57,6 @@ LINEAGE_PARTITIONS = dg.DynamicPartitionsDefinition(name="study_lineages")
 LINEAGE_KEY = dg.AssetKey(["study_lineage"])
 NOTHING_DUE = "No re-run schedule is due"
 
-study_lineage_spec = dg.AssetSpec(
-    LINEAGE_KEY,
-    group_name="studies",
-    partitions_def=LINEAGE_PARTITIONS,
-    description="The lineage panel of a scheduled study (one partition per root study): every "
-    "re-run with the window it was scored on, its winner, its holdout score, whether the winner "
-    "changed, and the best expected of k under noise. Materialized by study_rerun_job.",
-)
 
 
 class RerunRunConfig(dg.Config):
@@ -121,6 +113,27 @@ def lineage_materialization(engine: Engine, study_id: str) -> dg.AssetMaterializ
     else:
         metadata["best_expected_of_k_under_noise"] = dg.MetadataValue.text(f"n/a: {summary.missing_reason}")
     return dg.AssetMaterialization(asset_key=LINEAGE_KEY, partition=root, metadata=metadata)
+
+
+@dg.asset(
+    key=LINEAGE_KEY,
+    group_name="studies",
+    partitions_def=LINEAGE_PARTITIONS,
+    kinds={"python"},
+    description="The lineage panel of a scheduled study (one partition per root study): every "
+    "re-run with the window it was scored on, its winner, its holdout score, whether the winner "
+    "changed, and the best expected of k under noise. study_rerun_job records it after each "
+    "re-run; materializing a partition here redraws it from the store (it runs nothing).",
+)
+def study_lineage(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult[None]:
+    root: str = context.partition_key
+    with store.engine() as engine:
+        if not lineage_entries(engine, root):
+            raise dg.Failure(description=f"expected the id of a study with scheduled re-runs, got "
+                             f"{root!r}, which has no lineage in the store. Pick a partition "
+                             "study_rerun_job added, with the store it used.")
+        recorded = lineage_materialization(engine, root)
+    return dg.MaterializeResult(metadata=dict(recorded.metadata))
 
 
 @dg.op(tags={"area": "reruns"})
@@ -392,7 +405,7 @@ def notification_outbox_sensor(
 
 def build_defs() -> dg.Definitions:
     return dg.Definitions(
-        assets=[study_lineage_spec],
+        assets=[study_lineage],
         jobs=[study_rerun_job, enable_study_schedule_job, cancel_study_schedule_job],
         sensors=[study_rerun_sensor, notification_outbox_sensor],
         schedules=[study_rerun_schedule],
