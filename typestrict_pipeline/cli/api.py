@@ -51,14 +51,16 @@ def _jev_source(text: str | None) -> dict[str, Any] | None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    if not 0 < args.port < 65536:
+        raise InputError("a TCP port between 1 and 65535", str(args.port), "pass --port 8000")
+    jev_source = _jev_source(args.jev_source)
+    home = Path(args.home) if args.home else typestrict_home()
+
     import uvicorn
 
     from typestrict_pipeline.api import create_app
 
-    if not 0 < args.port < 65536:
-        raise InputError("a TCP port between 1 and 65535", str(args.port), "pass --port 8000")
-    home = Path(args.home) if args.home else typestrict_home()
-    app = create_app(_store(args), home, jev_source=_jev_source(args.jev_source))
+    app = create_app(_store(args), home, jev_source=jev_source)
     print(f"typestrict api: serving http://{args.host}:{args.port}/v1 (schema: /v1/openapi.json)", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
     return 0
