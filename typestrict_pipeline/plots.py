@@ -91,6 +91,15 @@ def _legend(ax: Axes, loc: _Loc, fontsize: str = "x-small") -> None:
         ax.legend(loc=loc, fontsize=fontsize)
 
 
+def for_reading(value: float, digits: int = 4) -> float:
+    """``value`` rounded for a person to read (UI metadata); the audit and ``--json`` keep it exact.
+
+    >>> for_reading(0.12675984260475498), for_reading(-0.000049), for_reading(3.14159, 2)
+    (0.1268, -0.0, 3.14)
+    """
+    return round(value, digits)
+
+
 def png_markdown(png: bytes, alt: str) -> str:
     """A Markdown image of ``png`` as a ``data:`` URI (Dagster metadata, HTML pages).
 
