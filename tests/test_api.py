@@ -48,9 +48,10 @@ def _create(client: Any, csv: bytes, *, keep_if_loses: bool = False) -> str:
 
 
 @pytest.mark.slow
-def test_a_training_through_the_api_is_judged_and_its_audit_verifies(
-    tmp_path: Path, store_url: str
-) -> None:
+@pytest.mark.postgres
+def test_a_training_through_the_api_is_judged_and_its_audit_verifies(tmp_path: Path, pg_url: str) -> None:
+    """On the real PostgreSQL (docs/api.md's walkthrough runs the same path on SQLite)."""
+    store_url = pg_url
     home, csv, jev = _setup(tmp_path, store_url)
     key = support.new_key(store_url, "acme", credits=2)
     with support.ApiServer(store_url, home, jev_source=jev) as server, server.client(key) as c:

@@ -107,7 +107,9 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _store_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", help="store URL (default: TYPESTRICT_STORE_URL or the local SQLite file)")
+    from typestrict_pipeline.cli.common import add_store
+
+    add_store(p)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
