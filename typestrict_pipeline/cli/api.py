@@ -99,6 +99,12 @@ def _list(args: argparse.Namespace) -> int:
         keys = list_api_keys(engine, args.workspace)
     finally:
         engine.dispose()
+    if args.json:
+        print(json.dumps([{"key_id": k.key_id, "workspace_id": k.workspace_id, "label": k.label,
+                           "created_at": k.created_at.isoformat(),
+                           "revoked_at": k.revoked_at.isoformat() if k.revoked_at else None}
+                          for k in keys], indent=2))
+        return 0
     for k in keys:
         state = f"revoked {k.revoked_at.isoformat()}" if k.revoked_at else "active"
         print(f"{k.key_id}  {k.created_at.isoformat()}  {state}  {k.label}")
@@ -115,26 +121,28 @@ def _store_option(p: argparse.ArgumentParser) -> None:
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``api`` and ``api-key``."""
     p = subparsers.add_parser("api", help="serve the customer HTTP API (/v1) with uvicorn")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="TCP port, 1 to 65535 (default 8000)")
     p.add_argument("--home", help="TYPESTRICT_HOME (trainings, audits, workspaces' files)")
     p.add_argument("--jev-source", help="Jev's manifest predictions.jev object, as JSON or @FILE")
-    p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"),
+                   help="uvicorn's log level (default info; requests are not logged)")
     _store_option(p)
     p.set_defaults(func=_serve)
 
     keys = subparsers.add_parser("api-key", help="API keys per workspace: create, revoke, list")
     sub = keys.add_subparsers(dest="api_key_command", required=True)
     c = sub.add_parser("create", help="create a key for a workspace (printed once)")
-    c.add_argument("workspace")
+    c.add_argument("workspace", help="the workspace the key belongs to")
     c.add_argument("--label", default="", help="a note to recognise the key by")
     _store_option(c)
     c.set_defaults(func=_create)
     r = sub.add_parser("revoke", help="revoke a key by its id (the 16 hex characters after tsk_)")
-    r.add_argument("key_id")
+    r.add_argument("key_id", help="the key's id: the 16 hex characters after tsk_")
     _store_option(r)
     r.set_defaults(func=_revoke)
     ls = sub.add_parser("list", help="a workspace's keys (ids and labels, never the keys)")
-    ls.add_argument("workspace")
+    ls.add_argument("workspace", help="the workspace whose keys to list")
+    ls.add_argument("--json", action="store_true", help="print JSON instead of lines")
     _store_option(ls)
     ls.set_defaults(func=_list)
