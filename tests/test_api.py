@@ -254,3 +254,31 @@ def test_a_study_is_created_cancelled_and_one_runs_at_a_time(tmp_path: Path, sql
         assert cancelled.status_code == 200 and cancelled.json()["state"] == "CANCELLED"
         assert c.post("/v1/studies", json=form).status_code == 201  # the workflow is free again
         assert [s["id"] for s in c.get("/v1/studies").json()][-1] == sid
+
+
+def test_concurrent_submissions_hand_over_exactly_once(tmp_path: Path, sqlite_url: str) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    home, csv, jev = _setup(tmp_path, sqlite_url)
+    key = support.new_key(sqlite_url, "acme", credits=1)
+    with support.ApiServer(sqlite_url, home, jev_source=jev) as server, server.client(key) as c:
+        tid = _create(c, csv)
+        bodies = [{"predictions": support.model_predictions(csv, skill=0.9, seed=s)} for s in range(4)]
+
+        def post(body: dict[str, Any]) -> int:
+            with server.client(key) as own:
+                code: int = own.post(f"/v1/trainings/{tid}/predictions", json=body).status_code
+                return code
+
+        with ThreadPoolExecutor(4) as pool:
+            codes = sorted(pool.map(post, bodies))
+        assert codes.count(202) == 1 and set(codes) <= {202, 409}, codes
+        folder = home / "trainings" / tid
+        assert (folder / "manifest.json").is_file() and not (folder / "api-draft.json").exists()
+        assert sorted(p.name for p in (folder / "predictions").iterdir()) == ["model.jsonl"]
+        # A folder whose manifest is not readable JSON is "not found", never a 500.
+        broken = home / "trainings" / "tr_broken"
+        broken.mkdir()
+        (broken / "manifest.json").write_text("{not json")
+        assert c.get("/v1/trainings/tr_broken").status_code == 404
+        assert [t["id"] for t in c.get("/v1/trainings").json()] == [tid]
