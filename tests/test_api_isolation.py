@@ -264,6 +264,7 @@ def test_the_result_page_shows_the_verdict(world: dict[str, Any]) -> None:
     with world["server"].client(world["key_a"]) as c:
         page = c.get(f"/v1/models/{world['settled']}/page")
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        assert "default-src 'none'" in page.headers["content-security-policy"]
         assert '<span id="verdict">beats</span>' in page.text
         assert "python3 verify_audit.py audit.json" in page.text
         assert io.StringIO(page.text).read().count('data-metric="') == 4
