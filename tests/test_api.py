@@ -282,3 +282,41 @@ def test_concurrent_submissions_hand_over_exactly_once(tmp_path: Path, sqlite_ur
         (broken / "manifest.json").write_text("{not json")
         assert c.get("/v1/trainings/tr_broken").status_code == 404
         assert [t["id"] for t in c.get("/v1/trainings").json()] == [tid]
+
+
+def test_a_schedule_is_enabled_and_its_skip_reason_read_through_the_api(tmp_path: Path, sqlite_url: str) -> None:
+    import datetime as dt
+
+    from typestrict_pipeline.reruns import scenario
+    from typestrict_pipeline.reruns.decide import SubscriptionState
+    from typestrict_pipeline.reruns.service import evaluate_due
+    from typestrict_pipeline.reruns.studies import record_data_end
+    from typestrict_pipeline.reruns.workspace import set_workspace, store_spend_source
+    from typestrict_pipeline.store import utcnow
+
+    root_end = dt.datetime(2015, 2, 1, tzinfo=dt.UTC)
+    engine = open_store(sqlite_url)
+    try:
+        set_workspace(engine, "acme", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=50_000_000)
+        root = scenario.create_root_study(engine, workspace="acme", root_end=root_end, budget_micro_usd=1_000_000,
+                                          min_unseen_steps=10,
+                                          workflow=scenario.backend(shift_at=root_end - dt.timedelta(days=10)))
+        scenario.run(engine, root)
+        key = support.new_key(sqlite_url, "acme")
+        other = support.new_key(sqlite_url, "other")
+        with support.ApiServer(sqlite_url, tmp_path / "home", run_studies=False) as server, server.client(key) as c:
+            r = c.post(f"/v1/studies/{root}/schedule", json={"cadence": "1h", "owner": "ana@example.com"})
+            assert r.status_code == 201, r.text
+            assert r.json()["state"] == "ENABLED" and r.json()["min_unseen_steps"] == 10
+            record_data_end(engine, "acme", scenario.WORKFLOW, root_end + dt.timedelta(days=7))
+            evaluate_due(engine, scenario.port(engine), now=utcnow() + dt.timedelta(hours=2),
+                         spend=store_spend_source(engine), source="test")
+            read = c.get(f"/v1/studies/{root}/schedule").json()["schedules"]
+            assert [s["last_message"] for s in read] == ["Not enough unseen data yet: 7 of 10 steps"]
+            assert "Not enough unseen data yet: 7 of 10 steps" in read[0]["status_text"]
+            lineage = c.get(f"/v1/studies/{root}/lineage").json()
+            assert [e["seq"] for e in lineage["entries"]] == [0] and lineage["summary"] is not None
+            with server.client(other) as o:
+                assert o.get(f"/v1/studies/{root}/schedule").status_code == 404
+    finally:
+        engine.dispose()
