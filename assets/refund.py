@@ -534,6 +534,9 @@ verdict_job = dg.define_asset_job(
     selection=dg.AssetSelection.groups(GROUP),
     description="Materialize one training's refund chain (one `trainings` partition): its verdict and audit.",
     config=VERDICT_JOB_EXECUTION,
+    # Its own executor, so a code location with another default (e.g. celery) keeps this one
+    # instead of failing to load: the execution block above is this executor's config.
+    executor_def=dg.multi_or_in_process_executor,
 )
 
 

@@ -121,8 +121,24 @@ def test_a_launched_study_gets_the_jobs_executor_unless_the_launchpad_overrides_
     assert default == {"config": STUDY_JOB_EXECUTION}
     # A run config naming only the study (the CLI, a sensor, the launchpad's ops block) gets it.
     resolved = dg.validate_run_config(study_job, study_run_config(1))["execution"]
-    assert resolved["multi_or_in_process_executor"]["multiprocess"]["start_method"] == {"forkserver": {}}
+    start = resolved["multi_or_in_process_executor"]["multiprocess"]["start_method"]
+    assert start == {"forkserver": {"preload_modules": ["typestrict_pipeline.definitions"]}}
     assert resolved["multi_or_in_process_executor"]["multiprocess"]["max_concurrent"] == 2
     # The launchpad can name another executor.
     override = {**study_run_config(1), "execution": {"config": {"in_process": {}}}}
     assert "in_process" in dg.validate_run_config(study_job, override)["execution"]["multi_or_in_process_executor"]
+
+
+def test_a_code_location_defaulting_to_celery_still_loads_and_study_job_on_celery_takes_its_config() -> None:
+    from dagster_celery import celery_executor
+
+    from assets.studies import study_job_on
+    from typestrict_pipeline.definitions import defs
+
+    merged = dg.Definitions.merge(defs, dg.Definitions(executor=celery_executor))
+    for name in ("study_job", "verdict_job"):  # their own executor and its default block
+        assert merged.resolve_job_def(name).executor_def is dg.multi_or_in_process_executor
+    on_celery = study_job_on(celery_executor)
+    config = {**study_run_config(1), "execution": {"config": {"broker": "redis://h:6379/0"}}}
+    assert dg.validate_run_config(on_celery, config)["execution"]["celery"]["broker"] == "redis://h:6379/0"
+    assert on_celery.tags["mode"] == "HISTORICAL"
