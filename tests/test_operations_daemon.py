@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 from typestrict_pipeline.credits import CreditLedger
 from typestrict_pipeline.instance import sqlite_instance_config, write_instance_yaml
@@ -58,6 +59,7 @@ def _stop(daemon: subprocess.Popen[bytes]) -> None:
             daemon.wait()
 
 
+@pytest.mark.slow
 def test_a_sensor_launched_verdict_runs_in_one_process_under_the_daemon(tmp_path: Path) -> None:
     home, dagster_home = tmp_path / "home", tmp_path / "dagster_home"
     dagster_home.mkdir(parents=True)
