@@ -92,7 +92,9 @@ def _daemon(instance: Any, support: Any, trainings: Path, tid: str, seed: int) -
             created = record.create_timestamp.timestamp()
             at = {e.dagster_event.event_type_value: e.timestamp for e in instance.all_logs(run.run_id)
                   if e.dagster_event is not None and not e.step_key}
-            end, dequeued, started = at["PIPELINE_SUCCESS"], at["PIPELINE_DEQUEUED"], at["PIPELINE_START"]
+            # The queue's dequeue is recorded as RUN_DEQUEUED or, by the launcher, RUN_STARTING.
+            dequeued = at.get("PIPELINE_DEQUEUED", at.get("PIPELINE_STARTING", created))
+            end, started = at["PIPELINE_SUCCESS"], at["PIPELINE_START"]
             return {"total": end - created, "queue": dequeued - created, "start": started - dequeued,
                     "chain": end - started, "sensor": created - written}
         time.sleep(0.25)
