@@ -121,6 +121,7 @@ def main() -> None:
     engine.dispose()
     settings = {"DAGSTER_HOME": str(dagster_home), "TYPESTRICT_HOME": str(home), "TYPESTRICT_STORE_URL": store_url}
     os.environ.update(settings)
+    dg.DagsterInstance.get().dispose()  # create the instance's storage before the daemon races us to it
     log = tmp / "daemon.log"
     with log.open("wb") as out:
         daemon = subprocess.Popen(

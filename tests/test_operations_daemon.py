@@ -71,6 +71,9 @@ def test_a_sensor_launched_verdict_runs_in_one_process_under_the_daemon(tmp_path
     engine.dispose()
     env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "TYPESTRICT_HOME": str(home),
            "TYPESTRICT_STORE_URL": store_url}
+    # Create the instance's SQLite storage here first: two processes creating it at once race
+    # on its schema stamp (UNIQUE constraint failed: alembic_version).
+    dg.DagsterInstance.from_config(str(dagster_home)).dispose()
     log = tmp_path / "daemon.log"
     with log.open("wb") as out:
         daemon = subprocess.Popen(
