@@ -24,9 +24,15 @@ from sqlalchemy import Engine
 from assets.studies import partitions_name
 from resources.reruns import RerunNotifierResource, RerunSettingsResource
 from resources.store import StoreResource
+from typestrict_pipeline import plots
 from typestrict_pipeline.errors import NotFoundError
 from typestrict_pipeline.reruns.decide import SkipKind
-from typestrict_pipeline.reruns.lineage import render_markdown, summarize
+from typestrict_pipeline.reruns.lineage import (
+    LineageEntry,
+    LineageSummary,
+    render_markdown,
+    summarize,
+)
 from typestrict_pipeline.reruns.service import (
     TickResult,
     cancel_schedule,
@@ -81,6 +87,16 @@ class CancelScheduleConfig(dg.Config):
     by: str
 
 
+def lineage_picture_markdown(entries: list[LineageEntry], summary: LineageSummary) -> str:
+    """The winners' holdout scores over the re-runs, with the noise line, as a Markdown image."""
+    png = plots.lineage_png(
+        [e.seq for e in entries], [e.holdout_score for e in entries],
+        [e.baseline_score for e in entries], [e.holdout_se for e in entries],
+        noise_line=summary.noise_line_score,
+    )
+    return plots.png_markdown(png, "lineage over re-runs")
+
+
 def lineage_materialization(engine: Engine, study_id: str) -> dg.AssetMaterialization:
     """The lineage panel of ``study_id``'s lineage as a materialization of ``study_lineage``."""
     root = lineage_root_of(engine, study_id)
@@ -88,11 +104,13 @@ def lineage_materialization(engine: Engine, study_id: str) -> dg.AssetMaterializ
     summary = summarize(entries)
     metadata: dict[str, Any] = {
         "lineage": dg.MetadataValue.md(render_markdown(entries)),
+        "lineage_picture": dg.MetadataValue.md(lineage_picture_markdown(list(entries), summary)),
         "k": dg.MetadataValue.int(summary.k),
         "scale": summary.scale,
     }
     if summary.noise_line is not None:
-        metadata["best_expected_of_k_under_noise"] = dg.MetadataValue.float(summary.noise_line)
+        metadata["best_expected_of_k_under_noise"] = dg.MetadataValue.float(
+            plots.for_reading(summary.noise_line))
         metadata["within_noise"] = dg.MetadataValue.bool(bool(summary.within_noise))
     else:
         metadata["best_expected_of_k_under_noise"] = dg.MetadataValue.text(f"n/a: {summary.missing_reason}")

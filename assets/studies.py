@@ -24,8 +24,9 @@ from sqlalchemy import Engine
 
 from resources.store import StoreResource
 from resources.studies import StudyRunnerResource
+from typestrict_pipeline import plots
 from typestrict_pipeline.study import repository as repo
-from typestrict_pipeline.study.leaderboard import load_leaderboard, render_markdown
+from typestrict_pipeline.study.leaderboard import Leaderboard, load_leaderboard, render_markdown
 from typestrict_pipeline.study.runner import (
     RunKey,
     deal_chunks,
@@ -39,14 +40,6 @@ from typestrict_pipeline.study.tables import WindowKind
 STUDY_PARTITIONS = dg.DynamicPartitionsDefinition(name="study_ids")
 LEADERBOARD_KEY = dg.AssetKey(["study_leaderboard"])
 
-study_leaderboard_spec = dg.AssetSpec(
-    LEADERBOARD_KEY,
-    group_name="studies",
-    partitions_def=STUDY_PARTITIONS,
-    description="A study's leaderboard: candidates ranked by the luck-adjusted out-of-sample "
-    "score, with the luck line, spend and the holdout score (one partition per study id). "
-    "Materialized by study_job.",
-)
 
 
 class NewStudyConfig(dg.Config):
@@ -123,6 +116,17 @@ def partitions_name(partitions: dg.DynamicPartitionsDefinition) -> str:
     return partitions.name
 
 
+def leaderboard_picture_markdown(board: Leaderboard) -> str:
+    """Out-of-sample vs in-sample scores of the candidates, with the luck line (Markdown image)."""
+    ran = [r for r in board.rows if r.ran]
+    winner = next((r.label for r in ran if r.candidate_id == board.winner_candidate_id), None)
+    png = plots.leaderboard_png(
+        [r.label for r in ran], [r.oos for r in ran], [r.in_sample for r in ran],
+        board.stats.luck_line, winner=winner,
+    )
+    return plots.png_markdown(png, f"study {board.study_id}: out-of-sample vs in-sample")
+
+
 def leaderboard_materialization(engine: Engine, study_id: int,
                                 extra: dict[str, Any] | None = None) -> dg.AssetMaterialization:
     """The ``study_leaderboard`` materialization of a study: header, table, holdout, baseline,
@@ -136,27 +140,63 @@ def leaderboard_materialization(engine: Engine, study_id: int,
     metadata: dict[str, Any] = {
         "header": dg.MetadataValue.md(header),
         "leaderboard": dg.MetadataValue.md(table),
+        "picture": dg.MetadataValue.md(leaderboard_picture_markdown(board)),
         "state": board.state.label,
         "winner": dg.MetadataValue.int(board.winner_candidate_id)
         if board.winner_candidate_id is not None else dg.MetadataValue.text("none"),
-        "holdout_score": dg.MetadataValue.float(board.holdout_score)
+        "holdout_score": dg.MetadataValue.float(plots.for_reading(board.holdout_score))
         if board.holdout_score is not None else dg.MetadataValue.text(
             f"missing: {board.holdout_missing_reason}"),
-        "holdout_baseline": dg.MetadataValue.float(board.holdout_baseline)
+        "holdout_baseline": dg.MetadataValue.float(plots.for_reading(board.holdout_baseline))
         if board.holdout_baseline is not None else dg.MetadataValue.text(
             f"missing: {board.holdout_baseline_missing_reason or 'not scored'}"),
         "found_nothing": dg.MetadataValue.bool(bool(board.stats.found_nothing)),
+        "verdict": dg.MetadataValue.text(board.verdict),
+        "spa_pvalue": dg.MetadataValue.float(board.joint.spa_pvalue) if board.joint is not None
+        else dg.MetadataValue.text(f"not tested: {board.joint_missing_reason}"),
+        "stepm_set": dg.MetadataValue.json([int(c) for c in board.joint.stepm])
+        if board.joint is not None else dg.MetadataValue.text("not tested"),
+        "pbo": dg.MetadataValue.float(board.pbo.pbo) if board.pbo is not None
+        else dg.MetadataValue.text("not computed: fewer than 2 complete candidates or 40 steps"),
     }
     entries = lineage_entries(engine, str(study_id))
     if entries:
         summary = summarize(entries)
         metadata["lineage"] = dg.MetadataValue.md(lineage_markdown(entries))
         metadata["best_expected_of_k_under_noise"] = (
-            dg.MetadataValue.float(summary.noise_line) if summary.noise_line is not None
+            dg.MetadataValue.float(plots.for_reading(summary.noise_line))
+            if summary.noise_line is not None
             else dg.MetadataValue.text(f"n/a: {summary.missing_reason}"))
+        if summary.cs_lower is not None:
+            metadata["lineage_pooled_edge_lower_bound"] = dg.MetadataValue.float(summary.cs_lower)
     metadata.update(extra or {})
     return dg.AssetMaterialization(asset_key=LEADERBOARD_KEY, partition=str(study_id),
                                    metadata=metadata)
+
+
+@dg.asset(
+    key=LEADERBOARD_KEY,
+    group_name="studies",
+    partitions_def=STUDY_PARTITIONS,
+    kinds={"python"},
+    description="A study's leaderboard: candidates ranked by the luck-adjusted out-of-sample "
+    "score, with the luck line, spend and the holdout score (one partition per study id). "
+    "study_job records it when a study finishes; materializing a partition here re-reads the "
+    "study from the store and redraws its leaderboard (it runs no backtest).",
+)
+def study_leaderboard(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult[None]:
+    from typestrict_pipeline.errors import TypeStrictError
+
+    key: str = context.partition_key
+    if not key.isdigit():
+        raise dg.Failure(description=f"expected a study id (digits) as the partition, got {key!r}. "
+                         "Pick a partition that study_job added.")
+    try:
+        with store.engine() as engine:
+            recorded = leaderboard_materialization(engine, int(key))
+    except TypeStrictError as exc:
+        raise dg.Failure(description=str(exc), metadata={"error": type(exc).__name__}) from None
+    return dg.MaterializeResult(metadata=dict(recorded.metadata))
 
 
 FANOUTS = ("chunk", "candidate", "window")
@@ -329,4 +369,4 @@ def new_study_run_config(new_study: dict[str, Any], fanout: str = "chunk",
 
 
 def build_defs() -> dg.Definitions:
-    return dg.Definitions(assets=[study_leaderboard_spec], jobs=[study_job])
+    return dg.Definitions(assets=[study_leaderboard], jobs=[study_job])

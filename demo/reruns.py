@@ -10,10 +10,13 @@
    (a real local server started here).
 5. The lineage panel and ``typestrict schedule status`` are printed.
 
-Everything is under ``<root>/reruns`` (its own SQLite store, an ephemeral Dagster instance).
+Everything is under ``<root>/reruns`` (its own SQLite store); the sensor's ticks and runs are
+recorded on the demo's Dagster instance (``$DAGSTER_HOME``, set by the refund part) so the UI
+shows them, or on an ephemeral instance when the part runs alone.
 """
 
 import datetime as dt
+import os
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,7 @@ import dagster as dg
 from dagster._core.definitions.sensor_definition import SensorExecutionData
 
 from assets.reruns import enable_study_schedule_job, study_rerun_job, study_rerun_sensor
+from demo.ticks import SensorTick
 from resources.reruns import RerunNotifierResource, RerunSettingsResource
 from resources.store import StoreResource
 from typestrict_pipeline.reruns import scenario
@@ -57,7 +61,9 @@ def run(root: Path) -> int:
           f"{facts.holdout_score:.4f} on {facts.holdout_start.date()} – {(facts.holdout_end - DAY).date()}, "
           f"USD budget {format_usd(facts.budget_micro_usd)}, min unseen steps for a re-run 10")
 
-    instance = dg.DagsterInstance.ephemeral()
+    # the demo's Dagster home (set by the refund part) so the UI shows these ticks and runs
+    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+    fired: list[SensorTick] = []
     with LocalSmtpServer() as smtp:
         def resources(now: dt.datetime) -> dict[str, object]:
             return {
@@ -68,8 +74,14 @@ def run(root: Path) -> int:
             }
 
         def tick(now: dt.datetime, cursor: str | None) -> SensorExecutionData:
+            recorded = SensorTick(instance, "study_rerun_sensor")
             ctx = dg.build_sensor_context(instance=instance, cursor=cursor, resources=resources(now))
-            return study_rerun_sensor.evaluate_tick(ctx)
+            data = study_rerun_sensor.evaluate_tick(ctx)
+            if data.run_requests:
+                fired.append(recorded)  # completed once its run is launched below
+            else:
+                recorded.skipped(data.skip_message, data.cursor)
+            return data
 
         enabled = enable_study_schedule_job.execute_in_process(
             run_config={"ops": {"enable_study_schedule": {"config": {
@@ -93,7 +105,8 @@ def run(root: Path) -> int:
 
         result = study_rerun_job.execute_in_process(
             run_config={**request.run_config, **QUIET}, instance=instance,
-            tags={**request.tags, "dagster/run_key": str(request.run_key)}, resources=resources(T0 + HOUR))
+            tags={**request.tags, **fired[-1].run_tags(request.run_key)}, resources=resources(T0 + HOUR))
+        fired[-1].fired([result.run_id], [request.run_key], second.cursor)
         out = result.output_for_node("run_scheduled_rerun")
         print(f"5. study_rerun_job: re-run study {out['study_id']} {out['state']}, winner {out['winner']} "
               f"(changed: {out['winner_changed']}), notifications delivered: {out['delivered']}")

@@ -79,4 +79,5 @@ def test_activate_changes_what_runs(store: list[str], capsys: pytest.CaptureFixt
 def test_workflows_lists_the_registry(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["backtest", "workflows"]) == 0
     out = capsys.readouterr().out
-    assert "seattle_rain" in out and "active" in out and "scored by: whether the next day" in out
+    assert "seattle_rain" in out and "active" in out and "whether the next day" in out
+    assert out.splitlines()[1].split()[:3] == ["workflow", "version", "active"]  # a header

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import statistics
 
 import pytest
 from sqlalchemy import Engine, select
@@ -38,7 +37,7 @@ from typestrict_pipeline.reruns.tables import (
 from typestrict_pipeline.reruns.workspace import set_workspace, store_spend_source
 from typestrict_pipeline.store import open_store, session_scope
 from typestrict_pipeline.study.repository import delete_study
-from typestrict_pipeline.study.stats import expected_max_normal
+from typestrict_pipeline.study.stats import expected_max_independent
 from typestrict_pipeline.study.tables import StudyRow
 
 WS = "demo"
@@ -117,7 +116,7 @@ def test_rerun_skips_then_fires_once_and_notifies_once(store_url: str) -> None:
         (0, "arm=steady", None), (1, "arm=late", True)]
     assert "Best expected of 2 under noise" in lineage_text(engine, record.study_id or "")
     # Every study scored its baseline on its own holdout: the panel is on the d_j = h_j − b_j
-    # scale, with SE_j the Newey–West SE of the per-step difference, and the line median(SE_j)·e(2).
+    # scale, with SE_j the Newey–West SE of the per-step difference, and the line E[max] with each SE_j.
     with session_scope(engine) as s:
         rows = [s.get(StudyRow, int(e.study_id or 0)) for e in entries]
         assert all(r is not None and r.holdout_baseline is not None and r.holdout_diff_se for r in rows)
@@ -126,7 +125,7 @@ def test_rerun_skips_then_fires_once_and_notifies_once(store_url: str) -> None:
     summary = summarize(entries)
     ses = [float(e.holdout_se or 0.0) for e in entries]
     assert summary.scale == SCALE_EDGE
-    assert summary.noise_line == pytest.approx(statistics.median(ses) * expected_max_normal(2))
+    assert summary.noise_line == pytest.approx(expected_max_independent(ses))
     assert summary.best == pytest.approx(max(e.edge or 0.0 for e in entries))
 
     # Next tick: the previous study is the re-run; no new data, so not enough unseen data again.

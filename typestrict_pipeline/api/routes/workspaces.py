@@ -1,0 +1,79 @@
+"""``/v1/workspaces/{workspace_id}``: credit balance, ledger, and usage (Settings → Usage).
+
+A key only sees its own workspace: any other workspace id is answered 404, like one that does not
+exist.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path
+
+from typestrict_pipeline.api.deps import Ctx, Workspace
+from typestrict_pipeline.api.schemas import (
+    ErrorBody,
+    LedgerLineOut,
+    StudySpendOut,
+    UsageOut,
+    UsageRowOut,
+    WorkspaceOut,
+)
+from typestrict_pipeline.api.studies import list_studies
+from typestrict_pipeline.backtest.metering import RunMode
+from typestrict_pipeline.backtest.store import usage
+from typestrict_pipeline.credits import CreditLedger
+from typestrict_pipeline.errors import NotFoundError
+
+router = APIRouter(tags=["workspaces"], responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}})
+
+WorkspaceId = Annotated[str, Path(min_length=1, max_length=200)]
+
+
+def _own(workspace_id: str, workspace: str) -> str:
+    if workspace_id != workspace:
+        raise NotFoundError(
+            f"expected a workspace id this key belongs to, got {workspace_id[:200]!r}. A key sees "
+            "only its own workspace; use that workspace's key"
+        )
+    return workspace
+
+
+@router.get("/workspaces/{workspace_id}", response_model=WorkspaceOut)
+def get_workspace(workspace_id: WorkspaceId, ctx: Ctx, workspace: Workspace) -> WorkspaceOut:
+    """The credit balance."""
+    ws = _own(workspace_id, workspace)
+    ledger = CreditLedger(ctx.engine)
+    return WorkspaceOut(workspace_id=ws, balance=ledger.balance(ws), has_account=ledger.has_account(ws))
+
+
+@router.get("/workspaces/{workspace_id}/ledger", response_model=list[LedgerLineOut])
+def get_ledger(workspace_id: WorkspaceId, ctx: Ctx, workspace: Workspace) -> list[LedgerLineOut]:
+    """Every ledger entry, oldest first: grants, a credit spent per training, settlements."""
+    ws = _own(workspace_id, workspace)
+    return [
+        LedgerLineOut(id=ln.id, kind=ln.kind.value, reference=ln.reference, training_id=ln.training_id,
+                      amount=ln.amount, balance_after=ln.balance_after,
+                      verdict=ln.verdict.value if ln.verdict else None, reason=ln.reason,
+                      created_at=ln.created_at.isoformat())
+        for ln in CreditLedger(ctx.engine).lines(ws)
+    ]
+
+
+@router.get("/workspaces/{workspace_id}/usage", response_model=UsageOut)
+def get_usage(workspace_id: WorkspaceId, ctx: Ctx, workspace: Workspace) -> UsageOut:
+    """Spend by UTC day and workflow, backtests (HISTORICAL) and live runs (LIVE) apart, and
+    what each study has cost."""
+    ws = _own(workspace_id, workspace)
+    rows = usage(ctx.engine, workspace=ws)
+    return UsageOut(
+        workspace_id=ws,
+        rows=[UsageRowOut(day=r.day, workflow=r.workflow, mode=r.mode.value, calls=r.calls,
+                          input_tokens=r.input_tokens, output_tokens=r.output_tokens,
+                          cost_micro_usd=r.cost_micro_usd) for r in rows],
+        historical_micro_usd=sum(r.cost_micro_usd for r in rows if r.mode is RunMode.HISTORICAL),
+        live_micro_usd=sum(r.cost_micro_usd for r in rows if r.mode is RunMode.LIVE),
+        studies=[StudySpendOut(study_id=s.id, workflow=s.workflow, state=s.state,
+                               spend_micro_usd=s.spend_micro if s.cost_tracked else None,
+                               budget_micro_usd=s.budget_micro) for s in list_studies(ctx.engine, ws)],
+    )
