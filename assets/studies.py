@@ -122,7 +122,8 @@ def leaderboard_picture_markdown(board: Leaderboard) -> str:
     winner = next((r.label for r in ran if r.candidate_id == board.winner_candidate_id), None)
     png = plots.leaderboard_png(
         [r.label for r in ran], [r.oos for r in ran], [r.in_sample for r in ran],
-        board.stats.luck_line, winner=winner,
+        board.stats.luck_line, luck_line_95=board.joint.line_95 if board.joint else None,
+        winner=winner,
     )
     return plots.png_markdown(png, f"study {board.study_id}: out-of-sample vs in-sample")
 
