@@ -25,9 +25,11 @@ recorded as a tick of ``study_rerun_sensor`` on the demo's instance (``demo.tick
 tick history shows the skips with their reasons and the fired ticks with their runs.
 """
 
+import contextlib
 import datetime as dt
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -109,13 +111,30 @@ class _Demo:
         return out
 
 
-def _setup_home(root: Path) -> None:
+@contextlib.contextmanager
+def _home(root: Path) -> Iterator[None]:
+    """``TYPESTRICT_HOME=<root>``, ``DAGSTER_HOME=<root>/dagster_home`` and no
+    ``TYPESTRICT_STORE_URL`` while the part runs (what ``python -m demo`` sets already; a test
+    running the part alone gets its environment back afterwards)."""
     dagster_home = root / "dagster_home"
     dagster_home.mkdir(parents=True, exist_ok=True)
-    os.environ["DAGSTER_HOME"] = str(dagster_home)
-    os.environ["TYPESTRICT_HOME"] = str(root)
     if not (dagster_home / "dagster.yaml").exists():
         write_instance_yaml(dagster_home, sqlite_instance_config(dagster_home))
+    wanted = {"TYPESTRICT_HOME": str(root), "DAGSTER_HOME": str(dagster_home), "TYPESTRICT_STORE_URL": None}
+    saved = {k: os.environ.get(k) for k in wanted}
+    try:
+        for key, value in wanted.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _part_a(demo: _Demo, t0: dt.datetime) -> bool:
@@ -188,7 +207,11 @@ def _part_b(demo: _Demo, t0: dt.datetime) -> tuple[bool, int]:
 
 def run(root: Path) -> int:
     print("\n== Scheduled re-runs: skip, then fire as data arrive ==")
-    _setup_home(root)
+    with _home(root):
+        return _run(root)
+
+
+def _run(root: Path) -> int:
     demo = _Demo(root)
     set_workspace(demo.engine, "demo", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=50_000_000)
     # Hourly slots that ended before now: a daemon started later goes on with the current slot.
