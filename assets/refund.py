@@ -24,11 +24,12 @@ import pandas as pd
 
 from resources.refund import RefundModelClientResource, RefundTrainingsResource, SystemAnswers
 from typestrict_pipeline.refund.audit import build_audit, write_audit
-from typestrict_pipeline.refund.dataset import Dataset, load_dataset
+from typestrict_pipeline.refund.dataset import Dataset, unlabeled_text
 from typestrict_pipeline.refund.holdout import Holdout, split_decisions
 from typestrict_pipeline.refund.manifest import TrainingManifest, TrainingStatus
 from typestrict_pipeline.refund.metrics import MAX_DROP, METRIC_NAMES
 from typestrict_pipeline.refund.predictions import build_decision_data
+from typestrict_pipeline.refund.preflight import check_training
 from typestrict_pipeline.refund.rule import (
     DecisionReport,
     MarginStatus,
@@ -170,11 +171,18 @@ def dataset(
     if manifest.status is TrainingStatus.FAILED:
         meta["failure_reason"] = manifest.failure_reason or ""
         return dg.MaterializeResult(value=LoadedTraining(manifest, None), metadata=meta)
-    data = load_dataset(manifest)
+    # Every input (dataset, each predictions file in full, each endpoint) is checked before this
+    # first asset returns: a bad training fails here and nothing of it is stored.
+    checked = check_training(manifest)
+    data = checked.dataset
+    assert data is not None
+    for line in checked.checked:
+        context.log.info("checked %s", line)
     meta["rows"] = len(data.examples)
     meta["grouped"] = data.columns.group is not None
     for labels in data.decisions:
         meta[f"labeled[{labels.name}]"] = labels.n_labeled
+        meta[f"unlabeled[{labels.name}]"] = unlabeled_text(labels.n_labeled, len(data.examples))
     return dg.MaterializeResult(value=LoadedTraining(manifest, data), metadata=meta)
 
 
@@ -233,6 +241,7 @@ def holdout(
         meta[f"{h.decision}: test"] = s.n_test
         meta[f"{h.decision}: train"] = s.n_train
         meta[f"{h.decision}: excluded"] = s.n_excluded
+        meta[f"{h.decision}: unlabeled"] = unlabeled_text(s.n_labeled, s.n_rows)
         lines.append(
             f"| {h.decision} | {s.n_test} | {s.n_train} | {s.n_excluded} | {s.groups_test} | "
             f"{'yes' if s.capped else 'no'} |"
