@@ -8,10 +8,12 @@ that concurrent processes never migrate twice.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from alembic import command
@@ -314,3 +316,72 @@ def session_scope(engine: Engine) -> Iterator[Session]:
         raise
     finally:
         session.close()
+
+
+@dataclass(frozen=True)
+class InitResult:
+    """What :func:`init_store` did.
+
+    Attributes:
+        created: a new store was created.
+        moved_to: where a broken SQLite file was moved (None: nothing was moved).
+        message: one line for the user.
+    """
+
+    created: bool
+    moved_to: Path | None
+    message: str
+
+
+def init_store(url: str | None = None, *, now: dt.datetime | None = None) -> InitResult:
+    """Create an empty store at ``url``; an intact store is left as it is.
+
+    A broken SQLite file (empty, truncated, corrupt) is renamed to
+    ``<name>.broken-<UTC time>`` beside it (never deleted), then a new store is created. A
+    broken PostgreSQL database is refused: restore it or drop its tables by hand.
+
+    >>> import tempfile, pathlib
+    >>> db = pathlib.Path(tempfile.mkdtemp()) / "store.db"
+    >>> _ = db.write_bytes(b"")
+    >>> r = init_store(f"sqlite:///{db}")
+    >>> r.created, r.moved_to is not None and r.moved_to.name.startswith("store.db.broken-")
+    (True, True)
+    >>> init_store(f"sqlite:///{db}").created
+    False
+    """
+    url = normalize_url(url or default_store_url())
+    engine = create_store_engine(url)
+    shown = engine.url.render_as_string(hide_password=True)
+    path = _sqlite_path(engine)
+    moved: Path | None = None
+    try:
+        with _init_lock(engine):
+            try:
+                check_store(engine)
+                existed = path.exists() if path is not None else _has_version(engine)
+            except StoreError:
+                if path is None:
+                    raise
+                stamp = (now or dt.datetime.now(dt.UTC)).strftime("%Y%m%dT%H%M%SZ")
+                moved = path.with_name(f"{path.name}.broken-{stamp}")
+                engine.dispose()
+                path.rename(moved)
+                for suffix in ("-wal", "-shm"):
+                    side = path.with_name(path.name + suffix)
+                    if side.exists():
+                        side.rename(moved.with_name(moved.name + suffix))
+                existed = False
+            upgrade(engine)
+    finally:
+        engine.dispose()
+    with _upgrade_guard:
+        _upgraded.discard((url, None))
+    if existed:
+        return InitResult(False, None, f"a store already exists at {shown}; nothing replaced")
+    where = f" (the broken file was moved to {moved})" if moved is not None else ""
+    return InitResult(True, moved, f"created an empty store at {shown}{where}")
+
+
+def _has_version(engine: Engine) -> bool:
+    with engine.connect() as conn:
+        return "alembic_version" in inspect(conn).get_table_names()
