@@ -546,6 +546,9 @@ verdict_job = dg.define_asset_job(
     selection=dg.AssetSelection.groups(GROUP),
     description="Materialize one training's refund chain (one `trainings` partition): its verdict and audit.",
     config=VERDICT_JOB_EXECUTION,
+    # A run whose process died (marked failed by run monitoring) is retried from the failure, up
+    # to twice; a refused input is not (run_retries.retry_on_asset_or_op_failure: false).
+    tags={"dagster/max_retries": "2", "dagster/retry_strategy": "FROM_FAILURE"},
 )
 
 

@@ -396,7 +396,9 @@ class _Paths:
 
     def resolve(self, ctx: _Ctx, where: str, written: str) -> Path:
         path = Path(written)
-        if "\x00" in written or ".." in path.parts:
+        if "\x00" in written:
+            raise ctx.fail(where, "a path without NUL characters", repr(written)[:80], "fix the path")
+        if ".." in path.parts:
             raise ctx.fail(
                 where,
                 "a path without '..' (files are read only inside the training's folder or the "
@@ -439,6 +441,7 @@ def _infer_format(path_written: str) -> DatasetFormat | None:
 def _parse_dataset(ctx: _Ctx, raw: Any, paths: _Paths) -> DatasetSpec:
     obj = _check_keys(ctx, "dataset", raw, _DATASET_KEYS, ("path", "columns"))
     written = _required_string(ctx, "dataset.path", obj["path"])
+    path = paths.resolve(ctx, "dataset.path", written)
     fmt_raw = obj.get("format")
     if fmt_raw is None:
         fmt = _infer_format(written)
@@ -473,7 +476,7 @@ def _parse_dataset(ctx: _Ctx, raw: Any, paths: _Paths) -> DatasetSpec:
             "name the id column and the text column separately",
         )
     return DatasetSpec(
-        path=paths.resolve(ctx, "dataset.path", written),
+        path=path,
         path_as_written=written,
         format=fmt,
         columns=columns,

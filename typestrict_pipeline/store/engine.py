@@ -85,6 +85,11 @@ def _parse_store_url(url: str) -> URL:
             "expected a store URL sqlite:///PATH or postgresql://USER@HOST:PORT/DB, got "
             f"{shown!r}. Fix TYPESTRICT_STORE_URL or the store option (docs/operations.md)."
         )
+    if backend == "sqlite" and parsed.drivername not in ("sqlite", "sqlite+pysqlite"):
+        raise StoreError(
+            f"expected the built-in SQLite driver, got {parsed.drivername!r}. "
+            "Write the URL as sqlite:///PATH."
+        )
     if backend == "postgresql" and parsed.drivername not in ("postgresql", "postgresql+psycopg2"):
         raise StoreError(
             f"expected the psycopg2 driver for PostgreSQL, got {parsed.drivername!r}. "
@@ -263,26 +268,41 @@ def check_store(engine: Engine) -> None:
     path = _sqlite_path(engine)
     if path is not None:
         _check_sqlite_file(path)
-        if not path.exists():
-            return
-    where = str(path) if path is not None else engine.url.render_as_string(hide_password=True)
+        if path.exists():
+            _check_sqlite_contents(path)
+        return
+    where = engine.url.render_as_string(hide_password=True)
     try:
         with engine.connect() as conn:
-            if path is not None:
-                result = conn.exec_driver_sql("PRAGMA quick_check").scalar()
-                if result != "ok":
-                    raise _broken(where, f"a damaged SQLite file (quick_check: {str(result)[:80]})")
             tables = set(inspect(conn).get_table_names())
     except SQLAlchemyError as exc:
         cause = type(getattr(exc, "orig", None) or exc).__name__
-        if path is None:
-            raise StoreError(
-                f"{where}: expected a reachable database, got {cause}. "
-                "Check the URL, that the server runs and that this user may connect."
-            ) from None
-        raise _broken(where, f"a file SQLite cannot read ({cause})") from None
-    ours = tables & set(Base.metadata.tables)
-    if "alembic_version" not in tables and (ours or (path is not None and tables)):
+        raise StoreError(
+            f"{where}: expected a reachable database, got {cause}. "
+            "Check the URL, that the server runs and that this user may connect."
+        ) from None
+    if "alembic_version" not in tables and tables & set(Base.metadata.tables):
+        raise _broken(where, f"tables without a schema version ({sorted(tables)[:5]})")
+
+
+def _check_sqlite_contents(path: Path) -> None:
+    """``PRAGMA quick_check`` and the tables, through a read-only connection (nothing changes)."""
+    import sqlite3
+
+    where = str(path)
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+        try:
+            result = conn.execute("PRAGMA quick_check").fetchone()
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise _broken(where, f"a file SQLite cannot read ({type(exc).__name__}: {str(exc)[:80]})") from None
+    if not result or result[0] != "ok":
+        shown = str(result[0] if result else None)[:80]
+        raise _broken(where, f"a damaged SQLite file (quick_check: {shown})")
+    if tables and "alembic_version" not in tables:
         raise _broken(where, f"tables without a schema version ({sorted(tables)[:5]})")
 
 
