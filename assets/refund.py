@@ -14,6 +14,7 @@ A training that failed on our side goes through the same chain: no dataset is re
 predictions are asked, and the verdict is ``failed`` with the manifest's reason.
 """
 
+import datetime as dt
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from typestrict_pipeline.refund.rule import (
     judge_decision,
     judge_training,
 )
+from typestrict_pipeline.refund.unsettled import UNSETTLED_AFTER, RunSummary, find_unsettled
 
 GROUP = "refund"
 trainings_partitions = dg.DynamicPartitionsDefinition(name="trainings")
@@ -552,8 +554,60 @@ verdict_job = dg.define_asset_job(
 )
 
 
+# ------------------------------------------------------------------------------------------------
+# Trainings left unsettled (a killed run, a run that keeps failing) are flagged
+# ------------------------------------------------------------------------------------------------
+
+_SETTLEMENT = dg.AssetKey("credit_settlement")
+
+
+def _run_history(instance: dg.DagsterInstance, training_id: str) -> list[RunSummary]:
+    records = instance.get_run_records(
+        dg.RunsFilter(job_name="verdict_job", tags={"dagster/partition": training_id}), limit=50
+    )
+    return [RunSummary(r.dagster_run.status.value, r.create_timestamp) for r in records]
+
+
+@dg.sensor(
+    minimum_interval_seconds=600,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description=(
+        "Flags trainings not settled 2 hours after their first verdict run, with no run queued or "
+        "running: an observation on their credit_settlement partition, and the tick names them."
+    ),
+)
+def unsettled_trainings_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
+    instance = context.instance
+    trainings = instance.get_dynamic_partitions("trainings")
+    settled = set(instance.get_materialized_partitions(_SETTLEMENT))
+    runs = {t: _run_history(instance, t) for t in trainings if t not in settled}
+    flagged = find_unsettled(
+        trainings, settled=settled, runs=runs, now=dt.datetime.now(dt.UTC), after=UNSETTLED_AFTER
+    )
+    if not flagged:
+        return dg.SkipReason(f"every training is settled or in progress ({len(trainings)} known)")
+    for u in flagged:
+        context.log.warning("unsettled: %s", u.describe())
+    return dg.SensorResult(
+        asset_events=[
+            dg.AssetObservation(
+                asset_key=_SETTLEMENT,
+                partition=u.training_id,
+                metadata={
+                    "unsettled": u.describe(),
+                    "fix": "see the run's failure; re-run verdict_job for this partition once fixed",
+                },
+            )
+            for u in flagged
+        ],
+    )
+
+
 def build_defs() -> dg.Definitions:
-    """The refund area's assets, checks and job."""
+    """The refund area's assets, checks, job and the unsettled-trainings sensor."""
     return dg.Definitions(
-        assets=list(REFUND_ASSETS), asset_checks=list(REFUND_CHECKS), jobs=[verdict_job]
+        assets=list(REFUND_ASSETS),
+        asset_checks=list(REFUND_CHECKS),
+        jobs=[verdict_job],
+        sensors=[unsettled_trainings_sensor],
     )
