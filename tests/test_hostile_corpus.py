@@ -476,7 +476,7 @@ def test_a_bad_training_is_refused_before_anything_is_stored(
 def test_a_bad_training_fails_its_run_at_the_first_step_and_materializes_nothing(
     state: State, case: Case
 ) -> None:
-    _, mutate, error, pattern = case
+    _, mutate, _error, pattern = case
     tid = bad_training(state, mutate)
     before = snapshot(state)
     result = _run(state.instance, tid)
