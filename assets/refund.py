@@ -14,9 +14,10 @@ A training that failed on our side goes through the same chain: no dataset is re
 predictions are asked, and the verdict is ``failed`` with the manifest's reason.
 """
 
+import contextlib
 import datetime as dt
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,8 @@ import dagster as dg
 import pandas as pd
 
 from resources.refund import RefundModelClientResource, RefundTrainingsResource, SystemAnswers
+from typestrict_pipeline import plots
+from typestrict_pipeline.errors import TypeStrictError
 from typestrict_pipeline.refund.audit import build_audit, write_audit
 from typestrict_pipeline.refund.dataset import Dataset, unlabeled_text
 from typestrict_pipeline.refund.holdout import Holdout, split_decisions
@@ -39,6 +42,7 @@ from typestrict_pipeline.refund.rule import (
     judge_decision,
     judge_training,
 )
+from typestrict_pipeline.refund.trained_on import check_trained_on
 from typestrict_pipeline.refund.unsettled import UNSETTLED_AFTER, RunSummary, find_unsettled
 
 GROUP = "refund"
@@ -121,6 +125,24 @@ def decision_summary_markdown(report: DecisionReport, *, jev_label: str = _JEV_N
     )
 
 
+def bootstrap_picture_markdown(report: DecisionReport) -> str:
+    """The bootstrap distribution of G with q05 and 0 marked, as an embedded Markdown image."""
+    boot = report.bootstrap
+    png = plots.bootstrap_png(boot.gains, boot.q05, gain=report.gain,
+                              title=f"{report.name}: bootstrap of G ({boot.resamples} resamples)")
+    return plots.png_markdown(png, f"bootstrap of G for {report.name}")
+
+
+def metrics_picture_markdown(report: DecisionReport, *, jev_label: str = _JEV_NAME) -> str:
+    """Each metric, model vs Jev, against its margin, as an embedded Markdown image."""
+    png = plots.metrics_png(
+        list(METRIC_NAMES), [report.model.value(m) for m in METRIC_NAMES],
+        [report.jev.value(m) for m in METRIC_NAMES], [float(MAX_DROP[m]) for m in METRIC_NAMES],
+        jev_label=jev_label,
+    )
+    return plots.png_markdown(png, f"metrics of {report.name}: model vs {jev_label}")
+
+
 def verdict_markdown(judgement: TrainingJudgement, *, jev_label: str = _JEV_NAME) -> str:
     """The whole verdict as Markdown (what the ``verdict`` asset shows in the UI)."""
     head = f"## Verdict: **{judgement.verdict.value}**"
@@ -147,6 +169,19 @@ def verdict_markdown(judgement: TrainingJudgement, *, jev_label: str = _JEV_NAME
 # ------------------------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def product_failure() -> Iterator[None]:
+    """Turn the product's own errors into a Dagster ``Failure`` whose description is the message.
+
+    The run page then shows what went wrong and what to do as the failure reason, not a stack
+    trace; the error's class is kept in the failure's metadata.
+    """
+    try:
+        yield
+    except TypeStrictError as exc:
+        raise dg.Failure(description=str(exc), metadata={"error": type(exc).__name__}) from None
+
+
 def _training_id(context: dg.AssetExecutionContext) -> str:
     key: str = context.partition_key
     return key
@@ -162,7 +197,8 @@ def dataset(
     context: dg.AssetExecutionContext, refund_trainings: RefundTrainingsResource
 ) -> dg.MaterializeResult[LoadedTraining]:
     training_id = _training_id(context)
-    manifest = refund_trainings.load(training_id)
+    with product_failure():
+        manifest = refund_trainings.load(training_id)
     meta: dict[str, Any] = {
         "training_id": training_id,
         "workspace_id": manifest.workspace_id,
@@ -175,7 +211,8 @@ def dataset(
         return dg.MaterializeResult(value=LoadedTraining(manifest, None), metadata=meta)
     # Every input (dataset, each predictions file in full, each endpoint) is checked before this
     # first asset returns: a bad training fails here and nothing of it is stored.
-    checked = check_training(manifest)
+    with product_failure():
+        checked = check_training(manifest)
     data = checked.dataset
     assert data is not None
     for line in checked.checked:
@@ -235,6 +272,10 @@ def holdout(
             metadata={"status": "failed training: no split needed"},
         )
     holdouts = split_decisions(dataset.dataset)
+    manifest = dataset.manifest
+    # A model that may have seen test rows is never judged (refund/trained_on.py).
+    check_trained_on(manifest.trained_on_sha256, holdouts, training_id=manifest.training_id,
+                     source=manifest.source)
     roles = roles_frame(holdouts)
     meta: dict[str, Any] = {"dagster/row_count": len(roles)}
     lines = ["| decision | test | train | excluded | test groups | capped |", "|---|---:|---:|---:|---:|---|"]
@@ -244,6 +285,7 @@ def holdout(
         meta[f"{h.decision}: train"] = s.n_train
         meta[f"{h.decision}: excluded"] = s.n_excluded
         meta[f"{h.decision}: unlabeled"] = unlabeled_text(s.n_labeled, s.n_rows)
+        meta[f"{h.decision}: rows joined by identical text"] = s.rows_joined_by_text
         lines.append(
             f"| {h.decision} | {s.n_test} | {s.n_train} | {s.n_excluded} | {s.groups_test} | "
             f"{'yes' if s.capped else 'no'} |"
@@ -269,10 +311,11 @@ def _ask(
             value=SystemAnswers.none(system, client_resource.label),
             metadata={"status": "failed training: no predictions needed"},
         )
-    asked = client_resource.predict(
-        system=system, source=source, dataset=training.dataset, holdouts=holdout.holdouts,
-        log=context.log,
-    )
+    with product_failure():
+        asked = client_resource.predict(
+            system=system, source=source, dataset=training.dataset, holdouts=holdout.holdouts,
+            log=context.log,
+        )
     meta: dict[str, Any] = {
         "system": asked.label,
         "system_id": asked.system_id,
@@ -280,7 +323,7 @@ def _ask(
         "calls": asked.usage.calls,
         "prompt_tokens": asked.usage.prompt_tokens,
         "completion_tokens": asked.usage.completion_tokens,
-        "seconds": dg.MetadataValue.float(asked.seconds),
+        "seconds": dg.MetadataValue.float(plots.for_reading(asked.seconds, 2)),
     }
     return dg.MaterializeResult(value=asked, metadata=meta)
 
@@ -339,10 +382,11 @@ def _verdict_metadata(judgement: TrainingJudgement, jev_label: str) -> dict[str,
     meta["decisions_won"] = f"{judgement.won} of {len(judgement.decisions)} (needed {judgement.needed})"
     for r in judgement.decisions:
         prefix = f"{r.name}: " if len(judgement.decisions) > 1 else ""
-        meta[f"{prefix}G"] = dg.MetadataValue.float(r.gain)
-        meta[f"{prefix}G q05"] = dg.MetadataValue.float(r.bootstrap.q05)
+        meta[f"{prefix}G"] = dg.MetadataValue.float(plots.for_reading(r.gain))
+        meta[f"{prefix}G q05"] = dg.MetadataValue.float(plots.for_reading(r.bootstrap.q05))
         meta[f"{prefix}count G<=0"] = r.bootstrap.n_gain_le_0
         meta[f"{prefix}beats"] = r.beats
+        meta[f"{prefix}bootstrap of G"] = dg.MetadataValue.md(bootstrap_picture_markdown(r))
     return meta
 
 
@@ -367,10 +411,11 @@ def metrics(
     reports = []
     for h in holdout.holdouts:
         assert training.dataset is not None
-        data = build_decision_data(
-            training.dataset, h, model=model_predictions.predictions, jev=jev_predictions.predictions
-        )
-        report = judge_decision(data)
+        with product_failure():
+            data = build_decision_data(
+                training.dataset, h, model=model_predictions.predictions, jev=jev_predictions.predictions
+            )
+            report = judge_decision(data)
         context.log.info(
             "%s: G=%+.4f q05=%+.4f beats=%s", report.name, report.gain, report.bootstrap.q05, report.beats
         )
@@ -379,6 +424,9 @@ def metrics(
     for r in reports:
         meta[r.name] = dg.MetadataValue.md(
             decision_summary_markdown(r, jev_label=jev_predictions.label)
+        )
+        meta[f"{r.name}: picture"] = dg.MetadataValue.md(
+            metrics_picture_markdown(r, jev_label=jev_predictions.label)
         )
     split = {h.decision: _split_counts(h) for h in holdout.holdouts}
     value = TrainingMetrics(
@@ -453,6 +501,7 @@ def _split_counts(h: Holdout) -> dict[str, int]:
         "n_excluded": s.n_excluded,
         "groups_test": s.groups_test,
         "rows_excluded_from_train": s.rows_excluded_from_train,
+        "rows_joined_by_text": s.rows_joined_by_text,
     }
 
 
@@ -482,12 +531,13 @@ def _verdict_check(
 
 
 def _not_measured(verdict: TrainingJudgement) -> dg.AssetCheckResult:
-    """A failed training was not compared with Jev, so neither condition holds."""
+    """A failed training was not compared with Jev: the check says "not measured", without failing
+    (nothing was wrong with a comparison that did not happen; the verdict says ``failed``)."""
     return dg.AssetCheckResult(
-        passed=False,
+        passed=True,
         severity=dg.AssetCheckSeverity.WARN,
         description=f"not measured: the training failed ({verdict.failure_reason})",
-        metadata={"verdict": verdict.verdict.value},
+        metadata={"measured": False, "verdict": verdict.verdict.value},
     )
 
 
@@ -500,7 +550,7 @@ def gain_is_real(verdict: TrainingJudgement) -> dg.AssetCheckResult:
         return _not_measured(verdict)
     meta: dict[str, Any] = {}
     for r in verdict.decisions:
-        meta[f"{r.name}: q05"] = dg.MetadataValue.float(r.bootstrap.q05)
+        meta[f"{r.name}: q05"] = dg.MetadataValue.float(plots.for_reading(r.bootstrap.q05))
         meta[f"{r.name}: count G<=0"] = r.bootstrap.n_gain_le_0
     passed = all(r.gain_is_real for r in verdict.decisions)
     return dg.AssetCheckResult(
@@ -534,14 +584,11 @@ def nothing_collapses(verdict: TrainingJudgement) -> dg.AssetCheckResult:
 REFUND_ASSETS = (dataset, holdout, jev_predictions, model_predictions, metrics, verdict, audit)
 REFUND_CHECKS = (gain_is_real, nothing_collapses)
 
-# Launched runs (UI, sensor, CLI) use the multiprocess executor with forkserver and at most two
-# steps at once: a step then starts in ~1.3 s instead of ~2.5 s with spawn (docs/operations.md).
-# Tests and the demo run in process (execute_in_process ignores the executor).
-VERDICT_JOB_EXECUTION = {
-    "execution": {
-        "config": {"multiprocess": {"max_concurrent": 2, "start_method": {"forkserver": {}}}}
-    }
-}
+# Launched runs (UI, sensor, CLI) run their steps in the run's own process: the chain's steps
+# are light (seconds in all), so a subprocess per step (~1.3 s forkserver, ~2.5 s spawn) cost more
+# than the work. Runs, not steps, are the unit of parallelism (the queue's limits in
+# deploy/dagster*.yaml: one run per training). See docs/operations.md, "Executors".
+VERDICT_JOB_EXECUTION: dict[str, Any] = {"execution": {"config": {"in_process": {}}}}
 
 verdict_job = dg.define_asset_job(
     "verdict_job",
@@ -551,6 +598,9 @@ verdict_job = dg.define_asset_job(
     # A run whose process died (marked failed by run monitoring) is retried from the failure, up
     # to twice; a refused input is not (run_retries.retry_on_asset_or_op_failure: false).
     tags={"dagster/max_retries": "2", "dagster/retry_strategy": "FROM_FAILURE"},
+    # Its own executor, so a code location with another default (e.g. celery) keeps this one
+    # instead of failing to load: the execution block above is this executor's config.
+    executor_def=dg.multi_or_in_process_executor,
 )
 
 

@@ -28,6 +28,7 @@ import dagster as dg
 
 from assets import area_definitions
 from assets.refund import metrics_table_markdown
+from demo.ticks import SensorTick
 from resources import default_resources
 from resources.refund import ManifestSourceClientResource
 from typestrict_pipeline.credits import CreditLedger
@@ -87,10 +88,17 @@ def _print_verdict(judgement: TrainingJudgement, checks: dict[str, bool]) -> Non
             f"{boot.resamples} resamples   gain is real: {'yes' if r.gain_is_real else 'no'}   "
             f"nothing collapses: {'yes' if r.nothing_collapses else 'no'}"
         )
-    print(
-        "  asset checks on verdict: "
-        + ", ".join(f"{name} {'PASSED' if ok else 'failed'}" for name, ok in sorted(checks.items()))
-    )
+    print("  asset checks (as the UI names them): " + _checks_line(checks))
+
+
+def _checks_line(checks: dict[str, bool]) -> str:
+    """``verdict: gain_is_real PASSED, ...; credit_settlement: settled_verdict_matches PASSED``;
+    ``checks`` is keyed ``"<asset> <check>"``."""
+    by_asset: dict[str, list[str]] = {}
+    for key, ok in sorted(checks.items()):
+        asset, name = key.split(" ", 1)
+        by_asset.setdefault(asset, []).append(f"{name} {'PASSED' if ok else 'failed'}")
+    return "; ".join(f"{asset}: {', '.join(names)}" for asset, names in by_asset.items())
 
 
 def _verify(audit: Path, workdir: Path) -> tuple[bool, str, float]:
@@ -109,19 +117,22 @@ def _verify(audit: Path, workdir: Path) -> tuple[bool, str, float]:
 
 def _register(
     instance: dg.DagsterInstance, defs: dg.Definitions, resources: dict[str, Any], ids: list[str]
-) -> list[str]:
+) -> tuple[list[str], SensorTick | None, dict[str, str | None]]:
     """Register the trainings as ``trainings`` partitions the production way: one tick of the
-    credits area's ``training_sensor`` (it finds the manifests and asks for one run each). Without
+    credits area's ``training_sensor`` (it finds the manifests and asks for one run each), recorded
+    on the instance so the UI shows it; returns the ids, the tick and each id's run key. Without
     that sensor in the code location, add the partitions directly."""
     try:
         sensor = defs.resolve_sensor_def("training_sensor")
     except Exception:  # the sensor belongs to another area; the demo still works without it
         instance.add_dynamic_partitions("trainings", ids)
         print(f"registered partitions {', '.join(ids)} of 'trainings'")
-        return ids
+        return ids, None, {}
+    recorded = SensorTick(instance, "training_sensor")
     context = dg.build_sensor_context(instance=instance, resources=resources, definitions=defs)
     tick = sensor(context)  # the raw SensorResult (the daemon adds partitions, then launches runs)
     if not isinstance(tick, dg.SensorResult):
+        recorded.skipped(getattr(tick, "skip_message", None) or repr(tick))
         raise RuntimeError(f"expected the training sensor to find {ids}, got {tick!r}")
     for request in tick.dynamic_partitions_requests or []:
         assert isinstance(request, dg.AddDynamicPartitionsRequest)
@@ -134,7 +145,8 @@ def _register(
     missing = sorted(set(ids) - set(requested))
     if missing:
         raise RuntimeError(f"expected the sensor to request {ids}, got {requested}; missing {missing}")
-    return [i for i in ids if i in requested]
+    keys = {r.partition_key: r.run_key for r in tick.run_requests or [] if r.partition_key}
+    return [i for i in ids if i in requested], recorded, keys
 
 
 def run(root: Path, *, only: Sequence[str] | None = None) -> int:
@@ -226,14 +238,18 @@ def _run(root: Path, only: Sequence[str] | None) -> int:
         }
         defs = dg.Definitions.merge(*area_definitions(), dg.Definitions(resources=resources))
         job = defs.resolve_job_def("verdict_job")
-        ids = _register(instance, defs, resources, [p.training.training_id for p in prepared])
+        ids, sensor_tick, run_keys = _register(instance, defs, resources,
+                                               [p.training.training_id for p in prepared])
+        launched: list[str] = []
         print(f"\nmaterializing group 'refund' (verdict_job) for partitions {', '.join(ids)}:")
         for p in prepared:
             tid = p.training.training_id
             t0 = time.perf_counter()
             result = job.execute_in_process(
-                partition_key=tid, instance=instance, run_config=QUIET_RUN, raise_on_error=False
+                partition_key=tid, instance=instance, run_config=QUIET_RUN, raise_on_error=False,
+                tags=sensor_tick.run_tags(run_keys.get(tid)) if sensor_tick else None,
             )
+            launched.append(result.run_id)
             took = time.perf_counter() - t0
             print(f"\n-- {tid}: {p.training.title} (run {result.run_id[:8]}, {took:.1f} s)")
             if not result.success:
@@ -241,10 +257,14 @@ def _run(root: Path, only: Sequence[str] | None) -> int:
                 for event in result.all_events:
                     if event.event_type == dg.DagsterEventType.STEP_FAILURE:
                         err = event.step_failure_data.error
-                        print(f"  step {event.step_key} FAILED: {(err.cause or err).message.strip()}" if err else "")
+                        user = event.step_failure_data.user_failure_data  # the product's message
+                        said = user.description if user and user.description else (
+                            (err.cause or err).message.strip() if err else "")
+                        print(f"  step {event.step_key} FAILED: {said}")
                 continue
             judgement: TrainingJudgement = result.output_for_node("verdict")
-            checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+            checks = {f"{e.asset_key.to_user_string()} {e.check_name}": e.passed
+                      for e in result.get_asset_check_evaluations()}
             _print_verdict(judgement, checks)
             audit_path = Path(result.output_for_node("audit"))
             ok, last, secs = _verify(audit_path, verifier_dir)
@@ -255,6 +275,8 @@ def _run(root: Path, only: Sequence[str] | None) -> int:
                 f"  verifier (`python3 verify_audit.py`, a stand-alone copy, in a subprocess): "
                 f"{'OK' if ok else 'FAILED'} in {secs:.1f} s: {said}"
             )
+        if sensor_tick is not None:  # the UI lists the tick with the runs it launched
+            sensor_tick.fired(launched, [run_keys.get(p.training.training_id) for p in prepared])
         calls = server.served
     engine = open_store(default_store_url())
     try:
@@ -263,9 +285,8 @@ def _run(root: Path, only: Sequence[str] | None) -> int:
         engine.dispose()
     print(f"\ncredits: workspace 'demo' balance after settlement: {balance} (refunded trainings returned theirs)")
     print(
-        f"Jev (demo stand-in) answered {calls:,} HTTP requests. Dagster UI: "
-        f"DAGSTER_HOME={_rel(dagster_home)} dagster dev -m typestrict_pipeline.definitions "
-        f"(TYPESTRICT_HOME={_rel(root)}) shows these runs, verdicts and checks."
+        f"Jev (demo stand-in) answered {calls:,} HTTP requests. Dagster UI: `make ui` "
+        f"(DAGSTER_HOME={dagster_home}, TYPESTRICT_HOME={root}) shows these runs, verdicts and checks."
     )
     print(f"refund demo: {len(prepared)} trainings in {time.perf_counter() - started:.1f} s"
           + ("" if failures == 0 else f"; {failures} FAILED"))

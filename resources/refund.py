@@ -10,11 +10,15 @@ manifest says the probabilities come from and the examples to answer, return pro
 Settings and environment variables are read only when a run uses the resource.
 """
 
+import contextlib
+import dataclasses
 import hashlib
 import re
+import socket
 import time
+import urllib.parse
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -228,8 +232,58 @@ def _missing_source(system: str) -> ManifestError:
     )
 
 
+def _answers_at(base_url: str) -> bool:
+    """Whether something accepts connections at ``base_url``'s host and port (1 s at most)."""
+    parts = urllib.parse.urlsplit(base_url)
+    if parts.hostname is None or parts.port is None:
+        return False
+    try:
+        with socket.create_connection((parts.hostname, parts.port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def standin_on_demand(source: PredictionSource | None, log: Any = None) -> Iterator[PredictionSource | None]:
+    """Yield ``source``, or, for the demo's Jev stand-in when its server is gone, a local one.
+
+    The demo's manifests name Jev (demo stand-in) as an endpoint on 127.0.0.1 at a port that
+    lives only while ``make demo`` runs. Re-materializing one of those partitions later (from
+    the UI) starts the same stand-in (the lexicon: deterministic answers, no key) for the
+    duration of the step, so the verdict comes out the same. Any other source is left alone.
+    """
+    from typestrict_pipeline.demo_data.lexicon import JEV_STANDIN_MODEL, jev_standin_server
+
+    if not (isinstance(source, EndpointSource) and source.model == JEV_STANDIN_MODEL
+            and urllib.parse.urlsplit(source.base_url).hostname in ("127.0.0.1", "localhost")
+            and not _answers_at(source.base_url)):
+        yield source
+        return
+    with jev_standin_server() as server:
+        if log is not None:
+            log.info("the demo's Jev stand-in at %s is gone: started it again at %s for this step",
+                     source.base_url, server.base_url)
+        yield dataclasses.replace(source, base_url=server.base_url, api_key_env=None)
+
+
 class ManifestSourceClientResource(RefundModelClientResource):
-    """The default: ask whatever the manifest names (a predictions file or an endpoint)."""
+    """The default: ask whatever the manifest names (a predictions file or an endpoint).
+
+    The demo's Jev stand-in is started on demand when its server is gone (:func:`standin_on_demand`).
+    """
+
+    def predict(
+        self,
+        *,
+        system: str,
+        source: PredictionSource | None,
+        dataset: Dataset,
+        holdouts: Sequence[Holdout],
+        log: Any = None,
+    ) -> SystemAnswers:
+        with standin_on_demand(source, log) as live:
+            return super().predict(system=system, source=live, dataset=dataset, holdouts=holdouts, log=log)
 
     def client(self, source: PredictionSource | None, *, system: str) -> ModelClient:
         if source is None:

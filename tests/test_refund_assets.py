@@ -112,7 +112,7 @@ def test_a_strong_model_beats_jev_and_its_audit_verifies(tmp_path: Path) -> None
     for name in ("macro_f1", "brier_skill", "selective_acc_80", "worst_class_f1", "G =", "5th percentile"):
         assert name in report_md
     assert meta["count G<=0"] == judgement.decisions[0].bootstrap.n_gain_le_0
-    assert meta["G q05"] == judgement.decisions[0].bootstrap.q05 > 0
+    assert meta["G q05"] == round(judgement.decisions[0].bootstrap.q05, 4) > 0  # rounded in the UI
     audit_path = Path(result.output_for_node("audit"))
     assert audit_path == tmp_path / "audits" / "tr_strong.json"
     audit = json.loads(audit_path.read_text())
@@ -205,7 +205,10 @@ def test_a_bad_manifest_fails_the_run_clearly_and_writes_nothing(tmp_path: Path)
     error = failure.step_failure_data.error
     assert error is not None
     message = error.cause.message if error.cause else error.message
-    assert "ManifestKeyError" in message and "manifest.json" in message
+    user = failure.step_failure_data.user_failure_data  # the product's message is the failure reason
+    assert user is not None and user.metadata["error"].value == "ManifestKeyError"
+    assert user.description == message.split("Failure: ", 1)[1].strip()
+    assert "manifest.json" in message
     assert "'answer_colum'" in message and "'answer_column'" in message  # names the key and the fix
     assert not (tmp_path / "audits").exists()
 
@@ -360,7 +363,9 @@ def test_a_predictions_file_missing_a_test_example_fails_clearly(tmp_path: Path)
     error = failure.step_failure_data.error
     assert error is not None
     message = (error.cause or error).message
-    assert "PredictionsError" in message and "model.jsonl" in message
+    user = failure.step_failure_data.user_failure_data  # the product's message is the failure reason
+    assert user is not None and user.metadata["error"].value == "PredictionsError"
+    assert "model.jsonl" in message
     assert not (tmp_path / "audits").exists()
 
 

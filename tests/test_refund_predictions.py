@@ -149,7 +149,7 @@ def test_multiple_choice_uses_option_positions_padded(tmp_path: Path) -> None:
         ),
         (
             {"fresh": 0.5, "rotten": 0.5, "plot": 0.1},
-            r"row 1, column 'probabilities': expected probabilities summing to 1 \(±1e-06\), got a sum of 1.1",
+            r"row 1, column 'probabilities': expected probabilities summing to 1 \(±0.01\), got a sum of 1.1",
         ),
         (
             {"fresh": "0.5", "rotten": 0.5, "plot": 0.0},
@@ -373,3 +373,33 @@ def test_no_answers_the_reviewed_examples_are_judged_on_their_review_labels(tmp_
     both = read_predictions(write_jsonl(tmp_path / "m.jsonl", preds), "model")
     data = build_decision_data(ds, holdout, model=both, jev=both)
     assert sorted(r.y for r in data.rows) == [0] * 5 + [1] * 5
+
+
+def test_one_tolerance_accepts_rounded_and_float32_outputs_as_given(tmp_path: Path) -> None:
+    import struct
+
+    from typestrict_pipeline import verify_audit
+    from typestrict_pipeline.refund.metrics import sums_to_one
+
+    def f32(x: float) -> float:
+        return float(struct.unpack("<f", struct.pack("<f", x))[0])
+
+    rounded = {"fresh": 0.3333, "rotten": 0.3333, "plot": 0.3333}  # sums to 0.9999
+    single = {"fresh": f32(0.7), "rotten": f32(0.2), "plot": f32(0.1)}  # float32 values
+    path = write_jsonl(tmp_path / "m.jsonl", [
+        {"id": "e00", "decision": "sentiment", "probabilities": rounded},
+        {"id": "e01", "decision": "sentiment", "probabilities": single},
+    ])
+    got = read_predictions(path, "model").predictions
+    assert dict(got[("sentiment", "e00")].probabilities) == rounded  # kept as given
+    assert dict(got[("sentiment", "e01")].probabilities) == single
+    # the same rule in the judgement and in the stand-alone verifier, decided on the exact sum
+    for values in ([0.3333] * 3, [0.33] * 3, list(single.values()), [0.995, 0.015],
+                   [0.98, 0.009], [0.5, 0.5, 0.011], [70.0, 30.0]):
+        assert sums_to_one(values) == verify_audit.sums_to_one(values)
+    assert sums_to_one([0.33] * 3) and not sums_to_one([0.98, 0.009])
+    bad = write_jsonl(tmp_path / "b.jsonl", [
+        {"id": "e00", "decision": "sentiment", "probabilities": {"fresh": 0.5, "rotten": 0.48,
+                                                                 "plot": 0.0}}])
+    with pytest.raises(PredictionsError, match=r"summing to 1 \(±0.01\), got a sum of 0.98"):
+        read_predictions(bad, "model")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import statistics
 
 import pytest
 from sqlalchemy import Engine, select
@@ -38,7 +37,7 @@ from typestrict_pipeline.reruns.tables import (
 from typestrict_pipeline.reruns.workspace import set_workspace, store_spend_source
 from typestrict_pipeline.store import open_store, session_scope
 from typestrict_pipeline.study.repository import delete_study
-from typestrict_pipeline.study.stats import expected_max_normal
+from typestrict_pipeline.study.stats import expected_max_independent
 from typestrict_pipeline.study.tables import StudyRow
 
 WS = "demo"
@@ -117,7 +116,7 @@ def test_rerun_skips_then_fires_once_and_notifies_once(store_url: str) -> None:
         (0, "arm=steady", None), (1, "arm=late", True)]
     assert "Best expected of 2 under noise" in lineage_text(engine, record.study_id or "")
     # Every study scored its baseline on its own holdout: the panel is on the d_j = h_j − b_j
-    # scale, with SE_j the Newey–West SE of the per-step difference, and the line median(SE_j)·e(2).
+    # scale, with SE_j the Newey–West SE of the per-step difference, and the line E[max] with each SE_j.
     with session_scope(engine) as s:
         rows = [s.get(StudyRow, int(e.study_id or 0)) for e in entries]
         assert all(r is not None and r.holdout_baseline is not None and r.holdout_diff_se for r in rows)
@@ -126,7 +125,7 @@ def test_rerun_skips_then_fires_once_and_notifies_once(store_url: str) -> None:
     summary = summarize(entries)
     ses = [float(e.holdout_se or 0.0) for e in entries]
     assert summary.scale == SCALE_EDGE
-    assert summary.noise_line == pytest.approx(statistics.median(ses) * expected_max_normal(2))
+    assert summary.noise_line == pytest.approx(expected_max_independent(ses))
     assert summary.best == pytest.approx(max(e.edge or 0.0 for e in entries))
 
     # Next tick: the previous study is the re-run; no new data, so not enough unseen data again.
@@ -361,7 +360,9 @@ def test_data_arrival_is_read_from_a_point_in_time_dataset(sqlite_url: str) -> N
     port = StoreStudies(engine)
     facts = port.get(str(sid))
     assert facts is not None and port.data_end(facts) == dt.datetime(2016, 1, 1, tzinfo=dt.UTC)
-    record_data_end(engine, WS, "seattle_rain", dt.datetime(2016, 6, 1, tzinfo=dt.UTC))  # ignored
+    # The signal cannot apply to a workflow whose studies read their dataset: refused, not ignored.
+    with pytest.raises(InputError, match="A built-in dataset never grows: register your own"):
+        record_data_end(engine, WS, "seattle_rain", dt.datetime(2016, 6, 1, tzinfo=dt.UTC))
     sched = enable_schedule(engine, port, study_id=str(sid), cadence="1d", owner="ana@example.com", now=T0)
     r = evaluate_schedule(engine, port, sched.id, now=T0, spend=store_spend_source(engine))
     # 2015-12-02 .. 2015-12-31: 30 decision steps with a known outcome after the holdout.

@@ -35,7 +35,9 @@ def test_study_cli_refuses_without_limits_then_runs_and_shows_the_leaderboard(
     assert board["state"] == "BUDGET_REACHED" and board["holdout_score"] is not None
     assert board["min_unseen_steps"] == 7  # set when the study is created
     assert main(["study", "list"]) == 0
-    assert "demo/wx  Budget reached" in capsys.readouterr().out
+    listed = capsys.readouterr().out.splitlines()
+    assert listed[1].split() == ["id", "name", "workspace", "workflow", "state", "stopped", "by", "spend", "budget"]
+    assert listed[3].split()[:5] == ["1", "demo", "wx", "Budget", "reached"]
     assert main(["study", "promote", "1"]) == 0
     assert "nothing to activate" in capsys.readouterr().out
     assert main(["study", "leaderboard", "99"]) == 2

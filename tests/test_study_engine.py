@@ -115,7 +115,7 @@ def test_parameters_only_winner_applies_its_parameters_when_the_gate_passes(sqli
 def test_gate_refuses_a_winner_worse_than_the_active_version(sqlite_url: str) -> None:
     engine = open_store(sqlite_url)
     out = create_and_run_study(engine, _synthetic(SearchSpace(grid={"skill": [0.40, 0.42]})))
-    with pytest.raises(ConflictError, match="to be at least the active version's on the same window"):
+    with pytest.raises(ConflictError, match="expected the winner to beat the active version on the same window"):
         promote_winner(engine, out.study_id, study_backend(engine, out.study_id))
     assert workflow_params(engine, "demo", "wx") == {}
 

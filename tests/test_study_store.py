@@ -132,7 +132,7 @@ def test_budget_below_the_estimate_stops_before_the_holdout_and_says_so(sqlite_u
     md = render_markdown(board)
     assert "Budget reached (limit: Budget (USD))" in md
     assert "$0.0016 of $0.0017 budget" in md
-    assert "≈ $0.0020 for 2 candidates × 2 folds × 2 windows + the holdout" in md
+    assert "≈ $0.0020 for 2 candidates × 2 folds × 2 windows + the holdout × 2 (winner and baseline)" in md
     assert "| Budget | $0.0017 is below the estimate $0.0020: the study stops before the run" in md
     assert board.run == 2 and board.winner_candidate_id is not None
 

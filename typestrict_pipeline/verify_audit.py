@@ -6,21 +6,31 @@ Usage::
     python3 verify_audit.py audit.json
 
 This one file works when copied anywhere (Python 3.10 or later, nothing to install; checked
-with 3.10, 3.11, 3.12 and 3.13). It rebuilds,
+with 3.10, 3.11, 3.12 and 3.13; an older interpreter gets a one-line message naming the version
+it needs). It verifies audit format versions 1 and 2 (version 2: test examples in groups and the
+group bootstrap). It rebuilds,
 from the audit alone, each decision's bootstrap seed, every resample (SHAKE-256 stream), every
 per-example value, the four metrics of both systems, the deltas and margins, the gain G, the
 bootstrap's 5th percentile and its count of G <= 0, then the two-thirds rule, the settling
 decision and the verdict, and compares every number in the audit with what it rebuilt, exactly.
 
 Exit status: 0 when everything matches; 1 when anything differs (each difference is printed);
-2 when the file cannot be read or is not an audit (a one-line message says what is wrong).
+2 when the file cannot be read or is not an audit (a one-line message says what is wrong). It
+reads JSON strictly (a duplicated key, a non-finite number, an integer of more than 30 digits, a
+file above 64 MiB or nested past the format are refused) and refuses, before any computation,
+what the product never writes: a resample count other than 2,000, more than 2,000 test examples
+in a decision, more than 256 answers, more than 32 decisions, or (unless ``--large`` is given)
+more than 6,000 test examples in all, which keeps a run under a few seconds whatever the file.
 
 The method is documented in ``docs/method/refund.md`` and the format in ``docs/audit-format.md``
 of the TypeStrict pipeline. Note: Python's ``sum()`` of floats is compensated since 3.12, so every
 float sum here is an explicit left-to-right loop; squares are ``d * d``, never ``d ** 2``.
 
->>> verify({"format": "nope"})[:1]
-['format: expected "typestrict-refund-audit", got \\'nope\\'']
+>>> try:
+...     verify({"format": "nope"})
+... except Malformed as exc:
+...     print(exc)
+format: expected "typestrict-refund-audit", got 'nope'
 """
 
 from __future__ import annotations
@@ -34,11 +44,38 @@ import sys
 from collections import Counter
 from collections.abc import Sequence
 from fractions import Fraction
-from itertools import islice
+from itertools import chain, islice
 from typing import Any
 
+MIN_PYTHON = (3, 10)
+
+
+def python_problem(version: tuple[int, ...] = tuple(sys.version_info[:3])) -> str | None:
+    """The message for an interpreter too old to run this file, or ``None`` when it is recent enough.
+
+    >>> python_problem((3, 9, 18))
+    'verify_audit: needs Python 3.10 or later, got Python 3.9.18: run it with python3.10 or newer'
+    >>> python_problem((3, 12, 1)) is None
+    True
+    """
+    if tuple(version[:2]) >= MIN_PYTHON:
+        return None
+    got = ".".join(str(v) for v in version)
+    need = ".".join(str(v) for v in MIN_PYTHON)
+    return (f"verify_audit: needs Python {need} or later, got Python {got}: "
+            f"run it with python{need} or newer")
+
+
 AUDIT_FORMAT = "typestrict-refund-audit"
-AUDIT_VERSION = 1
+AUDIT_VERSIONS = (1, 2)
+MAX_FILE_BYTES = 64 * 2**20
+MAX_DECISIONS = 32
+MAX_TEST_EXAMPLES = 2000  # per decision: the product holds out at most 2,000
+MAX_TOTAL_EXAMPLES = 6000  # over all decisions, unless --large
+MAX_ANSWERS = 256
+MAX_TEXT = 1000  # characters in a name, an id, an answer, a failure reason
+MAX_OBJECT_CHARS = 100_000
+MAX_LIST_CHARS = 2 * MAX_TEST_EXAMPLES * MAX_DECISIONS + 100_000
 SEED_DOMAIN = b"typestrict-refund-seed-v1\x00"
 STREAM_DOMAIN = b"typestrict-refund-resample-v1\x00"
 DATA_DOMAIN = b"typestrict-refund-data-v1\x00"
@@ -53,7 +90,8 @@ MAX_DROP = {
     "worst_class_f1": Fraction(5, 100),
 }
 WORST_MIN_SUPPORT = 5
-PROB_SUM_TOLERANCE = 0.01
+PROB_SUM_TOLERANCE = Fraction(1, 100)
+UNITS = ("example", "group")
 MAX_SHOWN_PER_LIST = 5
 KINDS = ("single", "multiple_choice")
 VERDICTS = ("beats", "kept", "refund", "failed")
@@ -80,6 +118,7 @@ PARAMS: dict[str, Any] = {
     "tie_rule": "right_if_right_answer_among_tied_top;else_pred_first_tied_in_answer_order",
     "confidence_order": "confidence_desc,row_asc",
 }
+PARAMS_V2: dict[str, Any] = {**PARAMS, "group_domain": "typestrict-refund-group-v1"}
 
 
 class Malformed(Exception):
@@ -97,23 +136,38 @@ def _field(obj: Any, key: str, where: str) -> Any:
     return obj[key]
 
 
-def _int(value: Any, where: str, low: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise Malformed(f"{where}: expected an integer >= {low}, got {value!r}")
+def _int(value: Any, where: str, low: int = 0, high: int = 10**18) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise Malformed(f"{where}: expected an integer from {low} to {high}, got {_short(value)}")
     return value
+
+
+def _short(value: Any) -> str:
+    """``repr`` cut to 80 characters (a hostile value never floods the message)."""
+    if isinstance(value, (dict, list)):
+        return f"a JSON {'object' if isinstance(value, dict) else 'list'}"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+        return "an integer of more than 30 digits"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _str(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise Malformed(f"{where}: expected a non-empty string, got {value!r}")
+    if not isinstance(value, str) or not value or len(value) > MAX_TEXT:
+        raise Malformed(
+            f"{where}: expected a string of 1 to {MAX_TEXT} characters, got {_short(value)}"
+        )
     return value
 
 
-def _list(value: Any, where: str, length: int | None = None) -> list[Any]:
+def _list(value: Any, where: str, length: int | None = None, most: int | None = None) -> list[Any]:
     if not isinstance(value, list):
         raise Malformed(f"{where}: expected a list, got {type(value).__name__}")
     if length is not None and len(value) != length:
         raise Malformed(f"{where}: expected {length} entries, got {len(value)}")
+    if most is not None and len(value) > most:
+        raise Malformed(f"{where}: expected at most {most} entries (the product never writes "
+                        f"more), got {len(value)}")
     return value
 
 
@@ -121,23 +175,65 @@ def _reject_constant(name: str) -> Any:
     raise Malformed(f"expected finite JSON numbers, got {name}")
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise Malformed(f"expected each key once in an object, got {_short(key)} twice")
+            seen.add(key)
+    return obj
+
+
+def parse(raw: bytes, where: str = "audit") -> Any:
+    """Parse audit bytes strictly; :class:`Malformed` with a clear message on anything else.
+
+    >>> try:
+    ...     parse(b'{"a": 1, "a": 2}')
+    ... except Malformed as exc:
+    ...     print(exc)
+    audit: expected each key once in an object, got 'a' twice
+    """
+    if len(raw) > MAX_FILE_BYTES:
+        raise Malformed(f"{where}: expected at most {MAX_FILE_BYTES} bytes (64 MiB), got {len(raw)}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Malformed(f"{where}: expected UTF-8 JSON, got undecodable bytes at {exc.start}") from None
+    if not text.lstrip(" \t\r\n").startswith("{"):
+        raise Malformed(f"{where}: expected JSON with a JSON object at the top, got "
+                        f"{_short(text.strip()[:20]) if text.strip() else 'an empty file'}")
+    # an audit has a few dozen objects and about two lists per test example: refuse files built
+    # of millions of tiny containers before parsing them (a string may hold such characters
+    # too, hence the generous bounds)
+    for char, most in (("{", MAX_OBJECT_CHARS), ("[", MAX_LIST_CHARS)):
+        if text.count(char) > most:
+            raise Malformed(f"{where}: expected at most {most} {char!r} characters in an audit, "
+                            f"got {text.count(char)}")
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_reject_constant)
+    except Malformed as exc:
+        raise Malformed(f"{where}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise Malformed(
+            f"{where}: expected JSON, got an error at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from None
+    except RecursionError:
+        raise Malformed(f"{where}: expected JSON nested at most a few levels, got deeper "
+                        "nesting than the interpreter allows") from None
+    except ValueError as exc:  # e.g. an integer past the interpreter's digit limit
+        raise Malformed(f"{where}: expected JSON numbers within bounds, got {_short(str(exc))}") from None
+
+
 def load(path: str) -> Any:
     """Read and parse an audit file; :class:`Malformed` with a clear message on any failure."""
     try:
         with open(path, "rb") as fh:
-            raw = fh.read()
+            raw = fh.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise Malformed(f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise Malformed(f"{path}: expected UTF-8 JSON, got undecodable bytes at {exc.start}") from None
-    try:
-        return json.loads(text, parse_constant=_reject_constant)
-    except json.JSONDecodeError as exc:
-        raise Malformed(
-            f"{path}: expected JSON, got an error at line {exc.lineno} column {exc.colno}: {exc.msg}"
-        ) from None
+    return parse(raw, path)
 
 
 # --------------------------------------------------------------------------- the method
@@ -157,8 +253,9 @@ def seed_of(name: str, hashes: Sequence[str]) -> bytes:
 def data_digest(
     kind: str, answers: Sequence[str], hashes: Sequence[str], ys: Sequence[int],
     offered: Sequence[int], pm: Sequence[Sequence[float]], pj: Sequence[Sequence[float]],
+    groups: Sequence[str] | None = None,
 ) -> str:
-    """SHA-256 of the decision's kind, answers and rows, exactly as the producer binds them."""
+    """SHA-256 of the decision's kind, answers and rows (and groups), as the producer binds them."""
     h = hashlib.sha256(DATA_DOMAIN)
     h.update(kind.encode("utf-8") + b"\x00")
     for a in answers:
@@ -168,6 +265,8 @@ def data_digest(
     for i, sha in enumerate(hashes):
         h.update(bytes.fromhex(sha))
         h.update(pack(ys[i], offered[i], *pm[i], *pj[i]))
+        if groups is not None:
+            h.update(bytes.fromhex(groups[i]))
     return h.hexdigest()
 
 
@@ -279,17 +378,50 @@ def _dropped_correct(
     return sum(map(correct_by_rank.__getitem__, islice(ranks, len(ranks) - drop, None)))
 
 
+def _packed_rows(y: Sequence[int], a: SystemValues, b: SystemValues, k: int, w: int) -> list[int]:
+    """One integer per row whose ``w``-bit slots hold the row's contribution to every count.
+
+    Slots (from the lowest): right answer is ``j`` (k slots), model predicts ``j`` (k), Jev
+    predicts ``j`` (k), model right with answer ``j`` (k), Jev right with answer ``j`` (k), model
+    right, Jev right; then two 64-bit slots with the model's and Jev's Brier units.
+    """
+    slots = 5 * k + 2
+    packed: list[int] = []
+    for i in range(len(y)):
+        yi = y[i]
+        v = (1 << (w * yi)) + (1 << (w * (k + a.pred[i]))) + (1 << (w * (2 * k + b.pred[i])))
+        if a.correct[i]:
+            v += (1 << (w * (3 * k + yi))) + (1 << (w * (5 * k)))
+        if b.correct[i]:
+            v += (1 << (w * (4 * k + yi))) + (1 << (w * (5 * k + 1)))
+        v += (a.units[i] << (w * slots)) + (b.units[i] << (w * slots + 64))
+        packed.append(v)
+    return packed
+
+
+def _macro_pair(c: Sequence[int], k: int, labels: Sequence[int]) -> tuple[float, float]:
+    """Both systems' macro F1 from one resample's unpacked counts (left to right, then / |L|)."""
+    mf_a = 0.0
+    mf_b = 0.0
+    for j in labels:
+        den = c[j] + c[k + j]
+        mf_a += 2 * c[3 * k + j] / den if den else 0.0
+        den = c[j] + c[2 * k + j]
+        mf_b += 2 * c[4 * k + j] / den if den else 0.0
+    return mf_a / len(labels), mf_b / len(labels)
+
+
 def gains(
     y: Sequence[int], a: SystemValues, b: SystemValues, k: int, seed: bytes, resamples: int
 ) -> list[float]:
     """G of every resample, rebuilt from the SHAKE-256 stream (integer counts, fixed order).
 
     Speed (all exact integer arithmetic): every row gets one packed integer whose 16-bit slots
-    (32-bit from 65,536 rows)
-    count, for each answer, "right answer is it", "model right", "model predicts it", "Jev right",
-    "Jev predicts it", plus both systems' right totals and (64-bit slots) Brier units; one C-level
-    ``sum`` over a resample's draws then yields every count at once. Selective accuracy removes
-    the ``n - m`` least confident draws, found by sorting only a window of the largest ranks.
+    (32-bit from 65,536 rows) count, for each answer, "right answer is it", "model right",
+    "model predicts it", "Jev right", "Jev predicts it", plus both systems' right totals and
+    (64-bit slots) Brier units; one C-level ``sum`` over a resample's draws then yields every
+    count at once. Selective accuracy removes the ``n - m`` least confident draws, found by
+    sorting only a window of the largest ranks.
     """
     n = len(y)
     if n >= MAX_ROWS:
@@ -302,17 +434,7 @@ def gains(
     two_d = 2 * n * BRIER_UNIT
     slots = 5 * k + 2
     w, fmt = (16, "H") if n < 2**16 else (32, "I")  # a count slot holds any count up to n
-    packed: list[int] = []
-    for i in range(n):
-        yi = y[i]
-        v = (1 << (w * yi)) + (1 << (w * (k + a.pred[i]))) + (1 << (w * (2 * k + b.pred[i])))
-        if a.correct[i]:
-            v += (1 << (w * (3 * k + yi))) + (1 << (w * (5 * k)))
-        if b.correct[i]:
-            v += (1 << (w * (4 * k + yi))) + (1 << (w * (5 * k + 1)))
-        v += (a.units[i] << (w * slots)) + (b.units[i] << (w * slots + 64))
-        packed.append(v)
-    packed_at = packed.__getitem__
+    packed_at = _packed_rows(y, a, b, k, w).__getitem__
     layout = struct.Struct(f"<{slots}{fmt}QQ")
     size = layout.size
     data = hashlib.shake_256(STREAM_DOMAIN + seed).digest(4 * n * resamples)
@@ -322,19 +444,62 @@ def gains(
     for r in range(resamples):
         draws = [(u * n) >> 32 for u in unpack(data, 4 * n * r)]
         c = layout.unpack(sum(map(packed_at, draws)).to_bytes(size, "little"))
-        mf_a = 0.0
-        mf_b = 0.0
-        for j in labels:
-            den = c[j] + c[k + j]
-            mf_a += 2 * c[3 * k + j] / den if den else 0.0
-            den = c[j] + c[2 * k + j]
-            mf_b += 2 * c[4 * k + j] / den if den else 0.0
-        mf_a = mf_a / len(labels)
-        mf_b = mf_b / len(labels)
+        mf_a, mf_b = _macro_pair(c, k, labels)
         bs_a = (two_d - c[slots]) / two_d
         bs_b = (two_d - c[slots + 1]) / two_d
         sa_a = (c[5 * k] - _dropped_correct(draws, a.rank, a.correct_by_rank, drop, tail)) / m
         sa_b = (c[5 * k + 1] - _dropped_correct(draws, b.rank, b.correct_by_rank, drop, tail)) / m
+        out.append(w0 * (mf_a - mf_b) + w1 * (bs_a - bs_b) + w2 * (sa_a - sa_b))
+    return out
+
+
+def group_gains(
+    y: Sequence[int], a: SystemValues, b: SystemValues, k: int, seed: bytes, resamples: int,
+    groups: Sequence[int],
+) -> list[float]:
+    """G of every resample of the group bootstrap: ``G`` whole groups drawn per resample.
+
+    ``groups[i]`` is row ``i``'s group index (groups in ascending order of their SHA-256). The
+    stream is the same, read with the number of groups in place of ``n``; a resample's rows are
+    those of its drawn groups, a group drawn twice counting twice, so its size ``n_b`` varies:
+    ``brier_skill`` divides by ``2·n_b·2**40`` and selective accuracy keeps ``ceil(4·n_b/5)``.
+    """
+    n_groups = max(groups) + 1
+    members: list[list[int]] = [[] for _ in range(n_groups)]
+    for i, g in enumerate(groups):
+        members[g].append(i)
+    largest = max(len(rows) for rows in members)
+    if n_groups * largest >= MAX_ROWS:
+        raise Malformed(f"expected groups x largest group below {MAX_ROWS} rows, got "
+                        f"{n_groups} x {largest}")
+    present = set(y)
+    labels = [c for c in range(k) if c in present]
+    slots = 5 * k + 2
+    w, fmt = (16, "H") if n_groups * largest < 2**16 else (32, "I")
+    packed = _packed_rows(y, a, b, k, w)
+    group_packed = [sum(packed[i] for i in rows) for rows in members].__getitem__
+    ranks_a = [[a.rank[i] for i in rows] for rows in members].__getitem__
+    ranks_b = [[b.rank[i] for i in rows] for rows in members].__getitem__
+    layout = struct.Struct(f"<{slots}{fmt}QQ")
+    size = layout.size
+    data = hashlib.shake_256(STREAM_DOMAIN + seed).digest(4 * n_groups * resamples)
+    unpack = struct.Struct(f"<{n_groups}I").unpack_from
+    w0, w1, w2 = WEIGHTS
+    cba, cbb = a.correct_by_rank.__getitem__, b.correct_by_rank.__getitem__
+    out: list[float] = []
+    for r in range(resamples):
+        drawn = [(u * n_groups) >> 32 for u in unpack(data, 4 * n_groups * r)]
+        c = layout.unpack(sum(map(group_packed, drawn)).to_bytes(size, "little"))
+        n_b = sum(c[:k])
+        m_b = (4 * n_b + 4) // 5
+        two_d = 2 * n_b * BRIER_UNIT
+        mf_a, mf_b = _macro_pair(c, k, labels)
+        bs_a = (two_d - c[slots]) / two_d
+        bs_b = (two_d - c[slots + 1]) / two_d
+        kept_a = islice(sorted(chain.from_iterable(map(ranks_a, drawn))), m_b)
+        kept_b = islice(sorted(chain.from_iterable(map(ranks_b, drawn))), m_b)
+        sa_a = sum(map(cba, kept_a)) / m_b
+        sa_b = sum(map(cbb, kept_b)) / m_b
         out.append(w0 * (mf_a - mf_b) + w1 * (bs_a - bs_b) + w2 * (sa_a - sa_b))
     return out
 
@@ -405,169 +570,238 @@ def _probs(value: Any, where: str, k: int, offered: int, diffs: _Diffs) -> list[
     p = _list(value, where, k)
     for j, v in enumerate(p):
         if not isinstance(v, float) or not (math.isfinite(v) and 0.0 <= v <= 1.0):
-            raise Malformed(f"{where}[{j}]: expected a float probability in [0, 1], got {v!r}")
+            raise Malformed(f"{where}[{j}]: expected a float probability in [0, 1], got {_short(v)}")
         if j >= offered and v != 0.0:
             diffs.add(f"{where}[{j}]: option {j + 1} is not offered (n_options {offered}), "
                       f"expected 0.0, got {v!r}")
-    total = math.fsum(p)
-    if abs(total - 1.0) > PROB_SUM_TOLERANCE:
-        diffs.add(f"{where}: probabilities sum to {total!r}, expected 1 (±{PROB_SUM_TOLERANCE})")
+    if not sums_to_one(p):
+        diffs.add(f"{where}: probabilities sum to {math.fsum(p)!r}, expected 1 (±0.01)")
     return p
 
 
-def _decision(dec: Any, where: str, diffs: _Diffs) -> tuple[str, bool]:
-    name = _str(_field(dec, "name", where), f"{where}.name")
-    where = f"{where} ({name!r})"
-    kind = _field(dec, "kind", where)
-    if kind not in KINDS:
-        raise Malformed(f"{where}.kind: expected one of {KINDS}, got {kind!r}")
-    answers = _list(_field(dec, "answers", where), f"{where}.answers")
-    if len(answers) < 2 or not all(isinstance(a, str) for a in answers) or len(set(answers)) != len(answers):
-        raise Malformed(f"{where}.answers: expected at least 2 distinct strings, got {answers!r}"[:300])
-    k = len(answers)
-    rows = _field(dec, "rows", where)
-    expected_row_keys = {"sha256", "y", "p_model", "p_jev"} | (
-        {"n_options"} if kind == "multiple_choice" else set()
-    )
-    if not isinstance(rows, dict) or set(rows) != expected_row_keys:
-        got = sorted(rows) if isinstance(rows, dict) else type(rows).__name__
-        raise Malformed(f"{where}.rows: expected fields {sorted(expected_row_keys)}, got {got}")
-    hashes = _list(rows["sha256"], f"{where}.rows.sha256")
-    n = len(hashes)
-    if n < 1:
-        raise Malformed(f"{where}.rows: expected at least 1 test example, got 0")
-    for i, h in enumerate(hashes):
-        if not isinstance(h, str) or not _HEX64.fullmatch(h):
-            raise Malformed(f"{where}.rows.sha256[{i}]: expected 64 lowercase hex digits, got {h!r}")
-    ys = _list(rows["y"], f"{where}.rows.y", n)
-    offered = [k] * n
-    if kind == "multiple_choice":
-        offered = _list(rows["n_options"], f"{where}.rows.n_options", n)
-        for i, o in enumerate(offered):
-            if isinstance(o, bool) or not isinstance(o, int) or not 1 <= o <= k:
-                raise Malformed(f"{where}.rows.n_options[{i}]: expected 1 to {k}, got {o!r}")
-    for i, yi in enumerate(ys):
-        if isinstance(yi, bool) or not isinstance(yi, int) or not 0 <= yi < k:
-            raise Malformed(f"{where}.rows.y[{i}]: expected an answer index 0 to {k - 1}, got {yi!r}")
-        if yi >= offered[i]:
-            diffs.add(f"{where}.rows.y[{i}]: right answer {yi + 1} is not among the "
-                      f"{offered[i]} options offered")
-    pm_raw = _list(rows["p_model"], f"{where}.rows.p_model", n)
-    pj_raw = _list(rows["p_jev"], f"{where}.rows.p_jev", n)
-    pm = [_probs(v, f"{where}.rows.p_model[{i}]", k, offered[i], diffs) for i, v in enumerate(pm_raw)]
-    pj = [_probs(v, f"{where}.rows.p_jev[{i}]", k, offered[i], diffs) for i, v in enumerate(pj_raw)]
-    keys = [(hashes[i], ys[i], tuple(pm[i]), tuple(pj[i]), offered[i]) for i in range(n)]
-    for i in range(1, n):
-        if keys[i] < keys[i - 1]:
-            diffs.add(f"{where}.rows: row {i} is out of canonical order (rows must be sorted by "
-                      "sha256, then y, p_model, p_jev)")
-            break
-
-    report = _field(dec, "report", where)
-    boot = _field(report, "bootstrap", f"{where}.report")
-    resamples = _int(_field(boot, "resamples", f"{where}.report.bootstrap"), "resamples", 1)
-    if resamples != RESAMPLES:
-        diffs.add(f"{where}.report.bootstrap.resamples: the rule needs {RESAMPLES}, got {resamples}")
-
-    sa, sb = SystemValues(ys, pm), SystemValues(ys, pj)
-    labels = [c for c in range(k) if c in set(ys)]
-    support = Counter(ys)
-    eligible = [c for c in range(k) if support[c] >= WORST_MIN_SUPPORT]
-    m = (4 * n + 4) // 5
-    ca, cb = _counts(ys, sa, k, m), _counts(ys, sb, k, m)
-    ma, ea = _metrics(ca, n, labels, eligible, m, answers)
-    mb, eb = _metrics(cb, n, labels, eligible, m, answers)
-    deltas: dict[str, float | None] = {}
-    exact_deltas: dict[str, str | None] = {}
-    margins: dict[str, str] = {}
-    for metric in METRICS:
-        if metric not in ea or metric not in eb:
-            deltas[metric] = None
-            exact_deltas[metric] = None
-            margins[metric] = "not_applicable"
-            continue
-        deltas[metric] = ma[metric] - mb[metric]
-        d = ea[metric] - eb[metric]
-        exact_deltas[metric] = _frac(d)
-        margins[metric] = "held" if d >= -MAX_DROP[metric] else "broken"
-    w0, w1, w2 = WEIGHTS
-    g_point = (w0 * (ma["macro_f1"] - mb["macro_f1"]) + w1 * (ma["brier_skill"] - mb["brier_skill"])
-               + w2 * (ma["selective_acc_80"] - mb["selective_acc_80"]))
-    seed = seed_of(name, hashes)
-    g = gains(ys, sa, sb, k, seed, resamples)
-    ordered = sorted(g)
-    qi = -((-5 * resamples) // 100) - 1
-    q05 = ordered[qi]
-    gain_is_real = q05 > 0.0
-    nothing_collapses = all(v != "broken" for v in margins.values())
-    beats = gain_is_real and nothing_collapses
-    expected = {
-        "data_sha256": data_digest(kind, answers, hashes, ys, offered, pm, pj),
-        "n": n,
-        "f1_answers": labels,
-        "worst_eligible": eligible,
-        "coverage": m,
-        "metrics": {"model": ma, "jev": mb},
-        "counts": {"model": ca, "jev": cb},
-        "deltas": deltas,
-        "exact_deltas": exact_deltas,
-        "margins": margins,
-        "gain": g_point,
-        "bootstrap": {
-            "resamples": resamples,
-            "seed": seed.hex(),
-            "q05_index": qi,
-            "q05": q05,
-            "n_gain_le_0": sum(1 for v in g if v <= 0.0),
-            "gains_sha256": hashlib.sha256(struct.pack(f">{len(g)}d", *g)).hexdigest(),
-            "gains": g,
-        },
-        "gain_is_real": gain_is_real,
-        "nothing_collapses": nothing_collapses,
-        "beats": beats,
-    }
-    _compare(expected, report, f"{where}.report", diffs)
-    extra = set(dec) - {"name", "kind", "answers", "rows", "report"}
-    for key in sorted(extra):
-        diffs.add(f"{where}.{key}: unexpected field")
-    return name, beats
+def sums_to_one(values: Sequence[float]) -> bool:
+    """``|Σ p − 1| <= 1/100``, the sum of the given doubles taken exactly (as the producer)."""
+    total = math.fsum(values)
+    if abs(total - 1.0) < 0.0099:
+        return True
+    if abs(total - 1.0) > 0.0101 or not math.isfinite(total):
+        return False
+    return abs(sum((Fraction(v) for v in values), Fraction(0)) - 1) <= PROB_SUM_TOLERANCE
 
 
-def verify(audit: Any) -> list[str]:
+class _Decision:
+    """One decision's rows, read and checked for shape (no computation yet)."""
+
+    def __init__(self, dec: Any, where: str, version: int, diffs: _Diffs) -> None:
+        self.name = _str(_field(dec, "name", where), f"{where}.name")
+        self.where = where = f"{where} ({self.name!r})"
+        self.dec = dec
+        kind = _field(dec, "kind", where)
+        if kind not in KINDS:
+            raise Malformed(f"{where}.kind: expected one of {KINDS}, got {_short(kind)}")
+        self.kind: str = kind
+        answers = _list(_field(dec, "answers", where), f"{where}.answers", most=MAX_ANSWERS)
+        if (len(answers) < 2 or not all(isinstance(a, str) and len(a) <= MAX_TEXT for a in answers)
+                or len(set(answers)) != len(answers)):
+            raise Malformed(f"{where}.answers: expected at least 2 distinct strings, got "
+                            f"{_short(answers[:3])}")
+        self.answers: list[str] = answers
+        report = _field(dec, "report", where)
+        boot = _field(report, "bootstrap", f"{where}.report")
+        resamples = _field(boot, "resamples", f"{where}.report.bootstrap")
+        if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples != RESAMPLES:
+            raise Malformed(f"{where}.report.bootstrap.resamples: expected {RESAMPLES} (the product "
+                            f"always draws {RESAMPLES}), got {_short(resamples)}")
+        self.unit = "example"
+        if version >= 2:
+            unit = _field(boot, "unit", f"{where}.report.bootstrap")
+            if unit not in UNITS:
+                raise Malformed(f"{where}.report.bootstrap.unit: expected one of {UNITS}, "
+                                f"got {_short(unit)}")
+            self.unit = unit
+        self._read_rows(_field(dec, "rows", where), diffs)
+        extra = set(dec) - {"name", "kind", "answers", "rows", "report"}
+        for key in sorted(extra):
+            diffs.add(f"{where}.{_short(key)}: unexpected field")
+
+    def _read_rows(self, rows: Any, diffs: _Diffs) -> None:
+        where, k = self.where, len(self.answers)
+        expected_keys = {"sha256", "y", "p_model", "p_jev"}
+        if self.kind == "multiple_choice":
+            expected_keys.add("n_options")
+        if self.unit == "group":
+            expected_keys.add("group_sha256")
+        if not isinstance(rows, dict) or set(rows) != expected_keys:
+            got = sorted(rows)[:8] if isinstance(rows, dict) else type(rows).__name__
+            raise Malformed(f"{where}.rows: expected fields {sorted(expected_keys)}, got {got}")
+        hashes = _list(rows["sha256"], f"{where}.rows.sha256", most=MAX_TEST_EXAMPLES)
+        n = len(hashes)
+        if n < 1:
+            raise Malformed(f"{where}.rows: expected at least 1 test example, got 0")
+        for i, h in enumerate(hashes):
+            if not isinstance(h, str) or not _HEX64.fullmatch(h):
+                raise Malformed(f"{where}.rows.sha256[{i}]: expected 64 lowercase hex digits, "
+                                f"got {_short(h)}")
+        ys = _list(rows["y"], f"{where}.rows.y", n)
+        offered = [k] * n
+        if self.kind == "multiple_choice":
+            offered = _list(rows["n_options"], f"{where}.rows.n_options", n)
+            for i, o in enumerate(offered):
+                if isinstance(o, bool) or not isinstance(o, int) or not 1 <= o <= k:
+                    raise Malformed(f"{where}.rows.n_options[{i}]: expected 1 to {k}, got {_short(o)}")
+        for i, yi in enumerate(ys):
+            if isinstance(yi, bool) or not isinstance(yi, int) or not 0 <= yi < k:
+                raise Malformed(f"{where}.rows.y[{i}]: expected an answer index 0 to {k - 1}, "
+                                f"got {_short(yi)}")
+            if yi >= offered[i]:
+                diffs.add(f"{where}.rows.y[{i}]: right answer {yi + 1} is not among the "
+                          f"{offered[i]} options offered")
+        self.group_hashes: list[str] | None = None
+        if self.unit == "group":
+            self.group_hashes = _list(rows["group_sha256"], f"{where}.rows.group_sha256", n)
+            for i, h in enumerate(self.group_hashes):
+                if not isinstance(h, str) or not _HEX64.fullmatch(h):
+                    raise Malformed(f"{where}.rows.group_sha256[{i}]: expected 64 lowercase hex "
+                                    f"digits, got {_short(h)}")
+        pm_raw = _list(rows["p_model"], f"{where}.rows.p_model", n)
+        pj_raw = _list(rows["p_jev"], f"{where}.rows.p_jev", n)
+        self.pm = [_probs(v, f"{where}.rows.p_model[{i}]", k, offered[i], diffs)
+                   for i, v in enumerate(pm_raw)]
+        self.pj = [_probs(v, f"{where}.rows.p_jev[{i}]", k, offered[i], diffs)
+                   for i, v in enumerate(pj_raw)]
+        self.hashes, self.ys, self.offered = hashes, ys, offered
+        gh = self.group_hashes
+        keys = [(hashes[i], ys[i], tuple(self.pm[i]), tuple(self.pj[i]), offered[i],
+                 gh[i] if gh is not None else "") for i in range(n)]
+        for i in range(1, n):
+            if keys[i] < keys[i - 1]:
+                diffs.add(f"{where}.rows: row {i} is out of canonical order (rows must be sorted "
+                          "by sha256, then y, p_model, p_jev)")
+                break
+
+    @property
+    def n(self) -> int:
+        return len(self.ys)
+
+    def check(self, version: int, diffs: _Diffs) -> bool:
+        """Rebuild every number of the report and compare; return whether the decision beats."""
+        where, k, n, ys = self.where, len(self.answers), self.n, self.ys
+        sa, sb = SystemValues(ys, self.pm), SystemValues(ys, self.pj)
+        labels = [c for c in range(k) if c in set(ys)]
+        support = Counter(ys)
+        eligible = [c for c in range(k) if support[c] >= WORST_MIN_SUPPORT]
+        m = (4 * n + 4) // 5
+        ca, cb = _counts(ys, sa, k, m), _counts(ys, sb, k, m)
+        ma, ea = _metrics(ca, n, labels, eligible, m, self.answers)
+        mb, eb = _metrics(cb, n, labels, eligible, m, self.answers)
+        deltas: dict[str, float | None] = {}
+        exact_deltas: dict[str, str | None] = {}
+        margins: dict[str, str] = {}
+        for metric in METRICS:
+            if metric not in ea or metric not in eb:
+                deltas[metric] = None
+                exact_deltas[metric] = None
+                margins[metric] = "not_applicable"
+                continue
+            deltas[metric] = ma[metric] - mb[metric]
+            d = ea[metric] - eb[metric]
+            exact_deltas[metric] = _frac(d)
+            margins[metric] = "held" if d >= -MAX_DROP[metric] else "broken"
+        w0, w1, w2 = WEIGHTS
+        g_point = (w0 * (ma["macro_f1"] - mb["macro_f1"])
+                   + w1 * (ma["brier_skill"] - mb["brier_skill"])
+                   + w2 * (ma["selective_acc_80"] - mb["selective_acc_80"]))
+        seed = seed_of(self.name, self.hashes)
+        boot: dict[str, Any] = {"resamples": RESAMPLES}
+        if self.group_hashes is not None:
+            index = {h: i for i, h in enumerate(sorted(set(self.group_hashes)))}
+            groups = [index[h] for h in self.group_hashes]
+            g = group_gains(ys, sa, sb, k, seed, RESAMPLES, groups)
+            boot.update(unit="group", n_units=len(index))
+        else:
+            g = gains(ys, sa, sb, k, seed, RESAMPLES)
+            if version >= 2:
+                boot.update(unit="example", n_units=n)
+        ordered = sorted(g)
+        qi = -((-5 * RESAMPLES) // 100) - 1
+        q05 = ordered[qi]
+        gain_is_real = q05 > 0.0
+        nothing_collapses = all(v != "broken" for v in margins.values())
+        beats = gain_is_real and nothing_collapses
+        boot.update(
+            seed=seed.hex(),
+            q05_index=qi,
+            q05=q05,
+            n_gain_le_0=sum(1 for v in g if v <= 0.0),
+            gains_sha256=hashlib.sha256(struct.pack(f">{len(g)}d", *g)).hexdigest(),
+            gains=g,
+        )
+        expected = {
+            "data_sha256": data_digest(self.kind, self.answers, self.hashes, ys, self.offered,
+                                       self.pm, self.pj, self.group_hashes),
+            "n": n,
+            "f1_answers": labels,
+            "worst_eligible": eligible,
+            "coverage": m,
+            "metrics": {"model": ma, "jev": mb},
+            "counts": {"model": ca, "jev": cb},
+            "deltas": deltas,
+            "exact_deltas": exact_deltas,
+            "margins": margins,
+            "gain": g_point,
+            "bootstrap": boot,
+            "gain_is_real": gain_is_real,
+            "nothing_collapses": nothing_collapses,
+            "beats": beats,
+        }
+        _compare(expected, self.dec["report"], f"{where}.report", diffs)
+        return beats
+
+
+def verify(audit: Any, *, large: bool = False) -> list[str]:
     """Rebuild everything in ``audit`` (a parsed audit) and return the differences (empty if none).
 
+    Every decision is read and checked for shape and bounds before any computation starts.
+
+    Args:
+        audit: the parsed audit.
+        large: allow more than ``MAX_TOTAL_EXAMPLES`` test examples in all (slower).
+
     Raises:
-        Malformed: the audit's structure is not an audit's (missing fields, wrong types).
+        Malformed: not an audit (wrong format or version, missing fields, wrong types, sizes the
+            product never writes).
     """
     diffs = _Diffs()
     if not isinstance(audit, dict):
         raise Malformed(f"expected a JSON object at the top, got {type(audit).__name__}")
     fmt = audit.get("format")
     if fmt != AUDIT_FORMAT:
-        return [f'format: expected "{AUDIT_FORMAT}", got {fmt!r}']
+        raise Malformed(f'format: expected "{AUDIT_FORMAT}", got {_short(fmt)}')
     version = _field(audit, "audit_version", "audit")
-    if version != AUDIT_VERSION or isinstance(version, bool):
-        raise Malformed(f"audit_version: expected {AUDIT_VERSION}, got {version!r}: "
-                        "use the verifier that matches this audit's version")
+    if isinstance(version, bool) or not isinstance(version, int) or version not in AUDIT_VERSIONS:
+        raise Malformed(f"audit_version: expected one of {AUDIT_VERSIONS} (an integer), got "
+                        f"{_short(version)}: use the verifier that matches this audit's version")
     for key in ("training_id", "model_id", "jev_id"):
         _str(_field(audit, key, "audit"), key)
-    _compare(PARAMS, _field(audit, "params", "audit"), "params", diffs)
+    params = PARAMS if version == 1 else PARAMS_V2
+    _compare(params, _field(audit, "params", "audit"), "params", diffs)
     split = _field(audit, "split", "audit")
     if split is not None:
-        _check_split(split, "split", diffs)
-    decisions = _list(_field(audit, "decisions", "audit"), "decisions")
+        _check_split(split, diffs)
+    decisions = _list(_field(audit, "decisions", "audit"), "decisions", most=MAX_DECISIONS)
     overall = _field(audit, "overall", "audit")
     verdict = _field(overall, "verdict", "overall")
     if verdict not in VERDICTS:
-        raise Malformed(f"overall.verdict: expected one of {VERDICTS}, got {verdict!r}")
+        raise Malformed(f"overall.verdict: expected one of {VERDICTS}, got {_short(verdict)}")
     keep = _field(overall, "keep_if_loses", "overall")
     if not isinstance(keep, bool):
-        raise Malformed(f"overall.keep_if_loses: expected true or false, got {keep!r}")
+        raise Malformed(f"overall.keep_if_loses: expected true or false, got {_short(keep)}")
     expected: dict[str, Any]
     if verdict == "failed":
         reason = _field(overall, "failure_reason", "overall")
-        if not isinstance(reason, str) or not reason.strip():
-            diffs.add(f"overall.failure_reason: a failed training needs its reason, got {reason!r}")
+        if not isinstance(reason, str) or not reason.strip() or len(reason) > MAX_TEXT:
+            diffs.add(f"overall.failure_reason: a failed training needs its reason, got "
+                      f"{_short(reason)}")
         if decisions:
             diffs.add(f"decisions: a failed training has no decisions, got {len(decisions)}")
         expected = {
@@ -578,10 +812,16 @@ def verify(audit: Any) -> list[str]:
     else:
         if not decisions:
             raise Malformed("decisions: expected at least one decision for a judged training, got 0")
-        results = [_decision(d, f"decisions[{i}]", diffs) for i, d in enumerate(decisions)]
+        read = [_Decision(d, f"decisions[{i}]", version, diffs) for i, d in enumerate(decisions)]
+        total = sum(d.n for d in read)
+        if total > MAX_TOTAL_EXAMPLES and not large:
+            raise Malformed(f"expected at most {MAX_TOTAL_EXAMPLES} test examples in all, got "
+                            f"{total}: verifying takes about {total // 1000 + 1} s per 1,000 on a "
+                            "slow machine; re-run with --large to verify it anyway")
+        results = [(d.name, d.check(version, diffs)) for d in read]
         names = [r[0] for r in results]
         if len(set(names)) != len(names):
-            diffs.add(f"decisions: names must be unique, got {names!r}"[:300])
+            diffs.add(f"decisions: names must be unique, got {_short(names)}")
         won = sum(1 for _, b in results if b)
         needed = (2 * len(results) + 2) // 3
         beats = won >= needed
@@ -596,54 +836,98 @@ def verify(audit: Any) -> list[str]:
     known = {"format", "audit_version", "training_id", "model_id", "jev_id", "params", "split",
              "decisions", "overall"}
     for key in sorted(set(audit) - known):
-        diffs.add(f"{key}: unexpected field")
+        diffs.add(f"{_short(key)}: unexpected field")
     return diffs.lines
 
 
-def _check_split(split: Any, where: str, diffs: _Diffs) -> None:
+def _check_split(split: Any, diffs: _Diffs) -> None:
+    """Counts only: integers >= 0, at most one nested level of objects (e.g. per decision)."""
     if not isinstance(split, dict):
-        diffs.add(f"{where}: expected an object of counts, got {type(split).__name__}")
+        diffs.add(f"split: expected an object of counts, got {type(split).__name__}")
         return
     for key, value in split.items():
+        where = f"split.{_short(key)}"
         if isinstance(value, dict):
-            _check_split(value, f"{where}.{key}", diffs)
-        elif isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            diffs.add(f"{where}.{key}: expected a count (integer >= 0), got {value!r}"[:300])
+            for inner, count in value.items():
+                if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= 10**15:
+                    diffs.add(f"{where}.{_short(inner)}: expected a count (integer >= 0), "
+                              f"got {_short(count)}")
+        elif isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10**15:
+            diffs.add(f"{where}: expected a count (integer >= 0) or an object of counts, "
+                      f"got {_short(value)}")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: verify one audit file; print every difference; return the exit status."""
-    args = list(sys.argv[1:] if argv is None else argv)
+USAGE = "usage: python3 verify_audit.py [--large] AUDIT.json"
+
+
+def _print(text: str, err: bool = False) -> None:
+    """Print, ignoring a reader that went away (``| head``): the exit status still tells."""
+    stream = sys.stderr if err else sys.stdout
+    try:
+        print(text, file=stream)
+        stream.flush()
+    except (BrokenPipeError, OSError):
+        pass
+
+
+def _run(args: list[str]) -> int:
+    large = "--large" in args
+    args = [a for a in args if a != "--large"]
     if len(args) != 1 or args[0] in ("-h", "--help"):
-        print("usage: python3 verify_audit.py AUDIT.json", file=sys.stderr)
+        _print(USAGE, err=True)
         return 0 if args and args[0] in ("-h", "--help") else 2
     path = args[0]
     try:
         audit = load(path)
-        diffs = verify(audit)
+        diffs = verify(audit, large=large)
     except Malformed as exc:
-        print(f"verify_audit: not a valid audit: {exc}", file=sys.stderr)
+        _print(f"verify_audit: not a valid audit: {exc}", err=True)
         return 2
     except RecursionError:
-        print("verify_audit: not a valid audit: nested too deeply", file=sys.stderr)
+        _print("verify_audit: not a valid audit: nested too deeply", err=True)
         return 2
-    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
-        print(f"verify_audit: not a valid audit: unexpected structure "
-              f"({type(exc).__name__}: {exc})"[:500], file=sys.stderr)
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as exc:
+        _print(f"verify_audit: not a valid audit: unexpected structure "
+               f"({type(exc).__name__}: {_short(str(exc))})", err=True)
         return 2
     if diffs:
         for line in diffs:
-            print(f"DIFFERS {line}")
-        print(f"verify_audit: FAILED: {len(diffs)} difference(s) in {path}; "
-              "the audit does not match what its rows give.")
+            _print(f"DIFFERS {line}")
+        _print(f"verify_audit: FAILED: {len(diffs)} difference(s) in {path}; "
+               "the audit does not match what its rows give.")
         return 1
     overall = audit["overall"]
     n_dec = overall["n_decisions"]
     settling = overall["settling_decision"]
     tail = f", settled by {settling!r}" if settling is not None else ""
-    print(f"verify_audit: OK: {path}: every number matches; {n_dec} decision(s), "
-          f"verdict {overall['verdict']}{tail}.")
+    _print(f"verify_audit: OK: {path}: every number matches; {n_dec} decision(s), "
+           f"verdict {overall['verdict']}{tail}.")
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: verify one audit file; print every difference; return the exit status.
+
+    The interpreter's version is checked first; no traceback is ever printed (exit 2 with one
+    line instead).
+    """
+    problem = python_problem()
+    if problem is not None:
+        _print(problem, err=True)
+        return 2
+    try:
+        return _run(list(sys.argv[1:] if argv is None else argv))
+    except MemoryError:
+        _print("verify_audit: not a valid audit: it needs more memory than this machine has",
+               err=True)
+        return 2
+    except KeyboardInterrupt:
+        _print("verify_audit: interrupted", err=True)
+        return 2
+    except Exception as exc:  # the last guard: never a traceback
+        _print(f"verify_audit: not a valid audit: could not check it ({type(exc).__name__})",
+               err=True)
+        return 2
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import itertools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,7 @@ from typestrict_pipeline.backtest.engine import (
     BacktestResult,
     LiveDecision,
     OnStepError,
+    StepRecord,
     plan_steps,
     run_backtest,
     run_live,
@@ -139,12 +141,14 @@ def run_and_store_backtest(
     retries: int = 0,
     on_step_error: OnStepError | str = OnStepError.CONTINUE,
     dagster_run_id: str | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> tuple[str, BacktestResult]:
     """Check the configuration, run the backtest, store it as it runs; returns (id, result).
 
     Nothing is stored for a configuration that is refused (bad range, step, data, parameters):
     the error says what to fix. Once it starts, every finished step is stored even if the run
-    fails later.
+    fails later. ``on_progress(done, planned)`` is called after each finished step (the CLI's
+    progress bar).
     """
     run_wf = workflow.variant(params=params, prompts=prompts) if (params or prompts) else workflow
     times = plan_steps(run_wf, data, start=start, end=end, step=step)
@@ -154,9 +158,23 @@ def run_and_store_backtest(
         result = run_backtest(run_wf, data=data, start=start, end=end, step=step,
                               clients=models.clients, prices=models.prices,
                               max_in_flight=max_in_flight, retries=retries,
-                              on_step_error=on_step_error, on_step=rec.on_step)
+                              on_step_error=on_step_error, on_step=_counting(rec.on_step, len(times), on_progress))
         rec.finish(result.card)
     return rec.id, result
+
+
+def _counting(on_step: Callable[[StepRecord], None], planned: int,
+              on_progress: Callable[[int, int], None] | None) -> Callable[[StepRecord], None]:
+    """``on_step`` that also reports ``(steps done, planned)`` to ``on_progress``."""
+    if on_progress is None:
+        return on_step
+    done = itertools.count(1)  # next() is atomic: steps may finish on several threads
+
+    def step(record: StepRecord) -> None:
+        on_step(record)
+        on_progress(next(done), planned)
+
+    return step
 
 
 def run_and_store_live(

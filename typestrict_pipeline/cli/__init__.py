@@ -8,14 +8,17 @@ here unless a sub-command needs it, so ``typestrict verify`` starts fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 
 from typestrict_pipeline.errors import TypeStrictError
 
 # Modules under typestrict_pipeline.cli that define register(subparsers).
-_AREAS = ("refund", "credits", "store", "backtest", "study", "schedule")
+_AREAS = ("refund", "credits", "store", "backtest", "study", "schedule", "api", "data")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,15 +39,55 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``typestrict``; returns the process exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Entry point of ``typestrict``; returns the process exit code.
+
+    Exit codes: 0 done; 1 the command ran and found a problem (or an unexpected error, a bug,
+    reported in one line); 2 a usage error or one of our errors (the message says what to fix);
+    130 interrupted (Ctrl-C). A closed pipe (``... --json | head -3``) ends quietly. No command
+    prints a traceback unless ``TYPESTRICT_DEBUG=1``.
+    """
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
         code: int = args.func(args)
+        sys.stdout.flush()
+        return code
     except TypeStrictError as exc:
-        print(f"typestrict: {exc}", file=sys.stderr)
-        return 2
+        return _fail(f"typestrict: {exc}", 2)
+    except SystemExit as exc:  # argparse: --help exits 0, a usage error 2 (its message printed)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop writing, say nothing.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+    except KeyboardInterrupt:
+        return _fail("typestrict: interrupted; what was stored before stays stored", 130)
+    except Exception as exc:  # the last line of defence: one line, no traceback
+        return _unexpected(exc)
+
+
+def _fail(message: str, code: int) -> int:
+    with contextlib.suppress(BrokenPipeError, OSError):
+        sys.stdout.flush()
+    print(message, file=sys.stderr)
     return code
+
+
+def _unexpected(exc: Exception) -> int:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    if os.environ.get("TYPESTRICT_DEBUG"):
+        traceback.print_exc()
+    detail = " ".join(str(exc).split())[:300]
+    if isinstance(exc, SQLAlchemyError):
+        return _fail(
+            f"typestrict: the store failed: {exc.__class__.__name__}: {detail}. Check that the "
+            "store (--store / TYPESTRICT_STORE_URL) is reachable and is a TypeStrict store; "
+            "see docs/operations.md for backup and restore.", 2)
+    return _fail(
+        f"typestrict: unexpected error {exc.__class__.__name__}: {detail}. This is a bug: please "
+        "report it with the command you ran (TYPESTRICT_DEBUG=1 shows the traceback).", 1)
 
 
 if __name__ == "__main__":  # pragma: no cover

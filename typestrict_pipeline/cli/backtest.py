@@ -16,11 +16,12 @@ import argparse
 import contextlib
 import datetime as dt
 import json
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from typestrict_pipeline.backtest.engine import parse_step
-from typestrict_pipeline.backtest.metering import RunMode, format_usd
+from typestrict_pipeline.backtest.metering import format_usd
 from typestrict_pipeline.backtest.pit import PointInTimeTable, format_time
 from typestrict_pipeline.backtest.service import (
     ModelSetup,
@@ -35,12 +36,32 @@ from typestrict_pipeline.backtest.store import (
     activate_version,
     list_backtests,
     load_backtest,
-    usage,
 )
 from typestrict_pipeline.backtest.workflow import Workflow
 from typestrict_pipeline.backtest.workflows import default_registry, load_dataset
+from typestrict_pipeline.cli.common import (
+    add_json,
+    add_store,
+    bounded_int,
+    check_range,
+    day,
+    identifier,
+    positive_float,
+    print_json,
+    print_table,
+    progress,
+    read_store,
+    step,
+    write_store,
+)
 from typestrict_pipeline.errors import InputError
-from typestrict_pipeline.store import default_store_url, open_store
+from typestrict_pipeline.workspaces import require_workspace
+
+WORKSPACE = identifier("a workspace id")
+WORKFLOW = identifier("a workflow name")
+PRICE = bounded_int("a price in micro-USD per 1M tokens", 0, 10**12)
+# A live decision more than this past the data's last known time gets a warning.
+STALE_AFTER = dt.timedelta(days=2)
 
 
 def _parse_value(text: str) -> Any:
@@ -84,36 +105,42 @@ def _models(args: argparse.Namespace, workflow: Workflow) -> Iterator[ModelSetup
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workspace", default="demo", help="workspace id (default: demo)")
-    p.add_argument("--store-url", help="store URL (default: TYPESTRICT_STORE_URL or the local SQLite file)")
+    p.add_argument("--workspace", type=WORKSPACE, default="demo", help="workspace id (default: demo)")
+    add_store(p)
     p.add_argument("--dataset", default="seattle_weather", help="named dataset (default: seattle_weather)")
     p.add_argument("--csv", help="a CSV with event_time and known_time columns instead of --dataset")
     p.add_argument("--table", default="weather", help="table name for --csv (default: weather)")
     p.add_argument("--model-url", help="an OpenAI-compatible base URL (default: the local stand-in)")
     p.add_argument("--model", help="model name at --model-url (its price-table entry)")
     p.add_argument("--api-key-env", help="environment variable holding the endpoint's key")
-    p.add_argument("--price-in", type=int, help="micro-USD per 1M prompt tokens")
-    p.add_argument("--price-out", type=int, help="micro-USD per 1M completion tokens")
-    p.add_argument("--standin-latency", type=float, default=0.02,
+    p.add_argument("--price-in", type=PRICE, help="micro-USD per 1M prompt tokens")
+    p.add_argument("--price-out", type=PRICE, help="micro-USD per 1M completion tokens")
+    p.add_argument("--standin-latency", type=positive_float("seconds", 60.0), default=0.02,
                    help="seconds each stand-in answer takes (default 0.02)")
 
 
-def _engine(args: argparse.Namespace) -> Any:
-    return open_store(args.store_url or default_store_url())
+def _check_model_url(args: argparse.Namespace) -> None:
+    url = args.model_url
+    if url and (not url.startswith(("http://", "https://")) or len(url) > 2000):
+        raise InputError("--model-url as an http:// or https:// base URL", repr(url[:100]),
+                         "give the endpoint's base URL, e.g. https://api.example.com/v1")
 
 
 def _backtest_run(args: argparse.Namespace) -> int:
+    start, end = parse_time(args.start, "start"), parse_time(args.end, "end")
+    check_range(start, end)
+    _check_model_url(args)
+    step_size = parse_step(args.step)
     data, label = _data(args)
-    engine = _engine(args)
+    engine = write_store(args)
     try:
         workflow = active_workflow(engine, args.workflow, workspace=args.workspace)
-        with _models(args, workflow) as models:
+        with _models(args, workflow) as models, _bar(f"backtest {args.workflow}") as report:
             bid, result = run_and_store_backtest(
                 engine, workflow, workspace=args.workspace, data=data, dataset=label,
-                start=parse_time(args.start, "start"), end=parse_time(args.end, "end"),
-                step=parse_step(args.step), models=models, params=_pairs(args.param, "param"),
+                start=start, end=end, step=step_size, models=models, params=_pairs(args.param, "param"),
                 prompts=_pairs(args.prompt, "prompt"), max_in_flight=args.max_in_flight,
-                retries=args.retries, on_step_error=args.on_step_error,
+                retries=args.retries, on_step_error=args.on_step_error, on_progress=report,
             )
     finally:
         engine.dispose()
@@ -122,27 +149,60 @@ def _backtest_run(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _bar(what: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar whose total is learnt from the first report (steps planned)."""
+    state: dict[str, Any] = {}
+    with contextlib.ExitStack() as stack:
+        def report(done: int, planned: int) -> None:
+            if "update" not in state:
+                state["update"] = stack.enter_context(progress(planned, what))
+            state["update"](done)
+
+        yield report
+
+
 def _backtest_list(args: argparse.Namespace) -> int:
-    engine = _engine(args)
+    engine = read_store(args)
     try:
+        require_workspace(engine, args.workspace)
         rows = list_backtests(engine, workspace=args.workspace, workflow=args.workflow)
     finally:
         engine.dispose()
-    print(f"{'id':32}  {'workflow':16} {'version':18} {'mode':10} {'status':9} {'steps':>9} "
-          f"{'mean':>7} {'cost':>11}")
-    for b in rows:
-        mean = "n/a" if b.mean_score is None else f"{b.mean_score:.4f}"
-        print(f"{b.id:32}  {b.workflow:16} {b.version_id:18} {b.mode.value:10} {b.status.value:9} "
-              f"{b.steps_run:>4}/{b.steps_planned:<4} {mean:>7} {format_usd(b.cost_micro_usd):>11}")
+    if args.json:
+        print_json([{
+            "id": b.id, "workflow": b.workflow, "version_id": b.version_id, "mode": b.mode.value,
+            "status": b.status.value, "steps_run": b.steps_run, "steps_planned": b.steps_planned,
+            "mean_score": b.mean_score, "cost_micro_usd": b.cost_micro_usd,
+        } for b in rows])
+        return 0
+    if not rows:
+        print(f"workspace {args.workspace} has no backtests"
+              + (f" of workflow {args.workflow}" if args.workflow else ""))
+        return 0
+    print_table(f"Backtests of workspace {args.workspace}, newest first",
+                ["id", "workflow", "version", "mode", "status", "steps", "mean score", "cost"],
+                [[b.id, b.workflow, b.version_id, b.mode.value, b.status.value,
+                  f"{b.steps_run}/{b.steps_planned}",
+                  "n/a" if b.mean_score is None else f"{b.mean_score:.4f}", format_usd(b.cost_micro_usd)]
+                 for b in rows], right=["steps", "mean score", "cost"])
     return 0
 
 
 def _backtest_show(args: argparse.Namespace) -> int:
-    engine = _engine(args)
+    engine = read_store(args)
     try:
         b = load_backtest(engine, args.id)
     finally:
         engine.dispose()
+    if args.json:
+        print_json({
+            "id": b.id, "workflow": b.workflow, "version_id": b.version_id, "mode": b.mode.value,
+            "status": b.status.value, "steps_run": b.steps_run, "steps_planned": b.steps_planned,
+            "mean_score": b.mean_score, "cost_micro_usd": b.cost_micro_usd, "error": b.error,
+            "card": None if b.card is None else b.card.to_text(),
+        })
+        return 0
     if b.card is not None:
         print(b.card.to_text())
     print(f"  backtest id     {b.id} ({b.status.value}, {b.mode.value})")
@@ -153,13 +213,21 @@ def _backtest_show(args: argparse.Namespace) -> int:
 
 def _workflows(args: argparse.Namespace) -> int:
     reg = default_registry()
+    rows: list[dict[str, Any]] = []
     for name in reg.names():
         active = reg.active(name)
         for wf in reg.versions(name):
-            mark = "active" if wf.version_id == active.version_id else ""
-            print(f"{name:16} {wf.version_id:18} {mark:7} tables={','.join(wf.tables)} "
-                  f"horizon={wf.horizon} params={json.dumps(wf.default_params)}")
-            print(f"{'':16} scored by: {wf.outcome_description}")
+            rows.append({"workflow": name, "version_id": wf.version_id,
+                         "active": wf.version_id == active.version_id, "tables": list(wf.tables),
+                         "horizon": str(wf.horizon), "params": wf.default_params,
+                         "scored_by": wf.outcome_description})
+    if args.json:
+        print_json(rows)
+        return 0
+    print_table("Registered workflows", ["workflow", "version", "active", "tables", "horizon", "params",
+                                         "scored by"],
+                [[r["workflow"], r["version_id"], "active" if r["active"] else "", ",".join(r["tables"]),
+                  r["horizon"], json.dumps(r["params"]), r["scored_by"]] for r in rows])
     return 0
 
 
@@ -167,7 +235,9 @@ def _leakcheck(args: argparse.Namespace) -> int:
     from typestrict_pipeline.backtest.leaks import check_leaks
 
     wf = default_registry().active(args.workflow)
-    assert wf.fixture is not None
+    if wf.fixture is None:
+        raise InputError("a workflow with a leak-check fixture", f"{args.workflow!r} without one",
+                         "add a fixture to the workflow's registration")
     with wf.fixture() as fixture:
         report = check_leaks(wf, fixture)
     print(report.summary())
@@ -175,7 +245,7 @@ def _leakcheck(args: argparse.Namespace) -> int:
 
 
 def _activate(args: argparse.Namespace) -> int:
-    engine = _engine(args)
+    engine = write_store(args)
     try:
         base = default_registry().get(args.workflow, args.version)
         wf = base.variant(params=_pairs(args.param, "param"), prompts=_pairs(args.prompt, "prompt"))
@@ -186,18 +256,38 @@ def _activate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stale_warning(data: dict[str, PointInTimeTable], as_of: dt.datetime, label: str) -> str | None:
+    """The warning printed when a live decision's "as of" is past the end of its data."""
+    last = max(t.last_known for t in data.values())
+    if as_of - last <= STALE_AFTER:
+        return None
+    return (f"warning: deciding as of {format_time(as_of)}, but the data ({label}) end at "
+            f"{format_time(last)}, {(as_of - last).days:,} days earlier: this decision sees nothing "
+            "newer. Pass --as-of within the data, or load newer data (--csv).")
+
+
 def _live(args: argparse.Namespace) -> int:
-    data, _label = _data(args)
-    engine = _engine(args)
+    as_of = parse_time(args.as_of, "as_of") if args.as_of else dt.datetime.now(dt.UTC)
+    _check_model_url(args)
+    data, label = _data(args)
+    warning = _stale_warning(data, as_of, label)
+    if warning:
+        print(warning, file=sys.stderr)
+    engine = write_store(args)
     try:
         workflow = active_workflow(engine, args.workflow, workspace=args.workspace)
         with _models(args, workflow) as models:
             lid, live = run_and_store_live(
-                engine, workflow, workspace=args.workspace, data=data, models=models,
-                as_of=parse_time(args.as_of, "as_of") if args.as_of else None,
+                engine, workflow, workspace=args.workspace, data=data, models=models, as_of=as_of,
             )
     finally:
         engine.dispose()
+    if args.json:
+        print_json({"id": lid, "workflow": live.workflow, "version_id": live.version_id,
+                    "mode": live.mode.value, "as_of": live.as_of, "status": live.status.value,
+                    "error": live.error, "decision": live.decision, "cost_micro_usd": live.cost_micro_usd,
+                    "calls": len(live.calls), "stale_data": warning is not None})
+        return 0 if live.error is None else 1
     print(f"Live decision: {live.workflow} @ {live.version_id}   [{live.mode.value}]")
     print(f"  as of           {format_time(live.as_of)}")
     print(f"  status          {live.status.value}" + (f" ({live.error})" if live.error else ""))
@@ -208,34 +298,56 @@ def _live(args: argparse.Namespace) -> int:
 
 
 def _usage(args: argparse.Namespace) -> int:
-    engine = open_store(args.store_url or default_store_url())
+    from typestrict_pipeline.study.limits import format_usd as dash_usd
+    from typestrict_pipeline.usage import workspace_usage
+
+    if args.since and args.until:
+        check_range(args.since, args.until, what="period (--since, --until)")
+    engine = read_store(args)
     try:
-        rows = usage(engine, workspace=args.workspace,
-                     since=dt.date.fromisoformat(args.since) if args.since else None,
-                     until=dt.date.fromisoformat(args.until) if args.until else None)
+        require_workspace(engine, args.workspace)
+        u = workspace_usage(engine, args.workspace, since=args.since, until=args.until)
     finally:
         engine.dispose()
-    print(f"Usage of workspace {args.workspace} (UTC days; HISTORICAL = backtests, LIVE = live runs)")
-    print("\nBy day")
-    print(f"  {'day':10}  {'HISTORICAL':>12}  {'LIVE':>12}  {'calls':>7}")
-    days = sorted({r.day for r in rows})
-    for d in days:
-        h = sum(r.cost_micro_usd for r in rows if r.day == d and r.mode is RunMode.HISTORICAL)
-        li = sum(r.cost_micro_usd for r in rows if r.day == d and r.mode is RunMode.LIVE)
-        n = sum(r.calls for r in rows if r.day == d)
-        print(f"  {d:10}  {format_usd(h):>12}  {format_usd(li):>12}  {n:>7}")
-    print("\nBy workflow")
-    print(f"  {'workflow':16}  {'HISTORICAL':>12}  {'LIVE':>12}  {'tokens in':>10}  {'tokens out':>10}")
-    for w in sorted({r.workflow for r in rows}):
-        h = sum(r.cost_micro_usd for r in rows if r.workflow == w and r.mode is RunMode.HISTORICAL)
-        li = sum(r.cost_micro_usd for r in rows if r.workflow == w and r.mode is RunMode.LIVE)
-        ti = sum(r.input_tokens for r in rows if r.workflow == w)
-        to = sum(r.output_tokens for r in rows if r.workflow == w)
-        print(f"  {w:16}  {format_usd(h):>12}  {format_usd(li):>12}  {ti:>10}  {to:>10}")
-    th = sum(r.cost_micro_usd for r in rows if r.mode is RunMode.HISTORICAL)
-    tl = sum(r.cost_micro_usd for r in rows if r.mode is RunMode.LIVE)
-    print(f"\nTotal: HISTORICAL {format_usd(th)}, LIVE {format_usd(tl)}")
+    if args.json:
+        print_json(_usage_json(u))
+        return 0
+    print(f"Usage of workspace {args.workspace} (UTC days; HISTORICAL = backtests and studies, "
+          "LIVE = live runs)")
+    usd = format_usd
+    print_table("By day", ["day", "backtests", "studies", "HISTORICAL", "LIVE", "calls"],
+                [[d.day, usd(d.backtests_micro), usd(d.studies_micro), usd(d.historical_micro),
+                  usd(d.live_micro), d.calls] for d in u.by_day()],
+                right=["backtests", "studies", "HISTORICAL", "LIVE", "calls"])
+    by_wf = u.by_workflow()
+    tokens = {w: (sum(r.input_tokens for r in u.calls if r.workflow == w),
+                  sum(r.output_tokens for r in u.calls if r.workflow == w)) for w in by_wf}
+    print_table("By workflow", ["workflow", "backtests", "studies", "LIVE", "tokens in", "tokens out"],
+                [[w, usd(d.backtests_micro), usd(d.studies_micro), usd(d.live_micro), *tokens[w]]
+                 for w, d in by_wf.items()],
+                right=["backtests", "studies", "LIVE", "tokens in", "tokens out"])
+    if u.studies:
+        print_table("Studies", ["study", "name", "workflow", "created", "state", "spend", "budget"],
+                    [[s.study_id, s.name or "", s.workflow, s.day, s.state,
+                      "not tracked" if s.spend_micro is None else usd(s.spend_micro), dash_usd(s.budget_micro)]
+                     for s in u.studies], right=["study", "spend", "budget"])
+    t = u.totals()
+    print(f"Total: HISTORICAL {usd(t.historical_micro)}, LIVE {usd(t.live_micro)} (HISTORICAL: backtests "
+          f"{usd(t.backtests_micro)}, studies {usd(t.studies_micro)})")
     return 0
+
+
+def _usage_json(u: Any) -> dict[str, Any]:
+    t = u.totals()
+    return {
+        "workspace": u.workspace,
+        "by_day": [d.__dict__ for d in u.by_day()],
+        "by_workflow": {w: {k: v for k, v in d.__dict__.items() if k != "day"}
+                        for w, d in u.by_workflow().items()},
+        "studies": [s.__dict__ for s in u.studies],
+        "total": {"backtests_micro": t.backtests_micro, "studies_micro": t.studies_micro,
+                  "historical_micro": t.historical_micro, "live_micro": t.live_micro, "calls": t.calls},
+    }
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -244,54 +356,59 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sub = bt.add_subparsers(dest="backtest_command", required=True)
 
     p = sub.add_parser("run", help="replay a workflow over history and print its run card")
-    p.add_argument("workflow")
+    p.add_argument("workflow", type=WORKFLOW, help="the workflow, e.g. seattle_rain (see `backtest workflows`)")
     p.add_argument("--start", required=True, help="first decision time (ISO 8601; a date is 00:00 UTC)")
     p.add_argument("--end", required=True, help="last decision time")
-    p.add_argument("--step", default="1d", help="step size: 1d, 12h, 30m, 1w (default 1d)")
+    p.add_argument("--step", type=step, default="1d", help="step size: 1d, 12h, 30m, 1w (default 1d)")
     p.add_argument("--param", action="append", help="parameter override NAME=VALUE (repeatable)")
     p.add_argument("--prompt", action="append", help="prompt override STEP=TEXT (repeatable)")
-    p.add_argument("--max-in-flight", type=int, default=8, help="model calls in flight (default 8)")
-    p.add_argument("--retries", type=int, default=0, help="extra attempts per model call")
-    p.add_argument("--on-step-error", choices=("continue", "stop"), default="continue")
+    p.add_argument("--max-in-flight", type=bounded_int("calls in flight", 1, 256), default=8,
+                   help="model calls in flight, 1 to 256 (default 8)")
+    p.add_argument("--retries", type=bounded_int("retries", 0, 10), default=0,
+                   help="extra attempts per model call, 0 to 10 (default 0)")
+    p.add_argument("--on-step-error", choices=("continue", "stop"), default="continue",
+                   help="what a failed step does to the run (default continue)")
     _add_common(p)
     p.set_defaults(func=_backtest_run)
 
     p = sub.add_parser("list", help="a workspace's backtests, newest first")
-    p.add_argument("--workspace", default="demo")
-    p.add_argument("--workflow")
-    p.add_argument("--store-url")
+    p.add_argument("--workspace", type=WORKSPACE, default="demo", help="workspace id (default: demo)")
+    p.add_argument("--workflow", type=WORKFLOW, help="only this workflow's backtests")
+    add_json(add_store(p))
     p.set_defaults(func=_backtest_list)
 
     p = sub.add_parser("show", help="a stored backtest's run card")
-    p.add_argument("id")
-    p.add_argument("--store-url")
+    p.add_argument("id", type=identifier("a backtest id"), help="the backtest id (see `backtest list`)")
+    add_json(add_store(p))
     p.set_defaults(func=_backtest_show)
 
     p = sub.add_parser("workflows", help="the registered workflows and their versions")
+    add_json(p)
     p.set_defaults(func=_workflows)
 
     p = sub.add_parser("leakcheck", help="truncation-invariance and future-poisoning tests")
-    p.add_argument("workflow")
+    p.add_argument("workflow", type=WORKFLOW, help="the workflow to check")
     p.set_defaults(func=_leakcheck)
 
     p = sub.add_parser("activate", help="make a version (with parameter/prompt overrides) the live one")
-    p.add_argument("workflow")
+    p.add_argument("workflow", type=WORKFLOW, help="the workflow")
     p.add_argument("--version", help="a registered version id (default: the code's active one)")
-    p.add_argument("--param", action="append")
-    p.add_argument("--prompt", action="append")
-    p.add_argument("--workspace", default="demo")
-    p.add_argument("--store-url")
+    p.add_argument("--param", action="append", help="parameter override NAME=VALUE (repeatable)")
+    p.add_argument("--prompt", action="append", help="prompt override STEP=TEXT (repeatable)")
+    p.add_argument("--workspace", type=WORKSPACE, default="demo", help="workspace id (default: demo)")
+    add_store(p)
     p.set_defaults(func=_activate)
 
     p = subparsers.add_parser("run", help="one LIVE decision of a workflow, with everything known now")
-    p.add_argument("workflow")
+    p.add_argument("workflow", type=WORKFLOW, help="the workflow, e.g. seattle_rain")
     p.add_argument("--as-of", help="decide as of this time instead of now (ISO 8601)")
+    add_json(p)
     _add_common(p)
     p.set_defaults(func=_live)
 
-    p = subparsers.add_parser("usage", help="a workspace's spend by day and workflow, historical and live apart")
-    p.add_argument("workspace")
-    p.add_argument("--since", help="first day, YYYY-MM-DD")
-    p.add_argument("--until", help="last day, YYYY-MM-DD")
-    p.add_argument("--store-url")
+    p = subparsers.add_parser("usage", help="a workspace's spend (backtests, studies, live runs) by day and workflow")
+    p.add_argument("workspace", type=WORKSPACE, help="the workspace id, e.g. demo")
+    p.add_argument("--since", type=day, help="first day, YYYY-MM-DD (UTC)")
+    p.add_argument("--until", type=day, help="last day, YYYY-MM-DD (UTC), included")
+    add_json(add_store(p))
     p.set_defaults(func=_usage)

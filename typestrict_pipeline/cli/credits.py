@@ -1,8 +1,9 @@
 """``typestrict credits ...`` (balance, ledger, grant, spend, adjust, models, expire) and
 ``typestrict audit MODEL_ID``.
 
-Every command takes ``--url`` (default ``TYPESTRICT_STORE_URL``, else the SQLite file under
-``TYPESTRICT_HOME``). See ``docs/credits.md``.
+Every command takes ``--store URL`` (default ``TYPESTRICT_STORE_URL``, else the SQLite file under
+``TYPESTRICT_HOME``); the reads (balance, ledger, models) take ``--json`` and refuse an unknown
+workspace. See ``docs/credits.md``.
 """
 
 from __future__ import annotations
@@ -15,18 +16,47 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
+from typestrict_pipeline.cli.common import (
+    MAX_CREDITS,
+    add_json,
+    add_store,
+    bounded_int,
+    identifier,
+    print_json,
+    print_table,
+    read_store,
+    write_store,
+)
 from typestrict_pipeline.credits import (
     CreditLedger,
     audit_bytes,
     expire_models,
     list_models,
 )
-from typestrict_pipeline.errors import InputError
-from typestrict_pipeline.store import default_store_url, normalize_url, open_store, typestrict_home
+from typestrict_pipeline.errors import InputError, NotFoundError
+from typestrict_pipeline.store import typestrict_home
+from typestrict_pipeline.workspaces import require_workspace
+
+WORKSPACE = identifier("a workspace id")
+TRAINING = identifier("a training id")
+REFERENCE = identifier("a reference (e.g. an invoice id)")
+AMOUNT = bounded_int("an amount of credits", 1, MAX_CREDITS)
+SIGNED_AMOUNT = bounded_int("an amount of credits", -MAX_CREDITS, MAX_CREDITS)
 
 
 def _engine(args: argparse.Namespace) -> Engine:
-    return open_store(normalize_url(args.url or default_store_url()))
+    return write_store(args)
+
+
+def _reader(args: argparse.Namespace) -> Engine:
+    """The store for a read about ``args.workspace``: it must exist and know the workspace."""
+    engine = read_store(args)
+    try:
+        require_workspace(engine, args.workspace)
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine
 
 
 def _now(value: str | None) -> dt.datetime:
@@ -44,11 +74,15 @@ def _now(value: str | None) -> dt.datetime:
 
 
 def _balance(args: argparse.Namespace) -> int:
-    engine = _engine(args)
+    engine = _reader(args)
     try:
         ledger = CreditLedger(engine)
         balance = ledger.balance(args.workspace)
-        suffix = "" if ledger.has_account(args.workspace) else " (no credit account yet)"
+        has = ledger.has_account(args.workspace)
+        if args.json:
+            print_json({"workspace": args.workspace, "balance": balance, "has_account": has})
+            return 0
+        suffix = "" if has else " (no credit account yet)"
         print(f"workspace {args.workspace}: balance {balance} credit{'s' if balance != 1 else ''}{suffix}")
     finally:
         engine.dispose()
@@ -56,10 +90,14 @@ def _balance(args: argparse.Namespace) -> int:
 
 
 def _ledger(args: argparse.Namespace) -> int:
-    engine = _engine(args)
+    engine = _reader(args)
     try:
         ledger = CreditLedger(engine)
         lines = ledger.lines(args.workspace, training_id=args.training)
+        if args.training and not lines:
+            raise NotFoundError(f"expected ledger entries of training {args.training!r} in workspace "
+                                f"{args.workspace!r}, got none. List the workspace's entries with "
+                                f"`typestrict credits ledger {args.workspace}`.")
         if args.json:
             for ln in lines:
                 print(json.dumps({
@@ -70,8 +108,12 @@ def _ledger(args: argparse.Namespace) -> int:
                     "reason": ln.reason, "created_at": ln.created_at.isoformat(),
                 }, sort_keys=True))
         else:
-            for ln in lines:
-                print(ln.describe())
+            print_table(f"Ledger of workspace {args.workspace}",
+                        ["#", "time (UTC)", "kind", "amount", "balance", "training", "verdict", "reason"],
+                        [[ln.id, ln.created_at.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S"),
+                          ln.kind.value, f"{ln.amount:+d}", ln.balance_after, ln.training_id or "",
+                          ln.verdict.value if ln.verdict else "", ln.reason] for ln in lines],
+                        right=["#", "amount", "balance"])
             print(f"balance {ledger.balance(args.workspace)} ({len(lines)} entries)")
     finally:
         engine.dispose()
@@ -113,14 +155,24 @@ def _adjust(args: argparse.Namespace) -> int:
 
 
 def _models(args: argparse.Namespace) -> int:
-    engine = _engine(args)
+    engine = _reader(args)
     try:
-        for m in list_models(engine, args.workspace):
-            files = (f"files until {m.expires_at.isoformat()}" if m.state.value == "available"
-                     else f"files expired {m.expired_at.isoformat() if m.expired_at else ''}")
-            audit = "audit" if m.audit_sha256 else "no audit"
-            print(f"{m.model_id}  {m.verdict.value}  {'delivered' if m.delivered else 'not delivered'}  "
-                  f"{files}  {audit}")
+        models = list_models(engine, args.workspace)
+        if args.json:
+            print_json([{
+                "model_id": m.model_id, "verdict": m.verdict.value, "delivered": m.delivered,
+                "state": m.state.value, "expires_at": m.expires_at, "expired_at": m.expired_at,
+                "audit_sha256": m.audit_sha256,
+            } for m in models])
+            return 0
+        rows = []
+        for m in models:
+            files = (f"until {m.expires_at.isoformat()}" if m.state.value == "available"
+                     else f"expired {m.expired_at.isoformat() if m.expired_at else ''}")
+            rows.append([m.model_id, m.verdict.value, "yes" if m.delivered else "no", files,
+                         "yes" if m.audit_sha256 else "no"])
+        print_table(f"Models of workspace {args.workspace}",
+                    ["model", "verdict", "delivered", "files", "audit"], rows)
     finally:
         engine.dispose()
     return 0
@@ -140,13 +192,17 @@ def _expire(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    engine = _engine(args)
+    engine = read_store(args)
     try:
         data = audit_bytes(engine, args.model_id)
     finally:
         engine.dispose()
     if args.output:
-        Path(args.output).write_bytes(data)
+        try:
+            Path(args.output).write_bytes(data)
+        except OSError as exc:
+            raise InputError("a file path that can be written", f"{args.output!r} ({exc.strerror})",
+                             "pick another --output") from None
     else:
         sys.stdout.flush()
         sys.stdout.buffer.write(data)
@@ -154,8 +210,15 @@ def _audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reason(text: str) -> str:
+    if not text.strip() or len(text) > 500 or not text.isprintable():
+        raise argparse.ArgumentTypeError(
+            f"expected a reason of 1 to 500 printable characters, got {len(text)} characters")
+    return text
+
+
 def _url(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--url", help="store URL (default: TYPESTRICT_STORE_URL or the local SQLite file)")
+    add_store(p)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -164,42 +227,44 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sub = credits.add_subparsers(dest="credits_command", required=True)
 
     p = sub.add_parser("balance", help="a workspace's balance in credits")
-    p.add_argument("workspace")
+    p.add_argument("workspace", type=WORKSPACE, help="the workspace id, e.g. demo")
+    add_json(p)
     _url(p)
     p.set_defaults(func=_balance)
 
     p = sub.add_parser("ledger", help="a workspace's ledger entries, oldest first")
-    p.add_argument("workspace")
-    p.add_argument("--training", help="only this training's entries")
-    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.add_argument("workspace", type=WORKSPACE, help="the workspace id, e.g. demo")
+    p.add_argument("--training", type=TRAINING, help="only this training's entries")
+    p.add_argument("--json", action="store_true", help="one JSON object per line (exact numbers)")
     _url(p)
     p.set_defaults(func=_ledger)
 
     p = sub.add_parser("grant", help="add credits to a workspace (once per --reference)")
-    p.add_argument("workspace")
-    p.add_argument("amount", type=int)
-    p.add_argument("--reference", required=True, help="idempotency key, e.g. the invoice id")
-    p.add_argument("--reason", default="credits added")
+    p.add_argument("workspace", type=WORKSPACE, help="the workspace id")
+    p.add_argument("amount", type=AMOUNT, help=f"credits to add, 1 to {MAX_CREDITS:,}")
+    p.add_argument("--reference", type=REFERENCE, required=True, help="idempotency key, e.g. the invoice id")
+    p.add_argument("--reason", type=_reason, default="credits added", help="why, in words (default: credits added)")
     _url(p)
     p.set_defaults(func=_grant)
 
     p = sub.add_parser("spend", help="charge a training's credit when it starts (once per training)")
-    p.add_argument("workspace")
-    p.add_argument("training_id")
+    p.add_argument("workspace", type=WORKSPACE, help="the workspace id")
+    p.add_argument("training_id", type=TRAINING, help="the training that starts")
     _url(p)
     p.set_defaults(func=_spend)
 
     p = sub.add_parser("adjust", help="a manual correction entry (once per --reference)")
-    p.add_argument("workspace")
-    p.add_argument("amount", type=int)
-    p.add_argument("--reference", required=True, help="idempotency key, e.g. the ticket id")
-    p.add_argument("--reason", required=True)
-    p.add_argument("--training", help="the training it corrects, if any")
+    p.add_argument("workspace", type=WORKSPACE, help="the workspace id")
+    p.add_argument("amount", type=SIGNED_AMOUNT, help=f"signed change in credits, ±{MAX_CREDITS:,} at most")
+    p.add_argument("--reference", type=REFERENCE, required=True, help="idempotency key, e.g. the ticket id")
+    p.add_argument("--reason", type=_reason, required=True, help="why, in words")
+    p.add_argument("--training", type=TRAINING, help="the training it corrects, if any")
     _url(p)
     p.set_defaults(func=_adjust)
 
     p = sub.add_parser("models", help="a workspace's model records: verdict, files, audit")
-    p.add_argument("workspace")
+    p.add_argument("workspace", type=WORKSPACE, help="the workspace id, e.g. demo")
+    add_json(p)
     _url(p)
     p.set_defaults(func=_models)
 
@@ -213,7 +278,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         p = subparsers.add_parser(
             "audit", help="print a model's audit JSON, byte-identical to its audit file (any time)"
         )
-        p.add_argument("model_id", help="the model id (the training id)")
+        p.add_argument("model_id", type=TRAINING, help="the model id (the training id), e.g. rt-tfidf")
         p.add_argument("-o", "--output", help="write to this file instead of stdout")
         _url(p)
         p.set_defaults(func=_audit)

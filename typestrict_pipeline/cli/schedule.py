@@ -12,7 +12,9 @@ Commands:
 * ``data-arrived WORKSPACE WORKFLOW END``: record that outcomes are known up to ``END``;
 * ``workspace WORKSPACE [--subscription ACTIVE|EXPIRED] [--budget-usd X]``: state and spend;
 * ``notifications USER --on|--off``: the "A scheduled study changes its winner" notification;
-* ``deliver``: send the notification outbox (``TYPESTRICT_NOTIFY_TRANSPORT``, ``TYPESTRICT_SMTP_*``).
+* ``deliver [--requeue ID]``: send the notification outbox (``TYPESTRICT_NOTIFY_TRANSPORT``:
+  ``file`` by default, ``smtp``, ``webhook``, ``none``);
+* ``outbox [--undelivered]``: every notification, delivered or not, with the reason it is not.
 
 The same ``status``, ``lineage`` and ``schedule enable|cancel`` are also offered under
 ``typestrict study`` (added to the studies area's command when it does not define them).
@@ -21,17 +23,48 @@ The same ``status``, ``lineage`` and ``schedule enable|cancel`` are also offered
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import os
+import sys
 
 from sqlalchemy import Engine
 
+from typestrict_pipeline.cli.common import (
+    MAX_STEPS,
+    add_json,
+    add_store,
+    bounded_int,
+    identifier,
+    print_json,
+    read_store,
+    usd,
+    write_store,
+)
 from typestrict_pipeline.errors import InputError
-from typestrict_pipeline.store import default_store_url, normalize_url, open_store, utcnow
+from typestrict_pipeline.store import utcnow
+
+SCHEDULE_ID = bounded_int("a schedule id", 1, 2**62)
+STUDY_ID = bounded_int("a study id", 1, 2**62)
+WORKSPACE = identifier("a workspace id")
+WORKFLOW = identifier("a workflow name")
+PERSON = identifier("a person (an email address)")
 
 
 def _engine(args: argparse.Namespace) -> Engine:
-    return open_store(normalize_url(args.url or default_store_url()))
+    return write_store(args)
+
+
+def _views_json(engine: Engine, views: list[object], ticks: int) -> list[dict[str, object]]:
+    from typestrict_pipeline.reruns.service import recent_ticks
+
+    out: list[dict[str, object]] = []
+    for v in views:
+        d = dict(v.__dict__)
+        d["ticks"] = [{"at": t.at, "source": t.source, "outcome": t.outcome.value, "message": t.message}
+                      for t in recent_ticks(engine, int(str(d["id"])), ticks)]
+        out.append(d)
+    return out
 
 
 def _time(text: str | None) -> dt.datetime:
@@ -56,11 +89,15 @@ def _who(value: str | None) -> str:
 def _enable(args: argparse.Namespace) -> int:
     from typestrict_pipeline.reruns.service import enable_schedule, status_text
     from typestrict_pipeline.reruns.studies import StoreStudies
+    from typestrict_pipeline.reruns.workspace import store_spend_source, workspace_warning
 
     engine = _engine(args)
-    view = enable_schedule(engine, StoreStudies(engine), study_id=args.study_id, cadence=args.cadence,
+    view = enable_schedule(engine, StoreStudies(engine), study_id=str(args.study_id), cadence=args.cadence,
                            owner=_who(args.owner), min_unseen_steps=args.min_unseen_steps)
     print(status_text(engine, view))
+    warning = workspace_warning(engine, view.workspace_id, utcnow(), store_spend_source(engine))
+    if warning is not None:
+        print(f"typestrict: warning: {warning}", file=sys.stderr)
     return 0
 
 
@@ -75,11 +112,19 @@ def _cancel(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from typestrict_pipeline.reruns.service import get_schedule, list_schedules, status_text
 
-    engine = _engine(args)
+    engine = read_store(args)
+    if args.workspace:
+        from typestrict_pipeline.workspaces import require_workspace
+
+        require_workspace(engine, args.workspace)
     if args.schedule_id is not None:
         views = [get_schedule(engine, args.schedule_id)]
     else:
-        views = list_schedules(engine, workspace_id=args.workspace, study_id=args.study)
+        views = list_schedules(engine, workspace_id=args.workspace,
+                               study_id=None if args.study is None else str(args.study))
+    if args.json:
+        print_json(_views_json(engine, list(views), args.ticks))
+        return 0
     if not views:
         print("No re-run schedules. Enable one with: typestrict schedule enable STUDY_ID --cadence 1d --owner EMAIL")
         return 0
@@ -88,10 +133,28 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _lineage(args: argparse.Namespace) -> int:
-    from typestrict_pipeline.reruns.service import lineage_text
+    from typestrict_pipeline.reruns.lineage import summarize
+    from typestrict_pipeline.reruns.service import lineage_entries, lineage_text
 
-    print(lineage_text(_engine(args), args.study_id))
+    engine = read_store(args)
+    entries = lineage_entries(engine, str(args.study_id))
+    if not entries:
+        _require_study(engine, args.study_id)
+    if args.json:
+        print_json({"study_id": args.study_id,
+                    "entries": [{**e.__dict__, "edge": e.edge} for e in entries],
+                    "summary": summarize(entries).__dict__ if entries else None})
+        return 0
+    print(lineage_text(engine, str(args.study_id)))
     return 0
+
+
+def _require_study(engine: Engine, study_id: int) -> None:
+    from typestrict_pipeline.store import session_scope
+    from typestrict_pipeline.study import repository as repo
+
+    with session_scope(engine) as s:
+        repo.get_study(s, study_id)
 
 
 def _tick(args: argparse.Namespace) -> int:
@@ -124,6 +187,8 @@ def _data_arrived(args: argparse.Namespace) -> int:
     from typestrict_pipeline.reruns.studies import record_data_end
 
     end = _time(args.end)
+    if end.year < 1900 or end.year > 2200:
+        raise InputError("an END between the years 1900 and 2200", end.isoformat(), "fix the time")
     record_data_end(_engine(args), args.workspace, args.workflow, end)
     print(f"{args.workspace}/{args.workflow}: outcomes known up to {end.isoformat()}")
     return 0
@@ -138,7 +203,7 @@ def _workspace(args: argparse.Namespace) -> int:
     )
     from typestrict_pipeline.study.limits import format_usd, usd_to_micro
 
-    engine = _engine(args)
+    engine = _engine(args) if (args.subscription is not None or args.budget_usd is not None) else read_store(args)
     if args.subscription is not None or args.budget_usd is not None:
         set_workspace(
             engine, args.workspace,
@@ -146,6 +211,9 @@ def _workspace(args: argparse.Namespace) -> int:
             usage_budget_micro_usd=None if args.budget_usd is None else usd_to_micro(args.budget_usd),
         )
     status = workspace_status(engine, args.workspace, utcnow(), store_spend_source(engine))
+    if args.json:
+        print_json(None if status is None else status.__dict__)
+        return 0 if status is not None else 1
     if status is None:
         print(f"Workspace {args.workspace} has no subscription state yet: "
               "set one with --subscription ACTIVE --budget-usd 50")
@@ -170,53 +238,83 @@ def _notifications(args: argparse.Namespace) -> int:
 
 
 def _deliver(args: argparse.Namespace) -> int:
-    from typestrict_pipeline.reruns.notify import deliver_pending, transport_from_env
+    from typestrict_pipeline.reruns.notify import (
+        FileTransport,
+        deliver_pending,
+        requeue,
+        transport_from_env,
+    )
 
+    engine = _engine(args)
+    if args.requeue is not None:
+        requeue(engine, args.requeue)
+        print(f"message {args.requeue} put back in the outbox")
     transport = transport_from_env()
     if transport is None:
-        print("TYPESTRICT_NOTIFY_TRANSPORT=none: messages stay in the outbox")
+        print("TYPESTRICT_NOTIFY_TRANSPORT=none: messages stay in the outbox (typestrict schedule outbox lists them)")
         return 0
-    report = deliver_pending(_engine(args), transport)
+    if isinstance(transport, FileTransport):
+        print(f"delivering to {transport.path}")
+    report = deliver_pending(engine, transport)
     print(f"{len(report.sent)} sent, {len(report.failed)} kept for retry, {len(report.dead)} given up")
     for mid, error in report.failed:
         print(f"  message {mid}: {error}")
     return 0 if not report.dead else 1
 
 
+def _outbox(args: argparse.Namespace) -> int:
+    from typestrict_pipeline.reruns.notify import outbox, transport_from_env, transport_label
+
+    entries = outbox(read_store(args), undelivered_only=args.undelivered, limit=args.limit)
+    if args.json:
+        print_json({"transport": transport_label(transport_from_env()),
+                    "messages": [dataclasses.asdict(e) for e in entries]})
+        return 0
+    print(f"Notifications are delivered to {transport_label(transport_from_env())}")
+    if not entries:
+        print("The outbox is empty" + (" of undelivered messages" if args.undelivered else ""))
+        return 0
+    for e in entries:
+        print("  " + e.line())
+    return 0
+
+
 def _add_common(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--url", "--store-url", dest="url",
-                   help="store URL (default: TYPESTRICT_STORE_URL or the local SQLite file)")
-    return p
+    return add_store(p)
 
 
 def _add_enable(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = _add_common(sub.add_parser("enable", help="re-run a finished study (with a USD budget) on a cadence"))
-    p.add_argument("study_id")
+    p.add_argument("study_id", type=STUDY_ID, help="the finished study to re-run (it must have a USD budget)")
     p.add_argument("--cadence", default="1d", help="30m, 6h, 1d, 1w ... (default 1d)")
-    p.add_argument("--owner", help="who sets it up (default TYPESTRICT_USER)")
-    p.add_argument("--min-unseen-steps", type=int, help="only for a study created without the setting")
+    p.add_argument("--owner", type=PERSON, help="who sets it up (default TYPESTRICT_USER)")
+    p.add_argument("--min-unseen-steps", type=bounded_int("a number of steps", 1, MAX_STEPS),
+                   help="only for a study created without the setting")
     p.set_defaults(func=_enable)
 
 
 def _add_cancel(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = _add_common(sub.add_parser("cancel", help="cancel a schedule"))
-    p.add_argument("schedule_id", type=int)
-    p.add_argument("--by", help="who cancels (default TYPESTRICT_USER)")
+    p.add_argument("schedule_id", type=SCHEDULE_ID, help="the schedule (see `typestrict schedule status`)")
+    p.add_argument("--by", type=PERSON, help="who cancels (default TYPESTRICT_USER)")
     p.set_defaults(func=_cancel)
 
 
 def _add_status(sub: argparse._SubParsersAction[argparse.ArgumentParser], help_text: str) -> None:
     p = _add_common(sub.add_parser("status", help=help_text))
-    p.add_argument("schedule_id", type=int, nargs="?")
-    p.add_argument("--study", help="only the schedules of this study")
-    p.add_argument("--workspace", help="only this workspace")
-    p.add_argument("--ticks", type=int, default=5, help="recent ticks to show (default 5)")
+    p.add_argument("schedule_id", type=SCHEDULE_ID, nargs="?", help="one schedule (default: all)")
+    p.add_argument("--study", type=STUDY_ID, help="only the schedules of this study")
+    p.add_argument("--workspace", type=WORKSPACE, help="only this workspace")
+    p.add_argument("--ticks", type=bounded_int("a number of ticks", 0, 1000), default=5,
+                   help="recent ticks to show (default 5)")
+    add_json(p)
     p.set_defaults(func=_status)
 
 
 def _add_lineage(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = _add_common(sub.add_parser("lineage", help="the lineage panel of a study"))
-    p.add_argument("study_id")
+    p.add_argument("study_id", type=STUDY_ID, help="any study of the lineage")
+    add_json(p)
     p.set_defaults(func=_lineage)
 
 
@@ -267,25 +365,34 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(func=_tick)
 
     p = cmd("data-arrived", "record that a workflow's outcomes are known up to END")
-    p.add_argument("workspace")
-    p.add_argument("workflow")
+    p.add_argument("workspace", type=WORKSPACE, help="the workspace id")
+    p.add_argument("workflow", type=WORKFLOW, help="the workflow whose outcomes arrived")
     p.add_argument("end", help="end (exclusive) of the decision steps with a known outcome, ISO 8601")
     p.set_defaults(func=_data_arrived)
 
     p = cmd("workspace", "a workspace's subscription, usage budget and spend")
-    p.add_argument("workspace")
-    p.add_argument("--subscription", choices=["ACTIVE", "EXPIRED"])
-    p.add_argument("--budget-usd", help="usage budget per calendar month, in USD")
+    p.add_argument("workspace", type=WORKSPACE, help="the workspace id")
+    p.add_argument("--subscription", choices=["ACTIVE", "EXPIRED"], help="set the subscription state")
+    p.add_argument("--budget-usd", type=usd, help="set the usage budget per calendar month, in USD")
+    add_json(p)
     p.set_defaults(func=_workspace)
 
     p = cmd("notifications", "turn 'A scheduled study changes its winner' on or off for a person")
-    p.add_argument("user")
+    p.add_argument("user", type=PERSON, help="the person (an email address)")
     onoff = p.add_mutually_exclusive_group(required=True)
-    onoff.add_argument("--on", dest="on", action="store_true")
-    onoff.add_argument("--off", dest="on", action="store_false")
+    onoff.add_argument("--on", dest="on", action="store_true", help="send it")
+    onoff.add_argument("--off", dest="on", action="store_false", help="do not send it")
     p.set_defaults(func=_notifications)
 
     p = cmd("deliver", "send the notification outbox now")
+    p.add_argument("--requeue", type=bounded_int("a message id", 1, 2**62), metavar="MESSAGE_ID",
+                   help="first put a given-up message back")
     p.set_defaults(func=_deliver)
+
+    p = add_json(cmd("outbox", "the notifications: delivered, waiting, or not delivered and why"))
+    p.add_argument("--undelivered", action="store_true", help="only messages not delivered yet")
+    p.add_argument("--limit", type=bounded_int("a number of messages", 1, 1000), default=50, metavar="N",
+                   help="at most N (1-1000, default 50)")
+    p.set_defaults(func=_outbox)
 
     _extend_study(subparsers)

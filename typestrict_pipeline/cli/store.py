@@ -10,21 +10,20 @@ from __future__ import annotations
 
 import argparse
 
-from typestrict_pipeline.store import default_store_url, normalize_url, open_store
+from typestrict_pipeline.cli.common import add_store, store_url
+from typestrict_pipeline.store import open_store
 from typestrict_pipeline.store.engine import init_store
 
 
 def _upgrade(args: argparse.Namespace) -> int:
-    url = normalize_url(args.url or default_store_url())
-    engine = open_store(url)
+    engine = open_store(store_url(args))
     print(f"store at {engine.url.render_as_string(hide_password=True)} is at the current schema")
     engine.dispose()
     return 0
 
 
 def _init(args: argparse.Namespace) -> int:
-    url = normalize_url(args.url or default_store_url())
-    result = init_store(url)
+    result = init_store(store_url(args))
     print(result.message)
     return 0
 
@@ -33,11 +32,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     store = subparsers.add_parser("store", help="manage the domain store")
     sub = store.add_subparsers(dest="store_command", required=True)
     up = sub.add_parser("upgrade", help="bring the store's schema to the current version")
-    up.add_argument("--url", help="store URL (default: TYPESTRICT_STORE_URL or the local SQLite file)")
+    add_store(up)
     up.set_defaults(func=_upgrade)
     init = sub.add_parser(
         "init",
         help="create an empty store; a broken SQLite file there is moved aside, never deleted",
     )
-    init.add_argument("--url", help="store URL (default: TYPESTRICT_STORE_URL or the local SQLite file)")
+    add_store(init)
     init.set_defaults(func=_init)

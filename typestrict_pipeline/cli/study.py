@@ -17,36 +17,71 @@ Dagster is imported only by ``run``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy import Engine, select
 
+from typestrict_pipeline.cli.common import (
+    MAX_CANDIDATES,
+    MAX_STEPS,
+    add_json,
+    add_store,
+    bounded_int,
+    check_range,
+    identifier,
+    positive_float,
+    print_json,
+    print_table,
+    progress,
+    read_store,
+    step,
+    usd,
+    write_store,
+)
 from typestrict_pipeline.errors import InputError
-from typestrict_pipeline.store import default_store_url, open_store, session_scope
+from typestrict_pipeline.store import session_scope
 from typestrict_pipeline.study import repository as repo
 from typestrict_pipeline.study.form import StudyForm, study_config
 from typestrict_pipeline.study.leaderboard import load_leaderboard, render_markdown
 from typestrict_pipeline.study.limits import estimate_text, format_usd
-from typestrict_pipeline.study.tables import StudyRow, StudyState
+from typestrict_pipeline.study.tables import CandidateRow, CandidateState, StudyRow, StudyState
+from typestrict_pipeline.workspaces import require_workspace
+
+STEPS = bounded_int("a number of steps", 1, MAX_STEPS)
+STUDY_ID_RANGE = (1, 2**62)
 
 
 def _engine(args: argparse.Namespace) -> Engine:
-    return open_store(args.store_url or default_store_url())
+    return write_store(args)
 
 
 def _study_id(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise InputError("a study id (a whole number, see `typestrict study list`)", repr(text),
-                         "pass the study's id") from None
+    digits = text.strip()
+    if not digits.isascii() or not digits.isdigit() or len(digits) > 19 \
+            or not STUDY_ID_RANGE[0] <= int(digits) <= STUDY_ID_RANGE[1]:
+        raise InputError("a study id (a whole number, see `typestrict study list`)", repr(text[:40]),
+                         "pass the study's id")
+    return int(digits)
+
+
+def _admitted(engine: Engine, study_id: int) -> int:
+    """Candidates left after "Max candidates" (and duplicates, rejections): those that will run."""
+    from sqlalchemy import func
+
+    with session_scope(engine) as s:
+        return int(s.execute(select(func.count()).select_from(CandidateRow).where(
+            CandidateRow.study_id == study_id,
+            CandidateRow.state != CandidateState.DISCARDED.value)).scalar_one())
 
 
 def _run(args: argparse.Namespace) -> int:
+    from typestrict_pipeline.backtest.service import parse_time
     from typestrict_pipeline.study.service import create_study_from_config
 
-    engine = _engine(args)
+    check_range(parse_time(args.start, "start"), parse_time(args.end, "end"), what="study's data (--start, --end)")
     form = StudyForm(
         workflow=args.workflow, start=args.start, end=args.end, tune_steps=args.tune_steps,
         eval_steps=args.eval_steps, holdout_steps=args.holdout_steps, workspace=args.workspace,
@@ -58,26 +93,59 @@ def _run(args: argparse.Namespace) -> int:
         synthetic=args.synthetic, max_in_flight=args.max_in_flight,
         standin_latency=args.standin_latency,
     )
-    sid = create_study_from_config(engine, study_config(form))
+    config = study_config(form)
+    engine = _engine(args)
+    sid = create_study_from_config(engine, config)
     with session_scope(engine) as s:
-        study = repo.get_study(s, sid)
-        est = study.estimate_micro
-        admitted = study.candidates_planned
+        est = repo.get_study(s, sid).estimate_micro
+    admitted = _admitted(engine, sid)
     if est is not None:
-        print(f"study {sid}: {estimate_text(est, admitted, args.folds)}")
+        print(f"study {sid}: {estimate_text(est, admitted, args.folds)}", flush=True)
     else:
-        print(f"study {sid}: no USD estimate (this version has no completed backtest in workspace "
-              f"{args.workspace!r})")
-    ok = run_study_on_dagster(sid, executor=args.executor)
+        print(f"study {sid}: {admitted} candidate{'s' if admitted != 1 else ''} to run; no USD estimate "
+              f"(this version has no completed backtest in workspace {args.workspace!r})", flush=True)
+    total = admitted * args.folds * 2 + 2  # windows: tune and eval per fold, then the holdout runs
+    with _watch_runs(engine, sid, total):
+        ok = run_study_on_dagster(sid, executor=args.executor)
     print(render_markdown(load_leaderboard(engine, sid)))
     return 0 if ok else 1
 
 
+@contextlib.contextmanager
+def _watch_runs(engine: Engine, study_id: int, total: int) -> Iterator[None]:
+    """A progress bar of the study's finished window runs, read from the store every 0.5 s."""
+    import threading
+
+    from sqlalchemy import func
+
+    from typestrict_pipeline.study.tables import RunRow
+
+    stop = threading.Event()
+    with progress(total, f"study {study_id}: window runs") as update:
+        def poll() -> None:
+            while not stop.wait(0.5):
+                try:
+                    with session_scope(engine) as s:
+                        done = s.execute(select(func.count()).select_from(RunRow).where(
+                            RunRow.study_id == study_id, RunRow.finished_at.is_not(None))).scalar_one()
+                    update(int(done))
+                except Exception:  # a progress bar never fails the study
+                    return
+
+        thread = threading.Thread(target=poll, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(timeout=5)
+
+
 def run_study_on_dagster(study_id: int, *, executor: str = "in_process",
                          max_concurrent: int = 2) -> bool:
-    """Run ``study_job`` for ``study_id`` on ``DAGSTER_HOME``'s instance (else an ephemeral one)."""
+    """Run ``study_job`` for ``study_id`` on ``DAGSTER_HOME``'s instance (else the home's, else an
+    ephemeral one)."""
     import importlib
-    import os
 
     import dagster as dg
 
@@ -87,7 +155,7 @@ def run_study_on_dagster(study_id: int, *, executor: str = "in_process",
     job = defs.resolve_job_def("study_job")
     config: dict[str, Any] = dict(study_run_config(study_id))
     quiet = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
-    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+    instance = _instance()
     if executor == "multiprocess":
         config["execution"] = {"config": {"multiprocess": {
             "max_concurrent": max_concurrent, "start_method": {"forkserver": {}}}}}
@@ -97,6 +165,23 @@ def run_study_on_dagster(study_id: int, *, executor: str = "in_process",
     res = job.execute_in_process(run_config={**config, **quiet}, instance=instance,
                                  raise_on_error=False)
     return bool(res.success)
+
+
+def _instance() -> Any:
+    """``DAGSTER_HOME``'s instance; else the home's (``<TYPESTRICT_HOME>/dagster_home``, where
+    ``make demo`` and ``make ui`` keep it) when it exists; else an ephemeral one."""
+    import os
+
+    import dagster as dg
+
+    from typestrict_pipeline.store import typestrict_home
+
+    if os.environ.get("DAGSTER_HOME"):
+        return dg.DagsterInstance.get()
+    local = typestrict_home() / "dagster_home"
+    if (local / "dagster.yaml").is_file():
+        return dg.DagsterInstance.from_config(str(local))
+    return dg.DagsterInstance.ephemeral()
 
 
 def _study_job() -> Any:
@@ -109,8 +194,8 @@ def _leaderboard(args: argparse.Namespace) -> int:
     from typestrict_pipeline.reruns.lineage import summarize
     from typestrict_pipeline.reruns.service import lineage_entries, lineage_text
 
-    engine = _engine(args)
     sid = _study_id(args.study_id)
+    engine = read_store(args)
     board = load_leaderboard(engine, sid)
     entries = lineage_entries(engine, str(sid))
     if args.json:
@@ -127,31 +212,46 @@ def _leaderboard(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    with session_scope(_engine(args)) as s:
-        q = select(StudyRow).order_by(StudyRow.id.desc()).limit(50)
+    engine = read_store(args)
+    if args.workspace:
+        require_workspace(engine, args.workspace)
+    with session_scope(engine) as s:
+        q = select(StudyRow).order_by(StudyRow.id.desc()).limit(args.limit)
         if args.workspace:
             q = q.where(StudyRow.workspace == args.workspace)
         if args.workflow:
             q = q.where(StudyRow.workflow == args.workflow)
         rows = s.execute(q).scalars().all()
-        if not rows:
-            print("no studies")
-        for r in rows:
-            spend = format_usd(r.spend_micro) if r.cost_tracked else "—"
-            print(f"{r.id:>5}  {r.workspace}/{r.workflow}  {StudyState(r.state).label:<15} "
-                  f"{r.stop_limit or '':<16} spend {spend}")
+    if args.json:
+        print_json([{
+            "id": r.id, "name": r.name, "workspace": r.workspace, "workflow": r.workflow,
+            "state": StudyState(r.state).label, "stop_limit": r.stop_limit,
+            "spend_micro": r.spend_micro if r.cost_tracked else None, "budget_micro": r.budget_micro,
+            "created_at": r.created_at,
+        } for r in rows])
+        return 0
+    if not rows:
+        print("no studies" + (f" in workspace {args.workspace}" if args.workspace else "")
+              + (f" of workflow {args.workflow}" if args.workflow else ""))
+        return 0
+    print_table("Studies, newest first", ["id", "name", "workspace", "workflow", "state", "stopped by",
+                                          "spend", "budget"],
+                [[r.id, r.name or "", r.workspace, r.workflow, StudyState(r.state).label, r.stop_limit or "",
+                  format_usd(r.spend_micro) if r.cost_tracked else "—", format_usd(r.budget_micro)]
+                 for r in rows], right=["id", "spend", "budget"])
     return 0
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    state = repo.cancel_study(_engine(args), _study_id(args.study_id))
+    sid = _study_id(args.study_id)
+    state = repo.cancel_study(read_store(args), sid)
     print(f"study {args.study_id}: {state.label}; what ran is kept")
     return 0
 
 
 def _delete(args: argparse.Namespace) -> int:
     sid = _study_id(args.study_id)
-    repo.delete_study(_engine(args), sid)
+    repo.delete_study(read_store(args), sid)
     print(f"study {sid}: deleted (a schedule re-running it turns itself off at its next tick)")
     return 0
 
@@ -160,8 +260,8 @@ def _promote(args: argparse.Namespace) -> int:
     from typestrict_pipeline.study.promote import promote_winner
     from typestrict_pipeline.study.service import study_backend
 
-    engine = _engine(args)
     sid = _study_id(args.study_id)
+    engine = read_store(args)
     res = promote_winner(engine, sid, study_backend(engine, sid))
     print(res.message)
     return 0
@@ -172,57 +272,73 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sub = study.add_subparsers(dest="study_command", required=True)
 
     def cmd(name: str, help_text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text)
-        p.add_argument("--store-url", help="store URL (default: TYPESTRICT_STORE_URL or the local SQLite file)")
-        return p
+        return add_store(sub.add_parser(name, help=help_text))
 
     p = cmd("run", "create a study and run it on Dagster; print its leaderboard")
-    p.add_argument("workflow")
-    p.add_argument("--workspace", default="demo")
-    p.add_argument("--dataset", default="seattle_weather")
-    p.add_argument("--name")
-    p.add_argument("--start", required=True, help="first time the folds may use (ISO 8601)")
-    p.add_argument("--end", required=True, help="end of the data (exclusive); the holdout ends here")
-    p.add_argument("--step", default="1d")
-    p.add_argument("--folds", type=int, default=3)
-    p.add_argument("--tune-steps", type=int, required=True)
-    p.add_argument("--eval-steps", type=int, required=True)
-    p.add_argument("--holdout-steps", type=int, required=True)
-    p.add_argument("--horizon-steps", type=int, default=1)
-    p.add_argument("--grid", action="append", help="NAME=V1,V2,... (repeatable)")
-    p.add_argument("--random", action="append", help="NAME=LOW:HIGH drawn uniformly (repeatable)")
-    p.add_argument("--random-draws", type=int, default=0)
-    p.add_argument("--seed", type=int, default=0, help="seed of the random draws (default 0)")
-    p.add_argument("--prompt-file", action="append", help="STEP=PATH: an alternative prompt (repeatable)")
-    p.add_argument("--max-candidates", type=int, help="required: how many candidates may run")
-    p.add_argument("--max-total-steps", type=int, help="required: how many steps the study may run")
-    p.add_argument("--budget-usd", help="optional USD budget (needs a completed backtest of the version)")
-    p.add_argument("--min-unseen-steps", type=int,
-                   help="Min unseen steps for a re-run: new steps a scheduled re-run waits for")
-    p.add_argument("--max-in-flight", type=int, default=8)
-    p.add_argument("--standin-latency", type=float, default=0.02)
-    p.add_argument("--executor", choices=("in_process", "multiprocess"), default="in_process")
-    p.add_argument("--synthetic", action="store_true", help="run the synthetic workflow (no model)")
+    _run_arguments(p)
     p.set_defaults(func=_run)
 
     p = cmd("leaderboard", "print a study's leaderboard and header")
-    p.add_argument("study_id")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("study_id", help="the study's id (see `typestrict study list`)")
+    add_json(p)
     p.set_defaults(func=_leaderboard)
 
-    p = cmd("list", "list studies")
-    p.add_argument("--workspace")
-    p.add_argument("--workflow")
+    p = cmd("list", "list studies, newest first")
+    p.add_argument("--workspace", type=WORKSPACE, help="only this workspace's studies")
+    p.add_argument("--workflow", type=WORKFLOW, help="only this workflow's studies")
+    p.add_argument("--limit", type=bounded_int("a number of studies", 1, 10_000), default=50,
+                   help="at most this many (default 50)")
+    add_json(p)
     p.set_defaults(func=_list)
 
-    p = cmd("cancel", "cancel a study (what ran is kept)")
-    p.add_argument("study_id")
-    p.set_defaults(func=_cancel)
+    for name, text in (("cancel", "cancel a study (what ran is kept)"),
+                       ("delete", "delete a study that is not in flight (its candidates and runs too)"),
+                       ("promote", "promote a finished study's winner through the evaluation gate")):
+        p = cmd(name, text)
+        p.add_argument("study_id", help="the study's id (see `typestrict study list`)")
+        p.set_defaults(func={"cancel": _cancel, "delete": _delete, "promote": _promote}[name])
 
-    p = cmd("delete", "delete a study that is not in flight (its candidates and runs too)")
-    p.add_argument("study_id")
-    p.set_defaults(func=_delete)
 
-    p = cmd("promote", "promote a finished study's winner through the evaluation gate")
-    p.add_argument("study_id")
-    p.set_defaults(func=_promote)
+WORKSPACE = identifier("a workspace id")
+WORKFLOW = identifier("a workflow name")
+
+
+def _run_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``study run`` (the fields of the launchpad's new-study form)."""
+    p.add_argument("workflow", type=WORKFLOW, help="the workflow to study, e.g. seattle_rain")
+    p.add_argument("--workspace", type=WORKSPACE, default="demo", help="workspace id (default: demo)")
+    p.add_argument("--dataset", default="seattle_weather", help="named dataset (default: seattle_weather)")
+    p.add_argument("--name", help="a display name for the study")
+    p.add_argument("--start", required=True, help="first time the folds may use (ISO 8601)")
+    p.add_argument("--end", required=True, help="end of the data (exclusive); the holdout ends here")
+    p.add_argument("--step", type=step, default="1d", help="step size: 1d, 12h, 30m, 1w (default 1d)")
+    p.add_argument("--folds", type=bounded_int("a number of folds", 1, 100), default=3,
+                   help="walk-forward folds, 1 to 100 (default 3)")
+    p.add_argument("--tune-steps", type=STEPS, required=True, help="steps in each fold's tune window")
+    p.add_argument("--eval-steps", type=STEPS, required=True, help="steps in each fold's eval window")
+    p.add_argument("--holdout-steps", type=STEPS, required=True,
+                   help="steps in the sealed holdout at the end of the data")
+    p.add_argument("--horizon-steps", type=bounded_int("a horizon in steps", 1, 10_000), default=1,
+                   help="steps until a decision's outcome is known (default 1)")
+    p.add_argument("--grid", action="append", help="NAME=V1,V2,... (repeatable)")
+    p.add_argument("--random", action="append", help="NAME=LOW:HIGH drawn uniformly (repeatable)")
+    p.add_argument("--random-draws", type=bounded_int("a number of random draws", 0, MAX_CANDIDATES),
+                   default=0, help="how many --random candidates to draw (default 0)")
+    p.add_argument("--seed", type=bounded_int("a seed", 0, 2**32 - 1), default=0,
+                   help="seed of the random draws (default 0)")
+    p.add_argument("--prompt-file", action="append", help="STEP=PATH: an alternative prompt (repeatable)")
+    p.add_argument("--max-candidates", type=bounded_int("Max candidates", 1, MAX_CANDIDATES),
+                   help="required: how many candidates may run")
+    p.add_argument("--max-total-steps", type=STEPS, help="required: how many steps the study may run")
+    p.add_argument("--budget-usd", type=usd,
+                   help="optional USD budget (needs a completed backtest of the version); needed to "
+                        "re-run the study on a schedule")
+    p.add_argument("--min-unseen-steps", type=bounded_int("a number of steps", 0, MAX_STEPS),
+                   help="Min unseen steps for a re-run: new steps a scheduled re-run waits for")
+    p.add_argument("--max-in-flight", type=bounded_int("calls in flight", 1, 256), default=8,
+                   help="model calls in flight, 1 to 256 (default 8)")
+    p.add_argument("--standin-latency", type=positive_float("seconds", 60.0), default=0.02,
+                   help="seconds each stand-in answer takes (default 0.02)")
+    p.add_argument("--executor", choices=("in_process", "multiprocess"), default="in_process",
+                   help="Dagster executor of study_job (default in_process)")
+    p.add_argument("--synthetic", action="store_true", help="run the synthetic workflow (no model)")

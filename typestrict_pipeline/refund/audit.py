@@ -42,10 +42,12 @@ from typestrict_pipeline.refund.metrics import (
     Metrics,
 )
 from typestrict_pipeline.refund.rule import RESAMPLES, DecisionReport, TrainingJudgement
-from typestrict_pipeline.refund.stream import SEED_DOMAIN, STREAM_DOMAIN, STREAM_NAME
+from typestrict_pipeline.refund.stream import GROUP_DOMAIN, SEED_DOMAIN, STREAM_DOMAIN, STREAM_NAME
 
 AUDIT_FORMAT = "typestrict-refund-audit"
-AUDIT_VERSION = 1
+AUDIT_VERSION = 2
+"""Version 2 adds groups: each test example's group SHA-256 (when the test has groups) and the
+bootstrap's unit (``example`` or ``group``). Version 1 audits still verify."""
 
 SplitSummary = Mapping[str, "int | Mapping[str, int]"]
 
@@ -64,6 +66,7 @@ def params() -> dict[str, Any]:
         "stream": STREAM_NAME,
         "seed_domain": SEED_DOMAIN.decode("ascii").rstrip("\x00"),
         "stream_domain": STREAM_DOMAIN.decode("ascii").rstrip("\x00"),
+        "group_domain": GROUP_DOMAIN.decode("ascii").rstrip("\x00"),
         "zero_division": 0,
         "tie_rule": "right_if_right_answer_among_tied_top;else_pred_first_tied_in_answer_order",
         "confidence_order": "confidence_desc,row_asc",
@@ -86,12 +89,15 @@ def data_sha256(
     kind: str,
     answers: Sequence[str],
     rows: Sequence[tuple[str, int, int, Sequence[float], Sequence[float]]],
+    groups: Sequence[str] | None = None,
 ) -> str:
     """SHA-256 binding a decision's kind, answers and rows (so no probability can change unseen).
 
     ``SHA-256(DATA_DOMAIN + kind + NUL + (answer + NUL)… + per row: 32-byte text digest,
-    y and n_options as big-endian u32, then p_model and p_jev as big-endian doubles)``.
-    ``rows`` holds ``(text_sha256, y, n_options, p_model, p_jev)`` in canonical order.
+    y and n_options as big-endian u32, then p_model and p_jev as big-endian doubles, then, with
+    groups only, the 32-byte group digest)``.
+    ``rows`` holds ``(text_sha256, y, n_options, p_model, p_jev)`` in canonical order; ``groups``
+    the rows' group SHA-256 in the same order (``None``: no groups, the digest of version 1).
     """
     h = hashlib.sha256(DATA_DOMAIN)
     h.update(kind.encode("utf-8") + b"\x00")
@@ -99,9 +105,11 @@ def data_sha256(
         h.update(a.encode("utf-8") + b"\x00")
     k = len(answers)
     pack = struct.Struct(f">II{k}d{k}d").pack
-    for sha, y, n_options, pm, pj in rows:
+    for i, (sha, y, n_options, pm, pj) in enumerate(rows):
         h.update(bytes.fromhex(sha))
         h.update(pack(y, n_options, *pm, *pj))
+        if groups is not None:
+            h.update(bytes.fromhex(groups[i]))
     return h.hexdigest()
 
 
@@ -129,6 +137,8 @@ def _counts(c: Counts) -> dict[str, Any]:
 def _bootstrap(b: BootstrapResult) -> dict[str, Any]:
     return {
         "resamples": b.resamples,
+        "unit": b.unit.value,
+        "n_units": b.n_units,
         "seed": b.seed_hex,
         "q05_index": b.q05_index,
         "q05": b.q05,
@@ -145,6 +155,9 @@ def _decision(r: DecisionReport) -> dict[str, Any]:
     }
     if r.n_options is not None:
         rows["n_options"] = list(r.n_options)
+    groups = None if r.groups is None else [row.group_sha256 or "" for row in r.rows]
+    if groups is not None:
+        rows["group_sha256"] = groups
     rows["p_model"] = [list(row.p_model) for row in r.rows]
     rows["p_jev"] = [list(row.p_jev) for row in r.rows]
     return {
@@ -166,6 +179,7 @@ def _decision(r: DecisionReport) -> dict[str, Any]:
                     )
                     for row in r.rows
                 ],
+                groups,
             ),
             "n": r.n,
             "f1_answers": list(r.f1_answers),

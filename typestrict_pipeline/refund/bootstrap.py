@@ -9,6 +9,15 @@ The floats are then made exactly as the plain-Python verifier makes them (one co
 division per quotient, sums left to right in answer order, ``G`` left to right), so the arrays are
 equal bit for bit; :func:`gains_python` is the plain reference used by the tests.
 
+**Group bootstrap.** When the test examples carry groups (``groups[i]`` = the canonical index of
+row ``i``'s group, groups ordered by their SHA-256), each resample draws ``G`` whole groups with
+replacement from the same SHAKE-256 stream (:mod:`.stream`), the same draw for both systems, and
+every metric is recomputed on the rows of the drawn groups (a group drawn twice counts twice). The
+resample's size ``n_b`` then varies: macro F1 averages over the answers of the whole test set as
+before, ``brier_skill = (2·n_b·2**40 − S_b) / (2·n_b·2**40)``, and ``selective_acc_80`` keeps
+``m_b = ceil(4·n_b/5)`` of the resample's ``n_b`` rows, the most confident first (ties by canonical
+row position; the copies of one row are interchangeable, so a cut through them is well defined).
+
 >>> from typestrict_pipeline.refund.metrics import example_values
 >>> y = [0, 1, 1, 0]
 >>> a = example_values(y, [(0.9, 0.1), (0.2, 0.8), (0.6, 0.4), (0.7, 0.3)])
@@ -16,10 +25,15 @@ equal bit for bit; :func:`gains_python` is the plain reference used by the tests
 >>> g = bootstrap_gains(y, a, b, 2, bytes(32), 50)
 >>> g.tolist() == gains_python(y, a, b, 2, bytes(32), 50)
 True
+>>> groups = [0, 0, 1, 2]  # rows 0 and 1 share a group
+>>> bootstrap_gains(y, a, b, 2, bytes(32), 50, groups).tolist() == gains_python(
+...     y, a, b, 2, bytes(32), 50, groups)
+True
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -37,6 +51,10 @@ from typestrict_pipeline.refund.stream import resample_indices, resample_indices
 
 _EXACT_FLOAT_INT = 2**53
 _CHUNK = 256  # resamples per block: bounds memory at about 10 · _CHUNK · n · 8 bytes
+MAX_RESAMPLE_ROWS = 2**22
+"""A group resample may hold at most this many rows (``G`` × the largest group), so that every
+count and every Brier sum (``n_b · 2**41``) stays an exact 64-bit integer. The product's test
+sets (at most 2,000 rows) are far below it."""
 
 
 def q05_index(resamples: int) -> int:
@@ -46,6 +64,18 @@ def q05_index(resamples: int) -> int:
     (99, 0, 0, 1)
     """
     return -((-5 * resamples) // 100) - 1
+
+
+class BootstrapUnit(enum.StrEnum):
+    """What one bootstrap draw picks.
+
+    Attributes:
+        EXAMPLE: one test example (row); ``n`` draws per resample.
+        GROUP: one whole group of test examples; ``G`` draws per resample.
+    """
+
+    EXAMPLE = "example"
+    GROUP = "group"
 
 
 @dataclass(frozen=True)
@@ -59,6 +89,8 @@ class BootstrapResult:
         q05_index: ``ceil(5B/100) − 1``.
         q05: the ``q05_index``-th smallest G (an order statistic, no interpolation).
         n_gain_le_0: how many resamples have ``G <= 0``.
+        unit: what one draw picks (example or group).
+        n_units: draws per resample (``n`` rows, or ``G`` groups).
     """
 
     resamples: int
@@ -67,6 +99,8 @@ class BootstrapResult:
     q05_index: int
     q05: float
     n_gain_le_0: int
+    unit: BootstrapUnit = BootstrapUnit.EXAMPLE
+    n_units: int = 0
 
     @property
     def gain_is_real(self) -> bool:
@@ -74,8 +108,18 @@ class BootstrapResult:
         return self.q05 > 0.0
 
 
-def summarize(gains: Sequence[float], seed: bytes) -> BootstrapResult:
-    """Sort the gains and read the 5th percentile (order statistic) and the count of ``G <= 0``."""
+def summarize(
+    gains: Sequence[float],
+    seed: bytes,
+    unit: BootstrapUnit = BootstrapUnit.EXAMPLE,
+    n_units: int = 0,
+) -> BootstrapResult:
+    """Sort the gains and read the 5th percentile (order statistic) and the count of ``G <= 0``.
+
+    >>> r = summarize([0.2, -0.1, 0.3], bytes(32), BootstrapUnit.GROUP, 3)
+    >>> r.q05, r.n_gain_le_0, r.unit.value
+    (-0.1, 1, 'group')
+    """
     ordered = sorted(gains)
     qi = q05_index(len(ordered))
     return BootstrapResult(
@@ -85,6 +129,8 @@ def summarize(gains: Sequence[float], seed: bytes) -> BootstrapResult:
         q05_index=qi,
         q05=ordered[qi],
         n_gain_le_0=sum(1 for g in ordered if g <= 0.0),
+        unit=unit,
+        n_units=n_units,
     )
 
 
@@ -151,6 +197,7 @@ def bootstrap_gains(
     n_answers: int,
     seed: bytes,
     resamples: int,
+    groups: Sequence[int] | None = None,
 ) -> npt.NDArray[np.float64]:
     """G of every resample (numpy, vectorised), bit-identical to :func:`gains_python`.
 
@@ -161,10 +208,14 @@ def bootstrap_gains(
         n_answers: the number of answers.
         seed: the 32-byte bootstrap seed.
         resamples: B.
+        groups: ``None`` to resample rows; else each row's group index ``0 … G−1`` (groups in
+            canonical order, every index used) to resample whole groups.
 
     Returns:
         A float64 array of B gains, in resample order.
     """
+    if groups is not None:
+        return _group_gains(y, model, jev, n_answers, seed, resamples, groups)
     n = len(y)
     labels = f1_answers(y, n_answers)
     m = coverage_count(n)
@@ -193,9 +244,9 @@ def _metrics_python(
     labels: Sequence[int],
     n_answers: int,
     rank: Sequence[int],
-    m: int,
 ) -> tuple[float, float, float]:
-    n = len(y)
+    n = len(draws)
+    m = coverage_count(n)
     tp = [0] * n_answers
     true = [0] * n_answers
     prd = [0] * n_answers
@@ -224,11 +275,11 @@ def gains_python(
     n_answers: int,
     seed: bytes,
     resamples: int,
+    groups: Sequence[int] | None = None,
 ) -> list[float]:
     """The plain-Python reference of :func:`bootstrap_gains` (slow, obvious; used by the tests)."""
     n = len(y)
     labels = f1_answers(y, n_answers)
-    m = coverage_count(n)
     ranks = []
     for ex in (model, jev):
         rank = [0] * n
@@ -236,10 +287,184 @@ def gains_python(
             rank[i] = pos
         ranks.append(rank)
     out: list[float] = []
-    for draws in resample_indices_python(seed, n, resamples):
-        mf_m, bs_m, sa_m = _metrics_python(draws, y, model, labels, n_answers, ranks[0], m)
-        mf_j, bs_j, sa_j = _metrics_python(draws, y, jev, labels, n_answers, ranks[1], m)
+    if groups is None:
+        resamples_rows = resample_indices_python(seed, n, resamples)
+    else:
+        members = group_members(groups)
+        resamples_rows = [
+            [i for g in drawn for i in members[g]]
+            for drawn in resample_indices_python(seed, len(members), resamples)
+        ]
+    for draws in resamples_rows:
+        mf_m, bs_m, sa_m = _metrics_python(draws, y, model, labels, n_answers, ranks[0])
+        mf_j, bs_j, sa_j = _metrics_python(draws, y, jev, labels, n_answers, ranks[1])
         out.append(
             WEIGHTS[0] * (mf_m - mf_j) + WEIGHTS[1] * (bs_m - bs_j) + WEIGHTS[2] * (sa_m - sa_j)
         )
+    return out
+
+
+def group_members(groups: Sequence[int]) -> list[list[int]]:
+    """Each group's rows (ascending), from each row's group index; every index must be used.
+
+    >>> group_members([1, 0, 1])
+    [[1], [0, 2]]
+    """
+    n_groups = max(groups) + 1 if len(groups) else 0
+    members: list[list[int]] = [[] for _ in range(n_groups)]
+    for i, g in enumerate(groups):
+        members[g].append(i)
+    if any(not rows for rows in members):
+        raise ValueError("expected every group index 0 … G−1 to hold at least one row")
+    return members
+
+
+def _exact_quotients(num: npt.NDArray[np.int64], den: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+    """``num / den`` correctly rounded per element (float64 division when both are exact floats)."""
+    small = den <= _EXACT_FLOAT_INT
+    out = np.empty(num.shape[0], dtype=np.float64)
+    out[small] = num[small].astype(np.float64) / den[small].astype(np.float64)
+    for i in np.flatnonzero(~small).tolist():
+        out[i] = int(num[i]) / int(den[i])
+    return out
+
+
+@dataclass(frozen=True)
+class _GroupSums:
+    """One system's per-group integer sums (the bootstrap recombines them per resample)."""
+
+    codes: npt.NDArray[np.int64]  # (G, 2K): per answer k, [2k] wrong-and-predicted-k, [2k+1] right
+    units: npt.NDArray[np.int64]  # (G,): Brier units
+    group_right: npt.NDArray[np.int64]  # (G,): right answers
+    by_rank: npt.NDArray[np.intp]  # group of each row, rows in this system's confidence order
+    correct_by_rank: npt.NDArray[np.int64]
+    window: int  # how many of the least confident rows the first search looks at
+
+
+def _group_sums(
+    ex: ExampleValues, gidx: npt.NDArray[np.intp], n_groups: int, n_answers: int
+) -> _GroupSums:
+    code = 2 * np.asarray(ex.pred, dtype=np.intp) + np.asarray(ex.correct, dtype=np.intp)
+    codes = np.zeros((n_groups, 2 * n_answers), dtype=np.int64)
+    np.add.at(codes, (gidx, code), 1)
+    units = np.zeros(n_groups, dtype=np.int64)
+    np.add.at(units, gidx, np.asarray(ex.brier_units, dtype=np.int64))
+    order = np.asarray(ex.order, dtype=np.intp)
+    correct = np.asarray(ex.correct, dtype=np.int64)
+    group_right = np.bincount(gidx, weights=correct, minlength=n_groups).astype(np.int64)
+    n = len(order)
+    window = min(n, n // 4 + 8 * int(np.sqrt(n)) + 16)
+    return _GroupSums(codes, units, group_right, gidx[order], correct[order], window)
+
+
+def _dropped_right(
+    counts: npt.NDArray[np.int64],
+    sums: _GroupSums,
+    drop: npt.NDArray[np.int64],
+    window: int,
+) -> npt.NDArray[np.int64]:
+    """Right answers among the ``drop[b]`` least confident drawn rows of each resample.
+
+    Looks only at the ``window`` least confident rows; ``-1`` where they weigh less than
+    ``drop[b]`` (the caller then asks again with every row).
+    """
+    by_rank = sums.by_rank[::-1][:window]  # least confident first
+    right = sums.correct_by_rank[::-1][:window]
+    weight = counts[:, by_rank].astype(np.int32)
+    cum = np.cumsum(weight, axis=1, dtype=np.int64)
+    cum_right = np.cumsum(weight * right.astype(np.int32), axis=1, dtype=np.int64)
+    out = np.zeros(counts.shape[0], dtype=np.int64)
+    need = drop > 0
+    reach = cum[:, -1] >= drop
+    out[~reach] = -1
+    rows_ = np.flatnonzero(need & reach)
+    if rows_.size:
+        cut = np.argmax(cum[rows_] >= drop[rows_, None], axis=1)
+        w_cut = weight[rows_, cut].astype(np.int64)
+        c_cut = right[cut].astype(np.int64)
+        before = cum[rows_, cut] - w_cut
+        out[rows_] = cum_right[rows_, cut] - w_cut * c_cut + (drop[rows_] - before) * c_cut
+    return out
+
+
+def _group_system_block(
+    counts: npt.NDArray[np.int64],
+    true: npt.NDArray[np.int64],
+    n_b: npt.NDArray[np.int64],
+    sums: _GroupSums,
+    labels: Sequence[int],
+    n_answers: int,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """One system's three G metrics for a block of group resamples (``counts[b, g]`` draws)."""
+    nb = counts.shape[0]
+    pc = (counts @ sums.codes).reshape(nb, n_answers, 2)
+    tp = pc[:, :, 1]
+    prd = pc[:, :, 0] + tp
+    macro = np.zeros(nb, dtype=np.float64)
+    for k in labels:
+        den = (true[:, k] + prd[:, k]).astype(np.float64)
+        num = (2 * tp[:, k]).astype(np.float64)
+        f = np.zeros(nb, dtype=np.float64)
+        np.divide(num, den, out=f, where=den > 0)
+        macro = macro + f
+    macro = macro / np.float64(len(labels))
+
+    two_d = 2 * n_b * BRIER_UNIT
+    brier = _exact_quotients(two_d - counts @ sums.units, two_d)
+
+    # selective accuracy: the rows in confidence order, each weighted by how many times its
+    # group was drawn; keep m_b = ceil(4 n_b / 5) of them (a cut may fall inside a row's copies).
+    # Right answers kept = all right answers − those among the n_b − m_b least confident, which
+    # are found from the least confident end within a window (all rows when it is too short).
+    m_b = (4 * n_b + 4) // 5
+    drop = n_b - m_b
+    total_right = counts @ sums.group_right
+    dropped = _dropped_right(counts, sums, drop, sums.window)
+    short = dropped < 0
+    if short.any():
+        dropped[short] = _dropped_right(counts[short], sums, drop[short], len(sums.by_rank))
+    sel = total_right - dropped
+    sel_acc = sel.astype(np.float64) / m_b.astype(np.float64)
+    return macro, brier, sel_acc
+
+
+def _group_gains(
+    y: Sequence[int],
+    model: ExampleValues,
+    jev: ExampleValues,
+    n_answers: int,
+    seed: bytes,
+    resamples: int,
+    groups: Sequence[int],
+) -> npt.NDArray[np.float64]:
+    members = group_members(groups)
+    n_groups = len(members)
+    if n_groups * max(len(r) for r in members) >= MAX_RESAMPLE_ROWS:
+        raise ValueError(
+            f"expected groups × largest group below {MAX_RESAMPLE_ROWS} rows, got "
+            f"{n_groups} × {max(len(r) for r in members)}"
+        )
+    labels = f1_answers(y, n_answers)
+    gidx = np.asarray(groups, dtype=np.intp)
+    size = np.bincount(gidx, minlength=n_groups).astype(np.int64)
+    true_g = np.zeros((n_groups, n_answers), dtype=np.int64)
+    np.add.at(true_g, (gidx, np.asarray(y, dtype=np.intp)), 1)
+    sums_m = _group_sums(model, gidx, n_groups, n_answers)
+    sums_j = _group_sums(jev, gidx, n_groups, n_answers)
+    idx = resample_indices(seed, n_groups, resamples)
+    out = np.empty(resamples, dtype=np.float64)
+    for start in range(0, resamples, _CHUNK):
+        block = idx[start : start + _CHUNK]
+        nb = block.shape[0]
+        offsets = (np.arange(nb, dtype=np.intp) * n_groups)[:, None]
+        counts = np.bincount((block + offsets).ravel(), minlength=nb * n_groups)
+        counts = counts.astype(np.int64).reshape(nb, n_groups)
+        true = counts @ true_g
+        n_b = counts @ size
+        mf_m, bs_m, sa_m = _group_system_block(counts, true, n_b, sums_m, labels, n_answers)
+        mf_j, bs_j, sa_j = _group_system_block(counts, true, n_b, sums_j, labels, n_answers)
+        g = WEIGHTS[0] * (mf_m - mf_j)
+        g = g + WEIGHTS[1] * (bs_m - bs_j)
+        g = g + WEIGHTS[2] * (sa_m - sa_j)
+        out[start : start + nb] = g
     return out

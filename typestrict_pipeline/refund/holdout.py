@@ -22,7 +22,12 @@ The algorithm, step by step (no random generator anywhere: every "draw" is an or
    remainders (ties: the answer's order). So every answer's test count is within one example of
    its exact share. The no-answer case takes every reviewed row (q_a = n_a), capped the same way.
 4. **Groups in hash order.** Every group (a row with no group value is its own group; without a
-   group column every row is) is ranked by ``sha256(seed + b"group\\0" + key)``.
+   group column every row is) is ranked by ``sha256(seed + b"group\\0" + key)``. **Identical
+   texts are one group:** rows whose texts are equal after :func:`normalize_text` (Unicode NFKC,
+   case folded, runs of white space made one space, trimmed) are joined, with every group any of
+   them belongs to, into one group (union-find); its key is the smallest of its members' keys.
+   So a text is never on both sides of the split. ``rows_joined_by_text`` counts the rows of
+   groups that were joined this way.
 5. **Pass 1, whole groups that fit.** In that order, a group is taken for the test when, for every
    answer, its stratum rows fit in what remains of the answer's quota. All its stratum rows are
    test.
@@ -48,6 +53,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -70,6 +76,8 @@ __all__ = [
     "allocate_quotas",
     "draw_holdout",
     "holdout_seed",
+    "join_identical_texts",
+    "normalize_text",
     "split_dataset",
     "split_decisions",
     "training_ids",
@@ -121,12 +129,16 @@ class HoldoutRow:
         role: test, train or excluded.
         answer: its stratum answer, or None.
         group: its group value, or None.
+        unit: the key of the group it was drawn with: ``"g\\0" + group`` or ``"r\\0" + id``
+            (a row without a group value), or, when identical texts joined several such groups,
+            the smallest of their keys. The group bootstrap resamples these.
     """
 
     id: str
     role: Role
     answer: str | None
     group: str | None
+    unit: str = ""
 
 
 @dataclass(frozen=True)
@@ -168,6 +180,9 @@ class HoldoutSummary:
         groups_train: distinct group values with at least one train row.
         rows_excluded_from_train: rows of test groups that are not test.
         per_answer: counts per answer, in answer order.
+        rows_joined_by_text: rows of groups (or single rows) that an identical text (after
+            :func:`normalize_text`) joined with another group, so they are drawn together.
+        groups_joined_by_text: how many joined groups those rows form.
     """
 
     decision: str
@@ -185,6 +200,8 @@ class HoldoutSummary:
     groups_train: int
     rows_excluded_from_train: int
     per_answer: tuple[AnswerSplit, ...]
+    rows_joined_by_text: int = 0
+    groups_joined_by_text: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready copy (fractions written as ``"num/den"`` strings, exact)."""
@@ -205,6 +222,8 @@ class HoldoutSummary:
             "groups_test": self.groups_test,
             "groups_train": self.groups_train,
             "rows_excluded_from_train": self.rows_excluded_from_train,
+            "rows_joined_by_text": self.rows_joined_by_text,
+            "groups_joined_by_text": self.groups_joined_by_text,
             "per_answer": [
                 {
                     "answer": a.answer,
@@ -287,6 +306,69 @@ def holdout_seed(
         b"\0",
         b"".join(digests),
     )
+
+
+def normalize_text(text: str) -> str:
+    r"""The form in which two texts count as identical for the split.
+
+    Unicode NFKC (so full-width letters, ligatures and composed accents compare equal), case
+    folded, every run of white space made one space, trimmed.
+
+    >>> normalize_text("  Great\tMOVIE!\n") == normalize_text("great movie!")
+    True
+    >>> normalize_text("ﬁne") == normalize_text("FINE")
+    True
+    """
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+def join_identical_texts(
+    records: Sequence[HoldoutRecord],
+) -> tuple[list[str], int, int]:
+    r"""Each row's group key after joining groups that share a text (union-find).
+
+    A row's own key is ``"g\0" + group``, or ``"r\0" + id`` without a group value. Rows whose
+    texts are equal after :func:`normalize_text` put their groups together; a joined group's
+    key is the smallest of its members' keys (so the result does not depend on row order).
+
+    Args:
+        records: every row.
+
+    Returns:
+        (each row's key, rows in joined groups, joined groups).
+
+    >>> recs = [HoldoutRecord("1", "Hi", "a", "x"), HoldoutRecord("2", "hi ", "a", "y"),
+    ...         HoldoutRecord("3", "other", "a", "y"), HoldoutRecord("4", "new", "a", None)]
+    >>> keys, rows, groups = join_identical_texts(recs)
+    >>> keys == ["g\0x"] * 3 + ["r\x004"], rows, groups
+    (True, 3, 1)
+    """
+    own = [("g\0" + r.group) if r.group is not None else ("r\0" + r.id) for r in records]
+    parent: dict[str, str] = {k: k for k in own}
+
+    def find(key: str) -> str:
+        root = key
+        while parent[root] != root:
+            root = parent[root]
+        while parent[key] != root:
+            parent[key], key = root, parent[key]
+        return root
+
+    first_with_text: dict[str, str] = {}
+    for r, key in zip(records, own, strict=True):
+        text: object = r.text
+        if not isinstance(text, str):  # a missing text (NaN from a frame) joins nothing
+            continue
+        other = first_with_text.setdefault(normalize_text(text), key)
+        a, b = find(key), find(other)
+        if a != b:
+            parent[max(a, b)] = min(a, b)  # the smaller key stays the root
+    keys = [find(k) for k in own]
+    members: dict[str, set[str]] = {}
+    for key, root in zip(own, keys, strict=True):
+        members.setdefault(root, set()).add(key)
+    joined = {root for root, m in members.items() if len(m) > 1}
+    return keys, sum(1 for root in keys if root in joined), len(joined)
 
 
 def _round_half_up(x: Fraction) -> int:
@@ -391,10 +473,10 @@ def draw_holdout(
     seed = holdout_seed(records, decision=decision, source=source)
     is_grouped = any(r.group is not None for r in records) if grouped is None else grouped
 
-    # Groups: key -> row positions; stratum counts per group.
+    # Groups (identical texts joined): key -> row positions; stratum counts per group.
+    unit_of, rows_joined, groups_joined = join_identical_texts(records)
     group_rows: dict[str, list[int]] = {}
-    for pos, r in enumerate(records):
-        key = ("g\0" + r.group) if r.group is not None else ("r\0" + r.id)
+    for pos, key in enumerate(unit_of):
         group_rows.setdefault(key, []).append(pos)
     group_prefix = hashlib.sha256(seed + b"group\0")
 
@@ -481,7 +563,7 @@ def draw_holdout(
             role = Role.EXCLUDED
         if r.answer is not None:
             per[index[r.answer]][role_index[role]] += 1
-        rows.append(HoldoutRow(id=r.id, role=role, answer=r.answer, group=r.group))
+        rows.append(HoldoutRow(id=r.id, role=role, answer=r.answer, group=r.group, unit=unit_of[pos]))
 
     n_test = sum(1 for row in rows if row.role is Role.TEST)
     n_train = sum(1 for row in rows if row.role is Role.TRAIN)
@@ -512,6 +594,8 @@ def draw_holdout(
             )
             for i, a in enumerate(answers)
         ),
+        rows_joined_by_text=rows_joined,
+        groups_joined_by_text=groups_joined,
     )
     return Holdout(decision=decision, rows=tuple(rows), summary=summary)
 
@@ -583,8 +667,8 @@ def training_ids(holdouts: Sequence[Holdout]) -> frozenset[str]:
     A row that is test (or excluded) for one decision must not be trained on for another, or
     the model would see a text it is measured on.
 
-    >>> h = draw_holdout([HoldoutRecord(str(i), "t", "a" if i % 2 else "b", None) for i in range(10)],
-    ...                  decision="d")
+    >>> h = draw_holdout([HoldoutRecord(str(i), f"t{i}", "a" if i % 2 else "b", None)
+    ...                   for i in range(10)], decision="d")
     >>> len(training_ids([h]))
     8
     """

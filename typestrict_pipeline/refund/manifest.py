@@ -214,6 +214,8 @@ class TrainingManifest:
         status: succeeded or failed.
         failure_reason: why it failed (None when it succeeded).
         options: the training's options.
+        trained_on_sha256: the SHA-256 of the ids the model was trained on, as stated by the
+            training (canonical form in ``refund.trained_on``), or None when not stated.
     """
 
     source: str
@@ -227,6 +229,7 @@ class TrainingManifest:
     status: TrainingStatus
     failure_reason: str | None
     options: TrainingOptions
+    trained_on_sha256: str | None = None
 
     def decision(self, name: str) -> DecisionSpec:
         """The decision called ``name``.
@@ -280,7 +283,7 @@ _ENDPOINT_KEYS = (
     "max_attempts",
     "top_logprobs",
 )
-_TRAINING_KEYS = ("status", "reason")
+_TRAINING_KEYS = ("status", "reason", "trained_on_sha256")
 _OPTION_KEYS = ("keep_if_loses",)
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
 
@@ -708,6 +711,16 @@ def parse_manifest(
             "remove training.reason or set training.status to 'failed'",
         )
 
+    trained_on = _string(ctx, "training.trained_on_sha256", training.get("trained_on_sha256"),
+                         optional=True)
+    if trained_on is not None and not (
+        len(trained_on) == 64 and all(c in "0123456789abcdef" for c in trained_on.lower())
+    ):
+        raise ctx.fail(
+            "training.trained_on_sha256", "64 hexadecimal characters (a SHA-256)",
+            _describe(trained_on), "state the SHA-256 of the training ids (docs/manifest.md)",
+        )
+
     preds = _check_keys(ctx, "predictions", obj["predictions"], _PREDICTIONS_KEYS, ("jev",))
     jev = _parse_source(ctx, "predictions.jev", preds["jev"], paths)
     model: PredictionSource | None = None
@@ -740,6 +753,7 @@ def parse_manifest(
         status=status,
         failure_reason=reason,
         options=TrainingOptions(keep_if_loses=keep),
+        trained_on_sha256=None if trained_on is None else trained_on.lower(),
     )
 
 

@@ -31,6 +31,7 @@ margins.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -41,12 +42,36 @@ WORST_MIN_SUPPORT = 5
 COVERAGE = Fraction(4, 5)
 WEIGHTS = (0.5, 0.3, 0.2)  # macro_f1, brier_skill, selective_acc_80
 METRIC_NAMES = ("macro_f1", "brier_skill", "selective_acc_80", "worst_class_f1")
+PROB_SUM_TOLERANCE = Fraction(1, 100)
+"""The one probability tolerance: a vector's values, added exactly, are within 0.01 of 1."""
 MAX_DROP: dict[str, Fraction] = {
     "macro_f1": Fraction(2, 100),
     "brier_skill": Fraction(2, 100),
     "selective_acc_80": Fraction(2, 100),
     "worst_class_f1": Fraction(5, 100),
 }
+
+
+def sums_to_one(values: Sequence[float]) -> bool:
+    """Whether probabilities (as given, never renormalised) add up to 1 within 0.01.
+
+    The one tolerance of the product (prediction files, the judgement, the audit and its
+    verifier): ``|Σ p − 1| <= 1/100`` with the sum of the given doubles taken *exactly* (so a
+    boundary case does not depend on float rounding). It accepts what real model outputs look
+    like: probabilities rounded to 4 decimals (each off by at most 0.00005, so up to 200 answers),
+    float32 outputs, renormalisation noise; it refuses logits, percentages and all-zero vectors.
+
+    >>> sums_to_one([0.3333, 0.3333, 0.3333]), sums_to_one([0.33, 0.33, 0.33])  # rounded
+    (True, True)
+    >>> sums_to_one([0.7, 0.2]), sums_to_one([70.0, 30.0]), sums_to_one([0.0, 0.0])
+    (False, False, False)
+    """
+    total = math.fsum(values)  # correctly rounded; only near the boundary is the exact sum needed
+    if abs(total - 1.0) < 0.0099:
+        return True
+    if abs(total - 1.0) > 0.0101 or not math.isfinite(total):
+        return False
+    return abs(sum((Fraction(v) for v in values), Fraction(0)) - 1) <= PROB_SUM_TOLERANCE
 
 
 @dataclass(frozen=True)

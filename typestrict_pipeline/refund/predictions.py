@@ -10,7 +10,8 @@ File format (documented in ``docs/manifest.md``, "Predictions files"):
 
 Checks, each an error naming the file, the row (1-based) and the column: a missing field, an id
 or decision that the training does not have, a duplicate (id, decision), a value that is not a
-number, NaN or infinite, negative, above 1, a row not summing to 1 within ±1e-6, answers that
+number, NaN or infinite, negative, above 1, a row not summing to 1 within ±0.01 (the one tolerance:
+:func:`~typestrict_pipeline.refund.metrics.sums_to_one`), answers that
 differ from the decision's (or from the example's options), Jev's answers differing from the
 model's, and a test example without a prediction.
 
@@ -32,6 +33,8 @@ from typestrict_pipeline.errors import PredictionsError
 from typestrict_pipeline.files import iter_jsonl_objects, write_atomic
 from typestrict_pipeline.refund.dataset import Dataset
 from typestrict_pipeline.refund.holdout import Holdout, HoldoutSource
+from typestrict_pipeline.refund.metrics import PROB_SUM_TOLERANCE, sums_to_one
+from typestrict_pipeline.refund.stream import group_sha256
 from typestrict_pipeline.refund.types import DecisionData, DecisionKind, JudgedRow
 
 __all__ = [
@@ -46,8 +49,9 @@ __all__ = [
     "write_predictions_jsonl",
 ]
 
-SUM_TOLERANCE = 1e-6
-"""A row's probabilities must sum to 1 within this (absolute, ``math.fsum``)."""
+SUM_TOLERANCE = float(PROB_SUM_TOLERANCE)
+"""A row's probabilities must sum to 1 within this (the product's one tolerance, checked exactly
+by :func:`~typestrict_pipeline.refund.metrics.sums_to_one`)."""
 
 
 @dataclass(frozen=True)
@@ -134,7 +138,7 @@ def validate_probabilities(
     column: str = "probabilities",
     name_answer: bool = True,
 ) -> tuple[tuple[str, float], ...]:
-    """Check one row of probabilities: numbers in [0, 1], no NaN, summing to 1 (±1e-6).
+    """Check one row of probabilities: numbers in [0, 1], no NaN, summing to 1 (±0.01).
 
     Args:
         pairs: (answer, value) pairs.
@@ -152,7 +156,7 @@ def validate_probabilities(
     >>> validate_probabilities([("a", 0.5), ("b", 0.6)], file="p.jsonl", row=2)
     Traceback (most recent call last):
     ...
-    typestrict_pipeline.errors.PredictionsError: p.jsonl, row 2, column 'probabilities': expected probabilities summing to 1 (±1e-06), got a sum of 1.1. Fix the predictions so each row sums to 1.
+    typestrict_pipeline.errors.PredictionsError: p.jsonl, row 2, column 'probabilities': expected probabilities summing to 1 (±0.01), got a sum of 1.1. Fix the predictions so each row sums to 1.
     """
     out: list[tuple[str, float]] = []
     if not pairs:
@@ -205,7 +209,7 @@ def validate_probabilities(
             )
         out.append((answer, f))
     total = math.fsum(v for _, v in out)
-    if abs(total - 1.0) > SUM_TOLERANCE:
+    if not sums_to_one([v for _, v in out]):
         raise PredictionsError(
             f"probabilities summing to 1 (±{SUM_TOLERANCE})",
             f"a sum of {total!r}",
@@ -499,6 +503,8 @@ def build_decision_data(
 
     labeled = holdout.summary.source is HoldoutSource.LABELED
     source_values = labels.labels if labeled else labels.reviews
+    # with groups, the bootstrap resamples the groups the split drew (identical texts joined)
+    unit_of = {r.id: r.unit for r in holdout.rows} if holdout.summary.grouped else None
     rows: list[JudgedRow] = []
     for ident in test_ids:
         i = position[ident]
@@ -528,6 +534,7 @@ def build_decision_data(
                 p_model=vectors[0],
                 p_jev=vectors[1],
                 n_options=len(expected) if mc else None,
+                group_sha256=None if unit_of is None else group_sha256(unit_of[ident]),
             )
         )
     return DecisionData(

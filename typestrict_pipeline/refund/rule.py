@@ -38,10 +38,16 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from typestrict_pipeline.errors import InputError, NotEnoughDataError, PredictionsError
-from typestrict_pipeline.refund.bootstrap import BootstrapResult, bootstrap_gains, summarize
+from typestrict_pipeline.refund.bootstrap import (
+    BootstrapResult,
+    BootstrapUnit,
+    bootstrap_gains,
+    summarize,
+)
 from typestrict_pipeline.refund.metrics import (
     MAX_DROP,
     METRIC_NAMES,
+    PROB_SUM_TOLERANCE,
     Counts,
     Metrics,
     coverage_count,
@@ -50,13 +56,13 @@ from typestrict_pipeline.refund.metrics import (
     full_counts,
     gain,
     point_metrics,
+    sums_to_one,
     worst_eligible,
 )
 from typestrict_pipeline.refund.stream import bootstrap_seed
 from typestrict_pipeline.refund.types import DecisionData, DecisionKind, JudgedRow, Verdict
 
 RESAMPLES = 2000
-PROB_SUM_TOLERANCE = 0.01
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
@@ -84,6 +90,8 @@ class DecisionReport:
         answers: the probability columns.
         rows: the test examples in canonical order (sorted by text SHA-256), vectors padded to
             ``len(answers)`` for multiple choice.
+        groups: with groups, each row's group index (groups in ascending order of their
+            SHA-256); ``None`` when the bootstrap resamples examples.
         n_options: multiple choice: options offered per row (canonical order); else ``None``.
         f1_answers: answer indices macro F1 averages over.
         worst_eligible: answer indices with at least 5 test examples.
@@ -105,6 +113,7 @@ class DecisionReport:
     answers: tuple[str, ...]
     rows: tuple[JudgedRow, ...]
     n_options: tuple[int, ...] | None
+    groups: tuple[int, ...] | None
     f1_answers: tuple[int, ...]
     worst_eligible: tuple[int, ...]
     coverage: int
@@ -210,10 +219,10 @@ def _check_probs(
             )
         out.append(f)
     out.extend([0.0] * (k - len(out)))
-    total = math.fsum(out)
-    if abs(total - 1.0) > PROB_SUM_TOLERANCE:
+    if not sums_to_one(out):
         raise _row_error(
-            data, index, column, f"probabilities summing to 1 (±{PROB_SUM_TOLERANCE})", repr(total)
+            data, index, column, f"probabilities summing to 1 (±{float(PROB_SUM_TOLERANCE)})",
+            repr(math.fsum(out)),
         )
     return tuple(out)
 
@@ -249,12 +258,21 @@ def canonical_rows(data: DecisionData) -> tuple[tuple[JudgedRow, ...], tuple[int
             "Label more examples or judge the training as failed."
         )
     mc = data.kind is DecisionKind.MULTIPLE_CHOICE
+    grouped = data.rows[0].group_sha256 is not None
     checked: list[tuple[JudgedRow, int]] = []
     for i, row in enumerate(data.rows):
         if not isinstance(row.text_sha256, str) or not _SHA256_HEX.fullmatch(row.text_sha256):
             raise _row_error(
                 data, i, "text_sha256", "64 lowercase hex digits", repr(row.text_sha256)
             )
+        g = row.group_sha256
+        if (g is not None) != grouped or (g is not None and not (
+            isinstance(g, str) and _SHA256_HEX.fullmatch(g)
+        )):
+            expected = "64 lowercase hex digits (every row has a group)" if grouped else (
+                "None (the first row has no group)"
+            )
+            raise _row_error(data, i, "group_sha256", expected, repr(g))
         offered = k
         if mc:
             if row.n_options is not None:
@@ -269,10 +287,27 @@ def canonical_rows(data: DecisionData) -> tuple[tuple[JudgedRow, ...], tuple[int
             raise _row_error(data, i, "y", f"an answer index from 0 to {offered - 1}", repr(row.y))
         pm = _check_probs(data, i, "p_model", row.p_model, offered, k)
         pj = _check_probs(data, i, "p_jev", row.p_jev, offered, k)
-        checked.append((JudgedRow(row.text_sha256, row.y, pm, pj, offered if mc else None), offered))
-    checked.sort(key=lambda t: (t[0].text_sha256, t[0].y, t[0].p_model, t[0].p_jev, t[1]))
+        checked.append(
+            (JudgedRow(row.text_sha256, row.y, pm, pj, offered if mc else None, g), offered)
+        )
+    checked.sort(
+        key=lambda t: (t[0].text_sha256, t[0].y, t[0].p_model, t[0].p_jev, t[1], t[0].group_sha256 or "")
+    )
     rows = tuple(r for r, _ in checked)
     return rows, (tuple(o for _, o in checked) if mc else None)
+
+
+def group_indices(rows: Sequence[JudgedRow]) -> tuple[int, ...] | None:
+    """Each row's group index, groups in ascending order of their SHA-256 (``None``: no groups).
+
+    >>> r = [JudgedRow("0" * 64, 0, (1.0, 0.0), (1.0, 0.0), None, g) for g in ("b" * 64, "a" * 64, "b" * 64)]
+    >>> group_indices(r)
+    (1, 0, 1)
+    """
+    if not rows or rows[0].group_sha256 is None:
+        return None
+    index = {g: i for i, g in enumerate(sorted({r.group_sha256 or "" for r in rows}))}
+    return tuple(index[r.group_sha256 or ""] for r in rows)
 
 
 def judge_decision(data: DecisionData, *, resamples: int = RESAMPLES) -> DecisionReport:
@@ -314,7 +349,13 @@ def judge_decision(data: DecisionData, *, resamples: int = RESAMPLES) -> Decisio
     g = gain(met_m.macro_f1 - met_j.macro_f1, met_m.brier_skill - met_j.brier_skill,
              met_m.selective_acc_80 - met_j.selective_acc_80)
     seed = bootstrap_seed(data.name, (r.text_sha256 for r in rows))
-    boot = summarize(bootstrap_gains(y, ex_m, ex_j, k, seed, resamples).tolist(), seed)
+    groups = group_indices(rows)
+    unit, n_units = (
+        (BootstrapUnit.EXAMPLE, len(rows)) if groups is None
+        else (BootstrapUnit.GROUP, max(groups) + 1)
+    )
+    gains = bootstrap_gains(y, ex_m, ex_j, k, seed, resamples, groups)
+    boot = summarize(gains.tolist(), seed, unit, n_units)
     beats = boot.gain_is_real and all(s is not MarginStatus.BROKEN for s in margins.values())
     return DecisionReport(
         name=data.name,
@@ -322,6 +363,7 @@ def judge_decision(data: DecisionData, *, resamples: int = RESAMPLES) -> Decisio
         answers=tuple(data.answers),
         rows=rows,
         n_options=n_options,
+        groups=groups,
         f1_answers=f1_answers(y, k),
         worst_eligible=worst_eligible(y, k),
         coverage=coverage_count(len(y)),

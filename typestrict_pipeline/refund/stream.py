@@ -11,6 +11,12 @@ nothing but a SHA-3 implementation:
   32-bit little-endian words ``u``. Resample ``b`` (0-based) is the words ``b·n … b·n + n − 1``,
   and each word picks the row ``(u · n) >> 32`` of the canonical row order (multiply-shift; the bias
   is below ``n / 2**32``).
+* **Groups.** When the test examples come in groups, each group is named by
+  ``SHA-256(b"typestrict-refund-group-v1\\0" + key)`` (:func:`group_sha256`; the key itself is
+  never written), the ``G`` distinct groups are put in ascending order of that digest, and the
+  same stream is read with ``G`` in place of ``n``: resample ``b`` draws the groups
+  ``(u · G) >> 32`` for the words ``b·G … b·G + G − 1`` (as many draws as groups, with
+  replacement). A group drawn twice contributes its rows twice.
 
 >>> seed = bootstrap_seed("refund", ["00" * 32, "ff" * 32])
 >>> len(seed)
@@ -31,6 +37,20 @@ import numpy.typing as npt
 SEED_DOMAIN = b"typestrict-refund-seed-v1\x00"
 STREAM_DOMAIN = b"typestrict-refund-resample-v1\x00"
 STREAM_NAME = "shake256-u32le-mulshift-v1"
+GROUP_DOMAIN = b"typestrict-refund-group-v1\x00"
+
+
+def group_sha256(key: str) -> str:
+    """The published name of a group: ``SHA-256(GROUP_DOMAIN + key as UTF-8)``, lowercase hex.
+
+    The audit carries this digest, never the key (a customer, a movie, a repository).
+
+    >>> group_sha256("movie-42") == group_sha256("movie-42") != group_sha256("movie-43")
+    True
+    >>> len(group_sha256(""))
+    64
+    """
+    return hashlib.sha256(GROUP_DOMAIN + key.encode("utf-8")).hexdigest()
 
 
 def bootstrap_seed(decision_name: str, text_sha256s: Iterable[str]) -> bytes:

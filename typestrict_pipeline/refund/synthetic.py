@@ -10,9 +10,12 @@ properties (heavy ties, rare answers, multiple choice) from a seed.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
+from collections.abc import Sequence
 
+from typestrict_pipeline.refund.stream import group_sha256
 from typestrict_pipeline.refund.types import DecisionData, DecisionKind, JudgedRow
 
 
@@ -83,3 +86,28 @@ def synthetic_decision(
         else tuple(f"a{k}" for k in range(n_answers))
     )
     return DecisionData(name=name, kind=kind, answers=answers, rows=tuple(rows))
+
+
+def with_groups(data: DecisionData, sizes: Sequence[int], *, prefix: str = "g") -> DecisionData:
+    """The same decision with its rows (in the given order) put in consecutive groups.
+
+    Args:
+        data: a decision without groups.
+        sizes: the groups' sizes, in row order; they must add up to the number of rows.
+        prefix: group keys are ``f"{prefix}{j}"`` (only their SHA-256 is kept).
+
+    Returns:
+        The decision with every row's ``group_sha256`` set.
+
+    >>> d = with_groups(synthetic_decision(seed=1, n=5, n_answers=2), [2, 3])
+    >>> len({r.group_sha256 for r in d.rows})
+    2
+    """
+    if sum(sizes) != len(data.rows) or any(s < 1 for s in sizes):
+        raise ValueError(f"expected group sizes >= 1 adding up to {len(data.rows)}, got {list(sizes)}")
+    keys = [f"{prefix}{j}" for j, size in enumerate(sizes) for _ in range(size)]
+    rows = tuple(
+        dataclasses.replace(row, group_sha256=group_sha256(key))
+        for row, key in zip(data.rows, keys, strict=True)
+    )
+    return dataclasses.replace(data, rows=rows)

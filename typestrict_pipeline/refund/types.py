@@ -74,6 +74,10 @@ class JudgedRow:
             ``0 .. n_options - 1``). Vectors may then be given over those options only; the
             judgement pads them with 0.0 up to the decision's answer count. ``None`` means all of
             ``answers`` (or, for a shorter vector, its length).
+        group_sha256: the SHA-256 name of the example's group
+            (:func:`typestrict_pipeline.refund.stream.group_sha256` of its key), or ``None`` when
+            the test examples carry no groups. Either every row of a decision has one or none
+            does; with groups the bootstrap resamples whole groups.
     """
 
     text_sha256: str
@@ -81,6 +85,7 @@ class JudgedRow:
     p_model: tuple[float, ...]
     p_jev: tuple[float, ...]
     n_options: int | None = None
+    group_sha256: str | None = None
 
 
 @dataclass(frozen=True)

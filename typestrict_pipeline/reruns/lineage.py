@@ -8,13 +8,23 @@ Statistics (sources in ``docs/method/reruns.md`` §3):
   of time was;
 * the holdouts are disjoint and new (``typestrict_pipeline.reruns.windows``), so under "no
   persistent edge" the ``d_j`` are independent, mean zero, and of comparable spread;
-* **Best expected of k under noise** ``= median(SE_j)·e(k)``, with ``e(k)`` the exact expected
-  maximum of ``k`` standard normals (the same ``e`` as the study leaderboard's luck line,
-  ``typestrict_pipeline.study.stats.expected_max_normal``); it is on the holdout-minus-baseline
-  scale, and ``b̄ + median(SE_j)·e(k)`` on the score scale;
-* the panel warns that the best result is within noise when ``max_j d_j`` is at or below it;
-* ``mean_j d_j`` with ``SE = √(Σ SE_j²)/k`` uses every study with no selection: it is the
-  honest estimate of the lineage's edge.
+* **Best expected of k under noise** ``= E[max_j X_j]`` for independent ``X_j ~ N(0, SE_j²)``,
+  each study with its own SE (``typestrict_pipeline.study.stats.expected_max_independent``;
+  with equal SEs it is ``SE·e(k)``, the exact expected maximum the study leaderboard uses); it is
+  on the holdout-minus-baseline scale, and ``b̄ + line`` on the score scale. It says what luck
+  gives as the best of k; it is not the warning.
+* **The pooled edge** ``μ̂_k = Σ w_j d_j / Σ w_j`` with ``w_j = 1/SE_j²`` (inverse variance), SE
+  ``1/√Σw_j``, and its **always-valid 95% lower confidence sequence** (Howard, Ramdas, McAuliffe
+  & Sekhon, *Ann. Stat.* 49(2), 2021; the one-sided normal-mixture boundary, Robbins 1970):
+  ``S_k = Σ w_j (d_j − μ)`` is a Gaussian martingale with variance ``V_k = Σ w_j``; the mixture
+  ``M_k = 2√(ρ/(V_k+ρ))·exp(S_k²/(2(V_k+ρ)))·Φ(S_k/√(V_k+ρ))`` crosses ``1/α`` with probability at
+  most ``α`` over every ``k`` (Ville's inequality), so ``μ ≥ μ̂_k − u(V_k)/V_k`` at every look at
+  once, ``u`` solving ``M = 1/α``. ``ρ`` is fixed by the root study's precision (tight near five
+  studies of that precision). Reading the panel after every re-run does not inflate it.
+* **The warning** ("within noise") is shown unless that lower bound is above 0: a winner has
+  shown that it persists only when the pooled edge is positive at every-look 95% confidence.
+  Without baseline scores (score scale) the warning falls back to "best ≤ b̄ + line".
+* ``mean_j d_j`` with ``SE = √(Σ SE_j²)/k`` uses every study with no selection (equal weights).
 
 ``k`` counts every study of the lineage that has a holdout score. A number that cannot be
 computed (no baseline, no standard error) is reported as missing with the reason, never as 0.
@@ -27,12 +37,21 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from typestrict_pipeline.study.stats import expected_max_normal
+import numpy as np
+import numpy.typing as npt
+from scipy import special
+
+from typestrict_pipeline.study.stats import expected_max_independent
 
 WITHIN_NOISE_WARNING = (
-    "The best result is within noise: its holdout is at or below the best expected of {k} under "
-    "noise. The winner has not shown that it persists; keep collecting data."
+    "The best result is within noise: across the {k} studies the always-valid 95% lower bound "
+    "of the pooled edge over the baseline is at or below 0. The winner has not shown that it "
+    "persists; keep collecting data."
 )
+#: One-sided level of the lineage's confidence sequence.
+CS_ALPHA = 0.05
+#: The mixture is tuned for about this many studies of the root study's precision.
+CS_TARGET_STUDIES = 5.0
 
 
 @dataclass(frozen=True)
@@ -87,6 +106,8 @@ class LineageSummary:
         within_noise: ``best ≤ noise_line`` (None if undefined).
         mean_edge: ``mean_j d_j`` (difference scale only); mean_edge_se: ``√(Σ SE_j²)/k``.
         missing_reason: why the line is undefined, when it is.
+        pooled_edge, pooled_se: the inverse-variance pooled edge and its SE.
+        cs_lower: the always-valid 95% lower bound of the edge (confidence sequence).
     """
 
     k: int
@@ -100,6 +121,9 @@ class LineageSummary:
     mean_edge: float | None
     mean_edge_se: float | None
     missing_reason: str | None
+    pooled_edge: float | None = None
+    pooled_se: float | None = None
+    cs_lower: float | None = None
 
 
 SCALE_EDGE = "holdout − baseline"
@@ -107,19 +131,17 @@ SCALE_SCORE = "holdout score"
 
 
 def best_expected_under_noise(standard_errors: Sequence[float]) -> float:
-    """``median(SE_j)·e(k)`` for ``k = len(standard_errors)`` honest holdouts.
+    """What pure luck gives, on average, as the best of ``k`` honest holdouts above the baseline.
+
+    ``E[max_j X_j]`` for independent ``X_j ~ N(0, SE_j²)``, each study with its own SE.
 
     Args:
         standard_errors: the ``SE_j``, one per study with a holdout score.
 
-    Returns:
-        What pure luck would give, on average, as the best of those ``k`` holdouts, above the
-        baseline.
-
     Raises:
         ValueError: with no standard error, or a negative or non-finite one.
 
-    >>> round(best_expected_under_noise([0.02, 0.03]), 6) == round(0.025 / math.sqrt(math.pi), 6)
+    >>> round(best_expected_under_noise([0.02, 0.02]), 6) == round(0.02 / math.sqrt(math.pi), 6)
     True
     >>> best_expected_under_noise([0.05])  # one holdout: no selection, no luck to subtract
     0.0
@@ -130,7 +152,85 @@ def best_expected_under_noise(standard_errors: Sequence[float]) -> float:
         raise ValueError(
             f"expected finite standard errors ≥ 0, got {list(standard_errors)!r}. Fix the holdout scoring."
         )
-    return float(statistics.median(standard_errors)) * expected_max_normal(len(standard_errors))
+    return expected_max_independent(standard_errors)
+
+
+def mixture_boundary(v: float, rho: float, alpha: float = CS_ALPHA) -> float:
+    """``u(V)``: the one-sided normal-mixture boundary, ``M(u, V) = 1/α`` (Howard et al. 2021).
+
+    ``M(s, V) = 2√(ρ/(V+ρ))·exp(s²/(2(V+ρ)))·Φ(s/√(V+ρ))`` is increasing in ``s``; a Gaussian
+    martingale ``S`` with variance ``V`` crosses ``u(V)`` at any time with probability ≤ ``α``.
+
+    >>> u = mixture_boundary(1.0, 1.0)
+    >>> 3.0 < u < 3.5  # above the fixed-time 1.645: the price of looking after every study
+    True
+    """
+    if v <= 0.0 or rho <= 0.0:
+        raise ValueError(f"expected V > 0 and ρ > 0, got V={v!r}, ρ={rho!r}. Pass precisions.")
+    return float(mixture_boundaries(np.array([v]), rho, alpha)[0])
+
+
+def mixture_boundaries(v: npt.NDArray[np.float64], rho: float,
+                       alpha: float = CS_ALPHA) -> npt.NDArray[np.float64]:
+    """:func:`mixture_boundary` for an array of ``V`` (bisection to 1e-12 relative, 80 steps).
+
+    >>> [round(float(x), 4) for x in mixture_boundaries(np.array([1.0, 4.0]), 1.0)]
+    [3.2618, 5.58]
+    """
+    vr = v + rho
+    root = np.sqrt(vr)
+    target = math.log(1.0 / alpha) - math.log(2.0) - 0.5 * np.log(rho / vr)
+    # In units of √(V+ρ): solve z²/2 + log Φ(z) = target for z ≥ 0 (increasing in z).
+    lo = np.zeros_like(vr)
+    hi = np.sqrt(2.0 * np.maximum(target, 0.0) + 2.0 * math.log(2.0)) + 1.0
+    for _ in range(80):
+        mid = 0.5 * (lo + hi)
+        above = 0.5 * mid * mid + special.log_ndtr(mid) >= target
+        hi = np.where(above, mid, hi)
+        lo = np.where(above, lo, mid)
+    return np.asarray(hi * root, dtype=np.float64)
+
+
+def confidence_sequence_path(edges: Sequence[float], standard_errors: Sequence[float],
+                             alpha: float = CS_ALPHA) -> tuple[npt.NDArray[np.float64], ...]:
+    """After each look ``k = 1..K``: the pooled inverse-variance edge, its SE and the
+    always-valid lower bound (the panel shows the last; simulations read every look).
+
+    ``ρ`` (the mixture's precision) is ``CS_TARGET_STUDIES`` times the first study's precision
+    divided by ``2 ln(1/α) + ln(1 + 2 ln(1/α))`` (Howard et al. 2021, §3.5: the boundary is
+    tightest near that many studies); it depends on the first SE only, never on the edges.
+
+    >>> est, se, low = confidence_sequence_path([0.05, 0.04, 0.06], [0.01, 0.01, 0.01])
+    >>> [round(float(x), 3) for x in est], bool(low[-1] > 0)
+    ([0.05, 0.045, 0.05], True)
+    """
+    if not edges or len(edges) != len(standard_errors):
+        raise ValueError(f"expected one SE per edge, got {len(edges)} edges and "
+                         f"{len(standard_errors)} SEs. Pass matching lists.")
+    se = np.asarray(standard_errors, dtype=np.float64)
+    if not np.all(np.isfinite(se)) or np.any(se <= 0.0):
+        raise ValueError(f"expected standard errors > 0, got {list(standard_errors)!r}. "
+                         "A study with a zero SE cannot be pooled.")
+    w = 1.0 / (se * se)
+    v = np.cumsum(w)
+    est = np.cumsum(w * np.asarray(edges, dtype=np.float64)) / v
+    log_a = math.log(1.0 / alpha)
+    rho = CS_TARGET_STUDIES * float(w[0]) / (2.0 * log_a + math.log(1.0 + 2.0 * log_a))
+    return est, 1.0 / np.sqrt(v), est - mixture_boundaries(v, rho, alpha) / v
+
+
+def confidence_sequence_lower(edges: Sequence[float], standard_errors: Sequence[float],
+                              alpha: float = CS_ALPHA) -> tuple[float, float, float]:
+    """Pooled inverse-variance edge, its SE, and the always-valid lower bound after these looks.
+
+    >>> est, se, low = confidence_sequence_lower([0.05, 0.04, 0.06], [0.01, 0.01, 0.01])
+    >>> round(est, 3), round(se, 4), low > 0
+    (0.05, 0.0058, True)
+    >>> confidence_sequence_lower([0.01], [0.02])[2] < 0
+    True
+    """
+    est, se, low = confidence_sequence_path(edges, standard_errors, alpha)
+    return float(est[-1]), float(se[-1]), float(low[-1])
 
 
 def summarize(entries: Sequence[LineageEntry]) -> LineageSummary:
@@ -139,8 +239,8 @@ def summarize(entries: Sequence[LineageEntry]) -> LineageSummary:
     >>> e = [LineageEntry(0, "a", "FINISHED", "w0", "x", 0.62, 0.55, 0.03, None),
     ...      LineageEntry(1, "b", "FINISHED", "w1", "y", 0.60, 0.57, 0.03, True)]
     >>> s = summarize(e)
-    >>> s.k, s.scale, round(s.best, 3), round(s.noise_line, 4), s.within_noise
-    (2, 'holdout − baseline', 0.07, 0.0169, False)
+    >>> s.k, s.scale, round(s.best, 3), round(s.noise_line, 4), round(s.pooled_edge, 3), s.within_noise
+    (2, 'holdout − baseline', 0.07, 0.0169, 0.05, True)
     """
     scored = [e for e in entries if e.holdout_score is not None]
     k = len(scored)
@@ -158,6 +258,9 @@ def summarize(entries: Sequence[LineageEntry]) -> LineageSummary:
                  for e in scored]
         best, best_seq = max(edges)
         b_bar = statistics.fmean(float(e.baseline_score) for e in scored)  # type: ignore[arg-type]
+        pooled = pooled_se = lower = None
+        if all(s > 0.0 for s in ses):
+            pooled, pooled_se, lower = confidence_sequence_lower([d for d, _ in edges], ses)
         return LineageSummary(
             k=k,
             scale=SCALE_EDGE,
@@ -166,10 +269,13 @@ def summarize(entries: Sequence[LineageEntry]) -> LineageSummary:
             best_seq=best_seq,
             noise_line=luck,
             noise_line_score=b_bar + luck,
-            within_noise=best <= luck,
+            within_noise=lower is None or lower <= 0.0,
             mean_edge=statistics.fmean(d for d, _ in edges),
             mean_edge_se=math.sqrt(sum(s * s for s in ses)) / k,
             missing_reason=None,
+            pooled_edge=pooled,
+            pooled_se=pooled_se,
+            cs_lower=lower,
         )
     scores = [(float(e.holdout_score), e.seq) for e in scored]  # type: ignore[arg-type]
     best, best_seq = max(scores)
@@ -199,7 +305,7 @@ def render_panel(entries: Sequence[LineageEntry]) -> str:
     """The lineage panel as plain text (the CLI prints it; Dagster shows it as Markdown).
 
     >>> e = [LineageEntry(0, "a", "FINISHED", "2015-01-01..2015-01-20", "x", 0.6, 0.55, 0.03, None)]
-    >>> print(render_panel(e).splitlines()[-2])
+    >>> print(next(x for x in render_panel(e).splitlines() if x.startswith("Best expected")))
     Best expected of 1 under noise: +0.0000 (holdout − baseline)
     """
     header = ["#", "study", "state", "scored on", "winner", "holdout", "baseline", "holdout − baseline", "winner changed"]
@@ -248,6 +354,11 @@ def _summary_lines(s: LineageSummary) -> list[str]:
         lines.append(
             f"Best {s.scale}: {_num(s.best, True)} (lineage #{s.best_seq}); "
             f"mean over all {s.k}: {_num(s.mean_edge, True)} ± {_num(s.mean_edge_se)}"
+        )
+        lines.append(
+            f"Pooled edge over the baseline (inverse-variance, all {s.k}): "
+            f"{_num(s.pooled_edge, True)} ± {_num(s.pooled_se)}; always-valid 95% lower bound "
+            f"{_num(s.cs_lower, True)} (confidence sequence: valid however often the panel is read)"
         )
     else:
         lines.append(

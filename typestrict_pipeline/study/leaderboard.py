@@ -6,15 +6,28 @@ Shown in Dagster (the study's materialization metadata, as Markdown) and by
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 from sqlalchemy import Engine, select
 
+from typestrict_pipeline.errors import NotEnoughDataError
 from typestrict_pipeline.store import session_scope
 from typestrict_pipeline.study import repository as repo
 from typestrict_pipeline.study.folds import FoldLayout
+from typestrict_pipeline.study.inference import (
+    HoldoutTest,
+    JointInference,
+    Pbo,
+    decorrelation_span,
+    holdout_test,
+    joint_inference,
+    pbo_cscv,
+)
 from typestrict_pipeline.study.limits import estimate_text, format_usd
 from typestrict_pipeline.study.stats import SearchStats, search_stats
 from typestrict_pipeline.study.tables import (
@@ -25,6 +38,8 @@ from typestrict_pipeline.study.tables import (
     StudyState,
     WindowKind,
 )
+
+FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True)
@@ -81,6 +96,26 @@ class Leaderboard:
     holdout_diff_se: float | None = None
     holdout_baseline_missing_reason: str | None = None
     baseline_cost_micro: int | None = None
+    joint: JointInference | None = None
+    joint_missing_reason: str | None = None
+    pbo: Pbo | None = None
+    decorrelation_span: int | None = None
+    embargo_steps: int = 1
+    holdout_test: HoldoutTest | None = None
+    holdout_test_missing_reason: str | None = None
+
+    @property
+    def verdict(self) -> str:
+        """One of ``found nothing``, ``beats luck``, ``indistinguishable from luck``, or why
+        there is no verdict (one candidate, no scores, no joint test)."""
+        st = self.stats
+        if st.found_nothing is True:
+            return "found nothing"
+        if st.found_nothing is None:
+            return "no search to judge" if st.n_trials == 1 else "no out-of-sample scores yet"
+        if self.joint is None:
+            return "not tested"
+        return "beats luck" if self.joint.beats_luck else "indistinguishable from luck"
 
     def to_json(self) -> dict[str, Any]:
         """A plain-JSON form (for H7's lineage and for tests)."""
@@ -96,6 +131,32 @@ class Leaderboard:
                                      for i, label, why in self.discarded_candidates],
             "luck_line": self.stats.luck_line,
             "found_nothing": self.stats.found_nothing,
+            "verdict": self.verdict,
+            "beats_luck": None if self.joint is None else self.joint.beats_luck,
+            "joint_inference": None if self.joint is None else {
+                "benchmark": self.joint.benchmark,
+                "spa_pvalue": self.joint.spa_pvalue,
+                "pvalue_type": self.joint.pvalue_type,
+                "spa_pvalue_lower": self.joint.spa_pvalue_lower,
+                "spa_pvalue_upper": self.joint.spa_pvalue_upper,
+                "stepm": [int(c) for c in self.joint.stepm],
+                "line_95": self.joint.line_95,
+                "candidates": len(self.joint.candidates),
+                "steps": self.joint.steps,
+                "block_length": self.joint.block_length,
+                "reps": self.joint.reps,
+                "seed": self.joint.seed,
+            },
+            "joint_missing_reason": self.joint_missing_reason,
+            "pbo": None if self.pbo is None else {
+                "pbo": self.pbo.pbo, "blocks": self.pbo.blocks,
+                "combinations": self.pbo.combinations},
+            "decorrelation_span": self.decorrelation_span,
+            "embargo_steps": self.embargo_steps,
+            "holdout_test": None if self.holdout_test is None else {
+                **self.holdout_test.__dict__, "confirmed": self.holdout_test.confirmed,
+                "short": self.holdout_test.short},
+            "holdout_test_missing_reason": self.holdout_test_missing_reason,
             "winner_candidate_id": self.winner_candidate_id,
             "spend_micro": self.spend_micro,
             "budget_micro": self.budget_micro,
@@ -164,6 +225,14 @@ def load_leaderboard(engine: Engine, study_id: int) -> Leaderboard:
             reasons[why] += len(never_ran)
         stats = search_stats(oos, ins, horizon=study.horizon_steps)
         by_id = {c.id: c for c in cands}
+        seed = int((study.space_json or {}).get("seed", 0))
+        tested = _tested_matrix(oos)
+        joint, joint_missing = _joint(tested, by_id, seed)
+        span = (decorrelation_span(tested[1], study.horizon_steps)
+                if tested is not None else None)
+        holdout_runs = {r.candidate_id: {str(t): float(v) for t, v in (r.scores_json or [])}
+                        for r in runs if r.window == WindowKind.HOLDOUT.value
+                        and r.state == RunState.DONE.value}
         rank_of = {row.candidate_id: i + 1 for i, row in enumerate(stats.rows)
                    if row.adjusted is not None}
         rows: list[LeaderboardRow] = []
@@ -188,6 +257,8 @@ def load_leaderboard(engine: Engine, study_id: int) -> Leaderboard:
         pool = complete or [r for r in rows if r.adjusted is not None]
         winner = max(pool, key=lambda r: (r.adjusted or 0.0, -r.index)).candidate_id if pool else None
         ran = len(done_any)
+        chosen = study.winner_candidate_id or winner
+        htest, htest_missing = _holdout(stats, holdout_runs, chosen, span, layout)
         return Leaderboard(
             study_id=study.id,
             workspace=study.workspace,
@@ -221,7 +292,76 @@ def load_leaderboard(engine: Engine, study_id: int) -> Leaderboard:
             holdout_diff_se=study.holdout_diff_se,
             holdout_baseline_missing_reason=study.holdout_baseline_missing_reason,
             baseline_cost_micro=baseline_cost if study.cost_tracked else None,
+            joint=joint,
+            joint_missing_reason=joint_missing,
+            pbo=pbo_cscv(tested[1]) if tested is not None else None,
+            decorrelation_span=span,
+            embargo_steps=layout.embargo_steps,
+            holdout_test=htest,
+            holdout_test_missing_reason=htest_missing,
         )
+
+
+def _tested_matrix(oos: dict[str, dict[str, float]]) -> tuple[list[str], FloatArray] | None:
+    """The candidates scored on every out-of-sample step, and their ``T × k`` score matrix."""
+    if not oos:
+        return None
+    keys = sorted({k for series in oos.values() for k in series})
+    full = [cid for cid, series in oos.items() if len(series) == len(keys)]
+    if not full or len(keys) < 3:
+        return None
+    matrix = np.array([[oos[cid][k] for cid in full] for k in keys], dtype=np.float64)
+    return full, matrix
+
+
+def _joint(tested: tuple[list[str], FloatArray] | None, by_id: dict[int, CandidateRow],
+           seed: int) -> tuple[JointInference | None, str | None]:
+    """SPA and StepM against the benchmark: the version's defaults if they ran in the search
+    (a candidate with no parameter or prompt changes), else the candidates' mean on each step."""
+    if tested is None:
+        return None, "no candidate has scores on every out-of-sample step"
+    ids, matrix = tested
+    defaults = [j for j, cid in enumerate(ids)
+                if not by_id[int(cid)].params_json and not by_id[int(cid)].prompts_json]
+    if defaults:
+        j = defaults[0]
+        bench = matrix[:, j]
+        label = f"candidate #{by_id[int(ids[j])].idx} (the version's defaults)"
+        keep = [i for i in range(len(ids)) if i != j]
+        ids, matrix = [ids[i] for i in keep], matrix[:, keep]
+    else:
+        if len(ids) < 2:
+            return None, "one candidate and no default configuration to compare it with"
+        bench = matrix.mean(axis=1)
+        label = "the candidates' mean on each step (the version's defaults did not run)"
+    if not ids:
+        return None, "only the version's defaults ran"
+    try:
+        return joint_inference(matrix, ids, bench, benchmark_label=label, seed=seed,
+                               pvalue_type="consistent" if defaults else "upper"), None
+    except NotEnoughDataError as exc:
+        return None, str(exc)
+
+
+def _holdout(stats: SearchStats, runs: dict[int, dict[str, float]], winner: int | None,
+             span: int | None, layout: FoldLayout) -> tuple[HoldoutTest | None, str | None]:
+    """Winner − baseline on the holdout after the measured embargo (see ``inference.holdout_test``)."""
+    won = runs.get(winner) if winner is not None else None
+    base = runs.get(repo.BASELINE_CANDIDATE_ID)
+    if won is None or base is None:
+        return None, "the winner and the baseline have not both been scored on the holdout"
+    skip = max(0, (span or layout.horizon_steps) - layout.embargo_steps)
+    row = next((r for r in stats.rows if r.candidate_id == str(winner)), None)
+    edge = sd = None
+    if row is not None and row.adjusted is not None and row.se is not None \
+            and stats.baseline is not None:
+        edge = row.adjusted - stats.baseline
+        sd = row.se * stats.scale * math.sqrt(max(1, row.oos_steps))
+    try:
+        return holdout_test(won, base, skip=skip, horizon=layout.horizon_steps,
+                            edge_to_detect=edge, long_run_sd=sd), None
+    except NotEnoughDataError as exc:
+        return None, str(exc)
 
 
 def _num(x: float | None, digits: int = 4) -> str:
@@ -234,7 +374,6 @@ def _signed(x: float | None) -> str:
 
 def header_lines(board: Leaderboard) -> list[tuple[str, str]]:
     """The header as (label, value) pairs, in display order."""
-    st = board.stats
     state = board.state.label
     if board.state == StudyState.BUDGET_REACHED and board.stop_limit:
         state += f" (limit: {board.stop_limit})"
@@ -246,22 +385,7 @@ def header_lines(board: Leaderboard) -> list[tuple[str, str]]:
         ("Candidates", f"{board.planned} planned / {board.run} run / {board.discarded} discarded"
                        + (f" ({reasons})" if reasons else "")),
     ]
-    if st.luck_line is None:
-        luck = "— (no out-of-sample scores yet)"
-    else:
-        luck = (f"{st.luck_line:.4f} = mean {_num(st.baseline)} + σ₀ {_num(st.sigma0)} × "
-                f"√(1−ρ̄) (ρ̄ {_num(st.rho_bar, 2)}) × e({st.n_trials}) {_num(st.e_n, 3)}; "
-                f"95% line {_num(st.luck_line_95)}")
-    lines.append((f"Best of {st.n_trials} by pure luck", luck))
-    if st.found_nothing is True:
-        lines.append(("Verdict", "The top out-of-sample score is at or below what pure luck "
-                                 f"gives as the best of {st.n_trials}: this search found nothing."))
-    elif st.found_nothing is None and st.n_trials == 1:
-        lines.append(("Verdict", "One candidate: there was no search to judge against luck; "
-                                 "see the holdout."))
-    elif st.found_nothing is False:
-        lines.append(("Verdict", "The top out-of-sample score is above the luck line (being "
-                                 "above it is not proof: see the holdout)."))
+    lines += _luck_lines(board)
     lines.append(("Spend", spend_text(board)))
     if (board.budget_micro is not None and board.estimate_micro is not None
             and board.budget_micro < board.estimate_micro):
@@ -275,13 +399,10 @@ def header_lines(board: Leaderboard) -> list[tuple[str, str]]:
                       f"{_index_of(board, board.winner_candidate_id)} on {board.holdout_start} → "
                       f"{board.holdout_end} ({board.holdout_steps} steps)"))
         if board.holdout_baseline is not None:
-            diff = board.holdout_score - board.holdout_baseline
-            dse = (f" ± {board.holdout_diff_se:.4f} (Newey–West SE of the per-step difference)"
-                   if board.holdout_diff_se is not None else "")
             lines.append(("Baseline on the holdout",
                           f"{board.holdout_baseline:.4f} (the version's default parameters and "
-                          f"prompts, same steps); winner − baseline {diff:+.4f}{dse}; "
-                          f"its run cost {format_usd(board.baseline_cost_micro)}"))
+                          f"prompts, same steps); its run cost {format_usd(board.baseline_cost_micro)}"))
+            lines.append(("Holdout: winner − baseline", _holdout_text(board)))
         elif board.holdout_baseline_missing_reason:
             lines.append(("Baseline on the holdout",
                           f"missing: {board.holdout_baseline_missing_reason}"))
@@ -290,6 +411,70 @@ def header_lines(board: Leaderboard) -> list[tuple[str, str]]:
     else:
         lines.append(("Holdout", f"not scored yet ({board.holdout_start} → {board.holdout_end})"))
     return lines
+
+
+def _luck_lines(board: Leaderboard) -> list[tuple[str, str]]:
+    """Three things apart: the expected best by luck, whether the best beats luck, PBO."""
+    st = board.stats
+    if st.luck_line is None:
+        return [(f"Best of {st.n_trials} by pure luck", "— (no out-of-sample scores yet)")]
+    lines = [(f"Best of {st.n_trials} by pure luck",
+              f"{st.luck_line:.4f} = mean {_num(st.baseline)} + σ₀ {_num(st.sigma0)} × "
+              f"√(N/(N−1)) {st.scale:.3f} × e({st.n_trials}) {_num(st.e_n, 3)} (σ₀: median "
+              "Newey–West SE of a candidate's score minus the candidates' mean)")]
+    joint = board.joint
+    if joint is not None:
+        stepm = ", ".join(_index_of(board, int(c)) for c in joint.stepm) or "none"
+        lines.append(("Beats luck at 5%",
+                      f"{'yes' if joint.beats_luck else 'no'} (SPA p = {joint.spa_pvalue:.3f}, "
+                      f"{joint.pvalue_type}; "
+                      f"StepM set: {stepm}; benchmark: {joint.benchmark}; 95% line "
+                      f"{joint.line_95:.4f}; stationary bootstrap, {joint.reps} resamples, mean "
+                      f"block {joint.block_length:.1f} steps, seed {joint.seed})"))
+    else:
+        lines.append(("Beats luck at 5%", f"not tested ({board.joint_missing_reason})"))
+    verdict = board.verdict
+    if verdict == "found nothing":
+        text = ("The top out-of-sample score is at or below what pure luck gives as the best of "
+                f"{st.n_trials}: this search found nothing.")
+    elif verdict == "no search to judge":
+        text = "One candidate: there was no search to judge against luck; see the holdout."
+    elif verdict == "beats luck":
+        text = ("Beats luck at 5%: the best out-of-sample score is above what the best of "
+                f"{st.n_trials} reaches by luck 95% of the time (the holdout is still the number "
+                "to trust).")
+    elif verdict == "indistinguishable from luck":
+        text = ("Indistinguishable from luck: above the expected best of "
+                f"{st.n_trials} by luck, but not beyond what luck gives 5% of the time.")
+    else:
+        text = f"Above the expected best by luck; {verdict}."
+    lines.append(("Verdict", text))
+    if board.pbo is not None:
+        lines.append(("PBO (diagnostic)",
+                      f"{board.pbo.pbo:.2f}: share of {board.pbo.combinations} splits of "
+                      f"{board.pbo.blocks} time blocks where the in-sample best ranks at or below "
+                      "the out-of-sample median (CSCV)"))
+    return lines
+
+
+def _holdout_text(board: Leaderboard) -> str:
+    test = board.holdout_test
+    if test is None:
+        return f"not tested ({board.holdout_test_missing_reason})"
+    text = (f"{test.diff:+.4f} ± {test.se:.4f} (Newey–West SE) on {test.steps} steps; one-sided "
+            f"95% lower bound {test.lower_bound:+.4f}: "
+            + ("beats the baseline" if test.confirmed else "not shown to beat the baseline"))
+    span = board.decorrelation_span
+    if test.skipped:
+        text += (f"; first {test.skipped} holdout steps left out (scores stay correlated for "
+                 f"{span} steps, the embargo is {board.embargo_steps})")
+    if test.short and test.required_steps is not None and test.edge_to_detect is not None:
+        text += (f". Warning: holdout too short: detecting the search's luck-adjusted edge "
+                 f"{test.edge_to_detect:+.4f} with 80% power at one-sided 5% needs "
+                 f"{test.required_steps} steps, it has {test.steps}")
+    elif test.required_steps is None:
+        text += ". No power rule: the winner's luck-adjusted edge is not above the candidates' mean"
+    return text
 
 
 def _index_of(board: Leaderboard, candidate_id: int | None) -> str:

@@ -130,11 +130,16 @@ def estimate_cost_micro(last_cost_micro: int, last_steps: int, steps: int) -> in
 
 
 def estimate_text(micro: int, n_candidates: int, n_folds: int) -> str:
-    """The form's estimate line, e.g. ``≈ $0.01 for 2 candidates × 2 folds × 2 windows + the holdout``.
+    """The form's estimate line, e.g. ``≈ $0.01 for 2 candidates × 2 folds × 2 windows + the
+    holdout × 2 (winner and baseline)``.
+
+    The words say what :func:`study_total_steps` counts: the holdout is run twice, by the winner
+    and by the baseline (``docs/method/studies.md`` §4), so "the holdout" alone would hide a run.
+    ``n_candidates`` is the number left after "Max candidates" (those that will run).
 
     >>> estimate_text(12_000, 2, 2)
-    '≈ $0.0120 for 2 candidates × 2 folds × 2 windows + the holdout'
+    '≈ $0.0120 for 2 candidates × 2 folds × 2 windows + the holdout × 2 (winner and baseline)'
     """
     c = "candidate" if n_candidates == 1 else "candidates"
     f = "fold" if n_folds == 1 else "folds"
-    return f"≈ {format_usd(micro)} for {n_candidates} {c} × {n_folds} {f} × 2 windows + the holdout"
+    return f"≈ {format_usd(micro)} for {n_candidates} {c} × {n_folds} {f} × 2 windows + the holdout × 2 (winner and baseline)"

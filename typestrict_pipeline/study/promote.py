@@ -1,10 +1,12 @@
 """Promote a study's winner: through the evaluation gate, then the normal activation path.
 
-* **The evaluation gate.** A winner may replace the active version only if its holdout score is
-  not worse than the active version's score on the same holdout window (same steps, same data,
-  same scorer). The active version is run once on the holdout for this comparison (a metered
-  backtest, not part of the study's budget). No holdout score (budget reached, cancelled) means
-  no promotion.
+* **The evaluation gate.** A winner may replace the active version only if it beats the active
+  version on the same holdout window (same steps, same data, same scorer) by a one-sided 95%
+  lower confidence bound: ``mean(w_t − a_t) − z₀.₉₅·SE > 0`` with the Newey–West SE of the
+  per-step difference (the leaderboard's estimator), on the holdout steps after the measured
+  decorrelation span (``inference.holdout_test``). Point estimates alone never promote. The
+  active version is run once on the holdout for this comparison (a metered backtest, not part
+  of the study's budget). No holdout score (budget reached, cancelled) means no promotion.
 * **A winner that changed prompts** is a new workflow version: it is activated with the backtest
   area's ``activate_version`` (the normal activation path; the active version of the workflow in
   the workspace becomes the winner's).
@@ -24,14 +26,22 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 
-from typestrict_pipeline.errors import ConflictError
+from typestrict_pipeline.errors import ConflictError, NotEnoughDataError
 from typestrict_pipeline.store import session_scope, utcnow
 from typestrict_pipeline.study import repository as repo
 from typestrict_pipeline.study.folds import FoldLayout
+from typestrict_pipeline.study.inference import holdout_test
+from typestrict_pipeline.study.leaderboard import load_leaderboard
 from typestrict_pipeline.study.runner import CandidateSpec, StudyBackend
-from typestrict_pipeline.study.tables import CandidateRow, StudyState, WindowKind, WorkflowParamsRow
+from typestrict_pipeline.study.tables import (
+    CandidateRow,
+    RunRow,
+    StudyState,
+    WindowKind,
+    WorkflowParamsRow,
+)
 
 
 class PromotionKind(enum.StrEnum):
@@ -43,12 +53,17 @@ class PromotionKind(enum.StrEnum):
 
 @dataclass(frozen=True)
 class GateResult:
-    """The evaluation gate: the winner's holdout score against the active version's."""
+    """The evaluation gate: the winner's holdout score against the active version's.
+
+    ``lower_bound`` is the one-sided 95% lower confidence bound of winner − active per step
+    (None when it could not be computed; then the gate refuses).
+    """
 
     passed: bool
     winner_score: float
     active_score: float | None
     message: str
+    lower_bound: float | None = None
 
 
 @dataclass(frozen=True)
@@ -78,22 +93,41 @@ def evaluation_gate(engine: Engine, study_id: int, backend: StudyBackend,
                                 f"none ({why}). Raise the budget and run the study again.")
         winner_score = float(study.holdout_score)
         layout = FoldLayout.from_json(study.layout_json)
+        winner_id = study.winner_candidate_id
+        run = s.execute(select(RunRow).where(
+            RunRow.study_id == study_id, RunRow.candidate_id == winner_id,
+            RunRow.fold == repo.HOLDOUT_FOLD, RunRow.window == WindowKind.HOLDOUT.value,
+        )).scalar_one_or_none()
+        won = {str(t): float(v) for t, v in ((run.scores_json or []) if run else [])}
+    board = load_leaderboard(engine, study_id)
+    skip = max(0, (board.decorrelation_span or layout.horizon_steps) - layout.embargo_steps)
     h = layout.holdout
     out = backend.run_window(active, h, WindowKind.HOLDOUT, seal_at=None,
                              should_stop=lambda cost, steps: False)
-    values = [v for _, v in out.scores]
-    if not values:
+    act = {str(t): float(v) for t, v in out.scores}
+    if not act:
         return GateResult(False, winner_score, None,
                           "The active version has no score on the holdout window; not promoted.")
-    active_score = float(np.mean(values))
-    if winner_score >= active_score:
+    active_score = float(np.mean(list(act.values())))
+    try:
+        test = holdout_test(won, act, skip=skip, horizon=layout.horizon_steps)
+    except NotEnoughDataError as exc:
+        return GateResult(False, winner_score, active_score, f"Not promoted: {exc}")
+    detail = (f"winner − active {test.diff:+.4f} ± {test.se:.4f} (Newey–West SE) on {test.steps} "
+              f"holdout steps (first {test.skipped} left out: scores stay correlated for "
+              f"{skip + layout.embargo_steps} steps), one-sided 95% lower bound "
+              f"{test.lower_bound:+.4f}")
+    if test.confirmed:
         return GateResult(True, winner_score, active_score,
-                          f"Gate passed: the winner's holdout score {winner_score:.4f} is not worse "
-                          f"than the active version's {active_score:.4f} on the same window.")
+                          f"Gate passed: the winner beats the active version on the same holdout "
+                          f"window ({detail}; holdout scores {winner_score:.4f} vs "
+                          f"{active_score:.4f}).", test.lower_bound)
     return GateResult(False, winner_score, active_score,
-                      f"expected the winner's holdout score ({winner_score:.4f}) to be at least the "
-                      f"active version's on the same window ({active_score:.4f}), got lower. The "
-                      "active version stays; keep collecting data or widen the search.")
+                      f"expected the winner to beat the active version on the same window by a "
+                      f"one-sided 95% lower bound above 0, got lower bound {test.lower_bound:+.4f} "
+                      f"({detail}; holdout scores {winner_score:.4f} vs {active_score:.4f}). The "
+                      "active version stays; keep collecting data (a longer holdout) or widen "
+                      "the search.", test.lower_bound)
 
 
 def promote_winner(

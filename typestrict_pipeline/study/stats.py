@@ -5,17 +5,19 @@ Definitions (sources in ``docs/method/studies.md``):
 * ``e(N)`` is the exact expected maximum of ``N`` independent standard normals,
   ``e(N) = ∫₀^∞ [1 − Φ(x)^N − Φ(−x)^N] dx``, computed by adaptive quadrature (scipy ``quad``),
   never by the Bailey–Borwein–López de Prado–Zhu approximation (0.01–0.04 too high for N ≥ 3).
-* ``SE_i`` is the standard error of candidate ``i``'s mean out-of-sample per-step score, with a
-  Newey–West (Bartlett kernel) long-run variance so that autocorrelated step scores are not
-  treated as independent (Newey & West, Econometrica 1987; bandwidth rule of Newey & West,
-  Rev. Econ. Stud. 1994, floored at ``horizon − 1`` for overlapping outcomes).
-* ``ρ̄`` is the mean pairwise correlation of the candidates' out-of-sample per-step scores.
-* ``Adjusted_i = OOS_i − SE_i·√(1−ρ̄)·e(N)``: for equicorrelated scores
-  ``E[max] = √(1−ρ)·e(N)`` exactly, so this subtracts what the best of N would gain by luck.
-* The luck line ``L = b̄ + σ₀·√(1−ρ̄)·e(N)`` with ``σ₀ = median SE_i`` and ``b̄`` the baseline
+* ``SE_i`` is the standard error of candidate ``i``'s out-of-sample score **minus the candidates'
+  mean** on each step, with a Newey–West (Bartlett kernel) long-run variance and a data-driven
+  bandwidth (Andrews, Econometrica 1991, AR(1) plug-in), floored at ``horizon − 1`` for
+  overlapping outcomes. Noise shared by every candidate on a step cancels in the difference.
+* ``Adjusted_i = OOS_i − SE_i·√(N/(N−1))·e(N)``: for candidates whose own noise is exchangeable,
+  ``E[max_i X_i − X̄] = σ·e(N)`` and ``SE(X_i − X̄) = σ·√(1 − 1/N)``, so this subtracts what the
+  best of N gains by luck.
+* The luck line ``L = b̄ + σ₀·√(N/(N−1))·e(N)`` with ``σ₀ = median SE_i`` and ``b̄`` the baseline
   (by default the mean out-of-sample score of all candidates, i.e. "every candidate is the
   same"): the score pure luck would give as the best of that many. A top score at or below it
-  is a search that found nothing.
+  is a search that found nothing. Whether the best *beats* luck is the joint bootstrap's call
+  (``typestrict_pipeline.study.inference``).
+* ``ρ̄`` (shown for information) is the mean pairwise correlation of the candidates' scores.
 """
 
 from __future__ import annotations
@@ -95,28 +97,54 @@ def luck_quantile_normal(n: float, q: float = 0.95) -> float:
     return float(stats.norm.ppf(q ** (1.0 / n)))
 
 
-def newey_west_bandwidth(t: int, horizon: int = 1) -> int:
-    """Bartlett-kernel bandwidth: ``max(horizon − 1, ⌊4·(T/100)^(2/9)⌋)``, below ``T``.
+#: Bartlett-kernel constant of Andrews (1991, Table I / eq. 6.2): ``S_T = 1.1447·(α(1)·T)^(1/3)``.
+_ANDREWS_BARTLETT = 1.1447
+#: The AR(1) coefficient used in the plug-in is capped here so that a near-unit-root pilot
+#: estimate gives a long but finite bandwidth (Andrews 1991, §6 recommends a cap below 1).
+_RHO_CAP = 0.97
 
-    The automatic rule is Newey & West (1994); the floor ``horizon − 1`` covers outcomes that
-    overlap ``horizon`` steps (their scores are correlated by construction).
 
-    >>> newey_west_bandwidth(365), newey_west_bandwidth(100, horizon=7)
-    (5, 6)
+def newey_west_bandwidth(scores: Sequence[float] | FloatArray, horizon: int = 1) -> int:
+    """Data-driven Bartlett-kernel bandwidth (Andrews 1991 AR(1) plug-in), floored at ``horizon − 1``.
+
+    ``ρ̂`` is the lag-1 autocorrelation of ``scores`` (clipped to [0, 0.97]), ``α(1) = 4ρ̂²/((1−ρ̂)²(1+ρ̂)²)``
+    and ``S_T = 1.1447·(α(1)·T)^(1/3)`` (Andrews, *Econometrica* 59(3), 1991, eq. 6.4 and
+    Table I). The number of lags with a non-zero weight is ``L = ⌈S_T⌉ − 1``; the floor
+    ``horizon − 1`` covers outcomes that overlap ``horizon`` steps; the cap is ``T − 1``.
+
+    >>> newey_west_bandwidth([0.0, 1.0] * 50)  # negative autocorrelation: no lags needed
+    0
+    >>> rng = np.random.default_rng(0); e = rng.normal(size=400); x = np.empty(400); x[0] = e[0]
+    >>> for t in range(1, 400): x[t] = 0.8 * x[t - 1] + e[t]
+    >>> newey_west_bandwidth(x) > newey_west_bandwidth(e), newey_west_bandwidth(e, horizon=7)
+    (True, 6)
     """
+    x = np.asarray(scores, dtype=np.float64)
+    t = int(x.size)
     if t < 1:
         raise ValueError(f"expected at least one score, got T={t}. Pass a non-empty series.")
     if horizon < 1:
         raise ValueError(f"expected an outcome horizon ≥ 1 step, got {horizon}. Fix the horizon.")
-    auto = int(4.0 * (t / 100.0) ** (2.0 / 9.0))  # floor: the base is positive
-    return max(0, min(t - 1, max(horizon - 1, auto)))
+    d = x - x.mean()
+    denom = float(d @ d)
+    rho = float(d[1:] @ d[:-1]) / denom if t >= 3 and denom > 0.0 else 0.0
+    # Negative autocorrelation would shrink the SE; it is ignored (no lags: the iid formula,
+    # the conservative side of an estimate that noisy).
+    rho = min(max(rho, 0.0), _RHO_CAP)
+    alpha1 = 4.0 * rho * rho / ((1.0 - rho) ** 2 * (1.0 + rho) ** 2)
+    s_t = float(_ANDREWS_BARTLETT * (alpha1 * t) ** (1.0 / 3.0))
+    lags = max(0, math.ceil(s_t) - 1)
+    return max(0, min(t - 1, max(horizon - 1, lags)))
 
 
 def newey_west_se(scores: Sequence[float] | FloatArray, horizon: int = 1) -> float:
     """Standard error of the mean of ``scores`` with a Newey–West (Bartlett) long-run variance.
 
     ``SE = √(LRV / T)`` with ``LRV = γ₀ + 2·Σ_{l=1..L} (1 − l/(L+1))·γ_l`` (autocovariances with
-    divisor ``T``), which is never negative.
+    divisor ``T``), which is never negative. ``L`` is data-driven (:func:`newey_west_bandwidth`,
+    Andrews 1991), so a persistent series gets as many lags as its persistence needs; the LRV
+    is floored at :func:`ar1_long_run_variance` (a bias-corrected AR(1) fit), because with a
+    short persistent window the Bartlett estimate is biased towards 0.
 
     Args:
         scores: per-step scores (finite numbers), in time order.
@@ -128,10 +156,10 @@ def newey_west_se(scores: Sequence[float] | FloatArray, horizon: int = 1) -> flo
     Raises:
         NotEnoughDataError: with fewer than 2 scores (the spread is undefined, not zero).
 
-    >>> round(newey_west_se([1.0, 0.0] * 50), 4)  # alternating: negative autocorrelation
-    0.0224
+    >>> round(newey_west_se([1.0, 0.0] * 50), 4)  # alternating: no lags; the floor's 1/T allowance
+    0.0508
     >>> round(newey_west_se(np.random.default_rng(0).normal(size=400)), 3)  # iid: ≈ 1/√400
-    0.049
+    0.05
     """
     x = np.asarray(scores, dtype=np.float64)
     t = int(x.size)
@@ -143,12 +171,77 @@ def newey_west_se(scores: Sequence[float] | FloatArray, horizon: int = 1) -> flo
     if not np.all(np.isfinite(x)):
         raise ValueError("expected finite per-step scores, got NaN or infinity. Fix the scorer.")
     d = x - x.mean()
-    lag = newey_west_bandwidth(t, horizon)
+    lag = newey_west_bandwidth(x, horizon)
     lrv = float(d @ d) / t
     for ell in range(1, lag + 1):
         gamma = float(d[ell:] @ d[:-ell]) / t
         lrv += 2.0 * (1.0 - ell / (lag + 1.0)) * gamma
-    return math.sqrt(max(lrv, 0.0) / t)
+    floor = float(ar1_long_run_variance(d[:, None])[0])
+    return math.sqrt(max(lrv, floor, 0.0) / t)
+
+
+def ar1_long_run_variance(series: FloatArray) -> FloatArray:
+    """Per column of a ``T × k`` array, the long-run variance of an AR(1) fitted to it with
+    Kendall's small-sample bias correction: the floor under every Newey–West estimate.
+
+    ``φ̃ = φ̂ + (1 + 3φ̂)/T`` (Kendall, *Biometrika* 41, 1954; clipped to [0, 0.97]),
+    ``γ̃₀ = γ̂₀ / (1 − k/T)`` (the de-meaning's bias, ``k = (1+φ̃)/(1−φ̃)``), and
+    ``LRV = γ̃₀·k``. A short window of persistent scores makes both the Bartlett estimate and
+    the bootstrap's spread too small; this floor restores the AR(1) part of it.
+
+    >>> rng = np.random.default_rng(0); e = rng.normal(size=(2000, 1)); x = np.empty_like(e)
+    >>> x[0] = e[0]
+    >>> for t in range(1, 2000): x[t] = 0.5 * x[t - 1] + e[t]
+    >>> round(float(ar1_long_run_variance(x)[0]), 0)  # true: 1/(1−0.5)² = 4
+    4.0
+    """
+    t = series.shape[0]
+    x = series - series.mean(axis=0)
+    g0 = (x * x).mean(axis=0)
+    g1 = (x[1:] * x[:-1]).sum(axis=0) / t
+    with np.errstate(all="ignore"):
+        phi = np.where(g0 > 0.0, g1 / np.where(g0 > 0.0, g0, 1.0), 0.0)
+    phi = np.clip(phi, 0.0, None)
+    phi = np.minimum(_RHO_CAP, phi + (1.0 + 3.0 * phi) / t)
+    k = (1.0 + phi) / (1.0 - phi)
+    return np.asarray(g0 / np.maximum(0.2, 1.0 - k / t) * k, dtype=np.float64)
+
+
+def expected_max_independent(standard_errors: Sequence[float]) -> float:
+    """``E[max_j X_j]`` for independent ``X_j ~ N(0, SE_j²)`` (unequal spreads), by quadrature.
+
+    ``E[max] = ∫₀^∞ [1 − Π Φ(x/SE_j)] dx − ∫_{−∞}^0 Π Φ(x/SE_j) dx``. With equal ``SE_j = s``
+    it is ``s·e(k)``; a zero SE is a point mass at 0.
+
+    >>> round(expected_max_independent([1.0, 1.0]), 6) == round(expected_max_normal(2), 6)
+    True
+    >>> round(expected_max_independent([0.02, 0.0]), 5)  # max(X, 0): s/√(2π)
+    0.00798
+    """
+    ses = [float(s) for s in standard_errors]
+    if not ses or any(not math.isfinite(s) or s < 0 for s in ses):
+        raise ValueError(f"expected finite standard errors ≥ 0, got {ses!r}. Fix the holdout scoring.")
+    if len(ses) == 1:
+        return 0.0
+    top = max(ses)
+    if top == 0.0:
+        return 0.0
+    pos = [s for s in ses if s > 0.0]
+    has_zero = len(pos) < len(ses)
+
+    def log_cdf(x: float) -> float:
+        return float(sum(special.log_ndtr(x / s) for s in pos))
+
+    def upper(x: float) -> float:
+        return -math.expm1(log_cdf(x))
+
+    def lower(x: float) -> float:
+        return 0.0 if has_zero else math.exp(log_cdf(x))
+
+    reach = 40.0 * top
+    head, _ = integrate.quad(upper, 0.0, reach, limit=200, epsabs=1e-13 * top, epsrel=1e-10)
+    tail, _ = integrate.quad(lower, -reach, 0.0, limit=200, epsabs=1e-13 * top, epsrel=1e-10)
+    return float(head - tail)
 
 
 def mean_pairwise_correlation(matrix: FloatArray) -> float | None:
@@ -193,7 +286,12 @@ def mean_pairwise_correlation(matrix: FloatArray) -> float | None:
 
 @dataclass(frozen=True)
 class CandidateStats:
-    """One leaderboard row's numbers (scores are means of per-step scores)."""
+    """One leaderboard row's numbers (scores are means of per-step scores).
+
+    ``se`` is the Newey–West SE of the candidate's out-of-sample score minus the candidates'
+    mean on each step (what the ranking and the luck line need); ``se_raw`` that of its raw
+    out-of-sample score.
+    """
 
     candidate_id: str
     oos: float | None
@@ -202,6 +300,7 @@ class CandidateStats:
     se: float | None
     adjusted: float | None
     oos_steps: int
+    se_raw: float | None = None
 
 
 @dataclass(frozen=True)
@@ -215,9 +314,33 @@ class SearchStats:
     sigma0: float | None
     baseline: float | None
     luck_line: float | None
-    luck_line_95: float | None
     found_nothing: bool | None
     best_id: str | None
+    #: ``√(N/(N−1))``: turns the SE of a difference from the candidates' mean into the spread
+    #: of the candidate's own noise (the mean contains it: ``Var(X_i − X̄) = σ²(1 − 1/N)``).
+    scale: float = 1.0
+
+
+def _score_matrix(oos: Mapping[str, Mapping[str, float]]) -> tuple[list[str], list[str], FloatArray]:
+    keys = sorted({k for series in oos.values() for k in series})
+    ids = list(oos)
+    index = {k: i for i, k in enumerate(keys)}
+    matrix = np.full((len(keys), len(ids)), np.nan)
+    for j, cid in enumerate(ids):
+        for k, v in oos[cid].items():
+            matrix[index[k], j] = float(v)
+    return keys, ids, matrix
+
+
+def differences_from_mean(matrix: FloatArray) -> FloatArray:
+    """Each candidate's per-step score minus the mean of the candidates scored on that step.
+
+    >>> differences_from_mean(np.array([[1.0, 3.0], [2.0, np.nan]])).tolist()
+    [[-1.0, 1.0], [0.0, nan]]
+    """
+    with np.errstate(all="ignore"):
+        step_mean = np.nanmean(matrix, axis=1, keepdims=True)
+    return np.asarray(matrix - step_mean, dtype=np.float64)
 
 
 def search_stats(
@@ -229,6 +352,12 @@ def search_stats(
     extra_trials: int = 0,
 ) -> SearchStats:
     """Rank candidates by their luck-adjusted out-of-sample score.
+
+    ``SE_i`` is the Newey–West SE (data-driven bandwidth) of ``d_{i,t} = s_{i,t} − mean_j s_{j,t}``:
+    the noise shared by every candidate on a step cancels, so the scale is right whether the
+    persistent noise is the candidates' own or shared. ``Adjusted_i = OOS_i − SE_i·√(N/(N−1))·e(N)``
+    and the luck line ``b̄ + σ₀·√(N/(N−1))·e(N)`` (``σ₀ = median SE_i``) are then exact when the
+    candidates' own noise is exchangeable (``E[max_i X_i − X̄] = σ·e(N)``).
 
     Args:
         oos: per candidate, its out-of-sample per-step scores keyed by step (for example the
@@ -252,60 +381,38 @@ def search_stats(
     >>> res.n_trials, round(res.e_n, 3), res.rows[0].adjusted < res.rows[0].oos
     (5, 1.163, True)
     """
-    keys = sorted({k for series in oos.values() for k in series})
-    ids = list(oos)
-    index = {k: i for i, k in enumerate(keys)}
-    matrix = np.full((len(keys), len(ids)), np.nan)
-    for j, cid in enumerate(ids):
-        for k, v in oos[cid].items():
-            matrix[index[k], j] = float(v)
-
+    _, ids, matrix = _score_matrix(oos)
+    diff = differences_from_mean(matrix)
     means: dict[str, float | None] = {}
     ses: dict[str, float | None] = {}
-    for cid in ids:
-        series = [float(oos[cid][k]) for k in keys if k in oos[cid]]
-        means[cid] = float(np.mean(series)) if series else None
-        ses[cid] = newey_west_se(series, horizon) if len(series) >= 2 else None
+    raw_ses: dict[str, float | None] = {}
+    for j, cid in enumerate(ids):
+        ok = np.isfinite(matrix[:, j])
+        series = matrix[ok, j]
+        means[cid] = float(series.mean()) if series.size else None
+        raw_ses[cid] = newey_west_se(series, horizon) if series.size >= 2 else None
+        ses[cid] = newey_west_se(diff[ok, j], horizon) if series.size >= 2 else None
 
     scored = [cid for cid in ids if means[cid] is not None]
     n_trials = len(scored) + max(0, extra_trials)
     e_n = expected_max_normal(n_trials) if n_trials >= 1 else None
     rho = mean_pairwise_correlation(matrix[:, [ids.index(c) for c in scored]]) if scored else None
-    # One candidate (or no defined pair): no correlation to use; e(1) = 0 anyway, otherwise
-    # treat as independent (ρ̄ = 0), the conservative choice for ρ̄ ≥ 0.
-    rho_used = 0.0 if rho is None else min(rho, 1.0)
-    shrink = math.sqrt(max(0.0, 1.0 - rho_used))
+    if len(scored) >= 2:
+        scale = math.sqrt(len(scored) / (len(scored) - 1.0))
+    else:  # one candidate: its difference from the mean is 0; use its raw SE (e(1) = 0 anyway)
+        scale = 1.0
+        ses = dict(raw_ses)
     defined_se = [s for s in (ses[c] for c in scored) if s is not None]
     sigma0 = float(np.median(defined_se)) if defined_se else None
     b = baseline
     if b is None and scored:
         b = float(np.mean([m for m in (means[c] for c in scored) if m is not None]))
     luck = None
-    luck95 = None
     if e_n is not None and sigma0 is not None and b is not None:
-        luck = b + sigma0 * shrink * e_n
-        luck95 = b + sigma0 * shrink * luck_quantile_normal(n_trials)
+        luck = b + sigma0 * scale * e_n
 
-    rows: list[CandidateStats] = []
-    for cid in ids:
-        m, se = means[cid], ses[cid]
-        is_series = list(in_sample.get(cid, ()))
-        is_mean = float(np.mean(is_series)) if is_series else None
-        adjusted = None
-        if m is not None and se is not None and e_n is not None:
-            adjusted = m - se * shrink * e_n
-        gap = None if (is_mean is None or m is None) else is_mean - m
-        rows.append(
-            CandidateStats(
-                candidate_id=cid,
-                oos=m,
-                in_sample=is_mean,
-                gap=gap,
-                se=se,
-                adjusted=adjusted,
-                oos_steps=len(oos[cid]),
-            )
-        )
+    rows = [_row(cid, means[cid], ses[cid], raw_ses[cid], in_sample.get(cid, ()), e_n, scale,
+                 len(oos[cid])) for cid in ids]
     rows.sort(key=lambda r: (r.adjusted is None, -(r.adjusted or 0.0), r.candidate_id))
     best = rows[0].candidate_id if rows and rows[0].adjusted is not None else None
     top = max((m for m in means.values() if m is not None), default=None)
@@ -320,7 +427,19 @@ def search_stats(
         sigma0=sigma0,
         baseline=b,
         luck_line=luck,
-        luck_line_95=luck95,
         found_nothing=found_nothing,
         best_id=best,
+        scale=scale,
     )
+
+
+def _row(cid: str, m: float | None, se: float | None, se_raw: float | None,
+         in_sample: Sequence[float], e_n: float | None, scale: float, steps: int) -> CandidateStats:
+    is_series = list(in_sample)
+    is_mean = float(np.mean(is_series)) if is_series else None
+    adjusted = None
+    if m is not None and se is not None and e_n is not None:
+        adjusted = m - se * scale * e_n
+    gap = None if (is_mean is None or m is None) else is_mean - m
+    return CandidateStats(candidate_id=cid, oos=m, in_sample=is_mean, gap=gap, se=se,
+                          adjusted=adjusted, oos_steps=steps, se_raw=se_raw)

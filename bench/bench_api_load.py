@@ -1,0 +1,181 @@
+"""API: latency and throughput of the audit and verdict endpoints under 50 and 200 concurrent clients,
+against serving the same audit file with plain static servers, measured in the same run.
+
+Setup (seeded, no network): one settled model whose audit has 2,000 test examples × 2 answers
+(``synthetic_decision(seed=2026)``, B = 2,000 resamples, ~0.2 MB), recorded in a fresh SQLite
+store through the credits core (``settle_training``), and one API key. Four servers, each in its
+own process with one worker, on 127.0.0.1:
+
+* ``typestrict api`` (FastAPI + uvicorn): ``GET /v1/models/{id}/audit`` and ``GET /v1/models/{id}``
+  (the verdict, built from the audit), both authenticated by key;
+* uvicorn + Starlette ``StaticFiles`` serving the audit file (the strongest plain alternative we
+  have: same server, no auth, no store);
+* Python's ``http.server`` (``ThreadingHTTPServer``) serving the same file.
+
+The client is one asyncio process (httpx), ``REQUESTS`` requests per case at each concurrency,
+after ``WARMUP`` requests; every response is checked (status 200, byte length). It prints p50/p99
+latency and throughput per case and the ratio to the faster static server.
+
+Run: ``.venv/bin/python -m bench.bench_api_load``
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from typestrict_pipeline.api.keys import create_api_key
+from typestrict_pipeline.credits import CreditLedger, SettlementRequest, settle_training
+from typestrict_pipeline.refund.audit import build_audit, write_audit
+from typestrict_pipeline.refund.rule import judge
+from typestrict_pipeline.refund.synthetic import synthetic_decision
+from typestrict_pipeline.store import open_store
+
+CONCURRENCY = (50, 200)
+REQUESTS = 1000
+WARMUP = 100
+MODEL_ID = "tr_bench_api"
+
+STATIC_APP = """
+import sys
+from starlette.applications import Starlette
+from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
+app = Starlette(routes=[Mount("/", StaticFiles(directory=sys.argv[1]))])
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _wait(url: str, headers: dict[str, str] | None = None) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, headers=headers, timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"server at {url} did not start")
+
+
+def _prepare(folder: Path) -> tuple[str, str, int]:
+    """A settled model with its audit in a fresh store; returns (store url, key, audit size)."""
+    url = f"sqlite:///{folder / 'store.db'}"
+    data = synthetic_decision(seed=2026, n=2000, n_answers=2, model_skill=0.8, jev_skill=0.6)
+    judgement = judge([data], keep_if_loses=False)
+    path = write_audit(folder / "static" / "audit.json",
+                       build_audit(judgement, training_id=MODEL_ID, model_id=MODEL_ID, jev_id="jev"))
+    engine = open_store(url)
+    try:
+        CreditLedger(engine).grant("bench", 1, reference="bench")
+        settle_training(engine, SettlementRequest(
+            workspace_id="bench", training_id=MODEL_ID, verdict=judgement.verdict, reason="bench",
+            keep_if_loses=False, model_dir=folder / "model", audit_json=path.read_bytes()))
+        key = create_api_key(engine, "bench").key
+    finally:
+        engine.dispose()
+    return url, key, path.stat().st_size
+
+
+async def _load(url: str, headers: dict[str, str], concurrency: int,
+                size: int | None) -> tuple[float, float, float, dict[str, int]]:
+    """(p50 ms, p99 ms, good responses/s, failed requests) of REQUESTS GETs by ``concurrency`` clients.
+
+    A request that fails (connection reset or refused, wrong status or length) is counted, not
+    timed; throughput counts good responses only.
+    """
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(headers=headers, limits=limits, timeout=300) as client:
+        for _ in range(WARMUP // 10):
+            await asyncio.gather(*(client.get(url) for _ in range(10)))
+        latencies: list[float] = []
+        failed: dict[str, int] = {}
+        queue = iter(range(REQUESTS))
+
+        async def worker() -> None:
+            for _ in queue:
+                t = time.perf_counter()
+                try:
+                    r = await client.get(url)
+                except httpx.HTTPError as exc:
+                    failed[type(exc).__name__] = failed.get(type(exc).__name__, 0) + 1
+                    continue
+                if r.status_code != 200 or (size is not None and len(r.content) != size):
+                    why = f"HTTP {r.status_code}"
+                    failed[why] = failed.get(why, 0) + 1
+                    continue
+                latencies.append(time.perf_counter() - t)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - started
+    q = statistics.quantiles(latencies, n=100)
+    return q[49] * 1000, q[98] * 1000, len(latencies) / wall, failed
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        url, key, size = _prepare(folder)
+        (folder / "static_app.py").write_text(STATIC_APP)
+        ports = {name: _free_port() for name in ("api", "starlette", "http.server")}
+        env = {**os.environ, "PYTHONPATH": str(folder)}
+        procs = [
+            subprocess.Popen([sys.executable, "-m", "typestrict_pipeline.cli", "api", "--store", url,
+                              "--home", str(folder), "--port", str(ports["api"]), "--log-level", "warning"],
+                             stdout=subprocess.DEVNULL),
+            subprocess.Popen([sys.executable, "-c",
+                              "import sys, uvicorn; port = int(sys.argv[2]); sys.argv = ['x', sys.argv[1]]; "
+                              "import static_app; uvicorn.run(static_app.app, host='127.0.0.1', port=port, "
+                              "log_level='warning', access_log=False)",
+                              str(folder / "static"), str(ports["starlette"])], env=env, cwd=folder),
+            subprocess.Popen([sys.executable, "-m", "http.server", str(ports["http.server"]), "--bind",
+                              "127.0.0.1", "--directory", str(folder / "static")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+        ]
+        auth = {"Authorization": f"Bearer {key}"}
+        api = f"http://127.0.0.1:{ports['api']}"
+        cases = [
+            ("API  GET /v1/models/{id}/audit", f"{api}/v1/models/{MODEL_ID}/audit", auth, size),
+            ("API  GET /v1/models/{id} (verdict)", f"{api}/v1/models/{MODEL_ID}", auth, None),
+            ("uvicorn+Starlette StaticFiles", f"http://127.0.0.1:{ports['starlette']}/audit.json", {}, size),
+            ("python http.server (threading)", f"http://127.0.0.1:{ports['http.server']}/audit.json", {}, size),
+        ]
+        try:
+            for _, u, h, _ in cases:
+                _wait(u, h)
+            print(f"API load: audit {size / 1e3:.0f} kB (2,000 examples x 2 answers, B = 2,000); "
+                  f"{REQUESTS} requests per case after {WARMUP} warm-up; one server process each; "
+                  f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+            for c in CONCURRENCY:
+                results = {name: asyncio.run(_load(u, h, c, s)) for name, u, h, s in cases}
+                best_static = max(results[n][2] for n, *_ in cases[2:])
+                print(f"  {c} concurrent clients:")
+                for name, (p50, p99, rps, failed) in results.items():
+                    print(f"    {name:<36} p50 {p50:8.1f} ms  p99 {p99:8.1f} ms  {rps:7.0f} req/s  "
+                          f"({rps / best_static:.2f}x the faster static server)"
+                          + (f"  failed: {failed}" if failed else ""))
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()

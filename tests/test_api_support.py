@@ -1,0 +1,176 @@
+"""Support for the API tests (no tests here): a real uvicorn server, seeded data, the verdict run.
+
+* :class:`ApiServer`: ``create_app`` served by uvicorn on 127.0.0.1, on a socket bound to a free
+  port before the server starts (no race for the port), in a thread; stopped on exit.
+* :func:`make_dataset`: a seeded CSV (``random.Random(seed)``) with groups and two answers, and
+  Jev's probabilities for every row, written as a predictions file (the server's Jev).
+* :func:`model_predictions`: a seeded "trained model"'s probabilities for every row.
+* :func:`run_verdicts`: what production does after a training is handed over: one tick of
+  ``training_sensor`` on a real (ephemeral) Dagster instance, then the requested ``verdict_job``
+  runs, in process, with the project's own definitions.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import socket
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import httpx
+import uvicorn
+
+from typestrict_pipeline.api import create_app
+from typestrict_pipeline.api.keys import create_api_key
+from typestrict_pipeline.credits import CreditLedger
+from typestrict_pipeline.refund.predictions import Prediction, write_predictions_jsonl
+from typestrict_pipeline.store import open_store
+
+ANSWERS = ("yes", "no")
+
+
+class ApiServer:
+    """``create_app(store_url, home, ...)`` on a real uvicorn server at ``self.url``."""
+
+    def __init__(self, store_url: str, home: Path, **options: Any) -> None:
+        self.app = create_app(store_url, home, **options)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    def __enter__(self) -> ApiServer:
+        self.thread.start()
+        deadline = time.monotonic() + 120  # generous: the machine is shared and busy
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the API server did not start")
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=60)
+        self.sock.close()
+
+    def client(self, key: str | None = None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=120)
+
+
+def new_key(store_url: str, workspace: str, credits: int = 0) -> str:
+    """A fresh API key of ``workspace`` (and ``credits`` granted to it)."""
+    engine = open_store(store_url)
+    try:
+        key = create_api_key(engine, workspace, label="tests").key
+        if credits:
+            CreditLedger(engine).grant(workspace, credits, reference=f"tests-{workspace}-{key[4:20]}")
+    finally:
+        engine.dispose()
+    return key
+
+
+def _probs(rng: random.Random, right: int, skill: float) -> tuple[float, float]:
+    top = right if rng.random() < skill else 1 - right
+    hi = 0.55 + 0.4 * rng.random()
+    return (hi, 1 - hi) if top == 0 else (1 - hi, hi)
+
+
+def make_dataset(folder: Path, *, n: int = 200, seed: int = 0, jev_skill: float = 0.6) -> tuple[bytes, Path]:
+    """``(csv bytes, jev predictions file)``: ``n`` rows in groups of 4, answers yes/no."""
+    rng = random.Random(seed)
+    rows = [(f"ex{i:04d}", f"review number {i} of seed {seed}", f"g{i // 4}", rng.choice(ANSWERS)) for i in range(n)]
+    csv = "id,text,grp,label\n" + "".join(f"{a},{b},{c},{d}\n" for a, b, c, d in rows)
+    jev = [Prediction(r[0], "sentiment", tuple(zip(ANSWERS, _probs(rng, ANSWERS.index(r[3]), jev_skill), strict=True)))
+           for r in rows]
+    path = folder / f"jev-{seed}.jsonl"
+    write_predictions_jsonl(path, jev)
+    return csv.encode(), path
+
+
+def labels(csv: bytes) -> dict[str, str]:
+    """id -> label of a dataset made by :func:`make_dataset`."""
+    lines = csv.decode().splitlines()[1:]
+    return {line.split(",")[0]: line.split(",")[-1] for line in lines}
+
+
+def model_predictions(csv: bytes, *, skill: float, seed: int = 1) -> list[dict[str, Any]]:
+    """A seeded model's probabilities for every row (``skill``: how often its top answer is right)."""
+    rng = random.Random(seed)
+    out = []
+    for id_, label in labels(csv).items():
+        p = _probs(rng, ANSWERS.index(label), skill)
+        out.append({"id": id_, "decision": "sentiment", "probabilities": dict(zip(ANSWERS, p, strict=True))})
+    return out
+
+
+TRAINING_BODY: dict[str, Any] = {
+    "dataset": {"path": "reviews.csv", "columns": {"id": "id", "text": "text", "group": "grp"}},
+    "decisions": [{"name": "sentiment", "question": "Is this review positive?",
+                   "answer_column": "label", "answers": list(ANSWERS)}],
+    "options": {"keep_if_loses": False},
+}
+
+
+def run_verdicts(home: Path, store_url: str, failures: dict[str, str] | None = None) -> list[str]:
+    """One ``training_sensor`` tick and its ``verdict_job`` runs, in process; the ids judged.
+
+    ``failures`` (if given) receives, per failed run, the first failed step's error message.
+    """
+    import os
+
+    import dagster as dg
+
+    from assets import area_definitions
+    from resources import default_resources
+
+    saved = {k: os.environ.get(k) for k in ("TYPESTRICT_HOME", "TYPESTRICT_STORE_URL")}
+    os.environ["TYPESTRICT_HOME"] = str(home)
+    os.environ["TYPESTRICT_STORE_URL"] = store_url
+    try:
+        resources = default_resources()
+        defs = dg.Definitions.merge(*area_definitions(), dg.Definitions(resources=resources))
+        with dg.DagsterInstance.ephemeral() as instance:
+            sensor = defs.resolve_sensor_def("training_sensor")
+            tick = sensor(dg.build_sensor_context(instance=instance, resources=resources, definitions=defs))
+            if not isinstance(tick, dg.SensorResult):
+                return []
+            for request in tick.dynamic_partitions_requests or []:
+                assert isinstance(request, dg.AddDynamicPartitionsRequest)
+                instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+            job = defs.resolve_job_def("verdict_job")
+            judged = []
+            quiet = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+            for run in tick.run_requests or []:
+                assert run.partition_key is not None
+                result = job.execute_in_process(partition_key=run.partition_key, instance=instance,
+                                                run_config=quiet, raise_on_error=False)
+                judged.append(run.partition_key)
+                if not result.success and failures is not None:
+                    events = result.get_step_failure_events()
+                    info = events[0].step_failure_data.error if events else None
+                    messages = []
+                    while info is not None:  # the product's error may be the cause of Dagster's
+                        messages.append(info.message)
+                        info = info.cause
+                    failures[run.partition_key] = "\n".join(messages) or "failed"
+            return judged
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value)

@@ -1,0 +1,209 @@
+"""The command line's cases of the hostile-input corpus: every bad argument gets a message and an
+exit code, nothing is written (store contents and home files compared before and after), and no
+command prints a traceback — including a closed pipe and Ctrl-C.
+
+The store is a real SQLite file in a private ``TYPESTRICT_HOME`` with one known workspace
+(``acme``: a grant and a spend), plus the real PostgreSQL server for the unreachable-URL case.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from typestrict_pipeline.cli import main
+from typestrict_pipeline.credits import CreditLedger
+from typestrict_pipeline.store import open_store
+
+BIG = "1" + "0" * 30  # 10**30 written out
+STUDY = ["study", "run", "seattle_rain", "--start", "2013-01-02", "--end", "2015-12-31", "--tune-steps", "90",
+         "--eval-steps", "60", "--holdout-steps", "120", "--grid", "threshold=0.4,0.5",
+         "--max-candidates", "2", "--max-total-steps", "2000"]
+BACKTEST = ["backtest", "run", "seattle_rain", "--start", "2015-01-01", "--end", "2015-01-10"]
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    root = tmp_path_factory.mktemp("hostile-home")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TYPESTRICT_HOME", str(root))
+        mp.delenv("TYPESTRICT_STORE_URL", raising=False)
+        mp.delenv("DAGSTER_HOME", raising=False)
+        engine = open_store(f"sqlite:///{root / 'store.db'}")
+        ledger = CreditLedger(engine)
+        ledger.grant("acme", 5, reference="inv-1")
+        ledger.spend("acme", "t1")
+        engine.dispose()
+        yield root
+
+
+def snapshot(root: Path) -> tuple[str, list[tuple[str, int]]]:
+    """A digest of the store's full contents and every other file's name and size."""
+    conn = sqlite3.connect(root / "store.db")
+    try:
+        digest = hashlib.sha256("\n".join(conn.iterdump()).encode()).hexdigest()
+    finally:
+        conn.close()
+    files = sorted((str(p.relative_to(root)), p.stat().st_size) for p in root.rglob("*")
+                   if p.is_file() and not p.name.startswith("store.db"))
+    return digest, files
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    capsys.readouterr()
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's usage errors
+        code = int(exc.code or 0)
+    err = capsys.readouterr().err
+    return code, err
+
+
+CASES: list[tuple[str, list[str], int, str]] = [
+    ("steps 10**30", [*STUDY, "--max-total-steps", BIG], 2, "expected a number of steps as a whole number"),
+    ("steps as an expression", [*STUDY, "--max-total-steps", "10**30"], 2, "got '10**30'"),
+    ("steps zero", [*STUDY, "--max-total-steps", "0"], 2, "expected a number of steps from 1 to 10,000,000"),
+    ("candidates negative", [*STUDY, "--max-candidates", "-3"], 2, "expected Max candidates from 1"),
+    ("budget 1e400", [*STUDY, "--budget-usd", "1e400"], 2, "expected a USD amount from 0 to 1,000,000"),
+    ("budget nan", [*STUDY, "--budget-usd", "nan"], 2, "expected a USD amount"),
+    ("budget negative", [*STUDY, "--budget-usd", "-1"], 2, "expected a USD amount"),
+    ("budget 7 decimals", [*STUDY, "--budget-usd", "0.0000001"], 2, "at most 6 decimals"),
+    ("folds zero", [*STUDY, "--folds", "0"], 2, "expected a number of folds from 1 to 100"),
+    ("seed negative", [*STUDY, "--seed", "-1"], 2, "expected a seed from 0"),
+    ("study step overflow", [*STUDY, "--step", "99999999999d"], 2, "at most 366 days"),
+    ("study reversed range", [*STUDY[:3], "--start", "2015-12-31", "--end", "2013-01-02", *STUDY[7:]], 2,
+     "got the start 2015-12-31T00:00:00+00:00 after the end 2013-01-02T00:00:00+00:00. Swap them"),
+    ("grant 10**30", ["credits", "grant", "acme", BIG, "--reference", "x"], 2,
+     "expected an amount of credits as a whole number from 1 to 1,000,000,000"),
+    ("grant 5001 digits", ["credits", "grant", "acme", "9" * 5001, "--reference", "x"], 2,
+     "(5001 characters)"),
+    ("grant negative", ["credits", "grant", "acme", "-5", "--reference", "x"], 2, "from 1 to 1,000,000,000"),
+    ("grant empty reference", ["credits", "grant", "acme", "5", "--reference", ""], 2, "expected a reference"),
+    ("grant NUL in reason", ["credits", "grant", "acme", "5", "--reference", "y", "--reason", "a\x00b"], 2,
+     "expected a reason of 1 to 500 printable characters"),
+    ("adjust 10**10", ["credits", "adjust", "acme", "10000000000", "--reference", "z", "--reason", "r"], 2,
+     "from -1,000,000,000 to 1,000,000,000"),
+    ("spend path as training", ["credits", "spend", "acme", "../../etc"], 2,
+     "expected a training id (letters, digits, _ . @ + -; at most 128; no '..'), got '../../etc'"),
+    ("workspace with a slash", ["credits", "grant", "a/b", "1", "--reference", "q"], 2, "expected a workspace id"),
+    ("workspace too long", ["credits", "balance", "w" * 129], 2, "at most 128"),
+    ("unknown workspace", ["credits", "balance", "ghost"], 2,
+     "expected a workspace the store knows, got 'ghost' (known: acme)"),
+    ("unknown workspace usage", ["usage", "ghost"], 2, "got 'ghost' (known: acme)"),
+    ("ledger unknown training", ["credits", "ledger", "acme", "--training", "t9"], 2,
+     "expected ledger entries of training 't9' in workspace 'acme', got none"),
+    ("ledger training path", ["credits", "ledger", "acme", "--training", "../x"], 2, "expected a training id"),
+    ("usage bad day", ["usage", "acme", "--since", "2014-13-45"], 2,
+     "expected a day as YYYY-MM-DD (e.g. 2014-12-31), got '2014-13-45'"),
+    ("usage year 99999", ["usage", "acme", "--until", "99999-01-01"], 2, "expected a day as YYYY-MM-DD"),
+    ("usage reversed", ["usage", "acme", "--since", "2015-02-01", "--until", "2015-01-01"], 2,
+     "got the start 2015-02-01 after the end 2015-01-01. Swap them"),
+    ("store scheme mysql", ["credits", "balance", "acme", "--store", "mysql://u@h/db"], 2,
+     "expected a store URL starting with sqlite:/// or postgresql://, got 'mysql://u@h/db'"),
+    ("store not a URL", ["credits", "balance", "acme", "--store", "store.db"], 2, "expected a store URL"),
+    ("store password masked", ["credits", "balance", "acme", "--store", "redis://u:secret@h/0"], 2,
+     "'redis://u:***@h/0'"),
+    ("study id words", ["study", "leaderboard", "abc"], 2, "expected a study id (a whole number"),
+    ("study id huge", ["study", "leaderboard", "9" * 30], 2, "expected a study id"),
+    ("study id unknown", ["study", "leaderboard", "99"], 2, "expected an existing study id, got 99"),
+    ("backtest unknown id", ["backtest", "show", "nosuch"], 2, "got unknown id 'nosuch'"),
+    ("backtest reversed", [*BACKTEST[:3], "--start", "2015-02-01", "--end", "2015-01-01"], 2, "Swap them"),
+    ("backtest in flight 0", [*BACKTEST, "--max-in-flight", "0"], 2, "expected calls in flight from 1 to 256"),
+    ("backtest latency nan", [*BACKTEST, "--standin-latency", "nan"], 2, "expected seconds from 0 to 60"),
+    ("backtest model URL", [*BACKTEST, "--model-url", "file:///etc/passwd", "--model", "m", "--price-in",
+                            "1", "--price-out", "1"], 2, "expected --model-url as an http:// or https://"),
+    ("live bad as-of", ["run", "seattle_rain", "--as-of", "yesterday"], 2, "expected the as_of as an ISO 8601"),
+    ("schedule id zero", ["schedule", "status", "0"], 2, "expected a schedule id from 1"),
+    ("notifications empty user", ["schedule", "notifications", "", "--on"], 2, "expected a person"),
+    ("unknown command", ["frobnicate"], 2, "invalid choice"),
+]
+
+
+@pytest.mark.parametrize(("argv", "code", "message"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_a_bad_argument_gets_a_message_and_writes_nothing(
+    home: Path, capsys: pytest.CaptureFixture[str], argv: list[str], code: int, message: str
+) -> None:
+    before = snapshot(home)
+    got, err = run_cli(argv, capsys)
+    assert (got, message in err) == (code, True), err
+    assert "Traceback" not in err
+    assert snapshot(home) == before
+
+
+def test_reading_a_missing_store_says_so_and_creates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nowhere" / "store.db"
+    for argv in (["credits", "balance", "acme"], ["usage", "acme"], ["study", "list"],
+                 ["backtest", "list"], ["schedule", "status"], ["audit", "m1"]):
+        got, err = run_cli([*argv, "--store", f"sqlite:///{missing}"], capsys)
+        assert got == 2 and f"expected a store at {missing}, got no such file" in err, (argv, err)
+    assert not missing.parent.exists()
+
+
+def test_an_unreachable_postgres_store_is_a_message(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = snapshot(home)
+    got, err = run_cli(["credits", "balance", "acme", "--store",
+                        "postgresql://nobody@127.0.0.1:1/none"], capsys)
+    assert got == 2 and "could not bring the store at postgresql+psycopg2://nobody@127.0.0.1:1/none" in err
+    assert "Traceback" not in err and snapshot(home) == before
+
+
+def _cli(*argv: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "typestrict_pipeline.cli", *argv], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_a_closed_pipe_ends_quietly(home: Path) -> None:
+    """``typestrict backtest workflows --json | head -c 10``, with more output than a pipe holds."""
+    engine = open_store(f"sqlite:///{home / 'pipe.db'}")
+    ledger = CreditLedger(engine)
+    for i in range(400):  # ~100 KB of JSON lines, more than the 64 KiB a pipe buffers
+        ledger.grant("pipe", 1, reference=f"inv-{i}", reason="x" * 100)
+    engine.dispose()
+    env = {**os.environ, "TYPESTRICT_STORE_URL": f"sqlite:///{home / 'pipe.db'}"}
+    proc = _cli("credits", "ledger", "pipe", "--json", env=env)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(10) == b'{"amount":'
+    proc.stdout.close()  # the reader goes away, as `head` does
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 141
+    assert err == ""
+
+
+def test_ctrl_c_exits_130_with_one_line(home: Path, tmp_path: Path) -> None:
+    """Ctrl-C during a long backtest: exit 130, one line, no traceback; what was stored stays."""
+    store = tmp_path / "ctrl-c.db"
+    env = {**os.environ, "TYPESTRICT_STORE_URL": f"sqlite:///{store}", "TYPESTRICT_HOME": str(tmp_path)}
+    proc = _cli("backtest", "run", "seattle_rain", "--start", "2012-01-02", "--end", "2015-12-31",
+                "--standin-latency", "0.2", "--max-in-flight", "1", env=env)
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 300
+    started = False
+    while time.monotonic() < deadline and proc.poll() is None and not started:
+        time.sleep(0.5)
+        if store.exists():
+            conn = sqlite3.connect(store, timeout=30)
+            try:
+                names = {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+                started = "backtest_steps" in names and conn.execute(
+                    "SELECT COUNT(*) FROM backtest_steps").fetchone()[0] > 0
+            except sqlite3.OperationalError:
+                started = False
+            finally:
+                conn.close()
+    assert started, "the backtest did not start storing steps"
+    proc.send_signal(signal.SIGINT)
+    code = proc.wait(timeout=300)
+    err = proc.stderr.read().decode()
+    assert code == 130, err
+    assert err.strip().splitlines() == ["typestrict: interrupted; what was stored before stays stored"]

@@ -1,0 +1,203 @@
+"""The README is executable truth: every command of its "Using it" table, parsed from README.md,
+runs as written against the demo's state.
+
+The demo's state is built once for the module by the demo's own parts (``demo.refund`` on its two
+fast trainings, then credits, backtest, study and re-runs, exactly as ``python -m demo`` runs them)
+into ``<tmp>/.typestrict``: the default home of a checkout whose folder is ``<tmp>``. ``<tmp>`` holds
+links to this checkout's ``.venv``, packages, ``Makefile`` and ``workspace.yaml``, so each command
+runs verbatim from there with no setting: ``TYPESTRICT_HOME``, ``DAGSTER_HOME`` and
+``TYPESTRICT_STORE_URL`` are all unset, as for a newcomer.
+
+``.venv/bin/typestrict ...`` commands run in this process through the same ``main()`` the entry
+point calls (the entry point itself is run once as a subprocess); ``python3 ...`` and
+``make ui`` run as subprocesses (``make ui`` on a free port, given as ``UI_PORT``, until its
+GraphQL endpoint lists the demo's runs).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from demo import home as demo_home
+from typestrict_pipeline.cli import main
+from typestrict_pipeline.demo_data.build import DEMO_TRAININGS
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parent.parent
+LINKED = (".venv", "typestrict_pipeline", "assets", "resources", "demo", "bench", "docs", "Makefile",
+          "workspace.yaml", "pyproject.toml", "README.md")
+PROGRAMS = (".venv/bin/typestrict ", "python3 ", "make ui")
+FAST_TRAININGS = ("rt-tiny", "rt-failed")
+
+
+def readme_commands(text: str) -> list[str]:
+    """The commands of the README's "Using it" table, in order: the code spans of its rows that
+    start with a program a user runs."""
+    section = text.split("## Using it", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| to ")]
+    spans = [span for row in rows for span in re.findall(r"`([^`]+)`", row)]
+    return [s for s in spans if s.startswith(PROGRAMS)]
+
+
+def test_the_table_has_the_commands_a_newcomer_needs() -> None:
+    commands = readme_commands((REPO / "README.md").read_text(encoding="utf-8"))
+    assert commands[0] == "make ui"
+    for needed in ("credits balance demo", "audit ", "verify_audit.py", "backtest run", "usage demo",
+                   "study run", "study leaderboard", "schedule enable", "study status"):
+        assert any(needed in c for c in commands), needed
+    assert all(c.startswith(".venv/bin/typestrict") or c.startswith(("python3 ", "make ui")) for c in commands)
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A folder that looks like the checkout after ``make demo``, and the working directory."""
+    root = tmp_path_factory.mktemp("checkout")
+    for name in LINKED:
+        (root / name).symlink_to(REPO / name)
+    home = root / ".typestrict"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TYPESTRICT_HOME", str(home))  # the parts set these; restored after
+        mp.setenv("DAGSTER_HOME", str(home / "dagster_home"))
+        mp.delenv("TYPESTRICT_STORE_URL", raising=False)
+        home.mkdir()
+        from demo import backtest, credits, refund, study
+
+        assert refund.run(home, only=FAST_TRAININGS) == 0
+        for part in (credits, backtest, study):
+            assert part.run(home) == 0
+        try:
+            from demo import reruns
+        except ModuleNotFoundError:
+            pass
+        else:
+            assert reruns.run(home) == 0
+        demo_home.finish(home, [t.training_id for t in DEMO_TRAININGS])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        for name in ("TYPESTRICT_HOME", "DAGSTER_HOME", "TYPESTRICT_STORE_URL"):
+            mp.delenv(name, raising=False)
+        yield root
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _graphql(port: int, query: str) -> dict[str, object] | None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("POST", "/graphql", json.dumps({"query": query}), {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        body = resp.read()
+        return json.loads(body) if resp.status == 200 else None
+    except (OSError, ValueError):
+        return None
+    finally:
+        conn.close()
+
+
+def _make_ui(command: str, root: Path) -> None:
+    """``make ui`` serves the demo's runs: poll its GraphQL endpoint (generous timeout), then stop it."""
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", "TYPESTRICT_HOME")}
+    env["UI_PORT"] = str(port)
+    proc = subprocess.Popen(shlex.split(command), cwd=root, env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    runs: list[object] = []
+    try:
+        deadline = time.monotonic() + 420
+        while time.monotonic() < deadline and proc.poll() is None:
+            answer = _graphql(port, "{ runsOrError { ... on Runs { results { runId status } } } }")
+            data = answer.get("data") if answer else None
+            if isinstance(data, dict):
+                runs = data["runsOrError"]["results"]
+                break
+            time.sleep(2)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            out, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+    text = out.decode(errors="replace")
+    assert runs, f"`make ui` did not serve the demo's runs on port {port}:\n{text[-3000:]}"
+    assert f"DAGSTER_HOME={root.resolve()}/.typestrict/dagster_home" in text
+
+
+# What each command must print (beyond exit code 0 and no traceback), by its start.
+EXPECT = {
+    "credits balance demo": "workspace demo: balance",
+    "credits ledger demo": "kind",
+    "credits models demo": "rt-tiny",
+    "verify audit.json": "every number matches",
+    "verify_audit.py audit.json": "every number matches",
+    "backtest run seattle_rain": "backtest id",
+    "backtest list": "seattle_rain",
+    "run seattle_rain --as-of": "Live decision",
+    "usage demo": "studies",
+    "study run": "| Adjusted |",
+    "study list": "seattle rain grid",
+    "study leaderboard 1": "| Adjusted |",
+    "schedule enable 1": "Schedule 1: re-run study 1 every 1d",
+    "study status": "Schedule 1:",
+    "schedule lineage 1": "lineage",
+}
+
+
+def _expected(command: str) -> str | None:
+    return next((v for k, v in EXPECT.items() if k in command), None)
+
+
+def test_every_command_of_the_readme_runs_as_written(
+    checkout: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    commands = readme_commands((REPO / "README.md").read_text(encoding="utf-8"))
+    audit_written = False
+    for command in commands:
+        capsys.readouterr()
+        if command.startswith("make ui"):
+            _make_ui(command, checkout)
+            continue
+        argv = shlex.split(command)
+        if argv[0] == "python3":
+            assert audit_written, "the README verifies audit.json before writing it"
+            proc = subprocess.run(argv, cwd=checkout, capture_output=True, text=True, timeout=600,
+                                  check=False)
+            out, err, code = proc.stdout, proc.stderr, proc.returncode
+        else:
+            assert argv[0] == ".venv/bin/typestrict" and os.access(checkout / argv[0], os.X_OK)
+            code = main(argv[1:])
+            captured = capsys.readouterr()
+            out, err = captured.out, captured.err
+            audit_written = audit_written or "-o audit.json" in command
+        assert code == 0, f"{command!r} exited {code}:\n{out[-2000:]}\n{err[-2000:]}"
+        assert "Traceback" not in err, command
+        expected = _expected(command)
+        if expected is not None:
+            assert expected in out, f"{command!r} did not print {expected!r}:\n{out[-2000:]}"
+    assert (checkout / "audit.json").is_file()
+
+
+def test_the_entry_point_reads_the_demo_home_without_any_setting(checkout: Path) -> None:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TYPESTRICT_HOME", "DAGSTER_HOME", "TYPESTRICT_STORE_URL")}
+    proc = subprocess.run([".venv/bin/typestrict", "credits", "balance", "demo", "--json"], cwd=checkout,
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["has_account"] is True

@@ -1,0 +1,114 @@
+"""The pictures: valid PNGs of a fixed size, identical bytes for identical numbers, no run-specific
+text chunks, missing values left out (not drawn as zero), and clear errors for bad input."""
+
+import base64
+import random
+import re
+import struct
+import zlib
+from collections.abc import Callable
+
+import pytest
+
+from typestrict_pipeline import plots
+from typestrict_pipeline.errors import InputError, TypeStrictError
+
+# Seeded draws (seed 13) stand in for a bootstrap's 2,000 G values.
+_RNG = random.Random(13)
+GAINS = [_RNG.gauss(0.01, 0.01) for _ in range(2000)]
+
+
+def _chunks(png: bytes) -> list[tuple[bytes, bytes]]:
+    assert png[:8] == plots.PNG_SIGNATURE
+    out: list[tuple[bytes, bytes]] = []
+    pos = 8
+    while pos < len(png):
+        (length,) = struct.unpack(">I", png[pos:pos + 4])
+        kind = png[pos + 4:pos + 8]
+        data = png[pos + 8:pos + 8 + length]
+        (crc,) = struct.unpack(">I", png[pos + 8 + length:pos + 12 + length])
+        assert zlib.crc32(kind + data) == crc, f"bad CRC in chunk {kind!r}"
+        out.append((kind, data))
+        pos += 12 + length
+    return out
+
+
+def _size(png: bytes) -> tuple[int, int]:
+    kind, data = _chunks(png)[0]
+    assert kind == b"IHDR"
+    w, h = struct.unpack(">II", data[:8])
+    return w, h
+
+
+PICTURES: dict[str, Callable[[], bytes]] = {
+    "bootstrap": lambda: plots.bootstrap_png(GAINS, q05=sorted(GAINS)[99], gain=0.01, title="rotten"),
+    "metrics": lambda: plots.metrics_png(
+        ["macro_f1", "brier_skill", "selective_acc_80", "worst_class_f1"],
+        [0.81, 0.22, 0.9, 0.7], [0.80, 0.2, 0.88, 0.72], [0.02, 0.02, 0.02, 0.05]),
+    "leaderboard": lambda: plots.leaderboard_png(
+        ["c1", "c2", "c3"], [0.52, 0.48, None], [0.60, 0.55, 0.7], 0.51, luck_line_95=0.53,
+        winner="c1"),
+    "lineage": lambda: plots.lineage_png([0, 1, 2], [0.50, None, 0.56], [0.49, 0.5, 0.5],
+                                         [0.01, None, 0.02], noise_line=0.55),
+    "score_over_time": lambda: plots.score_over_time_png(
+        [f"2015-{m:02d}-01" for m in range(1, 13)], [0.5 + m / 100 for m in range(12)],
+        mean_score=0.56),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PICTURES))
+def test_picture_is_a_deterministic_png_of_fixed_size(name: str) -> None:
+    first = PICTURES[name]()
+    second = PICTURES[name]()
+    assert first == second, "the same numbers must give the same bytes"
+    assert _size(first) == (512, 256)
+    kinds = [k for k, _ in _chunks(first)]
+    assert kinds[-1] == b"IEND"
+    texts = b" ".join(d for k, d in _chunks(first) if k in (b"tEXt", b"iTXt", b"zTXt"))
+    assert b"Software" not in texts and b"matplotlib" not in texts.lower()
+    assert not re.search(rb"\d{4}-\d{2}-\d{2}", texts), texts
+    assert b"tIME" not in kinds
+    assert len(first) < 60_000, "small enough to embed in metadata"
+
+
+def test_a_different_number_gives_a_different_picture() -> None:
+    a = plots.bootstrap_png(GAINS, q05=-0.005)
+    b = plots.bootstrap_png(GAINS, q05=0.005)
+    assert a != b
+
+
+def test_missing_values_are_left_out_not_drawn_as_zero() -> None:
+    names = ["macro_f1", "brier_skill"]
+    missing = plots.metrics_png(names, [0.8, 0.2], [0.78, None], [0.02, 0.02])
+    zero = plots.metrics_png(names, [0.8, 0.2], [0.78, 0.0], [0.02, 0.02])
+    nan = plots.metrics_png(names, [0.8, 0.2], [0.78, float("nan")], [0.02, 0.02])
+    assert missing != zero
+    assert missing == nan
+
+
+def test_markdown_embeds_the_exact_bytes() -> None:
+    png = PICTURES["lineage"]()
+    md = plots.png_markdown(png, "lineage [3 re-runs]")
+    m = re.fullmatch(r"!\[([^\]]*)\]\(data:image/png;base64,([A-Za-z0-9+/=]+)\)", md)
+    assert m is not None
+    assert m.group(1) == "lineage 3 re-runs"
+    assert base64.b64decode(m.group(2)) == png
+
+
+def test_mismatched_lengths_say_what_was_expected_and_got() -> None:
+    with pytest.raises(InputError) as err:
+        plots.metrics_png(["macro_f1", "brier_skill"], [0.8], [0.7, 0.2], [0.02, 0.02])
+    text = str(err.value)
+    assert "expected names, model, jev and margins of the same length" in text
+    assert "model: 1" in text and "names: 2" in text
+    assert isinstance(err.value, TypeStrictError)
+
+
+def test_a_bootstrap_without_values_is_refused() -> None:
+    with pytest.raises(InputError, match="expected at least one finite G value, got none"):
+        plots.bootstrap_png([float("nan")], q05=0.0)
+
+
+def test_empty_study_and_lineage_still_draw() -> None:
+    assert _size(plots.leaderboard_png([], [], [], None)) == (512, 256)
+    assert _size(plots.lineage_png([0], [None])) == (512, 256)

@@ -1,0 +1,238 @@
+"""The FastAPI application: :func:`create_app` wires the routers, auth, limits and errors.
+
+* Versioned under ``/v1``; the OpenAPI schema is at ``/v1/openapi.json`` (docs at ``/v1/docs``).
+* Every ``/v1`` route but the schema needs ``Authorization: Bearer <key>`` (``typestrict api-key
+  create WORKSPACE``); every object is scoped to the key's workspace, and another workspace's
+  object is answered exactly like a missing one (404).
+* Request bodies are bounded (``max_body_bytes`` for JSON, ``max_upload_bytes`` for file
+  uploads), checked on ``Content-Length`` and while reading, so a lying or chunked client cannot
+  push more.
+* Every error is ``{"error": {"code", "message"}}`` with the message the CLI prints; a bug is a
+  500 with a generic message (the traceback goes to the server's log, never to the client).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from typestrict_pipeline.api.errors import ApiError, error_body, status_for
+from typestrict_pipeline.api.studies import StudyRunner
+from typestrict_pipeline.api.trainings import TrainingStore
+from typestrict_pipeline.errors import TypeStrictError
+from typestrict_pipeline.store import open_store
+
+log = logging.getLogger("typestrict.api")
+
+DEFAULT_MAX_BODY = 16 * 1024 * 1024
+DEFAULT_MAX_UPLOAD = 256 * 1024 * 1024
+UPLOAD_PREFIXES = ("/v1/files/", "/v1/trainings/")
+
+
+@dataclass
+class ApiSettings:
+    """What the server needs: the store, the home folder, Jev's source, the size limits."""
+
+    store_url: str
+    home: Path
+    jev_source: Mapping[str, Any] | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY
+    max_upload_bytes: int = DEFAULT_MAX_UPLOAD
+    run_studies: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ApiContext:
+    """Shared by every request (``request.app.state.ctx``)."""
+
+    settings: ApiSettings
+    engine: Engine
+    trainings: TrainingStore
+    runner: StudyRunner | None
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class BodyLimitMiddleware:
+    """Refuse a request body above its limit with 413, by ``Content-Length`` or while reading."""
+
+    def __init__(self, app: ASGIApp, max_body: int, max_upload: int) -> None:
+        self.app = app
+        self.max_body = max_body
+        self.max_upload = max_upload
+
+    def _limit(self, scope: Scope) -> int:
+        path = str(scope.get("path", ""))
+        upload = scope.get("method") == "PUT" and path.startswith(UPLOAD_PREFIXES)
+        return self.max_upload if upload else self.max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self._limit(scope)
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = limit + 1
+                if declared > limit:
+                    await _send_413(send, limit)
+                    return
+        seen = 0
+        started = False
+
+        async def counting_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise _TooLarge()
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, tracking_send)
+        except _TooLarge:
+            if not started:
+                await _send_413(send, limit)
+
+
+async def _send_413(send: Send, limit: int) -> None:
+    body = json.dumps(error_body(
+        "payload_too_large",
+        f"expected a request body of at most {limit} bytes, got more. Send a smaller body "
+        "(split the upload, or ask the operator to raise the limit)",
+    )).encode()
+    await send({"type": "http.response.start", "status": 413,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _error_response(status: int, code: str, message: str,
+                    headers: Mapping[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(error_body(code, message), status_code=status, headers=dict(headers or {}))
+
+
+def _install_handlers(app: FastAPI) -> None:
+    @app.exception_handler(TypeStrictError)
+    async def _ours(request: Request, exc: TypeStrictError) -> JSONResponse:
+        status, code = status_for(exc)
+        headers = exc.headers if isinstance(exc, ApiError) else None
+        return _error_response(status, code, str(exc), headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "(body)"
+        got = repr(first.get("input"))[:80] if "input" in first else "nothing"
+        message = (f"{where}: expected {first.get('msg', 'a valid value').lower()}, got {got}. "
+                   "Fix the request (the schema is at /v1/openapi.json)")
+        return _error_response(422, "invalid_input", message)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        message = {
+            404: f"expected a route of the API, got {request.url.path[:200]!r}. See /v1/openapi.json",
+            405: f"expected another method for {request.url.path[:200]!r}, got {request.method}. "
+                 "See /v1/openapi.json",
+        }.get(exc.status_code, str(exc.detail))
+        return _error_response(exc.status_code, code, message, exc.headers)
+
+    @app.exception_handler(SQLAlchemyError)
+    async def _store(request: Request, exc: SQLAlchemyError) -> JSONResponse:
+        log.warning("store error on %s %s: %s", request.method, request.url.path, type(exc).__name__)
+        return _error_response(503, "store_unavailable",
+                               f"expected the store to answer, got {type(exc).__name__} (busy or "
+                               "unreachable). Retry in a moment", {"Retry-After": "1"})
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        return _error_response(500, "internal",
+                               "expected to answer, got an internal error. It is logged on the "
+                               "server; retry, and tell the operator if it persists")
+
+
+def create_app(
+    store_url: str,
+    home: str | Path,
+    *,
+    jev_source: Mapping[str, Any] | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY,
+    max_upload_bytes: int = DEFAULT_MAX_UPLOAD,
+    run_studies: bool = True,
+) -> FastAPI:
+    """The customer API on the store at ``store_url`` and the files under ``home``.
+
+    Args:
+        store_url: the domain store (SQLite or PostgreSQL); its schema is upgraded on start.
+        home: ``TYPESTRICT_HOME`` (trainings, audits, workspaces' files).
+        jev_source: the manifest ``predictions.jev`` object used for trainings created here.
+        max_body_bytes: largest JSON body.
+        max_upload_bytes: largest uploaded file (``PUT /v1/files/{name}``, model files).
+        run_studies: run created studies in a background thread (off: they stay PENDING).
+    """
+    from typestrict_pipeline.api.routes import (
+        files,
+        models,
+        studies,
+        trainings,
+        verifier,
+        workspaces,
+    )
+
+    settings = ApiSettings(store_url=store_url, home=Path(home).resolve(), jev_source=jev_source,
+                           max_body_bytes=max_body_bytes, max_upload_bytes=max_upload_bytes,
+                           run_studies=run_studies)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = open_store(settings.store_url)
+        runner = StudyRunner(engine) if settings.run_studies else None
+        app.state.ctx = ApiContext(settings, engine, TrainingStore(settings.home, engine, jev_source),
+                                   runner)
+        try:
+            yield
+        finally:
+            if runner is not None:
+                runner.shutdown()
+            engine.dispose()
+
+    app = FastAPI(
+        title="TypeStrict API", version="1", lifespan=lifespan,
+        openapi_url="/v1/openapi.json", docs_url="/v1/docs", redoc_url=None,
+        description="Trainings, splits, verdicts and audits against Jev; credits and usage; studies. "
+                    "Authenticate with `Authorization: Bearer <key>` (typestrict api-key create).",
+    )
+    _install_handlers(app)
+    for module in (trainings, models, files, workspaces, studies):
+        app.include_router(module.router, prefix="/v1")
+    app.include_router(verifier.router)
+    app.add_middleware(BodyLimitMiddleware, max_body=max_body_bytes, max_upload=max_upload_bytes)
+    return app

@@ -1,0 +1,155 @@
+"""Per-workspace API keys: created once, stored hashed, compared in constant time.
+
+A key is ``tsk_<key_id>_<secret>``: ``key_id`` (16 hex characters) names the row, ``secret`` is
+32 random bytes (URL-safe base64, 256 bits from :mod:`secrets`). Only SHA-256 of the secret is
+stored, so a leaked store does not leak usable keys; the plain key is returned once, by
+:func:`create_api_key`, and never logged or shown again. :func:`workspace_for_key` finds the
+row by ``key_id`` and compares the secret's digest with :func:`hmac.compare_digest`.
+
+Schema: Alembic branch ``api`` (``api_0001_keys``).
+
+>>> parse_key("tsk_0123456789abcdef_" + "A" * 43)[0]
+'0123456789abcdef'
+>>> parse_key("Bearer nope") is None
+True
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass
+
+from sqlalchemy import Engine, Index, String, select
+from sqlalchemy.orm import Mapped, mapped_column
+
+from typestrict_pipeline.errors import InputError, NotFoundError
+from typestrict_pipeline.store import Base, UTCDateTime, session_scope, utcnow
+
+KEY_PREFIX = "tsk_"
+_KEY = re.compile(r"tsk_([0-9a-f]{16})_([A-Za-z0-9_-]{43})")
+_WORKSPACE = re.compile(r"[A-Za-z0-9_.-]{1,200}")
+
+
+class ApiKeyRow(Base):
+    """One API key of one workspace (the secret itself is never stored)."""
+
+    __tablename__ = "api_keys"
+    __table_args__ = (Index("ix_api_keys_workspace_id", "workspace_id"),)
+
+    key_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    workspace_id: Mapped[str] = mapped_column(String(200))
+    secret_sha256: Mapped[str] = mapped_column(String(64))
+    label: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
+    revoked_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+@dataclass(frozen=True)
+class ApiKeyInfo:
+    """A key as listed: never its secret."""
+
+    key_id: str
+    workspace_id: str
+    label: str
+    created_at: dt.datetime
+    revoked_at: dt.datetime | None
+
+
+@dataclass(frozen=True)
+class NewApiKey:
+    """A key just created: ``key`` is the only time the plain key exists outside its holder."""
+
+    info: ApiKeyInfo
+    key: str
+
+
+def check_workspace_id(workspace_id: str) -> str:
+    """Refuse a workspace id that is not letters, digits, ``_``, ``-``, ``.`` (1–200).
+
+    >>> check_workspace_id("demo")
+    'demo'
+    """
+    if not _WORKSPACE.fullmatch(workspace_id) or set(workspace_id) == {"."}:
+        raise InputError(
+            "a workspace id of letters, digits, '_', '-' or '.' (at most 200 characters)",
+            repr(workspace_id)[:80], "use the workspace's id, e.g. 'demo'",
+        )
+    return workspace_id
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode("ascii")).hexdigest()
+
+
+def parse_key(text: str) -> tuple[str, str] | None:
+    """``(key_id, secret)`` of a well-formed key, else None."""
+    match = _KEY.fullmatch(text)
+    if match is None:
+        return None
+    return match.group(1), match.group(2)
+
+
+def _info(row: ApiKeyRow) -> ApiKeyInfo:
+    return ApiKeyInfo(row.key_id, row.workspace_id, row.label, row.created_at, row.revoked_at)
+
+
+def create_api_key(engine: Engine, workspace_id: str, *, label: str = "") -> NewApiKey:
+    """Create a key for ``workspace_id``; the returned ``key`` is shown once and never stored."""
+    check_workspace_id(workspace_id)
+    key_id = secrets.token_hex(8)
+    secret = secrets.token_urlsafe(32)
+    now = utcnow()
+    with session_scope(engine) as s:
+        row = ApiKeyRow(key_id=key_id, workspace_id=workspace_id, secret_sha256=_digest(secret),
+                        label=label[:200], created_at=now, revoked_at=None)
+        s.add(row)
+        s.flush()
+        info = _info(row)
+    return NewApiKey(info=info, key=f"{KEY_PREFIX}{key_id}_{secret}")
+
+
+def revoke_api_key(engine: Engine, key_id: str) -> ApiKeyInfo:
+    """Revoke a key by its id (the 16 hex characters after ``tsk_``); idempotent.
+
+    Raises:
+        NotFoundError: no key has that id.
+    """
+    with session_scope(engine) as s:
+        row = s.get(ApiKeyRow, key_id)
+        if row is None:
+            raise NotFoundError(
+                f"expected an API key with id {key_id[:40]!r}, got none. List the workspace's keys "
+                "with `typestrict api-key list WORKSPACE` and pass the key id (not the key)"
+            )
+        if row.revoked_at is None:
+            row.revoked_at = utcnow()
+        return _info(row)
+
+
+def list_api_keys(engine: Engine, workspace_id: str) -> list[ApiKeyInfo]:
+    """A workspace's keys, oldest first (ids and labels only)."""
+    with session_scope(engine) as s:
+        rows = s.scalars(select(ApiKeyRow).where(ApiKeyRow.workspace_id == workspace_id)
+                         .order_by(ApiKeyRow.created_at, ApiKeyRow.key_id)).all()
+        return [_info(r) for r in rows]
+
+
+def workspace_for_key(engine: Engine, key: str) -> str | None:
+    """The workspace of a valid, unrevoked key, else None (the reason is never told apart).
+
+    The secret's digest is compared with :func:`hmac.compare_digest`; a malformed key or an
+    unknown id still pays one digest and one comparison.
+    """
+    parsed = parse_key(key)
+    key_id, secret = parsed if parsed is not None else ("", "")
+    with session_scope(engine) as s:
+        row = s.get(ApiKeyRow, key_id) if key_id else None
+        stored = row.secret_sha256 if row is not None else "0" * 64
+        ok = hmac.compare_digest(stored, _digest(secret))
+        if row is None or not ok or row.revoked_at is not None:
+            return None
+        return row.workspace_id

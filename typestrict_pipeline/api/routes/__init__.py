@@ -1,0 +1,1 @@
+"""One router per resource: trainings, models, files, workspaces, studies, and the verifier."""

@@ -1,0 +1,36 @@
+"""``/v1/files``: the workspace's own area (datasets are uploaded here, then referenced)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Request
+
+from typestrict_pipeline.api.deps import Ctx, Workspace
+from typestrict_pipeline.api.schemas import ErrorBody, FileOut
+
+router = APIRouter(tags=["files"], responses={401: {"model": ErrorBody}, 422: {"model": ErrorBody}})
+
+FileName = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$")]
+
+
+async def read_body(request: Request) -> bytes:
+    """The raw body (bounded by the server's upload limit)."""
+    chunks = [chunk async for chunk in request.stream()]
+    return b"".join(chunks)
+
+
+@router.put("/files/{name}", status_code=201, response_model=FileOut,
+            openapi_extra={"requestBody": {"required": True, "content": {
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
+async def put_file(name: FileName, request: Request, ctx: Ctx, workspace: Workspace) -> FileOut:
+    """Upload a file (e.g. a dataset) into the workspace's own area; replaces one of that name."""
+    data = await read_body(request)
+    path = ctx.trainings.area(workspace).save(name, data)
+    return FileOut(name=path.name, size=len(data))
+
+
+@router.get("/files", response_model=list[FileOut])
+def list_files(ctx: Ctx, workspace: Workspace) -> list[FileOut]:
+    """The files of the workspace's own area."""
+    return [FileOut(name=n, size=s) for n, s in ctx.trainings.area(workspace).listing()]

@@ -1,0 +1,194 @@
+"""``/v1/models``: the verdict, the audit (any time), the files (while retained), the result page."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from pathlib import Path as FsPath
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Request
+from fastapi.responses import FileResponse, HTMLResponse, Response
+
+from typestrict_pipeline.api.deps import Ctx, Workspace
+from typestrict_pipeline.api.errors import ApiError
+from typestrict_pipeline.api.page import METRICS, render_result_page
+from typestrict_pipeline.api.pictures import result_pictures
+from typestrict_pipeline.api.routes.files import FileName
+from typestrict_pipeline.api.schemas import (
+    DecisionVerdict,
+    ErrorBody,
+    FileOut,
+    FilesOut,
+    MetricPair,
+    VerdictOut,
+)
+from typestrict_pipeline.credits import ModelState, audit_bytes
+from typestrict_pipeline.credits.models import ModelInfo
+
+router = APIRouter(tags=["models"], responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}})
+
+# The page runs no script and loads nothing: its pictures are data: URIs, its style inline.
+PAGE_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; connect-src 'self'"
+ModelId = Annotated[str, Path(min_length=1, max_length=200)]
+
+
+_CACHE_BYTES = 64 * 1024 * 1024
+_RAW: OrderedDict[str, bytes] = OrderedDict()
+_PARSED: OrderedDict[str, dict[str, Any]] = OrderedDict()
+_LOCK = threading.Lock()
+
+
+def _audit_bytes(ctx: Ctx, info: ModelInfo) -> bytes:
+    """The stored audit's exact bytes, cached by their SHA-256 (at most 64 MiB in all).
+
+    A stored audit never changes (the first one recorded is final), so its digest names it; the
+    bytes are checked against the digest before they are cached.
+    """
+    sha = info.audit_sha256
+    with _LOCK:
+        if sha is not None and sha in _RAW:
+            _RAW.move_to_end(sha)
+            return _RAW[sha]
+    data = audit_bytes(ctx.engine, info.model_id)
+    if sha is not None and hashlib.sha256(data).hexdigest() == sha and len(data) <= _CACHE_BYTES // 4:
+        with _LOCK:
+            _RAW[sha] = data
+            while sum(len(v) for v in _RAW.values()) > _CACHE_BYTES:
+                _RAW.popitem(last=False)
+    return data
+
+
+def _audit(ctx: Ctx, info: ModelInfo) -> dict[str, Any] | None:
+    """The parsed audit (cached like its bytes, at most 64 parsed audits)."""
+    sha = info.audit_sha256
+    if sha is None:
+        return None
+    with _LOCK:
+        if sha in _PARSED:
+            _PARSED.move_to_end(sha)
+            return _PARSED[sha]
+    doc: dict[str, Any] = json.loads(_audit_bytes(ctx, info))
+    with _LOCK:
+        _PARSED[sha] = doc
+        while len(_PARSED) > 64:
+            _PARSED.popitem(last=False)
+    return doc
+
+
+def _decision(d: dict[str, Any]) -> DecisionVerdict:
+    report = d["report"]
+    model, jev = report["metrics"]["model"], report["metrics"]["jev"]
+    return DecisionVerdict(
+        name=d["name"], n=report["n"], beats=report["beats"], gain=report["gain"],
+        q05=report["bootstrap"]["q05"], gain_is_real=report["gain_is_real"],
+        nothing_collapses=report["nothing_collapses"],
+        metrics=[MetricPair(metric=m, model=model.get(m), jev=jev.get(m),
+                            delta=report["deltas"].get(m), margin=report["margins"].get(m, "n/a"))
+                 for m in METRICS],
+    )
+
+
+def _files_note(info: ModelInfo) -> str:
+    if not info.delivered:
+        return ("Nothing to download: the model did not beat Jev and was not kept, so its credit "
+                "came back.")
+    if info.state is ModelState.EXPIRED:
+        return f"Its files expired on {info.expires_at.isoformat()}; the audit stays."
+    return f"Its files can be downloaded until {info.expires_at.isoformat()} (kept {(info.expires_at - info.settled_at).days} days)."
+
+
+@router.get("/models", response_model=list[VerdictOut])
+def list_models(ctx: Ctx, workspace: Workspace) -> list[VerdictOut]:
+    """The workspace's models with their verdicts."""
+    from typestrict_pipeline.credits import list_models as core_list
+
+    return [_verdict(ctx, m) for m in core_list(ctx.engine, workspace)]
+
+
+def _verdict(ctx: Ctx, info: ModelInfo) -> VerdictOut:
+    doc = _audit(ctx, info) or {}
+    overall = doc.get("overall", {})
+    return VerdictOut(
+        model_id=info.model_id, workspace_id=info.workspace_id, verdict=info.verdict.value,
+        refunds_credit=info.verdict.refunds_credit,
+        settling_decision=overall.get("settling_decision"), won=overall.get("won", 0),
+        needed=overall.get("needed", 0), failure_reason=overall.get("failure_reason"),
+        keep_if_loses=info.keep_if_loses, delivered=info.delivered, files_state=info.state.value,
+        files_expire_at=info.expires_at.isoformat(), audit_sha256=info.audit_sha256,
+        decisions=[_decision(d) for d in doc.get("decisions", [])],
+    )
+
+
+@router.get("/models/{model_id}", response_model=VerdictOut)
+def get_verdict(model_id: ModelId, ctx: Ctx, workspace: Workspace) -> VerdictOut:
+    """The verdict, the decision that settled it, and every decision's metrics beside Jev's."""
+    return _verdict(ctx, ctx.trainings.model(workspace, model_id))
+
+
+@router.get("/models/{model_id}/audit", response_class=Response,
+            responses={200: {"content": {"application/json": {}}}})
+def get_audit(model_id: ModelId, ctx: Ctx, workspace: Workspace) -> Response:
+    """The audit file, byte-identical to the one written at the verdict (also after the files
+    expired). Verify it with `python3 verify_audit.py audit.json`."""
+    info = ctx.trainings.model(workspace, model_id)
+    data = _audit_bytes(ctx, info)
+    return Response(data, media_type="application/json",
+                    headers={"Content-Disposition": f'attachment; filename="{info.model_id}.audit.json"',
+                             "X-Audit-SHA256": info.audit_sha256 or ""})
+
+
+def _retained(info: ModelInfo) -> FsPath:
+    if not info.delivered:
+        raise ApiError(404, "not_delivered",
+                       f"expected a delivered model for {info.model_id!r}, got verdict "
+                       f"{info.verdict.value!r}: nothing to download, the credit came back. "
+                       "Start a new training (or use keep_if_loses to keep a model that loses)")
+    if info.state is ModelState.EXPIRED:
+        raise ApiError(410, "gone",
+                       f"expected model files for {info.model_id!r}, got none: they expired on "
+                       f"{info.expires_at.isoformat()}. Its audit is still at "
+                       f"/v1/models/{info.model_id}/audit",
+                       headers={"X-Expired-At": info.expires_at.isoformat()})
+    return info.files_path
+
+
+@router.get("/models/{model_id}/files", response_model=FilesOut,
+            responses={410: {"model": ErrorBody}})
+def list_model_files(model_id: ModelId, ctx: Ctx, workspace: Workspace) -> FilesOut:
+    """The model's files while retained; 410 Gone with the expiry date afterwards."""
+    info = ctx.trainings.model(workspace, model_id)
+    root = _retained(info)
+    files = sorted((p.relative_to(root).as_posix(), p.stat().st_size)
+                   for p in root.rglob("*") if p.is_file() and not p.is_symlink()) if root.is_dir() else []
+    return FilesOut(model_id=info.model_id, expires_at=info.expires_at.isoformat(),
+                    files=[FileOut(name=n, size=s) for n, s in files])
+
+
+@router.get("/models/{model_id}/files/{name}", response_class=FileResponse,
+            responses={410: {"model": ErrorBody}, 200: {"content": {"application/octet-stream": {}}}})
+def get_model_file(model_id: ModelId, name: FileName, ctx: Ctx, workspace: Workspace) -> FileResponse:
+    """One file of the model, while retained."""
+    info = ctx.trainings.model(workspace, model_id)
+    root = _retained(info).resolve()
+    path = (root / name).resolve()
+    if not path.is_relative_to(root) or not path.is_file():
+        raise ApiError(404, "not_found", f"expected a file {name!r} of model {model_id!r}, got none. "
+                       f"List them with /v1/models/{model_id}/files")
+    return FileResponse(path, media_type="application/octet-stream", filename=name)
+
+
+@router.get("/models/{model_id}/page", response_class=HTMLResponse,
+            responses={200: {"content": {"text/html": {}}}})
+def get_result_page(model_id: ModelId, request: Request, ctx: Ctx, workspace: Workspace) -> HTMLResponse:
+    """The result page: verdict, settling decision, metrics beside Jev, pictures, audit link."""
+    info = ctx.trainings.model(workspace, model_id)
+    doc = _audit(ctx, info) or {"decisions": [], "overall": {"verdict": info.verdict.value}}
+    base = str(request.base_url).rstrip("/")
+    return HTMLResponse(
+        render_result_page(doc, model_id=info.model_id, files_note=_files_note(info),
+                           pictures=result_pictures(doc), base_url=base),
+        headers={"Content-Security-Policy": PAGE_CSP, "X-Content-Type-Options": "nosniff"},
+    )

@@ -1,0 +1,149 @@
+"""``/v1/studies``: the form's estimate, create, cancel, leaderboard, schedule, lineage.
+
+Refusals carry the page's messages ("Every study has a limit", "This version has no completed
+backtest in your workspace to estimate from...", one study at a time per workflow).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path
+
+from typestrict_pipeline.api.deps import Ctx, Workspace
+from typestrict_pipeline.api.schemas import (
+    ErrorBody,
+    EstimateOut,
+    LineageOut,
+    ScheduleIn,
+    ScheduleOut,
+    SchedulesOut,
+    StudyFormIn,
+    StudyOut,
+)
+from typestrict_pipeline.api.studies import (
+    check_study,
+    estimate_study,
+    list_studies,
+    parse_study_id,
+)
+from typestrict_pipeline.study import repository as repo
+from typestrict_pipeline.study.form import StudyForm, study_config
+from typestrict_pipeline.study.leaderboard import header_lines, load_leaderboard
+from typestrict_pipeline.study.service import StudyConfig, create_study_from_config
+from typestrict_pipeline.study.tables import StudyRow
+
+router = APIRouter(tags=["studies"], responses={
+    401: {"model": ErrorBody}, 404: {"model": ErrorBody}, 422: {"model": ErrorBody}})
+
+StudyId = Annotated[str, Path(min_length=1, max_length=40)]
+
+
+def _config(body: StudyFormIn, workspace: str) -> StudyConfig:
+    form = StudyForm(**body.model_dump(), workspace=workspace)
+    return study_config(form)
+
+
+def _study_out(row: StudyRow) -> StudyOut:
+    return StudyOut(id=row.id, workspace_id=row.workspace, workflow=row.workflow, state=row.state,
+                    stop_limit=row.stop_limit,
+                    spend_micro_usd=row.spend_micro if row.cost_tracked else None,
+                    budget_micro_usd=row.budget_micro, estimate_micro_usd=row.estimate_micro)
+
+
+@router.post("/studies/estimate", response_model=EstimateOut)
+def estimate(body: StudyFormIn, ctx: Ctx, workspace: Workspace) -> EstimateOut:
+    """What the form shows as soon as a budget is entered (nothing is created)."""
+    est = estimate_study(ctx.engine, _config(body, workspace))
+    return EstimateOut(candidates=est.candidates, planned=est.planned, folds=est.folds,
+                       total_steps=est.total_steps, estimate_micro_usd=est.estimate_micro, text=est.text)
+
+
+@router.post("/studies", status_code=201, response_model=StudyOut, responses={409: {"model": ErrorBody}})
+def create_study(body: StudyFormIn, ctx: Ctx, workspace: Workspace) -> StudyOut:
+    """Create a study and start running it (one at a time per workflow)."""
+    sid = create_study_from_config(ctx.engine, _config(body, workspace))
+    if ctx.runner is not None:
+        ctx.runner.submit(sid)
+    return _study_out(check_study(ctx.engine, workspace, sid))
+
+
+@router.get("/studies", response_model=list[StudyOut])
+def get_studies(ctx: Ctx, workspace: Workspace) -> list[StudyOut]:
+    """The workspace's studies, newest first."""
+    return [_study_out(r) for r in list_studies(ctx.engine, workspace)]
+
+
+@router.get("/studies/{study_id}", response_model=StudyOut)
+def get_study(study_id: StudyId, ctx: Ctx, workspace: Workspace) -> StudyOut:
+    """A study's state, spend and budget."""
+    return _study_out(check_study(ctx.engine, workspace, parse_study_id(study_id)))
+
+
+@router.post("/studies/{study_id}/cancel", response_model=StudyOut)
+def cancel(study_id: StudyId, ctx: Ctx, workspace: Workspace) -> StudyOut:
+    """Cancel a study; what ran is kept and ranked."""
+    row = check_study(ctx.engine, workspace, parse_study_id(study_id))
+    repo.cancel_study(ctx.engine, row.id)
+    return _study_out(check_study(ctx.engine, workspace, row.id))
+
+
+@router.get("/studies/{study_id}/leaderboard")
+def leaderboard(study_id: StudyId, ctx: Ctx, workspace: Workspace) -> dict[str, Any]:
+    """The leaderboard with its header (planned, run, discarded, the luck line, spend)."""
+    row = check_study(ctx.engine, workspace, parse_study_id(study_id))
+    board = load_leaderboard(ctx.engine, row.id)
+    out = board.to_json()
+    out["header"] = [{"label": k, "value": v} for k, v in header_lines(board)]
+    return out
+
+
+def _schedule_out(ctx: Ctx, view: Any) -> ScheduleOut:
+    from typestrict_pipeline.reruns.service import status_text
+
+    return ScheduleOut(id=view.id, study_id=view.root_study_id, cadence=view.cadence,
+                       state=str(getattr(view.state, "value", view.state)), owner=view.owner,
+                       min_unseen_steps=view.min_unseen_steps,
+                       last_outcome=None if view.last_outcome is None else str(
+                           getattr(view.last_outcome, "value", view.last_outcome)),
+                       last_message=view.last_message, status_text=status_text(ctx.engine, view))
+
+
+@router.post("/studies/{study_id}/schedule", status_code=201, response_model=ScheduleOut,
+             responses={409: {"model": ErrorBody}})
+def enable_schedule(study_id: StudyId, body: ScheduleIn, ctx: Ctx, workspace: Workspace) -> ScheduleOut:
+    """Re-run a finished study (with a USD budget) on a cadence."""
+    from typestrict_pipeline.reruns.service import enable_schedule as core_enable
+    from typestrict_pipeline.reruns.studies import StoreStudies
+
+    row = check_study(ctx.engine, workspace, parse_study_id(study_id))
+    view = core_enable(ctx.engine, StoreStudies(ctx.engine), study_id=str(row.id), cadence=body.cadence,
+                       owner=body.owner, min_unseen_steps=body.min_unseen_steps)
+    return _schedule_out(ctx, view)
+
+
+@router.get("/studies/{study_id}/schedule", response_model=SchedulesOut)
+def read_schedule(study_id: StudyId, ctx: Ctx, workspace: Workspace) -> SchedulesOut:
+    """The study's schedules, each with the reason of its last skip."""
+    from typestrict_pipeline.reruns.service import list_schedules
+
+    row = check_study(ctx.engine, workspace, parse_study_id(study_id))
+    views = list_schedules(ctx.engine, workspace_id=workspace, study_id=str(row.id))
+    return SchedulesOut(schedules=[_schedule_out(ctx, v) for v in views])
+
+
+@router.get("/studies/{study_id}/lineage", response_model=LineageOut)
+def lineage(study_id: StudyId, ctx: Ctx, workspace: Workspace) -> LineageOut:
+    """The lineage panel: every re-run, its window, winner, holdout score, the luck line."""
+    from typestrict_pipeline.reruns.lineage import summarize
+    from typestrict_pipeline.reruns.service import lineage_entries, lineage_text
+
+    row = check_study(ctx.engine, workspace, parse_study_id(study_id))
+    entries = lineage_entries(ctx.engine, str(row.id))
+    return LineageOut(
+        study_id=row.id,
+        entries=[{**dataclasses.asdict(e), "edge": e.edge} for e in entries],
+        summary=dataclasses.asdict(summarize(entries)) if entries else None,
+        text=lineage_text(ctx.engine, str(row.id)),
+    )

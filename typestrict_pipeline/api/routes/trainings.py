@@ -1,0 +1,101 @@
+"""``/v1/trainings``: create a training, read its split before training, post its predictions."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Request
+
+from typestrict_pipeline.api.deps import Ctx, Workspace
+from typestrict_pipeline.api.routes.files import FileName, read_body
+from typestrict_pipeline.api.schemas import (
+    DecisionSplit,
+    ErrorBody,
+    FileOut,
+    PredictionsIn,
+    SplitOut,
+    TrainingCreate,
+    TrainingOut,
+)
+from typestrict_pipeline.api.trainings import TrainingRequest, split_roles
+
+router = APIRouter(tags=["trainings"], responses={
+    401: {"model": ErrorBody}, 404: {"model": ErrorBody}, 422: {"model": ErrorBody}})
+
+TrainingId = Annotated[str, Path(min_length=1, max_length=200)]
+CANONICAL_FORM = 'SHA-256 of UTF-8 "\\n".join(sorted(training_ids)), no final newline'
+
+
+def _out(ctx: Ctx, workspace: str, training_id: str) -> TrainingOut:
+    manifest = ctx.trainings.manifest(workspace, training_id)
+    state, model = ctx.trainings.state(workspace, training_id)
+    return TrainingOut(
+        id=training_id, workspace_id=workspace, state=state.value,
+        keep_if_loses=manifest.options.keep_if_loses,
+        decisions=[d.name for d in manifest.decisions],
+        verdict=model.verdict.value if model is not None else None,
+        model_url=f"/v1/models/{training_id}" if model is not None else None,
+    )
+
+
+@router.post("/trainings", status_code=201, response_model=TrainingOut,
+             responses={402: {"model": ErrorBody}})
+def create_training(body: TrainingCreate, ctx: Ctx, workspace: Workspace) -> TrainingOut:
+    """Start a training: the dataset (a file of the workspace's area) and its decisions are
+    validated, one credit is charged, and the split can be read at once."""
+    req = TrainingRequest(
+        dataset=body.dataset.model_dump(exclude_none=True),
+        decisions=[d.model_dump(exclude_none=True) for d in body.decisions],
+        options=body.options.model_dump(),
+    )
+    training_id = ctx.trainings.create(workspace, req)
+    return _out(ctx, workspace, training_id)
+
+
+@router.get("/trainings", response_model=list[TrainingOut])
+def list_trainings(ctx: Ctx, workspace: Workspace) -> list[TrainingOut]:
+    """The workspace's trainings."""
+    return [_out(ctx, workspace, t) for t in ctx.trainings.list_ids(workspace)]
+
+
+@router.get("/trainings/{training_id}", response_model=TrainingOut)
+def get_training(training_id: TrainingId, ctx: Ctx, workspace: Workspace) -> TrainingOut:
+    """A training's state: awaiting_predictions, judging, or settled (with its verdict)."""
+    return _out(ctx, workspace, training_id)
+
+
+@router.get("/trainings/{training_id}/split", response_model=SplitOut)
+def get_split(training_id: TrainingId, ctx: Ctx, workspace: Workspace) -> SplitOut:
+    """Before training: the ids to train on (and their SHA-256), and what is held out."""
+    view = ctx.trainings.split(workspace, training_id)
+    return SplitOut(
+        training_id=training_id, training_ids=list(view.training_ids),
+        training_ids_sha256=view.training_ids_sha256, canonical_form=CANONICAL_FORM,
+        not_for_training=list(view.not_for_training),
+        decisions=[DecisionSplit(**split_roles(h)) for h in view.decisions],
+    )
+
+
+@router.put("/trainings/{training_id}/model/{name}", status_code=201, response_model=FileOut,
+            responses={409: {"model": ErrorBody}},
+            openapi_extra={"requestBody": {"required": True, "content": {
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
+async def put_model_file(training_id: TrainingId, name: FileName, request: Request, ctx: Ctx,
+                         workspace: Workspace) -> FileOut:
+    """Upload one file of the trained model (downloadable while retained, if delivered)."""
+    data = await read_body(request)
+    ctx.trainings.put_model_file(workspace, training_id, name, data)
+    return FileOut(name=name, size=len(data))
+
+
+@router.post("/trainings/{training_id}/predictions", status_code=202, response_model=TrainingOut,
+             responses={409: {"model": ErrorBody}})
+def post_predictions(training_id: TrainingId, body: PredictionsIn, ctx: Ctx,
+                     workspace: Workspace) -> TrainingOut:
+    """The trained model's probabilities; with ``trained_on_sha256`` the training states what it
+    was trained on and a mismatch with the split is refused. The verdict follows."""
+    lines = [json.dumps(row.model_dump(), ensure_ascii=False, allow_nan=False) for row in body.predictions]
+    data = ("\n".join(lines) + "\n").encode("utf-8")
+    ctx.trainings.submit(workspace, training_id, data, body.trained_on_sha256)
+    return _out(ctx, workspace, training_id)

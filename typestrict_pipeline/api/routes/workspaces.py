@@ -1,0 +1,84 @@
+"""``/v1/workspaces/{workspace_id}``: credit balance, ledger, and usage (Settings → Usage).
+
+A key only sees its own workspace: any other workspace id is answered 404, like one that does not
+exist.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path
+
+from typestrict_pipeline.api.deps import Ctx, Workspace
+from typestrict_pipeline.api.schemas import (
+    ErrorBody,
+    LedgerLineOut,
+    SpendOut,
+    StudySpendOut,
+    UsageOut,
+    UsageRowOut,
+    WorkspaceOut,
+)
+from typestrict_pipeline.credits import CreditLedger
+from typestrict_pipeline.errors import NotFoundError
+from typestrict_pipeline.usage import DaySpend, workspace_usage
+
+router = APIRouter(tags=["workspaces"], responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}})
+
+WorkspaceId = Annotated[str, Path(min_length=1, max_length=200)]
+
+
+def _own(workspace_id: str, workspace: str) -> str:
+    if workspace_id != workspace:
+        raise NotFoundError(
+            f"expected a workspace id this key belongs to, got {workspace_id[:200]!r}. A key sees "
+            "only its own workspace; use that workspace's key"
+        )
+    return workspace
+
+
+@router.get("/workspaces/{workspace_id}", response_model=WorkspaceOut)
+def get_workspace(workspace_id: WorkspaceId, ctx: Ctx, workspace: Workspace) -> WorkspaceOut:
+    """The credit balance."""
+    ws = _own(workspace_id, workspace)
+    ledger = CreditLedger(ctx.engine)
+    return WorkspaceOut(workspace_id=ws, balance=ledger.balance(ws), has_account=ledger.has_account(ws))
+
+
+@router.get("/workspaces/{workspace_id}/ledger", response_model=list[LedgerLineOut])
+def get_ledger(workspace_id: WorkspaceId, ctx: Ctx, workspace: Workspace) -> list[LedgerLineOut]:
+    """Every ledger entry, oldest first: grants, a credit spent per training, settlements."""
+    ws = _own(workspace_id, workspace)
+    return [
+        LedgerLineOut(id=ln.id, kind=ln.kind.value, reference=ln.reference, training_id=ln.training_id,
+                      amount=ln.amount, balance_after=ln.balance_after,
+                      verdict=ln.verdict.value if ln.verdict else None, reason=ln.reason,
+                      created_at=ln.created_at.isoformat())
+        for ln in CreditLedger(ctx.engine).lines(ws)
+    ]
+
+
+def _spend(d: DaySpend) -> SpendOut:
+    return SpendOut(key=d.day, backtests_micro_usd=d.backtests_micro, studies_micro_usd=d.studies_micro,
+                    live_micro_usd=d.live_micro, historical_micro_usd=d.historical_micro, calls=d.calls)
+
+
+@router.get("/workspaces/{workspace_id}/usage", response_model=UsageOut)
+def get_usage(workspace_id: WorkspaceId, ctx: Ctx, workspace: Workspace) -> UsageOut:
+    """Settings → Usage (the same numbers as ``typestrict usage``): spend by UTC day and by
+    workflow, backtests and studies (HISTORICAL) and live runs (LIVE) apart."""
+    ws = _own(workspace_id, workspace)
+    u = workspace_usage(ctx.engine, ws)
+    return UsageOut(
+        workspace_id=ws,
+        by_day=[_spend(d) for d in u.by_day()],
+        by_workflow=[_spend(d) for d in u.by_workflow().values()],
+        total=_spend(u.totals()),
+        calls=[UsageRowOut(day=r.day, workflow=r.workflow, mode=r.mode.value, calls=r.calls,
+                           input_tokens=r.input_tokens, output_tokens=r.output_tokens,
+                           cost_micro_usd=r.cost_micro_usd) for r in u.calls],
+        studies=[StudySpendOut(study_id=st.study_id, name=st.name, workflow=st.workflow, day=st.day,
+                               state=st.state, spend_micro_usd=st.spend_micro,
+                               budget_micro_usd=st.budget_micro) for st in u.studies],
+    )

@@ -1,0 +1,148 @@
+"""``typestrict api`` (serve the customer HTTP API) and ``typestrict api-key create|revoke|list``.
+
+* ``api [--host 127.0.0.1] [--port 8000] [--store URL] [--home DIR] [--jev-source JSON|@FILE]``:
+  serves ``/v1`` with uvicorn (``make api``). ``--jev-source`` is the manifest
+  ``predictions.jev`` object used for trainings created through the API (default:
+  ``TYPESTRICT_API_JEV_SOURCE``).
+* ``api-key create WORKSPACE [--label TEXT]``: prints the new key once (it is stored hashed and
+  can never be shown again); ``api-key revoke KEY_ID``; ``api-key list WORKSPACE`` (ids only).
+
+The store is ``--store`` (default ``TYPESTRICT_STORE_URL``, else the SQLite file under
+``TYPESTRICT_HOME``). FastAPI and uvicorn are imported only by ``api``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from typestrict_pipeline.errors import InputError
+from typestrict_pipeline.store import default_store_url, normalize_url, open_store, typestrict_home
+
+
+def _store(args: argparse.Namespace) -> str:
+    return normalize_url(args.store or default_store_url())
+
+
+def _jev_source(text: str | None) -> dict[str, Any] | None:
+    raw = text if text is not None else os.environ.get("TYPESTRICT_API_JEV_SOURCE")
+    if not raw:
+        return None
+    if raw.startswith("@"):
+        try:
+            raw = Path(raw[1:]).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InputError("a readable JSON file after '@'", f"{raw[1:]!r} ({type(exc).__name__})",
+                             "check the path") from None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict):
+        raise InputError(
+            "--jev-source as a JSON object (a manifest predictions.jev, see docs/manifest.md)",
+            repr(raw[:80]), 'pass e.g. \'{"kind": "openai", "base_url": "http://127.0.0.1:8001/v1", '
+            '"model": "jev"}\'',
+        )
+    return value
+
+
+def _serve(args: argparse.Namespace) -> int:
+    if not 0 < args.port < 65536:
+        raise InputError("a TCP port between 1 and 65535", str(args.port), "pass --port 8000")
+    jev_source = _jev_source(args.jev_source)
+    home = Path(args.home) if args.home else typestrict_home()
+
+    import uvicorn
+
+    from typestrict_pipeline.api import create_app
+
+    app = create_app(_store(args), home, jev_source=jev_source)
+    print(f"typestrict api: serving http://{args.host}:{args.port}/v1 (schema: /v1/openapi.json)", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+    return 0
+
+
+def _create(args: argparse.Namespace) -> int:
+    from typestrict_pipeline.api.keys import create_api_key
+
+    engine = open_store(_store(args))
+    try:
+        new = create_api_key(engine, args.workspace, label=args.label)
+    finally:
+        engine.dispose()
+    print(f"API key {new.info.key_id} for workspace {new.info.workspace_id} (shown once; store it now):")
+    print(new.key)
+    return 0
+
+
+def _revoke(args: argparse.Namespace) -> int:
+    from typestrict_pipeline.api.keys import revoke_api_key
+
+    engine = open_store(_store(args))
+    try:
+        info = revoke_api_key(engine, args.key_id)
+    finally:
+        engine.dispose()
+    print(f"API key {info.key_id} of workspace {info.workspace_id}: revoked")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    from typestrict_pipeline.api.keys import list_api_keys
+
+    engine = open_store(_store(args))
+    try:
+        keys = list_api_keys(engine, args.workspace)
+    finally:
+        engine.dispose()
+    if args.json:
+        print(json.dumps([{"key_id": k.key_id, "workspace_id": k.workspace_id, "label": k.label,
+                           "created_at": k.created_at.isoformat(),
+                           "revoked_at": k.revoked_at.isoformat() if k.revoked_at else None}
+                          for k in keys], indent=2))
+        return 0
+    for k in keys:
+        state = f"revoked {k.revoked_at.isoformat()}" if k.revoked_at else "active"
+        print(f"{k.key_id}  {k.created_at.isoformat()}  {state}  {k.label}")
+    print(f"{len(keys)} key(s)")
+    return 0
+
+
+def _store_option(p: argparse.ArgumentParser) -> None:
+    from typestrict_pipeline.cli.common import add_store
+
+    add_store(p)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``api`` and ``api-key``."""
+    p = subparsers.add_parser("api", help="serve the customer HTTP API (/v1) with uvicorn")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="TCP port, 1 to 65535 (default 8000)")
+    p.add_argument("--home", help="TYPESTRICT_HOME (trainings, audits, workspaces' files)")
+    p.add_argument("--jev-source", help="Jev's manifest predictions.jev object, as JSON or @FILE")
+    p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"),
+                   help="uvicorn's log level (default info; requests are not logged)")
+    _store_option(p)
+    p.set_defaults(func=_serve)
+
+    keys = subparsers.add_parser("api-key", help="API keys per workspace: create, revoke, list")
+    sub = keys.add_subparsers(dest="api_key_command", required=True)
+    c = sub.add_parser("create", help="create a key for a workspace (printed once)")
+    c.add_argument("workspace", help="the workspace the key belongs to")
+    c.add_argument("--label", default="", help="a note to recognise the key by")
+    _store_option(c)
+    c.set_defaults(func=_create)
+    r = sub.add_parser("revoke", help="revoke a key by its id (the 16 hex characters after tsk_)")
+    r.add_argument("key_id", help="the key's id: the 16 hex characters after tsk_")
+    _store_option(r)
+    r.set_defaults(func=_revoke)
+    ls = sub.add_parser("list", help="a workspace's keys (ids and labels, never the keys)")
+    ls.add_argument("workspace", help="the workspace whose keys to list")
+    ls.add_argument("--json", action="store_true", help="print JSON instead of lines")
+    _store_option(ls)
+    ls.set_defaults(func=_list)

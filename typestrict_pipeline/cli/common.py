@@ -1,0 +1,330 @@
+"""What every ``typestrict`` sub-command shares: the store option, ``--json``, bounded arguments,
+tables and progress bars.
+
+Every area's CLI module uses these so that one concept has one spelling:
+
+* ``add_store(parser)`` adds ``--store URL`` (default ``TYPESTRICT_STORE_URL``, else ``store.db``
+  under ``TYPESTRICT_HOME``); the old spellings ``--url`` and ``--store-url`` still work but are
+  not shown in the help. ``read_store(args)`` opens it for a command that only reads (it refuses
+  a SQLite file that does not exist instead of creating an empty store), ``write_store(args)``
+  for a command that writes.
+* ``add_json(parser)`` adds ``--json``; ``print_json(obj)`` prints it (exact numbers).
+* ``bounded_int``, ``usd``, ``day``, ``identifier`` are argparse ``type=`` functions: a value out
+  of range is a usage error with a message (exit 2), never a traceback or a write.
+* ``print_table(title, columns, rows)``: a table with headers (rich); plain, full-width text when
+  stdout is not a terminal.
+* ``progress(total, what)``: a rich progress bar on stderr, silent when stdout or stderr is not a
+  terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import re
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine
+
+from typestrict_pipeline.errors import InputError, StoreError
+
+STORE_HELP = ("the store, as a URL: sqlite:///path/store.db or postgresql://user@host/db "
+              "(default: TYPESTRICT_STORE_URL, else store.db under TYPESTRICT_HOME, ./.typestrict)")
+# Bounds of the numbers a command takes (documented in docs/cli.md).
+MAX_STEPS = 10_000_000
+MAX_CANDIDATES = 100_000
+MAX_CREDITS = 1_000_000_000
+MAX_USD = 1_000_000
+_IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}")
+_SCHEMES = ("sqlite", "postgresql", "postgres", "postgresql+psycopg2")
+
+
+def add_store(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add ``--store URL`` (and the hidden old spellings ``--url``, ``--store-url``) to ``p``."""
+    p.add_argument("--store", metavar="URL", dest="store", help=STORE_HELP)
+    p.add_argument("--url", "--store-url", dest="store", help=argparse.SUPPRESS)
+    return p
+
+
+def add_json(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add ``--json``: print machine-readable JSON (exact numbers) instead of a table."""
+    p.add_argument("--json", action="store_true", help="print JSON (exact numbers) instead of a table")
+    return p
+
+
+def check_store_url(url: str) -> str:
+    """``url`` normalized when its scheme is one the store supports, else an :class:`InputError`.
+
+    >>> check_store_url("postgresql://u@h/db")
+    'postgresql+psycopg2://u@h/db'
+    >>> check_store_url("mysql://u@h/db")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected a store URL starting with sqlite:/// or postgresql://, got 'mysql://u@h/db'. Fix --store or TYPESTRICT_STORE_URL.
+    """
+    from typestrict_pipeline.instance import _mask_password
+    from typestrict_pipeline.store import normalize_url
+
+    scheme, sep, _rest = url.partition("://")
+    if not sep or scheme.lower() not in _SCHEMES:
+        raise InputError("a store URL starting with sqlite:/// or postgresql://",
+                         repr(_mask_password(url)[:200]), "fix --store or TYPESTRICT_STORE_URL")
+    return normalize_url(url)
+
+
+def store_url(args: argparse.Namespace) -> str:
+    """The store URL a command uses: ``--store``, else ``TYPESTRICT_STORE_URL``, else the local file."""
+    from typestrict_pipeline.store import default_store_url
+
+    return check_store_url(getattr(args, "store", None) or default_store_url())
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite store URL (``None`` for another database or an in-memory one).
+
+    >>> sqlite_path("sqlite:////tmp/x/store.db")
+    PosixPath('/tmp/x/store.db')
+    >>> sqlite_path("postgresql+psycopg2://u@h/d") is None
+    True
+    """
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        return None
+    return Path(parsed.database)
+
+
+def read_store(args: argparse.Namespace) -> Engine:
+    """The store for a command that only reads; a SQLite file that does not exist is refused
+    (reading never creates an empty store)."""
+    from typestrict_pipeline.store import open_store
+
+    url = store_url(args)
+    path = sqlite_path(url)
+    if path is not None and not path.exists():
+        raise StoreError(
+            f"expected a store at {path}, got no such file. Run `make demo` to make the demo's "
+            "store there, or point at yours with --store URL (or TYPESTRICT_STORE_URL / "
+            "TYPESTRICT_HOME)."
+        )
+    return open_store(url)
+
+
+def write_store(args: argparse.Namespace) -> Engine:
+    """The store for a command that writes (a new SQLite file is created where none exists)."""
+    from typestrict_pipeline.store import open_store
+
+    return open_store(store_url(args))
+
+
+def print_json(obj: Any) -> None:
+    """Print ``obj`` as indented JSON (times as ISO 8601, other objects by ``str``)."""
+    print(json.dumps(obj, indent=2, default=_json_default, ensure_ascii=False))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (dt.datetime, dt.date)):
+        return value.isoformat()
+    if hasattr(value, "value"):
+        return value.value
+    return str(value)
+
+
+def bounded_int(what: str, lo: int, hi: int) -> Callable[[str], int]:
+    """An argparse ``type=``: a whole number from ``lo`` to ``hi``, written in digits.
+
+    >>> bounded_int("steps", 1, 100)("7")
+    7
+    >>> bounded_int("steps", 1, 100)("10**30")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected steps as a whole number from 1 to 100, got '10**30'
+    """
+    def parse(text: str) -> int:
+        shown = text if len(text) <= 40 else text[:20] + f"… ({len(text)} characters)"
+        stripped = text.strip()
+        digits = stripped[1:] if stripped[:1] in "+-" else stripped
+        if not digits.isascii() or not digits.isdigit() or len(digits) > 30:
+            raise argparse.ArgumentTypeError(
+                f"expected {what} as a whole number from {lo:,} to {hi:,}, got {shown!r}")
+        value = int(stripped)
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(
+                f"expected {what} from {lo:,} to {hi:,}, got {shown}")
+        return value
+
+    return parse
+
+
+def usd(text: str) -> str:
+    """An argparse ``type=``: a finite USD amount from 0 to ``MAX_USD``, at most 6 decimals.
+
+    Returns the text (the core parses it exactly into micro-USD).
+
+    >>> usd("0.05")
+    '0.05'
+    >>> usd("1e400")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected a USD amount from 0 to 1,000,000 with at most 6 decimals (e.g. 0.25), got '1e400'
+    """
+    from decimal import Decimal, InvalidOperation
+
+    shown = text if len(text) <= 40 else text[:20] + f"… ({len(text)} characters)"
+    bad = argparse.ArgumentTypeError(
+        f"expected a USD amount from 0 to {MAX_USD:,} with at most 6 decimals (e.g. 0.25), got {shown!r}")
+    body = text.strip().lstrip("$").strip()
+    if len(body) > 40 or not re.fullmatch(r"\d+(\.\d{1,6})?|\.\d{1,6}", body):
+        raise bad
+    try:
+        value = Decimal(body)
+    except InvalidOperation:
+        raise bad from None
+    if not value.is_finite() or value < 0 or value > MAX_USD:
+        raise bad
+    return body
+
+
+def positive_float(what: str, hi: float) -> Callable[[str], float]:
+    """An argparse ``type=``: a finite number from 0 to ``hi``.
+
+    >>> positive_float("seconds", 60)("0.5")
+    0.5
+    """
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or not 0 <= value <= hi:
+            raise argparse.ArgumentTypeError(f"expected {what} from 0 to {hi:g}, got {text[:40]!r}")
+        return value
+
+    return parse
+
+
+def step(text: str) -> str:
+    """An argparse ``type=``: a step size such as ``1d``, ``12h``, ``30m``, ``45s``, ``1w``, at most
+    a year; returns the text (the core parses it).
+
+    >>> step("1d")
+    '1d'
+    >>> step("99999999999d")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected a step size like 1d, 12h, 30m, 45s or 1w, at most 366 days, got '99999999999d'
+    """
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+    body = text.strip().lower()
+    ok = (2 <= len(body) <= 8 and body[-1] in units and body[:-1].isascii() and body[:-1].isdigit()
+          and 1 <= int(body[:-1]) * units[body[-1]] <= 366 * 86400)
+    if not ok:
+        raise argparse.ArgumentTypeError(
+            f"expected a step size like 1d, 12h, 30m, 45s or 1w, at most 366 days, got {text[:40]!r}")
+    return text
+
+
+def day(text: str) -> dt.date:
+    """An argparse ``type=``: a calendar day ``YYYY-MM-DD``.
+
+    >>> day("2014-02-28")
+    datetime.date(2014, 2, 28)
+    >>> day("2014-13-45")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected a day as YYYY-MM-DD (e.g. 2014-12-31), got '2014-13-45'
+    """
+    try:
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text.strip()):
+            raise ValueError(text)
+        return dt.date.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a day as YYYY-MM-DD (e.g. 2014-12-31), got {text[:40]!r}") from None
+
+
+def identifier(what: str) -> Callable[[str], str]:
+    """An argparse ``type=``: a name of letters, digits and ``_ . @ + -`` (at most 128, no ``..``).
+
+    >>> identifier("a workspace")("demo")
+    'demo'
+    >>> identifier("a training id")("../../etc")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected a training id (letters, digits, _ . @ + -; at most 128; no '..'), got '../../etc'
+    """
+    def parse(text: str) -> str:
+        if not _IDENTIFIER.fullmatch(text) or ".." in text:
+            raise argparse.ArgumentTypeError(
+                f"expected {what} (letters, digits, _ . @ + -; at most 128; no '..'), got {text[:60]!r}")
+        return text
+
+    return parse
+
+
+def check_range(start: dt.datetime | dt.date, end: dt.datetime | dt.date, *, what: str = "range") -> None:
+    """Refuse a reversed range with the words a person uses.
+
+    >>> check_range(dt.date(2015, 1, 2), dt.date(2015, 1, 1))
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected a start before the end of the range, got the start 2015-01-02 after the end 2015-01-01. Swap them.
+    """
+    if start > end:
+        raise InputError(f"a start before the end of the {what}",
+                         f"the start {start.isoformat()} after the end {end.isoformat()}", "swap them")
+
+
+def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]],
+                *, right: Sequence[str] = ()) -> None:
+    """Print a table with a header row (rich); ``right`` names the columns aligned right.
+
+    On a terminal it fits the terminal's width; otherwise every cell is printed whole (no
+    colour, no trailing spaces), so the output can be read by a script or a pager.
+    """
+    import io
+
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False, show_edge=False)
+    for name in columns:
+        table.add_column(name, justify="right" if name in right else "left",
+                         no_wrap=not sys.stdout.isatty())
+    for row in rows:
+        table.add_row(*("" if v is None else str(v) for v in row))
+    if sys.stdout.isatty():
+        Console().print(table)
+        return
+    buffer = io.StringIO()
+    Console(file=buffer, width=10_000, color_system=None, highlight=False).print(table)
+    print("\n".join(line.rstrip() for line in buffer.getvalue().splitlines()))
+
+
+def quiet() -> bool:
+    """True when progress must stay silent: stdout or stderr is not a terminal."""
+    return not (sys.stdout.isatty() and sys.stderr.isatty())
+
+
+@contextmanager
+def progress(total: int, what: str) -> Iterator[Callable[[int], None]]:
+    """A progress bar on stderr for ``total`` units; yields ``update(done)``. Silent when
+    :func:`quiet`."""
+    if quiet() or total <= 0:
+        yield lambda _done: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(what, total=total)
+        yield lambda done: bar.update(task, completed=min(done, total))

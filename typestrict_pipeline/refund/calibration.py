@@ -1,0 +1,204 @@
+"""Seeded simulations of the refund rule's "the gain is real" on grouped test sets.
+
+How often does the rule say "the gain is real" (the bootstrap's 5th percentile of G above zero)
+when the model is, in truth, exactly as good as Jev? The refund page builds the rule on 5%. This
+module simulates test sets whose examples come in groups, scores them with the product's own
+bootstrap (:func:`~typestrict_pipeline.refund.bootstrap.bootstrap_gains`), once resampling
+whole groups and once single examples, and counts.
+
+**The simulated test set** (everything drawn from ``numpy.random.Generator(PCG64(seed))``, one
+generator per test set, seeded ``seed = base_seed + index``):
+
+* ``G`` groups with the design's sizes (rows ``0 … n−1`` in group order); each row's right answer
+  uniform over ``K`` answers.
+* Each system ``s`` (model, Jev) gets a latent quality per row
+  ``z = mu_s + sigma · (sqrt(rho) · u_{g,s} + sqrt(1 − rho) · e_{i,s})`` with ``u`` (one per group
+  and system) and ``e`` (one per row and system) independent standard normals, so ``rho`` is the
+  intra-group correlation of each system's quality and of their difference. ``mu_jev = 1``,
+  ``mu_model = 1 + shift``, ``sigma = 1.5``.
+* The system gives the right answer the probability ``p = 1 / (1 + exp(−z))`` and shares
+  ``1 − p`` equally among the other answers.
+
+With ``shift = 0`` the two systems are exchangeable, so the true gain is exactly 0 and every
+"the gain is real" is a false yes. With ``shift > 0`` the model is better (power).
+
+>>> d = Design(sizes=(3, 1, 2), rho=0.3)
+>>> s = simulate(d, seed=1)
+>>> len(s.y), s.groups
+(6, (0, 0, 0, 1, 2, 2))
+>>> r = rates(Design(sizes=(4,) * 10, rho=0.0), n_sets=2, base_seed=0, resamples=200)
+>>> r.n_sets, 0.0 <= r.group <= 1.0
+(2, True)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from typestrict_pipeline.refund.bootstrap import bootstrap_gains, q05_index
+from typestrict_pipeline.refund.metrics import ExampleValues, example_values
+from typestrict_pipeline.refund.rule import RESAMPLES
+
+MU = 1.0
+SIGMA = 1.5
+
+
+@dataclass(frozen=True)
+class Design:
+    """One simulated setting.
+
+    Attributes:
+        sizes: the groups' sizes (their sum is the test set's size).
+        rho: intra-group correlation of each system's latent quality, in [0, 1).
+        shift: the model's latent advantage over Jev (0: no true gain).
+        n_answers: K.
+    """
+
+    sizes: tuple[int, ...]
+    rho: float
+    shift: float = 0.0
+    n_answers: int = 2
+
+
+@dataclass(frozen=True)
+class Simulated:
+    """One simulated test set, ready for the bootstrap (rows in group order)."""
+
+    y: tuple[int, ...]
+    model: ExampleValues
+    jev: ExampleValues
+    groups: tuple[int, ...]
+
+
+def unequal_sizes(n: int, largest: int, seed: int) -> tuple[int, ...]:
+    """Group sizes drawn uniformly from ``1 … largest`` until they hold ``n`` rows (last cut).
+
+    >>> sizes = unequal_sizes(2000, 36, seed=7)
+    >>> sum(sizes), min(sizes) >= 1, max(sizes) <= 36
+    (2000, True, True)
+    """
+    rng = np.random.Generator(np.random.PCG64(seed))
+    sizes: list[int] = []
+    total = 0
+    while total < n:
+        s = min(int(rng.integers(1, largest + 1)), n - total)
+        sizes.append(s)
+        total += s
+    return tuple(sizes)
+
+
+def _probabilities(y: np.ndarray, z: np.ndarray, k: int) -> list[tuple[float, ...]]:
+    p_right = 1.0 / (1.0 + np.exp(-z))
+    out: list[tuple[float, ...]] = []
+    for yi, p in zip(y.tolist(), p_right.tolist(), strict=True):
+        rest = (1.0 - p) / (k - 1)
+        vec = [rest] * k
+        vec[yi] = p
+        out.append(tuple(vec))
+    return out
+
+
+def simulate(design: Design, seed: int) -> Simulated:
+    """Draw one test set of ``design`` from ``Generator(PCG64(seed))`` (see the module doc)."""
+    if not 0.0 <= design.rho < 1.0:
+        raise ValueError(f"expected 0 <= rho < 1, got {design.rho}")
+    rng = np.random.Generator(np.random.PCG64(seed))
+    sizes = np.asarray(design.sizes, dtype=np.intp)
+    groups = np.repeat(np.arange(len(sizes)), sizes)
+    n = int(sizes.sum())
+    y = rng.integers(0, design.n_answers, size=n)
+    values = []
+    for mu in (MU + design.shift, MU):
+        u = rng.standard_normal(len(sizes))[groups]
+        e = rng.standard_normal(n)
+        z = mu + SIGMA * (math.sqrt(design.rho) * u + math.sqrt(1.0 - design.rho) * e)
+        values.append(example_values(y.tolist(), _probabilities(y, z, design.n_answers)))
+    return Simulated(tuple(y.tolist()), values[0], values[1], tuple(groups.tolist()))
+
+
+@dataclass(frozen=True)
+class Rates:
+    """How often "the gain is real" was declared.
+
+    Attributes:
+        n_sets: simulated test sets.
+        group: share declared with the group bootstrap.
+        example: share declared with the row (example) bootstrap (``None`` if not run).
+    """
+
+    n_sets: int
+    group: float
+    example: float | None
+
+
+def gain_is_real(sim: Simulated, n_answers: int, seed: bytes, resamples: int, by_group: bool) -> bool:
+    """The rule's first condition on one simulated set: 5th percentile of G above zero."""
+    g = bootstrap_gains(
+        sim.y, sim.model, sim.jev, n_answers, seed, resamples, sim.groups if by_group else None
+    )
+    return float(np.sort(g)[q05_index(resamples)]) > 0.0
+
+
+def rates(
+    design: Design,
+    *,
+    n_sets: int,
+    base_seed: int,
+    resamples: int = RESAMPLES,
+    with_examples: bool = True,
+) -> Rates:
+    """Share of ``n_sets`` simulated test sets where "the gain is real" is declared.
+
+    Args:
+        design: the setting.
+        n_sets: how many test sets (set ``i`` is drawn with seed ``base_seed + i``; its
+            bootstrap seed is ``i`` as 32 big-endian bytes).
+        base_seed: the first test set's seed.
+        resamples: bootstrap resamples (the rule's 2,000 by default).
+        with_examples: also run the row bootstrap on the same sets.
+
+    Returns:
+        The :class:`Rates`.
+    """
+    hits_group = 0
+    hits_example = 0
+    for i in range(n_sets):
+        sim = simulate(design, base_seed + i)
+        seed = i.to_bytes(32, "big")
+        hits_group += gain_is_real(sim, design.n_answers, seed, resamples, by_group=True)
+        if with_examples:
+            hits_example += gain_is_real(sim, design.n_answers, seed, resamples, by_group=False)
+    return Rates(
+        n_sets=n_sets,
+        group=hits_group / n_sets,
+        example=hits_example / n_sets if with_examples else None,
+    )
+
+
+def binomial_interval(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval for a rate ``hits / n`` (the Monte Carlo error of a simulated rate).
+
+    >>> lo, hi = binomial_interval(50, 1000)
+    >>> round(lo, 4), round(hi, 4)
+    (0.0381, 0.0653)
+    """
+    if n < 1:
+        raise ValueError(f"expected n >= 1, got {n}")
+    p = hits / n
+    den = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return mid - half, mid + half
+
+
+def mean_sizes(sizes: Sequence[int]) -> float:
+    """Mean group size (for reports).
+
+    >>> mean_sizes([1, 2, 3])
+    2.0
+    """
+    return sum(sizes) / len(sizes)
