@@ -278,7 +278,8 @@ def check_store(engine: Engine) -> None:
     except SQLAlchemyError as exc:
         cause = type(getattr(exc, "orig", None) or exc).__name__
         raise StoreError(
-            f"{where}: expected a reachable database, got {cause}. "
+            f"could not bring the store at {where} to the current schema: expected a reachable "
+            f"database, got {cause}. "
             "Check the URL, that the server runs and that this user may connect."
         ) from None
     if "alembic_version" not in tables and tables & set(Base.metadata.tables):
