@@ -215,24 +215,25 @@ def _identity(engine: Engine) -> tuple[int, int] | None:
 
 @contextmanager
 def _init_lock(engine: Engine) -> Iterator[None]:
-    """An exclusive lock on ``<store>.lock`` beside a SQLite store (no-op otherwise).
-
-    Two processes opening a store that does not exist yet must not see each other's half
-    created file as a broken store.
-    """
+    """An exclusive lock on the SQLite store's folder while it is checked or created (no-op
+    otherwise): two processes opening a store that does not exist yet must not see each other's
+    half-created file as a broken store. The folder itself is locked, so no lock file is left."""
     path = _sqlite_path(engine)
     if path is None:
         yield
         return
     import fcntl
 
-    lock_path = path.with_name(path.name + ".lock")
-    with open(lock_path, "a+b") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
