@@ -15,6 +15,7 @@ predictions are asked, and the verdict is ``failed`` with the manifest's reason.
 """
 
 import contextlib
+import datetime as dt
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -27,11 +28,12 @@ from resources.refund import RefundModelClientResource, RefundTrainingsResource,
 from typestrict_pipeline import plots
 from typestrict_pipeline.errors import TypeStrictError
 from typestrict_pipeline.refund.audit import build_audit, write_audit
-from typestrict_pipeline.refund.dataset import Dataset, load_dataset
+from typestrict_pipeline.refund.dataset import Dataset, unlabeled_text
 from typestrict_pipeline.refund.holdout import Holdout, split_decisions
 from typestrict_pipeline.refund.manifest import TrainingManifest, TrainingStatus
 from typestrict_pipeline.refund.metrics import MAX_DROP, METRIC_NAMES
 from typestrict_pipeline.refund.predictions import build_decision_data
+from typestrict_pipeline.refund.preflight import check_training
 from typestrict_pipeline.refund.rule import (
     DecisionReport,
     MarginStatus,
@@ -41,6 +43,7 @@ from typestrict_pipeline.refund.rule import (
     judge_training,
 )
 from typestrict_pipeline.refund.trained_on import check_trained_on
+from typestrict_pipeline.refund.unsettled import UNSETTLED_AFTER, RunSummary, find_unsettled
 
 GROUP = "refund"
 trainings_partitions = dg.DynamicPartitionsDefinition(name="trainings")
@@ -206,12 +209,19 @@ def dataset(
     if manifest.status is TrainingStatus.FAILED:
         meta["failure_reason"] = manifest.failure_reason or ""
         return dg.MaterializeResult(value=LoadedTraining(manifest, None), metadata=meta)
+    # Every input (dataset, each predictions file in full, each endpoint) is checked before this
+    # first asset returns: a bad training fails here and nothing of it is stored.
     with product_failure():
-        data = load_dataset(manifest)
+        checked = check_training(manifest)
+    data = checked.dataset
+    assert data is not None
+    for line in checked.checked:
+        context.log.info("checked %s", line)
     meta["rows"] = len(data.examples)
     meta["grouped"] = data.columns.group is not None
     for labels in data.decisions:
         meta[f"labeled[{labels.name}]"] = labels.n_labeled
+        meta[f"unlabeled[{labels.name}]"] = unlabeled_text(labels.n_labeled, len(data.examples))
     return dg.MaterializeResult(value=LoadedTraining(manifest, data), metadata=meta)
 
 
@@ -274,6 +284,7 @@ def holdout(
         meta[f"{h.decision}: test"] = s.n_test
         meta[f"{h.decision}: train"] = s.n_train
         meta[f"{h.decision}: excluded"] = s.n_excluded
+        meta[f"{h.decision}: unlabeled"] = unlabeled_text(s.n_labeled, s.n_rows)
         meta[f"{h.decision}: rows joined by identical text"] = s.rows_joined_by_text
         lines.append(
             f"| {h.decision} | {s.n_test} | {s.n_train} | {s.n_excluded} | {s.groups_test} | "
@@ -585,14 +596,69 @@ verdict_job = dg.define_asset_job(
     selection=dg.AssetSelection.groups(GROUP),
     description="Materialize one training's refund chain (one `trainings` partition): its verdict and audit.",
     config=VERDICT_JOB_EXECUTION,
+    # A run whose process died (marked failed by run monitoring) is retried from the failure, up
+    # to twice; a refused input is not (run_retries.retry_on_asset_or_op_failure: false).
+    tags={"dagster/max_retries": "2", "dagster/retry_strategy": "FROM_FAILURE"},
     # Its own executor, so a code location with another default (e.g. celery) keeps this one
     # instead of failing to load: the execution block above is this executor's config.
     executor_def=dg.multi_or_in_process_executor,
 )
 
 
+# ------------------------------------------------------------------------------------------------
+# Trainings left unsettled (a killed run, a run that keeps failing) are flagged
+# ------------------------------------------------------------------------------------------------
+
+_SETTLEMENT = dg.AssetKey("credit_settlement")
+
+
+def _run_history(instance: dg.DagsterInstance, training_id: str) -> list[RunSummary]:
+    records = instance.get_run_records(
+        dg.RunsFilter(job_name="verdict_job", tags={"dagster/partition": training_id}), limit=50
+    )
+    return [RunSummary(r.dagster_run.status.value, r.create_timestamp) for r in records]
+
+
+@dg.sensor(
+    minimum_interval_seconds=600,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description=(
+        "Flags trainings not settled 2 hours after their first verdict run, with no run queued or "
+        "running: an observation on their credit_settlement partition, and the tick names them."
+    ),
+)
+def unsettled_trainings_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
+    instance = context.instance
+    trainings = instance.get_dynamic_partitions("trainings")
+    settled = set(instance.get_materialized_partitions(_SETTLEMENT))
+    runs = {t: _run_history(instance, t) for t in trainings if t not in settled}
+    flagged = find_unsettled(
+        trainings, settled=settled, runs=runs, now=dt.datetime.now(dt.UTC), after=UNSETTLED_AFTER
+    )
+    if not flagged:
+        return dg.SkipReason(f"every training is settled or in progress ({len(trainings)} known)")
+    for u in flagged:
+        context.log.warning("unsettled: %s", u.describe())
+    return dg.SensorResult(
+        asset_events=[
+            dg.AssetObservation(
+                asset_key=_SETTLEMENT,
+                partition=u.training_id,
+                metadata={
+                    "unsettled": u.describe(),
+                    "fix": "see the run's failure; re-run verdict_job for this partition once fixed",
+                },
+            )
+            for u in flagged
+        ],
+    )
+
+
 def build_defs() -> dg.Definitions:
-    """The refund area's assets, checks and job."""
+    """The refund area's assets, checks, job and the unsettled-trainings sensor."""
     return dg.Definitions(
-        assets=list(REFUND_ASSETS), asset_checks=list(REFUND_CHECKS), jobs=[verdict_job]
+        assets=list(REFUND_ASSETS),
+        asset_checks=list(REFUND_CHECKS),
+        jobs=[verdict_job],
+        sensors=[unsettled_trainings_sensor],
     )

@@ -7,7 +7,7 @@ with a real implementation and a test one (a local file, a local server), chosen
 import importlib
 from typing import Any
 
-AREAS = ("refund", "store", "credits", "backtests", "studies", "reruns")
+AREAS = ("refund", "store", "credits", "backtests", "studies", "reruns", "io")
 
 
 def default_resources() -> dict[str, Any]:

@@ -64,10 +64,14 @@ class RefundTrainingsResource(dg.ConfigurableResource["RefundTrainingsResource"]
         folder: the trainings folder; default ``${TYPESTRICT_HOME}/trainings`` (read at run time).
             Training ``<id>`` has its manifest at ``<folder>/<id>/manifest.json``.
         audits_folder: where audits are written; default ``${TYPESTRICT_HOME}/audits``.
+        data_root: the shared data folder a manifest's files may also be in (besides the
+            training's own folder); default ``TYPESTRICT_DATA_ROOT``, else
+            ``${TYPESTRICT_HOME}/data``. Paths leading anywhere else are refused.
     """
 
     folder: str | None = None
     audits_folder: str | None = None
+    data_root: str | None = None
 
     def trainings_dir(self) -> Path:
         """The trainings folder (the setting, else ``${TYPESTRICT_HOME}/trainings``)."""
@@ -92,7 +96,7 @@ class RefundTrainingsResource(dg.ConfigurableResource["RefundTrainingsResource"]
             ManifestError: no manifest, an invalid one, or one for another training.
         """
         path = self.manifest_path(training_id)
-        manifest = load_manifest(path)
+        manifest = load_manifest(path, data_root=Path(self.data_root) if self.data_root else None)
         if manifest.training_id != training_id:
             raise ManifestError(
                 f"training_id {training_id!r} (the partition key and the folder name)",

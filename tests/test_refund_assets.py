@@ -303,7 +303,7 @@ def test_jev_over_http_through_the_stand_in_server(tmp_path: Path, monkeypatch: 
     assert result.output_for_node("verdict").verdict is Verdict.BEATS
 
 
-def test_a_missing_api_key_fails_the_jev_step_with_the_variable_name(
+def test_a_missing_api_key_fails_the_first_step_with_the_variable_name(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from typestrict_pipeline.clients.standin import StandinServer
@@ -318,7 +318,7 @@ def test_a_missing_api_key_fails_the_jev_step_with_the_variable_name(
         result = run_training(tmp_path, "tr_nokey", raise_on_error=False)
     assert not result.success
     [failure] = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
-    assert failure.step_key == "jev_predictions"
+    assert failure.step_key == "dataset"  # checked before the first asset is stored
     error = failure.step_failure_data.error
     assert error is not None
     assert "TEST_JEV_KEY_UNSET" in (error.cause or error).message
@@ -359,7 +359,7 @@ def test_a_predictions_file_missing_a_test_example_fails_clearly(tmp_path: Path)
     result = run_training(tmp_path, "tr_gap", raise_on_error=False)
     assert not result.success
     [failure] = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
-    assert failure.step_key == "model_predictions"
+    assert failure.step_key == "dataset"  # checked before the first asset is stored
     error = failure.step_failure_data.error
     assert error is not None
     message = (error.cause or error).message

@@ -276,7 +276,7 @@ def test_missing_file_and_bad_jsonl(tmp_path: Path) -> None:
     m.dataset.path.write_text('{"id": "a", "text": "x"}\n{"id": "b", oops\n', encoding="utf-8")
     with pytest.raises(
         DatasetError,
-        match=r"data.jsonl, row 2: expected one JSON object per line, got invalid JSON",
+        match=r"data.jsonl, row 2, character 13: expected valid JSON, got invalid JSON",
     ):
         load_dataset(m)
 

@@ -83,12 +83,12 @@ def test_prepared_demo_trainings_are_valid_and_trained_on_training_rows_only(tmp
     failed = next(t for t in DEMO_TRAININGS if t.failure_reason is not None)
     p = prepare_training(tiny, trainings_dir=tmp_path / "trainings", dataset_path=dataset_path, jev_source=jev)
     assert p.train_rows == {"sentiment": 100} and p.test_rows == {"sentiment": 2000}
-    manifest = load_manifest(p.manifest_path)
+    manifest = load_manifest(p.manifest_path, data_root=dataset_path.parent)
     holdout = split_decisions(load_dataset(manifest))[0]
     preds = read_predictions(p.manifest_path.parent / "model_predictions.jsonl", "model")
     assert sorted(i for _, i in preds.predictions) == sorted(holdout.test_ids)
     q = prepare_training(failed, trainings_dir=tmp_path / "trainings", dataset_path=dataset_path, jev_source=jev)
-    m = load_manifest(q.manifest_path)
+    m = load_manifest(q.manifest_path, data_root=dataset_path.parent)
     assert m.status is TrainingStatus.FAILED and m.model is None
     assert m.failure_reason == failed.failure_reason
 

@@ -281,7 +281,7 @@ def test_file_errors(tmp_path: Path) -> None:
         load_manifest(tmp_path / "missing.json")
     bad = tmp_path / "bad.json"
     bad.write_text('{"training_id": "x",\n  oops}', encoding="utf-8")
-    with pytest.raises(ManifestError, match=r"bad.json: expected valid JSON, got .* at line 2"):
+    with pytest.raises(ManifestError, match=r"bad.json, line 2, column 3: expected valid JSON, got invalid JSON"):
         load_manifest(bad)
     with pytest.raises(
         ManifestError, match=r"key '\(top level\)': expected a JSON object, got \[1\]"

@@ -137,7 +137,7 @@ def test_multiple_choice_uses_option_positions_padded(tmp_path: Path) -> None:
     [
         (
             {"fresh": float("nan"), "rotten": 0.5, "plot": 0.5},
-            r"model.jsonl, row 1, column 'probabilities.fresh': expected a probability from 0 to 1, got NaN",
+            r"model.jsonl, row 1, character \d+: expected finite JSON numbers, got NaN",
         ),
         (
             {"fresh": -0.1, "rotten": 0.6, "plot": 0.5},

@@ -8,9 +8,12 @@ through :func:`iter_jsonl_objects`, so a bad line is reported with its file and 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,39 +68,388 @@ def iter_jsonl_objects(
     """
     file = str(path)
     try:
-        handle = open(path, encoding="utf-8")  # noqa: SIM115 - closed by the with below
+        handle = open(path, "rb")  # noqa: SIM115 - closed by the with below
     except OSError as exc:
-        raise error("a readable file", type(exc).__name__, "check the file", file=file) from exc
+        raise error(
+            "a readable file", exc.strerror or type(exc).__name__, "check the file", file=file
+        ) from None
     with handle:
         row = 0
-        try:
-            for line in handle:
-                if not line.strip():
-                    continue
-                row += 1
-                try:
-                    value = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise error(
-                        "one JSON object per line",
-                        f"invalid JSON ({exc.msg})",
-                        "fix that line",
-                        file=file,
-                        row=row,
-                    ) from exc
-                if not isinstance(value, dict):
-                    raise error(
-                        "a JSON object",
-                        type(value).__name__,
-                        "write each row as {...}",
-                        file=file,
-                        row=row,
-                    )
-                yield row, value
-        except UnicodeDecodeError as exc:
-            raise error(
-                "a UTF-8 encoded file",
-                f"undecodable bytes after row {row}",
-                "save the file as UTF-8",
-                file=file,
-            ) from exc
+        for raw in handle:
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise error(
+                    "a UTF-8 encoded file",
+                    "bytes that are not UTF-8",
+                    "save the file as UTF-8",
+                    file=file,
+                    row=row + 1,
+                ) from None
+            if not line.strip():
+                continue
+            row += 1
+            if row == 1:
+                line = line.removeprefix("\ufeff")
+            value = loads_strict(line, file=file, error=error, row=row)
+            if not isinstance(value, dict):
+                raise error(
+                    "a JSON object",
+                    type(value).__name__,
+                    "write each row as {...}",
+                    file=file,
+                    row=row,
+                )
+            yield row, value
+
+
+# --------------------------------------------------------------------------------------------
+# The one strict JSON reader
+# --------------------------------------------------------------------------------------------
+
+MAX_JSON_DEPTH = 32
+"""Deepest nesting of objects and arrays accepted (a manifest needs 5, a predictions row 2)."""
+
+MAX_INT_DIGITS = 40
+"""Longest integer literal accepted, in digits (an int64 has 19; a 128-bit id 39)."""
+
+MAX_FLOAT_ABS = 1e100
+"""Largest magnitude of a number with a fraction or exponent (probabilities are in [0, 1])."""
+
+MAX_NUMBER_CHARS = 100
+"""Longest number literal accepted, in characters (``0.000…1`` with a million zeros is refused)."""
+
+MAX_JSON_FILE_BYTES = 50 * 1024 * 1024
+"""Largest JSON document :func:`read_json_file` reads (a manifest is a few kB)."""
+
+
+@dataclass(frozen=True)
+class JSONLimits:
+    """Bounds of the strict JSON reader (defaults: the module constants).
+
+    Attributes:
+        max_depth: deepest nesting of objects and arrays.
+        max_int_digits: longest integer literal, in digits.
+        max_float_abs: largest magnitude of a non-integer number.
+        max_number_chars: longest number literal.
+    """
+
+    max_depth: int = MAX_JSON_DEPTH
+    max_int_digits: int = MAX_INT_DIGITS
+    max_float_abs: float = MAX_FLOAT_ABS
+    max_number_chars: int = MAX_NUMBER_CHARS
+
+
+class _Refused(Exception):
+    """Raised inside the decoder's hooks; turned into the caller's error with a position."""
+
+    def __init__(self, expected: str, got: str, fix: str, needle: str | None = None) -> None:
+        super().__init__(got)
+        self.expected = expected
+        self.got = got
+        self.fix = fix
+        self.needle = needle
+
+
+def _shorten(text: str, limit: int = 24) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def _decoder(limits: JSONLimits) -> json.JSONDecoder:
+    def parse_int(literal: str) -> int:
+        digits = len(literal.lstrip("-"))
+        if digits > limits.max_int_digits:
+            raise _Refused(
+                f"an integer of at most {limits.max_int_digits} digits",
+                f"an integer of {digits} digits",
+                "write a smaller number, or write an identifier as a string",
+                literal,
+            )
+        return int(literal)
+
+    def parse_float(literal: str) -> float:
+        if len(literal) > limits.max_number_chars:
+            raise _Refused(
+                f"a number of at most {limits.max_number_chars} characters",
+                f"a number of {len(literal)} characters",
+                "round the number",
+                literal,
+            )
+        value = float(literal)
+        if not math.isfinite(value) or abs(value) > limits.max_float_abs:
+            raise _Refused(
+                f"a finite number of magnitude at most {limits.max_float_abs:g}",
+                _shorten(literal),
+                "write a number in range",
+                literal,
+            )
+        return value
+
+    def parse_constant(name: str) -> Any:
+        raise _Refused(
+            "finite JSON numbers", name, "write a number (JSON has no NaN or Infinity)", name
+        )
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out:
+                raise _Refused(
+                    "each key once in an object",
+                    f"the key {_shorten(key)!r} twice",
+                    "remove one of them (a repeated key is ambiguous)",
+                    json.dumps(key, ensure_ascii=False),
+                )
+            out[key] = value
+        return out
+
+    return json.JSONDecoder(
+        object_pairs_hook=pairs,
+        parse_int=parse_int,
+        parse_float=parse_float,
+        parse_constant=parse_constant,
+    )
+
+
+_TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"|[\[\]{}]|[^\s"\[\]{},:]+|[,:]|\s+', re.S)
+
+
+def _position(text: str, offset: int) -> tuple[int, int]:
+    line = text.count("\n", 0, offset) + 1
+    column = offset - (text.rfind("\n", 0, offset) + 1) + 1
+    return line, column
+
+
+def _too_deep(text: str, max_depth: int) -> int | None:
+    """The offset where nesting first exceeds ``max_depth`` (strings skipped), or None."""
+    depth = 0
+    for match in _TOKEN.finditer(text):
+        token = match.group()
+        if token in ("[", "{"):
+            depth += 1
+            if depth > max_depth:
+                return match.start()
+        elif token in ("]", "}"):
+            depth -= 1
+    return None
+
+
+def _find_offset(text: str, problem: _Refused) -> int | None:
+    """Where the refused token is: the first matching literal (for a duplicate key, the second)."""
+    if problem.needle is None:
+        return None
+    wanted = _json_str(problem.needle)
+    seen: set[int] = set()
+    depth_stack: list[int] = [0]
+    counter = 0
+    previous = ""
+    last_start = 0
+    for match in _TOKEN.finditer(text):
+        token = match.group()
+        if token.isspace():
+            continue
+        if token in ("{", "["):
+            counter += 1
+            depth_stack.append(counter)
+        elif token in ("}", "]"):
+            if len(depth_stack) > 1:
+                depth_stack.pop()
+        elif token == ":" and previous.startswith('"'):
+            name = _json_str(previous)
+            if name is not None and name == wanted:
+                if depth_stack[-1] in seen:
+                    return last_start
+                seen.add(depth_stack[-1])
+        elif token == problem.needle and not token.startswith('"'):
+            return match.start()
+        previous, last_start = token, match.start()
+    return None
+
+
+def _json_str(token: str) -> str | None:
+    try:
+        value = json.loads(token)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _depth_exceeded(value: Any, max_depth: int) -> bool:
+    """Whether ``value`` nests objects/arrays deeper than ``max_depth`` (iterative, no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node
+        if depth > max_depth:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _lone_surrogate(value: Any) -> str | None:
+    """The first string (key or value) in ``value`` that is not encodable as UTF-8, or None."""
+    stack: list[Any] = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                return node
+        elif isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return None
+
+
+def _raise_located(
+    error: type[InputError],
+    expected: str,
+    got: str,
+    fix: str,
+    *,
+    file: str,
+    text: str,
+    offset: int | None,
+    row: int | None,
+) -> InputError:
+    where = file
+    if row is not None:
+        where += f", row {row}"
+    if offset is not None:
+        line, column = _position(text, offset)
+        where += f", character {column}" if row is not None else f", line {line}, column {column}"
+    err = error(expected, got, fix, file=where)
+    err.file = file
+    err.row = row
+    return err
+
+
+def loads_strict(
+    text: str,
+    *,
+    file: str = "<memory>",
+    error: type[InputError] = InputError,
+    row: int | None = None,
+    limits: JSONLimits | None = None,
+) -> Any:
+    """Decode JSON text the one strict way every file this product reads is decoded.
+
+    Refused, each with an ``error`` (an :class:`InputError` subclass) naming the file, the
+    line (or the JSON Lines ``row``) and the column: invalid JSON; a key twice in one object;
+    ``NaN``/``Infinity``; an integer longer than ``limits.max_int_digits`` digits; a non-integer
+    number that is not finite or beyond ``limits.max_float_abs``; nesting deeper than
+    ``limits.max_depth``. Nothing else is ever raised (no ``RecursionError``, no
+    ``ValueError`` from Python's integer-length limit, no ``OverflowError``).
+
+    Args:
+        text: the JSON text.
+        file: the name used in messages.
+        error: the error class raised.
+        row: the JSON Lines row this text is (messages then say "row R, column C").
+        limits: the bounds (default :class:`JSONLimits`).
+
+    Returns:
+        The decoded value (objects as ``dict``, arrays as ``list``).
+
+    >>> loads_strict('{"a": [1, 2.5, "x"]}')
+    {'a': [1, 2.5, 'x']}
+    >>> loads_strict('{"options": {},\\n "options": {"keep_if_loses": true}}', file="m.json")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: m.json, line 2, column 2: expected each key once in an object, got the key 'options' twice. Remove one of them (a repeated key is ambiguous).
+    >>> loads_strict('[1e400]', file="p.json")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: p.json, line 1, column 2: expected a finite number of magnitude at most 1e+100, got 1e400. Write a number in range.
+    """
+    bounds = limits or JSONLimits()
+    try:
+        value = _decoder(bounds).decode(text)
+    except _Refused as problem:
+        raise _raise_located(
+            error, problem.expected, problem.got, problem.fix,
+            file=file, text=text, offset=_find_offset(text, problem), row=row,
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise _raise_located(
+            error, "valid JSON", f"invalid JSON ({exc.msg})", "fix the JSON syntax",
+            file=file, text=text, offset=exc.pos, row=row,
+        ) from None
+    except RecursionError:
+        value = None
+        deep = True
+    else:
+        deep = isinstance(value, dict | list) and _depth_exceeded(value, bounds.max_depth)
+    escape = None if deep else _SURROGATE_ESCAPE.search(text)
+    if escape is not None and _lone_surrogate(value) is not None:
+        raise _raise_located(
+            error,
+            "text that is valid Unicode",
+            "a lone surrogate escape (\\ud800-\\udfff)",
+            "write the character itself, or a proper surrogate pair",
+            file=file, text=text, offset=escape.start(), row=row,
+        )
+    if deep:
+        raise _raise_located(
+            error,
+            f"JSON nested at most {bounds.max_depth} levels deep",
+            "deeper nesting",
+            "remove the extra levels (see the file's documented format)",
+            file=file, text=text, offset=_too_deep(text, bounds.max_depth), row=row,
+        )
+    return value
+
+
+def read_json_file(
+    path: str | os.PathLike[str],
+    *,
+    error: type[InputError] = InputError,
+    what: str = "a JSON file",
+    max_bytes: int = MAX_JSON_FILE_BYTES,
+    limits: JSONLimits | None = None,
+) -> Any:
+    """Read a UTF-8 JSON file with :func:`loads_strict`, refusing files above ``max_bytes``.
+
+    Raises ``error`` naming the file for a missing or unreadable file, a file that is too
+    large, bytes that are not UTF-8 (with the line), and everything :func:`loads_strict` refuses.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "m.json"
+    >>> _ = p.write_text('{"manifest_version": 1}')
+    >>> read_json_file(p)
+    {'manifest_version': 1}
+    """
+    file = str(path)
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise error(what, "no such file", "check the path", file=file) from None
+    except OSError as exc:
+        raise error(
+            "a readable file", exc.strerror or type(exc).__name__, "check the file", file=file
+        ) from None
+    if len(raw) > max_bytes:
+        raise error(
+            f"{what} of at most {max_bytes} bytes",
+            "a larger file",
+            "check that this is the right file",
+            file=file,
+        )
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise error(
+            "a UTF-8 encoded file",
+            f"bytes that are not UTF-8 at line {line}",
+            "save the file as UTF-8",
+            file=file,
+        ) from None
+    return loads_strict(text, file=file, error=error, limits=limits)

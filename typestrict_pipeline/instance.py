@@ -31,16 +31,42 @@ DEPLOY_DIR = Path(__file__).resolve().parent.parent / "deploy"
 PG_PARTS = ("DAGSTER_PG_HOST", "DAGSTER_PG_PORT", "DAGSTER_PG_USERNAME", "DAGSTER_PG_PASSWORD", "DAGSTER_PG_DB")
 PG_SCHEME = "postgresql+psycopg2"
 
+TRAINING_TAG = "typestrict/training"
+"""The tag every verdict run of a training carries (the sensor sets it): one run per training."""
+
 _CONCURRENCY: dict[str, Any] = {
     "runs": {
         "max_concurrent_runs": 2,
         "tag_concurrency_limits": [
             {"key": "workflow", "value": {"applyLimitPerUniqueValue": True}, "limit": 1},
-            {"key": "typestrict/training", "value": {"applyLimitPerUniqueValue": True}, "limit": 1},
+            {"key": TRAINING_TAG, "value": {"applyLimitPerUniqueValue": True}, "limit": 1},
         ],
     },
     "pools": {"default_limit": 1},
 }
+
+RUN_MONITORING: dict[str, Any] = {
+    "enabled": True,
+    "start_timeout_seconds": 180,
+    "cancel_timeout_seconds": 180,
+    "max_resume_run_attempts": 0,
+    "poll_interval_seconds": 30,
+}
+"""The daemon marks a run failed when its process is gone (killed, crashed) or it never started
+within 3 minutes; checked every 30 s. The default run launcher cannot resume a run, so none is."""
+
+RUN_RETRIES: dict[str, Any] = {
+    "enabled": True,
+    "max_retries": 0,
+    "retry_on_asset_or_op_failure": False,
+}
+"""Retries are on, per job (``dagster/max_retries`` tag; ``verdict_job`` sets 2), and only for
+runs that failed *outside* an asset (a killed or crashed process): a refused input fails the
+same way again, so it is not retried."""
+
+
+def _resilience() -> dict[str, Any]:
+    return {"run_monitoring": dict(RUN_MONITORING), "run_retries": dict(RUN_RETRIES)}
 
 RUN_QUEUE: dict[str, Any] = {"dequeue_interval_seconds": 1}
 """The daemon's run queue looks for runs to launch every second (Dagster's default is 5 s):
@@ -56,6 +82,7 @@ def sqlite_instance_config(base_dir: Path) -> dict[str, Any]:
     return {
         "storage": {"sqlite": {"base_dir": str(base_dir)}},
         "concurrency": _CONCURRENCY,
+        **_resilience(),
         "run_queue": RUN_QUEUE,
         "telemetry": {"enabled": False},
     }
@@ -155,6 +182,7 @@ def postgres_instance_config(env: Mapping[str, str] | None = None) -> dict[str, 
     return {
         "storage": {"postgres": storage},
         "concurrency": {**_CONCURRENCY, "runs": {**_CONCURRENCY["runs"], "max_concurrent_runs": 4}},
+        **_resilience(),
         "run_queue": RUN_QUEUE,
         "telemetry": {"enabled": False},
     }

@@ -1,4 +1,10 @@
-"""``typestrict store upgrade``: manage the domain store's schema."""
+"""``typestrict store upgrade|init``: manage the domain store's schema.
+
+``upgrade`` opens the store (creating it only where none exists) and brings its schema to the
+current version; an existing store that is empty, truncated or corrupt is refused. ``init`` is
+the one explicit way to start an empty store where a broken one is: it moves the broken SQLite
+file aside (never deletes it) and creates a new store.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +12,19 @@ import argparse
 
 from typestrict_pipeline.cli.common import add_store, store_url
 from typestrict_pipeline.store import open_store
+from typestrict_pipeline.store.engine import init_store
 
 
 def _upgrade(args: argparse.Namespace) -> int:
     engine = open_store(store_url(args))
     print(f"store at {engine.url.render_as_string(hide_password=True)} is at the current schema")
+    engine.dispose()
+    return 0
+
+
+def _init(args: argparse.Namespace) -> int:
+    result = init_store(store_url(args))
+    print(result.message)
     return 0
 
 
@@ -20,3 +34,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up = sub.add_parser("upgrade", help="bring the store's schema to the current version")
     add_store(up)
     up.set_defaults(func=_upgrade)
+    init = sub.add_parser(
+        "init",
+        help="create an empty store; a broken SQLite file there is moved aside, never deleted",
+    )
+    add_store(init)
+    init.set_defaults(func=_init)

@@ -275,6 +275,17 @@ class _Handler(BaseHTTPRequestHandler):
             state.in_flight += 1
             state.max_in_flight = max(state.max_in_flight, state.in_flight)
             fault = state.faults.popleft() if state.faults else None
+        finished = False
+
+        def finish() -> None:
+            # A request stops counting as in flight once its reply is ready, *before* it is
+            # written: the client may send its next request as soon as it has read this one.
+            nonlocal finished
+            if not finished:
+                finished = True
+                with state.lock:
+                    state.in_flight -= 1
+
         try:
             delay = owner.latency_s + (fault.delay_s if fault is not None else 0.0)
             if delay > 0:
@@ -285,6 +296,7 @@ class _Handler(BaseHTTPRequestHandler):
                     if fault.retry_after is not None
                     else None
                 )
+                finish()
                 self._error(fault.status, fault.body, headers)
                 return
             try:
@@ -293,6 +305,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if not isinstance(body, dict) or not all(isinstance(m, dict) for m in messages):
                     raise TypeError
             except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError):
+                finish()
                 self._error(400, "expected a JSON body with 'messages'")
                 return
             top = body.get("top_logprobs")
@@ -312,12 +325,14 @@ class _Handler(BaseHTTPRequestHandler):
             try:
                 reply = owner.answer(request)
             except Exception as exc:  # the answer function is test code: report, don't crash
+                finish()
                 self._error(500, f"stand-in answer function failed: {type(exc).__name__}")
                 return
-            self._send_json(200, owner._completion_payload(request, reply, number=number))
+            payload = owner._completion_payload(request, reply, number=number)
+            finish()
+            self._send_json(200, payload)
         finally:
-            with state.lock:
-                state.in_flight -= 1
+            finish()
 
 
 class _Server(ThreadingHTTPServer):

@@ -35,6 +35,7 @@ False
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -167,14 +168,54 @@ def _line(entry: CreditEntry) -> LedgerLine:
     )
 
 
+_NAME = re.compile(r"[^\s/\\]+")
+MAX_CREDITS_PER_ENTRY = 1_000_000
+"""The most credits one grant or adjustment may move (a typo like 10**30 is refused)."""
+
+
 def _check_id(what: str, value: str) -> str:
+    """A workspace or training id is a name: printable, no spaces, no ``/`` or ``\\``, not ``.``
+    or ``..`` (it is used in paths); a reference is any printable text. At most ``_ID_MAX``.
+
+    >>> _check_id("workspace id", "../../etc")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected a workspace id without spaces, '/' or '\\\\' that is not '.' or '..', got '../../etc'. Use a plain name such as 'acme-prod'.
+    """
     if not isinstance(value, str) or not value.strip() or len(value) > _ID_MAX:
         raise InputError(
             f"a non-empty {what} of at most {_ID_MAX} characters",
-            repr(value),
+            repr(value)[:80],
             f"pass the {what} as a plain string",
         )
+    if what == "reference":
+        if not value.isprintable():
+            raise InputError(
+                "a reference of printable characters", repr(value)[:80], "remove control characters"
+            )
+        return value
+    if not _NAME.fullmatch(value) or value in (".", "..") or not value.isprintable():
+        raise InputError(
+            f"a {what} without spaces, '/' or '\\\\' that is not '.' or '..'",
+            repr(value)[:80],
+            "use a plain name such as 'acme-prod'",
+        )
     return value
+
+
+def _check_amount(amount: object, *, positive: bool) -> int:
+    if isinstance(amount, int) and not isinstance(amount, bool):
+        if abs(amount) > MAX_CREDITS_PER_ENTRY:
+            raise InputError(
+                f"at most {MAX_CREDITS_PER_ENTRY:,} credits in one entry",
+                f"a number of {len(str(abs(amount)))} digits",
+                "split it into several entries, or check the number",
+            )
+        if amount > 0 if positive else amount != 0:
+            return amount
+    if positive:
+        raise InputError("a positive whole number of credits", repr(amount)[:40], "grant 1 or more")
+    raise InputError("a non-zero whole number of credits", repr(amount)[:40], "pass e.g. 1 or -1")
 
 
 def _check_now(now: dt.datetime) -> dt.datetime:
@@ -438,8 +479,7 @@ class CreditLedger:
         """
         _check_id("workspace id", workspace_id)
         _check_id("reference", reference)
-        if isinstance(amount, bool) or not isinstance(amount, int) or amount <= 0:
-            raise InputError("a positive whole number of credits", repr(amount), "grant 1 or more")
+        _check_amount(amount, positive=True)
         when = self._now(now)
 
         def work(session: Session) -> LedgerLine:
@@ -482,8 +522,7 @@ class CreditLedger:
         """
         _check_id("workspace id", workspace_id)
         _check_id("reference", reference)
-        if isinstance(amount, bool) or not isinstance(amount, int) or amount == 0:
-            raise InputError("a non-zero whole number of credits", repr(amount), "pass e.g. 1 or -1")
+        _check_amount(amount, positive=False)
         if not reason.strip():
             raise InputError("a reason for the adjustment", "an empty string", "say why in --reason")
         when = self._now(now)

@@ -227,7 +227,7 @@ def prepare_training(
     if failed:
         return PreparedTraining(training, manifest_path, {}, {}, time.perf_counter() - started)
 
-    manifest = load_manifest(manifest_path)
+    manifest = load_manifest(manifest_path, data_root=dataset_path.parent)
     dataset = load_dataset(manifest)
     holdouts = split_decisions(dataset)
     allowed = training_ids(holdouts)

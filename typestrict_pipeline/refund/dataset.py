@@ -43,6 +43,7 @@ __all__ = [
     "Example",
     "load_dataset",
     "read_table",
+    "unlabeled_text",
     "validate_dataset",
 ]
 
@@ -159,28 +160,120 @@ def read_table(path: Path, fmt: DatasetFormat) -> dict[str, list[Any]]:
     return _read_jsonl(path)
 
 
-def _read_csv(path: Path) -> dict[str, list[Any]]:
-    import pandas as pd
+_OPENERS = {".gz": "gzip", ".bz2": "bz2", ".xz": "lzma"}
 
-    try:
-        frame = pd.read_csv(
-            path, dtype=str, keep_default_na=False, na_filter=False, encoding="utf-8-sig"
-        )
-    except UnicodeDecodeError as exc:
+
+def _csv_bytes(path: Path) -> bytes:
+    """The file's bytes, decompressed by suffix (``.gz``, ``.bz2``, ``.xz``)."""
+    import importlib
+
+    suffix = path.suffix.lower()
+    module = _OPENERS.get(suffix) or ("zipfile" if suffix == ".zip" else None)
+    if suffix == ".zst":
         raise DatasetError(
-            "a UTF-8 encoded CSV file",
-            f"undecodable bytes ({exc.reason})",
-            "save the file as UTF-8",
+            "a CSV file, plain or compressed with gzip, bzip2, xz or zip",
+            "a .zst file",
+            "recompress it with gzip (.csv.gz)",
             file=str(path),
-        ) from exc
-    except Exception as exc:
+        )
+    try:
+        if module is None:
+            return path.read_bytes()
+        if module == "zipfile":
+            import zipfile
+
+            with zipfile.ZipFile(path) as archive:
+                names = [n for n in archive.namelist() if not n.endswith("/")]
+                if len(names) != 1:
+                    raise ValueError("a zip archive must hold exactly one file")
+                return archive.read(names[0])
+        opener = importlib.import_module(module)
+        with opener.open(path, "rb") as handle:
+            data: bytes = handle.read()
+            return data
+    except (OSError, EOFError, ValueError, RuntimeError) as exc:
         raise DatasetError(
-            "a CSV file with a header row",
-            f"{type(exc).__name__}: {exc}",
+            "a readable CSV file" + (f" ({path.suffix} compressed)" if module else ""),
+            exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__,
             "check the file",
             file=str(path),
-        ) from exc
-    return {str(col): frame[col].tolist() for col in frame.columns}
+        ) from None
+
+
+def _decode_csv(path: Path, raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise DatasetError(
+            "a UTF-8 encoded CSV file",
+            f"bytes that are not UTF-8 on line {line} of the file",
+            "save the file as UTF-8",
+            file=str(path),
+            row=max(line - 1, 1),
+        ) from None
+
+
+def _read_csv(path: Path) -> dict[str, list[Any]]:
+    """Every cell as the exact text written (``NA``, ``null``, ``None`` are text); ragged rows refused."""
+    import csv
+    import io
+    import sys
+
+    file = str(path)
+    text = _decode_csv(path, _csv_bytes(path))
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    header: list[str] | None = None
+    columns: list[list[str]] = []
+    row = 0
+    try:
+        for record in reader:
+            if not record or (record == [""] and header is not None):
+                continue
+            if header is None:
+                header = record
+                _check_header(header, file)
+                columns = [[] for _ in header]
+                continue
+            row += 1
+            if len(record) != len(header):
+                raise DatasetError(
+                    f"{len(header)} cells, like the header",
+                    f"{len(record)} cells",
+                    "make every row have one cell per column (quote cells that contain commas)",
+                    file=file,
+                    row=row,
+                )
+            for cells, value in zip(columns, record, strict=True):
+                cells.append(value)
+    except csv.Error as exc:
+        raise DatasetError(
+            "a CSV file with a header row",
+            f"a CSV syntax error ({exc})",
+            "check the quotes on that row",
+            file=file,
+            row=row + 1,
+        ) from None
+    if header is None:
+        raise DatasetError(
+            "a CSV file with a header row", "an empty file", "write the header and the rows",
+            file=file,
+        )
+    return dict(zip(header, columns, strict=True))
+
+
+def _check_header(header: list[str], file: str) -> None:
+    seen: set[str] = set()
+    for name in header:
+        if name in seen:
+            raise DatasetError(
+                "each column name once in the header",
+                f"the column name {name[:40]!r} twice",
+                "rename one of the columns",
+                file=file,
+            )
+        seen.add(name)
 
 
 def _read_parquet(path: Path) -> dict[str, list[Any]]:
@@ -604,3 +697,15 @@ def load_dataset(manifest: TrainingManifest) -> Dataset:
     spec = manifest.dataset
     table = read_table(spec.path, spec.format)
     return validate_dataset(table, manifest, file=str(spec.path))
+
+
+def unlabeled_text(n_labeled: int, n_rows: int) -> str:
+    """How many rows have no answer, and why (only an empty cell is missing; ``NA`` is a value).
+
+    >>> unlabeled_text(98, 100)
+    '2 of 100 rows: their answer cell is empty (the texts NA, null, None are answers)'
+    """
+    return (
+        f"{n_rows - n_labeled} of {n_rows} rows: their answer cell is empty "
+        "(the texts NA, null, None are answers)"
+    )

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from typestrict_pipeline.errors import ManifestError
+from typestrict_pipeline.files import read_json_file
 from typestrict_pipeline.refund.types import DecisionKind
 
 __all__ = [
@@ -45,11 +46,14 @@ __all__ = [
     "TrainingManifest",
     "TrainingOptions",
     "TrainingStatus",
+    "default_data_root",
     "load_manifest",
     "parse_manifest",
 ]
 
 MANIFEST_VERSION = 1
+MAX_MANIFEST_BYTES = 1024 * 1024
+"""A manifest is a few kB; a larger file is refused before it is decoded."""
 
 
 class DatasetFormat(enum.StrEnum):
@@ -372,11 +376,54 @@ def _name(ctx: _Ctx, where: str, value: Any) -> str:
     return text
 
 
-def _resolve(base: Path | None, written: str) -> Path:
-    path = Path(written)
-    if path.is_absolute() or base is None:
-        return path
-    return (base / path).resolve()
+def default_data_root() -> Path:
+    """The shared data folder manifests may also point into (besides their own folder).
+
+    ``TYPESTRICT_DATA_ROOT`` if set, else ``${TYPESTRICT_HOME}/data`` (docs/manifest.md, "Where
+    files may be").
+    """
+    import os
+
+    from typestrict_pipeline.store import typestrict_home
+
+    configured = os.environ.get("TYPESTRICT_DATA_ROOT")
+    return Path(configured) if configured else typestrict_home() / "data"
+
+
+class _Paths:
+    """Resolves a manifest's file paths and keeps them inside the allowed folders."""
+
+    def __init__(self, base: Path | None, roots: tuple[Path, ...]) -> None:
+        self.base = base
+        self.roots = tuple(r.resolve() for r in roots)
+
+    def resolve(self, ctx: _Ctx, where: str, written: str) -> Path:
+        path = Path(written)
+        if "\x00" in written:
+            raise ctx.fail(where, "a path without NUL characters", repr(written)[:80], "fix the path")
+        if ".." in path.parts:
+            raise ctx.fail(
+                where,
+                "a path without '..' (files are read only inside the training's folder or the "
+                "data folder)",
+                "a path that climbs out with '..'",
+                "move the file into the training's folder, or into the data folder "
+                "(TYPESTRICT_DATA_ROOT) and write its path there",
+            )
+        if self.base is None:
+            return path
+        target = (path if path.is_absolute() else self.base / path).resolve()
+        if not any(target.is_relative_to(root) for root in self.roots):
+            allowed = " or ".join(str(r) for r in self.roots)
+            raise ctx.fail(
+                where,
+                f"a file inside {allowed}",
+                "a path that leads outside them"
+                + (" (through a symbolic link)" if not path.is_absolute() else ""),
+                "move the file into the training's folder, or set TYPESTRICT_DATA_ROOT to the "
+                "folder that holds your data (docs/manifest.md)",
+            )
+        return target
 
 
 def _infer_format(path_written: str) -> DatasetFormat | None:
@@ -394,9 +441,10 @@ def _infer_format(path_written: str) -> DatasetFormat | None:
     return None
 
 
-def _parse_dataset(ctx: _Ctx, raw: Any, base: Path | None) -> DatasetSpec:
+def _parse_dataset(ctx: _Ctx, raw: Any, paths: _Paths) -> DatasetSpec:
     obj = _check_keys(ctx, "dataset", raw, _DATASET_KEYS, ("path", "columns"))
     written = _required_string(ctx, "dataset.path", obj["path"])
+    path = paths.resolve(ctx, "dataset.path", written)
     fmt_raw = obj.get("format")
     if fmt_raw is None:
         fmt = _infer_format(written)
@@ -431,7 +479,10 @@ def _parse_dataset(ctx: _Ctx, raw: Any, base: Path | None) -> DatasetSpec:
             "name the id column and the text column separately",
         )
     return DatasetSpec(
-        path=_resolve(base, written), path_as_written=written, format=fmt, columns=columns
+        path=path,
+        path_as_written=written,
+        format=fmt,
+        columns=columns,
     )
 
 
@@ -535,7 +586,7 @@ def _int_in(ctx: _Ctx, where: str, value: Any, default: int, low: int, high: int
     return value
 
 
-def _parse_source(ctx: _Ctx, where: str, raw: Any, base: Path | None) -> PredictionSource:
+def _parse_source(ctx: _Ctx, where: str, raw: Any, paths: _Paths) -> PredictionSource:
     if not isinstance(raw, dict):
         raise ctx.fail(
             where, "a JSON object", _describe(raw), "see docs/manifest.md for the two kinds"
@@ -544,7 +595,9 @@ def _parse_source(ctx: _Ctx, where: str, raw: Any, base: Path | None) -> Predict
     if kind == "file":
         obj = _check_keys(ctx, where, raw, _FILE_SOURCE_KEYS, ("kind", "path"))
         written = _required_string(ctx, f"{where}.path", obj["path"])
-        return PredictionsFileSource(path=_resolve(base, written), path_as_written=written)
+        return PredictionsFileSource(
+            path=paths.resolve(ctx, f"{where}.path", written), path_as_written=written
+        )
     if kind == "openai":
         obj = _check_keys(ctx, where, raw, _ENDPOINT_KEYS, ("kind", "base_url", "model"))
         base_url = _required_string(ctx, f"{where}.base_url", obj["base_url"])
@@ -573,7 +626,11 @@ def _parse_source(ctx: _Ctx, where: str, raw: Any, base: Path | None) -> Predict
 
 
 def parse_manifest(
-    raw: Any, *, source: str = "<memory>", base_dir: Path | None = None
+    raw: Any,
+    *,
+    source: str = "<memory>",
+    base_dir: Path | None = None,
+    data_roots: tuple[Path, ...] = (),
 ) -> TrainingManifest:
     """Validate an already-decoded manifest object.
 
@@ -581,6 +638,8 @@ def parse_manifest(
         raw: the decoded JSON value.
         source: the name used in error messages (the file path).
         base_dir: the folder that relative paths are resolved against (None: left as written).
+        data_roots: folders besides ``base_dir`` that files may be in (paths resolving outside
+            ``base_dir`` and these, ``..`` included, symbolic links followed, are refused).
 
     Returns:
         The frozen manifest.
@@ -594,9 +653,10 @@ def parse_manifest(
     typestrict_pipeline.refund.manifest.ManifestKeyError: <memory>, key '(top level)': expected the key 'dataset' ...
     """
     ctx = _Ctx(source)
+    paths = _Paths(base_dir, ((base_dir,) if base_dir is not None else ()) + tuple(data_roots))
     obj = _check_keys(ctx, "(top level)", raw, _TOP_KEYS, _TOP_KEYS_REQUIRED)
     version = obj["manifest_version"]
-    if version != MANIFEST_VERSION or isinstance(version, bool):
+    if type(version) is not int or version != MANIFEST_VERSION:
         raise ctx.fail(
             "manifest_version",
             f"manifest_version {MANIFEST_VERSION}",
@@ -605,7 +665,7 @@ def parse_manifest(
         )
     training_id = _name(ctx, "training_id", obj["training_id"])
     workspace_id = _name(ctx, "workspace_id", obj["workspace_id"])
-    dataset = _parse_dataset(ctx, obj["dataset"], base_dir)
+    dataset = _parse_dataset(ctx, obj["dataset"], paths)
 
     raw_decisions = obj["decisions"]
     if not isinstance(raw_decisions, list) or not raw_decisions:
@@ -662,10 +722,10 @@ def parse_manifest(
         )
 
     preds = _check_keys(ctx, "predictions", obj["predictions"], _PREDICTIONS_KEYS, ("jev",))
-    jev = _parse_source(ctx, "predictions.jev", preds["jev"], base_dir)
+    jev = _parse_source(ctx, "predictions.jev", preds["jev"], paths)
     model: PredictionSource | None = None
     if preds.get("model") is not None:
-        model = _parse_source(ctx, "predictions.model", preds["model"], base_dir)
+        model = _parse_source(ctx, "predictions.model", preds["model"], paths)
     elif status is TrainingStatus.SUCCEEDED:
         raise ctx.fail(
             "predictions",
@@ -697,11 +757,16 @@ def parse_manifest(
     )
 
 
-def load_manifest(path: str | Path) -> TrainingManifest:
+def load_manifest(path: str | Path, *, data_root: Path | None = None) -> TrainingManifest:
     """Read and validate a training manifest; relative paths resolve against its folder.
+
+    The file is read with the strict JSON reader (:func:`typestrict_pipeline.files.read_json_file`:
+    duplicate keys, non-finite or oversized numbers and deep nesting are refused with the line
+    and column). The files it names must be inside its folder or ``data_root``.
 
     Args:
         path: the manifest JSON file.
+        data_root: the shared data folder (default :func:`default_data_root`).
 
     Returns:
         The frozen manifest.
@@ -710,23 +775,10 @@ def load_manifest(path: str | Path) -> TrainingManifest:
         ManifestError: the file is missing, is not JSON, or is not a valid manifest.
     """
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ManifestError(
-            "a training manifest file", "no such file", "check the path", file=str(file)
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ManifestError(
-            "a readable UTF-8 JSON file", type(exc).__name__, "check the file", file=str(file)
-        ) from exc
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ManifestError(
-            "valid JSON",
-            f"{exc.msg} at line {exc.lineno}, column {exc.colno}",
-            "fix the JSON syntax",
-            file=str(file),
-        ) from exc
-    return parse_manifest(raw, source=str(file), base_dir=file.resolve().parent)
+    raw = read_json_file(
+        file, error=ManifestError, what="a training manifest file", max_bytes=MAX_MANIFEST_BYTES
+    )
+    root = data_root if data_root is not None else default_data_root()
+    return parse_manifest(
+        raw, source=str(file), base_dir=file.resolve().parent, data_roots=(root,)
+    )

@@ -8,24 +8,28 @@ that concurrent processes never migrate twice.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event, text
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
+from alembic.util.exc import CommandError
+from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from typestrict_pipeline.errors import StoreError
+from typestrict_pipeline.store.base import Base
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 _MIGRATION_LOCK_KEY = 0x7473_7472  # arbitrary, constant: "tstr"
-_upgraded: set[str] = set()
+_upgraded: set[tuple[str, tuple[int, int] | None]] = set()
 _upgrade_guard = threading.Lock()
 
 
@@ -66,10 +70,53 @@ def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:
     cursor.close()
 
 
+SUPPORTED_SCHEMES = ("sqlite", "postgresql")
+
+
+def _parse_store_url(url: str) -> URL:
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        parsed = None
+    backend = parsed.get_backend_name() if parsed is not None else None
+    if parsed is None or backend not in SUPPORTED_SCHEMES:
+        shown = _mask(url)
+        raise StoreError(
+            "expected a store URL sqlite:///PATH or postgresql://USER@HOST:PORT/DB, got "
+            f"{shown!r}. Fix TYPESTRICT_STORE_URL or the store option (docs/operations.md)."
+        )
+    if backend == "sqlite" and parsed.drivername not in ("sqlite", "sqlite+pysqlite"):
+        raise StoreError(
+            f"expected the built-in SQLite driver, got {parsed.drivername!r}. "
+            "Write the URL as sqlite:///PATH."
+        )
+    if backend == "postgresql" and parsed.drivername not in ("postgresql", "postgresql+psycopg2"):
+        raise StoreError(
+            f"expected the psycopg2 driver for PostgreSQL, got {parsed.drivername!r}. "
+            "Write the URL as postgresql://USER@HOST:PORT/DB."
+        )
+    return parsed
+
+
+def _mask(url: str) -> str:
+    """``url`` with any password hidden and cut to 120 characters (never echo a secret)."""
+    head, sep, tail = url.partition("://")
+    if sep and "@" in tail:
+        userinfo, _, hostpart = tail.rpartition("@")
+        if ":" in userinfo:
+            userinfo = userinfo.split(":", 1)[0] + ":***"
+        url = f"{head}://{userinfo}@{hostpart}"
+    return url if len(url) <= 120 else url[:117] + "..."
+
+
 def create_store_engine(url: str) -> Engine:
-    """An engine for ``url`` (normalized), with SQLite made safe for a few local writers."""
+    """An engine for ``url`` (normalized), with SQLite made safe for a few local writers.
+
+    Raises:
+        StoreError: the URL is not a ``sqlite:///`` or ``postgresql://`` URL.
+    """
     url = normalize_url(url)
-    parsed = make_url(url)
+    parsed = _parse_store_url(url)
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database
         if database and database != ":memory:":
@@ -107,6 +154,12 @@ def upgrade(engine: Engine) -> None:
             with engine.begin() as conn:
                 cfg.attributes["connection"] = conn
                 command.upgrade(cfg, "heads")
+    except CommandError as exc:
+        raise StoreError(
+            f"expected a store this version of TypeStrict knows, got one at schema revisions it "
+            f"does not ({str(exc)[:120]}). Use the TypeStrict version that wrote it, or restore a "
+            "backup (docs/operations.md)."
+        ) from None
     except SQLAlchemyError as exc:
         raise StoreError(
             f"could not bring the store at {engine.url.render_as_string(hide_password=True)} "
@@ -118,15 +171,159 @@ def upgrade(engine: Engine) -> None:
 def open_store(url: str | None = None) -> Engine:
     """An engine on the store at ``url`` (default :func:`default_store_url`), schema upgraded.
 
-    The upgrade runs once per URL and process.
+    An existing store is checked before it is used, and never silently replaced
+    (:func:`check_store`): a SQLite file that is empty, truncated or corrupt, or a database
+    holding our tables without their schema version, is refused with a message saying how to
+    restore it. A new store is created only where none exists (or by ``typestrict store init``).
+    The checks and the upgrade run once per store and process, under a lock.
+
+    Raises:
+        StoreError: a bad URL, an unreachable database, or a broken store.
     """
     url = normalize_url(url or default_store_url())
     engine = create_store_engine(url)
-    with _upgrade_guard:
-        if url not in _upgraded:
-            upgrade(engine)
-            _upgraded.add(url)
+    try:
+        with _init_lock(engine):
+            key = (url, _identity(engine))
+            with _upgrade_guard:
+                if key not in _upgraded:
+                    check_store(engine)
+                    upgrade(engine)
+                    _upgraded.add((url, _identity(engine)))
+    except BaseException:
+        engine.dispose()
+        raise
     return engine
+
+
+def _sqlite_path(engine: Engine) -> Path | None:
+    if engine.dialect.name != "sqlite":
+        return None
+    database = engine.url.database
+    if not database or database == ":memory:":
+        return None
+    return Path(database)
+
+
+def _identity(engine: Engine) -> tuple[int, int] | None:
+    path = _sqlite_path(engine)
+    if path is None or not path.exists():
+        return None
+    info = path.stat()
+    return (info.st_dev, info.st_ino)
+
+
+@contextmanager
+def _init_lock(engine: Engine) -> Iterator[None]:
+    """An exclusive lock on the SQLite store's folder while it is checked or created (no-op
+    otherwise): two processes opening a store that does not exist yet must not see each other's
+    half-created file as a broken store. The folder itself is locked, so no lock file is left."""
+    path = _sqlite_path(engine)
+    if path is None:
+        yield
+        return
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+RESTORE_HINT = (
+    "A store is never replaced silently: restore it from a backup (docs/operations.md, "
+    "\"Backup and restore\"), or move the file away and run `typestrict store init` to start "
+    "an empty store"
+)
+
+
+def _broken(where: str, got: str) -> StoreError:
+    return StoreError(f"{where}: expected a TypeStrict store, got {got}. {RESTORE_HINT}.")
+
+
+def check_store(engine: Engine) -> None:
+    """Refuse an existing store that is not intact; do nothing where no store exists yet.
+
+    SQLite: a 0-byte file, a file without the SQLite header, a size that is not whole pages
+    (truncated), a failed ``PRAGMA quick_check``, or tables without ``alembic_version``.
+    PostgreSQL: our tables without ``alembic_version``.
+
+    Raises:
+        StoreError: what is wrong, and how to restore (never a SQLAlchemy traceback).
+
+    >>> import tempfile, pathlib
+    >>> db = pathlib.Path(tempfile.mkdtemp()) / "store.db"
+    >>> _ = db.write_bytes(b"")
+    >>> check_store(create_store_engine(f"sqlite:///{db}"))
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.StoreError: ...store.db: expected a TypeStrict store, got an empty file (0 bytes). A store is never replaced silently: ...
+    """
+    path = _sqlite_path(engine)
+    if path is not None:
+        _check_sqlite_file(path)
+        if path.exists():
+            _check_sqlite_contents(path)
+        return
+    where = engine.url.render_as_string(hide_password=True)
+    try:
+        with engine.connect() as conn:
+            tables = set(inspect(conn).get_table_names())
+    except SQLAlchemyError as exc:
+        cause = type(getattr(exc, "orig", None) or exc).__name__
+        raise StoreError(
+            f"could not bring the store at {where} to the current schema: expected a reachable "
+            f"database, got {cause}. "
+            "Check the URL, that the server runs and that this user may connect."
+        ) from None
+    if "alembic_version" not in tables and tables & set(Base.metadata.tables):
+        raise _broken(where, f"tables without a schema version ({sorted(tables)[:5]})")
+
+
+def _check_sqlite_contents(path: Path) -> None:
+    """``PRAGMA quick_check`` and the tables, through a read-only connection (nothing changes)."""
+    import sqlite3
+
+    where = str(path)
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+        try:
+            result = conn.execute("PRAGMA quick_check").fetchone()
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise _broken(where, f"a file SQLite cannot read ({type(exc).__name__}: {str(exc)[:80]})") from None
+    if not result or result[0] != "ok":
+        shown = str(result[0] if result else None)[:80]
+        raise _broken(where, f"a damaged SQLite file (quick_check: {shown})")
+    if tables and "alembic_version" not in tables:
+        raise _broken(where, f"tables without a schema version ({sorted(tables)[:5]})")
+
+
+def _check_sqlite_file(path: Path) -> None:
+    if not path.exists():
+        return
+    if not path.is_file():
+        raise _broken(str(path), "something that is not a file")
+    size = path.stat().st_size
+    if size == 0:
+        raise _broken(str(path), "an empty file (0 bytes)")
+    with open(path, "rb") as handle:
+        head = handle.read(100)
+    if not head.startswith(SQLITE_HEADER):
+        raise _broken(str(path), "a file that is not a SQLite database")
+    page = int.from_bytes(head[16:18], "big")
+    page = 65536 if page == 1 else page
+    if len(head) < 100 or page < 512 or size % page:
+        raise _broken(str(path), f"a truncated SQLite file ({size} bytes, pages of {page})")
 
 
 @contextmanager
@@ -141,3 +338,72 @@ def session_scope(engine: Engine) -> Iterator[Session]:
         raise
     finally:
         session.close()
+
+
+@dataclass(frozen=True)
+class InitResult:
+    """What :func:`init_store` did.
+
+    Attributes:
+        created: a new store was created.
+        moved_to: where a broken SQLite file was moved (None: nothing was moved).
+        message: one line for the user.
+    """
+
+    created: bool
+    moved_to: Path | None
+    message: str
+
+
+def init_store(url: str | None = None, *, now: dt.datetime | None = None) -> InitResult:
+    """Create an empty store at ``url``; an intact store is left as it is.
+
+    A broken SQLite file (empty, truncated, corrupt) is renamed to
+    ``<name>.broken-<UTC time>`` beside it (never deleted), then a new store is created. A
+    broken PostgreSQL database is refused: restore it or drop its tables by hand.
+
+    >>> import tempfile, pathlib
+    >>> db = pathlib.Path(tempfile.mkdtemp()) / "store.db"
+    >>> _ = db.write_bytes(b"")
+    >>> r = init_store(f"sqlite:///{db}")
+    >>> r.created, r.moved_to is not None and r.moved_to.name.startswith("store.db.broken-")
+    (True, True)
+    >>> init_store(f"sqlite:///{db}").created
+    False
+    """
+    url = normalize_url(url or default_store_url())
+    engine = create_store_engine(url)
+    shown = engine.url.render_as_string(hide_password=True)
+    path = _sqlite_path(engine)
+    moved: Path | None = None
+    try:
+        with _init_lock(engine):
+            try:
+                check_store(engine)
+                existed = path.exists() if path is not None else _has_version(engine)
+            except StoreError:
+                if path is None:
+                    raise
+                stamp = (now or dt.datetime.now(dt.UTC)).strftime("%Y%m%dT%H%M%SZ")
+                moved = path.with_name(f"{path.name}.broken-{stamp}")
+                engine.dispose()
+                path.rename(moved)
+                for suffix in ("-wal", "-shm"):
+                    side = path.with_name(path.name + suffix)
+                    if side.exists():
+                        side.rename(moved.with_name(moved.name + suffix))
+                existed = False
+            upgrade(engine)
+    finally:
+        engine.dispose()
+    with _upgrade_guard:
+        _upgraded.discard((url, None))
+    if existed:
+        return InitResult(False, None, f"a store already exists at {shown}; nothing replaced")
+    where = f" (the broken file was moved to {moved})" if moved is not None else ""
+    return InitResult(True, moved, f"created an empty store at {shown}{where}")
+
+
+def _has_version(engine: Engine) -> bool:
+    with engine.connect() as conn:
+        return "alembic_version" in inspect(conn).get_table_names()
