@@ -349,3 +349,23 @@ def test_typestrict_api_serves_and_refuses_a_bad_jev_source(
         proc.terminate()
         out, err = proc.communicate(timeout=60)
     assert "serving http://127.0.0.1" in out and "Traceback" not in err
+
+
+def test_the_app_factory_reads_the_environment(
+    tmp_path: Path, sqlite_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What ``typestrict api --workers N`` runs in each worker process."""
+    from typestrict_pipeline.api.app import app_from_env
+
+    key = support.new_key(sqlite_url, "ws-env", credits=2)
+    monkeypatch.setenv("TYPESTRICT_STORE_URL", sqlite_url)
+    monkeypatch.setenv("TYPESTRICT_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TYPESTRICT_API_JEV_SOURCE", json.dumps({"kind": "file", "path": "/nowhere.jsonl"}))
+    with support.ApiServer(sqlite_url, tmp_path, app=app_from_env()) as server, server.client(key) as c:
+        r = c.get("/v1/workspaces/ws-env")
+        assert r.status_code == 200 and r.json()["balance"] == 2
+        ctx = server.app.state.ctx
+        assert ctx.trainings.jev_source == {"kind": "file", "path": "/nowhere.jsonl"}
+        assert ctx.settings.home == (tmp_path / "home").resolve()
+    assert cli_main(["api", "--store", sqlite_url, "--workers", "0"]) == 2
+    assert "worker processes" in capsys.readouterr().err

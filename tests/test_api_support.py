@@ -36,8 +36,8 @@ ANSWERS = ("yes", "no")
 class ApiServer:
     """``create_app(store_url, home, ...)`` on a real uvicorn server at ``self.url``."""
 
-    def __init__(self, store_url: str, home: Path, **options: Any) -> None:
-        self.app = create_app(store_url, home, **options)
+    def __init__(self, store_url: str, home: Path, *, app: Any = None, **options: Any) -> None:
+        self.app = app if app is not None else create_app(store_url, home, **options)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))

@@ -236,3 +236,18 @@ def create_app(
     app.include_router(verifier.router)
     app.add_middleware(BodyLimitMiddleware, max_body=max_body_bytes, max_upload=max_upload_bytes)
     return app
+
+
+def app_from_env() -> FastAPI:
+    """The app configured from the environment, for ``uvicorn --factory`` and ``--workers N``.
+
+    ``TYPESTRICT_STORE_URL`` (else the SQLite file under ``TYPESTRICT_HOME``), ``TYPESTRICT_HOME``
+    and ``TYPESTRICT_API_JEV_SOURCE`` (the manifest ``predictions.jev`` object, as JSON).
+    """
+    import os
+
+    from typestrict_pipeline.store import default_store_url, typestrict_home
+
+    raw = os.environ.get("TYPESTRICT_API_JEV_SOURCE")
+    jev = json.loads(raw) if raw else None
+    return create_app(default_store_url(), typestrict_home(), jev_source=jev)

@@ -17,7 +17,6 @@ from sqlalchemy import Engine
 
 from typestrict_pipeline.errors import LimitError, NotFoundError
 from typestrict_pipeline.store import session_scope
-from typestrict_pipeline.study import repository as repo
 from typestrict_pipeline.study.limits import (
     NO_BACKTEST_MESSAGE,
     estimate_cost_micro,
@@ -157,4 +156,4 @@ class StudyRunner:
 
 
 __all__ = ["StudyEstimate", "StudyRunner", "check_study", "estimate_study", "list_studies",
-           "parse_study_id", "repo"]
+           "parse_study_id"]

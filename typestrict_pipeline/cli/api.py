@@ -53,6 +53,8 @@ def _jev_source(text: str | None) -> dict[str, Any] | None:
 def _serve(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise InputError("a TCP port between 1 and 65535", str(args.port), "pass --port 8000")
+    if not 1 <= args.workers <= 64:
+        raise InputError("between 1 and 64 worker processes", str(args.workers), "pass --workers 4")
     jev_source = _jev_source(args.jev_source)
     home = Path(args.home) if args.home else typestrict_home()
 
@@ -60,8 +62,16 @@ def _serve(args: argparse.Namespace) -> int:
 
     from typestrict_pipeline.api import create_app
 
-    app = create_app(_store(args), home, jev_source=jev_source)
     print(f"typestrict api: serving http://{args.host}:{args.port}/v1 (schema: /v1/openapi.json)", flush=True)
+    if args.workers > 1:  # each worker process builds the app from the environment
+        os.environ["TYPESTRICT_STORE_URL"] = _store(args)
+        os.environ["TYPESTRICT_HOME"] = str(home)
+        if jev_source is not None:
+            os.environ["TYPESTRICT_API_JEV_SOURCE"] = json.dumps(jev_source)
+        uvicorn.run("typestrict_pipeline.api.app:app_from_env", factory=True, workers=args.workers,
+                    host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+        return 0
+    app = create_app(_store(args), home, jev_source=jev_source)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
     return 0
 
@@ -123,6 +133,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = subparsers.add_parser("api", help="serve the customer HTTP API (/v1) with uvicorn")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="TCP port, 1 to 65535 (default 8000)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="worker processes, 1 to 64 (default 1; more than 1 runs the app factory per worker)")
     p.add_argument("--home", help="TYPESTRICT_HOME (trainings, audits, workspaces' files)")
     p.add_argument("--jev-source", help="Jev's manifest predictions.jev object, as JSON or @FILE")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"),
