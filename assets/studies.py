@@ -111,7 +111,7 @@ def leaderboard_picture_markdown(board: Leaderboard) -> str:
     winner = next((r.label for r in ran if r.candidate_id == board.winner_candidate_id), None)
     png = plots.leaderboard_png(
         [r.label for r in ran], [r.oos for r in ran], [r.in_sample for r in ran],
-        board.stats.luck_line, luck_line_95=board.stats.luck_line_95, winner=winner,
+        board.stats.luck_line, luck_line_95=None if board.joint is None else board.joint.line_95, winner=winner,
     )
     return plots.png_markdown(png, f"study {board.study_id}: out-of-sample vs in-sample")
 
