@@ -157,8 +157,8 @@ EXPECT = {
     "study run": "| Adjusted |",
     "study list": "seattle rain grid",
     "study leaderboard 1": "| Adjusted |",
-    "schedule enable 1": "Schedule 1: re-run study 1 every 1d",
-    "study status": "Schedule 1:",
+    "schedule enable 1": "re-run study 1 every 1d — ENABLED",
+    "study status": "re-run study 1 every 1d",
     "schedule lineage 1": "lineage",
 }
 
