@@ -113,6 +113,9 @@ def _graphql(port: int, query: str) -> dict[str, object] | None:
 
 def _make_ui(command: str, root: Path) -> None:
     """``make ui`` serves the demo's runs: poll its GraphQL endpoint (generous timeout), then stop it."""
+    # `make ui` depends on the virtualenv's stamp; it must not re-install from this temporary copy.
+    stale = subprocess.run(["make", "-q", ".venv/.installed"], cwd=root, capture_output=True, check=False)
+    assert stale.returncode == 0, "the virtualenv is older than pyproject.toml: run `make .venv/.installed` first"
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", "TYPESTRICT_HOME")}
     env["UI_PORT"] = str(port)

@@ -131,6 +131,7 @@ def _backtest_run(args: argparse.Namespace) -> int:
     check_range(start, end)
     _check_model_url(args)
     step_size = parse_step(args.step)
+    default_registry().active(args.workflow)  # an unknown workflow is refused before the store opens
     data, label = _data(args)
     engine = write_store(args)
     try:
@@ -269,6 +270,7 @@ def _stale_warning(data: dict[str, PointInTimeTable], as_of: dt.datetime, label:
 def _live(args: argparse.Namespace) -> int:
     as_of = parse_time(args.as_of, "as_of") if args.as_of else dt.datetime.now(dt.UTC)
     _check_model_url(args)
+    default_registry().active(args.workflow)  # an unknown workflow is refused before the store opens
     data, label = _data(args)
     warning = _stale_warning(data, as_of, label)
     if warning:

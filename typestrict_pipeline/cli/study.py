@@ -144,7 +144,8 @@ def _watch_runs(engine: Engine, study_id: int, total: int) -> Iterator[None]:
 def run_study_on_dagster(study_id: int, *, executor: str = "in_process",
                          max_concurrent: int = 2) -> bool:
     """Run ``study_job`` for ``study_id`` on ``DAGSTER_HOME``'s instance (else the home's, else an
-    ephemeral one)."""
+    ephemeral one). A failed run prints its step's message in one line on stderr (Dagster's own
+    log, with its traceback, stays in the run's event log, which the UI shows)."""
     import importlib
 
     import dagster as dg
@@ -154,17 +155,33 @@ def run_study_on_dagster(study_id: int, *, executor: str = "in_process",
     defs = importlib.import_module("typestrict_pipeline.definitions").defs
     job = defs.resolve_job_def("study_job")
     config: dict[str, Any] = dict(study_run_config(study_id))
-    quiet = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+    quiet = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
     instance = _instance()
     if executor == "multiprocess":
         config["execution"] = {"config": {"multiprocess": {
             "max_concurrent": max_concurrent, "start_method": {"forkserver": {}}}}}
         result = dg.execute_job(dg.reconstructable(_study_job), instance=instance,
                                 run_config={**config, **quiet})
+        _say_failure(result)
         return bool(result.success)
     res = job.execute_in_process(run_config={**config, **quiet}, instance=instance,
                                  raise_on_error=False)
+    _say_failure(res)
     return bool(res.success)
+
+
+def _say_failure(result: Any) -> None:
+    """One line per failed step of a Dagster run: the step and its error's own message."""
+    import sys
+
+    if result.success:
+        return
+    for event in result.all_events:
+        if event.is_step_failure and event.step_failure_data.error is not None:
+            err = event.step_failure_data.error
+            message = " ".join(((err.cause or err).message or "").split())[:500]
+            print(f"typestrict: study_job run {result.run_id[:8]} failed at step {event.step_key}: "
+                  f"{message}", file=sys.stderr)
 
 
 def _instance() -> Any:
