@@ -257,7 +257,10 @@ def _run(root: Path, only: Sequence[str] | None) -> int:
                 for event in result.all_events:
                     if event.event_type == dg.DagsterEventType.STEP_FAILURE:
                         err = event.step_failure_data.error
-                        print(f"  step {event.step_key} FAILED: {(err.cause or err).message.strip()}" if err else "")
+                        user = event.step_failure_data.user_failure_data  # the product's message
+                        said = user.description if user and user.description else (
+                            (err.cause or err).message.strip() if err else "")
+                        print(f"  step {event.step_key} FAILED: {said}")
                 continue
             judgement: TrainingJudgement = result.output_for_node("verdict")
             checks = {f"{e.asset_key.to_user_string()} {e.check_name}": e.passed
