@@ -16,6 +16,7 @@ shared), and its ratio is to that reference.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -172,6 +173,7 @@ def main() -> None:
             for name in names:
                 conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
