@@ -573,20 +573,20 @@ def nothing_collapses(verdict: TrainingJudgement) -> dg.AssetCheckResult:
 REFUND_ASSETS = (dataset, holdout, jev_predictions, model_predictions, metrics, verdict, audit)
 REFUND_CHECKS = (gain_is_real, nothing_collapses)
 
-# Launched runs (UI, sensor, CLI) use the multiprocess executor with forkserver and at most two
-# steps at once: a step then starts in ~1.3 s instead of ~2.5 s with spawn (docs/operations.md).
-# Tests and the demo run in process (execute_in_process ignores the executor).
-VERDICT_JOB_EXECUTION = {
-    "execution": {
-        "config": {"multiprocess": {"max_concurrent": 2, "start_method": {"forkserver": {}}}}
-    }
-}
+# Launched runs (UI, sensor, CLI) run their steps in the run's own process: the chain's steps
+# are light (seconds in all), so a subprocess per step (~1.3 s forkserver, ~2.5 s spawn) cost more
+# than the work. Runs, not steps, are the unit of parallelism (the queue's limits in
+# deploy/dagster*.yaml: one run per training). See docs/operations.md, "Executors".
+VERDICT_JOB_EXECUTION: dict[str, Any] = {"execution": {"config": {"in_process": {}}}}
 
 verdict_job = dg.define_asset_job(
     "verdict_job",
     selection=dg.AssetSelection.groups(GROUP),
     description="Materialize one training's refund chain (one `trainings` partition): its verdict and audit.",
     config=VERDICT_JOB_EXECUTION,
+    # Its own executor, so a code location with another default (e.g. celery) keeps this one
+    # instead of failing to load: the execution block above is this executor's config.
+    executor_def=dg.multi_or_in_process_executor,
 )
 
 

@@ -16,6 +16,8 @@ the jobs that enable and cancel a schedule from the launchpad, and the lineage a
 """
 
 import contextlib
+import os
+from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
@@ -25,7 +27,7 @@ from assets.studies import partitions_name
 from resources.reruns import RerunNotifierResource, RerunSettingsResource
 from resources.store import StoreResource
 from typestrict_pipeline import plots
-from typestrict_pipeline.errors import NotFoundError
+from typestrict_pipeline.errors import InputError, NotFoundError
 from typestrict_pipeline.reruns.decide import SkipKind
 from typestrict_pipeline.reruns.lineage import (
     LineageEntry,
@@ -33,6 +35,7 @@ from typestrict_pipeline.reruns.lineage import (
     render_markdown,
     summarize,
 )
+from typestrict_pipeline.reruns.notify import outbox, transport_label
 from typestrict_pipeline.reruns.service import (
     TickResult,
     cancel_schedule,
@@ -43,9 +46,12 @@ from typestrict_pipeline.reruns.service import (
     format_cursor,
     get_schedule,
     lineage_entries,
+    lineage_hint,
     lineage_root_of,
     parse_cursor,
 )
+from typestrict_pipeline.reruns.tables import TickOutcome
+from typestrict_pipeline.reruns.workspace import workspace_warning
 
 LINEAGE_PARTITIONS = dg.DynamicPartitionsDefinition(name="study_lineages")
 LINEAGE_KEY = dg.AssetKey(["study_lineage"])
@@ -139,6 +145,9 @@ def run_scheduled_rerun(
     reruns_notifier: RerunNotifierResource,
 ) -> dict[str, Any]:
     """Create and run the claimed re-run, record the lineage, deliver notifications."""
+    reason = context.run.tags.get(REASON_TAG)
+    if reason:
+        context.log.info(f"launched by study_rerun_sensor: {reason}")
     with store.engine() as engine:
         record = execute_rerun(engine, reruns.studies(engine), config.run_key, now=reruns.current_time())
         context.log.info(f"re-run {config.run_key}: {record.detail}")
@@ -151,6 +160,15 @@ def run_scheduled_rerun(
         report = reruns_notifier.deliver(engine, now=reruns.current_time())
     for message_id, error in report.failed:
         context.log.warning(f"notification {message_id} not delivered yet (kept, will retry): {error}")
+    with store.engine() as engine:
+        recent = outbox(engine, limit=5)
+    context.add_output_metadata({
+        "reason": context.run.tags.get(REASON_TAG, "launched by hand"),
+        "lineage": lineage_hint(lineage_root_of_key(config.run_key)),
+        "notifications": dg.MetadataValue.md(
+            f"Delivered to {transport_label(reruns_notifier.build_transport())}\n\n"
+            + ("\n".join(f"- {e.line()}" for e in recent) or "- the outbox is empty")),
+    })
     return {
         "run_key": record.run_key, "state": record.state.value, "study_id": record.study_id,
         "winner": record.winner, "winner_changed": record.winner_changed,
@@ -180,7 +198,11 @@ def enable_study_schedule(
             engine, reruns.studies(engine), study_id=config.study_id, cadence=config.cadence,
             owner=config.owner, min_unseen_steps=config.min_unseen_steps, now=reruns.current_time(),
         )
+        warning = workspace_warning(engine, view.workspace_id, reruns.current_time(), reruns.spend(engine))
     context.log.info(f"schedule {view.id}: re-run study {view.root_study_id} every {view.cadence}, set up by {view.owner}")
+    if warning is not None:
+        context.log.warning(warning)
+    context.add_output_metadata({"workspace": warning or "subscription active, usage budget left"})
     return view.id
 
 
@@ -193,7 +215,11 @@ def cancel_study_schedule(context: dg.OpExecutionContext, config: CancelSchedule
     return view.state.value
 
 
-@dg.job(tags={"area": "reruns"}, description="Create and run one scheduled re-run (launched by study_rerun_sensor).")
+# One op whose study runner has its own thread pool: run it in the run's process (the default
+# multiprocess executor would spawn a second interpreter for the one step: 10-35 s on a busy
+# 2-core machine, measured in bench/bench_reruns_arrival.py).
+@dg.job(tags={"area": "reruns"}, executor_def=dg.in_process_executor,
+        description="Create and run one scheduled re-run (launched by study_rerun_sensor).")
 def study_rerun_job() -> None:
     run_scheduled_rerun()
 
@@ -208,9 +234,41 @@ def cancel_study_schedule_job() -> None:
     cancel_study_schedule()
 
 
+def lineage_root_of_key(run_key: str) -> str:
+    """The lineage root named in a re-run's run key (``study-rerun:<root>:<seq>``).
+
+    >>> lineage_root_of_key("study-rerun:12:3")
+    '12'
+    """
+    return run_key.split(":")[1] if run_key.count(":") >= 2 else run_key
+
+
 def rerun_run_config(run_key: str) -> dict[str, Any]:
     """The run config of ``study_rerun_job`` for one claimed re-run."""
     return {"ops": {"run_scheduled_rerun": {"config": {"run_key": run_key}}}}
+
+
+REASON_TAG = "typestrict/reason"
+LINEAGE_TAG = "typestrict/lineage"
+
+
+def rerun_tags(workflow_id: str, schedule_id: int, lineage_root_id: str, run_key: str, reason: str) -> dict[str, str]:
+    """The tags a re-run's Dagster run carries: why it was launched (the tick's message; a
+    Dagster 1.13 run has no free-text description, so the reason is a tag) and which lineage
+    it extends, with how to open it.
+
+    >>> rerun_tags("wx", 3, "12", "study-rerun:12:1", "Fired re-run #1: ...")["typestrict/lineage"]
+    '12'
+    """
+    return {
+        "area": "reruns",
+        "workflow": workflow_id,
+        "typestrict/schedule": str(schedule_id),
+        LINEAGE_TAG: lineage_root_id,
+        "typestrict/rerun": run_key.rsplit(":", 1)[-1],
+        REASON_TAG: reason[:900],
+        "typestrict/open_lineage": lineage_hint(lineage_root_id),
+    }
 
 
 def _already_launched(engine: Engine, instance: dg.DagsterInstance | None, run_key: str) -> bool:
@@ -245,7 +303,7 @@ def _requests_and_skips(
         requests.append(dg.RunRequest(
             run_key=r.run_key,
             run_config=rerun_run_config(r.run_key),
-            tags={"area": "reruns", "workflow": view.workflow_id, "typestrict/schedule": str(r.schedule_id)},
+            tags=rerun_tags(view.workflow_id, r.schedule_id, view.lineage_root_id, r.run_key, r.message),
         ))
     if not skipped:
         return requests, None
@@ -261,11 +319,27 @@ def _instance(context: dg.SensorEvaluationContext | dg.ScheduleEvaluationContext
         return None
 
 
+def sensor_interval_seconds(environ: Mapping[str, str] | None = None) -> int:
+    """How often the daemon evaluates ``study_rerun_sensor``: ``TYPESTRICT_RERUN_SENSOR_INTERVAL_S``
+    (5..3600 seconds), default 60. Read when the code location loads (a sensor's interval is
+    part of its definition). A schedule still fires at most once per cadence slot.
+
+    >>> sensor_interval_seconds({}), sensor_interval_seconds({"TYPESTRICT_RERUN_SENSOR_INTERVAL_S": "5"})
+    (60, 5)
+    """
+    env = os.environ if environ is None else environ
+    text = env.get("TYPESTRICT_RERUN_SENSOR_INTERVAL_S", "60").strip()
+    if not text.isdigit() or not 5 <= int(text) <= 3600:
+        raise InputError("TYPESTRICT_RERUN_SENSOR_INTERVAL_S between 5 and 3600 (seconds)", repr(text),
+                         "fix or unset the variable (default 60)")
+    return int(text)
+
+
 @dg.sensor(
     # Targeted by name, not by the job object: Dagster re-creates a sensor that holds a job
     # needing resources and, in 1.13, warns "BetaWarning: Parameter `owners`" when it does.
     job_name="study_rerun_job",
-    minimum_interval_seconds=60,
+    minimum_interval_seconds=sensor_interval_seconds(),
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Fires a scheduled study re-run when enough unseen steps have arrived; otherwise "
     "skips with the reason (Why was my scheduled study skipped?).",
@@ -280,6 +354,9 @@ def study_rerun_sensor(
         )
         requests, skip = _requests_and_skips(engine, results, _instance(context))
     cursor = format_cursor(slots)
+    for r in results:
+        if r.outcome is TickOutcome.FIRED:
+            context.log.info(f"schedule {r.schedule_id}: {r.message}")
     if requests:
         if skip:
             context.log.info(f"skipped: {skip}")
@@ -317,10 +394,13 @@ def notification_outbox_sensor(
 ) -> dg.SkipReason:
     with store.engine() as engine:
         report = reruns_notifier.deliver(engine)
-    return dg.SkipReason(
-        f"Delivered {len(report.sent)} notification(s); {len(report.failed)} will be retried; "
-        f"{len(report.dead)} given up"
-    )
+        waiting = outbox(engine, undelivered_only=True, limit=5)
+    where = transport_label(reruns_notifier.build_transport())
+    text = (f"Delivered {len(report.sent)} notification(s) to {where}; {len(report.failed)} will be retried; "
+            f"{len(report.dead)} given up")
+    if waiting:
+        text += ". Not delivered yet: " + "; ".join(e.line() for e in waiting)
+    return dg.SkipReason(text)
 
 
 def build_defs() -> dg.Definitions:

@@ -1,21 +1,22 @@
-"""Dagster wiring for studies: ``study_job`` fans a study's window runs out as independent steps.
+"""Dagster wiring for studies: ``study_job`` fans a study's window runs out as work-sized steps.
 
-Graph: ``study_plan`` (marks the study running, yields one dynamic output per candidate, or
-per (candidate, fold, window) with ``fanout: window``) → ``study_backtests`` mapped over them
-(each window run reserves its estimated cost in the database, runs the backtest, settles the
-real cost) → ``study_finalize`` (ranks,
+Graph: ``study_plan`` (marks the study running, deals the candidates' windows into chunks
+balanced by estimated steps; or one step per candidate, or per (candidate, fold, window), with
+``fanout``) → ``study_backtests`` mapped over them (each window run reserves its estimated
+cost in the database, runs the backtest, settles the real cost) → ``study_finalize`` (ranks,
 picks the winner, scores it once on the holdout, closes the study) which records a
 materialization of the ``study_leaderboard`` asset (partition = the study id) whose metadata is
 the leaderboard and its header as Markdown tables.
 
-The executor is the job's default (multiprocess; in-process in tests); window runs are
-independent steps, so it runs them in parallel. Re-executing a failed or killed run from
-failure re-runs only unfinished steps, and each step is idempotent on its
-(study, candidate, fold, window) key in the store, so finished work is neither re-run nor
-charged twice.
+A launched run gets ``STUDY_JOB_EXECUTION`` (multiprocess, forkserver, two steps at once) unless
+its run config names another executor; tests run in process. Runs are tagged
+``mode=HISTORICAL`` like plain backtests. Re-executing a failed or killed run re-runs only
+unfinished windows: each window run is idempotent on its (study, candidate, fold, window) key
+in the store, so finished work is neither re-run nor charged twice, whatever the chunking.
 """
 
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import dagster as dg
@@ -26,7 +27,14 @@ from resources.studies import StudyRunnerResource
 from typestrict_pipeline import plots
 from typestrict_pipeline.study import repository as repo
 from typestrict_pipeline.study.leaderboard import Leaderboard, load_leaderboard, render_markdown
-from typestrict_pipeline.study.runner import RunKey, execute_run, finalize_study, plan_runs
+from typestrict_pipeline.study.runner import (
+    RunKey,
+    deal_chunks,
+    default_chunk_count,
+    execute_run,
+    finalize_study,
+    plan_runs,
+)
 from typestrict_pipeline.study.tables import WindowKind
 
 STUDY_PARTITIONS = dg.DynamicPartitionsDefinition(name="study_ids")
@@ -72,15 +80,18 @@ class StudyJobConfig(dg.Config):
     """Which study to run: ``study_id`` of a created study (``typestrict study run`` or the
     Python API), or ``new_study`` to create one from the launchpad (exactly one of the two).
 
-    ``fanout``: ``"candidate"`` (default) makes one step per candidate, running its folds'
-    windows in order; ``"window"`` makes one step per (candidate, fold, window). Both are
-    idempotent per window in the store; per-candidate steps cost far less orchestration (see
-    docs/benchmarks.md), per-window steps parallelise a study with few candidates better.
+    ``fanout``: ``"chunk"`` (default) deals the candidates' windows into ``chunks`` work-sized
+    steps balanced by estimated steps (``0``: two per executor worker, i.e. per
+    ``max_concurrent`` of the multiprocess executor, per core otherwise); ``"candidate"`` makes
+    one step per candidate; ``"window"`` one step per (candidate, fold, window). Every shape
+    runs each step's windows in order and is idempotent per window in the store; fewer steps
+    cost far less orchestration (see docs/benchmarks.md).
     """
 
     study_id: int | None = None
     new_study: NewStudyConfig | None = None
-    fanout: str = "candidate"
+    fanout: str = "chunk"
+    chunks: int = 0
 
 
 def _create_from_launchpad(engine: Engine, new: NewStudyConfig) -> int:
@@ -188,6 +199,24 @@ def study_leaderboard(context: dg.AssetExecutionContext, store: StoreResource) -
     return dg.MaterializeResult(metadata=dict(recorded.metadata))
 
 
+FANOUTS = ("chunk", "candidate", "window")
+
+
+def executor_workers(run_config: Mapping[str, Any]) -> int:
+    """How many steps the run's executor runs at once, read from its run config: 1 in process,
+    ``max_concurrent`` for the multiprocess executor (0 or unset: the cores), the cores for
+    any other executor (celery's workers are elsewhere: set ``chunks`` for those)."""
+    execution = run_config.get("execution") or {}
+    cfg = (execution.get("config") or {}) if isinstance(execution, Mapping) else {}
+    cores = os.cpu_count() or 1
+    if "in_process" in cfg:
+        return 1
+    multi = cfg.get("multiprocess")
+    if isinstance(multi, Mapping):
+        return int(multi.get("max_concurrent") or cores)
+    return cores
+
+
 def _key_to_json(key: RunKey) -> dict[str, Any]:
     return {"study_id": key.study_id, "candidate_id": key.candidate_id, "fold": key.fold,
             "window": key.window.value, "start": key.start.isoformat(),
@@ -206,9 +235,12 @@ def _key_from_json(d: dict[str, Any]) -> RunKey:
 def study_plan(context: dg.OpExecutionContext, config: StudyJobConfig,
                store: StoreResource) -> Iterator[dg.DynamicOutput[list[dict[str, Any]]]]:
     """Mark the study running and fan out one step per candidate (or per window run)."""
-    if config.fanout not in ("candidate", "window"):
-        raise dg.Failure(f"expected fanout 'candidate' or 'window', got {config.fanout!r}. "
-                         "Fix the run config.")
+    if config.fanout not in FANOUTS:
+        raise dg.Failure(f"expected fanout 'chunk', 'candidate' or 'window', got "
+                         f"{config.fanout!r}. Fix the run config.")
+    if config.chunks < 0:
+        raise dg.Failure(f"expected chunks ≥ 0 (0 = two per executor worker), got "
+                         f"{config.chunks}. Fix the run config.")
     if (config.study_id is None) == (config.new_study is None):
         raise dg.Failure("expected either study_id (a created study) or new_study (a study to "
                          "create), got " + ("both" if config.study_id is not None else "neither")
@@ -226,6 +258,14 @@ def study_plan(context: dg.OpExecutionContext, config: StudyJobConfig,
     if config.fanout == "window":
         for key in keys:
             yield dg.DynamicOutput([_key_to_json(key)], mapping_key=key.name)
+        return
+    if config.fanout == "chunk":
+        wanted = config.chunks or default_chunk_count(executor_workers(context.run_config))
+        chunks = deal_chunks(keys, wanted)
+        context.log.info(f"study {study_id}: {len(chunks)} chunks of "
+                         + ", ".join(str(sum(k.steps for k in c)) for c in chunks) + " steps")
+        for i, chunk in enumerate(chunks):
+            yield dg.DynamicOutput([_key_to_json(k) for k in chunk], mapping_key=f"chunk{i}")
         return
     groups: dict[int, list[RunKey]] = {}
     for key in keys:
@@ -288,17 +328,44 @@ def study_graph() -> None:
     study_finalize(runs.collect())
 
 
-study_job = study_graph.to_job(name="study_job", tags={"area": "studies"})
+STUDY_JOB_EXECUTION: dict[str, Any] = {
+    "multiprocess": {"max_concurrent": 2, "start_method": {"forkserver": {
+        "preload_modules": ["typestrict_pipeline.definitions"]}}}}
+"""The executor a launched ``study_job`` gets unless its run config says otherwise (the
+launchpad shows it and can override it): two step processes, forked from a server that has
+imported the code location once (so a step does not re-import Dagster and the project, as
+spawn's fresh interpreter does, ~3 s a step); with the default ``chunks``, the study runs as 4
+chunk steps. ``execute_in_process`` ignores it."""
+
+STUDY_JOB_TAGS = {"area": "studies", "mode": "HISTORICAL"}
+
+study_job = study_graph.to_job(
+    name="study_job", tags=STUDY_JOB_TAGS,
+    config={"execution": {"config": STUDY_JOB_EXECUTION}},
+    # Its own executor: a code location whose default is another executor (celery) keeps this
+    # job loadable (the execution block above is this executor's config); see study_job_on.
+    executor_def=dg.multi_or_in_process_executor,
+)
 
 
-def study_run_config(study_id: int, fanout: str = "candidate") -> dict[str, Any]:
+def study_job_on(executor_def: dg.ExecutorDefinition) -> dg.JobDefinition:
+    """``study_job`` on another executor (e.g. ``dagster_celery.celery_executor``), with no
+    default execution block: its run config names the executor's settings (broker, backend).
+    Replace ``study_job`` by it in the deployment's ``Definitions``."""
+    return study_graph.to_job(name="study_job", tags=STUDY_JOB_TAGS, executor_def=executor_def)
+
+
+def study_run_config(study_id: int, fanout: str = "chunk", chunks: int = 0) -> dict[str, Any]:
     """The run config of ``study_job`` for one study."""
-    return {"ops": {"study_plan": {"config": {"study_id": study_id, "fanout": fanout}}}}
+    return {"ops": {"study_plan": {"config": {"study_id": study_id, "fanout": fanout,
+                                              "chunks": chunks}}}}
 
 
-def new_study_run_config(new_study: dict[str, Any], fanout: str = "candidate") -> dict[str, Any]:
+def new_study_run_config(new_study: dict[str, Any], fanout: str = "chunk",
+                         chunks: int = 0) -> dict[str, Any]:
     """The run config of ``study_job`` that creates a study from ``new_study``'s fields."""
-    return {"ops": {"study_plan": {"config": {"new_study": new_study, "fanout": fanout}}}}
+    return {"ops": {"study_plan": {"config": {"new_study": new_study, "fanout": fanout,
+                                              "chunks": chunks}}}}
 
 
 def build_defs() -> dg.Definitions:

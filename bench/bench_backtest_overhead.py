@@ -5,9 +5,13 @@ Run: ``.venv/bin/python -m bench.bench_backtest_overhead``
 * a trivial workflow (constant decision, outcome and score) through ``run_backtest`` on one
   thread (``max_in_flight=1``: one core), 20,000 daily steps, histories of 1k to 1M rows;
 * the same with a decision that reads the last 30 rows (``view.tail(30)``);
-* the straightforward alternative, measured in the same run: a view that filters the whole
-  history at each step (``known_time <= t`` boolean mask and copy, what a pandas
-  ``df[df.known_time <= t]`` does), timed per step on the same histories.
+* the alternatives, measured in the same run on the same histories, per step:
+  - the naive view: filter the whole history (``known_time <= t`` boolean mask and copy, what a
+    pandas ``df[df.known_time <= t]`` does);
+  - the strongest copying alternative: ``searchsorted`` the known times once per step, then copy
+    the prefix (``a[:k].copy()`` per column) — a view the workflow cannot use to alter history;
+  - the floor: ``searchsorted`` and slice the prefix without copying (numpy views, writable:
+    a workflow could alter the history the next steps see).
 """
 
 from __future__ import annotations
@@ -87,6 +91,22 @@ def filter_per_step_seconds(table: PointInTimeTable, steps: int = 200) -> float:
     return (time.process_time() - c0) / steps
 
 
+def prefix_per_step_seconds(table: PointInTimeTable, steps: int = 200, *, copy: bool = True) -> float:
+    """``searchsorted`` for the cut, then the prefix of each column (copied or sliced); CPU s/step."""
+    full = table.view(table.last_known)
+    known = np.ascontiguousarray(full.column("known_time"))
+    cols = {c: np.ascontiguousarray(full.column(c)) for c in ("event_time", "known_time", "v", "w")}
+    times = known[-steps:]
+    c0 = time.process_time()
+    for t in times:
+        k = int(np.searchsorted(known, t, side="right"))
+        if copy:
+            _view = {c: a[:k].copy() for c, a in cols.items()}
+        else:
+            _view = {c: a[:k] for c, a in cols.items()}
+    return (time.process_time() - c0) / steps
+
+
 def view_seconds(table: PointInTimeTable, steps: int = 20_000) -> float:
     """Our view: O(block) per step, whatever the history length."""
     known = table.known_times
@@ -104,15 +124,19 @@ def main() -> None:
     print(f"engine overhead, one thread (one core), {steps} daily steps, best of 3; "
           "steps/s per CPU second (wall in brackets); view costs in CPU microseconds")
     print(f"{'history rows':>12} {'trivial steps/s':>22} {'tail(30) steps/s':>22} "
-          f"{'our view us':>12} {'mask+copy us':>13} {'ratio':>7}")
+          f"{'our view us':>12} {'mask+copy us':>13} {'prefix copy us':>15} {'prefix slice us':>16} "
+          f"{'mask/ours':>9} {'prefix copy/ours':>16} {'slice/ours':>10}")
     for n in (1_000 + steps, 10_000 + steps, 100_000, 1_000_000):
         table = make_table(n)
         trivial = steps_per_second(table, _trivial, steps)
         tail = steps_per_second(table, _tail30, steps)
         ours = view_seconds(table, steps)
         naive = filter_per_step_seconds(table)
+        prefix = prefix_per_step_seconds(table)
+        sliced = prefix_per_step_seconds(table, 20_000, copy=False)
         print(f"{n:>12,} {trivial[0]:>10,.0f} [{trivial[1]:>8,.0f}] {tail[0]:>10,.0f} "
-              f"[{tail[1]:>8,.0f}] {ours * 1e6:>12.2f} {naive * 1e6:>13.1f} {naive / ours:>6.0f}x")
+              f"[{tail[1]:>8,.0f}] {ours * 1e6:>12.2f} {naive * 1e6:>13.1f} {prefix * 1e6:>15.1f} "
+              f"{sliced * 1e6:>16.2f} {naive / ours:>8.0f}x {prefix / ours:>15.1f}x {sliced / ours:>9.2f}x")
 
 
 if __name__ == "__main__":

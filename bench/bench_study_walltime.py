@@ -10,10 +10,12 @@ reservations and settlements, Dagster's steps and events. Layout: 2014-01-01 →
 
 * the straightforward alternative: the same 512 search windows run with the engine in a plain
   loop (no store, no Dagster) — the floor;
-* the study on Dagster, in process, one step per candidate (64 steps) and one per window run
-  (512 steps);
-* the study on Dagster with the multiprocess executor (2 processes, forkserver), one step per
-  candidate.
+* the study on Dagster in process, chunked (the default: 4 chunk steps), as the reference run
+  before each alternative (interleaved, ratios within a pair: the machine is shared);
+* the alternatives: the job's default executor (what a UI launch gets: multiprocess, forkserver,
+  2 at once, 4 chunks); multiprocess with spawn (2 at once, 4 chunks); what a UI launch got
+  before study_job had an executor config (Dagster's default: spawn, one process per core, one
+  step per candidate: 64 steps); in process with one step per candidate (the old default).
 
 Orchestration share = 1 − work / (wall × workers), with work = Σ over window runs of the time
 between its reservation and its settlement (the engine's run plus the settlement write).
@@ -114,8 +116,16 @@ def plain_loop() -> tuple[float, int]:
     return time.perf_counter() - started, steps
 
 
-def dagster_study(url: str, executor: str, fanout: str) -> tuple[float, float, int]:
-    """(wall seconds, work seconds, steps) of one study through ``study_job``."""
+EXECUTORS: dict[str, dict[str, Any] | None] = {
+    "in_process": None,  # execute_in_process: the executor config only sets the chunk count (4)
+    "default": None,  # the job's own default (what a UI launch gets): forkserver, 2 at once
+    "spawn": {"multiprocess": {"max_concurrent": 2, "start_method": {"spawn": {}}}},
+    "ui_before": {"multiprocess": {}},  # Dagster's default before study_job had one: spawn, one per core
+}
+
+
+def dagster_study(url: str, executor: str, fanout: str) -> tuple[float, float, int, int]:
+    """(wall seconds, work seconds, steps, Dagster steps) of one study through ``study_job``."""
     import dagster as dg
 
     from assets.studies import study_run_config
@@ -127,31 +137,44 @@ def dagster_study(url: str, executor: str, fanout: str) -> tuple[float, float, i
     sid = create_study_from_config(engine, _config(BACKEND))
     quiet = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
     config: dict[str, Any] = {**study_run_config(sid, fanout), **quiet}
+    if EXECUTORS[executor] is not None:
+        config["execution"] = {"config": EXECUTORS[executor]}
     started = time.perf_counter()
     with dg.DagsterInstance.get() as instance:
         if executor == "in_process":
             from typestrict_pipeline.definitions import defs
 
-            ok = defs.resolve_job_def("study_job").execute_in_process(
-                run_config=config, instance=instance).success
+            result: Any = defs.resolve_job_def("study_job").execute_in_process(
+                run_config=config, instance=instance)
         else:
-            config["execution"] = {"config": {"multiprocess": {
-                "max_concurrent": 2, "start_method": {"forkserver": {}}}}}
-            ok = dg.execute_job(dg.reconstructable(_bench_job), instance=instance,
-                                run_config=config).success
+            result = dg.execute_job(dg.reconstructable(_bench_job), instance=instance,
+                                    run_config=config)
+        ok = result.success
+        n_steps = len({e.step_key for e in result.all_events
+                       if e.step_key and e.step_key.startswith("study_backtests")})
     wall = time.perf_counter() - started
     assert ok, "the study run failed"
     with session_scope(engine) as s:
         steps = get_study(s, sid).steps_used
     work = _work_seconds(engine, sid)
     engine.dispose()
-    return wall, work, steps
+    return wall, work, steps, n_steps
 
 
 def _bench_job() -> Any:
     from typestrict_pipeline.definitions import defs
 
     return defs.resolve_job_def("study_job")
+
+
+# (label, executor, fan-out, worker processes): each alternative runs right after an in-process
+# reference run, and its ratio is to that reference (the machine is shared: load drifts).
+ROUNDS = (
+    ("job default: multiprocess forkserver ×2, 4 chunks", "default", "chunk", 2),
+    ("multiprocess spawn ×2, 4 chunks", "spawn", "chunk", 2),
+    ("before: UI default (spawn, one per core), per candidate", "ui_before", "candidate", 2),
+    ("in process, per candidate (before)", "in_process", "candidate", 1),
+)
 
 
 def main() -> None:
@@ -163,18 +186,21 @@ def main() -> None:
     url = f"sqlite:///{tmp / 'store.db'}"
     os.environ["TYPESTRICT_STORE_URL"] = url
     try:
+        print(f"load average before: {os.getloadavg()[0]:.1f} (2 cores)")
         floor, steps = plain_loop()
         print(f"plain engine loop (512 search windows, no store, no Dagster): {floor:.1f} s for "
               f"{steps} steps ({steps / floor:,.0f} steps/s)")
-        rows = [("plain loop", floor, floor, steps, 1)]
-        for executor, fanout, workers in (("in_process", "candidate", 1), ("in_process", "window", 1),
-                                          ("multiprocess", "candidate", 2)):
-            wall, work, st = dagster_study(url, executor, fanout)
-            share = max(0.0, 1.0 - work / (wall * workers))
-            print(f"study_job {executor:<12} fan-out per {fanout:<9}: {wall:6.1f} s wall, "
-                  f"{st} steps ({st / wall:,.0f} steps/s), work {work:.1f} s, orchestration "
-                  f"{share:.0%}, {wall / floor:.1f}× the plain loop")
-            rows.append((f"{executor}/{fanout}", wall, work, st, workers))
+        for label, executor, fanout, workers in ROUNDS:
+            ref = dagster_study(url, "in_process", "chunk")
+            alt = dagster_study(url, executor, fanout)
+            for name, (wall, work, st, n), w in (("in process, 4 chunks (reference)", ref, 1),
+                                                 (label, alt, workers)):
+                share = max(0.0, 1.0 - work / (wall * w))
+                print(f"  {name:<58}: {wall:6.1f} s wall, {n:3d} steps, {st} steps "
+                      f"({st / wall:,.0f}/s), work {work:.1f} s, orchestration {share:.0%}, "
+                      f"{wall / floor:.1f}× the plain loop")
+            print(f"  -> ratio {alt[0] / ref[0]:.2f}× the in-process reference "
+                  f"(load {os.getloadavg()[0]:.1f})")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -28,7 +28,7 @@ from typing import Any
 
 MARKER = "demo.json"
 STORE_FILES = ("store.db", "store.db-wal", "store.db-shm")
-OWNED_DIRS = ("dagster_home", "data", "verifier", "credits", "reruns")
+OWNED_DIRS = ("dagster_home", "data", "verifier", "credits", "reruns", "datasets/demo_seattle_live")
 
 
 @dataclass

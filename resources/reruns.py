@@ -3,9 +3,11 @@
 Nothing is read at import. Settings left empty are read from the environment when a run or a
 tick uses the resource:
 
-* ``TYPESTRICT_NOTIFY_TRANSPORT`` (``smtp`` default, ``webhook``, or ``none`` to keep messages
-  in the outbox), ``TYPESTRICT_SMTP_HOST`` / ``_PORT`` / ``_SENDER`` / ``_USER`` /
-  ``_PASSWORD`` / ``_STARTTLS``, ``TYPESTRICT_NOTIFY_WEBHOOK``.
+* ``TYPESTRICT_NOTIFY_TRANSPORT``: ``file`` (the default: ``TYPESTRICT_NOTIFY_FILE``, else
+  ``${TYPESTRICT_HOME}/notifications.log``; no mail server needed), ``smtp`` (implied when
+  ``TYPESTRICT_SMTP_HOST`` is set), ``webhook`` (implied by ``TYPESTRICT_NOTIFY_WEBHOOK``), or
+  ``none`` to keep messages in the outbox; ``TYPESTRICT_SMTP_HOST`` / ``_PORT`` / ``_SENDER`` /
+  ``_USER`` / ``_PASSWORD`` / ``_STARTTLS``.
 
 Test implementations are the same classes pointed at real local servers
 (:class:`typestrict_pipeline.reruns.sinks.LocalSmtpServer`, ``LocalWebhookServer``), and a fixed
@@ -64,7 +66,10 @@ class RerunNotifierResource(dg.ConfigurableResource["RerunNotifierResource"]):
     """Delivers the outbox through SMTP or a webhook.
 
     Attributes:
-        transport: ``smtp``, ``webhook`` or ``none`` (keep in the outbox); None: from the environment.
+        transport: ``file``, ``smtp``, ``webhook`` or ``none`` (keep in the outbox); None: from the
+            environment (``file`` unless SMTP or a webhook is configured there).
+        file: the notifications file of the ``file`` transport (default
+            ``${TYPESTRICT_HOME}/notifications.log``).
         smtp_host, smtp_port, sender, smtp_user, smtp_password, smtp_starttls: SMTP settings.
         webhook_url: the webhook endpoint.
         max_attempts: attempts before a message is marked ``DEAD``.
@@ -78,6 +83,7 @@ class RerunNotifierResource(dg.ConfigurableResource["RerunNotifierResource"]):
     smtp_password: str | None = None
     smtp_starttls: bool | None = None
     webhook_url: str | None = None
+    file: str | None = None
     max_attempts: int = 8
 
     def build_transport(self) -> Transport | None:
@@ -92,6 +98,7 @@ class RerunNotifierResource(dg.ConfigurableResource["RerunNotifierResource"]):
             "TYPESTRICT_SMTP_PASSWORD": self.smtp_password,
             "TYPESTRICT_SMTP_STARTTLS": None if self.smtp_starttls is None else str(self.smtp_starttls).lower(),
             "TYPESTRICT_NOTIFY_WEBHOOK": self.webhook_url,
+            "TYPESTRICT_NOTIFY_FILE": self.file,
         }
         env.update({k: v for k, v in overrides.items() if v is not None})
         return transport_from_env(environ=env)

@@ -48,9 +48,10 @@ def _create(client: Any, csv: bytes, *, keep_if_loses: bool = False) -> str:
 
 
 @pytest.mark.slow
-def test_a_training_through_the_api_is_judged_and_its_audit_verifies(
-    tmp_path: Path, store_url: str
-) -> None:
+@pytest.mark.postgres
+def test_a_training_through_the_api_is_judged_and_its_audit_verifies(tmp_path: Path, pg_url: str) -> None:
+    """On the real PostgreSQL (docs/api.md's walkthrough runs the same path on SQLite)."""
+    store_url = pg_url
     home, csv, jev = _setup(tmp_path, store_url)
     key = support.new_key(store_url, "acme", credits=2)
     with support.ApiServer(store_url, home, jev_source=jev) as server, server.client(key) as c:
@@ -183,3 +184,139 @@ def test_creating_a_training_refuses_what_the_pipeline_would_refuse(tmp_path: Pa
             assert r.status_code == 422, (bad, r.text)
             assert r.json()["error"]["code"] == "invalid_input"
         assert not list((home / "trainings").glob("tr_*")) if (home / "trainings").exists() else True
+
+
+@pytest.mark.slow
+def test_the_pipeline_stops_a_verdict_whose_trained_on_digest_is_wrong(tmp_path: Path, sqlite_url: str) -> None:
+    """A manifest that reaches the pipeline by another way than the API is checked there too."""
+    home, csv, jev = _setup(tmp_path, sqlite_url)
+    key = support.new_key(sqlite_url, "acme", credits=1)
+    with support.ApiServer(sqlite_url, home, jev_source=jev) as server, server.client(key) as c:
+        tid = _create(c, csv)
+        folder = home / "trainings" / tid
+        preds = support.model_predictions(csv, skill=0.97)
+        (folder / "predictions").mkdir()
+        (folder / "predictions" / "model.jsonl").write_text("".join(json.dumps(p) + "\n" for p in preds))
+        doc = json.loads((folder / "api-draft.json").read_text())
+        doc["training"]["trained_on_sha256"] = trained_on_sha256(["ex0000"])
+        (folder / "manifest.json").write_text(json.dumps(doc))
+        (folder / "api-draft.json").unlink()
+        failures: dict[str, str] = {}
+        assert support.run_verdicts(home, sqlite_url, failures) == [tid]
+        assert "training.trained_on_sha256" in failures[tid]
+        assert "may have seen test rows" in failures[tid]
+        assert c.get(f"/v1/trainings/{tid}").json()["state"] == "judging"  # never judged
+        assert c.get(f"/v1/models/{tid}").status_code == 404
+        assert not (home / "audits" / f"{tid}.json").exists()
+
+
+def test_the_manifest_reads_trained_on_sha256_strictly() -> None:
+    from typestrict_pipeline.errors import ManifestError
+    from typestrict_pipeline.refund.manifest import parse_manifest
+
+    base: dict[str, Any] = {
+        "manifest_version": 1, "training_id": "t", "workspace_id": "w",
+        "dataset": {"path": "d.csv", "columns": {"id": "id", "text": "text"}},
+        "decisions": [{"name": "d", "question": "q", "answer_column": "l", "answers": ["a", "b"]}],
+        "predictions": {"jev": {"kind": "file", "path": "j.jsonl"}, "model": {"kind": "file", "path": "m.jsonl"}},
+        "training": {"status": "succeeded"},
+    }
+    assert parse_manifest(base).trained_on_sha256 is None
+    digest = trained_on_sha256(["a", "b"])
+    base["training"]["trained_on_sha256"] = digest.upper()
+    assert parse_manifest(base).trained_on_sha256 == digest
+    for bad in ("abc", 12, "g" * 64):
+        base["training"]["trained_on_sha256"] = bad
+        with pytest.raises(ManifestError, match=r"training\.trained_on_sha256"):
+            parse_manifest(base)
+
+
+def test_trained_on_canonical_form_is_the_documented_one() -> None:
+    ids = ["b", "a", "ä", "a", "10", "9"]
+    expected = hashlib.sha256("\n".join(["10", "9", "a", "b", "ä"]).encode("utf-8")).hexdigest()
+    assert trained_on_sha256(ids) == expected
+
+
+def test_a_study_is_created_cancelled_and_one_runs_at_a_time(tmp_path: Path, sqlite_url: str) -> None:
+    key = support.new_key(sqlite_url, "acme")
+    form = {"workflow": "wx", "start": "2012-01-01", "end": "2012-07-01", "tune_steps": 10,
+            "eval_steps": 10, "holdout_steps": 10, "folds": 2, "grid": ["skill=0.5,0.6"],
+            "max_candidates": 2, "max_total_steps": 1000, "synthetic": True}
+    with support.ApiServer(sqlite_url, tmp_path / "home", run_studies=False) as server, server.client(key) as c:
+        est = c.post("/v1/studies/estimate", json=form).json()
+        created = c.post("/v1/studies", json=form)
+        assert created.status_code == 201 and created.json()["state"] == "PENDING"
+        sid = created.json()["id"]
+        assert est["total_steps"] > 0 and c.get(f"/v1/studies/{sid}").json()["id"] == sid
+        second = c.post("/v1/studies", json=form)
+        assert second.status_code == 409 and "One study at a time per workflow" in second.json()["error"]["message"]
+        cancelled = c.post(f"/v1/studies/{sid}/cancel")
+        assert cancelled.status_code == 200 and cancelled.json()["state"] == "CANCELLED"
+        assert c.post("/v1/studies", json=form).status_code == 201  # the workflow is free again
+        assert [s["id"] for s in c.get("/v1/studies").json()][-1] == sid
+
+
+def test_concurrent_submissions_hand_over_exactly_once(tmp_path: Path, sqlite_url: str) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    home, csv, jev = _setup(tmp_path, sqlite_url)
+    key = support.new_key(sqlite_url, "acme", credits=1)
+    with support.ApiServer(sqlite_url, home, jev_source=jev) as server, server.client(key) as c:
+        tid = _create(c, csv)
+        bodies = [{"predictions": support.model_predictions(csv, skill=0.9, seed=s)} for s in range(4)]
+
+        def post(body: dict[str, Any]) -> int:
+            with server.client(key) as own:
+                code: int = own.post(f"/v1/trainings/{tid}/predictions", json=body).status_code
+                return code
+
+        with ThreadPoolExecutor(4) as pool:
+            codes = sorted(pool.map(post, bodies))
+        assert codes.count(202) == 1 and set(codes) <= {202, 409}, codes
+        folder = home / "trainings" / tid
+        assert (folder / "manifest.json").is_file() and not (folder / "api-draft.json").exists()
+        assert sorted(p.name for p in (folder / "predictions").iterdir()) == ["model.jsonl"]
+        # A folder whose manifest is not readable JSON is "not found", never a 500.
+        broken = home / "trainings" / "tr_broken"
+        broken.mkdir()
+        (broken / "manifest.json").write_text("{not json")
+        assert c.get("/v1/trainings/tr_broken").status_code == 404
+        assert [t["id"] for t in c.get("/v1/trainings").json()] == [tid]
+
+
+def test_a_schedule_is_enabled_and_its_skip_reason_read_through_the_api(tmp_path: Path, sqlite_url: str) -> None:
+    import datetime as dt
+
+    from typestrict_pipeline.reruns import scenario
+    from typestrict_pipeline.reruns.decide import SubscriptionState
+    from typestrict_pipeline.reruns.service import evaluate_due
+    from typestrict_pipeline.reruns.studies import record_data_end
+    from typestrict_pipeline.reruns.workspace import set_workspace, store_spend_source
+    from typestrict_pipeline.store import utcnow
+
+    root_end = dt.datetime(2015, 2, 1, tzinfo=dt.UTC)
+    engine = open_store(sqlite_url)
+    try:
+        set_workspace(engine, "acme", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=50_000_000)
+        root = scenario.create_root_study(engine, workspace="acme", root_end=root_end, budget_micro_usd=1_000_000,
+                                          min_unseen_steps=10,
+                                          workflow=scenario.backend(shift_at=root_end - dt.timedelta(days=10)))
+        scenario.run(engine, root)
+        key = support.new_key(sqlite_url, "acme")
+        other = support.new_key(sqlite_url, "other")
+        with support.ApiServer(sqlite_url, tmp_path / "home", run_studies=False) as server, server.client(key) as c:
+            r = c.post(f"/v1/studies/{root}/schedule", json={"cadence": "1h", "owner": "ana@example.com"})
+            assert r.status_code == 201, r.text
+            assert r.json()["state"] == "ENABLED" and r.json()["min_unseen_steps"] == 10
+            record_data_end(engine, "acme", scenario.WORKFLOW, root_end + dt.timedelta(days=7))
+            evaluate_due(engine, scenario.port(engine), now=utcnow() + dt.timedelta(hours=2),
+                         spend=store_spend_source(engine), source="test")
+            read = c.get(f"/v1/studies/{root}/schedule").json()["schedules"]
+            assert [s["last_message"] for s in read] == ["Not enough unseen data yet: 7 of 10 steps"]
+            assert "Not enough unseen data yet: 7 of 10 steps" in read[0]["status_text"]
+            lineage = c.get(f"/v1/studies/{root}/lineage").json()
+            assert [e["seq"] for e in lineage["entries"]] == [0] and lineage["summary"] is not None
+            with server.client(other) as o:
+                assert o.get(f"/v1/studies/{root}/schedule").status_code == 404
+    finally:
+        engine.dispose()

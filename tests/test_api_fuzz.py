@@ -27,7 +27,7 @@ assert _spec is not None and _spec.loader is not None
 support = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(support)
 
-EXAMPLES = 12
+EXAMPLES = 8
 
 
 @pytest.mark.slow

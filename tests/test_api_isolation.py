@@ -264,6 +264,7 @@ def test_the_result_page_shows_the_verdict(world: dict[str, Any]) -> None:
     with world["server"].client(world["key_a"]) as c:
         page = c.get(f"/v1/models/{world['settled']}/page")
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        assert "default-src 'none'" in page.headers["content-security-policy"]
         assert '<span id="verdict">beats</span>' in page.text
         assert "python3 verify_audit.py audit.json" in page.text
         assert io.StringIO(page.text).read().count('data-metric="') == 4
@@ -312,3 +313,39 @@ def test_the_result_page_in_headless_chromium(world: dict[str, Any]) -> None:
             assert "python3 verify_audit.py audit.json" in page.locator("#verify").inner_text()
         finally:
             browser.close()
+
+
+def test_typestrict_api_serves_and_refuses_a_bad_jev_source(
+    tmp_path: Path, sqlite_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    for bad in ("{not json", "[1]", "@/no/such/file.json"):
+        assert cli_main(["api", "--store", sqlite_url, "--jev-source", bad]) == 2
+        err = capsys.readouterr().err
+        assert "--jev-source" in err or "readable JSON file" in err
+    assert cli_main(["api", "--store", sqlite_url, "--port", "70000"]) == 2
+    assert "TCP port" in capsys.readouterr().err
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "typestrict_pipeline.cli", "api", "--store", sqlite_url,
+                             "--home", str(tmp_path / "home"), "--port", str(port), "--log-level", "warning"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                r = httpx.get(f"http://127.0.0.1:{port}/v1/openapi.json", timeout=10)
+                break
+            except httpx.HTTPError:
+                assert proc.poll() is None and time.monotonic() < deadline, "typestrict api did not start"
+                time.sleep(0.3)
+        assert r.status_code == 200 and r.json()["info"]["title"] == "TypeStrict API"
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=60)
+    assert "serving http://127.0.0.1" in out and "Traceback" not in err

@@ -121,8 +121,11 @@ TRAINING_BODY: dict[str, Any] = {
 }
 
 
-def run_verdicts(home: Path, store_url: str) -> list[str]:
-    """One ``training_sensor`` tick and its ``verdict_job`` runs, in process; the ids judged."""
+def run_verdicts(home: Path, store_url: str, failures: dict[str, str] | None = None) -> list[str]:
+    """One ``training_sensor`` tick and its ``verdict_job`` runs, in process; the ids judged.
+
+    ``failures`` (if given) receives, per failed run, the first failed step's error message.
+    """
     import os
 
     import dagster as dg
@@ -149,9 +152,17 @@ def run_verdicts(home: Path, store_url: str) -> list[str]:
             quiet = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
             for run in tick.run_requests or []:
                 assert run.partition_key is not None
-                job.execute_in_process(partition_key=run.partition_key, instance=instance,
-                                       run_config=quiet, raise_on_error=False)
+                result = job.execute_in_process(partition_key=run.partition_key, instance=instance,
+                                                run_config=quiet, raise_on_error=False)
                 judged.append(run.partition_key)
+                if not result.success and failures is not None:
+                    events = result.get_step_failure_events()
+                    info = events[0].step_failure_data.error if events else None
+                    messages = []
+                    while info is not None:  # the product's error may be the cause of Dagster's
+                        messages.append(info.message)
+                        info = info.cause
+                    failures[run.partition_key] = "\n".join(messages) or "failed"
             return judged
     finally:
         for k, v in saved.items():

@@ -275,7 +275,11 @@ def test_outbox_sensor_delivers_and_keeps_failures(sqlite_url: str) -> None:
         ctx = dg.build_sensor_context(resources={"store": StoreResource(url=sqlite_url), "reruns_notifier": notifier})
         smtp.fail_next(1)
         first = notification_outbox_sensor.evaluate_tick(ctx)
-        assert first.skip_message == "Delivered 0 notification(s); 1 will be retried; 0 given up"
+        assert first.skip_message is not None
+        assert first.skip_message.startswith(
+            f"Delivered 0 notification(s) to email over SMTP (127.0.0.1:{smtp.port}); 1 will be retried; 0 given up. "
+            f"Not delivered yet: #1 PENDING ana@example.com: {TITLE_WINNER_CHANGED} (not delivered yet after 1 "
+            "attempt(s): SMTPDataError: (451")
         assert smtp.messages == []
     with session_scope(engine) as s:  # make the retry due now (the backoff is 30 s)
         from typestrict_pipeline.reruns.tables import OutboxMessage
@@ -284,7 +288,8 @@ def test_outbox_sensor_delivers_and_keeps_failures(sqlite_url: str) -> None:
         notifier = RerunNotifierResource(transport="smtp", smtp_host=smtp.host, smtp_port=smtp.port)
         ctx = dg.build_sensor_context(resources={"store": StoreResource(url=sqlite_url), "reruns_notifier": notifier})
         second = notification_outbox_sensor.evaluate_tick(ctx)
-        assert second.skip_message == "Delivered 1 notification(s); 0 will be retried; 0 given up"
+        assert second.skip_message == (f"Delivered 1 notification(s) to email over SMTP (127.0.0.1:{smtp.port}); "
+                                       "0 will be retried; 0 given up")
         assert [m.message["Subject"] for m in smtp.messages] == [TITLE_WINNER_CHANGED]
 
 

@@ -360,7 +360,9 @@ def test_data_arrival_is_read_from_a_point_in_time_dataset(sqlite_url: str) -> N
     port = StoreStudies(engine)
     facts = port.get(str(sid))
     assert facts is not None and port.data_end(facts) == dt.datetime(2016, 1, 1, tzinfo=dt.UTC)
-    record_data_end(engine, WS, "seattle_rain", dt.datetime(2016, 6, 1, tzinfo=dt.UTC))  # ignored
+    # The signal cannot apply to a workflow whose studies read their dataset: refused, not ignored.
+    with pytest.raises(InputError, match="A built-in dataset never grows: register your own"):
+        record_data_end(engine, WS, "seattle_rain", dt.datetime(2016, 6, 1, tzinfo=dt.UTC))
     sched = enable_schedule(engine, port, study_id=str(sid), cadence="1d", owner="ana@example.com", now=T0)
     r = evaluate_schedule(engine, port, sched.id, now=T0, spend=store_spend_source(engine))
     # 2015-12-02 .. 2015-12-31: 30 decision steps with a known outcome after the holdout.

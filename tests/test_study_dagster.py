@@ -1,5 +1,6 @@
 """Studies on Dagster: the fan-out job in process, the leaderboard metadata, and a kill + resume
-with the multiprocess executor on the real PostgreSQL server."""
+of a chunked study launched with the job's default executor (multiprocess, forkserver) on the
+real PostgreSQL server."""
 
 from __future__ import annotations
 
@@ -73,10 +74,9 @@ _CHILD = textwrap.dedent("""
     from assets.studies import study_run_config
     import tests_helpers_study_job as helper
     sid, parent = int(sys.argv[1]), sys.argv[2]
-    executor = {"multiprocess": {"max_concurrent": 2, "start_method": {"forkserver": {}}}}
-    if parent != "-":
-        executor = {"in_process": {}}  # the executor is configuration; in-process resumes faster
-    config = {**study_run_config(sid), "execution": {"config": executor}}
+    config = study_run_config(sid)  # the job's default executor: forkserver, 2 chunks at once
+    if parent != "-":  # the executor is configuration; in-process resumes faster
+        config = {**config, "execution": {"config": {"in_process": {}}}}
     with dg.DagsterInstance.get() as instance:
         options = None
         if parent != "-":
@@ -93,15 +93,16 @@ _CHILD = textwrap.dedent("""
 
 _HELPER = textwrap.dedent("""
     import os
-    from assets.studies import study_graph
+    import dagster as dg
+    from assets.studies import study_job
     from resources.store import StoreResource
     from resources.studies import StudyRunnerResource
 
     def make_study_job():
-        return study_graph.to_job(name="study_job", resource_defs={
+        return dg.Definitions(jobs=[study_job], resources={
             "store": StoreResource(url=os.environ["STUDY_TEST_STORE_URL"]),
             "study_runner": StudyRunnerResource(),
-        })
+        }).resolve_job_def("study_job")
 """)
 
 
@@ -147,6 +148,12 @@ def test_killed_study_run_resumes_without_rerunning_or_double_charging(pg_url: s
     with session_scope(engine) as s:
         parent = s.get(StudyRow, sid).dagster_run_id  # type: ignore[union-attr]
     assert parent
+    with dg.DagsterInstance.from_config(str(home)) as instance:  # what the killed run was doing
+        logs = instance.all_logs(parent)
+        engine_text = " ".join(e.message or "" for e in logs if e.is_dagster_event)
+        chunk_steps = {e.step_key for e in logs if e.step_key and e.step_key.startswith("study_backtests")}
+    assert "multiprocess executor" in engine_text  # the job's default executor, not in process
+    assert chunk_steps and chunk_steps <= {f"study_backtests[chunk{i}]" for i in range(4)}
     resumed = subprocess.run([sys.executable, "-c", _CHILD, str(sid), parent], env=env,
                              cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert "RUN" in resumed.stdout and resumed.stdout.strip().endswith("True"), resumed.stdout + resumed.stderr[-3000:]

@@ -25,6 +25,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -162,6 +163,13 @@ def _install_handlers(app: FastAPI) -> None:
                  "See /v1/openapi.json",
         }.get(exc.status_code, str(exc.detail))
         return _error_response(exc.status_code, code, message, exc.headers)
+
+    @app.exception_handler(SQLAlchemyError)
+    async def _store(request: Request, exc: SQLAlchemyError) -> JSONResponse:
+        log.warning("store error on %s %s: %s", request.method, request.url.path, type(exc).__name__)
+        return _error_response(503, "store_unavailable",
+                               f"expected the store to answer, got {type(exc).__name__} (busy or "
+                               "unreachable). Retry in a moment", {"Retry-After": "1"})
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception) -> JSONResponse:

@@ -194,20 +194,34 @@ class UsageRowOut(BaseModel):
 
 class StudySpendOut(BaseModel):
     study_id: int
+    name: str | None
     workflow: str
+    day: str
     state: str
     spend_micro_usd: int | None
     budget_micro_usd: int | None
 
 
+class SpendOut(BaseModel):
+    """Spend of one UTC day (or workflow, or the whole period), in micro-USD."""
+
+    key: str
+    backtests_micro_usd: int
+    studies_micro_usd: int
+    live_micro_usd: int
+    historical_micro_usd: int
+    calls: int
+
+
 class UsageOut(BaseModel):
-    """Settings → Usage: spend by day and workflow, backtests (HISTORICAL) and live runs apart,
-    and each study's spend."""
+    """Settings → Usage: spend by UTC day and by workflow, backtests, studies (both HISTORICAL)
+    and live runs (LIVE) apart; every metered call group and each study's spend."""
 
     workspace_id: str
-    rows: list[UsageRowOut]
-    historical_micro_usd: int
-    live_micro_usd: int
+    by_day: list[SpendOut]
+    by_workflow: list[SpendOut]
+    total: SpendOut
+    calls: list[UsageRowOut]
     studies: list[StudySpendOut]
 
 

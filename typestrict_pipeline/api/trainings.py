@@ -256,7 +256,10 @@ class TrainingStore:
         for name, draft in ((MANIFEST_NAME, False), (DRAFT_NAME, True)):
             path = folder / name
             if path.is_file():
-                doc = json.loads(path.read_text(encoding="utf-8"))
+                try:
+                    doc = json.loads(path.read_text(encoding="utf-8"))
+                except (OSError, ValueError):  # not readable: never shown, never a 500
+                    break
                 if not isinstance(doc, dict) or doc.get("workspace_id") != workspace_id:
                     break
                 return doc, folder, draft
@@ -348,17 +351,26 @@ class TrainingStore:
         if trained_on is not None:
             doc["training"] = {**doc["training"], "trained_on_sha256": trained_on}
         manifest = parse_manifest(doc, source="request", base_dir=folder)
-        target = folder / MODEL_PREDICTIONS
-        staged = write_atomic(folder / "predictions" / ".incoming.jsonl", predictions_jsonl)
+        claim = folder / ".submitting"
+        try:  # one submission at a time: a concurrent one is a conflict, not a mix of two
+            os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            raise ConflictError(
+                f"expected no other submission in progress for training {training_id!r}, got one. "
+                "Wait for it and read GET /v1/trainings/{id}"
+            ) from None
+        staged = folder / "predictions" / f".incoming-{secrets.token_hex(4)}.jsonl"
         try:
+            write_atomic(staged, predictions_jsonl)
             read_predictions(staged, "model")
             holdouts = split_decisions(load_dataset(manifest))
             check_trained_on(manifest.trained_on_sha256, holdouts, training_id=training_id)
-            os.replace(staged, target)
+            os.replace(staged, folder / MODEL_PREDICTIONS)
+            write_atomic(folder / MANIFEST_NAME, json.dumps(doc, indent=2).encode("utf-8"))
+            (folder / DRAFT_NAME).unlink(missing_ok=True)
         finally:
             staged.unlink(missing_ok=True)
-        write_atomic(folder / MANIFEST_NAME, json.dumps(doc, indent=2).encode("utf-8"))
-        (folder / DRAFT_NAME).unlink(missing_ok=True)
+            claim.unlink(missing_ok=True)
         return manifest
 
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typestrict_pipeline.errors import TypeStrictError
 
 # Modules under typestrict_pipeline.cli that define register(subparsers).
-_AREAS = ("refund", "credits", "store", "backtest", "study", "schedule", "api")
+_AREAS = ("refund", "credits", "store", "backtest", "study", "schedule", "api", "data")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,6 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except TypeStrictError as exc:
         return _fail(f"typestrict: {exc}", 2)
+    except SystemExit as exc:  # argparse: --help exits 0, a usage error 2 (its message printed)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     except BrokenPipeError:
         # The reader went away (``| head``): stop writing, say nothing.
         devnull = os.open(os.devnull, os.O_WRONLY)

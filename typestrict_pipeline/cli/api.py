@@ -51,14 +51,16 @@ def _jev_source(text: str | None) -> dict[str, Any] | None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    if not 0 < args.port < 65536:
+        raise InputError("a TCP port between 1 and 65535", str(args.port), "pass --port 8000")
+    jev_source = _jev_source(args.jev_source)
+    home = Path(args.home) if args.home else typestrict_home()
+
     import uvicorn
 
     from typestrict_pipeline.api import create_app
 
-    if not 0 < args.port < 65536:
-        raise InputError("a TCP port between 1 and 65535", str(args.port), "pass --port 8000")
-    home = Path(args.home) if args.home else typestrict_home()
-    app = create_app(_store(args), home, jev_source=_jev_source(args.jev_source))
+    app = create_app(_store(args), home, jev_source=jev_source)
     print(f"typestrict api: serving http://{args.host}:{args.port}/v1 (schema: /v1/openapi.json)", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
     return 0
@@ -97,6 +99,12 @@ def _list(args: argparse.Namespace) -> int:
         keys = list_api_keys(engine, args.workspace)
     finally:
         engine.dispose()
+    if args.json:
+        print(json.dumps([{"key_id": k.key_id, "workspace_id": k.workspace_id, "label": k.label,
+                           "created_at": k.created_at.isoformat(),
+                           "revoked_at": k.revoked_at.isoformat() if k.revoked_at else None}
+                          for k in keys], indent=2))
+        return 0
     for k in keys:
         state = f"revoked {k.revoked_at.isoformat()}" if k.revoked_at else "active"
         print(f"{k.key_id}  {k.created_at.isoformat()}  {state}  {k.label}")
@@ -105,32 +113,36 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _store_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", help="store URL (default: TYPESTRICT_STORE_URL or the local SQLite file)")
+    from typestrict_pipeline.cli.common import add_store
+
+    add_store(p)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``api`` and ``api-key``."""
     p = subparsers.add_parser("api", help="serve the customer HTTP API (/v1) with uvicorn")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="TCP port, 1 to 65535 (default 8000)")
     p.add_argument("--home", help="TYPESTRICT_HOME (trainings, audits, workspaces' files)")
     p.add_argument("--jev-source", help="Jev's manifest predictions.jev object, as JSON or @FILE")
-    p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"),
+                   help="uvicorn's log level (default info; requests are not logged)")
     _store_option(p)
     p.set_defaults(func=_serve)
 
     keys = subparsers.add_parser("api-key", help="API keys per workspace: create, revoke, list")
     sub = keys.add_subparsers(dest="api_key_command", required=True)
     c = sub.add_parser("create", help="create a key for a workspace (printed once)")
-    c.add_argument("workspace")
+    c.add_argument("workspace", help="the workspace the key belongs to")
     c.add_argument("--label", default="", help="a note to recognise the key by")
     _store_option(c)
     c.set_defaults(func=_create)
     r = sub.add_parser("revoke", help="revoke a key by its id (the 16 hex characters after tsk_)")
-    r.add_argument("key_id")
+    r.add_argument("key_id", help="the key's id: the 16 hex characters after tsk_")
     _store_option(r)
     r.set_defaults(func=_revoke)
     ls = sub.add_parser("list", help="a workspace's keys (ids and labels, never the keys)")
-    ls.add_argument("workspace")
+    ls.add_argument("workspace", help="the workspace whose keys to list")
+    ls.add_argument("--json", action="store_true", help="print JSON instead of lines")
     _store_option(ls)
     ls.set_defaults(func=_list)

@@ -12,7 +12,9 @@ Commands:
 * ``data-arrived WORKSPACE WORKFLOW END``: record that outcomes are known up to ``END``;
 * ``workspace WORKSPACE [--subscription ACTIVE|EXPIRED] [--budget-usd X]``: state and spend;
 * ``notifications USER --on|--off``: the "A scheduled study changes its winner" notification;
-* ``deliver``: send the notification outbox (``TYPESTRICT_NOTIFY_TRANSPORT``, ``TYPESTRICT_SMTP_*``).
+* ``deliver [--requeue ID]``: send the notification outbox (``TYPESTRICT_NOTIFY_TRANSPORT``:
+  ``file`` by default, ``smtp``, ``webhook``, ``none``);
+* ``outbox [--undelivered]``: every notification, delivered or not, with the reason it is not.
 
 The same ``status``, ``lineage`` and ``schedule enable|cancel`` are also offered under
 ``typestrict study`` (added to the studies area's command when it does not define them).
@@ -21,8 +23,10 @@ The same ``status``, ``lineage`` and ``schedule enable|cancel`` are also offered
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import os
+import sys
 
 from sqlalchemy import Engine
 
@@ -85,11 +89,15 @@ def _who(value: str | None) -> str:
 def _enable(args: argparse.Namespace) -> int:
     from typestrict_pipeline.reruns.service import enable_schedule, status_text
     from typestrict_pipeline.reruns.studies import StoreStudies
+    from typestrict_pipeline.reruns.workspace import store_spend_source, workspace_warning
 
     engine = _engine(args)
     view = enable_schedule(engine, StoreStudies(engine), study_id=str(args.study_id), cadence=args.cadence,
                            owner=_who(args.owner), min_unseen_steps=args.min_unseen_steps)
     print(status_text(engine, view))
+    warning = workspace_warning(engine, view.workspace_id, utcnow(), store_spend_source(engine))
+    if warning is not None:
+        print(f"typestrict: warning: {warning}", file=sys.stderr)
     return 0
 
 
@@ -230,17 +238,45 @@ def _notifications(args: argparse.Namespace) -> int:
 
 
 def _deliver(args: argparse.Namespace) -> int:
-    from typestrict_pipeline.reruns.notify import deliver_pending, transport_from_env
+    from typestrict_pipeline.reruns.notify import (
+        FileTransport,
+        deliver_pending,
+        requeue,
+        transport_from_env,
+    )
 
+    engine = _engine(args)
+    if args.requeue is not None:
+        requeue(engine, args.requeue)
+        print(f"message {args.requeue} put back in the outbox")
     transport = transport_from_env()
     if transport is None:
-        print("TYPESTRICT_NOTIFY_TRANSPORT=none: messages stay in the outbox")
+        print("TYPESTRICT_NOTIFY_TRANSPORT=none: messages stay in the outbox (typestrict schedule outbox lists them)")
         return 0
-    report = deliver_pending(_engine(args), transport)
+    if isinstance(transport, FileTransport):
+        print(f"delivering to {transport.path}")
+    report = deliver_pending(engine, transport)
     print(f"{len(report.sent)} sent, {len(report.failed)} kept for retry, {len(report.dead)} given up")
     for mid, error in report.failed:
         print(f"  message {mid}: {error}")
     return 0 if not report.dead else 1
+
+
+def _outbox(args: argparse.Namespace) -> int:
+    from typestrict_pipeline.reruns.notify import outbox, transport_from_env, transport_label
+
+    entries = outbox(read_store(args), undelivered_only=args.undelivered, limit=args.limit)
+    if args.json:
+        print_json({"transport": transport_label(transport_from_env()),
+                    "messages": [dataclasses.asdict(e) for e in entries]})
+        return 0
+    print(f"Notifications are delivered to {transport_label(transport_from_env())}")
+    if not entries:
+        print("The outbox is empty" + (" of undelivered messages" if args.undelivered else ""))
+        return 0
+    for e in entries:
+        print("  " + e.line())
+    return 0
 
 
 def _add_common(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -349,6 +385,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(func=_notifications)
 
     p = cmd("deliver", "send the notification outbox now")
+    p.add_argument("--requeue", type=bounded_int("a message id", 1, 2**62), metavar="MESSAGE_ID",
+                   help="first put a given-up message back")
     p.set_defaults(func=_deliver)
+
+    p = add_json(cmd("outbox", "the notifications: delivered, waiting, or not delivered and why"))
+    p.add_argument("--undelivered", action="store_true", help="only messages not delivered yet")
+    p.add_argument("--limit", type=bounded_int("a number of messages", 1, 1000), default=50, metavar="N",
+                   help="at most N (1-1000, default 50)")
+    p.set_defaults(func=_outbox)
 
     _extend_study(subparsers)

@@ -50,7 +50,7 @@ def check_trained_on(
         TrainedOnError: the digests differ; the message gives both and how to fix it.
 
     >>> from typestrict_pipeline.refund.holdout import HoldoutRecord, draw_holdout
-    >>> h = draw_holdout([HoldoutRecord(str(i), "t", "ab"[i % 2], None) for i in range(10)],
+    >>> h = draw_holdout([HoldoutRecord(str(i), f"t{i}", "ab"[i % 2], None) for i in range(10)],
     ...                  decision="d")
     >>> check_trained_on(trained_on_sha256(training_ids([h])), [h], training_id="t1")
     >>> check_trained_on("0" * 64, [h], training_id="t1")  # doctest: +ELLIPSIS

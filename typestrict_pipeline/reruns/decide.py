@@ -8,11 +8,12 @@ The checks run in a fixed order; the first that applies is the reason shown:
 
 1. the root study was deleted (the schedule turns itself off);
 2. the root study has no USD budget;
-3. the workspace subscription expired;
-4. the workspace usage budget is exhausted;
-5. the previous study in the lineage did not finish (cancelled or failed, no winner);
-6. a study or backtest of the workflow is in flight (including the previous re-run);
-7. fewer unseen steps than the minimum.
+3. the workspace has no subscription record at all (never set up; told apart from expired);
+4. the workspace subscription expired;
+5. the workspace usage budget is exhausted;
+6. the previous study in the lineage did not finish (cancelled or failed, no winner);
+7. a study or backtest of the workflow is in flight (including the previous re-run);
+8. fewer unseen steps than the minimum.
 
 Workspace and lineage problems come before "in flight" and "not enough data" because they are
 the ones that need the user to act; the last two clear by themselves.
@@ -28,9 +29,20 @@ from typestrict_pipeline.reruns.windows import RerunWindows, plan_rerun_windows,
 MSG_ROOT_DELETED = "The root study was deleted"
 MSG_NO_USD_BUDGET = "The root study has no USD budget"
 MSG_SUBSCRIPTION_EXPIRED = "Workspace subscription expired"
+MSG_WORKSPACE_NOT_SET_UP = "Workspace subscription never set up"
 MSG_USAGE_EXHAUSTED = "Usage budget exhausted"
 MSG_PREVIOUS_NOT_FINISHED = "The previous study in the lineage did not finish"
 MSG_IN_FLIGHT = "A study or backtest was in flight"
+
+
+def not_set_up_message(workspace_id: str) -> str:
+    """The message for a workspace that has no subscription record (never set up), with the fix.
+
+    >>> not_set_up_message("demo")
+    'Workspace subscription never set up: typestrict schedule workspace demo --subscription ACTIVE --budget-usd 50 sets it'
+    """
+    return (f"{MSG_WORKSPACE_NOT_SET_UP}: typestrict schedule workspace {workspace_id} "
+            "--subscription ACTIVE --budget-usd 50 sets it")
 
 
 def not_enough_message(unseen: int, minimum: int) -> str:
@@ -47,6 +59,7 @@ class SkipKind(enum.StrEnum):
 
     ROOT_DELETED = "ROOT_DELETED"
     NO_USD_BUDGET = "NO_USD_BUDGET"
+    WORKSPACE_NOT_SET_UP = "WORKSPACE_NOT_SET_UP"
     SUBSCRIPTION_EXPIRED = "SUBSCRIPTION_EXPIRED"
     USAGE_EXHAUSTED = "USAGE_EXHAUSTED"
     PREVIOUS_NOT_FINISHED = "PREVIOUS_NOT_FINISHED"
@@ -88,6 +101,8 @@ class TickState:
         available_end: end (exclusive) of the steps known now.
         min_unseen_steps: the study's "Min unseen steps for a re-run".
         embargo_steps: steps between the folds' data and the holdout.
+        workspace_id: the schedule's workspace (named in the "never set up" message).
+        workspace_set_up: False when the workspace has no subscription record at all.
     """
 
     lineage_root_id: str
@@ -104,6 +119,8 @@ class TickState:
     available_end: int
     min_unseen_steps: int
     embargo_steps: int = 0
+    workspace_id: str = ""
+    workspace_set_up: bool = True
 
 
 @dataclass(frozen=True)
@@ -165,6 +182,8 @@ def decide_tick(state: TickState) -> Fire | Skip:
         return Skip(SkipKind.ROOT_DELETED, MSG_ROOT_DELETED)
     if state.root_budget_micro_usd is None:
         return Skip(SkipKind.NO_USD_BUDGET, MSG_NO_USD_BUDGET)
+    if not state.workspace_set_up:
+        return Skip(SkipKind.WORKSPACE_NOT_SET_UP, not_set_up_message(state.workspace_id))
     if state.subscription is not SubscriptionState.ACTIVE:
         return Skip(SkipKind.SUBSCRIPTION_EXPIRED, MSG_SUBSCRIPTION_EXPIRED)
     if state.usage_spent_micro_usd >= state.usage_budget_micro_usd:

@@ -11,20 +11,25 @@
 * Delivery is at least once: a process that dies between sending and marking ``SENT`` sends the
   message again once its lease expires (the receiver sees the same ``Message-ID``).
 
-Transports: :class:`SmtpTransport` (email over SMTP, ``smtplib``) and :class:`WebhookTransport`
-(JSON ``POST``, ``urllib``).
+Transports: :class:`FileTransport` (the default: each message appended to a log file a user
+reads without any mail server, ``${TYPESTRICT_HOME}/notifications.log``), :class:`SmtpTransport`
+(email over SMTP, ``smtplib``) and :class:`WebhookTransport` (JSON ``POST``, ``urllib``), chosen
+by configuration (:func:`transport_from_env`). :func:`outbox` lists every message with its state
+and, for one not delivered yet, the reason.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import re
 import smtplib
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from email.message import EmailMessage
+from pathlib import Path
 from typing import Protocol
 
 from sqlalchemy import Engine, or_, select, update
@@ -94,6 +99,34 @@ class SmtpTransport:
             if self.username:
                 smtp.login(self.username, self.password or "")
             smtp.send_message(mail)
+
+
+@dataclass(frozen=True)
+class FileTransport:
+    """Appends each message to a text file (created with its folders), flushed to disk.
+
+    The default transport: a person reads the file (``typestrict schedule outbox`` also lists
+    the messages); no mail server is needed.
+
+    >>> import tempfile, pathlib
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "n.log"
+    >>> FileTransport(f).send(Outgoing("winner-changed:1", "k", "ana@example.com", "Hello", "Body"))
+    >>> f.read_text().splitlines()[1:3]
+    ['To: ana@example.com', 'Subject: Hello']
+    """
+
+    path: Path
+
+    def send(self, message: Outgoing) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        block = (
+            f"=== {utcnow().strftime('%Y-%m-%dT%H:%M:%SZ')} {message_id_header(message.message_id)}\n"
+            f"To: {message.recipient}\nSubject: {message.subject}\n\n{message.body.rstrip()}\n\n"
+        )
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(block)
+            handle.flush()
+            os.fsync(handle.fileno())
 
 
 @dataclass(frozen=True)
@@ -289,38 +322,107 @@ def requeue(engine: Engine, message_id: int, now: dt.datetime | None = None) -> 
 
 def transport_from_env(
     kind: str | None = None, environ: dict[str, str] | None = None
-) -> SmtpTransport | WebhookTransport | None:
+) -> FileTransport | SmtpTransport | WebhookTransport | None:
     """The transport the environment describes (None for ``none``: messages stay in the outbox).
 
-    ``TYPESTRICT_NOTIFY_TRANSPORT`` = ``smtp`` (default) | ``webhook`` | ``none``;
-    ``TYPESTRICT_SMTP_HOST`` (127.0.0.1), ``_PORT`` (25), ``_SENDER``, ``_USER``, ``_PASSWORD``,
-    ``_STARTTLS`` (1/true/yes); ``TYPESTRICT_NOTIFY_WEBHOOK``.
+    ``TYPESTRICT_NOTIFY_TRANSPORT`` = ``file`` | ``smtp`` | ``webhook`` | ``none``. Unset: ``smtp``
+    when ``TYPESTRICT_SMTP_HOST`` is set, ``webhook`` when ``TYPESTRICT_NOTIFY_WEBHOOK`` is set,
+    else ``file`` (``TYPESTRICT_NOTIFY_FILE``, default ``${TYPESTRICT_HOME}/notifications.log``):
+    delivery works out of the box without a mail server. SMTP: ``TYPESTRICT_SMTP_HOST``,
+    ``_PORT`` (25), ``_SENDER``, ``_USER``, ``_PASSWORD``, ``_STARTTLS`` (1/true/yes).
 
     >>> transport_from_env(environ={"TYPESTRICT_NOTIFY_TRANSPORT": "none"}) is None
     True
-    >>> transport_from_env(environ={"TYPESTRICT_SMTP_PORT": "2525"}).port
+    >>> transport_from_env(environ={"TYPESTRICT_SMTP_HOST": "mail", "TYPESTRICT_SMTP_PORT": "2525"}).port
     2525
+    >>> transport_from_env(environ={"TYPESTRICT_HOME": "/srv/ts"}).path
+    PosixPath('/srv/ts/notifications.log')
     """
-    import os
-
     from typestrict_pipeline.errors import InputError
 
     env = dict(os.environ) if environ is None else environ
-    chosen = (kind or env.get("TYPESTRICT_NOTIFY_TRANSPORT") or "smtp").lower()
+    implied = ("smtp" if env.get("TYPESTRICT_SMTP_HOST")
+               else "webhook" if env.get("TYPESTRICT_NOTIFY_WEBHOOK") else "file")
+    chosen = (kind or env.get("TYPESTRICT_NOTIFY_TRANSPORT") or implied).lower()
     if chosen == "none":
         return None
+    if chosen == "file":
+        explicit = env.get("TYPESTRICT_NOTIFY_FILE")
+        home = Path(env.get("TYPESTRICT_HOME", ".typestrict"))
+        return FileTransport(Path(explicit).resolve() if explicit else (home / "notifications.log").resolve())
     if chosen == "webhook":
         url = env.get("TYPESTRICT_NOTIFY_WEBHOOK")
         if not url:
-            raise InputError("a webhook URL in TYPESTRICT_NOTIFY_WEBHOOK", "none", "set it, or use the smtp transport")
+            raise InputError("a webhook URL in TYPESTRICT_NOTIFY_WEBHOOK", "none", "set it, or use the file transport")
         return WebhookTransport(url)
     if chosen != "smtp":
-        raise InputError("TYPESTRICT_NOTIFY_TRANSPORT smtp, webhook or none", repr(chosen), "fix the variable")
+        raise InputError("TYPESTRICT_NOTIFY_TRANSPORT file, smtp, webhook or none", repr(chosen), "fix the variable")
+    port = env.get("TYPESTRICT_SMTP_PORT", "25")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise InputError("TYPESTRICT_SMTP_PORT between 1 and 65535", repr(port), "fix the variable")
     return SmtpTransport(
         host=env.get("TYPESTRICT_SMTP_HOST", "127.0.0.1"),
-        port=int(env.get("TYPESTRICT_SMTP_PORT", "25")),
+        port=int(port),
         sender=env.get("TYPESTRICT_SMTP_SENDER", "typestrict@localhost"),
         starttls=env.get("TYPESTRICT_SMTP_STARTTLS", "").lower() in ("1", "true", "yes"),
         username=env.get("TYPESTRICT_SMTP_USER"),
         password=env.get("TYPESTRICT_SMTP_PASSWORD"),
     )
+
+
+def transport_label(transport: Transport | None) -> str:
+    """Where messages go, in words.
+
+    >>> transport_label(SmtpTransport("mail", 25, "a@x")), transport_label(None)
+    ('email over SMTP (mail:25)', 'nowhere: kept in the outbox (TYPESTRICT_NOTIFY_TRANSPORT=none)')
+    """
+    if transport is None:
+        return "nowhere: kept in the outbox (TYPESTRICT_NOTIFY_TRANSPORT=none)"
+    if isinstance(transport, FileTransport):
+        return f"the file {transport.path}"
+    if isinstance(transport, SmtpTransport):
+        return f"email over SMTP ({transport.host}:{transport.port})"
+    if isinstance(transport, WebhookTransport):
+        return f"a webhook ({transport.url})"
+    return type(transport).__name__
+
+
+@dataclass(frozen=True)
+class OutboxEntry:
+    """One message of the outbox as the CLI and the UI show it."""
+
+    id: int
+    state: OutboxState
+    recipient: str
+    subject: str
+    attempts: int
+    created_at: dt.datetime
+    sent_at: dt.datetime | None
+    next_attempt_at: dt.datetime | None
+    last_error: str | None
+
+    def line(self) -> str:
+        """One line: id, state, recipient, subject, and why it is not delivered yet."""
+        head = f"#{self.id} {self.state.value:<7} {self.recipient}: {self.subject}"
+        if self.state is OutboxState.SENT:
+            when = self.sent_at.strftime("%Y-%m-%d %H:%M UTC") if self.sent_at else "?"
+            return f"{head} (delivered {when})"
+        why = f"not delivered yet after {self.attempts} attempt(s): {self.last_error}" if self.last_error else "waiting"
+        if self.state is OutboxState.DEAD:
+            why = f"given up after {self.attempts} attempts: {self.last_error} (typestrict schedule deliver --requeue {self.id})"
+        elif self.next_attempt_at is not None and self.last_error:
+            why += f"; next attempt {self.next_attempt_at.strftime('%Y-%m-%d %H:%M UTC')}"
+        return f"{head} ({why})"
+
+
+def outbox(engine: Engine, *, undelivered_only: bool = False, limit: int = 50) -> list[OutboxEntry]:
+    """The newest messages of the outbox (or only those not delivered), newest first."""
+    q = select(OutboxMessage).order_by(OutboxMessage.id.desc()).limit(limit)
+    if undelivered_only:
+        q = q.where(OutboxMessage.state != OutboxState.SENT)
+    with session_scope(engine) as session:
+        return [
+            OutboxEntry(r.id, r.state, r.recipient, r.subject, r.attempts, r.created_at, r.sent_at,
+                        r.next_attempt_at, r.last_error)
+            for r in session.execute(q).scalars().all()
+        ]

@@ -89,3 +89,47 @@ def run(engine: Engine, study_id: str) -> None:
 def port(engine: Engine) -> StoreStudies:
     """The studies port (every study runs on the backend it stores)."""
     return StoreStudies(engine, max_workers=2)
+
+
+SEATTLE_WORKFLOW = "seattle_rain"
+
+
+def create_seattle_study(
+    engine: Engine,
+    *,
+    workspace: str,
+    dataset: str,
+    end: dt.datetime,
+    budget_micro_usd: int,
+    min_unseen_steps: int,
+    n_folds: int = 2,
+    tune_steps: int = 10,
+    eval_steps: int = 10,
+    holdout_steps: int = 10,
+) -> str:
+    """Create (not run) a small Seattle rain study on a named point-in-time dataset.
+
+    The study replays the registered ``seattle_rain`` workflow on ``dataset`` (a registered
+    dataset, ``typestrict data register``) with its stand-in forecaster (no latency), over two
+    thresholds; its holdout ends at ``end`` (exclusive). A tick reads the dataset itself, so new
+    rows appended to it (``typestrict data append``) are what makes its re-runs fire.
+    """
+    from typestrict_pipeline.backtest.workflows import default_registry
+    from typestrict_pipeline.reruns.studies import REGISTERED_SETUP
+
+    wf = default_registry().active(SEATTLE_WORKFLOW)
+    layout = plan_folds(start=end - (n_folds * (tune_steps + eval_steps) + holdout_steps + 12) * STEP, end=end,
+                        step=STEP, n_folds=n_folds, tune_steps=tune_steps, eval_steps=eval_steps,
+                        holdout_steps=holdout_steps)
+    backend = {"backend": "engine", "setup": REGISTERED_SETUP,
+               "setup_args": {"workflow": SEATTLE_WORKFLOW, "dataset": dataset, "latency_s": 0.0},
+               "max_in_flight": 4}
+    study_id = repo.create_study(
+        engine, workspace=workspace, workflow=SEATTLE_WORKFLOW, workflow_version=wf.version_id,
+        space=SearchSpace(grid={"threshold": [0.4, 0.6]}), layout=layout,
+        limits=StudyLimits(max_candidates=4, max_total_steps=10_000, budget_micro=budget_micro_usd),
+        config={"workflow": SEATTLE_WORKFLOW, "backend": backend},
+        last_backtest=repo.LastBacktest(cost_micro=30, steps=10), name=f"seattle rain on {dataset}",
+        min_unseen_steps=min_unseen_steps,
+    )
+    return str(study_id)

@@ -413,6 +413,8 @@ def tick_state(
         available_end=available,
         min_unseen_steps=schedule.min_unseen_steps,
         embargo_steps=0 if grid is None else grid.embargo_steps,
+        workspace_id=schedule.workspace_id,
+        workspace_set_up=ws is not None,
     )
     return state, prev
 
@@ -480,10 +482,19 @@ def evaluate_schedule(
     assert isinstance(decision, Fire)
     entry_id, label = _claim_rerun(engine, port, view, decision, at)
     message = (f"Fired re-run #{decision.seq}: scored on {label} ({decision.windows.holdout.length} of "
-               f"{decision.windows.unseen_steps} unseen steps)")
+               f"{decision.windows.unseen_steps} unseen steps). {lineage_hint(view.lineage_root_id)}")
     result = TickResult(schedule_id, used_slot, TickOutcome.FIRED, message, None, decision.run_key, entry_id)
     _record(engine, schedule_id, at, source, result, off=False)
     return result
+
+
+def lineage_hint(lineage_root_id: str) -> str:
+    """How to open a lineage's panel, as every fired tick and re-run run says it.
+
+    >>> lineage_hint("12")
+    'Lineage: typestrict schedule lineage 12, or the study_lineage asset, partition 12'
+    """
+    return f"Lineage: typestrict schedule lineage {lineage_root_id}, or the study_lineage asset, partition {lineage_root_id}"
 
 
 def _claim_rerun(
@@ -806,6 +817,12 @@ def status_text(engine: Engine, view: ScheduleView, *, ticks: int = 5) -> str:
         f"  each re-run's USD budget: {format_usd(view.budget_micro_usd)}; "
         f"min unseen steps for a re-run: {view.min_unseen_steps}",
     ]
+    if view.state is ScheduleState.ENABLED:
+        from typestrict_pipeline.reruns.workspace import store_spend_source, workspace_warning
+
+        warning = workspace_warning(engine, view.workspace_id, utcnow(), store_spend_source(engine))
+        lines.append(f"  workspace: {warning}" if warning else
+                     f"  workspace {view.workspace_id}: subscription active, usage budget left")
     if view.state is ScheduleState.CANCELLED:
         when = view.cancelled_at.strftime("%Y-%m-%d %H:%M UTC") if view.cancelled_at else "?"
         lines.append(f"  cancelled by {view.cancelled_by} on {when}")

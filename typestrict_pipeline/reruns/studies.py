@@ -181,13 +181,12 @@ def dataset_data_end(config: Mapping[str, Any], step: dt.timedelta) -> dt.dateti
 
     Readable: ``{"backend": "engine", "setup": "typestrict_pipeline.study.setups:registered_workflow",
     "setup_args": {"workflow": W, "dataset": D, ...}}``, the workflow's own tables of dataset
-    ``D`` (loaded afresh, so rows appended since the last tick count).
+    ``D``, re-read when its files changed (so rows appended since the last tick count; a tick
+    where nothing changed costs one ``stat`` per table file).
     """
-    if config.get("backend") != "engine" or config.get("setup") != REGISTERED_SETUP:
+    if readable_dataset(config) is None:
         return None
-    args = config.get("setup_args") or {}
-    if not isinstance(args, Mapping) or "workflow" not in args or "dataset" not in args:
-        return None
+    args = config["setup_args"]
     from typestrict_pipeline.backtest.workflows import default_registry, load_dataset
 
     wf = default_registry().get(str(args["workflow"]), args.get("version_id"))
@@ -198,10 +197,57 @@ def dataset_data_end(config: Mapping[str, Any], step: dt.timedelta) -> dt.dateti
     return data_end_from_tables(tables, horizon=wf.horizon, step=step)
 
 
+def readable_dataset(config: Mapping[str, Any]) -> str | None:
+    """The named dataset a study's backend configuration replays, when a tick can read it.
+
+    >>> readable_dataset({"backend": "engine", "setup": REGISTERED_SETUP,
+    ...                   "setup_args": {"workflow": "seattle_rain", "dataset": "seattle_live"}})
+    'seattle_live'
+    >>> readable_dataset({"backend": "regime-shift"}) is None
+    True
+    """
+    if config.get("backend") != "engine" or config.get("setup") != REGISTERED_SETUP:
+        return None
+    args = config.get("setup_args") or {}
+    if not isinstance(args, Mapping) or "workflow" not in args or "dataset" not in args:
+        return None
+    return str(args["dataset"])
+
+
+def datasets_read_by(engine: Engine, workspace_id: str, workflow_id: str) -> list[str]:
+    """The datasets the studies of a workflow read themselves (sorted; empty when none does)."""
+    with session_scope(engine) as session:
+        configs = session.execute(
+            select(StudyRow.config_json).where(StudyRow.workspace == workspace_id, StudyRow.workflow == workflow_id)
+        ).scalars().all()
+    found = {readable_dataset(dict((c or {}).get("backend", {}))) for c in configs}
+    return sorted(d for d in found if d is not None)
+
+
 def record_data_end(engine: Engine, workspace_id: str, workflow_id: str, data_end: dt.datetime) -> None:
-    """Record that outcomes are known for every decision step before ``data_end`` (never moves back)."""
+    """Record that outcomes are known for every decision step before ``data_end`` (never moves back).
+
+    Raises:
+        InputError: a naive time; or the workflow's studies read a dataset themselves (then the
+            signal cannot apply: the data is the truth), naming the command that adds rows.
+    """
     if data_end.tzinfo is None:
         raise InputError("an aware UTC time", repr(data_end), "pass e.g. datetime(2015, 6, 1, tzinfo=UTC)")
+    readable = datasets_read_by(engine, workspace_id, workflow_id)
+    if readable:
+        from typestrict_pipeline.backtest.workflows import DATASETS
+
+        own = [d for d in readable if d not in DATASETS]
+        todo = (f"add the rows to the dataset instead: typestrict data append {own[0]} --table TABLE FILE.csv; "
+                "the next tick reads them" if own else
+                "a built-in dataset never grows: register your own (typestrict data register NAME --workflow "
+                f"{workflow_id} --table TABLE=FILE.csv), create the study on it, and append rows to it")
+        raise InputError(
+            "a workflow whose data a tick cannot read (a synthetic workflow, a setup of your own)",
+            f"workflow {workflow_id!r} of workspace {workspace_id!r}, whose studies read dataset "
+            f"{', '.join(repr(d) for d in readable)} themselves (a recorded signal would be ignored)",
+            todo,
+        )
     with session_scope(engine) as session:
         row = session.get(DataEndRow, (workspace_id, workflow_id), with_for_update=True)
         if row is None:

@@ -164,3 +164,26 @@ def store_spend_source(engine: Engine) -> SpendSource:
         return int(runs) + int(studies or 0)
 
     return spend
+
+
+def workspace_warning(engine: Engine, workspace_id: str, now: dt.datetime, spend: SpendSource) -> str | None:
+    """Why scheduled work of a workspace would be refused now, naming the command that fixes it;
+    None when its subscription is active and its usage budget not exhausted.
+
+    "Never set up" (no record) and "expired" are told apart.
+    """
+    from typestrict_pipeline.study.limits import format_usd
+
+    status = workspace_status(engine, workspace_id, now, spend)
+    cmd = f"typestrict schedule workspace {workspace_id}"
+    if status is None:
+        return (f"workspace {workspace_id} has no subscription yet (never set up): every tick will skip with "
+                f"\"Workspace subscription never set up\" until one is set: {cmd} --subscription ACTIVE --budget-usd 50")
+    if status.subscription is not SubscriptionState.ACTIVE:
+        return (f"workspace {workspace_id}'s subscription expired: every tick will skip with \"Workspace "
+                f"subscription expired\" until it is renewed: {cmd} --subscription ACTIVE")
+    if status.usage_exhausted:
+        return (f"workspace {workspace_id}'s usage budget is exhausted ({format_usd(status.spent_micro_usd)} of "
+                f"{format_usd(status.usage_budget_micro_usd)} this month): every tick will skip with \"Usage budget "
+                f"exhausted\" until it is raised: {cmd} --budget-usd N")
+    return None

@@ -141,6 +141,11 @@ def backend_from_config(config: Mapping[str, Any]) -> StudyBackend:
     import json
 
     key = json.dumps(dict(config), sort_keys=True, default=str)
+    args = config.get("setup_args")
+    if isinstance(args, Mapping) and "dataset" in args:  # a new backend once its data changed
+        from typestrict_pipeline.backtest.workflows import dataset_stamp
+
+        key += "|" + dataset_stamp(str(args["dataset"]))
     with _CACHE_LOCK:
         if key in _CACHE:
             return _CACHE[key]

@@ -23,15 +23,17 @@ import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 from scipy import stats
 
 from typestrict_pipeline.errors import NotEnoughDataError
-from typestrict_pipeline.study.stats import newey_west_se
+from typestrict_pipeline.study.stats import ar1_long_run_variance, newey_west_se
 
 FloatArray = npt.NDArray[np.float64]
+PValueType = Literal["consistent", "upper"]
 
 #: The level of every "yes" the leaderboard prints (one-sided where it is a bound).
 ALPHA = 0.05
@@ -56,7 +58,8 @@ class JointInference:
         block_length: the stationary bootstrap's mean block length (Politis–White, mean over
             the candidates' difference series, at least 1).
         reps: bootstrap resamples; seed: the generator's seed.
-        spa_pvalue: Hansen's consistent p-value of "no candidate beats the benchmark".
+        spa_pvalue: the SPA p-value of "no candidate beats the benchmark" the verdict uses
+            (``pvalue_type``: Hansen's consistent one, or the upper one for the candidates' mean).
         spa_pvalue_lower, spa_pvalue_upper: the lower and upper (Reality Check) p-values.
         stepm: the candidates in the StepM set at ``ALPHA`` (family-wise), best mean first.
         line_95: the bootstrap's 95% line on the score scale: the benchmark's mean plus the
@@ -70,6 +73,7 @@ class JointInference:
     reps: int
     seed: int
     spa_pvalue: float
+    pvalue_type: str
     spa_pvalue_lower: float
     spa_pvalue_upper: float
     stepm: tuple[str, ...]
@@ -79,6 +83,23 @@ class JointInference:
     def beats_luck(self) -> bool:
         """``SPA p ≤ 5%``: some candidate beats the benchmark beyond what the search's luck gives."""
         return self.spa_pvalue <= ALPHA
+
+
+def _stepm(spa: Any, k: int, pvalue_type: PValueType) -> list[int]:
+    """Romano–Wolf StepM on arch's SPA: the steps of ``arch.bootstrap.StepM.compute`` with the
+    p-value type chosen (arch's StepM always uses the consistent one)."""
+    spa.compute()
+    better = [int(i) for i in spa.better_models(ALPHA, pvalue_type)]
+    found = better[:]
+    while better and len(found) < k:
+        selector = np.ones(k, dtype=np.bool_)
+        selector[np.array(found)] = False
+        spa.subset(selector)
+        spa.compute()
+        better = [int(i) for i in spa.better_models(ALPHA, pvalue_type)]
+        found.extend(better)
+    spa.subset(np.ones(k, dtype=np.bool_))
+    return sorted(set(found))
 
 
 def block_length(differences: FloatArray) -> float:
@@ -106,6 +127,7 @@ def joint_inference(
     benchmark_label: str,
     seed: int,
     reps: int = REPS,
+    pvalue_type: PValueType = "consistent",
 ) -> JointInference:
     """SPA and StepM over a ``T × k`` matrix of per-step scores against a benchmark series.
 
@@ -116,6 +138,11 @@ def joint_inference(
         benchmark_label: what the benchmark is, for the header.
         seed: seeds ``numpy.random.default_rng`` of the bootstrap (the study's seed).
         reps: bootstrap resamples.
+        pvalue_type: ``"consistent"`` (Hansen's, against an outside benchmark such as the
+            version's defaults) or ``"upper"`` (every candidate re-centred: the least
+            favourable null "every candidate has the same skill", right when the benchmark is
+            the candidates' own mean, whose differences sum to zero so that one always looks
+            "poor" and the consistent re-centring would drop it and over-reject).
 
     Returns:
         The p-values, the StepM set and the bootstrap's 95% line.
@@ -129,7 +156,7 @@ def joint_inference(
     >>> res.beats_luck, res.stepm
     (True, ('c',))
     """
-    from arch.bootstrap import StepM
+    from arch.bootstrap import SPA
 
     t, k = scores.shape
     if t < MIN_JOINT_STEPS or k < 1:
@@ -140,17 +167,16 @@ def joint_inference(
     diffs = scores - benchmark[:, None]
     blen = block_length(diffs)
     # Losses are negated scores; arch's loss differential is benchmark − model = score − benchmark.
-    stepm = StepM(-benchmark, -scores, size=ALPHA, block_size=max(1, round(blen)), reps=reps,
-                  bootstrap="stationary", seed=np.random.default_rng(seed))
-    spa = stepm.spa
-    spa._simulate_values()  # the resampled means (cached; StepM and SPA reuse them)
+    spa = SPA(-benchmark, -scores, block_size=max(1, round(blen)), reps=reps,
+              bootstrap="stationary", seed=np.random.default_rng(seed))
+    spa._simulate_values()  # the resampled means (cached; every step below reuses them)
     _floor_bootstrap_spread(spa, diffs)
-    stepm.compute()
-    spa.compute()  # on every candidate again (StepM leaves the last subset's p-values)
+    superior_idx = _stepm(spa, k, pvalue_type)
+    spa.compute()
     pvals = spa.pvalues
-    crit = float(spa.critical_values(ALPHA)["consistent"])
+    crit = float(spa.critical_values(ALPHA)[pvalue_type])
     means = diffs.mean(axis=0)
-    superior = sorted((int(str(i)) for i in stepm.superior_models), key=lambda i: -means[i])
+    superior = sorted(superior_idx, key=lambda i: -means[i])
     return JointInference(
         benchmark=benchmark_label,
         candidates=tuple(candidates),
@@ -158,7 +184,8 @@ def joint_inference(
         block_length=blen,
         reps=reps,
         seed=seed,
-        spa_pvalue=float(pvals["consistent"]),
+        spa_pvalue=float(pvals[pvalue_type]),
+        pvalue_type=pvalue_type,
         spa_pvalue_lower=float(pvals["lower"]),
         spa_pvalue_upper=float(pvals["upper"]),
         stepm=tuple(candidates[i] for i in superior),
@@ -174,7 +201,7 @@ def small_sample_factor(diffs: FloatArray, bootstrap_lrv: FloatArray) -> FloatAr
     floor is the long-run variance of an AR(1) fitted with Kendall's bias correction
     ``φ̃ = φ̂ + (1 + 3φ̂)/T`` (Kendall, *Biometrika* 41, 1954; clipped to [0, 0.97]):
     ``γ̃₀·(1+φ̃)/(1−φ̃)`` with ``γ̃₀`` the variance corrected for the de-meaning, times the ratio
-    of Student-t to normal 95% quantiles at the effective sample size ``T·(1−φ̃)/(1+φ̃) − 1``
+    of Student-t to normal 95% quantiles at the effective sample size ``T·γ̂₀/LRV − 1``
     (a fixed-b-like allowance for estimating that variance from few effective steps).
 
     >>> d = np.random.default_rng(0).normal(size=(400, 3))
@@ -182,15 +209,11 @@ def small_sample_factor(diffs: FloatArray, bootstrap_lrv: FloatArray) -> FloatAr
     True
     """
     t = diffs.shape[0]
+    lrv = ar1_long_run_variance(diffs)
     x = diffs - diffs.mean(axis=0)
     g0 = (x * x).mean(axis=0)
-    g1 = (x[1:] * x[:-1]).sum(axis=0) / t
     with np.errstate(all="ignore"):
-        phi = np.where(g0 > 0.0, g1 / np.where(g0 > 0.0, g0, 1.0), 0.0)
-    phi = np.clip(phi, 0.0, None)
-    phi = np.minimum(0.97, phi + (1.0 + 3.0 * phi) / t)
-    k = (1.0 + phi) / (1.0 - phi)
-    lrv = g0 / np.maximum(0.2, 1.0 - k / t) * k
+        k = np.where(g0 > 0.0, lrv / np.where(g0 > 0.0, g0, 1.0), 1.0)  # LRV / variance
     nu = np.maximum(2.0, t / k - 1.0)
     t_ratio = stats.t.ppf(1.0 - ALPHA, nu) / stats.norm.ppf(1.0 - ALPHA)
     with np.errstate(all="ignore"):

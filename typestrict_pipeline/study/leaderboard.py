@@ -136,6 +136,7 @@ class Leaderboard:
             "joint_inference": None if self.joint is None else {
                 "benchmark": self.joint.benchmark,
                 "spa_pvalue": self.joint.spa_pvalue,
+                "pvalue_type": self.joint.pvalue_type,
                 "spa_pvalue_lower": self.joint.spa_pvalue_lower,
                 "spa_pvalue_upper": self.joint.spa_pvalue_upper,
                 "stepm": [int(c) for c in self.joint.stepm],
@@ -336,7 +337,8 @@ def _joint(tested: tuple[list[str], FloatArray] | None, by_id: dict[int, Candida
     if not ids:
         return None, "only the version's defaults ran"
     try:
-        return joint_inference(matrix, ids, bench, benchmark_label=label, seed=seed), None
+        return joint_inference(matrix, ids, bench, benchmark_label=label, seed=seed,
+                               pvalue_type="consistent" if defaults else "upper"), None
     except NotEnoughDataError as exc:
         return None, str(exc)
 
@@ -424,7 +426,8 @@ def _luck_lines(board: Leaderboard) -> list[tuple[str, str]]:
     if joint is not None:
         stepm = ", ".join(_index_of(board, int(c)) for c in joint.stepm) or "none"
         lines.append(("Beats luck at 5%",
-                      f"{'yes' if joint.beats_luck else 'no'} (SPA p = {joint.spa_pvalue:.3f}; "
+                      f"{'yes' if joint.beats_luck else 'no'} (SPA p = {joint.spa_pvalue:.3f}, "
+                      f"{joint.pvalue_type}; "
                       f"StepM set: {stepm}; benchmark: {joint.benchmark}; 95% line "
                       f"{joint.line_95:.4f}; stationary bootstrap, {joint.reps} resamples, mean "
                       f"block {joint.block_length:.1f} steps, seed {joint.seed})"))

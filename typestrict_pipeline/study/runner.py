@@ -128,6 +128,62 @@ def plan_runs(engine: Engine, study_id: int) -> list[RunKey]:
     return keys
 
 
+def deal_chunks(keys: Sequence[RunKey], n_chunks: int) -> list[list[RunKey]]:
+    """Deal a study's planned window runs into at most ``n_chunks`` work-sized chunks.
+
+    Balanced by estimated steps (the longest work first, each to the least loaded chunk; ties
+    go to the lower chunk). A candidate's windows stay together (in plan order: tune then eval,
+    fold by fold) while there are at least as many candidates as chunks; with fewer
+    candidates, single windows are dealt instead so every chunk has work. Each chunk runs its
+    windows in plan order, so it resumes window by window like any step (``execute_run`` is
+    idempotent on the window's key). Deterministic: same plan, same chunks.
+
+    Args:
+        keys: the planned window runs (``plan_runs``), in plan order.
+        n_chunks: the number of chunks wanted (at least 1).
+
+    Returns:
+        The non-empty chunks, ordered by their first window in plan order.
+
+    >>> t = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
+    >>> keys = [RunKey(1, c, f, WindowKind.TUNE, t, t, steps)
+    ...         for c, steps in ((10, 5), (11, 3), (12, 2)) for f in (1, 2)]
+    >>> [[(k.candidate_id, k.fold) for k in chunk] for chunk in deal_chunks(keys, 2)]
+    [[(10, 1), (10, 2)], [(11, 1), (11, 2), (12, 1), (12, 2)]]
+    >>> [sum(k.steps for k in chunk) for chunk in deal_chunks(keys[:2], 4)]
+    [5, 5]
+    """
+    if n_chunks < 1:
+        raise ValueError(f"expected at least 1 chunk, got {n_chunks}")
+    order = {id(k): i for i, k in enumerate(keys)}
+    groups: dict[int, list[RunKey]] = {}
+    for key in keys:
+        groups.setdefault(key.candidate_id, []).append(key)
+    units = list(groups.values()) if len(groups) >= n_chunks else [[k] for k in keys]
+    units.sort(key=lambda u: -sum(k.steps for k in u))  # stable: plan order among equals
+    loads = [0] * min(n_chunks, len(units))
+    chunks: list[list[RunKey]] = [[] for _ in loads]
+    for unit in units:
+        target = loads.index(min(loads))
+        chunks[target].extend(unit)
+        loads[target] += sum(k.steps for k in unit)
+    for chunk in chunks:
+        chunk.sort(key=lambda k: order[id(k)])
+    return sorted(chunks, key=lambda c: order[id(c[0])])
+
+
+def default_chunk_count(workers: int, *, per_worker: int = 2) -> int:
+    """The default number of chunks: ``per_worker`` chunks for each of the executor's workers.
+
+    Two per worker lets a worker that finishes early take another chunk (balance), while
+    keeping the number of steps, hence the per-step orchestration, small.
+
+    >>> default_chunk_count(2), default_chunk_count(1, per_worker=1)
+    (4, 1)
+    """
+    return max(1, workers) * max(1, per_worker)
+
+
 @dataclass(frozen=True)
 class _StudyStatic:
     """What never changes after a study is created (cached per process)."""

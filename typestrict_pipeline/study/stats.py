@@ -142,7 +142,9 @@ def newey_west_se(scores: Sequence[float] | FloatArray, horizon: int = 1) -> flo
 
     ``SE = √(LRV / T)`` with ``LRV = γ₀ + 2·Σ_{l=1..L} (1 − l/(L+1))·γ_l`` (autocovariances with
     divisor ``T``), which is never negative. ``L`` is data-driven (:func:`newey_west_bandwidth`,
-    Andrews 1991), so a persistent series gets as many lags as its persistence needs.
+    Andrews 1991), so a persistent series gets as many lags as its persistence needs; the LRV
+    is floored at :func:`ar1_long_run_variance` (a bias-corrected AR(1) fit), because with a
+    short persistent window the Bartlett estimate is biased towards 0.
 
     Args:
         scores: per-step scores (finite numbers), in time order.
@@ -154,8 +156,8 @@ def newey_west_se(scores: Sequence[float] | FloatArray, horizon: int = 1) -> flo
     Raises:
         NotEnoughDataError: with fewer than 2 scores (the spread is undefined, not zero).
 
-    >>> round(newey_west_se([1.0, 0.0] * 50), 4)  # alternating: iid formula, no lags
-    0.05
+    >>> round(newey_west_se([1.0, 0.0] * 50), 4)  # alternating: no lags; the floor's 1/T allowance
+    0.0508
     >>> round(newey_west_se(np.random.default_rng(0).normal(size=400)), 3)  # iid: ≈ 1/√400
     0.05
     """
@@ -174,7 +176,35 @@ def newey_west_se(scores: Sequence[float] | FloatArray, horizon: int = 1) -> flo
     for ell in range(1, lag + 1):
         gamma = float(d[ell:] @ d[:-ell]) / t
         lrv += 2.0 * (1.0 - ell / (lag + 1.0)) * gamma
-    return math.sqrt(max(lrv, 0.0) / t)
+    floor = float(ar1_long_run_variance(d[:, None])[0])
+    return math.sqrt(max(lrv, floor, 0.0) / t)
+
+
+def ar1_long_run_variance(series: FloatArray) -> FloatArray:
+    """Per column of a ``T × k`` array, the long-run variance of an AR(1) fitted to it with
+    Kendall's small-sample bias correction: the floor under every Newey–West estimate.
+
+    ``φ̃ = φ̂ + (1 + 3φ̂)/T`` (Kendall, *Biometrika* 41, 1954; clipped to [0, 0.97]),
+    ``γ̃₀ = γ̂₀ / (1 − k/T)`` (the de-meaning's bias, ``k = (1+φ̃)/(1−φ̃)``), and
+    ``LRV = γ̃₀·k``. A short window of persistent scores makes both the Bartlett estimate and
+    the bootstrap's spread too small; this floor restores the AR(1) part of it.
+
+    >>> rng = np.random.default_rng(0); e = rng.normal(size=(2000, 1)); x = np.empty_like(e)
+    >>> x[0] = e[0]
+    >>> for t in range(1, 2000): x[t] = 0.5 * x[t - 1] + e[t]
+    >>> round(float(ar1_long_run_variance(x)[0]), 0)  # true: 1/(1−0.5)² = 4
+    4.0
+    """
+    t = series.shape[0]
+    x = series - series.mean(axis=0)
+    g0 = (x * x).mean(axis=0)
+    g1 = (x[1:] * x[:-1]).sum(axis=0) / t
+    with np.errstate(all="ignore"):
+        phi = np.where(g0 > 0.0, g1 / np.where(g0 > 0.0, g0, 1.0), 0.0)
+    phi = np.clip(phi, 0.0, None)
+    phi = np.minimum(_RHO_CAP, phi + (1.0 + 3.0 * phi) / t)
+    k = (1.0 + phi) / (1.0 - phi)
+    return np.asarray(g0 / np.maximum(0.2, 1.0 - k / t) * k, dtype=np.float64)
 
 
 def expected_max_independent(standard_errors: Sequence[float]) -> float:

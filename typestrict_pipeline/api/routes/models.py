@@ -30,30 +30,50 @@ from typestrict_pipeline.credits.models import ModelInfo
 
 router = APIRouter(tags=["models"], responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}})
 
+# The page runs no script and loads nothing: its pictures are data: URIs, its style inline.
+PAGE_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; connect-src 'self'"
 ModelId = Annotated[str, Path(min_length=1, max_length=200)]
 
 
+_CACHE_BYTES = 64 * 1024 * 1024
+_RAW: OrderedDict[str, bytes] = OrderedDict()
 _PARSED: OrderedDict[str, dict[str, Any]] = OrderedDict()
-_PARSED_MAX = 64
-_PARSED_LOCK = threading.Lock()
+_LOCK = threading.Lock()
+
+
+def _audit_bytes(ctx: Ctx, info: ModelInfo) -> bytes:
+    """The stored audit's exact bytes, cached by their SHA-256 (at most 64 MiB in all).
+
+    A stored audit never changes (the first one recorded is final), so its digest names it; the
+    bytes are checked against the digest before they are cached.
+    """
+    sha = info.audit_sha256
+    with _LOCK:
+        if sha is not None and sha in _RAW:
+            _RAW.move_to_end(sha)
+            return _RAW[sha]
+    data = audit_bytes(ctx.engine, info.model_id)
+    if sha is not None and hashlib.sha256(data).hexdigest() == sha and len(data) <= _CACHE_BYTES // 4:
+        with _LOCK:
+            _RAW[sha] = data
+            while sum(len(v) for v in _RAW.values()) > _CACHE_BYTES:
+                _RAW.popitem(last=False)
+    return data
 
 
 def _audit(ctx: Ctx, info: ModelInfo) -> dict[str, Any] | None:
-    """The parsed audit, cached by its SHA-256 (a stored audit never changes: the first is final)."""
+    """The parsed audit (cached like its bytes, at most 64 parsed audits)."""
     sha = info.audit_sha256
     if sha is None:
         return None
-    with _PARSED_LOCK:
+    with _LOCK:
         if sha in _PARSED:
             _PARSED.move_to_end(sha)
             return _PARSED[sha]
-    data = audit_bytes(ctx.engine, info.model_id)
-    if hashlib.sha256(data).hexdigest() != sha:  # never serve a parse of other bytes
-        return dict(json.loads(data))
-    doc: dict[str, Any] = json.loads(data)
-    with _PARSED_LOCK:
+    doc: dict[str, Any] = json.loads(_audit_bytes(ctx, info))
+    with _LOCK:
         _PARSED[sha] = doc
-        while len(_PARSED) > _PARSED_MAX:
+        while len(_PARSED) > 64:
             _PARSED.popitem(last=False)
     return doc
 
@@ -114,7 +134,7 @@ def get_audit(model_id: ModelId, ctx: Ctx, workspace: Workspace) -> Response:
     """The audit file, byte-identical to the one written at the verdict (also after the files
     expired). Verify it with `python3 verify_audit.py audit.json`."""
     info = ctx.trainings.model(workspace, model_id)
-    data = audit_bytes(ctx.engine, info.model_id)
+    data = _audit_bytes(ctx, info)
     return Response(data, media_type="application/json",
                     headers={"Content-Disposition": f'attachment; filename="{info.model_id}.audit.json"',
                              "X-Audit-SHA256": info.audit_sha256 or ""})
@@ -167,5 +187,8 @@ def get_result_page(model_id: ModelId, request: Request, ctx: Ctx, workspace: Wo
     info = ctx.trainings.model(workspace, model_id)
     doc = _audit(ctx, info) or {"decisions": [], "overall": {"verdict": info.verdict.value}}
     base = str(request.base_url).rstrip("/")
-    return HTMLResponse(render_result_page(doc, model_id=info.model_id, files_note=_files_note(info),
-                                           pictures=result_pictures(doc), base_url=base))
+    return HTMLResponse(
+        render_result_page(doc, model_id=info.model_id, files_note=_files_note(info),
+                           pictures=result_pictures(doc), base_url=base),
+        headers={"Content-Security-Policy": PAGE_CSP, "X-Content-Type-Options": "nosniff"},
+    )

@@ -14,16 +14,15 @@ from typestrict_pipeline.api.deps import Ctx, Workspace
 from typestrict_pipeline.api.schemas import (
     ErrorBody,
     LedgerLineOut,
+    SpendOut,
     StudySpendOut,
     UsageOut,
     UsageRowOut,
     WorkspaceOut,
 )
-from typestrict_pipeline.api.studies import list_studies
-from typestrict_pipeline.backtest.metering import RunMode
-from typestrict_pipeline.backtest.store import usage
 from typestrict_pipeline.credits import CreditLedger
 from typestrict_pipeline.errors import NotFoundError
+from typestrict_pipeline.usage import DaySpend, workspace_usage
 
 router = APIRouter(tags=["workspaces"], responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}})
 
@@ -60,20 +59,26 @@ def get_ledger(workspace_id: WorkspaceId, ctx: Ctx, workspace: Workspace) -> lis
     ]
 
 
+def _spend(d: DaySpend) -> SpendOut:
+    return SpendOut(key=d.day, backtests_micro_usd=d.backtests_micro, studies_micro_usd=d.studies_micro,
+                    live_micro_usd=d.live_micro, historical_micro_usd=d.historical_micro, calls=d.calls)
+
+
 @router.get("/workspaces/{workspace_id}/usage", response_model=UsageOut)
 def get_usage(workspace_id: WorkspaceId, ctx: Ctx, workspace: Workspace) -> UsageOut:
-    """Spend by UTC day and workflow, backtests (HISTORICAL) and live runs (LIVE) apart, and
-    what each study has cost."""
+    """Settings → Usage (the same numbers as ``typestrict usage``): spend by UTC day and by
+    workflow, backtests and studies (HISTORICAL) and live runs (LIVE) apart."""
     ws = _own(workspace_id, workspace)
-    rows = usage(ctx.engine, workspace=ws)
+    u = workspace_usage(ctx.engine, ws)
     return UsageOut(
         workspace_id=ws,
-        rows=[UsageRowOut(day=r.day, workflow=r.workflow, mode=r.mode.value, calls=r.calls,
-                          input_tokens=r.input_tokens, output_tokens=r.output_tokens,
-                          cost_micro_usd=r.cost_micro_usd) for r in rows],
-        historical_micro_usd=sum(r.cost_micro_usd for r in rows if r.mode is RunMode.HISTORICAL),
-        live_micro_usd=sum(r.cost_micro_usd for r in rows if r.mode is RunMode.LIVE),
-        studies=[StudySpendOut(study_id=s.id, workflow=s.workflow, state=s.state,
-                               spend_micro_usd=s.spend_micro if s.cost_tracked else None,
-                               budget_micro_usd=s.budget_micro) for s in list_studies(ctx.engine, ws)],
+        by_day=[_spend(d) for d in u.by_day()],
+        by_workflow=[_spend(d) for d in u.by_workflow().values()],
+        total=_spend(u.totals()),
+        calls=[UsageRowOut(day=r.day, workflow=r.workflow, mode=r.mode.value, calls=r.calls,
+                           input_tokens=r.input_tokens, output_tokens=r.output_tokens,
+                           cost_micro_usd=r.cost_micro_usd) for r in u.calls],
+        studies=[StudySpendOut(study_id=st.study_id, name=st.name, workflow=st.workflow, day=st.day,
+                               state=st.state, spend_micro_usd=st.spend_micro,
+                               budget_micro_usd=st.budget_micro) for st in u.studies],
     )

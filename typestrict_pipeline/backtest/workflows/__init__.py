@@ -14,7 +14,7 @@ from typestrict_pipeline.backtest.pit import PointInTimeTable
 from typestrict_pipeline.backtest.workflow import WorkflowRegistry
 from typestrict_pipeline.errors import InputError
 
-__all__ = ["DATASETS", "default_registry", "load_dataset"]
+__all__ = ["DATASETS", "dataset_stamp", "default_registry", "load_dataset"]
 
 
 def _seattle() -> Mapping[str, PointInTimeTable]:
@@ -28,17 +28,46 @@ DATASETS: dict[str, Callable[[], Mapping[str, PointInTimeTable]]] = {"seattle_we
 
 
 def load_dataset(name: str) -> Mapping[str, PointInTimeTable]:
-    """The tables of a named dataset.
+    """The tables of a named dataset: a built-in one (:data:`DATASETS`) or a registered one
+    (:mod:`.datasets`, ``typestrict data register``), read afresh when its files changed.
 
     Raises:
         InputError: unknown name.
     """
-    try:
-        loader = DATASETS[name]
-    except KeyError:
-        raise InputError(f"a dataset name ({', '.join(sorted(DATASETS))})", repr(name),
-                         "pick one, or pass a CSV with event_time and known_time columns") from None
-    return loader()
+    from typestrict_pipeline.backtest.workflows.datasets import (
+        is_registered,
+        list_datasets,
+        load_registered,
+    )
+
+    loader = DATASETS.get(name)
+    if loader is not None:
+        return loader()
+    if is_registered(name):
+        return load_registered(name)
+    names = sorted([*DATASETS, *(d.name for d in list_datasets())])
+    raise InputError(f"a dataset name ({', '.join(names)})", repr(name),
+                     "pick one, register one (typestrict data register), or pass a CSV with event_time "
+                     "and known_time columns")
+
+
+def dataset_stamp(name: str) -> str:
+    """A token that changes whenever a named dataset's files change (for caches keyed on data).
+
+    Built-in Seattle weather: its CSV's stamp; a registered dataset: its table files' stamps;
+    an unknown name: ``""``.
+    """
+    from typestrict_pipeline.backtest.pit import source_stamp
+    from typestrict_pipeline.backtest.workflows.datasets import datasets_dir, is_registered
+
+    if name == "seattle_weather":
+        from typestrict_pipeline.backtest.workflows.weather import _csv_path
+
+        return str(source_stamp(_csv_path()))
+    if is_registered(name):
+        folder = datasets_dir() / name
+        return ";".join(f"{p.name}:{source_stamp(p)}" for p in sorted(folder.glob("*.csv")))
+    return ""
 
 
 @lru_cache(maxsize=1)

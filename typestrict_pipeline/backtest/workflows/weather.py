@@ -29,8 +29,8 @@ import datetime as dt
 import importlib.util
 import math
 import re
+import threading
 from collections.abc import Iterator
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,12 @@ import numpy as np
 import pandas as pd
 
 from typestrict_pipeline.backtest.metering import ModelPrice, PriceTable
-from typestrict_pipeline.backtest.pit import PointInTimeTable
+from typestrict_pipeline.backtest.pit import (
+    PointInTimeTable,
+    SourceStamp,
+    format_time,
+    source_stamp,
+)
 from typestrict_pipeline.backtest.workflow import (
     DecisionContext,
     OutcomeContext,
@@ -60,6 +65,7 @@ __all__ = [
     "standin_answer",
     "standin_probability",
     "weather_fixture",
+    "write_seattle_csv",
 ]
 
 TABLE = "weather"
@@ -88,12 +94,14 @@ def _csv_path() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "_data" / "seattle-weather.csv"
 
 
-@lru_cache(maxsize=1)
-def _frame() -> pd.DataFrame:
-    path = _csv_path()
+_FRAME: dict[str, tuple[SourceStamp, pd.DataFrame]] = {}
+_FRAME_LOCK = threading.Lock()
+
+
+def _read_frame(path: Path) -> pd.DataFrame:
     try:
         df = pd.read_csv(path)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         raise DatasetError("a readable seattle-weather.csv", str(exc), "reinstall vega_datasets",
                            file=str(path)) from exc
     day = pd.to_datetime(df["date"], format="%Y/%m/%d").dt.tz_localize("UTC")
@@ -108,6 +116,22 @@ def _frame() -> pd.DataFrame:
     })
 
 
+def _frame() -> pd.DataFrame:
+    """The CSV as a point-in-time frame; read again whenever the file changed (never a cache
+    that outlives new data: one ``stat`` per call decides, see :func:`read_csv_fresh`)."""
+    path = _csv_path()
+    stamp = source_stamp(path)
+    with _FRAME_LOCK:
+        kept = _FRAME.get(str(path))
+    if kept is not None and kept[0] == stamp:
+        return kept[1]
+    frame = _read_frame(path)
+    if source_stamp(path) == stamp:
+        with _FRAME_LOCK:
+            _FRAME[str(path)] = (stamp, frame)
+    return frame
+
+
 def load_seattle_weather(*, until: dt.datetime | None = None) -> PointInTimeTable:
     """The Seattle weather table (1,461 days), optionally only the rows known by ``until``.
 
@@ -119,6 +143,34 @@ def load_seattle_weather(*, until: dt.datetime | None = None) -> PointInTimeTabl
     if until is not None:
         df = df[df["known_time"] <= pd.Timestamp(until)]
     return PointInTimeTable.from_frame(TABLE, df, file=str(_csv_path()))
+
+
+def write_seattle_csv(
+    path: str | Path, *, known_after: dt.datetime | None = None, known_until: dt.datetime | None = None
+) -> int:
+    """Write the Seattle rows known in ``(known_after, known_until]`` as a point-in-time CSV
+    (``event_time``, ``known_time`` in ISO 8601 with ``Z``, then the value columns): the file
+    ``typestrict data register`` and ``typestrict data append`` take. Returns the row count.
+
+    >>> import tempfile, pathlib
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "w.csv"
+    >>> write_seattle_csv(f, known_until=dt.datetime(2012, 1, 3, tzinfo=dt.UTC))
+    2
+    >>> f.read_text().splitlines()[1]
+    '2012-01-01T00:00:00Z,2012-01-02T00:00:00Z,0.0,12.8,5.0,4.7,drizzle'
+    """
+    df = _frame()
+    if known_after is not None:
+        df = df[df["known_time"] > pd.Timestamp(known_after)]
+    if known_until is not None:
+        df = df[df["known_time"] <= pd.Timestamp(known_until)]
+    out = df.copy()
+    for col in ("event_time", "known_time"):
+        out[col] = [format_time(t.to_pydatetime()) for t in out[col]]
+    from typestrict_pipeline.files import write_atomic
+
+    write_atomic(path, out.to_csv(index=False).encode())
+    return len(out)
 
 
 def parse_probability(text: str) -> float:

@@ -1,0 +1,150 @@
+"""Registered point-in-time datasets: register, append (validated), read fresh; the CLI over them."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+
+from typestrict_pipeline.backtest.pit import read_csv_fresh
+from typestrict_pipeline.backtest.workflows import load_dataset
+from typestrict_pipeline.backtest.workflows.datasets import (
+    append_rows,
+    dataset_info,
+    register_dataset,
+)
+from typestrict_pipeline.backtest.workflows.weather import write_seattle_csv
+from typestrict_pipeline.cli import main
+from typestrict_pipeline.errors import ConflictError, DatasetError, InputError
+from typestrict_pipeline.reruns.studies import REGISTERED_SETUP, dataset_data_end
+
+CUT = dt.datetime(2012, 3, 1, tzinfo=dt.UTC)
+DAY = dt.timedelta(days=1)
+HEAD = "event_time,known_time,precipitation,temp_max,temp_min,wind,weather\n"
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("TYPESTRICT_HOME", str(tmp_path))
+    monkeypatch.delenv("TYPESTRICT_DATASETS_DIR", raising=False)
+    write_seattle_csv(tmp_path / "start.csv", known_until=CUT)
+    register_dataset("live", "seattle_rain", {"weather": tmp_path / "start.csv"})
+    return tmp_path
+
+
+def write(path: Path, *rows: str, head: str = HEAD) -> Path:
+    path.write_text(head + "".join(r + "\n" for r in rows))
+    return path
+
+
+def test_appended_rows_reach_every_reader_and_the_tick_data_end(home: Path) -> None:
+    config = {"backend": "engine", "setup": REGISTERED_SETUP,
+              "setup_args": {"workflow": "seattle_rain", "dataset": "live"}}
+    assert dataset_data_end(config, DAY) == CUT
+    first = load_dataset("live")["weather"]
+    assert load_dataset("live")["weather"] is first  # unchanged file: the table read last time
+
+    write_seattle_csv(home / "more.csv", known_after=CUT, known_until=CUT + 12 * DAY)
+    r = append_rows("live", "weather", home / "more.csv")
+    assert (r.added, r.rows, r.last_known_after) == (12, 72, CUT + 12 * DAY)
+    after = load_dataset("live")["weather"]
+    assert after.n_rows == first.n_rows + 12 and after.last_known == CUT + 12 * DAY
+    assert dataset_data_end(config, DAY) == CUT + 12 * DAY
+    # What was knowable before the append is unchanged: a view at CUT sees the same rows.
+    assert after.view(CUT).column("precipitation").tolist() == first.view(CUT).column("precipitation").tolist()
+
+
+def test_an_append_never_rewrites_rows_already_known(home: Path) -> None:
+    known = write(home / "old.csv", "2012-02-28T00:00:00Z,2012-03-01T00:00:00Z,1.0,10,5,3,rain")
+    with pytest.raises(DatasetError, match=r"old.csv, row 1, column 'known_time': expected rows known after "
+                                           r"the table's last knowledge time 2012-03-01T00:00:00Z"):
+        append_rows("live", "weather", known)
+    # A correction is a new row about the same day, known later: accepted.
+    fix = write(home / "fix.csv", "2012-02-29T00:00:00Z,2012-03-02T00:00:00Z,2.5,10,5,3,rain")
+    assert append_rows("live", "weather", fix).added == 1
+    table = load_dataset("live")["weather"]
+    assert table.view(CUT).get("precipitation", dt.datetime(2012, 2, 29, tzinfo=dt.UTC)) != 2.5
+    assert table.view(CUT + DAY).get("precipitation", dt.datetime(2012, 2, 29, tzinfo=dt.UTC)) == 2.5
+
+
+@pytest.mark.parametrize(("rows", "head", "match"), [
+    (["2012-03-01T00:00:00Z,2012-03-02T00:00:00Z,lots,10,5,3,rain"], HEAD,
+     r"bad.csv, row 1, column 'precipitation': expected a number in column 'precipitation'"),
+    (["2012-03-01T00:00:00Z,2012-03-02 00:00,1.0,10,5,3,rain"], HEAD,
+     r"bad.csv, column 'known_time': expected timezone-aware times"),
+    (["2012-03-01T00:00:00Z,,1.0,10,5,3,rain"], HEAD, r"bad.csv, row 1, column 'known_time'"),
+    (["2012-03-01T00:00:00Z,2012-03-02T00:00:00Z,1.0,10,5,rain"], HEAD.replace(",wind", ""),
+     r"bad.csv, column 'wind': expected the table's columns"),
+    (["2012-03-01T00:00:00Z,2012-03-02T00:00:00Z,1.0,10,5,3,rain,x"], HEAD.strip() + ",extra\n",
+     r"bad.csv, column 'extra': expected the table's columns .* got an extra column 'extra'"),
+    (["2012-03-01T00:00:00Z,2999-01-01T00:00:00Z,1.0,10,5,3,rain"], HEAD,
+     r"bad.csv, row 1, column 'known_time': expected a knowledge time at or before now"),
+])
+def test_bad_rows_are_refused_with_file_row_and_column(home: Path, rows: list[str], head: str, match: str) -> None:
+    before = (home / "datasets" / "live" / "weather.csv").read_bytes()
+    with pytest.raises(DatasetError, match=match):
+        append_rows("live", "weather", write(home / "bad.csv", *rows, head=head))
+    assert (home / "datasets" / "live" / "weather.csv").read_bytes() == before  # nothing written
+
+
+def test_register_checks_the_workflow_tables_and_the_name(home: Path) -> None:
+    with pytest.raises(ConflictError, match="'live', which is registered"):
+        register_dataset("live", "seattle_rain", {"weather": home / "start.csv"})
+    with pytest.raises(InputError, match=r"one file per table workflow 'seattle_rain' reads \(weather\)"):
+        register_dataset("other", "seattle_rain", {"rain": home / "start.csv"})
+    with pytest.raises(InputError, match="not a built-in dataset"):
+        register_dataset("seattle_weather", "seattle_rain", {"weather": home / "start.csv"})
+    with pytest.raises(InputError, match="a dataset name of lowercase"):
+        register_dataset("../x", "seattle_rain", {"weather": home / "start.csv"})
+    no_known = write(home / "nok.csv", "2012-01-01T00:00:00Z,1.0", head="event_time,precipitation\n")
+    with pytest.raises(DatasetError, match=r"nok.csv: expected a column 'known_time'"):
+        register_dataset("other", "seattle_rain", {"weather": no_known})
+    assert [t.rows for t in dataset_info("live").tables] == [60]
+
+
+def test_read_csv_fresh_rereads_only_when_the_file_changed(tmp_path: Path) -> None:
+    f = write(tmp_path / "t.csv", "2012-01-01T00:00:00Z,2012-01-02T00:00:00Z,1", head="event_time,known_time,x\n")
+    a = read_csv_fresh(f, "t")
+    assert read_csv_fresh(f, "t") is a
+    write(tmp_path / "t.csv", "2012-01-01T00:00:00Z,2012-01-02T00:00:00Z,7", head="event_time,known_time,x\n")
+    b = read_csv_fresh(f, "t")  # replaced with the same size: a new inode, so read again
+    assert b is not a and b.view(dt.datetime(2012, 1, 3, tzinfo=dt.UTC)).column("x").tolist() == [7]
+
+
+def test_cli_register_append_show(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("TYPESTRICT_HOME", str(tmp_path))
+    monkeypatch.delenv("TYPESTRICT_DATASETS_DIR", raising=False)
+    write_seattle_csv(tmp_path / "a.csv", known_until=CUT)
+    write_seattle_csv(tmp_path / "b.csv", known_after=CUT, known_until=CUT + 5 * DAY)
+    assert main(["data", "register", "wx", "--workflow", "seattle_rain", "--table", f"weather={tmp_path / 'a.csv'}"]) == 0
+    assert main(["data", "append", "wx", str(tmp_path / "b.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "wx/weather: 5 rows added (65 in all); known up to 2012-03-06T00:00:00Z" in out
+    assert main(["data", "show", "wx"]) == 0
+    assert "outcomes are known for decisions up to 2012-03-05T00:00:00Z" in capsys.readouterr().out
+    # Appending the same rows again is refused with the file, row and column, no traceback.
+    assert main(["data", "append", "wx", str(tmp_path / "b.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"typestrict: {tmp_path / 'b.csv'}, row 1, column 'known_time'") and "Traceback" not in err
+    assert main(["data", "register", "wx2", "--workflow", "seattle_rain", "--table", "weather"]) == 2
+    assert "--table TABLE=FILE.csv" in capsys.readouterr().err
+
+
+def test_data_arrived_is_refused_where_the_tick_reads_the_dataset(
+    home: Path, sqlite_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from typestrict_pipeline.reruns import scenario
+    from typestrict_pipeline.store import open_store
+
+    engine = open_store(sqlite_url)
+    scenario.create_seattle_study(engine, workspace="w", dataset="live", end=CUT, budget_micro_usd=10**6,
+                                  min_unseen_steps=5)
+    engine.dispose()
+    assert main(["schedule", "data-arrived", "w", "seattle_rain", "2012-04-01T00:00:00Z", "--store", sqlite_url]) == 2
+    err = capsys.readouterr().err
+    assert "whose studies read dataset 'live' themselves" in err
+    assert "typestrict data append live --table TABLE FILE.csv" in err
+    # A workflow whose data a tick cannot read still takes the signal.
+    assert main(["schedule", "data-arrived", "w", "regime-demo", "2015-02-10T00:00:00Z", "--store", sqlite_url]) == 0

@@ -1,0 +1,382 @@
+"""Registered point-in-time datasets: register one for a workflow, append rows, read it fresh.
+
+A registered dataset is a folder ``<datasets dir>/<name>/`` (``TYPESTRICT_DATASETS_DIR``, else
+``${TYPESTRICT_HOME}/datasets``) holding ``dataset.json`` (its name, workflow and tables) and
+one CSV per table the workflow reads (``event_time``, ``known_time`` in ISO 8601 with ``Z``,
+then the value columns). The code server, the daemon, the CLI and every run read the same
+folder, so the folder must be shared by the processes of a deployment (it is, by default, on
+one machine).
+
+Adding data is :func:`append_rows`: the new rows are validated like every input (the time
+columns present and typed, the same value columns with the same kinds of values, every row
+known strictly after the table's last knowledge time and not in the future, so rows already
+known are never rewritten; a correction is a new row about the same ``event_time`` with a later
+``known_time``), then the table file is replaced atomically under a lock. Readers re-read a
+table when its file changed (:func:`~typestrict_pipeline.backtest.pit.read_csv_fresh`), so a
+long-running daemon sees the new rows at its next tick.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import json
+import os
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from typestrict_pipeline.backtest.pit import (
+    EVENT_TIME,
+    KNOWN_TIME,
+    PointInTimeTable,
+    format_time,
+    read_csv_fresh,
+)
+from typestrict_pipeline.backtest.workflow import WorkflowRegistry
+from typestrict_pipeline.errors import ConflictError, DatasetError, InputError, NotFoundError
+from typestrict_pipeline.files import write_atomic
+
+__all__ = [
+    "AppendResult",
+    "DatasetInfo",
+    "TableInfo",
+    "append_rows",
+    "dataset_info",
+    "datasets_dir",
+    "is_registered",
+    "list_datasets",
+    "load_registered",
+    "register_dataset",
+]
+
+MANIFEST = "dataset.json"
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_]{0,63}$")
+
+
+def datasets_dir() -> Path:
+    """Where registered datasets live: ``TYPESTRICT_DATASETS_DIR``, else ``${TYPESTRICT_HOME}/datasets``."""
+    from typestrict_pipeline.store import typestrict_home
+
+    explicit = os.environ.get("TYPESTRICT_DATASETS_DIR")
+    return Path(explicit).resolve() if explicit else typestrict_home() / "datasets"
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """One table of a registered dataset, as it is now."""
+
+    name: str
+    file: Path
+    rows: int
+    columns: tuple[str, ...]
+    first_known: dt.datetime
+    last_known: dt.datetime
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """A registered dataset: its workflow and its tables."""
+
+    name: str
+    workflow: str
+    registered_at: dt.datetime
+    tables: tuple[TableInfo, ...]
+
+    @property
+    def last_known(self) -> dt.datetime:
+        """The earliest of the tables' latest knowledge times (what a tick's data end uses)."""
+        return min(t.last_known for t in self.tables)
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """What :func:`append_rows` did."""
+
+    dataset: str
+    table: str
+    added: int
+    rows: int
+    last_known_before: dt.datetime
+    last_known_after: dt.datetime
+
+
+def _check_name(name: str) -> str:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise InputError("a dataset name of lowercase letters, digits and _ (at most 64, starting with a letter "
+                         "or digit)", repr(name), "rename it, e.g. seattle_live")
+    return name
+
+
+def _folder(name: str, base: Path | None) -> Path:
+    return (base or datasets_dir()) / _check_name(name)
+
+
+def is_registered(name: str, *, base: Path | None = None) -> bool:
+    """Whether ``name`` is a registered dataset (a folder with a ``dataset.json``)."""
+    return isinstance(name, str) and bool(_NAME.match(name)) and (_folder(name, base) / MANIFEST).is_file()
+
+
+def _manifest(name: str, base: Path | None) -> dict[str, Any]:
+    path = _folder(name, base) / MANIFEST
+    if not path.is_file():
+        known = ", ".join(d.name for d in list_datasets(base=base)) or "none yet"
+        raise NotFoundError(
+            f"expected a registered dataset, got {name!r} (registered: {known}). "
+            "Register it with: typestrict data register NAME --workflow WORKFLOW --table TABLE=FILE.csv"
+        )
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DatasetError("a readable dataset.json", f"{exc.__class__.__name__}: {exc}",
+                           "register the dataset again in a new name", file=str(path)) from exc
+    if not isinstance(data, dict) or not isinstance(data.get("tables"), dict) or not data.get("workflow"):
+        raise DatasetError("a dataset.json with workflow and tables", repr(data)[:120],
+                           "register the dataset again in a new name", file=str(path))
+    return data
+
+
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """One writer at a time per dataset (an exclusive ``flock`` on ``<folder>/.lock``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "a+b") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _read_rows(path: Path) -> pd.DataFrame:
+    try:
+        frame = pd.read_csv(path, keep_default_na=True)
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        raise DatasetError("a readable CSV file with a header row", f"{exc.__class__.__name__}: {exc}",
+                           "check the path and the file", file=str(path)) from exc
+    if frame.empty:
+        raise DatasetError("at least one row", "no rows", "give the file some rows", file=str(path))
+    return frame
+
+
+def _canonical(frame: pd.DataFrame, file: Path, now: dt.datetime) -> pd.DataFrame:
+    """The rows with their times in ISO 8601 ``Z`` (validated), refusing rows known in the future."""
+    out = frame.copy()
+    ev = pd.to_datetime(frame[EVENT_TIME], utc=True, format="ISO8601")
+    kn = pd.to_datetime(frame[KNOWN_TIME], utc=True, format="ISO8601")
+    future = np.flatnonzero((kn > pd.Timestamp(now)).to_numpy())
+    if future.size:
+        i = int(future[0])
+        raise DatasetError(
+            f"a knowledge time at or before now ({format_time(now)})", str(frame[KNOWN_TIME].iloc[i]),
+            "append a row once it is known: a row known in the future would let a backtest see it early",
+            file=str(file), row=i + 1, column=KNOWN_TIME,
+        )
+    out[EVENT_TIME] = [format_time(t.to_pydatetime()) for t in ev]
+    out[KNOWN_TIME] = [format_time(t.to_pydatetime()) for t in kn]
+    return out
+
+
+def _validated(frame: pd.DataFrame, name: str, file: Path, now: dt.datetime) -> pd.DataFrame:
+    PointInTimeTable.from_frame(name, frame, file=str(file))  # times present and typed
+    return _canonical(frame, file, now)
+
+
+def register_dataset(
+    name: str,
+    workflow: str,
+    tables: Mapping[str, str | os.PathLike[str]],
+    *,
+    registry: WorkflowRegistry | None = None,
+    base: Path | None = None,
+    now: dt.datetime | None = None,
+) -> DatasetInfo:
+    """Register a point-in-time dataset for a workflow: one CSV per table the workflow reads.
+
+    Args:
+        name: the dataset's name (what a backtest's or a study's ``dataset`` names).
+        workflow: a workflow of ``registry`` (default: the code location's).
+        tables: table name -> CSV file with ``event_time`` and ``known_time`` (ISO 8601 with a
+            UTC offset) and the value columns the workflow reads.
+        registry: the workflows (default :func:`default_registry`).
+        base: the datasets folder (default :func:`datasets_dir`).
+        now: the current time (no row may be known after it).
+
+    Raises:
+        InputError: a bad name, a name of a built-in dataset, a table the workflow does not
+            read or one it reads that is missing; DatasetError (with file, row, column) for a
+            bad file; ConflictError: the name is already registered; NotFoundError: no such workflow.
+
+    >>> import tempfile, pathlib
+    >>> from typestrict_pipeline.backtest.workflows.weather import write_seattle_csv
+    >>> tmp = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = write_seattle_csv(tmp / "w.csv", known_until=dt.datetime(2012, 3, 1, tzinfo=dt.UTC))
+    >>> info = register_dataset("seattle_live", "seattle_rain", {"weather": tmp / "w.csv"}, base=tmp / "ds")
+    >>> info.tables[0].rows, info.last_known.date().isoformat()
+    (60, '2012-03-01')
+    """
+    from typestrict_pipeline.backtest.workflows import DATASETS, default_registry
+
+    if _check_name(name) in DATASETS:
+        raise InputError("a name that is not a built-in dataset", repr(name), "pick another name")
+    wf = (registry or default_registry()).get(workflow)
+    missing = [t for t in wf.tables if t not in tables]
+    extra = [t for t in tables if t not in wf.tables]
+    if missing or extra:
+        raise InputError(
+            f"one file per table workflow {workflow!r} reads ({', '.join(wf.tables)})",
+            f"tables {sorted(tables)}",
+            "pass --table TABLE=FILE.csv for each of them and nothing else",
+        )
+    at = (now or dt.datetime.now(dt.UTC)).replace(microsecond=0)
+    folder = _folder(name, base)
+    rows = {t: _validated(_read_rows(Path(f)), t, Path(f), at) for t, f in tables.items()}
+    with _locked(folder):
+        if (folder / MANIFEST).exists():
+            raise ConflictError(f"expected a new dataset name, got {name!r}, which is registered. "
+                                f"Append rows with: typestrict data append {name} --table TABLE FILE.csv")
+        for t, frame in rows.items():
+            write_atomic(folder / f"{t}.csv", frame.to_csv(index=False).encode())
+        manifest = {"name": name, "workflow": workflow, "registered_at": format_time(at),
+                    "tables": {t: f"{t}.csv" for t in rows}}
+        write_atomic(folder / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
+    return dataset_info(name, base=base)
+
+
+def _kinds_match(old: pd.Series, new: pd.Series, column: str, file: Path) -> pd.Series:
+    """``new`` with the kind of values ``old`` holds (numbers stay numbers); refuses the first misfit."""
+    if pd.api.types.is_bool_dtype(old.dtype):
+        text = new.astype(str).str.strip().str.lower()
+        ok = text.isin(["true", "false"])
+        if not ok.all():
+            i = int(np.flatnonzero(~ok.to_numpy())[0])
+            raise DatasetError(f"true or false in column {column!r} (as in the rows already known)",
+                               repr(new.iloc[i]), "fix the value", file=str(file), row=i + 1, column=column)
+        return text == "true"
+    if pd.api.types.is_numeric_dtype(old.dtype):
+        coerced = pd.to_numeric(new, errors="coerce")
+        bad = np.flatnonzero((coerced.isna() & new.notna()).to_numpy())
+        if bad.size:
+            i = int(bad[0])
+            raise DatasetError(f"a number in column {column!r} (as in the rows already known)",
+                               repr(new.iloc[i]), "fix the value, or leave it empty when it is missing",
+                               file=str(file), row=i + 1, column=column)
+        return coerced
+    return new
+
+
+def append_rows(
+    name: str,
+    table: str,
+    source: str | os.PathLike[str],
+    *,
+    base: Path | None = None,
+    now: dt.datetime | None = None,
+) -> AppendResult:
+    """Append the rows of a CSV file to one table of a registered dataset.
+
+    The rows must have the table's columns (no more, no fewer), valid times, values of the kind
+    the table holds, and every ``known_time`` strictly after the table's last knowledge time and
+    not after now: rows already known are never rewritten, so every earlier backtest still sees
+    exactly what it saw. The table file is replaced atomically; readers see the new rows at their
+    next read.
+
+    Raises:
+        NotFoundError: no such dataset; InputError: no such table; DatasetError naming the file,
+            row and column of the first bad value.
+
+    >>> import tempfile, pathlib
+    >>> from typestrict_pipeline.backtest.workflows.weather import write_seattle_csv
+    >>> tmp = pathlib.Path(tempfile.mkdtemp())
+    >>> cut = dt.datetime(2012, 3, 1, tzinfo=dt.UTC)
+    >>> _ = write_seattle_csv(tmp / "w.csv", known_until=cut)
+    >>> _ = register_dataset("live", "seattle_rain", {"weather": tmp / "w.csv"}, base=tmp / "ds")
+    >>> _ = write_seattle_csv(tmp / "new.csv", known_after=cut, known_until=cut + dt.timedelta(days=15))
+    >>> r = append_rows("live", "weather", tmp / "new.csv", base=tmp / "ds")
+    >>> r.added, r.rows, r.last_known_after.date().isoformat()
+    (15, 75, '2012-03-16')
+    """
+    manifest = _manifest(name, base)
+    folder = _folder(name, base)
+    if table not in manifest["tables"]:
+        raise InputError(f"a table of dataset {name!r} ({', '.join(manifest['tables'])})", repr(table),
+                         "pass --table with one of them")
+    src = Path(source)
+    at = now or dt.datetime.now(dt.UTC)
+    new = _read_rows(src)
+    target = folder / str(manifest["tables"][table])
+    with _locked(folder):
+        old = _read_rows(target)
+        _same_columns(old, new, src)
+        for col in old.columns:
+            if col not in (EVENT_TIME, KNOWN_TIME):
+                new[col] = _kinds_match(old[col], new[col], str(col), src)
+        canonical = _validated(new[list(old.columns)], table, src, at)
+        last = pd.to_datetime(old[KNOWN_TIME], utc=True, format="ISO8601").max()
+        kn = pd.to_datetime(canonical[KNOWN_TIME], utc=True, format="ISO8601")
+        early = np.flatnonzero((kn <= last).to_numpy())
+        if early.size:
+            i = int(early[0])
+            raise DatasetError(
+                f"rows known after the table's last knowledge time {format_time(last.to_pydatetime())} "
+                "(rows already known are never rewritten)",
+                f"known_time {canonical[KNOWN_TIME].iloc[i]}",
+                "append only rows that became known later; a correction is a new row about the same "
+                "event_time with a later known_time",
+                file=str(src), row=i + 1, column=KNOWN_TIME,
+            )
+        combined = pd.concat([old, canonical], ignore_index=True)
+        write_atomic(target, combined.to_csv(index=False).encode())
+    return AppendResult(
+        dataset=name, table=table, added=len(canonical), rows=len(combined),
+        last_known_before=last.to_pydatetime(), last_known_after=kn.max().to_pydatetime(),
+    )
+
+
+def _same_columns(old: pd.DataFrame, new: pd.DataFrame, src: Path) -> None:
+    want = [str(c) for c in old.columns]
+    got = [str(c) for c in new.columns]
+    for col in want:
+        if col not in got:
+            raise DatasetError(f"the table's columns {want}", f"columns {got}, without {col!r}",
+                               "add the column (leave a value empty when it is missing)", file=str(src), column=col)
+    for col in got:
+        if col not in want:
+            raise DatasetError(f"the table's columns {want}", f"an extra column {col!r}",
+                               "remove it: a dataset's columns are fixed when it is registered",
+                               file=str(src), column=col)
+
+
+def load_registered(name: str, *, base: Path | None = None) -> dict[str, PointInTimeTable]:
+    """The tables of a registered dataset, each re-read only when its file changed."""
+    manifest = _manifest(name, base)
+    folder = _folder(name, base)
+    return {t: read_csv_fresh(folder / str(f), t) for t, f in manifest["tables"].items()}
+
+
+def dataset_info(name: str, *, base: Path | None = None) -> DatasetInfo:
+    """A registered dataset's workflow and tables (rows, columns, first and last knowledge time)."""
+    manifest = _manifest(name, base)
+    folder = _folder(name, base)
+    tables = []
+    for t, f in manifest["tables"].items():
+        pit = read_csv_fresh(folder / str(f), t)
+        tables.append(TableInfo(t, folder / str(f), pit.n_rows, pit.columns, pit.first_known, pit.last_known))
+    registered = dt.datetime.fromisoformat(str(manifest.get("registered_at", "1970-01-01T00:00:00+00:00"))
+                                           .replace("Z", "+00:00"))
+    return DatasetInfo(name=name, workflow=str(manifest["workflow"]), registered_at=registered, tables=tuple(tables))
+
+
+def list_datasets(*, base: Path | None = None) -> list[DatasetInfo]:
+    """Every registered dataset, by name."""
+    root = base or datasets_dir()
+    if not root.is_dir():
+        return []
+    names = sorted(p.parent.name for p in root.glob(f"*/{MANIFEST}") if _NAME.match(p.parent.name))
+    return [dataset_info(n, base=base) for n in names]
