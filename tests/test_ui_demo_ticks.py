@@ -39,31 +39,39 @@ def test_a_recorded_tick_is_listed_under_its_sensor_with_its_reason_or_runs(
 
 
 @pytest.mark.slow
-def test_the_reruns_demo_leaves_its_skip_and_its_fired_tick_on_the_instance(
+def test_the_reruns_demo_leaves_its_skips_and_its_fired_ticks_on_the_instance(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     instance = _instance(tmp_path, monkeypatch)
+    monkeypatch.setenv("TYPESTRICT_HOME", str(tmp_path))  # the demo sets both; restored after
+    monkeypatch.delenv("TYPESTRICT_STORE_URL", raising=False)
     assert reruns.run(tmp_path) == 0
     assert "Not enough unseen data yet: 7 of 10 steps" in capsys.readouterr().out
     selector = sensor_selector_id("study_rerun_sensor")
     ticks = list(reversed(instance.get_ticks(selector, selector)))  # oldest first
-    assert [t.status for t in ticks] == [TickStatus.SKIPPED, TickStatus.SUCCESS, TickStatus.SKIPPED,
-                                         TickStatus.SKIPPED]
-    assert ticks[0].tick_data.skip_reason == "Not enough unseen data yet: 7 of 10 steps"
-    [run_id] = ticks[1].tick_data.run_ids
-    run = instance.get_run_by_id(run_id)
-    assert run is not None and run.job_name == "study_rerun_job"
-    assert run.tags[SENSOR_TAG] == "study_rerun_sensor" and run.tags["dagster/run_key"]
-    # The lineage the demo recorded can be materialized again from the UI: it is redrawn.
+    skips = [t.tick_data.skip_reason for t in ticks if t.status is TickStatus.SKIPPED]
+    assert "Not enough unseen data yet: 7 of 10 steps" in skips
+    fired = [t for t in ticks if t.status is TickStatus.SUCCESS]
+    assert fired and {t.status for t in ticks} == {TickStatus.SKIPPED, TickStatus.SUCCESS}
+    for tick in fired:
+        [run_id] = tick.tick_data.run_ids
+        run = instance.get_run_by_id(run_id)
+        assert run is not None and run.job_name == "study_rerun_job"
+        assert run.tags[SENSOR_TAG] == "study_rerun_sensor" and run.tags["dagster/run_key"]
+    # The lineages the demo recorded can be materialized again from the UI: they are redrawn.
     from assets.reruns import study_lineage
     from resources.store import StoreResource
 
-    [root] = instance.get_dynamic_partitions("study_lineages")
-    store = StoreResource(url=f"sqlite:///{tmp_path / 'reruns' / 'store.db'}")
-    again = dg.materialize([study_lineage], partition_key=root, instance=instance,
-                           resources={"store": store})
-    [mat] = again.asset_materializations_for_node("study_lineage")
-    assert str(mat.metadata["lineage_picture"].value).startswith("![lineage over re-runs](data:image/png;base64,")
-    assert mat.metadata["k"].value == 2
+    store = StoreResource(url=f"sqlite:///{tmp_path / 'store.db'}")
+    roots = instance.get_dynamic_partitions("study_lineages")
+    assert roots
+    for root in roots:
+        again = dg.materialize([study_lineage], partition_key=root, instance=instance,
+                               resources={"store": store})
+        [mat] = again.asset_materializations_for_node("study_lineage")
+        assert str(mat.metadata["lineage_picture"].value).startswith(
+            "![lineage over re-runs](data:image/png;base64,")
+        k = mat.metadata["k"].value
+        assert isinstance(k, int) and k >= 2
     instance.add_dynamic_partitions("study_lineages", ["404"])
     missing = dg.materialize([study_lineage], partition_key="404", instance=instance,
                              resources={"store": store}, raise_on_error=False)
