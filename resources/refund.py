@@ -282,8 +282,13 @@ class ManifestSourceClientResource(RefundModelClientResource):
         holdouts: Sequence[Holdout],
         log: Any = None,
     ) -> SystemAnswers:
+        from typestrict_pipeline.demo_data.lexicon import JEV_STANDIN_LABEL, JEV_STANDIN_MODEL
+
         with standin_on_demand(source, log) as live:
-            return super().predict(system=system, source=live, dataset=dataset, holdouts=holdouts, log=log)
+            answers = super().predict(system=system, source=live, dataset=dataset, holdouts=holdouts, log=log)
+        if self.label is None and isinstance(source, EndpointSource) and source.model == JEV_STANDIN_MODEL:
+            answers = dataclasses.replace(answers, label=JEV_STANDIN_LABEL)  # the demo's name for it
+        return answers
 
     def client(self, source: PredictionSource | None, *, system: str) -> ModelClient:
         if source is None:

@@ -66,6 +66,8 @@ def prepare_home(root: Path) -> dict[str, Any]:
     os.environ.pop("TYPESTRICT_STORE_URL", None)
     config = sqlite_instance_config(home)
     # The webserver launches runs itself (no daemon in this test): the default coordinator.
+    config.pop("run_queue", None)  # the queue's settings belong to the queued coordinator
+    config.pop("concurrency", None)
     config["run_coordinator"] = {"module": "dagster._core.run_coordinator",
                                  "class": "DefaultRunCoordinator"}
     write_instance_yaml(home, config)

@@ -39,9 +39,11 @@ def test_a_recorded_tick_is_listed_under_its_sensor_with_its_reason_or_runs(
 
 
 @pytest.mark.slow
-def test_the_reruns_demo_leaves_its_skip_and_its_fired_tick_on_the_instance(
+def test_the_reruns_demo_leaves_its_skips_and_its_fired_ticks_on_the_instance(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     instance = _instance(tmp_path, monkeypatch)
+    monkeypatch.setenv("TYPESTRICT_HOME", str(tmp_path))  # the demo sets both; restored after
+    monkeypatch.delenv("TYPESTRICT_STORE_URL", raising=False)
     assert reruns.run(tmp_path) == 0
     assert "Not enough unseen data yet: 7 of 10 steps" in capsys.readouterr().out
     selector = sensor_selector_id("study_rerun_sensor")

@@ -125,6 +125,7 @@ def test_the_demos_jev_stand_in_is_started_when_its_server_is_gone(tmp_path: Pat
     assert a.verdict is b.verdict
     assert [r.gain for r in a.decisions] == [r.gain for r in b.decisions]
     assert later.output_for_node("jev_predictions").system_id == JEV_STANDIN_MODEL
+    assert later.output_for_node("jev_predictions").label == "Jev (demo stand-in)"  # as the demo says
 
 
 def test_a_run_that_fails_shows_the_products_message_as_its_failure_reason(tmp_path: Path) -> None:

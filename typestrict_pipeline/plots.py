@@ -204,6 +204,7 @@ def leaderboard_png(labels: Sequence[str], oos: Sequence[float | None],
         xs = [p[1] for p in points]
         ys = [p[2] for p in points]
         ax.scatter(xs, ys, color=_MODEL_COLOR, zorder=3, label="candidates")
+        ax.margins(0.12)  # room for the labels and the winner's ring at the edges
         lo, hi = min(xs + ys), max(xs + ys)
         ax.plot([lo, hi], [lo, hi], color=_ZERO_COLOR, linestyle=":", linewidth=1,
                 label="out-of-sample = in-sample")
