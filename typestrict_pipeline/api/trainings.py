@@ -236,6 +236,10 @@ class TrainingStore:
             dataset_name = "dataset" + _suffix(source.name)
             shutil.copyfile(source, staging / dataset_name)
             doc = self._manifest_doc(workspace_id, training_id, req, dataset_name)
+            jev = doc["predictions"]["jev"]
+            if isinstance(jev, dict) and jev.get("kind") == "file":  # a recorded Jev: copied in,
+                shutil.copyfile(Path(str(jev.get("path"))), staging / "jev.jsonl")  # paths stay inside
+                doc["predictions"]["jev"] = {**jev, "path": "jev.jsonl"}
             manifest = parse_manifest(doc, source="request", base_dir=staging)
             load_dataset(manifest)  # every dataset check, before anything is charged
             CreditLedger(self.engine).spend(workspace_id, training_id)
