@@ -135,13 +135,12 @@ def test_a_run_that_fails_shows_the_products_message_as_its_failure_reason(tmp_p
     result = run_training(tmp_path, "tr_down", raise_on_error=False)
     assert not result.success
     [failure] = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
-    assert failure.step_key == "jev_predictions"
+    assert failure.step_key == "dataset"  # checked before the first asset is stored
     user = failure.step_failure_data.user_failure_data
     assert user is not None and user.description is not None
-    assert "connection failed" in user.description
-    assert "Check that the endpoint is up" in user.description
+    assert "expected an endpoint that answers HTTP" in user.description
     assert "Traceback" not in user.description
-    assert user.metadata["error"].value == "ModelClientError"
+    assert user.metadata["error"].value == "ManifestError"
     error = failure.step_failure_data.error
     assert error is not None and error.cause is None  # no chained stack trace under the message
 
