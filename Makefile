@@ -8,6 +8,7 @@ STAMP := $(VENV)/.installed
 TS_HOME := $(abspath $(or $(TYPESTRICT_HOME),.typestrict))
 UI_HOST ?= 127.0.0.1
 UI_PORT ?= 3000
+API_PORT ?= 8000
 
 .PHONY: demo ui api test lint typecheck bench clean
 
@@ -47,4 +48,4 @@ clean:
 	rm -rf $(VENV) .typestrict build *.egg-info
 
 api: $(STAMP)
-	$(BIN)/typestrict api
+	$(BIN)/typestrict api --port $(API_PORT)

@@ -39,7 +39,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
 LINKED = (".venv", "typestrict_pipeline", "assets", "resources", "demo", "bench", "docs", "Makefile",
           "workspace.yaml", "pyproject.toml", "README.md")
-PROGRAMS = (".venv/bin/typestrict ", "python3 ", "make ui")
+PROGRAMS = (".venv/bin/typestrict ", "python3 ", "make ui", "make api")
 FAST_TRAININGS = ("rt-tiny", "rt-failed")
 
 
@@ -58,7 +58,7 @@ def test_the_table_has_the_commands_a_newcomer_needs() -> None:
     for needed in ("credits balance demo", "audit ", "verify_audit.py", "backtest run", "usage demo",
                    "study run", "study leaderboard", "schedule enable", "study status"):
         assert any(needed in c for c in commands), needed
-    assert all(c.startswith(".venv/bin/typestrict") or c.startswith(("python3 ", "make ui")) for c in commands)
+    assert all(c.startswith(PROGRAMS) for c in commands)
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +143,42 @@ def _make_ui(command: str, root: Path) -> None:
     assert f"DAGSTER_HOME={root.resolve()}/.typestrict/dagster_home" in text
 
 
+def _make_api(command: str, root: Path) -> None:
+    """``make api`` serves the customer API: poll its OpenAPI schema (generous timeout), then stop it."""
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", "TYPESTRICT_HOME")}
+    env["API_PORT"] = str(port)
+    proc = subprocess.Popen(shlex.split(command), cwd=root, env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    schema: dict[str, object] | None = None
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            try:
+                conn.request("GET", "/v1/openapi.json")
+                resp = conn.getresponse()
+                body = resp.read()
+                if resp.status == 200:
+                    schema = json.loads(body)
+                    break
+            except (OSError, ValueError):
+                pass
+            finally:
+                conn.close()
+            time.sleep(1)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            out, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+    assert schema is not None, f"`make api` did not serve /v1/openapi.json on port {port}:\n{out.decode(errors='replace')[-3000:]}"
+    paths = schema["paths"]
+    assert isinstance(paths, dict) and any(str(path).startswith("/v1/models") for path in paths)
+
+
 # What each command must print (beyond exit code 0 and no traceback), by its start.
 EXPECT = {
     "credits balance demo": "workspace demo: balance",
@@ -161,6 +197,8 @@ EXPECT = {
     "schedule enable 1": "re-run study 1 every 1d — ENABLED",
     "study status": "re-run study 1 every 1d — ENABLED",
     "schedule lineage 1": "lineage",
+    "data show demo_seattle_live": "demo_seattle_live",
+    "api-key list demo": "key(s)",
 }
 
 
@@ -177,6 +215,9 @@ def test_every_command_of_the_readme_runs_as_written(
         capsys.readouterr()
         if command.startswith("make ui"):
             _make_ui(command, checkout)
+            continue
+        if command.startswith("make api"):
+            _make_api(command, checkout)
             continue
         argv = shlex.split(command)
         if argv[0] == "python3":
