@@ -111,6 +111,17 @@ def _graphql(port: int, query: str) -> dict[str, object] | None:
         conn.close()
 
 
+def _stop(proc: subprocess.Popen[bytes]) -> bytes:
+    """Stop a server started in its own session (SIGTERM, then SIGKILL after 60 s); its output."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        out, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+    return out
+
+
 def _make_ui(command: str, root: Path) -> None:
     """``make ui`` serves the demo's runs: poll its GraphQL endpoint (generous timeout), then stop it."""
     # `make ui` depends on the virtualenv's stamp; it must not re-install from this temporary copy.
@@ -132,12 +143,7 @@ def _make_ui(command: str, root: Path) -> None:
                 break
             time.sleep(2)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            out, _ = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, _ = proc.communicate()
+        out = _stop(proc)
     text = out.decode(errors="replace")
     assert runs, f"`make ui` did not serve the demo's runs on port {port}:\n{text[-3000:]}"
     assert f"DAGSTER_HOME={root.resolve()}/.typestrict/dagster_home" in text
@@ -168,12 +174,7 @@ def _make_api(command: str, root: Path) -> None:
                 conn.close()
             time.sleep(1)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            out, _ = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, _ = proc.communicate()
+        out = _stop(proc)
     assert schema is not None, f"`make api` did not serve /v1/openapi.json on port {port}:\n{out.decode(errors='replace')[-3000:]}"
     paths = schema["paths"]
     assert isinstance(paths, dict) and any(str(path).startswith("/v1/models") for path in paths)

@@ -134,6 +134,24 @@ def summarize(
     )
 
 
+def _macro_f1(
+    true: npt.NDArray[np.int64], pc: npt.NDArray[np.int64], labels: Sequence[int]
+) -> npt.NDArray[np.float64]:
+    """Macro-F1 of each resample from its counts: ``true[b, k]`` rows with answer k and
+    ``pc[b, k] = (predicted k but wrong, right with answer k)``; a class never seen nor predicted
+    scores 0. One order of float operations, shared by the row and the group bootstrap."""
+    tp = pc[:, :, 1]
+    prd = pc[:, :, 0] + tp
+    macro = np.zeros(pc.shape[0], dtype=np.float64)
+    for k in labels:
+        den = (true[:, k] + prd[:, k]).astype(np.float64)
+        num = (2 * tp[:, k]).astype(np.float64)
+        f = np.zeros(pc.shape[0], dtype=np.float64)
+        np.divide(num, den, out=f, where=den > 0)
+        macro = macro + f
+    return macro / np.float64(len(labels))
+
+
 def _system_block(
     block: npt.NDArray[np.intp],
     true: npt.NDArray[np.int64],
@@ -159,16 +177,7 @@ def _system_block(
     code = 2 * np.asarray(ex.pred, dtype=np.intp) + np.asarray(ex.correct, dtype=np.intp)
     pc = np.bincount((code[block] + offsets).ravel(), minlength=b * 2 * n_answers)
     pc = pc.reshape(b, n_answers, 2)
-    tp = pc[:, :, 1]
-    prd = pc[:, :, 0] + tp
-    macro = np.zeros(b, dtype=np.float64)
-    for k in labels:
-        den = (true[:, k] + prd[:, k]).astype(np.float64)
-        num = (2 * tp[:, k]).astype(np.float64)
-        f = np.zeros(b, dtype=np.float64)
-        np.divide(num, den, out=f, where=den > 0)
-        macro = macro + f
-    macro = macro / np.float64(len(labels))
+    macro = _macro_f1(true, pc, labels)
 
     units = np.asarray(ex.brier_units, dtype=np.int64)
     s = units[block].sum(axis=1)  # integers: exact in any order
@@ -400,16 +409,7 @@ def _group_system_block(
     """One system's three G metrics for a block of group resamples (``counts[b, g]`` draws)."""
     nb = counts.shape[0]
     pc = (counts @ sums.codes).reshape(nb, n_answers, 2)
-    tp = pc[:, :, 1]
-    prd = pc[:, :, 0] + tp
-    macro = np.zeros(nb, dtype=np.float64)
-    for k in labels:
-        den = (true[:, k] + prd[:, k]).astype(np.float64)
-        num = (2 * tp[:, k]).astype(np.float64)
-        f = np.zeros(nb, dtype=np.float64)
-        np.divide(num, den, out=f, where=den > 0)
-        macro = macro + f
-    macro = macro / np.float64(len(labels))
+    macro = _macro_f1(true, pc, labels)
 
     two_d = 2 * n_b * BRIER_UNIT
     brier = _exact_quotients(two_d - counts @ sums.units, two_d)
