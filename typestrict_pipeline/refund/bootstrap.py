@@ -34,11 +34,14 @@ True
 from __future__ import annotations
 
 import enum
+import functools
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+from threadpoolctl import ThreadpoolController
 
 from typestrict_pipeline.refund.metrics import (
     BRIER_UNIT,
@@ -142,13 +145,14 @@ def _macro_f1(
     scores 0. One order of float operations, shared by the row and the group bootstrap."""
     tp = pc[:, :, 1]
     prd = pc[:, :, 0] + tp
+    cols = np.asarray(labels, dtype=np.intp)
+    den = (true[:, cols] + prd[:, cols]).astype(np.float64)
+    num = (2 * tp[:, cols]).astype(np.float64)
+    f = np.zeros(den.shape, dtype=np.float64)
+    np.divide(num, den, out=f, where=den > 0)
     macro = np.zeros(pc.shape[0], dtype=np.float64)
-    for k in labels:
-        den = (true[:, k] + prd[:, k]).astype(np.float64)
-        num = (2 * tp[:, k]).astype(np.float64)
-        f = np.zeros(pc.shape[0], dtype=np.float64)
-        np.divide(num, den, out=f, where=den > 0)
-        macro = macro + f
+    for j in range(cols.shape[0]):  # left to right in answer order, as the verifier sums
+        macro = macro + f[:, j]
     return macro / np.float64(len(labels))
 
 
@@ -239,10 +243,7 @@ def bootstrap_gains(
         true = true.reshape(nb, n_answers)
         mf_m, bs_m, sa_m = _system_block(block, true, model, labels, n_answers, m)
         mf_j, bs_j, sa_j = _system_block(block, true, jev, labels, n_answers, m)
-        g = WEIGHTS[0] * (mf_m - mf_j)
-        g = g + WEIGHTS[1] * (bs_m - bs_j)
-        g = g + WEIGHTS[2] * (sa_m - sa_j)
-        out[start : start + nb] = g
+        out[start : start + nb] = _gain((mf_m, bs_m, sa_m), (mf_j, bs_j, sa_j))
     return out
 
 
@@ -340,14 +341,26 @@ def _exact_quotients(num: npt.NDArray[np.int64], den: npt.NDArray[np.int64]) -> 
 
 @dataclass(frozen=True)
 class _GroupSums:
-    """One system's per-group integer sums (the bootstrap recombines them per resample)."""
+    """One system's per-group integer sums (the bootstrap recombines them per resample).
+
+    The least confident ``window`` rows are cut into blocks of ``_BLOCK`` rows (least confident
+    first): ``blocks[g, j]`` / ``blocks[g, nblk + j]`` count group ``g``'s rows / right rows in
+    block ``j``, so one matrix product gives every resample's weight per block, and only the block
+    holding the cut is looked at row by row (``tail_groups``, ``tail_right``; padding rows point
+    at the empty group ``G``).
+    """
 
     codes: npt.NDArray[np.int64]  # (G, 2K): per answer k, [2k] wrong-and-predicted-k, [2k+1] right
     units: npt.NDArray[np.int64]  # (G,): Brier units
     group_right: npt.NDArray[np.int64]  # (G,): right answers
     by_rank: npt.NDArray[np.intp]  # group of each row, rows in this system's confidence order
     correct_by_rank: npt.NDArray[np.int64]
-    window: int  # how many of the least confident rows the first search looks at
+    blocks: npt.NDArray[np.int64]  # (G, 2·nblk)
+    tail_groups: npt.NDArray[np.intp]  # (nblk, _BLOCK)
+    tail_right: npt.NDArray[np.int64]  # (nblk, _BLOCK)
+
+
+_BLOCK = 32  # rows per block of the selective-accuracy search
 
 
 def _group_sums(
@@ -363,32 +376,45 @@ def _group_sums(
     group_right = np.bincount(gidx, weights=correct, minlength=n_groups).astype(np.int64)
     n = len(order)
     window = min(n, n // 4 + 4 * int(np.sqrt(n)) + 16)
-    return _GroupSums(codes, units, group_right, gidx[order], correct[order], window)
+    n_blocks = -(-window // _BLOCK)
+    tail_groups = np.full(n_blocks * _BLOCK, n_groups, dtype=np.intp)
+    tail_right = np.zeros(n_blocks * _BLOCK, dtype=np.int64)
+    tail_groups[:window] = gidx[order[::-1][:window]]
+    tail_right[:window] = correct[order[::-1][:window]]
+    blocks = np.zeros((n_groups + 1, 2 * n_blocks), dtype=np.int64)
+    block_of = np.arange(n_blocks * _BLOCK, dtype=np.intp) // _BLOCK
+    np.add.at(blocks, (tail_groups, block_of), 1)
+    np.add.at(blocks, (tail_groups, n_blocks + block_of), tail_right)
+    return _GroupSums(
+        codes,
+        units,
+        group_right,
+        gidx[order],
+        correct[order],
+        blocks[:n_groups],
+        tail_groups.reshape(n_blocks, _BLOCK),
+        tail_right.reshape(n_blocks, _BLOCK),
+    )
 
 
 def _dropped_right(
     counts: npt.NDArray[np.int64],
     sums: _GroupSums,
     drop: npt.NDArray[np.int64],
-    window: int,
 ) -> npt.NDArray[np.int64]:
-    """Right answers among the ``drop[b]`` least confident drawn rows of each resample.
+    """Right answers among the ``drop[b]`` least confident drawn rows, searching every row.
 
-    Looks only at the ``window`` least confident rows; ``-1`` where they weigh less than
-    ``drop[b]`` (the caller then asks again with every row).
+    The fallback of :func:`_dropped_right_blocks` (resamples whose window weighs too little).
     """
-    by_rank = sums.by_rank[::-1][:window]  # least confident first
-    right = sums.correct_by_rank[::-1][:window].astype(np.int64)
+    by_rank = sums.by_rank[::-1]  # least confident first
+    right = sums.correct_by_rank[::-1].astype(np.int64)
     weight = counts[:, by_rank]
     # one cumulative sum for both: weight in the low 32 bits, right answers in the high ones
     # (a resample holds fewer than 2**22 rows, so neither half overflows)
     cum = np.cumsum(weight | ((weight * right) << 32), axis=1)
     cum_w = cum & 0xFFFFFFFF
     out = np.zeros(counts.shape[0], dtype=np.int64)
-    need = drop > 0
-    reach = cum_w[:, -1] >= drop
-    out[~reach] = -1
-    rows_ = np.flatnonzero(need & reach)
+    rows_ = np.flatnonzero(drop > 0)
     if rows_.size:
         cut = np.argmax(cum_w[rows_] >= drop[rows_, None], axis=1)
         w_cut = weight[rows_, cut]
@@ -398,21 +424,64 @@ def _dropped_right(
     return out
 
 
+def _dropped_right_blocks(
+    counts_ext: npt.NDArray[np.int64],
+    per_block: npt.NDArray[np.int64],
+    sums: _GroupSums,
+    drop: npt.NDArray[np.int64],
+) -> npt.NDArray[np.int64]:
+    """Right answers among the ``drop[b]`` least confident drawn rows of each resample.
+
+    ``per_block[b]`` holds resample ``b``'s weight per block then its right answers per block
+    (``counts @ sums.blocks``); ``counts_ext`` has one extra, empty group. The cut's block is
+    found from the blocks' cumulative weights and searched row by row. ``-1`` where the window
+    weighs less than ``drop[b]`` (the caller then searches every row).
+    """
+    n_blocks = sums.tail_groups.shape[0]
+    cw = np.cumsum(per_block[:, :n_blocks], axis=1)
+    cr = np.cumsum(per_block[:, n_blocks:], axis=1)
+    out = np.zeros(counts_ext.shape[0], dtype=np.int64)
+    reach = cw[:, -1] >= drop
+    out[~reach] = -1
+    rows_ = np.flatnonzero((drop > 0) & reach)
+    if rows_.size:
+        d = drop[rows_]
+        blk = np.argmax(cw[rows_] >= d[:, None], axis=1)
+        w_blk = per_block[rows_, blk]
+        w_before = cw[rows_, blk] - w_blk
+        r_before = cr[rows_, blk] - per_block[rows_, n_blocks + blk]
+        w = counts_ext[rows_[:, None], sums.tail_groups[blk]]  # (r, _BLOCK)
+        right = sums.tail_right[blk]
+        cum_w = np.cumsum(w, axis=1) + w_before[:, None]
+        cum_r = np.cumsum(w * right, axis=1)
+        cut = np.argmax(cum_w >= d[:, None], axis=1)
+        at = np.arange(rows_.size)
+        w_cut, c_cut = w[at, cut], right[at, cut]
+        before = cum_w[at, cut] - w_cut
+        out[rows_] = r_before + cum_r[at, cut] - w_cut * c_cut + (d - before) * c_cut
+    return out
+
+
 def _group_system_block(
-    counts: npt.NDArray[np.int64],
+    counts_ext: npt.NDArray[np.int64],
+    sums_at: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]],
     true: npt.NDArray[np.int64],
     n_b: npt.NDArray[np.int64],
     sums: _GroupSums,
     labels: Sequence[int],
-    n_answers: int,
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """One system's three G metrics for a block of group resamples (``counts[b, g]`` draws)."""
-    nb = counts.shape[0]
-    pc = (counts @ sums.codes).reshape(nb, n_answers, 2)
+    """One system's three G metrics for a block of group resamples.
+
+    ``counts_ext[b, g]`` = draws of group ``g`` (plus one empty group); ``sums_at`` = the
+    resamples' ``(codes, right answers, per-block sums)`` from the shared matrix product.
+    """
+    nb = counts_ext.shape[0]
+    codes_b, total_right, per_block = sums_at
+    pc = codes_b.reshape(nb, -1, 2)
     macro = _macro_f1(true, pc, labels)
 
     two_d = 2 * n_b * BRIER_UNIT
-    brier = _exact_quotients(two_d - counts @ sums.units, two_d)
+    brier = _exact_quotients(two_d - counts_ext[:, :-1] @ sums.units, two_d)
 
     # selective accuracy: the rows in confidence order, each weighted by how many times its
     # group was drawn; keep m_b = ceil(4 n_b / 5) of them (a cut may fall inside a row's copies).
@@ -420,14 +489,53 @@ def _group_system_block(
     # are found from the least confident end within a window (all rows when it is too short).
     m_b = (4 * n_b + 4) // 5
     drop = n_b - m_b
-    total_right = counts @ sums.group_right
-    dropped = _dropped_right(counts, sums, drop, sums.window)
+    dropped = _dropped_right_blocks(counts_ext, per_block, sums, drop)
     short = dropped < 0
     if short.any():
-        dropped[short] = _dropped_right(counts[short], sums, drop[short], len(sums.by_rank))
+        dropped[short] = _dropped_right(counts_ext[short, :-1], sums, drop[short])
     sel = total_right - dropped
     sel_acc = sel.astype(np.float64) / m_b.astype(np.float64)
     return macro, brier, sel_acc
+
+
+def _gain(
+    model: tuple[npt.NDArray[np.float64], ...], jev: tuple[npt.NDArray[np.float64], ...]
+) -> npt.NDArray[np.float64]:
+    """G from both systems' (macro F1, brier_skill, selective accuracy), in the verifier's order.
+
+    >>> one = np.ones(1)
+    >>> _gain((one, one, one), (one * 0, one * 0, one * 0)).tolist() == [sum(WEIGHTS)]
+    True
+    """
+    g = WEIGHTS[0] * (model[0] - jev[0])
+    g = g + WEIGHTS[1] * (model[1] - jev[1])
+    return g + WEIGHTS[2] * (model[2] - jev[2])
+
+
+def _group_table(
+    true_g: npt.NDArray[np.int64], size: npt.NDArray[np.int64], systems: Sequence[_GroupSums]
+) -> tuple[npt.NDArray[np.float64], list[slice]]:
+    """Every per-group sum the resamples need, side by side as one float64 matrix.
+
+    Every entry and every resample's sum is an integer below ``MAX_RESAMPLE_ROWS`` (far below
+    2**53), so one float matrix product computes all of them exactly, in any summation order.
+    Returns the matrix and the column slices: true counts, size, then per system codes, right
+    answers, per-block sums.
+    """
+    parts: list[npt.NDArray[np.int64]] = [true_g, size[:, None]]
+    for s in systems:
+        parts += [s.codes, s.group_right[:, None], s.blocks]
+    bounds = np.cumsum([0] + [p.shape[1] for p in parts]).tolist()
+    return (
+        np.concatenate(parts, axis=1).astype(np.float64),
+        [slice(a, b) for a, b in itertools.pairwise(bounds)],
+    )
+
+
+@functools.cache
+def _blas() -> ThreadpoolController:
+    """The BLAS thread pools of this process (found once; about 1 ms)."""
+    return ThreadpoolController()
 
 
 def _group_gains(
@@ -451,22 +559,45 @@ def _group_gains(
     size = np.bincount(gidx, minlength=n_groups).astype(np.int64)
     true_g = np.zeros((n_groups, n_answers), dtype=np.int64)
     np.add.at(true_g, (gidx, np.asarray(y, dtype=np.intp)), 1)
-    sums_m = _group_sums(model, gidx, n_groups, n_answers)
-    sums_j = _group_sums(jev, gidx, n_groups, n_answers)
+    systems = (_group_sums(model, gidx, n_groups, n_answers), _group_sums(jev, gidx, n_groups, n_answers))
+    table, cols = _group_table(true_g, size, systems)
     idx = resample_indices(seed, n_groups, resamples)
     out = np.empty(resamples, dtype=np.float64)
+    # the products are small (a chunk × G × about 200 columns): BLAS threads only spin on them
+    with _blas().limit(limits=1, user_api="blas"):
+        _group_chunks(idx, n_groups, table, cols, systems, labels, out)
+    return out
+
+
+def _group_chunks(
+    idx: npt.NDArray[np.intp],
+    n_groups: int,
+    table: npt.NDArray[np.float64],
+    cols: Sequence[slice],
+    systems: Sequence[_GroupSums],
+    labels: Sequence[int],
+    out: npt.NDArray[np.float64],
+) -> None:
+    """G of every group resample into ``out``, ``_CHUNK`` resamples at a time."""
+    resamples = idx.shape[0]
+    width = n_groups + 1  # one extra, never drawn group: the padding of the last block
     for start in range(0, resamples, _CHUNK):
         block = idx[start : start + _CHUNK]
         nb = block.shape[0]
-        offsets = (np.arange(nb, dtype=np.intp) * n_groups)[:, None]
-        counts = np.bincount((block + offsets).ravel(), minlength=nb * n_groups)
-        counts = counts.astype(np.int64).reshape(nb, n_groups)
-        true = counts @ true_g
-        n_b = counts @ size
-        mf_m, bs_m, sa_m = _group_system_block(counts, true, n_b, sums_m, labels, n_answers)
-        mf_j, bs_j, sa_j = _group_system_block(counts, true, n_b, sums_j, labels, n_answers)
-        g = WEIGHTS[0] * (mf_m - mf_j)
-        g = g + WEIGHTS[1] * (bs_m - bs_j)
-        g = g + WEIGHTS[2] * (sa_m - sa_j)
-        out[start : start + nb] = g
-    return out
+        offsets = (np.arange(nb, dtype=np.intp) * width)[:, None]
+        counts_ext = np.bincount((block + offsets).ravel(), minlength=nb * width)
+        counts_ext = counts_ext.astype(np.int64).reshape(nb, width)
+        sums_b = (counts_ext[:, :-1].astype(np.float64) @ table).astype(np.int64)
+        true, n_b = sums_b[:, cols[0]], sums_b[:, cols[1]][:, 0]
+        metrics = [
+            _group_system_block(
+                counts_ext,
+                (sums_b[:, cols[2 + 3 * i]], sums_b[:, cols[3 + 3 * i]][:, 0], sums_b[:, cols[4 + 3 * i]]),
+                true,
+                n_b,
+                s,
+                labels,
+            )
+            for i, s in enumerate(systems)
+        ]
+        out[start : start + nb] = _gain(metrics[0], metrics[1])
