@@ -28,11 +28,11 @@ import base64
 import io
 import math
 from collections.abc import Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 from typestrict_pipeline.errors import InputError
 
@@ -54,6 +54,10 @@ _ZERO_COLOR = "#333333"
 
 
 def _figure() -> tuple[Figure, Axes]:
+    # imported here, not at module load: matplotlib would add ~1 s to every run process's start
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(WIDTH_IN, HEIGHT_IN), dpi=DPI)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()

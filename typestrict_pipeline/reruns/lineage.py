@@ -36,12 +36,18 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-from scipy import special
 
+from typestrict_pipeline.lazy import LazyModule
 from typestrict_pipeline.study.stats import expected_max_independent
+
+if TYPE_CHECKING:  # imported on first use: keeps the code location's load quick
+    from scipy import special
+else:
+    special = LazyModule("scipy.special")
 
 WITHIN_NOISE_WARNING = (
     "The best result is within noise: across the {k} studies the always-valid 95% lower bound "

@@ -23,14 +23,19 @@ import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats
 
 from typestrict_pipeline.errors import NotEnoughDataError
+from typestrict_pipeline.lazy import LazyModule
 from typestrict_pipeline.study.stats import ar1_long_run_variance, newey_west_se
+
+if TYPE_CHECKING:  # imported on first use: keeps the code location's load quick
+    from scipy import stats
+else:
+    stats = LazyModule("scipy.stats")
 
 FloatArray = npt.NDArray[np.float64]
 PValueType = Literal["consistent", "upper"]

@@ -26,12 +26,20 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-from scipy import integrate, special, stats
 
 from typestrict_pipeline.errors import NotEnoughDataError
+from typestrict_pipeline.lazy import LazyModule
+
+if TYPE_CHECKING:  # imported on first use: keeps the code location's load quick
+    from scipy import integrate, special, stats
+else:
+    integrate = LazyModule("scipy.integrate")
+    special = LazyModule("scipy.special")
+    stats = LazyModule("scipy.stats")
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -1,0 +1,31 @@
+"""Loading the code location leaves the heavy numeric libraries for later.
+
+Every Dagster run process (a UI launch, a daemon-launched verdict) imports the code location
+before its first step; SciPy and matplotlib were about a third of that import time
+(docs/benchmarks.md, "Run start-up"). They are imported on first use instead.
+"""
+
+import subprocess
+import sys
+
+
+def test_loading_the_code_location_imports_neither_scipy_nor_matplotlib() -> None:
+    probe = (
+        "import sys, typestrict_pipeline.definitions as d; "
+        "assert d.defs is not None; "
+        "print(sorted(m for m in ('scipy.stats', 'scipy.special', 'scipy.integrate', "
+        "'matplotlib', 'sklearn') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_a_lazily_imported_module_still_works_when_used() -> None:
+    import math
+
+    from typestrict_pipeline.study.stats import expected_max_normal, luck_quantile_normal
+
+    # E[max of 2 standard normals] = 1/sqrt(pi) (scipy.integrate, scipy.special), and the median
+    # of one standard normal is 0 (scipy.stats)
+    assert math.isclose(expected_max_normal(2), 1 / math.sqrt(math.pi), rel_tol=1e-9)
+    assert abs(luck_quantile_normal(1, 0.5)) < 1e-12
