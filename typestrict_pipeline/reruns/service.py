@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import Engine, func, select, update
@@ -53,7 +54,7 @@ from typestrict_pipeline.reruns.tables import (
     StudyRerunSetting,
     TickOutcome,
 )
-from typestrict_pipeline.reruns.workspace import SpendSource, workspace_status
+from typestrict_pipeline.reruns.workspace import SpendSource, WorkspaceStatus, workspace_status
 from typestrict_pipeline.store import session_scope, utcnow
 
 _CADENCE = re.compile(r"^\s*(\d+)\s*([mhdw])\s*$")
@@ -375,9 +376,20 @@ def _previous(session: Session, lineage_root: str) -> LineageRow:
 
 
 def tick_state(
-    engine: Engine, port: StudiesPort, schedule: ScheduleView, *, now: dt.datetime, spend: SpendSource
+    engine: Engine,
+    port: StudiesPort,
+    schedule: ScheduleView,
+    *,
+    now: dt.datetime,
+    spend: SpendSource,
+    workspaces: dict[str, WorkspaceStatus | None] | None = None,
 ) -> tuple[TickState, LineageRow]:
-    """Gather the state one tick decides on (see :func:`~typestrict_pipeline.reruns.decide.decide_tick`)."""
+    """Gather the state one tick decides on (see :func:`~typestrict_pipeline.reruns.decide.decide_tick`).
+
+    ``workspaces``: the workspace states already read by this tick (filled as they are read), so
+    a tick over many schedules of one workspace reads its subscription and spend once; nothing a
+    tick does (claims, records) changes them.
+    """
     root = port.get(schedule.root_study_id)
     grid = port.get(schedule.lineage_root_id) if schedule.lineage_root_id != schedule.root_study_id else root
     with session_scope(engine) as session:
@@ -386,7 +398,12 @@ def tick_state(
         last_seq = session.execute(
             select(func.max(LineageRow.seq)).where(LineageRow.lineage_root_id == schedule.lineage_root_id)
         ).scalar_one()
-    ws = workspace_status(engine, schedule.workspace_id, now, spend)
+    if workspaces is None:
+        ws = workspace_status(engine, schedule.workspace_id, now, spend)
+    else:
+        if schedule.workspace_id not in workspaces:
+            workspaces[schedule.workspace_id] = workspace_status(engine, schedule.workspace_id, now, spend)
+        ws = workspaces[schedule.workspace_id]
     if prev.state in (LineageState.PENDING, LineageState.RUNNING):
         outcome = PreviousOutcome.IN_PROGRESS
     elif prev.state is LineageState.FINISHED:
@@ -420,19 +437,27 @@ def tick_state(
 
 
 def _record(engine: Engine, schedule_id: int, at: dt.datetime, source: str, result: TickResult, *, off: bool) -> None:
+    _record_many(engine, at, source, [(result, off)])
+
+
+def _record_many(engine: Engine, at: dt.datetime, source: str, results: Sequence[tuple[TickResult, bool]]) -> None:
+    """Record ticks (and their schedules' last outcome; ``off`` turns one off), in one transaction."""
+    if not results:
+        return
     with session_scope(engine) as session:
-        session.add(RerunTick(schedule_id=schedule_id, at=at, source=source, outcome=result.outcome,
-                              kind=None if result.kind is None else result.kind.value,
-                              message=result.message, run_key=result.run_key))
-        values: dict[str, object] = {
-            "last_tick_at": at, "last_outcome": result.outcome, "last_message": result.message,
-        }
-        if result.run_key is not None:
-            values["last_run_key"] = result.run_key
-        if off:
-            values["state"] = ScheduleState.OFF
-            values["off_reason"] = result.message
-        session.execute(update(RerunSchedule).where(RerunSchedule.id == schedule_id).values(**values))
+        for result, off in results:
+            session.add(RerunTick(schedule_id=result.schedule_id, at=at, source=source, outcome=result.outcome,
+                                  kind=None if result.kind is None else result.kind.value,
+                                  message=result.message, run_key=result.run_key))
+            values: dict[str, object] = {
+                "last_tick_at": at, "last_outcome": result.outcome, "last_message": result.message,
+            }
+            if result.run_key is not None:
+                values["last_run_key"] = result.run_key
+            if off:
+                values["state"] = ScheduleState.OFF
+                values["off_reason"] = result.message
+            session.execute(update(RerunSchedule).where(RerunSchedule.id == result.schedule_id).values(**values))
 
 
 def _claim_slot(engine: Engine, schedule_id: int, slot: int) -> bool:
@@ -444,6 +469,22 @@ def _claim_slot(engine: Engine, schedule_id: int, slot: int) -> bool:
             .values(last_slot=slot)
         ).rowcount
     return bool(done == 1)
+
+
+def _claim_slots(engine: Engine, due: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Claim every ``(schedule, slot)`` of one tick in one transaction; the ones this tick won."""
+    won: list[tuple[int, int]] = []
+    with session_scope(engine) as session:
+        for schedule_id, slot in due:
+            done = session.execute(  # type: ignore[attr-defined]
+                update(RerunSchedule)
+                .where(RerunSchedule.id == schedule_id, RerunSchedule.state == ScheduleState.ENABLED,
+                       RerunSchedule.last_slot < slot)
+                .values(last_slot=slot)
+            ).rowcount
+            if done == 1:
+                won.append((schedule_id, slot))
+    return won
 
 
 def evaluate_schedule(
@@ -467,9 +508,27 @@ def evaluate_schedule(
         return None
     if slot is not None and not _claim_slot(engine, schedule_id, slot):
         return None
-    state, prev = tick_state(engine, port, view, now=at, spend=spend)
+    result, off = _decide_claimed(engine, port, view, at, spend, -1 if slot is None else slot)
+    _record(engine, schedule_id, at, source, result, off=off)
+    return result
+
+
+def _decide_claimed(
+    engine: Engine,
+    port: StudiesPort,
+    view: ScheduleView,
+    at: dt.datetime,
+    spend: SpendSource,
+    used_slot: int,
+    workspaces: dict[str, WorkspaceStatus | None] | None = None,
+) -> tuple[TickResult, bool]:
+    """Decide one schedule whose slot is claimed (a fire claims its lineage position); not recorded.
+
+    Returns the result and whether the decision turns the schedule off.
+    """
+    schedule_id = view.id
+    state, prev = tick_state(engine, port, view, now=at, spend=spend, workspaces=workspaces)
     decision = decide_tick(state)
-    used_slot = -1 if slot is None else slot
     if isinstance(decision, Skip):
         rerequest = None
         if (decision.kind is SkipKind.IN_FLIGHT and prev.state is LineageState.PENDING
@@ -477,15 +536,12 @@ def evaluate_schedule(
             rerequest = prev.run_key  # claimed but never started: ask again (Dagster dedups the key)
         result = TickResult(schedule_id, used_slot, TickOutcome.SKIPPED, decision.message, decision.kind,
                             rerequest, prev.id if rerequest else None)
-        _record(engine, schedule_id, at, source, result, off=decision.turns_schedule_off)
-        return result
+        return result, decision.turns_schedule_off
     assert isinstance(decision, Fire)
     entry_id, label = _claim_rerun(engine, port, view, decision, at)
     message = (f"Fired re-run #{decision.seq}: scored on {label} ({decision.windows.holdout.length} of "
                f"{decision.windows.unseen_steps} unseen steps). {lineage_hint(view.lineage_root_id)}")
-    result = TickResult(schedule_id, used_slot, TickOutcome.FIRED, message, None, decision.run_key, entry_id)
-    _record(engine, schedule_id, at, source, result, off=False)
-    return result
+    return TickResult(schedule_id, used_slot, TickOutcome.FIRED, message, None, decision.run_key, entry_id), False
 
 
 def lineage_hint(lineage_root_id: str) -> str:
@@ -578,21 +634,38 @@ def evaluate_due(
             .where(RerunSchedule.state == ScheduleState.ENABLED)
             .order_by(RerunSchedule.id)
         ).all()
-    results: list[TickResult] = []
+    due: list[tuple[int, int]] = []
     for sid, enabled_at, cadence, last_slot in rows:
         slot = current_slot(enabled_at, cadence, at)
         if slot < 0 or slot <= max(last_slot, seen.get(sid, -1)):
             continue
-        try:
-            result = evaluate_schedule(engine, port, sid, now=at, spend=spend, source=source, slot=slot)
-        except Exception as exc:  # one broken schedule must not stop the others
-            result = TickResult(sid, slot, TickOutcome.SKIPPED, f"Evaluation failed: {type(exc).__name__}: {exc}",
-                                None, None, None)
-            _record(engine, sid, at, source, result, off=False)
+        due.append((sid, slot))
         seen[sid] = slot
-        if result is not None:
-            results.append(result)
-    return results, seen
+    if not due:
+        return [], seen
+    # one transaction claims every due slot and one records every tick (not two per schedule);
+    # a fire still claims its lineage position in its own transaction, as it must be unique
+    won = _claim_slots(engine, due)
+    views = _views(engine, [sid for sid, _ in won])
+    decided: list[tuple[TickResult, bool]] = []
+    workspaces: dict[str, WorkspaceStatus | None] = {}
+    for sid, slot in won:
+        try:
+            decided.append(_decide_claimed(engine, port, views[sid], at, spend, slot, workspaces))
+        except Exception as exc:  # one broken schedule must not stop the others
+            decided.append((TickResult(sid, slot, TickOutcome.SKIPPED,
+                                       f"Evaluation failed: {type(exc).__name__}: {exc}", None, None, None), False))
+    _record_many(engine, at, source, decided)
+    return [result for result, _ in decided], seen
+
+
+def _views(engine: Engine, schedule_ids: Sequence[int]) -> dict[int, ScheduleView]:
+    """The views of the given schedules, in one query."""
+    if not schedule_ids:
+        return {}
+    with session_scope(engine) as session:
+        rows = session.execute(select(RerunSchedule).where(RerunSchedule.id.in_(schedule_ids))).scalars().all()
+        return {int(r.id): _view(r) for r in rows}
 
 
 # --------------------------------------------------------------------------- executing a re-run
