@@ -586,7 +586,7 @@ def _group_chunks(
         nb = block.shape[0]
         offsets = (np.arange(nb, dtype=np.intp) * width)[:, None]
         counts_ext = np.bincount((block + offsets).ravel(), minlength=nb * width)
-        counts_ext = counts_ext.astype(np.int64).reshape(nb, width)
+        counts_ext = counts_ext.astype(np.int64, copy=False).reshape(nb, width)
         sums_b = (counts_ext[:, :-1].astype(np.float64) @ table).astype(np.int64)
         true, n_b = sums_b[:, cols[0]], sums_b[:, cols[1]][:, 0]
         metrics = [
