@@ -329,9 +329,15 @@ def study_graph() -> None:
     study_finalize(runs.collect())
 
 
+STUDY_JOB_PRELOAD = ["typestrict_pipeline.definitions", "scipy.stats", "scipy.integrate",
+                     "matplotlib.figure", "matplotlib.backends.backend_agg"]
+"""What the forkserver imports once: the code location, and what ``study_finalize`` needs that
+the code location imports only on first use (SciPy for the statistics, matplotlib for the
+leaderboard picture; typestrict_pipeline/lazy.py)."""
+
 STUDY_JOB_EXECUTION: dict[str, Any] = {
     "multiprocess": {"max_concurrent": 2, "start_method": {"forkserver": {
-        "preload_modules": ["typestrict_pipeline.definitions"]}}}}
+        "preload_modules": STUDY_JOB_PRELOAD}}}}
 """The executor a launched ``study_job`` gets unless its run config says otherwise (the
 launchpad shows it and can override it): two step processes, forked from a server that has
 imported the code location once (so a step does not re-import Dagster and the project, as

@@ -128,6 +128,7 @@ def main() -> None:
     from sqlalchemy import create_engine, text
 
     from bench.bench_study_walltime import dagster_study
+    from bench.summary import row
 
     admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
     tag = uuid.uuid4().hex[:10]
@@ -164,6 +165,11 @@ def main() -> None:
             print(f"  celery, {n_workers} worker(s), {n} chunks: {wall:6.1f} s wall, work {work:.1f} s, "
                   f"orchestration {share:.0%}")
             print(f"  -> ratio {wall / ref_wall:.2f}× the in-process reference (load {os.getloadavg()[0]:.1f})")
+            row("bench_study_celery", f"64 x 4 study on celery, {n_workers} worker(s), {n} chunks (PostgreSQL, Redis)",
+                f"{wall:.1f} s wall (orchestration {share:.0%})",
+                alternative=f"in process, {ref_n} chunks {ref_wall:.1f} s", ratio=f"{wall / ref_wall:.2f}x in process",
+                target="<= 2x in process" if n_workers == 2 else "", ok=wall <= 2 * ref_wall if n_workers == 2 else None,
+                numbers={"wall": wall, "work": work, "ref_wall": ref_wall, "ref_work": ref_work})
     finally:
         for proc in workers:
             _stop(proc)

@@ -15,7 +15,8 @@ reservations and settlements, Dagster's steps and events. Layout: 2014-01-01 →
 * the alternatives: the job's default executor (what a UI launch gets: multiprocess, forkserver,
   2 at once, 4 chunks); multiprocess with spawn (2 at once, 4 chunks); what a UI launch got
   before study_job had an executor config (Dagster's default: spawn, one process per core, one
-  step per candidate: 64 steps); in process with one step per candidate (the old default).
+  step per candidate: bounded to the first 8 candidates unless ``TYPESTRICT_BENCH_FULL=1``);
+in process with one step per candidate (the old default).
 
 Orchestration share = 1 − work / (wall × workers), with work = Σ over window runs of the time
 between its reservation and its settlement (the engine's run plus the settlement write).
@@ -26,6 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -70,15 +72,15 @@ def trivial_setup() -> Any:
     return WorkflowSetup(workflow=wf, data={"x": table})
 
 
-def _config(backend: dict[str, Any]) -> Any:
+def _config(backend: dict[str, Any], n_candidates: int = N_CANDIDATES) -> Any:
     from typestrict_pipeline.study.service import StudyConfig
     from typestrict_pipeline.study.space import SearchSpace
 
     space = SearchSpace(grid={"threshold": [round(-1.0 + 2.0 * i / (N_CANDIDATES - 1), 6)
-                                            for i in range(N_CANDIDATES)]})
+                                            for i in range(n_candidates)]})
     return StudyConfig(workspace="bench", workflow="bench_trivial", workflow_version="v",
                        space=space, start=START, end=END, step=DAY, n_folds=4, tune_steps=60,
-                       eval_steps=45, holdout_steps=60, max_candidates=N_CANDIDATES,
+                       eval_steps=45, holdout_steps=60, max_candidates=n_candidates,
                        max_total_steps=10**7, backend=backend)
 
 
@@ -124,8 +126,10 @@ EXECUTORS: dict[str, dict[str, Any] | None] = {
 }
 
 
-def dagster_study(url: str, executor: str, fanout: str) -> tuple[float, float, int, int]:
-    """(wall seconds, work seconds, steps, Dagster steps) of one study through ``study_job``."""
+def dagster_study(url: str, executor: str, fanout: str,
+                  n_candidates: int = N_CANDIDATES) -> tuple[float, float, int, int]:
+    """(wall seconds, work seconds, steps, Dagster steps) of one study through ``study_job``
+    (``n_candidates`` of the 64: the bounded rows run the first few only)."""
     import dagster as dg
 
     from assets.studies import study_run_config
@@ -134,7 +138,7 @@ def dagster_study(url: str, executor: str, fanout: str) -> tuple[float, float, i
     from typestrict_pipeline.study.service import create_study_from_config
 
     engine = open_store(url)
-    sid = create_study_from_config(engine, _config(BACKEND))
+    sid = create_study_from_config(engine, _config(BACKEND, n_candidates))
     quiet = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
     config: dict[str, Any] = {**study_run_config(sid, fanout), **quiet}
     if EXECUTORS[executor] is not None:
@@ -167,17 +171,49 @@ def _bench_job() -> Any:
     return defs.resolve_job_def("study_job")
 
 
-# (label, executor, fan-out, worker processes): each alternative runs right after an in-process
-# reference run, and its ratio is to that reference (the machine is shared: load drifts).
+# (label, executor, fan-out, worker processes, candidates): each alternative runs right after an
+# in-process reference run of the same candidates, and its ratio is to that reference (the
+# machine is shared: load drifts). The old UI default (spawn, one fresh interpreter per
+# candidate step, ~3 s each) is bounded: it runs the first OLD_UI_CANDIDATES candidates only
+# (all their windows, one step each), against an in-process run of the same candidates; the
+# full 64 take 2 min on a quiet machine (TYPESTRICT_BENCH_FULL=1 runs them).
+OLD_UI_CANDIDATES = N_CANDIDATES if os.environ.get("TYPESTRICT_BENCH_FULL") else 8
 ROUNDS = (
-    ("job default: multiprocess forkserver ×2, 4 chunks", "default", "chunk", 2),
-    ("multiprocess spawn ×2, 4 chunks", "spawn", "chunk", 2),
-    ("before: UI default (spawn, one per core), per candidate", "ui_before", "candidate", 2),
-    ("in process, per candidate (before)", "in_process", "candidate", 1),
+    ("job default: multiprocess forkserver x2, 4 chunks", "default", "chunk", 2, N_CANDIDATES),
+    ("multiprocess spawn x2, 4 chunks", "spawn", "chunk", 2, N_CANDIDATES),
+    ("old UI default (spawn, one per core), one step per candidate", "ui_before", "candidate", 2,
+     OLD_UI_CANDIDATES),
+    ("in process, one step per candidate (the old default)", "in_process", "candidate", 1,
+     N_CANDIDATES),
 )
+NAME = "bench_study_walltime"
+
+
+def _share(wall: float, work: float, workers: int) -> float:
+    return max(0.0, 1.0 - work / (wall * workers))
+
+
+def _record(label: str, ref: tuple[float, float, int, int], alt: tuple[float, float, int, int],
+            workers: int, n_candidates: int, floor: float) -> None:
+    from bench.summary import row
+
+    size = f"{n_candidates} x 4 study" + ("" if n_candidates == N_CANDIDATES else
+                                        f" (bounded: the first {n_candidates} of 64 candidates)")
+    nums = {"ref_wall": ref[0], "ref_work": ref[1], "alt_wall": alt[0], "alt_work": alt[1],
+            "plain_loop": floor, "candidates": n_candidates}
+    ratio = alt[0] / ref[0]
+    target, ok = "", None
+    if label.startswith("job default"):
+        target, ok = "<= 1.5x in process", ratio <= 1.5
+    row(NAME, f"{size}: {label}", f"{alt[0]:.1f} s wall ({alt[3]} steps, orchestration "
+        f"{_share(alt[0], alt[1], workers):.0%})",
+        alternative=f"in process, 4 chunks {ref[0]:.1f} s", ratio=f"{ratio:.2f}x in process",
+        target=target, ok=ok, numbers=nums)
 
 
 def main() -> None:
+    from bench.summary import row
+
     tmp = Path(tempfile.mkdtemp(prefix="bench_study_"))
     os.environ["DAGSTER_HOME"] = str(tmp / "dagster_home")
     (tmp / "dagster_home").mkdir()
@@ -190,17 +226,25 @@ def main() -> None:
         floor, steps = plain_loop()
         print(f"plain engine loop (512 search windows, no store, no Dagster): {floor:.1f} s for "
               f"{steps} steps ({steps / floor:,.0f} steps/s)")
-        for label, executor, fanout, workers in ROUNDS:
-            ref = dagster_study(url, "in_process", "chunk")
-            alt = dagster_study(url, executor, fanout)
+        shares: list[float] = []
+        for label, executor, fanout, workers, n_cand in ROUNDS:
+            ref = dagster_study(url, "in_process", "chunk", n_cand)
+            alt = dagster_study(url, executor, fanout, n_cand)
+            if n_cand == N_CANDIDATES:
+                shares.append(_share(ref[0], ref[1], 1))
             for name, (wall, work, st, n), w in (("in process, 4 chunks (reference)", ref, 1),
                                                  (label, alt, workers)):
-                share = max(0.0, 1.0 - work / (wall * w))
-                print(f"  {name:<58}: {wall:6.1f} s wall, {n:3d} steps, {st} steps "
-                      f"({st / wall:,.0f}/s), work {work:.1f} s, orchestration {share:.0%}, "
-                      f"{wall / floor:.1f}× the plain loop")
-            print(f"  -> ratio {alt[0] / ref[0]:.2f}× the in-process reference "
+                print(f"  {name:<62}: {wall:6.1f} s wall, {n:3d} steps, {st} steps "
+                      f"({st / wall:,.0f}/s), work {work:.1f} s, orchestration "
+                      f"{_share(wall, work, w):.0%}, {wall / floor:.1f}x the plain loop")
+            print(f"  -> ratio {alt[0] / ref[0]:.2f}x the in-process reference "
                   f"(load {os.getloadavg()[0]:.1f})")
+            _record(label, ref, alt, workers, n_cand, floor)
+        mid = statistics.median(shares)
+        row(NAME, "64 x 4 study in process, 4 chunks: orchestration share (median of the "
+            "reference runs)", f"{mid:.0%} (runs: " + ", ".join(f"{x:.0%}" for x in shares) + ")",
+            alternative=f"plain engine loop {floor:.1f} s", target="<= 50%", ok=mid <= 0.5,
+            numbers={"share_median": mid, "plain_loop": floor})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

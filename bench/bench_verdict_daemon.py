@@ -25,6 +25,7 @@ import importlib.util
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -104,6 +105,7 @@ def _daemon(instance: Any, support: Any, trainings: Path, tid: str, seed: int) -
 def main() -> None:
     import dagster as dg
 
+    from bench.summary import row
     from typestrict_pipeline.credits import CreditLedger
     from typestrict_pipeline.instance import sqlite_instance_config, write_instance_yaml
     from typestrict_pipeline.store import open_store
@@ -130,6 +132,7 @@ def main() -> None:
     try:
         print(f"load average before: {os.getloadavg()[0]:.1f} (2 cores); trainings of 2,400 rows; SQLite instance")
         verdict_job_def()  # import the code location here once, outside the timed in-process runs
+        rounds: list[tuple[float, float, float]] = []
         with dg.DagsterInstance.get() as instance:
             for i in range(ROUNDS):
                 for tid in (f"ip{i}", f"mp{i}"):  # partitions first: the sensor leaves them alone
@@ -142,6 +145,20 @@ def main() -> None:
                       f"= {mp / ip:.2f}× | daemon {d['total']:5.1f} s = {d['total'] / ip:.2f}× (in the queue "
                       f"{d['queue']:.1f} s, run process start {d['start']:.1f} s, chain {d['chain']:.1f} s; the "
                       f"sensor requested it {d['sensor']:.1f} s after the manifest) (load {os.getloadavg()[0]:.1f})")
+                rounds.append((ip, mp, d["total"]))
+            ratios = sorted(d / ip for ip, _, d in rounds)
+            med = statistics.median(ratios)
+            ip_med = statistics.median(ip for ip, _, _ in rounds)
+            row("bench_verdict_daemon", f"verdict_job launched by training_sensor under dagster-daemon ({ROUNDS} rounds)",
+                f"{statistics.median(d for _, _, d in rounds):.1f} s (median; ratios "
+                + ", ".join(f"{r:.2f}" for r in ratios) + ")",
+                alternative=f"in process {ip_med:.1f} s", ratio=f"{med:.2f}x in process (median)",
+                target="<= 1.5x in process", ok=med <= 1.5,
+                numbers={"ratios": med, "in_process_median": ip_med})
+            row("bench_verdict_daemon", f"verdict_job, the UI's old default (multiprocess forkserver x2) ({ROUNDS} rounds)",
+                f"{statistics.median(mp for _, mp, _ in rounds):.1f} s (median)",
+                alternative=f"in process {ip_med:.1f} s",
+                ratio=f"{statistics.median(mp / ip for ip, mp, _ in rounds):.2f}x in process (median)")
     finally:
         if daemon.poll() is None:
             os.killpg(daemon.pid, signal.SIGTERM)

@@ -14,7 +14,13 @@ import random
 import dagster as dg
 import pytest
 
-from assets.studies import STUDY_JOB_EXECUTION, executor_workers, study_job, study_run_config
+from assets.studies import (
+    STUDY_JOB_EXECUTION,
+    STUDY_JOB_PRELOAD,
+    executor_workers,
+    study_job,
+    study_run_config,
+)
 from resources.store import StoreResource
 from resources.studies import StudyRunnerResource
 from typestrict_pipeline.store import open_store
@@ -122,7 +128,8 @@ def test_a_launched_study_gets_the_jobs_executor_unless_the_launchpad_overrides_
     # A run config naming only the study (the CLI, a sensor, the launchpad's ops block) gets it.
     resolved = dg.validate_run_config(study_job, study_run_config(1))["execution"]
     start = resolved["multi_or_in_process_executor"]["multiprocess"]["start_method"]
-    assert start == {"forkserver": {"preload_modules": ["typestrict_pipeline.definitions"]}}
+    assert start == {"forkserver": {"preload_modules": STUDY_JOB_PRELOAD}}
+    assert STUDY_JOB_PRELOAD[0] == "typestrict_pipeline.definitions"
     assert resolved["multi_or_in_process_executor"]["multiprocess"]["max_concurrent"] == 2
     # The launchpad can name another executor.
     override = {**study_run_config(1), "execution": {"config": {"in_process": {}}}}
