@@ -120,6 +120,8 @@ def view_seconds(table: PointInTimeTable, steps: int = 20_000) -> float:
 
 
 def main() -> None:
+    from bench.summary import row
+
     steps = 20_000
     print(f"engine overhead, one thread (one core), {steps} daily steps, best of 3; "
           "steps/s per CPU second (wall in brackets); view costs in CPU microseconds")
@@ -137,6 +139,15 @@ def main() -> None:
         print(f"{n:>12,} {trivial[0]:>10,.0f} [{trivial[1]:>8,.0f}] {tail[0]:>10,.0f} "
               f"[{tail[1]:>8,.0f}] {ours * 1e6:>12.2f} {naive * 1e6:>13.1f} {prefix * 1e6:>15.1f} "
               f"{sliced * 1e6:>16.2f} {naive / ours:>8.0f}x {prefix / ours:>15.1f}x {sliced / ours:>9.2f}x")
+    row("bench_backtest_overhead", f"backtest view, {n:,} rows of history (CPU per step)",
+        f"{ours * 1e6:.2f} us", alternative=f"searchsorted + prefix copy {prefix * 1e6:.1f} us",
+        ratio=f"ours {prefix / ours:.0f}x faster (mask + copy: {naive / ours:.0f}x; no-copy prefix "
+        f"slice {sliced / ours:.2f}x ours)",
+        numbers={"ours_us": ours * 1e6, "prefix_copy_us": prefix * 1e6, "mask_copy_us": naive * 1e6,
+                 "prefix_slice_us": sliced * 1e6})
+    row("bench_backtest_overhead", f"backtest engine, trivial workflow, {n:,} rows of history",
+        f"{trivial[0]:,.0f} steps per CPU second", target=">= 50,000 steps/s", ok=trivial[0] >= 50_000,
+        numbers={"steps_per_cpu_s": trivial[0]})
 
 
 if __name__ == "__main__":
