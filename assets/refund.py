@@ -19,10 +19,9 @@ import datetime as dt
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
-import pandas as pd
 
 from resources.refund import RefundModelClientResource, RefundTrainingsResource, SystemAnswers
 from typestrict_pipeline import plots
@@ -44,6 +43,9 @@ from typestrict_pipeline.refund.rule import (
 )
 from typestrict_pipeline.refund.trained_on import check_trained_on
 from typestrict_pipeline.refund.unsettled import UNSETTLED_AFTER, RunSummary, find_unsettled
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 GROUP = "refund"
 trainings_partitions = dg.DynamicPartitionsDefinition(name="trainings")
@@ -237,7 +239,7 @@ class TrainingHoldout:
 
     training: LoadedTraining
     holdouts: tuple[Holdout, ...]
-    roles: pd.DataFrame
+    roles: "pd.DataFrame"
 
     def holdout(self, decision: str) -> Holdout:
         for h in self.holdouts:
@@ -246,8 +248,10 @@ class TrainingHoldout:
         raise KeyError(f"no split for decision {decision!r}; have {[h.decision for h in self.holdouts]}")
 
 
-def roles_frame(holdouts: Sequence[Holdout]) -> pd.DataFrame:
+def roles_frame(holdouts: Sequence[Holdout]) -> "pd.DataFrame":
     """Every example of every decision with its role (``test`` / ``train`` / ``excluded``)."""
+    import pandas as pd  # on first use: keeps the code location's load quick (lazy.py)
+
     records = [
         (h.decision, r.id, r.group, r.answer, r.role.value) for h in holdouts for r in h.rows
     ]

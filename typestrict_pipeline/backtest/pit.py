@@ -46,13 +46,18 @@ import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from typestrict_pipeline.errors import DatasetError, LookAheadError, NotFoundError
+from typestrict_pipeline.lazy import LazyModule
+
+if TYPE_CHECKING:  # imported on first use: keeps the code location's load quick
+    import pandas as pd
+else:
+    pd = LazyModule("pandas")
 
 EVENT_TIME = "event_time"
 KNOWN_TIME = "known_time"

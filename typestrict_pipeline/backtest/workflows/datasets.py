@@ -27,10 +27,9 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from typestrict_pipeline.backtest.pit import (
     EVENT_TIME,
@@ -42,6 +41,12 @@ from typestrict_pipeline.backtest.pit import (
 from typestrict_pipeline.backtest.workflow import WorkflowRegistry
 from typestrict_pipeline.errors import ConflictError, DatasetError, InputError, NotFoundError
 from typestrict_pipeline.files import write_atomic
+from typestrict_pipeline.lazy import LazyModule
+
+if TYPE_CHECKING:  # imported on first use: keeps the code location's load quick
+    import pandas as pd
+else:
+    pd = LazyModule("pandas")
 
 __all__ = [
     "AppendResult",

@@ -32,10 +32,9 @@ import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from typestrict_pipeline.backtest.metering import ModelPrice, PriceTable
 from typestrict_pipeline.backtest.pit import (
@@ -53,6 +52,12 @@ from typestrict_pipeline.backtest.workflow import (
     WorkflowFixture,
 )
 from typestrict_pipeline.errors import DatasetError
+from typestrict_pipeline.lazy import LazyModule
+
+if TYPE_CHECKING:  # imported on first use: keeps the code location's load quick
+    import pandas as pd
+else:
+    pd = LazyModule("pandas")
 
 __all__ = [
     "DEMO_MODEL",
