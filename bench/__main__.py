@@ -9,6 +9,7 @@ import importlib
 import pkgutil
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from bench import summary
@@ -22,7 +23,12 @@ def main() -> int:
         if info.name.startswith("bench_"):
             t = time.perf_counter()
             print(f"== bench/{info.name}.py", flush=True)
-            importlib.import_module(f"bench.{info.name}").main()
+            try:
+                importlib.import_module(f"bench.{info.name}").main()
+            except Exception as exc:  # one broken benchmark must not lose the others' figures
+                traceback.print_exc()
+                summary.row(info.name, f"{info.name} finished", f"failed: {type(exc).__name__}: {exc}",
+                            target="runs to the end", ok=False)
             print(f"   ({time.perf_counter() - t:.0f} s)", flush=True)
     elapsed = time.perf_counter() - started
     summary.end_run(elapsed)
