@@ -563,7 +563,9 @@ def _group_gains(
     table, cols = _group_table(true_g, size, systems)
     idx = resample_indices(seed, n_groups, resamples)
     out = np.empty(resamples, dtype=np.float64)
-    # the products are small (a chunk × G × about 200 columns): BLAS threads only spin on them
+    # the products are small (a chunk × G × about 200 columns): BLAS threads only spin on them.
+    # The limit is process-wide while it lasts; two overlapping calls in threads may leave BLAS
+    # on one thread afterwards (speed only: the products are exact on any number of threads)
     with _blas().limit(limits=1, user_api="blas"):
         _group_chunks(idx, n_groups, table, cols, systems, labels, out)
     return out
