@@ -54,6 +54,7 @@ from typestrict_pipeline.refund.stream import resample_indices, resample_indices
 
 _EXACT_FLOAT_INT = 2**53
 _CHUNK = 256  # resamples per block: bounds memory at about 10 · _CHUNK · n · 8 bytes
+_GROUP_CHUNK = 512  # group resamples per block: memory about 20 · _GROUP_CHUNK · (G + the table's columns) bytes
 MAX_RESAMPLE_ROWS = 2**22
 """A group resample may hold at most this many rows (``G`` × the largest group), so that every
 count and every Brier sum (``n_b · 2**41``) stays an exact 64-bit integer. The product's test
@@ -360,7 +361,7 @@ class _GroupSums:
     tail_right: npt.NDArray[np.int64]  # (nblk, _BLOCK)
 
 
-_BLOCK = 32  # rows per block of the selective-accuracy search
+_BLOCK = 128  # rows per block of the selective-accuracy search
 
 
 def _group_sums(
@@ -514,11 +515,12 @@ def _gain(
 
 def _group_table(
     true_g: npt.NDArray[np.int64], size: npt.NDArray[np.int64], systems: Sequence[_GroupSums]
-) -> tuple[npt.NDArray[np.float64], list[slice]]:
-    """Every per-group sum the resamples need, side by side as one float64 matrix.
+) -> tuple[npt.NDArray[np.float32], list[slice]]:
+    """Every per-group sum the resamples need, side by side as one float32 matrix.
 
-    Every entry and every resample's sum is an integer below ``MAX_RESAMPLE_ROWS`` (far below
-    2**53), so one float matrix product computes all of them exactly, in any summation order.
+    Every entry, every product and every partial sum is a non-negative integer at most the
+    resample's size, below ``MAX_RESAMPLE_ROWS`` = 2**22 < 2**24, so one float32 matrix product
+    computes all of them exactly, in any summation order.
     Returns the matrix and the column slices: true counts, size, then per system codes, right
     answers, per-block sums.
     """
@@ -527,7 +529,7 @@ def _group_table(
         parts += [s.codes, s.group_right[:, None], s.blocks]
     bounds = np.cumsum([0] + [p.shape[1] for p in parts]).tolist()
     return (
-        np.concatenate(parts, axis=1).astype(np.float64),
+        np.concatenate(parts, axis=1).astype(np.float32),
         [slice(a, b) for a, b in itertools.pairwise(bounds)],
     )
 
@@ -574,22 +576,22 @@ def _group_gains(
 def _group_chunks(
     idx: npt.NDArray[np.intp],
     n_groups: int,
-    table: npt.NDArray[np.float64],
+    table: npt.NDArray[np.float32],
     cols: Sequence[slice],
     systems: Sequence[_GroupSums],
     labels: Sequence[int],
     out: npt.NDArray[np.float64],
 ) -> None:
-    """G of every group resample into ``out``, ``_CHUNK`` resamples at a time."""
+    """G of every group resample into ``out``, ``_GROUP_CHUNK`` resamples at a time."""
     resamples = idx.shape[0]
     width = n_groups + 1  # one extra, never drawn group: the padding of the last block
-    for start in range(0, resamples, _CHUNK):
-        block = idx[start : start + _CHUNK]
+    for start in range(0, resamples, _GROUP_CHUNK):
+        block = idx[start : start + _GROUP_CHUNK]
         nb = block.shape[0]
         offsets = (np.arange(nb, dtype=np.intp) * width)[:, None]
         counts_ext = np.bincount((block + offsets).ravel(), minlength=nb * width)
         counts_ext = counts_ext.astype(np.int64, copy=False).reshape(nb, width)
-        sums_b = (counts_ext[:, :-1].astype(np.float64) @ table).astype(np.int64)
+        sums_b = (counts_ext[:, :-1].astype(np.float32) @ table).astype(np.int64)
         true, n_b = sums_b[:, cols[0]], sums_b[:, cols[1]][:, 0]
         metrics = [
             _group_system_block(
