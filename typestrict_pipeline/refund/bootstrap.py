@@ -451,15 +451,18 @@ def _dropped_right_blocks(
         w_blk = per_block[rows_, blk]
         w_before = cw[rows_, blk] - w_blk
         r_before = cr[rows_, blk] - per_block[rows_, n_blocks + blk]
-        w = counts_ext[rows_[:, None], sums.tail_groups[blk]]  # (r, _BLOCK)
-        right = sums.tail_right[blk]
-        cum_w = np.cumsum(w, axis=1) + w_before[:, None]
-        cum_r = np.cumsum(w * right, axis=1)
-        cut = np.argmax(cum_w >= d[:, None], axis=1)
+        # the cut's block, row by row, one column per resample (so every cumulative step is one
+        # vector addition): weight in the low 32 bits, right answers in the high ones
+        flat = np.ascontiguousarray(counts_ext).reshape(-1)
+        w = flat[sums.tail_groups[blk].T + rows_ * counts_ext.shape[1]]  # (_BLOCK, r)
+        right = sums.tail_right[blk].T
+        cum = np.cumsum(w | ((w * right) << 32), axis=0)
+        cum_w = (cum & 0xFFFFFFFF) + w_before
+        cut = (cum_w < d).sum(axis=0)  # the first row reaching drop (cum_w never decreases)
         at = np.arange(rows_.size)
-        w_cut, c_cut = w[at, cut], right[at, cut]
-        before = cum_w[at, cut] - w_cut
-        out[rows_] = r_before + cum_r[at, cut] - w_cut * c_cut + (d - before) * c_cut
+        w_cut, c_cut = w[cut, at], right[cut, at]
+        before = cum_w[cut, at] - w_cut
+        out[rows_] = r_before + (cum[cut, at] >> 32) - w_cut * c_cut + (d - before) * c_cut
     return out
 
 
