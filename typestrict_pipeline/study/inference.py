@@ -4,10 +4,12 @@ Pure functions (no store, no Dagster); sources and the calibration measured by s
 ``docs/method/studies.md`` §3–§4.
 
 * :func:`joint_inference`: Hansen's SPA consistent p-value (*JBES* 23(4), 2005) and the
-  Romano–Wolf StepM set (*Econometrica* 73(4), 2005) of candidates that beat the benchmark, with
-  ``arch.bootstrap`` (``SPA``, ``StepM``: a stationary bootstrap, Politis & Romano, *JASA* 1994)
-  and a block length by Politis & White (2004, corrected by Patton, Politis & White 2009),
-  ``arch.bootstrap.optimal_block_length``.
+  Romano–Wolf StepM set (*Econometrica* 73(4), 2005) of candidates that beat the benchmark, on
+  a stationary bootstrap (Politis & Romano, *JASA* 1994) drawn with arch's public
+  ``arch.bootstrap.StationaryBootstrap`` (:func:`bootstrap_counts`), a block length by Politis &
+  White (2004, corrected by Patton, Politis & White 2009), ``arch.bootstrap.optimal_block_length``,
+  and the arithmetic of ``arch.bootstrap.SPA``/``StepM`` (:class:`SpaDraws`, :func:`stepm_set`)
+  with each candidate's resampled spread widened by :func:`small_sample_factor`.
 * :func:`pbo_cscv`: the probability of backtest overfitting by combinatorially symmetric
   cross-validation (Bailey, Borwein, López de Prado & Zhu, *J. Comput. Finance* 20(4), 2017).
 * :func:`decorrelation_span`: how many steps the candidates' own (de-meaned) per-step scores
