@@ -20,19 +20,21 @@ from typestrict_pipeline.store import open_store
 from typestrict_pipeline.study import repository as repo
 from typestrict_pipeline.study.calibration import (
     SCENARIOS,
-    Scenario,
     adjusted_scale_ratio,
+    clopper_pearson,
     holdout_bias,
     lineage_false_reassurance,
     search_rates,
     simulate,
 )
 from typestrict_pipeline.study.inference import (
+    bootstrap_counts,
     decorrelation_span,
     holdout_test,
     joint_inference,
     pbo_cscv,
     required_holdout_steps,
+    spa_draws,
 )
 from typestrict_pipeline.study.service import StudyConfig, create_study_from_config
 from typestrict_pipeline.study.space import SearchSpace
@@ -46,20 +48,29 @@ def _binomial_ceiling(rate: float, sims: int) -> float:
     return rate + 2.0 * math.sqrt(rate * (1.0 - rate) / sims)
 
 
+# The sweep's cells closest to the 7% bound (docs/method/studies.md §3.2), seeds literal.
+NULL_CELLS = [(SCENARIOS[0], 2, 120, 201), (OWN_09, 2, 120, 202), (NEAR_DUP, 20, 120, 203)]
+NULL_SIMS = 400
+#: Bound on the pooled rate of the 1,200 searches: at a true 7% their rate has SD 0.74 pp, so
+#: 8.5% is 2.0 SD above 7%; at a true 10% the SD is 0.87 pp and 8.5% is 1.7 SD below it.
+POOLED_BOUND = 0.085
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(("scenario", "n", "seed"), [
-    (OWN_05, 20, 101),      # the issue's 27.6% case (candidate noise persists)
-    (SHARED_09, 5, 102),    # only the shared noise persists
-    (NEAR_DUP, 20, 103),    # 19 of 20 near-duplicates (the old 95% line said yes 25%)
-])
-def test_beats_luck_is_said_in_at_most_about_5_percent_of_null_searches(
-        scenario: Scenario, n: int, seed: int) -> None:
-    sims = 80
-    r = search_rates(scenario, n, 120, sims, seed, reps=299)
-    assert r.beats_luck <= _binomial_ceiling(0.07, sims), r
-    # The seed-literal flag keeps its meaning: pure noise is at or below the expected best
-    # about half the time (a rate near 0 or 1 would mean the luck line's scale is wrong).
-    assert 0.25 <= r.found_nothing <= 0.8, r
+def test_beats_luck_is_said_in_at_most_7_percent_of_null_searches() -> None:
+    """Null searches (no candidate better than another) at T = 120: "Beats luck at 5%" is said
+    in at most 7% of them. Per cell, the 95% Clopper–Pearson interval of the rate must reach
+    7% (a cell plainly above it fails); pooled over the cells, the rate must stay at or below
+    ``POOLED_BOUND``, which a method with a true 10% false "yes" fails (probability ≈ 95%)."""
+    hits = 0
+    for scenario, n, t, seed in NULL_CELLS:
+        r = search_rates(scenario, n, t, NULL_SIMS, seed, reps=299)
+        assert clopper_pearson(round(r.beats_luck * NULL_SIMS), NULL_SIMS)[0] <= 0.07, (scenario, n, r)
+        # The seed-literal flag keeps its meaning: pure noise is at or below the expected best
+        # about half the time (a rate near 0 or 1 would mean the luck line's scale is wrong).
+        assert 0.25 <= r.found_nothing <= 0.8, (scenario, n, r)
+        hits += round(r.beats_luck * NULL_SIMS)
+    assert hits / (NULL_SIMS * len(NULL_CELLS)) <= POOLED_BOUND, hits
 
 
 @pytest.mark.slow
@@ -96,7 +107,7 @@ def test_decorrelation_span_grows_with_persistence() -> None:
 def test_lineage_false_reassurance_over_10_looks_is_at_most_5_percent() -> None:
     new, _ = lineage_false_reassurance(10, 2000, seed=109, compare_old=False)
     assert new <= _binomial_ceiling(0.05, 2000), new
-    _, old = lineage_false_reassurance(10, 100, seed=110)
+    _, old = lineage_false_reassurance(10, 30, seed=110)
     assert old is not None and old > 0.3  # the old "best above the line" rule reassured most
 
 
@@ -109,19 +120,24 @@ def test_pbo_is_high_for_noise_and_zero_for_a_clear_edge() -> None:
     assert pbo_cscv(simulate(rng, SCENARIOS[0], 10, 30)) is None  # too short to cut into blocks
 
 
-def test_joint_inference_is_seeded_and_pins_archs_internals() -> None:
-    """Same seed, same p-value; the resampled values keep the (k, reps, 3) shape the
-    small-sample floor relies on (an arch upgrade that changes it fails here)."""
-    m = simulate(np.random.default_rng(111), SCENARIOS[0], 6, 120)
+def test_joint_inference_is_seeded_and_without_the_widening_is_archs_spa() -> None:
+    """Same seed, same p-value. The resamples come from arch's public ``StationaryBootstrap``;
+    without the small-sample widening the three p-values are ``arch.bootstrap.SPA``'s own for
+    the same seed and block, and the critical values agree to rounding."""
+    from arch.bootstrap import SPA
+
+    m = simulate(np.random.default_rng(111), OWN_05, 6, 120)
     a = joint_inference(m, list("abcdef"), m.mean(axis=1), benchmark_label="mean", seed=5, reps=199)
     b = joint_inference(m, list("abcdef"), m.mean(axis=1), benchmark_label="mean", seed=5, reps=199)
     assert a == b
-    from arch.bootstrap import SPA
-
-    spa = SPA(-m.mean(axis=1), -m, block_size=2, reps=50, seed=0)
-    spa._simulate_values()
-    assert np.asarray(spa._simulated_vals).shape == (6, 50, 3)
-    assert np.shape(spa._loss_diff_var) == (6,)
+    bench = m[:, 0] - 0.01  # an outside benchmark, so that the consistent p-value re-centres
+    spa = SPA(-bench, -m, block_size=3, reps=200, seed=np.random.default_rng(7))
+    spa.compute()
+    ours = spa_draws(m - bench[:, None], bootstrap_counts(120, 3, 200, seed=7), 3, widen=False)
+    assert {k: ours.pvalue(k) for k in ("lower", "consistent", "upper")} == dict(spa.pvalues)
+    every = np.ones(6, dtype=np.bool_)
+    assert np.allclose([ours.critical_value(k, every) for k in ("lower", "consistent", "upper")],
+                       spa.critical_values(0.05).to_numpy(), rtol=1e-12, atol=1e-15)
 
 
 def test_holdout_rules_power_and_lower_bound() -> None:

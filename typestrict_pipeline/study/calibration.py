@@ -18,10 +18,12 @@ import argparse
 import math
 import time
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+from scipy import stats
 
 from typestrict_pipeline.reruns.lineage import best_expected_under_noise, confidence_sequence_path
 from typestrict_pipeline.study.inference import decorrelation_span, joint_inference
@@ -82,6 +84,21 @@ def _oos(scores: FloatArray) -> dict[str, dict[str, float]]:
     return {str(j): dict(zip(keys, scores[:, j].tolist(), strict=True)) for j in range(scores.shape[1])}
 
 
+def clopper_pearson(hits: int, trials: int, level: float = 0.95) -> tuple[float, float]:
+    """The exact (Clopper–Pearson, *Biometrika* 1934) two-sided interval of a binomial rate.
+
+    >>> lo, hi = clopper_pearson(20, 400)
+    >>> round(lo, 4), round(hi, 4)
+    (0.0308, 0.0762)
+    >>> clopper_pearson(0, 10)[0]
+    0.0
+    """
+    a = (1.0 - level) / 2.0
+    lo = 0.0 if hits == 0 else float(stats.beta.ppf(a, hits, trials - hits + 1))
+    hi = 1.0 if hits == trials else float(stats.beta.ppf(1.0 - a, hits + 1, trials - hits))
+    return lo, hi
+
+
 @dataclass(frozen=True)
 class SearchRates:
     """Rates over ``sims`` simulated searches of one cell."""
@@ -90,6 +107,11 @@ class SearchRates:
     found_nothing: float
     edge_in_stepm: float
     sims: int
+
+    @property
+    def beats_luck_interval(self) -> tuple[float, float]:
+        """95% Clopper–Pearson interval of the "Beats luck at 5%" rate."""
+        return clopper_pearson(round(self.beats_luck * self.sims), self.sims)
 
 
 def search_rates(sc: Scenario, n: int, t: int, sims: int, seed: int, *, edge: float = 0.0,
@@ -211,31 +233,43 @@ def lineage_false_reassurance(looks: int, lineages: int, seed: int,
 PARTS = ("null", "power", "scale", "holdout", "lineage")
 
 
+def _verdict(lo: float, hi: float, bound: float = 0.07) -> str:
+    return "below" if hi <= bound else ("ABOVE" if lo > bound else "undecided")
+
+
+def _cell(args: tuple[Scenario, int, int, int, int, int, float]) -> SearchRates:
+    sc, n, t, sims, seed, reps, edge = args
+    return search_rates(sc, n, t, sims, seed, reps=reps, edge=edge)
+
+
 def _null(sims: int, seed: int, reps: int, scenarios: Sequence[Scenario],
-          ns: Sequence[int], ts: Sequence[int]) -> None:  # pragma: no cover - the documented script
+          ns: Sequence[int], ts: Sequence[int], jobs: int) -> None:  # pragma: no cover - the script
     print(f"# Null searches ({sims} per cell, {reps} resamples, seed {seed}; benchmark: the "
-          "candidates' mean, upper SPA p-value)\n")
-    print("| Scenario | N | T | Beats luck at 5% | found nothing (seed-literal) |")
-    print("|---|---:|---:|---:|---:|")
-    for sc in scenarios:
-        for n in ns:
-            for t in ts:
-                r = search_rates(sc, n, t, sims, seed, reps=reps)
-                print(f"| {sc.name} | {n} | {t} | {r.beats_luck:.3f} | {r.found_nothing:.3f} |",
-                      flush=True)
+          "candidates' mean, upper SPA p-value; 95% Clopper–Pearson intervals; 'vs 7%': below "
+          "= the whole interval at or below 7%, ABOVE = the whole interval above it)\n")
+    print("| Scenario | N | T | Beats luck at 5% | 95% interval | vs 7% | found nothing (seed-literal) |")
+    print("|---|---:|---:|---:|---|---|---:|")
+    cells = [(sc, n, t, sims, seed, reps, 0.0) for sc in scenarios for n in ns for t in ts]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        for (sc, n, t, *_), r in zip(cells, pool.map(_cell, cells), strict=True):
+            lo, hi = r.beats_luck_interval
+            print(f"| {sc.name} | {n} | {t} | {r.beats_luck:.3f} | {lo:.3f}–{hi:.3f} | "
+                  f"{_verdict(lo, hi)} | {r.found_nothing:.3f} |", flush=True)
 
 
 def _power(sims: int, seed: int, reps: int, scenarios: Sequence[Scenario],
-           ns: Sequence[int]) -> None:  # pragma: no cover - the documented script
-    print("\n# Power: one candidate with a true edge (in per-step SDs of the score)\n")
-    print("| Scenario | N | T | edge | Beats luck at 5% | edge in StepM set |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for sc in scenarios:
-        for n in ns:
-            for t, edge in ((120, 0.5), (480, 0.25)):
-                r = search_rates(sc, n, t, sims, seed, edge=edge, reps=reps)
-                print(f"| {sc.name} | {n} | {t} | {edge} | {r.beats_luck:.3f} | "
-                      f"{r.edge_in_stepm:.3f} |", flush=True)
+           ns: Sequence[int], jobs: int) -> None:  # pragma: no cover - the documented script
+    print("\n# Power: one candidate with a true edge (in per-step SDs of the score), "
+          f"{sims} searches per cell\n")
+    print("| Scenario | N | T | edge | Beats luck at 5% | 95% interval | edge in StepM set |")
+    print("|---|---:|---:|---:|---:|---|---:|")
+    cells = [(sc, n, t, sims, seed, reps, edge) for sc in scenarios for n in ns
+             for t, edge in ((120, 0.5), (480, 0.25))]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        for (sc, n, t, *_, edge), r in zip(cells, pool.map(_cell, cells), strict=True):
+            lo, hi = r.beats_luck_interval
+            print(f"| {sc.name} | {n} | {t} | {edge} | {r.beats_luck:.3f} | {lo:.3f}–{hi:.3f} | "
+                  f"{r.edge_in_stepm:.3f} |", flush=True)
 
 
 def _scale(sims: int, seed: int) -> None:  # pragma: no cover - the documented script
@@ -267,11 +301,13 @@ def _lineage(sims: int, seed: int) -> None:  # pragma: no cover - the documented
 
 
 def main(argv: Sequence[str] | None = None) -> int:  # pragma: no cover - the documented script
-    """``python -m typestrict_pipeline.study.calibration [--sims 100] [--reps 299] [--part …]``."""
+    """``python -m typestrict_pipeline.study.calibration [--sims 400] [--reps 299] [--jobs 2] [--part …]``."""
     parser = argparse.ArgumentParser(description="the studies' calibration sweep (minutes)")
-    parser.add_argument("--sims", type=int, default=100, choices=range(10, 20_001), metavar="10..20000")
+    parser.add_argument("--sims", type=int, default=400, choices=range(10, 20_001), metavar="10..20000")
     parser.add_argument("--seed", type=int, default=20261130)
     parser.add_argument("--reps", type=int, default=299, choices=range(99, 10_001), metavar="99..10000")
+    parser.add_argument("--jobs", type=int, default=1, choices=range(1, 65), metavar="1..64",
+                        help="worker processes for the null and power cells (same results)")
     parser.add_argument("--part", action="append", choices=PARTS,
                         help="run only these parts (repeatable); default: all")
     parser.add_argument("--scenario", action="append", choices=[sc.name for sc in SCENARIOS],
@@ -284,10 +320,10 @@ def main(argv: Sequence[str] | None = None) -> int:  # pragma: no cover - the do
     scenarios = [sc for sc in SCENARIOS if not args.scenario or sc.name in args.scenario]
     if "null" in parts:
         _null(args.sims, args.seed, args.reps, scenarios, args.n or (2, 5, 20, 64),
-              args.t or (60, 120, 480))
+              args.t or (60, 120, 480), args.jobs)
     if "power" in parts:
-        _power(args.sims, args.seed, args.reps, [sc for sc in scenarios if sc in SCENARIOS[:3]],
-               args.n or (5, 20, 64))
+        _power(args.sims, args.seed, args.reps, scenarios,
+               args.n or (2, 5, 20, 64), args.jobs)
     if "scale" in parts:
         _scale(args.sims, args.seed)
     if "holdout" in parts:

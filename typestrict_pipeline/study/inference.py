@@ -4,10 +4,12 @@ Pure functions (no store, no Dagster); sources and the calibration measured by s
 ``docs/method/studies.md`` §3–§4.
 
 * :func:`joint_inference`: Hansen's SPA consistent p-value (*JBES* 23(4), 2005) and the
-  Romano–Wolf StepM set (*Econometrica* 73(4), 2005) of candidates that beat the benchmark, with
-  ``arch.bootstrap`` (``SPA``, ``StepM``: a stationary bootstrap, Politis & Romano, *JASA* 1994)
-  and a block length by Politis & White (2004, corrected by Patton, Politis & White 2009),
-  ``arch.bootstrap.optimal_block_length``.
+  Romano–Wolf StepM set (*Econometrica* 73(4), 2005) of candidates that beat the benchmark, on
+  a stationary bootstrap (Politis & Romano, *JASA* 1994) drawn with arch's public
+  ``arch.bootstrap.StationaryBootstrap`` (:func:`bootstrap_counts`), a block length by Politis &
+  White (2004, corrected by Patton, Politis & White 2009), ``arch.bootstrap.optimal_block_length``,
+  and the arithmetic of ``arch.bootstrap.SPA``/``StepM`` (:class:`SpaDraws`, :func:`stepm_set`)
+  with each candidate's resampled spread widened by :func:`small_sample_factor`.
 * :func:`pbo_cscv`: the probability of backtest overfitting by combinatorially symmetric
   cross-validation (Bailey, Borwein, López de Prado & Zhu, *J. Comput. Finance* 20(4), 2017).
 * :func:`decorrelation_span`: how many steps the candidates' own (de-meaned) per-step scores
@@ -23,7 +25,7 @@ import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -90,23 +92,6 @@ class JointInference:
         return self.spa_pvalue <= ALPHA
 
 
-def _stepm(spa: Any, k: int, pvalue_type: PValueType) -> list[int]:
-    """Romano–Wolf StepM on arch's SPA: the steps of ``arch.bootstrap.StepM.compute`` with the
-    p-value type chosen (arch's StepM always uses the consistent one)."""
-    spa.compute()
-    better = [int(i) for i in spa.better_models(ALPHA, pvalue_type)]
-    found = better[:]
-    while better and len(found) < k:
-        selector = np.ones(k, dtype=np.bool_)
-        selector[np.array(found)] = False
-        spa.subset(selector)
-        spa.compute()
-        better = [int(i) for i in spa.better_models(ALPHA, pvalue_type)]
-        found.extend(better)
-    spa.subset(np.ones(k, dtype=np.bool_))
-    return sorted(set(found))
-
-
 def block_length(differences: FloatArray) -> float:
     """Politis–White stationary-bootstrap block length, the mean over columns (≥ 1).
 
@@ -161,8 +146,6 @@ def joint_inference(
     >>> res.beats_luck, res.stepm
     (True, ('c',))
     """
-    from arch.bootstrap import SPA
-
     t, k = scores.shape
     if t < MIN_JOINT_STEPS or k < 1:
         raise NotEnoughDataError(
@@ -171,15 +154,11 @@ def joint_inference(
         )
     diffs = scores - benchmark[:, None]
     blen = block_length(diffs)
-    # Losses are negated scores; arch's loss differential is benchmark − model = score − benchmark.
-    spa = SPA(-benchmark, -scores, block_size=max(1, round(blen)), reps=reps,
-              bootstrap="stationary", seed=np.random.default_rng(seed))
-    spa._simulate_values()  # the resampled means (cached; every step below reuses them)
-    _floor_bootstrap_spread(spa, diffs)
-    superior_idx = _stepm(spa, k, pvalue_type)
-    spa.compute()
-    pvals = spa.pvalues
-    crit = float(spa.critical_values(ALPHA)[pvalue_type])
+    block = max(1, round(blen))  # arch's StationaryBootstrap takes a whole mean block length
+    draws = spa_draws(diffs, bootstrap_counts(t, block, reps, seed), block)
+    pvals = {kind: draws.pvalue(kind) for kind in ("lower", "consistent", "upper")}
+    superior_idx = stepm_set(draws, pvalue_type)
+    crit = draws.critical_value(pvalue_type, np.ones(k, dtype=np.bool_))
     means = diffs.mean(axis=0)
     superior = sorted(superior_idx, key=lambda i: -means[i])
     return JointInference(
@@ -189,13 +168,53 @@ def joint_inference(
         block_length=blen,
         reps=reps,
         seed=seed,
-        spa_pvalue=float(pvals[pvalue_type]),
+        spa_pvalue=pvals[pvalue_type],
         pvalue_type=pvalue_type,
-        spa_pvalue_lower=float(pvals["lower"]),
-        spa_pvalue_upper=float(pvals["upper"]),
+        spa_pvalue_lower=pvals["lower"],
+        spa_pvalue_upper=pvals["upper"],
         stepm=tuple(candidates[i] for i in superior),
         line_95=float(benchmark.mean()) + crit,
     )
+
+
+def bootstrap_counts(t: int, block: int, reps: int, seed: int) -> FloatArray:
+    """``reps × t``: how many times each step is drawn in each stationary-bootstrap resample.
+
+    The resamples are those of ``arch.bootstrap.StationaryBootstrap(block, arange(t),
+    seed=default_rng(seed)).bootstrap(reps)`` (its documented API, applied to the step
+    indices), so a resample's mean of any series ``x`` is ``counts[r] @ x / t``.
+
+    >>> c = bootstrap_counts(50, 3, 4, seed=0)
+    >>> c.shape, bool(np.all(c.sum(axis=1) == 50))
+    ((4, 50), True)
+    """
+    from arch.bootstrap import StationaryBootstrap
+
+    boot = StationaryBootstrap(block, np.arange(t), seed=np.random.default_rng(seed))
+    counts = np.empty((reps, t), dtype=np.float64)
+    for r, (pos, _) in enumerate(boot.bootstrap(reps)):
+        counts[r] = np.bincount(np.asarray(pos[0], dtype=np.int64), minlength=t)
+    return counts
+
+
+def stationary_bootstrap_variance(diffs: FloatArray, block: float) -> FloatArray:
+    """Per column, the variance of ``√T·mean*`` under a stationary bootstrap of mean block
+    ``block`` (Politis & Romano 1994, eq. for ``σ²_{T,p}``; what ``arch``'s SPA computes):
+    ``γ̂₀ + 2·Σ_{i≥1} κ_i·γ̂_i``, ``κ_i = (1 − i/T)(1 − p)^i + (i/T)(1 − p)^{T−i}``, ``p = 1/block``.
+
+    >>> x = np.random.default_rng(0).normal(size=(2000, 1))
+    >>> round(float(stationary_bootstrap_variance(x, 1.0)[0] / x.var()), 6)
+    1.0
+    """
+    t = diffs.shape[0]
+    x = diffs - diffs.mean(axis=0)
+    size = 1 << (2 * t - 1).bit_length()
+    spectrum = np.fft.rfft(x, n=size, axis=0)
+    acov = np.fft.irfft(spectrum * np.conj(spectrum), n=size, axis=0)[:t] / t
+    i = np.arange(1, t, dtype=np.float64)
+    q = 1.0 - 1.0 / block
+    kappa = (1.0 - i / t) * q**i + (i / t) * q ** (t - i)
+    return np.asarray(acov[0] + 2.0 * (kappa[:, None] * acov[1:]).sum(axis=0), dtype=np.float64)
 
 
 def small_sample_factor(diffs: FloatArray, bootstrap_lrv: FloatArray) -> FloatArray:
@@ -226,23 +245,101 @@ def small_sample_factor(diffs: FloatArray, bootstrap_lrv: FloatArray) -> FloatAr
     return np.asarray(np.sqrt(np.maximum(1.0, ratio)) * t_ratio, dtype=np.float64)
 
 
-def _floor_bootstrap_spread(spa: object, diffs: FloatArray) -> None:
-    """Widen arch's resampled deviations ``mean* − mean`` by :func:`small_sample_factor`.
+@dataclass(frozen=True)
+class SpaDraws:
+    """SPA statistics and their bootstrap null draws, on the score scale (Hansen, *JBES* 2005).
 
-    ``arch.bootstrap.SPA`` (8.0.0) keeps ``_simulated_vals[k, reps, 3]`` = resampled mean minus
-    the lower / consistent / upper re-centring, and ``_loss_diff_var``, the stationary
-    bootstrap's own long-run variance of each column; the deviation is scaled, the re-centring
-    kept. (A test pins the shapes, so an arch upgrade that changes them fails loudly.)
+    The arithmetic of ``arch.bootstrap.SPA.compute`` (arch 8.0.0, which compares the maximum
+    mean difference with the maximum resampled one, unstudentized), on resamples drawn with
+    arch's public ``StationaryBootstrap``, with each candidate's resampled deviation widened by
+    :func:`small_sample_factor` (a test checks that without the widening the p-values are
+    arch's own, bit for bit).
+
+    Attributes:
+        mean: per candidate, the mean difference from the benchmark ``d̄_k``.
+        deviation: ``reps × k`` resampled deviations ``f_k·(d̄*_k − d̄_k)``.
+        scale: ``f_k·ω̂_k/√T``, the widened SE of ``d̄_k`` (``ω̂_k²``: the stationary
+            bootstrap's long-run variance); it sets the consistent p-value's threshold.
     """
-    sim = np.asarray(getattr(spa, "_simulated_vals"))  # noqa: B009 - arch's private cache
-    boot_lrv = np.asarray(getattr(spa, "_loss_diff_var"))  # noqa: B009
-    factor = small_sample_factor(diffs, boot_lrv)
-    upper = diffs.mean(axis=0)
-    deviation = sim[:, :, 2].copy()  # resampled mean − the upper (always re-centred) mean
-    for j in range(3):
-        centre = upper - sim[:, 0, j] + sim[:, 0, 2]
-        sim[:, :, j] = factor[:, None] * deviation + (upper - centre)[:, None]
-    setattr(spa, "_simulated_vals", sim)  # noqa: B010
+
+    mean: FloatArray
+    deviation: FloatArray
+    scale: FloatArray
+    steps: int
+
+    def null_maxima(self, kind: str, active: npt.NDArray[np.bool_]) -> FloatArray:
+        """Per resample, the maximum over the active candidates of ``deviation + offset``.
+
+        The offset ``d̄_k − g(d̄_k)`` is ``min(d̄_k, 0)`` (lower), ``d̄_k`` when
+        ``d̄_k < −scale_k·√(2 ln ln T)`` else 0 (consistent), 0 (upper: every candidate
+        re-centred, White's Reality Check null).
+        """
+        d = self.mean
+        if kind == "lower":
+            offset = np.minimum(d, 0.0)
+        elif kind == "consistent":
+            floor = -self.scale * math.sqrt(2.0 * math.log(math.log(self.steps)))
+            offset = np.where(d < floor, d, 0.0)
+        else:
+            offset = np.zeros_like(d)
+        return np.asarray((self.deviation[:, active] + offset[active]).max(axis=1),
+                          dtype=np.float64)
+
+    def pvalue(self, kind: str) -> float:
+        """Share of resamples whose null maximum exceeds the largest mean difference."""
+        active = np.ones(self.mean.shape[0], dtype=np.bool_)
+        return float((self.null_maxima(kind, active) > self.mean.max()).mean())
+
+    def critical_value(self, kind: str, active: npt.NDArray[np.bool_]) -> float:
+        """The ``1 − ALPHA`` percentile of the null maxima over the active candidates."""
+        return float(np.percentile(self.null_maxima(kind, active), 100.0 * (1.0 - ALPHA)))
+
+
+def spa_draws(diffs: FloatArray, counts: FloatArray, block: float, *,
+              widen: bool = True) -> SpaDraws:
+    """The SPA statistics and null draws of a ``T × k`` difference matrix.
+
+    Args:
+        diffs: ``T × k`` differences candidate − benchmark.
+        counts: :func:`bootstrap_counts` of the resamples.
+        block: their mean block length.
+        widen: apply :func:`small_sample_factor` (off only to compare with arch's SPA).
+
+    >>> d = np.random.default_rng(0).normal(size=(100, 3))
+    >>> s = spa_draws(d, bootstrap_counts(100, 1, 50, seed=0), 1.0)
+    >>> s.deviation.shape, bool(np.all(s.scale > 0))
+    ((50, 3), True)
+    """
+    t = diffs.shape[0]
+    means = diffs.mean(axis=0)
+    omega2 = stationary_bootstrap_variance(diffs, block)
+    factor = small_sample_factor(diffs, omega2) if widen else np.ones_like(means)
+    star = counts @ diffs / t
+    deviation = factor * (star - means)
+    scale = factor * np.sqrt(np.maximum(omega2, 0.0) / t)
+    return SpaDraws(np.asarray(means, dtype=np.float64), np.asarray(deviation, dtype=np.float64),
+                    np.asarray(scale, dtype=np.float64), t)
+
+
+def stepm_set(draws: SpaDraws, kind: PValueType) -> list[int]:
+    """Romano–Wolf StepM (*Econometrica* 2005) as ``arch.bootstrap.StepM.compute`` runs it, with
+    the p-value type chosen: reject every active candidate whose mean difference exceeds the
+    active set's critical value, drop them, repeat until none is rejected.
+
+    >>> d = np.random.default_rng(0).normal(size=(100, 3)); d[:, 1] += 1.0
+    >>> stepm_set(spa_draws(d, bootstrap_counts(100, 1, 200, seed=0), 1.0), "upper")
+    [1]
+    """
+    active = np.ones(draws.mean.shape[0], dtype=np.bool_)
+    found: list[int] = []
+    while active.any():
+        crit = draws.critical_value(kind, active)
+        new = active & (draws.mean > crit)
+        if not new.any():
+            break
+        found.extend(int(i) for i in np.flatnonzero(new))
+        active &= ~new
+    return sorted(found)
 
 
 @dataclass(frozen=True)
