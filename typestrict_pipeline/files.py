@@ -406,6 +406,28 @@ def loads_strict(
     return value
 
 
+def loads_or_text(text: str, *, what: str = "<argument>") -> Any:
+    """A command-line value: its JSON value when it is JSON, else the text itself.
+
+    JSON that is valid but refused by :func:`loads_strict` (``1e400``, a key twice, nesting
+    past the bound, a 5,001-digit integer) raises :class:`InputError` naming ``what``; only text
+    that is not JSON at all is kept as text.
+
+    >>> loads_or_text("0.5"), loads_or_text("[1, 2]"), loads_or_text("hello")
+    (0.5, [1, 2], 'hello')
+    >>> loads_or_text("1e400", what="--grid threshold")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: --grid threshold, line 1, column 1: expected a finite number of magnitude at most 1e+100, got 1e400. Write a number in range.
+    """
+    try:
+        return loads_strict(text, file=what)
+    except InputError as exc:
+        if exc.expected == "valid JSON":
+            return text
+        raise
+
+
 def read_json_file(
     path: str | os.PathLike[str],
     *,

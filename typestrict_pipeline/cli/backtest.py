@@ -55,6 +55,7 @@ from typestrict_pipeline.cli.common import (
     write_store,
 )
 from typestrict_pipeline.errors import InputError
+from typestrict_pipeline.files import loads_or_text
 from typestrict_pipeline.workspaces import require_workspace
 
 WORKSPACE = identifier("a workspace id")
@@ -65,10 +66,7 @@ STALE_AFTER = dt.timedelta(days=2)
 
 
 def _parse_value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
+    return loads_or_text(text)
 
 
 def _pairs(items: list[str] | None, what: str) -> dict[str, Any]:

@@ -20,7 +20,6 @@ Reading rules (documented in ``docs/manifest.md``):
 from __future__ import annotations
 
 import difflib
-import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from typestrict_pipeline.errors import DatasetError, NotEnoughDataError
-from typestrict_pipeline.files import iter_jsonl_objects
+from typestrict_pipeline.files import iter_jsonl_objects, loads_strict
 from typestrict_pipeline.refund.manifest import (
     Columns,
     DatasetFormat,
@@ -363,8 +362,8 @@ def _parse_options(value: Any, *, file: str, row: int, column: str) -> tuple[str
         if not value.strip():
             return None
         try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
+            value = loads_strict(value, file=file, error=DatasetError, row=row)
+        except DatasetError:
             raise DatasetError(
                 'a JSON list of options, e.g. ["red", "green"]',
                 repr(value if len(value) <= 60 else value[:57] + "..."),

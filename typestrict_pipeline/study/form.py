@@ -17,12 +17,12 @@ that cannot be estimated, a study already in flight).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from typestrict_pipeline.errors import InputError
+from typestrict_pipeline.files import loads_or_text
 from typestrict_pipeline.study.limits import usd_to_micro
 from typestrict_pipeline.study.service import StudyConfig
 from typestrict_pipeline.study.space import RandomParam, SearchSpace
@@ -99,10 +99,7 @@ def study_config(form: StudyForm) -> StudyConfig:
 
 
 def _value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
+    return loads_or_text(text)
 
 
 def parse_space(grid: list[str] | None, random: list[str] | None, draws: int, seed: int,
