@@ -42,6 +42,7 @@ __all__ = [
     "Example",
     "load_dataset",
     "read_table",
+    "unlabeled_from_split",
     "unlabeled_text",
     "validate_dataset",
 ]
@@ -696,6 +697,27 @@ def load_dataset(manifest: TrainingManifest) -> Dataset:
     spec = manifest.dataset
     table = read_table(spec.path, spec.format)
     return validate_dataset(table, manifest, file=str(spec.path))
+
+
+def unlabeled_from_split(split: Any) -> dict[str, tuple[int, str]]:
+    """Each decision's unlabeled rows, as a count and in words, from an audit's ``split`` summary.
+
+    ``split`` maps a decision to its counts (``n_rows``, ``n_labeled``, as the verdict job writes
+    them); anything else (an old audit, ``None``, a decision without both counts) gives nothing.
+
+    >>> unlabeled_from_split({"party": {"n_rows": 80, "n_labeled": 79}, "x": None})
+    {'party': (1, '1 of 80 rows: their answer cell is empty (the texts NA, null, None are answers)')}
+    """
+    out: dict[str, tuple[int, str]] = {}
+    if not isinstance(split, dict):
+        return out
+    for name, counts in split.items():
+        if not isinstance(counts, dict):
+            continue
+        n_rows, n_labeled = counts.get("n_rows"), counts.get("n_labeled")
+        if type(n_rows) is int and type(n_labeled) is int and 0 <= n_labeled <= n_rows:
+            out[str(name)] = (n_rows - n_labeled, unlabeled_text(n_labeled, n_rows))
+    return out
 
 
 def unlabeled_text(n_labeled: int, n_rows: int) -> str:
