@@ -20,6 +20,34 @@ from typing import Any
 from typestrict_pipeline.errors import InputError
 
 
+def special_kind(path: str | os.PathLike[str]) -> str | None:
+    """What ``path`` is when it exists but is not a regular file (followed through symlinks).
+
+    ``None`` for a regular file or a missing path; otherwise words for the message ("a
+    directory", "a FIFO (named pipe)", "a character device", a symlink loop...). Readers ask this
+    before they open a path: opening a FIFO blocks forever, a device reads without end.
+
+    >>> special_kind("/dev/null"), special_kind("/no/such/file"), special_kind("/")
+    ('a character device', None, 'a directory')
+    """
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # a symlink loop, a path through a file, no permission
+        return f"a path that cannot be followed ({exc.strerror or type(exc).__name__})"
+    except ValueError:  # a NUL byte
+        return "a path with a NUL byte"
+    if stat.S_ISREG(mode):
+        return None
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
 def write_atomic(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o644) -> Path:
     """Write ``data`` to ``path`` atomically: a temporary file in the same folder, fsync, rename.
 
@@ -67,6 +95,9 @@ def iter_jsonl_objects(
     typestrict_pipeline.errors.InputError: ...x.jsonl, row 2: expected a JSON object, got list. Write each row as {...}.
     """
     file = str(path)
+    kind = special_kind(path)
+    if kind is not None:
+        raise error("a JSON Lines file", kind, "point at a regular file", file=file)
     try:
         handle = open(path, "rb")  # noqa: SIM115 - closed by the with below
     except OSError as exc:
@@ -448,6 +479,9 @@ def read_json_file(
     {'manifest_version': 1}
     """
     file = str(path)
+    kind = special_kind(path)
+    if kind is not None:
+        raise error(what, kind, "point at a regular file", file=file)
     try:
         with open(path, "rb") as handle:
             raw = handle.read(max_bytes + 1)

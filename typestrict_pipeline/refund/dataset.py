@@ -525,6 +525,13 @@ def validate_dataset(
             empty_ids.append(row)
             ids.append("")
             continue
+        if not value.isprintable():  # a control, escape, bidi or zero-width character
+            raise DatasetError(
+                "an id of printable characters",
+                f"an id with an invisible or control character ({ascii(value)[:60]})",
+                "remove the character (ids are compared exactly, and shown in messages)",
+                file=name, row=row, column=cols.id,
+            )
         if value in seen:
             dupes.append((row, value, seen[value]))
         else:
