@@ -17,7 +17,7 @@ predictions are asked, and the verdict is ``failed`` with the manifest's reason.
 import contextlib
 import datetime as dt
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +27,7 @@ from resources.refund import RefundModelClientResource, RefundTrainingsResource,
 from typestrict_pipeline import plots
 from typestrict_pipeline.errors import TypeStrictError
 from typestrict_pipeline.refund.audit import build_audit, write_audit
-from typestrict_pipeline.refund.dataset import Dataset, unlabeled_text
+from typestrict_pipeline.refund.dataset import Dataset, unlabeled_from_split, unlabeled_text
 from typestrict_pipeline.refund.holdout import Holdout, split_decisions
 from typestrict_pipeline.refund.manifest import TrainingManifest, TrainingStatus
 from typestrict_pipeline.refund.metrics import MAX_DROP, METRIC_NAMES
@@ -373,12 +373,16 @@ class TrainingMetrics:
     jev_label: str = _JEV_NAME
 
 
-def _verdict_metadata(judgement: TrainingJudgement, jev_label: str) -> dict[str, Any]:
+def _verdict_metadata(
+    judgement: TrainingJudgement, jev_label: str, split: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "verdict": judgement.verdict.value,
         "refunds_credit": judgement.refunds_credit,
         "report": dg.MetadataValue.md(verdict_markdown(judgement, jev_label=jev_label)),
     }
+    for name, (_, why) in unlabeled_from_split(dict(split or {})).items():
+        meta[f"unlabeled[{name}]"] = why
     if judgement.failure_reason is not None:
         meta["failure_reason"] = judgement.failure_reason
         return meta
@@ -459,7 +463,7 @@ def verdict(
         judgement = judge_training(metrics.reports, keep_if_loses=manifest.options.keep_if_loses)
     context.log.info("verdict for %s: %s", manifest.training_id, judgement.verdict.value)
     return dg.MaterializeResult(
-        value=judgement, metadata=_verdict_metadata(judgement, metrics.jev_label)
+        value=judgement, metadata=_verdict_metadata(judgement, metrics.jev_label, metrics.split)
     )
 
 
@@ -501,6 +505,7 @@ def _split_counts(h: Holdout) -> dict[str, int]:
     return {
         "n_rows": s.n_rows,
         "n_labeled": s.n_labeled,
+        "n_unlabeled": s.n_rows - s.n_labeled,
         "n_test": s.n_test,
         "n_train": s.n_train,
         "n_excluded": s.n_excluded,

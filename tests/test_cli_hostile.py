@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -128,6 +129,28 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("schedule id zero", ["schedule", "status", "0"], 2, "expected a schedule id from 1"),
     ("notifications empty user", ["schedule", "notifications", "", "--on"], 2, "expected a person"),
     ("unknown command", ["frobnicate"], 2, "invalid choice"),
+    # round 3: unicode tricks in identifiers and numbers, special store paths
+    ("workspace homoglyph", ["credits", "balance", "\u0430cme"], 2, "expected a workspace id (letters, digits, _ . @ + -; at most 128"),
+    ("workspace zero-width", ["credits", "balance", "ac\u200bme"], 2, "got 'ac\\u200bme'"),
+    ("workspace RTL override", ["credits", "balance", "\u202eacme"], 2, "got '\\u202eacme'"),
+    ("workspace BOM", ["credits", "balance", "\ufeffacme"], 2, "got '\\ufeffacme'"),
+    ("training RTL override", ["credits", "ledger", "acme", "--training", "t\u202e1"], 2, "expected a training id"),
+    ("grant Arabic-Indic digit", ["credits", "grant", "acme", "\u0665", "--reference", "x"], 2, "as a whole number from 1"),
+    ("grant full-width digit", ["credits", "grant", "acme", "\uff15", "--reference", "x"], 2, "as a whole number from 1"),
+    ("grant with underscore", ["credits", "grant", "acme", "1_0", "--reference", "x"], 2, "got '1_0'"),
+    ("budget inf", [*STUDY, "--budget-usd", "inf"], 2, "expected a USD amount"),
+    ("budget with underscore", [*STUDY, "--budget-usd", "1_0"], 2, "expected a USD amount"),
+    ("seed nan", [*STUDY, "--seed", "nan"], 2, "expected a seed as a whole number"),
+    ("grid value 1e400", [*STUDY[:13], "--grid", "threshold=1e400", *STUDY[15:]], 2,
+     "--grid threshold, line 1, column 1: expected a finite number"),
+    ("grid value nested 30k deep", [*STUDY[:13], "--grid", "threshold=" + "[" * 30000 + "]" * 30000, *STUDY[15:]], 2,
+     "expected JSON nested at most 32 levels deep"),
+    ("usage February 30", ["usage", "acme", "--since", "2014-02-30"], 2, "expected a day as YYYY-MM-DD"),
+    ("backtest year 0", [*BACKTEST[:3], "--start", "0000-01-01", "--end", "2015-01-10"], 2, "expected the start as an ISO 8601"),
+    ("backtest offset +99:00", [*BACKTEST[:3], "--start", "2015-01-01T00:00+99:00", "--end", "2015-01-10"], 2,
+     "expected the start as an ISO 8601"),
+    ("store is a directory", ["credits", "balance", "acme", "--store", "sqlite:////"], 2, "got something that is not a file"),
+    ("store is /dev/null", ["credits", "balance", "acme", "--store", "sqlite:////dev/null"], 2, "got something that is not a file"),
 ]
 
 
@@ -211,3 +234,35 @@ def test_ctrl_c_exits_130_with_one_line(home: Path, tmp_path: Path) -> None:
     err = proc.stderr.read().decode()
     assert code == 130, err
     assert err.strip().splitlines() == ["typestrict: interrupted; what was stored before stays stored"]
+
+
+@pytest.mark.parametrize(
+    ("make", "kind"),
+    [(lambda p: p.mkdir(), "a directory"), (os.mkfifo, "a FIFO (named pipe)"),
+     (lambda p: p.symlink_to(p.name), "a path that cannot be followed")],
+    ids=["a directory", "a FIFO", "a symlink loop"],
+)
+def test_store_init_never_moves_or_opens_what_is_not_a_regular_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], make: Any, kind: str
+) -> None:
+    target = tmp_path / "store.db"
+    make(target)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    code, err = run_cli(["store", "init", "--url", f"sqlite:///{target}"], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert f"expected a regular file (or no file) for the store, got {kind}" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing moved, nothing created
+
+
+def test_concurrent_store_inits_create_one_store_and_the_others_find_it(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    procs = [subprocess.Popen([sys.executable, "-m", "typestrict_pipeline.cli", "store", "init",
+                               "--url", f"sqlite:///{db}"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    results = [(p.wait(timeout=300), *p.communicate()) for p in procs]
+    assert all(code == 0 and "Traceback" not in err for code, _, err in results), results
+    outs = [out for _, out, _ in results]
+    assert sum("created an empty store" in o for o in outs) == 1, outs
+    assert sum("already exists" in o for o in outs) == 3, outs
+    assert not list(tmp_path.glob("store.db.broken-*"))  # no store was taken for a broken one
+    CreditLedger(open_store(f"sqlite:///{db}")).grant("w", 1, reference="r")  # it works

@@ -117,12 +117,10 @@ def test_retries_429_and_500_with_backoff_then_succeeds(server: StandinServer) -
     client = OpenAICompatibleClient(
         server.base_url, "m", max_attempts=4, backoff_base_s=0.05, sleep=sleeps
     )
-    started = time.perf_counter()
     result = client.classify("q?", ITEM, decision="d")
-    elapsed = time.perf_counter() - started
     # retry 1 honours Retry-After (0.15 s); retry 2 has none: backoff 0.05 * 2^1 = 0.1 s
+    # (the waits the client asked for, not the wall time: no timing asserts in tests)
     assert sleeps.waits == [0.15, 0.1]
-    assert elapsed >= 0.25
     assert result.usage.calls == 3 and server.served == 3
     assert math.isclose(result.probabilities[0], 0.6)
 
@@ -154,12 +152,12 @@ def test_other_client_errors_are_not_retried(server: StandinServer) -> None:
 def test_timeout_is_honoured_and_retried(server: StandinServer) -> None:
     server.add_faults(Fault.slow(1.5))
     client = OpenAICompatibleClient(server.base_url, "m", timeout_s=0.2, max_attempts=1)
-    started = time.perf_counter()
     with pytest.raises(
         ModelClientError, match=r"got no answer within the 0.2 s timeout on the last one"
     ):
         client.classify("q?", ITEM, decision="d")
-    assert time.perf_counter() - started < 1.0
+    # one attempt, given up on at the timeout (the message says so); no wall-time assert
+    assert server.served == 1
     server.add_faults(Fault.slow(1.5))
     client = OpenAICompatibleClient(
         server.base_url, "m", timeout_s=0.2, max_attempts=2, backoff_base_s=0.01

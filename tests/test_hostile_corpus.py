@@ -24,6 +24,7 @@ import os
 import re
 import shutil
 import sqlite3
+import stat
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -259,6 +260,39 @@ def both(first: Callable[[Path], Any], then: Mutation) -> Mutation:
     return mutate
 
 
+def special(name: str, make: Callable[[Path], object], key: str) -> Mutation:
+    """Put a special file (``make(path)``: a directory, a FIFO, a device, a loop) at ``name`` in
+    the training's folder and point the manifest's ``key`` (``dataset``, ``model``, ``jev``) at it."""
+
+    def mutate(folder: Path, s: State) -> None:
+        make(folder / name)
+        set_path(key, lambda _s: name)(folder, s)
+
+    return mutate
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _zero_device(path: Path) -> None:
+    os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 5))  # a copy of /dev/zero (tests run as root)
+
+
+def _loop(path: Path) -> None:
+    other = path.with_name(path.name + ".other")
+    path.symlink_to(other.name)
+    other.symlink_to(path.name)
+
+
+def _manifest_is(make: Callable[[Path], object]) -> Mutation:
+    def mutate(folder: Path, s: State) -> None:
+        (folder / "manifest.json").unlink()
+        make(folder / "manifest.json")
+
+    return mutate
+
+
 def model_lines(change: Callable[[list[str]], list[str]]) -> Mutation:
     def mutate(folder: Path, s: State) -> None:
         lines = (folder / "model.jsonl").read_text().splitlines()
@@ -369,6 +403,21 @@ MANIFEST_CASES: list[Case] = [
     ("duplicate answers", edit_manifest(lambda m: m["decisions"][0].update(answers=["yes", "yes"])), M, r"expected each answer listed once"),
     ("numeric answer", edit_manifest(lambda m: m["decisions"][0].update(answers=["yes", 1])), M, r"expected a list of non-empty strings"),
     ("unknown source kind", edit_manifest(lambda m: m["predictions"]["jev"].update(kind="s3")), M, r"expected 'file' \(a predictions file\) or 'openai'"),
+    # round 3: special files where a file is expected, text tricks
+    ("manifest is a directory", _manifest_is(Path.mkdir), M, r"manifest.json: expected a training manifest file, got a directory"),
+    ("manifest is a FIFO", _manifest_is(_fifo), M, r"got a FIFO \(named pipe\)"),
+    ("manifest is a device", _manifest_is(_zero_device), M, r"got a character device"),
+    ("manifest is a symlink loop", _manifest_is(_loop), M, r"got a path that cannot be followed"),
+    ("manifest UTF-16 with BOM", lambda f, s: (f / "manifest.json").write_bytes((f / "manifest.json").read_text().encode("utf-16")), M, r"expected a UTF-8 encoded file, got bytes that are not UTF-8 at line 1"),
+    ("training id with RTL override", edit_manifest(lambda m: m.update(training_id=m["training_id"] + "\u202e")), M, r"key 'training_id': expected a name of letters.*got 'bad_\d+\\u202e'"),
+    ("training id with zero-width space", edit_manifest(lambda m: m.update(training_id=m["training_id"][:3] + "\u200b" + m["training_id"][3:])), M, r"key 'training_id'.*got 'bad\\u200b_\d+'"),
+    ("dataset path a directory", special("sub.csv", Path.mkdir, "dataset"), M, r"key 'dataset.path': expected a path to a regular file, got a directory"),
+    ("dataset path a FIFO", special("fifo.csv", _fifo, "dataset"), M, r"key 'dataset.path': expected a path to a regular file, got a FIFO"),
+    ("dataset path a device", special("zero.csv", _zero_device, "dataset"), M, r"key 'dataset.path': expected a path to a regular file, got a character device"),
+    ("dataset path a symlink loop", special("loop.csv", _loop, "dataset"), M, r"key 'dataset.path': expected a path to a regular file, got a symbolic link loop"),
+    ("model path a directory", special("m.jsonl", Path.mkdir, "model"), M, r"key 'predictions.model.path': expected a path to a regular file, got a directory"),
+    ("model path a FIFO", special("m.jsonl", _fifo, "model"), M, r"key 'predictions.model.path'.*got a FIFO"),
+    ("jev path a device", special("j.jsonl", _zero_device, "jev"), M, r"key 'predictions.jev.path'.*got a character device"),
 ]
 
 DATASET_CASES: list[Case] = [
@@ -398,6 +447,9 @@ DATASET_CASES: list[Case] = [
     ("missing dataset file", lambda f, s: (f / "data.csv").unlink(), D, r"expected an existing dataset file, got no such file"),
     ("corrupt gzip", both(lambda f: (f / "data.csv.gz").write_bytes(b"\x1f\x8b garbage"), edit_manifest(lambda m: m["dataset"].update(path="data.csv.gz"))), D, r"expected a readable CSV file \(.gz compressed\)"),
     ("gzip of Latin-1", both(lambda f: (f / "data.csv.gz").write_bytes(gzip.compress("id,text,grp,sentiment\na,caf\u00e9,g,yes\n".encode("latin-1"))), edit_manifest(lambda m: m["dataset"].update(path="data.csv.gz"))), D, r"row 1: expected a UTF-8 encoded CSV file"),
+    ("id with a terminal escape", csv_text(replace_once("\nex0005,", "\nex\x1b[2J0005,")), D, r"data.csv, row 6, column 'id': expected an id of printable characters, got an id with an invisible or control character \('ex\\x1b"),
+    ("BOM in the middle", csv_text(replace_once("\nex0005,", "\n\ufeffex0005,")), D, r"row 6, column 'id': expected an id of printable characters.*ufeff"),
+    ("id with RTL override", csv_text(replace_once("\nex0005,", "\nex\u202e0005,")), D, r"row 6, column 'id': expected an id of printable characters.*u202e"),
 ]
 
 PREDICTION_CASES: list[Case] = [
@@ -438,6 +490,17 @@ PREDICTION_CASES: list[Case] = [
     ("endpoint unreachable", edit_manifest(lambda m: m["predictions"].update(jev={"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"})), M, r"key 'predictions.jev.base_url': expected an endpoint that answers HTTP at http://127.0.0.1:9/v1, got no answer"),
     ("endpoint unknown host", edit_manifest(lambda m: m["predictions"].update(model={"kind": "openai", "base_url": "http://no-such-host.invalid/v1", "model": "m"})), M, r"key 'predictions.model.base_url': expected an endpoint that answers HTTP"),
     ("endpoint key unset", edit_manifest(lambda m: m["predictions"].update(jev={"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key_env": "CORPUS_UNSET_KEY"})), M, r"expected the environment variable CORPUS_UNSET_KEY \(holding the API key\) to be set"),
+    ("id with a zero-width space", model_lines(first_row(lambda o: o.update(id=o["id"][:2] + "\u200b" + o["id"][2:]))), P, r"model.jsonl, row 1, column 'id': expected an id of the dataset, got 'ex\\u200b0000'"),
+    ("id NFD vs NFC", model_lines(first_row(lambda o: o.update(id=o["id"] + "e\u0301"))), P, r"model.jsonl, row 1, column 'id': expected an id of the dataset, got 'ex0000e\u0301'"),
+]
+
+
+# Tried as hostile, and rightly accepted: a text is text however long, old Mac line ends and a
+# byte-order mark are read as written (the BOM is not part of the id).
+ACCEPTED_CASES: list[tuple[str, Mutation]] = [
+    ("a 20 MB line", csv_text(replace_once("example 5 of", "example " + "x" * 20_000_000 + " of"))),
+    ("CR-only line ends", csv_text(lambda t: t.replace("\n", "\r"))),
+    ("a BOM before the first row", model_lines(lambda ls: ["\ufeff" + ls[0], *ls[1:]])),
 ]
 
 
@@ -681,6 +744,15 @@ def test_a_bad_audit_is_refused_by_the_verifier_without_a_traceback(
     assert "Traceback" not in captured.out + captured.err
     assert (captured.out + captured.err).strip()
     assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("mutate", [m for _, m in ACCEPTED_CASES], ids=[n for n, _ in ACCEPTED_CASES])
+def test_odd_but_valid_inputs_are_read_as_written(state: State, mutate: Mutation) -> None:
+    tid = bad_training(state, mutate)
+    try:
+        _check(state, tid)
+    finally:
+        shutil.rmtree(state.trainings / tid)
 
 
 def test_the_corpus_has_over_a_hundred_cases() -> None:

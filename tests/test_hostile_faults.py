@@ -224,7 +224,9 @@ def test_dataset_metadata_says_how_many_rows_are_unlabeled_and_why(tmp_path: Pat
         },
     )
     result = defs.resolve_job_def("verdict_job").execute_in_process(
-        partition_key="tr_gaps", instance=instance, op_selection=["dataset", "holdout"]
+        partition_key="tr_gaps", instance=instance,
+        op_selection=["dataset", "holdout", "jev_predictions", "model_predictions", "metrics",
+                      "verdict", "audit"],
     )
     meta = {
         str(m.asset_key.to_user_string() if m.asset_key else ""): {
@@ -235,6 +237,12 @@ def test_dataset_metadata_says_how_many_rows_are_unlabeled_and_why(tmp_path: Pat
     expected = "1 of 80 rows: their answer cell is empty (the texts NA, null, None are answers)"
     assert meta["dataset"]["unlabeled[sentiment]"] == expected
     assert meta["holdout"]["sentiment: unlabeled"] == expected
+    assert meta["verdict"]["unlabeled[sentiment]"] == expected  # the verdict says it too
+    # ... and the audit, as counts only (its format holds no text)
+    [audit_file] = (tmp_path / "audits").rglob("*.json")
+    audit = json.loads(audit_file.read_text(encoding="utf-8"))
+    assert audit["split"]["sentiment"]["n_unlabeled"] == 1
+    assert audit["split"]["sentiment"]["n_rows"] == 80
 
 
 # ------------------------------------------------------------------------------------------------

@@ -321,8 +321,35 @@ def test_selective_tail_window_is_exact_and_falls_back(seed: int) -> None:
     ranks = sorted(rank[i] for i in draws)
     expected = sum(correct_by_rank[r] for r in ranks[-drop:])
     for tail in (1, 5, drop, 20, n):  # windows too small to hold the drop force the full sort
-        assert verify_audit._dropped_correct(draws, rank, correct_by_rank, drop, tail) == expected
-    assert verify_audit._dropped_correct(draws, rank, correct_by_rank, 0, 5) == 0
+        window = verify_audit._tail_window(rank, correct_by_rank, tail)
+        assert verify_audit._dropped(draws, rank, correct_by_rank, window, drop) == expected
+    window = verify_audit._tail_window(rank, correct_by_rank, 5)
+    assert verify_audit._dropped(draws, rank, correct_by_rank, window, 0) == 0
+    # the group bootstrap's version: groups of 1 to 4 rows, drawn with repeats
+    members: list[list[int]] = []
+    rows = list(range(n))
+    while rows:
+        members.append(rows[: rng.randint(1, 4)])
+        rows = rows[len(members[-1]):]
+    drawn = [rng.randrange(len(members)) for _ in members]
+    all_ranks = [[rank[i] for i in m] for m in members]
+    ranks = sorted(r for g in drawn for r in all_ranks[g])
+    expected = sum(correct_by_rank[r] for r in ranks[-drop:])
+    for tail in (1, 5, drop, 20, n):
+        tails = [[r for r in g if r >= n - tail] for g in all_ranks]
+        assert verify_audit._group_dropped(drawn, tails.__getitem__, all_ranks.__getitem__,
+                                           correct_by_rank.__getitem__, drop) == expected
+
+
+def test_draws_computed_in_blocks_are_the_one_by_one_formula() -> None:
+    import hashlib
+    import struct
+
+    for n, resamples in ((1, 3), (7, 5), (2000, 3), (300_000, 5)):  # 300,000: blocks of 3
+        data = hashlib.shake_256(b"draws").digest(4 * n * resamples)
+        words = struct.unpack(f"<{n * resamples}I", data)
+        expected = [[(u * n) >> 32 for u in words[n * r:n * (r + 1)]] for r in range(resamples)]
+        assert list(verify_audit._draw_blocks(data, n, resamples)) == expected
 
 
 @pytest.mark.parametrize("seed", range(24))

@@ -20,6 +20,34 @@ from typing import Any
 from typestrict_pipeline.errors import InputError
 
 
+def special_kind(path: str | os.PathLike[str]) -> str | None:
+    """What ``path`` is when it exists but is not a regular file (followed through symlinks).
+
+    ``None`` for a regular file or a missing path; otherwise words for the message ("a
+    directory", "a FIFO (named pipe)", "a character device", a symlink loop...). Readers ask this
+    before they open a path: opening a FIFO blocks forever, a device reads without end.
+
+    >>> special_kind("/dev/null"), special_kind("/no/such/file"), special_kind("/")
+    ('a character device', None, 'a directory')
+    """
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # a symlink loop, a path through a file, no permission
+        return f"a path that cannot be followed ({exc.strerror or type(exc).__name__})"
+    except ValueError:  # a NUL byte
+        return "a path with a NUL byte"
+    if stat.S_ISREG(mode):
+        return None
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
 def write_atomic(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o644) -> Path:
     """Write ``data`` to ``path`` atomically: a temporary file in the same folder, fsync, rename.
 
@@ -67,6 +95,9 @@ def iter_jsonl_objects(
     typestrict_pipeline.errors.InputError: ...x.jsonl, row 2: expected a JSON object, got list. Write each row as {...}.
     """
     file = str(path)
+    kind = special_kind(path)
+    if kind is not None:
+        raise error("a JSON Lines file", kind, "point at a regular file", file=file)
     try:
         handle = open(path, "rb")  # noqa: SIM115 - closed by the with below
     except OSError as exc:
@@ -406,6 +437,28 @@ def loads_strict(
     return value
 
 
+def loads_or_text(text: str, *, what: str = "<argument>") -> Any:
+    """A command-line value: its JSON value when it is JSON, else the text itself.
+
+    JSON that is valid but refused by :func:`loads_strict` (``1e400``, a key twice, nesting
+    past the bound, a 5,001-digit integer) raises :class:`InputError` naming ``what``; only text
+    that is not JSON at all is kept as text.
+
+    >>> loads_or_text("0.5"), loads_or_text("[1, 2]"), loads_or_text("hello")
+    (0.5, [1, 2], 'hello')
+    >>> loads_or_text("1e400", what="--grid threshold")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: --grid threshold, line 1, column 1: expected a finite number of magnitude at most 1e+100, got 1e400. Write a number in range.
+    """
+    try:
+        return loads_strict(text, file=what)
+    except InputError as exc:
+        if exc.expected == "valid JSON":
+            return text
+        raise
+
+
 def read_json_file(
     path: str | os.PathLike[str],
     *,
@@ -426,6 +479,9 @@ def read_json_file(
     {'manifest_version': 1}
     """
     file = str(path)
+    kind = special_kind(path)
+    if kind is not None:
+        raise error(what, kind, "point at a regular file", file=file)
     try:
         with open(path, "rb") as handle:
             raw = handle.read(max_bytes + 1)

@@ -65,8 +65,14 @@ runs that failed *outside* an asset (a killed or crashed process): a refused inp
 same way again, so it is not retried."""
 
 
+RUN_LAUNCHER: dict[str, Any] = {"module": "resources.launcher", "class": "WatchedRunLauncher"}
+"""Dagster's default run launcher plus a health check, so run monitoring can see that a run's
+process is gone (the default launcher cannot say): ``resources/launcher.py``."""
+
+
 def _resilience() -> dict[str, Any]:
-    return {"run_monitoring": dict(RUN_MONITORING), "run_retries": dict(RUN_RETRIES)}
+    return {"run_launcher": dict(RUN_LAUNCHER), "run_monitoring": dict(RUN_MONITORING),
+            "run_retries": dict(RUN_RETRIES)}
 
 RUN_QUEUE: dict[str, Any] = {"dequeue_interval_seconds": 1}
 """The daemon's run queue looks for runs to launch every second (Dagster's default is 5 s):

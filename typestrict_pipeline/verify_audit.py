@@ -44,7 +44,7 @@ import re
 import struct
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from fractions import Fraction
 from itertools import chain, islice
 from typing import Any
@@ -400,17 +400,85 @@ MAX_ROWS = 2**22  # the packed Brier slots below hold sums below 2**64 (n * 2**4
 
 
 def _dropped_correct(
-    draws: list[int], rank: list[int], correct_by_rank: list[int], drop: int, tail: int
+    draws: list[int], tail_rank: list[int], correct_by_rank1: list[int], drop: int
 ) -> int:
-    """Right answers among the ``drop`` least confident draws (largest ranks)."""
+    """Right answers among the ``drop`` least confident draws (largest ranks).
+
+    ``tail_rank[i]`` is ``rank[i] + 1`` for the rows in the tail window of the largest ranks and
+    0 elsewhere, so ``filter(None, ...)`` keeps the window's draws without a Python-level call
+    per draw; ``correct_by_rank1`` is ``correct_by_rank`` shifted by one to match.
+    """
     if drop == 0:
         return 0
-    n = len(rank)
-    low = (n - tail).__le__
-    ranks = sorted(filter(low, map(rank.__getitem__, draws)))
+    ranks = sorted(filter(None, map(tail_rank.__getitem__, draws)))
     if len(ranks) < drop:  # rare: too few draws in the tail window, sort them all
-        ranks = sorted(map(rank.__getitem__, draws))
+        return -1
+    return sum(map(correct_by_rank1.__getitem__, islice(ranks, len(ranks) - drop, None)))
+
+
+def _dropped_correct_all(draws: list[int], rank: list[int], correct_by_rank: list[int],
+                         drop: int) -> int:
+    """:func:`_dropped_correct` by sorting every draw's rank (the rare fallback)."""
+    ranks = sorted(map(rank.__getitem__, draws))
     return sum(map(correct_by_rank.__getitem__, islice(ranks, len(ranks) - drop, None)))
+
+
+def _dropped(draws: list[int], rank: list[int], correct_by_rank: list[int],
+             window: tuple[list[int], list[int]], drop: int) -> int:
+    """Right answers among the ``drop`` largest ranks of ``draws``, through the tail ``window``
+    of :func:`_tail_window` (or, when too few draws fall in it, by sorting every rank)."""
+    found = _dropped_correct(draws, window[0], window[1], drop)
+    return found if found >= 0 else _dropped_correct_all(draws, rank, correct_by_rank, drop)
+
+
+def _group_dropped(
+    drawn: list[int], tails: Callable[[int], list[int]], ranks: Callable[[int], list[int]],
+    correct: Callable[[int], int], drop: int,
+) -> int:
+    """Right answers among the ``drop`` largest ranks of the drawn groups' rows.
+
+    ``tails(g)`` holds group ``g``'s ranks in the tail window (precomputed), so only those are
+    sorted; when fewer than ``drop`` drawn rows fall in the window, every rank is sorted.
+    """
+    if drop == 0:
+        return 0
+    found = sorted(chain.from_iterable(map(tails, drawn)))
+    if len(found) < drop:
+        found = sorted(chain.from_iterable(map(ranks, drawn)))
+    return sum(map(correct, islice(found, len(found) - drop, None)))
+
+
+def _tail_window(rank: list[int], correct_by_rank: list[int],
+                 tail: int) -> tuple[list[int], list[int]]:
+    """The tables of :func:`_dropped_correct` for the window of the ``tail`` largest ranks."""
+    n = len(rank)
+    return [r + 1 if r >= n - tail else 0 for r in rank], [0, *correct_by_rank]
+
+
+def _draw_blocks(data: bytes, n: int, resamples: int) -> Iterator[list[int]]:
+    """Each resample's draws ``(u * n) >> 32`` (``u`` the stream's little-endian 32-bit words).
+
+    Computed for a block of resamples at once without a Python-level operation per draw: the
+    words are spread into 64-bit slots of one integer, multiplied by ``n`` in one step (no carry
+    crosses a slot since ``u * n < 2**64``), and each slot's high half is the draw. Same numbers
+    as the one-by-one formula, which big-endian machines use.
+    """
+    if sys.byteorder != "little":  # pragma: no cover - the spread below assumes little-endian
+        words = struct.Struct(f"<{n}I").unpack_from
+        for r in range(resamples):
+            yield [(u * n) >> 32 for u in words(data, 4 * n * r)]
+        return
+    block = max(1, (1 << 20) // n)
+    for start in range(0, resamples, block):
+        count = min(block, resamples - start)
+        chunk = data[4 * n * start:4 * n * (start + count)]
+        wide = bytearray(2 * len(chunk))
+        for j in range(4):
+            wide[j::8] = chunk[j::4]
+        high = memoryview((int.from_bytes(wide, "little") * n).to_bytes(len(wide), "little"))
+        halves = high.cast("I")
+        for r in range(count):
+            yield halves[2 * n * r + 1:2 * n * (r + 1):2].tolist()
 
 
 def _packed_rows(y: Sequence[int], a: SystemValues, b: SystemValues, k: int, w: int) -> list[int]:
@@ -465,7 +533,7 @@ def gains(
     labels = [c for c in range(k) if c in present]
     m = (4 * n + 4) // 5
     drop = n - m
-    tail = min(n, drop + 8 * math.isqrt(n) + 16)
+    tail = min(n, drop + 4 * math.isqrt(n) + 16)  # ~10 sd above the draws needed; else all
     two_d = 2 * n * BRIER_UNIT
     slots = 5 * k + 2
     w, fmt = (16, "H") if n < 2**16 else (32, "I")  # a count slot holds any count up to n
@@ -473,17 +541,17 @@ def gains(
     layout = struct.Struct(f"<{slots}{fmt}QQ")
     size = layout.size
     data = hashlib.shake_256(STREAM_DOMAIN + seed).digest(4 * n * resamples)
-    unpack = struct.Struct(f"<{n}I").unpack_from
     w0, w1, w2 = WEIGHTS
+    win_a = _tail_window(a.rank, a.correct_by_rank, tail)
+    win_b = _tail_window(b.rank, b.correct_by_rank, tail)
     out: list[float] = []
-    for r in range(resamples):
-        draws = [(u * n) >> 32 for u in unpack(data, 4 * n * r)]
+    for draws in _draw_blocks(data, n, resamples):
         c = layout.unpack(sum(map(packed_at, draws)).to_bytes(size, "little"))
         mf_a, mf_b = _macro_pair(c, k, labels)
         bs_a = (two_d - c[slots]) / two_d
         bs_b = (two_d - c[slots + 1]) / two_d
-        sa_a = (c[5 * k] - _dropped_correct(draws, a.rank, a.correct_by_rank, drop, tail)) / m
-        sa_b = (c[5 * k + 1] - _dropped_correct(draws, b.rank, b.correct_by_rank, drop, tail)) / m
+        sa_a = (c[5 * k] - _dropped(draws, a.rank, a.correct_by_rank, win_a, drop)) / m
+        sa_b = (c[5 * k + 1] - _dropped(draws, b.rank, b.correct_by_rank, win_b, drop)) / m
         out.append(w0 * (mf_a - mf_b) + w1 * (bs_a - bs_b) + w2 * (sa_a - sa_b))
     return out
 
@@ -518,12 +586,16 @@ def group_gains(
     layout = struct.Struct(f"<{slots}{fmt}QQ")
     size = layout.size
     data = hashlib.shake_256(STREAM_DOMAIN + seed).digest(4 * n_groups * resamples)
-    unpack = struct.Struct(f"<{n_groups}I").unpack_from
     w0, w1, w2 = WEIGHTS
     cba, cbb = a.correct_by_rank.__getitem__, b.correct_by_rank.__getitem__
+    n = len(y)
+    tail = min(n, (n + 4) // 5 + 16 * math.isqrt(n) + 16 * largest)
+    tails_a = [[r for r in [a.rank[j] for j in rows] if r >= n - tail]
+               for rows in members].__getitem__
+    tails_b = [[r for r in [b.rank[j] for j in rows] if r >= n - tail]
+               for rows in members].__getitem__
     out: list[float] = []
-    for r in range(resamples):
-        drawn = [(u * n_groups) >> 32 for u in unpack(data, 4 * n_groups * r)]
+    for drawn in _draw_blocks(data, n_groups, resamples):
         c = layout.unpack(sum(map(group_packed, drawn)).to_bytes(size, "little"))
         n_b = sum(c[:k])
         m_b = (4 * n_b + 4) // 5
@@ -531,10 +603,8 @@ def group_gains(
         mf_a, mf_b = _macro_pair(c, k, labels)
         bs_a = (two_d - c[slots]) / two_d
         bs_b = (two_d - c[slots + 1]) / two_d
-        kept_a = islice(sorted(chain.from_iterable(map(ranks_a, drawn))), m_b)
-        kept_b = islice(sorted(chain.from_iterable(map(ranks_b, drawn))), m_b)
-        sa_a = sum(map(cba, kept_a)) / m_b
-        sa_b = sum(map(cbb, kept_b)) / m_b
+        sa_a = (c[5 * k] - _group_dropped(drawn, tails_a, ranks_a, cba, n_b - m_b)) / m_b
+        sa_b = (c[5 * k + 1] - _group_dropped(drawn, tails_b, ranks_b, cbb, n_b - m_b)) / m_b
         out.append(w0 * (mf_a - mf_b) + w1 * (bs_a - bs_b) + w2 * (sa_a - sa_b))
     return out
 

@@ -33,6 +33,7 @@ from typestrict_pipeline.api.errors import ApiError, error_body, status_for
 from typestrict_pipeline.api.studies import StudyRunner
 from typestrict_pipeline.api.trainings import TrainingStore
 from typestrict_pipeline.errors import TypeStrictError
+from typestrict_pipeline.files import loads_strict
 from typestrict_pipeline.store import open_store
 
 log = logging.getLogger("typestrict.api")
@@ -249,5 +250,5 @@ def app_from_env() -> FastAPI:
     from typestrict_pipeline.store import default_store_url, typestrict_home
 
     raw = os.environ.get("TYPESTRICT_API_JEV_SOURCE")
-    jev = json.loads(raw) if raw else None
+    jev = loads_strict(raw, file="TYPESTRICT_API_JEV_SOURCE") if raw else None
     return create_app(default_store_url(), typestrict_home(), jev_source=jev)

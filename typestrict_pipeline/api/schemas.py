@@ -134,6 +134,8 @@ class DecisionVerdict(BaseModel):
     gain_is_real: bool
     nothing_collapses: bool
     metrics: list[MetricPair]
+    n_unlabeled: int | None = None
+    unlabeled: str | None = None
 
 
 class VerdictOut(BaseModel):

@@ -32,8 +32,8 @@ from sqlalchemy import Engine
 
 from typestrict_pipeline.credits import CreditLedger, get_model
 from typestrict_pipeline.credits.models import ModelInfo
-from typestrict_pipeline.errors import ConflictError, InputError, NotFoundError
-from typestrict_pipeline.files import write_atomic
+from typestrict_pipeline.errors import ConflictError, InputError, ManifestError, NotFoundError
+from typestrict_pipeline.files import read_json_file, write_atomic
 from typestrict_pipeline.refund.dataset import load_dataset
 from typestrict_pipeline.refund.holdout import Holdout, split_decisions, training_ids
 from typestrict_pipeline.refund.manifest import TrainingManifest, parse_manifest
@@ -261,8 +261,8 @@ class TrainingStore:
             path = folder / name
             if path.is_file():
                 try:
-                    doc = json.loads(path.read_text(encoding="utf-8"))
-                except (OSError, ValueError):  # not readable: never shown, never a 500
+                    doc = read_json_file(path, error=ManifestError, what="a manifest")
+                except InputError:  # not readable: never shown, never a 500
                     break
                 if not isinstance(doc, dict) or doc.get("workspace_id") != workspace_id:
                     break

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from typestrict_pipeline.errors import InputError
+from typestrict_pipeline.files import loads_strict
 from typestrict_pipeline.store import default_store_url, normalize_url, open_store, typestrict_home
 
 
@@ -38,8 +39,8 @@ def _jev_source(text: str | None) -> dict[str, Any] | None:
             raise InputError("a readable JSON file after '@'", f"{raw[1:]!r} ({type(exc).__name__})",
                              "check the path") from None
     try:
-        value = json.loads(raw)
-    except json.JSONDecodeError:
+        value = loads_strict(raw, file="--jev-source")
+    except InputError:
         value = None
     if not isinstance(value, dict):
         raise InputError(

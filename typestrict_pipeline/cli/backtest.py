@@ -55,6 +55,7 @@ from typestrict_pipeline.cli.common import (
     write_store,
 )
 from typestrict_pipeline.errors import InputError
+from typestrict_pipeline.files import loads_or_text
 from typestrict_pipeline.workspaces import require_workspace
 
 WORKSPACE = identifier("a workspace id")
@@ -64,11 +65,8 @@ PRICE = bounded_int("a price in micro-USD per 1M tokens", 0, 10**12)
 STALE_AFTER = dt.timedelta(days=2)
 
 
-def _parse_value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
+def _parse_value(text: str, what: str = "--param") -> Any:
+    return loads_or_text(text, what=what)
 
 
 def _pairs(items: list[str] | None, what: str) -> dict[str, Any]:
@@ -77,7 +75,7 @@ def _pairs(items: list[str] | None, what: str) -> dict[str, Any]:
         if "=" not in item:
             raise InputError(f"{what} as NAME=VALUE", repr(item), f"write --{what} name=value")
         k, v = item.split("=", 1)
-        out[k.strip()] = _parse_value(v) if what == "param" else v
+        out[k.strip()] = _parse_value(v, f"--param {k.strip()}") if what == "param" else v
     return out
 
 

@@ -34,6 +34,8 @@ from typestrict_pipeline.credits import (
     list_models,
 )
 from typestrict_pipeline.errors import InputError, NotFoundError
+from typestrict_pipeline.files import loads_strict
+from typestrict_pipeline.refund.dataset import unlabeled_from_split
 from typestrict_pipeline.store import typestrict_home
 from typestrict_pipeline.workspaces import require_workspace
 
@@ -154,15 +156,30 @@ def _adjust(args: argparse.Namespace) -> int:
     return 0
 
 
+def _unlabeled(engine: Engine, model_id: str, has_audit: bool) -> dict[str, tuple[int, str]]:
+    """Each decision's unlabeled rows (count, words) from the model's stored audit."""
+    if not has_audit:
+        return {}
+    try:
+        doc = loads_strict(audit_bytes(engine, model_id).decode("utf-8"), file="audit")
+    except (InputError, NotFoundError, UnicodeDecodeError):
+        return {}
+    return unlabeled_from_split(doc.get("split") if isinstance(doc, dict) else None)
+
+
 def _models(args: argparse.Namespace) -> int:
     engine = _reader(args)
     try:
         models = list_models(engine, args.workspace)
+        unlabeled = {m.model_id: _unlabeled(engine, m.model_id, m.audit_sha256 is not None)
+                     for m in models}
         if args.json:
             print_json([{
                 "model_id": m.model_id, "verdict": m.verdict.value, "delivered": m.delivered,
                 "state": m.state.value, "expires_at": m.expires_at, "expired_at": m.expired_at,
                 "audit_sha256": m.audit_sha256,
+                "unlabeled": {d: {"rows": n, "why": why}
+                              for d, (n, why) in unlabeled[m.model_id].items()},
             } for m in models])
             return 0
         rows = []
@@ -170,9 +187,13 @@ def _models(args: argparse.Namespace) -> int:
             files = (f"until {m.expires_at.isoformat()}" if m.state.value == "available"
                      else f"expired {m.expired_at.isoformat() if m.expired_at else ''}")
             rows.append([m.model_id, m.verdict.value, "yes" if m.delivered else "no", files,
-                         "yes" if m.audit_sha256 else "no"])
+                         "yes" if m.audit_sha256 else "no",
+                         ", ".join(f"{d}: {n}" for d, (n, _) in unlabeled[m.model_id].items())])
         print_table(f"Models of workspace {args.workspace}",
-                    ["model", "verdict", "delivered", "files", "audit"], rows)
+                    ["model", "verdict", "delivered", "files", "audit", "unlabeled rows"], rows)
+        if any(n for found in unlabeled.values() for n, _ in found.values()):
+            print("unlabeled rows: their answer cell is empty (the texts NA, null, None are "
+                  "answers); they are not in the holdout")
     finally:
         engine.dispose()
     return 0

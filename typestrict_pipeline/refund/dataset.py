@@ -20,7 +20,6 @@ Reading rules (documented in ``docs/manifest.md``):
 from __future__ import annotations
 
 import difflib
-import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from typestrict_pipeline.errors import DatasetError, NotEnoughDataError
-from typestrict_pipeline.files import iter_jsonl_objects
+from typestrict_pipeline.files import iter_jsonl_objects, loads_strict
 from typestrict_pipeline.refund.manifest import (
     Columns,
     DatasetFormat,
@@ -43,6 +42,7 @@ __all__ = [
     "Example",
     "load_dataset",
     "read_table",
+    "unlabeled_from_split",
     "unlabeled_text",
     "validate_dataset",
 ]
@@ -363,8 +363,8 @@ def _parse_options(value: Any, *, file: str, row: int, column: str) -> tuple[str
         if not value.strip():
             return None
         try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
+            value = loads_strict(value, file=file, error=DatasetError, row=row)
+        except DatasetError:
             raise DatasetError(
                 'a JSON list of options, e.g. ["red", "green"]',
                 repr(value if len(value) <= 60 else value[:57] + "..."),
@@ -525,6 +525,13 @@ def validate_dataset(
             empty_ids.append(row)
             ids.append("")
             continue
+        if not value.isprintable():  # a control, escape, bidi or zero-width character
+            raise DatasetError(
+                "an id of printable characters",
+                f"an id with an invisible or control character ({ascii(value)[:60]})",
+                "remove the character (ids are compared exactly, and shown in messages)",
+                file=name, row=row, column=cols.id,
+            )
         if value in seen:
             dupes.append((row, value, seen[value]))
         else:
@@ -697,6 +704,27 @@ def load_dataset(manifest: TrainingManifest) -> Dataset:
     spec = manifest.dataset
     table = read_table(spec.path, spec.format)
     return validate_dataset(table, manifest, file=str(spec.path))
+
+
+def unlabeled_from_split(split: Any) -> dict[str, tuple[int, str]]:
+    """Each decision's unlabeled rows, as a count and in words, from an audit's ``split`` summary.
+
+    ``split`` maps a decision to its counts (``n_rows``, ``n_labeled``, as the verdict job writes
+    them); anything else (an old audit, ``None``, a decision without both counts) gives nothing.
+
+    >>> unlabeled_from_split({"party": {"n_rows": 80, "n_labeled": 79}, "x": None})
+    {'party': (1, '1 of 80 rows: their answer cell is empty (the texts NA, null, None are answers)')}
+    """
+    out: dict[str, tuple[int, str]] = {}
+    if not isinstance(split, dict):
+        return out
+    for name, counts in split.items():
+        if not isinstance(counts, dict):
+            continue
+        n_rows, n_labeled = counts.get("n_rows"), counts.get("n_labeled")
+        if type(n_rows) is int and type(n_labeled) is int and 0 <= n_labeled <= n_rows:
+            out[str(name)] = (n_rows - n_labeled, unlabeled_text(n_labeled, n_rows))
+    return out
 
 
 def unlabeled_text(n_labeled: int, n_rows: int) -> str:

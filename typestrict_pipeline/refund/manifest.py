@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from typestrict_pipeline.errors import ManifestError
-from typestrict_pipeline.files import read_json_file
+from typestrict_pipeline.files import read_json_file, special_kind
 from typestrict_pipeline.refund.types import DecisionKind
 
 __all__ = [
@@ -412,7 +412,14 @@ class _Paths:
             )
         if self.base is None:
             return path
-        target = (path if path.is_absolute() else self.base / path).resolve()
+        try:
+            target = (path if path.is_absolute() else self.base / path).resolve()
+        except (OSError, RuntimeError):  # a symlink loop
+            raise ctx.fail(where, "a path to a regular file", "a symbolic link loop",
+                           "point at the file itself") from None
+        kind = special_kind(target)
+        if kind is not None:
+            raise ctx.fail(where, "a path to a regular file", kind, "point at the file itself")
         if not any(target.is_relative_to(root) for root in self.roots):
             allowed = " or ".join(str(r) for r in self.roots)
             raise ctx.fail(

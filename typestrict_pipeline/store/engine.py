@@ -380,6 +380,8 @@ def init_store(url: str | None = None, *, now: dt.datetime | None = None) -> Ini
     path = _sqlite_path(engine)
     moved: Path | None = None
     try:
+        if path is not None:
+            _refuse_non_file(path)
         with _init_lock(engine):
             try:
                 check_store(engine)
@@ -405,6 +407,40 @@ def init_store(url: str | None = None, *, now: dt.datetime | None = None) -> Ini
         return InitResult(False, None, f"a store already exists at {shown}; nothing replaced")
     where = f" (the broken file was moved to {moved})" if moved is not None else ""
     return InitResult(True, moved, f"created an empty store at {shown}{where}")
+
+
+def _refuse_non_file(path: Path) -> None:
+    """Refuse a store path that exists but is not a regular file (followed through symlinks).
+
+    ``store init`` sets aside only a broken *file*: a directory, a FIFO, a device (``/dev/null``),
+    a socket or a symlink loop at the store's path is never renamed, opened or written.
+
+    >>> _refuse_non_file(Path("/dev/null"))
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.StoreError: /dev/null: expected a regular file (or no file) for the store, got a character device. Nothing was moved or written: choose another path, or move it yourself.
+    """
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        if not path.is_symlink():
+            return
+        kind = "a symlink to nothing"
+    except OSError as exc:  # a symlink loop, a path through a file, no permission
+        kind = f"a path that cannot be followed ({exc.strerror or type(exc).__name__})"
+    else:
+        if stat.S_ISREG(mode):
+            return
+        kinds = {stat.S_ISDIR: "a directory", stat.S_ISFIFO: "a FIFO (named pipe)",
+                 stat.S_ISCHR: "a character device", stat.S_ISBLK: "a block device",
+                 stat.S_ISSOCK: "a socket"}
+        kind = next((name for test, name in kinds.items() if test(mode)), "not a regular file")
+    raise StoreError(
+        f"{path}: expected a regular file (or no file) for the store, got {kind}. Nothing was "
+        "moved or written: choose another path, or move it yourself."
+    )
 
 
 def _has_version(engine: Engine) -> bool:

@@ -17,12 +17,12 @@ that cannot be estimated, a study already in flight).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from typestrict_pipeline.errors import InputError
+from typestrict_pipeline.files import loads_or_text
 from typestrict_pipeline.study.limits import usd_to_micro
 from typestrict_pipeline.study.service import StudyConfig
 from typestrict_pipeline.study.space import RandomParam, SearchSpace
@@ -98,11 +98,8 @@ def study_config(form: StudyForm) -> StudyConfig:
     )
 
 
-def _value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
+def _value(text: str, what: str) -> Any:
+    return loads_or_text(text, what=what)
 
 
 def parse_space(grid: list[str] | None, random: list[str] | None, draws: int, seed: int,
@@ -117,14 +114,14 @@ def parse_space(grid: list[str] | None, random: list[str] | None, draws: int, se
         name, sep, values = item.partition("=")
         if not sep or not values:
             raise InputError("--grid as NAME=V1,V2,...", repr(item), "write e.g. --grid threshold=0.4,0.5")
-        g[name.strip()] = [_value(v.strip()) for v in values.split(",")]
+        g[name.strip()] = [_value(v.strip(), f"--grid {name.strip()}") for v in values.split(",")]
     r: dict[str, RandomParam] = {}
     for item in random or []:
         name, sep, rng = item.partition("=")
         low, colon, high = rng.partition(":")
         if not sep or not colon:
             raise InputError("--random as NAME=LOW:HIGH", repr(item), "write e.g. --random threshold=0.3:0.7")
-        lo, hi = _value(low), _value(high)
+        lo, hi = _value(low, f"--random {name.strip()}"), _value(high, f"--random {name.strip()}")
         r[name.strip()] = RandomParam(float(lo), float(hi),
                                       integer=isinstance(lo, int) and isinstance(hi, int))
     prompts: dict[str, list[str]] = {}

@@ -10,6 +10,13 @@ reservation (bound: the largest step cost seen so far in the run, or the per-ste
 so the study's spend stays within the sum of reservations, which the database keeps within the
 budget. The guard also flushes progress to the store about once a second, so a killed run's
 spending is recorded, and stops the run when the study is cancelled.
+
+Orphaned workers stop: a window run in a worker process started by ``multiprocessing`` (a
+Dagster step of the multiprocess executor) checks before each step, and before each window,
+that the process that started it is alive (:func:`parent_gone`). When the run's process was
+killed (``kill -9``), the worker cuts its window at the next step (its spend so far is
+recorded) and starts no further window; a resumed run re-runs what was cut and charges what
+was spent once (see :func:`execute_run`).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import math
+import multiprocessing
 import threading
 import time
 import uuid
@@ -246,6 +254,24 @@ def _candidate_spec(engine: Engine, candidate_id: int) -> CandidateSpec:
     return spec
 
 
+def parent_gone() -> bool:
+    """Whether this is a ``multiprocessing`` worker whose starting process has died.
+
+    False in a process not started by ``multiprocessing`` (the CLI, an in-process run): a
+    shell that exits does not stop a study. Costs one non-blocking ``select`` on the pipe the
+    parent holds open (it reads end-of-file once the parent is gone, however it died).
+
+    >>> parent_gone()
+    False
+    """
+    parent = multiprocessing.parent_process()
+    return parent is not None and not parent.is_alive()
+
+
+ORPHANED = "the process that started this worker is gone (its run was killed)"
+"""The ``detail`` of a window run refused, or the reason a window was cut, by :func:`parent_gone`."""
+
+
 class _Guard:
     """The per-run ``should_stop``: budget bound per step, progress flushes, cancellation.
 
@@ -289,6 +315,9 @@ class _Guard:
             self.last_steps = max(self.last_steps, finished)
             if started >= self.reservation.steps:
                 return True
+            if parent_gone():
+                self.stopped = True
+                return True
             if self.enforce_cost:
                 bound = max(self.per_step, max_step_cost, 1)
                 committed = cost_finished + (started - finished + 1) * bound
@@ -321,6 +350,8 @@ def execute_run(engine: Engine, key: RunKey, backend: StudyBackend, *,
     Returns ``ALREADY_DONE`` without running anything when an earlier attempt finished it, and
     ``REFUSED`` when a limit (or a cancel) stops the study before this run.
     """
+    if parent_gone():
+        return RunResult(key, "REFUSED", detail=ORPHANED)
     static = _static(engine, key.study_id)
     outcome = repo.reserve_run(engine, key.study_id, key.candidate_id, key.fold, key.window,
                                key.steps, attempt=attempt,

@@ -27,6 +27,7 @@ from typestrict_pipeline.api.schemas import (
 )
 from typestrict_pipeline.credits import ModelState, audit_bytes
 from typestrict_pipeline.credits.models import ModelInfo
+from typestrict_pipeline.refund.dataset import unlabeled_from_split
 
 router = APIRouter(tags=["models"], responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}})
 
@@ -78,8 +79,9 @@ def _audit(ctx: Ctx, info: ModelInfo) -> dict[str, Any] | None:
     return doc
 
 
-def _decision(d: dict[str, Any]) -> DecisionVerdict:
+def _decision(d: dict[str, Any], split: Any = None) -> DecisionVerdict:
     report = d["report"]
+    n_unlabeled, unlabeled = unlabeled_from_split(split).get(d["name"], (None, None))
     model, jev = report["metrics"]["model"], report["metrics"]["jev"]
     return DecisionVerdict(
         name=d["name"], n=report["n"], beats=report["beats"], gain=report["gain"],
@@ -88,6 +90,7 @@ def _decision(d: dict[str, Any]) -> DecisionVerdict:
         metrics=[MetricPair(metric=m, model=model.get(m), jev=jev.get(m),
                             delta=report["deltas"].get(m), margin=report["margins"].get(m, "n/a"))
                  for m in METRICS],
+        n_unlabeled=n_unlabeled, unlabeled=unlabeled,
     )
 
 
@@ -118,7 +121,7 @@ def _verdict(ctx: Ctx, info: ModelInfo) -> VerdictOut:
         needed=overall.get("needed", 0), failure_reason=overall.get("failure_reason"),
         keep_if_loses=info.keep_if_loses, delivered=info.delivered, files_state=info.state.value,
         files_expire_at=info.expires_at.isoformat(), audit_sha256=info.audit_sha256,
-        decisions=[_decision(d) for d in doc.get("decisions", [])],
+        decisions=[_decision(d, doc.get("split")) for d in doc.get("decisions", [])],
     )
 
 

@@ -40,7 +40,7 @@ from typestrict_pipeline.backtest.pit import (
 )
 from typestrict_pipeline.backtest.workflow import WorkflowRegistry
 from typestrict_pipeline.errors import ConflictError, DatasetError, InputError, NotFoundError
-from typestrict_pipeline.files import write_atomic
+from typestrict_pipeline.files import read_json_file, write_atomic
 from typestrict_pipeline.lazy import LazyModule
 
 if TYPE_CHECKING:  # imported on first use: keeps the code location's load quick
@@ -136,11 +136,7 @@ def _manifest(name: str, base: Path | None) -> dict[str, Any]:
             f"expected a registered dataset, got {name!r} (registered: {known}). "
             "Register it with: typestrict data register NAME --workflow WORKFLOW --table TABLE=FILE.csv"
         )
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise DatasetError("a readable dataset.json", f"{exc.__class__.__name__}: {exc}",
-                           "register the dataset again in a new name", file=str(path)) from exc
+    data = read_json_file(path, error=DatasetError, what="a readable dataset.json")
     if not isinstance(data, dict) or not isinstance(data.get("tables"), dict) or not data.get("workflow"):
         raise DatasetError("a dataset.json with workflow and tables", repr(data)[:120],
                            "register the dataset again in a new name", file=str(path))
