@@ -315,6 +315,7 @@ def test_the_result_page_in_headless_chromium(world: dict[str, Any]) -> None:
             browser.close()
 
 
+@pytest.mark.slow
 def test_typestrict_api_serves_and_refuses_a_bad_jev_source(
     tmp_path: Path, sqlite_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -160,6 +160,7 @@ def _execute_bounded(
     return box["result"]
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_the_backtest_job_runs_in_a_celery_worker_on_postgres_and_redis(
     pg_url: str, store_pg_url: str, redis_db: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

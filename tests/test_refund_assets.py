@@ -254,6 +254,7 @@ def test_the_metrics_table_shows_both_systems_deltas_and_margins(tmp_path: Path)
     assert next(line for line in lines if line.startswith("| worst_class_f1 |")).count("-0.05") == 1
 
 
+@pytest.mark.slow
 def test_two_trainings_on_one_instance_each_check_their_own_verdict(tmp_path: Path) -> None:
     support.make_training(tmp_path / "trainings", "tr_one", model_skill=0.95, jev_skill=0.55, seed=11)
     support.make_training(tmp_path / "trainings", "tr_two", model_skill=0.4, jev_skill=0.8, seed=12)

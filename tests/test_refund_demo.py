@@ -8,6 +8,7 @@ import pytest
 from demo.refund import JEV_KEY_ENV, run
 
 
+@pytest.mark.slow
 def test_the_demo_runs_its_fast_trainings_through_dagster(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from typestrict_pipeline.reruns import scenario
 from typestrict_pipeline.reruns.decide import SubscriptionState
 from typestrict_pipeline.reruns.service import enable_schedule
@@ -19,6 +21,7 @@ from typestrict_pipeline.store import open_store
 ROOT_END = dt.datetime(2015, 2, 1, tzinfo=dt.UTC)
 
 
+@pytest.mark.slow
 def test_dagster_sensor_preview_prints_the_skip_reason(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'store.db'}"
     engine = open_store(url)

@@ -9,6 +9,7 @@ import datetime as dt
 import threading
 
 import dagster as dg
+import pytest
 from sqlalchemy import func, select
 
 from assets.reruns import enable_study_schedule_job, study_rerun_job, study_rerun_sensor
@@ -40,6 +41,7 @@ T0 = dt.datetime(2026, 11, 30, 9, 0, tzinfo=dt.UTC)
 OWNER = "ana@example.com"
 
 
+@pytest.mark.slow
 def test_end_to_end_skip_then_fire_once_then_notify_once(pg_url: str) -> None:
     engine = open_store(pg_url)
     set_workspace(engine, WS, subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=50_000_000)

@@ -96,6 +96,7 @@ def _run(url: str, fanout: str, chunks: int = 0) -> tuple[dg.ExecuteInProcessRes
     return result, sid, run
 
 
+@pytest.mark.slow
 def test_a_chunked_study_finds_the_same_winner_and_holdout_score_and_is_tagged_historical(
         sqlite_url: str) -> None:
     engine = open_store(sqlite_url)

@@ -112,6 +112,7 @@ def _done_runs(engine) -> dict[int, tuple[int | None, object]]:
             RunRow.state == RunState.DONE.value)).scalars()}
 
 
+@pytest.mark.slow
 def test_killed_study_run_resumes_without_rerunning_or_double_charging(pg_url: str, tmp_path: Path) -> None:
     engine = open_store(pg_url)
     # 20 ms per step: a 15-step window takes ~0.3 s; the search has 4 × 2 × 2 = 16 window runs.

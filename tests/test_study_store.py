@@ -277,6 +277,7 @@ def test_runs_costlier_than_estimated_top_up_or_stop_and_never_overshoot_on_post
     assert any(r.status in ("CUT", "REFUSED") for r in results)
 
 
+@pytest.mark.slow
 def test_end_to_end_null_studies_flag_nothing_and_the_holdout_is_unbiased(sqlite_url: str) -> None:
     """Through the real runner and store: every candidate has the same true skill (0.5)."""
     engine = open_store(sqlite_url)

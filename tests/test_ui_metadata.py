@@ -158,6 +158,7 @@ def _study(engine: Any) -> int:
     return create_study_from_config(engine, config, last_backtest=LastBacktest(30, 10))
 
 
+@pytest.mark.slow
 def test_the_leaderboard_has_a_picture_and_can_be_materialized_again(sqlite_url: str) -> None:
     engine = open_store(sqlite_url)
     sid = _study(engine)
