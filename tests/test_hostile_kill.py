@@ -110,6 +110,7 @@ def test_parent_gone_is_false_outside_a_multiprocessing_worker() -> None:
     assert parent_gone() is False  # the CLI and in-process runs never stop on their own
 
 
+@pytest.mark.slow
 def test_workers_of_a_killed_study_run_stop_and_the_resume_charges_each_window_once(
     pg_url: str, tmp_path: Path
 ) -> None:
@@ -241,6 +242,7 @@ def pg_dagster_url(pg_admin_engine: Engine) -> Iterator[str]:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_killed_runs_are_failed_by_monitoring_retried_settled_once_or_flagged(
     backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
