@@ -53,24 +53,10 @@ ROOT = Path(__file__).resolve().parent.parent
 UTC = dt.UTC
 WAIT_S = 240.0  # generous bound on every wait (never asserted as a duration)
 
-_HELPER = textwrap.dedent("""
-    import os
-    import dagster as dg
-    from assets.studies import study_job
-    from resources.store import StoreResource
-    from resources.studies import StudyRunnerResource
-
-    def make_study_job():
-        return dg.Definitions(jobs=[study_job], resources={
-            "store": StoreResource(url=os.environ["STUDY_TEST_STORE_URL"]),
-            "study_runner": StudyRunnerResource(),
-        }).resolve_job_def("study_job")
-""")
-
 _CHILD = textwrap.dedent("""
     import sys, dagster as dg
     from assets.studies import study_run_config
-    import kill_helpers_study_job as helper
+    import study_job_helper as helper
     sid = int(sys.argv[1])
     config = study_run_config(sid, chunks=2)  # the default executor: forkserver, 2 at once
     with dg.DagsterInstance.get() as instance:
@@ -122,9 +108,8 @@ def test_workers_of_a_killed_study_run_stop_and_the_resume_charges_each_window_o
     home = tmp_path / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").write_text("")
-    (tmp_path / "kill_helpers_study_job.py").write_text(_HELPER)
     env = {**os.environ, "DAGSTER_HOME": str(home), "STUDY_TEST_STORE_URL": pg_url,
-           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
     child = subprocess.Popen([sys.executable, "-c", _CHILD, str(sid)], env=env, cwd=tmp_path,
                              start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
@@ -180,7 +165,7 @@ _spec.loader.exec_module(support)
 _STUDY_CHILD = textwrap.dedent("""
     import sys, dagster as dg
     from assets.studies import study_run_config
-    import kill_helpers_study_job as helper
+    import study_job_helper as helper
     config = {**study_run_config(int(sys.argv[1])), "execution": {"config": {"in_process": {}}}}
     with dg.DagsterInstance.get() as instance:  # executed here, as `dagster job execute` does
         dg.execute_job(dg.reconstructable(helper.make_study_job), instance=instance,
@@ -264,8 +249,7 @@ def test_killed_runs_are_failed_by_monitoring_retried_settled_once_or_flagged(
     config["run_monitoring"] = {**config["run_monitoring"], "poll_interval_seconds": 1}
     write_instance_yaml(dagster_home, config)
     env.update(TYPESTRICT_STORE_URL=store_url, STUDY_TEST_STORE_URL=store_url,
-               PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
-    (tmp_path / "kill_helpers_study_job.py").write_text(_HELPER)
+               PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
     engine = open_store(store_url)
     CreditLedger(engine).grant("tests", 5, reference="kill-test")
     sid = create_study_from_config(engine, _config(2, usd_to_micro("1")),

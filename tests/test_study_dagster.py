@@ -72,7 +72,7 @@ def test_study_job_in_process_ranks_scores_holdout_and_records_leaderboard(
 _CHILD = textwrap.dedent("""
     import sys, dagster as dg
     from assets.studies import study_run_config
-    import tests_helpers_study_job as helper
+    import study_job_helper as helper
     sid, parent = int(sys.argv[1]), sys.argv[2]
     config = study_run_config(sid)  # the job's default executor: forkserver, 2 chunks at once
     if parent != "-":  # the executor is configuration; in-process resumes faster
@@ -89,20 +89,6 @@ _CHILD = textwrap.dedent("""
         result = dg.execute_job(dg.reconstructable(helper.make_study_job), instance=instance,
                                 run_config=config, reexecution_options=options)
         print("RUN", result.run_id, result.success, flush=True)
-""")
-
-_HELPER = textwrap.dedent("""
-    import os
-    import dagster as dg
-    from assets.studies import study_job
-    from resources.store import StoreResource
-    from resources.studies import StudyRunnerResource
-
-    def make_study_job():
-        return dg.Definitions(jobs=[study_job], resources={
-            "store": StoreResource(url=os.environ["STUDY_TEST_STORE_URL"]),
-            "study_runner": StudyRunnerResource(),
-        }).resolve_job_def("study_job")
 """)
 
 
@@ -122,9 +108,8 @@ def test_killed_study_run_resumes_without_rerunning_or_double_charging(pg_url: s
     home = tmp_path / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").write_text("")
-    (tmp_path / "tests_helpers_study_job.py").write_text(_HELPER)
     env = {**os.environ, "DAGSTER_HOME": str(home), "STUDY_TEST_STORE_URL": pg_url,
-           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path.cwd())])}
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), str(Path.cwd())])}
     child = subprocess.Popen([sys.executable, "-c", _CHILD, str(sid), "-"], env=env,
                              cwd=tmp_path, start_new_session=True,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -461,14 +461,7 @@ def _record_many(engine: Engine, at: dt.datetime, source: str, results: Sequence
 
 
 def _claim_slot(engine: Engine, schedule_id: int, slot: int) -> bool:
-    with session_scope(engine) as session:
-        done = session.execute(  # type: ignore[attr-defined]
-            update(RerunSchedule)
-            .where(RerunSchedule.id == schedule_id, RerunSchedule.state == ScheduleState.ENABLED,
-                   RerunSchedule.last_slot < slot)
-            .values(last_slot=slot)
-        ).rowcount
-    return bool(done == 1)
+    return bool(_claim_slots(engine, [(schedule_id, slot)]))
 
 
 def _claim_slots(engine: Engine, due: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
