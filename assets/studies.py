@@ -81,7 +81,7 @@ class StudyJobConfig(dg.Config):
     Python API), or ``new_study`` to create one from the launchpad (exactly one of the two).
 
     ``fanout``: ``"chunk"`` (default) deals the candidates' windows into ``chunks`` work-sized
-    steps balanced by estimated steps (``0``: two per executor worker, i.e. per
+    steps balanced by estimated steps (``0``: one per executor worker, i.e. per
     ``max_concurrent`` of the multiprocess executor, per core otherwise); ``"candidate"`` makes
     one step per candidate; ``"window"`` one step per (candidate, fold, window). Every shape
     runs each step's windows in order and is idempotent per window in the store; fewer steps
@@ -240,7 +240,7 @@ def study_plan(context: dg.OpExecutionContext, config: StudyJobConfig,
         raise dg.Failure(f"expected fanout 'chunk', 'candidate' or 'window', got "
                          f"{config.fanout!r}. Fix the run config.")
     if config.chunks < 0:
-        raise dg.Failure(f"expected chunks ≥ 0 (0 = two per executor worker), got "
+        raise dg.Failure(f"expected chunks ≥ 0 (0 = one per executor worker), got "
                          f"{config.chunks}. Fix the run config.")
     if (config.study_id is None) == (config.new_study is None):
         raise dg.Failure("expected either study_id (a created study) or new_study (a study to "

@@ -3,13 +3,16 @@
 Writes ``bench/results/latest.json`` (see :mod:`bench.summary`); ``python -m bench.render``
 turns it into the table of docs/benchmarks.md. Long benchmarks run a reduced configuration by
 default; ``TYPESTRICT_BENCH_FULL=1`` runs the full ones (docs/benchmarks.md says which).
+
+Each module runs in a fresh interpreter (``python -m bench.<module>``): a module that sets
+``DAGSTER_HOME``/``TYPESTRICT_HOME`` or leaves a server thread behind cannot change the next
+module's figures (per-process CPU seconds count every thread of the process).
 """
 
-import importlib
 import pkgutil
+import subprocess
 import sys
 import time
-import traceback
 from pathlib import Path
 
 from bench import summary
@@ -23,11 +26,10 @@ def main() -> int:
         if info.name.startswith("bench_"):
             t = time.perf_counter()
             print(f"== bench/{info.name}.py", flush=True)
-            try:
-                importlib.import_module(f"bench.{info.name}").main()
-            except Exception as exc:  # one broken benchmark must not lose the others' figures
-                traceback.print_exc()
-                summary.row(info.name, f"{info.name} finished", f"failed: {type(exc).__name__}: {exc}",
+            code = subprocess.run([sys.executable, "-m", f"bench.{info.name}"],
+                                  cwd=here.parent, check=False).returncode
+            if code != 0:  # one broken benchmark must not lose the others' figures
+                summary.row(info.name, f"{info.name} finished", f"failed: exit code {code}",
                             target="runs to the end", ok=False)
             print(f"   ({time.perf_counter() - t:.0f} s)", flush=True)
     elapsed = time.perf_counter() - started

@@ -13,7 +13,7 @@ reservations and settlements, Dagster's steps and events. Layout: 2014-01-01 →
 * the study on Dagster in process, chunked (the default: 4 chunk steps), as the reference run
   before each alternative (interleaved, ratios within a pair: the machine is shared);
 * the alternatives: the job's default executor (what a UI launch gets: multiprocess, forkserver,
-  2 at once, 4 chunks); multiprocess with spawn (2 at once, 4 chunks); what a UI launch got
+  2 at once, 2 chunks); multiprocess with spawn (2 at once, 2 chunks); what a UI launch got
   before study_job had an executor config (Dagster's default: spawn, one process per core, one
   step per candidate: bounded to the first 8 candidates unless ``TYPESTRICT_BENCH_FULL=1``);
 in process with one step per candidate (the old default).
@@ -179,8 +179,8 @@ def _bench_job() -> Any:
 # full 64 take 2 min on a quiet machine (TYPESTRICT_BENCH_FULL=1 runs them).
 OLD_UI_CANDIDATES = N_CANDIDATES if os.environ.get("TYPESTRICT_BENCH_FULL") else 8
 ROUNDS = (
-    ("job default: multiprocess forkserver x2, 4 chunks", "default", "chunk", 2, N_CANDIDATES),
-    ("multiprocess spawn x2, 4 chunks", "spawn", "chunk", 2, N_CANDIDATES),
+    ("job default: multiprocess forkserver x2, 2 chunks", "default", "chunk", 2, N_CANDIDATES),
+    ("multiprocess spawn x2, 2 chunks", "spawn", "chunk", 2, N_CANDIDATES),
     ("old UI default (spawn, one per core), one step per candidate", "ui_before", "candidate", 2,
      OLD_UI_CANDIDATES),
     ("in process, one step per candidate (the old default)", "in_process", "candidate", 1,
@@ -207,7 +207,7 @@ def _record(label: str, ref: tuple[float, float, int, int], alt: tuple[float, fl
         target, ok = "<= 1.5x in process", ratio <= 1.5
     row(NAME, f"{size}: {label}", f"{alt[0]:.1f} s wall ({alt[3]} steps, orchestration "
         f"{_share(alt[0], alt[1], workers):.0%})",
-        alternative=f"in process, 4 chunks {ref[0]:.1f} s", ratio=f"{ratio:.2f}x in process",
+        alternative=f"in process, 2 chunks {ref[0]:.1f} s", ratio=f"{ratio:.2f}x in process",
         target=target, ok=ok, numbers=nums)
 
 
@@ -232,7 +232,7 @@ def main() -> None:
             alt = dagster_study(url, executor, fanout, n_cand)
             if n_cand == N_CANDIDATES:
                 shares.append(_share(ref[0], ref[1], 1))
-            for name, (wall, work, st, n), w in (("in process, 4 chunks (reference)", ref, 1),
+            for name, (wall, work, st, n), w in (("in process, 2 chunks (reference)", ref, 1),
                                                  (label, alt, workers)):
                 print(f"  {name:<62}: {wall:6.1f} s wall, {n:3d} steps, {st} steps "
                       f"({st / wall:,.0f}/s), work {work:.1f} s, orchestration "
@@ -241,7 +241,7 @@ def main() -> None:
                   f"(load {os.getloadavg()[0]:.1f})")
             _record(label, ref, alt, workers, n_cand, floor)
         mid = statistics.median(shares)
-        row(NAME, "64 x 4 study in process, 4 chunks: orchestration share (median of the "
+        row(NAME, "64 x 4 study in process, 2 chunks: orchestration share (median of the "
             "reference runs)", f"{mid:.0%} (runs: " + ", ".join(f"{x:.0%}" for x in shares) + ")",
             alternative=f"plain engine loop {floor:.1f} s", target="<= 50%", ok=mid <= 0.5,
             numbers={"share_median": mid, "plain_loop": floor})

@@ -68,7 +68,7 @@ def test_the_chunk_count_follows_the_executors_workers() -> None:
     assert executor_workers({"execution": {"config": {"in_process": {}}}}) == 1
     assert executor_workers({"execution": {"config": {"multiprocess": {"max_concurrent": 3}}}}) == 3
     assert executor_workers({"execution": {"config": STUDY_JOB_EXECUTION}}) == 2
-    assert default_chunk_count(executor_workers({"execution": {"config": STUDY_JOB_EXECUTION}})) == 4
+    assert default_chunk_count(executor_workers({"execution": {"config": STUDY_JOB_EXECUTION}})) == 2
     with pytest.raises(ValueError, match="at least 1 chunk"):
         deal_chunks([], 0)
 
@@ -114,9 +114,9 @@ def test_a_chunked_study_finds_the_same_winner_and_holdout_score_and_is_tagged_h
         return {e.step_key for e in result.all_events
                 if e.step_key and e.step_key.startswith("study_backtests")}
 
-    # The job's default executor has two workers: two chunks each (the run config is in process
+    # The job's default executor has two workers: one chunk each (the run config is in process
     # here; execute_in_process ignores the executor but the chunk count reads its config).
-    assert steps(chunked) == {f"study_backtests[chunk{i}]" for i in range(4)}
+    assert steps(chunked) == {f"study_backtests[chunk{i}]" for i in range(2)}
     assert steps(three) == {f"study_backtests[chunk{i}]" for i in range(3)}
     assert len(steps(per_candidate)) == 6
     assert run.tags.get("mode") == "HISTORICAL" and run.tags.get("area") == "studies"

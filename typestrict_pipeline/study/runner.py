@@ -180,14 +180,16 @@ def deal_chunks(keys: Sequence[RunKey], n_chunks: int) -> list[list[RunKey]]:
     return sorted(chunks, key=lambda c: order[id(c[0])])
 
 
-def default_chunk_count(workers: int, *, per_worker: int = 2) -> int:
+def default_chunk_count(workers: int, *, per_worker: int = 1) -> int:
     """The default number of chunks: ``per_worker`` chunks for each of the executor's workers.
 
-    Two per worker lets a worker that finishes early take another chunk (balance), while
-    keeping the number of steps, hence the per-step orchestration, small.
+    One per worker: :func:`deal_chunks` already balances the chunks by estimated steps, and
+    every further step costs a step process's start-up on a multiprocess executor (the 64 x 4
+    benchmark study: 7.6-8.2 s with 2 chunks against 9.4-12.1 s with 4 on the job's default
+    executor, docs/benchmarks.md). Set ``chunks`` for more when windows' costs vary widely.
 
-    >>> default_chunk_count(2), default_chunk_count(1, per_worker=1)
-    (4, 1)
+    >>> default_chunk_count(2), default_chunk_count(2, per_worker=2)
+    (2, 4)
     """
     return max(1, workers) * max(1, per_worker)
 
