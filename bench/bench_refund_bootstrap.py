@@ -11,15 +11,14 @@ Run: ``.venv/bin/python -m bench.bench_refund_bootstrap``
 from __future__ import annotations
 
 import os
-import statistics
 import time
 import warnings
-from collections.abc import Callable
 
 import numpy as np
 from sklearn.metrics import brier_score_loss, f1_score
 
 from bench.summary import row
+from bench.timing import median_time
 from typestrict_pipeline.refund.bootstrap import bootstrap_gains
 from typestrict_pipeline.refund.metrics import example_values, f1_answers
 from typestrict_pipeline.refund.rule import canonical_rows, judge_decision
@@ -29,16 +28,6 @@ from typestrict_pipeline.refund.synthetic import synthetic_decision
 N, K, B = 2000, 20, 2000
 SKLEARN_SUBSET = 100
 
-
-def _median_time(fn: Callable[[], object], repeat: int = 3) -> tuple[float, float]:
-    """Median wall and CPU seconds of ``repeat`` runs (CPU: this process, all threads)."""
-    wall, cpu = [], []
-    for _ in range(repeat):
-        t, c = time.perf_counter(), time.process_time()
-        fn()
-        wall.append(time.perf_counter() - t)
-        cpu.append(time.process_time() - c)
-    return statistics.median(wall), statistics.median(cpu)
 
 
 def main() -> None:
@@ -50,8 +39,8 @@ def main() -> None:
     a, b = example_values(y, pm), example_values(y, pj)
     seed = bootstrap_seed(data.name, [r.text_sha256 for r in rows])
 
-    t_boot = _median_time(lambda: bootstrap_gains(y, a, b, K, seed, B))
-    t_judge = _median_time(lambda: judge_decision(data, resamples=B))
+    t_boot = median_time(lambda: bootstrap_gains(y, a, b, K, seed, B))
+    t_judge = median_time(lambda: judge_decision(data, resamples=B))
 
     # Straightforward: per resample, index the arrays and call scikit-learn for each system.
     ya = np.asarray(y)

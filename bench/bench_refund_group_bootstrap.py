@@ -31,6 +31,7 @@ import numpy.typing as npt
 from sklearn.metrics import brier_score_loss, f1_score
 
 from bench.summary import row
+from bench.timing import median_time
 from typestrict_pipeline.refund.bootstrap import bootstrap_gains, group_members
 from typestrict_pipeline.refund.metrics import example_values, f1_answers
 from typestrict_pipeline.refund.rule import canonical_rows, group_indices
@@ -40,16 +41,6 @@ from typestrict_pipeline.refund.synthetic import synthetic_decision, with_groups
 N, G, K, B = 2000, 200, 20, 2000
 SKLEARN_SUBSET = 50
 
-
-def _time(fn: Callable[[], object], repeat: int = 3) -> tuple[float, float]:
-    """Median wall and CPU seconds of ``repeat`` runs."""
-    wall, cpu = [], []
-    for _ in range(repeat):
-        t, c = time.perf_counter(), time.process_time()
-        fn()
-        wall.append(time.perf_counter() - t)
-        cpu.append(time.process_time() - c)
-    return statistics.median(wall), statistics.median(cpu)
 
 
 def naive_numpy(y: npt.NDArray[np.intp], groups: npt.NDArray[np.intp],
@@ -106,7 +97,7 @@ def main() -> None:
         systems.append((np.asarray(ex.pred), np.asarray(ex.correct), np.asarray(ex.conf), brier))
     labels = list(f1_answers(y, K))
     rng = np.random.Generator(np.random.PCG64(0))
-    w_naive, c_naive = _time(lambda: naive_numpy(ya, ga, systems, labels, rng))
+    w_naive, c_naive = median_time(lambda: naive_numpy(ya, ga, systems, labels, rng))
 
     members = [np.asarray(m) for m in group_members(gidx)]
     probs_a = [np.asarray(pm), np.asarray(pj)]
@@ -154,7 +145,7 @@ def main() -> None:
         "d": lambda: floor_stream(False), "d'": lambda: floor_stream(True)}
     for _ in range(7):
         for k, fn in fns.items():
-            timed[k].append(_time(fn, repeat=1))
+            timed[k].append(median_time(fn, repeat=1))
     (w_ours, c_ours), (w_fc, c_fc), (w_fcr, c_fcr), (w_fd, c_fd), (w_fdr, c_fdr) = (
         (statistics.median(w for w, _ in timed[k]), statistics.median(c for _, c in timed[k]))
         for k in fns)

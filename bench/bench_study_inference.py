@@ -22,26 +22,13 @@ a busy box); ratios are within one run. The load average is printed with the res
 from __future__ import annotations
 
 import datetime as dt
-import statistics
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-
-def _median_time(fn: Callable[[], Any], runs: int) -> tuple[float, float]:
-    """Median (wall, CPU of this process) seconds over ``runs`` calls, after one warm-up call."""
-    fn()
-    walls, cpus = [], []
-    for _ in range(runs):
-        started, cpu = time.perf_counter(), time.process_time()
-        fn()
-        walls.append(time.perf_counter() - started)
-        cpus.append(time.process_time() - cpu)
-    return statistics.median(walls), statistics.median(cpus)
+from bench.timing import median_time
 
 
 def _row(label: str, t: tuple[float, float], base: tuple[float, float], target: float | None) -> str:
@@ -62,8 +49,9 @@ def _joint() -> None:
     ids = [str(j) for j in range(64)]
     bench = m.mean(axis=1)
     oos = _oos(m)
-    ours = _median_time(lambda: joint_inference(m, ids, bench, benchmark_label="mean", seed=0,
-                                                reps=1000, pvalue_type="upper"), 3)
+    ours = median_time(lambda: joint_inference(m, ids, bench, benchmark_label="mean", seed=0,
+                                                reps=1000, pvalue_type="upper"), 3,
+                       warm_up=True)
     blen = max(1, round(block_length(m - bench[:, None])))
 
     def plain() -> None:
@@ -72,8 +60,8 @@ def _joint() -> None:
         spa = SPA(-bench, -m, block_size=blen, reps=1000, seed=0)
         spa.compute()
 
-    arch_plain = _median_time(plain, 3)
-    closed = _median_time(lambda: search_stats(oos, {}), 3)
+    arch_plain = median_time(plain, 3, warm_up=True)
+    closed = median_time(lambda: search_stats(oos, {}), 3, warm_up=True)
     print("| 64 candidates × 500 steps × 1,000 resamples | wall | CPU | wall vs closed form "
           "| CPU vs closed form |")
     print("|---|---:|---:|---:|---:|")
@@ -105,7 +93,7 @@ def _leaderboard() -> None:
         max_candidates=12, max_total_steps=100_000, backend={"backend": "synthetic"})
     sid = create_study_from_config(engine, cfg, last_backtest=repo.LastBacktest(30, 10))
     run_study_local(engine, sid, SyntheticBackend(), max_workers=2)
-    whole = _median_time(lambda: render_markdown(load_leaderboard(engine, sid)), 5)
+    whole = median_time(lambda: render_markdown(load_leaderboard(engine, sid)), 5, warm_up=True)
     oos: dict[str, dict[str, float]] = {}
     with session_scope(engine) as s:
         for r in s.execute(select(RunRow).where(RunRow.study_id == sid,
@@ -113,7 +101,7 @@ def _leaderboard() -> None:
             oos.setdefault(str(r.candidate_id), {}).update(
                 {str(t): float(v) for t, v in (r.scores_json or [])})
     ins: dict[str, list[float]] = {}
-    closed = _median_time(lambda: search_stats(oos, ins), 5)
+    closed = median_time(lambda: search_stats(oos, ins), 5, warm_up=True)
     board = load_leaderboard(engine, sid)
     print()
     print("| Demo-shaped study (12 candidates × 180 eval steps) | wall | CPU | wall vs closed form "
