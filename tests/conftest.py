@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -43,17 +44,32 @@ def pg_admin_engine() -> Iterator[Engine]:
     engine.dispose()
 
 
-@pytest.fixture
-def pg_url(pg_admin_engine: Engine) -> Iterator[str]:
-    """A brand-new, empty PostgreSQL database for one test; dropped afterwards."""
+@contextmanager
+def _scratch_database(admin: Engine) -> Iterator[str]:
+    """The URL of a brand-new, empty PostgreSQL database, dropped on exit."""
     name = f"ts_test_{uuid.uuid4().hex[:12]}"
-    with pg_admin_engine.connect() as conn:
+    with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     try:
         yield _pg_url(name)
     finally:
-        with pg_admin_engine.connect() as conn:
+        with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
+def pg_url(pg_admin_engine: Engine) -> Iterator[str]:
+    """A brand-new, empty PostgreSQL database for one test; dropped afterwards."""
+    with _scratch_database(pg_admin_engine) as url:
+        yield url
+
+
+@pytest.fixture
+def second_pg_url(pg_admin_engine: Engine) -> Iterator[str]:
+    """Another brand-new database beside ``pg_url`` (e.g. the domain store apart from the Dagster
+    instance's own storage); dropped afterwards."""
+    with _scratch_database(pg_admin_engine) as url:
+        yield url
 
 
 @pytest.fixture

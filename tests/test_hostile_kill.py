@@ -19,13 +19,12 @@ import sys
 import textwrap
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import dagster as dg
 import pytest
-from sqlalchemy import Engine, select, text
+from sqlalchemy import Engine, select
 
 from assets.refund import unsettled_trainings_sensor
 from typestrict_pipeline.clients.standin import (
@@ -214,19 +213,6 @@ def _wait(what: str, ready: Callable[[], bool], daemon: subprocess.Popen[bytes],
     raise AssertionError(f"waited {WAIT_S:.0f} s for {what}; daemon log:\n" + log.read_text()[-3000:])
 
 
-@pytest.fixture
-def pg_dagster_url(pg_admin_engine: Engine) -> Iterator[str]:
-    """A second scratch PostgreSQL database, for the Dagster instance's own storage."""
-    name = f"ts_dagster_{uuid.uuid4().hex[:12]}"
-    with pg_admin_engine.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield str(pg_admin_engine.url.set(database=name))
-    finally:
-        with pg_admin_engine.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_killed_runs_are_failed_by_monitoring_retried_settled_once_or_flagged(
@@ -242,7 +228,7 @@ def test_killed_runs_are_failed_by_monitoring_retried_settled_once_or_flagged(
         config = sqlite_instance_config(dagster_home)
     else:
         store_url = request.getfixturevalue("pg_url")
-        env["DAGSTER_PG_URL"] = request.getfixturevalue("pg_dagster_url")
+        env["DAGSTER_PG_URL"] = request.getfixturevalue("second_pg_url")
         monkeypatch.setenv("DAGSTER_PG_URL", env["DAGSTER_PG_URL"])
         config = postgres_instance_config(env)
     # The shipped settings, with monitoring every second (the product checks every 30 s).

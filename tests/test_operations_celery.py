@@ -24,8 +24,7 @@ import dagster as dg
 import pytest
 import redis
 from dagster_celery import celery_executor
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import Engine
+from sqlalchemy import create_engine
 
 from typestrict_pipeline.backtest.engine import BacktestStatus
 from typestrict_pipeline.backtest.store import list_backtests
@@ -73,20 +72,6 @@ def redis_db() -> Iterator[int]:
             client.delete(LOCK_KEY)
         client.close()
     pytest.fail("expected a free Redis database among 1..15, got none. Flush stale test databases.")
-
-
-@pytest.fixture
-def store_pg_url(pg_admin_engine: Engine) -> Iterator[str]:
-    """A second fresh PostgreSQL database: the domain store (Dagster's own tables stay apart)."""
-    name = f"ts_test_{uuid.uuid4().hex[:12]}_store"
-    with pg_admin_engine.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = pg_admin_engine.url.set(database=name).render_as_string(hide_password=False)
-    try:
-        yield url
-    finally:
-        with pg_admin_engine.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 def _group_alive(pgid: int) -> bool:
@@ -163,7 +148,7 @@ def _execute_bounded(
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_the_backtest_job_runs_in_a_celery_worker_on_postgres_and_redis(
-    pg_url: str, store_pg_url: str, redis_db: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    pg_url: str, second_pg_url: str, redis_db: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dagster_home = tmp_path / "dagster_home"
     dagster_home.mkdir()
@@ -175,7 +160,7 @@ def test_the_backtest_job_runs_in_a_celery_worker_on_postgres_and_redis(
     settings = {
         "DAGSTER_HOME": str(dagster_home),
         "TYPESTRICT_HOME": str(tmp_path / "typestrict_home"),
-        "TYPESTRICT_STORE_URL": store_pg_url,
+        "TYPESTRICT_STORE_URL": second_pg_url,
         "DAGSTER_CELERY_BROKER_URL": broker,
         "DAGSTER_CELERY_BACKEND_URL": broker,
     }
@@ -249,7 +234,7 @@ def test_the_backtest_job_runs_in_a_celery_worker_on_postgres_and_redis(
         assert materialization is not None and materialization.run_id == run_id
 
         # The worker wrote the backtest to the PostgreSQL domain store, stamped with the run.
-        engine = create_engine(store_pg_url)
+        engine = create_engine(second_pg_url)
         try:
             stored = list_backtests(engine, workspace=WORKSPACE)
         finally:

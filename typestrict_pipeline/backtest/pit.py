@@ -130,15 +130,7 @@ def _time_array(
             return np.empty(0, dtype=_US)
         empty = np.flatnonzero(series.isna().to_numpy())
         if empty.size:  # told before any parsing: an empty cell is not a time without a zone
-            raise DatasetError(
-                f"a time in every row of {what!r}",
-                f"an empty time in {empty.size} row(s)",
-                f"give every row of table {table!r} the time it "
-                + ("became known" if what == KNOWN_TIME else "describes"),
-                file=file,
-                row=int(empty[0]) + 1,
-                column=what,
-            )
+            raise _empty_times(empty, what, table, file)
         if pd.api.types.is_datetime64_any_dtype(series.dtype):
             parsed = series
         else:
@@ -175,16 +167,21 @@ def _time_array(
         arr = parsed.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy().astype(_US)
     nat = np.flatnonzero(np.isnat(arr))
     if nat.size:
-        raise DatasetError(
-            f"a time in every row of {what!r}",
-            f"an empty time in {nat.size} row(s)",
-            f"give every row of table {table!r} the time it "
-            + ("became known" if what == KNOWN_TIME else "describes"),
-            file=file,
-            row=int(nat[0]) + 1,
-            column=what,
-        )
+        raise _empty_times(nat, what, table, file)
     return arr
+
+
+def _empty_times(rows: npt.NDArray[np.intp], what: str, table: str, file: str | None) -> DatasetError:
+    """The error for rows of ``what`` without a time (``rows``: their 0-based indices)."""
+    return DatasetError(
+        f"a time in every row of {what!r}",
+        f"an empty time in {rows.size} row(s)",
+        f"give every row of table {table!r} the time it "
+        + ("became known" if what == KNOWN_TIME else "describes"),
+        file=file,
+        row=int(rows[0]) + 1,
+        column=what,
+    )
 
 
 class _Block:
