@@ -5,12 +5,15 @@ its limits), the code location from ``workspace.yaml``, a training folder with a
 credit on the ledger. The daemon's sensor must request the training's ``verdict_job`` run, the
 queue must launch it, and the run must succeed with its steps executed in the run's own
 process (the job's in-process executor: one process for the whole chain, not one per step).
+The first launch starts the product's warm run server (``resources/launcher.py``) and goes the
+default way; the next training's run must be a fork of that server, its chain in that fork.
 Every wait is bounded (the machine is shared: generous limits, never an assertion on time).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import signal
 import subprocess
@@ -21,6 +24,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from resources.launcher import RUN_PROCESS_TAG
 from typestrict_pipeline.credits import CreditLedger
 from typestrict_pipeline.instance import sqlite_instance_config, write_instance_yaml
 from typestrict_pipeline.store import open_store
@@ -37,11 +41,13 @@ support = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(support)
 
 
-def _wait_for_run(instance: dg.DagsterInstance, daemon: subprocess.Popen[bytes], log: Path) -> dg.DagsterRun:
+def _wait_for_run(instance: dg.DagsterInstance, daemon: subprocess.Popen[bytes], log: Path,
+                  training: str) -> dg.DagsterRun:
     deadline = time.monotonic() + RUN_TIMEOUT_S
     while time.monotonic() < deadline:
         assert daemon.poll() is None, "the daemon exited:\n" + log.read_text()[-3000:]
-        runs = instance.get_runs(filters=dg.RunsFilter(job_name="verdict_job"))
+        runs = instance.get_runs(filters=dg.RunsFilter(job_name="verdict_job",
+                                                       tags={"dagster/partition": training}))
         if runs and runs[0].status in DONE:
             return runs[0]
         time.sleep(0.5)
@@ -81,8 +87,12 @@ def test_a_sensor_launched_verdict_runs_in_one_process_under_the_daemon(tmp_path
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
-            run = _wait_for_run(instance, daemon, log)
+            run = _wait_for_run(instance, daemon, log, "tr_daemon")
             logs = instance.all_logs(run.run_id)
+            # The next training's run is a fork of the warm run server the first launch started.
+            support.make_training(home / "trainings", "tr_warm", model_skill=0.95, jev_skill=0.55, seed=22)
+            warm = _wait_for_run(instance, daemon, log, "tr_warm")
+            warm_logs = instance.all_logs(warm.run_id)
     finally:
         _stop(daemon)
     assert run.status == dg.DagsterRunStatus.SUCCESS, [e.message for e in logs if e.message][-20:]
@@ -95,3 +105,9 @@ def test_a_sensor_launched_verdict_runs_in_one_process_under_the_daemon(tmp_path
     assert len(step_pids) == 1 and daemon.pid not in step_pids and os.getpid() not in step_pids
     steps = {e.step_key for e in logs if e.step_key}
     assert {"verdict", "audit", "credit_settlement"} <= steps, steps  # the whole chain, in that one process
+    assert RUN_PROCESS_TAG not in run.tags  # the first run: launched the default way
+    assert warm.status == dg.DagsterRunStatus.SUCCESS, [e.message for e in warm_logs if e.message][-20:]
+    forked = json.loads(warm.tags[RUN_PROCESS_TAG])["pid"]
+    assert any("forked from the warm run server" in (e.message or "") for e in warm_logs)
+    assert {e.dagster_event.pid for e in warm_logs if e.step_key and e.dagster_event is not None
+            and e.dagster_event.pid is not None} == {forked}

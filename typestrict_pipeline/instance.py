@@ -17,6 +17,7 @@ when the instance is loaded, so no secret is ever written to disk.
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -65,13 +66,22 @@ runs that failed *outside* an asset (a killed or crashed process): a refused inp
 same way again, so it is not retried."""
 
 
-RUN_LAUNCHER: dict[str, Any] = {"module": "resources.launcher", "class": "WatchedRunLauncher"}
+WARM_PRELOAD: tuple[str, ...] = ("pandas", "pyarrow.parquet", "matplotlib.figure",
+                                 "matplotlib.backends.backend_agg")
+"""What a verdict run imports besides the code location (the code location itself leaves them
+lazy): the warm run server imports them once, so a forked run does not."""
+
+RUN_LAUNCHER: dict[str, Any] = {
+    "module": "resources.launcher", "class": "WatchedRunLauncher",
+    "config": {"warm_start": True, "preload_modules": list(WARM_PRELOAD)},
+}
 """Dagster's default run launcher plus a health check, so run monitoring can see that a run's
-process is gone (the default launcher cannot say): ``resources/launcher.py``."""
+process is gone (the default launcher cannot say), and a warm start: after a code location's
+first run, its runs are forks of a process that imported it once (``resources/launcher.py``)."""
 
 
 def _resilience() -> dict[str, Any]:
-    return {"run_launcher": dict(RUN_LAUNCHER), "run_monitoring": dict(RUN_MONITORING),
+    return {"run_launcher": copy.deepcopy(RUN_LAUNCHER), "run_monitoring": dict(RUN_MONITORING),
             "run_retries": dict(RUN_RETRIES)}
 
 RUN_QUEUE: dict[str, Any] = {"dequeue_interval_seconds": 1}
