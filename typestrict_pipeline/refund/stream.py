@@ -99,7 +99,7 @@ def resample_indices(seed: bytes, n: int, resamples: int) -> npt.NDArray[np.intp
     words = np.frombuffer(_stream_bytes(seed, n, resamples), dtype="<u4")
     # one 64-bit buffer, written in place (u · n < 2**64 for any n < 2**32), then read as intp:
     # a third of the passes over memory of widening, multiplying, shifting and casting apart
-    idx = np.multiply(words, np.uint64(n), dtype=np.uint64)
+    idx: npt.NDArray[np.uint64] = np.multiply(words, np.uint64(n), dtype=np.uint64)
     np.right_shift(idx, np.uint64(32), out=idx)
     return idx.view(np.int64).astype(np.intp, copy=False).reshape(resamples, n)  # no copy on 64-bit
 
