@@ -53,12 +53,20 @@ from typestrict_pipeline.refund.metrics import (
     coverage_count,
     f1_answers,
 )
-from typestrict_pipeline.refund.stream import resample_indices, resample_indices_python
+from typestrict_pipeline.refund.stream import (
+    pick_rows,
+    resample_indices,
+    resample_indices_python,
+    resample_words,
+)
 
 _EXACT_FLOAT_INT = 2**53
 _CHUNK = 256  # resamples per block: bounds memory at about 10 · _CHUNK · n · 8 bytes
 _GROUP_CHUNK = 512  # group resamples per block: memory about 20 · _GROUP_CHUNK · (G + the table's columns) bytes
-_CHUNK_CELLS = 2**20  # (resample, group) counts per block of the table path: about 12 MB
+# (resample, group) counts per block of the table path: a block's buffers (about 5 MB) stay in
+# cache; 2**20 measured 1.25x slower at 2,000 rows
+_CHUNK_CELLS = 2**18
+_MIN_CHUNK = 64  # ... but at least this many resamples (fewer rows make the products slow)
 _ROW_TABLE_MAX_ROWS = 2**14  # the row bootstrap takes the table path up to this many rows ...
 _ROW_TABLE_MAX_ANSWERS = 48  # ... and answers (its table has about 5K + n/128 columns)
 MAX_RESAMPLE_ROWS = 2**22
@@ -613,7 +621,7 @@ def _table_gains(
     """G of every resample of ``n_groups`` groups (``gidx[i]`` = row ``i``'s group, every index
     used, groups × largest group below ``MAX_RESAMPLE_ROWS``) from per-group sums and one float32
     matrix product per block; with ``gidx = 0 … n−1`` it is the row bootstrap."""
-    idx = resample_indices(seed, n_groups, resamples)
+    words = resample_words(seed, n_groups, resamples)
     labels = f1_answers(y, n_answers)
     size = np.bincount(gidx, minlength=n_groups).astype(np.int64)
     true_g = np.zeros((n_groups, n_answers), dtype=np.int64)
@@ -625,12 +633,12 @@ def _table_gains(
     # The limit is process-wide while it lasts; two overlapping calls in threads may leave BLAS
     # on one thread afterwards (speed only: the products are exact on any number of threads)
     with _blas().limit(limits=1, user_api="blas"):
-        _group_chunks(idx, n_groups, table, cols, systems, labels, out)
+        _group_chunks(words, n_groups, table, cols, systems, labels, out)
     return out
 
 
 def _group_chunks(
-    idx: npt.NDArray[np.intp],
+    words: npt.NDArray[np.uint32],
     n_groups: int,
     table: npt.NDArray[np.float32],
     cols: Sequence[slice],
@@ -638,16 +646,20 @@ def _group_chunks(
     labels: Sequence[int],
     out: npt.NDArray[np.float64],
 ) -> None:
-    """G of every group resample into ``out``, ``_GROUP_CHUNK`` resamples at a time (fewer when
-    that would exceed ``_CHUNK_CELLS`` counts)."""
-    resamples = idx.shape[0]
+    """G of every group resample into ``out``, ``_GROUP_CHUNK`` resamples at a time (fewer, down
+    to ``_MIN_CHUNK``, when that would exceed ``_CHUNK_CELLS`` counts)."""
+    resamples = words.shape[0]
     width = n_groups + 1  # one extra, never drawn group: the padding of the last block
-    chunk = max(1, min(_GROUP_CHUNK, _CHUNK_CELLS // width))
+    chunk = min(_GROUP_CHUNK, resamples, max(_MIN_CHUNK, _CHUNK_CELLS // width))
+    picked = np.empty((chunk, n_groups), dtype=np.uint64)  # one buffer, reused (stays in cache)
+    offsets = (np.arange(chunk, dtype=np.uint64) * np.uint64(width))[:, None]
     for start in range(0, resamples, chunk):
-        block = idx[start : start + chunk]
+        block = words[start : start + chunk]
         nb = block.shape[0]
-        offsets = (np.arange(nb, dtype=np.intp) * width)[:, None]
-        counts_ext = np.bincount((block + offsets).ravel(), minlength=nb * width)
+        # each draw's group, shifted to its resample's own range of bins, in place
+        flat = pick_rows(block, n_groups, out=picked[:nb])
+        flat += offsets[:nb]
+        counts_ext = np.bincount(flat.reshape(-1).view(np.int64), minlength=nb * width)
         counts_ext = counts_ext.astype(np.int64, copy=False).reshape(nb, width)
         sums_b = (counts_ext[:, :-1].astype(np.float32) @ table).astype(np.int64)
         true, n_b = sums_b[:, cols[0]], sums_b[:, cols[1]][:, 0]
