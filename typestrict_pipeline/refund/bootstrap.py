@@ -500,7 +500,9 @@ def _dropped_right_blocks(
 
 def _group_system_block(
     counts_ext: npt.NDArray[np.int64],
-    sums_at: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]],
+    sums_at: tuple[
+        npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]
+    ],
     true: npt.NDArray[np.int64],
     n_b: npt.NDArray[np.int64],
     sums: _GroupSums,
@@ -509,15 +511,16 @@ def _group_system_block(
     """One system's three G metrics for a block of group resamples.
 
     ``counts_ext[b, g]`` = draws of group ``g`` (plus one empty group); ``sums_at`` = the
-    resamples' ``(codes, right answers, per-block sums)`` from the shared matrix product.
+    resamples' ``(codes, right answers, per-block sums)`` from the shared matrix product, and
+    their Brier sums.
     """
     nb = counts_ext.shape[0]
-    codes_b, total_right, per_block = sums_at
+    codes_b, total_right, per_block, brier_sum = sums_at
     pc = codes_b.reshape(nb, -1, 2)
     macro = _macro_f1(true, pc, labels)
 
     two_d = 2 * n_b * BRIER_UNIT
-    brier = _exact_quotients(two_d - counts_ext[:, :-1] @ sums.units, two_d)
+    brier = _exact_quotients(two_d - brier_sum, two_d)
 
     # selective accuracy: the rows in confidence order, each weighted by how many times its
     # group was drawn; keep m_b = ceil(4 n_b / 5) of them (a cut may fall inside a row's copies).
@@ -653,6 +656,7 @@ def _group_chunks(
     chunk = min(_GROUP_CHUNK, resamples, max(_MIN_CHUNK, _CHUNK_CELLS // width))
     picked = np.empty((chunk, n_groups), dtype=np.uint64)  # one buffer, reused (stays in cache)
     offsets = (np.arange(chunk, dtype=np.uint64) * np.uint64(width))[:, None]
+    units = np.stack([s.units for s in systems])  # (systems, G)
     for start in range(0, resamples, chunk):
         block = words[start : start + chunk]
         nb = block.shape[0]
@@ -663,10 +667,17 @@ def _group_chunks(
         counts_ext = counts_ext.astype(np.int64, copy=False).reshape(nb, width)
         sums_b = (counts_ext[:, :-1].astype(np.float32) @ table).astype(np.int64)
         true, n_b = sums_b[:, cols[0]], sums_b[:, cols[1]][:, 0]
+        # both systems' Brier sums in one pass over the counts (int64: exact in any order)
+        brier_sums = np.einsum("bg,sg->sb", counts_ext[:, :-1], units)
         metrics = [
             _group_system_block(
                 counts_ext,
-                (sums_b[:, cols[2 + 3 * i]], sums_b[:, cols[3 + 3 * i]][:, 0], sums_b[:, cols[4 + 3 * i]]),
+                (
+                    sums_b[:, cols[2 + 3 * i]],
+                    sums_b[:, cols[3 + 3 * i]][:, 0],
+                    sums_b[:, cols[4 + 3 * i]],
+                    brier_sums[i],
+                ),
                 true,
                 n_b,
                 s,
