@@ -8,6 +8,9 @@ counting the right answers among the ``m`` smallest.
 The floats are then made exactly as the plain-Python verifier makes them (one correctly rounded
 division per quotient, sums left to right in answer order, ``G`` left to right), so the arrays are
 equal bit for bit; :func:`gains_python` is the plain reference used by the tests.
+Up to 16,384 rows and 48 answers the row bootstrap runs as the group bootstrap below with every row
+its own group (the same draws, the same integer counts from one exact float32 matrix product per
+block, the same floats); beyond that, per drawn row as just described.
 
 **Group bootstrap.** When the test examples carry groups (``groups[i]`` = the canonical index of
 row ``i``'s group, groups ordered by their SHA-256), each resample draws ``G`` whole groups with
@@ -50,11 +53,23 @@ from typestrict_pipeline.refund.metrics import (
     coverage_count,
     f1_answers,
 )
-from typestrict_pipeline.refund.stream import resample_indices, resample_indices_python
+from typestrict_pipeline.refund.stream import (
+    pick_rows,
+    resample_indices,
+    resample_indices_python,
+    resample_words,
+)
 
 _EXACT_FLOAT_INT = 2**53
 _CHUNK = 256  # resamples per block: bounds memory at about 10 · _CHUNK · n · 8 bytes
 _GROUP_CHUNK = 512  # group resamples per block: memory about 20 · _GROUP_CHUNK · (G + the table's columns) bytes
+# (resample, group) counts per block of the table path. Small blocks stay in cache and their
+# buffers are reused by the allocator: at 2,000 rows x 2,000 resamples, 2**19 or 2**20 took
+# about 8,000 page faults per call (fresh memory every block) against 700, and 1.25x the CPU
+_CHUNK_CELLS = 2**18
+_MIN_CHUNK = 64  # ... but at least this many resamples (fewer rows make the products slow)
+_ROW_TABLE_MAX_ROWS = 2**14  # the row bootstrap takes the table path up to this many rows ...
+_ROW_TABLE_MAX_ANSWERS = 48  # ... and answers (its table has about 5K + n/128 columns)
 MAX_RESAMPLE_ROWS = 2**22
 """A group resample may hold at most this many rows (``G`` × the largest group), so that every
 count and every Brier sum (``n_b · 2**41``) stays an exact 64-bit integer. The product's test
@@ -230,6 +245,24 @@ def bootstrap_gains(
     """
     if groups is not None:
         return _group_gains(y, model, jev, n_answers, seed, resamples, groups)
+    n = len(y)
+    if _row_table_fits(n, n_answers):
+        # every row its own group: the group bootstrap's float32 table path draws the same rows
+        # (the stream with G = n) and makes the same floats, with 1.6x less CPU at 2,000 x 20
+        return _table_gains(y, model, jev, n_answers, seed, resamples, np.arange(n, dtype=np.intp), n)
+    return _row_gains(y, model, jev, n_answers, seed, resamples)
+
+
+def _row_gains(
+    y: Sequence[int],
+    model: ExampleValues,
+    jev: ExampleValues,
+    n_answers: int,
+    seed: bytes,
+    resamples: int,
+) -> npt.NDArray[np.float64]:
+    """The row bootstrap per drawn row (bincounts, int64 Brier sums, a radix sort of ranks): the
+    path for many rows or answers, where the table of :func:`_table_gains` grows too wide."""
     n = len(y)
     labels = f1_answers(y, n_answers)
     m = coverage_count(n)
@@ -468,7 +501,9 @@ def _dropped_right_blocks(
 
 def _group_system_block(
     counts_ext: npt.NDArray[np.int64],
-    sums_at: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]],
+    sums_at: tuple[
+        npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]
+    ],
     true: npt.NDArray[np.int64],
     n_b: npt.NDArray[np.int64],
     sums: _GroupSums,
@@ -477,15 +512,16 @@ def _group_system_block(
     """One system's three G metrics for a block of group resamples.
 
     ``counts_ext[b, g]`` = draws of group ``g`` (plus one empty group); ``sums_at`` = the
-    resamples' ``(codes, right answers, per-block sums)`` from the shared matrix product.
+    resamples' ``(codes, right answers, per-block sums)`` from the shared matrix product, and
+    their Brier sums.
     """
     nb = counts_ext.shape[0]
-    codes_b, total_right, per_block = sums_at
+    codes_b, total_right, per_block, brier_sum = sums_at
     pc = codes_b.reshape(nb, -1, 2)
     macro = _macro_f1(true, pc, labels)
 
     two_d = 2 * n_b * BRIER_UNIT
-    brier = _exact_quotients(two_d - counts_ext[:, :-1] @ sums.units, two_d)
+    brier = _exact_quotients(two_d - brier_sum, two_d)
 
     # selective accuracy: the rows in confidence order, each weighted by how many times its
     # group was drawn; keep m_b = ceil(4 n_b / 5) of them (a cut may fall inside a row's copies).
@@ -559,25 +595,54 @@ def _group_gains(
             f"expected groups × largest group below {MAX_RESAMPLE_ROWS} rows, got "
             f"{n_groups} × {max(len(r) for r in members)}"
         )
-    labels = f1_answers(y, n_answers)
     gidx = np.asarray(groups, dtype=np.intp)
+    return _table_gains(y, model, jev, n_answers, seed, resamples, gidx, n_groups)
+
+
+def _row_table_fits(n: int, n_answers: int) -> bool:
+    """Whether the row bootstrap takes the table path (:func:`_table_gains`, each row a group).
+
+    Both paths give the same bits; the table's float32 matrix product costs about ``5K + n/128``
+    multiply-adds per drawn row and its per-block columns grow with ``n``, so beyond these sizes
+    the per-row path (bincount, int64 sums, radix sort) is faster or lighter.
+
+    >>> _row_table_fits(2000, 20), _row_table_fits(2000, 300), _row_table_fits(70000, 3)
+    (True, False, False)
+    """
+    return 1 <= n <= _ROW_TABLE_MAX_ROWS and n_answers <= _ROW_TABLE_MAX_ANSWERS
+
+
+def _table_gains(
+    y: Sequence[int],
+    model: ExampleValues,
+    jev: ExampleValues,
+    n_answers: int,
+    seed: bytes,
+    resamples: int,
+    gidx: npt.NDArray[np.intp],
+    n_groups: int,
+) -> npt.NDArray[np.float64]:
+    """G of every resample of ``n_groups`` groups (``gidx[i]`` = row ``i``'s group, every index
+    used, groups × largest group below ``MAX_RESAMPLE_ROWS``) from per-group sums and one float32
+    matrix product per block; with ``gidx = 0 … n−1`` it is the row bootstrap."""
+    words = resample_words(seed, n_groups, resamples)
+    labels = f1_answers(y, n_answers)
     size = np.bincount(gidx, minlength=n_groups).astype(np.int64)
     true_g = np.zeros((n_groups, n_answers), dtype=np.int64)
     np.add.at(true_g, (gidx, np.asarray(y, dtype=np.intp)), 1)
     systems = (_group_sums(model, gidx, n_groups, n_answers), _group_sums(jev, gidx, n_groups, n_answers))
     table, cols = _group_table(true_g, size, systems)
-    idx = resample_indices(seed, n_groups, resamples)
     out = np.empty(resamples, dtype=np.float64)
     # the products are small (a chunk × G × about 200 columns): BLAS threads only spin on them.
     # The limit is process-wide while it lasts; two overlapping calls in threads may leave BLAS
     # on one thread afterwards (speed only: the products are exact on any number of threads)
     with _blas().limit(limits=1, user_api="blas"):
-        _group_chunks(idx, n_groups, table, cols, systems, labels, out)
+        _group_chunks(words, n_groups, table, cols, systems, labels, out)
     return out
 
 
 def _group_chunks(
-    idx: npt.NDArray[np.intp],
+    words: npt.NDArray[np.uint32],
     n_groups: int,
     table: npt.NDArray[np.float32],
     cols: Sequence[slice],
@@ -585,21 +650,35 @@ def _group_chunks(
     labels: Sequence[int],
     out: npt.NDArray[np.float64],
 ) -> None:
-    """G of every group resample into ``out``, ``_GROUP_CHUNK`` resamples at a time."""
-    resamples = idx.shape[0]
+    """G of every group resample into ``out``, ``_GROUP_CHUNK`` resamples at a time (fewer, down
+    to ``_MIN_CHUNK``, when that would exceed ``_CHUNK_CELLS`` counts)."""
+    resamples = words.shape[0]
     width = n_groups + 1  # one extra, never drawn group: the padding of the last block
-    for start in range(0, resamples, _GROUP_CHUNK):
-        block = idx[start : start + _GROUP_CHUNK]
+    chunk = min(_GROUP_CHUNK, resamples, max(_MIN_CHUNK, _CHUNK_CELLS // width))
+    picked = np.empty((chunk, n_groups), dtype=np.uint64)  # one buffer, reused (stays in cache)
+    offsets = (np.arange(chunk, dtype=np.uint64) * np.uint64(width))[:, None]
+    units = np.stack([s.units for s in systems])  # (systems, G)
+    for start in range(0, resamples, chunk):
+        block = words[start : start + chunk]
         nb = block.shape[0]
-        offsets = (np.arange(nb, dtype=np.intp) * width)[:, None]
-        counts_ext = np.bincount((block + offsets).ravel(), minlength=nb * width)
+        # each draw's group, shifted to its resample's own range of bins, in place
+        flat = pick_rows(block, n_groups, out=picked[:nb])
+        flat += offsets[:nb]
+        counts_ext = np.bincount(flat.reshape(-1).view(np.int64), minlength=nb * width)
         counts_ext = counts_ext.astype(np.int64, copy=False).reshape(nb, width)
         sums_b = (counts_ext[:, :-1].astype(np.float32) @ table).astype(np.int64)
         true, n_b = sums_b[:, cols[0]], sums_b[:, cols[1]][:, 0]
+        # both systems' Brier sums in one pass over the counts (int64: exact in any order)
+        brier_sums = np.einsum("bg,sg->sb", counts_ext[:, :-1], units)
         metrics = [
             _group_system_block(
                 counts_ext,
-                (sums_b[:, cols[2 + 3 * i]], sums_b[:, cols[3 + 3 * i]][:, 0], sums_b[:, cols[4 + 3 * i]]),
+                (
+                    sums_b[:, cols[2 + 3 * i]],
+                    sums_b[:, cols[3 + 3 * i]][:, 0],
+                    sums_b[:, cols[4 + 3 * i]],
+                    brier_sums[i],
+                ),
                 true,
                 n_b,
                 s,

@@ -80,6 +80,40 @@ def _stream_bytes(seed: bytes, n: int, resamples: int) -> bytes:
     return hashlib.shake_256(STREAM_DOMAIN + seed).digest(4 * n * resamples)
 
 
+def resample_words(seed: bytes, n: int, resamples: int) -> npt.NDArray[np.uint32]:
+    """The stream's words as a ``(resamples, n)`` array: draw ``j`` of resample ``b`` picks the
+    row ``pick_rows(words, n)[b, j]`` (a read-only view of the SHAKE-256 output, no copy).
+
+    Args:
+        seed: the 32-byte seed from :func:`bootstrap_seed`.
+        n: the number of test examples (rows), or of groups; at least 1.
+        resamples: the number of resamples B, at least 1.
+
+    >>> resample_words(bytes(32), 3, 2).shape
+    (2, 3)
+    """
+    if n < 1 or resamples < 1:
+        raise ValueError(f"expected n >= 1 and resamples >= 1, got n={n}, resamples={resamples}")
+    words = np.frombuffer(_stream_bytes(seed, n, resamples), dtype="<u4")
+    return words.reshape(resamples, n)
+
+
+def pick_rows(
+    words: npt.NDArray[np.uint32], n: int, out: npt.NDArray[np.uint64] | None = None
+) -> npt.NDArray[np.uint64]:
+    """Multiply-shift: the row ``(u · n) >> 32`` each word ``u`` picks, as uint64 (into ``out``).
+
+    One 64-bit buffer written in place (``u · n < 2**64`` for any ``n < 2**32``): a third of the
+    passes over memory of widening, multiplying, shifting and casting apart.
+
+    >>> pick_rows(np.array([0, 2**31, 2**32 - 1], dtype=np.uint32), 10).tolist()
+    [0, 5, 9]
+    """
+    picked: npt.NDArray[np.uint64] = np.multiply(words, np.uint64(n), out=out, dtype=np.uint64)
+    np.right_shift(picked, np.uint64(32), out=picked)
+    return picked
+
+
 def resample_indices(seed: bytes, n: int, resamples: int) -> npt.NDArray[np.intp]:
     """All resamples' row indices as a ``(resamples, n)`` array (numpy; same values as the stdlib).
 
@@ -94,11 +128,8 @@ def resample_indices(seed: bytes, n: int, resamples: int) -> npt.NDArray[np.intp
     >>> resample_indices(bytes(32), 3, 2).tolist() == resample_indices_python(bytes(32), 3, 2)
     True
     """
-    if n < 1 or resamples < 1:
-        raise ValueError(f"expected n >= 1 and resamples >= 1, got n={n}, resamples={resamples}")
-    words = np.frombuffer(_stream_bytes(seed, n, resamples), dtype="<u4").astype(np.uint64)
-    idx = (words * np.uint64(n)) >> np.uint64(32)
-    return idx.astype(np.intp).reshape(resamples, n)
+    idx = pick_rows(resample_words(seed, n, resamples), n)
+    return idx.view(np.int64).astype(np.intp, copy=False)  # no copy on 64-bit
 
 
 def resample_indices_python(seed: bytes, n: int, resamples: int) -> list[list[int]]:
