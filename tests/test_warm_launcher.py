@@ -84,7 +84,7 @@ def _launch(instance: dg.DagsterInstance, workspace: BaseWorkspaceRequestContext
         parent_run_id=None, job_snapshot=remote.job_snapshot, execution_plan_snapshot=None,
         parent_job_snapshot=None, remote_job_origin=remote.get_remote_origin(),
         job_code_origin=remote.get_python_origin(), asset_selection=None, asset_check_selection=None,
-        op_selection=None, asset_graph=None)
+        op_selection=None, asset_graph=workspace.asset_graph)
     instance.launch_run(run.run_id, workspace)
     return run.run_id
 
