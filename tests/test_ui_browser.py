@@ -65,11 +65,14 @@ def prepare_home(root: Path) -> dict[str, Any]:
     os.environ["TYPESTRICT_HOME"] = str(root)
     os.environ.pop("TYPESTRICT_STORE_URL", None)
     config = sqlite_instance_config(home)
-    # The webserver launches runs itself (no daemon in this test): the default coordinator.
-    config.pop("run_queue", None)  # the queue's settings belong to the queued coordinator
+    # The webserver launches runs itself (no daemon in this test): the default coordinator,
+    # without the queue's concurrency settings.
     config.pop("concurrency", None)
     config["run_coordinator"] = {"module": "dagster._core.run_coordinator",
                                  "class": "DefaultRunCoordinator"}
+    # No "Join the Dagster community" dialog: popping up over an open metadata dialog, its
+    # dismissal closed that dialog too, now and then (a flaky picture check).
+    config["nux"] = {"enabled": False}
     write_instance_yaml(home, config)
     # The demo's kind of training: Jev (demo stand-in) on a port that is closed by now.
     gone = {"kind": "openai", "base_url": f"http://127.0.0.1:{_free_port()}/v1",
