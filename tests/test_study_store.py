@@ -19,7 +19,7 @@ from typestrict_pipeline.store.engine import alembic_config
 from typestrict_pipeline.study import repository as repo
 from typestrict_pipeline.study.folds import FoldLayout, plan_folds
 from typestrict_pipeline.study.leaderboard import load_leaderboard, render_markdown
-from typestrict_pipeline.study.limits import StudyLimits
+from typestrict_pipeline.study.limits import StopLimit, StudyLimits
 from typestrict_pipeline.study.runner import (
     SyntheticBackend,
     execute_run,
@@ -27,7 +27,7 @@ from typestrict_pipeline.study.runner import (
     run_study_local,
 )
 from typestrict_pipeline.study.space import SearchSpace
-from typestrict_pipeline.study.tables import StudyRow, StudyState
+from typestrict_pipeline.study.tables import RunState, StudyRow, StudyState
 
 UTC = dt.UTC
 
@@ -355,3 +355,69 @@ def test_a_failed_run_marks_the_study_failed_keeps_its_lock_and_resumes(sqlite_u
         _create(engine)  # a failed study still holds the workflow until resumed or cancelled
     out = run_study_local(engine, sid, SyntheticBackend(), max_workers=1)  # resume
     assert out.state == StudyState.FINISHED and out.holdout_score is not None
+
+
+def _run_rows(engine) -> list[dict[str, object]]:
+    """Every ``study_runs`` column as stored (the JSON as text; times as set or not)."""
+    with engine.connect() as conn:
+        res = conn.execute(text("SELECT *, CAST(scores_json AS TEXT) AS scores_text FROM study_runs "
+                                "ORDER BY id"))
+        rows = [dict(r._mapping) for r in res]
+    for row in rows:
+        row.pop("scores_json")
+        assert row.pop("started_at") is not None
+        row["finished"] = row.pop("finished_at") is not None
+    return rows
+
+
+def test_the_run_lifecycle_writes_these_exact_rows(store_url: str) -> None:
+    """reserve → settle → re-reserve (killed and failed attempts) → refusal: every column of every
+    row, pinned from the ORM implementation these functions had before they became Core."""
+    engine = open_store(store_url)
+    sid = _create(engine, n=2, limits=StudyLimits(2, 10_000, budget_micro=600),
+                  last=repo.LastBacktest(10, 1))  # 10 µ$ per step: a 20-step window reserves 200
+    repo.start_study(engine, sid)
+    k = [(x.candidate_id, x.fold, x.window) for x in plan_runs(engine, sid)]
+    day = [(dt.datetime(2012, 1, 1 + i, tzinfo=UTC).isoformat(), 0.5 + i / 2) for i in range(2)]
+    a = repo.reserve_run(engine, sid, *k[0], 20, attempt="a1")
+    assert a == repo.Reservation(1, "a1", 200, 20, 0)
+    assert repo.settle_run(engine, a, cost_micro=200, steps_done=20, scores=day)
+    assert repo.reserve_run(engine, sid, *k[0], 20) == repo.AlreadyDone(1)
+    assert not repo.settle_run(engine, a, cost_micro=200, steps_done=20, scores=day)
+    b = repo.reserve_run(engine, sid, *k[1], 20, attempt="b1")
+    assert isinstance(b, repo.Reservation) and b.run_id == 2
+    assert repo.flush_progress(engine, 2, "b1", 50, 5)  # then b1 is killed
+    b2 = repo.reserve_run(engine, sid, *k[1], 20, attempt="b2")
+    assert b2 == repo.Reservation(2, "b2", 200, 20, 50)
+    assert not repo.settle_run(engine, b, cost_micro=10, steps_done=1, scores=day)
+    assert repo.settle_run(engine, b2, cost_micro=80, steps_done=7, scores=(),
+                           state=RunState.FAILED, error="boom")
+    b3 = repo.reserve_run(engine, sid, *k[1], 20, attempt="b3", estimate_micro=200)
+    assert b3 == repo.Reservation(2, "b3", 200, 20, 80)
+    assert repo.settle_run(engine, b3, cost_micro=180, steps_done=10, scores=day[:1],
+                           state=RunState.CUT)
+    assert repo.reserve_run(engine, sid, *k[2], 20, attempt="c1") == repo.Reservation(3, "c1", 200, 20)
+    assert [repo.extend_reservation(engine, 3, at, extra) for at, extra in
+            (("c1", 10), ("zz", 10), ("c1", 50))] == [True, False, False]
+    assert repo.flush_progress(engine, 3, "c1", 30, 3)  # then c1 is killed
+    budget = repo.Refused(StopLimit.BUDGET_USD, StudyState.RUNNING)
+    assert repo.reserve_run(engine, sid, *k[2], 20, attempt="c2") == budget  # 410 + 200 > 600
+    assert repo.reserve_run(engine, sid, *k[3], 20, estimate_micro=0) == budget  # recorded
+    common = {"study_id": sid, "candidate_id": k[0][0], "fold": 1}
+    assert _run_rows(engine) == [
+        {**common, "id": 1, "window": "TUNE", "state": "DONE", "attempt": "a1", "steps_planned": 20,
+         "steps_done": 20, "error": None, "reserved_micro": 0, "cost_micro": 200, "finished": True,
+         "scores_text": '[["2012-01-01T00:00:00+00:00", 0.5], ["2012-01-02T00:00:00+00:00", 1.0]]'},
+        {**common, "id": 2, "window": "EVAL", "state": "CUT", "attempt": "b3", "steps_planned": 10,
+         "steps_done": 10, "error": None, "reserved_micro": 0, "cost_micro": 180, "finished": True,
+         "scores_text": '[["2012-01-01T00:00:00+00:00", 0.5]]'},
+        {**common, "id": 3, "fold": 2, "window": "TUNE", "state": "FAILED", "attempt": "c1",
+         "steps_planned": 20, "steps_done": 3, "error": "interrupted attempt released; ",
+         "reserved_micro": 0, "cost_micro": 30, "finished": False, "scores_text": "null"},
+    ]
+    with engine.connect() as conn:
+        assert conn.execute(text(
+            "SELECT spend_micro, reserved_micro, steps_used, steps_reserved, stop_limit "
+            "FROM study_studies WHERE id = :s"), {"s": sid}).one() == (410, 0, 45, 0, "Budget (USD)")
+        assert conn.execute(text("SELECT id, cost_micro FROM study_candidates WHERE study_id = :s "
+                                 "ORDER BY id"), {"s": sid}).all() == [(k[0][0], 410), (k[0][0] + 1, None)]
