@@ -128,3 +128,29 @@ def test_promotion_needs_a_holdout_score(sqlite_url: str) -> None:
     run_study_local(engine, sid, SyntheticBackend(noise=0.05))
     with pytest.raises(ConflictError, match="expected a holdout score for the winner"):
         promote_winner(engine, sid, SyntheticBackend())
+
+
+def test_the_ranking_is_computed_once_per_set_of_finished_search_runs(sqlite_url: str) -> None:
+    """The finalize step reads the leaderboard twice (before and after the holdout): its ranking
+    and bootstraps are reused while the finished search runs are the same, never when they change."""
+    import typestrict_pipeline.study.leaderboard as leaderboard
+    from typestrict_pipeline.study.repository import start_study
+    from typestrict_pipeline.study.runner import execute_run, plan_runs
+
+    engine = open_store(sqlite_url)
+    sid = create_study_from_config(engine, _synthetic(SearchSpace(grid={"skill": [0.5, 0.55, 0.6]})))
+    backend = SyntheticBackend(noise=0.05)
+    start_study(engine, sid)
+    keys = plan_runs(engine, sid)
+    for key in keys[: len(keys) // 2]:
+        execute_run(engine, key, backend)
+    half = load_leaderboard(engine, sid)
+    assert half.run > 0 and half.stats.rows
+    assert load_leaderboard(engine, sid).stats is half.stats  # nothing finished since: reused
+    for key in keys[len(keys) // 2:]:
+        execute_run(engine, key, backend)
+    full = load_leaderboard(engine, sid)
+    assert full.stats is not half.stats and full.stats != half.stats
+    leaderboard._RANKINGS.clear()
+    fresh = load_leaderboard(engine, sid)
+    assert fresh.to_json() == full.to_json()  # what was reused is what a fresh read computes

@@ -68,6 +68,9 @@ def _figure() -> tuple[Figure, Axes]:
 def _png(fig: Figure) -> bytes:
     """The figure as PNG bytes, without the chunks that change between runs."""
     fig.tight_layout()
+    # tight_layout leaves a placeholder layout engine behind, which makes savefig lay the
+    # figure out again in a draw of its own (legend placement and all): drop it, same pixels
+    fig.set_layout_engine(None)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
     return buf.getvalue()

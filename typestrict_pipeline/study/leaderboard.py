@@ -223,13 +223,14 @@ def load_leaderboard(engine: Engine, study_id: int) -> Leaderboard:
                    else "not run: study cancelled" if study.state == StudyState.CANCELLED.value
                    else "not run yet")
             reasons[why] += len(never_ran)
-        stats = search_stats(oos, ins, horizon=study.horizon_steps)
         by_id = {c.id: c for c in cands}
         seed = int((study.space_json or {}).get("seed", 0))
-        tested = _tested_matrix(oos)
-        joint, joint_missing = _joint(tested, by_id, seed)
-        span = (decorrelation_span(tested[1], study.horizon_steps)
-                if tested is not None else None)
+        searched = tuple(sorted((r.id, r.state, r.attempt, r.finished_at) for r in runs
+                                if r.window != WindowKind.HOLDOUT.value))
+        ranking = _ranking((engine.url.render_as_string(), study_id, study.horizon_steps, seed,
+                            searched), oos, ins, by_id)
+        stats, joint, joint_missing, span = (ranking.stats, ranking.joint, ranking.joint_missing,
+                                             ranking.span)
         holdout_runs = {r.candidate_id: {str(t): float(v) for t, v in (r.scores_json or [])}
                         for r in runs if r.window == WindowKind.HOLDOUT.value
                         and r.state == RunState.DONE.value}
@@ -294,12 +295,48 @@ def load_leaderboard(engine: Engine, study_id: int) -> Leaderboard:
             baseline_cost_micro=baseline_cost if study.cost_tracked else None,
             joint=joint,
             joint_missing_reason=joint_missing,
-            pbo=pbo_cscv(tested[1]) if tested is not None else None,
+            pbo=ranking.pbo,
             decorrelation_span=span,
             embargo_steps=layout.embargo_steps,
             holdout_test=htest,
             holdout_test_missing_reason=htest_missing,
         )
+
+
+@dataclass(frozen=True)
+class _Ranking:
+    """What the search runs alone decide: the luck-adjusted ranking and the joint tests."""
+
+    stats: SearchStats
+    joint: JointInference | None
+    joint_missing: str | None
+    span: int | None
+    pbo: Pbo | None
+
+
+_RANKINGS: dict[tuple[Any, ...], _Ranking] = {}
+_RANKINGS_KEPT = 8
+"""Rankings computed in this process, by study and the exact set of finished search runs: the
+finalize step reads a study's leaderboard before the holdout (to pick the winner) and again
+after it (to record it); the search runs, so the ranking and its bootstraps, are the same."""
+
+
+def _ranking(key: tuple[Any, ...], oos: dict[str, dict[str, float]], ins: dict[str, list[float]],
+             by_id: dict[int, CandidateRow]) -> _Ranking:
+    """The ranking of ``key`` = (store, study, horizon, seed, finished search runs), once."""
+    found = _RANKINGS.get(key)
+    if found is None:
+        _, _, horizon, seed, _ = key
+        tested = _tested_matrix(oos)
+        joint, joint_missing = _joint(tested, by_id, seed)
+        found = _Ranking(
+            stats=search_stats(oos, ins, horizon=horizon), joint=joint, joint_missing=joint_missing,
+            span=decorrelation_span(tested[1], horizon) if tested is not None else None,
+            pbo=pbo_cscv(tested[1]) if tested is not None else None)
+        while len(_RANKINGS) >= _RANKINGS_KEPT:
+            _RANKINGS.pop(next(iter(_RANKINGS)))
+        _RANKINGS[key] = found
+    return found
 
 
 def _tested_matrix(oos: dict[str, dict[str, float]]) -> tuple[list[str], FloatArray] | None:
