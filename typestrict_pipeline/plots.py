@@ -231,7 +231,9 @@ def leaderboard_png(labels: Sequence[str], oos: Sequence[float | None],
     ax.set_xlabel("in-sample score")
     ax.set_ylabel("out-of-sample score")
     ax.set_title("Leaderboard: out-of-sample vs in-sample")
-    _legend(ax, "best", "x-small")
+    # upper left: low in-sample, high out-of-sample, the corner candidates rarely reach (an
+    # overfit one sits lower right); "best" searched every point at each draw (a third of the time)
+    _legend(ax, "upper left", "x-small")
     return _png(fig)
 
 

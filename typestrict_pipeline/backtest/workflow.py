@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import hashlib
 import inspect
 import json
@@ -181,12 +182,16 @@ class WorkflowFixture:
 FixtureFactory = Callable[[], contextlib.AbstractContextManager[WorkflowFixture]]
 
 
+@functools.lru_cache(maxsize=512)
 def _code_text(fn: Callable[..., Any]) -> str:
     """The code that defines ``fn``: its own source (or bytecode) plus its whole module's source.
 
     Hashing the module too is deliberately conservative: a helper the function calls lives there,
     so any change that could change a decision changes the version (and sometimes one that could
-    not). The function's own source and name tell apart two functions of one module.
+    not). The function's own source and name tell apart two functions of one module. Read once
+    per function object in a process (every window run of a study builds its workflow anew and
+    asks for its version): the code that runs is the code that was loaded, whatever the file on
+    disk says later.
     """
     parts = [getattr(fn, "__qualname__", repr(fn))]
     try:
