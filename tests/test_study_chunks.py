@@ -150,3 +150,9 @@ def test_a_code_location_defaulting_to_celery_still_loads_and_study_job_on_celer
     config = {**study_run_config(1), "execution": {"config": {"broker": "redis://h:6379/0"}}}
     assert dg.validate_run_config(on_celery, config)["execution"]["celery"]["broker"] == "redis://h:6379/0"
     assert on_celery.tags["mode"] == "HISTORICAL"
+    # Its run process looks at its steps ten times a second, not once (dagster-celery's tick).
+    import dagster_celery.core_execution_loop as celery_loop
+
+    from assets.studies import CELERY_POLL_S
+
+    assert celery_loop.TICK_SECONDS == CELERY_POLL_S == 0.1
