@@ -133,6 +133,7 @@ class WatchedRunLauncher(DefaultRunLauncher):
         self._warm_start = warm_start
         self._preload = list(preload_modules)
         self._servers: dict[str, _WarmServer] = {}
+        self._refused: dict[str, str] = {}  # code locations whose server failed to warm up: why
         self._lock = threading.Lock()
 
     @classmethod
@@ -164,6 +165,12 @@ class WatchedRunLauncher(DefaultRunLauncher):
             return False
         key = serialize_value(origin.repository_origin)
         with self._lock:
+            if key in self._refused:
+                self._instance.report_engine_event(
+                    f"Launched the default way: warm start is off for this code location until the "
+                    f"daemon restarts (its warm run server could not warm up: {self._refused[key]}).",
+                    run, cls=self.__class__)
+                return False
             server = self._servers.get(key)
             try:
                 if server is None:
@@ -177,6 +184,8 @@ class WatchedRunLauncher(DefaultRunLauncher):
                 self._servers.pop(key, None)
                 if server is not None:
                     server.close()
+                    if not server.ready:  # it could not import the code location: do not retry
+                        self._refused[key] = str(exc)
                 self._instance.report_engine_event(
                     f"The warm run server could not start this run ({exc}); launching it the default way.",
                     run, cls=self.__class__)

@@ -157,3 +157,30 @@ def test_runs_after_the_first_are_forks_of_the_warm_server_and_never_run_stale_c
         assert (tmp_path / "changed.txt").read_text().split()[1] == "2"
         again = _wait_ready(instance, workspace, tmp_path)
         assert sorted(tmp_path.glob("probe*.txt"))[-1].read_text().split()[1] == "2", again
+
+
+@pytest.mark.slow
+def test_a_code_location_that_starts_a_thread_on_import_is_never_forked(
+    instance: dg.DagsterInstance, location: Path, tmp_path: Path
+) -> None:
+    """A fork copies only the forking thread: the server refuses, and the launcher stops asking."""
+    path = location / "warm_loc.py"
+    path.write_text(path.read_text() + "\nimport threading\n\nthreading.Thread(target=time.sleep, "
+                    "args=(600,), name='poller', daemon=True).start()\n")
+    target = ModuleTarget(module_name="warm_loc", attribute=None, working_directory=str(location),
+                          location_name="warm_loc")
+    with WorkspaceProcessContext(instance, target) as context:
+        workspace = context.create_request_context()
+        said: list[str] = []
+        for attempt in range(60):
+            run_id = _launch(instance, workspace, tmp_path / f"run{attempt}.txt")
+            run = _wait(instance, run_id)
+            assert run.status == dg.DagsterRunStatus.SUCCESS and RUN_PROCESS_TAG not in run.tags
+            said.append(_messages(instance, run_id))
+            if "warm start is off for this code location" in said[-1]:
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError("the launcher kept trying the warm run server")
+    refusal = next(m for m in said if "could not start this run" in m)
+    assert "importing the code location started threads (poller); forking is unsafe" in refusal
