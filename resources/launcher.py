@@ -108,8 +108,10 @@ class _WarmServer:
         reply = self._read(_REPLY_TIMEOUT_S)
         if reply is None:
             raise WarmServerError(f"the warm run server did not answer within {_REPLY_TIMEOUT_S:.0f} s")
+        if "stale" in reply:
+            raise WarmServerError(f"{reply['stale']} changed since the server imported it")
         if "pid" not in reply:
-            raise WarmServerError(str((reply.get("stale") and f"{reply['stale']} changed") or reply.get("error")))
+            raise WarmServerError(str(reply.get("error", reply)))
         return int(reply["pid"])
 
     def close(self) -> None:
