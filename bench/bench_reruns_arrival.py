@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -34,6 +33,7 @@ from typestrict_pipeline.backtest.pit import PointInTimeTable, read_csv_fresh
 from typestrict_pipeline.backtest.workflows.datasets import register_dataset
 from typestrict_pipeline.backtest.workflows.weather import write_seattle_csv
 from typestrict_pipeline.instance import sqlite_instance_config, write_instance_yaml
+from typestrict_pipeline.processes import stop_process_group
 from typestrict_pipeline.reruns import scenario
 from typestrict_pipeline.reruns.decide import SubscriptionState
 from typestrict_pipeline.reruns.service import (
@@ -102,9 +102,7 @@ def _daemon_run(home: Path, env: dict[str, str], engine: Any) -> dict[str, float
         return {"fired": fired.at.timestamp() - appended, "queued": stats.start_time - fired.at.timestamp(),
                 "run": stats.end_time - stats.start_time, "total": stats.end_time - appended}
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=60)
+        stop_process_group(proc, timeout_s=60)
 
 
 def _in_process(home: Path, env: dict[str, str], engine: Any) -> float:

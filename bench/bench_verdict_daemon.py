@@ -26,7 +26,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -114,6 +113,7 @@ def main() -> None:
     from bench.summary import row
     from typestrict_pipeline.credits import CreditLedger
     from typestrict_pipeline.instance import sqlite_instance_config, write_instance_yaml
+    from typestrict_pipeline.processes import stop_process_group
     from typestrict_pipeline.store import open_store
 
     support = _support()
@@ -172,13 +172,7 @@ def main() -> None:
                 alternative=f"in process {ip_med:.1f} s",
                 ratio=f"{statistics.median(mp / ip for ip, mp, _ in rounds):.2f}x in process (median)")
     finally:
-        if daemon.poll() is None:
-            os.killpg(daemon.pid, signal.SIGTERM)
-            try:
-                daemon.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(daemon.pid, signal.SIGKILL)
-                daemon.wait()
+        stop_process_group(daemon)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -39,6 +39,7 @@ from typestrict_pipeline.instance import (
     sqlite_instance_config,
     write_instance_yaml,
 )
+from typestrict_pipeline.processes import stop_process_group
 from typestrict_pipeline.store import open_store, session_scope
 from typestrict_pipeline.study.backends import backend_from_config
 from typestrict_pipeline.study.limits import usd_to_micro
@@ -291,13 +292,8 @@ def test_killed_runs_are_failed_by_monitoring_retried_settled_once_or_flagged(
                 flagged = unsettled_trainings_sensor(dg.build_sensor_context(instance=instance))
         finally:
             for proc in (daemon, study):
-                if proc is not None and proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                    try:
-                        proc.wait(30)
-                    except subprocess.TimeoutExpired:
-                        os.killpg(proc.pid, signal.SIGKILL)
-                        proc.wait()
+                if proc is not None:
+                    stop_process_group(proc)
     # Nobody marked a run by hand: each killed run was failed by itself.
     for tid, run_list in runs.items():
         assert run_list[0].run_id == first[tid].run_id

@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ import pytest
 from resources.launcher import RUN_PROCESS_TAG
 from typestrict_pipeline.credits import CreditLedger
 from typestrict_pipeline.instance import sqlite_instance_config, write_instance_yaml
+from typestrict_pipeline.processes import stop_process_group
 from typestrict_pipeline.store import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,16 +53,6 @@ def _wait_for_run(instance: dg.DagsterInstance, daemon: subprocess.Popen[bytes],
         time.sleep(0.5)
     raise AssertionError(f"no finished verdict_job run after {RUN_TIMEOUT_S:.0f} s; daemon log:\n"
                          + log.read_text()[-3000:])
-
-
-def _stop(daemon: subprocess.Popen[bytes]) -> None:
-    if daemon.poll() is None:
-        os.killpg(daemon.pid, signal.SIGTERM)
-        try:
-            daemon.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(daemon.pid, signal.SIGKILL)
-            daemon.wait()
 
 
 @pytest.mark.slow
@@ -94,7 +84,7 @@ def test_a_sensor_launched_verdict_runs_in_one_process_under_the_daemon(tmp_path
             warm = _wait_for_run(instance, daemon, log, "tr_warm")
             warm_logs = instance.all_logs(warm.run_id)
     finally:
-        _stop(daemon)
+        stop_process_group(daemon, STOP_TIMEOUT_S)
     assert run.status == dg.DagsterRunStatus.SUCCESS, [e.message for e in logs if e.message][-20:]
     assert run.tags["typestrict/training"] == "tr_daemon" and run.tags["dagster/partition"] == "tr_daemon"
     assert run.tags["dagster/run_key"] == "verdict:tr_daemon"  # requested by training_sensor

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ import pytest
 from typestrict_pipeline.backtest.workflows.datasets import register_dataset
 from typestrict_pipeline.backtest.workflows.weather import write_seattle_csv
 from typestrict_pipeline.instance import sqlite_instance_config, write_instance_yaml
+from typestrict_pipeline.processes import stop_process_group
 from typestrict_pipeline.reruns import scenario
 from typestrict_pipeline.reruns.decide import SubscriptionState
 from typestrict_pipeline.reruns.service import enable_schedule, lineage_entries, recent_ticks
@@ -80,13 +80,7 @@ def start_daemon(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
     """Stop the daemon and what it started (its own process group), by its id."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+    stop_process_group(proc, timeout_s=60)
 
 
 def sensor_ticks(instance: dg.DagsterInstance) -> list[Any]:

@@ -3,15 +3,18 @@
 No Dagster import: :mod:`resources.launcher` asks this for run monitoring. A process counts as
 gone when no process has its id, when it is a zombie (exited, not yet reaped by its parent), or
 when the process now holding the id started after the moment the run's process was known to
-run (the id was reused).
+run (the id was reused). :func:`stop_process_group` ends a service started in a session of its
+own (a daemon, a webserver) with what it started.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 from pathlib import Path
 
-__all__ = ["process_alive"]
+__all__ = ["process_alive", "stop_process_group"]
 
 _SLACK_S = 2.0
 """Clock ticks and event timestamps differ slightly: a process started up to this long after
@@ -66,3 +69,26 @@ def process_alive(pid: int, *, running_at: float | None = None) -> bool:
     if state in ("Z", "X"):
         return False
     return running_at is None or started <= running_at + _SLACK_S
+
+
+def stop_process_group(proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+    """Stop ``proc``, started with ``start_new_session=True``, and every process of its group.
+
+    SIGTERM first (a ``dagster-daemon`` shuts its code server and runs down), SIGKILL when the
+    group's leader has not exited after ``timeout_s`` seconds; nothing when it already exited.
+
+    >>> import sys
+    >>> proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+    ...                         start_new_session=True)
+    >>> stop_process_group(proc)
+    >>> proc.returncode == -signal.SIGTERM
+    True
+    """
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
