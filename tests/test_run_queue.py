@@ -2,7 +2,9 @@
 
 The instance the product writes must name it with its half-second interval and keep the
 ``concurrency`` block's limits (one run per training); an interval the daemon cannot honour is
-refused with the product's message when the instance loads.
+refused with the product's message when the instance loads. The shipped templates in deploy/
+name the same queue and the same run launcher (its warm start and preloaded modules) as the
+instance the product writes, so the two cannot drift apart.
 """
 
 from __future__ import annotations
@@ -11,15 +13,20 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
 
 from resources.run_queue import PromptRunQueue
 from typestrict_pipeline.errors import InputError
 from typestrict_pipeline.instance import (
+    RUN_COORDINATOR,
+    RUN_LAUNCHER,
     TRAINING_TAG,
     postgres_instance_config,
     sqlite_instance_config,
     write_instance_yaml,
 )
+
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 
 
 def test_the_written_instance_looks_at_the_queue_every_half_second_with_its_limits(tmp_path: Path) -> None:
@@ -43,3 +50,11 @@ def test_an_interval_the_daemon_cannot_honour_is_refused(tmp_path: Path, interva
     write_instance_yaml(tmp_path, config)
     with pytest.raises(InputError, match=r"dequeue_interval_seconds between 0\.5 and 60"):
         dg.DagsterInstance.from_config(str(tmp_path)).run_coordinator  # noqa: B018
+
+
+@pytest.mark.parametrize("template", ["dagster.yaml", "dagster.postgres.yaml"])
+def test_the_shipped_templates_name_the_same_queue_and_launcher_as_the_written_instance(
+        template: str) -> None:
+    shipped = yaml.safe_load((DEPLOY / template).read_text())
+    assert shipped["run_coordinator"] == RUN_COORDINATOR
+    assert shipped["run_launcher"] == RUN_LAUNCHER  # warm start, and the modules it preloads
