@@ -22,9 +22,11 @@ from typing import Any
 import dagster as dg
 from sqlalchemy import Engine
 
+from resources.executor import warm_multiprocess_executor
 from resources.store import StoreResource
 from resources.studies import StudyRunnerResource
 from typestrict_pipeline import plots
+from typestrict_pipeline.heap import frozen_heap
 from typestrict_pipeline.study import repository as repo
 from typestrict_pipeline.study.leaderboard import Leaderboard, load_leaderboard, render_markdown
 from typestrict_pipeline.study.runner import (
@@ -283,7 +285,7 @@ def study_backtests(context: dg.OpExecutionContext, keys: list[dict[str, Any]], 
     statuses: dict[str, int] = {}
     cost = 0
     study_id = run_keys[0].study_id
-    with store.engine() as engine:
+    with store.engine() as engine, frozen_heap():
         backend = study_runner.backend(engine, study_id)
         for run_key in run_keys:
             try:
@@ -306,7 +308,7 @@ def study_finalize(context: dg.OpExecutionContext, results: list[dict[str, Any]]
     if not results:
         raise dg.Failure("expected at least one planned window run, got none. Check the study.")
     study_id = int(results[0]["study_id"])
-    with store.engine() as engine:
+    with store.engine() as engine, frozen_heap():
         backend = study_runner.backend(engine, study_id)
         outcome = finalize_study(engine, study_id, backend)
     statuses: dict[str, int] = {}
@@ -314,7 +316,7 @@ def study_finalize(context: dg.OpExecutionContext, results: list[dict[str, Any]]
         for k, n in r["statuses"].items():
             statuses[k] = statuses.get(k, 0) + n
     context.instance.add_dynamic_partitions(partitions_name(STUDY_PARTITIONS), [str(study_id)])
-    with store.engine() as engine:
+    with store.engine() as engine, frozen_heap():
         context.log_event(leaderboard_materialization(engine, study_id, {
             "window_runs": dg.MetadataValue.json(statuses)}))
     return {"study_id": study_id, "state": outcome.state.value,
@@ -336,8 +338,8 @@ the code location imports only on first use (SciPy for the statistics, matplotli
 leaderboard picture; typestrict_pipeline/lazy.py)."""
 
 STUDY_JOB_EXECUTION: dict[str, Any] = {
-    "multiprocess": {"max_concurrent": 2, "start_method": {"forkserver": {
-        "preload_modules": STUDY_JOB_PRELOAD}}}}
+    "multiprocess": {"max_concurrent": 2, "start_method": {"fork": {
+        "fallback_preload_modules": STUDY_JOB_PRELOAD}}}}
 """The executor a launched ``study_job`` gets unless its run config says otherwise (the
 launchpad shows it and can override it): two step processes, forked from a server that has
 imported the code location once (so a step does not re-import Dagster and the project, as
@@ -351,7 +353,7 @@ study_job = study_graph.to_job(
     config={"execution": {"config": STUDY_JOB_EXECUTION}},
     # Its own executor: a code location whose default is another executor (celery) keeps this
     # job loadable (the execution block above is this executor's config); see study_job_on.
-    executor_def=dg.multi_or_in_process_executor,
+    executor_def=warm_multiprocess_executor,
 )
 
 
