@@ -2,8 +2,9 @@
 
 What a user relies on: every planned window runs exactly once, chunks are balanced by steps,
 the chunked study picks the same winner with the same holdout score as one step per candidate,
-its runs are tagged ``mode=HISTORICAL``, and a launched run gets the job's executor (forkserver,
-two at once) unless the launchpad overrides it.
+its runs are tagged ``mode=HISTORICAL``, and a launched run gets the job's executor (the warm
+multiprocess executor: steps forked from the run process, two at once) unless the launchpad
+overrides it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from assets.studies import (
     study_job,
     study_run_config,
 )
+from resources.executor import warm_multiprocess_executor
 from resources.store import StoreResource
 from resources.studies import StudyRunnerResource
 from typestrict_pipeline.store import open_store
@@ -128,13 +130,17 @@ def test_a_launched_study_gets_the_jobs_executor_unless_the_launchpad_overrides_
     assert default == {"config": STUDY_JOB_EXECUTION}
     # A run config naming only the study (the CLI, a sensor, the launchpad's ops block) gets it.
     resolved = dg.validate_run_config(study_job, study_run_config(1))["execution"]
-    start = resolved["multi_or_in_process_executor"]["multiprocess"]["start_method"]
-    assert start == {"forkserver": {"preload_modules": STUDY_JOB_PRELOAD}}
+    start = resolved["warm_multiprocess"]["multiprocess"]["start_method"]
+    assert start == {"fork": {"fallback_preload_modules": STUDY_JOB_PRELOAD}}
     assert STUDY_JOB_PRELOAD[0] == "typestrict_pipeline.definitions"
-    assert resolved["multi_or_in_process_executor"]["multiprocess"]["max_concurrent"] == 2
-    # The launchpad can name another executor.
+    assert resolved["warm_multiprocess"]["multiprocess"]["max_concurrent"] == 2
+    # The launchpad can name another executor, or another start method.
     override = {**study_run_config(1), "execution": {"config": {"in_process": {}}}}
-    assert "in_process" in dg.validate_run_config(study_job, override)["execution"]["multi_or_in_process_executor"]
+    assert "in_process" in dg.validate_run_config(study_job, override)["execution"]["warm_multiprocess"]
+    spawn = {**study_run_config(1), "execution": {"config": {"multiprocess": {
+        "start_method": {"spawn": {}}}}}}
+    assert dg.validate_run_config(study_job, spawn)["execution"]["warm_multiprocess"][
+        "multiprocess"]["start_method"] == {"spawn": {}}
 
 
 def test_a_code_location_defaulting_to_celery_still_loads_and_study_job_on_celery_takes_its_config() -> None:
@@ -144,8 +150,9 @@ def test_a_code_location_defaulting_to_celery_still_loads_and_study_job_on_celer
     from typestrict_pipeline.definitions import defs
 
     merged = dg.Definitions.merge(defs, dg.Definitions(executor=celery_executor))
-    for name in ("study_job", "verdict_job"):  # their own executor and its default block
-        assert merged.resolve_job_def(name).executor_def is dg.multi_or_in_process_executor
+    # their own executor and its default block
+    assert merged.resolve_job_def("study_job").executor_def is warm_multiprocess_executor
+    assert merged.resolve_job_def("verdict_job").executor_def is dg.multi_or_in_process_executor
     on_celery = study_job_on(celery_executor)
     config = {**study_run_config(1), "execution": {"config": {"broker": "redis://h:6379/0"}}}
     assert dg.validate_run_config(on_celery, config)["execution"]["celery"]["broker"] == "redis://h:6379/0"

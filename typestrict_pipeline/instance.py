@@ -67,9 +67,11 @@ same way again, so it is not retried."""
 
 
 WARM_PRELOAD: tuple[str, ...] = ("pandas", "pyarrow.parquet", "matplotlib.figure",
-                                 "matplotlib.backends.backend_agg")
-"""What a verdict run imports besides the code location (the code location itself leaves them
-lazy): the warm run server imports them once, so a forked run does not."""
+                                 "matplotlib.backends.backend_agg", "scipy.stats",
+                                 "scipy.integrate")
+"""What a verdict run and a study's finalize step import besides the code location (the code
+location itself leaves them lazy): the warm run server imports them once, so a forked run, and
+the study steps it forks in turn, do not."""
 
 RUN_LAUNCHER: dict[str, Any] = {
     "module": "resources.launcher", "class": "WatchedRunLauncher",

@@ -1,0 +1,169 @@
+"""The warm multiprocess executor: a launched study's steps fork from its run process.
+
+What a user relies on: a study launched with the job's default executor runs every step in a
+process of its own, forked from the run process (no cold interpreter, no forkserver start) only
+while that process has no other thread (a fork copies only the calling thread), falls back to a
+forkserver otherwise and says so, and either way finishes the study exactly as in process: same
+winner, same holdout score, same spend. The run executes in a plain child interpreter, as a run
+process does, so no thread of the test runner's is in it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from assets.studies import study_job, study_run_config
+from resources.executor import other_threads
+from resources.store import StoreResource
+from resources.studies import StudyRunnerResource
+from typestrict_pipeline.heap import frozen_heap
+from typestrict_pipeline.store import open_store
+from typestrict_pipeline.study.leaderboard import load_leaderboard
+from typestrict_pipeline.study.repository import LastBacktest
+from typestrict_pipeline.study.service import StudyConfig, create_study_from_config
+from typestrict_pipeline.study.space import SearchSpace
+from typestrict_pipeline.study.tables import StudyState
+
+UTC = dt.UTC
+TESTS = Path(__file__).resolve().parent
+
+_RUN = textwrap.dedent("""
+    import json, os, sys, threading
+    import dagster as dg
+    from assets.studies import study_run_config
+    import study_job_helper as helper
+
+    sid, extra_thread = int(sys.argv[1]), sys.argv[2] == "thread"
+    forks = []  # live threads in the run process at each fork it makes
+    os.register_at_fork(before=lambda: forks.append(threading.active_count()))
+    stop = threading.Event()
+    if extra_thread:  # e.g. a progress bar's poller
+        threading.Thread(target=stop.wait, name="progress", daemon=True).start()
+    with dg.DagsterInstance.get() as instance:
+        result = dg.execute_job(dg.reconstructable(helper.make_study_job), instance=instance,
+                                run_config=study_run_config(sid))
+        pids = sorted({int(e.event_specific_data.metadata["pid"].value) for e in result.all_events
+                       if e.event_type_value == "STEP_WORKER_STARTED"})
+        notes = [e.message for e in result.all_events if e.is_engine_event
+                 and "Warm multiprocess executor" in (e.message or "")]
+    stop.set()
+    print(json.dumps({"success": result.success, "forks": forks, "pids": pids,
+                      "run_pid": os.getpid(), "notes": notes}))
+""")
+
+
+def _config(n: int = 4) -> StudyConfig:
+    return StudyConfig(
+        workspace="demo", workflow="wx", workflow_version="v1",
+        space=SearchSpace(grid={"skill": [0.5 + 0.02 * i for i in range(n)]}),
+        start=dt.datetime(2012, 1, 1, tzinfo=UTC), end=dt.datetime(2012, 12, 1, tzinfo=UTC),
+        step=dt.timedelta(days=1), n_folds=2, tune_steps=15, eval_steps=15, holdout_steps=15,
+        max_candidates=n, max_total_steps=100_000,
+        backend={"backend": "synthetic", "cost_per_step": 3},
+    )
+
+
+def _launch(url: str, sid: int, tmp_path: Path, mode: str) -> dict[str, object]:
+    home = tmp_path / f"dagster_home_{mode}"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    env = {**os.environ, "DAGSTER_HOME": str(home), "STUDY_TEST_STORE_URL": url,
+           "PYTHONPATH": os.pathsep.join([str(TESTS), str(TESTS.parent)])}
+    done = subprocess.run([sys.executable, "-c", _RUN, str(sid), mode], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
+
+
+def _finished(url: str, sid: int) -> tuple[object, ...]:
+    board = load_leaderboard(open_store(url), sid)
+    assert board.state == StudyState.FINISHED
+    return (board.winner_candidate_id is not None, board.holdout_score, board.spend_micro,
+            [(r.label, r.oos, r.in_sample) for r in board.rows])
+
+
+def _in_process(tmp_path: Path) -> tuple[object, ...]:
+    url = f"sqlite:///{tmp_path / 'reference.db'}"
+    sid = create_study_from_config(open_store(url), _config(), last_backtest=LastBacktest(30, 10))
+    with dg.instance_for_test() as instance:
+        assert study_job.execute_in_process(
+            run_config=study_run_config(sid), instance=instance,
+            resources={"store": StoreResource(url=url), "study_runner": StudyRunnerResource()},
+        ).success
+    return _finished(url, sid)
+
+
+@pytest.mark.parametrize("mode", ["alone", "thread"])
+def test_a_launched_study_forks_its_steps_only_from_a_single_threaded_run_process(
+        tmp_path: Path, mode: str) -> None:
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    sid = create_study_from_config(open_store(url), _config(), last_backtest=LastBacktest(30, 10))
+    out = _launch(url, sid, tmp_path, mode)
+    assert out["success"] is True
+    pids = out["pids"]
+    assert isinstance(pids, list) and len(pids) == 4  # plan, 2 chunks, finalize: a process each
+    assert out["run_pid"] not in pids
+    notes = out["notes"]
+    assert isinstance(notes, list) and len(notes) == 1
+    forks = out["forks"]
+    assert isinstance(forks, list)
+    if mode == "alone":
+        assert "steps fork from this run process" in notes[0]
+        # Every step was forked while the run process had its main thread only.
+        assert len(forks) >= 4 and set(forks) == {1}
+    else:
+        assert "other threads (progress)" in notes[0] and "forkserver" in notes[0]
+        assert len(forks) < 4  # the forkserver forks the steps, not the run process
+    assert _finished(url, sid) == _in_process(tmp_path)
+
+
+def test_other_threads_names_the_threads_a_fork_would_not_copy() -> None:
+    import threading
+
+    stop = threading.Event()
+    extra = threading.Thread(target=stop.wait, name="poller", daemon=True)
+    extra.start()
+    try:
+        assert other_threads() == ["poller"]
+    finally:
+        stop.set()
+        extra.join()
+    assert other_threads() == []
+
+
+def test_frozen_heap_collects_nothing_twice_and_loses_nothing() -> None:
+    import gc
+    import weakref
+
+    class Node:
+        pass
+
+    def cycle() -> weakref.ref[Node]:
+        a, b = Node(), Node()
+        a.other, b.other = b, a  # type: ignore[attr-defined]
+        return weakref.ref(a)
+
+    gc.collect()
+    base = gc.get_freeze_count()
+    old = cycle()  # garbage that exists when the block is entered
+    with frozen_heap():
+        assert gc.get_freeze_count() > base
+        with frozen_heap():  # nested: the outer entry's freeze stands
+            pass
+        assert gc.get_freeze_count() > base
+        new = cycle()  # garbage made inside the block: collected inside it
+        gc.collect()
+        assert new() is None and old() is not None  # the old cycle is frozen, not scanned
+    assert gc.get_freeze_count() == base
+    gc.collect()
+    assert old() is None  # after the block, the old garbage is collected like any other
