@@ -8,8 +8,8 @@ picks the winner, scores it once on the holdout, closes the study) which records
 materialization of the ``study_leaderboard`` asset (partition = the study id) whose metadata is
 the leaderboard and its header as Markdown tables.
 
-A launched run gets ``STUDY_JOB_EXECUTION`` (multiprocess, forkserver, two steps at once) unless
-its run config names another executor; tests run in process. Runs are tagged
+A launched run gets ``STUDY_JOB_EXECUTION`` (multiprocess, each step forked from the run process,
+two at once) unless its run config names another executor; tests run in process. Runs are tagged
 ``mode=HISTORICAL`` like plain backtests. Re-executing a failed or killed run re-runs only
 unfinished windows: each window run is idempotent on its (study, candidate, fold, window) key
 in the store, so finished work is neither re-run nor charged twice, whatever the chunking.
@@ -333,18 +333,20 @@ def study_graph() -> None:
 
 STUDY_JOB_PRELOAD = ["typestrict_pipeline.definitions", "scipy.stats", "scipy.integrate",
                      "matplotlib.figure", "matplotlib.backends.backend_agg"]
-"""What the forkserver imports once: the code location, and what ``study_finalize`` needs that
-the code location imports only on first use (SciPy for the statistics, matplotlib for the
-leaderboard picture; typestrict_pipeline/lazy.py)."""
+"""What a forkserver imports once if the run process cannot fork its steps (it has another
+thread): the code location, and what ``study_finalize`` needs that the code location imports only
+on first use (SciPy for the statistics, matplotlib for the leaderboard picture;
+typestrict_pipeline/lazy.py)."""
 
 STUDY_JOB_EXECUTION: dict[str, Any] = {
     "multiprocess": {"max_concurrent": 2, "start_method": {"fork": {
         "fallback_preload_modules": STUDY_JOB_PRELOAD}}}}
 """The executor a launched ``study_job`` gets unless its run config says otherwise (the
-launchpad shows it and can override it): two step processes, forked from a server that has
-imported the code location once (so a step does not re-import Dagster and the project, as
-spawn's fresh interpreter does, ~3 s a step); with the default ``chunks``, the study runs as 4
-chunk steps. ``execute_in_process`` ignores it."""
+launchpad shows it and can override it): the warm multiprocess executor
+(``resources/executor.py``), two step processes at once, each forked from the run process, which
+has already imported the code location (spawn's fresh interpreter re-imports Dagster and the
+project, ~3 s a step; a forkserver imports them once more before the first step, ~2 s); with the
+default ``chunks``, the study runs as 2 chunk steps. ``execute_in_process`` ignores it."""
 
 STUDY_JOB_TAGS = {"area": "studies", "mode": "HISTORICAL"}
 

@@ -1,7 +1,7 @@
 """Killed runs: workers of a study whose run process is ``kill -9``'d stop by themselves.
 
-The study job runs with its default executor (multiprocess, forkserver: each chunk of windows in
-its own worker process). Only the run's own process is killed, not its process group, as a crash
+The study job runs with its default executor (multiprocess, steps forked from the run process:
+each chunk of windows in its own worker process). Only the run's own process is killed, not its process group, as a crash
 or an OOM kill would: the workers must notice (``parent_gone`` in the core window loop), cut the
 window in flight, start no other, and exit; the resumed run then finishes the study with each
 window's spend charged once. Every wait is bounded and generous (a shared, busy machine); nothing
@@ -58,7 +58,7 @@ _CHILD = textwrap.dedent("""
     from assets.studies import study_run_config
     import study_job_helper as helper
     sid = int(sys.argv[1])
-    config = study_run_config(sid, chunks=2)  # the default executor: forkserver, 2 at once
+    config = study_run_config(sid, chunks=2)  # the default executor: forked steps, 2 at once
     with dg.DagsterInstance.get() as instance:
         result = dg.execute_job(dg.reconstructable(helper.make_study_job), instance=instance,
                                 run_config=config)

@@ -1,6 +1,6 @@
 """Studies on Dagster: the fan-out job in process, the leaderboard metadata, and a kill + resume
-of a chunked study launched with the job's default executor (multiprocess, forkserver) on the
-real PostgreSQL server."""
+of a chunked study launched with the job's default executor (multiprocess, steps forked from the
+run process) on the real PostgreSQL server."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ _CHILD = textwrap.dedent("""
     from assets.studies import study_run_config
     import study_job_helper as helper
     sid, parent = int(sys.argv[1]), sys.argv[2]
-    config = study_run_config(sid)  # the job's default executor: forkserver, 2 chunks at once
+    config = study_run_config(sid)  # the job's default executor: forked steps, 2 chunks at once
     if parent != "-":  # the executor is configuration; in-process resumes faster
         config = {**config, "execution": {"config": {"in_process": {}}}}
     with dg.DagsterInstance.get() as instance:
