@@ -46,6 +46,10 @@ FULL = bool(os.environ.get("TYPESTRICT_BENCH_FULL"))
 REQUESTS = 1000 if FULL else 400
 WARMUP = 100 if FULL else 50
 MODEL_ID = "tr_bench_api"
+TIMEOUT_S = 20.0
+"""A request unanswered after this long counts as failed. Python's ``http.server`` at 200
+clients overflows its listen backlog; the kernel's SYN retries then stretch single requests to
+over 100 s, and one case took 4 minutes of a ``make bench`` (2026-11-30, 22:56)."""
 
 STATIC_APP = """
 import sys
@@ -98,11 +102,11 @@ async def _load(url: str, headers: dict[str, str], concurrency: int,
                 size: int | None) -> tuple[float, float, float, dict[str, int]]:
     """(p50 ms, p99 ms, good responses/s, failed requests) of REQUESTS GETs by ``concurrency`` clients.
 
-    A request that fails (connection reset or refused, wrong status or length) is counted, not
-    timed; throughput counts good responses only.
+    A request that fails (connection reset or refused, no answer within ``TIMEOUT_S``, wrong
+    status or length) is counted, not timed; throughput counts good responses only.
     """
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(headers=headers, limits=limits, timeout=300) as client:
+    async with httpx.AsyncClient(headers=headers, limits=limits, timeout=TIMEOUT_S) as client:
         for _ in range(WARMUP // 10):
             await asyncio.gather(*(client.get(url) for _ in range(10)))
         latencies: list[float] = []

@@ -133,7 +133,9 @@ EXECUTORS: dict[str, dict[str, Any] | None] = {
         "preload_modules": ["typestrict_pipeline.definitions", "scipy.stats", "scipy.integrate",
                             "matplotlib.figure", "matplotlib.backends.backend_agg"]}}}},
     "spawn": {"multiprocess": {"max_concurrent": 2, "start_method": {"spawn": {}}}},
-    "ui_before": {"multiprocess": {}},  # Dagster's default before study_job had one: spawn, one per core
+    # Dagster's default before study_job had one: spawn, one per core (named: the job's own
+    # executor now forks when no start method is given)
+    "ui_before": {"multiprocess": {"start_method": {"spawn": {}}}},
 }
 
 
