@@ -39,6 +39,7 @@ from __future__ import annotations
 import enum
 import functools
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -377,8 +378,8 @@ def _exact_quotients(num: npt.NDArray[np.int64], den: npt.NDArray[np.int64]) -> 
 class _GroupSums:
     """One system's per-group integer sums (the bootstrap recombines them per resample).
 
-    The least confident ``window`` rows are cut into blocks of ``_BLOCK`` rows (least confident
-    first): ``blocks[g, j]`` / ``blocks[g, nblk + j]`` count group ``g``'s rows / right rows in
+    The least confident ``window`` rows are cut into blocks of :func:`block_rows` rows (least
+    confident first): ``blocks[g, j]`` / ``blocks[g, nblk + j]`` count group ``g``'s rows / right rows in
     block ``j``, so one matrix product gives every resample's weight per block, and only the block
     holding the cut is looked at row by row (``tail_groups``, ``tail_right``; padding rows point
     at the empty group ``G``).
@@ -390,11 +391,24 @@ class _GroupSums:
     by_rank: npt.NDArray[np.intp]  # group of each row, rows in this system's confidence order
     correct_by_rank: npt.NDArray[np.int64]
     blocks: npt.NDArray[np.int64]  # (G, 2·nblk)
-    tail_groups: npt.NDArray[np.intp]  # (nblk, _BLOCK)
-    tail_right: npt.NDArray[np.int64]  # (nblk, _BLOCK)
+    tail_groups: npt.NDArray[np.intp]  # (nblk, block rows)
+    tail_right: npt.NDArray[np.int64]  # (nblk, block rows)
 
 
-_BLOCK = 128  # rows per block of the selective-accuracy search
+def block_rows(n_groups: int, window: int) -> int:
+    """Rows per block of the selective-accuracy search: ``sqrt(n_groups · window) / 10`` within
+    32 … 128.
+
+    Smaller blocks make the row-by-row search of the cut's block shorter but add two table
+    columns per block to every resample's matrix product (``n_groups`` multiply-adds each): the
+    cost ``block + n_groups · window / block`` is least near the square root. Measured (CPU, B =
+    2,000): 200 groups of 10 rows, K = 20: 17.4 ms at 128, 14.7 ms at 32-48; the row bootstrap
+    of 10,000 rows: 0.45 s at 128, 0.56 s at 32. Any size gives the same bits.
+
+    >>> block_rows(200, 695), block_rows(2000, 695), block_rows(10000, 2916)
+    (37, 117, 128)
+    """
+    return int(min(128, max(32, math.isqrt(n_groups * window) // 10)))
 
 
 def _group_sums(
@@ -410,13 +424,14 @@ def _group_sums(
     group_right = np.bincount(gidx, weights=correct, minlength=n_groups).astype(np.int64)
     n = len(order)
     window = min(n, n // 4 + 4 * int(np.sqrt(n)) + 16)
-    n_blocks = -(-window // _BLOCK)
-    tail_groups = np.full(n_blocks * _BLOCK, n_groups, dtype=np.intp)
-    tail_right = np.zeros(n_blocks * _BLOCK, dtype=np.int64)
+    block = block_rows(n_groups, window)
+    n_blocks = -(-window // block)
+    tail_groups = np.full(n_blocks * block, n_groups, dtype=np.intp)
+    tail_right = np.zeros(n_blocks * block, dtype=np.int64)
     tail_groups[:window] = gidx[order[::-1][:window]]
     tail_right[:window] = correct[order[::-1][:window]]
     blocks = np.zeros((n_groups + 1, 2 * n_blocks), dtype=np.int64)
-    block_of = np.arange(n_blocks * _BLOCK, dtype=np.intp) // _BLOCK
+    block_of = np.arange(n_blocks * block, dtype=np.intp) // block
     np.add.at(blocks, (tail_groups, block_of), 1)
     np.add.at(blocks, (tail_groups, n_blocks + block_of), tail_right)
     return _GroupSums(
@@ -426,8 +441,8 @@ def _group_sums(
         gidx[order],
         correct[order],
         blocks[:n_groups],
-        tail_groups.reshape(n_blocks, _BLOCK),
-        tail_right.reshape(n_blocks, _BLOCK),
+        tail_groups.reshape(n_blocks, block),
+        tail_right.reshape(n_blocks, block),
     )
 
 
@@ -487,7 +502,7 @@ def _dropped_right_blocks(
         # the cut's block, row by row, one column per resample (so every cumulative step is one
         # vector addition): weight in the low 32 bits, right answers in the high ones
         flat = np.ascontiguousarray(counts_ext).reshape(-1)
-        w = flat[sums.tail_groups[blk].T + rows_ * counts_ext.shape[1]]  # (_BLOCK, r)
+        w = flat[sums.tail_groups[blk].T + rows_ * counts_ext.shape[1]]  # (block rows, r)
         right = sums.tail_right[blk].T
         cum = np.cumsum(w | ((w * right) << 32), axis=0)
         cum_w = (cum & 0xFFFFFFFF) + w_before
