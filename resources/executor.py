@@ -107,8 +107,14 @@ class WarmMultiprocessExecutor(MultiprocessExecutor):
 def other_threads() -> list[str]:
     """Names of the live threads other than the calling one (a fork would not copy them).
 
-    >>> other_threads()
-    []
+    >>> done = threading.Event()
+    >>> poller = threading.Thread(target=done.wait, name="doctest-poller")
+    >>> poller.start()
+    >>> "doctest-poller" in other_threads()
+    True
+    >>> done.set(); poller.join()
+    >>> "doctest-poller" in other_threads()
+    False
     """
     me = threading.current_thread()
     return [t.name for t in threading.enumerate() if t is not me]

@@ -134,11 +134,12 @@ def test_other_threads_names_the_threads_a_fork_would_not_copy() -> None:
     extra = threading.Thread(target=stop.wait, name="poller", daemon=True)
     extra.start()
     try:
-        assert other_threads() == ["poller"]
+        assert "poller" in other_threads()
+        assert threading.current_thread().name not in other_threads()
     finally:
         stop.set()
         extra.join()
-    assert other_threads() == []
+    assert "poller" not in other_threads()  # (other tests' servers may still run here)
 
 
 def test_frozen_heap_collects_nothing_twice_and_loses_nothing() -> None:
