@@ -200,11 +200,15 @@ def test_rows_must_all_have_a_group_or_none() -> None:
         judge_decision(DecisionData(data.name, data.kind, data.answers, tuple(rows)))
 
 
-@pytest.mark.parametrize("sizes", [[300] * 2, [1] * 400 + [200], [10] * 60])
+@pytest.mark.parametrize("sizes", [[300] * 2, [1] * 400 + [200], [10] * 60,
+                                   [10] * 200, [1] * 1500 + [5] * 100])
 def test_selective_window_and_its_fallback_are_exact(sizes: list[int]) -> None:
     # 600 rows: the search looks at the ~380 least confident rows first; with a few big groups
-    # drawn unevenly they weigh too little and every row is searched instead
-    data = with_groups(synthetic_decision(seed=4, n=600, n_answers=3, model_skill=1.2), sizes)
+    # drawn unevenly they weigh too little and every row is searched instead. 2,000 rows: the
+    # window is cut into larger blocks (bootstrap.block_rows: 37 rows for 200 groups, 105 for
+    # 1,600; 32 in the smaller cases)
+    data = with_groups(synthetic_decision(seed=4, n=sum(sizes), n_answers=3, model_skill=1.2),
+                       sizes)
     rows, _ = canonical_rows(data)
     groups = group_indices(rows)
     y = [r.y for r in rows]
@@ -213,21 +217,3 @@ def test_selective_window_and_its_fallback_are_exact(sizes: list[int]) -> None:
     fast = bootstrap_gains(y, a, b, 3, bytes(32), 40, groups).tolist()
     assert _bits(fast) == _bits(gains_python(y, a, b, 3, bytes(32), 40, groups))
 
-
-@pytest.mark.parametrize("sizes", [[10] * 200, [1] * 1500 + [5] * 100])
-def test_larger_search_blocks_give_the_same_bits(sizes: list[int]) -> None:
-    # 2,000 rows: the selective-accuracy search cuts its window into blocks sized by the data
-    # (block_rows: 37 rows for 200 groups, 105 for 1,600), not the 32 of the small cases above
-    from typestrict_pipeline.refund.bootstrap import block_rows
-
-    n = sum(sizes)
-    window = n // 4 + 4 * int(n**0.5) + 16
-    assert block_rows(len(sizes), window) > 32
-    data = with_groups(synthetic_decision(seed=7, n=n, n_answers=4, model_skill=1.0), sizes)
-    rows, _ = canonical_rows(data)
-    groups = group_indices(rows)
-    y = [r.y for r in rows]
-    a = example_values(y, [r.p_model for r in rows])
-    b = example_values(y, [r.p_jev for r in rows])
-    fast = bootstrap_gains(y, a, b, 4, bytes(32), 40, groups).tolist()
-    assert _bits(fast) == _bits(gains_python(y, a, b, 4, bytes(32), 40, groups))
