@@ -4,12 +4,14 @@ What a user relies on: a study launched with the job's default executor runs eve
 process of its own, forked from the run process (no cold interpreter, no forkserver start) only
 while that process has no other thread (a fork copies only the calling thread), falls back to a
 forkserver otherwise and says so, and either way finishes the study exactly as in process: same
-winner, same holdout score, same spend. The run executes in a plain child interpreter, as a run
+winner, same holdout score, same spend. Interrupting the run process (what Terminate does) stops
+the forked steps with it. The run executes in a plain child interpreter, as a run
 process does, so no thread of the test runner's is in it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -26,6 +28,7 @@ from resources.executor import other_threads
 from resources.store import StoreResource
 from resources.studies import StudyRunnerResource
 from typestrict_pipeline.heap import frozen_heap
+from typestrict_pipeline.processes import process_alive
 from typestrict_pipeline.store import open_store
 from typestrict_pipeline.study.leaderboard import load_leaderboard
 from typestrict_pipeline.study.repository import LastBacktest
@@ -72,12 +75,16 @@ def _config(n: int = 4) -> StudyConfig:
     )
 
 
-def _launch(url: str, sid: int, tmp_path: Path, mode: str) -> dict[str, object]:
-    home = tmp_path / f"dagster_home_{mode}"
+def _run_env(home: Path, url: str) -> dict[str, str]:
+    """The environment of a run process on a fresh instance at ``home`` and the store ``url``."""
     home.mkdir()
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    env = {**os.environ, "DAGSTER_HOME": str(home), "STUDY_TEST_STORE_URL": url,
-           "PYTHONPATH": os.pathsep.join([str(TESTS), str(TESTS.parent)])}
+    return {**os.environ, "DAGSTER_HOME": str(home), "STUDY_TEST_STORE_URL": url,
+            "PYTHONPATH": os.pathsep.join([str(TESTS), str(TESTS.parent)])}
+
+
+def _launch(url: str, sid: int, tmp_path: Path, mode: str) -> dict[str, object]:
+    env = _run_env(tmp_path / f"dagster_home_{mode}", url)
     done = subprocess.run([sys.executable, "-c", _RUN, str(sid), mode], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -168,3 +175,63 @@ def test_frozen_heap_collects_nothing_twice_and_loses_nothing() -> None:
     assert gc.get_freeze_count() == base
     gc.collect()
     assert old() is None  # after the block, the old garbage is collected like any other
+
+
+_SLOW_RUN = textwrap.dedent("""
+    import sys
+    import dagster as dg
+    from assets.studies import study_run_config
+    import study_job_helper as helper
+
+    with dg.DagsterInstance.get() as instance:
+        result = dg.execute_job(dg.reconstructable(helper.make_study_job), instance=instance,
+                                run_config=study_run_config(int(sys.argv[1])), raise_on_error=False)
+    print("RUN", result.run_id, result.success, flush=True)
+""")
+
+
+def test_interrupting_the_run_process_stops_its_forked_steps(tmp_path: Path) -> None:
+    # What Terminate does to a run the product's launcher started (SIGINT to the run process):
+    # the executor forwards it to the forked steps, which stop; nothing is left running.
+    import signal
+    import time
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    slow = {"backend": "synthetic", "cost_per_step": 3, "sleep_s": 0.05}
+    sid = create_study_from_config(open_store(url), dataclasses.replace(_config(), backend=slow))
+    home = tmp_path / "dagster_home"
+    env = _run_env(home, url)
+    run = subprocess.Popen([sys.executable, "-c", _SLOW_RUN, str(sid)], env=env, cwd=tmp_path,
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            deadline = time.monotonic() + 120
+            pids: list[int] = []
+            while time.monotonic() < deadline and len(pids) < 2:  # both chunk steps started
+                for r in instance.get_runs():
+                    pids = [int(str(e.dagster_event.engine_event_data.metadata["pid"].value))
+                            for e in instance.all_logs(r.run_id)
+                            if e.dagster_event is not None
+                            and e.dagster_event.event_type_value == "STEP_WORKER_STARTED"
+                            and (e.step_key or "").startswith("study_backtests")]
+                time.sleep(0.1)
+            assert len(pids) == 2, "the chunk steps did not start"
+            (started,) = instance.get_runs()
+            instance.report_run_canceling(started)  # as the launcher's terminate does first
+            run.send_signal(signal.SIGINT)
+            out, _ = run.communicate(timeout=120)
+            assert "RUN" in out and out.split()[-1] == "False"
+            (record,) = instance.get_runs()
+            assert record.status == dg.DagsterRunStatus.CANCELED
+            said = " ".join(e.message or "" for e in instance.all_logs(record.run_id))
+            assert "forwarding to active child processes" in said
+            assert "interrupted all active child processes" in said
+        # the forked steps ended with the run (bounded wait: a zombie is reaped by init)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(process_alive(p) for p in pids):
+            time.sleep(0.1)
+        assert not any(process_alive(p) for p in pids)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
