@@ -379,10 +379,10 @@ class _GroupSums:
     """One system's per-group integer sums (the bootstrap recombines them per resample).
 
     The least confident ``window`` rows are cut into blocks of :func:`block_rows` rows (least
-    confident first): ``blocks[g, j]`` / ``blocks[g, nblk + j]`` count group ``g``'s rows / right rows in
-    block ``j``, so one matrix product gives every resample's weight per block, and only the block
-    holding the cut is looked at row by row (``tail_groups``, ``tail_right``; padding rows point
-    at the empty group ``G``).
+    confident first): ``blocks[g, j]`` / ``blocks[g, nblk + j]`` count group ``g``'s rows / right
+    rows in block ``j``, so one matrix product gives every resample's weight per block, and only
+    the block holding the cut is looked at row by row (``tail_groups``, ``tail_right``; padding
+    rows point at the empty group ``G``).
     """
 
     codes: npt.NDArray[np.int64]  # (G, 2K): per answer k, [2k] wrong-and-predicted-k, [2k+1] right
