@@ -59,7 +59,11 @@ class World:
 
 
 def _world(url: str, *, fail_from: dt.datetime | None = None, budget: int | None = 1_000_000) -> World:
-    """A finished root study (holdout ends 2015-02-01), a schedule every hour from T0."""
+    """A finished root study (holdout ends 2015-02-01, created an hour before T0), a schedule every
+    hour from T0.
+
+    The study's creation time is pinned: the usage budget counts a study's spend in the month it
+    was created (UTC), and the ticks below evaluate at T0, whatever the day the suite runs on."""
     engine = open_store(url)
     set_workspace(engine, WS, subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=50_000_000)
     workflow = scenario.backend(shift_at=ROOT_END - 10 * DAY)
@@ -67,6 +71,8 @@ def _world(url: str, *, fail_from: dt.datetime | None = None, budget: int | None
     root = scenario.create_root_study(engine, workspace=WS, root_end=ROOT_END, budget_micro_usd=budget,
                                       min_unseen_steps=10, workflow=workflow)
     scenario.run(engine, root)
+    with session_scope(engine) as s:  # the root study ran just before T0, so its spend is in T0's month
+        s.execute(update(StudyRow).where(StudyRow.id == int(root)).values(created_at=T0 - HOUR))
     sched = enable_schedule(engine, scenario.port(engine), study_id=root, cadence="1h", owner="ana@example.com", now=T0)
     return World(url, engine, root, sched.id, dg.DagsterInstance.ephemeral())
 

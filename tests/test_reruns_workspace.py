@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 
 import pytest
 
@@ -43,11 +44,26 @@ def test_usage_period_is_the_utc_calendar_month() -> None:
     assert usage_period(dt.datetime(2024, 3, 1, 0, 30, tzinfo=plus2))[0] == dt.date(2024, 2, 1)
 
 
+def _now_well_inside_a_month(margin: dt.timedelta = dt.timedelta(minutes=2)) -> dt.datetime:
+    """The time now, after waiting out the end of a UTC month if it is less than ``margin`` away.
+
+    The test below records spend at the wall-clock time and reads the month containing ``now``;
+    a run that straddled the end of a month would see part of it in the next one.
+    """
+    now = utcnow()
+    _, last = usage_period(now)
+    month_end = dt.datetime(last.year, last.month, last.day, tzinfo=dt.UTC) + dt.timedelta(days=1)
+    if month_end - now < margin:
+        time.sleep((month_end - now).total_seconds() + 1)
+        now = utcnow()
+    return now
+
+
 def test_spend_counts_live_runs_backtests_and_studies(store_url: str) -> None:
     engine = open_store(store_url)
     set_workspace(engine, "demo", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=10**9)
     spend = store_spend_source(engine)
-    now = utcnow()
+    now = _now_well_inside_a_month()
     assert workspace_status(engine, "demo", now, spend).spent_micro_usd == 0  # type: ignore[union-attr]
 
     with weather_fixture(days=5) as fx:  # a real workflow, its stand-in model server, metered
