@@ -14,7 +14,7 @@ unless the instance or the run's tags ask for one), and the executor's own loop 
 parent only reads the step processes' queues. Where another thread runs, the run falls back to
 ``forkserver`` preloading ``fallback_preload_modules`` and says so. Otherwise it is Dagster's
 executor unchanged: the same step processes, events, retries, interrupts (Terminate sets each
-step's termination event) and ``max_concurrent``.
+step's termination event), ``max_concurrent`` and ``tag_concurrency_limits``.
 
 What a forked step inherits and why that is safe: Dagster's storages open a connection per use
 (no pool is carried over), and a step opens its own instance and store engines; the run process
@@ -28,6 +28,8 @@ Configure it like Dagster's ``multi_or_in_process_executor``::
       config:
         multiprocess:
           max_concurrent: 2
+          tag_concurrency_limits:   # optional, as in Dagster's executor
+            - {key: lane, value: store, limit: 1}
           start_method:
             fork: {}          # or forkserver: {preload_modules: [...]}, or spawn: {}
 """
@@ -39,6 +41,7 @@ from typing import Any
 import dagster as dg
 from dagster._core.events import EngineEventData
 from dagster._core.execution.retries import RetryMode
+from dagster._core.execution.tags import get_tag_concurrency_limits_config
 from dagster._core.executor.in_process import InProcessExecutor
 from dagster._core.executor.multiprocess import MultiprocessExecutor
 
@@ -56,6 +59,7 @@ _MULTIPROCESS = dg.Field({
     "max_concurrent": dg.Field(dg.Noneable(dg.Int), default_value=None,
                                description="How many step processes run at once (unset or 0: "
                                "one per core)."),
+    "tag_concurrency_limits": get_tag_concurrency_limits_config(),  # type: ignore[no-untyped-call]
     "start_method": dg.Field(_selector({
         "fork": dg.Field({"fallback_preload_modules": dg.Field([str], is_required=False,
                                                                description=(
@@ -79,8 +83,10 @@ class WarmMultiprocessExecutor(MultiprocessExecutor):
     is single-threaded (see the module docstring), else ``forkserver``."""
 
     def __init__(self, retries: RetryMode, max_concurrent: int | None, start_method: str,
-                 preload: Sequence[str] | None) -> None:
+                 preload: Sequence[str] | None,
+                 tag_concurrency_limits: list[dict[str, Any]] | None = None) -> None:
         super().__init__(retries=retries, max_concurrent=max_concurrent,
+                         tag_concurrency_limits=tag_concurrency_limits,
                          start_method=start_method, explicit_forkserver_preload=preload)
 
     def execute(self, plan_context: Any, execution_plan: Any) -> Iterator[dg.DagsterEvent]:
@@ -146,4 +152,5 @@ def warm_multiprocess_executor(init_context: dg.InitExecutorContext) -> dg.Execu
     preload = options.get("fallback_preload_modules" if method == "fork" else "preload_modules")
     return WarmMultiprocessExecutor(retries=_retry_mode(multi),
                                     max_concurrent=multi.get("max_concurrent"),
-                                    start_method=method, preload=preload)
+                                    start_method=method, preload=preload,
+                                    tag_concurrency_limits=multi.get("tag_concurrency_limits"))

@@ -235,3 +235,41 @@ def test_interrupting_the_run_process_stops_its_forked_steps(tmp_path: Path) -> 
         if run.poll() is None:
             run.kill()
             run.wait()
+
+
+_LANE_RUN = textwrap.dedent("""
+    import json, sys
+    import dagster as dg
+    import lane_job_helper as helper
+
+    limit, wait = sys.argv[1] == "limit", sys.argv[2] == "wait"
+    multi = {"max_concurrent": 2}
+    if limit:
+        multi["tag_concurrency_limits"] = [{"key": "lane", "value": "store", "limit": 1}]
+    ops = {name: {"config": {"wait_for_company": wait}} for name in ("left", "right")}
+    with dg.DagsterInstance.get() as instance:
+        result = dg.execute_job(dg.reconstructable(helper.make_lane_job), instance=instance,
+                                run_config={"execution": {"config": {"multiprocess": multi}}, "ops": ops})
+    print(json.dumps({"success": result.success}))
+""")
+
+
+@pytest.mark.parametrize("limited", [True, False])
+def test_tag_concurrency_limits_hold_steps_that_share_a_tag_back(tmp_path: Path, limited: bool) -> None:
+    # As in Dagster's multiprocess executor: a launchpad can cap how many steps with a tag run at
+    # once (e.g. steps that write to one store), whatever max_concurrent allows.
+    lanes = tmp_path / "lanes"
+    lanes.mkdir()
+    env = {**_run_env(tmp_path / "dagster_home", f"sqlite:///{tmp_path / 'unused.db'}"), "LANE_TEST_DIR": str(lanes)}
+    args = ["limit", "sleep"] if limited else ["free", "wait"]
+    done = subprocess.run([sys.executable, "-c", _LANE_RUN, *args], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"success": True}
+    span = {name: (float((lanes / f"{name}.start").read_text()), float((lanes / f"{name}.end").read_text()))
+            for name in ("left", "right")}
+    (_, a_end), (b_start, _) = sorted(span.values())  # the earlier start first
+    if limited:
+        assert a_end <= b_start  # one after the other
+    else:
+        assert b_start < a_end  # each waited for the other to start: they ran at once
