@@ -320,3 +320,69 @@ def test_a_schedule_is_enabled_and_its_skip_reason_read_through_the_api(tmp_path
                 assert o.get(f"/v1/studies/{root}/schedule").status_code == 404
     finally:
         engine.dispose()
+
+
+def _race(store: Any, tid: str, data: bytes) -> list[str]:
+    """Four submissions of ``tid`` and two readers of its state, released at once: what each saw."""
+    import threading
+
+    from typestrict_pipeline.errors import ConflictError, NotFoundError
+
+    outcomes: list[str] = []
+    start = threading.Barrier(6)
+
+    def submit() -> None:
+        start.wait()
+        try:
+            store.submit("acme", tid, data, None)
+            outcomes.append("handed over")
+        except ConflictError:
+            outcomes.append("conflict")
+
+    def read() -> None:
+        start.wait()
+        for _ in range(200):
+            try:
+                store.state("acme", tid)
+            except NotFoundError:
+                outcomes.append("not found")
+                return
+
+    threads = [threading.Thread(target=submit) for _ in range(4)] + [threading.Thread(target=read) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sorted(outcomes)
+
+
+def test_racing_submissions_and_readers_see_one_handover_and_never_a_missing_training(
+        tmp_path: Path, sqlite_url: str) -> None:
+    # The race behind a lost "exactly once" (two 202s and two 404s, seen on a slow machine): a
+    # submission that read the draft just before another handed the training over must be
+    # refused, and a reader between the manifest's write and the draft's removal must find it.
+    # Threads switch every microsecond here, so the interleavings a slow machine makes are common
+    # (the code before the fix failed this in 4 runs of 5).
+    import sys
+
+    from typestrict_pipeline.api.trainings import TrainingRequest, TrainingStore
+
+    home, csv, jev = _setup(tmp_path, sqlite_url)
+    engine = open_store(sqlite_url)
+    rounds = 10
+    CreditLedger(engine).grant("acme", rounds, reference="race")
+    store = TrainingStore(home, engine, jev)
+    store.area("acme").save("reviews.csv", csv)
+    body = support.TRAINING_BODY
+    lines = [json.dumps(p) for p in support.model_predictions(csv, skill=0.9)]
+    data = ("\n".join(lines) + "\n").encode()
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(rounds):
+            tid = store.create("acme", TrainingRequest(dataset=body["dataset"], decisions=body["decisions"],
+                                                       options=body["options"]))
+            assert _race(store, tid, data) == ["conflict"] * 3 + ["handed over"]
+    finally:
+        sys.setswitchinterval(old)
+        engine.dispose()

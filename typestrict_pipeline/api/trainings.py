@@ -63,6 +63,13 @@ class TrainingState(enum.StrEnum):
     SETTLED = "settled"
 
 
+def _already_submitted(training_id: str) -> ConflictError:
+    return ConflictError(
+        f"expected training {training_id!r} to await its predictions, got them already "
+        "submitted. Its verdict follows; read GET /v1/trainings/{id}"
+    )
+
+
 def _not_found(what: str, ident: str) -> NotFoundError:
     return NotFoundError(
         f"expected a {what} with id {ident[:200]!r} in this workspace, got none. Check the id "
@@ -257,13 +264,18 @@ class TrainingStore:
             folder = self.folder(training_id)
         except InputError:
             raise _not_found("training", training_id) from None
-        for name, draft in ((MANIFEST_NAME, False), (DRAFT_NAME, True)):
+        # The manifest is looked for again after the draft: a submission writes the manifest
+        # before it removes the draft, so a reader that missed the manifest and then the draft
+        # finds the manifest the second time (never "not found" in between).
+        for name, draft in ((MANIFEST_NAME, False), (DRAFT_NAME, True), (MANIFEST_NAME, False)):
             path = folder / name
             if path.is_file():
                 try:
                     doc = read_json_file(path, error=ManifestError, what="a manifest")
-                except InputError:  # not readable: never shown, never a 500
-                    break
+                except InputError:
+                    if not path.exists():  # a draft removed since: its manifest is looked for next
+                        continue
+                    break  # not readable: never shown, never a 500
                 if not isinstance(doc, dict) or doc.get("workspace_id") != workspace_id:
                     break
                 return doc, folder, draft
@@ -348,13 +360,7 @@ class TrainingStore:
         """
         doc, folder, draft = self._doc(workspace_id, training_id)
         if not draft:
-            raise ConflictError(
-                f"expected training {training_id!r} to await its predictions, got them already "
-                "submitted. Its verdict follows; read GET /v1/trainings/{id}"
-            )
-        if trained_on is not None:
-            doc["training"] = {**doc["training"], "trained_on_sha256": trained_on}
-        manifest = parse_manifest(doc, source="request", base_dir=folder)
+            raise _already_submitted(training_id)
         claim = folder / ".submitting"
         try:  # one submission at a time: a concurrent one is a conflict, not a mix of two
             os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
@@ -365,6 +371,14 @@ class TrainingStore:
             ) from None
         staged = folder / "predictions" / f".incoming-{secrets.token_hex(4)}.jsonl"
         try:
+            # Read again under the claim: a submission that held it since the read above may
+            # have handed the training over already (the claim is gone once it has).
+            doc, folder, draft = self._doc(workspace_id, training_id)
+            if not draft:
+                raise _already_submitted(training_id)
+            if trained_on is not None:
+                doc["training"] = {**doc["training"], "trained_on_sha256": trained_on}
+            manifest = parse_manifest(doc, source="request", base_dir=folder)
             write_atomic(staged, predictions_jsonl)
             read_predictions(staged, "model")
             holdouts = split_decisions(load_dataset(manifest))
