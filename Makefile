@@ -38,7 +38,7 @@ ui: $(STAMP)
 test: $(STAMP)
 	@nice -n 10 $(BIN)/mypy typestrict_pipeline assets resources demo bench tests >$(VENV)/mypy.log 2>&1 & typed=$$!; \
 	echo "pytest on 2 workers; mypy beside it (nice -n 10), then ruff"; \
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup --no-loadscope-reorder; tests=$$?; \
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder; tests=$$?; \
 	wait $$typed; typed=$$?; echo "mypy:"; cat $(VENV)/mypy.log; \
 	$(BIN)/ruff check typestrict_pipeline assets resources tests bench demo; linted=$$?; \
 	for code in $$tests $$typed $$linted; do [ $$code -eq 0 ] || exit $$code; done

@@ -97,26 +97,21 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return url
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Order and group the tests for ``make test``'s two pytest-xdist workers (``--dist loadgroup``).
+    """Order the tests for ``make test``'s two pytest-xdist workers (``--dist loadfile``).
 
-    - Tests that share a module-scoped fixture (a demo home, a served UI) run on one worker, so
-      the fixture is built once, as in a single process: they get ``xdist_group(<file>)``.
-    - Files with a ``slow`` test run first (those grouped above before the rest), each file
-      in one piece and in collection order, so the longest tests start early and the last
-      minutes are not one worker alone.
+    ``loadfile`` sends each test file to one worker as a whole, so a module-scoped fixture (the
+    README test's demo home, the browser tests' served UI, the API fuzz app, ...) is built once,
+    as in a single process. (``--dist loadgroup`` with an ``xdist_group`` mark per file was
+    meant to do that, but pytest 9.2 keeps a test's id where pytest-xdist 3.8 no longer writes
+    the group, so the marks were ignored and both workers built such fixtures: the suite took
+    12.4 min on a slow machine, 9.4 min with ``loadfile``.) Files with a ``slow`` test run first, each in collection order, so the longest
+    files start early and the last minutes are not one worker alone.
 
     Nothing is skipped or changed inside a test; only where and when it runs.
     """
-    for item in items:
-        fixturedefs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
-        if any(d.scope == "module" for defs in fixturedefs.values() for d in defs):
-            item.add_marker(pytest.mark.xdist_group(_file(item)))
     slow = {_file(i) for i in items if i.get_closest_marker("slow")}
-    # A slow file's tests that share a module fixture are one long unit (the README's): first.
-    items.sort(key=lambda i: (_file(i) not in slow,
-                              not (_file(i) in slow and i.get_closest_marker("xdist_group"))))
+    items.sort(key=lambda i: _file(i) not in slow)
 
 
 def _file(item: pytest.Item) -> str:
