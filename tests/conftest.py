@@ -105,8 +105,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     as in a single process. (``--dist loadgroup`` with an ``xdist_group`` mark per file was
     meant to do that, but pytest 9.2 keeps a test's id where pytest-xdist 3.8 no longer writes
     the group, so the marks were ignored and both workers built such fixtures: the suite took
-    12.4 min on a slow machine, 9.4 min with ``loadfile``.) Files with a ``slow`` test run first, each in collection order, so the longest
-    files start early and the last minutes are not one worker alone.
+    12.4 min on a slow machine, 9.4 min with ``loadfile``.) Files with a ``slow`` test run
+    first, each in collection order, so the longest files start early and the last minutes are
+    not one worker alone.
 
     Nothing is skipped or changed inside a test; only where and when it runs.
     """
