@@ -284,7 +284,11 @@ class TrainingStore:
     def manifest(self, workspace_id: str, training_id: str) -> TrainingManifest:
         """The training's manifest (draft or final), if it belongs to ``workspace_id``."""
         doc, folder, _ = self._doc(workspace_id, training_id)
-        return parse_manifest(doc, source=str(folder / MANIFEST_NAME), base_dir=folder)
+        # A manifest written outside the API (the demo's) may name a file of the data folder,
+        # as the pipeline allows (docs/manifest.md, "Where files may be").
+        data_root = os.environ.get("TYPESTRICT_DATA_ROOT") or str(self.home / "data")
+        return parse_manifest(doc, source=str(folder / MANIFEST_NAME), base_dir=folder,
+                              data_roots=(Path(data_root),))
 
     def model(self, workspace_id: str, model_id: str) -> ModelInfo:
         """The model record of ``model_id`` if it belongs to ``workspace_id`` (else not found)."""

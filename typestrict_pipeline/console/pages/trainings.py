@@ -9,6 +9,7 @@ then :meth:`TrainingStore.create` / :meth:`TrainingStore.submit` check, charge a
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -270,7 +271,17 @@ def _training_page(request: Request, session: ConsoleSession, training_id: str,
         "keep_if_loses": manifest.options.keep_if_loses,
         "decisions": [d.name for d in manifest.decisions],
         "split": split, "roles": [split_roles(h) for h in split.decisions] if split else [],
-        "error": error}, status=status)
+        "example": _example_row(manifest), "error": error}, status=status)
+
+
+def _example_row(manifest: Any) -> str:
+    """One line of a predictions file for the training's first decision (the form's example)."""
+    d = manifest.decisions[0]
+    answers = list(d.answers) or ["option A", "option B"]
+    share = round(1 / len(answers), 2)
+    probs = {a: share for a in answers[:-1]}
+    probs[answers[-1]] = round(1 - share * (len(answers) - 1), 2)
+    return json.dumps({"id": "r17", "decision": d.name, "probabilities": probs}, ensure_ascii=False)
 
 
 @router.get("/trainings/{training_id}")
