@@ -332,7 +332,7 @@ def test_the_walkthrough_runs_as_written(served: Served, browser: Any) -> None:
 def _axe(page: Any) -> list[dict[str, Any]]:
     """axe-core's violations on the page (the vendored copy, run in the page)."""
     page.evaluate(AXE.read_text(encoding="utf-8"))
-    result: dict[str, Any] = page.evaluate(
+    result: list[dict[str, Any]] = page.evaluate(
         "() => axe.run(document, {resultTypes: ['violations']}).then(r => r.violations.map(v => "
         "({id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.slice(0, 3).map(n => n.target.join(' '))})))")
     violations: list[dict[str, Any]] = list(result)
