@@ -41,6 +41,7 @@ log = logging.getLogger("typestrict.api")
 DEFAULT_MAX_BODY = 16 * 1024 * 1024
 DEFAULT_MAX_UPLOAD = 256 * 1024 * 1024
 UPLOAD_PREFIXES = ("/v1/files/", "/v1/trainings/")
+CONSOLE_UPLOAD_PREFIX = "/console/trainings"  # the console's dataset and predictions forms
 
 
 @dataclass
@@ -80,7 +81,8 @@ class BodyLimitMiddleware:
 
     def _limit(self, scope: Scope) -> int:
         path = str(scope.get("path", ""))
-        upload = scope.get("method") == "PUT" and path.startswith(UPLOAD_PREFIXES)
+        upload = ((scope.get("method") == "PUT" and path.startswith(UPLOAD_PREFIXES))
+                  or (scope.get("method") == "POST" and path.startswith(CONSOLE_UPLOAD_PREFIX)))
         return self.max_upload if upload else self.max_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -238,6 +240,9 @@ def create_app(
     for module in (trainings, models, files, workspaces, studies):
         app.include_router(module.router, prefix="/v1")
     app.include_router(verifier.router)
+    from typestrict_pipeline.console import install as install_console
+
+    install_console(app)
     app.add_middleware(BodyLimitMiddleware, max_body=max_body_bytes, max_upload=max_upload_bytes)
     return app
 
