@@ -174,7 +174,7 @@ def test_the_winner_is_labelled_even_when_it_ranks_low() -> None:
 
 @pytest.mark.parametrize("name", ["bootstrap", "metrics", "lineage", "score_over_time"])
 def test_every_picture_is_large_with_its_legend_outside_the_data(name: str) -> None:
-    make: dict[str, Callable[[], plots.Picture]] = {
+    makers: dict[str, Callable[[], plots.Picture]] = {
         "bootstrap": lambda: plots.bootstrap_picture(GAINS, q05=sorted(GAINS)[99], gain=0.01),
         "metrics": lambda: plots.metrics_picture(
             ["macro_f1", "brier_skill", "selective_acc_80", "worst_class_f1"],
@@ -184,8 +184,8 @@ def test_every_picture_is_large_with_its_legend_outside_the_data(name: str) -> N
         "score_over_time": lambda: plots.score_over_time_picture(
             [f"2015-{m:02d}-01" for m in range(1, 13)], [0.5 + m / 100 for m in range(12)],
             mean_score=0.56),
-    }[name]
-    pic = make()
+    }
+    pic = makers[name]()
     assert pic.legend is not None
     _check_readable(pic)
 
