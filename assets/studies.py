@@ -120,7 +120,8 @@ def partitions_name(partitions: dg.DynamicPartitionsDefinition) -> str:
 
 def leaderboard_picture_markdown(board: Leaderboard) -> str:
     """Out-of-sample vs in-sample scores of the candidates, with the luck line (Markdown image)."""
-    ran = [r for r in board.rows if r.ran]
+    # in ranking order, best first: a picture of many candidates labels the winner and the best
+    ran = sorted((r for r in board.rows if r.ran), key=lambda r: (r.rank is None, r.rank or 0, r.index))
     winner = next((r.label for r in ran if r.candidate_id == board.winner_candidate_id), None)
     png = plots.leaderboard_png(
         [r.label for r in ran], [r.oos for r in ran], [r.in_sample for r in ran],

@@ -30,10 +30,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from typestrict_pipeline.api.errors import ApiError, error_body, status_for
+from typestrict_pipeline.api.jev import JEV_SOURCE_ENV, missing_jev_error, parse_jev_source
 from typestrict_pipeline.api.studies import StudyRunner
 from typestrict_pipeline.api.trainings import TrainingStore
 from typestrict_pipeline.errors import TypeStrictError
-from typestrict_pipeline.files import loads_strict
 from typestrict_pipeline.store import open_store
 
 log = logging.getLogger("typestrict.api")
@@ -50,7 +50,7 @@ class ApiSettings:
 
     store_url: str
     home: Path
-    jev_source: Mapping[str, Any] | None = None
+    jev_source: Mapping[str, Any]
     max_body_bytes: int = DEFAULT_MAX_BODY
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD
     run_studies: bool = True
@@ -186,7 +186,7 @@ def create_app(
     store_url: str,
     home: str | Path,
     *,
-    jev_source: Mapping[str, Any] | None = None,
+    jev_source: Mapping[str, Any] | None,
     max_body_bytes: int = DEFAULT_MAX_BODY,
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD,
     run_studies: bool = True,
@@ -196,7 +196,8 @@ def create_app(
     Args:
         store_url: the domain store (SQLite or PostgreSQL); its schema is upgraded on start.
         home: ``TYPESTRICT_HOME`` (trainings, audits, workspaces' files).
-        jev_source: the manifest ``predictions.jev`` object used for trainings created here.
+        jev_source: the manifest ``predictions.jev`` object used for trainings created here
+            (required: a server without Jev does not start, :func:`~typestrict_pipeline.api.jev.missing_jev_error`).
         max_body_bytes: largest JSON body.
         max_upload_bytes: largest uploaded file (``PUT /v1/files/{name}``, model files).
         run_studies: run created studies in a background thread (off: they stay PENDING).
@@ -210,6 +211,8 @@ def create_app(
         workspaces,
     )
 
+    if jev_source is None:
+        raise missing_jev_error(Path(home).resolve())
     settings = ApiSettings(store_url=store_url, home=Path(home).resolve(), jev_source=jev_source,
                            max_body_bytes=max_body_bytes, max_upload_bytes=max_upload_bytes,
                            run_studies=run_studies)
@@ -254,6 +257,6 @@ def app_from_env() -> FastAPI:
 
     from typestrict_pipeline.store import default_store_url, typestrict_home
 
-    raw = os.environ.get("TYPESTRICT_API_JEV_SOURCE")
-    jev = loads_strict(raw, file="TYPESTRICT_API_JEV_SOURCE") if raw else None
+    raw = os.environ.get(JEV_SOURCE_ENV)
+    jev = parse_jev_source(raw, what=JEV_SOURCE_ENV) if raw else None
     return create_app(default_store_url(), typestrict_home(), jev_source=jev)

@@ -184,13 +184,13 @@ class TrainingStore:
         home: ``TYPESTRICT_HOME``.
         engine: the domain store (credits and model records).
         jev_source: the manifest ``predictions.jev`` value for trainings made here (the server's
-            Jev; customers never choose it). None: creating a training is refused.
+            Jev; customers never choose it, and a server does not start without one).
     """
 
-    def __init__(self, home: Path, engine: Engine, jev_source: Mapping[str, Any] | None) -> None:
+    def __init__(self, home: Path, engine: Engine, jev_source: Mapping[str, Any]) -> None:
         self.home = home
         self.engine = engine
-        self.jev_source = dict(jev_source) if jev_source is not None else None
+        self.jev_source = dict(jev_source)
 
     @property
     def trainings_dir(self) -> Path:
@@ -206,11 +206,6 @@ class TrainingStore:
 
     def _manifest_doc(self, workspace_id: str, training_id: str, req: TrainingRequest,
                       dataset_name: str) -> dict[str, Any]:
-        if self.jev_source is None:
-            raise ConflictError(
-                "expected this server to be configured with Jev's source, got none. The operator "
-                "starts `typestrict api` with --jev-source (a manifest predictions.jev object)"
-            )
         dataset = dict(req.dataset)
         dataset["path"] = dataset_name
         return {

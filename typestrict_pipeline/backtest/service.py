@@ -158,7 +158,8 @@ def run_and_store_backtest(
         result = run_backtest(run_wf, data=data, start=start, end=end, step=step,
                               clients=models.clients, prices=models.prices,
                               max_in_flight=max_in_flight, retries=retries,
-                              on_step_error=on_step_error, on_step=_counting(rec.on_step, len(times), on_progress))
+                              on_step_error=on_step_error, should_stop=rec.should_stop,
+                              on_step=_counting(rec.on_step, len(times), on_progress))
         rec.finish(result.card)
     return rec.id, result
 
