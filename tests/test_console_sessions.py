@@ -34,6 +34,7 @@ from typestrict_pipeline.console.sessions import (
 from typestrict_pipeline.store import open_store, session_scope
 
 T0 = dt.datetime(2026, 12, 1, 9, 0, tzinfo=dt.UTC)
+JEV = {"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "jev"}  # never asked here
 
 
 # --- the core -----------------------------------------------------------------------------------
@@ -134,7 +135,7 @@ def served(tmp_path: Path, sqlite_url: str) -> Iterator[tuple[object, str]]:
     engine = open_store(sqlite_url)
     key = create_api_key(engine, "acme").key
     engine.dispose()
-    app = create_app(sqlite_url, tmp_path / "home", run_studies=False)
+    app = create_app(sqlite_url, tmp_path / "home", jev_source=JEV)
     loop = asyncio.new_event_loop()
     lifespan = app.router.lifespan_context(app)
     loop.run_until_complete(lifespan.__aenter__())
@@ -258,7 +259,7 @@ def test_the_key_never_reaches_the_servers_log(tmp_path: Path, sqlite_url: str,
     caplog.set_level(logging.DEBUG)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_app(sqlite_url, tmp_path / "home", run_studies=False),
+    server = uvicorn.Server(uvicorn.Config(create_app(sqlite_url, tmp_path / "home", jev_source=JEV),
                                            log_config=None, log_level="debug", access_log=True))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

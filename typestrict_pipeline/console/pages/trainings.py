@@ -198,8 +198,7 @@ def _new_form(request: Request, session: ConsoleSession, values: dict[str, Any] 
                         "col_review_label": "", "decisions": [blank_decision()],
                         "keep_if_loses": False},
         "files": ctx.trainings.area(ws).listing(), "error": error,
-        "balance": CreditLedger(ctx.engine).balance(ws), "max_decisions": MAX_DECISIONS,
-        "has_jev": ctx.trainings.jev_source is not None}, status=status)
+        "balance": CreditLedger(ctx.engine).balance(ws), "max_decisions": MAX_DECISIONS}, status=status)
 
 
 @router.get("/trainings/new")
