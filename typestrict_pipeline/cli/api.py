@@ -58,6 +58,9 @@ def _serve(args: argparse.Namespace) -> int:
         raise InputError("between 1 and 64 worker processes", str(args.workers), "pass --workers 4")
     jev_source = _jev_source(args.jev_source)
     home = Path(args.home) if args.home else typestrict_home()
+    # The store is checked (and upgraded) here, before the server starts: a broken store or one
+    # from a newer version is one message and exit 2, never a server's startup traceback.
+    open_store(_store(args)).dispose()
 
     import uvicorn
 

@@ -413,8 +413,13 @@ def _study_not_found(study_id: int) -> NotFoundError:
 
 
 def start_study(engine: Engine, study_id: int, dagster_run_id: str | None = None) -> None:
-    """Move a ``PENDING`` or ``FAILED`` study to ``RUNNING`` (a re-execution resumes it)."""
+    """Move a ``PENDING`` or ``FAILED`` study to ``RUNNING`` (a re-execution resumes it).
+
+    A ``FAILED`` study whose workflow lock was released (:func:`abandon_unstarted`) takes it
+    again, or is refused while another study holds it.
+    """
     with session_scope(engine) as s:
+        _write_lock(s.connection())
         study = get_study(s, study_id)
         state = StudyState(study.state)
         if state.is_terminal:
@@ -422,6 +427,19 @@ def start_study(engine: Engine, study_id: int, dagster_run_id: str | None = None
                 f"expected a pending or interrupted study, got study {study_id} in state "
                 f"{state.label}. Create a new study to run again."
             )
+        lock = s.get(LockRow, (study.workspace, study.workflow))
+        if lock is None:
+            s.add(LockRow(workspace=study.workspace, workflow=study.workflow, study_id=study.id,
+                          created_at=utcnow()))
+            try:
+                s.flush()
+            except IntegrityError:
+                s.rollback()
+                lock = s.get(LockRow, (study.workspace, study.workflow))
+        if lock is not None and lock.study_id != study.id:
+            other = s.get(StudyRow, lock.study_id)
+            raise ConflictError(_conflict_message(study.workspace, study.workflow, lock.study_id,
+                                                  other.state if other is not None else "in flight"))
         s.execute(
             update(StudyRow)
             .where(StudyRow.id == study_id, StudyRow.state.in_(["PENDING", "RUNNING", "FAILED"]))
@@ -432,6 +450,30 @@ def start_study(engine: Engine, study_id: int, dagster_run_id: str | None = None
                 error=None,
             )
         )
+
+
+def abandon_unstarted(engine: Engine, study_id: int, reason: str) -> bool:
+    """Mark a study that no run ever started (still ``PENDING``) as ``FAILED`` with ``reason``
+    and release its workflow's lock; do nothing to a study a run started. Whoever launched the
+    run calls it when the run ended: a run that could not reach the store cannot release the
+    lock itself, and nothing else would. Re-executing the run later takes the lock again
+    (:func:`start_study`).
+
+    Returns:
+        Whether the study was abandoned.
+    """
+    with session_scope(engine) as s:
+        _write_lock(s.connection())
+        res = s.execute(
+            update(StudyRow)
+            .where(StudyRow.id == study_id, StudyRow.state == StudyState.PENDING.value)
+            .values(state=StudyState.FAILED.value, error=reason[:4000])
+        )
+        if not res.rowcount:  # type: ignore[attr-defined]
+            return False
+        study = get_study(s, study_id)
+        _release_lock(s, study)
+        return True
 
 
 def mark_failed(engine: Engine, study_id: int, error: str) -> None:
