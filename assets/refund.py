@@ -25,11 +25,15 @@ import dagster as dg
 
 from resources.refund import RefundModelClientResource, RefundTrainingsResource, SystemAnswers
 from typestrict_pipeline import plots
-from typestrict_pipeline.errors import TypeStrictError
+from typestrict_pipeline.errors import InputError, TypeStrictError
 from typestrict_pipeline.refund.audit import build_audit, write_audit
 from typestrict_pipeline.refund.dataset import Dataset, unlabeled_from_split, unlabeled_text
 from typestrict_pipeline.refund.holdout import Holdout, split_decisions
-from typestrict_pipeline.refund.manifest import TrainingManifest, TrainingStatus
+from typestrict_pipeline.refund.manifest import (
+    PredictionsFileSource,
+    TrainingManifest,
+    TrainingStatus,
+)
 from typestrict_pipeline.refund.metrics import MAX_DROP, METRIC_NAMES
 from typestrict_pipeline.refund.predictions import build_decision_data
 from typestrict_pipeline.refund.preflight import check_training
@@ -172,16 +176,25 @@ def verdict_markdown(judgement: TrainingJudgement, *, jev_label: str = _JEV_NAME
 
 
 @contextlib.contextmanager
-def product_failure() -> Iterator[None]:
+def product_failure(manifest: TrainingManifest | None = None, system: str | None = None) -> Iterator[None]:
     """Turn the product's own errors into a Dagster ``Failure`` whose description is the message.
 
     The run page then shows what went wrong and what to do as the failure reason, not a stack
-    trace; the error's class is kept in the failure's metadata.
+    trace; the error's class is kept in the failure's metadata, with the system whose input it
+    was (``jev`` for the server's Jev: the customer cannot fix that one), read by
+    ``verdict_refusal_sensor`` (assets/lifecycle.py).
     """
     try:
         yield
     except TypeStrictError as exc:
-        raise dg.Failure(description=str(exc), metadata={"error": type(exc).__name__}) from None
+        metadata = {"error": type(exc).__name__}
+        if system is None and manifest is not None and isinstance(exc, InputError):
+            jev = manifest.jev
+            if isinstance(jev, PredictionsFileSource) and exc.file == str(jev.path):
+                system = "jev"
+        if system is not None:
+            metadata["system"] = system
+        raise dg.Failure(description=str(exc), metadata=metadata) from None
 
 
 def _training_id(context: dg.AssetExecutionContext) -> str:
@@ -213,7 +226,7 @@ def dataset(
         return dg.MaterializeResult(value=LoadedTraining(manifest, None), metadata=meta)
     # Every input (dataset, each predictions file in full, each endpoint) is checked before this
     # first asset returns: a bad training fails here and nothing of it is stored.
-    with product_failure():
+    with product_failure(manifest):
         checked = check_training(manifest)
     data = checked.dataset
     assert data is not None
@@ -278,8 +291,9 @@ def holdout(
     holdouts = split_decisions(dataset.dataset)
     manifest = dataset.manifest
     # A model that may have seen test rows is never judged (refund/trained_on.py).
-    check_trained_on(manifest.trained_on_sha256, holdouts, training_id=manifest.training_id,
-                     source=manifest.source)
+    with product_failure(manifest, "model"):
+        check_trained_on(manifest.trained_on_sha256, holdouts, training_id=manifest.training_id,
+                         source=manifest.source)
     roles = roles_frame(holdouts)
     meta: dict[str, Any] = {"dagster/row_count": len(roles)}
     lines = ["| decision | test | train | excluded | test groups | capped |", "|---|---:|---:|---:|---:|---|"]
@@ -315,7 +329,7 @@ def _ask(
             value=SystemAnswers.none(system, client_resource.label),
             metadata={"status": "failed training: no predictions needed"},
         )
-    with product_failure():
+    with product_failure(manifest, system):
         asked = client_resource.predict(
             system=system, source=source, dataset=training.dataset, holdouts=holdout.holdouts,
             log=context.log,
