@@ -29,7 +29,10 @@ from typestrict_pipeline.refund.audit import build_audit, write_audit
 from typestrict_pipeline.refund.dataset import Dataset, unlabeled_from_split, unlabeled_text
 from typestrict_pipeline.refund.explain import decision_reason, facts_from_report, verdict_sentence
 from typestrict_pipeline.refund.holdout import Holdout, split_decisions
-from typestrict_pipeline.refund.manifest import TrainingManifest, TrainingStatus
+from typestrict_pipeline.refund.manifest import (
+    TrainingManifest,
+    TrainingStatus,
+)
 from typestrict_pipeline.refund.metrics import MAX_DROP, METRIC_NAMES
 from typestrict_pipeline.refund.predictions import build_decision_data
 from typestrict_pipeline.refund.preflight import check_training
@@ -223,7 +226,7 @@ def dataset(
         return dg.MaterializeResult(value=LoadedTraining(manifest, None), metadata=meta)
     # Every input (dataset, each predictions file in full, each endpoint) is checked before this
     # first asset returns: a bad training fails here and nothing of it is stored.
-    with product_failure():
+    with product_failure(manifest):
         checked = check_training(manifest)
     data = checked.dataset
     assert data is not None
@@ -291,8 +294,9 @@ def holdout(
     holdouts = split_decisions(dataset.dataset)
     manifest = dataset.manifest
     # A model that may have seen test rows is never judged (refund/trained_on.py).
-    check_trained_on(manifest.trained_on_sha256, holdouts, training_id=manifest.training_id,
-                     source=manifest.source)
+    with product_failure(manifest, "model"):
+        check_trained_on(manifest.trained_on_sha256, holdouts, training_id=manifest.training_id,
+                         source=manifest.source)
     roles = roles_frame(holdouts)
     meta: dict[str, Any] = {"dagster/row_count": len(roles)}
     lines = ["| decision | test | train | excluded | test groups | capped |", "|---|---:|---:|---:|---:|---|"]
@@ -328,7 +332,7 @@ def _ask(
             value=SystemAnswers.none(system, client_resource.label),
             metadata={"status": "failed training: no predictions needed"},
         )
-    with product_failure():
+    with product_failure(manifest, system):
         asked = client_resource.predict(
             system=system, source=source, dataset=training.dataset, holdouts=holdout.holdouts,
             log=context.log,
