@@ -41,6 +41,7 @@ log = logging.getLogger("typestrict.api")
 DEFAULT_MAX_BODY = 16 * 1024 * 1024
 DEFAULT_MAX_UPLOAD = 256 * 1024 * 1024
 UPLOAD_PREFIXES = ("/v1/files/", "/v1/trainings/")
+CONSOLE_UPLOAD_PREFIX = "/console/trainings"  # the console's dataset and predictions forms
 
 
 @dataclass
@@ -80,7 +81,8 @@ class BodyLimitMiddleware:
 
     def _limit(self, scope: Scope) -> int:
         path = str(scope.get("path", ""))
-        upload = scope.get("method") == "PUT" and path.startswith(UPLOAD_PREFIXES)
+        upload = ((scope.get("method") == "PUT" and path.startswith(UPLOAD_PREFIXES))
+                  or (scope.get("method") == "POST" and path.startswith(CONSOLE_UPLOAD_PREFIX)))
         return self.max_upload if upload else self.max_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -167,10 +169,18 @@ def _install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(SQLAlchemyError)
     async def _store(request: Request, exc: SQLAlchemyError) -> JSONResponse:
+        from typestrict_pipeline.store import store_failure
+
         log.warning("store error on %s %s: %s", request.method, request.url.path, type(exc).__name__)
-        return _error_response(503, "store_unavailable",
-                               f"expected the store to answer, got {type(exc).__name__} (busy or "
-                               "unreachable). Retry in a moment", {"Retry-After": "1"})
+        failure = store_failure(exc)
+        if failure.transient:  # busy or unreachable: the same request can succeed later
+            return _error_response(503, "store_unavailable", failure.message, {"Retry-After": "1"})
+        if failure.kind == "read_only":
+            return _error_response(503, "store_read_only", failure.message)
+        if failure.kind == "value":  # a value the database refused: the request must change
+            return _error_response(422, "invalid_input", failure.message)
+        log.error("store refused %s %s", request.method, request.url.path, exc_info=exc)
+        return _error_response(500, "internal", failure.message)
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception) -> JSONResponse:
@@ -244,6 +254,9 @@ def create_app(
                    notifications):
         app.include_router(module.router, prefix="/v1")
     app.include_router(verifier.router)
+    from typestrict_pipeline.console import install as install_console
+
+    install_console(app)
     app.add_middleware(BodyLimitMiddleware, max_body=max_body_bytes, max_upload=max_upload_bytes)
     return app
 

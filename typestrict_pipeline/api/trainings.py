@@ -279,7 +279,11 @@ class TrainingStore:
     def manifest(self, workspace_id: str, training_id: str) -> TrainingManifest:
         """The training's manifest (draft or final), if it belongs to ``workspace_id``."""
         doc, folder, _ = self._doc(workspace_id, training_id)
-        return parse_manifest(doc, source=str(folder / MANIFEST_NAME), base_dir=folder)
+        # A manifest written outside the API (the demo's) may name a file of the data folder,
+        # as the pipeline allows (docs/manifest.md, "Where files may be").
+        data_root = os.environ.get("TYPESTRICT_DATA_ROOT") or str(self.home / "data")
+        return parse_manifest(doc, source=str(folder / MANIFEST_NAME), base_dir=folder,
+                              data_roots=(Path(data_root),))
 
     def model(self, workspace_id: str, model_id: str) -> ModelInfo:
         """The model record of ``model_id`` if it belongs to ``workspace_id`` (else not found)."""
@@ -322,7 +326,7 @@ class TrainingStore:
         manifest = self.manifest(workspace_id, training_id)
         holdouts = split_decisions(load_dataset(manifest))
         train = tuple(sorted(training_ids(holdouts)))
-        everything = {r.id for h in holdouts for r in h.rows}
+        everything = set(holdouts[0].data.ids.to_pylist()) if holdouts else set()
         return SplitView(
             training_id=training_id, training_ids=train,
             training_ids_sha256=trained_on_sha256(train),
