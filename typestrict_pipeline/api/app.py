@@ -169,10 +169,18 @@ def _install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(SQLAlchemyError)
     async def _store(request: Request, exc: SQLAlchemyError) -> JSONResponse:
+        from typestrict_pipeline.store import store_failure
+
         log.warning("store error on %s %s: %s", request.method, request.url.path, type(exc).__name__)
-        return _error_response(503, "store_unavailable",
-                               f"expected the store to answer, got {type(exc).__name__} (busy or "
-                               "unreachable). Retry in a moment", {"Retry-After": "1"})
+        failure = store_failure(exc)
+        if failure.transient:  # busy or unreachable: the same request can succeed later
+            return _error_response(503, "store_unavailable", failure.message, {"Retry-After": "1"})
+        if failure.kind == "read_only":
+            return _error_response(503, "store_read_only", failure.message)
+        if failure.kind == "value":  # a value the database refused: the request must change
+            return _error_response(422, "invalid_input", failure.message)
+        log.error("store refused %s %s", request.method, request.url.path, exc_info=exc)
+        return _error_response(500, "internal", failure.message)
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception) -> JSONResponse:

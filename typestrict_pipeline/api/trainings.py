@@ -326,7 +326,7 @@ class TrainingStore:
         manifest = self.manifest(workspace_id, training_id)
         holdouts = split_decisions(load_dataset(manifest))
         train = tuple(sorted(training_ids(holdouts)))
-        everything = {r.id for h in holdouts for r in h.rows}
+        everything = set(holdouts[0].data.ids.to_pylist()) if holdouts else set()
         return SplitView(
             training_id=training_id, training_ids=train,
             training_ids_sha256=trained_on_sha256(train),
