@@ -253,3 +253,17 @@ def make_api(home: Path, port: int, **extra_env: str) -> ServedCommand:
         if name not in extra_env:
             env.pop(name, None)
     return ServedCommand(["make", "--no-print-directory", "api"], env, port)
+
+
+def run_study_here(store_url: str, study_id: int) -> None:
+    """Run a created study in this process with the studies core's local runner (for tests about
+    what the API shows of a finished study, not about how it runs: the API launched its Dagster
+    run, which no daemon picks up here)."""
+    from typestrict_pipeline.study.runner import run_study_local
+    from typestrict_pipeline.study.service import study_backend
+
+    engine = open_store(store_url)
+    try:
+        run_study_local(engine, study_id, study_backend(engine, study_id), max_workers=2)
+    finally:
+        engine.dispose()

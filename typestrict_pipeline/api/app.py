@@ -31,7 +31,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from typestrict_pipeline.api.errors import ApiError, error_body, status_for
 from typestrict_pipeline.api.jev import JEV_SOURCE_ENV, missing_jev_error, parse_jev_source
-from typestrict_pipeline.api.studies import StudyRunner
+from typestrict_pipeline.api.runs import DagsterRuns, dagster_home_for
 from typestrict_pipeline.api.trainings import TrainingStore
 from typestrict_pipeline.errors import TypeStrictError
 from typestrict_pipeline.store import open_store
@@ -53,7 +53,7 @@ class ApiSettings:
     jev_source: Mapping[str, Any]
     max_body_bytes: int = DEFAULT_MAX_BODY
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD
-    run_studies: bool = True
+    dagster_home: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -64,7 +64,7 @@ class ApiContext:
     settings: ApiSettings
     engine: Engine
     trainings: TrainingStore
-    runner: StudyRunner | None
+    runs: DagsterRuns
 
 
 class _TooLarge(Exception):
@@ -197,7 +197,7 @@ def create_app(
     jev_source: Mapping[str, Any] | None,
     max_body_bytes: int = DEFAULT_MAX_BODY,
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD,
-    run_studies: bool = True,
+    dagster_home: str | Path | None = None,
 ) -> FastAPI:
     """The customer API on the store at ``store_url`` and the files under ``home``.
 
@@ -208,11 +208,16 @@ def create_app(
             (required: a server without Jev does not start, :func:`~typestrict_pipeline.api.jev.missing_jev_error`).
         max_body_bytes: largest JSON body.
         max_upload_bytes: largest uploaded file (``PUT /v1/files/{name}``, model files).
-        run_studies: run created studies in a background thread (off: they stay PENDING).
+        dagster_home: the Dagster instance studies and backtests are launched on (default
+            ``DAGSTER_HOME``, else ``<home>/dagster_home``: :mod:`typestrict_pipeline.api.runs`).
     """
     from typestrict_pipeline.api.routes import (
+        backtests,
+        datasets,
         files,
         models,
+        notifications,
+        schedules,
         studies,
         trainings,
         verifier,
@@ -221,21 +226,21 @@ def create_app(
 
     if jev_source is None:
         raise missing_jev_error(Path(home).resolve())
-    settings = ApiSettings(store_url=store_url, home=Path(home).resolve(), jev_source=jev_source,
+    resolved = Path(home).resolve()
+    settings = ApiSettings(store_url=store_url, home=resolved, jev_source=jev_source,
                            max_body_bytes=max_body_bytes, max_upload_bytes=max_upload_bytes,
-                           run_studies=run_studies)
+                           dagster_home=Path(dagster_home).resolve() if dagster_home else dagster_home_for(resolved))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = open_store(settings.store_url)
-        runner = StudyRunner(engine) if settings.run_studies else None
-        app.state.ctx = ApiContext(settings, engine, TrainingStore(settings.home, engine, jev_source),
-                                   runner)
+        assert settings.dagster_home is not None
+        runs = DagsterRuns(settings.dagster_home, settings.store_url)
+        app.state.ctx = ApiContext(settings, engine, TrainingStore(settings.home, engine, jev_source), runs)
         try:
             yield
         finally:
-            if runner is not None:
-                runner.shutdown()
+            runs.close()
             engine.dispose()
 
     app = FastAPI(
@@ -245,7 +250,8 @@ def create_app(
                     "Authenticate with `Authorization: Bearer <key>` (typestrict api-key create).",
     )
     _install_handlers(app)
-    for module in (trainings, models, files, workspaces, studies):
+    for module in (trainings, models, files, workspaces, backtests, datasets, studies, schedules,
+                   notifications):
         app.include_router(module.router, prefix="/v1")
     app.include_router(verifier.router)
     from typestrict_pipeline.console import install as install_console
