@@ -145,5 +145,5 @@ def test_a_training_started_in_the_console_shows_its_split_and_refuses_bad_predi
 def test_usage_and_notifications_pages_answer_for_a_new_workspace(app: tuple[object, str, str]) -> None:
     b = Browser(app[0], app[1])
     usage = b.get("/console/settings/usage")
-    assert usage.status_code == 200 and "Nothing spent yet." in usage.text and "No usage budget" in usage.text
+    assert usage.status_code == 200 and "Nothing spent yet." in usage.text and "No usage budget" in usage.text and "Set the budget" not in usage.text
     b.close()

@@ -49,16 +49,20 @@ MAX_DECISIONS = 20
 CREDIT_TEXT = {
     "awaiting_predictions": "spent (comes back if the model does not beat Jev)",
     "judging": "spent (comes back if the model does not beat Jev)",
+    "expired": "came back (a deadline passed)",
+    "cancelled": "came back (cancelled)",
     "beats": "stays spent",
     "kept": "stays spent (kept)",
     "refund": "came back",
     "failed": "came back",
 }
-STATE_TEXT = {
-    "awaiting_predictions": "awaiting predictions",
-    "judging": "judging",
-    "settled": "settled",
-}
+def state_text(state: str) -> str:
+    """A training's state in words.
+
+    >>> state_text("awaiting_predictions"), state_text("judging")
+    ('awaiting predictions', 'judging')
+    """
+    return state.replace("_", " ")
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,7 @@ def training_line(request: Request, workspace: str, training_id: str) -> Trainin
     manifest = ctx.trainings.manifest(workspace, training_id)
     state, model = ctx.trainings.state(workspace, training_id)
     if model is None:
-        return TrainingLine(training_id, state.value, None, None, CREDIT_TEXT[state.value],
+        return TrainingLine(training_id, state.value, None, None, CREDIT_TEXT.get(state.value, "spent"),
                             manifest.options.keep_if_loses, f"{PREFIX}/trainings/{training_id}")
     out = _verdict(ctx, model)
     return TrainingLine(training_id, state.value, out.verdict, out.settling_decision,
@@ -114,8 +118,7 @@ def trainings_page(request: Request, session: Session) -> Response:
         except TypeStrictError:  # removed or unreadable since it was listed: not shown
             continue
     return render(request, "trainings.html", {
-        "lines": lines, "balance": CreditLedger(ctx.engine).balance(ws),
-        "state_text": STATE_TEXT})
+        "lines": lines, "balance": CreditLedger(ctx.engine).balance(ws), "state_text": state_text})
 
 
 # --- the new-training form ---------------------------------------------------------------------
@@ -265,8 +268,13 @@ def _training_page(request: Request, session: ConsoleSession, training_id: str,
         return redirect(f"{PREFIX}/models/{training_id}", request)
     manifest = ctx.trainings.manifest(ws, training_id)
     split = ctx.trainings.split(ws, training_id) if state is TrainingState.AWAITING_PREDICTIONS else None
+    from typestrict_pipeline.lifecycle.trainings import training_status
+
+    life = training_status(ctx.engine, training_id)
     return render(request, "training.html", {
-        "id": training_id, "state": state.value, "state_text": STATE_TEXT[state.value],
+        "id": training_id, "state": state.value, "state_text": state_text(state.value),
+        "deadline": life.deadline_at if life is not None else None,
+        "reason": life.reason if life is not None else None,
         "keep_if_loses": manifest.options.keep_if_loses,
         "decisions": [d.name for d in manifest.decisions],
         "split": split, "roles": [split_roles(h) for h in split.decisions] if split else [],
@@ -298,7 +306,7 @@ def training_state(training_id: TrainingId, request: Request, session: Session) 
     if state is TrainingState.SETTLED:
         return redirect(f"{PREFIX}/models/{training_id}", request)
     return render(request, "_training_state.html", {"id": training_id, "state": state.value,
-                                                     "state_text": STATE_TEXT[state.value]})
+                                                     "state_text": state_text(state.value)})
 
 
 @router.post("/trainings/{training_id}/predictions")
