@@ -55,5 +55,7 @@ bench: $(STAMP)
 clean:
 	rm -rf $(VENV) .typestrict build *.egg-info
 
+# On the demo's home the server starts with the demo's Jev stand-in and says so on its first line;
+# anywhere else it needs --jev-source (or TYPESTRICT_API_JEV_SOURCE), docs/api.md.
 api: $(STAMP)
-	$(BIN)/typestrict api --port $(API_PORT)
+	@TYPESTRICT_HOME="$(TS_HOME)" $(BIN)/typestrict api --home "$(TS_HOME)" --port $(API_PORT)

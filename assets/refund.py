@@ -229,11 +229,11 @@ def dataset(
     assert data is not None
     for line in checked.checked:
         context.log.info("checked %s", line)
-    meta["rows"] = len(data.examples)
+    meta["rows"] = data.n_rows
     meta["grouped"] = data.columns.group is not None
     for labels in data.decisions:
         meta[f"labeled[{labels.name}]"] = labels.n_labeled
-        meta[f"unlabeled[{labels.name}]"] = unlabeled_text(labels.n_labeled, len(data.examples))
+        meta[f"unlabeled[{labels.name}]"] = unlabeled_text(labels.n_labeled, data.n_rows)
     return dg.MaterializeResult(value=LoadedTraining(manifest, data), metadata=meta)
 
 
@@ -261,13 +261,16 @@ class TrainingHoldout:
 def roles_frame(holdouts: Sequence[Holdout]) -> "pd.DataFrame":
     """Every example of every decision with its role (``test`` / ``train`` / ``excluded``)."""
     import pandas as pd  # on first use: keeps the code location's load quick (lazy.py)
+    import pyarrow as pa
 
-    records = [
-        (h.decision, r.id, r.group, r.answer, r.role.value) for h in holdouts for r in h.rows
-    ]
-    return pd.DataFrame.from_records(
-        records, columns=["decision", "id", "group", "answer", "role"]
-    )
+    columns = ["decision", "id", "group", "answer", "role"]
+    if not holdouts:
+        return pd.DataFrame(columns=columns)
+    # built from the splits' columns: no Python object per row
+    table = pa.concat_tables([h.columns() for h in holdouts], promote_options="permissive")
+    frame = table.to_pandas()
+    frame["decision"] = frame["decision"].astype(str)
+    return frame[columns]
 
 
 @dg.asset(

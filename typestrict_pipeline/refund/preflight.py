@@ -133,7 +133,7 @@ def check_file_predictions(
         PredictionsError: the first problem, naming the file, the row and the column.
     """
     decisions = {d.name: d for d in dataset.decisions}
-    position = {ex.id: i for i, ex in enumerate(dataset.examples)}
+    position = dataset.positions({ident for (_, ident) in predictions.predictions})
     source = predictions.source
     for (decision, ident), p in predictions.predictions.items():
         labels = decisions.get(decision)
@@ -153,8 +153,7 @@ def check_file_predictions(
                 file=source, row=p.row, column="id",
             )
         if labels.spec.kind is DecisionKind.MULTIPLE_CHOICE:
-            assert labels.options is not None
-            expected: Sequence[str] = labels.options[i]
+            expected: Sequence[str] = labels.options_at(i)
             what = f"the options of example {ident!r}"
         else:
             expected = labels.spec.answers
@@ -181,7 +180,7 @@ def check_file_predictions(
             shown = ", ".join(repr(m) for m in missing_ids[:5]) + (
                 ", ..." if len(missing_ids) > 5 else ""
             )
-            first_row = dataset.examples[position[missing_ids[0]]].row
+            first_row = dataset.positions([missing_ids[0]])[missing_ids[0]] + 1
             raise PredictionsError(
                 f"a prediction for every test example of decision {h.decision!r} "
                 f"({len(h.test_ids)})",
@@ -233,7 +232,7 @@ def check_training(
         return Preflight(manifest, None, (), ("failed training: only the manifest is read",))
     dataset = load_dataset(manifest)
     holdouts = tuple(split_decisions(dataset))
-    checked = [f"dataset: {len(dataset.examples)} rows in {manifest.dataset.path_as_written}"]
+    checked = [f"dataset: {dataset.n_rows} rows in {manifest.dataset.path_as_written}"]
     sources: list[tuple[str, PredictionSource]] = [("jev", manifest.jev)]
     if manifest.model is not None:
         sources.append(("model", manifest.model))

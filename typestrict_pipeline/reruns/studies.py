@@ -360,22 +360,13 @@ def default_backend_for(row: StudyRow) -> StudyBackend:
 
 
 def backtest_running(engine: Engine) -> BusyCheck:
-    """``(workspace, workflow) -> bool``: a plain backtest of the workflow is running (backtest store)."""
-    from sqlalchemy import func
-
-    from typestrict_pipeline.backtest.engine import BacktestStatus
-    from typestrict_pipeline.backtest.tables import BacktestRow
+    """``(workspace, workflow) -> bool``: a study or a plain backtest of the workflow is running
+    in a live process (the dead ones are ended first:
+    :func:`typestrict_pipeline.lifecycle.reaper.workflow_busy`)."""
+    from typestrict_pipeline.lifecycle.reaper import workflow_busy
 
     def busy(workspace_id: str, workflow_id: str) -> bool:
-        with session_scope(engine) as session:
-            n = session.execute(
-                select(func.count()).select_from(BacktestRow).where(
-                    BacktestRow.workspace == workspace_id,
-                    BacktestRow.workflow == workflow_id,
-                    BacktestRow.status == BacktestStatus.RUNNING.value,
-                )
-            ).scalar_one()
-        return bool(n)
+        return workflow_busy(engine, workspace_id, workflow_id) is not None
 
     return busy
 
@@ -387,9 +378,9 @@ class StoreStudies:
         engine: the store (the same database as the studies area).
         backend_for: the backend that runs a study's windows (the backtest engine for a real
             workflow; :class:`~typestrict_pipeline.study.runner.SyntheticBackend` in tests).
-        backtest_in_flight: check for a plain backtest running on a workflow
-            ``(workspace, workflow) -> bool`` (default: the backtest store's running backtests);
-            studies in flight are read from the studies lock.
+        backtest_in_flight: another check for work in flight on a workflow
+            ``(workspace, workflow) -> bool``; studies and backtests of the store in a live
+            process are always checked (:func:`~typestrict_pipeline.lifecycle.reaper.workflow_busy`).
         max_workers: threads of the local runner.
     """
 
@@ -403,7 +394,7 @@ class StoreStudies:
     ) -> None:
         self.engine = engine
         self.backend_for = backend_for
-        self.backtest_in_flight = backtest_in_flight or backtest_running(engine)
+        self.backtest_in_flight = backtest_in_flight or (lambda workspace_id, workflow_id: False)
         self.max_workers = max_workers
 
     def get(self, study_id: str) -> StudyFacts | None:
@@ -445,7 +436,11 @@ class StoreStudies:
             )
 
     def workflow_in_flight(self, workspace_id: str, workflow_id: str) -> bool:
-        if repo.active_study(self.engine, workspace_id, workflow_id) is not None:
+        from typestrict_pipeline.lifecycle.reaper import workflow_busy
+
+        # Liveness, not hope: a study or backtest whose process died is ended first and never
+        # counts as in flight.
+        if workflow_busy(self.engine, workspace_id, workflow_id) is not None:
             return True
         return bool(self.backtest_in_flight(workspace_id, workflow_id))
 
