@@ -9,6 +9,7 @@ studies and re-runs core directly; this module only adds the workspace scoping.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -152,7 +153,18 @@ class StudyRunner:
             fut.result(timeout=timeout)
 
     def shutdown(self) -> None:
+        """Stop at once: queued studies never start (their lease, this server's, ends with it);
+        a running one is marked ``INTERRUPTED`` (when and why) so its runs stop before their next
+        step and the server's process can exit; re-executing it resumes it."""
+        from typestrict_pipeline.study import repository as repo
+
         self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            running = [sid for sid, fut in self._futures.items() if fut.running()]
+        for sid in running:
+            with contextlib.suppress(Exception):  # a store that is gone: the reaper ends it later
+                repo.interrupt_study(self.engine, sid, "interrupted: the API server running it "
+                                     "stopped; re-execute it to resume it")
 
 
 __all__ = ["StudyEstimate", "StudyRunner", "check_study", "estimate_study", "list_studies",
