@@ -59,5 +59,7 @@ bench: $(STAMP)
 clean:
 	rm -rf $(VENV) .typestrict build *.egg-info
 
+# On the demo's home the server starts with the demo's Jev stand-in and says so on its first line;
+# anywhere else it needs --jev-source (or TYPESTRICT_API_JEV_SOURCE), docs/api.md.
 api: $(STAMP)
-	exec $(SUPERVISE) $(BIN)/typestrict api --port $(API_PORT)
+	@exec env TYPESTRICT_HOME="$(TS_HOME)" $(SUPERVISE) $(BIN)/typestrict api --home "$(TS_HOME)" --port $(API_PORT)

@@ -23,6 +23,7 @@ from typing import Any
 import dagster as dg
 
 from resources.backtests import BacktestModels
+from resources.failures import failure
 from resources.store import StoreResource
 from typestrict_pipeline import plots
 from typestrict_pipeline.backtest.engine import RunCard, parse_step
@@ -104,7 +105,7 @@ def _stamp_mode(context: dg.AssetExecutionContext, mode: RunMode, workflow: str)
     """Tag the run with its mode; refuse a run already tagged with the other mode."""
     tags = context.run.tags
     if tags.get(MODE_TAG) not in (None, mode.value):
-        raise dg.Failure(
+        raise failure(
             f"expected a run tagged {MODE_TAG}={mode.value}, got {MODE_TAG}={tags[MODE_TAG]}. "
             "Launch backtests from backtest_<workflow>_job and live runs from live_<workflow>_job."
         )
@@ -201,7 +202,7 @@ def _backtest_asset(name: str) -> dg.AssetsDefinition:
                         dagster_run_id=context.run.run_id,
                     )
         except TypeStrictError as exc:
-            raise dg.Failure(description=str(exc)) from exc
+            raise failure(str(exc), error=type(exc).__name__) from None
         context.log.info("backtest %s:\n%s", backtest_id, result.card.to_text())
         return dg.MaterializeResult(metadata=card_metadata(result.card, backtest_id))
 
@@ -234,7 +235,7 @@ def _live_asset(name: str) -> dg.AssetsDefinition:
                         as_of=as_of, dagster_run_id=context.run.run_id,
                     )
         except TypeStrictError as exc:
-            raise dg.Failure(description=str(exc)) from exc
+            raise failure(str(exc), error=type(exc).__name__) from None
         return dg.MaterializeResult(metadata={
             "mode": live.mode.value,
             "live_decision_id": live_id,

@@ -24,6 +24,7 @@ import dagster as dg
 from sqlalchemy import Engine
 
 from assets.studies import partitions_name
+from resources.failures import failure
 from resources.reruns import RerunNotifierResource, RerunSettingsResource
 from resources.store import StoreResource
 from typestrict_pipeline import plots
@@ -129,7 +130,7 @@ def study_lineage(context: dg.AssetExecutionContext, store: StoreResource) -> dg
     root: str = context.partition_key
     with store.engine() as engine:
         if not lineage_entries(engine, root):
-            raise dg.Failure(description=f"expected the id of a study with scheduled re-runs, got "
+            raise failure(f"expected the id of a study with scheduled re-runs, got "
                              f"{root!r}, which has no lineage in the store. Pick a partition "
                              "study_rerun_job added, with the store it used.")
         recorded = lineage_materialization(engine, root)

@@ -23,6 +23,7 @@ import dagster as dg
 from sqlalchemy import Engine
 
 from resources.executor import warm_multiprocess_executor
+from resources.failures import failure
 from resources.store import StoreResource
 from resources.studies import StudyRunnerResource
 from typestrict_pipeline import plots
@@ -109,7 +110,7 @@ def _create_from_launchpad(engine: Engine, new: NewStudyConfig) -> int:
             fields[name] = list(fields[name] or [])
         return create_study_from_config(engine, study_config(StudyForm(**fields)))
     except TypeStrictError as exc:
-        raise dg.Failure(description=str(exc)) from None
+        raise failure(str(exc), error=type(exc).__name__) from None
 
 
 def partitions_name(partitions: dg.DynamicPartitionsDefinition) -> str:
@@ -121,7 +122,8 @@ def partitions_name(partitions: dg.DynamicPartitionsDefinition) -> str:
 
 def leaderboard_picture_markdown(board: Leaderboard) -> str:
     """Out-of-sample vs in-sample scores of the candidates, with the luck line (Markdown image)."""
-    ran = [r for r in board.rows if r.ran]
+    # in ranking order, best first: a picture of many candidates labels the winner and the best
+    ran = sorted((r for r in board.rows if r.ran), key=lambda r: (r.rank is None, r.rank or 0, r.index))
     winner = next((r.label for r in ran if r.candidate_id == board.winner_candidate_id), None)
     png = plots.leaderboard_png(
         [r.label for r in ran], [r.oos for r in ran], [r.in_sample for r in ran],
@@ -193,13 +195,13 @@ def study_leaderboard(context: dg.AssetExecutionContext, store: StoreResource) -
 
     key: str = context.partition_key
     if not key.isdigit():
-        raise dg.Failure(description=f"expected a study id (digits) as the partition, got {key!r}. "
+        raise failure(f"expected a study id (digits) as the partition, got {key!r}. "
                          "Pick a partition that study_job added.")
     try:
         with store.engine() as engine:
             recorded = leaderboard_materialization(engine, int(key))
     except TypeStrictError as exc:
-        raise dg.Failure(description=str(exc), metadata={"error": type(exc).__name__}) from None
+        raise failure(str(exc), error=type(exc).__name__) from None
     return dg.MaterializeResult(metadata=dict(recorded.metadata))
 
 
@@ -251,13 +253,13 @@ def study_plan(context: dg.OpExecutionContext, config: StudyJobConfig,
                store: StoreResource) -> Iterator[dg.DynamicOutput[list[dict[str, Any]]]]:
     """Mark the study running and fan out one step per candidate (or per window run)."""
     if config.fanout not in FANOUTS:
-        raise dg.Failure(f"expected fanout 'chunk', 'candidate' or 'window', got "
+        raise failure(f"expected fanout 'chunk', 'candidate' or 'window', got "
                          f"{config.fanout!r}. Fix the run config.")
     if config.chunks < 0:
-        raise dg.Failure(f"expected chunks ≥ 0 (0 = one per executor worker), got "
+        raise failure(f"expected chunks ≥ 0 (0 = one per executor worker), got "
                          f"{config.chunks}. Fix the run config.")
     if (config.study_id is None) == (config.new_study is None):
-        raise dg.Failure("expected either study_id (a created study) or new_study (a study to "
+        raise failure("expected either study_id (a created study) or new_study (a study to "
                          "create), got " + ("both" if config.study_id is not None else "neither")
                          + ". Fix the run config.")
     with store.engine() as engine:
@@ -320,7 +322,7 @@ def study_finalize(context: dg.OpExecutionContext, results: list[dict[str, Any]]
                    study_runner: StudyRunnerResource) -> dict[str, Any]:
     """Rank, pick the winner, score the holdout, close the study; record the leaderboard."""
     if not results:
-        raise dg.Failure("expected at least one planned window run, got none. Check the study.")
+        raise failure("expected at least one planned window run, got none. Check the study.")
     study_id = int(results[0]["study_id"])
     with store.engine() as engine, frozen_heap():
         backend = study_runner.backend(engine, study_id)

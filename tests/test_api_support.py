@@ -31,12 +31,15 @@ from typestrict_pipeline.refund.predictions import Prediction, write_predictions
 from typestrict_pipeline.store import open_store
 
 ANSWERS = ("yes", "no")
+UNUSED_JEV: dict[str, Any] = {"kind": "file", "path": "jev-never-asked.jsonl"}
+"""The Jev of a server whose test never judges a training (a server does not start without one)."""
 
 
 class ApiServer:
     """``create_app(store_url, home, ...)`` on a real uvicorn server at ``self.url``."""
 
     def __init__(self, store_url: str, home: Path, *, app: Any = None, **options: Any) -> None:
+        options.setdefault("jev_source", UNUSED_JEV)
         self.app = app if app is not None else create_app(store_url, home, **options)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -191,3 +194,79 @@ def refusal(instance: Any, run_id: str, resources: dict[str, Any]) -> Any:
 
 def dumps(value: Any) -> str:
     return json.dumps(value)
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServedCommand:
+    """A server command (``make api``, ``typestrict api ...``) in its own process group, its
+    output collected line by line, answering at ``url`` once ``/v1/openapi.json`` does; stopped
+    with its whole process group on exit."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], port: int, *, cwd: Path = REPO) -> None:
+        import subprocess
+
+        self.url = f"http://127.0.0.1:{port}"
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            self.lines.append(raw.decode("utf-8", "replace").rstrip("\n"))
+
+    def wait_ready(self, timeout_s: float = 180.0) -> ServedCommand:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                if httpx.get(f"{self.url}/v1/openapi.json", timeout=10).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the server did not start:\n" + "\n".join(self.lines))
+            time.sleep(0.3)
+
+    def stop(self) -> int:
+        from typestrict_pipeline.processes import stop_process_group
+
+        stop_process_group(self.proc)
+        self._reader.join(timeout=30)
+        return int(self.proc.returncode)
+
+    def __enter__(self) -> ServedCommand:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+def demo_like_home(home: Path) -> Path:
+    """A home ``make api`` takes for the demo's: the marker ``make demo`` leaves when it finishes
+    (``demo.json``), nothing else (the demo's data are not needed to serve the API)."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "demo.json").write_text(json.dumps({"finished_at": "2026-01-01T00:00:00+00:00", "made": [],
+                                                "fingerprint": {}}) + "\n", encoding="utf-8")
+    return home
+
+
+def make_api(home: Path, port: int, **extra_env: str) -> ServedCommand:
+    """``make api`` as the README runs it, on ``home`` (``TYPESTRICT_HOME``) and ``port``."""
+    import os
+
+    env = {**os.environ, "TYPESTRICT_HOME": str(home), "API_PORT": str(port), **extra_env}
+    for name in ("TYPESTRICT_STORE_URL", "TYPESTRICT_API_JEV_SOURCE", "MAKEFLAGS", "MAKELEVEL"):
+        if name not in extra_env:
+            env.pop(name, None)
+    return ServedCommand(["make", "--no-print-directory", "api"], env, port)

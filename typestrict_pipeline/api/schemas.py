@@ -2,20 +2,63 @@
 
 Requests refuse unknown fields (``extra="forbid"``), like manifests do, so a typo never silently
 changes what is measured. Strings and lists are bounded so no request can ask for unbounded work.
+No string of a request may hold a control character (NUL, escapes; line breaks only in the
+fields listed in ``Strict.multiline``): :func:`typestrict_pipeline.values.control_character`, the
+rule every stored text follows.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
+
+from typestrict_pipeline.values import control_character
 
 Name = Annotated[str, Field(min_length=1, max_length=200)]
 Text = Annotated[str, Field(min_length=1, max_length=10_000)]
 
 
 class Strict(BaseModel):
+    """A request body: unknown fields refused, no control character in any string."""
+
     model_config = ConfigDict(extra="forbid")
+    multiline: ClassVar[frozenset[str]] = frozenset()
+    """Fields whose text may span lines (tab, line feed, carriage return allowed; NUL never)."""
+
+    @model_validator(mode="after")
+    def _no_control_characters(self) -> Strict:
+        for name in type(self).model_fields:
+            found = _first_control(getattr(self, name), lines=name in self.multiline)
+            if found is not None:
+                where, ch = found
+                raise PydanticCustomError(
+                    "control_character",
+                    "{field} as text without control characters (such as NUL, escapes{lines}), "
+                    "found {ch}",
+                    {"field": f"{name}{where}", "ch": ch,
+                     "lines": "" if name in self.multiline else ", line breaks"})
+        return self
+
+
+def _first_control(value: Any, *, lines: bool) -> tuple[str, str] | None:
+    """Where the first control character of a request value is (``[2].id``) and which, or None.
+    Nested request models check their own fields."""
+    if isinstance(value, str):
+        ch = control_character(value, lines=lines)
+        return None if ch is None else ("", ch)
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            found = _first_control(item, lines=lines)
+            if found is not None:
+                return f"[{i}]{found[0]}", found[1]
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _first_control(key, lines=False) or _first_control(item, lines=lines)
+            if found is not None:
+                return f"[{str(key)[:40]!r}]{found[0]}", found[1]
+    return None
 
 
 class ErrorDetail(BaseModel):
@@ -45,6 +88,8 @@ class DatasetRef(Strict):
 
 
 class Decision(Strict):
+    multiline: ClassVar[frozenset[str]] = frozenset({"question"})
+
     name: Name
     question: Text
     answer_column: Name | None = None

@@ -246,14 +246,14 @@ class TrainingStore:
         home: ``TYPESTRICT_HOME``.
         engine: the domain store (credits and model records).
         jev_source: the manifest ``predictions.jev`` value for trainings made here (the server's
-            Jev; customers never choose it). None: creating a training is refused.
+            Jev; customers never choose it, and a server does not start without one).
     """
 
-    def __init__(self, home: Path, engine: Engine, jev_source: Mapping[str, Any] | None, *,
+    def __init__(self, home: Path, engine: Engine, jev_source: Mapping[str, Any], *,
                  deadlines: Deadlines | None = None) -> None:
         self.home = home
         self.engine = engine
-        self.jev_source = dict(jev_source) if jev_source is not None else None
+        self.jev_source = dict(jev_source)
         self.deadlines = deadlines or Deadlines.from_env()
 
     @property
@@ -270,11 +270,6 @@ class TrainingStore:
 
     def _manifest_doc(self, workspace_id: str, training_id: str, req: TrainingRequest,
                       dataset_name: str) -> dict[str, Any]:
-        if self.jev_source is None:
-            raise ConflictError(
-                "expected this server to be configured with Jev's source, got none. The operator "
-                "starts `typestrict api` with --jev-source (a manifest predictions.jev object)"
-            )
         dataset = dict(req.dataset)
         dataset["path"] = dataset_name
         return {
@@ -372,7 +367,11 @@ class TrainingStore:
     def manifest(self, workspace_id: str, training_id: str) -> TrainingManifest:
         """The training's manifest (draft or final), if it belongs to ``workspace_id``."""
         doc, folder, _ = self._doc(workspace_id, training_id)
-        return parse_manifest(doc, source=str(folder / MANIFEST_NAME), base_dir=folder)
+        # A manifest written outside the API (the demo's) may name a file of the data folder,
+        # as the pipeline allows (docs/manifest.md, "Where files may be").
+        data_root = os.environ.get("TYPESTRICT_DATA_ROOT") or str(self.home / "data")
+        return parse_manifest(doc, source=str(folder / MANIFEST_NAME), base_dir=folder,
+                              data_roots=(Path(data_root),))
 
     def model(self, workspace_id: str, model_id: str) -> ModelInfo:
         """The model record of ``model_id`` if it belongs to ``workspace_id`` (else not found)."""
@@ -441,7 +440,7 @@ class TrainingStore:
         manifest = self.manifest(workspace_id, training_id)
         holdouts = split_decisions(load_dataset(manifest))
         train = tuple(sorted(training_ids(holdouts)))
-        everything = {r.id for h in holdouts for r in h.rows}
+        everything = set(holdouts[0].data.ids.to_pylist()) if holdouts else set()
         return SplitView(
             training_id=training_id, training_ids=train,
             training_ids_sha256=trained_on_sha256(train),

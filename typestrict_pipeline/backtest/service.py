@@ -60,20 +60,18 @@ class ModelSetup:
 
 
 def parse_time(text: str, what: str = "time") -> dt.datetime:
-    """An ISO 8601 time or date, taken as UTC when it has no offset (a date is its 00:00 UTC).
+    """An ISO 8601 time or date, taken as UTC when it has no offset (a date is its 00:00 UTC),
+    from 1900 to 2199 (:func:`typestrict_pipeline.values.timestamp`).
 
     Raises:
-        InputError: not a time.
+        InputError: not a time, or one outside those years (``0001-01-01T00:00:00+14:00``).
 
     >>> parse_time("2015-01-01")
     datetime.datetime(2015, 1, 1, 0, 0, tzinfo=datetime.timezone.utc)
     """
-    try:
-        t = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise InputError(f"the {what} as an ISO 8601 date or time (2015-01-01, 2015-01-01T00:00Z)",
-                         repr(text), f"fix the {what}") from None
-    return t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t.astimezone(dt.UTC)
+    from typestrict_pipeline.values import timestamp
+
+    return timestamp(text, f"the {what}")
 
 
 def _standin_answers() -> dict[str, tuple[Callable[[Any], Any], str, PriceTable]]:

@@ -101,6 +101,11 @@ def _unexpected(exc: Exception) -> int:
         traceback.print_exc()
     detail = " ".join(str(exc).split())[:300]
     if isinstance(exc, SQLAlchemyError):
+        from typestrict_pipeline.store import store_failure
+
+        failure = store_failure(exc)
+        if failure.kind in ("read_only", "value", "conflict"):
+            return _fail(f"typestrict: {failure.message}.", 2)
         return _fail(
             f"typestrict: the store failed: {exc.__class__.__name__}: {detail}. Check that the "
             "store (--store / TYPESTRICT_STORE_URL) is reachable and is a TypeStrict store; "

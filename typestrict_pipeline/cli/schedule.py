@@ -30,6 +30,7 @@ import sys
 
 from sqlalchemy import Engine
 
+from typestrict_pipeline import values
 from typestrict_pipeline.cli.common import (
     MAX_STEPS,
     add_json,
@@ -39,6 +40,7 @@ from typestrict_pipeline.cli.common import (
     print_json,
     read_store,
     usd,
+    value_type,
     write_store,
 )
 from typestrict_pipeline.errors import InputError
@@ -48,7 +50,7 @@ SCHEDULE_ID = bounded_int("a schedule id", 1, 2**62)
 STUDY_ID = bounded_int("a study id", 1, 2**62)
 WORKSPACE = identifier("a workspace id")
 WORKFLOW = identifier("a workflow name")
-PERSON = identifier("a person (an email address)")
+PERSON = value_type(lambda text: values.email(text, values.PERSON))
 
 
 def _engine(args: argparse.Namespace) -> Engine:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -39,6 +40,7 @@ from typestrict_pipeline.cli.common import (
     progress,
     read_store,
     step,
+    store_url,
     usd,
     write_store,
 )
@@ -106,9 +108,10 @@ def _run(args: argparse.Namespace) -> int:
         print(f"study {sid}: {admitted} candidate{'s' if admitted != 1 else ''} to run; no USD estimate "
               f"(this version has no completed backtest in workspace {args.workspace!r})", flush=True)
     total = admitted * args.folds * 2 + 2  # windows: tune and eval per fold, then the holdout runs
+    url = store_url(args)
     try:
         with _watch_runs(engine, sid, total):
-            ok = run_study_on_dagster(sid, executor=args.executor)
+            ok = run_study_on_dagster(sid, executor=args.executor, store_url=url)
     except BaseException as exc:
         if not isinstance(exc, Exception):  # Ctrl-C, SIGTERM: the study ends interrupted, now
             from typestrict_pipeline.backtest.store import interruption_reason
@@ -116,6 +119,13 @@ def _run(args: argparse.Namespace) -> int:
             repo.interrupt_study(engine, sid, interruption_reason(exc) + "; re-execute its run "
                                  "to resume it")
         raise
+    finally:
+        # A run that never started the study (it could not reach the store, or failed before
+        # its first step) leaves nothing to resume: the study is marked failed and its
+        # workflow's lock released, in the store this command was given.
+        if repo.abandon_unstarted(engine, sid, "its study_job run ended before starting it"):
+            print(f"typestrict: study {sid} never started; marked failed and its workflow's lock "
+                  "released", file=sys.stderr)
     print(render_markdown(load_leaderboard(engine, sid)))
     return 0 if ok else 1
 
@@ -151,37 +161,43 @@ def _watch_runs(engine: Engine, study_id: int, total: int) -> Iterator[None]:
 
 
 def run_study_on_dagster(study_id: int, *, executor: str = "in_process",
-                         max_concurrent: int = 2) -> bool:
+                         max_concurrent: int = 2, store_url: str | None = None) -> bool:
     """Run ``study_job`` for ``study_id`` on ``DAGSTER_HOME``'s instance (else the home's, else an
-    ephemeral one). A failed run prints its step's message in one line on stderr (Dagster's own
-    log, with its traceback, stays in the run's event log, which the UI shows)."""
+    ephemeral one), on the store at ``store_url`` (default: the environment's), which travels
+    with the run in its config and its ``typestrict/store`` tag. A failed run prints its step's
+    message in one line on stderr (Dagster's own log, with its traceback, stays in the run's
+    event log, which the UI shows)."""
     import importlib
 
     import dagster as dg
 
+    from typestrict_pipeline.store import default_store_url
+
     # Imported by name: the wiring is not part of the typed core.
     study_run_config = importlib.import_module("assets.studies").study_run_config
+    resources_store = importlib.import_module("resources.store")
     defs = importlib.import_module("typestrict_pipeline.definitions").defs
     job = defs.resolve_job_def("study_job")
-    config: dict[str, Any] = dict(study_run_config(study_id))
+    url = store_url or default_store_url()
+    config: dict[str, Any] = resources_store.with_store(study_run_config(study_id), url)
+    tags: dict[str, str] = resources_store.store_tags(url)
     quiet = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
     instance = _instance()
     if executor == "multiprocess":
         config["execution"] = {"config": {"multiprocess": {
             "max_concurrent": max_concurrent, "start_method": {"forkserver": {}}}}}
         result = dg.execute_job(dg.reconstructable(_study_job), instance=instance,
-                                run_config={**config, **quiet})
+                                run_config={**config, **quiet}, tags=tags)
         _say_failure(result)
         return bool(result.success)
     res = job.execute_in_process(run_config={**config, **quiet}, instance=instance,
-                                 raise_on_error=False)
+                                 raise_on_error=False, tags=tags)
     _say_failure(res)
     return bool(res.success)
 
 
 def _say_failure(result: Any) -> None:
     """One line per failed step of a Dagster run: the step and its error's own message."""
-    import sys
 
     if result.success:
         return

@@ -27,7 +27,7 @@ before its first asset is materialized: nothing of it is stored.
 >>> check_training(load_manifest(folder / "m.json"))
 Traceback (most recent call last):
 ...
-typestrict_pipeline.errors.PredictionsError: .../p.jsonl, row 1, column 'id': expected an id of the dataset, got 'zz'. Predict the dataset's examples (is this the right file?).
+typestrict_pipeline.errors.PredictionsError: .../p.jsonl, row 1, column 'id': expected an id of the dataset, got 'zz'; in all: 1 prediction for ids the dataset does not have (first: 'zz'); 8 of the 8 test examples of decision 's' without a prediction (first: 'r1', ...). Predict the dataset's examples (is this the right file?).
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ def fit_predictions(
     dataset's other rows are allowed (the model may answer every row).
     """
     decisions = {d.name: d for d in dataset.decisions}
-    position = {ex.id: i for i, ex in enumerate(dataset.examples)}
+    position = dataset.positions({ident for (_, ident) in predictions.predictions})
     fit = PredictionsFit([], [], [], {}, {})
     for (decision, ident), p in predictions.predictions.items():
         labels = decisions.get(decision)
@@ -222,8 +222,7 @@ def fit_predictions(
                 "predict the dataset's examples (is this the right file?)")))
             continue
         if labels.spec.kind is DecisionKind.MULTIPLE_CHOICE:
-            assert labels.options is not None
-            expected: Sequence[str] = labels.options[i]
+            expected: Sequence[str] = labels.options_at(i)
             what = f"the options of example {ident!r}"
         else:
             expected = labels.spec.answers
@@ -272,11 +271,10 @@ def check_file_predictions(
         first = min((pr for _, pr in rows), key=lambda pr: pr.row if pr.row is not None else 0)
         raise PredictionsError(first.expected, first.got + more, fix or first.fix, file=source,
                                row=first.row, column=first.column)
-    position = {ex.id: i for i, ex in enumerate(dataset.examples)}
     decision, missing_ids = next((d, ids) for d, ids in fit.missing.items() if ids)
     shown = ", ".join(repr(m) for m in missing_ids[:SHOWN]) + (
         ", ..." if len(missing_ids) > SHOWN else "")
-    first_row = dataset.examples[position[missing_ids[0]]].row
+    first_row = dataset.positions([missing_ids[0]])[missing_ids[0]] + 1
     others = sum(len(v) for d, v in fit.missing.items() if d != decision)
     raise PredictionsError(
         f"a prediction for every test example of decision {decision!r} ({fit.n_test[decision]})",
@@ -329,7 +327,7 @@ def check_training(
         return Preflight(manifest, None, (), ("failed training: only the manifest is read",))
     dataset = load_dataset(manifest)
     holdouts = tuple(split_decisions(dataset))
-    checked = [f"dataset: {len(dataset.examples)} rows in {manifest.dataset.path_as_written}"]
+    checked = [f"dataset: {dataset.n_rows} rows in {manifest.dataset.path_as_written}"]
     sources: list[tuple[str, PredictionSource]] = [("jev", manifest.jev)]
     if manifest.model is not None:
         sources.append(("model", manifest.model))

@@ -17,7 +17,6 @@ once per slot (the first evaluation after the slot starts).
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -56,27 +55,31 @@ from typestrict_pipeline.reruns.tables import (
 )
 from typestrict_pipeline.reruns.workspace import SpendSource, WorkspaceStatus, workspace_status
 from typestrict_pipeline.store import session_scope, utcnow
+from typestrict_pipeline.values import PERSON, email
 
-_CADENCE = re.compile(r"^\s*(\d+)\s*([mhdw])\s*$")
 _UNIT_SECONDS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 MIN_CADENCE_SECONDS = 60
 LOST_CLAIM_AFTER = dt.timedelta(minutes=10)
 
 
+MAX_CADENCE = dt.timedelta(days=366)
+
+
 def parse_cadence(text: str) -> int:
-    """A cadence such as ``30m``, ``6h``, ``1d`` or ``1w``, in seconds (at least one minute).
+    """A cadence such as ``30m``, ``6h``, ``1d`` or ``1w``, in seconds: at least one minute, at
+    most 366 days (:func:`typestrict_pipeline.values.duration`).
 
     >>> parse_cadence("1d"), parse_cadence("30m")
     (86400, 1800)
+    >>> parse_cadence("9999999999999999999w")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected a cadence like 1d, 12h, 30m or 1w, from 1 minute to 366 days, got '9999999999999999999w'. Write a whole number followed by m, h, d or w.
     """
-    m = _CADENCE.match(text or "")
-    seconds = int(m.group(1)) * _UNIT_SECONDS[m.group(2)] if m else 0
-    if seconds < MIN_CADENCE_SECONDS:
-        raise InputError(
-            "a cadence of at least one minute such as 30m, 6h, 1d or 1w", repr(text),
-            "write a whole number followed by m, h, d or w",
-        )
-    return seconds
+    from typestrict_pipeline.values import duration
+
+    return int(duration(text, "a cadence", lo=dt.timedelta(seconds=MIN_CADENCE_SECONDS), hi=MAX_CADENCE,
+                        units="mhdw", fix="write a whole number followed by m, h, d or w").total_seconds())
 
 
 def format_cadence(seconds: int) -> str:
@@ -200,13 +203,14 @@ def enable_schedule(
 
     Raises:
         NotFoundError: no such study.
-        InputError: not finished, no USD budget, no minimum, bad cadence, empty owner.
+        InputError: not finished, no USD budget, no minimum, bad cadence, an owner that is not
+            one e-mail address (:func:`typestrict_pipeline.values.email`, the rule of the CLI and
+            the API alike).
         ConflictError: a schedule is already enabled on this lineage.
     """
     at = now or utcnow()
     seconds = parse_cadence(cadence)
-    if not owner or not owner.strip():
-        raise InputError("who sets up the schedule (an email address)", repr(owner), "pass --owner you@example.com")
+    owner = email(owner, PERSON)
     facts = port.get(study_id)
     if facts is None:
         raise NotFoundError(f"expected an existing study id, got {study_id}. List studies and pick a finished one.")
@@ -311,6 +315,7 @@ def enable_schedule(
 
 def cancel_schedule(engine: Engine, schedule_id: int, *, by: str, now: dt.datetime | None = None) -> ScheduleView:
     """Cancel a schedule (a re-run already running finishes; no new one starts)."""
+    by = email(by, PERSON)
     with session_scope(engine) as session:
         row = session.get(RerunSchedule, schedule_id, with_for_update=True)
         if row is None:

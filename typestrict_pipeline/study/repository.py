@@ -448,8 +448,12 @@ def start_study(engine: Engine, study_id: int, dagster_run_id: str | None = None
         if lock is None:
             s.add(LockRow(workspace=study.workspace, workflow=study.workflow, study_id=study.id,
                           created_at=utcnow()))
-            s.flush()
-        elif lock.study_id != study.id:
+            try:
+                s.flush()
+            except IntegrityError:
+                s.rollback()
+                lock = s.get(LockRow, (study.workspace, study.workflow))
+        if lock is not None and lock.study_id != study.id:
             other = s.get(StudyRow, lock.study_id)
             raise ConflictError(_conflict_message(study.workspace, study.workflow, lock.study_id,
                                                   other.state if other is not None else "in flight"))
@@ -466,6 +470,31 @@ def start_study(engine: Engine, study_id: int, dagster_run_id: str | None = None
         )
         take_in(s, LeaseKind.STUDY, str(study_id), owner=owner or this_process(),
                 force=True)  # the new driver takes over whoever held it
+
+
+def abandon_unstarted(engine: Engine, study_id: int, reason: str) -> bool:
+    """Mark a study that no run ever started (still ``PENDING``) as ``FAILED`` with ``reason``
+    and release its workflow's lock; do nothing to a study a run started. Whoever launched the
+    run calls it when the run ended: a run that could not reach the store cannot release the
+    lock itself, and nothing else would. Re-executing the run later takes the lock again
+    (:func:`start_study`).
+
+    Returns:
+        Whether the study was abandoned.
+    """
+    with session_scope(engine) as s:
+        _write_lock(s.connection())
+        res = s.execute(
+            update(StudyRow)
+            .where(StudyRow.id == study_id, StudyRow.state == StudyState.PENDING.value)
+            .values(state=StudyState.FAILED.value, error=reason[:4000])
+        )
+        if not res.rowcount:  # type: ignore[attr-defined]
+            return False
+        study = get_study(s, study_id)
+        _release_lock(s, study)
+        release_in(s, LeaseKind.STUDY, str(study_id))
+        return True
 
 
 def mark_failed(engine: Engine, study_id: int, error: str) -> None:
