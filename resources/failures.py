@@ -55,23 +55,20 @@ def failure(description: str, metadata: Mapping[str, Any] | None = None, *,
 
 
 @contextlib.contextmanager
-def product_failure(manifest: TrainingManifest | None = None,
-                    system: str | None = None) -> Iterator[None]:
+def product_failure(manifest: TrainingManifest | None = None, system: str | None = None) -> Iterator[None]:
     """Turn the product's own errors into a step failure whose message is the error's text.
 
     The run page then shows what went wrong and what to do as the failure reason, not a stack
     trace; the error's class is kept in the failure's metadata, with the system whose input it
-    was (``jev`` for the server's Jev: the customer cannot fix that one), read by
+    was when known (``jev``: the server's Jev, which the customer cannot fix; ``model``), read by
     ``verdict_refusal_sensor`` (assets/lifecycle.py).
     """
     try:
         yield
     except TypeStrictError as exc:
-        metadata: dict[str, Any] = {}
         if system is None and manifest is not None and isinstance(exc, InputError):
             jev = manifest.jev
             if isinstance(jev, PredictionsFileSource) and exc.file == str(jev.path):
                 system = "jev"
-        if system is not None:
-            metadata["system"] = system
+        metadata = {"system": system} if system is not None else None
         raise failure(str(exc), metadata, error=type(exc).__name__) from None

@@ -55,11 +55,17 @@ def _serve(args: argparse.Namespace) -> int:
             os.environ["TYPESTRICT_HOME"] = str(home)
             os.environ[JEV_SOURCE_ENV] = json.dumps(dict(jev.source))
             uvicorn.run("typestrict_pipeline.api.app:app_from_env", factory=True, workers=args.workers,
-                        host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+                        host=args.host, port=args.port, log_level=args.log_level, access_log=False,
+                        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
             return 0
         app = create_app(_store(args), home, jev_source=jev.source)
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
+                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
     return 0
+
+
+GRACEFUL_SHUTDOWN_S = 5
+"""On Ctrl-C or SIGTERM, requests in flight get this long before the server stops anyway."""
 
 
 def _create(args: argparse.Namespace) -> int:

@@ -46,7 +46,7 @@ def _when(value: dt.datetime | None) -> str:
 def _store_of(engine: Any) -> Any:
     from typestrict_pipeline.api.trainings import TrainingStore
 
-    return TrainingStore(typestrict_home(), engine, None)
+    return TrainingStore(typestrict_home(), engine, {})  # never creates: no Jev needed
 
 
 def _workspace_of(engine: Any, training_id: str) -> str:

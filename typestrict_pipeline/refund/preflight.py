@@ -27,7 +27,7 @@ before its first asset is materialized: nothing of it is stored.
 >>> check_training(load_manifest(folder / "m.json"))
 Traceback (most recent call last):
 ...
-typestrict_pipeline.errors.PredictionsError: .../p.jsonl, row 1, column 'id': expected an id of the dataset, got 'zz'; in all: 1 prediction for ids the dataset does not have (first: 'zz'); 8 of the 8 test examples of decision 's' without a prediction (first: ...). Predict the dataset's examples (is this the right file?).
+typestrict_pipeline.errors.PredictionsError: .../p.jsonl, row 1, column 'id': expected an id of the dataset, got 'zz'; in all: 1 prediction for ids the dataset does not have (first: 'zz'); 8 of the 8 test examples of decision 's' without a prediction (first: 'r1', ...). Predict the dataset's examples (is this the right file?).
 """
 
 from __future__ import annotations
