@@ -36,12 +36,11 @@ def _serve(args: argparse.Namespace) -> int:
         raise InputError("between 1 and 64 worker processes", str(args.workers), "pass --workers 4")
     from typestrict_pipeline.api.jev import JEV_SOURCE_ENV, choose_jev
 
-    # The store is checked (and upgraded) here, before the server starts: a broken store or one
-    # from a newer version is one message and exit 2, never a server's startup traceback.
-    open_store(_store(args)).dispose()
-
     home = (Path(args.home) if args.home else typestrict_home()).resolve()
-    with choose_jev(home, args.jev_source, os.environ) as jev:
+    with choose_jev(home, args.jev_source, os.environ) as jev:  # no Jev: refused before anything
+        # The store is checked (and upgraded) here, before the server starts: a broken store or
+        # one from a newer version is one message and exit 2, never a server's startup traceback.
+        open_store(_store(args)).dispose()
         import uvicorn
 
         from typestrict_pipeline.api import create_app
