@@ -26,6 +26,7 @@ import dagster as dg
 from resources.refund import RefundModelClientResource, RefundTrainingsResource, SystemAnswers
 from typestrict_pipeline import plots
 from typestrict_pipeline.errors import TypeStrictError
+from typestrict_pipeline.progress import Progress, ProgressFn, every, write_progress
 from typestrict_pipeline.refund.audit import build_audit, write_audit
 from typestrict_pipeline.refund.dataset import Dataset, unlabeled_from_split, unlabeled_text
 from typestrict_pipeline.refund.holdout import Holdout, split_decisions
@@ -43,6 +44,7 @@ from typestrict_pipeline.refund.rule import (
 )
 from typestrict_pipeline.refund.trained_on import check_trained_on
 from typestrict_pipeline.refund.unsettled import UNSETTLED_AFTER, RunSummary, find_unsettled
+from typestrict_pipeline.store import typestrict_home
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -184,6 +186,27 @@ def product_failure() -> Iterator[None]:
         raise dg.Failure(description=str(exc), metadata={"error": type(exc).__name__}) from None
 
 
+def run_progress(context: dg.AssetExecutionContext, *, percent: int = 10) -> ProgressFn:
+    """Progress of long work in this run: a log line and an observation of the asset with the
+    figures every ``percent`` %, and the latest report where the console reads it
+    (:func:`typestrict_pipeline.progress.read_progress` with the run id)."""
+    home = typestrict_home()
+
+    def report(p: Progress) -> None:
+        context.log.info(p.line())
+        metadata: dict[str, Any] = {"progress": p.line(), f"{p.unit} done": p.done}
+        if p.percent is not None:
+            metadata["percent"] = dg.MetadataValue.float(round(p.percent, 1))
+        context.log_event(dg.AssetObservation(
+            asset_key=context.asset_key,
+            partition=context.partition_key if context.has_partition_key else None,
+            metadata=metadata,
+        ))
+        write_progress(home, context.run.run_id, p)
+
+    return every(percent, report)
+
+
 def _training_id(context: dg.AssetExecutionContext) -> str:
     key: str = context.partition_key
     return key
@@ -214,7 +237,7 @@ def dataset(
     # Every input (dataset, each predictions file in full, each endpoint) is checked before this
     # first asset returns: a bad training fails here and nothing of it is stored.
     with product_failure():
-        checked = check_training(manifest)
+        checked = check_training(manifest, progress=run_progress(context))
     data = checked.dataset
     assert data is not None
     for line in checked.checked:
