@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from typestrict_pipeline.errors import DatasetError, NotEnoughDataError
+from typestrict_pipeline.progress import Progress, ProgressFn
 from typestrict_pipeline.refund.cells import as_text, blank_mask
 from typestrict_pipeline.refund.manifest import (
     Columns,
@@ -72,6 +73,8 @@ __all__ = [
 ]
 
 _SHOW_ROWS = 5
+READING = "reading the dataset"
+"""What :func:`load_dataset` reports its progress as."""
 _NONE = -1
 """The code of an empty answer, review or group cell."""
 
@@ -888,9 +891,17 @@ def _run(
     batches: Iterable[ColumnBatch],
     names: Callable[[], list[str]],
     texts: Callable[[], TextSource],
+    progress: ProgressFn | None = None,
+    total: int | None = None,
 ) -> Dataset:
+    if progress is not None:
+        progress(Progress(READING, 0, total))
     for batch in batches:
         validator.add(batch)
+        if progress is not None and batch.start + batch.length != total:
+            progress(Progress(READING, batch.start + batch.length, total))
+    if progress is not None:  # the last report: every row read (the total now known)
+        progress(Progress(READING, validator.n, validator.n))
     validator.check_columns(names())
     dataset = _with_texts(validator.finish(), texts(), None)
     return _with_texts(dataset, dataset.texts, validator.prepare(dataset))
@@ -950,11 +961,12 @@ def _with_texts(dataset: Dataset, texts: TextSource, prepared: PreparedSplit | N
                    decisions=dataset.decisions, texts=texts, prepared=prepared)
 
 
-def load_dataset(manifest: TrainingManifest) -> Dataset:
+def load_dataset(manifest: TrainingManifest, *, progress: ProgressFn | None = None) -> Dataset:
     """Read the manifest's dataset in bounded batches and validate it.
 
     Args:
         manifest: the training manifest.
+        progress: told the rows read after each batch (the total is known for Parquet).
 
     Returns:
         The validated dataset (texts are read again from the file when asked for).
@@ -971,8 +983,17 @@ def load_dataset(manifest: TrainingManifest) -> Dataset:
     names: list[str] = []
     validator = _Validator(manifest, file)
     batches = iter_column_batches(spec.path, spec.format, validator.wanted, names_out=names)
+    total = None
+    if spec.format is DatasetFormat.PARQUET:
+        import pyarrow.parquet as pq
+
+        try:
+            total = pq.ParquetFile(spec.path).metadata.num_rows
+        except Exception:  # an unreadable file: the read below says why, in the product's words
+            total = None
     return _run(validator, batches, lambda: names,
-                lambda: FileTexts(spec.path, spec.format, spec.columns.text, stamp, file))
+                lambda: FileTexts(spec.path, spec.format, spec.columns.text, stamp, file),
+                progress, total)
 
 
 def unlabeled_from_split(split: Any) -> dict[str, tuple[int, str]]:

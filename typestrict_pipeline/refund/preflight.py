@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from typestrict_pipeline.errors import ManifestError, PredictionsError
+from typestrict_pipeline.progress import ProgressFn
 from typestrict_pipeline.refund.dataset import Dataset, load_dataset
 from typestrict_pipeline.refund.holdout import Holdout, split_decisions
 from typestrict_pipeline.refund.manifest import (
@@ -308,7 +309,10 @@ def _check_source(
 
 
 def check_training(
-    manifest: TrainingManifest, *, reach: Callable[..., None] = check_endpoint_reachable
+    manifest: TrainingManifest,
+    *,
+    reach: Callable[..., None] = check_endpoint_reachable,
+    progress: ProgressFn | None = None,
 ) -> Preflight:
     """Read and validate every input of ``manifest``'s training; nothing is written.
 
@@ -316,6 +320,7 @@ def check_training(
         manifest: the validated manifest (its paths are already confined, see
             :func:`typestrict_pipeline.refund.manifest.load_manifest`).
         reach: the endpoint check (default :func:`check_endpoint_reachable`).
+        progress: told how far the dataset's read is (:func:`load_dataset`).
 
     Returns:
         The dataset, the splits and what was checked.
@@ -325,7 +330,7 @@ def check_training(
     """
     if manifest.status is TrainingStatus.FAILED:
         return Preflight(manifest, None, (), ("failed training: only the manifest is read",))
-    dataset = load_dataset(manifest)
+    dataset = load_dataset(manifest, progress=progress)
     holdouts = tuple(split_decisions(dataset))
     checked = [f"dataset: {dataset.n_rows} rows in {manifest.dataset.path_as_written}"]
     sources: list[tuple[str, PredictionSource]] = [("jev", manifest.jev)]
