@@ -84,8 +84,9 @@ def _create(store: TrainingStore) -> str:
 @pytest.mark.slow
 def test_predictions_missing_the_test_set_are_refused_and_corrected_ones_are_judged(
         tmp_path: Path, sqlite_url: str) -> None:
-    home, csv, jev = tmp_path / "home", *support.make_dataset(tmp_path, seed=0)
+    home = tmp_path / "home"
     home.mkdir()
+    csv, jev = support.make_dataset(tmp_path, seed=0)
     key = support.new_key(sqlite_url, "acme", credits=1)
     with support.ApiServer(sqlite_url, home, jev_source={"kind": "file", "path": str(jev)}) as server, \
             server.client(key) as c:
@@ -202,7 +203,9 @@ def test_a_training_whose_predictions_never_arrive_expires_and_its_credit_comes_
 def test_the_api_applies_a_passed_deadline_when_it_shows_the_training(setup: Any) -> None:
     _home, _csv, _jev, engine, store = setup
     tid = _create(store)
-    deadline = training_status(engine, tid).deadline_at  # type: ignore[union-attr]
+    status = training_status(engine, tid)
+    assert status is not None and status.deadline_at is not None
+    deadline = status.deadline_at
     assert store.view("acme", tid, now=deadline - dt.timedelta(minutes=1)).state is TrainingState.AWAITING_PREDICTIONS
     assert store.view("acme", tid, now=deadline).state is TrainingState.EXPIRED
     assert CreditLedger(engine).balance("acme") == 3
