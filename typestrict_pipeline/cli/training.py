@@ -127,7 +127,8 @@ def _submit(args: argparse.Namespace) -> int:
     try:
         workspace = _workspace_of(engine, args.training_id)
         store = _store_of(engine)
-        store.submit(workspace, args.training_id, path.read_bytes(), args.trained_on_sha256)
+        store.submit(workspace, args.training_id, path.read_bytes(), args.trained_on_sha256,
+                     source=str(path))
         view = store.view(workspace, args.training_id)
     finally:
         engine.dispose()
