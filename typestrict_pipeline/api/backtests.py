@@ -13,8 +13,9 @@ id is chosen here and given to the run, so it can be read at once:
 * a run that ended before the backtest started (cancelled in the queue, or failed to start) is
   that run's end: ``cancelled`` or ``failed``.
 
-Cancelling stops the run (a queued one leaves the queue; a running one is interrupted and keeps
-what ran) through :func:`cancel_backtest`, the one function that changes a backtest's state here.
+Cancelling a queued backtest takes its run out of the queue; a running one is cancelled by the
+lifecycle's :func:`~typestrict_pipeline.lifecycle.reaper.cancel_backtest` (the CLI's ``backtest
+cancel``), and its run stops before its next step, keeping what ran.
 """
 
 from __future__ import annotations
@@ -201,12 +202,27 @@ def list_backtests(engine: Engine, runs: DagsterRuns, workspace: str, limit: int
 
 
 def cancel_backtest(engine: Engine, runs: DagsterRuns, workspace: str, backtest_id: str) -> BacktestView:
-    """Cancel a queued or running backtest: its run leaves the queue or is interrupted (what ran
-    stays, costed); an ended one is answered as it is. The backtest after the call."""
+    """Cancel a backtest that has not ended; the backtest after the call.
+
+    A queued one (its run not started) leaves the Dagster queue. A running one is ``cancelled``
+    at once by :func:`typestrict_pipeline.lifecycle.reaper.cancel_backtest` (what
+    ``typestrict backtest cancel`` calls): its run's process reads that before its next step and
+    stops, keeping (and costing) what ran.
+
+    Raises:
+        NotFoundError: not a backtest of this workspace.
+        ConflictError: it has ended already.
+    """
+    from typestrict_pipeline.lifecycle.reaper import cancel_backtest as cancel_stored
+
     view = get_backtest(engine, runs, workspace, backtest_id)
-    if view.state in (RunState.QUEUED, "running"):
+    if view.state == RunState.QUEUED:
         for run in runs.runs_for(workspace, _object(backtest_id)):
             runs.cancel(run.run_id)
+        after = get_backtest(engine, runs, workspace, backtest_id)
+        if after.state != "running":  # its run started meanwhile: cancelled as a running one below
+            return after
+    cancel_stored(engine, backtest_id, workspace=workspace)
     return get_backtest(engine, runs, workspace, backtest_id)
 
 

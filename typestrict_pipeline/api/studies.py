@@ -211,10 +211,18 @@ def settle_unstarted(engine: Engine, runs: DagsterRuns, row: StudyRow) -> StudyR
 
 
 def cancel_study(engine: Engine, runs: DagsterRuns, workspace: str, study_id: int) -> StudyRow:
-    """Cancel a study: what ran is kept and ranked; its Dagster run leaves the queue, or stops
-    starting window runs (the study's state is read before each one)."""
+    """Cancel a study that has not ended (:func:`typestrict_pipeline.lifecycle.reaper.cancel_study`,
+    what ``typestrict study cancel`` calls): what ran is kept and ranked; its Dagster run leaves
+    the queue, or stops starting window runs (the study's state is read before each one).
+
+    Raises:
+        NotFoundError: not a study of this workspace.
+        ConflictError: it has ended already.
+    """
+    from typestrict_pipeline.lifecycle.reaper import cancel_study as cancel_stored
+
     row = check_study(engine, workspace, study_id)
-    repo.cancel_study(engine, row.id)
+    cancel_stored(engine, row.id, workspace=workspace)
     run = study_run(runs, workspace, row.id)
     if run is not None and run.state == RunState.QUEUED:
         runs.cancel(run.run_id)

@@ -36,12 +36,11 @@ def _serve(args: argparse.Namespace) -> int:
         raise InputError("between 1 and 64 worker processes", str(args.workers), "pass --workers 4")
     from typestrict_pipeline.api.jev import JEV_SOURCE_ENV, choose_jev
 
-    # The store is checked (and upgraded) here, before the server starts: a broken store or one
-    # from a newer version is one message and exit 2, never a server's startup traceback.
-    open_store(_store(args)).dispose()
-
     home = (Path(args.home) if args.home else typestrict_home()).resolve()
-    with choose_jev(home, args.jev_source, os.environ) as jev:
+    with choose_jev(home, args.jev_source, os.environ) as jev:  # no Jev: refused before anything
+        # The store is checked (and upgraded) here, before the server starts: a broken store or
+        # one from a newer version is one message and exit 2, never a server's startup traceback.
+        open_store(_store(args)).dispose()
         import uvicorn
 
         from typestrict_pipeline.api import create_app
@@ -55,11 +54,17 @@ def _serve(args: argparse.Namespace) -> int:
             os.environ["TYPESTRICT_HOME"] = str(home)
             os.environ[JEV_SOURCE_ENV] = json.dumps(dict(jev.source))
             uvicorn.run("typestrict_pipeline.api.app:app_from_env", factory=True, workers=args.workers,
-                        host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+                        host=args.host, port=args.port, log_level=args.log_level, access_log=False,
+                        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
             return 0
         app = create_app(_store(args), home, jev_source=jev.source)
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
+                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
     return 0
+
+
+GRACEFUL_SHUTDOWN_S = 5
+"""On Ctrl-C or SIGTERM, requests in flight get this long before the server stops anyway."""
 
 
 def _create(args: argparse.Namespace) -> int:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from functools import cache
 from typing import Any
 
 import numpy as np
@@ -67,10 +66,19 @@ def scalar(value: Any, *, file: str, row: int, column: str, what: str) -> str | 
     )
 
 
-@cache
+_WHITESPACE = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
+    "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+
+
 def python_whitespace() -> str:
-    """Every character ``str.strip()`` and ``str.split()`` treat as white space (29 of them)."""
-    return "".join(chr(c) for c in range(0x110000) if chr(c).isspace())
+    """Every character ``str.strip()`` and ``str.split()`` treat as white space (29 of them).
+
+    >>> python_whitespace() == "".join(chr(c) for c in range(0x110000) if chr(c).isspace())
+    True
+    """
+    return _WHITESPACE
 
 
 def blank_mask(texts: pa.Array) -> npt.NDArray[np.bool_]:
