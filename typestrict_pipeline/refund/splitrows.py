@@ -32,7 +32,7 @@ def seed_of(digests: npt.NDArray[np.uint8], decision: str, source: str) -> bytes
     for part in (SEED_DOMAIN, decision.encode("utf-8"), b"\0", source.encode("ascii"), b"\0"):
         h.update(part)
     for start in range(0, len(order), _CHUNK):  # sorted a million at a time: no second copy
-        h.update(memoryview(np.ascontiguousarray(digests[order[start:start + _CHUNK]])))
+        h.update(np.ascontiguousarray(digests[order[start:start + _CHUNK]]).data)
     return h.digest()
 
 
