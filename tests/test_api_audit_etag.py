@@ -18,6 +18,7 @@ from typestrict_pipeline.refund.rule import judge
 from typestrict_pipeline.refund.synthetic import synthetic_decision
 from typestrict_pipeline.store import open_store
 
+JEV = {"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "jev"}  # never asked here
 MODEL = "tr_etag"
 
 
@@ -42,7 +43,7 @@ def _settled(tmp_path: Path) -> tuple[str, str, bytes]:
 def test_the_audit_is_named_by_its_digest_and_not_sent_again(tmp_path: Path) -> None:
     url, key, audit = _settled(tmp_path)
     home = tmp_path / "home"
-    app = create_app(url, home, run_studies=False)
+    app = create_app(url, home, jev_source=JEV)
     auth = {"Authorization": f"Bearer {key}"}
     sha = hashlib.sha256(audit).hexdigest()
     with TestClient(app) as c:
@@ -65,7 +66,7 @@ def test_the_audit_is_named_by_its_digest_and_not_sent_again(tmp_path: Path) -> 
 
 def test_the_audit_is_served_while_a_writer_holds_the_store(tmp_path: Path) -> None:
     url, key, audit = _settled(tmp_path)
-    app = create_app(url, tmp_path / "home", run_studies=False)
+    app = create_app(url, tmp_path / "home", jev_source=JEV)
     auth = {"Authorization": f"Bearer {key}"}
     with TestClient(app) as c:
         assert c.get(f"/v1/models/{MODEL}/audit", headers=auth).status_code == 200

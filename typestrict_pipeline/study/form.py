@@ -26,6 +26,7 @@ from typestrict_pipeline.files import loads_or_text
 from typestrict_pipeline.study.limits import usd_to_micro
 from typestrict_pipeline.study.service import StudyConfig
 from typestrict_pipeline.study.space import RandomParam, SearchSpace
+from typestrict_pipeline.values import number
 
 
 @dataclass(frozen=True)
@@ -121,9 +122,11 @@ def parse_space(grid: list[str] | None, random: list[str] | None, draws: int, se
         low, colon, high = rng.partition(":")
         if not sep or not colon:
             raise InputError("--random as NAME=LOW:HIGH", repr(item), "write e.g. --random threshold=0.3:0.7")
-        lo, hi = _value(low, f"--random {name.strip()}"), _value(high, f"--random {name.strip()}")
-        r[name.strip()] = RandomParam(float(lo), float(hi),
-                                      integer=isinstance(lo, int) and isinstance(hi, int))
+        what = f"--random {name.strip()}"
+        lo, hi = _value(low.strip(), what), _value(high.strip(), what)
+        fix = "write two finite numbers, e.g. --random threshold=0.3:0.7"
+        r[name.strip()] = RandomParam(number(lo, f"{what}'s LOW", fix=fix), number(hi, f"{what}'s HIGH", fix=fix),
+                                      integer=type(lo) is int and type(hi) is int)
     prompts: dict[str, list[str]] = {}
     for item in prompt_files or []:
         step, sep, path = item.partition("=")
