@@ -170,10 +170,9 @@ def min_unseen_steps_of(engine: Engine, study_id: str) -> int | None:
 
 
 def _window_label(facts: StudyFacts, start: dt.datetime, end: dt.datetime) -> str:
-    last = end - facts.step
-    if facts.step >= dt.timedelta(days=1):
-        return f"{start.date().isoformat()} – {last.date().isoformat()}"
-    return f"{start.isoformat()} – {last.isoformat()}"
+    from typestrict_pipeline.study.folds import window_label
+
+    return window_label(start, end, facts.step)
 
 
 def _lineage_of(session: Session, study_id: str) -> LineageRow | None:
