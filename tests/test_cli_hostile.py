@@ -235,6 +235,15 @@ def test_ctrl_c_exits_130_with_one_line(home: Path, tmp_path: Path) -> None:
     err = proc.stderr.read().decode()
     assert code == 130, err
     assert err.strip().splitlines() == ["typestrict: interrupted; what was stored before stays stored"]
+    # ... and the backtest says so, with when and why (before: "running" for good, or "failed")
+    conn = sqlite3.connect(store)
+    try:
+        status, error, finished = conn.execute(
+            "SELECT status, error, finished_at FROM backtest_runs").fetchone()
+    finally:
+        conn.close()
+    assert status == "interrupted" and finished is not None
+    assert error.startswith("interrupted at 20") and "Ctrl-C (SIGINT)" in error
 
 
 @pytest.mark.parametrize(
