@@ -264,7 +264,7 @@ def picture(results: dict[int, dict[str, dict[str, Any]]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (ax1, ax3, ax2) = plt.subplots(1, 3, figsize=(14, 4))
     labels = {"ours": "ours (load + validate + split)", "duckdb": "DuckDB read + sha256 + top-k",
               "engine": "pyarrow read + SHA-256 of ids", "reference": "today's path"}
     for kind, label in labels.items():
@@ -272,18 +272,20 @@ def picture(results: dict[int, dict[str, dict[str, Any]]], path: Path) -> None:
         if not xs:
             continue
         ax1.plot(xs, [results[n][kind]["seconds"] for n in xs], marker="o", label=label)
+        ax3.plot(xs, [results[n][kind]["cpu_s"] for n in xs], marker="o", label=label)
         ax2.plot(xs, [results[n][kind]["rss_mb"] for n in xs], marker="o", label=label)
         for n in xs:
             ax1.annotate(f"load {results[n][kind]['load']}", (n, results[n][kind]["seconds"]),
                          fontsize=6, xytext=(3, 3), textcoords="offset points")
-    for ax, unit in ((ax1, "seconds"), (ax2, "peak RSS, MB")):
+    for ax, unit in ((ax1, "wall seconds"), (ax3, "CPU seconds"), (ax2, "peak RSS, MB")):
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("rows")
         ax.set_ylabel(unit)
         ax.grid(True, which="both", alpha=0.3)
     ax1.legend(fontsize=7)
-    fig.suptitle("Refund data path: rows → seconds and rows → peak RSS (2 cores)")
+    fig.suptitle("Refund data path: rows → seconds (wall, CPU) and rows → peak RSS (2 cores, "
+                 "load average beside each wall time)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -291,6 +293,10 @@ def picture(results: dict[int, dict[str, dict[str, Any]]], path: Path) -> None:
 
 
 def main() -> None:
+    if len(sys.argv) >= 3 and sys.argv[1] == "--picture":  # redraw from a run's figures
+        saved = json.loads(Path(sys.argv[2]).read_text())
+        picture({int(k): v for k, v in saved.items()}, Path(sys.argv[3]))
+        return
     if len(sys.argv) >= 4 and sys.argv[1] == "--child":
         _child(sys.argv[2], Path(sys.argv[3]))
         return
