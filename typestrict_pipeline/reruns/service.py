@@ -989,8 +989,8 @@ def _notify_winner_changed(
         f"  new winner:      {facts.winner_label}\n"
         f"  holdout score:   {score}\n\n"
         f"See the lineage: typestrict schedule lineage {lineage_root}\n"
-        "You get this because you set up the schedule; turn it off in Settings → Notifications "
-        f"(typestrict schedule notifications {owner} --off)."
+        "You get this because you set up the schedule; turn it off in the console's Settings → "
+        f"Notifications (/console/settings/notifications) or with: typestrict schedule notifications {owner} --off"
     )
     return enqueue(engine, dedupe_key=f"winner-changed:{entry_id}", kind=KIND_WINNER_CHANGED, recipient=owner,
                    subject=TITLE_WINNER_CHANGED, body=body, now=now)
