@@ -16,10 +16,8 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
-from starlette.testclient import TestClient
-
-from typestrict_pipeline.api import create_app
 from typestrict_pipeline.credits import CreditLedger
 from typestrict_pipeline.lifecycle.trainings import ledger_balance
 from typestrict_pipeline.store import open_store
@@ -27,7 +25,7 @@ from typestrict_pipeline.store import open_store
 PAGE = 4096
 
 
-def _support():  # type: ignore[no-untyped-def]
+def _support() -> Any:
     spec = importlib.util.spec_from_file_location("api_support", Path(__file__).with_name("test_api_support.py"))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -65,10 +63,9 @@ def main() -> None:
     home.mkdir(parents=True, exist_ok=True)
     csv, jev = support.make_dataset(outside, seed=4)
     key = support.new_key(store_url, "acme", credits=2)
-    app = create_app(store_url, home, jev_source={"kind": "file", "path": str(jev)})
     out: dict[str, object] = {}
-    with TestClient(app, headers={"Authorization": f"Bearer {key}"},
-                    raise_server_exceptions=False) as client:
+    with support.ApiServer(store_url, home, jev_source={"kind": "file", "path": str(jev)}) as server, \
+            server.client(key) as client:
         assert client.put("/v1/files/reviews.csv", content=csv).status_code == 201
         pages = (len(csv) + PAGE - 1) // PAGE + (jev.stat().st_size + PAGE - 1) // PAGE
         (home / "trainings").mkdir(exist_ok=True)
