@@ -25,7 +25,7 @@ from sqlalchemy import Engine
 
 from assets.studies import partitions_name
 from resources.reruns import RerunNotifierResource, RerunSettingsResource
-from resources.store import StoreResource
+from resources.store import StoreResource, store_tags, with_store
 from typestrict_pipeline import plots
 from typestrict_pipeline.errors import InputError, NotFoundError
 from typestrict_pipeline.reruns.decide import SkipKind
@@ -286,9 +286,11 @@ def _already_launched(engine: Engine, instance: dg.DagsterInstance | None, run_k
 
 
 def _requests_and_skips(
-    engine: Engine, results: list[TickResult], instance: dg.DagsterInstance | None
+    engine: Engine, results: list[TickResult], instance: dg.DagsterInstance | None, store_url: str | None = None
 ) -> tuple[list[dg.RunRequest], str | None]:
-    """Run requests for fired ticks, and one skip message for the others.
+    """Run requests for fired ticks, and one skip message for the others. Each request carries
+    ``store_url`` (the store the tick claimed its re-run in) in its run config and its
+    ``typestrict/store`` tag, so the re-run acts on that store (resources/store.py).
 
     A tick that found its own claimed re-run still waiting (in flight) asks for it again only
     when no Dagster run carries its run key (the request was lost); otherwise it is a skip.
@@ -300,11 +302,11 @@ def _requests_and_skips(
             skipped.append(r)
             continue
         view = get_schedule(engine, r.schedule_id)
-        requests.append(dg.RunRequest(
-            run_key=r.run_key,
-            run_config=rerun_run_config(r.run_key),
-            tags=rerun_tags(view.workflow_id, r.schedule_id, view.lineage_root_id, r.run_key, r.message),
-        ))
+        config = rerun_run_config(r.run_key)
+        tags = rerun_tags(view.workflow_id, r.schedule_id, view.lineage_root_id, r.run_key, r.message)
+        if store_url is not None:
+            config, tags = with_store(config, store_url), {**tags, **store_tags(store_url)}
+        requests.append(dg.RunRequest(run_key=r.run_key, run_config=config, tags=tags))
     if not skipped:
         return requests, None
     if len(skipped) == 1 and len(results) == 1:
@@ -352,7 +354,7 @@ def study_rerun_sensor(
             engine, reruns.studies(engine), now=reruns.current_time(), spend=reruns.spend(engine),
             source="sensor", cursor=parse_cursor(context.cursor),
         )
-        requests, skip = _requests_and_skips(engine, results, _instance(context))
+        requests, skip = _requests_and_skips(engine, results, _instance(context), store.resolved_url())
     cursor = format_cursor(slots)
     for r in results:
         if r.outcome is TickOutcome.FIRED:
@@ -378,7 +380,7 @@ def study_rerun_schedule(
     now = context.scheduled_execution_time if reruns.now is None else reruns.current_time()
     with store.engine() as engine:
         results, _ = evaluate_due(engine, reruns.studies(engine), now=now, spend=reruns.spend(engine), source="schedule")
-        requests, skip = _requests_and_skips(engine, results, _instance(context))
+        requests, skip = _requests_and_skips(engine, results, _instance(context), store.resolved_url())
     if requests:
         return requests
     return dg.SkipReason(skip or NOTHING_DUE)

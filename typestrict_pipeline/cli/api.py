@@ -65,6 +65,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from typestrict_pipeline.api import create_app
+    from typestrict_pipeline.api.server import uvicorn_options
 
     print(f"typestrict api: serving http://{args.host}:{args.port}/v1 (schema: /v1/openapi.json)", flush=True)
     if args.workers > 1:  # each worker process builds the app from the environment
@@ -73,10 +74,12 @@ def _serve(args: argparse.Namespace) -> int:
         if jev_source is not None:
             os.environ["TYPESTRICT_API_JEV_SOURCE"] = json.dumps(jev_source)
         uvicorn.run("typestrict_pipeline.api.app:app_from_env", factory=True, workers=args.workers,
-                    host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+                    host=args.host, port=args.port, log_level=args.log_level, access_log=False,
+                    **uvicorn_options())
         return 0
     app = create_app(_store(args), home, jev_source=jev_source)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
+                **uvicorn_options())
     return 0
 
 

@@ -166,6 +166,8 @@ _OPENERS = {".gz": "gzip", ".bz2": "bz2", ".xz": "lzma"}
 def _csv_bytes(path: Path) -> bytes:
     """The file's bytes, decompressed by suffix (``.gz``, ``.bz2``, ``.xz``)."""
     import importlib
+    import lzma
+    import zlib
 
     suffix = path.suffix.lower()
     module = _OPENERS.get(suffix) or ("zipfile" if suffix == ".zip" else None)
@@ -178,6 +180,12 @@ def _csv_bytes(path: Path) -> bytes:
         )
     try:
         if module is None:
+            with open(path, "rb") as handle:  # a binary or sparse file is refused by its start
+                head = handle.read(65536)
+            if b"\x00" in head:
+                line = head.count(b"\n", 0, head.index(b"\x00")) + 1
+                raise DatasetError("a CSV file of text", f"a NUL byte on line {line} of the file (a binary or "
+                                   "sparse file?)", "check that this is the right file", file=str(path))
             return path.read_bytes()
         if module == "zipfile":
             import zipfile
@@ -191,11 +199,14 @@ def _csv_bytes(path: Path) -> bytes:
         with opener.open(path, "rb") as handle:
             data: bytes = handle.read()
             return data
-    except (OSError, EOFError, ValueError, RuntimeError) as exc:
+    except (OSError, EOFError, ValueError, RuntimeError, zlib.error, lzma.LZMAError) as exc:
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else (
+            f"{'zlib' if isinstance(exc, zlib.error) else type(exc).__name__}: {' '.join(str(exc).split())[:100]}"
+            if str(exc) else type(exc).__name__)
         raise DatasetError(
             "a readable CSV file" + (f" ({path.suffix} compressed)" if module else ""),
-            exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__,
-            "check the file",
+            f"a truncated or corrupt archive ({detail})" if module else detail,
+            "check the file" + (", or compress it again" if module else ""),
             file=str(path),
         ) from None
 
