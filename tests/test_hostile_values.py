@@ -491,7 +491,8 @@ def test_a_corrupt_training_dataset_archive_names_the_file(tmp_path: Path) -> No
     import gzip
 
     from typestrict_pipeline.errors import DatasetError
-    from typestrict_pipeline.refund.dataset import _csv_bytes
+    from typestrict_pipeline.refund.manifest import DatasetFormat
+    from typestrict_pipeline.refund.table import _csv_bytes, iter_column_batches
 
     good = gzip.compress(b"id,text\n" + b"a,b\n" * 5000)
     cases = {"cut.csv.gz": good[: len(good) // 2],
@@ -500,8 +501,11 @@ def test_a_corrupt_training_dataset_archive_names_the_file(tmp_path: Path) -> No
     for name, data in cases.items():
         path = tmp_path / name
         path.write_bytes(data)
-        with pytest.raises(DatasetError, match=re.escape(str(path)) + r": expected a (readable CSV file|CSV file of text)"):
-            _csv_bytes(path)
+        pattern = re.escape(str(path)) + r": expected a (readable CSV file \(\.gz compressed\), got a truncated or corrupt archive|CSV file of text, got a NUL byte)"
+        with pytest.raises(DatasetError, match=pattern):
+            _csv_bytes(path)  # the whole-file reader
+        with pytest.raises(DatasetError, match=pattern):
+            list(iter_column_batches(path, DatasetFormat.CSV, ["id"]))  # the streamed one
 
 
 # ------------------------------------------------------------------------------------------------

@@ -105,21 +105,26 @@ class StepStatus(enum.StrEnum):
 
 
 class BacktestStatus(enum.StrEnum):
-    """How a backtest ended.
+    """Where a backtest is (``docs/lifecycle.md``, "Backtests").
 
     Attributes:
-        RUNNING: started, not finished (only seen in the store).
+        RUNNING: started, not finished (only seen in the store); its process holds a lease.
         COMPLETED: every planned step ran (some may have failed).
         STOPPED: it stopped early: a step failed with ``on_step_error="stop"``, or the caller's
             ``should_stop`` said so (a study's budget); what ran is kept.
         FAILED: the engine stopped on an error that is not a step's (for example a read of the
             future); what ran is kept.
+        INTERRUPTED: its process stopped (Ctrl-C, SIGTERM) or died (``kill -9``, a crash, a
+            reboot: found by its lease); ``error`` says when and why; what ran is kept.
+        CANCELLED: a person cancelled it (``typestrict backtest cancel``); what ran is kept.
     """
 
     RUNNING = "running"
     COMPLETED = "completed"
     STOPPED = "stopped"
     FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    CANCELLED = "cancelled"
 
 
 class OnStepError(enum.StrEnum):
