@@ -42,7 +42,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     tmp = tmp_path_factory.mktemp("limits")
     url = f"sqlite:///{tmp / 'store.db'}"
     key = support.new_key(url, "limits", credits=1)
-    with support.ApiServer(url, tmp / "home", run_studies=False, limits=LIMITS, max_body_bytes=MAX_BODY,
+    with support.ApiServer(url, tmp / "home", limits=LIMITS, max_body_bytes=MAX_BODY,
                            max_upload_bytes=MAX_BODY) as srv:
         srv.key = key
         yield srv

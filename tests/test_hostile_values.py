@@ -105,10 +105,17 @@ def api(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     sid = finished_study(engine, "hostile", "wx-done")
     (tmp / "home").mkdir()
     csv, _jev = support.make_dataset(tmp, n=40)
+    from typestrict_pipeline.backtest.workflows.weather import write_seattle_csv
+
+    write_seattle_csv(tmp / "w.csv", known_until=CUT)
+    write_seattle_csv(tmp / "new.csv", known_after=CUT, known_until=CUT + dt.timedelta(days=3))
     try:
-        with support.ApiServer(url, tmp / "home", run_studies=False) as server, server.client(key) as c:
+        with support.ApiServer(url, tmp / "home") as server, server.client(key) as c:
             assert c.put("/v1/files/reviews.csv", content=csv).status_code in (200, 201)
-            yield {"client": c, "engine": engine, "study": sid, "backend": request.param}
+            assert c.put("/v1/files/w.csv", content=(tmp / "w.csv").read_bytes()).status_code in (200, 201)
+            r = c.post("/v1/datasets", json={"name": "live", "workflow": "seattle_rain", "tables": {"weather": "w.csv"}})
+            assert r.status_code == 201, r.text
+            yield {"client": c, "engine": engine, "study": sid, "backend": request.param, "tmp": tmp}
     finally:
         engine.dispose()
         if database is not None:
@@ -184,6 +191,29 @@ def test_a_hostile_value_gets_a_4xx_and_writes_nothing(
     assert re.search(pattern, answer["error"]["message"], re.IGNORECASE), answer
     assert "Traceback" not in r.text
     assert rows_digest(api["engine"]) == before
+
+
+API_DATA_CASES: list[tuple[str, Callable[[Path], bytes], str, str]] = [
+    ("inf", lambda t: _cell("precipitation", "inf")(t).read_bytes(), "c.csv", r"row 1, column 'precipitation'.*got 'inf'"),
+    ("NA", lambda t: _cell("wind", "NA")(t).read_bytes(), "c.csv", r"got 'NA'\. Leave the cell empty"),
+    ("true", lambda t: _cell("temp_max", "true")(t).read_bytes(), "c.csv", r"got 'true'\. Write a number"),
+    ("formula", lambda t: _cell("weather", "=HYPERLINK(\"http://evil.example\")")(t).read_bytes(), "c.csv",
+     r"column 'weather': expected a text cell that a spreadsheet would not run as a formula"),
+    ("NUL", lambda t: (t / "new.csv").read_bytes().replace(b"\n", b"\n\x00", 1), "n.csv", r"got a NUL byte on line 2"),
+    ("corrupt gzip", lambda t: _gz((t / "new.csv").read_bytes())[:30], "c.csv.gz", r"truncated or corrupt archive"),
+]
+
+
+@pytest.mark.parametrize(("make", "name", "pattern"), [c[1:] for c in API_DATA_CASES], ids=[c[0] for c in API_DATA_CASES])
+def test_a_hostile_data_file_through_the_api_is_refused_by_row_and_column(
+    api: dict[str, Any], make: Callable[[Path], bytes], name: str, pattern: str
+) -> None:
+    c = api["client"]
+    assert c.put(f"/v1/files/{name}", content=make(api["tmp"])).status_code in (200, 201)
+    before = c.get("/v1/datasets/live").json()
+    r = c.post("/v1/datasets/live/append", json={"file": name})
+    assert r.status_code == 422 and re.search(pattern, r.json()["error"]["message"]), r.text
+    assert c.get("/v1/datasets/live").json() == before
 
 
 def test_the_good_values_pass_the_same_doors(api: dict[str, Any]) -> None:
@@ -309,13 +339,8 @@ def test_a_hostile_argument_is_a_message_and_writes_nothing(
 def test_a_stored_owner_that_would_add_headers_is_never_sent(tmp_path: Path) -> None:
     """An owner stored before the rule: the e-mail library refuses its header; the message is
     DEAD at once with the reason, and no header line is written anywhere."""
-    from typestrict_pipeline.reruns.notify import (
-        FileTransport,
-        OutboxState,
-        deliver_pending,
-        enqueue,
-        outbox,
-    )
+    from typestrict_pipeline.reruns.notify import FileTransport, deliver_pending, enqueue, outbox
+    from typestrict_pipeline.reruns.tables import OutboxState
 
     engine = open_store(f"sqlite:///{tmp_path / 'store.db'}")
     bad = "ana@example.com\r\nBcc: all@evil.example\r\nSubject: free money"
@@ -393,6 +418,12 @@ def _sparse(root: Path) -> Path:
     return path
 
 
+def _fifo(path: Path) -> Path:
+    if not path.exists():
+        os.mkfifo(path)
+    return path
+
+
 def _dir(root: Path) -> Path:
     path = root / "folder.csv"
     path.mkdir(exist_ok=True)
@@ -420,7 +451,7 @@ DATA_CASES: list[tuple[str, Callable[[Path], Path], str]] = [
     ("escape in a text cell", _cell("weather", "rain\x1b[2J"), r"column 'weather': expected a text cell without control characters"),
     ("NUL in a cell", _bytes("nul.csv", lambda b: b.replace(b"\n", b"\nx\x00", 1)),
      r"nul.csv, row 1: expected a CSV file with a header row of text, got a NUL byte on line 2 of the file"),
-    ("a FIFO", lambda root: (os.mkfifo(root / "fifo.csv") if not (root / "fifo.csv").exists() else None) or root / "fifo.csv",
+    ("a FIFO", lambda root: _fifo(root / "fifo.csv"),
      r"fifo.csv: expected a CSV file with a header row, got a FIFO \(named pipe\)"),
     ("a directory", _dir, r"folder.csv: expected a CSV file with a header row, got a directory"),
     ("a 2 GiB sparse file", _sparse, r"sparse.csv: expected a CSV file with a header row of at most 1,073,741,824 bytes, got 2,147,483,648 bytes"),
@@ -524,7 +555,9 @@ def test_typestrict_api_on_a_store_from_a_newer_version_says_so_without_a_traceb
     open_store(f"sqlite:///{db}").dispose()
     _sql(db, "INSERT INTO alembic_version VALUES ('zz_from_the_future')")
     before = _dump(db)
-    done = _cli("api", "--port", "18999", "--store", f"sqlite:///{db}", "--home", str(tmp_path / "home"))
+    jev = '{"kind": "file", "path": "jev.jsonl"}'
+    done = _cli("api", "--port", "18999", "--store", f"sqlite:///{db}", "--home", str(tmp_path / "home"),
+                "--jev-source", jev)
     assert done.returncode == 2
     assert done.stderr.startswith("typestrict: expected a store this version of TypeStrict knows"), done.stderr
     assert "Traceback" not in done.stderr + done.stdout and "serving" not in done.stdout

@@ -109,9 +109,10 @@ def _csv_module(path: Path) -> str | None:
     return _OPENERS.get(suffix) or ("zipfile" if suffix == ".zip" else None)
 
 
-_ARCHIVE_ERRORS: tuple[type[BaseException], ...] = (zlib.error, lzma.LZMAError)
-"""What a damaged ``.gz`` or ``.xz`` raises besides ``OSError``/``EOFError`` (``zlib.error`` is
-neither): caught like them, so the message names the file."""
+_READ_ERRORS: tuple[type[Exception], ...] = (OSError, EOFError, ValueError, RuntimeError, zlib.error,
+                                             lzma.LZMAError)
+"""What reading a CSV file can raise: a damaged ``.gz`` or ``.xz`` raises ``zlib.error`` or
+``LZMAError`` besides ``OSError``/``EOFError``; all are caught, so the message names the file."""
 
 
 def _unreadable(path: Path, module: str | None, exc: BaseException) -> DatasetError:
@@ -155,7 +156,7 @@ def _csv_bytes(path: Path) -> bytes:
         with _open_csv_binary(path, module) as handle:
             data: bytes = handle.read()
             return data
-    except (OSError, EOFError, ValueError, RuntimeError, *_ARCHIVE_ERRORS) as exc:
+    except _READ_ERRORS as exc:
         raise _unreadable(path, module, exc) from None
 
 
@@ -396,7 +397,7 @@ def _csv_batches(
             text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="", errors="strict")
             reader = csv.reader(text, strict=True)
             yield from _csv_record_batches(_csv_records(reader, file), wanted, names_out, batch_rows)
-    except (OSError, EOFError, ValueError, RuntimeError, *_ARCHIVE_ERRORS):
+    except _READ_ERRORS:
         # The whole-file reader decodes the whole file before it parses: a byte that is not
         # UTF-8 (or a damaged archive) anywhere comes first. Ask it; else the error stands.
         _decode_csv(path, _csv_bytes(path))

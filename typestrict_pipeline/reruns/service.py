@@ -421,6 +421,7 @@ def tick_state(
             with session_scope(engine) as session:
                 prev = _previous(session, schedule.lineage_root_id)
                 session.expunge(prev)
+    with session_scope(engine) as session:  # whatever the previous re-run's state
         last_seq = session.execute(
             select(func.max(LineageRow.seq)).where(LineageRow.lineage_root_id == schedule.lineage_root_id)
         ).scalar_one()
