@@ -39,6 +39,7 @@ __all__ = [
     "normalize_text",
     "order_by_digest",
     "row_digests",
+    "row_messages",
     "sha256_each",
     "string_keys",
     "text_keys",
@@ -110,14 +111,19 @@ def _messages(columns: list[pa.Array], escape: bool) -> pa.Array:
 def row_digests(
     ids: pa.Array, texts: pa.Array, answers: pa.Array, groups: pa.Array
 ) -> npt.NDArray[np.uint8]:
-    """``SHA-256`` of each row's ``[id, text, answer, group]`` JSON text (the seed's rows).
+    """``SHA-256`` of each row's ``[id, text, answer, group]`` JSON text (the seed's rows)."""
+    return sha256_each(row_messages(ids, texts, answers, groups))
+
+
+def row_messages(ids: pa.Array, texts: pa.Array, answers: pa.Array, groups: pa.Array) -> pa.Array:
+    """Each row's ``[id, text, answer, group]`` JSON text, as :mod:`json` writes it.
 
     Args:
         ids, texts: the rows' ids and texts (no nulls).
         answers, groups: the stratum answer and the group value (null: JSON ``null``).
 
     Returns:
-        An ``(n, 32)`` array of digests, in row order.
+        The JSON texts, in row order (Arrow).
 
     One regular-expression pass over the row's four values finds the rows holding a quote, a
     backslash or a control character; the others are quoted as they are, those are escaped by
@@ -145,7 +151,7 @@ def row_digests(
         mask = np.zeros(len(messages), dtype=bool)
         mask[rows] = True
         messages = pc.replace_with_mask(messages, pa.array(mask), escaped)
-    return sha256_each(messages)
+    return messages
 
 
 def order_by_digest(digests: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
