@@ -3,7 +3,7 @@ every page it visited checked for accessibility (axe-core) and keyboard use, at 
 390×844, in Debian's chromium driven by Playwright.
 
 The state is the one ``make demo`` leaves, built once for the module by the demo's own parts
-(``demo.refund`` on its two fast trainings, then ``demo.backtest``: what the walk reads, the
+(``demo.refund`` on its quickest training, then ``demo.backtest``: what the walk reads, the
 demo's data and trainings, in the demo's Dagster home) in ``<tmp>/.typestrict``, the default
 home of a folder that links this checkout's ``.venv`` and packages, so the doc's commands run
 there verbatim with no setting. The console is ``make api`` run in that folder (the
@@ -21,8 +21,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +39,7 @@ CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS = REPO / "docs" / "screenshots"
 LINKED = (".venv", "typestrict_pipeline", "assets", "resources", "demo", "bench", "docs", "Makefile",
           "workspace.yaml", "pyproject.toml", "README.md")
-FAST_TRAININGS = ("rt-tiny", "rt-failed")
+FAST_TRAININGS = ("rt-failed",)  # the demo's quickest training: its verdict run reads no data
 TIMEOUT_MS = 120_000  # a busy 2-core machine: generous, and every wait polls for a condition
 LONG_MS = 900_000  # a verdict run or a study
 VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
@@ -98,13 +98,6 @@ def test_every_bullet_of_the_walkthrough_is_an_action_the_test_runs() -> None:
 
 
 # --- the demo's state, the servers --------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
 
 
 @pytest.fixture(scope="module")
@@ -231,6 +224,11 @@ def _keyboard_press(locator: Any) -> None:
     locator.page.keyboard.press("Enter")
 
 
+def _field(page: Any, label: str) -> Any:
+    """The form control labelled ``label`` (not a section titled the same)."""
+    return page.get_by_label(label, exact=True).and_(page.locator("input, textarea, select"))
+
+
 def run_action(page: Any, base: str, root: Path, bullet: str) -> None:
     from playwright.sync_api import expect
 
@@ -239,11 +237,11 @@ def run_action(page: Any, base: str, root: Path, bullet: str) -> None:
         page.goto(base + a["path"])
     elif kind in ("fill", "fill_file"):
         value = a["value"] if kind == "fill" else (root / a["file"]).read_text(encoding="utf-8").strip()
-        page.get_by_label(a["label"], exact=True).fill(value)
+        _field(page, a["label"]).fill(value)
     elif kind == "choose":
-        page.get_by_label(a["label"], exact=True).set_input_files(str(root / a["file"]))
+        _field(page, a["label"]).set_input_files(str(root / a["file"]))
     elif kind == "tick":
-        box = page.get_by_label(a["label"], exact=True)
+        box = _field(page, a["label"])
         box.focus()
         page.keyboard.press("Space")
         expect(box).to_be_checked()
@@ -277,8 +275,10 @@ def test_the_walkthrough_runs_as_written(served: Served, browser: Any) -> None:
     urls: list[str] = []
     page.on("request", lambda request: urls.append(request.url))
     said = []
+    took: list[tuple[float, str]] = []
     try:
         for step in walkthrough_steps(DOC.read_text(encoding="utf-8")):
+            started = time.monotonic()
             if step.kind == "sh":
                 said.append(_sh(step.text, served.root))
             else:
@@ -291,8 +291,10 @@ def test_the_walkthrough_runs_as_written(served: Served, browser: Any) -> None:
                 _shot(page, "console-result")
             if name == "study":
                 _shot(page, "console-study")
+            took.append((time.monotonic() - started, step.text[:60]))
     finally:
         context.close()
+        print("slowest steps:", sorted(took, reverse=True)[:6])
     key = (served.root / "key.txt").read_text().strip()
     assert key.startswith("tsk_")
     secret = key[21:]  # tsk_<16 hex>_<secret>

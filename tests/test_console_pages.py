@@ -138,7 +138,11 @@ def test_a_training_started_in_the_console_shows_its_split_and_refuses_bad_predi
     other = Browser(app[0], app[2])
     assert other.get(page_url).status_code == 404  # another workspace's training: not found
     assert other.get(f"/v1/trainings/{training}/split").status_code == 404
+    assert other.form(f"{page_url}/cancel", {}).status_code == 404
     other.close()
+    assert b.form(f"{page_url}/cancel", {}).status_code == 303  # cancelled: the credit comes back
+    assert _balance(sqlite_url, "acme") == 2
+    assert b.get(f"/v1/trainings/{training}").json()["state"] == "cancelled"
     b.close()
 
 

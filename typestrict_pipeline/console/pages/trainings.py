@@ -263,18 +263,17 @@ def _training_page(request: Request, session: ConsoleSession, training_id: str,
                    error: str | None = None, status: int = 200) -> Response:
     ctx = get_ctx(request)
     ws = session.workspace_id
-    state, _ = ctx.trainings.state(ws, training_id)
-    if state is TrainingState.SETTLED:
+    view = ctx.trainings.view(ws, training_id)
+    if view.model is not None:  # settled (or ended and settled as failed): the result page
         return redirect(f"{PREFIX}/models/{training_id}", request)
     manifest = ctx.trainings.manifest(ws, training_id)
-    split = ctx.trainings.split(ws, training_id) if state is TrainingState.AWAITING_PREDICTIONS else None
-    from typestrict_pipeline.lifecycle.trainings import training_status
-
-    life = training_status(ctx.engine, training_id)
+    open_for_predictions = view.state.accepts_submission
+    split = ctx.trainings.split(ws, training_id) if open_for_predictions else None
+    life = view.status
     return render(request, "training.html", {
-        "id": training_id, "state": state.value, "state_text": state_text(state.value),
-        "deadline": life.deadline_at if life is not None else None,
-        "reason": life.reason if life is not None else None,
+        "id": training_id, "state": view.state.value, "state_text": state_text(view.state.value),
+        "deadline": life.deadline_at if life is not None and not view.state.is_terminal else None,
+        "reason": life.reason if life is not None else None, "can_cancel": open_for_predictions,
         "keep_if_loses": manifest.options.keep_if_loses,
         "decisions": [d.name for d in manifest.decisions],
         "split": split, "roles": [split_roles(h) for h in split.decisions] if split else [],
@@ -302,11 +301,19 @@ def training_page(training_id: TrainingId, request: Request, session: Session) -
 def training_state(training_id: TrainingId, request: Request, session: Session) -> Response:
     """The state line (HTMX polls it while judging; settled: go to the result page)."""
     ctx = get_ctx(request)
-    state, _ = ctx.trainings.state(session.workspace_id, training_id)
-    if state is TrainingState.SETTLED:
-        return redirect(f"{PREFIX}/models/{training_id}", request)
-    return render(request, "_training_state.html", {"id": training_id, "state": state.value,
-                                                     "state_text": state_text(state.value)})
+    view = ctx.trainings.view(session.workspace_id, training_id)
+    if view.model is not None or view.state is not TrainingState.JUDGING:
+        return redirect(f"{PREFIX}/trainings/{training_id}", request)
+    return render(request, "_training_state.html", {"id": training_id, "state": view.state.value,
+                                                     "state_text": state_text(view.state.value)})
+
+
+@router.post("/trainings/{training_id}/cancel")
+def cancel_training(training_id: TrainingId, request: Request, session: Posted) -> Response:
+    """Cancel a training that awaits its predictions: its credit comes back
+    (``POST /v1/trainings/{id}/cancel``)."""
+    get_ctx(request).trainings.cancel(session.workspace_id, training_id)
+    return redirect(f"{PREFIX}/trainings/{training_id}", request)
 
 
 @router.post("/trainings/{training_id}/predictions")
