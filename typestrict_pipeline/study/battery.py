@@ -30,6 +30,9 @@ import numpy as np
 import numpy.typing as npt
 from scipy import signal, stats
 
+from typestrict_pipeline.study.dependence import Dependence
+from typestrict_pipeline.study.stability import Stability
+
 FloatArray = npt.NDArray[np.float64]
 BURN = 300
 
@@ -249,6 +252,22 @@ def newey_west_rate(process: Process, t: int, sims: int, seed: int, *, edge: flo
     return Rate("Newey–West one-sided 5%", process.name, 1, t, int(hits), sims, seed, edge)
 
 
+def search_evidence(search: FloatArray) -> tuple[Dependence, Stability | None]:
+    """What the leaderboard hands the gate and the runner from a search's ``T × n`` scores: the
+    dependence measured on the differences from the candidates' mean and the leaders' stability
+    (``joint_inference`` computes both the same way; the bootstrap is not needed for them).
+
+    >>> dep, st = search_evidence(np.random.default_rng(0).normal(size=(120, 5)))
+    >>> dep.ratio >= 1.0, st is not None
+    (True, True)
+    """
+    from typestrict_pipeline.study.dependence import measure_dependence
+    from typestrict_pipeline.study.stability import leaders_stability
+
+    diffs = search - search.mean(axis=1, keepdims=True)
+    return measure_dependence(diffs), leaders_stability(diffs, [str(j) for j in range(search.shape[1])])
+
+
 def gate_rate(process: Process, holdout: int, sims: int, seed: int, *, n: int = 20, t: int = 120,
               edge: float = 0.0) -> Rate:
     """How often the promotion gate promotes the winner of a search (``n`` × ``t`` eval steps).
@@ -256,13 +275,15 @@ def gate_rate(process: Process, holdout: int, sims: int, seed: int, *, n: int = 
     The winner is the best Adjusted (``search_stats``); after a 1-step embargo, its holdout
     continues its own process; the active version is an independent series of the same
     process. With ``edge`` 0 no candidate is better than the active version (a null winner);
-    with ``edge`` > 0 every candidate is ``edge`` per-step SDs better (power). The gate leaves
-    out the measured span (``decorrelation_span`` − 1 steps), as ``promote.evaluation_gate``.
+    with ``edge`` > 0 every candidate is ``edge`` per-step SDs better (power). The gate is
+    ``promote.gate_decision`` with the measured span (``decorrelation_span`` − 1 steps left
+    out), the search's dependence and the leaders' stability, as ``promote.evaluation_gate``.
 
     >>> gate_rate(PROCESSES["white"], 20, 3, seed=1, n=4, t=60).trials
     3
     """
-    from typestrict_pipeline.study.inference import NotEnoughDataError, decorrelation_span, holdout_test
+    from typestrict_pipeline.study.inference import decorrelation_span
+    from typestrict_pipeline.study.promote import gate_decision
     from typestrict_pipeline.study.stats import search_stats
 
     rng = np.random.default_rng(seed)
@@ -278,53 +299,48 @@ def gate_rate(process: Process, holdout: int, sims: int, seed: int, *, n: int = 
         best = search_stats(oos, {}).best_id
         w = int(best) if best is not None else 0
         skip = max(0, decorrelation_span(search) - 1)
+        dep, stable = search_evidence(search)
         hold = slice(t + 1, total)
         won = dict(zip(keys[hold], scores[hold, w].tolist(), strict=True))
         act = dict(zip(keys[hold], scores[hold, n].tolist(), strict=True))
-        try:
-            hits += bool(holdout_test(won, act, skip=min(skip, holdout - 2)).confirmed)
-        except NotEnoughDataError:
-            continue
+        hits += gate_decision(won, act, skip=min(skip, holdout - 2), dependence=dep,
+                              stability=stable).passed
     return Rate("gate promotes", process.name, n, holdout, hits, sims, seed, edge)
 
 
 def lineage_rate(process: Process, holdout: int, looks: int, sims: int, seed: int, *,
-                 edge: float = 0.0,
-                 standard_error: Callable[[FloatArray], float] | None = None) -> Rate:
+                 edge: float = 0.0, search: tuple[int, int] | None = (20, 120)) -> Rate:
     """How often the lineage panel says a winner persists (no warning) at some look.
 
     One continuing series of per-step differences winner − baseline (``0.1·noise``, plus
     ``edge`` per-step SDs) is cut into ``looks`` consecutive holdouts of ``holdout`` steps;
-    each study's edge is its holdout mean and its SE the one the runner stores.
+    each study's edge is its holdout mean and its SE the one the runner stores
+    (``inference.holdout_standard_error`` with the dependence its search measured: a fresh
+    ``search`` = (candidates, steps) block of the same process per study; ``None``: no search
+    to carry from).
 
-    >>> lineage_rate(PROCESSES["white"], 20, 5, 3, seed=1).trials
+    >>> lineage_rate(PROCESSES["white"], 20, 5, 3, seed=1, search=(4, 60)).trials
     3
     """
     from typestrict_pipeline.reruns.lineage import confidence_sequence_path
+    from typestrict_pipeline.study.inference import holdout_standard_error
 
-    se_of = standard_error or _stored_se()
     rng = np.random.default_rng(seed)
     hits = 0
     for _ in range(sims):
         d = 0.1 * (process.draw(rng, holdout * looks, 1, shared=False)[:, 0] + edge)
         blocks = d.reshape(looks, holdout)
         edges = blocks.mean(axis=1).tolist()
-        ses = [se_of(b) for b in blocks]
+        ses = []
+        for b in blocks:
+            dep = None
+            if search is not None:
+                dep, _ = search_evidence(process.draw(rng, search[1], search[0]))
+            ses.append(holdout_standard_error(b, dependence=dep))
         _, _, low = confidence_sequence_path(edges, ses)
         hits += bool(np.any(low > 0.0))
     return Rate(f"lineage persists ({looks} looks)", process.name, 1, holdout, hits, sims, seed,
                 edge)
-
-
-def _stored_se() -> Callable[[FloatArray], float]:
-    """The SE the runner stores for a holdout's per-step differences."""
-    try:
-        from typestrict_pipeline.study.inference import holdout_standard_error
-    except ImportError:  # before the function existed, the runner stored newey_west_se
-        from typestrict_pipeline.study.stats import newey_west_se
-
-        return lambda x: newey_west_se(x)
-    return lambda x: holdout_standard_error(x)
 
 
 def render(rates: Sequence[Rate]) -> str:

@@ -60,8 +60,9 @@ else:
 
 FloatArray = npt.NDArray[np.float64]
 
-#: Twice the log-likelihood gain a pooled spectral fit needs over white noise (χ²₂, 95%).
-POOLED_THRESHOLD = 5.99
+#: Twice the log-likelihood gain a pooled spectral fit needs over white noise (0: any sign of
+#: persistence in the pooled spectrum counts; pooling already averages the noise away).
+POOLED_THRESHOLD = 0.0
 #: The F test that halves the band: one-sided level.
 BAND_LEVEL = 0.10
 #: The autocorrelation below which scores count as decorrelated (the embargo's span).

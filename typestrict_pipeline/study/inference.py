@@ -33,7 +33,13 @@ import numpy.typing as npt
 from typestrict_pipeline.errors import NotEnoughDataError
 from typestrict_pipeline.lazy import LazyModule
 from typestrict_pipeline.study.dependence import Dependence, long_run_variances, measure_dependence
-from typestrict_pipeline.study.stability import Stability, leaders_stability
+from typestrict_pipeline.study.stability import (
+    CRITICAL_95,
+    MIN_STEPS,
+    Stability,
+    leaders_stability,
+    self_normalised_statistic,
+)
 from typestrict_pipeline.study.stats import ar1_long_run_variance, newey_west_se
 
 if TYPE_CHECKING:  # imported on first use: keeps the code location's load quick
@@ -428,15 +434,17 @@ def decorrelation_span(scores: FloatArray, horizon: int = 1) -> int:
 
     The scores are taken as differences from the candidates' mean on each step (the shared part
     of a step, which the holdout's baseline also sees, cancels) and de-meaned per candidate; the
-    span is the larger of (a) the first lag at which their pooled autocorrelation is at or below
-    ``max(0.05, 2/√(N·T))`` and (b) the AR(1)-implied lag ``⌈ln 0.05 / ln ρ̂₁⌉``; at least the
-    outcome horizon, at most ``T − 1``.
+    span is the largest of (a) the first lag at which their pooled autocorrelation is at or below
+    ``max(0.05, 2/√(N·T))``, (b) the AR(1)-implied lag ``⌈ln 0.05 / ln ρ̂₁⌉`` and (c) the same lag
+    for the AR(1) with the measured long-run/short-run variance ratio
+    (:func:`~typestrict_pipeline.study.dependence.measure_dependence`: a small persistent part
+    lag 1 does not see); at least the outcome horizon, at most ``T − 1``.
 
     >>> rng = np.random.default_rng(0); e = rng.normal(size=(480, 8)); x = np.empty_like(e)
     >>> x[0] = e[0]
     >>> for t in range(1, 480): x[t] = 0.9 * x[t - 1] + e[t]
-    >>> decorrelation_span(rng.normal(size=(480, 8))), 20 <= decorrelation_span(x) <= 40
-    (1, True)
+    >>> decorrelation_span(rng.normal(size=(480, 8))) <= 2, 20 <= decorrelation_span(x) <= 40
+    (True, True)
     """
     t, n = scores.shape
     if t < 3:
@@ -457,7 +465,8 @@ def decorrelation_span(scores: FloatArray, horizon: int = 1) -> int:
             first = lag
             break
     ar = math.ceil(math.log(DECORRELATED) / math.log(min(rho1, 0.99))) if rho1 > DECORRELATED else 1
-    return int(min(t - 1, max(horizon, first, ar)))
+    measured = measure_dependence(d).span  # the long-run variance's AR(1)-equivalent decay
+    return int(min(t - 1, max(horizon, first, ar, measured)))
 
 
 @dataclass(frozen=True)
@@ -481,11 +490,19 @@ class HoldoutTest:
     lower_bound: float
     required_steps: int | None
     edge_to_detect: float | None
+    change_statistic: float | None = None
+
+    @property
+    def stable(self) -> bool:
+        """The difference's mean did not change over the holdout (self-normalised change-point
+        test at 5%, Shao & Zhang 2010; always true below its 20 steps)."""
+        return self.change_statistic is None or self.change_statistic <= CRITICAL_95
 
     @property
     def confirmed(self) -> bool:
-        """The lower bound is above 0: the winner beats the baseline on unseen data."""
-        return self.lower_bound > 0.0
+        """The lower bound is above 0 and the difference was stable: the winner beats the
+        baseline on unseen data."""
+        return self.lower_bound > 0.0 and self.stable
 
     @property
     def short(self) -> bool:
@@ -516,6 +533,7 @@ def holdout_test(
     horizon: int = 1,
     edge_to_detect: float | None = None,
     long_run_sd: float | None = None,
+    dependence: Dependence | None = None,
 ) -> HoldoutTest:
     """Winner − baseline on the common holdout steps, after skipping the first ``skip`` steps.
 
@@ -525,6 +543,9 @@ def holdout_test(
         horizon: outcome horizon (floors the Newey–West bandwidth).
         edge_to_detect: the search's luck-adjusted edge of the winner (for the power rule).
         long_run_sd: the winner's long-run per-step SD of differences (for the power rule).
+        dependence: the persistence measured over the study's candidates
+            (``JointInference.dependence``), carried into the holdout's SE: a holdout of a few
+            dozen steps cannot show a small persistent part by itself.
 
     Raises:
         NotEnoughDataError: fewer than 2 common steps remain after the skip.
@@ -543,10 +564,28 @@ def holdout_test(
             f"{len(used)} of {len(common)}. Lengthen the holdout (or the embargo before it)."
         )
     d = np.array([winner[k] - baseline[k] for k in used], dtype=np.float64)
-    se = newey_west_se(d, horizon)
+    se = holdout_standard_error(d, horizon, dependence=dependence)
     diff = float(d.mean())
     z = float(stats.norm.ppf(1.0 - ALPHA))
     need = None
     if edge_to_detect is not None and long_run_sd is not None:
         need = required_holdout_steps(long_run_sd, edge_to_detect)
-    return HoldoutTest(skip, len(used), diff, se, diff - z * se, need, edge_to_detect)
+    change = float(self_normalised_statistic(d)[0]) if d.size >= MIN_STEPS else None
+    return HoldoutTest(skip, len(used), diff, se, diff - z * se, need, edge_to_detect, change)
+
+
+def holdout_standard_error(differences: Sequence[float] | FloatArray, horizon: int = 1, *,
+                           dependence: Dependence | None = None) -> float:
+    """The SE of a holdout's mean per-step difference that the product prints and stores (the
+    runner's ``holdout_se`` and ``holdout_diff_se``, so the lineage's too).
+
+    :func:`~typestrict_pipeline.study.stats.newey_west_se` with the persistence measured over
+    the study's candidates carried in (``dependence``): the long-run ratio of the search, many
+    series long, is a far better estimate than the holdout's own few dozen steps can give, and
+    it is what makes the lineage's per-study SEs carry persistence.
+
+    >>> d = np.random.default_rng(0).normal(size=60)
+    >>> holdout_standard_error(d) >= 0.1
+    True
+    """
+    return newey_west_se(np.asarray(differences, dtype=np.float64), horizon, dependence=dependence)

@@ -32,7 +32,14 @@ import numpy as np
 import numpy.typing as npt
 
 from typestrict_pipeline.errors import NotEnoughDataError
-from typestrict_pipeline.study.dependence import Dependence, long_run_variances, measure_dependence
+from typestrict_pipeline.study.dependence import (
+    Dependence,
+    cosine_ordinates,
+    fitted_ratios,
+    flat_band,
+    max_cosines,
+    measure_dependence,
+)
 from typestrict_pipeline.lazy import LazyModule
 
 if TYPE_CHECKING:  # imported on first use: keeps the code location's load quick
@@ -138,10 +145,7 @@ def newey_west_bandwidth(scores: Sequence[float] | FloatArray, horizon: int = 1,
     if horizon < 1:
         raise ValueError(f"expected an outcome horizon ≥ 1 step, got {horizon}. Fix the horizon.")
     own = measure_dependence(x[:, None])
-    lags = own.bandwidth
-    if dependence is not None:
-        lags = max(lags, min(dependence.bandwidth, math.ceil(dependence.time_scale)))
-    return max(0, min(t - 1, max(horizon - 1, lags)))
+    return _bandwidth(t, own.ratio, own.cosines, horizon, dependence)
 
 
 def long_run_variance(scores: Sequence[float] | FloatArray, horizon: int = 1, *,
@@ -160,7 +164,29 @@ def long_run_variance(scores: Sequence[float] | FloatArray, horizon: int = 1, *,
     (True, 21.0)
     """
     x = np.asarray(scores, dtype=np.float64)
-    t = int(x.size)
+    lrv, df = column_long_run_variances(x.reshape(-1, 1), horizon, dependence=dependence)
+    return float(lrv[0]), float(df[0])
+
+
+def column_long_run_variances(matrix: FloatArray, horizon: int = 1, *,
+                              dependence: Dependence | None = None,
+                              fit_threshold: float = 0.0) -> tuple[FloatArray, FloatArray]:
+    """:func:`long_run_variance` of every column of a ``T × k`` array at once (each column
+    judged on its own, plus the carried ``dependence``).
+
+    ``fit_threshold``: how much likelihood a column's own spectral fit needs over white noise
+    (:func:`~typestrict_pipeline.study.dependence.fitted_ratios`): 0 for a series judged alone
+    (any sign of persistence widens its SE: the side a test's level needs); a χ²₂ point where a
+    pooled measurement (``dependence``) already covers the persistence the columns share and
+    each column's SE should be a point estimate (the leaderboard's Adjusted and luck line).
+
+    >>> m = np.random.default_rng(0).normal(size=(400, 3))
+    >>> lrv, df = column_long_run_variances(m, fit_threshold=9.0)
+    >>> bool(np.all((lrv > 0.7) & (lrv < 1.4))), df.shape
+    (True, (3,))
+    """
+    x = np.asarray(matrix, dtype=np.float64)
+    t, k = x.shape
     if t < 2:
         raise NotEnoughDataError(
             f"expected at least 2 per-step scores to estimate a standard error, got {t}. "
@@ -168,31 +194,57 @@ def long_run_variance(scores: Sequence[float] | FloatArray, horizon: int = 1, *,
         )
     if not np.all(np.isfinite(x)):
         raise ValueError("expected finite per-step scores, got NaN or infinity. Fix the scorer.")
-    d = x - x.mean()
-    g0 = float(d @ d) / t
-    own = measure_dependence(d[:, None])
-    dep = own
+    if horizon < 1:
+        raise ValueError(f"expected an outcome horizon ≥ 1 step, got {horizon}. Fix the horizon.")
+    d = x - x.mean(axis=0)
+    g0 = (d * d).mean(axis=0)
+    if t < 4:
+        return np.asarray(g0, dtype=np.float64), np.ones(k)
+    safe = np.where(g0 > 0.0, g0, 1.0)
+    ords = cosine_ordinates(d, max(2, t // 2)) / safe
+    qmax = max_cosines(t)
+    bands = np.array([flat_band(ords[:qmax, j], 1.0) for j in range(k)])
+    band_mean = np.array([float(ords[: bands[j], j].mean()) for j in range(k)])
+    fit, fit_df = fitted_ratios(ords, t, threshold=fit_threshold)
+    own = np.maximum(1.0, np.maximum(band_mean, fit))
+    own_df = np.where(fit > band_mean, np.minimum(fit_df, float(qmax)), bands.astype(np.float64))
+    ratio, df = own, own_df
     if dependence is not None:  # the persistence measured over many series, at this length
-        q = max(min(2, own.cosines), min(own.cosines, dependence.for_length(t)))
-        carried = dependence.ratio > own.ratio
-        dep = Dependence(t, max(own.ratio, dependence.ratio), q, own.block_length, own.bandwidth,
-                         own.span, dependence.pooled if carried else 1,
-                         (dependence.df or dependence.cosines) if carried else own.df)
-    if t >= 4:
-        lrvs, dfs = long_run_variances(d[:, None], dep)
-        spectral, df = float(lrvs[0]), float(dfs[0])
-    else:
-        spectral, df = g0, 1.0
-    lag = newey_west_bandwidth(x, horizon, dependence=dependence)
-    lrv = g0
-    for ell in range(1, lag + 1):
-        gamma = float(d[ell:] @ d[:-ell]) / t
-        lrv += 2.0 * (1.0 - ell / (lag + 1.0)) * gamma
-    floor = float(ar1_long_run_variance(d[:, None])[0])
-    if max(lrv, floor) > spectral:  # the kernel or the AR(1) floor binds: its effective sample
-        k = max(lrv, floor) / g0 if g0 > 0.0 else 1.0
-        return max(lrv, floor), min(df, max(1.0, t / k - 1.0))
-    return spectral, df
+        carried = dependence.ratio > own
+        pooled_df = ((dependence.df or float(dependence.cosines)) * max(1, dependence.pooled))
+        ratio = np.maximum(own, dependence.ratio)
+        df = np.where(carried, pooled_df, own_df)
+    df = np.minimum(df, np.maximum(1.0, t / ratio - 1.0))
+    # The sample variance of a persistent series is biased low (de-meaning): γ̃₀ = γ̂₀/(1 − r/T).
+    spectral = ratio * g0 / np.maximum(0.2, 1.0 - ratio / t)
+    # Newey–West at the bandwidth chosen from each column's long-run ratio.
+    lags = np.array([_bandwidth(t, float(r), int(q), horizon, dependence)
+                     for r, q in zip(own, bands, strict=True)])
+    size = 1 << (2 * t - 1).bit_length()
+    spec = np.fft.rfft(d, n=size, axis=0)
+    acov = np.fft.irfft(spec * np.conj(spec), n=size, axis=0)[:t] / t
+    ell = np.arange(t, dtype=np.float64)[:, None]
+    weights = np.clip(1.0 - ell / (lags[None, :] + 1.0), 0.0, None)
+    weights[0] = 0.5
+    nw = 2.0 * (weights * acov).sum(axis=0)
+    floor = ar1_long_run_variance(d)
+    kernel = np.maximum(nw, floor)
+    binds = kernel > spectral
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kern_k = np.where(g0 > 0.0, kernel / safe, 1.0)
+    lrv = np.where(binds, kernel, spectral)
+    df = np.where(binds, np.minimum(df, np.maximum(1.0, t / kern_k - 1.0)), df)
+    return np.asarray(np.maximum(lrv, 0.0), dtype=np.float64), np.asarray(np.maximum(df, 1.0),
+                                                                         dtype=np.float64)
+
+
+def _bandwidth(t: int, ratio: float, q: int, horizon: int, dependence: Dependence | None) -> int:
+    from typestrict_pipeline.study.dependence import _lengths
+
+    _, lags, _ = _lengths(t, ratio, q)
+    if dependence is not None:
+        lags = max(lags, min(dependence.bandwidth, math.ceil(dependence.time_scale)))
+    return max(0, min(t - 1, max(horizon - 1, lags)))
 
 
 def fixed_smoothing_factor(df: float, alpha: float = 0.05) -> float:
@@ -458,7 +510,20 @@ def search_stats(
     means: dict[str, float | None] = {}
     ses: dict[str, float | None] = {}
     raw_ses: dict[str, float | None] = {}
+    whole = [j for j in range(len(ids)) if bool(np.all(np.isfinite(matrix[:, j])))]
+    if whole and matrix.shape[0] >= 2:  # one vectorised pass over the fully scored columns
+        t_all = matrix.shape[0]
+        strict = 2.0 * math.log(20.0 * len(whole))  # the pooled measurement covers persistence
+        raw_lrv, _ = column_long_run_variances(matrix[:, whole], horizon, fit_threshold=strict)
+        diff_lrv, _ = column_long_run_variances(diff[:, whole], horizon, dependence=dep,
+                                                fit_threshold=strict)
+        for pos, j in enumerate(whole):
+            means[ids[j]] = float(matrix[:, j].mean())
+            raw_ses[ids[j]] = math.sqrt(float(raw_lrv[pos]) / t_all)
+            ses[ids[j]] = math.sqrt(float(diff_lrv[pos]) / t_all)
     for j, cid in enumerate(ids):
+        if cid in means:
+            continue
         ok = np.isfinite(matrix[:, j])
         series = matrix[ok, j]
         means[cid] = float(series.mean()) if series.size else None
