@@ -101,18 +101,29 @@ class BodyLimitMiddleware:
                     return
         seen = 0
         started = False
+        refused = False
 
         async def counting_receive() -> Message:
-            nonlocal seen
+            # Past the limit (a chunked body, or one longer than it said), the 413 goes out at
+            # once and the application sees the client gone: however it reads the body (a
+            # framework may turn a reading error into a 400), the answer is this 413.
+            nonlocal seen, refused
+            if refused:
+                return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
-                    raise _TooLarge()
+                    refused = True
+                    if not started:
+                        await _send_413(send, limit)
+                    return {"type": "http.disconnect"}
             return message
 
         async def tracking_send(message: Message) -> None:
             nonlocal started
+            if refused:
+                return  # the 413 was the answer
             if message["type"] == "http.response.start":
                 started = True
             await send(message)
@@ -120,7 +131,7 @@ class BodyLimitMiddleware:
         try:
             await self.app(scope, counting_receive, tracking_send)
         except _TooLarge:
-            if not started:
+            if not started and not refused:
                 await _send_413(send, limit)
 
 
@@ -132,7 +143,8 @@ async def _send_413(send: Send, limit: int) -> None:
     )).encode()
     await send({"type": "http.response.start", "status": 413,
                 "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode())]})
+                            (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close")]})  # the rest of the body is never read
     await send({"type": "http.response.body", "body": body})
 
 

@@ -44,6 +44,7 @@ def _serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from typestrict_pipeline.api import create_app
+        from typestrict_pipeline.api.server import uvicorn_options
 
         if jev.line:
             print(jev.line, flush=True)
@@ -55,11 +56,11 @@ def _serve(args: argparse.Namespace) -> int:
             os.environ[JEV_SOURCE_ENV] = json.dumps(dict(jev.source))
             uvicorn.run("typestrict_pipeline.api.app:app_from_env", factory=True, workers=args.workers,
                         host=args.host, port=args.port, log_level=args.log_level, access_log=False,
-                        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+                        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, **uvicorn_options())
             return 0
         app = create_app(_store(args), home, jev_source=jev.source)
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
-                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, **uvicorn_options())
     return 0
 
 
