@@ -87,6 +87,8 @@ class _Demo:
         recorded = SensorTick(self.instance, "study_rerun_sensor")
         ctx = dg.build_sensor_context(instance=self.instance, cursor=cursor, resources=self.resources(now))
         data = study_rerun_sensor.evaluate_tick(ctx)
+        for event in data.asset_events:  # the study_schedules overview, as the daemon records it
+            self.instance.report_runless_asset_event(event)
         if data.run_requests:
             self.fired.append(recorded)  # completed once its run is launched (run_request)
         else:

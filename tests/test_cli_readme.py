@@ -178,6 +178,7 @@ def _make_api(command: str, root: Path) -> None:
     assert schema is not None, f"`make api` did not serve /v1/openapi.json on port {port}:\n{out.decode(errors='replace')[-3000:]}"
     paths = schema["paths"]
     assert isinstance(paths, dict) and any(str(path).startswith("/v1/models") for path in paths)
+    assert out.decode(errors="replace").startswith("typestrict api: Jev is the demo's stand-in"), out[:2000]
 
 
 # What each command must print (beyond exit code 0 and no traceback), by its start.

@@ -248,7 +248,7 @@ def _picture_behind(page: Any, row_label: str) -> Any:
     img = dialog.locator("img[src^='data:image/png;base64,']").first
     expect(img).to_be_visible()
     page.wait_for_function("i => i.complete && i.naturalWidth > 0", arg=img.element_handle())
-    assert img.evaluate("i => [i.naturalWidth, i.naturalHeight]") == [512, 256]
+    assert img.evaluate("i => [i.naturalWidth, i.naturalHeight]") == [1100, 550]
     return dialog
 
 

@@ -67,6 +67,7 @@ __all__ = [
     "list_models",
     "model_files",
     "settle_training",
+    "settle_training_in",
 ]
 
 DEFAULT_RETENTION_DAYS = 30
@@ -248,17 +249,24 @@ def settle_training(
     _check_id("training id", request.training_id)
     when = _check_now(now if now is not None else utcnow())
     retention = policy or RetentionPolicy()
-    verdict = Verdict(request.verdict)
+    Verdict(request.verdict)  # refuses an unknown verdict before any write
 
-    def work(session: Session) -> SettlementResult:
-        settlement = settle_in_session(
-            session, request.workspace_id, request.training_id, verdict,
-            reason=request.reason, now=when,
-        )
-        row = _record_in(session, request, settlement.verdict, when, retention)
-        return SettlementResult(settlement=settlement, model=_info(row))
+    return run_transaction(
+        engine, lambda session: settle_training_in(session, request, now=when, policy=retention))
 
-    return run_transaction(engine, work)
+
+def settle_training_in(
+    session: Session, request: SettlementRequest, *, now: dt.datetime, policy: RetentionPolicy
+) -> SettlementResult:
+    """:func:`settle_training` inside the caller's transaction (run it with
+    :func:`~typestrict_pipeline.credits.ledger.run_transaction`). The training's lifecycle row,
+    if it has one, becomes ``settled`` in the same transaction (``settle_in_session``)."""
+    settlement = settle_in_session(
+        session, request.workspace_id, request.training_id, Verdict(request.verdict),
+        reason=request.reason, now=now,
+    )
+    row = _record_in(session, request, settlement.verdict, now, policy)
+    return SettlementResult(settlement=settlement, model=_info(row))
 
 
 def get_model(engine: Engine, model_id: str) -> ModelInfo:

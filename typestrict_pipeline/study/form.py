@@ -26,6 +26,7 @@ from typestrict_pipeline.files import loads_or_text
 from typestrict_pipeline.study.limits import usd_to_micro
 from typestrict_pipeline.study.service import StudyConfig
 from typestrict_pipeline.study.space import RandomParam, SearchSpace
+from typestrict_pipeline.values import check_text, number
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,13 @@ def study_config(form: StudyForm) -> StudyConfig:
     from typestrict_pipeline.backtest.engine import parse_step
     from typestrict_pipeline.backtest.service import parse_time
 
+    # The texts a study stores, checked here for every door (CLI, API, launchpad): no control
+    # character, and no longer than the store's columns (PostgreSQL refuses a longer one).
+    check_text(form.workflow, "a workflow name", max_chars=128)
+    check_text(form.workspace, "a workspace id", max_chars=128)
+    check_text(form.dataset, "a dataset name", max_chars=128)
+    if form.name is not None:
+        check_text(form.name, "a study name", max_chars=256)
     space = parse_space(form.grid, form.random, form.random_draws, form.seed, form.prompt_files)
     backend: dict[str, Any]
     if form.synthetic:
@@ -121,9 +129,11 @@ def parse_space(grid: list[str] | None, random: list[str] | None, draws: int, se
         low, colon, high = rng.partition(":")
         if not sep or not colon:
             raise InputError("--random as NAME=LOW:HIGH", repr(item), "write e.g. --random threshold=0.3:0.7")
-        lo, hi = _value(low, f"--random {name.strip()}"), _value(high, f"--random {name.strip()}")
-        r[name.strip()] = RandomParam(float(lo), float(hi),
-                                      integer=isinstance(lo, int) and isinstance(hi, int))
+        what = f"--random {name.strip()}"
+        lo, hi = _value(low.strip(), what), _value(high.strip(), what)
+        fix = "write two finite numbers, e.g. --random threshold=0.3:0.7"
+        r[name.strip()] = RandomParam(number(lo, f"{what}'s LOW", fix=fix), number(hi, f"{what}'s HIGH", fix=fix),
+                                      integer=type(lo) is int and type(hi) is int)
     prompts: dict[str, list[str]] = {}
     for item in prompt_files or []:
         step, sep, path = item.partition("=")
