@@ -100,6 +100,11 @@ def cosine_ordinates(series: FloatArray, q: int) -> FloatArray:
     return np.asarray(y * y, dtype=np.float64)
 
 
+@lru_cache(maxsize=4096)
+def _f_critical(d1: float, d2: float) -> float:
+    return float(stats.f.ppf(1.0 - BAND_LEVEL, d1, d2))
+
+
 def flat_band(ratios: FloatArray, df_per_ordinate: float) -> int:
     """How many of the lowest frequencies look flat: halve the band while its lower half is
     significantly above its upper half (F test, one-sided ``BAND_LEVEL``).
@@ -118,7 +123,7 @@ def flat_band(ratios: FloatArray, df_per_ordinate: float) -> int:
         h = nu // 2
         low = float(ratios[:h].mean())
         high = float(ratios[h:nu].mean())
-        crit = float(stats.f.ppf(1.0 - BAND_LEVEL, h * df_per_ordinate, (nu - h) * df_per_ordinate))
+        crit = _f_critical(h * df_per_ordinate, (nu - h) * df_per_ordinate)
         if high > 0.0 and low > crit * high:
             nu = h
             continue
@@ -127,7 +132,7 @@ def flat_band(ratios: FloatArray, df_per_ordinate: float) -> int:
 
 
 #: The AR(1) coefficients the spectral fit may choose (capped at ``1 − 2/T`` for a series of T).
-_PHI_GRID = np.array([0.2, 0.4, 0.55, 0.7, 0.8, 0.87, 0.92, 0.95, 0.97, 0.98, 0.99, 0.995])
+_PHI_GRID = 1.0 - np.geomspace(0.8, 0.004, 48)  # 0.2 … 0.996, about 11% apart in 1 − φ
 #: The share of the variance the persistent part may have.
 _SHARE_GRID = np.linspace(0.02, 1.0, 50)
 
@@ -329,9 +334,11 @@ def _pooled_fit(group: FloatArray, t: int) -> tuple[float, float]:
 def long_run_variances(differences: FloatArray, dep: Dependence) -> tuple[FloatArray, FloatArray]:
     """Per column: the long-run variance to widen to, and the degrees of freedom behind it.
 
-    Each candidate gets the larger of the pooled ratio times its own variance (many degrees of
-    freedom) and its own equal-weighted cosine estimate over the band (``q̂`` degrees of
-    freedom): a candidate more persistent than the pooled ones keeps its own.
+    Each candidate gets the pooled ratio times its own variance (many degrees of freedom); a
+    candidate whose own equal-weighted cosine estimate over the band is significantly larger
+    (F test at 5%/k) keeps its own (``q̂`` degrees of freedom): a candidate more persistent than
+    the pooled ones is widened for it, and chance does not widen the others. A single series
+    takes the larger of its band estimate and its spectral fit (:func:`fitted_ratios`).
 
     >>> d = np.random.default_rng(0).normal(size=(300, 3))
     >>> lrv, df = long_run_variances(d, measure_dependence(d))
@@ -343,14 +350,22 @@ def long_run_variances(differences: FloatArray, dep: Dependence) -> tuple[FloatA
     var = (x * x).mean(axis=0)
     safe = np.where(var > 0.0, var, 1.0)
     ords = cosine_ordinates(x, max(2, t // 2)) / safe
-    band = ords[: dep.cosines].mean(axis=0)
     k = x.shape[1]
-    # One series alone: any sign of persistence counts; many: a Bonferroni χ²₂ point, so that a
-    # chance fit on one of k white columns (which would widen it) is rare.
-    fit, fit_df = fitted_ratios(ords, t, threshold=0.0 if k == 1 else 2.0 * math.log(20.0 * k))
-    own_ratio = np.maximum(band, fit)
-    df_own = np.where(fit > band, np.minimum(fit_df, float(max_cosines(t))), float(dep.cosines))
-    df_own = np.minimum(df_own, np.maximum(1.0, t / own_ratio - 1.0))
+    band = ords[: dep.cosines].mean(axis=0)
+    if k == 1:  # one series alone: any sign of persistence in its own spectrum counts
+        fit, fit_df = fitted_ratios(ords, t)
+        own_ratio = np.maximum(band, fit)
+        df_own = np.where(fit > band, np.minimum(fit_df, float(max_cosines(t))),
+                          float(dep.cosines))
+    else:
+        # Many series: the pooled ratio is precise; a column keeps its own band estimate only
+        # where it is significantly above the pooled one (F test at 5%/k over the band), so
+        # a persistent candidate among white ones is widened and chance does not widen the rest.
+        pooled_df = float(dep.cosines * max(1, dep.pooled))
+        crit = float(stats.f.ppf(1.0 - 0.05 / k, dep.cosines, pooled_df))
+        own_ratio = np.where(band > crit * dep.ratio, band, 1.0)
+        df_own = np.full(k, float(dep.cosines))
+    df_own = np.minimum(df_own, np.maximum(1.0, t / np.maximum(own_ratio, 1.0) - 1.0))
     ratio = np.maximum(own_ratio, dep.ratio)
     # The sample variance of a persistent series is biased low (de-meaning): γ̃₀ = γ̂₀/(1 − r/T).
     lrv = ratio * var / np.maximum(0.2, 1.0 - ratio / t)

@@ -243,10 +243,13 @@ def stationary_bootstrap_variance(diffs: FloatArray, block: float) -> FloatArray
 
 def small_sample_factor(diffs: FloatArray, bootstrap_lrv: FloatArray,
                         dependence: Dependence | None = None) -> FloatArray:
-    """Per column, how much to widen the bootstrap's spread of the mean (≥ 1).
+    """Per column, the factor that sets the bootstrap's spread of the mean to its target.
 
     A stationary bootstrap resamples the sample, so with persistent scores and a short window it
-    understates the spread of the mean. The target is the long-run variance of
+    understates the spread of the mean, and with the long blocks persistence asks for it is
+    noisy. Each candidate's resampled deviations are scaled so that their long-run variance is
+    the target (the bootstrap then supplies the dependence *between* candidates, which the
+    maximum needs). The target is the long-run variance of
     :func:`~typestrict_pipeline.study.dependence.long_run_variances` (the pooled long-run ratio of
     the candidates that matter times the candidate's variance, or its own cosine estimate when
     larger) and never below the bias-corrected AR(1) fit (Kendall, *Biometrika* 41, 1954), times
@@ -255,7 +258,7 @@ def small_sample_factor(diffs: FloatArray, bootstrap_lrv: FloatArray,
     effective sample size ``T·γ̂₀/LRV − 1`` when that floor binds.
 
     >>> d = np.random.default_rng(0).normal(size=(400, 3))
-    >>> bool(np.all((small_sample_factor(d, d.var(axis=0)) >= 1.0)))
+    >>> bool(np.all((small_sample_factor(d, d.var(axis=0)) > 0.8)))
     True
     """
     t = diffs.shape[0]
@@ -273,7 +276,7 @@ def small_sample_factor(diffs: FloatArray, bootstrap_lrv: FloatArray,
     t_ratio = stats.t.ppf(1.0 - ALPHA, nu) / stats.norm.ppf(1.0 - ALPHA)
     with np.errstate(all="ignore"):
         ratio = np.where(bootstrap_lrv > 0.0, lrv / np.where(bootstrap_lrv > 0.0, bootstrap_lrv, 1.0), 1.0)
-    return np.asarray(np.sqrt(np.maximum(1.0, ratio)) * t_ratio, dtype=np.float64)
+    return np.asarray(np.sqrt(ratio) * t_ratio, dtype=np.float64)
 
 
 @dataclass(frozen=True)
