@@ -266,6 +266,8 @@ def search_evidence(search: FloatArray) -> tuple[Dependence, Stability | None]:
 
     diffs = search - search.mean(axis=1, keepdims=True)
     return measure_dependence(diffs), leaders_stability(diffs, [str(j) for j in range(search.shape[1])])
+    # (the StepM set needs the bootstrap; without it only the winner is tested, as when StepM
+    # names no other candidate)
 
 
 def gate_rate(process: Process, holdout: int, sims: int, seed: int, *, n: int = 20, t: int = 120,

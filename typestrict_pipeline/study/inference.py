@@ -197,7 +197,7 @@ def joint_inference(
         stepm=tuple(candidates[i] for i in superior),
         line_95=float(benchmark.mean()) + crit,
         dependence=dep,
-        stability=leaders_stability(diffs, [str(c) for c in candidates]),
+        stability=leaders_stability(diffs, [str(c) for c in candidates], superior_idx),
     )
 
 
