@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 
 from typestrict_pipeline.study.battery import (
     PROCESSES,
@@ -41,36 +42,33 @@ def _cells(part: str, sims: int, quick: bool) -> Iterator[Callable[[], Rate]]:
     if part == "nw":
         for name in procs:
             for t in ((60, 1000) if quick else (20, 60, 120, 480, 1000)):
-                yield lambda name=name, t=t: newey_west_rate(PROCESSES[name], t, sims, 3000 + t)
+                yield partial(newey_west_rate, PROCESSES[name], t, sims, 3000 + t)
     elif part == "spa":
         for name in procs:
             for n in ((4, 64) if quick else (4, 16, 64, 512)):
                 for t in ((120,) if quick else (60, 120, 480, 1000)):
                     if n == 512 and t > 480:
                         continue
-                    yield lambda name=name, n=n, t=t: spa_rate(PROCESSES[name], n, t, sims,
-                                                               1000 + n + t, reps=299)
+                    yield partial(spa_rate, PROCESSES[name], n, t, sims, 1000 + n + t, reps=299)
     elif part == "gate":
         for name in procs:
             for h in ((60,) if quick else (20, 60, 120)):
-                yield lambda name=name, h=h: gate_rate(PROCESSES[name], h, sims, 4000 + h)
+                yield partial(gate_rate, PROCESSES[name], h, sims, 4000 + h)
     elif part == "lineage":
         for name in procs:
             for h in ((20, 60) if quick else (20, 60, 120)):
                 for looks in ((10,) if quick else (10, 50)):
-                    yield lambda name=name, h=h, looks=looks: lineage_rate(
-                        PROCESSES[name], h, looks, sims, 5000 + looks)
+                    yield partial(lineage_rate, PROCESSES[name], h, looks, sims, 5000 + looks)
     elif part == "power":
         for n, t, edge in ((4, 120, 1.0), (4, 480, 0.5), (64, 120, 1.0), (64, 480, 0.5),
                            (64, 480, 1.0)):
             for name in ("white", "AR(0.6)", "AR(0.9)"):
-                yield lambda name=name, n=n, t=t, edge=edge: spa_rate(
-                    PROCESSES[name], n, t, sims, 2000 + t, edge=edge, reps=299)
+                yield partial(spa_rate, PROCESSES[name], n, t, sims, 2000 + t, edge=edge, reps=299)
         for name in ("white", "AR(0.6)", "AR(0.9)", "mixture"):
-            yield lambda name=name: newey_west_rate(PROCESSES[name], 120, sims, 3120,
-                                                    edge=2.49 / 120 ** 0.5)
-            yield lambda name=name: gate_rate(PROCESSES[name], 60, sims, 4060, edge=0.5)
-            yield lambda name=name: lineage_rate(PROCESSES[name], 60, 10, sims, 5010, edge=0.3)
+            yield partial(newey_west_rate, PROCESSES[name], 120, sims, 3120,
+                          edge=2.49 / 120 ** 0.5)
+            yield partial(gate_rate, PROCESSES[name], 60, sims, 4060, edge=0.5)
+            yield partial(lineage_rate, PROCESSES[name], 60, 10, sims, 5010, edge=0.3)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -45,9 +45,9 @@ def test_min_unseen_steps_is_set_when_the_study_is_created(sqlite_url: str) -> N
 
 
 def test_the_baseline_is_scored_on_the_same_holdout_and_counts_against_the_budget(sqlite_url: str) -> None:
+    from typestrict_pipeline.study.inference import holdout_standard_error
     from typestrict_pipeline.study.leaderboard import load_leaderboard, render_markdown
     from typestrict_pipeline.study.runner import SyntheticBackend, run_study_local
-    from typestrict_pipeline.study.inference import holdout_standard_error
     from typestrict_pipeline.study.tables import RunRow
 
     engine = open_store(sqlite_url)

@@ -23,7 +23,7 @@ comes from ``numpy.random.default_rng(seed)``; a cell's seed is printed beside i
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np

@@ -45,13 +45,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from typestrict_pipeline.lazy import LazyModule
-
-from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # imported on first use: keeps the code location's load quick
     from scipy import stats
@@ -169,7 +168,7 @@ def fitted_ratios(ratios: FloatArray, t: int, *, weight: float = 1.0,
     (True, True)
     """
     q, k = ratios.shape
-    phis = _PHI_GRID[_PHI_GRID <= 1.0 - 2.0 / t]
+    phis = _PHI_GRID[1.0 - 2.0 / t >= _PHI_GRID]
     if phis.size == 0 or q < 2:
         return np.ones(k), np.full(k, float(t))
     w = np.pi * np.arange(1, q + 1) / t

@@ -37,9 +37,9 @@ from typestrict_pipeline.study import repository as repo
 from typestrict_pipeline.study.dependence import Dependence
 from typestrict_pipeline.study.folds import FoldLayout
 from typestrict_pipeline.study.inference import holdout_test
-from typestrict_pipeline.study.stability import Stability
 from typestrict_pipeline.study.leaderboard import load_leaderboard
 from typestrict_pipeline.study.runner import CandidateSpec, StudyBackend
+from typestrict_pipeline.study.stability import Stability
 from typestrict_pipeline.study.tables import (
     CandidateRow,
     RunRow,

@@ -39,10 +39,10 @@ from sqlalchemy import Engine, select
 from typestrict_pipeline.errors import NotEnoughDataError
 from typestrict_pipeline.store import session_scope
 from typestrict_pipeline.study import repository as repo
-from typestrict_pipeline.study.folds import FoldLayout, Window
-from typestrict_pipeline.study.leaderboard import load_leaderboard
 from typestrict_pipeline.study.dependence import Dependence
+from typestrict_pipeline.study.folds import FoldLayout, Window
 from typestrict_pipeline.study.inference import holdout_standard_error
+from typestrict_pipeline.study.leaderboard import load_leaderboard
 from typestrict_pipeline.study.stats import newey_west_se
 from typestrict_pipeline.study.tables import (
     CandidateRow,

@@ -138,7 +138,7 @@ def leaders_stability(differences: FloatArray, candidates: Sequence[str],
     means = differences.mean(axis=0)
     winner = int(np.argmax(means))
     others = [int(i) for i in sorted(claimed, key=lambda i: -means[i]) if int(i) != winner]
-    order = [winner] + others[: LEADERS - 1]
+    order = [winner, *others[: LEADERS - 1]]
     g = self_normalised_statistic(differences[:, order])
     crit = [CRITICAL_99] * len(order)
     ids = [str(candidates[i]) for i in order]

@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from typestrict_pipeline.errors import NotEnoughDataError
+from typestrict_pipeline.lazy import LazyModule
 from typestrict_pipeline.study.dependence import (
     Dependence,
     cosine_ordinates,
@@ -40,7 +41,6 @@ from typestrict_pipeline.study.dependence import (
     max_cosines,
     measure_dependence,
 )
-from typestrict_pipeline.lazy import LazyModule
 
 if TYPE_CHECKING:  # imported on first use: keeps the code location's load quick
     from scipy import integrate, special, stats
