@@ -62,6 +62,9 @@ FloatArray = npt.NDArray[np.float64]
 #: Twice the log-likelihood gain a pooled spectral fit needs over white noise (0: any sign of
 #: persistence in the pooled spectrum counts; pooling already averages the noise away).
 POOLED_THRESHOLD = 0.0
+#: Up to this many series, each one's own spectral fit counts (with so few, the pooled fit
+#: cannot see a small persistent part; a chance fit on one of them costs little power).
+SMALL_POOL = 8
 #: The F test that halves the band: one-sided level.
 BAND_LEVEL = 0.10
 #: The autocorrelation below which scores count as decorrelated (the embargo's span).
@@ -351,7 +354,7 @@ def long_run_variances(differences: FloatArray, dep: Dependence) -> tuple[FloatA
     ords = cosine_ordinates(x, max(2, t // 2)) / safe
     k = x.shape[1]
     band = ords[: dep.cosines].mean(axis=0)
-    if k == 1:  # one series alone: any sign of persistence in its own spectrum counts
+    if k <= SMALL_POOL:  # few series: any sign of persistence in each one's spectrum counts
         fit, fit_df = fitted_ratios(ords, t)
         own_ratio = np.maximum(band, fit)
         df_own = np.where(fit > band, np.minimum(fit_df, float(max_cosines(t))),
