@@ -529,22 +529,27 @@ class TrainingStore:
 
     def _hand_over(self, workspace_id: str, training_id: str, folder: Path, doc: dict[str, Any],
                    staged: Path) -> None:
-        """Under the claim: read the training again, move it to ``judging`` and write its files,
-        in one transaction (a failed write leaves it where it was)."""
+        """Under the claim: read the training again, write its files (the manifest last), then
+        move it to ``judging``. No store transaction is held while files are written (a stuck
+        disk must not hold the store's lock); if the move is refused (the training expired or
+        was cancelled meanwhile), a first submission's manifest is taken back."""
         fresh, _, draft = self._doc(workspace_id, training_id)
+        check_accepts_submission(self.engine, training_id)
         status = training_status(self.engine, training_id)
         if status is None and not draft:
             raise _already_submitted(training_id)  # another submission handed it over meanwhile
         doc = {**fresh, "training": doc["training"]}
-
-        def work(session: Any) -> None:
-            begin_judging_in(session, training_id, now=utcnow(), deadlines=self.deadlines)
-            with _disk("store the predictions"):
-                os.replace(staged, folder / MODEL_PREDICTIONS)
-                write_atomic(folder / MANIFEST_NAME, json.dumps(doc, indent=2).encode("utf-8"))
-                (folder / DRAFT_NAME).unlink(missing_ok=True)
-
-        run_transaction(self.engine, work)
+        with _disk("store the predictions"):
+            os.replace(staged, folder / MODEL_PREDICTIONS)
+            write_atomic(folder / MANIFEST_NAME, json.dumps(doc, indent=2).encode("utf-8"))
+        try:
+            run_transaction(self.engine, lambda session: begin_judging_in(
+                session, training_id, now=utcnow(), deadlines=self.deadlines))
+        except BaseException:
+            if draft:
+                (folder / MANIFEST_NAME).unlink(missing_ok=True)
+            raise
+        (folder / DRAFT_NAME).unlink(missing_ok=True)
 
 
 def split_roles(h: Holdout) -> dict[str, Any]:
