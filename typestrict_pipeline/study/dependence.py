@@ -65,6 +65,9 @@ POOLED_THRESHOLD = 0.0
 #: Up to this many series, each one's own spectral fit counts (with so few, the pooled fit
 #: cannot see a small persistent part; a chance fit on one of them costs little power).
 SMALL_POOL = 8
+#: ... when its likelihood gain over white noise passes χ²₂'s 95% point (a chance fit on a white
+#: candidate would widen it and hide a real edge of another).
+SMALL_POOL_THRESHOLD = 5.99
 #: The F test that halves the band: one-sided level.
 BAND_LEVEL = 0.10
 #: The autocorrelation below which scores count as decorrelated (the embargo's span).
@@ -354,8 +357,8 @@ def long_run_variances(differences: FloatArray, dep: Dependence) -> tuple[FloatA
     ords = cosine_ordinates(x, max(2, t // 2)) / safe
     k = x.shape[1]
     band = ords[: dep.cosines].mean(axis=0)
-    if k <= SMALL_POOL:  # few series: any sign of persistence in each one's spectrum counts
-        fit, fit_df = fitted_ratios(ords, t)
+    if k <= SMALL_POOL:  # few series: each one's own spectral fit counts (one alone: any sign)
+        fit, fit_df = fitted_ratios(ords, t, threshold=0.0 if k == 1 else SMALL_POOL_THRESHOLD)
         own_ratio = np.maximum(band, fit)
         df_own = np.where(fit > band, np.minimum(fit_df, float(max_cosines(t))),
                           float(dep.cosines))

@@ -39,6 +39,7 @@ from typestrict_pipeline.study.stability import (
     Stability,
     leaders_stability,
     self_normalised_statistic,
+    sign_changes,
 )
 from typestrict_pipeline.study.stats import ar1_long_run_variance, newey_west_se
 
@@ -497,8 +498,9 @@ class HoldoutTest:
 
     @property
     def stable(self) -> bool:
-        """The difference's mean did not change over the holdout (self-normalised change-point
-        test at 5%, Shao & Zhang 2010; always true below its 20 steps)."""
+        """The difference's mean did not change sign over the holdout (self-normalised
+        change-point test at 5%, Shao & Zhang 2010, on a difference whose mean before or after
+        the break is at or below 0; always true below its 20 steps)."""
         return self.change_statistic is None or self.change_statistic <= CRITICAL_95
 
     @property
@@ -573,7 +575,9 @@ def holdout_test(
     need = None
     if edge_to_detect is not None and long_run_sd is not None:
         need = required_holdout_steps(long_run_sd, edge_to_detect)
-    change = float(self_normalised_statistic(d)[0]) if d.size >= MIN_STEPS else None
+    change = None
+    if d.size >= MIN_STEPS and bool(sign_changes(d)[0]):  # only a lead that came and went
+        change = float(self_normalised_statistic(d)[0])
     return HoldoutTest(skip, len(used), diff, se, diff - z * se, need, edge_to_detect, change)
 
 

@@ -24,7 +24,10 @@ candidate the verdict would name (the StepM set; up to ``LEADERS`` in all), each
 the winner of own-AR(0.9) searches of 480 steps with a real edge was flagged 12% of the time at
 the 5% point, and at the 1% point the power of "beats luck" there was 3 points below round 5's —
 and a regime's break is large, so the strict point loses little); a series is *unstable* when
-its statistic is above its critical value.
+its statistic is above its critical value **and** its mean on one side of the break is at or
+below the benchmark's (:func:`sign_changes`): an edge that changes sign between regimes, which
+is what makes "beats luck" over the whole period meaningless (a persistent excursion of a real
+edge that stays ahead does not withhold the "yes").
 """
 
 from __future__ import annotations
@@ -80,6 +83,29 @@ def self_normalised_statistic(series: FloatArray) -> FloatArray:
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(den > 0.0, num / np.where(den > 0.0, den, 1.0), 0.0)
     return np.asarray(ratio.max(axis=0), dtype=np.float64)
+
+
+def sign_changes(series: FloatArray) -> npt.NDArray[np.bool_]:
+    """Per column: do the means before and after the most likely break (the ``k`` of ``G_n``)
+    differ in sign (one of them at or below 0)? An edge that changes sign between regimes.
+
+    >>> x = np.r_[np.ones(50), -np.ones(50)][:, None] + 0.1
+    >>> bool(sign_changes(x)[0]), bool(sign_changes(x + 2.0)[0])
+    (True, False)
+    """
+    x = np.asarray(series, dtype=np.float64)
+    if x.ndim == 1:
+        x = x[:, None]
+    n = x.shape[0]
+    forward = np.cumsum(x, axis=0)
+    k = np.arange(1, n)
+    # The break's location by the CUSUM's largest excursion (the numerator of G_n).
+    cusum = np.abs(forward[k - 1] - (k[:, None] / n) * forward[-1])
+    at = cusum.argmax(axis=0) + 1
+    cols = np.arange(x.shape[1])
+    before = forward[at - 1, cols] / at
+    after = (forward[-1] - forward[at - 1, cols]) / (n - at)
+    return np.asarray(np.minimum(before, after) <= 0.0, dtype=np.bool_)
 
 
 @dataclass(frozen=True)
@@ -145,7 +171,9 @@ def leaders_stability(differences: FloatArray, candidates: Sequence[str],
     others = [int(i) for i in sorted(claimed, key=lambda i: -means[i]) if int(i) != winner]
     order = [winner, *others[: LEADERS - 1]]
     g = self_normalised_statistic(differences[:, order])
+    flips = sign_changes(differences[:, order]).tolist()
     crit = [CRITICAL_995] * len(order)
     ids = [str(candidates[i]) for i in order]
-    bad = tuple(c for c, v, cv in zip(ids, g.tolist(), crit, strict=True) if v > cv)
+    bad = tuple(c for c, v, cv, flip in zip(ids, g.tolist(), crit, flips, strict=True)
+                if v > cv and flip)
     return Stability(tuple(ids), tuple(float(v) for v in g), tuple(crit), bad)
