@@ -28,6 +28,7 @@ from resources.store import StoreResource
 from resources.studies import StudyRunnerResource
 from typestrict_pipeline import plots
 from typestrict_pipeline.heap import frozen_heap
+from typestrict_pipeline.processes import ProcessIdentity, ancestor_identity, this_process
 from typestrict_pipeline.study import repository as repo
 from typestrict_pipeline.study.leaderboard import Leaderboard, load_leaderboard, render_markdown
 from typestrict_pipeline.study.runner import (
@@ -119,17 +120,21 @@ def partitions_name(partitions: dg.DynamicPartitionsDefinition) -> str:
     return partitions.name
 
 
-def leaderboard_picture_markdown(board: Leaderboard) -> str:
-    """Out-of-sample vs in-sample scores of the candidates, with the luck line (Markdown image)."""
+def leaderboard_picture(board: Leaderboard) -> plots.Picture:
+    """Out-of-sample vs in-sample scores of the candidates, with the luck line, and its geometry."""
     # in ranking order, best first: a picture of many candidates labels the winner and the best
     ran = sorted((r for r in board.rows if r.ran), key=lambda r: (r.rank is None, r.rank or 0, r.index))
     winner = next((r.label for r in ran if r.candidate_id == board.winner_candidate_id), None)
-    png = plots.leaderboard_png(
+    return plots.leaderboard_picture(
         [r.label for r in ran], [r.oos for r in ran], [r.in_sample for r in ran],
         board.stats.luck_line, luck_line_95=board.joint.line_95 if board.joint else None,
         winner=winner,
     )
-    return plots.png_markdown(png, f"study {board.study_id}: out-of-sample vs in-sample")
+
+
+def leaderboard_picture_markdown(board: Leaderboard) -> str:
+    """The leaderboard picture (:func:`leaderboard_picture`) as a Markdown image."""
+    return plots.png_markdown(leaderboard_picture(board).png, f"study {board.study_id}: out-of-sample vs in-sample")
 
 
 def leaderboard_materialization(engine: Engine, study_id: int,
@@ -236,6 +241,17 @@ def _key_from_json(d: dict[str, Any]) -> RunKey:
                   dt.datetime.fromisoformat(d["end"]), int(d["steps"]))
 
 
+def _run_process(context: dg.OpExecutionContext) -> ProcessIdentity:
+    """The process of this Dagster run (its start event's pid) when it is this process or an
+    ancestor of it; else this process (a step on another host: its run's end is found by the
+    lifecycle sensor from the run's status)."""
+    records = context.instance.get_records_for_run(
+        context.run_id, of_type=dg.DagsterEventType.RUN_START, limit=1).records
+    event = records[0].event_log_entry.dagster_event if records else None
+    found = ancestor_identity(event.pid) if event is not None and event.pid else None
+    return found or this_process()
+
+
 @dg.op(out=dg.DynamicOut(list), tags={"area": "studies"})
 def study_plan(context: dg.OpExecutionContext, config: StudyJobConfig,
                store: StoreResource) -> Iterator[dg.DynamicOutput[list[dict[str, Any]]]]:
@@ -257,7 +273,9 @@ def study_plan(context: dg.OpExecutionContext, config: StudyJobConfig,
         else:
             assert config.study_id is not None
             study_id = config.study_id
-        repo.start_study(engine, study_id, dagster_run_id=context.run_id)
+        # The study's lease names the run's own process (this one, or the run worker when this
+        # step runs in a subprocess of it), so its death, not this step's end, interrupts it.
+        repo.start_study(engine, study_id, dagster_run_id=context.run_id, owner=_run_process(context))
         keys = plan_runs(engine, study_id)
     context.log.info(f"study {study_id}: {len(keys)} window runs planned")
     if config.fanout == "window":

@@ -206,7 +206,8 @@ def test_the_pipeline_stops_a_verdict_whose_trained_on_digest_is_wrong(tmp_path:
         assert support.run_verdicts(home, sqlite_url, failures) == [tid]
         assert "training.trained_on_sha256" in failures[tid]
         assert "may have seen test rows" in failures[tid]
-        assert c.get(f"/v1/trainings/{tid}").json()["state"] == "judging"  # never judged
+        read = c.get(f"/v1/trainings/{tid}").json()  # never judged; the customer can fix it
+        assert read["state"] == "failed" and "may have seen test rows" in read["reason"]
         assert c.get(f"/v1/models/{tid}").status_code == 404
         assert not (home / "audits" / f"{tid}.json").exists()
 

@@ -158,6 +158,8 @@ def run_verdicts(home: Path, store_url: str, failures: dict[str, str] | None = N
                 result = job.execute_in_process(partition_key=run.partition_key, instance=instance,
                                                 run_config=quiet, raise_on_error=False)
                 judged.append(run.partition_key)
+                if not result.success:
+                    refusal(instance, result.run_id, resources)
                 if not result.success and failures is not None:
                     events = result.get_step_failure_events()
                     info = events[0].step_failure_data.error if events else None
@@ -173,6 +175,21 @@ def run_verdicts(home: Path, store_url: str, failures: dict[str, str] | None = N
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def refusal(instance: Any, run_id: str, resources: dict[str, Any]) -> Any:
+    """What production's ``verdict_refusal_sensor`` does for a failed verdict run, evaluated here."""
+    import dagster as dg
+
+    from assets.lifecycle import verdict_refusal_sensor
+
+    run = instance.get_run_by_id(run_id)
+    [record] = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_FAILURE).records
+    event = record.event_log_entry.dagster_event
+    context = dg.build_run_status_sensor_context(
+        sensor_name="verdict_refusal_sensor", dagster_event=event, dagster_instance=instance,
+        dagster_run=run, resources=resources).for_run_failure()
+    return verdict_refusal_sensor(context)
 
 
 def dumps(value: Any) -> str:

@@ -116,6 +116,10 @@ class TrainingCreate(Strict):
 
 
 class TrainingOut(BaseModel):
+    """A training: ``state`` is one of docs/lifecycle.md's (awaiting_predictions, judging, failed,
+    settled, expired, cancelled); ``reason`` says why it is failed, expired or cancelled;
+    ``deadline_at`` is when an open training expires (its credit then comes back)."""
+
     id: str
     workspace_id: str
     state: str
@@ -123,6 +127,9 @@ class TrainingOut(BaseModel):
     decisions: list[str]
     verdict: str | None = None
     model_url: str | None = None
+    reason: str | None = None
+    deadline_at: str | None = None
+    submissions: int = 0
 
 
 class DecisionSplit(BaseModel):

@@ -51,28 +51,39 @@ def _serve(args: argparse.Namespace) -> int:
 
         from typestrict_pipeline.api import create_app
 
-        if jev.line:
-            print(jev.line, flush=True)
-        print(f"typestrict api: serving http://{args.host}:{args.port}/v1 (schema: /v1/openapi.json)",
-              flush=True)
         from typestrict_pipeline.api.app import RATE_LIMIT_ENV
         from typestrict_pipeline.api.ratelimit import RateLimit
 
         limit = None if args.rate_limit == 0 else RateLimit(args.rate_limit, args.rate_burst)
-        print(f"typestrict api: rate limit {'off' if limit is None else limit.describe()}"
-              + (f", in each of the {args.workers} worker processes" if args.workers > 1 and limit else ""),
-              flush=True)
+        said_limit = (("off" if limit is None else limit.describe())
+                      + (f", in each of the {args.workers} worker processes" if args.workers > 1 and limit else ""))
+        if args.json:  # the start-up lines as one JSON object (uvicorn's own log follows)
+            print(json.dumps({"serving": f"http://{args.host}:{args.port}/v1",
+                              "schema": f"http://{args.host}:{args.port}/v1/openapi.json",
+                              "jev": jev.line, "rate_limit": said_limit}), flush=True)
+        else:
+            if jev.line:
+                print(jev.line, flush=True)
+            print(f"typestrict api: serving http://{args.host}:{args.port}/v1 (schema: /v1/openapi.json)",
+                  flush=True)
+            print(f"typestrict api: rate limit {said_limit}", flush=True)
         if args.workers > 1:  # each worker process builds the app from the environment
             os.environ["TYPESTRICT_STORE_URL"] = _store(args)
             os.environ["TYPESTRICT_HOME"] = str(home)
             os.environ[JEV_SOURCE_ENV] = json.dumps(dict(jev.source))
             os.environ[RATE_LIMIT_ENV] = "off" if limit is None else f"{limit.rate_per_s}/{limit.burst}"
             uvicorn.run("typestrict_pipeline.api.app:app_from_env", factory=True, workers=args.workers,
-                        host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+                        host=args.host, port=args.port, log_level=args.log_level, access_log=False,
+                        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
             return 0
         app = create_app(_store(args), home, jev_source=jev.source, rate_limit=limit)
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
+                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
     return 0
+
+
+GRACEFUL_SHUTDOWN_S = 5
+"""On Ctrl-C or SIGTERM, requests in flight get this long before the server stops anyway."""
 
 
 def _create(args: argparse.Namespace) -> int:
@@ -85,6 +96,10 @@ def _create(args: argparse.Namespace) -> int:
         new = create_api_key(engine, args.workspace, label=args.label)
     finally:
         engine.dispose()
+    if args.json:
+        print(json.dumps({"key_id": new.info.key_id, "workspace_id": new.info.workspace_id,
+                          "label": new.info.label, "key": new.key}, indent=2))
+        return 0
     print(f"API key {new.info.key_id} for workspace {new.info.workspace_id} (shown once; store it now):")
     print(new.key)
     return 0
@@ -101,16 +116,21 @@ def _revoke(args: argparse.Namespace) -> int:
         info = revoke_api_key(engine, key_id)
     finally:
         engine.dispose()
+    if args.json:
+        print(json.dumps({"key_id": info.key_id, "workspace_id": info.workspace_id, "revoked": True}, indent=2))
+        return 0
     print(f"API key {info.key_id} of workspace {info.workspace_id}: revoked")
     return 0
 
 
 def _list(args: argparse.Namespace) -> int:
     from typestrict_pipeline.api.keys import list_api_keys
-    from typestrict_pipeline.cli.common import refuse_new_store
+    from typestrict_pipeline.cli.common import print_table, sqlite_path
 
-    refuse_new_store(_store(args), told=False, given=args.store is not None)
-    engine = open_store(_store(args))
+    path = sqlite_path(_store(args))
+    if path is not None and not path.exists():
+        raise InputError(f"a store at {path}", "no such file", "run `make demo`, or pass --store URL")
+    engine = open_store(_store(args), create=False)  # reading creates nothing
     try:
         keys = list_api_keys(engine, args.workspace)
     finally:
@@ -121,17 +141,20 @@ def _list(args: argparse.Namespace) -> int:
                            "revoked_at": k.revoked_at.isoformat() if k.revoked_at else None}
                           for k in keys], indent=2))
         return 0
-    for k in keys:
-        state = f"revoked {k.revoked_at.isoformat()}" if k.revoked_at else "active"
-        print(f"{k.key_id}  {k.created_at.isoformat()}  {state}  {k.label}")
+    print_table(f"API keys of workspace {args.workspace}", ["key id", "created (UTC)", "state", "label"],
+                [[k.key_id, k.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+                  f"revoked {k.revoked_at.strftime('%Y-%m-%d %H:%M:%S')}" if k.revoked_at else "active",
+                  k.label] for k in keys])
     print(f"{len(keys)} key(s)")
     return 0
 
 
 def _store_option(p: argparse.ArgumentParser) -> None:
-    from typestrict_pipeline.cli.common import add_store
+    from typestrict_pipeline.cli.common import add_json, add_store
 
     add_store(p)
+    if not any("--json" in a.option_strings for a in p._actions):
+        add_json(p)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -171,6 +194,5 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     r.set_defaults(func=_revoke)
     ls = sub.add_parser("list", help="a workspace's keys (ids and labels, never the keys)")
     ls.add_argument("workspace", help="the workspace whose keys to list")
-    ls.add_argument("--json", action="store_true", help="print JSON instead of lines")
     _store_option(ls)
     ls.set_defaults(func=_list)

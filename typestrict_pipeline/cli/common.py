@@ -118,7 +118,7 @@ def read_store(args: argparse.Namespace) -> Engine:
             "store there, or point at yours with --store URL (or TYPESTRICT_STORE_URL / "
             "TYPESTRICT_HOME)."
         )
-    return open_store(url)
+    return open_store(url, create=False)
 
 
 def write_store(args: argparse.Namespace) -> Engine:
