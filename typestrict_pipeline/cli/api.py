@@ -50,7 +50,6 @@ def _serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from typestrict_pipeline.api import create_app
-
         from typestrict_pipeline.api.app import RATE_LIMIT_ENV
         from typestrict_pipeline.api.ratelimit import RateLimit
 
