@@ -42,7 +42,7 @@ from typestrict_pipeline.credits.intake import (
     screen,
 )
 from typestrict_pipeline.errors import InputError, TypeStrictError
-from typestrict_pipeline.lifecycle.trainings import judging_since, ledger_balance
+from typestrict_pipeline.lifecycle.trainings import judging_since, ledger_balance, submitted_ids
 from typestrict_pipeline.refund.manifest import PredictionsFileSource
 from typestrict_pipeline.refund.preflight import screen_training
 from typestrict_pipeline.refund.rule import TrainingJudgement
@@ -319,10 +319,12 @@ def training_sensor(
     ids = refund_trainings.training_ids()
     known = context.instance.get_dynamic_partitions(PARTITIONS_NAME)
     decision = decide(ids, known_partitions=known, cursor=context.cursor)
+    with store.engine() as engine:  # submitted through the API or the CLI: checked there already;
+        submitted = submitted_ids(engine, decision.new)  # its run's refusal makes it `failed`
     accepted, refused, messages = screen(
         decision.new, refused=parse_refused(context.cursor),
         fingerprints=lambda tid: fingerprint(_training_files(refund_trainings, tid)),
-        check=lambda tid: _screen(refund_trainings, tid))
+        check=lambda tid: None if tid in submitted else _screen(refund_trainings, tid))
     for tid, message in messages.items():
         context.log.warning("training %s refused before any run: %s", tid, message)
     cursor = next_cursor(context.cursor, requested=accepted, refused=refused, known_partitions=known)

@@ -120,17 +120,21 @@ def partitions_name(partitions: dg.DynamicPartitionsDefinition) -> str:
     return partitions.name
 
 
-def leaderboard_picture_markdown(board: Leaderboard) -> str:
-    """Out-of-sample vs in-sample scores of the candidates, with the luck line (Markdown image)."""
+def leaderboard_picture(board: Leaderboard) -> plots.Picture:
+    """Out-of-sample vs in-sample scores of the candidates, with the luck line, and its geometry."""
     # in ranking order, best first: a picture of many candidates labels the winner and the best
     ran = sorted((r for r in board.rows if r.ran), key=lambda r: (r.rank is None, r.rank or 0, r.index))
     winner = next((r.label for r in ran if r.candidate_id == board.winner_candidate_id), None)
-    png = plots.leaderboard_png(
+    return plots.leaderboard_picture(
         [r.label for r in ran], [r.oos for r in ran], [r.in_sample for r in ran],
         board.stats.luck_line, luck_line_95=board.joint.line_95 if board.joint else None,
         winner=winner,
     )
-    return plots.png_markdown(png, f"study {board.study_id}: out-of-sample vs in-sample")
+
+
+def leaderboard_picture_markdown(board: Leaderboard) -> str:
+    """The leaderboard picture (:func:`leaderboard_picture`) as a Markdown image."""
+    return plots.png_markdown(leaderboard_picture(board).png, f"study {board.study_id}: out-of-sample vs in-sample")
 
 
 def leaderboard_materialization(engine: Engine, study_id: int,

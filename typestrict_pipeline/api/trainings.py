@@ -172,6 +172,23 @@ class WorkspaceArea:
         check_name(name)
         return write_atomic(self.root / name, data)
 
+    def delete(self, name: str) -> int:
+        """Delete the file ``name`` of the area; its size. A training or a dataset made from it
+        keeps its own copy, so nothing made before changes.
+
+        Raises:
+            NotFoundError: no such file (or not a plain file of the area).
+        """
+        try:
+            path = self.root / check_name(name)
+        except InputError:
+            raise _not_found("file", name) from None
+        if path.is_symlink() or not path.is_file():
+            raise _not_found("file", name)
+        size = path.stat().st_size
+        path.unlink()
+        return size
+
     def listing(self) -> list[tuple[str, int]]:
         """``(name, size)`` of every file in the area, sorted."""
         root = self.root
@@ -467,7 +484,7 @@ class TrainingStore:
             return write_atomic(folder / MODEL_FOLDER / check_name(name), data)
 
     def submit(self, workspace_id: str, training_id: str, predictions_jsonl: bytes,
-               trained_on: str | None) -> TrainingManifest:
+               trained_on: str | None, *, source: str = SUBMISSION_SOURCE) -> TrainingManifest:
         """Check the model's predictions against the split, then hand the training to its verdict.
 
         Refused before anything is stored or any claim is taken: predictions that are not valid
@@ -477,6 +494,7 @@ class TrainingStore:
         lease that expires with its process), the state moves to ``judging`` and the predictions
         and the manifest are written in that transaction, the manifest last; ``training_sensor``
         picks it up. A training in ``failed`` accepts corrected predictions the same way.
+        Messages name the predictions as ``source`` (the request's body; the CLI's file).
 
         Raises:
             ConflictError: the training accepts no predictions now (judging or ended), or
@@ -497,7 +515,7 @@ class TrainingStore:
         try:
             with _disk("store the predictions"):
                 write_atomic(staged, predictions_jsonl)
-            self._check(manifest, staged, training_id)
+            self._check(manifest, staged, training_id, source)
             lease = acquire(self.engine, LeaseKind.SUBMISSION, training_id, heartbeat_every=None)
             if lease is None:
                 raise ConflictError(
@@ -511,40 +529,44 @@ class TrainingStore:
             staged.unlink(missing_ok=True)
         return manifest
 
-    def _check(self, manifest: TrainingManifest, staged: Path, training_id: str) -> None:
-        """Every check of a submission, with the request named in the messages."""
+    def _check(self, manifest: TrainingManifest, staged: Path, training_id: str, source: str) -> None:
+        """Every check of a submission, with ``source`` named in the messages."""
         try:
             predictions = read_predictions(staged, "model")
-            predictions = type(predictions)(predictions.system, SUBMISSION_SOURCE,
-                                            predictions.predictions)
+            predictions = type(predictions)(predictions.system, source, predictions.predictions)
             dataset = load_dataset(manifest)
             holdouts = split_decisions(dataset)
             check_trained_on(manifest.trained_on_sha256, holdouts, training_id=training_id)
             check_file_predictions(predictions, dataset, holdouts, fix=_NOTHING_STORED)
         except PredictionsError as exc:
-            if exc.file == SUBMISSION_SOURCE:
+            if exc.file == source:
                 raise
             raise PredictionsError(exc.expected, exc.got, f"{exc.fix.rstrip('.')}; {_NOTHING_STORED}",
-                                   file=SUBMISSION_SOURCE, row=exc.row, column=exc.column) from None
+                                   file=source, row=exc.row, column=exc.column) from None
 
     def _hand_over(self, workspace_id: str, training_id: str, folder: Path, doc: dict[str, Any],
                    staged: Path) -> None:
-        """Under the claim: read the training again, move it to ``judging`` and write its files,
-        in one transaction (a failed write leaves it where it was)."""
+        """Under the claim: read the training again, write its files (the manifest last), then
+        move it to ``judging``. No store transaction is held while files are written (a stuck
+        disk must not hold the store's lock); if the move is refused (the training expired or
+        was cancelled meanwhile), a first submission's manifest is taken back."""
         fresh, _, draft = self._doc(workspace_id, training_id)
+        check_accepts_submission(self.engine, training_id)
         status = training_status(self.engine, training_id)
         if status is None and not draft:
             raise _already_submitted(training_id)  # another submission handed it over meanwhile
         doc = {**fresh, "training": doc["training"]}
-
-        def work(session: Any) -> None:
-            begin_judging_in(session, training_id, now=utcnow(), deadlines=self.deadlines)
-            with _disk("store the predictions"):
-                os.replace(staged, folder / MODEL_PREDICTIONS)
-                write_atomic(folder / MANIFEST_NAME, json.dumps(doc, indent=2).encode("utf-8"))
-                (folder / DRAFT_NAME).unlink(missing_ok=True)
-
-        run_transaction(self.engine, work)
+        with _disk("store the predictions"):
+            os.replace(staged, folder / MODEL_PREDICTIONS)
+            write_atomic(folder / MANIFEST_NAME, json.dumps(doc, indent=2).encode("utf-8"))
+        try:
+            run_transaction(self.engine, lambda session: begin_judging_in(
+                session, training_id, now=utcnow(), deadlines=self.deadlines))
+        except BaseException:
+            if draft:
+                (folder / MANIFEST_NAME).unlink(missing_ok=True)
+            raise
+        (folder / DRAFT_NAME).unlink(missing_ok=True)
 
 
 def split_roles(h: Holdout) -> dict[str, Any]:

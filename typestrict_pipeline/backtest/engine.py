@@ -410,6 +410,21 @@ def parse_step(text: str) -> dt.timedelta:
     return duration(text, "a step size")
 
 
+def format_step(d: dt.timedelta) -> str:
+    """A step size or horizon as a person writes it (the inverse of :func:`parse_step`).
+
+    >>> format_step(dt.timedelta(days=1)), format_step(dt.timedelta(hours=6)), format_step(dt.timedelta(weeks=2))
+    ('1d', '6h', '2w')
+    >>> format_step(dt.timedelta(seconds=90))
+    '90s'
+    """
+    seconds = int(d.total_seconds())
+    for unit, size in (("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
 @dataclass
 class BacktestResult:
     """Everything a backtest produced.

@@ -22,10 +22,14 @@ _AREAS = ("refund", "credits", "store", "backtest", "study", "schedule", "api", 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from typestrict_pipeline import __version__
+    from typestrict_pipeline.cli.parser import Parser
+
+    parser = Parser(
         prog="typestrict",
         description="Refund verdicts against Jev, backtests and studies.",
     )
+    parser.add_argument("--version", action="version", version=f"typestrict {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for area in _AREAS:
         try:
@@ -48,8 +52,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     try:
         _stop_on_sigterm()
+        from typestrict_pipeline.cli.parser import parse
+
         parser = build_parser()
-        args = parser.parse_args(argv)
+        args = parse(parser, list(sys.argv[1:] if argv is None else argv))
         code: int = args.func(args)
         sys.stdout.flush()
         return code

@@ -6,7 +6,9 @@
   ``TYPESTRICT_API_JEV_SOURCE``; on the demo's home, the demo's Jev stand-in, said on the first
   line; anywhere else the server does not start without one: :mod:`typestrict_pipeline.api.jev`).
 * ``api-key create WORKSPACE [--label TEXT]``: prints the new key once (it is stored hashed and
-  can never be shown again); ``api-key revoke KEY_ID``; ``api-key list WORKSPACE`` (ids only).
+  can never be shown again); ``api-key revoke KEY_ID_OR_KEY`` (the id or the whole key, only the
+  id is ever printed); ``api-key list WORKSPACE`` (ids only). Each refuses a home with no store
+  (not the server's: ``--new-store`` to start one on purpose).
 
 The store is ``--store`` (default ``TYPESTRICT_STORE_URL``, else the SQLite file under
 ``--home``, else under ``TYPESTRICT_HOME``). FastAPI and uvicorn are imported only by ``api``.
@@ -39,16 +41,25 @@ def _serve(args: argparse.Namespace) -> int:
     home = (Path(args.home) if args.home else typestrict_home()).resolve()
     with choose_jev(home, args.jev_source, os.environ) as jev:  # no Jev: refused before anything
         # The store is checked (and upgraded) here, before the server starts: a broken store or
-        # one from a newer version is one message and exit 2, never a server's startup traceback.
+        # one from a newer version is one message and exit 2, never a server's startup traceback;
+        # a home with no store is refused unless --new-store (not a server's home).
+        from typestrict_pipeline.cli.common import refuse_new_store
+
+        refuse_new_store(_store(args), told=args.new_store, given=args.store is not None)
         open_store(_store(args)).dispose()
         import uvicorn
 
         from typestrict_pipeline.api import create_app
 
-        if jev.line:
-            print(jev.line, flush=True)
-        print(f"typestrict api: serving http://{args.host}:{args.port}/v1 (schema: /v1/openapi.json)",
-              flush=True)
+        if args.json:  # the start-up lines as one JSON object (uvicorn's own log follows)
+            print(json.dumps({"serving": f"http://{args.host}:{args.port}/v1",
+                              "schema": f"http://{args.host}:{args.port}/v1/openapi.json",
+                              "jev": jev.line}), flush=True)
+        else:
+            if jev.line:
+                print(jev.line, flush=True)
+            print(f"typestrict api: serving http://{args.host}:{args.port}/v1 (schema: /v1/openapi.json)",
+                  flush=True)
         if args.workers > 1:  # each worker process builds the app from the environment
             os.environ["TYPESTRICT_STORE_URL"] = _store(args)
             os.environ["TYPESTRICT_HOME"] = str(home)
@@ -69,33 +80,49 @@ GRACEFUL_SHUTDOWN_S = 5
 
 def _create(args: argparse.Namespace) -> int:
     from typestrict_pipeline.api.keys import create_api_key
+    from typestrict_pipeline.cli.common import refuse_new_store
 
+    refuse_new_store(_store(args), told=args.new_store, given=args.store is not None)
     engine = open_store(_store(args))
     try:
         new = create_api_key(engine, args.workspace, label=args.label)
     finally:
         engine.dispose()
+    if args.json:
+        print(json.dumps({"key_id": new.info.key_id, "workspace_id": new.info.workspace_id,
+                          "label": new.info.label, "key": new.key}, indent=2))
+        return 0
     print(f"API key {new.info.key_id} for workspace {new.info.workspace_id} (shown once; store it now):")
     print(new.key)
     return 0
 
 
 def _revoke(args: argparse.Namespace) -> int:
-    from typestrict_pipeline.api.keys import revoke_api_key
+    from typestrict_pipeline.api.keys import key_id_of, revoke_api_key
+    from typestrict_pipeline.cli.common import refuse_new_store
 
+    key_id = key_id_of(args.key)  # an id or a whole key; neither is ever printed beyond the id
+    refuse_new_store(_store(args), told=False, given=args.store is not None)
     engine = open_store(_store(args))
     try:
-        info = revoke_api_key(engine, args.key_id)
+        info = revoke_api_key(engine, key_id)
     finally:
         engine.dispose()
+    if args.json:
+        print(json.dumps({"key_id": info.key_id, "workspace_id": info.workspace_id, "revoked": True}, indent=2))
+        return 0
     print(f"API key {info.key_id} of workspace {info.workspace_id}: revoked")
     return 0
 
 
 def _list(args: argparse.Namespace) -> int:
     from typestrict_pipeline.api.keys import list_api_keys
+    from typestrict_pipeline.cli.common import print_table, sqlite_path
 
-    engine = open_store(_store(args))
+    path = sqlite_path(_store(args))
+    if path is not None and not path.exists():
+        raise InputError(f"a store at {path}", "no such file", "run `make demo`, or pass --store URL")
+    engine = open_store(_store(args), create=False)  # reading creates nothing
     try:
         keys = list_api_keys(engine, args.workspace)
     finally:
@@ -106,17 +133,20 @@ def _list(args: argparse.Namespace) -> int:
                            "revoked_at": k.revoked_at.isoformat() if k.revoked_at else None}
                           for k in keys], indent=2))
         return 0
-    for k in keys:
-        state = f"revoked {k.revoked_at.isoformat()}" if k.revoked_at else "active"
-        print(f"{k.key_id}  {k.created_at.isoformat()}  {state}  {k.label}")
+    print_table(f"API keys of workspace {args.workspace}", ["key id", "created (UTC)", "state", "label"],
+                [[k.key_id, k.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+                  f"revoked {k.revoked_at.strftime('%Y-%m-%d %H:%M:%S')}" if k.revoked_at else "active",
+                  k.label] for k in keys])
     print(f"{len(keys)} key(s)")
     return 0
 
 
 def _store_option(p: argparse.ArgumentParser) -> None:
-    from typestrict_pipeline.cli.common import add_store
+    from typestrict_pipeline.cli.common import add_json, add_store
 
     add_store(p)
+    if not any("--json" in a.option_strings for a in p._actions):
+        add_json(p)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -140,12 +170,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     c.add_argument("--label", default="", help="a note to recognise the key by")
     _store_option(c)
     c.set_defaults(func=_create)
-    r = sub.add_parser("revoke", help="revoke a key by its id (the 16 hex characters after tsk_)")
-    r.add_argument("key_id", help="the key's id: the 16 hex characters after tsk_")
+    r = sub.add_parser("revoke", help="revoke a key by its id (the 16 hex characters after tsk_) or the whole key")
+    r.add_argument("key", metavar="KEY_ID_OR_KEY",
+                   help="the key's id (the 16 hex characters after tsk_, see `api-key list`) or the whole key; "
+                        "nothing of it but the id is ever printed")
     _store_option(r)
     r.set_defaults(func=_revoke)
     ls = sub.add_parser("list", help="a workspace's keys (ids and labels, never the keys)")
     ls.add_argument("workspace", help="the workspace whose keys to list")
-    ls.add_argument("--json", action="store_true", help="print JSON instead of lines")
     _store_option(ls)
     ls.set_defaults(func=_list)

@@ -1,18 +1,85 @@
 """``typestrict verify AUDIT.json``: check a refund audit file (the same code as verify_audit.py).
+
+``--model MODEL_ID`` checks the audit the store (``--store``) keeps for that model instead of a
+file; ``--json`` prints the result as one JSON object (the differences, the verdict and the
+verdict's sentence).
+
 ``typestrict split MANIFEST.json``: read and check a training's dataset and show its split (a bar
-on a terminal while a large file is read)."""
+on a terminal while a large file is read).
+"""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import os
+import tempfile
 from typing import Any
+
+from typestrict_pipeline.cli.common import add_json, add_store, identifier, read_store
+from typestrict_pipeline.errors import InputError
+
+
+def _stored_audit(args: argparse.Namespace) -> str:
+    """The model's stored audit, written to a private temporary file; its path."""
+    from typestrict_pipeline.credits import audit_bytes
+
+    engine = read_store(args)
+    try:
+        data = audit_bytes(engine, args.model)
+    finally:
+        engine.dispose()
+    fd, path = tempfile.mkstemp(prefix=f"audit-{args.model}-", suffix=".json")
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    return path
+
+
+def _json_result(path: str, shown: str, large: bool) -> int:
+    from typestrict_pipeline import verify_audit
+    from typestrict_pipeline.refund.explain import verdict_sentence_from_audit
+
+    out: dict[str, Any] = {"audit": shown}
+    try:
+        audit = verify_audit.load(path)
+        diffs = verify_audit.verify(audit, large=large)
+    except verify_audit.Malformed as exc:
+        print(json.dumps({**out, "ok": False, "valid": False, "error": str(exc)}, indent=2))
+        return 2
+    except (RecursionError, TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as exc:
+        print(json.dumps({**out, "ok": False, "valid": False,
+                          "error": f"unexpected structure ({type(exc).__name__})"}, indent=2))
+        return 2
+    overall = audit["overall"]
+    out.update({"ok": not diffs, "valid": True, "differences": diffs, "verdict": overall.get("verdict"),
+                "settling_decision": overall.get("settling_decision")})
+    if not diffs:
+        out["why"] = verdict_sentence_from_audit(audit)
+    print(json.dumps(out, indent=2))
+    return 0 if not diffs else 1
 
 
 def _verify(args: argparse.Namespace) -> int:
     from typestrict_pipeline import verify_audit
 
-    return verify_audit.main([*(["--large"] if args.large else []), args.audit])
+    if (args.audit is None) == (args.model is None):
+        raise InputError("an audit file or --model MODEL_ID (one of them)",
+                         "both" if args.audit else "neither", "pass AUDIT.json, or --model rt-tiny")
+    path = args.audit or _stored_audit(args)
+    shown = args.audit or f"the stored audit of {args.model}"
+    try:
+        if args.json:
+            return _json_result(path, shown, args.large)
+        code = verify_audit.main([*(["--large"] if args.large else []), path])
+        if code == 0:  # the verdict in words, under the verifier's own line
+            from typestrict_pipeline.refund.explain import verdict_sentence_from_audit
+
+            print(verdict_sentence_from_audit(verify_audit.load(path)))
+        return code
+    finally:
+        if args.audit is None:
+            os.unlink(path)
 
 
 def _split(args: argparse.Namespace) -> int:
@@ -57,13 +124,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "an audit. Same code as the standalone verify_audit.py."
         ),
     )
-    verify.add_argument("audit", metavar="AUDIT.json", help="the audit file")
+    verify.add_argument("audit", metavar="AUDIT.json", nargs="?", help="the audit file")
+    verify.add_argument("--model", type=identifier("a model id"), metavar="MODEL_ID",
+                        help="check the audit the store (--store) keeps for this model instead of a file")
     verify.add_argument(
         "--large",
         action="store_true",
         help="verify an audit past the default bounds (more than 4,000 test examples or 80,000 "
         "examples x answers in all); slower",
     )
+    add_json(add_store(verify))
     verify.set_defaults(func=_verify)
 
     split = subparsers.add_parser(
@@ -77,6 +147,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     )
     split.add_argument("manifest", metavar="MANIFEST.json", help="the training manifest")
-    split.add_argument("--json", action="store_true",
-                       help="print each decision's split summary as JSON (exact numbers)")
+    # --store is accepted like everywhere (the split reads the manifest's files, not the store).
+    add_json(add_store(split))
     split.set_defaults(func=_split)

@@ -102,7 +102,9 @@ def _run(args: argparse.Namespace) -> int:
     with session_scope(engine) as s:
         est = repo.get_study(s, sid).estimate_micro
     admitted = _admitted(engine, sid)
-    if est is not None:
+    if args.json:
+        pass  # the leaderboard as JSON at the end says it all
+    elif est is not None:
         print(f"study {sid}: {estimate_text(est, admitted, args.folds)}", flush=True)
     else:
         print(f"study {sid}: {admitted} candidate{'s' if admitted != 1 else ''} to run; no USD estimate "
@@ -126,7 +128,11 @@ def _run(args: argparse.Namespace) -> int:
         if repo.abandon_unstarted(engine, sid, "its study_job run ended before starting it"):
             print(f"typestrict: study {sid} never started; marked failed and its workflow's lock "
                   "released", file=sys.stderr)
-    print(render_markdown(load_leaderboard(engine, sid)))
+    board = load_leaderboard(engine, sid)
+    if args.json:
+        print(json.dumps(board.to_json(), indent=2, default=str))
+    else:
+        print(render_markdown(board))
     return 0 if ok else 1
 
 
@@ -290,6 +296,14 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _say(args: argparse.Namespace, text: str, **fields: Any) -> None:
+    """What a command that wrote something prints: a sentence, or its fields as JSON."""
+    if args.json:
+        print_json(fields)
+    else:
+        print(text)
+
+
 def _cancel(args: argparse.Namespace) -> int:
     from typestrict_pipeline.lifecycle.reaper import cancel_study, reap
 
@@ -300,14 +314,16 @@ def _cancel(args: argparse.Namespace) -> int:
         ended = cancel_study(engine, sid)
     finally:
         engine.dispose()
-    print(f"study {sid}: Cancelled ({ended.why}); what ran is kept")
+    _say(args, f"study {sid}: Cancelled ({ended.why}); what ran is kept", study_id=sid,
+         state=ended.state, why=ended.why)
     return 0
 
 
 def _delete(args: argparse.Namespace) -> int:
     sid = _study_id(args.study_id)
-    repo.delete_study(read_store(args), sid)
-    print(f"study {sid}: deleted (a schedule re-running it turns itself off at its next tick)")
+    repo.delete_study(_engine(args), sid)
+    _say(args, f"study {sid}: deleted (a schedule re-running it turns itself off at its next tick)",
+         study_id=sid, deleted=True)
     return 0
 
 
@@ -316,9 +332,9 @@ def _promote(args: argparse.Namespace) -> int:
     from typestrict_pipeline.study.service import study_backend
 
     sid = _study_id(args.study_id)
-    engine = read_store(args)
+    engine = _engine(args)
     res = promote_winner(engine, sid, study_backend(engine, sid))
-    print(res.message)
+    _say(args, res.message, study_id=sid, message=res.message)
     return 0
 
 
@@ -331,6 +347,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     p = cmd("run", "create a study and run it on Dagster; print its leaderboard")
     _run_arguments(p)
+    add_json(p)
     p.set_defaults(func=_run)
 
     p = cmd("leaderboard", "print a study's leaderboard and header")
@@ -351,6 +368,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                        ("promote", "promote a finished study's winner through the evaluation gate")):
         p = cmd(name, text)
         p.add_argument("study_id", help="the study's id (see `typestrict study list`)")
+        add_json(p)
         p.set_defaults(func={"cancel": _cancel, "delete": _delete, "promote": _promote}[name])
 
 

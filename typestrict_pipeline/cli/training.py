@@ -127,10 +127,15 @@ def _submit(args: argparse.Namespace) -> int:
     try:
         workspace = _workspace_of(engine, args.training_id)
         store = _store_of(engine)
-        store.submit(workspace, args.training_id, path.read_bytes(), args.trained_on_sha256)
+        store.submit(workspace, args.training_id, path.read_bytes(), args.trained_on_sha256,
+                     source=str(path))
         view = store.view(workspace, args.training_id)
     finally:
         engine.dispose()
+    if args.json:
+        print_json({"training_id": args.training_id, "state": view.state.value,
+                    "deadline_at": _when(view.deadline_at)})
+        return 0
     print(f"training {args.training_id}: predictions accepted; {view.state.value} (verdict by "
           f"{_when(view.deadline_at)}, else it expires and its credit comes back)")
     return 0
@@ -144,6 +149,10 @@ def _cancel(args: argparse.Namespace) -> int:
     finally:
         engine.dispose()
     credit = "its credit came back" if ended.refunded else "no credit moved"
+    if args.json:
+        print_json({"training_id": ended.training_id, "state": "cancelled", "reason": ended.reason,
+                    "refunded": ended.refunded})
+        return 0
     print(f"training {ended.training_id}: cancelled ({ended.reason}); {credit}")
     return 0
 
@@ -154,6 +163,9 @@ def _check(args: argparse.Namespace) -> int:
 
     manifest = load_manifest(typestrict_home() / "trainings" / args.training_id / "manifest.json")
     problem = screen_training(manifest, max_bytes=2**63)
+    if args.json:
+        print_json({"training_id": args.training_id, "fits": problem is None, "problem": problem})
+        return 0 if problem is None else 1
     if problem is not None:
         print(f"training {args.training_id}: refused before any run: {problem}")
         return 1
@@ -172,6 +184,12 @@ def _expire(args: argparse.Namespace) -> int:
         balance = ledger_balance(engine)
     finally:
         engine.dispose()
+    if args.json:
+        print_json({"expired": [{"training_id": e.training_id, "workspace_id": e.workspace_id,
+                                 "was": e.was.value, "reason": e.reason, "refunded": e.refunded}
+                                for e in ended],
+                    "ledger": balance.describe(), "balanced": balance.balanced})
+        return 0 if balance.balanced else 1
     for e in ended:
         print(f"training {e.training_id} ({e.workspace_id}): expired, was {e.was.value}: {e.reason}; "
               + ("its credit came back" if e.refunded else "it was never charged"))
@@ -192,22 +210,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("training_id", type=TRAINING, help="the training id")
     p.set_defaults(func=_show)
 
-    p = add_store(sub.add_parser(
-        "submit", help="the model's predictions, checked against the split before anything is stored"))
+    p = add_json(add_store(sub.add_parser(
+        "submit", help="the model's predictions, checked against the split before anything is stored")))
     p.add_argument("training_id", type=TRAINING, help="the training id")
     p.add_argument("predictions", metavar="PREDICTIONS.jsonl", help="the model's predictions (JSON lines)")
     p.add_argument("--trained-on-sha256", help="SHA-256 of the ids the model was trained on (see the split)")
     p.set_defaults(func=_submit)
 
-    p = add_store(sub.add_parser("cancel", help="cancel a training before it is judged (its credit comes back)"))
+    p = add_json(add_store(sub.add_parser(
+        "cancel", help="cancel a training before it is judged (its credit comes back)")))
     p.add_argument("training_id", type=TRAINING, help="the training id")
     p.set_defaults(func=_cancel)
 
-    p = sub.add_parser("check", help="what training_sensor checks before requesting a verdict run")
+    # --store is accepted like everywhere (the check reads the training's files, not the store).
+    p = add_json(add_store(sub.add_parser(
+        "check", help="what training_sensor checks before requesting a verdict run")))
     p.add_argument("training_id", type=TRAINING, help="the training id (its folder under the trainings folder)")
     p.set_defaults(func=_check)
 
-    p = add_store(sub.add_parser("expire", help="end the trainings whose deadline has passed (credit back)"))
+    p = add_json(add_store(sub.add_parser(
+        "expire", help="end the trainings whose deadline has passed (credit back)")))
     p.add_argument("--now", help="the time to expire at (ISO 8601; default now)")
     p.set_defaults(func=_expire)
 

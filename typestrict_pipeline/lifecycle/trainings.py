@@ -72,6 +72,7 @@ __all__ = [
     "open_in",
     "record_refusal",
     "start_training",
+    "submitted_ids",
     "training_status",
 ]
 
@@ -373,6 +374,17 @@ def judging_since(engine: Engine) -> list[tuple[str, int, dt.datetime]]:
                                       TrainingRow.updated_at)
                                .where(TrainingRow.state == TrainingState.JUDGING.value)).all()
     return [(str(t), int(n), u) for t, n, u in rows]
+
+
+def submitted_ids(engine: Engine, training_ids: Iterable[str]) -> set[str]:
+    """Which of ``training_ids`` are being judged after a submission through the API or the CLI
+    (their predictions were checked against the split when they were accepted)."""
+    wanted = list(training_ids)
+    if not wanted:
+        return set()
+    with session_scope(engine) as session:
+        return set(session.scalars(select(TrainingRow.training_id).where(
+            TrainingRow.training_id.in_(wanted), TrainingRow.state == TrainingState.JUDGING.value)))
 
 
 def training_statuses(engine: Engine, workspace_id: str) -> dict[str, TrainingStatus]:

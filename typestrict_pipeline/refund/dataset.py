@@ -48,7 +48,7 @@ from typestrict_pipeline.refund.manifest import (
     DecisionSpec,
     TrainingManifest,
 )
-from typestrict_pipeline.refund.rowdigest import row_digests, string_keys, text_keys
+from typestrict_pipeline.refund.rowdigest import row_messages, sha256_each, string_keys, text_keys
 from typestrict_pipeline.refund.splitrows import PreparedSplit, join_units, seed_of
 from typestrict_pipeline.refund.table import (
     BATCH_ROWS,
@@ -478,16 +478,42 @@ class _TextColumn:
     chunks: list[pa.Array] = field(default_factory=list)
     type_error: DatasetError | None = None
 
-    def add(self, cells: Any, start: int, length: int, file: str) -> pa.Array:
+    def convert(self, cells: Any, start: int, length: int, file: str) -> _Converted:
+        """The batch's cells as text, blanks as nulls, and dictionary-encoded (no state)."""
         if cells is None:
             texts = pa.nulls(length, pa.large_string())
-        else:
-            texts, error = as_text(cells, file=file, start=start, column=self.name, what=self.what)
-            self.type_error = _first(self.type_error, error)
-            texts = _blank_to_null(texts, blank_mask(texts))
-        encoded = pc.dictionary_encode(texts)
-        self.chunks.append(encoded)
-        return texts
+            return _Converted(texts, None, pc.dictionary_encode(texts))
+        texts, error = as_text(cells, file=file, start=start, column=self.name, what=self.what)
+        texts = _blank_to_null(texts, blank_mask(texts))
+        return _Converted(texts, error, pc.dictionary_encode(texts))
+
+    def add(self, converted: _Converted) -> pa.Array:
+        self.type_error = _first(self.type_error, converted.error)
+        self.chunks.append(converted.encoded)
+        return converted.texts
+
+
+@dataclass(frozen=True)
+class _Converted:
+    texts: pa.Array
+    error: DatasetError | None
+    encoded: pa.Array | None = None
+
+
+@dataclass(frozen=True)
+class _Staged:
+    """One batch with the work that needs no state done (in the reading thread)."""
+
+    batch: ColumnBatch
+    ids: _Converted
+    invisible: DatasetError | None
+    blank_ids: npt.NDArray[np.bool_]
+    texts: _Converted
+    blank_texts: npt.NDArray[np.bool_]
+    group: _Converted | None
+    columns: dict[tuple[str, str], _Converted]
+    keys: npt.NDArray[np.uint64]
+    messages: dict[str, pa.Array]
 
 
 @dataclass
@@ -617,18 +643,44 @@ class _Validator:
         names += [c for c, _ in self.text_columns] + list(self.option_columns)
         return list(dict.fromkeys(names))
 
-    def add(self, batch: ColumnBatch) -> None:
+    def stage(self, batch: ColumnBatch) -> _Staged:
+        """What a batch needs that depends on no other batch: Arrow and NumPy work (it releases
+        the GIL), so it runs in the reading thread while the last batch is hashed."""
         start, length, cells = batch.start, batch.length, batch.cells
-        self.n += length
-        ids = self._add_ids(cells.get(self.cols.id), start, length)
-        row_texts = self._add_texts(cells.get(self.cols.text), start, length)
-        groups = pa.nulls(length, pa.large_string())
-        if self.group is not None:
-            groups = self.group.add(cells.get(self.group.name), start, length, self.file)
-        texts = {
-            key: column.add(cells.get(key[0]), start, length, self.file)
-            for key, column in self.text_columns.items()
+        ids = _Converted(pa.nulls(length, pa.large_string()), None)
+        if cells.get(self.cols.id) is not None:
+            ids = _Converted(*as_text(cells[self.cols.id], file=self.file, start=start,
+                                      column=self.cols.id, what="an id"))
+        blank_ids = blank_mask(ids.texts)
+        invisible = self._invisible(ids.texts, blank_ids, start)
+        texts = _Converted(pa.nulls(length, pa.large_string()), None)
+        if cells.get(self.cols.text) is not None:
+            texts = _Converted(*as_text(cells[self.cols.text], file=self.file, start=start,
+                                        column=self.cols.text, what="a text"))
+        group = None if self.group is None else self.group.convert(
+            cells.get(self.group.name), start, length, self.file)
+        columns = {key: column.convert(cells.get(key[0]), start, length, self.file)
+                   for key, column in self.text_columns.items()}
+        groups = pa.nulls(length, pa.large_string()) if group is None else group.encoded
+        messages = {
+            d.name: row_messages(ids.texts, texts.texts,
+                                 columns[(d.answer_column, "an answer")].encoded, groups)
+            for d in self.manifest.decisions
+            if d.answer_column is not None and d.kind is not DecisionKind.MULTIPLE_CHOICE
         }
+        return _Staged(batch, ids, invisible, blank_ids, texts, blank_mask(texts.texts), group,
+                       columns, text_keys(texts.texts), messages)
+
+    def add(self, batch: ColumnBatch | _Staged) -> None:
+        staged = batch if isinstance(batch, _Staged) else self.stage(batch)
+        start, length, cells = staged.batch.start, staged.batch.length, staged.batch.cells
+        self.n += length
+        ids = self._add_ids(staged)
+        row_texts = self._add_texts(staged)
+        groups = pa.nulls(length, pa.large_string())
+        if self.group is not None and staged.group is not None:
+            groups = self.group.add(staged.group)
+        texts = {key: column.add(staged.columns[key]) for key, column in self.text_columns.items()}
         options = {
             name: column.add(cells.get(name), start, length, self.file)
             for name, column in self.option_columns.items()
@@ -640,12 +692,11 @@ class _Validator:
             for column, what in self._label_columns(d):
                 check = self.choice.setdefault((d.name, what), _ChoiceCheck())
                 check.add(texts[(column, what)], options[d.options_column], start)
-        self._hash(ids, row_texts, groups, texts)
+        self._hash(staged, ids, row_texts, groups)
 
-    def _hash(self, ids: pa.Array, row_texts: pa.Array, groups: pa.Array,
-              texts: dict[tuple[str, str], pa.Array]) -> None:
+    def _hash(self, staged: _Staged, ids: pa.Array, row_texts: pa.Array, groups: pa.Array) -> None:
         """The split's inputs for this batch: text keys and the labeled rows' digests."""
-        self.text_keys.append(text_keys(row_texts))
+        self.text_keys.append(staged.keys)
         for d in self.manifest.decisions:
             if d.answer_column is None:
                 continue
@@ -654,22 +705,16 @@ class _Validator:
                 positions = pc.binary_join_element_wise(
                     pa.array((codes + 1).astype(np.int64), mask=codes < 0).cast(pa.large_string()),
                     pa.scalar("", pa.large_string()))
-                answers = positions
+                messages = row_messages(ids, row_texts, positions, groups)
             else:
-                answers = texts[(d.answer_column, "an answer")]
-            self.digests[d.name].append(row_digests(ids, row_texts, answers, groups))
+                messages = staged.messages[d.name]
+            self.digests[d.name].append(sha256_each(messages))
 
-    def _add_ids(self, cells: Any, start: int, length: int) -> pa.Array:
-        column = self.cols.id
-        error: DatasetError | None = None
-        if cells is None:
-            ids = pa.nulls(length, pa.large_string())
-        else:
-            ids, error = as_text(cells, file=self.file, start=start, column=column, what="an id")
-        blank = blank_mask(ids)
-        if cells is not None and self.id_error is None:
-            self.id_error = _first_row(error, self._invisible(ids, blank, start))
-        self.empty_ids.add(np.flatnonzero(blank) + start + 1)
+    def _add_ids(self, staged: _Staged) -> pa.Array:
+        ids = staged.ids.texts
+        if staged.batch.cells.get(self.cols.id) is not None and self.id_error is None:
+            self.id_error = _first_row(staged.ids.error, staged.invisible)
+        self.empty_ids.add(np.flatnonzero(staged.blank_ids) + staged.batch.start + 1)
         self.id_chunks.append(ids)
         return ids
 
@@ -690,15 +735,10 @@ class _Validator:
                 )
         return None
 
-    def _add_texts(self, cells: Any, start: int, length: int) -> pa.Array:
-        if cells is None:
-            texts = pa.nulls(length, pa.large_string())
-        else:
-            texts, error = as_text(cells, file=self.file, start=start, column=self.cols.text,
-                                   what="a text")
-            self.text_error = _first(self.text_error, error)
-        self.empty_texts.add(np.flatnonzero(blank_mask(texts)) + start + 1)
-        return texts
+    def _add_texts(self, staged: _Staged) -> pa.Array:
+        self.text_error = _first(self.text_error, staged.texts.error)
+        self.empty_texts.add(np.flatnonzero(staged.blank_texts) + staged.batch.start + 1)
+        return staged.texts.texts
 
     # ---- after the last batch: raise the first problem, as the checks are ordered ----
 
@@ -846,6 +886,52 @@ class _Validator:
                               option_lists=option_lists)
 
 
+def ahead(items: Iterable[ColumnBatch], work: Callable[[ColumnBatch], _Staged],
+          depth: int = 2) -> Iterator[_Staged]:
+    """``work(item)`` for each item, done in a second thread up to ``depth`` items ahead.
+
+    The reading and the Arrow and NumPy work release the GIL, so on two cores they overlap the
+    per-row hashing of the batch before. An error in the thread is raised here, in order.
+    """
+    import queue
+    import threading
+
+    out: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(entry: tuple[str, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                out.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not put(("item", work(item))):
+                    return
+            put(("end", None))
+        except BaseException as exc:  # handed to the reader, raised there
+            put(("error", exc))
+
+    thread = threading.Thread(target=produce, name="dataset-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, value = out.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            yield value
+    finally:
+        stop.set()
+        thread.join()
+
+
 def _first_row(a: DatasetError | None, b: DatasetError | None) -> DatasetError | None:
     if a is None or b is None:
         return a if b is None else b
@@ -896,8 +982,9 @@ def _run(
 ) -> Dataset:
     if progress is not None:
         progress(Progress(READING, 0, total))
-    for batch in batches:
-        validator.add(batch)
+    for staged in ahead(batches, validator.stage):
+        validator.add(staged)
+        batch = staged.batch
         if progress is not None and batch.start + batch.length != total:
             progress(Progress(READING, batch.start + batch.length, total))
     if progress is not None:  # the last report: every row read (the total now known)

@@ -27,12 +27,16 @@ SEED_DOMAIN = b"typestrict-holdout-v1\0"
 
 def seed_of(digests: npt.NDArray[np.uint8], decision: str, source: str) -> bytes:
     """``SHA-256(SEED_DOMAIN + decision + "\\0" + source + "\\0" + sorted row digests)``."""
-    ordered = digests[order_by_digest(digests)]
+    order = order_by_digest(digests)
     h = hashlib.sha256()
-    for part in (SEED_DOMAIN, decision.encode("utf-8"), b"\0", source.encode("ascii"), b"\0",
-                 np.ascontiguousarray(ordered).tobytes()):
+    for part in (SEED_DOMAIN, decision.encode("utf-8"), b"\0", source.encode("ascii"), b"\0"):
         h.update(part)
+    for start in range(0, len(order), _CHUNK):  # sorted a million at a time: no second copy
+        h.update(np.ascontiguousarray(digests[order[start:start + _CHUNK]]).data)
     return h.digest()
+
+
+_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True, eq=False)

@@ -170,10 +170,9 @@ def min_unseen_steps_of(engine: Engine, study_id: str) -> int | None:
 
 
 def _window_label(facts: StudyFacts, start: dt.datetime, end: dt.datetime) -> str:
-    last = end - facts.step
-    if facts.step >= dt.timedelta(days=1):
-        return f"{start.date().isoformat()} – {last.date().isoformat()}"
-    return f"{start.isoformat()} – {last.isoformat()}"
+    from typestrict_pipeline.study.folds import window_label
+
+    return window_label(start, end, facts.step)
 
 
 def _lineage_of(session: Session, study_id: str) -> LineageRow | None:
@@ -421,6 +420,7 @@ def tick_state(
             with session_scope(engine) as session:
                 prev = _previous(session, schedule.lineage_root_id)
                 session.expunge(prev)
+    with session_scope(engine) as session:
         last_seq = session.execute(
             select(func.max(LineageRow.seq)).where(LineageRow.lineage_root_id == schedule.lineage_root_id)
         ).scalar_one()
@@ -989,8 +989,8 @@ def _notify_winner_changed(
         f"  new winner:      {facts.winner_label}\n"
         f"  holdout score:   {score}\n\n"
         f"See the lineage: typestrict schedule lineage {lineage_root}\n"
-        "You get this because you set up the schedule; turn it off in Settings → Notifications "
-        f"(typestrict schedule notifications {owner} --off)."
+        "You get this because you set up the schedule; turn it off in the console's Settings → "
+        f"Notifications (/console/settings/notifications) or with: typestrict schedule notifications {owner} --off"
     )
     return enqueue(engine, dedupe_key=f"winner-changed:{entry_id}", kind=KIND_WINNER_CHANGED, recipient=owner,
                    subject=TITLE_WINNER_CHANGED, body=body, now=now)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -274,8 +275,11 @@ def upgrade(engine: Engine) -> None:
         ) from exc
 
 
-def open_store(url: str | None = None) -> Engine:
+def open_store(url: str | None = None, *, create: bool = True) -> Engine:
     """An engine on the store at ``url`` (default :func:`default_store_url`), schema upgraded.
+
+    With ``create=False`` (a command that only reads) a database without a store is refused,
+    not given the store's schema: reading creates nothing, on any backend.
 
     An existing store is checked before it is used, and never silently replaced
     (:func:`check_store`): a SQLite file that is empty, truncated or corrupt, or a database
@@ -298,6 +302,12 @@ def open_store(url: str | None = None) -> Engine:
             with _upgrade_guard:
                 if key not in _upgraded:
                     check_store(engine)
+                    if not create and not _has_version(engine):
+                        raise StoreError(
+                            f"expected a TypeStrict store at {_mask(url)}, got a database without one "
+                            "(no tables of ours). Reading creates nothing: make the store with "
+                            "`typestrict store upgrade --store URL` (or any command that writes), or "
+                            "point --store at the store you meant")
                     upgrade(engine)
                     _upgraded.add((url, _identity(engine)))
     except BaseException:
@@ -415,6 +425,35 @@ RESTORE_HINT = (
 )
 
 
+def connect_problem(exc: BaseException, url: URL) -> str:
+    """What is missing when a database cannot be reached, in the product's message shape.
+
+    >>> from sqlalchemy.engine import make_url
+    >>> u = make_url("postgresql+psycopg2://ts@127.0.0.1:5432/nosuch")
+    >>> connect_problem(Exception('FATAL:  database "nosuch" does not exist'), u)
+    "expected the database 'nosuch' on 127.0.0.1:5432, got no such database. Create it (createdb -h 127.0.0.1 -p 5432 nosuch, or CREATE DATABASE nosuch) or fix the database name in --store / TYPESTRICT_STORE_URL."
+    """
+    text = str(getattr(exc, "orig", None) or exc)
+    server = f"{url.host or 'localhost'}:{url.port or 5432}"
+    m = re.search(r'database "([^"]+)" does not exist', text)
+    if m:
+        name = m.group(1)
+        return (f"expected the database '{name}' on {server}, got no such database. Create it "
+                f"(createdb -h {url.host or 'localhost'} -p {url.port or 5432} {name}, or CREATE DATABASE "
+                f"{name}) or fix the database name in --store / TYPESTRICT_STORE_URL.")
+    m = re.search(r'(?:role|user) "([^"]+)"', text)
+    if m and ("does not exist" in text or "authentication failed" in text):
+        why = "no such role" if "does not exist" in text else "the password was refused"
+        return (f"expected the database user '{m.group(1)}' to log in on {server}, got {why}. Fix the "
+                "user or password in --store / TYPESTRICT_STORE_URL (or create the role).")
+    if "Connection refused" in text or "could not connect" in text or "timeout expired" in text:
+        return (f"expected a PostgreSQL server answering on {server}, got no answer. Start the server "
+                "or fix the host and port in --store / TYPESTRICT_STORE_URL.")
+    cause = type(getattr(exc, "orig", None) or exc).__name__
+    return (f"expected a reachable database, got {cause}: {' '.join(text.split())[:200]}. "
+            "Check the URL, that the server runs and that this user may connect.")
+
+
 def _broken(where: str, got: str) -> StoreError:
     return StoreError(f"{where}: expected a TypeStrict store, got {got}. {RESTORE_HINT}.")
 
@@ -448,12 +487,7 @@ def check_store(engine: Engine) -> None:
         with engine.connect() as conn:
             tables = set(inspect(conn).get_table_names())
     except SQLAlchemyError as exc:
-        cause = type(getattr(exc, "orig", None) or exc).__name__
-        raise StoreError(
-            f"could not bring the store at {where} to the current schema: expected a reachable "
-            f"database, got {cause}. "
-            "Check the URL, that the server runs and that this user may connect."
-        ) from None
+        raise StoreError(f"could not open the store at {where}: {connect_problem(exc, engine.url)}") from None
     if "alembic_version" not in tables and tables & set(Base.metadata.tables):
         raise _broken(where, f"tables without a schema version ({sorted(tables)[:5]})")
 

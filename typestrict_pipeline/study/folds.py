@@ -235,3 +235,21 @@ def plan_folds(
         folds=tuple(folds),
         holdout=holdout,
     )
+
+
+def window_label(start: dt.datetime, end: dt.datetime, step: dt.timedelta) -> str:
+    """A window of steps ``[start, end)`` as a reader writes it: its first and last step,
+    inclusive (the leaderboard, the lineage panel and the schedules say it the same way).
+
+    >>> day = dt.timedelta(days=1)
+    >>> window_label(dt.datetime(2015, 9, 2, tzinfo=dt.UTC), dt.datetime(2015, 12, 31, tzinfo=dt.UTC), day)
+    '2015-09-02 – 2015-12-30'
+    >>> window_label(dt.datetime(2015, 9, 2, tzinfo=dt.UTC), dt.datetime(2015, 9, 2, 3, tzinfo=dt.UTC),
+    ...              dt.timedelta(hours=1))
+    '2015-09-02 00:00 UTC – 2015-09-02 02:00 UTC'
+    """
+    last = end - step
+    if step >= dt.timedelta(days=1) and step % dt.timedelta(days=1) == dt.timedelta(0):
+        return f"{start.date().isoformat()} – {last.date().isoformat()}"
+    return (f"{start.astimezone(dt.UTC):%Y-%m-%d %H:%M} UTC – "
+            f"{last.astimezone(dt.UTC):%Y-%m-%d %H:%M} UTC")

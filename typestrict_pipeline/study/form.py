@@ -95,8 +95,30 @@ def study_config(form: StudyForm) -> StudyConfig:
         horizon_steps=form.horizon_steps, max_candidates=form.max_candidates,
         max_total_steps=form.max_total_steps,
         budget_micro=None if form.budget_usd is None else usd_to_micro(form.budget_usd),
-        backend=backend, name=form.name, min_unseen_steps=form.min_unseen_steps,
+        backend=backend, name=form.name or default_name(form, space), min_unseen_steps=form.min_unseen_steps,
     )
+
+
+def default_name(form: StudyForm, space: SearchSpace) -> str:
+    """The name a study gets when the form gives none: what it searches, on which data.
+
+    >>> form = StudyForm("seattle_rain", "2013-01-02", "2015-12-31", 90, 60, 120)
+    >>> default_name(form, parse_space(["threshold=0.4,0.5,0.6"], None, 0, 0, None))
+    'seattle_rain: threshold 0.4..0.6 (3 values) on seattle_weather, 2013-01-02 to 2015-12-31'
+    """
+    parts = []
+    for name, grid_values in space.grid.items():
+        shown = [str(v) for v in grid_values]
+        parts.append(f"{name} {shown[0]}..{shown[-1]} ({len(shown)} values)" if len(shown) > 2
+                     else f"{name} {', '.join(shown)}")
+    for name, r in space.random.items():
+        parts.append(f"{name} {r.low}..{r.high} (random)")
+    if space.prompts:
+        parts.append("prompts of " + ", ".join(space.prompts))
+    what = "; ".join(parts) or "its defaults"
+    data = "the synthetic workflow" if form.synthetic else form.dataset
+    text = f"{form.workflow}: {what} on {data}, {form.start[:10]} to {form.end[:10]}"
+    return text if len(text) <= 120 else text[:119] + "…"
 
 
 def _value(text: str, what: str) -> Any:
