@@ -59,6 +59,8 @@ class BacktestConfig(dg.Config):
         max_in_flight: steps and model calls in flight at once.
         retries: extra attempts per model call after a failure (each metered).
         on_step_error: ``continue`` or ``stop`` after a failed step.
+        backtest_id: the id to store it under (the API names a backtest before its run
+            starts, ``typestrict_pipeline/api/backtests.py``); empty means a new one.
     """
 
     workspace: str = "demo"
@@ -73,6 +75,7 @@ class BacktestConfig(dg.Config):
     max_in_flight: int = 8
     retries: int = 0
     on_step_error: str = "continue"
+    backtest_id: str | None = None
 
 
 class LiveConfig(dg.Config):
@@ -199,7 +202,7 @@ def _backtest_asset(name: str) -> dg.AssetsDefinition:
                         step=parse_step(config.step), models=models, params=config.params,
                         prompts=config.prompts, max_in_flight=config.max_in_flight,
                         retries=config.retries, on_step_error=config.on_step_error,
-                        dagster_run_id=context.run.run_id,
+                        dagster_run_id=context.run.run_id, backtest_id=config.backtest_id,
                     )
         except TypeStrictError as exc:
             raise failure(str(exc), error=type(exc).__name__) from None

@@ -25,11 +25,15 @@ import dagster as dg
 from resources.failures import product_failure
 from resources.refund import RefundModelClientResource, RefundTrainingsResource, SystemAnswers
 from typestrict_pipeline import plots
+from typestrict_pipeline.progress import Progress, ProgressFn, every, write_progress
 from typestrict_pipeline.refund.audit import build_audit, write_audit
 from typestrict_pipeline.refund.dataset import Dataset, unlabeled_from_split, unlabeled_text
 from typestrict_pipeline.refund.explain import decision_reason, facts_from_report, verdict_sentence
 from typestrict_pipeline.refund.holdout import Holdout, split_decisions
-from typestrict_pipeline.refund.manifest import TrainingManifest, TrainingStatus
+from typestrict_pipeline.refund.manifest import (
+    TrainingManifest,
+    TrainingStatus,
+)
 from typestrict_pipeline.refund.metrics import MAX_DROP, METRIC_NAMES
 from typestrict_pipeline.refund.predictions import build_decision_data
 from typestrict_pipeline.refund.preflight import check_training
@@ -43,6 +47,7 @@ from typestrict_pipeline.refund.rule import (
 )
 from typestrict_pipeline.refund.trained_on import check_trained_on
 from typestrict_pipeline.refund.unsettled import UNSETTLED_AFTER, RunSummary, find_unsettled
+from typestrict_pipeline.store import typestrict_home
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -194,6 +199,27 @@ def verdict_markdown(judgement: TrainingJudgement, *, jev_label: str = _JEV_NAME
 # ------------------------------------------------------------------------------------------------
 
 
+def run_progress(context: dg.AssetExecutionContext, *, percent: int = 10) -> ProgressFn:
+    """Progress of long work in this run: a log line and an observation of the asset with the
+    figures every ``percent`` %, and the latest report where the console reads it
+    (:func:`typestrict_pipeline.progress.read_progress` with the run id)."""
+    home = typestrict_home()
+
+    def report(p: Progress) -> None:
+        context.log.info(p.line())
+        metadata: dict[str, Any] = {"progress": p.line(), f"{p.unit} done": p.done}
+        if p.percent is not None:
+            metadata["percent"] = dg.MetadataValue.float(round(p.percent, 1))
+        context.log_event(dg.AssetObservation(
+            asset_key=context.asset_key,
+            partition=context.partition_key if context.has_partition_key else None,
+            metadata=metadata,
+        ))
+        write_progress(home, context.run.run_id, p)
+
+    return every(percent, report)
+
+
 def _training_id(context: dg.AssetExecutionContext) -> str:
     key: str = context.partition_key
     return key
@@ -223,8 +249,8 @@ def dataset(
         return dg.MaterializeResult(value=LoadedTraining(manifest, None), metadata=meta)
     # Every input (dataset, each predictions file in full, each endpoint) is checked before this
     # first asset returns: a bad training fails here and nothing of it is stored.
-    with product_failure():
-        checked = check_training(manifest)
+    with product_failure(manifest):
+        checked = check_training(manifest, progress=run_progress(context))
     data = checked.dataset
     assert data is not None
     for line in checked.checked:
@@ -244,12 +270,17 @@ class TrainingHoldout:
     Attributes:
         training: the upstream :class:`LoadedTraining`.
         holdouts: one split per decision, in manifest order (empty for a failed training).
-        roles: one row per (decision, example): ``decision, id, group, answer, role``.
+    ``roles`` (one row per decision and example: ``decision, id, group, answer, role``) is built
+    when asked for, not stored: a 10-million-row split passes between steps as its columns.
     """
 
     training: LoadedTraining
     holdouts: tuple[Holdout, ...]
-    roles: "pd.DataFrame"
+
+    @property
+    def roles(self) -> "pd.DataFrame":
+        """Every example of every decision with its role (a DataFrame of every row)."""
+        return roles_frame(self.holdouts)
 
     def holdout(self, decision: str) -> Holdout:
         for h in self.holdouts:
@@ -258,8 +289,9 @@ class TrainingHoldout:
         raise KeyError(f"no split for decision {decision!r}; have {[h.decision for h in self.holdouts]}")
 
 
-def roles_frame(holdouts: Sequence[Holdout]) -> "pd.DataFrame":
-    """Every example of every decision with its role (``test`` / ``train`` / ``excluded``)."""
+def roles_frame(holdouts: Sequence[Holdout], *, head: int | None = None) -> "pd.DataFrame":
+    """Every example of every decision with its role (``test`` / ``train`` / ``excluded``);
+    with ``head``, only the first ``head`` rows."""
     import pandas as pd  # on first use: keeps the code location's load quick (lazy.py)
     import pyarrow as pa
 
@@ -268,6 +300,8 @@ def roles_frame(holdouts: Sequence[Holdout]) -> "pd.DataFrame":
         return pd.DataFrame(columns=columns)
     # built from the splits' columns: no Python object per row
     table = pa.concat_tables([h.columns() for h in holdouts], promote_options="permissive")
+    if head is not None:
+        table = table.slice(0, head)
     frame = table.to_pandas()
     frame["decision"] = frame["decision"].astype(str)
     return frame[columns]
@@ -283,18 +317,17 @@ def holdout(
     context: dg.AssetExecutionContext, dataset: LoadedTraining
 ) -> dg.MaterializeResult[TrainingHoldout]:
     if dataset.dataset is None:
-        empty = roles_frame(())
         return dg.MaterializeResult(
-            value=TrainingHoldout(dataset, (), empty),
+            value=TrainingHoldout(dataset, ()),
             metadata={"status": "failed training: no split needed"},
         )
     holdouts = split_decisions(dataset.dataset)
     manifest = dataset.manifest
     # A model that may have seen test rows is never judged (refund/trained_on.py).
-    check_trained_on(manifest.trained_on_sha256, holdouts, training_id=manifest.training_id,
-                     source=manifest.source)
-    roles = roles_frame(holdouts)
-    meta: dict[str, Any] = {"dagster/row_count": len(roles)}
+    with product_failure(manifest, "model"):
+        check_trained_on(manifest.trained_on_sha256, holdouts, training_id=manifest.training_id,
+                         source=manifest.source)
+    meta: dict[str, Any] = {"dagster/row_count": sum(h.summary.n_rows for h in holdouts)}
     lines = ["| decision | test | train | excluded | test groups | capped |", "|---|---:|---:|---:|---:|---|"]
     for h in holdouts:
         s = h.summary
@@ -308,9 +341,9 @@ def holdout(
             f"{'yes' if s.capped else 'no'} |"
         )
     meta["split"] = dg.MetadataValue.md("\n".join(lines))
-    meta["preview"] = dg.MetadataValue.md(roles.head(10).to_markdown(index=False))
+    meta["preview"] = dg.MetadataValue.md(roles_frame(holdouts, head=10).to_markdown(index=False))
     context.log.info("held out %s", ", ".join(f"{h.decision}: {h.summary.n_test}" for h in holdouts))
-    return dg.MaterializeResult(value=TrainingHoldout(dataset, holdouts, roles), metadata=meta)
+    return dg.MaterializeResult(value=TrainingHoldout(dataset, holdouts), metadata=meta)
 
 
 def _ask(
@@ -328,7 +361,7 @@ def _ask(
             value=SystemAnswers.none(system, client_resource.label),
             metadata={"status": "failed training: no predictions needed"},
         )
-    with product_failure():
+    with product_failure(manifest, system):
         asked = client_resource.predict(
             system=system, source=source, dataset=training.dataset, holdouts=holdout.holdouts,
             log=context.log,

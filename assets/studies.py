@@ -28,6 +28,7 @@ from resources.store import StoreResource
 from resources.studies import StudyRunnerResource
 from typestrict_pipeline import plots
 from typestrict_pipeline.heap import frozen_heap
+from typestrict_pipeline.processes import ProcessIdentity, ancestor_identity, this_process
 from typestrict_pipeline.study import repository as repo
 from typestrict_pipeline.study.leaderboard import Leaderboard, load_leaderboard, render_markdown
 from typestrict_pipeline.study.limits import format_usd
@@ -266,6 +267,17 @@ def _key_from_json(d: dict[str, Any]) -> RunKey:
                   dt.datetime.fromisoformat(d["end"]), int(d["steps"]))
 
 
+def _run_process(context: dg.OpExecutionContext) -> ProcessIdentity:
+    """The process of this Dagster run (its start event's pid) when it is this process or an
+    ancestor of it; else this process (a step on another host: its run's end is found by the
+    lifecycle sensor from the run's status)."""
+    records = context.instance.get_records_for_run(
+        context.run_id, of_type=dg.DagsterEventType.RUN_START, limit=1).records
+    event = records[0].event_log_entry.dagster_event if records else None
+    found = ancestor_identity(event.pid) if event is not None and event.pid else None
+    return found or this_process()
+
+
 @dg.op(out=dg.DynamicOut(list), tags={"area": "studies"})
 def study_plan(context: dg.OpExecutionContext, config: StudyJobConfig,
                store: StoreResource) -> Iterator[dg.DynamicOutput[list[dict[str, Any]]]]:
@@ -287,7 +299,9 @@ def study_plan(context: dg.OpExecutionContext, config: StudyJobConfig,
         else:
             assert config.study_id is not None
             study_id = config.study_id
-        repo.start_study(engine, study_id, dagster_run_id=context.run_id)
+        # The study's lease names the run's own process (this one, or the run worker when this
+        # step runs in a subprocess of it), so its death, not this step's end, interrupts it.
+        repo.start_study(engine, study_id, dagster_run_id=context.run_id, owner=_run_process(context))
         keys = plan_runs(engine, study_id)
     context.log.info(f"study {study_id}: {len(keys)} window runs planned")
     if config.fanout == "window":

@@ -21,7 +21,8 @@ import dagster as dg
 from dagster._core.errors import DagsterUserCodeProcessError
 from dagster_shared.error import SerializableErrorInfo
 
-from typestrict_pipeline.errors import TypeStrictError
+from typestrict_pipeline.errors import InputError, TypeStrictError
+from typestrict_pipeline.refund.manifest import PredictionsFileSource, TrainingManifest
 
 
 class ProductFailure(DagsterUserCodeProcessError, dg.Failure):
@@ -54,13 +55,20 @@ def failure(description: str, metadata: Mapping[str, Any] | None = None, *,
 
 
 @contextlib.contextmanager
-def product_failure() -> Iterator[None]:
+def product_failure(manifest: TrainingManifest | None = None, system: str | None = None) -> Iterator[None]:
     """Turn the product's own errors into a step failure whose message is the error's text.
 
     The run page then shows what went wrong and what to do as the failure reason, not a stack
-    trace; the error's class is kept in the failure's metadata.
+    trace; the error's class is kept in the failure's metadata, with the system whose input it
+    was when known (``jev``: the server's Jev, which the customer cannot fix; ``model``), read by
+    ``verdict_refusal_sensor`` (assets/lifecycle.py).
     """
     try:
         yield
     except TypeStrictError as exc:
-        raise failure(str(exc), error=type(exc).__name__) from None
+        if system is None and manifest is not None and isinstance(exc, InputError):
+            jev = manifest.jev
+            if isinstance(jev, PredictionsFileSource) and exc.file == str(jev.path):
+                system = "jev"
+        metadata = {"system": system} if system is not None else None
+        raise failure(str(exc), metadata, error=type(exc).__name__) from None

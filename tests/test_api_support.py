@@ -158,6 +158,8 @@ def run_verdicts(home: Path, store_url: str, failures: dict[str, str] | None = N
                 result = job.execute_in_process(partition_key=run.partition_key, instance=instance,
                                                 run_config=quiet, raise_on_error=False)
                 judged.append(run.partition_key)
+                if not result.success:
+                    refusal(instance, result.run_id, resources)
                 if not result.success and failures is not None:
                     events = result.get_step_failure_events()
                     info = events[0].step_failure_data.error if events else None
@@ -173,6 +175,21 @@ def run_verdicts(home: Path, store_url: str, failures: dict[str, str] | None = N
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def refusal(instance: Any, run_id: str, resources: dict[str, Any]) -> Any:
+    """What production's ``verdict_refusal_sensor`` does for a failed verdict run, evaluated here."""
+    import dagster as dg
+
+    from assets.lifecycle import verdict_refusal_sensor
+
+    run = instance.get_run_by_id(run_id)
+    [record] = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_FAILURE).records
+    event = record.event_log_entry.dagster_event
+    context = dg.build_run_status_sensor_context(
+        sensor_name="verdict_refusal_sensor", dagster_event=event, dagster_instance=instance,
+        dagster_run=run, resources=resources).for_run_failure()
+    return verdict_refusal_sensor(context)
 
 
 def dumps(value: Any) -> str:
@@ -236,9 +253,10 @@ class ServedCommand:
 
 
 def demo_like_home(home: Path) -> Path:
-    """A home ``make api`` takes for the demo's: the marker ``make demo`` leaves when it finishes
-    (``demo.json``), nothing else (the demo's data are not needed to serve the API)."""
+    """A home ``make api`` takes for the demo's: its store and the marker ``make demo`` leaves
+    when it finishes (``demo.json``); the demo's data are not needed to serve the API."""
     home.mkdir(parents=True, exist_ok=True)
+    open_store(f"sqlite:///{home / 'store.db'}").dispose()  # the demo's home has its store
     (home / "demo.json").write_text(json.dumps({"finished_at": "2026-01-01T00:00:00+00:00", "made": [],
                                                 "fingerprint": {}}) + "\n", encoding="utf-8")
     return home
@@ -253,3 +271,17 @@ def make_api(home: Path, port: int, **extra_env: str) -> ServedCommand:
         if name not in extra_env:
             env.pop(name, None)
     return ServedCommand(["make", "--no-print-directory", "api"], env, port)
+
+
+def run_study_here(store_url: str, study_id: int) -> None:
+    """Run a created study in this process with the studies core's local runner (for tests about
+    what the API shows of a finished study, not about how it runs: the API launched its Dagster
+    run, which no daemon picks up here)."""
+    from typestrict_pipeline.study.runner import run_study_local
+    from typestrict_pipeline.study.service import study_backend
+
+    engine = open_store(store_url)
+    try:
+        run_study_local(engine, study_id, study_backend(engine, study_id), max_workers=2)
+    finally:
+        engine.dispose()

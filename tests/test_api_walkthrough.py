@@ -50,6 +50,10 @@ def test_make_api_on_the_demo_home_runs_the_walkthrough_as_written(tmp_path: Pat
     work.mkdir()
     store = f"sqlite:///{home / 'store.db'}"
     script = "\n".join(walkthrough_blocks(DOC.read_text(encoding="utf-8")))
+    # `make api` depends on the virtualenv's stamp: its first line is the server's only when it
+    # does not install first.
+    stale = subprocess.run(["make", "-q", ".venv/.installed"], cwd=support.REPO, capture_output=True, check=False)
+    assert stale.returncode == 0, "the virtualenv is older than pyproject.toml: run `make .venv/.installed` first"
     with support.make_api(home, support.free_port()) as server:
         server.wait_ready()
         first = server.lines[0]

@@ -212,7 +212,7 @@ def test_ctrl_c_exits_130_with_one_line(home: Path, tmp_path: Path) -> None:
     store = tmp_path / "ctrl-c.db"
     env = {**os.environ, "TYPESTRICT_STORE_URL": f"sqlite:///{store}", "TYPESTRICT_HOME": str(tmp_path)}
     proc = _cli("backtest", "run", "seattle_rain", "--start", "2012-01-02", "--end", "2015-12-31",
-                "--standin-latency", "0.2", "--max-in-flight", "1", env=env)
+                "--standin-latency", "0.2", "--max-in-flight", "1", "--new-store", env=env)
     assert proc.stderr is not None
     deadline = time.monotonic() + 300
     started = False
@@ -235,6 +235,15 @@ def test_ctrl_c_exits_130_with_one_line(home: Path, tmp_path: Path) -> None:
     err = proc.stderr.read().decode()
     assert code == 130, err
     assert err.strip().splitlines() == ["typestrict: interrupted; what was stored before stays stored"]
+    # ... and the backtest says so, with when and why (before: "running" for good, or "failed")
+    conn = sqlite3.connect(store)
+    try:
+        status, error, finished = conn.execute(
+            "SELECT status, error, finished_at FROM backtest_runs").fetchone()
+    finally:
+        conn.close()
+    assert status == "interrupted" and finished is not None
+    assert error.startswith("interrupted at 20") and "Ctrl-C (SIGINT)" in error
 
 
 @pytest.mark.parametrize(

@@ -3,13 +3,14 @@ every page it visited checked for accessibility (axe-core) and keyboard use, at 
 390×844, in Debian's chromium driven by Playwright.
 
 The state is the one ``make demo`` leaves, built once for the module by the demo's own parts
-(``demo.refund`` on its two fast trainings, then backtest, study and re-runs, as
-``test_cli_readme.py`` builds it) in ``<tmp>/.typestrict``, the default home of a folder that
-links this checkout's ``.venv`` and packages, so the doc's commands run there verbatim. The
-console is the API's own application (``create_app``) on a real uvicorn server, with the demo's
-Jev stand-in as its Jev. What the doc leaves to the Dagster daemon (``make ui``) is done as the
-daemon does it: a ``training_sensor`` tick on the demo's instance, then the ``verdict_job`` run
-it requests, whenever a new training is handed over.
+(``demo.refund`` on its quickest training, then ``demo.backtest``: what the walk reads, the
+demo's data and trainings, in the demo's Dagster home) in ``<tmp>/.typestrict``, the default
+home of a folder that links this checkout's ``.venv`` and packages, so the doc's commands run
+there verbatim with no setting. The console is ``make api`` run in that folder (the
+API's own application; Jev the demo's stand-in, as it says on its first line), and the Dagster
+daemon ``make ui`` starts (``dagster-daemon run`` on the demo's Dagster home, without the
+webserver the walk does not use) judges handed-over trainings and runs the backtests and studies
+the console launches.
 
 One browser for the module; the walk's pages are the pages checked. Screenshots go to
 ``docs/screenshots/`` when ``TYPESTRICT_SCREENSHOTS=1``.
@@ -20,9 +21,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
-import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +39,7 @@ CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS = REPO / "docs" / "screenshots"
 LINKED = (".venv", "typestrict_pipeline", "assets", "resources", "demo", "bench", "docs", "Makefile",
           "workspace.yaml", "pyproject.toml", "README.md")
-FAST_TRAININGS = ("rt-tiny", "rt-failed")
+FAST_TRAININGS = ("rt-failed",)  # the demo's quickest training: its verdict run reads no data
 TIMEOUT_MS = 120_000  # a busy 2-core machine: generous, and every wait polls for a condition
 LONG_MS = 900_000  # a verdict run or a study
 VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
@@ -100,13 +100,6 @@ def test_every_bullet_of_the_walkthrough_is_an_action_the_test_runs() -> None:
 # --- the demo's state, the servers --------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
-
-
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A folder that looks like the checkout after ``make demo``; its home is ``.typestrict``."""
@@ -119,44 +112,20 @@ def checkout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         mp.setenv("DAGSTER_HOME", str(home / "dagster_home"))
         mp.delenv("TYPESTRICT_STORE_URL", raising=False)
         home.mkdir()
-        from demo import backtest, refund, reruns, study
+        from demo import backtest, refund
         from demo import home as demo_home
         from typestrict_pipeline.demo_data.build import DEMO_TRAININGS
 
         assert refund.run(home, only=FAST_TRAININGS) == 0
-        for part in (backtest, study, reruns):
-            assert part.run(home) == 0
+        assert backtest.run(home) == 0
         demo_home.finish(home, [t.training_id for t in DEMO_TRAININGS])
+        from typestrict_pipeline.credits import CreditLedger
+        from typestrict_pipeline.store import open_store
+
+        engine = open_store(f"sqlite:///{home / 'store.db'}")  # the page checks start a training
+        CreditLedger(engine).grant("demo", len(VIEWPORTS), reference="console-page-checks")  # per viewport
+        engine.dispose()
     yield root
-
-
-def judge_new_trainings(home: Path) -> list[str]:
-    """What the daemon does for a handed-over training: a ``training_sensor`` tick on the demo's
-    instance (it knows the demo's trainings already), then each ``verdict_job`` run it requests."""
-    import dagster as dg
-
-    from assets import area_definitions
-    from resources import default_resources
-
-    resources = default_resources()
-    defs = dg.Definitions.merge(*area_definitions(), dg.Definitions(resources=resources))
-    instance = dg.DagsterInstance.get()
-    sensor = defs.resolve_sensor_def("training_sensor")
-    tick = sensor(dg.build_sensor_context(instance=instance, resources=resources, definitions=defs))
-    if not isinstance(tick, dg.SensorResult):
-        return []
-    for request in tick.dynamic_partitions_requests or []:
-        assert isinstance(request, dg.AddDynamicPartitionsRequest)
-        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
-    job = defs.resolve_job_def("verdict_job")
-    judged = []
-    for run in tick.run_requests or []:
-        assert run.partition_key is not None
-        job.execute_in_process(partition_key=run.partition_key, instance=instance, tags=run.tags,
-                               run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}},
-                               raise_on_error=False)
-        judged.append(run.partition_key)
-    return judged
 
 
 @dataclass
@@ -166,46 +135,45 @@ class Served:
     url: str
     root: Path
     pages: dict[str, str] = field(default_factory=dict)  # name -> path
-    judged: list[str] = field(default_factory=list)
+    log: list[str] = field(default_factory=list)  # the server's output, line by line
+
+
+def _daemon(root: Path, log: Path) -> subprocess.Popen[bytes]:
+    """``dagster-daemon`` on the demo's Dagster home, as ``make ui`` (``dagster dev``) runs it."""
+    home = root / ".typestrict"
+    env = {k: v for k, v in os.environ.items() if k != "TYPESTRICT_STORE_URL"}
+    env.update(DAGSTER_HOME=str(home / "dagster_home"), TYPESTRICT_HOME=str(home))
+    with log.open("wb") as out:
+        return subprocess.Popen([str(root / ".venv" / "bin" / "dagster-daemon"), "run", "-w", "workspace.yaml"],
+                                cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 @pytest.fixture(scope="module")
 def served(checkout: Path) -> Iterator[Served]:
-    """``create_app`` on the demo's home, served by uvicorn, with the demo's Jev stand-in; and a
-    thread doing the daemon's part for trainings handed over."""
+    """``make api`` on the demo's home (the console and the API, Jev the demo's stand-in) and the
+    Dagster daemon that judges handed-over trainings and runs launched backtests and studies."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from test_api_support import ApiServer
+    from test_api_support import ServedCommand, free_port
 
-    from typestrict_pipeline.demo_data.lexicon import JEV_STANDIN_MODEL, jev_standin_server
+    from typestrict_pipeline.processes import stop_process_group
 
-    home = checkout / ".typestrict"
-    store = f"sqlite:///{home / 'store.db'}"
-    stop = threading.Event()
-    out = Served("", checkout)
-    with pytest.MonkeyPatch.context() as mp, jev_standin_server() as jev:
-        mp.setenv("TYPESTRICT_HOME", str(home))
-        mp.setenv("DAGSTER_HOME", str(home / "dagster_home"))
-        mp.delenv("TYPESTRICT_STORE_URL", raising=False)
-        source = {"kind": "openai", "base_url": jev.base_url, "model": JEV_STANDIN_MODEL,
-                  "api_key_env": None, "max_attempts": 2}
-
-        def daemon() -> None:
-            while not stop.wait(1.0):
-                if any((p / "manifest.json").is_file() and p.name not in out.judged
-                       for p in (home / "trainings").glob("tr_*")):
-                    out.judged.extend(judge_new_trainings(home))
-
-        thread = threading.Thread(target=daemon, daemon=True)
-        thread.start()
-        try:
-            with ApiServer(store, home, jev_source=source) as server:
-                out.url = server.url
-                yield out
-        finally:
-            stop.set()
-            thread.join(timeout=600)
+    stale = subprocess.run(["make", "-q", ".venv/.installed"], cwd=checkout, capture_output=True, check=False)
+    assert stale.returncode == 0, "the virtualenv is older than pyproject.toml: run `make .venv/.installed` first"
+    port = free_port()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TYPESTRICT_HOME", "DAGSTER_HOME", "TYPESTRICT_STORE_URL", "TYPESTRICT_API_JEV_SOURCE",
+                        "MAKEFLAGS", "MAKELEVEL")}
+    daemon = _daemon(checkout, checkout / "daemon.log")
+    try:
+        with ServedCommand(["make", "--no-print-directory", "api"], {**env, "API_PORT": str(port)}, port,
+                           cwd=checkout) as api:
+            api.wait_ready()
+            assert "stand-in" in api.lines[0], api.lines[:3]  # make api says its Jev on its first line
+            yield Served(api.url, checkout, log=api.lines)
+    finally:
+        stop_process_group(daemon, 60)
 
 
 @pytest.fixture(scope="module")
@@ -256,6 +224,11 @@ def _keyboard_press(locator: Any) -> None:
     locator.page.keyboard.press("Enter")
 
 
+def _field(page: Any, label: str) -> Any:
+    """The form control labelled ``label`` (not a section titled the same)."""
+    return page.get_by_label(label, exact=True).and_(page.locator("input, textarea, select"))
+
+
 def run_action(page: Any, base: str, root: Path, bullet: str) -> None:
     from playwright.sync_api import expect
 
@@ -264,11 +237,11 @@ def run_action(page: Any, base: str, root: Path, bullet: str) -> None:
         page.goto(base + a["path"])
     elif kind in ("fill", "fill_file"):
         value = a["value"] if kind == "fill" else (root / a["file"]).read_text(encoding="utf-8").strip()
-        page.get_by_label(a["label"], exact=True).fill(value)
+        _field(page, a["label"]).fill(value)
     elif kind == "choose":
-        page.get_by_label(a["label"], exact=True).set_input_files(str(root / a["file"]))
+        _field(page, a["label"]).set_input_files(str(root / a["file"]))
     elif kind == "tick":
-        box = page.get_by_label(a["label"], exact=True)
+        box = _field(page, a["label"])
         box.focus()
         page.keyboard.press("Space")
         expect(box).to_be_checked()
@@ -299,9 +272,13 @@ def test_the_walkthrough_runs_as_written(served: Served, browser: Any) -> None:
     context = browser.new_context(viewport=VIEWPORTS["desktop"], accept_downloads=True)
     page = context.new_page()
     page.set_default_timeout(TIMEOUT_MS)
+    urls: list[str] = []
+    page.on("request", lambda request: urls.append(request.url))
     said = []
+    took: list[tuple[float, str]] = []
     try:
         for step in walkthrough_steps(DOC.read_text(encoding="utf-8")):
+            started = time.monotonic()
             if step.kind == "sh":
                 said.append(_sh(step.text, served.root))
             else:
@@ -314,16 +291,21 @@ def test_the_walkthrough_runs_as_written(served: Served, browser: Any) -> None:
                 _shot(page, "console-result")
             if name == "study":
                 _shot(page, "console-study")
+            took.append((time.monotonic() - started, step.text[:60]))
     finally:
         context.close()
+        print("slowest steps:", sorted(took, reverse=True)[:6])
     key = (served.root / "key.txt").read_text().strip()
     assert key.startswith("tsk_")
+    secret = key[21:]  # tsk_<16 hex>_<secret>
+    assert urls and not any(secret in u for u in urls)  # the key never lands in a URL
+    assert served.log and not any(secret in line for line in served.log)  # nor in the server's log
     assert any("verify_audit.py: OK" in s or "OK" in s for s in said), said
-    assert len(served.judged) == 1
     audit = json.loads((served.root / "audit.json").read_text())
     assert audit["overall"]["verdict"] in ("beats", "kept") and audit["overall"]["keep_if_loses"] is True
-    home_audit = served.root / ".typestrict" / "audits" / f"{served.judged[0]}.json"
-    assert (served.root / "audit.json").read_bytes() == home_audit.read_bytes()
+    model_id = served.pages["result"].rsplit("/", 1)[1]
+    home_audit = served.root / ".typestrict" / "audits" / f"{model_id}.json"
+    assert (served.root / "audit.json").read_bytes() == home_audit.read_bytes()  # the stored bytes
 
 
 # --- every page: accessibility, keyboard, small screens ------------------------------------------
@@ -356,6 +338,21 @@ def _tab_through(page: Any) -> list[str]:
     return seen
 
 
+def _awaiting_training(page: Any, served: Served) -> str:
+    """A training started with the walk's dataset and left awaiting its predictions: its page
+    shows the split and the upload form."""
+    page.goto(served.url + "/console/trainings/new")
+    page.get_by_label("Upload a dataset", exact=True).set_input_files(str(served.root / "reviews.csv"))
+    for label, value in (("Group column (optional)", "movie"), ("Name", "sentiment"),
+                         ("Question", "Is this review fresh or rotten?"), ("Answer column", "label"),
+                         ("Answers", "fresh, rotten")):
+        page.get_by_label(label, exact=True).fill(value)
+    page.get_by_role("button", name="Start the training (1 credit)", exact=True).click()
+    page.wait_for_url(re.compile(r".*/console/trainings/tr_\w+$"))
+    path: str = page.url.removeprefix(served.url)
+    return path
+
+
 @pytest.mark.parametrize("viewport", sorted(VIEWPORTS))
 def test_every_page_is_accessible_and_usable_with_the_keyboard(served: Served, browser: Any, viewport: str) -> None:
     assert served.pages, "the walkthrough visited no page (it failed first)"
@@ -369,7 +366,9 @@ def test_every_page_is_accessible_and_usable_with_the_keyboard(served: Served, b
         page.get_by_label("Workspace key", exact=True).fill(key)
         page.get_by_role("button", name="Sign in", exact=True).click()
         page.wait_for_url(re.compile(r".*/console/trainings$"))
-        for name, path in sorted(served.pages.items()):
+        pages = dict(served.pages)
+        pages["training"] = _awaiting_training(page, served)  # the walk's own one is judged by now
+        for name, path in sorted(pages.items()):
             if name == "sign-in":
                 continue
             page.goto(served.url + path)
@@ -392,4 +391,82 @@ def test_every_page_is_accessible_and_usable_with_the_keyboard(served: Served, b
                 _shot(page, f"console-{name}")
     finally:
         context.close()
+    assert not problems, "\n".join(problems)
+
+
+# --- the leaderboard chart from 4 to 500 candidates ---------------------------------------------
+
+
+def _synthetic_study(root: Path, n: int) -> int:
+    """A finished study of ``n`` candidates in the demo's workspace, on the synthetic workflow
+    (the studies core's own runner: seconds, not minutes, for 500 candidates)."""
+    from typestrict_pipeline.store import open_store
+    from typestrict_pipeline.study.form import StudyForm, study_config
+    from typestrict_pipeline.study.repository import LastBacktest
+    from typestrict_pipeline.study.runner import run_study_local
+    from typestrict_pipeline.study.service import create_study_from_config, study_backend
+
+    engine = open_store(f"sqlite:///{root / '.typestrict' / 'store.db'}")
+    try:
+        form = StudyForm(workflow=f"chart_{n}", start="2012-01-01", end="2012-12-01", tune_steps=10,
+                         eval_steps=10, holdout_steps=10, random=["skill=0.3:0.7"], random_draws=n,
+                         synthetic=True, max_candidates=n, max_total_steps=10**7, folds=2, workspace="demo",
+                         name=f"{n} candidates")
+        sid = create_study_from_config(engine, study_config(form), last_backtest=LastBacktest(30, 10))
+        run_study_local(engine, sid, study_backend(engine, sid), max_workers=2)
+    finally:
+        engine.dispose()
+    return sid
+
+
+def _boxes_overlap(a: dict[str, float], b: dict[str, float]) -> bool:
+    return not (a["x"] + a["width"] <= b["x"] or b["x"] + b["width"] <= a["x"]
+                or a["y"] + a["height"] <= b["y"] or b["y"] + b["height"] <= a["y"])
+
+
+@pytest.mark.parametrize("n", [4, 500])
+def test_the_leaderboard_chart_stays_readable_from_4_to_500_candidates(served: Served, browser: Any, n: int) -> None:
+    """Drawn from the API's data in Debian's chromium, on a laptop and a phone: every candidate
+    is a mark, the chart fits the screen, no two axis labels overlap, a handful of ranks are
+    labelled, and a candidate's tooltip names it."""
+    from playwright.sync_api import expect
+
+    sid = _synthetic_study(served.root, n)
+    key = (served.root / "key.txt").read_text().strip()
+    problems = []
+    for viewport, size in sorted(VIEWPORTS.items()):
+        context = browser.new_context(viewport=size)
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        try:
+            page.goto(f"{served.url}/console/sign-in?next=/console/studies/{sid}")
+            page.get_by_label("Workspace key", exact=True).fill(key)
+            page.get_by_role("button", name="Sign in", exact=True).click()
+            chart = page.locator("#leaderboard-chart")
+            expect(chart).to_have_attribute("data-state", "drawn")
+            board = page.evaluate(f"() => fetch('/v1/studies/{sid}/leaderboard').then(r => r.json())")
+            ranked = [r for r in board["rows"] if r["rank"] is not None]
+            assert len(ranked) == n
+            values = sum(r[k] is not None for r in ranked for k in ("oos", "in_sample", "adjusted"))
+            marks = chart.locator("g.mark-symbol.role-mark path")
+            expect(marks).to_have_count(values)  # every score of every candidate is a mark
+            width = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+            svg = chart.locator("svg").first.bounding_box()
+            box = chart.bounding_box()
+            assert svg is not None and box is not None
+            if width > 1 or svg["width"] > box["width"] + 1:
+                problems.append(f"{viewport} {n}: the chart is wider than its place ({svg['width']} > {box['width']})")
+            labels = [b for b in (t.bounding_box() for t in chart.locator("g.role-axis-label text").all()) if b]
+            if any(_boxes_overlap(a, b) for i, a in enumerate(labels) for b in labels[i + 1:]):
+                problems.append(f"{viewport} {n}: axis labels overlap")
+            if len(labels) > 30:
+                problems.append(f"{viewport} {n}: {len(labels)} axis labels")
+            marks.first.hover(force=True)
+            tip = page.locator("#vg-tooltip-element")
+            expect(tip).to_have_class(re.compile(r"\bvisible\b"))
+            expect(tip).to_contain_text("Candidate")
+            if n == 500:
+                _shot(page, f"console-chart-500-{viewport}")
+        finally:
+            context.close()
     assert not problems, "\n".join(problems)

@@ -138,12 +138,16 @@ def test_a_training_started_in_the_console_shows_its_split_and_refuses_bad_predi
     other = Browser(app[0], app[2])
     assert other.get(page_url).status_code == 404  # another workspace's training: not found
     assert other.get(f"/v1/trainings/{training}/split").status_code == 404
+    assert other.form(f"{page_url}/cancel", {}).status_code == 404
     other.close()
+    assert b.form(f"{page_url}/cancel", {}).status_code == 303  # cancelled: the credit comes back
+    assert _balance(sqlite_url, "acme") == 2
+    assert b.get(f"/v1/trainings/{training}").json()["state"] == "cancelled"
     b.close()
 
 
 def test_usage_and_notifications_pages_answer_for_a_new_workspace(app: tuple[object, str, str]) -> None:
     b = Browser(app[0], app[1])
     usage = b.get("/console/settings/usage")
-    assert usage.status_code == 200 and "Nothing spent yet." in usage.text and "No usage budget" in usage.text
+    assert usage.status_code == 200 and "Nothing spent yet." in usage.text and "No usage budget" in usage.text and "Set the budget" not in usage.text
     b.close()

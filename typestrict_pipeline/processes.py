@@ -26,6 +26,7 @@ from pathlib import Path
 __all__ = [
     "Liveness",
     "ProcessIdentity",
+    "ancestor_identity",
     "identity_alive",
     "identity_of",
     "process_alive",
@@ -135,6 +136,34 @@ def identity_of(pid: int) -> ProcessIdentity | None:
     if found is None or found[1] in ("Z", "X"):
         return None
     return ProcessIdentity(socket.gethostname(), _boot_id(), pid, found[0])
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+        return int(stat[stat.rfind(")") + 2:].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def ancestor_identity(pid: int, *, levels: int = 4) -> ProcessIdentity | None:
+    """The identity of ``pid`` if it is this process or one of its ancestors (up to ``levels``
+    up), else None: a run's process seen from one of its step processes, never a stranger that
+    happens to have that id.
+
+    >>> ancestor_identity(os.getppid()) == identity_of(os.getppid())
+    True
+    >>> ancestor_identity(2**22 + 12345) is None
+    True
+    """
+    current: int | None = os.getpid()
+    for _ in range(levels + 1):
+        if current is None or current <= 0:
+            return None
+        if current == pid:
+            return identity_of(pid)
+        current = _parent(current)
+    return None
 
 
 def identity_alive(identity: ProcessIdentity) -> Liveness:

@@ -140,19 +140,21 @@ def run_and_store_backtest(
     on_step_error: OnStepError | str = OnStepError.CONTINUE,
     dagster_run_id: str | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    backtest_id: str | None = None,
 ) -> tuple[str, BacktestResult]:
     """Check the configuration, run the backtest, store it as it runs; returns (id, result).
 
     Nothing is stored for a configuration that is refused (bad range, step, data, parameters):
     the error says what to fix. Once it starts, every finished step is stored even if the run
     fails later. ``on_progress(done, planned)`` is called after each finished step (the CLI's
-    progress bar).
+    progress bar). ``backtest_id``: the id it is stored under (default a new one).
     """
     run_wf = workflow.variant(params=params, prompts=prompts) if (params or prompts) else workflow
     times = plan_steps(run_wf, data, start=start, end=end, step=step)
     with BacktestRecorder(engine, workspace=workspace, workflow=run_wf, start=times[0],
                           end=times[-1], step=step, steps_planned=len(times), dataset=dataset,
-                          prices=models.prices, dagster_run_id=dagster_run_id) as rec:
+                          prices=models.prices, dagster_run_id=dagster_run_id,
+                          backtest_id=backtest_id) as rec:
         result = run_backtest(run_wf, data=data, start=start, end=end, step=step,
                               clients=models.clients, prices=models.prices,
                               max_in_flight=max_in_flight, retries=retries,

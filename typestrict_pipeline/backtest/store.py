@@ -153,6 +153,8 @@ class BacktestRecorder:
         prices: the price table used (stored, so costs can be re-checked).
         dagster_run_id: the Dagster run, if any.
         batch: steps per write.
+        backtest_id: the id to record it under (the API names a backtest before its run
+            starts); default a new one.
     """
 
     def __init__(
@@ -169,12 +171,13 @@ class BacktestRecorder:
         prices: PriceTable,
         dagster_run_id: str | None = None,
         batch: int = 256,
+        backtest_id: str | None = None,
     ) -> None:
         self.engine = engine
         self.workspace = workspace
         self.workflow = workflow
         self.batch = batch
-        self.id = _new_id()
+        self.id = backtest_id or _new_id()
         self._buffer: list[StepRecord] = []
         self._lock = threading.Lock()
         self._finished = False

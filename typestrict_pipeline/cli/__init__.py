@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typestrict_pipeline.errors import TypeStrictError
 
 # Modules under typestrict_pipeline.cli that define register(subparsers).
-_AREAS = ("refund", "credits", "store", "backtest", "study", "schedule", "api", "data")
+_AREAS = ("refund", "credits", "store", "backtest", "study", "schedule", "api", "data", "training")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,10 +47,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Exit codes: 0 done; 1 the command ran and found a problem (or an unexpected error, a bug,
     reported in one line); 2 a usage error or one of our errors (the message says what to fix);
-    130 interrupted (Ctrl-C). A closed pipe (``... --json | head -3``) ends quietly. No command
+    130 interrupted (Ctrl-C), 143 stopped by SIGTERM. A closed pipe (``... --json | head -3``) ends quietly. No command
     prints a traceback unless ``TYPESTRICT_DEBUG=1``.
     """
     try:
+        _stop_on_sigterm()
         from typestrict_pipeline.cli.parser import parse
 
         parser = build_parser()
@@ -67,10 +68,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        if "SIGTERM" in str(exc):
+            return _fail("typestrict: stopped by SIGTERM; what was stored before stays stored", 143)
         return _fail("typestrict: interrupted; what was stored before stays stored", 130)
     except Exception as exc:  # the last line of defence: one line, no traceback
         return _unexpected(exc)
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM stops a command like Ctrl-C does (the work in flight ends ``interrupted``, with
+    why), instead of killing it where it stands. Only in the main thread of the process."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt("SIGTERM (a request to stop)")
+
+    with contextlib.suppress(ValueError, OSError):
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, stop)
 
 
 def _fail(message: str, code: int) -> int:

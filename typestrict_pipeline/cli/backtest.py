@@ -2,7 +2,9 @@
 
 * ``typestrict backtest run WORKFLOW --start 2015-01-01 --end 2015-12-31 --step 1d``: a
   HISTORICAL backtest of the workflow's active version; prints the run card, stores everything.
-* ``typestrict backtest list|show ID|workflows|leakcheck WORKFLOW|activate WORKFLOW``.
+* ``typestrict backtest list|show ID|cancel ID|workflows|leakcheck WORKFLOW|activate WORKFLOW``:
+  ``list`` and ``show`` first end as ``interrupted`` the backtests whose process died (with when
+  and why); ``cancel`` ends one that has not ended (its process stops before its next step).
 * ``typestrict run WORKFLOW``: one LIVE decision with everything known now (or ``--as-of``).
 * ``typestrict usage WORKSPACE``: spend by day and by workflow, historical and live apart.
 
@@ -173,10 +175,22 @@ def _bar(what: str) -> Iterator[Callable[[int, int], None]]:
         yield report
 
 
+def _reap(engine: Any, **where: Any) -> None:
+    """End the backtests and studies whose process died before showing them (best effort: a
+    read-only store is still read)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from typestrict_pipeline.lifecycle.reaper import reap
+
+    with contextlib.suppress(SQLAlchemyError):
+        reap(engine, **where)
+
+
 def _backtest_list(args: argparse.Namespace) -> int:
     engine = read_store(args)
     try:
         require_workspace(engine, args.workspace)
+        _reap(engine, workspace=args.workspace)
         rows = list_backtests(engine, workspace=args.workspace, workflow=args.workflow)
     finally:
         engine.dispose()
@@ -203,6 +217,8 @@ def _backtest_list(args: argparse.Namespace) -> int:
 def _backtest_show(args: argparse.Namespace) -> int:
     engine = read_store(args)
     try:
+        load_backtest(engine, args.id)  # an unknown id is refused before anything else
+        _reap(engine)
         b = load_backtest(engine, args.id)
     finally:
         engine.dispose()
@@ -219,6 +235,22 @@ def _backtest_show(args: argparse.Namespace) -> int:
     print(f"  backtest id     {b.id} ({b.status.value}, {b.mode.value})")
     if b.error:
         print(f"  error           {b.error}")
+    return 0
+
+
+def _backtest_cancel(args: argparse.Namespace) -> int:
+    from typestrict_pipeline.lifecycle.reaper import cancel_backtest
+
+    engine = write_store(args)
+    try:
+        _reap(engine)
+        ended = cancel_backtest(engine, args.id)
+    finally:
+        engine.dispose()
+    if args.json:
+        print_json({"backtest_id": ended.object_id, "state": ended.state, "why": ended.why})
+    else:
+        print(f"backtest {ended.object_id}: {ended.state} ({ended.why}); what ran stays stored")
     return 0
 
 
@@ -464,6 +496,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("id", type=identifier("a backtest id"), help="the backtest id (see `backtest list`)")
     add_json(add_store(p))
     p.set_defaults(func=_backtest_show)
+
+    p = sub.add_parser("cancel", help="cancel a backtest that has not ended (what ran stays stored)")
+    p.add_argument("id", type=identifier("a backtest id"), help="the backtest id (see `backtest list`)")
+    add_json(add_store(p))
+    p.set_defaults(func=_backtest_cancel)
 
     p = sub.add_parser("workflows", help="the registered workflows and their versions (active: in --workspace)")
     p.add_argument("--workspace", type=WORKSPACE, default="demo", help="workspace id (default: demo)")

@@ -9,7 +9,8 @@
   leaderboard. ``--synthetic`` runs the trivial synthetic workflow instead (no model).
 * ``leaderboard STUDY_ID [--json]``: the leaderboard and its header.
 * ``list [--workspace W] [--workflow NAME]``, ``cancel STUDY_ID``, ``delete STUDY_ID``,
-  ``promote STUDY_ID``.
+  ``promote STUDY_ID``. ``list`` first ends as ``Interrupted`` the studies whose process died;
+  ``cancel`` works on any study that has not ended (pending, running, failed, interrupted).
 
 Dagster is imported only by ``run``.
 """
@@ -113,6 +114,13 @@ def _run(args: argparse.Namespace) -> int:
     try:
         with _watch_runs(engine, sid, total):
             ok = run_study_on_dagster(sid, executor=args.executor, store_url=url)
+    except BaseException as exc:
+        if not isinstance(exc, Exception):  # Ctrl-C, SIGTERM: the study ends interrupted, now
+            from typestrict_pipeline.backtest.store import interruption_reason
+
+            repo.interrupt_study(engine, sid, interruption_reason(exc) + "; re-execute its run "
+                                 "to resume it")
+        raise
     finally:
         # A run that never started the study (it could not reach the store, or failed before
         # its first step) leaves nothing to resume: the study is marked failed and its
@@ -252,9 +260,15 @@ def _leaderboard(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from typestrict_pipeline.lifecycle.reaper import reap
+
     engine = read_store(args)
     if args.workspace:
         require_workspace(engine, args.workspace)
+    with contextlib.suppress(SQLAlchemyError):  # studies whose process died: interrupted first
+        reap(engine, workspace=args.workspace)
     with session_scope(engine) as s:
         q = select(StudyRow).order_by(StudyRow.id.desc()).limit(args.limit)
         if args.workspace:
@@ -291,9 +305,17 @@ def _say(args: argparse.Namespace, text: str, **fields: Any) -> None:
 
 
 def _cancel(args: argparse.Namespace) -> int:
+    from typestrict_pipeline.lifecycle.reaper import cancel_study, reap
+
     sid = _study_id(args.study_id)
-    state = repo.cancel_study(_engine(args), sid)
-    _say(args, f"study {args.study_id}: {state.label}; what ran is kept", study_id=sid, state=state.label)
+    engine = write_store(args)
+    try:
+        reap(engine)
+        ended = cancel_study(engine, sid)
+    finally:
+        engine.dispose()
+    _say(args, f"study {sid}: Cancelled ({ended.why}); what ran is kept", study_id=sid,
+         state=ended.state, why=ended.why)
     return 0
 
 

@@ -20,9 +20,9 @@ from typestrict_pipeline.console.web import HERE, PREFIX
 
 def install(app: FastAPI) -> None:
     """Add the console's pages and static files to ``app`` (``create_app`` calls it)."""
-    from typestrict_pipeline.console.pages import auth, results, settings, trainings
+    from typestrict_pipeline.console.pages import auth, backtests, results, settings, trainings
 
-    for module in (auth, trainings, results, settings):
+    for module in (auth, trainings, results, backtests, settings):
         app.include_router(module.router)
     app.mount(f"{PREFIX}/static", StaticFiles(directory=HERE / "static"), name="console_static")
 

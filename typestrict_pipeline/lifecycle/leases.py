@@ -148,8 +148,9 @@ def take_in(
 ) -> str | Holder:
     """Take the lease in the caller's transaction: the new token, or the live holder.
 
-    A lease held by a dead process (or by ``owner`` itself) is taken over; with ``force`` any
-    lease is (a run that takes over a study from the process that created it). A concurrent taker
+    A lease held by a dead process is taken over (a live one is not, even if it is ``owner``:
+    two threads of one process exclude each other too); with ``force`` any lease is (a run that
+    takes over a study from the process that created it). A concurrent taker
     makes the insert fail with an ``IntegrityError`` (the caller's transaction is then rolled
     back; :func:`acquire` retries and finds the winner).
     """
@@ -168,7 +169,7 @@ def take_in(
         session.flush()
         return token
     held = _holder(row)
-    if not force and held.owner != me and held.alive(at, stale_after):
+    if not force and held.alive(at, stale_after):
         return held
     session.execute(
         update(LeaseRow)

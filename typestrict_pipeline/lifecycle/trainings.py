@@ -66,11 +66,13 @@ __all__ = [
     "begin_judging_in",
     "cancel_training",
     "expire_due",
+    "judging_since",
     "ledger_balance",
     "mark_settled_in",
     "open_in",
     "record_refusal",
     "start_training",
+    "submitted_ids",
     "training_status",
 ]
 
@@ -326,8 +328,9 @@ def record_refusal(
     now: dt.datetime | None = None,
     deadlines: Deadlines = DEFAULT_DEADLINES,
 ) -> bool:
-    """A verdict run refused the predictions for a reason the customer can fix: ``judging`` →
-    ``failed`` with ``message``, due again by ``now + deadlines.predictions``.
+    """A verdict run refused the predictions for a reason the customer can fix: ``judging`` (or
+    ``awaiting_predictions``, for a manifest written by hand) → ``failed`` with ``message``, due
+    again by ``now + deadlines.predictions``.
 
     A training registered by its manifest only (never charged, no row yet) gets a ``failed`` row
     too, so its state says why. Returns whether the state changed.
@@ -347,7 +350,8 @@ def record_refusal(
         return bool(session.execute(
             update(TrainingRow)
             .where(TrainingRow.training_id == training_id,
-                   TrainingRow.state == TrainingState.JUDGING.value)
+                   TrainingRow.state.in_([TrainingState.JUDGING.value,
+                                          TrainingState.AWAITING_PREDICTIONS.value]))
             .values(state=TrainingState.FAILED.value, reason=text, updated_at=at,
                     deadline_at=at + deadlines.predictions),
             execution_options={"synchronize_session": False},
@@ -361,6 +365,26 @@ def training_status(engine: Engine, training_id: str) -> TrainingStatus | None:
     with session_scope(engine) as session:
         row = session.get(TrainingRow, training_id)
         return None if row is None else _status(row)
+
+
+def judging_since(engine: Engine) -> list[tuple[str, int, dt.datetime]]:
+    """``(training id, submissions, judging since)`` of every training being judged."""
+    with session_scope(engine) as session:
+        rows = session.execute(select(TrainingRow.training_id, TrainingRow.submissions,
+                                      TrainingRow.updated_at)
+                               .where(TrainingRow.state == TrainingState.JUDGING.value)).all()
+    return [(str(t), int(n), u) for t, n, u in rows]
+
+
+def submitted_ids(engine: Engine, training_ids: Iterable[str]) -> set[str]:
+    """Which of ``training_ids`` are being judged after a submission through the API or the CLI
+    (their predictions were checked against the split when they were accepted)."""
+    wanted = list(training_ids)
+    if not wanted:
+        return set()
+    with session_scope(engine) as session:
+        return set(session.scalars(select(TrainingRow.training_id).where(
+            TrainingRow.training_id.in_(wanted), TrainingRow.state == TrainingState.JUDGING.value)))
 
 
 def training_statuses(engine: Engine, workspace_id: str) -> dict[str, TrainingStatus]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from functools import cache
 from typing import Any
 
 import numpy as np
@@ -67,17 +66,42 @@ def scalar(value: Any, *, file: str, row: int, column: str, what: str) -> str | 
     )
 
 
-@cache
+_WHITESPACE = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
+    "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+
+
 def python_whitespace() -> str:
-    """Every character ``str.strip()`` and ``str.split()`` treat as white space (29 of them)."""
-    return "".join(chr(c) for c in range(0x110000) if chr(c).isspace())
+    """Every character ``str.strip()`` and ``str.split()`` treat as white space (29 of them).
+
+    >>> python_whitespace() == "".join(chr(c) for c in range(0x110000) if chr(c).isspace())
+    True
+    """
+    return _WHITESPACE
 
 
 def blank_mask(texts: pa.Array) -> npt.NDArray[np.bool_]:
-    """True where a cell is null or only white space (Python's ``not text.strip()``)."""
-    trimmed = pc.utf8_trim(texts, characters=python_whitespace())
-    blank = pc.fill_null(pc.equal(pc.utf8_length(trimmed), 0), True)
-    return np.asarray(blank.to_numpy(zero_copy_only=False), dtype=bool)
+    """True where a cell is null or only white space (Python's ``not text.strip()``).
+
+    Only a cell that is empty or starts with white space can be blank: those few are trimmed.
+
+    >>> blank_mask(pa.array(["a", " ", "", None, " b", "\u3000", "x "])).tolist()
+    [False, True, True, True, False, True, False]
+    """
+    first = pc.utf8_slice_codeunits(texts, 0, 1)
+    maybe = pc.fill_null(pc.or_(pc.equal(first, ""), pc.is_in(first, value_set=_SPACES)), True)
+    out = np.asarray(maybe.to_numpy(zero_copy_only=False), dtype=bool)
+    rows = np.flatnonzero(out)
+    if rows.size:
+        some = texts.take(pa.array(rows))
+        trimmed = pc.utf8_trim(some, characters=python_whitespace())
+        blank = pc.fill_null(pc.equal(pc.utf8_length(trimmed), 0), True)
+        out[rows] = np.asarray(blank.to_numpy(zero_copy_only=False), dtype=bool)
+    return out
+
+
+_SPACES = pa.array(list(_WHITESPACE), type=pa.large_string())
 
 
 def _python_cells(

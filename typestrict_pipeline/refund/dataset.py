@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from typestrict_pipeline.errors import DatasetError, NotEnoughDataError
+from typestrict_pipeline.progress import Progress, ProgressFn
 from typestrict_pipeline.refund.cells import as_text, blank_mask
 from typestrict_pipeline.refund.manifest import (
     Columns,
@@ -47,6 +48,8 @@ from typestrict_pipeline.refund.manifest import (
     DecisionSpec,
     TrainingManifest,
 )
+from typestrict_pipeline.refund.rowdigest import row_messages, sha256_each, string_keys, text_keys
+from typestrict_pipeline.refund.splitrows import PreparedSplit, join_units, seed_of
 from typestrict_pipeline.refund.table import (
     BATCH_ROWS,
     ColumnBatch,
@@ -70,6 +73,8 @@ __all__ = [
 ]
 
 _SHOW_ROWS = 5
+READING = "reading the dataset"
+"""What :func:`load_dataset` reports its progress as."""
 _NONE = -1
 """The code of an empty answer, review or group cell."""
 
@@ -248,6 +253,8 @@ class Dataset:
         group_values: the distinct group values.
         decisions: each decision's labels, in manifest order.
         texts: where the texts are read from again.
+        prepared: the split's units and seeds, computed while the file was read (None: the
+            split computes them, reading the texts again).
     """
 
     path: str
@@ -257,6 +264,7 @@ class Dataset:
     group_values: pa.Array
     decisions: tuple[DecisionLabels, ...]
     texts: TextSource
+    prepared: PreparedSplit | None = None
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -470,16 +478,42 @@ class _TextColumn:
     chunks: list[pa.Array] = field(default_factory=list)
     type_error: DatasetError | None = None
 
-    def add(self, cells: Any, start: int, length: int, file: str) -> pa.Array:
+    def convert(self, cells: Any, start: int, length: int, file: str) -> _Converted:
+        """The batch's cells as text, blanks as nulls, and dictionary-encoded (no state)."""
         if cells is None:
             texts = pa.nulls(length, pa.large_string())
-        else:
-            texts, error = as_text(cells, file=file, start=start, column=self.name, what=self.what)
-            self.type_error = _first(self.type_error, error)
-            texts = _blank_to_null(texts, blank_mask(texts))
-        encoded = pc.dictionary_encode(texts)
-        self.chunks.append(encoded)
-        return texts
+            return _Converted(texts, None, pc.dictionary_encode(texts))
+        texts, error = as_text(cells, file=file, start=start, column=self.name, what=self.what)
+        texts = _blank_to_null(texts, blank_mask(texts))
+        return _Converted(texts, error, pc.dictionary_encode(texts))
+
+    def add(self, converted: _Converted) -> pa.Array:
+        self.type_error = _first(self.type_error, converted.error)
+        self.chunks.append(converted.encoded)
+        return converted.texts
+
+
+@dataclass(frozen=True)
+class _Converted:
+    texts: pa.Array
+    error: DatasetError | None
+    encoded: pa.Array | None = None
+
+
+@dataclass(frozen=True)
+class _Staged:
+    """One batch with the work that needs no state done (in the reading thread)."""
+
+    batch: ColumnBatch
+    ids: _Converted
+    invisible: DatasetError | None
+    blank_ids: npt.NDArray[np.bool_]
+    texts: _Converted
+    blank_texts: npt.NDArray[np.bool_]
+    group: _Converted | None
+    columns: dict[tuple[str, str], _Converted]
+    keys: npt.NDArray[np.uint64]
+    messages: dict[str, pa.Array]
 
 
 @dataclass
@@ -585,6 +619,11 @@ class _Validator:
         self.text_columns: dict[tuple[str, str], _TextColumn] = {}
         self.option_columns: dict[str, _OptionsColumn] = {}
         self.choice: dict[tuple[str, str], _ChoiceCheck] = {}
+        # for the split, while the texts go by: each row's text key, each decision's row digests
+        self.text_keys: list[npt.NDArray[np.uint64]] = []
+        self.digests: dict[str, list[npt.NDArray[np.uint8]]] = {
+            d.name: [] for d in manifest.decisions if d.answer_column is not None
+        }
         for d in manifest.decisions:
             for column, what in self._label_columns(d):
                 self.text_columns.setdefault((column, what), _TextColumn(column, what))
@@ -604,17 +643,44 @@ class _Validator:
         names += [c for c, _ in self.text_columns] + list(self.option_columns)
         return list(dict.fromkeys(names))
 
-    def add(self, batch: ColumnBatch) -> None:
+    def stage(self, batch: ColumnBatch) -> _Staged:
+        """What a batch needs that depends on no other batch: Arrow and NumPy work (it releases
+        the GIL), so it runs in the reading thread while the last batch is hashed."""
         start, length, cells = batch.start, batch.length, batch.cells
-        self.n += length
-        self._add_ids(cells.get(self.cols.id), start, length)
-        self._add_texts(cells.get(self.cols.text), start, length)
-        if self.group is not None:
-            self.group.add(cells.get(self.group.name), start, length, self.file)
-        texts = {
-            key: column.add(cells.get(key[0]), start, length, self.file)
-            for key, column in self.text_columns.items()
+        ids = _Converted(pa.nulls(length, pa.large_string()), None)
+        if cells.get(self.cols.id) is not None:
+            ids = _Converted(*as_text(cells[self.cols.id], file=self.file, start=start,
+                                      column=self.cols.id, what="an id"))
+        blank_ids = blank_mask(ids.texts)
+        invisible = self._invisible(ids.texts, blank_ids, start)
+        texts = _Converted(pa.nulls(length, pa.large_string()), None)
+        if cells.get(self.cols.text) is not None:
+            texts = _Converted(*as_text(cells[self.cols.text], file=self.file, start=start,
+                                        column=self.cols.text, what="a text"))
+        group = None if self.group is None else self.group.convert(
+            cells.get(self.group.name), start, length, self.file)
+        columns = {key: column.convert(cells.get(key[0]), start, length, self.file)
+                   for key, column in self.text_columns.items()}
+        groups = pa.nulls(length, pa.large_string()) if group is None else group.encoded
+        messages = {
+            d.name: row_messages(ids.texts, texts.texts,
+                                 columns[(d.answer_column, "an answer")].encoded, groups)
+            for d in self.manifest.decisions
+            if d.answer_column is not None and d.kind is not DecisionKind.MULTIPLE_CHOICE
         }
+        return _Staged(batch, ids, invisible, blank_ids, texts, blank_mask(texts.texts), group,
+                       columns, text_keys(texts.texts), messages)
+
+    def add(self, batch: ColumnBatch | _Staged) -> None:
+        staged = batch if isinstance(batch, _Staged) else self.stage(batch)
+        start, length, cells = staged.batch.start, staged.batch.length, staged.batch.cells
+        self.n += length
+        ids = self._add_ids(staged)
+        row_texts = self._add_texts(staged)
+        groups = pa.nulls(length, pa.large_string())
+        if self.group is not None and staged.group is not None:
+            groups = self.group.add(staged.group)
+        texts = {key: column.add(staged.columns[key]) for key, column in self.text_columns.items()}
         options = {
             name: column.add(cells.get(name), start, length, self.file)
             for name, column in self.option_columns.items()
@@ -626,23 +692,37 @@ class _Validator:
             for column, what in self._label_columns(d):
                 check = self.choice.setdefault((d.name, what), _ChoiceCheck())
                 check.add(texts[(column, what)], options[d.options_column], start)
+        self._hash(staged, ids, row_texts, groups)
 
-    def _add_ids(self, cells: Any, start: int, length: int) -> None:
-        column = self.cols.id
-        if cells is None:
-            ids = pa.nulls(length, pa.large_string())
-        else:
-            ids, error = as_text(cells, file=self.file, start=start, column=column, what="an id")
-            if self.id_error is None:
-                self.id_error = _first_row(error, self._invisible(ids, start))
-        blank = blank_mask(ids)
-        self.empty_ids.add(np.flatnonzero(blank) + start + 1)
+    def _hash(self, staged: _Staged, ids: pa.Array, row_texts: pa.Array, groups: pa.Array) -> None:
+        """The split's inputs for this batch: text keys and the labeled rows' digests."""
+        self.text_keys.append(staged.keys)
+        for d in self.manifest.decisions:
+            if d.answer_column is None:
+                continue
+            if d.kind is DecisionKind.MULTIPLE_CHOICE:
+                codes = self.choice[(d.name, "an answer")].codes[-1]
+                positions = pc.binary_join_element_wise(
+                    pa.array((codes + 1).astype(np.int64), mask=codes < 0).cast(pa.large_string()),
+                    pa.scalar("", pa.large_string()))
+                messages = row_messages(ids, row_texts, positions, groups)
+            else:
+                messages = staged.messages[d.name]
+            self.digests[d.name].append(sha256_each(messages))
+
+    def _add_ids(self, staged: _Staged) -> pa.Array:
+        ids = staged.ids.texts
+        if staged.batch.cells.get(self.cols.id) is not None and self.id_error is None:
+            self.id_error = _first_row(staged.ids.error, staged.invisible)
+        self.empty_ids.add(np.flatnonzero(staged.blank_ids) + staged.batch.start + 1)
         self.id_chunks.append(ids)
+        return ids
 
-    def _invisible(self, ids: pa.Array, start: int) -> DatasetError | None:
+    def _invisible(
+        self, ids: pa.Array, blank: npt.NDArray[np.bool_], start: int
+    ) -> DatasetError | None:
         ascii_ = pc.fill_null(pc.string_is_ascii(ids), True).to_numpy(zero_copy_only=False)
         shown = pc.fill_null(pc.ascii_is_printable(ids), True).to_numpy(zero_copy_only=False)
-        blank = blank_mask(ids)
         suspects = np.flatnonzero(~blank & (~ascii_ | ~shown))
         for i in suspects:
             value = ids[int(i)].as_py()
@@ -655,14 +735,10 @@ class _Validator:
                 )
         return None
 
-    def _add_texts(self, cells: Any, start: int, length: int) -> None:
-        if cells is None:
-            texts = pa.nulls(length, pa.large_string())
-        else:
-            texts, error = as_text(cells, file=self.file, start=start, column=self.cols.text,
-                                   what="a text")
-            self.text_error = _first(self.text_error, error)
-        self.empty_texts.add(np.flatnonzero(blank_mask(texts)) + start + 1)
+    def _add_texts(self, staged: _Staged) -> pa.Array:
+        self.text_error = _first(self.text_error, staged.texts.error)
+        self.empty_texts.add(np.flatnonzero(staged.blank_texts) + staged.batch.start + 1)
+        return staged.texts.texts
 
     # ---- after the last batch: raise the first problem, as the checks are ordered ----
 
@@ -722,6 +798,22 @@ class _Validator:
             path=str(self.manifest.dataset.path), columns=cols, ids=ids, group_codes=group_codes,
             group_values=group_values, decisions=decisions, texts=MemoryTexts(pa.array([])),
         )
+
+    def prepare(self, dataset: Dataset) -> PreparedSplit:
+        """The split's units and the labeled seeds, from what the batches left."""
+        codes = dataset.group_codes
+        group_codes = codes if codes is not None else np.full(self.n, -1, dtype=np.int32)
+        keys = np.concatenate(self.text_keys)
+        self.text_keys = []
+        rows = join_units(dataset.ids, group_codes, dataset.group_values, codes is not None, keys,
+                          dataset.texts.at)
+        seeds = {}
+        for name, parts in self.digests.items():
+            digests = np.concatenate(parts)
+            parts.clear()
+            seeds[name] = seed_of(digests, name, "labeled")
+            del digests
+        return PreparedSplit(rows=rows, labeled_seeds=seeds)
 
     def _decision(self, d: DecisionSpec) -> DecisionLabels:
         file, n = self.file, self.n
@@ -794,6 +886,52 @@ class _Validator:
                               option_lists=option_lists)
 
 
+def ahead(items: Iterable[ColumnBatch], work: Callable[[ColumnBatch], _Staged],
+          depth: int = 2) -> Iterator[_Staged]:
+    """``work(item)`` for each item, done in a second thread up to ``depth`` items ahead.
+
+    The reading and the Arrow and NumPy work release the GIL, so on two cores they overlap the
+    per-row hashing of the batch before. An error in the thread is raised here, in order.
+    """
+    import queue
+    import threading
+
+    out: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(entry: tuple[str, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                out.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not put(("item", work(item))):
+                    return
+            put(("end", None))
+        except BaseException as exc:  # handed to the reader, raised there
+            put(("error", exc))
+
+    thread = threading.Thread(target=produce, name="dataset-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, value = out.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            yield value
+    finally:
+        stop.set()
+        thread.join()
+
+
 def _first_row(a: DatasetError | None, b: DatasetError | None) -> DatasetError | None:
     if a is None or b is None:
         return a if b is None else b
@@ -812,6 +950,11 @@ def _codes(chunks: list[pa.Array]) -> tuple[npt.NDArray[np.int32], pa.Array]:
 
 
 def _check_unique(ids: pa.Array, file: str, column: str) -> None:
+    keys = string_keys(ids)
+    keys.sort()
+    if not np.any(keys[1:] == keys[:-1]):  # distinct keys: distinct ids (a shared key: look)
+        return
+    del keys
     if pc.count_distinct(ids).as_py() == len(ids):
         return
     # dictionary codes count up in order of first appearance: code c first appears at first[c]
@@ -830,12 +973,25 @@ def _check_unique(ids: pa.Array, file: str, column: str) -> None:
 
 
 def _run(
-    validator: _Validator, batches: Iterable[ColumnBatch], names: Callable[[], list[str]]
+    validator: _Validator,
+    batches: Iterable[ColumnBatch],
+    names: Callable[[], list[str]],
+    texts: Callable[[], TextSource],
+    progress: ProgressFn | None = None,
+    total: int | None = None,
 ) -> Dataset:
-    for batch in batches:
-        validator.add(batch)
+    if progress is not None:
+        progress(Progress(READING, 0, total))
+    for staged in ahead(batches, validator.stage):
+        validator.add(staged)
+        batch = staged.batch
+        if progress is not None and batch.start + batch.length != total:
+            progress(Progress(READING, batch.start + batch.length, total))
+    if progress is not None:  # the last report: every row read (the total now known)
+        progress(Progress(READING, validator.n, validator.n))
     validator.check_columns(names())
-    return validator.finish()
+    dataset = _with_texts(validator.finish(), texts(), None)
+    return _with_texts(dataset, dataset.texts, validator.prepare(dataset))
 
 
 def validate_dataset(
@@ -876,23 +1032,28 @@ def validate_dataset(
                     {k: v[start:start + BATCH_ROWS] for k, v in table.items()})
         for start in range(0, n, BATCH_ROWS)
     ]
-    dataset = _run(_Validator(manifest, name), batches, lambda: list(table))
     text_column = manifest.dataset.columns.text
-    texts, _ = as_text(table[text_column], file=name, start=0, column=text_column, what="a text")
-    return _with_texts(dataset, MemoryTexts(texts))
+
+    def texts() -> TextSource:
+        held, _ = as_text(table[text_column], file=name, start=0, column=text_column,
+                          what="a text")
+        return MemoryTexts(held)
+
+    return _run(_Validator(manifest, name), batches, lambda: list(table), texts)
 
 
-def _with_texts(dataset: Dataset, texts: TextSource) -> Dataset:
+def _with_texts(dataset: Dataset, texts: TextSource, prepared: PreparedSplit | None) -> Dataset:
     return Dataset(path=dataset.path, columns=dataset.columns, ids=dataset.ids,
                    group_codes=dataset.group_codes, group_values=dataset.group_values,
-                   decisions=dataset.decisions, texts=texts)
+                   decisions=dataset.decisions, texts=texts, prepared=prepared)
 
 
-def load_dataset(manifest: TrainingManifest) -> Dataset:
+def load_dataset(manifest: TrainingManifest, *, progress: ProgressFn | None = None) -> Dataset:
     """Read the manifest's dataset in bounded batches and validate it.
 
     Args:
         manifest: the training manifest.
+        progress: told the rows read after each batch (the total is known for Parquet).
 
     Returns:
         The validated dataset (texts are read again from the file when asked for).
@@ -909,8 +1070,17 @@ def load_dataset(manifest: TrainingManifest) -> Dataset:
     names: list[str] = []
     validator = _Validator(manifest, file)
     batches = iter_column_batches(spec.path, spec.format, validator.wanted, names_out=names)
-    dataset = _run(validator, batches, lambda: names)
-    return _with_texts(dataset, FileTexts(spec.path, spec.format, spec.columns.text, stamp, file))
+    total = None
+    if spec.format is DatasetFormat.PARQUET:
+        import pyarrow.parquet as pq
+
+        try:
+            total = pq.ParquetFile(spec.path).metadata.num_rows
+        except Exception:  # an unreadable file: the read below says why, in the product's words
+            total = None
+    return _run(validator, batches, lambda: names,
+                lambda: FileTexts(spec.path, spec.format, spec.columns.text, stamp, file),
+                progress, total)
 
 
 def unlabeled_from_split(split: Any) -> dict[str, tuple[int, str]]:

@@ -73,13 +73,13 @@ import pyarrow.compute as pc
 from typestrict_pipeline.errors import DatasetError, NotEnoughDataError
 from typestrict_pipeline.refund.dataset import Dataset, DecisionLabels, MemoryTexts, TextSource
 from typestrict_pipeline.refund.rowdigest import (
-    identical_text_groups,
     normalize_text,
     order_by_digest,
     row_digests,
     sha256_each,
     text_keys,
 )
+from typestrict_pipeline.refund.splitrows import SEED_DOMAIN, SplitRows, join_units, seed_of
 from typestrict_pipeline.refund.types import DecisionKind, Role
 
 __all__ = [
@@ -108,8 +108,6 @@ TEST_FRACTION = Fraction(1, 5)
 """The share of labeled examples held out (20%)."""
 TEST_CAP = 2000
 """At most this many test examples per decision."""
-SEED_DOMAIN = b"typestrict-holdout-v1\0"
-"""Domain-separation prefix of the holdout seed (bump the version if the algorithm changes)."""
 
 
 def _digest(*parts: bytes) -> bytes:
@@ -406,112 +404,6 @@ _TEST, _TRAIN, _EXCLUDED = 0, 1, 2
 _BLOCK = 4096
 
 
-@dataclass(frozen=True, eq=False)
-class SplitRows:
-    """What every decision's split shares: the rows' ids, groups and (text-joined) units.
-
-    Attributes:
-        ids: every row's id (Arrow text), in input order.
-        group_codes: each row's group as an index into ``group_values`` (-1: none).
-        group_values: the distinct group values.
-        grouped: whether the data has a group column.
-        units: each row's unit after joining identical texts: a group's code, or
-            ``len(group_values) + row`` for a row without a group value.
-        rows_joined_by_text / groups_joined_by_text: see :class:`HoldoutSummary`.
-    """
-
-    ids: pa.Array
-    group_codes: npt.NDArray[np.int32]
-    group_values: pa.Array
-    grouped: bool
-    units: npt.NDArray[np.int64]
-    rows_joined_by_text: int
-    groups_joined_by_text: int
-
-    @property
-    def n(self) -> int:
-        """Rows."""
-        return len(self.ids)
-
-    def group_at(self, i: int) -> str | None:
-        """Row ``i``'s group value."""
-        code = int(self.group_codes[i])
-        return None if code < 0 else str(self.group_values[code].as_py())
-
-    def unit_key(self, unit: int) -> str:
-        r"""A unit's key: ``"g\0" + group`` or ``"r\0" + id``."""
-        g = len(self.group_values)
-        if unit < g:
-            return "g\0" + str(self.group_values[unit].as_py())
-        return "r\0" + str(self.ids[unit - g].as_py())
-
-    def unit_keys(self, units: npt.NDArray[np.int64]) -> pa.Array:
-        """The keys of ascending ``units``, as Arrow binary (group units first)."""
-        g = len(self.group_values)
-        split = int(np.searchsorted(units, g))
-        parts = []
-        for prefix, values in ((b"g\0", self.group_values.take(pa.array(units[:split]))),
-                               (b"r\0", self.ids.take(pa.array(units[split:] - g)))):
-            if len(values):
-                parts.append(pc.binary_join_element_wise(
-                    pa.scalar(prefix, pa.large_binary()), values.cast(pa.large_binary()),
-                    pa.scalar(b"", pa.large_binary())))
-        return pa.concat_arrays(parts) if parts else pa.array([], pa.large_binary())
-
-
-def _join_units(
-    ids: pa.Array,
-    group_codes: npt.NDArray[np.int32],
-    group_values: pa.Array,
-    grouped: bool,
-    keys: npt.NDArray[np.uint64],
-    texts_at: Callable[[npt.NDArray[np.int64]], list[str]],
-    missing: npt.NDArray[np.bool_] | None = None,
-) -> SplitRows:
-    """Each row's unit, groups that share a text joined (connected components); a row whose
-    text is ``missing`` joins nothing."""
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
-    n, g = len(ids), len(group_values)
-    own = np.where(group_codes >= 0, group_codes.astype(np.int64), g + np.arange(n, dtype=np.int64))
-    rows, labels = identical_text_groups(keys, texts_at, missing)
-    base = SplitRows(ids, group_codes, group_values, grouped, own, 0, 0)
-    if rows.size == 0:
-        return base
-    members, member_of = np.unique(own[rows], return_inverse=True)
-    m = len(members)
-    size = m + int(labels.max()) + 1
-    graph = coo_matrix(
-        (np.ones(len(rows), dtype=np.int8), (member_of, m + labels)), shape=(size, size)
-    )
-    _, component = connected_components(graph, directed=False)
-    comp = component[:m]
-    per = np.bincount(comp)
-    joined = np.flatnonzero(per > 1)
-    if joined.size == 0:
-        return base
-    root = members.copy()
-    by_comp = np.argsort(comp, kind="stable")
-    starts = np.searchsorted(comp[by_comp], joined)
-    for c, s in zip(joined.tolist(), starts.tolist(), strict=True):
-        units = members[by_comp[s:s + int(per[c])]]
-        smallest = min(units.tolist(), key=base.unit_key)
-        root[by_comp[s:s + int(per[c])]] = smallest
-    in_joined = per[comp] > 1
-    moved = np.isin(own, members[in_joined])
-    units_out = own.copy()
-    units_out[moved] = root[np.searchsorted(members, own[moved])]
-    return SplitRows(ids, group_codes, group_values, grouped, units_out,
-                     int(np.count_nonzero(moved)), int(joined.size))
-
-
-def _seed(digests: npt.NDArray[np.uint8], decision: str, source: HoldoutSource) -> bytes:
-    ordered = digests[order_by_digest(digests)]
-    return _digest(SEED_DOMAIN, decision.encode("utf-8"), b"\0", source.value.encode("ascii"),
-                   b"\0", np.ascontiguousarray(ordered).tobytes())
-
-
 def _pass1(counts: npt.NDArray[np.int64], remaining: npt.NDArray[np.int64]) -> list[int]:
     """Pass 1 over units in rank order: take each whose rows fit what remains of every quota.
 
@@ -560,7 +452,7 @@ def _draw(
     data: SplitRows,
     strata: npt.NDArray[np.int16],
     answers: Sequence[str],
-    digests: npt.NDArray[np.uint8],
+    seed: bytes,
     *,
     decision: str,
     source: HoldoutSource,
@@ -581,7 +473,6 @@ def _draw(
             f"expected enough {which} examples of decision {decision!r} to hold out at least one "
             f"test example (at least {need}), got {n_labeled}. Label more examples before training."
         )
-    seed = _seed(digests, decision, source)
 
     # Units with answered rows, in hash order, and their answered rows per answer.
     stratum_rows = np.flatnonzero(has)
@@ -701,8 +592,8 @@ def _prepare(
     grouped: bool,
     texts: TextSource,
     plans: Sequence[_Plan],
-) -> tuple[SplitRows, list[npt.NDArray[np.uint8]]]:
-    """One pass over the texts: every plan's row digests and every row's text key."""
+) -> tuple[SplitRows, list[bytes]]:
+    """One pass over the texts: every plan's seed, and every row's unit (identical texts joined)."""
     n = len(ids)
     keys = np.empty(n, dtype=np.uint64)
     digests = [np.empty((n, 32), dtype=np.uint8) for _ in plans]
@@ -724,8 +615,8 @@ def _prepare(
             f"{n} rows, as when the dataset was validated", f"{start} rows",
             "run the verdict again on the file as it is now",
         )
-    data = _join_units(ids, group_codes, group_values, grouped, keys, texts.at)
-    return data, digests
+    data = join_units(ids, group_codes, group_values, grouped, keys, texts.at)
+    return data, [seed_of(d, p.name, p.source.value) for p, d in zip(plans, digests, strict=True)]
 
 
 def _strings_or_null(values: pa.Array, codes: npt.NDArray[np.int32]) -> pa.Array:
@@ -742,15 +633,26 @@ def split_decisions(
     The texts are read once for all decisions (the seed digests and the identical-text join).
     """
     plans = [_plan(labels) for labels in dataset.decisions]
+    data, seeds = _rows_and_seeds(dataset, plans)
+    return tuple(
+        _draw(data, p.strata, p.answers, s, decision=p.name, source=p.source, fraction=fraction,
+              cap=cap)
+        for p, s in zip(plans, seeds, strict=True)
+    )
+
+
+def _rows_and_seeds(dataset: Dataset, plans: Sequence[_Plan]) -> tuple[SplitRows, list[bytes]]:
+    """The units and seeds the load computed; the texts are streamed again only for a decision
+    whose test comes from review labels (the load hashed the right answers)."""
+    ready = dataset.prepared
+    if ready is not None and all(
+        p.source is HoldoutSource.LABELED and p.name in ready.labeled_seeds for p in plans
+    ):
+        return ready.rows, [ready.labeled_seeds[p.name] for p in plans]
     codes = dataset.group_codes
     group_codes = codes if codes is not None else np.full(dataset.n_rows, -1, dtype=np.int32)
-    data, digests = _prepare(dataset.ids, group_codes, dataset.group_values,
-                             dataset.columns.group is not None, dataset.texts, plans)
-    return tuple(
-        _draw(data, p.strata, p.answers, d, decision=p.name, source=p.source, fraction=fraction,
-              cap=cap)
-        for p, d in zip(plans, digests, strict=True)
-    )
+    return _prepare(dataset.ids, group_codes, dataset.group_values,
+                    dataset.columns.group is not None, dataset.texts, plans)
 
 
 def split_dataset(
@@ -765,11 +667,8 @@ def split_dataset(
         NotEnoughDataError: too few examples to hold out any test.
     """
     plan = _plan(dataset.decision(decision))
-    codes = dataset.group_codes
-    group_codes = codes if codes is not None else np.full(dataset.n_rows, -1, dtype=np.int32)
-    data, (digests,) = _prepare(dataset.ids, group_codes, dataset.group_values,
-                                dataset.columns.group is not None, dataset.texts, [plan])
-    return _draw(data, plan.strata, plan.answers, digests, decision=plan.name, source=plan.source,
+    data, (seed,) = _rows_and_seeds(dataset, [plan])
+    return _draw(data, plan.strata, plan.answers, seed, decision=plan.name, source=plan.source,
                  fraction=fraction, cap=cap)
 
 
@@ -832,7 +731,7 @@ def draw_holdout(
     is_grouped = any(r.group is not None for r in records) if grouped is None else grouped
     plan = _Plan(decision, source, strata, tuple(answers))
     if all(isinstance(r.text, str) for r in records):
-        data, (digests,) = _prepare(ids, group_codes, group_values, is_grouped, texts, [plan])
+        data, (seed,) = _prepare(ids, group_codes, group_values, is_grouped, texts, [plan])
     else:  # a missing text (NaN from a frame): encoded as json does, joins nothing
         encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
         digests = np.frombuffer(b"".join(
@@ -840,9 +739,10 @@ def draw_holdout(
             for r in records), dtype=np.uint8).reshape(len(records), 32)
         keys = text_keys(texts.texts)
         missing = np.array([not isinstance(r.text, str) for r in records])
-        data = _join_units(ids, group_codes, group_values, is_grouped, keys, texts.at,
-                           missing=missing)
-    return _draw(data, strata, answers, digests, decision=decision, source=source,
+        data = join_units(ids, group_codes, group_values, is_grouped, keys, texts.at,
+                          missing=missing)
+        seed = seed_of(digests, decision, source.value)
+    return _draw(data, strata, answers, seed, decision=decision, source=source,
                  fraction=fraction, cap=cap)
 
 
@@ -871,7 +771,7 @@ def holdout_seed(
         pa.array([r.answer for r in rows], pa.large_string()),
         pa.array([r.group for r in rows], pa.large_string()),
     )
-    return _seed(digests, decision, source)
+    return seed_of(digests, decision, source.value)
 
 
 def join_identical_texts(
@@ -895,7 +795,7 @@ def join_identical_texts(
     ids, group_codes, group_values, texts = _record_columns(records)
     keys = np.concatenate([text_keys(b) for b in texts.batches()]) if records else \
         np.zeros(0, np.uint64)
-    data = _join_units(ids, group_codes, group_values, True, keys, texts.at)
+    data = join_units(ids, group_codes, group_values, True, keys, texts.at)
     return ([data.unit_key(int(u)) for u in data.units], data.rows_joined_by_text,
             data.groups_joined_by_text)
 

@@ -39,7 +39,9 @@ __all__ = [
     "normalize_text",
     "order_by_digest",
     "row_digests",
+    "row_messages",
     "sha256_each",
+    "string_keys",
     "text_keys",
 ]
 
@@ -93,36 +95,99 @@ def _s(text: str) -> pa.Scalar:
     return pa.scalar(text, pa.large_string())
 
 
+def _quoted(values: pa.Array) -> pa.Array:
+    """Each value between double quotes as is (null: ``null``): JSON for a value needing no escape."""
+    quoted = pc.binary_join_element_wise(_s('"'), values, _s('"'), _s(""))
+    return pc.fill_null(quoted, _s("null")) if values.null_count else quoted
+
+
+def _messages(columns: list[pa.Array], escape: bool) -> pa.Array:
+    comma = _s(",")
+    parts = [_json_strings(c)[0] if escape else _quoted(c) for c in columns]
+    return pc.binary_join_element_wise(
+        _s("["), parts[0], comma, parts[1], comma, parts[2], comma, parts[3], _s("]"), _s(""))
+
+
 def row_digests(
     ids: pa.Array, texts: pa.Array, answers: pa.Array, groups: pa.Array
 ) -> npt.NDArray[np.uint8]:
-    """``SHA-256`` of each row's ``[id, text, answer, group]`` JSON text (the seed's rows).
+    """``SHA-256`` of each row's ``[id, text, answer, group]`` JSON text (the seed's rows)."""
+    return sha256_each(row_messages(ids, texts, answers, groups))
+
+
+def _special(values: pa.Array) -> tuple[pa.Array, npt.NDArray[np.bool_]]:
+    """The values quoted as JSON strings where no escape is needed (null: ``null``), and where a
+    quote, a backslash or a control character needs one. A dictionary column is looked at once
+    per distinct value."""
+    if isinstance(values, pa.DictionaryArray):
+        words = values.dictionary.cast(pa.large_string())
+        quoted_words, special_words = _special(words)
+        indices = values.indices
+        quoted = pc.fill_null(quoted_words.take(indices), _s("null"))
+        codes = np.asarray(pc.fill_null(indices, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
+        special = np.zeros(len(values), dtype=bool)
+        if special_words.any():
+            special = np.where(codes >= 0, special_words[np.maximum(codes, 0)], False)
+        return quoted, special
+    values = values.cast(pa.large_string())
+    special = np.asarray(pc.fill_null(pc.match_substring_regex(values, _SPECIAL), False)
+                         .to_numpy(zero_copy_only=False), dtype=bool)
+    return _quoted(values), special
+
+
+def row_messages(ids: pa.Array, texts: pa.Array, answers: pa.Array, groups: pa.Array) -> pa.Array:
+    """Each row's ``[id, text, answer, group]`` JSON text, as :mod:`json` writes it.
 
     Args:
-        ids, texts: the rows' ids and texts (no nulls).
-        answers, groups: the stratum answer and the group value (null: JSON ``null``).
+        ids, texts: the rows' ids and texts (a null is written as an empty string: a row with a
+            null id or text is refused by the validation before any digest is used).
+        answers, groups: the stratum answer and the group value (null: JSON ``null``); either may
+            be dictionary-encoded.
 
     Returns:
-        An ``(n, 32)`` array of digests, in row order.
+        The JSON texts, in row order (Arrow).
+
+    The rows holding a quote, a backslash or a control character are found by one
+    regular-expression pass per column (per distinct value of a dictionary column); the others
+    are quoted as they are in one join, those are escaped by Arrow string kernels (or, with a rare
+    control character, by :mod:`json` itself).
     """
-    parts = [_json_strings(v.cast(pa.large_string())) for v in (ids, texts, answers, groups)]
-    comma = _s(",")
+    ids = ids.cast(pa.large_string())
+    texts = texts.cast(pa.large_string())
+    ids_ = pc.fill_null(ids, _s("")) if ids.null_count else ids
+    texts_ = pc.fill_null(texts, _s("")) if texts.null_count else texts
+    special = np.zeros(len(ids), dtype=bool)
+    for column in (ids_, texts_):
+        special |= np.asarray(pc.fill_null(pc.match_substring_regex(column, _SPECIAL), False)
+                              .to_numpy(zero_copy_only=False), dtype=bool)
+    answers_q, answers_special = _special(answers)
+    groups_q, groups_special = _special(groups)
+    special |= answers_special | groups_special
     messages = pc.binary_join_element_wise(
-        _s("["), parts[0][0], comma, parts[1][0], comma, parts[2][0], comma, parts[3][0], _s("]"),
-        _s(""),
-    )
-    other = parts[0][1] | parts[1][1] | parts[2][1] | parts[3][1]
-    if other.any():
-        rows = np.flatnonzero(other)
-        exact = [
-            _ENCODER.encode([ids[int(i)].as_py(), texts[int(i)].as_py(), answers[int(i)].as_py(),
-                             groups[int(i)].as_py()])
-            for i in rows
-        ]
+        _s('["'), ids_, _s('","'), texts_, _s('",'), answers_q, _s(","), groups_q, _s("]"), _s(""))
+    if special.any():
+        rows = np.flatnonzero(special)
+        plain = [_decoded(c).take(pa.array(rows)) for c in (ids_, texts_, answers, groups)]
+        escaped = _messages(plain, escape=True)
+        other = np.zeros(len(rows), dtype=bool)
+        for c in plain:
+            other |= np.asarray(pc.fill_null(pc.match_substring_regex(c, _OTHER_CONTROL), False)
+                                .to_numpy(zero_copy_only=False), dtype=bool)
+        if other.any():
+            exact = escaped.to_pylist()
+            for k in np.flatnonzero(other).tolist():
+                exact[k] = _ENCODER.encode([c[k].as_py() for c in plain])
+            escaped = pa.array(exact, messages.type)
         mask = np.zeros(len(messages), dtype=bool)
         mask[rows] = True
-        messages = pc.replace_with_mask(messages, pa.array(mask), pa.array(exact, messages.type))
-    return sha256_each(messages)
+        messages = pc.replace_with_mask(messages, pa.array(mask), escaped)
+    return messages
+
+
+def _decoded(values: pa.Array) -> pa.Array:
+    if isinstance(values, pa.DictionaryArray):
+        values = values.dictionary_decode()
+    return values.cast(pa.large_string())
 
 
 def order_by_digest(digests: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
@@ -139,7 +204,7 @@ def order_by_digest(digests: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     head = np.ascontiguousarray(digests[:, :8]).view(">u8").reshape(n)
-    order = np.argsort(head, kind="stable").astype(np.int64)
+    order = np.argsort(head).astype(np.int64)  # equal heads are ordered below
     sorted_head = head[order]
     ties = np.flatnonzero(sorted_head[1:] == sorted_head[:-1])
     if ties.size:
@@ -167,7 +232,7 @@ _Q = (0x100000001B3 * 0x9E3779B1 | 1) % 2**64
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 _LEN = np.uint64(0x9E3779B97F4A7C15)
-_SLICE_BYTES = 1 << 22
+_SLICE_BYTES = 1 << 16
 
 
 @cache
@@ -180,23 +245,38 @@ def _powers(n: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
     return np.cumprod(q, dtype=np.uint64), np.cumprod(inv, dtype=np.uint64)
 
 
-def _ascii_whitespace_class() -> str:
-    chars = "".join(c for c in python_whitespace() if ord(c) < 128)
-    return "[" + "".join(f"\\x{ord(c):02x}" for c in chars) + "]+"
+def _ascii_whitespace_class(*, space: bool = True) -> str:
+    chars = [c for c in python_whitespace() if ord(c) < 128 and (space or c != " ")]
+    return "[" + "".join(f"\\x{ord(c):02x}" for c in chars) + "]"
+
+
+def _replace_rows(values: pa.Array, rows: npt.NDArray[np.int64], new: pa.Array) -> pa.Array:
+    mask = np.zeros(len(values), dtype=bool)
+    mask[rows] = True
+    return pc.replace_with_mask(values, pa.array(mask), new.cast(values.type))
 
 
 def _normalized(texts: pa.Array) -> pa.Array:
-    """:func:`normalize_text` of each text: Arrow kernels for ASCII texts, Python for the rest."""
-    ascii_ = np.asarray(pc.fill_null(pc.string_is_ascii(texts), True).to_numpy(zero_copy_only=False), dtype=bool)
+    """:func:`normalize_text` of each text: Arrow kernels for ASCII texts, Python for the rest.
+
+    An ASCII text is its own NFKC form and case-folds as it lowercases; only the texts with
+    white space other than single inner spaces go through the (slower) regex collapse.
+    """
+    ascii_ = np.asarray(
+        pc.fill_null(pc.string_is_ascii(texts), True).to_numpy(zero_copy_only=False), dtype=bool)
     out = pc.ascii_lower(texts)
-    out = pc.replace_substring_regex(out, _ascii_whitespace_class(), " ")
-    out = pc.utf8_trim(out, " ")
+    space = _ascii_whitespace_class()
+    other = _ascii_whitespace_class(space=False)
+    needs = pc.fill_null(pc.match_substring_regex(out, other + "|  |^ | $"), False)
+    rows = np.flatnonzero(np.asarray(needs.to_numpy(zero_copy_only=False), dtype=bool) & ascii_)
+    if rows.size:
+        some = out.take(pa.array(rows))
+        some = pc.utf8_trim(pc.replace_substring_regex(some, space + "+", " "), " ")
+        out = _replace_rows(out, rows, some)
     if not ascii_.all():
         rows = np.flatnonzero(~ascii_)
         exact = [normalize_text(t) for t in texts.take(pa.array(rows)).to_pylist()]
-        mask = np.zeros(len(texts), dtype=bool)
-        mask[rows] = True
-        out = pc.replace_with_mask(out, pa.array(mask), pa.array(exact, out.type))
+        out = _replace_rows(out, rows, pa.array(exact, pa.large_string()))
     return out
 
 
@@ -227,19 +307,26 @@ def _poly_keys(values: pa.Array) -> npt.NDArray[np.uint64]:
     return h
 
 
-def text_keys(texts: pa.Array) -> npt.NDArray[np.uint64]:
-    """A 64-bit key of each text's normalised form (equal forms, equal keys)."""
-    normal = _normalized(texts.cast(pa.large_string()))
-    n = len(normal)
-    offsets = np.frombuffer(normal.buffers()[1], dtype=np.int64)[normal.offset:normal.offset + n + 1]
+def string_keys(values: pa.Array) -> npt.NDArray[np.uint64]:
+    """A 64-bit key of each string (equal strings, equal keys; a null is the empty string)."""
+    arr = values.cast(pa.large_string())
+    n = len(arr)
+    if n == 0:
+        return np.zeros(0, dtype=np.uint64)
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset:arr.offset + n + 1]
     out = np.empty(n, dtype=np.uint64)
     start = 0
-    while start < n:  # slices of about 4 MB of text, so the power tables stay small
+    while start < n:  # slices of about 64 kB of text: the work stays in the CPU's cache
         end = int(np.searchsorted(offsets, offsets[start] + _SLICE_BYTES, side="right")) - 1
         end = min(max(end, start + 1), n)
-        out[start:end] = _poly_keys(normal.slice(start, end - start))
+        out[start:end] = _poly_keys(arr.slice(start, end - start))
         start = end
     return out
+
+
+def text_keys(texts: pa.Array) -> npt.NDArray[np.uint64]:
+    """A 64-bit key of each text's normalised form (equal forms, equal keys)."""
+    return string_keys(_normalized(texts.cast(pa.large_string())))
 
 
 def identical_text_groups(
@@ -268,7 +355,7 @@ def identical_text_groups(
     if keys.size == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     present = np.arange(len(keys)) if missing is None else np.flatnonzero(~missing)
-    order = present[np.argsort(keys[present], kind="stable")]
+    order = present[np.argsort(keys[present])]
     sorted_keys = keys[order]
     same = sorted_keys[1:] == sorted_keys[:-1]
     shared = np.zeros(len(order), dtype=bool)

@@ -7,8 +7,9 @@ columns asked for.
 - **Parquet** is read by pyarrow (``ParquetFile.iter_batches``): cells stay Arrow arrays.
 - **CSV** is parsed by Python's ``csv`` module (strict, every cell the exact text written), fed by
   an incremental UTF-8 decoder, and each batch becomes Arrow arrays. pyarrow's own CSV reader is
-  not used for parsing: it accepts what the product refuses (a NUL byte, text after a closing
-  quote, a row of one empty quoted cell taken as data) so its parse is not the product's.
+  not used for parsing: its parse is not the product's (it reads ``"x"y`` as ``xy`` where the
+  product refuses the row, and refuses a line holding one empty quoted cell, which the product
+  skips), so the same file would not give the same rows or errors.
 - **JSON Lines** is parsed by the strict JSON reader (duplicate keys, non-finite numbers refused),
   line by line; a missing key is a null cell.
 

@@ -405,9 +405,22 @@ def tick_state(
     """
     root = port.get(schedule.root_study_id)
     grid = port.get(schedule.lineage_root_id) if schedule.lineage_root_id != schedule.root_study_id else root
+    # Liveness first: a study or backtest of the workflow whose process died is ended here
+    # (interrupted), so "in flight" below is only ever said of a live one.
+    in_flight = port.workflow_in_flight(schedule.workspace_id, schedule.workflow_id)
     with session_scope(engine) as session:
         prev = _previous(session, schedule.lineage_root_id)
         session.expunge(prev)
+    if prev.state is LineageState.RUNNING and prev.study_id:
+        ran = port.get(prev.study_id)
+        if ran is not None and ran.state == "INTERRUPTED":  # its process died: the re-run ended
+            _finish_entry(engine, prev.id, state=LineageState.FAILED,
+                          error=f"the re-run's study {prev.study_id} was interrupted (its process "
+                                "is gone); re-execute its run to resume it")
+            with session_scope(engine) as session:
+                prev = _previous(session, schedule.lineage_root_id)
+                session.expunge(prev)
+    with session_scope(engine) as session:
         last_seq = session.execute(
             select(func.max(LineageRow.seq)).where(LineageRow.lineage_root_id == schedule.lineage_root_id)
         ).scalar_one()
@@ -439,7 +452,7 @@ def tick_state(
         previous=outcome,
         previous_study_id=prev.study_id or "",
         previous_holdout_end=prev.holdout_end,
-        workflow_in_flight=port.workflow_in_flight(schedule.workspace_id, schedule.workflow_id),
+        workflow_in_flight=in_flight,
         available_end=available,
         min_unseen_steps=schedule.min_unseen_steps,
         embargo_steps=0 if grid is None else grid.embargo_steps,

@@ -493,6 +493,7 @@ def abandon_unstarted(engine: Engine, study_id: int, reason: str) -> bool:
             return False
         study = get_study(s, study_id)
         _release_lock(s, study)
+        release_in(s, LeaseKind.STUDY, str(study_id))
         return True
 
 

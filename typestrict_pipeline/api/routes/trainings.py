@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Request
+from fastapi import Path, Request
 
 from typestrict_pipeline.api.deps import Ctx, Workspace
+from typestrict_pipeline.api.edge import api_router
 from typestrict_pipeline.api.routes.files import FileName, read_body
 from typestrict_pipeline.api.schemas import (
     DecisionSplit,
@@ -20,7 +21,7 @@ from typestrict_pipeline.api.schemas import (
 )
 from typestrict_pipeline.api.trainings import TrainingRequest, split_roles
 
-router = APIRouter(tags=["trainings"], responses={
+router = api_router(tags=["trainings"], responses={
     401: {"model": ErrorBody}, 404: {"model": ErrorBody}, 422: {"model": ErrorBody}})
 
 TrainingId = Annotated[str, Path(min_length=1, max_length=200)]
@@ -29,13 +30,18 @@ CANONICAL_FORM = 'SHA-256 of UTF-8 "\\n".join(sorted(training_ids)), no final ne
 
 def _out(ctx: Ctx, workspace: str, training_id: str) -> TrainingOut:
     manifest = ctx.trainings.manifest(workspace, training_id)
-    state, model = ctx.trainings.state(workspace, training_id)
+    view = ctx.trainings.view(workspace, training_id)
+    model = view.model
+    deadline = view.deadline_at
     return TrainingOut(
-        id=training_id, workspace_id=workspace, state=state.value,
+        id=training_id, workspace_id=workspace, state=view.state.value,
         keep_if_loses=manifest.options.keep_if_loses,
         decisions=[d.name for d in manifest.decisions],
         verdict=model.verdict.value if model is not None else None,
         model_url=f"/v1/models/{training_id}" if model is not None else None,
+        reason=view.reason,
+        deadline_at=None if deadline is None else deadline.isoformat().replace("+00:00", "Z"),
+        submissions=0 if view.status is None else view.status.submissions,
     )
 
 
@@ -61,7 +67,18 @@ def list_trainings(ctx: Ctx, workspace: Workspace) -> list[TrainingOut]:
 
 @router.get("/trainings/{training_id}", response_model=TrainingOut)
 def get_training(training_id: TrainingId, ctx: Ctx, workspace: Workspace) -> TrainingOut:
-    """A training's state: awaiting_predictions, judging, or settled (with its verdict)."""
+    """A training's state (docs/lifecycle.md): awaiting_predictions, judging, failed (with the
+    reason; corrected predictions are accepted), settled (with its verdict), expired or
+    cancelled (the credit came back); ``deadline_at`` while it is open."""
+    return _out(ctx, workspace, training_id)
+
+
+@router.post("/trainings/{training_id}/cancel", response_model=TrainingOut,
+             responses={409: {"model": ErrorBody}})
+def cancel_training(training_id: TrainingId, ctx: Ctx, workspace: Workspace) -> TrainingOut:
+    """Cancel a training that awaits its predictions (or corrected ones): ``cancelled``, and its
+    credit comes back. A training being judged settles on its own; 409."""
+    ctx.trainings.cancel(workspace, training_id)
     return _out(ctx, workspace, training_id)
 
 
@@ -93,8 +110,11 @@ async def put_model_file(training_id: TrainingId, name: FileName, request: Reque
              responses={409: {"model": ErrorBody}})
 def post_predictions(training_id: TrainingId, body: PredictionsIn, ctx: Ctx,
                      workspace: Workspace) -> TrainingOut:
-    """The trained model's probabilities; with ``trained_on_sha256`` the training states what it
-    was trained on and a mismatch with the split is refused. The verdict follows."""
+    """The trained model's probabilities, checked against the split before anything is stored: a
+    prediction for every test example of every decision, each over the decision's answers, no id
+    or decision the training does not have (a refusal counts each and names the first ids, 422).
+    With ``trained_on_sha256`` the training states what it was trained on and a mismatch with the
+    split is refused. Accepted in ``awaiting_predictions`` and ``failed``; the verdict follows."""
     lines = [json.dumps(row.model_dump(), ensure_ascii=False, allow_nan=False) for row in body.predictions]
     data = ("\n".join(lines) + "\n").encode("utf-8")
     ctx.trainings.submit(workspace, training_id, data, body.trained_on_sha256)

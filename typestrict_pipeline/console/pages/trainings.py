@@ -49,16 +49,20 @@ MAX_DECISIONS = 20
 CREDIT_TEXT = {
     "awaiting_predictions": "spent (comes back if the model does not beat Jev)",
     "judging": "spent (comes back if the model does not beat Jev)",
+    "expired": "came back (a deadline passed)",
+    "cancelled": "came back (cancelled)",
     "beats": "stays spent",
     "kept": "stays spent (kept)",
     "refund": "came back",
     "failed": "came back",
 }
-STATE_TEXT = {
-    "awaiting_predictions": "awaiting predictions",
-    "judging": "judging",
-    "settled": "settled",
-}
+def state_text(state: str) -> str:
+    """A training's state in words.
+
+    >>> state_text("awaiting_predictions"), state_text("judging")
+    ('awaiting predictions', 'judging')
+    """
+    return state.replace("_", " ")
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,7 @@ def training_line(request: Request, workspace: str, training_id: str) -> Trainin
     manifest = ctx.trainings.manifest(workspace, training_id)
     state, model = ctx.trainings.state(workspace, training_id)
     if model is None:
-        return TrainingLine(training_id, state.value, None, None, CREDIT_TEXT[state.value],
+        return TrainingLine(training_id, state.value, None, None, CREDIT_TEXT.get(state.value, "spent"),
                             manifest.options.keep_if_loses, f"{PREFIX}/trainings/{training_id}")
     out = _verdict(ctx, model)
     return TrainingLine(training_id, state.value, out.verdict, out.settling_decision,
@@ -114,8 +118,7 @@ def trainings_page(request: Request, session: Session) -> Response:
         except TypeStrictError:  # removed or unreadable since it was listed: not shown
             continue
     return render(request, "trainings.html", {
-        "lines": lines, "balance": CreditLedger(ctx.engine).balance(ws),
-        "state_text": STATE_TEXT})
+        "lines": lines, "balance": CreditLedger(ctx.engine).balance(ws), "state_text": state_text})
 
 
 # --- the new-training form ---------------------------------------------------------------------
@@ -260,13 +263,17 @@ def _training_page(request: Request, session: ConsoleSession, training_id: str,
                    error: str | None = None, status: int = 200) -> Response:
     ctx = get_ctx(request)
     ws = session.workspace_id
-    state, _ = ctx.trainings.state(ws, training_id)
-    if state is TrainingState.SETTLED:
+    view = ctx.trainings.view(ws, training_id)
+    if view.model is not None:  # settled (or ended and settled as failed): the result page
         return redirect(f"{PREFIX}/models/{training_id}", request)
     manifest = ctx.trainings.manifest(ws, training_id)
-    split = ctx.trainings.split(ws, training_id) if state is TrainingState.AWAITING_PREDICTIONS else None
+    open_for_predictions = view.state.accepts_submission
+    split = ctx.trainings.split(ws, training_id) if open_for_predictions else None
+    life = view.status
     return render(request, "training.html", {
-        "id": training_id, "state": state.value, "state_text": STATE_TEXT[state.value],
+        "id": training_id, "state": view.state.value, "state_text": state_text(view.state.value),
+        "deadline": life.deadline_at if life is not None and not view.state.is_terminal else None,
+        "reason": life.reason if life is not None else None, "can_cancel": open_for_predictions,
         "keep_if_loses": manifest.options.keep_if_loses,
         "decisions": [d.name for d in manifest.decisions],
         "split": split, "roles": [split_roles(h) for h in split.decisions] if split else [],
@@ -294,11 +301,19 @@ def training_page(training_id: TrainingId, request: Request, session: Session) -
 def training_state(training_id: TrainingId, request: Request, session: Session) -> Response:
     """The state line (HTMX polls it while judging; settled: go to the result page)."""
     ctx = get_ctx(request)
-    state, _ = ctx.trainings.state(session.workspace_id, training_id)
-    if state is TrainingState.SETTLED:
-        return redirect(f"{PREFIX}/models/{training_id}", request)
-    return render(request, "_training_state.html", {"id": training_id, "state": state.value,
-                                                     "state_text": STATE_TEXT[state.value]})
+    view = ctx.trainings.view(session.workspace_id, training_id)
+    if view.model is not None or view.state is not TrainingState.JUDGING:
+        return redirect(f"{PREFIX}/trainings/{training_id}", request)
+    return render(request, "_training_state.html", {"id": training_id, "state": view.state.value,
+                                                     "state_text": state_text(view.state.value)})
+
+
+@router.post("/trainings/{training_id}/cancel")
+def cancel_training(training_id: TrainingId, request: Request, session: Posted) -> Response:
+    """Cancel a training that awaits its predictions: its credit comes back
+    (``POST /v1/trainings/{id}/cancel``)."""
+    get_ctx(request).trainings.cancel(session.workspace_id, training_id)
+    return redirect(f"{PREFIX}/trainings/{training_id}", request)
 
 
 @router.post("/trainings/{training_id}/predictions")
