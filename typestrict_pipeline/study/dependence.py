@@ -22,9 +22,10 @@ practice", *JBES* 36(4), 2018, the equal-weighted cosine estimator):
   (LLSW's rule). Each projection ``Y_l`` is, for a spectrum flat over ``[0, πl/T]``, a normal
   with variance the long-run variance; ``Y_l²`` divided by the series' variance is the
   variance ratio at frequency ``πl/T``;
-* the ratios are pooled over **the candidates that matter**: the leaders (the ``m`` best
-  mean differences, ``m = max(4, ⌈k/8⌉)``, which include the winner) and, separately, every
-  candidate; the larger pooled value is kept, so a persistent leader is not averaged away;
+* the ratios are pooled over every candidate and, separately, over **the candidates that
+  matter**, the leaders (the ``m`` best mean differences, ``m = max(4, ⌈k/8⌉)``, which include
+  the winner); the leaders' value is kept where it is significantly above everyone's (F test at
+  5%), so a persistent leader is not averaged away and chance does not widen the rest;
 * **the band** ``q̂``: starting at ``q_max``, the band is halved while the pooled ratios of its
   lower half are significantly above those of its upper half (an F test at 10% with the
   pooled degrees of freedom): a spectrum that rises towards 0 — persistence — keeps only the
@@ -61,7 +62,7 @@ FloatArray = npt.NDArray[np.float64]
 
 #: Twice the log-likelihood gain a pooled spectral fit needs over white noise (0: any sign of
 #: persistence in the pooled spectrum counts; pooling already averages the noise away).
-POOLED_THRESHOLD = 0.0
+POOLED_THRESHOLD = 5.99
 #: Up to this many series, each one's own spectral fit counts (with so few, the pooled fit
 #: cannot see a small persistent part; a chance fit on one of them costs little power).
 SMALL_POOL = 8
@@ -108,6 +109,11 @@ def cosine_ordinates(series: FloatArray, q: int) -> FloatArray:
 @lru_cache(maxsize=4096)
 def _f_critical(d1: float, d2: float) -> float:
     return float(stats.f.ppf(1.0 - BAND_LEVEL, d1, d2))
+
+
+@lru_cache(maxsize=4096)
+def _f_critical_at(level: float, d1: float, d2: float) -> float:
+    return float(stats.f.ppf(level, d1, d2))
 
 
 def flat_band(ratios: FloatArray, df_per_ordinate: float) -> int:
@@ -311,17 +317,21 @@ def measure_dependence(differences: FloatArray, *, leaders: int | None = None) -
     means = x.mean(axis=0)[keep]
     m = min(ords.shape[1], leaders if leaders is not None else max(4, math.ceil(k / 8)))
     top = np.argsort(-means, kind="stable")[:m]
-    best_q, best_ratio, pooled, best_df = qmax, 1.0, ords.shape[1], float(qmax)
-    for group in (ords[:, top], ords):
+    measured = []
+    for group in (ords, ords[:, top]):
         pooled_ratios = group.mean(axis=1)
         q, band = _band_ratio(pooled_ratios[:qmax], group.shape[1])
         fit, fit_df = _pooled_fit(group, t)
         ratio = max(band, fit)
         df = min(fit_df, float(qmax)) if fit > band else float(q)
-        if ratio > best_ratio or q < best_q:
-            best_q, pooled = min(best_q, q), group.shape[1]
-            if ratio > best_ratio:
-                best_ratio, best_df = ratio, df
+        measured.append((q, ratio, df, group.shape[1]))
+    best_q, best_ratio, best_df, pooled = measured[0]
+    lead_q, lead_ratio, lead_df, lead_n = measured[1]
+    # The leaders' pool counts where it is significantly above everyone's (F test at 5%): a
+    # persistent leader is not averaged away, and four white leaders do not widen by chance.
+    crit = _f_critical_at(0.95, max(1.0, lead_df) * lead_n, max(1.0, best_df) * pooled)
+    if lead_ratio > crit * best_ratio:
+        best_q, best_ratio, best_df, pooled = min(best_q, lead_q), lead_ratio, lead_df, lead_n
     block, lags, span = _lengths(t, best_ratio, best_q)
     return Dependence(t, max(1.0, best_ratio), best_q, block, lags, span, pooled,
                       min(best_df, float(best_q)) if best_ratio <= 1.0 else best_df)
