@@ -10,7 +10,8 @@ compared with the one before (byte for byte), and the commands that launch work 
 done it in the second store (the study run, the backtest, the live run).
 
 The API is the same rule for requests: a server given the second store, in a process whose
-environment names the first, creates and runs a study in the second only. A study_job run given an
+environment names the first, creates a study in the second only, and the study_job run it launches
+names the second store in its config. A study_job run given an
 unreachable store fails with the product's message, and the study it never started is marked failed
 with its lock released.
 """
