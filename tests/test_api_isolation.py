@@ -59,7 +59,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     csv, jev = support.make_dataset(tmp)
     key_a = support.new_key(url, "ws-a", credits=3)
     key_b = support.new_key(url, "ws-b", credits=3)
-    with support.ApiServer(url, home, jev_source={"kind": "file", "path": str(jev)}) as server:
+    # No rate limit: the walk below sends every route's request as fast as it can.
+    with support.ApiServer(url, home, jev_source={"kind": "file", "path": str(jev)}, rate_limit=None) as server:
         with server.client(key_a) as a:
             a.put("/v1/files/reviews.csv", content=csv)
             settled = a.post("/v1/trainings", json=support.TRAINING_BODY).json()["id"]

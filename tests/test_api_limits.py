@@ -183,7 +183,7 @@ def test_a_body_over_the_limit_gets_the_same_413_and_is_not_read_to_its_end(serv
     sock.close()
     record = _record_after(before)
     assert status == 413 and headers.get("connection") == "close"
-    assert f"at most {MAX_BODY} bytes" in _refused_shape(answer, "payload_too_large")
+    assert f"at most {MAX_BODY:,} bytes" in _refused_shape(answer, "payload_too_large")
     assert record.bytes_read <= MAX_BODY + READ_SLACK, record
     assert sent < total
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from typestrict_pipeline.api.errors import ApiError, error_body, status_for
 from typestrict_pipeline.api.jev import JEV_SOURCE_ENV, missing_jev_error, parse_jev_source
+from typestrict_pipeline.api.keys import KeyVerifier
+from typestrict_pipeline.api.ratelimit import RateLimit, RateLimitMiddleware, TokenBuckets
 from typestrict_pipeline.api.runs import DagsterRuns, dagster_home_for
 from typestrict_pipeline.api.trainings import TrainingStore
 from typestrict_pipeline.errors import TypeStrictError
@@ -40,6 +43,7 @@ log = logging.getLogger("typestrict.api")
 
 DEFAULT_MAX_BODY = 16 * 1024 * 1024
 DEFAULT_MAX_UPLOAD = 256 * 1024 * 1024
+DEFAULT_RATE_LIMIT = RateLimit()
 UPLOAD_PREFIXES = ("/v1/files/", "/v1/trainings/")
 CONSOLE_UPLOAD_PREFIX = "/console/trainings"  # the console's dataset and predictions forms
 
@@ -54,6 +58,7 @@ class ApiSettings:
     max_body_bytes: int = DEFAULT_MAX_BODY
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD
     dagster_home: Path | None = None
+    rate_limit: RateLimit | None = field(default_factory=RateLimit)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -65,6 +70,8 @@ class ApiContext:
     engine: Engine
     trainings: TrainingStore
     runs: DagsterRuns
+    keys: KeyVerifier
+    limiter: TokenBuckets | None = None
 
 
 class _TooLarge(Exception):
@@ -90,6 +97,13 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         limit = self._limit(scope)
+        # Whether the request has a body still to come: an answer sent before it was read says
+        # "connection: close" (the server closes rather than drain it, BoundedH11Protocol), so a
+        # client never reuses a connection the server is about to close.
+        body_pending = any(
+            (name == b"content-length" and value.strip() not in (b"", b"0"))
+            or (name == b"transfer-encoding" and b"chunked" in value.lower())
+            for name, value in scope.get("headers", []))
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
@@ -110,13 +124,17 @@ class BodyLimitMiddleware:
             nonlocal seen, refused
             if refused:
                 return {"type": "http.disconnect"}
+            nonlocal body_pending
             message = await receive()
             if message["type"] == "http.request":
+                if not message.get("more_body", False):
+                    body_pending = False
                 seen += len(message.get("body", b""))
                 if seen > limit:
                     refused = True
                     if not started:
-                        await _send_413(send, limit, f"more: {seen:,} bytes had arrived when it was stopped")
+                        await _send_413(send, limit, f"more: {seen:,} bytes had arrived when it "
+                                        "was stopped")
                     return {"type": "http.disconnect"}
             return message
 
@@ -126,6 +144,9 @@ class BodyLimitMiddleware:
                 return  # the 413 was the answer
             if message["type"] == "http.response.start":
                 started = True
+                if body_pending:
+                    message = {**message, "headers": [*message.get("headers", []),
+                                                      (b"connection", b"close")]}
             await send(message)
 
         try:
@@ -242,6 +263,8 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY,
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD,
     dagster_home: str | Path | None = None,
+    rate_limit: RateLimit | None = DEFAULT_RATE_LIMIT,
+    clock: Callable[[], float] = time.monotonic,
 ) -> FastAPI:
     """The customer API on the store at ``store_url`` and the files under ``home``.
 
@@ -254,6 +277,9 @@ def create_app(
         max_upload_bytes: largest uploaded file (``PUT /v1/files/{name}``, model files).
         dagster_home: the Dagster instance studies and backtests are launched on (default
             ``DAGSTER_HOME``, else ``<home>/dagster_home``: :mod:`typestrict_pipeline.api.runs`).
+        rate_limit: every key's token bucket (None: no limit); see
+            :mod:`typestrict_pipeline.api.ratelimit`.
+        clock: the buckets' clock (seconds, monotonic).
     """
     from typestrict_pipeline.api.routes import (
         backtests,
@@ -273,14 +299,17 @@ def create_app(
     resolved = Path(home).resolve()
     settings = ApiSettings(store_url=store_url, home=resolved, jev_source=jev_source,
                            max_body_bytes=max_body_bytes, max_upload_bytes=max_upload_bytes,
-                           dagster_home=Path(dagster_home).resolve() if dagster_home else dagster_home_for(resolved))
+                           dagster_home=Path(dagster_home).resolve() if dagster_home else dagster_home_for(resolved),
+                           rate_limit=rate_limit)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = open_store(settings.store_url)
         assert settings.dagster_home is not None
         runs = DagsterRuns(settings.dagster_home, settings.store_url)
-        app.state.ctx = ApiContext(settings, engine, TrainingStore(settings.home, engine, jev_source), runs)
+        limiter = None if settings.rate_limit is None else TokenBuckets(settings.rate_limit, clock=clock)
+        app.state.ctx = ApiContext(settings, engine, TrainingStore(settings.home, engine, jev_source), runs,
+                                   KeyVerifier(engine, clock=clock), limiter)
         try:
             yield
         finally:
@@ -302,14 +331,16 @@ def create_app(
 
     install_console(app)
     app.add_middleware(BodyLimitMiddleware, max_body=max_body_bytes, max_upload=max_upload_bytes)
+    app.add_middleware(RateLimitMiddleware)  # outermost: a refused request costs nothing more
     return app
 
 
 def app_from_env() -> FastAPI:
     """The app configured from the environment, for ``uvicorn --factory`` and ``--workers N``.
 
-    ``TYPESTRICT_STORE_URL`` (else the SQLite file under ``TYPESTRICT_HOME``), ``TYPESTRICT_HOME``
-    and ``TYPESTRICT_API_JEV_SOURCE`` (the manifest ``predictions.jev`` object, as JSON).
+    ``TYPESTRICT_STORE_URL`` (else the SQLite file under ``TYPESTRICT_HOME``), ``TYPESTRICT_HOME``,
+    ``TYPESTRICT_API_JEV_SOURCE`` (the manifest ``predictions.jev`` object, as JSON) and
+    ``TYPESTRICT_API_RATE_LIMIT`` (``RATE/BURST``, e.g. ``20/60``; ``off`` for none).
     """
     import os
 
@@ -317,4 +348,22 @@ def app_from_env() -> FastAPI:
 
     raw = os.environ.get(JEV_SOURCE_ENV)
     jev = parse_jev_source(raw, what=JEV_SOURCE_ENV) if raw else None
-    return create_app(default_store_url(), typestrict_home(), jev_source=jev)
+    return create_app(default_store_url(), typestrict_home(), jev_source=jev,
+                      rate_limit=rate_limit_from_text(os.environ.get(RATE_LIMIT_ENV, "")))
+
+
+RATE_LIMIT_ENV = "TYPESTRICT_API_RATE_LIMIT"
+
+
+def rate_limit_from_text(text: str) -> RateLimit | None:
+    """``RATE/BURST`` (``20/60``) as a :class:`RateLimit`; ``off`` as None; empty as the default.
+
+    >>> rate_limit_from_text("5/10"), rate_limit_from_text("off"), rate_limit_from_text("") == RateLimit()
+    (RateLimit(rate_per_s=5.0, burst=10), None, True)
+    """
+    if not text:
+        return RateLimit()
+    if text == "off":
+        return None
+    rate, _, burst = text.partition("/")
+    return RateLimit(rate_per_s=float(rate), burst=int(burst))

@@ -27,7 +27,7 @@ from scipy import stats
 
 from typestrict_pipeline.reruns.lineage import best_expected_under_noise, confidence_sequence_path
 from typestrict_pipeline.study.inference import decorrelation_span, joint_inference
-from typestrict_pipeline.study.stats import differences_from_mean, newey_west_se, search_stats
+from typestrict_pipeline.study.stats import differences_from_mean, long_run_se, search_stats
 
 FloatArray = npt.NDArray[np.float64]
 BURN = 200
@@ -147,7 +147,7 @@ def adjusted_scale_ratio(sc: Scenario, n: int, t: int, sims: int, seed: int) -> 
     means: list[float] = []
     for _ in range(sims):
         d = differences_from_mean(simulate(rng, sc, n, t))
-        est.append(newey_west_se(d[:, 0]))
+        est.append(long_run_se(d[:, 0]))
         means.append(float(d[:, 0].mean()))
     return float(np.mean(est) / np.std(means))
 

@@ -77,6 +77,7 @@ def study_config(form: StudyForm) -> StudyConfig:
     if form.name is not None:
         check_text(form.name, "a study name", max_chars=256)
     space = parse_space(form.grid, form.random, form.random_draws, form.seed, form.prompt_files)
+    space.check_size()  # counted from the sizes, before anything is built or stored
     backend: dict[str, Any]
     if form.synthetic:
         backend = {"backend": "synthetic", "cost_per_step": 10}
