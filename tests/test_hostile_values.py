@@ -309,7 +309,7 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], str]] = [
                                                "0001-01-01T00:00:00+14:00", "--end", "2015-01-10"], {},
      "expected the start as an ISO 8601"),
     ("live as-of at the calendar's end", ["run", "seattle_rain", "--as-of", "9999-12-31T23:59:59-12:00"], {},
-     "expected the as_of as an ISO 8601"),
+     "expected --as-of as an ISO 8601 date or time from 1900-01-01 to 2199-12-31"),
     ("data arrival in year 9999", ["schedule", "data-arrived", "acme", "wx", "9999-12-31T23:59:59-12:00"], {},
      "expected"),
 ]
