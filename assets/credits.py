@@ -24,6 +24,7 @@ from resources.store import StoreResource
 from typestrict_pipeline.credits import (
     CreditLedger,
     LedgerLine,
+    SettledAuditError,
     SettlementRequest,
     decide,
     expire_models,
@@ -106,7 +107,14 @@ def credit_settlement(
         audit_json=audit_bytes,
     )
     with store.engine() as engine:
-        result = settle_training(engine, request, policy=policy)
+        try:
+            result = settle_training(engine, request, policy=policy)
+        except SettledAuditError as exc:  # the settled audit stands; this one is refused
+            context.log.error("%s", exc)
+            raise dg.Failure(description=str(exc),
+                             metadata={"error": type(exc).__name__,
+                                       "settled_audit_sha256": exc.settled,
+                                       "refused_audit_sha256": exc.offered}) from None
         ledger = CreditLedger(engine)
         balance = ledger.balance(manifest.workspace_id)
         total = ledger.entries_total(manifest.workspace_id)

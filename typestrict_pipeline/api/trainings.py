@@ -38,12 +38,13 @@ from typestrict_pipeline.refund.dataset import load_dataset
 from typestrict_pipeline.refund.holdout import Holdout, split_decisions, training_ids
 from typestrict_pipeline.refund.manifest import TrainingManifest, parse_manifest
 from typestrict_pipeline.refund.predictions import read_predictions
-from typestrict_pipeline.refund.trained_on import check_trained_on, trained_on_sha256
+from typestrict_pipeline.refund.trained_on import attest, trained_on_sha256
 from typestrict_pipeline.refund.types import Role
 
 DRAFT_NAME = "api-draft.json"
 MANIFEST_NAME = "manifest.json"
 MODEL_PREDICTIONS = "predictions/model.jsonl"
+TRAINED_ON_FILE = "trained_on.txt"
 MODEL_FOLDER = "model"
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
 _DATASET_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".parquet", ".pq", ".jsonl", ".ndjson")
@@ -347,12 +348,15 @@ class TrainingStore:
         return write_atomic(folder / MODEL_FOLDER / check_name(name), data)
 
     def submit(self, workspace_id: str, training_id: str, predictions_jsonl: bytes,
-               trained_on: str | None) -> TrainingManifest:
+               trained_on: str | None,
+               stated_ids: tuple[bool, Sequence[str]] | None = None) -> TrainingManifest:
         """Record the model's predictions and hand the training to the verdict pipeline.
 
-        The predictions are read with the pipeline's own reader, the stated
-        ``trained_on_sha256`` is checked against the split (a mismatch is refused), then the
-        manifest is written last, atomically: ``training_sensor`` picks it up.
+        The predictions are read with the pipeline's own reader, what the training states it
+        was trained on (``trained_on_sha256``, or ``stated_ids``: (hashed, values) written to
+        ``trained_on.txt`` and named in the manifest) is checked against the split (an id that
+        is not a training row is refused), then the manifest is written last, atomically:
+        ``training_sensor`` picks it up.
 
         Raises:
             ConflictError: predictions were already submitted.
@@ -370,6 +374,7 @@ class TrainingStore:
                 "Wait for it and read GET /v1/trainings/{id}"
             ) from None
         staged = folder / "predictions" / f".incoming-{secrets.token_hex(4)}.jsonl"
+        staged_ids = folder / TRAINED_ON_FILE
         try:
             # Read again under the claim: a submission that held it since the read above may
             # have handed the training over already (the claim is gone once it has).
@@ -378,14 +383,23 @@ class TrainingStore:
                 raise _already_submitted(training_id)
             if trained_on is not None:
                 doc["training"] = {**doc["training"], "trained_on_sha256": trained_on}
+            if stated_ids is not None:
+                hashed, values = stated_ids
+                write_atomic(staged_ids, ("\n".join(values) + "\n").encode("utf-8"))
+                key = "id_sha256_file" if hashed else "ids_file"
+                doc["training"] = {**doc["training"], "trained_on": {key: TRAINED_ON_FILE}}
             manifest = parse_manifest(doc, source="request", base_dir=folder)
             write_atomic(staged, predictions_jsonl)
             read_predictions(staged, "model")
             holdouts = split_decisions(load_dataset(manifest))
-            check_trained_on(manifest.trained_on_sha256, holdouts, training_id=training_id)
+            attest(manifest.trained_on, manifest.trained_on_sha256, holdouts,
+                   training_id=training_id, source="request")
             os.replace(staged, folder / MODEL_PREDICTIONS)
             write_atomic(folder / MANIFEST_NAME, json.dumps(doc, indent=2).encode("utf-8"))
             (folder / DRAFT_NAME).unlink(missing_ok=True)
+        except BaseException:
+            staged_ids.unlink(missing_ok=True)  # refused: no statement left behind
+            raise
         finally:
             staged.unlink(missing_ok=True)
             claim.unlink(missing_ok=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -224,6 +225,9 @@ def _audit(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise InputError("a file path that can be written", f"{args.output!r} ({exc.strerror})",
                              "pick another --output") from None
+        digest = hashlib.sha256(data).hexdigest()
+        print(f"wrote {args.output}: the audit of {args.model_id}, SHA-256 {digest} (settled)")
+        print(f"check it: python3 verify_audit.py --expect-sha256 {digest} {args.output}")
     else:
         sys.stdout.flush()
         sys.stdout.buffer.write(data)

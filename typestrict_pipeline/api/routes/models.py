@@ -122,6 +122,8 @@ def _verdict(ctx: Ctx, info: ModelInfo) -> VerdictOut:
         keep_if_loses=info.keep_if_loses, delivered=info.delivered, files_state=info.state.value,
         files_expire_at=info.expires_at.isoformat(), audit_sha256=info.audit_sha256,
         decisions=[_decision(d, doc.get("split")) for d in doc.get("decisions", [])],
+        trained_on=(doc.get("trained_on") or {}).get("status"),
+        trained_on_n_ids=(doc.get("trained_on") or {}).get("n_ids"),
     )
 
 
@@ -134,8 +136,9 @@ def get_verdict(model_id: ModelId, ctx: Ctx, workspace: Workspace) -> VerdictOut
 @router.get("/models/{model_id}/audit", response_class=Response,
             responses={200: {"content": {"application/json": {}}}})
 def get_audit(model_id: ModelId, ctx: Ctx, workspace: Workspace) -> Response:
-    """The audit file, byte-identical to the one written at the verdict (also after the files
-    expired). Verify it with `python3 verify_audit.py audit.json`."""
+    """The audit file, byte-identical to the one settled (also after the files expired); its
+    SHA-256, recorded at settlement, is in the `X-Audit-SHA256` header. Verify it with
+    `python3 verify_audit.py --expect-sha256 SHA256 audit.json`."""
     info = ctx.trainings.model(workspace, model_id)
     data = _audit_bytes(ctx, info)
     return Response(data, media_type="application/json",
@@ -192,6 +195,7 @@ def get_result_page(model_id: ModelId, request: Request, ctx: Ctx, workspace: Wo
     base = str(request.base_url).rstrip("/")
     return HTMLResponse(
         render_result_page(doc, model_id=info.model_id, files_note=_files_note(info),
-                           pictures=result_pictures(doc), base_url=base),
+                           pictures=result_pictures(doc), base_url=base,
+                           audit_sha256=info.audit_sha256),
         headers={"Content-Security-Policy": PAGE_CSP, "X-Content-Type-Options": "nosniff"},
     )
