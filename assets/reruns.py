@@ -112,6 +112,8 @@ def lineage_materialization(engine: Engine, study_id: str) -> dg.AssetMaterializ
         metadata["within_noise"] = dg.MetadataValue.bool(bool(summary.within_noise))
     else:
         metadata["best_expected_of_k_under_noise"] = dg.MetadataValue.text(f"n/a: {summary.missing_reason}")
+    metadata["persistence"] = summary.persistence
+    metadata["statements"] = dg.MetadataValue.md("\n\n".join(summary.statements))
     return dg.AssetMaterialization(asset_key=LINEAGE_KEY, partition=root, metadata=metadata)
 
 

@@ -189,7 +189,7 @@ def test_usage_budget_exhausted_then_resumes_by_itself(world: World) -> None:
     world.arrive(10)
     set_workspace(world.engine, WS, usage_budget_micro_usd=1_000)  # the root study alone spent 1_000
     first = world.tick(T0)
-    assert first.skip_message == "Usage budget exhausted"
+    assert first.skip_message == "Workspace usage budget exhausted"
     set_workspace(world.engine, WS, usage_budget_micro_usd=50_000_000)
     assert len(world.tick(T0 + HOUR, cursor=first.cursor).run_requests) == 1
 

@@ -208,6 +208,7 @@ class StudySpendOut(BaseModel):
     state: str
     spend_micro_usd: int | None
     budget_micro_usd: int | None
+    deleted: bool = False  # a deleted study's spend stays, under its id, marked deleted
 
 
 class SpendOut(BaseModel):

@@ -80,5 +80,6 @@ def get_usage(workspace_id: WorkspaceId, ctx: Ctx, workspace: Workspace) -> Usag
                            cost_micro_usd=r.cost_micro_usd) for r in u.calls],
         studies=[StudySpendOut(study_id=st.study_id, name=st.name, workflow=st.workflow, day=st.day,
                                state=st.state, spend_micro_usd=st.spend_micro,
-                               budget_micro_usd=st.budget_micro) for st in u.studies],
+                               budget_micro_usd=st.budget_micro, deleted=st.deleted)
+                 for st in u.studies],
     )
