@@ -10,6 +10,10 @@ UI_HOST ?= 127.0.0.1
 UI_PORT ?= 3000
 API_PORT ?= 8000
 
+# Servers run under a supervisor (exec'd: make's own child) that stops their whole process tree on
+# Ctrl-C or SIGTERM within 10 s (typestrict_pipeline/supervise.py, docs/lifecycle.md).
+SUPERVISE = $(BIN)/python -m typestrict_pipeline.supervise --
+
 .PHONY: demo ui api test lint typecheck bench clean
 
 $(STAMP): pyproject.toml
@@ -28,7 +32,7 @@ demo: $(STAMP)
 ui: $(STAMP)
 	@mkdir -p "$(TS_HOME)/dagster_home"
 	@echo "Dagster UI on http://$(UI_HOST):$(UI_PORT) (DAGSTER_HOME=$(TS_HOME)/dagster_home TYPESTRICT_HOME=$(TS_HOME)); Ctrl-C stops it"
-	DAGSTER_HOME="$(TS_HOME)/dagster_home" TYPESTRICT_HOME="$(TS_HOME)" \
+	exec env DAGSTER_HOME="$(TS_HOME)/dagster_home" TYPESTRICT_HOME="$(TS_HOME)" $(SUPERVISE) \
 		$(BIN)/dagster dev -w workspace.yaml -h $(UI_HOST) -p $(UI_PORT)
 
 # The suite runs on two pytest-xdist workers (tests/conftest.py keeps a module's shared fixture on
@@ -55,5 +59,7 @@ bench: $(STAMP)
 clean:
 	rm -rf $(VENV) .typestrict build *.egg-info
 
+# On the demo's home the server starts with the demo's Jev stand-in and says so on its first line;
+# anywhere else it needs --jev-source (or TYPESTRICT_API_JEV_SOURCE), docs/api.md.
 api: $(STAMP)
-	$(BIN)/typestrict api --port $(API_PORT)
+	@exec env TYPESTRICT_HOME="$(TS_HOME)" $(SUPERVISE) $(BIN)/typestrict api --home "$(TS_HOME)" --port $(API_PORT)

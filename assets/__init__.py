@@ -9,7 +9,7 @@ import importlib
 import dagster as dg
 
 # Order is only cosmetic (the UI sorts anyway).
-AREAS = ("refund", "credits", "backtests", "studies", "reruns")
+AREAS = ("refund", "credits", "backtests", "studies", "reruns", "lifecycle")
 
 
 def area_definitions() -> list[dg.Definitions]:

@@ -23,6 +23,7 @@ from typing import Any
 import dagster as dg
 
 from resources.backtests import BacktestModels
+from resources.failures import failure
 from resources.store import StoreResource
 from typestrict_pipeline import plots
 from typestrict_pipeline.backtest.engine import RunCard, parse_step
@@ -58,6 +59,8 @@ class BacktestConfig(dg.Config):
         max_in_flight: steps and model calls in flight at once.
         retries: extra attempts per model call after a failure (each metered).
         on_step_error: ``continue`` or ``stop`` after a failed step.
+        backtest_id: the id to store it under (the API names a backtest before its run
+            starts, ``typestrict_pipeline/api/backtests.py``); empty means a new one.
     """
 
     workspace: str = "demo"
@@ -72,6 +75,7 @@ class BacktestConfig(dg.Config):
     max_in_flight: int = 8
     retries: int = 0
     on_step_error: str = "continue"
+    backtest_id: str | None = None
 
 
 class LiveConfig(dg.Config):
@@ -104,7 +108,7 @@ def _stamp_mode(context: dg.AssetExecutionContext, mode: RunMode, workflow: str)
     """Tag the run with its mode; refuse a run already tagged with the other mode."""
     tags = context.run.tags
     if tags.get(MODE_TAG) not in (None, mode.value):
-        raise dg.Failure(
+        raise failure(
             f"expected a run tagged {MODE_TAG}={mode.value}, got {MODE_TAG}={tags[MODE_TAG]}. "
             "Launch backtests from backtest_<workflow>_job and live runs from live_<workflow>_job."
         )
@@ -198,10 +202,10 @@ def _backtest_asset(name: str) -> dg.AssetsDefinition:
                         step=parse_step(config.step), models=models, params=config.params,
                         prompts=config.prompts, max_in_flight=config.max_in_flight,
                         retries=config.retries, on_step_error=config.on_step_error,
-                        dagster_run_id=context.run.run_id,
+                        dagster_run_id=context.run.run_id, backtest_id=config.backtest_id,
                     )
         except TypeStrictError as exc:
-            raise dg.Failure(description=str(exc)) from exc
+            raise failure(str(exc), error=type(exc).__name__) from None
         context.log.info("backtest %s:\n%s", backtest_id, result.card.to_text())
         return dg.MaterializeResult(metadata=card_metadata(result.card, backtest_id))
 
@@ -234,7 +238,7 @@ def _live_asset(name: str) -> dg.AssetsDefinition:
                         as_of=as_of, dagster_run_id=context.run.run_id,
                     )
         except TypeStrictError as exc:
-            raise dg.Failure(description=str(exc)) from exc
+            raise failure(str(exc), error=type(exc).__name__) from None
         return dg.MaterializeResult(metadata={
             "mode": live.mode.value,
             "live_decision_id": live_id,

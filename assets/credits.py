@@ -12,13 +12,16 @@
 Every decision and write is in ``typestrict_pipeline.credits``; this module only wires it.
 """
 
+import contextlib
 import datetime as dt
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
 from resources.credits import CreditsResource
+from resources.failures import failure
 from resources.refund import RefundTrainingsResource
 from resources.store import StoreResource
 from typestrict_pipeline.credits import (
@@ -32,7 +35,18 @@ from typestrict_pipeline.credits import (
     settle_training,
     settlement_reason,
 )
-from typestrict_pipeline.errors import InputError
+from typestrict_pipeline.credits.intake import (
+    fingerprint,
+    next_cursor,
+    parse_refused,
+    rerun_key,
+    resubmitted,
+    screen,
+)
+from typestrict_pipeline.errors import InputError, TypeStrictError
+from typestrict_pipeline.lifecycle.trainings import judging_since, ledger_balance, submitted_ids
+from typestrict_pipeline.refund.manifest import PredictionsFileSource
+from typestrict_pipeline.refund.preflight import screen_training
 from typestrict_pipeline.refund.rule import TrainingJudgement
 
 GROUP = "refund"
@@ -71,7 +85,13 @@ def ledger_markdown(lines: list[LedgerLine]) -> str:
             "settled_verdict_matches",
             asset="credit_settlement",
             description="The ledger's settled verdict (the first one, final) equals this run's verdict.",
-        )
+        ),
+        dg.AssetCheckSpec(
+            "ledger_balances",
+            asset="credit_settlement",
+            description="After this settlement: spends = settlements + open trainings, and every "
+                        "open training has a deadline (docs/lifecycle.md).",
+        ),
     ],
 )
 def credit_settlement(
@@ -111,13 +131,13 @@ def credit_settlement(
             result = settle_training(engine, request, policy=policy)
         except SettledAuditError as exc:  # the settled audit stands; this one is refused
             context.log.error("%s", exc)
-            raise dg.Failure(description=str(exc),
-                             metadata={"error": type(exc).__name__,
-                                       "settled_audit_sha256": exc.settled,
-                                       "refused_audit_sha256": exc.offered}) from None
+            raise failure(str(exc), {"settled_audit_sha256": exc.settled,
+                                     "refused_audit_sha256": exc.offered},
+                          error=type(exc).__name__) from None
         ledger = CreditLedger(engine)
         balance = ledger.balance(manifest.workspace_id)
         total = ledger.entries_total(manifest.workspace_id)
+        balances = ledger_balance(engine)
     s, model = result.settlement, result.model
     if s.newly_settled:
         context.log.info("settled %s: %s (balance %d)", training_id, s.verdict.value, balance)
@@ -154,7 +174,15 @@ def credit_settlement(
         ),
         metadata={"ledger_verdict": s.verdict.value, "run_verdict": s.requested_verdict.value},
     )
-    return dg.MaterializeResult(metadata=metadata, check_results=[check])
+    balanced = dg.AssetCheckResult(
+        check_name="ledger_balances",
+        passed=balances.balanced,
+        severity=dg.AssetCheckSeverity.ERROR,
+        description=balances.describe(),
+        metadata={"spends": balances.spends, "settlements": balances.settlements,
+                  "open_trainings": len(balances.open_trainings)},
+    )
+    return dg.MaterializeResult(metadata=metadata, check_results=[check, balanced])
 
 
 def _read_audit(path: str | None) -> bytes | None:
@@ -243,35 +271,89 @@ def retention_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
 # ------------------------------------------------------------------------------------------------
 
 
+def _training_files(refund_trainings: RefundTrainingsResource, training_id: str) -> list[Path]:
+    """The files whose change means a refused training was corrected: its manifest, dataset and
+    predictions files (those that can be read from the manifest)."""
+    files = [refund_trainings.manifest_path(training_id)]
+    with contextlib.suppress(TypeStrictError, OSError, ValueError):
+        manifest = refund_trainings.load(training_id)
+        files.append(manifest.dataset.path)
+        for source in (manifest.jev, manifest.model):
+            if isinstance(source, PredictionsFileSource):
+                files.append(source.path)
+    return files
+
+
+def _screen(refund_trainings: RefundTrainingsResource, training_id: str) -> str | None:
+    try:
+        return screen_training(refund_trainings.load(training_id))
+    except TypeStrictError as exc:
+        return str(exc)
+
+
+def _resubmissions(context: dg.SensorEvaluationContext, store: StoreResource,
+                   known: Sequence[str]) -> list[dg.RunRequest]:
+    """Judging trainings whose corrected predictions have no verdict run yet."""
+    with store.engine() as engine:
+        judging = judging_since(engine)
+    if not judging:
+        return []
+
+    def last_run(tid: str) -> dt.datetime | None:
+        records = context.instance.get_run_records(
+            dg.RunsFilter(job_name=VERDICT_JOB, tags={"dagster/partition": tid}), limit=1)
+        return records[0].create_timestamp if records else None
+
+    return [dg.RunRequest(run_key=rerun_key(tid, n), partition_key=tid,
+                          tags={"typestrict/training": tid, "typestrict/submission": str(n)})
+            for tid, n in resubmitted(judging, partitions=known, last_run_created=last_run)]
+
+
 @dg.sensor(
     job_name=VERDICT_JOB,
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description=(
-        "New finished trainings: a manifest at <trainings>/<id>/manifest.json adds partition <id> "
-        "of `trainings` and requests its verdict_job run once (run key verdict:<id>)."
+        "New finished trainings: a manifest at <trainings>/<id>/manifest.json whose predictions "
+        "fit its split adds partition <id> of `trainings` and requests its verdict_job run once "
+        "(run key verdict:<id>); corrected predictions after a refusal get a run of their own."
     ),
 )
 def training_sensor(
-    context: dg.SensorEvaluationContext, refund_trainings: RefundTrainingsResource
+    context: dg.SensorEvaluationContext, refund_trainings: RefundTrainingsResource,
+    store: StoreResource,
 ) -> dg.SensorResult | dg.SkipReason:
     folder = refund_trainings.trainings_dir()
     ids = refund_trainings.training_ids()
     known = context.instance.get_dynamic_partitions(PARTITIONS_NAME)
     decision = decide(ids, known_partitions=known, cursor=context.cursor)
-    if not decision.new:
-        if decision.cursor != (context.cursor or ""):
-            context.update_cursor(decision.cursor)
+    with store.engine() as engine:  # submitted through the API or the CLI: checked there already;
+        submitted = submitted_ids(engine, decision.new)  # its run's refusal makes it `failed`
+    accepted, refused, messages = screen(
+        decision.new, refused=parse_refused(context.cursor),
+        fingerprints=lambda tid: fingerprint(_training_files(refund_trainings, tid)),
+        check=lambda tid: None if tid in submitted else _screen(refund_trainings, tid))
+    for tid, message in messages.items():
+        context.log.warning("training %s refused before any run: %s", tid, message)
+    cursor = next_cursor(context.cursor, requested=accepted, refused=refused, known_partitions=known)
+    reruns = _resubmissions(context, store, known)
+    if not accepted and not reruns:
+        if cursor != (context.cursor or ""):
+            context.update_cursor(cursor)
+        why = "; ".join(f"{t}: {m}" for t, m in messages.items())
         return dg.SkipReason(
-            f"No new training manifests in {folder} ({len(ids)} registered, all requested already)"
-        )
+            f"No new training manifests in {folder} ({len(ids)} registered, all requested already"
+            + (f"; {len(refused)} refused until their files change" if refused else "") + ")"
+            + (f". Refused now: {why}"[:4000] if why else ""))
     return dg.SensorResult(
         run_requests=[
-            dg.RunRequest(run_key=run_key(tid), partition_key=tid, tags={"typestrict/training": tid})
-            for tid in decision.new
+            *[dg.RunRequest(run_key=run_key(tid), partition_key=tid, tags={"typestrict/training": tid})
+              for tid in accepted],
+            *reruns,
         ],
-        dynamic_partitions_requests=[trainings_partitions.build_add_request(list(decision.new))],
-        cursor=decision.cursor,
+        dynamic_partitions_requests=(
+            [trainings_partitions.build_add_request(list(accepted))] if accepted else []),
+        cursor=cursor,
     )
 
 

@@ -14,26 +14,30 @@ A training that failed on our side goes through the same chain: no dataset is re
 predictions are asked, and the verdict is ``failed`` with the manifest's reason.
 """
 
-import contextlib
 import datetime as dt
 import hashlib
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
+from resources.failures import failure, product_failure
 from resources.refund import RefundModelClientResource, RefundTrainingsResource, SystemAnswers
 from resources.store import StoreResource
 from typestrict_pipeline import plots
 from typestrict_pipeline.credits import SettledAuditError, settled_audit_sha256
-from typestrict_pipeline.errors import TypeStrictError
 from typestrict_pipeline.files import write_atomic
+from typestrict_pipeline.progress import Progress, ProgressFn, every, write_progress
 from typestrict_pipeline.refund.audit import audit_bytes, build_audit
 from typestrict_pipeline.refund.dataset import Dataset, unlabeled_from_split, unlabeled_text
+from typestrict_pipeline.refund.explain import decision_reason, facts_from_report, verdict_sentence
 from typestrict_pipeline.refund.holdout import Holdout, split_decisions
-from typestrict_pipeline.refund.manifest import TrainingManifest, TrainingStatus
+from typestrict_pipeline.refund.manifest import (
+    TrainingManifest,
+    TrainingStatus,
+)
 from typestrict_pipeline.refund.metrics import MAX_DROP, METRIC_NAMES
 from typestrict_pipeline.refund.predictions import build_decision_data
 from typestrict_pipeline.refund.preflight import check_training
@@ -47,6 +51,7 @@ from typestrict_pipeline.refund.rule import (
 )
 from typestrict_pipeline.refund.trained_on import NOT_STATED, Attestation, attest
 from typestrict_pipeline.refund.unsettled import UNSETTLED_AFTER, RunSummary, find_unsettled
+from typestrict_pipeline.store import typestrict_home
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -112,6 +117,27 @@ def metrics_table_markdown(report: DecisionReport, *, jev_label: str = _JEV_NAME
     return "\n".join(lines)
 
 
+def metrics_table(report: DecisionReport, *, jev_label: str = _JEV_NAME) -> dg.TableMetadataValue:
+    """The four metrics of both systems as a native table (shown without "Show Markdown")."""
+    schema = dg.TableSchema(columns=[
+        dg.TableColumn("metric", "string"), dg.TableColumn("model", "float"),
+        dg.TableColumn(jev_label, "float"), dg.TableColumn("Δ (model − Jev)", "float"),
+        dg.TableColumn("largest drop allowed", "float"), dg.TableColumn("margin", "string"),
+    ])
+    records = []
+    for name in METRIC_NAMES:
+        m, j, d = report.model.value(name), report.jev.value(name), report.deltas[name]
+        records.append(dg.TableRecord({
+            "metric": name,
+            "model": None if m is None else plots.for_reading(m),
+            jev_label: None if j is None else plots.for_reading(j),
+            "Δ (model − Jev)": None if d is None else plots.for_reading(d),
+            "largest drop allowed": float(MAX_DROP[name]),
+            "margin": report.margins[name].value,
+        }))
+    return dg.MetadataValue.table(records=records, schema=schema)
+
+
 def decision_summary_markdown(report: DecisionReport, *, jev_label: str = _JEV_NAME) -> str:
     """One decision: the table, G, its 5th percentile, the count of G ≤ 0, the outcome."""
     boot = report.bootstrap
@@ -162,6 +188,8 @@ def verdict_markdown(judgement: TrainingJudgement, *, jev_label: str = _JEV_NAME
     parts = [
         head,
         "",
+        verdict_sentence(judgement),
+        "",
         f"Decisions won: {judgement.won} of {n} (needed {judgement.needed}); "
         f"settling decision: `{judgement.settling_decision}`; the credit {credit}.",
     ]
@@ -175,17 +203,25 @@ def verdict_markdown(judgement: TrainingJudgement, *, jev_label: str = _JEV_NAME
 # ------------------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def product_failure() -> Iterator[None]:
-    """Turn the product's own errors into a Dagster ``Failure`` whose description is the message.
+def run_progress(context: dg.AssetExecutionContext, *, percent: int = 10) -> ProgressFn:
+    """Progress of long work in this run: a log line and an observation of the asset with the
+    figures every ``percent`` %, and the latest report where the console reads it
+    (:func:`typestrict_pipeline.progress.read_progress` with the run id)."""
+    home = typestrict_home()
 
-    The run page then shows what went wrong and what to do as the failure reason, not a stack
-    trace; the error's class is kept in the failure's metadata.
-    """
-    try:
-        yield
-    except TypeStrictError as exc:
-        raise dg.Failure(description=str(exc), metadata={"error": type(exc).__name__}) from None
+    def report(p: Progress) -> None:
+        context.log.info(p.line())
+        metadata: dict[str, Any] = {"progress": p.line(), f"{p.unit} done": p.done}
+        if p.percent is not None:
+            metadata["percent"] = dg.MetadataValue.float(round(p.percent, 1))
+        context.log_event(dg.AssetObservation(
+            asset_key=context.asset_key,
+            partition=context.partition_key if context.has_partition_key else None,
+            metadata=metadata,
+        ))
+        write_progress(home, context.run.run_id, p)
+
+    return every(percent, report)
 
 
 def _training_id(context: dg.AssetExecutionContext) -> str:
@@ -217,17 +253,17 @@ def dataset(
         return dg.MaterializeResult(value=LoadedTraining(manifest, None), metadata=meta)
     # Every input (dataset, each predictions file in full, each endpoint) is checked before this
     # first asset returns: a bad training fails here and nothing of it is stored.
-    with product_failure():
-        checked = check_training(manifest)
+    with product_failure(manifest):
+        checked = check_training(manifest, progress=run_progress(context))
     data = checked.dataset
     assert data is not None
     for line in checked.checked:
         context.log.info("checked %s", line)
-    meta["rows"] = len(data.examples)
+    meta["rows"] = data.n_rows
     meta["grouped"] = data.columns.group is not None
     for labels in data.decisions:
         meta[f"labeled[{labels.name}]"] = labels.n_labeled
-        meta[f"unlabeled[{labels.name}]"] = unlabeled_text(labels.n_labeled, len(data.examples))
+        meta[f"unlabeled[{labels.name}]"] = unlabeled_text(labels.n_labeled, data.n_rows)
     return dg.MaterializeResult(value=LoadedTraining(manifest, data), metadata=meta)
 
 
@@ -256,13 +292,16 @@ class TrainingHoldout:
 def roles_frame(holdouts: Sequence[Holdout]) -> "pd.DataFrame":
     """Every example of every decision with its role (``test`` / ``train`` / ``excluded``)."""
     import pandas as pd  # on first use: keeps the code location's load quick (lazy.py)
+    import pyarrow as pa
 
-    records = [
-        (h.decision, r.id, r.group, r.answer, r.role.value) for h in holdouts for r in h.rows
-    ]
-    return pd.DataFrame.from_records(
-        records, columns=["decision", "id", "group", "answer", "role"]
-    )
+    columns = ["decision", "id", "group", "answer", "role"]
+    if not holdouts:
+        return pd.DataFrame(columns=columns)
+    # built from the splits' columns: no Python object per row
+    table = pa.concat_tables([h.columns() for h in holdouts], promote_options="permissive")
+    frame = table.to_pandas()
+    frame["decision"] = frame["decision"].astype(str)
+    return frame[columns]
 
 
 @dg.asset(
@@ -284,7 +323,7 @@ def holdout(
     manifest = dataset.manifest
     # A model that may have seen test rows is never judged (refund/trained_on.py); what the
     # training stated (or that it stated nothing) goes into the audit.
-    with product_failure():
+    with product_failure(manifest, "model"):
         trained_on = attest(manifest.trained_on, manifest.trained_on_sha256, holdouts,
                             training_id=manifest.training_id, source=manifest.source)
     roles = roles_frame(holdouts)
@@ -323,7 +362,7 @@ def _ask(
             value=SystemAnswers.none(system, client_resource.label),
             metadata={"status": "failed training: no predictions needed"},
         )
-    with product_failure():
+    with product_failure(manifest, system):
         asked = client_resource.predict(
             system=system, source=source, dataset=training.dataset, holdouts=holdout.holdouts,
             log=context.log,
@@ -382,21 +421,49 @@ class TrainingMetrics:
     trained_on: Attestation = NOT_STATED
 
 
+def _decisions_table(judgement: TrainingJudgement) -> dg.TableMetadataValue:
+    """Every decision in one native table: G, q05, the count of G ≤ 0, the outcome and why."""
+    schema = dg.TableSchema(columns=[
+        dg.TableColumn("decision", "string"),
+        dg.TableColumn("G", "float", description="0.5·Δmacro_f1 + 0.3·Δbrier_skill + 0.2·Δselective_acc_80"),
+        dg.TableColumn("q05", "float", description="5th percentile of G over the paired resamples"),
+        dg.TableColumn("G <= 0 in", "string"),
+        dg.TableColumn("beats Jev", "bool"),
+        dg.TableColumn("why", "string"),
+    ])
+    records = [
+        dg.TableRecord({
+            "decision": r.name,
+            "G": plots.for_reading(r.gain),
+            "q05": plots.for_reading(r.bootstrap.q05),
+            "G <= 0 in": f"{r.bootstrap.n_gain_le_0:,} of {r.bootstrap.resamples:,}",
+            "beats Jev": r.beats,
+            "why": decision_reason(facts_from_report(r)),
+        })
+        for r in judgement.decisions
+    ]
+    return dg.MetadataValue.table(records=records, schema=schema)
+
+
 def _verdict_metadata(
     judgement: TrainingJudgement, jev_label: str, split: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
+    # Native values first (text, floats, a table): the UI shows them as they are, without
+    # "Show Markdown"; the Markdown report and the pictures follow.
     meta: dict[str, Any] = {
-        "verdict": judgement.verdict.value,
+        "why": dg.MetadataValue.text(verdict_sentence(judgement)),
+        "verdict": dg.MetadataValue.text(judgement.verdict.value),
         "refunds_credit": judgement.refunds_credit,
-        "report": dg.MetadataValue.md(verdict_markdown(judgement, jev_label=jev_label)),
     }
     for name, (_, why) in unlabeled_from_split(dict(split or {})).items():
         meta[f"unlabeled[{name}]"] = why
     if judgement.failure_reason is not None:
-        meta["failure_reason"] = judgement.failure_reason
+        meta["failure_reason"] = dg.MetadataValue.text(judgement.failure_reason)
+        meta["report"] = dg.MetadataValue.md(verdict_markdown(judgement, jev_label=jev_label))
         return meta
-    meta["settling_decision"] = judgement.settling_decision or ""
-    meta["decisions_won"] = f"{judgement.won} of {len(judgement.decisions)} (needed {judgement.needed})"
+    meta["settling_decision"] = dg.MetadataValue.text(judgement.settling_decision or "")
+    meta["decisions_won"] = dg.MetadataValue.text(
+        f"{judgement.won} of {len(judgement.decisions)} (needed {judgement.needed})")
     for r in judgement.decisions:
         prefix = f"{r.name}: " if len(judgement.decisions) > 1 else ""
         meta[f"{prefix}G"] = dg.MetadataValue.float(plots.for_reading(r.gain))
@@ -404,6 +471,10 @@ def _verdict_metadata(
         meta[f"{prefix}bootstrap unit"] = r.bootstrap.unit.value
         meta[f"{prefix}count G<=0"] = r.bootstrap.n_gain_le_0
         meta[f"{prefix}beats"] = r.beats
+    meta["decisions"] = _decisions_table(judgement)
+    meta["report"] = dg.MetadataValue.md(verdict_markdown(judgement, jev_label=jev_label))
+    for r in judgement.decisions:
+        prefix = f"{r.name}: " if len(judgement.decisions) > 1 else ""
         meta[f"{prefix}bootstrap of G"] = dg.MetadataValue.md(bootstrap_picture_markdown(r))
     return meta
 
@@ -440,6 +511,7 @@ def metrics(
         reports.append(report)
     meta: dict[str, Any] = {}
     for r in reports:
+        meta[f"{r.name}: metrics"] = metrics_table(r, jev_label=jev_predictions.label)
         meta[r.name] = dg.MetadataValue.md(
             decision_summary_markdown(r, jev_label=jev_predictions.label)
         )
@@ -508,9 +580,9 @@ def audit(
         # option, other predictions): refused before the file is touched, and reported.
         refused = SettledAuditError(training_id, settled, digest)
         context.log.error("%s", refused)
-        raise dg.Failure(description=str(refused),
-                         metadata={"error": type(refused).__name__, "settled_audit_sha256": settled,
-                                   "refused_audit_sha256": digest})
+        raise failure(str(refused), {"settled_audit_sha256": settled,
+                                     "refused_audit_sha256": digest},
+                      error=type(refused).__name__)
     path = write_atomic(refund_trainings.audit_path(training_id), data)
     context.log.info("audit written to %s (SHA-256 %s)", path, digest)
     return dg.MaterializeResult(

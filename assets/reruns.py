@@ -24,6 +24,7 @@ import dagster as dg
 from sqlalchemy import Engine
 
 from assets.studies import partitions_name
+from resources.failures import failure
 from resources.reruns import RerunNotifierResource, RerunSettingsResource
 from resources.store import StoreResource
 from typestrict_pipeline import plots
@@ -48,9 +49,14 @@ from typestrict_pipeline.reruns.service import (
     lineage_entries,
     lineage_hint,
     lineage_root_of,
+    list_schedules,
     parse_cursor,
+    schedules_stamp,
+    tick_reason,
+    timelines,
 )
-from typestrict_pipeline.reruns.tables import TickOutcome
+from typestrict_pipeline.reruns.tables import ScheduleState, TickOutcome
+from typestrict_pipeline.reruns.timeline import format_when
 from typestrict_pipeline.reruns.workspace import workspace_warning
 
 LINEAGE_PARTITIONS = dg.DynamicPartitionsDefinition(name="study_lineages")
@@ -131,7 +137,7 @@ def study_lineage(context: dg.AssetExecutionContext, store: StoreResource) -> dg
     root: str = context.partition_key
     with store.engine() as engine:
         if not lineage_entries(engine, root):
-            raise dg.Failure(description=f"expected the id of a study with scheduled re-runs, got "
+            raise failure(f"expected the id of a study with scheduled re-runs, got "
                              f"{root!r}, which has no lineage in the store. Pick a partition "
                              "study_rerun_job added, with the store it used.")
         recorded = lineage_materialization(engine, root)
@@ -337,6 +343,53 @@ def sensor_interval_seconds(environ: Mapping[str, str] | None = None) -> int:
     return int(text)
 
 
+SCHEDULES_KEY = dg.AssetKey(["study_schedules"])
+study_schedules = dg.AssetSpec(
+    SCHEDULES_KEY,
+    group_name="studies",
+    kinds={"python"},
+    description="Every re-run schedule, one row each: its next evaluation, its last decision with "
+    "the reason, what would make it fire (or that it never can), its lineage. Observed by "
+    "study_rerun_sensor whenever a schedule is enabled, cancelled or evaluated.",
+)
+
+
+def _split_cursor(cursor: str | None) -> tuple[str | None, str]:
+    """The sensor's cursor: ``"<slots>;<stamp>"`` (the slots alone in older cursors)."""
+    if not cursor:
+        return None, ""
+    slots, _, stamp = cursor.partition(";")
+    return slots or None, stamp
+
+
+def schedules_observation(engine: Engine, reruns: RerunSettingsResource) -> dg.AssetObservation:
+    """The ``study_schedules`` observation: every schedule's timeline as native metadata (a table,
+    and one line per enabled schedule), which the UI shows as it is."""
+    now = reruns.current_time()
+    port, spend = reruns.studies(engine), reruns.spend(engine)
+    rows = timelines(engine, port, list_schedules(engine)[:200], now=now, spend=spend)
+    schema = dg.TableSchema(columns=[dg.TableColumn(name, "string") for name in (
+        "schedule", "study", "workflow", "every", "state", "next evaluation", "last decision",
+        "fires", "lineage")])
+    records = []
+    metadata: dict[str, Any] = {"as of": dg.MetadataValue.text(format_when(now))}
+    for view, tl in rows:
+        o = tl.outlook
+        fires = "" if o is None else (o.never_fires or o.would)
+        records.append(dg.TableRecord({
+            "schedule": str(view.id), "study": view.root_study_id, "workflow": view.workflow_id,
+            "every": view.cadence, "state": view.state.value, "next evaluation": tl.next_evaluation_text(),
+            "last decision": tl.last_decision_text(), "fires": fires,
+            "lineage": f"study_lineage, partition {view.lineage_root_id}",
+        }))
+        if view.state is ScheduleState.ENABLED:
+            metadata[f"schedule {view.id}"] = dg.MetadataValue.text(
+                f"re-runs study {view.root_study_id} every {view.cadence}; next evaluation: "
+                f"{tl.next_evaluation_text()}; last decision: {tl.last_decision_text()}; fires: {fires}")
+    metadata["schedules"] = dg.MetadataValue.table(records=records, schema=schema)
+    return dg.AssetObservation(asset_key=SCHEDULES_KEY, metadata=metadata)
+
+
 @dg.sensor(
     # Targeted by name, not by the job object: Dagster re-creates a sensor that holds a job
     # needing resources and, in 1.13, warns "BetaWarning: Parameter `owners`" when it does.
@@ -344,26 +397,34 @@ def sensor_interval_seconds(environ: Mapping[str, str] | None = None) -> int:
     minimum_interval_seconds=sensor_interval_seconds(),
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Fires a scheduled study re-run when enough unseen steps have arrived; otherwise "
-    "skips with the reason (Why was my scheduled study skipped?).",
+    "skips with the reason (Why was my scheduled study skipped?). Each tick's reason lists every "
+    "schedule with its next evaluation; the study_schedules asset shows their timelines.",
 )
 def study_rerun_sensor(
     context: dg.SensorEvaluationContext, store: StoreResource, reruns: RerunSettingsResource
 ) -> dg.SensorResult:
+    slots_text, stamp = _split_cursor(context.cursor)
+    events: list[dg.AssetObservation] = []
     with store.engine() as engine:
+        now = reruns.current_time()
         results, slots = evaluate_due(
-            engine, reruns.studies(engine), now=reruns.current_time(), spend=reruns.spend(engine),
-            source="sensor", cursor=parse_cursor(context.cursor),
+            engine, reruns.studies(engine), now=now, spend=reruns.spend(engine),
+            source="sensor", cursor=parse_cursor(slots_text),
         )
-        requests, skip = _requests_and_skips(engine, results, _instance(context))
-    cursor = format_cursor(slots)
+        requests, _ = _requests_and_skips(engine, results, _instance(context))
+        views = list_schedules(engine)
+        reason = tick_reason(views, results, now=now)
+        new_stamp = schedules_stamp(views)
+        if new_stamp != stamp:  # a schedule was enabled, cancelled or evaluated: record them again
+            events.append(schedules_observation(engine, reruns))
+    cursor = f"{format_cursor(slots)};{new_stamp}"
     for r in results:
         if r.outcome is TickOutcome.FIRED:
             context.log.info(f"schedule {r.schedule_id}: {r.message}")
     if requests:
-        if skip:
-            context.log.info(f"skipped: {skip}")
-        return dg.SensorResult(run_requests=requests, cursor=cursor)
-    return dg.SensorResult(skip_reason=dg.SkipReason(skip or NOTHING_DUE), cursor=cursor)
+        context.log.info(reason)
+        return dg.SensorResult(run_requests=requests, cursor=cursor, asset_events=events)
+    return dg.SensorResult(skip_reason=dg.SkipReason(reason), cursor=cursor, asset_events=events)
 
 
 @dg.schedule(
@@ -380,10 +441,11 @@ def study_rerun_schedule(
     now = context.scheduled_execution_time if reruns.now is None else reruns.current_time()
     with store.engine() as engine:
         results, _ = evaluate_due(engine, reruns.studies(engine), now=now, spend=reruns.spend(engine), source="schedule")
-        requests, skip = _requests_and_skips(engine, results, _instance(context))
+        requests, _skip = _requests_and_skips(engine, results, _instance(context))
+        reason = tick_reason(list_schedules(engine), results, now=now)
     if requests:
         return requests
-    return dg.SkipReason(skip or NOTHING_DUE)
+    return dg.SkipReason(reason)
 
 
 @dg.sensor(
@@ -407,7 +469,7 @@ def notification_outbox_sensor(
 
 def build_defs() -> dg.Definitions:
     return dg.Definitions(
-        assets=[study_lineage],
+        assets=[study_lineage, study_schedules],
         jobs=[study_rerun_job, enable_study_schedule_job, cancel_study_schedule_job],
         sensors=[study_rerun_sensor, notification_outbox_sensor],
         schedules=[study_rerun_schedule],

@@ -23,10 +23,12 @@ import dagster as dg
 from sqlalchemy import Engine
 
 from resources.executor import warm_multiprocess_executor
+from resources.failures import failure
 from resources.store import StoreResource
 from resources.studies import StudyRunnerResource
 from typestrict_pipeline import plots
 from typestrict_pipeline.heap import frozen_heap
+from typestrict_pipeline.processes import ProcessIdentity, ancestor_identity, this_process
 from typestrict_pipeline.study import repository as repo
 from typestrict_pipeline.study.leaderboard import (
     Leaderboard,
@@ -114,7 +116,7 @@ def _create_from_launchpad(engine: Engine, new: NewStudyConfig) -> int:
             fields[name] = list(fields[name] or [])
         return create_study_from_config(engine, study_config(StudyForm(**fields)))
     except TypeStrictError as exc:
-        raise dg.Failure(description=str(exc)) from None
+        raise failure(str(exc), error=type(exc).__name__) from None
 
 
 def partitions_name(partitions: dg.DynamicPartitionsDefinition) -> str:
@@ -124,16 +126,21 @@ def partitions_name(partitions: dg.DynamicPartitionsDefinition) -> str:
     return partitions.name
 
 
-def leaderboard_picture_markdown(board: Leaderboard) -> str:
-    """Out-of-sample vs in-sample scores of the candidates, with the luck line (Markdown image)."""
-    ran = [r for r in board.rows if r.ran]
+def leaderboard_picture(board: Leaderboard) -> plots.Picture:
+    """Out-of-sample vs in-sample scores of the candidates, with the luck line, and its geometry."""
+    # in ranking order, best first: a picture of many candidates labels the winner and the best
+    ran = sorted((r for r in board.rows if r.ran), key=lambda r: (r.rank is None, r.rank or 0, r.index))
     winner = next((r.label for r in ran if r.candidate_id == board.winner_candidate_id), None)
-    png = plots.leaderboard_png(
+    return plots.leaderboard_picture(
         [r.label for r in ran], [r.oos for r in ran], [r.in_sample for r in ran],
         board.stats.luck_line, luck_line_95=board.joint.line_95 if board.joint else None,
         winner=winner,
     )
-    return plots.png_markdown(png, f"study {board.study_id}: out-of-sample vs in-sample")
+
+
+def leaderboard_picture_markdown(board: Leaderboard) -> str:
+    """The leaderboard picture (:func:`leaderboard_picture`) as a Markdown image."""
+    return plots.png_markdown(leaderboard_picture(board).png, f"study {board.study_id}: out-of-sample vs in-sample")
 
 
 def leaderboard_materialization(engine: Engine, study_id: int,
@@ -202,13 +209,13 @@ def study_leaderboard(context: dg.AssetExecutionContext, store: StoreResource) -
 
     key: str = context.partition_key
     if not key.isdigit():
-        raise dg.Failure(description=f"expected a study id (digits) as the partition, got {key!r}. "
+        raise failure(f"expected a study id (digits) as the partition, got {key!r}. "
                          "Pick a partition that study_job added.")
     try:
         with store.engine() as engine:
             recorded = leaderboard_materialization(engine, int(key))
     except TypeStrictError as exc:
-        raise dg.Failure(description=str(exc), metadata={"error": type(exc).__name__}) from None
+        raise failure(str(exc), error=type(exc).__name__) from None
     return dg.MaterializeResult(metadata=dict(recorded.metadata))
 
 
@@ -244,18 +251,29 @@ def _key_from_json(d: dict[str, Any]) -> RunKey:
                   dt.datetime.fromisoformat(d["end"]), int(d["steps"]))
 
 
+def _run_process(context: dg.OpExecutionContext) -> ProcessIdentity:
+    """The process of this Dagster run (its start event's pid) when it is this process or an
+    ancestor of it; else this process (a step on another host: its run's end is found by the
+    lifecycle sensor from the run's status)."""
+    records = context.instance.get_records_for_run(
+        context.run_id, of_type=dg.DagsterEventType.RUN_START, limit=1).records
+    event = records[0].event_log_entry.dagster_event if records else None
+    found = ancestor_identity(event.pid) if event is not None and event.pid else None
+    return found or this_process()
+
+
 @dg.op(out=dg.DynamicOut(list), tags={"area": "studies"})
 def study_plan(context: dg.OpExecutionContext, config: StudyJobConfig,
                store: StoreResource) -> Iterator[dg.DynamicOutput[list[dict[str, Any]]]]:
     """Mark the study running and fan out one step per candidate (or per window run)."""
     if config.fanout not in FANOUTS:
-        raise dg.Failure(f"expected fanout 'chunk', 'candidate' or 'window', got "
+        raise failure(f"expected fanout 'chunk', 'candidate' or 'window', got "
                          f"{config.fanout!r}. Fix the run config.")
     if config.chunks < 0:
-        raise dg.Failure(f"expected chunks ≥ 0 (0 = one per executor worker), got "
+        raise failure(f"expected chunks ≥ 0 (0 = one per executor worker), got "
                          f"{config.chunks}. Fix the run config.")
     if (config.study_id is None) == (config.new_study is None):
-        raise dg.Failure("expected either study_id (a created study) or new_study (a study to "
+        raise failure("expected either study_id (a created study) or new_study (a study to "
                          "create), got " + ("both" if config.study_id is not None else "neither")
                          + ". Fix the run config.")
     with store.engine() as engine:
@@ -265,7 +283,9 @@ def study_plan(context: dg.OpExecutionContext, config: StudyJobConfig,
         else:
             assert config.study_id is not None
             study_id = config.study_id
-        repo.start_study(engine, study_id, dagster_run_id=context.run_id)
+        # The study's lease names the run's own process (this one, or the run worker when this
+        # step runs in a subprocess of it), so its death, not this step's end, interrupts it.
+        repo.start_study(engine, study_id, dagster_run_id=context.run_id, owner=_run_process(context))
         keys = plan_runs(engine, study_id)
     context.log.info(f"study {study_id}: {len(keys)} window runs planned")
     if config.fanout == "window":
@@ -316,7 +336,7 @@ def study_finalize(context: dg.OpExecutionContext, results: list[dict[str, Any]]
                    study_runner: StudyRunnerResource) -> dict[str, Any]:
     """Rank, pick the winner, score the holdout, close the study; record the leaderboard."""
     if not results:
-        raise dg.Failure("expected at least one planned window run, got none. Check the study.")
+        raise failure("expected at least one planned window run, got none. Check the study.")
     study_id = int(results[0]["study_id"])
     with store.engine() as engine, frozen_heap():
         backend = study_runner.backend(engine, study_id)

@@ -79,7 +79,7 @@ def _main(root: Path) -> None:
         labels = dataset.decision("sentiment")
         pos = {ex.id: i for i, ex in enumerate(dataset.examples)}
         texts = [by_id[i].text for i in allowed]
-        y = [labels.labels[pos[i]] or "" for i in allowed]
+        y = [labels.label_at(pos[i]) or "" for i in allowed]
         answers = labels.spec.answers
 
         one = _best(lambda: train_text_classifier(texts, y, answers), repeat=2)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 MARKER = "demo.json"
-STORE_FILES = ("store.db", "store.db-wal", "store.db-shm")
+STORE_FILES = ("store.db", "store.db-wal", "store.db-shm", "notifications.log")
 OWNED_DIRS = ("dagster_home", "data", "verifier", "credits", "reruns", "datasets/demo_seattle_live")
 
 

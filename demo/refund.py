@@ -48,6 +48,7 @@ from typestrict_pipeline.demo_data.lexicon import (
 )
 from typestrict_pipeline.instance import sqlite_instance_config, write_instance_yaml
 from typestrict_pipeline.refund.bootstrap import BootstrapUnit
+from typestrict_pipeline.refund.explain import verdict_sentence
 from typestrict_pipeline.refund.rule import DecisionReport, TrainingJudgement, example_bootstrap
 from typestrict_pipeline.store import default_store_url, open_store
 
@@ -79,6 +80,7 @@ def _print_verdict(judgement: TrainingJudgement, checks: dict[str, bool]) -> Non
         f"{judgement.won} of {n} (needed {judgement.needed}); settling decision: "
         f"{judgement.settling_decision}"
     )
+    print(f"  why: {verdict_sentence(judgement)}")  # the verdict in words, as the UI's "why" says it
     for r in judgement.decisions:
         boot = r.bootstrap
         print(f"\n  decision {r.name!r} ({r.n} test examples): {'beats' if r.beats else 'does not beat'} Jev")

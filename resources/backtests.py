@@ -21,6 +21,7 @@ from typing import Any
 
 import dagster as dg
 
+from resources.failures import failure
 from typestrict_pipeline.backtest.service import ModelSetup, endpoint_models, standin_models
 from typestrict_pipeline.backtest.workflow import Workflow
 
@@ -95,7 +96,7 @@ class BacktestModelsResource(BacktestModels):
         missing = [v for v in ("TYPESTRICT_BACKTEST_MODEL", "TYPESTRICT_BACKTEST_PRICE_IN",
                                "TYPESTRICT_BACKTEST_PRICE_OUT") if not os.environ.get(v)]
         if missing:
-            raise dg.Failure(
+            raise failure(
                 f"expected {', '.join(missing)} with TYPESTRICT_BACKTEST_MODEL_URL, got them unset. "
                 "Set the model name and its prices (micro-USD per 1M tokens): every call is costed."
             )

@@ -38,16 +38,28 @@ from dagster._core.launcher import (
     LaunchRunContext,
     WorkerStatus,
 )
-from dagster._core.storage.tags import GRPC_INFO_TAG
+from dagster._core.storage.tags import GRPC_INFO_TAG, HIDDEN_TAG_PREFIX
 from dagster._serdes import serialize_value
 from dagster._serdes.config_class import ConfigurableClassData
 
 from typestrict_pipeline.processes import process_alive
 
 WARM_SERVER = Path(__file__).with_name("warm_server.py")
-RUN_PROCESS_TAG = "typestrict/run_process"
-"""Tag of a run started by the warm run server: ``{"pid": n, "at": seconds since the epoch}``."""
+RUN_PROCESS_TAG = f"{HIDDEN_TAG_PREFIX}typestrict/run_process"
+"""Tag of a run started by the warm run server: ``{"pid": n, "at": seconds since the epoch}``.
+Hidden from the UI's runs table and run page (Dagster hides the ``.dagster/`` prefix, as for its
+own ``.dagster/run_worker``): it is for the launcher, not for a reader."""
+_OLD_RUN_PROCESS_TAG = "typestrict/run_process"  # runs launched before the tag was hidden
 _REPLY_TIMEOUT_S = 30.0
+
+
+def run_process_tag(tags: Mapping[str, str]) -> str | None:
+    """The warm-started run's process tag (the hidden one, or the one older runs carry).
+
+    >>> run_process_tag({RUN_PROCESS_TAG: "{}"}), run_process_tag({"typestrict/run_process": "[]"})
+    ('{}', '[]')
+    """
+    return tags.get(RUN_PROCESS_TAG, tags.get(_OLD_RUN_PROCESS_TAG))
 
 
 class WarmServerError(RuntimeError):
@@ -201,9 +213,10 @@ class WatchedRunLauncher(DefaultRunLauncher):
 
     def terminate(self, run_id: str) -> bool:
         run = self._instance.get_run_by_id(run_id)
-        if run is None or run.is_finished or RUN_PROCESS_TAG not in run.tags or GRPC_INFO_TAG in run.tags:
+        tag = run_process_tag(run.tags) if run is not None else None
+        if run is None or run.is_finished or tag is None or GRPC_INFO_TAG in run.tags:
             return bool(super().terminate(run_id))  # type: ignore[no-untyped-call]
-        found = json.loads(run.tags[RUN_PROCESS_TAG])
+        found = json.loads(tag)
         self._instance.report_run_canceling(run)
         if not process_alive(int(found["pid"]), running_at=float(found["at"])):
             self._instance.report_engine_event(

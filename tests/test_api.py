@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import dagster as dg
 import pytest
 
 from typestrict_pipeline.credits import CreditLedger, expire_models
@@ -242,7 +243,8 @@ def test_the_pipeline_stops_a_verdict_whose_trained_on_digest_is_wrong(tmp_path:
         assert support.run_verdicts(home, sqlite_url, failures) == [tid]
         assert "training.trained_on_sha256" in failures[tid]
         assert "may have seen test rows" in failures[tid]
-        assert c.get(f"/v1/trainings/{tid}").json()["state"] == "judging"  # never judged
+        read = c.get(f"/v1/trainings/{tid}").json()  # never judged; the customer can fix it
+        assert read["state"] == "failed" and "may have seen test rows" in read["reason"]
         assert c.get(f"/v1/models/{tid}").status_code == 404
         assert not (home / "audits" / f"{tid}.json").exists()
 
@@ -279,16 +281,27 @@ def test_a_study_is_created_cancelled_and_one_runs_at_a_time(tmp_path: Path, sql
     form = {"workflow": "wx", "start": "2012-01-01", "end": "2012-07-01", "tune_steps": 10,
             "eval_steps": 10, "holdout_steps": 10, "folds": 2, "grid": ["skill=0.5,0.6"],
             "max_candidates": 2, "max_total_steps": 1000, "synthetic": True}
-    with support.ApiServer(sqlite_url, tmp_path / "home", run_studies=False) as server, server.client(key) as c:
+    home = tmp_path / "home"
+    with support.ApiServer(sqlite_url, home) as server, server.client(key) as c:
         est = c.post("/v1/studies/estimate", json=form).json()
         created = c.post("/v1/studies", json=form)
         assert created.status_code == 201 and created.json()["state"] == "PENDING"
         sid = created.json()["id"]
+        # Launched as a Dagster run on the home's instance, waiting for the daemon in its queue.
+        assert created.json()["run_state"] == "queued"
+        with dg.DagsterInstance.from_config(str(home / "dagster_home")) as instance:
+            run = instance.get_run_by_id(created.json()["run_id"])
+            assert run is not None and run.job_name == "study_job"
+            assert run.status == dg.DagsterRunStatus.QUEUED
+            config: Any = run.run_config
+            assert config["ops"]["study_plan"]["config"]["study_id"] == sid
+            assert run.tags["typestrict/workspace"] == "acme" and run.tags["workflow"] == "wx"
         assert est["total_steps"] > 0 and c.get(f"/v1/studies/{sid}").json()["id"] == sid
         second = c.post("/v1/studies", json=form)
         assert second.status_code == 409 and "One study at a time per workflow" in second.json()["error"]["message"]
         cancelled = c.post(f"/v1/studies/{sid}/cancel")
         assert cancelled.status_code == 200 and cancelled.json()["state"] == "CANCELLED"
+        assert cancelled.json()["run_state"] == "cancelled"  # it left the queue
         assert c.post("/v1/studies", json=form).status_code == 201  # the workflow is free again
         assert [s["id"] for s in c.get("/v1/studies").json()][-1] == sid
 
@@ -341,7 +354,7 @@ def test_a_schedule_is_enabled_and_its_skip_reason_read_through_the_api(tmp_path
         scenario.run(engine, root)
         key = support.new_key(sqlite_url, "acme")
         other = support.new_key(sqlite_url, "other")
-        with support.ApiServer(sqlite_url, tmp_path / "home", run_studies=False) as server, server.client(key) as c:
+        with support.ApiServer(sqlite_url, tmp_path / "home") as server, server.client(key) as c:
             r = c.post(f"/v1/studies/{root}/schedule", json={"cadence": "1h", "owner": "ana@example.com"})
             assert r.status_code == 201, r.text
             assert r.json()["state"] == "ENABLED" and r.json()["min_unseen_steps"] == 10

@@ -35,8 +35,7 @@ def test_no_operation_answers_a_server_error(tmp_path: Path, sqlite_url: str) ->
     home = tmp_path / "home"
     csv, jev = support.make_dataset(tmp_path, n=80)
     key = support.new_key(sqlite_url, "fuzz", credits=1000)
-    with support.ApiServer(sqlite_url, home, jev_source={"kind": "file", "path": str(jev)},
-                           run_studies=False) as server:
+    with support.ApiServer(sqlite_url, home, jev_source={"kind": "file", "path": str(jev)}) as server:
         headers = {"Authorization": f"Bearer {key}"}
         with server.client(key) as c:
             c.put("/v1/files/reviews.csv", content=csv)
@@ -125,5 +124,5 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Any:
     tmp = tmp_path_factory.mktemp("hostile")
     url = f"sqlite:///{tmp / 'store.db'}"
     key = support.new_key(url, "hostile", credits=5)
-    with support.ApiServer(url, tmp / "home", run_studies=False) as server:
+    with support.ApiServer(url, tmp / "home") as server:
         yield {"url": server.url, "key": key}

@@ -40,9 +40,13 @@ STUDY_FORM: dict[str, Any] = {
 # verifier. A new route must be added here or be walked with a foreign key below.
 NOT_OBJECT_ROUTES = {
     ("post", "/v1/trainings"), ("put", "/v1/files/{name}"), ("post", "/v1/studies/estimate"),
-    ("post", "/v1/studies"), ("get", "/verify_audit.py"),
+    ("post", "/v1/studies"), ("get", "/verify_audit.py"), ("post", "/v1/backtests"),
+    ("get", "/v1/backtests/workflows"), ("post", "/v1/datasets"),
 }
-LIST_ROUTES = {("get", "/v1/trainings"), ("get", "/v1/models"), ("get", "/v1/files"), ("get", "/v1/studies")}
+LIST_ROUTES = {("get", "/v1/trainings"), ("get", "/v1/models"), ("get", "/v1/files"), ("get", "/v1/studies"),
+               ("get", "/v1/backtests"), ("get", "/v1/datasets"), ("get", "/v1/schedules"),
+               ("get", "/v1/notifications")}
+OWNER = "ana@example.com"
 
 
 @pytest.fixture(scope="module")
@@ -65,10 +69,43 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             assert support.run_verdicts(home, url) == [settled]
             draft = a.post("/v1/trainings", json=support.TRAINING_BODY).json()["id"]
             study = a.post("/v1/studies", json=STUDY_FORM).json()["id"]
-            server.app.state.ctx.runner.wait(study, timeout=300)
+            support.run_study_here(url, study)
             assert a.get(f"/v1/studies/{study}").json()["state"] == "FINISHED"
+            objects = _more_objects(a, url, tmp)
         yield {"server": server, "url": url, "home": home, "key_a": key_a, "key_b": key_b,
-               "settled": settled, "draft": draft, "study": str(study), "csv": csv}
+               "settled": settled, "draft": draft, "study": str(study), "csv": csv, **objects}
+
+
+def _more_objects(a: httpx.Client, url: str, tmp: Path) -> dict[str, Any]:
+    """A's backtest (launched, waiting for its run), dataset and re-run schedule."""
+    import datetime as dt
+
+    from typestrict_pipeline.backtest.workflows.weather import write_seattle_csv
+    from typestrict_pipeline.reruns import scenario
+    from typestrict_pipeline.reruns.decide import SubscriptionState
+    from typestrict_pipeline.reruns.service import enable_schedule
+    from typestrict_pipeline.reruns.workspace import set_workspace
+
+    backtest = a.post("/v1/backtests", json={"workflow": "seattle_rain", "start": "2014-01-01",
+                                             "end": "2014-01-31"})
+    assert backtest.status_code == 202, backtest.text
+    write_seattle_csv(tmp / "weather.csv", known_until=dt.datetime(2013, 1, 1, tzinfo=dt.UTC))
+    a.put("/v1/files/weather.csv", content=(tmp / "weather.csv").read_bytes())
+    dataset = a.post("/v1/datasets", json={"name": "a_weather", "workflow": "seattle_rain",
+                                           "tables": {"weather": "weather.csv"}})
+    assert dataset.status_code == 201, dataset.text
+    engine = open_store(url)
+    try:
+        set_workspace(engine, "ws-a", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=50_000_000)
+        root_end = dt.datetime(2015, 2, 1, tzinfo=dt.UTC)
+        root = scenario.create_root_study(engine, workspace="ws-a", root_end=root_end, budget_micro_usd=1_000_000,
+                                          min_unseen_steps=10,
+                                          workflow=scenario.backend(shift_at=root_end - dt.timedelta(days=10)))
+        scenario.run(engine, root)
+        schedule = enable_schedule(engine, scenario.port(engine), study_id=root, cadence="1d", owner=OWNER)
+    finally:
+        engine.dispose()
+    return {"backtest": backtest.json()["id"], "dataset": "a_weather", "schedule": str(schedule.id)}
 
 
 def _bodies(world: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -77,23 +114,37 @@ def _bodies(world: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
             {"json": {"predictions": support.model_predictions(world["csv"], skill=0.9)}},
         ("put", "/v1/trainings/{training_id}/model/{name}"): {"content": b"x"},
         ("post", "/v1/studies/{study_id}/schedule"): {"json": {"cadence": "1d", "owner": "b@example.com"}},
+        ("post", "/v1/datasets/{name}/append"): {"json": {"file": "weather.csv"}},
+        ("post", "/v1/schedules/{schedule_id}/cancel"): {"json": {"by": "b@example.com"}},
+        ("put", "/v1/notifications/{person}"): {"json": {"enabled": False}},
+        ("put", "/v1/workspaces/{workspace_id}/budget"): {"json": {"budget_usd": "5"}},
     }
 
 
 def _fill(path: str, world: dict[str, Any], training: str) -> str:
     values = {"training_id": training, "model_id": world["settled"], "study_id": world["study"],
-              "workspace_id": "ws-a", "name": "weights.bin"}
+              "workspace_id": "ws-a", "backtest_id": world["backtest"], "schedule_id": world["schedule"],
+              "person": OWNER, "name": world["dataset"] if path.startswith("/v1/datasets") else "weights.bin"}
     return re.sub(r"\{(\w+)\}", lambda m: values[m.group(1)], path)
 
 
 def _snapshot(home: Path) -> dict[str, bytes]:
+    """Every file of the home but B's own and the Dagster instance's storage (its runs are
+    compared apart)."""
     return {str(p.relative_to(home)): p.read_bytes() for p in sorted(home.rglob("*")) if p.is_file()
-            and "/ws-b/" not in f"/{p.relative_to(home)}"}
+            and "/ws-b/" not in f"/{p.relative_to(home)}" and not str(p.relative_to(home)).startswith("dagster_home")}
+
+
+def _runs(home: Path) -> list[tuple[str, str]]:
+    import dagster as dg
+
+    with dg.DagsterInstance.from_config(str(home / "dagster_home")) as instance:
+        return [(r.run_id, r.status.value) for r in instance.get_runs()]
 
 
 def test_a_foreign_key_gets_404_on_every_route_of_the_schema(world: dict[str, Any]) -> None:
     server = world["server"]
-    before = _snapshot(world["home"])
+    before, runs_before = _snapshot(world["home"]), _runs(world["home"])
     with server.client(world["key_b"]) as b:
         schema = b.get("/v1/openapi.json").json()
         bodies = _bodies(world)
@@ -106,7 +157,8 @@ def test_a_foreign_key_gets_404_on_every_route_of_the_schema(world: dict[str, An
                 if route in LIST_ROUTES:
                     r = b.request(method, path)
                     assert r.status_code == 200, (route, r.text)
-                    for own in (world["settled"], world["draft"], "reviews.csv", "weights.bin"):
+                    for own in (world["settled"], world["draft"], "reviews.csv", "weights.bin",
+                                world["backtest"], world["dataset"], OWNER):
                         assert own not in r.text, (route, own)
                     assert all(s["id"] != int(world["study"]) for s in r.json()) if path == "/v1/studies" else True
                     walked += 1
@@ -124,10 +176,15 @@ def test_a_foreign_key_gets_404_on_every_route_of_the_schema(world: dict[str, An
         r = b.post("/v1/trainings", json=support.TRAINING_BODY)
         assert r.status_code == 404
     assert _snapshot(world["home"]) == before  # nothing of A changed
+    assert _runs(world["home"]) == runs_before  # no run launched, cancelled or changed
     # ... and A still sees all of it.
     with server.client(world["key_a"]) as a:
         assert a.get(f"/v1/models/{world['settled']}").status_code == 200
         assert a.get(f"/v1/studies/{world['study']}/leaderboard").status_code == 200
+        assert a.get(f"/v1/backtests/{world['backtest']}").json()["state"] == "queued"
+        assert a.get(f"/v1/datasets/{world['dataset']}").json()["tables"][0]["rows"] > 300
+        assert a.get(f"/v1/schedules/{world['schedule']}").json()["state"] == "ENABLED"
+        assert [p["person"] for p in a.get("/v1/notifications").json()["settings"]] == [OWNER]
 
 
 def test_a_foreign_object_looks_exactly_like_a_missing_one(world: dict[str, Any]) -> None:
@@ -257,7 +314,7 @@ def test_study_routes_give_the_page_s_messages(world: dict[str, Any]) -> None:
         lineage = c.get(f"/v1/studies/{world['study']}/lineage").json()
         assert lineage["entries"] == [] and "no lineage yet" in lineage["text"]
         usage = c.get("/v1/workspaces/ws-a/usage").json()
-        assert [s["study_id"] for s in usage["studies"]] == [int(world["study"])]
+        assert int(world["study"]) in [s["study_id"] for s in usage["studies"]]
 
 
 def test_the_result_page_shows_the_verdict(world: dict[str, Any]) -> None:
@@ -338,7 +395,8 @@ def test_typestrict_api_serves_and_refuses_a_bad_jev_source(
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "typestrict_pipeline.cli", "api", "--store", sqlite_url,
-                             "--home", str(tmp_path / "home"), "--port", str(port), "--log-level", "warning"],
+                             "--home", str(tmp_path / "home"), "--port", str(port), "--log-level", "warning",
+                             "--jev-source", json.dumps(support.UNUSED_JEV)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 180

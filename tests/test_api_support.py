@@ -31,12 +31,15 @@ from typestrict_pipeline.refund.predictions import Prediction, write_predictions
 from typestrict_pipeline.store import open_store
 
 ANSWERS = ("yes", "no")
+UNUSED_JEV: dict[str, Any] = {"kind": "file", "path": "jev-never-asked.jsonl"}
+"""The Jev of a server whose test never judges a training (a server does not start without one)."""
 
 
 class ApiServer:
     """``create_app(store_url, home, ...)`` on a real uvicorn server at ``self.url``."""
 
     def __init__(self, store_url: str, home: Path, *, app: Any = None, **options: Any) -> None:
+        options.setdefault("jev_source", UNUSED_JEV)
         self.app = app if app is not None else create_app(store_url, home, **options)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -155,6 +158,8 @@ def run_verdicts(home: Path, store_url: str, failures: dict[str, str] | None = N
                 result = job.execute_in_process(partition_key=run.partition_key, instance=instance,
                                                 run_config=quiet, raise_on_error=False)
                 judged.append(run.partition_key)
+                if not result.success:
+                    refusal(instance, result.run_id, resources)
                 if not result.success and failures is not None:
                     events = result.get_step_failure_events()
                     info = events[0].step_failure_data.error if events else None
@@ -172,5 +177,110 @@ def run_verdicts(home: Path, store_url: str, failures: dict[str, str] | None = N
                 os.environ[k] = v
 
 
+def refusal(instance: Any, run_id: str, resources: dict[str, Any]) -> Any:
+    """What production's ``verdict_refusal_sensor`` does for a failed verdict run, evaluated here."""
+    import dagster as dg
+
+    from assets.lifecycle import verdict_refusal_sensor
+
+    run = instance.get_run_by_id(run_id)
+    [record] = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_FAILURE).records
+    event = record.event_log_entry.dagster_event
+    context = dg.build_run_status_sensor_context(
+        sensor_name="verdict_refusal_sensor", dagster_event=event, dagster_instance=instance,
+        dagster_run=run, resources=resources).for_run_failure()
+    return verdict_refusal_sensor(context)
+
+
 def dumps(value: Any) -> str:
     return json.dumps(value)
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServedCommand:
+    """A server command (``make api``, ``typestrict api ...``) in its own process group, its
+    output collected line by line, answering at ``url`` once ``/v1/openapi.json`` does; stopped
+    with its whole process group on exit."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], port: int, *, cwd: Path = REPO) -> None:
+        import subprocess
+
+        self.url = f"http://127.0.0.1:{port}"
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            self.lines.append(raw.decode("utf-8", "replace").rstrip("\n"))
+
+    def wait_ready(self, timeout_s: float = 180.0) -> ServedCommand:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                if httpx.get(f"{self.url}/v1/openapi.json", timeout=10).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the server did not start:\n" + "\n".join(self.lines))
+            time.sleep(0.3)
+
+    def stop(self) -> int:
+        from typestrict_pipeline.processes import stop_process_group
+
+        stop_process_group(self.proc)
+        self._reader.join(timeout=30)
+        return int(self.proc.returncode)
+
+    def __enter__(self) -> ServedCommand:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+def demo_like_home(home: Path) -> Path:
+    """A home ``make api`` takes for the demo's: the marker ``make demo`` leaves when it finishes
+    (``demo.json``), nothing else (the demo's data are not needed to serve the API)."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "demo.json").write_text(json.dumps({"finished_at": "2026-01-01T00:00:00+00:00", "made": [],
+                                                "fingerprint": {}}) + "\n", encoding="utf-8")
+    return home
+
+
+def make_api(home: Path, port: int, **extra_env: str) -> ServedCommand:
+    """``make api`` as the README runs it, on ``home`` (``TYPESTRICT_HOME``) and ``port``."""
+    import os
+
+    env = {**os.environ, "TYPESTRICT_HOME": str(home), "API_PORT": str(port), **extra_env}
+    for name in ("TYPESTRICT_STORE_URL", "TYPESTRICT_API_JEV_SOURCE", "MAKEFLAGS", "MAKELEVEL"):
+        if name not in extra_env:
+            env.pop(name, None)
+    return ServedCommand(["make", "--no-print-directory", "api"], env, port)
+
+
+def run_study_here(store_url: str, study_id: int) -> None:
+    """Run a created study in this process with the studies core's local runner (for tests about
+    what the API shows of a finished study, not about how it runs: the API launched its Dagster
+    run, which no daemon picks up here)."""
+    from typestrict_pipeline.study.runner import run_study_local
+    from typestrict_pipeline.study.service import study_backend
+
+    engine = open_store(store_url)
+    try:
+        run_study_local(engine, study_id, study_backend(engine, study_id), max_workers=2)
+    finally:
+        engine.dispose()

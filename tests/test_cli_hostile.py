@@ -125,7 +125,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("backtest unknown workflow", ["backtest", "run", "nosuch", "--start", "2015-01-01", "--end", "2015-01-10"],
      2, "expected a registered workflow, got 'nosuch'"),
     ("live unknown workflow", ["run", "nosuch"], 2, "expected a registered workflow, got 'nosuch'"),
-    ("live bad as-of", ["run", "seattle_rain", "--as-of", "yesterday"], 2, "expected the as_of as an ISO 8601"),
+    ("live bad as-of", ["run", "seattle_rain", "--as-of", "yesterday"], 2, "expected --as-of as an ISO 8601"),
     ("schedule id zero", ["schedule", "status", "0"], 2, "expected a schedule id from 1"),
     ("notifications empty user", ["schedule", "notifications", "", "--on"], 2, "expected a person"),
     ("unknown command", ["frobnicate"], 2, "invalid choice"),
@@ -180,7 +180,8 @@ def test_an_unreachable_postgres_store_is_a_message(home: Path, capsys: pytest.C
     before = snapshot(home)
     got, err = run_cli(["credits", "balance", "acme", "--store",
                         "postgresql://nobody@127.0.0.1:1/none"], capsys)
-    assert got == 2 and "could not bring the store at postgresql+psycopg2://nobody@127.0.0.1:1/none" in err
+    assert got == 2 and "could not open the store at postgresql+psycopg2://nobody@127.0.0.1:1/none" in err
+    assert "expected a PostgreSQL server answering on 127.0.0.1:1, got no answer" in err
     assert "Traceback" not in err and snapshot(home) == before
 
 
@@ -234,6 +235,15 @@ def test_ctrl_c_exits_130_with_one_line(home: Path, tmp_path: Path) -> None:
     err = proc.stderr.read().decode()
     assert code == 130, err
     assert err.strip().splitlines() == ["typestrict: interrupted; what was stored before stays stored"]
+    # ... and the backtest says so, with when and why (before: "running" for good, or "failed")
+    conn = sqlite3.connect(store)
+    try:
+        status, error, finished = conn.execute(
+            "SELECT status, error, finished_at FROM backtest_runs").fetchone()
+    finally:
+        conn.close()
+    assert status == "interrupted" and finished is not None
+    assert error.startswith("interrupted at 20") and "Ctrl-C (SIGINT)" in error
 
 
 @pytest.mark.parametrize(

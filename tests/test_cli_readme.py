@@ -56,7 +56,7 @@ def test_the_table_has_the_commands_a_newcomer_needs() -> None:
     commands = readme_commands((REPO / "README.md").read_text(encoding="utf-8"))
     assert commands[0] == "make ui"
     for needed in ("credits balance demo", "audit ", "verify_audit.py", "backtest run", "usage demo",
-                   "study run", "study leaderboard", "schedule enable", "study status"):
+                   "study run", "study leaderboard", "schedule enable", "schedule status", "data append"):
         assert any(needed in c for c in commands), needed
     assert all(c.startswith(PROGRAMS) for c in commands)
 
@@ -178,6 +178,7 @@ def _make_api(command: str, root: Path) -> None:
     assert schema is not None, f"`make api` did not serve /v1/openapi.json on port {port}:\n{out.decode(errors='replace')[-3000:]}"
     paths = schema["paths"]
     assert isinstance(paths, dict) and any(str(path).startswith("/v1/models") for path in paths)
+    assert out.decode(errors="replace").startswith("typestrict api: Jev is the demo's stand-in"), out[:2000]
 
 
 # What each command must print (beyond exit code 0 and no traceback), by its start.
@@ -185,6 +186,7 @@ EXPECT = {
     "credits balance demo": "workspace demo: balance",
     "credits ledger demo": "kind",
     "credits models demo": "rt-tiny",
+    "audit rt-tiny -o audit.json": "wrote the audit of rt-tiny to audit.json (",
     "verify audit.json": "every number matches",
     "verify_audit.py audit.json": "every number matches",
     "backtest run seattle_rain": "backtest id",
@@ -192,13 +194,16 @@ EXPECT = {
     "run seattle_rain --as-of": "Live decision",
     "usage demo": "studies",
     "study run": "| Adjusted |",
-    "study list": "seattle rain grid",
+    "study list": "seattle_rain: threshold 0.4..0.6 (3 values) on demo_seattle_live",  # the README's, named
     "study leaderboard 1": "| Adjusted |",
-    # the demo's re-run part leaves its own schedules in the store, so the id is not 1
-    "schedule enable 1": "re-run study 1 every 1d — ENABLED",
-    "study status": "re-run study 1 every 1d — ENABLED",
-    "schedule lineage 1": "lineage",
+    "schedule enable 7": "fires: fires at its next evaluation: 10 unseen steps, 5 needed",
+    "schedule status": "last decision: fired at ",  # the demo's schedule on demo_seattle_live
+    "study status 7": "re-run study 7 every 1h — ENABLED",
+    "schedule lineage 7": "Lineage of study 7",
     "data show demo_seattle_live": "demo_seattle_live",
+    "data append demo_seattle_live": "(re-runs study 7 every 1h) reads them at its next evaluation",
+    "schedule outbox": "A scheduled study changes its winner",
+    "schedule notifications": "'A scheduled study changes its winner' off",
     "api-key list demo": "key(s)",
 }
 

@@ -52,7 +52,8 @@ def test_sensor_to_ledger_end_to_end(tmp_path: Path, sqlite_url: str) -> None:
     with dg.DagsterInstance.ephemeral() as instance:
         tick = training_sensor(dg.build_sensor_context(
             instance=instance, resources={"refund_trainings": RefundTrainingsResource(
-                folder=str(trainings), audits_folder=str(home / "audits"))}))
+                folder=str(trainings), audits_folder=str(home / "audits")),
+                "store": StoreResource(url=sqlite_url)}))
         assert isinstance(tick, dg.SensorResult)
         requests = tick.run_requests or []
         assert [r.run_key for r in requests] == ["verdict:broken", "verdict:strong", "verdict:weak"]
@@ -71,10 +72,10 @@ def test_sensor_to_ledger_end_to_end(tmp_path: Path, sqlite_url: str) -> None:
         meta = {k: v.value for k, v in mat.materialization.metadata.items()}
         assert meta["newly_settled"] is False and meta["verdict"] == "refund"
         # The next tick: nothing new, and the cursor forgets ids whose partition now exists.
-        res = {"refund_trainings": RefundTrainingsResource(folder=str(trainings))}
+        res = {"refund_trainings": RefundTrainingsResource(folder=str(trainings)), "store": StoreResource(url=sqlite_url)}
         nxt = training_sensor.evaluate_tick(
             dg.build_sensor_context(instance=instance, resources=res, cursor=tick.cursor))
-        assert nxt.run_requests == [] and nxt.cursor == '{"v": 1, "pending": []}'
+        assert nxt.run_requests == [] and nxt.cursor == '{"v": 2, "pending": []}'
 
     verdicts = {m: get_model(engine, m).verdict.value for m in ("strong", "weak", "broken")}
     assert verdicts == {"strong": "beats", "weak": "refund", "broken": "failed"}

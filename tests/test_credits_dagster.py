@@ -93,10 +93,12 @@ def settle(env: dict[str, Any], training_id: str, judgement: TrainingJudgement) 
 
 def test_training_sensor_requests_each_new_manifest_once(env: dict[str, Any]) -> None:
     trainings: Path = env["trainings"]
-    write_manifest(trainings, "tr_b")
-    write_manifest(trainings, "tr_a")
+    # Trainings that failed on our side: nothing of theirs is read before their run (a succeeded
+    # one is checked against its split first: tests/test_lifecycle_trainings.py).
+    write_manifest(trainings, "tr_b", failed="out of memory")
+    write_manifest(trainings, "tr_a", failed="out of memory")
     (trainings / "not_yet").mkdir()  # a folder without a manifest is not a registered training
-    res = {"refund_trainings": env["resources"]["refund_trainings"]}
+    res = {k: env["resources"][k] for k in ("refund_trainings", "store")}
     with dg.DagsterInstance.ephemeral() as instance:
         first = training_sensor(dg.build_sensor_context(instance=instance, resources=res))
         assert isinstance(first, dg.SensorResult)
@@ -105,7 +107,7 @@ def test_training_sensor_requests_each_new_manifest_once(env: dict[str, Any]) ->
         reqs = first.dynamic_partitions_requests or []
         assert len(reqs) == 1 and reqs[0].partitions_def_name == "trainings"
         assert list(reqs[0].partition_keys or []) == ["tr_a", "tr_b"]
-        assert first.cursor == '{"v": 1, "pending": ["tr_a", "tr_b"]}'
+        assert first.cursor == '{"v": 2, "pending": ["tr_a", "tr_b"]}'
 
         # Second tick with the stored cursor: nothing new.
         ctx2 = dg.build_sensor_context(instance=instance, resources=res, cursor=first.cursor)
@@ -116,17 +118,17 @@ def test_training_sensor_requests_each_new_manifest_once(env: dict[str, Any]) ->
         # The daemon applies the partition request; then a new manifest requests only itself,
         # and the cursor forgets the ids whose partition now exists.
         instance.add_dynamic_partitions("trainings", ["tr_a", "tr_b"])
-        write_manifest(trainings, "tr_c")
+        write_manifest(trainings, "tr_c", failed="out of memory")
         third = training_sensor(dg.build_sensor_context(instance=instance, resources=res,
                                                         cursor=first.cursor))
         assert isinstance(third, dg.SensorResult)
         assert [r.run_key for r in third.run_requests or []] == ["verdict:tr_c"]
         assert list((third.dynamic_partitions_requests or [])[0].partition_keys or []) == ["tr_c"]
-        assert third.cursor == '{"v": 1, "pending": ["tr_c"]}'
+        assert third.cursor == '{"v": 2, "pending": ["tr_c"]}'
 
 
 def test_training_sensor_skips_an_empty_folder(env: dict[str, Any]) -> None:
-    res = {"refund_trainings": env["resources"]["refund_trainings"]}
+    res = {k: env["resources"][k] for k in ("refund_trainings", "store")}
     with dg.DagsterInstance.ephemeral() as instance:
         out = training_sensor.evaluate_tick(dg.build_sensor_context(instance=instance, resources=res))
     assert out.run_requests == []
@@ -136,7 +138,7 @@ def test_training_sensor_skips_an_empty_folder(env: dict[str, Any]) -> None:
 
 
 def test_training_sensor_refuses_a_foreign_cursor(env: dict[str, Any]) -> None:
-    res = {"refund_trainings": env["resources"]["refund_trainings"]}
+    res = {k: env["resources"][k] for k in ("refund_trainings", "store")}
     with dg.DagsterInstance.ephemeral() as instance, pytest.raises(Exception, match="training_sensor cursor"):
         training_sensor(dg.build_sensor_context(instance=instance, resources=res, cursor="12"))
 

@@ -210,7 +210,8 @@ def test_a_bad_manifest_fails_the_run_clearly_and_writes_nothing(tmp_path: Path)
     message = error.cause.message if error.cause else error.message
     user = failure.step_failure_data.user_failure_data  # the product's message is the failure reason
     assert user is not None and user.metadata["error"].value == "ManifestKeyError"
-    assert user.description == message.split("Failure: ", 1)[1].strip()
+    assert user.description == message  # the message alone, no "Failure:" prefix, no stack
+    assert error.stack == []
     assert "manifest.json" in message
     assert "'answer_colum'" in message and "'answer_column'" in message  # names the key and the fix
     assert not (tmp_path / "audits").exists()

@@ -27,6 +27,7 @@ def test_the_demo_runs_its_fast_trainings_through_dagster(
     assert "Jev (demo stand-in)" in out
     assert "training_sensor tick: found 2 new manifests" in out
     assert "verdict: REFUND (the credit comes back)" in out
+    assert "  why: The credit comes back: the model did not beat Jev: worse than Jev on average (G = -0.2393" in out
     assert "verdict: FAILED (the credit comes back)" in out
     assert out.count("every number matches") == 2
     assert "| macro_f1 |" in out and "G <= 0 in" in out

@@ -47,8 +47,15 @@ def test_schedule_commands(sqlite_url: str, capsys: pytest.CaptureFixture[str], 
     assert "schedule 1: skipped: Not enough unseen data yet: 7 of 10 steps" in capsys.readouterr().out
     assert main(["schedule", "status", *u]) == 0
     status = capsys.readouterr().out
-    assert "Skipped (" in status and "): Not enough unseen data yet: 7 of 10 steps" in status
-    assert main(["study", "status", "--study", root, *u]) == 0  # the same, under `typestrict study`
+    assert "  last decision: skipped at " in status and ": Not enough unseen data yet: 7 of 10 steps" in status
+    # the timeline: when it is evaluated next, and what would make it fire
+    assert "  next evaluation: " in status and "(every 1h)" in status
+    assert ("  fires: needs 3 more steps (has 7 of 10); the data end at 2015-02-07; record arrivals: "
+            f"typestrict schedule data-arrived demo {scenario.WORKFLOW} END") in status
+    assert main(["schedule", "status", "--json", *u]) == 0
+    [shown] = json.loads(capsys.readouterr().out)
+    assert shown["timeline"]["next_evaluation_at"] is not None and shown["timeline"]["needed_steps"] == 3
+    assert main(["study", "status", root, *u]) == 0  # the same, under `typestrict study`: by study id
     assert capsys.readouterr().out == status
 
     assert main(["schedule", "data-arrived", "demo", scenario.WORKFLOW, "2015-02-11", *u]) == 0

@@ -87,13 +87,13 @@ def test_never_set_up_and_expired_are_told_apart(sqlite_url: str, capsys: pytest
     resources = {"store": StoreResource(url=sqlite_url), "reruns": RerunSettingsResource()}
     instance = dg.DagsterInstance.ephemeral()
     first = study_rerun_sensor.evaluate_tick(dg.build_sensor_context(instance=instance, resources=resources))
-    assert first.skip_message == ("Workspace subscription never set up: typestrict schedule workspace demo "
-                                  "--subscription ACTIVE --budget-usd 50 sets it")
+    assert (first.skip_message or "").startswith(
+        "Workspace subscription never set up: typestrict schedule workspace demo --subscription ACTIVE --budget-usd 50 sets it")
     set_workspace(engine, WS, subscription=SubscriptionState.EXPIRED, usage_budget_micro_usd=50_000_000)
     later = RerunSettingsResource(now=(dt.datetime.now(dt.UTC) + 2 * HOUR).isoformat())
     nxt = study_rerun_sensor.evaluate_tick(dg.build_sensor_context(
         instance=instance, cursor=first.cursor, resources={**resources, "reruns": later}))
-    assert nxt.skip_message == "Workspace subscription expired"
+    assert (nxt.skip_message or "").startswith("Workspace subscription expired")
     # The launchpad job says it too (a warning in the log, and the op's metadata).
     [sched] = list_schedules(engine)
     assert main(["schedule", "cancel", str(sched.id), "--by", "ana@example.com", "--url", sqlite_url]) == 0

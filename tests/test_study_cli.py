@@ -37,7 +37,9 @@ def test_study_cli_refuses_without_limits_then_runs_and_shows_the_leaderboard(
     assert main(["study", "list"]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert listed[1].split() == ["id", "name", "workspace", "workflow", "state", "stopped", "by", "spend", "budget"]
-    assert listed[3].split()[:5] == ["1", "demo", "wx", "Budget", "reached"]
+    # a study run without --name gets one (what it searches, on which data), then its workspace
+    assert listed[3].split()[:2] == ["1", "wx:"] and "2012-01-01 to 2012-12-01" in listed[3]
+    assert listed[3].split()[-8:-3] == ["demo", "wx", "Budget", "reached", "Max"]
     assert main(["study", "promote", "1"]) == 0
     assert "nothing to activate" in capsys.readouterr().out
     assert main(["study", "leaderboard", "99"]) == 2

@@ -371,7 +371,7 @@ class _Exploding(SyntheticBackend):
         return super().run_window(candidate, window, kind, seal_at=seal_at, should_stop=should_stop)
 
 
-def test_a_failed_run_marks_the_study_failed_keeps_its_lock_and_resumes(sqlite_url: str) -> None:
+def test_a_failed_run_marks_the_study_failed_releases_its_lock_and_resumes(sqlite_url: str) -> None:
     engine = open_store(sqlite_url)
     sid = _create(engine, n=2)
     with pytest.raises(RuntimeError, match="the workflow broke"):
@@ -381,10 +381,23 @@ def test_a_failed_run_marks_the_study_failed_keeps_its_lock_and_resumes(sqlite_u
         assert study is not None and study.state == "FAILED"
         assert study.error == "RuntimeError: the workflow broke"
         assert study.reserved_micro == 0
-    with pytest.raises(ConflictError, match="One study at a time per workflow"):
-        _create(engine)  # a failed study still holds the workflow until resumed or cancelled
-    out = run_study_local(engine, sid, SyntheticBackend(), max_workers=1)  # resume
+    # No process works on a failed study: it holds the workflow no more (nothing is in flight).
+    assert repo.active_study(engine, "demo", "wx") is None
+    out = run_study_local(engine, sid, SyntheticBackend(), max_workers=1)  # resume: lock taken again
     assert out.state == StudyState.FINISHED and out.holdout_score is not None
+
+
+def test_a_failed_study_resumes_only_while_no_other_study_took_its_workflow(sqlite_url: str) -> None:
+    engine = open_store(sqlite_url)
+    sid = _create(engine, n=2)
+    with pytest.raises(RuntimeError, match="the workflow broke"):
+        run_study_local(engine, sid, _Exploding(), max_workers=1)
+    other = _create(engine)  # the workflow is free
+    with pytest.raises(ConflictError, match=f"got study {other} .*One study at a time per workflow"):
+        run_study_local(engine, sid, SyntheticBackend(), max_workers=1)
+    repo.cancel_study(engine, other)
+    out = run_study_local(engine, sid, SyntheticBackend(), max_workers=1)
+    assert out.state == StudyState.FINISHED
 
 
 def _run_rows(engine) -> list[dict[str, object]]:

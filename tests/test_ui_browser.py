@@ -38,6 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS = REPO / "docs" / "screenshots"
 TRAINING = "tr-ui"
+CANDIDATES = 64
 TIMEOUT_MS = 90_000  # a busy 2-core machine: generous, and every wait polls for a condition
 
 _SUPPORT = Path(__file__).with_name("test_refund_assets_support.py")
@@ -107,9 +108,36 @@ def prepare_home(root: Path) -> dict[str, Any]:
     assert skipped.skip_message
     again.skipped(skipped.skip_message, skipped.cursor)
     study_id = _run_study(engine, instance)
+    schedules = _schedule(engine, instance, study_id)
     engine.dispose()
     return {"verdict": run.output_for_node("verdict").verdict.value, "run_id": run.run_id,
-            "skip": skipped.skip_message, "study_id": study_id}
+            "skip": skipped.skip_message, "study_id": study_id, "why": run.output_for_node("verdict"),
+            **schedules}
+
+
+def _schedule(engine: Any, instance: dg.DagsterInstance, study_id: int) -> dict[str, Any]:
+    """A re-run schedule on the study, evaluated once by the real sensor: a skip with its reason,
+    and the study_schedules overview recorded, as the demo and the daemon record them."""
+    from assets.reruns import study_rerun_sensor
+    from resources.reruns import RerunSettingsResource
+    from resources.store import StoreResource
+    from typestrict_pipeline.reruns.decide import SubscriptionState
+    from typestrict_pipeline.reruns.service import enable_schedule
+    from typestrict_pipeline.reruns.studies import StoreStudies
+    from typestrict_pipeline.reruns.workspace import set_workspace
+    from typestrict_pipeline.store import default_store_url
+
+    set_workspace(engine, "demo", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=50_000_000)
+    view = enable_schedule(engine, StoreStudies(engine), study_id=str(study_id), cadence="1h",
+                           owner="ana@example.com")
+    tick = SensorTick(instance, "study_rerun_sensor")
+    data = study_rerun_sensor.evaluate_tick(dg.build_sensor_context(instance=instance, resources={
+        "store": StoreResource(url=default_store_url()), "reruns": RerunSettingsResource()}))
+    for event in data.asset_events:
+        instance.report_runless_asset_event(event)
+    assert data.skip_message and data.asset_events
+    tick.skipped(data.skip_message, data.cursor)
+    return {"schedule_id": view.id, "schedule_skip": data.skip_message, "store_url": default_store_url()}
 
 
 def _run_study(engine: Any, instance: dg.DagsterInstance) -> int:
@@ -122,13 +150,15 @@ def _run_study(engine: Any, instance: dg.DagsterInstance) -> int:
     from typestrict_pipeline.study.space import SearchSpace
 
     utc = dt.UTC
+    # 64 candidates: the leaderboard picture a reader must still be able to use; a USD budget
+    # and "Min unseen steps" so it can be scheduled
     config = StudyConfig(
         workspace="demo", workflow="wx", workflow_version="v1",
-        space=SearchSpace(grid={"skill": [0.5, 0.52, 0.54]}),
+        space=SearchSpace(grid={"skill": [round(0.5 + i / 1000, 3) for i in range(CANDIDATES)]}),
         start=dt.datetime(2012, 1, 1, tzinfo=utc), end=dt.datetime(2012, 12, 1, tzinfo=utc),
         step=dt.timedelta(days=1), n_folds=2, tune_steps=15, eval_steps=15, holdout_steps=15,
-        max_candidates=3, max_total_steps=100_000, budget_micro=None,
-        backend={"backend": "synthetic", "cost_per_step": 3},
+        max_candidates=CANDIDATES, max_total_steps=1_000_000, budget_micro=10_000_000,
+        backend={"backend": "synthetic", "cost_per_step": 3}, min_unseen_steps=5,
     )
     sid = create_study_from_config(engine, config, last_backtest=LastBacktest(30, 10))
     ran = study_job.execute_in_process(
@@ -248,7 +278,7 @@ def _picture_behind(page: Any, row_label: str) -> Any:
     img = dialog.locator("img[src^='data:image/png;base64,']").first
     expect(img).to_be_visible()
     page.wait_for_function("i => i.complete && i.naturalWidth > 0", arg=img.element_handle())
-    assert img.evaluate("i => [i.naturalWidth, i.naturalHeight]") == [512, 256]
+    assert img.evaluate("i => [i.naturalWidth, i.naturalHeight]") == [1100, 550]
     return dialog
 
 
@@ -316,3 +346,47 @@ def test_a_materialization_launched_from_the_ui_succeeds_with_the_stand_in_resta
     expect(page.get_by_text("started it again").first).to_be_visible(timeout=240_000)
     expect(page.get_by_text("Success", exact=True).first).to_be_visible(timeout=240_000)
     _shot(page, "materialized-from-the-ui")
+
+
+def test_schedules_the_verdict_in_words_and_a_readable_leaderboard_without_hovering(
+        served: tuple[str, dict[str, Any]], page: Any) -> None:
+    """Issue #26: each schedule with its next evaluation and its skip reason on a page (no
+    hovering), the verdict's sentence as text (no "Show Markdown"), and a 64-candidate
+    leaderboard picture whose labels overlap nothing (checked by geometry on the picture shown)."""
+    import base64
+
+    from playwright.sync_api import expect
+
+    from assets.studies import leaderboard_picture
+    from typestrict_pipeline import plots
+    from typestrict_pipeline.refund.explain import verdict_sentence
+    from typestrict_pipeline.store import open_store
+    from typestrict_pipeline.study.leaderboard import load_leaderboard
+
+    url, facts = served
+    _open(page, f"{url}/assets/study_schedules")
+    row = page.locator("tr", has_text=f"schedule {facts['schedule_id']}").first
+    expect(row).to_contain_text(re.compile(r"next evaluation: \d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC"))
+    expect(row).to_contain_text("Not enough unseen data yet: 0 of 5 steps")
+    expect(page.get_by_text("re-runs study").first).to_be_visible()
+    _shot(page, "study-schedules")
+
+    _open(page, f"{url}/assets/verdict?partition={TRAINING}")
+    sentence = verdict_sentence(facts["why"])
+    expect(page.locator("tr", has_text="why").first).to_contain_text(sentence)
+    expect(page.get_by_text(sentence).first).to_be_visible()
+
+    _open(page, f"{url}/assets/study_leaderboard?partition={facts['study_id']}")
+    dialog = _picture_behind(page, "picture")
+    src = dialog.locator("img[src^='data:image/png;base64,']").first.get_attribute("src")
+    shown = base64.b64decode(src.split(",", 1)[1])
+    engine = open_store(facts["store_url"])
+    try:
+        pic = leaderboard_picture(load_leaderboard(engine, facts["study_id"]))
+    finally:
+        engine.dispose()
+    assert pic.png == shown and len(pic.markers) == CANDIDATES  # the picture the UI shows
+    assert pic.width >= 1000 and pic.legend is not None and not plots.overlaps(pic.legend, pic.axes)
+    boxes = [p.box for p in pic.labels]
+    assert len(boxes) >= 12 and all(not plots.overlaps(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    assert all(not plots.overlaps(b, m) for b in boxes for m in pic.markers)

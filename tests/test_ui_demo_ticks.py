@@ -51,8 +51,15 @@ def test_the_reruns_demo_leaves_its_skips_and_its_fired_ticks_on_the_instance(
     # Part A (rows appended to a registered dataset): skip, fire; part B: skip, fire, skip, skip.
     assert [t.status for t in ticks] == [TickStatus.SKIPPED, TickStatus.SUCCESS, TickStatus.SKIPPED,
                                          TickStatus.SUCCESS, TickStatus.SKIPPED, TickStatus.SKIPPED]
-    assert ticks[0].tick_data.skip_reason == "Not enough unseen data yet: 0 of 5 steps"
-    assert ticks[2].tick_data.skip_reason == "Not enough unseen data yet: 7 of 10 steps"
+    # the product's message first, then which schedule and when it is evaluated next
+    first, third = ticks[0].tick_data.skip_reason or "", ticks[2].tick_data.skip_reason or ""
+    assert first.startswith("Not enough unseen data yet: 0 of 5 steps (schedule 1: ")
+    assert third.startswith("Not enough unseen data yet: 7 of 10 steps (schedule 2: ")
+    assert "Not due: Schedule 1 (study " in third  # every schedule, in one tick
+    # every schedule's timeline is on the study_schedules asset, recorded as the daemon records it
+    observed = instance.fetch_observations(dg.AssetKey("study_schedules"), limit=10).records
+    seen = observed[0].asset_observation if observed else None
+    assert seen is not None and "schedules" in seen.metadata
     [run_id] = ticks[3].tick_data.run_ids
     run = instance.get_run_by_id(run_id)
     assert run is not None and run.job_name == "study_rerun_job"

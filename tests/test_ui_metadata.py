@@ -143,6 +143,35 @@ def test_a_run_that_fails_shows_the_products_message_as_its_failure_reason(tmp_p
     assert user.metadata["error"].value == "ManifestError"
     error = failure.step_failure_data.error
     assert error is not None and error.cause is None  # no chained stack trace under the message
+    # the UI prints "Stack Trace:" under the message whenever the recorded error has frames
+    assert error.stack == [] and error.message == user.description
+    assert error.cls_name == "ManifestError"
+
+
+def test_the_verdict_says_why_in_native_metadata(tmp_path: Path) -> None:
+    """The sentence, G, q05, the settling decision and every decision's numbers are text, float
+    and table values, which the UI shows as they are (Markdown sits behind "Show Markdown")."""
+    support.make_training(tmp_path / "trainings", "tr_why", model_skill=0.95, jev_skill=0.55,
+                          decisions=("review", "topic"))
+    result = run_training(tmp_path, "tr_why")
+    judgement = result.output_for_node("verdict")
+    [mat] = [m for m in result.get_asset_materialization_events() if m.asset_key == dg.AssetKey("verdict")]
+    meta = mat.materialization.metadata
+    assert isinstance(meta["why"], dg.TextMetadataValue)
+    assert meta["why"].value.startswith("The credit stays spent: the model beat Jev on 2 of 2 decisions")
+    assert isinstance(meta["settling_decision"], dg.TextMetadataValue)
+    assert meta["settling_decision"].value == judgement.settling_decision == "review"
+    for r in judgement.decisions:
+        assert isinstance(meta[f"{r.name}: G"], dg.FloatMetadataValue)
+        assert meta[f"{r.name}: G q05"].value == round(r.bootstrap.q05, 4)
+    table = meta["decisions"]
+    assert isinstance(table, dg.TableMetadataValue)
+    rows = [rec.data for rec in table.records]
+    assert [row["decision"] for row in rows] == ["review", "topic"]
+    assert all(row["beats Jev"] is True and str(row["why"]).startswith("better than Jev") for row in rows)
+    assert next(iter(meta)) == "why"  # first, where the eye lands
+    metrics = [m for m in result.get_asset_materialization_events() if m.asset_key == dg.AssetKey("metrics")]
+    assert isinstance(metrics[0].materialization.metadata["review: metrics"], dg.TableMetadataValue)
 
 
 def _study(engine: Any) -> int:
@@ -220,3 +249,14 @@ def test_a_backtest_shows_its_score_over_time_picture(tmp_path: Path, workflow: 
         score = record.data["mean_score"]
         assert isinstance(score, float)
         assert score != score or score == round(score, 4)  # NaN (no scored step) or rounded
+
+
+def test_the_warm_launchers_process_tag_is_hidden_from_the_runs_table() -> None:
+    """The runs table and the run page list a run's tags except Dagster's hidden ones; the
+    launcher's process id is for the launcher, not for a reader."""
+    from dagster._core.storage.tags import TagType, get_tag_type
+
+    from resources.launcher import RUN_PROCESS_TAG, run_process_tag
+
+    assert get_tag_type(RUN_PROCESS_TAG) is TagType.HIDDEN  # type: ignore[no-untyped-call]
+    assert run_process_tag({"typestrict/run_process": '{"pid": 1}'}) == '{"pid": 1}'  # older runs

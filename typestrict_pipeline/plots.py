@@ -9,6 +9,13 @@ canvas (no display, no pyplot state, safe in threads), and returns the PNG file 
 * :func:`lineage_png` — a lineage's holdout scores over its re-runs, with the noise line;
 * :func:`score_over_time_png` — a backtest's mean score per period.
 
+Each ``*_png`` has a ``*_picture`` twin that also returns the drawn geometry (:class:`Picture`:
+the axes, the legend, the labels), which the tests use to check what a reader sees: pictures
+1,100 pixels wide with 11-14 pt text, the legend outside the data, the Okabe-Ito colour-blind-safe
+palette (with line styles that differ too), and on a leaderboard labels that overlap nothing
+(placed greedily around their points; beyond :data:`LABELLED_TOP` candidates the winner and the
+best ranked carry their rank, named in a key beside the axes).
+
 The bytes are deterministic: a fixed size and resolution, and no "Software" or date text chunk,
 so the same numbers give the same file (tests compare them). :func:`png_markdown` embeds a PNG
 as a Markdown image with a ``data:`` URI, which the Dagster UI shows inline in metadata and an
@@ -28,24 +35,34 @@ import base64
 import io
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+import numpy as np
+import numpy.typing as npt
+
 from typestrict_pipeline.errors import InputError
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
-WIDTH_IN = 6.4
-HEIGHT_IN = 3.2
-DPI = 80  # 512 x 256 pixels: readable in the UI's metadata panel, a few tens of kB
+WIDTH_IN = 11.0
+HEIGHT_IN = 5.5
+DPI = 100  # 1100 x 550 pixels: readable at the size the UI shows it, fonts at least 11 px
 
-_MODEL_COLOR = "#1f77b4"
-_JEV_COLOR = "#ff7f0e"
-_LINE_COLOR = "#d62728"
-_ZERO_COLOR = "#333333"
+# The Okabe-Ito palette: told apart with every common colour-vision deficiency (Okabe & Ito,
+# "Color Universal Design", 2002; also matplotlib's "tableau-colorblind10" rationale). Lines that
+# must be told apart also differ in style (solid, dashed, dotted), never in colour alone.
+_MODEL_COLOR = "#0072B2"  # blue
+_JEV_COLOR = "#E69F00"  # orange
+_LINE_COLOR = "#D55E00"  # vermillion
+_ZERO_COLOR = "#000000"  # black
+_MUTED_COLOR = "#56B4E9"  # sky blue
+_FONT = 12.0  # points: 16.7 px at 100 dpi
+_SMALL = 11.0
 
 
 # ------------------------------------------------------------------------------------------------
@@ -62,15 +79,22 @@ def _figure() -> tuple[Figure, Axes]:
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     ax.grid(True, alpha=0.3)
+    ax.tick_params(labelsize=_SMALL)
     return fig, ax
 
 
-def _png(fig: Figure) -> bytes:
-    """The figure as PNG bytes, without the chunks that change between runs."""
+def _layout(fig: Figure) -> None:
+    """Lay the figure out once (legend outside the axes included), then freeze the layout."""
     fig.tight_layout()
     # tight_layout leaves a placeholder layout engine behind, which makes savefig lay the
     # figure out again in a draw of its own (legend placement and all): drop it, same pixels
     fig.set_layout_engine(None)
+
+
+def _png(fig: Figure, *, laid_out: bool = False) -> bytes:
+    """The figure as PNG bytes, without the chunks that change between runs."""
+    if not laid_out:
+        _layout(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
     return buf.getvalue()
@@ -88,14 +112,22 @@ def _same_length(what: str, fix: str, **columns: Sequence[object]) -> int:
     return next(iter(lengths.values()), 0)
 
 
-_Loc = Literal["best", "upper left", "lower right"]
-
-
-def _legend(ax: Axes, loc: _Loc, fontsize: str = "x-small") -> None:
-    """A legend, only when something carries a label (an empty one warns)."""
+def _legend(ax: Axes) -> None:
+    """A legend outside the data, right of the axes, only when something carries a label (an
+    empty one warns): it never hides a point or a bar."""
     handles, _ = ax.get_legend_handles_labels()
     if handles:
-        ax.legend(loc=loc, fontsize=fontsize)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+                  fontsize=_SMALL, frameon=False)
+
+
+def _title(ax: Axes, text: str) -> None:
+    ax.set_title(text, fontsize=_FONT + 2, loc="left")
+
+
+def _labels(ax: Axes, x: str, y: str) -> None:
+    ax.set_xlabel(x, fontsize=_FONT)
+    ax.set_ylabel(y, fontsize=_FONT)
 
 
 def for_reading(value: float, digits: int = 4) -> float:
@@ -118,8 +150,199 @@ def png_markdown(png: bytes, alt: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------
+# Labels placed without overlap
+# ------------------------------------------------------------------------------------------------
+
+Box = tuple[float, float, float, float]
+"""A rectangle in the picture's pixels: ``(x0, y0, x1, y1)``, origin bottom left."""
+
+# Offsets tried around a point: 16 directions (every 22.5 degrees, right first, then above, ...)
+# at growing distances, in points; beyond the second distance a thin leader line joins the label
+# to its point.
+_DIRECTIONS = tuple((math.cos(math.radians(a)), math.sin(math.radians(a)))
+                    for a in (0, 90, 180, 270, 45, 135, 225, 315, 22.5, 67.5, 112.5, 157.5,
+                              202.5, 247.5, 292.5, 337.5))
+_DISTANCES = (6.0, 12.0, 22.0, 36.0, 54.0, 78.0, 110.0)
+
+
+@dataclass(frozen=True)
+class PlacedLabel:
+    """A label drawn on a picture: its text, the point it names and where it sits (pixels)."""
+
+    text: str
+    point: tuple[float, float]
+    box: Box
+
+
+@dataclass(frozen=True)
+class Picture:
+    """A rendered picture and its geometry, for tests that check what a reader can see.
+
+    Attributes:
+        png: the PNG bytes.
+        width: width in pixels.
+        height: height in pixels.
+        axes: the data area's box.
+        legend: the legend's box (``None`` without a legend).
+        labels: the labels drawn, none overlapping another, a point or the legend.
+        markers: the boxes of the drawn points.
+        unlabelled: how many points carry no label (a picture of many candidates labels the
+            winner and the best ones only).
+        key: the box of the key beside the axes that names the numbered points (``None``
+            when the points carry their names).
+    """
+
+    png: bytes
+    width: int
+    height: int
+    axes: Box
+    legend: Box | None
+    labels: tuple[PlacedLabel, ...]
+    markers: tuple[Box, ...] = ()
+    unlabelled: int = 0
+    key: Box | None = None
+
+
+def overlaps(a: Box, b: Box) -> bool:
+    """Whether two boxes share any area (touching edges do not count).
+
+    >>> overlaps((0, 0, 2, 2), (1, 1, 3, 3)), overlaps((0, 0, 1, 1), (1, 0, 2, 1))
+    (True, False)
+    """
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def _inside(inner: Box, outer: Box) -> bool:
+    return inner[0] >= outer[0] and inner[1] >= outer[1] and inner[2] <= outer[2] and inner[3] <= outer[3]
+
+
+def _box(extent: Any) -> Box:
+    return (float(extent.x0), float(extent.y0), float(extent.x1), float(extent.y1))
+
+
+def _text_size(fig: Figure, ax: Axes, text: str, fontsize: float) -> tuple[float, float]:
+    """Width and height in pixels of ``text`` as the figure's renderer draws it."""
+    probe = ax.text(0.0, 0.0, text, fontsize=fontsize)
+    ext = probe.get_window_extent(fig.canvas.get_renderer())  # type: ignore[attr-defined]
+    probe.remove()
+    return float(ext.width), float(ext.height)
+
+
+def _hits(box: Box, blocks: npt.NDArray[np.float64]) -> bool:
+    """Whether ``box`` overlaps any row ``(x0, y0, x1, y1)`` of ``blocks``."""
+    return bool(np.any((blocks[:, 0] < box[2]) & (box[0] < blocks[:, 2])
+                       & (blocks[:, 1] < box[3]) & (box[1] < blocks[:, 3])))
+
+
+def _aligned_box(px: float, py: float, ox: float, oy: float, w: float, h: float,
+                 ha: str, va: str) -> Box:
+    x = px + ox
+    y = py + oy
+    x0 = x if ha == "left" else (x - w if ha == "right" else x - w / 2)
+    y0 = y if va == "bottom" else (y - h if va == "top" else y - h / 2)
+    return (x0, y0, x0 + w, y0 + h)
+
+
+def _place_labels(fig: Figure, ax: Axes, points: Sequence[tuple[str, float, float]],
+                  obstacles: Sequence[Box], *, pad: float = 2.0,
+                  fontsize: float = _SMALL) -> list[PlacedLabel]:
+    """Place each label next to its point where it overlaps nothing already drawn.
+
+    Greedy, in the given order (most important first): each label tries offsets at growing
+    distances in sixteen directions and takes the first whose box stays inside the axes and
+    overlaps no placed label and no obstacle (the points); a label beyond the second distance
+    gets a thin leader line to its point. A label that finds no place is left out (the caller
+    says how many are). Text sizes come from the figure's own renderer after the layout, and
+    each placed label's box is measured again once drawn, so the boxes are the drawn ones.
+    """
+    from matplotlib.text import Text
+
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    area = _box(ax.get_window_extent(renderer))
+    to_px = fig.dpi / 72.0
+    taken: list[Box] = []
+    placed: list[PlacedLabel] = []
+    blocks = np.asarray(obstacles, dtype=float).reshape(-1, 4)
+    for text, x, y in points:
+        w, h = _text_size(fig, ax, text, fontsize)
+        px, py = (float(v) for v in ax.transData.transform((x, y)))
+        spot = None
+        for dist in _DISTANCES:
+            for dx, dy in _DIRECTIONS:
+                ha = "left" if dx > 0.3 else ("right" if dx < -0.3 else "center")
+                va = "bottom" if dy > 0.3 else ("top" if dy < -0.3 else "center")
+                ox, oy = dx * dist * to_px, dy * dist * to_px
+                box = _aligned_box(px, py, ox, oy, w, h, ha, va)
+                padded = (box[0] - pad, box[1] - pad, box[2] + pad, box[3] + pad)
+                if _inside(padded, area) and not any(overlaps(padded, t) for t in taken) \
+                        and not _hits(padded, blocks):
+                    spot = (dx * dist, dy * dist, ha, va, dist)
+                    break
+            if spot is not None:
+                break
+        if spot is None:
+            continue
+        ox, oy, ha, va, dist = spot
+        note = ax.annotate(
+            text, (x, y), xytext=(ox, oy), textcoords="offset points", fontsize=fontsize,
+            ha=ha, va=va, annotation_clip=False, zorder=5,
+            arrowprops=None if dist <= _DISTANCES[1] else {
+                "arrowstyle": "-", "color": "#555555", "linewidth": 0.8, "shrinkA": 1, "shrinkB": 4})
+        note.set_in_layout(False)
+        # the text's own box (an annotation's includes its leader line)
+        note.update_positions(renderer)
+        drawn = _box(Text.get_window_extent(note, renderer))
+        taken.append((drawn[0] - pad, drawn[1] - pad, drawn[2] + pad, drawn[3] + pad))
+        placed.append(PlacedLabel(text, (px, py), drawn))
+    return placed
+
+
+def _marker_boxes(ax: Axes, xs: Sequence[float], ys: Sequence[float], size_pt2: float,
+                  dpi: float) -> list[Box]:
+    radius = math.sqrt(size_pt2) / 2.0 * dpi / 72.0 + 1.0
+    out: list[Box] = []
+    for x, y in zip(xs, ys, strict=True):
+        px, py = ax.transData.transform((x, y))
+        out.append((float(px) - radius, float(py) - radius, float(px) + radius, float(py) + radius))
+    return out
+
+
+def _picture(fig: Figure, ax: Axes, labels: Sequence[PlacedLabel] = (),
+             markers: Sequence[Box] = (), unlabelled: int = 0, key: Box | None = None) -> Picture:
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    legend = ax.get_legend()
+    png = _png(fig, laid_out=True)
+    width, height = (round(float(v)) for v in fig.get_size_inches() * fig.dpi)
+    return Picture(
+        png=png, width=width, height=height, axes=_box(ax.get_window_extent(renderer)),
+        legend=None if legend is None else _box(legend.get_window_extent(renderer)),
+        labels=tuple(labels), markers=tuple(markers), unlabelled=unlabelled, key=key,
+    )
+
+
+# ------------------------------------------------------------------------------------------------
 # The pictures
 # ------------------------------------------------------------------------------------------------
+
+
+def bootstrap_picture(gains: Sequence[float], q05: float, *, gain: float | None = None,
+                      title: str = "") -> Picture:
+    """:func:`bootstrap_png` with its geometry."""
+    values = [g for g in gains if _present(g)]
+    if not values:
+        raise InputError("at least one finite G value", "none", "pass the bootstrap's gains")
+    fig, ax = _figure()
+    ax.hist(values, bins=min(50, max(5, len(values) // 20)), color=_MUTED_COLOR, alpha=0.9,
+            label="G of each resample")
+    ax.axvline(0.0, color=_ZERO_COLOR, linewidth=1.5, linestyle=":", label="0 (no gain)")
+    ax.axvline(q05, color=_LINE_COLOR, linewidth=2.5, label=f"q05 = {q05:+.4f} (must be > 0)")
+    if gain is not None and _present(gain):
+        ax.axvline(gain, color=_MODEL_COLOR, linewidth=2, linestyle="--", label=f"G = {gain:+.4f}")
+    _labels(ax, "G (model − Jev)", "resamples")
+    _title(ax, title or f"Bootstrap of G ({len(values)} resamples)")
+    _legend(ax)
+    _layout(fig)
+    return _picture(fig, ax)
 
 
 def bootstrap_png(gains: Sequence[float], q05: float, *, gain: float | None = None,
@@ -133,40 +356,19 @@ def bootstrap_png(gains: Sequence[float], q05: float, *, gain: float | None = No
     >>> png.startswith(PNG_SIGNATURE)
     True
     """
-    values = [g for g in gains if _present(g)]
-    if not values:
-        raise InputError("at least one finite G value", "none", "pass the bootstrap's gains")
-    fig, ax = _figure()
-    ax.hist(values, bins=min(50, max(5, len(values) // 20)), color=_MODEL_COLOR, alpha=0.75)
-    ax.axvline(0.0, color=_ZERO_COLOR, linewidth=1.5, label="0")
-    ax.axvline(q05, color=_LINE_COLOR, linewidth=2, label=f"q05 = {q05:+.4f}")
-    if gain is not None and _present(gain):
-        ax.axvline(gain, color=_MODEL_COLOR, linewidth=1.5, linestyle="--", label=f"G = {gain:+.4f}")
-    ax.set_xlabel("G (model − Jev)")
-    ax.set_ylabel("resamples")
-    ax.set_title(title or f"Bootstrap of G ({len(values)} resamples)")
-    _legend(ax, "upper left", "small")
-    return _png(fig)
+    return bootstrap_picture(gains, q05, gain=gain, title=title).png
 
 
-def metrics_png(names: Sequence[str], model: Sequence[float | None], jev: Sequence[float | None],
-                margins: Sequence[float], *, model_label: str = "model",
-                jev_label: str = "Jev") -> bytes:
-    """Each metric, model vs Jev: the difference model − Jev as a bar, its margin as a red tick.
-
-    ``margins`` are the largest drops allowed (positive numbers): a metric holds its margin when
-    its bar does not reach below the tick at ``−margin`` (blue bar: held; red bar: broken). Each
-    metric's label shows both values. A missing value (None or NaN) leaves its bar out and reads
-    "n/a".
-
-    >>> metrics_png(["macro_f1", "brier_skill"], [0.8, 0.2], [0.78, None], [0.02, 0.02])[:4]
-    b'\\x89PNG'
-    """
+def metrics_picture(names: Sequence[str], model: Sequence[float | None],
+                    jev: Sequence[float | None], margins: Sequence[float], *,
+                    model_label: str = "model", jev_label: str = "Jev") -> Picture:
+    """:func:`metrics_png` with its geometry."""
     n = _same_length("names, model, jev and margins", "pass one value per metric",
                      names=names, model=model, jev=jev, margins=margins)
     fig, ax = _figure()
     width = 0.6
     labels: list[str] = []
+    shown: set[bool] = set()
     for i in range(n):
         m, j = model[i], jev[i]
         both = m is not None and j is not None and _present(m) and _present(j)
@@ -175,19 +377,125 @@ def metrics_png(names: Sequence[str], model: Sequence[float | None], jev: Sequen
             assert m is not None and j is not None
             delta = m - j
             held = delta >= -margins[i]
-            ax.bar(i, delta, width, color=_MODEL_COLOR if held else _LINE_COLOR)
+            ax.bar(i, delta, width, color=_MODEL_COLOR if held else _LINE_COLOR,
+                   hatch=None if held else "//", edgecolor="white" if held else _ZERO_COLOR,
+                   label=("_" if held in shown else ("margin held" if held else "margin broken")))
+            shown.add(held)
         ax.hlines(-margins[i], i - width / 2 - 0.1, i + width / 2 + 0.1, colors=_LINE_COLOR,
-                  linewidth=2, label="−margin (largest drop allowed)" if i == 0 else "_")
-    ax.set_xticks(range(n), labels, fontsize="x-small")
+                  linewidth=2.5, label="−margin (largest drop allowed)" if i == 0 else "_")
+    ax.set_xticks(range(n), labels, fontsize=_SMALL)
     ax.axhline(0.0, color=_ZERO_COLOR, linewidth=0.8)
-    ax.set_ylabel(f"{model_label} − {jev_label}")
-    ax.set_title(f"Metrics: {model_label} − {jev_label}, against each margin")
-    _legend(ax, "best", "x-small")
-    return _png(fig)
+    _labels(ax, "", f"{model_label} − {jev_label}")
+    _title(ax, f"Metrics: {model_label} − {jev_label}, against each margin")
+    _legend(ax)
+    _layout(fig)
+    return _picture(fig, ax)
+
+
+def metrics_png(names: Sequence[str], model: Sequence[float | None], jev: Sequence[float | None],
+                margins: Sequence[float], *, model_label: str = "model",
+                jev_label: str = "Jev") -> bytes:
+    """Each metric, model vs Jev: the difference model − Jev as a bar, its margin as a tick.
+
+    ``margins`` are the largest drops allowed (positive numbers): a metric holds its margin when
+    its bar does not reach below the tick at ``−margin`` (blue bar: held; vermillion, hatched
+    bar: broken). Each metric's label shows both values. A missing value (None or NaN) leaves
+    its bar out and reads "n/a".
+
+    >>> metrics_png(["macro_f1", "brier_skill"], [0.8, 0.2], [0.78, None], [0.02, 0.02])[:4]
+    b'\\x89PNG'
+    """
+    return metrics_picture(names, model, jev, margins, model_label=model_label,
+                           jev_label=jev_label).png
 
 
 def _short(value: float | None) -> str:
     return f"{value:.3f}" if value is not None and _present(value) else "n/a"
+
+
+LABELLED_TOP = 12
+"""A leaderboard picture labels every candidate up to this many, else the winner and this many
+of the best ranked (a label that finds no free place is left out, and the picture says so)."""
+
+
+def leaderboard_picture(labels: Sequence[str], oos: Sequence[float | None],
+                        in_sample: Sequence[float | None], luck_line: float | None, *,
+                        luck_line_95: float | None = None, winner: str | None = None,
+                        top: int = LABELLED_TOP) -> Picture:
+    """The leaderboard picture with its geometry (see :func:`leaderboard_png`).
+
+    >>> pic = leaderboard_picture(["a", "b", "c"], [0.52, 0.48, 0.5], [0.6, 0.55, 0.5], 0.51, winner="a")
+    >>> pic.width >= 1000, [p.text for p in pic.labels], pic.unlabelled
+    (True, ['a', 'b', 'c'], 0)
+    """
+    _same_length("labels, oos and in_sample", "pass one value per candidate",
+                 labels=labels, oos=oos, in_sample=in_sample)
+    # (rank, label, x, y): the rank is the position in ``labels`` (ranking order, best first)
+    points = [(i + 1, lab, x, y) for i, (lab, y, x) in enumerate(zip(labels, oos, in_sample, strict=True))
+              if x is not None and y is not None and _present(x) and _present(y)]
+    fig, ax = _figure()
+    size = 60.0 if len(points) <= 64 else 24.0
+    xs = [p[2] for p in points]
+    ys = [p[3] for p in points]
+    best = next((p for p in points if p[1] == winner), None)
+    if points:
+        ax.scatter(xs, ys, s=size, color=_MODEL_COLOR, alpha=0.85 if len(points) <= 64 else 0.6,
+                   edgecolors="white", linewidths=0.5, zorder=3, label=f"candidates ({len(points)})")
+        lo, hi = min(xs + ys), max(xs + ys)
+        ax.plot([lo, hi], [lo, hi], color=_ZERO_COLOR, linestyle=":", linewidth=1,
+                label="out-of-sample = in-sample")
+        if best is not None:
+            ax.scatter([best[2]], [best[3]], s=size * 4, facecolors="none", edgecolors=_LINE_COLOR,
+                       linewidths=2, zorder=4, label=f"winner: {_clip(best[1], 40)}")
+        ax.margins(0.18)  # room for labels at the edges
+    else:
+        ax.text(0.5, 0.5, "no candidate has both scores yet", ha="center", va="center",
+                transform=ax.transAxes, fontsize=_FONT)
+    if luck_line is not None and _present(luck_line):
+        ax.axhline(luck_line, color=_LINE_COLOR, linewidth=2, label=f"luck line {luck_line:.4f}")
+    if luck_line_95 is not None and _present(luck_line_95):
+        ax.axhline(luck_line_95, color=_LINE_COLOR, linewidth=1.5, linestyle="--",
+                   label=f"95% luck line {luck_line_95:.4f}")
+    _labels(ax, "in-sample score", "out-of-sample score")
+    _title(ax, "Leaderboard: out-of-sample vs in-sample")
+    _legend(ax)
+    # the winner first, then the best ranked: every candidate up to ``top``, else ``top`` of them
+    chosen = ([best] if best is not None else []) + [p for p in points if p is not best][:top]
+    numbered = len(points) > top
+    key = None
+    if numbered:  # many candidates: rank numbers on the points, their names in a key beside
+        key = ax.text(1.01, 0.0, _key_text(chosen, best, set()), transform=ax.transAxes,
+                      fontsize=_SMALL, va="bottom", ha="left", family="monospace", color="#222222")
+    _layout(fig)
+    ax.set_autoscale_on(False)  # labels added now must not move the axes they were measured on
+    markers = _marker_boxes(ax, xs, ys, size, fig.dpi)
+    rings = [] if best is None else _marker_boxes(ax, [best[2]], [best[3]], size * 4, fig.dpi)
+    tags = [(str(r) if numbered else _clip(lab, 40), x, y) for r, lab, x, y in chosen]
+    placed = _place_labels(fig, ax, tags, markers + rings)
+    if key is not None:
+        marked = {p.text for p in placed}
+        key.set_text(_key_text(chosen, best, {r for r, _, _, _ in chosen if str(r) not in marked}))
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    key_box = None if key is None else _box(key.get_window_extent(renderer))
+    return _picture(fig, ax, placed, markers, len(points) - len(placed), key_box)
+
+
+_Point = tuple[int, str, float, float]
+
+
+def _key_text(chosen: Sequence[_Point], best: _Point | None, unmarked: set[int]) -> str:
+    """The key of a numbered picture: each marked rank and its candidate's label."""
+    width = len(str(max((p[0] for p in chosen), default=1)))
+    lines = ["ranked (number on the point):"]
+    for point in sorted(chosen):
+        rank, lab = point[0], point[1]
+        shown = str(rank).rjust(width) if rank not in unmarked else "-".rjust(width)
+        lines.append(f"{shown}  {_clip(lab, 32)}" + ("  (winner)" if point is best else ""))
+    return "\n".join(lines)
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def leaderboard_png(labels: Sequence[str], oos: Sequence[float | None],
@@ -197,48 +505,51 @@ def leaderboard_png(labels: Sequence[str], oos: Sequence[float | None],
 
     The luck line is the score pure luck gives as the best of that many candidates; a point
     above it beat luck out of sample. The dotted diagonal is "out-of-sample = in-sample".
-    Candidates missing either score are left out; ``winner`` (a label) is ringed.
+    Candidates missing either score are left out; ``winner`` (a label) is ringed. ``labels``
+    come in ranking order, best first: up to :data:`LABELLED_TOP` candidates every one is
+    labelled, beyond that the winner and the best ranked; labels never overlap one another, a
+    point or the legend (which sits outside the data).
 
     >>> leaderboard_png(["a", "b"], [0.52, 0.48], [0.60, 0.55], 0.51, winner="a")[:4]
     b'\\x89PNG'
     """
-    _same_length("labels, oos and in_sample", "pass one value per candidate",
-                 labels=labels, oos=oos, in_sample=in_sample)
-    points = [(lab, x, y) for lab, y, x in zip(labels, oos, in_sample, strict=True)
-              if x is not None and y is not None and _present(x) and _present(y)]
+    return leaderboard_picture(labels, oos, in_sample, luck_line, luck_line_95=luck_line_95,
+                               winner=winner).png
+
+
+def lineage_picture(seqs: Sequence[int], holdout_scores: Sequence[float | None],
+                    baseline_scores: Sequence[float | None] | None = None,
+                    holdout_ses: Sequence[float | None] | None = None, *,
+                    noise_line: float | None = None) -> Picture:
+    """:func:`lineage_png` with its geometry."""
+    base = list(baseline_scores) if baseline_scores is not None else [None] * len(seqs)
+    ses = list(holdout_ses) if holdout_ses is not None else [None] * len(seqs)
+    _same_length("seqs, holdout_scores, baseline_scores and holdout_ses",
+                 "pass one value per re-run", seqs=seqs, holdout_scores=holdout_scores,
+                 baseline_scores=base, holdout_ses=ses)
     fig, ax = _figure()
-    if points:
-        xs = [p[1] for p in points]
-        ys = [p[2] for p in points]
-        ax.scatter(xs, ys, color=_MODEL_COLOR, zorder=3, label="candidates")
-        ax.margins(0.12)  # room for the labels and the winner's ring at the edges
-        lo, hi = min(xs + ys), max(xs + ys)
-        ax.plot([lo, hi], [lo, hi], color=_ZERO_COLOR, linestyle=":", linewidth=1,
-                label="out-of-sample = in-sample")
-        for lab, x, y in points:
-            note = ax.annotate(lab, (x, y), textcoords="offset points", xytext=(4, 4),
-                               fontsize="x-small")
-            # inside the axes (the margins above): left out of the layout, which would measure
-            # each label's text (half the picture's time with 64 candidates)
-            note.set_in_layout(False)
-            if winner is not None and lab == winner:
-                ax.scatter([x], [y], s=160, facecolors="none", edgecolors=_LINE_COLOR, zorder=4,
-                           label="winner")
-    else:
-        ax.text(0.5, 0.5, "no candidate has both scores yet", ha="center", va="center",
-                transform=ax.transAxes)
-    if luck_line is not None and _present(luck_line):
-        ax.axhline(luck_line, color=_LINE_COLOR, linewidth=2, label=f"luck line {luck_line:.4f}")
-    if luck_line_95 is not None and _present(luck_line_95):
-        ax.axhline(luck_line_95, color=_LINE_COLOR, linewidth=1, linestyle="--",
-                   label=f"95% luck line {luck_line_95:.4f}")
-    ax.set_xlabel("in-sample score")
-    ax.set_ylabel("out-of-sample score")
-    ax.set_title("Leaderboard: out-of-sample vs in-sample")
-    # upper left: low in-sample, high out-of-sample, the corner candidates rarely reach (an
-    # overfit one sits lower right); "best" searched every point at each draw (a third of the time)
-    _legend(ax, "upper left", "x-small")
-    return _png(fig)
+    pts = [(s, y, e) for s, y, e in zip(seqs, holdout_scores, ses, strict=True)
+           if y is not None and _present(y)]
+    if pts:
+        errs = [e if e is not None and _present(e) else 0.0 for _, _, e in pts]
+        ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=errs, marker="o",
+                    color=_MODEL_COLOR, capsize=3, label="winner on its holdout (± 1 SE)")
+    bpts = [(s, b) for s, b in zip(seqs, base, strict=True) if b is not None and _present(b)]
+    if bpts:
+        ax.plot([p[0] for p in bpts], [p[1] for p in bpts], marker="s", color=_JEV_COLOR,
+                linestyle="--", label="baseline on the same holdout")
+    if noise_line is not None and _present(noise_line):
+        ax.axhline(noise_line, color=_LINE_COLOR, linewidth=2, linestyle="-.",
+                   label=f"best expected under noise {noise_line:.4f}")
+    if not pts and not bpts:
+        ax.text(0.5, 0.5, "no holdout scored yet", ha="center", va="center", transform=ax.transAxes,
+                fontsize=_FONT)
+    ax.set_xticks(list(seqs))
+    _labels(ax, "re-run (lineage position)", "holdout score")
+    _title(ax, "Lineage over re-runs")
+    _legend(ax)
+    _layout(fig)
+    return _picture(fig, ax)
 
 
 def lineage_png(seqs: Sequence[int], holdout_scores: Sequence[float | None],
@@ -255,33 +566,30 @@ def lineage_png(seqs: Sequence[int], holdout_scores: Sequence[float | None],
     ...             noise_line=0.55)[:4]
     b'\\x89PNG'
     """
-    base = list(baseline_scores) if baseline_scores is not None else [None] * len(seqs)
-    ses = list(holdout_ses) if holdout_ses is not None else [None] * len(seqs)
-    _same_length("seqs, holdout_scores, baseline_scores and holdout_ses",
-                 "pass one value per re-run", seqs=seqs, holdout_scores=holdout_scores,
-                 baseline_scores=base, holdout_ses=ses)
+    return lineage_picture(seqs, holdout_scores, baseline_scores, holdout_ses,
+                           noise_line=noise_line).png
+
+
+def score_over_time_picture(periods: Sequence[str], scores: Sequence[float | None], *,
+                            mean_score: float | None = None) -> Picture:
+    """:func:`score_over_time_png` with its geometry."""
+    n = _same_length("periods and scores", "pass one score per period", periods=periods,
+                     scores=scores)
     fig, ax = _figure()
-    pts = [(s, y, e) for s, y, e in zip(seqs, holdout_scores, ses, strict=True)
-           if y is not None and _present(y)]
-    if pts:
-        errs = [e if e is not None and _present(e) else 0.0 for _, _, e in pts]
-        ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=errs, marker="o",
-                    color=_MODEL_COLOR, capsize=3, label="winner on its holdout")
-    bpts = [(s, b) for s, b in zip(seqs, base, strict=True) if b is not None and _present(b)]
-    if bpts:
-        ax.plot([p[0] for p in bpts], [p[1] for p in bpts], marker="s", color=_JEV_COLOR,
-                linestyle="--", label="baseline on the same holdout")
-    if noise_line is not None and _present(noise_line):
-        ax.axhline(noise_line, color=_LINE_COLOR, linewidth=2,
-                   label=f"best expected under noise {noise_line:.4f}")
-    if not pts and not bpts:
-        ax.text(0.5, 0.5, "no holdout scored yet", ha="center", va="center", transform=ax.transAxes)
-    ax.set_xticks(list(seqs))
-    ax.set_xlabel("re-run (lineage position)")
-    ax.set_ylabel("holdout score")
-    ax.set_title("Lineage over re-runs")
-    _legend(ax, "best", "x-small")
-    return _png(fig)
+    ys = [y if y is not None and _present(y) else math.nan for y in scores]
+    ax.plot(range(n), ys, marker="o", color=_MODEL_COLOR, label="mean score of the period")
+    if mean_score is not None and _present(mean_score):
+        ax.axhline(mean_score, color=_LINE_COLOR, linewidth=1.5, linestyle="--",
+                   label=f"overall mean {mean_score:.4f}")
+    step = max(1, math.ceil(n / 8))
+    ticks = list(range(0, n, step))
+    ax.set_xticks(ticks, [periods[i] for i in ticks], fontsize=_SMALL)
+    _labels(ax, "period (first day)", "score")
+    _title(ax, "Backtest score over time")
+    _legend(ax)
+    _layout(fig)
+    return _picture(fig, ax)
+
 
 
 def score_over_time_png(periods: Sequence[str], scores: Sequence[float | None], *,
@@ -295,19 +603,4 @@ def score_over_time_png(periods: Sequence[str], scores: Sequence[float | None], 
     ...                     mean_score=0.65)[:4]
     b'\\x89PNG'
     """
-    n = _same_length("periods and scores", "pass one score per period", periods=periods,
-                     scores=scores)
-    fig, ax = _figure()
-    ys = [y if y is not None and _present(y) else math.nan for y in scores]
-    ax.plot(range(n), ys, marker="o", color=_MODEL_COLOR, label="mean score of the period")
-    if mean_score is not None and _present(mean_score):
-        ax.axhline(mean_score, color=_LINE_COLOR, linewidth=1.5, linestyle="--",
-                   label=f"overall mean {mean_score:.4f}")
-    step = max(1, math.ceil(n / 6))
-    ticks = list(range(0, n, step))
-    ax.set_xticks(ticks, [periods[i] for i in ticks], fontsize="x-small")
-    ax.set_xlabel("period (first day)")
-    ax.set_ylabel("score")
-    ax.set_title("Backtest score over time")
-    _legend(ax, "best", "x-small")
-    return _png(fig)
+    return score_over_time_picture(periods, scores, mean_score=mean_score).png

@@ -5,16 +5,34 @@ gone when no process has its id, when it is a zombie (exited, not yet reaped by 
 when the process now holding the id started after the moment the run's process was known to
 run (the id was reused). :func:`stop_process_group` ends a service started in a session of its
 own (a daemon, a webserver) with what it started.
+
+:class:`ProcessIdentity` names one process for good: its host, the host's boot, its id and the
+clock tick it started at (``/proc/<pid>/stat`` field 22). Two processes can share an id one after
+the other, never an id *and* a start tick on one boot, so :func:`identity_alive` is exact where
+:func:`process_alive` needs a moment and a slack. The lifecycle's leases
+(:mod:`typestrict_pipeline.lifecycle.leases`) store it for every backtest, study and claim.
 """
 
 from __future__ import annotations
 
+import enum
 import os
 import signal
+import socket
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["process_alive", "stop_process_group"]
+__all__ = [
+    "Liveness",
+    "ProcessIdentity",
+    "ancestor_identity",
+    "identity_alive",
+    "identity_of",
+    "process_alive",
+    "stop_process_group",
+    "this_process",
+]
 
 _SLACK_S = 2.0
 """Clock ticks and event timestamps differ slightly: a process started up to this long after
@@ -38,6 +56,158 @@ def _linux_start_and_state(pid: int) -> tuple[float, str] | None:
     except (IndexError, ValueError):
         return None
     return boot + start_ticks / os.sysconf("SC_CLK_TCK"), state
+
+
+def _boot_id() -> str:
+    """This boot's id (``/proc/sys/kernel/random/boot_id``), or ``""`` where there is none."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
+    except OSError:
+        return ""
+
+
+def _start_ticks(pid: int) -> tuple[int, str] | None:
+    """The process's start time in clock ticks since boot and its state letter, from ``/proc``."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()
+    try:
+        return int(fields[19]), fields[0]
+    except (IndexError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    """One process, named so that a reused process id is never taken for it.
+
+    Attributes:
+        host: the host name (``socket.gethostname()``).
+        boot_id: the host's boot id (a reboot makes every earlier identity dead).
+        pid: the process id.
+        start_ticks: when it started, in clock ticks since boot (``-1`` when unknown).
+    """
+
+    host: str
+    boot_id: str
+    pid: int
+    start_ticks: int
+
+    def describe(self) -> str:
+        """``process 123 on host h``."""
+        return f"process {self.pid} on host {self.host}"
+
+
+class Liveness(enum.StrEnum):
+    """What a process check can say.
+
+    Attributes:
+        ALIVE: the very process runs (same host, same boot, same id and start tick).
+        DEAD: it is gone: no such process, a zombie, an id reused by a later process, or the host
+            rebooted since.
+        UNKNOWN: it runs on another host: only its heartbeat can tell.
+    """
+
+    ALIVE = "alive"
+    DEAD = "dead"
+    UNKNOWN = "unknown"
+
+
+def this_process() -> ProcessIdentity:
+    """The calling process's identity.
+
+    >>> me = this_process()
+    >>> me.pid == os.getpid(), identity_alive(me)
+    (True, <Liveness.ALIVE: 'alive'>)
+    """
+    found = _start_ticks(os.getpid())
+    return ProcessIdentity(socket.gethostname(), _boot_id(), os.getpid(), found[0] if found else -1)
+
+
+def identity_of(pid: int) -> ProcessIdentity | None:
+    """The identity of process ``pid`` on this host now (None: no such process, or no ``/proc``).
+
+    >>> identity_of(os.getpid()) == this_process()
+    True
+    """
+    found = _start_ticks(pid)
+    if found is None or found[1] in ("Z", "X"):
+        return None
+    return ProcessIdentity(socket.gethostname(), _boot_id(), pid, found[0])
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+        return int(stat[stat.rfind(")") + 2:].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def ancestor_identity(pid: int, *, levels: int = 4) -> ProcessIdentity | None:
+    """The identity of ``pid`` if it is this process or one of its ancestors (up to ``levels``
+    up), else None: a run's process seen from one of its step processes, never a stranger that
+    happens to have that id.
+
+    >>> ancestor_identity(os.getppid()) == identity_of(os.getppid())
+    True
+    >>> ancestor_identity(2**22 + 12345) is None
+    True
+    """
+    current: int | None = os.getpid()
+    for _ in range(levels + 1):
+        if current is None or current <= 0:
+            return None
+        if current == pid:
+            return identity_of(pid)
+        current = _parent(current)
+    return None
+
+
+def identity_alive(identity: ProcessIdentity) -> Liveness:
+    """Whether the process ``identity`` names still runs (see :class:`Liveness`).
+
+    >>> import dataclasses
+    >>> me = this_process()
+    >>> identity_alive(dataclasses.replace(me, start_ticks=me.start_ticks + 1))  # a reused id
+    <Liveness.DEAD: 'dead'>
+    >>> identity_alive(dataclasses.replace(me, host="elsewhere"))
+    <Liveness.UNKNOWN: 'unknown'>
+    """
+    if identity.host != socket.gethostname():
+        return Liveness.UNKNOWN
+    if identity.boot_id and identity.boot_id != _boot_id():
+        return Liveness.DEAD
+    if identity.pid <= 0:
+        return Liveness.DEAD
+    try:
+        os.kill(identity.pid, 0)
+    except ProcessLookupError:
+        return Liveness.DEAD
+    except PermissionError:
+        pass  # another user's process: it exists
+    found = _start_ticks(identity.pid)
+    if found is None:
+        # No /proc (not Linux: the id alone must do) or the process ended between the two looks.
+        return Liveness.DEAD if _gone(identity.pid) else Liveness.ALIVE
+    ticks, state = found
+    if state in ("Z", "X"):
+        return Liveness.DEAD
+    if identity.start_ticks >= 0 and ticks != identity.start_ticks:
+        return Liveness.DEAD
+    return Liveness.ALIVE
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def process_alive(pid: int, *, running_at: float | None = None) -> bool:

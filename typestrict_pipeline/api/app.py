@@ -30,10 +30,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from typestrict_pipeline.api.errors import ApiError, error_body, status_for
-from typestrict_pipeline.api.studies import StudyRunner
+from typestrict_pipeline.api.jev import JEV_SOURCE_ENV, missing_jev_error, parse_jev_source
+from typestrict_pipeline.api.runs import DagsterRuns, dagster_home_for
 from typestrict_pipeline.api.trainings import TrainingStore
 from typestrict_pipeline.errors import TypeStrictError
-from typestrict_pipeline.files import loads_strict
 from typestrict_pipeline.store import open_store
 
 log = logging.getLogger("typestrict.api")
@@ -41,6 +41,7 @@ log = logging.getLogger("typestrict.api")
 DEFAULT_MAX_BODY = 16 * 1024 * 1024
 DEFAULT_MAX_UPLOAD = 256 * 1024 * 1024
 UPLOAD_PREFIXES = ("/v1/files/", "/v1/trainings/")
+CONSOLE_UPLOAD_PREFIX = "/console/trainings"  # the console's dataset and predictions forms
 
 
 @dataclass
@@ -49,10 +50,10 @@ class ApiSettings:
 
     store_url: str
     home: Path
-    jev_source: Mapping[str, Any] | None = None
+    jev_source: Mapping[str, Any]
     max_body_bytes: int = DEFAULT_MAX_BODY
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD
-    run_studies: bool = True
+    dagster_home: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -63,7 +64,7 @@ class ApiContext:
     settings: ApiSettings
     engine: Engine
     trainings: TrainingStore
-    runner: StudyRunner | None
+    runs: DagsterRuns
 
 
 class _TooLarge(Exception):
@@ -80,7 +81,8 @@ class BodyLimitMiddleware:
 
     def _limit(self, scope: Scope) -> int:
         path = str(scope.get("path", ""))
-        upload = scope.get("method") == "PUT" and path.startswith(UPLOAD_PREFIXES)
+        upload = ((scope.get("method") == "PUT" and path.startswith(UPLOAD_PREFIXES))
+                  or (scope.get("method") == "POST" and path.startswith(CONSOLE_UPLOAD_PREFIX)))
         return self.max_upload if upload else self.max_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -167,10 +169,18 @@ def _install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(SQLAlchemyError)
     async def _store(request: Request, exc: SQLAlchemyError) -> JSONResponse:
+        from typestrict_pipeline.store import store_failure
+
         log.warning("store error on %s %s: %s", request.method, request.url.path, type(exc).__name__)
-        return _error_response(503, "store_unavailable",
-                               f"expected the store to answer, got {type(exc).__name__} (busy or "
-                               "unreachable). Retry in a moment", {"Retry-After": "1"})
+        failure = store_failure(exc)
+        if failure.transient:  # busy or unreachable: the same request can succeed later
+            return _error_response(503, "store_unavailable", failure.message, {"Retry-After": "1"})
+        if failure.kind == "read_only":
+            return _error_response(503, "store_read_only", failure.message)
+        if failure.kind == "value":  # a value the database refused: the request must change
+            return _error_response(422, "invalid_input", failure.message)
+        log.error("store refused %s %s", request.method, request.url.path, exc_info=exc)
+        return _error_response(500, "internal", failure.message)
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception) -> JSONResponse:
@@ -184,45 +194,53 @@ def create_app(
     store_url: str,
     home: str | Path,
     *,
-    jev_source: Mapping[str, Any] | None = None,
+    jev_source: Mapping[str, Any] | None,
     max_body_bytes: int = DEFAULT_MAX_BODY,
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD,
-    run_studies: bool = True,
+    dagster_home: str | Path | None = None,
 ) -> FastAPI:
     """The customer API on the store at ``store_url`` and the files under ``home``.
 
     Args:
         store_url: the domain store (SQLite or PostgreSQL); its schema is upgraded on start.
         home: ``TYPESTRICT_HOME`` (trainings, audits, workspaces' files).
-        jev_source: the manifest ``predictions.jev`` object used for trainings created here.
+        jev_source: the manifest ``predictions.jev`` object used for trainings created here
+            (required: a server without Jev does not start, :func:`~typestrict_pipeline.api.jev.missing_jev_error`).
         max_body_bytes: largest JSON body.
         max_upload_bytes: largest uploaded file (``PUT /v1/files/{name}``, model files).
-        run_studies: run created studies in a background thread (off: they stay PENDING).
+        dagster_home: the Dagster instance studies and backtests are launched on (default
+            ``DAGSTER_HOME``, else ``<home>/dagster_home``: :mod:`typestrict_pipeline.api.runs`).
     """
     from typestrict_pipeline.api.routes import (
+        backtests,
+        datasets,
         files,
         models,
+        notifications,
+        schedules,
         studies,
         trainings,
         verifier,
         workspaces,
     )
 
-    settings = ApiSettings(store_url=store_url, home=Path(home).resolve(), jev_source=jev_source,
+    if jev_source is None:
+        raise missing_jev_error(Path(home).resolve())
+    resolved = Path(home).resolve()
+    settings = ApiSettings(store_url=store_url, home=resolved, jev_source=jev_source,
                            max_body_bytes=max_body_bytes, max_upload_bytes=max_upload_bytes,
-                           run_studies=run_studies)
+                           dagster_home=Path(dagster_home).resolve() if dagster_home else dagster_home_for(resolved))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = open_store(settings.store_url)
-        runner = StudyRunner(engine) if settings.run_studies else None
-        app.state.ctx = ApiContext(settings, engine, TrainingStore(settings.home, engine, jev_source),
-                                   runner)
+        assert settings.dagster_home is not None
+        runs = DagsterRuns(settings.dagster_home, settings.store_url)
+        app.state.ctx = ApiContext(settings, engine, TrainingStore(settings.home, engine, jev_source), runs)
         try:
             yield
         finally:
-            if runner is not None:
-                runner.shutdown()
+            runs.close()
             engine.dispose()
 
     app = FastAPI(
@@ -232,9 +250,13 @@ def create_app(
                     "Authenticate with `Authorization: Bearer <key>` (typestrict api-key create).",
     )
     _install_handlers(app)
-    for module in (trainings, models, files, workspaces, studies):
+    for module in (trainings, models, files, workspaces, backtests, datasets, studies, schedules,
+                   notifications):
         app.include_router(module.router, prefix="/v1")
     app.include_router(verifier.router)
+    from typestrict_pipeline.console import install as install_console
+
+    install_console(app)
     app.add_middleware(BodyLimitMiddleware, max_body=max_body_bytes, max_upload=max_upload_bytes)
     return app
 
@@ -249,6 +271,6 @@ def app_from_env() -> FastAPI:
 
     from typestrict_pipeline.store import default_store_url, typestrict_home
 
-    raw = os.environ.get("TYPESTRICT_API_JEV_SOURCE")
-    jev = loads_strict(raw, file="TYPESTRICT_API_JEV_SOURCE") if raw else None
+    raw = os.environ.get(JEV_SOURCE_ENV)
+    jev = parse_jev_source(raw, what=JEV_SOURCE_ENV) if raw else None
     return create_app(default_store_url(), typestrict_home(), jev_source=jev)

@@ -28,6 +28,10 @@ def get_workspace(
     workspace = None
     if credentials is not None and credentials.scheme.lower() == "bearer":
         workspace = workspace_for_key(ctx.engine, credentials.credentials)
+    elif "authorization" not in request.headers:  # a browser: the console's cookie, reads only
+        from typestrict_pipeline.console.web import cookie_workspace
+
+        workspace = cookie_workspace(request)
     if workspace is None:
         raise ApiError(
             401, "unauthorized",

@@ -2,20 +2,68 @@
 
 Requests refuse unknown fields (``extra="forbid"``), like manifests do, so a typo never silently
 changes what is measured. Strings and lists are bounded so no request can ask for unbounded work.
+No string of a request may hold a control character (NUL, escapes; line breaks only in the
+fields listed in ``Strict.multiline``): :func:`typestrict_pipeline.values.control_character`, the
+rule every stored text follows.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from decimal import Decimal
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
+
+from typestrict_pipeline.values import control_character
 
 Name = Annotated[str, Field(min_length=1, max_length=200)]
 Text = Annotated[str, Field(min_length=1, max_length=10_000)]
+Money = Annotated[Decimal | Annotated[str, Field(max_length=40)], Field(
+    description="USD, as a JSON number (read exactly, never as a binary float) or a decimal string; "
+                "at most 6 decimals", examples=[0.05, "0.05"])]
+"""A USD amount: a JSON number (the API decodes JSON numbers as ``Decimal``) or a decimal string."""
 
 
 class Strict(BaseModel):
+    """A request body: unknown fields refused, no control character in any string."""
+
     model_config = ConfigDict(extra="forbid")
+    multiline: ClassVar[frozenset[str]] = frozenset()
+    """Fields whose text may span lines (tab, line feed, carriage return allowed; NUL never)."""
+
+    @model_validator(mode="after")
+    def _no_control_characters(self) -> Strict:
+        for name in type(self).model_fields:
+            found = _first_control(getattr(self, name), lines=name in self.multiline)
+            if found is not None:
+                where, ch = found
+                raise PydanticCustomError(
+                    "control_character",
+                    "{field} as text without control characters (such as NUL, escapes{lines}), "
+                    "found {ch}",
+                    {"field": f"{name}{where}", "ch": ch,
+                     "lines": "" if name in self.multiline else ", line breaks"})
+        return self
+
+
+def _first_control(value: Any, *, lines: bool) -> tuple[str, str] | None:
+    """Where the first control character of a request value is (``[2].id``) and which, or None.
+    Nested request models check their own fields."""
+    if isinstance(value, str):
+        ch = control_character(value, lines=lines)
+        return None if ch is None else ("", ch)
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            found = _first_control(item, lines=lines)
+            if found is not None:
+                return f"[{i}]{found[0]}", found[1]
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _first_control(key, lines=False) or _first_control(item, lines=lines)
+            if found is not None:
+                return f"[{str(key)[:40]!r}]{found[0]}", found[1]
+    return None
 
 
 class ErrorDetail(BaseModel):
@@ -45,6 +93,8 @@ class DatasetRef(Strict):
 
 
 class Decision(Strict):
+    multiline: ClassVar[frozenset[str]] = frozenset({"question"})
+
     name: Name
     question: Text
     answer_column: Name | None = None
@@ -66,6 +116,10 @@ class TrainingCreate(Strict):
 
 
 class TrainingOut(BaseModel):
+    """A training: ``state`` is one of docs/lifecycle.md's (awaiting_predictions, judging, failed,
+    settled, expired, cancelled); ``reason`` says why it is failed, expired or cancelled;
+    ``deadline_at`` is when an open training expires (its credit then comes back)."""
+
     id: str
     workspace_id: str
     state: str
@@ -73,6 +127,9 @@ class TrainingOut(BaseModel):
     decisions: list[str]
     verdict: str | None = None
     model_url: str | None = None
+    reason: str | None = None
+    deadline_at: str | None = None
+    submissions: int = 0
 
 
 class DecisionSplit(BaseModel):
@@ -253,7 +310,7 @@ class StudyFormIn(Strict):
     seed: Annotated[int, Field(ge=0, le=2**31)] = 0
     max_candidates: Annotated[int, Field(ge=1, le=10_000)] | None = None
     max_total_steps: Annotated[int, Field(ge=1, le=100_000_000)] | None = None
-    budget_usd: Annotated[str, Field(max_length=30)] | None = None
+    budget_usd: Money | None = None
     min_unseen_steps: Annotated[int, Field(ge=1, le=100_000)] | None = None
     name: Name | None = None
     synthetic: bool = False
@@ -269,6 +326,10 @@ class EstimateOut(BaseModel):
 
 
 class StudyOut(BaseModel):
+    """A study: its state, spend and budget, and the Dagster run that runs it (``run_id``, shown
+    in the Dagster UI; ``run_state`` ``queued``, ``running``, ``succeeded``, ``failed`` or
+    ``cancelled``; none for a study made elsewhere)."""
+
     id: int
     workspace_id: str
     workflow: str
@@ -277,6 +338,9 @@ class StudyOut(BaseModel):
     spend_micro_usd: int | None
     budget_micro_usd: int | None
     estimate_micro_usd: int | None
+    error: str | None = None
+    run_id: str | None = None
+    run_state: str | None = None
 
 
 class ScheduleIn(Strict):
@@ -306,3 +370,143 @@ class LineageOut(BaseModel):
     entries: list[dict[str, Any]]
     summary: dict[str, Any] | None
     text: str
+
+
+Params = Annotated[dict[Annotated[str, Field(min_length=1, max_length=100)], Any], Field(max_length=50)]
+
+
+class BacktestIn(Strict):
+    """Run a backtest (the fields of ``typestrict backtest run``): the workflow's active version,
+    one decision per step from ``start`` to ``end``, on a built-in dataset or one the workspace
+    registered."""
+
+    workflow: Name
+    start: Annotated[str, Field(min_length=1, max_length=40)]
+    end: Annotated[str, Field(min_length=1, max_length=40)]
+    step: Annotated[str, Field(min_length=1, max_length=20)] = "1d"
+    dataset: Name = "seattle_weather"
+    params: Params = {}
+
+
+class BacktestOut(BaseModel):
+    """A backtest: ``queued`` until its Dagster run starts it, then ``running``, and how it ended
+    (``completed``, ``stopped``, ``failed``, ``cancelled``...), HISTORICAL, with its cost."""
+
+    id: str
+    workspace_id: str
+    workflow: str
+    state: str
+    mode: str
+    version_id: str | None
+    steps_planned: int | None
+    steps_run: int
+    cost_micro_usd: int
+    mean_score: float | None
+    error: str | None
+    run_id: str | None
+    card: str | None
+    created_at: str | None
+    finished_at: str | None
+
+
+class WorkflowOut(BaseModel):
+    workflow: str
+    version_id: str
+    tables: list[str]
+    params: dict[str, Any]
+    scored_by: str
+
+
+TableName = Annotated[str, Field(min_length=1, max_length=64)]
+FileRef = Annotated[str, Field(min_length=1, max_length=1000)]
+
+
+class DatasetIn(Strict):
+    """Register a point-in-time dataset for a workflow: for each table it reads, a file of the
+    workspace's files (``PUT /v1/files/{name}``) with ``event_time``, ``known_time`` and the
+    value columns."""
+
+    name: Annotated[str, Field(min_length=1, max_length=48)]
+    workflow: Name
+    tables: Annotated[dict[TableName, FileRef], Field(min_length=1, max_length=64)]
+
+
+class AppendIn(Strict):
+    """Append the rows of a workspace file to a table (the only one when ``table`` is left out)."""
+
+    file: FileRef
+    table: TableName | None = None
+
+
+class TableOut(BaseModel):
+    name: str
+    rows: int
+    columns: list[str]
+    first_known: str
+    last_known: str
+
+
+class DatasetOut(BaseModel):
+    name: str
+    workflow: str
+    registered_at: str
+    last_known: str
+    tables: list[TableOut]
+    added: int | None = None
+
+
+class BudgetIn(Strict):
+    """The workspace's monthly usage budget in USD."""
+
+    budget_usd: Money
+
+
+class BudgetOut(BaseModel):
+    workspace_id: str
+    subscription: str
+    budget_micro_usd: int | None
+    spent_micro_usd: int
+    period_start: str
+    period_end: str
+    exhausted: bool
+    text: str
+
+
+class ScheduleCancelIn(Strict):
+    """Who cancels the schedule (kept with it)."""
+
+    by: Annotated[str, Field(min_length=3, max_length=200)]
+
+
+class NotificationSettingIn(Strict):
+    """Turn "A scheduled study changes its winner" on or off for one person."""
+
+    enabled: bool
+    kind: Annotated[str, Field(max_length=64)] = "study_winner_changed"
+
+
+class NotificationSettingOut(BaseModel):
+    person: str
+    kind: str
+    title: str
+    enabled: bool
+
+
+class DeliveryOut(BaseModel):
+    id: int
+    recipient: str
+    subject: str
+    state: str
+    attempts: int
+    created_at: str
+    sent_at: str | None
+    next_attempt_at: str | None
+    last_error: str | None
+    text: str
+
+
+class NotificationsOut(BaseModel):
+    """Settings → Notifications: each recipient's choice, and every delivery or failure."""
+
+    settings: list[NotificationSettingOut]
+    deliveries: list[DeliveryOut]

@@ -1,30 +1,37 @@
-"""Studies through the API: the form's estimate, scoped reads, and running a created study.
+"""Studies through the API: the form's estimate, launching a study as a Dagster run, scoped reads.
 
 The estimate is what the study form shows as soon as a USD budget is entered: the same arithmetic
 and refusals as :func:`typestrict_pipeline.study.repository.create_study` (limits required, a USD
 budget refused for a version never backtested in the workspace, with the page's message), but
-nothing is written. Creating, cancelling, the leaderboard, schedules and the lineage call the
-studies and re-runs core directly; this module only adds the workspace scoping.
+nothing is written. A created study runs as a ``study_job`` run on the Dagster instance
+(:func:`launch_study`), exactly the run the Dagster UI launches: the API process never executes
+a study. Cancelling, the leaderboard, schedules and the lineage call the studies and re-runs core
+directly; this module adds the workspace scoping.
 """
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Engine
 
+from typestrict_pipeline.api.runs import DagsterRuns, RunInfo, RunState
 from typestrict_pipeline.errors import LimitError, NotFoundError
 from typestrict_pipeline.store import session_scope
+from typestrict_pipeline.study import repository as repo
 from typestrict_pipeline.study.limits import (
     NO_BACKTEST_MESSAGE,
     estimate_cost_micro,
     estimate_text,
     study_total_steps,
 )
-from typestrict_pipeline.study.service import StudyConfig, lookup_last_backtest, study_backend
-from typestrict_pipeline.study.tables import StudyRow
+from typestrict_pipeline.study.service import StudyConfig, lookup_last_backtest
+from typestrict_pipeline.study.tables import StudyRow, StudyState
 
 
 @dataclass(frozen=True)
@@ -118,42 +125,110 @@ def list_studies(engine: Engine, workspace_id: str, limit: int = 200) -> list[St
         return rows
 
 
-class StudyRunner:
-    """Runs created studies one at a time in a background thread (no Dagster in the server).
+def _object(study_id: int) -> str:
+    return f"study:{study_id}"
 
-    The same in-process runner the CLI's tests and re-runs use
-    (:func:`typestrict_pipeline.study.runner.run_study_local`); a failure is recorded on the study
-    by the runner itself (state ``FAILED`` with its reason).
+
+def study_form_config(home: Path, workspace: str, fields: Mapping[str, Any]) -> StudyConfig:
+    """The study the form describes, for ``workspace``: its dataset named as the workspace may
+    name it (built in, or registered by the workspace), its USD budget a JSON number or a
+    decimal string (never a binary float: :func:`money_text`)."""
+    from typestrict_pipeline.api import datasets
+    from typestrict_pipeline.study.form import StudyForm, study_config
+
+    values = dict(fields)
+    values["dataset"] = datasets.resolve(home, workspace, str(values.get("dataset", "seattle_weather")))
+    if values.get("budget_usd") is not None:
+        values["budget_usd"] = money_text(values["budget_usd"])
+    return study_config(StudyForm(**values, workspace=workspace))
+
+
+def money_text(value: object) -> str:
+    """A USD amount as the text the money parser reads: a ``Decimal`` (a JSON number, decoded
+    exactly) written out in plain digits, a string as it is.
+
+    >>> money_text(Decimal("0.05")), money_text(Decimal("1E+2")), money_text("0.25")
+    ('0.05', '100', '0.25')
     """
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="study")
-        self._lock = threading.Lock()
-        self._futures: dict[int, Future[None]] = {}
-
-    def submit(self, study_id: int) -> None:
-        with self._lock:
-            self._futures[study_id] = self._pool.submit(self._run, study_id)
-
-    def _run(self, study_id: int) -> None:
-        from typestrict_pipeline.study.runner import run_study_local
-
-        try:
-            run_study_local(self.engine, study_id, study_backend(self.engine, study_id), max_workers=2)
-        except Exception:  # recorded on the study by run_study_local (mark_failed)
-            return
-
-    def wait(self, study_id: int, timeout: float | None = None) -> None:
-        """Wait for a submitted study (tests)."""
-        with self._lock:
-            fut = self._futures.get(study_id)
-        if fut is not None:
-            fut.result(timeout=timeout)
-
-    def shutdown(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+    if isinstance(value, Decimal) and value.is_finite():
+        return format(value, "f")
+    return str(value)
 
 
-__all__ = ["StudyEstimate", "StudyRunner", "check_study", "estimate_study", "list_studies",
-           "parse_study_id"]
+def launch_study(engine: Engine, home: Path, runs: DagsterRuns, workspace: str,
+                 fields: Mapping[str, Any]) -> StudyRow:
+    """Create the study (refused as the form refuses it), then launch its ``study_job`` run on
+    the Dagster instance: the run the UI launches, listed there, surviving an API restart.
+
+    A launch that fails leaves no study in flight: the study is marked failed with why (and
+    cancelling it frees the workflow).
+    """
+    from typestrict_pipeline.study.service import create_study_from_config
+
+    config = study_form_config(home, workspace, fields)
+    study_id = create_study_from_config(engine, config)
+    try:
+        run_config = importlib.import_module("assets.studies").study_run_config(study_id)
+        runs.submit("study_job", run_config, workspace=workspace, object_ref=_object(study_id),
+                    tags={"workflow": config.workflow})
+    except BaseException as exc:
+        repo.cancel_study(engine, study_id)
+        repo_error(engine, study_id, f"its Dagster run could not be launched: {type(exc).__name__}: {exc}")
+        raise
+    return check_study(engine, workspace, study_id)
+
+
+def repo_error(engine: Engine, study_id: int, error: str) -> None:
+    """Record why a study ended without running (its state is left as it is)."""
+    from sqlalchemy import update
+
+    with session_scope(engine) as s:
+        s.execute(update(StudyRow).where(StudyRow.id == study_id).values(error=error[:4000]))
+
+
+def study_run(runs: DagsterRuns, workspace: str, study_id: int) -> RunInfo | None:
+    """The newest Dagster run the API launched for the study (None for a study made elsewhere)."""
+    found = runs.runs_for(workspace, _object(study_id))
+    return found[0] if found else None
+
+
+def settle_unstarted(engine: Engine, runs: DagsterRuns, row: StudyRow) -> StudyRow:
+    """A ``PENDING`` study whose run ended before it started (cancelled in the queue, or failed
+    to launch) is ended too: cancelled, or failed with why; so no study waits forever on a run
+    that will never come. Any other study is returned as it is."""
+    if row.state != StudyState.PENDING.value:
+        return row
+    run = study_run(runs, row.workspace, row.id)
+    if run is None or run.state in (RunState.QUEUED, RunState.RUNNING):
+        return row
+    if run.state == RunState.CANCELLED:
+        repo.cancel_study(engine, row.id)
+        repo_error(engine, row.id, f"its Dagster run {run.run_id} was cancelled before the study started")
+    else:
+        repo.mark_failed(engine, row.id, f"its Dagster run {run.run_id} ended ({run.state}) before the "
+                         "study started; see the run in the Dagster UI, then cancel the study")
+    return check_study(engine, row.workspace, row.id)
+
+
+def cancel_study(engine: Engine, runs: DagsterRuns, workspace: str, study_id: int) -> StudyRow:
+    """Cancel a study that has not ended (:func:`typestrict_pipeline.lifecycle.reaper.cancel_study`,
+    what ``typestrict study cancel`` calls): what ran is kept and ranked; its Dagster run leaves
+    the queue, or stops starting window runs (the study's state is read before each one).
+
+    Raises:
+        NotFoundError: not a study of this workspace.
+        ConflictError: it has ended already.
+    """
+    from typestrict_pipeline.lifecycle.reaper import cancel_study as cancel_stored
+
+    row = check_study(engine, workspace, study_id)
+    cancel_stored(engine, row.id, workspace=workspace)
+    run = study_run(runs, workspace, row.id)
+    if run is not None and run.state == RunState.QUEUED:
+        runs.cancel(run.run_id)
+    return check_study(engine, workspace, row.id)
+
+
+__all__ = ["StudyEstimate", "cancel_study", "check_study", "estimate_study", "launch_study",
+           "list_studies", "money_text", "parse_study_id", "settle_unstarted", "study_form_config",
+           "study_run"]

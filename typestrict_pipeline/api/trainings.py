@@ -8,9 +8,17 @@ it. Where things are, under ``TYPESTRICT_HOME`` (``home``):
 * ``trainings/<training_id>/``: one folder per training, the same folder the refund pipeline and
   ``training_sensor`` read. A training created through the API starts as a **draft**
   (``api-draft.json``: the full manifest, its dataset copied beside it as ``dataset.<ext>``).
-  The split can be read at once. When the model's predictions are posted they are written to
-  ``predictions/model.jsonl`` and the manifest to ``manifest.json`` (atomically, last): from
-  then on ``training_sensor`` sees it like any other training and requests its ``verdict_job``.
+  The split can be read at once. When the model's predictions are posted they are checked
+  against the split in full, then written to ``predictions/model.jsonl`` and the manifest to
+  ``manifest.json`` (atomically, last): from then on ``training_sensor`` sees it like any other
+  training and requests its ``verdict_job``.
+
+Where a training is comes from its lifecycle row (:mod:`typestrict_pipeline.lifecycle.trainings`):
+``awaiting_predictions``, ``judging``, ``failed`` (refused by its verdict run; corrected
+predictions are accepted), ``settled``, ``expired`` or ``cancelled``. Money moves last and comes
+back always: the credit is charged in the transaction that puts the prepared folder in place (a
+failed write rolls the charge back), and a deadline returns it when nothing else ends the
+training.
 
 Every object is scoped to its workspace: a training of another workspace is "not found", the same
 answer as one that does not exist.
@@ -18,28 +26,52 @@ answer as one that does not exist.
 
 from __future__ import annotations
 
-import enum
+import contextlib
+import datetime as dt
 import json
 import os
 import secrets
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from sqlalchemy import Engine
 
-from typestrict_pipeline.credits import CreditLedger, get_model
+from typestrict_pipeline.credits import get_model
+from typestrict_pipeline.credits.ledger import run_transaction
 from typestrict_pipeline.credits.models import ModelInfo
-from typestrict_pipeline.errors import ConflictError, InputError, ManifestError, NotFoundError
+from typestrict_pipeline.errors import (
+    ConflictError,
+    InputError,
+    ManifestError,
+    NotFoundError,
+    PredictionsError,
+    StoreError,
+)
 from typestrict_pipeline.files import read_json_file, write_atomic
+from typestrict_pipeline.lifecycle.leases import LeaseKind, acquire
+from typestrict_pipeline.lifecycle.trainings import (
+    Deadlines,
+    Expired,
+    TrainingState,
+    TrainingStatus,
+    begin_judging_in,
+    cancel_training,
+    check_accepts_submission,
+    expire_due,
+    start_training,
+    training_status,
+)
 from typestrict_pipeline.refund.dataset import load_dataset
 from typestrict_pipeline.refund.holdout import Holdout, split_decisions, training_ids
 from typestrict_pipeline.refund.manifest import TrainingManifest, parse_manifest
 from typestrict_pipeline.refund.predictions import read_predictions
+from typestrict_pipeline.refund.preflight import check_file_predictions
 from typestrict_pipeline.refund.trained_on import attest, trained_on_sha256
 from typestrict_pipeline.refund.types import Role
+from typestrict_pipeline.store import utcnow
 
 DRAFT_NAME = "api-draft.json"
 MANIFEST_NAME = "manifest.json"
@@ -50,18 +82,25 @@ _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ012
 _DATASET_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".parquet", ".pq", ".jsonl", ".ndjson")
 
 
-class TrainingState(enum.StrEnum):
-    """Where a training is, as the API shows it.
+__all__ = ["TrainingRequest", "TrainingState", "TrainingStore", "TrainingView", "WorkspaceArea"]
 
-    Attributes:
-        AWAITING_PREDICTIONS: created; its split can be read; the model's predictions are due.
-        JUDGING: predictions received, manifest written; waiting for its verdict run.
-        SETTLED: its verdict is settled on the ledger; the model record exists.
-    """
+SUBMISSION_SOURCE = "the request's predictions"
+"""How messages name a posted body's predictions (row N is ``predictions[N-1]``)."""
+_NOTHING_STORED = ("nothing was stored or charged and the training still accepts its predictions: "
+                   "correct them and post them again")
 
-    AWAITING_PREDICTIONS = "awaiting_predictions"
-    JUDGING = "judging"
-    SETTLED = "settled"
+
+@contextlib.contextmanager
+def _disk(what: str) -> Iterator[None]:
+    """A full (or failing) disk is the server's problem, said as such (503), never a 500."""
+    try:
+        yield
+    except OSError as exc:
+        raise StoreError(
+            f"expected room to {what} on the server, got {exc.strerror or type(exc).__name__} "
+            f"({type(exc).__name__}). Nothing was charged; retry later, and tell the operator if "
+            "it persists"
+        ) from None
 
 
 def _already_submitted(training_id: str) -> ConflictError:
@@ -168,6 +207,29 @@ class TrainingRequest:
 
 
 @dataclass(frozen=True)
+class TrainingView:
+    """A training as the API and the CLI show it.
+
+    Attributes:
+        state: where it is.
+        model: its model record once settled (or expired/cancelled: settled as ``failed``).
+        status: its lifecycle row (None for a training registered by its manifest only).
+    """
+
+    state: TrainingState
+    model: ModelInfo | None
+    status: TrainingStatus | None
+
+    @property
+    def reason(self) -> str | None:
+        return None if self.status is None else self.status.reason
+
+    @property
+    def deadline_at(self) -> dt.datetime | None:
+        return None if self.status is None else self.status.deadline_at
+
+
+@dataclass(frozen=True)
 class SplitView:
     """A training's split, before training: what may be trained on and what is held out."""
 
@@ -185,13 +247,17 @@ class TrainingStore:
         home: ``TYPESTRICT_HOME``.
         engine: the domain store (credits and model records).
         jev_source: the manifest ``predictions.jev`` value for trainings made here (the server's
-            Jev; customers never choose it). None: creating a training is refused.
+            Jev; customers never choose it, and a server does not start without one).
     """
 
-    def __init__(self, home: Path, engine: Engine, jev_source: Mapping[str, Any] | None) -> None:
+    def __init__(self, home: Path, engine: Engine, jev_source: Mapping[str, Any] | None, *,
+                 deadlines: Deadlines | None = None) -> None:
         self.home = home
         self.engine = engine
+        # None only for the CLI's `typestrict training` commands, which read, submit and cancel
+        # trainings but never create one (the server does not start without a Jev source).
         self.jev_source = dict(jev_source) if jev_source is not None else None
+        self.deadlines = deadlines or Deadlines.from_env()
 
     @property
     def trainings_dir(self) -> Path:
@@ -208,10 +274,8 @@ class TrainingStore:
     def _manifest_doc(self, workspace_id: str, training_id: str, req: TrainingRequest,
                       dataset_name: str) -> dict[str, Any]:
         if self.jev_source is None:
-            raise ConflictError(
-                "expected this server to be configured with Jev's source, got none. The operator "
-                "starts `typestrict api` with --jev-source (a manifest predictions.jev object)"
-            )
+            raise InputError("a server configured with Jev's source", "none",
+                             "create trainings through `typestrict api` (docs/api.md)")
         dataset = dict(req.dataset)
         dataset["path"] = dataset_name
         return {
@@ -223,13 +287,17 @@ class TrainingStore:
         }
 
     def create(self, workspace_id: str, req: TrainingRequest) -> str:
-        """Validate the manifest and the dataset, charge the training's credit, write the draft.
+        """Validate the manifest and the dataset, prepare the training, then charge its credit.
 
-        Nothing is charged or written unless the manifest and the dataset are valid.
+        Charge last, release always: every file is written to a staging folder first; the charge
+        and the training's lifecycle row (``awaiting_predictions``, with its deadline) are one
+        transaction whose last step moves that folder into place, so a failed write (a full
+        disk) rolls the charge back, and a failed commit removes the folder.
 
         Raises:
             ManifestError, DatasetError, NotEnoughDataError: the request is not a valid training.
             InsufficientCreditsError: the workspace has no credit left.
+            StoreError: the server's disk or store failed (nothing charged).
         """
         written = req.dataset.get("path") if isinstance(req.dataset, Mapping) else None
         if not isinstance(written, str):
@@ -239,24 +307,44 @@ class TrainingStore:
         training_id = "tr_" + secrets.token_hex(8)
         folder = self.folder(training_id)
         staging = self.trainings_dir / f".staging-{training_id}"
-        staging.mkdir(parents=True)
         try:
-            dataset_name = "dataset" + _suffix(source.name)
-            shutil.copyfile(source, staging / dataset_name)
+            with _disk("store the training's files"):
+                staging.mkdir(parents=True)
+                dataset_name = "dataset" + _suffix(source.name)
+                shutil.copyfile(source, staging / dataset_name)
             doc = self._manifest_doc(workspace_id, training_id, req, dataset_name)
             jev = doc["predictions"]["jev"]
             if isinstance(jev, dict) and jev.get("kind") == "file":  # a recorded Jev: copied in,
-                shutil.copyfile(Path(str(jev.get("path"))), staging / "jev.jsonl")  # paths stay inside
+                with _disk("store the training's files"):  # paths stay inside
+                    shutil.copyfile(Path(str(jev.get("path"))), staging / "jev.jsonl")
                 doc["predictions"]["jev"] = {**jev, "path": "jev.jsonl"}
             manifest = parse_manifest(doc, source="request", base_dir=staging)
             load_dataset(manifest)  # every dataset check, before anything is charged
-            CreditLedger(self.engine).spend(workspace_id, training_id)
-            write_atomic(staging / DRAFT_NAME, json.dumps(doc, indent=2).encode("utf-8"))
-            os.replace(staging, folder)
+            with _disk("store the training's files"):
+                write_atomic(staging / DRAFT_NAME, json.dumps(doc, indent=2).encode("utf-8"))
+
+            def move_in() -> None:  # the last step of the charging transaction
+                with _disk("store the training's files"):
+                    os.replace(staging, folder)
+
+            try:
+                start_training(self.engine, workspace_id, training_id, deadlines=self.deadlines,
+                               before_commit=move_in)
+            except BaseException:
+                if folder.exists() and not self._charged(training_id):
+                    shutil.rmtree(folder, ignore_errors=True)  # the charge was rolled back
+                raise
         finally:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
         return training_id
+
+    def _charged(self, training_id: str) -> bool:
+        """Whether the training's charge committed (True when the store cannot tell: keep it)."""
+        try:
+            return training_status(self.engine, training_id) is not None
+        except Exception:
+            return True
 
     # --- read --------------------------------------------------------------------------------
 
@@ -285,7 +373,11 @@ class TrainingStore:
     def manifest(self, workspace_id: str, training_id: str) -> TrainingManifest:
         """The training's manifest (draft or final), if it belongs to ``workspace_id``."""
         doc, folder, _ = self._doc(workspace_id, training_id)
-        return parse_manifest(doc, source=str(folder / MANIFEST_NAME), base_dir=folder)
+        # A manifest written outside the API (the demo's) may name a file of the data folder,
+        # as the pipeline allows (docs/manifest.md, "Where files may be").
+        data_root = os.environ.get("TYPESTRICT_DATA_ROOT") or str(self.home / "data")
+        return parse_manifest(doc, source=str(folder / MANIFEST_NAME), base_dir=folder,
+                              data_roots=(Path(data_root),))
 
     def model(self, workspace_id: str, model_id: str) -> ModelInfo:
         """The model record of ``model_id`` if it belongs to ``workspace_id`` (else not found)."""
@@ -297,15 +389,41 @@ class TrainingStore:
             raise _not_found("model", model_id)
         return info
 
+    def view(self, workspace_id: str, training_id: str, *, now: dt.datetime | None = None
+             ) -> TrainingView:
+        """Where the training is, its lifecycle row and its model record.
+
+        A deadline that has passed is applied first (the training expires and its credit comes
+        back now, not at the next sweep): what the customer reads is always current.
+        """
+        _, _, draft = self._doc(workspace_id, training_id)
+        expire_due(self.engine, now=now, training_ids=[training_id], trainings_dir=self.trainings_dir)
+        status = training_status(self.engine, training_id)
+        model: ModelInfo | None = None
+        with contextlib.suppress(NotFoundError):
+            model = self.model(workspace_id, training_id)
+        if status is not None:
+            return TrainingView(status.state, model, status)
+        if draft:
+            return TrainingView(TrainingState.AWAITING_PREDICTIONS, None, None)
+        return TrainingView(TrainingState.SETTLED if model is not None else TrainingState.JUDGING,
+                            model, None)
+
     def state(self, workspace_id: str, training_id: str) -> tuple[TrainingState, ModelInfo | None]:
         """Where the training is, and its model record once settled."""
-        _, _, draft = self._doc(workspace_id, training_id)
-        if draft:
-            return TrainingState.AWAITING_PREDICTIONS, None
-        try:
-            return TrainingState.SETTLED, self.model(workspace_id, training_id)
-        except NotFoundError:
-            return TrainingState.JUDGING, None
+        found = self.view(workspace_id, training_id)
+        return found.state, found.model
+
+    def cancel(self, workspace_id: str, training_id: str) -> Expired:
+        """Cancel a training that awaits its predictions (or corrected ones): its credit comes back.
+
+        Raises:
+            NotFoundError: no such training in this workspace.
+            ConflictError: it is being judged or has ended.
+        """
+        self._doc(workspace_id, training_id)  # not found: another workspace's, or none
+        return cancel_training(self.engine, workspace_id, training_id,
+                               trainings_dir=self.trainings_dir)
 
     def list_ids(self, workspace_id: str) -> list[str]:
         """The workspace's trainings (drafts included), sorted by id."""
@@ -328,7 +446,7 @@ class TrainingStore:
         manifest = self.manifest(workspace_id, training_id)
         holdouts = split_decisions(load_dataset(manifest))
         train = tuple(sorted(training_ids(holdouts)))
-        everything = {r.id for h in holdouts for r in h.rows}
+        everything = set(holdouts[0].data.ids.to_pylist()) if holdouts else set()
         return SplitView(
             training_id=training_id, training_ids=train,
             training_ids_sha256=trained_on_sha256(train),
@@ -338,72 +456,122 @@ class TrainingStore:
     # --- submit ------------------------------------------------------------------------------
 
     def put_model_file(self, workspace_id: str, training_id: str, name: str, data: bytes) -> Path:
-        """Store one file of the trained model (only before its predictions are posted)."""
+        """Store one file of the trained model (only before its predictions are accepted)."""
         _, folder, draft = self._doc(workspace_id, training_id)
-        if not draft:
+        status = training_status(self.engine, training_id)
+        if (status is not None and not status.state.accepts_submission) or (status is None and not draft):
             raise ConflictError(
                 f"expected training {training_id!r} to await its predictions, got one already "
                 "submitted. Model files are uploaded before the predictions"
             )
-        return write_atomic(folder / MODEL_FOLDER / check_name(name), data)
+        with _disk("store the model's file"):
+            return write_atomic(folder / MODEL_FOLDER / check_name(name), data)
 
     def submit(self, workspace_id: str, training_id: str, predictions_jsonl: bytes,
-               trained_on: str | None,
-               stated_ids: tuple[bool, Sequence[str]] | None = None) -> TrainingManifest:
-        """Record the model's predictions and hand the training to the verdict pipeline.
+               trained_on: str | None, stated_ids: tuple[bool, Sequence[str]] | None = None, *,
+               source: str = SUBMISSION_SOURCE) -> TrainingManifest:
+        """Check the model's predictions against the split, then hand the training to its verdict.
 
-        The predictions are read with the pipeline's own reader, what the training states it
-        was trained on (``trained_on_sha256``, or ``stated_ids``: (hashed, values) written to
-        ``trained_on.txt`` and named in the manifest) is checked against the split (an id that
-        is not a training row is refused), then the manifest is written last, atomically:
-        ``training_sensor`` picks it up.
+        Refused before anything is stored or any claim is taken: predictions that are not valid
+        probabilities, that miss a test example of a decision, that name ids or decisions the
+        training does not have (the message counts each kind and names the first ids), or a
+        statement of what the model was trained on that the split refuses: ``trained_on_sha256``
+        that is not the split's, or ``stated_ids`` ((hashed, values): the ids or their SHA-256,
+        any subset of the training rows) naming a test, excluded or unknown id (counted, the
+        first named). Accepted: under the training's claim (a lease that expires with its
+        process), the state moves to ``judging`` and the predictions, the stated ids
+        (``trained_on.txt``, named by the manifest's ``training.trained_on``) and the manifest
+        are written in that transaction, the manifest last; ``training_sensor`` picks it up. A
+        training in ``failed`` accepts corrected predictions the same way. Messages name the
+        predictions as ``source`` (the request's body; the CLI's file).
 
         Raises:
-            ConflictError: predictions were already submitted.
-            PredictionsError, TrainedOnError, ManifestError: refused, nothing is handed over.
+            ConflictError: the training accepts no predictions now (judging or ended), or
+                another submission of it is in progress.
+            PredictionsError, TrainedOnError, ManifestError: refused; nothing is stored.
+            StoreError: the server's disk or store failed.
         """
         doc, folder, draft = self._doc(workspace_id, training_id)
-        if not draft:
+        status = training_status(self.engine, training_id)
+        if status is not None:
+            check_accepts_submission(self.engine, training_id)
+        elif not draft:
             raise _already_submitted(training_id)
-        claim = folder / ".submitting"
-        try:  # one submission at a time: a concurrent one is a conflict, not a mix of two
-            os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-        except FileExistsError:
-            raise ConflictError(
-                f"expected no other submission in progress for training {training_id!r}, got one. "
-                "Wait for it and read GET /v1/trainings/{id}"
-            ) from None
-        staged = folder / "predictions" / f".incoming-{secrets.token_hex(4)}.jsonl"
-        staged_ids = folder / TRAINED_ON_FILE
-        try:
-            # Read again under the claim: a submission that held it since the read above may
-            # have handed the training over already (the claim is gone once it has).
-            doc, folder, draft = self._doc(workspace_id, training_id)
-            if not draft:
-                raise _already_submitted(training_id)
-            if trained_on is not None:
-                doc["training"] = {**doc["training"], "trained_on_sha256": trained_on}
-            if stated_ids is not None:
-                hashed, values = stated_ids
-                write_atomic(staged_ids, ("\n".join(values) + "\n").encode("utf-8"))
-                key = "id_sha256_file" if hashed else "ids_file"
-                doc["training"] = {**doc["training"], "trained_on": {key: TRAINED_ON_FILE}}
+        if trained_on is not None:
+            doc["training"] = {**doc["training"], "trained_on_sha256": trained_on}
+        token = secrets.token_hex(4)
+        staged = folder / "predictions" / f".incoming-{token}.jsonl"
+        staged_ids = folder / f".incoming-{token}-{TRAINED_ON_FILE}"
+        if stated_ids is not None:  # checked from the staged file; the manifest names the final one
+            key = "id_sha256_file" if stated_ids[0] else "ids_file"
+            checked = {**doc, "training": {**doc["training"], "trained_on": {key: staged_ids.name}}}
+            doc["training"] = {**doc["training"], "trained_on": {key: TRAINED_ON_FILE}}
+            manifest = parse_manifest(checked, source="request", base_dir=folder)
+        else:
             manifest = parse_manifest(doc, source="request", base_dir=folder)
-            write_atomic(staged, predictions_jsonl)
-            read_predictions(staged, "model")
-            holdouts = split_decisions(load_dataset(manifest))
-            attest(manifest.trained_on, manifest.trained_on_sha256, holdouts,
-                   training_id=training_id, source="request")
-            os.replace(staged, folder / MODEL_PREDICTIONS)
-            write_atomic(folder / MANIFEST_NAME, json.dumps(doc, indent=2).encode("utf-8"))
-            (folder / DRAFT_NAME).unlink(missing_ok=True)
-        except BaseException:
-            staged_ids.unlink(missing_ok=True)  # refused: no statement left behind
-            raise
+        try:
+            if stated_ids is not None:
+                with _disk("store the ids the model was trained on"):
+                    write_atomic(staged_ids, ("\n".join(stated_ids[1]) + "\n").encode("utf-8"))
+            with _disk("store the predictions"):
+                write_atomic(staged, predictions_jsonl)
+            self._check(manifest, staged, training_id, source)
+            lease = acquire(self.engine, LeaseKind.SUBMISSION, training_id, heartbeat_every=None)
+            if lease is None:
+                raise ConflictError(
+                    f"expected no other submission in progress for training {training_id!r}, got "
+                    "one. Wait for it and read GET /v1/trainings/{id}")
+            try:
+                self._hand_over(workspace_id, training_id, folder, doc, staged,
+                                staged_ids if stated_ids is not None else None)
+            finally:
+                lease.release()
         finally:
             staged.unlink(missing_ok=True)
-            claim.unlink(missing_ok=True)
+            staged_ids.unlink(missing_ok=True)  # moved on hand-over; refused: nothing left behind
         return manifest
+
+    def _check(self, manifest: TrainingManifest, staged: Path, training_id: str, source: str) -> None:
+        """Every check of a submission, with ``source`` named in the messages."""
+        try:
+            predictions = read_predictions(staged, "model")
+            predictions = type(predictions)(predictions.system, source, predictions.predictions)
+            dataset = load_dataset(manifest)
+            holdouts = split_decisions(dataset)
+            attest(manifest.trained_on, manifest.trained_on_sha256, holdouts,
+                   training_id=training_id, source="request")
+            check_file_predictions(predictions, dataset, holdouts, fix=_NOTHING_STORED)
+        except PredictionsError as exc:
+            if exc.file == source:
+                raise
+            raise PredictionsError(exc.expected, exc.got, f"{exc.fix.rstrip('.')}; {_NOTHING_STORED}",
+                                   file=source, row=exc.row, column=exc.column) from None
+
+    def _hand_over(self, workspace_id: str, training_id: str, folder: Path, doc: dict[str, Any],
+                   staged: Path, staged_ids: Path | None = None) -> None:
+        """Under the claim: read the training again, write its files (the manifest last), then
+        move it to ``judging``. No store transaction is held while files are written (a stuck
+        disk must not hold the store's lock); if the move is refused (the training expired or
+        was cancelled meanwhile), a first submission's manifest is taken back."""
+        fresh, _, draft = self._doc(workspace_id, training_id)
+        check_accepts_submission(self.engine, training_id)
+        status = training_status(self.engine, training_id)
+        if status is None and not draft:
+            raise _already_submitted(training_id)  # another submission handed it over meanwhile
+        doc = {**fresh, "training": doc["training"]}
+        with _disk("store the predictions"):
+            os.replace(staged, folder / MODEL_PREDICTIONS)
+            if staged_ids is not None:
+                os.replace(staged_ids, folder / TRAINED_ON_FILE)
+            write_atomic(folder / MANIFEST_NAME, json.dumps(doc, indent=2).encode("utf-8"))
+        try:
+            run_transaction(self.engine, lambda session: begin_judging_in(
+                session, training_id, now=utcnow(), deadlines=self.deadlines))
+        except BaseException:
+            if draft:
+                (folder / MANIFEST_NAME).unlink(missing_ok=True)
+            raise
+        (folder / DRAFT_NAME).unlink(missing_ok=True)
 
 
 def split_roles(h: Holdout) -> dict[str, Any]:

@@ -105,21 +105,26 @@ class StepStatus(enum.StrEnum):
 
 
 class BacktestStatus(enum.StrEnum):
-    """How a backtest ended.
+    """Where a backtest is (``docs/lifecycle.md``, "Backtests").
 
     Attributes:
-        RUNNING: started, not finished (only seen in the store).
+        RUNNING: started, not finished (only seen in the store); its process holds a lease.
         COMPLETED: every planned step ran (some may have failed).
         STOPPED: it stopped early: a step failed with ``on_step_error="stop"``, or the caller's
             ``should_stop`` said so (a study's budget); what ran is kept.
         FAILED: the engine stopped on an error that is not a step's (for example a read of the
             future); what ran is kept.
+        INTERRUPTED: its process stopped (Ctrl-C, SIGTERM) or died (``kill -9``, a crash, a
+            reboot: found by its lease); ``error`` says when and why; what ran is kept.
+        CANCELLED: a person cancelled it (``typestrict backtest cancel``); what ran is kept.
     """
 
     RUNNING = "running"
     COMPLETED = "completed"
     STOPPED = "stopped"
     FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    CANCELLED = "cancelled"
 
 
 class OnStepError(enum.StrEnum):
@@ -391,21 +396,33 @@ _human_step = human_duration
 
 
 def parse_step(text: str) -> dt.timedelta:
-    """A step size from ``"1d"``, ``"12h"``, ``"30m"``, ``"45s"`` or ``"P1D"``-free plain forms.
+    """A step size from ``"1d"``, ``"12h"``, ``"30m"``, ``"45s"`` or ``"1w"``, at most 366 days
+    (:func:`typestrict_pipeline.values.duration`).
 
     Raises:
-        InputError: anything else.
+        InputError: anything else (``²d``, ``99999999999d``, ``P1D``, ``1.5d``).
 
     >>> parse_step("1d"), parse_step("6h")
     (datetime.timedelta(days=1), datetime.timedelta(seconds=21600))
     """
-    units = {"d": 86400, "h": 3600, "m": 60, "s": 1, "w": 7 * 86400}
-    s = text.strip().lower()
-    if len(s) >= 2 and s[-1] in units and s[:-1].isdigit():
-        return dt.timedelta(seconds=int(s[:-1]) * units[s[-1]])
-    raise InputError(
-        "a step size like 1d, 12h, 30m, 45s or 1w", repr(text), "write the number then the unit"
-    )
+    from typestrict_pipeline.values import duration
+
+    return duration(text, "a step size")
+
+
+def format_step(d: dt.timedelta) -> str:
+    """A step size or horizon as a person writes it (the inverse of :func:`parse_step`).
+
+    >>> format_step(dt.timedelta(days=1)), format_step(dt.timedelta(hours=6)), format_step(dt.timedelta(weeks=2))
+    ('1d', '6h', '2w')
+    >>> format_step(dt.timedelta(seconds=90))
+    '90s'
+    """
+    seconds = int(d.total_seconds())
+    for unit, size in (("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
 
 
 @dataclass

@@ -60,20 +60,18 @@ class ModelSetup:
 
 
 def parse_time(text: str, what: str = "time") -> dt.datetime:
-    """An ISO 8601 time or date, taken as UTC when it has no offset (a date is its 00:00 UTC).
+    """An ISO 8601 time or date, taken as UTC when it has no offset (a date is its 00:00 UTC),
+    from 1900 to 2199 (:func:`typestrict_pipeline.values.timestamp`).
 
     Raises:
-        InputError: not a time.
+        InputError: not a time, or one outside those years (``0001-01-01T00:00:00+14:00``).
 
     >>> parse_time("2015-01-01")
     datetime.datetime(2015, 1, 1, 0, 0, tzinfo=datetime.timezone.utc)
     """
-    try:
-        t = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise InputError(f"the {what} as an ISO 8601 date or time (2015-01-01, 2015-01-01T00:00Z)",
-                         repr(text), f"fix the {what}") from None
-    return t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t.astimezone(dt.UTC)
+    from typestrict_pipeline.values import timestamp
+
+    return timestamp(text, f"the {what}")
 
 
 def _standin_answers() -> dict[str, tuple[Callable[[Any], Any], str, PriceTable]]:
@@ -142,23 +140,26 @@ def run_and_store_backtest(
     on_step_error: OnStepError | str = OnStepError.CONTINUE,
     dagster_run_id: str | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    backtest_id: str | None = None,
 ) -> tuple[str, BacktestResult]:
     """Check the configuration, run the backtest, store it as it runs; returns (id, result).
 
     Nothing is stored for a configuration that is refused (bad range, step, data, parameters):
     the error says what to fix. Once it starts, every finished step is stored even if the run
     fails later. ``on_progress(done, planned)`` is called after each finished step (the CLI's
-    progress bar).
+    progress bar). ``backtest_id``: the id it is stored under (default a new one).
     """
     run_wf = workflow.variant(params=params, prompts=prompts) if (params or prompts) else workflow
     times = plan_steps(run_wf, data, start=start, end=end, step=step)
     with BacktestRecorder(engine, workspace=workspace, workflow=run_wf, start=times[0],
                           end=times[-1], step=step, steps_planned=len(times), dataset=dataset,
-                          prices=models.prices, dagster_run_id=dagster_run_id) as rec:
+                          prices=models.prices, dagster_run_id=dagster_run_id,
+                          backtest_id=backtest_id) as rec:
         result = run_backtest(run_wf, data=data, start=start, end=end, step=step,
                               clients=models.clients, prices=models.prices,
                               max_in_flight=max_in_flight, retries=retries,
-                              on_step_error=on_step_error, on_step=_counting(rec.on_step, len(times), on_progress))
+                              on_step_error=on_step_error, should_stop=rec.should_stop,
+                              on_step=_counting(rec.on_step, len(times), on_progress))
         rec.finish(result.card)
     return rec.id, result
 

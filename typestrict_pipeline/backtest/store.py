@@ -20,6 +20,7 @@ import datetime as dt
 import enum
 import math
 import threading
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ from typestrict_pipeline.backtest.tables import (
 )
 from typestrict_pipeline.backtest.workflow import Workflow
 from typestrict_pipeline.errors import NotFoundError, StoreError
+from typestrict_pipeline.lifecycle.leases import Lease, LeaseKind, release_in, take_in
 from typestrict_pipeline.store import session_scope, utcnow
 
 __all__ = [
@@ -58,6 +60,8 @@ __all__ = [
     "UsageRow",
     "activate_version",
     "active_version_id",
+    "end_backtest",
+    "interruption_reason",
     "last_completed_backtest",
     "list_backtests",
     "live_decisions",
@@ -129,8 +133,13 @@ def _remember_version(session: Any, workflow: Workflow) -> None:
 class BacktestRecorder:
     """Writes a backtest to the store as it runs: the row first, steps in batches, the card last.
 
-    If the block exits with an exception, the steps already finished are written and the
-    backtest is marked ``failed`` with the error: nothing that ran is lost.
+    The row is written with a lease (:mod:`typestrict_pipeline.lifecycle.leases`) naming this
+    process, renewed by a heartbeat until the backtest ends: if the process dies (``kill -9``, a
+    crash, a reboot) the reaper (:mod:`typestrict_pipeline.lifecycle.reaper`) marks it
+    ``interrupted``. If the block exits with an exception, the steps already finished are written
+    and the backtest is marked ``interrupted`` (Ctrl-C, SIGTERM) or ``failed`` (any other error),
+    with when and why: nothing that ran is lost. ``typestrict backtest cancel`` sets
+    ``cancelled``; :meth:`should_stop` then starts no further step.
 
     Args:
         engine: the store.
@@ -144,6 +153,8 @@ class BacktestRecorder:
         prices: the price table used (stored, so costs can be re-checked).
         dagster_run_id: the Dagster run, if any.
         batch: steps per write.
+        backtest_id: the id to record it under (the API names a backtest before its run
+            starts); default a new one.
     """
 
     def __init__(
@@ -160,18 +171,24 @@ class BacktestRecorder:
         prices: PriceTable,
         dagster_run_id: str | None = None,
         batch: int = 256,
+        backtest_id: str | None = None,
     ) -> None:
         self.engine = engine
         self.workspace = workspace
         self.workflow = workflow
         self.batch = batch
-        self.id = _new_id()
+        self.id = backtest_id or _new_id()
         self._buffer: list[StepRecord] = []
         self._lock = threading.Lock()
         self._finished = False
+        self._closed = False
+        self._cancelled = False
+        self._checked_at = 0.0
         self.steps_written = 0
         with session_scope(engine) as s:
             _remember_version(s, workflow)
+            token = take_in(s, LeaseKind.BACKTEST, self.id)
+            assert isinstance(token, str)  # a new id: nobody else holds it
             s.add(BacktestRow(
                 id=self.id, workspace=workspace, workflow=workflow.name,
                 version_id=workflow.version_id, mode=RunMode.HISTORICAL.value,
@@ -181,6 +198,7 @@ class BacktestRecorder:
                 params_json=to_jsonable(workflow.default_params), prompts_json=dict(workflow.prompts),
                 prices_json=prices.to_json(), dagster_run_id=dagster_run_id,
             ))
+        self.lease = Lease(engine, LeaseKind.BACKTEST, self.id, token).start()
 
     def __enter__(self) -> BacktestRecorder:
         return self
@@ -188,9 +206,25 @@ class BacktestRecorder:
     def on_step(self, record: StepRecord) -> None:
         """Pass as ``run_backtest(..., on_step=recorder.on_step)``."""
         with self._lock:
+            if self._closed:
+                return  # the backtest ended (interrupted): a step still in flight is not kept
             self._buffer.append(record)
             if len(self._buffer) >= self.batch:
                 self._flush_locked()
+
+    def should_stop(self) -> bool:
+        """Pass as ``run_backtest(..., should_stop=recorder.should_stop)``: True once the backtest
+        was cancelled (read from the store at most every :data:`CANCEL_CHECK_S` seconds) or ended."""
+        if self._closed or self._cancelled:
+            return True
+        now = time.monotonic()
+        if now - self._checked_at < CANCEL_CHECK_S:
+            return False
+        self._checked_at = now
+        with session_scope(self.engine) as s:
+            status = s.scalar(select(BacktestRow.status).where(BacktestRow.id == self.id))
+        self._cancelled = status != BacktestStatus.RUNNING.value
+        return self._cancelled
 
     def flush(self) -> None:
         """Write the buffered steps now."""
@@ -206,12 +240,17 @@ class BacktestRecorder:
         self.steps_written += len(steps)
 
     def finish(self, card: RunCard, *, error: str | None = None) -> None:
-        """Write the remaining steps and the run card; set the final status."""
+        """Write the remaining steps and the run card; set the final status (a backtest that was
+        cancelled meanwhile stays ``cancelled``, with the card of what ran)."""
         self.flush()
+        self.lease.stop()
         with session_scope(self.engine) as s:
             row = s.get(BacktestRow, self.id)
             assert row is not None
-            row.status = card.status.value
+            if row.status == BacktestStatus.RUNNING.value:
+                row.status = card.status.value
+                row.error = error or (card.stop_reason if card.status is BacktestStatus.FAILED else None)
+                row.finished_at = utcnow()
             row.steps_run = card.steps_run
             row.steps_ok = card.steps_ok
             row.steps_unscored = card.steps_unscored
@@ -219,8 +258,7 @@ class BacktestRecorder:
             row.mean_score = card.mean_score
             row.cost_micro_usd = card.cost_micro_usd
             row.card_json = card.to_json()
-            row.error = error or (card.stop_reason if card.status is BacktestStatus.FAILED else None)
-            row.finished_at = utcnow()
+            release_in(s, LeaseKind.BACKTEST, self.id, self.lease.token)
         self._finished = True
 
     def __exit__(
@@ -228,23 +266,71 @@ class BacktestRecorder:
     ) -> None:
         if self._finished:
             return
-        self.flush()
+        # Ctrl-C, SIGTERM (the CLI raises KeyboardInterrupt for it), Dagster's run termination:
+        # every BaseException that is not an error.
+        if exc is not None and not isinstance(exc, Exception):
+            # First the status (one short write: a second Ctrl-C must not find it "running"),
+            # then what ran.
+            end_backtest(self.engine, self.id, BacktestStatus.INTERRUPTED, interruption_reason(exc))
+        with self._lock:
+            self._flush_locked()
+            self._closed = True
         partial = getattr(exc, "backtest_result", None)
         if partial is not None:
             self.finish(partial.card, error=f"{type(exc).__name__}: {exc}")
             return
-        with session_scope(self.engine) as s:
-            row = s.get(BacktestRow, self.id)
-            assert row is not None
-            row.status = BacktestStatus.FAILED.value
-            row.error = f"{type(exc).__name__}: {exc}" if exc else "the backtest ended without a run card"
-            agg = s.execute(
-                select(func.count(), func.coalesce(func.sum(StepRow.cost_micro_usd), 0))
-                .where(StepRow.backtest_id == self.id)
-            ).one()
-            row.steps_run = int(agg[0])
-            row.cost_micro_usd = int(agg[1])
-            row.finished_at = utcnow()
+        self.lease.stop()
+        error = f"{type(exc).__name__}: {exc}" if exc else "the backtest ended without a run card"
+        end_backtest(self.engine, self.id, BacktestStatus.FAILED, error, only_if_running=False)
+
+
+CANCEL_CHECK_S = 1.0
+"""How often a running backtest reads whether it was cancelled (seconds)."""
+
+ENDED = frozenset({BacktestStatus.COMPLETED, BacktestStatus.STOPPED, BacktestStatus.FAILED,
+                   BacktestStatus.INTERRUPTED, BacktestStatus.CANCELLED})
+
+
+def interruption_reason(exc: BaseException | None, when: dt.datetime | None = None) -> str:
+    """Why a backtest or study stopped on a signal, with when.
+
+    >>> interruption_reason(KeyboardInterrupt(), dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC))
+    'interrupted at 2026-01-02T03:04:05Z: Ctrl-C (SIGINT) stopped its process'
+    """
+    at = (when or utcnow()).astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if isinstance(exc, KeyboardInterrupt):
+        what = str(exc) or "Ctrl-C (SIGINT)"
+    elif isinstance(exc, SystemExit):
+        what = "a request to exit"
+    else:
+        what = f"{type(exc).__name__} ({exc})" if exc is not None and str(exc) else "a stop request"
+    return f"interrupted at {at}: {what} stopped its process"
+
+
+def end_backtest(engine: Engine, backtest_id: str, status: BacktestStatus, error: str | None, *,
+                 now: dt.datetime | None = None, only_if_running: bool = True) -> bool:
+    """End a backtest: set ``status`` with why and when, and count what ran from its stored steps.
+
+    Only a ``running`` backtest is changed (unless ``only_if_running`` is False: then an ended
+    one only gets its counts refreshed); returns whether its status changed. Its lease is dropped.
+    """
+    at = now or utcnow()
+    with session_scope(engine) as s:
+        agg = s.execute(
+            select(func.count(), func.coalesce(func.sum(StepRow.cost_micro_usd), 0))
+            .where(StepRow.backtest_id == backtest_id)
+        ).one()
+        changed = s.execute(
+            update(BacktestRow)
+            .where(BacktestRow.id == backtest_id, BacktestRow.status == BacktestStatus.RUNNING.value)
+            .values(status=status.value, error=(error or "")[:4000] or None, finished_at=at,
+                    steps_run=int(agg[0]), cost_micro_usd=int(agg[1]))
+        ).rowcount  # type: ignore[attr-defined]
+        if not changed and not only_if_running:
+            s.execute(update(BacktestRow).where(BacktestRow.id == backtest_id)
+                      .values(steps_run=int(agg[0]), cost_micro_usd=int(agg[1])))
+        release_in(s, LeaseKind.BACKTEST, backtest_id)
+    return bool(changed)
 
 
 def write_steps(

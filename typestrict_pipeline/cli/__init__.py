@@ -18,14 +18,18 @@ from collections.abc import Sequence
 from typestrict_pipeline.errors import TypeStrictError
 
 # Modules under typestrict_pipeline.cli that define register(subparsers).
-_AREAS = ("refund", "credits", "store", "backtest", "study", "schedule", "api", "data")
+_AREAS = ("refund", "credits", "store", "backtest", "study", "schedule", "api", "data", "training")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from typestrict_pipeline import __version__
+    from typestrict_pipeline.cli.parser import Parser
+
+    parser = Parser(
         prog="typestrict",
         description="Refund verdicts against Jev, backtests and studies.",
     )
+    parser.add_argument("--version", action="version", version=f"typestrict {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for area in _AREAS:
         try:
@@ -43,12 +47,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Exit codes: 0 done; 1 the command ran and found a problem (or an unexpected error, a bug,
     reported in one line); 2 a usage error or one of our errors (the message says what to fix);
-    130 interrupted (Ctrl-C). A closed pipe (``... --json | head -3``) ends quietly. No command
+    130 interrupted (Ctrl-C), 143 stopped by SIGTERM. A closed pipe (``... --json | head -3``) ends quietly. No command
     prints a traceback unless ``TYPESTRICT_DEBUG=1``.
     """
     try:
+        _stop_on_sigterm()
+        from typestrict_pipeline.cli.parser import parse
+
         parser = build_parser()
-        args = parser.parse_args(argv)
+        args = parse(parser, list(sys.argv[1:] if argv is None else argv))
         code: int = args.func(args)
         sys.stdout.flush()
         return code
@@ -61,10 +68,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        if "SIGTERM" in str(exc):
+            return _fail("typestrict: stopped by SIGTERM; what was stored before stays stored", 143)
         return _fail("typestrict: interrupted; what was stored before stays stored", 130)
     except Exception as exc:  # the last line of defence: one line, no traceback
         return _unexpected(exc)
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM stops a command like Ctrl-C does (the work in flight ends ``interrupted``, with
+    why), instead of killing it where it stands. Only in the main thread of the process."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt("SIGTERM (a request to stop)")
+
+    with contextlib.suppress(ValueError, OSError):
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, stop)
 
 
 def _fail(message: str, code: int) -> int:
@@ -81,6 +107,11 @@ def _unexpected(exc: Exception) -> int:
         traceback.print_exc()
     detail = " ".join(str(exc).split())[:300]
     if isinstance(exc, SQLAlchemyError):
+        from typestrict_pipeline.store import store_failure
+
+        failure = store_failure(exc)
+        if failure.kind in ("read_only", "value", "conflict"):
+            return _fail(f"typestrict: {failure.message}.", 2)
         return _fail(
             f"typestrict: the store failed: {exc.__class__.__name__}: {detail}. Check that the "
             "store (--store / TYPESTRICT_STORE_URL) is reachable and is a TypeStrict store; "

@@ -3,12 +3,13 @@
 * ``api [--host 127.0.0.1] [--port 8000] [--store URL] [--home DIR] [--jev-source JSON|@FILE]``:
   serves ``/v1`` with uvicorn (``make api``). ``--jev-source`` is the manifest
   ``predictions.jev`` object used for trainings created through the API (default:
-  ``TYPESTRICT_API_JEV_SOURCE``).
+  ``TYPESTRICT_API_JEV_SOURCE``; on the demo's home, the demo's Jev stand-in, said on the first
+  line; anywhere else the server does not start without one: :mod:`typestrict_pipeline.api.jev`).
 * ``api-key create WORKSPACE [--label TEXT]``: prints the new key once (it is stored hashed and
   can never be shown again); ``api-key revoke KEY_ID``; ``api-key list WORKSPACE`` (ids only).
 
 The store is ``--store`` (default ``TYPESTRICT_STORE_URL``, else the SQLite file under
-``TYPESTRICT_HOME``). FastAPI and uvicorn are imported only by ``api``.
+``--home``, else under ``TYPESTRICT_HOME``). FastAPI and uvicorn are imported only by ``api``.
 """
 
 from __future__ import annotations
@@ -17,38 +18,15 @@ import argparse
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 from typestrict_pipeline.errors import InputError
-from typestrict_pipeline.files import loads_strict
 from typestrict_pipeline.store import default_store_url, normalize_url, open_store, typestrict_home
 
 
 def _store(args: argparse.Namespace) -> str:
+    if args.store is None and getattr(args, "home", None) and not os.environ.get("TYPESTRICT_STORE_URL"):
+        return normalize_url(f"sqlite:///{Path(args.home).resolve() / 'store.db'}")
     return normalize_url(args.store or default_store_url())
-
-
-def _jev_source(text: str | None) -> dict[str, Any] | None:
-    raw = text if text is not None else os.environ.get("TYPESTRICT_API_JEV_SOURCE")
-    if not raw:
-        return None
-    if raw.startswith("@"):
-        try:
-            raw = Path(raw[1:]).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InputError("a readable JSON file after '@'", f"{raw[1:]!r} ({type(exc).__name__})",
-                             "check the path") from None
-    try:
-        value = loads_strict(raw, file="--jev-source")
-    except InputError:
-        value = None
-    if not isinstance(value, dict):
-        raise InputError(
-            "--jev-source as a JSON object (a manifest predictions.jev, see docs/manifest.md)",
-            repr(raw[:80]), 'pass e.g. \'{"kind": "openai", "base_url": "http://127.0.0.1:8001/v1", '
-            '"model": "jev"}\'',
-        )
-    return value
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -56,25 +34,42 @@ def _serve(args: argparse.Namespace) -> int:
         raise InputError("a TCP port between 1 and 65535", str(args.port), "pass --port 8000")
     if not 1 <= args.workers <= 64:
         raise InputError("between 1 and 64 worker processes", str(args.workers), "pass --workers 4")
-    jev_source = _jev_source(args.jev_source)
-    home = Path(args.home) if args.home else typestrict_home()
+    from typestrict_pipeline.api.jev import JEV_SOURCE_ENV, choose_jev
 
-    import uvicorn
+    home = (Path(args.home) if args.home else typestrict_home()).resolve()
+    with choose_jev(home, args.jev_source, os.environ) as jev:  # no Jev: refused before anything
+        # The store is checked (and upgraded) here, before the server starts: a broken store or
+        # one from a newer version is one message and exit 2, never a server's startup traceback.
+        open_store(_store(args)).dispose()
+        import uvicorn
 
-    from typestrict_pipeline.api import create_app
+        from typestrict_pipeline.api import create_app
 
-    print(f"typestrict api: serving http://{args.host}:{args.port}/v1 (schema: /v1/openapi.json)", flush=True)
-    if args.workers > 1:  # each worker process builds the app from the environment
-        os.environ["TYPESTRICT_STORE_URL"] = _store(args)
-        os.environ["TYPESTRICT_HOME"] = str(home)
-        if jev_source is not None:
-            os.environ["TYPESTRICT_API_JEV_SOURCE"] = json.dumps(jev_source)
-        uvicorn.run("typestrict_pipeline.api.app:app_from_env", factory=True, workers=args.workers,
-                    host=args.host, port=args.port, log_level=args.log_level, access_log=False)
-        return 0
-    app = create_app(_store(args), home, jev_source=jev_source)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+        if args.json:  # the start-up lines as one JSON object (uvicorn's own log follows)
+            print(json.dumps({"serving": f"http://{args.host}:{args.port}/v1",
+                              "schema": f"http://{args.host}:{args.port}/v1/openapi.json",
+                              "jev": jev.line}), flush=True)
+        else:
+            if jev.line:
+                print(jev.line, flush=True)
+            print(f"typestrict api: serving http://{args.host}:{args.port}/v1 (schema: /v1/openapi.json)",
+                  flush=True)
+        if args.workers > 1:  # each worker process builds the app from the environment
+            os.environ["TYPESTRICT_STORE_URL"] = _store(args)
+            os.environ["TYPESTRICT_HOME"] = str(home)
+            os.environ[JEV_SOURCE_ENV] = json.dumps(dict(jev.source))
+            uvicorn.run("typestrict_pipeline.api.app:app_from_env", factory=True, workers=args.workers,
+                        host=args.host, port=args.port, log_level=args.log_level, access_log=False,
+                        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+            return 0
+        app = create_app(_store(args), home, jev_source=jev.source)
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
+                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
     return 0
+
+
+GRACEFUL_SHUTDOWN_S = 5
+"""On Ctrl-C or SIGTERM, requests in flight get this long before the server stops anyway."""
 
 
 def _create(args: argparse.Namespace) -> int:
@@ -85,6 +80,10 @@ def _create(args: argparse.Namespace) -> int:
         new = create_api_key(engine, args.workspace, label=args.label)
     finally:
         engine.dispose()
+    if args.json:
+        print(json.dumps({"key_id": new.info.key_id, "workspace_id": new.info.workspace_id,
+                          "label": new.info.label, "key": new.key}, indent=2))
+        return 0
     print(f"API key {new.info.key_id} for workspace {new.info.workspace_id} (shown once; store it now):")
     print(new.key)
     return 0
@@ -98,14 +97,21 @@ def _revoke(args: argparse.Namespace) -> int:
         info = revoke_api_key(engine, args.key_id)
     finally:
         engine.dispose()
+    if args.json:
+        print(json.dumps({"key_id": info.key_id, "workspace_id": info.workspace_id, "revoked": True}, indent=2))
+        return 0
     print(f"API key {info.key_id} of workspace {info.workspace_id}: revoked")
     return 0
 
 
 def _list(args: argparse.Namespace) -> int:
     from typestrict_pipeline.api.keys import list_api_keys
+    from typestrict_pipeline.cli.common import print_table, sqlite_path
 
-    engine = open_store(_store(args))
+    path = sqlite_path(_store(args))
+    if path is not None and not path.exists():
+        raise InputError(f"a store at {path}", "no such file", "run `make demo`, or pass --store URL")
+    engine = open_store(_store(args), create=False)  # reading creates nothing
     try:
         keys = list_api_keys(engine, args.workspace)
     finally:
@@ -116,17 +122,20 @@ def _list(args: argparse.Namespace) -> int:
                            "revoked_at": k.revoked_at.isoformat() if k.revoked_at else None}
                           for k in keys], indent=2))
         return 0
-    for k in keys:
-        state = f"revoked {k.revoked_at.isoformat()}" if k.revoked_at else "active"
-        print(f"{k.key_id}  {k.created_at.isoformat()}  {state}  {k.label}")
+    print_table(f"API keys of workspace {args.workspace}", ["key id", "created (UTC)", "state", "label"],
+                [[k.key_id, k.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+                  f"revoked {k.revoked_at.strftime('%Y-%m-%d %H:%M:%S')}" if k.revoked_at else "active",
+                  k.label] for k in keys])
     print(f"{len(keys)} key(s)")
     return 0
 
 
 def _store_option(p: argparse.ArgumentParser) -> None:
-    from typestrict_pipeline.cli.common import add_store
+    from typestrict_pipeline.cli.common import add_json, add_store
 
     add_store(p)
+    if not any("--json" in a.option_strings for a in p._actions):
+        add_json(p)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -156,6 +165,5 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     r.set_defaults(func=_revoke)
     ls = sub.add_parser("list", help="a workspace's keys (ids and labels, never the keys)")
     ls.add_argument("workspace", help="the workspace whose keys to list")
-    ls.add_argument("--json", action="store_true", help="print JSON instead of lines")
     _store_option(ls)
     ls.set_defaults(func=_list)

@@ -2,7 +2,9 @@
 
 * ``typestrict backtest run WORKFLOW --start 2015-01-01 --end 2015-12-31 --step 1d``: a
   HISTORICAL backtest of the workflow's active version; prints the run card, stores everything.
-* ``typestrict backtest list|show ID|workflows|leakcheck WORKFLOW|activate WORKFLOW``.
+* ``typestrict backtest list|show ID|cancel ID|workflows|leakcheck WORKFLOW|activate WORKFLOW``:
+  ``list`` and ``show`` first end as ``interrupted`` the backtests whose process died (with when
+  and why); ``cancel`` ends one that has not ended (its process stops before its next step).
 * ``typestrict run WORKFLOW``: one LIVE decision with everything known now (or ``--as-of``).
 * ``typestrict usage WORKSPACE``: spend by day and by workflow, historical and live apart.
 
@@ -119,6 +121,13 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 def _check_model_url(args: argparse.Namespace) -> None:
     url = args.model_url
+    given = [flag for flag, value in (("--model", args.model), ("--price-in", args.price_in),
+                                      ("--price-out", args.price_out), ("--api-key-env", args.api_key_env))
+             if value is not None]
+    if not url and given:  # never ignored in silence: the run would use the stand-in instead
+        raise InputError(f"--model-url with {', '.join(given)}", f"{' '.join(given)} without --model-url",
+                         "add --model-url URL (an OpenAI-compatible endpoint), or leave "
+                         f"{', '.join(given)} out to use the local stand-in")
     if url and (not url.startswith(("http://", "https://")) or len(url) > 2000):
         raise InputError("--model-url as an http:// or https:// base URL", repr(url[:100]),
                          "give the endpoint's base URL, e.g. https://api.example.com/v1")
@@ -143,6 +152,11 @@ def _backtest_run(args: argparse.Namespace) -> int:
             )
     finally:
         engine.dispose()
+    if args.json:
+        c = result.card
+        print_json({"id": bid, "workflow": result.workflow.name, "version_id": result.workflow.version_id,
+                    "card": c.to_text()})
+        return 0
     print(result.card.to_text())
     print(f"  backtest id     {bid}")
     return 0
@@ -161,10 +175,22 @@ def _bar(what: str) -> Iterator[Callable[[int, int], None]]:
         yield report
 
 
+def _reap(engine: Any, **where: Any) -> None:
+    """End the backtests and studies whose process died before showing them (best effort: a
+    read-only store is still read)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from typestrict_pipeline.lifecycle.reaper import reap
+
+    with contextlib.suppress(SQLAlchemyError):
+        reap(engine, **where)
+
+
 def _backtest_list(args: argparse.Namespace) -> int:
     engine = read_store(args)
     try:
         require_workspace(engine, args.workspace)
+        _reap(engine, workspace=args.workspace)
         rows = list_backtests(engine, workspace=args.workspace, workflow=args.workflow)
     finally:
         engine.dispose()
@@ -191,6 +217,8 @@ def _backtest_list(args: argparse.Namespace) -> int:
 def _backtest_show(args: argparse.Namespace) -> int:
     engine = read_store(args)
     try:
+        load_backtest(engine, args.id)  # an unknown id is refused before anything else
+        _reap(engine)
         b = load_backtest(engine, args.id)
     finally:
         engine.dispose()
@@ -210,15 +238,56 @@ def _backtest_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _workflows(args: argparse.Namespace) -> int:
+def _backtest_cancel(args: argparse.Namespace) -> int:
+    from typestrict_pipeline.lifecycle.reaper import cancel_backtest
+
+    engine = write_store(args)
+    try:
+        _reap(engine)
+        ended = cancel_backtest(engine, args.id)
+    finally:
+        engine.dispose()
+    if args.json:
+        print_json({"backtest_id": ended.object_id, "state": ended.state, "why": ended.why})
+    else:
+        print(f"backtest {ended.object_id}: {ended.state} ({ended.why}); what ran stays stored")
+    return 0
+
+
+def _active_ids(args: argparse.Namespace, names: list[str]) -> dict[str, str]:
+    """Each workflow's active version in ``--workspace`` of ``--store``: the store's activation
+    (``backtest activate``, a study's "Promote winner") when the store exists, else the code's."""
+    from typestrict_pipeline.backtest.store import active_version_id
+    from typestrict_pipeline.cli.common import sqlite_path, store_url
+
     reg = default_registry()
+    active = {name: reg.active(name).version_id for name in names}
+    path = sqlite_path(store_url(args))
+    if path is not None and not path.exists():
+        return active
+    engine = read_store(args)
+    try:
+        for name in names:
+            stored = active_version_id(engine, workspace=args.workspace, workflow=name)
+            if stored is not None:
+                active[name] = stored
+    finally:
+        engine.dispose()
+    return active
+
+
+def _workflows(args: argparse.Namespace) -> int:
+    from typestrict_pipeline.backtest.engine import format_step
+
+    reg = default_registry()
+    names = list(reg.names())
+    active = _active_ids(args, names)
     rows: list[dict[str, Any]] = []
-    for name in reg.names():
-        active = reg.active(name)
+    for name in names:
         for wf in reg.versions(name):
             rows.append({"workflow": name, "version_id": wf.version_id,
-                         "active": wf.version_id == active.version_id, "tables": list(wf.tables),
-                         "horizon": str(wf.horizon), "params": wf.default_params,
+                         "active": wf.version_id == active[name], "tables": list(wf.tables),
+                         "horizon": format_step(wf.horizon), "params": wf.default_params,
                          "scored_by": wf.outcome_description})
     if args.json:
         print_json(rows)
@@ -237,10 +306,33 @@ def _leakcheck(args: argparse.Namespace) -> int:
     if wf.fixture is None:
         raise InputError("a workflow with a leak-check fixture", f"{args.workflow!r} without one",
                          "add a fixture to the workflow's registration")
+    if args.version is not None:
+        wf = default_registry().get(args.workflow, args.version)
+    elif not _store_missing(args):
+        engine = read_store(args)
+        try:
+            wf = active_workflow(engine, args.workflow, workspace=args.workspace)
+        finally:
+            engine.dispose()
+    if wf.fixture is None:
+        raise InputError("a workflow version with a leak-check fixture", f"{wf.version_id!r} without one",
+                         "add a fixture to the workflow's registration")
     with wf.fixture() as fixture:
         report = check_leaks(wf, fixture)
-    print(report.summary())
+    if args.json:
+        print_json({"workflow": wf.name, "version_id": wf.version_id, "ok": report.ok,
+                    "summary": report.summary()})
+    else:
+        print(report.summary())
     return 0 if report.ok else 1
+
+
+def _store_missing(args: argparse.Namespace) -> bool:
+    """No store at ``--store`` (a SQLite file that does not exist): read nothing, create nothing."""
+    from typestrict_pipeline.cli.common import sqlite_path, store_url
+
+    path = sqlite_path(store_url(args))
+    return path is not None and not path.exists()
 
 
 def _activate(args: argparse.Namespace) -> int:
@@ -251,6 +343,10 @@ def _activate(args: argparse.Namespace) -> int:
         activate_version(engine, workspace=args.workspace, workflow=wf)
     finally:
         engine.dispose()
+    if args.json:
+        print_json({"workflow": wf.name, "version_id": wf.version_id, "workspace": args.workspace,
+                    "params": wf.default_params})
+        return 0
     print(f"{wf.name}: version {wf.version_id} is now active in workspace {args.workspace}")
     return 0
 
@@ -265,8 +361,26 @@ def _stale_warning(data: dict[str, PointInTimeTable], as_of: dt.datetime, label:
             "newer. Pass --as-of within the data, or load newer data (--csv).")
 
 
+def as_of_time(text: str, now: dt.datetime | None = None) -> dt.datetime:
+    """``--as-of``: an ISO 8601 day or time; anything else is refused with what to write.
+
+    >>> as_of_time("2015-12-31").isoformat()
+    '2015-12-31T00:00:00+00:00'
+    >>> as_of_time("yesterday", dt.datetime(2026, 12, 1, tzinfo=dt.UTC))
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected --as-of as an ISO 8601 date or time from 1900-01-01 to 2199-12-31 (2015-01-01, 2015-01-01T00:00Z), got 'yesterday'. Write the day or time to decide as of, in UTC: --as-of 2026-11-30 for yesterday, or --as-of 2026-11-30T18:00Z; leave --as-of out to decide as of now.
+    """
+    from typestrict_pipeline.values import timestamp
+
+    day_before = ((now or dt.datetime.now(dt.UTC)) - dt.timedelta(days=1)).date().isoformat()
+    return timestamp(text, "--as-of", fix=(
+        f"write the day or time to decide as of, in UTC: --as-of {day_before} for yesterday, or "
+        f"--as-of {day_before}T18:00Z; leave --as-of out to decide as of now"))
+
+
 def _live(args: argparse.Namespace) -> int:
-    as_of = parse_time(args.as_of, "as_of") if args.as_of else dt.datetime.now(dt.UTC)
+    as_of = as_of_time(args.as_of) if args.as_of else dt.datetime.now(dt.UTC)
     _check_model_url(args)
     default_registry().active(args.workflow)  # an unknown workflow is refused before the store opens
     data, label = _data(args)
@@ -369,6 +483,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--on-step-error", choices=("continue", "stop"), default="continue",
                    help="what a failed step does to the run (default continue)")
     _add_common(p)
+    add_json(p)
     p.set_defaults(func=_backtest_run)
 
     p = sub.add_parser("list", help="a workspace's backtests, newest first")
@@ -382,12 +497,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_json(add_store(p))
     p.set_defaults(func=_backtest_show)
 
-    p = sub.add_parser("workflows", help="the registered workflows and their versions")
-    add_json(p)
+    p = sub.add_parser("cancel", help="cancel a backtest that has not ended (what ran stays stored)")
+    p.add_argument("id", type=identifier("a backtest id"), help="the backtest id (see `backtest list`)")
+    add_json(add_store(p))
+    p.set_defaults(func=_backtest_cancel)
+
+    p = sub.add_parser("workflows", help="the registered workflows and their versions (active: in --workspace)")
+    p.add_argument("--workspace", type=WORKSPACE, default="demo", help="workspace id (default: demo)")
+    add_json(add_store(p))
     p.set_defaults(func=_workflows)
 
     p = sub.add_parser("leakcheck", help="truncation-invariance and future-poisoning tests")
     p.add_argument("workflow", type=WORKFLOW, help="the workflow to check")
+    p.add_argument("--version", help="a registered version id (default: the one active in --workspace)")
+    p.add_argument("--workspace", type=WORKSPACE, default="demo", help="workspace id (default: demo)")
+    add_json(add_store(p))
     p.set_defaults(func=_leakcheck)
 
     p = sub.add_parser("activate", help="make a version (with parameter/prompt overrides) the live one")
@@ -396,7 +520,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--param", action="append", help="parameter override NAME=VALUE (repeatable)")
     p.add_argument("--prompt", action="append", help="prompt override STEP=TEXT (repeatable)")
     p.add_argument("--workspace", type=WORKSPACE, default="demo", help="workspace id (default: demo)")
-    add_store(p)
+    add_json(add_store(p))
     p.set_defaults(func=_activate)
 
     p = subparsers.add_parser("run", help="one LIVE decision of a workflow, with everything known now")

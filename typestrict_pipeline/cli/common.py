@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import math
 import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -32,6 +31,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from typestrict_pipeline import values
 from typestrict_pipeline.errors import InputError, StoreError
 
 STORE_HELP = ("the store, as a URL: sqlite:///path/store.db or postgresql://user@host/db "
@@ -114,7 +114,7 @@ def read_store(args: argparse.Namespace) -> Engine:
             "store there, or point at yours with --store URL (or TYPESTRICT_STORE_URL / "
             "TYPESTRICT_HOME)."
         )
-    return open_store(url)
+    return open_store(url, create=False)
 
 
 def write_store(args: argparse.Namespace) -> Engine:
@@ -137,34 +137,35 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
+def value_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse ``type=`` from a parser of :mod:`typestrict_pipeline.values`: its
+    :class:`InputError` becomes argparse's usage error (exit 2, the same message)."""
+    def run(text: str) -> Any:
+        try:
+            return parse(text)
+        except InputError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return run
+
+
 def bounded_int(what: str, lo: int, hi: int) -> Callable[[str], int]:
-    """An argparse ``type=``: a whole number from ``lo`` to ``hi``, written in digits.
+    """An argparse ``type=``: a whole number from ``lo`` to ``hi``, written in ASCII digits
+    (:func:`typestrict_pipeline.values.integer`).
 
     >>> bounded_int("steps", 1, 100)("7")
     7
     >>> bounded_int("steps", 1, 100)("10**30")
     Traceback (most recent call last):
     ...
-    argparse.ArgumentTypeError: expected steps as a whole number from 1 to 100, got '10**30'
+    argparse.ArgumentTypeError: expected steps as a whole number from 1 to 100, got '10**30'. Write a whole number from 1 to 100.
     """
-    def parse(text: str) -> int:
-        shown = text if len(text) <= 40 else text[:20] + f"… ({len(text)} characters)"
-        stripped = text.strip()
-        digits = stripped[1:] if stripped[:1] in "+-" else stripped
-        if not digits.isascii() or not digits.isdigit() or len(digits) > 30:
-            raise argparse.ArgumentTypeError(
-                f"expected {what} as a whole number from {lo:,} to {hi:,}, got {shown!r}")
-        value = int(stripped)
-        if not lo <= value <= hi:
-            raise argparse.ArgumentTypeError(
-                f"expected {what} from {lo:,} to {hi:,}, got {shown}")
-        return value
-
-    return parse
+    return value_type(lambda text: values.integer(text, what, lo=lo, hi=hi))
 
 
 def usd(text: str) -> str:
-    """An argparse ``type=``: a finite USD amount from 0 to ``MAX_USD``, at most 6 decimals.
+    """An argparse ``type=``: a finite USD amount from 0 to ``MAX_USD``, at most 6 decimals
+    (:func:`typestrict_pipeline.values.money_micro`).
 
     Returns the text (the core parses it exactly into micro-USD).
 
@@ -173,23 +174,10 @@ def usd(text: str) -> str:
     >>> usd("1e400")
     Traceback (most recent call last):
     ...
-    argparse.ArgumentTypeError: expected a USD amount from 0 to 1,000,000 with at most 6 decimals (e.g. 0.25), got '1e400'
+    argparse.ArgumentTypeError: expected a USD amount from 0 to 1,000,000 with at most 6 decimals (e.g. 0.25), got '1e400'. Write the amount in dollars, e.g. 0.25.
     """
-    from decimal import Decimal, InvalidOperation
-
-    shown = text if len(text) <= 40 else text[:20] + f"… ({len(text)} characters)"
-    bad = argparse.ArgumentTypeError(
-        f"expected a USD amount from 0 to {MAX_USD:,} with at most 6 decimals (e.g. 0.25), got {shown!r}")
-    body = text.strip().lstrip("$").strip()
-    if len(body) > 40 or not re.fullmatch(r"\d+(\.\d{1,6})?|\.\d{1,6}", body):
-        raise bad
-    try:
-        value = Decimal(body)
-    except InvalidOperation:
-        raise bad from None
-    if not value.is_finite() or value < 0 or value > MAX_USD:
-        raise bad
-    return body
+    value_type(values.money_micro)(text)
+    return text.strip().lstrip("$").strip()
 
 
 def positive_float(what: str, hi: float) -> Callable[[str], float]:
@@ -198,56 +186,36 @@ def positive_float(what: str, hi: float) -> Callable[[str], float]:
     >>> positive_float("seconds", 60)("0.5")
     0.5
     """
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not math.isfinite(value) or not 0 <= value <= hi:
-            raise argparse.ArgumentTypeError(f"expected {what} from 0 to {hi:g}, got {text[:40]!r}")
-        return value
-
-    return parse
+    return value_type(lambda text: values.number(text, what, lo=0.0, hi=hi, fix="write a number in range"))
 
 
 def step(text: str) -> str:
     """An argparse ``type=``: a step size such as ``1d``, ``12h``, ``30m``, ``45s``, ``1w``, at most
-    a year; returns the text (the core parses it).
+    a year (:func:`typestrict_pipeline.values.duration`); returns the text (the core parses it).
 
     >>> step("1d")
     '1d'
     >>> step("99999999999d")
     Traceback (most recent call last):
     ...
-    argparse.ArgumentTypeError: expected a step size like 1d, 12h, 30m, 45s or 1w, at most 366 days, got '99999999999d'
+    argparse.ArgumentTypeError: expected a step size like 1d, 12h, 30m, 45s or 1w, at most 366 days, got '99999999999d'. Write a whole number then the unit (s, m, h, d or w).
     """
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-    body = text.strip().lower()
-    ok = (2 <= len(body) <= 8 and body[-1] in units and body[:-1].isascii() and body[:-1].isdigit()
-          and 1 <= int(body[:-1]) * units[body[-1]] <= 366 * 86400)
-    if not ok:
-        raise argparse.ArgumentTypeError(
-            f"expected a step size like 1d, 12h, 30m, 45s or 1w, at most 366 days, got {text[:40]!r}")
+    value_type(values.duration)(text)
     return text
 
 
 def day(text: str) -> dt.date:
-    """An argparse ``type=``: a calendar day ``YYYY-MM-DD``.
+    """An argparse ``type=``: a calendar day ``YYYY-MM-DD`` (:func:`typestrict_pipeline.values.day`).
 
     >>> day("2014-02-28")
     datetime.date(2014, 2, 28)
     >>> day("2014-13-45")
     Traceback (most recent call last):
     ...
-    argparse.ArgumentTypeError: expected a day as YYYY-MM-DD (e.g. 2014-12-31), got '2014-13-45'
+    argparse.ArgumentTypeError: expected a day as YYYY-MM-DD (e.g. 2014-12-31), got '2014-13-45'. Fix the day.
     """
-    try:
-        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text.strip()):
-            raise ValueError(text)
-        return dt.date.fromisoformat(text.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a day as YYYY-MM-DD (e.g. 2014-12-31), got {text[:40]!r}") from None
+    parsed: dt.date = value_type(values.day)(text)
+    return parsed
 
 
 def identifier(what: str) -> Callable[[str], str]:

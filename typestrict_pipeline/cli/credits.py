@@ -14,6 +14,7 @@ import hashlib
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Engine
 
@@ -103,13 +104,7 @@ def _ledger(args: argparse.Namespace) -> int:
                                 f"`typestrict credits ledger {args.workspace}`.")
         if args.json:
             for ln in lines:
-                print(json.dumps({
-                    "id": ln.id, "workspace_id": ln.workspace_id, "kind": ln.kind.value,
-                    "reference": ln.reference, "training_id": ln.training_id, "amount": ln.amount,
-                    "balance_after": ln.balance_after,
-                    "verdict": ln.verdict.value if ln.verdict else None,
-                    "reason": ln.reason, "created_at": ln.created_at.isoformat(),
-                }, sort_keys=True))
+                print(json.dumps(_line_json(ln), sort_keys=True))
         else:
             print_table(f"Ledger of workspace {args.workspace}",
                         ["#", "time (UTC)", "kind", "amount", "balance", "training", "verdict", "reason"],
@@ -123,13 +118,32 @@ def _ledger(args: argparse.Namespace) -> int:
     return 0
 
 
+def _line_json(ln: Any) -> dict[str, Any]:
+    """A ledger entry as JSON-ready values."""
+    return {
+        "id": ln.id, "workspace_id": ln.workspace_id, "kind": ln.kind.value,
+        "reference": ln.reference, "training_id": ln.training_id, "amount": ln.amount,
+        "balance_after": ln.balance_after,
+        "verdict": ln.verdict.value if ln.verdict else None,
+        "reason": ln.reason, "created_at": ln.created_at.isoformat(),
+    }
+
+
+def _say_line(args: argparse.Namespace, line: Any) -> None:
+    """What a command that wrote one ledger entry prints: the entry, in words or as JSON."""
+    if args.json:
+        print(json.dumps(_line_json(line), sort_keys=True))
+    else:
+        print(line.describe())
+
+
 def _grant(args: argparse.Namespace) -> int:
     engine = _engine(args)
     try:
         line = CreditLedger(engine).grant(
             args.workspace, args.amount, reference=args.reference, reason=args.reason
         )
-        print(line.describe())
+        _say_line(args, line)
     finally:
         engine.dispose()
     return 0
@@ -138,7 +152,7 @@ def _grant(args: argparse.Namespace) -> int:
 def _spend(args: argparse.Namespace) -> int:
     engine = _engine(args)
     try:
-        print(CreditLedger(engine).spend(args.workspace, args.training_id).describe())
+        _say_line(args, CreditLedger(engine).spend(args.workspace, args.training_id))
     finally:
         engine.dispose()
     return 0
@@ -151,7 +165,7 @@ def _adjust(args: argparse.Namespace) -> int:
             args.workspace, args.amount, reference=args.reference, reason=args.reason,
             training_id=args.training,
         )
-        print(line.describe())
+        _say_line(args, line)
     finally:
         engine.dispose()
     return 0
@@ -205,6 +219,9 @@ def _expire(args: argparse.Namespace) -> int:
     engine = _engine(args)
     try:
         expired = expire_models(engine, now=_now(args.now), allowed_root=root)
+        if args.json:
+            print_json([{"model_id": m.model_id, "deleted": str(m.files_path)} for m in expired])
+            return 0
         for m in expired:
             print(f"expired {m.model_id}: deleted {m.files_path}")
         print(f"{len(expired)} model(s) expired")
@@ -225,14 +242,34 @@ def _audit(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise InputError("a file path that can be written", f"{args.output!r} ({exc.strerror})",
                              "pick another --output") from None
-        digest = hashlib.sha256(data).hexdigest()
-        print(f"wrote {args.output}: the audit of {args.model_id}, SHA-256 {digest} (settled)")
-        print(f"check it: python3 verify_audit.py --expect-sha256 {digest} {args.output}")
+        _say_written(args, data)
     else:
         sys.stdout.flush()
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
     return 0
+
+
+def _say_written(args: argparse.Namespace, data: bytes) -> None:
+    """What ``audit -o FILE`` wrote: the file, its size and SHA-256, the verdict and why."""
+
+    from typestrict_pipeline.refund.explain import verdict_sentence_from_audit
+
+    digest = hashlib.sha256(data).hexdigest()
+    try:
+        doc = json.loads(data)
+        verdict, why = str(doc["overall"]["verdict"]), verdict_sentence_from_audit(doc)
+    except (ValueError, KeyError, TypeError):  # an audit of a format this version cannot read
+        verdict, why = "?", ""
+    if args.json:
+        print_json({"model_id": args.model_id, "path": str(Path(args.output).resolve()), "bytes": len(data),
+                    "sha256": digest, "verdict": verdict, "why": why})
+        return
+    print(f"wrote the audit of {args.model_id} to {args.output} ({len(data):,} bytes, SHA-256 {digest}); "
+          f"verdict {verdict}. {why}".rstrip())
+    # the digest is the one settled (the ledger's): --expect-sha256 checks it is that file
+    print(f"check it: python3 typestrict_pipeline/verify_audit.py --expect-sha256 {digest} "
+          f"{args.output}")
 
 
 def _reason(text: str) -> str:
@@ -269,12 +306,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("amount", type=AMOUNT, help=f"credits to add, 1 to {MAX_CREDITS:,}")
     p.add_argument("--reference", type=REFERENCE, required=True, help="idempotency key, e.g. the invoice id")
     p.add_argument("--reason", type=_reason, default="credits added", help="why, in words (default: credits added)")
+    add_json(p)
     _url(p)
     p.set_defaults(func=_grant)
 
     p = sub.add_parser("spend", help="charge a training's credit when it starts (once per training)")
     p.add_argument("workspace", type=WORKSPACE, help="the workspace id")
     p.add_argument("training_id", type=TRAINING, help="the training that starts")
+    add_json(p)
     _url(p)
     p.set_defaults(func=_spend)
 
@@ -284,6 +323,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--reference", type=REFERENCE, required=True, help="idempotency key, e.g. the ticket id")
     p.add_argument("--reason", type=_reason, required=True, help="why, in words")
     p.add_argument("--training", type=TRAINING, help="the training it corrects, if any")
+    add_json(p)
     _url(p)
     p.set_defaults(func=_adjust)
 
@@ -296,6 +336,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = sub.add_parser("expire", help="run the retention sweep now (what retention_schedule does)")
     p.add_argument("--now", help="the sweep's time, ISO 8601 with a zone (default: now)")
     p.add_argument("--trainings-dir", help="refuse to delete outside it (default: ${TYPESTRICT_HOME}/trainings)")
+    add_json(p)
     _url(p)
     p.set_defaults(func=_expire)
 
@@ -304,6 +345,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "audit", help="print a model's audit JSON, byte-identical to its audit file (any time)"
         )
         p.add_argument("model_id", type=TRAINING, help="the model id (the training id), e.g. rt-tfidf")
-        p.add_argument("-o", "--output", help="write to this file instead of stdout")
+        p.add_argument("-o", "--output", help="write to this file instead of stdout (and say what was written)")
+        p.add_argument("--json", action="store_true",
+                       help="with -o: what was written, as JSON (without -o the audit itself is JSON)")
         _url(p)
         p.set_defaults(func=_audit)

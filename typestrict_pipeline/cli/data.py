@@ -6,8 +6,9 @@ Commands (the core functions are in :mod:`typestrict_pipeline.backtest.workflows
   the workflow reads (``event_time``, ``known_time`` in ISO 8601 with a UTC offset, then the
   value columns); studies and backtests then name it as their dataset;
 * ``append NAME FILE.csv [--table TABLE]``: add rows that became known after the table's last
-  knowledge time (rows already known are never rewritten); a running daemon's next tick reads
-  them;
+  knowledge time (rows already known are never rewritten), then say, for each enabled schedule
+  of the store (``--store``) that replays the dataset, when it reads them (its next evaluation)
+  and what it will then decide;
 * ``show [NAME]``: every registered dataset (or one): its tables, rows, knowledge times, and up
   to which decision step outcomes are known.
 
@@ -19,9 +20,21 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
+from typing import TYPE_CHECKING
 
-from typestrict_pipeline.cli.common import add_json, print_json
+from typestrict_pipeline.cli.common import (
+    add_json,
+    add_store,
+    print_json,
+    read_store,
+    sqlite_path,
+    store_url,
+)
 from typestrict_pipeline.errors import InputError
+
+if TYPE_CHECKING:
+    from typestrict_pipeline.reruns.service import ScheduleView
+    from typestrict_pipeline.reruns.timeline import Timeline
 
 _MAX_TABLES = 64
 
@@ -66,6 +79,9 @@ def _register(args: argparse.Namespace) -> int:
     from typestrict_pipeline.backtest.workflows.datasets import register_dataset
 
     info = register_dataset(args.name, args.workflow, _tables(args.table))
+    if args.json:
+        print_json(dataclasses.asdict(info))
+        return 0
     print(_show_one(info.name))
     print(f"Use it as a study's or backtest's dataset ({info.name}); add rows with: "
           f"typestrict data append {info.name} FILE.csv --table {info.tables[0].name}")
@@ -83,10 +99,34 @@ def _append(args: argparse.Namespace) -> int:
             raise InputError("--table TABLE for a dataset of several tables", f"tables {tables}", "name the table")
         table = tables[0]
     r = append_rows(args.name, table, args.file)
+    readers = _readers(args, r.dataset)
+    if args.json:
+        print_json({**dataclasses.asdict(r), "schedules": [
+            {"schedule_id": v.id, "study_id": v.root_study_id, **tl.to_json()} for v, tl in readers]})
+        return 0
     print(f"{r.dataset}/{r.table}: {r.added} rows added ({r.rows} in all); known up to "
-          f"{format_time(r.last_known_after)} (was {format_time(r.last_known_before)}). "
-          "Schedules on this dataset read them at their next tick.")
+          f"{format_time(r.last_known_after)} (was {format_time(r.last_known_before)}).")
+    from typestrict_pipeline.reruns.service import reading_text
+
+    if not readers:
+        print(f"No enabled schedule reads {r.dataset}: schedule a finished study on it with "
+              "typestrict schedule enable STUDY_ID --cadence 1h --owner EMAIL")
+    for view, timeline in readers:
+        print("  " + reading_text(view, timeline))
     return 0
+
+
+def _readers(args: argparse.Namespace, dataset: str) -> list[tuple[ScheduleView, Timeline]]:
+    """The enabled schedules of the store that replay ``dataset`` (none when there is no store)."""
+    from typestrict_pipeline.reruns.service import schedules_reading
+    from typestrict_pipeline.reruns.studies import StoreStudies
+    from typestrict_pipeline.reruns.workspace import store_spend_source
+
+    path = sqlite_path(store_url(args))
+    if path is not None and not path.exists():
+        return []
+    engine = read_store(args)
+    return schedules_reading(engine, StoreStudies(engine), dataset, spend=store_spend_source(engine))
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -112,24 +152,31 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _common(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``--store`` (the store whose schedules ``append`` reports on; datasets are files under
+    ``TYPESTRICT_DATASETS_DIR``) and ``--json``."""
+    return add_json(add_store(p))
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``typestrict data register|append|show``."""
     data = subparsers.add_parser("data", help="register point-in-time datasets for workflows and add rows")
     sub = data.add_subparsers(dest="data_command", required=True)
 
-    p = sub.add_parser("register", help="register a dataset for a workflow (one CSV per table it reads)")
+    p = _common(sub.add_parser("register", help="register a dataset for a workflow (one CSV per table it reads)"))
     p.add_argument("name", help="the dataset's name (lowercase letters, digits, _)")
     p.add_argument("--workflow", required=True, help="the registered workflow that reads it")
     p.add_argument("--table", action="append", required=True, metavar="TABLE=FILE.csv",
                    help="a table and its CSV (event_time, known_time with a UTC offset, value columns)")
     p.set_defaults(func=_register)
 
-    p = sub.add_parser("append", help="add rows known after the table's last knowledge time")
+    p = _common(sub.add_parser("append", help="add rows known after the table's last knowledge time, and "
+                                          "say when each schedule on the dataset reads them"))
     p.add_argument("name", help="a registered dataset")
     p.add_argument("file", help="CSV with the table's columns")
     p.add_argument("--table", help="which table (default: the only one)")
     p.set_defaults(func=_append)
 
-    p = add_json(sub.add_parser("show", help="registered datasets: tables, rows, knowledge times"))
+    p = _common(sub.add_parser("show", help="registered datasets: tables, rows, knowledge times"))
     p.add_argument("name", nargs="?", help="one dataset (default: every registered one)")
     p.set_defaults(func=_show)

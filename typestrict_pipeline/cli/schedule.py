@@ -27,9 +27,11 @@ import dataclasses
 import datetime as dt
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
 
+from typestrict_pipeline import values
 from typestrict_pipeline.cli.common import (
     MAX_STEPS,
     add_json,
@@ -39,30 +41,38 @@ from typestrict_pipeline.cli.common import (
     print_json,
     read_store,
     usd,
+    value_type,
     write_store,
 )
 from typestrict_pipeline.errors import InputError
 from typestrict_pipeline.store import utcnow
 
+if TYPE_CHECKING:
+    from typestrict_pipeline.reruns.service import ScheduleView
+
 SCHEDULE_ID = bounded_int("a schedule id", 1, 2**62)
 STUDY_ID = bounded_int("a study id", 1, 2**62)
 WORKSPACE = identifier("a workspace id")
 WORKFLOW = identifier("a workflow name")
-PERSON = identifier("a person (an email address)")
+PERSON = value_type(lambda text: values.email(text, values.PERSON))
 
 
 def _engine(args: argparse.Namespace) -> Engine:
     return write_store(args)
 
 
-def _views_json(engine: Engine, views: list[object], ticks: int) -> list[dict[str, object]]:
-    from typestrict_pipeline.reruns.service import recent_ticks
+def _views_json(engine: Engine, views: list[ScheduleView], ticks: int) -> list[dict[str, object]]:
+    from typestrict_pipeline.reruns.service import recent_ticks, schedule_timeline
+    from typestrict_pipeline.reruns.studies import StoreStudies
+    from typestrict_pipeline.reruns.workspace import store_spend_source
 
+    port, spend, now = StoreStudies(engine), store_spend_source(engine), utcnow()
     out: list[dict[str, object]] = []
     for v in views:
         d = dict(v.__dict__)
+        d["timeline"] = schedule_timeline(engine, port, v, now=now, spend=spend).to_json()
         d["ticks"] = [{"at": t.at, "source": t.source, "outcome": t.outcome.value, "message": t.message}
-                      for t in recent_ticks(engine, int(str(d["id"])), ticks)]
+                      for t in recent_ticks(engine, v.id, ticks)]
         out.append(d)
     return out
 
@@ -87,17 +97,24 @@ def _who(value: str | None) -> str:
 
 
 def _enable(args: argparse.Namespace) -> int:
-    from typestrict_pipeline.reruns.service import enable_schedule, status_text
+    from typestrict_pipeline.reruns.service import enable_schedule, schedule_timeline, status_text
     from typestrict_pipeline.reruns.studies import StoreStudies
     from typestrict_pipeline.reruns.workspace import store_spend_source, workspace_warning
 
     engine = _engine(args)
-    view = enable_schedule(engine, StoreStudies(engine), study_id=str(args.study_id), cadence=args.cadence,
+    port = StoreStudies(engine)
+    view = enable_schedule(engine, port, study_id=str(args.study_id), cadence=args.cadence,
                            owner=_who(args.owner), min_unseen_steps=args.min_unseen_steps)
-    print(status_text(engine, view))
+    timeline = schedule_timeline(engine, port, view, spend=store_spend_source(engine))
+    if args.json:
+        print_json({**view.__dict__, "timeline": timeline.to_json()})
+    else:
+        print(status_text(engine, view, port=port))
     warning = workspace_warning(engine, view.workspace_id, utcnow(), store_spend_source(engine))
     if warning is not None:
         print(f"typestrict: warning: {warning}", file=sys.stderr)
+    if timeline.never_fires is not None:  # said when enabled, and again at each evaluation
+        print(f"typestrict: warning: schedule {view.id}: {timeline.never_fires}", file=sys.stderr)
     return 0
 
 
@@ -105,7 +122,11 @@ def _cancel(args: argparse.Namespace) -> int:
     from typestrict_pipeline.reruns.service import cancel_schedule, status_text
 
     engine = _engine(args)
-    print(status_text(engine, cancel_schedule(engine, args.schedule_id, by=_who(args.by))))
+    view = cancel_schedule(engine, args.schedule_id, by=_who(args.by))
+    if args.json:
+        print_json(view.__dict__)
+    else:
+        print(status_text(engine, view))
     return 0
 
 
@@ -159,7 +180,12 @@ def _require_study(engine: Engine, study_id: int) -> None:
 
 def _tick(args: argparse.Namespace) -> int:
     from typestrict_pipeline.reruns.notify import deliver_pending, transport_from_env
-    from typestrict_pipeline.reruns.service import evaluate_due, execute_rerun
+    from typestrict_pipeline.reruns.service import (
+        evaluate_due,
+        execute_rerun,
+        list_schedules,
+        tick_reason,
+    )
     from typestrict_pipeline.reruns.studies import StoreStudies
     from typestrict_pipeline.reruns.workspace import store_spend_source
 
@@ -167,19 +193,33 @@ def _tick(args: argparse.Namespace) -> int:
     port = StoreStudies(engine)
     now = _time(args.now)
     results, _ = evaluate_due(engine, port, now=now, spend=store_spend_source(engine), source="cli")
-    if not results:
-        print("No re-run schedule is due")
+    out: dict[str, object] = {"now": now, "evaluated": [], "notifications": None}
+    evaluated: list[dict[str, object]] = []
+    if not results and not args.json:
+        print(tick_reason(list_schedules(engine), [], now=now))
     for r in results:
-        print(f"schedule {r.schedule_id}: {r.outcome.value.lower()}: {r.message}")
+        entry: dict[str, object] = {"schedule_id": r.schedule_id, "outcome": r.outcome.value,
+                                    "message": r.message, "run_key": r.run_key}
+        if not args.json:
+            print(f"schedule {r.schedule_id}: {r.outcome.value.lower()}: {r.message}")
         if args.run and r.run_key is not None:
             rec = execute_rerun(engine, port, r.run_key, now=now)
             changed = {True: "winner changed", False: "same winner", None: "no winner"}[rec.winner_changed]
-            print(f"  re-run #{rec.seq} (study {rec.study_id}): {rec.state.value}, winner {rec.winner} ({changed})")
+            entry["rerun"] = {"seq": rec.seq, "study_id": rec.study_id, "state": rec.state.value,
+                              "winner": rec.winner, "winner_changed": rec.winner_changed}
+            if not args.json:
+                print(f"  re-run #{rec.seq} (study {rec.study_id}): {rec.state.value}, winner {rec.winner} ({changed})")
+        evaluated.append(entry)
+    out["evaluated"] = evaluated
     if args.run:
         transport = transport_from_env()
         if transport is not None:
             report = deliver_pending(engine, transport, now=now)
-            print(f"notifications: {len(report.sent)} sent, {len(report.failed)} kept for retry")
+            out["notifications"] = {"sent": len(report.sent), "kept_for_retry": len(report.failed)}
+            if not args.json:
+                print(f"notifications: {len(report.sent)} sent, {len(report.failed)} kept for retry")
+    if args.json:
+        print_json(out)
     return 0
 
 
@@ -190,7 +230,10 @@ def _data_arrived(args: argparse.Namespace) -> int:
     if end.year < 1900 or end.year > 2200:
         raise InputError("an END between the years 1900 and 2200", end.isoformat(), "fix the time")
     record_data_end(_engine(args), args.workspace, args.workflow, end)
-    print(f"{args.workspace}/{args.workflow}: outcomes known up to {end.isoformat()}")
+    if args.json:
+        print_json({"workspace": args.workspace, "workflow": args.workflow, "data_end": end})
+    else:
+        print(f"{args.workspace}/{args.workflow}: outcomes known up to {end.isoformat()}")
     return 0
 
 
@@ -233,7 +276,10 @@ def _notifications(args: argparse.Namespace) -> int:
     )
 
     set_notification(_engine(args), args.user, KIND_WINNER_CHANGED, args.on)
-    print(f"{args.user}: '{TITLE_WINNER_CHANGED}' {'on' if args.on else 'off'}")
+    if args.json:
+        print_json({"user": args.user, "notification": TITLE_WINNER_CHANGED, "on": args.on})
+    else:
+        print(f"{args.user}: '{TITLE_WINNER_CHANGED}' {'on' if args.on else 'off'}")
     return 0
 
 
@@ -243,19 +289,28 @@ def _deliver(args: argparse.Namespace) -> int:
         deliver_pending,
         requeue,
         transport_from_env,
+        transport_label,
     )
 
     engine = _engine(args)
+    say = (lambda _text: None) if args.json else print
     if args.requeue is not None:
         requeue(engine, args.requeue)
-        print(f"message {args.requeue} put back in the outbox")
+        say(f"message {args.requeue} put back in the outbox")
     transport = transport_from_env()
     if transport is None:
-        print("TYPESTRICT_NOTIFY_TRANSPORT=none: messages stay in the outbox (typestrict schedule outbox lists them)")
+        if args.json:
+            print_json({"transport": None, "requeued": args.requeue, "sent": [], "failed": [], "dead": []})
+        say("TYPESTRICT_NOTIFY_TRANSPORT=none: messages stay in the outbox (typestrict schedule outbox lists them)")
         return 0
     if isinstance(transport, FileTransport):
-        print(f"delivering to {transport.path}")
+        say(f"delivering to {transport.path}")
     report = deliver_pending(engine, transport)
+    if args.json:
+        print_json({"transport": transport_label(transport), "requeued": args.requeue,
+                    "sent": list(report.sent), "failed": [{"id": m, "error": e} for m, e in report.failed],
+                    "dead": list(report.dead)})
+        return 0 if not report.dead else 1
     print(f"{len(report.sent)} sent, {len(report.failed)} kept for retry, {len(report.dead)} given up")
     for mid, error in report.failed:
         print(f"  message {mid}: {error}")
@@ -290,6 +345,7 @@ def _add_enable(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--owner", type=PERSON, help="who sets it up (default TYPESTRICT_USER)")
     p.add_argument("--min-unseen-steps", type=bounded_int("a number of steps", 1, MAX_STEPS),
                    help="only for a study created without the setting")
+    add_json(p)
     p.set_defaults(func=_enable)
 
 
@@ -297,6 +353,7 @@ def _add_cancel(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p = _add_common(sub.add_parser("cancel", help="cancel a schedule"))
     p.add_argument("schedule_id", type=SCHEDULE_ID, help="the schedule (see `typestrict schedule status`)")
     p.add_argument("--by", type=PERSON, help="who cancels (default TYPESTRICT_USER)")
+    add_json(p)
     p.set_defaults(func=_cancel)
 
 
@@ -325,8 +382,54 @@ def _subcommands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[
     return None
 
 
+def _study_status(args: argparse.Namespace) -> int:
+    """``typestrict study status STUDY_ID``: the schedules of a study (a study id, as every
+    ``study`` command takes), each with its timeline."""
+    from typestrict_pipeline.reruns.service import list_schedules, status_text
+
+    engine = read_store(args)
+    _require_study(engine, args.study_id)
+    views = list_schedules(engine, study_id=str(args.study_id))
+    if args.json:
+        print_json(_views_json(engine, list(views), args.ticks))
+        return 0
+    if not views:
+        print(f"Study {args.study_id} has no re-run schedule. Enable one with: typestrict schedule enable "
+              f"{args.study_id} --cadence 1h --owner EMAIL")
+        return 0
+    print("\n\n".join(status_text(engine, v, ticks=args.ticks) for v in views))
+    return 0
+
+
+def _study_cancel(args: argparse.Namespace) -> int:
+    """``typestrict study schedule cancel STUDY_ID``: cancel the enabled schedule of a study's lineage."""
+    from typestrict_pipeline.reruns.service import (
+        cancel_schedule,
+        lineage_root_of,
+        list_schedules,
+        status_text,
+    )
+    from typestrict_pipeline.reruns.tables import ScheduleState
+
+    engine = _engine(args)
+    _require_study(engine, args.study_id)
+    root = lineage_root_of(engine, str(args.study_id))
+    enabled = [v for v in list_schedules(engine, lineage_root_id=root) if v.state is ScheduleState.ENABLED]
+    if not enabled:
+        raise InputError(f"an enabled re-run schedule on the lineage of study {args.study_id}", "none",
+                         "list the schedules with typestrict schedule status")
+    view = cancel_schedule(engine, enabled[0].id, by=_who(args.by))
+    if args.json:
+        print_json(view.__dict__)
+    else:
+        print(status_text(engine, view))
+    return 0
+
+
 def _extend_study(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Also offer ``typestrict study status|schedule enable|schedule cancel|lineage``.
+    """Also offer ``typestrict study status|lineage|schedule enable|schedule cancel``, each taking a
+    study id (one meaning for an id per command group; ``typestrict schedule status`` takes a
+    schedule id).
 
     The ``study`` command belongs to the studies area (``cli/study.py``); these sub-commands are
     added to it only when it exists and does not already define them.
@@ -336,14 +439,24 @@ def _extend_study(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
     if sub is None:
         return
     if "status" not in sub.choices:
-        _add_status(sub, "scheduled re-runs of studies and why they were skipped")
+        p = _add_common(sub.add_parser(
+            "status", help="a study's re-run schedules: next evaluation, last decision, what would make it fire"))
+        p.add_argument("study_id", type=STUDY_ID, help="the study (see `typestrict study list`)")
+        p.add_argument("--ticks", type=bounded_int("a number of ticks", 0, 1000), default=5,
+                       help="recent ticks to show (default 5)")
+        add_json(p)
+        p.set_defaults(func=_study_status)
     if "lineage" not in sub.choices:
         _add_lineage(sub)
     if "schedule" not in sub.choices:
         sched = sub.add_parser("schedule", help="re-run a finished study on a schedule (enable, cancel)")
         inner = sched.add_subparsers(dest="study_schedule_command", required=True)
         _add_enable(inner)
-        _add_cancel(inner)
+        p = _add_common(inner.add_parser("cancel", help="cancel the enabled schedule of a study's lineage"))
+        p.add_argument("study_id", type=STUDY_ID, help="any study of the lineage")
+        p.add_argument("--by", type=PERSON, help="who cancels (default TYPESTRICT_USER)")
+        add_json(p)
+        p.set_defaults(func=_study_cancel)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -362,12 +475,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = cmd("tick", "evaluate the schedules that are due (what the Dagster sensor does)")
     p.add_argument("--now", help="evaluate as of this time (ISO 8601; default now)")
     p.add_argument("--run", action="store_true", help="also run fired re-runs here and deliver notifications")
+    add_json(p)
     p.set_defaults(func=_tick)
 
     p = cmd("data-arrived", "record that a workflow's outcomes are known up to END")
     p.add_argument("workspace", type=WORKSPACE, help="the workspace id")
     p.add_argument("workflow", type=WORKFLOW, help="the workflow whose outcomes arrived")
     p.add_argument("end", help="end (exclusive) of the decision steps with a known outcome, ISO 8601")
+    add_json(p)
     p.set_defaults(func=_data_arrived)
 
     p = cmd("workspace", "a workspace's subscription, usage budget and spend")
@@ -382,11 +497,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     onoff = p.add_mutually_exclusive_group(required=True)
     onoff.add_argument("--on", dest="on", action="store_true", help="send it")
     onoff.add_argument("--off", dest="on", action="store_false", help="do not send it")
+    add_json(p)
     p.set_defaults(func=_notifications)
 
     p = cmd("deliver", "send the notification outbox now")
     p.add_argument("--requeue", type=bounded_int("a message id", 1, 2**62), metavar="MESSAGE_ID",
                    help="first put a given-up message back")
+    add_json(p)
     p.set_defaults(func=_deliver)
 
     p = add_json(cmd("outbox", "the notifications: delivered, waiting, or not delivered and why"))

@@ -9,7 +9,8 @@
   leaderboard. ``--synthetic`` runs the trivial synthetic workflow instead (no model).
 * ``leaderboard STUDY_ID [--json]``: the leaderboard and its header.
 * ``list [--workspace W] [--workflow NAME]``, ``cancel STUDY_ID``, ``delete STUDY_ID``,
-  ``promote STUDY_ID``.
+  ``promote STUDY_ID``. ``list`` first ends as ``Interrupted`` the studies whose process died;
+  ``cancel`` works on any study that has not ended (pending, running, failed, interrupted).
 
 Dagster is imported only by ``run``.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,6 +40,7 @@ from typestrict_pipeline.cli.common import (
     progress,
     read_store,
     step,
+    store_url,
     usd,
     write_store,
 )
@@ -99,15 +102,37 @@ def _run(args: argparse.Namespace) -> int:
     with session_scope(engine) as s:
         est = repo.get_study(s, sid).estimate_micro
     admitted = _admitted(engine, sid)
-    if est is not None:
+    if args.json:
+        pass  # the leaderboard as JSON at the end says it all
+    elif est is not None:
         print(f"study {sid}: {estimate_text(est, admitted, args.folds)}", flush=True)
     else:
         print(f"study {sid}: {admitted} candidate{'s' if admitted != 1 else ''} to run; no USD estimate "
               f"(this version has no completed backtest in workspace {args.workspace!r})", flush=True)
     total = admitted * args.folds * 2 + 2  # windows: tune and eval per fold, then the holdout runs
-    with _watch_runs(engine, sid, total):
-        ok = run_study_on_dagster(sid, executor=args.executor)
-    print(render_markdown(load_leaderboard(engine, sid)))
+    url = store_url(args)
+    try:
+        with _watch_runs(engine, sid, total):
+            ok = run_study_on_dagster(sid, executor=args.executor, store_url=url)
+    except BaseException as exc:
+        if not isinstance(exc, Exception):  # Ctrl-C, SIGTERM: the study ends interrupted, now
+            from typestrict_pipeline.backtest.store import interruption_reason
+
+            repo.interrupt_study(engine, sid, interruption_reason(exc) + "; re-execute its run "
+                                 "to resume it")
+        raise
+    finally:
+        # A run that never started the study (it could not reach the store, or failed before
+        # its first step) leaves nothing to resume: the study is marked failed and its
+        # workflow's lock released, in the store this command was given.
+        if repo.abandon_unstarted(engine, sid, "its study_job run ended before starting it"):
+            print(f"typestrict: study {sid} never started; marked failed and its workflow's lock "
+                  "released", file=sys.stderr)
+    board = load_leaderboard(engine, sid)
+    if args.json:
+        print(json.dumps(board.to_json(), indent=2, default=str))
+    else:
+        print(render_markdown(board))
     return 0 if ok else 1
 
 
@@ -142,37 +167,43 @@ def _watch_runs(engine: Engine, study_id: int, total: int) -> Iterator[None]:
 
 
 def run_study_on_dagster(study_id: int, *, executor: str = "in_process",
-                         max_concurrent: int = 2) -> bool:
+                         max_concurrent: int = 2, store_url: str | None = None) -> bool:
     """Run ``study_job`` for ``study_id`` on ``DAGSTER_HOME``'s instance (else the home's, else an
-    ephemeral one). A failed run prints its step's message in one line on stderr (Dagster's own
-    log, with its traceback, stays in the run's event log, which the UI shows)."""
+    ephemeral one), on the store at ``store_url`` (default: the environment's), which travels
+    with the run in its config and its ``typestrict/store`` tag. A failed run prints its step's
+    message in one line on stderr (Dagster's own log, with its traceback, stays in the run's
+    event log, which the UI shows)."""
     import importlib
 
     import dagster as dg
 
+    from typestrict_pipeline.store import default_store_url
+
     # Imported by name: the wiring is not part of the typed core.
     study_run_config = importlib.import_module("assets.studies").study_run_config
+    resources_store = importlib.import_module("resources.store")
     defs = importlib.import_module("typestrict_pipeline.definitions").defs
     job = defs.resolve_job_def("study_job")
-    config: dict[str, Any] = dict(study_run_config(study_id))
+    url = store_url or default_store_url()
+    config: dict[str, Any] = resources_store.with_store(study_run_config(study_id), url)
+    tags: dict[str, str] = resources_store.store_tags(url)
     quiet = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
     instance = _instance()
     if executor == "multiprocess":
         config["execution"] = {"config": {"multiprocess": {
             "max_concurrent": max_concurrent, "start_method": {"forkserver": {}}}}}
         result = dg.execute_job(dg.reconstructable(_study_job), instance=instance,
-                                run_config={**config, **quiet})
+                                run_config={**config, **quiet}, tags=tags)
         _say_failure(result)
         return bool(result.success)
     res = job.execute_in_process(run_config={**config, **quiet}, instance=instance,
-                                 raise_on_error=False)
+                                 raise_on_error=False, tags=tags)
     _say_failure(res)
     return bool(res.success)
 
 
 def _say_failure(result: Any) -> None:
     """One line per failed step of a Dagster run: the step and its error's own message."""
-    import sys
 
     if result.success:
         return
@@ -229,9 +260,15 @@ def _leaderboard(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from typestrict_pipeline.lifecycle.reaper import reap
+
     engine = read_store(args)
     if args.workspace:
         require_workspace(engine, args.workspace)
+    with contextlib.suppress(SQLAlchemyError):  # studies whose process died: interrupted first
+        reap(engine, workspace=args.workspace)
     with session_scope(engine) as s:
         q = select(StudyRow).order_by(StudyRow.id.desc()).limit(args.limit)
         if args.workspace:
@@ -259,17 +296,34 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _say(args: argparse.Namespace, text: str, **fields: Any) -> None:
+    """What a command that wrote something prints: a sentence, or its fields as JSON."""
+    if args.json:
+        print_json(fields)
+    else:
+        print(text)
+
+
 def _cancel(args: argparse.Namespace) -> int:
+    from typestrict_pipeline.lifecycle.reaper import cancel_study, reap
+
     sid = _study_id(args.study_id)
-    state = repo.cancel_study(read_store(args), sid)
-    print(f"study {args.study_id}: {state.label}; what ran is kept")
+    engine = write_store(args)
+    try:
+        reap(engine)
+        ended = cancel_study(engine, sid)
+    finally:
+        engine.dispose()
+    _say(args, f"study {sid}: Cancelled ({ended.why}); what ran is kept", study_id=sid,
+         state=ended.state, why=ended.why)
     return 0
 
 
 def _delete(args: argparse.Namespace) -> int:
     sid = _study_id(args.study_id)
-    repo.delete_study(read_store(args), sid)
-    print(f"study {sid}: deleted (a schedule re-running it turns itself off at its next tick)")
+    repo.delete_study(_engine(args), sid)
+    _say(args, f"study {sid}: deleted (a schedule re-running it turns itself off at its next tick)",
+         study_id=sid, deleted=True)
     return 0
 
 
@@ -278,9 +332,9 @@ def _promote(args: argparse.Namespace) -> int:
     from typestrict_pipeline.study.service import study_backend
 
     sid = _study_id(args.study_id)
-    engine = read_store(args)
+    engine = _engine(args)
     res = promote_winner(engine, sid, study_backend(engine, sid))
-    print(res.message)
+    _say(args, res.message, study_id=sid, message=res.message)
     return 0
 
 
@@ -293,6 +347,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     p = cmd("run", "create a study and run it on Dagster; print its leaderboard")
     _run_arguments(p)
+    add_json(p)
     p.set_defaults(func=_run)
 
     p = cmd("leaderboard", "print a study's leaderboard and header")
@@ -313,6 +368,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                        ("promote", "promote a finished study's winner through the evaluation gate")):
         p = cmd(name, text)
         p.add_argument("study_id", help="the study's id (see `typestrict study list`)")
+        add_json(p)
         p.set_defaults(func={"cancel": _cancel, "delete": _delete, "promote": _promote}[name])
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 __all__ = [
@@ -162,18 +162,41 @@ class ModelClient(abc.ABC):
     ) -> list[ClassifyResult]:
         """:meth:`classify` for each item, in input order, on up to ``max_workers`` threads.
 
-        The first failure (in input order) is raised; calls not yet started are cancelled and the
-        ones in flight are waited for, so no thread outlives the call.
+        Bounded by construction: an item's call is started only while fewer than
+        ``max_workers`` calls are in flight and no call has failed yet, so once a call fails
+        no further call starts, and the calls made are at most those that had succeeded when the
+        first failure came back plus ``max_workers`` (the failed one and the ones in flight,
+        which are waited for: no thread outlives the call). The failure of the earliest item
+        among those made is raised.
         """
         if max_workers <= 1 or len(items) <= 1:
             return [self.classify(question, item, decision=decision) for item in items]
+        results: list[ClassifyResult | None] = [None] * len(items)
+        failed: tuple[int, BaseException] | None = None
         with ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="model-client") as pool:
-            futures = [
-                pool.submit(self.classify, question, item, decision=decision) for item in items
-            ]
-            try:
-                return [f.result() for f in futures]
-            except BaseException:
-                for f in futures:
-                    f.cancel()
-                raise
+            in_flight: dict[Future[ClassifyResult], int] = {}
+            nxt = 0
+
+            def fill() -> int:
+                started = nxt
+                while started < len(items) and len(in_flight) < max_workers:
+                    future = pool.submit(self.classify, question, items[started], decision=decision)
+                    in_flight[future] = started
+                    started += 1
+                return started
+
+            nxt = fill()
+            while in_flight:
+                done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+                for future in done:
+                    i = in_flight.pop(future)
+                    error = future.exception()
+                    if error is None:
+                        results[i] = future.result()
+                    elif failed is None or i < failed[0]:
+                        failed = (i, error)
+                if failed is None:
+                    nxt = fill()
+        if failed is not None:
+            raise failed[1]
+        return [r for r in results if r is not None]

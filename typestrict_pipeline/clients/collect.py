@@ -63,16 +63,17 @@ def client_for_source(source: PredictionSource, *, system: str) -> ModelClient:
 def holdout_items(dataset: Dataset, holdout: Holdout) -> list[ClassifyItem]:
     """The decision's test examples as classify items (sorted by id), each with its options."""
     labels = dataset.decision(holdout.decision)
-    position = {ex.id: i for i, ex in enumerate(dataset.examples)}
+    test_ids = holdout.test_ids
+    position = dataset.positions(test_ids)
+    examples = dataset.examples_at([position[i] for i in test_ids])
     items: list[ClassifyItem] = []
-    for ident in holdout.test_ids:
+    for ident, example in zip(test_ids, examples, strict=True):
         i = position[ident]
         if labels.spec.kind is DecisionKind.MULTIPLE_CHOICE:
-            assert labels.options is not None
-            options = labels.options[i]
+            options = labels.options_at(i)
         else:
             options = labels.spec.answers
-        items.append(ClassifyItem(id=ident, text=dataset.examples[i].text, options=options))
+        items.append(ClassifyItem(id=ident, text=example.text, options=options))
     return items
 
 

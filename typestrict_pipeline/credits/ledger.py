@@ -442,6 +442,10 @@ def settle_in_session(
     else:
         _same_workspace(existing, workspace_id, training_id)
     settled = Verdict(existing.verdict) if existing.verdict is not None else verdict
+    if newly:
+        from typestrict_pipeline.lifecycle.trainings import mark_settled_in
+
+        mark_settled_in(session, training_id, settled, now=now)
     return Settlement(
         training_id=training_id,
         workspace_id=workspace_id,
@@ -580,6 +584,9 @@ class CreditLedger:
     ) -> LedgerLine:
         """Take the one credit a training costs, once (idempotent per training).
 
+        The training opens in ``awaiting_predictions`` with its deadline in the same transaction
+        (:mod:`typestrict_pipeline.lifecycle.trainings`): a credit never waits without one.
+
         Raises:
             InsufficientCreditsError: the workspace has no credit left.
             InputError: the training was already charged to another workspace.
@@ -589,7 +596,10 @@ class CreditLedger:
         when = self._now(now)
 
         def work(session: Session) -> LedgerLine:
+            from typestrict_pipeline.lifecycle.trainings import open_in
+
             entry, _ = _spend_in(session, workspace_id, training_id, reason, when)
+            open_in(session, workspace_id, training_id, now=when)  # its deadline starts now
             return _line(entry)
 
         return run_transaction(self.engine, work)

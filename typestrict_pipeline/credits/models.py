@@ -68,6 +68,7 @@ __all__ = [
     "list_models",
     "model_files",
     "settle_training",
+    "settle_training_in",
     "settled_audit_sha256",
 ]
 
@@ -294,26 +295,37 @@ def settle_training(
     _check_id("training id", request.training_id)
     when = _check_now(now if now is not None else utcnow())
     retention = policy or RetentionPolicy()
-    verdict = Verdict(request.verdict)
+    Verdict(request.verdict)  # refuses an unknown verdict before any write
+
+    return run_transaction(
+        engine, lambda session: settle_training_in(session, request, now=when, policy=retention))
+
+
+def settle_training_in(
+    session: Session, request: SettlementRequest, *, now: dt.datetime, policy: RetentionPolicy
+) -> SettlementResult:
+    """:func:`settle_training` inside the caller's transaction (run it with
+    :func:`~typestrict_pipeline.credits.ledger.run_transaction`). The training's lifecycle row,
+    if it has one, becomes ``settled`` in the same transaction (``settle_in_session``).
+
+    The audit's SHA-256 goes on the settlement line and the model record; an audit of other
+    bytes for a training settled with an audit is refused (:class:`SettledAuditError`) before
+    anything is written."""
     offered = (hashlib.sha256(request.audit_json).hexdigest()
                if request.audit_json is not None else None)
-
-    def work(session: Session) -> SettlementResult:
-        row = session.get(ModelRecord, request.training_id)
-        if (row is not None and row.audit_sha256 is not None and offered is not None
-                and row.audit_sha256 != offered):
-            raise SettledAuditError(request.training_id, row.audit_sha256, offered)
-        settlement = settle_in_session(
-            session, request.workspace_id, request.training_id, verdict,
-            reason=request.reason, now=when, audit_sha256=offered,
-        )
-        if settlement.audit_changed:
-            assert settlement.audit_sha256 is not None and offered is not None
-            raise SettledAuditError(request.training_id, settlement.audit_sha256, offered)
-        row = _record_in(session, request, settlement.verdict, when, retention)
-        return SettlementResult(settlement=settlement, model=_info(row))
-
-    return run_transaction(engine, work)
+    row = session.get(ModelRecord, request.training_id)
+    if (row is not None and row.audit_sha256 is not None and offered is not None
+            and row.audit_sha256 != offered):
+        raise SettledAuditError(request.training_id, row.audit_sha256, offered)
+    settlement = settle_in_session(
+        session, request.workspace_id, request.training_id, Verdict(request.verdict),
+        reason=request.reason, now=now, audit_sha256=offered,
+    )
+    if settlement.audit_changed:
+        assert settlement.audit_sha256 is not None and offered is not None
+        raise SettledAuditError(request.training_id, settlement.audit_sha256, offered)
+    row = _record_in(session, request, settlement.verdict, now, policy)
+    return SettlementResult(settlement=settlement, model=_info(row))
 
 
 def get_model(engine: Engine, model_id: str) -> ModelInfo:

@@ -142,7 +142,8 @@ class ModelRecord(Base):
     settled_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), nullable=False)
     expires_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), nullable=False)
     expired_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime(), nullable=True)
-    audit_json: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    # loaded only when asked for: a record read for its state never reads its audit's bytes
+    audit_json: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True, deferred=True)
     audit_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
     __table_args__ = (Index("ix_model_records_state_expires_at", "state", "expires_at"),)

@@ -231,27 +231,28 @@ def prepare_training(
     dataset = load_dataset(manifest)
     holdouts = split_decisions(dataset)
     allowed = training_ids(holdouts)
-    position = {ex.id: i for i, ex in enumerate(dataset.examples)}
+    examples = dataset.examples
+    position = {ex.id: i for i, ex in enumerate(examples)}
     train_idx = sorted(position[i] for i in allowed)
     if training.train_rows is not None:
         picked = sample_rows(len(train_idx), training.train_rows, seed=TINY_SLICE_SEED)
         train_idx = [train_idx[i] for i in picked]
-    texts = [dataset.examples[i].text for i in train_idx]
+    texts = [examples[i].text for i in train_idx]
     predictions: list[Prediction] = []
     train_rows: dict[str, int] = {}
     test_rows: dict[str, int] = {}
     for h in holdouts:
         labels = dataset.decision(h.decision)
         answers = labels.spec.answers
-        y = [labels.labels[i] or "" for i in train_idx]
+        y = [labels.label_at(i) or "" for i in train_idx]
         model = train_text_classifier(
             texts, y, answers, min_df=1 if training.train_rows is not None else 2
         )
         test = [position[i] for i in h.test_ids]
-        probs = model.predict_proba([dataset.examples[i].text for i in test])
+        probs = model.predict_proba([examples[i].text for i in test])
         for i, p in zip(test, probs, strict=True):
             predictions.append(
-                Prediction(dataset.examples[i].id, h.decision, tuple(zip(answers, p, strict=True)))
+                Prediction(examples[i].id, h.decision, tuple(zip(answers, p, strict=True)))
             )
         train_rows[h.decision] = len(train_idx)
         test_rows[h.decision] = len(test)

@@ -15,24 +15,49 @@ Reading rules (documented in ``docs/manifest.md``):
 - An empty group cell makes the row its own group.
 - Options (multiple choice) are a list of two or more distinct non-empty strings: a list value in
   JSONL or Parquet, or a JSON list written in a CSV cell.
+
+**Columnar.** The file is read in bounded batches (``refund.table``) and validated column by
+column with Arrow compute functions (``refund.cells``); what stays in memory is the ids (Arrow
+text), the group and answer codes (NumPy) and, for multiple choice, the options (an Arrow list
+column). Texts are not kept: :class:`Dataset` reads them again, from the same file, for the rows
+asked (:meth:`Dataset.examples_at`; the split streams them, ``refund.holdout``), and refuses a
+file that changed since it was validated. The errors are today's, in today's order: a file gets
+the same message, row and column as when every cell was a Python object (the reference kept in
+``tests/refund_reference.py`` proves it).
 """
 
 from __future__ import annotations
 
 import difflib
-import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from typestrict_pipeline.errors import DatasetError, NotEnoughDataError
-from typestrict_pipeline.files import iter_jsonl_objects, loads_strict
+from typestrict_pipeline.progress import Progress, ProgressFn
+from typestrict_pipeline.refund.cells import as_text, blank_mask
 from typestrict_pipeline.refund.manifest import (
     Columns,
     DatasetFormat,
     DecisionSpec,
     TrainingManifest,
+)
+from typestrict_pipeline.refund.rowdigest import row_messages, sha256_each, string_keys, text_keys
+from typestrict_pipeline.refund.splitrows import PreparedSplit, join_units, seed_of
+from typestrict_pipeline.refund.table import (
+    BATCH_ROWS,
+    ColumnBatch,
+    FileStamp,
+    file_stamp,
+    iter_column_batches,
+    parse_json_cell,
+    read_table,
 )
 from typestrict_pipeline.refund.types import DecisionKind
 
@@ -48,6 +73,10 @@ __all__ = [
 ]
 
 _SHOW_ROWS = 5
+READING = "reading the dataset"
+"""What :func:`load_dataset` reports its progress as."""
+_NONE = -1
+"""The code of an empty answer, review or group cell."""
 
 
 @dataclass(frozen=True)
@@ -67,21 +96,22 @@ class Example:
     row: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class DecisionLabels:
-    """One decision's labels, aligned with ``Dataset.examples``.
+    """One decision's labels, aligned with the dataset's rows, as codes.
 
     Attributes:
         spec: the decision as the manifest describes it.
-        labels: the right answer of each example (None: not labeled).
-        reviews: the answer a person gave in review (None: not reviewed or no review column).
-        options: each example's options (multiple choice), else None.
+        label_codes: each row's right answer: its index in ``spec.answers`` (single) or in the
+            row's options (multiple choice); -1 when not labeled.
+        review_codes: the answer a person gave in review, coded the same way (-1: not reviewed).
+        option_lists: each row's options (multiple choice), else None.
     """
 
     spec: DecisionSpec
-    labels: tuple[str | None, ...]
-    reviews: tuple[str | None, ...]
-    options: tuple[tuple[str, ...], ...] | None
+    label_codes: npt.NDArray[np.int16]
+    review_codes: npt.NDArray[np.int16]
+    option_lists: pa.Array | None = None
 
     @property
     def name(self) -> str:
@@ -91,29 +121,156 @@ class DecisionLabels:
     @property
     def n_labeled(self) -> int:
         """How many examples have a right answer."""
-        return sum(1 for v in self.labels if v is not None)
+        return int(np.count_nonzero(self.label_codes >= 0))
 
     @property
     def n_reviewed(self) -> int:
         """How many examples have a review label."""
-        return sum(1 for v in self.reviews if v is not None)
+        return int(np.count_nonzero(self.review_codes >= 0))
+
+    def options_at(self, i: int) -> tuple[str, ...]:
+        """Row ``i``'s options (multiple choice)."""
+        assert self.option_lists is not None
+        return tuple(self.option_lists[i].as_py())
+
+    @property
+    def max_options(self) -> int:
+        """The most options any row offers (multiple choice), else the number of answers."""
+        if self.option_lists is None:
+            return len(self.spec.answers)
+        return int(pc.max(pc.list_value_length(self.option_lists)).as_py())
+
+    def _value(self, code: int, i: int) -> str | None:
+        if code < 0:
+            return None
+        if self.option_lists is None:
+            return self.spec.answers[code]
+        return str(self.option_lists[i][code].as_py())
+
+    def label_at(self, i: int) -> str | None:
+        """Row ``i``'s right answer (None: not labeled)."""
+        return self._value(int(self.label_codes[i]), i)
+
+    def review_at(self, i: int) -> str | None:
+        """Row ``i``'s review label (None: not reviewed)."""
+        return self._value(int(self.review_codes[i]), i)
+
+    @property
+    def labels(self) -> tuple[str | None, ...]:
+        """Every row's right answer (builds a Python object per row: for small data)."""
+        return tuple(self.label_at(i) for i in range(len(self.label_codes)))
+
+    @property
+    def reviews(self) -> tuple[str | None, ...]:
+        """Every row's review label (builds a Python object per row: for small data)."""
+        return tuple(self.review_at(i) for i in range(len(self.review_codes)))
+
+    @property
+    def options(self) -> tuple[tuple[str, ...], ...] | None:
+        """Every row's options (builds a Python object per row: for small data)."""
+        if self.option_lists is None:
+            return None
+        return tuple(tuple(o) for o in self.option_lists.to_pylist())
+
+
+class TextSource:
+    """Where a validated dataset's texts are read from again (a file, or memory)."""
+
+    def batches(self) -> Iterator[pa.Array]:
+        """Every row's text, in row order, a batch at a time."""
+        raise NotImplementedError
+
+    def at(self, positions: npt.NDArray[np.int64]) -> list[str]:
+        """The texts of the rows at ``positions`` (0-based, ascending)."""
+        wanted = np.asarray(positions, dtype=np.int64)
+        out: list[str] = []
+        start = 0
+        for texts in self.batches():
+            end = start + len(texts)
+            lo, hi = np.searchsorted(wanted, [start, end])
+            if hi > lo:
+                out.extend(texts.take(pa.array(wanted[lo:hi] - start)).to_pylist())
+            start = end
+            if hi == len(wanted):
+                break
+        return out
 
 
 @dataclass(frozen=True)
+class MemoryTexts(TextSource):
+    """Texts held in memory (a dataset validated from columns already read)."""
+
+    texts: pa.Array
+
+    def batches(self) -> Iterator[pa.Array]:
+        for start in range(0, len(self.texts), BATCH_ROWS):
+            yield self.texts.slice(start, BATCH_ROWS)
+
+
+@dataclass(frozen=True)
+class FileTexts(TextSource):
+    """Texts read again from the dataset file, which must not have changed since validation."""
+
+    path: Path
+    format: DatasetFormat
+    column: str
+    stamp: FileStamp
+    file: str
+
+    def batches(self) -> Iterator[pa.Array]:
+        try:
+            now = file_stamp(self.path)
+        except OSError:
+            now = None
+        if now != self.stamp:
+            raise DatasetError(
+                "the dataset file as it was when it was validated",
+                "a file that changed or went away since" if now is None or now.size != self.stamp.size
+                else "a file written again since",
+                "run the verdict again on the file as it is now",
+                file=self.file,
+            )
+        for batch in iter_column_batches(self.path, self.format, [self.column]):
+            cells = batch.cells.get(self.column)
+            if cells is None:  # a JSON Lines batch without the key: checked at validation
+                yield pa.nulls(batch.length, pa.large_string())
+                continue
+            texts, _ = as_text(cells, file=self.file, start=batch.start, column=self.column,
+                               what="a text")
+            yield texts
+
+
+@dataclass(frozen=True, eq=False)
 class Dataset:
-    """A validated dataset.
+    """A validated dataset, held as columns.
 
     Attributes:
         path: the file it was read from.
         columns: the column names used.
-        examples: every row, in file order.
+        ids: every row's id, in file order (Arrow text).
+        group_codes: each row's group as an index into ``group_values`` (-1: no group value),
+            or None when the dataset has no group column.
+        group_values: the distinct group values.
         decisions: each decision's labels, in manifest order.
+        texts: where the texts are read from again.
+        prepared: the split's units and seeds, computed while the file was read (None: the
+            split computes them, reading the texts again).
     """
 
     path: str
     columns: Columns
-    examples: tuple[Example, ...]
+    ids: pa.Array
+    group_codes: npt.NDArray[np.int32] | None
+    group_values: pa.Array
     decisions: tuple[DecisionLabels, ...]
+    texts: TextSource
+    prepared: PreparedSplit | None = None
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def n_rows(self) -> int:
+        """Rows in the dataset."""
+        return len(self.ids)
 
     def decision(self, name: str) -> DecisionLabels:
         """The labels of the decision called ``name``.
@@ -126,175 +283,55 @@ class Dataset:
                 return labels
         raise KeyError(f"no decision {name!r}; the dataset has {[d.name for d in self.decisions]}")
 
+    def group_at(self, i: int) -> str | None:
+        """Row ``i``'s group value (None: its own group)."""
+        if self.group_codes is None or self.group_codes[i] < 0:
+            return None
+        return str(self.group_values[int(self.group_codes[i])].as_py())
 
-# --------------------------------------------------------------------------------------------
-# Reading
-# --------------------------------------------------------------------------------------------
+    def positions(self, ids: Iterable[str]) -> dict[str, int]:
+        """The 0-based row of each id given that the dataset has (an unknown id is left out)."""
+        wanted = list(ids)
+        if not wanted:
+            return {}
+        found = pc.index_in(self.ids, value_set=pa.array(wanted, type=pa.large_string()))
+        rows = np.flatnonzero(pc.is_valid(found).to_numpy(zero_copy_only=False))
+        codes = found.take(pa.array(rows)).to_numpy(zero_copy_only=False)
+        return {wanted[int(c)]: int(r) for c, r in zip(codes, rows, strict=True)}
 
+    def has_ids(self, ids: Iterable[str]) -> list[str]:
+        """The ids given that are not the dataset's, in the order given."""
+        wanted = list(dict.fromkeys(ids))
+        known = self.positions(wanted)
+        return [i for i in wanted if i not in known]
 
-def read_table(path: Path, fmt: DatasetFormat) -> dict[str, list[Any]]:
-    """Read a CSV, Parquet or JSONL file into columns of plain Python values.
+    def examples_at(self, positions: Sequence[int]) -> list[Example]:
+        """The rows at ``positions`` (0-based) as :class:`Example` objects, texts read again."""
+        order = np.argsort(np.asarray(positions, dtype=np.int64), kind="stable")
+        ascending = np.asarray(positions, dtype=np.int64)[order]
+        texts = self.texts.at(ascending)
+        out: list[Example | None] = [None] * len(order)
+        for k, i in enumerate(order):
+            p = int(ascending[k])
+            out[int(i)] = Example(id=str(self.ids[p].as_py()), text=texts[k],
+                                  group=self.group_at(p), row=p + 1)
+        return [e for e in out if e is not None]
 
-    Args:
-        path: the file.
-        fmt: its format.
+    @property
+    def examples(self) -> tuple[Example, ...]:
+        """Every row as an :class:`Example` (a Python object per row: for small data)."""
+        if "examples" not in self._cache:
+            self._cache["examples"] = tuple(self.examples_at(range(self.n_rows)))
+        cached: tuple[Example, ...] = self._cache["examples"]
+        return cached
 
-    Returns:
-        Column name → list of values, one per data row (None for a missing JSONL key).
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_cache"] = {}
+        return state
 
-    Raises:
-        DatasetError: the file is missing or cannot be parsed (the message names the row when it
-            can).
-    """
-    if not path.exists():
-        raise DatasetError(
-            "an existing dataset file",
-            "no such file",
-            "check dataset.path in the manifest",
-            file=str(path),
-        )
-    if fmt is DatasetFormat.CSV:
-        return _read_csv(path)
-    if fmt is DatasetFormat.PARQUET:
-        return _read_parquet(path)
-    return _read_jsonl(path)
-
-
-_OPENERS = {".gz": "gzip", ".bz2": "bz2", ".xz": "lzma"}
-
-
-def _csv_bytes(path: Path) -> bytes:
-    """The file's bytes, decompressed by suffix (``.gz``, ``.bz2``, ``.xz``)."""
-    import importlib
-
-    suffix = path.suffix.lower()
-    module = _OPENERS.get(suffix) or ("zipfile" if suffix == ".zip" else None)
-    if suffix == ".zst":
-        raise DatasetError(
-            "a CSV file, plain or compressed with gzip, bzip2, xz or zip",
-            "a .zst file",
-            "recompress it with gzip (.csv.gz)",
-            file=str(path),
-        )
-    try:
-        if module is None:
-            return path.read_bytes()
-        if module == "zipfile":
-            import zipfile
-
-            with zipfile.ZipFile(path) as archive:
-                names = [n for n in archive.namelist() if not n.endswith("/")]
-                if len(names) != 1:
-                    raise ValueError("a zip archive must hold exactly one file")
-                return archive.read(names[0])
-        opener = importlib.import_module(module)
-        with opener.open(path, "rb") as handle:
-            data: bytes = handle.read()
-            return data
-    except (OSError, EOFError, ValueError, RuntimeError) as exc:
-        raise DatasetError(
-            "a readable CSV file" + (f" ({path.suffix} compressed)" if module else ""),
-            exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__,
-            "check the file",
-            file=str(path),
-        ) from None
-
-
-def _decode_csv(path: Path, raw: bytes) -> str:
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise DatasetError(
-            "a UTF-8 encoded CSV file",
-            f"bytes that are not UTF-8 on line {line} of the file",
-            "save the file as UTF-8",
-            file=str(path),
-            row=max(line - 1, 1),
-        ) from None
-
-
-def _read_csv(path: Path) -> dict[str, list[Any]]:
-    """Every cell as the exact text written (``NA``, ``null``, ``None`` are text); ragged rows refused."""
-    import csv
-    import io
-    import sys
-
-    file = str(path)
-    text = _decode_csv(path, _csv_bytes(path))
-    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
-    header: list[str] | None = None
-    columns: list[list[str]] = []
-    row = 0
-    try:
-        for record in reader:
-            if not record or (record == [""] and header is not None):
-                continue
-            if header is None:
-                header = record
-                _check_header(header, file)
-                columns = [[] for _ in header]
-                continue
-            row += 1
-            if len(record) != len(header):
-                raise DatasetError(
-                    f"{len(header)} cells, like the header",
-                    f"{len(record)} cells",
-                    "make every row have one cell per column (quote cells that contain commas)",
-                    file=file,
-                    row=row,
-                )
-            for cells, value in zip(columns, record, strict=True):
-                cells.append(value)
-    except csv.Error as exc:
-        raise DatasetError(
-            "a CSV file with a header row",
-            f"a CSV syntax error ({exc})",
-            "check the quotes on that row",
-            file=file,
-            row=row + 1,
-        ) from None
-    if header is None:
-        raise DatasetError(
-            "a CSV file with a header row", "an empty file", "write the header and the rows",
-            file=file,
-        )
-    return dict(zip(header, columns, strict=True))
-
-
-def _check_header(header: list[str], file: str) -> None:
-    seen: set[str] = set()
-    for name in header:
-        if name in seen:
-            raise DatasetError(
-                "each column name once in the header",
-                f"the column name {name[:40]!r} twice",
-                "rename one of the columns",
-                file=file,
-            )
-        seen.add(name)
-
-
-def _read_parquet(path: Path) -> dict[str, list[Any]]:
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(path)
-    except Exception as exc:
-        raise DatasetError(
-            "a Parquet file", f"{type(exc).__name__}: {exc}", "check the file", file=str(path)
-        ) from exc
-    return {str(k): list(v) for k, v in table.to_pydict().items()}
-
-
-def _read_jsonl(path: Path) -> dict[str, list[Any]]:
-    rows = [value for _, value in iter_jsonl_objects(path, DatasetError)]
-    names: dict[str, None] = {}
-    for value in rows:
-        for key in value:
-            names.setdefault(str(key), None)
-    return {name: [value.get(name) for value in rows] for name in names}
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
 
 
 # --------------------------------------------------------------------------------------------
@@ -302,58 +339,25 @@ def _read_jsonl(path: Path) -> dict[str, list[Any]]:
 # --------------------------------------------------------------------------------------------
 
 
-def _rows_text(rows: Sequence[int]) -> str:
+def _rows_text(rows: Sequence[int], total: int | None = None) -> str:
+    count = len(rows) if total is None else total
     shown = ", ".join(str(r) for r in rows[:_SHOW_ROWS])
-    more = f", ... ({len(rows)} rows in all)" if len(rows) > _SHOW_ROWS else ""
-    return f"rows {shown}{more}" if len(rows) > 1 else f"row {shown}"
+    more = f", ... ({count} rows in all)" if count > _SHOW_ROWS else ""
+    return f"rows {shown}{more}" if count > 1 else f"row {shown}"
 
 
-def _require_column(table: dict[str, list[Any]], name: str, role: str, file: str) -> list[Any]:
-    if name in table:
-        return table[name]
-    available = list(table)
+def _missing_column(name: str, role: str, available: list[str], file: str) -> DatasetError:
     lowered = {c.lower().strip(): c for c in available}
     close = [lowered[name.lower().strip()]] if name.lower().strip() in lowered else []
     close = close or difflib.get_close_matches(name, available, n=3, cutoff=0.5)
     hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
-    raise DatasetError(
+    return DatasetError(
         f"a column named {name!r} ({role})",
         f"no such column; the file has {available}",
         f"rename the column in the file or fix the column name in the manifest{hint}",
         file=file,
         column=name,
     )
-
-
-def _scalar(value: Any, *, file: str, row: int, column: str, what: str) -> str | None:
-    """A cell as text: None/NaN → None; str as is; int → decimal text; anything else is an error."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        raise DatasetError(
-            f"{what} as text", repr(value), "write it as text", file=file, row=row, column=column
-        )
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    raise DatasetError(
-        f"{what} as text",
-        f"{type(value).__name__} {value!r}",
-        "write it as text",
-        file=file,
-        row=row,
-        column=column,
-    )
-
-
-def _optional_label(value: Any, *, file: str, row: int, column: str, what: str) -> str | None:
-    text = _scalar(value, file=file, row=row, column=column, what=what)
-    if text is None or not text.strip():
-        return None
-    return text
 
 
 def _parse_options(value: Any, *, file: str, row: int, column: str) -> tuple[str, ...] | None:
@@ -363,7 +367,7 @@ def _parse_options(value: Any, *, file: str, row: int, column: str) -> tuple[str
         if not value.strip():
             return None
         try:
-            value = loads_strict(value, file=file, error=DatasetError, row=row)
+            value = parse_json_cell(value, file=file, row=row)
         except DatasetError:
             raise DatasetError(
                 'a JSON list of options, e.g. ["red", "green"]',
@@ -409,10 +413,12 @@ def _parse_options(value: Any, *, file: str, row: int, column: str) -> tuple[str
     return options
 
 
+
 def _outside_error(
     file: str,
     column: str,
     rows: list[int],
+    count: int,
     value: str,
     allowed: Sequence[str],
     decision: str,
@@ -428,7 +434,7 @@ def _outside_error(
         fix = f"fix the cell{hint}, or add the answer to the decision's answers in the manifest"
     return DatasetError(
         expected,
-        f"{value!r} ({_rows_text(rows)})",
+        f"{value!r} ({_rows_text(rows, count)})",
         fix,
         file=file,
         row=rows[0],
@@ -436,31 +442,562 @@ def _outside_error(
     )
 
 
-def _check_labels(
-    labels: Sequence[str | None],
-    *,
-    allowed_for: Callable[[int], Sequence[str]],
-    file: str,
-    column: str,
-    decision: str,
-    multiple_choice: bool,
-    first_row: int,
-) -> None:
-    bad: dict[str, list[int]] = {}
-    for i, label in enumerate(labels):
-        if label is not None and label not in allowed_for(i):
-            bad.setdefault(label, []).append(i + first_row)
-    if bad:
-        value, rows = min(bad.items(), key=lambda item: item[1][0])
-        raise _outside_error(
-            file, column, rows, value, allowed_for(rows[0] - first_row), decision, multiple_choice
+
+class _Rows:
+    """Rows with some property: the first few and how many (for messages)."""
+
+    def __init__(self) -> None:
+        self.first: list[int] = []
+        self.count = 0
+
+    def add(self, rows: npt.NDArray[np.int64]) -> None:
+        if rows.size:
+            self.first.extend(int(r) for r in rows[: max(_SHOW_ROWS - len(self.first), 0)])
+            self.count += int(rows.size)
+
+    def text(self) -> str:
+        return _rows_text(self.first, self.count)
+
+
+def _first(current: DatasetError | None, new: DatasetError | None) -> DatasetError | None:
+    return current if current is not None else new
+
+
+def _blank_to_null(texts: pa.Array, blank: npt.NDArray[np.bool_]) -> pa.Array:
+    if not blank.any():
+        return texts
+    return pc.if_else(pa.array(blank), pa.scalar(None, pa.large_string()), texts)
+
+
+@dataclass
+class _TextColumn:
+    """An optional-label column (group, answer, review) read batch by batch."""
+
+    name: str
+    what: str
+    chunks: list[pa.Array] = field(default_factory=list)
+    type_error: DatasetError | None = None
+
+    def convert(self, cells: Any, start: int, length: int, file: str) -> _Converted:
+        """The batch's cells as text, blanks as nulls, and dictionary-encoded (no state)."""
+        if cells is None:
+            texts = pa.nulls(length, pa.large_string())
+            return _Converted(texts, None, pc.dictionary_encode(texts))
+        texts, error = as_text(cells, file=file, start=start, column=self.name, what=self.what)
+        texts = _blank_to_null(texts, blank_mask(texts))
+        return _Converted(texts, error, pc.dictionary_encode(texts))
+
+    def add(self, converted: _Converted) -> pa.Array:
+        self.type_error = _first(self.type_error, converted.error)
+        self.chunks.append(converted.encoded)
+        return converted.texts
+
+
+@dataclass(frozen=True)
+class _Converted:
+    texts: pa.Array
+    error: DatasetError | None
+    encoded: pa.Array | None = None
+
+
+@dataclass(frozen=True)
+class _Staged:
+    """One batch with the work that needs no state done (in the reading thread)."""
+
+    batch: ColumnBatch
+    ids: _Converted
+    invisible: DatasetError | None
+    blank_ids: npt.NDArray[np.bool_]
+    texts: _Converted
+    blank_texts: npt.NDArray[np.bool_]
+    group: _Converted | None
+    columns: dict[tuple[str, str], _Converted]
+    keys: npt.NDArray[np.uint64]
+    messages: dict[str, pa.Array]
+
+
+@dataclass
+class _OptionsColumn:
+    """A multiple-choice options column, parsed cell by cell (its own rule, ``_parse_options``)."""
+
+    name: str
+    chunks: list[pa.Array] = field(default_factory=list)
+    error: DatasetError | None = None
+    missing: _Rows = field(default_factory=_Rows)
+
+    def add(self, cells: Any, start: int, length: int, file: str) -> list[tuple[str, ...] | None]:
+        values = [None] * length if cells is None else (
+            cells.to_pylist() if isinstance(cells, pa.Array | pa.ChunkedArray) else cells
         )
+        parsed: list[tuple[str, ...] | None] = []
+        for i, value in enumerate(values):
+            try:
+                options = _parse_options(value, file=file, row=start + i + 1, column=self.name)
+            except DatasetError as exc:
+                self.error = _first(self.error, exc)
+                options = None
+            parsed.append(options)
+        self.missing.add(np.flatnonzero([o is None for o in parsed]) + start + 1)
+        self.chunks.append(pa.array(parsed, type=pa.large_list(pa.large_string())))
+        return parsed
+
+
+@dataclass
+class _ChoiceCheck:
+    """Multiple-choice labels checked against each row's options, as the rows stream by."""
+
+    codes: list[npt.NDArray[np.int16]] = field(default_factory=list)
+    bad: dict[str, tuple[list[int], int, tuple[str, ...]]] = field(default_factory=dict)
+
+    def add(self, texts: pa.Array, options: list[tuple[str, ...] | None], start: int) -> None:
+        codes = np.full(len(options), _NONE, dtype=np.int16)
+        for i, label in enumerate(texts.to_pylist()):
+            if label is None:
+                continue
+            row_options = options[i]
+            if row_options is None:
+                continue  # the missing options are reported first
+            if label in row_options:
+                codes[i] = row_options.index(label)
+                continue
+            rows, count, first_options = self.bad.get(label, ([], 0, row_options))
+            if len(rows) < _SHOW_ROWS:
+                rows.append(start + i + 1)
+            self.bad[label] = (rows, count + 1, first_options)
+        self.codes.append(codes)
+
+
+def _single_codes(
+    column: _TextColumn, answers: Sequence[str]
+) -> tuple[npt.NDArray[np.int16], tuple[str, list[int], int] | None]:
+    """Each row's index in ``answers`` (-1: empty), and the first value outside them: the value
+    at the first such row, with its first rows and how many rows have it."""
+    value_set = pa.array(list(answers), type=pa.large_string())
+    parts: list[npt.NDArray[np.int16]] = []
+    first_bad: str | None = None
+    for chunk in column.chunks:
+        mapped = pc.fill_null(pc.index_in(chunk.dictionary, value_set=value_set), -2)
+        mapped_np = np.asarray(mapped.to_numpy(zero_copy_only=False), dtype=np.int16)
+        indices = np.asarray(
+            pc.fill_null(chunk.indices, -1).to_numpy(zero_copy_only=False), dtype=np.int64
+        )
+        codes = np.full(len(indices), _NONE, dtype=np.int16)
+        valid = indices >= 0
+        codes[valid] = mapped_np[indices[valid]]
+        if first_bad is None:
+            outside = np.flatnonzero(codes == -2)
+            if outside.size:
+                first_bad = str(chunk.dictionary[int(indices[outside[0]])].as_py())
+        parts.append(codes)
+    codes_all = np.concatenate(parts) if parts else np.zeros(0, np.int16)
+    if first_bad is None:
+        return codes_all, None
+    rows = _Rows()
+    start = 0
+    for chunk in column.chunks:
+        hit = pc.fill_null(pc.equal(chunk.dictionary_decode(), first_bad), False)
+        rows.add(np.flatnonzero(hit.to_numpy(zero_copy_only=False)) + start + 1)
+        start += len(chunk)
+    return codes_all, (first_bad, rows.first, rows.count)
+
+
+class _Validator:
+    """Checks a dataset batch by batch; raises the first problem in the product's order."""
+
+    def __init__(self, manifest: TrainingManifest, file: str) -> None:
+        self.manifest = manifest
+        self.file = file
+        cols = manifest.dataset.columns
+        self.cols = cols
+        self.n = 0
+        self.id_chunks: list[pa.Array] = []
+        self.id_error: DatasetError | None = None  # a bad type or an invisible character
+        self.empty_ids = _Rows()
+        self.text_error: DatasetError | None = None
+        self.empty_texts = _Rows()
+        self.group = _TextColumn(cols.group, "a group") if cols.group else None
+        self.text_columns: dict[tuple[str, str], _TextColumn] = {}
+        self.option_columns: dict[str, _OptionsColumn] = {}
+        self.choice: dict[tuple[str, str], _ChoiceCheck] = {}
+        # for the split, while the texts go by: each row's text key, each decision's row digests
+        self.text_keys: list[npt.NDArray[np.uint64]] = []
+        self.digests: dict[str, list[npt.NDArray[np.uint8]]] = {
+            d.name: [] for d in manifest.decisions if d.answer_column is not None
+        }
+        for d in manifest.decisions:
+            for column, what in self._label_columns(d):
+                self.text_columns.setdefault((column, what), _TextColumn(column, what))
+            if d.kind is DecisionKind.MULTIPLE_CHOICE:
+                assert d.options_column is not None
+                self.option_columns.setdefault(d.options_column, _OptionsColumn(d.options_column))
+
+    def _label_columns(self, d: DecisionSpec) -> list[tuple[str, str]]:
+        out = [] if d.answer_column is None else [(d.answer_column, "an answer")]
+        review = d.review_column or self.cols.review_label
+        return out if review is None else [*out, (review, "a review label")]
+
+    @property
+    def wanted(self) -> list[str]:
+        """Every column the checks read."""
+        names = [self.cols.id, self.cols.text] + ([self.cols.group] if self.cols.group else [])
+        names += [c for c, _ in self.text_columns] + list(self.option_columns)
+        return list(dict.fromkeys(names))
+
+    def stage(self, batch: ColumnBatch) -> _Staged:
+        """What a batch needs that depends on no other batch: Arrow and NumPy work (it releases
+        the GIL), so it runs in the reading thread while the last batch is hashed."""
+        start, length, cells = batch.start, batch.length, batch.cells
+        ids = _Converted(pa.nulls(length, pa.large_string()), None)
+        if cells.get(self.cols.id) is not None:
+            ids = _Converted(*as_text(cells[self.cols.id], file=self.file, start=start,
+                                      column=self.cols.id, what="an id"))
+        blank_ids = blank_mask(ids.texts)
+        invisible = self._invisible(ids.texts, blank_ids, start)
+        texts = _Converted(pa.nulls(length, pa.large_string()), None)
+        if cells.get(self.cols.text) is not None:
+            texts = _Converted(*as_text(cells[self.cols.text], file=self.file, start=start,
+                                        column=self.cols.text, what="a text"))
+        group = None if self.group is None else self.group.convert(
+            cells.get(self.group.name), start, length, self.file)
+        columns = {key: column.convert(cells.get(key[0]), start, length, self.file)
+                   for key, column in self.text_columns.items()}
+        groups = pa.nulls(length, pa.large_string()) if group is None else group.texts
+        messages = {
+            d.name: row_messages(ids.texts, texts.texts,
+                                 columns[(d.answer_column, "an answer")].texts, groups)
+            for d in self.manifest.decisions
+            if d.answer_column is not None and d.kind is not DecisionKind.MULTIPLE_CHOICE
+        }
+        return _Staged(batch, ids, invisible, blank_ids, texts, blank_mask(texts.texts), group,
+                       columns, text_keys(texts.texts), messages)
+
+    def add(self, batch: ColumnBatch | _Staged) -> None:
+        staged = batch if isinstance(batch, _Staged) else self.stage(batch)
+        start, length, cells = staged.batch.start, staged.batch.length, staged.batch.cells
+        self.n += length
+        ids = self._add_ids(staged)
+        row_texts = self._add_texts(staged)
+        groups = pa.nulls(length, pa.large_string())
+        if self.group is not None and staged.group is not None:
+            groups = self.group.add(staged.group)
+        texts = {key: column.add(staged.columns[key]) for key, column in self.text_columns.items()}
+        options = {
+            name: column.add(cells.get(name), start, length, self.file)
+            for name, column in self.option_columns.items()
+        }
+        for d in self.manifest.decisions:
+            if d.kind is not DecisionKind.MULTIPLE_CHOICE:
+                continue
+            assert d.options_column is not None
+            for column, what in self._label_columns(d):
+                check = self.choice.setdefault((d.name, what), _ChoiceCheck())
+                check.add(texts[(column, what)], options[d.options_column], start)
+        self._hash(staged, ids, row_texts, groups)
+
+    def _hash(self, staged: _Staged, ids: pa.Array, row_texts: pa.Array, groups: pa.Array) -> None:
+        """The split's inputs for this batch: text keys and the labeled rows' digests."""
+        self.text_keys.append(staged.keys)
+        for d in self.manifest.decisions:
+            if d.answer_column is None:
+                continue
+            if d.kind is DecisionKind.MULTIPLE_CHOICE:
+                codes = self.choice[(d.name, "an answer")].codes[-1]
+                positions = pc.binary_join_element_wise(
+                    pa.array((codes + 1).astype(np.int64), mask=codes < 0).cast(pa.large_string()),
+                    pa.scalar("", pa.large_string()))
+                messages = row_messages(ids, row_texts, positions, groups)
+            else:
+                messages = staged.messages[d.name]
+            self.digests[d.name].append(sha256_each(messages))
+
+    def _add_ids(self, staged: _Staged) -> pa.Array:
+        ids = staged.ids.texts
+        if staged.batch.cells.get(self.cols.id) is not None and self.id_error is None:
+            self.id_error = _first_row(staged.ids.error, staged.invisible)
+        self.empty_ids.add(np.flatnonzero(staged.blank_ids) + staged.batch.start + 1)
+        self.id_chunks.append(ids)
+        return ids
+
+    def _invisible(
+        self, ids: pa.Array, blank: npt.NDArray[np.bool_], start: int
+    ) -> DatasetError | None:
+        ascii_ = pc.fill_null(pc.string_is_ascii(ids), True).to_numpy(zero_copy_only=False)
+        shown = pc.fill_null(pc.ascii_is_printable(ids), True).to_numpy(zero_copy_only=False)
+        suspects = np.flatnonzero(~blank & (~ascii_ | ~shown))
+        for i in suspects:
+            value = ids[int(i)].as_py()
+            if not value.isprintable():  # a control, escape, bidi or zero-width character
+                return DatasetError(
+                    "an id of printable characters",
+                    f"an id with an invisible or control character ({ascii(value)[:60]})",
+                    "remove the character (ids are compared exactly, and shown in messages)",
+                    file=self.file, row=start + int(i) + 1, column=self.cols.id,
+                )
+        return None
+
+    def _add_texts(self, staged: _Staged) -> pa.Array:
+        self.text_error = _first(self.text_error, staged.texts.error)
+        self.empty_texts.add(np.flatnonzero(staged.blank_texts) + staged.batch.start + 1)
+        return staged.texts.texts
+
+    # ---- after the last batch: raise the first problem, as the checks are ordered ----
+
+    def check_columns(self, available: list[str]) -> None:
+        cols, file = self.cols, self.file
+        needed = [(cols.id, "dataset.columns.id"), (cols.text, "dataset.columns.text")]
+        if cols.group:
+            needed.append((cols.group, "dataset.columns.group"))
+        for d in self.manifest.decisions:
+            where = f"decision {d.name!r}"
+            for column, role in ((d.answer_column, "answer_column"),
+                                 (d.options_column, "options_column"),
+                                 (d.review_column, "review_column")):
+                if column is not None:
+                    needed.append((column, f"{where} {role}"))
+        if cols.review_label is not None:
+            needed.append((cols.review_label, "dataset.columns.review_label"))
+        names = set(available)
+        for column, role in needed:
+            if column not in names:
+                raise _missing_column(column, role, available, file)
+
+    def finish(self) -> Dataset:
+        cols, file, n = self.cols, self.file, self.n
+        if n == 0:
+            raise NotEnoughDataError(
+                f"{file}: expected at least one data row, got none. Add examples to the dataset."
+            )
+        if self.id_error is not None:
+            raise self.id_error
+        if self.empty_ids.count:
+            raise DatasetError(
+                "a non-empty id on every row",
+                f"an empty id ({self.empty_ids.text()})",
+                "give every example a unique id",
+                file=file, row=self.empty_ids.first[0], column=cols.id,
+            )
+        ids = pa.chunked_array(self.id_chunks, type=pa.large_string()).combine_chunks()
+        _check_unique(ids, file, cols.id)
+        if self.text_error is not None:
+            raise self.text_error
+        if self.empty_texts.count:
+            raise DatasetError(
+                "a non-empty text on every row",
+                f"an empty text ({self.empty_texts.text()})",
+                "write the example's text, or remove the row",
+                file=file, row=self.empty_texts.first[0], column=cols.text,
+            )
+        group_codes: npt.NDArray[np.int32] | None = None
+        group_values = pa.array([], type=pa.large_string())
+        if self.group is not None:
+            if self.group.type_error is not None:
+                raise self.group.type_error
+            group_codes, group_values = _codes(self.group.chunks)
+        decisions = tuple(self._decision(d) for d in self.manifest.decisions)
+        return Dataset(
+            path=str(self.manifest.dataset.path), columns=cols, ids=ids, group_codes=group_codes,
+            group_values=group_values, decisions=decisions, texts=MemoryTexts(pa.array([])),
+        )
+
+    def prepare(self, dataset: Dataset) -> PreparedSplit:
+        """The split's units and the labeled seeds, from what the batches left."""
+        codes = dataset.group_codes
+        group_codes = codes if codes is not None else np.full(self.n, -1, dtype=np.int32)
+        keys = np.concatenate(self.text_keys)
+        self.text_keys = []
+        rows = join_units(dataset.ids, group_codes, dataset.group_values, codes is not None, keys,
+                          dataset.texts.at)
+        seeds = {}
+        for name, parts in self.digests.items():
+            digests = np.concatenate(parts)
+            parts.clear()
+            seeds[name] = seed_of(digests, name, "labeled")
+            del digests
+        return PreparedSplit(rows=rows, labeled_seeds=seeds)
+
+    def _decision(self, d: DecisionSpec) -> DecisionLabels:
+        file, n = self.file, self.n
+        review_column = d.review_column or self.cols.review_label
+        label_col = None if d.answer_column is None else self.text_columns[(d.answer_column, "an answer")]
+        review_col = None if review_column is None else self.text_columns[(review_column, "a review label")]
+        for col in (label_col, review_col):
+            if col is not None and col.type_error is not None:
+                raise col.type_error
+        option_lists: pa.Array | None = None
+        none = np.full(n, _NONE, dtype=np.int16)
+        if d.kind is DecisionKind.MULTIPLE_CHOICE:
+            assert d.options_column is not None
+            opts = self.option_columns[d.options_column]
+            if opts.error is not None:
+                raise opts.error
+            if opts.missing.count:
+                raise DatasetError(
+                    f"options on every example of multiple-choice decision {d.name!r}",
+                    f"no options ({opts.missing.text()})",
+                    "give each example its list of options (both systems are asked with them)",
+                    file=file, row=opts.missing.first[0], column=d.options_column,
+                )
+            option_lists = pa.chunked_array(opts.chunks).combine_chunks()
+            codes = []
+            for col, what in ((label_col, "an answer"), (review_col, "a review label")):
+                if col is None:
+                    codes.append(none)
+                    continue
+                check = self.choice[(d.name, what)]
+                if check.bad:
+                    value, (rows, count, allowed) = min(check.bad.items(), key=lambda kv: kv[1][0][0])
+                    raise _outside_error(file, col.name, rows, count, value, allowed, d.name, True)
+                codes.append(np.concatenate(check.codes))
+            labels, reviews = codes
+        else:
+            codes = []
+            for col in (label_col, review_col):
+                if col is None:
+                    codes.append(none)
+                    continue
+                found, bad = _single_codes(col, d.answers)
+                if bad is not None:
+                    value, rows, count = bad
+                    raise _outside_error(file, col.name, rows, count, value, d.answers, d.name, False)
+                codes.append(found)
+            labels, reviews = codes
+        n_labeled = int(np.count_nonzero(labels >= 0))
+        n_reviewed = int(np.count_nonzero(reviews >= 0))
+        if n_labeled == 0 and n_reviewed == 0:
+            looked = [c for c in (d.answer_column, review_column) if c is not None]
+            raise NotEnoughDataError(
+                f"{file}: expected labeled examples or examples a person labeled in review for "
+                f"decision {d.name!r} (columns {looked}), got none (all {n} cells empty). "
+                "Fill in the right answers, or review some examples, before training."
+            )
+        if d.kind is DecisionKind.SINGLE:
+            used, column_used = (labels, d.answer_column) if n_labeled else (reviews, review_column)
+            distinct = sorted(d.answers[int(c)] for c in np.unique(used[used >= 0]))
+            if len(distinct) < 2:
+                which = "labeled" if n_labeled else "reviewed"
+                raise DatasetError(
+                    f"at least 2 different answers among the {which} examples of decision {d.name!r}",
+                    f"only {distinct} ({n_labeled or n_reviewed} rows)",
+                    "add examples of the other answers: a decision with one answer cannot be measured",
+                    file=file,
+                    column=column_used,
+                )
+        return DecisionLabels(spec=d, label_codes=labels, review_codes=reviews,
+                              option_lists=option_lists)
+
+
+def ahead(items: Iterable[ColumnBatch], work: Callable[[ColumnBatch], _Staged],
+          depth: int = 2) -> Iterator[_Staged]:
+    """``work(item)`` for each item, done in a second thread up to ``depth`` items ahead.
+
+    The reading and the Arrow and NumPy work release the GIL, so on two cores they overlap the
+    per-row hashing of the batch before. An error in the thread is raised here, in order.
+    """
+    import queue
+    import threading
+
+    out: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(entry: tuple[str, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                out.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not put(("item", work(item))):
+                    return
+            put(("end", None))
+        except BaseException as exc:  # handed to the reader, raised there
+            put(("error", exc))
+
+    thread = threading.Thread(target=produce, name="dataset-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, value = out.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            yield value
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _first_row(a: DatasetError | None, b: DatasetError | None) -> DatasetError | None:
+    if a is None or b is None:
+        return a if b is None else b
+    return a if (a.row or 0) <= (b.row or 0) else b
+
+
+def _codes(chunks: list[pa.Array]) -> tuple[npt.NDArray[np.int32], pa.Array]:
+    """Dictionary-encoded batches as one code per row (-1: null) and the distinct values."""
+    unified = pa.chunked_array(chunks).unify_dictionaries()
+    values = unified.chunk(0).dictionary if unified.num_chunks else pa.array([], pa.large_string())
+    parts = [
+        np.asarray(pc.fill_null(c.indices, -1).to_numpy(zero_copy_only=False), dtype=np.int32)
+        for c in unified.chunks
+    ]
+    return np.concatenate(parts) if parts else np.zeros(0, np.int32), values
+
+
+def _check_unique(ids: pa.Array, file: str, column: str) -> None:
+    keys = string_keys(ids)
+    keys.sort()
+    if not np.any(keys[1:] == keys[:-1]):  # distinct keys: distinct ids (a shared key: look)
+        return
+    del keys
+    if pc.count_distinct(ids).as_py() == len(ids):
+        return
+    # dictionary codes count up in order of first appearance: code c first appears at first[c]
+    codes = np.asarray(pc.dictionary_encode(ids).indices.to_numpy(zero_copy_only=False))
+    _, first = np.unique(codes, return_index=True)
+    earlier = first[codes]
+    dupes = np.flatnonzero(earlier != np.arange(len(codes)))
+    row = int(dupes[0])
+    more = f"; {dupes.size} duplicate rows in all" if dupes.size > 1 else ""
+    raise DatasetError(
+        "unique ids",
+        f"{ids[row].as_py()!r} again (first at row {int(earlier[row]) + 1}{more})",
+        "make the ids unique (the test set and the audit are keyed by id)",
+        file=file, row=row + 1, column=column,
+    )
+
+
+def _run(
+    validator: _Validator,
+    batches: Iterable[ColumnBatch],
+    names: Callable[[], list[str]],
+    texts: Callable[[], TextSource],
+    progress: ProgressFn | None = None,
+    total: int | None = None,
+) -> Dataset:
+    if progress is not None:
+        progress(Progress(READING, 0, total))
+    for staged in ahead(batches, validator.stage):
+        validator.add(staged)
+        batch = staged.batch
+        if progress is not None and batch.start + batch.length != total:
+            progress(Progress(READING, batch.start + batch.length, total))
+    if progress is not None:  # the last report: every row read (the total now known)
+        progress(Progress(READING, validator.n, validator.n))
+    validator.check_columns(names())
+    dataset = _with_texts(validator.finish(), texts(), None)
+    return _with_texts(dataset, dataset.texts, validator.prepare(dataset))
 
 
 def validate_dataset(
     table: dict[str, list[Any]], manifest: TrainingManifest, *, file: str | None = None
 ) -> Dataset:
-    """Validate columns read by :func:`read_table` against the manifest.
+    """Validate columns already read (e.g. by :func:`read_table`) against the manifest.
 
     Args:
         table: column name → values, one per data row.
@@ -468,7 +1005,7 @@ def validate_dataset(
         file: the name used in messages (default: the manifest's dataset path).
 
     Returns:
-        The validated dataset.
+        The validated dataset (its texts held in memory).
 
     Raises:
         DatasetError: a missing column, an empty text or id, a duplicate id, an answer outside the
@@ -488,222 +1025,62 @@ def validate_dataset(
     ...
     typestrict_pipeline.errors.DatasetError: d.csv, row 2, column 'label': expected one of the answers of decision 's' ['no', 'yes'], got 'maybe' (row 2). Fix the cell, or add the answer to the decision's answers in the manifest.
     """
-    spec = manifest.dataset
-    name = file if file is not None else spec.path_as_written
-    cols = spec.columns
-    first = 1
-    ids_raw = _require_column(table, cols.id, "dataset.columns.id", name)
-    texts_raw = _require_column(table, cols.text, "dataset.columns.text", name)
-    groups_raw = (
-        _require_column(table, cols.group, "dataset.columns.group", name) if cols.group else None
-    )
-    for decision in manifest.decisions:
-        where = f"decision {decision.name!r}"
-        if decision.answer_column is not None:
-            _require_column(table, decision.answer_column, f"{where} answer_column", name)
-        if decision.options_column is not None:
-            _require_column(table, decision.options_column, f"{where} options_column", name)
-        if decision.review_column is not None:
-            _require_column(table, decision.review_column, f"{where} review_column", name)
-    if cols.review_label is not None:
-        _require_column(table, cols.review_label, "dataset.columns.review_label", name)
+    name = file if file is not None else manifest.dataset.path_as_written
+    n = len(next(iter(table.values()), []))
+    batches = [
+        ColumnBatch(start, min(BATCH_ROWS, n - start),
+                    {k: v[start:start + BATCH_ROWS] for k, v in table.items()})
+        for start in range(0, n, BATCH_ROWS)
+    ]
+    text_column = manifest.dataset.columns.text
 
-    n = len(ids_raw)
-    if n == 0:
-        raise NotEnoughDataError(
-            f"{name}: expected at least one data row, got none. Add examples to the dataset."
-        )
+    def texts() -> TextSource:
+        held, _ = as_text(table[text_column], file=name, start=0, column=text_column,
+                          what="a text")
+        return MemoryTexts(held)
 
-    ids: list[str] = []
-    seen: dict[str, int] = {}
-    empty_ids: list[int] = []
-    dupes: list[tuple[int, str, int]] = []
-    for i, raw in enumerate(ids_raw):
-        row = i + first
-        value = _scalar(raw, file=name, row=row, column=cols.id, what="an id")
-        if value is None or not value.strip():
-            empty_ids.append(row)
-            ids.append("")
-            continue
-        if not value.isprintable():  # a control, escape, bidi or zero-width character
-            raise DatasetError(
-                "an id of printable characters",
-                f"an id with an invisible or control character ({ascii(value)[:60]})",
-                "remove the character (ids are compared exactly, and shown in messages)",
-                file=name, row=row, column=cols.id,
-            )
-        if value in seen:
-            dupes.append((row, value, seen[value]))
-        else:
-            seen[value] = row
-        ids.append(value)
-    if empty_ids:
-        raise DatasetError(
-            "a non-empty id on every row",
-            f"an empty id ({_rows_text(empty_ids)})",
-            "give every example a unique id",
-            file=name,
-            row=empty_ids[0],
-            column=cols.id,
-        )
-    if dupes:
-        row, value, earlier = dupes[0]
-        more = f"; {len(dupes)} duplicate rows in all" if len(dupes) > 1 else ""
-        raise DatasetError(
-            "unique ids",
-            f"{value!r} again (first at row {earlier}{more})",
-            "make the ids unique (the test set and the audit are keyed by id)",
-            file=name,
-            row=row,
-            column=cols.id,
-        )
-
-    texts: list[str] = []
-    empty_texts: list[int] = []
-    for i, raw in enumerate(texts_raw):
-        row = i + first
-        value = _scalar(raw, file=name, row=row, column=cols.text, what="a text")
-        if value is None or not value.strip():
-            empty_texts.append(row)
-            value = ""
-        texts.append(value)
-    if empty_texts:
-        raise DatasetError(
-            "a non-empty text on every row",
-            f"an empty text ({_rows_text(empty_texts)})",
-            "write the example's text, or remove the row",
-            file=name,
-            row=empty_texts[0],
-            column=cols.text,
-        )
-
-    groups: list[str | None] = [None] * n
-    if groups_raw is not None and cols.group is not None:
-        groups = [
-            _optional_label(v, file=name, row=i + first, column=cols.group, what="a group")
-            for i, v in enumerate(groups_raw)
-        ]
-
-    examples = tuple(
-        Example(id=ids[i], text=texts[i], group=groups[i], row=i + first) for i in range(n)
-    )
-    decisions = tuple(
-        _validate_decision(table, d, cols, name, n, first) for d in manifest.decisions
-    )
-    return Dataset(path=str(spec.path), columns=cols, examples=examples, decisions=decisions)
+    return _run(_Validator(manifest, name), batches, lambda: list(table), texts)
 
 
-def _validate_decision(
-    table: dict[str, list[Any]],
-    decision: DecisionSpec,
-    cols: Columns,
-    name: str,
-    n: int,
-    first: int,
-) -> DecisionLabels:
-    def read(column: str | None, what: str) -> tuple[str | None, ...]:
-        if column is None:
-            return (None,) * n
-        return tuple(
-            _optional_label(v, file=name, row=i + first, column=column, what=what)
-            for i, v in enumerate(table[column])
-        )
-
-    labels = read(decision.answer_column, "an answer")
-    review_column = decision.review_column or cols.review_label
-    reviews = read(review_column, "a review label")
-
-    options: tuple[tuple[str, ...], ...] | None = None
-    if decision.kind is DecisionKind.MULTIPLE_CHOICE:
-        assert decision.options_column is not None
-        column = decision.options_column
-        parsed = [
-            _parse_options(v, file=name, row=i + first, column=column)
-            for i, v in enumerate(table[column])
-        ]
-        missing = [i + first for i, o in enumerate(parsed) if o is None]
-        if missing:
-            raise DatasetError(
-                f"options on every example of multiple-choice decision {decision.name!r}",
-                f"no options ({_rows_text(missing)})",
-                "give each example its list of options (both systems are asked with them)",
-                file=name,
-                row=missing[0],
-                column=column,
-            )
-        options = tuple(o for o in parsed if o is not None)
-        opts = options
-
-        def allowed(i: int) -> Sequence[str]:
-            return opts[i]
-
-    else:
-        answers = decision.answers
-
-        def allowed(i: int) -> Sequence[str]:
-            return answers
-
-    if decision.answer_column is not None:
-        _check_labels(
-            labels,
-            allowed_for=allowed,
-            file=name,
-            column=decision.answer_column,
-            decision=decision.name,
-            multiple_choice=options is not None,
-            first_row=first,
-        )
-    if review_column is not None:
-        _check_labels(
-            reviews,
-            allowed_for=allowed,
-            file=name,
-            column=review_column,
-            decision=decision.name,
-            multiple_choice=options is not None,
-            first_row=first,
-        )
-
-    n_labeled = sum(1 for v in labels if v is not None)
-    n_reviewed = sum(1 for v in reviews if v is not None)
-    if n_labeled == 0 and n_reviewed == 0:
-        looked = [c for c in (decision.answer_column, review_column) if c is not None]
-        raise NotEnoughDataError(
-            f"{name}: expected labeled examples or examples a person labeled in review for decision "
-            f"{decision.name!r} (columns {looked}), got none (all {n} cells empty). "
-            "Fill in the right answers, or review some examples, before training."
-        )
-    used, column_used = (labels, decision.answer_column) if n_labeled else (reviews, review_column)
-    if decision.kind is DecisionKind.SINGLE:
-        distinct = sorted({v for v in used if v is not None})
-        if len(distinct) < 2:
-            which = "labeled" if n_labeled else "reviewed"
-            raise DatasetError(
-                f"at least 2 different answers among the {which} examples of decision {decision.name!r}",
-                f"only {distinct} ({n_labeled or n_reviewed} rows)",
-                "add examples of the other answers: a decision with one answer cannot be measured",
-                file=name,
-                column=column_used,
-            )
-    return DecisionLabels(spec=decision, labels=labels, reviews=reviews, options=options)
+def _with_texts(dataset: Dataset, texts: TextSource, prepared: PreparedSplit | None) -> Dataset:
+    return Dataset(path=dataset.path, columns=dataset.columns, ids=dataset.ids,
+                   group_codes=dataset.group_codes, group_values=dataset.group_values,
+                   decisions=dataset.decisions, texts=texts, prepared=prepared)
 
 
-def load_dataset(manifest: TrainingManifest) -> Dataset:
-    """Read the manifest's dataset and validate it.
+def load_dataset(manifest: TrainingManifest, *, progress: ProgressFn | None = None) -> Dataset:
+    """Read the manifest's dataset in bounded batches and validate it.
 
     Args:
         manifest: the training manifest.
+        progress: told the rows read after each batch (the total is known for Parquet).
 
     Returns:
-        The validated dataset.
+        The validated dataset (texts are read again from the file when asked for).
 
     Raises:
         DatasetError: see :func:`validate_dataset`; also a missing or unreadable file.
         NotEnoughDataError: a decision has neither labeled nor reviewed examples.
     """
     spec = manifest.dataset
-    table = read_table(spec.path, spec.format)
-    return validate_dataset(table, manifest, file=str(spec.path))
+    file = str(spec.path)
+    if not spec.path.exists():
+        read_table(spec.path, spec.format)  # the missing-file message
+    stamp = file_stamp(spec.path)
+    names: list[str] = []
+    validator = _Validator(manifest, file)
+    batches = iter_column_batches(spec.path, spec.format, validator.wanted, names_out=names)
+    total = None
+    if spec.format is DatasetFormat.PARQUET:
+        import pyarrow.parquet as pq
+
+        try:
+            total = pq.ParquetFile(spec.path).metadata.num_rows
+        except Exception:  # an unreadable file: the read below says why, in the product's words
+            total = None
+    return _run(validator, batches, lambda: names,
+                lambda: FileTexts(spec.path, spec.format, spec.columns.text, stamp, file),
+                progress, total)
 
 
 def unlabeled_from_split(split: Any) -> dict[str, tuple[int, str]]:

@@ -41,6 +41,12 @@ The algorithm, step by step (no random generator anywhere: every "draw" is an or
    ``train`` if it is a stratum row; an unlabeled row is ``excluded`` in the labeled case (nothing
    to train on) and ``train`` in the no-answer case (the training data are then the unlabeled rows).
 
+**Columnar.** :func:`split_decisions` reads the texts once more in bounded batches
+(:attr:`~typestrict_pipeline.refund.dataset.Dataset.texts`), computes every row's seed digest and
+a key of its normalised text (``refund.rowdigest``), and runs the passes with NumPy over units in
+rank order; a Python object is built only for the test rows (:attr:`Holdout.test_rows`).
+``tests/refund_reference.py`` keeps the row-by-row implementation this one is proved against.
+
 >>> rows = [HoldoutRecord(id=str(i), text=f"t{i}", answer="yes" if i % 4 else "no", group=None)
 ...         for i in range(20)]
 >>> h = draw_holdout(rows, decision="d")
@@ -51,16 +57,29 @@ The algorithm, step by step (no random generator anywhere: every "draw" is an or
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import json
-import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from typestrict_pipeline.errors import DatasetError, NotEnoughDataError
-from typestrict_pipeline.refund.dataset import Dataset
+from typestrict_pipeline.refund.dataset import Dataset, DecisionLabels, MemoryTexts, TextSource
+from typestrict_pipeline.refund.rowdigest import (
+    normalize_text,
+    order_by_digest,
+    row_digests,
+    sha256_each,
+    text_keys,
+)
+from typestrict_pipeline.refund.splitrows import SEED_DOMAIN, SplitRows, join_units, seed_of
 from typestrict_pipeline.refund.types import DecisionKind, Role
 
 __all__ = [
@@ -73,6 +92,7 @@ __all__ = [
     "HoldoutRow",
     "HoldoutSource",
     "HoldoutSummary",
+    "SplitRows",
     "allocate_quotas",
     "draw_holdout",
     "holdout_seed",
@@ -81,14 +101,20 @@ __all__ = [
     "split_dataset",
     "split_decisions",
     "training_ids",
+    "training_mask",
 ]
 
 TEST_FRACTION = Fraction(1, 5)
 """The share of labeled examples held out (20%)."""
 TEST_CAP = 2000
 """At most this many test examples per decision."""
-SEED_DOMAIN = b"typestrict-holdout-v1\0"
-"""Domain-separation prefix of the holdout seed (bump the version if the algorithm changes)."""
+
+
+def _digest(*parts: bytes) -> bytes:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part)
+    return h.digest()
 
 
 class HoldoutSource(enum.StrEnum):
@@ -239,136 +265,90 @@ class HoldoutSummary:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Holdout:
-    """The split of one decision.
+    """The split of one decision, held as columns (a Python object only per test row).
 
     Attributes:
         decision: the decision's name.
-        rows: every row with its role, in the input order.
         summary: counts and flags.
+        roles: each row's role code (0 test, 1 train, 2 excluded), in input order.
+        strata: each row's stratum answer as an index into ``answers`` (-1: none).
+        answers: the answers in order (for multiple choice, the option positions "1".."K").
+        data: the rows' ids, groups and units (shared by a dataset's decisions).
     """
 
     decision: str
-    rows: tuple[HoldoutRow, ...]
     summary: HoldoutSummary
+    roles: npt.NDArray[np.uint8]
+    strata: npt.NDArray[np.int16]
+    answers: tuple[str, ...]
+    data: SplitRows
+
+    def role_mask(self, role: Role) -> npt.NDArray[np.bool_]:
+        """True for the rows with ``role``."""
+        mask: npt.NDArray[np.bool_] = self.roles == _ROLES.index(role)
+        return mask
 
     def ids(self, role: Role) -> tuple[str, ...]:
         """The ids with ``role``, sorted (a canonical order independent of the file)."""
-        return tuple(sorted(r.id for r in self.rows if r.role is role))
+        chosen = self.data.ids.filter(pa.array(self.role_mask(role)))
+        return tuple(chosen.take(pc.sort_indices(chosen)).to_pylist())
 
-    @property
+    @functools.cached_property
     def test_ids(self) -> tuple[str, ...]:
         """The test ids, sorted."""
         return self.ids(Role.TEST)
 
+    def row(self, i: int) -> HoldoutRow:
+        """Row ``i`` (0-based) as a :class:`HoldoutRow`."""
+        code = int(self.strata[i])
+        return HoldoutRow(
+            id=str(self.data.ids[i].as_py()),
+            role=_ROLES[int(self.roles[i])],
+            answer=None if code < 0 else self.answers[code],
+            group=self.data.group_at(i),
+            unit=self.data.unit_key(int(self.data.units[i])),
+        )
 
-_ROW_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-"""Encodes a row exactly as ``json.dumps([id, text, answer, group], ensure_ascii=False,
-separators=(",", ":"))`` does (one encoder, built once)."""
+    @functools.cached_property
+    def test_rows(self) -> tuple[HoldoutRow, ...]:
+        """The test rows, in input order."""
+        return tuple(self.row(int(i)) for i in np.flatnonzero(self.roles == _TEST))
 
+    @functools.cached_property
+    def rows(self) -> tuple[HoldoutRow, ...]:
+        """Every row with its role, in input order (a Python object per row: for small data)."""
+        return tuple(self.row(i) for i in range(self.data.n))
 
-def _digest(*parts: bytes) -> bytes:
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(part)
-    return h.digest()
+    def columns(self) -> pa.Table:
+        """Every row as ``decision, id, group, answer, role`` columns (Arrow, no Python rows)."""
+        data = self.data
+        strata = pa.array(self.strata.astype(np.int32), mask=self.strata < 0)
+        codes = pa.array(data.group_codes, mask=data.group_codes < 0)
+        return pa.table({
+            "decision": pa.DictionaryArray.from_arrays(
+                pa.array(np.zeros(data.n, dtype=np.int32)), pa.array([self.decision])),
+            "id": data.ids,
+            "group": data.group_values.take(codes),
+            "answer": pa.array(list(self.answers), pa.large_string()).take(strata),
+            "role": pa.array([r.value for r in _ROLES]).take(pa.array(self.roles)),
+        })
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Holdout):
+            return NotImplemented
+        return (
+            self.decision == other.decision
+            and self.summary == other.summary
+            and self.answers == other.answers
+            and np.array_equal(self.roles, other.roles)
+            and np.array_equal(self.strata, other.strata)
+            and self.data.ids.equals(other.data.ids)
+            and np.array_equal(self.data.units, other.data.units)
+        )
 
-def holdout_seed(
-    records: Iterable[HoldoutRecord], *, decision: str, source: HoldoutSource
-) -> bytes:
-    """The split's seed: SHA-256 over the sorted row contents, the decision and the source.
-
-    Args:
-        records: every row (id, text, answer, group).
-        decision: the decision's name (each decision gets its own draw).
-        source: labeled or reviewed.
-
-    Returns:
-        32 bytes.
-
-    >>> a = [HoldoutRecord("1", "x", "yes", None), HoldoutRecord("2", "y", "no", None)]
-    >>> holdout_seed(a, decision="d", source=HoldoutSource.LABELED) == holdout_seed(
-    ...     a[::-1], decision="d", source=HoldoutSource.LABELED)
-    True
-    """
-    encode = _ROW_ENCODER.encode
-    sha = hashlib.sha256
-    digests = sorted(
-        sha(encode([r.id, r.text, r.answer, r.group]).encode("utf-8")).digest() for r in records
-    )
-    return _digest(
-        SEED_DOMAIN,
-        decision.encode("utf-8"),
-        b"\0",
-        source.value.encode("ascii"),
-        b"\0",
-        b"".join(digests),
-    )
-
-
-def normalize_text(text: str) -> str:
-    r"""The form in which two texts count as identical for the split.
-
-    Unicode NFKC (so full-width letters, ligatures and composed accents compare equal), case
-    folded, every run of white space made one space, trimmed.
-
-    >>> normalize_text("  Great\tMOVIE!\n") == normalize_text("great movie!")
-    True
-    >>> normalize_text("ﬁne") == normalize_text("FINE")
-    True
-    """
-    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
-
-
-def join_identical_texts(
-    records: Sequence[HoldoutRecord],
-) -> tuple[list[str], int, int]:
-    r"""Each row's group key after joining groups that share a text (union-find).
-
-    A row's own key is ``"g\0" + group``, or ``"r\0" + id`` without a group value. Rows whose
-    texts are equal after :func:`normalize_text` put their groups together; a joined group's
-    key is the smallest of its members' keys (so the result does not depend on row order).
-
-    Args:
-        records: every row.
-
-    Returns:
-        (each row's key, rows in joined groups, joined groups).
-
-    >>> recs = [HoldoutRecord("1", "Hi", "a", "x"), HoldoutRecord("2", "hi ", "a", "y"),
-    ...         HoldoutRecord("3", "other", "a", "y"), HoldoutRecord("4", "new", "a", None)]
-    >>> keys, rows, groups = join_identical_texts(recs)
-    >>> keys == ["g\0x"] * 3 + ["r\x004"], rows, groups
-    (True, 3, 1)
-    """
-    own = [("g\0" + r.group) if r.group is not None else ("r\0" + r.id) for r in records]
-    parent: dict[str, str] = {k: k for k in own}
-
-    def find(key: str) -> str:
-        root = key
-        while parent[root] != root:
-            root = parent[root]
-        while parent[key] != root:
-            parent[key], key = root, parent[key]
-        return root
-
-    first_with_text: dict[str, str] = {}
-    for r, key in zip(records, own, strict=True):
-        text: object = r.text
-        if not isinstance(text, str):  # a missing text (NaN from a frame) joins nothing
-            continue
-        other = first_with_text.setdefault(normalize_text(text), key)
-        a, b = find(key), find(other)
-        if a != b:
-            parent[max(a, b)] = min(a, b)  # the smaller key stays the root
-    keys = [find(k) for k in own]
-    members: dict[str, set[str]] = {}
-    for key, root in zip(own, keys, strict=True):
-        members.setdefault(root, set()).add(key)
-    joined = {root for root, m in members.items() if len(m) > 1}
-    return keys, sum(1 for root in keys if root in joined), len(joined)
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _round_half_up(x: Fraction) -> int:
@@ -410,6 +390,305 @@ def allocate_quotas(
     return quotas, shares, capped
 
 
+def _round_half_up_inverse(share: Fraction) -> int:
+    """The fewest answered rows for which round-half-up(n · share) ≥ 1."""
+    n = 1
+    while _round_half_up(n * share) < 1:
+        n += 1
+    return n
+
+
+
+_ROLES = (Role.TEST, Role.TRAIN, Role.EXCLUDED)
+_TEST, _TRAIN, _EXCLUDED = 0, 1, 2
+_BLOCK = 4096
+
+
+def _pass1(counts: npt.NDArray[np.int64], remaining: npt.NDArray[np.int64]) -> list[int]:
+    """Pass 1 over units in rank order: take each whose rows fit what remains of every quota.
+
+    A unit that does not fit now never fits later (quotas only shrink), so blocks of units are
+    tested at once and only a take restarts the test after it.
+    """
+    taken: list[int] = []
+    left = int(remaining.sum())
+    pos, total = 0, len(counts)
+    while left > 0 and pos < total:
+        block = counts[pos:pos + _BLOCK]
+        fits = np.flatnonzero(np.all(block <= remaining, axis=1))
+        if fits.size == 0:
+            pos += len(block)
+            continue
+        j = int(fits[0])
+        taken.append(pos + j)
+        remaining -= block[j]
+        left -= int(block[j].sum())
+        pos += j + 1
+    return taken
+
+
+def _pass2(
+    counts: npt.NDArray[np.int64], remaining: npt.NDArray[np.int64], skip: npt.NDArray[np.bool_],
+    fill: Callable[[int], None],
+) -> list[int]:
+    """Pass 2: the next units (rank order) holding rows of an open answer, topped up by ``fill``."""
+    taken: list[int] = []
+    pos, total = 0, len(counts)
+    while remaining.sum() > 0 and pos < total:
+        block = counts[pos:pos + _BLOCK]
+        open_ = remaining > 0
+        wanted = np.flatnonzero(~skip[pos:pos + _BLOCK] & np.any(block[:, open_] > 0, axis=1))
+        if wanted.size == 0:
+            pos += len(block)
+            continue
+        j = pos + int(wanted[0])
+        taken.append(j)
+        fill(j)
+        pos = j + 1
+    return taken
+
+
+def _draw(
+    data: SplitRows,
+    strata: npt.NDArray[np.int16],
+    answers: Sequence[str],
+    seed: bytes,
+    *,
+    decision: str,
+    source: HoldoutSource,
+    fraction: Fraction,
+    cap: int,
+) -> Holdout:
+    """One decision's split over prepared rows (the algorithm of the module doc)."""
+    n, a = data.n, len(answers)
+    has = strata >= 0
+    counts = np.bincount(strata[has].astype(np.int64), minlength=a)
+    n_labeled = int(has.sum())
+    share_of = fraction if source is HoldoutSource.LABELED else Fraction(1)
+    quotas, shares, capped = allocate_quotas(counts.tolist(), fraction=share_of, cap=cap)
+    if sum(quotas) == 0:
+        which = "labeled" if source is HoldoutSource.LABELED else "reviewed"
+        need = _round_half_up_inverse(share_of)
+        raise NotEnoughDataError(
+            f"expected enough {which} examples of decision {decision!r} to hold out at least one "
+            f"test example (at least {need}), got {n_labeled}. Label more examples before training."
+        )
+
+    # Units with answered rows, in hash order, and their answered rows per answer.
+    stratum_rows = np.flatnonzero(has)
+    units, unit_of = np.unique(data.units[stratum_rows], return_inverse=True)
+    per_unit = np.bincount(
+        unit_of * a + strata[stratum_rows], minlength=len(units) * a
+    ).reshape(len(units), a)
+    prefix = pa.scalar(seed + b"group\0", pa.large_binary())
+    keys = data.unit_keys(units)
+    ranks = sha256_each(pc.binary_join_element_wise(prefix, keys, pa.scalar(b"", pa.large_binary())))
+    order = order_by_digest(ranks)
+    ranked = per_unit[order]
+
+    remaining = np.array(quotas, dtype=np.int64)
+    first = _pass1(ranked, remaining)
+    selected = np.zeros(n, dtype=bool)
+    taken = np.zeros(len(units), dtype=bool)
+    taken[order[first]] = True
+    by_unit = np.argsort(unit_of, kind="stable")
+    bounds = np.searchsorted(unit_of[by_unit], np.arange(len(units) + 1))
+
+    def rows_of(u: int) -> npt.NDArray[np.int64]:
+        return stratum_rows[by_unit[bounds[u]:bounds[u + 1]]]
+
+    for u in order[first].tolist():
+        selected[rows_of(u)] = True
+    if remaining.sum() > 0:
+        skip = taken[order]
+
+        def fill(j: int) -> None:
+            u = int(order[j])
+            taken[u] = True
+            rows = rows_of(u)
+            for ai in range(a):
+                of_answer = rows[strata[rows] == ai]
+                if of_answer.size == 0:
+                    continue
+                ranked_rows = sorted(
+                    of_answer.tolist(),
+                    key=lambda p: _digest(seed, b"row\0", str(data.ids[p].as_py()).encode("utf-8")),
+                )
+                take = min(len(ranked_rows), int(remaining[ai]))
+                selected[ranked_rows[:take]] = True
+                remaining[ai] -= take
+
+        _pass2(ranked, remaining, skip, fill)
+
+    in_test = np.isin(data.units, units[taken])
+    roles = np.full(n, _EXCLUDED, dtype=np.uint8)
+    roles[in_test & selected] = _TEST
+    trains = ~in_test & (has | (source is HoldoutSource.REVIEWED))
+    roles[trains] = _TRAIN
+    per = np.bincount(strata[has].astype(np.int64) * 3 + roles[has], minlength=a * 3).reshape(a, 3)
+    groups = data.group_codes
+    summary = HoldoutSummary(
+        decision=decision,
+        source=source,
+        seed_sha256=seed.hex(),
+        n_rows=n,
+        n_labeled=n_labeled,
+        n_test=int(np.count_nonzero(roles == _TEST)),
+        n_train=int(np.count_nonzero(roles == _TRAIN)),
+        n_excluded=int(np.count_nonzero(roles == _EXCLUDED)),
+        target_test=sum(quotas),
+        capped=capped,
+        grouped=data.grouped,
+        groups_test=int(np.unique(groups[in_test & (groups >= 0)]).size),
+        groups_train=int(np.unique(groups[(roles == _TRAIN) & (groups >= 0)]).size),
+        rows_excluded_from_train=int(np.count_nonzero(in_test & ~selected)),
+        per_answer=tuple(
+            AnswerSplit(answer=name, labeled=int(counts[i]), share=shares[i], target=quotas[i],
+                        test=int(per[i, 0]), train=int(per[i, 1]), excluded=int(per[i, 2]))
+            for i, name in enumerate(answers)
+        ),
+        rows_joined_by_text=data.rows_joined_by_text,
+        groups_joined_by_text=data.groups_joined_by_text,
+    )
+    return Holdout(decision=decision, summary=summary, roles=roles, strata=strata,
+                   answers=tuple(answers), data=data)
+
+
+# --------------------------------------------------------------------------------------------
+# Entry points
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One decision's stratum: codes into ``answers``, and where they come from."""
+
+    name: str
+    source: HoldoutSource
+    strata: npt.NDArray[np.int16]
+    answers: tuple[str, ...]
+
+
+def _plan(labels: DecisionLabels) -> _Plan:
+    source = HoldoutSource.LABELED if labels.n_labeled else HoldoutSource.REVIEWED
+    codes = labels.label_codes if source is HoldoutSource.LABELED else labels.review_codes
+    if labels.spec.kind is DecisionKind.MULTIPLE_CHOICE:
+        answers = tuple(str(k) for k in range(1, labels.max_options + 1))
+    else:
+        answers = tuple(labels.spec.answers)
+    return _Plan(labels.name, source, codes, answers)
+
+
+def _strings(values: Sequence[str], codes: npt.NDArray[Any]) -> pa.Array:
+    return pa.array(list(values), pa.large_string()).take(
+        pa.array(codes.astype(np.int64), mask=codes < 0)
+    )
+
+
+def _prepare(
+    ids: pa.Array,
+    group_codes: npt.NDArray[np.int32],
+    group_values: pa.Array,
+    grouped: bool,
+    texts: TextSource,
+    plans: Sequence[_Plan],
+) -> tuple[SplitRows, list[bytes]]:
+    """One pass over the texts: every plan's seed, and every row's unit (identical texts joined)."""
+    n = len(ids)
+    keys = np.empty(n, dtype=np.uint64)
+    digests = [np.empty((n, 32), dtype=np.uint8) for _ in plans]
+    start = 0
+    for batch in texts.batches():
+        m = len(batch)
+        if start + m > n:
+            break
+        part = slice(start, start + m)
+        keys[part] = text_keys(batch)
+        batch_ids = ids.slice(start, m)
+        batch_groups = _strings_or_null(group_values, group_codes[part])
+        for plan, out in zip(plans, digests, strict=True):
+            out[part] = row_digests(batch_ids, batch, _strings(plan.answers, plan.strata[part]),
+                                    batch_groups)
+        start += m
+    if start != n:
+        raise DatasetError(
+            f"{n} rows, as when the dataset was validated", f"{start} rows",
+            "run the verdict again on the file as it is now",
+        )
+    data = join_units(ids, group_codes, group_values, grouped, keys, texts.at)
+    return data, [seed_of(d, p.name, p.source.value) for p, d in zip(plans, digests, strict=True)]
+
+
+def _strings_or_null(values: pa.Array, codes: npt.NDArray[np.int32]) -> pa.Array:
+    if not len(values):
+        return pa.nulls(len(codes), pa.large_string())
+    return values.cast(pa.large_string()).take(pa.array(codes.astype(np.int64), mask=codes < 0))
+
+
+def split_decisions(
+    dataset: Dataset, *, fraction: Fraction = TEST_FRACTION, cap: int = TEST_CAP
+) -> tuple[Holdout, ...]:
+    """Split every decision of the dataset, each with its own seed, in manifest order.
+
+    The texts are read once for all decisions (the seed digests and the identical-text join).
+    """
+    plans = [_plan(labels) for labels in dataset.decisions]
+    data, seeds = _rows_and_seeds(dataset, plans)
+    return tuple(
+        _draw(data, p.strata, p.answers, s, decision=p.name, source=p.source, fraction=fraction,
+              cap=cap)
+        for p, s in zip(plans, seeds, strict=True)
+    )
+
+
+def _rows_and_seeds(dataset: Dataset, plans: Sequence[_Plan]) -> tuple[SplitRows, list[bytes]]:
+    """The units and seeds the load computed; the texts are streamed again only for a decision
+    whose test comes from review labels (the load hashed the right answers)."""
+    ready = dataset.prepared
+    if ready is not None and all(
+        p.source is HoldoutSource.LABELED and p.name in ready.labeled_seeds for p in plans
+    ):
+        return ready.rows, [ready.labeled_seeds[p.name] for p in plans]
+    codes = dataset.group_codes
+    group_codes = codes if codes is not None else np.full(dataset.n_rows, -1, dtype=np.int32)
+    return _prepare(dataset.ids, group_codes, dataset.group_values,
+                    dataset.columns.group is not None, dataset.texts, plans)
+
+
+def split_dataset(
+    dataset: Dataset, decision: str, *, fraction: Fraction = TEST_FRACTION, cap: int = TEST_CAP
+) -> Holdout:
+    """Split one decision of a validated dataset.
+
+    Uses the right answers when the decision has any labeled example, else the review labels.
+    For multiple choice the stratum is the right option's position ("1".."K").
+
+    Raises:
+        NotEnoughDataError: too few examples to hold out any test.
+    """
+    plan = _plan(dataset.decision(decision))
+    data, (seed,) = _rows_and_seeds(dataset, [plan])
+    return _draw(data, plan.strata, plan.answers, seed, decision=plan.name, source=plan.source,
+                 fraction=fraction, cap=cap)
+
+
+def _record_columns(
+    records: Sequence[HoldoutRecord],
+) -> tuple[pa.Array, npt.NDArray[np.int32], pa.Array, MemoryTexts]:
+    seen: set[str] = set()
+    for r in records:
+        if r.id in seen:
+            raise DatasetError("unique ids", f"{r.id!r} twice", "make the ids unique", column="id")
+        seen.add(r.id)
+    ids = pa.array([r.id for r in records], pa.large_string())
+    encoded = pc.dictionary_encode(pa.array([r.group for r in records], pa.large_string()))
+    codes = np.asarray(pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False),
+                       dtype=np.int32)
+    texts = MemoryTexts(pa.array([r.text if isinstance(r.text, str) else None for r in records],
+                                 pa.large_string()))
+    return ids, codes, encoded.dictionary, texts
+
+
 def draw_holdout(
     records: Sequence[HoldoutRecord],
     *,
@@ -420,7 +699,7 @@ def draw_holdout(
     fraction: Fraction = TEST_FRACTION,
     cap: int = TEST_CAP,
 ) -> Holdout:
-    """Split one decision's rows into test, train and excluded (algorithm in the module doc).
+    """Split one decision's rows (records in memory) into test, train and excluded.
 
     Args:
         records: every row of the dataset.
@@ -433,232 +712,102 @@ def draw_holdout(
         fraction: the held-out share for LABELED (default 1/5).
         cap: the most test rows (default 2,000).
 
-    Returns:
-        The :class:`Holdout`.
-
     Raises:
         DatasetError: duplicate ids, or an answer not in ``answer_order``.
         NotEnoughDataError: too few answered rows to hold out even one test example.
     """
-    seen: set[str] = set()
-    for r in records:
-        if r.id in seen:
-            raise DatasetError("unique ids", f"{r.id!r} twice", "make the ids unique", column="id")
-        seen.add(r.id)
+    ids, group_codes, group_values, texts = _record_columns(records)
     present = {r.answer for r in records if r.answer is not None}
     answers = list(answer_order) if answer_order is not None else sorted(present)
     unknown = sorted(present - set(answers))
     if unknown:
         raise DatasetError(
-            f"answers among {answers}",
-            f"{unknown}",
-            "list every answer of the decision",
+            f"answers among {answers}", f"{unknown}", "list every answer of the decision",
             column="answer",
         )
     index = {a: i for i, a in enumerate(answers)}
-    counts = [0] * len(answers)
-    for r in records:
-        if r.answer is not None:
-            counts[index[r.answer]] += 1
-    n_labeled = sum(counts)
-    share_of = fraction if source is HoldoutSource.LABELED else Fraction(1)
-    quotas, shares, capped = allocate_quotas(counts, fraction=share_of, cap=cap)
-    if sum(quotas) == 0:
-        which = "labeled" if source is HoldoutSource.LABELED else "reviewed"
-        need = _round_half_up_inverse(share_of)
-        raise NotEnoughDataError(
-            f"expected enough {which} examples of decision {decision!r} to hold out at least one "
-            f"test example (at least {need}), got {n_labeled}. Label more examples before training."
-        )
-    seed = holdout_seed(records, decision=decision, source=source)
+    strata = np.array([-1 if r.answer is None else index[r.answer] for r in records],
+                      dtype=np.int16)
     is_grouped = any(r.group is not None for r in records) if grouped is None else grouped
-
-    # Groups (identical texts joined): key -> row positions; stratum counts per group.
-    unit_of, rows_joined, groups_joined = join_identical_texts(records)
-    group_rows: dict[str, list[int]] = {}
-    for pos, key in enumerate(unit_of):
-        group_rows.setdefault(key, []).append(pos)
-    group_prefix = hashlib.sha256(seed + b"group\0")
-
-    def group_rank(key: str) -> bytes:  # == sha256(seed + b"group\0" + key)
-        h = group_prefix.copy()
-        h.update(key.encode("utf-8"))
-        return h.digest()
-
-    order = sorted(group_rows, key=group_rank)
-
-    remaining = list(quotas)
-    open_total = sum(remaining)
-    test_groups: set[str] = set()
-    selected: set[int] = set()
-
-    counts_of: dict[str, dict[int, int]] = {}
-    for key, positions in group_rows.items():
-        out: dict[int, int] = {}
-        for pos in positions:
-            stratum = records[pos].answer
-            if stratum is not None:
-                si = index[stratum]
-                out[si] = out.get(si, 0) + 1
-        counts_of[key] = out
-
-    # Pass 1: whole groups that fit.
-    for key in order:
-        if open_total == 0:
-            break
-        gc = counts_of[key]
-        if not gc or any(c > remaining[a] for a, c in gc.items()):
-            continue
-        test_groups.add(key)
-        for a, c in gc.items():
-            remaining[a] -= c
-            open_total -= c
-        selected.update(pos for pos in group_rows[key] if records[pos].answer is not None)
-
-    # Pass 2: top up open quotas with the next groups; surplus rows of those groups are excluded.
-    if open_total:
-        for key in order:
-            if open_total == 0:
-                break
-            if key in test_groups:
-                continue
-            gc = counts_of[key]
-            if not any(remaining[ai] > 0 for ai in gc):
-                continue
-            test_groups.add(key)
-            by_answer: dict[int, list[int]] = {}
-            for pos in group_rows[key]:
-                label = records[pos].answer
-                if label is not None:
-                    by_answer.setdefault(index[label], []).append(pos)
-            for ai, positions in by_answer.items():
-                positions.sort(key=lambda p: _digest(seed, b"row\0", records[p].id.encode("utf-8")))
-                take = min(len(positions), remaining[ai])
-                selected.update(positions[:take])
-                remaining[ai] -= take
-                open_total -= take
-
-    in_test_group = set()
-    for key in test_groups:
-        in_test_group.update(group_rows[key])
-
-    rows: list[HoldoutRow] = []
-    per = [[0, 0, 0] for _ in answers]  # test, train, excluded
-    role_index = {Role.TEST: 0, Role.TRAIN: 1, Role.EXCLUDED: 2}
-    excluded_from_train = 0
-    groups_train: set[str] = set()
-    groups_test: set[str] = set()
-    for pos, r in enumerate(records):
-        if pos in in_test_group:
-            role = Role.TEST if pos in selected else Role.EXCLUDED
-            if role is Role.EXCLUDED:
-                excluded_from_train += 1
-            if r.group is not None:
-                groups_test.add(r.group)
-        elif r.answer is not None or source is HoldoutSource.REVIEWED:
-            role = Role.TRAIN
-            if r.group is not None:
-                groups_train.add(r.group)
-        else:
-            role = Role.EXCLUDED
-        if r.answer is not None:
-            per[index[r.answer]][role_index[role]] += 1
-        rows.append(HoldoutRow(id=r.id, role=role, answer=r.answer, group=r.group, unit=unit_of[pos]))
-
-    n_test = sum(1 for row in rows if row.role is Role.TEST)
-    n_train = sum(1 for row in rows if row.role is Role.TRAIN)
-    summary = HoldoutSummary(
-        decision=decision,
-        source=source,
-        seed_sha256=seed.hex(),
-        n_rows=len(records),
-        n_labeled=n_labeled,
-        n_test=n_test,
-        n_train=n_train,
-        n_excluded=len(records) - n_test - n_train,
-        target_test=sum(quotas),
-        capped=capped,
-        grouped=is_grouped,
-        groups_test=len(groups_test),
-        groups_train=len(groups_train),
-        rows_excluded_from_train=excluded_from_train,
-        per_answer=tuple(
-            AnswerSplit(
-                answer=a,
-                labeled=counts[i],
-                share=shares[i],
-                target=quotas[i],
-                test=per[i][0],
-                train=per[i][1],
-                excluded=per[i][2],
-            )
-            for i, a in enumerate(answers)
-        ),
-        rows_joined_by_text=rows_joined,
-        groups_joined_by_text=groups_joined,
-    )
-    return Holdout(decision=decision, rows=tuple(rows), summary=summary)
+    plan = _Plan(decision, source, strata, tuple(answers))
+    if all(isinstance(r.text, str) for r in records):
+        data, (seed,) = _prepare(ids, group_codes, group_values, is_grouped, texts, [plan])
+    else:  # a missing text (NaN from a frame): encoded as json does, joins nothing
+        encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+        digests = np.frombuffer(b"".join(
+            hashlib.sha256(encode([r.id, r.text, r.answer, r.group]).encode("utf-8")).digest()
+            for r in records), dtype=np.uint8).reshape(len(records), 32)
+        keys = text_keys(texts.texts)
+        missing = np.array([not isinstance(r.text, str) for r in records])
+        data = join_units(ids, group_codes, group_values, is_grouped, keys, texts.at,
+                          missing=missing)
+        seed = seed_of(digests, decision, source.value)
+    return _draw(data, strata, answers, seed, decision=decision, source=source,
+                 fraction=fraction, cap=cap)
 
 
-def _round_half_up_inverse(share: Fraction) -> int:
-    """The fewest answered rows for which round-half-up(n · share) ≥ 1."""
-    n = 1
-    while _round_half_up(n * share) < 1:
-        n += 1
-    return n
-
-
-def split_dataset(
-    dataset: Dataset, decision: str, *, fraction: Fraction = TEST_FRACTION, cap: int = TEST_CAP
-) -> Holdout:
-    """Split one decision of a validated dataset.
-
-    Uses the right answers when the decision has any labeled example, else the review labels.
-    For multiple choice the stratum is the right option's position ("1".."K").
+def holdout_seed(
+    records: Iterable[HoldoutRecord], *, decision: str, source: HoldoutSource
+) -> bytes:
+    """The split's seed: SHA-256 over the sorted row contents, the decision and the source.
 
     Args:
-        dataset: the validated dataset.
-        decision: the decision's name.
-        fraction: held-out share (default 1/5).
-        cap: the most test rows (default 2,000).
+        records: every row (id, text, answer, group).
+        decision: the decision's name (each decision gets its own draw).
+        source: labeled or reviewed.
 
     Returns:
-        The :class:`Holdout`.
+        32 bytes.
 
-    Raises:
-        NotEnoughDataError: too few examples to hold out any test.
+    >>> a = [HoldoutRecord("1", "x", "yes", None), HoldoutRecord("2", "y", "no", None)]
+    >>> holdout_seed(a, decision="d", source=HoldoutSource.LABELED) == holdout_seed(
+    ...     a[::-1], decision="d", source=HoldoutSource.LABELED)
+    True
     """
-    labels = dataset.decision(decision)
-    source = HoldoutSource.LABELED if labels.n_labeled else HoldoutSource.REVIEWED
-    values = labels.labels if source is HoldoutSource.LABELED else labels.reviews
-    if labels.spec.kind is DecisionKind.MULTIPLE_CHOICE:
-        assert labels.options is not None
-        strata: list[str | None] = [
-            None if v is None else str(labels.options[i].index(v) + 1) for i, v in enumerate(values)
-        ]
-        k_max = max(len(o) for o in labels.options)
-        answer_order: list[str] = [str(k) for k in range(1, k_max + 1)]
-    else:
-        strata = list(values)
-        answer_order = list(labels.spec.answers)
-    records = [
-        HoldoutRecord(id=ex.id, text=ex.text, answer=strata[i], group=ex.group)
-        for i, ex in enumerate(dataset.examples)
-    ]
-    return draw_holdout(
-        records,
-        decision=decision,
-        source=source,
-        answer_order=answer_order,
-        grouped=dataset.columns.group is not None,
-        fraction=fraction,
-        cap=cap,
+    rows = list(records)
+    digests = row_digests(
+        pa.array([r.id for r in rows], pa.large_string()),
+        pa.array([r.text for r in rows], pa.large_string()),
+        pa.array([r.answer for r in rows], pa.large_string()),
+        pa.array([r.group for r in rows], pa.large_string()),
     )
+    return seed_of(digests, decision, source.value)
 
 
-def split_decisions(dataset: Dataset) -> tuple[Holdout, ...]:
-    """Split every decision of the dataset, each with its own seed, in manifest order."""
-    return tuple(split_dataset(dataset, d.name) for d in dataset.decisions)
+def join_identical_texts(
+    records: Sequence[HoldoutRecord],
+) -> tuple[list[str], int, int]:
+    r"""Each row's group key after joining groups that share a text.
+
+    A row's own key is ``"g\0" + group``, or ``"r\0" + id`` without a group value. Rows whose
+    texts are equal after :func:`normalize_text` put their groups together; a joined group's
+    key is the smallest of its members' keys (so the result does not depend on row order).
+
+    Returns:
+        (each row's key, rows in joined groups, joined groups).
+
+    >>> recs = [HoldoutRecord("1", "Hi", "a", "x"), HoldoutRecord("2", "hi ", "a", "y"),
+    ...         HoldoutRecord("3", "other", "a", "y"), HoldoutRecord("4", "new", "a", None)]
+    >>> keys, rows, groups = join_identical_texts(recs)
+    >>> keys == ["g\0x"] * 3 + ["r\x004"], rows, groups
+    (True, 3, 1)
+    """
+    ids, group_codes, group_values, texts = _record_columns(records)
+    keys = np.concatenate([text_keys(b) for b in texts.batches()]) if records else \
+        np.zeros(0, np.uint64)
+    data = join_units(ids, group_codes, group_values, True, keys, texts.at)
+    return ([data.unit_key(int(u)) for u in data.units], data.rows_joined_by_text,
+            data.groups_joined_by_text)
+
+
+def training_mask(holdouts: Sequence[Holdout]) -> npt.NDArray[np.bool_]:
+    """True for the rows a (multi-task) model may train on: ``train`` in every decision's split."""
+    if not holdouts:
+        return np.zeros(0, dtype=bool)
+    mask = holdouts[0].role_mask(Role.TRAIN)
+    for h in holdouts[1:]:
+        mask = mask & h.role_mask(Role.TRAIN)
+    return mask
 
 
 def training_ids(holdouts: Sequence[Holdout]) -> frozenset[str]:
@@ -674,7 +823,5 @@ def training_ids(holdouts: Sequence[Holdout]) -> frozenset[str]:
     """
     if not holdouts:
         return frozenset()
-    common = {r.id for r in holdouts[0].rows if r.role is Role.TRAIN}
-    for h in holdouts[1:]:
-        common &= {r.id for r in h.rows if r.role is Role.TRAIN}
-    return frozenset(common)
+    mask = training_mask(holdouts)
+    return frozenset(holdouts[0].data.ids.filter(pa.array(mask)).to_pylist())

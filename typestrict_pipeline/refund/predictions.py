@@ -437,7 +437,8 @@ def build_decision_data(
     """
     name = holdout.decision
     labels = dataset.decision(name)
-    known_ids = {ex.id for ex in dataset.examples}
+    asked = {ident for preds in (model, jev) for (_, ident) in preds.predictions}
+    known_ids = set(dataset.positions(asked))
     known_decisions = {d.name for d in dataset.decisions}
     for preds in (model, jev):
         for (decision, ident), p in preds.predictions.items():
@@ -460,8 +461,8 @@ def build_decision_data(
                     column="id",
                 )
 
-    position = {ex.id: i for i, ex in enumerate(dataset.examples)}
     test_ids = holdout.test_ids
+    position = dataset.positions(test_ids)
     for preds in (model, jev):
         missing = [i for i in test_ids if (name, i) not in preds.predictions]
         if missing:
@@ -469,7 +470,7 @@ def build_decision_data(
             shown = ", ".join(repr(m) for m in missing[:5]) + (", ..." if len(missing) > 5 else "")
             raise PredictionsError(
                 f"a prediction for every test example of decision {name!r} ({len(test_ids)})",
-                f"none for {len(missing)} of them: {shown} (first: dataset row {dataset.examples[position[first]].row})",
+                f"none for {len(missing)} of them: {shown} (first: dataset row {position[first] + 1})",
                 f"predict the missing examples with {preds.system} and record them",
                 file=preds.source,
                 column="id",
@@ -477,8 +478,7 @@ def build_decision_data(
 
     mc = labels.spec.kind is DecisionKind.MULTIPLE_CHOICE
     if mc:
-        assert labels.options is not None
-        k = max(len(o) for o in labels.options)
+        k = labels.max_options
         answers = option_positions(k)
     else:
         answers = labels.spec.answers
@@ -502,18 +502,18 @@ def build_decision_data(
             )
 
     labeled = holdout.summary.source is HoldoutSource.LABELED
-    source_values = labels.labels if labeled else labels.reviews
     # with groups, the bootstrap resamples the groups the split drew (identical texts joined)
-    unit_of = {r.id: r.unit for r in holdout.rows} if holdout.summary.grouped else None
+    unit_of = {r.id: r.unit for r in holdout.test_rows} if holdout.summary.grouped else None
+    examples = dict(zip(test_ids, dataset.examples_at([position[i] for i in test_ids]),
+                        strict=True))
     rows: list[JudgedRow] = []
     for ident in test_ids:
         i = position[ident]
-        example = dataset.examples[i]
-        right = source_values[i]
+        example = examples[ident]
+        right = labels.label_at(i) if labeled else labels.review_at(i)
         assert right is not None
         if mc:
-            assert labels.options is not None
-            expected: Sequence[str] = labels.options[i]
+            expected: Sequence[str] = labels.options_at(i)
             what = f"the options of example {ident!r}"
         else:
             expected = answers

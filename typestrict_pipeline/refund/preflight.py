@@ -27,7 +27,7 @@ before its first asset is materialized: nothing of it is stored.
 >>> check_training(load_manifest(folder / "m.json"))
 Traceback (most recent call last):
 ...
-typestrict_pipeline.errors.PredictionsError: .../p.jsonl, row 1, column 'id': expected an id of the dataset, got 'zz'. Predict the dataset's examples (is this the right file?).
+typestrict_pipeline.errors.PredictionsError: .../p.jsonl, row 1, column 'id': expected an id of the dataset, got 'zz'; in all: 1 prediction for ids the dataset does not have (first: 'zz'); 8 of the 8 test examples of decision 's' without a prediction (first: 'r1', ...). Predict the dataset's examples (is this the right file?).
 """
 
 from __future__ import annotations
@@ -36,10 +36,11 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from typestrict_pipeline.errors import ManifestError, PredictionsError
+from typestrict_pipeline.progress import ProgressFn
 from typestrict_pipeline.refund.dataset import Dataset, load_dataset
 from typestrict_pipeline.refund.holdout import Holdout, split_decisions
 from typestrict_pipeline.refund.manifest import (
@@ -58,6 +59,8 @@ __all__ = [
     "check_endpoint_reachable",
     "check_file_predictions",
     "check_training",
+    "fit_predictions",
+    "screen_training",
 ]
 
 REACH_TIMEOUT_S = 10.0
@@ -120,41 +123,107 @@ def check_endpoint_reachable(
         ) from None
 
 
-def check_file_predictions(
+SHOWN = 5
+"""How many ids a summary of problems names (the first ones, in file order)."""
+
+
+@dataclass(frozen=True)
+class _Problem:
+    """One row that does not fit the split: the message it would have on its own."""
+
+    row: int | None
+    column: str
+    expected: str
+    got: str
+    fix: str
+
+
+@dataclass
+class PredictionsFit:
+    """Every way a predictions file does not fit a training's split, counted.
+
+    Attributes:
+        unknown_decisions: rows naming a decision the manifest does not have.
+        unknown_ids: rows naming an id the dataset does not have.
+        wrong_answers: rows whose answers are not the decision's (or the example's options).
+        missing: per decision, the test ids without a prediction (in split order).
+        n_test: per decision, how many test examples it has.
+    """
+
+    unknown_decisions: list[tuple[str, _Problem]]
+    unknown_ids: list[tuple[str, _Problem]]
+    wrong_answers: list[tuple[str, _Problem]]
+    missing: dict[str, list[str]]
+    n_test: dict[str, int]
+
+    @property
+    def ok(self) -> bool:
+        return not (self.unknown_decisions or self.unknown_ids or self.wrong_answers
+                    or any(self.missing.values()))
+
+    def summary(self) -> str:
+        """The counts and the first ids of each kind of problem, in words.
+
+        >>> PredictionsFit([], [("zz", None), ("zy", None)], [], {"s": ["a"]}, {"s": 4}).summary()
+        "2 predictions for ids the dataset does not have (first: 'zz', 'zy'); 1 of the 4 test examples of decision 's' without a prediction (first: 'a')"
+        """
+        parts = []
+        for found, what in ((self.unknown_decisions, "for decisions the training does not have"),
+                            (self.unknown_ids, "for ids the dataset does not have"),
+                            (self.wrong_answers, "over other answers than the decision's")):
+            if found:
+                parts.append(f"{len(found):,} prediction{'s' if len(found) != 1 else ''} {what} "
+                             f"(first: {_first(k for k, _ in found)})")
+        for decision, ids in self.missing.items():
+            if ids:
+                parts.append(f"{len(ids):,} of the {self.n_test[decision]:,} test examples of "
+                             f"decision {decision!r} without a prediction (first: {_first(ids)})")
+        return "; ".join(parts)
+
+    @property
+    def problems(self) -> int:
+        return (len(self.unknown_decisions) + len(self.unknown_ids) + len(self.wrong_answers)
+                + sum(len(v) for v in self.missing.values()))
+
+
+def _first(ids: Iterable[str]) -> str:
+    out = []
+    for i, ident in enumerate(ids):
+        if i == SHOWN:
+            out.append("...")
+            break
+        out.append(repr(ident))
+    return ", ".join(out)
+
+
+def fit_predictions(
     predictions: SystemPredictions, dataset: Dataset, holdouts: Sequence[Holdout]
-) -> None:
-    """Refuse a predictions file that does not fit the dataset, in full.
+) -> PredictionsFit:
+    """Check a whole predictions file against the split and count every problem (no early stop).
 
     Every row must name a decision of the manifest and an id of the dataset, and give
-    probabilities over exactly the decision's answers (a multiple-choice decision: the
-    example's options); every test example of every decision must have a prediction.
-
-    Raises:
-        PredictionsError: the first problem, naming the file, the row and the column.
+    probabilities over exactly the decision's answers (a multiple-choice decision: the example's
+    options); every test example of every decision must have a prediction. Predictions for the
+    dataset's other rows are allowed (the model may answer every row).
     """
     decisions = {d.name: d for d in dataset.decisions}
-    position = {ex.id: i for i, ex in enumerate(dataset.examples)}
-    source = predictions.source
+    position = dataset.positions({ident for (_, ident) in predictions.predictions})
+    fit = PredictionsFit([], [], [], {}, {})
     for (decision, ident), p in predictions.predictions.items():
         labels = decisions.get(decision)
         if labels is None:
-            raise PredictionsError(
-                f"one of the training's decisions {sorted(decisions)}",
-                repr(decision),
-                "fix the decision name",
-                file=source, row=p.row, column="decision",
-            )
+            fit.unknown_decisions.append((decision, _Problem(
+                p.row, "decision", f"one of the training's decisions {sorted(decisions)}",
+                repr(decision), "fix the decision name")))
+            continue
         i = position.get(ident)
         if i is None:
-            raise PredictionsError(
-                "an id of the dataset",
-                repr(ident),
-                "predict the dataset's examples (is this the right file?)",
-                file=source, row=p.row, column="id",
-            )
+            fit.unknown_ids.append((ident, _Problem(
+                p.row, "id", "an id of the dataset", repr(ident),
+                "predict the dataset's examples (is this the right file?)")))
+            continue
         if labels.spec.kind is DecisionKind.MULTIPLE_CHOICE:
-            assert labels.options is not None
-            expected: Sequence[str] = labels.options[i]
+            expected: Sequence[str] = labels.options_at(i)
             what = f"the options of example {ident!r}"
         else:
             expected = labels.spec.answers
@@ -169,26 +238,52 @@ def check_file_predictions(
                     f"missing {missing}" if missing else "",
                 ) if part
             ) or "an answer given twice"
-            raise PredictionsError(
-                f"probabilities over {what} {list(expected)}",
-                detail,
-                f"give {predictions.system}'s probabilities over exactly these answers",
-                file=source, row=p.row, column="probabilities",
-            )
+            fit.wrong_answers.append((ident, _Problem(
+                p.row, "probabilities", f"probabilities over {what} {list(expected)}", detail,
+                f"give {predictions.system}'s probabilities over exactly these answers")))
     for h in holdouts:
-        missing_ids = [t for t in h.test_ids if (h.decision, t) not in predictions.predictions]
-        if missing_ids:
-            shown = ", ".join(repr(m) for m in missing_ids[:5]) + (
-                ", ..." if len(missing_ids) > 5 else ""
-            )
-            first_row = dataset.examples[position[missing_ids[0]]].row
-            raise PredictionsError(
-                f"a prediction for every test example of decision {h.decision!r} "
-                f"({len(h.test_ids)})",
-                f"none for {len(missing_ids)} of them: {shown} (first: dataset row {first_row})",
-                f"predict the missing examples with {predictions.system} and record them",
-                file=source, column="id",
-            )
+        fit.n_test[h.decision] = len(h.test_ids)
+        fit.missing[h.decision] = [t for t in h.test_ids
+                                   if (h.decision, t) not in predictions.predictions]
+    return fit
+
+
+def check_file_predictions(
+    predictions: SystemPredictions, dataset: Dataset, holdouts: Sequence[Holdout], *,
+    fix: str | None = None,
+) -> None:
+    """Refuse a predictions file that does not fit the dataset, in full.
+
+    The message names the first problem (its file, row and column) and, when there are more,
+    how many of each kind there are with the first few ids: ``missing`` test examples, ``extra``
+    ids or decisions, rows over other answers. ``fix`` (when given) replaces the what-to-do
+    sentence (the API says nothing was stored or charged).
+
+    Raises:
+        PredictionsError: the predictions do not fit the split.
+    """
+    fit = fit_predictions(predictions, dataset, holdouts)
+    if fit.ok:
+        return
+    source = predictions.source
+    more = f"; in all: {fit.summary()}" if fit.problems > 1 else ""
+    rows = [*fit.unknown_decisions, *fit.unknown_ids, *fit.wrong_answers]
+    if rows:
+        first = min((pr for _, pr in rows), key=lambda pr: pr.row if pr.row is not None else 0)
+        raise PredictionsError(first.expected, first.got + more, fix or first.fix, file=source,
+                               row=first.row, column=first.column)
+    decision, missing_ids = next((d, ids) for d, ids in fit.missing.items() if ids)
+    shown = ", ".join(repr(m) for m in missing_ids[:SHOWN]) + (
+        ", ..." if len(missing_ids) > SHOWN else "")
+    first_row = dataset.positions([missing_ids[0]])[missing_ids[0]] + 1
+    others = sum(len(v) for d, v in fit.missing.items() if d != decision)
+    raise PredictionsError(
+        f"a prediction for every test example of decision {decision!r} ({fit.n_test[decision]})",
+        f"none for {len(missing_ids)} of them: {shown} (first: dataset row {first_row})"
+        + (f"; in all: {fit.summary()}" if others else ""),
+        fix or f"predict the missing examples with {predictions.system} and record them",
+        file=source, column="id",
+    )
 
 
 def _check_source(
@@ -214,7 +309,10 @@ def _check_source(
 
 
 def check_training(
-    manifest: TrainingManifest, *, reach: Callable[..., None] = check_endpoint_reachable
+    manifest: TrainingManifest,
+    *,
+    reach: Callable[..., None] = check_endpoint_reachable,
+    progress: ProgressFn | None = None,
 ) -> Preflight:
     """Read and validate every input of ``manifest``'s training; nothing is written.
 
@@ -222,6 +320,7 @@ def check_training(
         manifest: the validated manifest (its paths are already confined, see
             :func:`typestrict_pipeline.refund.manifest.load_manifest`).
         reach: the endpoint check (default :func:`check_endpoint_reachable`).
+        progress: told how far the dataset's read is (:func:`load_dataset`).
 
     Returns:
         The dataset, the splits and what was checked.
@@ -231,12 +330,42 @@ def check_training(
     """
     if manifest.status is TrainingStatus.FAILED:
         return Preflight(manifest, None, (), ("failed training: only the manifest is read",))
-    dataset = load_dataset(manifest)
+    dataset = load_dataset(manifest, progress=progress)
     holdouts = tuple(split_decisions(dataset))
-    checked = [f"dataset: {len(dataset.examples)} rows in {manifest.dataset.path_as_written}"]
+    checked = [f"dataset: {dataset.n_rows} rows in {manifest.dataset.path_as_written}"]
     sources: list[tuple[str, PredictionSource]] = [("jev", manifest.jev)]
     if manifest.model is not None:
         sources.append(("model", manifest.model))
     for system, source in sources:
         checked.append(_check_source(manifest, system, source, dataset, holdouts, reach))
     return Preflight(manifest, dataset, holdouts, tuple(checked))
+
+
+SCREEN_MAX_BYTES = 64 * 1024 * 1024
+"""Largest dataset file ``training_sensor`` checks in its tick (larger ones are checked by the
+verdict run's first asset: a sensor tick must stay short)."""
+
+
+def _no_reach(source: EndpointSource, *, where: str, manifest: str) -> None:
+    """No network from a sensor: an endpoint is checked by the run."""
+
+
+def screen_training(manifest: TrainingManifest, *, max_bytes: int = SCREEN_MAX_BYTES) -> str | None:
+    """What ``training_sensor`` checks before it requests a verdict run: the message of the first
+    problem with the dataset and the predictions files (every test id of every decision present
+    once, answer sets complete, probabilities valid), or None when they fit (or the dataset is
+    larger than ``max_bytes``, or the training failed: the run checks those)."""
+    from typestrict_pipeline.errors import TypeStrictError
+
+    if manifest.status is TrainingStatus.FAILED:
+        return None
+    try:
+        if manifest.dataset.path.stat().st_size > max_bytes:
+            return None
+    except OSError:
+        pass  # the check below says what is wrong with it
+    try:
+        check_training(manifest, reach=_no_reach)
+    except TypeStrictError as exc:
+        return str(exc)
+    return None

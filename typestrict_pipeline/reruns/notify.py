@@ -73,6 +73,42 @@ def message_id_header(key: str) -> str:
     return "<" + re.sub(r"[^A-Za-z0-9.\-]", ".", key) + "@typestrict>"
 
 
+class UndeliverableError(RuntimeError):
+    """A message no transport can ever send (a header the e-mail library refuses): it is
+    marked ``DEAD`` at once instead of being retried."""
+
+
+def build_email(message: Outgoing, sender: str = "typestrict@localhost") -> EmailMessage:
+    """The message as an e-mail, every header set through the standard library's
+    ``email.policy.SMTP``, which refuses a header value holding a carriage return or a line
+    feed: a recipient or subject can never add a header (``Bcc:``) or a body of its own.
+
+    Raises:
+        UndeliverableError: a header value the library refuses.
+
+    >>> build_email(Outgoing("k:1", "k", "ana@example.com", "Hi", "Body"))["To"]
+    'ana@example.com'
+    >>> build_email(Outgoing("k:1", "k", "ana@example.com\\r\\nBcc: all@evil.example", "Hi", "Body"))
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.reruns.notify.UndeliverableError: expected header values without line breaks, got one in 'To' ('ana@example.com\\r\\nBcc: all@evil.example'). The message is kept in the outbox as DEAD; fix the schedule's owner.
+    """
+    from email import policy
+
+    mail = EmailMessage(policy=policy.SMTP)
+    headers = (("From", sender), ("To", message.recipient), ("Subject", message.subject),
+               ("Message-ID", message_id_header(message.message_id)), ("X-TypeStrict-Kind", message.kind))
+    for name, value in headers:
+        try:
+            mail[name] = value
+        except ValueError:
+            raise UndeliverableError(
+                f"expected header values without line breaks, got one in {name!r} ({value[:120]!r}). "
+                "The message is kept in the outbox as DEAD; fix the schedule's owner.") from None
+    mail.set_content(message.body)
+    return mail
+
+
 @dataclass(frozen=True)
 class SmtpTransport:
     """Email over SMTP (``smtplib``); STARTTLS and login when configured."""
@@ -86,13 +122,7 @@ class SmtpTransport:
     password: str | None = None
 
     def send(self, message: Outgoing) -> None:
-        mail = EmailMessage()
-        mail["From"] = self.sender
-        mail["To"] = message.recipient
-        mail["Subject"] = message.subject
-        mail["Message-ID"] = message_id_header(message.message_id)
-        mail["X-TypeStrict-Kind"] = message.kind
-        mail.set_content(message.body)
+        mail = build_email(message, self.sender)
         with smtplib.SMTP(self.host, self.port, timeout=self.timeout_seconds) as smtp:
             if self.starttls:
                 smtp.starttls()
@@ -118,10 +148,11 @@ class FileTransport:
     path: Path
 
     def send(self, message: Outgoing) -> None:
+        mail = build_email(message)  # the headers as the e-mail library accepts them
         self.path.parent.mkdir(parents=True, exist_ok=True)
         block = (
-            f"=== {utcnow().strftime('%Y-%m-%dT%H:%M:%SZ')} {message_id_header(message.message_id)}\n"
-            f"To: {message.recipient}\nSubject: {message.subject}\n\n{message.body.rstrip()}\n\n"
+            f"=== {utcnow().strftime('%Y-%m-%dT%H:%M:%SZ')} {mail['Message-ID']}\n"
+            f"To: {mail['To']}\nSubject: {mail['Subject']}\n\n{message.body.rstrip()}\n\n"
         )
         with open(self.path, "a", encoding="utf-8") as handle:
             handle.write(block)
@@ -171,7 +202,14 @@ def notification_enabled(session: Session, user_id: str, kind: str) -> bool:
 
 
 def set_notification(engine: Engine, user_id: str, kind: str, enabled: bool) -> None:
-    """Turn one kind of notification on or off for a person (Settings → Notifications)."""
+    """Turn one kind of notification on or off for a person (Settings → Notifications).
+
+    Raises:
+        InputError: ``user_id`` is not one e-mail address, or an unknown ``kind``.
+    """
+    from typestrict_pipeline.values import PERSON, email
+
+    user_id = email(user_id, PERSON)
     if kind not in KIND_TITLES:
         from typestrict_pipeline.errors import InputError
 
@@ -283,7 +321,7 @@ def deliver_pending(
             transport.send(outgoing)
         except (OSError, smtplib.SMTPException, urllib.error.URLError, RuntimeError) as exc:
             error = f"{exc.__class__.__name__}: {exc}"
-            dead = attempts >= max_attempts
+            dead = attempts >= max_attempts or isinstance(exc, UndeliverableError)
             with session_scope(engine) as session:
                 session.execute(
                     update(OutboxMessage)

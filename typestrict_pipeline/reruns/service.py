@@ -17,7 +17,6 @@ once per slot (the first evaluation after the slot starts).
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -54,29 +53,41 @@ from typestrict_pipeline.reruns.tables import (
     StudyRerunSetting,
     TickOutcome,
 )
+from typestrict_pipeline.reruns.timeline import (
+    Outlook,
+    Timeline,
+    format_when,
+    next_evaluation,
+    outlook,
+    skip_message,
+)
 from typestrict_pipeline.reruns.workspace import SpendSource, WorkspaceStatus, workspace_status
 from typestrict_pipeline.store import session_scope, utcnow
+from typestrict_pipeline.values import PERSON, email
 
-_CADENCE = re.compile(r"^\s*(\d+)\s*([mhdw])\s*$")
 _UNIT_SECONDS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 MIN_CADENCE_SECONDS = 60
 LOST_CLAIM_AFTER = dt.timedelta(minutes=10)
 
 
+MAX_CADENCE = dt.timedelta(days=366)
+
+
 def parse_cadence(text: str) -> int:
-    """A cadence such as ``30m``, ``6h``, ``1d`` or ``1w``, in seconds (at least one minute).
+    """A cadence such as ``30m``, ``6h``, ``1d`` or ``1w``, in seconds: at least one minute, at
+    most 366 days (:func:`typestrict_pipeline.values.duration`).
 
     >>> parse_cadence("1d"), parse_cadence("30m")
     (86400, 1800)
+    >>> parse_cadence("9999999999999999999w")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected a cadence like 1d, 12h, 30m or 1w, from 1 minute to 366 days, got '9999999999999999999w'. Write a whole number followed by m, h, d or w.
     """
-    m = _CADENCE.match(text or "")
-    seconds = int(m.group(1)) * _UNIT_SECONDS[m.group(2)] if m else 0
-    if seconds < MIN_CADENCE_SECONDS:
-        raise InputError(
-            "a cadence of at least one minute such as 30m, 6h, 1d or 1w", repr(text),
-            "write a whole number followed by m, h, d or w",
-        )
-    return seconds
+    from typestrict_pipeline.values import duration
+
+    return int(duration(text, "a cadence", lo=dt.timedelta(seconds=MIN_CADENCE_SECONDS), hi=MAX_CADENCE,
+                        units="mhdw", fix="write a whole number followed by m, h, d or w").total_seconds())
 
 
 def format_cadence(seconds: int) -> str:
@@ -126,6 +137,7 @@ class ScheduleView:
     last_outcome: TickOutcome | None
     last_message: str | None
     last_run_key: str | None
+    last_slot: int = -1
 
 
 def _view(row: RerunSchedule) -> ScheduleView:
@@ -136,7 +148,7 @@ def _view(row: RerunSchedule) -> ScheduleView:
         min_unseen_steps=row.min_unseen_steps, budget_micro_usd=row.budget_micro_usd,
         enabled_at=row.enabled_at, cancelled_at=row.cancelled_at, cancelled_by=row.cancelled_by,
         off_reason=row.off_reason, last_tick_at=row.last_tick_at, last_outcome=row.last_outcome,
-        last_message=row.last_message, last_run_key=row.last_run_key,
+        last_message=row.last_message, last_run_key=row.last_run_key, last_slot=row.last_slot,
     )
 
 
@@ -158,10 +170,9 @@ def min_unseen_steps_of(engine: Engine, study_id: str) -> int | None:
 
 
 def _window_label(facts: StudyFacts, start: dt.datetime, end: dt.datetime) -> str:
-    last = end - facts.step
-    if facts.step >= dt.timedelta(days=1):
-        return f"{start.date().isoformat()} – {last.date().isoformat()}"
-    return f"{start.isoformat()} – {last.isoformat()}"
+    from typestrict_pipeline.study.folds import window_label
+
+    return window_label(start, end, facts.step)
 
 
 def _lineage_of(session: Session, study_id: str) -> LineageRow | None:
@@ -200,13 +211,14 @@ def enable_schedule(
 
     Raises:
         NotFoundError: no such study.
-        InputError: not finished, no USD budget, no minimum, bad cadence, empty owner.
+        InputError: not finished, no USD budget, no minimum, bad cadence, an owner that is not
+            one e-mail address (:func:`typestrict_pipeline.values.email`, the rule of the CLI and
+            the API alike).
         ConflictError: a schedule is already enabled on this lineage.
     """
     at = now or utcnow()
     seconds = parse_cadence(cadence)
-    if not owner or not owner.strip():
-        raise InputError("who sets up the schedule (an email address)", repr(owner), "pass --owner you@example.com")
+    owner = email(owner, PERSON)
     facts = port.get(study_id)
     if facts is None:
         raise NotFoundError(f"expected an existing study id, got {study_id}. List studies and pick a finished one.")
@@ -311,6 +323,7 @@ def enable_schedule(
 
 def cancel_schedule(engine: Engine, schedule_id: int, *, by: str, now: dt.datetime | None = None) -> ScheduleView:
     """Cancel a schedule (a re-run already running finishes; no new one starts)."""
+    by = email(by, PERSON)
     with session_scope(engine) as session:
         row = session.get(RerunSchedule, schedule_id, with_for_update=True)
         if row is None:
@@ -392,9 +405,22 @@ def tick_state(
     """
     root = port.get(schedule.root_study_id)
     grid = port.get(schedule.lineage_root_id) if schedule.lineage_root_id != schedule.root_study_id else root
+    # Liveness first: a study or backtest of the workflow whose process died is ended here
+    # (interrupted), so "in flight" below is only ever said of a live one.
+    in_flight = port.workflow_in_flight(schedule.workspace_id, schedule.workflow_id)
     with session_scope(engine) as session:
         prev = _previous(session, schedule.lineage_root_id)
         session.expunge(prev)
+    if prev.state is LineageState.RUNNING and prev.study_id:
+        ran = port.get(prev.study_id)
+        if ran is not None and ran.state == "INTERRUPTED":  # its process died: the re-run ended
+            _finish_entry(engine, prev.id, state=LineageState.FAILED,
+                          error=f"the re-run's study {prev.study_id} was interrupted (its process "
+                                "is gone); re-execute its run to resume it")
+            with session_scope(engine) as session:
+                prev = _previous(session, schedule.lineage_root_id)
+                session.expunge(prev)
+    with session_scope(engine) as session:
         last_seq = session.execute(
             select(func.max(LineageRow.seq)).where(LineageRow.lineage_root_id == schedule.lineage_root_id)
         ).scalar_one()
@@ -426,7 +452,7 @@ def tick_state(
         previous=outcome,
         previous_study_id=prev.study_id or "",
         previous_holdout_end=prev.holdout_end,
-        workflow_in_flight=port.workflow_in_flight(schedule.workspace_id, schedule.workflow_id),
+        workflow_in_flight=in_flight,
         available_end=available,
         min_unseen_steps=schedule.min_unseen_steps,
         embargo_steps=0 if grid is None else grid.embargo_steps,
@@ -527,7 +553,9 @@ def _decide_claimed(
         if (decision.kind is SkipKind.IN_FLIGHT and prev.state is LineageState.PENDING
                 and prev.run_key is not None and at - prev.created_at >= LOST_CLAIM_AFTER):
             rerequest = prev.run_key  # claimed but never started: ask again (Dagster dedups the key)
-        result = TickResult(schedule_id, used_slot, TickOutcome.SKIPPED, decision.message, decision.kind,
+        # a schedule that can never fire says so at each evaluation
+        message = skip_message(decision, _outlook(port, view, state, decision))
+        result = TickResult(schedule_id, used_slot, TickOutcome.SKIPPED, message, decision.kind,
                             rerequest, prev.id if rerequest else None)
         return result, decision.turns_schedule_off
     assert isinstance(decision, Fire)
@@ -535,6 +563,151 @@ def _decide_claimed(
     message = (f"Fired re-run #{decision.seq}: scored on {label} ({decision.windows.holdout.length} of "
                f"{decision.windows.unseen_steps} unseen steps). {lineage_hint(view.lineage_root_id)}")
     return TickResult(schedule_id, used_slot, TickOutcome.FIRED, message, None, decision.run_key, entry_id), False
+
+
+def _outlook(port: StudiesPort, view: ScheduleView, state: TickState, decision: Fire | Skip) -> Outlook:
+    """What would make the schedule fire (see :func:`~typestrict_pipeline.reruns.timeline.outlook`)."""
+    grid = port.get(view.lineage_root_id)
+    if grid is None:
+        return outlook(decision, state, None, time_of=lambda i: utcnow(), step=dt.timedelta(days=1),
+                       workflow_id=view.workflow_id)
+    return outlook(decision, state, port.data_source(grid), time_of=grid.time, step=grid.step,
+                   workflow_id=view.workflow_id)
+
+
+def schedule_timeline(
+    engine: Engine, port: StudiesPort, view: ScheduleView, *, now: dt.datetime | None = None,
+    spend: SpendSource,
+) -> Timeline:
+    """The schedule's timeline: next evaluation, last decision, what would make it fire.
+
+    For an enabled schedule it asks, without recording anything, what a tick would decide now.
+    """
+    at = now or utcnow()
+    enabled = view.state is ScheduleState.ENABLED
+    when, due = next_evaluation(view.enabled_at, parse_cadence(view.cadence), view.last_slot, at)
+    looking = None
+    if enabled:
+        state, _ = tick_state(engine, port, view, now=at, spend=spend)
+        looking = _outlook(port, view, state, decide_tick(state))
+    return Timeline(
+        schedule_id=view.id, state=view.state, cadence=view.cadence,
+        next_evaluation_at=when if enabled else None, due_now=due and enabled,
+        last_evaluated_at=view.last_tick_at, last_outcome=view.last_outcome,
+        last_message=view.last_message, outlook=looking,
+    )
+
+
+MAX_LISTED = 20
+"""A sensor tick's reason lists at most this many schedules (the study_schedules asset has all)."""
+
+
+def tick_reason(views: Sequence[ScheduleView], results: Sequence[TickResult], *, now: dt.datetime) -> str:
+    """The reason text of one evaluation of the schedules, so the tick says it all: each skip
+    evaluated now first (the product's message, then which schedule and when it is evaluated
+    next), then every other enabled schedule's next evaluation and last decision.
+
+    ``views`` are read after the results were recorded.
+
+    >>> t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    >>> v = ScheduleView(3, "demo", "wx", "7", "7", "ana@example.com", "1h", ScheduleState.ENABLED, 10,
+    ...                  10_000, t0, None, None, None, t0, TickOutcome.SKIPPED,
+    ...                  "Not enough unseen data yet: 1 of 10 steps", None, 0)
+    >>> print(tick_reason([v], [], now=t0 + dt.timedelta(minutes=5)))
+    No re-run schedule is due. Schedule 3 (study 7, every 1h): next evaluation 2026-01-01 01:00 UTC; last: Not enough unseen data yet: 1 of 10 steps
+    >>> r = TickResult(3, 0, TickOutcome.SKIPPED, "Not enough unseen data yet: 1 of 10 steps", None, None, None)
+    >>> print(tick_reason([v], [r], now=t0 + dt.timedelta(minutes=5)))
+    Not enough unseen data yet: 1 of 10 steps (schedule 3: study 7, every 1h; next evaluation 2026-01-01 01:00 UTC)
+    """
+    by_id = {v.id: v for v in views}
+    enabled = sorted((v for v in views if v.state is ScheduleState.ENABLED), key=lambda v: v.id)
+
+    def nxt(v: ScheduleView) -> str:
+        when, due = next_evaluation(v.enabled_at, parse_cadence(v.cadence), v.last_slot, now)
+        return "due now" if due else format_when(when)
+
+    said = []
+    for r in sorted(results, key=lambda r: r.schedule_id)[:MAX_LISTED]:
+        v = by_id.get(r.schedule_id)
+        where = f"schedule {r.schedule_id}" if v is None else (
+            f"schedule {v.id}: study {v.root_study_id}, every {v.cadence}"
+            + (f"; next evaluation {nxt(v)}" if v.state is ScheduleState.ENABLED else f"; now {v.state.value}"))
+        said.append(f"{r.message} ({where})" if r.outcome is TickOutcome.SKIPPED else f"Fired: {r.message} ({where})")
+    done = {r.schedule_id for r in results}
+    others = [f"Schedule {v.id} (study {v.root_study_id}, every {v.cadence}): next evaluation {nxt(v)}; "
+              + (f"last: {v.last_message}" if v.last_message else "not evaluated yet")
+              for v in enabled if v.id not in done][:max(0, MAX_LISTED - len(said))]
+    more = len(enabled) + len([r for r in results if r.schedule_id not in {v.id for v in enabled}])
+    listed = len(said) + len(others)
+    tail = [f"and {more - listed} more (the study_schedules asset lists them all)"] if more > listed else []
+    if not said:
+        head = "No re-run schedule is due"
+        if not enabled:
+            return f"{head}: no schedule is enabled"
+        return f"{head}. " + ". ".join(others + tail)
+    text = "; ".join(said)
+    if others:
+        text += ". Not due: " + ". ".join(others)
+    return text + ("" if not tail else ". " + tail[0])
+
+
+def schedules_stamp(views: Sequence[ScheduleView]) -> str:
+    """A short fingerprint of what the schedules' timelines are made of (changes when one is
+    enabled, cancelled or evaluated), so their overview is recorded again only then.
+
+    >>> schedules_stamp([])
+    'e3b0c44298fc'
+    """
+    import hashlib
+
+    text = "|".join(f"{v.id}:{v.state.value}:{v.last_slot}:{v.last_tick_at}:{v.last_message}" for v in views)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def timelines(engine: Engine, port: StudiesPort, views: Sequence[ScheduleView], *, now: dt.datetime,
+              spend: SpendSource) -> list[tuple[ScheduleView, Timeline]]:
+    """Each schedule with its timeline (what would make it fire asked of the enabled ones)."""
+    out = []
+    for v in views:
+        try:
+            out.append((v, schedule_timeline(engine, port, v, now=now, spend=spend)))
+        except Exception as exc:  # one broken schedule must not hide the others
+            out.append((v, Timeline(v.id, v.state, v.cadence, None, False, v.last_tick_at, v.last_outcome,
+                                    f"{v.last_message} (timeline unavailable: {type(exc).__name__})", None)))
+    return out
+
+
+def schedules_reading(engine: Engine, port: StudiesPort, dataset: str, *, now: dt.datetime | None = None,
+                      spend: SpendSource) -> list[tuple[ScheduleView, Timeline]]:
+    """The enabled schedules whose lineage replays ``dataset``, each with its timeline (when it
+    reads new rows, and what it will then decide)."""
+    at = now or utcnow()
+    out = []
+    for view in list_schedules(engine):
+        if view.state is not ScheduleState.ENABLED:
+            continue
+        root = port.get(view.lineage_root_id)
+        if root is None or port.data_source(root).name != dataset:
+            continue
+        out.append((view, schedule_timeline(engine, port, view, now=at, spend=spend)))
+    return sorted(out, key=lambda pair: pair[0].id)
+
+
+def reading_text(view: ScheduleView, timeline: Timeline) -> str:
+    """When one schedule reads a dataset's new rows, and what it will then decide.
+
+    >>> t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    >>> v = ScheduleView(3, "demo", "wx", "7", "7", "ana@example.com", "1h", ScheduleState.ENABLED, 5,
+    ...                  10_000, t0, None, None, None, None, None, None, None, 0)
+    >>> tl = Timeline(3, ScheduleState.ENABLED, "1h", t0 + dt.timedelta(hours=1), False, None, None, None,
+    ...               Outlook("fires at its next evaluation: 10 unseen steps, 5 needed"))
+    >>> reading_text(v, tl)
+    'schedule 3 (re-runs study 7 every 1h) reads them at its next evaluation, 2026-01-01 01:00 UTC (every 1h): it fires at its next evaluation: 10 unseen steps, 5 needed'
+    """
+    o = timeline.outlook
+    then = "" if o is None else (f". {o.never_fires}" if o.never_fires else f": it {o.would}")
+    return (f"schedule {view.id} (re-runs study {view.root_study_id} every {view.cadence}) reads them at its "
+            f"next evaluation, {timeline.next_evaluation_text()}{then}")
 
 
 def lineage_hint(lineage_root_id: str) -> str:
@@ -816,8 +989,8 @@ def _notify_winner_changed(
         f"  new winner:      {facts.winner_label}\n"
         f"  holdout score:   {score}\n\n"
         f"See the lineage: typestrict schedule lineage {lineage_root}\n"
-        "You get this because you set up the schedule; turn it off in Settings → Notifications "
-        f"(typestrict schedule notifications {owner} --off)."
+        "You get this because you set up the schedule; turn it off in the console's Settings → "
+        f"Notifications (/console/settings/notifications) or with: typestrict schedule notifications {owner} --off"
     )
     return enqueue(engine, dedupe_key=f"winner-changed:{entry_id}", kind=KIND_WINNER_CHANGED, recipient=owner,
                    subject=TITLE_WINNER_CHANGED, body=body, now=now)
@@ -872,8 +1045,10 @@ def recent_ticks(engine: Engine, schedule_id: int, limit: int = 5) -> list[Rerun
         return list(rows)
 
 
-def status_text(engine: Engine, view: ScheduleView, *, ticks: int = 5) -> str:
-    """What ``typestrict schedule status`` prints for one schedule (the skip reason under it)."""
+def status_text(engine: Engine, view: ScheduleView, *, ticks: int = 5, port: StudiesPort | None = None,
+                now: dt.datetime | None = None) -> str:
+    """What ``typestrict schedule status`` prints for one schedule: its settings, its timeline
+    (next evaluation, last decision with its reason, what would make it fire) and recent ticks."""
     from typestrict_pipeline.study.limits import format_usd
 
     lines = [
@@ -894,7 +1069,14 @@ def status_text(engine: Engine, view: ScheduleView, *, ticks: int = 5) -> str:
         lines.append(f"  cancelled by {view.cancelled_by} on {when}")
     if view.state is ScheduleState.OFF:
         lines.append(f"  turned itself off: {view.off_reason}")
-    if view.last_tick_at is None:
+    if view.state is ScheduleState.ENABLED:
+        from typestrict_pipeline.reruns.studies import StoreStudies
+        from typestrict_pipeline.reruns.workspace import store_spend_source
+
+        timeline = schedule_timeline(engine, port or StoreStudies(engine), view, now=now,
+                                     spend=store_spend_source(engine))
+        lines += timeline.lines()
+    elif view.last_tick_at is None:
         lines.append("  not evaluated yet")
     else:
         label = "Skipped" if view.last_outcome is TickOutcome.SKIPPED else "Fired"

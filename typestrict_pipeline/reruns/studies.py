@@ -21,6 +21,7 @@ over the signal (the data is the truth; a stale or early signal is ignored for i
 from __future__ import annotations
 
 import datetime as dt
+import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -116,6 +117,59 @@ class RerunSpec:
     name: str
 
 
+class DataKind(enum.StrEnum):
+    """Where a lineage's new data comes from, and so whether it can grow.
+
+    Attributes:
+        REGISTERED: a registered point-in-time dataset (``typestrict data register``); rows are
+            added with ``typestrict data append`` and the next tick reads them.
+        BUILT_IN: a dataset that ships with the code (``seattle_weather``): it never grows.
+        SIGNAL: a source a tick cannot read (a synthetic workflow, a setup of your own): arrivals
+            are recorded with ``typestrict schedule data-arrived`` (or :func:`record_data_end`).
+    """
+
+    REGISTERED = "registered"
+    BUILT_IN = "built-in"
+    SIGNAL = "signal"
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """A lineage's data: its kind and, for a dataset, its name.
+
+    >>> DataSource(DataKind.BUILT_IN, "seattle_weather").can_grow
+    False
+    >>> DataSource(DataKind.REGISTERED, "live").how_to_add("demo", "seattle_rain")
+    'add rows: typestrict data append live FILE.csv'
+    """
+
+    kind: DataKind
+    name: str | None = None
+
+    @property
+    def can_grow(self) -> bool:
+        """Whether new steps can ever arrive (a built-in dataset is fixed)."""
+        return self.kind is not DataKind.BUILT_IN
+
+    def label(self) -> str:
+        """How the data is named to a reader."""
+        if self.kind is DataKind.REGISTERED:
+            return f"registered dataset {self.name}"
+        if self.kind is DataKind.BUILT_IN:
+            return f"built-in dataset {self.name}"
+        return "recorded data arrivals"
+
+    def how_to_add(self, workspace_id: str, workflow_id: str) -> str:
+        """The command that brings new steps (or, for a built-in dataset, what to do instead)."""
+        if self.kind is DataKind.REGISTERED:
+            return f"add rows: typestrict data append {self.name} FILE.csv"
+        if self.kind is DataKind.SIGNAL:
+            return f"record arrivals: typestrict schedule data-arrived {workspace_id} {workflow_id} END"
+        return (f"a built-in dataset never grows: register your own (typestrict data register NAME "
+                f"--workflow {workflow_id} --table TABLE=FILE.csv), run a study on it with a USD budget "
+                "and schedule that one")
+
+
 class StudiesPort(Protocol):
     """What re-runs need from the studies area."""
 
@@ -128,6 +182,9 @@ class StudiesPort(Protocol):
     def data_end(self, facts: StudyFacts) -> dt.datetime | None:
         """End (exclusive) of the decision steps with a known outcome, for the study's workflow
         (from its dataset when readable, else from the recorded arrival signal)."""
+
+    def data_source(self, facts: StudyFacts) -> DataSource:
+        """Where the study's new data comes from (a registered dataset, a built-in one, a signal)."""
 
     def create_rerun(self, spec: RerunSpec) -> str:
         """Create the re-run study (taking the workflow's lock); its id."""
@@ -214,6 +271,23 @@ def readable_dataset(config: Mapping[str, Any]) -> str | None:
     return str(args["dataset"])
 
 
+def data_source_of(config: Mapping[str, Any]) -> DataSource:
+    """The data source a study's backend configuration replays.
+
+    >>> data_source_of({"backend": "engine", "setup": REGISTERED_SETUP,
+    ...                 "setup_args": {"workflow": "seattle_rain", "dataset": "seattle_weather"}}).kind
+    <DataKind.BUILT_IN: 'built-in'>
+    >>> data_source_of({"backend": "regime-shift"}).kind
+    <DataKind.SIGNAL: 'signal'>
+    """
+    name = readable_dataset(config)
+    if name is None:
+        return DataSource(DataKind.SIGNAL)
+    from typestrict_pipeline.backtest.workflows import DATASETS
+
+    return DataSource(DataKind.BUILT_IN if name in DATASETS else DataKind.REGISTERED, name)
+
+
 def datasets_read_by(engine: Engine, workspace_id: str, workflow_id: str) -> list[str]:
     """The datasets the studies of a workflow read themselves (sorted; empty when none does)."""
     with session_scope(engine) as session:
@@ -286,22 +360,13 @@ def default_backend_for(row: StudyRow) -> StudyBackend:
 
 
 def backtest_running(engine: Engine) -> BusyCheck:
-    """``(workspace, workflow) -> bool``: a plain backtest of the workflow is running (backtest store)."""
-    from sqlalchemy import func
-
-    from typestrict_pipeline.backtest.engine import BacktestStatus
-    from typestrict_pipeline.backtest.tables import BacktestRow
+    """``(workspace, workflow) -> bool``: a study or a plain backtest of the workflow is running
+    in a live process (the dead ones are ended first:
+    :func:`typestrict_pipeline.lifecycle.reaper.workflow_busy`)."""
+    from typestrict_pipeline.lifecycle.reaper import workflow_busy
 
     def busy(workspace_id: str, workflow_id: str) -> bool:
-        with session_scope(engine) as session:
-            n = session.execute(
-                select(func.count()).select_from(BacktestRow).where(
-                    BacktestRow.workspace == workspace_id,
-                    BacktestRow.workflow == workflow_id,
-                    BacktestRow.status == BacktestStatus.RUNNING.value,
-                )
-            ).scalar_one()
-        return bool(n)
+        return workflow_busy(engine, workspace_id, workflow_id) is not None
 
     return busy
 
@@ -313,9 +378,9 @@ class StoreStudies:
         engine: the store (the same database as the studies area).
         backend_for: the backend that runs a study's windows (the backtest engine for a real
             workflow; :class:`~typestrict_pipeline.study.runner.SyntheticBackend` in tests).
-        backtest_in_flight: check for a plain backtest running on a workflow
-            ``(workspace, workflow) -> bool`` (default: the backtest store's running backtests);
-            studies in flight are read from the studies lock.
+        backtest_in_flight: another check for work in flight on a workflow
+            ``(workspace, workflow) -> bool``; studies and backtests of the store in a live
+            process are always checked (:func:`~typestrict_pipeline.lifecycle.reaper.workflow_busy`).
         max_workers: threads of the local runner.
     """
 
@@ -329,7 +394,7 @@ class StoreStudies:
     ) -> None:
         self.engine = engine
         self.backend_for = backend_for
-        self.backtest_in_flight = backtest_in_flight or backtest_running(engine)
+        self.backtest_in_flight = backtest_in_flight or (lambda workspace_id, workflow_id: False)
         self.max_workers = max_workers
 
     def get(self, study_id: str) -> StudyFacts | None:
@@ -371,7 +436,11 @@ class StoreStudies:
             )
 
     def workflow_in_flight(self, workspace_id: str, workflow_id: str) -> bool:
-        if repo.active_study(self.engine, workspace_id, workflow_id) is not None:
+        from typestrict_pipeline.lifecycle.reaper import workflow_busy
+
+        # Liveness, not hope: a study or backtest whose process died is ended first and never
+        # counts as in flight.
+        if workflow_busy(self.engine, workspace_id, workflow_id) is not None:
             return True
         return bool(self.backtest_in_flight(workspace_id, workflow_id))
 
@@ -384,6 +453,12 @@ class StoreStudies:
         if from_data is not None:
             return from_data
         return recorded_data_end(self.engine, facts.workspace_id, facts.workflow_id)
+
+    def data_source(self, facts: StudyFacts) -> DataSource:
+        with session_scope(self.engine) as session:
+            row = session.get(StudyRow, int(facts.study_id))
+            config = {} if row is None else dict(row.config_json.get("backend", {}))
+        return data_source_of(config)
 
     def create_rerun(self, spec: RerunSpec) -> str:
         with session_scope(self.engine) as session:

@@ -7,6 +7,7 @@ from typestrict_pipeline.store.engine import (
     normalize_url,
     open_store,
     session_scope,
+    store_failure,
     typestrict_home,
     upgrade,
 )
@@ -19,6 +20,7 @@ __all__ = [
     "normalize_url",
     "open_store",
     "session_scope",
+    "store_failure",
     "typestrict_home",
     "upgrade",
     "utcnow",

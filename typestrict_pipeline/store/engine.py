@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.config import Config
@@ -126,8 +128,110 @@ def create_store_engine(url: str) -> Engine:
             Path(database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
-        return engine
-    return create_engine(url, pool_pre_ping=True)
+    else:
+        engine = create_engine(url, pool_pre_ping=True)
+    event.listen(engine, "before_cursor_execute", refuse_nul)
+    return engine
+
+
+def refuse_nul(conn: object, cursor: object, statement: str, parameters: Any, context: object,
+               executemany: bool) -> None:
+    """Refuse a statement whose values hold a NUL character, on every backend alike.
+
+    PostgreSQL cannot store a NUL in text (psycopg2 raises ``ValueError``, a 500 where it
+    escapes); SQLite stores it raw, where a later reader may cut the text at it. The edges
+    refuse control characters with the field's name first (:mod:`typestrict_pipeline.values`);
+    this is the store's own last check, so no path can write one.
+
+    Raises:
+        InputError: naming the column the value was meant for.
+    """
+    rows = parameters if executemany and isinstance(parameters, (list, tuple)) else (parameters,)
+    for row in rows:
+        if isinstance(row, dict):
+            items: Any = row.items()
+        elif isinstance(row, (list, tuple)):
+            items = enumerate(row)
+        else:
+            items = ((0, row),)
+        for key, value in items:
+            kind = type(value)
+            if kind is str and "\x00" in value:
+                raise _refused_value(context, key, "text without NUL characters", "a NUL (U+0000)",
+                                     "remove the NUL character (the store refuses it)")
+            if kind is int and not -(2**63) <= value < 2**63:
+                raise _refused_value(context, key, "a whole number the store can hold (at most 19 digits)",
+                                     f"a number of {len(str(abs(value))) if value.bit_length() < 10_000 else 'thousands of'} digits",
+                                     "use a number in range")
+
+
+def _refused_value(context: object, key: object, expected: str, got: str, fix: str) -> Exception:
+    from typestrict_pipeline.errors import InputError
+
+    names = getattr(getattr(context, "compiled", None), "positiontup", None)
+    if isinstance(key, int) and names and key < len(names):
+        key = str(names[key]).rsplit("__", 1)[0]
+    return InputError(expected, f"{got} in the value for {key!r}", fix)
+
+
+@dataclass(frozen=True)
+class StoreFailure:
+    """What a database error means for whoever asked (:func:`store_failure`).
+
+    Attributes:
+        kind: ``"unavailable"`` (busy, locked, unreachable), ``"read_only"``, ``"value"`` (a
+            value the database refused), ``"conflict"`` (a constraint) or ``"bug"``.
+        transient: the same request may succeed later (only ``unavailable``).
+        message: one line for the user (expected, got, what to do).
+    """
+
+    kind: str
+    transient: bool
+    message: str
+
+
+_READ_ONLY_WORDS = ("readonly database", "read-only", "read only", "readonlysqltransaction")
+
+
+def store_failure(exc: BaseException) -> StoreFailure:
+    """Classify a SQLAlchemy error: only a busy or unreachable store is worth retrying; a
+    read-only store, a refused value or a constraint will fail the same way every time, and
+    saying "retry in a moment" for them would be a lie.
+
+    >>> from sqlalchemy.exc import OperationalError, DataError
+    >>> store_failure(OperationalError("x", {}, Exception("database is locked"))).transient
+    True
+    >>> store_failure(OperationalError("x", {}, Exception("attempt to write a readonly database"))).kind
+    'read_only'
+    >>> store_failure(DataError("x", {}, Exception("integer out of range"))).kind
+    'value'
+    """
+    from sqlalchemy import exc as sa
+
+    orig = getattr(exc, "orig", None) or exc
+    name = type(orig).__name__
+    words = f"{name} {orig}".lower()
+    if any(w in words for w in _READ_ONLY_WORDS):
+        return StoreFailure("read_only", False,
+                            f"expected a store that can be written, got a read-only one ({name}). Reads "
+                            "still work; make the store (the SQLite file and its folder, or the "
+                            "database user) writable to change anything")
+    if isinstance(exc, sa.DataError):
+        return StoreFailure("value", False,
+                            f"expected values the store can hold (numbers in range, text without NUL, "
+                            f"lengths within the schema), got one it refused ({name}: "
+                            f"{' '.join(str(orig).split())[:120]}). Fix the value")
+    if isinstance(exc, sa.IntegrityError):
+        return StoreFailure("conflict", False,
+                            f"expected a change that agrees with what is stored, got a conflict ({name}). "
+                            "Reload what you changed and try again")
+    if isinstance(exc, (sa.OperationalError, sa.InterfaceError, sa.TimeoutError, sa.DisconnectionError)):
+        return StoreFailure("unavailable", True,
+                            f"expected the store to answer, got {name} (busy or unreachable). Retry in "
+                            "a moment")
+    return StoreFailure("bug", False,
+                        f"expected the store to accept the request, got {name}. It is logged; tell the "
+                        "operator if it persists")
 
 
 def alembic_config(engine: Engine) -> Config:
@@ -171,8 +275,11 @@ def upgrade(engine: Engine) -> None:
         ) from exc
 
 
-def open_store(url: str | None = None) -> Engine:
+def open_store(url: str | None = None, *, create: bool = True) -> Engine:
     """An engine on the store at ``url`` (default :func:`default_store_url`), schema upgraded.
+
+    With ``create=False`` (a command that only reads) a database without a store is refused,
+    not given the store's schema: reading creates nothing, on any backend.
 
     An existing store is checked before it is used, and never silently replaced
     (:func:`check_store`): a SQLite file that is empty, truncated or corrupt, or a database
@@ -185,18 +292,89 @@ def open_store(url: str | None = None) -> Engine:
     """
     url = normalize_url(url or default_store_url())
     engine = create_store_engine(url)
+    path = _sqlite_path(engine)
+    if path is not None and read_only_file(path):
+        engine.dispose()
+        return _open_read_only(path)
     try:
         with _init_lock(engine):
             key = (url, _identity(engine))
             with _upgrade_guard:
                 if key not in _upgraded:
                     check_store(engine)
+                    if not create and not _has_version(engine):
+                        raise StoreError(
+                            f"expected a TypeStrict store at {_mask(url)}, got a database without one "
+                            "(no tables of ours). Reading creates nothing: make the store with "
+                            "`typestrict store upgrade --store URL` (or any command that writes), or "
+                            "point --store at the store you meant")
                     upgrade(engine)
                     _upgraded.add((url, _identity(engine)))
     except BaseException:
         engine.dispose()
         raise
     return engine
+
+
+def read_only_file(path: Path) -> bool:
+    """Whether ``path`` is an existing SQLite store this process may read but not write (the
+    file, or its folder where SQLite keeps its journal, is read-only for this user).
+
+    >>> read_only_file(Path("/no/such/store.db"))
+    False
+    """
+    try:
+        if not path.is_file():
+            return False
+    except OSError:
+        return False
+    return not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK))
+
+
+def _open_read_only(path: Path) -> Engine:
+    """An engine that reads a read-only SQLite store as it is: checked like any store, never
+    upgraded (a store at an older schema is refused: it cannot be brought up to date), opened
+    ``mode=ro`` (``immutable`` when no write-ahead log is pending, since SQLite cannot make its
+    shared-memory file in a read-only folder). Reads work; a write fails with SQLite's
+    "readonly database" error, which :func:`store_failure` words for the user."""
+    _check_sqlite_file(path)
+    wal = path.with_name(path.name + "-wal")
+    pending = wal.exists() and wal.stat().st_size > 0
+    uri = f"{path.resolve().as_uri()}?mode=ro" + ("" if pending else "&immutable=1")
+    _check_sqlite_contents(path, uri=uri)
+    engine = create_engine("sqlite://", creator=lambda: _sqlite3_connect(uri))
+    event.listen(engine, "before_cursor_execute", refuse_nul)
+    try:
+        _require_current_schema(engine, path)
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine
+
+
+def _sqlite3_connect(uri: str) -> Any:
+    import sqlite3
+
+    return sqlite3.connect(uri, uri=True, timeout=30, check_same_thread=False)
+
+
+def _require_current_schema(engine: Engine, path: Path) -> None:
+    """Refuse a read-only store whose schema is not this version's (it cannot be upgraded)."""
+    from alembic.script import ScriptDirectory
+
+    heads = set(ScriptDirectory.from_config(alembic_config(engine)).get_heads())
+    try:
+        with engine.connect() as conn:
+            have = {r[0] for r in conn.execute(text("SELECT version_num FROM alembic_version"))}
+    except SQLAlchemyError as exc:
+        raise _broken(str(path), f"a read-only file without a readable schema version "
+                      f"({type(getattr(exc, 'orig', exc)).__name__})") from None
+    if have != heads:
+        raise StoreError(
+            f"{path}: expected a store at this version's schema, got a read-only store at "
+            f"{sorted(have)[:3]}: it cannot be upgraded while it is read-only. Make the file and its "
+            "folder writable (or use the TypeStrict version that wrote it)."
+        )
 
 
 def _sqlite_path(engine: Engine) -> Path | None:
@@ -247,6 +425,35 @@ RESTORE_HINT = (
 )
 
 
+def connect_problem(exc: BaseException, url: URL) -> str:
+    """What is missing when a database cannot be reached, in the product's message shape.
+
+    >>> from sqlalchemy.engine import make_url
+    >>> u = make_url("postgresql+psycopg2://ts@127.0.0.1:5432/nosuch")
+    >>> connect_problem(Exception('FATAL:  database "nosuch" does not exist'), u)
+    "expected the database 'nosuch' on 127.0.0.1:5432, got no such database. Create it (createdb -h 127.0.0.1 -p 5432 nosuch, or CREATE DATABASE nosuch) or fix the database name in --store / TYPESTRICT_STORE_URL."
+    """
+    text = str(getattr(exc, "orig", None) or exc)
+    server = f"{url.host or 'localhost'}:{url.port or 5432}"
+    m = re.search(r'database "([^"]+)" does not exist', text)
+    if m:
+        name = m.group(1)
+        return (f"expected the database '{name}' on {server}, got no such database. Create it "
+                f"(createdb -h {url.host or 'localhost'} -p {url.port or 5432} {name}, or CREATE DATABASE "
+                f"{name}) or fix the database name in --store / TYPESTRICT_STORE_URL.")
+    m = re.search(r'(?:role|user) "([^"]+)"', text)
+    if m and ("does not exist" in text or "authentication failed" in text):
+        why = "no such role" if "does not exist" in text else "the password was refused"
+        return (f"expected the database user '{m.group(1)}' to log in on {server}, got {why}. Fix the "
+                "user or password in --store / TYPESTRICT_STORE_URL (or create the role).")
+    if "Connection refused" in text or "could not connect" in text or "timeout expired" in text:
+        return (f"expected a PostgreSQL server answering on {server}, got no answer. Start the server "
+                "or fix the host and port in --store / TYPESTRICT_STORE_URL.")
+    cause = type(getattr(exc, "orig", None) or exc).__name__
+    return (f"expected a reachable database, got {cause}: {' '.join(text.split())[:200]}. "
+            "Check the URL, that the server runs and that this user may connect.")
+
+
 def _broken(where: str, got: str) -> StoreError:
     return StoreError(f"{where}: expected a TypeStrict store, got {got}. {RESTORE_HINT}.")
 
@@ -280,23 +487,18 @@ def check_store(engine: Engine) -> None:
         with engine.connect() as conn:
             tables = set(inspect(conn).get_table_names())
     except SQLAlchemyError as exc:
-        cause = type(getattr(exc, "orig", None) or exc).__name__
-        raise StoreError(
-            f"could not bring the store at {where} to the current schema: expected a reachable "
-            f"database, got {cause}. "
-            "Check the URL, that the server runs and that this user may connect."
-        ) from None
+        raise StoreError(f"could not open the store at {where}: {connect_problem(exc, engine.url)}") from None
     if "alembic_version" not in tables and tables & set(Base.metadata.tables):
         raise _broken(where, f"tables without a schema version ({sorted(tables)[:5]})")
 
 
-def _check_sqlite_contents(path: Path) -> None:
+def _check_sqlite_contents(path: Path, *, uri: str | None = None) -> None:
     """``PRAGMA quick_check`` and the tables, through a read-only connection (nothing changes)."""
     import sqlite3
 
     where = str(path)
     try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+        conn = sqlite3.connect(uri or f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
         try:
             result = conn.execute("PRAGMA quick_check").fetchone()
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}

@@ -190,17 +190,33 @@ def plan_folds(
             )
     if step <= dt.timedelta(0):
         raise InputError("a positive step size", str(step), "use e.g. timedelta(days=1)")
-    holdout = Window(end - holdout_steps * step, end, holdout_steps)
+    need = n_folds * eval_steps + tune_steps + gap + embargo + holdout_steps
+    have = max(0, (end - start) // step)
+
+    def too_short() -> NotEnoughDataError:
+        return NotEnoughDataError(
+            f"expected at least {need} steps of data for {n_folds} folds × ({tune_steps} tune + "
+            f"{gap} gap + {eval_steps} eval) + {embargo} embargo + {holdout_steps} holdout, "
+            f"got {have}. Use fewer or shorter folds, or a longer time range."
+        )
+
+    # Counted in steps first, so no date is ever computed before the data (or the calendar).
+    if holdout_steps > have and earliest_holdout_start is None:
+        raise too_short()
+    holdout = Window(end - min(holdout_steps, have) * step, end, holdout_steps)
     if earliest_holdout_start is not None:
         earliest = _aware("earliest_holdout_start", earliest_holdout_start)
-        if holdout.start < earliest:
+        if holdout_steps > have or holdout.start < earliest:
             unseen = max(0, int((end - earliest) / step))
             raise NotEnoughDataError(
                 f"Not enough unseen data yet: {unseen} of {holdout_steps} steps "
                 f"(expected the holdout to start at or after {earliest.isoformat()}, "
-                f"got {holdout.start.isoformat()}). Add data or extend the time range; "
+                f"got {(holdout.start if holdout_steps <= have else start).isoformat()}). "
+                "Add data or extend the time range; "
                 "a shorter holdout is never scored."
             )
+    if need > have:
+        raise too_short()
     eval_end = holdout.start - embargo * step
     folds: list[Fold] = []
     for k in range(n_folds):
@@ -209,15 +225,8 @@ def plan_folds(
         t_end = e_start - gap * step
         tu = Window(t_end - tune_steps * step, t_end, tune_steps)
         folds.append(Fold(k + 1, tu, ev))
-    first = folds[0].tune.start
-    if first < start:
-        need = int((end - first) / step)
-        have = int((end - start) / step)
-        raise NotEnoughDataError(
-            f"expected at least {need} steps of data for {n_folds} folds × ({tune_steps} tune + "
-            f"{gap} gap + {eval_steps} eval) + {embargo} embargo + {holdout_steps} holdout, "
-            f"got {have}. Use fewer or shorter folds, or a longer time range."
-        )
+    if folds[0].tune.start < start:
+        raise too_short()
     return FoldLayout(
         step=step,
         horizon_steps=horizon_steps,
@@ -226,3 +235,21 @@ def plan_folds(
         folds=tuple(folds),
         holdout=holdout,
     )
+
+
+def window_label(start: dt.datetime, end: dt.datetime, step: dt.timedelta) -> str:
+    """A window of steps ``[start, end)`` as a reader writes it: its first and last step,
+    inclusive (the leaderboard, the lineage panel and the schedules say it the same way).
+
+    >>> day = dt.timedelta(days=1)
+    >>> window_label(dt.datetime(2015, 9, 2, tzinfo=dt.UTC), dt.datetime(2015, 12, 31, tzinfo=dt.UTC), day)
+    '2015-09-02 – 2015-12-30'
+    >>> window_label(dt.datetime(2015, 9, 2, tzinfo=dt.UTC), dt.datetime(2015, 9, 2, 3, tzinfo=dt.UTC),
+    ...              dt.timedelta(hours=1))
+    '2015-09-02 00:00 UTC – 2015-09-02 02:00 UTC'
+    """
+    last = end - step
+    if step >= dt.timedelta(days=1) and step % dt.timedelta(days=1) == dt.timedelta(0):
+        return f"{start.date().isoformat()} – {last.date().isoformat()}"
+    return (f"{start.astimezone(dt.UTC):%Y-%m-%d %H:%M} UTC – "
+            f"{last.astimezone(dt.UTC):%Y-%m-%d %H:%M} UTC")

@@ -26,6 +26,7 @@ from typestrict_pipeline.files import loads_or_text
 from typestrict_pipeline.study.limits import usd_to_micro
 from typestrict_pipeline.study.service import StudyConfig
 from typestrict_pipeline.study.space import RandomParam, SearchSpace
+from typestrict_pipeline.values import number
 
 
 @dataclass(frozen=True)
@@ -94,8 +95,30 @@ def study_config(form: StudyForm) -> StudyConfig:
         horizon_steps=form.horizon_steps, max_candidates=form.max_candidates,
         max_total_steps=form.max_total_steps,
         budget_micro=None if form.budget_usd is None else usd_to_micro(form.budget_usd),
-        backend=backend, name=form.name, min_unseen_steps=form.min_unseen_steps,
+        backend=backend, name=form.name or default_name(form, space), min_unseen_steps=form.min_unseen_steps,
     )
+
+
+def default_name(form: StudyForm, space: SearchSpace) -> str:
+    """The name a study gets when the form gives none: what it searches, on which data.
+
+    >>> form = StudyForm("seattle_rain", "2013-01-02", "2015-12-31", 90, 60, 120)
+    >>> default_name(form, parse_space(["threshold=0.4,0.5,0.6"], None, 0, 0, None))
+    'seattle_rain: threshold 0.4..0.6 (3 values) on seattle_weather, 2013-01-02 to 2015-12-31'
+    """
+    parts = []
+    for name, grid_values in space.grid.items():
+        shown = [str(v) for v in grid_values]
+        parts.append(f"{name} {shown[0]}..{shown[-1]} ({len(shown)} values)" if len(shown) > 2
+                     else f"{name} {', '.join(shown)}")
+    for name, r in space.random.items():
+        parts.append(f"{name} {r.low}..{r.high} (random)")
+    if space.prompts:
+        parts.append("prompts of " + ", ".join(space.prompts))
+    what = "; ".join(parts) or "its defaults"
+    data = "the synthetic workflow" if form.synthetic else form.dataset
+    text = f"{form.workflow}: {what} on {data}, {form.start[:10]} to {form.end[:10]}"
+    return text if len(text) <= 120 else text[:119] + "…"
 
 
 def _value(text: str, what: str) -> Any:
@@ -121,9 +144,11 @@ def parse_space(grid: list[str] | None, random: list[str] | None, draws: int, se
         low, colon, high = rng.partition(":")
         if not sep or not colon:
             raise InputError("--random as NAME=LOW:HIGH", repr(item), "write e.g. --random threshold=0.3:0.7")
-        lo, hi = _value(low, f"--random {name.strip()}"), _value(high, f"--random {name.strip()}")
-        r[name.strip()] = RandomParam(float(lo), float(hi),
-                                      integer=isinstance(lo, int) and isinstance(hi, int))
+        what = f"--random {name.strip()}"
+        lo, hi = _value(low.strip(), what), _value(high.strip(), what)
+        fix = "write two finite numbers, e.g. --random threshold=0.3:0.7"
+        r[name.strip()] = RandomParam(number(lo, f"{what}'s LOW", fix=fix), number(hi, f"{what}'s HIGH", fix=fix),
+                                      integer=type(lo) is int and type(hi) is int)
     prompts: dict[str, list[str]] = {}
     for item in prompt_files or []:
         step, sep, path = item.partition("=")

@@ -18,7 +18,7 @@ from sqlalchemy import Engine, select
 from typestrict_pipeline.errors import NotEnoughDataError
 from typestrict_pipeline.store import session_scope
 from typestrict_pipeline.study import repository as repo
-from typestrict_pipeline.study.folds import FoldLayout
+from typestrict_pipeline.study.folds import FoldLayout, window_label
 from typestrict_pipeline.study.inference import (
     HoldoutTest,
     JointInference,
@@ -100,6 +100,7 @@ class Leaderboard:
     joint_missing_reason: str | None = None
     pbo: Pbo | None = None
     decorrelation_span: int | None = None
+    holdout_label: str = ""
     embargo_steps: int = 1
     holdout_test: HoldoutTest | None = None
     holdout_test_missing_reason: str | None = None
@@ -305,6 +306,7 @@ def load_leaderboard(engine: Engine, study_id: int) -> Leaderboard:
             joint_missing_reason=joint_missing,
             pbo=ranking.pbo,
             decorrelation_span=span,
+            holdout_label=window_label(layout.holdout.start, layout.holdout.end, layout.step),
             embargo_steps=layout.embargo_steps,
             holdout_test=htest,
             holdout_test_missing_reason=htest_missing,
@@ -441,8 +443,8 @@ def header_lines(board: Leaderboard) -> list[tuple[str, str]]:
         se = f" ± {board.holdout_se:.4f} (SE)" if board.holdout_se is not None else ""
         lines.append(("Holdout (the number to trust)",
                       f"{board.holdout_score:.4f}{se} for candidate "
-                      f"{_index_of(board, board.winner_candidate_id)} on {board.holdout_start} → "
-                      f"{board.holdout_end} ({board.holdout_steps} steps)"))
+                      f"{_index_of(board, board.winner_candidate_id)} on {_holdout_window(board)} "
+                      f"({board.holdout_steps} steps)"))
         if board.holdout_baseline is not None:
             lines.append(("Baseline on the holdout",
                           f"{board.holdout_baseline:.4f} (the version's default parameters and "
@@ -457,8 +459,13 @@ def header_lines(board: Leaderboard) -> list[tuple[str, str]]:
         lines.append(("Holdout", first))
         lines += [("", line) for line in more]
     else:
-        lines.append(("Holdout", f"not scored yet ({board.holdout_start} → {board.holdout_end})"))
+        lines.append(("Holdout", f"not scored yet ({_holdout_window(board)})"))
     return lines
+
+
+def _holdout_window(board: Leaderboard) -> str:
+    """The holdout's first and last step, as the lineage panel writes a window."""
+    return board.holdout_label or f"{board.holdout_start} → {board.holdout_end}"
 
 
 def _luck_lines(board: Leaderboard) -> list[tuple[str, str]]:

@@ -64,24 +64,24 @@ class StudyLimits:
             )
 
 
-def usd_to_micro(usd: str | float | int) -> int:
-    """Parse a USD amount (``"0.25"``, ``"$1"``) into integer micro-USD, exactly.
+def usd_to_micro(usd: object) -> int:
+    """Parse a USD amount (``"0.25"``, ``"$1"``, a ``Decimal``) into integer micro-USD, exactly
+    (:func:`typestrict_pipeline.values.money_micro`: finite, 0 to 1,000,000, at most 6 decimals).
 
     >>> usd_to_micro("0.25"), usd_to_micro("$1.000001")
     (250000, 1000001)
+    >>> usd_to_micro("Infinity")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.LimitError: expected a USD amount from 0 to 1,000,000 with at most 6 decimals (e.g. 0.25), got 'Infinity'. Enter the budget in dollars, e.g. 0.25.
     """
-    from decimal import Decimal, InvalidOperation
+    from typestrict_pipeline.errors import InputError
+    from typestrict_pipeline.values import money_micro
 
-    text = str(usd).strip().lstrip("$").strip()
     try:
-        value = Decimal(text) * MICRO
-    except InvalidOperation:
-        raise LimitError(f"expected a USD amount such as 0.25, got {usd!r}. "
-                         "Enter the budget in dollars.") from None
-    if value != value.to_integral_value():
-        raise LimitError(f"expected a USD amount with at most 6 decimals, got {usd!r}. "
-                         "Round the budget to a micro-dollar.")
-    return int(value)
+        return money_micro(usd, fix="enter the budget in dollars, e.g. 0.25")
+    except InputError as exc:
+        raise LimitError(str(exc)) from None
 
 
 def format_usd(micro: int | None, *, exact: bool = False) -> str:

@@ -18,6 +18,7 @@ Every guarantee here is enforced by the database, not by the process:
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -42,6 +43,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from typestrict_pipeline.errors import ConflictError, LimitError, NotFoundError
+from typestrict_pipeline.lifecycle.leases import LeaseKind, release_in, take_in
+from typestrict_pipeline.processes import ProcessIdentity, this_process
 from typestrict_pipeline.store import session_scope, utcnow
 from typestrict_pipeline.study.folds import FoldLayout
 from typestrict_pipeline.study.limits import (
@@ -54,8 +57,8 @@ from typestrict_pipeline.study.limits import (
 from typestrict_pipeline.study.space import Candidate, Discarded, SearchSpace
 from typestrict_pipeline.study.tables import (
     CandidateRow,
-    DeletedStudyRow,
     CandidateState,
+    DeletedStudyRow,
     LockRow,
     RunRow,
     RunState,
@@ -235,8 +238,12 @@ def create_study(
     name: str | None = None,
     validate: Callable[[Candidate], str | None] | None = None,
     min_unseen_steps: int | None = None,
+    owner: ProcessIdentity | None = None,
 ) -> int:
     """Create a study in state ``PENDING`` and take its workflow's lock, atomically.
+
+    The creating process (``owner``, default this one) holds the study's lease until a run takes
+    it over (:func:`start_study`); if it dies first, the reaper marks the study ``INTERRUPTED``.
 
     Candidates beyond ``max_candidates`` (in run order) are recorded as discarded with the
     reason ``not run: Max candidates reached``; duplicates as ``duplicate of candidate N``.
@@ -343,6 +350,8 @@ def create_study(
         s.add(LockRow(workspace=workspace, workflow=workflow, study_id=study.id, created_at=utcnow()))
         try:
             s.flush()
+            # The creating process holds it until a run takes it over (liveness, not hope).
+            take_in(s, LeaseKind.STUDY, str(study.id), owner=owner)
         except IntegrityError:
             s.rollback()
             other = s.execute(
@@ -417,9 +426,22 @@ def _study_not_found(study_id: int) -> NotFoundError:
     )
 
 
-def start_study(engine: Engine, study_id: int, dagster_run_id: str | None = None) -> None:
-    """Move a ``PENDING`` or ``FAILED`` study to ``RUNNING`` (a re-execution resumes it)."""
+_RESUMABLE = [StudyState.PENDING.value, StudyState.RUNNING.value, StudyState.FAILED.value,
+              StudyState.INTERRUPTED.value]
+
+
+def start_study(engine: Engine, study_id: int, dagster_run_id: str | None = None, *,
+                owner: ProcessIdentity | None = None) -> None:
+    """Move a ``PENDING``, ``FAILED`` or ``INTERRUPTED`` study to ``RUNNING`` (a re-execution
+    resumes it); the driving process (``owner``, default this one) takes its lease.
+
+    A ``FAILED`` or ``INTERRUPTED`` study released its workflow's lock: it is taken again.
+
+    Raises:
+        ConflictError: the study ended, or another study took the workflow meanwhile.
+    """
     with session_scope(engine) as s:
+        _write_lock(s.connection())
         study = get_study(s, study_id)
         state = StudyState(study.state)
         if state.is_terminal:
@@ -427,26 +449,100 @@ def start_study(engine: Engine, study_id: int, dagster_run_id: str | None = None
                 f"expected a pending or interrupted study, got study {study_id} in state "
                 f"{state.label}. Create a new study to run again."
             )
+        lock = s.get(LockRow, (study.workspace, study.workflow))
+        if lock is None:
+            s.add(LockRow(workspace=study.workspace, workflow=study.workflow, study_id=study.id,
+                          created_at=utcnow()))
+            try:
+                s.flush()
+            except IntegrityError:
+                s.rollback()
+                lock = s.get(LockRow, (study.workspace, study.workflow))
+        if lock is not None and lock.study_id != study.id:
+            other = s.get(StudyRow, lock.study_id)
+            raise ConflictError(_conflict_message(study.workspace, study.workflow, lock.study_id,
+                                                  other.state if other is not None else "in flight"))
         s.execute(
             update(StudyRow)
-            .where(StudyRow.id == study_id, StudyRow.state.in_(["PENDING", "RUNNING", "FAILED"]))
+            .where(StudyRow.id == study_id, StudyRow.state.in_(_RESUMABLE))
             .values(
                 state=StudyState.RUNNING.value,
                 started_at=study.started_at or utcnow(),
                 dagster_run_id=dagster_run_id or study.dagster_run_id,
                 error=None,
+                finished_at=None,
             )
         )
+        take_in(s, LeaseKind.STUDY, str(study_id), owner=owner or this_process(),
+                force=True)  # the new driver takes over whoever held it
+
+
+def abandon_unstarted(engine: Engine, study_id: int, reason: str) -> bool:
+    """Mark a study that no run ever started (still ``PENDING``) as ``FAILED`` with ``reason``
+    and release its workflow's lock; do nothing to a study a run started. Whoever launched the
+    run calls it when the run ended: a run that could not reach the store cannot release the
+    lock itself, and nothing else would. Re-executing the run later takes the lock again
+    (:func:`start_study`).
+
+    Returns:
+        Whether the study was abandoned.
+    """
+    with session_scope(engine) as s:
+        _write_lock(s.connection())
+        res = s.execute(
+            update(StudyRow)
+            .where(StudyRow.id == study_id, StudyRow.state == StudyState.PENDING.value)
+            .values(state=StudyState.FAILED.value, error=reason[:4000])
+        )
+        if not res.rowcount:  # type: ignore[attr-defined]
+            return False
+        study = get_study(s, study_id)
+        _release_lock(s, study)
+        release_in(s, LeaseKind.STUDY, str(study_id))
+        return True
 
 
 def mark_failed(engine: Engine, study_id: int, error: str) -> None:
-    """Record that the study's run failed; the lock stays so a re-execution can resume it."""
+    """Record that the study's run failed. Its workflow's lock and lease are released (a failed
+    study blocks nothing); a re-execution takes the lock again and resumes it."""
     with session_scope(engine) as s:
-        s.execute(
+        study = s.get(StudyRow, study_id)
+        changed = s.execute(
             update(StudyRow)
             .where(StudyRow.id == study_id, StudyRow.state.in_(["PENDING", "RUNNING"]))
-            .values(state=StudyState.FAILED.value, error=error[:4000])
-        )
+            .values(state=StudyState.FAILED.value, error=error[:4000], finished_at=utcnow())
+        ).rowcount  # type: ignore[attr-defined]
+        if changed and study is not None:
+            _release_lock(s, study)
+            release_in(s, LeaseKind.STUDY, str(study_id))
+
+
+def interrupt_study(engine: Engine, study_id: int, why: str, *,
+                    now: dt.datetime | None = None) -> bool:
+    """A ``PENDING`` or ``RUNNING`` study whose driving process is gone becomes ``INTERRUPTED``:
+    ``why`` (with when) recorded, its lock, lease and unspent reservations released (what its runs
+    spent stays spent). Returns whether it changed."""
+    at = now or utcnow()
+    with engine.begin() as conn:
+        _write_lock(conn)
+        changed = conn.execute(
+            update(_STUDIES)
+            .where(_S.id == study_id, _S.state.in_([StudyState.PENDING.value,
+                                                     StudyState.RUNNING.value]))
+            .values(state=StudyState.INTERRUPTED.value, error=why[:4000], finished_at=at)
+        ).rowcount
+        if not changed:
+            return False
+        held = conn.execute(select(*_HELD_COLUMNS).where(
+            _RUNS.c.study_id == study_id, _RUNS.c.state == RunState.RESERVED.value)).all()
+        for row in held:
+            _release(conn, _HeldRun(*row))
+    with session_scope(engine) as s:
+        study = s.get(StudyRow, study_id)
+        if study is not None:
+            _release_lock(s, study)
+        release_in(s, LeaseKind.STUDY, str(study_id))
+    return True
 
 
 def cancel_study(engine: Engine, study_id: int) -> StudyState:
@@ -458,12 +554,12 @@ def cancel_study(engine: Engine, study_id: int) -> StudyState:
         study = get_study(s, study_id)
         res = s.execute(
             update(StudyRow)
-            .where(StudyRow.id == study_id,
-                   StudyRow.state.in_(["PENDING", "RUNNING", "FAILED"]))
+            .where(StudyRow.id == study_id, StudyRow.state.in_(_RESUMABLE))
             .values(state=StudyState.CANCELLED.value, finished_at=utcnow())
         )
         if res.rowcount:  # type: ignore[attr-defined]
             _release_lock(s, study)
+            release_in(s, LeaseKind.STUDY, str(study_id))
             return StudyState.CANCELLED
         return StudyState(study.state)
 
@@ -825,6 +921,7 @@ def finish_study(
         study.holdout_baseline_missing_reason = holdout_baseline_missing_reason
         study.finished_at = utcnow()
         _release_lock(s, study)
+        release_in(s, LeaseKind.STUDY, str(study_id))
         return final
 
 
@@ -848,6 +945,7 @@ __all__ = [
     "finish_study",
     "flush_progress",
     "get_study",
+    "interrupt_study",
     "mark_failed",
     "record_stop",
     "reserve_run",

@@ -21,9 +21,21 @@ from typing import Any
 
 import numpy as np
 
-from typestrict_pipeline.errors import InputError
+from typestrict_pipeline.errors import InputError, LimitError
 
 JSONScalar = str | int | float | bool | None
+
+MAX_PLANNED_CANDIDATES = 100_000
+"""Most candidates a search space may plan (every one is stored, run or discarded): a space that
+plans more is refused by counting, before a single candidate is built."""
+
+_materialised = 0
+
+
+def candidates_materialised() -> int:
+    """How many planned candidates this process has built so far (a count of work done, read
+    by the tests that prove a refused space builds none)."""
+    return _materialised
 
 
 @dataclass(frozen=True)
@@ -161,8 +173,45 @@ class SearchSpace:
             extra=tuple(dict(e) for e in data.get("extra", ())),
         )
 
+    def planned_count(self) -> int:
+        """How many candidates the space plans, from the sizes alone (nothing is built):
+        the explicit candidates, plus grid points × random draws × prompt combinations.
+
+        >>> SearchSpace(grid={"a": range(100), "b": range(100), "c": range(100)}).planned_count()
+        1000000
+        """
+        grid = math.prod(len(v) for v in self.grid.values())
+        draws = self.random_draws if self.random_draws > 0 else 1
+        prompts = math.prod(len(v) for v in self.prompts.values())
+        return len(self.extra) + grid * draws * prompts
+
+    def check_size(self, max_planned: int = MAX_PLANNED_CANDIDATES) -> int:
+        """The planned count, or a :class:`LimitError` when it is above ``max_planned``.
+
+        >>> SearchSpace(grid={"a": range(100), "b": range(100), "c": range(100)}).check_size()
+        Traceback (most recent call last):
+        ...
+        typestrict_pipeline.errors.LimitError: expected a search space of at most 100,000 planned candidates, got 1,000,000 (grid 100 × 100 × 100). Try fewer values per parameter, fewer random draws or fewer prompts; Max candidates only limits how many of them run.
+        """
+        planned = self.planned_count()
+        if planned > max_planned:
+            parts = []
+            if self.grid:
+                parts.append("grid " + " × ".join(f"{len(v):,}" for v in self.grid.values()))
+            if self.random_draws > 0:
+                parts.append(f"{self.random_draws:,} random draws")
+            if self.prompts:
+                parts.append("prompts " + " × ".join(f"{len(v):,}" for v in self.prompts.values()))
+            if self.extra:
+                parts.append(f"{len(self.extra):,} explicit")
+            raise LimitError(
+                f"expected a search space of at most {max_planned:,} planned candidates, got "
+                f"{planned:,} ({', '.join(parts)}). Try fewer values per parameter, fewer random "
+                "draws or fewer prompts; Max candidates only limits how many of them run.")
+        return planned
+
     def validate(self) -> None:
-        """Refuse an empty or malformed space with a message that says what to fix."""
+        """Refuse an empty, malformed or too large space with a message that says what to fix."""
         for name, values in self.grid.items():
             if isinstance(values, str) or len(values) == 0:
                 raise InputError(f"a non-empty list of values for grid parameter {name!r}",
@@ -172,6 +221,11 @@ class SearchSpace:
                 if spec.low is None or spec.high is None or not spec.low <= spec.high:
                     raise InputError(f"low ≤ high for random parameter {name!r}",
                                      f"low={spec.low!r}, high={spec.high!r}", "fix the range")
+                if not (math.isfinite(spec.low) and math.isfinite(spec.high)
+                        and max(abs(spec.low), abs(spec.high)) <= 1e300):
+                    raise InputError(f"finite bounds for random parameter {name!r}",
+                                     f"low={spec.low!r}, high={spec.high!r}",
+                                     "give two finite numbers, e.g. 0.3:0.7")
                 if spec.log and spec.low <= 0:
                     raise InputError(f"a positive low for log-uniform parameter {name!r}",
                                      repr(spec.low), "use a positive range or log=False")
@@ -180,6 +234,7 @@ class SearchSpace:
                                  "list the choices")
         if self.random_draws < 0:
             raise InputError("random_draws ≥ 0", repr(self.random_draws), "fix the number")
+        self.check_size()
         if self.random_draws > 0 and not self.random:
             raise InputError("random parameters to draw", "random_draws without any",
                              "describe the parameters to draw, or set random_draws to 0")
@@ -202,7 +257,8 @@ class SearchSpace:
         >>> len(kept), dropped[0].reason
         (1, 'duplicate of candidate 1')
         """
-        self.validate()
+        global _materialised
+        self.validate()  # counts the space first: a space too large is refused here, unbuilt
         planned: list[tuple[dict[str, JSONScalar], dict[str, str], str, dict[str, str]]] = []
         for extra in self.extra:
             planned.append((dict(self.base_params) | dict(extra.get("params", {})),
@@ -230,6 +286,7 @@ class SearchSpace:
         ):
             origin = " + ".join(x for x in (gorigin, dorigin, "prompts" if pr else "") if x)
             planned.append((dict(self.base_params) | gp | dp, pr, origin or "defaults", tags))
+        _materialised += len(planned)
         kept: list[Candidate] = []
         dropped: list[Discarded] = []
         seen: dict[str, int] = {}

@@ -27,15 +27,19 @@ from typestrict_pipeline.store import Base, UTCDateTime, utcnow
 
 
 class StudyState(enum.StrEnum):
-    """Where a study is in its life.
+    """Where a study is in its life (``docs/lifecycle.md``, "Studies").
 
     Attributes:
-        PENDING: created, lock taken, no run started yet.
-        RUNNING: its Dagster run is executing (or was interrupted and can be re-executed).
+        PENDING: created, lock taken, no run started yet; its creating process holds its lease.
+        RUNNING: its run is executing; the process driving it holds its lease.
         FINISHED: every planned run ran; a winner and (normally) a holdout score exist.
         BUDGET_REACHED: a limit stopped it; what ran is kept and ranked (``stop_limit`` says which).
         CANCELLED: cancelled by a person; what ran is kept and ranked.
-        FAILED: its run failed; re-executing the run resumes it (finished work is not re-run).
+        FAILED: its run failed; the workflow's lock is released; re-executing the run resumes it
+            (finished work is not re-run, nothing is charged twice).
+        INTERRUPTED: the process driving it stopped or died (found by its lease: Ctrl-C, SIGTERM,
+            ``kill -9``, a reboot); ``error`` says when and why; the lock and its reservations are
+            released; re-executing the run resumes it.
     """
 
     PENDING = "PENDING"
@@ -44,10 +48,17 @@ class StudyState(enum.StrEnum):
     BUDGET_REACHED = "BUDGET_REACHED"
     CANCELLED = "CANCELLED"
     FAILED = "FAILED"
+    INTERRUPTED = "INTERRUPTED"
 
     @property
     def is_terminal(self) -> bool:
+        """An end no resume leaves (FAILED and INTERRUPTED rest too, but may be resumed)."""
         return self in (StudyState.FINISHED, StudyState.BUDGET_REACHED, StudyState.CANCELLED)
+
+    @property
+    def in_flight(self) -> bool:
+        """Held by a process (which may have died: the reaper checks its lease)."""
+        return self in (StudyState.PENDING, StudyState.RUNNING)
 
     @property
     def label(self) -> str:

@@ -27,6 +27,7 @@ from typestrict_pipeline.api.schemas import (
 )
 from typestrict_pipeline.credits import ModelState, audit_bytes
 from typestrict_pipeline.credits.models import ModelInfo
+from typestrict_pipeline.files import write_atomic
 from typestrict_pipeline.refund.dataset import unlabeled_from_split
 
 router = APIRouter(tags=["models"], responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}})
@@ -133,17 +134,52 @@ def get_verdict(model_id: ModelId, ctx: Ctx, workspace: Workspace) -> VerdictOut
     return _verdict(ctx, ctx.trainings.model(workspace, model_id))
 
 
+def _audit_file(ctx: Ctx, info: ModelInfo, sha: str) -> FsPath:
+    """The audit as a file named by its SHA-256 under ``<home>/cache/audits`` (written once, from
+    the store's bytes checked against the digest), so it is streamed from disk."""
+    path = ctx.settings.home / "cache" / "audits" / f"{sha}.json"
+    if not path.is_file():
+        data = _audit_bytes(ctx, info)
+        if hashlib.sha256(data).hexdigest() != sha:
+            raise ApiError(500, "audit_mismatch", "expected the stored audit to match its SHA-256, "
+                           "got other bytes. Report this: the audit was not served")
+        write_atomic(path, data)
+    return path
+
+
+def etag_matches(if_none_match: str | None, etag: str) -> bool:
+    """Whether an ``If-None-Match`` header names ``etag`` (``*``, a list, weak or strong).
+
+    >>> etag_matches('W/"ab", "cd"', '"cd"'), etag_matches(None, '"cd"'), etag_matches("*", '"x"')
+    (True, False, True)
+    """
+    if not if_none_match:
+        return False
+    tags = [t.strip().removeprefix("W/") for t in if_none_match.split(",")]
+    return "*" in tags or etag in tags
+
+
 @router.get("/models/{model_id}/audit", response_class=Response,
-            responses={200: {"content": {"application/json": {}}}})
-def get_audit(model_id: ModelId, ctx: Ctx, workspace: Workspace) -> Response:
-    """The audit file, byte-identical to the one settled (also after the files expired); its
-    SHA-256, recorded at settlement, is in the `X-Audit-SHA256` header. Verify it with
+            responses={200: {"content": {"application/json": {}}},
+                       304: {"description": "Not modified: the audit named by If-None-Match"}})
+def get_audit(model_id: ModelId, ctx: Ctx, workspace: Workspace, request: Request) -> Response:
+    """The audit file, byte-identical to the one settled (also after the files expired),
+    streamed from disk. Its SHA-256, recorded at settlement, is in the `X-Audit-SHA256` header
+    and is its ETag (a settled audit never changes): send it back in `If-None-Match` and an
+    unchanged audit is a 304 with no body. Verify it with
     `python3 verify_audit.py --expect-sha256 SHA256 audit.json`."""
     info = ctx.trainings.model(workspace, model_id)
-    data = _audit_bytes(ctx, info)
-    return Response(data, media_type="application/json",
-                    headers={"Content-Disposition": f'attachment; filename="{info.model_id}.audit.json"',
-                             "X-Audit-SHA256": info.audit_sha256 or ""})
+    headers = {"Content-Disposition": f'attachment; filename="{info.model_id}.audit.json"',
+               "X-Audit-SHA256": info.audit_sha256 or ""}
+    sha = info.audit_sha256
+    if sha is None:  # no audit: the store's message (a failed training has nothing to audit)
+        return Response(_audit_bytes(ctx, info), media_type="application/json", headers=headers)
+    etag = f'"{sha}"'
+    headers.update({"ETag": etag, "Cache-Control": "private, no-cache"})
+    if etag_matches(request.headers.get("if-none-match"), etag):
+        return Response(status_code=304, headers=headers)
+    return FileResponse(_audit_file(ctx, info, sha), media_type="application/json",
+                        headers=headers)
 
 
 def _retained(info: ModelInfo) -> FsPath:

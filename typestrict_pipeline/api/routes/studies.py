@@ -23,15 +23,17 @@ from typestrict_pipeline.api.schemas import (
     StudyOut,
 )
 from typestrict_pipeline.api.studies import (
+    cancel_study,
     check_study,
     estimate_study,
+    launch_study,
     list_studies,
     parse_study_id,
+    settle_unstarted,
+    study_form_config,
+    study_run,
 )
-from typestrict_pipeline.study import repository as repo
-from typestrict_pipeline.study.form import StudyForm, study_config
 from typestrict_pipeline.study.leaderboard import header_lines, load_leaderboard
-from typestrict_pipeline.study.service import StudyConfig, create_study_from_config
 from typestrict_pipeline.study.tables import StudyRow
 
 router = APIRouter(tags=["studies"], responses={
@@ -40,53 +42,50 @@ router = APIRouter(tags=["studies"], responses={
 StudyId = Annotated[str, Path(min_length=1, max_length=40)]
 
 
-def _config(body: StudyFormIn, workspace: str) -> StudyConfig:
-    form = StudyForm(**body.model_dump(), workspace=workspace)
-    return study_config(form)
-
-
-def _study_out(row: StudyRow) -> StudyOut:
+def _study_out(ctx: Ctx, row: StudyRow) -> StudyOut:
+    row = settle_unstarted(ctx.engine, ctx.runs, row)
+    run = study_run(ctx.runs, row.workspace, row.id)
     return StudyOut(id=row.id, workspace_id=row.workspace, workflow=row.workflow, state=row.state,
                     stop_limit=row.stop_limit,
                     spend_micro_usd=row.spend_micro if row.cost_tracked else None,
-                    budget_micro_usd=row.budget_micro, estimate_micro_usd=row.estimate_micro)
+                    budget_micro_usd=row.budget_micro, estimate_micro_usd=row.estimate_micro,
+                    error=row.error, run_id=None if run is None else run.run_id,
+                    run_state=None if run is None else run.state)
 
 
 @router.post("/studies/estimate", response_model=EstimateOut)
 def estimate(body: StudyFormIn, ctx: Ctx, workspace: Workspace) -> EstimateOut:
     """What the form shows as soon as a budget is entered (nothing is created)."""
-    est = estimate_study(ctx.engine, _config(body, workspace))
+    config = study_form_config(ctx.settings.home, workspace, body.model_dump())
+    est = estimate_study(ctx.engine, config)
     return EstimateOut(candidates=est.candidates, planned=est.planned, folds=est.folds,
                        total_steps=est.total_steps, estimate_micro_usd=est.estimate_micro, text=est.text)
 
 
 @router.post("/studies", status_code=201, response_model=StudyOut, responses={409: {"model": ErrorBody}})
 def create_study(body: StudyFormIn, ctx: Ctx, workspace: Workspace) -> StudyOut:
-    """Create a study and start running it (one at a time per workflow)."""
-    sid = create_study_from_config(ctx.engine, _config(body, workspace))
-    if ctx.runner is not None:
-        ctx.runner.submit(sid)
-    return _study_out(check_study(ctx.engine, workspace, sid))
+    """Create a study and launch it as a ``study_job`` run on the Dagster instance (the run the
+    Dagster UI launches, listed there; one study at a time per workflow)."""
+    row = launch_study(ctx.engine, ctx.settings.home, ctx.runs, workspace, body.model_dump())
+    return _study_out(ctx, row)
 
 
 @router.get("/studies", response_model=list[StudyOut])
 def get_studies(ctx: Ctx, workspace: Workspace) -> list[StudyOut]:
     """The workspace's studies, newest first."""
-    return [_study_out(r) for r in list_studies(ctx.engine, workspace)]
+    return [_study_out(ctx, r) for r in list_studies(ctx.engine, workspace)]
 
 
 @router.get("/studies/{study_id}", response_model=StudyOut)
 def get_study(study_id: StudyId, ctx: Ctx, workspace: Workspace) -> StudyOut:
-    """A study's state, spend and budget."""
-    return _study_out(check_study(ctx.engine, workspace, parse_study_id(study_id)))
+    """A study's state, spend and budget, and its Dagster run."""
+    return _study_out(ctx, check_study(ctx.engine, workspace, parse_study_id(study_id)))
 
 
 @router.post("/studies/{study_id}/cancel", response_model=StudyOut)
 def cancel(study_id: StudyId, ctx: Ctx, workspace: Workspace) -> StudyOut:
     """Cancel a study; what ran is kept and ranked."""
-    row = check_study(ctx.engine, workspace, parse_study_id(study_id))
-    repo.cancel_study(ctx.engine, row.id)
-    return _study_out(check_study(ctx.engine, workspace, row.id))
+    return _study_out(ctx, cancel_study(ctx.engine, ctx.runs, workspace, parse_study_id(study_id)))
 
 
 @router.get("/studies/{study_id}/leaderboard")
@@ -99,7 +98,7 @@ def leaderboard(study_id: StudyId, ctx: Ctx, workspace: Workspace) -> dict[str, 
     return out
 
 
-def _schedule_out(ctx: Ctx, view: Any) -> ScheduleOut:
+def schedule_out(ctx: Ctx, view: Any) -> ScheduleOut:
     from typestrict_pipeline.reruns.service import status_text
 
     return ScheduleOut(id=view.id, study_id=view.root_study_id, cadence=view.cadence,
@@ -120,7 +119,7 @@ def enable_schedule(study_id: StudyId, body: ScheduleIn, ctx: Ctx, workspace: Wo
     row = check_study(ctx.engine, workspace, parse_study_id(study_id))
     view = core_enable(ctx.engine, StoreStudies(ctx.engine), study_id=str(row.id), cadence=body.cadence,
                        owner=body.owner, min_unseen_steps=body.min_unseen_steps)
-    return _schedule_out(ctx, view)
+    return schedule_out(ctx, view)
 
 
 @router.get("/studies/{study_id}/schedule", response_model=SchedulesOut)
@@ -130,7 +129,7 @@ def read_schedule(study_id: StudyId, ctx: Ctx, workspace: Workspace) -> Schedule
 
     row = check_study(ctx.engine, workspace, parse_study_id(study_id))
     views = list_schedules(ctx.engine, workspace_id=workspace, study_id=str(row.id))
-    return SchedulesOut(schedules=[_schedule_out(ctx, v) for v in views])
+    return SchedulesOut(schedules=[schedule_out(ctx, v) for v in views])
 
 
 @router.get("/studies/{study_id}/lineage", response_model=LineageOut)

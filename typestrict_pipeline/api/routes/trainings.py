@@ -30,13 +30,18 @@ CANONICAL_FORM = 'SHA-256 of UTF-8 "\\n".join(sorted(training_ids)), no final ne
 
 def _out(ctx: Ctx, workspace: str, training_id: str) -> TrainingOut:
     manifest = ctx.trainings.manifest(workspace, training_id)
-    state, model = ctx.trainings.state(workspace, training_id)
+    view = ctx.trainings.view(workspace, training_id)
+    model = view.model
+    deadline = view.deadline_at
     return TrainingOut(
-        id=training_id, workspace_id=workspace, state=state.value,
+        id=training_id, workspace_id=workspace, state=view.state.value,
         keep_if_loses=manifest.options.keep_if_loses,
         decisions=[d.name for d in manifest.decisions],
         verdict=model.verdict.value if model is not None else None,
         model_url=f"/v1/models/{training_id}" if model is not None else None,
+        reason=view.reason,
+        deadline_at=None if deadline is None else deadline.isoformat().replace("+00:00", "Z"),
+        submissions=0 if view.status is None else view.status.submissions,
     )
 
 
@@ -62,7 +67,18 @@ def list_trainings(ctx: Ctx, workspace: Workspace) -> list[TrainingOut]:
 
 @router.get("/trainings/{training_id}", response_model=TrainingOut)
 def get_training(training_id: TrainingId, ctx: Ctx, workspace: Workspace) -> TrainingOut:
-    """A training's state: awaiting_predictions, judging, or settled (with its verdict)."""
+    """A training's state (docs/lifecycle.md): awaiting_predictions, judging, failed (with the
+    reason; corrected predictions are accepted), settled (with its verdict), expired or
+    cancelled (the credit came back); ``deadline_at`` while it is open."""
+    return _out(ctx, workspace, training_id)
+
+
+@router.post("/trainings/{training_id}/cancel", response_model=TrainingOut,
+             responses={409: {"model": ErrorBody}})
+def cancel_training(training_id: TrainingId, ctx: Ctx, workspace: Workspace) -> TrainingOut:
+    """Cancel a training that awaits its predictions (or corrected ones): ``cancelled``, and its
+    credit comes back. A training being judged settles on its own; 409."""
+    ctx.trainings.cancel(workspace, training_id)
     return _out(ctx, workspace, training_id)
 
 
@@ -94,11 +110,14 @@ async def put_model_file(training_id: TrainingId, name: FileName, request: Reque
              responses={409: {"model": ErrorBody}})
 def post_predictions(training_id: TrainingId, body: PredictionsIn, ctx: Ctx,
                      workspace: Workspace) -> TrainingOut:
-    """The trained model's probabilities. The training may state what its model was trained on:
-    ``trained_on_ids`` (the ids) or ``trained_on_id_sha256`` (each id's SHA-256 under the audit's
-    id domain), any subset of the split's training rows, or ``trained_on_sha256`` (the digest of
-    all of them); a stated test or excluded row is refused with the count and the first ids, and
-    the audit records the attestation. The verdict follows."""
+    """The trained model's probabilities, checked against the split before anything is stored: a
+    prediction for every test example of every decision, each over the decision's answers, no id
+    or decision the training does not have (a refusal counts each and names the first ids, 422).
+    The training may state what its model was trained on: ``trained_on_ids`` (the ids) or
+    ``trained_on_id_sha256`` (each id's SHA-256 under the audit's id domain), any subset of the
+    split's training rows, or ``trained_on_sha256`` (the digest of all of them); a stated test or
+    excluded row is refused with the count and the first ids, and the audit records the
+    attestation. Accepted in ``awaiting_predictions`` and ``failed``; the verdict follows."""
     lines = [json.dumps(row.model_dump(), ensure_ascii=False, allow_nan=False) for row in body.predictions]
     data = ("\n".join(lines) + "\n").encode("utf-8")
     stated = [v for v in (body.trained_on_sha256, body.trained_on_ids, body.trained_on_id_sha256)

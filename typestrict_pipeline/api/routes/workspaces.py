@@ -1,4 +1,4 @@
-"""``/v1/workspaces/{workspace_id}``: credit balance, ledger, and usage (Settings → Usage).
+"""``/v1/workspaces/{workspace_id}``: credit balance, ledger, usage and budget (Settings → Usage).
 
 A key only sees its own workspace: any other workspace id is answered 404, like one that does not
 exist.
@@ -6,12 +6,15 @@ exist.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated
 
 from fastapi import APIRouter, Path
 
 from typestrict_pipeline.api.deps import Ctx, Workspace
 from typestrict_pipeline.api.schemas import (
+    BudgetIn,
+    BudgetOut,
     ErrorBody,
     LedgerLineOut,
     SpendOut,
@@ -83,3 +86,23 @@ def get_usage(workspace_id: WorkspaceId, ctx: Ctx, workspace: Workspace) -> Usag
                                budget_micro_usd=st.budget_micro, deleted=st.deleted)
                  for st in u.studies],
     )
+
+
+@router.get("/workspaces/{workspace_id}/budget", response_model=BudgetOut)
+def get_budget(workspace_id: WorkspaceId, ctx: Ctx, workspace: Workspace) -> BudgetOut:
+    """The monthly usage budget, this month's spend (studies included) and whether it is
+    exhausted (scheduled work then waits)."""
+    from typestrict_pipeline.api.budgets import budget_view
+
+    return BudgetOut(**dataclasses.asdict(budget_view(ctx.engine, _own(workspace_id, workspace))))
+
+
+@router.put("/workspaces/{workspace_id}/budget", response_model=BudgetOut, responses={409: {"model": ErrorBody}})
+def put_budget(workspace_id: WorkspaceId, body: BudgetIn, ctx: Ctx, workspace: Workspace) -> BudgetOut:
+    """Set the monthly usage budget, in USD (a JSON number or a decimal string)."""
+    from typestrict_pipeline.api.budgets import set_budget
+    from typestrict_pipeline.api.studies import money_text
+    from typestrict_pipeline.study.limits import usd_to_micro
+
+    ws = _own(workspace_id, workspace)
+    return BudgetOut(**dataclasses.asdict(set_budget(ctx.engine, ws, usd_to_micro(money_text(body.budget_usd)))))

@@ -1,0 +1,84 @@
+"""GET /v1/models/{id}/audit: streamed from disk, named by its SHA-256 (ETag), 304 when unchanged,
+and served while another process holds the store's write lock (a read takes none)."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import time
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from typestrict_pipeline.api.app import create_app
+from typestrict_pipeline.api.keys import create_api_key
+from typestrict_pipeline.credits import CreditLedger, SettlementRequest, settle_training
+from typestrict_pipeline.refund.audit import build_audit, write_audit
+from typestrict_pipeline.refund.rule import judge
+from typestrict_pipeline.refund.synthetic import synthetic_decision
+from typestrict_pipeline.store import open_store
+
+JEV = {"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "jev"}  # never asked here
+MODEL = "tr_etag"
+
+
+def _settled(tmp_path: Path) -> tuple[str, str, bytes]:
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    data = synthetic_decision(seed=7, n=300, n_answers=2, model_skill=0.8, jev_skill=0.6)
+    judgement = judge([data], keep_if_loses=False)
+    path = write_audit(tmp_path / "audit.json",
+                       build_audit(judgement, training_id=MODEL, model_id=MODEL, jev_id="jev"))
+    engine = open_store(url)
+    try:
+        CreditLedger(engine).grant("ws", 1, reference="test")
+        settle_training(engine, SettlementRequest(
+            workspace_id="ws", training_id=MODEL, verdict=judgement.verdict, reason="test",
+            keep_if_loses=False, model_dir=tmp_path / "model", audit_json=path.read_bytes()))
+        key = create_api_key(engine, "ws").key
+    finally:
+        engine.dispose()
+    return url, key, path.read_bytes()
+
+
+def test_the_audit_is_named_by_its_digest_and_not_sent_again(tmp_path: Path) -> None:
+    url, key, audit = _settled(tmp_path)
+    home = tmp_path / "home"
+    app = create_app(url, home, jev_source=JEV)
+    auth = {"Authorization": f"Bearer {key}"}
+    sha = hashlib.sha256(audit).hexdigest()
+    with TestClient(app) as c:
+        first = c.get(f"/v1/models/{MODEL}/audit", headers=auth)
+        assert first.status_code == 200 and first.content == audit
+        assert first.headers["etag"] == f'"{sha}"' and first.headers["x-audit-sha256"] == sha
+        assert (home / "cache" / "audits" / f"{sha}.json").read_bytes() == audit  # on disk
+        again = c.get(f"/v1/models/{MODEL}/audit", headers={**auth, "If-None-Match": f'"{sha}"'})
+        assert again.status_code == 304 and again.content == b""
+        assert again.headers["etag"] == f'"{sha}"'
+        weak_list = c.get(f"/v1/models/{MODEL}/audit",
+                          headers={**auth, "If-None-Match": f'"other", W/"{sha}"'})
+        assert weak_list.status_code == 304
+        other = c.get(f"/v1/models/{MODEL}/audit", headers={**auth, "If-None-Match": '"other"'})
+        assert other.status_code == 200 and other.content == audit
+        # the ETag never lets a request past the key: no key, 401 whatever If-None-Match says
+        assert c.get(f"/v1/models/{MODEL}/audit", headers={"If-None-Match": f'"{sha}"'}
+                     ).status_code == 401
+
+
+def test_the_audit_is_served_while_a_writer_holds_the_store(tmp_path: Path) -> None:
+    url, key, audit = _settled(tmp_path)
+    app = create_app(url, tmp_path / "home", jev_source=JEV)
+    auth = {"Authorization": f"Bearer {key}"}
+    with TestClient(app) as c:
+        assert c.get(f"/v1/models/{MODEL}/audit", headers=auth).status_code == 200
+        writer = sqlite3.connect(tmp_path / "store.db", timeout=1)
+        try:
+            writer.execute("BEGIN IMMEDIATE")  # the write lock, held by another connection
+            started = time.monotonic()
+            verdict = c.get(f"/v1/models/{MODEL}", headers=auth)
+            got = c.get(f"/v1/models/{MODEL}/audit", headers=auth)
+            waited = time.monotonic() - started
+        finally:
+            writer.rollback()
+            writer.close()
+    assert verdict.status_code == 200 and got.status_code == 200 and got.content == audit
+    assert waited < 10, f"a read waited {waited:.1f} s for the write lock (busy timeout 30 s)"

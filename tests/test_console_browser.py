@@ -1,0 +1,472 @@
+"""The customer console in a real browser: docs/console.md's walkthrough run as written, then
+every page it visited checked for accessibility (axe-core) and keyboard use, at 1280×800 and
+390×844, in Debian's chromium driven by Playwright.
+
+The state is the one ``make demo`` leaves, built once for the module by the demo's own parts
+(``demo.refund`` on its quickest training, then ``demo.backtest``: what the walk reads, the
+demo's data and trainings, in the demo's Dagster home) in ``<tmp>/.typestrict``, the default
+home of a folder that links this checkout's ``.venv`` and packages, so the doc's commands run
+there verbatim with no setting. The console is ``make api`` run in that folder (the
+API's own application; Jev the demo's stand-in, as it says on its first line), and the Dagster
+daemon ``make ui`` starts (``dagster-daemon run`` on the demo's Dagster home, without the
+webserver the walk does not use) judges handed-over trainings and runs the backtests and studies
+the console launches.
+
+One browser for the module; the walk's pages are the pages checked. Screenshots go to
+``docs/screenshots/`` when ``TYPESTRICT_SCREENSHOTS=1``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parent.parent
+DOC = REPO / "docs" / "console.md"
+AXE = Path(__file__).resolve().parent / "vendor" / "axe-core@4.14.1" / "axe.min.js"
+CHROMIUM = "/usr/bin/chromium"
+SCREENSHOTS = REPO / "docs" / "screenshots"
+LINKED = (".venv", "typestrict_pipeline", "assets", "resources", "demo", "bench", "docs", "Makefile",
+          "workspace.yaml", "pyproject.toml", "README.md")
+FAST_TRAININGS = ("rt-failed",)  # the demo's quickest training: its verdict run reads no data
+TIMEOUT_MS = 120_000  # a busy 2-core machine: generous, and every wait polls for a condition
+LONG_MS = 900_000  # a verdict run or a study
+VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
+
+
+# --- the doc ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Step:
+    """One thing the walkthrough says to do: an ``sh`` block, or one browser action."""
+
+    kind: str  # "sh" or "browser"
+    text: str
+
+
+def walkthrough_steps(text: str) -> list[Step]:
+    """The "Walkthrough" section's ``sh`` blocks and bullets, in order."""
+    section = text.split("## Walkthrough", 1)[1].split("\n## ", 1)[0]
+    steps: list[Step] = []
+    for block, bullet in re.findall(r"```sh\n((?s:.*?))```|^- ([^\n]+)$", section, flags=re.M):
+        steps.append(Step("sh", block) if block else Step("browser", bullet.strip()))
+    return steps
+
+
+ACTIONS: dict[str, re.Pattern[str]] = {
+    "open": re.compile(r"Open `(?P<path>/[^`]*)`\."),
+    "fill_file": re.compile(r"Fill \*\*(?P<label>.+?)\*\* with the contents of `(?P<file>[^`]+)`\."),
+    "fill": re.compile(r"Fill \*\*(?P<label>.+?)\*\* with `(?P<value>[^`]*)`\."),
+    "choose": re.compile(r"Choose `(?P<file>[^`]+)` for \*\*(?P<label>.+?)\*\*\."),
+    "tick": re.compile(r"Tick \*\*(?P<label>.+?)\*\*\."),
+    "press": re.compile(r"Press \*\*(?P<label>.+?)\*\*\."),
+    "follow": re.compile(r"Follow \*\*(?P<label>.+?)\*\*\."),
+    "see": re.compile(r"See \"(?P<text>.+?)\"\.?"),
+    "wait": re.compile(r"Wait for \"(?P<text>.+?)\"\.?"),
+    "download": re.compile(r"Download \*\*(?P<label>.+?)\*\* as `(?P<file>[^`]+)`\."),
+}
+
+
+def parse_action(bullet: str) -> tuple[str, dict[str, str]]:
+    """The action a bullet names (every bullet must be one: the doc cannot drift from the test)."""
+    for name, pattern in ACTIONS.items():
+        match = pattern.fullmatch(bullet)
+        if match:
+            return name, match.groupdict()
+    raise AssertionError(f"docs/console.md: a walkthrough bullet the test cannot run: {bullet!r}")
+
+
+def test_every_bullet_of_the_walkthrough_is_an_action_the_test_runs() -> None:
+    steps = walkthrough_steps(DOC.read_text(encoding="utf-8"))
+    kinds = [parse_action(s.text)[0] for s in steps if s.kind == "browser"]
+    assert kinds[:3] == ["open", "fill_file", "press"]
+    for needed in ("Keep the model even if it does not beat Jev", "Download the verifier", "verify_audit.py audit.json",
+                   "Run the backtest", "Show the estimate", "Re-run on a schedule", "Settings → Usage"):
+        assert any(needed in s.text for s in steps), needed
+
+
+# --- the demo's state, the servers --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A folder that looks like the checkout after ``make demo``; its home is ``.typestrict``."""
+    root = tmp_path_factory.mktemp("checkout")
+    for name in LINKED:
+        (root / name).symlink_to(REPO / name)
+    home = root / ".typestrict"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TYPESTRICT_HOME", str(home))
+        mp.setenv("DAGSTER_HOME", str(home / "dagster_home"))
+        mp.delenv("TYPESTRICT_STORE_URL", raising=False)
+        home.mkdir()
+        from demo import backtest, refund
+        from demo import home as demo_home
+        from typestrict_pipeline.demo_data.build import DEMO_TRAININGS
+
+        assert refund.run(home, only=FAST_TRAININGS) == 0
+        assert backtest.run(home) == 0
+        demo_home.finish(home, [t.training_id for t in DEMO_TRAININGS])
+        from typestrict_pipeline.credits import CreditLedger
+        from typestrict_pipeline.store import open_store
+
+        engine = open_store(f"sqlite:///{home / 'store.db'}")  # the page checks start a training
+        CreditLedger(engine).grant("demo", len(VIEWPORTS), reference="console-page-checks")  # per viewport
+        engine.dispose()
+    yield root
+
+
+@dataclass
+class Served:
+    """The console's URL, the checkout it runs in, and what the walk leaves for the page checks."""
+
+    url: str
+    root: Path
+    pages: dict[str, str] = field(default_factory=dict)  # name -> path
+    log: list[str] = field(default_factory=list)  # the server's output, line by line
+
+
+def _daemon(root: Path, log: Path) -> subprocess.Popen[bytes]:
+    """``dagster-daemon`` on the demo's Dagster home, as ``make ui`` (``dagster dev``) runs it."""
+    home = root / ".typestrict"
+    env = {k: v for k, v in os.environ.items() if k != "TYPESTRICT_STORE_URL"}
+    env.update(DAGSTER_HOME=str(home / "dagster_home"), TYPESTRICT_HOME=str(home))
+    with log.open("wb") as out:
+        return subprocess.Popen([str(root / ".venv" / "bin" / "dagster-daemon"), "run", "-w", "workspace.yaml"],
+                                cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+@pytest.fixture(scope="module")
+def served(checkout: Path) -> Iterator[Served]:
+    """``make api`` on the demo's home (the console and the API, Jev the demo's stand-in) and the
+    Dagster daemon that judges handed-over trainings and runs launched backtests and studies."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_api_support import ServedCommand, free_port
+
+    from typestrict_pipeline.processes import stop_process_group
+
+    stale = subprocess.run(["make", "-q", ".venv/.installed"], cwd=checkout, capture_output=True, check=False)
+    assert stale.returncode == 0, "the virtualenv is older than pyproject.toml: run `make .venv/.installed` first"
+    port = free_port()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TYPESTRICT_HOME", "DAGSTER_HOME", "TYPESTRICT_STORE_URL", "TYPESTRICT_API_JEV_SOURCE",
+                        "MAKEFLAGS", "MAKELEVEL")}
+    daemon = _daemon(checkout, checkout / "daemon.log")
+    try:
+        with ServedCommand(["make", "--no-print-directory", "api"], {**env, "API_PORT": str(port)}, port,
+                           cwd=checkout) as api:
+            api.wait_ready()
+            assert "stand-in" in api.lines[0], api.lines[:3]  # make api says its Jev on its first line
+            yield Served(api.url, checkout, log=api.lines)
+    finally:
+        stop_process_group(daemon, 60)
+
+
+@pytest.fixture(scope="module")
+def browser(served: Served) -> Iterator[Any]:
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=TIMEOUT_MS)
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def _shot(page: Any, name: str) -> None:
+    if os.environ.get("TYPESTRICT_SCREENSHOTS") == "1":
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        from PIL import Image
+
+        path = SCREENSHOTS / f"{name}.png"
+        page.screenshot(path=str(path), full_page=True)
+        with Image.open(path) as shot:  # a palette PNG: a third of the size, same to the eye
+            small = shot.convert("RGB").quantize(colors=128)
+        small.save(path, optimize=True)
+
+
+# --- the walk -----------------------------------------------------------------------------------
+
+
+def _page_name(path: str) -> str | None:
+    """A name for each kind of page the walk visits (the page checks visit one of each)."""
+    for name, pattern in (("sign-in", r"/console/sign-in"), ("trainings", r"/console/trainings"),
+                          ("new-training", r"/console/trainings/new"), ("training", r"/console/trainings/tr_\w+"),
+                          ("result", r"/console/models/[\w.-]+"), ("backtests", r"/console/backtests"),
+                          ("backtest", r"/console/backtests/\d+"), ("study", r"/console/studies/\d+"),
+                          ("usage", r"/console/settings/usage"),
+                          ("notifications", r"/console/settings/notifications")):
+        if re.fullmatch(pattern, path):
+            return name
+    return None
+
+
+def _keyboard_press(locator: Any) -> None:
+    """Activate a button or link with the keyboard: focus it, then Enter."""
+    locator.focus()
+    locator.page.keyboard.press("Enter")
+
+
+def _field(page: Any, label: str) -> Any:
+    """The form control labelled ``label`` (not a section titled the same)."""
+    return page.get_by_label(label, exact=True).and_(page.locator("input, textarea, select"))
+
+
+def run_action(page: Any, base: str, root: Path, bullet: str) -> None:
+    from playwright.sync_api import expect
+
+    kind, a = parse_action(bullet)
+    if kind == "open":
+        page.goto(base + a["path"])
+    elif kind in ("fill", "fill_file"):
+        value = a["value"] if kind == "fill" else (root / a["file"]).read_text(encoding="utf-8").strip()
+        _field(page, a["label"]).fill(value)
+    elif kind == "choose":
+        _field(page, a["label"]).set_input_files(str(root / a["file"]))
+    elif kind == "tick":
+        box = _field(page, a["label"])
+        box.focus()
+        page.keyboard.press("Space")
+        expect(box).to_be_checked()
+    elif kind == "press":
+        _keyboard_press(page.get_by_role("button", name=a["label"], exact=True))
+    elif kind == "follow":
+        _keyboard_press(page.get_by_role("link", name=a["label"], exact=True).first)
+    elif kind in ("see", "wait"):
+        expect(page.get_by_text(a["text"]).first).to_be_visible(timeout=LONG_MS if kind == "wait" else TIMEOUT_MS)
+    elif kind == "download":
+        link = page.get_by_role("link", name=a["label"], exact=True).first
+        with page.expect_download() as info:
+            _keyboard_press(link)
+        info.value.save_as(str(root / a["file"]))
+
+
+def _sh(block: str, root: Path) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in ("TYPESTRICT_HOME", "DAGSTER_HOME", "TYPESTRICT_STORE_URL")}
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, f"{block}\n---\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def test_the_walkthrough_runs_as_written(served: Served, browser: Any) -> None:
+    """Sign in → training with the keep box → predictions → result page → audit verified with
+    the downloaded verifier → backtest → study → schedule → usage, as docs/console.md says."""
+    context = browser.new_context(viewport=VIEWPORTS["desktop"], accept_downloads=True)
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    urls: list[str] = []
+    page.on("request", lambda request: urls.append(request.url))
+    said = []
+    took: list[tuple[float, str]] = []
+    try:
+        for step in walkthrough_steps(DOC.read_text(encoding="utf-8")):
+            started = time.monotonic()
+            if step.kind == "sh":
+                said.append(_sh(step.text, served.root))
+            else:
+                run_action(page, served.url, served.root, step.text)
+            path = page.url.removeprefix(served.url).split("?", 1)[0] if page.url.startswith("http") else ""
+            name = _page_name(path)
+            if name is not None:
+                served.pages.setdefault(name, path)
+            if name == "result":
+                _shot(page, "console-result")
+            if name == "study":
+                _shot(page, "console-study")
+            took.append((time.monotonic() - started, step.text[:60]))
+    finally:
+        context.close()
+        print("slowest steps:", sorted(took, reverse=True)[:6])
+    key = (served.root / "key.txt").read_text().strip()
+    assert key.startswith("tsk_")
+    secret = key[21:]  # tsk_<16 hex>_<secret>
+    assert urls and not any(secret in u for u in urls)  # the key never lands in a URL
+    assert served.log and not any(secret in line for line in served.log)  # nor in the server's log
+    assert any("verify_audit.py: OK" in s or "OK" in s for s in said), said
+    audit = json.loads((served.root / "audit.json").read_text())
+    assert audit["overall"]["verdict"] in ("beats", "kept") and audit["overall"]["keep_if_loses"] is True
+    model_id = served.pages["result"].rsplit("/", 1)[1]
+    home_audit = served.root / ".typestrict" / "audits" / f"{model_id}.json"
+    assert (served.root / "audit.json").read_bytes() == home_audit.read_bytes()  # the stored bytes
+
+
+# --- every page: accessibility, keyboard, small screens ------------------------------------------
+
+
+def _axe(page: Any) -> list[dict[str, Any]]:
+    """axe-core's violations on the page (the vendored copy, run in the page)."""
+    page.evaluate(AXE.read_text(encoding="utf-8"))
+    result: list[dict[str, Any]] = page.evaluate(
+        "() => axe.run(document, {resultTypes: ['violations']}).then(r => r.violations.map(v => "
+        "({id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.slice(0, 3).map(n => n.target.join(' '))})))")
+    violations: list[dict[str, Any]] = list(result)
+    return violations
+
+
+def _tab_through(page: Any) -> list[str]:
+    """Press Tab until focus comes back round; the focused elements, in order, as text."""
+    seen: list[str] = []
+    for _ in range(400):
+        page.keyboard.press("Tab")
+        desc = page.evaluate(
+            "() => { const e = document.activeElement; if (!e || e === document.body) return '';"
+            " const r = e.getBoundingClientRect(); const s = getComputedStyle(e);"
+            " return [e.tagName, e.id || e.getAttribute('name') || (e.textContent || '').trim().slice(0, 40),"
+            " r.width > 0 && r.height > 0 ? 'shown' : 'hidden', s.outlineStyle !== 'none' ? 'ring' : 'no-ring'].join('|'); }")
+        if desc and seen and desc == seen[0]:
+            break
+        if desc:
+            seen.append(desc)
+    return seen
+
+
+def _awaiting_training(page: Any, served: Served) -> str:
+    """A training started with the walk's dataset and left awaiting its predictions: its page
+    shows the split and the upload form."""
+    page.goto(served.url + "/console/trainings/new")
+    page.get_by_label("Upload a dataset", exact=True).set_input_files(str(served.root / "reviews.csv"))
+    for label, value in (("Group column (optional)", "movie"), ("Name", "sentiment"),
+                         ("Question", "Is this review fresh or rotten?"), ("Answer column", "label"),
+                         ("Answers", "fresh, rotten")):
+        page.get_by_label(label, exact=True).fill(value)
+    page.get_by_role("button", name="Start the training (1 credit)", exact=True).click()
+    page.wait_for_url(re.compile(r".*/console/trainings/tr_\w+$"))
+    path: str = page.url.removeprefix(served.url)
+    return path
+
+
+@pytest.mark.parametrize("viewport", sorted(VIEWPORTS))
+def test_every_page_is_accessible_and_usable_with_the_keyboard(served: Served, browser: Any, viewport: str) -> None:
+    assert served.pages, "the walkthrough visited no page (it failed first)"
+    context = browser.new_context(viewport=VIEWPORTS[viewport], accept_downloads=True)
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    problems: list[str] = []
+    try:
+        page.goto(served.url + "/console/sign-in")
+        key = (served.root / "key.txt").read_text().strip()
+        page.get_by_label("Workspace key", exact=True).fill(key)
+        page.get_by_role("button", name="Sign in", exact=True).click()
+        page.wait_for_url(re.compile(r".*/console/trainings$"))
+        pages = dict(served.pages)
+        pages["training"] = _awaiting_training(page, served)  # the walk's own one is judged by now
+        for name, path in sorted(pages.items()):
+            if name == "sign-in":
+                continue
+            page.goto(served.url + path)
+            page.wait_for_load_state("networkidle")
+            for v in _axe(page):
+                if v["impact"] in ("critical", "serious"):
+                    problems.append(f"{viewport} {name}: {v['impact']} {v['id']} ({v['help']}) at {v['nodes']}")
+            stops = _tab_through(page)
+            if not stops or not stops[0].startswith("A|") or "Skip to content" not in stops[0]:
+                problems.append(f"{viewport} {name}: the first Tab stop is not 'Skip to content': {stops[:1]}")
+            for stop in stops[1:]:
+                if stop.endswith("|hidden|ring") or stop.endswith("|no-ring"):
+                    problems.append(f"{viewport} {name}: a Tab stop without a visible focus: {stop}")
+            wide = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+            if wide > 1:
+                problems.append(f"{viewport} {name}: the page is {wide}px wider than the screen")
+            if viewport == "phone":
+                _shot(page, f"console-{name}-phone")
+            elif name not in ("result", "study"):
+                _shot(page, f"console-{name}")
+    finally:
+        context.close()
+    assert not problems, "\n".join(problems)
+
+
+# --- the leaderboard chart from 4 to 500 candidates ---------------------------------------------
+
+
+def _synthetic_study(root: Path, n: int) -> int:
+    """A finished study of ``n`` candidates in the demo's workspace, on the synthetic workflow
+    (the studies core's own runner: seconds, not minutes, for 500 candidates)."""
+    from typestrict_pipeline.store import open_store
+    from typestrict_pipeline.study.form import StudyForm, study_config
+    from typestrict_pipeline.study.repository import LastBacktest
+    from typestrict_pipeline.study.runner import run_study_local
+    from typestrict_pipeline.study.service import create_study_from_config, study_backend
+
+    engine = open_store(f"sqlite:///{root / '.typestrict' / 'store.db'}")
+    try:
+        form = StudyForm(workflow=f"chart_{n}", start="2012-01-01", end="2012-12-01", tune_steps=10,
+                         eval_steps=10, holdout_steps=10, random=["skill=0.3:0.7"], random_draws=n,
+                         synthetic=True, max_candidates=n, max_total_steps=10**7, folds=2, workspace="demo",
+                         name=f"{n} candidates")
+        sid = create_study_from_config(engine, study_config(form), last_backtest=LastBacktest(30, 10))
+        run_study_local(engine, sid, study_backend(engine, sid), max_workers=2)
+    finally:
+        engine.dispose()
+    return sid
+
+
+def _boxes_overlap(a: dict[str, float], b: dict[str, float]) -> bool:
+    return not (a["x"] + a["width"] <= b["x"] or b["x"] + b["width"] <= a["x"]
+                or a["y"] + a["height"] <= b["y"] or b["y"] + b["height"] <= a["y"])
+
+
+@pytest.mark.parametrize("n", [4, 500])
+def test_the_leaderboard_chart_stays_readable_from_4_to_500_candidates(served: Served, browser: Any, n: int) -> None:
+    """Drawn from the API's data in Debian's chromium, on a laptop and a phone: every candidate
+    is a mark, the chart fits the screen, no two axis labels overlap, a handful of ranks are
+    labelled, and a candidate's tooltip names it."""
+    from playwright.sync_api import expect
+
+    sid = _synthetic_study(served.root, n)
+    key = (served.root / "key.txt").read_text().strip()
+    problems = []
+    for viewport, size in sorted(VIEWPORTS.items()):
+        context = browser.new_context(viewport=size)
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        try:
+            page.goto(f"{served.url}/console/sign-in?next=/console/studies/{sid}")
+            page.get_by_label("Workspace key", exact=True).fill(key)
+            page.get_by_role("button", name="Sign in", exact=True).click()
+            chart = page.locator("#leaderboard-chart")
+            expect(chart).to_have_attribute("data-state", "drawn")
+            board = page.evaluate(f"() => fetch('/v1/studies/{sid}/leaderboard').then(r => r.json())")
+            ranked = [r for r in board["rows"] if r["rank"] is not None]
+            assert len(ranked) == n
+            values = sum(r[k] is not None for r in ranked for k in ("oos", "in_sample", "adjusted"))
+            marks = chart.locator("g.mark-symbol.role-mark path")
+            expect(marks).to_have_count(values)  # every score of every candidate is a mark
+            width = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+            svg = chart.locator("svg").first.bounding_box()
+            box = chart.bounding_box()
+            assert svg is not None and box is not None
+            if width > 1 or svg["width"] > box["width"] + 1:
+                problems.append(f"{viewport} {n}: the chart is wider than its place ({svg['width']} > {box['width']})")
+            labels = [b for b in (t.bounding_box() for t in chart.locator("g.role-axis-label text").all()) if b]
+            if any(_boxes_overlap(a, b) for i, a in enumerate(labels) for b in labels[i + 1:]):
+                problems.append(f"{viewport} {n}: axis labels overlap")
+            if len(labels) > 30:
+                problems.append(f"{viewport} {n}: {len(labels)} axis labels")
+            marks.first.hover(force=True)
+            tip = page.locator("#vg-tooltip-element")
+            expect(tip).to_have_class(re.compile(r"\bvisible\b"))
+            expect(tip).to_contain_text("Candidate")
+            if n == 500:
+                _shot(page, f"console-chart-500-{viewport}")
+        finally:
+            context.close()
+    assert not problems, "\n".join(problems)

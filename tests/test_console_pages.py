@@ -1,0 +1,153 @@
+"""The console's pages over HTTP (the real application, ASGI in process, a real store): what each
+form refuses and says, that a refusal charges nothing and hands nothing over, that another
+workspace's objects are "not found", and that the vendored libraries are the published files.
+The browser checks are in ``test_console_browser.py``."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from typestrict_pipeline.api import create_app
+from typestrict_pipeline.api.keys import create_api_key
+from typestrict_pipeline.credits import CreditLedger
+from typestrict_pipeline.store import open_store
+
+REPO = Path(__file__).resolve().parent.parent
+VENDOR = REPO / "typestrict_pipeline" / "console" / "static" / "vendor"
+JEV = {"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "jev"}  # never asked here
+CSV = "id,text,grp,label\n" + "".join(f"r{i},review {i} text,g{i // 4},{'yes' if i % 3 else 'no'}\n"
+                                      for i in range(120))
+
+
+def test_the_vendored_files_are_the_published_ones() -> None:
+    """Each file the README lists has the SHA-256 it says (copied from npm unchanged)."""
+    for readme, root in ((VENDOR / "README.md", VENDOR),
+                         (REPO / "tests" / "vendor" / "README.md", REPO / "tests" / "vendor" / "axe-core@4.14.1")):
+        rows = re.findall(r"^\| \[([\w.-]+)\][^|]*\| ([\d.]+) \|[^|]*\| `(?:[\w/]+/)?([\w.-]+\.js)` \| `([0-9a-f]{64})` \|$",
+                          readme.read_text(encoding="utf-8"), flags=re.M)
+        assert rows, readme
+        for name, version, file, digest in rows:
+            path = root / f"{name}@{version}" / file if root == VENDOR else root / file
+            assert hashlib.sha256(path.read_bytes()).hexdigest() == digest, path
+            assert (path.parent / "LICENSE").is_file()
+
+
+class Browser:
+    """A cookie-keeping client of the real app, signed in with a key."""
+
+    def __init__(self, app: object, key: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app),  # type: ignore[arg-type]
+                                        base_url="http://console.test", follow_redirects=False)
+        page = self.get("/console/sign-in").text
+        token = re.search(r'name="csrf_token" value="([^"]+)"', page)
+        assert token is not None
+        assert self.post("/console/sign-in", data={"csrf_token": token.group(1), "key": key}).status_code == 303
+        found = re.search(r'data-csrf="([0-9a-f]{64})"', self.get("/console/trainings").text)
+        assert found is not None
+        self.csrf = found.group(1)
+
+    def get(self, url: str) -> httpx.Response:
+        return self.loop.run_until_complete(self.client.get(url))
+
+    def post(self, url: str, **kw: object) -> httpx.Response:
+        return self.loop.run_until_complete(self.client.post(url, **kw))  # type: ignore[arg-type]
+
+    def form(self, url: str, data: dict[str, str], files: dict[str, tuple[str, bytes]] | None = None) -> httpx.Response:
+        return self.post(url, data={"csrf_token": self.csrf, **data}, files=files or {"none": ("", b"")})
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.client.aclose())
+        self.loop.close()
+
+
+@pytest.fixture
+def app(tmp_path: Path, sqlite_url: str) -> Iterator[tuple[object, str, str]]:
+    """The app on a fresh store: keys of workspaces ``acme`` (2 credits) and ``other``."""
+    engine = open_store(sqlite_url)
+    acme = create_api_key(engine, "acme").key
+    other = create_api_key(engine, "other").key
+    CreditLedger(engine).grant("acme", 2, reference="tests")
+    engine.dispose()
+    application = create_app(sqlite_url, tmp_path / "home", jev_source=JEV)
+    loop = asyncio.new_event_loop()
+    lifespan = application.router.lifespan_context(application)
+    loop.run_until_complete(lifespan.__aenter__())
+    try:
+        yield application, acme, other
+    finally:
+        loop.run_until_complete(lifespan.__aexit__(None, None, None))
+        loop.close()
+
+
+TRAINING = {"col_id": "id", "col_text": "text", "col_group": "grp", "col_review_label": "",
+            "decision-0-name": "sentiment", "decision-0-question": "Is it positive?",
+            "decision-0-answer_column": "label", "decision-0-answers": "yes, no", "decision-0-options_column": ""}
+
+
+def _balance(url: str, workspace: str) -> int:
+    engine = open_store(url)
+    try:
+        return CreditLedger(engine).balance(workspace)
+    finally:
+        engine.dispose()
+
+
+def test_a_refused_training_form_says_why_keeps_the_fields_and_charges_nothing(
+        app: tuple[object, str, str], sqlite_url: str) -> None:
+    b = Browser(app[0], app[1])
+    bad = b.form("/console/trainings", {**TRAINING, "decision-0-answers": "yes, maybe"},
+                 files={"dataset_file": ("reviews.csv", CSV.encode())})
+    assert bad.status_code == 422
+    assert "row 1, column &#39;label&#39;" in bad.text or "column &#39;label&#39;" in bad.text, bad.text[:2000]
+    assert "expected one of the answers" in bad.text and 'value="Is it positive?"' in bad.text
+    assert _balance(sqlite_url, "acme") == 2
+    missing = b.form("/console/trainings", {**TRAINING, "col_text": ""})
+    assert missing.status_code == 422 and "dataset" in missing.text
+    assert _balance(sqlite_url, "acme") == 2
+    b.close()
+
+
+def test_a_training_started_in_the_console_shows_its_split_and_refuses_bad_predictions(
+        app: tuple[object, str, str], sqlite_url: str) -> None:
+    b = Browser(app[0], app[1])
+    made = b.form("/console/trainings", {**TRAINING, "keep_if_loses": "on"},
+                  files={"dataset_file": ("reviews.csv", CSV.encode())})
+    assert made.status_code == 303, made.text[:3000]
+    page_url = made.headers["location"]
+    training = page_url.rsplit("/", 1)[1]
+    assert _balance(sqlite_url, "acme") == 1  # one credit, as POST /v1/trainings charges
+    page = b.get(page_url)
+    assert "The split, before training" in page.text and "Keep the model even if it does not beat Jev: on" in page.text
+    split = b.get(f"/v1/trainings/{training}/split").json()  # the API's own route, with the cookie
+    assert f'id="n-train">{len(split["training_ids"])}<' in page.text and split["training_ids_sha256"] in page.text
+    rows = '{"id": "r0", "decision": "sentiment", "probabilities": {"yes": 0.7, "no": 0.2}}\n'
+    refused = b.form(f"{page_url}/predictions", {"trained_on": split["training_ids_sha256"]},
+                     files={"predictions": ("predictions.jsonl", rows.encode())})
+    assert refused.status_code == 422 and "row 1" in refused.text and "sum" in refused.text
+    assert b.get(f"/v1/trainings/{training}").json()["state"] == "awaiting_predictions"  # nothing handed over
+    listed = b.get("/console/trainings").text
+    assert f'data-training="{training}"' in listed and "awaiting predictions" in listed
+    other = Browser(app[0], app[2])
+    assert other.get(page_url).status_code == 404  # another workspace's training: not found
+    assert other.get(f"/v1/trainings/{training}/split").status_code == 404
+    assert other.form(f"{page_url}/cancel", {}).status_code == 404
+    other.close()
+    assert b.form(f"{page_url}/cancel", {}).status_code == 303  # cancelled: the credit comes back
+    assert _balance(sqlite_url, "acme") == 2
+    assert b.get(f"/v1/trainings/{training}").json()["state"] == "cancelled"
+    b.close()
+
+
+def test_usage_and_notifications_pages_answer_for_a_new_workspace(app: tuple[object, str, str]) -> None:
+    b = Browser(app[0], app[1])
+    usage = b.get("/console/settings/usage")
+    assert usage.status_code == 200 and "Nothing spent yet." in usage.text and "No usage budget" in usage.text and "Set the budget" not in usage.text
+    b.close()

@@ -1,0 +1,265 @@
+"""Servers and long-running commands stop on Ctrl-C and on SIGTERM within 10 s, with their whole
+process tree: real processes, real signals, checked by process identity (id + start tick, so a
+reused id is never taken for a survivor).
+
+``make ui`` before the fix: SIGTERM to ``make`` left ``dagster dev``, its webserver, its daemon
+and both code servers alive (not answering) a minute later. Now the recipe ``exec``s
+``typestrict_pipeline.supervise``, which stops the whole session (docs/lifecycle.md, "Servers").
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from typestrict_pipeline.processes import Liveness, ProcessIdentity, identity_alive, identity_of
+
+ROOT = Path(__file__).resolve().parents[1]
+STOP_WITHIN_S = 10.0
+
+
+def _children() -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{name}/stat").read_text(encoding="ascii", errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        out.setdefault(int(fields[1]), []).append(int(name))
+    return out
+
+
+def tree(root: int) -> list[ProcessIdentity]:
+    """``root`` and every live descendant, as identities."""
+    kids = _children()
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        ident = identity_of(pid)
+        if ident is not None:
+            found.append(ident)
+        todo.extend(kids.get(pid, []))
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def wait_gone(identities: list[ProcessIdentity], within: float) -> tuple[float, list[str]]:
+    """Seconds until every one of ``identities`` is dead, or the survivors after ``within``."""
+    started = time.monotonic()
+    while True:
+        alive = [i for i in identities if identity_alive(i) is Liveness.ALIVE]
+        took = time.monotonic() - started
+        if not alive or took > within:
+            return took, [f"{i.pid} {_cmdline(i.pid)[:120]}" for i in alive]
+        time.sleep(0.1)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _kill_all(identities: list[ProcessIdentity]) -> None:
+    for i in identities:
+        if identity_alive(i) is Liveness.ALIVE:
+            os.kill(i.pid, signal.SIGKILL)
+
+
+def _wait_for(what: str, ready: object, proc: subprocess.Popen[bytes], log: Path, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"{what}: the command exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+        if ready():  # type: ignore[operator]
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"waited {timeout:.0f} s for {what}:\n{log.read_text()[-3000:]}")
+
+
+def _send(proc: subprocess.Popen[bytes], how: str) -> None:
+    if how == "ctrl-c":  # what a terminal does: SIGINT to the foreground process group
+        os.killpg(proc.pid, signal.SIGINT)
+    else:  # what a service manager (or `kill`) does: SIGTERM to the command it started
+        os.kill(proc.pid, signal.SIGTERM)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["sigterm", "ctrl-c"])
+def test_make_ui_stops_with_its_whole_tree_within_10_s(how: str, tmp_path: Path) -> None:
+    port = _free_port()
+    env = {**os.environ, "TYPESTRICT_HOME": str(tmp_path / "home"), "UI_PORT": str(port)}
+    env.pop("DAGSTER_HOME", None)
+    log = tmp_path / "ui.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(["make", "--no-print-directory", "ui", f"UI_PORT={port}"], cwd=ROOT,
+                                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    everyone: list[ProcessIdentity] = []
+    try:
+        def full_tree() -> bool:  # dagster dev, its webserver, its daemon and a code server
+            everyone[:] = tree(proc.pid)
+            lines = " ".join(_cmdline(i.pid) for i in everyone)
+            return all(k in lines for k in ("dagster_webserver", "dagster._daemon", "grpc"))
+
+        _wait_for("dagster dev's whole tree", full_tree, proc, log)
+        assert len(everyone) >= 6, [_cmdline(i.pid) for i in everyone]
+        _send(proc, how)
+        took, survivors = wait_gone(everyone, STOP_WITHIN_S)
+        assert not survivors, f"alive {took:.1f} s after {how}: {survivors}\n{log.read_text()[-2000:]}"
+        assert proc.wait(timeout=5) != 0  # make reports the stop
+    finally:
+        _kill_all(everyone)
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("how", ["sigterm", "ctrl-c"])
+def test_make_api_stops_with_its_whole_tree_within_10_s(how: str, tmp_path: Path) -> None:
+    port = _free_port()
+    env = {**os.environ, "TYPESTRICT_HOME": str(tmp_path / "home"), "API_PORT": str(port)}
+    env.pop("TYPESTRICT_STORE_URL", None)
+    log = tmp_path / "api.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(["make", "--no-print-directory", "api", f"API_PORT={port}"], cwd=ROOT,
+                                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    everyone: list[ProcessIdentity] = []
+    try:
+        def serving() -> bool:
+            everyone[:] = tree(proc.pid)
+            with socket.socket() as s:
+                return s.connect_ex(("127.0.0.1", port)) == 0
+
+        _wait_for("the API to listen", serving, proc, log)
+        everyone[:] = tree(proc.pid)
+        _send(proc, how)
+        took, survivors = wait_gone(everyone, STOP_WITHIN_S)
+        assert not survivors, f"alive {took:.1f} s after {how}: {survivors}\n{log.read_text()[-2000:]}"
+    finally:
+        _kill_all(everyone)
+        proc.kill()
+        proc.wait()
+
+
+_STUBBORN = textwrap.dedent("""
+    import os, signal, subprocess, sys, time
+    # A server that ignores SIGTERM and SIGINT, with a child in a process group of its own that
+    # ignores them too: only the session finds it, only SIGKILL stops it.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    child = subprocess.Popen([sys.executable, "-c",
+        "import signal, time, os; os.setpgid(0, 0); signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "signal.signal(signal.SIGINT, signal.SIG_IGN); print('child', flush=True); time.sleep(600)"])
+    print('server', flush=True)
+    time.sleep(600)
+""")
+
+
+def test_the_supervisor_stops_a_tree_that_ignores_signals_within_its_grace(tmp_path: Path) -> None:
+    script = tmp_path / "stubborn.py"
+    script.write_text(_STUBBORN)
+    log = tmp_path / "out.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "typestrict_pipeline.supervise", "--grace", "2",
+                                 "--", sys.executable, str(script)], cwd=ROOT, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    everyone: list[ProcessIdentity] = []
+    try:
+        _wait_for("the stubborn tree", lambda: log.read_text().count("child") == 1
+                  and len(tree(proc.pid)) == 3, proc, log, timeout=120)
+        everyone = tree(proc.pid)
+        os.kill(proc.pid, signal.SIGTERM)
+        took, survivors = wait_gone(everyone, STOP_WITHIN_S)
+        assert not survivors, survivors
+        assert 2 <= took <= 2 + 3  # SIGTERM was ignored: SIGKILL after the grace, not before
+        assert proc.wait(timeout=5) == 128 + signal.SIGTERM
+        assert "stopped" in log.read_text()
+    finally:
+        _kill_all(everyone)
+
+
+def test_a_command_that_ends_by_itself_leaves_no_orphan(tmp_path: Path) -> None:
+    script = tmp_path / "leaver.py"
+    script.write_text("import subprocess, sys\n"
+                      "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n")
+    log = tmp_path / "out.log"
+    started = time.monotonic()
+    with log.open("wb") as out:
+        code = subprocess.run([sys.executable, "-m", "typestrict_pipeline.supervise", "--grace", "2",
+                               "--", sys.executable, str(script)], cwd=ROOT, stdout=out,
+                              stderr=subprocess.STDOUT, timeout=120).returncode
+    assert code == 0
+    assert time.monotonic() - started < 60
+    leftovers = [p for p in _children().get(1, []) if "time.sleep(600)" in _cmdline(p)]
+    assert leftovers == []
+
+
+def test_sigterm_stops_a_backtest_which_ends_interrupted_with_when_and_why(tmp_path: Path) -> None:
+    """SIGTERM to ``typestrict backtest run``: exit 143 within 10 s, one line, and the backtest
+    is ``interrupted`` with when and why (before: killed where it stood, ``running`` for good)."""
+    store = tmp_path / "store.db"
+    env = {**os.environ, "TYPESTRICT_STORE_URL": f"sqlite:///{store}", "TYPESTRICT_HOME": str(tmp_path)}
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("typestrict")), "backtest", "run", "seattle_rain",
+         "--start", "2012-01-02", "--end", "2015-12-31", "--standin-latency", "0.2",
+         "--max-in-flight", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 300
+        started = False
+        while time.monotonic() < deadline and proc.poll() is None and not started:
+            time.sleep(0.5)
+            started = _backtest_rows(store) > 0
+        assert started, "the backtest did not start"
+        time.sleep(1)
+        everyone = tree(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        _took, survivors = wait_gone(everyone, STOP_WITHIN_S)
+        assert not survivors, survivors
+        assert proc.wait(timeout=5) == 143
+        assert proc.stderr is not None
+        assert proc.stderr.read().decode().strip().splitlines() == [
+            "typestrict: stopped by SIGTERM; what was stored before stays stored"]
+    finally:
+        proc.kill()
+        proc.wait()
+    conn = sqlite3.connect(store)
+    try:
+        status, error, finished = conn.execute(
+            "SELECT status, error, finished_at FROM backtest_runs").fetchone()
+    finally:
+        conn.close()
+    assert status == "interrupted" and finished is not None
+    assert "SIGTERM" in error and error.startswith("interrupted at 20")
+
+
+def _backtest_rows(store: Path) -> int:
+    if not store.exists():
+        return 0
+    conn = sqlite3.connect(store, timeout=30)
+    try:
+        names = {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "backtest_runs" not in names:
+            return 0
+        return int(conn.execute("SELECT COUNT(*) FROM backtest_runs").fetchone()[0])
+    except sqlite3.OperationalError:
+        return 0
+    finally:
+        conn.close()

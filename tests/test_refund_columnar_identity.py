@@ -1,0 +1,260 @@
+"""The columnar data path gives today's split, seed, audit rows and errors, bit for bit.
+
+Page: "the same dataset gives the same test examples for every model version". The reference is
+today's row-by-row implementation, kept verbatim in ``tests/refund_reference.py``; every dataset
+here goes through both ``load_dataset`` → ``split_decisions`` and must give the same summaries
+(seed included), the same role, answer, group and unit for every row, the same test examples
+(id, text, group, row: what the audit hashes) or the same error, message included.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import string
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from typestrict_pipeline.errors import DatasetError, NotEnoughDataError
+from typestrict_pipeline.refund.dataset import load_dataset
+from typestrict_pipeline.refund.holdout import split_decisions
+from typestrict_pipeline.refund.manifest import TrainingManifest, load_manifest
+from typestrict_pipeline.refund.types import Role
+
+
+def _reference() -> ModuleType:
+    path = Path(__file__).with_name("refund_reference.py")
+    spec = importlib.util.spec_from_file_location("refund_reference", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+REF = _reference()
+
+
+def _outcome(load: Any, split: Any, manifest: TrainingManifest) -> tuple[str, Any]:
+    try:
+        dataset = load(manifest)
+        holdouts = split(dataset)
+    except (DatasetError, NotEnoughDataError) as exc:
+        return "error", (type(exc).__name__, str(exc))
+    return "ok", (dataset, holdouts)
+
+
+def assert_same(manifest: TrainingManifest) -> str:
+    """Both paths on one manifest: the same result, or the same error. Returns which."""
+    kind_ref, ref = _outcome(REF.load_dataset, REF.split_decisions, manifest)
+    kind_new, new = _outcome(load_dataset, split_decisions, manifest)
+    assert kind_new == kind_ref, (ref, new)
+    if kind_ref == "error":
+        assert new == ref
+        return "error"
+    ref_data, ref_splits = ref
+    new_data, new_splits = new
+    assert len(new_splits) == len(ref_splits)
+    for r, n in zip(ref_splits, new_splits, strict=True):
+        assert n.summary.as_dict() == r.summary.as_dict()  # seed, counts, per answer
+        assert [(x.id, x.role, x.answer, x.group, x.unit) for x in n.rows] == [
+            (x.id, x.role, x.answer, x.group, x.unit) for x in r.rows
+        ]
+        assert n.test_ids == r.test_ids
+        test = [i for i, x in enumerate(r.rows) if x.role is Role.TEST]
+        # what the audit hashes: the test examples' ids, texts, groups and rows
+        assert [(e.id, e.text, e.group, e.row) for e in new_data.examples_at(test)] == [
+            (e.id, e.text, e.group, e.row) for e in (ref_data.examples[i] for i in test)
+        ]
+    for r_labels, n_labels in zip(ref_data.decisions, new_data.decisions, strict=True):
+        assert n_labels.labels == r_labels.labels
+        assert n_labels.reviews == r_labels.reviews
+        assert n_labels.options == r_labels.options
+    return "ok"
+
+
+def write(
+    tmp_path: Path,
+    rows: list[dict[str, Any]],
+    fmt: str,
+    decisions: list[dict[str, Any]],
+    columns: dict[str, Any],
+) -> TrainingManifest:
+    data = tmp_path / f"data.{fmt}"
+    if fmt == "csv":
+        names = list(dict.fromkeys(k for r in rows for k in r)) or ["id", "text"]
+        with data.open("w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=names)
+            writer.writeheader()
+            for r in rows:
+                writer.writerow(
+                    {k: (json.dumps(v) if isinstance(v, list) else v) for k, v in r.items()}
+                )
+    elif fmt == "jsonl":
+        data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    else:
+        pq.write_table(pa.Table.from_pylist(rows), data)
+    manifest = {
+        "manifest_version": 1, "training_id": "t1", "workspace_id": "demo",
+        "dataset": {"path": data.name, "columns": columns},
+        "decisions": decisions,
+        "predictions": {"jev": {"kind": "file", "path": "jev.jsonl"},
+                        "model": {"kind": "file", "path": "m.jsonl"}},
+        "training": {"status": "succeeded"},
+    }
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps(manifest), encoding="utf-8")
+    return load_manifest(path)
+
+
+SINGLE = {"name": "sentiment", "question": "q?", "answer_column": "label",
+          "answers": ["no", "yes", "maybe"]}
+SECOND = {"name": "topic", "question": "q?", "answer_column": "topic", "answers": ["a", "b"],
+          "review_column": "topic_review"}
+CHOICE = {"name": "title", "question": "q?", "answer_column": "right",
+          "options_column": "options"}
+REVIEWED = {"name": "reviewed", "question": "q?", "review_column": "rev", "answers": ["no", "yes"]}
+
+
+# ---- the demo ----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_demo_corpus_splits_the_same(tmp_path: Path) -> None:
+    from typestrict_pipeline.demo_data.build import demo_frame, write_csv
+
+    frame = demo_frame()  # id, text, movie, sentiment, kind: two decisions, grouped by movie
+    data = write_csv(frame, tmp_path / "rt.csv")
+    manifest = {
+        "manifest_version": 1, "training_id": "t1", "workspace_id": "demo",
+        "dataset": {"path": data.name, "columns": {"id": "id", "text": "text", "group": "movie"}},
+        "decisions": [
+            {"name": "sentiment", "question": "q?", "answer_column": "sentiment",
+             "answers": sorted({str(v) for v in frame["sentiment"].dropna()})},
+            {"name": "kind", "question": "q?", "answer_column": "kind",
+             "answers": sorted({str(v) for v in frame["kind"].dropna()})},
+        ],
+        "predictions": {"jev": {"kind": "file", "path": "j.jsonl"},
+                        "model": {"kind": "file", "path": "m.jsonl"}},
+        "training": {"status": "succeeded"},
+    }
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    assert assert_same(load_manifest(tmp_path / "manifest.json")) == "ok"
+
+
+# ---- fixtures: the shapes the suite's datasets take, good and bad ------------------------------
+
+
+def _good() -> list[dict[str, Any]]:
+    rows = []
+    for i in range(60):
+        rows.append({
+            "id": f"r{i}", "text": ["Loved it", "dull", "  fine ", 'say "hi"', "x\ty"][i % 5] + f" {i // 3}",
+            "label": ["yes", "no", "maybe", ""][i % 4], "grp": ["m1", "m2", "", "m3"][i % 4],
+            "topic": "ab"[i % 2], "topic_review": "", "rev": ["yes", "no", ""][i % 3],
+            "right": ["red", "green", ""][i % 3], "options": ["red", "green", "blue"][: 2 + i % 2],
+        })
+    return rows
+
+
+FIXTURES: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]] = {
+    "single": (_good(), [SINGLE], {"id": "id", "text": "text"}),
+    "grouped": (_good(), [SINGLE], {"id": "id", "text": "text", "group": "grp"}),
+    "several decisions": (_good(), [SINGLE, SECOND, CHOICE],
+                          {"id": "id", "text": "text", "group": "grp"}),
+    "reviewed only": (_good(), [REVIEWED], {"id": "id", "text": "text", "group": "grp"}),
+    "multiple choice": (_good(), [CHOICE], {"id": "id", "text": "text"}),
+    "empty id": ([{**r, "id": "" if i in (3, 9) else r["id"]} for i, r in enumerate(_good())],
+                 [SINGLE], {"id": "id", "text": "text"}),
+    "duplicate id": ([{**r, "id": "r1" if i in (4, 7) else r["id"]} for i, r in enumerate(_good())],
+                     [SINGLE], {"id": "id", "text": "text"}),
+    "invisible id": ([{**r, "id": "a\u200bb" if i == 5 else r["id"]} for i, r in enumerate(_good())],
+                     [SINGLE], {"id": "id", "text": "text"}),
+    "empty text": ([{**r, "text": " " if i in (2, 8) else r["text"]} for i, r in enumerate(_good())],
+                   [SINGLE], {"id": "id", "text": "text"}),
+    "unknown answer": ([{**r, "label": "yes!" if i % 7 == 3 else r["label"]}
+                        for i, r in enumerate(_good())], [SINGLE], {"id": "id", "text": "text"}),
+    "missing column": (_good(), [SINGLE], {"id": "id", "text": "txt"}),
+    "one answer": ([{**r, "label": "yes"} for r in _good()], [SINGLE], {"id": "id", "text": "text"}),
+    "no labels": ([{**r, "label": ""} for r in _good()], [SINGLE], {"id": "id", "text": "text"}),
+    "answer not an option": ([{**r, "right": "pink" if i == 4 else r["right"]}
+                              for i, r in enumerate(_good())], [CHOICE], {"id": "id", "text": "text"}),
+    "one option": ([{**r, "options": ["red"] if i == 6 else r["options"]}
+                    for i, r in enumerate(_good())], [CHOICE], {"id": "id", "text": "text"}),
+}
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+@pytest.mark.parametrize("name", sorted(FIXTURES))
+def test_every_fixture_splits_or_fails_the_same(tmp_path: Path, name: str, fmt: str) -> None:
+    rows, decisions, columns = FIXTURES[name]
+    assert_same(write(tmp_path, rows, fmt, decisions, columns))
+
+
+def test_typed_cells_fail_the_same(tmp_path: Path) -> None:
+    """JSON Lines and Parquet cells that are not text: the same message and row."""
+    for i, bad in enumerate([True, 1.5, ["x"], {"a": 1}, 12]):
+        rows = [{**r, "label": bad if j == 7 else r["label"]} for j, r in enumerate(_good())]
+        folder = tmp_path / f"jsonl{i}"
+        folder.mkdir()
+        assert_same(write(folder, rows, "jsonl", [SINGLE], {"id": "id", "text": "text"}))
+    rows = [{**r, "id": j} for j, r in enumerate(_good())]  # integer ids: their decimal text
+    folder = tmp_path / "parquet-int"
+    folder.mkdir()
+    assert assert_same(write(folder, rows, "parquet", [SINGLE], {"id": "id", "text": "text"})) == "ok"
+
+
+# ---- random datasets ---------------------------------------------------------------------------
+
+_WORDS = ["good", "Good", "bad", "film", "FILM", "ﬁne", "fine", 'a "quote"', "tab\there", "é", ""]
+
+
+@st.composite
+def datasets(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    n = draw(st.integers(1, 70)) if draw(st.integers(0, 9)) == 9 else draw(st.integers(8, 70))
+    n_groups = draw(st.integers(0, 8))
+    ids = draw(st.lists(st.text(string.ascii_lowercase + "0123456789", min_size=1, max_size=3),
+                        min_size=n, max_size=n)) if draw(st.integers(0, 4)) == 4 else \
+        [f"{i:03d}" for i in range(n)]  # mostly unique ids; sometimes repeats or odd ones
+    rows: list[dict[str, Any]] = []
+    for i in range(n):
+        words = draw(st.lists(st.sampled_from(_WORDS), min_size=1, max_size=3))
+        rows.append({
+            "id": ids[i],
+            "text": f"{' '.join(words)} {i}" if not draw(st.booleans()) else " ".join(words),
+            "grp": "" if n_groups == 0 else draw(st.sampled_from(["", *[f"g{k}" for k in range(n_groups)]])),
+            "label": ["yes", "no", "", "maybe", ""][(i + draw(st.integers(0, 4))) % 5],
+            "topic": ["a", "b", ""][(i + draw(st.integers(0, 2))) % 3],
+            "topic_review": ["", "a", "b"][(i + draw(st.integers(0, 2))) % 3],
+            "rev": ["yes", "no", ""][(i + draw(st.integers(0, 2))) % 3],
+        })
+        options = draw(st.sampled_from([["red", "green"], ["red", "green", "blue"],
+                                        ["green", "blue", "red"]]))
+        rows[-1]["options"] = options
+        rows[-1]["right"] = draw(st.sampled_from(["pink"] if draw(st.integers(0, 30)) == 30
+                                                 else [*options, "", ""]))
+    decisions: list[dict[str, Any]] = draw(st.sampled_from(
+        [[SINGLE], [SINGLE, SECOND], [CHOICE], [REVIEWED], [SINGLE, CHOICE, REVIEWED]]))
+    columns = {"id": "id", "text": "text"}
+    if draw(st.booleans()):
+        columns["group"] = "grp"
+    return rows, decisions, columns
+
+
+@settings(max_examples=80, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(case=datasets(), fmt=st.sampled_from(["csv", "jsonl", "parquet"]))
+def test_random_datasets_split_or_fail_the_same(
+    tmp_path_factory: pytest.TempPathFactory, case: Any, fmt: str
+) -> None:
+    rows, decisions, columns = case
+    event(assert_same(write(tmp_path_factory.mktemp("ds"), rows, fmt, decisions, columns)))

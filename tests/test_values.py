@@ -1,0 +1,342 @@
+"""The one value parser (typestrict_pipeline/values.py): what it takes, what it refuses, and that
+it never raises anything but our InputError, whatever it is given (Hypothesis).
+
+Classes refused, each with its own inputs: non-finite numbers, out-of-range values (checked before
+anything is computed from them), ambiguous spellings (digits of other scripts, separators,
+exponents where none belongs, words where a number belongs), control characters in stored text,
+header injection in e-mail addresses. Accepted values round-trip exactly (money through Decimal,
+durations to whole seconds, times to UTC).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from typestrict_pipeline import values
+from typestrict_pipeline.errors import InputError
+
+FUZZ = settings(max_examples=300, deadline=None, database=None, derandomize=True)
+
+# -------------------------------------------------------------------------------------------------
+# Numbers
+# -------------------------------------------------------------------------------------------------
+
+NOT_FINITE = ["inf", "-inf", "+Infinity", "-Infinity", "INF", "nan", "NaN", "-nan", "1e309", "-1e309",
+              "9" * 400, "1e99999"]
+AMBIGUOUS_NUMBERS = ["1,5", "1_000", "0x10", "0b1", "1.", "1e", "--1", "+-1", "1 000", "²", "٥", "５",
+                     "1\u200b", "true", "false", "null", "None", "NA", "", " ", "one", "1/2", "1e3.5",
+                     "\x001", "1\x00", "Ⅻ", "1.2.3"]
+
+
+@pytest.mark.parametrize("text", NOT_FINITE + AMBIGUOUS_NUMBERS)
+def test_a_number_that_is_not_finite_or_is_ambiguous_is_refused(text: str) -> None:
+    with pytest.raises(InputError, match=r"^expected a value as a finite number, got .+\. Write"):
+        values.number(text, "a value")
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan, Decimal("Infinity"), Decimal("NaN"),
+                                   Decimal("1e999999"), 10**400, True, None, [1], {"a": 1}])
+def test_a_decoded_value_that_is_not_a_finite_number_is_refused(value: Any) -> None:
+    with pytest.raises(InputError, match="expected a value as a finite number"):
+        values.number(value, "a value")
+
+
+@pytest.mark.parametrize(("text", "expected"), [("0", 0.0), ("-3.5", -3.5), ("+2", 2.0), (".5", 0.5),
+                                                ("1e3", 1000.0), ("1E-3", 0.001), (" 7 ", 7.0)])
+def test_plain_numbers_are_read_as_written(text: str, expected: float) -> None:
+    assert values.number(text, "a value") == expected
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False, min_value=-1e300, max_value=1e300))
+@FUZZ
+def test_every_finite_float_round_trips_through_its_repr(x: float) -> None:
+    assert values.number(repr(x), "a value") == x
+
+
+@given(st.text(max_size=80))
+@FUZZ
+def test_number_never_raises_anything_but_input_error(text: str) -> None:
+    try:
+        result = values.number(text, "a value")
+    except InputError:
+        return
+    assert math.isfinite(result)
+    assert text.strip().isascii()
+
+
+@pytest.mark.parametrize("text", ["10**30", "1" + "0" * 31, "1.0", "1e3", "²", "٣", "0x1", "true", "", "-"])
+def test_integer_refuses_what_is_not_plain_digits(text: str) -> None:
+    with pytest.raises(InputError, match="expected a seed as a whole number from 0 to 100"):
+        values.integer(text, "a seed", lo=0, hi=100)
+
+
+def test_integer_out_of_range_says_the_range() -> None:
+    with pytest.raises(InputError, match=r"^expected a seed from 0 to 100, got '101'"):
+        values.integer("101", "a seed", lo=0, hi=100)
+    with pytest.raises(InputError):
+        values.integer(True, "a seed", lo=0, hi=100)
+
+
+@given(st.text(max_size=60) | st.integers() | st.floats() | st.booleans() | st.none())
+@FUZZ
+def test_integer_never_raises_anything_but_input_error(value: Any) -> None:
+    try:
+        n = values.integer(value, "a seed", lo=-(10**6), hi=10**6)
+    except InputError:
+        return
+    assert isinstance(n, int) and -(10**6) <= n <= 10**6
+
+
+# -------------------------------------------------------------------------------------------------
+# Money
+# -------------------------------------------------------------------------------------------------
+
+BAD_MONEY: list[Any] = ["Infinity", "-Infinity", "NaN", "inf", "1e999999", "1e2", "1E+2", "-1", "-0.01",
+                        "1,5", "1_0", "0.0000001", "1000000.000001", "1000001", "$", "", "²", "0x10",
+                        "$-1", "1 000", "true", Decimal("Infinity"), Decimal("NaN"), Decimal("1e999999"),
+                        Decimal("-1"), Decimal("0.0000001"), math.inf, math.nan, -0.5, True, None,
+                        10**30, "9" * 5000]
+
+
+@pytest.mark.parametrize("value", BAD_MONEY, ids=[values.shown(v, 20) for v in BAD_MONEY])
+def test_money_that_is_not_finite_exact_and_in_range_is_refused(value: Any) -> None:
+    with pytest.raises(InputError, match=r"^expected a USD amount from 0 to 1,000,000 with at most 6 decimals"):
+        values.money_micro(value)
+
+
+@pytest.mark.parametrize(("value", "micro"), [("0.25", 250_000), ("$1", 1_000_000), (" 1000000 ", 10**12),
+                                              (".5", 500_000), ("0.000001", 1), (Decimal("2.50"), 2_500_000),
+                                              (Decimal("1E+2"), 100_000_000), (3, 3_000_000), (0.1, 100_000)])
+def test_money_is_exact_micro_usd(value: Any, micro: int) -> None:
+    assert values.money_micro(value) == micro
+
+
+@given(st.integers(0, 10**12))
+@FUZZ
+def test_every_micro_amount_round_trips_through_its_decimal_text(micro: int) -> None:
+    text = f"{Decimal(micro) / values.MICRO:f}"
+    assert values.money_micro(text) == micro
+    assert values.money_micro(Decimal(text)) == micro
+
+
+@given(st.text(max_size=40) | st.decimals() | st.floats() | st.integers())
+@FUZZ
+def test_money_never_raises_anything_but_input_error(value: Any) -> None:
+    try:
+        micro = values.money_micro(value)
+    except InputError:
+        return
+    assert 0 <= micro <= 10**12
+
+
+# -------------------------------------------------------------------------------------------------
+# Durations (steps, cadences)
+# -------------------------------------------------------------------------------------------------
+
+BAD_DURATIONS = ["²d", "99999999999d", "9999999999999999999w", "367d", "53w", "0d", "0s", "1.5d", "-1d",
+                 "d", "1", "P1D", "1 d", "1dd", "1y", "١d", "１d", "1d\x00", "", "1e3s", "fortnight"]
+
+
+@pytest.mark.parametrize("text", BAD_DURATIONS)
+def test_a_duration_out_of_range_or_ambiguous_is_refused(text: str) -> None:
+    with pytest.raises(InputError, match=r"^expected a step size like 1d, 12h, 30m, 45s or 1w, at most 366 days"):
+        values.duration(text)
+
+
+def test_a_cadence_has_its_own_bounds_and_units() -> None:
+    from typestrict_pipeline.reruns.service import parse_cadence
+
+    assert parse_cadence("1w") == 7 * 86400 and parse_cadence("366d") == 366 * 86400
+    for text in ("59s", "30s", "9999999999999999999w", "367d", "²h", "1s"):
+        with pytest.raises(InputError, match=r"^expected a cadence like 1d, 12h, 30m or 1w, from 1 minute to 366 days"):
+            parse_cadence(text)
+
+
+@given(st.integers(1, 10**12), st.sampled_from(list(values.UNITS)))
+@FUZZ
+def test_durations_are_whole_seconds_or_refused(n: int, unit: str) -> None:
+    text = f"{n}{unit}"
+    seconds = n * values.UNITS[unit]
+    try:
+        got = values.duration(text)
+    except InputError:
+        assert seconds > 366 * 86400 or len(str(n)) > 9
+        return
+    assert got == dt.timedelta(seconds=seconds)
+
+
+@given(st.text(max_size=30))
+@FUZZ
+def test_duration_never_raises_anything_but_input_error(text: str) -> None:
+    try:
+        got = values.duration(text)
+    except InputError:
+        return
+    assert dt.timedelta(seconds=1) <= got <= values.MAX_DURATION
+
+
+# -------------------------------------------------------------------------------------------------
+# Times and days
+# -------------------------------------------------------------------------------------------------
+
+BAD_TIMES = ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-12:00", "0000-01-01", "1899-12-31T23:59:59Z",
+             "2200-01-01", "2199-12-31T23:00:00-02:00", "2015-01-01T00:00+99:00", "2015-02-30", "yesterday",
+             "12:00", "2015-01-01T25:00", "２０１５-01-01", "2015-01-01\x00", "1e3", "", "20150101T000000Z",
+             "2015-01-01T00:00:00+14:00:00:00"]
+
+
+@pytest.mark.parametrize("text", BAD_TIMES)
+def test_a_time_outside_the_calendar_or_ambiguous_is_refused(text: str) -> None:
+    with pytest.raises(InputError, match=r"^expected the start as an ISO 8601 date or time from 1900-01-01 to 2199-12-31"):
+        values.timestamp(text, "the start")
+
+
+@pytest.mark.parametrize(("text", "utc"), [
+    ("2015-01-01", dt.datetime(2015, 1, 1, tzinfo=dt.UTC)),
+    ("2015-01-01T06:30", dt.datetime(2015, 1, 1, 6, 30, tzinfo=dt.UTC)),
+    ("2015-01-01T06:30Z", dt.datetime(2015, 1, 1, 6, 30, tzinfo=dt.UTC)),
+    ("2015-01-01T06:30:00+02:00", dt.datetime(2015, 1, 1, 4, 30, tzinfo=dt.UTC)),
+    ("1900-01-01T12:00:00+11:00", dt.datetime(1900, 1, 1, 1, 0, tzinfo=dt.UTC)),
+])
+def test_times_are_read_as_utc(text: str, utc: dt.datetime) -> None:
+    assert values.timestamp(text) == utc
+
+
+@given(st.datetimes(min_value=dt.datetime(1, 1, 2), max_value=dt.datetime(9999, 12, 30),
+                    timezones=st.timezones()))
+@FUZZ
+def test_any_iso_time_is_utc_inside_the_range_or_refused(t: dt.datetime) -> None:
+    try:
+        text = t.isoformat()
+    except Exception:  # a zone whose offset at t Python cannot show
+        return
+    try:
+        got = values.timestamp(text)
+    except InputError:
+        return
+    assert values.TIME_MIN <= got < values.TIME_MAX and got.tzinfo is dt.UTC
+
+
+@given(st.text(max_size=40))
+@FUZZ
+def test_timestamp_never_raises_anything_but_input_error(text: str) -> None:
+    try:
+        got = values.timestamp(text)
+    except InputError:
+        return
+    assert values.TIME_MIN <= got < values.TIME_MAX
+
+
+@pytest.mark.parametrize("text", ["2014-02-30", "2014-13-01", "99999-01-01", "0001-01-01", "2014-2-3",
+                                  "2014-02-03T00:00", "٢٠١٤-02-03", ""])
+def test_a_bad_day_is_refused(text: str) -> None:
+    with pytest.raises(InputError, match=r"^expected a day as YYYY-MM-DD"):
+        values.day(text)
+
+
+# -------------------------------------------------------------------------------------------------
+# Text and e-mail
+# -------------------------------------------------------------------------------------------------
+
+CONTROLS = ["\x00", "\x01", "\x07", "\x1b[31m", "\x7f", "\x85", "\x9f", "\ud800", "\n", "\r", "\t"]
+
+
+@pytest.mark.parametrize("ch", CONTROLS, ids=[f"U+{ord(c[0]):04X}" for c in CONTROLS])
+def test_control_characters_are_refused_in_stored_text(ch: str) -> None:
+    with pytest.raises(InputError, match=r"expected a name without control characters .*got U\+"):
+        values.check_text(f"ab{ch}cd", "a name")
+
+
+def test_line_breaks_are_allowed_where_text_spans_lines_and_nul_never() -> None:
+    assert values.check_text("a\nb\tc\r\n", "a question", lines=True) == "a\nb\tc\r\n"
+    with pytest.raises(InputError, match=r"U\+0000 at character 2"):
+        values.check_text("a\x00b", "a question", lines=True)
+    with pytest.raises(InputError, match="of at most 5 characters"):
+        values.check_text("x" * 6, "a name", max_chars=5)
+
+
+@given(st.text(max_size=50))
+@FUZZ
+def test_stored_text_never_holds_a_control_character(text: str) -> None:
+    try:
+        kept = values.check_text(text, "a name")
+    except InputError:
+        return
+    assert not any(ord(c) < 32 or 127 <= ord(c) < 160 or 0xD800 <= ord(c) < 0xE000 for c in kept)
+
+
+INJECTIONS = ["ana@example.com\r\nBcc: all@evil.example", "ana@example.com\nSubject: x", "ana@example.com\r",
+              "ana@example.com,bo@example.com", "Ana <ana@example.com>", "ana @example.com", "ana@", "@example.com",
+              "ana", "ana@exa mple.com", "ana@example.com\x00", "anä@example.com", "ana@-example.com",
+              "a" * 65 + "@example.com", "ana@example.com;bcc=x@y", "", "\"a\"@example.com"]
+
+
+@pytest.mark.parametrize("text", INJECTIONS)
+def test_an_owner_that_is_not_one_address_is_refused(text: str) -> None:
+    with pytest.raises(InputError, match=r"^expected a person's e-mail address \(one address, no spaces or line breaks\)"):
+        values.email(text, values.PERSON)
+
+
+@given(st.text(max_size=80))
+@FUZZ
+def test_an_accepted_address_can_never_add_a_header(text: str) -> None:
+    try:
+        kept = values.email(text)
+    except InputError:
+        return
+    assert kept.count("@") == 1 and kept.isascii() and not any(c in kept for c in "\r\n\x00 ,<>;\"")
+
+
+# -------------------------------------------------------------------------------------------------
+# Data cells, CSV cells, prompts
+# -------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("cell", "fix"), [
+    ("inf", "Write a finite number"), ("-Infinity", "Write a finite number"), ("1e309", "Write a finite number"),
+    ("nan", "Leave the cell empty"), ("NA", "Leave the cell empty"), ("null", "Leave the cell empty"),
+    ("N/A", "Leave the cell empty"), ("true", "Write a number"), ("FALSE", "Write a number"),
+    ("1,5", "Write a finite number"), ("\x00", "Write a finite number"), ("=1+1", "Write a finite number"),
+])
+def test_a_numeric_data_cell_that_is_not_a_finite_number_is_refused_with_its_place(cell: str, fix: str) -> None:
+    with pytest.raises(InputError) as caught:
+        values.data_number(cell, file="w.csv", row=4, column="wind")
+    message = str(caught.value)
+    assert message.startswith("w.csv, row 4, column 'wind': expected a finite number, or an empty cell")
+    assert fix in message
+
+
+def test_an_empty_data_cell_is_the_one_spelling_of_missing() -> None:
+    assert math.isnan(values.data_number("")) and math.isnan(values.data_number("  "))
+    assert values.data_number("-0.5") == -0.5
+
+
+@pytest.mark.parametrize("cell", ["=1+1", "+1+1", "-1+cmd|' /C calc'!A0", "@SUM(A1)", "\t=1", "\r=1",
+                                  "=HYPERLINK(\"http://evil.example\",\"x\")", "-", "+", "@"])
+def test_formula_cells_are_told_apart_from_numbers(cell: str) -> None:
+    assert values.is_formula(cell)
+    assert values.neutralise_cell(cell) == "'" + cell
+
+
+@pytest.mark.parametrize("cell", ["-3.5", "+2", "-1e3", "drizzle", "", "a=b", "rain - light"])
+def test_numbers_and_plain_text_are_not_formulas(cell: str) -> None:
+    assert not values.is_formula(cell)
+    assert values.neutralise_cell(cell) == cell
+
+
+@given(st.text(max_size=300))
+@FUZZ
+def test_a_prompt_value_is_plain_text_or_a_json_string(text: str) -> None:
+    import json
+
+    out = values.prompt_text(text)
+    if out != text:
+        assert json.loads(out) == text[:2000]
+    else:
+        assert not values.is_formula(out) and all(c.isprintable() for c in out) and "{" not in out

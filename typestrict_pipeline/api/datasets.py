@@ -1,0 +1,206 @@
+"""Datasets through the API: register a point-in-time dataset from the workspace's files, append
+rows, read it; and which dataset a backtest or a study of a workspace may name.
+
+The rules are those of :mod:`typestrict_pipeline.backtest.workflows.datasets` (``typestrict data
+register|append|show``); this module adds the workspace. A dataset registered through the API
+belongs to its workspace: it is stored under a name of its own (:func:`stored_name`, the
+customer's name plus a digest of the workspace), so two workspaces may both call a dataset
+``sales``, and another workspace's dataset is "not found", like one that does not exist. The
+tables come from the workspace's own files (``PUT /v1/files/{name}``), confined to them. The
+built-in datasets (``seattle_weather``) can be named by every workspace.
+
+>>> stored_name("acme", "sales")
+'sales__822b33ad87c1'
+>>> customer_name("acme", stored_name("acme", "sales"))
+'sales'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from typestrict_pipeline.api.trainings import WorkspaceArea
+from typestrict_pipeline.backtest.pit import PointInTimeTable
+from typestrict_pipeline.errors import InputError, NotFoundError
+
+_CUSTOMER_NAME = re.compile(r"[a-z0-9][a-z0-9_]{0,47}")
+_SEPARATOR = "__"
+
+
+def datasets_base(home: Path) -> Path:
+    """Where datasets live for the server on ``home``: ``TYPESTRICT_DATASETS_DIR``, else
+    ``<home>/datasets`` (the folder the Dagster runs read: same home, same datasets)."""
+    explicit = os.environ.get("TYPESTRICT_DATASETS_DIR")
+    return Path(explicit).resolve() if explicit else home / "datasets"
+
+
+def _digest(workspace: str) -> str:
+    return hashlib.sha256(workspace.encode("utf-8")).hexdigest()[:12]
+
+
+def check_customer_name(name: str) -> str:
+    """A dataset name a customer may give: lowercase letters, digits, ``_``, at most 48.
+
+    >>> check_customer_name("sales_2026")
+    'sales_2026'
+    """
+    if not isinstance(name, str) or not _CUSTOMER_NAME.fullmatch(name) or _SEPARATOR in name:
+        raise InputError(
+            "a dataset name of lowercase letters, digits and single '_' (1 to 48, starting with a "
+            "letter or digit)", repr(str(name)[:80]), "rename it, e.g. sales_live", column="name")
+    return name
+
+
+def stored_name(workspace: str, name: str) -> str:
+    """The name a workspace's dataset is stored under (unique to the workspace)."""
+    return f"{check_customer_name(name)}{_SEPARATOR}{_digest(workspace)}"
+
+
+def customer_name(workspace: str, stored: str) -> str | None:
+    """The customer's name of a stored dataset of ``workspace``, else None (not its own)."""
+    head, sep, tail = stored.rpartition(_SEPARATOR)
+    return head if sep and tail == _digest(workspace) else None
+
+
+def _not_found(name: str) -> NotFoundError:
+    return NotFoundError(
+        f"expected a dataset named {name[:80]!r} in this workspace, got none. List them with "
+        "GET /v1/datasets, or register it with POST /v1/datasets")
+
+
+@dataclass(frozen=True)
+class TableView:
+    """One table of a dataset as the API shows it (no file path of the server)."""
+
+    name: str
+    rows: int
+    columns: tuple[str, ...]
+    first_known: str
+    last_known: str
+
+
+@dataclass(frozen=True)
+class DatasetView:
+    """A workspace's dataset: its name, workflow, tables and up to when its data are known."""
+
+    name: str
+    workflow: str
+    registered_at: str
+    last_known: str
+    tables: tuple[TableView, ...]
+
+
+def _view(workspace: str, info: Any) -> DatasetView:
+    from typestrict_pipeline.backtest.pit import format_time
+
+    return DatasetView(
+        name=customer_name(workspace, info.name) or info.name, workflow=info.workflow,
+        registered_at=format_time(info.registered_at), last_known=format_time(info.last_known),
+        tables=tuple(TableView(t.name, t.rows, tuple(t.columns), format_time(t.first_known),
+                               format_time(t.last_known)) for t in info.tables))
+
+
+def register(home: Path, workspace: str, name: str, workflow: str,
+             tables: Mapping[str, str]) -> DatasetView:
+    """Register ``name`` for ``workflow`` from files of the workspace's area (table -> file).
+
+    Raises:
+        InputError, DatasetError: a bad name, table or file (naming the file, row and column);
+        NotFoundError: a file not in the workspace's files, or an unknown workflow;
+        ConflictError: the workspace already has a dataset of that name.
+    """
+    from typestrict_pipeline.backtest.workflows.datasets import register_dataset
+
+    stored = stored_name(workspace, name)
+    area = WorkspaceArea(home, workspace)
+    paths = {table: area.resolve(file) for table, file in tables.items()}
+    info = register_dataset(stored, workflow, paths, base=datasets_base(home))
+    return _view(workspace, info)
+
+
+def append(home: Path, workspace: str, name: str, file: str, table: str | None) -> tuple[DatasetView, int]:
+    """Append the rows of a workspace file to one table (the only one when ``table`` is None);
+    the dataset after it and how many rows were added."""
+    from typestrict_pipeline.backtest.workflows.datasets import append_rows, dataset_info
+
+    stored = _own(home, workspace, name)
+    base = datasets_base(home)
+    if table is None:
+        names = [t.name for t in dataset_info(stored, base=base).tables]
+        if len(names) != 1:
+            raise InputError("table, for a dataset of several tables", f"tables {names}", "name the table",
+                             column="table")
+        table = names[0]
+    source = WorkspaceArea(home, workspace).resolve(file)
+    result = append_rows(stored, table, source, base=base)
+    return _view(workspace, dataset_info(stored, base=base)), result.added
+
+
+def _own(home: Path, workspace: str, name: str) -> str:
+    from typestrict_pipeline.backtest.workflows.datasets import is_registered
+
+    try:
+        stored = stored_name(workspace, name)
+    except InputError:
+        raise _not_found(name) from None
+    if not is_registered(stored, base=datasets_base(home)):
+        raise _not_found(name)
+    return stored
+
+
+def get(home: Path, workspace: str, name: str) -> DatasetView:
+    """One of the workspace's datasets."""
+    from typestrict_pipeline.backtest.workflows.datasets import dataset_info
+
+    return _view(workspace, dataset_info(_own(home, workspace, name), base=datasets_base(home)))
+
+
+def list_for(home: Path, workspace: str) -> list[DatasetView]:
+    """The workspace's datasets, by name."""
+    from typestrict_pipeline.backtest.workflows.datasets import list_datasets
+
+    return [_view(workspace, i) for i in list_datasets(base=datasets_base(home))
+            if customer_name(workspace, i.name) is not None]
+
+
+def resolve(home: Path, workspace: str, name: str) -> str:
+    """The stored name a backtest or study of ``workspace`` uses for ``name``: a built-in dataset,
+    or one the workspace registered.
+
+    Raises:
+        InputError: neither (the message lists what may be named).
+    """
+    from typestrict_pipeline.backtest.workflows import DATASETS
+
+    if name in DATASETS:
+        return name
+    try:
+        return _own(home, workspace, name)
+    except NotFoundError:
+        own = [v.name for v in list_for(home, workspace)]
+        raise InputError(
+            f"a dataset name: a built-in one ({', '.join(sorted(DATASETS))}) or one this workspace "
+            f"registered ({', '.join(own) if own else 'none yet'})", repr(str(name)[:80]),
+            "register it with POST /v1/datasets first, or name one of those", column="dataset",
+        ) from None
+
+
+def load(home: Path, stored: str) -> dict[str, PointInTimeTable]:
+    """The tables of a resolved dataset (built-in or registered under ``home``)."""
+    from typestrict_pipeline.backtest.workflows import DATASETS
+    from typestrict_pipeline.backtest.workflows.datasets import load_registered
+
+    loader = DATASETS.get(stored)
+    if loader is not None:
+        return dict(loader())
+    return load_registered(stored, base=datasets_base(home))
+
+
+__all__ = ["DatasetView", "TableView", "append", "check_customer_name", "customer_name", "datasets_base",
+           "get", "list_for", "load", "register", "resolve", "stored_name"]

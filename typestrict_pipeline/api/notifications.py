@@ -1,0 +1,109 @@
+"""Settings → Notifications through the API: where "A scheduled study changes its winner" goes,
+and what was delivered or failed.
+
+The notification goes to the person who set up a schedule (its ``owner``), unless that person
+turned it off. Through the API a workspace sees and sets the choice of the people who own its
+schedules, and the deliveries of its own lineages' notifications (with the reason one is not
+delivered yet); nothing of another workspace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Engine, select
+
+from typestrict_pipeline.errors import NotFoundError
+from typestrict_pipeline.reruns.notify import KIND_TITLES, KIND_WINNER_CHANGED
+from typestrict_pipeline.store import session_scope
+
+
+@dataclass(frozen=True)
+class PersonSetting:
+    """One person's choice for one kind of notification."""
+
+    person: str
+    kind: str
+    title: str
+    enabled: bool
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One notification of the workspace: to whom, its state, and why it is not delivered yet."""
+
+    id: int
+    recipient: str
+    subject: str
+    state: str
+    attempts: int
+    created_at: str
+    sent_at: str | None
+    next_attempt_at: str | None
+    last_error: str | None
+    text: str
+
+
+def people(engine: Engine, workspace: str) -> list[str]:
+    """Who set up the workspace's schedules (the notification's recipients), sorted."""
+    from typestrict_pipeline.reruns.tables import RerunSchedule
+
+    with session_scope(engine) as s:
+        return sorted(set(s.execute(select(RerunSchedule.owner)
+                                    .where(RerunSchedule.workspace_id == workspace)).scalars()))
+
+
+def settings(engine: Engine, workspace: str) -> list[PersonSetting]:
+    """Each recipient's choice for every kind of notification (on unless turned off)."""
+    from typestrict_pipeline.reruns.notify import notification_enabled
+
+    with session_scope(engine) as s:
+        return [PersonSetting(p, kind, title, notification_enabled(s, p, kind))
+                for p in people(engine, workspace) for kind, title in KIND_TITLES.items()]
+
+
+def set_setting(engine: Engine, workspace: str, person: str, enabled: bool,
+                kind: str = KIND_WINNER_CHANGED) -> PersonSetting:
+    """Turn a notification on or off for a person who set up one of the workspace's schedules.
+
+    Raises:
+        NotFoundError: nobody of that address set up a schedule in this workspace.
+        InputError: an unknown kind.
+    """
+    from typestrict_pipeline.reruns.notify import set_notification
+
+    if person not in people(engine, workspace):
+        raise NotFoundError(
+            f"expected a person who set up a schedule in this workspace, got {person[:200]!r}. "
+            "GET /v1/notifications lists them; the notification goes to a schedule's owner")
+    set_notification(engine, person, kind, enabled)
+    return PersonSetting(person, kind, KIND_TITLES[kind], enabled)
+
+
+def deliveries(engine: Engine, workspace: str, limit: int = 100) -> list[Delivery]:
+    """The workspace's notifications, newest first, delivered or not (with why not)."""
+    from typestrict_pipeline.reruns.notify import OutboxEntry
+    from typestrict_pipeline.reruns.tables import LineageRow, OutboxMessage
+    from typestrict_pipeline.study.tables import StudyRow
+
+    with session_scope(engine) as s:
+        studies = [str(i) for i in s.execute(select(StudyRow.id).where(StudyRow.workspace == workspace)).scalars()]
+        own = {f"winner-changed:{i}" for i in s.execute(
+            select(LineageRow.id).where(LineageRow.lineage_root_id.in_(studies))).scalars()} if studies else set()
+        if not own:
+            return []
+        rows = s.execute(select(OutboxMessage).where(OutboxMessage.dedupe_key.in_(own))
+                         .order_by(OutboxMessage.id.desc()).limit(limit)).scalars().all()
+        out = []
+        for r in rows:
+            entry = OutboxEntry(r.id, r.state, r.recipient, r.subject, r.attempts, r.created_at, r.sent_at,
+                                r.next_attempt_at, r.last_error)
+            out.append(Delivery(
+                id=r.id, recipient=r.recipient, subject=r.subject, state=r.state.value, attempts=r.attempts,
+                created_at=r.created_at.isoformat(), sent_at=None if r.sent_at is None else r.sent_at.isoformat(),
+                next_attempt_at=None if r.next_attempt_at is None else r.next_attempt_at.isoformat(),
+                last_error=r.last_error, text=entry.line()))
+        return out
+
+
+__all__ = ["Delivery", "PersonSetting", "deliveries", "people", "set_setting", "settings"]

@@ -1,0 +1,55 @@
+"""``/v1/backtests``: run a backtest (a Dagster run), list, read its run card and cost, cancel."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated
+
+from fastapi import APIRouter, Path
+
+from typestrict_pipeline.api import backtests as core
+from typestrict_pipeline.api.deps import Ctx, Workspace
+from typestrict_pipeline.api.schemas import BacktestIn, BacktestOut, ErrorBody, WorkflowOut
+
+router = APIRouter(tags=["backtests"], responses={
+    401: {"model": ErrorBody}, 404: {"model": ErrorBody}, 422: {"model": ErrorBody}})
+
+BacktestId = Annotated[str, Path(min_length=1, max_length=64)]
+
+
+def _out(view: core.BacktestView) -> BacktestOut:
+    return BacktestOut(**dataclasses.asdict(view))
+
+
+@router.post("/backtests", status_code=202, response_model=BacktestOut)
+def run_backtest(body: BacktestIn, ctx: Ctx, workspace: Workspace) -> BacktestOut:
+    """Check the backtest (workflow, range against the data, step, parameters), then launch it as
+    a ``backtest_<workflow>_job`` run on the Dagster instance; it is ``queued`` until the daemon
+    starts it. Every model call is costed to the workspace."""
+    req = core.BacktestRequest(workflow=body.workflow, start=body.start, end=body.end, step=body.step,
+                               dataset=body.dataset, params=body.params)
+    return _out(core.launch_backtest(ctx.engine, ctx.settings.home, ctx.runs, workspace, req))
+
+
+@router.get("/backtests", response_model=list[BacktestOut])
+def list_backtests(ctx: Ctx, workspace: Workspace) -> list[BacktestOut]:
+    """The workspace's backtests, newest first (those waiting for their run first)."""
+    return [_out(v) for v in core.list_backtests(ctx.engine, ctx.runs, workspace)]
+
+
+@router.get("/backtests/workflows", response_model=list[WorkflowOut])
+def list_workflows(workspace: Workspace) -> list[WorkflowOut]:
+    """The workflows a backtest or a study may name, with their active version and parameters."""
+    return [WorkflowOut(**w) for w in core.workflows()]
+
+
+@router.get("/backtests/{backtest_id}", response_model=BacktestOut)
+def get_backtest(backtest_id: BacktestId, ctx: Ctx, workspace: Workspace) -> BacktestOut:
+    """A backtest's state, run card and cost."""
+    return _out(core.get_backtest(ctx.engine, ctx.runs, workspace, backtest_id))
+
+
+@router.post("/backtests/{backtest_id}/cancel", response_model=BacktestOut)
+def cancel_backtest(backtest_id: BacktestId, ctx: Ctx, workspace: Workspace) -> BacktestOut:
+    """Cancel a queued or running backtest; what ran is kept (and costed)."""
+    return _out(core.cancel_backtest(ctx.engine, ctx.runs, workspace, backtest_id))

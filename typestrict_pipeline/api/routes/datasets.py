@@ -1,0 +1,52 @@
+"""``/v1/datasets``: register a point-in-time dataset from the workspace's files, append rows."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated
+
+from fastapi import APIRouter, Path
+
+from typestrict_pipeline.api import datasets as core
+from typestrict_pipeline.api.deps import Ctx, Workspace
+from typestrict_pipeline.api.schemas import AppendIn, DatasetIn, DatasetOut, ErrorBody, TableOut
+
+router = APIRouter(tags=["datasets"], responses={
+    401: {"model": ErrorBody}, 404: {"model": ErrorBody}, 422: {"model": ErrorBody}})
+
+DatasetName = Annotated[str, Path(min_length=1, max_length=48)]
+
+
+def _out(view: core.DatasetView, added: int | None = None) -> DatasetOut:
+    return DatasetOut(name=view.name, workflow=view.workflow, registered_at=view.registered_at,
+                      last_known=view.last_known, added=added,
+                      tables=[TableOut(**{**dataclasses.asdict(t), "columns": list(t.columns)})
+                              for t in view.tables])
+
+
+@router.post("/datasets", status_code=201, response_model=DatasetOut, responses={409: {"model": ErrorBody}})
+def register_dataset(body: DatasetIn, ctx: Ctx, workspace: Workspace) -> DatasetOut:
+    """Register a dataset for a workflow: one workspace file per table it reads (``event_time``,
+    ``known_time`` with a UTC offset, then the value columns). Backtests and studies of this
+    workspace then name it as their ``dataset``."""
+    return _out(core.register(ctx.settings.home, workspace, body.name, body.workflow, body.tables))
+
+
+@router.get("/datasets", response_model=list[DatasetOut])
+def list_datasets(ctx: Ctx, workspace: Workspace) -> list[DatasetOut]:
+    """The workspace's datasets (the built-in ones, such as ``seattle_weather``, are not listed)."""
+    return [_out(v) for v in core.list_for(ctx.settings.home, workspace)]
+
+
+@router.get("/datasets/{name}", response_model=DatasetOut)
+def get_dataset(name: DatasetName, ctx: Ctx, workspace: Workspace) -> DatasetOut:
+    """A dataset's tables, rows and up to when its data are known."""
+    return _out(core.get(ctx.settings.home, workspace, name))
+
+
+@router.post("/datasets/{name}/append", response_model=DatasetOut)
+def append_rows(name: DatasetName, body: AppendIn, ctx: Ctx, workspace: Workspace) -> DatasetOut:
+    """Add rows known after the table's last knowledge time (rows already known are never
+    rewritten); schedules on this dataset see them at their next tick."""
+    view, added = core.append(ctx.settings.home, workspace, name, body.file, body.table)
+    return _out(view, added)

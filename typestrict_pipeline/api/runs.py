@@ -1,0 +1,207 @@
+"""Dagster runs launched by the API: the same runs the Dagster UI launches, on the same instance.
+
+The API never executes a study or a backtest itself. :class:`DagsterRuns` submits a run of the
+code location's job (``study_job``, ``backtest_<workflow>_job``) exactly as the UI's "Launch run"
+does: the run is created on the instance from the job's snapshot and execution plan, with the
+code location's origin, and handed to the instance's run coordinator (``instance.submit_run``).
+The product's instance queues it, and the Dagster daemon launches it through the instance's run
+launcher (:mod:`resources.launcher`). So the run is listed in the UI like any other, runs in its
+own process, and outlives the API server: a restart loses nothing.
+
+* The instance is ``DAGSTER_HOME``'s when set, else ``<TYPESTRICT_HOME>/dagster_home`` (where
+  ``make demo`` and ``make ui`` keep it; the product's ``dagster.yaml`` is written there when
+  there is none, as ``make demo`` does).
+* The code location is the one ``workspace.yaml`` names (module ``typestrict_pipeline.definitions``,
+  location ``typestrict_pipeline``), loaded once in the API process, on the first launch.
+* Every run gets the API's store in its run config (``resources.store.config.url``), so it acts
+  on the store the request was checked against, and tags naming the workspace and the object it
+  runs (:data:`WORKSPACE_TAG`, :data:`OBJECT_TAG`).
+
+Nothing here imports Dagster until a run is launched or read.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from typestrict_pipeline.errors import StoreError
+
+MODULE = "typestrict_pipeline.definitions"
+LOCATION = "typestrict_pipeline"
+REPOSITORY = "__repository__"
+WORKSPACE_TAG = "typestrict/workspace"
+"""Tag of every run the API launches: the workspace it runs for."""
+OBJECT_TAG = "typestrict/object"
+"""Tag of every run the API launches: ``backtest:<id>`` or ``study:<id>``."""
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+class RunState:
+    """How the API names a Dagster run's status (``queued``, ``running`` and the three ends).
+
+    >>> RunState.of("QUEUED"), RunState.of("STARTED"), RunState.of("SUCCESS")
+    ('queued', 'running', 'succeeded')
+    """
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @staticmethod
+    def of(status: str) -> str:
+        return {"NOT_STARTED": "queued", "QUEUED": "queued", "MANAGED": "queued",
+                "STARTING": "running", "STARTED": "running", "CANCELING": "running",
+                "SUCCESS": "succeeded", "FAILURE": "failed", "CANCELED": "cancelled"}.get(status, "queued")
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """A launched run as the API shows it: its id, job, state and the object it runs."""
+
+    run_id: str
+    job_name: str
+    state: str
+    workspace: str | None
+    object_ref: str | None
+
+
+def dagster_home_for(home: Path, environ: Mapping[str, str] | None = None) -> Path:
+    """The instance's folder: ``DAGSTER_HOME`` when set, else ``<home>/dagster_home``.
+
+    >>> dagster_home_for(Path("/h"), {})
+    PosixPath('/h/dagster_home')
+    >>> dagster_home_for(Path("/h"), {"DAGSTER_HOME": "/d"})
+    PosixPath('/d')
+    """
+    env = os.environ if environ is None else environ
+    explicit = env.get("DAGSTER_HOME")
+    return Path(explicit).resolve() if explicit else home / "dagster_home"
+
+
+class DagsterRuns:
+    """Submit and read the API's Dagster runs on one instance (thread-safe; one per server).
+
+    Args:
+        dagster_home: the instance's folder (see :func:`dagster_home_for`).
+        store_url: the store every launched run acts on.
+    """
+
+    def __init__(self, dagster_home: Path, store_url: str) -> None:
+        self.dagster_home = dagster_home
+        self.store_url = store_url
+        self._lock = threading.Lock()
+        self._instance: Any = None
+        self._context: Any = None
+
+    def _ensure(self) -> tuple[Any, Any]:
+        """The instance and the workspace process context, made on first use."""
+        with self._lock:
+            if self._instance is None:
+                import dagster as dg
+                from dagster._core.remote_origin import InProcessCodeLocationOrigin
+                from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+                from dagster._core.workspace.context import WorkspaceProcessContext
+                from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
+
+                from typestrict_pipeline.instance import sqlite_instance_config, write_instance_yaml
+
+                if not (self.dagster_home / "dagster.yaml").is_file():
+                    write_instance_yaml(self.dagster_home, sqlite_instance_config(self.dagster_home))
+                instance = dg.DagsterInstance.from_config(str(self.dagster_home))
+                origin = InProcessCodeLocationOrigin(
+                    LoadableTargetOrigin(executable_path=sys.executable, module_name=MODULE,
+                                         working_directory=str(ROOT)),
+                    location_name=LOCATION)
+                self._context = WorkspaceProcessContext(instance, InProcessWorkspaceLoadTarget([origin]))
+                self._instance = instance
+            return self._instance, self._context
+
+    @property
+    def instance(self) -> Any:
+        return self._ensure()[0]
+
+    def submit(self, job_name: str, run_config: Mapping[str, Any], *, workspace: str,
+               object_ref: str, tags: Mapping[str, str] | None = None) -> str:
+        """Create a run of ``job_name`` as the UI does and hand it to the run coordinator; its id.
+
+        Raises:
+            StoreError: the code location does not load or has no such job (an operator's fault).
+        """
+        from dagster._core.storage.dagster_run import DagsterRunStatus
+        from dagster._core.utils import make_new_run_id
+
+        instance, context = self._ensure()
+        request = context.create_request_context()
+        location = request.get_code_location(LOCATION)
+        if location is None:  # pragma: no cover - the in-process location loads or raises
+            raise StoreError(f"expected the code location {LOCATION!r} to load, got none")
+        repository = location.get_repository(REPOSITORY)
+        if not repository.has_job(job_name):
+            raise StoreError(f"expected the code location to define job {job_name!r}, got none. "
+                             "Deploy the current code location")
+        remote_job = repository.get_full_job(job_name)
+        config = {**dict(run_config), "resources": {"store": {"config": {"url": self.store_url}}}}
+        plan = location.get_execution_plan(remote_job, config, step_keys_to_execute=None,
+                                           known_state=None, instance=instance)
+        run = instance.create_run(
+            job_name=job_name, run_id=make_new_run_id(), run_config=config,
+            resolved_op_selection=None, step_keys_to_execute=None, status=DagsterRunStatus.NOT_STARTED,
+            tags={**remote_job.tags, **dict(tags or {}), WORKSPACE_TAG: workspace, OBJECT_TAG: object_ref},
+            root_run_id=None, parent_run_id=None, job_snapshot=remote_job.job_snapshot,
+            execution_plan_snapshot=plan.execution_plan_snapshot,
+            parent_job_snapshot=remote_job.parent_job_snapshot,
+            remote_job_origin=remote_job.get_remote_origin(),
+            job_code_origin=remote_job.get_python_origin(), asset_selection=None,
+            asset_check_selection=None, op_selection=None, asset_graph=request.asset_graph)
+        instance.submit_run(run.run_id, request)
+        return str(run.run_id)
+
+    def runs_for(self, workspace: str, object_ref: str | None = None) -> list[RunInfo]:
+        """The API's runs for ``workspace`` (of one object when given), newest first."""
+        import dagster as dg
+
+        tags = {WORKSPACE_TAG: workspace}
+        if object_ref is not None:
+            tags[OBJECT_TAG] = object_ref
+        runs = self.instance.get_runs(filters=dg.RunsFilter(tags=tags), limit=500)
+        return [_info(r) for r in runs]
+
+    def get(self, run_id: str) -> RunInfo | None:
+        run = self.instance.get_run_by_id(run_id)
+        return None if run is None else _info(run)
+
+    def cancel(self, run_id: str) -> bool:
+        """Stop a run: a queued one leaves the queue, a running one is terminated (its process
+        stops at its next step boundary, what ran stays). False when it had already ended."""
+        instance = self.instance
+        run = instance.get_run_by_id(run_id)
+        if run is None or run.is_finished:
+            return False
+        if RunState.of(run.status.value) == RunState.QUEUED:
+            return bool(instance.run_coordinator.cancel_run(run_id))
+        return bool(instance.run_launcher.terminate(run_id))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._context is not None:
+                self._context.__exit__(None, None, None)
+            if self._instance is not None:
+                self._instance.dispose()
+            self._context = self._instance = None
+
+
+def _info(run: Any) -> RunInfo:
+    return RunInfo(run_id=str(run.run_id), job_name=str(run.job_name), state=RunState.of(run.status.value),
+                   workspace=run.tags.get(WORKSPACE_TAG), object_ref=run.tags.get(OBJECT_TAG))
+
+
+__all__ = ["LOCATION", "OBJECT_TAG", "WORKSPACE_TAG", "DagsterRuns", "RunInfo", "RunState",
+           "dagster_home_for"]

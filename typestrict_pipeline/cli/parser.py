@@ -1,0 +1,97 @@
+"""The ``typestrict`` argument parser, with the habits of git and the Dagster CLI.
+
+* A mistyped command says which one was meant: ``typestrict stdy list`` →
+  ``invalid choice: 'stdy' ... Did you mean 'study'?``.
+* A mistyped flag is reported by the command it was given to, with that command's usage and the
+  nearest of its flags: ``typestrict schedule status --jsn`` → ``unrecognized arguments: --jsn.
+  Did you mean --json?`` (argparse alone reports it against ``typestrict``'s own usage).
+* ``typestrict --version`` prints the version.
+
+Suggestions come from :func:`difflib.get_close_matches` over the choices or flags that exist
+there (a typo, a missing letter, two letters swapped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+from collections.abc import Iterable, Sequence
+from typing import NoReturn
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)'")
+
+
+def suggestion(word: str, options: Iterable[str]) -> str | None:
+    """The option nearest to ``word``, if one is near enough.
+
+    >>> suggestion("stdy", ["study", "store", "schedule"]), suggestion("--jsn", ["--json", "--store"])
+    ('study', '--json')
+    >>> suggestion("xyz", ["study"]) is None
+    True
+    """
+    found = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def _choices(parser: argparse.ArgumentParser) -> list[str]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return list(action.choices)
+    return []
+
+
+def _flags(parser: argparse.ArgumentParser) -> list[str]:
+    return [o for a in parser._actions if a.help != argparse.SUPPRESS for o in a.option_strings]
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors suggest the nearest command (sub-parsers are made of
+    the same class)."""
+
+    def error(self, message: str) -> NoReturn:
+        m = _INVALID_CHOICE.search(message)
+        if m is not None:
+            near = suggestion(m.group(1), _choices(self))
+            if near is not None:
+                message = f"{message}. Did you mean '{near}'?"
+        super().error(message)
+
+
+def leaf(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The (sub-)parser of the command ``argv`` names: ``schedule status --jsn`` → ``status``."""
+    current = parser
+    for token in argv:
+        if token.startswith("-"):
+            continue
+        for action in current._actions:
+            if isinstance(action, argparse._SubParsersAction) and token in action.choices:
+                current = action.choices[token]
+                break
+    return current
+
+
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, with unknown arguments reported by the command they were
+    given to, the nearest flag suggested.
+
+    >>> p = Parser(prog="t")
+    >>> sub = p.add_subparsers(dest="command")
+    >>> s = sub.add_parser("status")
+    >>> _ = s.add_argument("--json", action="store_true")
+    >>> parse(p, ["status", "--json"]).json
+    True
+    """
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        target = leaf(parser, [a for a in argv if a not in extra])
+        unknown = [a for a in extra if a.startswith("-")]
+        hints = [f"{u.split('=', 1)[0]} → {near}" for u in unknown
+                 if (near := suggestion(u.split("=", 1)[0], _flags(target))) is not None]
+        message = f"unrecognized arguments: {' '.join(extra)}"
+        if len(hints) == 1:
+            message += f". Did you mean {hints[0].split(' → ')[1]}?"
+        elif hints:
+            message += ". Did you mean: " + ", ".join(hints) + "?"
+        target.error(message)
+    return args

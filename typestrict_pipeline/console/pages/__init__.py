@@ -1,0 +1,1 @@
+"""The console's pages, one module per area (FastAPI routers with ``ConsoleRoute``)."""

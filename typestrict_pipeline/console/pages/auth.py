@@ -1,0 +1,93 @@
+"""Sign in with a workspace key, sign out."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
+
+from typestrict_pipeline.console.sessions import (
+    SESSION_IDLE,
+    SESSION_MAX_AGE,
+    ConsoleSession,
+    sign_in,
+    sign_out,
+)
+from typestrict_pipeline.console.web import (
+    PREFIX,
+    ConsoleRoute,
+    clear_session_cookie,
+    current_session,
+    read_form,
+    redirect,
+    render,
+    require_csrf,
+    safe_next,
+    set_session_cookie,
+    set_signin_cookie,
+    signin_matches,
+    signin_token,
+)
+
+router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
+
+REFUSED = ("expected a valid, unrevoked workspace key, got a key that is not one. Check that you "
+           "pasted the whole key (it starts with tsk_), or ask your operator for a new one")
+SIGNIN_EXPIRED = ("expected the sign-in form's token, got none or an old one (the form was open "
+                  "too long, or cookies are off). Sign in again from this form")
+
+
+def _form(request: Request, *, next_url: str, error: str | None = None, notice: str | None = None,
+          status: int = 200) -> Response:
+    token, fresh = signin_token(request)
+    response = render(request, "sign_in.html", {
+        "signin_csrf": token, "next": next_url, "error": error, "notice": notice,
+        "idle_hours": int(SESSION_IDLE.total_seconds() // 3600),
+        "max_hours": int(SESSION_MAX_AGE.total_seconds() // 3600)}, status=status)
+    if fresh or error:
+        set_signin_cookie(response, request, token)
+    return response
+
+
+@router.get("/sign-in")
+def sign_in_page(request: Request, next: str | None = None, signed_out: int = 0) -> Response:
+    """The sign-in form (a signed-in browser goes straight on)."""
+    if current_session(request) is not None:
+        return redirect(safe_next(next), request)
+    notice = "You are signed out." if signed_out else (
+        "Sign in to see that page." if next else None)
+    return _form(request, next_url=safe_next(next), notice=notice)
+
+
+@router.post("/sign-in")
+async def sign_in_post(request: Request) -> Response:
+    """Exchange the key for a session cookie; the key goes nowhere else."""
+    form = await read_form(request)
+    next_url = safe_next(str(form.get("next") or ""))
+    given = form.get("csrf_token")
+    if not signin_matches(request, given if isinstance(given, str) else None):
+        return _form(request, next_url=next_url, error=SIGNIN_EXPIRED, status=403)
+    key = form.get("key")
+    opened = sign_in(request.app.state.ctx.engine, key) if isinstance(key, str) else None
+    if opened is None:
+        return _form(request, next_url=next_url, error=REFUSED, status=401)
+    response = redirect(next_url)
+    set_session_cookie(response, request, opened.token, opened.session.expires_at)
+    return response
+
+
+@router.post("/sign-out")
+def sign_out_post(request: Request, session: Annotated[ConsoleSession, Depends(require_csrf)]) -> Response:
+    """End the session (everywhere this cookie is) and forget the cookie."""
+    sign_out(request.app.state.ctx.engine, request.state.console_token)
+    response = redirect(f"{PREFIX}/sign-in?signed_out=1")
+    clear_session_cookie(response, request)
+    return response
+
+
+@router.get("")
+@router.get("/")
+def home(request: Request) -> Response:
+    """The console's front door: the trainings (or the sign-in form)."""
+    return redirect(f"{PREFIX}/trainings")

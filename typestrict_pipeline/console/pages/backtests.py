@@ -1,0 +1,305 @@
+"""The Backtests tab: run a backtest, its run card (HISTORICAL, cost), and the Studies section:
+create a study with its estimate shown before anything runs, the leaderboard with its chart,
+cancel, "Re-run on a schedule" (cadence, owner, min unseen steps), and the lineage panel.
+
+Every action is the ``/v1`` route's: the same request schema (:mod:`typestrict_pipeline.api.schemas`)
+and the same core calls (:mod:`typestrict_pipeline.api.backtests`, :mod:`typestrict_pipeline.api.studies`,
+``reruns.service``): a backtest and a study are Dagster runs launched on the instance, seen in the
+Dagster UI like the ones it launches.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Request
+from fastapi.responses import Response
+from pydantic import ValidationError
+from starlette.datastructures import FormData
+
+from typestrict_pipeline.api import backtests as backtests_core
+from typestrict_pipeline.api import studies as studies_core
+from typestrict_pipeline.api.deps import get_ctx
+from typestrict_pipeline.api.errors import status_for
+from typestrict_pipeline.api.schemas import BacktestIn, ScheduleIn, StudyFormIn
+from typestrict_pipeline.console.charts import leaderboard_spec
+from typestrict_pipeline.console.pages.trainings import validation_message
+from typestrict_pipeline.console.sessions import ConsoleSession
+from typestrict_pipeline.console.web import (
+    PREFIX,
+    ConsoleRoute,
+    read_form,
+    redirect,
+    render,
+    require_csrf,
+    require_session,
+)
+from typestrict_pipeline.errors import TypeStrictError
+from typestrict_pipeline.study.limits import format_usd
+
+router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
+
+Session = Annotated[ConsoleSession, Depends(require_session)]
+Posted = Annotated[ConsoleSession, Depends(require_csrf)]
+BacktestId = Annotated[str, Path(min_length=1, max_length=64)]
+StudyId = Annotated[str, Path(min_length=1, max_length=40)]
+LIVE_STATES = frozenset({"queued", "running", "pending"})
+
+BACKTEST_DEFAULTS = {"workflow": "seattle_rain", "dataset": "seattle_weather", "start": "", "end": "",
+                     "step": "1d"}
+STUDY_DEFAULTS = {"name": "", "workflow": "seattle_rain", "dataset": "seattle_weather", "start": "",
+                  "end": "", "step": "1d", "folds": "3", "tune_steps": "90", "eval_steps": "60",
+                  "holdout_steps": "120", "grid": "", "random": "", "random_draws": "0",
+                  "max_candidates": "", "max_total_steps": "", "budget_usd": "", "min_unseen_steps": ""}
+STUDY_INTS = ("folds", "tune_steps", "eval_steps", "holdout_steps", "random_draws", "max_candidates",
+              "max_total_steps", "min_unseen_steps")
+
+
+def _text(form: FormData, name: str) -> str:
+    value = form.get(name)
+    return value.strip() if isinstance(value, str) else ""
+
+
+def _lines(text: str) -> list[str]:
+    """One entry per line (blank lines skipped): the form's Grid and Random fields."""
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def study_body(values: dict[str, str]) -> dict[str, Any]:
+    """The ``POST /v1/studies`` body the form describes (empty optional fields left out).
+
+    >>> body = study_body({**STUDY_DEFAULTS, "start": "2013-01-02", "end": "2015-12-31",
+    ...                    "grid": "threshold=0.4,0.5", "max_candidates": "2", "budget_usd": "0.05"})
+    >>> body["grid"], body["max_candidates"], body["budget_usd"], "min_unseen_steps" in body
+    (['threshold=0.4,0.5'], 2, '0.05', False)
+    """
+    body: dict[str, Any] = {}
+    for key, value in values.items():
+        if value == "":
+            continue
+        if key in ("grid", "random"):
+            body[key] = _lines(value)
+        elif key in STUDY_INTS:
+            body[key] = int(value) if value.lstrip("-").isdigit() else value
+        else:
+            body[key] = value
+    return body
+
+
+def _study_values(form: FormData) -> dict[str, str]:
+    return {k: _text(form, k) for k in STUDY_DEFAULTS}
+
+
+def _page(request: Request, session: ConsoleSession, *, backtest: dict[str, str] | None = None,
+          study: dict[str, str] | None = None, backtest_error: str | None = None,
+          study_error: str | None = None, estimate: str | None = None, status: int = 200) -> Response:
+    ctx = get_ctx(request)
+    ws = session.workspace_id
+    backtests = backtests_core.list_backtests(ctx.engine, ctx.runs, ws, limit=50)
+    studies = [studies_core.settle_unstarted(ctx.engine, ctx.runs, r)
+               for r in studies_core.list_studies(ctx.engine, ws, limit=50)]
+    return render(request, "backtests.html", {
+        "workflows": backtests_core.workflows(), "backtests": backtests, "studies": studies,
+        "b": backtest or BACKTEST_DEFAULTS, "s": study or STUDY_DEFAULTS,
+        "backtest_error": backtest_error, "study_error": study_error, "estimate": estimate,
+        "usd": format_usd, "live": LIVE_STATES}, status=status)
+
+
+@router.get("/backtests")
+def backtests_page(request: Request, session: Session) -> Response:
+    """The Backtests tab: run a backtest, the run cards, the Studies section."""
+    return _page(request, session)
+
+
+@router.post("/backtests")
+async def run_backtest(request: Request, session: Posted) -> Response:
+    """Run a backtest: ``POST /v1/backtests``'s checks, then its Dagster run."""
+    ctx = get_ctx(request)
+    form = await read_form(request)
+    values = {k: _text(form, k) for k in BACKTEST_DEFAULTS}
+    try:
+        body = BacktestIn.model_validate({k: v for k, v in values.items() if v})
+        req = backtests_core.BacktestRequest(workflow=body.workflow, start=body.start, end=body.end,
+                                             step=body.step, dataset=body.dataset, params=body.params)
+        view = backtests_core.launch_backtest(ctx.engine, ctx.settings.home, ctx.runs, session.workspace_id, req)
+    except ValidationError as exc:
+        return _page(request, session, backtest=values, backtest_error=validation_message(exc), status=422)
+    except TypeStrictError as exc:
+        return _page(request, session, backtest=values, backtest_error=str(exc), status=status_for(exc)[0])
+    return redirect(f"{PREFIX}/backtests/{view.id}", request)
+
+
+def _backtest_context(request: Request, session: ConsoleSession, backtest_id: str) -> dict[str, Any]:
+    ctx = get_ctx(request)
+    view = backtests_core.get_backtest(ctx.engine, ctx.runs, session.workspace_id, backtest_id)
+    return {"v": view, "usd": format_usd, "live": view.state in LIVE_STATES}
+
+
+@router.get("/backtests/{backtest_id}")
+def backtest_page(backtest_id: BacktestId, request: Request, session: Session) -> Response:
+    """A backtest's run card: HISTORICAL, its state, steps, score and cost."""
+    return render(request, "backtest.html", _backtest_context(request, session, backtest_id))
+
+
+@router.get("/backtests/{backtest_id}/card")
+def backtest_card(backtest_id: BacktestId, request: Request, session: Session) -> Response:
+    """The run card alone (HTMX polls it while the backtest is queued or running)."""
+    return render(request, "_backtest_card.html", _backtest_context(request, session, backtest_id))
+
+
+@router.post("/backtests/{backtest_id}/cancel")
+def cancel_backtest(backtest_id: BacktestId, request: Request, session: Posted) -> Response:
+    """Cancel a queued or running backtest (``POST /v1/backtests/{id}/cancel``)."""
+    ctx = get_ctx(request)
+    backtests_core.cancel_backtest(ctx.engine, ctx.runs, session.workspace_id, backtest_id)
+    return redirect(f"{PREFIX}/backtests/{backtest_id}", request)
+
+
+# --- studies ------------------------------------------------------------------------------------
+
+
+def _study_request(request: Request, session: ConsoleSession, values: dict[str, str]) -> dict[str, Any]:
+    return StudyFormIn.model_validate(study_body(values)).model_dump()
+
+
+@router.post("/studies/estimate")
+async def study_estimate(request: Request, session: Posted) -> Response:
+    """The form's estimate before anything runs (``POST /v1/studies/estimate``); nothing is created.
+
+    HTMX swaps the answer into the form; without script the whole tab comes back with it."""
+    ctx = get_ctx(request)
+    values = _study_values(await read_form(request))
+    htmx = request.headers.get("hx-request") == "true"
+    try:
+        fields = _study_request(request, session, values)
+        config = studies_core.study_form_config(ctx.settings.home, session.workspace_id, fields)
+        est = studies_core.estimate_study(ctx.engine, config)
+        error = None
+        text = (f"{est.text}. {est.candidates} candidate{'s' if est.candidates != 1 else ''} of "
+                f"{est.planned} planned, {est.total_steps:,} steps in all.")
+    except ValidationError as exc:
+        text, error = None, validation_message(exc)
+    except TypeStrictError as exc:
+        text, error = None, str(exc)
+    if htmx:
+        return render(request, "_estimate.html", {"estimate": text, "error": error})
+    return _page(request, session, study=values, estimate=text, study_error=error,
+                 status=200 if error is None else 422)
+
+
+@router.post("/studies")
+async def create_study(request: Request, session: Posted) -> Response:
+    """Create a study and launch its Dagster run (``POST /v1/studies``)."""
+    ctx = get_ctx(request)
+    values = _study_values(await read_form(request))
+    try:
+        fields = _study_request(request, session, values)
+        row = studies_core.launch_study(ctx.engine, ctx.settings.home, ctx.runs, session.workspace_id, fields)
+    except ValidationError as exc:
+        return _page(request, session, study=values, study_error=validation_message(exc), status=422)
+    except TypeStrictError as exc:
+        return _page(request, session, study=values, study_error=str(exc), status=status_for(exc)[0])
+    return redirect(f"{PREFIX}/studies/{row.id}", request)
+
+
+def _study_context(request: Request, session: ConsoleSession, study_id: str) -> dict[str, Any]:
+    from typestrict_pipeline.reruns.lineage import summarize
+    from typestrict_pipeline.reruns.service import (
+        lineage_entries,
+        lineage_text,
+        list_schedules,
+        status_text,
+    )
+    from typestrict_pipeline.study.leaderboard import header_lines, load_leaderboard
+
+    ctx = get_ctx(request)
+    ws = session.workspace_id
+    row = studies_core.check_study(ctx.engine, ws, studies_core.parse_study_id(study_id))
+    row = studies_core.settle_unstarted(ctx.engine, ctx.runs, row)
+    run = studies_core.study_run(ctx.runs, ws, row.id)
+    board = load_leaderboard(ctx.engine, row.id)
+    ranked = [r for r in board.rows if r.rank is not None]
+    schedules = [{"view": v, "status": status_text(ctx.engine, v)}
+                 for v in list_schedules(ctx.engine, workspace_id=ws, study_id=str(row.id))]
+    entries = lineage_entries(ctx.engine, str(row.id))
+    spec = leaderboard_spec(row.id, n_candidates=len(ranked), luck_line=board.stats.luck_line)
+    return {
+        "row": row, "run": run, "board": board, "header": header_lines(board), "rows": board.rows,
+        "winner": board.winner_candidate_id, "live": row.state.lower() in LIVE_STATES,
+        "spec": json.dumps(spec).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"), "n_ranked": len(ranked), "schedules": schedules,
+        "lineage": entries, "lineage_summary": summarize(entries) if entries else None,
+        "lineage_text": lineage_text(ctx.engine, str(row.id)) if entries else None,
+        "usd": format_usd, "finished": row.state.lower() in ("completed", "budget_reached"),
+    }
+
+
+@router.get("/studies/{study_id}")
+def study_page(study_id: StudyId, request: Request, session: Session) -> Response:
+    """A study: its leaderboard (header, chart, table), cancel, the schedule, the lineage."""
+    return render(request, "study.html", _study_context(request, session, study_id))
+
+
+@router.get("/studies/{study_id}/state")
+def study_state(study_id: StudyId, request: Request, session: Session) -> Response:
+    """The state line (HTMX polls it while the study runs; once it ends, the page reloads)."""
+    context = _study_context(request, session, study_id)
+    if not context["live"]:
+        return redirect(f"{PREFIX}/studies/{study_id}", request)
+    return render(request, "_study_state.html", context)
+
+
+@router.post("/studies/{study_id}/cancel")
+def cancel_study(study_id: StudyId, request: Request, session: Posted) -> Response:
+    """Cancel the study (``POST /v1/studies/{id}/cancel``): what ran is kept and ranked."""
+    ctx = get_ctx(request)
+    studies_core.cancel_study(ctx.engine, ctx.runs, session.workspace_id, studies_core.parse_study_id(study_id))
+    return redirect(f"{PREFIX}/studies/{study_id}", request)
+
+
+@router.post("/studies/{study_id}/schedule")
+async def enable_schedule(study_id: StudyId, request: Request, session: Posted) -> Response:
+    """Tick "Re-run on a schedule": the same call as ``POST /v1/studies/{id}/schedule``."""
+    from typestrict_pipeline.reruns.service import enable_schedule as core_enable
+    from typestrict_pipeline.reruns.studies import StoreStudies
+
+    ctx = get_ctx(request)
+    form = await read_form(request)
+    error = None
+    if _text(form, "rerun") != "on":
+        error = ("expected the box 'Re-run on a schedule' ticked, got it empty. Tick it to re-run "
+                 "this study at the cadence below")
+    else:
+        try:
+            raw = {"cadence": _text(form, "cadence") or "1d", "owner": _text(form, "owner")}
+            if _text(form, "min_unseen_steps"):
+                raw["min_unseen_steps"] = _text(form, "min_unseen_steps")
+            body = ScheduleIn.model_validate(raw)
+            row = studies_core.check_study(ctx.engine, session.workspace_id, studies_core.parse_study_id(study_id))
+            core_enable(ctx.engine, StoreStudies(ctx.engine), study_id=str(row.id), cadence=body.cadence,
+                        owner=body.owner, min_unseen_steps=body.min_unseen_steps)
+        except ValidationError as exc:
+            error = validation_message(exc)
+        except TypeStrictError as exc:
+            if status_for(exc)[0] == 404:
+                raise
+            error = str(exc)
+    if error is None:
+        return redirect(f"{PREFIX}/studies/{study_id}#schedule", request)
+    context = _study_context(request, session, study_id)
+    context.update(schedule_error=error, schedule_values={k: _text(form, k) for k in
+                                                          ("cadence", "owner", "min_unseen_steps")})
+    return render(request, "study.html", context, status=422)
+
+
+@router.post("/schedules/{schedule_id}/cancel")
+async def cancel_schedule(schedule_id: Annotated[str, Path(min_length=1, max_length=20)], request: Request,
+                          session: Posted) -> Response:
+    """Turn a schedule off (``POST /v1/schedules/{id}/cancel``)."""
+    from typestrict_pipeline.api import schedules as schedules_core
+
+    ctx = get_ctx(request)
+    sid = schedules_core.parse_schedule_id(schedule_id)
+    view = schedules_core.cancel(ctx.engine, session.workspace_id, sid, by=f"console:{session.key_id}")
+    return redirect(f"{PREFIX}/studies/{view.root_study_id}#schedule", request)
+

@@ -1,0 +1,116 @@
+"""Settings → Usage and Settings → Notifications.
+
+Settings → Usage: spend by UTC day and by workflow (backtests, studies, live runs), each
+study's spend and budget, and the workspace's usage budget this month.
+
+The numbers are :func:`~typestrict_pipeline.usage.workspace_usage`'s, the same as
+``GET /v1/workspaces/{id}/usage`` and ``typestrict usage``; the budget is
+:func:`~typestrict_pipeline.api.budgets.budget_view`'s (``GET /v1/workspaces/{id}/budget``), the
+one scheduled work obeys, and is set as ``PUT`` sets it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
+
+from typestrict_pipeline.api.deps import get_ctx
+from typestrict_pipeline.console.sessions import ConsoleSession
+from typestrict_pipeline.console.web import (
+    PREFIX,
+    ConsoleRoute,
+    read_form,
+    redirect,
+    render,
+    require_csrf,
+    require_session,
+)
+from typestrict_pipeline.errors import TypeStrictError
+from typestrict_pipeline.study.limits import format_usd
+from typestrict_pipeline.usage import workspace_usage
+
+router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
+
+Session = Annotated[ConsoleSession, Depends(require_session)]
+Posted = Annotated[ConsoleSession, Depends(require_csrf)]
+
+
+@router.get("/settings/usage")
+def usage_page(request: Request, session: Session) -> Response:
+    """Settings → Usage."""
+    return _usage(request, session)
+
+
+def _usage(request: Request, session: ConsoleSession, *, error: str | None = None, typed: str = "",
+           saved: bool = False, status: int = 200) -> Response:
+    from typestrict_pipeline.api.budgets import budget_view
+
+    ctx = get_ctx(request)
+    ws = session.workspace_id
+    u = workspace_usage(ctx.engine, ws)
+    return render(request, "usage.html", {
+        "by_day": u.by_day(), "by_workflow": list(u.by_workflow().values()), "total": u.totals(),
+        "studies": u.studies, "budget": budget_view(ctx.engine, ws), "usd": format_usd,
+        "budget_error": error, "typed": typed, "saved": saved,
+    }, status=status)
+
+
+@router.get("/settings/usage/saved")
+def usage_saved(request: Request, session: Session) -> Response:
+    """Settings → Usage after the budget was set."""
+    return _usage(request, session, saved=True)
+
+
+@router.post("/settings/usage/budget")
+async def set_budget(request: Request, session: Posted) -> Response:
+    """Set the monthly usage budget (``PUT /v1/workspaces/{id}/budget``), read exactly."""
+    from typestrict_pipeline.api.budgets import set_budget as core_set
+    from typestrict_pipeline.api.studies import money_text
+    from typestrict_pipeline.study.limits import usd_to_micro
+
+    value = (await read_form(request)).get("budget_usd")
+    typed = value.strip()[:40] if isinstance(value, str) else ""
+    try:
+        core_set(get_ctx(request).engine, session.workspace_id, usd_to_micro(money_text(typed)))
+    except TypeStrictError as exc:
+        from typestrict_pipeline.api.errors import status_for
+
+        return _usage(request, session, error=str(exc), typed=typed, status=status_for(exc)[0])
+    return redirect(f"{PREFIX}/settings/usage/saved", request)
+
+
+@router.get("/settings/notifications")
+def notifications_page(request: Request, session: Session, saved: int = 0) -> Response:
+    """Settings → Notifications: who gets "A scheduled study changes its winner", through what,
+    on or off per person, and every delivery with its failures (``GET /v1/notifications``)."""
+    from typestrict_pipeline.api import notifications as core
+    from typestrict_pipeline.reruns.notify import (
+        TITLE_WINNER_CHANGED,
+        transport_from_env,
+        transport_label,
+    )
+
+    ctx = get_ctx(request)
+    ws = session.workspace_id
+    try:
+        where = transport_label(transport_from_env())
+    except TypeStrictError as exc:
+        where = f"nowhere yet: {exc}"
+    return render(request, "notifications.html", {
+        "title": TITLE_WINNER_CHANGED, "where": where, "settings": core.settings(ctx.engine, ws),
+        "deliveries": core.deliveries(ctx.engine, ws), "saved": bool(saved)})
+
+
+@router.post("/settings/notifications")
+async def set_notification(request: Request, session: Posted) -> Response:
+    """Turn the notification on or off for one schedule owner (``PUT /v1/notifications``)."""
+    from typestrict_pipeline.api import notifications as core
+
+    form = await read_form(request)
+    person = form.get("person")
+    enabled = form.get("enabled") == "on"
+    core.set_setting(get_ctx(request).engine, session.workspace_id, person if isinstance(person, str) else "",
+                     enabled)
+    return redirect(f"{PREFIX}/settings/notifications?saved=1", request)

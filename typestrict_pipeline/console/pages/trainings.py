@@ -1,0 +1,345 @@
+"""Trainings: the list, the new-training form (data, decisions, the base model step with the
+box "Keep the model even if it does not beat Jev"), the split shown before training, and the
+predictions upload.
+
+Every action calls what ``POST /v1/trainings`` and ``POST /v1/trainings/{id}/predictions`` call:
+the request is validated by the API's own schema (:class:`~typestrict_pipeline.api.schemas.TrainingCreate`),
+then :meth:`TrainingStore.create` / :meth:`TrainingStore.submit` check, charge and hand over.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Request
+from fastapi.responses import Response
+from pydantic import ValidationError
+from starlette.datastructures import FormData, UploadFile
+
+from typestrict_pipeline.api.deps import get_ctx
+from typestrict_pipeline.api.schemas import TrainingCreate
+from typestrict_pipeline.api.trainings import (
+    TrainingRequest,
+    TrainingState,
+    check_name,
+    split_roles,
+)
+from typestrict_pipeline.console.sessions import ConsoleSession
+from typestrict_pipeline.console.web import (
+    PREFIX,
+    ConsoleRoute,
+    read_form,
+    redirect,
+    render,
+    require_csrf,
+    require_session,
+)
+from typestrict_pipeline.credits import CreditLedger
+from typestrict_pipeline.errors import InputError, TypeStrictError
+
+router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
+
+Session = Annotated[ConsoleSession, Depends(require_session)]
+Posted = Annotated[ConsoleSession, Depends(require_csrf)]
+TrainingId = Annotated[str, Path(min_length=1, max_length=200)]
+MAX_DECISIONS = 20
+
+CREDIT_TEXT = {
+    "awaiting_predictions": "spent (comes back if the model does not beat Jev)",
+    "judging": "spent (comes back if the model does not beat Jev)",
+    "expired": "came back (a deadline passed)",
+    "cancelled": "came back (cancelled)",
+    "beats": "stays spent",
+    "kept": "stays spent (kept)",
+    "refund": "came back",
+    "failed": "came back",
+}
+def state_text(state: str) -> str:
+    """A training's state in words.
+
+    >>> state_text("awaiting_predictions"), state_text("judging")
+    ('awaiting predictions', 'judging')
+    """
+    return state.replace("_", " ")
+
+
+@dataclass(frozen=True)
+class TrainingLine:
+    """One row of the trainings list."""
+
+    id: str
+    state: str
+    verdict: str | None
+    settling_decision: str | None
+    credit: str
+    keep_if_loses: bool
+    href: str
+
+
+def training_line(request: Request, workspace: str, training_id: str) -> TrainingLine:
+    """A training as the list shows it: state, verdict, settling decision, credit."""
+    from typestrict_pipeline.api.routes.models import _verdict
+
+    ctx = get_ctx(request)
+    manifest = ctx.trainings.manifest(workspace, training_id)
+    state, model = ctx.trainings.state(workspace, training_id)
+    if model is None:
+        return TrainingLine(training_id, state.value, None, None, CREDIT_TEXT.get(state.value, "spent"),
+                            manifest.options.keep_if_loses, f"{PREFIX}/trainings/{training_id}")
+    out = _verdict(ctx, model)
+    return TrainingLine(training_id, state.value, out.verdict, out.settling_decision,
+                        CREDIT_TEXT.get(out.verdict, "?"), out.keep_if_loses,
+                        f"{PREFIX}/models/{training_id}")
+
+
+def _newest_first(request: Request, ids: list[str]) -> list[str]:
+    ctx = get_ctx(request)
+
+    def when(tid: str) -> float:
+        try:
+            return ctx.trainings.folder(tid).stat().st_mtime
+        except OSError:
+            return 0.0
+
+    return sorted(ids, key=lambda t: (-when(t), t))
+
+
+@router.get("/trainings")
+def trainings_page(request: Request, session: Session) -> Response:
+    """Every training of the workspace: state, verdict, the decision that settled it, credit."""
+    ctx = get_ctx(request)
+    ws = session.workspace_id
+    lines = []
+    for tid in _newest_first(request, ctx.trainings.list_ids(ws)):
+        try:
+            lines.append(training_line(request, ws, tid))
+        except TypeStrictError:  # removed or unreadable since it was listed: not shown
+            continue
+    return render(request, "trainings.html", {
+        "lines": lines, "balance": CreditLedger(ctx.engine).balance(ws), "state_text": state_text})
+
+
+# --- the new-training form ---------------------------------------------------------------------
+
+
+def _text(form: FormData, name: str) -> str:
+    value = form.get(name)
+    return value.strip() if isinstance(value, str) else ""
+
+
+def _answers(text: str) -> list[str]:
+    """Answers as typed: one per line or comma-separated.
+
+    >>> _answers("yes, no"), _answers("fresh\\nrotten\\n")
+    (['yes', 'no'], ['fresh', 'rotten'])
+    """
+    parts = text.splitlines() if "\n" in text else text.split(",")
+    return [p.strip() for p in parts if p.strip()]
+
+
+def form_values(form: FormData) -> dict[str, Any]:
+    """The form's fields as the template shows them again after a refusal."""
+    decisions = []
+    for i in range(MAX_DECISIONS):
+        if f"decision-{i}-name" not in form:
+            continue
+        decisions.append({k: _text(form, f"decision-{i}-{k}")
+                          for k in ("name", "question", "answer_column", "answers", "options_column")})
+    return {
+        "dataset_name": _text(form, "dataset_name"),
+        "col_id": _text(form, "col_id"), "col_text": _text(form, "col_text"),
+        "col_group": _text(form, "col_group"), "col_review_label": _text(form, "col_review_label"),
+        "decisions": decisions or [blank_decision()],
+        "keep_if_loses": _text(form, "keep_if_loses") == "on",
+    }
+
+
+def blank_decision() -> dict[str, str]:
+    return {"name": "", "question": "", "answer_column": "", "answers": "", "options_column": ""}
+
+
+def training_body(values: dict[str, Any], dataset: str) -> dict[str, Any]:
+    """The ``POST /v1/trainings`` body the form describes (empty fields left out)."""
+    columns = {"id": values["col_id"], "text": values["col_text"]}
+    for key, field in (("group", "col_group"), ("review_label", "col_review_label")):
+        if values[field]:
+            columns[key] = values[field]
+    decisions = []
+    for d in values["decisions"]:
+        item: dict[str, Any] = {"name": d["name"], "question": d["question"]}
+        if d["answer_column"]:
+            item["answer_column"] = d["answer_column"]
+        if d["options_column"]:
+            item["options_column"] = d["options_column"]
+        if d["answers"]:
+            item["answers"] = _answers(d["answers"])
+        decisions.append(item)
+    return {"dataset": {"path": dataset, "columns": columns}, "decisions": decisions,
+            "options": {"keep_if_loses": bool(values["keep_if_loses"])}}
+
+
+def validation_message(exc: ValidationError) -> str:
+    """The first schema error in the product's one shape (as the API's 422 says it)."""
+    errors = exc.errors()
+    if not errors:
+        return "(form): expected valid fields, got invalid ones. Fix the form and send it again"
+    first = errors[0]
+    where = ".".join(str(p) for p in first["loc"]) or "(form)"
+    got = repr(first["input"])[:80]
+    return (f"{where}: expected {first['msg'].lower()}, got {got}. "
+            "Fix the field and send the form again")
+
+
+def _new_form(request: Request, session: ConsoleSession, values: dict[str, Any] | None = None,
+              error: str | None = None, status: int = 200) -> Response:
+    ctx = get_ctx(request)
+    ws = session.workspace_id
+    return render(request, "training_new.html", {
+        "v": values or {"dataset_name": "", "col_id": "id", "col_text": "text", "col_group": "",
+                        "col_review_label": "", "decisions": [blank_decision()],
+                        "keep_if_loses": False},
+        "files": ctx.trainings.area(ws).listing(), "error": error,
+        "balance": CreditLedger(ctx.engine).balance(ws), "max_decisions": MAX_DECISIONS}, status=status)
+
+
+@router.get("/trainings/new")
+def new_training_page(request: Request, session: Session) -> Response:
+    """The form: 1 Data, 2 Decisions, 3 Base model (with the keep box), then start."""
+    return _new_form(request, session)
+
+
+@router.get("/trainings/new/decision")
+def decision_fieldset(request: Request, session: Session, i: int = 1) -> Response:
+    """One more decision's fields (HTMX: "Add a decision")."""
+    i = max(1, min(i, MAX_DECISIONS - 1))
+    return render(request, "_decision.html", {"i": i, "d": blank_decision(), "max_decisions": MAX_DECISIONS, "last": True})
+
+
+async def _upload(request: Request, form: FormData, workspace: str) -> str | None:
+    """Store the uploaded dataset in the workspace's files (as ``PUT /v1/files/{name}`` does)."""
+    upload = form.get("dataset_file")
+    if not isinstance(upload, UploadFile) or not upload.filename:
+        return None
+    name = check_name(upload.filename.rsplit("/", 1)[-1].rsplit("\\", 1)[-1], "dataset file name")
+    data = await upload.read()
+    get_ctx(request).trainings.area(workspace).save(name, data)
+    return name
+
+
+@router.post("/trainings")
+async def create_training(request: Request, session: Posted) -> Response:
+    """Start a training: the same checks and charge as ``POST /v1/trainings``."""
+    ctx = get_ctx(request)
+    form = await read_form(request)
+    values = form_values(form)
+    try:
+        dataset = await _upload(request, form, session.workspace_id) or values["dataset_name"]
+        if not dataset:
+            raise InputError("a dataset: a file to upload, or one of the workspace's files",
+                             "neither", "choose the dataset file in step 1", column="dataset")
+        values["dataset_name"] = dataset
+        body = TrainingCreate.model_validate(training_body(values, dataset))
+        req = TrainingRequest(
+            dataset=body.dataset.model_dump(exclude_none=True),
+            decisions=[d.model_dump(exclude_none=True) for d in body.decisions],
+            options=body.options.model_dump(),
+        )
+        training_id = ctx.trainings.create(session.workspace_id, req)
+    except ValidationError as exc:
+        return _new_form(request, session, values, validation_message(exc), 422)
+    except TypeStrictError as exc:
+        from typestrict_pipeline.api.errors import status_for
+
+        return _new_form(request, session, values, str(exc), status_for(exc)[0])
+    return redirect(f"{PREFIX}/trainings/{training_id}", request)
+
+
+# --- one training: the split, the predictions ---------------------------------------------------
+
+
+def _training_page(request: Request, session: ConsoleSession, training_id: str,
+                   error: str | None = None, status: int = 200) -> Response:
+    ctx = get_ctx(request)
+    ws = session.workspace_id
+    view = ctx.trainings.view(ws, training_id)
+    if view.model is not None:  # settled (or ended and settled as failed): the result page
+        return redirect(f"{PREFIX}/models/{training_id}", request)
+    manifest = ctx.trainings.manifest(ws, training_id)
+    open_for_predictions = view.state.accepts_submission
+    split = ctx.trainings.split(ws, training_id) if open_for_predictions else None
+    life = view.status
+    return render(request, "training.html", {
+        "id": training_id, "state": view.state.value, "state_text": state_text(view.state.value),
+        "deadline": life.deadline_at if life is not None and not view.state.is_terminal else None,
+        "reason": life.reason if life is not None else None, "can_cancel": open_for_predictions,
+        "keep_if_loses": manifest.options.keep_if_loses,
+        "decisions": [d.name for d in manifest.decisions],
+        "split": split, "roles": [split_roles(h) for h in split.decisions] if split else [],
+        "example": _example_row(manifest), "error": error}, status=status)
+
+
+def _example_row(manifest: Any) -> str:
+    """One line of a predictions file for the training's first decision (the form's example)."""
+    d = manifest.decisions[0]
+    answers = list(d.answers) or ["option A", "option B"]
+    share = round(1 / len(answers), 2)
+    probs = {a: share for a in answers[:-1]}
+    probs[answers[-1]] = round(1 - share * (len(answers) - 1), 2)
+    return json.dumps({"id": "r17", "decision": d.name, "probabilities": probs}, ensure_ascii=False)
+
+
+@router.get("/trainings/{training_id}")
+def training_page(training_id: TrainingId, request: Request, session: Session) -> Response:
+    """Before training: the split (what to train on, what is held out) and the upload form;
+    then "judging" until the verdict, then the result page."""
+    return _training_page(request, session, training_id)
+
+
+@router.get("/trainings/{training_id}/state")
+def training_state(training_id: TrainingId, request: Request, session: Session) -> Response:
+    """The state line (HTMX polls it while judging; settled: go to the result page)."""
+    ctx = get_ctx(request)
+    view = ctx.trainings.view(session.workspace_id, training_id)
+    if view.model is not None or view.state is not TrainingState.JUDGING:
+        return redirect(f"{PREFIX}/trainings/{training_id}", request)
+    return render(request, "_training_state.html", {"id": training_id, "state": view.state.value,
+                                                     "state_text": state_text(view.state.value)})
+
+
+@router.post("/trainings/{training_id}/cancel")
+def cancel_training(training_id: TrainingId, request: Request, session: Posted) -> Response:
+    """Cancel a training that awaits its predictions: its credit comes back
+    (``POST /v1/trainings/{id}/cancel``)."""
+    get_ctx(request).trainings.cancel(session.workspace_id, training_id)
+    return redirect(f"{PREFIX}/trainings/{training_id}", request)
+
+
+@router.post("/trainings/{training_id}/predictions")
+async def post_predictions(training_id: TrainingId, request: Request, session: Posted) -> Response:
+    """The model's files (optional) and its predictions file: the same reader and checks as
+    ``POST /v1/trainings/{id}/predictions``; the verdict follows."""
+    ctx = get_ctx(request)
+    ws = session.workspace_id
+    form = await read_form(request)
+    upload = form.get("predictions")
+    try:
+        if not isinstance(upload, UploadFile) or not upload.filename:
+            raise InputError("a predictions file (JSON Lines, one row per example and decision)",
+                             "no file", "choose the file your model wrote", column="predictions")
+        data = await upload.read()
+        trained_on = _text(form, "trained_on") or None
+        for item in form.getlist("model_files"):
+            if isinstance(item, UploadFile) and item.filename:
+                name = item.filename.rsplit("/", 1)[-1].rsplit("\\", 1)[-1]
+                ctx.trainings.put_model_file(ws, training_id, name, await item.read())
+        ctx.trainings.submit(ws, training_id, data, trained_on)
+    except TypeStrictError as exc:
+        from typestrict_pipeline.api.errors import status_for
+
+        status = status_for(exc)[0]
+        if status == 404:
+            raise
+        return _training_page(request, session, training_id, str(exc), status)
+    return redirect(f"{PREFIX}/trainings/{training_id}", request)

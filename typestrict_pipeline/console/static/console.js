@@ -1,0 +1,36 @@
+// The console's own script: no build step, no inline script anywhere (the pages' CSP forbids it).
+// 1. HTMX requests carry the session's CSRF token (the <body data-csrf> of a signed-in page).
+// 2. A <div class="chart" data-spec-id="..."> is drawn with Vega-Lite from the JSON spec in the
+//    <script type="application/json" id="..."> it names, with Vega's expression interpreter
+//    (no eval) and the SVG renderer; the spec's data URL is an API route read with the session cookie.
+(function () {
+  "use strict";
+  document.addEventListener("htmx:configRequest", function (event) {
+    var token = document.body.dataset.csrf;
+    if (token) { event.detail.headers["X-CSRF-Token"] = token; }
+  });
+
+  function drawCharts(root) {
+    if (typeof window.vegaEmbed !== "function") { return; }
+    root.querySelectorAll(".chart[data-spec-id]").forEach(function (el) {
+      if (el.dataset.drawn) { return; }
+      var source = document.getElementById(el.dataset.specId);
+      if (!source) { return; }
+      el.dataset.drawn = "1";
+      var spec = JSON.parse(source.textContent);
+      window.vegaEmbed(el, spec, {
+        ast: true, expr: window.vega.expressionInterpreter, renderer: "svg", actions: false,
+        defaultStyle: false, tooltip: { disableDefaultStyle: true, theme: "custom" }
+      }).then(function (result) {
+        el.setAttribute("data-state", "drawn");
+        el.dispatchEvent(new CustomEvent("chart:drawn", { bubbles: true, detail: { count: result.view.data("rows") ? result.view.data("rows").length : null } }));
+      }).catch(function (error) {
+        el.setAttribute("data-state", "failed");
+        el.textContent = "The chart could not be drawn: " + error.message + ". The table below has every number.";
+      });
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () { drawCharts(document); });
+  document.addEventListener("htmx:afterSettle", function (event) { drawCharts(event.target); });
+})();

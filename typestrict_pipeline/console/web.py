@@ -1,0 +1,247 @@
+"""The console's web plumbing: the session cookie, CSRF, templates, security headers, errors.
+
+* **Cookie.** ``typestrict_session`` (``__Host-typestrict_session`` when served over TLS, which
+  also makes it ``Secure``), ``HttpOnly``, ``SameSite=Lax``, ``Path=/``, with ``Max-Age`` the
+  session's remaining life. It holds the session token only, never the workspace key.
+* **CSRF.** Every form carries ``csrf_token`` (HTMX requests send it as ``X-CSRF-Token``);
+  every console ``POST`` is refused (403) without the session's token. The sign-in form, which
+  has no session yet, carries a token matched against a short-lived ``typestrict_signin``
+  cookie (double submit), so another site cannot sign a browser in to its own workspace.
+* **The API reads the cookie too**, for ``GET`` and ``HEAD`` only
+  (:func:`cookie_workspace`, called by ``api.deps.get_workspace`` when no ``Authorization``
+  header is sent): the result page, its downloads and the leaderboard chart's data work in a
+  browser; a write through ``/v1`` still needs the Bearer key, so the cookie can never be used
+  for a cross-site write.
+* **Headers.** Every console page is sent with a Content-Security-Policy that allows scripts
+  and styles from this server only (no inline script, no ``eval``: Vega runs with its
+  expression interpreter), ``frame-ancestors 'none'``, ``no-store`` caching and ``nosniff``.
+* **Errors** on a console page are pages too (:class:`ConsoleRoute`): a missing session
+  redirects to the sign-in page (HTMX requests get ``HX-Redirect``), the project's errors are
+  shown with their message in the product's one shape and their status.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hmac
+import logging
+import secrets
+from collections.abc import Callable, Coroutine, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.routing import APIRoute
+from fastapi.templating import Jinja2Templates
+from starlette.datastructures import FormData
+
+from typestrict_pipeline.api.errors import status_for
+from typestrict_pipeline.console.sessions import ConsoleSession, csrf_matches, session_for
+from typestrict_pipeline.errors import TypeStrictError
+
+log = logging.getLogger("typestrict.console")
+
+HERE = Path(__file__).resolve().parent
+TEMPLATES = Jinja2Templates(directory=str(HERE / "templates"))
+PREFIX = "/console"
+COOKIE = "typestrict_session"
+COOKIE_TLS = "__Host-typestrict_session"
+SIGNIN_COOKIE = "typestrict_signin"
+SIGNIN_MAX_AGE = 3600
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+       "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+SAFE_METHODS = frozenset({"GET", "HEAD"})
+
+
+class SignInRequired(Exception):
+    """No live session: the request is sent to the sign-in page."""
+
+
+class CsrfRefused(Exception):
+    """A console ``POST`` without the session's CSRF token."""
+
+
+def is_tls(request: Request) -> bool:
+    """Whether the browser reached us over TLS (``https``, also behind a proxy that says so
+    to uvicorn's ``--proxy-headers``)."""
+    return request.url.scheme == "https"
+
+
+def cookie_name(request: Request) -> str:
+    """The session cookie's name for this request (``__Host-`` prefixed over TLS)."""
+    return COOKIE_TLS if is_tls(request) else COOKIE
+
+
+def _engine(request: Request) -> Any:
+    return request.app.state.ctx.engine
+
+
+def current_session(request: Request) -> ConsoleSession | None:
+    """The request's live session, if its cookie names one (looked up once per request)."""
+    if hasattr(request.state, "console_session"):
+        found: ConsoleSession | None = request.state.console_session
+        return found
+    token = request.cookies.get(cookie_name(request))
+    found = session_for(_engine(request), token) if token else None
+    request.state.console_session = found
+    request.state.console_token = token if found is not None else None
+    return found
+
+
+def require_session(request: Request) -> ConsoleSession:
+    """The live session, or :class:`SignInRequired` (a FastAPI dependency)."""
+    found = current_session(request)
+    if found is None:
+        raise SignInRequired()
+    return found
+
+
+def cookie_workspace(request: Request) -> str | None:
+    """The workspace of the request's session cookie, for a ``GET``/``HEAD`` of the API."""
+    if request.method not in SAFE_METHODS:
+        return None
+    found = current_session(request)
+    return None if found is None else found.workspace_id
+
+
+async def read_form(request: Request) -> FormData:
+    """The request's form (URL-encoded or multipart), read once and kept on the request."""
+    cached = getattr(request.state, "console_form", None)
+    if isinstance(cached, FormData):
+        return cached
+    form = await request.form(max_files=64, max_fields=400)
+    request.state.console_form = form
+    return form
+
+
+async def require_csrf(request: Request) -> ConsoleSession:
+    """The live session of a ``POST`` that carries its CSRF token (form field or header)."""
+    found = require_session(request)
+    token = request.state.console_token
+    given = request.headers.get("x-csrf-token")
+    if given is None:
+        value = (await read_form(request)).get("csrf_token")
+        given = value if isinstance(value, str) else None
+    if not csrf_matches(token, given):
+        raise CsrfRefused()
+    return found
+
+
+def set_session_cookie(response: Response, request: Request, token: str, expires_at: dt.datetime) -> None:
+    """Put the session token in the cookie (and clear the sign-in cookie)."""
+    remaining = max(0, int((expires_at - dt.datetime.now(dt.UTC)).total_seconds()))
+    response.set_cookie(cookie_name(request), token, max_age=remaining, path="/", secure=is_tls(request),
+                        httponly=True, samesite="lax")
+    response.delete_cookie(SIGNIN_COOKIE, path=PREFIX, secure=is_tls(request), httponly=True,
+                           samesite="lax")
+
+
+def clear_session_cookie(response: Response, request: Request) -> None:
+    response.delete_cookie(cookie_name(request), path="/", secure=is_tls(request), httponly=True,
+                           samesite="lax")
+
+
+def signin_token(request: Request) -> tuple[str, bool]:
+    """The sign-in form's CSRF token: the browser's ``typestrict_signin`` cookie, or a new one
+    (``True``: the response must set it)."""
+    have = request.cookies.get(SIGNIN_COOKIE)
+    if have and 20 <= len(have) <= 100:
+        return have, False
+    return secrets.token_urlsafe(32), True
+
+
+def signin_matches(request: Request, given: str | None) -> bool:
+    have = request.cookies.get(SIGNIN_COOKIE)
+    if not have or not given or len(given) > 100:
+        return False
+    return hmac.compare_digest(have.encode("utf-8"), given.encode("utf-8", "replace"))
+
+
+def set_signin_cookie(response: Response, request: Request, token: str) -> None:
+    response.set_cookie(SIGNIN_COOKIE, token, max_age=SIGNIN_MAX_AGE, path=PREFIX, secure=is_tls(request),
+                        httponly=True, samesite="lax")
+
+
+def secure_headers(response: Response) -> Response:
+    response.headers["Content-Security-Policy"] = CSP
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Referrer-Policy"] = "same-origin"
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def render(request: Request, template: str, context: Mapping[str, Any] | None = None, *,
+           status: int = 200, headers: Mapping[str, str] | None = None) -> HTMLResponse:
+    """A console page: the template with the session (if any), its CSRF token and the nav."""
+    found = current_session(request)
+    ctx: dict[str, Any] = {"session": found, "csrf": found.csrf if found else None,
+                           "workspace": found.workspace_id if found else None,
+                           "path": request.url.path, **(context or {})}
+    response = TEMPLATES.TemplateResponse(request, template, ctx, status_code=status,
+                                          headers=dict(headers or {}))
+    secure_headers(response)
+    return response
+
+
+def redirect(url: str, request: Request | None = None) -> Response:
+    """A 303 to ``url`` (an ``HX-Redirect`` for an HTMX request, which would swap it in)."""
+    if request is not None and request.headers.get("hx-request") == "true":
+        return secure_headers(Response(status_code=204, headers={"HX-Redirect": url}))
+    return secure_headers(RedirectResponse(url, status_code=303))
+
+
+def safe_next(value: str | None) -> str:
+    """Where to go after signing in: a console path of this server only, else the trainings.
+
+    >>> safe_next("/console/backtests"), safe_next("//evil.example/x"), safe_next("https://x.y/")
+    ('/console/backtests', '/console/trainings', '/console/trainings')
+    """
+    if (not value or not value.startswith(PREFIX + "/") or value.startswith("//") or "\\" in value
+            or len(value) > 500 or any(ord(c) < 33 for c in value)):
+        return PREFIX + "/trainings"
+    return value
+
+
+def error_page(request: Request, status: int, title: str, message: str) -> HTMLResponse:
+    return render(request, "error.html", {"title": title, "message": message}, status=status)
+
+
+_TITLES = {400: "Bad request", 402: "No credit left", 403: "Refused", 404: "Not found",
+           409: "Conflict", 410: "Gone", 413: "Too large", 422: "Cannot do that",
+           503: "Store unavailable"}
+
+
+class ConsoleRoute(APIRoute):
+    """A route whose failures are console pages (see the module docstring)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        inner = super().get_route_handler()
+
+        async def handler(request: Request) -> Response:
+            try:
+                return await inner(request)
+            except SignInRequired:
+                target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                return redirect(f"{PREFIX}/sign-in?next={quote(safe_next(target), safe='/')}", request)
+            except CsrfRefused:
+                return error_page(request, 403, "Refused",
+                                  "expected the form's CSRF token, got none or another session's. "
+                                  "Reload the page and send the form again")
+            except RequestValidationError:
+                return error_page(request, 404, "Not found",
+                                  f"expected a page of the console, got {request.url.path[:200]!r}. "
+                                  "Use the links of the console")
+            except TypeStrictError as exc:
+                status, _ = status_for(exc)
+                return error_page(request, status, _TITLES.get(status, "Error"), str(exc))
+
+        return handler
+
+
+__all__ = ["PREFIX", "ConsoleRoute", "clear_session_cookie", "cookie_name", "cookie_workspace",
+           "current_session", "error_page", "read_form", "redirect", "render", "require_csrf",
+           "require_session", "safe_next", "secure_headers", "set_session_cookie",
+           "set_signin_cookie", "signin_matches", "signin_token"]

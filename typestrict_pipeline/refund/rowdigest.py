@@ -1,0 +1,338 @@
+"""The per-row digests the split needs, computed a batch at a time from Arrow columns.
+
+- :func:`row_digests`: ``SHA-256(json.dumps([id, text, answer, group], ensure_ascii=False,
+  separators=(",", ":")))`` of every row, the seed's input. The JSON text is built by Arrow
+  string kernels (quotes, backslashes and the short escapes replaced in place); a row holding
+  another control character is encoded by :mod:`json` itself. Only the hashing itself is a
+  Python call per row (``hashlib``, the same SHA-256 as the reference).
+- :func:`text_keys`: a 64-bit key of each row's text after :func:`normalize_text`, computed with
+  NumPy over the Arrow buffers (ASCII texts are normalised by Arrow kernels; others by
+  :func:`normalize_text`). Equal texts get equal keys; two different texts rarely do, and
+  :func:`identical_text_groups` checks every shared key on the texts themselves, so the join is
+  exact.
+
+>>> import pyarrow as pa
+>>> d = row_digests(pa.array(["1"]), pa.array(['say "hi"']), pa.array(["yes"]), pa.array([None]))
+>>> import hashlib, json
+>>> d[0].tobytes() == hashlib.sha256(json.dumps(["1", 'say "hi"', "yes", None],
+...     ensure_ascii=False, separators=(",", ":")).encode()).digest()
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import unicodedata
+from collections.abc import Callable
+from functools import cache
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from typestrict_pipeline.refund.cells import python_whitespace
+
+__all__ = [
+    "identical_text_groups",
+    "normalize_text",
+    "order_by_digest",
+    "row_digests",
+    "row_messages",
+    "sha256_each",
+    "string_keys",
+    "text_keys",
+]
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_SPECIAL = r'[\x00-\x1f"\\]'
+_OTHER_CONTROL = r"[\x00-\x07\x0b\x0e-\x1f]"
+_SHORT_ESCAPES = (
+    ("\\", "\\\\"), ('"', '\\"'), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t"),
+    ("\b", "\\b"), ("\f", "\\f"),
+)
+
+
+def normalize_text(text: str) -> str:
+    r"""The form in which two texts count as identical for the split.
+
+    Unicode NFKC (so full-width letters, ligatures and composed accents compare equal), case
+    folded, every run of white space made one space, trimmed.
+
+    >>> normalize_text("  Great\tMOVIE!\n") == normalize_text("great movie!")
+    True
+    >>> normalize_text("ﬁne") == normalize_text("FINE")
+    True
+    """
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+def sha256_each(messages: pa.Array) -> npt.NDArray[np.uint8]:
+    """SHA-256 of every value of a binary or string array, as an ``(n, 32)`` byte array."""
+    sha = hashlib.sha256
+    values = messages.cast(pa.large_binary()).to_pylist()
+    joined = b"".join([sha(m).digest() for m in values])
+    return np.frombuffer(joined, dtype=np.uint8).reshape(len(values), 32)
+
+
+def _json_strings(values: pa.Array) -> tuple[pa.Array, npt.NDArray[np.bool_]]:
+    """Each value as a JSON string literal (null: ``null``), and where :mod:`json` must do it."""
+    special = pc.fill_null(pc.match_substring_regex(values, _SPECIAL), False)
+    escaped = values
+    other = np.zeros(len(values), dtype=bool)
+    if pc.any(special).as_py():
+        for old, new in _SHORT_ESCAPES:
+            escaped = pc.replace_substring(escaped, old, new)
+        other = np.asarray(
+            pc.fill_null(pc.match_substring_regex(values, _OTHER_CONTROL), False)
+            .to_numpy(zero_copy_only=False), dtype=bool)
+    quoted = pc.binary_join_element_wise(_s('"'), escaped, _s('"'), _s(""))
+    return pc.fill_null(quoted, _s("null")), other
+
+
+def _s(text: str) -> pa.Scalar:
+    return pa.scalar(text, pa.large_string())
+
+
+def _quoted(values: pa.Array) -> pa.Array:
+    """Each value between double quotes as is (null: ``null``): JSON for a value needing no escape."""
+    quoted = pc.binary_join_element_wise(_s('"'), values, _s('"'), _s(""))
+    return pc.fill_null(quoted, _s("null")) if values.null_count else quoted
+
+
+def _messages(columns: list[pa.Array], escape: bool) -> pa.Array:
+    comma = _s(",")
+    parts = [_json_strings(c)[0] if escape else _quoted(c) for c in columns]
+    return pc.binary_join_element_wise(
+        _s("["), parts[0], comma, parts[1], comma, parts[2], comma, parts[3], _s("]"), _s(""))
+
+
+def row_digests(
+    ids: pa.Array, texts: pa.Array, answers: pa.Array, groups: pa.Array
+) -> npt.NDArray[np.uint8]:
+    """``SHA-256`` of each row's ``[id, text, answer, group]`` JSON text (the seed's rows)."""
+    return sha256_each(row_messages(ids, texts, answers, groups))
+
+
+def row_messages(ids: pa.Array, texts: pa.Array, answers: pa.Array, groups: pa.Array) -> pa.Array:
+    """Each row's ``[id, text, answer, group]`` JSON text, as :mod:`json` writes it.
+
+    Args:
+        ids, texts: the rows' ids and texts (no nulls).
+        answers, groups: the stratum answer and the group value (null: JSON ``null``).
+
+    Returns:
+        The JSON texts, in row order (Arrow).
+
+    One regular-expression pass over the row's four values finds the rows holding a quote, a
+    backslash or a control character; the others are quoted as they are, those are escaped by
+    Arrow string kernels (or, with a rare control character, by :mod:`json` itself).
+    """
+    columns = [v.cast(pa.large_string()) for v in (ids, texts, answers, groups)]
+    probe = pc.binary_join_element_wise(
+        *[pc.fill_null(c, _s("")) if c.null_count else c for c in columns], _s(" "))
+    special = np.asarray(pc.fill_null(pc.match_substring_regex(probe, _SPECIAL), False)
+                         .to_numpy(zero_copy_only=False), dtype=bool)
+    messages = _messages(columns, escape=False)
+    if special.any():
+        rows = np.flatnonzero(special)
+        subset = [c.take(pa.array(rows)) for c in columns]
+        escaped = _messages(subset, escape=True)
+        other = np.zeros(len(rows), dtype=bool)
+        for c in subset:
+            other |= np.asarray(pc.fill_null(pc.match_substring_regex(c, _OTHER_CONTROL), False)
+                                .to_numpy(zero_copy_only=False), dtype=bool)
+        if other.any():
+            exact = escaped.to_pylist()
+            for k in np.flatnonzero(other).tolist():
+                exact[k] = _ENCODER.encode([c[k].as_py() for c in subset])
+            escaped = pa.array(exact, messages.type)
+        mask = np.zeros(len(messages), dtype=bool)
+        mask[rows] = True
+        messages = pc.replace_with_mask(messages, pa.array(mask), escaped)
+    return messages
+
+
+def order_by_digest(digests: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
+    """The permutation that sorts ``(n, 32)`` digests ascending as byte strings.
+
+    Sorted on the first 8 bytes (one NumPy sort), then any run of equal first bytes by the whole
+    digest, so the order is exactly ``sorted(digests)``.
+
+    >>> d = np.array([[2] + [0] * 31, [1] + [9] * 31, [1] + [0] * 31], dtype=np.uint8)
+    >>> order_by_digest(d).tolist()
+    [2, 1, 0]
+    """
+    n = len(digests)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    head = np.ascontiguousarray(digests[:, :8]).view(">u8").reshape(n)
+    order = np.argsort(head).astype(np.int64)  # equal heads are ordered below
+    sorted_head = head[order]
+    ties = np.flatnonzero(sorted_head[1:] == sorted_head[:-1])
+    if ties.size:
+        starts = np.unique(np.concatenate([ties, ties + 1]))
+        # fix each run of equal heads by the full digests (runs are rare: equal 64-bit prefixes)
+        run_start = 0
+        positions = starts.tolist()
+        k = 0
+        while k < len(positions):
+            run_start = positions[k]
+            run_end = run_start
+            while k + 1 < len(positions) and positions[k + 1] == run_end + 1 \
+                    and sorted_head[positions[k + 1]] == sorted_head[run_start]:
+                k += 1
+                run_end = positions[k]
+            members = order[run_start:run_end + 1]
+            order[run_start:run_end + 1] = sorted(members, key=lambda i: digests[i].tobytes())
+            k += 1
+    return order
+
+
+# ---- text keys: the identical-text join ------------------------------------------------------
+
+_Q = (0x100000001B3 * 0x9E3779B1 | 1) % 2**64
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_LEN = np.uint64(0x9E3779B97F4A7C15)
+_SLICE_BYTES = 1 << 16
+
+
+@cache
+def _powers(n: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
+    """``Q**i`` and ``Q**-i`` mod 2**64 for ``i < n`` (n a power of two, grown as needed)."""
+    q = np.full(n, np.uint64(_Q), dtype=np.uint64)
+    q[0] = 1
+    inv = np.full(n, np.uint64(pow(_Q, -1, 2**64)), dtype=np.uint64)
+    inv[0] = 1
+    return np.cumprod(q, dtype=np.uint64), np.cumprod(inv, dtype=np.uint64)
+
+
+def _ascii_whitespace_class(*, space: bool = True) -> str:
+    chars = [c for c in python_whitespace() if ord(c) < 128 and (space or c != " ")]
+    return "[" + "".join(f"\\x{ord(c):02x}" for c in chars) + "]"
+
+
+def _replace_rows(values: pa.Array, rows: npt.NDArray[np.int64], new: pa.Array) -> pa.Array:
+    mask = np.zeros(len(values), dtype=bool)
+    mask[rows] = True
+    return pc.replace_with_mask(values, pa.array(mask), new.cast(values.type))
+
+
+def _normalized(texts: pa.Array) -> pa.Array:
+    """:func:`normalize_text` of each text: Arrow kernels for ASCII texts, Python for the rest.
+
+    An ASCII text is its own NFKC form and case-folds as it lowercases; only the texts with
+    white space other than single inner spaces go through the (slower) regex collapse.
+    """
+    ascii_ = np.asarray(
+        pc.fill_null(pc.string_is_ascii(texts), True).to_numpy(zero_copy_only=False), dtype=bool)
+    out = pc.ascii_lower(texts)
+    space = _ascii_whitespace_class()
+    other = _ascii_whitespace_class(space=False)
+    needs = pc.fill_null(pc.match_substring_regex(out, other + "|  |^ | $"), False)
+    rows = np.flatnonzero(np.asarray(needs.to_numpy(zero_copy_only=False), dtype=bool) & ascii_)
+    if rows.size:
+        some = out.take(pa.array(rows))
+        some = pc.utf8_trim(pc.replace_substring_regex(some, space + "+", " "), " ")
+        out = _replace_rows(out, rows, some)
+    if not ascii_.all():
+        rows = np.flatnonzero(~ascii_)
+        exact = [normalize_text(t) for t in texts.take(pa.array(rows)).to_pylist()]
+        out = _replace_rows(out, rows, pa.array(exact, pa.large_string()))
+    return out
+
+
+def _poly_keys(values: pa.Array) -> npt.NDArray[np.uint64]:
+    arr = values.cast(pa.large_string())
+    n = len(arr)
+    if n == 0:
+        return np.zeros(0, dtype=np.uint64)
+    buffers = arr.buffers()
+    offsets = np.frombuffer(buffers[1], dtype=np.int64)[arr.offset:arr.offset + n + 1]
+    data = np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None else \
+        np.zeros(0, dtype=np.uint8)
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    size = 1 << max(hi - lo, 1).bit_length()
+    pw, inv = _powers(size)
+    b = data[lo:hi].astype(np.uint64) + np.uint64(1)
+    prefix = np.zeros(hi - lo + 1, dtype=np.uint64)
+    np.cumsum(b * pw[: hi - lo], out=prefix[1:])
+    starts = offsets[:-1] - lo
+    ends = offsets[1:] - lo
+    h = (prefix[ends] - prefix[starts]) * inv[starts]
+    h ^= (ends - starts).astype(np.uint64) * _LEN
+    h ^= h >> np.uint64(30)
+    h *= _MIX1
+    h ^= h >> np.uint64(27)
+    h *= _MIX2
+    h ^= h >> np.uint64(31)
+    return h
+
+
+def string_keys(values: pa.Array) -> npt.NDArray[np.uint64]:
+    """A 64-bit key of each string (equal strings, equal keys; a null is the empty string)."""
+    arr = values.cast(pa.large_string())
+    n = len(arr)
+    if n == 0:
+        return np.zeros(0, dtype=np.uint64)
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset:arr.offset + n + 1]
+    out = np.empty(n, dtype=np.uint64)
+    start = 0
+    while start < n:  # slices of about 64 kB of text: the work stays in the CPU's cache
+        end = int(np.searchsorted(offsets, offsets[start] + _SLICE_BYTES, side="right")) - 1
+        end = min(max(end, start + 1), n)
+        out[start:end] = _poly_keys(arr.slice(start, end - start))
+        start = end
+    return out
+
+
+def text_keys(texts: pa.Array) -> npt.NDArray[np.uint64]:
+    """A 64-bit key of each text's normalised form (equal forms, equal keys)."""
+    return string_keys(_normalized(texts.cast(pa.large_string())))
+
+
+def identical_text_groups(
+    keys: npt.NDArray[np.uint64],
+    texts_at: Callable[[npt.NDArray[np.int64]], list[str]],
+    missing: npt.NDArray[np.bool_] | None = None,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The rows whose normalised text another row shares, and a label per such row.
+
+    Args:
+        keys: :func:`text_keys` of every row.
+        texts_at: the texts of given rows (ascending positions), to check shared keys exactly.
+        missing: rows without a text (they join nothing).
+
+    Returns:
+        ``(rows, labels)``: rows (ascending) whose normalised text is equal to another row's,
+        and for each a label equal between two rows exactly when their normalised texts are.
+
+    >>> import pyarrow as pa
+    >>> texts = ["Hi", "hi ", "other", "HI", "new"]
+    >>> k = text_keys(pa.array(texts))
+    >>> rows, labels = identical_text_groups(k, lambda p: [texts[i] for i in p])
+    >>> rows.tolist(), len(set(labels.tolist()))
+    ([0, 1, 3], 1)
+    """
+    if keys.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    present = np.arange(len(keys)) if missing is None else np.flatnonzero(~missing)
+    order = present[np.argsort(keys[present])]
+    sorted_keys = keys[order]
+    same = sorted_keys[1:] == sorted_keys[:-1]
+    shared = np.zeros(len(order), dtype=bool)
+    shared[1:] |= same
+    shared[:-1] |= same
+    candidates = np.sort(order[shared]).astype(np.int64)
+    if candidates.size == 0:
+        return candidates, candidates
+    label_of: dict[str, int] = {}
+    labels = np.array(
+        [label_of.setdefault(normalize_text(t), len(label_of)) for t in texts_at(candidates)],
+        dtype=np.int64,
+    )
+    counts = np.bincount(labels)
+    keep = counts[labels] > 1  # a different text that only shared a key stays alone
+    return candidates[keep], labels[keep]

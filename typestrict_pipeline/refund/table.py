@@ -1,0 +1,431 @@
+"""Read a dataset file (CSV, Parquet or JSON Lines) in bounded batches of columns.
+
+The columnar refund data path (``refund.dataset`` → ``refund.holdout``) reads every file through
+:func:`iter_column_batches`: at most :data:`BATCH_ROWS` rows are held at a time, and only the
+columns asked for.
+
+- **Parquet** is read by pyarrow (``ParquetFile.iter_batches``): cells stay Arrow arrays.
+- **CSV** is parsed by Python's ``csv`` module (strict, every cell the exact text written), fed by
+  an incremental UTF-8 decoder, and each batch becomes Arrow arrays. pyarrow's own CSV reader is
+  not used for parsing: its parse is not the product's (it reads ``"x"y`` as ``xy`` where the
+  product refuses the row, and refuses a line holding one empty quoted cell, which the product
+  skips), so the same file would not give the same rows or errors.
+- **JSON Lines** is parsed by the strict JSON reader (duplicate keys, non-finite numbers refused),
+  line by line; a missing key is a null cell.
+
+Any error met while streaming is re-raised as the whole-file reader (:func:`read_table`) reports
+it, so a file gets the same message, row and column whichever way it is read.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, TypeAlias
+
+import pyarrow as pa
+
+from typestrict_pipeline.errors import DatasetError
+from typestrict_pipeline.files import iter_jsonl_objects, loads_strict
+from typestrict_pipeline.refund.manifest import DatasetFormat
+
+__all__ = [
+    "BATCH_ROWS",
+    "Cells",
+    "ColumnBatch",
+    "FileStamp",
+    "column_names",
+    "file_stamp",
+    "iter_column_batches",
+    "read_table",
+]
+
+BATCH_ROWS = 65_536
+"""Rows per batch: a batch of short texts is a few MB whatever the file's size."""
+
+Cells: TypeAlias = "pa.Array | list[Any]"
+"""One column of one batch: an Arrow array (Parquet) or plain Python values (CSV, JSON Lines)."""
+
+
+@dataclass(frozen=True)
+class ColumnBatch:
+    """Some consecutive rows of the file.
+
+    Attributes:
+        start: the 0-based position of the batch's first data row.
+        length: rows in the batch.
+        cells: column name → that column's cells. A CSV or Parquet column the file lacks is left
+            out; a JSON Lines batch has every column asked for (null where a row lacks the key).
+    """
+
+    start: int
+    length: int
+    cells: dict[str, Cells]
+
+
+@dataclass(frozen=True)
+class FileStamp:
+    """What a dataset file looked like when it was validated (size and modification time)."""
+
+    size: int
+    mtime_ns: int
+
+
+def file_stamp(path: Path) -> FileStamp:
+    """The file's size and modification time, to tell later reads that it changed."""
+    st = os.stat(path)
+    return FileStamp(size=st.st_size, mtime_ns=st.st_mtime_ns)
+
+
+def _missing_file(path: Path) -> DatasetError:
+    return DatasetError(
+        "an existing dataset file", "no such file", "check dataset.path in the manifest",
+        file=str(path),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Whole-file reading (the exact messages; also what a streamed read falls back to on an error)
+# --------------------------------------------------------------------------------------------
+
+_OPENERS = {".gz": "gzip", ".bz2": "bz2", ".xz": "lzma"}
+
+
+def _csv_module(path: Path) -> str | None:
+    suffix = path.suffix.lower()
+    if suffix == ".zst":
+        raise DatasetError(
+            "a CSV file, plain or compressed with gzip, bzip2, xz or zip",
+            "a .zst file",
+            "recompress it with gzip (.csv.gz)",
+            file=str(path),
+        )
+    return _OPENERS.get(suffix) or ("zipfile" if suffix == ".zip" else None)
+
+
+def _unreadable(path: Path, module: str | None, exc: BaseException) -> DatasetError:
+    return DatasetError(
+        "a readable CSV file" + (f" ({path.suffix} compressed)" if module else ""),
+        exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__,
+        "check the file",
+        file=str(path),
+    )
+
+
+def _csv_bytes(path: Path) -> bytes:
+    """The file's bytes, decompressed by suffix (``.gz``, ``.bz2``, ``.xz``, ``.zip``)."""
+    module = _csv_module(path)
+    try:
+        with _open_csv_binary(path, module) as handle:
+            data: bytes = handle.read()
+            return data
+    except (OSError, EOFError, ValueError, RuntimeError) as exc:
+        raise _unreadable(path, module, exc) from None
+
+
+def _open_csv_binary(path: Path, module: str | None) -> IO[bytes]:
+    import importlib
+
+    if module is None:
+        return open(path, "rb")
+    if module == "zipfile":
+        import zipfile
+
+        archive = zipfile.ZipFile(path)
+        names = [n for n in archive.namelist() if not n.endswith("/")]
+        if len(names) != 1:
+            archive.close()
+            raise ValueError("a zip archive must hold exactly one file")
+        return archive.open(names[0])
+    opener = importlib.import_module(module)
+    handle: IO[bytes] = opener.open(path, "rb")
+    return handle
+
+
+def _decode_csv(path: Path, raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise DatasetError(
+            "a UTF-8 encoded CSV file",
+            f"bytes that are not UTF-8 on line {line} of the file",
+            "save the file as UTF-8",
+            file=str(path),
+            row=max(line - 1, 1),
+        ) from None
+
+
+def _check_header(header: list[str], file: str) -> None:
+    seen: set[str] = set()
+    for name in header:
+        if name in seen:
+            raise DatasetError(
+                "each column name once in the header",
+                f"the column name {name[:40]!r} twice",
+                "rename one of the columns",
+                file=file,
+            )
+        seen.add(name)
+
+
+def _csv_records(
+    reader: Iterator[list[str]], file: str
+) -> Iterator[tuple[list[str], int, list[str]]]:
+    """``(header, row, record)`` for each data row, with the product's CSV rules."""
+    header: list[str] | None = None
+    row = 0
+    try:
+        for record in reader:
+            if not record or (record == [""] and header is not None):
+                continue
+            if header is None:
+                header = record
+                _check_header(header, file)
+                continue
+            row += 1
+            if len(record) != len(header):
+                raise DatasetError(
+                    f"{len(header)} cells, like the header",
+                    f"{len(record)} cells",
+                    "make every row have one cell per column (quote cells that contain commas)",
+                    file=file,
+                    row=row,
+                )
+            yield header, row, record
+    except csv.Error as exc:
+        raise DatasetError(
+            "a CSV file with a header row",
+            f"a CSV syntax error ({exc})",
+            "check the quotes on that row",
+            file=file,
+            row=row + 1,
+        ) from None
+    if header is None:
+        raise DatasetError(
+            "a CSV file with a header row", "an empty file", "write the header and the rows",
+            file=file,
+        )
+    yield header, 0, []  # the header of a file without data rows (row 0: no record)
+
+
+def _read_csv(path: Path) -> dict[str, list[Any]]:
+    file = str(path)
+    text = _decode_csv(path, _csv_bytes(path))
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    columns: list[list[str]] | None = None
+    names: list[str] = []
+    for header, row, record in _csv_records(reader, file):
+        if columns is None:
+            names, columns = header, [[] for _ in header]
+        if row:
+            for cells, value in zip(columns, record, strict=True):
+                cells.append(value)
+    assert columns is not None
+    return dict(zip(names, columns, strict=True))
+
+
+def _read_parquet(path: Path) -> dict[str, list[Any]]:
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:
+        raise DatasetError(
+            "a Parquet file", f"{type(exc).__name__}: {exc}", "check the file", file=str(path)
+        ) from exc
+    return {str(k): list(v) for k, v in table.to_pydict().items()}
+
+
+def _read_jsonl(path: Path) -> dict[str, list[Any]]:
+    rows = [value for _, value in iter_jsonl_objects(path, DatasetError)]
+    names: dict[str, None] = {}
+    for value in rows:
+        for key in value:
+            names.setdefault(str(key), None)
+    return {name: [value.get(name) for value in rows] for name in names}
+
+
+def read_table(path: Path, fmt: DatasetFormat) -> dict[str, list[Any]]:
+    """Read a whole CSV, Parquet or JSONL file into columns of plain Python values.
+
+    For small files and messages; the refund path streams with :func:`iter_column_batches`.
+
+    Returns:
+        Column name → list of values, one per data row (None for a missing JSONL key).
+
+    Raises:
+        DatasetError: the file is missing or cannot be parsed (the message names the row when it
+            can).
+    """
+    if not path.exists():
+        raise _missing_file(path)
+    if fmt is DatasetFormat.CSV:
+        return _read_csv(path)
+    if fmt is DatasetFormat.PARQUET:
+        return _read_parquet(path)
+    return _read_jsonl(path)
+
+
+# --------------------------------------------------------------------------------------------
+# Streaming
+# --------------------------------------------------------------------------------------------
+
+
+def column_names(path: Path, fmt: DatasetFormat) -> list[str]:
+    """The file's column names, in the order :func:`read_table` gives them.
+
+    A JSON Lines file's names are every key of every row, in order of first appearance, so the
+    whole file is read (one row at a time).
+    """
+    names: list[str] = []
+    for batch in iter_column_batches(path, fmt, (), names_out=names):
+        del batch
+    return names
+
+
+def iter_column_batches(
+    path: Path,
+    fmt: DatasetFormat,
+    wanted: Sequence[str],
+    *,
+    names_out: list[str] | None = None,
+    batch_rows: int = BATCH_ROWS,
+) -> Iterator[ColumnBatch]:
+    """The file's rows, ``batch_rows`` at a time, with only the ``wanted`` columns it has.
+
+    Args:
+        path: the file.
+        fmt: its format.
+        wanted: the columns to return (a name the file lacks is left out of ``cells``).
+        names_out: when given, filled with every column name of the file (in :func:`read_table`'s
+            order) by the time the iterator is exhausted.
+        batch_rows: rows per batch.
+
+    Raises:
+        DatasetError: exactly what :func:`read_table` raises for the file.
+    """
+    if not path.exists():
+        raise _missing_file(path)
+    if fmt is DatasetFormat.PARQUET:
+        yield from _parquet_batches(path, wanted, names_out, batch_rows)
+    elif fmt is DatasetFormat.CSV:
+        yield from _csv_batches(path, wanted, names_out, batch_rows)
+    else:
+        yield from _jsonl_batches(path, wanted, names_out, batch_rows)
+
+
+def _parquet_batches(
+    path: Path, wanted: Sequence[str], names_out: list[str] | None, batch_rows: int
+) -> Iterator[ColumnBatch]:
+    import pyarrow.parquet as pq
+
+    try:
+        handle = pq.ParquetFile(path)
+        names = [str(n) for n in handle.schema_arrow.names]
+        if names_out is not None:
+            names_out[:] = names
+        present = [c for c in dict.fromkeys(wanted) if c in names]
+        start = 0
+        if not present:
+            total = handle.metadata.num_rows
+            while start < total:
+                length = min(batch_rows, total - start)
+                yield ColumnBatch(start, length, {})
+                start += length
+            return
+        for record_batch in handle.iter_batches(batch_size=batch_rows, columns=present):
+            cells: dict[str, Cells] = {
+                name: record_batch.column(i) for i, name in enumerate(record_batch.schema.names)
+            }
+            yield ColumnBatch(start, record_batch.num_rows, cells)
+            start += record_batch.num_rows
+    except DatasetError:
+        raise
+    except Exception:
+        _read_parquet(path)  # the whole-file reader's message for this file
+        raise
+
+
+def _csv_batches(
+    path: Path, wanted: Sequence[str], names_out: list[str] | None, batch_rows: int
+) -> Iterator[ColumnBatch]:
+    file = str(path)
+    module = _csv_module(path)
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+    try:
+        with _open_csv_binary(path, module) as raw:
+            text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="", errors="strict")
+            reader = csv.reader(text, strict=True)
+            yield from _csv_record_batches(_csv_records(reader, file), wanted, names_out, batch_rows)
+    except (OSError, EOFError, ValueError, RuntimeError):
+        # The whole-file reader decodes the whole file before it parses: a byte that is not
+        # UTF-8 (or a damaged archive) anywhere comes first. Ask it; else the error stands.
+        _decode_csv(path, _csv_bytes(path))
+        raise
+
+
+def _csv_record_batches(
+    records: Iterator[tuple[list[str], int, list[str]]],
+    wanted: Sequence[str],
+    names_out: list[str] | None,
+    batch_rows: int,
+) -> Iterator[ColumnBatch]:
+    picks: list[tuple[str, int]] | None = None
+    columns: dict[str, list[str]] = {}
+    start = length = 0
+    for header, row, record in records:
+        if picks is None:
+            if names_out is not None:
+                names_out[:] = header
+            position = {name: i for i, name in enumerate(header)}
+            picks = [(c, position[c]) for c in dict.fromkeys(wanted) if c in position]
+            columns = {c: [] for c, _ in picks}
+        if not row:
+            break
+        for name, i in picks:
+            columns[name].append(record[i])
+        length += 1
+        if length == batch_rows:
+            yield ColumnBatch(start, length, dict(columns))
+            start += length
+            length = 0
+            columns = {c: [] for c, _ in picks}
+    if length:
+        yield ColumnBatch(start, length, dict(columns))
+
+
+def _jsonl_batches(
+    path: Path, wanted: Sequence[str], names_out: list[str] | None, batch_rows: int
+) -> Iterator[ColumnBatch]:
+    names: dict[str, None] = {}
+    keep = list(dict.fromkeys(wanted))
+    columns: dict[str, list[Any]] = {c: [] for c in keep}
+    start = length = 0
+    for _, value in iter_jsonl_objects(path, DatasetError):
+        for key in value:
+            if key not in names:
+                names[str(key)] = None
+        for c in keep:
+            columns[c].append(value.get(c))
+        length += 1
+        if length == batch_rows:
+            yield ColumnBatch(start, length, dict(columns))
+            start += length
+            length = 0
+            columns = {c: [] for c in keep}
+    if length:
+        yield ColumnBatch(start, length, dict(columns))
+    if names_out is not None:
+        names_out[:] = list(names)
+
+
+def parse_json_cell(value: str, *, file: str, row: int) -> Any:
+    """A CSV cell holding JSON (the options list), with the strict reader."""
+    return loads_strict(value, file=file, error=DatasetError, row=row)

@@ -1,0 +1,517 @@
+"""The one parser of the values people give: numbers, money, durations, times, days, text,
+e-mail addresses, and the cells of data files.
+
+The command line (``argparse`` types in ``cli/common.py``), the API (pydantic validators in
+``api/schemas.py`` and the routes), run configs and data files all call these functions, so a
+value means the same thing everywhere and is refused with the same message (expected, got, what
+to do) as an :class:`~typestrict_pipeline.errors.InputError`.
+
+What every parser refuses, whatever the source:
+
+* **non-finite** values: ``nan``, ``inf``, ``-Infinity``, ``1e309`` (a float that overflows);
+* **out-of-range** values: each parser has bounds, and a value is compared with them before
+  anything is computed from it (``9999999999999999999w`` is refused as text, never turned into
+  a number of seconds that overflows a database column or a date);
+* **ambiguous** values: ``1,5`` (a decimal comma or a thousands separator?), ``1_000``, ``0x10``,
+  ``1.`` , digits of other scripts (``²``, ``٥``, ``５``, which Python's ``int`` and
+  ``str.isdigit`` accept), ``true`` or ``null`` where a number is expected, a number with more
+  decimals than the quantity has (``0.0000001`` USD), a time without a date;
+* **control characters** in text that is stored: NUL and the other C0/C1 controls (tab, line
+  feed and carriage return only where a value may span lines), lone surrogates.
+
+Every parser looks at most :data:`MAX_VALUE_CHARS` characters of a value (a longer one is
+refused by its length), so refusing costs O(size of the value).
+
+Values are decoded exactly: money becomes integer micro-USD through :class:`decimal.Decimal`
+(never a binary float), a duration a :class:`datetime.timedelta` of whole seconds, a time an
+aware UTC :class:`datetime.datetime` inside :data:`TIME_MIN` .. :data:`TIME_MAX`.
+
+>>> money_micro("0.25"), money_micro(Decimal("1.5")), money_micro("$2")
+(250000, 1500000, 2000000)
+>>> duration("12h")
+datetime.timedelta(seconds=43200)
+>>> timestamp("2015-01-01T09:00:00+01:00")
+datetime.datetime(2015, 1, 1, 8, 0, tzinfo=datetime.timezone.utc)
+>>> number("-3.5", "a temperature")
+-3.5
+>>> number("1e309", "a temperature")
+Traceback (most recent call last):
+...
+typestrict_pipeline.errors.InputError: expected a temperature as a finite number, got '1e309'. Write a number in range (leave a cell empty when the value is missing).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import re
+from decimal import Decimal
+from typing import Any
+
+from typestrict_pipeline.errors import InputError
+
+__all__ = [
+    "MAX_USD",
+    "MAX_VALUE_CHARS",
+    "MICRO",
+    "PERSON",
+    "TIME_MAX",
+    "TIME_MIN",
+    "check_text",
+    "control_character",
+    "data_number",
+    "day",
+    "duration",
+    "email",
+    "integer",
+    "is_formula",
+    "money_micro",
+    "neutralise_cell",
+    "number",
+    "prompt_text",
+    "shown",
+    "timestamp",
+]
+
+MAX_VALUE_CHARS = 64
+"""Longest number, amount, duration or time looked at, in characters; a longer one is refused
+by its length alone."""
+
+MICRO = 1_000_000
+"""Micro-USD per USD: money is stored as a whole number of micro-USD."""
+
+MAX_USD = Decimal(1_000_000)
+"""Largest USD amount a budget or a price may be (one million dollars)."""
+
+MAX_ABS_NUMBER = 1e300
+"""Largest magnitude of a plain number (a data cell, a parameter value); beyond it squaring
+or summing overflows a float."""
+
+TIME_MIN = dt.datetime(1900, 1, 1, tzinfo=dt.UTC)
+"""Earliest time accepted (inclusive)."""
+
+TIME_MAX = dt.datetime(2200, 1, 1, tzinfo=dt.UTC)
+"""Latest time accepted (exclusive): far enough for any schedule, near enough that adding a
+study's windows (at most 100 folds x 100,000 steps of a year... is refused before) never leaves
+Python's calendar."""
+
+MAX_DURATION = dt.timedelta(days=366)
+"""Longest step, cadence or horizon (a year, leap day included)."""
+
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+"""Duration units: seconds, minutes, hours, days, weeks."""
+
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,4})?")
+_INTEGER = re.compile(r"[+-]?[0-9]{1,30}")
+_MONEY = re.compile(r"\$?[0-9]{1,7}(?:\.[0-9]{1,6})?|\$?\.[0-9]{1,6}")
+_DURATION = re.compile(r"([0-9]{1,9})([smhdw])")
+_DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
+                   r"(?:[T ][0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]{1,6})?)?(?:Z|[+-][0-9]{2}:[0-9]{2})?)?")
+_EMAIL = re.compile(
+    r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
+    r"@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
+)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_CONTROL_BUT_LINES = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+_MISSING_WORDS = frozenset({"nan", "na", "n/a", "null", "none", "nil", "-", "?", "missing"})
+_BOOLEAN_WORDS = frozenset({"true", "false", "yes", "no"})
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+"""First characters that make a spreadsheet treat a CSV cell as a formula (OWASP "CSV
+injection"): a text cell starting with one of them is refused in data files, neutralised in
+files this product exports, and quoted in prompts."""
+_PLAIN_PROMPT = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _.,:;%/()'-]{0,199}")
+
+
+def shown(value: Any, limit: int = 40) -> str:
+    """A value as a message shows it: its ``repr``, cut to ``limit`` characters with its length.
+
+    >>> shown("9" * 100)
+    "'99999999999999999999… (100 characters)'"
+    >>> shown(Decimal("1.5")), shown(float("inf")), shown(True)
+    ("'1.5'", 'inf', 'true')
+    """
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, Decimal):
+        value = str(value)
+    if isinstance(value, str) and len(value) > limit:
+        return repr(value[: limit // 2] + f"… ({len(value)} characters)")
+    text = repr(value)
+    return text if len(text) <= limit + 2 else text[:limit] + "…"
+
+
+def control_character(text: str, *, lines: bool = False) -> str | None:
+    """The first control character of ``text`` (as ``U+0000``), or None.
+
+    ``lines``: tab, line feed and carriage return are allowed (a value that may span lines).
+
+    >>> control_character("a\\x00b"), control_character("a\\nb", lines=True), control_character("ok")
+    ('U+0000', None, None)
+    """
+    m = (_CONTROL_BUT_LINES if lines else _CONTROL).search(text)
+    return None if m is None else f"U+{ord(m.group()):04X}"
+
+
+def check_text(value: Any, what: str, *, max_chars: int = 10_000, lines: bool = False,
+               fix: str | None = None, empty: bool = False) -> str:
+    """``value`` if it is text that may be stored: a string of at most ``max_chars`` characters
+    with no control character (see :func:`control_character`) and, unless ``empty``, not blank.
+
+    >>> check_text("Ana's study", "a study name")
+    "Ana's study"
+    >>> check_text("x\\x00y", "a study name")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected a study name without control characters (NUL, line breaks, escapes), got U+0000 at character 2. Remove the character.
+    """
+    if not isinstance(value, str):
+        raise InputError(f"{what} as text", shown(value), fix or "write it as text")
+    if len(value) > max_chars:
+        raise InputError(f"{what} of at most {max_chars:,} characters", f"{len(value):,} characters",
+                         fix or "shorten it")
+    if not empty and not value.strip():
+        raise InputError(f"{what} that is not empty", shown(value), fix or "write it")
+    m = (_CONTROL_BUT_LINES if lines else _CONTROL).search(value)
+    if m is not None:
+        kinds = "NUL and escapes" if lines else "NUL, line breaks, escapes"
+        raise InputError(f"{what} without control characters ({kinds})",
+                         f"U+{ord(m.group()):04X} at character {m.start() + 1}",
+                         fix or "remove the character")
+    return value
+
+
+def _text_of(value: Any, what: str, fix: str) -> str:
+    if not isinstance(value, str):
+        raise InputError(what, shown(value), fix)
+    if len(value) > MAX_VALUE_CHARS:
+        raise InputError(what, shown(value), fix)
+    return value.strip()
+
+
+def number(value: Any, what: str, *, lo: float | None = None, hi: float | None = None,
+           fix: str = "write a number in range (leave a cell empty when the value is missing)") -> float:
+    """A finite number, from text (``-3.5``, ``1e3``) or a decoded number (``int``, ``float``,
+    ``Decimal``), within ``[lo, hi]`` (default: magnitude at most :data:`MAX_ABS_NUMBER`).
+
+    Refused: ``nan``, ``inf``, ``1e309``, ``true``, ``null``, ``1,5``, ``1_000``, ``0x10``,
+    ``²``, a value longer than :data:`MAX_VALUE_CHARS`.
+
+    >>> number("2.5e-3", "a rate"), number(7, "a count"), number(Decimal("0.1"), "a rate")
+    (0.0025, 7.0, 0.1)
+    >>> number("1_000", "a count")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected a count as a finite number, got '1_000'. Write a number in range (leave a cell empty when the value is missing).
+    """
+    bounds = (f"from {lo:g} to {hi:g}" if lo is not None and hi is not None
+              else f"at least {lo:g}" if lo is not None else f"at most {hi:g}" if hi is not None else "")
+    expected = f"{what} {bounds}" if lo is not None and hi is not None else f"{what} as a finite number"
+    if isinstance(value, bool) or value is None:
+        raise InputError(expected, shown(value), fix)
+    if isinstance(value, int):
+        if value.bit_length() > 1000:
+            raise InputError(expected, "an integer of more than 300 digits", fix)
+        result = float(value)
+    elif isinstance(value, float):
+        result = value
+    elif isinstance(value, Decimal):
+        if not value.is_finite() or value.adjusted() > 300:
+            raise InputError(expected, shown(value), fix)
+        result = float(value)
+    else:
+        text = _text_of(value, expected, fix)
+        if not _NUMBER.fullmatch(text):
+            raise InputError(expected, shown(value), fix)
+        result = float(text)
+    if not math.isfinite(result) or abs(result) > MAX_ABS_NUMBER:
+        raise InputError(expected, shown(value), fix)
+    if (lo is not None and result < lo) or (hi is not None and result > hi):
+        raise InputError(f"{what} {bounds}", shown(value), fix)
+    return result
+
+
+def integer(value: Any, what: str, *, lo: int, hi: int, fix: str | None = None) -> int:
+    """A whole number written in ASCII digits (or a decoded ``int``) from ``lo`` to ``hi``.
+
+    ``1.0``, ``1e3``, ``true``, ``²`` and numbers of more than 30 digits are refused.
+
+    >>> integer("42", "a seed", lo=0, hi=100), integer(7, "a seed", lo=0, hi=100)
+    (42, 7)
+    >>> integer("10**30", "a seed", lo=0, hi=100)
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected a seed as a whole number from 0 to 100, got '10**30'. Write a whole number from 0 to 100.
+    """
+    expected = f"{what} as a whole number from {lo:,} to {hi:,}"
+    todo = fix or f"write a whole number from {lo:,} to {hi:,}"
+    if isinstance(value, bool):
+        raise InputError(expected, shown(value), todo)
+    if isinstance(value, int):
+        if value.bit_length() > 128:
+            raise InputError(expected, "a number of more than 30 digits", todo)
+        result = value
+    else:
+        text = _text_of(value, expected, todo)
+        if not _INTEGER.fullmatch(text):
+            raise InputError(expected, shown(value), todo)
+        result = int(text)
+    if not lo <= result <= hi:
+        raise InputError(f"{what} from {lo:,} to {hi:,}", shown(value), todo)
+    return result
+
+
+def money_micro(value: Any, what: str = "a USD amount", *, lo: Decimal = Decimal(0),
+                hi: Decimal = MAX_USD, fix: str | None = None) -> int:
+    """A USD amount as integer micro-USD, exactly: from a decimal string (``"0.25"``,
+    ``"$1"``), a ``Decimal`` (the API's JSON numbers), an ``int``, or a ``float`` taken by its
+    shortest decimal form (``0.1`` is ``"0.1"``). At most 6 decimals, from ``lo`` to ``hi``.
+
+    Refused: ``Infinity``, ``NaN``, ``1e999999``, ``1e2`` (write ``100``), ``-1``, ``1,5``,
+    ``0.0000001``, ``true``.
+
+    >>> money_micro("0.000001"), money_micro(3), money_micro(0.1)
+    (1, 3000000, 100000)
+    >>> money_micro("1e999999")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected a USD amount from 0 to 1,000,000 with at most 6 decimals (e.g. 0.25), got '1e999999'. Write the amount in dollars, e.g. 0.25.
+    """
+    expected = f"{what} from {lo:,} to {hi:,} with at most 6 decimals (e.g. 0.25)"
+    todo = fix or "write the amount in dollars, e.g. 0.25"
+    amount: Decimal
+    if isinstance(value, bool) or value is None:
+        raise InputError(expected, shown(value), todo)
+    if isinstance(value, int):
+        if value.bit_length() > 64:
+            raise InputError(expected, "a number of more than 19 digits", todo)
+        amount = Decimal(value)
+    elif isinstance(value, float):
+        if not math.isfinite(value) or abs(value) > float(hi) * 10:
+            raise InputError(expected, shown(value), todo)
+        amount = Decimal(repr(value))
+    elif isinstance(value, Decimal):
+        if not value.is_finite() or value.adjusted() > 12 or value.as_tuple().exponent < -40:  # type: ignore[operator]
+            raise InputError(expected, shown(value), todo)
+        amount = value
+    else:
+        text = _text_of(value, expected, todo)
+        if not _MONEY.fullmatch(text):
+            raise InputError(expected, shown(value), todo)
+        amount = Decimal(text.lstrip("$"))
+    scaled = amount * MICRO
+    if scaled != scaled.to_integral_value() or not lo <= amount <= hi:
+        raise InputError(expected, shown(value), todo)
+    return int(scaled)
+
+
+def duration(value: Any, what: str = "a step size", *, lo: dt.timedelta = dt.timedelta(seconds=1),
+             hi: dt.timedelta = MAX_DURATION, units: str = "smhdw",
+             fix: str = "write a whole number then the unit (s, m, h, d or w)") -> dt.timedelta:
+    """A duration such as ``1d``, ``12h``, ``30m``, ``45s`` or ``1w`` (ASCII digits, one unit
+    of ``units``), from ``lo`` to ``hi`` (default 1 s to 366 days).
+
+    >>> duration("1w"), duration(" 30M ")
+    (datetime.timedelta(days=7), datetime.timedelta(seconds=1800))
+    >>> duration("²d")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected a step size like 1d, 12h, 30m, 45s or 1w, at most 366 days, got '²d'. Write a whole number then the unit (s, m, h, d or w).
+    """
+    examples = ", ".join(e for e in ("1d", "12h", "30m", "45s", "1w") if e[-1] in units)
+    bounds = f"at most {_span(hi)}" if lo <= dt.timedelta(seconds=1) else f"from {_span(lo)} to {_span(hi)}"
+    expected = f"{what} like {_or(examples)}, {bounds}"
+    text = _text_of(value, expected, fix).lower()
+    m = _DURATION.fullmatch(text)
+    if m is None or m.group(2) not in units:
+        raise InputError(expected, shown(value), fix)
+    seconds = int(m.group(1)) * UNITS[m.group(2)]
+    if not lo.total_seconds() <= seconds <= hi.total_seconds():
+        raise InputError(expected, shown(value), fix)
+    return dt.timedelta(seconds=seconds)
+
+
+def _or(examples: str) -> str:
+    head, _, last = examples.rpartition(", ")
+    return f"{head} or {last}" if head else last
+
+
+def _span(d: dt.timedelta) -> str:
+    seconds = int(d.total_seconds())
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            n = seconds // size
+            return f"{n} {unit}{'s' if n != 1 else ''}"
+    return f"{seconds} second{'s' if seconds != 1 else ''}"
+
+
+def timestamp(value: Any, what: str = "the time", *, lo: dt.datetime = TIME_MIN,
+              hi: dt.datetime = TIME_MAX, fix: str | None = None) -> dt.datetime:
+    """An ISO 8601 date or time (``2015-01-01``, ``2015-01-01T06:00``, ``...Z``,
+    ``...+02:00``) as an aware UTC time; a time without an offset is UTC, a date is its 00:00
+    UTC. It must fall in ``[lo, hi)`` (default 1900-01-01 to 2200-01-01 UTC), checked before
+    the offset is applied, so no date at the calendar's edge overflows.
+
+    >>> timestamp("2015-01-01"), timestamp("2015-06-01T12:00Z").hour
+    (datetime.datetime(2015, 1, 1, 0, 0, tzinfo=datetime.timezone.utc), 12)
+    >>> timestamp("0001-01-01T00:00:00+14:00", "the start")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected the start as an ISO 8601 date or time from 1900-01-01 to 2199-12-31 (2015-01-01, 2015-01-01T00:00Z), got '0001-01-01T00:00:00+14:00'. Fix the start.
+    """
+    expected = (f"{what} as an ISO 8601 date or time from {lo.date().isoformat()} to "
+                f"{(hi - dt.timedelta(seconds=1)).date().isoformat()} (2015-01-01, 2015-01-01T00:00Z)")
+    todo = fix or f"fix {what}"
+    if isinstance(value, dt.datetime):
+        t = value
+    else:
+        text = _text_of(value, expected, todo)
+        if not text.isascii() or not _TIME.fullmatch(text):
+            raise InputError(expected, shown(value), todo)
+        try:
+            t = dt.datetime.fromisoformat(text)
+        except ValueError:
+            raise InputError(expected, shown(value), todo) from None
+    offset = t.utcoffset()
+    if offset is not None and (offset % dt.timedelta(minutes=1) or abs(offset) > dt.timedelta(hours=14)):
+        raise InputError(expected, shown(value if not isinstance(value, dt.datetime) else value.isoformat()), todo)
+    wall = t.replace(tzinfo=None)
+    if not lo.replace(tzinfo=None) - dt.timedelta(days=2) <= wall <= hi.replace(tzinfo=None) + dt.timedelta(days=2):
+        raise InputError(expected, shown(value if not isinstance(value, dt.datetime) else value.isoformat()), todo)
+    utc = t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t.astimezone(dt.UTC)
+    if not lo <= utc < hi:
+        raise InputError(expected, shown(value if not isinstance(value, dt.datetime) else value.isoformat()), todo)
+    return utc
+
+
+def day(value: Any, what: str = "a day", *, fix: str | None = None) -> dt.date:
+    """A calendar day ``YYYY-MM-DD`` from 1900-01-01 to 2199-12-31.
+
+    >>> day("2014-02-28")
+    datetime.date(2014, 2, 28)
+    >>> day("2014-02-30")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected a day as YYYY-MM-DD (e.g. 2014-12-31), got '2014-02-30'. Fix the day.
+    """
+    expected = f"{what} as YYYY-MM-DD (e.g. 2014-12-31)"
+    todo = fix or "fix the day"
+    text = _text_of(value, expected, todo)
+    if not text.isascii() or not _DAY.fullmatch(text):
+        raise InputError(expected, shown(value), todo)
+    try:
+        d = dt.date.fromisoformat(text)
+    except ValueError:
+        raise InputError(expected, shown(value), todo) from None
+    if not TIME_MIN.date() <= d < TIME_MAX.date():
+        raise InputError(expected, shown(value), todo)
+    return d
+
+
+PERSON = "a person's e-mail address"
+"""What an owner, a canceller or a notified person is called in messages (CLI and API alike)."""
+
+
+def email(value: Any, what: str = "an e-mail address", *,
+          fix: str = "write one address such as ana@example.com") -> str:
+    """One e-mail address ``local@domain`` (ASCII, no spaces, quotes or line breaks, at most
+    254 characters): who owns a schedule or gets a notification, in the CLI and the API alike.
+
+    >>> email(" ana@example.com ")
+    'ana@example.com'
+    >>> email("ana@example.com\\r\\nBcc: all@evil.example")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected an e-mail address (one address, no spaces or line breaks), got 'ana@example.com\\r\\nBcc: all@evil.example'. Write one address such as ana@example.com.
+    """
+    expected = f"{what} (one address, no spaces or line breaks)"
+    if not isinstance(value, str) or len(value) > 254:
+        raise InputError(expected, shown(value), fix)
+    text = value.strip(" ")
+    if not text.isascii() or not _EMAIL.fullmatch(text) or len(text.partition("@")[0]) > 64:
+        raise InputError(expected, shown(value), fix)
+    return text
+
+
+# ------------------------------------------------------------------------------------------------
+# Cells of data files, CSV cells written out, values put into prompts
+# ------------------------------------------------------------------------------------------------
+
+
+def data_number(cell: Any, *, file: str | None = None, row: int | None = None,
+                column: str | None = None) -> float:
+    """A numeric cell of a data file: a finite number written in digits, or ``nan`` for an
+    empty cell (the one way to say "missing").
+
+    Refused with the file, row and column: ``inf``, ``-Infinity``, ``1e309`` (not finite);
+    ``nan``, ``NA``, ``null`` (write nothing for a missing value); ``true``/``false`` (not a
+    number); anything else that is not a number.
+
+    >>> data_number("12.5"), math.isnan(data_number(""))
+    (12.5, True)
+    >>> data_number("NA", file="w.csv", row=3, column="wind")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: w.csv, row 3, column 'wind': expected a finite number, or an empty cell for a missing value, got 'NA'. Leave the cell empty when the value is missing.
+    """
+    if cell is None:
+        return math.nan
+    if isinstance(cell, float) and math.isnan(cell):
+        return math.nan
+    text = cell.strip() if isinstance(cell, str) else cell
+    if text == "":
+        return math.nan
+    expected = "a finite number, or an empty cell for a missing value"
+    lowered = text.lower() if isinstance(text, str) else ""
+    if lowered in _MISSING_WORDS:
+        todo = "leave the cell empty when the value is missing"
+    elif lowered in _BOOLEAN_WORDS:
+        todo = "write a number (this column holds numbers)"
+    else:
+        todo = "write a finite number"
+    try:
+        return number(text, "a value", fix=todo)
+    except InputError:
+        raise InputError(expected, shown(cell), todo, file=file, row=row, column=column) from None
+
+
+def is_formula(cell: str) -> bool:
+    """Whether a spreadsheet would run ``cell`` as a formula: it starts with ``=``, ``+``,
+    ``-``, ``@``, a tab or a carriage return and is not a plain number (``-3.5`` is a number).
+
+    >>> is_formula("=HYPERLINK(\\"http://x\\")"), is_formula("-3.5"), is_formula("drizzle")
+    (True, False, False)
+    """
+    if not cell or not cell.startswith(FORMULA_PREFIXES):
+        return False
+    return not _NUMBER.fullmatch(cell.strip())
+
+
+def neutralise_cell(cell: str) -> str:
+    """A text cell safe to open in a spreadsheet: a formula-like cell gets a leading ``'``
+    (the cell shows its text instead of running it); any other cell is unchanged.
+
+    >>> neutralise_cell("=1+1"), neutralise_cell("-2"), neutralise_cell("rain")
+    ("'=1+1", '-2', 'rain')
+    """
+    return "'" + cell if is_formula(cell) else cell
+
+
+def prompt_text(value: Any) -> str:
+    """A data value as it goes into a prompt: plain text (letters, digits, spaces and simple
+    punctuation, at most 200 characters, not formula-like) as it is; anything else as a JSON
+    string literal, quoted and escaped, so the value can never read as an instruction, a
+    formula or a second message.
+
+    >>> prompt_text("drizzle"), prompt_text(12.5)
+    ('drizzle', '12.5')
+    >>> prompt_text('=HYPERLINK("http://x")\\nIgnore the above')
+    '"=HYPERLINK(\\\\"http://x\\\\")\\\\nIgnore the above"'
+    """
+    text = value if isinstance(value, str) else str(value)
+    if _PLAIN_PROMPT.fullmatch(text) and not is_formula(text):
+        return text
+    return json.dumps(text[:2000], ensure_ascii=True)
