@@ -274,13 +274,18 @@ class TrainingHoldout:
     Attributes:
         training: the upstream :class:`LoadedTraining`.
         holdouts: one split per decision, in manifest order (empty for a failed training).
-        roles: one row per (decision, example): ``decision, id, group, answer, role``.
+    ``roles`` (one row per decision and example: ``decision, id, group, answer, role``) is built
+    when asked for, not stored: a 10-million-row split passes between steps as its columns.
     """
 
     training: LoadedTraining
     holdouts: tuple[Holdout, ...]
-    roles: "pd.DataFrame"
     trained_on: Attestation = NOT_STATED
+
+    @property
+    def roles(self) -> "pd.DataFrame":
+        """Every example of every decision with its role (a DataFrame of every row)."""
+        return roles_frame(self.holdouts)
 
     def holdout(self, decision: str) -> Holdout:
         for h in self.holdouts:
@@ -289,8 +294,9 @@ class TrainingHoldout:
         raise KeyError(f"no split for decision {decision!r}; have {[h.decision for h in self.holdouts]}")
 
 
-def roles_frame(holdouts: Sequence[Holdout]) -> "pd.DataFrame":
-    """Every example of every decision with its role (``test`` / ``train`` / ``excluded``)."""
+def roles_frame(holdouts: Sequence[Holdout], *, head: int | None = None) -> "pd.DataFrame":
+    """Every example of every decision with its role (``test`` / ``train`` / ``excluded``);
+    with ``head``, only the first ``head`` rows."""
     import pandas as pd  # on first use: keeps the code location's load quick (lazy.py)
     import pyarrow as pa
 
@@ -299,6 +305,8 @@ def roles_frame(holdouts: Sequence[Holdout]) -> "pd.DataFrame":
         return pd.DataFrame(columns=columns)
     # built from the splits' columns: no Python object per row
     table = pa.concat_tables([h.columns() for h in holdouts], promote_options="permissive")
+    if head is not None:
+        table = table.slice(0, head)
     frame = table.to_pandas()
     frame["decision"] = frame["decision"].astype(str)
     return frame[columns]
@@ -314,9 +322,8 @@ def holdout(
     context: dg.AssetExecutionContext, dataset: LoadedTraining
 ) -> dg.MaterializeResult[TrainingHoldout]:
     if dataset.dataset is None:
-        empty = roles_frame(())
         return dg.MaterializeResult(
-            value=TrainingHoldout(dataset, (), empty),
+            value=TrainingHoldout(dataset, ()),
             metadata={"status": "failed training: no split needed"},
         )
     holdouts = split_decisions(dataset.dataset)
@@ -326,8 +333,8 @@ def holdout(
     with product_failure(manifest, "model"):
         trained_on = attest(manifest.trained_on, manifest.trained_on_sha256, holdouts,
                             training_id=manifest.training_id, source=manifest.source)
-    roles = roles_frame(holdouts)
-    meta: dict[str, Any] = {"dagster/row_count": len(roles), "trained_on": trained_on.describe()}
+    meta: dict[str, Any] = {"dagster/row_count": sum(h.summary.n_rows for h in holdouts),
+                            "trained_on": trained_on.describe()}
     lines = ["| decision | test | train | excluded | test groups | capped |", "|---|---:|---:|---:|---:|---|"]
     for h in holdouts:
         s = h.summary
@@ -341,9 +348,9 @@ def holdout(
             f"{'yes' if s.capped else 'no'} |"
         )
     meta["split"] = dg.MetadataValue.md("\n".join(lines))
-    meta["preview"] = dg.MetadataValue.md(roles.head(10).to_markdown(index=False))
+    meta["preview"] = dg.MetadataValue.md(roles_frame(holdouts, head=10).to_markdown(index=False))
     context.log.info("held out %s", ", ".join(f"{h.decision}: {h.summary.n_test}" for h in holdouts))
-    return dg.MaterializeResult(value=TrainingHoldout(dataset, holdouts, roles, trained_on),
+    return dg.MaterializeResult(value=TrainingHoldout(dataset, holdouts, trained_on),
                                 metadata=meta)
 
 

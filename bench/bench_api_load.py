@@ -146,7 +146,8 @@ def main() -> None:
         procs = [
             subprocess.Popen([sys.executable, "-m", "typestrict_pipeline.cli", "api", "--store", url,
                               "--home", str(folder), "--port", str(ports["api"]), "--log-level", "warning",
-                              "--jev-source", '{"kind": "file", "path": "jev-never-asked.jsonl"}'],
+                              "--jev-source", '{"kind": "file", "path": "jev-never-asked.jsonl"}',
+                              "--new-store"],
                              stdout=subprocess.DEVNULL),
             subprocess.Popen([sys.executable, "-c",
                               "import sys, uvicorn; port = int(sys.argv[2]); sys.argv = ['x', sys.argv[1]]; "

@@ -396,7 +396,7 @@ def test_typestrict_api_serves_and_refuses_a_bad_jev_source(
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "typestrict_pipeline.cli", "api", "--store", sqlite_url,
                              "--home", str(tmp_path / "home"), "--port", str(port), "--log-level", "warning",
-                             "--jev-source", json.dumps(support.UNUSED_JEV)],
+                             "--jev-source", json.dumps(support.UNUSED_JEV), "--new-store"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 180

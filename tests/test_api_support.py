@@ -253,9 +253,10 @@ class ServedCommand:
 
 
 def demo_like_home(home: Path) -> Path:
-    """A home ``make api`` takes for the demo's: the marker ``make demo`` leaves when it finishes
-    (``demo.json``), nothing else (the demo's data are not needed to serve the API)."""
+    """A home ``make api`` takes for the demo's: its store and the marker ``make demo`` leaves
+    when it finishes (``demo.json``); the demo's data are not needed to serve the API."""
     home.mkdir(parents=True, exist_ok=True)
+    open_store(f"sqlite:///{home / 'store.db'}").dispose()  # the demo's home has its store
     (home / "demo.json").write_text(json.dumps({"finished_at": "2026-01-01T00:00:00+00:00", "made": [],
                                                 "fingerprint": {}}) + "\n", encoding="utf-8")
     return home

@@ -10,7 +10,7 @@ from typestrict_pipeline.cli import main
 
 @pytest.fixture
 def store(tmp_path: Path) -> list[str]:
-    return ["--store-url", f"sqlite:///{tmp_path / 'store.db'}"]
+    return ["--store-url", f"sqlite:///{tmp_path / 'store.db'}", "--new-store"]
 
 
 def test_backtest_run_prints_the_run_card_then_list_show_live_and_usage(

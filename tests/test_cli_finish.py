@@ -57,7 +57,7 @@ def test_every_read_has_json_and_every_store_option_is_spelled_store() -> None:
 
 
 def test_a_live_decision_past_its_data_warns(typestrict_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["run", "seattle_rain", "--json"]) == 0
+    assert main(["run", "seattle_rain", "--json", "--new-store"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["stale_data"] is True
     assert "warning: deciding as of" in captured.err
@@ -91,7 +91,7 @@ def test_a_progress_bar_on_a_terminal_and_none_in_a_pipe(
     env = {**os.environ, "TYPESTRICT_HOME": str(tmp_path), "COLUMNS": "120"}
     env.pop("TYPESTRICT_STORE_URL", None)
     argv = ["backtest", "run", "seattle_rain", "--start", "2015-01-01", "--end", "2015-03-31",
-            "--standin-latency", "0.05", "--max-in-flight", "2"]
+            "--standin-latency", "0.05", "--max-in-flight", "2", "--new-store"]
     code, screen = _run_on_a_terminal(argv, env)
     assert code == 0, screen
     assert "backtest seattle_rain" in screen and "/90" in screen  # the bar: steps done of 90

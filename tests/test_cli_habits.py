@@ -146,7 +146,7 @@ def test_api_key_list_has_a_header_and_writes_say_what_they_wrote(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     store = ["--store", f"sqlite:///{tmp_path / 'store.db'}"]
-    assert main(["api-key", "create", "demo", "--label", "laptop", "--json", *store]) == 0
+    assert main(["api-key", "create", "demo", "--label", "laptop", "--json", "--new-store", *store]) == 0
     made = json.loads(capsys.readouterr().out)
     assert made["key"].startswith("tsk_") and made["label"] == "laptop"
     assert main(["api-key", "list", "demo", *store]) == 0

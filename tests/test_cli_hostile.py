@@ -212,7 +212,7 @@ def test_ctrl_c_exits_130_with_one_line(home: Path, tmp_path: Path) -> None:
     store = tmp_path / "ctrl-c.db"
     env = {**os.environ, "TYPESTRICT_STORE_URL": f"sqlite:///{store}", "TYPESTRICT_HOME": str(tmp_path)}
     proc = _cli("backtest", "run", "seattle_rain", "--start", "2012-01-02", "--end", "2015-12-31",
-                "--standin-latency", "0.2", "--max-in-flight", "1", env=env)
+                "--standin-latency", "0.2", "--max-in-flight", "1", "--new-store", env=env)
     assert proc.stderr is not None
     deadline = time.monotonic() + 300
     started = False

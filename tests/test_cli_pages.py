@@ -48,7 +48,8 @@ def studied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         mp.delenv("DAGSTER_HOME", raising=False)
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            assert main(["backtest", "run", "seattle_rain", "--start", "2015-01-01", "--end", "2015-01-31"]) == 0
+            assert main(["backtest", "run", "seattle_rain", "--start", "2015-01-01", "--end", "2015-01-31",
+                         "--new-store"]) == 0
             start = len(out.getvalue())
             assert main(STUDY) == 0
         yield out.getvalue()[start:].splitlines()[0]

@@ -76,7 +76,7 @@ def test_balance_and_ledger_commands(store_url: str, tmp_path: Path,
 
 
 def test_grant_spend_adjust_and_refusals(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["credits", "grant", "w", "1", "--reference", "a", "--url", sqlite_url]) == 0
+    assert main(["credits", "grant", "w", "1", "--reference", "a", "--url", sqlite_url, "--new-store"]) == 0
     assert main(["credits", "spend", "w", "t1", "--url", sqlite_url]) == 0
     capsys.readouterr()
     assert main(["credits", "spend", "w", "t2", "--url", sqlite_url]) == 2

@@ -9,7 +9,7 @@ import pytest
 
 from typestrict_pipeline.cli import main
 
-RUN = ["study", "run", "wx", "--synthetic", "--start", "2012-01-01", "--end", "2012-12-01",
+RUN = ["study", "run", "wx", "--synthetic", "--new-store", "--start", "2012-01-01", "--end", "2012-12-01",
        "--folds", "2", "--tune-steps", "20", "--eval-steps", "20", "--holdout-steps", "20",
        "--grid", "skill=0.5,0.6,0.55"]
 

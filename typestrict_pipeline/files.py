@@ -14,6 +14,7 @@ import re
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -163,12 +164,15 @@ class JSONLimits:
         max_int_digits: longest integer literal, in digits.
         max_float_abs: largest magnitude of a non-integer number.
         max_number_chars: longest number literal.
+        exact_numbers: decode non-integer numbers as :class:`decimal.Decimal` (exactly as
+            written, never through a binary float; the API reads money this way).
     """
 
     max_depth: int = MAX_JSON_DEPTH
     max_int_digits: int = MAX_INT_DIGITS
     max_float_abs: float = MAX_FLOAT_ABS
     max_number_chars: int = MAX_NUMBER_CHARS
+    exact_numbers: bool = False
 
 
 class _Refused(Exception):
@@ -198,7 +202,7 @@ def _decoder(limits: JSONLimits) -> json.JSONDecoder:
             )
         return int(literal)
 
-    def parse_float(literal: str) -> float:
+    def parse_float(literal: str) -> Any:
         if len(literal) > limits.max_number_chars:
             raise _Refused(
                 f"a number of at most {limits.max_number_chars} characters",
@@ -214,7 +218,7 @@ def _decoder(limits: JSONLimits) -> json.JSONDecoder:
                 "write a number in range",
                 literal,
             )
-        return value
+        return Decimal(literal) if limits.exact_numbers else value
 
     def parse_constant(name: str) -> Any:
         raise _Refused(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,7 +97,7 @@ class BodyLimitMiddleware:
                 except ValueError:
                     declared = limit + 1
                 if declared > limit:
-                    await _send_413(send, limit)
+                    await _send_413(send, limit, f"{declared:,} bytes (its Content-Length)")
                     return
         seen = 0
         started = False
@@ -121,19 +121,56 @@ class BodyLimitMiddleware:
             await self.app(scope, counting_receive, tracking_send)
         except _TooLarge:
             if not started:
-                await _send_413(send, limit)
+                await _send_413(send, limit, f"more: {seen:,} bytes had arrived when it was stopped")
 
 
-async def _send_413(send: Send, limit: int) -> None:
-    body = json.dumps(error_body(
-        "payload_too_large",
-        f"expected a request body of at most {limit} bytes, got more. Send a smaller body "
-        "(split the upload, or ask the operator to raise the limit)",
-    )).encode()
+def too_large_message(limit: int, got: str) -> str:
+    """The 413's message: the limit and the size.
+
+    >>> too_large_message(16 * 1024 * 1024, "20,000,000 bytes (its Content-Length)")
+    'expected a request body of at most 16,777,216 bytes (16 MiB), got 20,000,000 bytes (its Content-Length). Send a smaller body (split the upload, or ask the operator to raise the limit)'
+    """
+    mib = f" ({limit / 1024 / 1024:g} MiB)" if limit >= 1024 * 1024 else ""
+    return (f"expected a request body of at most {limit:,} bytes{mib}, got {got}. Send a smaller body "
+            "(split the upload, or ask the operator to raise the limit)")
+
+
+async def _send_413(send: Send, limit: int, got: str) -> None:
+    body = json.dumps(error_body("payload_too_large", too_large_message(limit, got))).encode()
     await send({"type": "http.response.start", "status": 413,
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
+
+
+def validation_message(errors: Sequence[Mapping[str, Any]]) -> str:
+    """The first validation error in the product's shape, its pattern or bound as written.
+
+    >>> validation_message([{"type": "string_pattern_mismatch", "loc": ("path", "name"),
+    ...     "msg": "String should match pattern '^[A-Z]+$'", "input": "ab", "ctx": {"pattern": "^[A-Z]+$"}}])
+    "name (in the path): expected a string matching the pattern '^[A-Z]+$', got 'ab'. Fix the request (the schema is at /v1/openapi.json)"
+    """
+    first = errors[0] if errors else {}
+    loc = [str(p) for p in first.get("loc", ())]
+    where = ".".join(p for p in loc[1:] if p) if loc[:1] in (["body"], ["path"], ["query"]) else ".".join(loc)
+    if loc[:1] in (["path"], ["query"]):
+        where = f"{where} (in the {loc[0]})"
+    ctx = first.get("ctx") or {}
+    kind = first.get("type", "")
+    expected = {
+        "string_pattern_mismatch": f"a string matching the pattern '{ctx.get('pattern')}'",
+        "missing": "a value (it is required)",
+        "extra_forbidden": "only the fields of the schema (a typo?)",
+        "string_too_long": f"at most {ctx.get('max_length')} characters",
+        "string_too_short": f"at least {ctx.get('min_length')} character(s)",
+        "too_long": f"at most {ctx.get('max_length')} items",
+        "too_short": f"at least {ctx.get('min_length')} items",
+    }.get(kind)
+    if expected is None:
+        msg = str(first.get("msg", "a valid value"))
+        expected = msg[:1].lower() + msg[1:]  # the rest as written (patterns keep their case)
+    got = "nothing" if kind == "missing" or "input" not in first else repr(first.get("input"))[:80]
+    return f"{where or '(body)'}: expected {expected}, got {got}. Fix the request (the schema is at /v1/openapi.json)"
 
 
 def _error_response(status: int, code: str, message: str,
@@ -150,12 +187,7 @@ def _install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "(body)"
-        got = repr(first.get("input"))[:80] if "input" in first else "nothing"
-        message = (f"{where}: expected {first.get('msg', 'a valid value').lower()}, got {got}. "
-                   "Fix the request (the schema is at /v1/openapi.json)")
-        return _error_response(422, "invalid_input", message)
+        return _error_response(422, "invalid_input", validation_message(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:

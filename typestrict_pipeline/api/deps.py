@@ -6,10 +6,11 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import Engine
 
 from typestrict_pipeline.api.app import ApiContext
 from typestrict_pipeline.api.errors import ApiError
-from typestrict_pipeline.api.keys import workspace_for_key
+from typestrict_pipeline.api.keys import KeyState, check_key
 
 _bearer = HTTPBearer(auto_error=False, description="An API key: `typestrict api-key create WORKSPACE`")
 
@@ -19,26 +20,68 @@ def get_ctx(request: Request) -> ApiContext:
     return ctx
 
 
+def _unauthorized(message: str) -> ApiError:
+    return ApiError(401, "unauthorized", message, headers={"WWW-Authenticate": "Bearer"})
+
+
+MAKE_ONE = "An operator creates one with `typestrict api-key create WORKSPACE`"
+
+
+def auth_failure(engine: Engine, header: str | None) -> tuple[str | None, ApiError | None]:
+    """The workspace of an ``Authorization`` header, or the 401 that says what is wrong with it:
+    no header, another scheme, no key after ``Bearer``, a value that is not a key, a key this
+    server does not know (unknown id and wrong secret are one answer: telling them apart would
+    tell a caller which ids exist), or a revoked key (said only to the holder of the whole key).
+    Nothing sent is ever echoed: only its scheme, or its length."""
+    if header is None:
+        return None, _unauthorized(
+            "expected an 'Authorization: Bearer <API key>' header, got no Authorization header. "
+            f"Send your workspace's key in it. {MAKE_ONE}")
+    scheme, _, value = header.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        shown = scheme[:20] if scheme.isascii() and scheme.isalnum() else "another"
+        return None, _unauthorized(
+            f"expected the Bearer scheme ('Authorization: Bearer tsk_…'), got the {shown!r} scheme. "
+            "Send the key as a Bearer token")
+    key = value.strip()
+    if not key:
+        return None, _unauthorized("expected an API key after 'Bearer ', got nothing. Send the whole key")
+    checked = check_key(engine, key)
+    if checked.state is KeyState.VALID:
+        return checked.workspace_id, None
+    if checked.state is KeyState.MALFORMED:
+        return None, _unauthorized(
+            f"expected an API key of the form tsk_<16 hex>_<43 characters>, got a value of {len(key)} "
+            "characters that is not one. Send the whole key, as it was printed when it was made")
+    if checked.state is KeyState.REVOKED:
+        when = checked.revoked_at.date().isoformat() if checked.revoked_at else "earlier"
+        return None, _unauthorized(
+            f"expected an unrevoked API key, got a key revoked on {when}. Use another key of the "
+            f"workspace. {MAKE_ONE}")
+    return None, _unauthorized(
+        "expected an API key this server issued, got one it does not know (mistyped, or made "
+        f"on another store). Check the key and the server. {MAKE_ONE}")
+
+
 def get_workspace(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> str:
-    """The workspace of the request's API key; 401 (one message, whatever was wrong) otherwise."""
+    """The workspace of the request's API key; a 401 saying what is wrong otherwise
+    (:func:`auth_failure`). A browser without the header may use the console's session cookie
+    for reads."""
     ctx = get_ctx(request)
-    workspace = None
-    if credentials is not None and credentials.scheme.lower() == "bearer":
-        workspace = workspace_for_key(ctx.engine, credentials.credentials)
-    elif "authorization" not in request.headers:  # a browser: the console's cookie, reads only
+    header = request.headers.get("authorization")
+    if header is None:  # a browser: the console's cookie, reads only
         from typestrict_pipeline.console.web import cookie_workspace
 
-        workspace = cookie_workspace(request)
-    if workspace is None:
-        raise ApiError(
-            401, "unauthorized",
-            "expected 'Authorization: Bearer <API key>' with a valid, unrevoked key, got none. "
-            "Create one with `typestrict api-key create WORKSPACE`",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
+        found = cookie_workspace(request)
+        if found is not None:
+            return found
+    workspace, failure = auth_failure(ctx.engine, header)
+    if failure is not None:
+        raise failure
+    assert workspace is not None
     return workspace
 
 

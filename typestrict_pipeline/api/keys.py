@@ -17,6 +17,7 @@ True
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import hashlib
 import hmac
 import re
@@ -31,6 +32,7 @@ from typestrict_pipeline.store import Base, UTCDateTime, session_scope, utcnow
 
 KEY_PREFIX = "tsk_"
 _KEY = re.compile(r"tsk_([0-9a-f]{16})_([A-Za-z0-9_-]{43})")
+_KEY_ID = re.compile(r"[0-9a-f]{16}")
 _WORKSPACE = re.compile(r"[A-Za-z0-9_.-]{1,200}")
 
 
@@ -112,18 +114,44 @@ def create_api_key(engine: Engine, workspace_id: str, *, label: str = "") -> New
     return NewApiKey(info=info, key=f"{KEY_PREFIX}{key_id}_{secret}")
 
 
-def revoke_api_key(engine: Engine, key_id: str) -> ApiKeyInfo:
-    """Revoke a key by its id (the 16 hex characters after ``tsk_``); idempotent.
+def key_id_of(text: str) -> str:
+    """The key id in ``text``: a key id (16 hex characters) or a whole key. Never echoes it.
+
+    >>> key_id_of("0123456789abcdef"), key_id_of("tsk_0123456789abcdef_" + "A" * 43)
+    ('0123456789abcdef', '0123456789abcdef')
+    >>> key_id_of("tsk_0123456789abcdef_secret")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected a key id (the 16 hex characters after tsk_) or a whole key (tsk_<id>_<43 characters>), got a value of 27 characters that is neither (not shown: it may hold a secret). Copy the id from `typestrict api-key list WORKSPACE`.
+    """
+    value = text.strip()
+    if _KEY_ID.fullmatch(value):
+        return value
+    parsed = parse_key(value)
+    if parsed is not None:
+        return parsed[0]
+    raise InputError(
+        "a key id (the 16 hex characters after tsk_) or a whole key (tsk_<id>_<43 characters>)",
+        f"a value of {len(text)} characters that is neither (not shown: it may hold a secret)",
+        "copy the id from `typestrict api-key list WORKSPACE`",
+    )
+
+
+def revoke_api_key(engine: Engine, key_or_id: str) -> ApiKeyInfo:
+    """Revoke a key by its id (the 16 hex characters after ``tsk_``) or by the whole key;
+    idempotent. No message ever shows what was given beyond the id.
 
     Raises:
+        InputError: neither an id nor a key.
         NotFoundError: no key has that id.
     """
+    key_id = key_id_of(key_or_id)
     with session_scope(engine) as s:
         row = s.get(ApiKeyRow, key_id)
         if row is None:
             raise NotFoundError(
-                f"expected an API key with id {key_id[:40]!r}, got none. List the workspace's keys "
-                "with `typestrict api-key list WORKSPACE` and pass the key id (not the key)"
+                f"expected an API key with id {key_id}, got none. List the workspace's keys "
+                "with `typestrict api-key list WORKSPACE` and pass one of their ids"
             )
         if row.revoked_at is None:
             row.revoked_at = utcnow()
@@ -138,11 +166,39 @@ def list_api_keys(engine: Engine, workspace_id: str) -> list[ApiKeyInfo]:
         return [_info(r) for r in rows]
 
 
-def workspace_for_key(engine: Engine, key: str) -> str | None:
-    """The workspace of a valid, unrevoked key, else None (the reason is never told apart).
+class KeyState(enum.Enum):
+    """What a presented key is.
+
+    Attributes:
+        VALID: issued, its secret matches, not revoked.
+        MALFORMED: not of the form ``tsk_<16 hex>_<43 characters>`` (no key of this server).
+        UNKNOWN: well formed, but no key has that id, or its secret does not match. The two are
+            one state on purpose: telling them apart would tell a caller which ids exist.
+        REVOKED: issued and revoked; only said to the holder of the whole key (the secret must
+            match), so an id alone never tells whether its key was revoked.
+    """
+
+    VALID = "valid"
+    MALFORMED = "malformed"
+    UNKNOWN = "unknown"
+    REVOKED = "revoked"
+
+
+@dataclass(frozen=True)
+class KeyCheck:
+    """A presented key's state, its workspace when valid, when it was revoked when revoked."""
+
+    state: KeyState
+    workspace_id: str | None = None
+    revoked_at: dt.datetime | None = None
+
+
+def check_key(engine: Engine, key: str) -> KeyCheck:
+    """What ``key`` is (:class:`KeyState`), paying the same work whatever it is.
 
     The secret's digest is compared with :func:`hmac.compare_digest`; a malformed key or an
-    unknown id still pays one digest and one comparison.
+    unknown id still pays one digest, one read and one comparison, so the time taken does not
+    tell whether an id exists either.
     """
     parsed = parse_key(key)
     key_id, secret = parsed if parsed is not None else ("", "")
@@ -150,6 +206,15 @@ def workspace_for_key(engine: Engine, key: str) -> str | None:
         row = s.get(ApiKeyRow, key_id) if key_id else None
         stored = row.secret_sha256 if row is not None else "0" * 64
         ok = hmac.compare_digest(stored, _digest(secret))
-        if row is None or not ok or row.revoked_at is not None:
-            return None
-        return row.workspace_id
+        if parsed is None:
+            return KeyCheck(KeyState.MALFORMED)
+        if row is None or not ok:
+            return KeyCheck(KeyState.UNKNOWN)
+        if row.revoked_at is not None:
+            return KeyCheck(KeyState.REVOKED, revoked_at=row.revoked_at)
+        return KeyCheck(KeyState.VALID, workspace_id=row.workspace_id)
+
+
+def workspace_for_key(engine: Engine, key: str) -> str | None:
+    """The workspace of a valid, unrevoked key, else None (:func:`check_key` says why)."""
+    return check_key(engine, key).workspace_id

@@ -173,6 +173,23 @@ class WorkspaceArea:
         check_name(name)
         return write_atomic(self.root / name, data)
 
+    def delete(self, name: str) -> int:
+        """Delete the file ``name`` of the area; its size. A training or a dataset made from it
+        keeps its own copy, so nothing made before changes.
+
+        Raises:
+            NotFoundError: no such file (or not a plain file of the area).
+        """
+        try:
+            path = self.root / check_name(name)
+        except InputError:
+            raise _not_found("file", name) from None
+        if path.is_symlink() or not path.is_file():
+            raise _not_found("file", name)
+        size = path.stat().st_size
+        path.unlink()
+        return size
+
     def listing(self) -> list[tuple[str, int]]:
         """``(name, size)`` of every file in the area, sorted."""
         root = self.root

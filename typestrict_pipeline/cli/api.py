@@ -6,7 +6,9 @@
   ``TYPESTRICT_API_JEV_SOURCE``; on the demo's home, the demo's Jev stand-in, said on the first
   line; anywhere else the server does not start without one: :mod:`typestrict_pipeline.api.jev`).
 * ``api-key create WORKSPACE [--label TEXT]``: prints the new key once (it is stored hashed and
-  can never be shown again); ``api-key revoke KEY_ID``; ``api-key list WORKSPACE`` (ids only).
+  can never be shown again); ``api-key revoke KEY_ID_OR_KEY`` (the id or the whole key, only the
+  id is ever printed); ``api-key list WORKSPACE`` (ids only). Each refuses a home with no store
+  (not the server's: ``--new-store`` to start one on purpose).
 
 The store is ``--store`` (default ``TYPESTRICT_STORE_URL``, else the SQLite file under
 ``--home``, else under ``TYPESTRICT_HOME``). FastAPI and uvicorn are imported only by ``api``.
@@ -39,7 +41,11 @@ def _serve(args: argparse.Namespace) -> int:
     home = (Path(args.home) if args.home else typestrict_home()).resolve()
     with choose_jev(home, args.jev_source, os.environ) as jev:  # no Jev: refused before anything
         # The store is checked (and upgraded) here, before the server starts: a broken store or
-        # one from a newer version is one message and exit 2, never a server's startup traceback.
+        # one from a newer version is one message and exit 2, never a server's startup traceback;
+        # a home with no store is refused unless --new-store (not a server's home).
+        from typestrict_pipeline.cli.common import refuse_new_store
+
+        refuse_new_store(_store(args), told=args.new_store, given=args.store is not None)
         open_store(_store(args)).dispose()
         import uvicorn
 
@@ -74,7 +80,9 @@ GRACEFUL_SHUTDOWN_S = 5
 
 def _create(args: argparse.Namespace) -> int:
     from typestrict_pipeline.api.keys import create_api_key
+    from typestrict_pipeline.cli.common import refuse_new_store
 
+    refuse_new_store(_store(args), told=args.new_store, given=args.store is not None)
     engine = open_store(_store(args))
     try:
         new = create_api_key(engine, args.workspace, label=args.label)
@@ -90,11 +98,14 @@ def _create(args: argparse.Namespace) -> int:
 
 
 def _revoke(args: argparse.Namespace) -> int:
-    from typestrict_pipeline.api.keys import revoke_api_key
+    from typestrict_pipeline.api.keys import key_id_of, revoke_api_key
+    from typestrict_pipeline.cli.common import refuse_new_store
 
+    key_id = key_id_of(args.key)  # an id or a whole key; neither is ever printed beyond the id
+    refuse_new_store(_store(args), told=False, given=args.store is not None)
     engine = open_store(_store(args))
     try:
-        info = revoke_api_key(engine, args.key_id)
+        info = revoke_api_key(engine, key_id)
     finally:
         engine.dispose()
     if args.json:
@@ -159,8 +170,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     c.add_argument("--label", default="", help="a note to recognise the key by")
     _store_option(c)
     c.set_defaults(func=_create)
-    r = sub.add_parser("revoke", help="revoke a key by its id (the 16 hex characters after tsk_)")
-    r.add_argument("key_id", help="the key's id: the 16 hex characters after tsk_")
+    r = sub.add_parser("revoke", help="revoke a key by its id (the 16 hex characters after tsk_) or the whole key")
+    r.add_argument("key", metavar="KEY_ID_OR_KEY",
+                   help="the key's id (the 16 hex characters after tsk_, see `api-key list`) or the whole key; "
+                        "nothing of it but the id is ever printed")
     _store_option(r)
     r.set_defaults(func=_revoke)
     ls = sub.add_parser("list", help="a workspace's keys (ids and labels, never the keys)")

@@ -46,9 +46,13 @@ _SCHEMES = ("sqlite", "postgresql", "postgres", "postgresql+psycopg2")
 
 
 def add_store(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Add ``--store URL`` (and the hidden old spellings ``--url``, ``--store-url``) to ``p``."""
+    """Add ``--store URL`` (and the hidden old spellings ``--url``, ``--store-url``) and
+    ``--new-store`` to ``p``."""
     p.add_argument("--store", metavar="URL", dest="store", help=STORE_HELP)
     p.add_argument("--url", "--store-url", dest="store", help=argparse.SUPPRESS)
+    p.add_argument("--new-store", action="store_true",
+                   help="create the SQLite store if it does not exist yet (without it, a command "
+                        "that writes refuses a home with no store: it is not your server's)")
     return p
 
 
@@ -118,10 +122,53 @@ def read_store(args: argparse.Namespace) -> Engine:
 
 
 def write_store(args: argparse.Namespace) -> Engine:
-    """The store for a command that writes (a new SQLite file is created where none exists)."""
+    """The store for a command that writes (keys, credits, backtests, studies, schedules...).
+
+    A SQLite store that does not exist is refused unless ``--new-store`` is given: run from
+    another folder, the default home (``./.typestrict``) is not the server's, and writing there
+    would silently start a second store that the server never reads (keys it rejects, credits it
+    never sees). A PostgreSQL database is the operator's to create, so its tables are made.
+    """
     from typestrict_pipeline.store import open_store
 
-    return open_store(store_url(args))
+    url = store_url(args)
+    refuse_new_store(url, told=bool(getattr(args, "new_store", False)),
+                     given=getattr(args, "store", None) is not None)
+    return open_store(url)
+
+
+def refuse_new_store(url: str, *, told: bool, given: bool = False) -> None:
+    """Refuse to start a SQLite store at ``url`` that does not exist, unless ``told``.
+
+    Args:
+        url: the store's URL.
+        told: ``--new-store`` was given.
+        given: the URL came from ``--store`` (else from the environment or the default home).
+
+    Raises:
+        StoreError: the file does not exist and ``told`` is False (the message names the file,
+            where its name came from, and the three ways on).
+    """
+    import os
+
+    path = sqlite_path(url)
+    if told or path is None or path.exists():
+        return
+    if given:
+        origin = " (--store)"
+    elif os.environ.get("TYPESTRICT_STORE_URL"):
+        origin = " (TYPESTRICT_STORE_URL)"
+    elif os.environ.get("TYPESTRICT_HOME"):
+        origin = " (under TYPESTRICT_HOME)"
+    else:
+        origin = f" (the default home, ./.typestrict of this folder, {Path.cwd()})"
+    raise StoreError(
+        f"expected the store of your server's home, got no store at {path}{origin}: this command "
+        "would start a new, empty store there that no server or demo reads (an API key made in it "
+        "is refused by your server). Run it from the server's folder, or name the server's store "
+        "with --store URL (or TYPESTRICT_HOME / TYPESTRICT_STORE_URL); to start a new store here "
+        "on purpose, pass --new-store"
+    )
 
 
 def print_json(obj: Any) -> None:

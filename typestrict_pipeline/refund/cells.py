@@ -82,10 +82,26 @@ def python_whitespace() -> str:
 
 
 def blank_mask(texts: pa.Array) -> npt.NDArray[np.bool_]:
-    """True where a cell is null or only white space (Python's ``not text.strip()``)."""
-    trimmed = pc.utf8_trim(texts, characters=python_whitespace())
-    blank = pc.fill_null(pc.equal(pc.utf8_length(trimmed), 0), True)
-    return np.asarray(blank.to_numpy(zero_copy_only=False), dtype=bool)
+    """True where a cell is null or only white space (Python's ``not text.strip()``).
+
+    Only a cell that is empty or starts with white space can be blank: those few are trimmed.
+
+    >>> blank_mask(pa.array(["a", " ", "", None, " b", "\u3000", "x "])).tolist()
+    [False, True, True, True, False, True, False]
+    """
+    first = pc.utf8_slice_codeunits(texts, 0, 1)
+    maybe = pc.fill_null(pc.or_(pc.equal(first, ""), pc.is_in(first, value_set=_SPACES)), True)
+    out = np.asarray(maybe.to_numpy(zero_copy_only=False), dtype=bool)
+    rows = np.flatnonzero(out)
+    if rows.size:
+        some = texts.take(pa.array(rows))
+        trimmed = pc.utf8_trim(some, characters=python_whitespace())
+        blank = pc.fill_null(pc.equal(pc.utf8_length(trimmed), 0), True)
+        out[rows] = np.asarray(blank.to_numpy(zero_copy_only=False), dtype=bool)
+    return out
+
+
+_SPACES = pa.array(list(_WHITESPACE), type=pa.large_string())
 
 
 def _python_cells(

@@ -661,10 +661,10 @@ class _Validator:
             cells.get(self.group.name), start, length, self.file)
         columns = {key: column.convert(cells.get(key[0]), start, length, self.file)
                    for key, column in self.text_columns.items()}
-        groups = pa.nulls(length, pa.large_string()) if group is None else group.texts
+        groups = pa.nulls(length, pa.large_string()) if group is None else group.encoded
         messages = {
             d.name: row_messages(ids.texts, texts.texts,
-                                 columns[(d.answer_column, "an answer")].texts, groups)
+                                 columns[(d.answer_column, "an answer")].encoded, groups)
             for d in self.manifest.decisions
             if d.answer_column is not None and d.kind is not DecisionKind.MULTIPLE_CHOICE
         }

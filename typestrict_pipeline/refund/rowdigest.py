@@ -115,43 +115,79 @@ def row_digests(
     return sha256_each(row_messages(ids, texts, answers, groups))
 
 
+def _special(values: pa.Array) -> tuple[pa.Array, npt.NDArray[np.bool_]]:
+    """The values quoted as JSON strings where no escape is needed (null: ``null``), and where a
+    quote, a backslash or a control character needs one. A dictionary column is looked at once
+    per distinct value."""
+    if isinstance(values, pa.DictionaryArray):
+        words = values.dictionary.cast(pa.large_string())
+        quoted_words, special_words = _special(words)
+        indices = values.indices
+        quoted = pc.fill_null(quoted_words.take(indices), _s("null"))
+        codes = np.asarray(pc.fill_null(indices, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
+        special = np.zeros(len(values), dtype=bool)
+        if special_words.any():
+            special = np.where(codes >= 0, special_words[np.maximum(codes, 0)], False)
+        return quoted, special
+    values = values.cast(pa.large_string())
+    special = np.asarray(pc.fill_null(pc.match_substring_regex(values, _SPECIAL), False)
+                         .to_numpy(zero_copy_only=False), dtype=bool)
+    return _quoted(values), special
+
+
 def row_messages(ids: pa.Array, texts: pa.Array, answers: pa.Array, groups: pa.Array) -> pa.Array:
     """Each row's ``[id, text, answer, group]`` JSON text, as :mod:`json` writes it.
 
     Args:
-        ids, texts: the rows' ids and texts (no nulls).
-        answers, groups: the stratum answer and the group value (null: JSON ``null``).
+        ids, texts: the rows' ids and texts (a null is written as an empty string: a row with a
+            null id or text is refused by the validation before any digest is used).
+        answers, groups: the stratum answer and the group value (null: JSON ``null``); either may
+            be dictionary-encoded.
 
     Returns:
         The JSON texts, in row order (Arrow).
 
-    One regular-expression pass over the row's four values finds the rows holding a quote, a
-    backslash or a control character; the others are quoted as they are, those are escaped by
-    Arrow string kernels (or, with a rare control character, by :mod:`json` itself).
+    The rows holding a quote, a backslash or a control character are found by one
+    regular-expression pass per column (per distinct value of a dictionary column); the others
+    are quoted as they are in one join, those are escaped by Arrow string kernels (or, with a rare
+    control character, by :mod:`json` itself).
     """
-    columns = [v.cast(pa.large_string()) for v in (ids, texts, answers, groups)]
-    probe = pc.binary_join_element_wise(
-        *[pc.fill_null(c, _s("")) if c.null_count else c for c in columns], _s(" "))
-    special = np.asarray(pc.fill_null(pc.match_substring_regex(probe, _SPECIAL), False)
-                         .to_numpy(zero_copy_only=False), dtype=bool)
-    messages = _messages(columns, escape=False)
+    ids = ids.cast(pa.large_string())
+    texts = texts.cast(pa.large_string())
+    ids_ = pc.fill_null(ids, _s("")) if ids.null_count else ids
+    texts_ = pc.fill_null(texts, _s("")) if texts.null_count else texts
+    special = np.zeros(len(ids), dtype=bool)
+    for column in (ids_, texts_):
+        special |= np.asarray(pc.fill_null(pc.match_substring_regex(column, _SPECIAL), False)
+                              .to_numpy(zero_copy_only=False), dtype=bool)
+    answers_q, answers_special = _special(answers)
+    groups_q, groups_special = _special(groups)
+    special |= answers_special | groups_special
+    messages = pc.binary_join_element_wise(
+        _s('["'), ids_, _s('","'), texts_, _s('",'), answers_q, _s(","), groups_q, _s("]"), _s(""))
     if special.any():
         rows = np.flatnonzero(special)
-        subset = [c.take(pa.array(rows)) for c in columns]
-        escaped = _messages(subset, escape=True)
+        plain = [_decoded(c).take(pa.array(rows)) for c in (ids_, texts_, answers, groups)]
+        escaped = _messages(plain, escape=True)
         other = np.zeros(len(rows), dtype=bool)
-        for c in subset:
+        for c in plain:
             other |= np.asarray(pc.fill_null(pc.match_substring_regex(c, _OTHER_CONTROL), False)
                                 .to_numpy(zero_copy_only=False), dtype=bool)
         if other.any():
             exact = escaped.to_pylist()
             for k in np.flatnonzero(other).tolist():
-                exact[k] = _ENCODER.encode([c[k].as_py() for c in subset])
+                exact[k] = _ENCODER.encode([c[k].as_py() for c in plain])
             escaped = pa.array(exact, messages.type)
         mask = np.zeros(len(messages), dtype=bool)
         mask[rows] = True
         messages = pc.replace_with_mask(messages, pa.array(mask), escaped)
     return messages
+
+
+def _decoded(values: pa.Array) -> pa.Array:
+    if isinstance(values, pa.DictionaryArray):
+        values = values.dictionary_decode()
+    return values.cast(pa.large_string())
 
 
 def order_by_digest(digests: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:

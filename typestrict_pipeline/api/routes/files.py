@@ -1,15 +1,16 @@
-"""``/v1/files``: the workspace's own area (datasets are uploaded here, then referenced)."""
+"""``/v1/files``: the workspace's own area (datasets are uploaded here, then referenced; deleted here)."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Request
+from fastapi import Path, Request, Response
 
 from typestrict_pipeline.api.deps import Ctx, Workspace
+from typestrict_pipeline.api.edge import api_router
 from typestrict_pipeline.api.schemas import ErrorBody, FileOut
 
-router = APIRouter(tags=["files"], responses={401: {"model": ErrorBody}, 422: {"model": ErrorBody}})
+router = api_router(tags=["files"], responses={401: {"model": ErrorBody}, 422: {"model": ErrorBody}})
 
 FileName = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$")]
 
@@ -34,3 +35,11 @@ async def put_file(name: FileName, request: Request, ctx: Ctx, workspace: Worksp
 def list_files(ctx: Ctx, workspace: Workspace) -> list[FileOut]:
     """The files of the workspace's own area."""
     return [FileOut(name=n, size=s) for n, s in ctx.trainings.area(workspace).listing()]
+
+
+@router.delete("/files/{name}", status_code=204, response_class=Response, responses={404: {"model": ErrorBody}})
+def delete_file(name: FileName, ctx: Ctx, workspace: Workspace) -> Response:
+    """Delete an uploaded file of the workspace's area (trainings and datasets made from it keep
+    their own copy)."""
+    ctx.trainings.area(workspace).delete(name)
+    return Response(status_code=204)

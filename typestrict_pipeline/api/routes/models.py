@@ -9,10 +9,11 @@ from collections import OrderedDict
 from pathlib import Path as FsPath
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Request
+from fastapi import Path, Request
 from fastapi.responses import FileResponse, HTMLResponse, Response
 
 from typestrict_pipeline.api.deps import Ctx, Workspace
+from typestrict_pipeline.api.edge import api_router
 from typestrict_pipeline.api.errors import ApiError
 from typestrict_pipeline.api.page import METRICS, render_result_page
 from typestrict_pipeline.api.pictures import result_pictures
@@ -30,7 +31,7 @@ from typestrict_pipeline.credits.models import ModelInfo
 from typestrict_pipeline.files import write_atomic
 from typestrict_pipeline.refund.dataset import unlabeled_from_split
 
-router = APIRouter(tags=["models"], responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}})
+router = api_router(tags=["models"], responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}})
 
 # The page runs no script and loads nothing: its pictures are data: URIs, its style inline.
 PAGE_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; connect-src 'self'"

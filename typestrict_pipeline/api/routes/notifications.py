@@ -6,10 +6,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import Path
 
 from typestrict_pipeline.api import notifications as core
 from typestrict_pipeline.api.deps import Ctx, Workspace
+from typestrict_pipeline.api.edge import api_router
 from typestrict_pipeline.api.schemas import (
     DeliveryOut,
     ErrorBody,
@@ -18,7 +19,7 @@ from typestrict_pipeline.api.schemas import (
     NotificationsOut,
 )
 
-router = APIRouter(tags=["notifications"], responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}})
+router = api_router(tags=["notifications"], responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}})
 
 Person = Annotated[str, Path(min_length=3, max_length=200)]
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path
+from fastapi import Path
 
 from typestrict_pipeline.api.deps import Ctx, Workspace
+from typestrict_pipeline.api.edge import api_router
 from typestrict_pipeline.api.schemas import (
     ErrorBody,
     EstimateOut,
@@ -36,7 +37,7 @@ from typestrict_pipeline.api.studies import (
 from typestrict_pipeline.study.leaderboard import header_lines, load_leaderboard
 from typestrict_pipeline.study.tables import StudyRow
 
-router = APIRouter(tags=["studies"], responses={
+router = api_router(tags=["studies"], responses={
     401: {"model": ErrorBody}, 404: {"model": ErrorBody}, 422: {"model": ErrorBody}})
 
 StudyId = Annotated[str, Path(min_length=1, max_length=40)]

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Request
+from fastapi import Path, Request
 
 from typestrict_pipeline.api.deps import Ctx, Workspace
+from typestrict_pipeline.api.edge import api_router
 from typestrict_pipeline.api.errors import ApiError
 from typestrict_pipeline.api.routes.files import FileName, read_body
 from typestrict_pipeline.api.schemas import (
@@ -21,7 +22,7 @@ from typestrict_pipeline.api.schemas import (
 )
 from typestrict_pipeline.api.trainings import TrainingRequest, split_roles
 
-router = APIRouter(tags=["trainings"], responses={
+router = api_router(tags=["trainings"], responses={
     401: {"model": ErrorBody}, 404: {"model": ErrorBody}, 422: {"model": ErrorBody}})
 
 TrainingId = Annotated[str, Path(min_length=1, max_length=200)]

@@ -9,9 +9,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import Path
 
 from typestrict_pipeline.api.deps import Ctx, Workspace
+from typestrict_pipeline.api.edge import api_router
 from typestrict_pipeline.api.schemas import (
     BudgetIn,
     BudgetOut,
@@ -27,7 +28,7 @@ from typestrict_pipeline.credits import CreditLedger
 from typestrict_pipeline.errors import NotFoundError
 from typestrict_pipeline.usage import DaySpend, workspace_usage
 
-router = APIRouter(tags=["workspaces"], responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}})
+router = api_router(tags=["workspaces"], responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}})
 
 WorkspaceId = Annotated[str, Path(min_length=1, max_length=200)]
 

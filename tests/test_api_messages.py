@@ -1,0 +1,254 @@
+"""Messages a customer can act on, on a real server: JSON errors with the line and the column,
+patterns as written, a 401 that says what is wrong (without telling which key ids exist),
+duplicate keys refused, money as a JSON number or a decimal string read exactly, 415, 413 with the
+limit and the size, DELETE for uploads, and the key commands that never print a secret nor write
+to a home that is not the server's."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from typestrict_pipeline.api.keys import create_api_key, revoke_api_key
+from typestrict_pipeline.cli import main as cli_main
+from typestrict_pipeline.credits import CreditLedger
+from typestrict_pipeline.store import open_store
+
+_SUPPORT = Path(__file__).with_name("test_api_support.py")
+_spec = importlib.util.spec_from_file_location("test_api_support", _SUPPORT)
+assert _spec is not None and _spec.loader is not None
+support = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(support)
+
+JSON = {"content-type": "application/json"}
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("messages")
+    url = f"sqlite:///{tmp / 'store.db'}"
+    csv, jev = support.make_dataset(tmp)
+    key = support.new_key(url, "acme", credits=2)
+    with support.ApiServer(url, tmp / "home", jev_source={"kind": "file", "path": str(jev)},
+                           max_body_bytes=4_000) as server:
+        with server.client(key) as c:
+            assert c.put("/v1/files/reviews.csv", content=csv).status_code == 201
+        yield {"server": server, "key": key, "url": url, "tmp": tmp}
+
+
+def _client(api: dict[str, Any], **headers: str) -> httpx.Client:
+    return httpx.Client(base_url=api["server"].url, headers=headers, timeout=120)
+
+
+def _error(r: httpx.Response) -> str:
+    body = r.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}, body
+    message: str = body["error"]["message"]
+    assert "Traceback" not in message
+    return message
+
+
+def test_a_truncated_body_is_located_by_line_and_column(api: dict[str, Any]) -> None:
+    body = json.dumps(support.TRAINING_BODY, indent=2)
+    cut = body[: body.index('"decisions"') + 20]
+    with api["server"].client(api["key"]) as c:
+        r = c.post("/v1/trainings", content=cut.encode(), headers=JSON)
+    message = _error(r)
+    assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_input"
+    line = cut.count("\n") + 1
+    assert message.startswith(f"request body, line {line}, column "), message
+    assert "expected valid JSON, got invalid JSON" in message and "Fix the JSON syntax" in message
+    assert "json decode error" not in message
+
+
+def test_a_pattern_is_shown_as_written(api: dict[str, Any]) -> None:
+    with api["server"].client(api["key"]) as c:
+        r = c.put("/v1/files/-bad~name.csv", content=b"x")
+    assert r.status_code == 422
+    message = _error(r)
+    assert "name (in the path): expected a string matching the pattern '^[A-Za-z0-9_-][A-Za-z0-9_.-]*$'" in message
+    assert "got '-bad~name.csv'" in message
+
+
+def test_a_duplicate_key_is_refused_at_the_edge_and_nothing_is_charged(api: dict[str, Any]) -> None:
+    text = ('{"dataset": {"path": "reviews.csv", "columns": {"id": "id", "text": "text", "group": "grp"}},\n'
+            ' "decisions": [{"name": "sentiment", "question": "Positive?", "answer_column": "label",'
+            ' "answers": ["yes", "no"]}],\n'
+            ' "options": {"keep_if_loses": false},\n'
+            ' "options": {"keep_if_loses": true}}')
+    with api["server"].client(api["key"]) as c:
+        before = c.get("/v1/workspaces/acme").json()["balance"]
+        r = c.post("/v1/trainings", content=text.encode(), headers=JSON)
+        assert c.get("/v1/workspaces/acme").json()["balance"] == before
+        assert c.get("/v1/trainings").json() == []
+    assert r.status_code == 422
+    assert _error(r).startswith("request body, line 4, column 2: expected each key once in an object, "
+                                "got the key 'options' twice")
+
+
+def test_money_is_a_json_number_or_a_decimal_string_never_a_binary_float(api: dict[str, Any]) -> None:
+    from typestrict_pipeline.reruns.decide import SubscriptionState
+    from typestrict_pipeline.reruns.workspace import set_workspace
+
+    engine = open_store(api["url"])
+    try:
+        set_workspace(engine, "acme", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=1)
+    finally:
+        engine.dispose()
+    with api["server"].client(api["key"]) as c:
+        for sent, micro in ((0.05, 50_000), ("0.05", 50_000), (20, 20_000_000), ("1000000", 1_000_000_000_000),
+                            (0.000001, 1)):
+            r = c.put("/v1/workspaces/acme/budget", json={"budget_usd": sent})
+            assert r.status_code == 200, (sent, r.text)
+            assert r.json()["budget_micro_usd"] == micro, sent
+        # 0.1 as a binary float, but not as written: more than 6 decimals, so refused.
+        r = c.put("/v1/workspaces/acme/budget", content=b'{"budget_usd": 0.1000000000000000055511151231257827}',
+                  headers=JSON)
+        assert r.status_code == 422, r.text
+        assert "at most 6 decimals" in _error(r)
+        assert c.get("/v1/workspaces/acme/budget").json()["budget_micro_usd"] == 1  # unchanged
+        # The study form takes it the same way.
+        form = {"workflow": "wx", "start": "2012-01-01", "end": "2012-07-01", "tune_steps": 10,
+                "eval_steps": 10, "holdout_steps": 10, "folds": 2, "grid": ["skill=0.5,0.6"],
+                "max_candidates": 2, "max_total_steps": 1000, "synthetic": True}
+        for budget in (0.05, "0.05"):
+            r = c.post("/v1/studies/estimate", json={**form, "budget_usd": budget})
+            assert r.status_code == 422 and "no completed backtest" in _error(r)  # a number, accepted as money
+
+
+def test_a_wrong_content_type_is_415(api: dict[str, Any]) -> None:
+    body = json.dumps(support.TRAINING_BODY).encode()
+    with api["server"].client(api["key"]) as c:
+        for headers in ({"content-type": "text/plain"}, {"content-type": "application/x-www-form-urlencoded"}, {}):
+            r = c.post("/v1/trainings", content=body, headers=headers)
+            assert r.status_code == 415, (headers, r.text)
+            assert r.json()["error"]["code"] == "unsupported_media_type"
+            assert "expected a JSON body with 'Content-Type: application/json'" in _error(r)
+        assert c.post("/v1/studies/estimate", content=b"{}", headers={"content-type": "application/merge-patch+json"}
+                      ).status_code == 422  # a JSON type: read, then validated
+
+
+def test_a_too_large_body_says_the_limit_and_the_size(api: dict[str, Any]) -> None:
+    body = json.dumps({"name": "x" * 5_000}).encode()
+    with api["server"].client(api["key"]) as c:
+        r = c.post("/v1/studies/estimate", content=body, headers=JSON)
+
+        def chunks() -> Iterator[bytes]:
+            for _ in range(10):
+                yield b" " * 1_000
+
+        streamed = c.post("/v1/studies/estimate", content=chunks(), headers=JSON)
+    assert r.status_code == 413
+    assert _error(r).startswith(f"expected a request body of at most 4,000 bytes, got {len(body):,} bytes "
+                                "(its Content-Length)")
+    assert streamed.status_code == 413
+    assert "expected a request body of at most 4,000 bytes, got more: " in _error(streamed)
+
+
+def test_an_upload_can_be_deleted(api: dict[str, Any]) -> None:
+    with api["server"].client(api["key"]) as c:
+        assert c.put("/v1/files/old.csv", content=b"a,b\n").status_code == 201
+        assert c.delete("/v1/files/old.csv").status_code == 204
+        assert "old.csv" not in [f["name"] for f in c.get("/v1/files").json()]
+        again = c.delete("/v1/files/old.csv")
+        assert again.status_code == 404 and "expected a file" in _error(again)
+
+
+def test_a_401_says_what_is_wrong_and_never_which_ids_exist(api: dict[str, Any]) -> None:
+    engine = open_store(api["url"])
+    try:
+        revoked = create_api_key(engine, "acme").key
+        revoke_api_key(engine, revoked[4:20])
+    finally:
+        engine.dispose()
+    key = api["key"]
+    path = "/v1/workspaces/acme"
+    seen: dict[str, str] = {}
+    cases = {
+        "missing": {},
+        "scheme": {"Authorization": f"Basic {key}"},
+        "empty": {"Authorization": "Bearer"},
+        "malformed": {"Authorization": "Bearer not-a-key"},
+        "unknown id": {"Authorization": f"Bearer tsk_{'0' * 16}_{key[21:]}"},
+        "wrong secret": {"Authorization": f"Bearer {key[:21]}{'A' * 43 if not key.endswith('A' * 43) else 'B' * 43}"},
+        "revoked": {"Authorization": f"Bearer {revoked}"},
+        "revoked id, wrong secret": {"Authorization": f"Bearer {revoked[:21]}{'C' * 43}"},
+    }
+    for name, headers in cases.items():
+        with _client(api, **headers) as c:
+            r = c.get(path)
+        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer", name
+        seen[name] = _error(r)
+        assert key[21:] not in r.text and revoked[21:] not in r.text, name
+    assert "got no Authorization header" in seen["missing"]
+    assert "expected the Bearer scheme" in seen["scheme"] and "'Basic'" in seen["scheme"]
+    assert "expected an API key after 'Bearer '" in seen["empty"]
+    assert "expected an API key of the form tsk_<16 hex>_<43 characters>, got a value of 9 characters" in seen["malformed"]
+    assert "got one it does not know" in seen["unknown id"]
+    assert "got a key revoked on" in seen["revoked"]
+    # An existing id with a wrong secret reads exactly like an id that does not exist, revoked or not.
+    assert seen["wrong secret"] == seen["unknown id"] == seen["revoked id, wrong secret"]
+    assert len({seen[n] for n in ("missing", "scheme", "empty", "malformed", "unknown id", "revoked")}) == 6
+
+
+def test_api_key_revoke_takes_an_id_or_a_key_and_never_prints_a_secret(
+    api: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = api["url"]
+    engine = open_store(url)
+    try:
+        one, two = create_api_key(engine, "acme").key, create_api_key(engine, "acme").key
+    finally:
+        engine.dispose()
+    assert cli_main(["api-key", "revoke", one, "--store", url]) == 0
+    out = capsys.readouterr()
+    assert f"API key {one[4:20]} of workspace acme: revoked" in out.out and one[21:] not in out.out + out.err
+    assert cli_main(["api-key", "revoke", two[4:20], "--store", url]) == 0
+    capsys.readouterr()
+    for bad in (two[:-1], "tsk_" + two[4:20] + "_short", two + "x"):
+        assert cli_main(["api-key", "revoke", bad, "--store", url]) == 2
+        err = capsys.readouterr().err
+        assert f"got a value of {len(bad)} characters that is neither" in err
+        assert two[21:30] not in err and two[21:] not in err
+    assert cli_main(["api-key", "revoke", "tsk_" + "f" * 16 + "_" + "A" * 43, "--store", url]) == 2
+    assert f"expected an API key with id {'f' * 16}, got none" in capsys.readouterr().err
+    for k in (one, two):
+        with _client(api, Authorization=f"Bearer {k}") as c:
+            assert c.get("/v1/workspaces/acme").status_code == 401
+
+
+def test_key_commands_refuse_a_home_that_is_not_the_servers(tmp_path: Path) -> None:
+    """Run from another folder: no store is made there unless asked, and the message says why."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("TYPESTRICT_HOME", "TYPESTRICT_STORE_URL")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)  # this checkout's code, from any folder
+    cli = [sys.executable, "-m", "typestrict_pipeline.cli"]
+    done = subprocess.run([*cli, "api-key", "create", "acme"], cwd=elsewhere, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 2 and done.stdout == ""
+    assert "expected the store of your server's home, got no store at " in done.stderr
+    assert "(the default home, ./.typestrict of this folder" in done.stderr and "--new-store" in done.stderr
+    assert not (elsewhere / ".typestrict").exists()
+    for argv in (["credits", "grant", "acme", "1", "--reference", "x"], ["api-key", "list", "acme"],
+                 ["api-key", "revoke", "0" * 16]):
+        other = subprocess.run([*cli, *argv], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300)
+        assert other.returncode == 2 and "got no store at" in other.stderr, argv
+    assert not (elsewhere / ".typestrict").exists()
+    told = subprocess.run([*cli, "api-key", "create", "acme", "--new-store"], cwd=elsewhere, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert told.returncode == 0 and told.stdout.strip().splitlines()[-1].startswith("tsk_")
+    engine = open_store(f"sqlite:///{elsewhere / '.typestrict' / 'store.db'}")
+    try:
+        assert CreditLedger(engine).balance("acme") == 0
+    finally:
+        engine.dispose()
