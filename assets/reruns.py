@@ -226,7 +226,11 @@ def cancel_study_schedule(context: dg.OpExecutionContext, config: CancelSchedule
 # One op whose study runner has its own thread pool: run it in the run's process (the default
 # multiprocess executor would spawn a second interpreter for the one step: 10-35 s on a busy
 # 2-core machine, measured in bench/bench_reruns_arrival.py).
-@dg.job(tags={"area": "reruns"}, executor_def=dg.in_process_executor,
+RERUN_JOB_TAGS = {"area": "reruns", "mode": "HISTORICAL"}
+"""A re-run replays history like every study: its runs are marked HISTORICAL (the page)."""
+
+
+@dg.job(tags=RERUN_JOB_TAGS, executor_def=dg.in_process_executor,
         description="Create and run one scheduled re-run (launched by study_rerun_sensor).")
 def study_rerun_job() -> None:
     run_scheduled_rerun()
@@ -269,7 +273,7 @@ def rerun_tags(workflow_id: str, schedule_id: int, lineage_root_id: str, run_key
     '12'
     """
     return {
-        "area": "reruns",
+        **RERUN_JOB_TAGS,
         "workflow": workflow_id,
         "typestrict/schedule": str(schedule_id),
         LINEAGE_TAG: lineage_root_id,

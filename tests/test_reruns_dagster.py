@@ -102,6 +102,7 @@ def test_fires_with_a_run_key_and_the_cursor(world: World) -> None:
     assert req.run_key == f"study-rerun:{world.root}:1"
     assert req.run_config == rerun_run_config(req.run_key)
     assert req.tags["workflow"] == scenario.WORKFLOW and req.tags["typestrict/schedule"] == str(world.schedule_id)
+    assert req.tags["mode"] == "HISTORICAL"  # the re-run's run is marked as a replay (issue 3/7)
     assert data.cursor.split(";")[0] == f"{world.schedule_id}:0"
     # Evaluating the same tick again (a retried daemon, a second evaluator) fires nothing new.
     assert (world.tick(T0).skip_message or "").startswith("No re-run schedule is due")
@@ -232,6 +233,7 @@ def test_rerun_job_records_the_lineage_as_metadata(world: World) -> None:
         res = world.resources(T0, reruns_notifier=RerunNotifierResource(transport="none"))
         result = study_rerun_job.execute_in_process(run_config=rerun_run_config(key), instance=instance, resources=res)
         assert result.success
+        assert result.dagster_run.tags["mode"] == "HISTORICAL"  # a re-run replays history too
         out = result.output_for_node("run_scheduled_rerun")
         assert out["state"] == LineageState.FINISHED.value and out["winner_changed"] is True
         mats = {m.asset_key: m for m in result.asset_materializations_for_node("run_scheduled_rerun")}

@@ -295,9 +295,37 @@ class _Guard:
         self.last_cost = 0
         self.last_steps = 0
         self.max_step_cost = 0
+        self.call_spent = 0
+        self.call_held = 0
         self.cut = False
         self.stopped = False
         self._lock = threading.Lock()
+
+    def admit(self, bound_micro: int) -> bool:
+        """Reserve before calling (a :class:`~typestrict_pipeline.backtest.metering.CallGate`):
+        admit a call that can cost at most ``bound_micro`` only if what this attempt spent, the
+        calls in flight at their most, and this call fit in its reservation, which is extended
+        within the study's budget when they do not. So a run's spend never passes what the
+        budget reserved for it, not even by one step."""
+        with self._lock:
+            if not self.enforce_cost:
+                return True
+            need = self.call_spent + self.call_held + bound_micro
+            if need > self.reserved:
+                extra = max(need - self.reserved, self.reservation.reserved_micro // 4)
+                if not repo.extend_reservation(self.engine, self.reservation.run_id,
+                                               self.reservation.attempt, extra):
+                    self.cut = True
+                    return False
+                self.reserved += extra
+            self.call_held += bound_micro
+            return True
+
+    def settle(self, bound_micro: int, cost_micro: int) -> None:
+        """A call admitted by :meth:`admit` ended: it cost ``cost_micro``."""
+        with self._lock:
+            self.call_held -= bound_micro
+            self.call_spent += cost_micro
 
     def __call__(self, cost_micro: int, steps: int) -> bool:
         with self._lock:
@@ -319,6 +347,8 @@ class _Guard:
                 return True
             if parent_gone():
                 self.stopped = True
+                return True
+            if self.cut:  # a call was refused: the budget is reached, no further step
                 return True
             if self.enforce_cost:
                 bound = max(self.per_step, max_step_cost, 1)
