@@ -94,9 +94,12 @@ def test_a_training_through_the_api_is_judged_and_its_audit_verifies(tmp_path: P
         verifier = c.get("/verify_audit.py")
         (tmp_path / "verify_audit.py").write_bytes(verifier.content)
         (tmp_path / "audit.json").write_bytes(audit.content)
-        done = subprocess.run([sys.executable, "verify_audit.py", "audit.json"], cwd=tmp_path,
+        done = subprocess.run([sys.executable, "verify_audit.py", "--expect-sha256",
+                               verdict["audit_sha256"], "audit.json"], cwd=tmp_path,
                               capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stdout + done.stderr
+        assert audit.headers["X-Audit-SHA256"] == verdict["audit_sha256"]
+        assert verdict["trained_on"] == "attested" and verdict["trained_on_n_ids"] == len(train)
 
         files = c.get(f"/v1/models/{tid}/files").json()
         assert files["files"] == [{"name": "weights.bin", "size": 9}]
@@ -121,6 +124,8 @@ def test_a_training_through_the_api_is_judged_and_its_audit_verifies(tmp_path: P
         assert ledger == ["grant", "spend", "settlement"]
         led = c.get("/v1/workspaces/acme/ledger").json()
         assert [ln["kind"] for ln in led] == ledger and led[-1]["verdict"] == "beats"
+        # the ledger's settlement line records the audit it settled (issue 5/7)
+        assert led[-1]["audit_sha256"] == verdict["audit_sha256"] and led[0]["audit_sha256"] is None
 
 
 @pytest.mark.slow

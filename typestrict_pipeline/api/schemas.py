@@ -239,6 +239,7 @@ class LedgerLineOut(BaseModel):
     verdict: str | None
     reason: str
     created_at: str
+    audit_sha256: str | None = None  # a settlement: the SHA-256 of the audit it settled
 
 
 class WorkspaceOut(BaseModel):

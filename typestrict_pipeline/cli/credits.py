@@ -126,6 +126,7 @@ def _line_json(ln: Any) -> dict[str, Any]:
         "balance_after": ln.balance_after,
         "verdict": ln.verdict.value if ln.verdict else None,
         "reason": ln.reason, "created_at": ln.created_at.isoformat(),
+        "audit_sha256": ln.audit_sha256,
     }
 
 

@@ -58,7 +58,7 @@ def get_ledger(workspace_id: WorkspaceId, ctx: Ctx, workspace: Workspace) -> lis
         LedgerLineOut(id=ln.id, kind=ln.kind.value, reference=ln.reference, training_id=ln.training_id,
                       amount=ln.amount, balance_after=ln.balance_after,
                       verdict=ln.verdict.value if ln.verdict else None, reason=ln.reason,
-                      created_at=ln.created_at.isoformat())
+                      created_at=ln.created_at.isoformat(), audit_sha256=ln.audit_sha256)
         for ln in CreditLedger(ctx.engine).lines(ws)
     ]
 
