@@ -118,6 +118,8 @@ def lineage_materialization(engine: Engine, study_id: str) -> dg.AssetMaterializ
         metadata["within_noise"] = dg.MetadataValue.bool(bool(summary.within_noise))
     else:
         metadata["best_expected_of_k_under_noise"] = dg.MetadataValue.text(f"n/a: {summary.missing_reason}")
+    metadata["persistence"] = summary.persistence
+    metadata["statements"] = dg.MetadataValue.md("\n\n".join(summary.statements))
     return dg.AssetMaterialization(asset_key=LINEAGE_KEY, partition=root, metadata=metadata)
 
 
@@ -224,7 +226,11 @@ def cancel_study_schedule(context: dg.OpExecutionContext, config: CancelSchedule
 # One op whose study runner has its own thread pool: run it in the run's process (the default
 # multiprocess executor would spawn a second interpreter for the one step: 10-35 s on a busy
 # 2-core machine, measured in bench/bench_reruns_arrival.py).
-@dg.job(tags={"area": "reruns"}, executor_def=dg.in_process_executor,
+RERUN_JOB_TAGS = {"area": "reruns", "mode": "HISTORICAL"}
+"""A re-run replays history like every study: its runs are marked HISTORICAL (the page)."""
+
+
+@dg.job(tags=RERUN_JOB_TAGS, executor_def=dg.in_process_executor,
         description="Create and run one scheduled re-run (launched by study_rerun_sensor).")
 def study_rerun_job() -> None:
     run_scheduled_rerun()
@@ -267,7 +273,7 @@ def rerun_tags(workflow_id: str, schedule_id: int, lineage_root_id: str, run_key
     '12'
     """
     return {
-        "area": "reruns",
+        **RERUN_JOB_TAGS,
         "workflow": workflow_id,
         "typestrict/schedule": str(schedule_id),
         LINEAGE_TAG: lineage_root_id,

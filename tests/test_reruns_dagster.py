@@ -112,6 +112,7 @@ def test_fires_with_a_run_key_and_the_cursor(world: World) -> None:
     assert req.run_config == with_store(rerun_run_config(req.run_key), world.url)
     assert req.tags[STORE_TAG] == store_tags(world.url)[STORE_TAG]
     assert req.tags["workflow"] == scenario.WORKFLOW and req.tags["typestrict/schedule"] == str(world.schedule_id)
+    assert req.tags["mode"] == "HISTORICAL"  # the re-run's run is marked as a replay (issue 3/7)
     assert data.cursor.split(";")[0] == f"{world.schedule_id}:0"
     # Evaluating the same tick again (a retried daemon, a second evaluator) fires nothing new.
     assert (world.tick(T0).skip_message or "").startswith("No re-run schedule is due")
@@ -199,7 +200,7 @@ def test_usage_budget_exhausted_then_resumes_by_itself(world: World) -> None:
     world.arrive(10)
     set_workspace(world.engine, WS, usage_budget_micro_usd=1_000)  # the root study alone spent 1_000
     first = world.tick(T0)
-    assert (first.skip_message or "").startswith("Usage budget exhausted")
+    assert (first.skip_message or "").startswith("Workspace usage budget exhausted")
     set_workspace(world.engine, WS, usage_budget_micro_usd=50_000_000)
     assert len(world.tick(T0 + HOUR, cursor=first.cursor).run_requests) == 1
 
@@ -242,6 +243,7 @@ def test_rerun_job_records_the_lineage_as_metadata(world: World) -> None:
         res = world.resources(T0, reruns_notifier=RerunNotifierResource(transport="none"))
         result = study_rerun_job.execute_in_process(run_config=rerun_run_config(key), instance=instance, resources=res)
         assert result.success
+        assert result.dagster_run.tags["mode"] == "HISTORICAL"  # a re-run replays history too
         out = result.output_for_node("run_scheduled_rerun")
         assert out["state"] == LineageState.FINISHED.value and out["winner_changed"] is True
         mats = {m.asset_key: m for m in result.asset_materializations_for_node("run_scheduled_rerun")}

@@ -122,6 +122,13 @@ class Leaderboard:
             return "not judged: unstable"
         return "beats luck" if self.joint.beats_luck else "indistinguishable from luck"
 
+    def _winner_json(self) -> dict[str, Any] | None:
+        """The winner as people see it: its number ``#N`` (``index``) and its rank."""
+        row = next((r for r in self.rows if r.candidate_id == self.winner_candidate_id), None)
+        if row is None:
+            return None
+        return {"candidate": f"#{row.index}", "index": row.index, "rank": row.rank}
+
     def to_json(self) -> dict[str, Any]:
         """A plain-JSON form (for H7's lineage and for tests)."""
         return {
@@ -177,6 +184,7 @@ class Leaderboard:
                 "short": self.holdout_test.short, "stable": self.holdout_test.stable},
             "holdout_test_missing_reason": self.holdout_test_missing_reason,
             "winner_candidate_id": self.winner_candidate_id,
+            "winner": self._winner_json(),
             "spend_micro": self.spend_micro,
             "budget_micro": self.budget_micro,
             "estimate_micro": self.estimate_micro,
@@ -464,10 +472,13 @@ def header_lines(board: Leaderboard) -> list[tuple[str, str]]:
                           f"prompts, same steps); its run cost {format_usd(board.baseline_cost_micro)}"))
             lines.append(("Holdout: winner − baseline", _holdout_text(board)))
         elif board.holdout_baseline_missing_reason:
-            lines.append(("Baseline on the holdout",
-                          f"missing: {board.holdout_baseline_missing_reason}"))
+            first, *more = board.holdout_baseline_missing_reason.split("\n")
+            lines.append(("Baseline on the holdout", f"missing: {first}"))
+            lines += [("", line) for line in more]
     elif board.holdout_missing_reason:
-        lines.append(("Holdout", f"missing: {board.holdout_missing_reason}"))
+        first, *more = board.holdout_missing_reason.split("\n")
+        lines.append(("Holdout", first))
+        lines += [("", line) for line in more]
     else:
         lines.append(("Holdout", f"not scored yet ({_holdout_window(board)})"))
     return lines
@@ -562,6 +573,23 @@ def _index_of(board: Leaderboard, candidate_id: int | None) -> str:
         if r.candidate_id == candidate_id:
             return f"#{r.index}"
     return "—"
+
+
+def candidate_name(board: Leaderboard, candidate_id: int | None) -> str:
+    """How every surface names a candidate: ``#N``, its number in the study (the leaderboard's
+    Candidate column, the CLI, the API's ``index``, the Dagster metadata); ``—`` for none."""
+    return _index_of(board, candidate_id)
+
+
+def winner_text(board: Leaderboard) -> str:
+    """The winner with its rank, as the header and the metadata show it: ``#3 (rank 1)``.
+
+    Its number is the candidate's (the table marks it ★); the rank is the Rank column's.
+    """
+    row = next((r for r in board.rows if r.candidate_id == board.winner_candidate_id), None)
+    if row is None:
+        return "none (no candidate has an out-of-sample score)"
+    return f"#{row.index}" + (f" (rank {row.rank})" if row.rank is not None else "")
 
 
 def spend_text(board: Leaderboard) -> str:

@@ -126,6 +126,8 @@ def _verdict(ctx: Ctx, info: ModelInfo) -> VerdictOut:
         keep_if_loses=info.keep_if_loses, delivered=info.delivered, files_state=info.state.value,
         files_expire_at=info.expires_at.isoformat(), audit_sha256=info.audit_sha256,
         decisions=[_decision(d, doc.get("split")) for d in doc.get("decisions", [])],
+        trained_on=(doc.get("trained_on") or {}).get("status"),
+        trained_on_n_ids=(doc.get("trained_on") or {}).get("n_ids"),
     )
 
 
@@ -168,10 +170,11 @@ async def get_audit(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Response:
-    """The audit file, byte-identical to the one written at the verdict (also after the files
-    expired), streamed from disk. Its ETag is its SHA-256 (an audit never changes): send it back
-    in `If-None-Match` and an unchanged audit is a 304 with no body. Verify it with
-    `python3 verify_audit.py audit.json`."""
+    """The audit file, byte-identical to the one settled (also after the files expired),
+    streamed from disk. Its SHA-256, recorded at settlement, is in the `X-Audit-SHA256` header
+    and is its ETag (a settled audit never changes): send it back in `If-None-Match` and an
+    unchanged audit is a 304 with no body. Verify it with
+    `python3 verify_audit.py --expect-sha256 SHA256 audit.json`."""
     # the key, the model record and the file in one trip to the thread pool (the store is
     # read twice, never written), then the file streamed by the event loop
     info, path = await run_in_threadpool(_audit_lookup, request, credentials, model_id)
@@ -249,6 +252,7 @@ def get_result_page(model_id: ModelId, request: Request, ctx: Ctx, workspace: Wo
     base = str(request.base_url).rstrip("/")
     return HTMLResponse(
         render_result_page(doc, model_id=info.model_id, files_note=_files_note(info),
-                           pictures=result_pictures(doc), base_url=base),
+                           pictures=result_pictures(doc), base_url=base,
+                           audit_sha256=info.audit_sha256),
         headers={"Content-Security-Policy": PAGE_CSP, "X-Content-Type-Options": "nosniff"},
     )
