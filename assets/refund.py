@@ -704,6 +704,9 @@ REFUND_CHECKS = (gain_is_real, nothing_collapses)
 # deploy/dagster*.yaml: one run per training). See docs/operations.md, "Executors".
 VERDICT_JOB_EXECUTION: dict[str, Any] = {"execution": {"config": {"in_process": {}}}}
 
+VERDICT_MAX_RUNTIME_S = 6 * 3600
+"""A verdict run longer than this is cancelled by run monitoring (docs/lifecycle.md)."""
+
 verdict_job = dg.define_asset_job(
     "verdict_job",
     selection=dg.AssetSelection.groups(GROUP),
@@ -711,7 +714,10 @@ verdict_job = dg.define_asset_job(
     config=VERDICT_JOB_EXECUTION,
     # A run whose process died (marked failed by run monitoring) is retried from the failure, up
     # to twice; a refused input is not (run_retries.retry_on_asset_or_op_failure: false).
-    tags={"dagster/max_retries": "2", "dagster/retry_strategy": "FROM_FAILURE"},
+    # A run still going after 6 hours is cancelled by run monitoring (an end, by itself); the
+    # training's own deadline (24 h) then returns the credit if no later run settles it.
+    tags={"dagster/max_retries": "2", "dagster/retry_strategy": "FROM_FAILURE",
+          "dagster/max_runtime": str(VERDICT_MAX_RUNTIME_S)},
     # Its own executor, so a code location with another default (e.g. celery) keeps this one
     # instead of failing to load: the execution block above is this executor's config.
     executor_def=dg.multi_or_in_process_executor,
