@@ -31,6 +31,7 @@ from typestrict_pipeline.heap import frozen_heap
 from typestrict_pipeline.processes import ProcessIdentity, ancestor_identity, this_process
 from typestrict_pipeline.study import repository as repo
 from typestrict_pipeline.study.leaderboard import Leaderboard, load_leaderboard, render_markdown
+from typestrict_pipeline.study.limits import format_usd
 from typestrict_pipeline.study.runner import (
     RunKey,
     deal_chunks,
@@ -137,6 +138,30 @@ def leaderboard_picture_markdown(board: Leaderboard) -> str:
     return plots.png_markdown(leaderboard_picture(board).png, f"study {board.study_id}: out-of-sample vs in-sample")
 
 
+RANKING_ROWS = 20
+
+
+def ranking_table(board: Leaderboard) -> dg.TableMetadataValue:
+    """The best ranked candidates (up to :data:`RANKING_ROWS`) as a native table, with the
+    leaderboard's own columns, shown as it is (the whole ranking is the Markdown below it)."""
+    def num(v: float | None) -> float | None:
+        return None if v is None else plots.for_reading(v)
+
+    ran = sorted((r for r in board.rows if r.ran), key=lambda r: (r.rank is None, r.rank or 0, r.index))
+    schema = dg.TableSchema(columns=[
+        dg.TableColumn("Rank", "int"), dg.TableColumn("Candidate", "string"),
+        dg.TableColumn("Adjusted", "float"), dg.TableColumn("Out-of-sample", "float"),
+        dg.TableColumn("In-sample", "float"), dg.TableColumn("Overfit gap", "float"),
+        dg.TableColumn("Cost", "string"),
+    ])
+    records = [dg.TableRecord({
+        "Rank": r.rank, "Candidate": r.label + (" (winner)" if r.candidate_id == board.winner_candidate_id else ""),
+        "Adjusted": num(r.adjusted), "Out-of-sample": num(r.oos), "In-sample": num(r.in_sample),
+        "Overfit gap": num(r.gap), "Cost": "—" if r.cost_micro is None else format_usd(r.cost_micro),
+    }) for r in ran[:RANKING_ROWS]]
+    return dg.MetadataValue.table(records=records, schema=schema)
+
+
 def leaderboard_materialization(engine: Engine, study_id: int,
                                 extra: dict[str, Any] | None = None) -> dg.AssetMaterialization:
     """The ``study_leaderboard`` materialization of a study: header, table, holdout, baseline,
@@ -148,6 +173,7 @@ def leaderboard_materialization(engine: Engine, study_id: int,
     board = load_leaderboard(engine, study_id)
     header, _, table = render_markdown(board).partition("\n\n")
     metadata: dict[str, Any] = {
+        "ranking": ranking_table(board),
         "header": dg.MetadataValue.md(header),
         "leaderboard": dg.MetadataValue.md(table),
         "picture": dg.MetadataValue.md(leaderboard_picture_markdown(board)),

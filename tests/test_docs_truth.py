@@ -86,7 +86,7 @@ def test_the_live_runs_warning_is_the_one_the_readme_quotes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     [quoted] = re.findall(r"warns `(warning: [^`]+)`", README)
-    assert main(["run", "seattle_rain", "--store", f"sqlite:///{tmp_path / 'store.db'}"]) == 0
+    assert main(["run", "seattle_rain", "--new-store", "--store", f"sqlite:///{tmp_path / 'store.db'}"]) == 0
     err = capsys.readouterr().err
     pos = 0
     for piece in (p.strip(" ,") for p in quoted.split("…")):

@@ -45,9 +45,9 @@ def test_min_unseen_steps_is_set_when_the_study_is_created(sqlite_url: str) -> N
 
 
 def test_the_baseline_is_scored_on_the_same_holdout_and_counts_against_the_budget(sqlite_url: str) -> None:
+    from typestrict_pipeline.study.inference import holdout_standard_error
     from typestrict_pipeline.study.leaderboard import load_leaderboard, render_markdown
     from typestrict_pipeline.study.runner import SyntheticBackend, run_study_local
-    from typestrict_pipeline.study.stats import newey_west_se
     from typestrict_pipeline.study.tables import RunRow
 
     engine = open_store(sqlite_url)
@@ -67,8 +67,11 @@ def test_the_baseline_is_scored_on_the_same_holdout_and_counts_against_the_budge
         row = s.get(StudyRow, sid)
         assert row is not None and row.spend_micro == 3 * 120  # the baseline's run is costed
     assert out.holdout_baseline == pytest.approx(sum(b.values()) / 20)
-    assert out.holdout_diff_se == pytest.approx(newey_west_se(diffs, 1))
-    md = render_markdown(load_leaderboard(engine, sid))
+    board = load_leaderboard(engine, sid)
+    # The stored SE carries the persistence measured over the search's candidates.
+    dep = board.joint.dependence if board.joint is not None else None
+    assert out.holdout_diff_se == pytest.approx(holdout_standard_error(diffs, 1, dependence=dep))
+    md = render_markdown(board)
     assert "| Baseline on the holdout | " in md and "winner − baseline" in md
 
     # A budget that covers the winner's holdout but not the baseline's: the winner's score

@@ -99,6 +99,13 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         limit = self._limit(scope)
+        # Whether the request has a body still to come: an answer sent before it was read says
+        # "connection: close" (the server closes rather than drain it, BoundedH11Protocol), so a
+        # client never reuses a connection the server is about to close.
+        body_pending = any(
+            (name == b"content-length" and value.strip() not in (b"", b"0"))
+            or (name == b"transfer-encoding" and b"chunked" in value.lower())
+            for name, value in scope.get("headers", []))
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
@@ -110,26 +117,44 @@ class BodyLimitMiddleware:
                     return
         seen = 0
         started = False
+        refused = False
 
         async def counting_receive() -> Message:
-            nonlocal seen
+            # Past the limit (a chunked body, or one longer than it said), the 413 goes out at
+            # once and the application sees the client gone: however it reads the body (a
+            # framework may turn a reading error into a 400), the answer is this 413.
+            nonlocal seen, refused
+            if refused:
+                return {"type": "http.disconnect"}
+            nonlocal body_pending
             message = await receive()
             if message["type"] == "http.request":
+                if not message.get("more_body", False):
+                    body_pending = False
                 seen += len(message.get("body", b""))
                 if seen > limit:
-                    raise _TooLarge()
+                    refused = True
+                    if not started:
+                        await _send_413(send, limit, f"more: {seen:,} bytes had arrived when it "
+                                        "was stopped")
+                    return {"type": "http.disconnect"}
             return message
 
         async def tracking_send(message: Message) -> None:
             nonlocal started
+            if refused:
+                return  # the 413 was the answer
             if message["type"] == "http.response.start":
                 started = True
+                if body_pending:
+                    message = {**message, "headers": [*message.get("headers", []),
+                                                      (b"connection", b"close")]}
             await send(message)
 
         try:
             await self.app(scope, counting_receive, tracking_send)
         except _TooLarge:
-            if not started:
+            if not started and not refused:
                 await _send_413(send, limit, f"more: {seen:,} bytes had arrived when it was stopped")
 
 
@@ -148,7 +173,8 @@ async def _send_413(send: Send, limit: int, got: str) -> None:
     body = json.dumps(error_body("payload_too_large", too_large_message(limit, got))).encode()
     await send({"type": "http.response.start", "status": 413,
                 "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode())]})
+                            (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close")]})  # the rest of the body is never read
     await send({"type": "http.response.body", "body": body})
 
 

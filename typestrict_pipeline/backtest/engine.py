@@ -525,6 +525,10 @@ def _aware(name: str, t: Any) -> dt.datetime:
     return t.astimezone(dt.UTC)
 
 
+MAX_BACKTEST_STEPS = 10_000_000
+"""Most steps one backtest may run (the CLI's bound on step counts); refused before any is made."""
+
+
 def plan_steps(
     workflow: Workflow,
     data: Mapping[str, PointInTimeTable] | PointInTimeTable,
@@ -560,6 +564,12 @@ def plan_steps(
         )
     span = end - start
     n, left = divmod(span, step)
+    if n + 1 > MAX_BACKTEST_STEPS:  # counted before any step time is made
+        raise InputError(
+            f"a backtest of at most {MAX_BACKTEST_STEPS:,} steps",
+            f"{n + 1:,} steps of {human_duration(step)} from {format_time(start)} to {format_time(end)}",
+            "use a larger step or a shorter range",
+        )
     if left:
         raise InputError(
             f"a step size that fits the time range a whole number of times "

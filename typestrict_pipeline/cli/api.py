@@ -52,6 +52,7 @@ def _serve(args: argparse.Namespace) -> int:
         from typestrict_pipeline.api import create_app
         from typestrict_pipeline.api.app import RATE_LIMIT_ENV
         from typestrict_pipeline.api.ratelimit import RateLimit
+        from typestrict_pipeline.api.server import uvicorn_options
 
         limit = None if args.rate_limit == 0 else RateLimit(args.rate_limit, args.rate_burst)
         said_limit = (("off" if limit is None else limit.describe())
@@ -73,11 +74,11 @@ def _serve(args: argparse.Namespace) -> int:
             os.environ[RATE_LIMIT_ENV] = "off" if limit is None else f"{limit.rate_per_s}/{limit.burst}"
             uvicorn.run("typestrict_pipeline.api.app:app_from_env", factory=True, workers=args.workers,
                         host=args.host, port=args.port, log_level=args.log_level, access_log=False,
-                        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+                        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, **uvicorn_options())
             return 0
         app = create_app(_store(args), home, jev_source=jev.source, rate_limit=limit, warm_runs=True)
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
-                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, **uvicorn_options())
     return 0
 
 

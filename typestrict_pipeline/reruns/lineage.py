@@ -13,8 +13,8 @@ Statistics (sources in ``docs/method/reruns.md`` §3):
   with equal SEs it is ``SE·e(k)``, the exact expected maximum the study leaderboard uses); it is
   on the holdout-minus-baseline scale, and ``b̄ + line`` on the score scale. It says what luck
   gives as the best of k; it is not the warning.
-* **The pooled edge** ``μ̂_k = Σ w_j d_j / Σ w_j`` with ``w_j = 1/SE_j²`` (inverse variance), SE
-  ``1/√Σw_j``, and its **always-valid 95% lower confidence sequence** (Howard, Ramdas, McAuliffe
+* **The pooled edge** ``μ̂_k = Σ w_j d_j / Σ w_j`` with ``w_j = 1/(SE_j² + τ̂²)`` (inverse variance,
+  ``τ̂²`` DerSimonian–Laird's between-study variance: random effects), SE ``1/√Σw_j``, and its **always-valid 95% lower confidence sequence** (Howard, Ramdas, McAuliffe
   & Sekhon, *Ann. Stat.* 49(2), 2021; the one-sided normal-mixture boundary, Robbins 1970):
   ``S_k = Σ w_j (d_j − μ)`` is a Gaussian martingale with variance ``V_k = Σ w_j``; the mixture
   ``M_k = 2√(ρ/(V_k+ρ))·exp(S_k²/(2(V_k+ρ)))·Φ(S_k/√(V_k+ρ))`` crosses ``1/α`` with probability at
@@ -197,10 +197,40 @@ def mixture_boundaries(v: npt.NDArray[np.float64], rho: float,
     return np.asarray(hi * root, dtype=np.float64)
 
 
+def between_study_variance(edges: Sequence[float], standard_errors: Sequence[float]) -> float:
+    """DerSimonian–Laird's between-study variance ``τ̂²`` (*Controlled Clinical Trials* 7, 1986).
+
+    ``Q = Σ w_j (d_j − μ̂)²`` with ``w_j = 1/SE_j²``; ``τ̂² = max(0, (Q − (k − 1)) / (Σw − Σw²/Σw))``:
+    how much more the studies' edges differ than their SEs allow. Persistence that outlives a
+    holdout (a regime spanning several re-runs) shows here and nowhere else.
+
+    >>> between_study_variance([0.0, 0.0, 0.0], [0.01, 0.01, 0.01])
+    0.0
+    >>> round(between_study_variance([0.1, -0.1, 0.1, -0.1], [0.01] * 4), 4)
+    0.0132
+    """
+    k = len(edges)
+    if k < 2:
+        return 0.0
+    se = np.asarray(standard_errors, dtype=np.float64)
+    d = np.asarray(edges, dtype=np.float64)
+    w = 1.0 / (se * se)
+    mu = float((w * d).sum() / w.sum())
+    q = float((w * (d - mu) ** 2).sum())
+    denom = float(w.sum() - (w * w).sum() / w.sum())
+    return max(0.0, (q - (k - 1)) / denom) if denom > 0.0 else 0.0
+
+
 def confidence_sequence_path(edges: Sequence[float], standard_errors: Sequence[float],
                              alpha: float = CS_ALPHA) -> tuple[npt.NDArray[np.float64], ...]:
-    """After each look ``k = 1..K``: the pooled inverse-variance edge, its SE and the
-    always-valid lower bound (the panel shows the last; simulations read every look).
+    """After each look ``k = 1..K``: the pooled edge, its SE and the always-valid lower bound
+    (the panel shows the last; simulations read every look).
+
+    At look ``k`` every study's variance is ``SE_j² + τ̂_k²``, ``τ̂_k²`` the between-study
+    variance of the first ``k`` studies (:func:`between_study_variance`; a random-effects
+    pooling): studies that disagree more than their SEs allow widen the bound instead of
+    passing for a persistent edge. With agreeing studies ``τ̂² = 0`` and this is the fixed-effect
+    inverse-variance pooling.
 
     ``ρ`` (the mixture's precision) is ``CS_TARGET_STUDIES`` times the first study's precision
     divided by ``2 ln(1/α) + ln(1 + 2 ln(1/α))`` (Howard et al. 2021, §3.5: the boundary is
@@ -217,11 +247,17 @@ def confidence_sequence_path(edges: Sequence[float], standard_errors: Sequence[f
     if not np.all(np.isfinite(se)) or np.any(se <= 0.0):
         raise ValueError(f"expected standard errors > 0, got {list(standard_errors)!r}. "
                          "A study with a zero SE cannot be pooled.")
-    w = 1.0 / (se * se)
-    v = np.cumsum(w)
-    est = np.cumsum(w * np.asarray(edges, dtype=np.float64)) / v
+    d = np.asarray(edges, dtype=np.float64)
     log_a = math.log(1.0 / alpha)
-    rho = CS_TARGET_STUDIES * float(w[0]) / (2.0 * log_a + math.log(1.0 + 2.0 * log_a))
+    rho = CS_TARGET_STUDIES / float(se[0] * se[0]) / (2.0 * log_a + math.log(1.0 + 2.0 * log_a))
+    k_all = d.size
+    est = np.empty(k_all)
+    v = np.empty(k_all)
+    for k in range(1, k_all + 1):
+        tau2 = between_study_variance(d[:k].tolist(), se[:k].tolist())
+        w = 1.0 / (se[:k] * se[:k] + tau2)
+        v[k - 1] = float(w.sum())
+        est[k - 1] = float((w * d[:k]).sum()) / v[k - 1]
     return est, 1.0 / np.sqrt(v), est - mixture_boundaries(v, rho, alpha) / v
 
 

@@ -18,6 +18,7 @@ from sqlalchemy import Engine, select
 from typestrict_pipeline.errors import NotEnoughDataError
 from typestrict_pipeline.store import session_scope
 from typestrict_pipeline.study import repository as repo
+from typestrict_pipeline.study.dependence import Dependence
 from typestrict_pipeline.study.folds import FoldLayout, window_label
 from typestrict_pipeline.study.inference import (
     HoldoutTest,
@@ -107,7 +108,8 @@ class Leaderboard:
 
     @property
     def verdict(self) -> str:
-        """One of ``found nothing``, ``beats luck``, ``indistinguishable from luck``, or why
+        """One of ``found nothing``, ``beats luck``, ``indistinguishable from luck``,
+        ``not judged: unstable`` (a leader's edge changed during the search period), or why
         there is no verdict (one candidate, no scores, no joint test)."""
         st = self.stats
         if st.found_nothing is True:
@@ -116,6 +118,8 @@ class Leaderboard:
             return "no search to judge" if st.n_trials == 1 else "no out-of-sample scores yet"
         if self.joint is None:
             return "not tested"
+        if self.joint.unstable:
+            return "not judged: unstable"
         return "beats luck" if self.joint.beats_luck else "indistinguishable from luck"
 
     def to_json(self) -> dict[str, Any]:
@@ -147,6 +151,20 @@ class Leaderboard:
                 "block_length": self.joint.block_length,
                 "reps": self.joint.reps,
                 "seed": self.joint.seed,
+                "dependence": None if self.joint.dependence is None else {
+                    "long_run_ratio": self.joint.dependence.ratio,
+                    "cosines": self.joint.dependence.cosines,
+                    "time_scale": self.joint.dependence.time_scale,
+                    "bandwidth": self.joint.dependence.bandwidth,
+                    "span": self.joint.dependence.span,
+                    "pooled": self.joint.dependence.pooled,
+                },
+                "stability": None if self.joint.stability is None else {
+                    "tested": [int(c) for c in self.joint.stability.tested],
+                    "statistics": list(self.joint.stability.statistics),
+                    "critical": list(self.joint.stability.critical),
+                    "unstable": [int(c) for c in self.joint.stability.unstable],
+                },
             },
             "joint_missing_reason": self.joint_missing_reason,
             "pbo": None if self.pbo is None else {
@@ -156,7 +174,7 @@ class Leaderboard:
             "embargo_steps": self.embargo_steps,
             "holdout_test": None if self.holdout_test is None else {
                 **self.holdout_test.__dict__, "confirmed": self.holdout_test.confirmed,
-                "short": self.holdout_test.short},
+                "short": self.holdout_test.short, "stable": self.holdout_test.stable},
             "holdout_test_missing_reason": self.holdout_test_missing_reason,
             "winner_candidate_id": self.winner_candidate_id,
             "spend_micro": self.spend_micro,
@@ -260,7 +278,8 @@ def load_leaderboard(engine: Engine, study_id: int) -> Leaderboard:
         winner = max(pool, key=lambda r: (r.adjusted or 0.0, -r.index)).candidate_id if pool else None
         ran = len(done_any)
         chosen = study.winner_candidate_id or winner
-        htest, htest_missing = _holdout(stats, holdout_runs, chosen, span, layout)
+        htest, htest_missing = _holdout(stats, holdout_runs, chosen, span, layout,
+                                        joint.dependence if joint is not None else None)
         return Leaderboard(
             study_id=study.id,
             workspace=study.workspace,
@@ -383,7 +402,8 @@ def _joint(tested: tuple[list[str], FloatArray] | None, by_id: dict[int, Candida
 
 
 def _holdout(stats: SearchStats, runs: dict[int, dict[str, float]], winner: int | None,
-             span: int | None, layout: FoldLayout) -> tuple[HoldoutTest | None, str | None]:
+             span: int | None, layout: FoldLayout,
+             dependence: Dependence | None = None) -> tuple[HoldoutTest | None, str | None]:
     """Winner − baseline on the holdout after the measured embargo (see ``inference.holdout_test``)."""
     won = runs.get(winner) if winner is not None else None
     base = runs.get(repo.BASELINE_CANDIDATE_ID)
@@ -398,7 +418,8 @@ def _holdout(stats: SearchStats, runs: dict[int, dict[str, float]], winner: int 
         sd = row.se * stats.scale * math.sqrt(max(1, row.oos_steps))
     try:
         return holdout_test(won, base, skip=skip, horizon=layout.horizon_steps,
-                            edge_to_detect=edge, long_run_sd=sd), None
+                            edge_to_detect=edge, long_run_sd=sd,
+                            dependence=dependence), None
     except NotEnoughDataError as exc:
         return None, str(exc)
 
@@ -469,12 +490,21 @@ def _luck_lines(board: Leaderboard) -> list[tuple[str, str]]:
     joint = board.joint
     if joint is not None:
         stepm = ", ".join(_index_of(board, int(c)) for c in joint.stepm) or "none"
+        labels = {r.candidate_id: f"#{r.index}" for r in board.rows}
+        if joint.unstable and joint.stability is not None:
+            said = ("not said: " + joint.stability.text({str(k): v for k, v in labels.items()})
+                    + ", so a single 'beats luck' would average over regimes that came and went; "
+                    "the next period may split differently (trust the holdout, and re-run on new "
+                    f"data). SPA p = {joint.spa_pvalue:.3f} for the record")
+        else:
+            said = (f"{'yes' if joint.beats_luck else 'no'} (SPA p = {joint.spa_pvalue:.3f}, "
+                    f"{joint.pvalue_type}; StepM set: {stepm}")
+        dep = joint.dependence
+        chosen = ("" if dep is None else f" (block chosen from the long-run variance: {dep.text()})")
         lines.append(("Beats luck at 5%",
-                      f"{'yes' if joint.beats_luck else 'no'} (SPA p = {joint.spa_pvalue:.3f}, "
-                      f"{joint.pvalue_type}; "
-                      f"StepM set: {stepm}; benchmark: {joint.benchmark}; 95% line "
+                      f"{said}; benchmark: {joint.benchmark}; 95% line "
                       f"{joint.line_95:.4f}; stationary bootstrap, {joint.reps} resamples, mean "
-                      f"block {joint.block_length:.1f} steps, seed {joint.seed})"))
+                      f"block {joint.block_length:.1f} steps{chosen}, seed {joint.seed})"))
     else:
         lines.append(("Beats luck at 5%", f"not tested ({board.joint_missing_reason})"))
     verdict = board.verdict
@@ -487,6 +517,9 @@ def _luck_lines(board: Leaderboard) -> list[tuple[str, str]]:
         text = ("Beats luck at 5%: the best out-of-sample score is above what the best of "
                 f"{st.n_trials} reaches by luck 95% of the time (the holdout is still the number "
                 "to trust).")
+    elif verdict == "not judged: unstable":
+        text = ("Not judged: the best candidates' edges changed during the search period (see "
+                "'Beats luck at 5%'); luck cannot be told from a regime that favoured them.")
     elif verdict == "indistinguishable from luck":
         text = ("Indistinguishable from luck: above the expected best of "
                 f"{st.n_trials} by luck, but not beyond what luck gives 5% of the time.")
@@ -508,6 +541,9 @@ def _holdout_text(board: Leaderboard) -> str:
     text = (f"{test.diff:+.4f} ± {test.se:.4f} (Newey–West SE) on {test.steps} steps; one-sided "
             f"95% lower bound {test.lower_bound:+.4f}: "
             + ("beats the baseline" if test.confirmed else "not shown to beat the baseline"))
+    if not test.stable:
+        text += ("; its mean changed during the holdout (self-normalised change-point statistic "
+                 f"{test.change_statistic:.1f} above 40.1), so the bound is not read as a win")
     span = board.decorrelation_span
     if test.skipped:
         text += (f"; first {test.skipped} holdout steps left out (scores stay correlated for "

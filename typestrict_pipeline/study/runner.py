@@ -39,7 +39,9 @@ from sqlalchemy import Engine, select
 from typestrict_pipeline.errors import NotEnoughDataError
 from typestrict_pipeline.store import session_scope
 from typestrict_pipeline.study import repository as repo
+from typestrict_pipeline.study.dependence import Dependence
 from typestrict_pipeline.study.folds import FoldLayout, Window
+from typestrict_pipeline.study.inference import holdout_standard_error
 from typestrict_pipeline.study.leaderboard import load_leaderboard
 from typestrict_pipeline.study.stats import newey_west_se
 from typestrict_pipeline.study.tables import (
@@ -471,7 +473,8 @@ def finalize_study(engine: Engine, study_id: int, backend: StudyBackend, *,
                     se = None
     base = _BaselineResult(None, None, "the winner's holdout was not scored, so the baseline was not run")
     if missing is None and winner is not None:
-        base = _score_baseline(engine, study_id, layout, winner, backend)
+        base = _score_baseline(engine, study_id, layout, winner, backend,
+                               board.joint.dependence if board.joint is not None else None)
     final = repo.finish_study(engine, study_id, winner_candidate_id=winner, holdout_score=score,
                               holdout_se=se, holdout_missing_reason=missing,
                               holdout_baseline=base.score, holdout_diff_se=base.diff_se,
@@ -498,11 +501,12 @@ def _holdout_scores(engine: Engine, study_id: int, candidate_id: int) -> tuple[R
 
 
 def _score_baseline(engine: Engine, study_id: int, layout: FoldLayout, winner: int,
-                    backend: StudyBackend) -> _BaselineResult:
+                    backend: StudyBackend, dependence: Dependence | None = None) -> _BaselineResult:
     """Run the baseline on the holdout slice (after the winner's run, under the same budget).
 
-    Returns its mean score and the Newey–West SE of the per-step difference winner − baseline
-    on the steps both scored, or why it is missing.
+    Returns its mean score and the SE of the per-step difference winner − baseline on the steps
+    both scored (``inference.holdout_standard_error``, with the persistence measured over the
+    study's candidates carried in: the lineage pools these SEs), or why it is missing.
     """
     h = layout.holdout
     key = RunKey(study_id, repo.BASELINE_CANDIDATE_ID, repo.HOLDOUT_FOLD, WindowKind.HOLDOUT,
@@ -523,7 +527,8 @@ def _score_baseline(engine: Engine, study_id: int, layout: FoldLayout, winner: i
     common = sorted(set(won) & set(base))
     diffs = [won[t] - base[t] for t in common]
     try:
-        diff_se: float | None = newey_west_se(diffs, layout.horizon_steps)
+        diff_se: float | None = holdout_standard_error(diffs, layout.horizon_steps,
+                                                       dependence=dependence)
     except NotEnoughDataError:
         diff_se = None
     return _BaselineResult(float(np.mean(list(base.values()))), diff_se, None)
