@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -59,6 +60,7 @@ class ApiSettings:
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD
     dagster_home: Path | None = None
     rate_limit: RateLimit | None = field(default_factory=RateLimit)
+    warm_runs: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -265,6 +267,7 @@ def create_app(
     dagster_home: str | Path | None = None,
     rate_limit: RateLimit | None = DEFAULT_RATE_LIMIT,
     clock: Callable[[], float] = time.monotonic,
+    warm_runs: bool = False,
 ) -> FastAPI:
     """The customer API on the store at ``store_url`` and the files under ``home``.
 
@@ -280,6 +283,8 @@ def create_app(
         rate_limit: every key's token bucket (None: no limit); see
             :mod:`typestrict_pipeline.api.ratelimit`.
         clock: the buckets' clock (seconds, monotonic).
+        warm_runs: load the Dagster instance and the code location in a thread as the server
+            starts (``typestrict api`` does), so the first launched study does not wait for it.
     """
     from typestrict_pipeline.api.routes import (
         backtests,
@@ -300,13 +305,15 @@ def create_app(
     settings = ApiSettings(store_url=store_url, home=resolved, jev_source=jev_source,
                            max_body_bytes=max_body_bytes, max_upload_bytes=max_upload_bytes,
                            dagster_home=Path(dagster_home).resolve() if dagster_home else dagster_home_for(resolved),
-                           rate_limit=rate_limit)
+                           rate_limit=rate_limit, warm_runs=warm_runs)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = open_store(settings.store_url)
         assert settings.dagster_home is not None
         runs = DagsterRuns(settings.dagster_home, settings.store_url)
+        if settings.warm_runs:
+            threading.Thread(target=runs.warm, name="warm-dagster-runs", daemon=True).start()
         limiter = None if settings.rate_limit is None else TokenBuckets(settings.rate_limit, clock=clock)
         app.state.ctx = ApiContext(settings, engine, TrainingStore(settings.home, engine, jev_source), runs,
                                    KeyVerifier(engine, clock=clock), limiter)
@@ -349,7 +356,7 @@ def app_from_env() -> FastAPI:
     raw = os.environ.get(JEV_SOURCE_ENV)
     jev = parse_jev_source(raw, what=JEV_SOURCE_ENV) if raw else None
     return create_app(default_store_url(), typestrict_home(), jev_source=jev,
-                      rate_limit=rate_limit_from_text(os.environ.get(RATE_LIMIT_ENV, "")))
+                      rate_limit=rate_limit_from_text(os.environ.get(RATE_LIMIT_ENV, "")), warm_runs=True)
 
 
 RATE_LIMIT_ENV = "TYPESTRICT_API_RATE_LIMIT"

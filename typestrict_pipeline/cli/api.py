@@ -76,7 +76,7 @@ def _serve(args: argparse.Namespace) -> int:
                         host=args.host, port=args.port, log_level=args.log_level, access_log=False,
                         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, **uvicorn_options())
             return 0
-        app = create_app(_store(args), home, jev_source=jev.source, rate_limit=limit)
+        app = create_app(_store(args), home, jev_source=jev.source, rate_limit=limit, warm_runs=True)
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
                     timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, **uvicorn_options())
     return 0
