@@ -44,5 +44,5 @@ def test_study_cli_refuses_without_limits_then_runs_and_shows_the_leaderboard(
     assert "nothing to activate" in capsys.readouterr().out
     assert main(["study", "leaderboard", "99"]) == 2
     assert "expected an existing study id, got 99" in capsys.readouterr().err
-    assert main(["study", "cancel", "1"]) == 0
-    assert "Budget reached; what ran is kept" in capsys.readouterr().out
+    assert main(["study", "cancel", "1"]) == 2  # it has ended: nothing to cancel (lifecycle's reaper)
+    assert "It has ended already: nothing to cancel" in capsys.readouterr().err

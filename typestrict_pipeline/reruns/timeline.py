@@ -156,8 +156,8 @@ def outlook(decision: Fire | Skip, state: TickState, source: DataSource | None, 
                        None, unseen, needed, last_known)
     if kind is SkipKind.NO_USD_BUDGET:
         return Outlook("never fires: the root study has no USD budget",
-                       f"{NEVER}: the root study has no USD budget. Create a study with a USD budget "
-                       "and schedule from that one", unseen, None, last_known)
+                       f"{NEVER}: create a study with a USD budget and schedule from that one",
+                       unseen, None, last_known)
     if kind is SkipKind.ROOT_DELETED:
         return Outlook("never fires: the root study was deleted (the schedule turns itself off)",
                        f"{NEVER}: the root study was deleted. Pick a new study and enable again",
@@ -179,8 +179,9 @@ def skip_message(decision: Skip, view_outlook: Outlook) -> str:
     ...              Outlook("never", "It can never fire: its data ... cannot grow"))
     'Not enough unseen data yet: 1 of 30 steps. It can never fire: its data ... cannot grow'
     """
-    if view_outlook.never_fires is None or view_outlook.never_fires in decision.message:
-        return decision.message
+    if (view_outlook.never_fires is None or decision.kind is SkipKind.ROOT_DELETED
+            or view_outlook.never_fires in decision.message):
+        return decision.message  # a deleted root turns the schedule off: it is not evaluated again
     return f"{decision.message}. {view_outlook.never_fires}"
 
 
