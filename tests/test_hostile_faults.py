@@ -203,6 +203,7 @@ def test_in_json_lines_the_text_na_is_an_answer_and_json_null_is_missing(tmp_pat
 def test_dataset_metadata_says_how_many_rows_are_unlabeled_and_why(tmp_path: Path) -> None:
     from assets.refund import REFUND_ASSETS, REFUND_CHECKS, verdict_job
     from resources.refund import ManifestSourceClientResource, RefundTrainingsResource
+    from resources.store import StoreResource
 
     path = support.make_training(tmp_path / "trainings", "tr_gaps", n=80, seed=2)
     csv = path.parent / "data.csv"
@@ -221,6 +222,7 @@ def test_dataset_metadata_says_how_many_rows_are_unlabeled_and_why(tmp_path: Pat
                 folder=str(tmp_path / "trainings"), audits_folder=str(tmp_path / "audits")),
             "refund_jev_client": ManifestSourceClientResource(max_workers=1),
             "refund_model_client": ManifestSourceClientResource(max_workers=1),
+            "store": StoreResource(url=f"sqlite:///{tmp_path / 'store.db'}"),
         },
     )
     result = defs.resolve_job_def("verdict_job").execute_in_process(
@@ -258,6 +260,7 @@ def test_a_training_whose_run_failed_is_flagged_as_unsettled(
     import assets.refund as refund_assets
     from assets.refund import REFUND_ASSETS, REFUND_CHECKS, unsettled_trainings_sensor, verdict_job
     from resources.refund import ManifestSourceClientResource, RefundTrainingsResource
+    from resources.store import StoreResource
 
     path = support.make_training(tmp_path / "trainings", "tr_stuck", n=60, seed=4)
     (path.parent / "model.jsonl").write_text("")  # the run fails at its first step
@@ -269,6 +272,7 @@ def test_a_training_whose_run_failed_is_flagged_as_unsettled(
             "refund_trainings": RefundTrainingsResource(folder=str(tmp_path / "trainings")),
             "refund_jev_client": ManifestSourceClientResource(),
             "refund_model_client": ManifestSourceClientResource(),
+            "store": StoreResource(url=f"sqlite:///{tmp_path / 'store.db'}"),
         },
     )
     result = defs.resolve_job_def("verdict_job").execute_in_process(

@@ -12,6 +12,7 @@ from sqlalchemy.engine import make_url
 
 from assets.refund import REFUND_ASSETS, REFUND_CHECKS, verdict_job
 from resources.refund import ManifestSourceClientResource, RefundTrainingsResource
+from resources.store import StoreResource
 from typestrict_pipeline.errors import InputError
 from typestrict_pipeline.instance import (
     check_pg_url,
@@ -37,6 +38,7 @@ def _materialize(home: Path, training_id: str, instance: dg.DagsterInstance) -> 
         ),
         "refund_jev_client": ManifestSourceClientResource(max_workers=1),
         "refund_model_client": ManifestSourceClientResource(max_workers=1),
+        "store": StoreResource(url=f"sqlite:///{home / 'store.db'}"),
     }
     defs = dg.Definitions(
         assets=list(REFUND_ASSETS), asset_checks=list(REFUND_CHECKS), jobs=[verdict_job], resources=resources

@@ -69,6 +69,7 @@ def test_dagster_logs_and_observes_the_read_and_the_console_can_read_it(
 ) -> None:
     from assets.refund import REFUND_ASSETS, REFUND_CHECKS, verdict_job
     from resources.refund import ManifestSourceClientResource, RefundTrainingsResource
+    from resources.store import StoreResource
 
     monkeypatch.setenv("TYPESTRICT_HOME", str(tmp_path / "home"))
     support.make_training(tmp_path / "trainings", "tr_progress", n=240)
@@ -81,6 +82,7 @@ def test_dagster_logs_and_observes_the_read_and_the_console_can_read_it(
                 folder=str(tmp_path / "trainings"), audits_folder=str(tmp_path / "audits")),
             "refund_jev_client": ManifestSourceClientResource(max_workers=1),
             "refund_model_client": ManifestSourceClientResource(max_workers=1),
+            "store": StoreResource(url=f"sqlite:///{tmp_path / 'store.db'}"),
         },
     )
     result = defs.resolve_job_def("verdict_job").execute_in_process(

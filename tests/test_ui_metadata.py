@@ -55,6 +55,7 @@ def run_training(home: Path, training_id: str, *, raise_on_error: bool = True) -
             folder=str(home / "trainings"), audits_folder=str(home / "audits")),
         "refund_jev_client": ManifestSourceClientResource(max_workers=2),
         "refund_model_client": ManifestSourceClientResource(max_workers=1),
+        "store": StoreResource(url=f"sqlite:///{home / 'store.db'}"),
     }
     defs = dg.Definitions(assets=list(REFUND_ASSETS), asset_checks=list(REFUND_CHECKS),
                           jobs=[verdict_job], resources=resources)
