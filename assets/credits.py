@@ -21,11 +21,13 @@ from typing import Any
 import dagster as dg
 
 from resources.credits import CreditsResource
+from resources.failures import failure
 from resources.refund import RefundTrainingsResource
 from resources.store import StoreResource
 from typestrict_pipeline.credits import (
     CreditLedger,
     LedgerLine,
+    SettledAuditError,
     SettlementRequest,
     decide,
     expire_models,
@@ -125,7 +127,13 @@ def credit_settlement(
         audit_json=audit_bytes,
     )
     with store.engine() as engine:
-        result = settle_training(engine, request, policy=policy)
+        try:
+            result = settle_training(engine, request, policy=policy)
+        except SettledAuditError as exc:  # the settled audit stands; this one is refused
+            context.log.error("%s", exc)
+            raise failure(str(exc), {"settled_audit_sha256": exc.settled,
+                                     "refused_audit_sha256": exc.offered},
+                          error=type(exc).__name__) from None
         ledger = CreditLedger(engine)
         balance = ledger.balance(manifest.workspace_id)
         total = ledger.entries_total(manifest.workspace_id)

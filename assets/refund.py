@@ -15,6 +15,7 @@ predictions are asked, and the verdict is ``failed`` with the manifest's reason.
 """
 
 import datetime as dt
+import hashlib
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,11 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from resources.failures import product_failure
+from resources.failures import failure, product_failure
 from resources.refund import RefundModelClientResource, RefundTrainingsResource, SystemAnswers
+from resources.store import StoreResource
 from typestrict_pipeline import plots
+from typestrict_pipeline.credits import SettledAuditError, settled_audit_sha256
+from typestrict_pipeline.files import write_atomic
 from typestrict_pipeline.progress import Progress, ProgressFn, every, write_progress
-from typestrict_pipeline.refund.audit import build_audit, write_audit
+from typestrict_pipeline.refund.audit import audit_bytes, build_audit
 from typestrict_pipeline.refund.dataset import Dataset, unlabeled_from_split, unlabeled_text
 from typestrict_pipeline.refund.explain import decision_reason, facts_from_report, verdict_sentence
 from typestrict_pipeline.refund.holdout import Holdout, split_decisions
@@ -45,7 +49,7 @@ from typestrict_pipeline.refund.rule import (
     judge_decision,
     judge_training,
 )
-from typestrict_pipeline.refund.trained_on import check_trained_on
+from typestrict_pipeline.refund.trained_on import NOT_STATED, Attestation, attest
 from typestrict_pipeline.refund.unsettled import UNSETTLED_AFTER, RunSummary, find_unsettled
 from typestrict_pipeline.store import typestrict_home
 
@@ -276,6 +280,7 @@ class TrainingHoldout:
 
     training: LoadedTraining
     holdouts: tuple[Holdout, ...]
+    trained_on: Attestation = NOT_STATED
 
     @property
     def roles(self) -> "pd.DataFrame":
@@ -323,11 +328,13 @@ def holdout(
         )
     holdouts = split_decisions(dataset.dataset)
     manifest = dataset.manifest
-    # A model that may have seen test rows is never judged (refund/trained_on.py).
+    # A model that may have seen test rows is never judged (refund/trained_on.py); what the
+    # training stated (or that it stated nothing) goes into the audit.
     with product_failure(manifest, "model"):
-        check_trained_on(manifest.trained_on_sha256, holdouts, training_id=manifest.training_id,
-                         source=manifest.source)
-    meta: dict[str, Any] = {"dagster/row_count": sum(h.summary.n_rows for h in holdouts)}
+        trained_on = attest(manifest.trained_on, manifest.trained_on_sha256, holdouts,
+                            training_id=manifest.training_id, source=manifest.source)
+    meta: dict[str, Any] = {"dagster/row_count": sum(h.summary.n_rows for h in holdouts),
+                            "trained_on": trained_on.describe()}
     lines = ["| decision | test | train | excluded | test groups | capped |", "|---|---:|---:|---:|---:|---|"]
     for h in holdouts:
         s = h.summary
@@ -343,7 +350,8 @@ def holdout(
     meta["split"] = dg.MetadataValue.md("\n".join(lines))
     meta["preview"] = dg.MetadataValue.md(roles_frame(holdouts, head=10).to_markdown(index=False))
     context.log.info("held out %s", ", ".join(f"{h.decision}: {h.summary.n_test}" for h in holdouts))
-    return dg.MaterializeResult(value=TrainingHoldout(dataset, holdouts), metadata=meta)
+    return dg.MaterializeResult(value=TrainingHoldout(dataset, holdouts, trained_on),
+                                metadata=meta)
 
 
 def _ask(
@@ -417,6 +425,7 @@ class TrainingMetrics:
     jev_id: str
     split: dict[str, Any]
     jev_label: str = _JEV_NAME
+    trained_on: Attestation = NOT_STATED
 
 
 def _decisions_table(judgement: TrainingJudgement) -> dg.TableMetadataValue:
@@ -519,7 +528,7 @@ def metrics(
     split = {h.decision: _split_counts(h) for h in holdout.holdouts}
     value = TrainingMetrics(
         training, tuple(reports), model_predictions.system_id, jev_predictions.system_id, split,
-        jev_predictions.label,
+        jev_predictions.label, holdout.trained_on,
     )
     return dg.MaterializeResult(value=value, metadata=meta)
 
@@ -550,11 +559,13 @@ def verdict(
     group_name=GROUP,
     partitions_def=trainings_partitions,
     kinds={"json"},
-    description="The audit file (hashes, answers, both systems' probabilities, every number), written atomically.",
+    description="The audit file (hashes, answers, both systems' probabilities, every number), "
+    "written atomically; once settled, never replaced by other bytes.",
 )
 def audit(
     context: dg.AssetExecutionContext,
     refund_trainings: RefundTrainingsResource,
+    store: StoreResource,
     metrics: TrainingMetrics,
     verdict: TrainingJudgement,
 ) -> dg.MaterializeResult[str]:
@@ -565,12 +576,26 @@ def audit(
         model_id=metrics.model_id,
         jev_id=metrics.jev_id,
         split=metrics.split or None,
+        trained_on=metrics.trained_on,
     )
-    path = write_audit(refund_trainings.audit_path(training_id), document)
-    context.log.info("audit written to %s", path)
+    data = audit_bytes(document)
+    digest = hashlib.sha256(data).hexdigest()
+    with store.engine() as engine:
+        settled = settled_audit_sha256(engine, training_id)
+    if settled is not None and settled != digest:
+        # A settled training's audit never changes (a manifest edited after the verdict, another
+        # option, other predictions): refused before the file is touched, and reported.
+        refused = SettledAuditError(training_id, settled, digest)
+        context.log.error("%s", refused)
+        raise failure(str(refused), {"settled_audit_sha256": settled,
+                                     "refused_audit_sha256": digest},
+                      error=type(refused).__name__)
+    path = write_atomic(refund_trainings.audit_path(training_id), data)
+    context.log.info("audit written to %s (SHA-256 %s)", path, digest)
     return dg.MaterializeResult(
         value=str(path),
-        metadata={"path": dg.MetadataValue.path(str(path)), "verdict": verdict.verdict.value},
+        metadata={"path": dg.MetadataValue.path(str(path)), "verdict": verdict.verdict.value,
+                  "audit_sha256": digest, "trained_on": metrics.trained_on.describe()},
     )
 
 
@@ -679,6 +704,9 @@ REFUND_CHECKS = (gain_is_real, nothing_collapses)
 # deploy/dagster*.yaml: one run per training). See docs/operations.md, "Executors".
 VERDICT_JOB_EXECUTION: dict[str, Any] = {"execution": {"config": {"in_process": {}}}}
 
+VERDICT_MAX_RUNTIME_S = 6 * 3600
+"""A verdict run longer than this is cancelled by run monitoring (docs/lifecycle.md)."""
+
 verdict_job = dg.define_asset_job(
     "verdict_job",
     selection=dg.AssetSelection.groups(GROUP),
@@ -686,7 +714,10 @@ verdict_job = dg.define_asset_job(
     config=VERDICT_JOB_EXECUTION,
     # A run whose process died (marked failed by run monitoring) is retried from the failure, up
     # to twice; a refused input is not (run_retries.retry_on_asset_or_op_failure: false).
-    tags={"dagster/max_retries": "2", "dagster/retry_strategy": "FROM_FAILURE"},
+    # A run still going after 6 hours is cancelled by run monitoring (an end, by itself); the
+    # training's own deadline (24 h) then returns the credit if no later run settles it.
+    tags={"dagster/max_retries": "2", "dagster/retry_strategy": "FROM_FAILURE",
+          "dagster/max_runtime": str(VERDICT_MAX_RUNTIME_S)},
     # Its own executor, so a code location with another default (e.g. celery) keeps this one
     # instead of failing to load: the execution block above is this executor's config.
     executor_def=dg.multi_or_in_process_executor,

@@ -26,7 +26,7 @@ from sqlalchemy import Engine
 from assets.studies import partitions_name
 from resources.failures import failure
 from resources.reruns import RerunNotifierResource, RerunSettingsResource
-from resources.store import StoreResource
+from resources.store import StoreResource, store_tags, with_store
 from typestrict_pipeline import plots
 from typestrict_pipeline.errors import InputError, NotFoundError
 from typestrict_pipeline.reruns.decide import SkipKind
@@ -118,6 +118,8 @@ def lineage_materialization(engine: Engine, study_id: str) -> dg.AssetMaterializ
         metadata["within_noise"] = dg.MetadataValue.bool(bool(summary.within_noise))
     else:
         metadata["best_expected_of_k_under_noise"] = dg.MetadataValue.text(f"n/a: {summary.missing_reason}")
+    metadata["persistence"] = summary.persistence
+    metadata["statements"] = dg.MetadataValue.md("\n\n".join(summary.statements))
     return dg.AssetMaterialization(asset_key=LINEAGE_KEY, partition=root, metadata=metadata)
 
 
@@ -224,7 +226,11 @@ def cancel_study_schedule(context: dg.OpExecutionContext, config: CancelSchedule
 # One op whose study runner has its own thread pool: run it in the run's process (the default
 # multiprocess executor would spawn a second interpreter for the one step: 10-35 s on a busy
 # 2-core machine, measured in bench/bench_reruns_arrival.py).
-@dg.job(tags={"area": "reruns"}, executor_def=dg.in_process_executor,
+RERUN_JOB_TAGS = {"area": "reruns", "mode": "HISTORICAL"}
+"""A re-run replays history like every study: its runs are marked HISTORICAL (the page)."""
+
+
+@dg.job(tags=RERUN_JOB_TAGS, executor_def=dg.in_process_executor,
         description="Create and run one scheduled re-run (launched by study_rerun_sensor).")
 def study_rerun_job() -> None:
     run_scheduled_rerun()
@@ -267,7 +273,7 @@ def rerun_tags(workflow_id: str, schedule_id: int, lineage_root_id: str, run_key
     '12'
     """
     return {
-        "area": "reruns",
+        **RERUN_JOB_TAGS,
         "workflow": workflow_id,
         "typestrict/schedule": str(schedule_id),
         LINEAGE_TAG: lineage_root_id,
@@ -292,9 +298,11 @@ def _already_launched(engine: Engine, instance: dg.DagsterInstance | None, run_k
 
 
 def _requests_and_skips(
-    engine: Engine, results: list[TickResult], instance: dg.DagsterInstance | None
+    engine: Engine, results: list[TickResult], instance: dg.DagsterInstance | None, store_url: str | None = None
 ) -> tuple[list[dg.RunRequest], str | None]:
-    """Run requests for fired ticks, and one skip message for the others.
+    """Run requests for fired ticks, and one skip message for the others. Each request carries
+    ``store_url`` (the store the tick claimed its re-run in) in its run config and its
+    ``typestrict/store`` tag, so the re-run acts on that store (resources/store.py).
 
     A tick that found its own claimed re-run still waiting (in flight) asks for it again only
     when no Dagster run carries its run key (the request was lost); otherwise it is a skip.
@@ -306,11 +314,11 @@ def _requests_and_skips(
             skipped.append(r)
             continue
         view = get_schedule(engine, r.schedule_id)
-        requests.append(dg.RunRequest(
-            run_key=r.run_key,
-            run_config=rerun_run_config(r.run_key),
-            tags=rerun_tags(view.workflow_id, r.schedule_id, view.lineage_root_id, r.run_key, r.message),
-        ))
+        config = rerun_run_config(r.run_key)
+        tags = rerun_tags(view.workflow_id, r.schedule_id, view.lineage_root_id, r.run_key, r.message)
+        if store_url is not None:
+            config, tags = with_store(config, store_url), {**tags, **store_tags(store_url)}
+        requests.append(dg.RunRequest(run_key=r.run_key, run_config=config, tags=tags))
     if not skipped:
         return requests, None
     if len(skipped) == 1 and len(results) == 1:
@@ -409,7 +417,7 @@ def study_rerun_sensor(
             engine, reruns.studies(engine), now=now, spend=reruns.spend(engine),
             source="sensor", cursor=parse_cursor(slots_text),
         )
-        requests, _ = _requests_and_skips(engine, results, _instance(context))
+        requests, _ = _requests_and_skips(engine, results, _instance(context), store.resolved_url())
         views = list_schedules(engine)
         reason = tick_reason(views, results, now=now)
         new_stamp = schedules_stamp(views)
@@ -439,7 +447,7 @@ def study_rerun_schedule(
     now = context.scheduled_execution_time if reruns.now is None else reruns.current_time()
     with store.engine() as engine:
         results, _ = evaluate_due(engine, reruns.studies(engine), now=now, spend=reruns.spend(engine), source="schedule")
-        requests, _skip = _requests_and_skips(engine, results, _instance(context))
+        requests, _skip = _requests_and_skips(engine, results, _instance(context), store.resolved_url())
         reason = tick_reason(list_schedules(engine), results, now=now)
     if requests:
         return requests

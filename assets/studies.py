@@ -30,7 +30,13 @@ from typestrict_pipeline import plots
 from typestrict_pipeline.heap import frozen_heap
 from typestrict_pipeline.processes import ProcessIdentity, ancestor_identity, this_process
 from typestrict_pipeline.study import repository as repo
-from typestrict_pipeline.study.leaderboard import Leaderboard, load_leaderboard, render_markdown
+from typestrict_pipeline.study.leaderboard import (
+    Leaderboard,
+    candidate_name,
+    load_leaderboard,
+    render_markdown,
+    winner_text,
+)
 from typestrict_pipeline.study.limits import format_usd
 from typestrict_pipeline.study.runner import (
     RunKey,
@@ -178,21 +184,23 @@ def leaderboard_materialization(engine: Engine, study_id: int,
         "leaderboard": dg.MetadataValue.md(table),
         "picture": dg.MetadataValue.md(leaderboard_picture_markdown(board)),
         "state": board.state.label,
-        "winner": dg.MetadataValue.int(board.winner_candidate_id)
-        if board.winner_candidate_id is not None else dg.MetadataValue.text("none"),
+        # the candidate as every surface names it (#N, its number in the study), with its rank
+        "winner": dg.MetadataValue.text(winner_text(board)),
         "holdout_score": dg.MetadataValue.float(plots.for_reading(board.holdout_score))
         if board.holdout_score is not None else dg.MetadataValue.text(
-            f"missing: {board.holdout_missing_reason}"),
+            board.holdout_missing_reason or "not scored yet"),
         "holdout_baseline": dg.MetadataValue.float(plots.for_reading(board.holdout_baseline))
         if board.holdout_baseline is not None else dg.MetadataValue.text(
             f"missing: {board.holdout_baseline_missing_reason or 'not scored'}"),
         "found_nothing": dg.MetadataValue.bool(bool(board.stats.found_nothing)),
         "verdict": dg.MetadataValue.text(board.verdict),
-        "spa_pvalue": dg.MetadataValue.float(board.joint.spa_pvalue) if board.joint is not None
+        "spa_pvalue": dg.MetadataValue.float(plots.for_reading(board.joint.spa_pvalue))
+        if board.joint is not None
         else dg.MetadataValue.text(f"not tested: {board.joint_missing_reason}"),
-        "stepm_set": dg.MetadataValue.json([int(c) for c in board.joint.stepm])
+        "stepm_set": dg.MetadataValue.text(
+            ", ".join(candidate_name(board, int(c)) for c in board.joint.stepm) or "none")
         if board.joint is not None else dg.MetadataValue.text("not tested"),
-        "pbo": dg.MetadataValue.float(board.pbo.pbo) if board.pbo is not None
+        "pbo": dg.MetadataValue.float(plots.for_reading(board.pbo.pbo)) if board.pbo is not None
         else dg.MetadataValue.text("not computed: fewer than 2 complete candidates or 40 steps"),
     }
     entries = lineage_entries(engine, str(study_id))
@@ -204,7 +212,9 @@ def leaderboard_materialization(engine: Engine, study_id: int,
             if summary.noise_line is not None
             else dg.MetadataValue.text(f"n/a: {summary.missing_reason}"))
         if summary.cs_lower is not None:
-            metadata["lineage_pooled_edge_lower_bound"] = dg.MetadataValue.float(summary.cs_lower)
+            metadata["lineage_pooled_edge_lower_bound"] = dg.MetadataValue.float(
+                plots.for_reading(summary.cs_lower))
+        metadata["lineage_statements"] = dg.MetadataValue.md("\n\n".join(summary.statements))
     metadata.update(extra or {})
     return dg.AssetMaterialization(asset_key=LEADERBOARD_KEY, partition=str(study_id),
                                    metadata=metadata)

@@ -147,7 +147,7 @@ def main() -> None:
             subprocess.Popen([sys.executable, "-m", "typestrict_pipeline.cli", "api", "--store", url,
                               "--home", str(folder), "--port", str(ports["api"]), "--log-level", "warning",
                               "--jev-source", '{"kind": "file", "path": "jev-never-asked.jsonl"}',
-                              "--new-store"],
+                              "--new-store", "--rate-limit", "0"],  # raw throughput: no per-key limit
                              stdout=subprocess.DEVNULL),
             subprocess.Popen([sys.executable, "-c",
                               "import sys, uvicorn; port = int(sys.argv[2]); sys.argv = ['x', sys.argv[1]]; "

@@ -94,9 +94,12 @@ def test_a_training_through_the_api_is_judged_and_its_audit_verifies(tmp_path: P
         verifier = c.get("/verify_audit.py")
         (tmp_path / "verify_audit.py").write_bytes(verifier.content)
         (tmp_path / "audit.json").write_bytes(audit.content)
-        done = subprocess.run([sys.executable, "verify_audit.py", "audit.json"], cwd=tmp_path,
+        done = subprocess.run([sys.executable, "verify_audit.py", "--expect-sha256",
+                               verdict["audit_sha256"], "audit.json"], cwd=tmp_path,
                               capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stdout + done.stderr
+        assert audit.headers["X-Audit-SHA256"] == verdict["audit_sha256"]
+        assert verdict["trained_on"] == "attested" and verdict["trained_on_n_ids"] == len(train)
 
         files = c.get(f"/v1/models/{tid}/files").json()
         assert files["files"] == [{"name": "weights.bin", "size": 9}]
@@ -121,6 +124,8 @@ def test_a_training_through_the_api_is_judged_and_its_audit_verifies(tmp_path: P
         assert ledger == ["grant", "spend", "settlement"]
         led = c.get("/v1/workspaces/acme/ledger").json()
         assert [ln["kind"] for ln in led] == ledger and led[-1]["verdict"] == "beats"
+        # the ledger's settlement line records the audit it settled (issue 5/7)
+        assert led[-1]["audit_sha256"] == verdict["audit_sha256"] and led[0]["audit_sha256"] is None
 
 
 @pytest.mark.slow
@@ -162,6 +167,43 @@ def test_a_wrong_trained_on_digest_is_refused_with_the_split_to_use(tmp_path: Pa
         assert split["training_ids_sha256"] in message and f"/v1/trainings/{tid}/split" in message
         assert not (home / "trainings" / tid / "manifest.json").exists()  # nothing handed over
         assert c.get(f"/v1/trainings/{tid}").json()["state"] == "awaiting_predictions"
+
+
+def test_a_training_states_the_ids_it_was_trained_on_and_they_are_checked(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    """Issue 3/7: any subset of the training rows can be attested (as ids or as their SHA-256);
+    a stated test row is refused with the count and the first offending ids."""
+    from typestrict_pipeline.refund.trained_on import id_sha256
+
+    home, csv, jev = _setup(tmp_path, sqlite_url)
+    key = support.new_key(sqlite_url, "acme", credits=2)
+    with support.ApiServer(sqlite_url, home, jev_source=jev) as server, server.client(key) as c:
+        tid = _create(c, csv)
+        split = c.get(f"/v1/trainings/{tid}/split").json()
+        preds = support.model_predictions(csv, skill=0.9)
+        test_ids = split["decisions"][0]["test_ids"]
+        some = split["training_ids"][:50]
+        for body in ({"trained_on_ids": [*some, *test_ids[:7]]},
+                     {"trained_on_id_sha256": [id_sha256(i) for i in [*test_ids[:2], *some]]}):
+            r = c.post(f"/v1/trainings/{tid}/predictions", json={"predictions": preds, **body})
+            assert r.status_code == 422, r.text
+            message = r.json()["error"]["message"]
+            n_bad = 7 if "trained_on_ids" in body else 2
+            assert f"got {n_bad} of the {50 + n_bad} stated ids that are not" in message
+            assert repr(test_ids[0]) in message and "a test row of" in message
+            assert not (home / "trainings" / tid / "manifest.json").exists()
+            assert not (home / "trainings" / tid / "trained_on.txt").exists()
+        r = c.post(f"/v1/trainings/{tid}/predictions",
+                   json={"predictions": preds, "trained_on_ids": some,
+                         "trained_on_sha256": split["training_ids_sha256"]})
+        assert r.status_code == 422 and "one statement" in r.json()["error"]["message"]
+        r = c.post(f"/v1/trainings/{tid}/predictions",
+                   json={"predictions": preds, "trained_on_ids": some})
+        assert r.status_code == 202, r.text
+        manifest = json.loads((home / "trainings" / tid / "manifest.json").read_text())
+        assert manifest["training"]["trained_on"] == {"ids_file": "trained_on.txt"}
+        assert (home / "trainings" / tid / "trained_on.txt").read_text().split() == some
 
 
 def test_creating_a_training_refuses_what_the_pipeline_would_refuse(tmp_path: Path, sqlite_url: str) -> None:

@@ -122,6 +122,7 @@ def test_an_api_customer_runs_a_backtest_gets_a_usd_budget_and_schedules_a_rerun
     assert "HISTORICAL" in done["card"]
     run = world.wait(lambda: (lambda r: r if r.is_finished else None)(_run(world, done["run_id"])), "its run")
     assert run.job_name == "backtest_seattle_rain_job" and run.status == dg.DagsterRunStatus.SUCCESS
+    assert run.tags["mode"] == "HISTORICAL"  # a replay of history is marked so (issue 3/7)
     assert os.getpid() not in _run_pids(world, run.run_id)  # run by the daemon's launcher, elsewhere
 
     with world.server() as server, server.client(key) as c:
@@ -136,6 +137,7 @@ def test_an_api_customer_runs_a_backtest_gets_a_usd_budget_and_schedules_a_rerun
     finished = world.wait(lambda: (lambda r: r if r.is_finished else None)(_run(world, study["run_id"])),
                           "the study's run")
     assert finished.status == dg.DagsterRunStatus.SUCCESS and finished.job_name == "study_job"
+    assert finished.tags["mode"] == "HISTORICAL"
     assert os.getpid() not in _run_pids(world, finished.run_id)
 
     with world.server() as server, server.client(key) as c:

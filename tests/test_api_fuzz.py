@@ -19,6 +19,7 @@ import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from schemathesis.core.result import Ok
 
 _SUPPORT = Path(__file__).with_name("test_api_support.py")
@@ -35,7 +36,9 @@ def test_no_operation_answers_a_server_error(tmp_path: Path, sqlite_url: str) ->
     home = tmp_path / "home"
     csv, jev = support.make_dataset(tmp_path, n=80)
     key = support.new_key(sqlite_url, "fuzz", credits=1000)
-    with support.ApiServer(sqlite_url, home, jev_source={"kind": "file", "path": str(jev)}) as server:
+    # No rate limit: the fuzzer sends as fast as it can, and a 429 would hide what a route answers.
+    with support.ApiServer(sqlite_url, home, jev_source={"kind": "file", "path": str(jev)},
+                           rate_limit=None) as server:
         headers = {"Authorization": f"Bearer {key}"}
         with server.client(key) as c:
             c.put("/v1/files/reviews.csv", content=csv)
@@ -121,8 +124,64 @@ def test_hostile_requests_get_a_clear_error_never_a_5xx(
 
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from typestrict_pipeline.store import open_store, session_scope
+    from typestrict_pipeline.study.form import StudyForm, study_config
+    from typestrict_pipeline.study.runner import run_study_local
+    from typestrict_pipeline.study.service import create_study_from_config, study_backend
+    from typestrict_pipeline.study.tables import StudyRow
+
     tmp = tmp_path_factory.mktemp("hostile")
     url = f"sqlite:///{tmp / 'store.db'}"
     key = support.new_key(url, "hostile", credits=5)
-    with support.ApiServer(url, tmp / "home") as server:
-        yield {"url": server.url, "key": key}
+    engine = open_store(url)  # a finished study with a USD budget: what a schedule is enabled on
+    sid = create_study_from_config(engine, study_config(StudyForm(**{**STUDY_FORM, "workflow": "wx-done"},
+                                                                  workspace="hostile", min_unseen_steps=5)))
+    run_study_local(engine, sid, study_backend(engine, sid))
+    with session_scope(engine) as s:
+        row = s.get(StudyRow, sid)
+        assert row is not None
+        row.budget_micro = 1_000_000
+    engine.dispose()
+    with support.ApiServer(url, tmp / "home", rate_limit=None) as server:  # every hostile request reaches its route
+        yield {"url": server.url, "key": key, "study": sid}
+
+
+STUDY_FORM: dict[str, Any] = {"workflow": "wx", "start": "2012-01-01", "end": "2012-12-01", "tune_steps": 20,
+                              "eval_steps": 20, "holdout_steps": 20, "grid": ["skill=0.5,0.6"], "max_candidates": 2,
+                              "max_total_steps": 1000, "synthetic": True}
+# What a person types into the parsers' fields (typestrict_pipeline/values.py): numbers of every
+# kind, digits of other scripts, units, offsets, control characters, and plain noise.
+TYPED = st.one_of(
+    st.text(max_size=30),
+    st.text(alphabet="0123456789.,-+eE_:TZ$dhmswy²٣５\x00\r\n ", max_size=30),
+    st.sampled_from(["Infinity", "-Infinity", "NaN", "1e999999", "1e309", "9999999999999999999w", "²d",
+                     "0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-12:00", "-inf:inf", "nan:1"]),
+    st.floats().map(repr), st.integers().map(str),
+)
+PARSED_FIELDS = ["budget_usd", "step", "start", "end", "random", "grid", "name", "workflow"]
+
+
+@given(field=st.sampled_from(PARSED_FIELDS), value=TYPED)
+@settings(max_examples=150, deadline=None, database=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+def test_the_value_parsers_never_answer_a_server_error(api: dict[str, Any], field: str, value: str) -> None:
+    body = {**STUDY_FORM, field: [f"skill={value}"] if field in ("random", "grid") else value}
+    if field == "random":
+        body["random_draws"] = 2
+    with httpx.Client(base_url=api["url"], headers={"Authorization": f"Bearer {api['key']}"}, timeout=120) as c:
+        r = c.post("/v1/studies/estimate", json=body)
+    assert r.status_code < 500, (r.status_code, r.text)
+    assert r.status_code == 200 or set(r.json()) == {"error"}
+
+
+@given(cadence=TYPED, owner=TYPED | st.emails().map(lambda e: e + "\r\nBcc: all@evil.example"))
+@settings(max_examples=100, deadline=None, database=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+def test_the_schedule_parsers_never_answer_a_server_error_nor_take_a_header(
+    api: dict[str, Any], cadence: str, owner: str
+) -> None:
+    with httpx.Client(base_url=api["url"], headers={"Authorization": f"Bearer {api['key']}"}, timeout=120) as c:
+        r = c.post(f"/v1/studies/{api['study']}/schedule", json={"cadence": cadence, "owner": owner})
+        if r.status_code == 201:  # a good pair: the schedule is kept only when both were good
+            assert "\n" not in r.json()["owner"] and "\r" not in r.json()["owner"]
+    assert r.status_code in (201, 404, 409, 422), (r.status_code, r.text)

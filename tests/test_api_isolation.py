@@ -59,7 +59,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     csv, jev = support.make_dataset(tmp)
     key_a = support.new_key(url, "ws-a", credits=3)
     key_b = support.new_key(url, "ws-b", credits=3)
-    with support.ApiServer(url, home, jev_source={"kind": "file", "path": str(jev)}) as server:
+    # No rate limit: the walk below sends every route's request as fast as it can.
+    with support.ApiServer(url, home, jev_source={"kind": "file", "path": str(jev)}, rate_limit=None) as server:
         with server.client(key_a) as a:
             a.put("/v1/files/reviews.csv", content=csv)
             settled = a.post("/v1/trainings", json=support.TRAINING_BODY).json()["id"]
@@ -323,7 +324,9 @@ def test_the_result_page_shows_the_verdict(world: dict[str, Any]) -> None:
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
         assert "default-src 'none'" in page.headers["content-security-policy"]
         assert '<span id="verdict">beats</span>' in page.text
-        assert "python3 verify_audit.py audit.json" in page.text
+        sha = c.get(f"/v1/models/{world['settled']}").json()["audit_sha256"]
+        assert f"python3 verify_audit.py --expect-sha256 {sha} audit.json" in page.text
+        assert f'<code id="audit-sha256">{sha}</code>' in page.text
         assert io.StringIO(page.text).read().count('data-metric="') == 4
 
 
@@ -367,7 +370,9 @@ def test_the_result_page_in_headless_chromium(world: dict[str, Any]) -> None:
                 "async (u) => { const r = await fetch(u); const b = new Uint8Array(await r.arrayBuffer());"
                 " return [r.status, Array.from(b).length]; }", href)
             assert fetched == [200, len(audit)]
-            assert "python3 verify_audit.py audit.json" in page.locator("#verify").inner_text()
+            command = f"python3 verify_audit.py --expect-sha256 {verdict['audit_sha256']} audit.json"
+            assert command in page.locator("#verify").inner_text()
+            assert page.locator("#audit-sha256").inner_text() == verdict["audit_sha256"]
         finally:
             browser.close()
 

@@ -1,7 +1,9 @@
 """Support for the API tests (no tests here): a real uvicorn server, seeded data, the verdict run.
 
-* :class:`ApiServer`: ``create_app`` served by uvicorn on 127.0.0.1, on a socket bound to a free
-  port before the server starts (no race for the port), in a thread; stopped on exit.
+* :class:`ApiServer`: ``create_app`` served by uvicorn on 127.0.0.1 with the options every API
+  server gets (:func:`typestrict_pipeline.api.server.uvicorn_options`: the bounded protocol), on a
+  socket bound to a free port before the server starts (no race for the port), in a thread;
+  stopped on exit.
 * :func:`make_dataset`: a seeded CSV (``random.Random(seed)``) with groups and two answers, and
   Jev's probabilities for every row, written as a predictions file (the server's Jev).
 * :func:`model_predictions`: a seeded "trained model"'s probabilities for every row.
@@ -26,6 +28,7 @@ import uvicorn
 
 from typestrict_pipeline.api import create_app
 from typestrict_pipeline.api.keys import create_api_key
+from typestrict_pipeline.api.server import RequestLimits, uvicorn_options
 from typestrict_pipeline.credits import CreditLedger
 from typestrict_pipeline.refund.predictions import Prediction, write_predictions_jsonl
 from typestrict_pipeline.store import open_store
@@ -38,7 +41,8 @@ UNUSED_JEV: dict[str, Any] = {"kind": "file", "path": "jev-never-asked.jsonl"}
 class ApiServer:
     """``create_app(store_url, home, ...)`` on a real uvicorn server at ``self.url``."""
 
-    def __init__(self, store_url: str, home: Path, *, app: Any = None, **options: Any) -> None:
+    def __init__(self, store_url: str, home: Path, *, app: Any = None, limits: RequestLimits | None = None,
+                 **options: Any) -> None:
         options.setdefault("jev_source", UNUSED_JEV)
         self.app = app if app is not None else create_app(store_url, home, **options)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -46,7 +50,8 @@ class ApiServer:
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="on")
+        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="on",
+                                **uvicorn_options(limits))
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 

@@ -38,8 +38,9 @@ def walkthrough_blocks(text: str) -> list[str]:
 def test_the_doc_has_the_promised_steps() -> None:
     blocks = walkthrough_blocks(DOC.read_text(encoding="utf-8"))
     joined = "\n".join(blocks)
-    for step in ("api-key create", "reviews.csv", "/v1/files/", "/v1/trainings\"", "/split", "/predictions",
-                 "/v1/models/$TRAINING\"", "/audit", "verify_audit.py audit.json"):
+    for step in ("api-key create", "reviews.csv", "/v1/files/", "/v1/trainings\"", "/split",
+                 "/predictions", "/v1/models/$TRAINING\"", "/audit", "trained_on_ids",
+                 'verify_audit.py --expect-sha256 "$SETTLED" audit.json'):
         assert step in joined, step
 
 

@@ -325,3 +325,39 @@ def test_steps_run_concurrently_in_threads_without_sharing_views() -> None:
     result = run_backtest(wf, data=table(), start=T0 + DAY, end=T0 + 60 * DAY, step=DAY,
                           max_in_flight=8)
     assert [s.decision for s in result.steps] == list(range(1, 61))
+
+
+class _Wallet:
+    """A CallGate with ``room`` micro-USD: admits a call only if its bound fits (issue 3/7)."""
+
+    def __init__(self, room: int) -> None:
+        self.room, self.held, self.spent, self.lock = room, 0, 0, threading.Lock()
+        self.bounds: list[tuple[int, int]] = []
+
+    def admit(self, bound: int) -> bool:
+        with self.lock:
+            if self.spent + self.held + bound > self.room:
+                return False
+            self.held += bound
+            return True
+
+    def settle(self, bound: int, cost: int) -> None:
+        with self.lock:
+            self.held -= bound
+            self.spent += cost
+            self.bounds.append((bound, cost))
+
+
+def test_every_call_is_reserved_before_it_is_made_and_a_refused_call_is_not_made(
+    server: StandinServer,
+) -> None:
+    """Reserve before calling: a call is admitted for the most it can cost before it is sent, so
+    what a run spends never passes what it may spend; the refused call never reaches the model."""
+    wallet = _Wallet(room=1_000)
+    result = run(server, gate=wallet, max_in_flight=4)
+    made = sum(1 for s in result.steps for c in s.calls if c.ok)
+    assert made == len(server.requests) < 40  # the calls past the room were never sent
+    assert wallet.spent == sum(s.cost_micro_usd for s in result.steps) <= 1_000
+    assert all(cost <= bound for bound, cost in wallet.bounds)
+    refused = [s for s in result.steps if s.status is StepStatus.FAILED]
+    assert refused and all("was not made" in (s.error or "") for s in refused)

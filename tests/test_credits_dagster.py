@@ -181,15 +181,23 @@ def test_credit_settlement_asset_settles_each_verdict_once(
     engine.dispose()
 
 
-def test_a_changed_verdict_fails_the_check_and_moves_nothing(env: dict[str, Any]) -> None:
+def test_a_changed_verdict_is_another_audit_refused_and_reported(env: dict[str, Any]) -> None:
+    """Issue 5/7: a re-run whose audit would have other bytes never replaces the settled one."""
     engine = open_store(env["url"])
     CreditLedger(engine).grant("demo", 1, reference="welcome")
     write_manifest(env["trainings"], "tr1")
-    settle(env, "tr1", judgement_for(Verdict.BEATS))
-    later = settle(env, "tr1", judgement_for(Verdict.REFUND))
-    check = (later.check_results or [])[0]
-    assert not check.passed and check.severity is dg.AssetCheckSeverity.WARN
-    assert (later.metadata or {})["verdict"] == "beats"
+    first = settle(env, "tr1", judgement_for(Verdict.BEATS))
+    settled = str((first.metadata or {})["audit_sha256"])
+    [line] = [ln for ln in CreditLedger(engine).lines("demo", training_id="tr1")
+              if ln.kind is EntryKind.SETTLEMENT]
+    assert line.audit_sha256 == settled == get_model(engine, "tr1").audit_sha256
+    assert f"audit_sha256={settled}" in line.describe()
+    with pytest.raises(dg.Failure) as refused:
+        settle(env, "tr1", judgement_for(Verdict.REFUND))
+    assert settled in str(refused.value.description) and "other bytes" in str(
+        refused.value.description)
+    assert refused.value.metadata["settled_audit_sha256"].value == settled
+    assert get_model(engine, "tr1").audit_sha256 == settled
     assert CreditLedger(engine).balance("demo") == 0
     engine.dispose()
 

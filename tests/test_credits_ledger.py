@@ -52,7 +52,7 @@ def test_migration_creates_the_credits_tables_and_matches_the_models(store_url: 
     assert {"credit_accounts", "credit_entries", "model_records"} <= names
     with engine.connect() as conn:
         heads = {r[0] for r in conn.execute(text("SELECT version_num FROM alembic_version"))}
-        assert "credits_0002" in heads
+        assert "credits_0003" in heads
         ours = {"credit_accounts", "credit_entries", "model_records"}
         diff = [
             d for d in compare_metadata(MigrationContext.configure(conn), Base.metadata)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from typestrict_pipeline.credits import (
     ModelState,
     RetentionError,
     RetentionPolicy,
+    SettledAuditError,
     SettlementRequest,
     SettlementResult,
     audit_bytes,
@@ -141,6 +143,9 @@ def test_the_first_audit_is_kept(sqlite_url: str, tmp_path: Path) -> None:
     CreditLedger(engine).grant("ws", 1, reference="g", now=T0)
     _settle(engine, tmp_path, "t", Verdict.BEATS, T0, audit=None)
     _settle(engine, tmp_path, "t", Verdict.BEATS, T0, audit=b"first\n")
-    _settle(engine, tmp_path, "t", Verdict.BEATS, T0, audit=b"second\n")
+    # another audit for a settled training is refused, not silently ignored (issue 5/7)
+    with pytest.raises(SettledAuditError, match="other bytes") as refused:
+        _settle(engine, tmp_path, "t", Verdict.BEATS, T0, audit=b"second\n")
+    assert refused.value.settled == hashlib.sha256(b"first\n").hexdigest()
     assert audit_bytes(engine, "t") == b"first\n"
     engine.dispose()

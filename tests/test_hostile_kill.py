@@ -132,8 +132,10 @@ def test_workers_of_a_killed_study_run_stop_and_the_resume_charges_each_window_o
     rows = _rows(engine)
     done_after = {r.id for r in rows if r.state == RunState.DONE.value}
     # Each of the 2 workers may finish the window it was in (a race with the kill), no more;
-    # without the check they would have run their chunk to its end (4 windows each).
-    assert len(done_after - done_at_kill) <= 2 and len(done_after) < 8, (done_at_kill, done_after)
+    # without the check they would have run their chunk to its end (4 windows each). The bound
+    # is the number of workers, by construction; "fewer than all 8 done" was a race with the
+    # moment of the kill (a stalled machine could finish them all before it) and is not asserted.
+    assert len(done_after - done_at_kill) <= 2, (done_at_kill, done_after)
     # Resumed here by the core's runner (the Dagster re-execution path is tested in
     # test_study_dagster.py): every window is idempotent on its key, a cut one is re-run.
     run_study_local(engine, sid, backend_from_config({"backend": "synthetic", "cost_per_step": 7}))

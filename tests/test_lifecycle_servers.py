@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from typestrict_pipeline.processes import Liveness, ProcessIdentity, identity_alive, identity_of
+from typestrict_pipeline.store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
 STOP_WITHIN_S = 10.0
@@ -137,6 +138,11 @@ def test_make_api_stops_with_its_whole_tree_within_10_s(how: str, tmp_path: Path
     port = _free_port()
     env = {**os.environ, "TYPESTRICT_HOME": str(tmp_path / "home"), "API_PORT": str(port)}
     env.pop("TYPESTRICT_STORE_URL", None)
+    # A server needs Jev's source and a store: the demo's home has both (its stand-in Jev runs
+    # inside the server; the Dagster code location loads in a thread as it starts).
+    (tmp_path / "home").mkdir()
+    open_store(f"sqlite:///{tmp_path / 'home' / 'store.db'}").dispose()
+    (tmp_path / "home" / "demo.json").write_text("{}\n")
     log = tmp_path / "api.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(["make", "--no-print-directory", "api", f"API_PORT={port}"], cwd=ROOT,

@@ -24,6 +24,7 @@ from resources.refund import (
     RefundTrainingsResource,
     default_resources,
 )
+from resources.store import StoreResource
 from typestrict_pipeline.refund.types import Verdict
 
 _SUPPORT = Path(__file__).with_name("test_refund_assets_support.py")
@@ -53,6 +54,7 @@ def run_training(
         ),
         "refund_jev_client": ManifestSourceClientResource(max_workers=1),
         "refund_model_client": ManifestSourceClientResource(max_workers=1),
+        "store": StoreResource(url=f"sqlite:///{home / 'store.db'}"),
     }
     base.update(resources or {})
     defs = dg.Definitions(
@@ -77,7 +79,8 @@ def verdict_metadata(result: dg.ExecuteInProcessResult) -> dict[str, Any]:
 
 
 def test_the_definitions_have_the_refund_graph() -> None:
-    defs = dg.Definitions.merge(build_defs(), dg.Definitions(resources=default_resources()))
+    defs = dg.Definitions.merge(
+        build_defs(), dg.Definitions(resources={**default_resources(), "store": StoreResource()}))
     graph = defs.resolve_asset_graph()
     keys = sorted(k.to_user_string() for k in graph.get_all_asset_keys())
     assert keys == sorted(KEYS)

@@ -58,7 +58,7 @@ def test_audit_content() -> None:
     decisions = _decisions()
     raw = _audit(decisions)
     audit = json.loads(raw)
-    assert audit["format"] == AUDIT_FORMAT and audit["audit_version"] == 2
+    assert audit["format"] == AUDIT_FORMAT and audit["audit_version"] == 3
     assert (audit["training_id"], audit["model_id"], audit["jev_id"]) == (
         "tr_1", "mdl_1", "jev-2026.11")
     assert audit["split"] == {"n_test": 160, "per_decision": {"topic": 90, "choice": 70}}

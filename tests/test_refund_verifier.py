@@ -212,7 +212,7 @@ def test_verdict_failed_without_reason_and_type_changes_are_caught(
         (b"\xff\xfe", "UTF-8"),
         (b"[]", "JSON object"),
         (b'{"format": "typestrict-refund-audit"}', "missing field 'audit_version'"),
-        (b'{"format": "typestrict-refund-audit", "audit_version": 3}', "audit_version"),
+        (b'{"format": "typestrict-refund-audit", "audit_version": 4}', "audit_version"),
         (b'{"format": "typestrict-refund-audit", "audit_version": 1.0}', "audit_version"),
         (b'{}', "format"),
         (b'{"format": "typestrict-refund-audit", "format": "x"}', "each key once"),
@@ -262,10 +262,16 @@ def test_missing_or_wrong_fields_exit_2_without_traceback(
 
 
 def test_missing_file_and_usage(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    assert verify_audit.main([str(tmp_path / "nope.json")]) == 2
+    # nothing checked: its own exit status (4), never one of the classes of damage
+    assert verify_audit.main([str(tmp_path / "nope.json")]) == 4
     assert "cannot read" in capsys.readouterr().err
-    assert verify_audit.main([]) == 2
+    assert verify_audit.main([]) == 4
     assert "usage" in capsys.readouterr().err
+    assert verify_audit.main(["--expect-sha256", "abc", "x.json"]) == 4
+    assert "64 hex digits" in capsys.readouterr().err
+    assert verify_audit.main(["--strict", "x.json"]) == 4
+    assert verify_audit.main(["--help"]) == 0
+    assert "exit status: 0 " in capsys.readouterr().out
 
 
 def test_standalone_copy_runs_isolated_from_an_empty_folder(

@@ -20,7 +20,7 @@ from typestrict_pipeline.refund.rule import judge
 from typestrict_pipeline.refund.synthetic import synthetic_decision, with_groups
 
 VERIFIER = Path(verify_audit.__file__)
-GUARDS = ("could not check it", "unexpected structure", "Traceback")
+GUARDS = ("the verifier stopped", "unexpected structure", "Traceback")
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +58,8 @@ def test_the_fixture_verifies(small: dict[str, Any], tmp_path: Path,
         # the verdict twice (refund, then beats): refused, not "last wins"
         (lambda t: t.replace('"verdict":"refund"', '"verdict":"refund","verdict":"beats"'),
          "each key once"),
-        (lambda t: t.replace('"audit_version":2', '"audit_version":2.0'), "audit_version"),
-        (lambda t: t.replace('"audit_version":2', '"audit_version":true'), "audit_version"),
+        (lambda t: t.replace('"audit_version":3', '"audit_version":3.0'), "audit_version"),
+        (lambda t: t.replace('"audit_version":3', '"audit_version":true'), "audit_version"),
         (lambda t: t.replace('"resamples":2000,"unit"', '"resamples":1' + "0" * 30 + ',"unit"'),
          "expected 2000"),
         (lambda t: t.replace('"resamples":2000,"unit"', '"resamples":1000000000,"unit"'),
@@ -121,17 +121,18 @@ def test_sizes_past_the_bounds_are_refused_before_any_work(small: dict[str, Any]
         verify_audit.verify(wide)
 
 
-def test_an_extra_level_in_split_is_a_difference(small: dict[str, Any]) -> None:
+def test_an_extra_level_in_split_is_malformed(small: dict[str, Any]) -> None:
     audit = copy.deepcopy(small)
     audit["split"]["per_decision"]["decision"] = {"n_test": 12}
-    assert any("split.per_decision.decision" in d for d in verify_audit.verify(audit))
+    with pytest.raises(verify_audit.Malformed, match=r"split\.per_decision\.decision"):
+        verify_audit.verify(audit)
 
 
 def test_the_interpreter_is_named_when_too_old(monkeypatch: pytest.MonkeyPatch,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(verify_audit, "python_problem",
                         lambda: verify_audit.__dict__["_old_python_message"]((3, 9, 18)))
-    assert verify_audit.main(["whatever.json"]) == 2
+    assert verify_audit.main(["whatever.json"]) == 4
     err = capsys.readouterr().err
     assert "needs Python 3.10 or later, got Python 3.9.18" in err and "whatever" not in err
 

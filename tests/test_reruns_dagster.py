@@ -22,7 +22,7 @@ from assets.reruns import (
     study_rerun_sensor,
 )
 from resources.reruns import RerunNotifierResource, RerunSettingsResource
-from resources.store import StoreResource
+from resources.store import STORE_TAG, StoreResource, store_tags, with_store
 from typestrict_pipeline.reruns import scenario
 from typestrict_pipeline.reruns.decide import SubscriptionState
 from typestrict_pipeline.reruns.service import enable_schedule, get_schedule, lineage_entries
@@ -94,19 +94,30 @@ def test_not_enough_unseen_data_with_the_real_counts(world: World) -> None:
     assert (nxt.skip_message or "").startswith("Not enough unseen data yet: 9 of 10 steps") and nxt.cursor.split(";")[0] == f"{world.schedule_id}:1"
 
 
+def launched_job() -> dg.JobDefinition:
+    """``study_rerun_job`` as the daemon launches it: the code location's, resources bound (so its
+    run config may name the store the request carries)."""
+    from typestrict_pipeline.definitions import defs
+
+    return defs.resolve_job_def("study_rerun_job")
+
+
 def test_fires_with_a_run_key_and_the_cursor(world: World) -> None:
     world.arrive(10)
     data = world.tick(T0)
     assert data.skip_message is None and len(data.run_requests) == 1
     req = data.run_requests[0]
     assert req.run_key == f"study-rerun:{world.root}:1"
-    assert req.run_config == rerun_run_config(req.run_key)
+    # The store the tick claimed the re-run in travels with the run (config and tag).
+    assert req.run_config == with_store(rerun_run_config(req.run_key), world.url)
+    assert req.tags[STORE_TAG] == store_tags(world.url)[STORE_TAG]
     assert req.tags["workflow"] == scenario.WORKFLOW and req.tags["typestrict/schedule"] == str(world.schedule_id)
+    assert req.tags["mode"] == "HISTORICAL"  # the re-run's run is marked as a replay (issue 3/7)
     assert data.cursor.split(";")[0] == f"{world.schedule_id}:0"
     # Evaluating the same tick again (a retried daemon, a second evaluator) fires nothing new.
     assert (world.tick(T0).skip_message or "").startswith("No re-run schedule is due")
     # The daemon launches the run (a run carrying the run key exists, not finished yet) ...
-    world.instance.create_run_for_job(study_rerun_job, run_config=req.run_config,
+    world.instance.create_run_for_job(launched_job(), run_config=req.run_config,
                                       tags={"dagster/run_key": req.run_key})
     # ... so at the next slot the workflow is in flight.
     nxt = world.tick(T0 + HOUR, cursor=data.cursor)
@@ -189,7 +200,7 @@ def test_usage_budget_exhausted_then_resumes_by_itself(world: World) -> None:
     world.arrive(10)
     set_workspace(world.engine, WS, usage_budget_micro_usd=1_000)  # the root study alone spent 1_000
     first = world.tick(T0)
-    assert (first.skip_message or "").startswith("Usage budget exhausted")
+    assert (first.skip_message or "").startswith("Workspace usage budget exhausted")
     set_workspace(world.engine, WS, usage_budget_micro_usd=50_000_000)
     assert len(world.tick(T0 + HOUR, cursor=first.cursor).run_requests) == 1
 
@@ -232,6 +243,7 @@ def test_rerun_job_records_the_lineage_as_metadata(world: World) -> None:
         res = world.resources(T0, reruns_notifier=RerunNotifierResource(transport="none"))
         result = study_rerun_job.execute_in_process(run_config=rerun_run_config(key), instance=instance, resources=res)
         assert result.success
+        assert result.dagster_run.tags["mode"] == "HISTORICAL"  # a re-run replays history too
         out = result.output_for_node("run_scheduled_rerun")
         assert out["state"] == LineageState.FINISHED.value and out["winner_changed"] is True
         mats = {m.asset_key: m for m in result.asset_materializations_for_node("run_scheduled_rerun")}
@@ -259,7 +271,7 @@ def test_a_run_that_failed_before_starting_the_rerun_fails_the_claim(world: Worl
     world.arrive(10)
     first = world.tick(T0)
     req = first.run_requests[0]
-    run = world.instance.create_run_for_job(study_rerun_job, run_config=req.run_config,
+    run = world.instance.create_run_for_job(launched_job(), run_config=req.run_config,
                                             tags={"dagster/run_key": req.run_key})
     world.instance.report_run_failed(run)  # e.g. its code server could not start
     assert (world.tick(T0 + HOUR, cursor=first.cursor).skip_message or "").startswith("A study or backtest was in flight")

@@ -75,8 +75,12 @@ def test_beats_luck_is_said_in_at_most_7_percent_of_null_searches() -> None:
 
 @pytest.mark.slow
 def test_one_real_edge_is_found_and_named_in_the_stepm_set() -> None:
+    # Round 5 found it in ≥ 70% of these 30 searches; with the long-run variance measured over
+    # the candidates (issue #27: every rule takes the larger estimate, docs/method/studies.md
+    # §3.1a) it is 18 of 30 (0.60) and named in the StepM set in 21 of 30: the price of not
+    # saying "yes" on persistence the lag-1 autocorrelation cannot see; still far from "never".
     r = search_rates(SCENARIOS[0], 20, 120, 30, seed=104, edge=0.3, reps=299)
-    assert r.beats_luck >= 0.7 and r.edge_in_stepm >= 0.6, r
+    assert r.beats_luck >= 0.5 and r.edge_in_stepm >= 0.6, r
 
 
 def test_adjusted_uses_the_right_scale_when_candidate_or_shared_noise_persists() -> None:

@@ -136,6 +136,8 @@ def test_killed_study_run_resumes_without_rerunning_or_double_charging(pg_url: s
     assert parent
     with dg.DagsterInstance.from_config(str(home)) as instance:  # what the killed run was doing
         logs = instance.all_logs(parent)
+        launched = instance.get_run_by_id(parent)
+        assert launched is not None and launched.tags["mode"] == "HISTORICAL"  # a replay (issue 3/7)
         engine_text = " ".join(e.message or "" for e in logs if e.is_dagster_event)
         chunk_steps = {e.step_key for e in logs if e.step_key and e.step_key.startswith("study_backtests")}
     assert "multiprocess executor" in engine_text  # the job's default executor, not in process

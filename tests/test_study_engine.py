@@ -154,3 +154,20 @@ def test_the_ranking_is_computed_once_per_set_of_finished_search_runs(sqlite_url
     leaderboard._RANKINGS.clear()
     fresh = load_leaderboard(engine, sid)
     assert fresh.to_json() == full.to_json()  # what was reused is what a fresh read computes
+
+
+@pytest.mark.parametrize("budget", [100, 307])
+def test_spend_never_exceeds_the_budget_even_when_the_estimate_is_far_too_low(
+    sqlite_url: str, budget: int
+) -> None:
+    """Issue 3/7: the per-step estimate (0.1 µ$, from a backtest claiming 10 µ$ for 100 steps)
+    is far below what a step costs on the engine (~12 µ$), with 8 steps in flight: the study
+    spent 363 µ$ of a 100 µ$ budget. Each call is now reserved before it is made."""
+    engine = open_store(sqlite_url)
+    cfg = _weather_config(SearchSpace(grid={"threshold": [0.4, 0.6]}), n_folds=1, tune_steps=15,
+                          eval_steps=15, holdout_steps=10, budget_micro=budget,
+                          end=dt.datetime(2013, 4, 1, tzinfo=UTC))
+    out = create_and_run_study(engine, cfg, last_backtest=LastBacktest(cost_micro=10, steps=100))
+    board = load_leaderboard(engine, out.study_id)
+    assert out.state == StudyState.BUDGET_REACHED
+    assert board.spend_micro is not None and 0 < board.spend_micro <= budget

@@ -205,4 +205,5 @@ def test_limits_are_required_and_budget_arithmetic_is_exact() -> None:
     assert estimate_cost_micro(7, 3, 3) == 7
     assert estimate_cost_micro(1, 3, 1) == 1  # rounds up, never down
     assert format_usd(None) == "—"
-    assert estimate_text(10_000, 2, 2) == "≈ $0.0100 for 2 candidates × 2 folds × 2 windows + the holdout × 2 (winner and baseline)"
+    # the page's sentence, verbatim ("the holdout" counts the winner's and the baseline's runs)
+    assert estimate_text(10_000, 2, 2) == "≈ $0.01 for 2 candidates × 2 folds × 2 windows + the holdout"

@@ -127,14 +127,44 @@ def test_budget_below_the_estimate_stops_before_the_holdout_and_says_so(sqlite_u
     assert out.state == StudyState.BUDGET_REACHED
     assert out.holdout_score is None
     assert out.holdout_missing_reason is not None
-    assert out.holdout_missing_reason.startswith("Budget reached before the winner's holdout run (Budget (USD))")
+    assert out.holdout_missing_reason == (
+        "The budget was reached before the winner's holdout run. The ranking stands; the holdout "
+        "score does not exist. Raise the budget and run the study again to get it.\n"
+        "Limit reached: Budget (USD).")
     board = load_leaderboard(engine, sid)
     md = render_markdown(board)
     assert "Budget reached (limit: Budget (USD))" in md
     assert "$0.0016 of $0.0017 budget" in md
-    assert "≈ $0.0020 for 2 candidates × 2 folds × 2 windows + the holdout × 2 (winner and baseline)" in md
+    assert "≈ $0.0020 for 2 candidates × 2 folds × 2 windows + the holdout" in md
+    assert ("| Holdout | The budget was reached before the winner's holdout run. The ranking stands;"
+            in md) and "|  | Limit reached: Budget (USD). |" in md
     assert "| Budget | $0.0017 is below the estimate $0.0020: the study stops before the run" in md
     assert board.run == 2 and board.winner_candidate_id is not None
+
+
+@pytest.mark.parametrize("budget", [1_800, 1_850, 1_990])
+def test_the_holdout_and_the_baseline_are_reserved_together(sqlite_url: str, budget: int) -> None:
+    """Issue 3/7: the baseline's holdout run alone could be what the budget refused after the
+    winner's ran. Now both are reserved at once: 1,600 µ$ of search leaves room for the winner's
+    200 but not for both (400), so neither runs and the holdout is reported missing."""
+    engine = open_store(sqlite_url)
+    sid = _create(engine, n=2, limits=StudyLimits(2, 100_000, budget_micro=budget))
+    out = run_study_local(engine, sid, SyntheticBackend(cost_per_step=10), max_workers=2)
+    assert out.state == StudyState.BUDGET_REACHED and out.holdout_score is None
+    assert out.holdout_missing_reason is not None
+    assert out.holdout_missing_reason.startswith("The budget was reached before the winner's")
+    assert out.holdout_baseline_missing_reason == (
+        "the winner's holdout was not scored, so the baseline was not run")
+    with session_scope(engine) as s:
+        study = s.get(StudyRow, sid)
+        assert study is not None and study.spend_micro == 1_600 <= budget
+        assert study.reserved_micro == 0 and study.steps_reserved == 0
+        scored = s.execute(text("SELECT COUNT(*) FROM study_runs WHERE study_id = :s AND "
+                                "window = 'HOLDOUT' AND steps_done > 0"), {"s": sid}).scalar()
+    assert scored == 0
+    enough = _create(engine, workflow="wx2", n=2, limits=StudyLimits(2, 100_000, budget_micro=2_000))
+    both = run_study_local(engine, enough, SyntheticBackend(cost_per_step=10), max_workers=2)
+    assert both.holdout_score is not None and both.holdout_baseline is not None
 
 
 def test_max_total_steps_stops_the_study_and_keeps_what_ran(sqlite_url: str) -> None:

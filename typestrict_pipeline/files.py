@@ -513,3 +513,95 @@ def read_json_file(
             file=file,
         ) from None
     return loads_strict(text, file=file, error=error, limits=limits)
+
+
+# --------------------------------------------------------------------------------------------
+# Data files: bounded, named, never a special file
+# --------------------------------------------------------------------------------------------
+
+MAX_DATA_FILE_BYTES = 1024 * 1024 * 1024
+"""Largest data file (a point-in-time table's CSV) read, before and after decompression:
+``TYPESTRICT_MAX_DATA_FILE_BYTES`` overrides it."""
+
+_DECOMPRESSORS = {".gz": "gzip", ".bz2": "bz2", ".xz": "lzma"}
+
+
+def max_data_file_bytes() -> int:
+    """The bound on a data file's size (:data:`MAX_DATA_FILE_BYTES`, or the environment's)."""
+    raw = os.environ.get("TYPESTRICT_MAX_DATA_FILE_BYTES", "")
+    return int(raw) if raw.isascii() and raw.isdigit() and 0 < int(raw) < 2**50 else MAX_DATA_FILE_BYTES
+
+
+def read_data_file(
+    path: str | os.PathLike[str],
+    *,
+    error: type[InputError] = InputError,
+    what: str = "a CSV file",
+    max_bytes: int | None = None,
+    text: bool = True,
+) -> bytes:
+    """The bytes of a data file, decompressed by its suffix (``.gz``, ``.bz2``, ``.xz``), read
+    only when it can be read in bounded work.
+
+    Refused with ``error`` naming the file: a path that is not a regular file (a FIFO is never
+    opened, so nothing hangs; a device is never read); a file above ``max_bytes`` (before
+    decompressing, from its size alone, so a 2 GiB sparse file costs nothing; and after, so a
+    small archive cannot expand without end); a corrupt or truncated archive (``zlib``, ``lzma``,
+    ``bz2`` errors, said in words); with ``text``, a NUL byte (no text file holds one), with
+    its line.
+
+    >>> import tempfile, pathlib, gzip
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "t.csv.gz"
+    >>> _ = p.write_bytes(gzip.compress(b"a,b\\n1,2\\n")[:-12])
+    >>> read_data_file(p)
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: ...t.csv.gz: expected a readable CSV file (.gz compressed), got a truncated or corrupt archive (EOFError: Compressed file ended before the end-of-stream marker was reached). Check the file, or compress it again.
+    """
+    import importlib
+    import lzma
+    import zlib
+
+    file = str(path)
+    bound = max_data_file_bytes() if max_bytes is None else max_bytes
+    kind = special_kind(path)
+    if kind is not None:
+        raise error(what, kind, "point at a regular file", file=file)
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        raise error(what, "no such file", "check the path", file=file) from None
+    except OSError as exc:
+        raise error("a readable file", exc.strerror or type(exc).__name__, "check the file", file=file) from None
+    if size > bound:
+        raise error(f"{what} of at most {bound:,} bytes", f"{size:,} bytes",
+                    "split the file, or set TYPESTRICT_MAX_DATA_FILE_BYTES", file=file)
+    suffix = Path(path).suffix.lower()
+    module = _DECOMPRESSORS.get(suffix)
+    def nul_at(chunk: bytes, start: bytes = b"") -> None:
+        nul = chunk.find(b"\x00")
+        if text and nul >= 0:
+            line = start.count(b"\n") + chunk.count(b"\n", 0, nul) + 1
+            raise error(f"{what} of text", f"a NUL byte on line {line} of the file (a binary or sparse file?)",
+                        "check that this is the right file", file=file, row=line - 1 if line > 1 else None)
+
+    try:
+        opener: Any = open if module is None else importlib.import_module(module).open
+        with opener(path, "rb") as handle:
+            head: bytes = handle.read(65536)  # a binary or sparse file is refused by its start
+            nul_at(head)
+            data: bytes = head + handle.read(bound + 1 - len(head))
+    except InputError:
+        raise
+    except (OSError, EOFError, zlib.error, lzma.LZMAError, ValueError) as exc:
+        detail = f"{type(exc).__name__}: {' '.join(str(exc).split())[:120]}"
+        if module is None:
+            raise error("a readable file", detail, "check the file", file=file) from None
+        raise error(f"a readable {what.removeprefix('a ')} ({suffix} compressed)",
+                    f"a truncated or corrupt archive ({detail})", "check the file, or compress it again",
+                    file=file) from None
+    if len(data) > bound:
+        raise error(f"{what} of at most {bound:,} bytes once decompressed", "more",
+                    "split the file, or set TYPESTRICT_MAX_DATA_FILE_BYTES", file=file)
+    nul_at(data[len(head):], head)
+    return data

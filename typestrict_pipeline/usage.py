@@ -9,6 +9,9 @@ Three sources, never counted twice:
   (``typestrict_pipeline.reruns.workspace.store_spend_source``). A study's window runs are
   metered by the study, not stored as plain backtests. Studies created before cost tracking
   have no spend to show and are listed as "not tracked", never as $0.
+
+Spend is history: deleting or cancelling never changes what was spent. A deleted study's spend
+stays under its id, marked deleted (``study_deleted``), in every total.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ class StudySpend:
     state: str
     spend_micro: int | None
     budget_micro: int | None
+    deleted: bool = False
 
 
 @dataclass(frozen=True)
@@ -112,7 +116,7 @@ class WorkspaceUsage:
 def workspace_usage(engine: Engine, workspace: str, *, since: dt.date | None = None,
                     until: dt.date | None = None) -> WorkspaceUsage:
     """A workspace's usage from ``since`` to ``until`` (UTC days, both included)."""
-    from typestrict_pipeline.study.tables import StudyRow
+    from typestrict_pipeline.study.tables import DeletedStudyRow, StudyRow
 
     calls = usage(engine, workspace=workspace, since=since, until=until)
     studies: list[StudySpend] = []
@@ -130,4 +134,23 @@ def workspace_usage(engine: Engine, workspace: str, *, since: dt.date | None = N
                 spend_micro=(row.spend_micro or 0) if row.cost_tracked else None,
                 budget_micro=row.budget_micro,
             ))
+        gone = select(DeletedStudyRow).where(DeletedStudyRow.workspace == workspace)
+        if since is not None:
+            gone = gone.where(DeletedStudyRow.created_at >= dt.datetime(
+                since.year, since.month, since.day, tzinfo=dt.UTC))
+        if until is not None:
+            gone = gone.where(DeletedStudyRow.created_at < dt.datetime(
+                until.year, until.month, until.day, tzinfo=dt.UTC) + dt.timedelta(days=1))
+        for dead in s.execute(gone).scalars():
+            studies.append(StudySpend(
+                study_id=dead.study_id, name=dead.name, workflow=dead.workflow,
+                day=dead.created_at.astimezone(dt.UTC).date().isoformat(), state=DELETED,
+                spend_micro=(dead.spend_micro or 0) if dead.cost_tracked else None,
+                budget_micro=dead.budget_micro, deleted=True,
+            ))
+    studies.sort(key=lambda st: st.study_id)
     return WorkspaceUsage(workspace, tuple(calls), tuple(studies))
+
+
+DELETED = "deleted"
+"""How Usage marks a deleted study's line (its spend stays counted)."""

@@ -66,6 +66,7 @@ __all__ = [
     "email",
     "integer",
     "is_formula",
+    "looks_numeric",
     "money_micro",
     "neutralise_cell",
     "number",
@@ -476,6 +477,15 @@ def data_number(cell: Any, *, file: str | None = None, row: int | None = None,
         return number(text, "a value", fix=todo)
     except InputError:
         raise InputError(expected, shown(cell), todo, file=file, row=row, column=column) from None
+
+
+def looks_numeric(cell: str) -> bool:
+    """Whether ``cell`` is written as a number in digits (finite or not: ``1e309`` looks numeric).
+
+    >>> looks_numeric("-3.5"), looks_numeric("1e309"), looks_numeric("inf"), looks_numeric("1,5")
+    (True, True, False, False)
+    """
+    return len(cell) <= MAX_VALUE_CHARS and bool(_NUMBER.fullmatch(cell.strip()))
 
 
 def is_formula(cell: str) -> bool:

@@ -4,21 +4,26 @@
 Usage::
 
     python3 verify_audit.py audit.json
+    python3 verify_audit.py --expect-sha256 HEX audit.json   # and: it is the file that was settled
 
 This one file works when copied anywhere (Python 3.10 or later, nothing to install; checked
 with 3.10, 3.11, 3.12 and 3.13; an older interpreter gets a one-line message naming the version
-it needs). It verifies audit format versions 1 and 2 (version 2: test examples in groups and the
-group bootstrap). It rebuilds,
+it needs). It verifies audit format versions 1, 2 (test examples in groups and the group
+bootstrap) and 3 (the trained-on attestation and the binding digest). It rebuilds,
 from the audit alone, each decision's bootstrap seed, every resample (SHAKE-256 stream), every
 per-example value, the four metrics of both systems, the deltas and margins, the gain G, the
 bootstrap's 5th percentile and its count of G <= 0, then the two-thirds rule, the settling
-decision and the verdict, and compares every number in the audit with what it rebuilt, exactly.
+decision and the verdict, and the digest that binds the ids, the option, the decisions and the
+verdict together, and compares every number in the audit with what it rebuilt, exactly.
 
-Exit status: 0 when everything matches; 1 when anything differs (each difference is printed);
-2 when the file cannot be read or is not an audit (a one-line message says what is wrong). It
-reads JSON strictly (a duplicated key, a non-finite number, an integer past the interpreter's
-digit limit, a file above 64 MiB, nesting past the interpreter's limit are refused) and
-refuses, before any computation, what the product never writes: a resample count other than 2,000, more than 2,000 test examples
+Exit status, one per class of damage: 0 everything matches; 1 a value differs (each difference
+is printed); 2 not an audit (not strict JSON, a field missing or unexpected, a wrong type, an
+unknown version, a size the product never writes: one line says what and where); 3 not the
+settled file (``--expect-sha256`` given and the file's SHA-256 differs, checked first); 4 nothing
+checked (a wrong command line, an unreadable file, an old interpreter). It reads JSON strictly (a
+duplicated key, a non-finite number, an integer past the interpreter's digit limit, a file above
+64 MiB, nesting past the interpreter's limit are refused) and refuses, before any computation,
+what the product never writes: a resample count other than 2,000, more than 2,000 test examples
 in a decision, more than 256 answers, more than 32 decisions, a field the format does not have,
 or (unless ``--large`` is given) more than 4,000 test examples or 80,000 examples x answers in
 all, which keeps a run within a few seconds whatever the file.
@@ -74,7 +79,7 @@ def python_problem() -> str | None:
 
 
 AUDIT_FORMAT = "typestrict-refund-audit"
-AUDIT_VERSIONS = (1, 2)
+AUDIT_VERSIONS = (1, 2, 3)
 MAX_FILE_BYTES = 64 * 2**20
 MAX_DECISIONS = 32
 MAX_TEST_EXAMPLES = 2000  # per decision: the product holds out at most 2,000
@@ -128,6 +133,270 @@ PARAMS: dict[str, Any] = {
     "confidence_order": "confidence_desc,row_asc",
 }
 PARAMS_V2: dict[str, Any] = {**PARAMS, "group_domain": "typestrict-refund-group-v1"}
+PARAMS_V3: dict[str, Any] = {
+    **PARAMS_V2,
+    "id_domain": "typestrict-refund-id-v1",
+    "trained_on_domain": "typestrict-refund-trained-on-v1",
+    "binding_domain": "typestrict-refund-binding-v1",
+}
+PARAMS_BY_VERSION = {1: PARAMS, 2: PARAMS_V2, 3: PARAMS_V3}
+ID_DOMAIN = b"typestrict-refund-id-v1\x00"
+TRAINED_ON_DOMAIN = b"typestrict-refund-trained-on-v1\x00"
+BINDING_DOMAIN = b"typestrict-refund-binding-v1\x00"
+ATTESTED, NOT_STATED = "attested", "not stated"
+
+# One exit status per class of damage (docs/audit-format.md, "Exit status").
+EXIT_OK = 0
+EXIT_DIFFERS = 1
+EXIT_MALFORMED = 2
+EXIT_NOT_SETTLED = 3
+EXIT_CANNOT_CHECK = 4
+EXIT_CODES = {
+    EXIT_OK: "every number matches (and, with --expect-sha256, the file is the one settled)",
+    EXIT_DIFFERS: "a value differs: the file has the format's shape, but a number, digest or "
+                  "verdict is not what the rest of the file rebuilds to",
+    EXIT_MALFORMED: "not an audit: not strict JSON, or not the format (a field missing or "
+                    "unexpected, a wrong type, an unknown version, a size the product never "
+                    "writes)",
+    EXIT_NOT_SETTLED: "not the settled file: its SHA-256 is not the one given with "
+                      "--expect-sha256 (checked before anything else)",
+    EXIT_CANNOT_CHECK: "nothing checked: a wrong command line, a file that cannot be read, an "
+                       "interpreter too old, memory exhausted or an interruption",
+}
+
+# ------------------------------------------------------------------ the format's fields and types
+# A type is one of the words below, a dict (an object with exactly these fields), or a pair:
+# ("null", t) "t or null", ("list", t) "list of t", ("enum", values) one of the strings.
+INT, FLOAT, BOOL, TEXT, HEX, RATIONAL, COUNTS = (
+    "int", "float", "bool", "string", "hex digest", "rational", "object of counts or null")
+_PLURAL = {INT: "ints", FLOAT: "floats", BOOL: "bools", TEXT: "strings", HEX: "hex digests",
+           RATIONAL: "rationals", "object": "objects"}
+_RATIONAL = re.compile(r"-?[0-9]{1,400}/[0-9]{1,400}")
+
+
+def _null(t: Any) -> tuple[str, Any]:
+    return ("null", t)
+
+
+def _list_of(t: Any) -> tuple[str, Any]:
+    return ("list", t)
+
+
+def _enum(*values: str) -> tuple[str, Any]:
+    return ("enum", values)
+
+
+def describe(t: Any) -> str:
+    """A type in the words of the format's tables (docs/audit-format.md).
+
+    >>> describe(("list", ("list", "float"))), describe(("null", "rational"))
+    ('list of lists of floats', 'rational or null')
+    >>> describe(("enum", ("example", "group")))
+    '"example" or "group"'
+    """
+    if isinstance(t, dict):
+        return "object"
+    if isinstance(t, str):
+        return t
+    tag, inner = t
+    if tag == "null":
+        return f"{describe(inner)} or null"
+    if tag == "enum":
+        return " or ".join(f'"{v}"' for v in inner)
+    words = describe(inner)
+    return "list of " + (_PLURAL.get(words) or words.replace("list of", "lists of", 1))
+
+
+def _per_metric(t: Any, worst: Any) -> dict[str, Any]:
+    return {"macro_f1": t, "brier_skill": t, "selective_acc_80": t, "worst_class_f1": worst}
+
+
+def _spec_of(value: Any) -> Any:
+    """The type of a fixed value (the ``params``)."""
+    if isinstance(value, dict):
+        return {k: _spec_of(v) for k, v in value.items()}
+    return {bool: BOOL, int: INT, float: FLOAT, str: TEXT}[type(value)]
+
+
+MARGIN_STATES = ("held", "broken", "not_applicable")
+
+
+def report_schema(version: int) -> dict[str, Any]:
+    """The fields of ``decisions[].report`` and their types."""
+    metric_values = {
+        "macro_f1": FLOAT, "brier_skill": FLOAT, "selective_acc_80": FLOAT,
+        "worst_class_f1": _null(FLOAT), "worst_class": _null(TEXT),
+        "exact": _per_metric(RATIONAL, _null(RATIONAL)),
+    }
+    counts = {"tp": _list_of(INT), "true": _list_of(INT), "pred": _list_of(INT),
+              "brier_units": INT, "selective_correct": INT}
+    boot: dict[str, Any] = {"resamples": INT}
+    if version >= 2:
+        boot.update(unit=_enum(*UNITS), n_units=INT)
+    boot.update(seed=HEX, q05_index=INT, q05=FLOAT, n_gain_le_0=INT, gains_sha256=HEX,
+                gains=_list_of(FLOAT))
+    return {
+        "data_sha256": HEX, "n": INT, "f1_answers": _list_of(INT),
+        "worst_eligible": _list_of(INT), "coverage": INT,
+        "metrics": {"model": metric_values, "jev": metric_values},
+        "counts": {"model": counts, "jev": counts},
+        "deltas": _per_metric(FLOAT, _null(FLOAT)),
+        "exact_deltas": _per_metric(RATIONAL, _null(RATIONAL)),
+        "margins": _per_metric(_enum(*MARGIN_STATES), _enum(*MARGIN_STATES)),
+        "gain": FLOAT, "bootstrap": boot,
+        "gain_is_real": BOOL, "nothing_collapses": BOOL, "beats": BOOL,
+    }
+
+
+def rows_schema(version: int, kind: str = "multiple_choice", unit: str = "group") -> dict[str, Any]:
+    """The fields of ``decisions[].rows``: ``n_options`` for multiple choice only,
+    ``group_sha256`` (version 2 on) for the group bootstrap only."""
+    rows: dict[str, Any] = {"sha256": _list_of(HEX), "y": _list_of(INT)}
+    if kind == "multiple_choice":
+        rows["n_options"] = _list_of(INT)
+    if version >= 2 and unit == "group":
+        rows["group_sha256"] = _list_of(HEX)
+    rows.update(p_model=_list_of(_list_of(FLOAT)), p_jev=_list_of(_list_of(FLOAT)))
+    return rows
+
+
+def decision_schema(version: int, kind: str = "multiple_choice",
+                    unit: str = "group") -> dict[str, Any]:
+    """The fields of one entry of ``decisions``."""
+    return {"name": TEXT, "kind": _enum(*KINDS), "answers": _list_of(TEXT),
+            "rows": rows_schema(version, kind, unit), "report": report_schema(version)}
+
+
+def audit_schema(version: int) -> dict[str, Any]:
+    """Every field of an audit of ``version`` and its type (a decision with every optional
+    field: multiple choice, with groups)."""
+    top: dict[str, Any] = {
+        "format": _enum(AUDIT_FORMAT), "audit_version": INT, "training_id": TEXT,
+        "model_id": TEXT, "jev_id": TEXT, "params": _spec_of(PARAMS_BY_VERSION[version]),
+    }
+    if version >= 3:
+        top["trained_on"] = {"status": _enum(ATTESTED, NOT_STATED), "n_ids": _null(INT),
+                             "ids_sha256": _null(HEX)}
+    top.update(
+        split=COUNTS,
+        decisions=_list_of(decision_schema(version)),
+        overall={
+            "n_decisions": INT, "needed": INT, "won": INT, "beats": BOOL,
+            "settling_decision": _null(TEXT), "keep_if_loses": BOOL,
+            "verdict": _enum(*VERDICTS), "refunds_credit": BOOL, "failure_reason": _null(TEXT),
+        },
+    )
+    if version >= 3:
+        top["binding_sha256"] = HEX
+    return top
+
+
+def field_list(version: int) -> dict[str, str]:
+    """Every field's path (``decisions[].report.n``) and type in words, in the format's order.
+
+    >>> fields = field_list(3)
+    >>> fields["decisions[].report.bootstrap.unit"], fields["binding_sha256"]
+    ('"example" or "group"', 'hex digest')
+    """
+    out: dict[str, str] = {}
+
+    def walk(spec: dict[str, Any], prefix: str) -> None:
+        for key, t in spec.items():
+            path = f"{prefix}{key}"
+            out[path] = describe(t)
+            if isinstance(t, dict):
+                walk(t, path + ".")
+            elif isinstance(t, tuple) and t[0] == "list" and isinstance(t[1], dict):
+                walk(t[1], path + "[].")
+
+    walk(audit_schema(version), "")
+    return out
+
+
+def _shape(value: Any, t: Any, where: str) -> None:
+    """Refuse (:class:`Malformed`) a value that is not of type ``t``: a field missing or
+    unexpected, a wrong JSON type, a string that is not the form its type says."""
+    if isinstance(t, dict):
+        if not isinstance(value, dict):
+            raise Malformed(f"{where}: expected a JSON object, got {_kind(value)}")
+        for key in t:
+            if key not in value:
+                raise Malformed(f"{where}: missing field {key!r}")
+        for key in value:
+            if key not in t:
+                raise Malformed(f"{where}: unexpected field {_name(key)} (the product never "
+                                "writes it)")
+        for key, inner in t.items():
+            _shape(value[key], inner, f"{where}.{key}")
+        return
+    if isinstance(t, tuple):
+        tag, inner = t
+        if tag == "null":
+            if value is not None:
+                _shape(value, inner, where)
+        elif tag == "enum":
+            if value not in inner or not isinstance(value, str):
+                raise Malformed(f"{where}: expected {describe(t)}, got {_short(value)}")
+        else:
+            if not isinstance(value, list):
+                raise Malformed(f"{where}: expected a {describe(t)}, got {_kind(value)}")
+            if isinstance(inner, str):  # a list of leaves: one check per entry, no recursion
+                for i, item in enumerate(value):
+                    if not _is(item, inner):
+                        raise Malformed(f"{where}[{i}]: expected {_article(inner)}, got "
+                                        f"{_short(item)}")
+            else:
+                for i, item in enumerate(value):
+                    _shape(item, inner, f"{where}[{i}]")
+        return
+    if t == COUNTS:
+        if value is not None:
+            _counts_shape(value, where)
+        return
+    if not _is(value, t):
+        raise Malformed(f"{where}: expected {_article(t)}, got {_short(value)}")
+
+
+def _article(t: str) -> str:
+    return {INT: "an int", HEX: "a hex digest (64 lowercase hex digits)",
+            RATIONAL: 'a rational ("numerator/denominator")',
+            TEXT: f"a string of 1 to {MAX_TEXT} characters"}.get(t, f"a {t}")
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else {dict: "an object", list: "a list", str: "a string",
+                                         bool: "a bool", int: "an int", float: "a float"}.get(
+        type(value), type(value).__name__)
+
+
+def _is(value: Any, t: str) -> bool:
+    if t == INT:
+        return type(value) is int and 0 <= value <= 10**18
+    if t == FLOAT:
+        return type(value) is float
+    if t == BOOL:
+        return type(value) is bool
+    if t == TEXT:
+        return type(value) is str and 0 < len(value) <= MAX_TEXT
+    if t == HEX:
+        return type(value) is str and _HEX64.fullmatch(value) is not None
+    if t == RATIONAL:
+        return type(value) is str and _RATIONAL.fullmatch(value) is not None
+    raise AssertionError(t)
+
+
+def _counts_shape(split: Any, where: str) -> None:
+    """Counts only: integers >= 0, at most one nested level of objects (e.g. per decision)."""
+    if not isinstance(split, dict):
+        raise Malformed(f"{where}: expected an object of counts or null, got {_kind(split)}")
+    _bounded_size(split, MAX_SPLIT_ENTRIES, where)
+    for key, value in split.items():
+        inner = value.items() if isinstance(value, dict) else [(None, value)]
+        for sub, count in inner:
+            if type(count) is not int or not 0 <= count <= 10**15:
+                at = f"{where}.{_name(key)}" + ("" if sub is None else f".{_name(sub)}")
+                what = "a count" if sub is not None else "a count or an object of counts"
+                raise Malformed(f"{at}: expected {what} (an integer >= 0), got {_short(count)}")
 
 
 class Malformed(Exception):
@@ -712,6 +981,9 @@ class _Decision:
                             f"{_short(answers[:3])}")
         self.answers: list[str] = answers
         report = _field(dec, "report", where)
+        # a report holds about 2,000 gains and a few numbers per answer: refuse a bigger one
+        # before reading it (its contents are compared after)
+        _bounded_size(report, 3 * RESAMPLES + 40 * len(answers) + 200, f"{where}.report")
         boot = _field(report, "bootstrap", f"{where}.report")
         resamples = _field(boot, "resamples", f"{where}.report.bootstrap")
         if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples != RESAMPLES:
@@ -729,9 +1001,9 @@ class _Decision:
             raise Malformed(f"{where}: unexpected field {_name(sorted(extra)[0])} (the product "
                             "never writes it)")
         self._read_rows(_field(dec, "rows", where), diffs)
-        # a report holds about 2,000 gains and a few numbers per answer: refuse a bigger one
-        # before computing anything (its contents are compared after)
-        _bounded_size(report, 3 * RESAMPLES + 40 * len(answers) + 200, f"{where}.report")
+        # every field of the report present, none extra, each of its type: what is left to
+        # compare are values (a missing or mistyped field is exit 2, a wrong value exit 1)
+        _shape(report, report_schema(version), f"{where}.report")
 
     def _read_rows(self, rows: Any, diffs: _Diffs) -> None:
         where, k = self.where, len(self.answers)
@@ -870,7 +1142,8 @@ class _Decision:
 def verify(audit: Any, *, large: bool = False) -> list[str]:
     """Rebuild everything in ``audit`` (a parsed audit) and return the differences (empty if none).
 
-    Every decision is read and checked for shape and bounds before any computation starts.
+    Every field's presence and type, and every decision's sizes, are checked before any
+    computation starts.
 
     Args:
         audit: the parsed audit.
@@ -878,8 +1151,8 @@ def verify(audit: Any, *, large: bool = False) -> list[str]:
             examples x answers) in all (slower).
 
     Raises:
-        Malformed: not an audit (wrong format or version, missing fields, wrong types, sizes the
-            product never writes).
+        Malformed: not an audit (wrong format or version, a field missing or unexpected, a
+            wrong type, sizes the product never writes).
     """
     diffs = _Diffs()
     if not isinstance(audit, dict):
@@ -891,35 +1164,32 @@ def verify(audit: Any, *, large: bool = False) -> list[str]:
     if isinstance(version, bool) or not isinstance(version, int) or version not in AUDIT_VERSIONS:
         raise Malformed(f"audit_version: expected one of {AUDIT_VERSIONS} (an integer), got "
                         f"{_short(version)}: use the verifier that matches this audit's version")
-    known = {"format", "audit_version", "training_id", "model_id", "jev_id", "params", "split",
-             "decisions", "overall"}
-    extra = set(audit) - known
+    schema = audit_schema(version)
+    extra = set(audit) - set(schema)
     if extra:
         raise Malformed(f"unexpected field {_name(sorted(extra)[0])} at the top (the product never "
                         "writes it)")
+    for key in schema:
+        _field(audit, key, "audit")
     for key in ("training_id", "model_id", "jev_id"):
-        _str(_field(audit, key, "audit"), key)
-    for key in ("params", "overall"):
-        _bounded_size(_field(audit, key, "audit"), 200, key)
-    params = PARAMS if version == 1 else PARAMS_V2
-    _compare(params, _field(audit, "params", "audit"), "params", diffs)
-    split = _field(audit, "split", "audit")
-    if split is not None:
-        _check_split(split, diffs)
-    decisions = _list(_field(audit, "decisions", "audit"), "decisions", most=MAX_DECISIONS)
-    overall = _field(audit, "overall", "audit")
-    verdict = _field(overall, "verdict", "overall")
-    if verdict not in VERDICTS:
-        raise Malformed(f"overall.verdict: expected one of {VERDICTS}, got {_short(verdict)}")
-    keep = _field(overall, "keep_if_loses", "overall")
-    if not isinstance(keep, bool):
-        raise Malformed(f"overall.keep_if_loses: expected true or false, got {_short(keep)}")
+        _str(audit[key], key)
+    for key in ("params", "overall") + (("trained_on",) if version >= 3 else ()):
+        _bounded_size(audit[key], 200, key)
+    top = {k: t for k, t in schema.items() if k != "decisions"}
+    for key, t in top.items():
+        _shape(audit[key], t, key)
+    _compare(PARAMS_BY_VERSION[version], audit["params"], "params", diffs)
+    decisions = _list(audit["decisions"], "decisions", most=MAX_DECISIONS)
+    overall = audit["overall"]
+    keep, verdict = overall["keep_if_loses"], overall["verdict"]
     expected: dict[str, Any]
     if verdict == "failed":
-        reason = _field(overall, "failure_reason", "overall")
-        if not isinstance(reason, str) or not reason.strip() or len(reason) > MAX_TEXT:
+        reason = overall["failure_reason"]
+        if not isinstance(reason, str) or not reason.strip():
             diffs.add(f"overall.failure_reason: a failed training needs its reason, got "
                       f"{_short(reason)}")
+        for i, d in enumerate(decisions):  # read for shape, though a failed training has none
+            _Decision(d, f"decisions[{i}]", version, _Diffs())
         if decisions:
             diffs.add(f"decisions: a failed training has no decisions, got {len(decisions)}")
         expected = {
@@ -953,28 +1223,100 @@ def verify(audit: Any, *, large: bool = False) -> list[str]:
             "refunds_credit": rebuilt in ("refund", "failed"), "failure_reason": None,
         }
     _compare(expected, overall, "overall", diffs)
+    if version >= 3:
+        _check_trained_on(audit["trained_on"], diffs)
+        _compare(binding_sha256(audit), audit["binding_sha256"], "binding_sha256", diffs)
     return diffs.lines
 
 
-def _check_split(split: Any, diffs: _Diffs) -> None:
-    """Counts only: integers >= 0, at most one nested level of objects (e.g. per decision)."""
-    if not isinstance(split, dict):
-        diffs.add(f"split: expected an object of counts, got {type(split).__name__}")
-        return
-    _bounded_size(split, MAX_SPLIT_ENTRIES, "split")
-    for key, value in split.items():
-        where = f"split.{_name(key)}"
-        if isinstance(value, dict):
-            for inner, count in value.items():
-                if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= 10**15:
-                    diffs.add(f"{where}.{_name(inner)}: expected a count (integer >= 0), "
-                              f"got {_short(count)}")
-        elif isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10**15:
-            diffs.add(f"{where}: expected a count (integer >= 0) or an object of counts, "
-                      f"got {_short(value)}")
+def _text(value: str) -> bytes:
+    """A string as the digests take it: its UTF-8 length (4 bytes, big-endian), then its bytes."""
+    raw = value.encode("utf-8")
+    return struct.pack(">I", len(raw)) + raw
 
 
-USAGE = "usage: python3 verify_audit.py [--large] AUDIT.json"
+def binding_sha256(audit: dict[str, Any]) -> str:
+    """The digest that binds an audit's fields that are not rebuilt from its rows (format 3).
+
+    It covers the ids, the trained-on attestation, the split, the decisions (each one's name and
+    row digest, in order), the option ``keep_if_loses``, the verdict, whether the credit comes
+    back and the failure reason; the reports are rebuilt from the rows, so the row digests bind
+    them too. The formula is in docs/audit-format.md.
+    """
+    trained, overall = audit["trained_on"], audit["overall"]
+    h = hashlib.sha256(BINDING_DOMAIN)
+    for value in (audit["training_id"], audit["model_id"], audit["jev_id"],
+                  trained["status"], trained["ids_sha256"] or ""):
+        h.update(_text(value))
+    h.update(struct.pack(">Q", trained["n_ids"] or 0))
+    h.update(_text(json.dumps(audit["split"], sort_keys=True, separators=(",", ":"))))
+    h.update(struct.pack(">I", len(audit["decisions"])))
+    for decision in audit["decisions"]:
+        h.update(_text(decision["name"]))
+        h.update(bytes.fromhex(decision["report"]["data_sha256"]))
+    for value in ("true" if overall["keep_if_loses"] else "false", overall["verdict"],
+                  "true" if overall["refunds_credit"] else "false",
+                  overall["failure_reason"] or ""):
+        h.update(_text(value))
+    return h.hexdigest()
+
+
+def id_sha256(ident: str) -> str:
+    """The SHA-256 of one example id under the audit's id domain (hex).
+
+    >>> id_sha256("row-1")[:16]
+    'a6ba621b9c047139'
+    """
+    return hashlib.sha256(ID_DOMAIN + ident.encode("utf-8")).hexdigest()
+
+
+def trained_on_sha256(id_digests: Sequence[str]) -> str:
+    """The digest of a set of ids, from their :func:`id_sha256` (each once, sorted)."""
+    h = hashlib.sha256(TRAINED_ON_DOMAIN)
+    for d in sorted({bytes.fromhex(x) for x in id_digests}):
+        h.update(d)
+    return h.hexdigest()
+
+
+def _check_trained_on(trained: dict[str, Any], diffs: _Diffs) -> None:
+    stated = trained["ids_sha256"] is not None, trained["n_ids"] is not None
+    if trained["status"] == ATTESTED and not (all(stated) and trained["n_ids"] >= 1):
+        diffs.add("trained_on: status 'attested' needs the stated set's ids_sha256 and n_ids "
+                  f"(at least 1), got {_short(trained['ids_sha256'])} and "
+                  f"{_short(trained['n_ids'])}")
+    if trained["status"] == NOT_STATED and any(stated):
+        diffs.add("trained_on: status 'not stated' has no ids_sha256 and no n_ids, got "
+                  f"{_short(trained['ids_sha256'])} and {_short(trained['n_ids'])}")
+
+
+USAGE = "usage: python3 verify_audit.py [--large] [--expect-sha256 HEX] AUDIT.json"
+
+
+class _Usage(Exception):
+    """The command line is not one the verifier takes."""
+
+
+def _options(args: list[str]) -> tuple[str, bool, str | None]:
+    """(path, --large, --expect-sha256 digest) from the command line."""
+    large, expect, rest = False, None, []
+    items = iter(args)
+    for arg in items:
+        if arg == "--large":
+            large = True
+        elif arg == "--expect-sha256" or arg.startswith("--expect-sha256="):
+            value = arg.partition("=")[2] if "=" in arg else next(items, None)
+            if value is None or not _HEX64.fullmatch(value.lower()) or expect is not None:
+                raise _Usage(f"--expect-sha256: expected one SHA-256 (64 hex digits), got "
+                             f"{_short(value)}: copy the digest the ledger or the result page "
+                             "shows")
+            expect = value.lower()
+        elif arg.startswith("--") and arg != "--":
+            raise _Usage(f"unknown option {_short(arg)}")
+        else:
+            rest.append(arg)
+    if len(rest) != 1:
+        raise _Usage(f"expected one audit file, got {len(rest)}")
+    return rest[0], large, expect
 
 
 def _print(text: str, err: bool = False) -> None:
@@ -993,38 +1335,60 @@ def _print(text: str, err: bool = False) -> None:
 
 
 def _run(args: list[str]) -> int:
-    large = "--large" in args
-    args = [a for a in args if a != "--large"]
-    if len(args) != 1 or args[0] in ("-h", "--help"):
-        _print(USAGE, err=True)
-        return 0 if args and args[0] in ("-h", "--help") else 2
-    path = args[0]
+    if args and args[0] in ("-h", "--help"):
+        _print(USAGE)
+        _print("exit status: " + "; ".join(f"{code} {what}" for code, what in EXIT_CODES.items()))
+        return EXIT_OK
     try:
-        audit = load(path)
+        path, large, expect = _options(args)
+    except _Usage as exc:
+        _print(f"verify_audit: {exc}\n{USAGE}", err=True)
+        return EXIT_CANNOT_CHECK
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        _print(f"verify_audit: cannot read {path}: {exc.strerror or exc}", err=True)
+        return EXIT_CANNOT_CHECK
+    if expect is not None:
+        got = hashlib.sha256(raw).hexdigest()
+        if got != expect:
+            _print(f"verify_audit: NOT THE SETTLED FILE: {path} has SHA-256 {got}, expected "
+                   f"{expect} (the digest recorded when the verdict was settled). Download the "
+                   "audit again (GET /v1/models/{id}/audit or `typestrict audit ID`) and check "
+                   "it before anything else.", err=True)
+            return EXIT_NOT_SETTLED
+    try:
+        audit = parse(raw, path)
         diffs = verify(audit, large=large)
     except Malformed as exc:
         _print(f"verify_audit: not a valid audit: {exc}", err=True)
-        return 2
+        return EXIT_MALFORMED
     except RecursionError:
         _print("verify_audit: not a valid audit: nested too deeply", err=True)
-        return 2
+        return EXIT_MALFORMED
     except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as exc:
         _print(f"verify_audit: not a valid audit: unexpected structure "
                f"({type(exc).__name__}: {_short(str(exc))})", err=True)
-        return 2
+        return EXIT_MALFORMED
     if diffs:
         for line in diffs:
             _print(f"DIFFERS {line}")
         _print(f"verify_audit: FAILED: {len(diffs)} difference(s) in {path}; "
                "the audit does not match what its rows give.")
-        return 1
+        return EXIT_DIFFERS
     overall = audit["overall"]
     n_dec = overall["n_decisions"]
     settling = overall["settling_decision"]
     tail = f", settled by {settling!r}" if settling is not None else ""
+    trained = audit.get("trained_on")
+    attested = "" if trained is None else (
+        f"; trained on {trained['n_ids']} attested id(s)" if trained["status"] == ATTESTED
+        else "; training set not stated")
+    settled = "; it is the settled file (SHA-256 matches)" if expect is not None else ""
     _print(f"verify_audit: OK: {path}: every number matches; {n_dec} decision(s), "
-           f"verdict {overall['verdict']}{tail}.")
-    return 0
+           f"verdict {overall['verdict']}{tail}{attested}{settled}.")
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1036,20 +1400,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     problem = python_problem()
     if problem is not None:
         _print(problem, err=True)
-        return 2
+        return EXIT_CANNOT_CHECK
     try:
         return _run(list(sys.argv[1:] if argv is None else argv))
     except MemoryError:
-        _print("verify_audit: not a valid audit: it needs more memory than this machine has",
+        _print("verify_audit: not checked: it needs more memory than this machine has",
                err=True)
-        return 2
+        return EXIT_CANNOT_CHECK
     except KeyboardInterrupt:
         _print("verify_audit: interrupted", err=True)
-        return 2
+        return EXIT_CANNOT_CHECK
     except Exception as exc:  # the last guard: never a traceback
-        _print(f"verify_audit: not a valid audit: could not check it ({type(exc).__name__})",
-               err=True)
-        return 2
+        _print(f"verify_audit: not checked: the verifier stopped on this file "
+               f"({type(exc).__name__}); report it with the file", err=True)
+        return EXIT_CANNOT_CHECK
 
 
 if __name__ == "__main__":

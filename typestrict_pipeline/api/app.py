@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +33,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from typestrict_pipeline.api.errors import ApiError, error_body, status_for
 from typestrict_pipeline.api.jev import JEV_SOURCE_ENV, missing_jev_error, parse_jev_source
+from typestrict_pipeline.api.keys import KeyVerifier
+from typestrict_pipeline.api.ratelimit import RateLimit, RateLimitMiddleware, TokenBuckets
 from typestrict_pipeline.api.runs import DagsterRuns, dagster_home_for
 from typestrict_pipeline.api.trainings import TrainingStore
 from typestrict_pipeline.errors import TypeStrictError
@@ -40,6 +44,7 @@ log = logging.getLogger("typestrict.api")
 
 DEFAULT_MAX_BODY = 16 * 1024 * 1024
 DEFAULT_MAX_UPLOAD = 256 * 1024 * 1024
+DEFAULT_RATE_LIMIT = RateLimit()
 UPLOAD_PREFIXES = ("/v1/files/", "/v1/trainings/")
 CONSOLE_UPLOAD_PREFIX = "/console/trainings"  # the console's dataset and predictions forms
 
@@ -54,6 +59,8 @@ class ApiSettings:
     max_body_bytes: int = DEFAULT_MAX_BODY
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD
     dagster_home: Path | None = None
+    rate_limit: RateLimit | None = field(default_factory=RateLimit)
+    warm_runs: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -65,6 +72,8 @@ class ApiContext:
     engine: Engine
     trainings: TrainingStore
     runs: DagsterRuns
+    keys: KeyVerifier
+    limiter: TokenBuckets | None = None
 
 
 class _TooLarge(Exception):
@@ -90,6 +99,13 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         limit = self._limit(scope)
+        # Whether the request has a body still to come: an answer sent before it was read says
+        # "connection: close" (the server closes rather than drain it, BoundedH11Protocol), so a
+        # client never reuses a connection the server is about to close.
+        body_pending = any(
+            (name == b"content-length" and value.strip() not in (b"", b"0"))
+            or (name == b"transfer-encoding" and b"chunked" in value.lower())
+            for name, value in scope.get("headers", []))
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
@@ -101,26 +117,44 @@ class BodyLimitMiddleware:
                     return
         seen = 0
         started = False
+        refused = False
 
         async def counting_receive() -> Message:
-            nonlocal seen
+            # Past the limit (a chunked body, or one longer than it said), the 413 goes out at
+            # once and the application sees the client gone: however it reads the body (a
+            # framework may turn a reading error into a 400), the answer is this 413.
+            nonlocal seen, refused
+            if refused:
+                return {"type": "http.disconnect"}
+            nonlocal body_pending
             message = await receive()
             if message["type"] == "http.request":
+                if not message.get("more_body", False):
+                    body_pending = False
                 seen += len(message.get("body", b""))
                 if seen > limit:
-                    raise _TooLarge()
+                    refused = True
+                    if not started:
+                        await _send_413(send, limit, f"more: {seen:,} bytes had arrived when it "
+                                        "was stopped")
+                    return {"type": "http.disconnect"}
             return message
 
         async def tracking_send(message: Message) -> None:
             nonlocal started
+            if refused:
+                return  # the 413 was the answer
             if message["type"] == "http.response.start":
                 started = True
+                if body_pending:
+                    message = {**message, "headers": [*message.get("headers", []),
+                                                      (b"connection", b"close")]}
             await send(message)
 
         try:
             await self.app(scope, counting_receive, tracking_send)
         except _TooLarge:
-            if not started:
+            if not started and not refused:
                 await _send_413(send, limit, f"more: {seen:,} bytes had arrived when it was stopped")
 
 
@@ -139,7 +173,8 @@ async def _send_413(send: Send, limit: int, got: str) -> None:
     body = json.dumps(error_body("payload_too_large", too_large_message(limit, got))).encode()
     await send({"type": "http.response.start", "status": 413,
                 "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode())]})
+                            (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close")]})  # the rest of the body is never read
     await send({"type": "http.response.body", "body": body})
 
 
@@ -230,6 +265,9 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY,
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD,
     dagster_home: str | Path | None = None,
+    rate_limit: RateLimit | None = DEFAULT_RATE_LIMIT,
+    clock: Callable[[], float] = time.monotonic,
+    warm_runs: bool = False,
 ) -> FastAPI:
     """The customer API on the store at ``store_url`` and the files under ``home``.
 
@@ -242,6 +280,11 @@ def create_app(
         max_upload_bytes: largest uploaded file (``PUT /v1/files/{name}``, model files).
         dagster_home: the Dagster instance studies and backtests are launched on (default
             ``DAGSTER_HOME``, else ``<home>/dagster_home``: :mod:`typestrict_pipeline.api.runs`).
+        rate_limit: every key's token bucket (None: no limit); see
+            :mod:`typestrict_pipeline.api.ratelimit`.
+        clock: the buckets' clock (seconds, monotonic).
+        warm_runs: load the Dagster instance and the code location in a thread as the server
+            starts (``typestrict api`` does), so the first launched study does not wait for it.
     """
     from typestrict_pipeline.api.routes import (
         backtests,
@@ -261,14 +304,19 @@ def create_app(
     resolved = Path(home).resolve()
     settings = ApiSettings(store_url=store_url, home=resolved, jev_source=jev_source,
                            max_body_bytes=max_body_bytes, max_upload_bytes=max_upload_bytes,
-                           dagster_home=Path(dagster_home).resolve() if dagster_home else dagster_home_for(resolved))
+                           dagster_home=Path(dagster_home).resolve() if dagster_home else dagster_home_for(resolved),
+                           rate_limit=rate_limit, warm_runs=warm_runs)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = open_store(settings.store_url)
         assert settings.dagster_home is not None
         runs = DagsterRuns(settings.dagster_home, settings.store_url)
-        app.state.ctx = ApiContext(settings, engine, TrainingStore(settings.home, engine, jev_source), runs)
+        if settings.warm_runs:
+            threading.Thread(target=runs.warm, name="warm-dagster-runs", daemon=True).start()
+        limiter = None if settings.rate_limit is None else TokenBuckets(settings.rate_limit, clock=clock)
+        app.state.ctx = ApiContext(settings, engine, TrainingStore(settings.home, engine, jev_source), runs,
+                                   KeyVerifier(engine, clock=clock), limiter)
         try:
             yield
         finally:
@@ -290,14 +338,16 @@ def create_app(
 
     install_console(app)
     app.add_middleware(BodyLimitMiddleware, max_body=max_body_bytes, max_upload=max_upload_bytes)
+    app.add_middleware(RateLimitMiddleware)  # outermost: a refused request costs nothing more
     return app
 
 
 def app_from_env() -> FastAPI:
     """The app configured from the environment, for ``uvicorn --factory`` and ``--workers N``.
 
-    ``TYPESTRICT_STORE_URL`` (else the SQLite file under ``TYPESTRICT_HOME``), ``TYPESTRICT_HOME``
-    and ``TYPESTRICT_API_JEV_SOURCE`` (the manifest ``predictions.jev`` object, as JSON).
+    ``TYPESTRICT_STORE_URL`` (else the SQLite file under ``TYPESTRICT_HOME``), ``TYPESTRICT_HOME``,
+    ``TYPESTRICT_API_JEV_SOURCE`` (the manifest ``predictions.jev`` object, as JSON) and
+    ``TYPESTRICT_API_RATE_LIMIT`` (``RATE/BURST``, e.g. ``20/60``; ``off`` for none).
     """
     import os
 
@@ -305,4 +355,22 @@ def app_from_env() -> FastAPI:
 
     raw = os.environ.get(JEV_SOURCE_ENV)
     jev = parse_jev_source(raw, what=JEV_SOURCE_ENV) if raw else None
-    return create_app(default_store_url(), typestrict_home(), jev_source=jev)
+    return create_app(default_store_url(), typestrict_home(), jev_source=jev,
+                      rate_limit=rate_limit_from_text(os.environ.get(RATE_LIMIT_ENV, "")), warm_runs=True)
+
+
+RATE_LIMIT_ENV = "TYPESTRICT_API_RATE_LIMIT"
+
+
+def rate_limit_from_text(text: str) -> RateLimit | None:
+    """``RATE/BURST`` (``20/60``) as a :class:`RateLimit`; ``off`` as None; empty as the default.
+
+    >>> rate_limit_from_text("5/10"), rate_limit_from_text("off"), rate_limit_from_text("") == RateLimit()
+    (RateLimit(rate_per_s=5.0, burst=10), None, True)
+    """
+    if not text:
+        return RateLimit()
+    if text == "off":
+        return None
+    rate, _, burst = text.partition("/")
+    return RateLimit(rate_per_s=float(rate), burst=int(burst))

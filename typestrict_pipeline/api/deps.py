@@ -6,11 +6,11 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy import Engine
 
 from typestrict_pipeline.api.app import ApiContext
 from typestrict_pipeline.api.errors import ApiError
-from typestrict_pipeline.api.keys import KeyState, check_key
+from typestrict_pipeline.api.keys import KeyState, KeyVerifier
+from typestrict_pipeline.api.ratelimit import RATE_CHECKED
 
 _bearer = HTTPBearer(auto_error=False, description="An API key: `typestrict api-key create WORKSPACE`")
 
@@ -27,8 +27,8 @@ def _unauthorized(message: str) -> ApiError:
 MAKE_ONE = "An operator creates one with `typestrict api-key create WORKSPACE`"
 
 
-def auth_failure(engine: Engine, header: str | None) -> tuple[str | None, ApiError | None]:
-    """The workspace of an ``Authorization`` header, or the 401 that says what is wrong with it:
+def auth_failure(keys: KeyVerifier, header: str | None) -> tuple[tuple[str, str] | None, ApiError | None]:
+    """``(workspace, key id)`` of an ``Authorization`` header, or the 401 that says what is wrong with it:
     no header, another scheme, no key after ``Bearer``, a value that is not a key, a key this
     server does not know (unknown id and wrong secret are one answer: telling them apart would
     tell a caller which ids exist), or a revoked key (said only to the holder of the whole key).
@@ -46,9 +46,10 @@ def auth_failure(engine: Engine, header: str | None) -> tuple[str | None, ApiErr
     key = value.strip()
     if not key:
         return None, _unauthorized("expected an API key after 'Bearer ', got nothing. Send the whole key")
-    checked = check_key(engine, key)
+    checked = keys.check(key)
     if checked.state is KeyState.VALID:
-        return checked.workspace_id, None
+        assert checked.workspace_id is not None and checked.key_id is not None
+        return (checked.workspace_id, checked.key_id), None
     if checked.state is KeyState.MALFORMED:
         return None, _unauthorized(
             f"expected an API key of the form tsk_<16 hex>_<43 characters>, got a value of {len(key)} "
@@ -69,7 +70,8 @@ def get_workspace(
 ) -> str:
     """The workspace of the request's API key; a 401 saying what is wrong otherwise
     (:func:`auth_failure`). A browser without the header may use the console's session cookie
-    for reads."""
+    for reads. Every request then takes a token from its key's bucket (a refused one from its
+    address's): a 429 when there is none (:mod:`typestrict_pipeline.api.ratelimit`)."""
     ctx = get_ctx(request)
     header = request.headers.get("authorization")
     if header is None:  # a browser: the console's cookie, reads only
@@ -77,12 +79,21 @@ def get_workspace(
 
         found = cookie_workspace(request)
         if found is not None:
+            _limit(ctx, f"workspace:{found}")
             return found
-    workspace, failure = auth_failure(ctx.engine, header)
+    who, failure = auth_failure(ctx.keys, header)
     if failure is not None:
+        _limit(ctx, f"addr:{request.client.host if request.client else '?'}")
         raise failure
-    assert workspace is not None
-    return workspace
+    assert who is not None
+    if not request.scope.get("state", {}).get(RATE_CHECKED):  # else the middleware took its token
+        _limit(ctx, f"key:{who[1]}")
+    return who[0]
+
+
+def _limit(ctx: ApiContext, bucket: str) -> None:
+    if ctx.limiter is not None:
+        ctx.limiter.check(bucket)
 
 
 Ctx = Annotated[ApiContext, Depends(get_ctx)]

@@ -22,6 +22,10 @@ import hashlib
 import hmac
 import re
 import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import Engine, Index, String, select
@@ -191,28 +195,102 @@ class KeyCheck:
     state: KeyState
     workspace_id: str | None = None
     revoked_at: dt.datetime | None = None
+    key_id: str | None = None
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """What the store holds of one key id (never its secret: only the secret's digest)."""
+
+    secret_sha256: str
+    workspace_id: str
+    revoked_at: dt.datetime | None
+
+
+def _lookup(engine: Engine, key_id: str) -> _Stored | None:
+    with session_scope(engine) as s:
+        row = s.get(ApiKeyRow, key_id) if key_id else None
+        return None if row is None else _Stored(row.secret_sha256, row.workspace_id, row.revoked_at)
+
+
+def _judge(key: str, lookup: Callable[[str], _Stored | None]) -> KeyCheck:
+    """The same work whatever ``key`` is: one lookup, one digest, one constant-time comparison."""
+    parsed = parse_key(key)
+    key_id, secret = parsed if parsed is not None else ("", "")
+    stored = lookup(key_id) if key_id else None
+    ok = hmac.compare_digest(stored.secret_sha256 if stored is not None else "0" * 64, _digest(secret))
+    if parsed is None:
+        return KeyCheck(KeyState.MALFORMED)
+    if stored is None or not ok:
+        return KeyCheck(KeyState.UNKNOWN)
+    if stored.revoked_at is not None:
+        return KeyCheck(KeyState.REVOKED, revoked_at=stored.revoked_at)
+    return KeyCheck(KeyState.VALID, workspace_id=stored.workspace_id, key_id=key_id)
 
 
 def check_key(engine: Engine, key: str) -> KeyCheck:
-    """What ``key`` is (:class:`KeyState`), paying the same work whatever it is.
+    """What ``key`` is (:class:`KeyState`), read from the store, paying the same work whatever it is.
 
     The secret's digest is compared with :func:`hmac.compare_digest`; a malformed key or an
     unknown id still pays one digest, one read and one comparison, so the time taken does not
     tell whether an id exists either.
     """
-    parsed = parse_key(key)
-    key_id, secret = parsed if parsed is not None else ("", "")
-    with session_scope(engine) as s:
-        row = s.get(ApiKeyRow, key_id) if key_id else None
-        stored = row.secret_sha256 if row is not None else "0" * 64
-        ok = hmac.compare_digest(stored, _digest(secret))
+    return _judge(key, lambda key_id: _lookup(engine, key_id))
+
+
+class KeyVerifier:
+    """:func:`check_key` with what the store said about each key id kept for ``ttl_s`` seconds
+    (found or not: an unknown id is kept like a known one, so neither answers faster), at most
+    ``max_entries`` ids. The API server checks every request's key with it: a busy key costs one
+    digest, not one read of the store, and answering its 429s stays cheap. A key revoked in the
+    store is refused within ``ttl_s`` seconds.
+
+    >>> import sqlalchemy
+    >>> verifier = KeyVerifier(sqlalchemy.create_engine("sqlite://"), ttl_s=10.0)
+    >>> verifier.check("not a key").state
+    <KeyState.MALFORMED: 'malformed'>
+    """
+
+    def __init__(self, engine: Engine, *, ttl_s: float = 10.0, max_entries: int = 10_000,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.engine = engine
+        self.ttl_s = ttl_s
+        self.max_entries = max_entries
+        self.clock = clock
+        self._seen: OrderedDict[str, tuple[float, _Stored | None]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _lookup(self, key_id: str) -> _Stored | None:
+        now = self.clock()
+        with self._lock:
+            hit = self._seen.get(key_id)
+            if hit is not None and now - hit[0] < self.ttl_s:
+                self._seen.move_to_end(key_id)
+                return hit[1]
+        stored = _lookup(self.engine, key_id)
+        with self._lock:
+            self._seen[key_id] = (now, stored)
+            self._seen.move_to_end(key_id)
+            while len(self._seen) > self.max_entries:
+                self._seen.popitem(last=False)
+        return stored
+
+    def check(self, key: str) -> KeyCheck:
+        """What ``key`` is (see :func:`check_key`)."""
+        return _judge(key, self._lookup)
+
+    def check_known(self, key: str) -> KeyCheck | None:
+        """What ``key`` is when its id was looked up in the last ``ttl_s`` seconds, without reading
+        the store (it never blocks: the server's event loop may call it); None otherwise."""
+        parsed = parse_key(key)
         if parsed is None:
-            return KeyCheck(KeyState.MALFORMED)
-        if row is None or not ok:
-            return KeyCheck(KeyState.UNKNOWN)
-        if row.revoked_at is not None:
-            return KeyCheck(KeyState.REVOKED, revoked_at=row.revoked_at)
-        return KeyCheck(KeyState.VALID, workspace_id=row.workspace_id)
+            return None
+        now = self.clock()
+        with self._lock:
+            hit = self._seen.get(parsed[0])
+        if hit is None or now - hit[0] >= self.ttl_s:
+            return None
+        return _judge(key, lambda _: hit[1])
 
 
 def workspace_for_key(engine: Engine, key: str) -> str | None:

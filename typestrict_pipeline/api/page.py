@@ -102,6 +102,19 @@ def _headline(overall: Mapping[str, Any]) -> str:
     )
 
 
+def _trained_on(audit: Mapping[str, Any]) -> str:
+    """What the training attested it was trained on (audit format 3; nothing for older ones)."""
+    trained = audit.get("trained_on")
+    if not isinstance(trained, Mapping):
+        return ""
+    if trained.get("status") == "attested":
+        return (f'<p id="trained-on">Trained on: {_e(trained.get("n_ids"))} attested ids, all '
+                "training rows of the split (set SHA-256 "
+                f"<code>{_e(trained.get('ids_sha256'))}</code>).</p>")
+    return ('<p id="trained-on">Trained on: not stated (the training did not say which ids the '
+            "model was trained on, so nothing was checked).</p>")
+
+
 _STYLE = (
     "body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem}"
     "table{border-collapse:collapse}td,th{border:1px solid #bbb;padding:.25rem .5rem;text-align:right}"
@@ -117,8 +130,13 @@ def render_result_page(
     files_note: str,
     pictures: Sequence[Picture] = (),
     base_url: str = "",
+    audit_sha256: str | None = None,
 ) -> str:
-    """The whole page as one HTML document (UTF-8, no script, no external resource)."""
+    """The whole page as one HTML document (UTF-8, no script, no external resource).
+
+    ``audit_sha256`` is the settled audit's digest (the ledger's): the page publishes it, and its
+    verify command checks that the downloaded file is that one (``--expect-sha256``).
+    """
     overall = audit.get("overall", {})
     settling = overall.get("settling_decision")
     verdict = str(overall.get("verdict", "?"))
@@ -129,15 +147,20 @@ def render_result_page(
         for p in pictures
     )
     audit_url = f"{base_url}/v1/models/{model_id}/audit"
+    expect = "" if audit_sha256 is None else f"--expect-sha256 {_e(audit_sha256)} "
+    published = "" if audit_sha256 is None else (
+        f'<p>SHA-256 of the settled audit: <code id="audit-sha256">{_e(audit_sha256)}</code> '
+        "(the same digest as the ledger's settlement line).</p>")
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         f"<title>Model {_e(model_id)}: {_e(verdict)}</title><style>{_STYLE}</style></head><body>"
         f'<h1>Model {_e(model_id)}: verdict <span id="verdict">{_e(verdict)}</span></h1>'
-        f"{_headline(overall)}<p>{_e(files_note)}</p>{sections}"
+        f"{_headline(overall)}{_trained_on(audit)}<p>{_e(files_note)}</p>{sections}"
         f'<section id="pictures">{figures}</section>'
         f'<h2>Verify it yourself</h2><p><a id="audit" href="{_e(audit_url)}">Download the audit file</a> '
         "(hashes and probabilities only, no text of yours), then run:</p>"
+        f"{published}"
         f'<pre id="verify">curl -H "Authorization: Bearer $TYPESTRICT_API_KEY" -o audit.json {_e(audit_url)}\n'
-        f"curl -O {_e(base_url)}/verify_audit.py\npython3 verify_audit.py audit.json</pre>"
+        f"curl -O {_e(base_url)}/verify_audit.py\npython3 verify_audit.py {expect}audit.json</pre>"
         "</body></html>"
     )

@@ -128,6 +128,14 @@ class DagsterRuns:
     def instance(self) -> Any:
         return self._ensure()[0]
 
+    def warm(self) -> None:
+        """Load the instance and the code location now (the server does it in a thread as it
+        starts, so the first launch does not wait for it); a failure is left for a launch to say."""
+        try:
+            self._ensure()[1].create_request_context().get_code_location(LOCATION)
+        except Exception:  # reported, with the product's message, by the launch that needs it
+            return
+
     def submit(self, job_name: str, run_config: Mapping[str, Any], *, workspace: str,
                object_ref: str, tags: Mapping[str, str] | None = None) -> str:
         """Create a run of ``job_name`` as the UI does and hand it to the run coordinator; its id.
@@ -189,13 +197,20 @@ class DagsterRuns:
             return bool(instance.run_coordinator.cancel_run(run_id))
         return bool(instance.run_launcher.terminate(run_id))
 
-    def close(self) -> None:
-        with self._lock:
+    def close(self, wait_s: float = 2.0) -> None:
+        """Release the instance and the code location. A load still under way (the start-up
+        warm-up) is not waited for beyond ``wait_s``: the server stops on time, and what the
+        loading thread holds ends with the process."""
+        if not self._lock.acquire(timeout=wait_s):
+            return
+        try:
             if self._context is not None:
                 self._context.__exit__(None, None, None)
             if self._instance is not None:
                 self._instance.dispose()
             self._context = self._instance = None
+        finally:
+            self._lock.release()
 
 
 def _info(run: Any) -> RunInfo:

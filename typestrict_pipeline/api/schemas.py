@@ -172,6 +172,10 @@ class PredictionsIn(Strict):
 
     predictions: Annotated[list[PredictionRow], Field(min_length=1, max_length=200_000)]
     trained_on_sha256: Annotated[str, Field(pattern="^[0-9a-fA-F]{64}$")] | None = None
+    trained_on_ids: Annotated[list[Annotated[str, Field(min_length=1, max_length=1000)]],
+                              Field(min_length=1, max_length=200_000)] | None = None
+    trained_on_id_sha256: Annotated[list[Annotated[str, Field(pattern="^[0-9a-f]{64}$")]],
+                                    Field(min_length=1, max_length=200_000)] | None = None
 
 
 class MetricPair(BaseModel):
@@ -210,6 +214,8 @@ class VerdictOut(BaseModel):
     files_expire_at: str
     audit_sha256: str | None
     decisions: list[DecisionVerdict]
+    trained_on: str | None = None  # "attested" / "not stated" (None: an audit before format 3)
+    trained_on_n_ids: int | None = None
 
 
 class FileOut(BaseModel):
@@ -233,6 +239,7 @@ class LedgerLineOut(BaseModel):
     verdict: str | None
     reason: str
     created_at: str
+    audit_sha256: str | None = None  # a settlement: the SHA-256 of the audit it settled
 
 
 class WorkspaceOut(BaseModel):
@@ -259,6 +266,7 @@ class StudySpendOut(BaseModel):
     state: str
     spend_micro_usd: int | None
     budget_micro_usd: int | None
+    deleted: bool = False  # a deleted study's spend stays, under its id, marked deleted
 
 
 class SpendOut(BaseModel):

@@ -150,8 +150,8 @@ def money_text(value: object) -> str:
     >>> money_text(Decimal("0.05")), money_text(Decimal("1E+2")), money_text("0.25")
     ('0.05', '100', '0.25')
     """
-    if isinstance(value, Decimal) and value.is_finite():
-        return format(value, "f")
+    if isinstance(value, Decimal) and value.is_finite() and -40 <= value.adjusted() <= 12:
+        return format(value, "f")  # bounded: 1E+999999999 is never written out in a billion digits
     return str(value)
 
 

@@ -69,13 +69,14 @@ from typestrict_pipeline.refund.holdout import Holdout, split_decisions, trainin
 from typestrict_pipeline.refund.manifest import TrainingManifest, parse_manifest
 from typestrict_pipeline.refund.predictions import read_predictions
 from typestrict_pipeline.refund.preflight import check_file_predictions
-from typestrict_pipeline.refund.trained_on import check_trained_on, trained_on_sha256
+from typestrict_pipeline.refund.trained_on import attest, trained_on_sha256
 from typestrict_pipeline.refund.types import Role
 from typestrict_pipeline.store import utcnow
 
 DRAFT_NAME = "api-draft.json"
 MANIFEST_NAME = "manifest.json"
 MODEL_PREDICTIONS = "predictions/model.jsonl"
+TRAINED_ON_FILE = "trained_on.txt"
 MODEL_FOLDER = "model"
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
 _DATASET_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".parquet", ".pq", ".jsonl", ".ndjson")
@@ -484,17 +485,22 @@ class TrainingStore:
             return write_atomic(folder / MODEL_FOLDER / check_name(name), data)
 
     def submit(self, workspace_id: str, training_id: str, predictions_jsonl: bytes,
-               trained_on: str | None, *, source: str = SUBMISSION_SOURCE) -> TrainingManifest:
+               trained_on: str | None, stated_ids: tuple[bool, Sequence[str]] | None = None, *,
+               source: str = SUBMISSION_SOURCE) -> TrainingManifest:
         """Check the model's predictions against the split, then hand the training to its verdict.
 
         Refused before anything is stored or any claim is taken: predictions that are not valid
         probabilities, that miss a test example of a decision, that name ids or decisions the
         training does not have (the message counts each kind and names the first ids), or a
-        ``trained_on_sha256`` that is not the split's. Accepted: under the training's claim (a
-        lease that expires with its process), the state moves to ``judging`` and the predictions
-        and the manifest are written in that transaction, the manifest last; ``training_sensor``
-        picks it up. A training in ``failed`` accepts corrected predictions the same way.
-        Messages name the predictions as ``source`` (the request's body; the CLI's file).
+        statement of what the model was trained on that the split refuses: ``trained_on_sha256``
+        that is not the split's, or ``stated_ids`` ((hashed, values): the ids or their SHA-256,
+        any subset of the training rows) naming a test, excluded or unknown id (counted, the
+        first named). Accepted: under the training's claim (a lease that expires with its
+        process), the state moves to ``judging`` and the predictions, the stated ids
+        (``trained_on.txt``, named by the manifest's ``training.trained_on``) and the manifest
+        are written in that transaction, the manifest last; ``training_sensor`` picks it up. A
+        training in ``failed`` accepts corrected predictions the same way. Messages name the
+        predictions as ``source`` (the request's body; the CLI's file).
 
         Raises:
             ConflictError: the training accepts no predictions now (judging or ended), or
@@ -510,9 +516,20 @@ class TrainingStore:
             raise _already_submitted(training_id)
         if trained_on is not None:
             doc["training"] = {**doc["training"], "trained_on_sha256": trained_on}
-        manifest = parse_manifest(doc, source="request", base_dir=folder)
-        staged = folder / "predictions" / f".incoming-{secrets.token_hex(4)}.jsonl"
+        token = secrets.token_hex(4)
+        staged = folder / "predictions" / f".incoming-{token}.jsonl"
+        staged_ids = folder / f".incoming-{token}-{TRAINED_ON_FILE}"
+        if stated_ids is not None:  # checked from the staged file; the manifest names the final one
+            key = "id_sha256_file" if stated_ids[0] else "ids_file"
+            checked = {**doc, "training": {**doc["training"], "trained_on": {key: staged_ids.name}}}
+            doc["training"] = {**doc["training"], "trained_on": {key: TRAINED_ON_FILE}}
+            manifest = parse_manifest(checked, source="request", base_dir=folder)
+        else:
+            manifest = parse_manifest(doc, source="request", base_dir=folder)
         try:
+            if stated_ids is not None:
+                with _disk("store the ids the model was trained on"):
+                    write_atomic(staged_ids, ("\n".join(stated_ids[1]) + "\n").encode("utf-8"))
             with _disk("store the predictions"):
                 write_atomic(staged, predictions_jsonl)
             self._check(manifest, staged, training_id, source)
@@ -522,11 +539,13 @@ class TrainingStore:
                     f"expected no other submission in progress for training {training_id!r}, got "
                     "one. Wait for it and read GET /v1/trainings/{id}")
             try:
-                self._hand_over(workspace_id, training_id, folder, doc, staged)
+                self._hand_over(workspace_id, training_id, folder, doc, staged,
+                                staged_ids if stated_ids is not None else None)
             finally:
                 lease.release()
         finally:
             staged.unlink(missing_ok=True)
+            staged_ids.unlink(missing_ok=True)  # moved on hand-over; refused: nothing left behind
         return manifest
 
     def _check(self, manifest: TrainingManifest, staged: Path, training_id: str, source: str) -> None:
@@ -536,7 +555,8 @@ class TrainingStore:
             predictions = type(predictions)(predictions.system, source, predictions.predictions)
             dataset = load_dataset(manifest)
             holdouts = split_decisions(dataset)
-            check_trained_on(manifest.trained_on_sha256, holdouts, training_id=training_id)
+            attest(manifest.trained_on, manifest.trained_on_sha256, holdouts,
+                   training_id=training_id, source="request")
             check_file_predictions(predictions, dataset, holdouts, fix=_NOTHING_STORED)
         except PredictionsError as exc:
             if exc.file == source:
@@ -545,7 +565,7 @@ class TrainingStore:
                                    file=source, row=exc.row, column=exc.column) from None
 
     def _hand_over(self, workspace_id: str, training_id: str, folder: Path, doc: dict[str, Any],
-                   staged: Path) -> None:
+                   staged: Path, staged_ids: Path | None = None) -> None:
         """Under the claim: read the training again, write its files (the manifest last), then
         move it to ``judging``. No store transaction is held while files are written (a stuck
         disk must not hold the store's lock); if the move is refused (the training expired or
@@ -558,6 +578,8 @@ class TrainingStore:
         doc = {**fresh, "training": doc["training"]}
         with _disk("store the predictions"):
             os.replace(staged, folder / MODEL_PREDICTIONS)
+            if staged_ids is not None:
+                os.replace(staged_ids, folder / TRAINED_ON_FILE)
             write_atomic(folder / MANIFEST_NAME, json.dumps(doc, indent=2).encode("utf-8"))
         try:
             run_transaction(self.engine, lambda session: begin_judging_in(

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from typestrict_pipeline.backtest.metering import (
+    CallGate,
     CallKind,
     CallRecord,
     Meter,
@@ -525,6 +526,10 @@ def _aware(name: str, t: Any) -> dt.datetime:
     return t.astimezone(dt.UTC)
 
 
+MAX_BACKTEST_STEPS = 10_000_000
+"""Most steps one backtest may run (the CLI's bound on step counts); refused before any is made."""
+
+
 def plan_steps(
     workflow: Workflow,
     data: Mapping[str, PointInTimeTable] | PointInTimeTable,
@@ -560,6 +565,12 @@ def plan_steps(
         )
     span = end - start
     n, left = divmod(span, step)
+    if n + 1 > MAX_BACKTEST_STEPS:  # counted before any step time is made
+        raise InputError(
+            f"a backtest of at most {MAX_BACKTEST_STEPS:,} steps",
+            f"{n + 1:,} steps of {human_duration(step)} from {format_time(start)} to {format_time(end)}",
+            "use a larger step or a shorter range",
+        )
     if left:
         raise InputError(
             f"a step size that fits the time range a whole number of times "
@@ -634,8 +645,10 @@ class _Run:
         should_stop: Callable[[], bool] | None,
         on_step: Callable[[StepRecord], None] | None,
         score: bool = True,
+        gate: CallGate | None = None,
     ) -> None:
         self.wf = workflow
+        self.gate = gate
         self.score = score
         self.times = times
         self.params = params
@@ -679,11 +692,12 @@ class _Run:
         models = {
             n: MeteredModel(n, self.clients[n], prices=self.prices, meter=meter,
                             in_flight=self.in_flight, retries=self.retries,
-                            mark_requests=self.mark_requests)
+                            mark_requests=self.mark_requests, gate=self.gate)
             for n in wf.models
         } if wf.models else _NONE
         tools = {
-            n: MeteredTool(n, self.tools[n], prices=self.prices, meter=meter) for n in wf.tools
+            n: MeteredTool(n, self.tools[n], prices=self.prices, meter=meter, gate=self.gate)
+            for n in wf.tools
         } if wf.tools else _NONE
         ctx = DecisionContext(t, i, views, self.params, self.prompts, models, tools,
                               RunMode.HISTORICAL, self.state)
@@ -722,7 +736,7 @@ class _Run:
             judges = {
                 n: MeteredModel(n, self.clients[n], prices=self.prices, meter=meter,
                                 kind=CallKind.JUDGE, in_flight=self.in_flight, retries=self.retries,
-                                mark_requests=self.mark_requests)
+                                mark_requests=self.mark_requests, gate=self.gate)
                 for n in wf.judges
             } if wf.judges else _NONE
             try:
@@ -786,6 +800,7 @@ def run_backtest(
     should_stop: Callable[[], bool] | None = None,
     on_step: Callable[[StepRecord], None] | None = None,
     mark_requests: bool = True,
+    gate: CallGate | None = None,
 ) -> BacktestResult:
     """Replay ``workflow`` over ``data``, one step per ``step`` from ``start`` to ``end`` inclusive.
 
@@ -811,6 +826,9 @@ def run_backtest(
         mark_requests: send ``metadata: {"typestrict_mode": "HISTORICAL"}`` with each model
             request (clients taking ``extra``); turn off only for an endpoint that rejects it
             (the calls are still recorded as HISTORICAL).
+        gate: reserve before calling (a study's budget): every model, judge and tool call is
+            admitted by ``gate`` for the most it can cost before it is made; a call refused is
+            not made and its step fails with the reason.
 
     Returns:
         The steps that ran, in order, and the run card.
@@ -845,7 +863,7 @@ def run_backtest(
     _check_services(run_wf, clients, tools, prices)
 
     run = _Run(run_wf, tables, times, resolved_params, resolved_prompts, clients, tools, prices,
-               max_in_flight, retries, policy, should_stop, on_step)
+               max_in_flight, retries, policy, should_stop, on_step, gate=gate)
     run.mark_requests = mark_requests
     started = time.perf_counter()
     workers = 1 if run_wf.stateful else min(max_in_flight, len(times))

@@ -33,6 +33,9 @@ TOKENS_PER_PRICE_UNIT = 1_000_000
 
 __all__ = [
     "MICRO_USD_PER_USD",
+    "UNCAPPED_OUTPUT_TOKENS",
+    "BudgetRefused",
+    "CallGate",
     "CallKind",
     "CallRecord",
     "CompletionLike",
@@ -44,7 +47,9 @@ __all__ = [
     "PriceTable",
     "RunMode",
     "UsageLike",
+    "call_bound",
     "format_usd",
+    "prompt_token_bound",
 ]
 
 
@@ -308,6 +313,56 @@ def _usage_tokens(result: Any) -> tuple[int, int]:
     return pt, ct
 
 
+UNCAPPED_OUTPUT_TOKENS = 16_384
+"""The output tokens a call that sets no ``max_tokens`` is reserved for (the largest completion
+limit of the models the product prices); a call with ``max_tokens`` is reserved for that many."""
+
+
+def prompt_token_bound(messages: Sequence[Mapping[str, str]]) -> int:
+    """An upper bound of a chat request's prompt tokens: one per UTF-8 byte of every field (a
+    BPE token is at least one byte) plus 8 per message and 8 for the reply's priming.
+
+    >>> prompt_token_bound([{"role": "user", "content": "héllo"}])
+    26
+    """
+    total = 8
+    for message in messages:
+        total += 8 + sum(len(str(v).encode("utf-8")) for v in message.values())
+    return total
+
+
+def call_bound(prices: PriceTable, model: str, messages: Sequence[Mapping[str, str]],
+               max_tokens: Any) -> int:
+    """The most one call of ``model`` can cost (micro-USD): :func:`prompt_token_bound` input
+    tokens and ``max_tokens`` (else :data:`UNCAPPED_OUTPUT_TOKENS`) output tokens."""
+    out = max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) \
+        and max_tokens > 0 else UNCAPPED_OUTPUT_TOKENS
+    return prices.model_cost(model, input_tokens=prompt_token_bound(messages), output_tokens=out)
+
+
+class BudgetRefused(ModelClientError):
+    """A call was not made: what it could cost did not fit in what the run may still spend."""
+
+
+@runtime_checkable
+class CallGate(Protocol):
+    """Reserve before calling: ``admit(bound)`` before a call that can cost at most ``bound``
+    micro-USD (False: the call is not made), ``settle(bound, cost)`` once it returned or failed.
+    A study's budget guard is one (``typestrict_pipeline.study.runner``)."""
+
+    def admit(self, bound_micro: int) -> bool: ...
+
+    def settle(self, bound_micro: int, cost_micro: int) -> None: ...
+
+
+def _refused(name: str, bound: int) -> BudgetRefused:
+    return BudgetRefused(
+        f"expected room for one more call of {name!r} (up to {format_usd(bound)}) in what this run "
+        "may still spend, got none: the study's budget is reached, so the call was not made. "
+        "Raise the budget to run further"
+    )
+
+
 class MeteredModel:
     """A model client whose every attempt is recorded and priced, with bounded calls in flight.
 
@@ -323,10 +378,12 @@ class MeteredModel:
         retries: extra attempts after a failure; every attempt is recorded (and priced when it
             reports usage).
         mark_requests: send the run's mode in the request's ``metadata`` (clients with ``extra``).
+        gate: reserve before calling: each attempt is admitted by ``gate`` for the most it can
+            cost (:func:`call_bound`) before it is sent, and settled with its cost after.
     """
 
-    __slots__ = ("client", "in_flight", "kind", "mark_requests", "meter", "model", "name", "prices",
-                 "retries")
+    __slots__ = ("client", "gate", "in_flight", "kind", "mark_requests", "meter", "model", "name",
+                 "prices", "retries")
 
     def __init__(
         self,
@@ -340,9 +397,11 @@ class MeteredModel:
         in_flight: threading.Semaphore | None = None,
         retries: int = 0,
         mark_requests: bool = True,
+        gate: CallGate | None = None,
     ) -> None:
         self.name = name
         self.mark_requests = mark_requests
+        self.gate = gate
         self.client = client
         self.model = model or str(getattr(client, "model", name))
         self.prices = prices
@@ -377,8 +436,13 @@ class MeteredModel:
             kwargs["extra"] = extra
         last: BaseException | None = None
         attempt = 0
+        bound = 0
+        if self.gate is not None:
+            bound = call_bound(self.prices, self.model, messages, kwargs.get("max_tokens"))
         for _ in range(self.retries + 1):
             attempt += 1
+            if self.gate is not None and not self.gate.admit(bound):
+                raise _refused(self.name, bound)
             started = time.time()
             t0 = time.perf_counter()
             try:
@@ -396,6 +460,8 @@ class MeteredModel:
                                f"{exc.__class__.__name__}: {exc}", self.meter.mode,
                                self.meter.step_index, started)
                 )
+                if self.gate is not None:
+                    self.gate.settle(bound, 0)
                 continue
             latency = time.perf_counter() - t0
             inner = getattr(result, "attempts", 1)
@@ -414,6 +480,8 @@ class MeteredModel:
                 CallRecord(self.kind, self.name, model, pt, ct, cost, latency,
                            attempt, True, None, self.meter.mode, self.meter.step_index, started)
             )
+            if self.gate is not None:
+                self.gate.settle(bound, cost)
             return result
         raise ModelClientError(
             f"expected an answer from model client {self.name!r}, got "
@@ -447,16 +515,28 @@ class MeteredTool:
         meter: where records go.
     """
 
-    __slots__ = ("fn", "meter", "name", "price")
+    __slots__ = ("fn", "gate", "meter", "name", "price")
 
-    def __init__(self, name: str, fn: Callable[..., Any], *, prices: PriceTable, meter: Meter) -> None:
+    def __init__(self, name: str, fn: Callable[..., Any], *, prices: PriceTable, meter: Meter,
+                 gate: CallGate | None = None) -> None:
         self.name = name
         self.fn = fn
         self.meter = meter
         self.price = prices.tool_cost(name)
+        self.gate = gate
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the tool; a failed call is recorded (and priced: the provider charged it) and re-raised."""
+        if self.gate is not None:
+            if not self.gate.admit(self.price):
+                raise _refused(self.name, self.price)
+            try:
+                return self._call(*args, **kwargs)
+            finally:
+                self.gate.settle(self.price, self.price)
+        return self._call(*args, **kwargs)
+
+    def _call(self, *args: Any, **kwargs: Any) -> Any:
         started = time.time()
         t0 = time.perf_counter()
         try:

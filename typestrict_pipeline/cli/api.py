@@ -50,27 +50,35 @@ def _serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from typestrict_pipeline.api import create_app
+        from typestrict_pipeline.api.app import RATE_LIMIT_ENV
+        from typestrict_pipeline.api.ratelimit import RateLimit
+        from typestrict_pipeline.api.server import uvicorn_options
 
+        limit = None if args.rate_limit == 0 else RateLimit(args.rate_limit, args.rate_burst)
+        said_limit = (("off" if limit is None else limit.describe())
+                      + (f", in each of the {args.workers} worker processes" if args.workers > 1 and limit else ""))
         if args.json:  # the start-up lines as one JSON object (uvicorn's own log follows)
             print(json.dumps({"serving": f"http://{args.host}:{args.port}/v1",
                               "schema": f"http://{args.host}:{args.port}/v1/openapi.json",
-                              "jev": jev.line}), flush=True)
+                              "jev": jev.line, "rate_limit": said_limit}), flush=True)
         else:
             if jev.line:
                 print(jev.line, flush=True)
             print(f"typestrict api: serving http://{args.host}:{args.port}/v1 (schema: /v1/openapi.json)",
                   flush=True)
+            print(f"typestrict api: rate limit {said_limit}", flush=True)
         if args.workers > 1:  # each worker process builds the app from the environment
             os.environ["TYPESTRICT_STORE_URL"] = _store(args)
             os.environ["TYPESTRICT_HOME"] = str(home)
             os.environ[JEV_SOURCE_ENV] = json.dumps(dict(jev.source))
+            os.environ[RATE_LIMIT_ENV] = "off" if limit is None else f"{limit.rate_per_s}/{limit.burst}"
             uvicorn.run("typestrict_pipeline.api.app:app_from_env", factory=True, workers=args.workers,
                         host=args.host, port=args.port, log_level=args.log_level, access_log=False,
-                        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+                        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, **uvicorn_options())
             return 0
-        app = create_app(_store(args), home, jev_source=jev.source)
+        app = create_app(_store(args), home, jev_source=jev.source, rate_limit=limit, warm_runs=True)
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
-                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, **uvicorn_options())
     return 0
 
 
@@ -158,6 +166,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="worker processes, 1 to 64 (default 1; more than 1 runs the app factory per worker)")
     p.add_argument("--home", help="TYPESTRICT_HOME (trainings, audits, workspaces' files)")
     p.add_argument("--jev-source", help="Jev's manifest predictions.jev object, as JSON or @FILE")
+    from typestrict_pipeline.api.ratelimit import DEFAULT_BURST, DEFAULT_RATE_PER_S
+    from typestrict_pipeline.cli.common import bounded_int, positive_float
+
+    p.add_argument("--rate-limit", type=positive_float("requests a second", 100_000.0), default=DEFAULT_RATE_PER_S,
+                   help=f"requests a second each API key may make, sustained (default {DEFAULT_RATE_PER_S:g}; "
+                        "0 turns the limit off)")
+    p.add_argument("--rate-burst", type=bounded_int("a burst of requests", 1, 1_000_000), default=DEFAULT_BURST,
+                   help=f"requests a key may make at once after a pause (default {DEFAULT_BURST})")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"),
                    help="uvicorn's log level (default info; requests are not logged)")
     _store_option(p)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -125,6 +126,7 @@ def _line_json(ln: Any) -> dict[str, Any]:
         "balance_after": ln.balance_after,
         "verdict": ln.verdict.value if ln.verdict else None,
         "reason": ln.reason, "created_at": ln.created_at.isoformat(),
+        "audit_sha256": ln.audit_sha256,
     }
 
 
@@ -251,7 +253,6 @@ def _audit(args: argparse.Namespace) -> int:
 
 def _say_written(args: argparse.Namespace, data: bytes) -> None:
     """What ``audit -o FILE`` wrote: the file, its size and SHA-256, the verdict and why."""
-    import hashlib
 
     from typestrict_pipeline.refund.explain import verdict_sentence_from_audit
 
@@ -267,7 +268,9 @@ def _say_written(args: argparse.Namespace, data: bytes) -> None:
         return
     print(f"wrote the audit of {args.model_id} to {args.output} ({len(data):,} bytes, SHA-256 {digest}); "
           f"verdict {verdict}. {why}".rstrip())
-    print(f"check it: python3 typestrict_pipeline/verify_audit.py {args.output}")
+    # the digest is the one settled (the ledger's): --expect-sha256 checks it is that file
+    print(f"check it: python3 typestrict_pipeline/verify_audit.py --expect-sha256 {digest} "
+          f"{args.output}")
 
 
 def _reason(text: str) -> str:

@@ -80,13 +80,7 @@ def _views_json(engine: Engine, views: list[ScheduleView], ticks: int) -> list[d
 def _time(text: str | None) -> dt.datetime:
     if not text:
         return utcnow()
-    try:
-        t = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise InputError("an ISO 8601 time such as 2015-02-12T00:00:00+00:00", repr(text), "fix the time") from None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=dt.UTC)
-    return t.astimezone(dt.UTC)
+    return values.timestamp(text, "the time", fix="write an ISO 8601 time such as 2015-02-12T00:00:00+00:00")
 
 
 def _who(value: str | None) -> str:

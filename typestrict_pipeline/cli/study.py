@@ -305,13 +305,20 @@ def _say(args: argparse.Namespace, text: str, **fields: Any) -> None:
 
 
 def _cancel(args: argparse.Namespace) -> int:
+    from typestrict_pipeline.errors import ConflictError
     from typestrict_pipeline.lifecycle.reaper import cancel_study, reap
 
     sid = _study_id(args.study_id)
     engine = write_store(args)
     try:
         reap(engine)
-        ended = cancel_study(engine, sid)
+        try:
+            ended = cancel_study(engine, sid)
+        except ConflictError:  # it had ended: say how, as before
+            with session_scope(engine) as s:
+                state = StudyState(repo.get_study(s, sid).state)
+            print(f"study {sid}: {state.label}; what ran is kept")
+            return 0
     finally:
         engine.dispose()
     _say(args, f"study {sid}: Cancelled ({ended.why}); what ran is kept", study_id=sid,

@@ -19,6 +19,7 @@ from typestrict_pipeline.credits.models import (
     ModelInfo,
     RetentionError,
     RetentionPolicy,
+    SettledAuditError,
     SettlementRequest,
     SettlementResult,
     audit_bytes,
@@ -28,6 +29,7 @@ from typestrict_pipeline.credits.models import (
     list_models,
     model_files,
     settle_training,
+    settled_audit_sha256,
 )
 from typestrict_pipeline.credits.reasons import settlement_reason
 from typestrict_pipeline.credits.tables import (
@@ -52,6 +54,7 @@ __all__ = [
     "ModelState",
     "RetentionError",
     "RetentionPolicy",
+    "SettledAuditError",
     "Settlement",
     "SettlementRequest",
     "SettlementResult",
@@ -67,5 +70,6 @@ __all__ = [
     "run_transaction",
     "settle_in_session",
     "settle_training",
+    "settled_audit_sha256",
     "settlement_reason",
 ]

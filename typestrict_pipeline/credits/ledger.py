@@ -83,6 +83,8 @@ class LedgerLine:
         verdict: the settled verdict (settlements only).
         reason: why, in words.
         created_at: when it was written (aware UTC).
+        audit_sha256: the SHA-256 of the audit file a settlement settled (None otherwise, and
+            for settlements written before the ledger recorded it).
     """
 
     id: int
@@ -95,6 +97,7 @@ class LedgerLine:
     verdict: Verdict | None
     reason: str
     created_at: dt.datetime
+    audit_sha256: str | None = None
 
     def describe(self) -> str:
         """One human-readable line, as the CLI and the Dagster metadata show it.
@@ -114,6 +117,8 @@ class LedgerLine:
             extra.append(f"reference={self.reference}")
         if self.verdict is not None:
             extra.append(f"verdict={self.verdict.value}")
+        if self.audit_sha256 is not None:
+            extra.append(f"audit_sha256={self.audit_sha256}")
         if extra:
             parts.append(" ".join(extra))
         parts.append(self.reason)
@@ -135,6 +140,8 @@ class Settlement:
             charged when it was started).
         balance: the workspace's balance after the call.
         lines: the training's ledger entries (spend, settlement), in order.
+        audit_sha256: the SHA-256 of the audit the ledger settled (None: none recorded).
+        requested_audit_sha256: the SHA-256 of the audit this call brought (None: none).
     """
 
     training_id: str
@@ -146,11 +153,19 @@ class Settlement:
     spent_now: bool
     balance: int
     lines: tuple[LedgerLine, ...]
+    audit_sha256: str | None = None
+    requested_audit_sha256: str | None = None
 
     @property
     def verdict_changed(self) -> bool:
         """A later verdict disagreed with the settled one (no credit moved; see the docs)."""
         return self.verdict != self.requested_verdict
+
+    @property
+    def audit_changed(self) -> bool:
+        """This call brought an audit other than the one settled (nothing was accepted)."""
+        return (self.audit_sha256 is not None and self.requested_audit_sha256 is not None
+                and self.audit_sha256 != self.requested_audit_sha256)
 
 
 def _line(entry: CreditEntry) -> LedgerLine:
@@ -165,6 +180,7 @@ def _line(entry: CreditEntry) -> LedgerLine:
         verdict=Verdict(entry.verdict) if entry.verdict is not None else None,
         reason=entry.reason,
         created_at=entry.created_at,
+        audit_sha256=entry.audit_sha256,
     )
 
 
@@ -271,6 +287,7 @@ def _append(
     reason: str,
     now: dt.datetime,
     create_account: bool,
+    audit_sha256: str | None = None,
 ) -> CreditEntry:
     """Change the balance and append the entry, in the caller's transaction.
 
@@ -314,6 +331,7 @@ def _append(
         verdict=verdict.value if verdict is not None else None,
         reason=reason,
         created_at=now,
+        audit_sha256=audit_sha256,
     )
     session.add(entry)
     session.flush()  # UNIQUE (kind, reference): the loser of a race fails here and rolls back
@@ -383,10 +401,13 @@ def settle_in_session(
     reason: str,
     now: dt.datetime,
     charge_if_unspent: bool = True,
+    audit_sha256: str | None = None,
 ) -> Settlement:
     """Settle a verdict inside the caller's transaction (see :meth:`CreditLedger.settle`).
 
-    Use it through :func:`run_transaction` so that a lost race is retried.
+    Use it through :func:`run_transaction` so that a lost race is retried. ``audit_sha256`` (the
+    settled audit file's digest) is recorded on a new settlement line; a later call with another
+    digest changes nothing and says so (``Settlement.audit_changed``).
     """
     verdict = Verdict(verdict)
     existing = _find(session, EntryKind.SETTLEMENT, training_id)
@@ -415,6 +436,7 @@ def settle_in_session(
             reason=reason,
             now=now,
             create_account=False,
+            audit_sha256=audit_sha256,
         )
         newly = True
     else:
@@ -434,6 +456,8 @@ def settle_in_session(
         spent_now=spent_now,
         balance=_balance(session, workspace_id),
         lines=_training_lines(session, training_id),
+        audit_sha256=existing.audit_sha256,
+        requested_audit_sha256=audit_sha256,
     )
 
 
@@ -589,6 +613,7 @@ class CreditLedger:
         reason: str,
         now: dt.datetime | None = None,
         charge_if_unspent: bool = True,
+        audit_sha256: str | None = None,
     ) -> Settlement:
         """Bring a training's verdict to the ledger, exactly once.
 
@@ -605,6 +630,7 @@ class CreditLedger:
             now: the entry's time (default: the clock).
             charge_if_unspent: if the training was never charged (registered by its manifest
                 only), charge it first in the same transaction; if False, refuse.
+            audit_sha256: the SHA-256 of the audit file settled, recorded on the line.
 
         Returns:
             The settlement as the ledger holds it.
@@ -621,7 +647,7 @@ class CreditLedger:
             self.engine,
             lambda s: settle_in_session(
                 s, workspace_id, training_id, verdict, reason=reason, now=when,
-                charge_if_unspent=charge_if_unspent,
+                charge_if_unspent=charge_if_unspent, audit_sha256=audit_sha256,
             ),
         )
 

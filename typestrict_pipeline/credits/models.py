@@ -49,7 +49,7 @@ from typestrict_pipeline.credits.ledger import (
     settle_in_session,
 )
 from typestrict_pipeline.credits.tables import ModelRecord, ModelState
-from typestrict_pipeline.errors import InputError, NotFoundError, StoreError
+from typestrict_pipeline.errors import ConflictError, InputError, NotFoundError, StoreError
 from typestrict_pipeline.refund.types import Verdict
 from typestrict_pipeline.store import session_scope, utcnow
 
@@ -58,6 +58,7 @@ __all__ = [
     "ModelInfo",
     "RetentionError",
     "RetentionPolicy",
+    "SettledAuditError",
     "SettlementRequest",
     "SettlementResult",
     "audit_bytes",
@@ -68,6 +69,7 @@ __all__ = [
     "model_files",
     "settle_training",
     "settle_training_in",
+    "settled_audit_sha256",
 ]
 
 DEFAULT_RETENTION_DAYS = 30
@@ -168,6 +170,45 @@ class SettlementResult:
     model: ModelInfo
 
 
+class SettledAuditError(ConflictError):
+    """A training's audit was settled already and this one has other bytes: it is refused.
+
+    Attributes:
+        training_id: the training.
+        settled: the SHA-256 of the audit settled (final).
+        offered: the SHA-256 of the audit refused.
+    """
+
+    def __init__(self, training_id: str, settled: str, offered: str) -> None:
+        self.training_id, self.settled, self.offered = training_id, settled, offered
+        super().__init__(
+            f"expected the audit of training {training_id!r} to be the one settled (SHA-256 "
+            f"{settled}), got one with other bytes (SHA-256 {offered}): a settled training's "
+            "audit never changes, so this one was refused and nothing was written. The settled "
+            f"verdict and audit stand (`typestrict audit {training_id}`; check a copy with "
+            f"`python3 verify_audit.py --expect-sha256 {settled} audit.json`); if the verdict "
+            "itself was wrong, correct the credit with `typestrict credits adjust`"
+        )
+
+
+def settled_audit_sha256(engine: Engine, training_id: str) -> str | None:
+    """The SHA-256 of the audit settled for ``training_id`` (None: not settled with an audit).
+
+    The model record's, else the ledger's settlement line's.
+    """
+    from typestrict_pipeline.credits.tables import CreditEntry, EntryKind
+
+    with session_scope(engine) as session:
+        row = session.get(ModelRecord, training_id)
+        if row is not None and row.audit_sha256 is not None:
+            return row.audit_sha256
+        found: str | None = session.scalar(
+            select(CreditEntry.audit_sha256).where(
+                CreditEntry.kind == EntryKind.SETTLEMENT, CreditEntry.reference == training_id)
+        )
+        return found
+
+
 def _info(row: ModelRecord) -> ModelInfo:
     return ModelInfo(
         model_id=row.model_id,
@@ -238,11 +279,16 @@ def settle_training(
         now: the settlement time (default: now, UTC); the retention clock starts here.
         policy: retention (default 30 days).
 
+    The audit is part of what is settled: its SHA-256 goes on the ledger's settlement line and
+    the model record, and a later call with an audit of other bytes is refused
+    (:class:`SettledAuditError`) before anything is written.
+
     Returns:
         The settlement and the model record.
 
     Raises:
         InsufficientCreditsError: the training was never charged and the workspace is empty.
+        SettledAuditError: the training was settled with another audit.
         InputError: bad ids or time.
     """
     _check_id("workspace id", request.workspace_id)
@@ -260,11 +306,24 @@ def settle_training_in(
 ) -> SettlementResult:
     """:func:`settle_training` inside the caller's transaction (run it with
     :func:`~typestrict_pipeline.credits.ledger.run_transaction`). The training's lifecycle row,
-    if it has one, becomes ``settled`` in the same transaction (``settle_in_session``)."""
+    if it has one, becomes ``settled`` in the same transaction (``settle_in_session``).
+
+    The audit's SHA-256 goes on the settlement line and the model record; an audit of other
+    bytes for a training settled with an audit is refused (:class:`SettledAuditError`) before
+    anything is written."""
+    offered = (hashlib.sha256(request.audit_json).hexdigest()
+               if request.audit_json is not None else None)
+    row = session.get(ModelRecord, request.training_id)
+    if (row is not None and row.audit_sha256 is not None and offered is not None
+            and row.audit_sha256 != offered):
+        raise SettledAuditError(request.training_id, row.audit_sha256, offered)
     settlement = settle_in_session(
         session, request.workspace_id, request.training_id, Verdict(request.verdict),
-        reason=request.reason, now=now,
+        reason=request.reason, now=now, audit_sha256=offered,
     )
+    if settlement.audit_changed:
+        assert settlement.audit_sha256 is not None and offered is not None
+        raise SettledAuditError(request.training_id, settlement.audit_sha256, offered)
     row = _record_in(session, request, settlement.verdict, now, policy)
     return SettlementResult(settlement=settlement, model=_info(row))
 

@@ -100,6 +100,8 @@ class CreditEntry(Base):
     verdict: Mapped[str | None] = mapped_column(String(32), nullable=True)
     reason: Mapped[str] = mapped_column(Text, nullable=False)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), nullable=False)
+    # credits_0003: a settlement's audit file, by its SHA-256 (NULL before, and for other kinds)
+    audit_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
     __table_args__ = (
         # The exactly-once guarantee: one SPEND and one SETTLEMENT per training, one GRANT per key.

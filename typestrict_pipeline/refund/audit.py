@@ -43,11 +43,22 @@ from typestrict_pipeline.refund.metrics import (
 )
 from typestrict_pipeline.refund.rule import RESAMPLES, DecisionReport, TrainingJudgement
 from typestrict_pipeline.refund.stream import GROUP_DOMAIN, SEED_DOMAIN, STREAM_DOMAIN, STREAM_NAME
+from typestrict_pipeline.refund.trained_on import (
+    ID_DOMAIN,
+    NOT_STATED,
+    TRAINED_ON_DOMAIN,
+    Attestation,
+)
 
 AUDIT_FORMAT = "typestrict-refund-audit"
-AUDIT_VERSION = 2
-"""Version 2 adds groups: each test example's group SHA-256 (when the test has groups) and the
-bootstrap's unit (``example`` or ``group``). Version 1 audits still verify."""
+AUDIT_VERSION = 3
+"""Version 2 added groups: each test example's group SHA-256 (when the test has groups) and the
+bootstrap's unit (``example`` or ``group``). Version 3 adds ``trained_on`` (what the training
+attested it was trained on) and ``binding_sha256``, the digest that binds the ids, the
+attestation, the split, the decisions, the option ``keep_if_loses`` and the verdict together.
+Audits of versions 1 and 2 still verify."""
+
+BINDING_DOMAIN = b"typestrict-refund-binding-v1\x00"
 
 SplitSummary = Mapping[str, "int | Mapping[str, int]"]
 
@@ -66,11 +77,18 @@ def params() -> dict[str, Any]:
         "stream": STREAM_NAME,
         "seed_domain": SEED_DOMAIN.decode("ascii").rstrip("\x00"),
         "stream_domain": STREAM_DOMAIN.decode("ascii").rstrip("\x00"),
-        "group_domain": GROUP_DOMAIN.decode("ascii").rstrip("\x00"),
+        "group_domain": _domain(GROUP_DOMAIN),
         "zero_division": 0,
         "tie_rule": "right_if_right_answer_among_tied_top;else_pred_first_tied_in_answer_order",
         "confidence_order": "confidence_desc,row_asc",
+        "id_domain": _domain(ID_DOMAIN),
+        "trained_on_domain": _domain(TRAINED_ON_DOMAIN),
+        "binding_domain": _domain(BINDING_DOMAIN),
     }
+
+
+def _domain(prefix: bytes) -> str:
+    return prefix.decode("ascii").rstrip("\x00")
 
 
 def _frac(f: Fraction) -> str:
@@ -238,6 +256,7 @@ def build_audit(
     model_id: str,
     jev_id: str,
     split: SplitSummary | None = None,
+    trained_on: Attestation = NOT_STATED,
 ) -> dict[str, Any]:
     """The audit of one training as a JSON-ready dict (deterministic: same inputs, same dict).
 
@@ -250,6 +269,8 @@ def build_audit(
         jev_id: the Jev model's id (version) it was compared with.
         split: optional split summary, counts only (``{"n_test": 2000, ...}``; one nested level
             allowed, e.g. per decision).
+        trained_on: what the training attested it was trained on (checked against the split by
+            :func:`~typestrict_pipeline.refund.trained_on.attest`); default: not stated.
 
     Returns:
         The audit dict (see ``docs/audit-format.md``).
@@ -257,13 +278,14 @@ def build_audit(
     Raises:
         InputError: an id is empty or not printable, or the split summary holds a non-count.
     """
-    return {
+    audit: dict[str, Any] = {
         "format": AUDIT_FORMAT,
         "audit_version": AUDIT_VERSION,
         "training_id": _check_id("training_id", training_id),
         "model_id": _check_id("model_id", model_id),
         "jev_id": _check_id("jev_id", jev_id),
         "params": params(),
+        "trained_on": trained_on.as_audit(),
         "split": None if split is None else _check_split(split),
         "decisions": [_decision(r) for r in judgement.decisions],
         "overall": {
@@ -278,6 +300,40 @@ def build_audit(
             "failure_reason": judgement.failure_reason,
         },
     }
+    audit["binding_sha256"] = binding_sha256(audit)
+    return audit
+
+
+def _text(value: str) -> bytes:
+    raw = value.encode("utf-8")
+    return struct.pack(">I", len(raw)) + raw
+
+
+def binding_sha256(audit: Mapping[str, Any]) -> str:
+    """The digest that binds what the rows do not rebuild (format 3, docs/audit-format.md).
+
+    ``SHA-256(BINDING_DOMAIN + t(training_id) + t(model_id) + t(jev_id) + t(trained_on.status)
+    + t(ids_sha256 or "") + u64(n_ids or 0) + t(split as sorted compact JSON) + u32(decisions)
+    + per decision: t(name) + its 32-byte data_sha256, then t("true"/"false" keep_if_loses)
+    + t(verdict) + t("true"/"false" refunds_credit) + t(failure_reason or ""))``, where
+    ``t(s)`` is the UTF-8 bytes of ``s`` after their length as a big-endian u32.
+    """
+    trained, overall = audit["trained_on"], audit["overall"]
+    h = hashlib.sha256(BINDING_DOMAIN)
+    for value in (audit["training_id"], audit["model_id"], audit["jev_id"], trained["status"],
+                  trained["ids_sha256"] or ""):
+        h.update(_text(value))
+    h.update(struct.pack(">Q", trained["n_ids"] or 0))
+    h.update(_text(json.dumps(audit["split"], sort_keys=True, separators=(",", ":"))))
+    h.update(struct.pack(">I", len(audit["decisions"])))
+    for decision in audit["decisions"]:
+        h.update(_text(decision["name"]))
+        h.update(bytes.fromhex(decision["report"]["data_sha256"]))
+    for value in ("true" if overall["keep_if_loses"] else "false", overall["verdict"],
+                  "true" if overall["refunds_credit"] else "false",
+                  overall["failure_reason"] or ""):
+        h.update(_text(value))
+    return h.hexdigest()
 
 
 def audit_bytes(audit: Mapping[str, Any]) -> bytes:

@@ -185,6 +185,27 @@ class EndpointSource:
 PredictionSource = PredictionsFileSource | EndpointSource
 
 
+MAX_STATED_IDS = 10_000_000
+"""The most ids a training may state it was trained on (a list in the manifest or a file)."""
+
+
+@dataclass(frozen=True)
+class TrainedOnStatement:
+    """The ids a training states its model was trained on (``training.trained_on``).
+
+    Attributes:
+        key: the manifest key it came from (``training.trained_on.ids`` …), for messages.
+        hashed: the values are the ids' SHA-256 under the audit's id domain, not the ids.
+        values: the values, when listed in the manifest.
+        path: the file that holds them (one per line, UTF-8), when given as a file.
+    """
+
+    key: str
+    hashed: bool
+    values: tuple[str, ...] | None = None
+    path: Path | None = None
+
+
 @dataclass(frozen=True)
 class TrainingOptions:
     """Options chosen when the training was started.
@@ -214,8 +235,11 @@ class TrainingManifest:
         status: succeeded or failed.
         failure_reason: why it failed (None when it succeeded).
         options: the training's options.
-        trained_on_sha256: the SHA-256 of the ids the model was trained on, as stated by the
-            training (canonical form in ``refund.trained_on``), or None when not stated.
+        trained_on_sha256: the SHA-256 of every training row's id, as stated by the training
+            (the first form of attestation: "all the split's training rows"; canonical form in
+            ``refund.trained_on``), or None.
+        trained_on: the ids the training states it was trained on (any subset of the split's
+            training rows), or None.
     """
 
     source: str
@@ -230,6 +254,7 @@ class TrainingManifest:
     failure_reason: str | None
     options: TrainingOptions
     trained_on_sha256: str | None = None
+    trained_on: TrainedOnStatement | None = None
 
     def decision(self, name: str) -> DecisionSpec:
         """The decision called ``name``.
@@ -283,7 +308,8 @@ _ENDPOINT_KEYS = (
     "max_attempts",
     "top_logprobs",
 )
-_TRAINING_KEYS = ("status", "reason", "trained_on_sha256")
+_TRAINING_KEYS = ("status", "reason", "trained_on_sha256", "trained_on")
+_TRAINED_ON_KEYS = ("ids", "ids_file", "id_sha256", "id_sha256_file")
 _OPTION_KEYS = ("keep_if_loses",)
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
 
@@ -728,6 +754,14 @@ def parse_manifest(
             _describe(trained_on), "state the SHA-256 of the training ids (docs/manifest.md)",
         )
 
+    statement = None
+    if training.get("trained_on") is not None:
+        if trained_on is not None:
+            raise ctx.fail("training.trained_on", "one statement of what the model was trained on",
+                           "both trained_on and trained_on_sha256",
+                           "keep trained_on (the ids) and remove trained_on_sha256")
+        statement = _parse_trained_on(ctx, training["trained_on"], paths)
+
     preds = _check_keys(ctx, "predictions", obj["predictions"], _PREDICTIONS_KEYS, ("jev",))
     jev = _parse_source(ctx, "predictions.jev", preds["jev"], paths)
     model: PredictionSource | None = None
@@ -761,7 +795,36 @@ def parse_manifest(
         failure_reason=reason,
         options=TrainingOptions(keep_if_loses=keep),
         trained_on_sha256=None if trained_on is None else trained_on.lower(),
+        trained_on=statement,
     )
+
+
+def _parse_trained_on(ctx: _Ctx, raw: Any, paths: _Paths) -> TrainedOnStatement:
+    """``training.trained_on``: exactly one of ``ids``, ``ids_file``, ``id_sha256``,
+    ``id_sha256_file`` (docs/manifest.md)."""
+    where = "training.trained_on"
+    obj = _check_keys(ctx, where, raw, _TRAINED_ON_KEYS, ())
+    if len(obj) != 1:
+        raise ctx.fail(where, f"exactly one of the keys {list(_TRAINED_ON_KEYS)}",
+                       f"{len(obj)} of them ({sorted(obj)})",
+                       "state the ids (or their SHA-256) once, as a list or as a file")
+    (name, value), = obj.items()
+    key = f"{where}.{name}"
+    hashed = name.startswith("id_sha256")
+    if name.endswith("_file"):
+        written = _required_string(ctx, key, value)
+        return TrainedOnStatement(key, hashed, path=paths.resolve(ctx, key, written))
+    if not isinstance(value, list) or not value or len(value) > MAX_STATED_IDS:
+        raise ctx.fail(key, f"a list of 1 to {MAX_STATED_IDS:,} ids", _describe(value)[:80],
+                       "list the ids the model was trained on")
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or not item or len(item) > 1000 or not item.isprintable():
+            raise ctx.fail(f"{key}[{i}]", "an id: a printable string of 1 to 1000 characters",
+                           _describe(item), "write each id as the dataset's id column has it")
+        if hashed and not (len(item) == 64 and all(c in "0123456789abcdef" for c in item)):
+            raise ctx.fail(f"{key}[{i}]", "64 lowercase hexadecimal characters (an id's SHA-256)",
+                           _describe(item), "hash each id as docs/manifest.md shows")
+    return TrainedOnStatement(key, hashed, values=tuple(value))
 
 
 def load_manifest(path: str | Path, *, data_root: Path | None = None) -> TrainingManifest:

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import csv
 import io
+import lzma
 import os
 import sys
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,23 +110,54 @@ def _csv_module(path: Path) -> str | None:
     return _OPENERS.get(suffix) or ("zipfile" if suffix == ".zip" else None)
 
 
+_READ_ERRORS: tuple[type[Exception], ...] = (OSError, EOFError, ValueError, RuntimeError, zlib.error,
+                                             lzma.LZMAError)
+"""What reading a CSV file can raise: a damaged ``.gz`` or ``.xz`` raises ``zlib.error`` or
+``LZMAError`` besides ``OSError``/``EOFError``; all are caught, so the message names the file."""
+
+
 def _unreadable(path: Path, module: str | None, exc: BaseException) -> DatasetError:
+    if isinstance(exc, OSError) and exc.strerror:
+        detail = exc.strerror
+    elif str(exc):
+        name = "zlib" if isinstance(exc, zlib.error) else type(exc).__name__
+        detail = f"{name}: {' '.join(str(exc).split())[:100]}"
+    else:
+        detail = type(exc).__name__
     return DatasetError(
         "a readable CSV file" + (f" ({path.suffix} compressed)" if module else ""),
-        exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__,
-        "check the file",
+        f"a truncated or corrupt archive ({detail})" if module else detail,
+        "check the file" + (", or compress it again" if module else ""),
         file=str(path),
     )
+
+
+def _refuse_binary(path: Path, module: str | None) -> None:
+    """Refuse a plain file whose first 64 KiB hold a NUL byte (a binary or sparse file: a 2 GiB
+    file of zeros is refused after 64 KiB, not parsed as one 2 GiB line)."""
+    if module is not None:
+        return
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(65536)
+    except OSError:
+        return  # the reader says why
+    nul = head.find(b"\x00")
+    if nul >= 0:
+        line = head.count(b"\n", 0, nul) + 1
+        raise DatasetError("a CSV file of text", f"a NUL byte on line {line} of the file (a binary or sparse file?)",
+                           "check that this is the right file", file=str(path))
 
 
 def _csv_bytes(path: Path) -> bytes:
     """The file's bytes, decompressed by suffix (``.gz``, ``.bz2``, ``.xz``, ``.zip``)."""
     module = _csv_module(path)
+    _refuse_binary(path, module)
     try:
         with _open_csv_binary(path, module) as handle:
             data: bytes = handle.read()
             return data
-    except (OSError, EOFError, ValueError, RuntimeError) as exc:
+    except _READ_ERRORS as exc:
         raise _unreadable(path, module, exc) from None
 
 
@@ -358,13 +391,14 @@ def _csv_batches(
 ) -> Iterator[ColumnBatch]:
     file = str(path)
     module = _csv_module(path)
+    _refuse_binary(path, module)
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
     try:
         with _open_csv_binary(path, module) as raw:
             text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="", errors="strict")
             reader = csv.reader(text, strict=True)
             yield from _csv_record_batches(_csv_records(reader, file), wanted, names_out, batch_rows)
-    except (OSError, EOFError, ValueError, RuntimeError):
+    except _READ_ERRORS:
         # The whole-file reader decodes the whole file before it parses: a byte that is not
         # UTF-8 (or a damaged archive) anywhere comes first. Ask it; else the error stands.
         _decode_csv(path, _csv_bytes(path))

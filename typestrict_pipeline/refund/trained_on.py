@@ -1,36 +1,113 @@
-"""Trained on the training rows only: the SHA-256 a training states, checked against the split.
+"""What the model was trained on: a statement the product checks against the split, and records.
 
-A training may state ``training.trained_on_sha256`` in its manifest (the API's
-``POST /v1/trainings/{id}/predictions`` writes it there): the SHA-256 of the ids the model was
-trained on, in one canonical form,
+A training may state the ids its model was trained on, in the manifest's ``training.trained_on``
+(the API's ``POST /v1/trainings/{id}/predictions`` writes it there from ``trained_on_ids`` or
+``trained_on_id_sha256``): the ids themselves, or each id's SHA-256 under the audit's id domain,
+
+    id_sha256 = SHA-256( b"typestrict-refund-id-v1\\0" + UTF-8(id) )
+
+as a list or as a file of one value per line. :func:`attest` checks, before anything is
+measured, that every stated id is one the model may be trained on (``train`` in every decision's
+split: :func:`~typestrict_pipeline.refund.holdout.training_ids`), so none is a test row or an
+excluded row of any decision; any subset of the training rows is fine. It refuses otherwise, with
+the count and the first offending ids. The audit (format 3) records the result: ``"attested"``
+with the number of distinct ids and the digest of the stated set,
+
+    ids_sha256 = SHA-256( b"typestrict-refund-trained-on-v1\\0" + sorted 32-byte id_sha256, each once )
+
+or ``"not stated"``. The customer can recompute that digest from their own list of ids.
+
+The first form, ``training.trained_on_sha256``, still works: the SHA-256 of *all* the split's
+training ids in the canonical form below; it attests the whole training set.
 
     SHA-256( UTF-8( "\\n".join(sorted(ids)) ) )
-
-ids sorted by Unicode code point (Python's ``sorted`` on ``str``), each once, joined by a single
-line feed, no final newline. The ids that may be trained on are
-:func:`~typestrict_pipeline.refund.holdout.training_ids`: ``train`` in every decision's split.
-:func:`check_trained_on` compares the two before anything is measured; a mismatch stops the
-verdict (a model that saw test rows must not be judged).
 
 >>> trained_on_sha256(["b", "a"]) == trained_on_sha256(["a", "b"])
 True
 >>> trained_on_sha256(["a", "b"])[:16]
 '7e18f737311b2dc3'
+>>> id_sha256("row-1")[:16]
+'a6ba621b9c047139'
 """
 
 from __future__ import annotations
 
+import enum
 import hashlib
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from typestrict_pipeline.refund.holdout import Holdout, training_ids
-from typestrict_pipeline.refund.manifest import ManifestKeyError
+from typestrict_pipeline.refund.manifest import (
+    MAX_STATED_IDS,
+    ManifestKeyError,
+    TrainedOnStatement,
+)
+from typestrict_pipeline.refund.types import Role
 
-__all__ = ["TrainedOnError", "check_trained_on", "trained_on_sha256"]
+__all__ = [
+    "ID_DOMAIN",
+    "TRAINED_ON_DOMAIN",
+    "Attestation",
+    "AttestationStatus",
+    "TrainedOnError",
+    "attest",
+    "check_trained_on",
+    "id_sha256",
+    "ids_set_sha256",
+    "read_statement",
+    "trained_on_sha256",
+]
+
+ID_DOMAIN = b"typestrict-refund-id-v1\x00"
+TRAINED_ON_DOMAIN = b"typestrict-refund-trained-on-v1\x00"
+MAX_STATEMENT_BYTES = 1024 * 1024 * 1024
+SHOWN = 5
 
 
 class TrainedOnError(ManifestKeyError):
-    """The ids a training says it was trained on are not the training rows of its split."""
+    """The ids a training says it was trained on are not all training rows of its split."""
+
+
+class AttestationStatus(enum.StrEnum):
+    """Whether the training stated what its model was trained on (and it was checked)."""
+
+    ATTESTED = "attested"
+    NOT_STATED = "not stated"
+
+
+@dataclass(frozen=True)
+class Attestation:
+    """What the audit records about the training set.
+
+    Attributes:
+        status: attested (stated and checked) or not stated.
+        n_ids: distinct ids stated (None when not stated).
+        ids_sha256: :func:`ids_set_sha256` of the stated ids (None when not stated).
+    """
+
+    status: AttestationStatus
+    n_ids: int | None = None
+    ids_sha256: str | None = None
+
+    def as_audit(self) -> dict[str, Any]:
+        """The audit's ``trained_on`` object."""
+        return {"status": self.status.value, "n_ids": self.n_ids, "ids_sha256": self.ids_sha256}
+
+    def describe(self) -> str:
+        """In words, as the verdict's metadata shows it.
+
+        >>> Attestation(AttestationStatus.NOT_STATED).describe()
+        'not stated: the training did not say which ids the model was trained on'
+        """
+        if self.status is AttestationStatus.NOT_STATED:
+            return "not stated: the training did not say which ids the model was trained on"
+        return (f"attested: {self.n_ids} id(s), all training rows of the split "
+                f"(set SHA-256 {self.ids_sha256})")
+
+
+NOT_STATED = Attestation(AttestationStatus.NOT_STATED)
 
 
 def trained_on_sha256(ids: Iterable[str]) -> str:
@@ -39,12 +116,169 @@ def trained_on_sha256(ids: Iterable[str]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def id_sha256(ident: str) -> str:
+    """One id's SHA-256 under the audit's id domain (lowercase hex)."""
+    return hashlib.sha256(ID_DOMAIN + ident.encode("utf-8")).hexdigest()
+
+
+def ids_set_sha256(id_digests: Iterable[str]) -> str:
+    """The digest of a set of ids from their :func:`id_sha256`: each once, sorted as bytes.
+
+    >>> ids_set_sha256([id_sha256("b"), id_sha256("a"), id_sha256("a")]) == ids_set_sha256(
+    ...     [id_sha256("a"), id_sha256("b")])
+    True
+    """
+    h = hashlib.sha256(TRAINED_ON_DOMAIN)
+    for d in sorted({bytes.fromhex(x) for x in id_digests}):
+        h.update(d)
+    return h.hexdigest()
+
+
+def read_statement(statement: TrainedOnStatement, *, source: str) -> tuple[str, ...]:
+    """The stated values: the manifest's list, or the file's lines (UTF-8, one per line).
+
+    Raises:
+        TrainedOnError: the file cannot be read, is not UTF-8, holds an empty line, a value that
+            is not an id (or a SHA-256, when hashed), or too many values; the file and line
+            are named.
+    """
+    if statement.values is not None:
+        return statement.values
+    assert statement.path is not None
+    path = statement.path
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_STATEMENT_BYTES + 1)
+    except OSError as exc:
+        raise TrainedOnError("a readable file of ids, one per line", f"{path} ({exc.strerror})",
+                             "write the file next to the manifest", file=source,
+                             key=statement.key) from None
+    if len(raw) > MAX_STATEMENT_BYTES:
+        raise TrainedOnError(f"a file of at most {MAX_STATEMENT_BYTES} bytes", f"{path} is larger",
+                             "state fewer ids (only the rows the model was trained on)",
+                             file=source, key=statement.key)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TrainedOnError("UTF-8 text", f"undecodable bytes at byte {exc.start} of {path}",
+                             "save the file as UTF-8", file=source, key=statement.key) from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the final newline
+    if not lines or len(lines) > MAX_STATED_IDS:
+        raise TrainedOnError(f"1 to {MAX_STATED_IDS:,} ids, one per line", f"{len(lines)} in {path}",
+                             "list the ids the model was trained on", file=source,
+                             key=statement.key)
+    for i, line in enumerate(lines):
+        value = line[:-1] if line.endswith("\r") else line
+        ok = bool(value) and len(value) <= 1000 and value.isprintable()
+        if ok and statement.hashed:
+            ok = len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+        if not ok:
+            what = "an id's SHA-256 (64 lowercase hex)" if statement.hashed else "an id"
+            raise TrainedOnError(f"{what} on every line", f"{value[:80]!r} on line {i + 1} of {path}",
+                                 "write one value per line, nothing else", file=source,
+                                 key=statement.key)
+        lines[i] = value
+    return tuple(lines)
+
+
+def _roles(holdouts: Sequence[Holdout]) -> dict[str, str]:
+    """Each id that must not be trained on, with why (test or excluded, and for which decision)."""
+    out: dict[str, str] = {}
+    for h in holdouts:
+        for r in h.rows:
+            if r.role is Role.TEST:
+                out.setdefault(r.id, f"a test row of {h.decision!r}")
+        for r in h.rows:
+            if r.role is Role.EXCLUDED:
+                out.setdefault(r.id, f"excluded from {h.decision!r} (its group is tested)")
+    return out
+
+
+def attest(
+    statement: TrainedOnStatement | None,
+    legacy_sha256: str | None,
+    holdouts: Sequence[Holdout],
+    *,
+    training_id: str,
+    source: str | None = None,
+) -> Attestation:
+    """Check what a training states it was trained on; the attestation the audit records.
+
+    Args:
+        statement: the stated ids or id digests (``training.trained_on``), or None.
+        legacy_sha256: the SHA-256 of all training ids (``training.trained_on_sha256``), or None.
+        holdouts: every decision's split.
+        training_id: for messages.
+        source: the manifest's file, for messages.
+
+    Returns:
+        ``attested`` with the stated set's size and digest, or ``not stated``.
+
+    Raises:
+        TrainedOnError: a stated id is not a training row (a test or excluded row of any
+            decision, or not in the dataset): the count and the first offending ids are given;
+            or the digest of all training ids does not match.
+
+    >>> from typestrict_pipeline.refund.holdout import HoldoutRecord, draw_holdout
+    >>> h = draw_holdout([HoldoutRecord(str(i), f"t{i}", "ab"[i % 2], None) for i in range(10)],
+    ...                  decision="d")
+    >>> train = sorted(training_ids([h]))
+    >>> stated = TrainedOnStatement("training.trained_on.ids", False, tuple(train[:3]))
+    >>> attest(stated, None, [h], training_id="t1").n_ids
+    3
+    >>> bad = TrainedOnStatement("training.trained_on.ids", False, (train[0], *h.test_ids, "x"))
+    >>> attest(bad, None, [h], training_id="t1")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.refund.trained_on.TrainedOnError: ... got 3 of the 4 stated ids that are not: ...
+    """
+    where = source or "manifest"
+    allowed = training_ids(holdouts)
+    if legacy_sha256 is not None:
+        check_trained_on(legacy_sha256, holdouts, training_id=training_id, source=source)
+        return Attestation(AttestationStatus.ATTESTED, len(allowed),
+                           ids_set_sha256(id_sha256(i) for i in allowed))
+    if statement is None:
+        return NOT_STATED
+    values = read_statement(statement, source=where)
+    roles = _roles(holdouts)
+    if statement.hashed:
+        known = {id_sha256(r.id): r.id for h in holdouts for r in h.rows}
+        digests = list(dict.fromkeys(values))
+        offending = [(known.get(d), d) for d in digests if known.get(d) not in allowed]
+    else:
+        unique = list(dict.fromkeys(values))
+        digests = [id_sha256(i) for i in unique]
+        offending = [(i, i) for i in unique if i not in allowed]
+    if offending:
+        shown = []
+        for ident, value in offending[:SHOWN]:
+            if ident is None:
+                shown.append(f"{value[:16]}… (no id of the dataset has this SHA-256)")
+            else:
+                shown.append(f"{ident!r} ({roles.get(ident, 'not in the dataset')})")
+        more = f", and {len(offending) - SHOWN} more" if len(offending) > SHOWN else ""
+        raise TrainedOnError(
+            f"ids from the {len(allowed)} training rows of the split of training {training_id!r}",
+            f"{len(offending)} of the {len(digests)} stated ids that are not: "
+            + "; ".join(shown) + more,
+            f"train only on the rows GET /v1/trainings/{training_id}/split lists as training_ids, "
+            "then state those ids; the verdict is not computed for a model that may have seen "
+            "test rows",
+            file=where,
+            key=statement.key,
+        )
+    return Attestation(AttestationStatus.ATTESTED, len(digests), ids_set_sha256(digests))
+
+
 def check_trained_on(
     claimed: str | None, holdouts: Sequence[Holdout], *, training_id: str, source: str | None = None
 ) -> None:
-    """Refuse a training whose stated ``trained_on_sha256`` is not that of its training rows.
+    """Refuse a training whose stated ``trained_on_sha256`` is not that of all its training rows.
 
-    ``claimed`` None (not stated) passes: the check is opt-in per training.
+    ``claimed`` None (not stated) passes.
 
     Raises:
         TrainedOnError: the digests differ; the message gives both and how to fix it.
@@ -56,7 +290,7 @@ def check_trained_on(
     >>> check_trained_on("0" * 64, [h], training_id="t1")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    typestrict_pipeline.refund.trained_on.TrainedOnError: manifest, key 'training.trained_on_sha256': expected the SHA-256 of the 8 training rows of training 't1' (4fdd9c97...), got 0000...0000. Train on exactly the ids listed as training rows by GET /v1/trainings/t1/split ...
+    typestrict_pipeline.refund.trained_on.TrainedOnError: manifest, key 'training.trained_on_sha256': expected the SHA-256 of the 8 training rows of training 't1' (4fdd9c97...), got 0000...0000. ...
     """
     if claimed is None:
         return
@@ -67,10 +301,11 @@ def check_trained_on(
     raise TrainedOnError(
         f"the SHA-256 of the {len(ids)} training rows of training {training_id!r} ({expected})",
         claimed,
-        f"train on exactly the ids listed as training rows by GET /v1/trainings/{training_id}/split "
-        "(or `training_ids` of the split; canonical form: sorted ids joined by a line feed, "
-        "UTF-8), then state that digest; the verdict is not computed for a model that may have "
-        "seen test rows",
+        "a model trained on only some of the training rows states those ids instead "
+        "(trained_on_ids, or training.trained_on in the manifest); this digest is for exactly "
+        f"the ids GET /v1/trainings/{training_id}/split lists as training rows (sorted, joined "
+        "by a line feed, UTF-8); the verdict is not computed for a model that may have seen "
+        "test rows",
         file=source or "manifest",
         key="training.trained_on_sha256",
     )

@@ -30,7 +30,7 @@ MSG_ROOT_DELETED = "The root study was deleted"
 MSG_NO_USD_BUDGET = "The root study has no USD budget"
 MSG_SUBSCRIPTION_EXPIRED = "Workspace subscription expired"
 MSG_WORKSPACE_NOT_SET_UP = "Workspace subscription never set up"
-MSG_USAGE_EXHAUSTED = "Usage budget exhausted"
+MSG_USAGE_EXHAUSTED = "Workspace usage budget exhausted"
 MSG_PREVIOUS_NOT_FINISHED = "The previous study in the lineage did not finish"
 MSG_IN_FLIGHT = "A study or backtest was in flight"
 

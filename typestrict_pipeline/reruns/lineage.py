@@ -11,19 +11,27 @@ Statistics (sources in ``docs/method/reruns.md`` §3):
 * **Best expected of k under noise** ``= E[max_j X_j]`` for independent ``X_j ~ N(0, SE_j²)``,
   each study with its own SE (``typestrict_pipeline.study.stats.expected_max_independent``;
   with equal SEs it is ``SE·e(k)``, the exact expected maximum the study leaderboard uses); it is
-  on the holdout-minus-baseline scale, and ``b̄ + line`` on the score scale. It says what luck
-  gives as the best of k; it is not the warning.
-* **The pooled edge** ``μ̂_k = Σ w_j d_j / Σ w_j`` with ``w_j = 1/SE_j²`` (inverse variance), SE
-  ``1/√Σw_j``, and its **always-valid 95% lower confidence sequence** (Howard, Ramdas, McAuliffe
-  & Sekhon, *Ann. Stat.* 49(2), 2021; the one-sided normal-mixture boundary, Robbins 1970):
-  ``S_k = Σ w_j (d_j − μ)`` is a Gaussian martingale with variance ``V_k = Σ w_j``; the mixture
-  ``M_k = 2√(ρ/(V_k+ρ))·exp(S_k²/(2(V_k+ρ)))·Φ(S_k/√(V_k+ρ))`` crosses ``1/α`` with probability at
-  most ``α`` over every ``k`` (Ville's inequality), so ``μ ≥ μ̂_k − u(V_k)/V_k`` at every look at
-  once, ``u`` solving ``M = 1/α``. ``ρ`` is fixed by the root study's precision (tight near five
-  studies of that precision). Reading the panel after every re-run does not inflate it.
-* **The warning** ("within noise") is shown unless that lower bound is above 0: a winner has
-  shown that it persists only when the pooled edge is positive at every-look 95% confidence.
-  Without baseline scores (score scale) the warning falls back to "best ≤ b̄ + line".
+  on the holdout-minus-baseline scale, and ``b̄ + line`` on the score scale. The holdouts are
+  disjoint and new, so under no edge the ``d_j`` are independent; where neighbouring slices of
+  an autocorrelated series make them positively dependent, the true expected maximum is lower
+  (Slepian's inequality), so the line errs towards saying "within noise", never away from it.
+* **Two statements, each true on its own** (docs/method/reruns.md §3):
+
+  1. **Within noise** (the page's rule): the best ``d_j`` (the best holdout score on the score
+     scale) is at or below the line. The panel then says the best result is luck, not a winner
+     that persisted.
+  2. **Persistence**: whether the always-valid 95% lower bound of the pooled edge is above 0.
+     The pooled edge ``μ̂_k = Σ w_j d_j / Σ w_j`` with ``w_j = 1/(SE_j² + τ̂²)`` (inverse
+     variance, ``τ̂²`` DerSimonian–Laird's between-study variance: random effects), SE
+     ``1/√Σw_j``, and its **always-valid 95% lower confidence sequence** (Howard, Ramdas,
+     McAuliffe & Sekhon, *Ann. Stat.* 49(2), 2021; the one-sided normal-mixture boundary,
+     Robbins 1970): ``S_k = Σ w_j (d_j − μ)`` is a Gaussian martingale with variance
+     ``V_k = Σ w_j``; the mixture ``M_k = 2√(ρ/(V_k+ρ))·exp(S_k²/(2(V_k+ρ)))·Φ(S_k/√(V_k+ρ))``
+     crosses ``1/α`` with probability at most ``α`` over every ``k`` (Ville's inequality), so
+     ``μ ≥ μ̂_k − u(V_k)/V_k`` at every look at once, ``u`` solving ``M = 1/α``. ``ρ`` is fixed by
+     the root study's precision (tight near five studies of that precision). Reading the panel
+     after every re-run does not inflate it. When the bound cannot be computed (no baseline on
+     the holdouts, a zero standard error) the panel says why, never ``n/a`` alone.
 * ``mean_j d_j`` with ``SE = √(Σ SE_j²)/k`` uses every study with no selection (equal weights).
 
 ``k`` counts every study of the lineage that has a holdout score. A number that cannot be
@@ -32,6 +40,7 @@ computed (no baseline, no standard error) is reported as missing with the reason
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Sequence
@@ -50,10 +59,23 @@ else:
     special = LazyModule("scipy.special")
 
 WITHIN_NOISE_WARNING = (
-    "The best result is within noise: across the {k} studies the always-valid 95% lower bound "
-    "of the pooled edge over the baseline is at or below 0. The winner has not shown that it "
-    "persists; keep collecting data."
+    "The best result is within noise: the best holdout ({best}, lineage #{seq}) is at or below "
+    "Best expected of {k} under noise ({line}). It is luck, not a winner that persisted; keep "
+    "collecting data."
 )
+"""Statement 1, the page's rule (docs/scheduled-reruns.md): shown exactly when best ≤ line."""
+PERSISTENCE_NOT_SHOWN = (
+    "Persistence not shown yet: the always-valid 95% lower bound of the pooled edge over the "
+    "baseline is {lower}, at or below 0, so these {k} studies do not yet show an edge that lasts."
+)
+PERSISTENCE_SHOWN = (
+    "Persistence shown: the always-valid 95% lower bound of the pooled edge over the baseline is "
+    "{lower}, above 0 however often the panel is read."
+)
+PERSISTENCE_UNKNOWN = "Persistence cannot be judged yet: {reason}."
+"""Statement 2, in its own words: what the always-valid bound shows (or why it cannot)."""
+PERSISTENCE_STATES = ("shown", "not shown", "unknown")
+
 #: One-sided level of the lineage's confidence sequence.
 CS_ALPHA = 0.05
 #: The mixture is tuned for about this many studies of the root study's precision.
@@ -109,11 +131,15 @@ class LineageSummary:
         noise_line: Best expected of k under noise on ``scale`` (``median(SE_j)·e(k)`` on the
             difference scale, ``b̄ + median(SE_j)·e(k)`` on the score scale).
         noise_line_score: the line on the score scale, ``b̄ + median(SE_j)·e(k)``.
-        within_noise: ``best ≤ noise_line`` (None if undefined).
+        within_noise: ``best ≤ noise_line``, the page's rule (None if undefined).
         mean_edge: ``mean_j d_j`` (difference scale only); mean_edge_se: ``√(Σ SE_j²)/k``.
         missing_reason: why the line is undefined, when it is.
         pooled_edge, pooled_se: the inverse-variance pooled edge and its SE.
         cs_lower: the always-valid 95% lower bound of the edge (confidence sequence).
+        persistence: ``"shown"`` (``cs_lower > 0``), ``"not shown"`` or ``"unknown"``.
+        persistence_reason: why the bound is unknown, in words (None otherwise).
+        statements: the panel's two statements, in words (the within-noise one only when it
+            holds); every surface (CLI, API, Dagster, console) shows these same sentences.
     """
 
     k: int
@@ -130,6 +156,9 @@ class LineageSummary:
     pooled_edge: float | None = None
     pooled_se: float | None = None
     cs_lower: float | None = None
+    persistence: str = "unknown"
+    persistence_reason: str | None = None
+    statements: tuple[str, ...] = ()
 
 
 SCALE_EDGE = "holdout − baseline"
@@ -197,10 +226,40 @@ def mixture_boundaries(v: npt.NDArray[np.float64], rho: float,
     return np.asarray(hi * root, dtype=np.float64)
 
 
+def between_study_variance(edges: Sequence[float], standard_errors: Sequence[float]) -> float:
+    """DerSimonian–Laird's between-study variance ``τ̂²`` (*Controlled Clinical Trials* 7, 1986).
+
+    ``Q = Σ w_j (d_j − μ̂)²`` with ``w_j = 1/SE_j²``; ``τ̂² = max(0, (Q − (k − 1)) / (Σw − Σw²/Σw))``:
+    how much more the studies' edges differ than their SEs allow. Persistence that outlives a
+    holdout (a regime spanning several re-runs) shows here and nowhere else.
+
+    >>> between_study_variance([0.0, 0.0, 0.0], [0.01, 0.01, 0.01])
+    0.0
+    >>> round(between_study_variance([0.1, -0.1, 0.1, -0.1], [0.01] * 4), 4)
+    0.0132
+    """
+    k = len(edges)
+    if k < 2:
+        return 0.0
+    se = np.asarray(standard_errors, dtype=np.float64)
+    d = np.asarray(edges, dtype=np.float64)
+    w = 1.0 / (se * se)
+    mu = float((w * d).sum() / w.sum())
+    q = float((w * (d - mu) ** 2).sum())
+    denom = float(w.sum() - (w * w).sum() / w.sum())
+    return max(0.0, (q - (k - 1)) / denom) if denom > 0.0 else 0.0
+
+
 def confidence_sequence_path(edges: Sequence[float], standard_errors: Sequence[float],
                              alpha: float = CS_ALPHA) -> tuple[npt.NDArray[np.float64], ...]:
-    """After each look ``k = 1..K``: the pooled inverse-variance edge, its SE and the
-    always-valid lower bound (the panel shows the last; simulations read every look).
+    """After each look ``k = 1..K``: the pooled edge, its SE and the always-valid lower bound
+    (the panel shows the last; simulations read every look).
+
+    At look ``k`` every study's variance is ``SE_j² + τ̂_k²``, ``τ̂_k²`` the between-study
+    variance of the first ``k`` studies (:func:`between_study_variance`; a random-effects
+    pooling): studies that disagree more than their SEs allow widen the bound instead of
+    passing for a persistent edge. With agreeing studies ``τ̂² = 0`` and this is the fixed-effect
+    inverse-variance pooling.
 
     ``ρ`` (the mixture's precision) is ``CS_TARGET_STUDIES`` times the first study's precision
     divided by ``2 ln(1/α) + ln(1 + 2 ln(1/α))`` (Howard et al. 2021, §3.5: the boundary is
@@ -217,11 +276,17 @@ def confidence_sequence_path(edges: Sequence[float], standard_errors: Sequence[f
     if not np.all(np.isfinite(se)) or np.any(se <= 0.0):
         raise ValueError(f"expected standard errors > 0, got {list(standard_errors)!r}. "
                          "A study with a zero SE cannot be pooled.")
-    w = 1.0 / (se * se)
-    v = np.cumsum(w)
-    est = np.cumsum(w * np.asarray(edges, dtype=np.float64)) / v
+    d = np.asarray(edges, dtype=np.float64)
     log_a = math.log(1.0 / alpha)
-    rho = CS_TARGET_STUDIES * float(w[0]) / (2.0 * log_a + math.log(1.0 + 2.0 * log_a))
+    rho = CS_TARGET_STUDIES / float(se[0] * se[0]) / (2.0 * log_a + math.log(1.0 + 2.0 * log_a))
+    k_all = d.size
+    est = np.empty(k_all)
+    v = np.empty(k_all)
+    for k in range(1, k_all + 1):
+        tau2 = between_study_variance(d[:k].tolist(), se[:k].tolist())
+        w = 1.0 / (se[:k] * se[:k] + tau2)
+        v[k - 1] = float(w.sum())
+        est[k - 1] = float((w * d[:k]).sum()) / v[k - 1]
     return est, 1.0 / np.sqrt(v), est - mixture_boundaries(v, rho, alpha) / v
 
 
@@ -240,23 +305,23 @@ def confidence_sequence_lower(edges: Sequence[float], standard_errors: Sequence[
 
 
 def summarize(entries: Sequence[LineageEntry]) -> LineageSummary:
-    """The summary line of the lineage panel.
+    """The summary line of the lineage panel, with its two statements.
 
     >>> e = [LineageEntry(0, "a", "FINISHED", "w0", "x", 0.62, 0.55, 0.03, None),
     ...      LineageEntry(1, "b", "FINISHED", "w1", "y", 0.60, 0.57, 0.03, True)]
     >>> s = summarize(e)
-    >>> s.k, s.scale, round(s.best, 3), round(s.noise_line, 4), round(s.pooled_edge, 3), s.within_noise
-    (2, 'holdout − baseline', 0.07, 0.0169, 0.05, True)
+    >>> s.k, s.scale, round(s.best, 3), round(s.noise_line, 4), round(s.pooled_edge, 3)
+    (2, 'holdout − baseline', 0.07, 0.0169, 0.05)
+    >>> s.within_noise, s.persistence  # above the line, but the bound is not above 0 yet
+    (False, 'not shown')
     """
     scored = [e for e in entries if e.holdout_score is not None]
     k = len(scored)
     if k == 0:
-        return LineageSummary(0, SCALE_SCORE, None, None, None, None, None, None, None, None,
-                              "no study of this lineage has a holdout score yet")
+        return _missing(0, "no study of this lineage has a holdout score yet")
     no_se = [e.seq for e in scored if e.holdout_se is None]
     if no_se:
-        return LineageSummary(k, SCALE_SCORE, None, None, None, None, None, None, None, None,
-                              f"studies {no_se} have a holdout score without a standard error")
+        return _missing(k, f"studies {no_se} have a holdout score without a standard error")
     ses = [float(e.holdout_se) for e in scored if e.holdout_se is not None]
     luck = best_expected_under_noise(ses)
     if all(e.baseline_score is not None for e in scored):
@@ -265,9 +330,14 @@ def summarize(entries: Sequence[LineageEntry]) -> LineageSummary:
         best, best_seq = max(edges)
         b_bar = statistics.fmean(float(e.baseline_score) for e in scored)  # type: ignore[arg-type]
         pooled = pooled_se = lower = None
-        if all(s > 0.0 for s in ses):
+        zero = [e.seq for e, s in zip(scored, ses, strict=True) if s <= 0.0]
+        reason = None
+        if zero:
+            reason = (f"the holdout difference of lineage {_seqs(zero)} has a standard error of 0 "
+                      "(winner and baseline scored alike at every step), so no edge can be pooled")
+        else:
             pooled, pooled_se, lower = confidence_sequence_lower([d for d, _ in edges], ses)
-        return LineageSummary(
+        return _with_statements(LineageSummary(
             k=k,
             scale=SCALE_EDGE,
             baseline=b_bar,
@@ -275,18 +345,21 @@ def summarize(entries: Sequence[LineageEntry]) -> LineageSummary:
             best_seq=best_seq,
             noise_line=luck,
             noise_line_score=b_bar + luck,
-            within_noise=lower is None or lower <= 0.0,
+            within_noise=best <= luck,
             mean_edge=statistics.fmean(d for d, _ in edges),
             mean_edge_se=math.sqrt(sum(s * s for s in ses)) / k,
             missing_reason=None,
             pooled_edge=pooled,
             pooled_se=pooled_se,
             cs_lower=lower,
-        )
+            persistence="unknown" if lower is None else ("shown" if lower > 0.0 else "not shown"),
+            persistence_reason=reason,
+        ))
     scores = [(float(e.holdout_score), e.seq) for e in scored]  # type: ignore[arg-type]
     best, best_seq = max(scores)
     b_bar = statistics.fmean(h for h, _ in scores)
-    return LineageSummary(
+    unscored = [e.seq for e in scored if e.baseline_score is None]
+    return _with_statements(LineageSummary(
         k=k,
         scale=SCALE_SCORE,
         baseline=b_bar,
@@ -298,13 +371,55 @@ def summarize(entries: Sequence[LineageEntry]) -> LineageSummary:
         mean_edge=None,
         mean_edge_se=None,
         missing_reason=None,
-    )
+        persistence_reason=(f"no baseline was scored on the holdout of lineage {_seqs(unscored)}, "
+                            "so there is no edge over the baseline to pool"),
+    ))
+
+
+def _seqs(seqs: Sequence[int]) -> str:
+    return ", ".join(f"#{q}" for q in seqs)
+
+
+def _missing(k: int, reason: str) -> LineageSummary:
+    return _with_statements(LineageSummary(
+        k, SCALE_SCORE, None, None, None, None, None, None, None, None, reason,
+        persistence_reason=reason))
+
+
+def _with_statements(s: LineageSummary) -> LineageSummary:
+    """``s`` with its statements: "within noise" when the page's rule says so, then what the
+    always-valid bound shows (or why it cannot)."""
+    out: list[str] = []
+    signed = s.scale == SCALE_EDGE
+    if s.within_noise:
+        out.append(WITHIN_NOISE_WARNING.format(best=_num(s.best, signed), seq=s.best_seq, k=s.k,
+                                               line=_num(s.noise_line, signed)))
+    if s.persistence == "shown":
+        out.append(PERSISTENCE_SHOWN.format(lower=_num(s.cs_lower, True)))
+    elif s.persistence == "not shown":
+        out.append(PERSISTENCE_NOT_SHOWN.format(lower=_num(s.cs_lower, True), k=s.k))
+    else:
+        out.append(PERSISTENCE_UNKNOWN.format(reason=s.persistence_reason or "no bound"))
+    return dataclasses.replace(s, statements=tuple(out))
 
 
 def _num(x: float | None, signed: bool = False) -> str:
     if x is None:
         return "n/a"
     return f"{x:+.4f}" if signed else f"{x:.4f}"
+
+
+def _cells(e: LineageEntry) -> list[str]:
+    """holdout, baseline, holdout − baseline, winner changed: words where a number is missing."""
+    holdout = "not scored" if e.holdout_score is None else _num(e.holdout_score)
+    baseline = ("not scored" if e.baseline_score is None else _num(e.baseline_score))
+    edge = e.edge
+    if edge is None:
+        edge_text = "not scored" if e.holdout_score is None else "no baseline"
+    else:
+        edge_text = f"{edge:+.4f}" + ("" if e.holdout_se is None else f" ± {e.holdout_se:.4f}")
+    changed = "—" if e.winner_changed is None else ("yes" if e.winner_changed else "no")
+    return [holdout, baseline, edge_text, changed]
 
 
 def render_panel(entries: Sequence[LineageEntry]) -> str:
@@ -317,13 +432,8 @@ def render_panel(entries: Sequence[LineageEntry]) -> str:
     header = ["#", "study", "state", "scored on", "winner", "holdout", "baseline", "holdout − baseline", "winner changed"]
     rows: list[list[str]] = []
     for e in entries:
-        edge = e.edge
-        edge_text = "n/a" if edge is None else f"{edge:+.4f}" + ("" if e.holdout_se is None else f" ± {e.holdout_se:.4f}")
-        changed = "—" if e.winner_changed is None else ("yes" if e.winner_changed else "no")
-        rows.append([
-            str(e.seq), e.study_id or "—", e.state, e.window, e.winner or "—",
-            _num(e.holdout_score), _num(e.baseline_score), edge_text, changed,
-        ])
+        cells = _cells(e)
+        rows.append([str(e.seq), e.study_id or "—", e.state, e.window, e.winner or "—", *cells])
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
@@ -339,13 +449,9 @@ def render_markdown(entries: Sequence[LineageEntry]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for e in entries:
-        edge = e.edge
-        edge_text = "n/a" if edge is None else f"{edge:+.4f}" + ("" if e.holdout_se is None else f" ± {e.holdout_se:.4f}")
-        changed = "—" if e.winner_changed is None else ("yes" if e.winner_changed else "no")
-        out.append(
-            f"| {e.seq} | {e.study_id or '—'} | {e.state} | {e.window} | {e.winner or '—'} | "
-            f"{_num(e.holdout_score)} | {_num(e.baseline_score)} | {edge_text} | {changed} |"
-        )
+        holdout, baseline, edge, changed = _cells(e)
+        out.append(f"| {e.seq} | {e.study_id or '—'} | {e.state} | {e.window} | {e.winner or '—'} "
+                   f"| {holdout} | {baseline} | {edge} | {changed} |")
     out.append("")
     out.extend(line + "  " for line in _summary_lines(s))
     return "\n".join(out)
@@ -353,7 +459,7 @@ def render_markdown(entries: Sequence[LineageEntry]) -> str:
 
 def _summary_lines(s: LineageSummary) -> list[str]:
     if s.noise_line is None:
-        return [f"Best expected of {s.k} under noise: n/a ({s.missing_reason})"]
+        return [f"Best expected of {s.k} under noise: n/a ({s.missing_reason})", *s.statements]
     signed = s.scale == SCALE_EDGE
     lines = [f"Best expected of {s.k} under noise: {_num(s.noise_line, signed)} ({s.scale})"]
     if signed:
@@ -361,16 +467,17 @@ def _summary_lines(s: LineageSummary) -> list[str]:
             f"Best {s.scale}: {_num(s.best, True)} (lineage #{s.best_seq}); "
             f"mean over all {s.k}: {_num(s.mean_edge, True)} ± {_num(s.mean_edge_se)}"
         )
-        lines.append(
-            f"Pooled edge over the baseline (inverse-variance, all {s.k}): "
-            f"{_num(s.pooled_edge, True)} ± {_num(s.pooled_se)}; always-valid 95% lower bound "
-            f"{_num(s.cs_lower, True)} (confidence sequence: valid however often the panel is read)"
-        )
+        if s.pooled_edge is not None:
+            lines.append(
+                f"Pooled edge over the baseline (inverse-variance, all {s.k}): "
+                f"{_num(s.pooled_edge, True)} ± {_num(s.pooled_se)}; always-valid 95% lower bound "
+                f"{_num(s.cs_lower, True)} (confidence sequence: valid however often the panel is "
+                "read)"
+            )
     else:
         lines.append(
             f"Best {s.scale}: {_num(s.best)} (lineage #{s.best_seq}); baseline: the lineage's mean "
             f"holdout score {_num(s.baseline)} (no baseline was scored on the holdouts)"
         )
-    if s.within_noise:
-        lines.append(WITHIN_NOISE_WARNING.format(k=s.k))
+    lines.extend(s.statements)
     return lines

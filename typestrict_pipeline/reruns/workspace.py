@@ -142,26 +142,29 @@ def store_spend_source(engine: Engine) -> SpendSource:
       by workspace, day, workflow and mode, ``LIVE`` and ``HISTORICAL``);
     * studies: each study's recorded spend (``study_studies.spend_micro``), counted on the day
       the study was created (a study's window runs are metered by the studies area, not stored
-      as plain backtests, so nothing is counted twice).
+      as plain backtests, so nothing is counted twice), deleted studies included
+      (``study_deleted``: deleting a study never gives its spend back).
     """
     from sqlalchemy import func
 
     from typestrict_pipeline.backtest.store import usage
-    from typestrict_pipeline.study.tables import StudyRow
+    from typestrict_pipeline.study.tables import DeletedStudyRow, StudyRow
 
     def spend(workspace_id: str, first: dt.date, last: dt.date) -> int:
         runs = sum(row.cost_micro_usd for row in usage(engine, workspace=workspace_id, since=first, until=last))
         start = dt.datetime(first.year, first.month, first.day, tzinfo=dt.UTC)
         end = dt.datetime(last.year, last.month, last.day, tzinfo=dt.UTC) + dt.timedelta(days=1)
         with session_scope(engine) as session:
-            studies = session.execute(
-                select(func.coalesce(func.sum(StudyRow.spend_micro), 0)).where(
-                    StudyRow.workspace == workspace_id,
-                    StudyRow.created_at >= start,
-                    StudyRow.created_at < end,
-                )
-            ).scalar_one()
-        return int(runs) + int(studies or 0)
+            studies = 0
+            for table in (StudyRow, DeletedStudyRow):  # a deleted study's spend stays spent
+                studies += int(session.execute(
+                    select(func.coalesce(func.sum(table.spend_micro), 0)).where(
+                        table.workspace == workspace_id,
+                        table.created_at >= start,
+                        table.created_at < end,
+                    )
+                ).scalar_one() or 0)
+        return int(runs) + studies
 
     return spend
 

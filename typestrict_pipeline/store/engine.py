@@ -361,15 +361,24 @@ def _sqlite3_connect(uri: str) -> Any:
 def _require_current_schema(engine: Engine, path: Path) -> None:
     """Refuse a read-only store whose schema is not this version's (it cannot be upgraded)."""
     from alembic.script import ScriptDirectory
+    from alembic.script.revision import RevisionError
 
-    heads = set(ScriptDirectory.from_config(alembic_config(engine)).get_heads())
+    script = ScriptDirectory.from_config(alembic_config(engine))
+    heads = set(script.get_heads())
     try:
         with engine.connect() as conn:
             have = {r[0] for r in conn.execute(text("SELECT version_num FROM alembic_version"))}
     except SQLAlchemyError as exc:
         raise _broken(str(path), f"a read-only file without a readable schema version "
                       f"({type(getattr(exc, 'orig', exc)).__name__})") from None
-    if have != heads:
+    try:  # every revision the stored heads stand on (their ancestors and dependencies)
+        reached = {r.revision for r in script.iterate_revisions(tuple(sorted(have)), "base")}
+    except (CommandError, RevisionError):
+        raise StoreError(
+            f"{path}: expected a store this version of TypeStrict knows, got one at schema revisions it "
+            f"does not ({', '.join(sorted(have))[:160]}). Use the TypeStrict version that wrote it."
+        ) from None
+    if not heads <= reached:
         raise StoreError(
             f"{path}: expected a store at this version's schema, got a read-only store at "
             f"{sorted(have)[:3]}: it cannot be upgraded while it is read-only. Make the file and its "

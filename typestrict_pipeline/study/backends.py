@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from typestrict_pipeline.backtest.metering import CallGate
 from typestrict_pipeline.errors import InputError
 from typestrict_pipeline.study.folds import Window
 from typestrict_pipeline.study.runner import (
@@ -103,16 +104,20 @@ class EngineBackend:
                     state["started"] += 1
             return halt
 
+        # Reserve before calling: the study's guard admits each model, judge and tool call for
+        # the most it can cost before it is made (a CallGate), so the budget is never passed.
+        gate = should_stop if isinstance(should_stop, CallGate) else None
         result = run_backtest(
             wf, data=self._data(seal_at), start=window.start, end=window.end - step, step=step,
             params=dict(candidate.params) or None, prompts=dict(candidate.prompts) or None,
             clients=self.setup.clients, tools=self.setup.tools, prices=self.setup.prices,
-            max_in_flight=self.max_in_flight, should_stop=stop, on_step=on_step,
+            max_in_flight=self.max_in_flight, should_stop=stop, on_step=on_step, gate=gate,
         )
         scores = [(format_time(s.t), float(s.score)) for s in result.steps if s.score is not None]
         cost = sum(int(s.cost_micro_usd) for s in result.steps)
         done = len(result.steps)
-        return WindowOutcome(scores, cost, done, cut=done < window.steps)
+        refused = bool(getattr(should_stop, "cut", False))
+        return WindowOutcome(scores, cost, done, cut=refused or done < window.steps)
 
 
 def load_setup(spec: str, args: Mapping[str, Any] | None = None) -> WorkflowSetup:

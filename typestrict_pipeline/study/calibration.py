@@ -27,7 +27,7 @@ from scipy import stats
 
 from typestrict_pipeline.reruns.lineage import best_expected_under_noise, confidence_sequence_path
 from typestrict_pipeline.study.inference import decorrelation_span, joint_inference
-from typestrict_pipeline.study.stats import differences_from_mean, newey_west_se, search_stats
+from typestrict_pipeline.study.stats import differences_from_mean, search_stats
 
 FloatArray = npt.NDArray[np.float64]
 BURN = 200
@@ -146,8 +146,10 @@ def adjusted_scale_ratio(sc: Scenario, n: int, t: int, sims: int, seed: int) -> 
     est: list[float] = []
     means: list[float] = []
     for _ in range(sims):
-        d = differences_from_mean(simulate(rng, sc, n, t))
-        est.append(newey_west_se(d[:, 0]))
+        m = simulate(rng, sc, n, t)
+        d = differences_from_mean(m)
+        row = next(r for r in search_stats(_oos(m), {}).rows if r.candidate_id == "0")
+        est.append(float(row.se) if row.se is not None else float("nan"))  # the leaderboard's SE
         means.append(float(d[:, 0].mean()))
     return float(np.mean(est) / np.std(means))
 

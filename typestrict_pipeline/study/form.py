@@ -26,7 +26,7 @@ from typestrict_pipeline.files import loads_or_text
 from typestrict_pipeline.study.limits import usd_to_micro
 from typestrict_pipeline.study.service import StudyConfig
 from typestrict_pipeline.study.space import RandomParam, SearchSpace
-from typestrict_pipeline.values import number
+from typestrict_pipeline.values import check_text, number
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,15 @@ def study_config(form: StudyForm) -> StudyConfig:
     from typestrict_pipeline.backtest.engine import parse_step
     from typestrict_pipeline.backtest.service import parse_time
 
+    # The texts a study stores, checked here for every door (CLI, API, launchpad): no control
+    # character, and no longer than the store's columns (PostgreSQL refuses a longer one).
+    check_text(form.workflow, "a workflow name", max_chars=128)
+    check_text(form.workspace, "a workspace id", max_chars=128)
+    check_text(form.dataset, "a dataset name", max_chars=128)
+    if form.name is not None:
+        check_text(form.name, "a study name", max_chars=256)
     space = parse_space(form.grid, form.random, form.random_draws, form.seed, form.prompt_files)
+    space.check_size()  # counted from the sizes, before anything is built or stored
     backend: dict[str, Any]
     if form.synthetic:
         backend = {"backend": "synthetic", "cost_per_step": 10}

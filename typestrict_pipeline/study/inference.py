@@ -32,6 +32,15 @@ import numpy.typing as npt
 
 from typestrict_pipeline.errors import NotEnoughDataError
 from typestrict_pipeline.lazy import LazyModule
+from typestrict_pipeline.study.dependence import Dependence, long_run_variances, measure_dependence
+from typestrict_pipeline.study.stability import (
+    CRITICAL_95,
+    MIN_STEPS,
+    Stability,
+    leaders_stability,
+    self_normalised_statistic,
+    sign_changes,
+)
 from typestrict_pipeline.study.stats import ar1_long_run_variance, newey_west_se
 
 if TYPE_CHECKING:  # imported on first use: keeps the code location's load quick
@@ -62,8 +71,8 @@ class JointInference:
         benchmark: what the candidates were compared with, in words.
         candidates: the candidate ids tested (columns), in order.
         steps: the out-of-sample steps every tested candidate scored (rows).
-        block_length: the stationary bootstrap's mean block length (Politis–White, mean over
-            the candidates' difference series, at least 1).
+        block_length: the stationary bootstrap's mean block length, chosen from the long-run
+            variance of the candidates that matter (:func:`~typestrict_pipeline.study.dependence.measure_dependence`).
         reps: bootstrap resamples; seed: the generator's seed.
         spa_pvalue: the SPA p-value of "no candidate beats the benchmark" the verdict uses
             (``pvalue_type``: Hansen's consistent one, or the upper one for the candidates' mean).
@@ -85,11 +94,20 @@ class JointInference:
     spa_pvalue_upper: float
     stepm: tuple[str, ...]
     line_95: float
+    dependence: Dependence | None = None
+    stability: Stability | None = None
+
+    @property
+    def unstable(self) -> bool:
+        """A leader's mean difference changed during the search period: "beats luck" is not said."""
+        return self.stability is not None and not self.stability.stable
 
     @property
     def beats_luck(self) -> bool:
-        """``SPA p ≤ 5%``: some candidate beats the benchmark beyond what the search's luck gives."""
-        return self.spa_pvalue <= ALPHA
+        """``SPA p ≤ 5%`` over a stable search period: some candidate beats the benchmark beyond
+        what the search's luck gives (never said when a leader's edge changed during the period:
+        :mod:`typestrict_pipeline.study.stability`)."""
+        return self.spa_pvalue <= ALPHA and not self.unstable
 
 
 def block_length(differences: FloatArray) -> float:
@@ -118,6 +136,7 @@ def joint_inference(
     seed: int,
     reps: int = REPS,
     pvalue_type: PValueType = "consistent",
+    dependence: Dependence | None = None,
 ) -> JointInference:
     """SPA and StepM over a ``T × k`` matrix of per-step scores against a benchmark series.
 
@@ -128,6 +147,9 @@ def joint_inference(
         benchmark_label: what the benchmark is, for the header.
         seed: seeds ``numpy.random.default_rng`` of the bootstrap (the study's seed).
         reps: bootstrap resamples.
+        dependence: the measured dependence of the differences (default: measured here with
+            :func:`~typestrict_pipeline.study.dependence.measure_dependence`; a caller that
+            splits the candidates into chunks measures it once and passes it to every chunk).
         pvalue_type: ``"consistent"`` (Hansen's, against an outside benchmark such as the
             version's defaults) or ``"upper"`` (every candidate re-centred: the least
             favourable null "every candidate has the same skill", right when the benchmark is
@@ -153,9 +175,10 @@ def joint_inference(
             f"candidate, got {t} steps × {k} candidates. Use longer eval windows or more folds."
         )
     diffs = scores - benchmark[:, None]
-    blen = block_length(diffs)
+    dep = dependence if dependence is not None else measure_dependence(diffs)
+    blen = dep.block_length
     block = max(1, round(blen))  # arch's StationaryBootstrap takes a whole mean block length
-    draws = spa_draws(diffs, bootstrap_counts(t, block, reps, seed), block)
+    draws = spa_draws(diffs, bootstrap_counts(t, block, reps, seed), block, dependence=dep)
     pvals = {kind: draws.pvalue(kind) for kind in ("lower", "consistent", "upper")}
     superior_idx = stepm_set(draws, pvalue_type)
     crit = draws.critical_value(pvalue_type, np.ones(k, dtype=np.bool_))
@@ -174,6 +197,8 @@ def joint_inference(
         spa_pvalue_upper=pvals["upper"],
         stepm=tuple(candidates[i] for i in superior),
         line_95=float(benchmark.mean()) + crit,
+        dependence=dep,
+        stability=leaders_stability(diffs, [str(c) for c in candidates], superior_idx),
     )
 
 
@@ -217,32 +242,42 @@ def stationary_bootstrap_variance(diffs: FloatArray, block: float) -> FloatArray
     return np.asarray(acov[0] + 2.0 * (kappa[:, None] * acov[1:]).sum(axis=0), dtype=np.float64)
 
 
-def small_sample_factor(diffs: FloatArray, bootstrap_lrv: FloatArray) -> FloatArray:
-    """Per column, how much to widen the bootstrap's spread of the mean (≥ 1).
+def small_sample_factor(diffs: FloatArray, bootstrap_lrv: FloatArray,
+                        dependence: Dependence | None = None) -> FloatArray:
+    """Per column, the factor that sets the bootstrap's spread of the mean to its target.
 
     A stationary bootstrap resamples the sample, so with persistent scores and a short window it
-    understates the spread of the mean (the sample's autocovariances are biased towards 0). The
-    floor is the long-run variance of an AR(1) fitted with Kendall's bias correction
-    ``φ̃ = φ̂ + (1 + 3φ̂)/T`` (Kendall, *Biometrika* 41, 1954; clipped to [0, 0.97]):
-    ``γ̃₀·(1+φ̃)/(1−φ̃)`` with ``γ̃₀`` the variance corrected for the de-meaning, times the ratio
-    of Student-t to normal 95% quantiles at the effective sample size ``T·γ̂₀/LRV − 1``
-    (a fixed-b-like allowance for estimating that variance from few effective steps).
+    understates the spread of the mean, and with the long blocks persistence asks for it is
+    noisy. Each candidate's resampled deviations are scaled so that their long-run variance is
+    the target (the bootstrap then supplies the dependence *between* candidates, which the
+    maximum needs). The target is the long-run variance of
+    :func:`~typestrict_pipeline.study.dependence.long_run_variances` (the pooled long-run ratio of
+    the candidates that matter times the candidate's variance, or its own cosine estimate when
+    larger) and never below the bias-corrected AR(1) fit (Kendall, *Biometrika* 41, 1954), times
+    the ratio of Student-t to normal 95% quantiles at the estimate's degrees of freedom (the
+    fixed-smoothing allowance of Kiefer & Vogelsang 2005 / LLSW 2018) or at the AR(1) fit's
+    effective sample size ``T·γ̂₀/LRV − 1`` when that floor binds.
 
     >>> d = np.random.default_rng(0).normal(size=(400, 3))
-    >>> bool(np.all((small_sample_factor(d, d.var(axis=0)) >= 1.0)))
+    >>> bool(np.all((small_sample_factor(d, d.var(axis=0)) > 0.8)))
     True
     """
     t = diffs.shape[0]
-    lrv = ar1_long_run_variance(diffs)
+    dep = dependence if dependence is not None else measure_dependence(diffs)
+    target, df = long_run_variances(diffs, dep)
+    floor = ar1_long_run_variance(diffs)
     x = diffs - diffs.mean(axis=0)
     g0 = (x * x).mean(axis=0)
     with np.errstate(all="ignore"):
-        k = np.where(g0 > 0.0, lrv / np.where(g0 > 0.0, g0, 1.0), 1.0)  # LRV / variance
-    nu = np.maximum(2.0, t / k - 1.0)
+        k = np.where(g0 > 0.0, floor / np.where(g0 > 0.0, g0, 1.0), 1.0)  # LRV / variance
+    nu_floor = np.maximum(2.0, t / k - 1.0)
+    use_floor = floor > target
+    lrv = np.where(use_floor, floor, target)
+    nu = np.where(use_floor, nu_floor, np.maximum(1.0, df))
     t_ratio = stats.t.ppf(1.0 - ALPHA, nu) / stats.norm.ppf(1.0 - ALPHA)
     with np.errstate(all="ignore"):
         ratio = np.where(bootstrap_lrv > 0.0, lrv / np.where(bootstrap_lrv > 0.0, bootstrap_lrv, 1.0), 1.0)
-    return np.asarray(np.sqrt(np.maximum(1.0, ratio)) * t_ratio, dtype=np.float64)
+    return np.asarray(np.sqrt(ratio) * t_ratio, dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -296,7 +331,7 @@ class SpaDraws:
 
 
 def spa_draws(diffs: FloatArray, counts: FloatArray, block: float, *,
-              widen: bool = True) -> SpaDraws:
+              widen: bool = True, dependence: Dependence | None = None) -> SpaDraws:
     """The SPA statistics and null draws of a ``T × k`` difference matrix.
 
     Args:
@@ -313,7 +348,7 @@ def spa_draws(diffs: FloatArray, counts: FloatArray, block: float, *,
     t = diffs.shape[0]
     means = diffs.mean(axis=0)
     omega2 = stationary_bootstrap_variance(diffs, block)
-    factor = small_sample_factor(diffs, omega2) if widen else np.ones_like(means)
+    factor = small_sample_factor(diffs, omega2, dependence) if widen else np.ones_like(means)
     star = counts @ diffs / t
     deviation = factor * (star - means)
     scale = factor * np.sqrt(np.maximum(omega2, 0.0) / t)
@@ -403,15 +438,17 @@ def decorrelation_span(scores: FloatArray, horizon: int = 1) -> int:
 
     The scores are taken as differences from the candidates' mean on each step (the shared part
     of a step, which the holdout's baseline also sees, cancels) and de-meaned per candidate; the
-    span is the larger of (a) the first lag at which their pooled autocorrelation is at or below
-    ``max(0.05, 2/√(N·T))`` and (b) the AR(1)-implied lag ``⌈ln 0.05 / ln ρ̂₁⌉``; at least the
-    outcome horizon, at most ``T − 1``.
+    span is the largest of (a) the first lag at which their pooled autocorrelation is at or below
+    ``max(0.05, 2/√(N·T))``, (b) the AR(1)-implied lag ``⌈ln 0.05 / ln ρ̂₁⌉`` and (c) the same lag
+    for the AR(1) with the measured long-run/short-run variance ratio
+    (:func:`~typestrict_pipeline.study.dependence.measure_dependence`: a small persistent part
+    lag 1 does not see); at least the outcome horizon, at most ``T − 1``.
 
     >>> rng = np.random.default_rng(0); e = rng.normal(size=(480, 8)); x = np.empty_like(e)
     >>> x[0] = e[0]
     >>> for t in range(1, 480): x[t] = 0.9 * x[t - 1] + e[t]
-    >>> decorrelation_span(rng.normal(size=(480, 8))), 20 <= decorrelation_span(x) <= 40
-    (1, True)
+    >>> decorrelation_span(rng.normal(size=(480, 8))) <= 2, 20 <= decorrelation_span(x) <= 40
+    (True, True)
     """
     t, n = scores.shape
     if t < 3:
@@ -432,7 +469,8 @@ def decorrelation_span(scores: FloatArray, horizon: int = 1) -> int:
             first = lag
             break
     ar = math.ceil(math.log(DECORRELATED) / math.log(min(rho1, 0.99))) if rho1 > DECORRELATED else 1
-    return int(min(t - 1, max(horizon, first, ar)))
+    measured = measure_dependence(d).span  # the long-run variance's AR(1)-equivalent decay
+    return int(min(t - 1, max(horizon, first, ar, measured)))
 
 
 @dataclass(frozen=True)
@@ -456,11 +494,20 @@ class HoldoutTest:
     lower_bound: float
     required_steps: int | None
     edge_to_detect: float | None
+    change_statistic: float | None = None
+
+    @property
+    def stable(self) -> bool:
+        """The difference's mean did not change sign over the holdout (self-normalised
+        change-point test at 5%, Shao & Zhang 2010, on a difference whose mean before or after
+        the break is at or below 0; always true below its 20 steps)."""
+        return self.change_statistic is None or self.change_statistic <= CRITICAL_95
 
     @property
     def confirmed(self) -> bool:
-        """The lower bound is above 0: the winner beats the baseline on unseen data."""
-        return self.lower_bound > 0.0
+        """The lower bound is above 0 and the difference was stable: the winner beats the
+        baseline on unseen data."""
+        return self.lower_bound > 0.0 and self.stable
 
     @property
     def short(self) -> bool:
@@ -491,6 +538,7 @@ def holdout_test(
     horizon: int = 1,
     edge_to_detect: float | None = None,
     long_run_sd: float | None = None,
+    dependence: Dependence | None = None,
 ) -> HoldoutTest:
     """Winner − baseline on the common holdout steps, after skipping the first ``skip`` steps.
 
@@ -500,6 +548,9 @@ def holdout_test(
         horizon: outcome horizon (floors the Newey–West bandwidth).
         edge_to_detect: the search's luck-adjusted edge of the winner (for the power rule).
         long_run_sd: the winner's long-run per-step SD of differences (for the power rule).
+        dependence: the persistence measured over the study's candidates
+            (``JointInference.dependence``), carried into the holdout's SE: a holdout of a few
+            dozen steps cannot show a small persistent part by itself.
 
     Raises:
         NotEnoughDataError: fewer than 2 common steps remain after the skip.
@@ -518,10 +569,30 @@ def holdout_test(
             f"{len(used)} of {len(common)}. Lengthen the holdout (or the embargo before it)."
         )
     d = np.array([winner[k] - baseline[k] for k in used], dtype=np.float64)
-    se = newey_west_se(d, horizon)
+    se = holdout_standard_error(d, horizon, dependence=dependence)
     diff = float(d.mean())
     z = float(stats.norm.ppf(1.0 - ALPHA))
     need = None
     if edge_to_detect is not None and long_run_sd is not None:
         need = required_holdout_steps(long_run_sd, edge_to_detect)
-    return HoldoutTest(skip, len(used), diff, se, diff - z * se, need, edge_to_detect)
+    change = None
+    if d.size >= MIN_STEPS and bool(sign_changes(d)[0]):  # only a lead that came and went
+        change = float(self_normalised_statistic(d)[0])
+    return HoldoutTest(skip, len(used), diff, se, diff - z * se, need, edge_to_detect, change)
+
+
+def holdout_standard_error(differences: Sequence[float] | FloatArray, horizon: int = 1, *,
+                           dependence: Dependence | None = None) -> float:
+    """The SE of a holdout's mean per-step difference that the product prints and stores (the
+    runner's ``holdout_se`` and ``holdout_diff_se``, so the lineage's too).
+
+    :func:`~typestrict_pipeline.study.stats.newey_west_se` with the persistence measured over
+    the study's candidates carried in (``dependence``): the long-run ratio of the search, many
+    series long, is a far better estimate than the holdout's own few dozen steps can give, and
+    it is what makes the lineage's per-study SEs carry persistence.
+
+    >>> d = np.random.default_rng(0).normal(size=60)
+    >>> holdout_standard_error(d) >= 0.1
+    True
+    """
+    return newey_west_se(np.asarray(differences, dtype=np.float64), horizon, dependence=dependence)

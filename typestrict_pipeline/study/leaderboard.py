@@ -18,6 +18,7 @@ from sqlalchemy import Engine, select
 from typestrict_pipeline.errors import NotEnoughDataError
 from typestrict_pipeline.store import session_scope
 from typestrict_pipeline.study import repository as repo
+from typestrict_pipeline.study.dependence import Dependence
 from typestrict_pipeline.study.folds import FoldLayout, window_label
 from typestrict_pipeline.study.inference import (
     HoldoutTest,
@@ -107,7 +108,8 @@ class Leaderboard:
 
     @property
     def verdict(self) -> str:
-        """One of ``found nothing``, ``beats luck``, ``indistinguishable from luck``, or why
+        """One of ``found nothing``, ``beats luck``, ``indistinguishable from luck``,
+        ``not judged: unstable`` (a leader's edge changed during the search period), or why
         there is no verdict (one candidate, no scores, no joint test)."""
         st = self.stats
         if st.found_nothing is True:
@@ -116,7 +118,16 @@ class Leaderboard:
             return "no search to judge" if st.n_trials == 1 else "no out-of-sample scores yet"
         if self.joint is None:
             return "not tested"
+        if self.joint.unstable:
+            return "not judged: unstable"
         return "beats luck" if self.joint.beats_luck else "indistinguishable from luck"
+
+    def _winner_json(self) -> dict[str, Any] | None:
+        """The winner as people see it: its number ``#N`` (``index``) and its rank."""
+        row = next((r for r in self.rows if r.candidate_id == self.winner_candidate_id), None)
+        if row is None:
+            return None
+        return {"candidate": f"#{row.index}", "index": row.index, "rank": row.rank}
 
     def to_json(self) -> dict[str, Any]:
         """A plain-JSON form (for H7's lineage and for tests)."""
@@ -147,6 +158,20 @@ class Leaderboard:
                 "block_length": self.joint.block_length,
                 "reps": self.joint.reps,
                 "seed": self.joint.seed,
+                "dependence": None if self.joint.dependence is None else {
+                    "long_run_ratio": self.joint.dependence.ratio,
+                    "cosines": self.joint.dependence.cosines,
+                    "time_scale": self.joint.dependence.time_scale,
+                    "bandwidth": self.joint.dependence.bandwidth,
+                    "span": self.joint.dependence.span,
+                    "pooled": self.joint.dependence.pooled,
+                },
+                "stability": None if self.joint.stability is None else {
+                    "tested": [int(c) for c in self.joint.stability.tested],
+                    "statistics": list(self.joint.stability.statistics),
+                    "critical": list(self.joint.stability.critical),
+                    "unstable": [int(c) for c in self.joint.stability.unstable],
+                },
             },
             "joint_missing_reason": self.joint_missing_reason,
             "pbo": None if self.pbo is None else {
@@ -156,9 +181,10 @@ class Leaderboard:
             "embargo_steps": self.embargo_steps,
             "holdout_test": None if self.holdout_test is None else {
                 **self.holdout_test.__dict__, "confirmed": self.holdout_test.confirmed,
-                "short": self.holdout_test.short},
+                "short": self.holdout_test.short, "stable": self.holdout_test.stable},
             "holdout_test_missing_reason": self.holdout_test_missing_reason,
             "winner_candidate_id": self.winner_candidate_id,
+            "winner": self._winner_json(),
             "spend_micro": self.spend_micro,
             "budget_micro": self.budget_micro,
             "estimate_micro": self.estimate_micro,
@@ -260,7 +286,8 @@ def load_leaderboard(engine: Engine, study_id: int) -> Leaderboard:
         winner = max(pool, key=lambda r: (r.adjusted or 0.0, -r.index)).candidate_id if pool else None
         ran = len(done_any)
         chosen = study.winner_candidate_id or winner
-        htest, htest_missing = _holdout(stats, holdout_runs, chosen, span, layout)
+        htest, htest_missing = _holdout(stats, holdout_runs, chosen, span, layout,
+                                        joint.dependence if joint is not None else None)
         return Leaderboard(
             study_id=study.id,
             workspace=study.workspace,
@@ -383,7 +410,8 @@ def _joint(tested: tuple[list[str], FloatArray] | None, by_id: dict[int, Candida
 
 
 def _holdout(stats: SearchStats, runs: dict[int, dict[str, float]], winner: int | None,
-             span: int | None, layout: FoldLayout) -> tuple[HoldoutTest | None, str | None]:
+             span: int | None, layout: FoldLayout,
+             dependence: Dependence | None = None) -> tuple[HoldoutTest | None, str | None]:
     """Winner − baseline on the holdout after the measured embargo (see ``inference.holdout_test``)."""
     won = runs.get(winner) if winner is not None else None
     base = runs.get(repo.BASELINE_CANDIDATE_ID)
@@ -398,7 +426,8 @@ def _holdout(stats: SearchStats, runs: dict[int, dict[str, float]], winner: int 
         sd = row.se * stats.scale * math.sqrt(max(1, row.oos_steps))
     try:
         return holdout_test(won, base, skip=skip, horizon=layout.horizon_steps,
-                            edge_to_detect=edge, long_run_sd=sd), None
+                            edge_to_detect=edge, long_run_sd=sd,
+                            dependence=dependence), None
     except NotEnoughDataError as exc:
         return None, str(exc)
 
@@ -443,10 +472,13 @@ def header_lines(board: Leaderboard) -> list[tuple[str, str]]:
                           f"prompts, same steps); its run cost {format_usd(board.baseline_cost_micro)}"))
             lines.append(("Holdout: winner − baseline", _holdout_text(board)))
         elif board.holdout_baseline_missing_reason:
-            lines.append(("Baseline on the holdout",
-                          f"missing: {board.holdout_baseline_missing_reason}"))
+            first, *more = board.holdout_baseline_missing_reason.split("\n")
+            lines.append(("Baseline on the holdout", f"missing: {first}"))
+            lines += [("", line) for line in more]
     elif board.holdout_missing_reason:
-        lines.append(("Holdout", f"missing: {board.holdout_missing_reason}"))
+        first, *more = board.holdout_missing_reason.split("\n")
+        lines.append(("Holdout", first))
+        lines += [("", line) for line in more]
     else:
         lines.append(("Holdout", f"not scored yet ({_holdout_window(board)})"))
     return lines
@@ -469,12 +501,21 @@ def _luck_lines(board: Leaderboard) -> list[tuple[str, str]]:
     joint = board.joint
     if joint is not None:
         stepm = ", ".join(_index_of(board, int(c)) for c in joint.stepm) or "none"
+        labels = {r.candidate_id: f"#{r.index}" for r in board.rows}
+        if joint.unstable and joint.stability is not None:
+            said = ("not said: " + joint.stability.text({str(k): v for k, v in labels.items()})
+                    + ", so a single 'beats luck' would average over regimes that came and went; "
+                    "the next period may split differently (trust the holdout, and re-run on new "
+                    f"data). SPA p = {joint.spa_pvalue:.3f} for the record")
+        else:
+            said = (f"{'yes' if joint.beats_luck else 'no'} (SPA p = {joint.spa_pvalue:.3f}, "
+                    f"{joint.pvalue_type}; StepM set: {stepm}")
+        dep = joint.dependence
+        chosen = ("" if dep is None else f" (block chosen from the long-run variance: {dep.text()})")
         lines.append(("Beats luck at 5%",
-                      f"{'yes' if joint.beats_luck else 'no'} (SPA p = {joint.spa_pvalue:.3f}, "
-                      f"{joint.pvalue_type}; "
-                      f"StepM set: {stepm}; benchmark: {joint.benchmark}; 95% line "
+                      f"{said}; benchmark: {joint.benchmark}; 95% line "
                       f"{joint.line_95:.4f}; stationary bootstrap, {joint.reps} resamples, mean "
-                      f"block {joint.block_length:.1f} steps, seed {joint.seed})"))
+                      f"block {joint.block_length:.1f} steps{chosen}, seed {joint.seed})"))
     else:
         lines.append(("Beats luck at 5%", f"not tested ({board.joint_missing_reason})"))
     verdict = board.verdict
@@ -487,6 +528,9 @@ def _luck_lines(board: Leaderboard) -> list[tuple[str, str]]:
         text = ("Beats luck at 5%: the best out-of-sample score is above what the best of "
                 f"{st.n_trials} reaches by luck 95% of the time (the holdout is still the number "
                 "to trust).")
+    elif verdict == "not judged: unstable":
+        text = ("Not judged: the best candidates' edges changed during the search period (see "
+                "'Beats luck at 5%'); luck cannot be told from a regime that favoured them.")
     elif verdict == "indistinguishable from luck":
         text = ("Indistinguishable from luck: above the expected best of "
                 f"{st.n_trials} by luck, but not beyond what luck gives 5% of the time.")
@@ -508,6 +552,9 @@ def _holdout_text(board: Leaderboard) -> str:
     text = (f"{test.diff:+.4f} ± {test.se:.4f} (Newey–West SE) on {test.steps} steps; one-sided "
             f"95% lower bound {test.lower_bound:+.4f}: "
             + ("beats the baseline" if test.confirmed else "not shown to beat the baseline"))
+    if not test.stable:
+        text += ("; its mean changed during the holdout (self-normalised change-point statistic "
+                 f"{test.change_statistic:.1f} above 40.1), so the bound is not read as a win")
     span = board.decorrelation_span
     if test.skipped:
         text += (f"; first {test.skipped} holdout steps left out (scores stay correlated for "
@@ -526,6 +573,23 @@ def _index_of(board: Leaderboard, candidate_id: int | None) -> str:
         if r.candidate_id == candidate_id:
             return f"#{r.index}"
     return "—"
+
+
+def candidate_name(board: Leaderboard, candidate_id: int | None) -> str:
+    """How every surface names a candidate: ``#N``, its number in the study (the leaderboard's
+    Candidate column, the CLI, the API's ``index``, the Dagster metadata); ``—`` for none."""
+    return _index_of(board, candidate_id)
+
+
+def winner_text(board: Leaderboard) -> str:
+    """The winner with its rank, as the header and the metadata show it: ``#3 (rank 1)``.
+
+    Its number is the candidate's (the table marks it ★); the rank is the Rank column's.
+    """
+    row = next((r for r in board.rows if r.candidate_id == board.winner_candidate_id), None)
+    if row is None:
+        return "none (no candidate has an out-of-sample score)"
+    return f"#{row.index}" + (f" (rank {row.rank})" if row.rank is not None else "")
 
 
 def spend_text(board: Leaderboard) -> str:

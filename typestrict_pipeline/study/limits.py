@@ -129,17 +129,34 @@ def estimate_cost_micro(last_cost_micro: int, last_steps: int, steps: int) -> in
     return -(-last_cost_micro * steps // last_steps)
 
 
-def estimate_text(micro: int, n_candidates: int, n_folds: int) -> str:
-    """The form's estimate line, e.g. ``≈ $0.01 for 2 candidates × 2 folds × 2 windows + the
-    holdout × 2 (winner and baseline)``.
+def format_estimate(micro: int) -> str:
+    """An estimate as the form shows it: to the cent from $0.01 (it is an estimate: "≈"), and to
+    the first digits that are not zero below; exact micro-USD in ``--json`` and the API.
 
-    The words say what :func:`study_total_steps` counts: the holdout is run twice, by the winner
-    and by the baseline (``docs/method/studies.md`` §4), so "the holdout" alone would hide a run.
-    ``n_candidates`` is the number left after "Max candidates" (those that will run).
+    >>> format_estimate(12_000), format_estimate(10_000), format_estimate(2_500_000)
+    ('$0.01', '$0.01', '$2.50')
+    >>> format_estimate(2_000), format_estimate(7)
+    ('$0.0020', '$0.000007')
+    """
+    if micro >= 10_000:
+        cents = (micro + 5_000) // 10_000  # to the nearest cent, halves up
+        return f"${cents // 100:,}.{cents % 100:02d}"
+    return format_usd(micro)
+
+
+def estimate_text(micro: int, n_candidates: int, n_folds: int) -> str:
+    """The form's estimate line, in the page's words: ``≈ $0.01 for 2 candidates × 2 folds × 2
+    windows + the holdout``.
+
+    "The holdout" is both of the runs on the holdout slice, the winner's and the baseline's on
+    the same steps (``docs/method/studies.md``, "What the estimate counts"): they are counted in
+    the estimate, and reserved together. ``n_candidates`` is the number left after "Max
+    candidates" (those that will run).
 
     >>> estimate_text(12_000, 2, 2)
-    '≈ $0.0120 for 2 candidates × 2 folds × 2 windows + the holdout × 2 (winner and baseline)'
+    '≈ $0.01 for 2 candidates × 2 folds × 2 windows + the holdout'
     """
     c = "candidate" if n_candidates == 1 else "candidates"
     f = "fold" if n_folds == 1 else "folds"
-    return f"≈ {format_usd(micro)} for {n_candidates} {c} × {n_folds} {f} × 2 windows + the holdout × 2 (winner and baseline)"
+    return (f"≈ {format_estimate(micro)} for {n_candidates} {c} × {n_folds} {f} × 2 windows "
+            "+ the holdout")

@@ -4,7 +4,10 @@
   version on the same holdout window (same steps, same data, same scorer) by a one-sided 95%
   lower confidence bound: ``mean(w_t − a_t) − z₀.₉₅·SE > 0`` with the Newey–West SE of the
   per-step difference (the leaderboard's estimator), on the holdout steps after the measured
-  decorrelation span (``inference.holdout_test``). Point estimates alone never promote. The
+  decorrelation span (``inference.holdout_test``), with the persistence measured over the
+  study's candidates carried into the SE. Point estimates alone never promote; neither does a
+  winner whose search period was unstable (a leader's edge changed: ``study.stability``) or
+  whose difference from the active version changed during the holdout. The
   active version is run once on the holdout for this comparison (a metered backtest, not part
   of the study's budget). No holdout score (budget reached, cancelled) means no promotion.
 * **A winner that changed prompts** is a new workflow version: it is activated with the backtest
@@ -31,10 +34,12 @@ from sqlalchemy import Engine, select
 from typestrict_pipeline.errors import ConflictError, NotEnoughDataError
 from typestrict_pipeline.store import session_scope, utcnow
 from typestrict_pipeline.study import repository as repo
+from typestrict_pipeline.study.dependence import Dependence
 from typestrict_pipeline.study.folds import FoldLayout
 from typestrict_pipeline.study.inference import holdout_test
 from typestrict_pipeline.study.leaderboard import load_leaderboard
 from typestrict_pipeline.study.runner import CandidateSpec, StudyBackend
+from typestrict_pipeline.study.stability import Stability
 from typestrict_pipeline.study.tables import (
     CandidateRow,
     RunRow,
@@ -108,24 +113,63 @@ def evaluation_gate(engine: Engine, study_id: int, backend: StudyBackend,
     if not act:
         return GateResult(False, winner_score, None,
                           "The active version has no score on the holdout window; not promoted.")
-    active_score = float(np.mean(list(act.values())))
+    joint = board.joint
+    labels = {str(r.candidate_id): f"#{r.index}" for r in board.rows}
+    return gate_decision(won, act, skip=skip, horizon=layout.horizon_steps,
+                         embargo=layout.embargo_steps,
+                         dependence=joint.dependence if joint is not None else None,
+                         stability=joint.stability if joint is not None else None,
+                         labels=labels, winner_score=winner_score)
+
+
+def gate_decision(winner: Mapping[str, float], active: Mapping[str, float], *, skip: int,
+                  horizon: int = 1, embargo: int = 1, dependence: Dependence | None = None,
+                  stability: Stability | None = None, labels: Mapping[str, str] | None = None,
+                  winner_score: float | None = None) -> GateResult:
+    """The gate's rule on the two holdout series (pure: the product and the calibration battery
+    call it alike).
+
+    Refuses when the search's leaders were unstable (``stability``), when fewer than 2 holdout
+    steps remain after ``skip``, when the difference's mean changed during the holdout, and
+    when the one-sided 95% lower bound of winner − active (``holdout_test`` with the carried
+    ``dependence``) is at or below 0.
+
+    >>> w = {f"{t:03d}": 0.6 + 0.01 * (t % 3) for t in range(40)}
+    >>> a = {f"{t:03d}": 0.5 for t in range(40)}
+    >>> gate_decision(w, a, skip=2).passed
+    True
+    """
+    won_score = winner_score if winner_score is not None else float(np.mean(list(winner.values())))
+    active_score = float(np.mean(list(active.values()))) if active else None
+    if stability is not None and not stability.stable:
+        return GateResult(False, won_score, active_score, (
+            "Not promoted: " + stability.text(dict(labels or {})) + ". A winner picked over a "
+            "period whose edges came and went has not shown that it wins in the next one: the "
+            "active version stays. Re-run the study on new data (a schedule does it) and "
+            "promote a winner that stays ahead."))
     try:
-        test = holdout_test(won, act, skip=skip, horizon=layout.horizon_steps)
+        test = holdout_test(winner, active, skip=skip, horizon=horizon, dependence=dependence)
     except NotEnoughDataError as exc:
-        return GateResult(False, winner_score, active_score, f"Not promoted: {exc}")
+        return GateResult(False, won_score, active_score, f"Not promoted: {exc}")
     detail = (f"winner − active {test.diff:+.4f} ± {test.se:.4f} (Newey–West SE) on {test.steps} "
               f"holdout steps (first {test.skipped} left out: scores stay correlated for "
-              f"{skip + layout.embargo_steps} steps), one-sided 95% lower bound "
+              f"{skip + embargo} steps), one-sided 95% lower bound "
               f"{test.lower_bound:+.4f}")
+    scores = f"holdout scores {won_score:.4f} vs {active_score:.4f}"
+    if not test.stable:
+        return GateResult(False, won_score, active_score, (
+            f"Not promoted: the winner's difference from the active version changed during the "
+            f"holdout (self-normalised change-point statistic {test.change_statistic:.1f} above "
+            f"its 5% critical value 40.1; {detail}): a lead that came and went is not a win. The "
+            "active version stays; keep collecting data."), test.lower_bound)
     if test.confirmed:
-        return GateResult(True, winner_score, active_score,
+        return GateResult(True, won_score, active_score,
                           f"Gate passed: the winner beats the active version on the same holdout "
-                          f"window ({detail}; holdout scores {winner_score:.4f} vs "
-                          f"{active_score:.4f}).", test.lower_bound)
-    return GateResult(False, winner_score, active_score,
+                          f"window ({detail}; {scores}).", test.lower_bound)
+    return GateResult(False, won_score, active_score,
                       f"expected the winner to beat the active version on the same window by a "
                       f"one-sided 95% lower bound above 0, got lower bound {test.lower_bound:+.4f} "
-                      f"({detail}; holdout scores {winner_score:.4f} vs {active_score:.4f}). The "
+                      f"({detail}; {scores}). The "
                       "active version stays; keep collecting data (a longer holdout) or widen "
                       "the search.", test.lower_bound)
 

@@ -58,6 +58,7 @@ from typestrict_pipeline.study.space import Candidate, Discarded, SearchSpace
 from typestrict_pipeline.study.tables import (
     CandidateRow,
     CandidateState,
+    DeletedStudyRow,
     LockRow,
     RunRow,
     RunState,
@@ -213,10 +214,14 @@ def _conflict_message(workspace: str, workflow: str, other: int | None, state: s
     who = f"study {other} ({state})" if other is not None else "another study"
     return (
         f"expected no study in flight on workflow {workflow!r} in workspace {workspace!r}, "
-        f"got {who}. One study at a time per workflow; cancel the running one "
-        f"(typestrict study cancel {other if other is not None else 'STUDY_ID'}) or wait for it "
-        "to finish."
+        f"got {who}. {ONE_AT_A_TIME}\n"
+        f"To cancel it: typestrict study cancel {other if other is not None else 'STUDY_ID'}"
     )
+
+
+ONE_AT_A_TIME = ("One study at a time per workflow; cancel the running one or wait for it to "
+                 "finish.")
+"""The page's words; the command that cancels goes on its own line after them."""
 
 
 def create_study(
@@ -566,6 +571,8 @@ def delete_study(engine: Engine, study_id: int) -> None:
     study's workflow lock is released with it. Parameters a promotion already applied to the
     workflow stay applied (deleting the study does not change the configuration). A schedule
     re-running this study turns itself off at its next tick ("The root study was deleted").
+    What it spent stays (``study_deleted``, in the same transaction): Usage shows it under its
+    id, marked deleted, and the workspace's usage budget keeps counting it.
 
     Raises:
         NotFoundError: no such study.
@@ -585,6 +592,11 @@ def delete_study(engine: Engine, study_id: int) -> None:
                 f"{study_id}), then delete it."
             )
         _release_lock(s, study)
+        s.add(DeletedStudyRow(
+            study_id=study.id, workspace=study.workspace, workflow=study.workflow,
+            name=study.name, state=study.state, created_at=study.created_at,
+            deleted_at=utcnow(), cost_tracked=bool(study.cost_tracked),
+            spend_micro=study.spend_micro, budget_micro=study.budget_micro))
         s.execute(delete(RunRow).where(RunRow.study_id == study_id))
         s.execute(delete(CandidateRow).where(CandidateRow.study_id == study_id))
         s.delete(study)
@@ -659,6 +671,57 @@ def reserve_run(
         if not conn.execute(_RESERVE, {"sid": study_id, "est": est, "steps": steps}).rowcount:
             return _refusal(conn, study_id, steps)
         return _hold(conn, key, existing, attempt, est, steps)
+
+
+def reserve_runs_together(
+    engine: Engine,
+    study_id: int,
+    runs: Sequence[tuple[int, int, WindowKind, int]],
+    *,
+    attempt: str | None = None,
+) -> list[Reservation | AlreadyDone] | Refused:
+    """Reserve several runs at once: all of them are admitted, or none.
+
+    The winner's holdout and the baseline's run on the same slice are reserved together (the
+    page's "the holdout" is both): either both run, or the holdout is reported missing; the
+    baseline is never what the budget refuses after the winner's holdout ran.
+
+    Args:
+        engine: the store.
+        study_id: the study.
+        runs: ``(candidate_id, fold, window, steps)`` of each run, in the order they will run.
+        attempt: the attempt id (default: a new one); each run's attempt is ``attempt-i``.
+
+    Returns:
+        One :class:`Reservation` (or :class:`AlreadyDone`, for a run an earlier attempt
+        finished) per run, in order; or :class:`Refused` when the study cannot admit them all
+        (the limit is recorded, as by :func:`reserve_run`).
+    """
+    attempt = attempt or uuid.uuid4().hex
+    with engine.begin() as conn:
+        _write_lock(conn)
+        plan: list[tuple[dict[str, Any], _HeldRun | None, int, int]] = []
+        for candidate_id, fold, window, steps in runs:
+            key = {"study_id": study_id, "candidate_id": candidate_id, "fold": fold,
+                   "window": window.value}
+            existing = _held_run(conn, _RUN_BY_KEY, key)
+            plan.append((key, existing, steps, _study_estimate(conn, study_id, steps)))
+        todo = [item for item in plan if item[1] is None or item[1].state != RunState.DONE.value]
+        for _, existing, _, _ in todo:
+            if existing is not None:
+                _release(conn, existing)
+        est = sum(item[3] for item in todo)
+        steps_needed = sum(item[2] for item in todo)
+        if todo and not conn.execute(_RESERVE, {"sid": study_id, "est": est,
+                                                "steps": steps_needed}).rowcount:
+            return _refusal(conn, study_id, steps_needed)
+        out: list[Reservation | AlreadyDone] = []
+        for i, (key, existing, steps, each) in enumerate(plan):
+            if existing is not None and existing.state == RunState.DONE.value:
+                out.append(AlreadyDone(existing.id))
+            else:
+                out.append(_hold(conn, key, existing, f"{attempt}-{i}", each, steps))
+        return out
 
 
 def _refusal(conn: Connection, study_id: int, steps: int) -> Refused:
@@ -886,6 +949,7 @@ __all__ = [
     "mark_failed",
     "record_stop",
     "reserve_run",
+    "reserve_runs_together",
     "set_min_unseen_steps",
     "settle_run",
     "start_study",

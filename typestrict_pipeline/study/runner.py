@@ -39,7 +39,9 @@ from sqlalchemy import Engine, select
 from typestrict_pipeline.errors import NotEnoughDataError
 from typestrict_pipeline.store import session_scope
 from typestrict_pipeline.study import repository as repo
+from typestrict_pipeline.study.dependence import Dependence
 from typestrict_pipeline.study.folds import FoldLayout, Window
+from typestrict_pipeline.study.inference import holdout_standard_error
 from typestrict_pipeline.study.leaderboard import load_leaderboard
 from typestrict_pipeline.study.stats import newey_west_se
 from typestrict_pipeline.study.tables import (
@@ -295,9 +297,37 @@ class _Guard:
         self.last_cost = 0
         self.last_steps = 0
         self.max_step_cost = 0
+        self.call_spent = 0
+        self.call_held = 0
         self.cut = False
         self.stopped = False
         self._lock = threading.Lock()
+
+    def admit(self, bound_micro: int) -> bool:
+        """Reserve before calling (a :class:`~typestrict_pipeline.backtest.metering.CallGate`):
+        admit a call that can cost at most ``bound_micro`` only if what this attempt spent, the
+        calls in flight at their most, and this call fit in its reservation, which is extended
+        within the study's budget when they do not. So a run's spend never passes what the
+        budget reserved for it, not even by one step."""
+        with self._lock:
+            if not self.enforce_cost:
+                return True
+            need = self.call_spent + self.call_held + bound_micro
+            if need > self.reserved:
+                extra = max(need - self.reserved, self.reservation.reserved_micro // 4)
+                if not repo.extend_reservation(self.engine, self.reservation.run_id,
+                                               self.reservation.attempt, extra):
+                    self.cut = True
+                    return False
+                self.reserved += extra
+            self.call_held += bound_micro
+            return True
+
+    def settle(self, bound_micro: int, cost_micro: int) -> None:
+        """A call admitted by :meth:`admit` ended: it cost ``cost_micro``."""
+        with self._lock:
+            self.call_held -= bound_micro
+            self.call_spent += cost_micro
 
     def __call__(self, cost_micro: int, steps: int) -> bool:
         with self._lock:
@@ -319,6 +349,8 @@ class _Guard:
                 return True
             if parent_gone():
                 self.stopped = True
+                return True
+            if self.cut:  # a call was refused: the budget is reached, no further step
                 return True
             if self.enforce_cost:
                 bound = max(self.per_step, max_step_cost, 1)
@@ -346,18 +378,23 @@ class _Guard:
 
 
 def execute_run(engine: Engine, key: RunKey, backend: StudyBackend, *,
-                attempt: str | None = None) -> RunResult:
+                attempt: str | None = None,
+                reserved: repo.Reservation | repo.AlreadyDone | None = None) -> RunResult:
     """Reserve, run and settle one window run (idempotent on its key).
 
     Returns ``ALREADY_DONE`` without running anything when an earlier attempt finished it, and
-    ``REFUSED`` when a limit (or a cancel) stops the study before this run.
+    ``REFUSED`` when a limit (or a cancel) stops the study before this run. ``reserved`` is the
+    run's reservation when the caller made it already (:func:`repo.reserve_runs_together`).
     """
     if parent_gone():
+        if isinstance(reserved, repo.Reservation):
+            repo.settle_run(engine, reserved, cost_micro=reserved.prior_cost_micro, steps_done=0,
+                            scores=(), state=RunState.CUT)
         return RunResult(key, "REFUSED", detail=ORPHANED)
     static = _static(engine, key.study_id)
-    outcome = repo.reserve_run(engine, key.study_id, key.candidate_id, key.fold, key.window,
-                               key.steps, attempt=attempt,
-                               estimate_micro=_estimate(static, key.steps))
+    outcome = reserved if reserved is not None else repo.reserve_run(
+        engine, key.study_id, key.candidate_id, key.fold, key.window, key.steps,
+        attempt=attempt, estimate_micro=_estimate(static, key.steps))
     if isinstance(outcome, repo.AlreadyDone):
         return RunResult(key, "ALREADY_DONE")
     if isinstance(outcome, repo.Refused):
@@ -440,6 +477,7 @@ def finalize_study(engine: Engine, study_id: int, backend: StudyBackend, *,
                 cand.state = (CandidateState.DONE if row.complete else CandidateState.PARTIAL).value
     score = se = None
     missing: str | None = None
+    base = _BaselineResult(None, None, "the winner's holdout was not scored, so the baseline was not run")
     if winner is None:
         missing = "No candidate has an out-of-sample score, so there is no winner to score."
     elif state == StudyState.CANCELLED:
@@ -447,12 +485,17 @@ def finalize_study(engine: Engine, study_id: int, backend: StudyBackend, *,
     else:
         h = layout.holdout
         key = RunKey(study_id, winner, repo.HOLDOUT_FOLD, WindowKind.HOLDOUT, h.start, h.end, h.steps)
-        res = execute_run(engine, key, backend)
-        if res.status == "REFUSED":
-            missing = (f"Budget reached before the winner's holdout run ({res.detail}). The "
-                       "ranking stands; the holdout score does not exist. Raise the budget and "
-                       "run the study again to get it.")
+        base_key = RunKey(study_id, repo.BASELINE_CANDIDATE_ID, repo.HOLDOUT_FOLD,
+                          WindowKind.HOLDOUT, h.start, h.end, h.steps)
+        # "The holdout" is the winner's run and the baseline's on the same slice: reserved
+        # together, so either both run or the holdout is reported missing (docs/method/studies.md).
+        pair = repo.reserve_runs_together(
+            engine, study_id, [(k.candidate_id, k.fold, k.window, k.steps) for k in (key, base_key)])
+        if isinstance(pair, repo.Refused):
+            why = pair.limit.value if pair.limit else pair.state.label
+            missing = f"{HOLDOUT_MISSING}\nLimit reached: {why}."
         else:
+            execute_run(engine, key, backend, reserved=pair[0])
             with session_scope(engine) as s:
                 run = s.execute(select(RunRow).where(
                     RunRow.study_id == study_id, RunRow.candidate_id == winner,
@@ -460,24 +503,35 @@ def finalize_study(engine: Engine, study_id: int, backend: StudyBackend, *,
                 )).scalar_one()
                 values = [float(v) for _, v in (run.scores_json or [])]
                 if run.state != RunState.DONE.value:
-                    missing = (f"The holdout run stopped after {run.steps_done} of "
-                               f"{h.steps} steps (the budget could not cover it); a shorter "
-                               "holdout is never scored.")
+                    missing = (f"{HOLDOUT_MISSING}\nThe holdout run stopped after "
+                               f"{run.steps_done} of {h.steps} steps; a shorter holdout is "
+                               "never scored.")
             if missing is None:
                 score = float(np.mean(values)) if values else None
                 try:
                     se = newey_west_se(values, layout.horizon_steps)
                 except NotEnoughDataError:
                     se = None
-    base = _BaselineResult(None, None, "the winner's holdout was not scored, so the baseline was not run")
-    if missing is None and winner is not None:
-        base = _score_baseline(engine, study_id, layout, winner, backend)
+                base = _score_baseline(engine, study_id, layout, winner, backend, pair[1],
+                                       board.joint.dependence if board.joint is not None else None)
+            else:
+                release = pair[1]
+                if isinstance(release, repo.Reservation):  # the baseline is not run alone
+                    repo.settle_run(engine, release, cost_micro=release.prior_cost_micro,
+                                    steps_done=0, scores=(), state=RunState.CUT)
     final = repo.finish_study(engine, study_id, winner_candidate_id=winner, holdout_score=score,
                               holdout_se=se, holdout_missing_reason=missing,
                               holdout_baseline=base.score, holdout_diff_se=base.diff_se,
                               holdout_baseline_missing_reason=base.missing)
     return StudyOutcome(study_id, final, winner, score, se, missing, base.score, base.diff_se,
                         base.missing)
+
+
+HOLDOUT_MISSING = ("The budget was reached before the winner's holdout run. The ranking stands; "
+                   "the holdout score does not exist. Raise the budget and run the study again "
+                   "to get it.")
+"""The page's words for a study whose holdout could not be afforded ("Why is the holdout
+missing?"); what the product adds (which limit) follows on its own line."""
 
 
 @dataclass(frozen=True)
@@ -498,16 +552,20 @@ def _holdout_scores(engine: Engine, study_id: int, candidate_id: int) -> tuple[R
 
 
 def _score_baseline(engine: Engine, study_id: int, layout: FoldLayout, winner: int,
-                    backend: StudyBackend) -> _BaselineResult:
-    """Run the baseline on the holdout slice (after the winner's run, under the same budget).
+                    backend: StudyBackend,
+                    reserved: repo.Reservation | repo.AlreadyDone | None = None,
+                    dependence: Dependence | None = None) -> _BaselineResult:
+    """Run the baseline on the holdout slice (after the winner's run, under the reservation
+    made with it).
 
-    Returns its mean score and the Newey–West SE of the per-step difference winner − baseline
-    on the steps both scored, or why it is missing.
+    Returns its mean score and the SE of the per-step difference winner − baseline on the steps
+    both scored (``inference.holdout_standard_error``, with the persistence measured over the
+    study's candidates carried in: the lineage pools these SEs), or why it is missing.
     """
     h = layout.holdout
     key = RunKey(study_id, repo.BASELINE_CANDIDATE_ID, repo.HOLDOUT_FOLD, WindowKind.HOLDOUT,
                  h.start, h.end, h.steps)
-    res = execute_run(engine, key, backend)
+    res = execute_run(engine, key, backend, reserved=reserved)
     if res.status == "REFUSED":
         return _BaselineResult(None, None, (
             f"Budget reached before the baseline's holdout run ({res.detail}). The winner's "
@@ -523,7 +581,8 @@ def _score_baseline(engine: Engine, study_id: int, layout: FoldLayout, winner: i
     common = sorted(set(won) & set(base))
     diffs = [won[t] - base[t] for t in common]
     try:
-        diff_se: float | None = newey_west_se(diffs, layout.horizon_steps)
+        diff_se: float | None = holdout_standard_error(diffs, layout.horizon_steps,
+                                                       dependence=dependence)
     except NotEnoughDataError:
         diff_se = None
     return _BaselineResult(float(np.mean(list(base.values()))), diff_se, None)

@@ -33,6 +33,14 @@ import numpy.typing as npt
 
 from typestrict_pipeline.errors import NotEnoughDataError
 from typestrict_pipeline.lazy import LazyModule
+from typestrict_pipeline.study.dependence import (
+    Dependence,
+    cosine_ordinates,
+    fitted_ratios,
+    flat_band,
+    max_cosines,
+    measure_dependence,
+)
 
 if TYPE_CHECKING:  # imported on first use: keeps the code location's load quick
     from scipy import integrate, special, stats
@@ -112,13 +120,16 @@ _ANDREWS_BARTLETT = 1.1447
 _RHO_CAP = 0.97
 
 
-def newey_west_bandwidth(scores: Sequence[float] | FloatArray, horizon: int = 1) -> int:
-    """Data-driven Bartlett-kernel bandwidth (Andrews 1991 AR(1) plug-in), floored at ``horizon − 1``.
+def newey_west_bandwidth(scores: Sequence[float] | FloatArray, horizon: int = 1,
+                         *, dependence: Dependence | None = None) -> int:
+    """Bartlett-kernel bandwidth chosen from the **long-run variance**, floored at ``horizon − 1``.
 
-    ``ρ̂`` is the lag-1 autocorrelation of ``scores`` (clipped to [0, 0.97]), ``α(1) = 4ρ̂²/((1−ρ̂)²(1+ρ̂)²)``
-    and ``S_T = 1.1447·(α(1)·T)^(1/3)`` (Andrews, *Econometrica* 59(3), 1991, eq. 6.4 and
-    Table I). The number of lags with a non-zero weight is ``L = ⌈S_T⌉ − 1``; the floor
-    ``horizon − 1`` covers outcomes that overlap ``horizon`` steps; the cap is ``T − 1``.
+    The series' dependence is measured by :func:`~typestrict_pipeline.study.dependence.measure_dependence`
+    (the low-frequency cosine ordinates, not the lag-1 autocorrelation), or carried in from a
+    measurement over many series (``dependence``, for example the study's candidates); the
+    bandwidth is Andrews' (*Econometrica* 59(3), 1991) ``1.1447·(α(1)·T)^{1/3}`` for the AR(1)
+    with the same long-run/short-run variance ratio, and at least the time scale over which the
+    spectrum was seen to be flat. Capped at ``T − 1``.
 
     >>> newey_west_bandwidth([0.0, 1.0] * 50)  # negative autocorrelation: no lags needed
     0
@@ -133,30 +144,147 @@ def newey_west_bandwidth(scores: Sequence[float] | FloatArray, horizon: int = 1)
         raise ValueError(f"expected at least one score, got T={t}. Pass a non-empty series.")
     if horizon < 1:
         raise ValueError(f"expected an outcome horizon ≥ 1 step, got {horizon}. Fix the horizon.")
-    d = x - x.mean()
-    denom = float(d @ d)
-    rho = float(d[1:] @ d[:-1]) / denom if t >= 3 and denom > 0.0 else 0.0
-    # Negative autocorrelation would shrink the SE; it is ignored (no lags: the iid formula,
-    # the conservative side of an estimate that noisy).
-    rho = min(max(rho, 0.0), _RHO_CAP)
-    alpha1 = 4.0 * rho * rho / ((1.0 - rho) ** 2 * (1.0 + rho) ** 2)
-    s_t = float(_ANDREWS_BARTLETT * (alpha1 * t) ** (1.0 / 3.0))
-    lags = max(0, math.ceil(s_t) - 1)
+    own = measure_dependence(x[:, None])
+    return _bandwidth(t, own.ratio, own.cosines, horizon, dependence)
+
+
+def long_run_variance(scores: Sequence[float] | FloatArray, horizon: int = 1, *,
+                      dependence: Dependence | None = None) -> tuple[float, float]:
+    """The long-run variance of ``scores`` and the degrees of freedom behind it.
+
+    The largest of: the Newey–West (Bartlett) estimate at :func:`newey_west_bandwidth`; the
+    equal-weighted cosine (EWC) estimate over the flat band of low frequencies (Lazarus, Lewis,
+    Stock & Watson, *JBES* 2018); the bias-corrected AR(1) floor
+    (:func:`ar1_long_run_variance`); and, when a measurement over many series is carried in
+    (``dependence``), its long-run/short-run ratio times this series' variance. The degrees of
+    freedom are the band's number of cosines ``q̂`` (EWC is a scaled χ²_q̂).
+
+    >>> lrv, df = long_run_variance(np.random.default_rng(0).normal(size=400))
+    >>> 0.8 < lrv < 1.3, df
+    (True, 21.0)
+    """
+    x = np.asarray(scores, dtype=np.float64)
+    lrv, df = column_long_run_variances(x.reshape(-1, 1), horizon, dependence=dependence)
+    return float(lrv[0]), float(df[0])
+
+
+def column_long_run_variances(matrix: FloatArray, horizon: int = 1, *,
+                              dependence: Dependence | None = None,
+                              fit_threshold: float = 0.0) -> tuple[FloatArray, FloatArray]:
+    """:func:`long_run_variance` of every column of a ``T × k`` array at once (each column
+    judged on its own, plus the carried ``dependence``).
+
+    ``fit_threshold``: how much likelihood a column's own spectral fit needs over white noise
+    (:func:`~typestrict_pipeline.study.dependence.fitted_ratios`): 0 for a series judged alone
+    (any sign of persistence widens its SE: the side a test's level needs); a χ²₂ point where a
+    pooled measurement (``dependence``) already covers the persistence the columns share and
+    each column's SE should be a point estimate (the leaderboard's Adjusted and luck line).
+
+    >>> m = np.random.default_rng(0).normal(size=(400, 3))
+    >>> lrv, df = column_long_run_variances(m, fit_threshold=9.0)
+    >>> bool(np.all((lrv > 0.7) & (lrv < 1.4))), df.shape
+    (True, (3,))
+    """
+    x = np.asarray(matrix, dtype=np.float64)
+    t, k = x.shape
+    if t < 2:
+        raise NotEnoughDataError(
+            f"expected at least 2 per-step scores to estimate a standard error, got {t}. "
+            "Use longer windows or more folds."
+        )
+    if not np.all(np.isfinite(x)):
+        raise ValueError("expected finite per-step scores, got NaN or infinity. Fix the scorer.")
+    if horizon < 1:
+        raise ValueError(f"expected an outcome horizon ≥ 1 step, got {horizon}. Fix the horizon.")
+    d = x - x.mean(axis=0)
+    g0 = (d * d).mean(axis=0)
+    if t < 4:
+        return np.asarray(g0, dtype=np.float64), np.ones(k)
+    safe = np.where(g0 > 0.0, g0, 1.0)
+    ords = cosine_ordinates(d, max(2, t // 2)) / safe
+    qmax = max_cosines(t)
+    bands = np.array([flat_band(ords[:qmax, j], 1.0) for j in range(k)])
+    band_mean = np.array([float(ords[: bands[j], j].mean()) for j in range(k)])
+    fit, fit_df = fitted_ratios(ords, t, threshold=fit_threshold)
+    own = np.maximum(1.0, np.maximum(band_mean, fit))
+    own_df = np.where(fit > band_mean, np.minimum(fit_df, float(qmax)), bands.astype(np.float64))
+    ratio, df = own, own_df
+    if dependence is not None:  # the persistence measured over many series, at this length
+        carried = dependence.ratio > own
+        pooled_df = ((dependence.df or float(dependence.cosines)) * max(1, dependence.pooled))
+        ratio = np.maximum(own, dependence.ratio)
+        df = np.where(carried, pooled_df, own_df)
+    df = np.minimum(df, np.maximum(1.0, t / ratio - 1.0))
+    # The sample variance of a persistent series is biased low (de-meaning): γ̃₀ = γ̂₀/(1 − r/T).
+    spectral = ratio * g0 / np.maximum(0.2, 1.0 - ratio / t)
+    # Newey–West at the bandwidth chosen from each column's long-run ratio.
+    lags = np.array([_bandwidth(t, float(r), int(q), horizon, dependence)
+                     for r, q in zip(own, bands, strict=True)])
+    size = 1 << (2 * t - 1).bit_length()
+    spec = np.fft.rfft(d, n=size, axis=0)
+    acov = np.fft.irfft(spec * np.conj(spec), n=size, axis=0)[:t] / t
+    ell = np.arange(t, dtype=np.float64)[:, None]
+    weights = np.clip(1.0 - ell / (lags[None, :] + 1.0), 0.0, None)
+    weights[0] = 0.5
+    nw = 2.0 * (weights * acov).sum(axis=0)
+    floor = ar1_long_run_variance(d)
+    kernel = np.maximum(nw, floor)
+    binds = kernel > spectral
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kern_k = np.where(g0 > 0.0, kernel / safe, 1.0)
+    lrv = np.where(binds, kernel, spectral)
+    df = np.where(binds, np.minimum(df, np.maximum(1.0, t / kern_k - 1.0)), df)
+    return np.asarray(np.maximum(lrv, 0.0), dtype=np.float64), np.asarray(np.maximum(df, 1.0),
+                                                                         dtype=np.float64)
+
+
+def _bandwidth(t: int, ratio: float, q: int, horizon: int, dependence: Dependence | None) -> int:
+    from typestrict_pipeline.study.dependence import _lengths
+
+    _, lags, _ = _lengths(t, ratio, q)
+    if dependence is not None:
+        lags = max(lags, min(dependence.bandwidth, math.ceil(dependence.time_scale)))
     return max(0, min(t - 1, max(horizon - 1, lags)))
 
 
-def newey_west_se(scores: Sequence[float] | FloatArray, horizon: int = 1) -> float:
-    """Standard error of the mean of ``scores`` with a Newey–West (Bartlett) long-run variance.
+def fixed_smoothing_factor(df: float, alpha: float = 0.05) -> float:
+    """``t_df(1−α) / z(1−α)``: how much wider a one-sided bound must be when the long-run
+    variance is an estimate with ``df`` degrees of freedom (fixed-smoothing asymptotics:
+    Kiefer & Vogelsang, *Econometric Theory* 21, 2005; LLSW 2018, Student-t for EWC).
 
-    ``SE = √(LRV / T)`` with ``LRV = γ₀ + 2·Σ_{l=1..L} (1 − l/(L+1))·γ_l`` (autocovariances with
-    divisor ``T``), which is never negative. ``L`` is data-driven (:func:`newey_west_bandwidth`,
-    Andrews 1991), so a persistent series gets as many lags as its persistence needs; the LRV
-    is floored at :func:`ar1_long_run_variance` (a bias-corrected AR(1) fit), because with a
-    short persistent window the Bartlett estimate is biased towards 0.
+    >>> round(fixed_smoothing_factor(6), 3), round(fixed_smoothing_factor(1e9), 3)
+    (1.181, 1.0)
+    """
+    return float(stats.t.ppf(1.0 - alpha, df) / stats.norm.ppf(1.0 - alpha))
+
+
+def long_run_se(scores: Sequence[float] | FloatArray, horizon: int = 1, *,
+                dependence: Dependence | None = None) -> float:
+    """``√(LRV/T)``: the point estimate of the SD of the mean (no fixed-smoothing allowance).
+
+    >>> round(long_run_se(np.random.default_rng(0).normal(size=400)), 2)
+    0.05
+    """
+    x = np.asarray(scores, dtype=np.float64)
+    lrv, _ = long_run_variance(x, horizon, dependence=dependence)
+    return math.sqrt(lrv / x.size)
+
+
+def newey_west_se(scores: Sequence[float] | FloatArray, horizon: int = 1, *,
+                  dependence: Dependence | None = None) -> float:
+    """The standard error of the mean the product tests with: ``mean ± 1.645·SE`` is a one-sided
+    95% bound whatever the persistence the long-run variance can see.
+
+    ``SE = √(LRV/T)·t_q̂(0.95)/z(0.95)``: :func:`long_run_variance` (chosen from the long-run
+    variance, not the lag-1 autocorrelation; with ``dependence`` the persistence measured over a
+    study's candidates is carried in) times :func:`fixed_smoothing_factor` at its degrees of
+    freedom, so that a test of ``mean > 1.645·SE`` holds its level when the variance itself is
+    estimated from few effective steps.
 
     Args:
         scores: per-step scores (finite numbers), in time order.
         horizon: the outcome horizon in steps (1 when each outcome is the next step's).
+        dependence: a measurement over many series to carry in (optional).
 
     Returns:
         The standard error of the mean.
@@ -165,27 +293,13 @@ def newey_west_se(scores: Sequence[float] | FloatArray, horizon: int = 1) -> flo
         NotEnoughDataError: with fewer than 2 scores (the spread is undefined, not zero).
 
     >>> round(newey_west_se([1.0, 0.0] * 50), 4)  # alternating: no lags; the floor's 1/T allowance
-    0.0508
+    0.0574
     >>> round(newey_west_se(np.random.default_rng(0).normal(size=400)), 3)  # iid: ≈ 1/√400
-    0.05
+    0.052
     """
     x = np.asarray(scores, dtype=np.float64)
-    t = int(x.size)
-    if t < 2:
-        raise NotEnoughDataError(
-            f"expected at least 2 per-step scores to estimate a standard error, got {t}. "
-            "Use longer windows or more folds."
-        )
-    if not np.all(np.isfinite(x)):
-        raise ValueError("expected finite per-step scores, got NaN or infinity. Fix the scorer.")
-    d = x - x.mean()
-    lag = newey_west_bandwidth(x, horizon)
-    lrv = float(d @ d) / t
-    for ell in range(1, lag + 1):
-        gamma = float(d[ell:] @ d[:-ell]) / t
-        lrv += 2.0 * (1.0 - ell / (lag + 1.0)) * gamma
-    floor = float(ar1_long_run_variance(d[:, None])[0])
-    return math.sqrt(max(lrv, floor, 0.0) / t)
+    lrv, df = long_run_variance(x, horizon, dependence=dependence)
+    return math.sqrt(lrv / x.size) * fixed_smoothing_factor(df)
 
 
 def ar1_long_run_variance(series: FloatArray) -> FloatArray:
@@ -391,15 +505,30 @@ def search_stats(
     """
     _, ids, matrix = _score_matrix(oos)
     diff = differences_from_mean(matrix)
+    full = np.all(np.isfinite(diff), axis=1)
+    dep = measure_dependence(diff[full]) if diff.shape[1] >= 2 and full.sum() >= 4 else None
     means: dict[str, float | None] = {}
     ses: dict[str, float | None] = {}
     raw_ses: dict[str, float | None] = {}
+    whole = [j for j in range(len(ids)) if bool(np.all(np.isfinite(matrix[:, j])))]
+    if whole and matrix.shape[0] >= 2:  # one vectorised pass over the fully scored columns
+        t_all = matrix.shape[0]
+        strict = 2.0 * math.log(20.0 * len(whole))  # the pooled measurement covers persistence
+        raw_lrv, _ = column_long_run_variances(matrix[:, whole], horizon, fit_threshold=strict)
+        diff_lrv, _ = column_long_run_variances(diff[:, whole], horizon, dependence=dep,
+                                                fit_threshold=strict)
+        for pos, j in enumerate(whole):
+            means[ids[j]] = float(matrix[:, j].mean())
+            raw_ses[ids[j]] = math.sqrt(float(raw_lrv[pos]) / t_all)
+            ses[ids[j]] = math.sqrt(float(diff_lrv[pos]) / t_all)
     for j, cid in enumerate(ids):
+        if cid in means:
+            continue
         ok = np.isfinite(matrix[:, j])
         series = matrix[ok, j]
         means[cid] = float(series.mean()) if series.size else None
-        raw_ses[cid] = newey_west_se(series, horizon) if series.size >= 2 else None
-        ses[cid] = newey_west_se(diff[ok, j], horizon) if series.size >= 2 else None
+        raw_ses[cid] = long_run_se(series, horizon) if series.size >= 2 else None
+        ses[cid] = long_run_se(diff[ok, j], horizon, dependence=dep) if series.size >= 2 else None
 
     scored = [cid for cid in ids if means[cid] is not None]
     n_trials = len(scored) + max(0, extra_trials)

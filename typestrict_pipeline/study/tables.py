@@ -1,4 +1,4 @@
-"""The studies area's tables (schema: migrations ``studies_0001`` to ``studies_0006``).
+"""The studies area's tables (schema: migrations ``studies_0001`` to ``studies_0007``).
 
 * ``study_studies``: one row per study: what it searches, its limits, its layout, its state,
   what it has spent and reserved, its winner and holdout score.
@@ -7,6 +7,8 @@
   makes re-execution idempotent. Per-step scores are stored with the run.
 * ``study_locks``: at most one row per (workspace, workflow): the study in flight. The primary
   key is what refuses a second study, enforced by the database.
+* ``study_deleted``: one row per deleted study with what it spent (spend is history: Usage and
+  the workspace's usage budget keep counting it, under its id, marked deleted).
 
 Money columns are integer micro-USD. ``NULL`` cost columns mean "created before cost tracking"
 (migration ``studies_0002`` leaves older rows ``NULL``) and are shown as no cost, never $0.
@@ -186,6 +188,23 @@ class LockRow(Base):
     workflow: Mapped[str] = mapped_column(String(128), primary_key=True)
     study_id: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class DeletedStudyRow(Base):
+    """A deleted study's spend, kept when its study, candidates and runs are deleted."""
+
+    __tablename__ = "study_deleted"
+
+    study_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    workspace: Mapped[str] = mapped_column(String(128), index=True)
+    workflow: Mapped[str] = mapped_column(String(128))
+    name: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    state: Mapped[str] = mapped_column(String(20))
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
+    deleted_at: Mapped[dt.datetime] = mapped_column(UTCDateTime())
+    cost_tracked: Mapped[bool] = mapped_column(Boolean)
+    spend_micro: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    budget_micro: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class WorkflowParamsRow(Base):

@@ -9,10 +9,12 @@ from collections import OrderedDict
 from pathlib import Path as FsPath
 from typing import Annotated, Any
 
-from fastapi import Path, Request
+from fastapi import Depends, Path, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, HTMLResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials
 
-from typestrict_pipeline.api.deps import Ctx, Workspace
+from typestrict_pipeline.api.deps import Ctx, Workspace, _bearer, get_ctx, get_workspace
 from typestrict_pipeline.api.edge import api_router
 from typestrict_pipeline.api.errors import ApiError
 from typestrict_pipeline.api.page import METRICS, render_result_page
@@ -124,6 +126,8 @@ def _verdict(ctx: Ctx, info: ModelInfo) -> VerdictOut:
         keep_if_loses=info.keep_if_loses, delivered=info.delivered, files_state=info.state.value,
         files_expire_at=info.expires_at.isoformat(), audit_sha256=info.audit_sha256,
         decisions=[_decision(d, doc.get("split")) for d in doc.get("decisions", [])],
+        trained_on=(doc.get("trained_on") or {}).get("status"),
+        trained_on_n_ids=(doc.get("trained_on") or {}).get("n_ids"),
     )
 
 
@@ -161,23 +165,42 @@ def etag_matches(if_none_match: str | None, etag: str) -> bool:
 @router.get("/models/{model_id}/audit", response_class=Response,
             responses={200: {"content": {"application/json": {}}},
                        304: {"description": "Not modified: the audit named by If-None-Match"}})
-def get_audit(model_id: ModelId, ctx: Ctx, workspace: Workspace, request: Request) -> Response:
-    """The audit file, byte-identical to the one written at the verdict (also after the files
-    expired), streamed from disk. Its ETag is its SHA-256 (an audit never changes): send it back
-    in `If-None-Match` and an unchanged audit is a 304 with no body. Verify it with
-    `python3 verify_audit.py audit.json`."""
-    info = ctx.trainings.model(workspace, model_id)
+async def get_audit(
+    model_id: ModelId,
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Response:
+    """The audit file, byte-identical to the one settled (also after the files expired),
+    streamed from disk. Its SHA-256, recorded at settlement, is in the `X-Audit-SHA256` header
+    and is its ETag (a settled audit never changes): send it back in `If-None-Match` and an
+    unchanged audit is a 304 with no body. Verify it with
+    `python3 verify_audit.py --expect-sha256 SHA256 audit.json`."""
+    # the key, the model record and the file in one trip to the thread pool (the store is
+    # read twice, never written), then the file streamed by the event loop
+    info, path = await run_in_threadpool(_audit_lookup, request, credentials, model_id)
     headers = {"Content-Disposition": f'attachment; filename="{info.model_id}.audit.json"',
                "X-Audit-SHA256": info.audit_sha256 or ""}
     sha = info.audit_sha256
-    if sha is None:  # no audit: the store's message (a failed training has nothing to audit)
-        return Response(_audit_bytes(ctx, info), media_type="application/json", headers=headers)
+    if sha is None or path is None:  # no audit: the store's message (a failed training)
+        ctx = get_ctx(request)
+        data = await run_in_threadpool(_audit_bytes, ctx, info)
+        return Response(data, media_type="application/json", headers=headers)
     etag = f'"{sha}"'
     headers.update({"ETag": etag, "Cache-Control": "private, no-cache"})
     if etag_matches(request.headers.get("if-none-match"), etag):
         return Response(status_code=304, headers=headers)
-    return FileResponse(_audit_file(ctx, info, sha), media_type="application/json",
-                        headers=headers)
+    return FileResponse(path, media_type="application/json", headers=headers)
+
+
+def _audit_lookup(
+    request: Request, credentials: HTTPAuthorizationCredentials | None, model_id: str
+) -> tuple[ModelInfo, FsPath | None]:
+    """The caller's workspace (401 otherwise), its model record, and the audit's file."""
+    workspace = get_workspace(request, credentials)
+    ctx = get_ctx(request)
+    info = ctx.trainings.model(workspace, model_id)
+    sha = info.audit_sha256
+    return info, None if sha is None else _audit_file(ctx, info, sha)
 
 
 def _retained(info: ModelInfo) -> FsPath:
@@ -229,6 +252,7 @@ def get_result_page(model_id: ModelId, request: Request, ctx: Ctx, workspace: Wo
     base = str(request.base_url).rstrip("/")
     return HTMLResponse(
         render_result_page(doc, model_id=info.model_id, files_note=_files_note(info),
-                           pictures=result_pictures(doc), base_url=base),
+                           pictures=result_pictures(doc), base_url=base,
+                           audit_sha256=info.audit_sha256),
         headers={"Content-Security-Policy": PAGE_CSP, "X-Content-Type-Options": "nosniff"},
     )

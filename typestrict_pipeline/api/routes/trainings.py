@@ -9,6 +9,7 @@ from fastapi import Path, Request
 
 from typestrict_pipeline.api.deps import Ctx, Workspace
 from typestrict_pipeline.api.edge import api_router
+from typestrict_pipeline.api.errors import ApiError
 from typestrict_pipeline.api.routes.files import FileName, read_body
 from typestrict_pipeline.api.schemas import (
     DecisionSplit,
@@ -113,9 +114,24 @@ def post_predictions(training_id: TrainingId, body: PredictionsIn, ctx: Ctx,
     """The trained model's probabilities, checked against the split before anything is stored: a
     prediction for every test example of every decision, each over the decision's answers, no id
     or decision the training does not have (a refusal counts each and names the first ids, 422).
-    With ``trained_on_sha256`` the training states what it was trained on and a mismatch with the
-    split is refused. Accepted in ``awaiting_predictions`` and ``failed``; the verdict follows."""
+    The training may state what its model was trained on: ``trained_on_ids`` (the ids) or
+    ``trained_on_id_sha256`` (each id's SHA-256 under the audit's id domain), any subset of the
+    split's training rows, or ``trained_on_sha256`` (the digest of all of them); a stated test or
+    excluded row is refused with the count and the first ids, and the audit records the
+    attestation. Accepted in ``awaiting_predictions`` and ``failed``; the verdict follows."""
     lines = [json.dumps(row.model_dump(), ensure_ascii=False, allow_nan=False) for row in body.predictions]
     data = ("\n".join(lines) + "\n").encode("utf-8")
-    ctx.trainings.submit(workspace, training_id, data, body.trained_on_sha256)
+    stated = [v for v in (body.trained_on_sha256, body.trained_on_ids, body.trained_on_id_sha256)
+              if v is not None]
+    if len(stated) > 1:
+        raise ApiError(422, "invalid_input",
+                       "expected one statement of what the model was trained on, got "
+                       f"{len(stated)} (trained_on_sha256, trained_on_ids, trained_on_id_sha256). "
+                       "Send the ids (or their SHA-256) once")
+    ids: tuple[bool, list[str]] | None = None
+    if body.trained_on_ids is not None:
+        ids = (False, body.trained_on_ids)
+    elif body.trained_on_id_sha256 is not None:
+        ids = (True, body.trained_on_id_sha256)
+    ctx.trainings.submit(workspace, training_id, data, body.trained_on_sha256, stated_ids=ids)
     return _out(ctx, workspace, training_id)

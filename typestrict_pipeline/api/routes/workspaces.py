@@ -58,7 +58,7 @@ def get_ledger(workspace_id: WorkspaceId, ctx: Ctx, workspace: Workspace) -> lis
         LedgerLineOut(id=ln.id, kind=ln.kind.value, reference=ln.reference, training_id=ln.training_id,
                       amount=ln.amount, balance_after=ln.balance_after,
                       verdict=ln.verdict.value if ln.verdict else None, reason=ln.reason,
-                      created_at=ln.created_at.isoformat())
+                      created_at=ln.created_at.isoformat(), audit_sha256=ln.audit_sha256)
         for ln in CreditLedger(ctx.engine).lines(ws)
     ]
 
@@ -84,7 +84,8 @@ def get_usage(workspace_id: WorkspaceId, ctx: Ctx, workspace: Workspace) -> Usag
                            cost_micro_usd=r.cost_micro_usd) for r in u.calls],
         studies=[StudySpendOut(study_id=st.study_id, name=st.name, workflow=st.workflow, day=st.day,
                                state=st.state, spend_micro_usd=st.spend_micro,
-                               budget_micro_usd=st.budget_micro) for st in u.studies],
+                               budget_micro_usd=st.budget_micro, deleted=st.deleted)
+                 for st in u.studies],
     )
 
 

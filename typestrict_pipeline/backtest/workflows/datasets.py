@@ -155,15 +155,113 @@ def _locked(folder: Path) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def _read_rows(path: Path) -> pd.DataFrame:
+def _read_rows(path: Path, *, stored: bool = False) -> pd.DataFrame:
+    """A CSV's rows, read in bounded work (:func:`typestrict_pipeline.files.read_data_file`: a
+    regular file, not too large, a readable archive, no NUL byte). A file given to register or
+    append is read as the text written, every cell a string (``NA``, ``null``, ``inf`` are not
+    turned into anything: :func:`_typed` decides); a stored table (``stored``), which this
+    module wrote after validating it, with its numbers typed and an empty cell missing."""
+    import io
+
+    from typestrict_pipeline.files import read_data_file
+
+    raw = read_data_file(path, error=DatasetError, what="a CSV file with a header row")
     try:
-        frame = pd.read_csv(path, keep_default_na=True)
-    except (OSError, ValueError, pd.errors.ParserError) as exc:
-        raise DatasetError("a readable CSV file with a header row", f"{exc.__class__.__name__}: {exc}",
-                           "check the path and the file", file=str(path)) from exc
+        if stored:
+            frame = pd.read_csv(io.BytesIO(raw), keep_default_na=False, na_values=[""])
+        else:
+            frame = pd.read_csv(io.BytesIO(raw), dtype=str, keep_default_na=False, na_filter=False)
+    except (ValueError, MemoryError, pd.errors.ParserError) as exc:
+        raise DatasetError("a readable CSV file with a header row",
+                           f"{exc.__class__.__name__}: {' '.join(str(exc).split())[:160]}",
+                           "check the file", file=str(path)) from None
     if frame.empty:
         raise DatasetError("at least one row", "no rows", "give the file some rows", file=str(path))
     return frame
+
+
+NUMBER_MISTAKES = frozenset({"nan", "na", "n/a", "null", "none", "nil", "-", "?", "missing", "inf", "-inf",
+                             "+inf", "infinity", "-infinity", "+infinity", "true", "false", "yes", "no"})
+"""Words a number column may hold by mistake: read as a number column, then refused by row."""
+
+
+def _column_kind(cells: pd.Series) -> str:
+    """``"number"`` when the column's cells are numbers (or words a number column may hold by
+    mistake, :data:`NUMBER_MISTAKES`, refused later with their row), ``"bool"`` when they are all
+    ``true``/``false``, else ``"text"``."""
+    from typestrict_pipeline.values import looks_numeric
+
+    filled = cells[cells.str.strip() != ""]
+    if filled.empty:
+        return "number"
+    lowered = filled.str.strip().str.lower()
+    if lowered.isin(["true", "false"]).all():
+        return "bool"
+    numeric = filled.map(looks_numeric)
+    if numeric.any() and (numeric | lowered.isin(list(NUMBER_MISTAKES))).all():
+        return "number"
+    return "text"
+
+
+def _typed(frame: pd.DataFrame, kinds: Mapping[str, str], file: Path) -> pd.DataFrame:
+    """``frame`` (every cell text) with its value columns typed by ``kinds``, each cell checked:
+    a number is finite and written in digits, an empty cell is missing (the one spelling of
+    it); a truth value is ``true``/``false``; a text has no control character and does not
+    start like a spreadsheet formula (``=``, ``+``, ``-``, ``@``, tab, CR): refused with its
+    file, row and column (docs/security.md)."""
+    from typestrict_pipeline.values import check_text, data_number, is_formula
+
+    out = frame.copy()
+    for col, kind in kinds.items():
+        if col in (EVENT_TIME, KNOWN_TIME) or col not in frame.columns:
+            continue
+        cells = frame[col]
+        if kind == "number":
+            numbers = []
+            for i, v in enumerate(cells):
+                try:
+                    numbers.append(data_number(v))
+                except InputError as exc:
+                    raise DatasetError(f"a number in column {col!r} (finite, written in digits), or an empty "
+                                       "cell for a missing value", exc.got, exc.fix, file=str(file), row=i + 1,
+                                       column=str(col)) from None
+            out[col] = numbers
+            continue
+        if kind == "bool":
+            text = cells.str.strip().str.lower()
+            ok = text.isin(["true", "false"])
+            if not ok.all():
+                i = int(np.flatnonzero(~ok.to_numpy())[0])
+                raise DatasetError(f"true or false in column {col!r} (as in the rows already known)",
+                                   repr(cells.iloc[i]), "fix the value", file=str(file), row=i + 1, column=str(col))
+            out[col] = text == "true"
+            continue
+        for i, v in enumerate(cells):
+            try:
+                check_text(v, "a text cell", max_chars=100_000, lines=True, empty=True)
+            except InputError as exc:
+                raise DatasetError(exc.expected, exc.got, exc.fix, file=str(file), row=i + 1,
+                                   column=str(col)) from None
+            if is_formula(v):
+                raise DatasetError(
+                    "a text cell that a spreadsheet would not run as a formula", repr(v[:60]),
+                    "remove the leading =, +, -, @, tab or carriage return (data files are opened in "
+                    "spreadsheets, and their cells go into prompts)", file=str(file), row=i + 1, column=str(col))
+        out[col] = cells.where(cells != "", np.nan)
+    return out
+
+
+def _kinds_of(old: pd.DataFrame) -> dict[str, str]:
+    """The kind of each value column of a stored table."""
+    kinds = {}
+    for col in old.columns:
+        if pd.api.types.is_bool_dtype(old[col].dtype):
+            kinds[str(col)] = "bool"
+        elif pd.api.types.is_numeric_dtype(old[col].dtype):
+            kinds[str(col)] = "number"
+        else:
+            kinds[str(col)] = "text"
+    return kinds
 
 
 def _canonical(frame: pd.DataFrame, file: Path, now: dt.datetime) -> pd.DataFrame:
@@ -237,7 +335,11 @@ def register_dataset(
         )
     at = (now or dt.datetime.now(dt.UTC)).replace(microsecond=0)
     folder = _folder(name, base)
-    rows = {t: _validated(_read_rows(Path(f)), t, Path(f), at) for t, f in tables.items()}
+    rows = {}
+    for t, f in tables.items():
+        frame = _read_rows(Path(f))
+        kinds = {str(c): _column_kind(frame[c]) for c in frame.columns}
+        rows[t] = _validated(_typed(frame, kinds, Path(f)), t, Path(f), at)
     with _locked(folder):
         if (folder / MANIFEST).exists():
             raise ConflictError(f"expected a new dataset name, got {name!r}, which is registered. "
@@ -248,28 +350,6 @@ def register_dataset(
                     "tables": {t: f"{t}.csv" for t in rows}}
         write_atomic(folder / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
     return dataset_info(name, base=base)
-
-
-def _kinds_match(old: pd.Series, new: pd.Series, column: str, file: Path) -> pd.Series:
-    """``new`` with the kind of values ``old`` holds (numbers stay numbers); refuses the first misfit."""
-    if pd.api.types.is_bool_dtype(old.dtype):
-        text = new.astype(str).str.strip().str.lower()
-        ok = text.isin(["true", "false"])
-        if not ok.all():
-            i = int(np.flatnonzero(~ok.to_numpy())[0])
-            raise DatasetError(f"true or false in column {column!r} (as in the rows already known)",
-                               repr(new.iloc[i]), "fix the value", file=str(file), row=i + 1, column=column)
-        return text == "true"
-    if pd.api.types.is_numeric_dtype(old.dtype):
-        coerced = pd.to_numeric(new, errors="coerce")
-        bad = np.flatnonzero((coerced.isna() & new.notna()).to_numpy())
-        if bad.size:
-            i = int(bad[0])
-            raise DatasetError(f"a number in column {column!r} (as in the rows already known)",
-                               repr(new.iloc[i]), "fix the value, or leave it empty when it is missing",
-                               file=str(file), row=i + 1, column=column)
-        return coerced
-    return new
 
 
 def append_rows(
@@ -313,11 +393,9 @@ def append_rows(
     new = _read_rows(src)
     target = folder / str(manifest["tables"][table])
     with _locked(folder):
-        old = _read_rows(target)
+        old = _read_rows(target, stored=True)
         _same_columns(old, new, src)
-        for col in old.columns:
-            if col not in (EVENT_TIME, KNOWN_TIME):
-                new[col] = _kinds_match(old[col], new[col], str(col), src)
+        new = _typed(new, _kinds_of(old), src)
         canonical = _validated(new[list(old.columns)], table, src, at)
         last = pd.to_datetime(old[KNOWN_TIME], utc=True, format="ISO8601").max()
         kn = pd.to_datetime(canonical[KNOWN_TIME], utc=True, format="ISO8601")

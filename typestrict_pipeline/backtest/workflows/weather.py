@@ -200,6 +200,8 @@ def parse_probability(text: str) -> float:
 
 def decide(ctx: DecisionContext) -> dict[str, Any]:
     """Describe the last ``lookback_days`` known days, ask the forecaster, apply the threshold."""
+    from typestrict_pipeline.values import prompt_text
+
     view = ctx.data[TABLE]
     lookback = int(ctx.params["lookback_days"])
     recent = view.tail(lookback)
@@ -214,7 +216,9 @@ def decide(ctx: DecisionContext) -> dict[str, Any]:
         "temp_max": float(recent["temp_max"][today]),
         "temp_min": float(recent["temp_min"][today]),
         "wind": float(recent["wind"][today]),
-        "weather": str(recent["weather"][today]),
+        # A text cell of the data goes into the prompt escaped (plain words as they are,
+        # anything else as a quoted JSON string): a cell can never read as an instruction.
+        "weather": prompt_text(recent["weather"][today]),
     }
     prompt = ctx.prompts["forecast"].format(**fields)
     answer = ctx.models["forecaster"].complete([{"role": "user", "content": prompt}], max_tokens=8)

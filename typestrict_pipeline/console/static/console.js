@@ -21,9 +21,8 @@
       window.vegaEmbed(el, spec, {
         ast: true, expr: window.vega.expressionInterpreter, renderer: "svg", actions: false,
         defaultStyle: false, tooltip: { disableDefaultStyle: true, theme: "custom" }
-      }).then(function (result) {
+      }).then(function () {
         el.setAttribute("data-state", "drawn");
-        el.dispatchEvent(new CustomEvent("chart:drawn", { bubbles: true, detail: { count: result.view.data("rows") ? result.view.data("rows").length : null } }));
       }).catch(function (error) {
         el.setAttribute("data-state", "failed");
         el.textContent = "The chart could not be drawn: " + error.message + ". The table below has every number.";

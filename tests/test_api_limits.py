@@ -1,0 +1,236 @@
+"""Limits before work: the API refuses an oversized or slow request in O(the limit), and a study
+form that plans too many candidates before building one.
+
+Work is counted, not timed: the server's bytes read per connection
+(``typestrict_pipeline.api.server.CONNECTIONS``) and the candidates built in this process
+(``typestrict_pipeline.study.space.candidates_materialised``). The server is the real uvicorn
+with the API's own options, in this process; requests are raw sockets (a client library would
+refuse to send most of these). The timeouts are set short here; the assertions on them only
+require that the connection ends, within a generous bound.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from typestrict_pipeline.api.server import CONNECTIONS, ConnectionRecord, RequestLimits
+from typestrict_pipeline.study.space import candidates_materialised
+
+_SUPPORT = Path(__file__).with_name("test_api_support.py")
+_spec = importlib.util.spec_from_file_location("test_api_support", _SUPPORT)
+assert _spec is not None and _spec.loader is not None
+support = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(support)
+
+LIMITS = RequestLimits(max_header_bytes=16 * 1024, max_headers=100, header_timeout_s=1.0,
+                       body_idle_timeout_s=1.0, body_timeout_s=3.0)
+MAX_BODY = 1024 * 1024
+READ_SLACK = 512 * 1024  # what one read of the event loop may take beyond a bound (256 KiB per read)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    tmp = tmp_path_factory.mktemp("limits")
+    url = f"sqlite:///{tmp / 'store.db'}"
+    key = support.new_key(url, "limits", credits=1)
+    with support.ApiServer(url, tmp / "home", limits=LIMITS, max_body_bytes=MAX_BODY,
+                           max_upload_bytes=MAX_BODY) as srv:
+        srv.key = key
+        yield srv
+
+
+def _connect(server: Any) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+    return sock
+
+
+def _send_all(sock: socket.socket, chunks: Iterator[bytes]) -> int:
+    """Send until the server stops reading (it closed); the bytes this client got out."""
+    sent = 0
+    try:
+        for chunk in chunks:
+            sock.sendall(chunk)
+            sent += len(chunk)
+    except OSError:  # reset or broken pipe: the server closed the connection
+        pass
+    return sent
+
+
+def _answer(sock: socket.socket) -> tuple[int, dict[str, Any], bytes]:
+    """The status, headers and body of the one answer, read until the server closes."""
+    data = b""
+    try:
+        while True:
+            part = sock.recv(65536)
+            if not part:
+                break
+            data += part
+    except OSError:
+        pass
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1]) if lines and lines[0].startswith("HTTP/") else 0
+    headers = dict(line.lower().split(": ", 1) for line in lines[1:] if ": " in line)
+    return status, headers, body
+
+
+def _record_after(before: int) -> ConnectionRecord:
+    """The record of the one connection made since ``before`` records existed."""
+    deadline = time.monotonic() + 30
+    while len(CONNECTIONS) <= before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return CONNECTIONS[-1]
+
+
+def _refused_shape(body: bytes, code: str) -> str:
+    answer = json.loads(body)
+    assert set(answer) == {"error"} and answer["error"]["code"] == code, answer
+    message: str = answer["error"]["message"]
+    assert message.startswith("expected ")
+    return message
+
+
+def test_a_64_mib_header_line_is_refused_after_reading_its_first_kib(server: Any) -> None:
+    before = len(CONNECTIONS)
+    sock = _connect(server)
+    line = b"x" * (1024 * 1024)
+    chunks = iter([b"GET /v1/openapi.json HTTP/1.1\r\nHost: t\r\nX-Big: ", *[line] * 64])
+    sent = _send_all(sock, chunks)
+    status, headers, body = _answer(sock)
+    sock.close()
+    record = _record_after(before)
+    assert status == 431 and headers.get("connection") == "close"
+    assert "at most 16384 bytes" in _refused_shape(body, "request_header_too_large")
+    assert record.refused == 431
+    assert record.bytes_read <= LIMITS.max_header_bytes + READ_SLACK, record
+    assert sent < 64 * 1024 * 1024  # the client could not push it all: nobody was reading
+
+
+@pytest.mark.parametrize("count", [101, 4000, 100_000])
+def test_too_many_headers_are_refused_after_the_hundredth(server: Any, count: int) -> None:
+    before = len(CONNECTIONS)
+    sock = _connect(server)
+    head = b"GET /v1/openapi.json HTTP/1.1\r\nHost: t\r\n" + b"".join(
+        b"X-%d: v\r\n" % i for i in range(count)) + b"\r\n"
+    _send_all(sock, iter([head[i:i + 4096] for i in range(0, len(head), 4096)]))
+    status, _, body = _answer(sock)
+    sock.close()
+    record = _record_after(before)
+    assert status == 431 and record.refused == 431
+    _refused_shape(body, "request_header_too_large")
+    assert record.bytes_read <= LIMITS.max_header_bytes + READ_SLACK
+
+
+def test_a_request_within_the_bounds_is_served(server: Any) -> None:
+    head = {f"X-{i}": "v" * 100 for i in range(90)}
+    r = httpx.get(f"{server.url}/v1/openapi.json", headers=head, timeout=60)
+    assert r.status_code == 200 and r.json()["openapi"]
+
+
+@pytest.mark.parametrize("prefix", [b"", b"GET /v1/openapi.json HTTP/1.1\r\nHost: t\r\n", b"G"],
+                         ids=["nothing", "headers without their end", "one byte"])
+def test_a_slow_client_is_cut_off_by_the_header_timeout(server: Any, prefix: bytes) -> None:
+    before = len(CONNECTIONS)
+    sock = _connect(server)
+    if prefix:
+        sock.sendall(prefix)
+    status, headers, body = _answer(sock)  # the server answers and closes by itself
+    sock.close()
+    assert status == 408 and headers.get("connection") == "close"
+    assert "within 1 s" in _refused_shape(body, "request_timeout")
+    assert _record_after(before).refused == 408
+
+
+def test_a_body_that_stops_coming_is_cut_off(server: Any) -> None:
+    before = len(CONNECTIONS)
+    sock = _connect(server)
+    sock.sendall(b"POST /v1/studies/estimate HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer "
+                 + server.key.encode() + b"\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"a\":")
+    status, _, body = _answer(sock)
+    sock.close()
+    assert status == 408
+    assert "keep coming" in _refused_shape(body, "request_timeout")
+    assert _record_after(before).refused == 408
+
+
+def _chunked(total: int, size: int = 65536) -> Iterator[bytes]:
+    yield b"%x\r\n" % size + b"[" + b" " * (size - 1) + b"\r\n"
+    for _ in range(total // size - 1):
+        yield b"%x\r\n" % size + b" " * size + b"\r\n"
+    yield b"0\r\n\r\n"
+
+
+@pytest.mark.parametrize("chunked", [True, False], ids=["chunked", "content-length"])
+def test_a_body_over_the_limit_gets_the_same_413_and_is_not_read_to_its_end(server: Any, chunked: bool) -> None:
+    before = len(CONNECTIONS)
+    total = 64 * 1024 * 1024
+    sock = _connect(server)
+    framing = b"Transfer-Encoding: chunked\r\n" if chunked else b"Content-Length: %d\r\n" % total
+    head = (b"POST /v1/studies/estimate HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer " + server.key.encode()
+            + b"\r\nContent-Type: application/json\r\n" + framing + b"\r\n")
+    body = _chunked(total) if chunked else iter([b" " * 65536] * (total // 65536))
+    sent = _send_all(sock, iter([head, *body]))
+    status, headers, answer = _answer(sock)
+    sock.close()
+    record = _record_after(before)
+    assert status == 413 and headers.get("connection") == "close"
+    assert f"at most {MAX_BODY:,} bytes" in _refused_shape(answer, "payload_too_large")
+    assert record.bytes_read <= MAX_BODY + READ_SLACK, record
+    assert sent < total
+
+
+THREE_GRIDS: dict[str, Any] = {"workflow": "wx", "start": "2012-01-01", "end": "2013-01-01", "tune_steps": 5, "eval_steps": 5,
+               "holdout_steps": 5, "max_candidates": 2, "max_total_steps": 1000, "synthetic": True,
+               "grid": [f"{name}=" + ",".join(str(i) for i in range(100)) for name in ("a", "b", "c")]}
+
+
+@pytest.mark.parametrize("route", ["/v1/studies/estimate", "/v1/studies"])
+def test_a_search_space_of_a_million_candidates_is_refused_before_one_is_built(server: Any, route: str) -> None:
+    built = candidates_materialised()
+    with server.client(server.key) as c:
+        r = c.post(route, json=THREE_GRIDS)
+        listed = c.get("/v1/studies")
+    assert r.status_code == 422, r.text
+    message = r.json()["error"]["message"]
+    assert "expected a search space of at most 100,000 planned candidates, got 1,000,000 (grid 100 × 100 × 100)" in message
+    assert candidates_materialised() == built
+    assert listed.json() == []
+
+
+@pytest.mark.parametrize("space", [
+    {"grid": [f"p{i}=" + ",".join(map(str, range(20))) for i in range(5)]},
+    {"grid": [f"p{i}=" + ",".join(map(str, range(400))) for i in range(20)]},
+    {"grid": ["a=" + ",".join(map(str, range(400)))], "random": ["r=0:1"], "random_draws": 1000},
+], ids=["five 20-value grids", "twenty 400-value grids", "a grid times random draws"])
+def test_other_spaces_too_large_are_refused_by_counting(server: Any, space: dict[str, Any]) -> None:
+    built = candidates_materialised()
+    with server.client(server.key) as c:
+        r = c.post("/v1/studies/estimate", json={**THREE_GRIDS, **space})
+    assert r.status_code == 422 and "planned candidates" in r.json()["error"]["message"], r.text
+    assert candidates_materialised() == built
+
+
+def test_the_cli_refuses_the_same_space_before_building_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from typestrict_pipeline.cli import main
+
+    built = candidates_materialised()
+    argv = ["study", "run", "wx", "--synthetic", "--start", "2012-01-01", "--end", "2013-01-01", "--tune-steps", "5",
+            "--eval-steps", "5", "--holdout-steps", "5", "--max-candidates", "2", "--max-total-steps", "1000",
+            "--store", f"sqlite:///{tmp_path / 'store.db'}"]
+    grids: list[str] = THREE_GRIDS["grid"]
+    for grid in grids:
+        argv += ["--grid", grid]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "expected a search space of at most 100,000 planned candidates, got 1,000,000" in err
+    assert "Traceback" not in err
+    assert candidates_materialised() == built

@@ -1,0 +1,134 @@
+"""The API's resources beyond trainings, on a real server: datasets (register from the workspace's
+files, append, scoped), the usage budget, schedules and Settings → Notifications (settings,
+deliveries and failures, scoped to the workspace)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.util
+from pathlib import Path
+
+from sqlalchemy import select
+
+from typestrict_pipeline.backtest.workflows.weather import write_seattle_csv
+from typestrict_pipeline.reruns import scenario
+from typestrict_pipeline.reruns.decide import SubscriptionState
+from typestrict_pipeline.reruns.notify import enqueue
+from typestrict_pipeline.reruns.service import enable_schedule
+from typestrict_pipeline.reruns.tables import LineageRow
+from typestrict_pipeline.reruns.workspace import set_workspace
+from typestrict_pipeline.store import open_store, session_scope
+
+_SUPPORT = Path(__file__).with_name("test_api_support.py")
+_spec = importlib.util.spec_from_file_location("test_api_support", _SUPPORT)
+assert _spec is not None and _spec.loader is not None
+support = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(support)
+
+UTC = dt.UTC
+
+
+def test_a_dataset_is_registered_from_the_workspace_files_appended_and_kept_apart(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    write_seattle_csv(tmp_path / "first.csv", known_until=dt.datetime(2013, 1, 1, tzinfo=UTC))
+    write_seattle_csv(tmp_path / "more.csv", known_after=dt.datetime(2013, 1, 1, tzinfo=UTC),
+                      known_until=dt.datetime(2013, 2, 1, tzinfo=UTC))
+    key, other = support.new_key(sqlite_url, "acme"), support.new_key(sqlite_url, "other")
+    with support.ApiServer(sqlite_url, tmp_path / "home") as server, server.client(key) as c:
+        for name in ("first.csv", "more.csv"):
+            assert c.put(f"/v1/files/{name}", content=(tmp_path / name).read_bytes()).status_code == 201
+        made = c.post("/v1/datasets", json={"name": "weather_live", "workflow": "seattle_rain",
+                                            "tables": {"weather": "first.csv"}})
+        assert made.status_code == 201, made.text
+        rows = made.json()["tables"][0]["rows"]
+        assert made.json()["name"] == "weather_live" and made.json()["last_known"].startswith("2013-01-01")
+        again = c.post("/v1/datasets", json={"name": "weather_live", "workflow": "seattle_rain",
+                                             "tables": {"weather": "first.csv"}})
+        assert again.status_code == 409
+        added = c.post("/v1/datasets/weather_live/append", json={"file": "more.csv"})
+        assert added.status_code == 200, added.text
+        assert added.json()["added"] == 31 and added.json()["tables"][0]["rows"] == rows + 31
+        assert added.json()["last_known"].startswith("2013-02-01")
+        stale = c.post("/v1/datasets/weather_live/append", json={"file": "more.csv"})
+        assert stale.status_code == 422  # rows already known are never rewritten
+        assert [d["name"] for d in c.get("/v1/datasets").json()] == ["weather_live"]
+        bad = c.post("/v1/datasets", json={"name": "Bad-Name", "workflow": "seattle_rain",
+                                           "tables": {"weather": "first.csv"}})
+        assert bad.status_code == 422 and "lowercase letters" in bad.json()["error"]["message"]
+        # A backtest of this workspace may name it (checked against its data: it ends in February).
+        run = c.post("/v1/backtests", json={"workflow": "seattle_rain", "start": "2012-12-01",
+                                            "end": "2013-01-15", "dataset": "weather_live"})
+        assert run.status_code == 202, run.text
+        with server.client(other) as o:
+            assert o.get("/v1/datasets").json() == []
+            assert o.get("/v1/datasets/weather_live").status_code == 404
+            assert o.post("/v1/datasets/weather_live/append", json={"file": "more.csv"}).status_code == 404
+            refused = o.post("/v1/backtests", json={"workflow": "seattle_rain", "start": "2012-12-01",
+                                                    "end": "2013-01-15", "dataset": "weather_live"})
+            assert refused.status_code == 422 and "none yet" in refused.json()["error"]["message"]
+            # The same name is free for another workspace.
+            assert o.put("/v1/files/first.csv", content=(tmp_path / "first.csv").read_bytes()).status_code == 201
+            assert o.post("/v1/datasets", json={"name": "weather_live", "workflow": "seattle_rain",
+                                                "tables": {"weather": "first.csv"}}).status_code == 201
+
+
+def test_the_budget_is_read_and_set_only_for_a_workspace_that_has_a_subscription(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    key = support.new_key(sqlite_url, "acme")
+    with support.ApiServer(sqlite_url, tmp_path / "home") as server, server.client(key) as c:
+        read = c.get("/v1/workspaces/acme/budget").json()
+        assert read["subscription"] == "NOT_SET_UP" and read["budget_micro_usd"] is None
+        refused = c.put("/v1/workspaces/acme/budget", json={"budget_usd": 50})
+        assert refused.status_code == 409
+        assert "typestrict schedule workspace acme --subscription ACTIVE" in refused.json()["error"]["message"]
+        engine = open_store(sqlite_url)
+        try:
+            set_workspace(engine, "acme", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=0)
+        finally:
+            engine.dispose()
+        exhausted = c.get("/v1/workspaces/acme/budget").json()
+        assert exhausted["exhausted"] is True and "scheduled work waits" in exhausted["text"]
+        raised = c.put("/v1/workspaces/acme/budget", json={"budget_usd": "12.50"}).json()
+        assert raised["budget_micro_usd"] == 12_500_000 and raised["exhausted"] is False
+        assert raised["text"].startswith("$0") and "of $12.50 spent this month" in raised["text"]
+
+
+def test_schedules_and_notifications_of_the_workspace(tmp_path: Path, sqlite_url: str) -> None:
+    engine = open_store(sqlite_url)
+    try:
+        set_workspace(engine, "acme", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=50_000_000)
+        root_end = dt.datetime(2015, 2, 1, tzinfo=UTC)
+        root = scenario.create_root_study(engine, workspace="acme", root_end=root_end, budget_micro_usd=1_000_000,
+                                          min_unseen_steps=10,
+                                          workflow=scenario.backend(shift_at=root_end - dt.timedelta(days=10)))
+        scenario.run(engine, root)
+        schedule = enable_schedule(engine, scenario.port(engine), study_id=root, cadence="1d", owner="ana@example.com")
+        with session_scope(engine) as s:
+            entry = s.execute(select(LineageRow.id).where(LineageRow.lineage_root_id == root)).scalars().first()
+        enqueue(engine, dedupe_key=f"winner-changed:{entry}", kind="study_winner_changed",
+                recipient="ana@example.com", subject="A scheduled study changes its winner", body="b")
+        enqueue(engine, dedupe_key="winner-changed:999999", kind="study_winner_changed",
+                recipient="someone@else.example", subject="A scheduled study changes its winner", body="b")
+    finally:
+        engine.dispose()
+    key, other = support.new_key(sqlite_url, "acme"), support.new_key(sqlite_url, "other")
+    with support.ApiServer(sqlite_url, tmp_path / "home") as server, server.client(key) as c:
+        listed = c.get("/v1/schedules").json()["schedules"]
+        assert [s["id"] for s in listed] == [schedule.id] and listed[0]["owner"] == "ana@example.com"
+        notes = c.get("/v1/notifications").json()
+        assert notes["settings"] == [{"person": "ana@example.com", "kind": "study_winner_changed",
+                                      "title": "A scheduled study changes its winner", "enabled": True}]
+        assert [d["recipient"] for d in notes["deliveries"]] == ["ana@example.com"]  # not another's
+        assert notes["deliveries"][0]["state"] == "PENDING" and "waiting" in notes["deliveries"][0]["text"]
+        off = c.put("/v1/notifications/ana@example.com", json={"enabled": False})
+        assert off.status_code == 200 and off.json()["enabled"] is False
+        assert c.get("/v1/notifications").json()["settings"][0]["enabled"] is False
+        assert c.put("/v1/notifications/bob@example.com", json={"enabled": False}).status_code == 404
+        with server.client(other) as o:
+            assert o.get("/v1/schedules").json() == {"schedules": []}
+            assert o.get("/v1/notifications").json() == {"settings": [], "deliveries": []}
+            assert o.post(f"/v1/schedules/{schedule.id}/cancel", json={"by": "eve@example.com"}).status_code == 404
+        cancelled = c.post(f"/v1/schedules/{schedule.id}/cancel", json={"by": "ana@example.com"})
+        assert cancelled.status_code == 200 and cancelled.json()["state"] == "CANCELLED"

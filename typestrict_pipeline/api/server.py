@@ -1,0 +1,217 @@
+"""The HTTP server under the API: uvicorn on its h11 protocol, with every part of a request
+bounded before it is read.
+
+:class:`BoundedH11Protocol` is uvicorn's ``H11Protocol`` with these limits (:class:`RequestLimits`),
+each enforced as bytes arrive, so refusing a request costs O(the limit), never O(what the client
+sends):
+
+* **the request line and headers** together: at most ``max_header_bytes`` (16 KiB) and
+  ``max_headers`` header lines (100); beyond either, ``431`` and the connection closes (counted
+  on the raw bytes before the parser sees them: a 64 MiB header line is refused after its first
+  16 KiB);
+* **a header timeout**: a request's headers must arrive within ``header_timeout_s`` (10 s) of
+  its first byte, or of the connection when nothing comes (``408``, closed): a slow client
+  cannot hold a connection by trickling headers;
+* **a body timeout**: the body must keep coming: ``body_idle_timeout_s`` (30 s) without a byte
+  while the server waits for one, or ``body_timeout_s`` (300 s) in all, ends it with ``408``;
+* **an unread body is never drained**: when the answer is sent before the body was read (a
+  ``413`` for a body over its limit, chunked or not, a ``401``), the connection closes instead
+  of reading the rest.
+
+Body sizes are the application's (``BodyLimitMiddleware`` in ``app.py``: ``Content-Length``
+checked first, a chunked body counted as it is read, the same ``413``).
+
+Every refusal is the API's error shape ``{"error": {"code", "message"}}``. :data:`CONNECTIONS`
+keeps the last connections' byte counts (what the tests read to prove the bounds).
+
+:func:`uvicorn_options` is what every server of the API is started with (``typestrict api``,
+``make api``, the tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """Bounds of one request (see the module docstring)."""
+
+    max_header_bytes: int = 16 * 1024
+    max_headers: int = 100
+    header_timeout_s: float = 10.0
+    body_idle_timeout_s: float = 30.0
+    body_timeout_s: float = 300.0
+
+
+@dataclass
+class ConnectionRecord:
+    """What one connection cost the server: bytes read, and the status it was refused with."""
+
+    bytes_read: int = 0
+    refused: int | None = None
+
+
+CONNECTIONS: deque[ConnectionRecord] = deque(maxlen=256)
+"""The most recent connections' records, newest last (the tests read them)."""
+
+
+def _error_bytes(code: str, message: str) -> bytes:
+    return json.dumps({"error": {"code": code, "message": message}}).encode()
+
+
+class BoundedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with the request bounds of :class:`RequestLimits` (class attribute
+    ``limits``; a subclass may set others)."""
+
+    limits = RequestLimits()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.record = ConnectionRecord()
+        self._head_bytes = 0
+        self._head_lines = 0
+        self._head_done = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._body_deadline: float | None = None
+
+    # -- connection --------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        CONNECTIONS.append(self.record)
+        self._arm(self.limits.header_timeout_s, self._header_timeout)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        self.record.bytes_read += len(data)
+        if self.record.refused is not None:
+            return
+        if not self._head_done and self._head_too_large(data):
+            return
+        if self._head_done:
+            self._arm(self.limits.body_idle_timeout_s, self._body_timeout)
+        super().data_received(data)
+
+    # -- the head: request line and headers ----------------------------------------------------
+
+    def _head_too_large(self, data: bytes) -> bool:
+        """Count the head's bytes and lines (up to the blank line ending it) before the parser
+        sees them; refuse with 431 past a bound."""
+        end = data.find(b"\r\n\r\n")
+        head = data if end < 0 else data[: end + 4]
+        if self._head_bytes == 0 and self.conn.their_state is h11.IDLE and head:
+            self._arm(self.limits.header_timeout_s, self._header_timeout)  # from the first byte
+        self._head_bytes += len(head)
+        self._head_lines += head.count(b"\n")
+        if self._head_bytes > self.limits.max_header_bytes:
+            self._refuse(431, "request_header_too_large",
+                         f"expected a request line and headers of at most {self.limits.max_header_bytes} "
+                         "bytes, got more. Send shorter headers")
+            return True
+        if self._head_lines > self.limits.max_headers + 2:  # the request line and the blank line
+            self._refuse(431, "request_header_too_large",
+                         f"expected at most {self.limits.max_headers} header lines, got more. Send fewer "
+                         "headers")
+            return True
+        if end >= 0:
+            self._head_done = True
+            self._disarm()
+            self._body_deadline = self.loop.time() + self.limits.body_timeout_s
+            self._arm(self.limits.body_idle_timeout_s, self._body_timeout)
+        return False
+
+    def _next_request(self) -> None:
+        self._head_bytes = self._head_lines = 0
+        self._head_done = False
+        self._body_deadline = None
+        self._disarm()
+
+    # -- timers ------------------------------------------------------------------------------
+
+    def _arm(self, delay: float, callback: Any) -> None:
+        self._disarm()
+        self._timer = self.loop.call_later(delay, callback)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _header_timeout(self) -> None:
+        self._timer = None
+        if self._head_done or self.transport.is_closing():
+            return
+        if self._head_bytes == 0 and self.cycle is not None:
+            return  # between requests: uvicorn's keep-alive timeout closes an idle connection
+        self._refuse(408, "request_timeout",
+                     f"expected the request's headers within {self.limits.header_timeout_s:g} s, got "
+                     "them too slowly. Send the whole request at once")
+
+    def _body_timeout(self) -> None:
+        self._timer = None
+        if self.transport.is_closing() or self.conn.their_state is not h11.SEND_BODY:
+            return
+        if self.cycle is not None and self.cycle.response_complete:
+            return
+        now = self.loop.time()
+        late = self._body_deadline is not None and now >= self._body_deadline
+        if self.flow.read_paused and not late:  # the application is not reading: not the client's fault
+            self._arm(self.limits.body_idle_timeout_s, self._body_timeout)
+            return
+        if self.cycle is not None and self.cycle.response_started:
+            self.transport.close()
+            return
+        self._refuse(408, "request_timeout",
+                     f"expected the request body to keep coming (a byte at least every "
+                     f"{self.limits.body_idle_timeout_s:g} s, all of it within {self.limits.body_timeout_s:g} s), "
+                     "got it too slowly. Send the body at once")
+
+    # -- answers -----------------------------------------------------------------------------
+
+    def _refuse(self, status: int, code: str, message: str) -> None:
+        """Answer ``status`` with the API's error shape and close, reading nothing more."""
+        self.record.refused = status
+        self._disarm()
+        body = _error_bytes(code, message)
+        reason = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}.get(status, b"")
+        head = (f"HTTP/1.1 {status} ".encode() + reason + b"\r\ncontent-type: application/json\r\n"
+                + f"content-length: {len(body)}\r\n".encode() + b"connection: close\r\n\r\n")
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.disconnected = True  # the application's answer, if any, goes nowhere
+        if not self.transport.is_closing():
+            self.transport.write(head + body)
+            self.transport.close()
+
+    def on_response_complete(self) -> None:
+        unread = self.conn.their_state is h11.SEND_BODY
+        self._next_request()
+        if unread and not self.transport.is_closing():
+            # Answered before the body was read (a 413, a 401): close rather than drain it.
+            self.transport.close()
+            return
+        super().on_response_complete()
+
+
+def uvicorn_options(limits: RequestLimits | None = None) -> dict[str, Any]:
+    """The keyword arguments every API server gets: the bounded h11 protocol, the parser's own
+    buffer bound at the same header size, a short keep-alive.
+
+    >>> uvicorn_options()["http"].__name__, uvicorn_options()["h11_max_incomplete_event_size"]
+    ('BoundedH11Protocol', 16384)
+    """
+    protocol: type[BoundedH11Protocol] = BoundedH11Protocol
+    if limits is not None and limits != BoundedH11Protocol.limits:
+        protocol = type("BoundedH11Protocol", (BoundedH11Protocol,), {"limits": limits})
+    return {"http": protocol, "h11_max_incomplete_event_size": protocol.limits.max_header_bytes,
+            "timeout_keep_alive": 5}

@@ -1,0 +1,356 @@
+"""The studies' calibration battery: dependent processes, and the rates of every "yes" on them.
+
+Every rate is measured through the public functions the product itself calls:
+
+* the leaderboard's "Beats luck at 5%": :func:`typestrict_pipeline.study.inference.joint_inference`
+  (benchmark: the candidates' mean, upper p-value, as ``leaderboard._joint`` calls it);
+* the Newey–West standard error: :func:`typestrict_pipeline.study.stats.newey_west_se` (a
+  one-sided 5% test ``mean > 1.645·SE``);
+* the promotion gate: a null search ranked by :func:`~typestrict_pipeline.study.stats.search_stats`,
+  the winner's and the active version's holdout continuing the same processes, the measured span
+  (:func:`~typestrict_pipeline.study.inference.decorrelation_span`) and
+  :func:`~typestrict_pipeline.study.inference.holdout_test` (``confirmed``);
+* the lineage: consecutive holdouts of one continuing difference series, each study's SE the one
+  the runner stores (:func:`~typestrict_pipeline.study.inference.holdout_standard_error`), and
+  :func:`typestrict_pipeline.reruns.lineage.confidence_sequence_path`: "persists" is said when
+  the always-valid lower bound is above 0 at some look.
+
+A **process** draws a ``T × n`` block of per-step noise (unit variance where it has one) for
+``n`` independent series; the battery adds structure (candidates, edges) on top. Every draw
+comes from ``numpy.random.default_rng(seed)``; a cell's seed is printed beside its rate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+from scipy import signal, stats
+
+from typestrict_pipeline.study.dependence import Dependence
+from typestrict_pipeline.study.stability import Stability
+
+FloatArray = npt.NDArray[np.float64]
+BURN = 300
+
+
+def ar_block(rng: np.random.Generator, t: int, n: int, phi: float,
+             innovations: str = "normal") -> FloatArray:
+    """``n`` unit-variance AR(1) series of length ``t`` (burn-in ``BURN``), filtered in C.
+
+    ``innovations``: ``"normal"`` or ``"t3"`` (Student-t with 3 degrees of freedom, scaled to
+    unit variance: heavy tails).
+
+    >>> x = ar_block(np.random.default_rng(0), 20_000, 1, 0.5)
+    >>> round(float(x.std()), 1), round(float(np.corrcoef(x[1:, 0], x[:-1, 0])[0, 1]), 1)
+    (1.0, 0.5)
+    """
+    if innovations == "t3":
+        e = rng.standard_t(3, size=(t + BURN, n)) / math.sqrt(3.0)
+    else:
+        e = rng.standard_normal((t + BURN, n))
+    if phi == 0.0:
+        return np.asarray(e[BURN:], dtype=np.float64)
+    x = signal.lfilter([math.sqrt(1.0 - phi * phi)], [1.0, -phi], e, axis=0)
+    return np.asarray(x[BURN:], dtype=np.float64)
+
+
+def garch_block(rng: np.random.Generator, t: int, n: int, alpha: float = 0.1,
+                beta: float = 0.85) -> FloatArray:
+    """``n`` GARCH(1,1) series with Student-t(5) shocks, unit unconditional variance.
+
+    >>> x = garch_block(np.random.default_rng(0), 50_000, 1)
+    >>> 0.8 < float(x.var()) < 1.2
+    True
+    """
+    omega = 1.0 - alpha - beta
+    z = rng.standard_t(5, size=(t + BURN, n)) / math.sqrt(5.0 / 3.0)
+    h = np.ones(n)
+    out = np.empty((t + BURN, n))
+    for s in range(t + BURN):
+        out[s] = math.sqrt(1.0) * np.sqrt(h) * z[s]
+        h = omega + alpha * out[s] ** 2 + beta * h
+    return np.asarray(out[BURN:], dtype=np.float64)
+
+
+def regime_path(rng: np.random.Generator, t: int, duration: float, n: int = 1) -> FloatArray:
+    """``t × n`` two-state Markov regime paths in {−1, +1} (mean duration ``duration`` steps,
+    symmetric), independent across columns.
+
+    >>> r = regime_path(np.random.default_rng(0), 10_000, 50.0)
+    >>> set(np.unique(r).tolist()) == {-1.0, 1.0}, abs(float(r.mean())) < 0.3
+    (True, True)
+    """
+    switch = rng.random((t + BURN, n)) < 1.0 / duration
+    state = (np.cumsum(switch, axis=0) + (rng.random(n) < 0.5)) % 2
+    return np.asarray(2.0 * state[BURN:] - 1.0, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class Process:
+    """A kind of per-step noise of ``n`` series (each series a candidate's own noise).
+
+    Attributes:
+        name: the label of the battery's tables.
+        phi: AR(1) coefficient (``kind`` ``"ar"``, ``"heavy"``).
+        kind: ``"ar"``, ``"heavy"`` (AR with t3 shocks), ``"mixture"`` (``√(1−w)``·white +
+            ``√w``·AR(``phi``), ``w`` = ``weight``), ``"garch"``, ``"regimes"`` (a shared regime
+            path; each series' mean is ``±amplitude`` by regime, its sign and size its own,
+            plus white noise), ``"factor"`` (a shared AR(``phi``) factor with loadings of
+            ``±√weight`` per series, plus white noise: persistent noise that does not cancel in
+            differences), ``"hetero"`` (a ``weight`` share of the series AR(``phi``), the rest
+            white: uneven persistence).
+        weight, amplitude, duration: see ``kind``.
+    """
+
+    name: str
+    kind: str = "ar"
+    phi: float = 0.0
+    weight: float = 0.1
+    amplitude: float = 0.3
+    duration: float = 60.0
+    tags: tuple[str, ...] = field(default=())
+
+    def draw(self, rng: np.random.Generator, t: int, n: int, *, shared: bool = True) -> FloatArray:
+        """A ``t × n`` block of this noise: ``n`` candidates of one search (``shared``: one regime
+        path, one factor for all), or ``n`` independent series (``shared=False``).
+
+        >>> PROCESSES["mixture"].draw(np.random.default_rng(0), 50, 3).shape
+        (50, 3)
+        """
+        if self.kind == "ar":
+            return ar_block(rng, t, n, self.phi)
+        if self.kind == "heavy":
+            return ar_block(rng, t, n, self.phi, "t3")
+        if self.kind == "mixture":
+            w = self.weight
+            return math.sqrt(1.0 - w) * ar_block(rng, t, n, 0.0) + math.sqrt(w) * ar_block(
+                rng, t, n, self.phi)
+        if self.kind == "garch":
+            return garch_block(rng, t, n)
+        if self.kind == "regimes":
+            path = regime_path(rng, t, self.duration, 1 if shared else n)
+            edges = self.amplitude * rng.standard_normal(n)
+            return np.asarray(path * edges[None, :] + ar_block(rng, t, n, self.phi),
+                              dtype=np.float64)
+        if self.kind == "factor":
+            f = ar_block(rng, t, 1 if shared else n, self.phi)
+            load = math.sqrt(self.weight) * rng.choice([-1.0, 1.0], size=n) * rng.random(n)
+            return np.asarray(f * load[None, :] + ar_block(rng, t, n, 0.0), dtype=np.float64)
+        if self.kind == "hetero":
+            out = ar_block(rng, t, n, 0.0)
+            k = max(1, round(self.weight * n))
+            cols = rng.choice(n, size=k, replace=False)
+            out[:, cols] = ar_block(rng, t, k, self.phi)
+            return out
+        raise ValueError(f"expected a known process kind, got {self.kind!r}. Use one of "
+                         "ar, heavy, mixture, garch, regimes, factor, hetero.")
+
+
+PROCESSES: dict[str, Process] = {p.name: p for p in (
+    Process("white"),
+    Process("AR(0.6)", phi=0.6),
+    Process("AR(0.9)", phi=0.9),
+    Process("mixture", kind="mixture", phi=0.95, weight=0.1),
+    Process("regimes", kind="regimes", amplitude=0.3, duration=60.0),
+    Process("regimes, AR(0.5)", kind="regimes", amplitude=0.3, duration=40.0, phi=0.5),
+    Process("heavy AR(0.5)", kind="heavy", phi=0.5),
+    Process("GARCH", kind="garch"),
+    Process("factor AR(0.9)", kind="factor", phi=0.9, weight=0.5),
+    Process("uneven: 10% AR(0.95)", kind="hetero", phi=0.95, weight=0.1),
+    Process("mixture 20% AR(0.98)", kind="mixture", phi=0.98, weight=0.2),
+)}
+
+
+def clopper_pearson(hits: int, trials: int, level: float = 0.95) -> tuple[float, float]:
+    """The exact (Clopper–Pearson, *Biometrika* 1934) two-sided interval of a binomial rate.
+
+    >>> lo, hi = clopper_pearson(20, 400)
+    >>> round(lo, 4), round(hi, 4)
+    (0.0308, 0.0762)
+    """
+    a = (1.0 - level) / 2.0
+    lo = 0.0 if hits == 0 else float(stats.beta.ppf(a, hits, trials - hits + 1))
+    hi = 1.0 if hits == trials else float(stats.beta.ppf(1.0 - a, hits + 1, trials - hits))
+    return lo, hi
+
+
+@dataclass(frozen=True)
+class Rate:
+    """How often a claim was made in ``trials`` simulated cases (seeded)."""
+
+    claim: str
+    process: str
+    n: int
+    t: int
+    hits: int
+    trials: int
+    seed: int
+    edge: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        """hits / trials."""
+        return self.hits / self.trials
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """95% Clopper–Pearson interval."""
+        return clopper_pearson(self.hits, self.trials)
+
+    @property
+    def fails(self) -> bool:
+        """The battery's bar for a size cell: a point rate above 8% at ≥ 400 replications."""
+        return self.edge == 0.0 and self.trials >= 400 and self.rate > 0.08
+
+    def row(self) -> str:
+        """One Markdown row: claim, process, N, T, edge, rate, interval, replications, seed."""
+        lo, hi = self.interval
+        return (f"| {self.claim} | {self.process} | {self.n} | {self.t} | {self.edge:g} | "
+                f"{self.rate:.3f} | {lo:.3f}–{hi:.3f} | {self.trials} | {self.seed} |")
+
+
+def spa_rate(process: Process, n: int, t: int, sims: int, seed: int, *, edge: float = 0.0,
+             reps: int = 299) -> Rate:
+    """How often the leaderboard says "Beats luck at 5%" on a search of ``n`` candidates.
+
+    Scores ``0.5 + 0.1·noise``; candidate 0 gets ``edge`` per-step SDs more (0: a null search).
+    The benchmark is the candidates' mean (upper p-value), as when the defaults did not run.
+
+    >>> spa_rate(PROCESSES["white"], 4, 60, 3, seed=1, reps=99).trials
+    3
+    """
+    from typestrict_pipeline.study.inference import joint_inference
+
+    rng = np.random.default_rng(seed)
+    hits = 0
+    ids = [str(j) for j in range(n)]
+    for i in range(sims):
+        m = 0.5 + 0.1 * process.draw(rng, t, n)
+        m[:, 0] += 0.1 * edge
+        res = joint_inference(m, ids, m.mean(axis=1), benchmark_label="mean", seed=seed + i,
+                              reps=reps, pvalue_type="upper")
+        hits += bool(res.beats_luck)
+    return Rate("Beats luck at 5%", process.name, n, t, hits, sims, seed, edge)
+
+
+def newey_west_rate(process: Process, t: int, sims: int, seed: int, *, edge: float = 0.0) -> Rate:
+    """How often a one-sided 5% test ``mean > 1.645·newey_west_se`` rejects a zero mean.
+
+    >>> newey_west_rate(PROCESSES["white"], 60, 5, seed=1).trials
+    5
+    """
+    from typestrict_pipeline.study.stats import newey_west_se
+
+    rng = np.random.default_rng(seed)
+    x = process.draw(rng, t, sims, shared=False) + edge
+    z = float(stats.norm.ppf(0.95))
+    hits = sum(float(x[:, j].mean()) > z * newey_west_se(x[:, j]) for j in range(sims))
+    return Rate("Newey–West one-sided 5%", process.name, 1, t, int(hits), sims, seed, edge)
+
+
+def search_evidence(search: FloatArray) -> tuple[Dependence, Stability | None]:
+    """What the leaderboard hands the gate and the runner from a search's ``T × n`` scores: the
+    dependence measured on the differences from the candidates' mean and the leaders' stability
+    (``joint_inference`` computes both the same way; the bootstrap is not needed for them).
+
+    >>> dep, st = search_evidence(np.random.default_rng(0).normal(size=(120, 5)))
+    >>> dep.ratio >= 1.0, st is not None
+    (True, True)
+    """
+    from typestrict_pipeline.study.dependence import measure_dependence
+    from typestrict_pipeline.study.stability import leaders_stability
+
+    diffs = search - search.mean(axis=1, keepdims=True)
+    return measure_dependence(diffs), leaders_stability(diffs, [str(j) for j in range(search.shape[1])])
+    # (the StepM set needs the bootstrap; without it only the winner is tested, as when StepM
+    # names no other candidate)
+
+
+def gate_rate(process: Process, holdout: int, sims: int, seed: int, *, n: int = 20, t: int = 120,
+              edge: float = 0.0) -> Rate:
+    """How often the promotion gate promotes the winner of a search (``n`` × ``t`` eval steps).
+
+    The winner is the best Adjusted (``search_stats``); after a 1-step embargo, its holdout
+    continues its own process; the active version is an independent series of the same
+    process. With ``edge`` 0 no candidate is better than the active version (a null winner);
+    with ``edge`` > 0 every candidate is ``edge`` per-step SDs better (power). The gate is
+    ``promote.gate_decision`` with the measured span (``decorrelation_span`` − 1 steps left
+    out), the search's dependence and the leaders' stability, as ``promote.evaluation_gate``.
+
+    >>> gate_rate(PROCESSES["white"], 20, 3, seed=1, n=4, t=60).trials
+    3
+    """
+    from typestrict_pipeline.study.inference import decorrelation_span
+    from typestrict_pipeline.study.promote import gate_decision
+    from typestrict_pipeline.study.stats import search_stats
+
+    rng = np.random.default_rng(seed)
+    hits = 0
+    total = t + 1 + holdout
+    keys = [f"{s:05d}" for s in range(total)]
+    for _ in range(sims):
+        noise = process.draw(rng, total, n + 1)  # column n: the active version
+        scores = 0.5 + 0.1 * noise
+        scores[:, :n] += 0.1 * edge
+        search = scores[:t, :n]
+        oos = {str(j): dict(zip(keys[:t], search[:, j].tolist(), strict=True)) for j in range(n)}
+        best = search_stats(oos, {}).best_id
+        w = int(best) if best is not None else 0
+        skip = max(0, decorrelation_span(search) - 1)
+        dep, stable = search_evidence(search)
+        hold = slice(t + 1, total)
+        won = dict(zip(keys[hold], scores[hold, w].tolist(), strict=True))
+        act = dict(zip(keys[hold], scores[hold, n].tolist(), strict=True))
+        hits += gate_decision(won, act, skip=min(skip, holdout - 2), dependence=dep,
+                              stability=stable).passed
+    return Rate("gate promotes", process.name, n, holdout, hits, sims, seed, edge)
+
+
+def lineage_rate(process: Process, holdout: int, looks: int, sims: int, seed: int, *,
+                 edge: float = 0.0, search: tuple[int, int] | None = (20, 120)) -> Rate:
+    """How often the lineage panel says a winner persists (no warning) at some look.
+
+    One continuing series of per-step differences winner − baseline (``0.1·noise``, plus
+    ``edge`` per-step SDs) is cut into ``looks`` consecutive holdouts of ``holdout`` steps;
+    each study's edge is its holdout mean and its SE the one the runner stores
+    (``inference.holdout_standard_error`` with the dependence its search measured: a fresh
+    ``search`` = (candidates, steps) block of the same process per study; ``None``: no search
+    to carry from).
+
+    >>> lineage_rate(PROCESSES["white"], 20, 5, 3, seed=1, search=(4, 60)).trials
+    3
+    """
+    from typestrict_pipeline.reruns.lineage import confidence_sequence_path
+    from typestrict_pipeline.study.inference import holdout_standard_error
+
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for _ in range(sims):
+        d = 0.1 * (process.draw(rng, holdout * looks, 1, shared=False)[:, 0] + edge)
+        blocks = d.reshape(looks, holdout)
+        edges = blocks.mean(axis=1).tolist()
+        ses = []
+        for b in blocks:
+            dep = None
+            if search is not None:
+                dep, _ = search_evidence(process.draw(rng, search[1], search[0]))
+            ses.append(holdout_standard_error(b, dependence=dep))
+        _, _, low = confidence_sequence_path(edges, ses)
+        hits += bool(np.any(low > 0.0))
+    return Rate(f"lineage persists ({looks} looks)", process.name, 1, holdout, hits, sims, seed,
+                edge)
+
+
+def render(rates: Sequence[Rate]) -> str:
+    """A Markdown table of rates.
+
+    >>> print(render([Rate("c", "p", 1, 60, 2, 40, 7)]).splitlines()[2])
+    | c | p | 1 | 60 | 0 | 0.050 | 0.006–0.169 | 40 | 7 |
+    """
+    head = ["| claim | process | N | T or H | edge (SD) | rate | 95% interval | replications | seed |",
+            "|---|---|---:|---:|---:|---:|---|---:|---:|"]
+    return "\n".join(head + [r.row() for r in rates])

@@ -1,0 +1,391 @@
+"""How long the scores stay dependent: one measurement that sets every length the study uses.
+
+The block length of the joint test's stationary bootstrap, the Newey–West bandwidth, the
+long-run variances the bootstrap is widened to, the holdout's extra embargo and the holdout's
+standard error all follow from one measurement of the **long-run variance** of the candidates
+that matter, made by :func:`measure_dependence` (a step of its own, before any resampling, so
+that chunking the joint test over candidates does not change it). Sources and the argument for
+heterogeneous persistence are in ``docs/method/studies.md`` §3.1a.
+
+**Why not the lag-1 autocorrelation.** White noise plus a small, very persistent part (10% of
+the variance an AR(0.95)) has a lag-1 autocorrelation of 0.09 and a long-run variance 4.8 times
+its variance. A rule driven by ``ρ̂₁`` (Andrews' AR(1) plug-in, Politis–White's flat-top
+truncation) sees noise and picks blocks of 1–2 steps. The long-run variance is the spectral
+density at frequency 0; it shows where the spectrum is, not where lag 1 is.
+
+**The measurement** (Müller, "HAC corrections for strongly autocorrelated time series",
+*JBES* 32(3), 2014; Lazarus, Lewis, Stock & Watson, "HAR inference: recommendations for
+practice", *JBES* 36(4), 2018, the equal-weighted cosine estimator):
+
+* each series (a candidate's per-step difference from the benchmark) is projected on the
+  cosines ``√(2/T)·cos(πl(t−½)/T)``, ``l = 1..q_max``, ``q_max = max(2, ⌊0.4·T^{2/3}⌋)``
+  (LLSW's rule). Each projection ``Y_l`` is, for a spectrum flat over ``[0, πl/T]``, a normal
+  with variance the long-run variance; ``Y_l²`` divided by the series' variance is the
+  variance ratio at frequency ``πl/T``;
+* the ratios are pooled over every candidate and, separately, over **the candidates that
+  matter**, the leaders (the ``m`` best mean differences, ``m = max(4, ⌈k/8⌉)``, which include
+  the winner); the leaders' value is kept where it is significantly above everyone's (F test at
+  5%), so a persistent leader is not averaged away and chance does not widen the rest;
+* **the band** ``q̂``: starting at ``q_max``, the band is halved while the pooled ratios of its
+  lower half are significantly above those of its upper half (an F test at 10% with the
+  pooled degrees of freedom): a spectrum that rises towards 0 — persistence — keeps only the
+  lowest frequencies, whatever lag 1 says;
+* **the ratio** ``r̂ = LRV/variance`` is the pooled mean over the band, at least 1 (negative
+  dependence is not used to shrink an SE);
+* the **lengths** follow from ``r̂`` through the AR(1) with the same ratio,
+  ``φ = (r̂ − 1)/(r̂ + 1)``: the stationary bootstrap's mean block
+  ``((r̂² − 1)/(2r̂))^{2/3}·T^{1/3}`` (Politis & White 2004's optimal block for an AR(1),
+  written with ``r̂``), the Bartlett bandwidth ``1.1447·(α(1)·T)^{1/3}`` (Andrews 1991) with
+  ``α(1) = ((r̂² − 1)/(2r̂))²``, and the time the dependence takes to fall below 0.05,
+  ``⌈ln 0.05 / ln φ⌉``; and the band itself gives a time scale ``T/q̂``, the length over which
+  the spectrum was seen to be flat: the block and the span are at least ``T/(2q̂)``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from typestrict_pipeline.lazy import LazyModule
+
+if TYPE_CHECKING:  # imported on first use: keeps the code location's load quick
+    from scipy import stats
+else:
+    stats = LazyModule("scipy.stats")
+
+FloatArray = npt.NDArray[np.float64]
+
+#: Twice the log-likelihood gain a pooled spectral fit needs over white noise (0: any sign of
+#: persistence in the pooled spectrum counts; pooling already averages the noise away).
+POOLED_THRESHOLD = 5.99
+#: Up to this many series, each one's own spectral fit counts (with so few, the pooled fit
+#: cannot see a small persistent part; a chance fit on one of them costs little power).
+SMALL_POOL = 8
+#: ... when its likelihood gain over white noise passes χ²₂'s 95% point (a chance fit on a white
+#: candidate would widen it and hide a real edge of another).
+SMALL_POOL_THRESHOLD = 5.99
+#: The F test that halves the band: one-sided level.
+BAND_LEVEL = 0.10
+#: The autocorrelation below which scores count as decorrelated (the embargo's span).
+DECORRELATED = 0.05
+
+
+def max_cosines(t: int) -> int:
+    """``q_max = max(2, ⌊0.4·T^{2/3}⌋)`` (Lazarus, Lewis, Stock & Watson 2018), at most ``T − 1``.
+
+    >>> max_cosines(60), max_cosines(120), max_cosines(1000)
+    (6, 9, 39)
+    """
+    return max(1, min(t - 1, max(2, int(0.4 * t ** (2.0 / 3.0)))))
+
+
+@lru_cache(maxsize=64)
+def _basis(t: int, q: int) -> FloatArray:
+    s = np.arange(t, dtype=np.float64) + 0.5
+    j = np.arange(1, q + 1, dtype=np.float64)
+    return np.asarray(math.sqrt(2.0 / t) * np.cos(np.pi * np.outer(s, j) / t), dtype=np.float64)
+
+
+def cosine_ordinates(series: FloatArray, q: int) -> FloatArray:
+    """``q × k``: the squared cosine projections ``Y_l²`` of each column of a ``T × k`` array.
+
+    For a spectrum flat over the first ``q`` frequencies, each is the long-run variance times a
+    χ²₁ draw, so their mean is the equal-weighted cosine (EWC) long-run variance.
+
+    >>> x = np.random.default_rng(0).normal(size=(4000, 1))
+    >>> round(float(cosine_ordinates(x, 200).mean()), 1)  # white noise: LRV = variance = 1
+    1.0
+    """
+    t = series.shape[0]
+    y = _basis(t, q).T @ series
+    return np.asarray(y * y, dtype=np.float64)
+
+
+@lru_cache(maxsize=4096)
+def _f_critical(d1: float, d2: float) -> float:
+    return float(stats.f.ppf(1.0 - BAND_LEVEL, d1, d2))
+
+
+@lru_cache(maxsize=4096)
+def _f_critical_at(level: float, d1: float, d2: float) -> float:
+    return float(stats.f.ppf(level, d1, d2))
+
+
+def flat_band(ratios: FloatArray, df_per_ordinate: float) -> int:
+    """How many of the lowest frequencies look flat: halve the band while its lower half is
+    significantly above its upper half (F test, one-sided ``BAND_LEVEL``).
+
+    Args:
+        ratios: the pooled variance ratios at frequencies ``1..q_max`` (lowest first).
+        df_per_ordinate: degrees of freedom each pooled ratio carries (1 per series pooled).
+
+    >>> flat_band(np.ones(40), 8.0)
+    40
+    >>> flat_band(np.array([9.0, 6.0, 3.0, 2.0, 1.5, 1.2, 1.0, 1.0]), 8.0)
+    2
+    """
+    nu = int(ratios.size)
+    while nu >= 2:
+        h = nu // 2
+        low = float(ratios[:h].mean())
+        high = float(ratios[h:nu].mean())
+        crit = _f_critical(h * df_per_ordinate, (nu - h) * df_per_ordinate)
+        if high > 0.0 and low > crit * high:
+            nu = h
+            continue
+        break
+    return max(1, nu)
+
+
+#: The AR(1) coefficients the spectral fit may choose (capped at ``1 − 2/T`` for a series of T).
+_PHI_GRID = 1.0 - np.geomspace(0.8, 0.004, 48)  # 0.2 … 0.996, about 11% apart in 1 − φ
+#: The share of the variance the persistent part may have.
+_SHARE_GRID = np.linspace(0.02, 1.0, 50)
+
+
+def fitted_ratios(ratios: FloatArray, t: int, *, weight: float = 1.0,
+                  threshold: float = 0.0) -> tuple[FloatArray, FloatArray]:
+    """Long-run/short-run variance ratios from a spectral fit of white noise plus an AR(1), and
+    the degrees of freedom behind each.
+
+    ``ratios`` (``q × k``) are the variance ratios of the cosine frequencies ``1..q`` of ``k``
+    series. For each column the normalised spectrum
+    ``f(ω) = (1 − a) + a·(1 − φ²)/(1 − 2φ·cos ω + φ²)`` is fitted by the Whittle likelihood
+    (Whittle 1953; on cosine ordinates, each ``≈ f(ω_l)·χ²₁``) over a grid of ``φ ≤ 1 − 2/T``
+    and shares ``a``; the ratio is ``(1 − a) + a·(1 + φ)/(1 − φ)``. The model is what a small
+    persistent part in white noise is (exactly an ARMA(1,1)); AR(1), white noise and two-state
+    regimes (a Markov chain has AR(1) autocorrelations) are special cases. It reads the shape
+    of the whole spectrum, so a peak narrower than the lowest frequencies is extrapolated to 0
+    instead of averaged away. The degrees of freedom are Satterthwaite's (*Biometrics Bulletin*
+    2, 1946) for the two parts, the persistent part counting ``T(1 − φ)/(1 + φ)`` effective
+    steps: a long-run variance carried by a part that hardly repeats in the window is an
+    estimate from very few steps, and the test that uses it must say so.
+
+    The fit replaces "white noise" only when twice its log-likelihood gain (times ``weight``,
+    the number of series a pooled column stands for) exceeds ``threshold``: 0 for one series
+    judged alone (any sign of persistence is taken, the conservative side), a χ²₂ point when
+    many columns are fitted one by one (a chance fit on one of them must not widen it).
+
+    >>> rng = np.random.default_rng(0); e = rng.normal(size=(1000, 8)); x = np.empty_like(e)
+    >>> x[0] = e[0]
+    >>> for s in range(1, 1000): x[s] = 0.8 * x[s - 1] + 0.6 * e[s]
+    >>> x -= x.mean(axis=0)
+    >>> r, df = fitted_ratios(cosine_ordinates(x, 500) / (x * x).mean(axis=0), 1000)
+    >>> bool(np.all((r > 5.0) & (r < 14.0))), bool(np.all(df > 20))  # true ratio: 1.8/0.2 = 9
+    (True, True)
+    """
+    q, k = ratios.shape
+    phis = _PHI_GRID[1.0 - 2.0 / t >= _PHI_GRID]
+    if phis.size == 0 or q < 2:
+        return np.ones(k), np.full(k, float(t))
+    w = np.pi * np.arange(1, q + 1) / t
+    shape = (1.0 - phis[:, None] ** 2) / (1.0 - 2.0 * phis[:, None] * np.cos(w)[None, :]
+                                          + phis[:, None] ** 2)
+    a = _SHARE_GRID
+    f = (1.0 - a)[None, :, None] + a[None, :, None] * shape[:, None, :]  # φ × a × q
+    f = f.reshape(-1, q)
+    loglik = -0.5 * (np.log(f).sum(axis=1)[:, None] + (1.0 / f) @ ratios)  # grid × k
+    white = -0.5 * ratios.sum(axis=0)
+    best = loglik.argmax(axis=0)
+    phi = np.repeat(phis, a.size)[best]
+    share = np.tile(a, phis.size)[best]
+    persistent = share * (1.0 + phi) / (1.0 - phi)
+    fitted = (1.0 - share) + persistent
+    steps = np.maximum(1.0, t * (1.0 - phi) / (1.0 + phi))
+    df = fitted * fitted / (persistent * persistent / steps + (1.0 - share) ** 2 / t)
+    # A fit is used only where it beats white noise and the lowest frequencies carry more than
+    # the variance (positive dependence: the model cannot describe a spectrum rising to π).
+    rising = ratios[: max_cosines(t)].mean(axis=0) > 1.0
+    use = (2.0 * weight * (loglik.max(axis=0) - white) > threshold) & rising
+    return (np.asarray(np.where(use, fitted, 1.0), dtype=np.float64),
+            np.asarray(np.where(use, df, float(t)), dtype=np.float64))
+
+
+def _band_ratio(ratios: FloatArray, pooled: int) -> tuple[int, float]:
+    """The flat band of pooled ratios and their mean over it."""
+    q = flat_band(ratios, float(pooled))
+    return q, float(ratios[:q].mean())
+
+
+@dataclass(frozen=True)
+class Dependence:
+    """The measured dependence of a study's scores and every length chosen from it.
+
+    Attributes:
+        steps: ``T``, the series' length.
+        ratio: ``r̂``, long-run variance over variance of the candidates that matter (≥ 1).
+        cosines: ``q̂``, the flat band (how many cosine frequencies the LRV averages).
+        block_length: the stationary bootstrap's mean block length (steps, ≥ 1).
+        bandwidth: Newey–West (Bartlett) lags.
+        span: steps after which the scores are decorrelated (the holdout's embargo).
+        pooled: how many series the measurement pooled (degrees of freedom per frequency).
+        df: degrees of freedom of the ratio per series pooled (the band's cosines, or the
+            spectral fit's Satterthwaite degrees of freedom when the fit sets the ratio;
+            0 means "the band's").
+    """
+
+    steps: int
+    ratio: float
+    cosines: int
+    block_length: float
+    bandwidth: int
+    span: int
+    pooled: int
+    df: float = 0.0
+
+    @property
+    def time_scale(self) -> float:
+        """``T/q̂``: the length, in steps, over which the spectrum was seen to be flat."""
+        return self.steps / self.cosines
+
+    def for_length(self, t: int) -> int:
+        """The cosine band for another series of ``t`` steps with the same time scale (≥ 1).
+
+        >>> Dependence(120, 4.0, 3, 10.0, 8, 12, 20).for_length(60)
+        1
+        """
+        return max(1, min(max_cosines(t), int(t / self.time_scale)))
+
+    def text(self) -> str:
+        """In words, for the leaderboard.
+
+        >>> print(Dependence(120, 4.0, 3, 10.0, 8, 12, 20).text())
+        long-run/short-run variance 4.00 over the lowest 3 of 9 cosine frequencies (a time scale of 40 steps), pooled over 20 series
+        """
+        return (f"long-run/short-run variance {self.ratio:.2f} over the lowest {self.cosines} of "
+                f"{max_cosines(self.steps)} cosine frequencies (a time scale of "
+                f"{self.time_scale:.0f} steps), pooled over {self.pooled} series")
+
+
+def _lengths(t: int, ratio: float, q: int) -> tuple[float, int, int]:
+    """Block length, Bartlett lags and decorrelation span from ``r̂`` and the band."""
+    r = max(1.0, ratio)
+    slope = (r * r - 1.0) / (2.0 * r)  # = 2φ/(1 − φ²) for the AR(1) with that ratio
+    scale = t / (2.0 * q)
+    block = max(1.0, (slope ** (2.0 / 3.0)) * t ** (1.0 / 3.0))
+    if q < max_cosines(t):
+        block = max(block, scale)
+    block = min(block, max(1.0, t / 3.0))
+    lags = max(0, math.ceil(1.1447 * (slope * slope * t) ** (1.0 / 3.0)) - 1) if slope > 0 else 0
+    if q < max_cosines(t):
+        lags = max(lags, math.ceil(scale))
+    lags = min(lags, t - 1)
+    phi = (r - 1.0) / (r + 1.0)
+    span = math.ceil(math.log(DECORRELATED) / math.log(phi)) if phi > DECORRELATED else 1
+    if q < max_cosines(t):
+        span = max(span, math.ceil(scale))
+    return float(block), int(lags), int(min(max(1, span), t - 1))
+
+
+def measure_dependence(differences: FloatArray, *, leaders: int | None = None) -> Dependence:
+    """Measure the long-run variance of the candidates that matter (see the module docstring).
+
+    Args:
+        differences: ``T × k`` per-step differences (candidate − benchmark), no missing values.
+        leaders: how many of the best mean differences count as leaders (default
+            ``max(4, ⌈k/8⌉)``).
+
+    Returns:
+        The ratio, the band and the lengths chosen from them.
+
+    >>> rng = np.random.default_rng(0)
+    >>> white = measure_dependence(rng.normal(size=(240, 20)))
+    >>> e = rng.normal(size=(240, 20)); ar = np.empty_like(e); ar[0] = e[0]
+    >>> for s in range(1, 240): ar[s] = 0.9 * ar[s - 1] + e[s]
+    >>> white.block_length < 4, measure_dependence(ar).block_length > 10
+    (True, True)
+    """
+    x = np.asarray(differences, dtype=np.float64)
+    if x.ndim == 1:
+        x = x[:, None]
+    t, k = x.shape
+    if t < 4:
+        return Dependence(t, 1.0, 1, 1.0, 0, 1, k)
+    d = x - x.mean(axis=0)
+    var = (d * d).mean(axis=0)
+    keep = var > 0.0
+    if not keep.any():
+        return Dependence(t, 1.0, max_cosines(t), 1.0, 0, 1, k)
+    qmax = max_cosines(t)
+    half = max(2, t // 2)
+    ords = cosine_ordinates(d[:, keep], half) / var[keep]  # T/2 × k': variance ratios
+    means = x.mean(axis=0)[keep]
+    m = min(ords.shape[1], leaders if leaders is not None else max(4, math.ceil(k / 8)))
+    top = np.argsort(-means, kind="stable")[:m]
+    measured = []
+    for group in (ords, ords[:, top]):
+        pooled_ratios = group.mean(axis=1)
+        q, band = _band_ratio(pooled_ratios[:qmax], group.shape[1])
+        fit, fit_df = _pooled_fit(group, t)
+        ratio = max(band, fit)
+        df = min(fit_df, float(qmax)) if fit > band else float(q)
+        measured.append((q, ratio, df, group.shape[1]))
+    best_q, best_ratio, best_df, pooled = measured[0]
+    lead_q, lead_ratio, lead_df, lead_n = measured[1]
+    # The leaders' pool counts where it is significantly above everyone's (F test at 5%): a
+    # persistent leader is not averaged away, and four white leaders do not widen by chance.
+    crit = _f_critical_at(0.95, max(1.0, lead_df) * lead_n, max(1.0, best_df) * pooled)
+    if lead_ratio > crit * best_ratio:
+        best_q, best_ratio, best_df, pooled = min(best_q, lead_q), lead_ratio, lead_df, lead_n
+    block, lags, span = _lengths(t, best_ratio, best_q)
+    return Dependence(t, max(1.0, best_ratio), best_q, block, lags, span, pooled,
+                      min(best_df, float(best_q)) if best_ratio <= 1.0 else best_df)
+
+
+def _pooled_fit(group: FloatArray, t: int) -> tuple[float, float]:
+    """:func:`fitted_ratios` with one spectrum shared by the columns of ``group``."""
+    k = group.shape[1]
+    # The pooled likelihood is k times that of the mean ratio: the same argmax, so fit the mean.
+    ratio, df = fitted_ratios(group.mean(axis=1, keepdims=True), t, weight=float(k),
+                              threshold=0.0 if k == 1 else POOLED_THRESHOLD)
+    return float(ratio[0]), float(df[0])
+
+
+def long_run_variances(differences: FloatArray, dep: Dependence) -> tuple[FloatArray, FloatArray]:
+    """Per column: the long-run variance to widen to, and the degrees of freedom behind it.
+
+    Each candidate gets the pooled ratio times its own variance (many degrees of freedom); a
+    candidate whose own equal-weighted cosine estimate over the band is significantly larger
+    (F test at 5%/k) keeps its own (``q̂`` degrees of freedom): a candidate more persistent than
+    the pooled ones is widened for it, and chance does not widen the others. A single series
+    takes the larger of its band estimate and its spectral fit (:func:`fitted_ratios`).
+
+    >>> d = np.random.default_rng(0).normal(size=(300, 3))
+    >>> lrv, df = long_run_variances(d, measure_dependence(d))
+    >>> lrv.shape, bool(np.all(lrv > 0)), bool(np.all(df >= 1))
+    ((3,), True, True)
+    """
+    x = differences - differences.mean(axis=0)
+    t = x.shape[0]
+    var = (x * x).mean(axis=0)
+    safe = np.where(var > 0.0, var, 1.0)
+    ords = cosine_ordinates(x, max(2, t // 2)) / safe
+    k = x.shape[1]
+    band = ords[: dep.cosines].mean(axis=0)
+    if k <= SMALL_POOL:  # few series: each one's own spectral fit counts (one alone: any sign)
+        fit, fit_df = fitted_ratios(ords, t, threshold=0.0 if k == 1 else SMALL_POOL_THRESHOLD)
+        own_ratio = np.maximum(band, fit)
+        df_own = np.where(fit > band, np.minimum(fit_df, float(max_cosines(t))),
+                          float(dep.cosines))
+    else:
+        # Many series: the pooled ratio is precise; a column keeps its own band estimate only
+        # where it is significantly above the pooled one (F test at 5%/k over the band), so
+        # a persistent candidate among white ones is widened and chance does not widen the rest.
+        pooled_df = float(dep.cosines * max(1, dep.pooled))
+        crit = float(stats.f.ppf(1.0 - 0.05 / k, dep.cosines, pooled_df))
+        own_ratio = np.where(band > crit * dep.ratio, band, 1.0)
+        df_own = np.full(k, float(dep.cosines))
+    df_own = np.minimum(df_own, np.maximum(1.0, t / np.maximum(own_ratio, 1.0) - 1.0))
+    ratio = np.maximum(own_ratio, dep.ratio)
+    # The sample variance of a persistent series is biased low (de-meaning): γ̃₀ = γ̂₀/(1 − r/T).
+    lrv = ratio * var / np.maximum(0.2, 1.0 - ratio / t)
+    pooled = float(max(1, dep.pooled))
+    dep_df = dep.df if dep.df > 0.0 else float(dep.cosines)
+    df_pooled = min(dep_df * pooled, pooled * max(1.0, t / dep.ratio - 1.0))
+    df = np.where(own_ratio > dep.ratio, df_own, df_pooled)
+    return np.asarray(lrv, dtype=np.float64), np.asarray(np.maximum(1.0, df), dtype=np.float64)
