@@ -74,10 +74,15 @@ def test_schedule_commands(sqlite_url: str, capsys: pytest.CaptureFixture[str], 
     assert "Lineage of study 1" in panel and "arm=steady" in panel and "arm=late" in panel
     assert "Best expected of 2 under noise" in panel
 
-    # The study's leaderboard prints the lineage panel under it (the root and the re-run alike).
+    # The study's leaderboard prints the lineage panel under it (the root and the re-run alike),
+    # and both write a holdout the same way: its first and last step.
+    from typestrict_pipeline.reruns.service import lineage_entries
+
+    windows = {e.study_id: e.window for e in lineage_entries(open_store(sqlite_url), root)}
     for sid in (root, "2"):
         assert main(["study", "leaderboard", sid, "--store-url", sqlite_url]) == 0
         board = capsys.readouterr().out
+        assert f" on {windows[sid]} (" in board, (windows[sid], board[:1500])
         assert board.index("| Rank | Candidate |") < board.index("Lineage of study 1")
         assert "holdout − baseline" in board and "Best expected of 2 under noise" in board
         assert "winner changed" in board and "arm=late" in board
