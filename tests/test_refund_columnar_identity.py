@@ -258,3 +258,63 @@ def test_random_datasets_split_or_fail_the_same(
 ) -> None:
     rows, decisions, columns = case
     event(assert_same(write(tmp_path_factory.mktemp("ds"), rows, fmt, decisions, columns)))
+
+
+# ---- customers' sizes, in small: batches, spills to disk, passes a few rows at a time ----------
+
+
+@pytest.fixture
+def small_bounds(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, list[str]]:
+    """Every bound of the data path made tiny, so a 60-row dataset crosses each of them: batches
+    of 16 rows, spill buckets on disk past 64 bytes, passes over 7 rows and 5 values at a time.
+    Returns the temporary folder the spills go to (it must be left empty) and the spill folders
+    made in it."""
+    import tempfile
+
+    from typestrict_pipeline.refund import holdout, spill, splitrows, table
+
+    monkeypatch.setattr(table, "BATCH_ROWS", 16)
+    monkeypatch.setattr(spill, "MEMORY_BYTES", 64)
+    monkeypatch.setattr(holdout, "_ROWS", 7)
+    monkeypatch.setattr(splitrows, "_CHUNK", 5)
+    folder = tmp_path_factory.mktemp("spill")
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    made = []
+    mkdtemp = tempfile.mkdtemp
+
+    def counted(*args: Any, **kwargs: Any) -> str:
+        made.append(str(mkdtemp(*args, **kwargs)))
+        return made[-1]
+
+    monkeypatch.setattr(tempfile, "mkdtemp", counted)
+    return folder, made
+
+
+@pytest.mark.parametrize("name", ["grouped", "several decisions", "reviewed only", "single",
+                                  "duplicate id", "unknown answer"])
+def test_small_bounds_split_or_fail_the_same(
+    tmp_path: Path, small_bounds: tuple[Path, list[str]], name: str
+) -> None:
+    """The seed digests, text keys and id keys spilled to disk in buckets and the split's passes
+    in slices give the reference's split (or error), and leave no file behind."""
+    rows, decisions, columns = FIXTURES[name]
+    spills, made = small_bounds
+    for fmt in ("csv", "parquet"):
+        folder = tmp_path / fmt
+        folder.mkdir()
+        assert_same(write(folder, rows, fmt, decisions, columns))
+        assert made  # the bounds were crossed: records went to disk
+        assert list(spills.iterdir()) == []
+
+
+@settings(max_examples=25, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(case=datasets())
+def test_small_bounds_random_datasets(
+    tmp_path_factory: pytest.TempPathFactory, small_bounds: tuple[Path, list[str]], case: Any
+) -> None:
+    rows, decisions, columns = case
+    event(assert_same(write(tmp_path_factory.mktemp("ds"), rows, "parquet", decisions, columns)))
+    assert list(small_bounds[0].iterdir()) == []

@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 
 from typestrict_pipeline.errors import DatasetError, NotEnoughDataError
 from typestrict_pipeline.progress import Progress, ProgressFn
+from typestrict_pipeline.refund import table as _table
 from typestrict_pipeline.refund.cells import as_text, blank_mask
 from typestrict_pipeline.refund.manifest import (
     Columns,
@@ -48,10 +49,17 @@ from typestrict_pipeline.refund.manifest import (
     DecisionSpec,
     TrainingManifest,
 )
-from typestrict_pipeline.refund.rowdigest import row_messages, sha256_each, string_keys, text_keys
-from typestrict_pipeline.refund.splitrows import PreparedSplit, join_units, seed_of
+from typestrict_pipeline.refund.rowdigest import (
+    key_records,
+    row_messages,
+    sha256_each,
+    shared_key_rows_of,
+    string_keys,
+    text_keys,
+)
+from typestrict_pipeline.refund.spill import Buckets
+from typestrict_pipeline.refund.splitrows import PreparedSplit, join_units, seed_of_parts
 from typestrict_pipeline.refund.table import (
-    BATCH_ROWS,
     ColumnBatch,
     FileStamp,
     file_stamp,
@@ -203,8 +211,9 @@ class MemoryTexts(TextSource):
     texts: pa.Array
 
     def batches(self) -> Iterator[pa.Array]:
-        for start in range(0, len(self.texts), BATCH_ROWS):
-            yield self.texts.slice(start, BATCH_ROWS)
+        rows = _table.BATCH_ROWS
+        for start in range(0, len(self.texts), rows):
+            yield self.texts.slice(start, rows)
 
 
 @dataclass(frozen=True)
@@ -514,6 +523,8 @@ class _Staged:
     columns: dict[tuple[str, str], _Converted]
     keys: npt.NDArray[np.uint64]
     messages: dict[str, pa.Array]
+    id_keys: npt.NDArray[np.uint64]
+    id_chunk: pa.Array
 
 
 @dataclass
@@ -619,10 +630,12 @@ class _Validator:
         self.text_columns: dict[tuple[str, str], _TextColumn] = {}
         self.option_columns: dict[str, _OptionsColumn] = {}
         self.choice: dict[tuple[str, str], _ChoiceCheck] = {}
-        # for the split, while the texts go by: each row's text key, each decision's row digests
-        self.text_keys: list[npt.NDArray[np.uint64]] = []
-        self.digests: dict[str, list[npt.NDArray[np.uint8]]] = {
-            d.name: [] for d in manifest.decisions if d.answer_column is not None
+        # for the split, while the texts go by: each row's text key, each decision's row
+        # digests, each row's id key (spilled to disk past refund.spill.MEMORY_BYTES)
+        self.text_keys = Buckets(16)
+        self.id_keys = Buckets(8)
+        self.digests: dict[str, Buckets] = {
+            d.name: Buckets(32) for d in manifest.decisions if d.answer_column is not None
         }
         for d in manifest.decisions:
             for column, what in self._label_columns(d):
@@ -669,7 +682,8 @@ class _Validator:
             if d.answer_column is not None and d.kind is not DecisionKind.MULTIPLE_CHOICE
         }
         return _Staged(batch, ids, invisible, blank_ids, texts, blank_mask(texts.texts), group,
-                       columns, text_keys(texts.texts), messages)
+                       columns, text_keys(texts.texts), messages, string_keys(ids.texts),
+                       _narrow(ids.texts))
 
     def add(self, batch: ColumnBatch | _Staged) -> None:
         staged = batch if isinstance(batch, _Staged) else self.stage(batch)
@@ -696,7 +710,8 @@ class _Validator:
 
     def _hash(self, staged: _Staged, ids: pa.Array, row_texts: pa.Array, groups: pa.Array) -> None:
         """The split's inputs for this batch: text keys and the labeled rows' digests."""
-        self.text_keys.append(staged.keys)
+        self.text_keys.add(key_records(staged.keys, staged.batch.start))
+        self.id_keys.add(staged.id_keys.view(np.uint8).reshape(-1, 8))
         for d in self.manifest.decisions:
             if d.answer_column is None:
                 continue
@@ -708,14 +723,14 @@ class _Validator:
                 messages = row_messages(ids, row_texts, positions, groups)
             else:
                 messages = staged.messages[d.name]
-            self.digests[d.name].append(sha256_each(messages))
+            self.digests[d.name].add(sha256_each(messages))
 
     def _add_ids(self, staged: _Staged) -> pa.Array:
         ids = staged.ids.texts
         if staged.batch.cells.get(self.cols.id) is not None and self.id_error is None:
             self.id_error = _first_row(staged.ids.error, staged.invisible)
         self.empty_ids.add(np.flatnonzero(staged.blank_ids) + staged.batch.start + 1)
-        self.id_chunks.append(ids)
+        self.id_chunks.append(staged.id_chunk)
         return ids
 
     def _invisible(
@@ -776,8 +791,10 @@ class _Validator:
                 "give every example a unique id",
                 file=file, row=self.empty_ids.first[0], column=cols.id,
             )
-        ids = pa.chunked_array(self.id_chunks, type=pa.large_string()).combine_chunks()
-        _check_unique(ids, file, cols.id)
+        ids = _id_column(self.id_chunks)
+        self.id_chunks = []
+        _check_unique(ids, self.id_keys, file, cols.id)
+        self.id_keys.close()
         if self.text_error is not None:
             raise self.text_error
         if self.empty_texts.count:
@@ -792,8 +809,10 @@ class _Validator:
         if self.group is not None:
             if self.group.type_error is not None:
                 raise self.group.type_error
-            group_codes, group_values = _codes(self.group.chunks)
+            group_codes, group_values = _codes(self.group.chunks, n)
         decisions = tuple(self._decision(d) for d in self.manifest.decisions)
+        for column in self.text_columns.values():
+            column.chunks = []  # the codes are made
         return Dataset(
             path=str(self.manifest.dataset.path), columns=cols, ids=ids, group_codes=group_codes,
             group_values=group_values, decisions=decisions, texts=MemoryTexts(pa.array([])),
@@ -803,17 +822,20 @@ class _Validator:
         """The split's units and the labeled seeds, from what the batches left."""
         codes = dataset.group_codes
         group_codes = codes if codes is not None else np.full(self.n, -1, dtype=np.int32)
-        keys = np.concatenate(self.text_keys)
-        self.text_keys = []
-        rows = join_units(dataset.ids, group_codes, dataset.group_values, codes is not None, keys,
-                          dataset.texts.at)
+        shared = shared_key_rows_of(self.text_keys.parts())
+        self.text_keys.close()
+        rows = join_units(dataset.ids, group_codes, dataset.group_values, codes is not None,
+                          shared, dataset.texts.at)
         seeds = {}
-        for name, parts in self.digests.items():
-            digests = np.concatenate(parts)
-            parts.clear()
-            seeds[name] = seed_of(digests, name, "labeled")
-            del digests
+        for name, digests in self.digests.items():
+            seeds[name] = seed_of_parts(digests.parts(), name, "labeled")
+            digests.close()
         return PreparedSplit(rows=rows, labeled_seeds=seeds)
+
+    def close(self) -> None:
+        """Remove what was spilled to disk."""
+        for buckets in (self.text_keys, self.id_keys, *self.digests.values()):
+            buckets.close()
 
     def _decision(self, d: DecisionSpec) -> DecisionLabels:
         file, n = self.file, self.n
@@ -938,23 +960,52 @@ def _first_row(a: DatasetError | None, b: DatasetError | None) -> DatasetError |
     return a if (a.row or 0) <= (b.row or 0) else b
 
 
-def _codes(chunks: list[pa.Array]) -> tuple[npt.NDArray[np.int32], pa.Array]:
-    """Dictionary-encoded batches as one code per row (-1: null) and the distinct values."""
-    unified = pa.chunked_array(chunks).unify_dictionaries()
-    values = unified.chunk(0).dictionary if unified.num_chunks else pa.array([], pa.large_string())
-    parts = [
-        np.asarray(pc.fill_null(c.indices, -1).to_numpy(zero_copy_only=False), dtype=np.int32)
-        for c in unified.chunks
-    ]
-    return np.concatenate(parts) if parts else np.zeros(0, np.int32), values
+def _codes(chunks: list[pa.Array], n: int) -> tuple[npt.NDArray[np.int32], pa.Array]:
+    """Dictionary-encoded batches as one code per row (-1: null) and the distinct values, in
+    order of first appearance. Each batch is let go once coded (``chunks`` is emptied)."""
+    if not chunks:
+        return np.zeros(0, np.int32), pa.array([], pa.large_string())
+    words = pa.chunked_array([c.dictionary for c in chunks], type=chunks[0].type.value_type)
+    encoded = pc.dictionary_encode(words.combine_chunks())
+    values = encoded.dictionary
+    mapping = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int32)
+    del words, encoded
+    out = np.empty(n, dtype=np.int32)
+    row = word = 0
+    for i in range(len(chunks)):
+        chunk = chunks[i]
+        chunks[i] = None
+        local = np.append(mapping[word:word + len(chunk.dictionary)], np.int32(-1))
+        indices = np.asarray(pc.fill_null(chunk.indices, -1).to_numpy(zero_copy_only=False))
+        out[row:row + len(chunk)] = local[indices]  # -1 takes the appended -1
+        row += len(chunk)
+        word += len(chunk.dictionary)
+    chunks.clear()
+    return out, values
 
 
-def _check_unique(ids: pa.Array, file: str, column: str) -> None:
-    keys = string_keys(ids)
-    keys.sort()
-    if not np.any(keys[1:] == keys[:-1]):  # distinct keys: distinct ids (a shared key: look)
-        return
-    del keys
+def _narrow(ids: pa.Array) -> pa.Array:
+    """A batch of ids with 32-bit offsets (4 bytes a row less) when its text fits."""
+    if ids.nbytes < 2**31 - 2**20:
+        return ids.cast(pa.string())
+    return ids
+
+
+def _id_column(chunks: list[pa.Array]) -> pa.ChunkedArray:
+    if any(c.type != pa.string() for c in chunks):
+        chunks = [c.cast(pa.large_string()) for c in chunks]
+        return pa.chunked_array(chunks, type=pa.large_string())
+    return pa.chunked_array(chunks, type=pa.string())
+
+
+def _check_unique(ids: pa.ChunkedArray, keys: Buckets, file: str, column: str) -> None:
+    for part in keys.parts():  # a key's records are in one part
+        sorted_keys = np.sort(np.ascontiguousarray(part).view(np.uint64).ravel())
+        if np.any(sorted_keys[1:] == sorted_keys[:-1]):
+            break  # a shared key: look at the ids themselves
+    else:
+        return  # distinct keys: distinct ids
+    ids = ids.combine_chunks()
     if pc.count_distinct(ids).as_py() == len(ids):
         return
     # dictionary codes count up in order of first appearance: code c first appears at first[c]
@@ -982,16 +1033,19 @@ def _run(
 ) -> Dataset:
     if progress is not None:
         progress(Progress(READING, 0, total))
-    for staged in ahead(batches, validator.stage):
-        validator.add(staged)
-        batch = staged.batch
-        if progress is not None and batch.start + batch.length != total:
-            progress(Progress(READING, batch.start + batch.length, total))
-    if progress is not None:  # the last report: every row read (the total now known)
-        progress(Progress(READING, validator.n, validator.n))
-    validator.check_columns(names())
-    dataset = _with_texts(validator.finish(), texts(), None)
-    return _with_texts(dataset, dataset.texts, validator.prepare(dataset))
+    try:
+        for staged in ahead(batches, validator.stage):
+            validator.add(staged)
+            batch = staged.batch
+            if progress is not None and batch.start + batch.length != total:
+                progress(Progress(READING, batch.start + batch.length, total))
+        if progress is not None:  # the last report: every row read (the total now known)
+            progress(Progress(READING, validator.n, validator.n))
+        validator.check_columns(names())
+        dataset = _with_texts(validator.finish(), texts(), None)
+        return _with_texts(dataset, dataset.texts, validator.prepare(dataset))
+    finally:
+        validator.close()
 
 
 def validate_dataset(
@@ -1026,11 +1080,12 @@ def validate_dataset(
     typestrict_pipeline.errors.DatasetError: d.csv, row 2, column 'label': expected one of the answers of decision 's' ['no', 'yes'], got 'maybe' (row 2). Fix the cell, or add the answer to the decision's answers in the manifest.
     """
     name = file if file is not None else manifest.dataset.path_as_written
+    rows = _table.BATCH_ROWS
     n = len(next(iter(table.values()), []))
     batches = [
-        ColumnBatch(start, min(BATCH_ROWS, n - start),
-                    {k: v[start:start + BATCH_ROWS] for k, v in table.items()})
-        for start in range(0, n, BATCH_ROWS)
+        ColumnBatch(start, min(rows, n - start),
+                    {k: v[start:start + rows] for k, v in table.items()})
+        for start in range(0, n, rows)
     ]
     text_column = manifest.dataset.columns.text
 

@@ -73,13 +73,24 @@ import pyarrow.compute as pc
 from typestrict_pipeline.errors import DatasetError, NotEnoughDataError
 from typestrict_pipeline.refund.dataset import Dataset, DecisionLabels, MemoryTexts, TextSource
 from typestrict_pipeline.refund.rowdigest import (
+    key_records,
     normalize_text,
     order_by_digest,
     row_digests,
     sha256_each,
+    shared_key_rows,
+    shared_key_rows_of,
     text_keys,
 )
-from typestrict_pipeline.refund.splitrows import SEED_DOMAIN, SplitRows, join_units, seed_of
+from typestrict_pipeline.refund.spill import Buckets
+from typestrict_pipeline.refund.splitrows import (
+    SEED_DOMAIN,
+    SplitRows,
+    join_units,
+    member_of,
+    seed_of,
+    seed_of_parts,
+)
 from typestrict_pipeline.refund.types import DecisionKind, Role
 
 __all__ = [
@@ -344,11 +355,17 @@ class Holdout:
             and self.answers == other.answers
             and np.array_equal(self.roles, other.roles)
             and np.array_equal(self.strata, other.strata)
-            and self.data.ids.equals(other.data.ids)
+            and _text(self.data.ids).equals(_text(other.data.ids))
             and np.array_equal(self.data.units, other.data.units)
         )
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def _text(ids: pa.Array | pa.ChunkedArray) -> pa.ChunkedArray:
+    """Ids as one chunked large-string column, to compare whatever their chunks and offsets."""
+    chunks = ids.chunks if isinstance(ids, pa.ChunkedArray) else [ids]
+    return pa.chunked_array([c.cast(pa.large_string()) for c in chunks], type=pa.large_string())
 
 
 def _round_half_up(x: Fraction) -> int:
@@ -448,6 +465,68 @@ def _pass2(
     return taken
 
 
+_ROWS = 1 << 20
+"""Rows handled at a time by the passes over every row (bounded temporaries)."""
+
+
+def _spans(n: int) -> Iterable[slice]:
+    return (slice(start, min(start + _ROWS, n)) for start in range(0, n, _ROWS))
+
+
+def _per_unit(
+    data: SplitRows, strata: npt.NDArray[np.int16], a: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The units holding stratum rows (ascending) and their stratum rows per answer.
+
+    Group units (codes below the number of groups) are counted with one ``bincount`` over the
+    groups; the other units (a row without a group value, and what identical texts joined to
+    it) are few in grouped data and sorted."""
+    g = len(data.group_values)
+    per_group = np.zeros(g * a, dtype=np.int64)
+    other_units: list[npt.NDArray[Any]] = []
+    other_strata: list[npt.NDArray[np.int16]] = []
+    for span in _spans(data.n):
+        units, codes = data.units[span], strata[span]
+        has = codes >= 0
+        in_group = has & (units < g)
+        if g:
+            per_group += np.bincount(units[in_group].astype(np.int64) * a + codes[in_group],
+                                     minlength=g * a)
+        rest = has & ~in_group
+        if rest.any():
+            other_units.append(units[rest])
+            other_strata.append(codes[rest])
+    table = per_group.reshape(g, a)
+    group_units = np.flatnonzero(table.sum(axis=1) > 0)
+    units_out, counts = [group_units.astype(np.int64)], [table[group_units]]
+    if other_units:
+        units_o, index = np.unique(np.concatenate(other_units), return_inverse=True)
+        strata_o = np.concatenate(other_strata).astype(np.int64)
+        units_out.append(units_o.astype(np.int64))
+        counts.append(np.bincount(index * a + strata_o, minlength=len(units_o) * a)
+                      .reshape(len(units_o), a))
+    return np.concatenate(units_out), np.concatenate(counts)
+
+
+def _rows_of_units(
+    data: SplitRows, has: npt.NDArray[np.bool_], wanted: npt.NDArray[np.int64]
+) -> dict[int, npt.NDArray[np.int64]]:
+    """The stratum rows (ascending) of each unit in ``wanted``, in one pass over the rows."""
+    found_rows, found_units = [], []
+    for span in _spans(data.n):
+        units = data.units[span]
+        hit = np.flatnonzero(member_of(units, wanted) & has[span])
+        found_rows.append(hit + span.start)
+        found_units.append(units[hit])
+    rows = np.concatenate(found_rows).astype(np.int64)
+    units = np.concatenate(found_units)
+    by_unit = np.argsort(units, kind="stable")
+    rows, units = rows[by_unit], units[by_unit]
+    bounds = np.searchsorted(units, wanted, side="left").tolist()
+    ends = np.searchsorted(units, wanted, side="right").tolist()
+    return {int(u): rows[b:e] for u, b, e in zip(wanted.tolist(), bounds, ends, strict=True)}
+
+
 def _draw(
     data: SplitRows,
     strata: npt.NDArray[np.int16],
@@ -459,11 +538,16 @@ def _draw(
     fraction: Fraction,
     cap: int,
 ) -> Holdout:
-    """One decision's split over prepared rows (the algorithm of the module doc)."""
+    """One decision's split over prepared rows (the algorithm of the module doc).
+
+    Memory beyond the rows' arrays: a few bytes a row (masks and roles), the units' counts and
+    ranks; every pass over all rows goes a million rows at a time."""
     n, a = data.n, len(answers)
-    has = strata >= 0
-    counts = np.bincount(strata[has].astype(np.int64), minlength=a)
-    n_labeled = int(has.sum())
+    counts = np.zeros(a, dtype=np.int64)
+    for span in _spans(n):
+        codes = strata[span]
+        counts += np.bincount(codes[codes >= 0], minlength=a)
+    n_labeled = int(counts.sum())
     share_of = fraction if source is HoldoutSource.LABELED else Fraction(1)
     quotas, shares, capped = allocate_quotas(counts.tolist(), fraction=share_of, cap=cap)
     if sum(quotas) == 0:
@@ -475,15 +559,14 @@ def _draw(
         )
 
     # Units with answered rows, in hash order, and their answered rows per answer.
-    stratum_rows = np.flatnonzero(has)
-    units, unit_of = np.unique(data.units[stratum_rows], return_inverse=True)
-    per_unit = np.bincount(
-        unit_of * a + strata[stratum_rows], minlength=len(units) * a
-    ).reshape(len(units), a)
+    has = strata >= 0
+    units, per_unit = _per_unit(data, strata, a)
     prefix = pa.scalar(seed + b"group\0", pa.large_binary())
     keys = data.unit_keys(units)
     ranks = sha256_each(pc.binary_join_element_wise(prefix, keys, pa.scalar(b"", pa.large_binary())))
+    del keys
     order = order_by_digest(ranks)
+    del ranks
     ranked = per_unit[order]
 
     remaining = np.array(quotas, dtype=np.int64)
@@ -491,21 +574,19 @@ def _draw(
     selected = np.zeros(n, dtype=bool)
     taken = np.zeros(len(units), dtype=bool)
     taken[order[first]] = True
-    by_unit = np.argsort(unit_of, kind="stable")
-    bounds = np.searchsorted(unit_of[by_unit], np.arange(len(units) + 1))
-
-    def rows_of(u: int) -> npt.NDArray[np.int64]:
-        return stratum_rows[by_unit[bounds[u]:bounds[u + 1]]]
-
-    for u in order[first].tolist():
-        selected[rows_of(u)] = True
+    rows_of = _rows_of_units(data, has, np.sort(units[order[first]]))
+    for rows in rows_of.values():
+        selected[rows] = True
     if remaining.sum() > 0:
         skip = taken[order]
 
         def fill(j: int) -> None:
             u = int(order[j])
+            if int(units[u]) not in rows_of:  # the rows of the next units that may be taken
+                ahead = order[j:][~skip[j:]][:512]
+                rows_of.update(_rows_of_units(data, has, np.sort(units[ahead])))
             taken[u] = True
-            rows = rows_of(u)
+            rows = rows_of[int(units[u])]
             for ai in range(a):
                 of_answer = rows[strata[rows] == ai]
                 if of_answer.size == 0:
@@ -520,13 +601,26 @@ def _draw(
 
         _pass2(ranked, remaining, skip, fill)
 
-    in_test = np.isin(data.units, units[taken])
+    in_test = member_of(data.units, units[taken])
     roles = np.full(n, _EXCLUDED, dtype=np.uint8)
     roles[in_test & selected] = _TEST
-    trains = ~in_test & (has | (source is HoldoutSource.REVIEWED))
+    trains = ~in_test
+    if source is not HoldoutSource.REVIEWED:
+        trains &= has
     roles[trains] = _TRAIN
-    per = np.bincount(strata[has].astype(np.int64) * 3 + roles[has], minlength=a * 3).reshape(a, 3)
+    del trains
+    flat = np.zeros(a * 3, dtype=np.int64)
     groups = data.group_codes
+    g = len(data.group_values)
+    train_groups = np.zeros(g, dtype=bool)
+    for span in _spans(n):
+        codes, row_roles, row_groups = strata[span], roles[span], groups[span]
+        answered = codes >= 0
+        flat += np.bincount(codes[answered].astype(np.int64) * 3 + row_roles[answered],
+                           minlength=a * 3)
+        train_groups[row_groups[(row_roles == _TRAIN) & (row_groups >= 0)]] = True
+    per = flat.reshape(a, 3)
+    test_rows = np.flatnonzero(in_test)
     summary = HoldoutSummary(
         decision=decision,
         source=source,
@@ -539,9 +633,9 @@ def _draw(
         target_test=sum(quotas),
         capped=capped,
         grouped=data.grouped,
-        groups_test=int(np.unique(groups[in_test & (groups >= 0)]).size),
-        groups_train=int(np.unique(groups[(roles == _TRAIN) & (groups >= 0)]).size),
-        rows_excluded_from_train=int(np.count_nonzero(in_test & ~selected)),
+        groups_test=int(np.unique(groups[test_rows][groups[test_rows] >= 0]).size),
+        groups_train=int(np.count_nonzero(train_groups)),
+        rows_excluded_from_train=int(np.count_nonzero(~selected[test_rows])),
         per_answer=tuple(
             AnswerSplit(answer=name, labeled=int(counts[i]), share=shares[i], target=quotas[i],
                         test=int(per[i, 0]), train=int(per[i, 1]), excluded=int(per[i, 2]))
@@ -586,37 +680,48 @@ def _strings(values: Sequence[str], codes: npt.NDArray[Any]) -> pa.Array:
 
 
 def _prepare(
-    ids: pa.Array,
+    ids: pa.Array | pa.ChunkedArray,
     group_codes: npt.NDArray[np.int32],
     group_values: pa.Array,
     grouped: bool,
     texts: TextSource,
     plans: Sequence[_Plan],
 ) -> tuple[SplitRows, list[bytes]]:
-    """One pass over the texts: every plan's seed, and every row's unit (identical texts joined)."""
+    """One pass over the texts: every plan's seed, and every row's unit (identical texts joined).
+
+    The text keys and the digests go to ``refund.spill.Buckets`` (on disk past a bound)."""
     n = len(ids)
-    keys = np.empty(n, dtype=np.uint64)
-    digests = [np.empty((n, 32), dtype=np.uint8) for _ in plans]
-    start = 0
-    for batch in texts.batches():
-        m = len(batch)
-        if start + m > n:
-            break
-        part = slice(start, start + m)
-        keys[part] = text_keys(batch)
-        batch_ids = ids.slice(start, m)
-        batch_groups = _strings_or_null(group_values, group_codes[part])
-        for plan, out in zip(plans, digests, strict=True):
-            out[part] = row_digests(batch_ids, batch, _strings(plan.answers, plan.strata[part]),
-                                    batch_groups)
-        start += m
-    if start != n:
-        raise DatasetError(
-            f"{n} rows, as when the dataset was validated", f"{start} rows",
-            "run the verdict again on the file as it is now",
-        )
-    data = join_units(ids, group_codes, group_values, grouped, keys, texts.at)
-    return data, [seed_of(d, p.name, p.source.value) for p, d in zip(plans, digests, strict=True)]
+    keys = Buckets(16)
+    digests = [Buckets(32) for _ in plans]
+    try:
+        start = 0
+        for batch in texts.batches():
+            m = len(batch)
+            if start + m > n:
+                break
+            part = slice(start, start + m)
+            keys.add(key_records(text_keys(batch), start))
+            batch_ids = ids.slice(start, m)
+            if isinstance(batch_ids, pa.ChunkedArray):
+                batch_ids = batch_ids.combine_chunks()
+            batch_groups = _strings_or_null(group_values, group_codes[part])
+            for plan, out in zip(plans, digests, strict=True):
+                out.add(row_digests(batch_ids, batch, _strings(plan.answers, plan.strata[part]),
+                                    batch_groups))
+            start += m
+        if start != n:
+            raise DatasetError(
+                f"{n} rows, as when the dataset was validated", f"{start} rows",
+                "run the verdict again on the file as it is now",
+            )
+        shared = shared_key_rows_of(keys.parts())
+        keys.close()
+        data = join_units(ids, group_codes, group_values, grouped, shared, texts.at)
+        return data, [seed_of_parts(d.parts(), p.name, p.source.value)
+                      for p, d in zip(plans, digests, strict=True)]
+    finally:
+        for buckets in (keys, *digests):
+            buckets.close()
 
 
 def _strings_or_null(values: pa.Array, codes: npt.NDArray[np.int32]) -> pa.Array:
@@ -739,8 +844,8 @@ def draw_holdout(
             for r in records), dtype=np.uint8).reshape(len(records), 32)
         keys = text_keys(texts.texts)
         missing = np.array([not isinstance(r.text, str) for r in records])
-        data = join_units(ids, group_codes, group_values, is_grouped, keys, texts.at,
-                          missing=missing)
+        data = join_units(ids, group_codes, group_values, is_grouped,
+                          shared_key_rows(keys, missing), texts.at)
         seed = seed_of(digests, decision, source.value)
     return _draw(data, strata, answers, seed, decision=decision, source=source,
                  fraction=fraction, cap=cap)
@@ -795,7 +900,7 @@ def join_identical_texts(
     ids, group_codes, group_values, texts = _record_columns(records)
     keys = np.concatenate([text_keys(b) for b in texts.batches()]) if records else \
         np.zeros(0, np.uint64)
-    data = join_units(ids, group_codes, group_values, True, keys, texts.at)
+    data = join_units(ids, group_codes, group_values, True, shared_key_rows(keys), texts.at)
     return ([data.unit_key(int(u)) for u in data.units], data.rows_joined_by_text,
             data.groups_joined_by_text)
 

@@ -24,8 +24,9 @@ from __future__ import annotations
 import hashlib
 import json
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import cache
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -36,13 +37,17 @@ from typestrict_pipeline.refund.cells import python_whitespace
 
 __all__ = [
     "identical_text_groups",
+    "key_records",
     "normalize_text",
     "order_by_digest",
     "row_digests",
     "row_messages",
     "sha256_each",
+    "shared_key_rows",
+    "shared_key_rows_of",
     "string_keys",
     "text_keys",
+    "text_labels",
 ]
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
@@ -307,8 +312,11 @@ def _poly_keys(values: pa.Array) -> npt.NDArray[np.uint64]:
     return h
 
 
-def string_keys(values: pa.Array) -> npt.NDArray[np.uint64]:
+def string_keys(values: pa.Array | pa.ChunkedArray) -> npt.NDArray[np.uint64]:
     """A 64-bit key of each string (equal strings, equal keys; a null is the empty string)."""
+    if isinstance(values, pa.ChunkedArray):
+        parts = [string_keys(chunk) for chunk in values.chunks]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
     arr = values.cast(pa.large_string())
     n = len(arr)
     if n == 0:
@@ -327,6 +335,69 @@ def string_keys(values: pa.Array) -> npt.NDArray[np.uint64]:
 def text_keys(texts: pa.Array) -> npt.NDArray[np.uint64]:
     """A 64-bit key of each text's normalised form (equal forms, equal keys)."""
     return string_keys(_normalized(texts.cast(pa.large_string())))
+
+
+def shared_key_rows(
+    keys: npt.NDArray[np.uint64], missing: npt.NDArray[np.bool_] | None = None
+) -> npt.NDArray[np.int64]:
+    """The rows (ascending) whose key another row has; a ``missing`` row shares nothing.
+
+    >>> shared_key_rows(np.array([5, 7, 5, 9, 7], dtype=np.uint64)).tolist()
+    [0, 1, 2, 4]
+    """
+    present = np.arange(len(keys)) if missing is None else np.flatnonzero(~missing)
+    return _shared(keys[present], present)
+
+
+def _shared(keys: npt.NDArray[np.uint64], rows: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+    order = np.argsort(keys)
+    sorted_keys = keys[order]
+    same = sorted_keys[1:] == sorted_keys[:-1]
+    shared = np.zeros(len(order), dtype=bool)
+    shared[1:] |= same
+    shared[:-1] |= same
+    return np.sort(rows[order[shared]]).astype(np.int64)
+
+
+def shared_key_rows_of(parts: Iterable[npt.NDArray[np.uint8]]) -> npt.NDArray[np.int64]:
+    """:func:`shared_key_rows` of ``(key, row)`` records (two native uint64 each, 16 bytes),
+    given in parts that hold every record of a key together (``refund.spill.Buckets``).
+
+    >>> rec = np.array([[5, 0], [7, 1], [5, 2], [9, 3]], dtype=np.uint64).view(np.uint8)
+    >>> shared_key_rows_of([rec]).tolist()
+    [0, 2]
+    """
+    found = []
+    for part in parts:
+        pairs = np.ascontiguousarray(part).view(np.uint64).reshape(-1, 2)
+        found.append(_shared(pairs[:, 0], pairs[:, 1]))
+    return np.sort(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
+
+
+def key_records(keys: npt.NDArray[np.uint64], start: int) -> npt.NDArray[np.uint8]:
+    """Each key with its row (``start`` + position) as a 16-byte record, for
+    :func:`shared_key_rows_of`."""
+    pairs = np.empty((len(keys), 2), dtype=np.uint64)
+    pairs[:, 0] = keys
+    pairs[:, 1] = np.arange(start, start + len(keys), dtype=np.uint64)
+    return pairs.view(np.uint8)
+
+
+def text_labels(
+    candidates: npt.NDArray[np.int64], texts_at: Callable[[npt.NDArray[np.int64]], list[str]]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Of rows whose text key another row shares, those whose normalised text another row has,
+    and a label per such row (equal labels: equal normalised texts)."""
+    if candidates.size == 0:
+        return candidates, candidates
+    label_of: dict[str, int] = {}
+    labels = np.array(
+        [label_of.setdefault(normalize_text(t), len(label_of)) for t in texts_at(candidates)],
+        dtype=np.int64,
+    )
+    counts = np.bincount(labels)
+    keep = counts[labels] > 1  # a different text that only shared a key stays alone
+    return candidates[keep], labels[keep]
 
 
 def identical_text_groups(
@@ -354,21 +425,4 @@ def identical_text_groups(
     """
     if keys.size == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    present = np.arange(len(keys)) if missing is None else np.flatnonzero(~missing)
-    order = present[np.argsort(keys[present])]
-    sorted_keys = keys[order]
-    same = sorted_keys[1:] == sorted_keys[:-1]
-    shared = np.zeros(len(order), dtype=bool)
-    shared[1:] |= same
-    shared[:-1] |= same
-    candidates = np.sort(order[shared]).astype(np.int64)
-    if candidates.size == 0:
-        return candidates, candidates
-    label_of: dict[str, int] = {}
-    labels = np.array(
-        [label_of.setdefault(normalize_text(t), len(label_of)) for t in texts_at(candidates)],
-        dtype=np.int64,
-    )
-    counts = np.bincount(labels)
-    keep = counts[labels] > 1  # a different text that only shared a key stays alone
-    return candidates[keep], labels[keep]
+    return text_labels(shared_key_rows(keys, missing), texts_at)

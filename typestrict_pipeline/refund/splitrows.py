@@ -9,17 +9,18 @@ the texts.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from typestrict_pipeline.refund.rowdigest import identical_text_groups, order_by_digest
+from typestrict_pipeline.refund.rowdigest import order_by_digest, text_labels
 
-__all__ = ["SEED_DOMAIN", "SplitRows", "join_units", "seed_of"]
+__all__ = ["SEED_DOMAIN", "SplitRows", "join_units", "member_of", "seed_of", "seed_of_parts"]
 
 SEED_DOMAIN = b"typestrict-holdout-v1\0"
 """Domain-separation prefix of the holdout seed (bump the version if the algorithm changes)."""
@@ -27,12 +28,19 @@ SEED_DOMAIN = b"typestrict-holdout-v1\0"
 
 def seed_of(digests: npt.NDArray[np.uint8], decision: str, source: str) -> bytes:
     """``SHA-256(SEED_DOMAIN + decision + "\\0" + source + "\\0" + sorted row digests)``."""
-    order = order_by_digest(digests)
+    return seed_of_parts([digests], decision, source)
+
+
+def seed_of_parts(parts: Iterable[npt.NDArray[np.uint8]], decision: str, source: str) -> bytes:
+    """:func:`seed_of` of digests given in parts ordered between them (``refund.spill.Buckets``:
+    by first byte), each sorted here: one part in memory at a time."""
     h = hashlib.sha256()
     for part in (SEED_DOMAIN, decision.encode("utf-8"), b"\0", source.encode("ascii"), b"\0"):
         h.update(part)
-    for start in range(0, len(order), _CHUNK):  # sorted a million at a time: no second copy
-        h.update(np.ascontiguousarray(digests[order[start:start + _CHUNK]]).data)
+    for digests in parts:
+        order = order_by_digest(digests)
+        for start in range(0, len(order), _CHUNK):  # sorted a million at a time: no second copy
+            h.update(np.ascontiguousarray(digests[order[start:start + _CHUNK]]).data)
     return h.digest()
 
 
@@ -49,7 +57,7 @@ class SplitRows:
         group_values: the distinct group values.
         grouped: whether the data has a group column.
         units: each row's unit after joining identical texts: a group's code, or
-            ``len(group_values) + row`` for a row without a group value.
+            ``len(group_values) + row`` for a row without a group value (int32 while they fit).
         rows_joined_by_text / groups_joined_by_text: see :class:`HoldoutSummary`.
     """
 
@@ -57,7 +65,7 @@ class SplitRows:
     group_codes: npt.NDArray[np.int32]
     group_values: pa.Array
     grouped: bool
-    units: npt.NDArray[np.int64]
+    units: npt.NDArray[Any]
     rows_joined_by_text: int
     groups_joined_by_text: int
 
@@ -89,34 +97,66 @@ class SplitRows:
                 parts.append(pc.binary_join_element_wise(
                     pa.scalar(prefix, pa.large_binary()), values.cast(pa.large_binary()),
                     pa.scalar(b"", pa.large_binary())))
+        parts = [p.combine_chunks() if isinstance(p, pa.ChunkedArray) else p for p in parts]
         return pa.concat_arrays(parts) if parts else pa.array([], pa.large_binary())
 
 
+def member_of(values: npt.NDArray[Any], chosen: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
+    """``np.isin(values, chosen)`` a million values at a time, with ``chosen`` sorted once: no
+    copy of ``values`` (NumPy's own sorts their concatenation).
+
+    >>> member_of(np.array([4, 1, 7, 1]), np.array([7, 1])).tolist()
+    [False, True, True, True]
+    """
+    out = np.zeros(len(values), dtype=bool)
+    if len(chosen) == 0:
+        return out
+    table = np.unique(chosen)
+    for start in range(0, len(values), _CHUNK):
+        part = values[start:start + _CHUNK]
+        at = np.minimum(np.searchsorted(table, part), len(table) - 1)
+        out[start:start + len(part)] = table[at] == part
+    return out
+
+
+def own_units(group_codes: npt.NDArray[np.int32], g: int) -> npt.NDArray[Any]:
+    """Each row's own unit: its group's code, or ``g + row`` without a group value (no
+    temporary of the rows' size)."""
+    n = len(group_codes)
+    dtype = np.int32 if g + n < 2**31 - 1 else np.int64
+    own = np.arange(g, g + n, dtype=dtype)
+    np.copyto(own, group_codes, where=group_codes >= 0, casting="unsafe")
+    return own
+
+
 def join_units(
-    ids: pa.Array,
+    ids: pa.Array | pa.ChunkedArray,
     group_codes: npt.NDArray[np.int32],
     group_values: pa.Array,
     grouped: bool,
-    keys: npt.NDArray[np.uint64],
+    shared: npt.NDArray[np.int64],
     texts_at: Callable[[npt.NDArray[np.int64]], list[str]],
-    missing: npt.NDArray[np.bool_] | None = None,
 ) -> SplitRows:
-    """Each row's unit, groups that share a text joined (connected components); a row whose
-    text is ``missing`` joins nothing."""
+    """Each row's unit, groups that share a text joined (connected components).
+
+    ``shared``: the rows (ascending) whose text key another row has
+    (:func:`~typestrict_pipeline.refund.rowdigest.shared_key_rows`); their texts are read to
+    join exactly those whose normalised texts are equal.
+    """
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
-    n, g = len(ids), len(group_values)
-    own = np.where(group_codes >= 0, group_codes.astype(np.int64), g + np.arange(n, dtype=np.int64))
-    rows, labels = identical_text_groups(keys, texts_at, missing)
+    g = len(group_values)
+    own = own_units(group_codes, g)
+    rows, labels = text_labels(shared, texts_at)
     base = SplitRows(ids, group_codes, group_values, grouped, own, 0, 0)
     if rows.size == 0:
         return base
-    members, member_of = np.unique(own[rows], return_inverse=True)
+    members, member_index = np.unique(own[rows], return_inverse=True)
     m = len(members)
     size = m + int(labels.max()) + 1
     graph = coo_matrix(
-        (np.ones(len(rows), dtype=np.int8), (member_of, m + labels)), shape=(size, size)
+        (np.ones(len(rows), dtype=np.int8), (member_index, m + labels)), shape=(size, size)
     )
     _, component = connected_components(graph, directed=False)
     comp = component[:m]
@@ -132,13 +172,11 @@ def join_units(
         smallest = min(units.tolist(), key=base.unit_key)
         root[by_comp[s:s + int(per[c])]] = smallest
     in_joined = per[comp] > 1
-    moved = np.isin(own, members[in_joined])
-    units_out = own.copy()
-    units_out[moved] = root[np.searchsorted(members, own[moved])]
-    return SplitRows(ids, group_codes, group_values, grouped, units_out,
-                     int(np.count_nonzero(moved)), int(joined.size))
-
-
+    moved_units = members[in_joined]
+    moved = member_of(own, moved_units)
+    count = int(np.count_nonzero(moved))
+    own[moved] = root[np.searchsorted(members, own[moved])]  # own is this function's array
+    return SplitRows(ids, group_codes, group_values, grouped, own, count, int(joined.size))
 
 
 @dataclass(frozen=True, eq=False)

@@ -329,7 +329,7 @@ def iter_column_batches(
     wanted: Sequence[str],
     *,
     names_out: list[str] | None = None,
-    batch_rows: int = BATCH_ROWS,
+    batch_rows: int | None = None,
 ) -> Iterator[ColumnBatch]:
     """The file's rows, ``batch_rows`` at a time, with only the ``wanted`` columns it has.
 
@@ -339,13 +339,15 @@ def iter_column_batches(
         wanted: the columns to return (a name the file lacks is left out of ``cells``).
         names_out: when given, filled with every column name of the file (in :func:`read_table`'s
             order) by the time the iterator is exhausted.
-        batch_rows: rows per batch.
+        batch_rows: rows per batch (default :data:`BATCH_ROWS`).
 
     Raises:
         DatasetError: exactly what :func:`read_table` raises for the file.
     """
     if not path.exists():
         raise _missing_file(path)
+    if batch_rows is None:
+        batch_rows = BATCH_ROWS
     if fmt is DatasetFormat.PARQUET:
         yield from _parquet_batches(path, wanted, names_out, batch_rows)
     elif fmt is DatasetFormat.CSV:
