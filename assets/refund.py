@@ -33,6 +33,7 @@ from typestrict_pipeline.progress import Progress, ProgressFn, every, write_prog
 from typestrict_pipeline.refund.audit import audit_bytes, build_audit
 from typestrict_pipeline.refund.dataset import Dataset, unlabeled_from_split, unlabeled_text
 from typestrict_pipeline.refund.explain import decision_reason, facts_from_report, verdict_sentence
+from typestrict_pipeline.refund.grouping import GroupingScan, resampling_line
 from typestrict_pipeline.refund.holdout import Holdout, split_decisions
 from typestrict_pipeline.refund.manifest import (
     TrainingManifest,
@@ -74,6 +75,7 @@ class LoadedTraining:
 
     manifest: TrainingManifest
     dataset: Dataset | None
+    grouping: GroupingScan | None = None
 
     @property
     def failed(self) -> bool:
@@ -175,7 +177,15 @@ def metrics_picture_markdown(report: DecisionReport, *, jev_label: str = _JEV_NA
     return plots.png_markdown(png, f"metrics of {report.name}: model vs {jev_label}")
 
 
-def verdict_markdown(judgement: TrainingJudgement, *, jev_label: str = _JEV_NAME) -> str:
+def unit_line(judgement: TrainingJudgement, group_column: str | None) -> str:
+    """The verdict's resampling unit in words (``refund.grouping.resampling_line``)."""
+    return resampling_line(
+        [(r.name, r.bootstrap.unit.value, r.bootstrap.n_units) for r in judgement.decisions],
+        group_column)
+
+
+def verdict_markdown(judgement: TrainingJudgement, *, jev_label: str = _JEV_NAME,
+                     group_column: str | None = None) -> str:
     """The whole verdict as Markdown (what the ``verdict`` asset shows in the UI)."""
     head = f"## Verdict: **{judgement.verdict.value}**"
     if judgement.failure_reason is not None:
@@ -189,6 +199,8 @@ def verdict_markdown(judgement: TrainingJudgement, *, jev_label: str = _JEV_NAME
         head,
         "",
         verdict_sentence(judgement),
+        "",
+        unit_line(judgement, group_column),
         "",
         f"Decisions won: {judgement.won} of {n} (needed {judgement.needed}); "
         f"settling decision: `{judgement.settling_decision}`; the credit {credit}.",
@@ -261,10 +273,16 @@ def dataset(
         context.log.info("checked %s", line)
     meta["rows"] = data.n_rows
     meta["grouped"] = data.columns.group is not None
+    meta["group column"] = data.columns.group or "none declared: each example is its own unit"
+    grouping = checked.grouping
+    if grouping is not None:
+        meta["grouping warnings"] = _warnings_text(grouping)
+        for w in grouping.warnings:
+            context.log.warning("undeclared groups? %s", w.message)
     for labels in data.decisions:
         meta[f"labeled[{labels.name}]"] = labels.n_labeled
         meta[f"unlabeled[{labels.name}]"] = unlabeled_text(labels.n_labeled, data.n_rows)
-    return dg.MaterializeResult(value=LoadedTraining(manifest, data), metadata=meta)
+    return dg.MaterializeResult(value=LoadedTraining(manifest, data, grouping), metadata=meta)
 
 
 @dataclass(frozen=True)
@@ -452,8 +470,15 @@ def _decisions_table(judgement: TrainingJudgement) -> dg.TableMetadataValue:
     return dg.MetadataValue.table(records=records, schema=schema)
 
 
+def _warnings_text(scan: GroupingScan) -> dg.TextMetadataValue:
+    lines = [w.message + "." for w in scan.warnings]
+    return dg.MetadataValue.text(
+        "\n".join(lines) if lines else f"none seen in the first {scan.sampled_rows:,} rows")
+
+
 def _verdict_metadata(
-    judgement: TrainingJudgement, jev_label: str, split: Mapping[str, Any] | None = None
+    judgement: TrainingJudgement, jev_label: str, split: Mapping[str, Any] | None = None,
+    grouping: GroupingScan | None = None, group_column: str | None = None,
 ) -> dict[str, Any]:
     # Native values first (text, floats, a table): the UI shows them as they are, without
     # "Show Markdown"; the Markdown report and the pictures follow.
@@ -468,6 +493,11 @@ def _verdict_metadata(
         meta["failure_reason"] = dg.MetadataValue.text(judgement.failure_reason)
         meta["report"] = dg.MetadataValue.md(verdict_markdown(judgement, jev_label=jev_label))
         return meta
+    # The unit in words and the signs of undeclared groups seen before judging (they change no
+    # number: refund/grouping.py).
+    meta["resampling unit"] = dg.MetadataValue.text(unit_line(judgement, group_column))
+    if grouping is not None:
+        meta["grouping warnings"] = _warnings_text(grouping)
     meta["settling_decision"] = dg.MetadataValue.text(judgement.settling_decision or "")
     meta["decisions_won"] = dg.MetadataValue.text(
         f"{judgement.won} of {len(judgement.decisions)} (needed {judgement.needed})")
@@ -479,7 +509,8 @@ def _verdict_metadata(
         meta[f"{prefix}count G<=0"] = r.bootstrap.n_gain_le_0
         meta[f"{prefix}beats"] = r.beats
     meta["decisions"] = _decisions_table(judgement)
-    meta["report"] = dg.MetadataValue.md(verdict_markdown(judgement, jev_label=jev_label))
+    meta["report"] = dg.MetadataValue.md(
+        verdict_markdown(judgement, jev_label=jev_label, group_column=group_column))
     for r in judgement.decisions:
         prefix = f"{r.name}: " if len(judgement.decisions) > 1 else ""
         meta[f"{prefix}bootstrap of G"] = dg.MetadataValue.md(bootstrap_picture_markdown(r))
@@ -551,7 +582,9 @@ def verdict(
         judgement = judge_training(metrics.reports, keep_if_loses=manifest.options.keep_if_loses)
     context.log.info("verdict for %s: %s", manifest.training_id, judgement.verdict.value)
     return dg.MaterializeResult(
-        value=judgement, metadata=_verdict_metadata(judgement, metrics.jev_label, metrics.split)
+        value=judgement, metadata=_verdict_metadata(
+            judgement, metrics.jev_label, metrics.split, metrics.training.grouping,
+            manifest.dataset.columns.group),
     )
 
 

@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from typestrict_pipeline.refund.grouping import resampling_lines_from_audit
+
 METRICS = ("macro_f1", "brier_skill", "selective_acc_80", "worst_class_f1")
 MARGINS = {"macro_f1": "0.02", "brier_skill": "0.02", "selective_acc_80": "0.02", "worst_class_f1": "0.05"}
 
@@ -131,6 +133,8 @@ def render_result_page(
     pictures: Sequence[Picture] = (),
     base_url: str = "",
     audit_sha256: str | None = None,
+    group_column: str | None = None,
+    grouping_warnings: Sequence[str] = (),
 ) -> str:
     """The whole page as one HTML document (UTF-8, no script, no external resource).
 
@@ -148,6 +152,9 @@ def render_result_page(
     )
     audit_url = f"{base_url}/v1/models/{model_id}/audit"
     expect = "" if audit_sha256 is None else f"--expect-sha256 {_e(audit_sha256)} "
+    unit = resampling_lines_from_audit(audit, group_column)
+    resampling = "" if not unit else f'<p id="resampling">{_e(unit)}</p>'
+    resampling += "".join(f'<p class="grouping-warning">Warning: {_e(w)}.</p>' for w in grouping_warnings)
     published = "" if audit_sha256 is None else (
         f'<p>SHA-256 of the settled audit: <code id="audit-sha256">{_e(audit_sha256)}</code> '
         "(the same digest as the ledger's settlement line).</p>")
@@ -155,7 +162,7 @@ def render_result_page(
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         f"<title>Model {_e(model_id)}: {_e(verdict)}</title><style>{_STYLE}</style></head><body>"
         f'<h1>Model {_e(model_id)}: verdict <span id="verdict">{_e(verdict)}</span></h1>'
-        f"{_headline(overall)}{_trained_on(audit)}<p>{_e(files_note)}</p>{sections}"
+        f"{_headline(overall)}{resampling}{_trained_on(audit)}<p>{_e(files_note)}</p>{sections}"
         f'<section id="pictures">{figures}</section>'
         f'<h2>Verify it yourself</h2><p><a id="audit" href="{_e(audit_url)}">Download the audit file</a> '
         "(hashes and probabilities only, no text of yours), then run:</p>"

@@ -80,7 +80,10 @@ class ErrorBody(BaseModel):
 class Columns(Strict):
     id: Name
     text: Name
-    group: Name | None = None
+    group: Annotated[Name | None, Field(description=(
+        "The group column (customer, user, document, session...): whole groups are held out and "
+        "resampled. Say null on purpose when every example stands alone; the verdict then says "
+        "each example was resampled on its own."))] = None
     review_label: Name | None = None
 
 
@@ -115,6 +118,15 @@ class TrainingCreate(Strict):
     options: Options = Options()
 
 
+class GroupingWarningOut(BaseModel):
+    """A sign of groups the dataset does not declare, seen before judging (``refund.grouping``)."""
+
+    kind: str
+    column: str
+    message: str
+    sampled_rows: int
+
+
 class TrainingOut(BaseModel):
     """A training: ``state`` is one of docs/lifecycle.md's (awaiting_predictions, judging, failed,
     settled, expired, cancelled); ``reason`` says why it is failed, expired or cancelled;
@@ -130,6 +142,10 @@ class TrainingOut(BaseModel):
     reason: str | None = None
     deadline_at: str | None = None
     submissions: int = 0
+    group: str | None = Field(description="the declared group column; null: none, each example is its own unit")
+    grouping_warnings: list[GroupingWarningOut] | None = Field(
+        default=None, description="signs of undeclared groups seen when the training was created "
+        "(null: not looked at, a training registered by its manifest)")
 
 
 class DecisionSplit(BaseModel):
@@ -155,6 +171,9 @@ class SplitOut(BaseModel):
     canonical_form: str
     not_for_training: list[str]
     decisions: list[DecisionSplit]
+    group: str | None = Field(description="the declared group column; null: none, each example is its own unit")
+    resampling_unit: str
+    grouping_warnings: list[GroupingWarningOut]
 
 
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
@@ -197,6 +216,9 @@ class DecisionVerdict(BaseModel):
     metrics: list[MetricPair]
     n_unlabeled: int | None = None
     unlabeled: str | None = None
+    unit: str = "example"
+    n_units: int | None = None
+    resampled: str = ""
 
 
 class VerdictOut(BaseModel):
@@ -216,6 +238,9 @@ class VerdictOut(BaseModel):
     decisions: list[DecisionVerdict]
     trained_on: str | None = None  # "attested" / "not stated" (None: an audit before format 3)
     trained_on_n_ids: int | None = None
+    group: str | None = None  # the declared group column; null: none (each example its own unit)
+    resampling_unit: str = ""  # the verdict's unit in words (refund.grouping.resampling_line)
+    grouping_warnings: list[GroupingWarningOut] | None = None
 
 
 class FileOut(BaseModel):

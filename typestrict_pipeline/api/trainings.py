@@ -65,6 +65,7 @@ from typestrict_pipeline.lifecycle.trainings import (
     training_status,
 )
 from typestrict_pipeline.refund.dataset import load_dataset
+from typestrict_pipeline.refund.grouping import scan_dataset
 from typestrict_pipeline.refund.holdout import Holdout, split_decisions, training_ids
 from typestrict_pipeline.refund.manifest import TrainingManifest, parse_manifest
 from typestrict_pipeline.refund.predictions import read_predictions
@@ -74,6 +75,8 @@ from typestrict_pipeline.refund.types import Role
 from typestrict_pipeline.store import utcnow
 
 DRAFT_NAME = "api-draft.json"
+GROUPING_NAME = "grouping.json"
+"""The look for undeclared groups made when the training was created (``refund.grouping``)."""
 MANIFEST_NAME = "manifest.json"
 MODEL_PREDICTIONS = "predictions/model.jsonl"
 TRAINED_ON_FILE = "trained_on.txt"
@@ -295,6 +298,9 @@ class TrainingStore:
                              "create trainings through `typestrict api` (docs/api.md)")
         dataset = dict(req.dataset)
         dataset["path"] = dataset_name
+        columns = dataset.get("columns")
+        if isinstance(columns, Mapping):  # the manifest says "group": null on purpose, never omits it
+            dataset["columns"] = {**columns, "group": columns.get("group")}
         return {
             "manifest_version": 1, "training_id": training_id, "workspace_id": workspace_id,
             "dataset": dataset, "decisions": [dict(d) for d in req.decisions],
@@ -337,7 +343,11 @@ class TrainingStore:
                 doc["predictions"]["jev"] = {**jev, "path": "jev.jsonl"}
             manifest = parse_manifest(doc, source="request", base_dir=staging)
             load_dataset(manifest)  # every dataset check, before anything is charged
+            # Signs of undeclared groups, looked for once, before anything is judged (warnings only).
+            scan = scan_dataset(manifest)
             with _disk("store the training's files"):
+                write_atomic(staging / GROUPING_NAME,
+                             json.dumps(scan.as_dict(), indent=2).encode("utf-8"))
                 write_atomic(staging / DRAFT_NAME, json.dumps(doc, indent=2).encode("utf-8"))
 
             def move_in() -> None:  # the last step of the charging transaction
@@ -395,6 +405,16 @@ class TrainingStore:
         data_root = os.environ.get("TYPESTRICT_DATA_ROOT") or str(self.home / "data")
         return parse_manifest(doc, source=str(folder / MANIFEST_NAME), base_dir=folder,
                               data_roots=(Path(data_root),))
+
+    def grouping(self, workspace_id: str, training_id: str) -> dict[str, Any] | None:
+        """The look for undeclared groups made at creation (``GroupingScan.as_dict()``), or
+        None when there was none (a training registered by its manifest, not through the API)."""
+        _, folder, _ = self._doc(workspace_id, training_id)
+        try:
+            doc = read_json_file(folder / GROUPING_NAME, error=ManifestError, what="a grouping look")
+        except (InputError, OSError):
+            return None
+        return doc if isinstance(doc, dict) else None
 
     def model(self, workspace_id: str, model_id: str) -> ModelInfo:
         """The model record of ``model_id`` if it belongs to ``workspace_id`` (else not found)."""

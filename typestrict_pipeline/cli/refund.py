@@ -55,7 +55,10 @@ def _json_result(path: str, shown: str, large: bool) -> int:
     out.update({"ok": not diffs, "valid": True, "differences": diffs, "verdict": overall.get("verdict"),
                 "settling_decision": overall.get("settling_decision")})
     if not diffs:
+        from typestrict_pipeline.refund.grouping import resampling_lines_from_audit
+
         out["why"] = verdict_sentence_from_audit(audit)
+        out["resampling_unit"] = resampling_lines_from_audit(audit)
     print(json.dumps(out, indent=2))
     return 0 if not diffs else 1
 
@@ -74,8 +77,13 @@ def _verify(args: argparse.Namespace) -> int:
         code = verify_audit.main([*(["--large"] if args.large else []), path])
         if code == 0:  # the verdict in words, under the verifier's own line
             from typestrict_pipeline.refund.explain import verdict_sentence_from_audit
+            from typestrict_pipeline.refund.grouping import resampling_lines_from_audit
 
-            print(verdict_sentence_from_audit(verify_audit.load(path)))
+            doc = verify_audit.load(path)
+            print(verdict_sentence_from_audit(doc))
+            unit = resampling_lines_from_audit(doc)
+            if unit:
+                print(unit)
         return code
     finally:
         if args.audit is None:
@@ -86,6 +94,7 @@ def _split(args: argparse.Namespace) -> int:
     from typestrict_pipeline.cli.common import print_json, print_table, progress
     from typestrict_pipeline.progress import Progress
     from typestrict_pipeline.refund.dataset import load_dataset
+    from typestrict_pipeline.refund.grouping import grouping_lines, resampling_line, scan_dataset
     from typestrict_pipeline.refund.holdout import split_decisions
     from typestrict_pipeline.refund.manifest import load_manifest
 
@@ -100,10 +109,20 @@ def _split(args: argparse.Namespace) -> int:
                 bar["update"](p.done)
 
         holdouts = split_decisions(load_dataset(manifest, progress=report))
-    summaries = [h.summary.as_dict() for h in holdouts]
+    # Before anything is judged: the unit the verdict will resample, and signs of groups the
+    # manifest does not declare (refund/grouping.py; warnings only, no number changes).
+    scan = scan_dataset(manifest)
+    group = manifest.dataset.columns.group
+    summaries = [{**h.summary.as_dict(), "group": group,
+                  "grouping_warnings": [w.as_dict() for w in scan.warnings]} for h in holdouts]
     if args.json:
         print_json(summaries)
         return 0
+    print(f"group column: {group!r}" if group is not None else "group column: none declared")
+    print(resampling_line([(h.decision, "example" if group is None else "group", None)
+                           for h in holdouts], group))
+    for line in grouping_lines(scan):
+        print(line)
     print_table(None, ["decision", "source", "rows", "labeled", "test", "train", "excluded",
                  "test groups", "capped", "seed"],
                 [[s["decision"], s["source"], s["n_rows"], s["n_labeled"], s["n_test"],

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typestrict_pipeline.errors import ManifestError, PredictionsError
 from typestrict_pipeline.progress import ProgressFn
 from typestrict_pipeline.refund.dataset import Dataset, load_dataset
+from typestrict_pipeline.refund.grouping import GroupingScan, scan_dataset
 from typestrict_pipeline.refund.holdout import Holdout, split_decisions
 from typestrict_pipeline.refund.manifest import (
     EndpointSource,
@@ -76,12 +77,15 @@ class Preflight:
         dataset: the validated dataset (None for a failed training: it is not read).
         holdouts: each decision's split (empty for a failed training).
         checked: one line per input checked, for the run's log and metadata.
+        grouping: the look for undeclared groups (:func:`~typestrict_pipeline.refund.grouping.scan_dataset`;
+            None for a failed training). Warnings only: they change no number.
     """
 
     manifest: TrainingManifest
     dataset: Dataset | None
     holdouts: tuple[Holdout, ...]
     checked: tuple[str, ...]
+    grouping: GroupingScan | None = None
 
 
 def check_endpoint_reachable(
@@ -338,7 +342,8 @@ def check_training(
         sources.append(("model", manifest.model))
     for system, source in sources:
         checked.append(_check_source(manifest, system, source, dataset, holdouts, reach))
-    return Preflight(manifest, dataset, holdouts, tuple(checked))
+    grouping = scan_dataset(manifest)
+    return Preflight(manifest, dataset, holdouts, tuple(checked), grouping)
 
 
 SCREEN_MAX_BYTES = 64 * 1024 * 1024

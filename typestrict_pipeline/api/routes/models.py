@@ -25,13 +25,16 @@ from typestrict_pipeline.api.schemas import (
     ErrorBody,
     FileOut,
     FilesOut,
+    GroupingWarningOut,
     MetricPair,
     VerdictOut,
 )
 from typestrict_pipeline.credits import ModelState, audit_bytes
 from typestrict_pipeline.credits.models import ModelInfo
+from typestrict_pipeline.errors import InputError, NotFoundError
 from typestrict_pipeline.files import write_atomic
 from typestrict_pipeline.refund.dataset import unlabeled_from_split
+from typestrict_pipeline.refund.grouping import resampling_lines_from_audit, resampling_sentence
 
 router = api_router(tags=["models"], responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}})
 
@@ -83,8 +86,21 @@ def _audit(ctx: Ctx, info: ModelInfo) -> dict[str, Any] | None:
     return doc
 
 
-def _decision(d: dict[str, Any], split: Any = None) -> DecisionVerdict:
+def training_grouping(ctx: Ctx, info: ModelInfo) -> tuple[str | None, dict[str, Any] | None]:
+    """The training's declared group column and the look for undeclared groups made at its
+    creation (None when not looked at); ``(None, None)`` when its manifest cannot be read."""
+    try:
+        manifest = ctx.trainings.manifest(info.workspace_id, info.model_id)
+        return manifest.dataset.columns.group, ctx.trainings.grouping(info.workspace_id, info.model_id)
+    except (NotFoundError, InputError, OSError):  # a removed training folder: the audit still speaks
+        return None, None
+
+
+def _decision(d: dict[str, Any], split: Any = None, group: str | None = None) -> DecisionVerdict:
     report = d["report"]
+    boot = report.get("bootstrap") or {}
+    unit = str(boot.get("unit") or "example")
+    n_units = boot.get("n_units", report.get("n"))
     n_unlabeled, unlabeled = unlabeled_from_split(split).get(d["name"], (None, None))
     model, jev = report["metrics"]["model"], report["metrics"]["jev"]
     return DecisionVerdict(
@@ -95,6 +111,7 @@ def _decision(d: dict[str, Any], split: Any = None) -> DecisionVerdict:
                             delta=report["deltas"].get(m), margin=report["margins"].get(m, "n/a"))
                  for m in METRICS],
         n_unlabeled=n_unlabeled, unlabeled=unlabeled,
+        unit=unit, n_units=n_units, resampled=resampling_sentence(unit, n_units, group),
     )
 
 
@@ -118,6 +135,7 @@ def list_models(ctx: Ctx, workspace: Workspace) -> list[VerdictOut]:
 def _verdict(ctx: Ctx, info: ModelInfo) -> VerdictOut:
     doc = _audit(ctx, info) or {}
     overall = doc.get("overall", {})
+    group, scan = training_grouping(ctx, info)
     return VerdictOut(
         model_id=info.model_id, workspace_id=info.workspace_id, verdict=info.verdict.value,
         refunds_credit=info.verdict.refunds_credit,
@@ -125,9 +143,12 @@ def _verdict(ctx: Ctx, info: ModelInfo) -> VerdictOut:
         needed=overall.get("needed", 0), failure_reason=overall.get("failure_reason"),
         keep_if_loses=info.keep_if_loses, delivered=info.delivered, files_state=info.state.value,
         files_expire_at=info.expires_at.isoformat(), audit_sha256=info.audit_sha256,
-        decisions=[_decision(d, doc.get("split")) for d in doc.get("decisions", [])],
+        decisions=[_decision(d, doc.get("split"), group) for d in doc.get("decisions", [])],
         trained_on=(doc.get("trained_on") or {}).get("status"),
         trained_on_n_ids=(doc.get("trained_on") or {}).get("n_ids"),
+        group=group, resampling_unit=resampling_lines_from_audit(doc, group),
+        grouping_warnings=None if scan is None else [
+            GroupingWarningOut(**w) for w in scan.get("warnings") or []],
     )
 
 
@@ -250,9 +271,11 @@ def get_result_page(model_id: ModelId, request: Request, ctx: Ctx, workspace: Wo
     info = ctx.trainings.model(workspace, model_id)
     doc = _audit(ctx, info) or {"decisions": [], "overall": {"verdict": info.verdict.value}}
     base = str(request.base_url).rstrip("/")
+    group, scan = training_grouping(ctx, info)
     return HTMLResponse(
         render_result_page(doc, model_id=info.model_id, files_note=_files_note(info),
                            pictures=result_pictures(doc), base_url=base,
-                           audit_sha256=info.audit_sha256),
+                           audit_sha256=info.audit_sha256, group_column=group,
+                           grouping_warnings=[str(w.get("message")) for w in (scan or {}).get("warnings") or []]),
         headers={"Content-Security-Policy": PAGE_CSP, "X-Content-Type-Options": "nosniff"},
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Path, Request
 
@@ -15,12 +15,14 @@ from typestrict_pipeline.api.schemas import (
     DecisionSplit,
     ErrorBody,
     FileOut,
+    GroupingWarningOut,
     PredictionsIn,
     SplitOut,
     TrainingCreate,
     TrainingOut,
 )
 from typestrict_pipeline.api.trainings import TrainingRequest, split_roles
+from typestrict_pipeline.refund.grouping import resampling_line, scan_dataset
 
 router = api_router(tags=["trainings"], responses={
     401: {"model": ErrorBody}, 404: {"model": ErrorBody}, 422: {"model": ErrorBody}})
@@ -43,7 +45,15 @@ def _out(ctx: Ctx, workspace: str, training_id: str) -> TrainingOut:
         reason=view.reason,
         deadline_at=None if deadline is None else deadline.isoformat().replace("+00:00", "Z"),
         submissions=0 if view.status is None else view.status.submissions,
+        group=manifest.dataset.columns.group,
+        grouping_warnings=_warnings(ctx.trainings.grouping(workspace, training_id)),
     )
+
+
+def _warnings(scan: dict[str, Any] | None) -> list[GroupingWarningOut] | None:
+    if scan is None:
+        return None
+    return [GroupingWarningOut(**w) for w in scan.get("warnings") or []]
 
 
 @router.post("/trainings", status_code=201, response_model=TrainingOut,
@@ -87,11 +97,18 @@ def cancel_training(training_id: TrainingId, ctx: Ctx, workspace: Workspace) -> 
 def get_split(training_id: TrainingId, ctx: Ctx, workspace: Workspace) -> SplitOut:
     """Before training: the ids to train on (and their SHA-256), and what is held out."""
     view = ctx.trainings.split(workspace, training_id)
+    manifest = ctx.trainings.manifest(workspace, training_id)
+    group = manifest.dataset.columns.group
+    scan = scan_dataset(manifest)
     return SplitOut(
         training_id=training_id, training_ids=list(view.training_ids),
         training_ids_sha256=view.training_ids_sha256, canonical_form=CANONICAL_FORM,
         not_for_training=list(view.not_for_training),
         decisions=[DecisionSplit(**split_roles(h)) for h in view.decisions],
+        group=group,
+        resampling_unit=resampling_line(
+            [(h.decision, "example" if group is None else "group", None) for h in view.decisions], group),
+        grouping_warnings=[GroupingWarningOut(**w.as_dict()) for w in scan.warnings],
     )
 
 
