@@ -28,6 +28,7 @@ from typestrict_pipeline.refund.explain import (
     facts_from_audit,
     verdict_sentence_from_audit,
 )
+from typestrict_pipeline.refund.grouping import resampling_lines_from_audit
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
 
@@ -63,12 +64,13 @@ def _decisions(doc: dict[str, Any]) -> list[dict[str, Any]]:
 @router.get("/models/{model_id}")
 def result_page(model_id: ModelId, request: Request, session: Session) -> Response:
     """The result page of a settled training."""
-    from typestrict_pipeline.api.routes.models import _audit, _files_note
+    from typestrict_pipeline.api.routes.models import _audit, _files_note, training_grouping
 
     ctx = get_ctx(request)
     info = ctx.trainings.model(session.workspace_id, model_id)
     doc = _audit(ctx, info) or {"decisions": [], "overall": {"verdict": info.verdict.value}}
     overall = doc.get("overall", {})
+    group, scan = training_grouping(ctx, info)
     decisions = _decisions(doc)
     settling = overall.get("settling_decision")
     retained = info.delivered and info.state is not ModelState.EXPIRED
@@ -77,6 +79,8 @@ def result_page(model_id: ModelId, request: Request, session: Session) -> Respon
     return render(request, "result.html", {
         "id": info.model_id, "verdict": info.verdict.value, "refunds": info.verdict.refunds_credit,
         "sentence": verdict_sentence_from_audit(doc) if doc.get("overall", {}).get("verdict") else "",
+        "resampling": resampling_lines_from_audit(doc, group),
+        "grouping_warnings": [str(w.get("message")) for w in (scan or {}).get("warnings") or []],
         "overall": overall, "settling": settling,
         "settling_decision": next((d for d in decisions if d["name"] == settling), None),
         "decisions": decisions, "pictures": pictures,

@@ -38,6 +38,7 @@ from typestrict_pipeline.console.web import (
 )
 from typestrict_pipeline.credits import CreditLedger
 from typestrict_pipeline.errors import InputError, TypeStrictError
+from typestrict_pipeline.refund.grouping import resampling_line
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
 
@@ -277,7 +278,14 @@ def _training_page(request: Request, session: ConsoleSession, training_id: str,
         "keep_if_loses": manifest.options.keep_if_loses,
         "decisions": [d.name for d in manifest.decisions],
         "split": split, "roles": [split_roles(h) for h in split.decisions] if split else [],
-        "example": _example_row(manifest), "error": error}, status=status)
+        "example": _example_row(manifest), "error": error,
+        "group": manifest.dataset.columns.group,
+        "resampling": resampling_line(
+            [(d.name, "example" if manifest.dataset.columns.group is None else "group", None)
+             for d in manifest.decisions], manifest.dataset.columns.group),
+        "grouping_warnings": [str(w.get("message"))
+                              for w in (ctx.trainings.grouping(ws, training_id) or {}).get("warnings") or []],
+    }, status=status)
 
 
 def _example_row(manifest: Any) -> str:
