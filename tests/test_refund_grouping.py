@@ -221,3 +221,20 @@ def test_the_api_says_group_null_on_purpose_and_warns_before_judging(tmp_path: P
         assert grouped["group"] == "grp" and grouped["grouping_warnings"] == []
         split = c.get(f"/v1/trainings/{grouped['id']}/split").json()
         assert split["resampling_unit"] == "Resampling unit: whole groups resampled (by column 'grp')."
+
+
+def test_the_verdicts_dagster_metadata_records_the_unit_and_the_warnings() -> None:
+    from assets.refund import _verdict_metadata
+    from typestrict_pipeline.refund.grouping import GroupingScan, GroupingWarning
+
+    rows = tuple(JudgedRow(hashlib.sha256(f"t{i}".encode()).hexdigest(), i % 2,
+                           (0.9, 0.1) if i % 2 == 0 else (0.1, 0.9), (0.5, 0.5),
+                           group_sha256=group_sha256(f"g\0u{i // 4}")) for i in range(40))
+    judgement = judge([DecisionData("spam", DecisionKind.SINGLE, ("no", "yes"), rows)], keep_if_loses=False)
+    seen = GroupingWarning(WarningKind.NAME, "session", "Column 'session' is named like a group", "Declare it", 40)
+    meta = _verdict_metadata(judgement, "Jev", None, GroupingScan("user", 40, (seen,)), "user")
+    assert meta["resampling unit"].value == "Resampling unit: whole groups resampled (10 groups by column 'user')."
+    assert meta["grouping warnings"].value == "Column 'session' is named like a group. Declare it."
+    assert next(iter(meta)) == "why"  # the verdict's sentence stays first
+    quiet = _verdict_metadata(judgement, "Jev", None, GroupingScan("user", 40, ()), "user")
+    assert quiet["grouping warnings"].value == "none seen in the first 40 rows"
