@@ -133,12 +133,15 @@ def _probabilities(y: np.ndarray, z: np.ndarray, k: int) -> list[tuple[float, ..
 
 def simulate(design: Design, seed: int) -> Simulated:
     """Draw one test set of ``design`` from ``Generator(PCG64(seed))`` (see the module doc)."""
-    return _simulate_probs(design, seed)[0]
+    y, groups, probs = _draw(design, seed)
+    return Simulated(y, example_values(y, probs[0]), example_values(y, probs[1]), groups)
 
 
-def _simulate_probs(
-    design: Design, seed: int
-) -> tuple[Simulated, tuple[list[tuple[float, ...]], list[tuple[float, ...]]]]:
+Probs = list[tuple[float, ...]]
+
+
+def _draw(design: Design, seed: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[Probs, Probs]]:
+    """One test set's right answers, groups and both systems' probabilities (module doc)."""
     if not 0.0 <= design.rho < 1.0:
         raise ValueError(f"expected 0 <= rho < 1, got {design.rho}")
     rng = np.random.Generator(np.random.PCG64(seed))
@@ -146,28 +149,31 @@ def _simulate_probs(
     groups = np.repeat(np.arange(len(sizes)), sizes)
     n = int(sizes.sum())
     y = rng.integers(0, design.n_answers, size=n)
-    values = []
     probs = []
     for mu in (MU + design.shift, MU):
         u = rng.standard_normal(len(sizes))[groups]
         e = rng.standard_normal(n)
         z = mu + SIGMA * (math.sqrt(design.rho) * u + math.sqrt(1.0 - design.rho) * e)
         probs.append(_probabilities(y, z, design.n_answers))
-        values.append(example_values(y.tolist(), probs[-1]))
-    sim = Simulated(tuple(y.tolist()), values[0], values[1], tuple(groups.tolist()))
-    return sim, (probs[0], probs[1])
+    return tuple(y.tolist()), tuple(groups.tolist()), (probs[0], probs[1])
 
 
-def decision_data(sim: Simulated, probs: tuple[list[tuple[float, ...]], list[tuple[float, ...]]],
-                  name: str, seed: int) -> DecisionData:
-    """A simulated test set as the :class:`DecisionData` the product judges (texts are made-up
-    ids hashed with the set's seed; each group's digest from :func:`group_sha256`)."""
+def decision_data(design: Design, seed: int, name: str = "sim") -> DecisionData:
+    """Simulated test set ``seed`` of ``design`` as the :class:`DecisionData` the product judges
+    (texts are made-up ids hashed with the set's seed; each group's digest from
+    :func:`group_sha256`); the same draws as :func:`simulate`.
+
+    >>> d = decision_data(Design(sizes=(2, 1), rho=0.3), seed=1)
+    >>> len(d.rows), len({r.group_sha256 for r in d.rows})
+    (3, 2)
+    """
+    y, groups, probs = _draw(design, seed)
     rows = tuple(
         JudgedRow(
             hashlib.sha256(f"{seed}-{i}".encode()).hexdigest(), yi, pm, pj, None,
-            group_sha256(f"{seed}-g{sim.groups[i]}"),
+            group_sha256(f"{seed}-g{groups[i]}"),
         )
-        for i, (yi, pm, pj) in enumerate(zip(sim.y, probs[0], probs[1], strict=True))
+        for i, (yi, pm, pj) in enumerate(zip(y, probs[0], probs[1], strict=True))
     )
     answers = tuple(f"a{k}" for k in range(len(probs[0][0])))
     return DecisionData(name, DecisionKind.SINGLE, answers, rows)
@@ -209,8 +215,7 @@ def verdict_rates(
     beats = real = beats_old = real_old = 0
     for i in range(n_sets):
         seed = base_seed + i
-        sim, probs = _simulate_probs(design, seed)
-        report = judge_decision(decision_data(sim, probs, "sim", seed), resamples=resamples)
+        report = judge_decision(decision_data(design, seed), resamples=resamples)
         beats += report.beats
         real += report.gain_is_real
         old = report.bootstrap.gain_is_real
