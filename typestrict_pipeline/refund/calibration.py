@@ -43,6 +43,7 @@ import numpy as np
 from typestrict_pipeline.refund.bootstrap import bootstrap_gains, q05_index
 from typestrict_pipeline.refund.metrics import ExampleValues, example_values
 from typestrict_pipeline.refund.rule import RESAMPLES, judge_decision
+from typestrict_pipeline.refund.smallgroups import t95
 from typestrict_pipeline.refund.stream import group_sha256
 from typestrict_pipeline.refund.types import DecisionData, DecisionKind, JudgedRow
 
@@ -190,6 +191,9 @@ class VerdictRates:
         beats_without_check: decisions that would have beaten Jev on the bootstrap's q05 alone
             (what format versions 2 and 3 said).
         gain_without_check: decisions whose q05 was above zero.
+        beats_t_all_groups: decisions that would have beaten Jev had the group check used
+            ``G − 1`` degrees of freedom instead of ``G_eff − 1`` (the design alternative
+            docs/method/refund.md compares; same q05, same jackknife SE).
     """
 
     n_sets: int
@@ -197,6 +201,7 @@ class VerdictRates:
     gain_is_real: int
     beats_without_check: int
     gain_without_check: int
+    beats_t_all_groups: int = 0
 
 
 def verdict_rates(
@@ -212,16 +217,19 @@ def verdict_rates(
     >>> r.n_sets, r.beats <= r.beats_without_check
     (3, True)
     """
-    beats = real = beats_old = real_old = 0
+    beats = real = beats_old = real_old = beats_all = 0
     for i in range(n_sets):
         seed = base_seed + i
         report = judge_decision(decision_data(design, seed), resamples=resamples)
         beats += report.beats
         real += report.gain_is_real
-        old = report.bootstrap.gain_is_real
-        real_old += old
-        beats_old += old and report.nothing_collapses
-    return VerdictRates(n_sets, beats, real, beats_old, real_old)
+        old = report.bootstrap.gain_is_real and report.nothing_collapses
+        real_old += report.bootstrap.gain_is_real
+        beats_old += old
+        check = report.group_check
+        if old and check is not None and check.se is not None:
+            beats_all += report.gain - t95(check.n_groups - 1) * check.se > 0.0
+    return VerdictRates(n_sets, beats, real, beats_old, real_old, beats_all)
 
 
 @dataclass(frozen=True)
