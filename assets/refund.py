@@ -153,10 +153,29 @@ def decision_summary_markdown(report: DecisionReport, *, jev_label: str = _JEV_N
             f"- G = 0.5·Δmacro_f1 + 0.3·Δbrier_skill + 0.2·Δselective_acc_80 = **{report.gain:+.4f}**",
             f"- 5th percentile of G over {boot.resamples} paired resamples: **{boot.q05:+.4f}** "
             f"(G ≤ 0 in {boot.n_gain_le_0} of {boot.resamples})",
-            f"- the gain is real (q05 > 0): {'yes' if report.gain_is_real else 'no'}; "
+            *_group_check_lines(report),
+            f"- the gain is real ({_real_rule(report)}): "
+            f"{'yes' if report.gain_is_real else 'no'}; "
             f"nothing collapses: {'yes' if report.nothing_collapses else 'no'}",
         ]
     )
+
+
+def _real_rule(report: DecisionReport) -> str:
+    return "q05 > 0" if report.group_check is None else "q05 > 0 and the group check passes"
+
+
+def _group_check_lines(report: DecisionReport) -> list[str]:
+    """The group check of a grouped decision (audit format 4), one line; none without groups."""
+    c = report.group_check
+    if c is None:
+        return []
+    if c.se is None or c.t is None or c.lower is None:
+        return [f"- group check: {c.n_groups} group: nothing beyond that group can be said "
+                "(a gain over one group is never real)"]
+    return [f"- group check ({c.n_groups} groups, {c.effective_groups} effective): "
+            f"G − t({c.df}) · se = {report.gain:+.4f} − {c.t} · {c.se:.4f} = **{c.lower:+.4f}** "
+            f"({'passed' if c.passed else 'not passed'})"]
 
 
 def bootstrap_picture_markdown(report: DecisionReport) -> str:

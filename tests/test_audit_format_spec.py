@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC = (ROOT / "docs" / "audit-format.md").read_text(encoding="utf-8")
 DATA = Path(__file__).parent / "data"
 OLD = sorted((DATA / "audit_v1").glob("*.json")) + sorted((DATA / "audit_v2").glob("*.json"))
-CURRENT = sorted((DATA / "audit_v3").glob("*.json"))
+CURRENT = sorted((DATA / "audit_v3").glob("*.json")) + sorted((DATA / "audit_v4").glob("*.json"))
 TRAINED_IDS = [f"row-{i}" for i in range(40)]
 
 
@@ -130,7 +130,7 @@ FORMULAS = _formulas()
 def test_every_formula_is_a_python_block_that_is_run_here() -> None:
     assert set(FORMULAS) == {
         "seed", "stream", "group draws", "report numbers", "gains_sha256", "data_sha256",
-        "group_sha256", "trained_on", "binding_sha256", "file_sha256",
+        "group_sha256", "trained_on", "binding_sha256", "file_sha256", "group check",
     }
     # no formula left as pseudo-code outside the blocks the tests run
     for block in re.findall(r"```\n(.*?)```", DOC, flags=re.S):
@@ -210,12 +210,48 @@ def test_the_formulas_rebuild_the_digests_of_real_audits(name: str, audit: dict[
         assert numbers["needed"] == audit["overall"]["needed"]
         assert _run("gains_sha256", decision=decision)["gains_sha256"] == boot["gains_sha256"]
         assert _run("data_sha256", decision=decision)["data_sha256"] == report["data_sha256"]
+        if audit["audit_version"] >= 4:
+            _check_group_formula(decision)
     if audit["audit_version"] >= 3:
         assert _run("binding_sha256", audit=audit)["binding_sha256"] == audit["binding_sha256"]
         if audit["trained_on"]["status"] == "attested":
             scope = _run("trained_on", ids=TRAINED_IDS)
             assert (scope["ids_sha256"], scope["n_ids"]) == (audit["trained_on"]["ids_sha256"],
                                                              audit["trained_on"]["n_ids"])
+
+
+def _check_group_formula(decision: dict[str, Any]) -> None:
+    """The page's "group check" block rebuilds the report's group check (and its verdict part)."""
+    report = decision["report"]
+    if report["bootstrap"]["unit"] == "example":
+        assert report["group_check"] is None
+        return
+    scope = _run("group check", decision=decision)
+    rebuilt = {key: scope[key] for key in ("effective_groups", "df", "t", "leave_one_out", "se",
+                                           "lower", "passed")}
+    rebuilt["n_groups"] = scope["G"]
+    assert rebuilt == report["group_check"]
+    assert report["gain_is_real"] == (report["bootstrap"]["q05"] > 0.0 and scope["passed"])
+
+
+def test_the_group_checks_t_table_is_the_producers_and_the_verifiers() -> None:
+    from typestrict_pipeline.refund.smallgroups import T95
+
+    table = _run("group check", decision={"rows": {"y": [0], "p_model": [[1.0, 0.0]],
+                                                   "p_jev": [[1.0, 0.0]],
+                                                   "group_sha256": ["0" * 64]},
+                                          "answers": ["a", "b"], "report": {"gain": 0.0}})
+    assert table["T95"] == T95 == verify_audit.T95
+    assert table["passed"] is False and table["t"] is None  # one group: never real
+
+
+def test_version_4_is_written_with_groups_and_version_3_without() -> None:
+    assert V3["multi"]["audit_version"] == 4 and V3["multi"]["params"]["group_check"]
+    assert V3["single"]["audit_version"] == 3 and "group_check" not in V3["single"]["params"]
+    assert V3["failed"]["audit_version"] == 3
+    assert "group_check" not in V3["single"]["decisions"][0]["report"]
+    grouped, choice, _ = V3["multi"]["decisions"]
+    assert grouped["report"]["group_check"]["n_groups"] == 4 and choice["report"]["group_check"] is None
 
 
 def test_the_group_formula_rebuilds_a_pipeline_audit_from_the_data(tmp_path: Path) -> None:

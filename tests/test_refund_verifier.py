@@ -212,7 +212,7 @@ def test_verdict_failed_without_reason_and_type_changes_are_caught(
         (b"\xff\xfe", "UTF-8"),
         (b"[]", "JSON object"),
         (b'{"format": "typestrict-refund-audit"}', "missing field 'audit_version'"),
-        (b'{"format": "typestrict-refund-audit", "audit_version": 4}', "audit_version"),
+        (b'{"format": "typestrict-refund-audit", "audit_version": 5}', "audit_version"),
         (b'{"format": "typestrict-refund-audit", "audit_version": 1.0}', "audit_version"),
         (b'{}', "format"),
         (b'{"format": "typestrict-refund-audit", "format": "x"}', "each key once"),

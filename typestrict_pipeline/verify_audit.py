@@ -9,10 +9,12 @@ Usage::
 This one file works when copied anywhere (Python 3.10 or later, nothing to install; checked
 with 3.10, 3.11, 3.12 and 3.13; an older interpreter gets a one-line message naming the version
 it needs). It verifies audit format versions 1, 2 (test examples in groups and the group
-bootstrap) and 3 (the trained-on attestation and the binding digest). It rebuilds,
+bootstrap), 3 (the trained-on attestation and the binding digest) and 4 (the group check, a
+small-sample correction for few or unequal groups). It rebuilds,
 from the audit alone, each decision's bootstrap seed, every resample (SHAKE-256 stream), every
 per-example value, the four metrics of both systems, the deltas and margins, the gain G, the
-bootstrap's 5th percentile and its count of G <= 0, then the two-thirds rule, the settling
+bootstrap's 5th percentile and its count of G <= 0, with groups (version 4) the gain without
+each group and the jackknife t check, then the two-thirds rule, the settling
 decision and the verdict, and the digest that binds the ids, the option, the decisions and the
 verdict together, and compares every number in the audit with what it rebuilt, exactly.
 
@@ -79,7 +81,7 @@ def python_problem() -> str | None:
 
 
 AUDIT_FORMAT = "typestrict-refund-audit"
-AUDIT_VERSIONS = (1, 2, 3)
+AUDIT_VERSIONS = (1, 2, 3, 4)
 MAX_FILE_BYTES = 64 * 2**20
 MAX_DECISIONS = 32
 MAX_TEST_EXAMPLES = 2000  # per decision: the product holds out at most 2,000
@@ -139,7 +141,8 @@ PARAMS_V3: dict[str, Any] = {
     "trained_on_domain": "typestrict-refund-trained-on-v1",
     "binding_domain": "typestrict-refund-binding-v1",
 }
-PARAMS_BY_VERSION = {1: PARAMS, 2: PARAMS_V2, 3: PARAMS_V3}
+PARAMS_V4: dict[str, Any] = {**PARAMS_V3, "group_check": "group_jackknife_t95_v1"}
+PARAMS_BY_VERSION = {1: PARAMS, 2: PARAMS_V2, 3: PARAMS_V3, 4: PARAMS_V4}
 ID_DOMAIN = b"typestrict-refund-id-v1\x00"
 TRAINED_ON_DOMAIN = b"typestrict-refund-trained-on-v1\x00"
 BINDING_DOMAIN = b"typestrict-refund-binding-v1\x00"
@@ -244,6 +247,10 @@ def report_schema(version: int) -> dict[str, Any]:
         "exact_deltas": _per_metric(RATIONAL, _null(RATIONAL)),
         "margins": _per_metric(_enum(*MARGIN_STATES), _enum(*MARGIN_STATES)),
         "gain": FLOAT, "bootstrap": boot,
+        **({"group_check": _null({
+            "n_groups": INT, "effective_groups": INT, "df": INT, "t": _null(FLOAT), "leave_one_out": _list_of(FLOAT),
+            "se": _null(FLOAT), "lower": _null(FLOAT), "passed": BOOL,
+        })} if version >= 4 else {}),
         "gain_is_real": BOOL, "nothing_collapses": BOOL, "beats": BOOL,
     }
 
@@ -308,6 +315,8 @@ def field_list(version: int) -> dict[str, str]:
                 walk(t, path + ".")
             elif isinstance(t, tuple) and t[0] == "list" and isinstance(t[1], dict):
                 walk(t[1], path + "[].")
+            elif isinstance(t, tuple) and t[0] == "null" and isinstance(t[1], dict):
+                walk(t[1], path + ".")
 
     walk(audit_schema(version), "")
     return out
@@ -881,6 +890,84 @@ def group_gains(
 # --------------------------------------------------------------------------- checking
 
 
+# The group check (format version 4): the group jackknife t check of a grouped decision. The
+# t quantiles: Student's t, one-sided 95%, rounded up at 4 decimals; for other degrees of freedom
+# the entry of the largest listed df at or below it (docs/audit-format.md, "The group check").
+T95 = {
+    1: "6.3138", 2: "2.9200", 3: "2.3534", 4: "2.1319", 5: "2.0151", 6: "1.9432", 7: "1.8946",
+    8: "1.8596", 9: "1.8332", 10: "1.8125", 11: "1.7959", 12: "1.7823", 13: "1.7710",
+    14: "1.7614", 15: "1.7531", 16: "1.7459", 17: "1.7397", 18: "1.7341", 19: "1.7292",
+    20: "1.7248", 21: "1.7208", 22: "1.7172", 23: "1.7139", 24: "1.7109", 25: "1.7082",
+    26: "1.7057", 27: "1.7033", 28: "1.7012", 29: "1.6992", 30: "1.6973", 40: "1.6839",
+    50: "1.6760", 60: "1.6707", 80: "1.6642", 100: "1.6603", 120: "1.6577",
+}
+
+
+def _without_group(y: Sequence[int], s: SystemValues, counts: dict[str, Any], rows: list[int],
+                   labels: Sequence[int]) -> tuple[float, float, float]:
+    """One system's (macro F1, brier_skill, selective_acc_80) on every row but ``rows``."""
+    tp, true, pred = list(counts["tp"]), list(counts["true"]), list(counts["pred"])
+    units = counts["brier_units"]
+    for i in rows:
+        true[y[i]] -= 1
+        pred[s.pred[i]] -= 1
+        tp[y[i]] -= s.correct[i]
+        units -= s.units[i]
+    macro = 0.0
+    for j in labels:
+        macro += _f1(tp[j], true[j], pred[j])
+    macro = macro / len(labels)
+    n_left = len(y) - len(rows)
+    two_d = 2 * n_left * BRIER_UNIT
+    m = (4 * n_left + 4) // 5
+    # the m-th most confident row outside the group is at position m - 1 + (group rows before it)
+    ranks = sorted(s.rank[i] for i in rows)
+    before = 0
+    while before < len(ranks) and ranks[before] <= m - 1 + before:
+        before += 1
+    kept = sum(s.correct_by_rank[:m + before]) - sum(s.correct_by_rank[r] for r in ranks[:before])
+    return macro, (two_d - units) / two_d, kept / m
+
+
+def group_check(y: Sequence[int], a: SystemValues, b: SystemValues, k: int,
+                groups: Sequence[int], gain: float) -> dict[str, Any]:
+    """The group jackknife t check: G without each group, its jackknife standard error, and
+    whether ``gain - t(df) * se > 0`` with ``df = max(1, G_eff - 1)``, ``G_eff = n*n // sum of
+    squared group sizes`` (never with a single group)."""
+    n_groups = max(groups) + 1
+    members: list[list[int]] = [[] for _ in range(n_groups)]
+    for i, g in enumerate(groups):
+        members[g].append(i)
+    effective = len(y) * len(y) // sum(len(rows) * len(rows) for rows in members)
+    if n_groups < 2:
+        return {"n_groups": n_groups, "effective_groups": effective, "df": 0, "t": None,
+                "leave_one_out": [], "se": None, "lower": None, "passed": False}
+    df = max(1, effective - 1)
+    present = set(y)
+    labels = [c for c in range(k) if c in present]
+    m = (4 * len(y) + 4) // 5
+    ca, cb = _counts(y, a, k, m), _counts(y, b, k, m)
+    w0, w1, w2 = WEIGHTS
+    loo: list[float] = []
+    for rows in members:
+        mf_a, bs_a, sa_a = _without_group(y, a, ca, rows, labels)
+        mf_b, bs_b, sa_b = _without_group(y, b, cb, rows, labels)
+        loo.append(w0 * (mf_a - mf_b) + w1 * (bs_a - bs_b) + w2 * (sa_a - sa_b))
+    total = 0.0
+    for v in loo:
+        total += v
+    mean = total / n_groups
+    ss = 0.0
+    for v in loo:
+        d = v - mean
+        ss += d * d
+    se = math.sqrt(ss * (n_groups - 1) / n_groups)
+    t = float(T95[max(d for d in T95 if d <= df)])
+    lower = gain - t * se
+    return {"n_groups": n_groups, "effective_groups": effective, "df": df, "t": t, "leave_one_out": loo, "se": se,
+            "lower": lower, "passed": lower > 0.0}
+
+
 class _Diffs:
     def __init__(self) -> None:
         self.lines: list[str] = []
@@ -1107,6 +1194,10 @@ class _Decision:
         qi = -((-5 * RESAMPLES) // 100) - 1
         q05 = ordered[qi]
         gain_is_real = q05 > 0.0
+        check: dict[str, Any] | None = None
+        if version >= 4 and self.group_hashes is not None:
+            check = group_check(ys, sa, sb, k, groups, g_point)
+            gain_is_real = gain_is_real and check["passed"]
         nothing_collapses = all(v != "broken" for v in margins.values())
         beats = gain_is_real and nothing_collapses
         boot.update(
@@ -1131,6 +1222,7 @@ class _Decision:
             "margins": margins,
             "gain": g_point,
             "bootstrap": boot,
+            **({"group_check": check} if version >= 4 else {}),
             "gain_is_real": gain_is_real,
             "nothing_collapses": nothing_collapses,
             "beats": beats,

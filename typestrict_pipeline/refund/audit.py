@@ -42,6 +42,7 @@ from typestrict_pipeline.refund.metrics import (
     Metrics,
 )
 from typestrict_pipeline.refund.rule import RESAMPLES, DecisionReport, TrainingJudgement
+from typestrict_pipeline.refund.smallgroups import GROUP_CHECK_METHOD, GroupCheck
 from typestrict_pipeline.refund.stream import GROUP_DOMAIN, SEED_DOMAIN, STREAM_DOMAIN, STREAM_NAME
 from typestrict_pipeline.refund.trained_on import (
     ID_DOMAIN,
@@ -51,21 +52,34 @@ from typestrict_pipeline.refund.trained_on import (
 )
 
 AUDIT_FORMAT = "typestrict-refund-audit"
-AUDIT_VERSION = 3
-"""Version 2 added groups: each test example's group SHA-256 (when the test has groups) and the
-bootstrap's unit (``example`` or ``group``). Version 3 adds ``trained_on`` (what the training
-attested it was trained on) and ``binding_sha256``, the digest that binds the ids, the
-attestation, the split, the decisions, the option ``keep_if_loses`` and the verdict together.
-Audits of versions 1 and 2 still verify."""
+AUDIT_VERSION = 4
+"""The newest version the producer writes. Version 2 added groups: each test example's group
+SHA-256 (when the test has groups) and the bootstrap's unit (``example`` or ``group``). Version 3
+adds ``trained_on`` (what the training attested it was trained on) and ``binding_sha256``, the
+digest that binds the ids, the attestation, the split, the decisions, the option
+``keep_if_loses`` and the verdict together. Version 4 adds the group check (the small-sample
+correction for few or unequal groups, :mod:`.smallgroups`): ``params.group_check`` and each
+report's ``group_check``. It is written when at least one decision has groups; an audit without
+groups is written as version 3, byte for byte as before (nothing in it changed). Audits of
+versions 1 to 3 still verify."""
+UNGROUPED_AUDIT_VERSION = 3
+"""The version of an audit none of whose decisions has groups (failed trainings included)."""
 
 BINDING_DOMAIN = b"typestrict-refund-binding-v1\x00"
 
 SplitSummary = Mapping[str, "int | Mapping[str, int]"]
 
 
-def params() -> dict[str, Any]:
-    """The rule's fixed parameters as written in every audit (the verifier checks them)."""
-    return {
+def audit_version(judgement: TrainingJudgement) -> int:
+    """4 when a decision has groups (its report carries the group check), else 3."""
+    grouped = any(r.groups is not None for r in judgement.decisions)
+    return AUDIT_VERSION if grouped else UNGROUPED_AUDIT_VERSION
+
+
+def params(version: int = AUDIT_VERSION) -> dict[str, Any]:
+    """The rule's fixed parameters as written in an audit of ``version`` (3 or 4; the verifier
+    checks them)."""
+    out: dict[str, Any] = {
         "resamples": RESAMPLES,
         "weights": {"macro_f1": WEIGHTS[0], "brier_skill": WEIGHTS[1], "selective_acc_80": WEIGHTS[2]},
         "max_drop": {name: _frac(MAX_DROP[name]) for name in METRIC_NAMES},
@@ -85,6 +99,9 @@ def params() -> dict[str, Any]:
         "trained_on_domain": _domain(TRAINED_ON_DOMAIN),
         "binding_domain": _domain(BINDING_DOMAIN),
     }
+    if version >= 4:
+        out["group_check"] = GROUP_CHECK_METHOD
+    return out
 
 
 def _domain(prefix: bytes) -> str:
@@ -166,7 +183,22 @@ def _bootstrap(b: BootstrapResult) -> dict[str, Any]:
     }
 
 
-def _decision(r: DecisionReport) -> dict[str, Any]:
+def _group_check(c: GroupCheck | None) -> dict[str, Any] | None:
+    if c is None:
+        return None
+    return {
+        "n_groups": c.n_groups,
+        "effective_groups": c.effective_groups,
+        "df": c.df,
+        "t": c.t,
+        "leave_one_out": list(c.leave_one_out),
+        "se": c.se,
+        "lower": c.lower,
+        "passed": c.passed,
+    }
+
+
+def _decision(r: DecisionReport, version: int) -> dict[str, Any]:
     rows: dict[str, Any] = {
         "sha256": [row.text_sha256 for row in r.rows],
         "y": [row.y for row in r.rows],
@@ -216,6 +248,7 @@ def _decision(r: DecisionReport) -> dict[str, Any]:
             "margins": {name: r.margins[name].value for name in METRIC_NAMES},
             "gain": r.gain,
             "bootstrap": _bootstrap(r.bootstrap),
+            **({"group_check": _group_check(r.group_check)} if version >= 4 else {}),
             "gain_is_real": r.gain_is_real,
             "nothing_collapses": r.nothing_collapses,
             "beats": r.beats,
@@ -278,16 +311,17 @@ def build_audit(
     Raises:
         InputError: an id is empty or not printable, or the split summary holds a non-count.
     """
+    version = audit_version(judgement)
     audit: dict[str, Any] = {
         "format": AUDIT_FORMAT,
-        "audit_version": AUDIT_VERSION,
+        "audit_version": version,
         "training_id": _check_id("training_id", training_id),
         "model_id": _check_id("model_id", model_id),
         "jev_id": _check_id("jev_id", jev_id),
-        "params": params(),
+        "params": params(version),
         "trained_on": trained_on.as_audit(),
         "split": None if split is None else _check_split(split),
-        "decisions": [_decision(r) for r in judgement.decisions],
+        "decisions": [_decision(r, version) for r in judgement.decisions],
         "overall": {
             "n_decisions": len(judgement.decisions),
             "needed": judgement.needed,

@@ -33,6 +33,7 @@ With ``shift = 0`` the two systems are exchangeable, so the true gain is exactly
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,7 +42,10 @@ import numpy as np
 
 from typestrict_pipeline.refund.bootstrap import bootstrap_gains, q05_index
 from typestrict_pipeline.refund.metrics import ExampleValues, example_values
-from typestrict_pipeline.refund.rule import RESAMPLES
+from typestrict_pipeline.refund.rule import RESAMPLES, judge_decision
+from typestrict_pipeline.refund.smallgroups import t95
+from typestrict_pipeline.refund.stream import group_sha256
+from typestrict_pipeline.refund.types import DecisionData, DecisionKind, JudgedRow
 
 MU = 1.0
 SIGMA = 1.5
@@ -91,6 +95,32 @@ def unequal_sizes(n: int, largest: int, seed: int) -> tuple[int, ...]:
     return tuple(sizes)
 
 
+def zipf_sizes(n: int, n_groups: int, exponent: float = 1.0) -> tuple[int, ...]:
+    """Group sizes proportional to ``1 / rank**exponent`` (Zipf), at least 1 each, summing to ``n``.
+
+    Each group first gets ``max(1, floor(share))`` of its exact share ``n · w_g / Σw``; the rows
+    left go one each to the largest remainders (ties to the larger group); no randomness.
+
+    >>> zipf_sizes(200, 10)
+    (68, 34, 23, 17, 14, 11, 10, 8, 8, 7)
+    >>> sum(zipf_sizes(2000, 100)), min(zipf_sizes(2000, 100))
+    (2000, 4)
+    """
+    if not 1 <= n_groups <= n:
+        raise ValueError(f"expected 1 <= n_groups <= n, got {n_groups} groups of {n} rows")
+    weights = [1.0 / (g + 1) ** exponent for g in range(n_groups)]
+    total = math.fsum(weights)
+    shares = [n * w / total for w in weights]
+    sizes = [max(1, math.floor(s)) for s in shares]
+    left = n - sum(sizes)
+    by_remainder = sorted(range(n_groups), key=lambda g: (-(shares[g] - math.floor(shares[g])), g))
+    for g in by_remainder[:max(left, 0)]:
+        sizes[g] += 1
+    while sum(sizes) > n:  # the minimum of 1 overshot: take back from the largest group
+        sizes[max(range(n_groups), key=lambda i: (sizes[i], -i))] -= 1
+    return tuple(sizes)
+
+
 def _probabilities(y: np.ndarray, z: np.ndarray, k: int) -> list[tuple[float, ...]]:
     p_right = 1.0 / (1.0 + np.exp(-z))
     out: list[tuple[float, ...]] = []
@@ -104,6 +134,15 @@ def _probabilities(y: np.ndarray, z: np.ndarray, k: int) -> list[tuple[float, ..
 
 def simulate(design: Design, seed: int) -> Simulated:
     """Draw one test set of ``design`` from ``Generator(PCG64(seed))`` (see the module doc)."""
+    y, groups, probs = _draw(design, seed)
+    return Simulated(y, example_values(y, probs[0]), example_values(y, probs[1]), groups)
+
+
+Probs = list[tuple[float, ...]]
+
+
+def _draw(design: Design, seed: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[Probs, Probs]]:
+    """One test set's right answers, groups and both systems' probabilities (module doc)."""
     if not 0.0 <= design.rho < 1.0:
         raise ValueError(f"expected 0 <= rho < 1, got {design.rho}")
     rng = np.random.Generator(np.random.PCG64(seed))
@@ -111,13 +150,86 @@ def simulate(design: Design, seed: int) -> Simulated:
     groups = np.repeat(np.arange(len(sizes)), sizes)
     n = int(sizes.sum())
     y = rng.integers(0, design.n_answers, size=n)
-    values = []
+    probs = []
     for mu in (MU + design.shift, MU):
         u = rng.standard_normal(len(sizes))[groups]
         e = rng.standard_normal(n)
         z = mu + SIGMA * (math.sqrt(design.rho) * u + math.sqrt(1.0 - design.rho) * e)
-        values.append(example_values(y.tolist(), _probabilities(y, z, design.n_answers)))
-    return Simulated(tuple(y.tolist()), values[0], values[1], tuple(groups.tolist()))
+        probs.append(_probabilities(y, z, design.n_answers))
+    return tuple(y.tolist()), tuple(groups.tolist()), (probs[0], probs[1])
+
+
+def decision_data(design: Design, seed: int, name: str = "sim") -> DecisionData:
+    """Simulated test set ``seed`` of ``design`` as the :class:`DecisionData` the product judges
+    (texts are made-up ids hashed with the set's seed; each group's digest from
+    :func:`group_sha256`); the same draws as :func:`simulate`.
+
+    >>> d = decision_data(Design(sizes=(2, 1), rho=0.3), seed=1)
+    >>> len(d.rows), len({r.group_sha256 for r in d.rows})
+    (3, 2)
+    """
+    y, groups, probs = _draw(design, seed)
+    rows = tuple(
+        JudgedRow(
+            hashlib.sha256(f"{seed}-{i}".encode()).hexdigest(), yi, pm, pj, None,
+            group_sha256(f"{seed}-g{groups[i]}"),
+        )
+        for i, (yi, pm, pj) in enumerate(zip(y, probs[0], probs[1], strict=True))
+    )
+    answers = tuple(f"a{k}" for k in range(len(probs[0][0])))
+    return DecisionData(name, DecisionKind.SINGLE, answers, rows)
+
+
+@dataclass(frozen=True)
+class VerdictRates:
+    """What :func:`judge_decision` said on simulated test sets (counts, not shares).
+
+    Attributes:
+        n_sets: simulated test sets.
+        beats: decisions that beat Jev (the verdict, with the group check).
+        gain_is_real: decisions whose gain was real (with the group check).
+        beats_without_check: decisions that would have beaten Jev on the bootstrap's q05 alone
+            (what format versions 2 and 3 said).
+        gain_without_check: decisions whose q05 was above zero.
+        beats_t_all_groups: decisions that would have beaten Jev had the group check used
+            ``G − 1`` degrees of freedom instead of ``G_eff − 1`` (the design alternative
+            docs/method/refund.md compares; same q05, same jackknife SE).
+    """
+
+    n_sets: int
+    beats: int
+    gain_is_real: int
+    beats_without_check: int
+    gain_without_check: int
+    beats_t_all_groups: int = 0
+
+
+def verdict_rates(
+    design: Design, *, n_sets: int, base_seed: int, resamples: int = RESAMPLES
+) -> VerdictRates:
+    """Judge ``n_sets`` simulated grouped test sets with the product's :func:`judge_decision`.
+
+    Set ``i`` is drawn with seed ``base_seed + i`` (:func:`simulate`); its rows are hashed from
+    that seed, so every set has its own bootstrap seed.
+
+    >>> r = verdict_rates(Design(sizes=zipf_sizes(60, 10), rho=0.3), n_sets=3, base_seed=5,
+    ...                   resamples=200)
+    >>> r.n_sets, r.beats <= r.beats_without_check
+    (3, True)
+    """
+    beats = real = beats_old = real_old = beats_all = 0
+    for i in range(n_sets):
+        seed = base_seed + i
+        report = judge_decision(decision_data(design, seed), resamples=resamples)
+        beats += report.beats
+        real += report.gain_is_real
+        old = report.bootstrap.gain_is_real and report.nothing_collapses
+        real_old += report.bootstrap.gain_is_real
+        beats_old += old
+        check = report.group_check
+        if old and check is not None and check.se is not None:
+            beats_all += report.gain - t95(check.n_groups - 1) * check.se > 0.0
+    return VerdictRates(n_sets, beats, real, beats_old, real_old, beats_all)
 
 
 @dataclass(frozen=True)

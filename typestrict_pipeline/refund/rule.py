@@ -3,7 +3,9 @@
 A decision *beats* Jev when both hold:
 
 * the gain is real: the 5th percentile (order statistic) of G over the paired bootstrap's 2,000
-  resamples is above zero;
+  resamples is above zero and, when the test examples come in groups, the group jackknife t check
+  passes (:mod:`.smallgroups`: ``G − t_{G−1} · se_jackknife > 0``, the small-sample correction
+  for few or unequal groups; audit format version 4);
 * nothing collapses: no metric of the model is below Jev's by more than its margin (0.02; 0.05 for
   ``worst_class_f1``), compared as exact rationals; the ``worst_class_f1`` margin does not apply
   when no answer has 5 test examples.
@@ -59,6 +61,7 @@ from typestrict_pipeline.refund.metrics import (
     sums_to_one,
     worst_eligible,
 )
+from typestrict_pipeline.refund.smallgroups import GroupCheck, group_check
 from typestrict_pipeline.refund.stream import bootstrap_seed
 from typestrict_pipeline.refund.types import DecisionData, DecisionKind, JudgedRow, Verdict
 
@@ -106,6 +109,7 @@ class DecisionReport:
         gain: G on the whole test set.
         bootstrap: the paired bootstrap.
         beats: whether the model beats Jev on this decision.
+        group_check: with groups, the group jackknife t check (``None`` without groups).
     """
 
     name: str
@@ -127,6 +131,7 @@ class DecisionReport:
     gain: float
     bootstrap: BootstrapResult
     beats: bool
+    group_check: GroupCheck | None = None
 
     @property
     def n(self) -> int:
@@ -135,8 +140,11 @@ class DecisionReport:
 
     @property
     def gain_is_real(self) -> bool:
-        """The bootstrap's 5th percentile of G is above zero."""
-        return self.bootstrap.gain_is_real
+        """The bootstrap's 5th percentile of G is above zero and, with groups, the group check
+        passes."""
+        return self.bootstrap.gain_is_real and (
+            self.group_check is None or self.group_check.passed
+        )
 
     @property
     def nothing_collapses(self) -> bool:
@@ -356,7 +364,9 @@ def judge_decision(data: DecisionData, *, resamples: int = RESAMPLES) -> Decisio
     )
     gains = bootstrap_gains(y, ex_m, ex_j, k, seed, resamples, groups)
     boot = summarize(gains.tolist(), seed, unit, n_units)
-    beats = boot.gain_is_real and all(s is not MarginStatus.BROKEN for s in margins.values())
+    check = None if groups is None else group_check(y, ex_m, ex_j, k, groups, g)
+    real = boot.gain_is_real and (check is None or check.passed)
+    beats = real and all(s is not MarginStatus.BROKEN for s in margins.values())
     return DecisionReport(
         name=data.name,
         kind=data.kind,
@@ -377,6 +387,7 @@ def judge_decision(data: DecisionData, *, resamples: int = RESAMPLES) -> Decisio
         gain=g,
         bootstrap=boot,
         beats=beats,
+        group_check=check,
     )
 
 
