@@ -35,14 +35,16 @@ ui: $(STAMP)
 	exec env DAGSTER_HOME="$(TS_HOME)/dagster_home" TYPESTRICT_HOME="$(TS_HOME)" $(SUPERVISE) \
 		$(BIN)/dagster dev -w workspace.yaml -h $(UI_HOST) -p $(UI_PORT)
 
-# The suite runs on two pytest-xdist workers (tests/conftest.py keeps a module's shared fixture on
-# one worker and starts the slow files first). mypy, about 45 s of CPU without a cache (a clean
+# The suite runs on four pytest-xdist workers on two cores: most of its wall time is spent waiting
+# on Dagster daemons, code servers, browsers and subprocesses (a killed-run test: 42 s of CPU in
+# 135 s), so four overlap that waiting (tests/conftest.py keeps a module's shared fixture on one
+# worker and starts the longest files first). mypy, about 45 s of CPU without a cache (a clean
 # clone), runs beside it at low priority on the CPU the workers leave idle while their tests wait
 # on servers and subprocesses; its output is printed after pytest's. Any failure fails the target.
 test: $(STAMP)
 	@nice -n 10 $(BIN)/mypy typestrict_pipeline assets resources demo bench tests >$(VENV)/mypy.log 2>&1 & typed=$$!; \
-	echo "pytest on 2 workers; mypy beside it (nice -n 10), then ruff"; \
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder; tests=$$?; \
+	echo "pytest on 4 workers; mypy beside it (nice -n 10), then ruff"; \
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 4 --dist loadfile --no-loadscope-reorder; tests=$$?; \
 	wait $$typed; typed=$$?; echo "mypy:"; cat $(VENV)/mypy.log; \
 	$(BIN)/ruff check typestrict_pipeline assets resources tests bench demo; linted=$$?; \
 	for code in $$tests $$typed $$linted; do [ $$code -eq 0 ] || exit $$code; done
