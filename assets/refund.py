@@ -29,7 +29,7 @@ from resources.store import StoreResource
 from typestrict_pipeline import plots
 from typestrict_pipeline.credits import SettledAuditError, settled_audit_sha256
 from typestrict_pipeline.files import write_atomic
-from typestrict_pipeline.progress import Progress, ProgressFn, every, write_progress
+from typestrict_pipeline.progress import Progress, ProgressFn, clear_progress, every, write_progress
 from typestrict_pipeline.refund.audit import audit_bytes, build_audit
 from typestrict_pipeline.refund.dataset import Dataset, unlabeled_from_split, unlabeled_text
 from typestrict_pipeline.refund.explain import decision_reason, facts_from_report, verdict_sentence
@@ -283,9 +283,14 @@ def dataset(
         meta["failure_reason"] = manifest.failure_reason or ""
         return dg.MaterializeResult(value=LoadedTraining(manifest, None), metadata=meta)
     # Every input (dataset, each predictions file in full, each endpoint) is checked before this
-    # first asset returns: a bad training fails here and nothing of it is stored.
-    with product_failure(manifest):
-        checked = check_training(manifest, progress=run_progress(context))
+    # first asset returns: a bad training fails here and nothing of it is stored, not even the
+    # progress its check reported while reading (the run's log keeps those lines).
+    try:
+        with product_failure(manifest):
+            checked = check_training(manifest, progress=run_progress(context))
+    except BaseException:
+        clear_progress(typestrict_home(), context.run.run_id)
+        raise
     data = checked.dataset
     assert data is not None
     for line in checked.checked:

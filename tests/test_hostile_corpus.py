@@ -644,7 +644,11 @@ def test_the_cli_refuses_a_broken_store_with_a_message_and_no_traceback(
         ("redis://127.0.0.1:6379/0", r"expected a store URL"),
         ("sqlite+pysqlcipher://:secret@/x.db", r"expected the built-in SQLite driver"),
         ("postgresql+psycopg://u:pw@127.0.0.1/test", r"expected the psycopg2 driver"),
-        ("postgresql://u:hunter2@127.0.0.1:1/nowhere", r"expected a reachable database|could not bring"),
+        # the password masked, what was expected where, and what to do
+        ("postgresql://u:hunter2@127.0.0.1:1/nowhere",
+         r"could not open the store at postgresql\+psycopg2://u:\*\*\*@127\.0\.0\.1:1/nowhere: "
+         r"expected a PostgreSQL server answering on 127\.0\.0\.1:1, got no answer\. "
+         r"Start the server or fix the host and port in --store / TYPESTRICT_STORE_URL"),
     ],
 )
 def test_a_bad_store_url_is_refused_with_a_message(url: str, pattern: str) -> None:

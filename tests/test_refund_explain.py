@@ -3,13 +3,16 @@
 import hashlib
 import json
 import random
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from typestrict_pipeline.refund.audit import audit_bytes, build_audit
+from typestrict_pipeline.refund.calibration import zipf_sizes
 from typestrict_pipeline.refund.explain import (
     DecisionFacts,
+    GroupFacts,
     decision_reason,
     verdict_sentence,
     verdict_sentence_from_audit,
@@ -20,7 +23,8 @@ from typestrict_pipeline.refund.rule import (
     judge_decision,
     judge_training,
 )
-from typestrict_pipeline.refund.types import DecisionData, DecisionKind, JudgedRow
+from typestrict_pipeline.refund.synthetic import synthetic_decision, with_groups
+from typestrict_pipeline.refund.types import DecisionData, DecisionKind, JudgedRow, Verdict
 
 # The demo's rt-two-decisions as its audit records it (make demo, seeded: same numbers every time).
 TWO_DECISIONS = {
@@ -135,4 +139,76 @@ def test_the_reason_never_contradicts_the_rule(gain: float, q05: float, le0: int
     assert ("and reliably" in reason) == (q05 > 0)
     assert ("not reliably" in reason) == (q05 <= 0 < gain)
     assert ("margin" in reason) == (bool(broken) or q05 > 0)
+    assert "\n" not in reason and not reason.endswith(".")
+
+
+# ------------------------------------------------------------------------------------------------
+# Grouped decisions (audit format 4): a gain is real only if the group check passes too
+# ------------------------------------------------------------------------------------------------
+
+
+def test_a_grouped_gain_the_group_check_refuses_is_not_called_reliable() -> None:
+    # Seeded: 60 rows in 3 Zipf-sized groups (35, 15, 10: 2 effective). The group bootstrap's q05
+    # is above zero but the group check's G - t*se is not, so the verdict refunds; the sentence
+    # must say why, and say it the same from the judgement and from its audit.
+    data = with_groups(synthetic_decision(seed=0, n=60, n_answers=2, name="topic", model_skill=0.9,
+                                          jev_skill=0.5), zipf_sizes(60, 3))
+    report = judge_decision(data)
+    check = report.group_check
+    assert report.bootstrap.gain_is_real and report.nothing_collapses
+    assert check is not None and not check.passed and check.lower is not None
+    assert (check.n_groups, check.effective_groups) == (3, 2)
+    judgement = judge_training([report], keep_if_loses=False)
+    assert judgement.verdict is Verdict.REFUND
+    audit = json.loads(audit_bytes(build_audit(judgement, training_id="t", model_id="m", jev_id="j")))
+    assert audit["audit_version"] == 4
+    sentence = verdict_sentence(judgement)
+    assert verdict_sentence_from_audit(audit) == sentence
+    assert sentence.startswith("The credit comes back: the model did not beat Jev: better than Jev")
+    assert "reliably" not in sentence and "no metric fell" not in sentence
+    assert sentence.endswith(
+        "on average (G = +0.1025), positive in all 2,000 resamples (q05 = +0.0453), but the gain is not "
+        "sure with only 2 effective groups (of 3): the group check G − t·se = -0.1008 is not above zero."
+    )
+
+
+def test_the_single_group_audit_says_one_group_is_not_sure() -> None:
+    # tests/data/audit_v4/one_group.json: one group, so q05 = G > 0, but the check never passes;
+    # keep_if_loses was on, so the credit stays spent though the model did not beat Jev.
+    audit = json.loads((Path(__file__).parent / "data" / "audit_v4" / "one_group.json").read_text())
+    assert verdict_sentence_from_audit(audit) == (
+        "The credit stays spent: keep_if_loses was on, so the model is delivered even though it did not "
+        "beat Jev: better than Jev on all four metrics and on average (G = +0.1534), positive in all "
+        "2,000 resamples (q05 = +0.1534), but the gain is not sure with only one group: a gain over one "
+        "group says nothing beyond it."
+    )
+
+
+def test_a_grouped_gain_that_passes_the_check_reads_as_before() -> None:
+    audit = json.loads((Path(__file__).parent / "data" / "audit_v4" / "multi.json").read_text())
+    assert "topic settled it: better than Jev on all four metrics and on average (G = +0.2975) and " \
+        "reliably: the gain was positive in all 2,000 resamples (q05 = +0.2310), and no metric fell" \
+        in verdict_sentence_from_audit(audit)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    gain=st.floats(-1, 1), q05=st.floats(-1, 1), le0=st.integers(0, 2000),
+    n_groups=st.integers(1, 60), lower=st.floats(-1, 1),
+    broken=st.lists(st.sampled_from(["macro_f1", "brier_skill", "selective_acc_80", "worst_class_f1"]),
+                    unique=True),
+)
+def test_a_grouped_reason_never_contradicts_the_rule(
+    gain: float, q05: float, le0: int, n_groups: int, lower: float, broken: list[str]
+) -> None:
+    group = GroupFacts(n_groups=n_groups, effective_groups=max(1, n_groups // 2),
+                       lower=None if n_groups == 1 else lower, passed=n_groups > 1 and lower > 0)
+    facts = DecisionFacts("d", gain=gain, q05=q05, resamples=2000, n_gain_le_0=le0, broken=tuple(broken),
+                          group=group)
+    reason = decision_reason(facts)
+    real = q05 > 0 and group.passed
+    assert facts.gain_is_real == real
+    assert ("and reliably" in reason) == real
+    assert ("not sure" in reason) == (q05 > 0 and gain > 0 and not group.passed)
+    assert ("not reliably" in reason) == (q05 <= 0 < gain)
     assert "\n" not in reason and not reason.endswith(".")

@@ -45,4 +45,5 @@ def test_study_cli_refuses_without_limits_then_runs_and_shows_the_leaderboard(
     assert main(["study", "leaderboard", "99"]) == 2
     assert "expected an existing study id, got 99" in capsys.readouterr().err
     assert main(["study", "cancel", "1"]) == 2  # it has ended: nothing to cancel (lifecycle's reaper)
-    assert "It has ended already: nothing to cancel" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "got study 1 Budget reached" in err and "It has ended already: nothing to cancel" in err

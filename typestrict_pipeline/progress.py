@@ -8,6 +8,10 @@ The core reports :class:`Progress` to a callback; the wiring decides where it go
   tells how far a run is: reports are written to ``<home>/progress/<key>.json`` by
   :func:`write_progress` (atomically, so a reader never sees half a file).
 
+A report stays after its run ends (the console shows how far a finished run got), except when
+the work is refused at its first step: :func:`clear_progress` removes it, so a bad input that
+fails its run before anything is stored leaves nothing behind in the home either.
+
 >>> seen = []
 >>> report = every(25, seen.append)
 >>> for done in range(0, 101, 5):
@@ -29,6 +33,7 @@ from typestrict_pipeline.files import write_atomic
 __all__ = [
     "Progress",
     "ProgressFn",
+    "clear_progress",
     "every",
     "progress_path",
     "read_progress",
@@ -113,6 +118,19 @@ def write_progress(home: Path, key: str, progress: Progress) -> None:
     """Record ``progress`` as the latest of ``key`` (what :func:`read_progress` returns)."""
     data = json.dumps(asdict(progress), sort_keys=True).encode("utf-8")
     write_atomic(progress_path(home, key), data)
+
+
+def clear_progress(home: Path, key: str) -> None:
+    """Forget the progress recorded for ``key`` (nothing happens when there is none).
+
+    >>> import tempfile
+    >>> home = Path(tempfile.mkdtemp())
+    >>> write_progress(home, "run-1", Progress("reading the dataset", 5, 10))
+    >>> clear_progress(home, "run-1"); clear_progress(home, "run-1")
+    >>> read_progress(home, "run-1") is None
+    True
+    """
+    progress_path(home, key).unlink(missing_ok=True)
 
 
 def read_progress(home: Path, key: str) -> Progress | None:

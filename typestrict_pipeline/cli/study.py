@@ -10,7 +10,8 @@
 * ``leaderboard STUDY_ID [--json]``: the leaderboard and its header.
 * ``list [--workspace W] [--workflow NAME]``, ``cancel STUDY_ID``, ``delete STUDY_ID``,
   ``promote STUDY_ID``. ``list`` first ends as ``Interrupted`` the studies whose process died;
-  ``cancel`` works on any study that has not ended (pending, running, failed, interrupted).
+  ``cancel`` works on any study that has not ended (pending, running, failed, interrupted); an
+  ended one is refused (exit 2) with how it ended: nothing to cancel.
 
 Dagster is imported only by ``run``.
 """
@@ -305,20 +306,15 @@ def _say(args: argparse.Namespace, text: str, **fields: Any) -> None:
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    from typestrict_pipeline.errors import ConflictError
     from typestrict_pipeline.lifecycle.reaper import cancel_study, reap
 
     sid = _study_id(args.study_id)
     engine = write_store(args)
     try:
         reap(engine)
-        try:
-            ended = cancel_study(engine, sid)
-        except ConflictError:  # it had ended: say how, as before
-            with session_scope(engine) as s:
-                state = StudyState(repo.get_study(s, sid).state)
-            print(f"study {sid}: {state.label}; what ran is kept")
-            return 0
+        # A study that has ended is refused (exit 2) with how it ended, like `backtest cancel`,
+        # `training cancel` and the API's 409: there is nothing to cancel.
+        ended = cancel_study(engine, sid)
     finally:
         engine.dispose()
     _say(args, f"study {sid}: Cancelled ({ended.why}); what ran is kept", study_id=sid,

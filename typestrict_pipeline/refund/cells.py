@@ -15,6 +15,7 @@ converted without a Python object per cell; any other column goes cell by cell t
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -90,7 +91,7 @@ def blank_mask(texts: pa.Array) -> npt.NDArray[np.bool_]:
     [False, True, True, True, False, True, False]
     """
     first = pc.utf8_slice_codeunits(texts, 0, 1)
-    maybe = pc.fill_null(pc.or_(pc.equal(first, ""), pc.is_in(first, value_set=_SPACES)), True)
+    maybe = pc.fill_null(pc.or_(pc.equal(first, ""), pc.is_in(first, value_set=_spaces())), True)
     out = np.asarray(maybe.to_numpy(zero_copy_only=False), dtype=bool)
     rows = np.flatnonzero(out)
     if rows.size:
@@ -101,7 +102,11 @@ def blank_mask(texts: pa.Array) -> npt.NDArray[np.bool_]:
     return out
 
 
-_SPACES = pa.array(list(_WHITESPACE), type=pa.large_string())
+@functools.cache
+def _spaces() -> pa.Array:
+    """The white-space characters as an Arrow array, made on first use: any ``pa.array`` call
+    imports pandas (pyarrow checks for pandas objects), which loading the code location must not."""
+    return pa.array(list(_WHITESPACE), type=pa.large_string())
 
 
 def _python_cells(

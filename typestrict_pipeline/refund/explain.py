@@ -1,8 +1,9 @@
 """The verdict in words: one plain sentence saying why the credit came back or stayed spent.
 
 The refund rule (``refund.rule``) asks two things of each decision: a gain that holds up under
-resampling (the 5th percentile of G over the paired bootstrap above zero) and no metric that
-collapses (none below Jev's by more than its margin). A number like ``q05 = -0.0012`` answers
+resampling (the 5th percentile of G over the paired bootstrap above zero and, when the test
+examples come in groups, the group check: ``G − t·se`` above zero, ``refund.smallgroups``) and no
+metric that collapses (none below Jev's by more than its margin). A number like ``q05 = -0.0012`` answers
 the first question only for someone who knows the rule, so every place that shows a verdict (the
 Dagster UI, the CLI, the API's result page, the console) also shows this sentence, made here once.
 
@@ -29,6 +30,7 @@ from typestrict_pipeline.refund.types import Verdict
 
 __all__ = [
     "DecisionFacts",
+    "GroupFacts",
     "decision_reason",
     "facts_from_audit",
     "facts_from_report",
@@ -37,6 +39,23 @@ __all__ = [
 ]
 
 _NUMBER_WORDS = {2: "two", 3: "three", 4: "four"}
+
+
+@dataclass(frozen=True)
+class GroupFacts:
+    """The group check of a grouped decision (audit format 4, ``report.group_check``).
+
+    Attributes:
+        n_groups: G, the distinct groups.
+        effective_groups: ``G_eff = ⌊n² / Σ n_g²⌋`` (fewer than G when a few groups hold most rows).
+        lower: ``G − t·se``, the check's lower bound (``None`` with a single group).
+        passed: ``lower > 0`` (never with a single group).
+    """
+
+    n_groups: int
+    effective_groups: int
+    lower: float | None
+    passed: bool
 
 
 @dataclass(frozen=True)
@@ -51,6 +70,7 @@ class DecisionFacts:
         n_gain_le_0: resamples with ``G <= 0``.
         deltas: model − Jev per metric (``None`` where the metric does not apply).
         broken: the metrics whose margin broke, in the rule's metric order.
+        group: the group check when the test examples come in groups (``None`` without groups).
     """
 
     name: str
@@ -60,11 +80,12 @@ class DecisionFacts:
     n_gain_le_0: int
     deltas: Mapping[str, float | None] = field(default_factory=dict)
     broken: tuple[str, ...] = ()
+    group: GroupFacts | None = None
 
     @property
     def gain_is_real(self) -> bool:
-        """``q05 > 0``, as the rule asks."""
-        return self.q05 > 0.0
+        """``q05 > 0`` and, with groups, the group check passed, as the rule asks."""
+        return self.q05 > 0.0 and (self.group is None or self.group.passed)
 
     @property
     def beats(self) -> bool:
@@ -94,6 +115,8 @@ def facts_from_report(report: DecisionReport) -> DecisionFacts:
         n_gain_le_0=boot.n_gain_le_0,
         deltas=dict(report.deltas),
         broken=tuple(m for m in METRIC_NAMES if report.margins[m] is MarginStatus.BROKEN),
+        group=None if (c := report.group_check) is None else GroupFacts(
+            n_groups=c.n_groups, effective_groups=c.effective_groups, lower=c.lower, passed=c.passed),
     )
 
 
@@ -109,6 +132,7 @@ def facts_from_audit(decision: Mapping[str, Any]) -> DecisionFacts:
     boot = report["bootstrap"]
     margins = report.get("margins") or {}
     deltas = report.get("deltas") or {}
+    check = report.get("group_check")  # version 4, grouped decisions only
     return DecisionFacts(
         name=str(decision["name"]),
         gain=float(report["gain"]),
@@ -117,6 +141,10 @@ def facts_from_audit(decision: Mapping[str, Any]) -> DecisionFacts:
         n_gain_le_0=int(boot["n_gain_le_0"]),
         deltas={m: (None if deltas.get(m) is None else float(deltas[m])) for m in METRIC_NAMES if m in deltas},
         broken=tuple(m for m in METRIC_NAMES if margins.get(m) == MarginStatus.BROKEN.value),
+        group=None if check is None else GroupFacts(
+            n_groups=int(check["n_groups"]), effective_groups=int(check["effective_groups"]),
+            lower=None if check.get("lower") is None else float(check["lower"]),
+            passed=bool(check["passed"])),
     )
 
 
@@ -148,6 +176,23 @@ def _collapse_clause(facts: DecisionFacts) -> str:
     return _join(parts)
 
 
+def _group_clause(group: GroupFacts) -> str:
+    """Why a gain that held up in the bootstrap is still not sure: the group check failed.
+
+    >>> _group_clause(GroupFacts(12, 3, -0.0123, False))
+    'the gain is not sure with only 3 effective groups (of 12): the group check G − t·se = -0.0123 is not above zero'
+    >>> _group_clause(GroupFacts(1, 1, None, False))
+    'the gain is not sure with only one group: a gain over one group says nothing beyond it'
+    """
+    if group.lower is None or group.n_groups <= 1:
+        return "the gain is not sure with only one group: a gain over one group says nothing beyond it"
+    eff = group.effective_groups
+    plural = "group" if eff == 1 else "groups"
+    of = "" if eff == group.n_groups else f" (of {group.n_groups:,})"
+    return (f"the gain is not sure with only {eff:,} effective {plural}{of}: "
+            f"the group check G − t·se = {_signed(group.lower)} is not above zero")
+
+
 def decision_reason(facts: DecisionFacts) -> str:
     """Why one decision was won or lost, as a clause (no capital, no final stop).
 
@@ -162,12 +207,18 @@ def decision_reason(facts: DecisionFacts) -> str:
     b = facts.resamples
     gain = _signed(facts.gain)
     q05 = _signed(facts.q05)
+    positive = b - facts.n_gain_le_0
+    where = f"in all {b:,} resamples" if positive == b else f"in {positive:,} of {b:,} resamples"
     if facts.gain_is_real:
-        positive = b - facts.n_gain_le_0
-        where = f"in all {b:,} resamples" if positive == b else f"in {positive:,} of {b:,} resamples"
         head = (
             f"better than Jev{_better_everywhere(facts)} on average (G = {gain}) and reliably: "
             f"the gain was positive {where} (q05 = {q05})"
+        )
+    elif facts.q05 > 0 and facts.gain > 0 and facts.group is not None:
+        # the bootstrap alone would have said "reliably"; the group check did not
+        head = (
+            f"better than Jev{_better_everywhere(facts)} on average (G = {gain}), positive "
+            f"{where} (q05 = {q05}), but {_group_clause(facts.group)}"
         )
     elif facts.gain > 0:
         head = (
@@ -176,7 +227,6 @@ def decision_reason(facts: DecisionFacts) -> str:
         )
     else:
         worse = "worse than" if facts.gain < 0 else "no better than"
-        positive = b - facts.n_gain_le_0
         where = f"none of the {b:,}" if positive == 0 else f"{positive:,} of {b:,}"
         head = f"{worse} Jev on average (G = {gain}; the gain was positive in {where} resamples)"
     if facts.broken:
