@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -179,7 +180,7 @@ KILL_AT = {
     "jev_predictions": ("assets.refund", "_ask", False),
     "metrics": ("assets.refund", "build_decision_data", False),
     "verdict": ("assets.refund", "judge_training", False),
-    "audit": ("assets.refund", "write_audit", False),
+    "audit": ("assets.refund", "write_atomic", False),  # after the settled-digest check
     "credit_settlement": ("assets.credits", "settle_training", True),  # after its commit
 }
 
@@ -205,6 +206,10 @@ def _defs(home: Path, store_url: str) -> tuple[dg.Definitions, dict[str, Any]]:
 def _killed_child(defs: dg.Definitions, tid: str, asset: str, marker: Path) -> int:
     """Fork a process that runs verdict_job and stops for good inside ``asset``; its pid."""
     module_name, name, after = KILL_AT[asset]
+    # The name must still be one the asset's module calls (a renamed call would only show as a
+    # child that ends at once).
+    assert callable(getattr(importlib.import_module(module_name), name, None)), (
+        f"expected {module_name}.{name} (where {asset} is stopped), got no such name: update KILL_AT")
     pid = os.fork()
     if pid:
         return pid
@@ -225,6 +230,9 @@ def _killed_child(defs: dg.Definitions, tid: str, asset: str, marker: Path) -> i
             instance.add_dynamic_partitions("trainings", [tid])
             defs.resolve_job_def("verdict_job").execute_in_process(
                 partition_key=tid, instance=instance, raise_on_error=False)
+    except BaseException:
+        traceback.print_exc()  # the parent's assertion then says why the child ended
+        sys.stderr.flush()
     finally:
         os._exit(1)
 

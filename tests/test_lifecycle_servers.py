@@ -226,14 +226,18 @@ def test_sigterm_stops_a_backtest_which_ends_interrupted_with_when_and_why(tmp_p
     proc = subprocess.Popen(
         [str(Path(sys.executable).with_name("typestrict")), "backtest", "run", "seattle_rain",
          "--start", "2012-01-02", "--end", "2015-12-31", "--standin-latency", "0.2",
-         "--max-in-flight", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+         "--max-in-flight", "1", "--new-store"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 300
         started = False
         while time.monotonic() < deadline and proc.poll() is None and not started:
             time.sleep(0.5)
             started = _backtest_rows(store) > 0
-        assert started, "the backtest did not start"
+        if not started and proc.poll() is not None:
+            assert proc.stderr is not None
+            raise AssertionError(f"expected the backtest to start, got exit {proc.returncode}: "
+                                 f"{proc.stderr.read().decode(errors='replace')[-2000:]}")
+        assert started, "the backtest did not start within 300 s"
         time.sleep(1)
         everyone = tree(proc.pid)
         proc.send_signal(signal.SIGTERM)

@@ -29,7 +29,13 @@ from typestrict_pipeline.instance import sqlite_instance_config, write_instance_
 from typestrict_pipeline.processes import stop_process_group
 from typestrict_pipeline.reruns import scenario
 from typestrict_pipeline.reruns.decide import SubscriptionState
-from typestrict_pipeline.reruns.service import enable_schedule, lineage_entries, recent_ticks
+from typestrict_pipeline.reruns.service import (
+    current_slot,
+    enable_schedule,
+    lineage_entries,
+    recent_ticks,
+)
+from typestrict_pipeline.reruns.timeline import format_when
 from typestrict_pipeline.reruns.workspace import set_workspace
 from typestrict_pipeline.store import open_store, utcnow
 
@@ -140,8 +146,13 @@ def test_daemon_sees_appended_rows_and_fires_the_next_tick_by_itself(deployment:
         assert run.tags["typestrict/lineage"] == root
         assert f"typestrict schedule lineage {root}" in run.tags["typestrict/open_lineage"]
         assert [e.seq for e in lineage_entries(engine, root)] == [0, 1]  # the claimed re-run #1
-        # The tick history shows both: the skip with the page's reason, and the tick that fired.
-        assert any(t.skip_reason == "Not enough unseen data yet: 0 of 5 steps" for t in sensor_ticks(instance))
+        # The tick history shows both: the skip with the page's reason (then which schedule and
+        # when it is evaluated next, as every tick's reason says), and the tick that fired.
+        slot = current_slot(schedule.enabled_at, 60, first.at)
+        skipped = (f"Not enough unseen data yet: 0 of 5 steps (schedule {schedule.id}: study {root}, every 1m; "
+                   f"next evaluation {format_when(schedule.enabled_at + (slot + 1) * dt.timedelta(minutes=1))})")
+        reasons = [t.skip_reason for t in sensor_ticks(instance)]
+        assert skipped in reasons, reasons
         wait_for("the fired tick in the tick history", lambda: next(
             (t for t in sensor_ticks(instance) if run.run_id in t.run_ids), None), 120, log)
     finally:
