@@ -122,13 +122,24 @@ def _stop(proc: subprocess.Popen[bytes]) -> bytes:
     return out
 
 
+# A newcomer types `make ...` in a shell: no home set, and no outer make's variables (under
+# `make test`, MAKELEVEL and MAKEFLAGS would make the inner make print "Entering directory"
+# before the server's own first line).
+_NOT_A_NEWCOMERS = ("DAGSTER_HOME", "TYPESTRICT_HOME", "MAKELEVEL", "MAKEFLAGS", "MFLAGS",
+                    "MAKEOVERRIDES")
+
+
+def _newcomer_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in _NOT_A_NEWCOMERS}
+
+
 def _make_ui(command: str, root: Path) -> None:
     """``make ui`` serves the demo's runs: poll its GraphQL endpoint (generous timeout), then stop it."""
     # `make ui` depends on the virtualenv's stamp; it must not re-install from this temporary copy.
     stale = subprocess.run(["make", "-q", ".venv/.installed"], cwd=root, capture_output=True, check=False)
     assert stale.returncode == 0, "the virtualenv is older than pyproject.toml: run `make .venv/.installed` first"
     port = _free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", "TYPESTRICT_HOME")}
+    env = _newcomer_env()
     env["UI_PORT"] = str(port)
     proc = subprocess.Popen(shlex.split(command), cwd=root, env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -152,7 +163,7 @@ def _make_ui(command: str, root: Path) -> None:
 def _make_api(command: str, root: Path) -> None:
     """``make api`` serves the customer API: poll its OpenAPI schema (generous timeout), then stop it."""
     port = _free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", "TYPESTRICT_HOME")}
+    env = _newcomer_env()
     env["API_PORT"] = str(port)
     proc = subprocess.Popen(shlex.split(command), cwd=root, env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

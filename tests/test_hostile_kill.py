@@ -51,7 +51,7 @@ from typestrict_pipeline.study.tables import RunRow, RunState, StudyRow, StudySt
 
 ROOT = Path(__file__).resolve().parent.parent
 UTC = dt.UTC
-WAIT_S = 240.0  # generous bound on every wait (never asserted as a duration)
+WAIT_S = 600.0  # generous bound on every wait (never asserted as a duration; 240 s ran out at load 15-19)
 
 _CHILD = textwrap.dedent("""
     import sys, dagster as dg

@@ -135,8 +135,10 @@ def test_predictions_for_ids_that_do_not_exist_are_counted_and_nothing_is_stored
     assert "40 of the 40 test examples of decision 'sentiment' without a prediction" in text
     assert "nothing was stored or charged" in text.lower()
     assert training_status(engine, tid).state is TrainingState.AWAITING_PREDICTIONS  # type: ignore[union-attr]
+    # What the training's creation wrote (its draft, data, Jev's answers and the look for
+    # undeclared groups made before judging), and nothing of the refused predictions.
     assert sorted(p.name for p in (home / "trainings" / tid).rglob("*") if p.is_file()) == [
-        "api-draft.json", "dataset.csv", "jev.jsonl"]
+        "api-draft.json", "dataset.csv", "grouping.json", "jev.jsonl"]
     assert CreditLedger(engine).balance("acme") == 2
 
 
