@@ -46,6 +46,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from typestrict_pipeline.refund.bootstrap import group_members
 from typestrict_pipeline.refund.metrics import BRIER_UNIT, WEIGHTS, ExampleValues, f1_answers
 
 GROUP_CHECK_METHOD = "group_jackknife_t95_v1"
@@ -98,16 +99,6 @@ class GroupCheck:
     se: float | None
     lower: float | None
     passed: bool
-
-
-def _members(groups: Sequence[int]) -> list[list[int]]:
-    n_groups = max(groups) + 1
-    members: list[list[int]] = [[] for _ in range(n_groups)]
-    for i, g in enumerate(groups):
-        members[g].append(i)
-    if any(not rows for rows in members):
-        raise ValueError("expected every group index 0 … G−1 to hold at least one row")
-    return members
 
 
 class _System:
@@ -188,7 +179,7 @@ def group_check(
     Returns:
         The :class:`GroupCheck`.
     """
-    members = _members(groups)
+    members = group_members(groups)
     n_groups = len(members)
     n = len(y)
     effective = n * n // sum(len(rows) * len(rows) for rows in members)
