@@ -40,13 +40,16 @@ ui: $(STAMP)
 # 135 s), so four overlap that waiting (tests/conftest.py keeps a module's shared fixture on one
 # worker and starts the longest files first). mypy, about 45 s of CPU without a cache (a clean
 # clone), runs beside it at low priority on the CPU the workers leave idle while their tests wait
-# on servers and subprocesses; its output is printed after pytest's. Any failure fails the target.
+# on servers and subprocesses; its output is printed after pytest's. Any failure fails the target,
+# and each failed test's message is printed last (tests/failure_digest.py), where a log's tail shows it.
 test: $(STAMP)
 	@nice -n 10 $(BIN)/mypy typestrict_pipeline assets resources demo bench tests >$(VENV)/mypy.log 2>&1 & typed=$$!; \
 	echo "pytest on 4 workers; mypy beside it (nice -n 10), then ruff"; \
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n 4 --dist loadfile --no-loadscope-reorder; tests=$$?; \
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 4 --dist loadfile --no-loadscope-reorder \
+		--junitxml=$(VENV)/junit.xml -o junit_logging=no; tests=$$?; \
 	wait $$typed; typed=$$?; echo "mypy:"; cat $(VENV)/mypy.log; \
 	$(BIN)/ruff check typestrict_pipeline assets resources tests bench demo; linted=$$?; \
+	[ $$tests -eq 0 ] || $(BIN)/python tests/failure_digest.py $(VENV)/junit.xml; \
 	for code in $$tests $$typed $$linted; do [ $$code -eq 0 ] || exit $$code; done
 
 lint: $(STAMP)

@@ -153,11 +153,33 @@ def _make_ui(command: str, root: Path) -> None:
                 runs = data["runsOrError"]["results"]
                 break
             time.sleep(2)
+        # The README: a schedule just enabled "fires at its first evaluation, within a minute of
+        # `make ui` starting the daemon". The webserver can answer before the daemon's first sensor
+        # tick (or after it, on a busy machine): keep serving until every enabled schedule was
+        # evaluated at least once, as a reader who waits that minute sees it.
+        while runs and time.monotonic() < deadline and proc.poll() is None and _unevaluated_schedules():
+            time.sleep(2)
+        unevaluated = _unevaluated_schedules()
     finally:
         out = _stop(proc)
     text = out.decode(errors="replace")
     assert runs, f"`make ui` did not serve the demo's runs on port {port}:\n{text[-3000:]}"
     assert f"DAGSTER_HOME={root.resolve()}/.typestrict/dagster_home" in text
+    assert not unevaluated, f"`make ui`'s daemon did not evaluate schedules {unevaluated}:\n{text[-3000:]}"
+
+
+def _unevaluated_schedules() -> list[int]:
+    """The enabled re-run schedules of the working directory's store that no tick evaluated yet."""
+    from typestrict_pipeline.reruns.service import list_schedules
+    from typestrict_pipeline.reruns.tables import ScheduleState
+    from typestrict_pipeline.store import default_store_url, open_store
+
+    engine = open_store(default_store_url())
+    try:
+        return [v.id for v in list_schedules(engine)
+                if v.state is ScheduleState.ENABLED and v.last_tick_at is None]
+    finally:
+        engine.dispose()
 
 
 def _make_api(command: str, root: Path) -> None:
