@@ -8,7 +8,8 @@ For every workflow in ``typestrict_pipeline.backtest.workflows.default_registry(
   run tags ``mode=HISTORICAL`` and ``workflow=<name>``; the asset also stamps ``mode=HISTORICAL``
   on whatever run materializes it, and refuses a run tagged ``LIVE``.
 * ``live_decision_<workflow>``: one LIVE decision now (job ``live_<workflow>_job``, tags
-  ``mode=LIVE``; schedule ``live_<workflow>_schedule``, daily, off by default).
+  ``mode=LIVE``; schedule ``live_<workflow>_schedule``, daily, off by default; its run acts on
+  the store the schedule read: run config and ``typestrict/store`` tag).
 
 Plus ``backtest_usage`` (job ``backtest_usage_job``): a workspace's spend by day and by workflow,
 historical and live apart.
@@ -24,7 +25,7 @@ import dagster as dg
 
 from resources.backtests import BacktestModels
 from resources.failures import failure
-from resources.store import StoreResource
+from resources.store import StoreResource, store_run_request
 from typestrict_pipeline import plots
 from typestrict_pipeline.backtest.engine import RunCard, parse_step
 from typestrict_pipeline.backtest.metering import RunMode, format_usd
@@ -288,6 +289,21 @@ def backtest_usage(context: dg.AssetExecutionContext, config: UsageConfig, store
     })
 
 
+def _live_schedule(name: str, live_job: Any) -> dg.ScheduleDefinition:
+    """``live_<name>_schedule``: daily at 00:05 UTC, off by default; its run acts on the store
+    the schedule read (run config and ``typestrict/store`` tag)."""
+
+    @dg.schedule(
+        name=f"live_{name}_schedule", job=live_job, cron_schedule="5 0 * * *",
+        execution_timezone="UTC", default_status=dg.DefaultScheduleStatus.STOPPED,
+        description=f"Daily at 00:05 UTC: one LIVE decision of {name!r} (off by default).",
+    )
+    def _schedule(context: dg.ScheduleEvaluationContext, store: StoreResource) -> dg.RunRequest:
+        return store_run_request(store.resolved_url(), run_key=None)
+
+    return _schedule
+
+
 def build_defs() -> dg.Definitions:
     """Assets, jobs and schedules for every registered workflow, plus the usage asset."""
     assets: list[Any] = [backtest_usage]
@@ -307,8 +323,5 @@ def build_defs() -> dg.Definitions:
             description=f"Decide {name!r} now (LIVE).",
         )
         jobs.append(live_job)
-        schedules.append(dg.ScheduleDefinition(
-            name=f"live_{name}_schedule", job=live_job, cron_schedule="5 0 * * *",
-            execution_timezone="UTC", default_status=dg.DefaultScheduleStatus.STOPPED,
-        ))
+        schedules.append(_live_schedule(name, live_job))
     return dg.Definitions(assets=assets, jobs=jobs, schedules=schedules)

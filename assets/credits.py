@@ -9,6 +9,11 @@
 * ``training_sensor``: adds a ``trainings`` partition for each new manifest under
   ``${TYPESTRICT_HOME}/trainings/*/manifest.json`` and requests its ``verdict_job`` run once.
 
+Every run requested here acts on the store its schedule or sensor read (run config and the
+``typestrict/store`` tag: ``resources.store.store_run_request``). A partitioned job's request
+with a run config of its own replaces the job's default config, so ``verdict_job``'s requests
+carry its executor block (``VERDICT_JOB_EXECUTION``: in process) beside the store.
+
 Every decision and write is in ``typestrict_pipeline.credits``; this module only wires it.
 """
 
@@ -20,10 +25,11 @@ from typing import Any
 
 import dagster as dg
 
+from assets.refund import VERDICT_JOB_EXECUTION
 from resources.credits import CreditsResource
 from resources.failures import failure
 from resources.refund import RefundTrainingsResource
-from resources.store import StoreResource
+from resources.store import StoreResource, store_run_request
 from typestrict_pipeline.credits import (
     CreditLedger,
     LedgerLine,
@@ -257,9 +263,10 @@ def retention_job() -> None:
     default_status=dg.DefaultScheduleStatus.RUNNING,
     description="Daily at 04:00 UTC: expire model files whose retention has passed.",
 )
-def retention_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
+def retention_schedule(context: dg.ScheduleEvaluationContext, store: StoreResource) -> dg.RunRequest:
     now = context.scheduled_execution_time.astimezone(dt.UTC)
-    return dg.RunRequest(
+    return store_run_request(
+        store.resolved_url(),
         run_key=f"retention:{now.strftime('%Y-%m-%dT%H:%M')}",
         run_config={"ops": {"expire_model_files": {"config": {"now": now.isoformat()}}}},
         tags={"typestrict/area": "credits"},
@@ -304,8 +311,9 @@ def _resubmissions(context: dg.SensorEvaluationContext, store: StoreResource,
             dg.RunsFilter(job_name=VERDICT_JOB, tags={"dagster/partition": tid}), limit=1)
         return records[0].create_timestamp if records else None
 
-    return [dg.RunRequest(run_key=rerun_key(tid, n), partition_key=tid,
-                          tags={"typestrict/training": tid, "typestrict/submission": str(n)})
+    url = store.resolved_url()
+    return [store_run_request(url, run_key=rerun_key(tid, n), partition_key=tid, run_config=VERDICT_JOB_EXECUTION,
+                              tags={"typestrict/training": tid, "typestrict/submission": str(n)})
             for tid, n in resubmitted(judging, partitions=known, last_run_created=last_run)]
 
 
@@ -337,6 +345,7 @@ def training_sensor(
         context.log.warning("training %s refused before any run: %s", tid, message)
     cursor = next_cursor(context.cursor, requested=accepted, refused=refused, known_partitions=known)
     reruns = _resubmissions(context, store, known)
+    url = store.resolved_url()  # every run acts on the store this tick read
     if not accepted and not reruns:
         if cursor != (context.cursor or ""):
             context.update_cursor(cursor)
@@ -347,7 +356,8 @@ def training_sensor(
             + (f". Refused now: {why}"[:4000] if why else ""))
     return dg.SensorResult(
         run_requests=[
-            *[dg.RunRequest(run_key=run_key(tid), partition_key=tid, tags={"typestrict/training": tid})
+            *[store_run_request(url, run_key=run_key(tid), partition_key=tid, run_config=VERDICT_JOB_EXECUTION,
+                                tags={"typestrict/training": tid})
               for tid in accepted],
             *reruns,
         ],

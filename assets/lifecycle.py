@@ -8,7 +8,10 @@
   whose Dagster run ended without finishing it too), then checks ``ledger_balances``.
 * ``verdict_refusal_sensor`` (a run failure sensor on ``verdict_job``): a verdict run that failed
   on the customer's predictions or data (not on our side) moves the training to ``failed`` with
-  the product's message; corrected predictions are then accepted.
+  the product's message, in the store that run acted on; corrected predictions are then accepted.
+
+The ``lifecycle_job`` run acts on the store its sensor read (run config and ``typestrict/store``
+tag: ``resources.store.store_run_request``).
 
 Every decision and write is in ``typestrict_pipeline.lifecycle``; this module only wires it.
 """
@@ -23,7 +26,7 @@ from sqlalchemy import Engine, func, select
 
 from assets.refund import verdict_job
 from resources.refund import RefundTrainingsResource
-from resources.store import StoreResource
+from resources.store import StoreResource, store_of_run, store_run_request
 from typestrict_pipeline.lifecycle.leases import LeaseKind, holders
 from typestrict_pipeline.lifecycle.reaper import reap
 from typestrict_pipeline.lifecycle.tables import TrainingRow
@@ -98,8 +101,8 @@ def lifecycle_sensor(context: dg.SensorEvaluationContext, store: StoreResource) 
             f"Nothing overdue or dead: {open_trainings} open training(s), every one before its "
             "deadline; every running backtest and study has a live process")
     key = hashlib.sha256("\n".join(sorted(due)).encode()).hexdigest()[:16]
-    return dg.RunRequest(run_key=f"lifecycle:{key}", tags={"typestrict/area": "lifecycle",
-                                                          "typestrict/due": ", ".join(due[:20])[:200]})
+    return store_run_request(store.resolved_url(), run_key=f"lifecycle:{key}",
+                             tags={"typestrict/area": "lifecycle", "typestrict/due": ", ".join(due[:20])[:200]})
 
 
 @dg.op(description="Expire overdue trainings (credit back, operators told); mark dead backtests "
@@ -161,7 +164,8 @@ def verdict_refusal_sensor(context: dg.RunFailureSensorContext, store: StoreReso
         return dg.SkipReason("the run failed on our side: it is retried, flagged and settled by "
                              "its deadline")
     manifest = refund_trainings.load(training_id)
-    with store.engine() as engine:
+    # The refusal is recorded in the store the failed run acted on (its run config names it).
+    with store_of_run(context.dagster_run.run_config, store).engine() as engine:
         record_refusal(engine, training_id, manifest.workspace_id, message)
     return None
 

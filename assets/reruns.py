@@ -26,7 +26,7 @@ from sqlalchemy import Engine
 from assets.studies import partitions_name
 from resources.failures import failure
 from resources.reruns import RerunNotifierResource, RerunSettingsResource
-from resources.store import StoreResource, store_tags, with_store
+from resources.store import StoreResource, store_run_request
 from typestrict_pipeline import plots
 from typestrict_pipeline.errors import InputError, NotFoundError
 from typestrict_pipeline.reruns.decide import SkipKind
@@ -298,7 +298,7 @@ def _already_launched(engine: Engine, instance: dg.DagsterInstance | None, run_k
 
 
 def _requests_and_skips(
-    engine: Engine, results: list[TickResult], instance: dg.DagsterInstance | None, store_url: str | None = None
+    engine: Engine, results: list[TickResult], instance: dg.DagsterInstance | None, store_url: str
 ) -> tuple[list[dg.RunRequest], str | None]:
     """Run requests for fired ticks, and one skip message for the others. Each request carries
     ``store_url`` (the store the tick claimed its re-run in) in its run config and its
@@ -314,11 +314,9 @@ def _requests_and_skips(
             skipped.append(r)
             continue
         view = get_schedule(engine, r.schedule_id)
-        config = rerun_run_config(r.run_key)
-        tags = rerun_tags(view.workflow_id, r.schedule_id, view.lineage_root_id, r.run_key, r.message)
-        if store_url is not None:
-            config, tags = with_store(config, store_url), {**tags, **store_tags(store_url)}
-        requests.append(dg.RunRequest(run_key=r.run_key, run_config=config, tags=tags))
+        requests.append(store_run_request(
+            store_url, run_key=r.run_key, run_config=rerun_run_config(r.run_key),
+            tags=rerun_tags(view.workflow_id, r.schedule_id, view.lineage_root_id, r.run_key, r.message)))
     if not skipped:
         return requests, None
     if len(skipped) == 1 and len(results) == 1:

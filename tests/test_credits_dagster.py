@@ -18,7 +18,7 @@ from assets.credits import (
 )
 from resources.credits import CreditsResource
 from resources.refund import RefundTrainingsResource
-from resources.store import StoreResource
+from resources.store import StoreResource, with_store
 from typestrict_pipeline.credits import CreditLedger, EntryKind, ModelState, audit_bytes, get_model
 from typestrict_pipeline.refund.audit import build_audit, write_audit
 from typestrict_pipeline.refund.rule import TrainingJudgement, failed_training, judge
@@ -205,12 +205,15 @@ def test_a_changed_verdict_is_another_audit_refused_and_reported(env: dict[str, 
 # --- retention ------------------------------------------------------------------------------------
 
 
-def test_retention_schedule_passes_its_tick_time_as_now() -> None:
+def test_retention_schedule_passes_its_tick_time_as_now(sqlite_url: str) -> None:
     tick = dt.datetime(2026, 4, 2, 4, 0, tzinfo=dt.UTC)
-    req = retention_schedule(dg.build_schedule_context(scheduled_execution_time=tick))
+    req = retention_schedule(dg.build_schedule_context(
+        scheduled_execution_time=tick, resources={"store": StoreResource(url=sqlite_url)}))
     assert isinstance(req, dg.RunRequest)
     assert req.run_key == "retention:2026-04-02T04:00"
-    assert req.run_config == {"ops": {"expire_model_files": {"config": {"now": "2026-04-02T04:00:00+00:00"}}}}
+    # The sweep acts on the store the schedule read (tests/test_run_store.py runs it).
+    assert req.run_config == with_store(
+        {"ops": {"expire_model_files": {"config": {"now": "2026-04-02T04:00:00+00:00"}}}}, sqlite_url)
     assert retention_schedule.cron_schedule == "0 4 * * *"
 
 

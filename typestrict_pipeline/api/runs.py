@@ -13,9 +13,10 @@ own process, and outlives the API server: a restart loses nothing.
   there is none, as ``make demo`` does).
 * The code location is the one ``workspace.yaml`` names (module ``typestrict_pipeline.definitions``,
   location ``typestrict_pipeline``), loaded once in the API process, on the first launch.
-* Every run gets the API's store in its run config (``resources.store.config.url``), so it acts
-  on the store the request was checked against, and tags naming the workspace and the object it
-  runs (:data:`WORKSPACE_TAG`, :data:`OBJECT_TAG`).
+* Every run gets the API's store in its run config (``resources.store.config.url``) and its
+  ``typestrict/store`` tag, without a password (``resources.store.on_store``), so it acts on the
+  store the request was checked against, and tags naming the workspace and the object it runs
+  (:data:`WORKSPACE_TAG`, :data:`OBJECT_TAG`).
 
 Nothing here imports Dagster until a run is launched or read.
 """
@@ -143,9 +144,12 @@ class DagsterRuns:
         Raises:
             StoreError: the code location does not load or has no such job (an operator's fault).
         """
+        import importlib
+
         from dagster._core.storage.dagster_run import DagsterRunStatus
         from dagster._core.utils import make_new_run_id
 
+        on_store = importlib.import_module("resources.store").on_store  # the wiring, by name
         instance, context = self._ensure()
         request = context.create_request_context()
         location = request.get_code_location(LOCATION)
@@ -156,13 +160,13 @@ class DagsterRuns:
             raise StoreError(f"expected the code location to define job {job_name!r}, got none. "
                              "Deploy the current code location")
         remote_job = repository.get_full_job(job_name)
-        config = {**dict(run_config), "resources": {"store": {"config": {"url": self.store_url}}}}
+        config, store_tags = on_store(self.store_url, run_config, tags)
         plan = location.get_execution_plan(remote_job, config, step_keys_to_execute=None,
                                            known_state=None, instance=instance)
         run = instance.create_run(
             job_name=job_name, run_id=make_new_run_id(), run_config=config,
             resolved_op_selection=None, step_keys_to_execute=None, status=DagsterRunStatus.NOT_STARTED,
-            tags={**remote_job.tags, **dict(tags or {}), WORKSPACE_TAG: workspace, OBJECT_TAG: object_ref},
+            tags={**remote_job.tags, **store_tags, WORKSPACE_TAG: workspace, OBJECT_TAG: object_ref},
             root_run_id=None, parent_run_id=None, job_snapshot=remote_job.job_snapshot,
             execution_plan_snapshot=plan.execution_plan_snapshot,
             parent_job_snapshot=remote_job.parent_job_snapshot,

@@ -186,21 +186,42 @@ def run_study_on_dagster(study_id: int, *, executor: str = "in_process",
     defs = importlib.import_module("typestrict_pipeline.definitions").defs
     job = defs.resolve_job_def("study_job")
     url = store_url or default_store_url()
-    config: dict[str, Any] = resources_store.with_store(study_run_config(study_id), url)
-    tags: dict[str, str] = resources_store.store_tags(url)
+    config: dict[str, Any]
+    tags: dict[str, str]
+    config, tags = resources_store.on_store(url, study_run_config(study_id))
     quiet = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
     instance = _instance()
-    if executor == "multiprocess":
-        config["execution"] = {"config": {"multiprocess": {
-            "max_concurrent": max_concurrent, "start_method": {"forkserver": {}}}}}
-        result = dg.execute_job(dg.reconstructable(_study_job), instance=instance,
-                                run_config={**config, **quiet}, tags=tags)
-        _say_failure(result)
-        return bool(result.success)
-    res = job.execute_in_process(run_config={**config, **quiet}, instance=instance,
-                                 raise_on_error=False, tags=tags)
+    # The run's config names the store without its password; this process (and the step
+    # processes it starts) executes it, so its TYPESTRICT_STORE_URL is the command's store,
+    # whose password the store resource takes back (resources/store.py).
+    with _store_environment(url):
+        if executor == "multiprocess":
+            config["execution"] = {"config": {"multiprocess": {
+                "max_concurrent": max_concurrent, "start_method": {"forkserver": {}}}}}
+            result = dg.execute_job(dg.reconstructable(_study_job), instance=instance,
+                                    run_config={**config, **quiet}, tags=tags)
+            _say_failure(result)
+            return bool(result.success)
+        res = job.execute_in_process(run_config={**config, **quiet}, instance=instance,
+                                     raise_on_error=False, tags=tags)
     _say_failure(res)
     return bool(res.success)
+
+
+@contextlib.contextmanager
+def _store_environment(url: str) -> Iterator[None]:
+    """``TYPESTRICT_STORE_URL`` set to ``url`` while a run of this command executes here."""
+    import os
+
+    before = os.environ.get("TYPESTRICT_STORE_URL")
+    os.environ["TYPESTRICT_STORE_URL"] = url
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TYPESTRICT_STORE_URL", None)
+        else:
+            os.environ["TYPESTRICT_STORE_URL"] = before
 
 
 def _say_failure(result: Any) -> None:
