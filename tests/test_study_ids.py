@@ -7,13 +7,20 @@ CLI said ``#3 ★``, and ``pbo`` was shown as ``0.34662004662004664``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
+import importlib.util
 import io
 import json
 import re
+from pathlib import Path
+
+from sqlalchemy import Engine
 
 from assets.studies import leaderboard_materialization
+from typestrict_pipeline.api import create_app
+from typestrict_pipeline.api.keys import create_api_key
 from typestrict_pipeline.cli import main
 from typestrict_pipeline.store import open_store
 from typestrict_pipeline.study import repository as repo
@@ -23,9 +30,16 @@ from typestrict_pipeline.study.limits import StudyLimits
 from typestrict_pipeline.study.runner import SyntheticBackend, run_study_local
 from typestrict_pipeline.study.space import SearchSpace
 
+_PAGES = Path(__file__).with_name("test_console_pages.py")
+_spec = importlib.util.spec_from_file_location("test_console_pages_for_ids", _PAGES)
+assert _spec is not None and _spec.loader is not None
+pages = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(pages)
 
-def test_the_winner_and_the_numbers_read_the_same_everywhere(sqlite_url: str) -> None:
-    engine = open_store(sqlite_url)
+
+def _study(engine: Engine) -> int:
+    """A finished study of three candidates after two other studies (so that the store's row
+    ids of its candidates are not their numbers in the study)."""
     utc = dt.UTC
     layout = plan_folds(start=dt.datetime(2012, 1, 1, tzinfo=utc), end=dt.datetime(2012, 12, 1, tzinfo=utc),
                         step=dt.timedelta(days=1), n_folds=3, tune_steps=20, eval_steps=20,
@@ -39,6 +53,12 @@ def test_the_winner_and_the_numbers_read_the_same_everywhere(sqlite_url: str) ->
                             space=SearchSpace(grid={"skill": [0.5, 0.7, 0.6]}), layout=layout,
                             limits=StudyLimits(3, 10_000))
     run_study_local(engine, sid, SyntheticBackend(seed=3, noise=0.05), max_workers=2)
+    return sid
+
+
+def test_the_winner_and_the_numbers_read_the_same_everywhere(sqlite_url: str) -> None:
+    engine = open_store(sqlite_url)
+    sid = _study(engine)
     board = load_leaderboard(engine, sid)
     winner = next(r for r in board.rows if r.candidate_id == board.winner_candidate_id)
     assert winner.candidate_id != winner.index  # the store's id is not the candidate's number
@@ -65,3 +85,44 @@ def test_the_winner_and_the_numbers_read_the_same_everywhere(sqlite_url: str) ->
         ) or "none"
         assert meta["spa_pvalue"].value == round(board.joint.spa_pvalue, 4)
     engine.dispose()
+
+
+def test_the_api_and_the_console_show_each_candidates_rank_with_the_clis_id(
+        tmp_path: Path, sqlite_url: str) -> None:
+    """Issue 3/7, item 7: the API's leaderboard rows and the console's table name each candidate
+    ``#N`` beside its rank, the pairs the CLI's table prints (not the store's row id)."""
+    engine = open_store(sqlite_url)
+    sid = _study(engine)
+    board = load_leaderboard(engine, sid)
+    key = create_api_key(engine, "demo").key
+    engine.dispose()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["study", "leaderboard", str(sid), "--store-url", sqlite_url]) == 0
+    cli = re.findall(r"^\| (\d+|—) \| (#\d+)( ★)? ", out.getvalue(), flags=re.M)
+    assert len(cli) == 3 and [star for *_, star in cli].count(" ★") == 1
+    pairs = [(rank, name) for rank, name, _ in cli]
+    winner = next(name for _, name, star in cli if star)
+    assert any(rank != name.lstrip("#") for rank, name in pairs)  # the rank is not the number
+    assert all(r.candidate_id != r.index for r in board.rows)  # nor is the store's row id
+
+    application = create_app(sqlite_url, tmp_path / "home", jev_source=pages.JEV)
+    loop = asyncio.new_event_loop()
+    lifespan = application.router.lifespan_context(application)
+    loop.run_until_complete(lifespan.__aenter__())
+    browser = pages.Browser(application, key)
+    try:
+        api = browser.get(f"/v1/studies/{sid}/leaderboard").json()
+        page = browser.get(f"/console/studies/{sid}")
+    finally:
+        browser.close()
+        loop.run_until_complete(lifespan.__aexit__(None, None, None))
+        loop.close()
+    assert [(str(r["rank"]) if r["rank"] is not None else "—", r["candidate"]) for r in api["rows"]] == pairs
+    assert all(r["candidate"] == f"#{r['index']}" for r in api["rows"])
+    assert api["winner"]["candidate"] == winner
+    assert page.status_code == 200, page.text[:2000]
+    shown = re.findall(r'<tr( class="winner")? data-candidate="\d+"><td>(\d+|—)</td>\s*'
+                       r'<th scope="row"><span class="candidate">(#\d+)</span> ', page.text)
+    assert [(rank, name) for _, rank, name in shown] == pairs
+    assert [name for mark, _, name in shown if mark] == [winner]

@@ -4,9 +4,9 @@ One picture that stays readable from 4 to 500 candidates: candidates along x by 
 ranking is Adjusted), each with its Out-of-sample score (filled), its In-sample score (hollow)
 and the overfit gap between them as a thin rule; the luck line (the best score pure luck gives
 among that many candidates) across. Marks shrink and thin as candidates grow; x labels are a
-handful of ranks, never one per candidate. Interaction: a tooltip per candidate (its
-parameters and every column), drag or wheel to zoom on ranks (double-click resets), and a click
-on a legend entry to show one series alone. The table under the chart has every number, so the
+handful of ranks, never one per candidate. Interaction: a tooltip per candidate (``#N`` and its
+parameters, as the table names it, and every column), drag or wheel to zoom on ranks
+(double-click resets), and a click on a legend entry to show one series alone. The table under the chart has every number, so the
 chart is never the only way to read them.
 
 >>> spec = leaderboard_spec(7, n_candidates=500, luck_line=0.52)
@@ -34,7 +34,7 @@ def leaderboard_spec(study_id: int, *, n_candidates: int, luck_line: float | Non
     rule_width = 1.5 if n_candidates <= 40 else 0.6
     tooltip = [
         {"field": "rank", "title": "Rank", "type": "quantitative"},
-        {"field": "label", "title": "Candidate", "type": "nominal"},
+        {"field": "candidate_name", "title": "Candidate", "type": "nominal"},
         {"field": "adjusted", "title": "Adjusted", "type": "quantitative", "format": ".4f"},
         {"field": "oos", "title": "Out-of-sample", "type": "quantitative", "format": ".4f"},
         {"field": "in_sample", "title": "In-sample", "type": "quantitative", "format": ".4f"},
@@ -89,6 +89,7 @@ def leaderboard_spec(study_id: int, *, n_candidates: int, luck_line: float | Non
         "width": "container", "height": 320, "autosize": {"type": "fit-x", "contains": "padding"},
         "data": {"url": f"/v1/studies/{study_id}/leaderboard", "format": {"type": "json", "property": "rows"}},
         "transform": [{"filter": "isValid(datum.rank)"},
+                      {"calculate": "datum.candidate + ' ' + datum.label", "as": "candidate_name"},
                       {"calculate": "isValid(datum.cost_micro) ? datum.cost_micro / 1000000 : null",
                        "as": "cost_usd"}],
         "layer": layers,

@@ -184,15 +184,27 @@ def read_statement(statement: TrainedOnStatement, *, source: str) -> tuple[str, 
 
 
 def _roles(holdouts: Sequence[Holdout]) -> dict[str, str]:
-    """Each id that must not be trained on, with why (test or excluded, and for which decision)."""
+    """Each id that must not be trained on, with why: a test row, or excluded, and why excluded
+    (its group is tested, or it has no answer for that decision), for the first decision that
+    says so; a test row first.
+
+    >>> from typestrict_pipeline.refund.holdout import HoldoutRecord, draw_holdout
+    >>> h = draw_holdout([HoldoutRecord(f"{g}-{i}", f"t{g}-{i}", None if i == 2 else "ab"[g % 2],
+    ...                                 f"G{g}") for g in range(10) for i in range(3)], decision="d")
+    >>> sorted(set(_roles([h]).values()))
+    ["a test row of 'd'", "excluded from 'd' (it has no answer)", "excluded from 'd' (its group is tested)"]
+    """
     out: dict[str, str] = {}
     for h in holdouts:
-        for r in h.rows:
+        rows = h.rows
+        tested = {r.unit for r in rows if r.role is Role.TEST}
+        for r in rows:
             if r.role is Role.TEST:
                 out.setdefault(r.id, f"a test row of {h.decision!r}")
-        for r in h.rows:
+        for r in rows:
             if r.role is Role.EXCLUDED:
-                out.setdefault(r.id, f"excluded from {h.decision!r} (its group is tested)")
+                why = "its group is tested" if r.unit in tested else "it has no answer"
+                out.setdefault(r.id, f"excluded from {h.decision!r} ({why})")
     return out
 
 

@@ -130,7 +130,12 @@ class Leaderboard:
         return {"candidate": f"#{row.index}", "index": row.index, "rank": row.rank}
 
     def to_json(self) -> dict[str, Any]:
-        """A plain-JSON form (for H7's lineage and for tests)."""
+        """A plain-JSON form (``--json``, the API's leaderboard, the lineage).
+
+        Each row names its candidate as every surface does, ``"#N"`` (``candidate``, from its
+        number in the study, ``index``), next to its ``rank``; ``candidate_id`` is the store's
+        row id, which ``winner_candidate_id`` and the joint test's sets refer to.
+        """
         return {
             "study_id": self.study_id,
             "state": self.state.value,
@@ -196,7 +201,7 @@ class Leaderboard:
             "holdout_diff_se": self.holdout_diff_se,
             "holdout_baseline_missing_reason": self.holdout_baseline_missing_reason,
             "baseline_cost_micro": self.baseline_cost_micro,
-            "rows": [r.__dict__ for r in self.rows],
+            "rows": [{**r.__dict__, "candidate": f"#{r.index}"} for r in self.rows],
         }
 
 
