@@ -302,3 +302,30 @@ def test_a_command_that_writes_says_what_it_wrote(
     assert re.fullmatch(expected, f"wrote {wrote['what']} to {where}"), (wrote, expected)
     assert wrote["store"] in (None, f"sqlite:///{home.store}", f"sqlite:///{home.path / 'new.db'}")
     _written(case, home, wrote["ids"], wrote["files"])
+
+
+def test_a_command_with_nothing_to_write_says_it_wrote_nothing(
+    home: Home, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A repeat (the same --reference, a key or schedule already off) or a sweep with nothing due
+    writes nothing and says so, never claiming the first write again."""
+    store = ["--store", f"sqlite:///{home.store}"]
+    nothing = f"wrote nothing to the store {home.store}: "
+    repeats = [["credits", "grant", "acme", "3", "--reference", "inv-0"],
+               ["api-key", "revoke", home.key], ["schedule", "cancel", "1", "--by", OWNER]]
+    for argv in repeats[1:]:  # the first time writes
+        assert main([*argv, *store]) == 0
+    capsys.readouterr()
+    for argv, why in zip([*repeats, ["training", "expire"], ["store", "upgrade"]], [
+            "ledger entry #1 of reference inv-0 was written before, at 20",
+            f"API key {home.key} was revoked before at 20",
+            "schedule 1 was cancelled already",
+            "no training was past its deadline",
+            "its schema is current (revision"], strict=True):
+        assert main([*argv, *store]) == 0
+        said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("wrote ")]
+        assert len(said) == 1 and said[0].startswith(nothing + why), (argv, said)
+        assert main([*argv, *store, "--json"]) == 0
+        out = capsys.readouterr().out
+        wrote = json.loads(out)["wrote"]
+        assert wrote["ids"] == [] and wrote["what"].startswith(why), (argv, wrote)
