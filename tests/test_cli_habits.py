@@ -119,6 +119,37 @@ def test_a_missing_postgresql_database_is_named(pg_url: str, capsys: pytest.Capt
     assert "OperationalError" not in err
 
 
+# A role and a database that do not exist on the real server (trust auth: no password asked).
+MISSING = {
+    "role": ("postgresql://nosuchrole@127.0.0.1:5432/test",
+             "expected the database user 'nosuchrole' to log in on 127.0.0.1:5432, got no such role. "
+             "Create it (createuser -h 127.0.0.1 -p 5432 nosuchrole, or CREATE ROLE nosuchrole LOGIN) "
+             "or fix the user in --store / TYPESTRICT_STORE_URL."),
+    "database": ("postgresql://root@127.0.0.1:5432/nosuchdb",
+                 "expected the database 'nosuchdb' on 127.0.0.1:5432, got no such database. Create it "
+                 "(createdb -h 127.0.0.1 -p 5432 nosuchdb, or CREATE DATABASE nosuchdb) or fix the "
+                 "database name in --store / TYPESTRICT_STORE_URL."),
+}
+
+
+@pytest.mark.parametrize("missing", sorted(MISSING))
+def test_a_missing_role_or_database_is_named_by_reads_and_writes(
+    missing: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The product's message names what is missing and what to do, for a command that reads and
+    one that writes alike (exit 2, no traceback, no driver's class name)."""
+    monkeypatch.setenv("TYPESTRICT_HOME", str(tmp_path))
+    url, message = MISSING[missing]
+    for argv in (["study", "list"], ["credits", "balance", "demo"], ["credits", "grant", "demo", "1",
+                 "--reference", "inv-1"], ["api-key", "create", "demo"], ["store", "upgrade"],
+                 ["backtest", "workflows"]):
+        assert main([*argv, "--store", url]) == 2, argv
+        out, err = capsys.readouterr()
+        assert err == f"typestrict: could not open the store at {url.replace('postgresql', 'postgresql+psycopg2')}: " \
+            f"{message}\n", (argv, err)
+        assert out == ""
+
+
 def test_durations_are_printed_as_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["backtest", "workflows", "--store", f"sqlite:///{tmp_path / 'none.db'}"]) == 0
     out = capsys.readouterr().out

@@ -128,6 +128,10 @@ def test_the_sensor_lists_every_schedule_and_records_their_timelines(
     assert str(rows["1"]["last decision"]).endswith("Not enough unseen data yet: 0 of 5 steps")
     assert str(rows["1"]["fires"]).startswith("needs 5 more steps (has 0 of 5)")
     assert str(rows["2"]["fires"]).startswith("It can never fire")
+    # each schedule's row links its lineage: the study_lineage asset's partition of its root study
+    assert [rows[k]["lineage"] for k in ("1", "2")] == [f"study_lineage, partition {live}",
+                                                       f"study_lineage, partition {fixed}"]
+    assert [rows[k]["study"] for k in ("1", "2")] == [live, fixed]
     assert isinstance(seen.metadata["schedule 1"], dg.TextMetadataValue)
 
     again = study_rerun_sensor.evaluate_tick(dg.build_sensor_context(

@@ -21,8 +21,15 @@ import json
 import os
 from pathlib import Path
 
+from typestrict_pipeline.cli.common import Wrote, say_wrote, shown_store, writes
 from typestrict_pipeline.errors import InputError
-from typestrict_pipeline.store import default_store_url, normalize_url, open_store, typestrict_home
+from typestrict_pipeline.store import (
+    default_store_url,
+    normalize_url,
+    open_store,
+    typestrict_home,
+    utcnow,
+)
 
 
 def _store(args: argparse.Namespace) -> str:
@@ -96,10 +103,13 @@ def _create(args: argparse.Namespace) -> int:
         new = create_api_key(engine, args.workspace, label=args.label)
     finally:
         engine.dispose()
+    wrote = Wrote(f"API key {new.info.key_id} of workspace {new.info.workspace_id}", (new.info.key_id,),
+                  store=shown_store(_store(args)))
     if args.json:
         print(json.dumps({"key_id": new.info.key_id, "workspace_id": new.info.workspace_id,
-                          "label": new.info.label, "key": new.key}, indent=2))
+                          "label": new.info.label, "key": new.key, "wrote": wrote.to_json()}, indent=2))
         return 0
+    say_wrote(args, wrote)  # first: the key stays the last line (scripts take it with `tail -1`)
     print(f"API key {new.info.key_id} for workspace {new.info.workspace_id} (shown once; store it now):")
     print(new.key)
     return 0
@@ -112,14 +122,23 @@ def _revoke(args: argparse.Namespace) -> int:
     key_id = key_id_of(args.key)  # an id or a whole key; neither is ever printed beyond the id
     refuse_new_store(_store(args), told=False, given=args.store is not None)
     engine = open_store(_store(args))
+    started = utcnow()
     try:
         info = revoke_api_key(engine, key_id)
     finally:
         engine.dispose()
+    if info.revoked_at is not None and info.revoked_at >= started:
+        wrote = Wrote(f"the revocation of API key {info.key_id} of workspace {info.workspace_id}",
+                      (info.key_id,), store=shown_store(_store(args)))
+    else:  # revoking is idempotent: a key revoked before is left as it is
+        when = "" if info.revoked_at is None else f" at {info.revoked_at.strftime('%Y-%m-%d %H:%M:%S')} UTC"
+        wrote = Wrote(f"API key {info.key_id} was revoked before{when}", (), store=shown_store(_store(args)))
     if args.json:
-        print(json.dumps({"key_id": info.key_id, "workspace_id": info.workspace_id, "revoked": True}, indent=2))
+        print(json.dumps({"key_id": info.key_id, "workspace_id": info.workspace_id, "revoked": True,
+                          "wrote": wrote.to_json()}, indent=2))
         return 0
     print(f"API key {info.key_id} of workspace {info.workspace_id}: revoked")
+    say_wrote(args, wrote)
     return 0
 
 
@@ -184,13 +203,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     c = sub.add_parser("create", help="create a key for a workspace (printed once)")
     c.add_argument("workspace", help="the workspace the key belongs to")
     c.add_argument("--label", default="", help="a note to recognise the key by")
-    _store_option(c)
+    _store_option(writes(c))
     c.set_defaults(func=_create)
     r = sub.add_parser("revoke", help="revoke a key by its id (the 16 hex characters after tsk_) or the whole key")
     r.add_argument("key", metavar="KEY_ID_OR_KEY",
                    help="the key's id (the 16 hex characters after tsk_, see `api-key list`) or the whole key; "
                         "nothing of it but the id is ever printed")
-    _store_option(r)
+    _store_option(writes(r))
     r.set_defaults(func=_revoke)
     ls = sub.add_parser("list", help="a workspace's keys (ids and labels, never the keys)")
     ls.add_argument("workspace", help="the workspace whose keys to list")

@@ -42,6 +42,7 @@ from typestrict_pipeline.backtest.store import (
 from typestrict_pipeline.backtest.workflow import Workflow
 from typestrict_pipeline.backtest.workflows import default_registry, load_dataset
 from typestrict_pipeline.cli.common import (
+    Wrote,
     add_json,
     add_store,
     bounded_int,
@@ -53,8 +54,12 @@ from typestrict_pipeline.cli.common import (
     print_table,
     progress,
     read_store,
+    say_wrote,
+    shown_store,
     step,
+    store_url,
     write_store,
+    writes,
 )
 from typestrict_pipeline.errors import InputError
 from typestrict_pipeline.files import loads_or_text
@@ -152,13 +157,16 @@ def _backtest_run(args: argparse.Namespace) -> int:
             )
     finally:
         engine.dispose()
+    wrote = Wrote(f"backtest {bid} of {result.workflow.name} @ {result.workflow.version_id} "
+                  f"({result.card.steps_run} steps)", (bid,), store=shown_store(store_url(args)))
     if args.json:
         c = result.card
         print_json({"id": bid, "workflow": result.workflow.name, "version_id": result.workflow.version_id,
-                    "card": c.to_text()})
+                    "card": c.to_text(), "wrote": wrote.to_json()})
         return 0
     print(result.card.to_text())
     print(f"  backtest id     {bid}")
+    say_wrote(args, wrote)
     return 0
 
 
@@ -247,10 +255,14 @@ def _backtest_cancel(args: argparse.Namespace) -> int:
         ended = cancel_backtest(engine, args.id)
     finally:
         engine.dispose()
+    wrote = Wrote(f"the cancellation of backtest {ended.object_id}", (ended.object_id,),
+                  store=shown_store(store_url(args)))
     if args.json:
-        print_json({"backtest_id": ended.object_id, "state": ended.state, "why": ended.why})
+        print_json({"backtest_id": ended.object_id, "state": ended.state, "why": ended.why,
+                    "wrote": wrote.to_json()})
     else:
         print(f"backtest {ended.object_id}: {ended.state} ({ended.why}); what ran stays stored")
+        say_wrote(args, wrote)
     return 0
 
 
@@ -343,11 +355,14 @@ def _activate(args: argparse.Namespace) -> int:
         activate_version(engine, workspace=args.workspace, workflow=wf)
     finally:
         engine.dispose()
+    wrote = Wrote(f"version {wf.version_id} of {wf.name} as the active one in workspace {args.workspace}",
+                  (wf.version_id,), store=shown_store(store_url(args)))
     if args.json:
         print_json({"workflow": wf.name, "version_id": wf.version_id, "workspace": args.workspace,
-                    "params": wf.default_params})
+                    "params": wf.default_params, "wrote": wrote.to_json()})
         return 0
     print(f"{wf.name}: version {wf.version_id} is now active in workspace {args.workspace}")
+    say_wrote(args, wrote)
     return 0
 
 
@@ -396,11 +411,13 @@ def _live(args: argparse.Namespace) -> int:
             )
     finally:
         engine.dispose()
+    wrote = Wrote(f"live decision {lid} of {live.workflow} @ {live.version_id}", (lid,),
+                  store=shown_store(store_url(args)))
     if args.json:
         print_json({"id": lid, "workflow": live.workflow, "version_id": live.version_id,
                     "mode": live.mode.value, "as_of": live.as_of, "status": live.status.value,
                     "error": live.error, "decision": live.decision, "cost_micro_usd": live.cost_micro_usd,
-                    "calls": len(live.calls), "stale_data": warning is not None})
+                    "calls": len(live.calls), "stale_data": warning is not None, "wrote": wrote.to_json()})
         return 0 if live.error is None else 1
     print(f"Live decision: {live.workflow} @ {live.version_id}   [{live.mode.value}]")
     print(f"  as of           {format_time(live.as_of)}")
@@ -408,6 +425,7 @@ def _live(args: argparse.Namespace) -> int:
     print(f"  decision        {json.dumps(live.decision, default=str)}")
     print(f"  cost            {format_usd(live.cost_micro_usd)} ({len(live.calls)} calls)")
     print(f"  id              {lid}")
+    say_wrote(args, wrote)
     return 0 if live.error is None else 1
 
 
@@ -469,7 +487,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     bt = subparsers.add_parser("backtest", help="HISTORICAL backtests of a workflow")
     sub = bt.add_subparsers(dest="backtest_command", required=True)
 
-    p = sub.add_parser("run", help="replay a workflow over history and print its run card")
+    p = writes(sub.add_parser("run", help="replay a workflow over history and print its run card"))
     p.add_argument("workflow", type=WORKFLOW, help="the workflow, e.g. seattle_rain (see `backtest workflows`)")
     p.add_argument("--start", required=True, help="first decision time (ISO 8601; a date is 00:00 UTC)")
     p.add_argument("--end", required=True, help="last decision time")
@@ -497,7 +515,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_json(add_store(p))
     p.set_defaults(func=_backtest_show)
 
-    p = sub.add_parser("cancel", help="cancel a backtest that has not ended (what ran stays stored)")
+    p = writes(sub.add_parser("cancel", help="cancel a backtest that has not ended (what ran stays stored)"))
     p.add_argument("id", type=identifier("a backtest id"), help="the backtest id (see `backtest list`)")
     add_json(add_store(p))
     p.set_defaults(func=_backtest_cancel)
@@ -514,7 +532,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_json(add_store(p))
     p.set_defaults(func=_leakcheck)
 
-    p = sub.add_parser("activate", help="make a version (with parameter/prompt overrides) the live one")
+    p = writes(sub.add_parser("activate", help="make a version (with parameter/prompt overrides) the live one"))
     p.add_argument("workflow", type=WORKFLOW, help="the workflow")
     p.add_argument("--version", help="a registered version id (default: the code's active one)")
     p.add_argument("--param", action="append", help="parameter override NAME=VALUE (repeatable)")
@@ -523,7 +541,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_json(add_store(p))
     p.set_defaults(func=_activate)
 
-    p = subparsers.add_parser("run", help="one LIVE decision of a workflow, with everything known now")
+    p = writes(subparsers.add_parser("run", help="one LIVE decision of a workflow, with everything known now"))
     p.add_argument("workflow", type=WORKFLOW, help="the workflow, e.g. seattle_rain")
     p.add_argument("--as-of", help="decide as of this time instead of now (ISO 8601)")
     add_json(p)

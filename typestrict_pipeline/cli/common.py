@@ -9,6 +9,9 @@ Every area's CLI module uses these so that one concept has one spelling:
   a SQLite file that does not exist instead of creating an empty store), ``write_store(args)``
   for a command that writes.
 * ``add_json(parser)`` adds ``--json``; ``print_json(obj)`` prints it (exact numbers).
+* ``writes(parser)`` marks a command that writes (to the store, to files); each such command says
+  what it wrote in one shape, :class:`Wrote` (``wrote WHAT to WHERE``; ``"wrote"`` in ``--json``).
+  The mark is the one list of the commands that write: a test walks the parser for it.
 * ``bounded_int``, ``usd``, ``day``, ``identifier`` are argparse ``type=`` functions: a value out
   of range is a usage error with a message (exit 2), never a traceback or a write.
 * ``print_table(title, columns, rows)``: a table with headers (rich); plain, full-width text when
@@ -26,6 +29,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +64,86 @@ def add_json(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add ``--json``: print machine-readable JSON (exact numbers) instead of a table."""
     p.add_argument("--json", action="store_true", help="print JSON (exact numbers) instead of a table")
     return p
+
+
+def writes(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Mark ``p`` as a command that writes (to the store, to files or folders): it says what it
+    wrote with :func:`say_wrote` (some only write with an option: ``audit -o``, ``schedule
+    workspace --subscription``). This mark is the one list of the commands that write."""
+    p.set_defaults(writes=True)
+    return p
+
+
+def is_writing(p: argparse.ArgumentParser) -> bool:
+    """Whether ``p`` was marked by :func:`writes`."""
+    return bool(p.get_default("writes"))
+
+
+@dataclass(frozen=True)
+class Wrote:
+    """What a command that writes wrote, said in one shape by every such command: one line
+    ``wrote WHAT to WHERE`` (``wrote nothing to WHERE: WHY`` when there was nothing to write), and
+    with ``--json`` the field ``"wrote": {"what", "ids", "store", "files"}``.
+
+    Attributes:
+        what: what was written, in words, with its ids ("API key 0123456789abcdef of workspace
+            demo"); when ``ids`` is empty, why nothing was written.
+        ids: the ids of what was written (empty: nothing was written).
+        store: the store written, as its URL with the password hidden (None: no store).
+        files: the files or folders written (or deleted), as the command names them.
+        detail: words after WHERE (the audit's size and digest).
+
+    >>> Wrote("API key 0123 of workspace demo", ("0123",), store="sqlite:////h/store.db").line()
+    'wrote API key 0123 of workspace demo to the store /h/store.db'
+    >>> Wrote("rows 3 of t", ("d/t",), files=("/h/d/t.csv",)).line()
+    'wrote rows 3 of t to /h/d/t.csv'
+    >>> Wrote("no training was past its deadline", (), store="postgresql://u:***@h/d").line()
+    'wrote nothing to the store postgresql://u:***@h/d: no training was past its deadline'
+    """
+
+    what: str
+    ids: tuple[str, ...]
+    store: str | None = None
+    files: tuple[str, ...] = ()
+    detail: str = ""
+
+    def where(self) -> str:
+        """The store (a SQLite store by its file) and the files, in words."""
+        places = []
+        if self.store is not None:
+            path = sqlite_path(self.store)
+            places.append(f"the store {path if path is not None else self.store}")
+        places.extend(self.files)
+        return " and ".join(places) or "nowhere"
+
+    def line(self) -> str:
+        """The one line a command prints (without ``--json``)."""
+        if not self.ids:
+            return f"wrote nothing to {self.where()}: {self.what}"
+        return f"wrote {self.what} to {self.where()}" + (f" {self.detail}" if self.detail else "")
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``"wrote"`` field of ``--json`` (files as absolute paths)."""
+        return {"what": self.what, "ids": list(self.ids), "store": self.store,
+                "files": [str(Path(f).resolve()) for f in self.files]}
+
+
+def shown_store(url: str) -> str:
+    """A store URL as it is shown: the password hidden.
+
+    >>> shown_store("postgresql+psycopg2://u:secret@h/d")
+    'postgresql+psycopg2://u:***@h/d'
+    """
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def say_wrote(args: argparse.Namespace, wrote: Wrote) -> None:
+    """Print what a command wrote (without ``--json``; with it, the command puts
+    ``wrote.to_json()`` in its JSON object under ``"wrote"``)."""
+    if not getattr(args, "json", False):
+        print(wrote.line())
 
 
 def check_store_url(url: str) -> str:

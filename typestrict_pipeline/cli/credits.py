@@ -20,6 +20,7 @@ from sqlalchemy import Engine
 
 from typestrict_pipeline.cli.common import (
     MAX_CREDITS,
+    Wrote,
     add_json,
     add_store,
     bounded_int,
@@ -27,7 +28,11 @@ from typestrict_pipeline.cli.common import (
     print_json,
     print_table,
     read_store,
+    say_wrote,
+    shown_store,
+    store_url,
     write_store,
+    writes,
 )
 from typestrict_pipeline.credits import (
     CreditLedger,
@@ -38,7 +43,7 @@ from typestrict_pipeline.credits import (
 from typestrict_pipeline.errors import InputError, NotFoundError
 from typestrict_pipeline.files import loads_strict
 from typestrict_pipeline.refund.dataset import unlabeled_from_split
-from typestrict_pipeline.store import typestrict_home
+from typestrict_pipeline.store import typestrict_home, utcnow
 from typestrict_pipeline.workspaces import require_workspace
 
 WORKSPACE = identifier("a workspace id")
@@ -130,21 +135,33 @@ def _line_json(ln: Any) -> dict[str, Any]:
     }
 
 
-def _say_line(args: argparse.Namespace, line: Any) -> None:
-    """What a command that wrote one ledger entry prints: the entry, in words or as JSON."""
+def _say_line(args: argparse.Namespace, line: Any, now: dt.datetime) -> None:
+    """What a command that writes one ledger entry prints: the entry, in words or as JSON, and
+    what it wrote (nothing when the entry was there before: grants, adjustments and spends are
+    written once per reference or training, and a repeat returns the first entry)."""
+    store = shown_store(store_url(args))
+    if line.created_at == now:
+        wrote = Wrote(f"ledger entry #{line.id} ({line.kind.value} {line.amount:+d}, workspace "
+                      f"{line.workspace_id})", (str(line.id),), store=store)
+    else:
+        key = f"training {line.training_id}" if line.kind.value == "spend" else f"reference {line.reference}"
+        wrote = Wrote(f"ledger entry #{line.id} of {key} was written before, at "
+                      f"{line.created_at.astimezone(dt.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}", (), store=store)
     if args.json:
-        print(json.dumps(_line_json(line), sort_keys=True))
+        print(json.dumps({**_line_json(line), "wrote": wrote.to_json()}, sort_keys=True))
     else:
         print(line.describe())
+        say_wrote(args, wrote)
 
 
 def _grant(args: argparse.Namespace) -> int:
     engine = _engine(args)
+    now = utcnow()
     try:
         line = CreditLedger(engine).grant(
-            args.workspace, args.amount, reference=args.reference, reason=args.reason
+            args.workspace, args.amount, reference=args.reference, reason=args.reason, now=now
         )
-        _say_line(args, line)
+        _say_line(args, line, now)
     finally:
         engine.dispose()
     return 0
@@ -152,8 +169,9 @@ def _grant(args: argparse.Namespace) -> int:
 
 def _spend(args: argparse.Namespace) -> int:
     engine = _engine(args)
+    now = utcnow()
     try:
-        _say_line(args, CreditLedger(engine).spend(args.workspace, args.training_id))
+        _say_line(args, CreditLedger(engine).spend(args.workspace, args.training_id, now=now), now)
     finally:
         engine.dispose()
     return 0
@@ -161,12 +179,13 @@ def _spend(args: argparse.Namespace) -> int:
 
 def _adjust(args: argparse.Namespace) -> int:
     engine = _engine(args)
+    now = utcnow()
     try:
         line = CreditLedger(engine).adjust(
             args.workspace, args.amount, reference=args.reference, reason=args.reason,
-            training_id=args.training,
+            training_id=args.training, now=now,
         )
-        _say_line(args, line)
+        _say_line(args, line, now)
     finally:
         engine.dispose()
     return 0
@@ -220,12 +239,19 @@ def _expire(args: argparse.Namespace) -> int:
     engine = _engine(args)
     try:
         expired = expire_models(engine, now=_now(args.now), allowed_root=root)
+        ids = tuple(m.model_id for m in expired)
+        store = shown_store(store_url(args))
+        wrote = (Wrote(f"the expiry of model(s) {', '.join(ids)} (their files deleted)", ids, store=store,
+                       files=tuple(str(m.files_path) for m in expired)) if ids
+                 else Wrote("no model was due to expire", (), store=store))
         if args.json:
-            print_json([{"model_id": m.model_id, "deleted": str(m.files_path)} for m in expired])
+            print_json({"expired": [{"model_id": m.model_id, "deleted": str(m.files_path)} for m in expired],
+                        "wrote": wrote.to_json()})
             return 0
         for m in expired:
             print(f"expired {m.model_id}: deleted {m.files_path}")
         print(f"{len(expired)} model(s) expired")
+        say_wrote(args, wrote)
     finally:
         engine.dispose()
     return 0
@@ -262,12 +288,13 @@ def _say_written(args: argparse.Namespace, data: bytes) -> None:
         verdict, why = str(doc["overall"]["verdict"]), verdict_sentence_from_audit(doc)
     except (ValueError, KeyError, TypeError):  # an audit of a format this version cannot read
         verdict, why = "?", ""
+    wrote = Wrote(f"the audit of {args.model_id}", (args.model_id,), files=(args.output,),
+                  detail=f"({len(data):,} bytes, SHA-256 {digest}); verdict {verdict}. {why}".rstrip())
     if args.json:
         print_json({"model_id": args.model_id, "path": str(Path(args.output).resolve()), "bytes": len(data),
-                    "sha256": digest, "verdict": verdict, "why": why})
+                    "sha256": digest, "verdict": verdict, "why": why, "wrote": wrote.to_json()})
         return
-    print(f"wrote the audit of {args.model_id} to {args.output} ({len(data):,} bytes, SHA-256 {digest}); "
-          f"verdict {verdict}. {why}".rstrip())
+    say_wrote(args, wrote)
     # the digest is the one settled (the ledger's): --expect-sha256 checks it is that file
     print(f"check it: python3 typestrict_pipeline/verify_audit.py --expect-sha256 {digest} "
           f"{args.output}")
@@ -302,7 +329,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _url(p)
     p.set_defaults(func=_ledger)
 
-    p = sub.add_parser("grant", help="add credits to a workspace (once per --reference)")
+    p = writes(sub.add_parser("grant", help="add credits to a workspace (once per --reference)"))
     p.add_argument("workspace", type=WORKSPACE, help="the workspace id")
     p.add_argument("amount", type=AMOUNT, help=f"credits to add, 1 to {MAX_CREDITS:,}")
     p.add_argument("--reference", type=REFERENCE, required=True, help="idempotency key, e.g. the invoice id")
@@ -311,14 +338,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _url(p)
     p.set_defaults(func=_grant)
 
-    p = sub.add_parser("spend", help="charge a training's credit when it starts (once per training)")
+    p = writes(sub.add_parser("spend", help="charge a training's credit when it starts (once per training)"))
     p.add_argument("workspace", type=WORKSPACE, help="the workspace id")
     p.add_argument("training_id", type=TRAINING, help="the training that starts")
     add_json(p)
     _url(p)
     p.set_defaults(func=_spend)
 
-    p = sub.add_parser("adjust", help="a manual correction entry (once per --reference)")
+    p = writes(sub.add_parser("adjust", help="a manual correction entry (once per --reference)"))
     p.add_argument("workspace", type=WORKSPACE, help="the workspace id")
     p.add_argument("amount", type=SIGNED_AMOUNT, help=f"signed change in credits, ±{MAX_CREDITS:,} at most")
     p.add_argument("--reference", type=REFERENCE, required=True, help="idempotency key, e.g. the ticket id")
@@ -334,7 +361,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _url(p)
     p.set_defaults(func=_models)
 
-    p = sub.add_parser("expire", help="run the retention sweep now (what retention_schedule does)")
+    p = writes(sub.add_parser("expire", help="run the retention sweep now (what retention_schedule does)"))
     p.add_argument("--now", help="the sweep's time, ISO 8601 with a zone (default: now)")
     p.add_argument("--trainings-dir", help="refuse to delete outside it (default: ${TYPESTRICT_HOME}/trainings)")
     add_json(p)
@@ -342,9 +369,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(func=_expire)
 
     if "audit" not in subparsers.choices:
-        p = subparsers.add_parser(
+        p = writes(subparsers.add_parser(  # with -o: the file
             "audit", help="print a model's audit JSON, byte-identical to its audit file (any time)"
-        )
+        ))
         p.add_argument("model_id", type=TRAINING, help="the model id (the training id), e.g. rt-tfidf")
         p.add_argument("-o", "--output", help="write to this file instead of stdout (and say what was written)")
         p.add_argument("--json", action="store_true",

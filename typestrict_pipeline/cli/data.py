@@ -23,12 +23,15 @@ import datetime as dt
 from typing import TYPE_CHECKING
 
 from typestrict_pipeline.cli.common import (
+    Wrote,
     add_json,
     add_store,
     print_json,
     read_store,
+    say_wrote,
     sqlite_path,
     store_url,
+    writes,
 )
 from typestrict_pipeline.errors import InputError
 
@@ -79,12 +82,15 @@ def _register(args: argparse.Namespace) -> int:
     from typestrict_pipeline.backtest.workflows.datasets import register_dataset
 
     info = register_dataset(args.name, args.workflow, _tables(args.table))
+    wrote = Wrote(f"dataset {info.name} ({len(info.tables)} table(s), {sum(t.rows for t in info.tables)} rows)",
+                  (info.name,), files=tuple(str(t.file) for t in info.tables))
     if args.json:
-        print_json(dataclasses.asdict(info))
+        print_json({**dataclasses.asdict(info), "wrote": wrote.to_json()})
         return 0
     print(_show_one(info.name))
     print(f"Use it as a study's or backtest's dataset ({info.name}); add rows with: "
           f"typestrict data append {info.name} FILE.csv --table {info.tables[0].name}")
+    say_wrote(args, wrote)
     return 0
 
 
@@ -99,10 +105,14 @@ def _append(args: argparse.Namespace) -> int:
             raise InputError("--table TABLE for a dataset of several tables", f"tables {tables}", "name the table")
         table = tables[0]
     r = append_rows(args.name, table, args.file)
+    written = next(str(t.file) for t in dataset_info(r.dataset).tables if t.name == r.table)
+    wrote = Wrote(f"{r.added} new rows of {r.dataset}/{r.table}", (f"{r.dataset}/{r.table}",),
+                  files=(written,))
     readers = _readers(args, r.dataset)
     if args.json:
         print_json({**dataclasses.asdict(r), "schedules": [
-            {"schedule_id": v.id, "study_id": v.root_study_id, **tl.to_json()} for v, tl in readers]})
+            {"schedule_id": v.id, "study_id": v.root_study_id, **tl.to_json()} for v, tl in readers],
+            "wrote": wrote.to_json()})
         return 0
     print(f"{r.dataset}/{r.table}: {r.added} rows added ({r.rows} in all); known up to "
           f"{format_time(r.last_known_after)} (was {format_time(r.last_known_before)}).")
@@ -113,6 +123,7 @@ def _append(args: argparse.Namespace) -> int:
               "typestrict schedule enable STUDY_ID --cadence 1h --owner EMAIL")
     for view, timeline in readers:
         print("  " + reading_text(view, timeline))
+    say_wrote(args, wrote)
     return 0
 
 
@@ -163,15 +174,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     data = subparsers.add_parser("data", help="register point-in-time datasets for workflows and add rows")
     sub = data.add_subparsers(dest="data_command", required=True)
 
-    p = _common(sub.add_parser("register", help="register a dataset for a workflow (one CSV per table it reads)"))
+    p = writes(_common(sub.add_parser("register", help="register a dataset for a workflow (one CSV per table it reads)")))
     p.add_argument("name", help="the dataset's name (lowercase letters, digits, _)")
     p.add_argument("--workflow", required=True, help="the registered workflow that reads it")
     p.add_argument("--table", action="append", required=True, metavar="TABLE=FILE.csv",
                    help="a table and its CSV (event_time, known_time with a UTC offset, value columns)")
     p.set_defaults(func=_register)
 
-    p = _common(sub.add_parser("append", help="add rows known after the table's last knowledge time, and "
-                                          "say when each schedule on the dataset reads them"))
+    p = writes(_common(sub.add_parser("append", help="add rows known after the table's last knowledge time, and "
+                                                 "say when each schedule on the dataset reads them")))
     p.add_argument("name", help="a registered dataset")
     p.add_argument("file", help="CSV with the table's columns")
     p.add_argument("--table", help="which table (default: the only one)")

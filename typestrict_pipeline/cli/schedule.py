@@ -34,15 +34,20 @@ from sqlalchemy import Engine
 from typestrict_pipeline import values
 from typestrict_pipeline.cli.common import (
     MAX_STEPS,
+    Wrote,
     add_json,
     add_store,
     bounded_int,
     identifier,
     print_json,
     read_store,
+    say_wrote,
+    shown_store,
+    store_url,
     usd,
     value_type,
     write_store,
+    writes,
 )
 from typestrict_pipeline.errors import InputError
 from typestrict_pipeline.store import utcnow
@@ -100,10 +105,13 @@ def _enable(args: argparse.Namespace) -> int:
     view = enable_schedule(engine, port, study_id=str(args.study_id), cadence=args.cadence,
                            owner=_who(args.owner), min_unseen_steps=args.min_unseen_steps)
     timeline = schedule_timeline(engine, port, view, spend=store_spend_source(engine))
+    wrote = Wrote(f"schedule {view.id} (re-runs study {view.root_study_id} every {view.cadence})",
+                  (str(view.id),), store=shown_store(store_url(args)))
     if args.json:
-        print_json({**view.__dict__, "timeline": timeline.to_json()})
+        print_json({**view.__dict__, "timeline": timeline.to_json(), "wrote": wrote.to_json()})
     else:
         print(status_text(engine, view, port=port))
+        say_wrote(args, wrote)
     warning = workspace_warning(engine, view.workspace_id, utcnow(), store_spend_source(engine))
     if warning is not None:
         print(f"typestrict: warning: {warning}", file=sys.stderr)
@@ -113,15 +121,30 @@ def _enable(args: argparse.Namespace) -> int:
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    from typestrict_pipeline.reruns.service import cancel_schedule, status_text
+    from typestrict_pipeline.reruns.service import cancel_schedule
 
     engine = _engine(args)
-    view = cancel_schedule(engine, args.schedule_id, by=_who(args.by))
+    now = utcnow()
+    view = cancel_schedule(engine, args.schedule_id, by=_who(args.by), now=now)
+    _say_cancelled(args, engine, view, now)
+    return 0
+
+
+def _say_cancelled(args: argparse.Namespace, engine: Engine, view: ScheduleView, now: dt.datetime) -> None:
+    """What ``schedule cancel`` (and ``study schedule cancel``) prints: the schedule, and what it
+    wrote (nothing for a schedule that was off already)."""
+    from typestrict_pipeline.reruns.service import status_text
+
+    store = shown_store(store_url(args))
+    if view.cancelled_at == now:
+        wrote = Wrote(f"the cancellation of schedule {view.id}", (str(view.id),), store=store)
+    else:
+        wrote = Wrote(f"schedule {view.id} was {view.state.value.lower()} already", (), store=store)
     if args.json:
-        print_json(view.__dict__)
+        print_json({**view.__dict__, "wrote": wrote.to_json()})
     else:
         print(status_text(engine, view))
-    return 0
+        say_wrote(args, wrote)
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -205,15 +228,27 @@ def _tick(args: argparse.Namespace) -> int:
                 print(f"  re-run #{rec.seq} (study {rec.study_id}): {rec.state.value}, winner {rec.winner} ({changed})")
         evaluated.append(entry)
     out["evaluated"] = evaluated
+    sent: list[int] = []
     if args.run:
         transport = transport_from_env()
         if transport is not None:
             report = deliver_pending(engine, transport, now=now)
+            sent = list(report.sent)
             out["notifications"] = {"sent": len(report.sent), "kept_for_retry": len(report.failed)}
             if not args.json:
                 print(f"notifications: {len(report.sent)} sent, {len(report.failed)} kept for retry")
+    ids = tuple(str(r.schedule_id) for r in results)
+    reruns = [e["rerun"] for e in evaluated if "rerun" in e]
+    what = f"the evaluation of schedule(s) {', '.join(ids)}" + "".join(
+        f"; re-run #{r['seq']} (study {r['study_id']})" for r in reruns if isinstance(r, dict)) + (
+        f"; the delivery of message(s) {', '.join(map(str, sent))}" if sent else "")
+    wrote = Wrote(what if ids else f"no schedule was due at {now.isoformat()}", ids,
+                  store=shown_store(store_url(args)))
     if args.json:
+        out["wrote"] = wrote.to_json()
         print_json(out)
+    else:
+        say_wrote(args, wrote)
     return 0
 
 
@@ -224,10 +259,14 @@ def _data_arrived(args: argparse.Namespace) -> int:
     if end.year < 1900 or end.year > 2200:
         raise InputError("an END between the years 1900 and 2200", end.isoformat(), "fix the time")
     record_data_end(_engine(args), args.workspace, args.workflow, end)
+    key = f"{args.workspace}/{args.workflow}"
+    wrote = Wrote(f"the data end of {key}, {end.isoformat()}", (key,), store=shown_store(store_url(args)))
     if args.json:
-        print_json({"workspace": args.workspace, "workflow": args.workflow, "data_end": end})
+        print_json({"workspace": args.workspace, "workflow": args.workflow, "data_end": end,
+                    "wrote": wrote.to_json()})
     else:
         print(f"{args.workspace}/{args.workflow}: outcomes known up to {end.isoformat()}")
+        say_wrote(args, wrote)
     return 0
 
 
@@ -240,16 +279,25 @@ def _workspace(args: argparse.Namespace) -> int:
     )
     from typestrict_pipeline.study.limits import format_usd, usd_to_micro
 
-    engine = _engine(args) if (args.subscription is not None or args.budget_usd is not None) else read_store(args)
-    if args.subscription is not None or args.budget_usd is not None:
+    setting = args.subscription is not None or args.budget_usd is not None
+    engine = _engine(args) if setting else read_store(args)
+    wrote = None  # without --subscription or --budget-usd it only reads
+    if setting:
         set_workspace(
             engine, args.workspace,
             subscription=None if args.subscription is None else SubscriptionState(args.subscription),
             usage_budget_micro_usd=None if args.budget_usd is None else usd_to_micro(args.budget_usd),
         )
+        what = " and ".join(w for w, given in (("the subscription state", args.subscription),
+                                               ("the usage budget", args.budget_usd)) if given is not None)
+        wrote = Wrote(f"{what} of workspace {args.workspace}", (args.workspace,),
+                      store=shown_store(store_url(args)))
     status = workspace_status(engine, args.workspace, utcnow(), store_spend_source(engine))
     if args.json:
-        print_json(None if status is None else status.__dict__)
+        shown = None if status is None else dict(status.__dict__)
+        if wrote is not None:
+            shown = {**(shown or {}), "wrote": wrote.to_json()}
+        print_json(shown)
         return 0 if status is not None else 1
     if status is None:
         print(f"Workspace {args.workspace} has no subscription state yet: "
@@ -259,6 +307,8 @@ def _workspace(args: argparse.Namespace) -> int:
     print(f"Workspace {status.workspace_id}: subscription {status.subscription.value}; "
           f"usage {format_usd(status.spent_micro_usd)} of {format_usd(status.usage_budget_micro_usd)} "
           f"({first.isoformat()} – {last.isoformat()})" + ("; usage budget exhausted" if status.usage_exhausted else ""))
+    if wrote is not None:
+        say_wrote(args, wrote)
     return 0
 
 
@@ -270,10 +320,14 @@ def _notifications(args: argparse.Namespace) -> int:
     )
 
     set_notification(_engine(args), args.user, KIND_WINNER_CHANGED, args.on)
+    wrote = Wrote(f"the notification '{TITLE_WINNER_CHANGED}' turned {'on' if args.on else 'off'} for {args.user}",
+                  (args.user,), store=shown_store(store_url(args)))
     if args.json:
-        print_json({"user": args.user, "notification": TITLE_WINNER_CHANGED, "on": args.on})
+        print_json({"user": args.user, "notification": TITLE_WINNER_CHANGED, "on": args.on,
+                    "wrote": wrote.to_json()})
     else:
         print(f"{args.user}: '{TITLE_WINNER_CHANGED}' {'on' if args.on else 'off'}")
+        say_wrote(args, wrote)
     return 0
 
 
@@ -291,23 +345,40 @@ def _deliver(args: argparse.Namespace) -> int:
     if args.requeue is not None:
         requeue(engine, args.requeue)
         say(f"message {args.requeue} put back in the outbox")
+    store = shown_store(store_url(args))
+    requeued = () if args.requeue is None else (str(args.requeue),)
     transport = transport_from_env()
     if transport is None:
+        wrote = (Wrote(f"message {args.requeue} back in the outbox", requeued, store=store) if requeued
+                 else Wrote("no transport (TYPESTRICT_NOTIFY_TRANSPORT=none)", (), store=store))
         if args.json:
-            print_json({"transport": None, "requeued": args.requeue, "sent": [], "failed": [], "dead": []})
+            print_json({"transport": None, "requeued": args.requeue, "sent": [], "failed": [], "dead": [],
+                        "wrote": wrote.to_json()})
         say("TYPESTRICT_NOTIFY_TRANSPORT=none: messages stay in the outbox (typestrict schedule outbox lists them)")
+        say_wrote(args, wrote)
         return 0
     if isinstance(transport, FileTransport):
         say(f"delivering to {transport.path}")
     report = deliver_pending(engine, transport)
+    tried = tuple(str(m) for m in [*report.sent, *(m for m, _ in report.failed), *report.dead])
+    files = (str(transport.path),) if isinstance(transport, FileTransport) and report.sent else ()
+    if tried:
+        wrote = Wrote(f"the delivery of message(s) {', '.join(tried)} ({len(report.sent)} sent, "
+                      f"{len(report.failed)} kept for retry, {len(report.dead)} given up)"
+                      + (f"; message {args.requeue} back in the outbox" if requeued else ""),
+                      tuple(dict.fromkeys((*requeued, *tried))), store=store, files=files)
+    else:
+        wrote = (Wrote(f"message {args.requeue} back in the outbox", requeued, store=store) if requeued
+                 else Wrote("the outbox has no message due", (), store=store))
     if args.json:
         print_json({"transport": transport_label(transport), "requeued": args.requeue,
                     "sent": list(report.sent), "failed": [{"id": m, "error": e} for m, e in report.failed],
-                    "dead": list(report.dead)})
+                    "dead": list(report.dead), "wrote": wrote.to_json()})
         return 0 if not report.dead else 1
     print(f"{len(report.sent)} sent, {len(report.failed)} kept for retry, {len(report.dead)} given up")
     for mid, error in report.failed:
         print(f"  message {mid}: {error}")
+    say_wrote(args, wrote)
     return 0 if not report.dead else 1
 
 
@@ -333,7 +404,7 @@ def _add_common(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def _add_enable(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = _add_common(sub.add_parser("enable", help="re-run a finished study (with a USD budget) on a cadence"))
+    p = writes(_add_common(sub.add_parser("enable", help="re-run a finished study (with a USD budget) on a cadence")))
     p.add_argument("study_id", type=STUDY_ID, help="the finished study to re-run (it must have a USD budget)")
     p.add_argument("--cadence", default="1d", help="30m, 6h, 1d, 1w ... (default 1d)")
     p.add_argument("--owner", type=PERSON, help="who sets it up (default TYPESTRICT_USER)")
@@ -344,7 +415,7 @@ def _add_enable(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _add_cancel(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = _add_common(sub.add_parser("cancel", help="cancel a schedule"))
+    p = writes(_add_common(sub.add_parser("cancel", help="cancel a schedule")))
     p.add_argument("schedule_id", type=SCHEDULE_ID, help="the schedule (see `typestrict schedule status`)")
     p.add_argument("--by", type=PERSON, help="who cancels (default TYPESTRICT_USER)")
     add_json(p)
@@ -401,7 +472,6 @@ def _study_cancel(args: argparse.Namespace) -> int:
         cancel_schedule,
         lineage_root_of,
         list_schedules,
-        status_text,
     )
     from typestrict_pipeline.reruns.tables import ScheduleState
 
@@ -412,11 +482,9 @@ def _study_cancel(args: argparse.Namespace) -> int:
     if not enabled:
         raise InputError(f"an enabled re-run schedule on the lineage of study {args.study_id}", "none",
                          "list the schedules with typestrict schedule status")
-    view = cancel_schedule(engine, enabled[0].id, by=_who(args.by))
-    if args.json:
-        print_json(view.__dict__)
-    else:
-        print(status_text(engine, view))
+    now = utcnow()
+    view = cancel_schedule(engine, enabled[0].id, by=_who(args.by), now=now)
+    _say_cancelled(args, engine, view, now)
     return 0
 
 
@@ -446,7 +514,7 @@ def _extend_study(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
         sched = sub.add_parser("schedule", help="re-run a finished study on a schedule (enable, cancel)")
         inner = sched.add_subparsers(dest="study_schedule_command", required=True)
         _add_enable(inner)
-        p = _add_common(inner.add_parser("cancel", help="cancel the enabled schedule of a study's lineage"))
+        p = writes(_add_common(inner.add_parser("cancel", help="cancel the enabled schedule of a study's lineage")))
         p.add_argument("study_id", type=STUDY_ID, help="any study of the lineage")
         p.add_argument("--by", type=PERSON, help="who cancels (default TYPESTRICT_USER)")
         add_json(p)
@@ -466,27 +534,27 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _add_status(sub, "schedules and why they were skipped")
     _add_lineage(sub)
 
-    p = cmd("tick", "evaluate the schedules that are due (what the Dagster sensor does)")
+    p = writes(cmd("tick", "evaluate the schedules that are due (what the Dagster sensor does)"))
     p.add_argument("--now", help="evaluate as of this time (ISO 8601; default now)")
     p.add_argument("--run", action="store_true", help="also run fired re-runs here and deliver notifications")
     add_json(p)
     p.set_defaults(func=_tick)
 
-    p = cmd("data-arrived", "record that a workflow's outcomes are known up to END")
+    p = writes(cmd("data-arrived", "record that a workflow's outcomes are known up to END"))
     p.add_argument("workspace", type=WORKSPACE, help="the workspace id")
     p.add_argument("workflow", type=WORKFLOW, help="the workflow whose outcomes arrived")
     p.add_argument("end", help="end (exclusive) of the decision steps with a known outcome, ISO 8601")
     add_json(p)
     p.set_defaults(func=_data_arrived)
 
-    p = cmd("workspace", "a workspace's subscription, usage budget and spend")
+    p = writes(cmd("workspace", "a workspace's subscription, usage budget and spend"))  # with a setting
     p.add_argument("workspace", type=WORKSPACE, help="the workspace id")
     p.add_argument("--subscription", choices=["ACTIVE", "EXPIRED"], help="set the subscription state")
     p.add_argument("--budget-usd", type=usd, help="set the usage budget per calendar month, in USD")
     add_json(p)
     p.set_defaults(func=_workspace)
 
-    p = cmd("notifications", "turn 'A scheduled study changes its winner' on or off for a person")
+    p = writes(cmd("notifications", "turn 'A scheduled study changes its winner' on or off for a person"))
     p.add_argument("user", type=PERSON, help="the person (an email address)")
     onoff = p.add_mutually_exclusive_group(required=True)
     onoff.add_argument("--on", dest="on", action="store_true", help="send it")
@@ -494,7 +562,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_json(p)
     p.set_defaults(func=_notifications)
 
-    p = cmd("deliver", "send the notification outbox now")
+    p = writes(cmd("deliver", "send the notification outbox now"))
     p.add_argument("--requeue", type=bounded_int("a message id", 1, 2**62), metavar="MESSAGE_ID",
                    help="first put a given-up message back")
     add_json(p)

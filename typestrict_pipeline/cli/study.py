@@ -30,6 +30,7 @@ from sqlalchemy import Engine, select
 from typestrict_pipeline.cli.common import (
     MAX_CANDIDATES,
     MAX_STEPS,
+    Wrote,
     add_json,
     add_store,
     bounded_int,
@@ -40,10 +41,13 @@ from typestrict_pipeline.cli.common import (
     print_table,
     progress,
     read_store,
+    say_wrote,
+    shown_store,
     step,
     store_url,
     usd,
     write_store,
+    writes,
 )
 from typestrict_pipeline.errors import InputError
 from typestrict_pipeline.store import session_scope
@@ -130,10 +134,13 @@ def _run(args: argparse.Namespace) -> int:
             print(f"typestrict: study {sid} never started; marked failed and its workflow's lock "
                   "released", file=sys.stderr)
     board = load_leaderboard(engine, sid)
+    wrote = Wrote(f"study {sid} ({board.state.label}) of {args.workflow} in workspace {args.workspace}",
+                  (str(sid),), store=shown_store(url))
     if args.json:
-        print(json.dumps(board.to_json(), indent=2, default=str))
+        print(json.dumps({**board.to_json(), "wrote": wrote.to_json()}, indent=2, default=str))
     else:
         print(render_markdown(board))
+        say_wrote(args, wrote)
     return 0 if ok else 1
 
 
@@ -318,12 +325,14 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _say(args: argparse.Namespace, text: str, **fields: Any) -> None:
-    """What a command that wrote something prints: a sentence, or its fields as JSON."""
+def _say(args: argparse.Namespace, text: str, wrote: Wrote, **fields: Any) -> None:
+    """What a command that wrote something prints: a sentence and what it wrote, or its fields
+    and ``wrote`` as JSON."""
     if args.json:
-        print_json(fields)
+        print_json({**fields, "wrote": wrote.to_json()})
     else:
         print(text)
+        say_wrote(args, wrote)
 
 
 def _cancel(args: argparse.Namespace) -> int:
@@ -338,8 +347,9 @@ def _cancel(args: argparse.Namespace) -> int:
         ended = cancel_study(engine, sid)
     finally:
         engine.dispose()
-    _say(args, f"study {sid}: Cancelled ({ended.why}); what ran is kept", study_id=sid,
-         state=ended.state, why=ended.why)
+    _say(args, f"study {sid}: Cancelled ({ended.why}); what ran is kept",
+         Wrote(f"the cancellation of study {sid}", (str(sid),), store=shown_store(store_url(args))),
+         study_id=sid, state=ended.state, why=ended.why)
     return 0
 
 
@@ -347,6 +357,8 @@ def _delete(args: argparse.Namespace) -> int:
     sid = _study_id(args.study_id)
     repo.delete_study(_engine(args), sid)
     _say(args, f"study {sid}: deleted (a schedule re-running it turns itself off at its next tick)",
+         Wrote(f"the deletion of study {sid} (its candidates and runs)", (str(sid),),
+               store=shown_store(store_url(args))),
          study_id=sid, deleted=True)
     return 0
 
@@ -358,7 +370,17 @@ def _promote(args: argparse.Namespace) -> int:
     sid = _study_id(args.study_id)
     engine = _engine(args)
     res = promote_winner(engine, sid, study_backend(engine, sid))
-    _say(args, res.message, study_id=sid, message=res.message)
+    with session_scope(engine) as s:
+        row = repo.get_study(s, sid)
+        workspace, workflow = row.workspace, row.workflow
+    if res.version_id is not None:
+        wrote = Wrote(f"version {res.version_id} of {workflow} as the active one in workspace {workspace} "
+                      f"(the winner of study {sid})", (res.version_id,), store=shown_store(store_url(args)))
+    else:
+        wrote = Wrote(f"the winner's parameters of study {sid} {json.dumps(dict(res.params), default=str)} "
+                      f"as the configuration of {workflow} in workspace {workspace}", (f"{workspace}/{workflow}",),
+                      store=shown_store(store_url(args)))
+    _say(args, res.message, wrote, study_id=sid, message=res.message)
     return 0
 
 
@@ -369,7 +391,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     def cmd(name: str, help_text: str) -> argparse.ArgumentParser:
         return add_store(sub.add_parser(name, help=help_text))
 
-    p = cmd("run", "create a study and run it on Dagster; print its leaderboard")
+    p = writes(cmd("run", "create a study and run it on Dagster; print its leaderboard"))
     _run_arguments(p)
     add_json(p)
     p.set_defaults(func=_run)
@@ -390,7 +412,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     for name, text in (("cancel", "cancel a study (what ran is kept)"),
                        ("delete", "delete a study that is not in flight (its candidates and runs too)"),
                        ("promote", "promote a finished study's winner through the evaluation gate")):
-        p = cmd(name, text)
+        p = writes(cmd(name, text))
         p.add_argument("study_id", help="the study's id (see `typestrict study list`)")
         add_json(p)
         p.set_defaults(func={"cancel": _cancel, "delete": _delete, "promote": _promote}[name])

@@ -25,12 +25,17 @@ from pathlib import Path
 from typing import Any
 
 from typestrict_pipeline.cli.common import (
+    Wrote,
     add_json,
     add_store,
     identifier,
     print_json,
     print_table,
+    say_wrote,
+    shown_store,
+    store_url,
     write_store,
+    writes,
 )
 from typestrict_pipeline.errors import InputError, NotFoundError
 from typestrict_pipeline.store import typestrict_home
@@ -132,12 +137,18 @@ def _submit(args: argparse.Namespace) -> int:
         view = store.view(workspace, args.training_id)
     finally:
         engine.dispose()
+    from typestrict_pipeline.api.trainings import MODEL_PREDICTIONS
+
+    wrote = Wrote(f"the predictions of training {args.training_id} (now {view.state.value})", (args.training_id,),
+                  store=shown_store(store_url(args)),
+                  files=(str(typestrict_home() / "trainings" / args.training_id / MODEL_PREDICTIONS),))
     if args.json:
         print_json({"training_id": args.training_id, "state": view.state.value,
-                    "deadline_at": _when(view.deadline_at)})
+                    "deadline_at": _when(view.deadline_at), "wrote": wrote.to_json()})
         return 0
     print(f"training {args.training_id}: predictions accepted; {view.state.value} (verdict by "
           f"{_when(view.deadline_at)}, else it expires and its credit comes back)")
+    say_wrote(args, wrote)
     return 0
 
 
@@ -149,11 +160,14 @@ def _cancel(args: argparse.Namespace) -> int:
     finally:
         engine.dispose()
     credit = "its credit came back" if ended.refunded else "no credit moved"
+    wrote = Wrote(f"the cancellation of training {ended.training_id} ({credit})", (ended.training_id,),
+                  store=shown_store(store_url(args)))
     if args.json:
         print_json({"training_id": ended.training_id, "state": "cancelled", "reason": ended.reason,
-                    "refunded": ended.refunded})
+                    "refunded": ended.refunded, "wrote": wrote.to_json()})
         return 0
     print(f"training {ended.training_id}: cancelled ({ended.reason}); {credit}")
+    say_wrote(args, wrote)
     return 0
 
 
@@ -184,16 +198,21 @@ def _expire(args: argparse.Namespace) -> int:
         balance = ledger_balance(engine)
     finally:
         engine.dispose()
+    ids = tuple(e.training_id for e in ended)
+    store = shown_store(store_url(args))
+    wrote = (Wrote(f"the expiry of training(s) {', '.join(ids)}", ids, store=store) if ids
+             else Wrote("no training was past its deadline", (), store=store))
     if args.json:
         print_json({"expired": [{"training_id": e.training_id, "workspace_id": e.workspace_id,
                                  "was": e.was.value, "reason": e.reason, "refunded": e.refunded}
                                 for e in ended],
-                    "ledger": balance.describe(), "balanced": balance.balanced})
+                    "ledger": balance.describe(), "balanced": balance.balanced, "wrote": wrote.to_json()})
         return 0 if balance.balanced else 1
     for e in ended:
         print(f"training {e.training_id} ({e.workspace_id}): expired, was {e.was.value}: {e.reason}; "
               + ("its credit came back" if e.refunded else "it was never charged"))
     print(f"{len(ended)} training(s) expired; ledger: {balance.describe()}")
+    say_wrote(args, wrote)
     return 0 if balance.balanced else 1
 
 
@@ -210,15 +229,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("training_id", type=TRAINING, help="the training id")
     p.set_defaults(func=_show)
 
-    p = add_json(add_store(sub.add_parser(
-        "submit", help="the model's predictions, checked against the split before anything is stored")))
+    p = writes(add_json(add_store(sub.add_parser(
+        "submit", help="the model's predictions, checked against the split before anything is stored"))))
     p.add_argument("training_id", type=TRAINING, help="the training id")
     p.add_argument("predictions", metavar="PREDICTIONS.jsonl", help="the model's predictions (JSON lines)")
     p.add_argument("--trained-on-sha256", help="SHA-256 of the ids the model was trained on (see the split)")
     p.set_defaults(func=_submit)
 
-    p = add_json(add_store(sub.add_parser(
-        "cancel", help="cancel a training before it is judged (its credit comes back)")))
+    p = writes(add_json(add_store(sub.add_parser(
+        "cancel", help="cancel a training before it is judged (its credit comes back)"))))
     p.add_argument("training_id", type=TRAINING, help="the training id")
     p.set_defaults(func=_cancel)
 
@@ -228,8 +247,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("training_id", type=TRAINING, help="the training id (its folder under the trainings folder)")
     p.set_defaults(func=_check)
 
-    p = add_json(add_store(sub.add_parser(
-        "expire", help="end the trainings whose deadline has passed (credit back)")))
+    p = writes(add_json(add_store(sub.add_parser(
+        "expire", help="end the trainings whose deadline has passed (credit back)"))))
     p.add_argument("--now", help="the time to expire at (ISO 8601; default now)")
     p.set_defaults(func=_expire)
 

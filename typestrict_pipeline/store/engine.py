@@ -441,6 +441,8 @@ def connect_problem(exc: BaseException, url: URL) -> str:
     >>> u = make_url("postgresql+psycopg2://ts@127.0.0.1:5432/nosuch")
     >>> connect_problem(Exception('FATAL:  database "nosuch" does not exist'), u)
     "expected the database 'nosuch' on 127.0.0.1:5432, got no such database. Create it (createdb -h 127.0.0.1 -p 5432 nosuch, or CREATE DATABASE nosuch) or fix the database name in --store / TYPESTRICT_STORE_URL."
+    >>> connect_problem(Exception('FATAL:  role "ghost" does not exist'), u)
+    "expected the database user 'ghost' to log in on 127.0.0.1:5432, got no such role. Create it (createuser -h 127.0.0.1 -p 5432 ghost, or CREATE ROLE ghost LOGIN) or fix the user in --store / TYPESTRICT_STORE_URL."
     """
     text = str(getattr(exc, "orig", None) or exc)
     server = f"{url.host or 'localhost'}:{url.port or 5432}"
@@ -451,10 +453,15 @@ def connect_problem(exc: BaseException, url: URL) -> str:
                 f"(createdb -h {url.host or 'localhost'} -p {url.port or 5432} {name}, or CREATE DATABASE "
                 f"{name}) or fix the database name in --store / TYPESTRICT_STORE_URL.")
     m = re.search(r'(?:role|user) "([^"]+)"', text)
-    if m and ("does not exist" in text or "authentication failed" in text):
-        why = "no such role" if "does not exist" in text else "the password was refused"
-        return (f"expected the database user '{m.group(1)}' to log in on {server}, got {why}. Fix the "
-                "user or password in --store / TYPESTRICT_STORE_URL (or create the role).")
+    if m and "does not exist" in text:
+        name = m.group(1)
+        return (f"expected the database user '{name}' to log in on {server}, got no such role. Create it "
+                f"(createuser -h {url.host or 'localhost'} -p {url.port or 5432} {name}, or CREATE ROLE "
+                f"{name} LOGIN) or fix the user in --store / TYPESTRICT_STORE_URL.")
+    if m and "authentication failed" in text:
+        return (f"expected the database user '{m.group(1)}' to log in on {server}, got its password "
+                "refused. Fix the password in --store / TYPESTRICT_STORE_URL (postgresql://user:password@"
+                "host/db) or in PGPASSWORD / ~/.pgpass.")
     if "Connection refused" in text or "could not connect" in text or "timeout expired" in text:
         return (f"expected a PostgreSQL server answering on {server}, got no answer. Start the server "
                 "or fix the host and port in --store / TYPESTRICT_STORE_URL.")
