@@ -78,7 +78,9 @@ def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:
 SUPPORTED_SCHEMES = ("sqlite", "postgresql")
 
 
-def _parse_store_url(url: str) -> URL:
+def parse_store_url(url: str) -> URL:
+    """``url`` parsed, when it is a store URL this product opens (``sqlite:///`` with the built-in
+    driver, or ``postgresql://``), else a :class:`StoreError` that never shows a password."""
     try:
         parsed = make_url(url)
     except ArgumentError:
@@ -121,7 +123,7 @@ def create_store_engine(url: str) -> Engine:
         StoreError: the URL is not a ``sqlite:///`` or ``postgresql://`` URL.
     """
     url = normalize_url(url)
-    parsed = _parse_store_url(url)
+    parsed = parse_store_url(url)
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database
         if database and database != ":memory:":

@@ -13,7 +13,7 @@ from __future__ import annotations
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
-from typestrict_pipeline.store.engine import _parse_store_url, normalize_url
+from typestrict_pipeline.store.engine import normalize_url, parse_store_url
 
 DEFAULT_PG_PORT = 5432
 """The port a PostgreSQL URL without one connects to (libpq's default)."""
@@ -45,7 +45,7 @@ def without_password(url: str) -> str:
             password).
     """
     url = normalize_url(url)
-    parsed = _parse_store_url(url)
+    parsed = parse_store_url(url)
     if parsed.get_backend_name() == "sqlite":
         return url
     # URL.set(password=None) keeps the password (None means "unchanged"): replace the field.
