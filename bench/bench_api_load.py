@@ -12,7 +12,9 @@ own process with one worker, on 127.0.0.1:
   have: same server, no auth, no store);
 * Python's ``http.server`` (``ThreadingHTTPServer``) serving the same file.
 
-The client is one asyncio process (httpx), ``REQUESTS`` requests per case at each concurrency,
+Measuring starts once every server answers and its process has been idle for a second (``typestrict
+api`` warms Dagster's instance in a thread after it starts answering: about 4 s of CPU that, before,
+fell on the first case measured, the API's audit). The client is one asyncio process (httpx), ``REQUESTS`` requests per case at each concurrency,
 after ``WARMUP`` requests; every response is checked (status 200, byte length). Each concurrency
 runs ``ROUNDS`` rounds, the cases' order rotated each round (on a shared 2-core machine the case
 that runs first, or while another session's burst lasts, is slowed the most: one fixed order
@@ -82,6 +84,30 @@ def _wait(url: str, headers: dict[str, str] | None = None) -> None:
             pass
         time.sleep(0.2)
     raise SystemExit(f"server at {url} did not start")
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` used so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _wait_idle(pids: list[int], *, quiet_s: float = 1.0, at_most_s: float = 60.0) -> float:
+    """Wait until no process of ``pids`` used CPU for ``quiet_s`` (at most ``at_most_s``); the wait.
+
+    ``typestrict api`` answers within a second of starting, then loads Dagster's instance and
+    code location in a thread (``warm_runs``: about 4 s of CPU) so a first launch need not; a case
+    measured during that would measure the warm-up, not the route.
+    """
+    started = time.monotonic()
+    before = [_cpu_s(p) for p in pids]
+    while time.monotonic() - started < at_most_s:
+        time.sleep(quiet_s)
+        now = [_cpu_s(p) for p in pids]
+        if all(b2 - b1 < 0.02 for b1, b2 in zip(before, now, strict=True)):
+            break
+        before = now
+    return time.monotonic() - started
 
 
 def _prepare(folder: Path) -> tuple[str, str, int]:
@@ -185,9 +211,11 @@ def main() -> None:
         try:
             for _, u, h, _ in cases:
                 _wait(u, h)
+            waited = _wait_idle([p.pid for p in procs])
             print(f"API load: audit {size / 1e3:.0f} kB (2,000 examples x 2 answers, B = 2,000); "
                   f"{REQUESTS} requests per case and round after {WARMUP} warm-up; one server process each; "
-                  f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+                  f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; measured once every "
+                  f"server was idle ({waited:.1f} s after they answered)")
             for c in CONCURRENCY:
                 rounds: dict[str, list[tuple[float, float, float, dict[str, int]]]] = {n: [] for n, *_ in cases}
                 for r in range(ROUNDS):
