@@ -55,11 +55,10 @@ class Served:
         return seen
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    tmp = tmp_path_factory.mktemp("served")
+def _settle(tmp: Path, seed: int) -> tuple[str, str, bytes]:
+    """A store with model MODEL of workspace "ws" settled (kept, with weights.bin); (url, key, audit)."""
     url = f"sqlite:///{tmp / 'store.db'}"
-    data = synthetic_decision(seed=11, n=300, n_answers=2, model_skill=0.8, jev_skill=0.6)
+    data = synthetic_decision(seed=seed, n=300, n_answers=2, model_skill=0.8, jev_skill=0.6)
     judgement = judge([data], keep_if_loses=True)
     audit = write_audit(tmp / "audit.json",
                         build_audit(judgement, training_id=MODEL, model_id=MODEL, jev_id="jev"))
@@ -74,9 +73,19 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         key = create_api_key(engine, "ws").key
     finally:
         engine.dispose()
-    # a limit no test here reaches (the default's burst of 30 would answer 429), still applied
-    with ApiServer(url, tmp / "home", rate_limit=RateLimit(rate_per_s=1000.0, burst=1000)) as server:
-        found = Served(server, key, url, audit.read_bytes())
+    return url, key, audit.read_bytes()
+
+
+# a limit no test here reaches (the default's burst of 30 would answer 429), still applied
+LIMIT = RateLimit(rate_per_s=1000.0, burst=1000)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    tmp = tmp_path_factory.mktemp("served")
+    url, key, audit = _settle(tmp, seed=11)
+    with ApiServer(url, tmp / "home", rate_limit=LIMIT) as server:
+        found = Served(server, key, url, audit)
         try:
             yield found
         finally:
@@ -161,3 +170,20 @@ def test_a_console_session_reading_writes_at_most_once_a_minute(served: Served) 
             got = browser.get(f"/v1/models/{MODEL}/audit")
             assert got.status_code == 200 and got.content == served.audit
     assert len(writes) == 1 and writes[0].lower().lstrip().startswith("update console_sessions")
+
+
+def test_another_store_with_the_same_model_id_serves_its_own_audit(
+        served: Served, tmp_path: Path) -> None:
+    """Two servers in one process, each on its own store, the same model id and workspace name:
+    an audit one served is never what the other answers."""
+    with served.client() as c:
+        assert c.get(f"/v1/models/{MODEL}/audit").content == served.audit
+    url, key, audit = _settle(tmp_path, seed=12)
+    assert audit != served.audit
+    with ApiServer(url, tmp_path / "home", rate_limit=LIMIT) as other, other.client(key) as c:
+        for _ in range(2):  # the first fills its cache, the second is answered from it
+            got = c.get(f"/v1/models/{MODEL}/audit")
+            assert got.status_code == 200 and got.content == audit
+            assert got.headers["etag"] == f'"{hashlib.sha256(audit).hexdigest()}"'
+    with served.client() as c:
+        assert c.get(f"/v1/models/{MODEL}/audit").content == served.audit

@@ -205,7 +205,7 @@ async def get_audit(
     try:
         stat = os.stat(path)  # a local file's metadata: microseconds, on the event loop
     except FileNotFoundError:  # the cache folder was emptied: write it again from the store
-        _forget_audit(model_id)
+        _forget_audit(get_ctx(request), model_id)
         info, found = await run_in_threadpool(_audit_lookup, request, credentials, model_id)
         assert found is not None
         path, stat = found, os.stat(found)
@@ -216,9 +216,14 @@ async def get_audit(
 
 
 _MAX_KNOWN = 10_000
-_KNOWN: OrderedDict[str, tuple[str, str, FsPath]] = OrderedDict()
-"""model id -> (its workspace, its audit's SHA-256, the audit's file), for models whose audit was
-served. A model record is never deleted and a settled audit never changes, so neither goes stale."""
+_KNOWN: OrderedDict[tuple[str, str, str], tuple[str, str, FsPath]] = OrderedDict()
+"""(store URL, home, model id) -> (its workspace, its audit's SHA-256, the audit's file), for models
+whose audit was served (by an app of that store and home: a process may hold several apps). A model
+record is never deleted and a settled audit never changes, so neither goes stale."""
+
+
+def _known_key(ctx: Ctx, model_id: str) -> tuple[str, str, str]:
+    return ctx.settings.store_url, str(ctx.settings.home), model_id
 
 
 def _known_audit(request: Request, model_id: str) -> tuple[str, FsPath] | None:
@@ -227,11 +232,11 @@ def _known_audit(request: Request, model_id: str) -> tuple[str, FsPath] | None:
     None for anything else (the slow path then answers, with the same errors as before)."""
     if request.headers.get("authorization") is None:
         return None
+    ctx = get_ctx(request)
     with _LOCK:
-        found = _KNOWN.get(model_id)
+        found = _KNOWN.get(_known_key(ctx, model_id))
     if found is None:
         return None
-    ctx = get_ctx(request)
     scheme, _, value = (request.headers.get("authorization") or "").strip().partition(" ")
     checked = ctx.keys.check_known(value.strip()) if scheme.lower() == "bearer" else None
     if checked is None or checked.state is not KeyState.VALID or checked.workspace_id != found[0]:
@@ -241,9 +246,9 @@ def _known_audit(request: Request, model_id: str) -> tuple[str, FsPath] | None:
     return found[1], found[2]
 
 
-def _forget_audit(model_id: str) -> None:
+def _forget_audit(ctx: Ctx, model_id: str) -> None:
     with _LOCK:
-        _KNOWN.pop(model_id, None)
+        _KNOWN.pop(_known_key(ctx, model_id), None)
 
 
 def _audit_lookup(
@@ -257,9 +262,10 @@ def _audit_lookup(
     if sha is None:
         return info, None
     path = _audit_file(ctx, info, sha)
+    known = _known_key(ctx, info.model_id)
     with _LOCK:
-        _KNOWN[info.model_id] = (info.workspace_id, sha, path)
-        _KNOWN.move_to_end(info.model_id)
+        _KNOWN[known] = (info.workspace_id, sha, path)
+        _KNOWN.move_to_end(known)
         while len(_KNOWN) > _MAX_KNOWN:
             _KNOWN.popitem(last=False)
     return info, path
