@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
 from collections import OrderedDict
 from pathlib import Path as FsPath
@@ -14,11 +15,14 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, HTMLResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
 
+from typestrict_pipeline.api.conditional import PRIVATE, serve_file
 from typestrict_pipeline.api.deps import Ctx, Workspace, _bearer, get_ctx, get_workspace
 from typestrict_pipeline.api.edge import api_router
 from typestrict_pipeline.api.errors import ApiError
+from typestrict_pipeline.api.keys import KeyState
 from typestrict_pipeline.api.page import METRICS, render_result_page
 from typestrict_pipeline.api.pictures import result_pictures
+from typestrict_pipeline.api.ratelimit import RATE_CHECKED
 from typestrict_pipeline.api.routes.files import FileName
 from typestrict_pipeline.api.schemas import (
     DecisionVerdict,
@@ -171,18 +175,6 @@ def _audit_file(ctx: Ctx, info: ModelInfo, sha: str) -> FsPath:
     return path
 
 
-def etag_matches(if_none_match: str | None, etag: str) -> bool:
-    """Whether an ``If-None-Match`` header names ``etag`` (``*``, a list, weak or strong).
-
-    >>> etag_matches('W/"ab", "cd"', '"cd"'), etag_matches(None, '"cd"'), etag_matches("*", '"x"')
-    (True, False, True)
-    """
-    if not if_none_match:
-        return False
-    tags = [t.strip().removeprefix("W/") for t in if_none_match.split(",")]
-    return "*" in tags or etag in tags
-
-
 @router.get("/models/{model_id}/audit", response_class=Response,
             responses={200: {"content": {"application/json": {}}},
                        304: {"description": "Not modified: the audit named by If-None-Match"}})
@@ -196,21 +188,67 @@ async def get_audit(
     and is its ETag (a settled audit never changes): send it back in `If-None-Match` and an
     unchanged audit is a 304 with no body. Verify it with
     `python3 verify_audit.py --expect-sha256 SHA256 audit.json`."""
-    # the key, the model record and the file in one trip to the thread pool (the store is
-    # read twice, never written), then the file streamed by the event loop
-    info, path = await run_in_threadpool(_audit_lookup, request, credentials, model_id)
-    headers = {"Content-Disposition": f'attachment; filename="{info.model_id}.audit.json"',
-               "X-Audit-SHA256": info.audit_sha256 or ""}
-    sha = info.audit_sha256
-    if sha is None or path is None:  # no audit: the store's message (a failed training)
-        ctx = get_ctx(request)
-        data = await run_in_threadpool(_audit_bytes, ctx, info)
-        return Response(data, media_type="application/json", headers=headers)
-    etag = f'"{sha}"'
-    headers.update({"ETag": etag, "Cache-Control": "private, no-cache"})
-    if etag_matches(request.headers.get("if-none-match"), etag):
-        return Response(status_code=304, headers=headers)
-    return FileResponse(path, media_type="application/json", headers=headers)
+    # A key checked in the last seconds and an audit served before: nothing to read from the
+    # store, no trip to the thread pool. Otherwise the key, the model record and the file in one
+    # trip (the store is read, never written); then the file is streamed by the event loop.
+    known = _known_audit(request, model_id)
+    if known is not None:
+        sha, path = known
+    else:
+        info, found = await run_in_threadpool(_audit_lookup, request, credentials, model_id)
+        if info.audit_sha256 is None or found is None:  # no audit: the store's message (a failed training)
+            data = await run_in_threadpool(_audit_bytes, get_ctx(request), info)
+            return Response(data, media_type="application/json", headers={
+                "Content-Disposition": f'attachment; filename="{info.model_id}.audit.json"',
+                "X-Audit-SHA256": ""})
+        sha, path = info.audit_sha256, found
+    try:
+        stat = os.stat(path)  # a local file's metadata: microseconds, on the event loop
+    except FileNotFoundError:  # the cache folder was emptied: write it again from the store
+        _forget_audit(get_ctx(request), model_id)
+        info, found = await run_in_threadpool(_audit_lookup, request, credentials, model_id)
+        assert found is not None
+        path, stat = found, os.stat(found)
+    return serve_file(path, if_none_match=request.headers.get("if-none-match"), sha256=sha, stat=stat,
+                      media_type="application/json", cache_control=PRIVATE, headers={
+                          "Content-Disposition": f'attachment; filename="{model_id}.audit.json"',
+                          "X-Audit-SHA256": sha})
+
+
+_MAX_KNOWN = 10_000
+_KNOWN: OrderedDict[tuple[str, str, str], tuple[str, str, FsPath]] = OrderedDict()
+"""(store URL, home, model id) -> (its workspace, its audit's SHA-256, the audit's file), for models
+whose audit was served (by an app of that store and home: a process may hold several apps). A model
+record is never deleted and a settled audit never changes, so neither goes stale."""
+
+
+def _known_key(ctx: Ctx, model_id: str) -> tuple[str, str, str]:
+    return ctx.settings.store_url, str(ctx.settings.home), model_id
+
+
+def _known_audit(request: Request, model_id: str) -> tuple[str, FsPath] | None:
+    """``(sha256, file)`` of an audit served before, when the request's key was verified in the
+    last seconds and its workspace owns the model (its token is taken, as the dependency would);
+    None for anything else (the slow path then answers, with the same errors as before)."""
+    if request.headers.get("authorization") is None:
+        return None
+    ctx = get_ctx(request)
+    with _LOCK:
+        found = _KNOWN.get(_known_key(ctx, model_id))
+    if found is None:
+        return None
+    scheme, _, value = (request.headers.get("authorization") or "").strip().partition(" ")
+    checked = ctx.keys.check_known(value.strip()) if scheme.lower() == "bearer" else None
+    if checked is None or checked.state is not KeyState.VALID or checked.workspace_id != found[0]:
+        return None
+    if ctx.limiter is not None and not request.scope.get("state", {}).get(RATE_CHECKED):
+        ctx.limiter.check(f"key:{checked.key_id}")
+    return found[1], found[2]
+
+
+def _forget_audit(ctx: Ctx, model_id: str) -> None:
+    with _LOCK:
+        _KNOWN.pop(_known_key(ctx, model_id), None)
 
 
 def _audit_lookup(
@@ -221,7 +259,16 @@ def _audit_lookup(
     ctx = get_ctx(request)
     info = ctx.trainings.model(workspace, model_id)
     sha = info.audit_sha256
-    return info, None if sha is None else _audit_file(ctx, info, sha)
+    if sha is None:
+        return info, None
+    path = _audit_file(ctx, info, sha)
+    known = _known_key(ctx, info.model_id)
+    with _LOCK:
+        _KNOWN[known] = (info.workspace_id, sha, path)
+        _KNOWN.move_to_end(known)
+        while len(_KNOWN) > _MAX_KNOWN:
+            _KNOWN.popitem(last=False)
+    return info, path
 
 
 def _retained(info: ModelInfo) -> FsPath:
@@ -252,16 +299,20 @@ def list_model_files(model_id: ModelId, ctx: Ctx, workspace: Workspace) -> Files
 
 
 @router.get("/models/{model_id}/files/{name}", response_class=FileResponse,
-            responses={410: {"model": ErrorBody}, 200: {"content": {"application/octet-stream": {}}}})
-def get_model_file(model_id: ModelId, name: FileName, ctx: Ctx, workspace: Workspace) -> FileResponse:
-    """One file of the model, while retained."""
+            responses={410: {"model": ErrorBody}, 200: {"content": {"application/octet-stream": {}}},
+                       304: {"description": "Not modified: the file named by If-None-Match"}})
+def get_model_file(model_id: ModelId, name: FileName, request: Request, ctx: Ctx,
+                   workspace: Workspace) -> Response:
+    """One file of the model, while retained, streamed from disk. Its ETag is the quoted SHA-256
+    of its bytes: send it back in `If-None-Match` and an unchanged file is a 304 with no body."""
     info = ctx.trainings.model(workspace, model_id)
     root = _retained(info).resolve()
     path = (root / name).resolve()
     if not path.is_relative_to(root) or not path.is_file():
         raise ApiError(404, "not_found", f"expected a file {name!r} of model {model_id!r}, got none. "
                        f"List them with /v1/models/{model_id}/files")
-    return FileResponse(path, media_type="application/octet-stream", filename=name)
+    return serve_file(path, if_none_match=request.headers.get("if-none-match"),
+                      media_type="application/octet-stream", cache_control=PRIVATE, filename=name)
 
 
 @router.get("/models/{model_id}/page", response_class=HTMLResponse,

@@ -1,0 +1,189 @@
+"""Files served by a real API server (uvicorn, real HTTP): the audit, a retained model file and the
+verifier are streamed from disk with the quoted SHA-256 of their bytes as ETag, a 304 with no body
+for that ETag, a 200 for another; and reading them writes nothing to the store (a key), or at most
+once a minute (a console session's idle clock), counted statement by statement."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+import typestrict_pipeline.verify_audit as verify_audit
+from tests.test_api_support import ApiServer
+from typestrict_pipeline.api.keys import create_api_key
+from typestrict_pipeline.api.ratelimit import RateLimit
+from typestrict_pipeline.console.sessions import sign_in
+from typestrict_pipeline.console.web import COOKIE
+from typestrict_pipeline.credits import CreditLedger, SettlementRequest, settle_training
+from typestrict_pipeline.refund.audit import build_audit, write_audit
+from typestrict_pipeline.refund.rule import judge
+from typestrict_pipeline.refund.synthetic import synthetic_decision
+from typestrict_pipeline.store import open_store
+
+MODEL = "tr_served"
+WEIGHTS = bytes(range(256)) * 300  # 76.8 kB: more than one chunk of the stream
+WRITES = ("insert", "update", "delete", "replace")
+
+
+class Served:
+    def __init__(self, server: ApiServer, key: str, url: str, audit: bytes) -> None:
+        self.server, self.key, self.url, self.audit = server, key, url, audit
+        self.listeners: list[tuple[Engine, Any]] = []
+
+    def client(self) -> httpx.Client:
+        return self.server.client(self.key)
+
+    def count_writes(self) -> list[str]:
+        """Every INSERT/UPDATE/DELETE the server's own store engine sends from now on."""
+        engine: Engine = self.server.app.state.ctx.engine
+        seen: list[str] = []
+
+        def note(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+            if statement.lstrip().split(" ", 1)[0].lower() in WRITES:
+                seen.append(statement)
+
+        event.listen(engine, "before_cursor_execute", note)
+        self.listeners.append((engine, note))
+        return seen
+
+
+def _settle(tmp: Path, seed: int) -> tuple[str, str, bytes]:
+    """A store with model MODEL of workspace "ws" settled (kept, with weights.bin); (url, key, audit)."""
+    url = f"sqlite:///{tmp / 'store.db'}"
+    data = synthetic_decision(seed=seed, n=300, n_answers=2, model_skill=0.8, jev_skill=0.6)
+    judgement = judge([data], keep_if_loses=True)
+    audit = write_audit(tmp / "audit.json",
+                        build_audit(judgement, training_id=MODEL, model_id=MODEL, jev_id="jev"))
+    (tmp / "model").mkdir()
+    (tmp / "model" / "weights.bin").write_bytes(WEIGHTS)
+    engine = open_store(url)
+    try:
+        CreditLedger(engine).grant("ws", 1, reference="test")
+        settle_training(engine, SettlementRequest(
+            workspace_id="ws", training_id=MODEL, verdict=judgement.verdict, reason="test",
+            keep_if_loses=True, model_dir=tmp / "model", audit_json=audit.read_bytes()))
+        key = create_api_key(engine, "ws").key
+    finally:
+        engine.dispose()
+    return url, key, audit.read_bytes()
+
+
+# a limit no test here reaches (the default's burst of 30 would answer 429), still applied
+LIMIT = RateLimit(rate_per_s=1000.0, burst=1000)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    tmp = tmp_path_factory.mktemp("served")
+    url, key, audit = _settle(tmp, seed=11)
+    with ApiServer(url, tmp / "home", rate_limit=LIMIT) as server:
+        found = Served(server, key, url, audit)
+        try:
+            yield found
+        finally:
+            for engine_, note in found.listeners:
+                event.remove(engine_, "before_cursor_execute", note)
+
+
+def _check_conditional(c: httpx.Client, path: str, body: bytes) -> httpx.Response:
+    sha = hashlib.sha256(body).hexdigest()
+    first = c.get(path)
+    assert first.status_code == 200 and first.content == body  # byte-identical to the file
+    assert first.headers["etag"] == f'"{sha}"'
+    assert first.headers["content-length"] == str(len(body))
+    again = c.get(path, headers={"If-None-Match": f'"{sha}"'})
+    assert again.status_code == 304 and again.content == b""
+    assert again.headers["etag"] == f'"{sha}"'
+    other = c.get(path, headers={"If-None-Match": f'"{hashlib.sha256(b"other").hexdigest()}"'})
+    assert other.status_code == 200 and other.content == body
+    return first
+
+
+def test_the_audit_is_streamed_with_its_sha256_as_etag(served: Served) -> None:
+    with served.client() as c:
+        first = _check_conditional(c, f"/v1/models/{MODEL}/audit", served.audit)
+        assert first.headers["cache-control"] == "private, no-cache"
+        assert first.headers["content-type"] == "application/json"
+        assert first.headers["content-disposition"] == f'attachment; filename="{MODEL}.audit.json"'
+        # a served audit is answered without the store: the ETag still never lets a request past
+        # the key, nor another workspace's key to the model
+        sha = hashlib.sha256(served.audit).hexdigest()
+        with httpx.Client(base_url=served.server.url) as anon:
+            assert anon.get(f"/v1/models/{MODEL}/audit",
+                            headers={"If-None-Match": f'"{sha}"'}).status_code == 401
+            wrong = served.key[:-4] + ("AAAA" if not served.key.endswith("AAAA") else "BBBB")
+            assert anon.get(f"/v1/models/{MODEL}/audit",
+                            headers={"Authorization": f"Bearer {wrong}"}).status_code == 401
+        engine = open_store(served.url)
+        try:
+            other = create_api_key(engine, "other").key
+        finally:
+            engine.dispose()
+        with served.server.client(other) as o:
+            assert o.get(f"/v1/models/{MODEL}/audit").status_code == 404
+            assert o.get(f"/v1/models/{MODEL}/audit").status_code == 404  # its key now known
+
+
+def test_a_model_file_and_the_verifier_carry_their_sha256(served: Served) -> None:
+    with served.client() as c:
+        first = _check_conditional(c, f"/v1/models/{MODEL}/files/weights.bin", WEIGHTS)
+        assert first.headers["cache-control"] == "private, no-cache"
+        assert first.headers["content-type"] == "application/octet-stream"
+        assert first.headers["content-disposition"] == 'attachment; filename="weights.bin"'
+        verifier = _check_conditional(c, "/verify_audit.py", Path(verify_audit.__file__).read_bytes())
+        assert verifier.headers["cache-control"] == "no-cache"
+        assert verifier.headers["content-type"] == "text/x-python; charset=utf-8"
+        assert verifier.headers["content-disposition"] == 'attachment; filename="verify_audit.py"'
+
+
+def test_reading_with_a_key_writes_nothing_to_the_store(served: Served) -> None:
+    """20 audit GETs, 20 verdicts and 20 model files by key: no INSERT, UPDATE or DELETE."""
+    writes = served.count_writes()
+    with served.client() as c:
+        for _ in range(20):
+            assert c.get(f"/v1/models/{MODEL}/audit").status_code == 200
+            assert c.get(f"/v1/models/{MODEL}").status_code == 200
+            assert c.get(f"/v1/models/{MODEL}/files/weights.bin").status_code == 200
+    assert writes == []
+
+
+def test_a_console_session_reading_writes_at_most_once_a_minute(served: Served) -> None:
+    """A signed-in browser's reads reset its session's idle clock: written at most once a minute
+    (``console.sessions._TOUCH_EVERY``), so 20 audit GETs make one UPDATE, not 20."""
+    engine = open_store(served.url)
+    try:
+        opened = sign_in(engine, served.key, now=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=90))
+    finally:
+        engine.dispose()
+    assert opened is not None
+    writes = served.count_writes()
+    with httpx.Client(base_url=served.server.url, cookies={COOKIE: opened.token}) as browser:
+        for _ in range(20):
+            got = browser.get(f"/v1/models/{MODEL}/audit")
+            assert got.status_code == 200 and got.content == served.audit
+    assert len(writes) == 1 and writes[0].lower().lstrip().startswith("update console_sessions")
+
+
+def test_another_store_with_the_same_model_id_serves_its_own_audit(
+        served: Served, tmp_path: Path) -> None:
+    """Two servers in one process, each on its own store, the same model id and workspace name:
+    an audit one served is never what the other answers."""
+    with served.client() as c:
+        assert c.get(f"/v1/models/{MODEL}/audit").content == served.audit
+    url, key, audit = _settle(tmp_path, seed=12)
+    assert audit != served.audit
+    with ApiServer(url, tmp_path / "home", rate_limit=LIMIT) as other, other.client(key) as c:
+        for _ in range(2):  # the first fills its cache, the second is answered from it
+            got = c.get(f"/v1/models/{MODEL}/audit")
+            assert got.status_code == 200 and got.content == audit
+            assert got.headers["etag"] == f'"{hashlib.sha256(audit).hexdigest()}"'
+    with served.client() as c:
+        assert c.get(f"/v1/models/{MODEL}/audit").content == served.audit
