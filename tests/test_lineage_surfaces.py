@@ -29,22 +29,15 @@ from typestrict_pipeline.api import create_app
 from typestrict_pipeline.api.keys import create_api_key
 from typestrict_pipeline.cli import main
 from typestrict_pipeline.reruns import scenario
-from typestrict_pipeline.reruns.decide import SubscriptionState
 from typestrict_pipeline.reruns.lineage import (
     PERSISTENCE_NOT_SHOWN,
     WITHIN_NOISE_WARNING,
     summarize,
 )
 from typestrict_pipeline.reruns.service import (
-    enable_schedule,
-    evaluate_schedule,
-    execute_rerun,
     lineage_entries,
     lineage_root_of,
 )
-from typestrict_pipeline.reruns.studies import record_data_end
-from typestrict_pipeline.reruns.synthetic import RegimeShiftBackend
-from typestrict_pipeline.reruns.workspace import set_workspace, store_spend_source
 from typestrict_pipeline.store import open_store
 
 _PAGES = Path(__file__).with_name("test_console_pages.py")
@@ -60,23 +53,10 @@ DAY = dt.timedelta(days=1)
 def _lineage(url: str) -> str:
     """A root study and one re-run, both arms below the baseline: the child's id."""
     engine = open_store(url)
-    set_workspace(engine, "demo", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=50_000_000)
-    root_end = dt.datetime(2015, 2, 1, tzinfo=UTC)
-    workflow = RegimeShiftBackend(before={"steady": 0.45, "late": 0.44}, after={"steady": 0.44, "late": 0.45},
-                                  shift_at=root_end, noise=0.05, seed=7)
-    root = scenario.create_root_study(engine, workspace="demo", root_end=root_end, budget_micro_usd=10**6,
-                                      min_unseen_steps=10, workflow=workflow)
-    scenario.run(engine, root)
-    port = scenario.port(engine)
-    now = dt.datetime(2026, 11, 30, 9, tzinfo=UTC)
-    sched = enable_schedule(engine, port, study_id=root, cadence="1d", owner="ana@example.com", now=now)
-    record_data_end(engine, "demo", scenario.WORKFLOW, root_end + 10 * DAY)
-    fired = evaluate_schedule(engine, port, sched.id, now=now, spend=store_spend_source(engine))
-    assert fired is not None and fired.run_key is not None
-    child = execute_rerun(engine, port, fired.run_key).study_id
-    assert child is not None
-    engine.dispose()
-    return str(child)
+    try:
+        return scenario.within_noise_lineage(engine)
+    finally:
+        engine.dispose()
 
 
 @contextlib.contextmanager

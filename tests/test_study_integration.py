@@ -139,28 +139,10 @@ def test_the_leaderboard_warns_when_the_lineages_best_is_within_noise(
     the shift, so every d_j is below zero: the best is within noise and the panel says so."""
     from typestrict_pipeline.cli import main
     from typestrict_pipeline.reruns import scenario
-    from typestrict_pipeline.reruns.decide import SubscriptionState
     from typestrict_pipeline.reruns.lineage import WITHIN_NOISE_WARNING
-    from typestrict_pipeline.reruns.service import enable_schedule, evaluate_schedule, execute_rerun
-    from typestrict_pipeline.reruns.studies import record_data_end
-    from typestrict_pipeline.reruns.synthetic import RegimeShiftBackend
-    from typestrict_pipeline.reruns.workspace import set_workspace, store_spend_source
 
     engine = open_store(sqlite_url)
-    set_workspace(engine, "demo", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=50_000_000)
-    root_end = dt.datetime(2015, 2, 1, tzinfo=UTC)
-    workflow = RegimeShiftBackend(before={"steady": 0.45, "late": 0.44}, after={"steady": 0.44, "late": 0.45},
-                                  shift_at=root_end, noise=0.05, seed=7)
-    root = scenario.create_root_study(engine, workspace="demo", root_end=root_end, budget_micro_usd=10**6,
-                                      min_unseen_steps=10, workflow=workflow)
-    scenario.run(engine, root)
-    port = scenario.port(engine)
-    now = dt.datetime(2026, 11, 30, 9, tzinfo=UTC)
-    sched = enable_schedule(engine, port, study_id=root, cadence="1d", owner="ana@example.com", now=now)
-    record_data_end(engine, "demo", scenario.WORKFLOW, root_end + 10 * DAY)
-    fired = evaluate_schedule(engine, port, sched.id, now=now, spend=store_spend_source(engine))
-    assert fired is not None and fired.run_key is not None
-    child = execute_rerun(engine, port, fired.run_key).study_id
+    child = scenario.within_noise_lineage(engine)
     assert main(["study", "leaderboard", str(child), "--store-url", sqlite_url]) == 0
     out = capsys.readouterr().out
     assert "Best expected of 2 under noise" in out and "(holdout − baseline)" in out

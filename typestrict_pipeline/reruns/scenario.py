@@ -133,3 +133,38 @@ def create_seattle_study(
         min_unseen_steps=min_unseen_steps,
     )
     return str(study_id)
+
+
+def within_noise_lineage(engine: Engine, *, now: dt.datetime | None = None) -> str:
+    """A root study and one scheduled re-run whose arms both score below the baseline (the
+    default configuration) before and after the shift, so the lineage's best is within noise and
+    its bound shows no persistence; the re-run's study id. Used by the tests of the lineage's two
+    statements on every surface.
+
+    Args:
+        engine: the store (workspace ``demo`` is set active with a $50 usage budget).
+        now: when the schedule is enabled and evaluated (default 2026-11-30 09:00 UTC).
+    """
+    from typestrict_pipeline.reruns.decide import SubscriptionState
+    from typestrict_pipeline.reruns.service import enable_schedule, evaluate_schedule, execute_rerun
+    from typestrict_pipeline.reruns.studies import record_data_end
+    from typestrict_pipeline.reruns.workspace import set_workspace, store_spend_source
+
+    at = now or dt.datetime(2026, 11, 30, 9, tzinfo=dt.UTC)
+    set_workspace(engine, "demo", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=50_000_000)
+    root_end = dt.datetime(2015, 2, 1, tzinfo=dt.UTC)
+    workflow = RegimeShiftBackend(before={"steady": 0.45, "late": 0.44}, after={"steady": 0.44, "late": 0.45},
+                                  shift_at=root_end, noise=0.05, seed=7)
+    root = create_root_study(engine, workspace="demo", root_end=root_end, budget_micro_usd=10**6,
+                             min_unseen_steps=10, workflow=workflow)
+    run(engine, root)
+    studies = port(engine)
+    sched = enable_schedule(engine, studies, study_id=root, cadence="1d", owner="ana@example.com", now=at)
+    record_data_end(engine, "demo", WORKFLOW, root_end + 10 * STEP)
+    fired = evaluate_schedule(engine, studies, sched.id, now=at, spend=store_spend_source(engine))
+    if fired is None or fired.run_key is None:
+        raise RuntimeError(f"the scenario's schedule {sched.id} did not fire on 10 unseen steps")
+    child = execute_rerun(engine, studies, fired.run_key).study_id
+    if child is None:
+        raise RuntimeError(f"the scenario's re-run {fired.run_key} made no study")
+    return str(child)
