@@ -142,3 +142,34 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _file(item: pytest.Item) -> str:
     """The test file of an item, as in its node id (``tests/test_x.py``)."""
     return item.nodeid.split("::", 1)[0]
+
+
+class _StopSignals:
+    """Every test starts with the stop signals of a user at a terminal, and leaves them so.
+
+    ``make test`` may itself run as a background job of a shell without job control (a CI
+    runner, ``make test &`` in a script): such a shell starts it with SIGINT ignored, and every
+    process the tests start would inherit that (a Ctrl-C test's command would never see its
+    Ctrl-C). Worse, Dagster's in-process execution ends by giving SIGTERM SIGINT's handler, so
+    after the first ``execute_in_process`` in a worker SIGTERM was ignored too, and every server
+    or command a later test started in that worker ignored ``kill`` (seen: a webserver and a
+    code server that outlived SIGTERM; ``stop_process_group``'s doctest getting SIGKILL's code).
+    So SIGINT gets Python's default handler when it was ignored, and after each test SIGINT and
+    SIGTERM get back the handlers they had before it (``processes.keep_stop_signals``). The
+    product does the same where it runs Dagster in process (``typestrict study run``).
+    """
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+        from typestrict_pipeline.processes import keep_stop_signals
+
+        with keep_stop_signals():
+            return (yield)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    import signal
+
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    config.pluginmanager.register(_StopSignals(), "typestrict-stop-signals")

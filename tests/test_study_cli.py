@@ -47,3 +47,23 @@ def test_study_cli_refuses_without_limits_then_runs_and_shows_the_leaderboard(
     assert main(["study", "cancel", "1"]) == 2  # it has ended: nothing to cancel (lifecycle's reaper)
     err = capsys.readouterr().err
     assert "got study 1 Budget reached" in err and "It has ended already: nothing to cancel" in err
+
+
+def test_a_study_run_started_in_the_background_can_still_be_stopped_with_kill(
+        typestrict_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A shell without job control starts a background command with SIGINT ignored, and
+    Dagster's in-process run ends by giving SIGTERM SIGINT's handler: without care, `kill` would
+    no longer stop the command (nor anything it started afterwards). ``study run`` keeps its own
+    SIGTERM handler, which stops it like Ctrl-C with the SIGTERM message (exit 143)."""
+    import signal
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as `typestrict study run ... &` in a script
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the suite gives both back after the test
+    assert main([*RUN, "--max-candidates", "2", "--max-total-steps", "1000"]) == 0
+    capsys.readouterr()
+    handler = signal.getsignal(signal.SIGTERM)
+    assert callable(handler) and handler not in (signal.SIG_IGN, signal.SIG_DFL), handler
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+        handler(signal.SIGTERM, None)
+    assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN  # what the shell chose stays

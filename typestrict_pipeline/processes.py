@@ -15,11 +15,14 @@ the other, never an id *and* a start tick on one boot, so :func:`identity_alive`
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import signal
 import socket
 import subprocess
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +32,7 @@ __all__ = [
     "ancestor_identity",
     "identity_alive",
     "identity_of",
+    "keep_stop_signals",
     "process_alive",
     "stop_process_group",
     "this_process",
@@ -262,3 +266,36 @@ def stop_process_group(proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+"""The signals a user stops a command with (Ctrl-C, ``kill``)."""
+
+
+@contextlib.contextmanager
+def keep_stop_signals() -> Iterator[None]:
+    """Run the block, then give SIGINT and SIGTERM back the handlers they had before it.
+
+    Dagster's in-process execution (``execute_in_process``, ``execute_job``) maps SIGTERM to
+    whatever SIGINT's handler is when it ends. Where SIGINT is ignored (a command started in
+    the background by a shell without job control, or by ``nohup``), SIGTERM is then ignored
+    too: the command could no longer be stopped with ``kill``, and every process it started
+    afterwards would inherit the ignored SIGTERM. Only in the main thread (elsewhere handlers
+    cannot change, and nothing is done).
+
+    >>> before = signal.getsignal(signal.SIGTERM)
+    >>> with keep_stop_signals():
+    ...     _ = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    >>> signal.getsignal(signal.SIGTERM) is before
+    True
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            if handler is not None and signal.getsignal(sig) is not handler:
+                signal.signal(sig, handler)

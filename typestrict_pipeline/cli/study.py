@@ -50,6 +50,7 @@ from typestrict_pipeline.cli.common import (
     writes,
 )
 from typestrict_pipeline.errors import InputError
+from typestrict_pipeline.processes import keep_stop_signals
 from typestrict_pipeline.store import session_scope
 from typestrict_pipeline.study import repository as repo
 from typestrict_pipeline.study.form import StudyForm, study_config
@@ -201,7 +202,9 @@ def run_study_on_dagster(study_id: int, *, executor: str = "in_process",
     # The run's config names the store without its password; this process (and the step
     # processes it starts) executes it, so its TYPESTRICT_STORE_URL is the command's store,
     # whose password the store resource takes back (resources/store.py).
-    with _store_environment(url):
+    # keep_stop_signals: Dagster leaves SIGTERM with SIGINT's handler when it ends (ignored, for a
+    # command started in the background); this command and what it starts stay stoppable.
+    with _store_environment(url), keep_stop_signals():
         if executor == "multiprocess":
             config["execution"] = {"config": {"multiprocess": {
                 "max_concurrent": max_concurrent, "start_method": {"forkserver": {}}}}}
