@@ -63,7 +63,8 @@ def test_a_study_run_started_in_the_background_can_still_be_stopped_with_kill(
     assert main([*RUN, "--max-candidates", "2", "--max-total-steps", "1000"]) == 0
     capsys.readouterr()
     handler = signal.getsignal(signal.SIGTERM)
-    assert callable(handler) and handler not in (signal.SIG_IGN, signal.SIG_DFL), handler
+    assert handler not in (signal.SIG_IGN, signal.SIG_DFL, None), handler
+    assert callable(handler)
     with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
         handler(signal.SIGTERM, None)
     assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN  # what the shell chose stays
