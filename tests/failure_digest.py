@@ -38,7 +38,9 @@ def digest(report: Path) -> list[str]:
                 continue
             label = "failed" if kind == "failure" else "error"
             out.append(f"== {label}: {case.get('classname', '')}::{case.get('name', '')}")
-            out.append((found.get("message") or "").splitlines()[0][:500] if found.get("message") else "")
+            message = (found.get("message") or "").strip()
+            if message:
+                out.append(message.splitlines()[0][:500])
             out.extend("  " + line for line in (found.text or "").splitlines()[-TAIL_LINES:])
     return out
 
