@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from demo import home as demo_home
+from typestrict_pipeline.processes import keep_stop_signals
 
 PARTS = ("refund", "credits", "backtest", "study", "reruns")
 
@@ -73,7 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             raise
         run: Callable[[Path], int] = module.run  # every part exposes run(root) -> exit code
-        code = run(root)
+        with keep_stop_signals():  # Dagster's in-process runs would leave SIGTERM ignored in the background
+            code = run(root)
         if code != 0:
             print(f"demo part {name!r} failed with exit code {code}", file=sys.stderr)
             return code
