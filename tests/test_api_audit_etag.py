@@ -10,34 +10,15 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
+from tests.test_api_support import settled_model
 from typestrict_pipeline.api.app import create_app
-from typestrict_pipeline.api.keys import create_api_key
-from typestrict_pipeline.credits import CreditLedger, SettlementRequest, settle_training
-from typestrict_pipeline.refund.audit import build_audit, write_audit
-from typestrict_pipeline.refund.rule import judge
-from typestrict_pipeline.refund.synthetic import synthetic_decision
-from typestrict_pipeline.store import open_store
 
 JEV = {"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "jev"}  # never asked here
 MODEL = "tr_etag"
 
 
 def _settled(tmp_path: Path) -> tuple[str, str, bytes]:
-    url = f"sqlite:///{tmp_path / 'store.db'}"
-    data = synthetic_decision(seed=7, n=300, n_answers=2, model_skill=0.8, jev_skill=0.6)
-    judgement = judge([data], keep_if_loses=False)
-    path = write_audit(tmp_path / "audit.json",
-                       build_audit(judgement, training_id=MODEL, model_id=MODEL, jev_id="jev"))
-    engine = open_store(url)
-    try:
-        CreditLedger(engine).grant("ws", 1, reference="test")
-        settle_training(engine, SettlementRequest(
-            workspace_id="ws", training_id=MODEL, verdict=judgement.verdict, reason="test",
-            keep_if_loses=False, model_dir=tmp_path / "model", audit_json=path.read_bytes()))
-        key = create_api_key(engine, "ws").key
-    finally:
-        engine.dispose()
-    return url, key, path.read_bytes()
+    return settled_model(tmp_path, MODEL, seed=7, keep_if_loses=False)
 
 
 def test_the_audit_is_named_by_its_digest_and_not_sent_again(tmp_path: Path) -> None:

@@ -17,15 +17,11 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 import typestrict_pipeline.verify_audit as verify_audit
-from tests.test_api_support import ApiServer
+from tests.test_api_support import ApiServer, settled_model
 from typestrict_pipeline.api.keys import create_api_key
 from typestrict_pipeline.api.ratelimit import RateLimit
 from typestrict_pipeline.console.sessions import sign_in
 from typestrict_pipeline.console.web import COOKIE
-from typestrict_pipeline.credits import CreditLedger, SettlementRequest, settle_training
-from typestrict_pipeline.refund.audit import build_audit, write_audit
-from typestrict_pipeline.refund.rule import judge
-from typestrict_pipeline.refund.synthetic import synthetic_decision
 from typestrict_pipeline.store import open_store
 
 MODEL = "tr_served"
@@ -55,27 +51,6 @@ class Served:
         return seen
 
 
-def _settle(tmp: Path, seed: int) -> tuple[str, str, bytes]:
-    """A store with model MODEL of workspace "ws" settled (kept, with weights.bin); (url, key, audit)."""
-    url = f"sqlite:///{tmp / 'store.db'}"
-    data = synthetic_decision(seed=seed, n=300, n_answers=2, model_skill=0.8, jev_skill=0.6)
-    judgement = judge([data], keep_if_loses=True)
-    audit = write_audit(tmp / "audit.json",
-                        build_audit(judgement, training_id=MODEL, model_id=MODEL, jev_id="jev"))
-    (tmp / "model").mkdir()
-    (tmp / "model" / "weights.bin").write_bytes(WEIGHTS)
-    engine = open_store(url)
-    try:
-        CreditLedger(engine).grant("ws", 1, reference="test")
-        settle_training(engine, SettlementRequest(
-            workspace_id="ws", training_id=MODEL, verdict=judgement.verdict, reason="test",
-            keep_if_loses=True, model_dir=tmp / "model", audit_json=audit.read_bytes()))
-        key = create_api_key(engine, "ws").key
-    finally:
-        engine.dispose()
-    return url, key, audit.read_bytes()
-
-
 # a limit no test here reaches (the default's burst of 30 would answer 429), still applied
 LIMIT = RateLimit(rate_per_s=1000.0, burst=1000)
 
@@ -83,7 +58,7 @@ LIMIT = RateLimit(rate_per_s=1000.0, burst=1000)
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     tmp = tmp_path_factory.mktemp("served")
-    url, key, audit = _settle(tmp, seed=11)
+    url, key, audit = settled_model(tmp, MODEL, seed=11, keep_if_loses=True, weights=WEIGHTS)
     with ApiServer(url, tmp / "home", rate_limit=LIMIT) as server:
         found = Served(server, key, url, audit)
         try:
@@ -178,7 +153,7 @@ def test_another_store_with_the_same_model_id_serves_its_own_audit(
     an audit one served is never what the other answers."""
     with served.client() as c:
         assert c.get(f"/v1/models/{MODEL}/audit").content == served.audit
-    url, key, audit = _settle(tmp_path, seed=12)
+    url, key, audit = settled_model(tmp_path, MODEL, seed=12, keep_if_loses=True, weights=WEIGHTS)
     assert audit != served.audit
     with ApiServer(url, tmp_path / "home", rate_limit=LIMIT) as other, other.client(key) as c:
         for _ in range(2):  # the first fills its cache, the second is answered from it

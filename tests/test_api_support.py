@@ -7,6 +7,8 @@
 * :func:`make_dataset`: a seeded CSV (``random.Random(seed)``) with groups and two answers, and
   Jev's probabilities for every row, written as a predictions file (the server's Jev).
 * :func:`model_predictions`: a seeded "trained model"'s probabilities for every row.
+* :func:`settled_model`: a store where one model of workspace ``ws`` is settled with a real audit
+  (and, when given, its weights file); returns the store URL, a key of ``ws`` and the audit's bytes.
 * :func:`run_verdicts`: what production does after a training is handed over: one tick of
   ``training_sensor`` on a real (ephemeral) Dagster instance, then the requested ``verdict_job``
   runs, in process, with the project's own definitions.
@@ -29,8 +31,11 @@ import uvicorn
 from typestrict_pipeline.api import create_app
 from typestrict_pipeline.api.keys import create_api_key
 from typestrict_pipeline.api.server import RequestLimits, uvicorn_options
-from typestrict_pipeline.credits import CreditLedger
+from typestrict_pipeline.credits import CreditLedger, SettlementRequest, settle_training
+from typestrict_pipeline.refund.audit import build_audit, write_audit
 from typestrict_pipeline.refund.predictions import Prediction, write_predictions_jsonl
+from typestrict_pipeline.refund.rule import judge
+from typestrict_pipeline.refund.synthetic import synthetic_decision
 from typestrict_pipeline.store import open_store
 
 ANSWERS = ("yes", "no")
@@ -85,6 +90,32 @@ def new_key(store_url: str, workspace: str, credits: int = 0) -> str:
     finally:
         engine.dispose()
     return key
+
+
+def settled_model(tmp: Path, model: str, *, seed: int, keep_if_loses: bool,
+                  weights: bytes | None = None) -> tuple[str, str, bytes]:
+    """A SQLite store in ``tmp`` where ``model`` of workspace "ws" is settled on a synthetic decision
+    (``synthetic_decision(seed=seed)``, the model 0.8 skilled, Jev 0.6) with its audit written to
+    ``tmp/audit.json`` and, when ``weights`` is given, ``tmp/model/weights.bin``; returns
+    ``(store URL, a key of "ws", the audit's bytes)``."""
+    url = f"sqlite:///{tmp / 'store.db'}"
+    data = synthetic_decision(seed=seed, n=300, n_answers=2, model_skill=0.8, jev_skill=0.6)
+    judgement = judge([data], keep_if_loses=keep_if_loses)
+    audit = write_audit(tmp / "audit.json",
+                        build_audit(judgement, training_id=model, model_id=model, jev_id="jev"))
+    if weights is not None:
+        (tmp / "model").mkdir()
+        (tmp / "model" / "weights.bin").write_bytes(weights)
+    engine = open_store(url)
+    try:
+        CreditLedger(engine).grant("ws", 1, reference="test")
+        settle_training(engine, SettlementRequest(
+            workspace_id="ws", training_id=model, verdict=judgement.verdict, reason="test",
+            keep_if_loses=keep_if_loses, model_dir=tmp / "model", audit_json=audit.read_bytes()))
+        key = create_api_key(engine, "ws").key
+    finally:
+        engine.dispose()
+    return url, key, audit.read_bytes()
 
 
 def _probs(rng: random.Random, right: int, skill: float) -> tuple[float, float]:
