@@ -375,8 +375,8 @@ def study_finalize(context: dg.OpExecutionContext, results: list[dict[str, Any]]
     with store.engine() as engine, frozen_heap():
         context.log_event(leaderboard_materialization(engine, study_id, {
             "window_runs": dg.MetadataValue.json(statuses)}))
-    return {"study_id": study_id, "state": outcome.state.value,
-            "winner_candidate_id": outcome.winner_candidate_id,
+        winner = repo.candidate_number(engine, outcome.winner_candidate_id)
+    return {"study_id": study_id, "state": outcome.state.value, "winner": winner,
             "holdout_score": outcome.holdout_score}
 
 

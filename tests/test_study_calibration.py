@@ -198,7 +198,7 @@ def test_leaderboard_and_json_say_beats_luck_with_spa_stepm_pbo_and_the_holdout_
     assert main(["study", "leaderboard", str(sid), "--store-url", sqlite_url, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["verdict"] == "beats luck" and out["beats_luck"] is True
-    assert out["joint_inference"]["stepm"] == [best.candidate_id]
+    assert out["joint_inference"]["stepm"] == [f"#{best.index}"]
     assert 0.0 <= out["joint_inference"]["spa_pvalue"] <= 0.05 and 0.0 <= out["pbo"]["pbo"] <= 1.0
     assert out["holdout_test"]["steps"] >= 2 and "lower_bound" in out["holdout_test"]
 

@@ -62,7 +62,11 @@ def test_study_job_in_process_ranks_scores_holdout_and_records_leaderboard(
         assert instance.get_dynamic_partitions("study_ids") == [str(sid)]
         steps = {e.step_key for e in result.all_events if e.step_key and "study_backtests" in e.step_key}
         assert len(steps) == (3 if fanout == "candidate" else 3 * 2 * 2)
+        finished = result.output_for_node("study_finalize")
     board = load_leaderboard(engine, sid)
+    winner = next(r for r in board.rows if r.candidate_id == board.winner_candidate_id)
+    # the op's output in the run's page names the winner as every surface does, not by row id
+    assert finished["winner"] == f"#{winner.index}" and "winner_candidate_id" not in finished
     assert board.state == StudyState.FINISHED and board.holdout_score is not None
     # 3 candidates × 2 folds × 30 steps, then the holdout twice: the winner's and the baseline's.
     assert board.spend_micro == 3 * (3 * 2 * 30 + 2 * 15)

@@ -126,3 +126,63 @@ def test_the_api_and_the_console_show_each_candidates_rank_with_the_clis_id(
                        r'<th scope="row"><span class="candidate">(#\d+)</span> ', page.text)
     assert [(rank, name) for _, rank, name in shown] == pairs
     assert [name for mark, _, name in shown if mark] == [winner]
+
+
+_NAMED_LISTS = ("stepm", "tested", "unstable")
+
+
+def _candidate_names(value: object, path: str = "") -> list[tuple[str, object]]:
+    """Every (path, value) in a JSON document that names a candidate, and every key that would
+    carry a store row id."""
+    found: list[tuple[str, object]] = []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            here = f"{path}.{k}"
+            if k in ("candidate_id", "winner_candidate_id"):
+                found.append((here, v))
+            elif k in _NAMED_LISTS and isinstance(v, list):
+                found.extend((f"{here}[{i}]", x) for i, x in enumerate(v))
+            elif k == "candidate" and not isinstance(v, dict | list):
+                found.append((here, v))
+            found.extend(_candidate_names(v, here) if isinstance(v, dict | list) else [])
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found.extend(_candidate_names(v, f"{path}[{i}]"))
+    return found
+
+
+def test_no_json_surface_names_a_candidate_by_its_store_row_id(
+        tmp_path: Path, sqlite_url: str) -> None:
+    """Issue 3/7, item 7: ``--json`` and the API's leaderboard name the winner, each row, the
+    StepM set and the stability check's candidates ``"#N"``; no key carries the store's row id
+    (which differs from N once other studies exist)."""
+    engine = open_store(sqlite_url)
+    sid = _study(engine)
+    board = load_leaderboard(engine, sid)
+    key = create_api_key(engine, "demo").key
+    engine.dispose()
+    assert board.joint is not None and board.joint.stability is not None
+    assert board.joint.stepm and board.joint.stability.tested  # the lists are not empty
+    numbers = {f"#{r.index}" for r in board.rows}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["study", "leaderboard", str(sid), "--json", "--store-url", sqlite_url]) == 0
+    cli = json.loads(out.getvalue())
+    application = create_app(sqlite_url, tmp_path / "home", jev_source=pages.JEV)
+    loop = asyncio.new_event_loop()
+    lifespan = application.router.lifespan_context(application)
+    loop.run_until_complete(lifespan.__aenter__())
+    browser = pages.Browser(application, key)
+    try:
+        api = browser.get(f"/v1/studies/{sid}/leaderboard").json()
+    finally:
+        browser.close()
+        loop.run_until_complete(lifespan.__aexit__(None, None, None))
+        loop.close()
+    for doc in (cli, api):
+        named = _candidate_names(doc)
+        assert len(named) >= len(board.rows) + 2  # rows, winner, StepM, stability
+        wrong = [(where, v) for where, v in named if not (isinstance(v, str) and v in numbers)]
+        assert wrong == []
+        stepm = [f"#{r.index}" for c in board.joint.stepm for r in board.rows if r.candidate_id == int(c)]
+        assert doc["joint_inference"]["stepm"] == stepm

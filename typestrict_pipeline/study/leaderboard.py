@@ -129,12 +129,16 @@ class Leaderboard:
             return None
         return {"candidate": f"#{row.index}", "index": row.index, "rank": row.rank}
 
+    def _name(self, candidate_id: str | int) -> str:
+        """``#N`` for a store row id as the joint test keeps it (a string of digits)."""
+        return _index_of(self, int(candidate_id))
+
     def to_json(self) -> dict[str, Any]:
         """A plain-JSON form (``--json``, the API's leaderboard, the lineage).
 
-        Each row names its candidate as every surface does, ``"#N"`` (``candidate``, from its
-        number in the study, ``index``), next to its ``rank``; ``candidate_id`` is the store's
-        row id, which ``winner_candidate_id`` and the joint test's sets refer to.
+        Every candidate is named as every surface names it, ``"#N"`` (its number in the study):
+        each row's ``candidate`` (``index`` is N) next to its ``rank``, the ``winner``, the StepM
+        set and the stability check's candidates. The store's row ids stay inside the store.
         """
         return {
             "study_id": self.study_id,
@@ -156,7 +160,7 @@ class Leaderboard:
                 "pvalue_type": self.joint.pvalue_type,
                 "spa_pvalue_lower": self.joint.spa_pvalue_lower,
                 "spa_pvalue_upper": self.joint.spa_pvalue_upper,
-                "stepm": [int(c) for c in self.joint.stepm],
+                "stepm": [self._name(c) for c in self.joint.stepm],
                 "line_95": self.joint.line_95,
                 "candidates": len(self.joint.candidates),
                 "steps": self.joint.steps,
@@ -172,10 +176,10 @@ class Leaderboard:
                     "pooled": self.joint.dependence.pooled,
                 },
                 "stability": None if self.joint.stability is None else {
-                    "tested": [int(c) for c in self.joint.stability.tested],
+                    "tested": [self._name(c) for c in self.joint.stability.tested],
                     "statistics": list(self.joint.stability.statistics),
                     "critical": list(self.joint.stability.critical),
-                    "unstable": [int(c) for c in self.joint.stability.unstable],
+                    "unstable": [self._name(c) for c in self.joint.stability.unstable],
                 },
             },
             "joint_missing_reason": self.joint_missing_reason,
@@ -188,7 +192,6 @@ class Leaderboard:
                 **self.holdout_test.__dict__, "confirmed": self.holdout_test.confirmed,
                 "short": self.holdout_test.short, "stable": self.holdout_test.stable},
             "holdout_test_missing_reason": self.holdout_test_missing_reason,
-            "winner_candidate_id": self.winner_candidate_id,
             "winner": self._winner_json(),
             "spend_micro": self.spend_micro,
             "budget_micro": self.budget_micro,
@@ -201,7 +204,9 @@ class Leaderboard:
             "holdout_diff_se": self.holdout_diff_se,
             "holdout_baseline_missing_reason": self.holdout_baseline_missing_reason,
             "baseline_cost_micro": self.baseline_cost_micro,
-            "rows": [{**r.__dict__, "candidate": f"#{r.index}"} for r in self.rows],
+            "rows": [{"candidate": f"#{r.index}",
+                      **{k: v for k, v in r.__dict__.items() if k != "candidate_id"}}
+                     for r in self.rows],
         }
 
 

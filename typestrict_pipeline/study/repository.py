@@ -419,6 +419,21 @@ def get_study(session: Session, study_id: int) -> StudyRow:
     return row
 
 
+def candidate_number(engine: Engine, candidate_id: int | None) -> str | None:
+    """How every surface names a candidate, ``"#N"`` (its number in its study), for a store row
+    id; ``None`` for none. The row id itself never leaves the store.
+
+    >>> from typestrict_pipeline.store import open_store
+    >>> candidate_number(open_store("sqlite://"), None) is None
+    True
+    """
+    if candidate_id is None:
+        return None
+    with session_scope(engine) as s:
+        row = s.get(CandidateRow, candidate_id)
+        return None if row is None else f"#{row.idx}"
+
+
 def _study_not_found(study_id: int) -> NotFoundError:
     return NotFoundError(
         f"expected an existing study id, got {study_id}. "
