@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -162,3 +163,28 @@ def test_another_store_with_the_same_model_id_serves_its_own_audit(
             assert got.headers["etag"] == f'"{hashlib.sha256(audit).hexdigest()}"'
     with served.client() as c:
         assert c.get(f"/v1/models/{MODEL}/audit").content == served.audit
+
+
+def test_a_file_kept_in_memory_answers_as_the_disk_does(tmp_path: Path) -> None:
+    """A small file is sent from memory after its first read: a range is still a 206 of the right
+    bytes, and a file replaced on disk (same size, new bytes) is served
+    new, with its new ETag, never the kept bytes."""
+    first, second = bytes(range(256)) * 40, bytes(reversed(range(256))) * 40
+    url, key, _ = settled_model(tmp_path, "tr_kept", seed=5, keep_if_loses=True, weights=first)
+    path = "/v1/models/tr_kept/files/weights.bin"
+    with ApiServer(url, tmp_path / "home", rate_limit=LIMIT) as server, server.client(key) as c:
+        for _ in range(2):  # read from disk, then from memory: the same answer
+            got = c.get(path)
+            assert got.status_code == 200 and got.content == first
+            assert got.headers["etag"] == f'"{hashlib.sha256(first).hexdigest()}"'
+            part = c.get(path, headers={"Range": "bytes=10-19"})
+            assert part.status_code == 206 and part.content == first[10:20]
+        copies = [p for p in tmp_path.rglob("weights.bin") if p.read_bytes() == first]
+        assert copies
+        for copy in copies:
+            copy.write_bytes(second)
+            stat = copy.stat()
+            os.utime(copy, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+        got = c.get(path)
+        assert got.status_code == 200 and got.content == second
+        assert got.headers["etag"] == f'"{hashlib.sha256(second).hexdigest()}"'

@@ -8,6 +8,13 @@ is used as it is; any other file's is computed once and kept, keyed by the file'
 Every answer says ``Cache-Control: private, no-cache`` for a workspace's file (a shared cache must
 not keep it, and a browser must ask again, sending its ETag: an unchanged file is then a ``304``
 with no body) and ``no-cache`` for a public one (the verifier).
+
+A small file (at most :data:`MAX_KEPT_FILE` bytes) is read once, checked against its SHA-256 and
+kept in memory (at most :data:`MAX_KEPT_BYTES` in all, least recently served dropped first), keyed
+by its digest's key and the digest: a plain ``GET`` of it is then one send from memory, with no trip to the thread
+pool per 64 KiB chunk. Range requests, ``HEAD`` and larger files are Starlette's
+:class:`FileResponse` as before; a file whose bytes no longer match the digest is streamed as it
+is, never kept.
 """
 
 from __future__ import annotations
@@ -17,14 +24,24 @@ import os
 import threading
 from collections import OrderedDict
 from pathlib import Path
+from typing import Any
 
+import anyio
 from starlette.responses import FileResponse, Response
+from starlette.types import Receive, Scope, Send
 
 MAX_DIGESTS = 4096
 PRIVATE = "private, no-cache"
 PUBLIC = "no-cache"
 
+MAX_KEPT_FILE = 4 << 20
+"""The largest file kept in memory once served (bytes): a 2,000 × 20 audit is 1.8 MB."""
+MAX_KEPT_BYTES = 64 << 20
+"""All kept files together (bytes)."""
+
 _DIGESTS: OrderedDict[tuple[str, int, int], str] = OrderedDict()
+_KEPT: OrderedDict[tuple[str, int, int, str], bytes] = OrderedDict()
+_kept_bytes = 0
 _LOCK = threading.Lock()
 
 
@@ -62,6 +79,71 @@ def file_sha256(path: Path, stat: os.stat_result) -> str:
     return sha
 
 
+def _kept(key: tuple[str, int, int, str]) -> bytes | None:
+    with _LOCK:
+        data = _KEPT.get(key)
+        if data is not None:
+            _KEPT.move_to_end(key)
+        return data
+
+
+def read_kept(path: Path, stat: os.stat_result, sha256: str) -> bytes | None:
+    """The bytes of the file at ``path`` (``os.stat`` ``stat``), kept for the next request, when
+    they still have that size and SHA-256; None when they do not (it reads the file: call it off
+    the event loop).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     f = Path(tmp) / "a.json"
+    ...     _ = f.write_bytes(b"{}")
+    ...     st = os.stat(f)
+    ...     read_kept(f, st, hashlib.sha256(b"{}").hexdigest()), read_kept(f, st, "0" * 64)
+    (b'{}', None)
+    """
+    global _kept_bytes
+    key = (str(path), stat.st_size, stat.st_mtime_ns, sha256)
+    found = _kept(key)
+    if found is not None:
+        return found
+    with open(path, "rb") as handle:
+        data = handle.read(MAX_KEPT_FILE + 1)
+    if len(data) != stat.st_size or hashlib.sha256(data).hexdigest() != sha256:
+        return None
+    with _LOCK:
+        if key not in _KEPT:
+            _KEPT[key] = data
+            _kept_bytes += len(data)
+        while _kept_bytes > MAX_KEPT_BYTES:
+            _, dropped = _KEPT.popitem(last=False)
+            _kept_bytes -= len(dropped)
+    return data
+
+
+class _KeptFileResponse(FileResponse):
+    """A :class:`FileResponse` whose plain ``GET`` of a small file is sent from memory in one
+    piece (same status and headers); anything else is the parent's."""
+
+    def __init__(self, path: Path, *, sha256: str, stat_result: os.stat_result, **kwargs: Any) -> None:
+        super().__init__(path, stat_result=stat_result, **kwargs)
+        self.sha256 = sha256
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        stat = self.stat_result
+        plain = (scope["type"] == "http" and scope["method"] == "GET" and self.status_code == 200
+                 and not any(name == b"range" for name, _ in scope["headers"]))
+        if plain and stat is not None and stat.st_size <= MAX_KEPT_FILE:
+            data = _kept((str(self.path), stat.st_size, stat.st_mtime_ns, self.sha256))
+            if data is None:
+                data = await anyio.to_thread.run_sync(read_kept, Path(self.path), stat, self.sha256)
+            if data is not None:
+                await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+                await send({"type": "http.response.body", "body": data, "more_body": False})
+                if self.background is not None:
+                    await self.background()
+                return
+        await super().__call__(scope, receive, send)
+
+
 def serve_file(path: Path, *, if_none_match: str | None, media_type: str, cache_control: str,
                sha256: str | None = None, stat: os.stat_result | None = None,
                headers: dict[str, str] | None = None, filename: str | None = None) -> Response:
@@ -75,7 +157,9 @@ def serve_file(path: Path, *, if_none_match: str | None, media_type: str, cache_
     sent = {**(headers or {}), "ETag": etag, "Cache-Control": cache_control}
     if etag_matches(if_none_match, etag):
         return Response(status_code=304, headers=sent)
-    return FileResponse(path, media_type=media_type, headers=sent, stat_result=stat, filename=filename)
+    return _KeptFileResponse(path, sha256=sha, media_type=media_type, headers=sent, stat_result=stat,
+                             filename=filename)
 
 
-__all__ = ["MAX_DIGESTS", "PRIVATE", "PUBLIC", "etag_matches", "file_sha256", "serve_file"]
+__all__ = ["MAX_DIGESTS", "MAX_KEPT_BYTES", "MAX_KEPT_FILE", "PRIVATE", "PUBLIC", "etag_matches",
+           "file_sha256", "read_kept", "serve_file"]
