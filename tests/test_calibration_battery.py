@@ -45,12 +45,25 @@ def test_newey_west_one_sided_size(process: str, t: int, seed: int) -> None:
     _check(newey_west_rate(PROCESSES[process], t, REPLICATIONS, seed))
 
 
+@pytest.mark.parametrize(("process", "t"), [
+    ("mixture", 60),   # a single 60-step series cannot show a 10% AR(0.95) part
+    ("regimes", 60),   # 60-step regimes in a 60-step window: mostly a level
+    ("regimes", 120),
+])
+def test_newey_west_one_sided_size_on_short_windows(process: str, t: int) -> None:
+    # The battery's own seeds (bench: 3000 + T). Before the fixed-b allowance for a persistence
+    # span of 60 steps (stats.fixed_b_degrees_of_freedom) these cells said "yes" in 9.0%, 8.3%
+    # and 8.3% of 400 null series.
+    _check(newey_west_rate(PROCESSES[process], t, REPLICATIONS, 3000 + t))
+
+
 def test_newey_west_power_is_not_zero() -> None:
-    # White noise, an edge of 2.49 SEs (an oracle's power 80%): the fixed-smoothing allowance
-    # costs some of it, not all.
+    # White noise, an edge of 2.49 SEs (an oracle's power 80%): the allowances cost some of it,
+    # not all (0.585 with the Student-t allowance alone; 0.385 with the fixed-b one for a
+    # persistence span of 60 steps, which a 120-step window counts as 3 degrees of freedom).
     r = newey_west_rate(PROCESSES["white"], 120, REPLICATIONS, 2705, edge=2.49 / 120 ** 0.5)
     print(f"power {r.rate:.3f} of {r.trials}")
-    assert r.rate >= 0.5
+    assert r.rate >= 0.3
 
 
 @pytest.mark.slow

@@ -113,6 +113,11 @@ def luck_quantile_normal(n: float, q: float = 0.95) -> float:
     return float(stats.norm.ppf(q ** (1.0 / n)))
 
 
+#: The longest persistence a test of one series is built for, in steps: the test reads its
+#: long-run variance as if it had been estimated with a Bartlett bandwidth of at least this
+#: many lags (AR(0.95) decorrelates to 5% in 58 steps; two-state regimes of 60 steps on
+#: average). A part more persistent than this within the window is, for the window, a level.
+PERSISTENCE_SPAN = 60
 #: Bartlett-kernel constant of Andrews (1991, Table I / eq. 6.2): ``S_T = 1.1447·(α(1)·T)^(1/3)``.
 _ANDREWS_BARTLETT = 1.1447
 #: The AR(1) coefficient used in the plug-in is capped here so that a near-unit-root pilot
@@ -157,11 +162,13 @@ def long_run_variance(scores: Sequence[float] | FloatArray, horizon: int = 1, *,
     Stock & Watson, *JBES* 2018); the bias-corrected AR(1) floor
     (:func:`ar1_long_run_variance`); and, when a measurement over many series is carried in
     (``dependence``), its long-run/short-run ratio times this series' variance. The degrees of
-    freedom are the band's number of cosines ``q̂`` (EWC is a scaled χ²_q̂).
+    freedom are the band's number of cosines ``q̂`` (EWC is a scaled χ²_q̂), at most
+    :func:`fixed_b_degrees_of_freedom` (what a window of ``T`` steps can say about a part that
+    takes ``PERSISTENCE_SPAN`` steps to decorrelate).
 
     >>> lrv, df = long_run_variance(np.random.default_rng(0).normal(size=400))
-    >>> 0.8 < lrv < 1.3, df
-    (True, 21.0)
+    >>> 0.8 < lrv < 1.3, df  # 400 steps: 1.5·400/60 = 10 (the band alone would claim 21)
+    (True, 10.0)
     """
     x = np.asarray(scores, dtype=np.float64)
     lrv, df = column_long_run_variances(x.reshape(-1, 1), horizon, dependence=dependence)
@@ -234,6 +241,7 @@ def column_long_run_variances(matrix: FloatArray, horizon: int = 1, *,
         kern_k = np.where(g0 > 0.0, kernel / safe, 1.0)
     lrv = np.where(binds, kernel, spectral)
     df = np.where(binds, np.minimum(df, np.maximum(1.0, t / kern_k - 1.0)), df)
+    df = np.minimum(df, fixed_b_degrees_of_freedom(t, dependence))
     return np.asarray(np.maximum(lrv, 0.0), dtype=np.float64), np.asarray(np.maximum(df, 1.0),
                                                                          dtype=np.float64)
 
@@ -245,6 +253,31 @@ def _bandwidth(t: int, ratio: float, q: int, horizon: int, dependence: Dependenc
     if dependence is not None:
         lags = max(lags, min(dependence.bandwidth, math.ceil(dependence.time_scale)))
     return max(0, min(t - 1, max(horizon - 1, lags)))
+
+
+def fixed_b_degrees_of_freedom(t: int, dependence: Dependence | None = None) -> float:
+    """The most degrees of freedom a long-run variance measured over ``t`` steps may claim:
+    ``ν = 1.5·W/min(W, PERSISTENCE_SPAN)``, ``W`` the window that measured the persistence.
+
+    A part that takes ``PERSISTENCE_SPAN`` steps to decorrelate shows in a window of ``W`` steps
+    only through ``W/PERSISTENCE_SPAN`` independent pieces (for ``W`` ≤ 60: one, carried
+    mostly by the window's mean, where no estimate can see it). So the variance is read as a
+    Bartlett estimate with a bandwidth of at least ``PERSISTENCE_SPAN`` lags (``b = S/W`` at
+    most 1) under fixed-b asymptotics (Kiefer & Vogelsang, *Econometric Theory* 21, 2005), by
+    the Student-t approximation with ``ν = 1/(b·∫k²) = 1.5/b`` for the Bartlett kernel (Sun,
+    *J. Econometrics* 178, 2014; LLSW 2018 read EWC the same way). ``W`` is the series' own
+    ``t``, or, when a measurement over many series is carried in (``dependence``), the steps
+    it pooled (``steps × pooled``), which see the persistence a short series cannot.
+
+    >>> fixed_b_degrees_of_freedom(60), fixed_b_degrees_of_freedom(120)
+    (1.5, 3.0)
+    >>> fixed_b_degrees_of_freedom(1000)
+    25.0
+    """
+    window = float(t)
+    if dependence is not None:
+        window = max(window, float(dependence.steps * max(1, dependence.pooled)))
+    return 1.5 * window / min(window, float(PERSISTENCE_SPAN))
 
 
 def fixed_smoothing_factor(df: float, alpha: float = 0.05) -> float:
@@ -275,11 +308,13 @@ def newey_west_se(scores: Sequence[float] | FloatArray, horizon: int = 1, *,
     """The standard error of the mean the product tests with: ``mean ± 1.645·SE`` is a one-sided
     95% bound whatever the persistence the long-run variance can see.
 
-    ``SE = √(LRV/T)·t_q̂(0.95)/z(0.95)``: :func:`long_run_variance` (chosen from the long-run
+    ``SE = √(LRV/T)·t_ν(0.95)/z(0.95)``: :func:`long_run_variance` (chosen from the long-run
     variance, not the lag-1 autocorrelation; with ``dependence`` the persistence measured over a
     study's candidates is carried in) times :func:`fixed_smoothing_factor` at its degrees of
-    freedom, so that a test of ``mean > 1.645·SE`` holds its level when the variance itself is
-    estimated from few effective steps.
+    freedom ``ν``, so that a test of ``mean > 1.645·SE`` holds its level when the variance itself
+    is estimated from few effective steps. ``ν`` is at most :func:`fixed_b_degrees_of_freedom`
+    (``1.5·T/60`` for a series judged alone): a short window cannot see a persistent part that
+    takes ``PERSISTENCE_SPAN`` steps to decorrelate, since most of it sits in the window's mean.
 
     Args:
         scores: per-step scores (finite numbers), in time order.
@@ -292,10 +327,10 @@ def newey_west_se(scores: Sequence[float] | FloatArray, horizon: int = 1, *,
     Raises:
         NotEnoughDataError: with fewer than 2 scores (the spread is undefined, not zero).
 
-    >>> round(newey_west_se([1.0, 0.0] * 50), 4)  # alternating: no lags; the floor's 1/T allowance
-    0.0574
-    >>> round(newey_west_se(np.random.default_rng(0).normal(size=400)), 3)  # iid: ≈ 1/√400
-    0.052
+    >>> round(newey_west_se([1.0, 0.0] * 50), 4)  # alternating: no lags; ν = 2.5 of 100 steps
+    0.0789
+    >>> round(newey_west_se(np.random.default_rng(0).normal(size=400)), 3)  # iid: ≈ 1.1/√400
+    0.055
     """
     x = np.asarray(scores, dtype=np.float64)
     lrv, df = long_run_variance(x, horizon, dependence=dependence)
