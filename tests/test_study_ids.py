@@ -15,6 +15,7 @@ import io
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Engine
 
@@ -54,6 +55,22 @@ def _study(engine: Engine) -> int:
                             limits=StudyLimits(3, 10_000))
     run_study_local(engine, sid, SyntheticBackend(seed=3, noise=0.05), max_workers=2)
     return sid
+
+
+def _get(sqlite_url: str, home: Path, key: str, *paths: str) -> list[Any]:
+    """The answers of the API and console application (the API's key or its console session)
+    to ``paths``, in order, with the application started and stopped around them."""
+    application = create_app(sqlite_url, home, jev_source=pages.JEV)
+    loop = asyncio.new_event_loop()
+    lifespan = application.router.lifespan_context(application)
+    loop.run_until_complete(lifespan.__aenter__())
+    browser = pages.Browser(application, key)
+    try:
+        return [browser.get(path) for path in paths]
+    finally:
+        browser.close()
+        loop.run_until_complete(lifespan.__aexit__(None, None, None))
+        loop.close()
 
 
 def test_the_winner_and_the_numbers_read_the_same_everywhere(sqlite_url: str) -> None:
@@ -106,18 +123,9 @@ def test_the_api_and_the_console_show_each_candidates_rank_with_the_clis_id(
     assert any(rank != name.lstrip("#") for rank, name in pairs)  # the rank is not the number
     assert all(r.candidate_id != r.index for r in board.rows)  # nor is the store's row id
 
-    application = create_app(sqlite_url, tmp_path / "home", jev_source=pages.JEV)
-    loop = asyncio.new_event_loop()
-    lifespan = application.router.lifespan_context(application)
-    loop.run_until_complete(lifespan.__aenter__())
-    browser = pages.Browser(application, key)
-    try:
-        api = browser.get(f"/v1/studies/{sid}/leaderboard").json()
-        page = browser.get(f"/console/studies/{sid}")
-    finally:
-        browser.close()
-        loop.run_until_complete(lifespan.__aexit__(None, None, None))
-        loop.close()
+    answer, page = _get(sqlite_url, tmp_path / "home", key,
+                        f"/v1/studies/{sid}/leaderboard", f"/console/studies/{sid}")
+    api = answer.json()
     assert [(str(r["rank"]) if r["rank"] is not None else "—", r["candidate"]) for r in api["rows"]] == pairs
     assert all(r["candidate"] == f"#{r['index']}" for r in api["rows"])
     assert api["winner"]["candidate"] == winner
@@ -168,17 +176,7 @@ def test_no_json_surface_names_a_candidate_by_its_store_row_id(
     with contextlib.redirect_stdout(out):
         assert main(["study", "leaderboard", str(sid), "--json", "--store-url", sqlite_url]) == 0
     cli = json.loads(out.getvalue())
-    application = create_app(sqlite_url, tmp_path / "home", jev_source=pages.JEV)
-    loop = asyncio.new_event_loop()
-    lifespan = application.router.lifespan_context(application)
-    loop.run_until_complete(lifespan.__aenter__())
-    browser = pages.Browser(application, key)
-    try:
-        api = browser.get(f"/v1/studies/{sid}/leaderboard").json()
-    finally:
-        browser.close()
-        loop.run_until_complete(lifespan.__aexit__(None, None, None))
-        loop.close()
+    api = _get(sqlite_url, tmp_path / "home", key, f"/v1/studies/{sid}/leaderboard")[0].json()
     for doc in (cli, api):
         named = _candidate_names(doc)
         assert len(named) >= len(board.rows) + 2  # rows, winner, StepM, stability
