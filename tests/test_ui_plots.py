@@ -190,6 +190,26 @@ def test_every_picture_is_large_with_its_legend_outside_the_data(name: str) -> N
     _check_readable(pic)
 
 
+@pytest.mark.parametrize("n", [4, 12, 64, 500])
+def test_no_text_in_any_picture_is_smaller_than_body_text(n: int) -> None:
+    # Issue 26: "fonts are tiny" on a 512 × 256 picture. Every text drawn (title, axis and tick
+    # labels, legend, key, point labels) is at least 11 pt at the picture's 100 dpi: 15 px,
+    # what a browser's body text is at its default zoom, since Dagster shows the PNG unscaled.
+    labels, oos, ins = _candidates(n, 1)
+    pictures = [
+        plots.leaderboard_picture(labels, oos, ins, 0.56, luck_line_95=0.565, winner=labels[0]),
+        plots.bootstrap_picture(GAINS, q05=sorted(GAINS)[99], gain=0.01, title="rotten"),
+        plots.metrics_picture(["macro_f1", "brier_skill", "selective_acc_80", "worst_class_f1"],
+                              [0.81, 0.22, 0.9, 0.6], [0.80, 0.2, 0.88, 0.72], [0.02] * 4),
+        plots.lineage_picture(list(range(n)), [0.5 + i / (100 * n) for i in range(n)],
+                              [0.49] * n, [0.01] * n, noise_line=0.55),
+        plots.score_over_time_picture([f"step {i}" for i in range(n)], [0.5] * n, mean_score=0.5),
+    ]
+    for pic in pictures:
+        assert pic.smallest_text >= 15.0, f"{pic.smallest_text:.1f} px text in a {pic.width} px picture"
+        assert pic.width >= 1000
+
+
 def test_the_palette_is_colour_blind_safe() -> None:
     okabe_ito = {"#000000", "#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7"}
     used = {plots._MODEL_COLOR, plots._JEV_COLOR, plots._LINE_COLOR, plots._ZERO_COLOR, plots._MUTED_COLOR}

@@ -190,6 +190,8 @@ class Picture:
             winner and the best ones only).
         key: the box of the key beside the axes that names the numbered points (``None``
             when the points carry their names).
+        smallest_text: the height in pixels of the smallest font of any text drawn (titles,
+            axis labels, tick labels, the legend, the key and the labels).
     """
 
     png: bytes
@@ -201,6 +203,7 @@ class Picture:
     markers: tuple[Box, ...] = ()
     unlabelled: int = 0
     key: Box | None = None
+    smallest_text: float = 0.0
 
 
 def overlaps(a: Box, b: Box) -> bool:
@@ -313,10 +316,15 @@ def _picture(fig: Figure, ax: Axes, labels: Sequence[PlacedLabel] = (),
     legend = ax.get_legend()
     png = _png(fig, laid_out=True)
     width, height = (round(float(v)) for v in fig.get_size_inches() * fig.dpi)
+    from matplotlib.text import Text
+
+    sizes = [float(t.get_fontsize()) for t in fig.findobj(Text)
+             if t.get_visible() and t.get_text().strip()]
     return Picture(
         png=png, width=width, height=height, axes=_box(ax.get_window_extent(renderer)),
         legend=None if legend is None else _box(legend.get_window_extent(renderer)),
         labels=tuple(labels), markers=tuple(markers), unlabelled=unlabelled, key=key,
+        smallest_text=min(sizes, default=0.0) * fig.dpi / 72.0,
     )
 
 
