@@ -72,6 +72,15 @@ def test_beats_luck_size_with_a_small_persistent_part() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(("n", "seed"), [(16, 1136), (64, 1184)])
+def test_beats_luck_size_with_a_small_persistent_part_over_many_candidates(n: int, seed: int) -> None:
+    # Issue #27's row "white noise plus a small, very persistent part, N = 4–64": at T = 120,
+    # before the joint test's fixed-b allowance (inference.JOINT_PERSISTENCE_SPAN), 0.120 at
+    # N = 16 and 0.152 at N = 64 of 400 (the battery's seeds, 1000 + N + T).
+    _check(spa_rate(PROCESSES["mixture"], n, 120, REPLICATIONS, seed))
+
+
+@pytest.mark.slow
 def test_beats_luck_power_under_ar09() -> None:
     # One candidate of 8 with an edge of 1 per-step SD over 480 AR(0.9) steps (about 2.5
     # long-run SEs of its difference from the mean).

@@ -77,10 +77,13 @@ def test_beats_luck_is_said_in_at_most_7_percent_of_null_searches() -> None:
 def test_one_real_edge_is_found_and_named_in_the_stepm_set() -> None:
     # Round 5 found it in ≥ 70% of these 30 searches; with the long-run variance measured over
     # the candidates (issue #27: every rule takes the larger estimate, docs/method/studies.md
-    # §3.1a) it is 18 of 30 (0.60) and named in the StepM set in 21 of 30: the price of not
-    # saying "yes" on persistence the lag-1 autocorrelation cannot see; still far from "never".
+    # §3.1a) 18 of 30 (0.60), named in the StepM set in 21 of 30; with the joint test's fixed-b
+    # allowance for a 30-step persistence (at most 6 degrees of freedom in 120 steps, which
+    # keeps a small persistent part from passing for skill) 13 of 30 (0.43), named in 13. The
+    # price of not saying "yes" on persistence a 120-step window cannot see; still far from
+    # "never" (a lone series' 60-step allowance would find it in 5 of 30).
     r = search_rates(SCENARIOS[0], 20, 120, 30, seed=104, edge=0.3, reps=299)
-    assert r.beats_luck >= 0.5 and r.edge_in_stepm >= 0.6, r
+    assert r.beats_luck >= 0.4 and r.edge_in_stepm >= 0.4, r
 
 
 def test_adjusted_uses_the_right_scale_when_candidate_or_shared_noise_persists() -> None:

@@ -255,9 +255,12 @@ def _bandwidth(t: int, ratio: float, q: int, horizon: int, dependence: Dependenc
     return max(0, min(t - 1, max(horizon - 1, lags)))
 
 
-def fixed_b_degrees_of_freedom(t: int, dependence: Dependence | None = None) -> float:
+def fixed_b_degrees_of_freedom(t: int, dependence: Dependence | None = None, *,
+                               span: int = PERSISTENCE_SPAN) -> float:
     """The most degrees of freedom a long-run variance measured over ``t`` steps may claim:
-    ``ν = 1.5·W/min(W, PERSISTENCE_SPAN)``, ``W`` the window that measured the persistence.
+    ``ν = 1.5·W/min(W, span)``, ``W`` the window that measured the persistence and ``span``
+    the persistence allowed for (``PERSISTENCE_SPAN`` for a series judged alone; the joint test
+    of many candidates takes ``inference.JOINT_PERSISTENCE_SPAN``, docs/method/studies.md §3.1a).
 
     A part that takes ``PERSISTENCE_SPAN`` steps to decorrelate shows in a window of ``W`` steps
     only through ``W/PERSISTENCE_SPAN`` independent pieces (for ``W`` ≤ 60: one, carried
@@ -271,13 +274,13 @@ def fixed_b_degrees_of_freedom(t: int, dependence: Dependence | None = None) -> 
 
     >>> fixed_b_degrees_of_freedom(60), fixed_b_degrees_of_freedom(120)
     (1.5, 3.0)
-    >>> fixed_b_degrees_of_freedom(1000)
-    25.0
+    >>> fixed_b_degrees_of_freedom(1000), fixed_b_degrees_of_freedom(120, span=30)
+    (25.0, 6.0)
     """
     window = float(t)
     if dependence is not None:
         window = max(window, float(dependence.steps * max(1, dependence.pooled)))
-    return 1.5 * window / min(window, float(PERSISTENCE_SPAN))
+    return 1.5 * window / min(window, float(span))
 
 
 def fixed_smoothing_factor(df: float, alpha: float = 0.05) -> float:
