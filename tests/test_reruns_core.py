@@ -26,7 +26,10 @@ from typestrict_pipeline.reruns.lineage import (
     WITHIN_NOISE_WARNING,
     LineageEntry,
     best_expected_under_noise,
+    between_study_variance,
+    confidence_sequence_path,
     render_panel,
+    serial_design_effect,
     summarize,
 )
 from typestrict_pipeline.reruns.windows import (
@@ -227,6 +230,24 @@ def test_the_two_statements_are_each_true_on_their_own() -> None:
     p = summarize(persistent)
     assert p.within_noise is False and p.cs_lower is not None and 0 < p.cs_lower < 0.06
     assert p.persistence == "shown" and "Persistence shown" in render_panel(persistent)
+
+
+def test_neighbouring_studies_that_agree_count_as_fewer_studies() -> None:
+    """Issue 27: a regime that lasts about one holdout makes consecutive re-runs agree with their
+    neighbours while the lineage wanders. The same ten edges in look order (a run of positive
+    studies, then a run of negative ones) get a wider bound than interleaved, where the random
+    effects alone would pool them identically; from the fifth study on."""
+    se = [0.01] * 10
+    runs = [0.03, 0.028, 0.031, 0.027, 0.03, 0.026, -0.005, -0.004, -0.006, -0.003]
+    mixed = [runs[i] for i in (0, 6, 1, 7, 2, 8, 3, 9, 4, 5)]
+    est_runs, se_runs, low_runs = confidence_sequence_path(runs, se)
+    est_mixed, se_mixed, low_mixed = confidence_sequence_path(mixed, se)
+    assert est_runs[-1] == pytest.approx(est_mixed[-1])  # the same pooled edge
+    assert se_runs[-1] > 1.5 * se_mixed[-1] and low_runs[-1] < low_mixed[-1]
+    four = confidence_sequence_path(runs[:4], se[:4])
+    assert serial_design_effect(np.array(runs[:4]), np.ones(4)) == 1.0  # too few to judge
+    assert four[1][-1] == pytest.approx(1.0 / math.sqrt(sum(
+        1.0 / (0.01**2 + between_study_variance(runs[:4], se[:4])) for _ in range(4))))
 
 
 @pytest.mark.parametrize("k", [10, 20, 40])

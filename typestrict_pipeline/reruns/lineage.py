@@ -80,6 +80,10 @@ PERSISTENCE_STATES = ("shown", "not shown", "unknown")
 CS_ALPHA = 0.05
 #: The mixture is tuned for about this many studies of the root study's precision.
 CS_TARGET_STUDIES = 5.0
+#: Fewest studies whose lag-1 autocorrelation widens the bound (:func:`serial_design_effect`).
+SERIAL_MIN_LOOKS = 5
+#: The largest widening of the pooled variance for serial agreement (ρ̂ = 0.9).
+SERIAL_MAX_EFFECT = 19.0
 
 
 @dataclass(frozen=True)
@@ -250,6 +254,32 @@ def between_study_variance(edges: Sequence[float], standard_errors: Sequence[flo
     return max(0.0, (q - (k - 1)) / denom) if denom > 0.0 else 0.0
 
 
+def serial_design_effect(residuals: npt.NDArray[np.float64], weights: npt.NDArray[np.float64]) -> float:
+    """How much less a run of consecutive studies says than as many independent ones:
+    ``(1 + ρ̂)/(1 − ρ̂)``, ``ρ̂`` the lag-1 autocorrelation of the standardised residuals
+    ``√w_j·(d_j − μ̂)`` in look order, used when positive and at least ``SERIAL_MIN_LOOKS`` studies
+    are in (the variance of the mean of an AR(1) sequence; at most ``SERIAL_MAX_EFFECT``).
+    Consecutive re-runs hold out consecutive data: a regime that outlives a holdout makes
+    neighbouring studies agree, which the between-study variance alone reads as agreement.
+
+    >>> serial_design_effect(np.array([1.0, -1.0, 1.0, -1.0, 1.0]), np.ones(5))
+    1.0
+    >>> round(serial_design_effect(np.array([2.0, 1.5, 1.0, -1.0, -1.5, -2.0]), np.ones(6)), 2)
+    3.46
+    """
+    k = residuals.size
+    if k < SERIAL_MIN_LOOKS:
+        return 1.0
+    e = residuals * np.sqrt(weights)
+    denom = float((e * e).sum())
+    if denom <= 0.0:
+        return 1.0
+    rho = float((e[1:] * e[:-1]).sum()) / denom
+    if rho <= 0.0:
+        return 1.0
+    return float(min(SERIAL_MAX_EFFECT, (1.0 + rho) / (1.0 - rho)))
+
+
 def confidence_sequence_path(edges: Sequence[float], standard_errors: Sequence[float],
                              alpha: float = CS_ALPHA) -> tuple[npt.NDArray[np.float64], ...]:
     """After each look ``k = 1..K``: the pooled edge, its SE and the always-valid lower bound
@@ -285,8 +315,8 @@ def confidence_sequence_path(edges: Sequence[float], standard_errors: Sequence[f
     for k in range(1, k_all + 1):
         tau2 = between_study_variance(d[:k].tolist(), se[:k].tolist())
         w = 1.0 / (se[:k] * se[:k] + tau2)
-        v[k - 1] = float(w.sum())
-        est[k - 1] = float((w * d[:k]).sum()) / v[k - 1]
+        est[k - 1] = float((w * d[:k]).sum()) / float(w.sum())
+        v[k - 1] = float(w.sum()) / serial_design_effect(d[:k] - est[k - 1], w)
     return est, 1.0 / np.sqrt(v), est - mixture_boundaries(v, rho, alpha) / v
 
 
