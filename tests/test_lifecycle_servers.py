@@ -9,6 +9,7 @@ and both code servers alive (not answering) a minute later. Now the recipe ``exe
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -198,6 +199,44 @@ def test_the_supervisor_stops_a_tree_that_ignores_signals_within_its_grace(tmp_p
         assert 2 <= took <= 2 + 3  # SIGTERM was ignored: SIGKILL after the grace, not before
         assert proc.wait(timeout=5) == 128 + signal.SIGTERM
         assert "stopped" in log.read_text()
+    finally:
+        _kill_all(everyone)
+
+
+def test_a_burst_of_stop_signals_never_cuts_the_cleanup_short(tmp_path: Path) -> None:
+    """Ctrl-C reaches ``make`` and the supervisor together, and ``make`` sends its child the same
+    signal again: the supervisor gets two or more stop signals. Seen in the suite on a busy
+    machine: the second landed after the first had been raised and before the cleanup began,
+    the supervisor died of it, and ``make api``'s server lived on as an orphan. Here one SIGTERM
+    is followed by a tight stream of SIGINT and SIGTERM for a second: every process of the tree
+    is still gone, and the supervisor exits 128 + the signal, having said what it stopped."""
+    script = tmp_path / "stubborn.py"
+    script.write_text(_STUBBORN)
+    log = tmp_path / "out.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "typestrict_pipeline.supervise", "--grace", "2",
+                                 "--", sys.executable, str(script)], cwd=ROOT, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    everyone: list[ProcessIdentity] = []
+    try:
+        _wait_for("the stubborn tree", lambda: log.read_text().count("child") == 1
+                  and len(tree(proc.pid)) == 3, proc, log, timeout=120)
+        everyone = tree(proc.pid)
+        os.kill(proc.pid, signal.SIGTERM)
+        until = time.monotonic() + 1.0
+        sent = 0
+        while time.monotonic() < until and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGINT if sent % 2 else signal.SIGTERM)
+            sent += 1
+        took, survivors = wait_gone(everyone, STOP_WITHIN_S)
+        assert not survivors, (survivors, log.read_text()[-2000:])
+        assert took <= 2 + 3  # the grace, then SIGKILL: the burst did not restart the cleanup
+        # the first signal handled names the exit code (Python runs pending handlers in
+        # signal-number order, so a SIGINT pending beside the SIGTERM may come first)
+        assert proc.wait(timeout=5) in (128 + signal.SIGTERM, 128 + signal.SIGINT), log.read_text()[-2000:]
+        assert "stopped" in log.read_text() and "Traceback" not in log.read_text()
+        assert sent > 100  # a stream, not one more signal
     finally:
         _kill_all(everyone)
 

@@ -105,42 +105,104 @@ def stop_session(sid: int, leader: subprocess.Popen[bytes] | None = None, *,
         time.sleep(0.05)
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""Ctrl-C, ``kill`` (and ``make`` forwarding it) and a closed terminal."""
+
+
 class _Stop(Exception):
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
 
 
+_stopping: list[int] = []
+"""The stop signal being handled (at most one): set by the first, read by the later ones."""
+
+
 def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    """The first stop signal interrupts the wait for the command; every later one returns at
+    once, so the cleanup it started always runs to its end.
+
+    Two signals are the usual case, not a corner: Ctrl-C reaches ``make`` and the supervisor
+    together and ``make`` sends its child the same signal again; ``kill -TERM -PGID`` likewise.
+    On a busy machine the second can land after the first has been raised and before the
+    cleanup begins, and it must not cut the cleanup short (an orphaned server was seen so).
+
+    >>> _stopping.clear()
+    >>> try:
+    ...     _raise_stop(signal.SIGTERM, None)
+    ... except _Stop as stop:
+    ...     print(signal.Signals(stop.signum).name)
+    SIGTERM
+    >>> _raise_stop(signal.SIGINT, None)  # the second: nothing raised
+    >>> _stopping.clear()
+    """
+    if _stopping:
+        return
+    _stopping.append(signum)
     raise _Stop(signum)
+
+
+def _child_sessions(parent: int) -> list[int]:
+    """The children of ``parent`` that lead a session of their own (from ``/proc``).
+
+    >>> proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+    ...                         start_new_session=True)
+    >>> proc.pid in _child_sessions(os.getpid())
+    True
+    >>> _ = stop_session(proc.pid, proc)
+    """
+    out = []
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{name}/stat").read_text(encoding="ascii", errors="replace")
+            except OSError:
+                continue
+            fields = stat[stat.rfind(")") + 2:].split()
+            if len(fields) > 3 and fields[1] == str(parent) and fields[3] == name:
+                out.append(int(name))
+    return out
 
 
 def run(command: Sequence[str], *, grace_s: float = DEFAULT_GRACE_S) -> int:
     """Run ``command`` in its own session until it ends or a stop signal comes; returns the exit
     code (the command's, or ``128 + signal``)."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    _stopping.clear()
+    for sig in STOP_SIGNALS:
         signal.signal(sig, _raise_stop)
+    child: subprocess.Popen[bytes] | None = None
     try:
-        child = subprocess.Popen(list(command), start_new_session=True)
-    except _Stop as stop:
-        return 128 + stop.signum
-    except OSError as exc:
-        print(f"supervise: expected a command to run, got {command[0]!r} ({exc.strerror}). "
-              "Check the command", file=sys.stderr)
-        return 127
-    try:
+        try:
+            child = subprocess.Popen(list(command), start_new_session=True)
+        except OSError as exc:
+            print(f"supervise: expected a command to run, got {command[0]!r} ({exc.strerror}). "
+                  "Check the command", file=sys.stderr)
+            return 127
         code = child.wait()
+        if session_members(child.pid):  # the command ended and left processes behind: no orphans
+            stop_session(child.pid, None, grace_s=grace_s)
+        return code
     except _Stop as stop:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
-        took = stop_session(child.pid, child, grace_s=grace_s)
-        name = signal.Signals(stop.signum).name
-        print(f"supervise: {name}: stopped {command[0]} and every process it started "
-              f"in {took:.1f} s", file=sys.stderr)
-        return 128 + stop.signum
-    if session_members(child.pid):  # the command ended and left processes behind: no orphans
-        stop_session(child.pid, None, grace_s=grace_s)
-    return code
+        return _stop_everything(command, child, stop.signum, grace_s)
+
+
+def _stop_everything(command: Sequence[str], child: subprocess.Popen[bytes] | None, signum: int,
+                     grace_s: float) -> int:
+    """Stop the command's session (or, if the signal came while it was being started, the
+    session of every child of this process), say so, and return ``128 + signum``."""
+    started = time.monotonic()
+    if child is not None:
+        stop_session(child.pid, child, grace_s=grace_s)
+    else:
+        for sid in _child_sessions(os.getpid()):
+            stop_session(sid, None, grace_s=grace_s)
+    name = signal.Signals(signum).name
+    print(f"supervise: {name}: stopped {command[0]} and every process it started "
+          f"in {time.monotonic() - started:.1f} s", file=sys.stderr)
+    return 128 + signum
 
 
 def main(argv: Sequence[str] | None = None) -> int:
