@@ -39,11 +39,11 @@ DEFAULT_GRACE_S = 5.0
 """Seconds the tree has to stop after SIGTERM before SIGKILL (well inside the 10 s promised)."""
 
 
-def session_members(sid: int) -> list[int]:
-    """The live processes of session ``sid`` (zombies excluded), from ``/proc``.
+def _processes() -> list[tuple[int, str, int, int]]:
+    """Every process in ``/proc``: pid, state, parent pid and session id (none off Linux).
 
-    >>> session_members(os.getsid(0)).count(os.getpid())
-    1
+    >>> [p for p in _processes() if p[0] == os.getpid()][0][3] == os.getsid(0)
+    True
     """
     out = []
     try:
@@ -55,15 +55,21 @@ def session_members(sid: int) -> list[int]:
             continue
         try:
             stat = Path(f"/proc/{name}/stat").read_text(encoding="ascii", errors="replace")
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
-        try:
-            if int(fields[3]) == sid and fields[0] not in ("Z", "X"):
-                out.append(int(name))
-        except (IndexError, ValueError):
+            fields = stat[stat.rfind(")") + 2:].split()
+            out.append((int(name), fields[0], int(fields[1]), int(fields[3])))
+        except (OSError, IndexError, ValueError):
             continue
     return out
+
+
+def session_members(sid: int) -> list[int]:
+    """The live processes of session ``sid`` (zombies excluded), from ``/proc``.
+
+    >>> session_members(os.getsid(0)).count(os.getpid())
+    1
+    """
+    return [pid for pid, state, _, session in _processes()
+            if session == sid and state not in ("Z", "X")]
 
 
 def _signal_all(sid: int, sig: int) -> None:
@@ -152,19 +158,7 @@ def _child_sessions(parent: int) -> list[int]:
     True
     >>> _ = stop_session(proc.pid, proc)
     """
-    out = []
-    with contextlib.suppress(OSError):
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
-                continue
-            try:
-                stat = Path(f"/proc/{name}/stat").read_text(encoding="ascii", errors="replace")
-            except OSError:
-                continue
-            fields = stat[stat.rfind(")") + 2:].split()
-            if len(fields) > 3 and fields[1] == str(parent) and fields[3] == name:
-                out.append(int(name))
-    return out
+    return [pid for pid, _, ppid, session in _processes() if ppid == parent and session == pid]
 
 
 def run(command: Sequence[str], *, grace_s: float = DEFAULT_GRACE_S) -> int:
