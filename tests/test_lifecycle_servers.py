@@ -180,7 +180,9 @@ _STUBBORN = textwrap.dedent("""
 """)
 
 
-def test_the_supervisor_stops_a_tree_that_ignores_signals_within_its_grace(tmp_path: Path) -> None:
+def _supervised_stubborn_tree(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path, list[ProcessIdentity]]:
+    """The supervisor (grace 2 s) around ``_STUBBORN``, once its whole tree of three is up: the
+    supervisor, its log and every process of the tree."""
     script = tmp_path / "stubborn.py"
     script.write_text(_STUBBORN)
     log = tmp_path / "out.log"
@@ -188,11 +190,18 @@ def test_the_supervisor_stops_a_tree_that_ignores_signals_within_its_grace(tmp_p
         proc = subprocess.Popen([sys.executable, "-m", "typestrict_pipeline.supervise", "--grace", "2",
                                  "--", sys.executable, str(script)], cwd=ROOT, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
-    everyone: list[ProcessIdentity] = []
     try:
         _wait_for("the stubborn tree", lambda: log.read_text().count("child") == 1
                   and len(tree(proc.pid)) == 3, proc, log, timeout=120)
-        everyone = tree(proc.pid)
+    except BaseException:
+        _kill_all(tree(proc.pid))
+        raise
+    return proc, log, tree(proc.pid)
+
+
+def test_the_supervisor_stops_a_tree_that_ignores_signals_within_its_grace(tmp_path: Path) -> None:
+    proc, log, everyone = _supervised_stubborn_tree(tmp_path)
+    try:
         os.kill(proc.pid, signal.SIGTERM)
         took, survivors = wait_gone(everyone, STOP_WITHIN_S)
         assert not survivors, survivors
@@ -210,18 +219,8 @@ def test_a_burst_of_stop_signals_never_cuts_the_cleanup_short(tmp_path: Path) ->
     the supervisor died of it, and ``make api``'s server lived on as an orphan. Here one SIGTERM
     is followed by a tight stream of SIGINT and SIGTERM for a second: every process of the tree
     is still gone, and the supervisor exits 128 + the signal, having said what it stopped."""
-    script = tmp_path / "stubborn.py"
-    script.write_text(_STUBBORN)
-    log = tmp_path / "out.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "typestrict_pipeline.supervise", "--grace", "2",
-                                 "--", sys.executable, str(script)], cwd=ROOT, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    everyone: list[ProcessIdentity] = []
+    proc, log, everyone = _supervised_stubborn_tree(tmp_path)
     try:
-        _wait_for("the stubborn tree", lambda: log.read_text().count("child") == 1
-                  and len(tree(proc.pid)) == 3, proc, log, timeout=120)
-        everyone = tree(proc.pid)
         os.kill(proc.pid, signal.SIGTERM)
         until = time.monotonic() + 1.0
         sent = 0
