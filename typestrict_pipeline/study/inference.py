@@ -66,11 +66,12 @@ DECORRELATED = 0.05
 #: Fewest steps the joint test runs on (below it the header says why it is missing).
 MIN_JOINT_STEPS = 10
 #: The persistence the joint test's fixed-b allowance reads (``stats.fixed_b_degrees_of_freedom``
-#: with this span: at most 3 degrees of freedom per 30 steps of window). Half the span a series
-#: judged alone takes (``stats.PERSISTENCE_SPAN``): measured in docs/method/studies.md §3.1a, the
-#: lone series' 60 steps keep the small-persistent-part mixture at 1–6% but find a 0.3-SD edge
-#: among 20 white candidates over 120 steps in 17% of searches instead of 60%; 30 steps keep
-#: the mixture at 3–7.5% and find it in 43%. AR(0.9) decorrelates to 5% in 29 steps.
+#: with this span: at most 1.5 degrees of freedom per 30 steps of window, 6 at T = 120). Half the
+#: span a series judged alone takes (``stats.PERSISTENCE_SPAN``): measured in
+#: docs/method/studies.md §3.1a, the lone series' 60 steps keep the small-persistent-part mixture
+#: at 1–6% but find a 0.3-SD edge among 20 white candidates over 120 steps in 17% of searches
+#: instead of 60%; 30 steps keep the mixture at 3.0–6.0% (400 searches a cell) and find it in
+#: 43%. AR(0.9) decorrelates to 5% in 29 steps.
 JOINT_PERSISTENCE_SPAN = 30
 
 
