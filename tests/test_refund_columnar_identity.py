@@ -268,14 +268,16 @@ def small_bounds(
     monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Path, list[str]]:
     """Every bound of the data path made tiny, so a 60-row dataset crosses each of them: batches
-    of 16 rows, spill buckets on disk past 64 bytes, passes over 7 rows and 5 values at a time.
+    of 16 rows, spill buckets on disk past 64 bytes, passes over 7 rows and 5 values at a time,
+    the group column's dictionaries merged past 3 values.
     Returns the temporary folder the spills go to (it must be left empty) and the spill folders
     made in it."""
     import tempfile
 
-    from typestrict_pipeline.refund import holdout, spill, splitrows, table
+    from typestrict_pipeline.refund import dataset, holdout, spill, splitrows, table
 
     monkeypatch.setattr(table, "BATCH_ROWS", 16)
+    monkeypatch.setattr(dataset, "MERGE_WORDS", 3)
     monkeypatch.setattr(spill, "MEMORY_BYTES", 64)
     monkeypatch.setattr(holdout, "_ROWS", 7)
     monkeypatch.setattr(splitrows, "_CHUNK", 5)

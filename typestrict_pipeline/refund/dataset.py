@@ -502,6 +502,72 @@ class _TextColumn:
         return converted.texts
 
 
+#: Distinct group values a :class:`_GroupColumn` lets its batches' dictionaries hold (beyond the
+#: merged dictionary's own size) before it merges them.
+MERGE_WORDS = 1 << 20
+
+
+@dataclass
+class _GroupColumn(_TextColumn):
+    """The group column, coded as it is read: each batch's dictionary is merged into one running
+    dictionary (``values``, in order of first appearance), so a value that recurs across
+    batches is held once, and each row keeps a 4-byte code.
+
+    Per-batch dictionaries held until the end cost about 25 bytes a row with many groups
+    (100 million rows, 10 million Zipf-sized groups: 3 GB); a merge waits until the batches'
+    dictionaries hold as many values as the merged one (and ``MERGE_WORDS``), so the merges
+    cost about twice the values they read. The codes and values are those of one dictionary
+    encoding of the whole column.
+
+    >>> col = _GroupColumn("g", "a group")
+    >>> for cells in (["b", "a", None], ["a", "c"]):
+    ...     _ = col.add(col.convert(pa.array(cells, pa.large_string()), 0, len(cells), "f"))
+    >>> codes, values = col.codes(5)
+    >>> codes.tolist(), values.to_pylist()
+    ([0, 1, -1, 1, 2], ['b', 'a', 'c'])
+    """
+
+    values: pa.Array = field(default_factory=lambda: pa.array([], pa.large_string()))
+    coded: list[npt.NDArray[np.int32]] = field(default_factory=list)
+    pending: int = 0
+
+    def add(self, converted: _Converted) -> pa.Array:
+        texts = super().add(converted)
+        assert converted.encoded is not None
+        self.pending += len(converted.encoded.dictionary)
+        if self.pending >= max(len(self.values), MERGE_WORDS):
+            self._merge()
+        return texts
+
+    def _merge(self) -> None:
+        if not self.chunks:
+            return
+        words = pa.chunked_array([self.values, *(c.dictionary for c in self.chunks)],
+                                 type=self.values.type).combine_chunks()
+        encoded = pc.dictionary_encode(words)  # the merged values keep their codes
+        mapping = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int32)
+        word = len(self.values)
+        for chunk in self.chunks:
+            local = np.append(mapping[word:word + len(chunk.dictionary)], np.int32(-1))
+            indices = np.asarray(pc.fill_null(chunk.indices, -1).to_numpy(zero_copy_only=False))
+            self.coded.append(local[indices])  # -1 (null) takes the appended -1
+            word += len(chunk.dictionary)
+        self.values = encoded.dictionary
+        self.chunks, self.pending = [], 0
+
+    def codes(self, n: int) -> tuple[npt.NDArray[np.int32], pa.Array]:
+        """Every row's code (-1: no group) and the distinct values; the batches are let go."""
+        self._merge()
+        out = np.empty(n, dtype=np.int32)
+        row = 0
+        for i, part in enumerate(self.coded):
+            out[row:row + len(part)] = part
+            row += len(part)
+            self.coded[i] = np.zeros(0, np.int32)  # let each part go once copied
+        self.coded = []
+        return out, self.values
+
+
 @dataclass(frozen=True)
 class _Converted:
     texts: pa.Array
@@ -626,7 +692,7 @@ class _Validator:
         self.empty_ids = _Rows()
         self.text_error: DatasetError | None = None
         self.empty_texts = _Rows()
-        self.group = _TextColumn(cols.group, "a group") if cols.group else None
+        self.group = _GroupColumn(cols.group, "a group") if cols.group else None
         self.text_columns: dict[tuple[str, str], _TextColumn] = {}
         self.option_columns: dict[str, _OptionsColumn] = {}
         self.choice: dict[tuple[str, str], _ChoiceCheck] = {}
@@ -809,7 +875,7 @@ class _Validator:
         if self.group is not None:
             if self.group.type_error is not None:
                 raise self.group.type_error
-            group_codes, group_values = _codes(self.group.chunks, n)
+            group_codes, group_values = self.group.codes(n)
         decisions = tuple(self._decision(d) for d in self.manifest.decisions)
         for column in self.text_columns.values():
             column.chunks = []  # the codes are made
@@ -960,30 +1026,6 @@ def _first_row(a: DatasetError | None, b: DatasetError | None) -> DatasetError |
     return a if (a.row or 0) <= (b.row or 0) else b
 
 
-def _codes(chunks: list[pa.Array], n: int) -> tuple[npt.NDArray[np.int32], pa.Array]:
-    """Dictionary-encoded batches as one code per row (-1: null) and the distinct values, in
-    order of first appearance. Each batch is let go once coded (``chunks`` is emptied)."""
-    if not chunks:
-        return np.zeros(0, np.int32), pa.array([], pa.large_string())
-    words = pa.chunked_array([c.dictionary for c in chunks], type=chunks[0].type.value_type)
-    encoded = pc.dictionary_encode(words.combine_chunks())
-    values = encoded.dictionary
-    mapping = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int32)
-    del words, encoded
-    out = np.empty(n, dtype=np.int32)
-    row = word = 0
-    for i in range(len(chunks)):
-        chunk = chunks[i]
-        chunks[i] = None
-        local = np.append(mapping[word:word + len(chunk.dictionary)], np.int32(-1))
-        indices = np.asarray(pc.fill_null(chunk.indices, -1).to_numpy(zero_copy_only=False))
-        out[row:row + len(chunk)] = local[indices]  # -1 takes the appended -1
-        row += len(chunk)
-        word += len(chunk.dictionary)
-    chunks.clear()
-    return out, values
-
-
 def _narrow(ids: pa.Array) -> pa.Array:
     """A batch of ids with 32-bit offsets (4 bytes a row less) when its text fits."""
     if ids.nbytes < 2**31 - 2**20:
@@ -1043,9 +1085,16 @@ def _run(
             progress(Progress(READING, validator.n, validator.n))
         validator.check_columns(names())
         dataset = _with_texts(validator.finish(), texts(), None)
+        _release_unused()  # the batches' columns are coded and let go
         return _with_texts(dataset, dataset.texts, validator.prepare(dataset))
     finally:
         validator.close()
+
+
+def _release_unused() -> None:
+    """Give the memory Arrow's allocator keeps for reuse back to the system: the batches are
+    read, and what follows allocates with NumPy (100 million rows: 3 GB kept otherwise)."""
+    pa.default_memory_pool().release_unused()
 
 
 def validate_dataset(

@@ -433,12 +433,12 @@ class GroupingScan:
 
 def _head(path: Path, fmt: DatasetFormat, rows: int) -> dict[str, Any]:
     """Every column of the file's first ``rows`` rows."""
-    from typestrict_pipeline.refund.table import iter_column_batches
+    from typestrict_pipeline.refund.table import PARQUET_PRE_BUFFER, iter_column_batches
 
     if fmt is DatasetFormat.PARQUET:
         import pyarrow.parquet as pq
 
-        handle = pq.ParquetFile(path)
+        handle = pq.ParquetFile(path, pre_buffer=PARQUET_PRE_BUFFER)
         for batch in handle.iter_batches(batch_size=rows):
             return {str(name): batch.column(i) for i, name in enumerate(batch.schema.names)}
         return {str(n): [] for n in handle.schema_arrow.names}
