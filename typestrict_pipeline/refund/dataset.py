@@ -494,12 +494,24 @@ class _TextColumn:
             return _Converted(texts, None, pc.dictionary_encode(texts))
         texts, error = as_text(cells, file=file, start=start, column=self.name, what=self.what)
         texts = _blank_to_null(texts, blank_mask(texts))
-        return _Converted(texts, error, pc.dictionary_encode(texts))
+        return _Converted(texts, error, _narrow_codes(pc.dictionary_encode(texts)))
 
     def add(self, converted: _Converted) -> pa.Array:
         self.type_error = _first(self.type_error, converted.error)
         self.chunks.append(converted.encoded)
         return converted.texts
+
+
+def _narrow_codes(encoded: pa.DictionaryArray) -> pa.DictionaryArray:
+    """One byte a row instead of four when the batch has fewer than 128 distinct values (an
+    answer column): 300 MB less per decision at 100 million rows.
+
+    >>> _narrow_codes(pc.dictionary_encode(pa.array(["a", None, "b", "a"]))).type
+    DictionaryType(dictionary<values=string, indices=int8, ordered=0>)
+    """
+    if len(encoded.dictionary) >= 128:
+        return encoded
+    return pa.DictionaryArray.from_arrays(encoded.indices.cast(pa.int8()), encoded.dictionary)
 
 
 #: Distinct group values a :class:`_GroupColumn` lets its batches' dictionaries hold (beyond the

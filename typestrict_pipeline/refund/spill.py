@@ -34,8 +34,9 @@ import numpy.typing as npt
 
 __all__ = ["MEMORY_BYTES", "Buckets"]
 
-MEMORY_BYTES = 128 << 20
-"""Bytes of records a :class:`Buckets` holds in memory before it writes them to disk."""
+MEMORY_BYTES = 32 << 20
+"""Bytes of records a :class:`Buckets` holds in memory before it writes them to disk (a load
+holds three: each row's seed digest, text key and id key; 32 MB is a million rows' digests)."""
 
 
 def _remove(folder: str) -> None:
