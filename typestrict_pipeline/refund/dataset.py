@@ -1107,7 +1107,8 @@ def _run(
 
 def _release_unused() -> None:
     """Give the memory Arrow's allocator keeps for reuse back to the system: the batches are
-    read, and what follows allocates with NumPy (100 million rows: 3 GB kept otherwise)."""
+    read, and what follows allocates mostly with NumPy (its effect alone was not measured apart
+    from the round's other changes; docs/benchmarks.md)."""
     pa.default_memory_pool().release_unused()
 
 
