@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from demo import home as demo_home
-from typestrict_pipeline.processes import keep_stop_signals
+from demo import runs
 
 PARTS = ("refund", "credits", "backtest", "study", "reruns")
 
@@ -52,6 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--replace", action="store_true",
                         help="replace the demo's store and Dagster history even if they changed since")
     args = parser.parse_args(argv)
+    runs.remember_stop_signals()  # before any Dagster call changes them
     from typestrict_pipeline.demo_data.build import DEMO_TRAININGS
     from typestrict_pipeline.store import typestrict_home
 
@@ -74,8 +75,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             raise
         run: Callable[[Path], int] = module.run  # every part exposes run(root) -> exit code
-        with keep_stop_signals():  # Dagster's in-process runs would leave SIGTERM ignored in the background
-            code = run(root)
+        try:
+            code = run(root)  # its Dagster runs go through demo.runs.execute: stoppable
+        except KeyboardInterrupt:
+            print(f"\nmake demo: stopped during part {name!r} (a stop signal). The home keeps what was "
+                  "written so far; run `make demo` again to rebuild it.", file=sys.stderr)
+            return 130
         if code != 0:
             print(f"demo part {name!r} failed with exit code {code}", file=sys.stderr)
             return code

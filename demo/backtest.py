@@ -21,6 +21,7 @@ from typing import Any
 import dagster as dg
 
 from assets.backtests import backtest_usage, build_defs
+from demo.runs import execute
 from resources.backtests import StandinBacktestModels
 from resources.store import StoreResource
 from typestrict_pipeline.backtest.engine import RunCard
@@ -50,8 +51,8 @@ def run(root: Path) -> int:
     started = time.perf_counter()
     job = defs.resolve_job_def(f"backtest_{WORKFLOW}_job")
     config = {"start": "2012-01-02", "end": "2015-12-31", "step": "1d", "max_in_flight": 16}
-    result = job.execute_in_process(
-        instance=instance, raise_on_error=False,
+    result = execute(
+        job, instance=instance, raise_on_error=False,
         run_config={**QUIET, "ops": {f"backtest_{WORKFLOW}": {"config": config}}},
     )
     if not result.success:
@@ -78,8 +79,8 @@ def run(root: Path) -> int:
     print(f"  for reference   on the same {len(nxt)} days, always 'dry' scores "
           f"{float((~nxt).mean()):.4f} and 'same as today' {float((nxt == today).mean()):.4f}")
 
-    live = defs.resolve_job_def(f"live_{WORKFLOW}_job").execute_in_process(
-        instance=instance, raise_on_error=False,
+    live = execute(
+        defs.resolve_job_def(f"live_{WORKFLOW}_job"), instance=instance, raise_on_error=False,
         run_config={**QUIET, "ops": {f"live_decision_{WORKFLOW}": {"config": {"as_of": "2016-01-01"}}}},
     )
     if not live.success:

@@ -28,6 +28,7 @@ import dagster as dg
 
 from assets import area_definitions
 from assets.refund import metrics_table_markdown
+from demo.runs import execute
 from demo.ticks import SensorTick
 from resources import default_resources
 from resources.refund import ManifestSourceClientResource
@@ -265,8 +266,8 @@ def _run(root: Path, only: Sequence[str] | None) -> int:
         for p in prepared:
             tid = p.training.training_id
             t0 = time.perf_counter()
-            result = job.execute_in_process(
-                partition_key=tid, instance=instance, run_config=QUIET_RUN, raise_on_error=False,
+            result = execute(
+                job, partition_key=tid, instance=instance, run_config=QUIET_RUN, raise_on_error=False,
                 tags=sensor_tick.run_tags(run_keys.get(tid)) if sensor_tick else None,
             )
             launched.append(result.run_id)

@@ -39,6 +39,7 @@ import dagster as dg
 from dagster._core.definitions.sensor_definition import SensorExecutionData
 
 from assets.reruns import enable_study_schedule_job, study_rerun_job, study_rerun_sensor
+from demo.runs import execute
 from demo.ticks import SensorTick
 from resources.reruns import RerunNotifierResource, RerunSettingsResource
 from resources.store import StoreResource
@@ -100,7 +101,8 @@ class _Demo:
         return data
 
     def enable(self, study_id: str, now: dt.datetime) -> int:
-        enabled = enable_study_schedule_job.execute_in_process(
+        enabled = execute(
+            enable_study_schedule_job,
             run_config={"ops": {"enable_study_schedule": {"config": {
                 "study_id": study_id, "cadence": "1h", "owner": OWNER}}}, **QUIET},
             instance=self.instance, resources=self.resources(now))
@@ -109,7 +111,8 @@ class _Demo:
 
     def run_request(self, request: dg.RunRequest, now: dt.datetime, cursor: str | None) -> dict[str, Any]:
         tick = self.fired[-1]
-        result = study_rerun_job.execute_in_process(
+        result = execute(
+            study_rerun_job,
             run_config={**request.run_config, **QUIET}, instance=self.instance,
             tags={**request.tags, **tick.run_tags(request.run_key)}, resources=self.resources(now))
         tick.fired([result.run_id], [request.run_key], cursor)

@@ -22,6 +22,7 @@ from typing import Any
 
 import dagster as dg
 
+from demo.runs import execute
 from typestrict_pipeline.backtest.workflows import default_registry
 from typestrict_pipeline.errors import ConflictError
 from typestrict_pipeline.instance import sqlite_instance_config, write_instance_yaml
@@ -72,8 +73,8 @@ def _run_job(study_id: int, instance: dg.DagsterInstance) -> tuple[bool, dict[st
     from typestrict_pipeline.definitions import defs
 
     job = defs.resolve_job_def("study_job")
-    result = job.execute_in_process(run_config={**study_run_config(study_id), **QUIET},
-                                    instance=instance, raise_on_error=False)
+    result = execute(job, run_config={**study_run_config(study_id), **QUIET},
+                     instance=instance, raise_on_error=False)
     mats = result.asset_materializations_for_node("study_finalize") if result.success else []
     meta = {k: v.value for k, v in mats[0].metadata.items()} if mats else {}
     return result.success, meta

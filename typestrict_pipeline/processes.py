@@ -25,6 +25,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "Liveness",
@@ -34,6 +35,8 @@ __all__ = [
     "identity_of",
     "keep_stop_signals",
     "process_alive",
+    "restore_stop_signals",
+    "stop_handlers",
     "stop_process_group",
     "this_process",
 ]
@@ -272,9 +275,36 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 """The signals a user stops a command with (Ctrl-C, ``kill``)."""
 
 
+StopHandlers = dict[int, Any]
+"""SIGINT's and SIGTERM's handlers, as :func:`signal.getsignal` gives them."""
+
+
+def stop_handlers() -> StopHandlers:
+    """The stop signals' handlers now (to give back with :func:`restore_stop_signals`)."""
+    return {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+
+
+def restore_stop_signals(saved: StopHandlers) -> None:
+    """Give the stop signals the handlers in ``saved`` (main thread only: elsewhere nothing).
+
+    >>> saved = stop_handlers()
+    >>> _ = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    >>> restore_stop_signals(saved)
+    >>> signal.getsignal(signal.SIGTERM) is saved[signal.SIGTERM]
+    True
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig, handler in saved.items():
+        if handler is not None and signal.getsignal(sig) is not handler:
+            signal.signal(sig, handler)
+
+
 @contextlib.contextmanager
-def keep_stop_signals() -> Iterator[None]:
-    """Run the block, then give SIGINT and SIGTERM back the handlers they had before it.
+def keep_stop_signals(saved: StopHandlers | None = None) -> Iterator[None]:
+    """Run the block, then give SIGINT and SIGTERM back the handlers they had before it (or
+    those in ``saved``: a program that calls Dagster elsewhere too passes the handlers it had
+    when it started, since any Dagster call may have changed them already).
 
     Dagster's in-process execution (``execute_in_process``, ``execute_job``) maps SIGTERM to
     whatever SIGINT's handler is when it ends. Where SIGINT is ignored (a command started in
@@ -292,10 +322,8 @@ def keep_stop_signals() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    saved = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    back = stop_handlers() if saved is None else saved
     try:
         yield
     finally:
-        for sig, handler in saved.items():
-            if handler is not None and signal.getsignal(sig) is not handler:
-                signal.signal(sig, handler)
+        restore_stop_signals(back)

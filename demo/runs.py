@@ -1,0 +1,38 @@
+"""The demo's Dagster runs, in process and stoppable.
+
+Dagster's in-process execution turns a stop signal that arrives during a run into a failed run
+(``DagsterExecutionInterruptedError`` in a step), and Dagster's calls (a run, a sensor's
+evaluation) leave SIGTERM with SIGINT's handler when they end: ignored when the demo was started
+in the background. :func:`execute` gives both signals the handlers the demo started with
+(:func:`remember_stop_signals`) after each run, and turns an interrupted run into
+``KeyboardInterrupt``, so ``kill`` stops the demo between runs and during them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dagster as dg
+
+from typestrict_pipeline.processes import StopHandlers, keep_stop_signals, stop_handlers
+
+INTERRUPTED = "DagsterExecutionInterruptedError"
+_at_start: StopHandlers | None = None
+
+
+def remember_stop_signals() -> None:
+    """Keep the stop signals' handlers as they are now, before any Dagster call, for
+    :func:`execute` to give back."""
+    global _at_start
+    _at_start = stop_handlers()
+
+
+def execute(job: dg.JobDefinition, **kwargs: Any) -> dg.ExecuteInProcessResult:
+    """``job.execute_in_process(**kwargs)``; ``KeyboardInterrupt`` when a stop signal
+    interrupted it."""
+    with keep_stop_signals(_at_start):
+        result = job.execute_in_process(**kwargs)
+    if any(e.event_type is dg.DagsterEventType.STEP_FAILURE and e.step_failure_data.error is not None
+           and e.step_failure_data.error.cls_name == INTERRUPTED for e in result.all_events):
+        raise KeyboardInterrupt(f"run {result.run_id} was interrupted by a stop signal")
+    return result

@@ -1,0 +1,66 @@
+"""``make demo`` started in the background stops on ``kill``, between Dagster runs and during one.
+
+A shell without job control starts a background command with SIGINT ignored; Dagster's calls
+end by giving SIGTERM SIGINT's handler, and a stop signal during an in-process run only fails
+that run. Before ``demo.runs`` the demo, sent SIGTERM after its first verdict run, ran on to the
+end (exit 0, 38 s later).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _demo_then_sigterm(home: Path, marker: bytes, wait_s: float) -> tuple[int, str, float]:
+    """Start ``python -m demo`` with SIGINT ignored, send SIGTERM ``wait_s`` after the line that
+    starts with ``marker``; its exit code, its output and how long it took to stop."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", "TYPESTRICT_STORE_URL")}
+    env["TYPESTRICT_HOME"] = str(home)
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "-m", "demo"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # as `make demo &`
+    )
+    assert proc.stdout is not None
+    seen = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if line.startswith(marker):
+                break
+        else:
+            pytest.fail("the demo ended before " + marker.decode() + ":\n" + b"".join(seen).decode()[-3000:])
+        time.sleep(wait_s)
+        proc.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        rest = proc.communicate(timeout=120)[0]
+        return proc.returncode, (b"".join(seen) + rest).decode(errors="replace"), time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_the_demo_in_the_background_stops_on_kill_between_runs(tmp_path: Path) -> None:
+    code, out, took = _demo_then_sigterm(tmp_path / "home", b"-- rt-tfidf", 0.0)  # its first run has ended
+    assert "make demo: finished" not in out, out[-2000:]
+    assert code in (-signal.SIGTERM, 130), (code, out[-2000:])
+    assert took < 60, took
+
+
+def test_the_demo_in_the_background_stops_on_kill_during_a_run(tmp_path: Path) -> None:
+    code, out, took = _demo_then_sigterm(tmp_path / "home", b"materializing group 'refund'", 1.0)
+    assert "make demo: finished" not in out, out[-2000:]
+    assert code in (-signal.SIGTERM, 130), (code, out[-2000:])
+    if code == 130:  # the run was interrupted: the demo says so
+        assert "make demo: stopped during part 'refund' (a stop signal)" in out, out[-2000:]
+    assert took < 60, took
