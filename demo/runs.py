@@ -14,9 +14,14 @@ from typing import Any
 
 import dagster as dg
 
-from typestrict_pipeline.processes import StopHandlers, keep_stop_signals, stop_handlers
+from typestrict_pipeline.processes import (
+    StopHandlers,
+    keep_stop_signals,
+    restore_stop_signals,
+    stop_handlers,
+)
 
-INTERRUPTED = "DagsterExecutionInterruptedError"
+INTERRUPTED = ("DagsterExecutionInterruptedError", "KeyboardInterrupt")
 _at_start: StopHandlers | None = None
 
 
@@ -28,11 +33,25 @@ def remember_stop_signals() -> None:
 
 
 def execute(job: dg.JobDefinition, **kwargs: Any) -> dg.ExecuteInProcessResult:
-    """``job.execute_in_process(**kwargs)``; ``KeyboardInterrupt`` when a stop signal
-    interrupted it."""
+    """``job.execute_in_process(**kwargs)`` with the handlers the demo started with, before the
+    run (a Dagster call since the last run, such as a sensor's evaluation, may have changed
+    them) and after it; ``KeyboardInterrupt`` when a stop signal interrupted the run."""
+    if _at_start is not None:
+        restore_stop_signals(_at_start)
     with keep_stop_signals(_at_start):
         result = job.execute_in_process(**kwargs)
-    if any(e.event_type is dg.DagsterEventType.STEP_FAILURE and e.step_failure_data.error is not None
-           and e.step_failure_data.error.cls_name == INTERRUPTED for e in result.all_events):
+    if interrupted(result):
         raise KeyboardInterrupt(f"run {result.run_id} was interrupted by a stop signal")
     return result
+
+
+def interrupted(result: dg.ExecuteInProcessResult) -> bool:
+    """Whether a step or the run failed because of a stop signal (the error or any error it
+    came from or during)."""
+    for event in result.all_events:
+        error = getattr(event.event_specific_data, "error", None)
+        while error is not None:
+            if error.cls_name in INTERRUPTED:
+                return True
+            error = error.cause or error.context
+    return False
