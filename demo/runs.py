@@ -4,7 +4,7 @@ Dagster's in-process execution turns a stop signal that arrives during a run int
 (``DagsterExecutionInterruptedError`` in a step), and Dagster's calls (a run, a sensor's
 evaluation) leave SIGTERM with SIGINT's handler when they end: ignored when the demo was started
 in the background. :func:`execute` gives both signals the handlers the demo started with
-(:func:`remember_stop_signals`) after each run, and turns an interrupted run into
+(:func:`remember_stop_signals`) before and after each run, and turns an interrupted run into
 ``KeyboardInterrupt``, so ``kill`` stops the demo between runs and during them.
 """
 
@@ -14,12 +14,7 @@ from typing import Any
 
 import dagster as dg
 
-from typestrict_pipeline.processes import (
-    StopHandlers,
-    keep_stop_signals,
-    restore_stop_signals,
-    stop_handlers,
-)
+from typestrict_pipeline.processes import StopHandlers, restore_stop_signals, stop_handlers
 
 INTERRUPTED = ("DagsterExecutionInterruptedError", "KeyboardInterrupt")
 _at_start: StopHandlers | None = None
@@ -36,10 +31,12 @@ def execute(job: dg.JobDefinition, **kwargs: Any) -> dg.ExecuteInProcessResult:
     """``job.execute_in_process(**kwargs)`` with the handlers the demo started with, before the
     run (a Dagster call since the last run, such as a sensor's evaluation, may have changed
     them) and after it; ``KeyboardInterrupt`` when a stop signal interrupted the run."""
-    if _at_start is not None:
-        restore_stop_signals(_at_start)
-    with keep_stop_signals(_at_start):
+    handlers = stop_handlers() if _at_start is None else _at_start
+    restore_stop_signals(handlers)
+    try:
         result = job.execute_in_process(**kwargs)
+    finally:
+        restore_stop_signals(handlers)
     if interrupted(result):
         raise KeyboardInterrupt(f"run {result.run_id} was interrupted by a stop signal")
     return result

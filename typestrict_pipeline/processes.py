@@ -301,10 +301,8 @@ def restore_stop_signals(saved: StopHandlers) -> None:
 
 
 @contextlib.contextmanager
-def keep_stop_signals(saved: StopHandlers | None = None) -> Iterator[None]:
-    """Run the block, then give SIGINT and SIGTERM back the handlers they had before it (or
-    those in ``saved``: a program that calls Dagster elsewhere too passes the handlers it had
-    when it started, since any Dagster call may have changed them already).
+def keep_stop_signals() -> Iterator[None]:
+    """Run the block, then give SIGINT and SIGTERM back the handlers they had before it.
 
     Dagster's in-process execution (``execute_in_process``, ``execute_job``) maps SIGTERM to
     whatever SIGINT's handler is when it ends. Where SIGINT is ignored (a command started in
@@ -322,7 +320,7 @@ def keep_stop_signals(saved: StopHandlers | None = None) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    back = stop_handlers() if saved is None else saved
+    back = stop_handlers()
     try:
         yield
     finally:
