@@ -12,6 +12,15 @@ Run: ``.venv/bin/python -m bench.bench_study_inference``
    eval) days, 120-day holdout, synthetic workflow, SQLite): ``load_leaderboard`` +
    ``render_markdown`` (reads the runs, closed form, joint bootstrap, PBO, holdout test),
    against the closed-form part alone on the same scores.
+3. The ranking of a study of 10,000 candidates × 1,000 out-of-sample steps, 1,000 resamples
+   (issue 24 item 4; seed 1; own AR(1) 0.5, 30% shared noise, candidate 0 ahead by 0.3 SD, the
+   last one the benchmark): the luck line and the ranking
+   (``search_stats``), SPA and StepM (``joint_inference``), PBO (``pbo_cscv``) and the
+   decorrelation span, each case in a fresh process (its peak RSS is its own): the product as
+   shipped (candidates in chunks of ``dependence.CANDIDATE_CHUNK``, CSCV's halves in slices of
+   ``inference.PBO_COMBINATIONS``) against the same code in one pass (chunks as large as the
+   study), and a digest of every number each printed (they must be equal). Targets: ≤ 30 s and
+   ≤ 2 GB peak RSS.
 
 Times are medians of 5 (3 for the 64 × 500 case) after one unmeasured warm-up call (so one-off
 imports, e.g. arch and pandas, are not in the figures), wall clock and this process's CPU time
@@ -119,6 +128,68 @@ def _leaderboard() -> None:
           f"{board.joint.spa_pvalue if board.joint else float('nan'):.3f})")
 
 
+SCALE_CANDIDATES = 10_000
+SCALE_STEPS = 1_000
+
+
+def ranking_at_scale(chunked: bool) -> dict[str, object]:
+    """One case of section 3, in this process: wall, CPU, peak RSS and a digest of the numbers."""
+    import hashlib
+    import resource
+
+    from typestrict_pipeline.study import dependence, inference
+    from typestrict_pipeline.study.calibration import SCENARIOS, simulate
+    from typestrict_pipeline.study.inference import decorrelation_span, joint_inference, pbo_cscv
+    from typestrict_pipeline.study.stats import ScoreTable, search_stats
+
+    k, t = SCALE_CANDIDATES, SCALE_STEPS
+    m = simulate(np.random.default_rng(1), SCENARIOS[1], k, t, edge=0.3)
+    if not chunked:
+        dependence.CANDIDATE_CHUNK = k
+        inference.PBO_COMBINATIONS = 1 << 20
+    table = ScoreTable(tuple(f"{i:05d}" for i in range(t)), tuple(str(j) for j in range(k)), m,
+                       np.full(k, t, dtype=np.int64))
+    search_stats(ScoreTable(table.steps[:40], table.ids[:8], m[:40, :8].copy(),
+                            np.full(8, 40, dtype=np.int64)), {})  # imports and caches: not timed
+    started, cpu = time.perf_counter(), time.process_time()
+    stats = search_stats(table, {})
+    joint = joint_inference(m[:, :-1], list(table.ids[:-1]), m[:, -1], seed=0, reps=1000,
+                            benchmark_label=f"candidate {k - 1} (the version's defaults)")
+    pbo = pbo_cscv(m)
+    span = decorrelation_span(m)
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    numbers = repr((stats.rows, stats.luck_line, stats.rho_bar, joint.spa_pvalue,
+                    joint.spa_pvalue_lower, joint.spa_pvalue_upper, joint.stepm, joint.line_95,
+                    pbo, span))
+    return {"wall": wall, "cpu": cpu, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "digest": hashlib.sha256(numbers.encode()).hexdigest()[:16],
+            "spa": joint.spa_pvalue, "stepm": len(joint.stepm), "pbo": None if pbo is None else pbo.pbo,
+            "luck_line": stats.luck_line, "span": span}
+
+
+def _at_scale() -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    print()
+    print(f"| {SCALE_CANDIDATES:,} candidates × {SCALE_STEPS:,} steps × 1,000 resamples: luck line, "
+          "SPA + StepM, PBO, span | wall | CPU | peak RSS | digest of every number | load |")
+    print("|---|---:|---:|---:|---|---:|")
+    for label, chunked in (("one pass (chunks as large as the study)", False),
+                           ("as shipped: candidates in chunks, CSCV halves in slices", True)):
+        code = ("import json, sys; from bench.bench_study_inference import ranking_at_scale; "
+                f"print(json.dumps(ranking_at_scale({chunked})))")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True, cwd=Path(__file__).resolve().parent.parent)
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"| {label} | {r['wall']:.1f} s | {r['cpu']:.1f} s | {r['peak_mb']:,.0f} MB | "
+              f"`{r['digest']}` | {os.getloadavg()[0]:.2f} |")
+    print(f"(SPA p = {r['spa']:.3f}, StepM {r['stepm']} candidates, PBO {r['pbo']}, luck line "
+          f"{r['luck_line']:.4f}, span {r['span']}; targets: ≤ 30 s and ≤ 2,048 MB)")
+
+
 def main() -> None:
     import os
 
@@ -126,6 +197,7 @@ def main() -> None:
     print(f"(load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs)\n")
     _joint()
     _leaderboard()
+    _at_scale()
     print(f"\n(load average after: {os.getloadavg()[0]:.2f}; this module took "
           f"{time.perf_counter() - started:.0f} s wall)")
 

@@ -43,6 +43,7 @@ practice", *JBES* 36(4), 2018, the equal-weighted cosine estimator):
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -71,8 +72,39 @@ SMALL_POOL = 8
 SMALL_POOL_THRESHOLD = 5.99
 #: The F test that halves the band: one-sided level.
 BAND_LEVEL = 0.10
+#: ... and the least the lower half must exceed the upper half by (5%): pooled over thousands
+#: of series the F test finds any slope significant, and the gentle slope of a short-memory
+#: spectrum (AR(0.5): 3.00 at 0, 2.95 at the band's edge for T = 1,000) halved the band to one
+#: cosine, whose time scale ``T/2`` then set a block of T/3 and an embargo of T/2 (measured at
+#: 10,000 candidates). Left unhalved, such a band's mean is at most ~2.5% below the long-run
+#: variance at 0 (half the 5%): about 1% on an SE.
+BAND_MATERIAL = 1.05
 #: The autocorrelation below which scores count as decorrelated (the embargo's span).
 DECORRELATED = 0.05
+#: Candidates (columns) the per-candidate steps of a study's statistics take at once: their
+#: working memory is a few ``T × CANDIDATE_CHUNK`` arrays whatever the number of candidates,
+#: and every per-candidate result is the one a single pass gives, bit for bit (each column is
+#: computed on its own; ``tests/test_study_statistics_chunked.py`` checks it).
+CANDIDATE_CHUNK = 1024
+
+
+def column_chunks(k: int, size: int | None = None) -> list[slice]:
+    """Slices of ``range(k)`` of ``size`` columns (default :data:`CANDIDATE_CHUNK`).
+
+    A last chunk of one column joins the one before it: numpy sums a lone column in another
+    order (pairwise) than a column of a wider array (row by row), so a one-column chunk could
+    differ from the single pass in the last bit.
+
+    >>> column_chunks(5, 2)
+    [slice(0, 2, None), slice(2, 5, None)]
+    >>> column_chunks(1, 2), column_chunks(4, 10)
+    ([slice(0, 1, None)], [slice(0, 4, None)])
+    """
+    step = max(2, size if size is not None else CANDIDATE_CHUNK)
+    bounds = [*range(0, k, step), k]
+    if len(bounds) > 2 and bounds[-1] - bounds[-2] == 1:
+        del bounds[-2]
+    return [slice(a, b) for a, b in itertools.pairwise(bounds)]
 
 
 def max_cosines(t: int) -> int:
@@ -118,7 +150,8 @@ def _f_critical_at(level: float, d1: float, d2: float) -> float:
 
 def flat_band(ratios: FloatArray, df_per_ordinate: float) -> int:
     """How many of the lowest frequencies look flat: halve the band while its lower half is
-    significantly above its upper half (F test, one-sided ``BAND_LEVEL``).
+    significantly (F test, one-sided ``BAND_LEVEL``) and materially (``BAND_MATERIAL``) above
+    its upper half.
 
     Args:
         ratios: the pooled variance ratios at frequencies ``1..q_max`` (lowest first).
@@ -128,13 +161,15 @@ def flat_band(ratios: FloatArray, df_per_ordinate: float) -> int:
     40
     >>> flat_band(np.array([9.0, 6.0, 3.0, 2.0, 1.5, 1.2, 1.0, 1.0]), 8.0)
     2
+    >>> flat_band(np.linspace(3.0, 2.9, 40), 10_000.0)  # significant, not material: kept whole
+    40
     """
     nu = int(ratios.size)
     while nu >= 2:
         h = nu // 2
         low = float(ratios[:h].mean())
         high = float(ratios[h:nu].mean())
-        crit = _f_critical(h * df_per_ordinate, (nu - h) * df_per_ordinate)
+        crit = max(BAND_MATERIAL, _f_critical(h * df_per_ordinate, (nu - h) * df_per_ordinate))
         if high > 0.0 and low > crit * high:
             nu = h
             continue
@@ -346,7 +381,8 @@ def _pooled_fit(group: FloatArray, t: int) -> tuple[float, float]:
     return float(ratio[0]), float(df[0])
 
 
-def long_run_variances(differences: FloatArray, dep: Dependence) -> tuple[FloatArray, FloatArray]:
+def long_run_variances(differences: FloatArray, dep: Dependence, *,
+                       family: int | None = None) -> tuple[FloatArray, FloatArray]:
     """Per column: the long-run variance to widen to, and the degrees of freedom behind it.
 
     Each candidate gets the pooled ratio times its own variance (many degrees of freedom); a
@@ -359,13 +395,16 @@ def long_run_variances(differences: FloatArray, dep: Dependence) -> tuple[FloatA
     >>> lrv, df = long_run_variances(d, measure_dependence(d))
     >>> lrv.shape, bool(np.all(lrv > 0)), bool(np.all(df >= 1))
     ((3,), True, True)
+
+    ``family``: how many candidates are tested together (default: the columns given), so that
+    a caller taking the candidates in chunks gets each column's own result.
     """
     x = differences - differences.mean(axis=0)
     t = x.shape[0]
     var = (x * x).mean(axis=0)
     safe = np.where(var > 0.0, var, 1.0)
     ords = cosine_ordinates(x, max(2, t // 2)) / safe
-    k = x.shape[1]
+    k = x.shape[1] if family is None else family
     band = ords[: dep.cosines].mean(axis=0)
     if k <= SMALL_POOL:  # few series: each one's own spectral fit counts (one alone: any sign)
         fit, fit_df = fitted_ratios(ords, t, threshold=0.0 if k == 1 else SMALL_POOL_THRESHOLD)
@@ -379,7 +418,7 @@ def long_run_variances(differences: FloatArray, dep: Dependence) -> tuple[FloatA
         pooled_df = float(dep.cosines * max(1, dep.pooled))
         crit = float(stats.f.ppf(1.0 - 0.05 / k, dep.cosines, pooled_df))
         own_ratio = np.where(band > crit * dep.ratio, band, 1.0)
-        df_own = np.full(k, float(dep.cosines))
+        df_own = np.full(x.shape[1], float(dep.cosines))
     df_own = np.minimum(df_own, np.maximum(1.0, t / np.maximum(own_ratio, 1.0) - 1.0))
     ratio = np.maximum(own_ratio, dep.ratio)
     # The sample variance of a persistent series is biased low (de-meaning): γ̃₀ = γ̂₀/(1 − r/T).

@@ -32,7 +32,12 @@ import numpy.typing as npt
 
 from typestrict_pipeline.errors import NotEnoughDataError
 from typestrict_pipeline.lazy import LazyModule
-from typestrict_pipeline.study.dependence import Dependence, long_run_variances, measure_dependence
+from typestrict_pipeline.study.dependence import (
+    Dependence,
+    column_chunks,
+    long_run_variances,
+    measure_dependence,
+)
 from typestrict_pipeline.study.stability import (
     CRITICAL_95,
     MIN_STEPS,
@@ -243,19 +248,23 @@ def stationary_bootstrap_variance(diffs: FloatArray, block: float) -> FloatArray
     >>> round(float(stationary_bootstrap_variance(x, 1.0)[0] / x.var()), 6)
     1.0
     """
-    t = diffs.shape[0]
-    x = diffs - diffs.mean(axis=0)
+    t, k = diffs.shape
     size = 1 << (2 * t - 1).bit_length()
-    spectrum = np.fft.rfft(x, n=size, axis=0)
-    acov = np.fft.irfft(spectrum * np.conj(spectrum), n=size, axis=0)[:t] / t
     i = np.arange(1, t, dtype=np.float64)
     q = 1.0 - 1.0 / block
     kappa = (1.0 - i / t) * q**i + (i / t) * q ** (t - i)
-    return np.asarray(acov[0] + 2.0 * (kappa[:, None] * acov[1:]).sum(axis=0), dtype=np.float64)
+    out = np.empty(k)
+    for part in column_chunks(k):  # each column on its own: bounded memory, the same numbers
+        x = diffs[:, part] - diffs[:, part].mean(axis=0)
+        spectrum = np.fft.rfft(x, n=size, axis=0)
+        acov = np.fft.irfft(spectrum * np.conj(spectrum), n=size, axis=0)[:t] / t
+        out[part] = acov[0] + 2.0 * (kappa[:, None] * acov[1:]).sum(axis=0)
+    return out
 
 
 def small_sample_factor(diffs: FloatArray, bootstrap_lrv: FloatArray,
-                        dependence: Dependence | None = None) -> FloatArray:
+                        dependence: Dependence | None = None, *,
+                        family: int | None = None) -> FloatArray:
     """Per column, the factor that sets the bootstrap's spread of the mean to its target.
 
     A stationary bootstrap resamples the sample, so with persistent scores and a short window it
@@ -274,13 +283,16 @@ def small_sample_factor(diffs: FloatArray, bootstrap_lrv: FloatArray,
     ``newey_west_se`` follows: a persistent part sits mostly in each candidate's own mean, which
     pooling other candidates does not measure).
 
+    ``family``: the number of candidates tested together when ``diffs`` holds some of them
+    (:func:`spa_draws` takes them in chunks; default: the columns given).
+
     >>> d = np.random.default_rng(0).normal(size=(400, 3))
     >>> bool(np.all((small_sample_factor(d, d.var(axis=0)) > 0.8)))
     True
     """
     t = diffs.shape[0]
     dep = dependence if dependence is not None else measure_dependence(diffs)
-    target, df = long_run_variances(diffs, dep)
+    target, df = long_run_variances(diffs, dep, family=family)
     floor = ar1_long_run_variance(diffs)
     x = diffs - diffs.mean(axis=0)
     g0 = (x * x).mean(axis=0)
@@ -362,15 +374,24 @@ def spa_draws(diffs: FloatArray, counts: FloatArray, block: float, *,
     >>> s.deviation.shape, bool(np.all(s.scale > 0))
     ((50, 3), True)
     """
-    t = diffs.shape[0]
+    t, k = diffs.shape
+    if widen and dependence is None:
+        dependence = measure_dependence(diffs)  # one measurement for every chunk
     means = diffs.mean(axis=0)
-    omega2 = stationary_bootstrap_variance(diffs, block)
-    factor = small_sample_factor(diffs, omega2, dependence) if widen else np.ones_like(means)
-    star = counts @ diffs / t
-    deviation = factor * (star - means)
-    scale = factor * np.sqrt(np.maximum(omega2, 0.0) / t)
-    return SpaDraws(np.asarray(means, dtype=np.float64), np.asarray(deviation, dtype=np.float64),
-                    np.asarray(scale, dtype=np.float64), t)
+    # Every resample's mean of every candidate in one product (the BLAS's result for a column
+    # depends on where the column sits in the product's panels, so it is never cut).
+    deviation = counts @ diffs
+    deviation /= t
+    deviation -= means
+    scale = np.empty(k)
+    for part in column_chunks(k):  # each column on its own: bounded memory, the same numbers
+        chunk = diffs[:, part]
+        omega2 = stationary_bootstrap_variance(chunk, block)
+        factor = (small_sample_factor(chunk, omega2, dependence, family=k) if widen
+                  else np.ones(chunk.shape[1]))
+        deviation[:, part] *= factor
+        scale[part] = factor * np.sqrt(np.maximum(omega2, 0.0) / t)
+    return SpaDraws(np.asarray(means, dtype=np.float64), deviation, scale, t)
 
 
 def stepm_set(draws: SpaDraws, kind: PValueType) -> list[int]:
@@ -392,6 +413,11 @@ def stepm_set(draws: SpaDraws, kind: PValueType) -> list[int]:
         found.extend(int(i) for i in np.flatnonzero(new))
         active &= ~new
     return sorted(found)
+
+
+#: CSCV's halves (of ``C(S, S/2)``, 12,870 at ``S = 16``) ranked at once: bounds PBO's memory
+#: to about ``3 × PBO_COMBINATIONS × N`` floats (each half is ranked on its own: the same numbers).
+PBO_COMBINATIONS = 256
 
 
 @dataclass(frozen=True)
@@ -437,17 +463,28 @@ def pbo_cscv(scores: FloatArray) -> Pbo | None:
     size = t // s
     blocks = scores[: s * size].reshape(s, size, n).sum(axis=1)  # S × N block sums
     combos = np.array(list(itertools.combinations(range(s), s // 2)), dtype=np.int64)
-    pick = np.zeros((len(combos), s))
-    np.put_along_axis(pick, combos, 1.0, axis=1)
-    ins = pick @ blocks
-    oos = (1.0 - pick) @ blocks
-    best = ins.argmax(axis=1)
-    chosen = oos[np.arange(len(combos)), best]
-    # Rank 1..N of the chosen candidate out of sample (ties share the lower rank).
-    rank = (oos < chosen[:, None]).sum(axis=1) + 1
+    others = np.array([[b for b in range(s) if b not in set(c)] for c in combos], dtype=np.int64)
+    rank = np.empty(len(combos), dtype=np.int64)
+    # The halves in slices: memory 3 × PBO_COMBINATIONS × N, not 2 × C(S, S/2) × N; each half's
+    # block sums added in block order (not a matrix product, whose rounding depends on the
+    # product's shape), so the slice size changes no number.
+    for start in range(0, len(combos), PBO_COMBINATIONS):
+        part = slice(start, start + PBO_COMBINATIONS)
+        ins, oos = _half_sums(blocks, combos[part]), _half_sums(blocks, others[part])
+        chosen = oos[np.arange(len(ins)), ins.argmax(axis=1)]
+        # Rank 1..N of the chosen candidate out of sample (ties share the lower rank).
+        rank[part] = (oos < chosen[:, None]).sum(axis=1) + 1
     omega = rank / (n + 1.0)
     logits = np.log(omega / (1.0 - omega))
     return Pbo(float((logits <= 0.0).mean()), s, len(combos), tuple(float(x) for x in logits))
+
+
+def _half_sums(blocks: FloatArray, halves: npt.NDArray[np.int64]) -> FloatArray:
+    """Per half (a row of block numbers), the sum of its blocks' rows, added in block order."""
+    total = blocks[halves[:, 0]]
+    for b in range(1, halves.shape[1]):
+        total += blocks[halves[:, b]]
+    return np.asarray(total, dtype=np.float64)
 
 
 def decorrelation_span(scores: FloatArray, horizon: int = 1) -> int:
@@ -470,8 +507,8 @@ def decorrelation_span(scores: FloatArray, horizon: int = 1) -> int:
     t, n = scores.shape
     if t < 3:
         return horizon
-    d = scores - scores.mean(axis=1, keepdims=True) if n >= 2 else scores.copy()
-    d = d - d.mean(axis=0)
+    centred = scores - scores.mean(axis=1, keepdims=True) if n >= 2 else scores.copy()
+    d = centred - centred.mean(axis=0)
     var = float((d * d).sum())
     if var <= 0.0:
         return horizon
@@ -486,7 +523,11 @@ def decorrelation_span(scores: FloatArray, horizon: int = 1) -> int:
             first = lag
             break
     ar = math.ceil(math.log(DECORRELATED) / math.log(min(rho1, 0.99))) if rho1 > DECORRELATED else 1
-    measured = measure_dependence(d).span  # the long-run variance's AR(1)-equivalent decay
+    # The long-run variance's AR(1)-equivalent decay, its leaders the best mean differences
+    # (``d`` has none left: picked by the rounding of its zero means, the leaders were the
+    # series with the most low-frequency content, which set a span of T/2 at 10,000
+    # candidates of AR(0.5)).
+    measured = measure_dependence(centred).span
     return int(min(t - 1, max(horizon, first, ar, measured)))
 
 

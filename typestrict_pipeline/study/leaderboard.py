@@ -30,7 +30,7 @@ from typestrict_pipeline.study.inference import (
     pbo_cscv,
 )
 from typestrict_pipeline.study.limits import estimate_text, format_usd
-from typestrict_pipeline.study.stats import SearchStats, search_stats
+from typestrict_pipeline.study.stats import ScoreTable, SearchStats, search_stats
 from typestrict_pipeline.study.tables import (
     CandidateRow,
     CandidateState,
@@ -230,7 +230,7 @@ def load_leaderboard(engine: Engine, study_id: int) -> Leaderboard:
             select(RunRow).where(RunRow.study_id == study_id,
                                  RunRow.state.in_([RunState.DONE.value, RunState.CUT.value]))
         ).scalars().all()
-        oos: dict[str, dict[str, float]] = {}
+        oos: dict[str, tuple[list[str], list[float]]] = {}
         ins: dict[str, list[float]] = {}
         done_eval: Counter[int] = Counter()
         done_any: set[int] = set()
@@ -244,7 +244,9 @@ def load_leaderboard(engine: Engine, study_id: int) -> Leaderboard:
             pairs = r.scores_json or []
             cid = str(r.candidate_id)
             if r.window == WindowKind.EVAL.value:
-                oos.setdefault(cid, {}).update({str(t): float(v) for t, v in pairs})
+                keys, values = oos.setdefault(cid, ([], []))
+                keys.extend(str(t) for t, _ in pairs)
+                values.extend(float(v) for _, v in pairs)
                 if r.state == RunState.DONE.value:
                     done_eval[r.candidate_id] += 1
             else:
@@ -265,7 +267,7 @@ def load_leaderboard(engine: Engine, study_id: int) -> Leaderboard:
         searched = tuple(sorted((r.id, r.state, r.attempt, r.finished_at) for r in runs
                                 if r.window != WindowKind.HOLDOUT.value))
         ranking = _ranking((engine.url.render_as_string(), study_id, study.horizon_steps, seed,
-                            searched), oos, ins, by_id)
+                            searched), ScoreTable.from_columns(oos), ins, by_id)
         stats, joint, joint_missing, span = (ranking.stats, ranking.joint, ranking.joint_missing,
                                              ranking.span)
         holdout_runs = {r.candidate_id: {str(t): float(v) for t, v in (r.scores_json or [])}
@@ -360,13 +362,13 @@ finalize step reads a study's leaderboard before the holdout (to pick the winner
 after it (to record it); the search runs, so the ranking and its bootstraps, are the same."""
 
 
-def _ranking(key: tuple[Any, ...], oos: dict[str, dict[str, float]], ins: dict[str, list[float]],
+def _ranking(key: tuple[Any, ...], oos: ScoreTable, ins: dict[str, list[float]],
              by_id: dict[int, CandidateRow]) -> _Ranking:
     """The ranking of ``key`` = (store, study, horizon, seed, finished search runs), once."""
     found = _RANKINGS.get(key)
     if found is None:
         _, _, horizon, seed, _ = key
-        tested = _tested_matrix(oos)
+        tested = oos.complete()
         joint, joint_missing = _joint(tested, by_id, seed)
         found = _Ranking(
             stats=search_stats(oos, ins, horizon=horizon), joint=joint, joint_missing=joint_missing,
@@ -376,18 +378,6 @@ def _ranking(key: tuple[Any, ...], oos: dict[str, dict[str, float]], ins: dict[s
             _RANKINGS.pop(next(iter(_RANKINGS)))
         _RANKINGS[key] = found
     return found
-
-
-def _tested_matrix(oos: dict[str, dict[str, float]]) -> tuple[list[str], FloatArray] | None:
-    """The candidates scored on every out-of-sample step, and their ``T × k`` score matrix."""
-    if not oos:
-        return None
-    keys = sorted({k for series in oos.values() for k in series})
-    full = [cid for cid, series in oos.items() if len(series) == len(keys)]
-    if not full or len(keys) < 3:
-        return None
-    matrix = np.array([[oos[cid][k] for cid in full] for k in keys], dtype=np.float64)
-    return full, matrix
 
 
 def _joint(tested: tuple[list[str], FloatArray] | None, by_id: dict[int, CandidateRow],

@@ -35,6 +35,7 @@ from typestrict_pipeline.errors import NotEnoughDataError
 from typestrict_pipeline.lazy import LazyModule
 from typestrict_pipeline.study.dependence import (
     Dependence,
+    column_chunks,
     cosine_ordinates,
     fitted_ratios,
     flat_band,
@@ -203,6 +204,17 @@ def column_long_run_variances(matrix: FloatArray, horizon: int = 1, *,
         raise ValueError("expected finite per-step scores, got NaN or infinity. Fix the scorer.")
     if horizon < 1:
         raise ValueError(f"expected an outcome horizon ≥ 1 step, got {horizon}. Fix the horizon.")
+    lrv = np.empty(k)
+    df = np.empty(k)
+    for part in column_chunks(k):  # each column on its own: bounded memory, the same numbers
+        lrv[part], df[part] = _column_lrv(x[:, part], horizon, dependence, fit_threshold)
+    return lrv, df
+
+
+def _column_lrv(x: FloatArray, horizon: int, dependence: Dependence | None,
+                fit_threshold: float) -> tuple[FloatArray, FloatArray]:
+    """:func:`column_long_run_variances` of some of the columns (checked finite, ``T ≥ 2``)."""
+    t, k = x.shape
     d = x - x.mean(axis=0)
     g0 = (d * d).mean(axis=0)
     if t < 4:
@@ -419,12 +431,7 @@ def mean_pairwise_correlation(matrix: FloatArray) -> float | None:
         raise ValueError(f"expected a T × N matrix, got shape {matrix.shape}. Pass a 2-D array.")
     n = matrix.shape[1]
     if n >= 2 and matrix.shape[0] >= 3 and bool(np.all(np.isfinite(matrix))):
-        spread = matrix.std(axis=0) > 0.0
-        if int(spread.sum()) >= 2:
-            corr = np.corrcoef(matrix[:, spread], rowvar=False)
-            k = int(np.shape(corr)[0])
-            return float((corr.sum() - np.trace(corr)) / (k * (k - 1)))
-        return None
+        return _mean_correlation_complete(matrix)
     total = 0.0
     pairs = 0
     for i in range(n):
@@ -442,6 +449,28 @@ def mean_pairwise_correlation(matrix: FloatArray) -> float | None:
     if pairs == 0:
         return None
     return total / pairs
+
+
+def _mean_correlation_complete(matrix: FloatArray) -> float | None:
+    """:func:`mean_pairwise_correlation` of a matrix with no missing value, without the
+    ``N × N`` correlation matrix: with ``z_i`` the columns centred and scaled to unit length,
+    the correlations sum to ``|Σ z_i|²``, so the mean off-diagonal one is
+    ``(|Σ z_i|² − Σ |z_i|²) / (N(N − 1))`` (memory ``T × CANDIDATE_CHUNK``, time ``T·N``; the
+    sums run column after column, so the chunk size does not change a bit of the result)."""
+    total = np.zeros(matrix.shape[0])
+    diagonal = 0.0
+    kept = 0
+    for part in column_chunks(matrix.shape[1]):
+        d = matrix[:, part] - matrix[:, part].mean(axis=0)
+        norm = np.sqrt((d * d).sum(axis=0))
+        for j in np.flatnonzero(norm > 0.0):
+            z = d[:, j] / norm[j]
+            total += z
+            diagonal += float(z @ z)
+            kept += 1
+    if kept < 2:
+        return None
+    return float((float(total @ total) - diagonal) / (kept * (kept - 1.0)))
 
 
 @dataclass(frozen=True)
@@ -481,15 +510,50 @@ class SearchStats:
     scale: float = 1.0
 
 
-def _score_matrix(oos: Mapping[str, Mapping[str, float]]) -> tuple[list[str], list[str], FloatArray]:
-    keys = sorted({k for series in oos.values() for k in series})
-    ids = list(oos)
-    index = {k: i for i, k in enumerate(keys)}
-    matrix = np.full((len(keys), len(ids)), np.nan)
-    for j, cid in enumerate(ids):
-        for k, v in oos[cid].items():
-            matrix[index[k], j] = float(v)
-    return keys, ids, matrix
+@dataclass(frozen=True)
+class ScoreTable:
+    """Out-of-sample per-step scores as one ``T × N`` matrix: ``steps`` (sorted) by ``ids``.
+
+    A missing score is NaN; ``counts`` is each candidate's number of scored steps. Build it
+    once from a mapping (:meth:`from_mapping`) or column by column (:meth:`from_columns`, what
+    the leaderboard does from the store without a dictionary per candidate).
+
+    >>> table = ScoreTable.from_mapping({"a": {"2": 1.0, "1": 0.5}, "b": {"2": 0.0}})
+    >>> table.steps, table.ids, table.counts.tolist(), table.matrix.tolist()
+    (('1', '2'), ('a', 'b'), [2, 1], [[0.5, nan], [1.0, 0.0]])
+    """
+
+    steps: tuple[str, ...]
+    ids: tuple[str, ...]
+    matrix: FloatArray
+    counts: npt.NDArray[np.int64]
+
+    @classmethod
+    def from_mapping(cls, oos: Mapping[str, Mapping[str, float]]) -> ScoreTable:
+        """Per candidate, its scores keyed by step (for example the step's ISO time)."""
+        return cls.from_columns({cid: (list(series), list(series.values()))
+                                 for cid, series in oos.items()})
+
+    @classmethod
+    def from_columns(cls, columns: Mapping[str, tuple[Sequence[str], Sequence[float]]]) -> ScoreTable:
+        """Per candidate, its steps and the scores on them (a step twice: the last one counts)."""
+        steps = sorted({k for keys, _ in columns.values() for k in keys})
+        index = {k: i for i, k in enumerate(steps)}
+        matrix = np.full((len(steps), len(columns)), np.nan)
+        counts = np.zeros(len(columns), dtype=np.int64)
+        for j, (keys, values) in enumerate(columns.values()):
+            rows = np.fromiter((index[k] for k in keys), dtype=np.int64, count=len(keys))
+            matrix[rows, j] = np.asarray(values, dtype=np.float64)
+            counts[j] = np.unique(rows).size if len(rows) else 0
+        return cls(tuple(steps), tuple(columns), matrix, counts)
+
+    def complete(self) -> tuple[list[str], FloatArray] | None:
+        """The candidates scored on every step and their ``T × k`` matrix (``None``: none, or
+        fewer than 3 steps)."""
+        full = self.counts == len(self.steps)
+        if not full.any() or len(self.steps) < 3:
+            return None
+        return [cid for cid, f in zip(self.ids, full, strict=True) if f], self.matrix[:, full]
 
 
 def differences_from_mean(matrix: FloatArray) -> FloatArray:
@@ -504,7 +568,7 @@ def differences_from_mean(matrix: FloatArray) -> FloatArray:
 
 
 def search_stats(
-    oos: Mapping[str, Mapping[str, float]],
+    oos: Mapping[str, Mapping[str, float]] | ScoreTable,
     in_sample: Mapping[str, Sequence[float]],
     *,
     horizon: int = 1,
@@ -521,7 +585,8 @@ def search_stats(
 
     Args:
         oos: per candidate, its out-of-sample per-step scores keyed by step (for example the
-            step's ISO time); keys let candidates with missing windows be aligned.
+            step's ISO time); keys let candidates with missing windows be aligned. Or the
+            same as a :class:`ScoreTable`.
         in_sample: per candidate, its in-sample per-step scores.
         horizon: outcome horizon in steps (floors the Newey–West bandwidth).
         baseline: the score of "no skill" on the same steps (chance rate or the incumbent);
@@ -541,19 +606,22 @@ def search_stats(
     >>> res.n_trials, round(res.e_n, 3), res.rows[0].adjusted < res.rows[0].oos
     (5, 1.163, True)
     """
-    _, ids, matrix = _score_matrix(oos)
+    table = oos if isinstance(oos, ScoreTable) else ScoreTable.from_mapping(oos)
+    ids, matrix = list(table.ids), table.matrix
     diff = differences_from_mean(matrix)
     full = np.all(np.isfinite(diff), axis=1)
     dep = measure_dependence(diff[full]) if diff.shape[1] >= 2 and full.sum() >= 4 else None
     means: dict[str, float | None] = {}
     ses: dict[str, float | None] = {}
     raw_ses: dict[str, float | None] = {}
-    whole = [j for j in range(len(ids)) if bool(np.all(np.isfinite(matrix[:, j])))]
+    finite = np.isfinite(matrix).all(axis=0)
+    whole = np.flatnonzero(finite).tolist()
     if whole and matrix.shape[0] >= 2:  # one vectorised pass over the fully scored columns
         t_all = matrix.shape[0]
         strict = 2.0 * math.log(20.0 * len(whole))  # the pooled measurement covers persistence
-        raw_lrv, _ = column_long_run_variances(matrix[:, whole], horizon, fit_threshold=strict)
-        diff_lrv, _ = column_long_run_variances(diff[:, whole], horizon, dependence=dep,
+        cols = slice(None) if len(whole) == len(ids) else whole  # no copy when all are whole
+        raw_lrv, _ = column_long_run_variances(matrix[:, cols], horizon, fit_threshold=strict)
+        diff_lrv, _ = column_long_run_variances(diff[:, cols], horizon, dependence=dep,
                                                 fit_threshold=strict)
         for pos, j in enumerate(whole):
             means[ids[j]] = float(matrix[:, j].mean())
@@ -571,7 +639,9 @@ def search_stats(
     scored = [cid for cid in ids if means[cid] is not None]
     n_trials = len(scored) + max(0, extra_trials)
     e_n = expected_max_normal(n_trials) if n_trials >= 1 else None
-    rho = mean_pairwise_correlation(matrix[:, [ids.index(c) for c in scored]]) if scored else None
+    has_mean = np.array([means[cid] is not None for cid in ids], dtype=np.bool_)
+    rho = (mean_pairwise_correlation(matrix if has_mean.all() else matrix[:, has_mean])
+           if scored else None)
     if len(scored) >= 2:
         scale = math.sqrt(len(scored) / (len(scored) - 1.0))
     else:  # one candidate: its difference from the mean is 0; use its raw SE (e(1) = 0 anyway)
@@ -587,7 +657,7 @@ def search_stats(
         luck = b + sigma0 * scale * e_n
 
     rows = [_row(cid, means[cid], ses[cid], raw_ses[cid], in_sample.get(cid, ()), e_n, scale,
-                 len(oos[cid])) for cid in ids]
+                 int(n)) for cid, n in zip(ids, table.counts, strict=True)]
     rows.sort(key=lambda r: (r.adjusted is None, -(r.adjusted or 0.0), r.candidate_id))
     best = rows[0].candidate_id if rows and rows[0].adjusted is not None else None
     top = max((m for m in means.values() if m is not None), default=None)
