@@ -119,10 +119,15 @@ def test_a_score_table_from_columns_is_the_one_from_a_mapping() -> None:
     del mapping["2"]["05"]  # a candidate with a missing step
     columns = {cid: (list(series)[::-1], list(series.values())[::-1])
                for cid, series in mapping.items()}  # any order of steps
+    seen: dict[str, int] = {}  # steps numbered as first seen (the leaderboard's reading)
+    indexed = {cid: ([seen.setdefault(k, len(seen)) for k in keys], values)
+               for cid, (keys, values) in columns.items()}
     a, b = ScoreTable.from_mapping(mapping), ScoreTable.from_columns(columns)
-    assert dataclasses.astuple(a)[:2] == dataclasses.astuple(b)[:2]
+    c = ScoreTable.from_indexed(list(seen), indexed)
+    assert dataclasses.astuple(a)[:2] == dataclasses.astuple(b)[:2] == dataclasses.astuple(c)[:2]
     np.testing.assert_array_equal(a.matrix, b.matrix)
-    assert a.counts.tolist() == b.counts.tolist() == [20, 20, 19, 20]
+    np.testing.assert_array_equal(a.matrix, c.matrix)
+    assert a.counts.tolist() == b.counts.tolist() == c.counts.tolist() == [20, 20, 19, 20]
     complete = a.complete()
     assert complete is not None and complete[0] == ["0", "1", "3"]
 

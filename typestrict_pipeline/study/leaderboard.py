@@ -6,14 +6,17 @@ Shown in Dagster (the study's materialization metadata, as Markdown) and by
 
 from __future__ import annotations
 
+import hashlib
 import math
+from array import array
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
 
 from typestrict_pipeline.errors import NotEnoughDataError
 from typestrict_pipeline.store import session_scope
@@ -226,31 +229,8 @@ def load_leaderboard(engine: Engine, study_id: int) -> Leaderboard:
         cands = s.execute(
             select(CandidateRow).where(CandidateRow.study_id == study_id).order_by(CandidateRow.idx)
         ).scalars().all()
-        runs = s.execute(
-            select(RunRow).where(RunRow.study_id == study_id,
-                                 RunRow.state.in_([RunState.DONE.value, RunState.CUT.value]))
-        ).scalars().all()
-        oos: dict[str, tuple[list[str], list[float]]] = {}
-        ins: dict[str, list[float]] = {}
-        done_eval: Counter[int] = Counter()
-        done_any: set[int] = set()
-        baseline_cost: int | None = None
-        for r in runs:
-            if r.window == WindowKind.HOLDOUT.value:
-                if r.candidate_id == repo.BASELINE_CANDIDATE_ID:
-                    baseline_cost = r.cost_micro
-                continue
-            done_any.add(r.candidate_id)
-            pairs = r.scores_json or []
-            cid = str(r.candidate_id)
-            if r.window == WindowKind.EVAL.value:
-                keys, values = oos.setdefault(cid, ([], []))
-                keys.extend(str(t) for t, _ in pairs)
-                values.extend(float(v) for _, v in pairs)
-                if r.state == RunState.DONE.value:
-                    done_eval[r.candidate_id] += 1
-            else:
-                ins.setdefault(cid, []).extend(float(v) for _, v in pairs)
+        runs = _read_runs(s, study_id)
+        done_eval, done_any = runs.done_eval, runs.done_any
         n_folds = len(layout.folds)
         discards = [c for c in cands if c.state == CandidateState.DISCARDED.value]
         never_ran = [c for c in cands if c.state != CandidateState.DISCARDED.value
@@ -264,15 +244,11 @@ def load_leaderboard(engine: Engine, study_id: int) -> Leaderboard:
             reasons[why] += len(never_ran)
         by_id = {c.id: c for c in cands}
         seed = int((study.space_json or {}).get("seed", 0))
-        searched = tuple(sorted((r.id, r.state, r.attempt, r.finished_at) for r in runs
-                                if r.window != WindowKind.HOLDOUT.value))
         ranking = _ranking((engine.url.render_as_string(), study_id, study.horizon_steps, seed,
-                            searched), ScoreTable.from_columns(oos), ins, by_id)
+                            runs.searched.hexdigest()), runs, by_id)
         stats, joint, joint_missing, span = (ranking.stats, ranking.joint, ranking.joint_missing,
                                              ranking.span)
-        holdout_runs = {r.candidate_id: {str(t): float(v) for t, v in (r.scores_json or [])}
-                        for r in runs if r.window == WindowKind.HOLDOUT.value
-                        and r.state == RunState.DONE.value}
+        holdout_runs = runs.holdout
         rank_of = {row.candidate_id: i + 1 for i, row in enumerate(stats.rows)
                    if row.adjusted is not None}
         rows: list[LeaderboardRow] = []
@@ -332,7 +308,7 @@ def load_leaderboard(engine: Engine, study_id: int) -> Leaderboard:
             holdout_baseline=study.holdout_baseline,
             holdout_diff_se=study.holdout_diff_se,
             holdout_baseline_missing_reason=study.holdout_baseline_missing_reason,
-            baseline_cost_micro=baseline_cost if study.cost_tracked else None,
+            baseline_cost_micro=runs.baseline_cost if study.cost_tracked else None,
             joint=joint,
             joint_missing_reason=joint_missing,
             pbo=ranking.pbo,
@@ -362,12 +338,73 @@ finalize step reads a study's leaderboard before the holdout (to pick the winner
 after it (to record it); the search runs, so the ranking and its bootstraps, are the same."""
 
 
-def _ranking(key: tuple[Any, ...], oos: ScoreTable, ins: dict[str, list[float]],
-             by_id: dict[int, CandidateRow]) -> _Ranking:
+@dataclass
+class _Runs:
+    """A study's finished (and cut) runs, read in batches into arrays: per candidate, its eval
+    steps (numbered in the order first seen) and scores, and its in-sample scores."""
+
+    steps: dict[str, int] = field(default_factory=dict)
+    oos: dict[str, tuple[array[int], array[float]]] = field(default_factory=dict)
+    ins: dict[str, array[float]] = field(default_factory=dict)
+    done_eval: Counter[int] = field(default_factory=Counter)
+    done_any: set[int] = field(default_factory=set)
+    holdout: dict[int, dict[str, float]] = field(default_factory=dict)
+    baseline_cost: int | None = None
+    #: the finished search runs (id, state, attempt, end), in id order: the ranking's cache key
+    searched: Any = field(default_factory=lambda: hashlib.blake2b(digest_size=16))
+
+    def add(self, row: Any) -> None:
+        """One run: ``(id, candidate_id, window, state, attempt, finished_at, cost_micro,
+        scores_json)``."""
+        rid, candidate, window, state, attempt, finished, cost, pairs = row
+        pairs = pairs or []
+        if window == WindowKind.HOLDOUT.value:
+            if candidate == repo.BASELINE_CANDIDATE_ID:
+                self.baseline_cost = cost
+            if state == RunState.DONE.value:
+                self.holdout[candidate] = {str(t): float(v) for t, v in pairs}
+            return
+        self.searched.update(repr((rid, state, attempt, finished)).encode())
+        self.done_any.add(candidate)
+        cid = str(candidate)
+        if window == WindowKind.EVAL.value:
+            rows, values = self.oos.setdefault(cid, (array("q"), array("d")))
+            steps = self.steps
+            rows.extend(steps.setdefault(str(t), len(steps)) for t, _ in pairs)
+            values.extend(float(v) for _, v in pairs)
+            if state == RunState.DONE.value:
+                self.done_eval[candidate] += 1
+        else:
+            self.ins.setdefault(cid, array("d")).extend(float(v) for _, v in pairs)
+
+    def table(self) -> ScoreTable:
+        """The eval scores as a :class:`~typestrict_pipeline.study.stats.ScoreTable`."""
+        return ScoreTable.from_indexed(list(self.steps), self.oos)
+
+
+_RUNS_BATCH = 2000
+"""Runs read from the store at a time: the leaderboard of a study of 160,000 window runs holds
+their scores as arrays (16 bytes a score), never all their JSON at once."""
+
+
+def _read_runs(s: Session, study_id: int) -> _Runs:
+    runs = _Runs()
+    query = (select(RunRow.id, RunRow.candidate_id, RunRow.window, RunRow.state, RunRow.attempt,
+                    RunRow.finished_at, RunRow.cost_micro, RunRow.scores_json)
+             .where(RunRow.study_id == study_id,
+                    RunRow.state.in_([RunState.DONE.value, RunState.CUT.value]))
+             .order_by(RunRow.id).execution_options(yield_per=_RUNS_BATCH))
+    for row in s.execute(query):
+        runs.add(tuple(row))
+    return runs
+
+
+def _ranking(key: tuple[Any, ...], runs: _Runs, by_id: dict[int, CandidateRow]) -> _Ranking:
     """The ranking of ``key`` = (store, study, horizon, seed, finished search runs), once."""
     found = _RANKINGS.get(key)
     if found is None:
         _, _, horizon, seed, _ = key
+        oos, ins = runs.table(), runs.ins
         tested = oos.complete()
         joint, joint_missing = _joint(tested, by_id, seed)
         found = _Ranking(

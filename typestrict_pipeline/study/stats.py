@@ -547,6 +547,22 @@ class ScoreTable:
             counts[j] = np.unique(rows).size if len(rows) else 0
         return cls(tuple(steps), tuple(columns), matrix, counts)
 
+    @classmethod
+    def from_indexed(cls, steps: Sequence[str],
+                     columns: Mapping[str, tuple[Sequence[int], Sequence[float]]]) -> ScoreTable:
+        """Per candidate, the positions of its steps in ``steps`` and the scores on them (for
+        columns held as arrays: no string per score)."""
+        order = sorted(range(len(steps)), key=lambda i: steps[i])
+        position = np.empty(len(steps), dtype=np.int64)
+        position[order] = np.arange(len(steps))
+        matrix = np.full((len(steps), len(columns)), np.nan)
+        counts = np.zeros(len(columns), dtype=np.int64)
+        for j, (index, values) in enumerate(columns.values()):
+            rows = position[np.asarray(index, dtype=np.int64)]
+            matrix[rows, j] = np.asarray(values, dtype=np.float64)
+            counts[j] = np.unique(rows).size if len(rows) else 0
+        return cls(tuple(steps[i] for i in order), tuple(columns), matrix, counts)
+
     def complete(self) -> tuple[list[str], FloatArray] | None:
         """The candidates scored on every step and their ``T × k`` matrix (``None``: none, or
         fewer than 3 steps)."""
@@ -680,8 +696,8 @@ def search_stats(
 
 def _row(cid: str, m: float | None, se: float | None, se_raw: float | None,
          in_sample: Sequence[float], e_n: float | None, scale: float, steps: int) -> CandidateStats:
-    is_series = list(in_sample)
-    is_mean = float(np.mean(is_series)) if is_series else None
+    is_series = np.asarray(in_sample, dtype=np.float64)
+    is_mean = float(np.mean(is_series)) if is_series.size else None
     adjusted = None
     if m is not None and se is not None and e_n is not None:
         adjusted = m - se * scale * e_n
