@@ -200,6 +200,10 @@ def validation_message(errors: Sequence[Mapping[str, Any]]) -> str:
         "string_too_short": f"at least {ctx.get('min_length')} character(s)",
         "too_long": f"at most {ctx.get('max_length')} items",
         "too_short": f"at least {ctx.get('min_length')} items",
+        "int_parsing": "a whole number",
+        "int_from_float": "a whole number",
+        "greater_than_equal": f"a number of at least {ctx.get('ge')}",
+        "less_than_equal": f"a number of at most {ctx.get('le')}",
     }.get(kind)
     if expected is None:
         msg = str(first.get("msg", "a valid value"))

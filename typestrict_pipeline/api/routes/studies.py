@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Any
 
-from fastapi import Path
+from fastapi import Path, Query
 
 from typestrict_pipeline.api.deps import Ctx, Workspace
 from typestrict_pipeline.api.edge import api_router
@@ -35,12 +35,24 @@ from typestrict_pipeline.api.studies import (
     study_run,
 )
 from typestrict_pipeline.study.leaderboard import header_lines, load_leaderboard
+from typestrict_pipeline.study.space import MAX_PLANNED_CANDIDATES
 from typestrict_pipeline.study.tables import StudyRow
 
 router = api_router(tags=["studies"], responses={
     401: {"model": ErrorBody}, 404: {"model": ErrorBody}, 422: {"model": ErrorBody}})
 
 StudyId = Annotated[str, Path(min_length=1, max_length=40)]
+LEADERBOARD_LIMIT_MAX = 1000
+"""The most rows one ``GET /v1/studies/{id}/leaderboard?limit=`` returns (a page of a study of
+10,000 candidates is then at most a tenth of it; without ``limit`` every row comes, as before)."""
+Limit = Annotated[int | None, Query(
+    ge=1, le=LEADERBOARD_LIMIT_MAX,
+    description=f"At most this many rows, from ``offset`` (1 to {LEADERBOARD_LIMIT_MAX:,}); "
+                "without it, every row from ``offset``.")]
+Offset = Annotated[int, Query(
+    ge=0, le=MAX_PLANNED_CANDIDATES,
+    description="Rows to skip first, in ranking order (0, the default, starts at rank 1); "
+                "``page.next_offset`` of an answer is the next page's.")]
 
 
 def _study_out(ctx: Ctx, row: StudyRow) -> StudyOut:
@@ -90,12 +102,24 @@ def cancel(study_id: StudyId, ctx: Ctx, workspace: Workspace) -> StudyOut:
 
 
 @router.get("/studies/{study_id}/leaderboard")
-def leaderboard(study_id: StudyId, ctx: Ctx, workspace: Workspace) -> dict[str, Any]:
-    """The leaderboard with its header (planned, run, discarded, the luck line, spend)."""
+def leaderboard(study_id: StudyId, ctx: Ctx, workspace: Workspace, limit: Limit = None,
+                offset: Offset = 0) -> dict[str, Any]:
+    """The leaderboard with its header (planned, run, discarded, the luck line, spend).
+
+    ``rows`` are in ranking order (by Adjusted, then the candidates with no Adjusted score);
+    ``limit`` and ``offset`` return a page of them, and ``page`` says which: ``offset``,
+    ``limit``, ``returned``, ``total`` (every row) and ``next_offset`` (``null`` on the last
+    page). Everything else (the header, the winner, the tests) is the whole study's on every page.
+    """
     row = check_study(ctx.engine, workspace, parse_study_id(study_id))
     board = load_leaderboard(ctx.engine, row.id)
     out = board.to_json()
     out["header"] = [{"label": k, "value": v} for k, v in header_lines(board)]
+    every = out["rows"]
+    end = len(every) if limit is None else min(len(every), offset + limit)
+    out["rows"] = every[offset:end]
+    out["page"] = {"offset": offset, "limit": limit, "returned": len(out["rows"]),
+                   "total": len(every), "next_offset": end if end < len(every) else None}
     return out
 
 
