@@ -9,9 +9,17 @@ parameters, as the table names it, and every column), drag or wheel to zoom on r
 (double-click resets), and a click on a legend entry to show one series alone. The table under the chart has every number, so the
 chart is never the only way to read them.
 
+A study of many candidates has its chart draw the top ranks only (``shown``, the study page's
+:data:`~typestrict_pipeline.console.board_pages.TOP_K`, or down to the winner's rank): the
+data URL asks the API for that many rows (``?limit=``), and the description says how many of
+how many are drawn and that the rest are summarised under the table.
+
 >>> spec = leaderboard_spec(7, n_candidates=500, luck_line=0.52)
 >>> spec["data"]["url"], spec["data"]["format"]["property"]
 ('/v1/studies/7/leaderboard', 'rows')
+>>> top = leaderboard_spec(7, n_candidates=10_000, luck_line=0.52, shown=100)
+>>> top["data"]["url"], top["layer"][1]["encoding"]["x"]["scale"]["domain"]
+('/v1/studies/7/leaderboard?limit=100', [0.5, 100.5])
 >>> point_size(4), point_size(500)
 (80, 12)
 """
@@ -28,10 +36,31 @@ def point_size(n_candidates: int) -> int:
     return max(12, min(80, round(4000 / max(n_candidates, 1))))
 
 
-def leaderboard_spec(study_id: int, *, n_candidates: int, luck_line: float | None) -> dict[str, Any]:
-    """The Vega-Lite spec of a study's leaderboard chart (data read from the API)."""
-    size = point_size(n_candidates)
-    rule_width = 1.5 if n_candidates <= 40 else 0.6
+def chart_text(n_candidates: int, shown: int | None = None) -> str:
+    """What the chart draws, in words (its description and the page's ``aria-label``).
+
+    >>> chart_text(12)
+    '12 candidates by rank'
+    >>> chart_text(10_000, 100)
+    'the top 100 of 10,000 ranked candidates by rank (the other 9,900 are summarised under the table)'
+    """
+    if shown is None or shown >= n_candidates:
+        return f"{n_candidates:,} candidates by rank"
+    return (f"the top {shown:,} of {n_candidates:,} ranked candidates by rank (the other "
+            f"{n_candidates - shown:,} are summarised under the table)")
+
+
+def leaderboard_spec(study_id: int, *, n_candidates: int, luck_line: float | None,
+                     shown: int | None = None) -> dict[str, Any]:
+    """The Vega-Lite spec of a study's leaderboard chart (data read from the API).
+
+    ``n_candidates`` are the ranked candidates; ``shown`` (fewer) draws the top that many ranks
+    only, fetched with ``?limit=``."""
+    top = shown is not None and shown < n_candidates
+    drawn = shown if shown is not None and top else n_candidates
+    url = f"/v1/studies/{study_id}/leaderboard" + (f"?limit={drawn}" if top else "")
+    size = point_size(drawn)
+    rule_width = 1.5 if drawn <= 40 else 0.6
     tooltip = [
         {"field": "rank", "title": "Rank", "type": "quantitative"},
         {"field": "candidate_name", "title": "Candidate", "type": "nominal"},
@@ -42,8 +71,8 @@ def leaderboard_spec(study_id: int, *, n_candidates: int, luck_line: float | Non
         {"field": "cost_usd", "title": "Cost (USD)", "type": "quantitative", "format": ".6f"},
     ]
     x = {"field": "rank", "type": "quantitative", "title": "Rank (by Adjusted)",
-         "scale": {"domain": [0.5, max(n_candidates, 1) + 0.5], "nice": False, "zero": False},
-         "axis": {"format": "d", "tickMinStep": 1, "tickCount": min(10, max(n_candidates, 1)),
+         "scale": {"domain": [0.5, max(drawn, 1) + 0.5], "nice": False, "zero": False},
+         "axis": {"format": "d", "tickMinStep": 1, "tickCount": min(10, max(drawn, 1)),
                   "labelOverlap": True, "grid": False}}
     layers: list[dict[str, Any]] = [
         {"mark": {"type": "rule", "strokeWidth": rule_width, "color": "#8a939c"},
@@ -83,11 +112,11 @@ def leaderboard_spec(study_id: int, *, n_candidates: int, luck_line: float | Non
                                          "text": {"field": "text"}}}]})
     return {
         "$schema": "https://vega.github.io/schema/vega-lite/v6.json",
-        "description": (f"Leaderboard of study {study_id}: {n_candidates} candidates by rank, each with "
+        "description": (f"Leaderboard of study {study_id}: {chart_text(n_candidates, shown)}, each with "
                         "its out-of-sample, in-sample and adjusted score; the dashed line is the best "
                         "score luck alone would give. The table below lists every number."),
         "width": "container", "height": 320, "autosize": {"type": "fit-x", "contains": "padding"},
-        "data": {"url": f"/v1/studies/{study_id}/leaderboard", "format": {"type": "json", "property": "rows"}},
+        "data": {"url": url, "format": {"type": "json", "property": "rows"}},
         "transform": [{"filter": "isValid(datum.rank)"},
                       {"calculate": "datum.candidate + ' ' + datum.label", "as": "candidate_name"},
                       {"calculate": "isValid(datum.cost_micro) ? datum.cost_micro / 1000000 : null",
@@ -98,4 +127,4 @@ def leaderboard_spec(study_id: int, *, n_candidates: int, luck_line: float | Non
     }
 
 
-__all__ = ["leaderboard_spec", "point_size"]
+__all__ = ["chart_text", "leaderboard_spec", "point_size"]

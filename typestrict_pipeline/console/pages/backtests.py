@@ -23,7 +23,15 @@ from typestrict_pipeline.api import studies as studies_core
 from typestrict_pipeline.api.deps import get_ctx
 from typestrict_pipeline.api.errors import status_for
 from typestrict_pipeline.api.schemas import BacktestIn, ScheduleIn, StudyFormIn
-from typestrict_pipeline.console.charts import leaderboard_spec
+from typestrict_pipeline.console.board_pages import (
+    TOP_K,
+    board_page,
+    chart_ranks,
+    page_count,
+    page_links,
+    parse_page,
+)
+from typestrict_pipeline.console.charts import chart_text, leaderboard_spec
 from typestrict_pipeline.console.pages.trainings import validation_message
 from typestrict_pipeline.console.sessions import ConsoleSession
 from typestrict_pipeline.console.web import (
@@ -203,7 +211,9 @@ async def create_study(request: Request, session: Posted) -> Response:
     return redirect(f"{PREFIX}/studies/{row.id}", request)
 
 
-def _study_context(request: Request, session: ConsoleSession, study_id: str) -> dict[str, Any]:
+def _study_context(request: Request, session: ConsoleSession, study_id: str,
+                   page: str | None = None) -> dict[str, Any]:
+    """What the study page shows; ``page`` is ``?page=`` (the leaderboard's, :data:`TOP_K` a page)."""
     from typestrict_pipeline.reruns.lineage import summarize
     from typestrict_pipeline.reruns.service import (
         lineage_entries,
@@ -219,15 +229,23 @@ def _study_context(request: Request, session: ConsoleSession, study_id: str) -> 
     row = studies_core.settle_unstarted(ctx.engine, ctx.runs, row)
     run = studies_core.study_run(ctx.runs, ws, row.id)
     board = load_leaderboard(ctx.engine, row.id)
-    ranked = [r for r in board.rows if r.rank is not None]
+    listed = board_page(board.rows, winner=board.winner_candidate_id,
+                        page=parse_page(page, page_count(len(board.rows))))
+    n_ranked = sum(1 for r in board.rows if r.rank is not None)
+    drawn = chart_ranks(board.rows, winner=board.winner_candidate_id)
+    winner_rank = next((r.rank for r in board.rows if r.candidate_id == board.winner_candidate_id), None)
     schedules = [{"view": v, "status": status_text(ctx.engine, v)}
                  for v in list_schedules(ctx.engine, workspace_id=ws, study_id=str(row.id))]
     entries = lineage_entries(ctx.engine, str(row.id))
-    spec = leaderboard_spec(row.id, n_candidates=len(ranked), luck_line=board.stats.luck_line)
+    spec = leaderboard_spec(row.id, n_candidates=n_ranked, luck_line=board.stats.luck_line, shown=drawn)
     return {
-        "row": row, "run": run, "board": board, "header": header_lines(board), "rows": board.rows,
-        "winner": board.winner_candidate_id, "live": row.state.lower() in LIVE_STATES,
-        "spec": json.dumps(spec).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"), "n_ranked": len(ranked), "schedules": schedules,
+        "row": row, "run": run, "board": board, "header": header_lines(board), "rows": listed.rows,
+        "listed": listed, "winner": board.winner_candidate_id, "live": row.state.lower() in LIVE_STATES,
+        "spec": json.dumps(spec).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"),
+        "n_ranked": n_ranked, "drawn": drawn, "per_page": TOP_K, "links": page_links(listed),
+        "chart_text": chart_text(n_ranked, drawn),
+        "winner_outside_chart": winner_rank is not None and winner_rank > drawn,
+        "schedules": schedules,
         "lineage": entries, "lineage_summary": summarize(entries) if entries else None,
         "lineage_text": lineage_text(ctx.engine, str(row.id)) if entries else None,
         "usd": format_usd, "finished": row.state.lower() in ("completed", "budget_reached"),
@@ -235,9 +253,12 @@ def _study_context(request: Request, session: ConsoleSession, study_id: str) -> 
 
 
 @router.get("/studies/{study_id}")
-def study_page(study_id: StudyId, request: Request, session: Session) -> Response:
-    """A study: its leaderboard (header, chart, table), cancel, the schedule, the lineage."""
-    return render(request, "study.html", _study_context(request, session, study_id))
+def study_page(study_id: StudyId, request: Request, session: Session, page: str | None = None) -> Response:
+    """A study: its leaderboard (header, chart, table), cancel, the schedule, the lineage.
+
+    The table lists :data:`TOP_K` candidates a page (``?page=N``, 1 by default: the top ranks),
+    the winner on every page, and sums up the others in its last row."""
+    return render(request, "study.html", _study_context(request, session, study_id, page))
 
 
 @router.get("/studies/{study_id}/state")
