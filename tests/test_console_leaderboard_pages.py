@@ -20,7 +20,7 @@ import pytest
 
 from typestrict_pipeline.api import create_app
 from typestrict_pipeline.api.keys import create_api_key
-from typestrict_pipeline.console.board_pages import TOP_K, board_page
+from typestrict_pipeline.console.board_pages import TOP_K, board_page, chart_ranks
 from typestrict_pipeline.store import open_store
 from typestrict_pipeline.study.leaderboard import LeaderboardRow
 
@@ -225,3 +225,11 @@ def test_a_winner_ranked_below_the_top_100_is_listed_after_them_and_left_out_of_
     assert last.rest is not None and last.rest.count == 199 and last.rest.not_ranked == 0
     assert last.rest.text == ("199 more candidates on other pages: Adjusted from 0.5000 to 0.6990 "
                               "(median 0.6000).")
+
+
+def test_the_chart_draws_down_to_the_winner_but_never_more_than_it_is_checked_readable_at() -> None:
+    rows = [_row(i, i, 0.7 - i / 10_000) for i in range(1, 701)]
+    assert chart_ranks(rows, winner=rows[4].candidate_id) == TOP_K
+    assert chart_ranks(rows, winner=rows[179].candidate_id) == 180  # the winner is drawn
+    assert chart_ranks(rows, winner=rows[549].candidate_id) == TOP_K == 100  # below 500: the caption says so
+    assert chart_ranks(rows[:40], winner=None) == 40

@@ -33,10 +33,10 @@ TOP_K = 100
 """Candidates a page of the study's table lists, and the ranks its chart draws: the top ranks
 on page 1, the next :data:`TOP_K` on page 2, and so on; the winner is listed on every page."""
 
-CHART_MAX = 1000
+CHART_MAX = 500
 """The most ranks the chart draws: it draws down to the winner's rank when the winner ranks
-below :data:`TOP_K`, but never more than this many (the API's largest page,
-``GET /v1/studies/{id}/leaderboard?limit=``); the caption then says the winner is left out."""
+below :data:`TOP_K`, but never more than this many (the most it is checked readable at, in
+``tests/test_console_browser.py``); the caption then says the winner ranks below them."""
 
 
 @dataclass(frozen=True)
