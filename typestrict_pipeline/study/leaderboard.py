@@ -6,6 +6,8 @@ Shown in Dagster (the study's materialization metadata, as Markdown) and by
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import math
 from array import array
@@ -15,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from typestrict_pipeline.errors import NotEnoughDataError
@@ -136,6 +138,12 @@ class Leaderboard:
         """``#N`` for a store row id as the joint test keeps it (a string of digits)."""
         return _index_of(self, int(candidate_id))
 
+    @functools.cached_property
+    def numbers(self) -> dict[int, int]:
+        """Each candidate's number ``N`` (of ``#N``) by its store row id (one lookup each: the
+        StepM set of a 10,000-candidate study can name thousands)."""
+        return {r.candidate_id: r.index for r in self.rows}
+
     def to_json(self) -> dict[str, Any]:
         """A plain-JSON form (``--json``, the API's leaderboard, the lineage).
 
@@ -229,7 +237,9 @@ def load_leaderboard(engine: Engine, study_id: int) -> Leaderboard:
         cands = s.execute(
             select(CandidateRow).where(CandidateRow.study_id == study_id).order_by(CandidateRow.idx)
         ).scalars().all()
-        runs = _read_runs(s, study_id)
+        seed = int((study.space_json or {}).get("seed", 0))
+        ranked = (engine.url.render_as_string(), study_id, study.horizon_steps, seed)
+        runs = _read_runs(s, ranked)
         done_eval, done_any = runs.done_eval, runs.done_any
         n_folds = len(layout.folds)
         discards = [c for c in cands if c.state == CandidateState.DISCARDED.value]
@@ -243,9 +253,7 @@ def load_leaderboard(engine: Engine, study_id: int) -> Leaderboard:
                    else "not run yet")
             reasons[why] += len(never_ran)
         by_id = {c.id: c for c in cands}
-        seed = int((study.space_json or {}).get("seed", 0))
-        ranking = _ranking((engine.url.render_as_string(), study_id, study.horizon_steps, seed,
-                            runs.searched.hexdigest()), runs, by_id)
+        ranking = _ranking((*ranked, runs.digest), runs, by_id)
         stats, joint, joint_missing, span = (ranking.stats, ranking.joint, ranking.joint_missing,
                                              ranking.span)
         holdout_runs = runs.holdout
@@ -352,6 +360,7 @@ class _Runs:
     baseline_cost: int | None = None
     #: the finished search runs (id, state, attempt, end), in id order: the ranking's cache key
     searched: Any = field(default_factory=lambda: hashlib.blake2b(digest_size=16))
+    digest: str = ""
 
     def add(self, row: Any) -> None:
         """One run: ``(id, candidate_id, window, state, attempt, finished_at, cost_micro,
@@ -387,15 +396,45 @@ _RUNS_BATCH = 2000
 their scores as arrays (16 bytes a score), never all their JSON at once."""
 
 
-def _read_runs(s: Session, study_id: int) -> _Runs:
+_FINISHED = (RunState.DONE.value, RunState.CUT.value)
+_READ: dict[tuple[Any, ...], tuple[tuple[Any, ...], _Runs]] = {}
+_READ_KEPT = 32
+"""The last read of a study's runs without their scores (counts, holdouts, the digest), by
+(store, study, horizon, seed), with the runs' fingerprint then: a page view of a study whose
+finished runs did not change since its ranking was computed reads no scores again (a 10,000 ×
+8 study's scores are 180,000 JSON documents: about 50 s)."""
+
+
+def _fingerprint(s: Session, study_id: int) -> tuple[Any, ...]:
+    """Per (state, window) of the finished runs: how many, the sum of their ids, their first and
+    last end. A run that finishes, is cut, or finishes again in a new attempt changes it."""
+    query = (select(RunRow.state, RunRow.window, func.count(), func.sum(RunRow.id),
+                    func.min(RunRow.finished_at), func.max(RunRow.finished_at))
+             .where(RunRow.study_id == study_id, RunRow.state.in_(_FINISHED))
+             .group_by(RunRow.state, RunRow.window).order_by(RunRow.state, RunRow.window))
+    return tuple(tuple(row) for row in s.execute(query))
+
+
+def _read_runs(s: Session, ranked: tuple[Any, ...]) -> _Runs:
+    """The finished runs of the study ``ranked`` = (store, study, horizon, seed): from the last
+    read when its fingerprint still holds and its ranking is still kept, else from the store."""
+    study_id = ranked[1]
+    mark = _fingerprint(s, study_id)
+    kept = _READ.get(ranked)
+    if kept is not None and kept[0] == mark and (*ranked, kept[1].digest) in _RANKINGS:
+        return kept[1]
     runs = _Runs()
     query = (select(RunRow.id, RunRow.candidate_id, RunRow.window, RunRow.state, RunRow.attempt,
                     RunRow.finished_at, RunRow.cost_micro, RunRow.scores_json)
-             .where(RunRow.study_id == study_id,
-                    RunRow.state.in_([RunState.DONE.value, RunState.CUT.value]))
+             .where(RunRow.study_id == study_id, RunRow.state.in_(_FINISHED))
              .order_by(RunRow.id).execution_options(yield_per=_RUNS_BATCH))
     for row in s.execute(query):
         runs.add(tuple(row))
+    runs.digest = runs.searched.hexdigest()
+    _READ.pop(ranked, None)
+    while len(_READ) >= _READ_KEPT:
+        _READ.pop(next(iter(_READ)))
+    _READ[ranked] = (mark, dataclasses.replace(runs, steps={}, oos={}, ins={}))
     return runs
 
 
@@ -606,10 +645,8 @@ def _holdout_text(board: Leaderboard) -> str:
 
 
 def _index_of(board: Leaderboard, candidate_id: int | None) -> str:
-    for r in board.rows:
-        if r.candidate_id == candidate_id:
-            return f"#{r.index}"
-    return "—"
+    number = None if candidate_id is None else board.numbers.get(candidate_id)
+    return "—" if number is None else f"#{number}"
 
 
 def candidate_name(board: Leaderboard, candidate_id: int | None) -> str:
