@@ -50,7 +50,7 @@ def test_a_key_opens_a_session_that_stores_only_the_tokens_digest(store_url: str
     with session_scope(engine) as s:
         [row] = s.scalars(select(ConsoleSessionRow)).all()
         stored = " ".join(str(getattr(row, c)) for c in ("token_sha256", "workspace_id", "key_id"))
-    assert opened.token not in stored and key not in stored and key.split("_")[2] not in stored
+    assert opened.token not in stored and key not in stored and key.split("_", 2)[2] not in stored
     found = session_for(engine, opened.token, now=T0 + dt.timedelta(minutes=5))
     assert found is not None and found.workspace_id == "acme"
     engine.dispose()
