@@ -10,7 +10,6 @@ candidates, a regime switch, a constant candidate and one with a real edge.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
@@ -112,22 +111,20 @@ def test_the_mean_correlation_is_the_correlation_matrix_mean_without_the_matrix(
     assert mean_pairwise_correlation(m) == got
 
 
-def test_a_score_table_from_columns_is_the_one_from_a_mapping() -> None:
+def test_a_score_table_from_numbered_steps_is_the_one_from_a_mapping() -> None:
     m = np.random.default_rng(8).normal(size=(20, 4))
     steps = [f"{i:02d}" for i in range(20)]
     mapping = {str(j): dict(zip(steps, m[:, j].tolist(), strict=True)) for j in range(4)}
     del mapping["2"]["05"]  # a candidate with a missing step
-    columns = {cid: (list(series)[::-1], list(series.values())[::-1])
-               for cid, series in mapping.items()}  # any order of steps
-    seen: dict[str, int] = {}  # steps numbered as first seen (the leaderboard's reading)
-    indexed = {cid: ([seen.setdefault(k, len(seen)) for k in keys], values)
-               for cid, (keys, values) in columns.items()}
-    a, b = ScoreTable.from_mapping(mapping), ScoreTable.from_columns(columns)
-    c = ScoreTable.from_indexed(list(seen), indexed)
-    assert dataclasses.astuple(a)[:2] == dataclasses.astuple(b)[:2] == dataclasses.astuple(c)[:2]
-    np.testing.assert_array_equal(a.matrix, b.matrix)
+    seen: dict[str, int] = {}  # steps numbered as first seen, in any order (the store's reading)
+    indexed = {cid: ([seen.setdefault(k, len(seen)) for k in list(series)[::-1]],
+                     list(series.values())[::-1]) for cid, series in mapping.items()}
+    a, c = ScoreTable.from_mapping(mapping), ScoreTable.from_indexed(list(seen), indexed)
+    assert (a.steps, a.ids) == (c.steps, c.ids) == (tuple(steps), ("0", "1", "2", "3"))
     np.testing.assert_array_equal(a.matrix, c.matrix)
-    assert a.counts.tolist() == b.counts.tolist() == c.counts.tolist() == [20, 20, 19, 20]
+    np.testing.assert_array_equal(a.matrix[:, [0, 1, 3]], m[:, [0, 1, 3]])
+    assert np.isnan(a.matrix[5, 2])
+    assert a.counts.tolist() == c.counts.tolist() == [20, 20, 19, 20]
     complete = a.complete()
     assert complete is not None and complete[0] == ["0", "1", "3"]
 

@@ -515,8 +515,9 @@ class ScoreTable:
     """Out-of-sample per-step scores as one ``T × N`` matrix: ``steps`` (sorted) by ``ids``.
 
     A missing score is NaN; ``counts`` is each candidate's number of scored steps. Build it
-    once from a mapping (:meth:`from_mapping`) or column by column (:meth:`from_columns`, what
-    the leaderboard does from the store without a dictionary per candidate).
+    once from a mapping (:meth:`from_mapping`) or from steps numbered as first seen
+    (:meth:`from_indexed`, what the leaderboard does from the store without a dictionary per
+    candidate).
 
     >>> table = ScoreTable.from_mapping({"a": {"2": 1.0, "1": 0.5}, "b": {"2": 0.0}})
     >>> table.steps, table.ids, table.counts.tolist(), table.matrix.tolist()
@@ -531,27 +532,16 @@ class ScoreTable:
     @classmethod
     def from_mapping(cls, oos: Mapping[str, Mapping[str, float]]) -> ScoreTable:
         """Per candidate, its scores keyed by step (for example the step's ISO time)."""
-        return cls.from_columns({cid: (list(series), list(series.values()))
-                                 for cid, series in oos.items()})
-
-    @classmethod
-    def from_columns(cls, columns: Mapping[str, tuple[Sequence[str], Sequence[float]]]) -> ScoreTable:
-        """Per candidate, its steps and the scores on them (a step twice: the last one counts)."""
-        steps = sorted({k for keys, _ in columns.values() for k in keys})
-        index = {k: i for i, k in enumerate(steps)}
-        matrix = np.full((len(steps), len(columns)), np.nan)
-        counts = np.zeros(len(columns), dtype=np.int64)
-        for j, (keys, values) in enumerate(columns.values()):
-            rows = np.fromiter((index[k] for k in keys), dtype=np.int64, count=len(keys))
-            matrix[rows, j] = np.asarray(values, dtype=np.float64)
-            counts[j] = np.unique(rows).size if len(rows) else 0
-        return cls(tuple(steps), tuple(columns), matrix, counts)
+        seen: dict[str, int] = {}
+        columns = {cid: ([seen.setdefault(k, len(seen)) for k in series], list(series.values()))
+                   for cid, series in oos.items()}
+        return cls.from_indexed(list(seen), columns)
 
     @classmethod
     def from_indexed(cls, steps: Sequence[str],
                      columns: Mapping[str, tuple[Sequence[int], Sequence[float]]]) -> ScoreTable:
         """Per candidate, the positions of its steps in ``steps`` and the scores on them (for
-        columns held as arrays: no string per score)."""
+        columns held as arrays: no string per score; a step twice: the last score counts)."""
         order = sorted(range(len(steps)), key=lambda i: steps[i])
         position = np.empty(len(steps), dtype=np.int64)
         position[order] = np.arange(len(steps))
