@@ -34,8 +34,8 @@ JEV = {"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "jev"}  #
 REPEAT = 5
 
 
-def build_study(store_url: str, n: int) -> int:
-    """A finished study of ``n`` synthetic candidates in workspace ``demo``."""
+def build_study(store_url: str, n: int, workspace: str = "demo") -> int:
+    """A finished study of ``n`` synthetic candidates (also the console tests' study)."""
     from typestrict_pipeline.store import open_store
     from typestrict_pipeline.study.form import StudyForm, study_config
     from typestrict_pipeline.study.repository import LastBacktest
@@ -47,7 +47,7 @@ def build_study(store_url: str, n: int) -> int:
         form = StudyForm(workflow=f"board_{n}", start="2012-01-01", end="2012-12-01", tune_steps=10,
                          eval_steps=10, holdout_steps=10, random=["skill=0.3:0.7"], random_draws=n,
                          synthetic=True, max_candidates=n, max_total_steps=10**8, folds=2,
-                         workspace="demo", name=f"{n} candidates")
+                         workspace=workspace, name=f"{n} candidates")
         sid = create_study_from_config(engine, study_config(form), last_backtest=LastBacktest(30, 10))
         run_study_local(engine, sid, study_backend(engine, sid), max_workers=2)
     finally:

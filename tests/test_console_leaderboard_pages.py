@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from bench.bench_console_leaderboard import build_study
 from typestrict_pipeline.api import create_app
 from typestrict_pipeline.api.keys import create_api_key
 from typestrict_pipeline.console.board_pages import TOP_K, board_page, chart_ranks
@@ -35,22 +36,7 @@ FEW = 4
 
 
 def _study(url: str, n: int) -> int:
-    from typestrict_pipeline.study.form import StudyForm, study_config
-    from typestrict_pipeline.study.repository import LastBacktest
-    from typestrict_pipeline.study.runner import run_study_local
-    from typestrict_pipeline.study.service import create_study_from_config, study_backend
-
-    engine = open_store(url)
-    try:
-        form = StudyForm(workflow=f"board_{n}", start="2012-01-01", end="2012-12-01", tune_steps=10,
-                         eval_steps=10, holdout_steps=10, random=["skill=0.3:0.7"], random_draws=n,
-                         synthetic=True, max_candidates=n, max_total_steps=10**7, folds=2,
-                         workspace="acme", name=f"{n} candidates")
-        sid = create_study_from_config(engine, study_config(form), last_backtest=LastBacktest(30, 10))
-        run_study_local(engine, sid, study_backend(engine, sid), max_workers=2)
-    finally:
-        engine.dispose()
-    return sid
+    return build_study(url, n, workspace="acme")
 
 
 @pytest.fixture(scope="module")
