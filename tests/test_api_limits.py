@@ -83,11 +83,19 @@ def _answer(sock: socket.socket) -> tuple[int, dict[str, Any], bytes]:
     return status, headers, body
 
 
-def _record_after(before: int) -> ConnectionRecord:
-    """The record of the one connection made since ``before`` records existed."""
+def _newest() -> ConnectionRecord | None:
+    """The newest connection record, or None (a marker for :func:`_record_after`)."""
+    return CONNECTIONS[-1] if CONNECTIONS else None
+
+
+def _record_after(before: ConnectionRecord | None) -> ConnectionRecord:
+    """The record of the one connection made since ``before`` was the newest. ``CONNECTIONS``
+    keeps only the last 256 records, so its length stops growing once the deque is full:
+    compare the newest record itself, not the count."""
     deadline = time.monotonic() + 30
-    while len(CONNECTIONS) <= before and time.monotonic() < deadline:
+    while (not CONNECTIONS or CONNECTIONS[-1] is before) and time.monotonic() < deadline:
         time.sleep(0.01)
+    assert CONNECTIONS and CONNECTIONS[-1] is not before, "the server recorded no new connection"
     return CONNECTIONS[-1]
 
 
@@ -100,7 +108,7 @@ def _refused_shape(body: bytes, code: str) -> str:
 
 
 def test_a_64_mib_header_line_is_refused_after_reading_its_first_kib(server: Any) -> None:
-    before = len(CONNECTIONS)
+    before = _newest()
     sock = _connect(server)
     line = b"x" * (1024 * 1024)
     chunks = iter([b"GET /v1/openapi.json HTTP/1.1\r\nHost: t\r\nX-Big: ", *[line] * 64])
@@ -117,7 +125,7 @@ def test_a_64_mib_header_line_is_refused_after_reading_its_first_kib(server: Any
 
 @pytest.mark.parametrize("count", [101, 4000, 100_000])
 def test_too_many_headers_are_refused_after_the_hundredth(server: Any, count: int) -> None:
-    before = len(CONNECTIONS)
+    before = _newest()
     sock = _connect(server)
     head = b"GET /v1/openapi.json HTTP/1.1\r\nHost: t\r\n" + b"".join(
         b"X-%d: v\r\n" % i for i in range(count)) + b"\r\n"
@@ -139,7 +147,7 @@ def test_a_request_within_the_bounds_is_served(server: Any) -> None:
 @pytest.mark.parametrize("prefix", [b"", b"GET /v1/openapi.json HTTP/1.1\r\nHost: t\r\n", b"G"],
                          ids=["nothing", "headers without their end", "one byte"])
 def test_a_slow_client_is_cut_off_by_the_header_timeout(server: Any, prefix: bytes) -> None:
-    before = len(CONNECTIONS)
+    before = _newest()
     sock = _connect(server)
     if prefix:
         sock.sendall(prefix)
@@ -151,7 +159,7 @@ def test_a_slow_client_is_cut_off_by_the_header_timeout(server: Any, prefix: byt
 
 
 def test_a_body_that_stops_coming_is_cut_off(server: Any) -> None:
-    before = len(CONNECTIONS)
+    before = _newest()
     sock = _connect(server)
     sock.sendall(b"POST /v1/studies/estimate HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer "
                  + server.key.encode() + b"\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"a\":")
@@ -171,7 +179,7 @@ def _chunked(total: int, size: int = 65536) -> Iterator[bytes]:
 
 @pytest.mark.parametrize("chunked", [True, False], ids=["chunked", "content-length"])
 def test_a_body_over_the_limit_gets_the_same_413_and_is_not_read_to_its_end(server: Any, chunked: bool) -> None:
-    before = len(CONNECTIONS)
+    before = _newest()
     total = 64 * 1024 * 1024
     sock = _connect(server)
     framing = b"Transfer-Encoding: chunked\r\n" if chunked else b"Content-Length: %d\r\n" % total
