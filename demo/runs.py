@@ -6,10 +6,21 @@ evaluation) leave SIGTERM with SIGINT's handler when they end: ignored when the 
 in the background. :func:`execute` gives both signals the handlers the demo started with
 (:func:`remember_stop_signals`) before and after each run, and turns an interrupted run into
 ``KeyboardInterrupt``, so ``kill`` stops the demo between runs and during them.
+
+Between the end of Dagster's call and the handlers given back there is a moment where Dagster
+has already copied SIGINT's handler (ignored) to SIGTERM: :func:`stop_signals_kept` gives SIGINT,
+for the length of the call, a handler that does what the demo's own handler of the signal
+received would do, so the handler Dagster copies to SIGTERM at its end still stops the demo.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
 from typing import Any
 
 import dagster as dg
@@ -27,16 +38,47 @@ def remember_stop_signals() -> None:
     _at_start = stop_handlers()
 
 
+@contextlib.contextmanager
+def stop_signals_kept() -> Iterator[None]:
+    """The demo's stop-signal handlers before and after a Dagster call, and no moment in between
+    where SIGTERM is ignored: for the call's length SIGINT's handler does, for the signal it
+    receives, what the demo's own handler of that signal does (an ignored SIGINT stays ignored),
+    so when Dagster ends by copying SIGINT's handler to SIGTERM a SIGTERM still stops the demo."""
+    handlers = stop_handlers() if _at_start is None else _at_start
+    restore_stop_signals(handlers)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _as_started(handlers))
+    try:
+        yield
+    finally:
+        restore_stop_signals(handlers)
+
+
+def _as_started(handlers: StopHandlers) -> Any:
+    """A handler that acts on each stop signal as ``handlers`` (the demo's at its start) would."""
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        own = handlers.get(signum, signal.SIG_DFL)
+        if own is signal.SIG_IGN or own is None:
+            return
+        if callable(own):
+            own(signum, frame)
+            return
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        signal.signal(signum, signal.SIG_DFL)  # the default action: end the process by the signal
+        os.kill(os.getpid(), signum)
+
+    return handle
+
+
 def execute(job: dg.JobDefinition, **kwargs: Any) -> dg.ExecuteInProcessResult:
     """``job.execute_in_process(**kwargs)`` with the handlers the demo started with, before the
     run (a Dagster call since the last run, such as a sensor's evaluation, may have changed
-    them) and after it; ``KeyboardInterrupt`` when a stop signal interrupted the run."""
-    handlers = stop_handlers() if _at_start is None else _at_start
-    restore_stop_signals(handlers)
-    try:
+    them), during its end (:func:`stop_signals_kept`) and after it; ``KeyboardInterrupt`` when a
+    stop signal interrupted the run."""
+    with stop_signals_kept():
         result = job.execute_in_process(**kwargs)
-    finally:
-        restore_stop_signals(handlers)
     if interrupted(result):
         raise KeyboardInterrupt(f"run {result.run_id} was interrupted by a stop signal")
     return result

@@ -64,3 +64,30 @@ def test_the_demo_in_the_background_stops_on_kill_during_a_run(tmp_path: Path) -
     if code == 130:  # the run was interrupted: the demo says so
         assert "make demo: stopped during part 'refund' (a stop signal)" in out, out[-2000:]
     assert took < 60, took
+
+
+_WINDOW = """
+import os, signal, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # as `make demo &`
+from dagster._utils.interrupts import capture_interrupts
+from demo import runs
+runs.remember_stop_signals()
+with runs.stop_signals_kept():
+    with capture_interrupts():  # what execute_in_process wraps a run in
+        pass
+    # Dagster's call has ended (it copied SIGINT's handler to SIGTERM); the demo's handlers are
+    # not given back yet: the moment a SIGTERM used to be ignored in
+    os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+    time.sleep(0.5)
+print("still running", flush=True)
+"""
+
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])
+def test_a_stop_signal_right_after_a_dagster_call_acts_as_the_demo_started_with(name: str) -> None:
+    proc = subprocess.run([sys.executable, "-c", _WINDOW, name], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    if name == "SIGTERM":  # the default action, as between runs: the demo ends by the signal
+        assert proc.returncode == -signal.SIGTERM and "still running" not in proc.stdout, proc
+    else:  # SIGINT stays ignored, as the shell that started the demo in the background asked
+        assert proc.returncode == 0 and "still running" in proc.stdout, proc
