@@ -341,6 +341,7 @@ def create_app(
     from typestrict_pipeline.console import install as install_console
 
     install_console(app)
+    app.add_middleware(models.KnownAuditMiddleware)  # innermost: inside both limits
     app.add_middleware(BodyLimitMiddleware, max_body=max_body_bytes, max_upload=max_upload_bytes)
     app.add_middleware(RateLimitMiddleware)  # outermost: a refused request costs nothing more
     return app

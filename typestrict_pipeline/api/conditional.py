@@ -87,6 +87,13 @@ def _kept(key: tuple[str, int, int, str]) -> bytes | None:
         return data
 
 
+def kept_bytes(path: Path, stat: os.stat_result, sha256: str) -> bytes | None:
+    """The bytes of the file at ``path`` (``os.stat`` ``stat``, SHA-256 ``sha256``) when they are
+    kept in memory already (checked against the digest when they were read); None otherwise. It
+    reads nothing: the event loop may call it."""
+    return _kept((str(path), stat.st_size, stat.st_mtime_ns, sha256))
+
+
 def read_kept(path: Path, stat: os.stat_result, sha256: str) -> bytes | None:
     """The bytes of the file at ``path`` (``os.stat`` ``stat``), kept for the next request, when
     they still have that size and SHA-256; None when they do not (it reads the file: call it off
@@ -162,4 +169,4 @@ def serve_file(path: Path, *, if_none_match: str | None, media_type: str, cache_
 
 
 __all__ = ["MAX_DIGESTS", "MAX_KEPT_BYTES", "MAX_KEPT_FILE", "PRIVATE", "PUBLIC", "etag_matches",
-           "file_sha256", "read_kept", "serve_file"]
+           "file_sha256", "kept_bytes", "read_kept", "serve_file"]

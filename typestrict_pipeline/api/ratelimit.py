@@ -129,6 +129,9 @@ class TokenBuckets:
 
 RATE_CHECKED = "typestrict.rate_checked"
 """Scope key set by :class:`RateLimitMiddleware` when it took the request's token already."""
+KEY_CHECKED = "typestrict.key_checked"
+"""Scope key set with it: the :class:`~typestrict_pipeline.api.keys.KeyCheck` of the request's key
+(verified in the last seconds, :meth:`KeyVerifier.check_known`), so it is not judged twice."""
 
 
 class RateLimitMiddleware:
@@ -158,7 +161,9 @@ class RateLimitMiddleware:
                     except ApiError as refused:
                         await _send_error(send, refused)
                         return
-                    scope.setdefault("state", {})[RATE_CHECKED] = True
+                    state = scope.setdefault("state", {})
+                    state[RATE_CHECKED] = True
+                    state[KEY_CHECKED] = checked
         await self.app(scope, receive, send)
 
 
@@ -174,5 +179,5 @@ async def _send_error(send: Any, error: ApiError) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-__all__ = ["DEFAULT_BURST", "DEFAULT_RATE_PER_S", "RATE_CHECKED", "ManualClock", "RateLimit",
+__all__ = ["DEFAULT_BURST", "DEFAULT_RATE_PER_S", "KEY_CHECKED", "RATE_CHECKED", "ManualClock", "RateLimit",
            "RateLimitMiddleware", "TokenBuckets"]

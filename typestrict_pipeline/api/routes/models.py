@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import threading
 from collections import OrderedDict
 from pathlib import Path as FsPath
@@ -14,15 +15,17 @@ from fastapi import Depends, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, HTMLResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from typestrict_pipeline.api.conditional import PRIVATE, serve_file
+from typestrict_pipeline.api.app import ApiContext
+from typestrict_pipeline.api.conditional import PRIVATE, etag_matches, kept_bytes, serve_file
 from typestrict_pipeline.api.deps import Ctx, Workspace, _bearer, get_ctx, get_workspace
 from typestrict_pipeline.api.edge import api_router
 from typestrict_pipeline.api.errors import ApiError
 from typestrict_pipeline.api.keys import KeyState
 from typestrict_pipeline.api.page import METRICS, render_result_page
 from typestrict_pipeline.api.pictures import result_pictures
-from typestrict_pipeline.api.ratelimit import RATE_CHECKED
+from typestrict_pipeline.api.ratelimit import KEY_CHECKED, RATE_CHECKED
 from typestrict_pipeline.api.routes.files import FileName
 from typestrict_pipeline.api.schemas import (
     DecisionVerdict,
@@ -209,7 +212,13 @@ async def get_audit(
         info, found = await run_in_threadpool(_audit_lookup, request, credentials, model_id)
         assert found is not None
         path, stat = found, os.stat(found)
-    return serve_file(path, if_none_match=request.headers.get("if-none-match"), sha256=sha, stat=stat,
+    return _audit_response(model_id, sha, path, stat, request.headers.get("if-none-match"))
+
+
+def _audit_response(model_id: str, sha: str, path: FsPath, stat: os.stat_result,
+                    if_none_match: str | None) -> Response:
+    """The audit's answer: the file with its SHA-256 as ETag, or a 304 (:func:`serve_file`)."""
+    return serve_file(path, if_none_match=if_none_match, sha256=sha, stat=stat,
                       media_type="application/json", cache_control=PRIVATE, headers={
                           "Content-Disposition": f'attachment; filename="{model_id}.audit.json"',
                           "X-Audit-SHA256": sha})
@@ -249,6 +258,99 @@ def _known_audit(request: Request, model_id: str) -> tuple[str, FsPath] | None:
 def _forget_audit(ctx: Ctx, model_id: str) -> None:
     with _LOCK:
         _KNOWN.pop(_known_key(ctx, model_id), None)
+        _PREBUILT.pop(_known_key(ctx, model_id), None)
+
+
+_AUDIT_PATH = re.compile(r"/v1/models/([^/]+)/audit")
+RawHeaders = list[tuple[bytes, bytes]]
+_PREBUILT: OrderedDict[tuple[str, str, str], tuple[tuple[int, int, str], RawHeaders, RawHeaders]] = OrderedDict()
+"""(store URL, home, model id) -> ((size, mtime_ns, SHA-256) of the audit's file, the headers of
+its 200, those of its 304): built once by :func:`_audit_response`, the route's own function, so
+the two answers are the route's to the byte."""
+
+
+class KnownAuditMiddleware:
+    """``GET /v1/models/{id}/audit`` of an audit served before, by a key verified in the last
+    seconds, answered before routing: the same checks as the route, in the same order, and the
+    same bytes and headers, without FastAPI's routing, dependencies and response objects.
+
+    It answers only when the route would answer 200 or 304 from memory: the key is valid
+    (:meth:`KeyVerifier.check_known`: its digest compared in constant time with what the store
+    said in the last ``ttl_s`` seconds, so a revoked key is refused within that bound, as
+    everywhere), its workspace owns the model (the id maps to its workspace once the route
+    served it), its token was taken (by :class:`RateLimitMiddleware`; with a limit and no token
+    taken there, the route answers), no ``Range``, the file unchanged since (size, mtime, and the
+    kept bytes checked against the SHA-256 when read). Anything else, errors included, is the
+    route's. Added first, so it runs inside the body limit and the rate limit.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET" and not scope.get("root_path"):
+            match = _AUDIT_PATH.fullmatch(scope["path"])
+            answer = None if match is None else _known_answer(scope, match.group(1))
+            if answer is not None:
+                status, headers, body = answer
+                await send({"type": "http.response.start", "status": status, "headers": headers})
+                await send({"type": "http.response.body", "body": body, "more_body": False})
+                return
+        await self.app(scope, receive, send)
+
+
+def _known_answer(scope: Scope, model_id: str) -> tuple[int, RawHeaders, bytes] | None:
+    """(status, headers, body) of the audit route's answer when :class:`KnownAuditMiddleware`
+    may give it (see there), else None."""
+    ctx: ApiContext | None = getattr(getattr(scope.get("app"), "state", None), "ctx", None)
+    if ctx is None:
+        return None
+    authorization = if_none_match = None
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            authorization = value
+        elif name == b"if-none-match":
+            if_none_match = value
+        elif name == b"range":
+            return None
+    if authorization is None:
+        return None
+    key = _known_key(ctx, model_id)
+    with _LOCK:
+        found = _KNOWN.get(key)
+        prebuilt = _PREBUILT.get(key)
+    if found is None:
+        return None
+    state = scope.get("state") or {}
+    checked = state.get(KEY_CHECKED)
+    if checked is None:
+        if ctx.limiter is not None:
+            return None  # the token was not taken: the route takes it (or answers 401 or 429)
+        scheme, _, value = authorization.decode("latin-1").strip().partition(" ")
+        checked = ctx.keys.check_known(value.strip()) if scheme.lower() == "bearer" else None
+    if checked is None or checked.state is not KeyState.VALID or checked.workspace_id != found[0]:
+        return None
+    _, sha, path = found
+    try:
+        stat = os.stat(path)  # a local file's metadata: microseconds
+    except OSError:
+        return None
+    identity = (stat.st_size, stat.st_mtime_ns, sha)
+    if prebuilt is None or prebuilt[0] != identity:
+        etag = f'"{sha}"'
+        prebuilt = (identity, list(_audit_response(model_id, sha, path, stat, None).raw_headers),
+                    list(_audit_response(model_id, sha, path, stat, etag).raw_headers))
+        with _LOCK:
+            _PREBUILT[key] = prebuilt
+            _PREBUILT.move_to_end(key)
+            while len(_PREBUILT) > _MAX_KNOWN:
+                _PREBUILT.popitem(last=False)
+    if if_none_match is not None and etag_matches(if_none_match.decode("latin-1"), f'"{sha}"'):
+        return 304, prebuilt[2], b""
+    body = kept_bytes(path, stat, sha)
+    if body is None:
+        return None  # not in memory (yet, or any more): the route reads it off the event loop
+    return 200, prebuilt[1], body
 
 
 def _audit_lookup(
