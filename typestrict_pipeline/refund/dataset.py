@@ -31,7 +31,6 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -57,11 +56,16 @@ from typestrict_pipeline.refund.rowdigest import (
     string_keys,
     text_keys,
 )
+from typestrict_pipeline.refund.sources import FileTexts, MemoryTexts, TextSource
 from typestrict_pipeline.refund.spill import Buckets
-from typestrict_pipeline.refund.splitrows import PreparedSplit, join_units, seed_of_parts
+from typestrict_pipeline.refund.splitrows import (
+    PreparedSplit,
+    join_units,
+    member_of,
+    seed_of_parts,
+)
 from typestrict_pipeline.refund.table import (
     ColumnBatch,
-    FileStamp,
     file_stamp,
     iter_column_batches,
     parse_json_cell,
@@ -73,6 +77,9 @@ __all__ = [
     "Dataset",
     "DecisionLabels",
     "Example",
+    "FileTexts",
+    "MemoryTexts",
+    "TextSource",
     "load_dataset",
     "read_table",
     "unlabeled_from_split",
@@ -181,74 +188,6 @@ class DecisionLabels:
         return tuple(tuple(o) for o in self.option_lists.to_pylist())
 
 
-class TextSource:
-    """Where a validated dataset's texts are read from again (a file, or memory)."""
-
-    def batches(self) -> Iterator[pa.Array]:
-        """Every row's text, in row order, a batch at a time."""
-        raise NotImplementedError
-
-    def at(self, positions: npt.NDArray[np.int64]) -> list[str]:
-        """The texts of the rows at ``positions`` (0-based, ascending)."""
-        wanted = np.asarray(positions, dtype=np.int64)
-        out: list[str] = []
-        start = 0
-        for texts in self.batches():
-            end = start + len(texts)
-            lo, hi = np.searchsorted(wanted, [start, end])
-            if hi > lo:
-                out.extend(texts.take(pa.array(wanted[lo:hi] - start)).to_pylist())
-            start = end
-            if hi == len(wanted):
-                break
-        return out
-
-
-@dataclass(frozen=True)
-class MemoryTexts(TextSource):
-    """Texts held in memory (a dataset validated from columns already read)."""
-
-    texts: pa.Array
-
-    def batches(self) -> Iterator[pa.Array]:
-        rows = _table.BATCH_ROWS
-        for start in range(0, len(self.texts), rows):
-            yield self.texts.slice(start, rows)
-
-
-@dataclass(frozen=True)
-class FileTexts(TextSource):
-    """Texts read again from the dataset file, which must not have changed since validation."""
-
-    path: Path
-    format: DatasetFormat
-    column: str
-    stamp: FileStamp
-    file: str
-
-    def batches(self) -> Iterator[pa.Array]:
-        try:
-            now = file_stamp(self.path)
-        except OSError:
-            now = None
-        if now != self.stamp:
-            raise DatasetError(
-                "the dataset file as it was when it was validated",
-                "a file that changed or went away since" if now is None or now.size != self.stamp.size
-                else "a file written again since",
-                "run the verdict again on the file as it is now",
-                file=self.file,
-            )
-        for batch in iter_column_batches(self.path, self.format, [self.column]):
-            cells = batch.cells.get(self.column)
-            if cells is None:  # a JSON Lines batch without the key: checked at validation
-                yield pa.nulls(batch.length, pa.large_string())
-                continue
-            texts, _ = as_text(cells, file=self.file, start=batch.start, column=self.column,
-                               what="a text")
-            yield texts
-
-
 @dataclass(frozen=True, eq=False)
 class Dataset:
     """A validated dataset, held as columns.
@@ -256,7 +195,8 @@ class Dataset:
     Attributes:
         path: the file it was read from.
         columns: the column names used.
-        ids: every row's id, in file order (Arrow text).
+        id_source: where every row's id is read again (the ids are not kept: 13 bytes a row of
+            Arrow text, 1.3 GB at 100 million rows); :attr:`ids` reads them all.
         group_codes: each row's group as an index into ``group_values`` (-1: no group value),
             or None when the dataset has no group column.
         group_values: the distinct group values.
@@ -268,7 +208,7 @@ class Dataset:
 
     path: str
     columns: Columns
-    ids: pa.Array
+    id_source: TextSource
     group_codes: npt.NDArray[np.int32] | None
     group_values: pa.Array
     decisions: tuple[DecisionLabels, ...]
@@ -279,7 +219,12 @@ class Dataset:
     @property
     def n_rows(self) -> int:
         """Rows in the dataset."""
-        return len(self.ids)
+        return len(self.id_source)
+
+    @property
+    def ids(self) -> pa.Array:
+        """Every row's id, in file order (read again: the whole column in memory)."""
+        return self.id_source.values()
 
     def decision(self, name: str) -> DecisionLabels:
         """The labels of the decision called ``name``.
@@ -299,14 +244,23 @@ class Dataset:
         return str(self.group_values[int(self.group_codes[i])].as_py())
 
     def positions(self, ids: Iterable[str]) -> dict[str, int]:
-        """The 0-based row of each id given that the dataset has (an unknown id is left out)."""
+        """The 0-based row of each id given that the dataset has (an unknown id is left out);
+        the ids are read again a batch at a time."""
         wanted = list(ids)
         if not wanted:
             return {}
-        found = pc.index_in(self.ids, value_set=pa.array(wanted, type=pa.large_string()))
-        rows = np.flatnonzero(pc.is_valid(found).to_numpy(zero_copy_only=False))
-        codes = found.take(pa.array(rows)).to_numpy(zero_copy_only=False)
-        return {wanted[int(c)]: int(r) for c, r in zip(codes, rows, strict=True)}
+        value_set = pa.array(wanted, type=pa.large_string())
+        out: dict[str, int] = {}
+        start = 0
+        for batch in self.id_source.batches():
+            found = pc.index_in(batch, value_set=value_set)
+            rows = np.flatnonzero(pc.is_valid(found).to_numpy(zero_copy_only=False))
+            if rows.size:
+                codes = found.take(pa.array(rows)).to_numpy(zero_copy_only=False)
+                out.update((wanted[int(c)], start + int(r))
+                           for c, r in zip(codes, rows, strict=True))
+            start += len(batch)
+        return out
 
     def has_ids(self, ids: Iterable[str]) -> list[str]:
         """The ids given that are not the dataset's, in the order given."""
@@ -315,15 +269,17 @@ class Dataset:
         return [i for i in wanted if i not in known]
 
     def examples_at(self, positions: Sequence[int]) -> list[Example]:
-        """The rows at ``positions`` (0-based) as :class:`Example` objects, texts read again."""
+        """The rows at ``positions`` (0-based) as :class:`Example` objects, ids and texts read
+        again."""
         order = np.argsort(np.asarray(positions, dtype=np.int64), kind="stable")
         ascending = np.asarray(positions, dtype=np.int64)[order]
-        texts = self.texts.at(ascending)
+        distinct, back = np.unique(ascending, return_inverse=True)
+        texts = self.texts.at(distinct)
+        ids = self.id_source.at(distinct)
         out: list[Example | None] = [None] * len(order)
         for k, i in enumerate(order):
-            p = int(ascending[k])
-            out[int(i)] = Example(id=str(self.ids[p].as_py()), text=texts[k],
-                                  group=self.group_at(p), row=p + 1)
+            p, j = int(ascending[k]), int(back[k])
+            out[int(i)] = Example(id=str(ids[j]), text=texts[j], group=self.group_at(p), row=p + 1)
         return [e for e in out if e is not None]
 
     @property
@@ -604,7 +560,6 @@ class _Staged:
     keys: npt.NDArray[np.uint64]
     messages: dict[str, pa.Array]
     id_keys: npt.NDArray[np.uint64]
-    id_chunk: pa.Array
 
 
 @dataclass
@@ -701,7 +656,6 @@ class _Validator:
         cols = manifest.dataset.columns
         self.cols = cols
         self.n = 0
-        self.id_chunks: list[pa.Array] = []
         self.id_error: DatasetError | None = None  # a bad type or an invisible character
         self.empty_ids = _Rows()
         self.text_error: DatasetError | None = None
@@ -762,8 +716,7 @@ class _Validator:
             if d.answer_column is not None and d.kind is not DecisionKind.MULTIPLE_CHOICE
         }
         return _Staged(batch, ids, invisible, blank_ids, texts, blank_mask(texts.texts), group,
-                       columns, text_keys(texts.texts), messages, string_keys(ids.texts),
-                       _narrow(ids.texts))
+                       columns, text_keys(texts.texts), messages, string_keys(ids.texts))
 
     def add(self, batch: ColumnBatch | _Staged) -> None:
         staged = batch if isinstance(batch, _Staged) else self.stage(batch)
@@ -810,7 +763,6 @@ class _Validator:
         if staged.batch.cells.get(self.cols.id) is not None and self.id_error is None:
             self.id_error = _first_row(staged.ids.error, staged.invisible)
         self.empty_ids.add(np.flatnonzero(staged.blank_ids) + staged.batch.start + 1)
-        self.id_chunks.append(staged.id_chunk)
         return ids
 
     def _invisible(
@@ -856,7 +808,9 @@ class _Validator:
             if column not in names:
                 raise _missing_column(column, role, available, file)
 
-    def finish(self) -> Dataset:
+    def finish(self, ids: TextSource) -> Dataset:
+        """The dataset, or the first problem; ``ids``: where the ids are read again (a repeated
+        id is looked for among the rows whose id key another row has)."""
         cols, file, n = self.cols, self.file, self.n
         if n == 0:
             raise NotEnoughDataError(
@@ -871,8 +825,6 @@ class _Validator:
                 "give every example a unique id",
                 file=file, row=self.empty_ids.first[0], column=cols.id,
             )
-        ids = _id_column(self.id_chunks)
-        self.id_chunks = []
         _check_unique(ids, self.id_keys, file, cols.id)
         self.id_keys.close()
         if self.text_error is not None:
@@ -894,7 +846,8 @@ class _Validator:
         for column in self.text_columns.values():
             column.chunks = []  # the codes are made
         return Dataset(
-            path=str(self.manifest.dataset.path), columns=cols, ids=ids, group_codes=group_codes,
+            path=str(self.manifest.dataset.path), columns=cols, id_source=ids,
+            group_codes=group_codes,
             group_values=group_values, decisions=decisions, texts=MemoryTexts(pa.array([])),
         )
 
@@ -904,7 +857,7 @@ class _Validator:
         group_codes = codes if codes is not None else np.full(self.n, -1, dtype=np.int32)
         shared = shared_key_rows_of(self.text_keys.parts())
         self.text_keys.close()
-        rows = join_units(dataset.ids, group_codes, dataset.group_values, codes is not None,
+        rows = join_units(dataset.id_source, group_codes, dataset.group_values, codes is not None,
                           shared, dataset.texts.at)
         seeds = {}
         for name, digests in self.digests.items():
@@ -926,7 +879,7 @@ class _Validator:
             if col is not None and col.type_error is not None:
                 raise col.type_error
         option_lists: pa.Array | None = None
-        none = np.full(n, _NONE, dtype=np.int16)
+        none = np.broadcast_to(np.int16(_NONE), (n,))  # read-only, no memory per row
         if d.kind is DecisionKind.MULTIPLE_CHOICE:
             assert d.options_column is not None
             opts = self.option_columns[d.options_column]
@@ -974,7 +927,8 @@ class _Validator:
             )
         if d.kind is DecisionKind.SINGLE:
             used, column_used = (labels, d.answer_column) if n_labeled else (reviews, review_column)
-            distinct = sorted(d.answers[int(c)] for c in np.unique(used[used >= 0]))
+            present = _present_codes(used, len(d.answers))
+            distinct = sorted(d.answers[c] for c in present)
             if len(distinct) < 2:
                 which = "labeled" if n_labeled else "reviewed"
                 raise DatasetError(
@@ -1040,40 +994,62 @@ def _first_row(a: DatasetError | None, b: DatasetError | None) -> DatasetError |
     return a if (a.row or 0) <= (b.row or 0) else b
 
 
-def _narrow(ids: pa.Array) -> pa.Array:
-    """A batch of ids with 32-bit offsets (4 bytes a row less) when its text fits."""
-    if ids.nbytes < 2**31 - 2**20:
-        return ids.cast(pa.string())
-    return ids
+def _present_codes(codes: npt.NDArray[np.int16], k: int) -> list[int]:
+    """The codes ``0..k-1`` present in ``codes`` (-1: none), counted a million rows at a time (no
+    sorted copy of the rows).
+
+    >>> _present_codes(np.array([2, -1, 0, 2], dtype=np.int16), 3)
+    [0, 2]
+    """
+    seen = np.zeros(k + 1, dtype=np.int64)
+    for start in range(0, len(codes), 1 << 20):
+        seen += np.bincount(codes[start:start + (1 << 20)].astype(np.int64) + 1, minlength=k + 1)
+    return [int(c) for c in np.flatnonzero(seen[1:])]
 
 
-def _id_column(chunks: list[pa.Array]) -> pa.ChunkedArray:
-    if any(c.type != pa.string() for c in chunks):
-        chunks = [c.cast(pa.large_string()) for c in chunks]
-        return pa.chunked_array(chunks, type=pa.large_string())
-    return pa.chunked_array(chunks, type=pa.string())
-
-
-def _check_unique(ids: pa.ChunkedArray, keys: Buckets, file: str, column: str) -> None:
+def _repeated_keys(keys: Buckets) -> npt.NDArray[np.uint64]:
+    """The id keys (sorted) that more than one row has."""
+    repeated = []
     for part in keys.parts():  # a key's records are in one part
         sorted_keys = np.sort(np.ascontiguousarray(part).view(np.uint64).ravel())
-        if np.any(sorted_keys[1:] == sorted_keys[:-1]):
-            break  # a shared key: look at the ids themselves
-    else:
-        return  # distinct keys: distinct ids
-    ids = ids.combine_chunks()
-    if pc.count_distinct(ids).as_py() == len(ids):
+        same = sorted_keys[1:] == sorted_keys[:-1]
+        if same.any():
+            repeated.append(np.unique(sorted_keys[1:][same]))
+    return np.sort(np.concatenate(repeated)) if repeated else np.zeros(0, np.uint64)
+
+
+def _check_unique(ids: TextSource, keys: Buckets, file: str, column: str) -> None:
+    """Raise on the first repeated id. Distinct keys are distinct ids; the rows whose key another
+    row has (every repeated id's rows among them) are read again and their ids compared."""
+    repeated = _repeated_keys(keys)
+    if repeated.size == 0:
+        return
+    rows_parts: list[npt.NDArray[np.int64]] = []
+    id_parts: list[pa.Array] = []
+    start = 0
+    for batch in ids.batches():
+        hit = np.flatnonzero(member_of(string_keys(batch), repeated))
+        if hit.size:
+            rows_parts.append(hit + start)
+            id_parts.append(batch.take(pa.array(hit)).cast(pa.large_string()))
+        start += len(batch)
+    rows = np.concatenate(rows_parts) if rows_parts else np.zeros(0, np.int64)
+    if not id_parts:
+        return
+    suspects = pa.concat_arrays(id_parts)
+    if pc.count_distinct(suspects).as_py() == len(suspects):
         return
     # dictionary codes count up in order of first appearance: code c first appears at first[c]
-    codes = np.asarray(pc.dictionary_encode(ids).indices.to_numpy(zero_copy_only=False))
+    codes = np.asarray(pc.dictionary_encode(suspects).indices.to_numpy(zero_copy_only=False))
     _, first = np.unique(codes, return_index=True)
     earlier = first[codes]
     dupes = np.flatnonzero(earlier != np.arange(len(codes)))
-    row = int(dupes[0])
+    k = int(dupes[0])
+    row, first_row = int(rows[k]), int(rows[int(earlier[k])])
     more = f"; {dupes.size} duplicate rows in all" if dupes.size > 1 else ""
     raise DatasetError(
         "unique ids",
-        f"{ids[row].as_py()!r} again (first at row {int(earlier[row]) + 1}{more})",
+        f"{suspects[k].as_py()!r} again (first at row {first_row + 1}{more})",
         "make the ids unique (the test set and the audit are keyed by id)",
         file=file, row=row + 1, column=column,
     )
@@ -1083,7 +1059,7 @@ def _run(
     validator: _Validator,
     batches: Iterable[ColumnBatch],
     names: Callable[[], list[str]],
-    texts: Callable[[], TextSource],
+    sources: Callable[[int], tuple[TextSource, TextSource]],
     progress: ProgressFn | None = None,
     total: int | None = None,
 ) -> Dataset:
@@ -1098,7 +1074,8 @@ def _run(
         if progress is not None:  # the last report: every row read (the total now known)
             progress(Progress(READING, validator.n, validator.n))
         validator.check_columns(names())
-        dataset = _with_texts(validator.finish(), texts(), None)
+        ids, texts = sources(validator.n)
+        dataset = _with_texts(validator.finish(ids), texts, None)
         _release_unused()  # the batches' columns are coded and let go
         return _with_texts(dataset, dataset.texts, validator.prepare(dataset))
     finally:
@@ -1153,16 +1130,20 @@ def validate_dataset(
     ]
     text_column = manifest.dataset.columns.text
 
-    def texts() -> TextSource:
-        held, _ = as_text(table[text_column], file=name, start=0, column=text_column,
-                          what="a text")
-        return MemoryTexts(held)
+    id_column = manifest.dataset.columns.id
 
-    return _run(_Validator(manifest, name), batches, lambda: list(table), texts)
+    def sources(n: int) -> tuple[TextSource, TextSource]:
+        del n
+        ids, _ = as_text(table[id_column], file=name, start=0, column=id_column, what="an id")
+        texts, _ = as_text(table[text_column], file=name, start=0, column=text_column,
+                           what="a text")
+        return MemoryTexts(ids), MemoryTexts(texts)
+
+    return _run(_Validator(manifest, name), batches, lambda: list(table), sources)
 
 
 def _with_texts(dataset: Dataset, texts: TextSource, prepared: PreparedSplit | None) -> Dataset:
-    return Dataset(path=dataset.path, columns=dataset.columns, ids=dataset.ids,
+    return Dataset(path=dataset.path, columns=dataset.columns, id_source=dataset.id_source,
                    group_codes=dataset.group_codes, group_values=dataset.group_values,
                    decisions=dataset.decisions, texts=texts, prepared=prepared)
 
@@ -1197,9 +1178,12 @@ def load_dataset(manifest: TrainingManifest, *, progress: ProgressFn | None = No
             total = pq.ParquetFile(spec.path).metadata.num_rows
         except Exception:  # an unreadable file: the read below says why, in the product's words
             total = None
-    return _run(validator, batches, lambda: names,
-                lambda: FileTexts(spec.path, spec.format, spec.columns.text, stamp, file),
-                progress, total)
+
+    def sources(n: int) -> tuple[TextSource, TextSource]:
+        return (FileTexts(spec.path, spec.format, spec.columns.id, stamp, file, n, "an id"),
+                FileTexts(spec.path, spec.format, spec.columns.text, stamp, file, n))
+
+    return _run(validator, batches, lambda: names, sources, progress, total)
 
 
 def unlabeled_from_split(split: Any) -> dict[str, tuple[int, str]]:

@@ -71,7 +71,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from typestrict_pipeline.errors import DatasetError, NotEnoughDataError
-from typestrict_pipeline.refund.dataset import Dataset, DecisionLabels, MemoryTexts, TextSource
+from typestrict_pipeline.refund.dataset import Dataset, DecisionLabels
 from typestrict_pipeline.refund.rowdigest import (
     key_records,
     normalize_text,
@@ -82,6 +82,7 @@ from typestrict_pipeline.refund.rowdigest import (
     shared_key_rows_of,
     text_keys,
 )
+from typestrict_pipeline.refund.sources import MemoryTexts, TextSource, aligned
 from typestrict_pipeline.refund.spill import Buckets
 from typestrict_pipeline.refund.splitrows import (
     SEED_DOMAIN,
@@ -303,7 +304,7 @@ class Holdout:
 
     def ids(self, role: Role) -> tuple[str, ...]:
         """The ids with ``role``, sorted (a canonical order independent of the file)."""
-        chosen = self.data.ids.filter(pa.array(self.role_mask(role)))
+        chosen = self.data.id_source.take(np.flatnonzero(self.role_mask(role)))
         return tuple(chosen.take(pc.sort_indices(chosen)).to_pylist())
 
     @functools.cached_property
@@ -313,24 +314,35 @@ class Holdout:
 
     def row(self, i: int) -> HoldoutRow:
         """Row ``i`` (0-based) as a :class:`HoldoutRow`."""
-        code = int(self.strata[i])
-        return HoldoutRow(
-            id=str(self.data.ids[i].as_py()),
-            role=_ROLES[int(self.roles[i])],
-            answer=None if code < 0 else self.answers[code],
-            group=self.data.group_at(i),
-            unit=self.data.unit_key(int(self.data.units[i])),
-        )
+        return self.rows_at(np.array([i], dtype=np.int64))[0]
+
+    def rows_at(self, positions: npt.NDArray[np.int64]) -> tuple[HoldoutRow, ...]:
+        """The rows at ``positions`` (0-based, ascending) as :class:`HoldoutRow` objects, the
+        ids and keys they need read at once."""
+        rows = np.asarray(positions, dtype=np.int64)
+        ids = self.data.ids_at(rows)
+        units = self.data.unit_key_texts(self.data.units[rows])
+        out = []
+        for k, i in enumerate(rows.tolist()):
+            code = int(self.strata[i])
+            out.append(HoldoutRow(
+                id=ids[k],
+                role=_ROLES[int(self.roles[i])],
+                answer=None if code < 0 else self.answers[code],
+                group=self.data.group_at(i),
+                unit=units[k],
+            ))
+        return tuple(out)
 
     @functools.cached_property
     def test_rows(self) -> tuple[HoldoutRow, ...]:
         """The test rows, in input order."""
-        return tuple(self.row(int(i)) for i in np.flatnonzero(self.roles == _TEST))
+        return self.rows_at(np.flatnonzero(self.roles == _TEST))
 
     @functools.cached_property
     def rows(self) -> tuple[HoldoutRow, ...]:
         """Every row with its role, in input order (a Python object per row: for small data)."""
-        return tuple(self.row(i) for i in range(self.data.n))
+        return self.rows_at(np.arange(self.data.n, dtype=np.int64))
 
     def columns(self) -> pa.Table:
         """Every row as ``decision, id, group, answer, role`` columns (Arrow, no Python rows)."""
@@ -509,13 +521,13 @@ def _per_unit(
 
 
 def _rows_of_units(
-    data: SplitRows, has: npt.NDArray[np.bool_], wanted: npt.NDArray[np.int64]
+    data: SplitRows, strata: npt.NDArray[np.int16], wanted: npt.NDArray[np.int64]
 ) -> dict[int, npt.NDArray[np.int64]]:
     """The stratum rows (ascending) of each unit in ``wanted``, in one pass over the rows."""
     found_rows, found_units = [], []
     for span in _spans(data.n):
         units = data.units[span]
-        hit = np.flatnonzero(member_of(units, wanted) & has[span])
+        hit = np.flatnonzero(member_of(units, wanted) & (strata[span] >= 0))
         found_rows.append(hit + span.start)
         found_units.append(units[hit])
     rows = np.concatenate(found_rows).astype(np.int64)
@@ -559,7 +571,6 @@ def _draw(
         )
 
     # Units with answered rows, in hash order, and their answered rows per answer.
-    has = strata >= 0
     units, per_unit = _per_unit(data, strata, a)
     prefix = pa.scalar(seed + b"group\0", pa.large_binary())
     keys = data.unit_keys(units)
@@ -569,73 +580,84 @@ def _draw(
     del ranks
     ranked = per_unit[order]
 
+    # The test rows are at most the quotas' total: kept as row numbers, not a mask of every row.
     remaining = np.array(quotas, dtype=np.int64)
     first = _pass1(ranked, remaining)
-    selected = np.zeros(n, dtype=bool)
     taken = np.zeros(len(units), dtype=bool)
     taken[order[first]] = True
-    rows_of = _rows_of_units(data, has, np.sort(units[order[first]]))
-    for rows in rows_of.values():
-        selected[rows] = True
+    rows_of = _rows_of_units(data, strata, np.sort(units[order[first]]))
+    selected = list(rows_of.values())
     if remaining.sum() > 0:
         skip = taken[order]
+        row_prefix = pa.scalar(seed + b"row\0", pa.large_binary())
 
         def fill(j: int) -> None:
             u = int(order[j])
             if int(units[u]) not in rows_of:  # the rows of the next units that may be taken
                 ahead = order[j:][~skip[j:]][:512]
-                rows_of.update(_rows_of_units(data, has, np.sort(units[ahead])))
+                rows_of.update(_rows_of_units(data, strata, np.sort(units[ahead])))
             taken[u] = True
             rows = rows_of[int(units[u])]
+            row_strata = strata[rows]
+            if not any(remaining[ai] > 0 and np.any(row_strata == ai) for ai in range(a)):
+                return
+            ids = data.id_source.take(rows).cast(pa.large_binary())  # read once for the unit
             for ai in range(a):
-                of_answer = rows[strata[rows] == ai]
-                if of_answer.size == 0:
+                mine = row_strata == ai
+                take = min(int(np.count_nonzero(mine)), int(remaining[ai]))
+                if take == 0:
                     continue
-                ranked_rows = sorted(
-                    of_answer.tolist(),
-                    key=lambda p: _digest(seed, b"row\0", str(data.ids[p].as_py()).encode("utf-8")),
-                )
-                take = min(len(ranked_rows), int(remaining[ai]))
-                selected[ranked_rows[:take]] = True
+                digests = sha256_each(pc.binary_join_element_wise(
+                    row_prefix, ids.filter(pa.array(mine)), pa.scalar(b"", pa.large_binary())))
+                selected.append(rows[mine][order_by_digest(digests)[:take]])
                 remaining[ai] -= take
 
         _pass2(ranked, remaining, skip, fill)
 
-    in_test = member_of(data.units, units[taken])
-    roles = np.full(n, _EXCLUDED, dtype=np.uint8)
-    roles[in_test & selected] = _TEST
-    trains = ~in_test
-    if source is not HoldoutSource.REVIEWED:
-        trains &= has
-    roles[trains] = _TRAIN
-    del trains
+    chosen = np.unique(np.concatenate(selected)) if selected else np.zeros(0, np.int64)
+    test_units = np.unique(units[taken])
+    roles = np.empty(n, dtype=np.uint8)
     flat = np.zeros(a * 3, dtype=np.int64)
     groups = data.group_codes
     g = len(data.group_values)
     train_groups = np.zeros(g, dtype=bool)
+    test_parts: list[npt.NDArray[np.int64]] = []
+    n_train = 0
     for span in _spans(n):
-        codes, row_roles, row_groups = strata[span], roles[span], groups[span]
+        codes, row_groups = strata[span], groups[span]
         answered = codes >= 0
+        in_test = member_of(data.units[span], test_units)
+        row_roles = np.full(len(codes), _EXCLUDED, dtype=np.uint8)
+        trains = ~in_test
+        if source is not HoldoutSource.REVIEWED:
+            trains &= answered
+        row_roles[trains] = _TRAIN
+        lo, hi = np.searchsorted(chosen, [span.start, span.stop])
+        row_roles[chosen[lo:hi] - span.start] = _TEST  # every chosen row is in a test unit
+        roles[span] = row_roles
+        test_parts.append(np.flatnonzero(in_test) + span.start)
+        n_train += int(np.count_nonzero(row_roles == _TRAIN))
         flat += np.bincount(codes[answered].astype(np.int64) * 3 + row_roles[answered],
-                           minlength=a * 3)
+                            minlength=a * 3)
         train_groups[row_groups[(row_roles == _TRAIN) & (row_groups >= 0)]] = True
     per = flat.reshape(a, 3)
-    test_rows = np.flatnonzero(in_test)
+    test_rows = np.concatenate(test_parts) if test_parts else np.zeros(0, np.int64)
+    n_test = int(chosen.size)
     summary = HoldoutSummary(
         decision=decision,
         source=source,
         seed_sha256=seed.hex(),
         n_rows=n,
         n_labeled=n_labeled,
-        n_test=int(np.count_nonzero(roles == _TEST)),
-        n_train=int(np.count_nonzero(roles == _TRAIN)),
-        n_excluded=int(np.count_nonzero(roles == _EXCLUDED)),
+        n_test=n_test,
+        n_train=n_train,
+        n_excluded=n - n_test - n_train,
         target_test=sum(quotas),
         capped=capped,
         grouped=data.grouped,
         groups_test=int(np.unique(groups[test_rows][groups[test_rows] >= 0]).size),
         groups_train=int(np.count_nonzero(train_groups)),
-        rows_excluded_from_train=int(np.count_nonzero(~selected[test_rows])),
+        rows_excluded_from_train=int(test_rows.size) - n_test,
         per_answer=tuple(
             AnswerSplit(answer=name, labeled=int(counts[i]), share=shares[i], target=quotas[i],
                         test=int(per[i, 0]), train=int(per[i, 1]), excluded=int(per[i, 2]))
@@ -680,7 +702,7 @@ def _strings(values: Sequence[str], codes: npt.NDArray[Any]) -> pa.Array:
 
 
 def _prepare(
-    ids: pa.Array | pa.ChunkedArray,
+    ids: TextSource,
     group_codes: npt.NDArray[np.int32],
     group_values: pa.Array,
     grouped: bool,
@@ -693,6 +715,8 @@ def _prepare(
     n = len(ids)
     keys = Buckets(16)
     digests = [Buckets(32) for _ in plans]
+    id_batches = ids.batches()
+    pending: list[pa.Array] = []
     try:
         start = 0
         for batch in texts.batches():
@@ -701,9 +725,7 @@ def _prepare(
                 break
             part = slice(start, start + m)
             keys.add(key_records(text_keys(batch), start))
-            batch_ids = ids.slice(start, m)
-            if isinstance(batch_ids, pa.ChunkedArray):
-                batch_ids = batch_ids.combine_chunks()
+            batch_ids = aligned(id_batches, m, pending)
             batch_groups = _strings_or_null(group_values, group_codes[part])
             for plan, out in zip(plans, digests, strict=True):
                 out.add(row_digests(batch_ids, batch, _strings(plan.answers, plan.strata[part]),
@@ -756,7 +778,7 @@ def _rows_and_seeds(dataset: Dataset, plans: Sequence[_Plan]) -> tuple[SplitRows
         return ready.rows, [ready.labeled_seeds[p.name] for p in plans]
     codes = dataset.group_codes
     group_codes = codes if codes is not None else np.full(dataset.n_rows, -1, dtype=np.int32)
-    return _prepare(dataset.ids, group_codes, dataset.group_values,
+    return _prepare(dataset.id_source, group_codes, dataset.group_values,
                     dataset.columns.group is not None, dataset.texts, plans)
 
 
@@ -779,13 +801,13 @@ def split_dataset(
 
 def _record_columns(
     records: Sequence[HoldoutRecord],
-) -> tuple[pa.Array, npt.NDArray[np.int32], pa.Array, MemoryTexts]:
+) -> tuple[MemoryTexts, npt.NDArray[np.int32], pa.Array, MemoryTexts]:
     seen: set[str] = set()
     for r in records:
         if r.id in seen:
             raise DatasetError("unique ids", f"{r.id!r} twice", "make the ids unique", column="id")
         seen.add(r.id)
-    ids = pa.array([r.id for r in records], pa.large_string())
+    ids = MemoryTexts(pa.array([r.id for r in records], pa.large_string()))
     encoded = pc.dictionary_encode(pa.array([r.group for r in records], pa.large_string()))
     codes = np.asarray(pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False),
                        dtype=np.int32)
@@ -901,7 +923,7 @@ def join_identical_texts(
     keys = np.concatenate([text_keys(b) for b in texts.batches()]) if records else \
         np.zeros(0, np.uint64)
     data = join_units(ids, group_codes, group_values, True, shared_key_rows(keys), texts.at)
-    return ([data.unit_key(int(u)) for u in data.units], data.rows_joined_by_text,
+    return (data.unit_key_texts(data.units), data.rows_joined_by_text,
             data.groups_joined_by_text)
 
 
@@ -929,4 +951,4 @@ def training_ids(holdouts: Sequence[Holdout]) -> frozenset[str]:
     if not holdouts:
         return frozenset()
     mask = training_mask(holdouts)
-    return frozenset(holdouts[0].data.ids.filter(pa.array(mask)).to_pylist())
+    return frozenset(holdouts[0].data.ids_at(np.flatnonzero(mask)))

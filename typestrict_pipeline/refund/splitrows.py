@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from typestrict_pipeline.refund.rowdigest import order_by_digest, text_labels
+from typestrict_pipeline.refund.sources import TextSource
 
 __all__ = ["SEED_DOMAIN", "SplitRows", "join_units", "member_of", "seed_of", "seed_of_parts"]
 
@@ -52,7 +53,7 @@ class SplitRows:
     """What every decision's split shares: the rows' ids, groups and (text-joined) units.
 
     Attributes:
-        ids: every row's id (Arrow text), in input order.
+        id_source: where every row's id is read again (input order; the ids are not kept).
         group_codes: each row's group as an index into ``group_values`` (-1: none).
         group_values: the distinct group values.
         grouped: whether the data has a group column.
@@ -61,7 +62,7 @@ class SplitRows:
         rows_joined_by_text / groups_joined_by_text: see :class:`HoldoutSummary`.
     """
 
-    ids: pa.Array
+    id_source: TextSource
     group_codes: npt.NDArray[np.int32]
     group_values: pa.Array
     grouped: bool
@@ -72,7 +73,16 @@ class SplitRows:
     @property
     def n(self) -> int:
         """Rows."""
-        return len(self.ids)
+        return len(self.units)
+
+    @property
+    def ids(self) -> pa.Array:
+        """Every row's id (read again: the whole column in memory, for small data)."""
+        return self.id_source.values()
+
+    def ids_at(self, rows: npt.NDArray[np.int64]) -> list[str]:
+        """The ids of ``rows`` (ascending), read again."""
+        return self.id_source.at(np.asarray(rows, dtype=np.int64))
 
     def group_at(self, i: int) -> str | None:
         """Row ``i``'s group value."""
@@ -81,10 +91,17 @@ class SplitRows:
 
     def unit_key(self, unit: int) -> str:
         r"""A unit's key: ``"g\0" + group`` or ``"r\0" + id``."""
+        return self.unit_key_texts(np.array([unit], dtype=np.int64))[0]
+
+    def unit_key_texts(self, units: npt.NDArray[Any]) -> list[str]:
+        """The keys of ``units`` (any order, repeats allowed), the ids they need read at once."""
+        distinct, back = np.unique(np.asarray(units, dtype=np.int64), return_inverse=True)
         g = len(self.group_values)
-        if unit < g:
-            return "g\0" + str(self.group_values[unit].as_py())
-        return "r\0" + str(self.ids[unit - g].as_py())
+        split = int(np.searchsorted(distinct, g))
+        words = self.group_values.take(pa.array(distinct[:split])).to_pylist()
+        keys = ["g\0" + str(w) for w in words]
+        keys += ["r\0" + i for i in self.ids_at(distinct[split:] - g)]
+        return [keys[int(k)] for k in back.reshape(-1)]
 
     def unit_keys(self, units: npt.NDArray[np.int64]) -> pa.Array:
         """The keys of ascending ``units``, as Arrow binary (group units first)."""
@@ -92,7 +109,8 @@ class SplitRows:
         split = int(np.searchsorted(units, g))
         parts = []
         for prefix, values in ((b"g\0", self.group_values.take(pa.array(units[:split]))),
-                               (b"r\0", self.ids.take(pa.array(units[split:] - g)))):
+                               (b"r\0", self.id_source.take(np.asarray(units[split:] - g,
+                                                                        dtype=np.int64)))):
             if len(values):
                 parts.append(pc.binary_join_element_wise(
                     pa.scalar(prefix, pa.large_binary()), values.cast(pa.large_binary()),
@@ -130,7 +148,7 @@ def own_units(group_codes: npt.NDArray[np.int32], g: int) -> npt.NDArray[Any]:
 
 
 def join_units(
-    ids: pa.Array | pa.ChunkedArray,
+    ids: TextSource,
     group_codes: npt.NDArray[np.int32],
     group_values: pa.Array,
     grouped: bool,
@@ -167,10 +185,14 @@ def join_units(
     root = members.copy()
     by_comp = np.argsort(comp, kind="stable")
     starts = np.searchsorted(comp[by_comp], joined)
-    for c, s in zip(joined.tolist(), starts.tolist(), strict=True):
-        units = members[by_comp[s:s + int(per[c])]]
-        smallest = min(units.tolist(), key=base.unit_key)
-        root[by_comp[s:s + int(per[c])]] = smallest
+    spans = [by_comp[s:s + int(per[c])] for c, s in zip(joined.tolist(), starts.tolist(),
+                                                          strict=True)]
+    every = np.concatenate(spans)  # every joined member's key at once (one read of the ids)
+    keys = dict(zip(members[every].tolist(), base.unit_key_texts(members[every]), strict=True))
+    for span in spans:
+        units = members[span]
+        smallest = min(units.tolist(), key=keys.__getitem__)
+        root[span] = smallest
     in_joined = per[comp] > 1
     moved_units = members[in_joined]
     moved = member_of(own, moved_units)
