@@ -29,9 +29,11 @@ the same message, row and column as when every cell was a Python object (the ref
 from __future__ import annotations
 
 import difflib
+import functools
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -619,7 +621,8 @@ def _single_codes(
     """Each row's index in ``answers`` (-1: empty), and the first value outside them: the value
     at the first such row, with its first rows and how many rows have it."""
     value_set = pa.array(list(answers), type=pa.large_string())
-    parts: list[npt.NDArray[np.int16]] = []
+    codes_all = np.empty(sum(len(c) for c in column.chunks), dtype=np.int16)
+    row = 0
     first_bad: str | None = None
     for chunk in column.chunks:
         mapped = pc.fill_null(pc.index_in(chunk.dictionary, value_set=value_set), -2)
@@ -634,8 +637,8 @@ def _single_codes(
             outside = np.flatnonzero(codes == -2)
             if outside.size:
                 first_bad = str(chunk.dictionary[int(indices[outside[0]])].as_py())
-        parts.append(codes)
-    codes_all = np.concatenate(parts) if parts else np.zeros(0, np.int16)
+        codes_all[row:row + len(codes)] = codes  # written in place: no second copy of the rows
+        row += len(codes)
     if first_bad is None:
         return codes_all, None
     rows = _Rows()
@@ -1077,16 +1080,38 @@ def _run(
         ids, texts = sources(validator.n)
         dataset = _with_texts(validator.finish(ids), texts, None)
         _release_unused()  # the batches' columns are coded and let go
-        return _with_texts(dataset, dataset.texts, validator.prepare(dataset))
+        prepared = validator.prepare(dataset)
+        _release_unused()  # the text keys and digests are read and let go
+        return _with_texts(dataset, dataset.texts, prepared)
     finally:
         validator.close()
 
 
 def _release_unused() -> None:
-    """Give the memory Arrow's allocator keeps for reuse back to the system: the batches are
-    read, and what follows allocates mostly with NumPy (its effect alone was not measured apart
-    from the round's other changes; docs/benchmarks.md)."""
+    """Give back to the system the memory the allocators keep for reuse: Arrow's pool (the
+    batches are read, and what follows allocates mostly with NumPy) and, with glibc, the free
+    pages of ``malloc``'s heaps (``malloc_trim``: NumPy's arrays below 32 MB come from there,
+    and pages freed between arrays still held are otherwise kept until the process ends)."""
     pa.default_memory_pool().release_unused()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or None (another C library, another system)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        function = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_size_t]
+    function.restype = ctypes.c_int
+    return cast("Callable[[int], int]", function)
 
 
 def validate_dataset(

@@ -194,10 +194,14 @@ def join_units(
         smallest = min(units.tolist(), key=keys.__getitem__)
         root[span] = smallest
     in_joined = per[comp] > 1
-    moved_units = members[in_joined]
-    moved = member_of(own, moved_units)
-    count = int(np.count_nonzero(moved))
-    own[moved] = root[np.searchsorted(members, own[moved])]  # own is this function's array
+    moved_units = members[in_joined]  # sorted: members are
+    count = 0
+    for start in range(0, len(own), _CHUNK):  # a million rows at a time: no temporary of n
+        part = own[start:start + _CHUNK]  # a view: own is this function's array
+        at = np.minimum(np.searchsorted(moved_units, part), len(moved_units) - 1)
+        moved = moved_units[at] == part
+        count += int(np.count_nonzero(moved))
+        part[moved] = root[np.searchsorted(members, part[moved])]
     return SplitRows(ids, group_codes, group_values, grouped, own, count, int(joined.size))
 
 
