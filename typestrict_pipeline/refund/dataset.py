@@ -17,11 +17,13 @@ Reading rules (documented in ``docs/manifest.md``):
   JSONL or Parquet, or a JSON list written in a CSV cell.
 
 **Columnar.** The file is read in bounded batches (``refund.table``) and validated column by
-column with Arrow compute functions (``refund.cells``); what stays in memory is the ids (Arrow
-text), the group and answer codes (NumPy) and, for multiple choice, the options (an Arrow list
-column). Texts are not kept: :class:`Dataset` reads them again, from the same file, for the rows
-asked (:meth:`Dataset.examples_at`; the split streams them, ``refund.holdout``), and refuses a
-file that changed since it was validated. The errors are today's, in today's order: a file gets
+column with Arrow compute functions (``refund.cells``); what stays in memory is the group and
+answer codes (NumPy) and, for multiple choice, the options (an Arrow list column). Neither the
+texts nor the ids are kept (``refund.sources``): :class:`Dataset` reads them again, from the same
+file, for the rows asked (:meth:`Dataset.examples_at`; the split streams them,
+``refund.holdout``), and refuses a file that changed since it was validated. Ids are checked
+unique by a 64-bit key each (spilled to disk past a bound); only the rows whose key another row
+has are read again and compared. The errors are today's, in today's order: a file gets
 the same message, row and column as when every cell was a Python object (the reference kept in
 ``tests/refund_reference.py`` proves it).
 """

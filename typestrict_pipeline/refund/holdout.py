@@ -44,7 +44,9 @@ The algorithm, step by step (no random generator anywhere: every "draw" is an or
 **Columnar.** :func:`split_decisions` reads the texts once more in bounded batches
 (:attr:`~typestrict_pipeline.refund.dataset.Dataset.texts`), computes every row's seed digest and
 a key of its normalised text (``refund.rowdigest``), and runs the passes with NumPy over units in
-rank order; a Python object is built only for the test rows (:attr:`Holdout.test_rows`).
+rank order; a Python object is built only for the test rows (:attr:`Holdout.test_rows`). The
+ids are not held: the test rows', pass 2's and the ungrouped units' are read again from the
+file (``refund.sources``), and the test rows are kept as row numbers, the roles as one byte a row.
 ``tests/refund_reference.py`` keeps the row-by-row implementation this one is proved against.
 
 >>> rows = [HoldoutRecord(id=str(i), text=f"t{i}", answer="yes" if i % 4 else "no", group=None)
