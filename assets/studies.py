@@ -42,7 +42,7 @@ from typestrict_pipeline.study.runner import (
     RunKey,
     deal_chunks,
     default_chunk_count,
-    execute_run,
+    execute_chunk,
     finalize_study,
     plan_runs,
 )
@@ -343,17 +343,16 @@ def study_backtests(context: dg.OpExecutionContext, keys: list[dict[str, Any]], 
     study_id = run_keys[0].study_id
     with store.engine() as engine, frozen_heap():
         backend = study_runner.backend(engine, study_id)
-        for run_key in run_keys:
-            try:
-                result = execute_run(engine, run_key, backend,
-                                     attempt=f"{context.run_id}:{run_key.name}")
-            except Exception as exc:
-                repo.mark_failed(engine, study_id, f"{type(exc).__name__}: {exc}")
-                raise
+        try:
+            # Reserved and settled a slice at a time; stops at the first refused window (a
+            # limit stopped the study: this step's later windows do not start).
+            results = execute_chunk(engine, run_keys, backend, attempt=context.run_id)
+        except Exception as exc:
+            repo.mark_failed(engine, study_id, f"{type(exc).__name__}: {exc}")
+            raise
+        for result in results:
             statuses[result.status] = statuses.get(result.status, 0) + 1
             cost += result.cost_micro
-            if result.status == "REFUSED":
-                break  # a limit stopped the study: this step's later windows do not start
     return {"study_id": study_id, "statuses": statuses, "cost_micro": cost}
 
 

@@ -779,6 +779,165 @@ def _hold(conn: Connection, key: Mapping[str, Any], existing: _HeldRun | None, a
     return Reservation(run_id, attempt, est, steps, prior)
 
 
+@dataclass(frozen=True)
+class SliceReservation:
+    """What :func:`reserve_slice` admitted: one entry per window of the slice's admitted prefix."""
+
+    runs: tuple[Reservation | AlreadyDone, ...]
+    """In the slice's order: a :class:`Reservation` to run, or :class:`AlreadyDone` (an earlier
+    attempt finished it). Shorter than the slice when only a prefix fitted the limits."""
+    fresh: frozenset[int] = frozenset()
+    """The run rows this reservation inserted (no earlier attempt): :func:`release_unstarted`
+    deletes them, so a window released before it started leaves no row, as if never reserved."""
+
+
+_STUDY_HEADROOM = select(_S.state, _S.stop_limit, _S.spend_micro, _S.reserved_micro,
+                         _S.budget_micro, _S.steps_used, _S.steps_reserved,
+                         _S.max_total_steps).where(_S.id == bindparam("sid")).with_for_update()
+
+
+def reserve_slice(
+    engine: Engine,
+    study_id: int,
+    runs: Sequence[tuple[int, int, WindowKind, int, int]],
+    *,
+    attempts: Sequence[str],
+) -> SliceReservation | Refused:
+    """Reserve the next windows of a chunk at once: one transaction, one update of the study row.
+
+    Each window keeps its own run row, idempotency key and attempt (``attempts[i]``), exactly as
+    :func:`reserve_run` would give it: a finished window is :class:`AlreadyDone` (never re-run,
+    never charged again), a window an interrupted attempt left ``RESERVED`` is released first
+    (what it flushed stays spent). The windows still to run are reserved together, their summed
+    estimate and steps, by the same conditional UPDATE as one window's (within the budget and
+    the step limit, study running, no limit hit). When they do not all fit, the longest prefix
+    of the slice that fits is reserved instead; when not even its first window fits, nothing is
+    and the limit is recorded as :func:`reserve_run` records it. So windows run in the same
+    order and the budget is never passed, whatever the slice's length.
+
+    Args:
+        engine: the store.
+        study_id: the study.
+        runs: ``(candidate_id, fold, window, steps, estimate_micro)`` of each window, in the
+            order they will run.
+        attempts: each window's attempt id (same length as ``runs``).
+
+    Returns:
+        The admitted prefix (:class:`SliceReservation`), or :class:`Refused` when not even the
+        first window to run was admitted.
+    """
+    if len(attempts) != len(runs) or not runs:
+        raise ValueError(f"expected one attempt per window of a non-empty slice, got "
+                         f"{len(attempts)} attempts for {len(runs)} windows")
+    with engine.begin() as conn:
+        _write_lock(conn)
+        plan: list[tuple[dict[str, Any], _HeldRun | None, int, int]] = []
+        for candidate_id, fold, window, steps, est in runs:
+            key = {"study_id": study_id, "candidate_id": candidate_id, "fold": fold,
+                   "window": window.value}
+            plan.append((key, _held_run(conn, _RUN_BY_KEY, key), steps, est))
+
+        def done(item: tuple[dict[str, Any], _HeldRun | None, int, int]) -> bool:
+            return item[1] is not None and item[1].state == RunState.DONE.value
+
+        for _, existing, _, _ in plan:
+            if existing is not None and existing.state != RunState.DONE.value:
+                _release(conn, existing)
+        todo = [item for item in plan if not done(item)]
+        admitted = len(plan)
+        if todo:
+            est = sum(item[3] for item in todo)
+            steps_needed = sum(item[2] for item in todo)
+            if not conn.execute(_RESERVE, {"sid": study_id, "est": est,
+                                           "steps": steps_needed}).rowcount:
+                admitted, est, steps_needed = _fitting_prefix(conn, study_id, plan, done)
+                first_todo = next(i for i, item in enumerate(plan) if not done(item))
+                if admitted == 0:
+                    return _refusal(conn, study_id, plan[first_todo][2])
+                # Only finished windows fit before the first refused one: they are reported; the
+                # next slice starts at that window and records the limit.
+                if admitted > first_todo and not conn.execute(_RESERVE, {
+                        "sid": study_id, "est": est, "steps": steps_needed}).rowcount:
+                    return _refusal(conn, study_id, plan[first_todo][2])
+        out: list[Reservation | AlreadyDone] = []
+        fresh: set[int] = set()
+        for i, item in enumerate(plan[:admitted]):
+            key, existing, steps, each = item
+            if existing is not None and done(item):
+                out.append(AlreadyDone(existing.id))
+                continue
+            held = _hold(conn, key, existing, attempts[i], each, steps)
+            if existing is None:
+                fresh.add(held.run_id)
+            out.append(held)
+        return SliceReservation(tuple(out), frozenset(fresh))
+
+
+def _fitting_prefix(
+    conn: Connection, study_id: int,
+    plan: Sequence[tuple[dict[str, Any], _HeldRun | None, int, int]],
+    done: Callable[[tuple[dict[str, Any], _HeldRun | None, int, int]], bool],
+) -> tuple[int, int, int]:
+    """How many windows of the slice fit what the study has left (under its row lock), with
+    their summed estimate and steps; 0 when the study admits none."""
+    row = conn.execute(_STUDY_HEADROOM, {"sid": study_id}).one_or_none()
+    if row is None:
+        raise _study_not_found(study_id)
+    state, stop_limit, spend, reserved, budget, used, steps_reserved, max_steps = row
+    if state != StudyState.RUNNING.value or stop_limit is not None:
+        return 0, 0, 0
+    fits = est = steps = 0
+    for item in plan:
+        if not done(item):
+            if budget is not None and spend + reserved + est + item[3] > budget:
+                break
+            if max_steps is not None and used + steps_reserved + steps + item[2] > max_steps:
+                break
+            est += item[3]
+            steps += item[2]
+        fits += 1
+    return fits, est, steps
+
+
+def study_refusal(engine: Engine, study_id: int) -> Refused | None:
+    """Why no further run of the study may start now (cancelled, ended, a limit recorded), or
+    ``None`` while it runs: one read, no lock (a window reserved in a slice asks before it
+    starts, so a cancel or a limit stops the rest of the slice at once)."""
+    with engine.connect() as conn:
+        row = conn.execute(_STUDY_STATE, {"sid": study_id}).one_or_none()
+    if row is None:
+        raise _study_not_found(study_id)
+    state = StudyState(row[0])
+    if state != StudyState.RUNNING:
+        return Refused(None, state)
+    if row[1] is not None:
+        return Refused(StopLimit(row[1]), state)
+    return None
+
+
+def release_unstarted(engine: Engine, reservations: Sequence[Reservation],
+                      fresh: frozenset[int] = frozenset()) -> None:
+    """Give back the reservations of a slice's windows that never started (one transaction).
+
+    A row the slice inserted (``fresh``) is deleted: the window is unrun, as if never reserved.
+    A row an earlier attempt left is released as an interrupted attempt (``FAILED``, what it
+    spent kept). Rows this attempt no longer owns are left alone.
+    """
+    if not reservations:
+        return
+    with engine.begin() as conn:
+        _write_lock(conn)
+        for res in sorted(reservations, key=lambda r: r.run_id):
+            run = _run_by_id(conn, res.run_id)
+            if not run.owned_by(res.attempt):
+                continue
+            if run.id in fresh and not run.cost_micro and run.steps_done == 0:
+                _move_study(conn, run, 0, 0, run.reserved_micro, run.steps_planned)
+                conn.execute(delete(_RUNS).where(_RUNS.c.id == run.id))
+            else:
+                _release(conn, run)
+
+
 def extend_reservation(engine: Engine, run_id: int, attempt: str, extra_micro: int) -> bool:
     """Reserve ``extra_micro`` more for a running run whose real cost outgrows its estimate.
 
@@ -850,6 +1009,18 @@ def _move(conn: Connection, run: _HeldRun, d_cost: int, d_steps: int) -> None:
     })
 
 
+@dataclass(frozen=True)
+class Settlement:
+    """How one reserved run ended: its real cost and steps (this attempt's, plus what earlier
+    attempts spent), its scores, its state."""
+
+    cost_micro: int
+    steps_done: int
+    scores: Sequence[tuple[str, float]]
+    state: RunState = RunState.DONE
+    error: str | None = None
+
+
 def settle_run(
     engine: Engine,
     reservation: Reservation,
@@ -864,26 +1035,60 @@ def settle_run(
 
     Returns ``False`` (and records nothing) when this attempt no longer owns the run.
     """
+    return settle_runs(engine, [(reservation, Settlement(cost_micro, steps_done, scores, state,
+                                                         error))])[0]
+
+
+def settle_runs(engine: Engine, items: Sequence[tuple[Reservation, Settlement]]) -> list[bool]:
+    """Finish several runs in one transaction (a slice's finished windows): each as
+    :func:`settle_run` would, with one update of the study row for all of them.
+
+    Returns, per run, whether it was recorded (``False``: this attempt no longer owns it).
+    """
+    if not items:
+        return []
+    out: list[bool] = []
     with engine.begin() as conn:
         _write_lock(conn)
-        run = _run_by_id(conn, reservation.run_id)
-        if not run.owned_by(reservation.attempt):
-            return False
-        # What was flushed is spent: a settlement never lowers it.
-        flushed = run.cost_micro or 0
-        cost_micro = max(cost_micro, flushed)
-        steps_done = max(steps_done, run.steps_done)
-        # One statement: the real cost into spend, the whole remaining reservation given back.
-        _move_study(conn, run, cost_micro - flushed, steps_done - run.steps_done,
-                    run.reserved_micro, run.steps_planned - run.steps_done)
-        _charge_candidate(conn, run, cost_micro - flushed)
-        conn.execute(_UPDATE_RUN, {
-            "run_id": run.id, "cost_micro": cost_micro, "steps_done": steps_done,
-            "reserved_micro": 0, "steps_planned": steps_done, "state": state.value,
-            "scores_json": [[t, float(v)] for t, v in scores], "error": error,
-            "finished_at": utcnow(),
-        })
-        return True
+        held = {r.id: r for r in (
+            _HeldRun(*row) for row in conn.execute(
+                select(*_HELD_COLUMNS).where(_RUNS.c.id.in_(sorted({res.run_id for res, _ in items})))
+                .order_by(_RUNS.c.id).with_for_update()))}
+        d_cost = d_steps = freed_micro = freed_steps = 0
+        by_candidate: dict[int, int] = {}
+        updates: list[dict[str, Any]] = []
+        for reservation, how in items:
+            run = held.get(reservation.run_id)
+            if run is None or not run.owned_by(reservation.attempt):
+                out.append(False)
+                continue
+            # What was flushed is spent: a settlement never lowers it.
+            flushed = run.cost_micro or 0
+            cost_micro = max(how.cost_micro, flushed)
+            steps_done = max(how.steps_done, run.steps_done)
+            # The real cost into spend, the whole remaining reservation given back.
+            d_cost += cost_micro - flushed
+            d_steps += steps_done - run.steps_done
+            freed_micro += run.reserved_micro
+            freed_steps += run.steps_planned - run.steps_done
+            by_candidate[run.candidate_id] = by_candidate.get(run.candidate_id, 0) + cost_micro - flushed
+            updates.append({
+                "run_id": run.id, "cost_micro": cost_micro, "steps_done": steps_done,
+                "reserved_micro": 0, "steps_planned": steps_done, "state": how.state.value,
+                "scores_json": [[t, float(v)] for t, v in how.scores], "error": how.error,
+                "finished_at": utcnow(),
+            })
+            held[run.id] = _HeldRun(run.id, run.study_id, run.candidate_id, how.state.value,
+                                    run.attempt, steps_done, steps_done, 0, cost_micro, how.error)
+            out.append(True)
+        if updates:
+            study_id = next(iter(held.values())).study_id
+            conn.execute(_MOVE, {"sid": study_id, "d_cost": d_cost, "d_steps": d_steps,
+                                 "freed_micro": freed_micro, "freed_steps": freed_steps})
+            for cid in sorted(by_candidate):
+                conn.execute(_CHARGE_CANDIDATE, {"cid": cid, "d_cost": by_candidate[cid]})
+            conn.execute(_UPDATE_RUN, updates)
+        return out
 
 
 def record_stop(engine: Engine, study_id: int, limit: StopLimit = StopLimit.BUDGET_USD) -> None:
@@ -952,6 +1157,8 @@ __all__ = [
     "LastBacktest",
     "Refused",
     "Reservation",
+    "Settlement",
+    "SliceReservation",
     "active_study",
     "cancel_study",
     "create_study",
@@ -963,9 +1170,13 @@ __all__ = [
     "interrupt_study",
     "mark_failed",
     "record_stop",
+    "release_unstarted",
     "reserve_run",
     "reserve_runs_together",
+    "reserve_slice",
     "set_min_unseen_steps",
     "settle_run",
+    "settle_runs",
     "start_study",
+    "study_refusal",
 ]

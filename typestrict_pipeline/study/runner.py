@@ -420,6 +420,151 @@ def execute_run(engine: Engine, key: RunKey, backend: StudyBackend, *,
     return RunResult(key, state.value, result.cost_micro)
 
 
+SLICE_MAX_WINDOWS = 32
+"""At most this many windows of a chunk are reserved together (:func:`execute_chunk`)."""
+SLICE_MAX_BUDGET_SHARE = 50
+"""...and, for a study with a USD budget, their summed estimate is at most 1/50 of the budget
+(always at least one window): near the end of the budget, the windows a slice holds reserved
+and has not yet run are at most 2% of it per chunk in flight."""
+SETTLE_EVERY_S = 1.0
+"""A slice's finished windows are settled together at least this often (and at its end), so
+what a killed process spent and did not record is about a second of work, as with one window's
+progress flushes."""
+
+
+def slice_length(keys: Sequence[RunKey], estimates: Sequence[int],
+                 budget_micro: int | None) -> int:
+    """How many of the next windows (``keys``, in order, with their estimates) one slice takes.
+
+    >>> t = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
+    >>> keys = [RunKey(1, c, 1, WindowKind.TUNE, t, t, 10) for c in range(40)]
+    >>> slice_length(keys, [0] * 40, None), slice_length(keys, [100] * 40, 1_000)
+    (32, 1)
+    >>> slice_length(keys, [100] * 40, 50_000), slice_length(keys[:3], [100] * 3, None)
+    (10, 3)
+    """
+    cap = None if budget_micro is None else budget_micro // SLICE_MAX_BUDGET_SHARE
+    n = total = 0
+    for est in estimates[: min(len(keys), SLICE_MAX_WINDOWS)]:
+        if n and cap is not None and total + est > cap:
+            break
+        total += est
+        n += 1
+    return max(n, 1) if keys else 0
+
+
+def execute_chunk(engine: Engine, keys: Sequence[RunKey], backend: StudyBackend, *,
+                  attempt: str) -> list[RunResult]:
+    """Run a chunk's windows in order, reserving and settling them a slice at a time.
+
+    Each slice is the next :func:`slice_length` windows: one reservation for all of them
+    (:func:`repo.reserve_slice`, their summed estimate, within the limits, else the longest
+    prefix that fits), then each window runs under its own guard (a run that outgrows its
+    estimate extends its own reservation; progress is flushed per window), then the finished
+    windows are settled together (:func:`repo.settle_runs`) at the slice's end and at least
+    every :data:`SETTLE_EVERY_S`. Each window keeps its idempotency key and its attempt
+    (``attempt:window name``): a resumed chunk never re-runs or re-charges a settled window,
+    and a window left reserved by a killed attempt is released and run again. Before each
+    window after the slice's first, the study is asked whether runs may still start: a cancel
+    or a limit recorded by another chunk stops the rest of the slice at once (its reservation
+    given back). The results stop at the first ``REFUSED`` window.
+
+    Raises:
+        Exception: what the backend raised (the slice's finished windows settled, the failing
+            one ``FAILED`` with what it spent, the rest released).
+    """
+    results: list[RunResult] = []
+    if not keys:
+        return results
+    static = _static(engine, keys[0].study_id)
+    budget = _budget(engine, keys[0].study_id) if static.enforce_cost else None
+    i = 0
+    while i < len(keys):
+        if parent_gone():
+            results.append(RunResult(keys[i], "REFUSED", detail=ORPHANED))
+            break
+        rest = keys[i:]
+        estimates = [_estimate(static, k.steps) for k in rest[:SLICE_MAX_WINDOWS]]
+        piece = rest[: slice_length(rest, estimates, budget)]
+        done = _execute_slice(engine, piece, estimates, backend, static, attempt)
+        results.extend(done)
+        i += len(done)
+        if not done or done[-1].status == "REFUSED" or done[-1].detail == ORPHANED:
+            break
+    return results
+
+
+def _budget(engine: Engine, study_id: int) -> int | None:
+    with session_scope(engine) as s:
+        return repo.get_study(s, study_id).budget_micro
+
+
+def _execute_slice(engine: Engine, piece: Sequence[RunKey], estimates: Sequence[int],
+                   backend: StudyBackend, static: _StudyStatic,
+                   attempt: str) -> list[RunResult]:
+    study_id = piece[0].study_id
+    held = repo.reserve_slice(
+        engine, study_id,
+        [(k.candidate_id, k.fold, k.window, k.steps, e)
+         for k, e in zip(piece, estimates[: len(piece)], strict=True)],
+        attempts=[f"{attempt}:{k.name}" for k in piece])
+    if isinstance(held, repo.Refused):
+        why = held.limit.value if held.limit else held.state.label
+        return [RunResult(piece[0], "REFUSED", detail=why)]
+    results: list[RunResult] = []
+    pending: list[tuple[repo.Reservation, repo.Settlement]] = []
+    last_write = time.monotonic()
+    runs = list(held.runs)
+
+    def unstarted(j: int) -> list[repo.Reservation]:
+        return [r for r in runs[j:] if isinstance(r, repo.Reservation)]
+
+    for j, (key, outcome) in enumerate(zip(piece, runs, strict=False)):  # runs: a prefix
+        if isinstance(outcome, repo.AlreadyDone):
+            results.append(RunResult(key, "ALREADY_DONE"))
+            continue
+        stop: str | None = None
+        if parent_gone():
+            stop = ORPHANED
+        elif j > 0 and (refused := repo.study_refusal(engine, study_id)) is not None:
+            stop = refused.limit.value if refused.limit else refused.state.label
+        if stop is not None:
+            repo.settle_runs(engine, pending)
+            repo.release_unstarted(engine, unstarted(j), held.fresh)
+            results.append(RunResult(key, "REFUSED", detail=stop))
+            return results
+        guard = _Guard(engine, outcome, _estimate(static, 1), static.enforce_cost)
+        seal = None if key.window == WindowKind.HOLDOUT else static.layout.seal_at
+        cand = _candidate_spec(engine, key.candidate_id)
+        try:
+            result = backend.run_window(cand, Window(key.start, key.end, key.steps), key.window,
+                                        seal_at=seal, should_stop=guard)
+        except Exception as exc:
+            pending.append((outcome, repo.Settlement(
+                outcome.prior_cost_micro + guard.last_cost, guard.last_steps, (),
+                RunState.FAILED, f"{type(exc).__name__}: {exc}")))
+            repo.settle_runs(engine, pending)
+            repo.release_unstarted(engine, unstarted(j + 1), held.fresh)
+            raise
+        cut = guard.cut or guard.stopped or result.cut or result.steps_done < key.steps
+        state = RunState.CUT if cut else RunState.DONE
+        pending.append((outcome, repo.Settlement(outcome.prior_cost_micro + result.cost_micro,
+                                                 result.steps_done, result.scores, state)))
+        results.append(RunResult(key, state.value, result.cost_micro))
+        if guard.cut or guard.stopped:
+            repo.settle_runs(engine, pending)
+            repo.release_unstarted(engine, unstarted(j + 1), held.fresh)
+            if guard.cut:
+                repo.record_stop(engine, study_id)
+            return results
+        now = time.monotonic()
+        if now - last_write >= SETTLE_EVERY_S:
+            repo.settle_runs(engine, pending)
+            pending, last_write = [], now
+    repo.settle_runs(engine, pending)
+    return results
+
+
 @dataclass(frozen=True)
 class StudyOutcome:
     """The end of a study: its state, winner, holdout score (or why it is missing), and the
@@ -590,14 +735,16 @@ def _score_baseline(engine: Engine, study_id: int, layout: FoldLayout, winner: i
 
 def run_study_local(engine: Engine, study_id: int, backend: StudyBackend, *,
                     max_workers: int = 4) -> StudyOutcome:
-    """Run a whole study in this process with a thread pool (tests, benchmarks, no Dagster)."""
+    """Run a whole study in this process with a thread pool (tests, benchmarks, no Dagster):
+    its windows dealt into ``max_workers`` chunks (:func:`deal_chunks`), each run by
+    :func:`execute_chunk` in a thread, as the Dagster job's chunk steps run them."""
     repo.start_study(engine, study_id)
     keys = plan_runs(engine, study_id)
     attempt = uuid.uuid4().hex
     try:
         with ThreadPoolExecutor(max_workers=max_workers) as pool:
-            list(pool.map(lambda k: execute_run(engine, k, backend, attempt=f"{attempt}-{k.name}"),
-                          keys))
+            list(pool.map(lambda chunk: execute_chunk(engine, chunk, backend, attempt=attempt),
+                          deal_chunks(keys, max(1, max_workers)) if keys else []))
     except Exception as exc:
         repo.mark_failed(engine, study_id, f"{type(exc).__name__}: {exc}")
         raise
