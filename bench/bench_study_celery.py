@@ -3,6 +3,11 @@
 Run: ``.venv/bin/python -m bench.bench_study_celery`` (needs PostgreSQL at 127.0.0.1:5432,
 trust, database ``test``; Redis at 127.0.0.1:6379).
 
+With ``--scale in_process|celery`` it runs instead the 10,000 × 8 study through ``study_job`` to
+its leaderboard (``--candidates N`` for fewer, ``--workers`` for Celery's; see
+``bench/study_scale.py``): tens of minutes, so never in ``make bench``, which runs this module
+without flags.
+
 The production path on one machine: a Dagster instance on a fresh PostgreSQL database, the
 domain store on a second one, Redis as broker and result backend (a Redis database claimed with
 SET NX and flushed afterwards), and Celery workers started with the shipped
@@ -124,7 +129,20 @@ def celery_study(url: str, broker: str, chunks: int) -> tuple[float, float, int]
     return wall, work, n
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m bench.bench_study_celery")
+    parser.add_argument("--scale", choices=("in_process", "celery"), default=None,
+                        help="run the 10,000 x 8 study through study_job instead (bench/study_scale.py)")
+    parser.add_argument("--candidates", type=int, default=10_000, help="with --scale")
+    parser.add_argument("--workers", type=int, default=2, help="with --scale celery")
+    args = parser.parse_args(argv)
+    if args.scale is not None:
+        from bench.study_scale import measure
+
+        measure(args.scale, args.candidates, args.workers)
+        return
     from sqlalchemy import create_engine, text
 
     from bench.bench_study_walltime import dagster_study
