@@ -169,7 +169,7 @@ def measure(executor: str, n_candidates: int, n_workers: int) -> dict[str, Any]:
     import subprocess
     import sys
 
-    from sqlalchemy import create_engine, select, text
+    from sqlalchemy import create_engine, func, select, text
 
     from bench.bench_study_celery import (
         PG_ADMIN,
@@ -246,6 +246,13 @@ def measure(executor: str, n_candidates: int, n_workers: int) -> dict[str, Any]:
             state = study.state
             n_runs = s.execute(select(RunRow.id).where(RunRow.study_id == sid,
                                                         RunRow.state == "DONE")).all()
+            first, last = s.execute(select(func.min(RunRow.started_at), func.max(RunRow.finished_at))
+                                    .where(RunRow.study_id == sid, RunRow.window != "HOLDOUT")).one()
+            assert study.started_at is not None and study.finished_at is not None
+            assert first is not None and last is not None
+            search_s = (last - first).total_seconds()
+            until_search = (first - study.started_at).total_seconds()
+            after_search = (study.finished_at - last).total_seconds()
         read_s, ran, verdict = _leaderboard_read(store_url, sid)
         engine.dispose()
         hwm_mb: dict[str, tuple[int, float, float]] = {}  # root: (processes, largest, sum)
@@ -265,6 +272,11 @@ def measure(executor: str, n_candidates: int, n_workers: int) -> dict[str, Any]:
               f"{len(n_runs) / wall:,.1f} window runs/s (plan → finalize and the leaderboard's "
               f"materialization); this process's CPU {out['cpu_user']:.0f} s user + "
               f"{out['cpu_system']:.0f} s system", flush=True)
+        print(f"  of which: plan {until_search:.1f} s (study started → first window), search "
+              f"{search_s:,.1f} s = {(len(n_runs) - 2) / search_s:,.1f} window runs/s (first "
+              f"window's reservation → last search window's settlement), finalize up to the "
+              f"study's end {after_search:.1f} s (then the leaderboard's materialization)")
+        out |= {"search_s": search_s, "plan_s": until_search, "finalize_s": after_search}
         print(f"  leaderboard read again in this process: {read_s:.1f} s ({ran:,} candidates ran; "
               f"verdict {verdict!r})")
         print(f"  peak RSS: sum over the run's processes (sampled every 0.5 s) "
