@@ -22,7 +22,7 @@ from typestrict_pipeline.study.runner import (
     run_study_local,
 )
 from typestrict_pipeline.study.space import SearchSpace
-from typestrict_pipeline.study.tables import StudyState
+from typestrict_pipeline.study.tables import RunState, StudyState
 
 UTC = dt.UTC
 STEPS = 20  # every window: 20 daily steps
@@ -218,3 +218,34 @@ def test_a_cancel_inside_a_slice_stops_its_next_window_and_gives_the_rest_back(
     ledger = _ledger(engine, sid)
     _balanced(ledger)
     assert [r[3] for r in ledger["runs"]] == ["DONE", "DONE"]  # the unstarted rows are gone
+
+
+def test_windows_settled_together_are_stored_as_one_settlement_stores_them(store_url: str) -> None:
+    engine = open_store(store_url)
+    sid = _create(engine, n=2, budget=10**6)
+    repo.start_study(engine, sid)
+    keys = plan_runs(engine, sid)[:3]
+    held = repo.reserve_slice(engine, sid, [(k.candidate_id, k.fold, k.window, k.steps, 200)
+                                            for k in keys], attempts=["a", "b", "c"])
+    assert isinstance(held, repo.SliceReservation)
+    a, b, c = (r for r in held.runs if isinstance(r, repo.Reservation))
+    day = [(dt.datetime(2012, 1, 1 + i, tzinfo=UTC).isoformat(), 0.25 + i) for i in range(2)]
+    assert repo.settle_run(engine, a, cost_micro=150, steps_done=STEPS, scores=day)
+    assert repo.settle_runs(engine, [
+        (b, repo.Settlement(150, STEPS, day)),
+        (c, repo.Settlement(90, 9, day[:1], RunState.CUT, "why")),
+    ]) == [True, True]
+    assert repo.settle_runs(engine, [(b, repo.Settlement(1, 1, ()))]) == [False]  # settled once
+    with engine.connect() as conn:
+        rows = conn.execute(text(
+            "SELECT attempt, state, cost_micro, steps_done, steps_planned, reserved_micro, error, "
+            "CAST(scores_json AS TEXT), finished_at IS NOT NULL FROM study_runs ORDER BY id")).all()
+    pair = ('[["2012-01-01T00:00:00+00:00", 0.25], ["2012-01-02T00:00:00+00:00", 1.25]]')
+    assert [tuple(r) for r in rows] == [
+        ("a", "DONE", 150, STEPS, STEPS, 0, None, pair, True),
+        ("b", "DONE", 150, STEPS, STEPS, 0, None, pair, True),
+        ("c", "CUT", 90, 9, 9, 0, "why", '[["2012-01-01T00:00:00+00:00", 0.25]]', True),
+    ]
+    ledger = _ledger(engine, sid)
+    _balanced(ledger)
+    assert ledger["spend"] == 390 and ledger["used"] == 2 * STEPS + 9

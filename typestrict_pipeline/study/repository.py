@@ -31,13 +31,18 @@ from sqlalchemy import (
     Integer,
     Select,
     String,
+    Text,
     bindparam,
+    cast,
+    column,
     delete,
     func,
     insert,
     select,
     text,
+    tuple_,
     update,
+    values,
 )
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -760,15 +765,20 @@ def _refusal(conn: Connection, study_id: int, steps: int) -> Refused:
     return Refused(StopLimit(recorded or limit.value), state)
 
 
-def _hold(conn: Connection, key: Mapping[str, Any], existing: _HeldRun | None, attempt: str,
-          est: int, steps: int) -> Reservation:
-    """Write the admitted run's row (a new one, or the earlier attempt's); keep its spent cost."""
-    prior = 0 if existing is None else existing.cost_micro or 0
-    values = {
+def _held_values(attempt: str, est: int, steps: int, prior: int) -> dict[str, Any]:
+    """The columns of an admitted run's row (besides its key)."""
+    return {
         "state": RunState.RESERVED.value, "attempt": attempt, "steps_planned": steps,
         "steps_done": 0, "reserved_micro": est, "cost_micro": prior, "scores_json": None,
         "error": None, "started_at": utcnow(), "finished_at": None,
     }
+
+
+def _hold(conn: Connection, key: Mapping[str, Any], existing: _HeldRun | None, attempt: str,
+          est: int, steps: int) -> Reservation:
+    """Write the admitted run's row (a new one, or the earlier attempt's); keep its spent cost."""
+    prior = 0 if existing is None else existing.cost_micro or 0
+    values = _held_values(attempt, est, steps, prior)
     if existing is None:
         inserted = conn.execute(_INSERT_RUN, {**key, **values}).inserted_primary_key
         assert inserted is not None
@@ -831,11 +841,21 @@ def reserve_slice(
                          f"{len(attempts)} attempts for {len(runs)} windows")
     with engine.begin() as conn:
         _write_lock(conn)
+        # One statement locks the rows the slice's windows already have (one round trip, not
+        # one per window: under load each round trip is a context switch on both sides).
+        found: dict[tuple[int, int, str], _HeldRun] = {}
+        for row in conn.execute(
+                select(*_HELD_COLUMNS, _RUNS.c.fold, _RUNS.c.window).where(
+                    _RUNS.c.study_id == study_id,
+                    tuple_(_RUNS.c.candidate_id, _RUNS.c.fold, _RUNS.c.window).in_(
+                        sorted({(c, f, w.value) for c, f, w, _, _ in runs})))
+                .order_by(_RUNS.c.id).with_for_update()):
+            found[(row.candidate_id, row.fold, row.window)] = _HeldRun(*row[:len(_HELD_COLUMNS)])
         plan: list[tuple[dict[str, Any], _HeldRun | None, int, int]] = []
         for candidate_id, fold, window, steps, est in runs:
             key = {"study_id": study_id, "candidate_id": candidate_id, "fold": fold,
                    "window": window.value}
-            plan.append((key, _held_run(conn, _RUN_BY_KEY, key), steps, est))
+            plan.append((key, found.get((candidate_id, fold, window.value)), steps, est))
 
         def done(item: tuple[dict[str, Any], _HeldRun | None, int, int]) -> bool:
             return item[1] is not None and item[1].state == RunState.DONE.value
@@ -859,18 +879,26 @@ def reserve_slice(
                 if admitted > first_todo and not conn.execute(_RESERVE, {
                         "sid": study_id, "est": est, "steps": steps_needed}).rowcount:
                     return _refusal(conn, study_id, plan[first_todo][2])
-        out: list[Reservation | AlreadyDone] = []
-        fresh: set[int] = set()
+        out: list[Reservation | AlreadyDone | None] = []
+        new_rows: list[tuple[int, dict[str, Any]]] = []  # (position in out, the row's values)
         for i, item in enumerate(plan[:admitted]):
             key, existing, steps, each = item
             if existing is not None and done(item):
                 out.append(AlreadyDone(existing.id))
-                continue
-            held = _hold(conn, key, existing, attempts[i], each, steps)
-            if existing is None:
-                fresh.add(held.run_id)
-            out.append(held)
-        return SliceReservation(tuple(out), frozenset(fresh))
+            elif existing is not None:
+                out.append(_hold(conn, key, existing, attempts[i], each, steps))
+            else:
+                new_rows.append((len(out), {**key, **_held_values(attempts[i], each, steps, 0)}))
+                out.append(None)
+        fresh: set[int] = set()
+        if new_rows:  # the new rows in one INSERT ... RETURNING, ids in the rows' order
+            ids = conn.execute(insert(_RUNS).returning(_RUNS.c.id, sort_by_parameter_order=True),
+                               [values for _, values in new_rows]).scalars().all()
+            for (pos, values), run_id in zip(new_rows, ids, strict=True):
+                out[pos] = Reservation(int(run_id), values["attempt"], values["reserved_micro"],
+                                       values["steps_planned"], 0)
+                fresh.add(int(run_id))
+        return SliceReservation(tuple(r for r in out if r is not None), frozenset(fresh))
 
 
 def _fitting_prefix(
@@ -1087,8 +1115,32 @@ def settle_runs(engine: Engine, items: Sequence[tuple[Reservation, Settlement]])
                                  "freed_micro": freed_micro, "freed_steps": freed_steps})
             for cid in sorted(by_candidate):
                 conn.execute(_CHARGE_CANDIDATE, {"cid": cid, "d_cost": by_candidate[cid]})
-            conn.execute(_UPDATE_RUN, updates)
+            if conn.dialect.name == "postgresql" and len(updates) > 1:
+                conn.execute(_settled_rows(conn, updates))
+            else:
+                conn.execute(_UPDATE_RUN, updates)
         return out
+
+
+def _settled_rows(conn: Connection, updates: Sequence[Mapping[str, Any]]) -> Any:
+    """One ``UPDATE study_runs ... FROM (VALUES ...)`` for a slice's settled rows (PostgreSQL:
+    psycopg2 sends an executemany as one round trip per row). The scores are serialized by the
+    column's own JSON processor and cast back, so the stored text is what one row's UPDATE
+    stores."""
+    json_type = _RUNS.c.scores_json.type
+    to_json = json_type.bind_processor(conn.dialect)
+    rows = values(
+        column("run_id", Integer), column("cost_micro", BigInteger),
+        column("steps_done", Integer), column("state", String), column("scores", Text),
+        column("error", Text), column("finished_at", _RUNS.c.finished_at.type), name="settled",
+    ).data([(u["run_id"], u["cost_micro"], u["steps_done"], u["state"],
+             to_json(u["scores_json"]) if to_json is not None else u["scores_json"],
+             u["error"], u["finished_at"]) for u in updates])
+    return (update(_RUNS).where(_RUNS.c.id == rows.c.run_id)
+            .values(cost_micro=rows.c.cost_micro, steps_done=rows.c.steps_done, reserved_micro=0,
+                    steps_planned=rows.c.steps_done, state=rows.c.state,
+                    scores_json=cast(rows.c.scores, json_type), error=rows.c.error,
+                    finished_at=rows.c.finished_at))
 
 
 def record_stop(engine: Engine, study_id: int, limit: StopLimit = StopLimit.BUDGET_USD) -> None:
