@@ -8,9 +8,9 @@ import datetime as dt
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import select, text
 
-from typestrict_pipeline.store import open_store
+from typestrict_pipeline.store import open_store, session_scope
 from typestrict_pipeline.study import repository as repo
 from typestrict_pipeline.study.folds import plan_folds
 from typestrict_pipeline.study.limits import StopLimit, StudyLimits
@@ -22,7 +22,7 @@ from typestrict_pipeline.study.runner import (
     run_study_local,
 )
 from typestrict_pipeline.study.space import SearchSpace
-from typestrict_pipeline.study.tables import RunState, StudyState
+from typestrict_pipeline.study.tables import RunRow, RunState, StudyState
 
 UTC = dt.UTC
 STEPS = 20  # every window: 20 daily steps
@@ -231,9 +231,10 @@ def test_windows_settled_together_are_stored_as_one_settlement_stores_them(store
     a, b, c = (r for r in held.runs if isinstance(r, repo.Reservation))
     day = [(dt.datetime(2012, 1, 1 + i, tzinfo=UTC).isoformat(), 0.25 + i) for i in range(2)]
     assert repo.settle_run(engine, a, cost_micro=150, steps_done=STEPS, scores=day)
+    began = dt.datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)  # when the window really started
     assert repo.settle_runs(engine, [
-        (b, repo.Settlement(150, STEPS, day)),
-        (c, repo.Settlement(90, 9, day[:1], RunState.CUT, "why")),
+        (b, repo.Settlement(150, STEPS, day, started_at=began)),
+        (c, repo.Settlement(90, 9, day[:1], RunState.CUT, "why", began)),
     ]) == [True, True]
     assert repo.settle_runs(engine, [(b, repo.Settlement(1, 1, ()))]) == [False]  # settled once
     with engine.connect() as conn:
@@ -246,6 +247,9 @@ def test_windows_settled_together_are_stored_as_one_settlement_stores_them(store
         ("b", "DONE", 150, STEPS, STEPS, 0, None, pair, True),
         ("c", "CUT", 90, 9, 9, 0, "why", '[["2012-01-01T00:00:00+00:00", 0.25]]', True),
     ]
+    with session_scope(engine) as s:
+        starts = s.execute(select(RunRow.started_at).order_by(RunRow.id)).scalars().all()
+    assert starts[0] != began and starts[1:] == [began, began]  # a's: its reservation's time
     ledger = _ledger(engine, sid)
     _balanced(ledger)
     assert ledger["spend"] == 390 and ledger["used"] == 2 * STEPS + 9

@@ -1047,6 +1047,9 @@ class Settlement:
     scores: Sequence[tuple[str, float]]
     state: RunState = RunState.DONE
     error: str | None = None
+    started_at: dt.datetime | None = None
+    """When the window really started (a slice reserves its windows before the first starts);
+    ``None`` keeps the row's, the time of its reservation."""
 
 
 def settle_run(
@@ -1100,12 +1103,15 @@ def settle_runs(engine: Engine, items: Sequence[tuple[Reservation, Settlement]])
             freed_micro += run.reserved_micro
             freed_steps += run.steps_planned - run.steps_done
             by_candidate[run.candidate_id] = by_candidate.get(run.candidate_id, 0) + cost_micro - flushed
-            updates.append({
+            update_row = {
                 "run_id": run.id, "cost_micro": cost_micro, "steps_done": steps_done,
                 "reserved_micro": 0, "steps_planned": steps_done, "state": how.state.value,
                 "scores_json": [[t, float(v)] for t, v in how.scores], "error": how.error,
                 "finished_at": utcnow(),
-            })
+            }
+            if how.started_at is not None:
+                update_row["started_at"] = how.started_at
+            updates.append(update_row)
             held[run.id] = _HeldRun(run.id, run.study_id, run.candidate_id, how.state.value,
                                     run.attempt, steps_done, steps_done, 0, cost_micro, how.error)
             out.append(True)
@@ -1115,32 +1121,40 @@ def settle_runs(engine: Engine, items: Sequence[tuple[Reservation, Settlement]])
                                  "freed_micro": freed_micro, "freed_steps": freed_steps})
             for cid in sorted(by_candidate):
                 conn.execute(_CHARGE_CANDIDATE, {"cid": cid, "d_cost": by_candidate[cid]})
-            if conn.dialect.name == "postgresql" and len(updates) > 1:
-                conn.execute(_settled_rows(conn, updates))
-            else:
-                conn.execute(_UPDATE_RUN, updates)
+            for timed in (True, False):  # one statement for the rows of each set of columns
+                group = [u for u in updates if ("started_at" in u) == timed]
+                if conn.dialect.name == "postgresql" and len(group) > 1:
+                    conn.execute(_settled_rows(conn, group, timed))
+                elif group:
+                    conn.execute(_UPDATE_RUN, group)
         return out
 
 
-def _settled_rows(conn: Connection, updates: Sequence[Mapping[str, Any]]) -> Any:
+def _settled_rows(conn: Connection, updates: Sequence[Mapping[str, Any]], timed: bool) -> Any:
     """One ``UPDATE study_runs ... FROM (VALUES ...)`` for a slice's settled rows (PostgreSQL:
     psycopg2 sends an executemany as one round trip per row). The scores are serialized by the
     column's own JSON processor and cast back, so the stored text is what one row's UPDATE
     stores."""
     json_type = _RUNS.c.scores_json.type
     to_json = json_type.bind_processor(conn.dialect)
+    stamp = _RUNS.c.finished_at.type
     rows = values(
         column("run_id", Integer), column("cost_micro", BigInteger),
         column("steps_done", Integer), column("state", String), column("scores", Text),
-        column("error", Text), column("finished_at", _RUNS.c.finished_at.type), name="settled",
+        column("error", Text), column("finished_at", stamp), column("started_at", stamp),
+        name="settled",
     ).data([(u["run_id"], u["cost_micro"], u["steps_done"], u["state"],
              to_json(u["scores_json"]) if to_json is not None else u["scores_json"],
-             u["error"], u["finished_at"]) for u in updates])
-    return (update(_RUNS).where(_RUNS.c.id == rows.c.run_id)
-            .values(cost_micro=rows.c.cost_micro, steps_done=rows.c.steps_done, reserved_micro=0,
-                    steps_planned=rows.c.steps_done, state=rows.c.state,
-                    scores_json=cast(rows.c.scores, json_type), error=rows.c.error,
-                    finished_at=rows.c.finished_at))
+             u["error"], u["finished_at"], u.get("started_at", u["finished_at"]))
+            for u in updates])
+    changes: dict[str, Any] = {
+        "cost_micro": rows.c.cost_micro, "steps_done": rows.c.steps_done, "reserved_micro": 0,
+        "steps_planned": rows.c.steps_done, "state": rows.c.state,
+        "scores_json": cast(rows.c.scores, json_type), "error": rows.c.error,
+        "finished_at": rows.c.finished_at}
+    if timed:
+        changes["started_at"] = rows.c.started_at
+    return update(_RUNS).where(_RUNS.c.id == rows.c.run_id).values(changes)
 
 
 def record_stop(engine: Engine, study_id: int, limit: StopLimit = StopLimit.BUDGET_USD) -> None:

@@ -37,7 +37,7 @@ import numpy as np
 from sqlalchemy import Engine, select
 
 from typestrict_pipeline.errors import NotEnoughDataError
-from typestrict_pipeline.store import session_scope
+from typestrict_pipeline.store import session_scope, utcnow
 from typestrict_pipeline.study import repository as repo
 from typestrict_pipeline.study.dependence import Dependence
 from typestrict_pipeline.study.folds import FoldLayout, Window
@@ -536,20 +536,22 @@ def _execute_slice(engine: Engine, piece: Sequence[RunKey], estimates: Sequence[
         guard = _Guard(engine, outcome, _estimate(static, 1), static.enforce_cost)
         seal = None if key.window == WindowKind.HOLDOUT else static.layout.seal_at
         cand = _candidate_spec(engine, key.candidate_id)
+        started = utcnow()
         try:
             result = backend.run_window(cand, Window(key.start, key.end, key.steps), key.window,
                                         seal_at=seal, should_stop=guard)
         except Exception as exc:
             pending.append((outcome, repo.Settlement(
                 outcome.prior_cost_micro + guard.last_cost, guard.last_steps, (),
-                RunState.FAILED, f"{type(exc).__name__}: {exc}")))
+                RunState.FAILED, f"{type(exc).__name__}: {exc}", started)))
             repo.settle_runs(engine, pending)
             repo.release_unstarted(engine, unstarted(j + 1), held.fresh)
             raise
         cut = guard.cut or guard.stopped or result.cut or result.steps_done < key.steps
         state = RunState.CUT if cut else RunState.DONE
         pending.append((outcome, repo.Settlement(outcome.prior_cost_micro + result.cost_micro,
-                                                 result.steps_done, result.scores, state)))
+                                                 result.steps_done, result.scores, state,
+                                                 started_at=started)))
         results.append(RunResult(key, state.value, result.cost_micro))
         if guard.cut or guard.stopped:
             repo.settle_runs(engine, pending)
