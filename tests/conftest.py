@@ -16,6 +16,24 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
 
+
+def _import_anyio_now() -> None:
+    """Import every submodule anyio loads lazily, here, in the main thread, at start-up.
+
+    anyio (a pytest plugin, so pytest rewrites its modules' asserts on import) imports a
+    submodule on its first use: the first file response with a ``Range`` imported
+    ``anyio._core._fileio`` inside a server thread, where pytest's rewrite ran ``ast.parse``
+    while another thread parsed too, and CPython 3.11.7 raised ``SystemError: AST constructor
+    recursion depth mismatch`` (the 500 of one clean-clone run). Outside pytest the modules come
+    from their bytecode and nothing is parsed."""
+    import anyio
+
+    for name in dir(anyio):
+        getattr(anyio, name)
+
+
+_import_anyio_now()
+
 PG_HOST = os.environ.get("TYPESTRICT_TEST_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("TYPESTRICT_TEST_PG_PORT", "5432"))
 PG_USER = os.environ.get("TYPESTRICT_TEST_PG_USER", "postgres")
