@@ -2,9 +2,11 @@
 every page it visited checked for accessibility (axe-core) and keyboard use, at 1280×800 and
 390×844, in Debian's chromium driven by Playwright.
 
-The state is the one ``make demo`` leaves: ``make demo`` run once for the module in a folder that
-links this checkout's ``.venv``, packages and ``Makefile``, whose default home is
-``<tmp>/.typestrict``, so the doc's commands run there verbatim with no setting. The console is ``make api`` run in that folder (the
+The state is the one ``make demo`` leaves, built once for the module by the demo's own parts
+(``demo.refund`` on its quickest training, then ``demo.backtest``: what the walk reads, the
+demo's data and trainings, in the demo's Dagster home) in ``<tmp>/.typestrict``, the default
+home of a folder that links this checkout's ``.venv`` and packages, so the doc's commands run
+there verbatim with no setting. The console is ``make api`` run in that folder (the
 API's own application; Jev the demo's stand-in, as it says on its first line), and the Dagster
 daemon ``make ui`` starts (``dagster-daemon run`` on the demo's Dagster home, without the
 webserver the walk does not use) judges handed-over trainings and runs the backtests and studies
@@ -37,6 +39,7 @@ CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS = REPO / "docs" / "screenshots"
 LINKED = (".venv", "typestrict_pipeline", "assets", "resources", "demo", "bench", "docs", "Makefile",
           "workspace.yaml", "pyproject.toml", "README.md")
+FAST_TRAININGS = ("rt-failed",)  # the demo's quickest training: its verdict run reads no data
 TIMEOUT_MS = 120_000  # a busy 2-core machine: generous, and every wait polls for a condition
 LONG_MS = 900_000  # a verdict run or a study
 VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
@@ -99,23 +102,29 @@ def test_every_bullet_of_the_walkthrough_is_an_action_the_test_runs() -> None:
 
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A folder that links this checkout's files, where ``make demo`` has run: its home is the
-    ``.typestrict`` the demo made, nothing prepared by the test but the page checks' credits."""
+    """A folder that looks like the checkout after ``make demo``; its home is ``.typestrict``."""
     root = tmp_path_factory.mktemp("checkout")
     for name in LINKED:
         (root / name).symlink_to(REPO / name)
     home = root / ".typestrict"
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("TYPESTRICT_HOME", "DAGSTER_HOME", "TYPESTRICT_STORE_URL", "MAKEFLAGS", "MAKELEVEL")}
-    demo = subprocess.run(["make", "--no-print-directory", "demo"], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=1200, check=False)
-    assert demo.returncode == 0 and "make demo: finished" in demo.stdout, demo.stdout[-3000:] + demo.stderr[-3000:]
-    from typestrict_pipeline.credits import CreditLedger
-    from typestrict_pipeline.store import open_store
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TYPESTRICT_HOME", str(home))
+        mp.setenv("DAGSTER_HOME", str(home / "dagster_home"))
+        mp.delenv("TYPESTRICT_STORE_URL", raising=False)
+        home.mkdir()
+        from demo import backtest, refund
+        from demo import home as demo_home
+        from typestrict_pipeline.demo_data.build import DEMO_TRAININGS
 
-    engine = open_store(f"sqlite:///{home / 'store.db'}")  # the page checks start a training
-    CreditLedger(engine).grant("demo", len(VIEWPORTS), reference="console-page-checks")  # per viewport
-    engine.dispose()
+        assert refund.run(home, only=FAST_TRAININGS) == 0
+        assert backtest.run(home) == 0
+        demo_home.finish(home, [t.training_id for t in DEMO_TRAININGS])
+        from typestrict_pipeline.credits import CreditLedger
+        from typestrict_pipeline.store import open_store
+
+        engine = open_store(f"sqlite:///{home / 'store.db'}")  # the page checks start a training
+        CreditLedger(engine).grant("demo", len(VIEWPORTS), reference="console-page-checks")  # per viewport
+        engine.dispose()
     yield root
 
 
