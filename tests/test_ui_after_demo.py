@@ -29,8 +29,6 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-CHROMIUM = "/usr/bin/chromium"
-TIMEOUT_MS = 90_000
 CANDIDATES = 64
 
 _UI = Path(__file__).with_name("test_ui_browser.py")
@@ -87,27 +85,14 @@ def after_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
 
 @pytest.fixture(scope="module")
 def browser(after_demo: dict[str, Any]) -> Iterator[Any]:
-    from playwright.sync_api import expect, sync_playwright
-
-    expect.set_options(timeout=TIMEOUT_MS)
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        try:
-            yield b
-        finally:
-            b.close()
+    with ui.chromium() as b:
+        yield b
 
 
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    pg = context.new_page()
-    pg.set_default_timeout(TIMEOUT_MS)
-    try:
+    with ui.fresh_page(browser) as pg:
         yield pg
-    finally:
-        context.close()
 
 
 def test_every_schedule_shows_its_next_evaluation_and_its_last_reason_without_hovering(

@@ -10,6 +10,7 @@ resource starts it again). Screenshots go to ``docs/screenshots/`` when
 ``TYPESTRICT_SCREENSHOTS=1``.
 """
 
+import contextlib
 import datetime as dt
 import importlib.util
 import os
@@ -223,8 +224,9 @@ def _wait_until_loaded(url: str, proc: subprocess.Popen[bytes], log: Path) -> No
     raise AssertionError(f"dagster-webserver did not load the code location: {log.read_text()[-3000:]}")
 
 
-@pytest.fixture(scope="module")
-def browser(served: tuple[str, dict[str, Any]]) -> Iterator[Any]:
+@contextlib.contextmanager
+def chromium() -> Iterator[Any]:
+    """Debian's chromium, headless, driven by Playwright (its waits set to :data:`TIMEOUT_MS`)."""
     from playwright.sync_api import expect, sync_playwright
 
     expect.set_options(timeout=TIMEOUT_MS)
@@ -237,8 +239,9 @@ def browser(served: tuple[str, dict[str, Any]]) -> Iterator[Any]:
             b.close()
 
 
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
+@contextlib.contextmanager
+def fresh_page(browser: Any) -> Iterator[Any]:
+    """A page of its own context, 1400 × 1000."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     pg = context.new_page()
     pg.set_default_timeout(TIMEOUT_MS)
@@ -246,6 +249,18 @@ def page(browser: Any) -> Iterator[Any]:
         yield pg
     finally:
         context.close()
+
+
+@pytest.fixture(scope="module")
+def browser(served: tuple[str, dict[str, Any]]) -> Iterator[Any]:
+    with chromium() as b:
+        yield b
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    with fresh_page(browser) as pg:
+        yield pg
 
 
 def _shot(page: Any, name: str) -> None:
