@@ -63,24 +63,9 @@ def after_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
     match = re.search(r"wrote study (\d+) \(Finished\)", out)
     assert match, out[-2000:]
     schedules = json.loads(_typestrict(env, "schedule", "status", "--json"))
-    port = ui._free_port()
-    log_path = root / "webserver.log"
     served_env = {**env, "DAGSTER_HOME": str(home / "dagster_home")}
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            [str(BIN / "dagster-webserver"), "-h", "127.0.0.1", "-p", str(port), "-w",
-             str(REPO / "workspace.yaml")], cwd=REPO, env=served_env, stdout=log, stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            ui._wait_until_loaded(url, proc, log_path)
-            yield {"url": url, "home": home, "study_id": int(match.group(1)), "schedules": schedules}
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=30)
+    with ui.webserver(served_env, root / "webserver.log") as url:
+        yield {"url": url, "home": home, "study_id": int(match.group(1)), "schedules": schedules}
 
 
 @pytest.fixture(scope="module")

@@ -184,24 +184,31 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    port = _free_port()
-    log = (root / "webserver.log").open("w")
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).with_name("dagster-webserver")), "-h", "127.0.0.1", "-p", str(port),
-         "-w", str(REPO / "workspace.yaml")],
-        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_until_loaded(url, proc, root / "webserver.log")
+    with webserver(env, root / "webserver.log") as url:
         yield url, facts
-    finally:
-        proc.terminate()
+
+
+@contextlib.contextmanager
+def webserver(env: dict[str, str], log_path: Path) -> Iterator[str]:
+    """``dagster-webserver`` of this checkout's workspace on a free port, with ``env``, its output
+    in ``log_path``, until the code location has loaded; its URL. Stopped on exit."""
+    port = _free_port()
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [str(Path(sys.executable).with_name("dagster-webserver")), "-h", "127.0.0.1", "-p", str(port),
+             "-w", str(REPO / "workspace.yaml")],
+            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
         try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
-        log.close()
+            _wait_until_loaded(url, proc, log_path)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=30)
 
 
 def _wait_until_loaded(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
