@@ -1,11 +1,10 @@
 """The README is executable truth: every command of its "Using it" table, parsed from README.md,
 runs as written against the demo's state.
 
-The demo's state is built once for the module by the demo's own parts (``demo.refund`` on its two
-fast trainings, then credits, backtest, study and re-runs, exactly as ``python -m demo`` runs them)
-into ``<tmp>/.typestrict``: the default home of a checkout whose folder is ``<tmp>``. ``<tmp>`` holds
-links to this checkout's ``.venv``, packages, ``Makefile`` and ``workspace.yaml``, so each command
-runs verbatim from there with no setting: ``TYPESTRICT_HOME``, ``DAGSTER_HOME`` and
+The demo's state is what ``make demo`` writes, run verbatim once for the module in ``<tmp>``, a
+folder that holds links to this checkout's ``.venv``, packages, ``Makefile`` and
+``workspace.yaml``: ``make demo`` writes ``<tmp>/.typestrict``, the checkout's default home, and each
+command then runs verbatim from there with no setting: ``TYPESTRICT_HOME``, ``DAGSTER_HOME`` and
 ``TYPESTRICT_STORE_URL`` are all unset, as for a newcomer.
 
 ``.venv/bin/typestrict ...`` commands run in this process through the same ``main()`` the entry
@@ -30,7 +29,6 @@ from pathlib import Path
 
 import pytest
 
-from demo import home as demo_home
 from typestrict_pipeline.cli import main
 from typestrict_pipeline.demo_data.build import DEMO_TRAININGS
 
@@ -40,7 +38,6 @@ REPO = Path(__file__).resolve().parent.parent
 LINKED = (".venv", "typestrict_pipeline", "assets", "resources", "demo", "bench", "docs", "Makefile",
           "workspace.yaml", "pyproject.toml", "README.md")
 PROGRAMS = (".venv/bin/typestrict ", "python3 ", "make ui", "make api")
-FAST_TRAININGS = ("rt-tiny", "rt-failed")
 
 
 def readme_commands(text: str) -> list[str]:
@@ -63,28 +60,21 @@ def test_the_table_has_the_commands_a_newcomer_needs() -> None:
 
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A folder that looks like the checkout after ``make demo``, and the working directory."""
+    """The checkout after ``make demo``, run verbatim there (the README's set-up command; the
+    virtualenv is this checkout's, already installed), and the working directory."""
     root = tmp_path_factory.mktemp("checkout")
     for name in LINKED:
         (root / name).symlink_to(REPO / name)
-    home = root / ".typestrict"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TYPESTRICT_HOME", str(home))  # the parts set these; restored after
-        mp.setenv("DAGSTER_HOME", str(home / "dagster_home"))
-        mp.delenv("TYPESTRICT_STORE_URL", raising=False)
-        home.mkdir()
-        from demo import backtest, credits, refund, study
-
-        assert refund.run(home, only=FAST_TRAININGS) == 0
-        for part in (credits, backtest, study):
-            assert part.run(home) == 0
-        try:
-            from demo import reruns
-        except ModuleNotFoundError:
-            pass
-        else:
-            assert reruns.run(home) == 0
-        demo_home.finish(home, [t.training_id for t in DEMO_TRAININGS])
+    stale = subprocess.run(["make", "-q", ".venv/.installed"], cwd=root, capture_output=True, check=False)
+    assert stale.returncode == 0, "the virtualenv is older than pyproject.toml: run `make .venv/.installed` first"
+    env = {k: v for k, v in _newcomer_env().items() if k != "TYPESTRICT_STORE_URL"}
+    demo = subprocess.run(["make", "demo"], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=1200, check=False)
+    assert demo.returncode == 0 and "make demo: finished" in demo.stdout, (
+        demo.stdout[-3000:] + demo.stderr[-3000:])
+    assert f"writing into {root.resolve()}/.typestrict" in demo.stdout, demo.stdout[:500]
+    made = json.loads((root / ".typestrict" / "demo.json").read_text(encoding="utf-8"))["made"]
+    assert all(f"trainings/{t.training_id}/" in made for t in DEMO_TRAININGS), made
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)
         for name in ("TYPESTRICT_HOME", "DAGSTER_HOME", "TYPESTRICT_STORE_URL"):
