@@ -80,6 +80,12 @@ def _check_conditional(c: httpx.Client, path: str, body: bytes) -> httpx.Respons
     assert again.headers["etag"] == f'"{sha}"'
     other = c.get(path, headers={"If-None-Match": f'"{hashlib.sha256(b"other").hexdigest()}"'})
     assert other.status_code == 200 and other.content == body
+    # HEAD: the GET's status and headers (length, ETag) and no body; its 304 as the GET's
+    head = c.head(path)
+    assert head.status_code == 200 and head.content == b"", (head.status_code, head.content[:200])
+    for name in ("etag", "content-length", "content-type", "content-disposition", "cache-control"):
+        assert head.headers.get(name) == first.headers.get(name), name
+    assert c.head(path, headers={"If-None-Match": f'"{sha}"'}).status_code == 304
     return first
 
 
@@ -95,6 +101,7 @@ def test_the_audit_is_streamed_with_its_sha256_as_etag(served: Served) -> None:
         with httpx.Client(base_url=served.server.url) as anon:
             assert anon.get(f"/v1/models/{MODEL}/audit",
                             headers={"If-None-Match": f'"{sha}"'}).status_code == 401
+            assert anon.head(f"/v1/models/{MODEL}/audit").status_code == 401
             wrong = served.key[:-4] + ("AAAA" if not served.key.endswith("AAAA") else "BBBB")
             assert anon.get(f"/v1/models/{MODEL}/audit",
                             headers={"Authorization": f"Bearer {wrong}"}).status_code == 401

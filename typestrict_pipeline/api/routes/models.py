@@ -178,6 +178,7 @@ def _audit_file(ctx: Ctx, info: ModelInfo, sha: str) -> FsPath:
     return path
 
 
+@router.head("/models/{model_id}/audit", include_in_schema=False)
 @router.get("/models/{model_id}/audit", response_class=Response,
             responses={200: {"content": {"application/json": {}}},
                        304: {"description": "Not modified: the audit named by If-None-Match"}})
@@ -190,7 +191,8 @@ async def get_audit(
     streamed from disk. Its SHA-256, recorded at settlement, is in the `X-Audit-SHA256` header
     and is its ETag (a settled audit never changes): send it back in `If-None-Match` and an
     unchanged audit is a 304 with no body. Verify it with
-    `python3 verify_audit.py --expect-sha256 SHA256 audit.json`."""
+    `python3 verify_audit.py --expect-sha256 SHA256 audit.json`. `HEAD` answers the same
+    headers (ETag, length) with no body."""
     # A key checked in the last seconds and an audit served before: nothing to read from the
     # store, no trip to the thread pool. Otherwise the key, the model record and the file in one
     # trip (the store is read, never written); then the file is streamed by the event loop.
@@ -400,13 +402,15 @@ def list_model_files(model_id: ModelId, ctx: Ctx, workspace: Workspace) -> Files
                     files=[FileOut(name=n, size=s) for n, s in files])
 
 
+@router.head("/models/{model_id}/files/{name}", include_in_schema=False)
 @router.get("/models/{model_id}/files/{name}", response_class=FileResponse,
             responses={410: {"model": ErrorBody}, 200: {"content": {"application/octet-stream": {}}},
                        304: {"description": "Not modified: the file named by If-None-Match"}})
 def get_model_file(model_id: ModelId, name: FileName, request: Request, ctx: Ctx,
                    workspace: Workspace) -> Response:
     """One file of the model, while retained, streamed from disk. Its ETag is the quoted SHA-256
-    of its bytes: send it back in `If-None-Match` and an unchanged file is a 304 with no body."""
+    of its bytes: send it back in `If-None-Match` and an unchanged file is a 304 with no body.
+    `HEAD` answers the same headers with no body."""
     info = ctx.trainings.model(workspace, model_id)
     root = _retained(info).resolve()
     path = (root / name).resolve()
