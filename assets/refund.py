@@ -29,7 +29,14 @@ from resources.store import StoreResource
 from typestrict_pipeline import plots
 from typestrict_pipeline.credits import SettledAuditError, settled_audit_sha256
 from typestrict_pipeline.files import write_atomic
-from typestrict_pipeline.progress import Progress, ProgressFn, clear_progress, every, write_progress
+from typestrict_pipeline.progress import (
+    Progress,
+    ProgressFn,
+    clear_progress,
+    every,
+    training_key,
+    write_progress,
+)
 from typestrict_pipeline.refund.audit import audit_bytes, build_audit
 from typestrict_pipeline.refund.dataset import Dataset, unlabeled_from_split, unlabeled_text
 from typestrict_pipeline.refund.explain import decision_reason, facts_from_report, verdict_sentence
@@ -237,8 +244,10 @@ def verdict_markdown(judgement: TrainingJudgement, *, jev_label: str = _JEV_NAME
 def run_progress(context: dg.AssetExecutionContext, *, percent: int = 10) -> ProgressFn:
     """Progress of long work in this run: a log line and an observation of the asset with the
     figures every ``percent`` %, and the latest report where the console reads it
-    (:func:`typestrict_pipeline.progress.read_progress` with the run id)."""
+    (:func:`typestrict_pipeline.progress.read_progress` with the run id, and with the
+    training's :func:`~typestrict_pipeline.progress.training_key`)."""
     home = typestrict_home()
+    keys = _progress_keys(context)
 
     def report(p: Progress) -> None:
         context.log.info(p.line())
@@ -250,9 +259,18 @@ def run_progress(context: dg.AssetExecutionContext, *, percent: int = 10) -> Pro
             partition=context.partition_key if context.has_partition_key else None,
             metadata=metadata,
         ))
-        write_progress(home, context.run.run_id, p)
+        for key in keys:
+            write_progress(home, key, p)
 
     return every(percent, report)
+
+
+def _progress_keys(context: dg.AssetExecutionContext) -> list[str]:
+    """Where this run's progress is recorded: its run id, and its training's key."""
+    keys = [context.run.run_id]
+    if context.has_partition_key:
+        keys.append(training_key(context.partition_key))
+    return keys
 
 
 def _training_id(context: dg.AssetExecutionContext) -> str:
@@ -289,7 +307,8 @@ def dataset(
         with product_failure(manifest):
             checked = check_training(manifest, progress=run_progress(context))
     except BaseException:
-        clear_progress(typestrict_home(), context.run.run_id)
+        for key in _progress_keys(context):
+            clear_progress(typestrict_home(), key)
         raise
     data = checked.dataset
     assert data is not None

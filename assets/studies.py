@@ -29,6 +29,7 @@ from resources.studies import StudyRunnerResource
 from typestrict_pipeline import plots
 from typestrict_pipeline.heap import frozen_heap
 from typestrict_pipeline.processes import ProcessIdentity, ancestor_identity, this_process
+from typestrict_pipeline.progress import Progress, ProgressFn, every
 from typestrict_pipeline.study import repository as repo
 from typestrict_pipeline.study.leaderboard import (
     Leaderboard,
@@ -313,6 +314,8 @@ def study_plan(context: dg.OpExecutionContext, config: StudyJobConfig,
         # step runs in a subprocess of it), so its death, not this step's end, interrupts it.
         repo.start_study(engine, study_id, dagster_run_id=context.run_id, owner=_run_process(context))
         keys = plan_runs(engine, study_id)
+    # the leaderboard's partition exists from the start: the steps record their progress on it
+    context.instance.add_dynamic_partitions(partitions_name(STUDY_PARTITIONS), [str(study_id)])
     context.log.info(f"study {study_id}: {len(keys)} window runs planned")
     if config.fanout == "window":
         for key in keys:
@@ -333,6 +336,24 @@ def study_plan(context: dg.OpExecutionContext, config: StudyJobConfig,
         yield dg.DynamicOutput([_key_to_json(k) for k in group], mapping_key=f"c{cid}")
 
 
+def search_progress_report(context: dg.OpExecutionContext, study_id: int, *,
+                           percent: int = 10) -> ProgressFn:
+    """The study's search progress as this step sees it (after each of its slices): a log line
+    and an observation of the study's ``study_leaderboard`` partition every ``percent`` %.
+    Each step reports the whole study's figures, so with several steps a line can repeat."""
+
+    def report(p: Progress) -> None:
+        line = f"study {study_id}: {p.line()}"
+        context.log.info(line)
+        metadata: dict[str, Any] = {"progress": line, "window runs done": p.done}
+        if p.percent is not None:
+            metadata["percent"] = dg.MetadataValue.float(round(p.percent, 1))
+        context.log_event(dg.AssetObservation(asset_key=LEADERBOARD_KEY, partition=str(study_id),
+                                              metadata=metadata))
+
+    return every(percent, report)
+
+
 @dg.op(tags={"area": "studies"})
 def study_backtests(context: dg.OpExecutionContext, keys: list[dict[str, Any]], store: StoreResource,
                     study_runner: StudyRunnerResource) -> dict[str, Any]:
@@ -346,7 +367,8 @@ def study_backtests(context: dg.OpExecutionContext, keys: list[dict[str, Any]], 
         try:
             # Reserved and settled a slice at a time; stops at the first refused window (a
             # limit stopped the study: this step's later windows do not start).
-            results = execute_chunk(engine, run_keys, backend, attempt=context.run_id)
+            results = execute_chunk(engine, run_keys, backend, attempt=context.run_id,
+                                    progress=search_progress_report(context, study_id))
         except Exception as exc:
             repo.mark_failed(engine, study_id, f"{type(exc).__name__}: {exc}")
             raise

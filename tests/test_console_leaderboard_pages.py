@@ -219,3 +219,14 @@ def test_the_chart_draws_down_to_the_winner_but_never_more_than_it_is_checked_re
     assert chart_ranks(rows, winner=rows[179].candidate_id) == 180  # the winner is drawn
     assert chart_ranks(rows, winner=rows[549].candidate_id) == TOP_K == 100  # below 500: the caption says so
     assert chart_ranks(rows[:40], winner=None) == 40
+
+
+def test_a_finished_studys_page_and_the_api_say_how_far_its_search_went(world: dict[str, Any]) -> None:
+    """The search's progress, one count for both: every planned window run (candidates × 2
+    folds × tune and eval) finished, on the console's state line and in the API's study."""
+    planned = MANY * 2 * 2
+    got = world["browser"].get(f"/console/studies/{world['many']}")
+    assert f"Search: {planned:,} of {planned:,} window runs (100%)" in got.text
+    assert f'<progress max="{planned}" value="{planned}"' in got.text
+    study = world["browser"].get(f"/v1/studies/{world['many']}").json()
+    assert (study["window_runs_done"], study["window_runs_planned"]) == (planned, planned)

@@ -17,6 +17,7 @@ import pytest
 from typestrict_pipeline.api import create_app
 from typestrict_pipeline.api.keys import create_api_key
 from typestrict_pipeline.credits import CreditLedger
+from typestrict_pipeline.progress import Progress, training_key, write_progress
 from typestrict_pipeline.store import open_store
 
 REPO = Path(__file__).resolve().parent.parent
@@ -143,6 +144,32 @@ def test_a_training_started_in_the_console_shows_its_split_and_refuses_bad_predi
     assert b.form(f"{page_url}/cancel", {}).status_code == 303  # cancelled: the credit comes back
     assert _balance(sqlite_url, "acme") == 2
     assert b.get(f"/v1/trainings/{training}").json()["state"] == "cancelled"
+    b.close()
+
+
+def test_a_judging_trainings_page_shows_how_far_its_verdict_run_is(
+        app: tuple[object, str, str], tmp_path: Path) -> None:
+    """While judging, the state line (HTMX polls it) shows the verdict run's latest progress,
+    read where the run records it under the training's key; without a report, no line."""
+    b = Browser(app[0], app[1])
+    made = b.form("/console/trainings", TRAINING, files={"dataset_file": ("reviews.csv", CSV.encode())})
+    assert made.status_code == 303, made.text[:3000]
+    page_url = made.headers["location"]
+    training = page_url.rsplit("/", 1)[1]
+    split = b.get(f"/v1/trainings/{training}/split").json()
+    ids = [row.split(",", 1)[0] for row in CSV.splitlines()[1:]]
+    rows = "".join(f'{{"id": "{i}", "decision": "sentiment", "probabilities": {{"yes": 0.6, "no": 0.4}}}}\n'
+                   for i in ids)
+    sent = b.form(f"{page_url}/predictions", {"trained_on": split["training_ids_sha256"]},
+                  files={"predictions": ("predictions.jsonl", rows.encode())})
+    assert sent.status_code == 303, sent.text[:3000]
+    assert b.get(f"/v1/trainings/{training}").json()["state"] == "judging"
+    assert "Now " not in b.get(f"{page_url}/state").text  # no report yet: no progress line
+    write_progress(tmp_path / "home", training_key(training), Progress("reading the dataset", 40, 100))
+    for url in (page_url, f"{page_url}/state"):
+        shown = b.get(url).text
+        assert "Now reading the dataset: 40% (40 of 100 rows)." in shown, shown[:3000]
+        assert '<progress max="100" value="40"' in shown
     b.close()
 
 

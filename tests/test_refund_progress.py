@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from typestrict_pipeline.progress import Progress, read_progress
+from typestrict_pipeline.progress import Progress, read_progress, training_key
 from typestrict_pipeline.refund.dataset import READING, load_dataset
 from typestrict_pipeline.refund.manifest import load_manifest
 
@@ -98,3 +98,5 @@ def test_dagster_logs_and_observes_the_read_and_the_console_can_read_it(
     assert observed[-1].metadata["percent"].value == 100.0
     latest = read_progress(tmp_path / "home", result.run_id)
     assert latest == Progress(READING, 240, 240)
+    # the console's training page knows the training, not its run: the same report under its key
+    assert read_progress(tmp_path / "home", training_key("tr_progress")) == latest

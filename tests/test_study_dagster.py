@@ -60,6 +60,15 @@ def test_study_job_in_process_ranks_scores_holdout_and_records_leaderboard(
         assert "| Rank | Candidate | Adjusted | Out-of-sample | In-sample | Overfit gap | Cost |" in md
         assert "planned / 3 run / 0 discarded" in str(mats[0].metadata["header"].value)
         assert instance.get_dynamic_partitions("study_ids") == [str(sid)]
+        # progress: a log line and an observation of the study's leaderboard partition as the
+        # search goes (each step reports the whole study's figures after its slices)
+        messages = [e.user_message for e in instance.all_logs(result.run_id)]
+        assert f"study {sid}: search: 100% (12 of 12 window runs)" in messages
+        observed = [e.asset_observation_data.asset_observation for e in result.all_events
+                    if e.event_type is dg.DagsterEventType.ASSET_OBSERVATION]
+        assert observed and {o.asset_key for o in observed} == {LEADERBOARD_KEY}
+        assert {o.partition for o in observed} == {str(sid)}
+        assert observed[-1].metadata["percent"].value == 100.0
         steps = {e.step_key for e in result.all_events if e.step_key and "study_backtests" in e.step_key}
         assert len(steps) == (3 if fanout == "candidate" else 3 * 2 * 2)
         finished = result.output_for_node("study_finalize")

@@ -10,16 +10,19 @@ from typing import Any
 import pytest
 from sqlalchemy import select, text
 
+from typestrict_pipeline.progress import Progress
 from typestrict_pipeline.store import open_store, session_scope
 from typestrict_pipeline.study import repository as repo
 from typestrict_pipeline.study.folds import plan_folds
 from typestrict_pipeline.study.limits import StopLimit, StudyLimits
 from typestrict_pipeline.study.runner import (
+    SEARCH_PROGRESS,
     SLICE_MAX_WINDOWS,
     SyntheticBackend,
     execute_chunk,
     plan_runs,
     run_study_local,
+    search_progress,
 )
 from typestrict_pipeline.study.space import SearchSpace
 from typestrict_pipeline.study.tables import RunRow, RunState, StudyState
@@ -253,3 +256,23 @@ def test_windows_settled_together_are_stored_as_one_settlement_stores_them(store
     ledger = _ledger(engine, sid)
     _balanced(ledger)
     assert ledger["spend"] == 390 and ledger["used"] == 2 * STEPS + 9
+
+
+def test_the_search_progress_counts_every_chunk_and_reaches_its_plan(store_url: str) -> None:
+    """``search_progress``: the study's finished search windows of the planned ones, reported
+    after each slice of each chunk, never past the plan, the holdout runs not counted."""
+    engine = open_store(store_url)
+    sid = _create(engine, n=40)  # 40 candidates × 2 folds × tune and eval: 160 windows
+    repo.start_study(engine, sid)
+    assert search_progress(engine, sid) == Progress(SEARCH_PROGRESS, 0, 160, unit="window runs")
+    keys = plan_runs(engine, sid)
+    seen: list[Progress] = []
+    backend = SyntheticBackend(cost_per_step=1)
+    execute_chunk(engine, keys[:100], backend, attempt="one", progress=seen.append)
+    execute_chunk(engine, keys[100:], backend, attempt="two", progress=seen.append)
+    done = [p.done for p in seen]
+    assert done == sorted(done) and done[-1] == 160 and len(seen) >= 160 // SLICE_MAX_WINDOWS
+    assert {p.total for p in seen} == {160}
+    assert seen[-1].line() == "search: 100% (160 of 160 window runs)"
+    run_study_local(engine, sid, backend, max_workers=1)  # finalize: the holdout runs too
+    assert search_progress(engine, sid).done == 160

@@ -37,6 +37,7 @@ __all__ = [
     "every",
     "progress_path",
     "read_progress",
+    "training_key",
     "write_progress",
 ]
 
@@ -112,6 +113,16 @@ def progress_path(home: Path, key: str) -> Path:
     if not _KEY.match(key) or key in {".", ".."}:
         raise ValueError(f"expected a run or study id of letters, digits, '_', '-', '.', got {key!r}")
     return home / "progress" / f"{key}.json"
+
+
+def training_key(training_id: str) -> str:
+    """The key a training's verdict run also records its progress under, so a page that knows
+    the training, not the run, can read it.
+
+    >>> training_key("rt-tiny")
+    'training-rt-tiny'
+    """
+    return f"training-{training_id}"
 
 
 def write_progress(home: Path, key: str, progress: Progress) -> None:

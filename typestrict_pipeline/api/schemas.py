@@ -354,7 +354,8 @@ class EstimateOut(BaseModel):
 class StudyOut(BaseModel):
     """A study: its state, spend and budget, and the Dagster run that runs it (``run_id``, shown
     in the Dagster UI; ``run_state`` ``queued``, ``running``, ``succeeded``, ``failed`` or
-    ``cancelled``; none for a study made elsewhere)."""
+    ``cancelled``; none for a study made elsewhere), and how far its search is
+    (``window_runs_done`` of ``window_runs_planned``: candidates × folds × tune and eval)."""
 
     id: int
     workspace_id: str
@@ -367,6 +368,8 @@ class StudyOut(BaseModel):
     error: str | None = None
     run_id: str | None = None
     run_state: str | None = None
+    window_runs_done: int = 0
+    window_runs_planned: int = 0
 
 
 class ScheduleIn(Strict):

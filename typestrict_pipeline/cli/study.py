@@ -115,10 +115,9 @@ def _run(args: argparse.Namespace) -> int:
     else:
         print(f"study {sid}: {admitted} candidate{'s' if admitted != 1 else ''} to run; no USD estimate "
               f"(this version has no completed backtest in workspace {args.workspace!r})", flush=True)
-    total = admitted * args.folds * 2 + 2  # windows: tune and eval per fold, then the holdout runs
     url = store_url(args)
     try:
-        with _watch_runs(engine, sid, total):
+        with _watch_runs(engine, sid):
             ok = run_study_on_dagster(sid, executor=args.executor, store_url=url)
     except BaseException as exc:
         if not isinstance(exc, Exception):  # Ctrl-C, SIGTERM: the study ends interrupted, now
@@ -146,23 +145,19 @@ def _run(args: argparse.Namespace) -> int:
 
 
 @contextlib.contextmanager
-def _watch_runs(engine: Engine, study_id: int, total: int) -> Iterator[None]:
-    """A progress bar of the study's finished window runs, read from the store every 0.5 s."""
+def _watch_runs(engine: Engine, study_id: int) -> Iterator[None]:
+    """A progress bar of the study's search (:func:`search_progress`), read every 0.5 s."""
     import threading
 
-    from sqlalchemy import func
-
-    from typestrict_pipeline.study.tables import RunRow
+    from typestrict_pipeline.study.runner import search_progress
 
     stop = threading.Event()
+    total = search_progress(engine, study_id).total or 0
     with progress(total, f"study {study_id}: window runs") as update:
         def poll() -> None:
             while not stop.wait(0.5):
                 try:
-                    with session_scope(engine) as s:
-                        done = s.execute(select(func.count()).select_from(RunRow).where(
-                            RunRow.study_id == study_id, RunRow.finished_at.is_not(None))).scalar_one()
-                    update(int(done))
+                    update(search_progress(engine, study_id).done)
                 except Exception:  # a progress bar never fails the study
                     return
 

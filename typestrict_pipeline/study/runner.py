@@ -34,9 +34,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, func, select
 
 from typestrict_pipeline.errors import NotEnoughDataError
+from typestrict_pipeline.progress import Progress, ProgressFn
 from typestrict_pipeline.store import session_scope, utcnow
 from typestrict_pipeline.study import repository as repo
 from typestrict_pipeline.study.dependence import Dependence
@@ -136,6 +137,32 @@ def plan_runs(engine: Engine, study_id: int) -> list[RunKey]:
             for kind, win in ((WindowKind.TUNE, fold.tune), (WindowKind.EVAL, fold.eval)):
                 keys.append(RunKey(study_id, cid, fold.index, kind, win.start, win.end, win.steps))
     return keys
+
+
+SEARCH_PROGRESS = "search"
+"""What :func:`search_progress` reports, in words."""
+
+
+def search_progress(engine: Engine, study_id: int) -> Progress:
+    """How far a study's search is: its finished window runs (done, cut or failed) of every
+    planned one (:func:`plan_runs`: the candidates not discarded × folds × tune and
+    eval), counted in the store, so any process can ask (the CLI's bar, a Dagster step's log
+    lines, the console's page).
+
+    Raises:
+        NotFoundError: no study ``study_id``.
+    """
+    with session_scope(engine) as s:
+        study = repo.get_study(s, study_id)
+        layout = FoldLayout.from_json(study.layout_json)
+        candidates = s.execute(select(func.count()).select_from(CandidateRow).where(
+            CandidateRow.study_id == study_id,
+            CandidateRow.state != CandidateState.DISCARDED.value)).scalar_one()
+        done = s.execute(select(func.count()).select_from(RunRow).where(
+            RunRow.study_id == study_id, RunRow.window != WindowKind.HOLDOUT.value,
+            RunRow.finished_at.is_not(None))).scalar_one()
+    total = int(candidates) * len(layout.folds) * 2
+    return Progress(SEARCH_PROGRESS, min(int(done), total), total, unit="window runs")
 
 
 def deal_chunks(keys: Sequence[RunKey], n_chunks: int) -> list[list[RunKey]]:
@@ -454,7 +481,7 @@ def slice_length(keys: Sequence[RunKey], estimates: Sequence[int],
 
 
 def execute_chunk(engine: Engine, keys: Sequence[RunKey], backend: StudyBackend, *,
-                  attempt: str) -> list[RunResult]:
+                  attempt: str, progress: ProgressFn | None = None) -> list[RunResult]:
     """Run a chunk's windows in order, reserving and settling them a slice at a time.
 
     Each slice is the next :func:`slice_length` windows: one reservation for all of them
@@ -467,7 +494,8 @@ def execute_chunk(engine: Engine, keys: Sequence[RunKey], backend: StudyBackend,
     and a window left reserved by a killed attempt is released and run again. Before each
     window after the slice's first, the study is asked whether runs may still start: a cancel
     or a limit recorded by another chunk stops the rest of the slice at once (its reservation
-    given back). The results stop at the first ``REFUSED`` window.
+    given back). The results stop at the first ``REFUSED`` window. ``progress``, when given,
+    hears the whole study's :func:`search_progress` after each slice (every chunk's windows).
 
     Raises:
         Exception: what the backend raised (the slice's finished windows settled, the failing
@@ -489,6 +517,8 @@ def execute_chunk(engine: Engine, keys: Sequence[RunKey], backend: StudyBackend,
         done = _execute_slice(engine, piece, estimates, backend, static, attempt)
         results.extend(done)
         i += len(done)
+        if progress is not None:
+            progress(search_progress(engine, keys[0].study_id))
         if not done or done[-1].status == "REFUSED" or done[-1].detail == ORPHANED:
             break
     return results

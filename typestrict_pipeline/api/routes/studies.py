@@ -35,6 +35,7 @@ from typestrict_pipeline.api.studies import (
     study_run,
 )
 from typestrict_pipeline.study.leaderboard import header_lines, load_leaderboard
+from typestrict_pipeline.study.runner import search_progress
 from typestrict_pipeline.study.space import MAX_PLANNED_CANDIDATES
 from typestrict_pipeline.study.tables import StudyRow
 
@@ -58,12 +59,14 @@ Offset = Annotated[int, Query(
 def _study_out(ctx: Ctx, row: StudyRow) -> StudyOut:
     row = settle_unstarted(ctx.engine, ctx.runs, row)
     run = study_run(ctx.runs, row.workspace, row.id)
+    searched = search_progress(ctx.engine, row.id)
     return StudyOut(id=row.id, workspace_id=row.workspace, workflow=row.workflow, state=row.state,
                     stop_limit=row.stop_limit,
                     spend_micro_usd=row.spend_micro if row.cost_tracked else None,
                     budget_micro_usd=row.budget_micro, estimate_micro_usd=row.estimate_micro,
                     error=row.error, run_id=None if run is None else run.run_id,
-                    run_state=None if run is None else run.state)
+                    run_state=None if run is None else run.state,
+                    window_runs_done=searched.done, window_runs_planned=searched.total or 0)
 
 
 @router.post("/studies/estimate", response_model=EstimateOut)

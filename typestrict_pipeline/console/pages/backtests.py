@@ -222,6 +222,7 @@ def _study_context(request: Request, session: ConsoleSession, study_id: str,
         status_text,
     )
     from typestrict_pipeline.study.leaderboard import header_lines, load_leaderboard
+    from typestrict_pipeline.study.runner import search_progress
 
     ctx = get_ctx(request)
     ws = session.workspace_id
@@ -241,6 +242,7 @@ def _study_context(request: Request, session: ConsoleSession, study_id: str,
     return {
         "row": row, "run": run, "board": board, "header": header_lines(board), "rows": listed.rows,
         "listed": listed, "winner": board.winner_candidate_id, "live": row.state.lower() in LIVE_STATES,
+        "searched": search_progress(ctx.engine, row.id),
         "spec": json.dumps(spec).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"),
         "n_ranked": n_ranked, "drawn": drawn, "per_page": TOP_K, "links": page_links(listed),
         "chart_text": chart_text(n_ranked, drawn),

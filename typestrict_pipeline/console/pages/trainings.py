@@ -38,6 +38,7 @@ from typestrict_pipeline.console.web import (
 )
 from typestrict_pipeline.credits import CreditLedger
 from typestrict_pipeline.errors import InputError, TypeStrictError
+from typestrict_pipeline.progress import Progress, read_progress, training_key
 from typestrict_pipeline.refund.grouping import resampling_line
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
@@ -273,6 +274,7 @@ def _training_page(request: Request, session: ConsoleSession, training_id: str,
     life = view.status
     return render(request, "training.html", {
         "id": training_id, "state": view.state.value, "state_text": state_text(view.state.value),
+        "progress": _judging_progress(request, training_id, view.state),
         "deadline": life.deadline_at if life is not None and not view.state.is_terminal else None,
         "reason": life.reason if life is not None else None, "can_cancel": open_for_predictions,
         "keep_if_loses": manifest.options.keep_if_loses,
@@ -312,8 +314,16 @@ def training_state(training_id: TrainingId, request: Request, session: Session) 
     view = ctx.trainings.view(session.workspace_id, training_id)
     if view.model is not None or view.state is not TrainingState.JUDGING:
         return redirect(f"{PREFIX}/trainings/{training_id}", request)
-    return render(request, "_training_state.html", {"id": training_id, "state": view.state.value,
-                                                     "state_text": state_text(view.state.value)})
+    return render(request, "_training_state.html", {
+        "id": training_id, "state": view.state.value, "state_text": state_text(view.state.value),
+        "progress": _judging_progress(request, training_id, view.state)})
+
+
+def _judging_progress(request: Request, training_id: str, state: TrainingState) -> Progress | None:
+    """How far the verdict run of a judging training is (its latest report), else None."""
+    if state is not TrainingState.JUDGING:
+        return None
+    return read_progress(get_ctx(request).settings.home, training_key(training_id))
 
 
 @router.post("/trainings/{training_id}/cancel")
