@@ -29,14 +29,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.demo_checkout import make_demo_checkout, newcomer_env
 from typestrict_pipeline.cli import main
-from typestrict_pipeline.demo_data.build import DEMO_TRAININGS
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
-LINKED = (".venv", "typestrict_pipeline", "assets", "resources", "demo", "bench", "docs", "Makefile",
-          "workspace.yaml", "pyproject.toml", "README.md")
 PROGRAMS = (".venv/bin/typestrict ", "python3 ", "make ui", "make api")
 
 
@@ -60,21 +58,9 @@ def test_the_table_has_the_commands_a_newcomer_needs() -> None:
 
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The checkout after ``make demo``, run verbatim there (the README's set-up command; the
-    virtualenv is this checkout's, already installed), and the working directory."""
-    root = tmp_path_factory.mktemp("checkout")
-    for name in LINKED:
-        (root / name).symlink_to(REPO / name)
-    stale = subprocess.run(["make", "-q", ".venv/.installed"], cwd=root, capture_output=True, check=False)
-    assert stale.returncode == 0, "the virtualenv is older than pyproject.toml: run `make .venv/.installed` first"
-    env = {k: v for k, v in _newcomer_env().items() if k != "TYPESTRICT_STORE_URL"}
-    demo = subprocess.run(["make", "demo"], cwd=root, env=env, capture_output=True, text=True,
-                          timeout=1200, check=False)
-    assert demo.returncode == 0 and "make demo: finished" in demo.stdout, (
-        demo.stdout[-3000:] + demo.stderr[-3000:])
-    assert f"writing into {root.resolve()}/.typestrict" in demo.stdout, demo.stdout[:500]
-    made = json.loads((root / ".typestrict" / "demo.json").read_text(encoding="utf-8"))["made"]
-    assert all(f"trainings/{t.training_id}/" in made for t in DEMO_TRAININGS), made
+    """The checkout after ``make demo`` (:func:`demo_checkout.make_demo_checkout`), and the
+    working directory."""
+    root = make_demo_checkout(tmp_path_factory.mktemp("checkout"))
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)
         for name in ("TYPESTRICT_HOME", "DAGSTER_HOME", "TYPESTRICT_STORE_URL"):
@@ -112,24 +98,13 @@ def _stop(proc: subprocess.Popen[bytes]) -> bytes:
     return out
 
 
-# A newcomer types `make ...` in a shell: no home set, and no outer make's variables (under
-# `make test`, MAKELEVEL and MAKEFLAGS would make the inner make print "Entering directory"
-# before the server's own first line).
-_NOT_A_NEWCOMERS = ("DAGSTER_HOME", "TYPESTRICT_HOME", "MAKELEVEL", "MAKEFLAGS", "MFLAGS",
-                    "MAKEOVERRIDES")
-
-
-def _newcomer_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in _NOT_A_NEWCOMERS}
-
-
 def _make_ui(command: str, root: Path) -> None:
     """``make ui`` serves the demo's runs: poll its GraphQL endpoint (generous timeout), then stop it."""
     # `make ui` depends on the virtualenv's stamp; it must not re-install from this temporary copy.
     stale = subprocess.run(["make", "-q", ".venv/.installed"], cwd=root, capture_output=True, check=False)
     assert stale.returncode == 0, "the virtualenv is older than pyproject.toml: run `make .venv/.installed` first"
     port = _free_port()
-    env = _newcomer_env()
+    env = newcomer_env()
     env["UI_PORT"] = str(port)
     proc = subprocess.Popen(shlex.split(command), cwd=root, env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -175,7 +150,7 @@ def _unevaluated_schedules() -> list[int]:
 def _make_api(command: str, root: Path) -> None:
     """``make api`` serves the customer API: poll its OpenAPI schema (generous timeout), then stop it."""
     port = _free_port()
-    env = _newcomer_env()
+    env = newcomer_env()
     env["API_PORT"] = str(port)
     proc = subprocess.Popen(shlex.split(command), cwd=root, env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

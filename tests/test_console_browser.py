@@ -1,16 +1,23 @@
-"""The customer console in a real browser: docs/console.md's walkthrough run as written, then
+"""After ``make demo``, in a real browser (Debian's chromium, headless, Playwright): the Dagster UI
+an operator opens, then the customer console, docs/console.md's walkthrough run as written, then
 every page it visited checked for accessibility (axe-core) and keyboard use, at 1280×800 and
-390×844, in Debian's chromium driven by Playwright.
+390×844.
 
-The state is the one ``make demo`` leaves, built once for the module by the demo's own parts
-(``demo.refund`` on its quickest training, then ``demo.backtest``: what the walk reads, the
-demo's data and trainings, in the demo's Dagster home) in ``<tmp>/.typestrict``, the default
-home of a folder that links this checkout's ``.venv`` and packages, so the doc's commands run
-there verbatim with no setting. The console is ``make api`` run in that folder (the
-API's own application; Jev the demo's stand-in, as it says on its first line), and the Dagster
-daemon ``make ui`` starts (``dagster-daemon run`` on the demo's Dagster home, without the
-webserver the walk does not use) judges handed-over trainings and runs the backtests and studies
-the console launches.
+The state is the one ``make demo`` leaves: ``make demo`` run verbatim once for the module in a
+folder that links this checkout's ``.venv`` and packages (``tests/demo_checkout.py``), so the
+doc's commands run there verbatim with no setting. One demo serves both halves, in this order:
+
+1. **The Dagster UI.** As a user following the README would, one more study of 64 candidates is
+   run with ``typestrict study run`` (the demo's own have 12 or fewer), and ``dagster-webserver``
+   serves the demo's Dagster home. The browser finds, without hovering and without "Show
+   Markdown": every schedule of the store with its next evaluation time and its last decision's
+   reason; every demo training's verdict sentence, the one its audit file gives; and a
+   64-candidate leaderboard picture whose labels overlap nothing (by the picture's geometry, on
+   the PNG the UI shows).
+2. **The console.** ``make api`` run in that folder (the API's own application; Jev the demo's
+   stand-in, as it says on its first line), and the Dagster daemon ``make ui`` starts
+   (``dagster-daemon run`` on the demo's Dagster home) judges handed-over trainings and runs the
+   backtests and studies the console launches.
 
 One browser for the module; the walk's pages are the pages checked. Screenshots go to
 ``docs/screenshots/`` when ``TYPESTRICT_SCREENSHOTS=1``.
@@ -18,10 +25,13 @@ One browser for the module; the walk's pages are the pages checked. Screenshots 
 
 from __future__ import annotations
 
+import base64
+import importlib.util
 import json
 import os
 import re
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -30,6 +40,9 @@ from typing import Any
 
 import pytest
 
+from tests.demo_checkout import make_demo_checkout
+from typestrict_pipeline.demo_data.build import DEMO_TRAININGS
+
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,12 +50,17 @@ DOC = REPO / "docs" / "console.md"
 AXE = Path(__file__).resolve().parent / "vendor" / "axe-core@4.14.1" / "axe.min.js"
 CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS = REPO / "docs" / "screenshots"
-LINKED = (".venv", "typestrict_pipeline", "assets", "resources", "demo", "bench", "docs", "Makefile",
-          "workspace.yaml", "pyproject.toml", "README.md")
-FAST_TRAININGS = ("rt-failed",)  # the demo's quickest training: its verdict run reads no data
+BIN = Path(sys.executable).parent
+CANDIDATES = 64  # the study run after the demo (the demo's own have 12 or fewer)
 TIMEOUT_MS = 120_000  # a busy 2-core machine: generous, and every wait polls for a condition
 LONG_MS = 900_000  # a verdict run or a study
 VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
+
+_UI = Path(__file__).with_name("test_ui_browser.py")
+_spec = importlib.util.spec_from_file_location("test_ui_browser_helpers", _UI)
+assert _spec is not None and _spec.loader is not None
+ui = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ui)
 
 
 # --- the doc ------------------------------------------------------------------------------------
@@ -102,30 +120,107 @@ def test_every_bullet_of_the_walkthrough_is_an_action_the_test_runs() -> None:
 
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A folder that looks like the checkout after ``make demo``; its home is ``.typestrict``."""
-    root = tmp_path_factory.mktemp("checkout")
-    for name in LINKED:
-        (root / name).symlink_to(REPO / name)
-    home = root / ".typestrict"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TYPESTRICT_HOME", str(home))
-        mp.setenv("DAGSTER_HOME", str(home / "dagster_home"))
-        mp.delenv("TYPESTRICT_STORE_URL", raising=False)
-        home.mkdir()
-        from demo import backtest, refund
-        from demo import home as demo_home
-        from typestrict_pipeline.demo_data.build import DEMO_TRAININGS
+    """The checkout after ``make demo`` (:func:`demo_checkout.make_demo_checkout`); its home is
+    ``.typestrict``."""
+    root = make_demo_checkout(tmp_path_factory.mktemp("checkout"))
+    from typestrict_pipeline.credits import CreditLedger
+    from typestrict_pipeline.store import open_store
 
-        assert refund.run(home, only=FAST_TRAININGS) == 0
-        assert backtest.run(home) == 0
-        demo_home.finish(home, [t.training_id for t in DEMO_TRAININGS])
-        from typestrict_pipeline.credits import CreditLedger
-        from typestrict_pipeline.store import open_store
-
-        engine = open_store(f"sqlite:///{home / 'store.db'}")  # the page checks start a training
-        CreditLedger(engine).grant("demo", len(VIEWPORTS), reference="console-page-checks")  # per viewport
-        engine.dispose()
+    engine = open_store(f"sqlite:///{root / '.typestrict' / 'store.db'}")  # the page checks start a training
+    CreditLedger(engine).grant("demo", len(VIEWPORTS), reference="console-page-checks")  # per viewport
+    engine.dispose()
     yield root
+
+
+# --- the Dagster UI after make demo (before the walk changes the demo's state) -------------------
+
+
+def _typestrict(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run([str(BIN / "typestrict"), *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, (args, done.stdout[-2000:], done.stderr[-2000:])
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def after_demo(checkout: Path) -> Iterator[dict[str, Any]]:
+    """``make demo``'s home plus a 64-candidate study, served by ``dagster-webserver``."""
+    home = checkout / ".typestrict"
+    env = {k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", "TYPESTRICT_STORE_URL")}
+    env["TYPESTRICT_HOME"] = str(home)
+    grid = ",".join(f"{0.30 + i * 0.005:.3f}" for i in range(CANDIDATES))
+    out = _typestrict(env, "study", "run", "wx64", "--synthetic", "--workspace", "demo",
+                      "--start", "2012-01-01", "--end", "2012-12-01", "--tune-steps", "20",
+                      "--eval-steps", "20", "--holdout-steps", "20", "--grid", f"skill={grid}",
+                      "--max-candidates", str(CANDIDATES), "--max-total-steps", "200000")
+    match = re.search(r"wrote study (\d+) \(Finished\)", out)
+    assert match, out[-2000:]
+    schedules = json.loads(_typestrict(env, "schedule", "status", "--json"))
+    served_env = {**env, "DAGSTER_HOME": str(home / "dagster_home")}
+    with ui.webserver(served_env, checkout / "webserver.log") as url:
+        yield {"url": url, "home": home, "study_id": int(match.group(1)), "schedules": schedules}
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    with ui.fresh_page(browser) as pg:
+        yield pg
+
+
+def test_every_schedule_shows_its_next_evaluation_and_its_last_reason_without_hovering(
+        after_demo: dict[str, Any], page: Any) -> None:
+    from playwright.sync_api import expect
+
+    schedules = after_demo["schedules"]
+    assert len(schedules) >= 2  # the demo's two: Seattle on its registered dataset, the regimes one
+    ui._open(page, f"{after_demo['url']}/assets/study_schedules")
+    for schedule in schedules:
+        row = page.locator("tr", has_text=f"schedule {schedule['id']}").first
+        expect(row).to_contain_text(re.compile(r"next evaluation: \d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC"))
+        expect(row).to_contain_text(schedule["timeline"]["last_message"])
+
+
+@pytest.mark.parametrize("training", [t.training_id for t in DEMO_TRAININGS])
+def test_every_demo_verdict_says_why_in_its_audits_sentence(
+        after_demo: dict[str, Any], page: Any, training: str) -> None:
+    from playwright.sync_api import expect
+
+    from typestrict_pipeline.refund.explain import verdict_sentence_from_audit
+
+    audit = json.loads((after_demo["home"] / "audits" / f"{training}.json").read_text(encoding="utf-8"))
+    sentence = verdict_sentence_from_audit(audit)
+    # The partition's own materialization (the Partitions view; the Overview shows the latest
+    # materialization of any partition)
+    ui._open(page, f"{after_demo['url']}/assets/verdict?view=partitions&partition={training}")
+    expect(page.locator("tr", has_text="why").first).to_contain_text(sentence)
+    expect(page.get_by_text(sentence).first).to_be_visible()
+
+
+def test_a_64_candidate_leaderboard_picture_has_no_overlapping_labels(
+        after_demo: dict[str, Any], page: Any) -> None:
+    from assets.studies import leaderboard_picture
+    from typestrict_pipeline import plots
+    from typestrict_pipeline.store import open_store
+    from typestrict_pipeline.study.leaderboard import load_leaderboard
+
+    ui._open(page, f"{after_demo['url']}/assets/study_leaderboard?view=partitions&partition={after_demo['study_id']}")
+    dialog = ui._picture_behind(page, "picture")
+    src = dialog.locator("img[src^='data:image/png;base64,']").first.get_attribute("src")
+    shown = base64.b64decode(src.split(",", 1)[1])
+    engine = open_store(f"sqlite:///{after_demo['home'] / 'store.db'}")
+    try:
+        pic = leaderboard_picture(load_leaderboard(engine, after_demo["study_id"]))
+    finally:
+        engine.dispose()
+    assert pic.png == shown and len(pic.markers) == CANDIDATES  # the picture the UI shows
+    assert pic.width >= 1000 and pic.legend is not None and not plots.overlaps(pic.legend, pic.axes)
+    boxes = [p.box for p in pic.labels]
+    assert len(boxes) >= 12
+    assert all(not plots.overlaps(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    assert all(not plots.overlaps(b, m) for b in boxes for m in pic.markers)
+
+
+# --- the console: make api and the Dagster daemon -------------------------------------------------
 
 
 @dataclass
@@ -152,8 +247,6 @@ def _daemon(root: Path, log: Path) -> subprocess.Popen[bytes]:
 def served(checkout: Path) -> Iterator[Served]:
     """``make api`` on the demo's home (the console and the API, Jev the demo's stand-in) and the
     Dagster daemon that judges handed-over trainings and runs launched backtests and studies."""
-    import sys
-
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from test_api_support import ServedCommand, free_port
 
@@ -177,7 +270,7 @@ def served(checkout: Path) -> Iterator[Served]:
 
 
 @pytest.fixture(scope="module")
-def browser(served: Served) -> Iterator[Any]:
+def browser() -> Iterator[Any]:
     from playwright.sync_api import expect, sync_playwright
 
     expect.set_options(timeout=TIMEOUT_MS)
