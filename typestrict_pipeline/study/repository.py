@@ -841,71 +841,102 @@ def reserve_slice(
                          f"{len(attempts)} attempts for {len(runs)} windows")
     with engine.begin() as conn:
         _write_lock(conn)
-        # One statement locks the rows the slice's windows already have (one round trip, not
-        # one per window: under load each round trip is a context switch on both sides).
-        found: dict[tuple[int, int, str], _HeldRun] = {}
-        for row in conn.execute(
-                select(*_HELD_COLUMNS, _RUNS.c.fold, _RUNS.c.window).where(
-                    _RUNS.c.study_id == study_id,
-                    tuple_(_RUNS.c.candidate_id, _RUNS.c.fold, _RUNS.c.window).in_(
-                        sorted({(c, f, w.value) for c, f, w, _, _ in runs})))
-                .order_by(_RUNS.c.id).with_for_update()):
-            found[(row.candidate_id, row.fold, row.window)] = _HeldRun(*row[:len(_HELD_COLUMNS)])
-        plan: list[tuple[dict[str, Any], _HeldRun | None, int, int]] = []
-        for candidate_id, fold, window, steps, est in runs:
-            key = {"study_id": study_id, "candidate_id": candidate_id, "fold": fold,
-                   "window": window.value}
-            plan.append((key, found.get((candidate_id, fold, window.value)), steps, est))
-
-        def done(item: tuple[dict[str, Any], _HeldRun | None, int, int]) -> bool:
-            return item[1] is not None and item[1].state == RunState.DONE.value
-
-        for _, existing, _, _ in plan:
-            if existing is not None and existing.state != RunState.DONE.value:
-                _release(conn, existing)
-        todo = [item for item in plan if not done(item)]
-        admitted = len(plan)
-        if todo:
-            est = sum(item[3] for item in todo)
-            steps_needed = sum(item[2] for item in todo)
-            if not conn.execute(_RESERVE, {"sid": study_id, "est": est,
-                                           "steps": steps_needed}).rowcount:
-                admitted, est, steps_needed = _fitting_prefix(conn, study_id, plan, done)
-                first_todo = next(i for i, item in enumerate(plan) if not done(item))
-                if admitted == 0:
-                    return _refusal(conn, study_id, plan[first_todo][2])
-                # Only finished windows fit before the first refused one: they are reported; the
-                # next slice starts at that window and records the limit.
-                if admitted > first_todo and not conn.execute(_RESERVE, {
-                        "sid": study_id, "est": est, "steps": steps_needed}).rowcount:
-                    return _refusal(conn, study_id, plan[first_todo][2])
-        out: list[Reservation | AlreadyDone | None] = []
-        new_rows: list[tuple[int, dict[str, Any]]] = []  # (position in out, the row's values)
-        for i, item in enumerate(plan[:admitted]):
-            key, existing, steps, each = item
-            if existing is not None and done(item):
-                out.append(AlreadyDone(existing.id))
-            elif existing is not None:
-                out.append(_hold(conn, key, existing, attempts[i], each, steps))
-            else:
-                new_rows.append((len(out), {**key, **_held_values(attempts[i], each, steps, 0)}))
-                out.append(None)
-        fresh: set[int] = set()
-        if new_rows:  # the new rows in one INSERT ... RETURNING, ids in the rows' order
-            ids = conn.execute(insert(_RUNS).returning(_RUNS.c.id, sort_by_parameter_order=True),
-                               [values for _, values in new_rows]).scalars().all()
-            for (pos, values), run_id in zip(new_rows, ids, strict=True):
-                out[pos] = Reservation(int(run_id), values["attempt"], values["reserved_micro"],
-                                       values["steps_planned"], 0)
-                fresh.add(int(run_id))
-        return SliceReservation(tuple(r for r in out if r is not None), frozenset(fresh))
+        plan = _slice_plan(conn, study_id, runs)
+        admitted = _admit_slice(conn, study_id, plan)
+        if isinstance(admitted, Refused):
+            return admitted
+        return _hold_slice(conn, plan[:admitted], attempts)
 
 
-def _fitting_prefix(
-    conn: Connection, study_id: int,
-    plan: Sequence[tuple[dict[str, Any], _HeldRun | None, int, int]],
-    done: Callable[[tuple[dict[str, Any], _HeldRun | None, int, int]], bool],
-) -> tuple[int, int, int]:
+@dataclass(frozen=True)
+class _SliceItem:
+    """One window of a slice: its run row's key, the row it already has (if any), its steps
+    and its estimate."""
+
+    key: dict[str, Any]
+    existing: _HeldRun | None
+    steps: int
+    est: int
+
+    @property
+    def done(self) -> bool:
+        """Finished by an earlier attempt: reported, never run or charged again."""
+        return self.existing is not None and self.existing.state == RunState.DONE.value
+
+
+def _slice_plan(conn: Connection, study_id: int,
+                runs: Sequence[tuple[int, int, WindowKind, int, int]]) -> list[_SliceItem]:
+    """The slice's windows with the rows they already have, those rows locked. One statement
+    for all of them (one round trip, not one per window: under load each round trip is a
+    context switch on both sides)."""
+    found: dict[tuple[int, int, str], _HeldRun] = {}
+    for row in conn.execute(
+            select(*_HELD_COLUMNS, _RUNS.c.fold, _RUNS.c.window).where(
+                _RUNS.c.study_id == study_id,
+                tuple_(_RUNS.c.candidate_id, _RUNS.c.fold, _RUNS.c.window).in_(
+                    sorted({(c, f, w.value) for c, f, w, _, _ in runs})))
+            .order_by(_RUNS.c.id).with_for_update()):
+        found[(row.candidate_id, row.fold, row.window)] = _HeldRun(*row[:len(_HELD_COLUMNS)])
+    return [_SliceItem({"study_id": study_id, "candidate_id": candidate_id, "fold": fold,
+                        "window": window.value},
+                       found.get((candidate_id, fold, window.value)), steps, est)
+            for candidate_id, fold, window, steps, est in runs]
+
+
+def _admit_slice(conn: Connection, study_id: int, plan: Sequence[_SliceItem]) -> int | Refused:
+    """Release what interrupted attempts left reserved, then reserve the windows still to run
+    (all of them, else the longest prefix that fits); how many of ``plan`` are admitted, or
+    :class:`Refused` (the limit recorded) when not even the first window to run fits."""
+    for item in plan:
+        if item.existing is not None and not item.done:
+            _release(conn, item.existing)
+    todo = [item for item in plan if not item.done]
+    if not todo:
+        return len(plan)
+    est = sum(item.est for item in todo)
+    steps_needed = sum(item.steps for item in todo)
+    if conn.execute(_RESERVE, {"sid": study_id, "est": est, "steps": steps_needed}).rowcount:
+        return len(plan)
+    admitted, est, steps_needed = _fitting_prefix(conn, study_id, plan)
+    first_todo = next(i for i, item in enumerate(plan) if not item.done)
+    if admitted == 0:
+        return _refusal(conn, study_id, plan[first_todo].steps)
+    # Only finished windows fit before the first refused one: they are reported; the next
+    # slice starts at that window and records the limit.
+    if admitted > first_todo and not conn.execute(_RESERVE, {
+            "sid": study_id, "est": est, "steps": steps_needed}).rowcount:
+        return _refusal(conn, study_id, plan[first_todo].steps)
+    return admitted
+
+
+def _hold_slice(conn: Connection, admitted: Sequence[_SliceItem],
+                attempts: Sequence[str]) -> SliceReservation:
+    """The admitted windows' reservations: a finished one :class:`AlreadyDone`, an existing
+    row held again for its attempt, the new rows in one INSERT ... RETURNING."""
+    out: list[Reservation | AlreadyDone | None] = []
+    new_rows: list[tuple[int, dict[str, Any]]] = []  # (position in out, the row's values)
+    for i, item in enumerate(admitted):
+        if item.existing is not None and item.done:
+            out.append(AlreadyDone(item.existing.id))
+        elif item.existing is not None:
+            out.append(_hold(conn, item.key, item.existing, attempts[i], item.est, item.steps))
+        else:
+            new_rows.append((len(out), {**item.key,
+                                        **_held_values(attempts[i], item.est, item.steps, 0)}))
+            out.append(None)
+    fresh: set[int] = set()
+    if new_rows:  # ids come back in the rows' order
+        ids = conn.execute(insert(_RUNS).returning(_RUNS.c.id, sort_by_parameter_order=True),
+                           [values for _, values in new_rows]).scalars().all()
+        for (pos, values), run_id in zip(new_rows, ids, strict=True):
+            out[pos] = Reservation(int(run_id), values["attempt"], values["reserved_micro"],
+                                   values["steps_planned"], 0)
+            fresh.add(int(run_id))
+    return SliceReservation(tuple(r for r in out if r is not None), frozenset(fresh))
+
+
+def _fitting_prefix(conn: Connection, study_id: int,
+                    plan: Sequence[_SliceItem]) -> tuple[int, int, int]:
     """How many windows of the slice fit what the study has left (under its row lock), with
     their summed estimate and steps; 0 when the study admits none."""
     row = conn.execute(_STUDY_HEADROOM, {"sid": study_id}).one_or_none()
@@ -916,13 +947,13 @@ def _fitting_prefix(
         return 0, 0, 0
     fits = est = steps = 0
     for item in plan:
-        if not done(item):
-            if budget is not None and spend + reserved + est + item[3] > budget:
+        if not item.done:
+            if budget is not None and spend + reserved + est + item.est > budget:
                 break
-            if max_steps is not None and used + steps_reserved + steps + item[2] > max_steps:
+            if max_steps is not None and used + steps_reserved + steps + item.steps > max_steps:
                 break
-            est += item[3]
-            steps += item[2]
+            est += item.est
+            steps += item.steps
         fits += 1
     return fits, est, steps
 
