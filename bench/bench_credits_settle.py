@@ -18,16 +18,15 @@ import datetime as dt
 import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 
 from sqlalchemy import create_engine, text
 
+from bench.scratch import scratch_databases
 from typestrict_pipeline.credits import CreditLedger
 from typestrict_pipeline.refund.types import Verdict
 from typestrict_pipeline.store import open_store
 
-PG_ADMIN = "postgresql+psycopg2://postgres@127.0.0.1:5432/test"
 N_SEQ = 200
 N_RACES = 20
 RACERS = 8
@@ -100,16 +99,8 @@ def _measure(url: str, pg_name: str | None) -> dict[str, float]:
 
 def main() -> None:
     results: dict[str, dict[str, float]] = {}
-    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    name = f"ts_bench_{uuid.uuid4().hex[:10]}"
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        results["postgresql"] = _measure(f"postgresql+psycopg2://postgres@127.0.0.1:5432/{name}", name)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with scratch_databases("ts_bench", "settle") as (url,):
+        results["postgresql"] = _measure(url, url.rsplit("/", 1)[1])
     with tempfile.TemporaryDirectory() as tmp:
         results["sqlite"] = _measure(f"sqlite:///{Path(tmp) / 'store.db'}", None)
     print(f"{'backend':<11} {'settle ms':>10} {'plain ms':>9} {'ratio':>6} {'race ms':>8} "

@@ -32,8 +32,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from bench.scratch import scratch_databases
+
 ROOT = Path(__file__).resolve().parent.parent
-PG_ADMIN = "postgresql+psycopg2://postgres@127.0.0.1:5432/test"
 REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379
 LOCK_KEY = "typestrict:bench-celery-lock"
 RUN_TIMEOUT_S = 1800.0
@@ -143,18 +144,16 @@ def main(argv: list[str] | None = None) -> None:
 
         measure(args.scale, args.candidates, args.workers)
         return
-    from sqlalchemy import create_engine, text
+    with scratch_databases("bench_celery", "dagster", "store") as (inst_url, store_url):
+        _compare(inst_url, store_url)
 
+
+def _compare(inst_url: str, store_url: str) -> None:
+    """Celery with 1 and 2 workers against the in-process reference, on these databases."""
     from bench.bench_study_walltime import dagster_study
     from bench.summary import row
 
-    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
     tag = uuid.uuid4().hex[:10]
-    names = [f"bench_celery_{tag}_dagster", f"bench_celery_{tag}_store"]
-    with admin.connect() as conn:
-        for name in names:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-    inst_url, store_url = (PG_ADMIN.rsplit("/", 1)[0] + "/" + n for n in names)
     client, db = _claim_redis_db()
     broker = f"redis://{REDIS_HOST}:{REDIS_PORT}/{db}"
     tmp = Path(tempfile.mkdtemp(prefix="bench_celery_"))
@@ -193,10 +192,6 @@ def main(argv: list[str] | None = None) -> None:
             _stop(proc)
         client.flushdb()
         client.close()
-        with admin.connect() as conn:
-            for name in names:
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -29,7 +29,8 @@ import time
 import uuid
 from typing import Any
 
-PG_ADMIN = "postgresql+psycopg2://postgres@127.0.0.1:5432/test"
+from bench.scratch import scratch_databases
+
 UTC = dt.UTC
 CANDIDATES = 64
 FOLDS = 4
@@ -154,16 +155,11 @@ def _slice_writers(engine: Any, jobs: list[tuple[int, int, int, Any]], n_threads
 
 
 def main() -> None:
-    from sqlalchemy import create_engine, text
+    from sqlalchemy import create_engine
 
     from typestrict_pipeline.store import open_store
 
-    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    name = f"bench_writers_{uuid.uuid4().hex[:10]}"
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = PG_ADMIN.rsplit("/", 1)[0] + "/" + name
-    try:
+    with scratch_databases("bench_writers", "store") as (url,):
         open_store(url).dispose()  # migrate once
         engine = create_engine(url, pool_size=40, max_overflow=0)
         print(f"load average before: {os.getloadavg()[0]:.1f} (2 cores); one window run = reserve + settle "
@@ -197,10 +193,6 @@ def main() -> None:
                   f"p99 {r['reserve_p99']:.1f} ms; settle (a slice) p50 {r['settle_p50']:.1f} ms p99 "
                   f"{r['settle_p99']:.1f} ms (load {os.getloadavg()[0]:.1f})")
         engine.dispose()
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 if __name__ == "__main__":

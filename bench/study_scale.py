@@ -27,15 +27,17 @@ sampler every 0.5 s. Load averages are printed at the start, every minute and at
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import shutil
 import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
+
+from bench.scratch import scratch_databases
 
 UTC = dt.UTC
 FOLDS = 8
@@ -169,10 +171,9 @@ def measure(executor: str, n_candidates: int, n_workers: int) -> dict[str, Any]:
     import subprocess
     import sys
 
-    from sqlalchemy import create_engine, func, select, text
+    from sqlalchemy import func, select
 
     from bench.bench_study_celery import (
-        PG_ADMIN,
         REDIS_HOST,
         REDIS_PORT,
         ROOT,
@@ -188,21 +189,17 @@ def measure(executor: str, n_candidates: int, n_workers: int) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="bench_scale_"))
     home = tmp / "dagster_home"
     home.mkdir()
-    admin = names = client = None
+    client = None
     workers: list[subprocess.Popen[bytes]] = []
     broker: str | None = None
+    databases = contextlib.ExitStack()
     try:
         if executor == "in_process":
             write_instance_yaml(home, sqlite_instance_config(home))
             store_url = f"sqlite:///{tmp / 'store.db'}"
         else:
-            admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-            tag = uuid.uuid4().hex[:10]
-            names = [f"bench_scale_{tag}_dagster", f"bench_scale_{tag}_store"]
-            with admin.connect() as conn:
-                for name in names:
-                    conn.execute(text(f'CREATE DATABASE "{name}"'))
-            inst_url, store_url = (PG_ADMIN.rsplit("/", 1)[0] + "/" + n for n in names)
+            inst_url, store_url = databases.enter_context(
+                scratch_databases("bench_scale", "dagster", "store"))
             client, db = _claim_redis_db()
             broker = f"redis://{REDIS_HOST}:{REDIS_PORT}/{db}"
             (home / "dagster.yaml").write_text(
@@ -292,9 +289,5 @@ def measure(executor: str, n_candidates: int, n_workers: int) -> dict[str, Any]:
         if client is not None:
             client.flushdb()
             client.close()
-        if admin is not None and names is not None:
-            with admin.connect() as conn:
-                for name in names:
-                    conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-            admin.dispose()
+        databases.close()
         shutil.rmtree(tmp, ignore_errors=True)
