@@ -160,10 +160,12 @@ TRAINING_BODY: dict[str, Any] = {
 }
 
 
-def run_verdicts(home: Path, store_url: str, failures: dict[str, str] | None = None) -> list[str]:
+def run_verdicts(home: Path, store_url: str, failures: dict[str, str] | None = None, *,
+                 dagster_home: Path | None = None) -> list[str]:
     """One ``training_sensor`` tick and its ``verdict_job`` runs, in process; the ids judged.
 
     ``failures`` (if given) receives, per failed run, the first failed step's error message.
+    On ``dagster_home``'s instance (default: an ephemeral one, which knows no training yet).
     """
     import os
 
@@ -178,7 +180,9 @@ def run_verdicts(home: Path, store_url: str, failures: dict[str, str] | None = N
     try:
         resources = default_resources()
         defs = dg.Definitions.merge(*area_definitions(), dg.Definitions(resources=resources))
-        with dg.DagsterInstance.ephemeral() as instance:
+        opened = (dg.DagsterInstance.from_config(str(dagster_home))
+                  if dagster_home is not None else dg.DagsterInstance.ephemeral())
+        with opened as instance:
             sensor = defs.resolve_sensor_def("training_sensor")
             tick = sensor(dg.build_sensor_context(instance=instance, resources=resources, definitions=defs))
             if not isinstance(tick, dg.SensorResult):

@@ -23,18 +23,23 @@ import shlex
 import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+import tests.test_api_support as api_support
 from tests.demo_checkout import make_demo_checkout, newcomer_env
+from tests.test_api_walkthrough import walkthrough_blocks
 from typestrict_pipeline.cli import main
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
+API_DOC = REPO / "docs" / "api.md"
 PROGRAMS = (".venv/bin/typestrict ", "python3 ", "make ui", "make api")
 
 
@@ -250,3 +255,51 @@ def test_the_entry_point_reads_the_demo_home_without_any_setting(checkout: Path)
                           env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["has_account"] is True
+
+
+def test_the_api_walkthrough_runs_as_written_on_the_same_demo(checkout: Path) -> None:
+    """docs/api.md's walkthrough, its ``sh`` blocks in order in one bash, with the real
+    ``typestrict`` and curl, against ``make api`` on the home ``make demo`` left (the demo's Jev
+    stand-in, named on the server's first line). What the doc leaves to the operator's Dagster
+    daemon (``training_sensor`` and the ``verdict_job`` it requests) is done here as production
+    does it once the predictions are posted: the verdict asks the stand-in Jev over HTTP."""
+    home = checkout / ".typestrict"
+    work = checkout / "customer"
+    work.mkdir()
+    store = f"sqlite:///{home / 'store.db'}"
+    script = "\n".join(walkthrough_blocks(API_DOC.read_text(encoding="utf-8")))
+    before = {p.name for p in (home / "trainings").iterdir()}
+    with api_support.make_api(home, api_support.free_port()) as server:
+        server.wait_ready()
+        first = server.lines[0]
+        assert first.startswith("typestrict api: Jev is the demo's stand-in"), server.lines
+        assert "not a real model" in first and str(home.resolve()) in first
+        env = {**newcomer_env(), "API": server.url, "TYPESTRICT_HOME": str(home),
+               "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+        judged: list[str] = []
+        failures: dict[str, str] = {}
+
+        def daemon() -> None:  # what the Dagster daemon does once the predictions arrive
+            deadline = time.monotonic() + 600
+            try:
+                while time.monotonic() < deadline and not judged:
+                    if [p for p in (home / "trainings").glob("*/manifest.json") if p.parent.name not in before]:
+                        judged.extend(api_support.run_verdicts(home, store, failures,
+                                                               dagster_home=home / "dagster_home"))
+                        return
+                    time.sleep(0.5)
+            except Exception as exc:  # said by the assertion below, not lost with the thread
+                failures["the daemon's work"] = repr(exc)
+
+        thread = threading.Thread(target=daemon, daemon=True)
+        thread.start()
+        done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=work, env=env,
+                              capture_output=True, text=True, timeout=900)
+        thread.join(timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr + "\n".join(server.lines)
+    assert len(judged) == 1 and not failures, failures
+    out = done.stdout
+    assert re.search(r"\d+ rows to train on, \d+ held out", out)
+    assert re.search(r"^(beats|refund) settled by sentiment$", out, flags=re.M), out
+    assert "tsk_" not in out  # the key is never printed by the walkthrough
+    assert (work / "audit.json").read_bytes() == (home / "audits" / f"{judged[0]}.json").read_bytes()
