@@ -97,6 +97,7 @@ def write_manifest(data: Path) -> Path:
 
 
 def _ours(manifest: Path) -> dict[str, Any]:
+    import pandas  # noqa: F401 - pyarrow imports it on the first ``pa.array`` of a process
     import pyarrow.parquet  # noqa: F401 - imported before the clock, as the alternatives do
     import scipy.sparse.csgraph  # noqa: F401
 
