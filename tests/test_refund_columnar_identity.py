@@ -320,3 +320,86 @@ def test_small_bounds_random_datasets(
     rows, decisions, columns = case
     event(assert_same(write(tmp_path_factory.mktemp("ds"), rows, "parquet", decisions, columns)))
     assert list(small_bounds[0].iterdir()) == []
+
+
+# ---- the seed's digests hashed in a worker process (refund.rowseed.SeedHasher) -----------------
+
+
+@pytest.fixture
+def seed_worker(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every load hashes its seed digests in a worker process (as from ``WORKER_ROWS`` rows on);
+    returns a list that grows by one per worker started."""
+    from typestrict_pipeline.refund import dataset, rowseed
+
+    monkeypatch.setattr(dataset, "WORKER_ROWS", 0)
+    started: list[int] = []
+    start = rowseed.SeedHasher._start
+
+    def counted(self: rowseed.SeedHasher) -> Any:
+        if self._proc is None:
+            started.append(1)
+        return start(self)
+
+    monkeypatch.setattr(rowseed.SeedHasher, "_start", counted)
+    return started
+
+
+@pytest.mark.parametrize("name", ["grouped", "several decisions", "reviewed only", "multiple choice",
+                                  "duplicate id", "unknown answer", "empty text"])
+def test_seed_worker_splits_or_fails_the_same(
+    tmp_path: Path, seed_worker: list[int], name: str
+) -> None:
+    rows, decisions, columns = FIXTURES[name]
+    for fmt in ("csv", "jsonl", "parquet"):
+        folder = tmp_path / fmt
+        folder.mkdir()
+        assert_same(write(folder, rows, fmt, decisions, columns))
+    assert seed_worker
+
+
+def test_seed_worker_with_small_bounds(
+    tmp_path: Path, small_bounds: tuple[Path, list[str]], seed_worker: list[int]
+) -> None:
+    """The worker spills its digests past the parent's bound, in the parent's temporary folder,
+    and leaves nothing behind."""
+    spills, _ = small_bounds
+    for name in ("grouped", "several decisions", "multiple choice"):
+        rows, decisions, columns = FIXTURES[name]
+        folder = tmp_path / name
+        folder.mkdir()
+        assert_same(write(folder, rows, "parquet", decisions, columns))
+        assert list(spills.iterdir()) == []
+    assert seed_worker
+
+
+@settings(max_examples=15, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(case=datasets())
+def test_seed_worker_random_datasets(
+    tmp_path_factory: pytest.TempPathFactory, seed_worker: list[int], case: Any
+) -> None:
+    rows, decisions, columns = case
+    event(assert_same(write(tmp_path_factory.mktemp("ds"), rows, "parquet", decisions, columns)))
+
+
+def test_seed_worker_gives_the_local_seeds_and_reports_its_failure() -> None:
+    import hashlib
+
+    from typestrict_pipeline.refund.rowseed import LocalSeeds, SeedHasher
+
+    data = "".join(json.dumps([f"r{i}", f"t\u00e9{i}", "yes", None], ensure_ascii=False,
+                              separators=(",", ":")) + "\n" for i in range(1000)).encode()
+    prefixes = [b"a\0", b"b\0"]
+    local, worker = LocalSeeds(2), SeedHasher(2)
+    for seeds in (local, worker):
+        seeds.add(0, data, 1000)
+        seeds.add(0, memoryview(data)[:0], 0)
+    expected = hashlib.sha256(prefixes[0] + b"".join(sorted(
+        hashlib.sha256(m).digest() for m in data.split(b"\n")[:-1]))).digest()
+    assert local.seeds(prefixes) == worker.seeds(prefixes) == [
+        expected, hashlib.sha256(prefixes[1]).digest()]
+    broken = SeedHasher(1)
+    broken.add(0, b"a\nb\n", 3)  # three messages announced, two sent
+    with pytest.raises(RuntimeError, match="expected 3 newline-ended messages, got 2"):
+        broken.seeds([b"p"])
+    broken.close()

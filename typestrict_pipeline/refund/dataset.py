@@ -55,18 +55,18 @@ from typestrict_pipeline.refund.manifest import (
 from typestrict_pipeline.refund.rowdigest import (
     key_records,
     row_messages,
-    sha256_each,
     shared_key_rows_of,
     string_keys,
     text_keys,
 )
+from typestrict_pipeline.refund.rowseed import LocalSeeds, SeedHasher, Seeds
 from typestrict_pipeline.refund.sources import FileTexts, MemoryTexts, TextSource
 from typestrict_pipeline.refund.spill import Buckets
 from typestrict_pipeline.refund.splitrows import (
     PreparedSplit,
     join_units,
     member_of,
-    seed_of_parts,
+    seed_prefix,
 )
 from typestrict_pipeline.refund.table import (
     ColumnBatch,
@@ -96,6 +96,19 @@ READING = "reading the dataset"
 """What :func:`load_dataset` reports its progress as."""
 _NONE = -1
 """The code of an empty answer, review or group cell."""
+WORKER_ROWS = 250_000
+"""From about this many rows (Parquet: the file's; CSV and JSON Lines: its bytes / 64) the seed
+digests are hashed in a worker process (``refund.rowseed.SeedHasher``); below, in the process."""
+
+
+def _payload(messages: pa.Array) -> memoryview:
+    """The bytes of a large-string array's values, end to end (Arrow's buffer, not copied)."""
+    buffers = messages.buffers()
+    n = len(messages)
+    offsets = np.frombuffer(buffers[1], dtype=np.int64)[messages.offset:messages.offset + n + 1]
+    if buffers[2] is None or n == 0:
+        return memoryview(b"")
+    return memoryview(buffers[2])[int(offsets[0]):int(offsets[-1])]
 
 
 @dataclass(frozen=True)
@@ -655,7 +668,7 @@ def _single_codes(
 class _Validator:
     """Checks a dataset batch by batch; raises the first problem in the product's order."""
 
-    def __init__(self, manifest: TrainingManifest, file: str) -> None:
+    def __init__(self, manifest: TrainingManifest, file: str, rows_hint: int = 0) -> None:
         self.manifest = manifest
         self.file = file
         cols = manifest.dataset.columns
@@ -673,9 +686,10 @@ class _Validator:
         # digests, each row's id key (spilled to disk past refund.spill.MEMORY_BYTES)
         self.text_keys = Buckets(16)
         self.id_keys = Buckets(8)
-        self.digests: dict[str, Buckets] = {
-            d.name: Buckets(32) for d in manifest.decisions if d.answer_column is not None
-        }
+        self.streams = [d.name for d in manifest.decisions if d.answer_column is not None]
+        # hashed in a worker process past WORKER_ROWS rows (refund.rowseed)
+        self.seeds: Seeds = (SeedHasher(len(self.streams)) if rows_hint >= WORKER_ROWS
+                             else LocalSeeds(len(self.streams)))
         for d in manifest.decisions:
             for column, what in self._label_columns(d):
                 self.text_columns.setdefault((column, what), _TextColumn(column, what))
@@ -716,7 +730,7 @@ class _Validator:
         groups = pa.nulls(length, pa.large_string()) if group is None else group.encoded
         messages = {
             d.name: row_messages(ids.texts, texts.texts,
-                                 columns[(d.answer_column, "an answer")].encoded, groups)
+                                 columns[(d.answer_column, "an answer")].encoded, groups, "\n")
             for d in self.manifest.decisions
             if d.answer_column is not None and d.kind is not DecisionKind.MULTIPLE_CHOICE
         }
@@ -750,18 +764,17 @@ class _Validator:
         """The split's inputs for this batch: text keys and the labeled rows' digests."""
         self.text_keys.add(key_records(staged.keys, staged.batch.start))
         self.id_keys.add(staged.id_keys.view(np.uint8).reshape(-1, 8))
-        for d in self.manifest.decisions:
-            if d.answer_column is None:
-                continue
+        for stream, name in enumerate(self.streams):
+            d = self.manifest.decision(name)
             if d.kind is DecisionKind.MULTIPLE_CHOICE:
                 codes = self.choice[(d.name, "an answer")].codes[-1]
                 positions = pc.binary_join_element_wise(
                     pa.array((codes + 1).astype(np.int64), mask=codes < 0).cast(pa.large_string()),
                     pa.scalar("", pa.large_string()))
-                messages = row_messages(ids, row_texts, positions, groups)
+                messages = row_messages(ids, row_texts, positions, groups, "\n")
             else:
                 messages = staged.messages[d.name]
-            self.digests[d.name].add(sha256_each(messages))
+            self.seeds.add(stream, _payload(messages), len(messages))
 
     def _add_ids(self, staged: _Staged) -> pa.Array:
         ids = staged.ids.texts
@@ -860,20 +873,21 @@ class _Validator:
         """The split's units and the labeled seeds, from what the batches left."""
         codes = dataset.group_codes
         group_codes = codes if codes is not None else np.full(self.n, -1, dtype=np.int32)
+        prefixes = [seed_prefix(name, "labeled") for name in self.streams]
+        if isinstance(self.seeds, SeedHasher):
+            self.seeds.request(prefixes)  # the worker sorts the digests during the join
         shared = shared_key_rows_of(self.text_keys.parts())
         self.text_keys.close()
         rows = join_units(dataset.id_source, group_codes, dataset.group_values, codes is not None,
                           shared, dataset.texts.at)
-        seeds = {}
-        for name, digests in self.digests.items():
-            seeds[name] = seed_of_parts(digests.parts(), name, "labeled")
-            digests.close()
+        seeds = dict(zip(self.streams, self.seeds.seeds(prefixes), strict=True))
         return PreparedSplit(rows=rows, labeled_seeds=seeds)
 
     def close(self) -> None:
         """Remove what was spilled to disk."""
-        for buckets in (self.text_keys, self.id_keys, *self.digests.values()):
+        for buckets in (self.text_keys, self.id_keys):
             buckets.close()
+        self.seeds.close()
 
     def _decision(self, d: DecisionSpec) -> DecisionLabels:
         file, n = self.file, self.n
@@ -1195,8 +1209,6 @@ def load_dataset(manifest: TrainingManifest, *, progress: ProgressFn | None = No
         read_table(spec.path, spec.format)  # the missing-file message
     stamp = file_stamp(spec.path)
     names: list[str] = []
-    validator = _Validator(manifest, file)
-    batches = iter_column_batches(spec.path, spec.format, validator.wanted, names_out=names)
     total = None
     if spec.format is DatasetFormat.PARQUET:
         import pyarrow.parquet as pq
@@ -1205,6 +1217,8 @@ def load_dataset(manifest: TrainingManifest, *, progress: ProgressFn | None = No
             total = pq.ParquetFile(spec.path).metadata.num_rows
         except Exception:  # an unreadable file: the read below says why, in the product's words
             total = None
+    validator = _Validator(manifest, file, total if total is not None else stamp.size // 64)
+    batches = iter_column_batches(spec.path, spec.format, validator.wanted, names_out=names)
 
     def sources(n: int) -> tuple[TextSource, TextSource]:
         return (FileTexts(spec.path, spec.format, spec.columns.id, stamp, file, n, "an id"),

@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from typestrict_pipeline.refund.cells import python_whitespace
+from typestrict_pipeline.refund.spill import order_by_digest
 
 __all__ = [
     "identical_text_groups",
@@ -100,6 +101,26 @@ def _json_strings(values: pa.Array) -> tuple[pa.Array, npt.NDArray[np.bool_]]:
     return pc.fill_null(quoted, _s("null")), other
 
 
+def _data(values: pa.Array) -> npt.NDArray[np.uint8]:
+    """The bytes of a large-string array's values end to end (a view of Arrow's buffer; a null's
+    bytes, if any, among them)."""
+    buffers = values.buffers()
+    n = len(values)
+    if n == 0 or buffers[2] is None:
+        return np.zeros(0, dtype=np.uint8)
+    offsets = np.frombuffer(buffers[1], dtype=np.int64)[values.offset:values.offset + n + 1]
+    return np.frombuffer(buffers[2], dtype=np.uint8)[int(offsets[0]):int(offsets[-1])]
+
+
+def _may_need_escape(values: pa.Array) -> bool:
+    """Whether any value may hold a quote, a backslash or a control character: one pass over the
+    bytes of the whole batch (False: no row needs :data:`_SPECIAL`'s per-row search)."""
+    data = _data(values)
+    if data.size == 0:
+        return False
+    return bool(data.min() < 0x20 or (data == 0x22).any() or (data == 0x5C).any())
+
+
 def _s(text: str) -> pa.Scalar:
     return pa.scalar(text, pa.large_string())
 
@@ -110,11 +131,11 @@ def _quoted(values: pa.Array) -> pa.Array:
     return pc.fill_null(quoted, _s("null")) if values.null_count else quoted
 
 
-def _messages(columns: list[pa.Array], escape: bool) -> pa.Array:
+def _messages(columns: list[pa.Array], escape: bool, end: str = "") -> pa.Array:
     comma = _s(",")
     parts = [_json_strings(c)[0] if escape else _quoted(c) for c in columns]
     return pc.binary_join_element_wise(
-        _s("["), parts[0], comma, parts[1], comma, parts[2], comma, parts[3], _s("]"), _s(""))
+        _s("["), parts[0], comma, parts[1], comma, parts[2], comma, parts[3], _s("]" + end), _s(""))
 
 
 def row_digests(
@@ -144,8 +165,10 @@ def _special(values: pa.Array) -> tuple[pa.Array, npt.NDArray[np.bool_]]:
     return _quoted(values), special
 
 
-def row_messages(ids: pa.Array, texts: pa.Array, answers: pa.Array, groups: pa.Array) -> pa.Array:
-    """Each row's ``[id, text, answer, group]`` JSON text, as :mod:`json` writes it.
+def row_messages(ids: pa.Array, texts: pa.Array, answers: pa.Array, groups: pa.Array,
+                 end: str = "") -> pa.Array:
+    """Each row's ``[id, text, answer, group]`` JSON text, as :mod:`json` writes it, then ``end``
+    (a newline: ``refund.rowseed``'s framing; a JSON text holds no raw newline).
 
     Args:
         ids, texts: the rows' ids and texts (a null is written as an empty string: a row with a
@@ -167,17 +190,19 @@ def row_messages(ids: pa.Array, texts: pa.Array, answers: pa.Array, groups: pa.A
     texts_ = pc.fill_null(texts, _s("")) if texts.null_count else texts
     special = np.zeros(len(ids), dtype=bool)
     for column in (ids_, texts_):
+        if not _may_need_escape(column):
+            continue
         special |= np.asarray(pc.fill_null(pc.match_substring_regex(column, _SPECIAL), False)
                               .to_numpy(zero_copy_only=False), dtype=bool)
     answers_q, answers_special = _special(answers)
     groups_q, groups_special = _special(groups)
     special |= answers_special | groups_special
     messages = pc.binary_join_element_wise(
-        _s('["'), ids_, _s('","'), texts_, _s('",'), answers_q, _s(","), groups_q, _s("]"), _s(""))
+        _s('["'), ids_, _s('","'), texts_, _s('",'), answers_q, _s(","), groups_q, _s("]" + end), _s(""))
     if special.any():
         rows = np.flatnonzero(special)
         plain = [_decoded(c).take(pa.array(rows)) for c in (ids_, texts_, answers, groups)]
-        escaped = _messages(plain, escape=True)
+        escaped = _messages(plain, escape=True, end=end)
         other = np.zeros(len(rows), dtype=bool)
         for c in plain:
             other |= np.asarray(pc.fill_null(pc.match_substring_regex(c, _OTHER_CONTROL), False)
@@ -185,7 +210,7 @@ def row_messages(ids: pa.Array, texts: pa.Array, answers: pa.Array, groups: pa.A
         if other.any():
             exact = escaped.to_pylist()
             for k in np.flatnonzero(other).tolist():
-                exact[k] = _ENCODER.encode([c[k].as_py() for c in plain])
+                exact[k] = _ENCODER.encode([c[k].as_py() for c in plain]) + end
             escaped = pa.array(exact, messages.type)
         mask = np.zeros(len(messages), dtype=bool)
         mask[rows] = True
@@ -197,42 +222,6 @@ def _decoded(values: pa.Array) -> pa.Array:
     if isinstance(values, pa.DictionaryArray):
         values = values.dictionary_decode()
     return values.cast(pa.large_string())
-
-
-def order_by_digest(digests: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
-    """The permutation that sorts ``(n, 32)`` digests ascending as byte strings.
-
-    Sorted on the first 8 bytes (one NumPy sort), then any run of equal first bytes by the whole
-    digest, so the order is exactly ``sorted(digests)``.
-
-    >>> d = np.array([[2] + [0] * 31, [1] + [9] * 31, [1] + [0] * 31], dtype=np.uint8)
-    >>> order_by_digest(d).tolist()
-    [2, 1, 0]
-    """
-    n = len(digests)
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    head = np.ascontiguousarray(digests[:, :8]).view(">u8").reshape(n)
-    order = np.argsort(head).astype(np.int64)  # equal heads are ordered below
-    sorted_head = head[order]
-    ties = np.flatnonzero(sorted_head[1:] == sorted_head[:-1])
-    if ties.size:
-        starts = np.unique(np.concatenate([ties, ties + 1]))
-        # fix each run of equal heads by the full digests (runs are rare: equal 64-bit prefixes)
-        run_start = 0
-        positions = starts.tolist()
-        k = 0
-        while k < len(positions):
-            run_start = positions[k]
-            run_end = run_start
-            while k + 1 < len(positions) and positions[k + 1] == run_end + 1 \
-                    and sorted_head[positions[k + 1]] == sorted_head[run_start]:
-                k += 1
-                run_end = positions[k]
-            members = order[run_start:run_end + 1]
-            order[run_start:run_end + 1] = sorted(members, key=lambda i: digests[i].tobytes())
-            k += 1
-    return order
 
 
 # ---- text keys: the identical-text join ------------------------------------------------------
@@ -271,13 +260,17 @@ def _normalized(texts: pa.Array) -> pa.Array:
     An ASCII text is its own NFKC form and case-folds as it lowercases; only the texts with
     white space other than single inner spaces go through the (slower) regex collapse.
     """
-    ascii_ = np.asarray(
+    data = _data(texts)
+    all_ascii = data.size == 0 or int(data.max()) < 0x80  # one pass over the batch's bytes
+    ascii_ = np.ones(len(texts), dtype=bool) if all_ascii else np.asarray(
         pc.fill_null(pc.string_is_ascii(texts), True).to_numpy(zero_copy_only=False), dtype=bool)
     out = pc.ascii_lower(texts)
     space = _ascii_whitespace_class()
-    other = _ascii_whitespace_class(space=False)
-    needs = pc.fill_null(pc.match_substring_regex(out, other + "|  |^ | $"), False)
-    rows = np.flatnonzero(np.asarray(needs.to_numpy(zero_copy_only=False), dtype=bool) & ascii_)
+    rows = np.zeros(0, dtype=np.int64)
+    if _may_need_space_fix(texts, data):
+        other = _ascii_whitespace_class(space=False)
+        needs = pc.fill_null(pc.match_substring_regex(out, other + "|  |^ | $"), False)
+        rows = np.flatnonzero(np.asarray(needs.to_numpy(zero_copy_only=False), dtype=bool) & ascii_)
     if rows.size:
         some = out.take(pa.array(rows))
         some = pc.utf8_trim(pc.replace_substring_regex(some, space + "+", " "), " ")
@@ -287,6 +280,35 @@ def _normalized(texts: pa.Array) -> pa.Array:
         exact = [normalize_text(t) for t in texts.take(pa.array(rows)).to_pylist()]
         out = _replace_rows(out, rows, pa.array(exact, pa.large_string()))
     return out
+
+
+def _may_need_space_fix(texts: pa.Array, data: npt.NDArray[np.uint8]) -> bool:
+    """Whether any ASCII text may need its white space collapsed or trimmed (a control
+    character, among them every white space but the space; two spaces in a row; a space first
+    or last): a pass or two over the batch's bytes (False: no row needs the per-row search)."""
+    if data.size == 0:
+        return False
+    if int(data.min()) < 0x20 or _two_spaces(data):  # may span two rows: the search decides
+        return True
+    n = len(texts)
+    offsets = np.frombuffer(texts.buffers()[1], dtype=np.int64)[texts.offset:texts.offset + n + 1]
+    offsets = offsets - offsets[0]
+    filled = offsets[1:] > offsets[:-1]
+    return bool((data[offsets[:-1][filled]] == 0x20).any()
+                or (data[offsets[1:][filled] - 1] == 0x20).any())
+
+
+def _two_spaces(data: npt.NDArray[np.uint8]) -> bool:
+    """Whether two spaces follow each other anywhere in ``data`` (the byte pairs at even, then at
+    odd positions, compared as 16-bit words).
+
+    >>> [_two_spaces(np.frombuffer(b, np.uint8)) for b in (b"a  b", b"ab  ", b"  ", b"a b c", b" ")]
+    [True, True, True, False, False]
+    """
+    size = len(data)
+    even = np.frombuffer(data, dtype="<u2", count=size // 2)
+    odd = np.frombuffer(data[1:], dtype="<u2", count=(size - 1) // 2) if size > 1 else even[:0]
+    return bool((even == 0x2020).any() or (odd == 0x2020).any())
 
 
 def _poly_keys(values: pa.Array) -> npt.NDArray[np.uint64]:

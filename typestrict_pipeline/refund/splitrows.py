@@ -18,10 +18,11 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from typestrict_pipeline.refund.rowdigest import order_by_digest, text_labels
+from typestrict_pipeline.refund.rowdigest import text_labels
+from typestrict_pipeline.refund.rowseed import update_sorted
 from typestrict_pipeline.refund.sources import TextSource
 
-__all__ = ["SEED_DOMAIN", "SplitRows", "join_units", "member_of", "seed_of", "seed_of_parts"]
+__all__ = ["SEED_DOMAIN", "SplitRows", "join_units", "member_of", "seed_of", "seed_of_parts", "seed_prefix"]
 
 SEED_DOMAIN = b"typestrict-holdout-v1\0"
 """Domain-separation prefix of the holdout seed (bump the version if the algorithm changes)."""
@@ -32,16 +33,16 @@ def seed_of(digests: npt.NDArray[np.uint8], decision: str, source: str) -> bytes
     return seed_of_parts([digests], decision, source)
 
 
+def seed_prefix(decision: str, source: str) -> bytes:
+    """What the seed hashes before the sorted digests."""
+    return SEED_DOMAIN + decision.encode("utf-8") + b"\0" + source.encode("ascii") + b"\0"
+
+
 def seed_of_parts(parts: Iterable[npt.NDArray[np.uint8]], decision: str, source: str) -> bytes:
     """:func:`seed_of` of digests given in parts ordered between them (``refund.spill.Buckets``:
     by first byte), each sorted here: one part in memory at a time."""
-    h = hashlib.sha256()
-    for part in (SEED_DOMAIN, decision.encode("utf-8"), b"\0", source.encode("ascii"), b"\0"):
-        h.update(part)
-    for digests in parts:
-        order = order_by_digest(digests)
-        for start in range(0, len(order), _CHUNK):  # sorted a million at a time: no second copy
-            h.update(np.ascontiguousarray(digests[order[start:start + _CHUNK]]).data)
+    h = hashlib.sha256(seed_prefix(decision, source))
+    update_sorted(h, parts)
     return h.digest()
 
 
