@@ -35,7 +35,7 @@ import functools
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Generic, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -45,7 +45,8 @@ import pyarrow.compute as pc
 from typestrict_pipeline.errors import DatasetError, NotEnoughDataError
 from typestrict_pipeline.progress import Progress, ProgressFn
 from typestrict_pipeline.refund import table as _table
-from typestrict_pipeline.refund.cells import as_text, blank_mask
+from typestrict_pipeline.refund.cells import as_text, python_whitespace
+from typestrict_pipeline.refund.cells import blank_mask as _blank_mask_exact
 from typestrict_pipeline.refund.manifest import (
     Columns,
     DatasetFormat,
@@ -99,6 +100,38 @@ _NONE = -1
 WORKER_ROWS = 250_000
 """From about this many rows (Parquet: the file's; CSV and JSON Lines: its bytes / 64) the seed
 digests are hashed in a worker process (``refund.rowseed.SeedHasher``); below, in the process."""
+
+
+def _first_bytes_of_space() -> npt.NDArray[np.bool_]:
+    """The bytes a white-space character's UTF-8 can start with (every character of
+    ``python_whitespace``: ASCII ones, and 0xC2, 0xE1, 0xE2, 0xE3 for the others)."""
+    table = np.zeros(256, dtype=bool)
+    table[[c.encode("utf-8")[0] for c in python_whitespace()]] = True
+    return table
+
+
+_SPACE_START = _first_bytes_of_space()
+
+
+def blank_mask(texts: pa.Array) -> npt.NDArray[np.bool_]:
+    """``refund.cells.blank_mask``: True where a cell is null or only white space. A batch with
+    no null, no empty cell and no cell starting with a white-space character's first byte has no
+    blank cell (one look at each cell's first byte); any other batch is checked cell by cell.
+
+    >>> blank_mask(pa.array(["a", "b c"], pa.large_string())).tolist()
+    [False, False]
+    >>> blank_mask(pa.array(["a", "\u3000", " x", None], pa.large_string())).tolist()
+    [False, True, False, True]
+    """
+    n = len(texts)
+    if n and texts.null_count == 0 and pa.types.is_large_string(texts.type):
+        buffers = texts.buffers()
+        offsets = np.frombuffer(buffers[1], dtype=np.int64)[texts.offset:texts.offset + n + 1]
+        if buffers[2] is not None and bool((offsets[1:] > offsets[:-1]).all()):
+            data = np.frombuffer(buffers[2], dtype=np.uint8)
+            if not _SPACE_START[data[offsets[:-1]]].any():
+                return np.zeros(n, dtype=bool)
+    return _blank_mask_exact(texts)
 
 
 def _payload(messages: pa.Array) -> memoryview:
@@ -686,6 +719,7 @@ class _Validator:
         # digests, each row's id key (spilled to disk past refund.spill.MEMORY_BYTES)
         self.text_keys = Buckets(16)
         self.id_keys = Buckets(8)
+        self._shared: _Background[npt.NDArray[np.int64]] | None = None
         self.streams = [d.name for d in manifest.decisions if d.answer_column is not None]
         # hashed in a worker process past WORKER_ROWS rows (refund.rowseed)
         self.seeds: Seeds = (SeedHasher(len(self.streams)) if rows_hint >= WORKER_ROWS
@@ -869,15 +903,33 @@ class _Validator:
             group_values=group_values, decisions=decisions, texts=MemoryTexts(pa.array([])),
         )
 
+    def read(self) -> None:
+        """Every batch is in: start what needs nothing else, beside the checks of :meth:`finish`
+        (on two cores). The worker sorts the seed digests, a thread finds the rows whose text
+        key another row has (NumPy's sort lets the GIL go)."""
+        if isinstance(self.seeds, SeedHasher):
+            self.seeds.request(self._prefixes())
+
+        def shared() -> npt.NDArray[np.int64]:
+            try:
+                return shared_key_rows_of(self.text_keys.parts())
+            finally:
+                self.text_keys.close()
+
+        self._shared = _Background(shared)
+
+    def _prefixes(self) -> list[bytes]:
+        return [seed_prefix(name, "labeled") for name in self.streams]
+
     def prepare(self, dataset: Dataset) -> PreparedSplit:
         """The split's units and the labeled seeds, from what the batches left."""
         codes = dataset.group_codes
         group_codes = codes if codes is not None else np.full(self.n, -1, dtype=np.int32)
-        prefixes = [seed_prefix(name, "labeled") for name in self.streams]
-        if isinstance(self.seeds, SeedHasher):
-            self.seeds.request(prefixes)  # the worker sorts the digests during the join
-        shared = shared_key_rows_of(self.text_keys.parts())
-        self.text_keys.close()
+        prefixes = self._prefixes()
+        if self._shared is None:
+            self.read()
+        assert self._shared is not None
+        shared = self._shared.result()
         rows = join_units(dataset.id_source, group_codes, dataset.group_values, codes is not None,
                           shared, dataset.texts.at)
         seeds = dict(zip(self.streams, self.seeds.seeds(prefixes), strict=True))
@@ -885,6 +937,8 @@ class _Validator:
 
     def close(self) -> None:
         """Remove what was spilled to disk."""
+        if self._shared is not None:
+            self._shared.wait()  # it reads the text keys' files
         for buckets in (self.text_keys, self.id_keys):
             buckets.close()
         self.seeds.close()
@@ -959,6 +1013,37 @@ class _Validator:
                 )
         return DecisionLabels(spec=d, label_codes=labels, review_codes=reviews,
                               option_lists=option_lists)
+
+
+_T = TypeVar("_T")
+
+
+class _Background(Generic[_T]):
+    """``work()`` in a thread; :meth:`result` waits for its value (or raises its error)."""
+
+    def __init__(self, work: Callable[[], _T]) -> None:
+        import threading
+
+        self._value: list[_T] = []
+        self._error: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                self._value.append(work())
+            except BaseException as exc:  # raised by result()
+                self._error.append(exc)
+
+        self._thread = threading.Thread(target=run, name="dataset-background", daemon=True)
+        self._thread.start()
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def result(self) -> _T:
+        self._thread.join()
+        if self._error:
+            raise self._error[0]
+        return self._value[0]
 
 
 def ahead(items: Iterable[ColumnBatch], work: Callable[[ColumnBatch], _Staged],
@@ -1092,6 +1177,7 @@ def _run(
                 progress(Progress(READING, batch.start + batch.length, total))
         if progress is not None:  # the last report: every row read (the total now known)
             progress(Progress(READING, validator.n, validator.n))
+        validator.read()
         validator.check_columns(names())
         ids, texts = sources(validator.n)
         dataset = _with_texts(validator.finish(ids), texts, None)

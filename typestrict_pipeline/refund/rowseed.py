@@ -45,7 +45,9 @@ __all__ = ["LocalSeeds", "SeedHasher", "Seeds", "digests_of", "update_sorted"]
 _DIGEST = type(hashlib.sha256()).digest
 _SORT_CHUNK = 1 << 20
 _HEAD = struct.Struct("<cIQQ")  # tag, stream, rows, payload bytes
-_ROWS, _SEED = b"R", b"S"
+_ROWS, _DIGESTS, _SEED = b"R", b"D", b"S"
+AHEAD = 2
+"""Batches the worker may be behind before :meth:`SeedHasher.add` hashes one in this process."""
 
 
 def digests_of(data: bytes, n: int) -> npt.NDArray[np.uint8]:
@@ -108,17 +110,24 @@ class LocalSeeds:
 
 
 class SeedHasher:
-    """:class:`Seeds` in a worker process (started on the first :meth:`add`).
+    """:class:`Seeds` in a worker process, started at once.
 
-    :meth:`add` writes to the worker's pipe (blocking only while the worker is a batch behind);
-    :meth:`request` asks for the seeds and returns at once, :meth:`seeds` waits for them, so the
-    worker sorts the digests while this process does other work.
+    :meth:`add` writes a batch to the worker's pipe while the worker is less than
+    :data:`AHEAD` batches behind (it answers one byte per batch hashed); past that, this process
+    hashes the batch itself (:class:`LocalSeeds`) and sends the worker the digests at the end, so
+    neither process waits for the other while both have work. :meth:`request` asks for the seeds
+    and returns at once, :meth:`seeds` waits for them: the worker sorts the digests while this
+    process does other work.
     """
 
     def __init__(self, streams: int) -> None:
         self.streams = streams
         self._proc: subprocess.Popen[bytes] | None = None
         self._asked: list[bytes] | None = None
+        self._local = LocalSeeds(streams)
+        self._sent = 0  # batches written
+        self._done = 0  # batches the worker said it hashed
+        self._start()
 
     def _start(self) -> subprocess.Popen[bytes]:
         if self._proc is None:
@@ -131,28 +140,49 @@ class SeedHasher:
                 [sys.executable, "-c", code, *args],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             _widen(self._proc.stdin)
+            assert self._proc.stdout is not None
+            os.set_blocking(self._proc.stdout.fileno(), False)
         return self._proc
 
-    def add(self, stream: int, data: bytes | memoryview, n: int) -> None:
+    def _write(self, parts: Iterable[bytes | memoryview]) -> None:
         proc = self._start()
         assert proc.stdin is not None
         try:
-            proc.stdin.write(_HEAD.pack(_ROWS, stream, n, len(data)))
-            proc.stdin.write(data)
+            for part in parts:
+                proc.stdin.write(part)
         except BrokenPipeError:
             self._failed()
+
+    def _answers(self) -> None:
+        """Count the worker's answers so far (without waiting)."""
+        proc = self._start()
+        assert proc.stdout is not None
+        try:
+            self._done += len(os.read(proc.stdout.fileno(), 1 << 16))
+        except BlockingIOError:
+            pass
+
+    def add(self, stream: int, data: bytes | memoryview, n: int) -> None:
+        self._answers()
+        if self._sent - self._done >= AHEAD:
+            self._local.add(stream, data, n)
+            return
+        self._write((_HEAD.pack(_ROWS, stream, n, len(data)), data))
+        self._sent += 1
 
     def request(self, prefixes: list[bytes]) -> None:
         """Ask for the seeds (see :meth:`seeds`) without waiting."""
+        frames: list[bytes | memoryview] = []
+        for stream, buckets in enumerate(self._local.buckets):
+            for part in buckets.parts():
+                frames += [_HEAD.pack(_DIGESTS, stream, len(part), part.nbytes), part.data]
+            buckets.close()
+        for stream, prefix in enumerate(prefixes):
+            frames += [_HEAD.pack(_SEED, stream, 0, len(prefix)), prefix]
+        self._write(frames)
         proc = self._start()
         assert proc.stdin is not None
-        try:
-            for stream, prefix in enumerate(prefixes):
-                proc.stdin.write(_HEAD.pack(_SEED, stream, 0, len(prefix)))
-                proc.stdin.write(prefix)
-            proc.stdin.close()
-        except BrokenPipeError:
-            self._failed()
+        _close(proc.stdin)
         self._asked = prefixes
 
     def seeds(self, prefixes: list[bytes]) -> list[bytes]:
@@ -160,13 +190,22 @@ class SeedHasher:
             self.request(prefixes)
         proc = self._start()
         assert proc.stdout is not None
-        got = proc.stdout.read(32 * len(prefixes))
-        if len(got) != 32 * len(prefixes) or proc.wait() != 0:
+        fd = proc.stdout.fileno()
+        os.set_blocking(fd, True)
+        want = self._sent - self._done + 32 * len(prefixes)
+        got = bytearray()
+        while len(got) < want:
+            chunk = os.read(fd, want - len(got))
+            if not chunk:
+                break
+            got += chunk
+        if len(got) != want or proc.wait() != 0:
             self._failed()
         self._proc = None
         _close(proc.stdout)
         _close(proc.stderr)
-        return [got[32 * k:32 * k + 32] for k in range(len(prefixes))]
+        seeds = bytes(got[want - 32 * len(prefixes):])
+        return [seeds[32 * k:32 * k + 32] for k in range(len(prefixes))]
 
     def _failed(self) -> None:
         proc = self._proc
@@ -182,6 +221,7 @@ class SeedHasher:
                            + error.decode("utf-8", "replace")[-2000:])
 
     def close(self) -> None:
+        self._local.close()
         proc, self._proc = self._proc, None
         if proc is not None:
             proc.kill()
@@ -225,6 +265,10 @@ def serve() -> None:
                 raise EOFError("a frame cut short")
             if tag == _ROWS:
                 local.add(stream, payload, n)
+                out.write(b".")  # one batch done
+                out.flush()
+            elif tag == _DIGESTS:  # hashed by the parent
+                local.buckets[stream].add(np.frombuffer(payload, dtype=np.uint8).reshape(n, 32))
             elif tag == _SEED:
                 prefixes.append(payload)
             else:
