@@ -26,10 +26,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import queue
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Protocol
@@ -125,9 +127,15 @@ class SeedHasher:
         self._proc: subprocess.Popen[bytes] | None = None
         self._asked: list[bytes] | None = None
         self._local = LocalSeeds(streams)
-        self._sent = 0  # batches written
+        self._sent = 0  # batches handed to the writer
         self._done = 0  # batches the worker said it hashed
+        self._frames: queue.SimpleQueue[list[bytes | memoryview] | None] = queue.SimpleQueue()
+        self._broken = False
         self._start()
+        # the pipe is written by a thread: a batch (megabytes) does not fit in the pipe, and this
+        # thread hashes the next batch itself while the worker is behind
+        self._writer = threading.Thread(target=self._write_all, name="rowseed-writer", daemon=True)
+        self._writer.start()
 
     def _start(self) -> subprocess.Popen[bytes]:
         if self._proc is None:
@@ -144,30 +152,31 @@ class SeedHasher:
             os.set_blocking(self._proc.stdout.fileno(), False)
         return self._proc
 
-    def _write(self, parts: Iterable[bytes | memoryview]) -> None:
-        proc = self._start()
-        assert proc.stdin is not None
+    def _write_all(self) -> None:
+        proc = self._proc
+        assert proc is not None and proc.stdin is not None
         try:
-            for part in parts:
-                proc.stdin.write(part)
-        except BrokenPipeError:
-            self._failed()
+            while (frame := self._frames.get()) is not None:
+                for part in frame:
+                    proc.stdin.write(part)
+            proc.stdin.close()
+        except (BrokenPipeError, ValueError, OSError):  # the worker died (or was killed)
+            self._broken = True
+            _close(proc.stdin)
 
     def _answers(self) -> None:
         """Count the worker's answers so far (without waiting)."""
         proc = self._start()
         assert proc.stdout is not None
-        try:
+        with contextlib.suppress(BlockingIOError):
             self._done += len(os.read(proc.stdout.fileno(), 1 << 16))
-        except BlockingIOError:
-            pass
 
     def add(self, stream: int, data: bytes | memoryview, n: int) -> None:
         self._answers()
         if self._sent - self._done >= AHEAD:
             self._local.add(stream, data, n)
             return
-        self._write((_HEAD.pack(_ROWS, stream, n, len(data)), data))
+        self._frames.put([_HEAD.pack(_ROWS, stream, n, len(data)), data])
         self._sent += 1
 
     def request(self, prefixes: list[bytes]) -> None:
@@ -179,15 +188,14 @@ class SeedHasher:
             buckets.close()
         for stream, prefix in enumerate(prefixes):
             frames += [_HEAD.pack(_SEED, stream, 0, len(prefix)), prefix]
-        self._write(frames)
-        proc = self._start()
-        assert proc.stdin is not None
-        _close(proc.stdin)
+        self._frames.put(frames)
+        self._frames.put(None)  # the writer closes the pipe: the worker gives the seeds
         self._asked = prefixes
 
     def seeds(self, prefixes: list[bytes]) -> list[bytes]:
         if self._asked != prefixes:
             self.request(prefixes)
+        self._writer.join()
         proc = self._start()
         assert proc.stdout is not None
         fd = proc.stdout.fileno()
@@ -226,6 +234,8 @@ class SeedHasher:
         if proc is not None:
             proc.kill()
             proc.wait()
+            self._frames.put(None)
+            self._writer.join()
             for pipe in (proc.stdin, proc.stdout, proc.stderr):
                 _close(pipe)
 
