@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Annotated, Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from fastapi import Path, Request
 
 from typestrict_pipeline.api.deps import Ctx, Workspace
@@ -22,7 +25,10 @@ from typestrict_pipeline.api.schemas import (
     TrainingOut,
 )
 from typestrict_pipeline.api.trainings import TrainingRequest, split_roles
+from typestrict_pipeline.refund.dataset import load_dataset
 from typestrict_pipeline.refund.grouping import resampling_line, scan_dataset
+from typestrict_pipeline.refund.holdout import Holdout, split_decisions, training_mask
+from typestrict_pipeline.refund.trained_on import trained_on_sha256
 
 router = api_router(tags=["trainings"], responses={
     401: {"model": ErrorBody}, 404: {"model": ErrorBody}, 422: {"model": ErrorBody}})
@@ -96,20 +102,41 @@ def cancel_training(training_id: TrainingId, ctx: Ctx, workspace: Workspace) -> 
 @router.get("/trainings/{training_id}/split", response_model=SplitOut)
 def get_split(training_id: TrainingId, ctx: Ctx, workspace: Workspace) -> SplitOut:
     """Before training: the ids to train on (and their SHA-256), and what is held out."""
-    view = ctx.trainings.split(workspace, training_id)
     manifest = ctx.trainings.manifest(workspace, training_id)
+    holdouts = split_decisions(load_dataset(manifest))
+    train, held = _split_ids(holdouts)
     group = manifest.dataset.columns.group
     scan = scan_dataset(manifest)
     return SplitOut(
-        training_id=training_id, training_ids=list(view.training_ids),
-        training_ids_sha256=view.training_ids_sha256, canonical_form=CANONICAL_FORM,
-        not_for_training=list(view.not_for_training),
-        decisions=[DecisionSplit(**split_roles(h)) for h in view.decisions],
+        training_id=training_id, training_ids=train,
+        training_ids_sha256=trained_on_sha256(train), canonical_form=CANONICAL_FORM,
+        not_for_training=held,
+        decisions=[DecisionSplit(**split_roles(h)) for h in holdouts],
         group=group,
         resampling_unit=resampling_line(
-            [(h.decision, "example" if group is None else "group", None) for h in view.decisions], group),
+            [(h.decision, "example" if group is None else "group", None) for h in holdouts], group),
         grouping_warnings=[GroupingWarningOut(**w.as_dict()) for w in scan.warnings],
     )
+
+
+def _split_ids(holdouts: Sequence[Holdout]) -> tuple[list[str], list[str]]:
+    """The ids that may be trained on (train in every decision) and the others, each sorted: the
+    id column read once, a batch at a time, each id to one of the two lists (no list of every
+    id, no set of them: the ids are unique, validated with the dataset)."""
+    if not holdouts:
+        return [], []
+    mask = training_mask(holdouts)
+    train: list[str] = []
+    held: list[str] = []
+    start = 0
+    for batch in holdouts[0].data.id_source.batches():
+        keep = pa.array(mask[start:start + len(batch)])
+        train += batch.filter(keep).to_pylist()
+        held += batch.filter(pc.invert(keep)).to_pylist()
+        start += len(batch)
+    train.sort()
+    held.sort()
+    return train, held
 
 
 @router.put("/trainings/{training_id}/model/{name}", status_code=201, response_model=FileOut,
