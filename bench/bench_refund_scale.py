@@ -12,7 +12,9 @@ Per size, each measured in a fresh process (its own peak RSS, ``ru_maxrss``), th
 average printed beside each figure:
 
 - **ours**: ``load_manifest`` → ``load_dataset`` → ``split_decisions``, the product's public path
-  (read, validate every cell, seed digests, identical-text join, both passes, test rows);
+  (read, validate every cell, seed digests, identical-text join, both passes, test rows); from
+  250,000 rows the seed digests are hashed in a worker process (``refund/rowseed.py``): its CPU
+  seconds are added to ours, its peak RSS reported beside ours and added to it for the targets;
 - **pyarrow read + hash**: pyarrow reads the id column and SHA-256 hashes every id (the issue's
   "engine's own read + hash": pyarrow has no SHA-256 kernel, so ``hashlib``, as the product);
 - **DuckDB read + hash + top-k**: one query, ``SELECT id FROM read_parquet(..) ORDER BY
@@ -218,8 +220,9 @@ def run(sizes: tuple[int, ...]) -> dict[int, dict[str, dict[str, Any]]]:
                 assert got["reference"]["seed"] == got["ours"]["seed"], "seeds differ"
             results[n] = got
             for k, v in got.items():
+                worker = f" + {v['worker_rss_mb']:.0f} MB worker" if "worker_rss_mb" in v else ""
                 print(f"  {k:10s} {v['seconds']:8.2f} s wall  {v['cpu_s']:8.2f} s CPU  "
-                      f"{v['rss_mb']:7.0f} MB peak RSS  (load {v['load']})", flush=True)
+                      f"{v['rss_mb']:7.0f} MB peak RSS{worker}  (load {v['load']})", flush=True)
         finally:
             shutil.rmtree(folder, ignore_errors=True)  # the disk is shared
     return results
@@ -229,13 +232,16 @@ def report(results: dict[int, dict[str, dict[str, Any]]]) -> None:
     for n, got in sorted(results.items()):
         ours = got["ours"]
         alt = got["duckdb"]
-        text = (f"{ours['seconds']:.2f} s wall, {ours['cpu_s']:.2f} s CPU, "
-                f"{ours['rss_mb']:.0f} MB peak RSS (load {ours['load']})")
+        worker = ours.get("worker_rss_mb", 0.0)
+        memory = ours["rss_mb"] + worker  # both processes' peaks added: an upper bound
+        text = (f"{ours['seconds']:.2f} s wall, {ours['cpu_s']:.2f} s CPU (both processes), "
+                f"{ours['rss_mb']:.0f} MB + {worker:.0f} MB (seed worker) peak RSS "
+                f"(load {ours['load']})")
         alternative = (f"DuckDB read + sha256 + top-k {alt['seconds']:.2f} s wall, "
                        f"{alt['cpu_s']:.2f} s CPU, {alt['rss_mb']:.0f} MB (load {alt['load']})")
         ratio = f"{ours['seconds'] / alt['seconds']:.1f}× DuckDB's one query"
         numbers = {"rows": n, "seconds": ours["seconds"], "cpu_s": ours["cpu_s"],
-                   "rss_mb": ours["rss_mb"], "duckdb_s": alt["seconds"], "load": ours["load"]}
+                   "rss_mb": ours["rss_mb"], "worker_rss_mb": worker, "duckdb_s": alt["seconds"], "load": ours["load"]}
         if "reference" in got:
             ref = got["reference"]
             ratio += f"; today's path {ref['seconds']:.1f} s, {ref['rss_mb']:.0f} MB ({ref['seconds'] / ours['seconds']:.1f}× ours)"
@@ -248,11 +254,11 @@ def report(results: dict[int, dict[str, dict[str, Any]]]) -> None:
                  f"{eng['cpu_s']:.2f} s CPU (load {eng['load']}); " + alternative,
                  ratio=f"{r:.2f}× pyarrow read + hash; " + ratio,
                  target="≤ 2.5× the engine's read + hash, ≤ 700 MB",
-                 ok=r <= 2.5 and ours["rss_mb"] <= 700, numbers={**numbers, "engine_s": eng["seconds"]})
+                 ok=r <= 2.5 and memory <= 700, numbers={**numbers, "engine_s": eng["seconds"]})
         elif n == 10_000_000:
             _row("refund data path, 10,000,000 rows: load + validate + split", text,
                  alternative=alternative, ratio=ratio, target="≤ 60 s wall, ≤ 3 GB peak RSS",
-                 ok=ours["seconds"] <= 60 and ours["rss_mb"] <= 3072, numbers=numbers)
+                 ok=ours["seconds"] <= 60 and memory <= 3072, numbers=numbers)
         elif n == LARGE:
             base = results.get(10_000_000, {}).get("ours")
             linear = None if base is None else ours["seconds"] / (10 * base["seconds"])
@@ -260,7 +266,7 @@ def report(results: dict[int, dict[str, dict[str, Any]]]) -> None:
                  alternative=alternative,
                  ratio=ratio + ("" if linear is None else f"; {linear:.2f}× linear from 10M"),
                  target="≤ 4 GB peak RSS, ≤ 1.2× linear from 10M",
-                 ok=ours["rss_mb"] <= 4096 and (linear is None or linear <= 1.2), numbers=numbers)
+                 ok=memory <= 4096 and (linear is None or linear <= 1.2), numbers=numbers)
         else:
             _row(f"refund data path, {n:,} rows: load + validate + split", text,
                  alternative=alternative, ratio=ratio, numbers=numbers)
@@ -282,7 +288,8 @@ def picture(results: dict[int, dict[str, dict[str, Any]]], path: Path) -> None:
             continue
         ax1.plot(xs, [results[n][kind]["seconds"] for n in xs], marker="o", label=label)
         ax3.plot(xs, [results[n][kind]["cpu_s"] for n in xs], marker="o", label=label)
-        ax2.plot(xs, [results[n][kind]["rss_mb"] for n in xs], marker="o", label=label)
+        ax2.plot(xs, [results[n][kind]["rss_mb"] + results[n][kind].get("worker_rss_mb", 0.0)
+                      for n in xs], marker="o", label=label)
         for n in xs:
             ax1.annotate(f"load {results[n][kind]['load']}", (n, results[n][kind]["seconds"]),
                          fontsize=6, xytext=(3, 3), textcoords="offset points")
