@@ -403,3 +403,18 @@ def test_seed_worker_gives_the_local_seeds_and_reports_its_failure() -> None:
     with pytest.raises(RuntimeError, match="expected 3 newline-ended messages, got 2"):
         broken.seeds([b"p"])
     broken.close()
+
+
+def test_no_worker_process_hashes_in_the_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no process can be started, the load hashes the seed digests itself, the same."""
+    import subprocess
+
+    from typestrict_pipeline.refund import dataset
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise OSError("no processes here")
+
+    monkeypatch.setattr(dataset, "WORKER_ROWS", 0)
+    monkeypatch.setattr(subprocess, "Popen", refused)
+    rows, decisions, columns = FIXTURES["several decisions"]
+    assert assert_same(write(tmp_path, rows, "parquet", decisions, columns)) == "ok"

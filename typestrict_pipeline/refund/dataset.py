@@ -30,6 +30,7 @@ the same message, row and column as when every cell was a Python object (the ref
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import sys
@@ -722,8 +723,10 @@ class _Validator:
         self._shared: _Background[npt.NDArray[np.int64]] | None = None
         self.streams = [d.name for d in manifest.decisions if d.answer_column is not None]
         # hashed in a worker process past WORKER_ROWS rows (refund.rowseed)
-        self.seeds: Seeds = (SeedHasher(len(self.streams)) if rows_hint >= WORKER_ROWS
-                             else LocalSeeds(len(self.streams)))
+        self.seeds: Seeds = LocalSeeds(len(self.streams))
+        if rows_hint >= WORKER_ROWS:
+            with contextlib.suppress(OSError):  # no process could be started: hashed here
+                self.seeds = SeedHasher(len(self.streams))
         for d in manifest.decisions:
             for column, what in self._label_columns(d):
                 self.text_columns.setdefault((column, what), _TextColumn(column, what))
