@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -214,10 +214,44 @@ def fitted_ratios(ratios: FloatArray, t: int, *, weight: float = 1.0,
     >>> bool(np.all((r > 5.0) & (r < 14.0))), bool(np.all(df > 20))  # true ratio: 1.8/0.2 = 9
     (True, True)
     """
-    q, k = ratios.shape
+    k = ratios.shape[1]
+    fit = whittle_fit(ratios, t, weight=weight, threshold=threshold)
+    if fit is None:
+        return np.ones(k), np.full(k, float(t))
+    phi, share, use = fit
+    persistent = share * (1.0 + phi) / (1.0 - phi)
+    fitted = (1.0 - share) + persistent
+    steps = np.maximum(1.0, t * (1.0 - phi) / (1.0 + phi))
+    df = fitted * fitted / (persistent * persistent / steps + (1.0 - share) ** 2 / t)
+    return (np.asarray(np.where(use, fitted, 1.0), dtype=np.float64),
+            np.asarray(np.where(use, df, float(t)), dtype=np.float64))
+
+
+def whittle_fit(ratios: FloatArray, t: int, *, weight: float = 1.0, threshold: float = 0.0,
+                upper: float | None = None
+                ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]] | None:
+    """The Whittle fit of :func:`fitted_ratios`, per column: the AR(1) coefficient ``φ``, the
+    persistent part's share ``a`` of the variance, and whether the fit is used (it beats white
+    noise by ``threshold`` and the lowest frequencies carry more than the variance). ``None``
+    when no fit is possible (fewer than 2 ordinates, or ``T`` too short for the grid).
+
+    ``upper``: instead of the best ``φ``, the largest ``φ`` of the grid whose profile
+    log-likelihood (the best share for that ``φ``) is within ``upper/2`` of the best (a one-sided
+    upper confidence bound by the likelihood ratio: ``upper`` = χ²₁'s 90% point 2.71 for 95%),
+    with its share.
+
+    >>> rng = np.random.default_rng(0); e = rng.normal(size=(2000, 1)); x = np.empty_like(e)
+    >>> x[0] = e[0]
+    >>> for s in range(1, 2000): x[s] = 0.9 * x[s - 1] + e[s]
+    >>> x -= x.mean()
+    >>> phi, share, use = whittle_fit(cosine_ordinates(x, 1000) / float((x * x).mean()), 2000)
+    >>> 0.85 < float(phi[0]) < 0.95, bool(use[0])
+    (True, True)
+    """
+    q = ratios.shape[0]
     phis = _PHI_GRID[1.0 - 2.0 / t >= _PHI_GRID]
     if phis.size == 0 or q < 2:
-        return np.ones(k), np.full(k, float(t))
+        return None
     w = np.pi * np.arange(1, q + 1) / t
     shape = (1.0 - phis[:, None] ** 2) / (1.0 - 2.0 * phis[:, None] * np.cos(w)[None, :]
                                           + phis[:, None] ** 2)
@@ -227,24 +261,140 @@ def fitted_ratios(ratios: FloatArray, t: int, *, weight: float = 1.0,
     loglik = -0.5 * (np.log(f).sum(axis=1)[:, None] + (1.0 / f) @ ratios)  # grid × k
     white = -0.5 * ratios.sum(axis=0)
     best = loglik.argmax(axis=0)
-    phi = np.repeat(phis, a.size)[best]
-    share = np.tile(a, phis.size)[best]
-    persistent = share * (1.0 + phi) / (1.0 - phi)
-    fitted = (1.0 - share) + persistent
-    steps = np.maximum(1.0, t * (1.0 - phi) / (1.0 + phi))
-    df = fitted * fitted / (persistent * persistent / steps + (1.0 - share) ** 2 / t)
+    if upper is not None:
+        cube = loglik.reshape(phis.size, a.size, -1)  # φ × a × k
+        profile = cube.max(axis=1)  # φ × k
+        inside = profile >= loglik.max(axis=0)[None, :] - upper / 2.0
+        top = phis.size - 1 - np.argmax(inside[::-1], axis=0)  # the largest φ inside
+        best = top * a.size + cube[top, :, np.arange(cube.shape[2])].argmax(axis=1)
+    phi = np.asarray(np.repeat(phis, a.size)[best], dtype=np.float64)
+    share = np.asarray(np.tile(a, phis.size)[best], dtype=np.float64)
     # A fit is used only where it beats white noise and the lowest frequencies carry more than
     # the variance (positive dependence: the model cannot describe a spectrum rising to π).
     rising = ratios[: max_cosines(t)].mean(axis=0) > 1.0
-    use = (2.0 * weight * (loglik.max(axis=0) - white) > threshold) & rising
-    return (np.asarray(np.where(use, fitted, 1.0), dtype=np.float64),
-            np.asarray(np.where(use, df, float(t)), dtype=np.float64))
+    use = np.asarray((2.0 * weight * (loglik.max(axis=0) - white) > threshold) & rising,
+                     dtype=np.bool_)
+    return phi, share, use
 
 
 def _band_ratio(ratios: FloatArray, pooled: int) -> tuple[int, float]:
     """The flat band of pooled ratios and their mean over it."""
     q = flat_band(ratios, float(pooled))
     return q, float(ratios[:q].mean())
+
+
+#: Twice the log-likelihood gain over white noise a common component's spectral fit needs
+#: (χ²₂'s 95% point: the fit has two parameters; below it the component counts as noise).
+COMMON_THRESHOLD = 5.99
+#: The common component's persistence is read at the upper end of its one-sided 95% likelihood
+#: interval (χ²₁'s 90% point): a search that said "beats luck" under regimes is, by its
+#: selection, one whose window saw few switches, where the point estimate of ``φ`` is low.
+COMMON_UPPER = 2.706
+
+
+def mean_variance_ratio(phi: float, t: int) -> float:
+    """``T·Var(x̄)/Var(x)`` of a stationary AR(1) ``x`` with coefficient ``φ`` over ``T`` steps:
+    ``(1+φ)/(1−φ) − 2φ(1−φ^T)/(T(1−φ)²)``, the exact finite-window long-run ratio (it tends to
+    ``(1+φ)/(1−φ)`` as ``T`` grows; at most ``T``).
+
+    >>> round(mean_variance_ratio(0.0, 100), 6), round(mean_variance_ratio(0.9, 10_000), 1)
+    (1.0, 19.0)
+    >>> round(mean_variance_ratio(0.967, 120), 1)  # a 60-step regime in 120 steps: not 59.6
+    45.1
+    """
+    if phi <= 0.0:
+        return 1.0
+    full = (1.0 + phi) / (1.0 - phi)
+    edge = 2.0 * phi * (1.0 - phi**t) / (t * (1.0 - phi) ** 2)
+    return float(min(float(t), max(1.0, full - edge)))
+
+
+@dataclass(frozen=True)
+class CommonComponent:
+    """A persistent component the candidates' differences share (issue #27, regimes).
+
+    A regime shared by a search (calm weeks and busy ones) moves every candidate's difference
+    from the benchmark by its own loading times one common path. Per candidate it is a small
+    part of each step (a lag-1 autocorrelation of 0.08 for the battery's 60-step regimes), so
+    no candidate's own spectrum shows it; the loading-weighted cross-sectional average
+    ``a_t = Σ_i d̄_i·(d_{i,t} − d̄_i)`` (weights: the candidates' mean differences, so the
+    leaders, whose lead the component may have made, weigh most) averages the candidates' own
+    noise away and keeps the shared path. It is the first step of a principal-components
+    estimate of a one-factor model (Stock & Watson, *JASA* 97, 2002; Bai & Ng, *Econometrica*
+    70, 2002), with the loadings read from the means.
+
+    Attributes:
+        steps: ``T``.
+        phi: the AR(1) coefficient of the persistent part of ``a`` (Whittle fit,
+            :func:`whittle_fit`).
+        share: that part's share of the variance of ``a``.
+        span: steps until its autocorrelation falls to 5% (``⌈ln 0.05/ln φ⌉``).
+        candidates: how many candidates were averaged.
+        series: ``a_t``, de-meaned (the loadings of each candidate are read against it).
+    """
+
+    steps: int
+    phi: float
+    share: float
+    span: int
+    candidates: int
+    series: tuple[float, ...] = field(repr=False)
+
+    @property
+    def window_ratio(self) -> float:
+        """``T·Var(mean)/Var`` of the persistent part over the window (:func:`mean_variance_ratio`)."""
+        return mean_variance_ratio(self.phi, self.steps)
+
+    @property
+    def degrees_of_freedom(self) -> float:
+        """What a long-run variance carried by this part can claim: its effective steps
+        ``T(1−φ)/(1+φ)``, and at most the fixed-b reading ``1.5·T/min(T, span)`` (Kiefer &
+        Vogelsang 2005; ``stats.fixed_b_degrees_of_freedom``), at least 1."""
+        effective = self.steps * (1.0 - self.phi) / (1.0 + self.phi)
+        fixed_b = 1.5 * self.steps / min(self.steps, max(1, self.span))
+        return max(1.0, min(effective, fixed_b))
+
+    def text(self) -> str:
+        """In words, for the leaderboard.
+
+        >>> print(CommonComponent(480, 0.967, 0.6, 89, 16, ()).text())
+        a component shared by the 16 candidates decorrelates over 89 steps (AR(1) 0.967, 60% of the loading-weighted average's variance)
+        """
+        return (f"a component shared by the {self.candidates} candidates decorrelates over "
+                f"{self.span} steps (AR(1) {self.phi:.3f}, {100.0 * self.share:.0f}% of the "
+                "loading-weighted average's variance)")
+
+
+def measure_common(differences: FloatArray) -> CommonComponent | None:
+    """The persistent component shared by the candidates' differences (:class:`CommonComponent`),
+    or ``None`` (fewer than 2 candidates or 4 steps, or the average's spectrum not significantly
+    persistent: χ²₂ at 5%, :data:`COMMON_THRESHOLD`).
+
+    >>> rng = np.random.default_rng(0)
+    >>> state = np.repeat(rng.choice([-1.0, 1.0], size=8), 60)  # 8 regimes of 60 steps
+    >>> d = rng.normal(size=(480, 16)) + 0.3 * np.outer(state, rng.normal(size=16))
+    >>> c = measure_common(d)
+    >>> c is not None and c.span > 40, measure_common(rng.normal(size=(480, 16)))
+    (True, None)
+    """
+    x = np.asarray(differences, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] < 4 or x.shape[1] < 2:
+        return None
+    t, k = x.shape
+    weights = x.mean(axis=0)
+    a = x @ weights
+    a = a - a.mean()
+    var = float(a @ a) / t
+    if not var > 0.0:
+        return None
+    fit = whittle_fit(cosine_ordinates(a[:, None], max(2, t // 2)) / var, t,
+                      threshold=COMMON_THRESHOLD, upper=COMMON_UPPER)
+    if fit is None or not bool(fit[2][0]):
+        return None
+    phi, share = float(fit[0][0]), float(fit[1][0])
+    span = math.ceil(math.log(DECORRELATED) / math.log(phi)) if phi > DECORRELATED else 1
+    return CommonComponent(t, phi, share, int(min(max(1, span), t - 1)), k,
+                           tuple(float(v) for v in a))
 
 
 @dataclass(frozen=True)
@@ -272,6 +422,7 @@ class Dependence:
     span: int
     pooled: int
     df: float = 0.0
+    common: CommonComponent | None = None
 
     @property
     def time_scale(self) -> float:
@@ -317,7 +468,8 @@ def _lengths(t: int, ratio: float, q: int) -> tuple[float, int, int]:
     return float(block), int(lags), int(min(max(1, span), t - 1))
 
 
-def measure_dependence(differences: FloatArray, *, leaders: int | None = None) -> Dependence:
+def measure_dependence(differences: FloatArray, *, leaders: int | None = None,
+                       common: bool = False) -> Dependence:
     """Measure the long-run variance of the candidates that matter (see the module docstring).
 
     Args:
@@ -369,7 +521,8 @@ def measure_dependence(differences: FloatArray, *, leaders: int | None = None) -
         best_q, best_ratio, best_df, pooled = min(best_q, lead_q), lead_ratio, lead_df, lead_n
     block, lags, span = _lengths(t, best_ratio, best_q)
     return Dependence(t, max(1.0, best_ratio), best_q, block, lags, span, pooled,
-                      min(best_df, float(best_q)) if best_ratio <= 1.0 else best_df)
+                      min(best_df, float(best_q)) if best_ratio <= 1.0 else best_df,
+                      measure_common(x) if common else None)
 
 
 def _pooled_fit(group: FloatArray, t: int) -> tuple[float, float]:
@@ -427,4 +580,32 @@ def long_run_variances(differences: FloatArray, dep: Dependence, *,
     dep_df = dep.df if dep.df > 0.0 else float(dep.cosines)
     df_pooled = min(dep_df * pooled, pooled * max(1.0, t / dep.ratio - 1.0))
     df = np.where(own_ratio > dep.ratio, df_own, df_pooled)
+    if dep.common is not None and len(dep.common.series) == t:
+        lrv, df = _with_common(x, var, lrv, df, dep.common)
     return np.asarray(lrv, dtype=np.float64), np.asarray(np.maximum(1.0, df), dtype=np.float64)
+
+
+def _with_common(x: FloatArray, var: FloatArray, lrv: FloatArray, df: FloatArray,
+                 common: CommonComponent) -> tuple[FloatArray, FloatArray]:
+    """Each candidate's long-run variance with its part of the common component counted:
+    its loading ``β_i = ⟨x_i, a⟩/⟨a, a⟩`` on the common series, the persistent part's variance
+    ``p_i = share·β_i²·Var(a)``, and ``Var_i − p_i(1 − v) + p_i·T·v`` (``T·v``: the part's
+    window ratio, :func:`mean_variance_ratio`), where it is larger than the candidate's own;
+    its degrees of freedom Satterthwaite's for the two parts, the common part claiming
+    :attr:`CommonComponent.degrees_of_freedom`."""
+    t = x.shape[0]
+    a = np.asarray(common.series, dtype=np.float64)
+    aa = float(a @ a)
+    beta = (x.T @ a) / aa
+    part = common.share * beta * beta * (aa / t)
+    ratio = common.window_ratio
+    v = ratio / t
+    long_part = part * ratio
+    lrv_c = np.maximum(var - part * (1.0 - v), 0.0) + long_part
+    rest = lrv_c - long_part
+    with np.errstate(all="ignore"):
+        df_c = lrv_c * lrv_c / (long_part * long_part / common.degrees_of_freedom
+                                + rest * rest / np.maximum(1.0, df))
+    use = lrv_c > lrv
+    return (np.asarray(np.where(use, lrv_c, lrv), dtype=np.float64),
+            np.asarray(np.where(use, df_c, df), dtype=np.float64))

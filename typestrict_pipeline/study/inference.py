@@ -192,7 +192,7 @@ def joint_inference(
             f"candidate, got {t} steps × {k} candidates. Use longer eval windows or more folds."
         )
     diffs = scores - benchmark[:, None]
-    dep = dependence if dependence is not None else measure_dependence(diffs)
+    dep = dependence if dependence is not None else measure_dependence(diffs, common=True)
     blen = dep.block_length
     block = max(1, round(blen))  # arch's StationaryBootstrap takes a whole mean block length
     draws = spa_draws(diffs, bootstrap_counts(t, block, reps, seed), block, dependence=dep)
@@ -376,7 +376,7 @@ def spa_draws(diffs: FloatArray, counts: FloatArray, block: float, *,
     """
     t, k = diffs.shape
     if widen and dependence is None:
-        dependence = measure_dependence(diffs)  # one measurement for every chunk
+        dependence = measure_dependence(diffs, common=True)  # one measurement for every chunk
     means = diffs.mean(axis=0)
     # Every resample's mean of every candidate in one product (the BLAS's result for a column
     # depends on where the column sits in the product's panels, so it is never cut).
