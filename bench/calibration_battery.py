@@ -33,7 +33,8 @@ from typestrict_pipeline.study.battery import (
 
 PARTS = ("nw", "spa", "gate", "lineage", "power")
 SIZE_PROCESSES = ("white", "AR(0.6)", "AR(0.9)", "mixture", "mixture 20% AR(0.98)", "regimes",
-                  "regimes, AR(0.5)", "heavy AR(0.5)", "GARCH", "factor AR(0.9)",
+                  "regimes, AR(0.5)", "regimes, 120 steps", "heavy AR(0.5)", "GARCH",
+                  "factor AR(0.9)",
                   "uneven: 10% AR(0.95)")
 
 

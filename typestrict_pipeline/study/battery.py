@@ -157,6 +157,7 @@ PROCESSES: dict[str, Process] = {p.name: p for p in (
     Process("mixture", kind="mixture", phi=0.95, weight=0.1),
     Process("regimes", kind="regimes", amplitude=0.3, duration=60.0),
     Process("regimes, AR(0.5)", kind="regimes", amplitude=0.3, duration=40.0, phi=0.5),
+    Process("regimes, 120 steps", kind="regimes", amplitude=0.3, duration=120.0),
     Process("heavy AR(0.5)", kind="heavy", phi=0.5),
     Process("GARCH", kind="garch"),
     Process("factor AR(0.9)", kind="factor", phi=0.9, weight=0.5),
