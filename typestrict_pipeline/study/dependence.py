@@ -354,6 +354,10 @@ class CommonComponent:
                 "loading-weighted average's variance)")
 
 
+#: Up to this many candidates, a candidate's loading on the common component is read on the
+#: average without its own term (measured: with 4 candidates the average is mostly the winner's
+#: own noise; with 8 the full average is needed to keep regimes at 5%).
+COMMON_LEAVE_OUT = 4
 #: The common fit's grid: the persistent part's variance over the average's sample variance
 #: (above 1 is allowed: a window that sat mostly in one regime shows less variance than the
 #: regime has), and the white part's.
@@ -501,9 +505,13 @@ class Dependence:
         >>> print(Dependence(120, 4.0, 3, 10.0, 8, 12, 20).text())
         long-run/short-run variance 4.00 over the lowest 3 of 9 cosine frequencies (a time scale of 40 steps), pooled over 20 series
         """
-        return (f"long-run/short-run variance {self.ratio:.2f} over the lowest {self.cosines} of "
+        text = (f"long-run/short-run variance {self.ratio:.2f} over the lowest {self.cosines} of "
                 f"{max_cosines(self.steps)} cosine frequencies (a time scale of "
                 f"{self.time_scale:.0f} steps), pooled over {self.pooled} series")
+        if self.common is not None:
+            text += ("; " + self.common.text() + ", counted in each candidate's long-run variance "
+                     "by its loading on it")
+        return text
 
 
 def _lengths(t: int, ratio: float, q: int) -> tuple[float, int, int]:
@@ -640,7 +648,7 @@ def long_run_variances(differences: FloatArray, dep: Dependence, *,
     df = np.where(own_ratio > dep.ratio, df_own, df_pooled)
     if dep.common is not None and len(dep.common.series) == t:
         lrv, df = _with_common(x, differences.mean(axis=0), var, lrv, df, dep.common,
-                               leave_out=k <= SMALL_POOL)
+                               leave_out=k <= COMMON_LEAVE_OUT)
     return np.asarray(lrv, dtype=np.float64), np.asarray(np.maximum(1.0, df), dtype=np.float64)
 
 
@@ -649,7 +657,7 @@ def _with_common(x: FloatArray, means: FloatArray, var: FloatArray, lrv: FloatAr
                  leave_out: bool) -> tuple[FloatArray, FloatArray]:
     """Each candidate's long-run variance with its part of the common component counted:
     its loading ``β_i = ⟨x_i, a⟩/⟨a, a⟩`` on the common series ``a`` — with few candidates
-    (``leave_out``, up to ``SMALL_POOL``) on ``a₋ᵢ = a − d̄_i·x_i``, the average without its
+    (``leave_out``, up to ``COMMON_LEAVE_OUT``) on ``a₋ᵢ = a − d̄_i·x_i``, the average without its
     own term, since there the average is mostly the winner's own noise, which its own spectral
     fit already counts (measured: own AR(0.9), 4 candidates, T = 480, one 0.5-SD edge found in
     23% of 200 searches with ``a``, 31% with ``a₋ᵢ``, 34% before) — the persistent part's

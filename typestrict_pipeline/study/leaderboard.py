@@ -185,6 +185,12 @@ class Leaderboard:
                     "bandwidth": self.joint.dependence.bandwidth,
                     "span": self.joint.dependence.span,
                     "pooled": self.joint.dependence.pooled,
+                    "common": None if self.joint.dependence.common is None else {
+                        "phi": self.joint.dependence.common.phi,
+                        "share": self.joint.dependence.common.share,
+                        "span": self.joint.dependence.common.span,
+                        "candidates": self.joint.dependence.common.candidates,
+                    },
                 },
                 "stability": None if self.joint.stability is None else {
                     "tested": [self._name(c) for c in self.joint.stability.tested],
