@@ -392,29 +392,58 @@ def common_fit(ratios: FloatArray, t: int) -> tuple[float, float] | None:
     phis = _PHI_GRID[1.0 - 2.0 / t >= _PHI_GRID]
     if phis.size == 0 or q < 2:
         return None
+    if not float(ratios[: max_cosines(t)].mean()) > 1.0:
+        return None  # no excess at the low frequencies: not persistent, whatever the fit says
     w = np.pi * np.arange(1, q + 1) / t
     shape = (1.0 - phis[:, None] ** 2) / (1.0 - 2.0 * phis[:, None] * np.cos(w)[None, :]
                                           + phis[:, None] ** 2)  # φ × q
-    p = _COMMON_PERSISTENT
-    white = _COMMON_WHITE
-    # φ × p × w × q is large; loop over φ (48 values) instead.
-    best_ll = -np.inf
-    lls = np.empty((phis.size, p.size, white.size))
-    for j in range(phis.size):
-        f = white[None, :, None] + p[:, None, None] * shape[j][None, None, :]  # p × w × q
-        f = np.maximum(f, 1e-12)
-        lls[j] = -0.5 * (np.log(f).sum(axis=2) + (ratios[None, None, :] / f).sum(axis=2))
-        best_ll = max(best_ll, float(lls[j].max()))
+    # Only the grid points near the best one matter (the best, and those within the interval's
+    # reach of it): found in single precision, then every one of them, and only they, evaluated
+    # in double precision as the full double-precision grid was (same sums, same order).
+    screened = _grid_log_likelihoods(ratios, shape)
+    near = np.nonzero(screened >= screened.max() - _SCREEN_MARGIN)
+    lls = _cell_log_likelihoods(ratios, shape, near)
+    best_ll = float(lls.max())
     level = float(ratios.mean())
     white_ll = -0.5 * (q * math.log(level) + q) if level > 0.0 else -np.inf
-    rising = float(ratios[: max_cosines(t)].mean()) > 1.0
-    if not (2.0 * (best_ll - white_ll) > COMMON_THRESHOLD and rising):
+    if not 2.0 * (best_ll - white_ll) > COMMON_THRESHOLD:
         return None
-    contribution = (np.array([mean_variance_ratio(float(f), t) for f in phis])[:, None, None]
-                    * p[None, :, None] * np.ones_like(white)[None, None, :])
+    contribution = (np.array([mean_variance_ratio(float(f), t) for f in phis])[near[0]]
+                    * _COMMON_PERSISTENT[near[1]])
     inside = lls >= best_ll - COMMON_UPPER / 2.0
-    idx = np.unravel_index(int(np.argmax(np.where(inside, contribution, -np.inf))), lls.shape)
-    return float(phis[idx[0]]), float(p[idx[1]])
+    pick = int(np.argmax(np.where(inside, contribution, -np.inf)))  # first of ties, grid order
+    return float(phis[near[0][pick]]), float(_COMMON_PERSISTENT[near[1][pick]])
+
+
+#: How far below the single-precision best a grid point may sit and still be evaluated in
+#: double precision: the interval's reach (``COMMON_UPPER/2``) plus 1 for rounding, which near
+#: the best point is under 0.01 in the log-likelihood (≤ 500 ordinates of order 1, relative 6e-8).
+_SCREEN_MARGIN = COMMON_UPPER / 2.0 + 1.0
+
+
+def _grid_log_likelihoods(ratios: FloatArray, shape: FloatArray) -> npt.NDArray[np.float32]:
+    """The Whittle log-likelihood of every (φ, persistent, white) grid point, single precision."""
+    r = ratios.astype(np.float32)
+    p = _COMMON_PERSISTENT.astype(np.float32)
+    white = _COMMON_WHITE.astype(np.float32)
+    shape32 = shape.astype(np.float32)
+    lls = np.empty((shape.shape[0], p.size, white.size), dtype=np.float32)
+    for j in range(shape.shape[0]):  # φ × p × w × q is large: one φ at a time
+        f = white[None, :, None] + p[:, None, None] * shape32[j][None, None, :]
+        np.maximum(f, np.float32(1e-12), out=f)
+        lls[j] = -0.5 * (np.log(f).sum(axis=2) + (r[None, None, :] / f).sum(axis=2))
+    return lls
+
+
+def _cell_log_likelihoods(ratios: FloatArray, shape: FloatArray,
+                          cells: tuple[npt.NDArray[np.intp], ...]) -> FloatArray:
+    """The Whittle log-likelihood of the grid points ``cells`` (φ, persistent, white indices),
+    double precision, each summed over the ordinates as the whole grid's was."""
+    f = (_COMMON_WHITE[cells[2]][:, None]
+         + _COMMON_PERSISTENT[cells[1]][:, None] * shape[cells[0]])  # cells × q
+    f = np.maximum(f, 1e-12)
+    return np.asarray(-0.5 * (np.log(f).sum(axis=1) + (ratios[None, :] / f).sum(axis=1)),
+                      dtype=np.float64)
 
 
 def loading_weighted_average(differences: FloatArray) -> FloatArray:
