@@ -25,7 +25,6 @@ One browser for the module; the walk's pages are the pages checked. Screenshots 
 
 from __future__ import annotations
 
-import base64
 import importlib.util
 import json
 import os
@@ -198,26 +197,9 @@ def test_every_demo_verdict_says_why_in_its_audits_sentence(
 
 def test_a_64_candidate_leaderboard_picture_has_no_overlapping_labels(
         after_demo: dict[str, Any], page: Any) -> None:
-    from assets.studies import leaderboard_picture
-    from typestrict_pipeline import plots
-    from typestrict_pipeline.store import open_store
-    from typestrict_pipeline.study.leaderboard import load_leaderboard
-
     ui._open(page, f"{after_demo['url']}/assets/study_leaderboard?view=partitions&partition={after_demo['study_id']}")
-    dialog = ui._picture_behind(page, "picture")
-    src = dialog.locator("img[src^='data:image/png;base64,']").first.get_attribute("src")
-    shown = base64.b64decode(src.split(",", 1)[1])
-    engine = open_store(f"sqlite:///{after_demo['home'] / 'store.db'}")
-    try:
-        pic = leaderboard_picture(load_leaderboard(engine, after_demo["study_id"]))
-    finally:
-        engine.dispose()
-    assert pic.png == shown and len(pic.markers) == CANDIDATES  # the picture the UI shows
-    assert pic.width >= 1000 and pic.legend is not None and not plots.overlaps(pic.legend, pic.axes)
-    boxes = [p.box for p in pic.labels]
-    assert len(boxes) >= 12
-    assert all(not plots.overlaps(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
-    assert all(not plots.overlaps(b, m) for b in boxes for m in pic.markers)
+    ui.check_leaderboard_picture(page, f"sqlite:///{after_demo['home'] / 'store.db'}", after_demo["study_id"],
+                                 CANDIDATES)
 
 
 # --- the console: make api and the Dagster daemon -------------------------------------------------

@@ -290,6 +290,32 @@ def _open(page: Any, url: str) -> None:
     page.goto(url)
 
 
+def check_leaderboard_picture(page: Any, store_url: str, study_id: int, candidates: int) -> None:
+    """The leaderboard picture behind the open page's "picture" row is the study's, byte for
+    byte, with a marker per candidate, and none of its labels overlaps another label, a marker
+    or the legend (by the picture's geometry)."""
+    import base64
+
+    from assets.studies import leaderboard_picture
+    from typestrict_pipeline import plots
+    from typestrict_pipeline.store import open_store
+    from typestrict_pipeline.study.leaderboard import load_leaderboard
+
+    dialog = _picture_behind(page, "picture")
+    src = dialog.locator("img[src^='data:image/png;base64,']").first.get_attribute("src")
+    shown = base64.b64decode(src.split(",", 1)[1])
+    engine = open_store(store_url)
+    try:
+        pic = leaderboard_picture(load_leaderboard(engine, study_id))
+    finally:
+        engine.dispose()
+    assert pic.png == shown and len(pic.markers) == candidates  # the picture the UI shows
+    assert pic.width >= 1000 and pic.legend is not None and not plots.overlaps(pic.legend, pic.axes)
+    boxes = [p.box for p in pic.labels]
+    assert len(boxes) >= 12 and all(not plots.overlaps(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    assert all(not plots.overlaps(b, m) for b in boxes for m in pic.markers)
+
+
 def _picture_behind(page: Any, row_label: str) -> Any:
     """Open the Markdown metadata of ``row_label`` and return its embedded PNG image."""
     from playwright.sync_api import expect
@@ -377,15 +403,10 @@ def test_schedules_the_verdict_in_words_and_a_readable_leaderboard_without_hover
     """Issue #26: each schedule with its next evaluation and its skip reason on a page (no
     hovering), the verdict's sentence as text (no "Show Markdown"), and a 64-candidate
     leaderboard picture whose labels overlap nothing (checked by geometry on the picture shown)."""
-    import base64
 
     from playwright.sync_api import expect
 
-    from assets.studies import leaderboard_picture
-    from typestrict_pipeline import plots
     from typestrict_pipeline.refund.explain import verdict_sentence
-    from typestrict_pipeline.store import open_store
-    from typestrict_pipeline.study.leaderboard import load_leaderboard
 
     url, facts = served
     _open(page, f"{url}/assets/study_schedules")
@@ -401,16 +422,4 @@ def test_schedules_the_verdict_in_words_and_a_readable_leaderboard_without_hover
     expect(page.get_by_text(sentence).first).to_be_visible()
 
     _open(page, f"{url}/assets/study_leaderboard?partition={facts['study_id']}")
-    dialog = _picture_behind(page, "picture")
-    src = dialog.locator("img[src^='data:image/png;base64,']").first.get_attribute("src")
-    shown = base64.b64decode(src.split(",", 1)[1])
-    engine = open_store(facts["store_url"])
-    try:
-        pic = leaderboard_picture(load_leaderboard(engine, facts["study_id"]))
-    finally:
-        engine.dispose()
-    assert pic.png == shown and len(pic.markers) == CANDIDATES  # the picture the UI shows
-    assert pic.width >= 1000 and pic.legend is not None and not plots.overlaps(pic.legend, pic.axes)
-    boxes = [p.box for p in pic.labels]
-    assert len(boxes) >= 12 and all(not plots.overlaps(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
-    assert all(not plots.overlaps(b, m) for b in boxes for m in pic.markers)
+    check_leaderboard_picture(page, facts["store_url"], facts["study_id"], CANDIDATES)
