@@ -230,3 +230,10 @@ def test_a_finished_studys_page_and_the_api_say_how_far_its_search_went(world: d
     assert f'<progress max="{planned}" value="{planned}"' in got.text
     study = world["browser"].get(f"/v1/studies/{world['many']}").json()
     assert (study["window_runs_done"], study["window_runs_planned"]) == (planned, planned)
+    # the list counts every study at once, and says what each study's own answer says
+    listed = {s["id"]: s for s in world["browser"].get("/v1/studies").json()}
+    for sid in (world["many"], world["few"]):
+        one = world["browser"].get(f"/v1/studies/{sid}").json()
+        assert (listed[sid]["window_runs_done"], listed[sid]["window_runs_planned"]) == (
+            one["window_runs_done"], one["window_runs_planned"])
+    assert listed[world["few"]]["window_runs_planned"] == FEW * 2 * 2

@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 import numpy as np
 from sqlalchemy import Engine, func, select
+from sqlalchemy.orm import Session
 
 from typestrict_pipeline.errors import NotEnoughDataError
 from typestrict_pipeline.progress import Progress, ProgressFn
@@ -50,6 +51,7 @@ from typestrict_pipeline.study.tables import (
     CandidateState,
     RunRow,
     RunState,
+    StudyRow,
     StudyState,
     WindowKind,
 )
@@ -154,15 +156,30 @@ def search_progress(engine: Engine, study_id: int) -> Progress:
     """
     with session_scope(engine) as s:
         study = repo.get_study(s, study_id)
-        layout = FoldLayout.from_json(study.layout_json)
-        candidates = s.execute(select(func.count()).select_from(CandidateRow).where(
-            CandidateRow.study_id == study_id,
-            CandidateRow.state != CandidateState.DISCARDED.value)).scalar_one()
-        done = s.execute(select(func.count()).select_from(RunRow).where(
-            RunRow.study_id == study_id, RunRow.window != WindowKind.HOLDOUT.value,
-            RunRow.finished_at.is_not(None))).scalar_one()
-    total = int(candidates) * len(layout.folds) * 2
-    return Progress(SEARCH_PROGRESS, min(int(done), total), total, unit="window runs")
+        return searches_progress(s, [study])[study.id]
+
+
+def searches_progress(session: Session, studies: Sequence[StudyRow]) -> dict[int, Progress]:
+    """:func:`search_progress` of each of ``studies`` (rows in hand), in two grouped counts
+    whatever their number (a list of studies asks once, not once a study)."""
+    ids = [st.id for st in studies]
+    if not ids:
+        return {}
+    candidates = dict(session.execute(
+        select(CandidateRow.study_id, func.count()).where(
+            CandidateRow.study_id.in_(ids), CandidateRow.state != CandidateState.DISCARDED.value)
+        .group_by(CandidateRow.study_id)).tuples().all())
+    done = dict(session.execute(
+        select(RunRow.study_id, func.count()).where(
+            RunRow.study_id.in_(ids), RunRow.window != WindowKind.HOLDOUT.value,
+            RunRow.finished_at.is_not(None))
+        .group_by(RunRow.study_id)).tuples().all())
+    out: dict[int, Progress] = {}
+    for st in studies:
+        total = int(candidates.get(st.id, 0)) * len(FoldLayout.from_json(st.layout_json).folds) * 2
+        out[st.id] = Progress(SEARCH_PROGRESS, min(int(done.get(st.id, 0)), total), total,
+                              unit="window runs")
+    return out
 
 
 def deal_chunks(keys: Sequence[RunKey], n_chunks: int) -> list[list[RunKey]]:

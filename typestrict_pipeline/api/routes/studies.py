@@ -34,8 +34,10 @@ from typestrict_pipeline.api.studies import (
     study_form_config,
     study_run,
 )
+from typestrict_pipeline.progress import Progress
+from typestrict_pipeline.store import session_scope
 from typestrict_pipeline.study.leaderboard import header_lines, load_leaderboard
-from typestrict_pipeline.study.runner import search_progress
+from typestrict_pipeline.study.runner import search_progress, searches_progress
 from typestrict_pipeline.study.space import MAX_PLANNED_CANDIDATES
 from typestrict_pipeline.study.tables import StudyRow
 
@@ -56,10 +58,11 @@ Offset = Annotated[int, Query(
                 "``page.next_offset`` of an answer is the next page's.")]
 
 
-def _study_out(ctx: Ctx, row: StudyRow) -> StudyOut:
+def _study_out(ctx: Ctx, row: StudyRow, searched: Progress | None = None) -> StudyOut:
+    """The study's answer; ``searched``, its :func:`search_progress` when counted already."""
     row = settle_unstarted(ctx.engine, ctx.runs, row)
     run = study_run(ctx.runs, row.workspace, row.id)
-    searched = search_progress(ctx.engine, row.id)
+    searched = searched if searched is not None else search_progress(ctx.engine, row.id)
     return StudyOut(id=row.id, workspace_id=row.workspace, workflow=row.workflow, state=row.state,
                     stop_limit=row.stop_limit,
                     spend_micro_usd=row.spend_micro if row.cost_tracked else None,
@@ -89,7 +92,10 @@ def create_study(body: StudyFormIn, ctx: Ctx, workspace: Workspace) -> StudyOut:
 @router.get("/studies", response_model=list[StudyOut])
 def get_studies(ctx: Ctx, workspace: Workspace) -> list[StudyOut]:
     """The workspace's studies, newest first."""
-    return [_study_out(ctx, r) for r in list_studies(ctx.engine, workspace)]
+    rows = list_studies(ctx.engine, workspace)
+    with session_scope(ctx.engine) as s:
+        searched = searches_progress(s, rows)
+    return [_study_out(ctx, r, searched[r.id]) for r in rows]
 
 
 @router.get("/studies/{study_id}", response_model=StudyOut)
