@@ -165,19 +165,19 @@ def searches_progress(session: Session, studies: Sequence[StudyRow]) -> dict[int
     ids = [st.id for st in studies]
     if not ids:
         return {}
-    candidates = dict(session.execute(
+    candidates = {int(sid): int(n) for sid, n in session.execute(
         select(CandidateRow.study_id, func.count()).where(
             CandidateRow.study_id.in_(ids), CandidateRow.state != CandidateState.DISCARDED.value)
-        .group_by(CandidateRow.study_id)).tuples().all())
-    done = dict(session.execute(
+        .group_by(CandidateRow.study_id))}
+    done = {int(sid): int(n) for sid, n in session.execute(
         select(RunRow.study_id, func.count()).where(
             RunRow.study_id.in_(ids), RunRow.window != WindowKind.HOLDOUT.value,
             RunRow.finished_at.is_not(None))
-        .group_by(RunRow.study_id)).tuples().all())
+        .group_by(RunRow.study_id))}
     out: dict[int, Progress] = {}
     for st in studies:
-        total = int(candidates.get(st.id, 0)) * len(FoldLayout.from_json(st.layout_json).folds) * 2
-        out[st.id] = Progress(SEARCH_PROGRESS, min(int(done.get(st.id, 0)), total), total,
+        total = candidates.get(st.id, 0) * len(FoldLayout.from_json(st.layout_json).folds) * 2
+        out[st.id] = Progress(SEARCH_PROGRESS, min(done.get(st.id, 0), total), total,
                               unit="window runs")
     return out
 
