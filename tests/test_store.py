@@ -1,11 +1,16 @@
 """The domain store opens and migrates on both backends, and stores times as UTC."""
 
 import datetime as dt
+import threading
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from sqlalchemy import inspect
 
+from typestrict_pipeline.errors import StoreError
 from typestrict_pipeline.store import UTCDateTime, normalize_url, open_store
+from typestrict_pipeline.store.engine import init_store
 
 
 def test_open_store_migrates_both_backends(store_url: str) -> None:
@@ -30,3 +35,39 @@ def test_naive_datetimes_are_refused() -> None:
 
 def test_postgres_url_gets_psycopg2_driver() -> None:
     assert normalize_url("postgres://x@y/z") == "postgresql+psycopg2://x@y/z"
+
+
+def _migrate_at_once(a: Path, b: Path) -> list[str]:
+    """A first ``open_store`` of ``a`` and ``init_store`` of ``b`` in two threads at once; the
+    errors they raised."""
+    errors: list[str] = []
+
+    def run(make: Callable[[], object]) -> None:
+        try:
+            make()
+        except StoreError as exc:  # pragma: no cover - the failure the test below catches
+            errors.append(str(exc)[:300])
+
+    threads = [threading.Thread(target=run, args=(lambda: open_store(f"sqlite:///{a}").dispose(),)),
+               threading.Thread(target=run, args=(lambda: init_store(f"sqlite:///{b}"),))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    return errors
+
+
+def test_two_stores_created_at_once_in_one_process_both_migrate(tmp_path: Path) -> None:
+    """``typestrict store init`` and another thread's first ``open_store`` at the same moment, on
+    two new stores (a server's thread and a command in one process): Alembic's proxies are
+    process-wide, so unguarded they ran each other's operations ("table … already exists", "no
+    such table: main.backtest_runs", or a crash of the interpreter)."""
+    for round_ in range(6):
+        a, b = tmp_path / f"a{round_}" / "store.db", tmp_path / f"b{round_}" / "store.db"
+        assert _migrate_at_once(a, b) == [], f"round {round_}"
+        for path in (a, b):
+            engine = open_store(f"sqlite:///{path}")
+            try:
+                assert {"backtest_runs", "study_studies", "credit_entries"} <= set(inspect(engine).get_table_names())
+            finally:
+                engine.dispose()

@@ -33,6 +33,10 @@ MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 _MIGRATION_LOCK_KEY = 0x7473_7472  # arbitrary, constant: "tstr"
 _upgraded: set[tuple[str, tuple[int, int] | None]] = set()
 _upgrade_guard = threading.Lock()
+_migration_guard = threading.Lock()
+"""One migration at a time in this process: Alembic's ``op`` and ``context`` are process-wide
+proxies, so two threads migrating two stores at once run each other's operations on the wrong
+connection ("table … already exists", "no such table", even a crash of the interpreter)."""
 
 
 def typestrict_home() -> Path:
@@ -246,8 +250,16 @@ def alembic_config(engine: Engine) -> Config:
 
 
 def upgrade(engine: Engine) -> None:
-    """Apply every pending migration of every branch (``alembic upgrade heads``)."""
+    """Apply every pending migration of every branch (``alembic upgrade heads``), one store at
+    a time in this process (:data:`_migration_guard`) and, on PostgreSQL, across processes (an
+    advisory lock)."""
     cfg = alembic_config(engine)
+    with _migration_guard:
+        _upgrade_locked(engine, cfg)
+
+
+def _upgrade_locked(engine: Engine, cfg: Config) -> None:
+    """:func:`upgrade`'s work, with the process's migration lock held."""
     try:
         if engine.dialect.name == "postgresql":
             with engine.connect() as conn:
