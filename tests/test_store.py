@@ -71,3 +71,37 @@ def test_two_stores_created_at_once_in_one_process_both_migrate(tmp_path: Path) 
                 assert {"backtest_runs", "study_studies", "credit_entries"} <= set(inspect(engine).get_table_names())
             finally:
                 engine.dispose()
+
+
+def test_stores_migrate_while_dagster_stamps_its_own_storage_in_another_thread(tmp_path: Path) -> None:
+    """A process that holds Dagster and our store (a code server, the API submitting runs): Dagster
+    stamps each new SQLite storage with Alembic in its own thread while our migration runs.
+    Without sharing Dagster's lock, 12 of 20 stores failed ("no such table: study_candidates")
+    and Dagster's stamping failed too (``KeyError('script')``)."""
+    from dagster._core.storage.runs.sqlite import SqliteRunStorage
+
+    stop = threading.Event()
+    dagster_errors: list[str] = []
+
+    def dagster_storages() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            try:
+                SqliteRunStorage.from_local(str(tmp_path / "dagster" / str(n))).dispose()
+            except Exception as exc:  # pragma: no cover - the failure this test catches
+                dagster_errors.append(repr(exc)[:300])
+
+    thread = threading.Thread(target=dagster_storages)
+    thread.start()
+    ours: list[str] = []
+    try:
+        for i in range(10):
+            try:
+                open_store(f"sqlite:///{tmp_path / 'ours' / str(i) / 'store.db'}").dispose()
+            except StoreError as exc:  # pragma: no cover - the failure this test catches
+                ours.append(str(exc)[:300])
+    finally:
+        stop.set()
+        thread.join(timeout=120)
+    assert ours == [] and dagster_errors == []

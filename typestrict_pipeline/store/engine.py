@@ -11,9 +11,10 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,9 @@ _migration_guard = threading.Lock()
 """One migration at a time in this process: Alembic's ``op`` and ``context`` are process-wide
 proxies, so two threads migrating two stores at once run each other's operations on the wrong
 connection ("table … already exists", "no such table", even a crash of the interpreter)."""
+_DAGSTER_ALEMBIC = ("dagster._core.storage.sql", "_alembic_lock")
+"""Where Dagster keeps the lock it holds while it stamps its own SQLite storages with Alembic
+(a new run's event log, a new instance): held too, when Dagster is loaded in this process."""
 
 
 def typestrict_home() -> Path:
@@ -254,8 +258,22 @@ def upgrade(engine: Engine) -> None:
     a time in this process (:data:`_migration_guard`) and, on PostgreSQL, across processes (an
     advisory lock)."""
     cfg = alembic_config(engine)
-    with _migration_guard:
+    with _migration_guard, _dagster_alembic_lock():
         _upgrade_locked(engine, cfg)
+
+
+def _dagster_alembic_lock() -> AbstractContextManager[object]:
+    """Dagster's own Alembic lock when Dagster is loaded in this process (a code server, the
+    API's run submission, a test), else nothing to hold. Read from ``sys.modules``: the core
+    never imports Dagster. Without it a Dagster instance stamping its storage in another thread
+    runs its Alembic context under our migration ("no such table: study_candidates").
+
+    >>> _dagster_alembic_lock().__class__.__name__ in {"lock", "nullcontext"}
+    True
+    """
+    module = sys.modules.get(_DAGSTER_ALEMBIC[0])
+    lock = getattr(module, _DAGSTER_ALEMBIC[1], None) if module is not None else None
+    return lock if isinstance(lock, AbstractContextManager) else nullcontext()
 
 
 def _upgrade_locked(engine: Engine, cfg: Config) -> None:
