@@ -362,16 +362,16 @@ def test_run_transaction_gives_up_with_a_clear_message(sqlite_url: str) -> None:
 def test_the_credits_branch_downgrades_and_upgrades_again(store_url: str) -> None:
     from alembic import command
 
-    from typestrict_pipeline.store.engine import alembic_config
+    from typestrict_pipeline.store.engine import alembic_config, migration_lock
 
     engine = open_store(store_url)
     CreditLedger(engine).grant("w", 1, reference="g", now=T0)
-    with engine.begin() as conn:
+    with migration_lock(), engine.begin() as conn:
         cfg = alembic_config(engine)
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, "credits@base")
     assert not {"credit_accounts", "credit_entries", "model_records"} & set(inspect(engine).get_table_names())
-    with engine.begin() as conn:
+    with migration_lock(), engine.begin() as conn:
         cfg = alembic_config(engine)
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "heads")

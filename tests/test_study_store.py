@@ -15,7 +15,7 @@ from sqlalchemy import text
 
 from typestrict_pipeline.errors import ConflictError, LimitError
 from typestrict_pipeline.store import create_store_engine, open_store, session_scope
-from typestrict_pipeline.store.engine import alembic_config
+from typestrict_pipeline.store.engine import alembic_config, migration_lock
 from typestrict_pipeline.study import repository as repo
 from typestrict_pipeline.study.folds import FoldLayout, plan_folds
 from typestrict_pipeline.study.leaderboard import load_leaderboard, render_markdown
@@ -262,7 +262,7 @@ def test_cancel_keeps_what_ran_and_frees_the_workflow(sqlite_url: str) -> None:
 def test_study_created_before_cost_tracking_shows_no_cost(store_url: str) -> None:
     engine = create_store_engine(store_url)
     cfg = alembic_config(engine)
-    with engine.begin() as conn:
+    with migration_lock(), engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "studies_0001")
     layout = _layout().to_json()

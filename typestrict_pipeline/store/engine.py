@@ -258,8 +258,17 @@ def upgrade(engine: Engine) -> None:
     a time in this process (:data:`_migration_guard`) and, on PostgreSQL, across processes (an
     advisory lock)."""
     cfg = alembic_config(engine)
-    with _migration_guard, _dagster_alembic_lock():
+    with migration_lock():
         _upgrade_locked(engine, cfg)
+
+
+@contextmanager
+def migration_lock() -> Iterator[None]:
+    """Held while anything in this process runs Alembic: this module's lock, then Dagster's
+    when Dagster is loaded (:func:`_dagster_alembic_lock`). A caller that runs Alembic commands
+    itself (a test of one migration) holds it too."""
+    with _migration_guard, _dagster_alembic_lock():
+        yield
 
 
 def _dagster_alembic_lock() -> AbstractContextManager[object]:
