@@ -183,3 +183,30 @@ def test_an_audit_from_before_the_attestation_still_verifies_and_claims_nothing_
             assert verify_audit.main([str(path)]) == 0, path
         said = out.getvalue()
         assert "verify_audit: OK" in said and "attested" not in said and "not stated" not in said
+
+
+def test_an_audit_of_a_training_that_stated_nothing_says_not_stated_and_that_is_bound(
+        tmp_path: Path) -> None:
+    """Issue 3/7, item 5: a customer who states nothing is judged, and the audit records
+    ``"not stated"`` (no count, no digest); ``verify_audit.py`` says so, and an audit edited to
+    claim an attestation it never had no longer verifies."""
+    from typestrict_pipeline.refund.audit import audit_bytes, build_audit
+    from typestrict_pipeline.refund.rule import judge
+    from typestrict_pipeline.refund.synthetic import synthetic_decision
+
+    audit = json.loads(audit_bytes(build_audit(
+        judge([synthetic_decision(seed=73, n=12, n_answers=2, name="spam")], keep_if_loses=False),
+        training_id="tr_ns", model_id="mdl_ns", jev_id="jev-1")))
+    assert audit["trained_on"] == {"status": "not stated", "n_ids": None, "ids_sha256": None}
+    path = tmp_path / "not_stated.json"
+    path.write_text(json.dumps(audit))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert verify_audit.main([str(path)]) == 0
+    assert "verify_audit: OK" in out.getvalue() and "; training set not stated" in out.getvalue()
+    claimed = dict(audit, trained_on={"status": "attested", "n_ids": 50,
+                                      "ids_sha256": ids_set_sha256([id_sha256("ex0001")])})
+    path.write_text(json.dumps(claimed))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert verify_audit.main([str(path)]) != 0
