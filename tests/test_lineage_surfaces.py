@@ -124,3 +124,25 @@ def test_the_two_lineage_statements_read_the_same_on_every_surface(tmp_path: Pat
         page = browser.get(f"/console/studies/{child}")
         assert page.status_code == 200, page.text[:2000]
         assert html.escape(within) in page.text and html.escape(persistence) in page.text
+
+
+def test_the_docs_quote_the_two_statements_as_the_product_words_them() -> None:
+    """Issue 3/7, item 1 ("Docs, CLI, API, UI and console say the same"): the lineage panel's
+    section of docs/scheduled-reruns.md quotes the within-noise sentence exactly as the product
+    renders it for the issue's example (+0.0439 against +0.0462, k = 10), and it and
+    docs/method/reruns.md open each persistence statement with the product's own words; no doc
+    says the line is no longer the warning (the docs disagreed before)."""
+    from typestrict_pipeline.reruns.lineage import PERSISTENCE_SHOWN, PERSISTENCE_UNKNOWN
+
+    docs = Path(__file__).resolve().parent.parent / "docs"
+    guide = " ".join((docs / "scheduled-reruns.md").read_text(encoding="utf-8").split())
+    method = " ".join((docs / "method" / "reruns.md").read_text(encoding="utf-8").split())
+    example = WITHIN_NOISE_WARNING.format(best="+0.0439", seq=3, k=10, line="+0.0462")
+    assert f'"{example}"' in guide
+    for template in (PERSISTENCE_SHOWN, PERSISTENCE_NOT_SHOWN, PERSISTENCE_UNKNOWN):
+        opening = template.split(":", 1)[0] + ":"
+        assert f'"{opening}' in guide and f'"{opening}' in method, opening
+    assert f'"{PERSISTENCE_NOT_SHOWN.split("{")[0]}' in method
+    assert f'"{WITHIN_NOISE_WARNING.split("(")[0]}(' in method
+    for doc in (guide, method):
+        assert "no longer the warning" not in doc
