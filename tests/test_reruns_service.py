@@ -29,6 +29,7 @@ from typestrict_pipeline.reruns.service import (
 )
 from typestrict_pipeline.reruns.studies import StoreStudies, record_data_end
 from typestrict_pipeline.reruns.tables import (
+    LineageRow,
     LineageState,
     OutboxMessage,
     ScheduleState,
@@ -228,6 +229,66 @@ def test_workflow_taken_between_tick_and_run_releases_the_claim(sqlite_url: str)
     again = evaluate_schedule(engine, port, sched.id, now=T0, spend=spend, source="test")
     assert again is not None and again.run_key == f"study-rerun:{root}:2"  # a new key Dagster will launch
     assert execute_rerun(engine, port, again.run_key).state is LineageState.FINISHED
+
+
+class _ProcessDied(BaseException):
+    """The re-run's process dying inside its run: nothing after that point of the run happens
+    (``kill -9`` unwinds nothing; a ``BaseException`` passes every ``except Exception``)."""
+
+
+@pytest.mark.parametrize("then", ["interrupted", "interrupted, then cancelled", "finished"])
+def test_a_rerun_whose_process_died_ends_at_the_next_tick_and_never_blocks_its_schedule(
+        sqlite_url: str, monkeypatch: pytest.MonkeyPatch, then: str) -> None:
+    """docs/lifecycle.md, "Scheduled re-runs": an entry whose run died stays ``RUNNING`` only
+    while its study is in flight. Before, only an ``INTERRUPTED`` study ended it: a study
+    cancelled after its interruption (``typestrict study cancel``), or one that finished just
+    before its run's process died, left the entry ``RUNNING`` and every later tick skipped with
+    "A study or backtest was in flight", for good."""
+    from typestrict_pipeline.study import repository as repo
+
+    engine, port, root = _setup(sqlite_url)
+    spend = store_spend_source(engine)
+    sched = enable_schedule(engine, port, study_id=root, cadence="1d", owner="ana@example.com", now=T0)
+    record_data_end(engine, WS, scenario.WORKFLOW, ROOT_END + 12 * DAY)
+    fired = evaluate_schedule(engine, port, sched.id, now=T0, spend=spend, source="test")
+    assert fired is not None and fired.run_key is not None
+    run = port.run
+
+    def dies(study_id: str) -> None:
+        if then == "finished":
+            run(study_id)  # the study ends; the process dies before the run records it
+        raise _ProcessDied
+
+    monkeypatch.setattr(port, "run", dies)
+    with pytest.raises(_ProcessDied):
+        execute_rerun(engine, port, fired.run_key)
+    monkeypatch.undo()
+    entry = lineage_entries(engine, root)[-1]
+    assert (entry.seq, entry.state) == (1, "RUNNING") and entry.study_id is not None
+    sid = int(entry.study_id)
+    if then != "finished":  # what the reaper does once the holder is gone, then a person's cancel
+        assert repo.interrupt_study(engine, sid, "interrupted at 2026-11-30T09:05:00Z: its process is gone")
+        if then.endswith("cancelled"):
+            assert repo.cancel_study(engine, sid).value == "CANCELLED"
+
+    nxt = evaluate_schedule(engine, port, sched.id, now=T0 + DAY, spend=spend, source="test")
+    assert nxt is not None
+    assert nxt.kind is not SkipKind.IN_FLIGHT, nxt.message
+    with session_scope(engine) as s:
+        [ended] = s.execute(select(LineageRow).where(LineageRow.seq == 1)).scalars().all()
+        state, error, winner = ended.state, ended.error, ended.winner
+        told = [m.kind for m in s.execute(select(OutboxMessage)).scalars()]
+    if then == "finished":  # concluded as its run would have: scored, the owner told once
+        assert (state, error, winner) == (LineageState.FINISHED, None, "arm=late")
+        assert told == [KIND_WINNER_CHANGED]
+        assert nxt.message == "Not enough unseen data yet: 0 of 10 steps"
+    else:
+        assert state is (LineageState.CANCELLED if then.endswith("cancelled") else LineageState.FAILED)
+        assert error is not None and (f"study {sid} was interrupted" in error or "CANCELLED" in error)
+        assert told == []
+        assert nxt.message == "The previous study in the lineage did not finish"  # the page's reason
+    again = evaluate_schedule(engine, port, sched.id, now=T0 + 2 * DAY, spend=spend, source="test")
+    assert again is not None and again.kind is not SkipKind.IN_FLIGHT
 
 
 def test_min_unseen_steps_comes_from_the_study_and_re_runs_copy_it(sqlite_url: str) -> None:

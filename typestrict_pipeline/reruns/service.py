@@ -413,10 +413,11 @@ def tick_state(
         session.expunge(prev)
     if prev.state is LineageState.RUNNING and prev.study_id:
         ran = port.get(prev.study_id)
-        if ran is not None and ran.state == "INTERRUPTED":  # its process died: the re-run ended
-            _finish_entry(engine, prev.id, state=LineageState.FAILED,
-                          error=f"the re-run's study {prev.study_id} was interrupted (its process "
-                                "is gone); re-execute its run to resume it")
+        if ran is None or ran.outcome is not PreviousOutcome.IN_PROGRESS:
+            # Its study is no longer in flight but its run did not record the end (the run's
+            # process died, or the study was interrupted, cancelled or deleted meanwhile): the
+            # entry ends here as its run would have ended it, never "in flight" for ever.
+            _conclude(engine, port, prev, ran, now=now)
             with session_scope(engine) as session:
                 prev = _previous(session, schedule.lineage_root_id)
                 session.expunge(prev)
@@ -924,24 +925,57 @@ def execute_rerun(engine: Engine, port: StudiesPort, run_key: str, *, now: dt.da
         port.mark_failed(study_id, f"{type(exc).__name__}: {exc}")
         _finish_entry(engine, row.id, state=LineageState.FAILED, error=f"{type(exc).__name__}: {exc}")
         raise
-    facts = port.get(study_id)
-    if facts is None or facts.outcome is not PreviousOutcome.FINISHED:
+    return _conclude(engine, port, row, port.get(study_id), now=now, parent=parent, owner=owner)
+
+
+def _conclude(
+    engine: Engine, port: StudiesPort, row: LineageRow, facts: StudyFacts | None, *,
+    now: dt.datetime | None, parent: StudyFacts | None = None, owner: str | None = None,
+) -> RerunRecord:
+    """End a ``RUNNING`` entry from its study's end: ``FINISHED`` (scored, its winner recorded,
+    the owner told once when the winner changed), else ``CANCELLED`` or ``FAILED`` with why.
+
+    Its run calls it when the study returns; a tick calls it for an entry whose study is no
+    longer in flight while the entry still says ``RUNNING`` (``parent`` and ``owner`` are then
+    read here).
+    """
+    if facts is not None and facts.state == "INTERRUPTED":  # its process died: the re-run ended
+        _finish_entry(engine, row.id, state=LineageState.FAILED,
+                      error=f"the re-run's study {facts.study_id} was interrupted (its process is "
+                            "gone); re-execute its run to resume it")
+        return _record_view(_entry(engine, row.id), False, "the re-run study was interrupted (FAILED)")
+    if facts is not None and facts.outcome is PreviousOutcome.FINISHED and parent is None:
+        parent = port.get(row.parent_study_id or "")
+    if facts is None or facts.outcome is not PreviousOutcome.FINISHED or parent is None:
         state = LineageState.CANCELLED if facts is not None and facts.state == "CANCELLED" else LineageState.FAILED
-        _finish_entry(engine, row.id, state=state, error=None if facts is None else f"study ended {facts.state}")
+        if facts is None:
+            error = "the re-run's study was deleted"
+        elif facts.outcome is PreviousOutcome.FINISHED:
+            error = "the parent study no longer exists"
+        else:
+            error = f"study ended {facts.state}"
+        _finish_entry(engine, row.id, state=state, error=error)
+        return _record_view(_entry(engine, row.id), False,
+                            f"the re-run study ended without a winner ({state.value})")
+    if owner is None:
         with session_scope(engine) as session:
-            ended = session.get(LineageRow, row.id)
-            assert ended is not None
-            return _record_view(ended, False, f"the re-run study ended without a winner ({state.value})")
+            sched = session.get(RerunSchedule, row.schedule_id) if row.schedule_id is not None else None
+            owner = None if sched is None else sched.owner
     changed = facts.winner_key != parent.winner_key
     _finish_entry(engine, row.id, state=LineageState.FINISHED, facts=facts, winner_changed=changed, at=now)
     notified = False
-    if changed:
+    if changed and owner is not None:
         notified = _notify_winner_changed(engine, entry_id=row.id, owner=owner, parent=parent, facts=facts,
                                           seq=row.seq, lineage_root=row.lineage_root_id, now=now)
+    return _record_view(_entry(engine, row.id), notified, "finished")
+
+
+def _entry(engine: Engine, entry_id: int) -> LineageRow:
     with session_scope(engine) as session:
-        done = session.get(LineageRow, row.id)
-        assert done is not None
-        return _record_view(done, notified, "finished")
+        row = session.get(LineageRow, entry_id)
+        assert row is not None
+        session.expunge(row)
+        return row
 
 
 def fail_claim(engine: Engine, run_key: str, reason: str) -> bool:
