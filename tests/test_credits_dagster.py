@@ -82,8 +82,10 @@ def settle(env: dict[str, Any], training_id: str, judgement: TrainingJudgement) 
     path = write_audit(res.audit_path(training_id),
                        build_audit(judgement, training_id=training_id, model_id=f"m-{training_id}",
                                    jev_id="jev-1"))
-    ctx = dg.build_asset_context(partition_key=training_id, resources=env["resources"])
-    result = credit_settlement(ctx, verdict=judgement, audit=str(path))
+    # A context manager: its resources (the store's engine) are torn down here, not by the
+    # garbage collector at exit, after their database is closed ("Exception during reset").
+    with dg.build_asset_context(partition_key=training_id, resources=env["resources"]) as ctx:
+        result = credit_settlement(ctx, verdict=judgement, audit=str(path))
     assert isinstance(result, dg.MaterializeResult)
     return result
 
@@ -178,6 +180,39 @@ def test_credit_settlement_asset_settles_each_verdict_once(
     assert audit_bytes(engine, "tr1") == audit_file.read_bytes()
     if verdict is Verdict.FAILED:
         assert "the trainer ran out of memory" in CreditLedger(engine).lines("demo")[-1].reason
+    engine.dispose()
+
+
+def test_ledger_balances_checks_the_whole_ledger_after_each_settlement(env: dict[str, Any]) -> None:
+    """docs/lifecycle.md, rule 3: credit_settlement's ``ledger_balances`` check passes while
+    spends = settlements + open trainings, each open one with a deadline, and fails (an ERROR)
+    as soon as a charged training waits on nothing: here a charge whose training row is gone (the
+    store refuses an open state without a deadline, so a lost row is how it could happen)."""
+    from sqlalchemy import delete
+
+    from typestrict_pipeline.lifecycle.tables import TrainingRow
+    from typestrict_pipeline.store import session_scope
+
+    engine = open_store(env["url"])
+    ledger = CreditLedger(engine)
+    ledger.grant("demo", 3, reference="welcome")
+    ledger.spend("demo", "tr_open")  # started (as through the API): open, with its deadline
+    write_manifest(env["trainings"], "tr1")
+
+    def balances(result: dg.MaterializeResult[Any]) -> dg.AssetCheckResult:
+        [check] = [c for c in result.check_results or [] if c.check_name == "ledger_balances"]
+        assert check.severity is dg.AssetCheckSeverity.ERROR
+        return check
+
+    ok = balances(settle(env, "tr1", judgement_for(Verdict.BEATS)))
+    assert ok.passed
+    assert ok.description == "spends 2 = settlements 1 + open 1; every open training has a deadline"
+    with session_scope(engine) as s:
+        s.execute(delete(TrainingRow).where(TrainingRow.training_id == "tr_open"))
+    write_manifest(env["trainings"], "tr2")
+    lost = balances(settle(env, "tr2", judgement_for(Verdict.REFUND)))
+    assert not lost.passed
+    assert lost.description == "spends 3 = settlements 2 + open 1; open without a deadline: tr_open"
     engine.dispose()
 
 
