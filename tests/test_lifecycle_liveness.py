@@ -253,6 +253,47 @@ def test_a_killed_study_ends_interrupted_releases_its_workflow_and_resumes_charg
     engine.dispose()
 
 
+def test_a_killed_study_cancelled_at_once_keeps_no_window_reserved(tmp_path: Path) -> None:
+    """``kill -9`` during a study, then its cancel before anything else looked (as the API and the
+    console cancel): ``CANCELLED`` with nothing reserved. Before, the killed process's window runs
+    stayed ``RESERVED``, their cost held on the study, for good: nothing reaps a cancelled study."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    engine = open_store(url)
+    sid = _study(engine, n=4)
+    proc = subprocess.Popen([sys.executable, "-c", _STUDY_CHILD, url, str(sid)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    def reserved() -> bool:
+        return any(r.state == RunState.RESERVED.value for r in _runs(engine, sid))
+
+    def stopped_holding_a_reservation() -> bool:  # looked at while the process is stopped: no race
+        if not reserved():
+            return False
+        os.kill(proc.pid, signal.SIGSTOP)
+        if reserved():
+            return True
+        os.kill(proc.pid, signal.SIGCONT)  # between two slices: let it reserve the next
+        return False
+
+    try:
+        _wait("a window reserved", stopped_holding_a_reservation, proc)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert any(r.state == RunState.RESERVED.value for r in _runs(engine, sid))  # what the kill left
+    ended = cancel_study(engine, sid)
+    assert ended.state == "CANCELLED" and ended.why.endswith("(was Running)")
+    with session_scope(engine) as s:
+        study = s.get(StudyRow, sid)
+        assert study is not None and study.state == StudyState.CANCELLED.value
+        assert study.reserved_micro == 0 and study.steps_reserved == 0
+    assert [r.id for r in _runs(engine, sid) if r.state == RunState.RESERVED.value] == []
+    assert holder(engine, LeaseKind.STUDY, str(sid)) is None and repo.active_study(engine, "demo", "wx") is None
+    engine.dispose()
+
+
 def test_study_cancel_works_on_every_study_that_has_not_ended(sqlite_url: str) -> None:
     engine = open_store(sqlite_url)
     pending = _study(engine)

@@ -220,6 +220,10 @@ def cancel_study(engine: Engine, study_id: int, *, workspace: str | None = None,
                  now: dt.datetime | None = None) -> Ended:
     """Cancel a study that has not ended (pending, running, failed or interrupted).
 
+    A pending or running study whose process is gone is ended ``INTERRUPTED`` first (its
+    unspent reservations released), so a cancel never leaves window runs reserved for ever on
+    a study nothing runs (a live process settles its own as it stops).
+
     Raises:
         NotFoundError: no such study (in ``workspace``, when given).
         ConflictError: it already ended.
@@ -234,7 +238,9 @@ def cancel_study(engine: Engine, study_id: int, *, workspace: str | None = None,
             raise NotFoundError(
                 f"expected an existing study id, got {study_id}. "
                 "List studies with `typestrict study list` and use one of their ids.")
-        before = StudyState(row.state)
+        before, workspace_of, workflow = StudyState(row.state), row.workspace, row.workflow
+    if before.in_flight:  # its process may be gone: ended INTERRUPTED first, reservations released
+        reap(engine, now=at, workspace=workspace_of, workflow=workflow)
     state = repo.cancel_study(engine, study_id)
     if state is StudyState.CANCELLED and before is not StudyState.CANCELLED:
         return Ended("study", str(study_id), state.value,
