@@ -15,7 +15,7 @@ from typestrict_pipeline.backtest.engine import BacktestStatus
 from typestrict_pipeline.lifecycle.leases import LeaseKind
 from typestrict_pipeline.lifecycle.trainings import TrainingState
 from typestrict_pipeline.reruns.tables import LineageState, ScheduleState
-from typestrict_pipeline.study.tables import StudyState
+from typestrict_pipeline.study.tables import RunState, StudyState
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "lifecycle.md"
 _CODE = re.compile(r"`([^`]+)`")
@@ -26,6 +26,7 @@ TABLES: list[tuple[str, int, type[enum.Enum]]] = [
     ("Verdict runs", 0, dg.DagsterRunStatus),
     ("Backtests", 0, BacktestStatus),
     ("Studies", 0, StudyState),
+    ("Studies", 1, RunState),
     ("Scheduled re-runs", 0, ScheduleState),
     ("Scheduled re-runs", 1, LineageState),
     ("Claims and leases", 0, LeaseKind),
@@ -80,6 +81,34 @@ def test_every_transition_leads_to_a_state_of_the_enum(heading: str, index: int,
     for row in rows:
         targets = _CODE.findall(row[3])
         assert set(targets) <= values, (heading, row)
+
+
+# Every other state enum of the code, and why it has no lifecycle table: none of them is a state
+# of something that runs or holds money (a new one must be put in TABLES, or here with a reason).
+NOT_A_LIFECYCLE = {
+    "typestrict_pipeline.refund.rule:MarginStatus": "a decision's margin, computed, not stored",
+    "typestrict_pipeline.refund.trained_on:AttestationStatus": "what a statement of training rows says",
+    "typestrict_pipeline.refund.manifest:TrainingStatus": "the manifest's 'the training succeeded or failed'",
+    "typestrict_pipeline.backtest.engine:StepStatus": "how one replayed step ended, written once",
+    "typestrict_pipeline.reruns.decide:SubscriptionState": "a workspace's subscription, set by billing",
+    "typestrict_pipeline.reruns.tables:OutboxState": "a notification's delivery (docs/scheduled-reruns.md)",
+    "typestrict_pipeline.api.keys:KeyState": "what a presented API key is, computed per request",
+    "typestrict_pipeline.credits.tables:ModelState": "a model's files kept or expired by retention",
+    "typestrict_pipeline.study.tables:CandidateState": "a candidate's place on the leaderboard",
+}
+_STATE_ENUM = re.compile(r"^class (\w+(?:State|Status))\([^)]*Enum\)", re.MULTILINE)
+
+
+def test_every_state_enum_of_the_code_has_a_table_or_a_reason_it_has_none() -> None:
+    root = DOC.parents[1]
+    found = {f"{'.'.join(path.relative_to(root).with_suffix('').parts)}:{name}"
+             for top in ("typestrict_pipeline", "assets", "resources")
+             for path in (root / top).rglob("*.py")
+             for name in _STATE_ENUM.findall(path.read_text(encoding="utf-8"))}
+    tabled = {f"{e.__module__}:{e.__name__}" for _, _, e in TABLES
+              if e.__module__.startswith("typestrict_pipeline") and _STATE_ENUM.match(f"class {e.__name__}(Enum)")}
+    assert len(tabled) == 6 and tabled <= found, tabled - found  # the scan sees the tables' enums
+    assert found - tabled == set(NOT_A_LIFECYCLE), "a state enum without a table in docs/lifecycle.md"
 
 
 def test_the_training_ends_are_the_terminal_states_and_every_open_state_has_a_deadline_row() -> None:
