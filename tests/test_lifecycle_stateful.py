@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib.util
 import random
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,7 @@ class TrainingLifecycle(RuleBasedStateMachine):
         self.client.close()
         self.server.__exit__(None, None, None)
         self.engine.dispose()
+        shutil.rmtree(self.dir, ignore_errors=True)  # each example's store, dataset and home
 
     def _pick(self, data: Any, states: set[str] | None = None) -> str | None:
         ids = sorted(t for t, s in self.model.items() if states is None or s in states)
