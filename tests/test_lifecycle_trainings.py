@@ -236,6 +236,45 @@ def test_a_verdict_that_never_completes_expires_and_a_late_verdict_moves_no_cred
     assert ledger_balance(engine).balanced
 
 
+def test_the_daemon_expires_an_overdue_training_with_nobody_acting(tmp_path: Path, sqlite_url: str) -> None:
+    """What runs in Dagster by default: ``lifecycle_sensor`` sees the passed deadline and asks
+    for ``lifecycle_job``, whose run expires the training (credit back once, operators told) and
+    says the ledger balances; the next tick has nothing to do."""
+    from assets.lifecycle import lifecycle_job, lifecycle_sensor
+    from resources.refund import RefundTrainingsResource
+    from resources.store import StoreResource
+
+    engine = open_store(sqlite_url)
+    ledger = CreditLedger(engine)
+    ledger.grant("acme", 2, reference="lifecycle-daemon")
+    started = dt.datetime.now(dt.UTC) - DEFAULT_DEADLINES.predictions - dt.timedelta(minutes=1)
+    ledger.spend("acme", "tr_overdue", now=started)  # its predictions never came
+    ledger.spend("acme", "tr_waiting")  # still before its deadline: left alone
+    resources = {"store": StoreResource(url=sqlite_url),
+                 "refund_trainings": RefundTrainingsResource(folder=str(tmp_path / "trainings"))}
+    defs = dg.Definitions(jobs=[lifecycle_job], sensors=[lifecycle_sensor], resources=resources)
+    with dg.DagsterInstance.ephemeral() as instance:
+        tick = lifecycle_sensor.evaluate_tick(dg.build_sensor_context(instance=instance, resources=resources))
+        [request] = tick.run_requests or []
+        assert request.tags["typestrict/due"] == "training:tr_overdue"
+        result = defs.resolve_job_def("lifecycle_job").execute_in_process(
+            run_config=request.run_config, tags=request.tags, instance=instance)
+        assert result.success and result.output_for_node("end_overdue_and_dead") == 1
+        [output] = [e.step_output_data for e in result.all_events if e.is_successful_output]
+        meta = {k: v.value for k, v in output.metadata.items()}
+        assert meta["expired"] == "tr_overdue"
+        assert meta["ledger_balances"] == "spends 2 = settlements 1 + open 1; every open training has a deadline"
+        again = lifecycle_sensor.evaluate_tick(dg.build_sensor_context(instance=instance, resources=resources))
+        assert again.run_requests == [] and "Nothing overdue or dead: 1 open training(s)" in (again.skip_message or "")
+    assert training_status(engine, "tr_overdue").state is TrainingState.EXPIRED  # type: ignore[union-attr]
+    assert training_status(engine, "tr_waiting").state is TrainingState.AWAITING_PREDICTIONS  # type: ignore[union-attr]
+    assert ledger.balance("acme") == 1  # 2 - 2 started + 1 back
+    with session_scope(engine) as s:
+        told = list(s.scalars(select(OutboxMessage.subject).where(OutboxMessage.kind == "training_expired")))
+    assert told == ["Training tr_overdue expired; its credit came back"]
+    engine.dispose()
+
+
 # ------------------------------------------------------------------------------------------------
 # Cancel
 # ------------------------------------------------------------------------------------------------
