@@ -317,3 +317,70 @@ def _backtest_rows(store: Path) -> int:
         return 0
     finally:
         conn.close()
+
+
+def _study_state(store: Path) -> tuple[str | None, int]:
+    """The study's state and how many of its window runs are reserved (None before it exists);
+    read only, so the command's store is never created empty by the look."""
+    if not store.is_file() or store.stat().st_size == 0:
+        return None, 0
+    try:
+        conn = sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=30)
+    except sqlite3.OperationalError:
+        return None, 0
+    try:
+        state = conn.execute("SELECT state FROM study_studies").fetchone()
+        reserved = conn.execute("SELECT COUNT(*) FROM study_runs WHERE state = 'RESERVED'").fetchone()[0]
+        return (state[0] if state else None), int(reserved)
+    except sqlite3.OperationalError:  # its tables are not there yet
+        return None, 0
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(("how", "code", "line", "why"), [
+    ("sigterm", 143, "typestrict: stopped by SIGTERM; what was stored before stays stored", "SIGTERM"),
+    ("ctrl-c", 130, "typestrict: interrupted; what was stored before stays stored", "Ctrl-C (SIGINT)"),
+])
+def test_a_study_run_stops_on_a_stop_signal_and_its_study_ends_interrupted(
+        tmp_path: Path, how: str, code: int, line: str, why: str) -> None:
+    """Ctrl-C or SIGTERM to ``typestrict study run`` while its windows run: gone within 10 s with
+    its tree, exit 130/143 with one line, the study ``INTERRUPTED`` with when and why and nothing
+    reserved. Before: Dagster's in-process run turned the signal into a failed step, and the
+    command said "study_job run ... failed at step ...: DagsterExecutionInterruptedError", printed
+    the study as Running, exited 1, and left it ``RUNNING`` with its windows reserved until a
+    reaper came by."""
+    store = tmp_path / "store.db"
+    env = {**os.environ, "TYPESTRICT_STORE_URL": f"sqlite:///{store}", "TYPESTRICT_HOME": str(tmp_path)}
+    env.pop("DAGSTER_HOME", None)  # an ephemeral instance: the run executes in this command
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("typestrict")), "study", "run", "seattle_rain",
+         "--start", "2013-01-02", "--end", "2015-12-31", "--tune-steps", "90", "--eval-steps", "60",
+         "--holdout-steps", "60", "--grid", "threshold=0.4,0.5,0.6", "--max-candidates", "3",
+         "--max-total-steps", "100000", "--standin-latency", "0.2", "--max-in-flight", "1",
+         "--new-store"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None and _study_state(store)[1] == 0:
+            time.sleep(0.5)  # until its run reserves windows: it is in its steps (minutes of them)
+        assert proc.poll() is None, proc.communicate()[1].decode(errors="replace")[-2000:]
+        assert _study_state(store)[0] == "RUNNING"
+        everyone = tree(proc.pid)
+        _send(proc, how)
+        _took, survivors = wait_gone(everyone, STOP_WITHIN_S)
+        assert not survivors, survivors
+        out, err = proc.communicate(timeout=5)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == code, err.decode(errors="replace")[-2000:]
+    assert err.decode().strip().splitlines() == [line]
+    assert b"(Running)" not in out  # no leaderboard of a study said to be running
+    conn = sqlite3.connect(store)
+    try:
+        state, error = conn.execute("SELECT state, error FROM study_studies").fetchone()
+        reserved = conn.execute("SELECT COUNT(*) FROM study_runs WHERE state = 'RESERVED'").fetchone()[0]
+    finally:
+        conn.close()
+    assert state == "INTERRUPTED" and error.startswith("interrupted at 20") and why in error
+    assert reserved == 0

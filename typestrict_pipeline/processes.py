@@ -38,6 +38,8 @@ __all__ = [
     "restore_stop_signals",
     "stop_handlers",
     "stop_process_group",
+    "stop_request",
+    "stop_signals_received",
     "this_process",
 ]
 
@@ -325,3 +327,56 @@ def keep_stop_signals() -> Iterator[None]:
         yield
     finally:
         restore_stop_signals(back)
+
+
+def stop_request(signum: int) -> KeyboardInterrupt:
+    """The ``KeyboardInterrupt`` a stop signal becomes in a command: its text names SIGTERM (the
+    CLI then exits 143, "stopped by SIGTERM"); Ctrl-C's has none (exit 130).
+
+    >>> str(stop_request(signal.SIGTERM)), str(stop_request(signal.SIGINT))
+    ('SIGTERM (a request to stop)', '')
+    """
+    return KeyboardInterrupt("SIGTERM (a request to stop)") if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+@contextlib.contextmanager
+def stop_signals_received() -> Iterator[list[int]]:
+    """The stop signals (SIGINT, SIGTERM) that arrive during the block, in order, whoever handles
+    them: Dagster's in-process execution turns one into a failed step
+    (``DagsterExecutionInterruptedError``) and keeps no trace of which it was.
+
+    Read from the interpreter's wakeup fd, where it writes each signal's number as the signal
+    arrives (whatever Python handler then runs); a wakeup fd set before is given back, with what
+    arrived meanwhile. Main thread only (elsewhere the list stays empty).
+
+    >>> previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    >>> with stop_signals_received() as got:
+    ...     signal.raise_signal(signal.SIGTERM)
+    >>> _ = signal.signal(signal.SIGTERM, previous)
+    >>> got == [signal.SIGTERM]
+    True
+    """
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    os.set_blocking(write, False)
+    try:
+        before = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        try:
+            yield received
+        finally:
+            signal.set_wakeup_fd(before)
+            arrived = b""
+            with contextlib.suppress(BlockingIOError):
+                while chunk := os.read(read, 512):
+                    arrived += chunk
+            if before != -1 and arrived:
+                with contextlib.suppress(OSError):
+                    os.write(before, arrived)
+            received.extend(n for n in arrived if n in STOP_SIGNALS)
+    finally:
+        os.close(read)
+        os.close(write)

@@ -85,8 +85,10 @@ def _stop_on_sigterm() -> None:
     if threading.current_thread() is not threading.main_thread():
         return
 
+    from typestrict_pipeline.processes import stop_request
+
     def stop(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt("SIGTERM (a request to stop)")
+        raise stop_request(signum)
 
     with contextlib.suppress(ValueError, OSError):
         if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):

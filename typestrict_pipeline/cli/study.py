@@ -50,7 +50,7 @@ from typestrict_pipeline.cli.common import (
     writes,
 )
 from typestrict_pipeline.errors import InputError
-from typestrict_pipeline.processes import keep_stop_signals
+from typestrict_pipeline.processes import keep_stop_signals, stop_request, stop_signals_received
 from typestrict_pipeline.store import session_scope
 from typestrict_pipeline.study import repository as repo
 from typestrict_pipeline.study.form import StudyForm, study_config
@@ -199,18 +199,22 @@ def run_study_on_dagster(study_id: int, *, executor: str = "in_process",
     # whose password the store resource takes back (resources/store.py).
     # keep_stop_signals: Dagster leaves SIGTERM with SIGINT's handler when it ends (ignored, for a
     # command started in the background); this command and what it starts stay stoppable.
-    with _store_environment(url), keep_stop_signals():
+    # stop_signals_received: Dagster turns Ctrl-C or SIGTERM during the run into a failed step;
+    # the command stops on it as on any stop signal (its caller ends the study interrupted, with
+    # which signal), not as a failed run.
+    with _store_environment(url), keep_stop_signals(), stop_signals_received() as stopped:
         if executor == "multiprocess":
             config["execution"] = {"config": {"multiprocess": {
                 "max_concurrent": max_concurrent, "start_method": {"forkserver": {}}}}}
-            result = dg.execute_job(dg.reconstructable(_study_job), instance=instance,
-                                    run_config={**config, **quiet}, tags=tags)
-            _say_failure(result)
-            return bool(result.success)
-        res = job.execute_in_process(run_config={**config, **quiet}, instance=instance,
-                                     raise_on_error=False, tags=tags)
-    _say_failure(res)
-    return bool(res.success)
+            result: Any = dg.execute_job(dg.reconstructable(_study_job), instance=instance,
+                                         run_config={**config, **quiet}, tags=tags)
+        else:
+            result = job.execute_in_process(run_config={**config, **quiet}, instance=instance,
+                                            raise_on_error=False, tags=tags)
+    if stopped:
+        raise stop_request(stopped[0])
+    _say_failure(result)
+    return bool(result.success)
 
 
 @contextlib.contextmanager
