@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+STOP_WITHIN_S = 10.0
+"""What docs/lifecycle.md promises of every long-running command (it takes about 2 s here)."""
 
 
 def _demo_then_sigterm(home: Path, marker: bytes, wait_s: float) -> tuple[int, str, float]:
@@ -54,7 +56,7 @@ def test_the_demo_in_the_background_stops_on_kill_between_runs(tmp_path: Path) -
     code, out, took = _demo_then_sigterm(tmp_path / "home", b"-- rt-tfidf", 0.0)  # its first run has ended
     assert "make demo: finished" not in out, out[-2000:]
     assert code in (-signal.SIGTERM, 130), (code, out[-2000:])
-    assert took < 60, took
+    assert took < STOP_WITHIN_S, took
 
 
 def test_the_demo_in_the_background_stops_on_kill_during_a_run(tmp_path: Path) -> None:
@@ -63,7 +65,7 @@ def test_the_demo_in_the_background_stops_on_kill_during_a_run(tmp_path: Path) -
     assert code in (-signal.SIGTERM, 130), (code, out[-2000:])
     if code == 130:  # the run was interrupted: the demo says so
         assert "make demo: stopped during part 'refund' (a stop signal)" in out, out[-2000:]
-    assert took < 60, took
+    assert took < STOP_WITHIN_S, took
 
 
 _WINDOW = """
