@@ -253,10 +253,14 @@ def test_a_killed_study_ends_interrupted_releases_its_workflow_and_resumes_charg
     engine.dispose()
 
 
-def test_a_killed_study_cancelled_at_once_keeps_no_window_reserved(tmp_path: Path) -> None:
-    """``kill -9`` during a study, then its cancel before anything else looked (as the API and the
-    console cancel): ``CANCELLED`` with nothing reserved. Before, the killed process's window runs
-    stayed ``RESERVED``, their cost held on the study, for good: nothing reaps a cancelled study."""
+@pytest.mark.parametrize("then", ["cancelled", "another study"])
+def test_a_study_killed_holding_reservations_is_never_in_flight_nor_left_holding_them(
+        tmp_path: Path, then: str) -> None:
+    """``kill -9`` during a study, then, before anything else looked, its cancel (as the API and
+    the console cancel) or a new study on its workflow: the first is ``CANCELLED`` or
+    ``INTERRUPTED`` with nothing reserved, the second is created. Before, a cancel left the killed
+    process's window runs ``RESERVED``, their cost held on the study for good (nothing reaps a
+    cancelled study), and a new study was refused: "got study 1 (RUNNING)", in flight."""
     url = f"sqlite:///{tmp_path / 'store.db'}"
     engine = open_store(url)
     sid = _study(engine, n=4)
@@ -283,14 +287,20 @@ def test_a_killed_study_cancelled_at_once_keeps_no_window_reserved(tmp_path: Pat
         proc.kill()
         proc.wait()
     assert any(r.state == RunState.RESERVED.value for r in _runs(engine, sid))  # what the kill left
-    ended = cancel_study(engine, sid)
-    assert ended.state == "CANCELLED" and ended.why.endswith("(was Running)")
+    if then == "cancelled":
+        ended = cancel_study(engine, sid)
+        assert ended.state == "CANCELLED" and ended.why.endswith("(was Running)")
+        active = None
+    else:
+        active = _study(engine)  # the workflow's lock is the dead study's: taken over, not refused
     with session_scope(engine) as s:
         study = s.get(StudyRow, sid)
-        assert study is not None and study.state == StudyState.CANCELLED.value
+        assert study is not None
+        assert study.state == (StudyState.CANCELLED if then == "cancelled" else StudyState.INTERRUPTED).value
         assert study.reserved_micro == 0 and study.steps_reserved == 0
     assert [r.id for r in _runs(engine, sid) if r.state == RunState.RESERVED.value] == []
-    assert holder(engine, LeaseKind.STUDY, str(sid)) is None and repo.active_study(engine, "demo", "wx") is None
+    assert holder(engine, LeaseKind.STUDY, str(sid)) is None
+    assert repo.active_study(engine, "demo", "wx") == active
     engine.dispose()
 
 

@@ -9,9 +9,10 @@ and why, in one conditional update, so two reapers end it once. Studies run by D
 ended when their Dagster run ended without finishing them (``run_ended``, asked by the Dagster
 side: run monitoring fails a run whose process died).
 
-Who calls it: :func:`workflow_busy` (so a dead backtest never blocks a schedule or a new study),
-the commands that list and show backtests and studies, ``typestrict backtest|study cancel``, the
-API, and the ``lifecycle_sensor`` in Dagster (every 30 s), so an object reaches its end within
+Who calls it: :func:`workflow_busy` (so a dead backtest never blocks a schedule), the creation of
+every study (so a dead study never refuses a new one on its workflow), every study cancel, the
+commands that list and show backtests and studies, ``typestrict backtest cancel``, and the
+``lifecycle_sensor`` in Dagster (every 30 s), so an object reaches its end within
 a bounded time with nobody watching: one sensor interval after its process died (plus the
 heartbeat's :data:`~typestrict_pipeline.lifecycle.leases.STALE_AFTER` for a process on another
 host).

@@ -249,6 +249,7 @@ def create_study(
 
     The creating process (``owner``, default this one) holds the study's lease until a run takes
     it over (:func:`start_study`); if it dies first, the reaper marks the study ``INTERRUPTED``.
+    A study of the workflow whose process is gone never refuses this one: it is ended first.
 
     Candidates beyond ``max_candidates`` (in run order) are recorded as discarded with the
     reason ``not run: Max candidates reached``; duplicates as ``duplicate of candidate N``.
@@ -277,7 +278,7 @@ def create_study(
     Raises:
         LimitError: a required limit is missing, or a USD budget was set for a version that
             has never been backtested in this workspace (the page's message).
-        ConflictError: a study is already in flight on this workflow.
+        ConflictError: a study is already in flight on this workflow (its process is alive).
     """
     limits.validate()
     check_min_unseen_steps(min_unseen_steps)
@@ -313,6 +314,11 @@ def create_study(
             f"got none. {NO_BACKTEST_MESSAGE}"
         )
     cfg = dict(config or {})
+    # Liveness, not hope: a study of the workflow whose process died is ended first (INTERRUPTED,
+    # its lock and reservations released), so only a live one makes this one wait.
+    from typestrict_pipeline.lifecycle.reaper import reap
+
+    reap(engine, workspace=workspace, workflow=workflow)
     with session_scope(engine) as s:
         study = StudyRow(
             workspace=workspace,
