@@ -304,6 +304,52 @@ def test_a_study_killed_holding_reservations_is_never_in_flight_nor_left_holding
     engine.dispose()
 
 
+def test_a_cancel_of_a_live_study_whose_process_then_dies_leaves_nothing_reserved(tmp_path: Path) -> None:
+    """A study cancelled while its process is alive (stopped here, holding a window's
+    reservation), then ``kill -9`` before that process settled the window: the cancel keeps the
+    process's lease while a window is reserved, and once the process is gone the reaper gives
+    the reservation back. Before, the cancel released the lease at once and nothing reaps a
+    cancelled study: the window stayed ``RESERVED``, its cost held on the study for good."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    engine = open_store(url)
+    sid = _study(engine, n=4)
+    proc = subprocess.Popen([sys.executable, "-c", _STUDY_CHILD, url, str(sid)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    def reserved() -> list[RunRow]:
+        return [r for r in _runs(engine, sid) if r.state == RunState.RESERVED.value]
+
+    def stopped_holding_a_reservation() -> bool:  # looked at while the process is stopped: no race
+        if not reserved():
+            return False
+        os.kill(proc.pid, signal.SIGSTOP)
+        if reserved():
+            return True
+        os.kill(proc.pid, signal.SIGCONT)
+        return False
+
+    try:
+        _wait("a window reserved", stopped_holding_a_reservation, proc)
+        assert cancel_study(engine, sid).state == "CANCELLED"  # its process is alive (stopped)
+        assert holder(engine, LeaseKind.STUDY, str(sid)) is not None  # kept: it holds a window
+        reap(engine)
+        assert reserved()  # a live process's reservation is its own to settle
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert reap(engine) == []  # nothing to end: the study ended CANCELLED ...
+    assert reserved() == []  # ... and what its dead process held is given back
+    with session_scope(engine) as s:
+        study = s.get(StudyRow, sid)
+        assert study is not None and study.state == StudyState.CANCELLED.value
+        assert study.reserved_micro == 0 and study.steps_reserved == 0
+        assert study.spend_micro == sum(r.cost_micro or 0 for r in _runs(engine, sid))
+    assert holder(engine, LeaseKind.STUDY, str(sid)) is None
+    engine.dispose()
+
+
 def test_study_cancel_works_on_every_study_that_has_not_ended(sqlite_url: str) -> None:
     engine = open_store(sqlite_url)
     pending = _study(engine)

@@ -145,6 +145,32 @@ def _reap_studies(engine: Engine, at: dt.datetime, workspace: str | None, workfl
     return out
 
 
+def _release_cancelled(engine: Engine, at: dt.datetime, workspace: str | None,
+                       workflow: str | None) -> None:
+    """Window runs still ``RESERVED`` on a ``CANCELLED`` study whose process is gone (it died
+    after the cancel, before it settled them) are given back: a reservation never outlives
+    the process holding it."""
+    from typestrict_pipeline.study import repository as repo
+    from typestrict_pipeline.study.tables import RunRow, RunState, StudyRow, StudyState
+
+    with session_scope(engine) as s:
+        stmt = (select(StudyRow.id).distinct().join(RunRow, RunRow.study_id == StudyRow.id)
+                .where(StudyRow.state == StudyState.CANCELLED.value,
+                       RunRow.state == RunState.RESERVED.value))
+        if workspace is not None:
+            stmt = stmt.where(StudyRow.workspace == workspace)
+        if workflow is not None:
+            stmt = stmt.where(StudyRow.workflow == workflow)
+        held = [int(i) for i in s.scalars(stmt).all()]
+    if not held:
+        return
+    leases = holders(engine, LeaseKind.STUDY, [str(i) for i in held])
+    for sid in held:
+        lease = leases.get(str(sid))
+        if lease is None or not lease.alive(at, STALE_AFTER):
+            repo.release_cancelled(engine, sid)
+
+
 def reap(
     engine: Engine,
     *,
@@ -154,10 +180,13 @@ def reap(
     run_ended: RunEnded | None = None,
 ) -> list[Ended]:
     """End every running backtest and pending/running study whose process is gone (optionally of
-    one workspace or workflow) as interrupted, with when and why; returns what it ended."""
+    one workspace or workflow) as interrupted, with when and why; returns what it ended. Also
+    gives back the reservations a cancelled study's dead process left (:func:`_release_cancelled`)."""
     at = now or utcnow()
-    return [*_reap_backtests(engine, at, workspace, workflow),
-            *_reap_studies(engine, at, workspace, workflow, run_ended)]
+    ended = [*_reap_backtests(engine, at, workspace, workflow),
+             *_reap_studies(engine, at, workspace, workflow, run_ended)]
+    _release_cancelled(engine, at, workspace, workflow)
+    return ended
 
 
 def workflow_busy(

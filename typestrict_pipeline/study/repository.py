@@ -585,9 +585,34 @@ def cancel_study(engine: Engine, study_id: int) -> StudyState:
         )
         if res.rowcount:  # type: ignore[attr-defined]
             _release_lock(s, study)
-            release_in(s, LeaseKind.STUDY, str(study_id))
+            # A process settling reserved windows keeps its lease until it ends them (it
+            # releases it at its finish); if it dies first, the reaper sees the lease dead and
+            # gives the reservations back (release_cancelled). Nothing reserved: released now.
+            if s.scalar(select(_RUNS.c.id).where(
+                    _RUNS.c.study_id == study_id, _RUNS.c.state == RunState.RESERVED.value).limit(1)) is None:
+                release_in(s, LeaseKind.STUDY, str(study_id))
             return StudyState.CANCELLED
         return StudyState(study.state)
+
+
+def release_cancelled(engine: Engine, study_id: int) -> int:
+    """Give back what a ``CANCELLED`` study's window runs still hold (``RESERVED``: their cost
+    and steps) and release its lease; for a study whose process died after the cancel, before
+    it settled the windows it was running (the reaper calls it once that process is gone).
+    Returns how many runs were released (0: not cancelled, or nothing held).
+    """
+    with engine.begin() as conn:
+        _write_lock(conn)
+        state = conn.scalar(select(_S.state).where(_S.id == study_id))
+        if state != StudyState.CANCELLED.value:
+            return 0
+        held = conn.execute(select(*_HELD_COLUMNS).where(
+            _RUNS.c.study_id == study_id, _RUNS.c.state == RunState.RESERVED.value)).all()
+        for row in held:
+            _release(conn, _HeldRun(*row))
+    with session_scope(engine) as s:
+        release_in(s, LeaseKind.STUDY, str(study_id))
+    return len(held)
 
 
 def delete_study(engine: Engine, study_id: int) -> None:
