@@ -291,6 +291,59 @@ def test_a_rerun_whose_process_died_ends_at_the_next_tick_and_never_blocks_its_s
     assert again is not None and again.kind is not SkipKind.IN_FLIGHT
 
 
+def test_a_rerun_whose_process_died_before_it_created_its_study_is_set_aside_at_the_next_tick(
+        sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run's process dies between claiming the entry (``RUNNING``) and recording its study:
+    while that process lives the entry is its (the tick says "in flight"); once it is gone the
+    next tick sets the entry aside and fires the next position. Before, nothing held such an
+    entry and nothing ended it: ``RUNNING`` with no study, every tick "in flight", for good."""
+    import subprocess
+    import sys
+
+    from sqlalchemy import update
+
+    from typestrict_pipeline.lifecycle.leases import LeaseKind, holder
+    from typestrict_pipeline.lifecycle.tables import LeaseRow
+
+    engine, port, root = _setup(sqlite_url)
+    spend = store_spend_source(engine)
+    sched = enable_schedule(engine, port, study_id=root, cadence="1d", owner="ana@example.com", now=T0)
+    record_data_end(engine, WS, scenario.WORKFLOW, ROOT_END + 12 * DAY)
+    fired = evaluate_schedule(engine, port, sched.id, now=T0, spend=spend, source="test")
+    assert fired is not None and fired.run_key is not None
+
+    def dies(spec: object) -> str:
+        raise _ProcessDied
+
+    monkeypatch.setattr(port, "create_rerun", dies)
+    with pytest.raises(_ProcessDied):
+        execute_rerun(engine, port, fired.run_key)
+    monkeypatch.undo()
+    entry = lineage_entries(engine, root)[-1]
+    assert (entry.seq, entry.state, entry.study_id) == (1, "RUNNING", None)
+    with session_scope(engine) as s:
+        entry_id = s.scalars(select(LineageRow.id).where(LineageRow.seq == 1)).one()
+    assert holder(engine, LeaseKind.RERUN, str(entry_id)) is not None  # this (live) process's
+    live = evaluate_schedule(engine, port, sched.id, now=T0 + DAY, spend=spend, source="test")
+    assert live is not None and live.kind is SkipKind.IN_FLIGHT  # its claimer may still record it
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])  # the claimer, now gone
+    child.wait()
+    with session_scope(engine) as s:  # its lease names the gone process (a start tick no process has)
+        s.execute(update(LeaseRow).where(LeaseRow.kind == LeaseKind.RERUN.value,
+                                         LeaseRow.object_id == str(entry_id))
+                  .values(pid=child.pid, start_ticks=1))
+    nxt = evaluate_schedule(engine, port, sched.id, now=T0 + 2 * DAY, spend=spend, source="test")
+    assert nxt is not None
+    assert nxt.kind is not SkipKind.IN_FLIGHT, nxt.message
+    with session_scope(engine) as s:
+        ended = s.get(LineageRow, entry_id)
+        assert ended is not None and ended.state is LineageState.CANCELLED and ended.superseded
+        assert ended.error is not None and ended.error.startswith("released: its run ended before it created its study")
+    assert holder(engine, LeaseKind.RERUN, str(entry_id)) is None
+    assert nxt.run_key is not None and nxt.run_key != fired.run_key  # the next position fires
+
+
 def test_min_unseen_steps_comes_from_the_study_and_re_runs_copy_it(sqlite_url: str) -> None:
     engine = open_store(sqlite_url)
     set_workspace(engine, WS, subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=50_000_000)

@@ -74,11 +74,14 @@ class LeaseKind(enum.StrEnum):
         STUDY: a study being created or run (held by the process that drives it).
         SUBMISSION: a training's predictions being submitted (the claim that makes two
             submissions of one training go one at a time).
+        RERUN: a scheduled re-run's lineage entry between its run's claim and the record of
+            its study (held by that run's process; the study's own lease takes over then).
     """
 
     BACKTEST = "backtest"
     STUDY = "study"
     SUBMISSION = "submission"
+    RERUN = "rerun"
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from typestrict_pipeline.errors import ConflictError, InputError, NotFoundError
+from typestrict_pipeline.lifecycle.leases import LeaseKind, holder, release_in, take_in
 from typestrict_pipeline.reruns.decide import (
     MSG_IN_FLIGHT,
     MSG_NO_USD_BUDGET,
@@ -411,6 +412,10 @@ def tick_state(
     with session_scope(engine) as session:
         prev = _previous(session, schedule.lineage_root_id)
         session.expunge(prev)
+    if prev.state is LineageState.RUNNING and not prev.study_id and _set_aside_orphan(engine, prev.id, now):
+        with session_scope(engine) as session:
+            prev = _previous(session, schedule.lineage_root_id)
+            session.expunge(prev)
     if prev.state is LineageState.RUNNING and prev.study_id:
         ran = port.get(prev.study_id)
         if ran is None or ran.outcome is not PreviousOutcome.IN_PROGRESS:
@@ -858,6 +863,29 @@ def _record_view(row: LineageRow, notified: bool, detail: str) -> RerunRecord:
                        row.winner_changed, notified, detail)
 
 
+def _set_aside_orphan(engine: Engine, entry_id: int, now: dt.datetime) -> bool:
+    """A ``RUNNING`` entry with no study whose claiming run's process is gone (it died between
+    the claim and the record of its study) is set aside (``CANCELLED``, never shown), like an
+    entry whose workflow was taken: it created nothing this schedule follows, and the next
+    position fires with a new run key. A live claimer's entry is left to it. Returns whether it
+    set the entry aside.
+    """
+    held = holder(engine, LeaseKind.RERUN, str(entry_id))
+    if held is not None and held.alive(now):
+        return False
+    why = "no process holds it" if held is None else held.why_dead()
+    with session_scope(engine) as session:
+        changed = session.execute(  # type: ignore[attr-defined]
+            update(LineageRow)
+            .where(LineageRow.id == entry_id, LineageRow.state == LineageState.RUNNING,
+                   LineageRow.study_id.is_(None))
+            .values(state=LineageState.CANCELLED, superseded=True, finished_at=now,
+                    error=f"released: its run ended before it created its study ({why})")
+        ).rowcount
+        release_in(session, LeaseKind.RERUN, str(entry_id))
+    return bool(changed)
+
+
 def execute_rerun(engine: Engine, port: StudiesPort, run_key: str, *, now: dt.datetime | None = None) -> RerunRecord:
     """Create and run the re-run a tick claimed; idempotent on ``run_key``.
 
@@ -873,6 +901,8 @@ def execute_rerun(engine: Engine, port: StudiesPort, run_key: str, *, now: dt.da
             .where(LineageRow.id == row.id, LineageRow.state == LineageState.PENDING)
             .values(state=LineageState.RUNNING)
         ).rowcount
+        if claimed:  # this process holds the entry until its study is recorded (then the study's lease)
+            take_in(session, LeaseKind.RERUN, str(row.id), force=True)
         session.refresh(row)
         session.expunge(row)
     if not claimed:
@@ -913,12 +943,16 @@ def execute_rerun(engine: Engine, port: StudiesPort, run_key: str, *, now: dt.da
                     .values(state=LineageState.CANCELLED, superseded=True, finished_at=utcnow(),
                             error=f"released: {MSG_IN_FLIGHT}")
                 )
+                release_in(session, LeaseKind.RERUN, str(row.id))
             return RerunRecord(row.id, run_key, row.seq, LineageState.CANCELLED, None, None, None, False, MSG_IN_FLIGHT)
         except Exception as exc:
             _finish_entry(engine, row.id, state=LineageState.FAILED, error=f"{type(exc).__name__}: {exc}")
+            with session_scope(engine) as session:
+                release_in(session, LeaseKind.RERUN, str(row.id))
             raise
         with session_scope(engine) as session:
             session.execute(update(LineageRow).where(LineageRow.id == row.id).values(study_id=study_id))
+            release_in(session, LeaseKind.RERUN, str(row.id))
     try:
         port.run(study_id)
     except Exception as exc:
