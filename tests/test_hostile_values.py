@@ -154,6 +154,10 @@ API_CASES: list[tuple[str, str, str, Any, str]] = [
     ("random 1e309", "POST", "/v1/studies/estimate", _study(random=["skill=0:1e309"], random_draws=2), r"finite number"),
     ("random NaN", "POST", "/v1/studies", _study(random=["skill=NaN:1"], random_draws=2), r"finite"),
     ("random true", "POST", "/v1/studies", _study(random=["skill=true:1"], random_draws=2), r"finite number"),
+    ("grid nan for a number", "POST", "/v1/studies", _study(grid=["skill=nan,inf,n/a"]),
+     r"expected at least one candidate the workflow accepts, got none of 3.*parameter 'skill'.*got 'nan'"),
+    ("grid true for a number", "POST", "/v1/studies", _study(grid=["skill=true"]),
+     r"parameter 'skill' of the synthetic workflow: expected a number.*got True"),
     ("NUL in a name", "POST", "/v1/studies", _study(name="study\x00one"), r"without control characters.*u\+0000"),
     ("escape in a workflow", "POST", "/v1/studies", _study(workflow="wx\x1b[31m"), r"without control characters"),
     ("line break in a grid", "POST", "/v1/studies", _study(grid=["skill=0.5\n,0.6"]), r"without control characters"),
@@ -307,6 +311,8 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], str]] = [
     ("random -inf:inf", [*STUDY, "--random", "skill=-inf:inf", "--random-draws", "2"], {},
      "expected --random skill's LOW as a finite number, got '-inf'"),
     ("random huge", [*STUDY, "--random", "skill=0:1e309", "--random-draws", "2"], {}, "finite number"),
+    ("grid words for a number", [*STUDY, "--grid", "skill=nan,false,none"], {},
+     "expected at least one candidate the workflow accepts, got none of 3"),
     ("NUL in a study's name", [*STUDY, "--name", "a\x00b"], {}, "expected a study name without control characters"),
     ("backtest start at the calendar's edge", ["backtest", "run", "seattle_rain", "--start",
                                                "0001-01-01T00:00:00+14:00", "--end", "2015-01-10"], {},
@@ -337,6 +343,27 @@ def test_a_hostile_argument_is_a_message_and_writes_nothing(
     assert code == 2 and message in err, err
     assert "Traceback" not in err and "This is a bug" not in err
     assert snapshot(home) == before
+
+
+def test_a_grid_value_that_is_not_a_number_never_becomes_a_score(tmp_path: Path) -> None:
+    """The synthetic workflow's skill from a grid: ``nan`` (text) and ``true`` (a truth value) were
+    run as float('nan') and 1.0 and their scores stored; now those candidates are discarded as
+    the workflow's rejections, and the numbers beside them run."""
+    from typestrict_pipeline.study.runner import run_study_local
+    from typestrict_pipeline.study.service import study_backend
+    from typestrict_pipeline.study.tables import CandidateRow
+
+    engine = open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    sid = create_study_from_config(engine, study_config(StudyForm(**{**FORM, "grid": ["skill=nan,true,0.5"],
+                                                                     "max_candidates": 3}, workspace="w")))
+    with session_scope(engine) as s:
+        rows = s.query(CandidateRow).filter_by(study_id=sid).order_by(CandidateRow.id).all()
+        states = [(r.state, (r.discard_reason or "")[:60]) for r in rows]
+    assert [st for st, _ in states].count("DISCARDED") == 2, states
+    assert all("rejected by the workflow: parameter 'skill'" in why for st, why in states if st == "DISCARDED")
+    outcome = run_study_local(engine, sid, study_backend(engine, sid))
+    assert outcome is not None
+    engine.dispose()
 
 
 def test_a_stored_owner_that_would_add_headers_is_never_sent(tmp_path: Path) -> None:

@@ -107,7 +107,18 @@ def create_study_from_config(engine: Engine, config: StudyConfig, *,
 
 
 def candidate_validator(backend: Mapping[str, Any]) -> Callable[[Candidate], str | None] | None:
-    """For an engine backend: the workflow's own check of a candidate's parameters and prompts."""
+    """For an engine backend: the workflow's own check of a candidate's parameters and prompts.
+    For the synthetic workflow: its one parameter, ``skill``, is a finite number (a grid's
+    ``nan`` is text and ``true`` a truth value: neither becomes a score).
+
+    >>> from typestrict_pipeline.study.space import Candidate
+    >>> one = lambda v: Candidate(0, {"skill": v}, {}, "grid")
+    >>> check = candidate_validator({"backend": "synthetic"})
+    >>> check(one(0.5)) is None, check(one("nan"))
+    (True, "parameter 'skill' of the synthetic workflow: expected a number (like the default 0.5), got 'nan'. Pass a finite number.")
+    """
+    if backend.get("backend") == "synthetic":
+        return _synthetic_check
     if backend.get("backend") != "engine":
         return None
     from typestrict_pipeline.errors import InputError
@@ -127,6 +138,18 @@ def candidate_validator(backend: Mapping[str, Any]) -> Callable[[Candidate], str
         return None
 
     return check
+
+
+def _synthetic_check(candidate: Candidate) -> str | None:
+    import math
+
+    if "skill" not in candidate.params:
+        return None
+    v = candidate.params["skill"]
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+        return None
+    return (f"parameter 'skill' of the synthetic workflow: expected a number (like the default 0.5), "
+            f"got {v!r}. Pass a finite number.")
 
 
 def study_backend(engine: Engine, study_id: int) -> StudyBackend:
