@@ -178,3 +178,22 @@ def test_usage_and_notifications_pages_answer_for_a_new_workspace(app: tuple[obj
     usage = b.get("/console/settings/usage")
     assert usage.status_code == 200 and "Nothing spent yet." in usage.text and "No usage budget" in usage.text and "Set the budget" not in usage.text
     b.close()
+
+
+@pytest.mark.parametrize("folds", ["²", "٣", "3.0", "true"])
+def test_a_study_form_number_in_other_digits_is_refused_never_a_server_error(
+        app: tuple[object, str, str], folds: str) -> None:
+    """The form's whole numbers are ASCII digits: ``int("²")`` raised past the page (a 500) and
+    ``int("٣")`` read 3; each is now the schema's refusal, on the form, with nothing created."""
+    import html
+
+    b = Browser(app[0], app[1])
+    form = {"workflow": "seattle_rain", "dataset": "seattle_weather", "start": "2013-01-02", "end": "2015-12-31",
+            "step": "1d", "folds": folds, "tune_steps": "90", "eval_steps": "60", "holdout_steps": "120",
+            "max_candidates": "2", "max_total_steps": "100000"}
+    for route in ("/console/studies/estimate", "/console/studies"):
+        r = b.form(route, form)
+        assert r.status_code == 422, (route, r.status_code, r.text[:300])
+        text = html.unescape(r.text)
+        assert "folds: expected input should be a valid integer, got " + repr(folds) in text, route
+    b.close()

@@ -202,6 +202,8 @@ def validation_message(errors: Sequence[Mapping[str, Any]]) -> str:
         "too_short": f"at least {ctx.get('min_length')} items",
         "int_parsing": "a whole number",
         "int_from_float": "a whole number",
+        "int_type": "a whole number (a JSON number without a fraction, not a string or true/false)",
+        "bool_type": "true or false (JSON, not a string or a number)",
         "greater_than_equal": f"a number of at least {ctx.get('ge')}",
         "less_than_equal": f"a number of at most {ctx.get('le')}",
     }.get(kind)

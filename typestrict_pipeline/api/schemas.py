@@ -26,7 +26,9 @@ Money = Annotated[Decimal | Annotated[str, Field(max_length=40)], Field(
 
 
 class Strict(BaseModel):
-    """A request body: unknown fields refused, no control character in any string."""
+    """A request body: unknown fields refused, no control character in any string; whole numbers
+    and truth values are fields with ``strict=True`` (one spelling: ``20``, never ``"20"``,
+    ``20.0`` or ``true``; ``true``/``false``, never ``1``, ``"yes"`` or ``"on"``)."""
 
     model_config = ConfigDict(extra="forbid")
     multiline: ClassVar[frozenset[str]] = frozenset()
@@ -107,7 +109,7 @@ class Decision(Strict):
 
 
 class Options(Strict):
-    keep_if_loses: bool = False
+    keep_if_loses: Annotated[bool, Field(strict=True)] = False
 
 
 class TrainingCreate(Strict):
@@ -323,23 +325,23 @@ class StudyFormIn(Strict):
     workflow: Name
     start: Annotated[str, Field(max_length=40)]
     end: Annotated[str, Field(max_length=40)]
-    tune_steps: Annotated[int, Field(ge=1, le=100_000)]
-    eval_steps: Annotated[int, Field(ge=1, le=100_000)]
-    holdout_steps: Annotated[int, Field(ge=1, le=100_000)]
+    tune_steps: Annotated[int, Field(strict=True, ge=1, le=100_000)]
+    eval_steps: Annotated[int, Field(strict=True, ge=1, le=100_000)]
+    holdout_steps: Annotated[int, Field(strict=True, ge=1, le=100_000)]
     dataset: Name = "seattle_weather"
     step: Annotated[str, Field(max_length=20)] = "1d"
-    folds: Annotated[int, Field(ge=1, le=50)] = 3
-    horizon_steps: Annotated[int, Field(ge=1, le=10_000)] = 1
+    folds: Annotated[int, Field(strict=True, ge=1, le=50)] = 3
+    horizon_steps: Annotated[int, Field(strict=True, ge=1, le=10_000)] = 1
     grid: Annotated[list[Annotated[str, Field(max_length=2000)]], Field(max_length=20)] = []
     random: Annotated[list[Annotated[str, Field(max_length=200)]], Field(max_length=20)] = []
-    random_draws: Annotated[int, Field(ge=0, le=1000)] = 0
-    seed: Annotated[int, Field(ge=0, le=2**31)] = 0
-    max_candidates: Annotated[int, Field(ge=1, le=10_000)] | None = None
-    max_total_steps: Annotated[int, Field(ge=1, le=100_000_000)] | None = None
+    random_draws: Annotated[int, Field(strict=True, ge=0, le=1000)] = 0
+    seed: Annotated[int, Field(strict=True, ge=0, le=2**31)] = 0
+    max_candidates: Annotated[int, Field(strict=True, ge=1, le=10_000)] | None = None
+    max_total_steps: Annotated[int, Field(strict=True, ge=1, le=100_000_000)] | None = None
     budget_usd: Money | None = None
-    min_unseen_steps: Annotated[int, Field(ge=1, le=100_000)] | None = None
+    min_unseen_steps: Annotated[int, Field(strict=True, ge=1, le=100_000)] | None = None
     name: Name | None = None
-    synthetic: bool = False
+    synthetic: Annotated[bool, Field(strict=True)] = False
 
 
 class EstimateOut(BaseModel):
@@ -375,7 +377,7 @@ class StudyOut(BaseModel):
 class ScheduleIn(Strict):
     cadence: Annotated[str, Field(min_length=1, max_length=20)] = "1d"
     owner: Annotated[str, Field(min_length=3, max_length=200)]
-    min_unseen_steps: Annotated[int, Field(ge=1, le=100_000)] | None = None
+    min_unseen_steps: Annotated[int, Field(strict=True, ge=1, le=100_000)] | None = None
 
 
 class ScheduleOut(BaseModel):
@@ -510,7 +512,7 @@ class ScheduleCancelIn(Strict):
 class NotificationSettingIn(Strict):
     """Turn "A scheduled study changes its winner" on or off for one person."""
 
-    enabled: bool
+    enabled: Annotated[bool, Field(strict=True)]
     kind: Annotated[str, Field(max_length=64)] = "study_winner_changed"
 
 

@@ -89,10 +89,21 @@ def study_body(values: dict[str, str]) -> dict[str, Any]:
         if key in ("grid", "random"):
             body[key] = _lines(value)
         elif key in STUDY_INTS:
-            body[key] = int(value) if value.lstrip("-").isdigit() else value
+            body[key] = _whole(value)
         else:
             body[key] = value
     return body
+
+
+def _whole(value: str) -> int | str:
+    """A form's whole number as the API's JSON would hold it, else the text as typed (refused
+    by the schema with its message). ASCII digits only: ``int("²")`` raises, ``int("٣")`` is 3.
+
+    >>> _whole("90"), _whole("-1"), _whole("²"), _whole("٣"), _whole("1.5")
+    (90, -1, '²', '٣', '1.5')
+    """
+    digits = value.removeprefix("-")
+    return int(value) if digits.isascii() and digits.isdigit() else value
 
 
 def _study_values(form: FormData) -> dict[str, str]:
@@ -294,9 +305,9 @@ async def enable_schedule(study_id: StudyId, request: Request, session: Posted) 
                  "this study at the cadence below")
     else:
         try:
-            raw = {"cadence": _text(form, "cadence") or "1d", "owner": _text(form, "owner")}
+            raw: dict[str, Any] = {"cadence": _text(form, "cadence") or "1d", "owner": _text(form, "owner")}
             if _text(form, "min_unseen_steps"):
-                raw["min_unseen_steps"] = _text(form, "min_unseen_steps")
+                raw["min_unseen_steps"] = _whole(_text(form, "min_unseen_steps"))
             body = ScheduleIn.model_validate(raw)
             row = studies_core.check_study(ctx.engine, session.workspace_id, studies_core.parse_study_id(study_id))
             core_enable(ctx.engine, StoreStudies(ctx.engine), study_id=str(row.id), cadence=body.cadence,
