@@ -245,7 +245,7 @@ def test_a_bad_day_is_refused(text: str) -> None:
 # Text and e-mail
 # -------------------------------------------------------------------------------------------------
 
-CONTROLS = ["\x00", "\x01", "\x07", "\x1b[31m", "\x7f", "\x85", "\x9f", "\ud800", "\n", "\r", "\t"]
+CONTROLS = ["\x00", "\x01", "\x07", "\x1b[31m", "\x7f", "\x85", "\x9f", "\ud800", "\n", "\r", "\t", "\u2028", "\u2029"]
 
 
 @pytest.mark.parametrize("ch", CONTROLS, ids=[f"U+{ord(c[0]):04X}" for c in CONTROLS])
@@ -256,6 +256,7 @@ def test_control_characters_are_refused_in_stored_text(ch: str) -> None:
 
 def test_line_breaks_are_allowed_where_text_spans_lines_and_nul_never() -> None:
     assert values.check_text("a\nb\tc\r\n", "a question", lines=True) == "a\nb\tc\r\n"
+    assert values.check_text("a\u2028b\u2029", "a question", lines=True) == "a\u2028b\u2029"
     with pytest.raises(InputError, match=r"U\+0000 at character 2"):
         values.check_text("a\x00b", "a question", lines=True)
     with pytest.raises(InputError, match="of at most 5 characters"):
@@ -269,7 +270,8 @@ def test_stored_text_never_holds_a_control_character(text: str) -> None:
         kept = values.check_text(text, "a name")
     except InputError:
         return
-    assert not any(ord(c) < 32 or 127 <= ord(c) < 160 or 0xD800 <= ord(c) < 0xE000 for c in kept)
+    assert not any(ord(c) < 32 or 127 <= ord(c) < 160 or 0xD800 <= ord(c) < 0xE000 or c in "\u2028\u2029"
+                   for c in kept)
 
 
 INJECTIONS = ["ana@example.com\r\nBcc: all@evil.example", "ana@example.com\nSubject: x", "ana@example.com\r",

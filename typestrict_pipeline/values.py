@@ -114,7 +114,9 @@ _EMAIL = re.compile(
     r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
     r"@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
 )
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+"""Control characters (C0, DEL, C1), lone surrogates and Unicode's own line breaks (U+2028 line
+separator, U+2029 paragraph separator: ``str.splitlines`` and JavaScript split on them)."""
 _CONTROL_BUT_LINES = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
 _MISSING_WORDS = frozenset({"nan", "na", "n/a", "null", "none", "nil", "-", "?", "missing"})
 _BOOLEAN_WORDS = frozenset({"true", "false", "yes", "no"})
@@ -148,10 +150,13 @@ def shown(value: Any, limit: int = 40) -> str:
 def control_character(text: str, *, lines: bool = False) -> str | None:
     """The first control character of ``text`` (as ``U+0000``), or None.
 
-    ``lines``: tab, line feed and carriage return are allowed (a value that may span lines).
+    ``lines``: tab, line feed, carriage return and U+2028/U+2029 are allowed (a value that may
+    span lines).
 
     >>> control_character("a\\x00b"), control_character("a\\nb", lines=True), control_character("ok")
     ('U+0000', None, None)
+    >>> control_character("a\\u2028b"), control_character("a\\u2028b", lines=True)
+    ('U+2028', None)
     """
     m = (_CONTROL_BUT_LINES if lines else _CONTROL).search(text)
     return None if m is None else f"U+{ord(m.group()):04X}"
