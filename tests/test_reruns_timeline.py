@@ -139,3 +139,22 @@ def test_the_sensor_lists_every_schedule_and_records_their_timelines(
     assert (again.skip_message or "").startswith("No re-run schedule is due. Schedule 1 (study")
     assert "last: Not enough unseen data yet: 0 of 5 steps" in (again.skip_message or "")
     assert again.asset_events == []  # nothing changed: nothing recorded again
+
+
+def test_the_leaderboard_and_the_lineage_name_the_same_holdout_days(
+    store: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 26: the lineage said `2015-09-02 – 2015-12-30` where the leaderboard said
+    # `→ 2015-12-31` for the same holdout. Both name its first and last day, inclusive.
+    root = _study(store, "seattle_weather", BUILT_IN_END)  # its holdout: the 10 days before the end
+    assert main(["schedule", "enable", root, "--cadence", "1h", "--owner", OWNER, "--store", store]) == 0
+    capsys.readouterr()
+    days = "2015-12-20 – 2015-12-29"
+    assert main(["study", "leaderboard", root, "--store", store]) == 0
+    leaderboard = capsys.readouterr().out
+    assert f"for candidate #1 on {days} (10 steps)" in leaderboard and "→" not in leaderboard
+    assert main(["schedule", "lineage", root, "--store", store]) == 0
+    lineage = capsys.readouterr().out
+    assert f"0  {root}  " in lineage and days in lineage and "→" not in lineage
+    assert main(["schedule", "lineage", root, "--json", "--store", store]) == 0
+    assert [e["window"] for e in json.loads(capsys.readouterr().out)["entries"]] == [days]
