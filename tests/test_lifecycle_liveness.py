@@ -218,6 +218,19 @@ def _runs(engine: Engine, sid: int) -> list[RunRow]:
     return rows
 
 
+def _stopped_holding_a_reservation(engine: Engine, sid: int, proc: subprocess.Popen[bytes]) -> bool:
+    """Whether ``proc`` (driving study ``sid``) is now stopped (SIGSTOP) while one of its windows
+    is ``RESERVED``: looked at while the process is stopped, so no race; between two slices it is
+    let go on to reserve the next."""
+    if not any(r.state == RunState.RESERVED.value for r in _runs(engine, sid)):
+        return False
+    os.kill(proc.pid, signal.SIGSTOP)
+    if any(r.state == RunState.RESERVED.value for r in _runs(engine, sid)):
+        return True
+    os.kill(proc.pid, signal.SIGCONT)
+    return False
+
+
 def test_a_killed_study_ends_interrupted_releases_its_workflow_and_resumes_charging_once(
         tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'store.db'}"
@@ -267,20 +280,8 @@ def test_a_study_killed_holding_reservations_is_never_in_flight_nor_left_holding
     proc = subprocess.Popen([sys.executable, "-c", _STUDY_CHILD, url, str(sid)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
-    def reserved() -> bool:
-        return any(r.state == RunState.RESERVED.value for r in _runs(engine, sid))
-
-    def stopped_holding_a_reservation() -> bool:  # looked at while the process is stopped: no race
-        if not reserved():
-            return False
-        os.kill(proc.pid, signal.SIGSTOP)
-        if reserved():
-            return True
-        os.kill(proc.pid, signal.SIGCONT)  # between two slices: let it reserve the next
-        return False
-
     try:
-        _wait("a window reserved", stopped_holding_a_reservation, proc)
+        _wait("a window reserved", lambda: _stopped_holding_a_reservation(engine, sid, proc), proc)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     finally:
@@ -319,17 +320,8 @@ def test_a_cancel_of_a_live_study_whose_process_then_dies_leaves_nothing_reserve
     def reserved() -> list[RunRow]:
         return [r for r in _runs(engine, sid) if r.state == RunState.RESERVED.value]
 
-    def stopped_holding_a_reservation() -> bool:  # looked at while the process is stopped: no race
-        if not reserved():
-            return False
-        os.kill(proc.pid, signal.SIGSTOP)
-        if reserved():
-            return True
-        os.kill(proc.pid, signal.SIGCONT)
-        return False
-
     try:
-        _wait("a window reserved", stopped_holding_a_reservation, proc)
+        _wait("a window reserved", lambda: _stopped_holding_a_reservation(engine, sid, proc), proc)
         assert cancel_study(engine, sid).state == "CANCELLED"  # its process is alive (stopped)
         assert holder(engine, LeaseKind.STUDY, str(sid)) is not None  # kept: it holds a window
         reap(engine)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, select
@@ -236,6 +238,26 @@ class _ProcessDied(BaseException):
     (``kill -9`` unwinds nothing; a ``BaseException`` passes every ``except Exception``)."""
 
 
+def _fired_then_died(sqlite_url: str, monkeypatch: pytest.MonkeyPatch, where: str,
+                     dies: Callable[[Callable[[Any], Any], Any], Any]) -> tuple[Engine, StoreStudies, str, Any, int, str]:
+    """A schedule that fired once, whose re-run's process then died inside ``port.<where>``
+    (``dies(the real method, its argument)`` raises :class:`_ProcessDied`, which no ``except
+    Exception`` stops): the engine, port, root study, spend source, schedule id and the fired
+    run key."""
+    engine, port, root = _setup(sqlite_url)
+    spend = store_spend_source(engine)
+    sched = enable_schedule(engine, port, study_id=root, cadence="1d", owner="ana@example.com", now=T0)
+    record_data_end(engine, WS, scenario.WORKFLOW, ROOT_END + 12 * DAY)
+    fired = evaluate_schedule(engine, port, sched.id, now=T0, spend=spend, source="test")
+    assert fired is not None and fired.run_key is not None
+    real = getattr(port, where)
+    monkeypatch.setattr(port, where, lambda arg: dies(real, arg))
+    with pytest.raises(_ProcessDied):
+        execute_rerun(engine, port, fired.run_key)
+    monkeypatch.undo()
+    return engine, port, root, spend, sched.id, fired.run_key
+
+
 @pytest.mark.parametrize("then", ["interrupted", "interrupted, then cancelled", "finished"])
 def test_a_rerun_whose_process_died_ends_at_the_next_tick_and_never_blocks_its_schedule(
         sqlite_url: str, monkeypatch: pytest.MonkeyPatch, then: str) -> None:
@@ -246,23 +268,12 @@ def test_a_rerun_whose_process_died_ends_at_the_next_tick_and_never_blocks_its_s
     "A study or backtest was in flight", for good."""
     from typestrict_pipeline.study import repository as repo
 
-    engine, port, root = _setup(sqlite_url)
-    spend = store_spend_source(engine)
-    sched = enable_schedule(engine, port, study_id=root, cadence="1d", owner="ana@example.com", now=T0)
-    record_data_end(engine, WS, scenario.WORKFLOW, ROOT_END + 12 * DAY)
-    fired = evaluate_schedule(engine, port, sched.id, now=T0, spend=spend, source="test")
-    assert fired is not None and fired.run_key is not None
-    run = port.run
-
-    def dies(study_id: str) -> None:
+    def dies(run: Callable[[str], Any], study_id: str) -> None:
         if then == "finished":
             run(study_id)  # the study ends; the process dies before the run records it
         raise _ProcessDied
 
-    monkeypatch.setattr(port, "run", dies)
-    with pytest.raises(_ProcessDied):
-        execute_rerun(engine, port, fired.run_key)
-    monkeypatch.undo()
+    engine, port, root, spend, sched_id, _key = _fired_then_died(sqlite_url, monkeypatch, "run", dies)
     entry = lineage_entries(engine, root)[-1]
     assert (entry.seq, entry.state) == (1, "RUNNING") and entry.study_id is not None
     sid = int(entry.study_id)
@@ -271,7 +282,7 @@ def test_a_rerun_whose_process_died_ends_at_the_next_tick_and_never_blocks_its_s
         if then.endswith("cancelled"):
             assert repo.cancel_study(engine, sid).value == "CANCELLED"
 
-    nxt = evaluate_schedule(engine, port, sched.id, now=T0 + DAY, spend=spend, source="test")
+    nxt = evaluate_schedule(engine, port, sched_id, now=T0 + DAY, spend=spend, source="test")
     assert nxt is not None
     assert nxt.kind is not SkipKind.IN_FLIGHT, nxt.message
     with session_scope(engine) as s:
@@ -287,7 +298,7 @@ def test_a_rerun_whose_process_died_ends_at_the_next_tick_and_never_blocks_its_s
         assert error is not None and (f"study {sid} was interrupted" in error or "CANCELLED" in error)
         assert told == []
         assert nxt.message == "The previous study in the lineage did not finish"  # the page's reason
-    again = evaluate_schedule(engine, port, sched.id, now=T0 + 2 * DAY, spend=spend, source="test")
+    again = evaluate_schedule(engine, port, sched_id, now=T0 + 2 * DAY, spend=spend, source="test")
     assert again is not None and again.kind is not SkipKind.IN_FLIGHT
 
 
@@ -305,26 +316,16 @@ def test_a_rerun_whose_process_died_before_it_created_its_study_is_set_aside_at_
     from typestrict_pipeline.lifecycle.leases import LeaseKind, holder
     from typestrict_pipeline.lifecycle.tables import LeaseRow
 
-    engine, port, root = _setup(sqlite_url)
-    spend = store_spend_source(engine)
-    sched = enable_schedule(engine, port, study_id=root, cadence="1d", owner="ana@example.com", now=T0)
-    record_data_end(engine, WS, scenario.WORKFLOW, ROOT_END + 12 * DAY)
-    fired = evaluate_schedule(engine, port, sched.id, now=T0, spend=spend, source="test")
-    assert fired is not None and fired.run_key is not None
-
-    def dies(spec: object) -> str:
+    def dies(create: object, spec: object) -> str:
         raise _ProcessDied
 
-    monkeypatch.setattr(port, "create_rerun", dies)
-    with pytest.raises(_ProcessDied):
-        execute_rerun(engine, port, fired.run_key)
-    monkeypatch.undo()
+    engine, port, root, spend, sched_id, fired_key = _fired_then_died(sqlite_url, monkeypatch, "create_rerun", dies)
     entry = lineage_entries(engine, root)[-1]
     assert (entry.seq, entry.state, entry.study_id) == (1, "RUNNING", None)
     with session_scope(engine) as s:
         entry_id = s.scalars(select(LineageRow.id).where(LineageRow.seq == 1)).one()
     assert holder(engine, LeaseKind.RERUN, str(entry_id)) is not None  # this (live) process's
-    live = evaluate_schedule(engine, port, sched.id, now=T0 + DAY, spend=spend, source="test")
+    live = evaluate_schedule(engine, port, sched_id, now=T0 + DAY, spend=spend, source="test")
     assert live is not None and live.kind is SkipKind.IN_FLIGHT  # its claimer may still record it
 
     child = subprocess.Popen([sys.executable, "-c", "pass"])  # the claimer, now gone
@@ -333,7 +334,7 @@ def test_a_rerun_whose_process_died_before_it_created_its_study_is_set_aside_at_
         s.execute(update(LeaseRow).where(LeaseRow.kind == LeaseKind.RERUN.value,
                                          LeaseRow.object_id == str(entry_id))
                   .values(pid=child.pid, start_ticks=1))
-    nxt = evaluate_schedule(engine, port, sched.id, now=T0 + 2 * DAY, spend=spend, source="test")
+    nxt = evaluate_schedule(engine, port, sched_id, now=T0 + 2 * DAY, spend=spend, source="test")
     assert nxt is not None
     assert nxt.kind is not SkipKind.IN_FLIGHT, nxt.message
     with session_scope(engine) as s:
@@ -341,7 +342,7 @@ def test_a_rerun_whose_process_died_before_it_created_its_study_is_set_aside_at_
         assert ended is not None and ended.state is LineageState.CANCELLED and ended.superseded
         assert ended.error is not None and ended.error.startswith("released: its run ended before it created its study")
     assert holder(engine, LeaseKind.RERUN, str(entry_id)) is None
-    assert nxt.run_key is not None and nxt.run_key != fired.run_key  # the next position fires
+    assert nxt.run_key is not None and nxt.run_key != fired_key  # the next position fires
 
 
 def test_min_unseen_steps_comes_from_the_study_and_re_runs_copy_it(sqlite_url: str) -> None:
