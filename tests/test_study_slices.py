@@ -5,6 +5,7 @@ a slice (SQLite and the real PostgreSQL server)."""
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from typing import Any
 
 import pytest
@@ -235,9 +236,10 @@ def test_windows_settled_together_are_stored_as_one_settlement_stores_them(store
     day = [(dt.datetime(2012, 1, 1 + i, tzinfo=UTC).isoformat(), 0.25 + i) for i in range(2)]
     assert repo.settle_run(engine, a, cost_micro=150, steps_done=STEPS, scores=day)
     began = dt.datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)  # when the window really started
+    ended = dt.datetime(2030, 1, 2, 3, 4, 6, tzinfo=UTC)  # ... and ended
     assert repo.settle_runs(engine, [
         (b, repo.Settlement(150, STEPS, day, started_at=began)),
-        (c, repo.Settlement(90, 9, day[:1], RunState.CUT, "why", began)),
+        (c, repo.Settlement(90, 9, day[:1], RunState.CUT, "why", began, ended)),
     ]) == [True, True]
     assert repo.settle_runs(engine, [(b, repo.Settlement(1, 1, ()))]) == [False]  # settled once
     with engine.connect() as conn:
@@ -252,10 +254,48 @@ def test_windows_settled_together_are_stored_as_one_settlement_stores_them(store
     ]
     with session_scope(engine) as s:
         starts = s.execute(select(RunRow.started_at).order_by(RunRow.id)).scalars().all()
+        ends = s.execute(select(RunRow.finished_at).order_by(RunRow.id)).scalars().all()
     assert starts[0] != began and starts[1:] == [began, began]  # a's: its reservation's time
+    assert ends[2] == ended and ends[1] not in (None, ended)  # b's: its settlement's time
     ledger = _ledger(engine, sid)
     _balanced(ledger)
     assert ledger["spend"] == 390 and ledger["used"] == 2 * STEPS + 9
+
+
+class _Slow(SyntheticBackend):
+    """Each window takes at least ``seconds`` of wall time."""
+
+    def __init__(self, seconds: float, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.seconds = seconds
+
+    def run_window(self, candidate, window, kind, *, seal_at, should_stop):
+        import time
+
+        time.sleep(self.seconds)
+        return super().run_window(candidate, window, kind, seal_at=seal_at, should_stop=should_stop)
+
+
+def test_each_window_run_records_when_it_really_ran_though_its_slice_settles_them_together(
+        store_url: str) -> None:
+    # A slice settles its windows together (every SETTLE_EVERY_S); a window's stored end is its
+    # own, so its duration is its own work (was: every window of a settlement ended at the
+    # settlement's time, and a study's summed window time counted the slice's time many times).
+    engine = open_store(store_url)
+    sid = _create(engine, n=2)  # 8 windows: one slice, settled at its end
+    repo.start_study(engine, sid)
+    keys = plan_runs(engine, sid)
+    execute_chunk(engine, keys, _Slow(0.05), attempt="slow")
+    with session_scope(engine) as s:
+        spans = [(r.started_at, r.finished_at) for r in s.execute(
+            select(RunRow).where(RunRow.study_id == sid).order_by(RunRow.started_at)).scalars()]
+    assert len(spans) == len(keys) == 8
+    for (start, end), (next_start, _) in itertools.pairwise(spans):
+        assert end is not None and start < end <= next_start  # one after the other, no overlap
+    worked = sum((end - start).total_seconds() for start, end in spans if end is not None)
+    last_end = spans[-1][1]
+    assert last_end is not None
+    assert worked < (last_end - spans[0][0]).total_seconds() + 0.01  # not the slice's many times
 
 
 def test_the_search_progress_counts_every_chunk_and_reaches_its_plan(store_url: str) -> None:

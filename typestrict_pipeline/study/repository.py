@@ -1112,6 +1112,9 @@ class Settlement:
     started_at: dt.datetime | None = None
     """When the window really started (a slice reserves its windows before the first starts);
     ``None`` keeps the row's, the time of its reservation."""
+    finished_at: dt.datetime | None = None
+    """When the window really ended (a slice settles its windows together, every few seconds);
+    ``None`` is the time of this settlement."""
 
 
 def settle_run(
@@ -1169,7 +1172,7 @@ def settle_runs(engine: Engine, items: Sequence[tuple[Reservation, Settlement]])
                 "run_id": run.id, "cost_micro": cost_micro, "steps_done": steps_done,
                 "reserved_micro": 0, "steps_planned": steps_done, "state": how.state.value,
                 "scores_json": [[t, float(v)] for t, v in how.scores], "error": how.error,
-                "finished_at": utcnow(),
+                "finished_at": how.finished_at or utcnow(),
             }
             if how.started_at is not None:
                 update_row["started_at"] = how.started_at

@@ -590,7 +590,7 @@ def _execute_slice(engine: Engine, piece: Sequence[RunKey], estimates: Sequence[
         except Exception as exc:
             pending.append((outcome, repo.Settlement(
                 outcome.prior_cost_micro + guard.last_cost, guard.last_steps, (),
-                RunState.FAILED, f"{type(exc).__name__}: {exc}", started)))
+                RunState.FAILED, f"{type(exc).__name__}: {exc}", started, utcnow())))
             repo.settle_runs(engine, pending)
             repo.release_unstarted(engine, unstarted(j + 1), held.fresh)
             raise
@@ -598,7 +598,7 @@ def _execute_slice(engine: Engine, piece: Sequence[RunKey], estimates: Sequence[
         state = RunState.CUT if cut else RunState.DONE
         pending.append((outcome, repo.Settlement(outcome.prior_cost_micro + result.cost_micro,
                                                  result.steps_done, result.scores, state,
-                                                 started_at=started)))
+                                                 started_at=started, finished_at=utcnow())))
         results.append(RunResult(key, state.value, result.cost_micro))
         if guard.cut or guard.stopped:
             repo.settle_runs(engine, pending)
