@@ -22,6 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis.core.result import Ok
 
+from typestrict_pipeline.values import control_character
+
 _SUPPORT = Path(__file__).with_name("test_api_support.py")
 _spec = importlib.util.spec_from_file_location("test_api_support", _SUPPORT)
 assert _spec is not None and _spec.loader is not None
@@ -151,11 +153,15 @@ STUDY_FORM: dict[str, Any] = {"workflow": "wx", "start": "2012-01-01", "end": "2
                               "max_total_steps": 1000, "synthetic": True}
 # What a person types into the parsers' fields (typestrict_pipeline/values.py): numbers of every
 # kind, digits of other scripts, units, offsets, control characters, and plain noise.
+# Invisible format characters (bidirectional controls, zero-width ones, a tag) and the joiners.
+INVISIBLE = ["\u202e", "\u2066", "\u2069", "\u200f", "\u061c", "\u200b", "\u2060", "\ufeff", "\U000e0041",
+             "\u00ad", "\u200c", "\u200d"]
 TYPED = st.one_of(
     st.text(max_size=30),
     st.text(alphabet="0123456789.,-+eE_:TZ$dhmswy²٣５\x00\r\n ", max_size=30),
     st.sampled_from(["Infinity", "-Infinity", "NaN", "1e999999", "1e309", "9999999999999999999w", "²d",
                      "0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-12:00", "-inf:inf", "nan:1"]),
+    st.text(alphabet=st.sampled_from([*INVISIBLE, "a", "b", " ", "="]), min_size=1, max_size=12),
     st.floats().map(repr), st.integers().map(str),
 )
 PARSED_FIELDS = ["budget_usd", "step", "start", "end", "random", "grid", "name", "workflow"]
@@ -172,6 +178,9 @@ def test_the_value_parsers_never_answer_a_server_error(api: dict[str, Any], fiel
         r = c.post("/v1/studies/estimate", json=body)
     assert r.status_code < 500, (r.status_code, r.text)
     assert r.status_code == 200 or set(r.json()) == {"error"}
+    if r.status_code == 200 and field in ("grid", "name", "workflow"):
+        # what is taken may be stored: no control or invisible format character
+        assert control_character(value) is None, value
 
 
 @given(cadence=TYPED, owner=TYPED | st.emails().map(lambda e: e + "\r\nBcc: all@evil.example"))

@@ -11,7 +11,9 @@ message), no traceback, no 5xx, no "This is a bug", and that nothing was written
   (``0001-01-01T00:00:00+14:00``), unbounded random ranges (``-inf:inf``);
 * **text**: NUL and other control characters in stored fields (also on PostgreSQL), a value the
   database cannot hold (a name past its column's length on PostgreSQL: once a 503 "retry in a
-  moment" that could never succeed);
+  moment" that could never succeed); invisible format characters (bidirectional overrides and
+  isolates, zero width spaces, tags) in every stored field, one-line or not, while the joiners
+  writing needs and a data file's own text keep working;
 * **injection**: an owner that adds e-mail headers (API and CLI alike, and a stored one at
   delivery), a data cell a spreadsheet would run, a cell that would reach a prompt;
 * **data cells**: non-finite numbers, words for missing, truth values in number columns, NUL;
@@ -215,6 +217,100 @@ def test_a_hostile_value_gets_a_4xx_and_writes_nothing(
     assert rows_digest(api["engine"]) == before
 
 
+# ------------------------------------------------------------------------------------------------
+# Class: invisible format characters in stored text (Unicode Cf: a bidirectional override makes a
+# stored name display as another, "Trojan Source"; zero-width characters and tags hide text).
+# Each input goes into every stored field, one-line or spanning lines; the message names the
+# code point, as it names U+2028.
+# ------------------------------------------------------------------------------------------------
+
+INVISIBLE: list[tuple[str, str]] = [
+    # (what it is, a text holding it)
+    ("right-to-left override", "invoice\u202egnp.exe"),
+    ("right-to-left isolate", "weekly \u2067eliforp\u2069 run"),
+    ("left-to-right embedding", "a\u202ab\u202c"),
+    ("left-to-right override", "x\u202dy"),
+    ("first strong isolate", "\u2068ab\u2069"),
+    ("right-to-left mark", "name\u200f"),
+    ("Arabic letter mark", "x\u061cy"),
+    ("zero width space", "study\u200bone"),
+    ("byte order mark inside", "a\ufeffb"),
+    ("word joiner", "a\u2060b"),
+    ("invisible times", "a\u2062b"),
+    ("tags spelling hidden ASCII", "study\U000e0049\U000e0067\U000e006e"),
+    ("interlinear annotation", "a\ufff9b\ufffbc"),
+    ("deprecated format control", "a\u206ab"),
+    ("soft hyphen", "ad\u00admin"),
+]
+
+
+def _first_cf(text: str) -> str:
+    import unicodedata
+
+    return next(f"U+{ord(c):04X}" for c in text if unicodedata.category(c) == "Cf")
+
+
+_TRAINING_DECISION = support.TRAINING_BODY["decisions"][0]
+INVISIBLE_API_FIELDS: list[tuple[str, str, str, Callable[[str], Any]]] = [
+    # (field, method, path, body holding the text)
+    ("study name", "POST", "/v1/studies", lambda t: _study(name=t)),
+    ("workflow", "POST", "/v1/studies/estimate", lambda t: _study(workflow=t)),
+    ("grid text value", "POST", "/v1/studies", lambda t: _study(grid=["skill=0.5", f"model={t}"])),
+    ("schedule owner", "POST", "/v1/studies/{sid}/schedule", lambda t: {"cadence": "1d", "owner": t}),
+    ("decision name", "POST", "/v1/trainings",
+     lambda t: {**support.TRAINING_BODY, "decisions": [{**_TRAINING_DECISION, "name": t}]}),
+    ("decision question (spans lines)", "POST", "/v1/trainings",
+     lambda t: {**support.TRAINING_BODY, "decisions": [{**_TRAINING_DECISION, "question": "Is it good?\n" + t}]}),
+    ("dataset name", "POST", "/v1/datasets", lambda t: {"name": t, "workflow": "seattle_rain", "tables": {"weather": "w.csv"}}),
+]
+
+
+@pytest.mark.parametrize(("hostile", "field"), [(t, f) for _, t in INVISIBLE for f in INVISIBLE_API_FIELDS],
+                         ids=[f"{what} in {f[0]}" for what, _ in INVISIBLE for f in INVISIBLE_API_FIELDS])
+def test_an_invisible_format_character_in_a_stored_field_gets_a_4xx_naming_it(
+    api: dict[str, Any], hostile: str, field: tuple[str, str, str, Callable[[str], Any]]
+) -> None:
+    _, method, path, body = field
+    before = rows_digest(api["engine"])
+    r = api["client"].request(method, path.replace("{sid}", str(api["study"])), json=body(hostile))
+    assert r.status_code == 422, (r.status_code, r.text)
+    answer = r.json()
+    assert set(answer) == {"error"} and answer["error"]["code"] == "invalid_input", answer
+    message = answer["error"]["message"]
+    assert re.search(r"without control characters \(.*invisible format characters.*\), found "
+                     + re.escape(_first_cf(hostile)), message), message
+    assert "Traceback" not in r.text
+    assert rows_digest(api["engine"]) == before
+
+
+def test_the_joiners_that_writing_needs_still_pass_the_api(api: dict[str, Any]) -> None:
+    """Zero width (non-)joiners are how Persian, Indic scripts and emoji are written: a name holding
+    them is a name."""
+    for name in ("\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645", "\U0001f469\u200d\U0001f4bb team"):
+        r = api["client"].post("/v1/studies/estimate", json=_study(name=name))
+        assert r.status_code == 200, r.text
+
+
+def test_fields_that_name_the_customers_data_keep_its_format_characters() -> None:
+    """A column, an answer, an example's id are the dataset's own text (a right-to-left mark in a
+    Hebrew answer, a BOM in a column name): the schema takes them as written, controls excepted."""
+    from pydantic import ValidationError
+
+    from typestrict_pipeline.api.schemas import PredictionsIn, TrainingCreate
+
+    body = {**support.TRAINING_BODY,
+            "dataset": {"path": "reviews.csv", "columns": {"id": "\ufeffid", "text": "text\u200f"}},
+            "decisions": [{**_TRAINING_DECISION, "answers": ["\u05db\u05df\u200f", "\u05dc\u05d0\u200f"]}]}
+    made = TrainingCreate.model_validate(body)
+    assert made.dataset.columns.id == "\ufeffid" and made.decisions[0].answers == body["decisions"][0]["answers"]
+    rows = {"predictions": [{"id": "r\u200b1", "decision": "sentiment", "probabilities": {"\u05db\u05df\u200f": 1.0}}]}
+    assert PredictionsIn.model_validate(rows).predictions[0].id == "r\u200b1"
+    for bad in ("text\x1b", "text\u2028"):  # a control character is refused there too
+        with pytest.raises(ValidationError, match="without control characters"):
+            TrainingCreate.model_validate({**body, "dataset": {"path": "reviews.csv",
+                                                                "columns": {"id": "id", "text": bad}}})
+
+
 API_DATA_CASES: list[tuple[str, Callable[[Path], bytes], str, str]] = [
     ("inf", lambda t: _cell("precipitation", "inf")(t).read_bytes(), "c.csv", r"row 1, column 'precipitation'.*got 'inf'"),
     ("NA", lambda t: _cell("wind", "NA")(t).read_bytes(), "c.csv", r"got 'NA'\. Leave the cell empty"),
@@ -358,6 +454,43 @@ def test_a_hostile_argument_is_a_message_and_writes_nothing(
         code = int(exc.code or 0)
     err = capsys.readouterr().err
     assert code == 2 and message in err, err
+    assert "Traceback" not in err and "This is a bug" not in err
+    assert snapshot(home) == before
+
+
+INVISIBLE_CLI_FIELDS: list[tuple[str, Callable[[str, Path], list[str]]]] = [
+    # (field, the arguments holding the text; the home for a file)
+    ("--name", lambda t, _h: [*STUDY, "--name", t]),
+    ("--dataset", lambda t, _h: [*STUDY, "--dataset", t]),
+    ("a --grid text value", lambda t, _h: [*STUDY, "--grid", f"model=small,{t}"]),
+    ("a --grid name", lambda t, _h: [*STUDY, "--grid", f"{t}=1,2"]),
+    ("a prompt file (spans lines)", lambda t, h: [*STUDY, "--prompt-file", f"forecast={_prompt(h, t)}"]),
+]
+
+
+def _prompt(home: Path, line: str) -> Path:
+    path = home.parent / f"prompt-{uuid.uuid4().hex[:8]}.txt"
+    path.write_text(f"Forecast the weather.\n{line}\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(("hostile", "field"), [(t, f) for _, t in INVISIBLE for f in INVISIBLE_CLI_FIELDS],
+                         ids=[f"{what} in {f[0]}" for what, _ in INVISIBLE for f in INVISIBLE_CLI_FIELDS])
+def test_an_invisible_format_character_in_a_stored_argument_is_a_message_and_writes_nothing(
+    home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    hostile: str, field: tuple[str, Callable[[str, Path], list[str]]],
+) -> None:
+    monkeypatch.setenv("TYPESTRICT_HOME", str(home))
+    monkeypatch.delenv("TYPESTRICT_STORE_URL", raising=False)
+    argv = field[1](hostile, home)
+    before = snapshot(home)
+    capsys.readouterr()
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert re.search(r"^typestrict: expected .+ without control characters \(.*invisible format characters.*\), "
+                     r"got " + re.escape(_first_cf(hostile)) + r" at character \d+\. Remove the character\.$",
+                     err.strip()), err
     assert "Traceback" not in err and "This is a bug" not in err
     assert snapshot(home) == before
 
@@ -528,6 +661,31 @@ def test_a_hostile_data_file_is_refused_by_row_and_column_and_nothing_is_stored(
     assert code == 2 and re.search(pattern, err), err
     assert "Traceback" not in err and "This is a bug" not in err
     assert _table(datasets) == before
+
+
+def test_a_data_files_text_keeps_its_format_characters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A data file is the customer's data: a right-to-left mark or a zero width space in a text
+    cell is text as written, registered and kept (the product's own stored text refuses them; a
+    control character is refused in a cell too: "escape in a text cell" above)."""
+    import csv
+    import io
+
+    from typestrict_pipeline.backtest.workflows.datasets import load_registered
+    from typestrict_pipeline.backtest.workflows.weather import write_seattle_csv
+
+    monkeypatch.setenv("TYPESTRICT_HOME", str(tmp_path))
+    monkeypatch.delenv("TYPESTRICT_DATASETS_DIR", raising=False)
+    write_seattle_csv(tmp_path / "w.csv", known_until=CUT)
+    rows = list(csv.reader(io.StringIO((tmp_path / "w.csv").read_text())))
+    column = rows[0].index("weather")
+    rows[1][column], rows[2][column] = "\u05d2\u05e9\u05dd\u200f", "sun\u200bny"
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    (tmp_path / "w.csv").write_text(out.getvalue(), encoding="utf-8")
+    assert main(["data", "register", "rtl", "--workflow", "seattle_rain", "--table", f"weather={tmp_path / 'w.csv'}"]) == 0
+    assert load_registered("rtl")["weather"].n_rows == len(rows) - 1
+    stored = (tmp_path / "datasets" / "rtl" / "weather.csv").read_text(encoding="utf-8")
+    assert "\u05d2\u05e9\u05dd\u200f" in stored and "sun\u200bny" in stored
 
 
 def test_a_fifo_given_to_data_append_never_hangs(datasets: Path) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 from decimal import Decimal
 from typing import Any
 
@@ -272,6 +273,60 @@ def test_stored_text_never_holds_a_control_character(text: str) -> None:
         return
     assert not any(ord(c) < 32 or 127 <= ord(c) < 160 or 0xD800 <= ord(c) < 0xE000 or c in "\u2028\u2029"
                    for c in kept)
+
+
+# Invisible format characters (Unicode category Cf): the bidirectional controls that make a stored
+# name display as another ("Trojan Source", CVE-2021-42574), zero-width and other invisible ones,
+# tags (text an LLM reads and a person does not see).
+FORMAT = ["\u202a", "\u202b", "\u202c", "\u202d", "\u202e", "\u2066", "\u2067", "\u2068", "\u2069",
+          "\u200e", "\u200f", "\u061c", "\u200b", "\u2060", "\u2061", "\u2064", "\ufeff", "\u206a",
+          "\u206f", "\ufff9", "\ufffb", "\u00ad", "\u180e", "\U000e0001", "\U000e0041", "\U000e007f"]
+
+
+@pytest.mark.parametrize("ch", FORMAT, ids=[f"U+{ord(c):04X}" for c in FORMAT])
+def test_invisible_format_characters_are_refused_in_stored_text_one_line_or_not(ch: str) -> None:
+    code = f"U+{ord(ch):04X}"
+    for lines in (False, True):
+        with pytest.raises(InputError, match=r"^expected a name without control characters .*got "
+                                             + re.escape(code) + r" at character 3\. Remove the character\.$"):
+            values.check_text(f"ab{ch}cd", "a name", lines=lines)
+        assert values.control_character(f"ab{ch}cd", lines=lines) == code
+
+
+@pytest.mark.parametrize("ch", FORMAT, ids=[f"U+{ord(c):04X}" for c in FORMAT])
+def test_a_data_files_text_keeps_its_format_characters_and_loses_no_control_check(ch: str) -> None:
+    """A customer's example text may hold them (a right-to-left mark in Hebrew, a BOM): data, kept."""
+    assert values.check_text(f"ab{ch}cd", "a text cell", lines=True, data=True) == f"ab{ch}cd"
+    with pytest.raises(InputError, match=r"U\+001B at character 4"):
+        values.check_text(f"ab{ch}\x1bcd", "a text cell", lines=True, data=True)
+
+
+def test_the_joiners_that_writing_needs_are_kept_in_stored_text() -> None:
+    for text in ("\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645",  # Persian: ZWNJ between two words' parts
+                 "\U0001f469\u200d\U0001f4bb",  # woman technologist: two emoji joined by ZWJ
+                 "\u0915\u094d\u200d\u0937"):  # Devanagari half form
+        assert values.check_text(text, "a study name") == text
+
+
+def test_the_first_refused_character_is_named_whichever_class_it_is() -> None:
+    with pytest.raises(InputError, match=r"got U\+202E at character 2"):
+        values.check_text("a\u202eb\x00", "a name")
+    with pytest.raises(InputError, match=r"got U\+0000 at character 2"):
+        values.check_text("a\x00b\u202e", "a name")
+
+
+@given(st.text(alphabet=st.sampled_from(FORMAT) | st.characters(codec="utf-8"), max_size=30))
+@FUZZ
+def test_stored_text_never_holds_an_invisible_format_character_but_the_joiners(text: str) -> None:
+    import unicodedata
+
+    for lines in (False, True):
+        try:
+            kept = values.check_text(text, "a name", lines=lines)
+        except InputError as exc:
+            assert str(exc).startswith("expected a name ")
+            continue
+        assert not any(unicodedata.category(c) == "Cf" and c not in "\u200c\u200d" for c in kept)
 
 
 INJECTIONS = ["ana@example.com\r\nBcc: all@evil.example", "ana@example.com\nSubject: x", "ana@example.com\r",

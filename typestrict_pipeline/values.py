@@ -17,7 +17,11 @@ What every parser refuses, whatever the source:
   ``str.isdigit`` accept), ``true`` or ``null`` where a number is expected, a number with more
   decimals than the quantity has (``0.0000001`` USD), a time without a date;
 * **control characters** in text that is stored: NUL and the other C0/C1 controls (tab, line
-  feed and carriage return only where a value may span lines), lone surrogates.
+  feed and carriage return only where a value may span lines), lone surrogates, and Unicode's
+  invisible format characters (category Cf: bidirectional controls such as U+202E, which make a
+  name display as another, "Trojan Source"; zero width spaces, U+FEFF, tags), but the two joiners
+  that writing needs (U+200C, U+200D). A data file's text cells are the customer's data: only
+  their control characters are refused (``data=True``).
 
 Every parser looks at most :data:`MAX_VALUE_CHARS` characters of a value (a longer one is
 refused by its length), so refusing costs O(size of the value).
@@ -46,6 +50,7 @@ import datetime as dt
 import json
 import math
 import re
+import unicodedata
 from decimal import Decimal
 from typing import Any
 
@@ -147,32 +152,66 @@ def shown(value: Any, limit: int = 40) -> str:
     return text if len(text) <= limit + 2 else text[:limit] + "…"
 
 
-def control_character(text: str, *, lines: bool = False) -> str | None:
-    """The first control character of ``text`` (as ``U+0000``), or None.
+_JOINERS = frozenset("\u200c\u200d")
+"""The two format characters stored text may hold: zero width non-joiner (U+200C) and joiner
+(U+200D), without which Persian, the Indic scripts and emoji sequences (a family: people joined
+by U+200D) cannot be written; they join or part the letters around them and hide nothing."""
+
+
+def _refused_at(text: str, *, lines: bool, data: bool) -> int | None:
+    """Where the first character stored text may not hold is, or None (see
+    :func:`control_character`)."""
+    m = (_CONTROL_BUT_LINES if lines else _CONTROL).search(text)
+    at = None if m is None else m.start()
+    if data or text.isascii():  # no format character is ASCII
+        return at
+    for i, c in enumerate(text[:at]):
+        if unicodedata.category(c) == "Cf" and c not in _JOINERS:
+            return i
+    return at
+
+
+def control_character(text: str, *, lines: bool = False, data: bool = False) -> str | None:
+    """The first character of ``text`` that stored text may not hold (as ``U+0000``), or None:
+    a control character (C0, DEL, C1, a lone surrogate, U+2028/U+2029) or an invisible format
+    character (Unicode category Cf: the bidirectional controls U+202A-U+202E, U+2066-U+2069,
+    U+200E, U+200F, U+061C; U+200B, U+2060-U+2064, U+FEFF, U+FFF9-U+FFFB, the tags
+    U+E0001-U+E007F...) but the joiners U+200C and U+200D.
 
     ``lines``: tab, line feed, carriage return and U+2028/U+2029 are allowed (a value that may
-    span lines).
+    span lines). ``data``: the value is the customer's data (a data file's text cell, a column
+    name, an example's id or answer), where format characters are text as written: only control
+    characters are refused.
 
     >>> control_character("a\\x00b"), control_character("a\\nb", lines=True), control_character("ok")
     ('U+0000', None, None)
     >>> control_character("a\\u2028b"), control_character("a\\u2028b", lines=True)
     ('U+2028', None)
+    >>> control_character("invoice\\u202etxt.exe"), control_character("a\\u202eb", lines=True)
+    ('U+202E', 'U+202E')
+    >>> control_character("a\\u202eb", data=True), control_character("می\\u200cخواهم")
+    (None, None)
     """
-    m = (_CONTROL_BUT_LINES if lines else _CONTROL).search(text)
-    return None if m is None else f"U+{ord(m.group()):04X}"
+    at = _refused_at(text, lines=lines, data=data)
+    return None if at is None else f"U+{ord(text[at]):04X}"
 
 
 def check_text(value: Any, what: str, *, max_chars: int = 10_000, lines: bool = False,
-               fix: str | None = None, empty: bool = False) -> str:
+               fix: str | None = None, empty: bool = False, data: bool = False) -> str:
     """``value`` if it is text that may be stored: a string of at most ``max_chars`` characters
-    with no control character (see :func:`control_character`) and, unless ``empty``, not blank.
+    with no control or invisible format character (see :func:`control_character`, with
+    ``lines`` and ``data``) and, unless ``empty``, not blank.
 
     >>> check_text("Ana's study", "a study name")
     "Ana's study"
     >>> check_text("x\\x00y", "a study name")
     Traceback (most recent call last):
     ...
-    typestrict_pipeline.errors.InputError: expected a study name without control characters (NUL, line breaks, escapes), got U+0000 at character 2. Remove the character.
+    typestrict_pipeline.errors.InputError: expected a study name without control characters (NUL, line breaks, escapes, invisible format characters such as U+202E), got U+0000 at character 2. Remove the character.
+    >>> check_text("fdp\\u202etxt.exe", "a study name")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected a study name without control characters (NUL, line breaks, escapes, invisible format characters such as U+202E), got U+202E at character 4. Remove the character.
     """
     if not isinstance(value, str):
         raise InputError(f"{what} as text", shown(value), fix or "write it as text")
@@ -181,11 +220,12 @@ def check_text(value: Any, what: str, *, max_chars: int = 10_000, lines: bool = 
                          fix or "shorten it")
     if not empty and not value.strip():
         raise InputError(f"{what} that is not empty", shown(value), fix or "write it")
-    m = (_CONTROL_BUT_LINES if lines else _CONTROL).search(value)
-    if m is not None:
-        kinds = "NUL and escapes" if lines else "NUL, line breaks, escapes"
+    at = _refused_at(value, lines=lines, data=data)
+    if at is not None:
+        kinds = ("NUL and escapes" if lines else "NUL, line breaks, escapes") + (
+            "" if data else ", invisible format characters such as U+202E")
         raise InputError(f"{what} without control characters ({kinds})",
-                         f"U+{ord(m.group()):04X} at character {m.start() + 1}",
+                         f"U+{ord(value[at]):04X} at character {at + 1}",
                          fix or "remove the character")
     return value
 

@@ -3,8 +3,10 @@
 Requests refuse unknown fields (``extra="forbid"``), like manifests do, so a typo never silently
 changes what is measured. Strings and lists are bounded so no request can ask for unbounded work.
 No string of a request may hold a control character (NUL, escapes; line breaks only in the
-fields listed in ``Strict.multiline``): :func:`typestrict_pipeline.values.control_character`, the
-rule every stored text follows.
+fields listed in ``Strict.multiline``) nor an invisible format character (U+202E and the other
+bidirectional controls, U+200B, U+FEFF, tags; allowed in the fields of ``Strict.customer_data``,
+which hold or name the customer's data): :func:`typestrict_pipeline.values.control_character`,
+the rule every stored text follows.
 """
 
 from __future__ import annotations
@@ -33,36 +35,44 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
     multiline: ClassVar[frozenset[str]] = frozenset()
     """Fields whose text may span lines (tab, line feed, carriage return allowed; NUL never)."""
+    customer_data: ClassVar[frozenset[str]] = frozenset()
+    """Fields that hold or name the customer's data (a column, an example's id, an answer):
+    format characters are text as written there (a dataset may hold them); control characters
+    are refused all the same."""
 
     @model_validator(mode="after")
     def _no_control_characters(self) -> Strict:
         for name in type(self).model_fields:
-            found = _first_control(getattr(self, name), lines=name in self.multiline)
+            data = name in self.customer_data
+            found = _first_control(getattr(self, name), lines=name in self.multiline, data=data)
             if found is not None:
                 where, ch = found
                 raise PydanticCustomError(
                     "control_character",
-                    "{field} as text without control characters (such as NUL, escapes{lines}), "
+                    "{field} as text without control characters (such as NUL, escapes{lines}{format}), "
                     "found {ch}",
                     {"field": f"{name}{where}", "ch": ch,
-                     "lines": "" if name in self.multiline else ", line breaks"})
+                     "lines": "" if name in self.multiline else ", line breaks",
+                     "format": "" if data else ", invisible format characters such as U+202E"})
         return self
 
 
-def _first_control(value: Any, *, lines: bool) -> tuple[str, str] | None:
-    """Where the first control character of a request value is (``[2].id``) and which, or None.
-    Nested request models check their own fields."""
+def _first_control(value: Any, *, lines: bool, data: bool) -> tuple[str, str] | None:
+    """Where the first control or format character of a request value is (``[2].id``) and which,
+    or None (:func:`~typestrict_pipeline.values.control_character`). Nested request models check
+    their own fields."""
     if isinstance(value, str):
-        ch = control_character(value, lines=lines)
+        ch = control_character(value, lines=lines, data=data)
         return None if ch is None else ("", ch)
     if isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
-            found = _first_control(item, lines=lines)
+            found = _first_control(item, lines=lines, data=data)
             if found is not None:
                 return f"[{i}]{found[0]}", found[1]
     if isinstance(value, dict):
         for key, item in value.items():
-            found = _first_control(key, lines=False) or _first_control(item, lines=lines)
+            found = (_first_control(key, lines=False, data=data)
+                     or _first_control(item, lines=lines, data=data))
             if found is not None:
                 return f"[{str(key)[:40]!r}]{found[0]}", found[1]
     return None
@@ -80,6 +90,8 @@ class ErrorBody(BaseModel):
 
 
 class Columns(Strict):
+    customer_data: ClassVar[frozenset[str]] = frozenset({"id", "text", "group", "review_label"})
+
     id: Name
     text: Name
     group: Annotated[Name | None, Field(description=(
@@ -99,6 +111,8 @@ class DatasetRef(Strict):
 
 class Decision(Strict):
     multiline: ClassVar[frozenset[str]] = frozenset({"question"})
+    customer_data: ClassVar[frozenset[str]] = frozenset(
+        {"answer_column", "answers", "options_column", "review_column"})
 
     name: Name
     question: Text
@@ -182,6 +196,8 @@ Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
 class PredictionRow(Strict):
+    customer_data: ClassVar[frozenset[str]] = frozenset({"id", "decision", "probabilities"})
+
     id: Annotated[str, Field(min_length=1, max_length=1000)]
     decision: Name
     probabilities: Annotated[dict[Annotated[str, Field(max_length=1000)], Probability],
@@ -190,6 +206,8 @@ class PredictionRow(Strict):
 
 class PredictionsIn(Strict):
     """The trained model's probabilities on the dataset (at least every test example)."""
+
+    customer_data: ClassVar[frozenset[str]] = frozenset({"trained_on_ids"})
 
     predictions: Annotated[list[PredictionRow], Field(min_length=1, max_length=200_000)]
     trained_on_sha256: Annotated[str, Field(pattern="^[0-9a-fA-F]{64}$")] | None = None

@@ -133,6 +133,37 @@ def _value(text: str, what: str) -> Any:
     return loads_or_text(text, what=what)
 
 
+def grid_value(text: str, what: str) -> Any:
+    """A ``--grid`` value (CLI and API alike): its JSON value when it is JSON, else the text
+    itself; every text in it is stored: no control or invisible format character.
+
+    >>> grid_value("0.5", "--grid skill"), grid_value("gpt-small", "--grid model")
+    (0.5, 'gpt-small')
+    """
+    value = _value(text, what)
+    _check_strings(value, f"a {what} value")
+    return value
+
+
+def _check_strings(value: Any, what: str) -> None:
+    """Every text inside a decoded value (a string, or the keys and items of a JSON list or
+    object) is text that may be stored."""
+    if isinstance(value, str):
+        check_text(value, what, max_chars=2000, empty=True)
+    elif isinstance(value, list):
+        for item in value:
+            _check_strings(item, what)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_strings(key, what)
+            _check_strings(item, what)
+
+
+def _parameter_name(name: str, what: str) -> str:
+    """A parameter's name (``NAME`` of ``--grid NAME=...``), which is stored."""
+    return check_text(name.strip(), f"the parameter name of {what}", max_chars=200)
+
+
 def parse_space(grid: list[str] | None, random: list[str] | None, draws: int, seed: int,
                 prompt_files: list[str] | None) -> SearchSpace:
     """A search space from the command line's ``--grid``, ``--random`` and ``--prompt-file``.
@@ -145,18 +176,20 @@ def parse_space(grid: list[str] | None, random: list[str] | None, draws: int, se
         name, sep, values = item.partition("=")
         if not sep or not values:
             raise InputError("--grid as NAME=V1,V2,...", repr(item), "write e.g. --grid threshold=0.4,0.5")
-        g[name.strip()] = [_value(v.strip(), f"--grid {name.strip()}") for v in values.split(",")]
+        name = _parameter_name(name, "--grid")
+        g[name] = [grid_value(v.strip(), f"--grid {name}") for v in values.split(",")]
     r: dict[str, RandomParam] = {}
     for item in random or []:
         name, sep, rng = item.partition("=")
         low, colon, high = rng.partition(":")
         if not sep or not colon:
             raise InputError("--random as NAME=LOW:HIGH", repr(item), "write e.g. --random threshold=0.3:0.7")
-        what = f"--random {name.strip()}"
+        name = _parameter_name(name, "--random")
+        what = f"--random {name}"
         lo, hi = _value(low.strip(), what), _value(high.strip(), what)
         fix = "write two finite numbers, e.g. --random threshold=0.3:0.7"
-        r[name.strip()] = RandomParam(number(lo, f"{what}'s LOW", fix=fix), number(hi, f"{what}'s HIGH", fix=fix),
-                                      integer=type(lo) is int and type(hi) is int)
+        r[name] = RandomParam(number(lo, f"{what}'s LOW", fix=fix), number(hi, f"{what}'s HIGH", fix=fix),
+                              integer=type(lo) is int and type(hi) is int)
     prompts: dict[str, list[str]] = {}
     for item in prompt_files or []:
         step, sep, path = item.partition("=")
@@ -165,5 +198,7 @@ def parse_space(grid: list[str] | None, random: list[str] | None, draws: int, se
         p = Path(path)
         if not p.is_file():
             raise InputError(f"a readable prompt file for step {step!r}", repr(path), "check the path")
-        prompts.setdefault(step.strip(), []).append(p.read_text(encoding="utf-8").strip())
+        text = check_text(p.read_text(encoding="utf-8").strip(), f"the prompt file {path!r}",
+                          max_chars=10_000_000, lines=True, empty=True)
+        prompts.setdefault(_parameter_name(step, "--prompt-file"), []).append(text)
     return SearchSpace(grid=g, random=r, random_draws=draws, seed=seed, prompts=prompts)

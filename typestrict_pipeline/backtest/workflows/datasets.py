@@ -238,7 +238,7 @@ def _typed(frame: pd.DataFrame, kinds: Mapping[str, str], file: Path) -> pd.Data
             continue
         for i, v in enumerate(cells):
             try:
-                check_text(v, "a text cell", max_chars=100_000, lines=True, empty=True)
+                check_text(v, "a text cell", max_chars=100_000, lines=True, empty=True, data=True)
             except InputError as exc:
                 raise DatasetError(exc.expected, exc.got, exc.fix, file=str(file), row=i + 1,
                                    column=str(col)) from None
