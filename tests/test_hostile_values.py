@@ -14,6 +14,9 @@ message), no traceback, no 5xx, no "This is a bug", and that nothing was written
   moment" that could never succeed); invisible format characters (bidirectional overrides and
   isolates, zero width spaces, tags) in every stored field, one-line or not, while the joiners
   writing needs and a data file's own text keep working;
+* **non-finite grid values**: ``nan``, ``inf``, ``-Infinity``, ``1e999`` in any case and sign, as
+  a ``--grid`` value of any parameter (once kept as the text ``"nan"``), while words and quoted
+  words still go through;
 * **injection**: an owner that adds e-mail headers (API and CLI alike, and a stored one at
   delivery), a data cell a spreadsheet would run, a cell that would reach a prompt;
 * **data cells**: non-finite numbers, words for missing, truth values in number columns, NUL;
@@ -48,6 +51,7 @@ from typestrict_pipeline.store import Base, open_store, session_scope
 from typestrict_pipeline.study.form import StudyForm, study_config
 from typestrict_pipeline.study.service import create_study_from_config
 from typestrict_pipeline.study.tables import StudyRow
+from typestrict_pipeline.values import shown
 
 _SUPPORT = Path(__file__).with_name("test_api_support.py")
 _spec = importlib.util.spec_from_file_location("test_api_support", _SUPPORT)
@@ -156,8 +160,8 @@ API_CASES: list[tuple[str, str, str, Any, str]] = [
     ("random 1e309", "POST", "/v1/studies/estimate", _study(random=["skill=0:1e309"], random_draws=2), r"finite number"),
     ("random NaN", "POST", "/v1/studies", _study(random=["skill=NaN:1"], random_draws=2), r"finite"),
     ("random true", "POST", "/v1/studies", _study(random=["skill=true:1"], random_draws=2), r"finite number"),
-    ("grid nan for a number", "POST", "/v1/studies", _study(grid=["skill=nan,inf,n/a"]),
-     r"expected at least one candidate the workflow accepts, got none of 3.*parameter 'skill'.*got 'nan'"),
+    ("grid words for a number", "POST", "/v1/studies", _study(grid=["skill=n/a,none,\"0.5\""]),
+     r"expected at least one candidate the workflow accepts, got none of 3.*parameter 'skill'.*got 'n/a'"),
     ("grid true for a number", "POST", "/v1/studies", _study(grid=["skill=true"]),
      r"parameter 'skill' of the synthetic workflow: expected a number.*got True"),
     # one spelling of a whole number and of a truth value (pydantic's lax mode read all of these)
@@ -311,6 +315,49 @@ def test_fields_that_name_the_customers_data_keep_its_format_characters() -> Non
                                                                 "columns": {"id": "id", "text": bad}}})
 
 
+# ------------------------------------------------------------------------------------------------
+# Class: a grid value that is a number but not a finite one, in any spelling, for any parameter
+# (once kept as the text "nan" and tried); the message is the number parser's, CLI and API alike.
+# ------------------------------------------------------------------------------------------------
+
+NON_FINITE_GRID = ["nan", "NaN", "nAn", "-nan", "inf", "-inf", "+inf", "INF", "Infinity", "-Infinity",
+                   "infinity", "1e999", "-1e400", "1" + "0" * 400]
+
+
+@pytest.mark.parametrize("value", NON_FINITE_GRID)
+@pytest.mark.parametrize("param", ["skill", "model"])
+def test_a_non_finite_grid_value_gets_a_4xx_and_writes_nothing(api: dict[str, Any], param: str, value: str) -> None:
+    before = rows_digest(api["engine"])
+    for path in ("/v1/studies/estimate", "/v1/studies"):
+        r = api["client"].post(path, json=_study(grid=["skill=0.5", f"{param}=0.25,{value}"]))
+        assert r.status_code == 422, (path, r.status_code, r.text)
+        message = r.json()["error"]["message"]
+        assert message.startswith(f"expected --grid {param} as a finite number, got {shown(value)}. "), message
+        assert "Write a finite number" in message, message
+    assert rows_digest(api["engine"]) == before
+
+
+@pytest.mark.parametrize("value", [v for v in NON_FINITE_GRID if len(v) < 100])  # the API's random: 200 characters
+def test_a_non_finite_random_bound_gets_a_4xx_in_the_number_parsers_words(api: dict[str, Any], value: str) -> None:
+    before = rows_digest(api["engine"])
+    for spec, end in ((f"skill={value}:1", "LOW"), (f"skill=0:{value}", "HIGH")):
+        r = api["client"].post("/v1/studies", json=_study(random=[spec], random_draws=2))
+        assert r.status_code == 422, (spec, r.status_code, r.text)
+        message = r.json()["error"]["message"]
+        assert message.startswith(f"expected --random skill's {end} as a finite number, got {shown(value)}. "
+                                  "Write two finite numbers"), message
+    assert rows_digest(api["engine"]) == before
+
+
+def test_words_and_quoted_words_are_still_grid_values(api: dict[str, Any]) -> None:
+    """A parameter that takes text (a model's name) keeps working; the word "inf" itself is a
+    JSON string."""
+    r = api["client"].post("/v1/studies/estimate",
+                           json=_study(grid=["skill=0.5,0.6", 'model=small,large,"inf","nan"']))
+    assert r.status_code == 200, r.text
+    assert r.json()["candidates"] >= 2
+
+
 API_DATA_CASES: list[tuple[str, Callable[[Path], bytes], str, str]] = [
     ("inf", lambda t: _cell("precipitation", "inf")(t).read_bytes(), "c.csv", r"row 1, column 'precipitation'.*got 'inf'"),
     ("NA", lambda t: _cell("wind", "NA")(t).read_bytes(), "c.csv", r"got 'NA'\. Leave the cell empty"),
@@ -422,7 +469,7 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], str]] = [
     ("random -inf:inf", [*STUDY, "--random", "skill=-inf:inf", "--random-draws", "2"], {},
      "expected --random skill's LOW as a finite number, got '-inf'"),
     ("random huge", [*STUDY, "--random", "skill=0:1e309", "--random-draws", "2"], {}, "finite number"),
-    ("grid words for a number", [*STUDY, "--grid", "skill=nan,false,none"], {},
+    ("grid words for a number", [*STUDY, "--grid", "skill=n/a,false,none"], {},
      "expected at least one candidate the workflow accepts, got none of 3"),
     ("NUL in a study's name", [*STUDY, "--name", "a\x00b"], {}, "expected a study name without control characters"),
     ("line separator in a study's name", [*STUDY, "--name", "a\u2028b"], {},
@@ -495,16 +542,39 @@ def test_an_invisible_format_character_in_a_stored_argument_is_a_message_and_wri
     assert snapshot(home) == before
 
 
+@pytest.mark.parametrize("value", NON_FINITE_GRID)
+def test_a_non_finite_grid_value_or_random_bound_is_a_message_and_writes_nothing(
+    home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, value: str,
+) -> None:
+    monkeypatch.setenv("TYPESTRICT_HOME", str(home))
+    monkeypatch.delenv("TYPESTRICT_STORE_URL", raising=False)
+    before = snapshot(home)
+    capsys.readouterr()
+    for param in ("skill", "model"):
+        code = main([*STUDY, "--grid", f"{param}=0.25,{value}"])
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert err.startswith(f"typestrict: expected --grid {param} as a finite number, got {shown(value)}. "), err
+        assert "Traceback" not in err and "This is a bug" not in err
+    for spec, end in ((f"skill={value}:1", "LOW"), (f"skill=0:{value}", "HIGH")):
+        code = main([*STUDY, "--random", spec, "--random-draws", "2"])
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert err.startswith(f"typestrict: expected --random skill's {end} as a finite number, got {shown(value)}. "), err
+    assert snapshot(home) == before
+
+
 def test_a_grid_value_that_is_not_a_number_never_becomes_a_score(tmp_path: Path) -> None:
     """The synthetic workflow's skill from a grid: ``nan`` (text) and ``true`` (a truth value) were
-    run as float('nan') and 1.0 and their scores stored; now those candidates are discarded as
-    the workflow's rejections, and the numbers beside them run."""
+    run as float('nan') and 1.0 and their scores stored; now a word (``n/a``) and a truth value
+    are discarded as the workflow's rejections, and the numbers beside them run (``nan`` itself
+    is refused by the grid's parser: the non-finite class below)."""
     from typestrict_pipeline.study.runner import run_study_local
     from typestrict_pipeline.study.service import study_backend
     from typestrict_pipeline.study.tables import CandidateRow
 
     engine = open_store(f"sqlite:///{tmp_path / 'store.db'}")
-    sid = create_study_from_config(engine, study_config(StudyForm(**{**FORM, "grid": ["skill=nan,true,0.5"],
+    sid = create_study_from_config(engine, study_config(StudyForm(**{**FORM, "grid": ["skill=n/a,true,0.5"],
                                                                      "max_candidates": 3}, workspace="w")))
     with session_scope(engine) as s:
         rows = s.query(CandidateRow).filter_by(study_id=sid).order_by(CandidateRow.id).all()

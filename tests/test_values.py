@@ -36,6 +36,29 @@ AMBIGUOUS_NUMBERS = ["1,5", "1_000", "0x10", "0b1", "1.", "1e", "--1", "+-1", "1
                      "\x001", "1\x00", "Ⅻ", "1.2.3"]
 
 
+NON_FINITE_SPELLINGS = ["nan", "NaN", "NAN", "-nan", "+nan", "inf", "Inf", "-inf", "+inf", "INF", "infinity",
+                        "Infinity", "-Infinity", "+INFINITY", "iNfInItY", " inf ", "1e999", "-1e400", "9" * 400,
+                        "1_0e999", "\u0661e999"]
+
+
+@pytest.mark.parametrize("text", NON_FINITE_SPELLINGS)
+def test_every_spelling_of_a_number_that_is_not_finite_is_seen(text: str) -> None:
+    assert values.spells_non_finite(text)
+
+
+@pytest.mark.parametrize("text", ["0.5", "-1e300", "1e-999", "nano", "info", "inf-model", "nan2", "naan",
+                                  "Infinity War", "\u221e", "", "gpt-small", "\"inf\""])
+def test_finite_numbers_and_words_are_not_taken_for_non_finite(text: str) -> None:
+    assert not values.spells_non_finite(text)
+
+
+@given(st.floats(allow_nan=True, allow_infinity=True))
+@FUZZ
+def test_a_float_written_any_way_is_non_finite_exactly_when_it_is(x: float) -> None:
+    for text in (repr(x), str(x).upper(), f"{x:e}"):
+        assert values.spells_non_finite(text) == (not math.isfinite(x))
+
+
 @pytest.mark.parametrize("text", NOT_FINITE + AMBIGUOUS_NUMBERS)
 def test_a_number_that_is_not_finite_or_is_ambiguous_is_refused(text: str) -> None:
     with pytest.raises(InputError, match=r"^expected a value as a finite number, got .+\. Write"):

@@ -77,6 +77,7 @@ __all__ = [
     "number",
     "prompt_text",
     "shown",
+    "spells_non_finite",
     "timestamp",
 ]
 
@@ -278,6 +279,21 @@ def number(value: Any, what: str, *, lo: float | None = None, hi: float | None =
     if (lo is not None and result < lo) or (hi is not None and result > hi):
         raise InputError(f"{what} {bounds}", shown(value), fix)
     return result
+
+
+def spells_non_finite(text: str) -> bool:
+    """Whether ``text`` is a number that is not finite as Python would read it: ``nan``,
+    ``inf``, ``infinity`` in any case and with any sign, or a literal beyond a float
+    (``1e999``). Where a value may be a number or a word (a ``--grid`` value), such a text is
+    refused as a number, never kept as the word ``"nan"``.
+
+    >>> [spells_non_finite(t) for t in ("nan", "-Infinity", "+INF", "1e999", "0.5", "nano", "inf-model")]
+    [True, True, True, True, False, False, False]
+    """
+    try:
+        return not math.isfinite(float(text))
+    except ValueError:
+        return False
 
 
 def integer(value: Any, what: str, *, lo: int, hi: int, fix: str | None = None) -> int:

@@ -26,7 +26,7 @@ from typestrict_pipeline.files import loads_or_text
 from typestrict_pipeline.study.limits import usd_to_micro
 from typestrict_pipeline.study.service import StudyConfig
 from typestrict_pipeline.study.space import RandomParam, SearchSpace
-from typestrict_pipeline.values import check_text, number
+from typestrict_pipeline.values import check_text, number, shown, spells_non_finite
 
 
 @dataclass(frozen=True)
@@ -135,11 +135,24 @@ def _value(text: str, what: str) -> Any:
 
 def grid_value(text: str, what: str) -> Any:
     """A ``--grid`` value (CLI and API alike): its JSON value when it is JSON, else the text
-    itself; every text in it is stored: no control or invisible format character.
+    itself, which is stored: no control or invisible format character. A number that is not
+    finite is refused in every spelling (``nan``, ``NaN``, ``inf``, ``-Infinity``, ``+inf``,
+    ``1e999``), never kept as the text ``"nan"``; a word meant as text is written as a JSON
+    string (``"inf"``).
 
     >>> grid_value("0.5", "--grid skill"), grid_value("gpt-small", "--grid model")
     (0.5, 'gpt-small')
+    >>> grid_value('"inf"', "--grid mode")
+    'inf'
+    >>> grid_value("-Inf", "--grid skill")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected --grid skill as a finite number, got '-Inf'. Write a finite number (a study cannot try nan or infinity); to pass the word itself as text, quote it as JSON: "inf".
     """
+    if spells_non_finite(text):
+        raise InputError(f"{what} as a finite number", shown(text),
+                         'write a finite number (a study cannot try nan or infinity); to pass the word '
+                         'itself as text, quote it as JSON: "inf"')
     value = _value(text, what)
     _check_strings(value, f"a {what} value")
     return value
@@ -186,8 +199,11 @@ def parse_space(grid: list[str] | None, random: list[str] | None, draws: int, se
             raise InputError("--random as NAME=LOW:HIGH", repr(item), "write e.g. --random threshold=0.3:0.7")
         name = _parameter_name(name, "--random")
         what = f"--random {name}"
-        lo, hi = _value(low.strip(), what), _value(high.strip(), what)
         fix = "write two finite numbers, e.g. --random threshold=0.3:0.7"
+        for end, text in (("LOW", low.strip()), ("HIGH", high.strip())):
+            if spells_non_finite(text):  # every spelling, as the grid's (JSON's NaN included)
+                raise InputError(f"{what}'s {end} as a finite number", shown(text), fix)
+        lo, hi = _value(low.strip(), what), _value(high.strip(), what)
         r[name] = RandomParam(number(lo, f"{what}'s LOW", fix=fix), number(hi, f"{what}'s HIGH", fix=fix),
                               integer=type(lo) is int and type(hi) is int)
     prompts: dict[str, list[str]] = {}
