@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import httpx
@@ -180,20 +180,54 @@ def test_usage_and_notifications_pages_answer_for_a_new_workspace(app: tuple[obj
     b.close()
 
 
-@pytest.mark.parametrize("folds", ["²", "٣", "3.0", "true"])
-def test_a_study_form_number_in_other_digits_is_refused_never_a_server_error(
-        app: tuple[object, str, str], folds: str) -> None:
-    """The form's whole numbers are ASCII digits: ``int("²")`` raised past the page (a 500) and
-    ``int("٣")`` read 3; each is now the schema's refusal, on the form, with nothing created."""
+STUDY_FORM = {"workflow": "seattle_rain", "dataset": "seattle_weather", "start": "2013-01-02", "end": "2015-12-31",
+              "step": "1d", "folds": "3", "tune_steps": "90", "eval_steps": "60", "holdout_steps": "120",
+              "max_candidates": "2", "max_total_steps": "100000"}
+
+
+def _api(b: Browser, key: str, path: str, body: Mapping[str, object]) -> str:
+    """The API's 422 message for ``body``, through the same app."""
+    r = b.loop.run_until_complete(b.client.post(path, json=body, headers={"Authorization": f"Bearer {key}"}))
+    assert r.status_code == 422, (path, r.status_code, r.text[:300])
+    message: str = r.json()["error"]["message"]
+    return message
+
+
+@pytest.mark.parametrize(("field", "typed", "sent"), [
+    ("folds", "²", "²"), ("folds", "٣", "٣"), ("folds", "3.0", "3.0"), ("folds", "true", "true"),
+    ("tune_steps", "0", 0), ("holdout_steps", "100001", 100001), ("name", "n" * 201, "n" * 201),
+])
+def test_a_refused_study_form_says_what_the_api_says_for_the_same_body(
+        app: tuple[object, str, str], field: str, typed: str, sent: object) -> None:
+    """One message shape: the console's form and ``POST /v1/studies`` word the schema's refusal of
+    the same value in the same words (the console once said "expected input should be a valid
+    integer" where the API said "expected a whole number"). ``int("²")`` raised past the page (a
+    500) and ``int("٣")`` read 3; each is the schema's refusal, with nothing created."""
     import html
 
     b = Browser(app[0], app[1])
-    form = {"workflow": "seattle_rain", "dataset": "seattle_weather", "start": "2013-01-02", "end": "2015-12-31",
-            "step": "1d", "folds": folds, "tune_steps": "90", "eval_steps": "60", "holdout_steps": "120",
-            "max_candidates": "2", "max_total_steps": "100000"}
-    for route in ("/console/studies/estimate", "/console/studies"):
-        r = b.form(route, form)
+    body = {k: (int(v) if v.isdigit() else v) for k, v in STUDY_FORM.items()} | {field: sent}
+    for route, path in (("/console/studies/estimate", "/v1/studies/estimate"), ("/console/studies", "/v1/studies")):
+        said = _api(b, app[1], path, body)
+        assert said.startswith(f"{field}: expected "), said
+        r = b.form(route, {**STUDY_FORM, field: typed})
         assert r.status_code == 422, (route, r.status_code, r.text[:300])
-        text = html.unescape(r.text)
-        assert "folds: expected input should be a valid integer, got " + repr(folds) in text, route
+        assert said in html.unescape(r.text), (said, route)
+    b.close()
+
+
+def test_a_refused_training_form_says_what_the_api_says_for_the_same_body(
+        app: tuple[object, str, str], sqlite_url: str) -> None:
+    import html
+
+    b = Browser(app[0], app[1])
+    body = {"dataset": {"path": "reviews.csv", "columns": {"id": "id", "text": "text", "group": "grp"}},
+            "decisions": [{"name": "d" * 201, "question": "Is it positive?", "answer_column": "label",
+                           "answers": ["yes", "no"]}], "options": {"keep_if_loses": False}}
+    said = _api(b, app[1], "/v1/trainings", body)
+    assert said.startswith("decisions.0.name: expected at most 200 characters, got 'ddd"), said
+    r = b.form("/console/trainings", {**TRAINING, "decision-0-name": "d" * 201},
+               files={"dataset_file": ("reviews.csv", CSV.encode())})
+    assert r.status_code == 422 and said in html.unescape(r.text), r.text[:2000]
+    assert _balance(sqlite_url, "acme") == 2
     b.close()

@@ -17,7 +17,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +31,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from typestrict_pipeline.api.errors import ApiError, error_body, status_for
+from typestrict_pipeline.api.errors import ApiError, error_body, status_for, validation_message
 from typestrict_pipeline.api.jev import JEV_SOURCE_ENV, missing_jev_error, parse_jev_source
 from typestrict_pipeline.api.keys import KeyVerifier
 from typestrict_pipeline.api.ratelimit import RateLimit, RateLimitMiddleware, TokenBuckets
@@ -176,42 +176,6 @@ async def _send_413(send: Send, limit: int, got: str) -> None:
                             (b"content-length", str(len(body)).encode()),
                             (b"connection", b"close")]})  # the rest of the body is never read
     await send({"type": "http.response.body", "body": body})
-
-
-def validation_message(errors: Sequence[Mapping[str, Any]]) -> str:
-    """The first validation error in the product's shape, its pattern or bound as written.
-
-    >>> validation_message([{"type": "string_pattern_mismatch", "loc": ("path", "name"),
-    ...     "msg": "String should match pattern '^[A-Z]+$'", "input": "ab", "ctx": {"pattern": "^[A-Z]+$"}}])
-    "name (in the path): expected a string matching the pattern '^[A-Z]+$', got 'ab'. Fix the request (the schema is at /v1/openapi.json)"
-    """
-    first = errors[0] if errors else {}
-    loc = [str(p) for p in first.get("loc", ())]
-    where = ".".join(p for p in loc[1:] if p) if loc[:1] in (["body"], ["path"], ["query"]) else ".".join(loc)
-    if loc[:1] in (["path"], ["query"]):
-        where = f"{where} (in the {loc[0]})"
-    ctx = first.get("ctx") or {}
-    kind = first.get("type", "")
-    expected = {
-        "string_pattern_mismatch": f"a string matching the pattern '{ctx.get('pattern')}'",
-        "missing": "a value (it is required)",
-        "extra_forbidden": "only the fields of the schema (a typo?)",
-        "string_too_long": f"at most {ctx.get('max_length')} characters",
-        "string_too_short": f"at least {ctx.get('min_length')} character(s)",
-        "too_long": f"at most {ctx.get('max_length')} items",
-        "too_short": f"at least {ctx.get('min_length')} items",
-        "int_parsing": "a whole number",
-        "int_from_float": "a whole number",
-        "int_type": "a whole number (a JSON number without a fraction, not a string or true/false)",
-        "bool_type": "true or false (JSON, not a string or a number)",
-        "greater_than_equal": f"a number of at least {ctx.get('ge')}",
-        "less_than_equal": f"a number of at most {ctx.get('le')}",
-    }.get(kind)
-    if expected is None:
-        msg = str(first.get("msg", "a valid value"))
-        expected = msg[:1].lower() + msg[1:]  # the rest as written (patterns keep their case)
-    got = "nothing" if kind == "missing" or "input" not in first else repr(first.get("input"))[:80]
-    return f"{where or '(body)'}: expected {expected}, got {got}. Fix the request (the schema is at /v1/openapi.json)"
 
 
 def _error_response(status: int, code: str, message: str,

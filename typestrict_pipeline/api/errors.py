@@ -2,7 +2,8 @@
 
 The ``message`` is the same text the CLI prints for the same error (the project's one shape: what
 was expected, what was got, what to do). :func:`status_for` maps each error class to its HTTP
-status once, for every route.
+status once, for every route; :func:`validation_message` words a schema's refusal once, for the
+API's 422 and the console's forms alike.
 
 >>> from typestrict_pipeline.errors import NotFoundError
 >>> status_for(NotFoundError("x"))
@@ -11,6 +12,7 @@ status once, for every route.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from typestrict_pipeline.credits import InsufficientCreditsError
@@ -64,3 +66,39 @@ def error_body(code: str, message: str) -> dict[str, Any]:
     {'error': {'code': 'not_found', 'message': 'expected a model'}}
     """
     return {"error": {"code": code, "message": message}}
+
+
+def validation_message(errors: Sequence[Mapping[str, Any]]) -> str:
+    """The first validation error in the product's shape, its pattern or bound as written.
+
+    >>> validation_message([{"type": "string_pattern_mismatch", "loc": ("path", "name"),
+    ...     "msg": "String should match pattern '^[A-Z]+$'", "input": "ab", "ctx": {"pattern": "^[A-Z]+$"}}])
+    "name (in the path): expected a string matching the pattern '^[A-Z]+$', got 'ab'. Fix the request (the schema is at /v1/openapi.json)"
+    """
+    first = errors[0] if errors else {}
+    loc = [str(p) for p in first.get("loc", ())]
+    where = ".".join(p for p in loc[1:] if p) if loc[:1] in (["body"], ["path"], ["query"]) else ".".join(loc)
+    if loc[:1] in (["path"], ["query"]):
+        where = f"{where} (in the {loc[0]})"
+    ctx = first.get("ctx") or {}
+    kind = first.get("type", "")
+    expected = {
+        "string_pattern_mismatch": f"a string matching the pattern '{ctx.get('pattern')}'",
+        "missing": "a value (it is required)",
+        "extra_forbidden": "only the fields of the schema (a typo?)",
+        "string_too_long": f"at most {ctx.get('max_length')} characters",
+        "string_too_short": f"at least {ctx.get('min_length')} character(s)",
+        "too_long": f"at most {ctx.get('max_length')} items",
+        "too_short": f"at least {ctx.get('min_length')} items",
+        "int_parsing": "a whole number",
+        "int_from_float": "a whole number",
+        "int_type": "a whole number (a JSON number without a fraction, not a string or true/false)",
+        "bool_type": "true or false (JSON, not a string or a number)",
+        "greater_than_equal": f"a number of at least {ctx.get('ge')}",
+        "less_than_equal": f"a number of at most {ctx.get('le')}",
+    }.get(kind)
+    if expected is None:
+        msg = str(first.get("msg", "a valid value"))
+        expected = msg[:1].lower() + msg[1:]  # the rest as written (patterns keep their case)
+    got = "nothing" if kind == "missing" or "input" not in first else repr(first.get("input"))[:80]
+    return f"{where or '(body)'}: expected {expected}, got {got}. Fix the request (the schema is at /v1/openapi.json)"

@@ -21,7 +21,7 @@ from starlette.datastructures import FormData
 from typestrict_pipeline.api import backtests as backtests_core
 from typestrict_pipeline.api import studies as studies_core
 from typestrict_pipeline.api.deps import get_ctx
-from typestrict_pipeline.api.errors import status_for
+from typestrict_pipeline.api.errors import status_for, validation_message
 from typestrict_pipeline.api.schemas import BacktestIn, ScheduleIn, StudyFormIn
 from typestrict_pipeline.console.board_pages import (
     TOP_K,
@@ -32,7 +32,6 @@ from typestrict_pipeline.console.board_pages import (
     parse_page,
 )
 from typestrict_pipeline.console.charts import chart_text, leaderboard_spec
-from typestrict_pipeline.console.pages.trainings import validation_message
 from typestrict_pipeline.console.sessions import ConsoleSession
 from typestrict_pipeline.console.web import (
     PREFIX,
@@ -143,7 +142,7 @@ async def run_backtest(request: Request, session: Posted) -> Response:
                                              step=body.step, dataset=body.dataset, params=body.params)
         view = backtests_core.launch_backtest(ctx.engine, ctx.settings.home, ctx.runs, session.workspace_id, req)
     except ValidationError as exc:
-        return _page(request, session, backtest=values, backtest_error=validation_message(exc), status=422)
+        return _page(request, session, backtest=values, backtest_error=validation_message(exc.errors()), status=422)
     except TypeStrictError as exc:
         return _page(request, session, backtest=values, backtest_error=str(exc), status=status_for(exc)[0])
     return redirect(f"{PREFIX}/backtests/{view.id}", request)
@@ -198,7 +197,7 @@ async def study_estimate(request: Request, session: Posted) -> Response:
         text = (f"{est.text}. {est.candidates} candidate{'s' if est.candidates != 1 else ''} of "
                 f"{est.planned} planned, {est.total_steps:,} steps in all.")
     except ValidationError as exc:
-        text, error = None, validation_message(exc)
+        text, error = None, validation_message(exc.errors())
     except TypeStrictError as exc:
         text, error = None, str(exc)
     if htmx:
@@ -216,7 +215,7 @@ async def create_study(request: Request, session: Posted) -> Response:
         fields = _study_request(request, session, values)
         row = studies_core.launch_study(ctx.engine, ctx.settings.home, ctx.runs, session.workspace_id, fields)
     except ValidationError as exc:
-        return _page(request, session, study=values, study_error=validation_message(exc), status=422)
+        return _page(request, session, study=values, study_error=validation_message(exc.errors()), status=422)
     except TypeStrictError as exc:
         return _page(request, session, study=values, study_error=str(exc), status=status_for(exc)[0])
     return redirect(f"{PREFIX}/studies/{row.id}", request)
@@ -313,7 +312,7 @@ async def enable_schedule(study_id: StudyId, request: Request, session: Posted) 
             core_enable(ctx.engine, StoreStudies(ctx.engine), study_id=str(row.id), cadence=body.cadence,
                         owner=body.owner, min_unseen_steps=body.min_unseen_steps)
         except ValidationError as exc:
-            error = validation_message(exc)
+            error = validation_message(exc.errors())
         except TypeStrictError as exc:
             if status_for(exc)[0] == 404:
                 raise

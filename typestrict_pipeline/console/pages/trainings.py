@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from starlette.datastructures import FormData, UploadFile
 
 from typestrict_pipeline.api.deps import get_ctx
+from typestrict_pipeline.api.errors import validation_message
 from typestrict_pipeline.api.schemas import TrainingCreate
 from typestrict_pipeline.api.trainings import (
     TrainingRequest,
@@ -182,18 +183,6 @@ def training_body(values: dict[str, Any], dataset: str) -> dict[str, Any]:
             "options": {"keep_if_loses": bool(values["keep_if_loses"])}}
 
 
-def validation_message(exc: ValidationError) -> str:
-    """The first schema error in the product's one shape (as the API's 422 says it)."""
-    errors = exc.errors()
-    if not errors:
-        return "(form): expected valid fields, got invalid ones. Fix the form and send it again"
-    first = errors[0]
-    where = ".".join(str(p) for p in first["loc"]) or "(form)"
-    got = repr(first["input"])[:80]
-    return (f"{where}: expected {first['msg'].lower()}, got {got}. "
-            "Fix the field and send the form again")
-
-
 def _new_form(request: Request, session: ConsoleSession, values: dict[str, Any] | None = None,
               error: str | None = None, status: int = 200) -> Response:
     ctx = get_ctx(request)
@@ -250,7 +239,7 @@ async def create_training(request: Request, session: Posted) -> Response:
         )
         training_id = ctx.trainings.create(session.workspace_id, req)
     except ValidationError as exc:
-        return _new_form(request, session, values, validation_message(exc), 422)
+        return _new_form(request, session, values, validation_message(exc.errors()), 422)
     except TypeStrictError as exc:
         from typestrict_pipeline.api.errors import status_for
 
