@@ -68,3 +68,42 @@ def test_a_study_run_started_in_the_background_can_still_be_stopped_with_kill(
     with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
         handler(signal.SIGTERM, None)
     assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN  # what the shell chose stays
+
+
+def test_a_study_whose_run_cannot_start_ends_failed_with_why_and_frees_its_workflow(
+        typestrict_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``study run`` creates the study (which takes the workflow's lock), then launches its run on
+    the Dagster instance; when no run can start there (here DAGSTER_HOME is not a folder Dagster
+    can use: a relative path, then a missing folder), the study never started: it ends FAILED
+    with why, its lock, lease and reservations released, so the workflow is free for the next
+    study. The command says so in the product's message (exit 2), not "This is a bug" (what a
+    DAGSTER_HOME Dagster refused used to print)."""
+    from sqlalchemy import select
+
+    from typestrict_pipeline.lifecycle.leases import LeaseKind, holder
+    from typestrict_pipeline.store import open_store, session_scope
+    from typestrict_pipeline.study import repository as repo
+    from typestrict_pipeline.study.tables import RunRow, StudyRow
+
+    for sid, dagster_home in ((1, "relative/dagster_home"), (2, str(typestrict_home / "no-such-folder"))):
+        monkeypatch.setenv("DAGSTER_HOME", dagster_home)
+        code = main([*RUN, "--max-candidates", "2", "--max-total-steps", "1000"])
+        err = capsys.readouterr().err
+        assert code == 2, err  # study 2 could be created at all: study 1's lock was released
+        assert f"typestrict: study {sid} never started; marked failed and its workflow's lock released" in err
+        assert "typestrict: expected DAGSTER_HOME as the absolute path of a Dagster instance's folder" in err
+        assert repr(dagster_home) in err and "Set DAGSTER_HOME to the instance's folder, or unset it" in err
+        assert "Traceback" not in err and "This is a bug" not in err
+        engine = open_store(f"sqlite:///{typestrict_home / 'store.db'}")
+        try:
+            with session_scope(engine) as s:
+                study = s.get(StudyRow, sid)
+                assert study is not None and study.state == "FAILED", study and study.state
+                assert study.started_at is None  # never started
+                assert (study.error or "").startswith("its study_job run could not start: expected DAGSTER_HOME")
+                assert study.reserved_micro == 0 and study.steps_reserved == 0
+                assert s.execute(select(RunRow).where(RunRow.study_id == sid)).first() is None  # nothing reserved
+            assert repo.active_study(engine, "demo", "wx") is None  # the workflow's lock: released
+            assert holder(engine, LeaseKind.STUDY, str(sid)) is None
+        finally:
+            engine.dispose()

@@ -49,7 +49,7 @@ from typestrict_pipeline.cli.common import (
     write_store,
     writes,
 )
-from typestrict_pipeline.errors import InputError
+from typestrict_pipeline.errors import InputError, TypeStrictError
 from typestrict_pipeline.processes import keep_stop_signals, stop_request, stop_signals_received
 from typestrict_pipeline.store import session_scope
 from typestrict_pipeline.study import repository as repo
@@ -116,6 +116,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"study {sid}: {admitted} candidate{'s' if admitted != 1 else ''} to run; no USD estimate "
               f"(this version has no completed backtest in workspace {args.workspace!r})", flush=True)
     url = store_url(args)
+    why = "its study_job run ended before starting it"
     try:
         with _watch_runs(engine, sid):
             ok = run_study_on_dagster(sid, executor=args.executor, store_url=url)
@@ -125,12 +126,14 @@ def _run(args: argparse.Namespace) -> int:
 
             repo.interrupt_study(engine, sid, interruption_reason(exc) + "; re-execute its run "
                                  "to resume it")
+        elif isinstance(exc, TypeStrictError):  # e.g. no Dagster instance to run it on
+            why = f"its study_job run could not start: {exc}"
         raise
     finally:
         # A run that never started the study (it could not reach the store, or failed before
-        # its first step) leaves nothing to resume: the study is marked failed and its
-        # workflow's lock released, in the store this command was given.
-        if repo.abandon_unstarted(engine, sid, "its study_job run ended before starting it"):
+        # its first step, or could not be launched at all) leaves nothing to resume: the study
+        # is marked failed and its workflow's lock released, in the store this command was given.
+        if repo.abandon_unstarted(engine, sid, why):
             print(f"typestrict: study {sid} never started; marked failed and its workflow's lock "
                   "released", file=sys.stderr)
     board = load_leaderboard(engine, sid)
@@ -248,18 +251,30 @@ def _say_failure(result: Any) -> None:
 
 def _instance() -> Any:
     """``DAGSTER_HOME``'s instance; else the home's (``<TYPESTRICT_HOME>/dagster_home``, where
-    ``make demo`` and ``make ui`` keep it) when it exists; else an ephemeral one."""
+    ``make demo`` and ``make ui`` keep it) when it exists; else an ephemeral one. A folder
+    Dagster cannot use (a relative or missing path, a ``dagster.yaml`` it refuses) is an
+    :class:`InputError` naming it, not an unexpected error."""
     import os
 
     import dagster as dg
 
     from typestrict_pipeline.store import typestrict_home
 
-    if os.environ.get("DAGSTER_HOME"):
-        return dg.DagsterInstance.get()
+    folder = os.environ.get("DAGSTER_HOME")
     local = typestrict_home() / "dagster_home"
-    if (local / "dagster.yaml").is_file():
-        return dg.DagsterInstance.from_config(str(local))
+    try:
+        if folder:
+            return dg.DagsterInstance.get()
+        if (local / "dagster.yaml").is_file():
+            folder = str(local)
+            return dg.DagsterInstance.from_config(folder)
+    except dg.DagsterError as exc:  # a relative or missing folder, a dagster.yaml Dagster refuses
+        raise InputError(
+            "DAGSTER_HOME as the absolute path of a Dagster instance's folder (with a valid "
+            "dagster.yaml, if any)", f"{folder!r}: {' '.join(str(exc).split())[:300]}",
+            "set DAGSTER_HOME to the instance's folder, or unset it (then the command uses "
+            "<TYPESTRICT_HOME>/dagster_home when it has a dagster.yaml, else an ephemeral instance)",
+        ) from None
     return dg.DagsterInstance.ephemeral()
 
 
