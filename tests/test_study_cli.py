@@ -74,9 +74,9 @@ def test_a_study_whose_run_cannot_start_ends_failed_with_why_and_frees_its_workf
         typestrict_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """``study run`` creates the study (which takes the workflow's lock), then launches its run on
     the Dagster instance; when no run can start there (here DAGSTER_HOME is not a folder Dagster
-    can use: a relative path, then a missing folder), the study never started: it ends FAILED
-    with why, its lock, lease and reservations released, so the workflow is free for the next
-    study. The command says so in the product's message (exit 2), not "This is a bug" (what a
+    can use: a relative path, a missing folder, a dagster.yaml that is not YAML), the study never
+    started: it ends FAILED with why, its lock, lease and reservations released, so the workflow
+    is free for the next study. The command says so in the product's message (exit 2), not "This is a bug" (what a
     DAGSTER_HOME Dagster refused used to print)."""
     from sqlalchemy import select
 
@@ -85,7 +85,11 @@ def test_a_study_whose_run_cannot_start_ends_failed_with_why_and_frees_its_workf
     from typestrict_pipeline.study import repository as repo
     from typestrict_pipeline.study.tables import RunRow, StudyRow
 
-    for sid, dagster_home in ((1, "relative/dagster_home"), (2, str(typestrict_home / "no-such-folder"))):
+    not_yaml = typestrict_home / "not-yaml"
+    not_yaml.mkdir()
+    (not_yaml / "dagster.yaml").write_text("telemetry: [\n", encoding="utf-8")
+    for sid, dagster_home in ((1, "relative/dagster_home"), (2, str(typestrict_home / "no-such-folder")),
+                              (3, str(not_yaml))):
         monkeypatch.setenv("DAGSTER_HOME", dagster_home)
         code = main([*RUN, "--max-candidates", "2", "--max-total-steps", "1000"])
         err = capsys.readouterr().err

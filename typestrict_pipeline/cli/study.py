@@ -252,11 +252,13 @@ def _say_failure(result: Any) -> None:
 def _instance() -> Any:
     """``DAGSTER_HOME``'s instance; else the home's (``<TYPESTRICT_HOME>/dagster_home``, where
     ``make demo`` and ``make ui`` keep it) when it exists; else an ephemeral one. A folder
-    Dagster cannot use (a relative or missing path, a ``dagster.yaml`` it refuses) is an
-    :class:`InputError` naming it, not an unexpected error."""
+    Dagster cannot use (a relative or missing path, a ``dagster.yaml`` that is not YAML or that
+    Dagster refuses, a file it cannot read) is an :class:`InputError` naming it, not an
+    unexpected error."""
     import os
 
     import dagster as dg
+    import yaml
 
     from typestrict_pipeline.store import typestrict_home
 
@@ -268,7 +270,7 @@ def _instance() -> Any:
         if (local / "dagster.yaml").is_file():
             folder = str(local)
             return dg.DagsterInstance.from_config(folder)
-    except dg.DagsterError as exc:  # a relative or missing folder, a dagster.yaml Dagster refuses
+    except (dg.DagsterError, yaml.YAMLError, OSError) as exc:  # a relative or missing folder, a bad dagster.yaml
         raise InputError(
             "DAGSTER_HOME as the absolute path of a Dagster instance's folder (with a valid "
             "dagster.yaml, if any)", f"{folder!r}: {' '.join(str(exc).split())[:300]}",
