@@ -6,13 +6,16 @@ Work is counted, not timed: the server's bytes read per connection
 (``typestrict_pipeline.study.space.candidates_materialised``). The server is the real uvicorn
 with the API's own options, in this process; requests are raw sockets (a client library would
 refuse to send most of these). The timeouts are set short here; the assertions on them only
-require that the connection ends, within a generous bound.
+require that the connection ends, within a generous bound. The server's log (``server_log``)
+holds no traceback and no error line, whatever was sent.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
+import logging
 import socket
 import time
 from collections.abc import Iterator
@@ -44,6 +47,20 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     key = support.new_key(url, "limits", credits=1)
     with support.ApiServer(url, tmp / "home", limits=LIMITS, max_body_bytes=MAX_BODY,
                            max_upload_bytes=MAX_BODY) as srv:
+        srv.key = key
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def patient_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The same server with timeouts no busy machine reaches: for the tests that send a body in
+    many reads and count what it cost, where a 408 would answer instead."""
+    tmp = tmp_path_factory.mktemp("patient")
+    url = f"sqlite:///{tmp / 'store.db'}"
+    key = support.new_key(url, "patient", credits=1)
+    limits = dataclasses.replace(LIMITS, header_timeout_s=120.0, body_idle_timeout_s=120.0, body_timeout_s=300.0)
+    with support.ApiServer(url, tmp / "home", limits=limits, max_body_bytes=MAX_BODY,
+                           max_upload_bytes=MAX_BODY, rate_limit=None) as srv:
         srv.key = key
         yield srv
 
@@ -242,3 +259,85 @@ def test_the_cli_refuses_the_same_space_before_building_it(tmp_path: Path, capsy
     assert "expected a search space of at most 100,000 planned candidates, got 1,000,000" in err
     assert "Traceback" not in err
     assert candidates_materialised() == built
+
+
+# -- raw requests, and the server's log: no input leaves a traceback or an error line ---------
+
+_ESTIMATE_HEAD = "POST /v1/studies/estimate HTTP/1.1{eol}Host: t{eol}Authorization: Bearer {key}{eol}" \
+                 "Content-Type: application/json{eol}"
+
+
+def _estimate(server: Any, framing: bytes, eol: bytes = b"\r\n") -> bytes:
+    """The head of a raw ``POST /v1/studies/estimate`` (a JSON route) with these framing headers,
+    its lines ended by ``eol``."""
+    return (_ESTIMATE_HEAD.format(eol=eol.decode(), key=server.key).encode() + framing.replace(b"\r\n", eol)
+            + eol)
+
+
+def _wait_read(before: ConnectionRecord | None, count: int) -> None:
+    """Until the server has read ``count`` bytes on the connection made since ``before``."""
+    record = _record_after(before)
+    deadline = time.monotonic() + 60
+    while record.bytes_read < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert record.bytes_read == count, record
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def server_log() -> Iterator[list[logging.LogRecord]]:
+    """What the server logs during the test: uvicorn's loggers (they do not propagate to the root)
+    and every other (the application's, asyncio's)."""
+    handler = _Records()
+    loggers = [logging.getLogger(), logging.getLogger("uvicorn")]
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        yield handler.records
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+
+
+def _assert_quiet(server: Any, records: list[logging.LogRecord]) -> None:
+    """Once every connection is closed and every request's task has ended, the log holds no
+    traceback and no ERROR line (a warning such as uvicorn's "Invalid HTTP request" is fine)."""
+    state = server.server.server_state
+    deadline = time.monotonic() + 60
+    while (state.connections or state.tasks) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not state.connections and not state.tasks, "the server is still busy with a request"
+    text = "\n".join(logging.Formatter().format(record) for record in records)
+    assert "Traceback" not in text, text
+    assert not [r for r in records if r.levelno >= logging.ERROR or r.exc_info], text
+
+
+# -- the head's end, wherever the reads split it ---------------------------------------------------
+
+@pytest.mark.parametrize("eol", [b"\r\n", b"\n"], ids=["CRLF", "bare LF"])
+@pytest.mark.parametrize("split", [-1, -2, -3], ids=["before the last byte", "between the two line ends",
+                                                     "before the blank line"])
+def test_a_head_ended_across_two_reads_is_a_head_and_its_body_a_body(
+        patient_server: Any, server_log: list[logging.LogRecord], eol: bytes, split: int) -> None:
+    """A head whose blank line comes in two reads, then a 20 KiB body (more than the head bound):
+    the body is read as a body, not counted as headers (which would be a 431)."""
+    payload = json.dumps(THREE_GRIDS).encode().ljust(20 * 1024)
+    head = _estimate(patient_server, b"Content-Length: %d\r\nConnection: close\r\n" % len(payload), eol)
+    before = _newest()
+    sock = _connect(patient_server)
+    sock.sendall(head[:split])
+    _wait_read(before, len(head[:split]))  # the server has read the first part on its own
+    sock.sendall(head[split:] + payload)
+    status, _, answer = _answer(sock)
+    sock.close()
+    assert status == 422, answer
+    assert "planned candidates" in json.loads(answer)["error"]["message"]
+    _assert_quiet(patient_server, server_log)

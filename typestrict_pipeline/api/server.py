@@ -8,7 +8,8 @@ sends):
 * **the request line and headers** together: at most ``max_header_bytes`` (16 KiB) and
   ``max_headers`` header lines (100); beyond either, ``431`` and the connection closes (counted
   on the raw bytes before the parser sees them: a 64 MiB header line is refused after its first
-  16 KiB);
+  16 KiB; the blank line ending them is found as the parser finds it, even split between two
+  reads);
 * **a header timeout**: a request's headers must arrive within ``header_timeout_s`` (10 s) of
   its first byte, or of the connection when nothing comes (``408``, closed): a slow client
   cannot hold a connection by trickling headers;
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +65,10 @@ CONNECTIONS: deque[ConnectionRecord] = deque(maxlen=256)
 """The most recent connections' records, newest last (the tests read them)."""
 
 
+_BLANK_LINE = re.compile(rb"\n\r?\n")
+"""The end of a request's head, as h11 finds it (CRLF CRLF, or bare line feeds)."""
+
+
 def _error_bytes(code: str, message: str) -> bytes:
     return json.dumps({"error": {"code": code, "message": message}}).encode()
 
@@ -79,6 +85,7 @@ class BoundedH11Protocol(H11Protocol):
         self._head_bytes = 0
         self._head_lines = 0
         self._head_done = False
+        self._tail = b""  # the head's last bytes, for a blank line split between two reads
         self._timer: asyncio.TimerHandle | None = None
         self._body_deadline: float | None = None
 
@@ -106,12 +113,15 @@ class BoundedH11Protocol(H11Protocol):
     # -- the head: request line and headers ----------------------------------------------------
 
     def _head_too_large(self, data: bytes) -> bool:
-        """Count the head's bytes and lines (up to the blank line ending it) before the parser
-        sees them; refuse with 431 past a bound."""
-        end = data.find(b"\r\n\r\n")
-        head = data if end < 0 else data[: end + 4]
+        """Count the head's bytes and lines (up to the blank line ending it, found even when it is
+        split between two reads) before the parser sees them; refuse with 431 past a bound."""
+        window = self._tail + data[: self.limits.max_header_bytes + 4]
+        match = _BLANK_LINE.search(window)
+        end = -1 if match is None else match.end() - len(self._tail)
+        head = data if end < 0 else data[:end]
         if self._head_bytes == 0 and self.conn.their_state is h11.IDLE and head:
             self._arm(self.limits.header_timeout_s, self._header_timeout)  # from the first byte
+        self._tail = (self._tail + head[-2:])[-2:]
         self._head_bytes += len(head)
         self._head_lines += head.count(b"\n")
         if self._head_bytes > self.limits.max_header_bytes:
@@ -134,6 +144,7 @@ class BoundedH11Protocol(H11Protocol):
     def _next_request(self) -> None:
         self._head_bytes = self._head_lines = 0
         self._head_done = False
+        self._tail = b""
         self._body_deadline = None
         self._disarm()
 
