@@ -263,6 +263,9 @@ def test_the_cli_refuses_the_same_space_before_building_it(tmp_path: Path, capsy
 
 # -- raw requests, and the server's log: no input leaves a traceback or an error line ---------
 
+_CHUNKED = b"Transfer-Encoding: chunked\r\n"
+
+
 _ESTIMATE_HEAD = "POST /v1/studies/estimate HTTP/1.1{eol}Host: t{eol}Authorization: Bearer {key}{eol}" \
                  "Content-Type: application/json{eol}"
 
@@ -272,6 +275,20 @@ def _estimate(server: Any, framing: bytes, eol: bytes = b"\r\n") -> bytes:
     its lines ended by ``eol``."""
     return (_ESTIMATE_HEAD.format(eol=eol.decode(), key=server.key).encode() + framing.replace(b"\r\n", eol)
             + eol)
+
+
+def _upload(server: Any, name: str, framing: bytes, body: bytes) -> bytes:
+    """A raw ``PUT /v1/files/<name>``: the route writes the body as a file of the workspace."""
+    key: str = server.key
+    return (b"PUT /v1/files/" + name.encode() + b" HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer "
+            + key.encode() + b"\r\n" + framing + b"\r\n" + body)
+
+
+def _files(server: Any) -> list[str]:
+    with server.client(server.key) as c:
+        listed = c.get("/v1/files")
+    assert listed.status_code == 200, listed.text
+    return [f["name"] for f in listed.json()]
 
 
 def _wait_read(before: ConnectionRecord | None, count: int) -> None:
@@ -341,3 +358,25 @@ def test_a_head_ended_across_two_reads_is_a_head_and_its_body_a_body(
     assert status == 422, answer
     assert "planned candidates" in json.loads(answer)["error"]["message"]
     _assert_quiet(patient_server, server_log)
+
+
+# -- a body that ends with its connection: no traceback --------------------------------------------
+
+@pytest.mark.parametrize("framing,body", [
+    (_CHUNKED, b"5\r\nhel"),
+    (_CHUNKED, b"5\r\nhello\r\n"),
+    (b"Content-Length: 100\r\n", b"a,b\n1,"),
+], ids=["chunked, inside a chunk", "chunked, between chunks", "content-length"])
+@pytest.mark.parametrize("route", ["json", "upload"])
+def test_a_client_that_leaves_inside_its_body_leaves_no_traceback(
+        patient_server: Any, server_log: list[logging.LogRecord], route: str, framing: bytes, body: bytes) -> None:
+    before = _newest()
+    name = f"left-{route}-{len(framing)}-{len(body)}.csv"
+    head = _estimate(patient_server, framing) if route == "json" else _upload(patient_server, name, framing, b"")
+    sock = _connect(patient_server)
+    sock.sendall(head + body)
+    _wait_read(before, len(head + body))  # the application is waiting for the rest
+    sock.close()
+    assert _record_after(before).refused is None
+    _assert_quiet(patient_server, server_log)
+    assert name not in _files(patient_server)

@@ -29,6 +29,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from typestrict_pipeline.api.errors import ApiError, error_body, status_for, validation_message
@@ -203,6 +204,15 @@ def _install_handlers(app: FastAPI) -> None:
                  "See /v1/openapi.json",
         }.get(exc.status_code, str(exc.detail))
         return _error_response(exc.status_code, code, message, exc.headers)
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(request: Request, exc: ClientDisconnect) -> JSONResponse:
+        # The body ended with the connection: the client left, or the server refused the request
+        # and closed it (a 413 or 408 of BoundedH11Protocol or BodyLimitMiddleware). No one reads
+        # this answer, and it is no bug: nothing to log.
+        return _error_response(400, "request_incomplete",
+                               "expected the whole request body, got the connection closed before its end. "
+                               "Send the request again")
 
     @app.exception_handler(SQLAlchemyError)
     async def _store(request: Request, exc: SQLAlchemyError) -> JSONResponse:
