@@ -7,7 +7,8 @@ Work is counted, not timed: the server's bytes read per connection
 with the API's own options, in this process; requests are raw sockets (a client library would
 refuse to send most of these). The timeouts are set short here; the assertions on them only
 require that the connection ends, within a generous bound. The server's log (``server_log``)
-holds no traceback and no error line, whatever was sent.
+holds no traceback and no error line, whatever was sent; a malformed request is answered by
+the API's JSON 400, never uvicorn's plain text.
 """
 
 from __future__ import annotations
@@ -45,8 +46,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     tmp = tmp_path_factory.mktemp("limits")
     url = f"sqlite:///{tmp / 'store.db'}"
     key = support.new_key(url, "limits", credits=1)
+    # No rate limit: these tests send many requests with one key, and the bounds under test are
+    # the server's.
     with support.ApiServer(url, tmp / "home", limits=LIMITS, max_body_bytes=MAX_BODY,
-                           max_upload_bytes=MAX_BODY) as srv:
+                           max_upload_bytes=MAX_BODY, rate_limit=None) as srv:
         srv.key = key
         yield srv
 
@@ -284,6 +287,14 @@ def _upload(server: Any, name: str, framing: bytes, body: bytes) -> bytes:
             + key.encode() + b"\r\n" + framing + b"\r\n" + body)
 
 
+def _exchange(server: Any, request: bytes) -> tuple[int, dict[str, Any], bytes]:
+    sock = _connect(server)
+    _send_all(sock, iter([request]))
+    answer = _answer(sock)
+    sock.close()
+    return answer
+
+
 def _files(server: Any) -> list[str]:
     with server.client(server.key) as c:
         listed = c.get("/v1/files")
@@ -380,3 +391,100 @@ def test_a_client_that_leaves_inside_its_body_leaves_no_traceback(
     assert _record_after(before).refused is None
     _assert_quiet(patient_server, server_log)
     assert name not in _files(patient_server)
+
+
+# -- malformed framing: the API's JSON 400, never uvicorn's plain text ----------------------------
+
+_OPENAPI = b"GET /v1/openapi.json HTTP/1.1\r\nHost: t\r\n"
+_CSV_CHUNKED = b"8\r\na,b\n1,2\n\r\n0\r\n\r\n"
+_REQUEST_LINE = "a request line that is not 'METHOD /target HTTP/1.1'"
+_HEADER_LINE = "a header line that is not 'Name: value'"
+_CHUNK_LINE = "a chunk-size line that is not a size in hexadecimal followed by CRLF"
+_LENGTH = "a Content-Length that is not a whole number of bytes"
+_BOTH = "both a Content-Length and a Transfer-Encoding"
+_CODING = "a Transfer-Encoding other than 'chunked'"
+
+MALFORMED_HEADS: dict[str, tuple[bytes, str]] = {
+    "request line: a word": (b"GARBAGE\r\n\r\n", _REQUEST_LINE),
+    "request line: no version": (b"GET /v1/openapi.json\r\nHost: t\r\n\r\n", _REQUEST_LINE),
+    "request line: a space in the target": (b"GET /v1/open api.json HTTP/1.1\r\nHost: t\r\n\r\n", _REQUEST_LINE),
+    "request line: a NUL in the method": (b"G\x00T /v1/openapi.json HTTP/1.1\r\nHost: t\r\n\r\n", _REQUEST_LINE),
+    "request line: a TLS handshake": (b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03" + bytes(range(32, 64)),
+                                      _REQUEST_LINE),
+    "no Host": (b"GET /v1/openapi.json HTTP/1.1\r\nAccept: */*\r\n\r\n", "an HTTP/1.1 request without a Host header"),
+    "header name: a space": (_OPENAPI + b"Bad Name: v\r\n\r\n", _HEADER_LINE),
+    "header name: a control character": (_OPENAPI + b"X-\x01: v\r\n\r\n", _HEADER_LINE),
+    "header name: parentheses": (_OPENAPI + b"(x): v\r\n\r\n", _HEADER_LINE),
+    "header name: empty": (_OPENAPI + b": v\r\n\r\n", _HEADER_LINE),
+    "header line: no colon": (_OPENAPI + b"NoColon\r\n\r\n", _HEADER_LINE),
+    "header value: a NUL": (_OPENAPI + b"X-A: a\x00b\r\n\r\n", _HEADER_LINE),
+    "header line: folded first": (b"GET /v1/openapi.json HTTP/1.1\r\n folded\r\nHost: t\r\n\r\n", "starts with a space"),
+}
+
+MALFORMED_UPLOADS: dict[str, tuple[bytes, bytes, str]] = {  # framing headers, body, what the 400 names
+    "chunk size: letters": (_CHUNKED, b"zz\r\nhello\r\n0\r\n\r\n", _CHUNK_LINE),
+    "chunk size: letters after a good chunk": (_CHUNKED, b"5\r\nhello\r\nzz\r\n", _CHUNK_LINE),
+    "chunk size: negative": (_CHUNKED, b"-1\r\nh\r\n0\r\n\r\n", _CHUNK_LINE),
+    "chunk size: 0x": (_CHUNKED, b"0x5\r\nhello\r\n0\r\n\r\n", _CHUNK_LINE),
+    "chunk size: two numbers": (_CHUNKED, b"5 5\r\nhello\r\n0\r\n\r\n", _CHUNK_LINE),
+    "chunk size: an empty line": (_CHUNKED, b"\r\nhello\r\n0\r\n\r\n", _CHUNK_LINE),
+    "chunk size: a bare line feed": (_CHUNKED, b"5\nhello\r\n0\r\n\r\n", _CHUNK_LINE),
+    "chunk data: longer than its size": (_CHUNKED, b"3\r\nhello\r\n0\r\n\r\n", "a chunk whose data is not followed by CRLF"),
+    "Content-Length: letters": (b"Content-Length: 1a\r\n", b"a,b\n1,2\n", _LENGTH),
+    "Content-Length: a word": (b"Content-Length: eight\r\n", b"a,b\n1,2\n", _LENGTH),
+    "Content-Length: negative": (b"Content-Length: -8\r\n", b"a,b\n1,2\n", _LENGTH),
+    "Content-Length: 21 digits": (b"Content-Length: 1" + b"0" * 20 + b"\r\n", b"a,b\n1,2\n", _LENGTH),
+    "Content-Length: two values": (b"Content-Length: 8, 9\r\n", b"a,b\n1,2\n", "two different Content-Length values"),
+    "Content-Length: two headers": (b"Content-Length: 8\r\nContent-Length: 9\r\n", b"a,b\n1,2\n",
+                                    "two different Content-Length values"),
+    "both: Content-Length then chunked": (b"Content-Length: 8\r\n" + _CHUNKED, _CSV_CHUNKED, _BOTH),
+    "both: chunked then Content-Length 0": (_CHUNKED + b"Content-Length: 0\r\n", _CSV_CHUNKED, _BOTH),
+    "both: CHUNKED and Content-Length": (b"Transfer-Encoding: CHUNKED\r\nContent-Length: 8\r\n", _CSV_CHUNKED, _BOTH),
+    "coding: gzip": (b"Transfer-Encoding: gzip\r\n", b"a,b\n1,2\n", _CODING),
+    "coding: gzip, chunked": (b"Transfer-Encoding: gzip, chunked\r\n", _CSV_CHUNKED, _CODING),
+    "coding: identity": (b"Transfer-Encoding: identity\r\n", b"a,b\n1,2\n", _CODING),
+    "coding: chunked twice": (_CHUNKED + _CHUNKED, _CSV_CHUNKED, "more than one Transfer-Encoding header"),
+}
+
+
+def _assert_bad_request(status: int, headers: dict[str, Any], body: bytes, names: str) -> None:
+    assert status == 400, (status, body)
+    assert headers.get("content-type") == "application/json" and headers.get("connection") == "close"
+    message = _refused_shape(body, "bad_request")
+    assert message.startswith("expected a well-formed HTTP/1.1 request, got "), message
+    assert names in message, message
+    assert message.endswith(". Fix the request (an HTTP library or curl frames requests right)"), message
+
+
+@pytest.mark.parametrize("case", list(MALFORMED_HEADS))
+def test_a_malformed_head_is_the_apis_json_400(server: Any, server_log: list[logging.LogRecord], case: str) -> None:
+    request, names = MALFORMED_HEADS[case]
+    before = _newest()
+    status, headers, body = _exchange(server, request)
+    _assert_bad_request(status, headers, body, names)
+    assert _record_after(before).refused == 400
+    assert httpx.get(f"{server.url}/v1/openapi.json", timeout=60).status_code == 200  # the next connection
+    _assert_quiet(server, server_log)
+
+
+@pytest.mark.parametrize("case", list(MALFORMED_UPLOADS))
+def test_a_malformed_body_framing_is_the_apis_json_400_and_writes_nothing(
+        server: Any, server_log: list[logging.LogRecord], case: str) -> None:
+    framing, payload, names = MALFORMED_UPLOADS[case]
+    name = f"framing-{list(MALFORMED_UPLOADS).index(case)}.csv"
+    before = _newest()
+    status, headers, body = _exchange(server, _upload(server, name, framing, payload))
+    _assert_bad_request(status, headers, body, names)
+    assert _record_after(before).refused == 400
+    assert name not in _files(server)  # the next connection is answered; nothing was written
+    _assert_quiet(server, server_log)
+
+
+def test_the_same_upload_well_framed_is_written(server: Any, server_log: list[logging.LogRecord]) -> None:
+    """The control of the two tests above: their uploads, framed right, are written."""
+    for name, framing, payload in [("framed-chunked.csv", _CHUNKED, _CSV_CHUNKED),
+                                   ("framed-length.csv", b"Content-Length: 8\r\n", b"a,b\n1,2\n")]:
+        status, _, body = _exchange(server, _upload(server, name, framing + b"Connection: close\r\n", payload))
+        assert status == 201, body
+        assert name in _files(server)
+    _assert_quiet(server, server_log)

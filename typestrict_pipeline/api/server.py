@@ -10,6 +10,11 @@ sends):
   on the raw bytes before the parser sees them: a 64 MiB header line is refused after its first
   16 KiB; the blank line ending them is found as the parser finds it, even split between two
   reads);
+* **a malformed request** (its request line, a header line, a ``Content-Length`` that is not a
+  number, a transfer coding other than ``chunked``, both ``Content-Length`` and
+  ``Transfer-Encoding``, a chunk-size line that is not a size in hexadecimal): ``400`` in the
+  API's error shape, saying what was wrong, and the connection closes (uvicorn's own answer is a
+  plain-text 400); a request refused at its head never reaches the application;
 * **a header timeout**: a request's headers must arrive within ``header_timeout_s`` (10 s) of
   its first byte, or of the connection when nothing comes (``408``, closed): a slow client
   cannot hold a connection by trickling headers;
@@ -36,6 +41,7 @@ import json
 import re
 from collections import deque
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 import h11
@@ -65,12 +71,72 @@ CONNECTIONS: deque[ConnectionRecord] = deque(maxlen=256)
 """The most recent connections' records, newest last (the tests read them)."""
 
 
+_BOTH_LENGTHS = "Content-Length and Transfer-Encoding both set"
+
+_FRAMING: tuple[tuple[str, str], ...] = (
+    ("illegal request line", "a request line that is not 'METHOD /target HTTP/1.1'"),
+    ("no request line received", "an empty line where the request line goes"),
+    ("illegal header line", "a header line that is not 'Name: value' (a name of letters, digits and "
+                            "!#$%&'*+-.^_`|~, a value without control characters)"),
+    ("continuation line at start of headers", "a first header line that starts with a space"),
+    ("bad Content-Length", "a Content-Length that is not a whole number of bytes of at most 20 digits"),
+    ("conflicting Content-Length headers", "two different Content-Length values"),
+    (_BOTH_LENGTHS, "both a Content-Length and a Transfer-Encoding (one body, two lengths)"),
+    ("multiple Transfer-Encoding headers", "more than one Transfer-Encoding header"),
+    ("Only Transfer-Encoding: chunked is supported",
+     "a Transfer-Encoding other than 'chunked' (the one coding this server reads)"),
+    ("Missing mandatory Host: header", "an HTTP/1.1 request without a Host header"),
+    ("Found multiple Host: headers", "more than one Host header"),
+    ("illegal chunk header", "a chunk-size line that is not a size in hexadecimal followed by CRLF"),
+    ("malformed chunk footer", "a chunk whose data is not followed by CRLF (its size is not its length)"),
+    ("Receive buffer too long", "headers (or a chunked body's trailer) going on past the parser's bound without "
+                                "their end"),
+)
+
+
+def framing_message(detail: str) -> str:
+    """The message of the 400 for a request the HTTP parser refused; ``detail`` is the parser's
+    reason (h11's, or this module's own checks').
+
+    >>> framing_message("bad Content-Length")
+    'expected a well-formed HTTP/1.1 request, got a Content-Length that is not a whole number of bytes of at most 20 digits. Fix the request (an HTTP library or curl frames requests right)'
+    """
+    what = next((said for reason, said in _FRAMING if detail.startswith(reason)),
+                f"a request the HTTP parser could not read ({detail[:120]})")
+    return (f"expected a well-formed HTTP/1.1 request, got {what}. Fix the request (an HTTP library or "
+            "curl frames requests right)")
+
+
 _BLANK_LINE = re.compile(rb"\n\r?\n")
 """The end of a request's head, as h11 finds it (CRLF CRLF, or bare line feeds)."""
 
 
 def _error_bytes(code: str, message: str) -> bytes:
     return json.dumps({"error": {"code": code, "message": message}}).encode()
+
+
+class CheckedConnection(h11.Connection):
+    """h11's server side of one connection, which keeps the error it raised (uvicorn answers a
+    parser error without its reason), and refuses a request h11 accepts but this server does
+    not: one with both Content-Length and Transfer-Encoding (h11 lets the second win; two readers
+    of the same bytes could disagree on where its body ends). A refused request never reaches the
+    application."""
+
+    def __init__(self, max_incomplete_event_size: int) -> None:
+        super().__init__(h11.SERVER, max_incomplete_event_size)
+        self.error: h11.RemoteProtocolError | None = None
+
+    def next_event(self) -> h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]:
+        try:
+            event = super().next_event()
+            if isinstance(event, h11.Request):
+                names = {name for name, _ in event.headers}
+                if b"content-length" in names and b"transfer-encoding" in names:
+                    raise h11.RemoteProtocolError(_BOTH_LENGTHS)
+        except h11.RemoteProtocolError as exc:
+            self.error = exc
+            raise
+        return event
 
 
 class BoundedH11Protocol(H11Protocol):
@@ -82,6 +148,8 @@ class BoundedH11Protocol(H11Protocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.record = ConnectionRecord()
+        self.checked = CheckedConnection(self.config.h11_max_incomplete_event_size or self.limits.max_header_bytes)
+        self.conn = self.checked
         self._head_bytes = 0
         self._head_lines = 0
         self._head_done = False
@@ -109,6 +177,12 @@ class BoundedH11Protocol(H11Protocol):
         if self._head_done:
             self._arm(self.limits.body_idle_timeout_s, self._body_timeout)
         super().data_received(data)
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a request the parser refused (``msg`` is its plain-text reason for
+        every case): the API's JSON 400 with the parser's reason, and the connection closed."""
+        error = self.checked.error
+        self._refuse(400, "bad_request", framing_message(str(error) if error is not None else msg))
 
     # -- the head: request line and headers ----------------------------------------------------
 
@@ -194,15 +268,19 @@ class BoundedH11Protocol(H11Protocol):
         """Answer ``status`` with the API's error shape and close, reading nothing more."""
         self.record.refused = status
         self._disarm()
-        body = _error_bytes(code, message)
-        reason = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}.get(status, b"")
-        head = (f"HTTP/1.1 {status} ".encode() + reason + b"\r\ncontent-type: application/json\r\n"
-                + f"content-length: {len(body)}\r\n".encode() + b"connection: close\r\n\r\n")
-        if self.cycle is not None and not self.cycle.response_complete:
-            self.cycle.disconnected = True  # the application's answer, if any, goes nowhere
-        if not self.transport.is_closing():
+        cycle = self.cycle
+        answering = cycle is not None and cycle.response_started and not cycle.response_complete
+        if cycle is not None and not cycle.response_complete:
+            cycle.disconnected = True  # the application's answer, if any, goes nowhere
+            cycle.message_event.set()  # and its read of the body ends now
+        if self.transport.is_closing():
+            return
+        if not answering:  # (else half an answer is out: closing is all that is left)
+            body = _error_bytes(code, message)
+            head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\n"
+                    f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode()
             self.transport.write(head + body)
-            self.transport.close()
+        self.transport.close()
 
     def on_response_complete(self) -> None:
         unread = self.conn.their_state is h11.SEND_BODY
