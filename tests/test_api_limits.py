@@ -1,7 +1,7 @@
 """Limits before work: the API refuses an oversized or slow request in O(the limit), and a study
 form that plans too many candidates before building one.
 
-Work is counted, not timed: the server's bytes read per connection
+Work is counted, not timed: the server's bytes read and parser events per connection
 (``typestrict_pipeline.api.server.CONNECTIONS``) and the candidates built in this process
 (``typestrict_pipeline.study.space.candidates_materialised``). The server is the real uvicorn
 with the API's own options, in this process; requests are raw sockets (a client library would
@@ -35,9 +35,10 @@ assert _spec is not None and _spec.loader is not None
 support = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(support)
 
-LIMITS = RequestLimits(max_header_bytes=16 * 1024, max_headers=100, header_timeout_s=1.0,
-                       body_idle_timeout_s=1.0, body_timeout_s=3.0)
 MAX_BODY = 1024 * 1024
+LIMITS = RequestLimits(max_header_bytes=16 * 1024, max_headers=100, header_timeout_s=1.0,
+                       body_idle_timeout_s=1.0, body_timeout_s=3.0, max_body_bytes=MAX_BODY,
+                       max_upload_bytes=MAX_BODY)
 READ_SLACK = 512 * 1024  # what one read of the event loop may take beyond a bound (256 KiB per read)
 
 
@@ -429,6 +430,8 @@ MALFORMED_UPLOADS: dict[str, tuple[bytes, bytes, str]] = {  # framing headers, b
     "chunk size: two numbers": (_CHUNKED, b"5 5\r\nhello\r\n0\r\n\r\n", _CHUNK_LINE),
     "chunk size: an empty line": (_CHUNKED, b"\r\nhello\r\n0\r\n\r\n", _CHUNK_LINE),
     "chunk size: a bare line feed": (_CHUNKED, b"5\nhello\r\n0\r\n\r\n", _CHUNK_LINE),
+    "chunk size: a 2 KiB extension": (_CHUNKED, b"5;" + b"x" * 2048 + b"\r\nhello\r\n0\r\n\r\n",
+                                      "a chunk-size line longer than 1,024 bytes"),
     "chunk data: longer than its size": (_CHUNKED, b"3\r\nhello\r\n0\r\n\r\n", "a chunk whose data is not followed by CRLF"),
     "Content-Length: letters": (b"Content-Length: 1a\r\n", b"a,b\n1,2\n", _LENGTH),
     "Content-Length: a word": (b"Content-Length: eight\r\n", b"a,b\n1,2\n", _LENGTH),
@@ -487,4 +490,101 @@ def test_the_same_upload_well_framed_is_written(server: Any, server_log: list[lo
         status, _, body = _exchange(server, _upload(server, name, framing + b"Connection: close\r\n", payload))
         assert status == 201, body
         assert name in _files(server)
+    _assert_quiet(server, server_log)
+
+
+# -- chunked bodies: counted on the wire, each chunk's size checked before it is read ------------
+
+_BEYOND = b"FFFFFFFFFFFFFFFFFFFF"  # 20 hexadecimal digits: 2^80 - 1 bytes
+
+
+@pytest.mark.parametrize(("route", "body"), [
+    ("json", _BEYOND + b"\r\n"),
+    ("json", _BEYOND + b"\r\n" + b"x" * 1000),
+    ("json", b"5\r\n[1, 2\r\n" + _BEYOND + b"\r\n"),
+    ("json", b"1" + b"0" * 40 + b"\r\n"),
+    ("json", b"%x\r\n" % (MAX_BODY - 4)),
+    ("upload", _BEYOND + b";ext=1\r\n"),
+    ("upload", b"4\r\na,b\n\r\n" + b"%X\r\n" % MAX_BODY),
+], ids=["20 digits", "20 digits then data", "20 digits after a chunk", "41 digits", "just past the bound",
+        "20 digits with an extension", "the bound after a chunk"])
+def test_a_chunk_announced_beyond_the_body_bound_is_the_same_413_before_it_is_read(
+        server: Any, server_log: list[logging.LogRecord], route: str, body: bytes) -> None:
+    before = _newest()
+    name = f"beyond-{len(body)}.csv"
+    head = (_estimate(server, _CHUNKED) if route == "json"
+            else _upload(server, name, _CHUNKED, b""))
+    sock = _connect(server)
+    sock.sendall(head + body)  # and keeps the connection open: the answer comes without more bytes
+    status, headers, answer = _answer(sock)
+    sock.close()
+    record = _record_after(before)
+    assert status == 413 and headers.get("connection") == "close", answer
+    message = _refused_shape(answer, "payload_too_large")
+    assert f"expected a request body of at most {MAX_BODY:,} bytes (1 MiB), got more: a chunk " in message
+    assert "announced after" in message
+    assert record.refused == 413
+    assert record.events <= 2  # the request, at most the one chunk before: the announced one was not read
+    assert name not in _files(server)
+    _assert_quiet(server, server_log)
+
+
+def _tiny_chunks(count: int, extension: bytes = b"") -> Iterator[bytes]:
+    """``count`` one-byte chunks of a JSON body (``[`` then spaces: it never ends), 4,096 a send."""
+    yield b"1" + extension + b"\r\n[\r\n"
+    chunk, left = b"1" + extension + b"\r\n \r\n", count - 1
+    while left:
+        yield chunk * min(left, 4096)
+        left -= min(left, 4096)
+
+
+@pytest.mark.parametrize("eol", [b"\r\n", b"\n"], ids=["CRLF head", "bare LF head"])
+def test_300000_one_byte_chunks_are_refused_after_max_chunks_parser_events(
+        patient_server: Any, server_log: list[logging.LogRecord], eol: bytes) -> None:
+    before = _newest()
+    count = 300_000
+    sock = _connect(patient_server)
+    _send_all(sock, iter([_estimate(patient_server, _CHUNKED, eol), *_tiny_chunks(count)]))
+    status, headers, answer = _answer(sock)
+    sock.close()
+    record = _record_after(before)
+    assert status == 413 and headers.get("connection") == "close", answer
+    message = _refused_shape(answer, "payload_too_large")
+    assert message == (f"expected a chunked request body of at most {LIMITS.max_chunks:,} chunks, got more. "
+                       "Send it in larger chunks, or with a Content-Length")
+    assert record.refused == 413
+    assert record.events <= LIMITS.max_chunks + 1  # the request and one event a chunk: not one more
+    assert record.bytes_read <= 6 * LIMITS.max_chunks + READ_SLACK
+    _assert_quiet(patient_server, server_log)
+
+
+def test_chunk_framing_counts_toward_the_body_bound(patient_server: Any, server_log: list[logging.LogRecord]) -> None:
+    """One-byte chunks with 1,000-byte extensions: 2 KiB of data, and the bound (1 MiB) reached by
+    the framing alone, long before the chunk count."""
+    before = _newest()
+    sock = _connect(patient_server)
+    extension = b";x=" + b"y" * 997
+    sent = _send_all(sock, iter([_estimate(patient_server, _CHUNKED), *_tiny_chunks(8 * 4096, extension)]))
+    status, _, answer = _answer(sock)
+    sock.close()
+    record = _record_after(before)
+    assert status == 413, answer
+    message = _refused_shape(answer, "payload_too_large")
+    assert f"at most {MAX_BODY:,} bytes (1 MiB), got more: " in message and "chunk framing included" in message
+    assert record.bytes_read <= MAX_BODY + READ_SLACK, record
+    assert record.events <= MAX_BODY // 1000 + 1  # every chunk the parser saw carried 1,000 bytes of framing
+    assert sent < 8 * 4096 * 1006
+    _assert_quiet(patient_server, server_log)
+
+
+@pytest.mark.parametrize("eol", [b"\r\n", b"\n"], ids=["CRLF head", "bare LF head"])
+def test_a_chunked_body_within_the_bounds_is_read_whatever_its_chunks(
+        server: Any, server_log: list[logging.LogRecord], eol: bytes) -> None:
+    """The control: the estimate's JSON in one-byte chunks (each with an extension), then a
+    trailer, is read by the application, which answers it (here: a space too large to plan)."""
+    payload = json.dumps(THREE_GRIDS).encode()
+    body = b"".join(b"1;n=%d\r\n%c\r\n" % (i, byte) for i, byte in enumerate(payload)) + b"0\r\nX-T: 1\r\n\r\n"
+    status, _, answer = _exchange(server, _estimate(server, _CHUNKED + b"Connection: close\r\n", eol) + body)
+    assert status == 422, answer
+    assert "planned candidates" in json.loads(answer)["error"]["message"]
     _assert_quiet(server, server_log)

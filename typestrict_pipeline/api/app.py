@@ -81,6 +81,18 @@ class _TooLarge(Exception):
     pass
 
 
+def body_limit(method: str, path: str, max_body: int, max_upload: int) -> int:
+    """The largest body a request may send: ``max_upload`` for a file upload, else ``max_body``
+    (the rule of :class:`BodyLimitMiddleware` and of the server's chunked-body bound).
+
+    >>> body_limit("PUT", "/v1/files/a.csv", 10, 99), body_limit("POST", "/v1/studies", 10, 99)
+    (99, 10)
+    """
+    upload = ((method == "PUT" and path.startswith(UPLOAD_PREFIXES))
+              or (method == "POST" and path.startswith(CONSOLE_UPLOAD_PREFIX)))
+    return max_upload if upload else max_body
+
+
 class BodyLimitMiddleware:
     """Refuse a request body above its limit with 413, by ``Content-Length`` or while reading."""
 
@@ -90,10 +102,7 @@ class BodyLimitMiddleware:
         self.max_upload = max_upload
 
     def _limit(self, scope: Scope) -> int:
-        path = str(scope.get("path", ""))
-        upload = ((scope.get("method") == "PUT" and path.startswith(UPLOAD_PREFIXES))
-                  or (scope.get("method") == "POST" and path.startswith(CONSOLE_UPLOAD_PREFIX)))
-        return self.max_upload if upload else self.max_body
+        return body_limit(str(scope.get("method", "")), str(scope.get("path", "")), self.max_body, self.max_upload)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -15,6 +15,13 @@ sends):
   ``Transfer-Encoding``, a chunk-size line that is not a size in hexadecimal): ``400`` in the
   API's error shape, saying what was wrong, and the connection closes (uvicorn's own answer is a
   plain-text 400); a request refused at its head never reaches the application;
+* **a chunked body** is followed as it arrives (:class:`ChunkedBody`), before the parser spends
+  anything on it: every byte of it on the wire, its framing included, counts toward the route's
+  body limit (``max_body_bytes``, ``max_upload_bytes``: the application's limits, by the same
+  rule, :func:`~typestrict_pipeline.api.app.body_limit`), a chunk whose announced size would take
+  it past the limit is refused before a byte of it is read, and it has at most ``max_chunks``
+  chunks (65,536: each one costs the parser an event, however small): past any of these, the
+  same ``413`` as a body over its limit, and the connection closes;
 * **a header timeout**: a request's headers must arrive within ``header_timeout_s`` (10 s) of
   its first byte, or of the connection when nothing comes (``408``, closed): a slow client
   cannot hold a connection by trickling headers;
@@ -24,11 +31,12 @@ sends):
   ``413`` for a body over its limit, chunked or not, a ``401``), the connection closes instead
   of reading the rest.
 
-Body sizes are the application's (``BodyLimitMiddleware`` in ``app.py``: ``Content-Length``
-checked first, a chunked body counted as it is read, the same ``413``).
+Body sizes are also the application's (``BodyLimitMiddleware`` in ``app.py``:
+``Content-Length`` checked first, a body's data counted as it is read, the same ``413``).
 
 Every refusal is the API's error shape ``{"error": {"code", "message"}}``. :data:`CONNECTIONS`
-keeps the last connections' byte counts (what the tests read to prove the bounds).
+keeps the last connections' bytes read and parser events (what the tests read to prove the
+bounds: work counted, not timed).
 
 :func:`uvicorn_options` is what every server of the API is started with (``typestrict api``,
 ``make api``, the tests).
@@ -47,6 +55,13 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from typestrict_pipeline.api.app import (
+    DEFAULT_MAX_BODY,
+    DEFAULT_MAX_UPLOAD,
+    body_limit,
+    too_large_message,
+)
+
 
 @dataclass(frozen=True)
 class RequestLimits:
@@ -57,19 +72,40 @@ class RequestLimits:
     header_timeout_s: float = 10.0
     body_idle_timeout_s: float = 30.0
     body_timeout_s: float = 300.0
+    max_body_bytes: int = DEFAULT_MAX_BODY
+    max_upload_bytes: int = DEFAULT_MAX_UPLOAD
+    max_chunks: int = 65_536
 
 
 @dataclass
 class ConnectionRecord:
-    """What one connection cost the server: bytes read, and the status it was refused with."""
+    """What one connection cost the server: bytes read, the parser's events (a request, a piece
+    of body, its end), and the status it was refused with."""
 
     bytes_read: int = 0
+    events: int = 0
     refused: int | None = None
 
 
 CONNECTIONS: deque[ConnectionRecord] = deque(maxlen=256)
 """The most recent connections' records, newest last (the tests read them)."""
 
+
+def _error_bytes(code: str, message: str) -> bytes:
+    return json.dumps({"error": {"code": code, "message": message}}).encode()
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An answer the server gives by itself, before the application: status, code, message."""
+
+    status: int
+    code: str
+    message: str
+
+
+MAX_CHUNK_LINE = 1024
+"""The longest chunk-size line (its size and its extensions) this server reads."""
 
 _BOTH_LENGTHS = "Content-Length and Transfer-Encoding both set"
 
@@ -87,6 +123,7 @@ _FRAMING: tuple[tuple[str, str], ...] = (
      "a Transfer-Encoding other than 'chunked' (the one coding this server reads)"),
     ("Missing mandatory Host: header", "an HTTP/1.1 request without a Host header"),
     ("Found multiple Host: headers", "more than one Host header"),
+    ("illegal chunk header of more than", f"a chunk-size line longer than {MAX_CHUNK_LINE:,} bytes (its extensions)"),
     ("illegal chunk header", "a chunk-size line that is not a size in hexadecimal followed by CRLF"),
     ("malformed chunk footer", "a chunk whose data is not followed by CRLF (its size is not its length)"),
     ("Receive buffer too long", "headers (or a chunked body's trailer) going on past the parser's bound without "
@@ -107,24 +144,126 @@ def framing_message(detail: str) -> str:
             "curl frames requests right)")
 
 
+_CHUNK_LINE = re.compile(rb"([0-9A-Fa-f]+)(?:;[^\n]*)?[ \t]*\r\n")
+"""A chunk-size line as h11 reads it (its size in hexadecimal, extensions, CRLF), the digits unbounded
+(a size beyond the body's bound is a 413, not a 400)."""
+
 _BLANK_LINE = re.compile(rb"\n\r?\n")
 """The end of a request's head, as h11 finds it (CRLF CRLF, or bare line feeds)."""
 
 
-def _error_bytes(code: str, message: str) -> bytes:
-    return json.dumps({"error": {"code": code, "message": message}}).encode()
+class ChunkedBody:
+    """The framing of one chunked request body, followed as its bytes arrive, before the parser
+    sees them.
+
+    Every byte of the body on the wire counts toward ``limit`` (the size lines, extensions and
+    CRLFs as much as the data: a body of one-byte chunks costs its framing, not its payload), and
+    each chunk's announced size is checked when its line ends, so a chunk that would take the body
+    past ``limit`` is refused before one byte of it is read; beyond ``max_chunks`` chunks, the
+    body is refused too (each chunk costs the parser an event, whatever its size). The trailer
+    after the last chunk is the parser's, bounded by its own buffer
+    (``h11_max_incomplete_event_size``).
+
+    >>> body = ChunkedBody(limit=40, max_chunks=2)
+    >>> body.feed(b"5\\r\\nhello\\r\\n3;ext=1\\r"), body.seen, body.chunks
+    (None, 18, 1)
+    >>> body.feed(b"\\nabc\\r\\n0\\r\\n\\r\\n"), body.seen, body.chunks, body.done
+    (None, 27, 2, True)
+    >>> ChunkedBody(limit=40, max_chunks=2).feed(b"FFFFFFFFFFFFFFFFFFFF\\r\\n").status
+    413
+    >>> ChunkedBody(limit=40, max_chunks=2).feed(b"1\\r\\na\\r\\n1\\r\\nb\\r\\n1\\r\\n").message
+    'expected a chunked request body of at most 2 chunks, got more. Send it in larger chunks, or with a Content-Length'
+    >>> ChunkedBody(limit=40, max_chunks=2).feed(b"zz\\r\\n").status, ChunkedBody(40, 2).feed(b"1\\r\\nab").status
+    (400, 400)
+    """
+
+    def __init__(self, limit: int, max_chunks: int) -> None:
+        self.limit = limit
+        self.max_chunks = max_chunks
+        self.seen = 0
+        self.chunks = 0
+        self.done = False
+        self._left = 0  # bytes of the current chunk's data still to come
+        self._crlf = b""  # what is still to come of the CRLF after them
+        self._line = bytearray()  # the current chunk-size line, up to MAX_CHUNK_LINE bytes
+
+    def feed(self, data: bytes) -> Refusal | None:
+        """Follow ``data``, the body's next bytes; a refusal when they break a bound. Once the last
+        chunk's line is read (``done``), the rest is not the body's (its trailer, a next request)."""
+        pos, end_of_data = 0, len(data)
+        while pos < end_of_data and not self.done:
+            if self._left:  # the chunk's data
+                taken = min(self._left, end_of_data - pos)
+                self._left -= taken
+                self.seen += taken
+                pos += taken
+                continue
+            if self._crlf:  # the CRLF after it
+                expected = self._crlf[: end_of_data - pos]
+                if data[pos:pos + len(expected)] != expected:
+                    return Refusal(400, "bad_request", framing_message("malformed chunk footer"))
+                self._crlf = self._crlf[len(expected):]
+                self.seen += len(expected)
+                pos += len(expected)
+                continue
+            room = MAX_CHUNK_LINE + 1 - len(self._line)  # enough to see a line too long
+            newline = data.find(b"\n", pos, pos + room)
+            stop = min(end_of_data, pos + room) if newline < 0 else newline + 1
+            self._line += data[pos:stop]
+            self.seen += stop - pos
+            pos = stop
+            if self.seen > self.limit:
+                return self._too_large(f"more: {self.seen:,} bytes, its chunk framing included, had arrived "
+                                       "when it was stopped")
+            if len(self._line) > MAX_CHUNK_LINE:
+                return Refusal(400, "bad_request", framing_message(
+                    f"illegal chunk header of more than {MAX_CHUNK_LINE:,} bytes"))
+            if newline < 0:
+                continue
+            refusal = self._chunk(bytes(self._line))
+            self._line.clear()
+            if refusal is not None:
+                return refusal
+        return None
+
+    def _chunk(self, line: bytes) -> Refusal | None:
+        match = _CHUNK_LINE.fullmatch(line)
+        if match is None:
+            return Refusal(400, "bad_request", framing_message(f"illegal chunk header: {line[:40]!r}"))
+        digits = match.group(1).lstrip(b"0")
+        if not digits:
+            self.done = True  # the last chunk
+            return None
+        size = int(digits, 16)  # at most MAX_CHUNK_LINE digits
+        if self.seen + size + 2 > self.limit:
+            chunk = (f"a chunk of {size:,} bytes" if len(digits) <= 20
+                     else f"a chunk whose size has {len(digits):,} hexadecimal digits")
+            return self._too_large(f"more: {chunk} announced after {self.seen:,} bytes of the body")
+        self.chunks += 1
+        if self.chunks > self.max_chunks:
+            return Refusal(413, "payload_too_large",
+                           f"expected a chunked request body of at most {self.max_chunks:,} chunks, got more. "
+                           "Send it in larger chunks, or with a Content-Length")
+        self._left = size
+        self._crlf = b"\r\n"
+        return None
+
+    def _too_large(self, got: str) -> Refusal:
+        return Refusal(413, "payload_too_large", too_large_message(self.limit, got))
 
 
 class CheckedConnection(h11.Connection):
-    """h11's server side of one connection, which keeps the error it raised (uvicorn answers a
-    parser error without its reason), and refuses a request h11 accepts but this server does
-    not: one with both Content-Length and Transfer-Encoding (h11 lets the second win; two readers
-    of the same bytes could disagree on where its body ends). A refused request never reaches the
-    application."""
+    """h11's server side of one connection, which counts the events it parses into ``record``,
+    keeps the error it raised (uvicorn answers a parser error without its reason), and refuses a
+    request h11 accepts but this server does not: one with both Content-Length and
+    Transfer-Encoding (h11 lets the second win; two readers of the same bytes could disagree on
+    where its body ends). A refused request never reaches the application."""
 
-    def __init__(self, max_incomplete_event_size: int) -> None:
+    def __init__(self, max_incomplete_event_size: int, record: ConnectionRecord) -> None:
         super().__init__(h11.SERVER, max_incomplete_event_size)
+        self.record = record
         self.error: h11.RemoteProtocolError | None = None
+        self.chunked = False
 
     def next_event(self) -> h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]:
         try:
@@ -133,9 +272,12 @@ class CheckedConnection(h11.Connection):
                 names = {name for name, _ in event.headers}
                 if b"content-length" in names and b"transfer-encoding" in names:
                     raise h11.RemoteProtocolError(_BOTH_LENGTHS)
+                self.chunked = b"transfer-encoding" in names
         except h11.RemoteProtocolError as exc:
             self.error = exc
             raise
+        if event is not h11.NEED_DATA and event is not h11.PAUSED:
+            self.record.events += 1
         return event
 
 
@@ -148,12 +290,14 @@ class BoundedH11Protocol(H11Protocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.record = ConnectionRecord()
-        self.checked = CheckedConnection(self.config.h11_max_incomplete_event_size or self.limits.max_header_bytes)
+        self.checked = CheckedConnection(self.config.h11_max_incomplete_event_size or self.limits.max_header_bytes,
+                                         self.record)
         self.conn = self.checked
         self._head_bytes = 0
         self._head_lines = 0
         self._head_done = False
         self._tail = b""  # the head's last bytes, for a blank line split between two reads
+        self._chunks: ChunkedBody | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._body_deadline: float | None = None
 
@@ -170,12 +314,29 @@ class BoundedH11Protocol(H11Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.record.bytes_read += len(data)
-        if self.record.refused is not None:
+        if self._refused():
             return
-        if not self._head_done and self._head_too_large(data):
-            return
-        if self._head_done:
+        if not self._head_done:
+            end = self._read_head(data)
+            if self._refused():
+                return
+            if end < 0:
+                super().data_received(data)
+                return
+            super().data_received(data[:end])  # the parser reads the request (or refuses it: a 400)
+            if self._refused() or self.transport.is_closing():
+                return
+            self._start_body()
+            data = data[end:]
+            if not data:
+                return
+        else:
             self._arm(self.limits.body_idle_timeout_s, self._body_timeout)
+        if self._chunks is not None and not self._chunks.done:
+            refusal = self._chunks.feed(data)
+            if refusal is not None:
+                self._refuse(refusal.status, refusal.code, refusal.message)
+                return
         super().data_received(data)
 
     def send_400_response(self, msg: str) -> None:
@@ -186,9 +347,10 @@ class BoundedH11Protocol(H11Protocol):
 
     # -- the head: request line and headers ----------------------------------------------------
 
-    def _head_too_large(self, data: bytes) -> bool:
+    def _read_head(self, data: bytes) -> int:
         """Count the head's bytes and lines (up to the blank line ending it, found even when it is
-        split between two reads) before the parser sees them; refuse with 431 past a bound."""
+        split between two reads) before the parser sees them; refuse with 431 past a bound. The
+        offset in ``data`` just past the head, or -1 while it goes on."""
         window = self._tail + data[: self.limits.max_header_bytes + 4]
         match = _BLANK_LINE.search(window)
         end = -1 if match is None else match.end() - len(self._tail)
@@ -202,23 +364,29 @@ class BoundedH11Protocol(H11Protocol):
             self._refuse(431, "request_header_too_large",
                          f"expected a request line and headers of at most {self.limits.max_header_bytes} "
                          "bytes, got more. Send shorter headers")
-            return True
-        if self._head_lines > self.limits.max_headers + 2:  # the request line and the blank line
+        elif self._head_lines > self.limits.max_headers + 2:  # the request line and the blank line
             self._refuse(431, "request_header_too_large",
                          f"expected at most {self.limits.max_headers} header lines, got more. Send fewer "
                          "headers")
-            return True
-        if end >= 0:
-            self._head_done = True
-            self._disarm()
-            self._body_deadline = self.loop.time() + self.limits.body_timeout_s
-            self._arm(self.limits.body_idle_timeout_s, self._body_timeout)
-        return False
+        return end
+
+    def _start_body(self) -> None:
+        """The head is read: the header timeout ends, the body's begin; a chunked body is followed
+        (:class:`ChunkedBody`) within the route's body limit."""
+        self._head_done = True
+        self._disarm()
+        self._body_deadline = self.loop.time() + self.limits.body_timeout_s
+        self._arm(self.limits.body_idle_timeout_s, self._body_timeout)
+        if self.checked.chunked and self.checked.their_state is h11.SEND_BODY:
+            limit = body_limit(self.scope["method"], self.scope["path"], self.limits.max_body_bytes,
+                               self.limits.max_upload_bytes)
+            self._chunks = ChunkedBody(limit, self.limits.max_chunks)
 
     def _next_request(self) -> None:
         self._head_bytes = self._head_lines = 0
         self._head_done = False
         self._tail = b""
+        self._chunks = None
         self._body_deadline = None
         self._disarm()
 
@@ -263,6 +431,9 @@ class BoundedH11Protocol(H11Protocol):
                      "got it too slowly. Send the body at once")
 
     # -- answers -----------------------------------------------------------------------------
+
+    def _refused(self) -> bool:
+        return self.record.refused is not None
 
     def _refuse(self, status: int, code: str, message: str) -> None:
         """Answer ``status`` with the API's error shape and close, reading nothing more."""
