@@ -588,3 +588,25 @@ def test_a_chunked_body_within_the_bounds_is_read_whatever_its_chunks(
     assert status == 422, answer
     assert "planned candidates" in json.loads(answer)["error"]["message"]
     _assert_quiet(server, server_log)
+
+
+# -- a request to upgrade: HTTP, within the bounds -------------------------------------------------
+
+_UPGRADE = b"Connection: Upgrade, close\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n" \
+           b"Sec-WebSocket-Version: 13\r\n"
+
+
+def test_a_request_to_upgrade_to_a_websocket_is_served_as_http_within_the_bounds(
+        server: Any, server_log: list[logging.LogRecord]) -> None:
+    """The API has no WebSocket route: asked to upgrade, the server answers as HTTP, in JSON, and
+    the bounds still hold (a chunk announced beyond the body bound is the same 413). Handed to a
+    WebSocket protocol, the request was a plain-text 403 from outside the bounded protocol."""
+    status, headers, body = _exchange(server, _OPENAPI + _UPGRADE + b"\r\n")
+    assert status == 200 and headers.get("content-type") == "application/json"
+    assert json.loads(body)["openapi"]
+    before = _newest()
+    status, headers, body = _exchange(server, _estimate(server, _CHUNKED + _UPGRADE) + _BEYOND + b"\r\n")
+    assert status == 413 and headers.get("content-type") == "application/json", body
+    _refused_shape(body, "payload_too_large")
+    assert _record_after(before).refused == 413
+    _assert_quiet(server, server_log)

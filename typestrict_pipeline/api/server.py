@@ -465,13 +465,16 @@ class BoundedH11Protocol(H11Protocol):
 
 def uvicorn_options(limits: RequestLimits | None = None) -> dict[str, Any]:
     """The keyword arguments every API server gets: the bounded h11 protocol, the parser's own
-    buffer bound at the same header size, a short keep-alive.
+    buffer bound at the same header size, a short keep-alive, and no WebSocket protocol (the API
+    has no WebSocket route: a request asking to upgrade is served as HTTP, by this protocol,
+    never handed to one outside these bounds).
 
-    >>> uvicorn_options()["http"].__name__, uvicorn_options()["h11_max_incomplete_event_size"]
-    ('BoundedH11Protocol', 16384)
+    >>> options = uvicorn_options()
+    >>> options["http"].__name__, options["h11_max_incomplete_event_size"], options["ws"]
+    ('BoundedH11Protocol', 16384, 'none')
     """
     protocol: type[BoundedH11Protocol] = BoundedH11Protocol
     if limits is not None and limits != BoundedH11Protocol.limits:
         protocol = type("BoundedH11Protocol", (BoundedH11Protocol,), {"limits": limits})
     return {"http": protocol, "h11_max_incomplete_event_size": protocol.limits.max_header_bytes,
-            "timeout_keep_alive": 5}
+            "timeout_keep_alive": 5, "ws": "none"}
