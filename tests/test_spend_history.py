@@ -41,7 +41,16 @@ UTC = dt.UTC
 LAYOUT = plan_folds(start=dt.datetime(2012, 1, 1, tzinfo=UTC), end=dt.datetime(2012, 6, 1, tzinfo=UTC),
                     step=dt.timedelta(days=1), n_folds=1, tune_steps=5, eval_steps=5,
                     holdout_steps=5)
-DAY = dt.datetime.now(UTC).date()  # the studies are created today (UTC)
+
+
+def _today() -> dt.date:
+    return dt.datetime.now(UTC).date()
+
+
+def _budget_spend(engine: object, since: dt.date) -> int:
+    """The budget's spend from the day the test began to today (UTC): a run that crosses
+    midnight creates its studies on either day, and both are counted."""
+    return store_spend_source(engine)("ws", since, _today())  # type: ignore[arg-type]
 
 
 @dataclass
@@ -97,6 +106,7 @@ def _usage_total(engine: object) -> int:
 
 
 def test_deleting_a_study_keeps_its_spend_in_usage_the_budget_and_the_api(sqlite_url: str) -> None:
+    since = _today()
     engine = open_store(sqlite_url)
     backend = PricedBackend(engine)
     first = _create(engine, "rain")
@@ -105,7 +115,7 @@ def test_deleting_a_study_keeps_its_spend_in_usage_the_budget_and_the_api(sqlite
     run_study_local(engine, second, backend, max_workers=2)
     before_total = _usage_total(engine)
     by_workflow = workspace_usage(engine, "ws").by_workflow()["rain"].studies_micro
-    budget_before = store_spend_source(engine)("ws", DAY, DAY)
+    budget_before = _budget_spend(engine, since)
     assert before_total == by_workflow == sum(backend.calls) == budget_before
     with session_scope(engine) as s:
         spent = s.get(StudyRow, second).spend_micro  # type: ignore[union-attr]
@@ -114,7 +124,7 @@ def test_deleting_a_study_keeps_its_spend_in_usage_the_budget_and_the_api(sqlite
         assert main(["study", "delete", str(second), "--store-url", sqlite_url]) == 0
     assert _usage_total(engine) == before_total
     assert workspace_usage(engine, "ws").by_workflow()["rain"].studies_micro == by_workflow
-    assert store_spend_source(engine)("ws", DAY, DAY) == budget_before
+    assert _budget_spend(engine, since) == budget_before
     gone = next(s for s in workspace_usage(engine, "ws").studies if s.study_id == second)
     assert gone.deleted and gone.state == "deleted" and gone.spend_micro == spent
     out = io.StringIO()
@@ -142,6 +152,7 @@ OPS = st.lists(st.tuples(st.sampled_from(["create", "run", "cancel", "run_cancel
 def test_usage_is_the_sum_of_every_call_whatever_is_cancelled_or_deleted(
     tmp_path_factory: object, ops: list[tuple[str, int, int]]
 ) -> None:
+    since = _today()
     folder: Path = tmp_path_factory.mktemp("spend")  # type: ignore[attr-defined]
     engine = open_store(f"sqlite:///{folder / 'store.db'}")
     backend = PricedBackend(engine)
@@ -165,5 +176,5 @@ def test_usage_is_the_sum_of_every_call_whatever_is_cancelled_or_deleted(
                     StudyState.PENDING, StudyState.RUNNING):
                 repo.delete_study(engine, sid)
         assert _usage_total(engine) == sum(backend.calls)
-        assert store_spend_source(engine)("ws", DAY, DAY) == sum(backend.calls)
+        assert _budget_spend(engine, since) == sum(backend.calls)
     engine.dispose()
