@@ -610,3 +610,38 @@ def test_a_request_to_upgrade_to_a_websocket_is_served_as_http_within_the_bounds
     _refused_shape(body, "payload_too_large")
     assert _record_after(before).refused == 413
     _assert_quiet(server, server_log)
+
+
+# -- a chunked body's trailer: the header bounds -------------------------------------------------------
+
+@pytest.mark.parametrize("fields,size,status", [
+    (100, 1, 422), (101, 1, 431), (4000, 1, 431), (1, 16 * 1024, 431), (1, 64 * 1024 * 1024, 431),
+], ids=["100 fields", "101 fields", "4,000 fields", "a 16 KiB field", "a 64 MiB field"])
+def test_a_chunked_bodys_trailer_is_bounded_as_headers_are(
+        patient_server: Any, server_log: list[logging.LogRecord], fields: int, size: int, status: int) -> None:
+    """Trailer fields after the last chunk: at most 100 lines and 16 KiB, counted on the wire as
+    they arrive; past either, the 431 of headers past their bounds, and the connection closes."""
+    before = _newest()
+    head = _estimate(patient_server, _CHUNKED + b"Connection: close\r\n")
+    payload = json.dumps(THREE_GRIDS).encode()
+    body = b"%x\r\n" % len(payload) + payload + b"\r\n0\r\n"
+    if size > 1024 * 1024:
+        trailer = iter([b"X-T: ", *[b"v" * (1024 * 1024)] * (size // (1024 * 1024)), b"\r\n\r\n"])
+    else:
+        trailer = iter([b"".join(b"X-T%d: %s\r\n" % (i, b"v" * size) for i in range(fields)) + b"\r\n"])
+    sock = _connect(patient_server)
+    sent = _send_all(sock, iter([head + body, *trailer]))
+    answer, headers, text = _answer(sock)
+    sock.close()
+    record = _record_after(before)
+    assert answer == status, text
+    if status == 422:
+        assert "planned candidates" in json.loads(text)["error"]["message"]
+    else:
+        message = _refused_shape(text, "request_header_too_large")
+        assert "trailer" in message and headers.get("connection") == "close"
+        assert record.refused == 431
+        assert record.bytes_read <= len(head + body) + LIMITS.max_header_bytes + READ_SLACK, record
+        if size > 1024 * 1024:
+            assert sent < size  # the client could not push it all: nobody was reading
+    _assert_quiet(patient_server, server_log)

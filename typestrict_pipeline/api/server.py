@@ -22,6 +22,10 @@ sends):
   it past the limit is refused before a byte of it is read, and it has at most ``max_chunks``
   chunks (65,536: each one costs the parser an event, however small): past any of these, the
   same ``413`` as a body over its limit, and the connection closes;
+* **a chunked body's trailer** (header fields after its last chunk; the API reads none, and
+  accepts them as HTTP/1.1 allows) has the bounds of headers, counted on the wire as it arrives:
+  at most ``max_header_bytes`` bytes and ``max_headers`` fields, or ``431`` and the connection
+  closes;
 * **a header timeout**: a request's headers must arrive within ``header_timeout_s`` (10 s) of
   its first byte, or of the connection when nothing comes (``408``, closed): a slow client
   cannot hold a connection by trickling headers;
@@ -161,14 +165,24 @@ class ChunkedBody:
     each chunk's announced size is checked when its line ends, so a chunk that would take the body
     past ``limit`` is refused before one byte of it is read; beyond ``max_chunks`` chunks, the
     body is refused too (each chunk costs the parser an event, whatever its size). The trailer
-    after the last chunk is the parser's, bounded by its own buffer
-    (``h11_max_incomplete_event_size``).
+    after the last chunk (header fields, up to a blank line, found as the parser finds it) is
+    followed too, by the bounds of a request's headers: at most ``max_trailer_bytes`` bytes and
+    ``max_trailer_fields`` fields, counted as they arrive, or a ``431`` (its bytes are not the
+    body's: the application never sees a trailer). ``used`` says how many bytes of the data last
+    fed were the body's: all of them until it is ``done``; what follows is the next request's.
 
     >>> body = ChunkedBody(limit=40, max_chunks=2)
     >>> body.feed(b"5\\r\\nhello\\r\\n3;ext=1\\r"), body.seen, body.chunks
     (None, 18, 1)
     >>> body.feed(b"\\nabc\\r\\n0\\r\\n\\r\\n"), body.seen, body.chunks, body.done
     (None, 27, 2, True)
+    >>> body = ChunkedBody(limit=40, max_chunks=2)
+    >>> body.feed(b"1\\r\\na\\r\\n0\\r\\nX-T: 1\\r\\n\\r\\nGET / HTTP/1.1\\r\\n"), body.done, body.used, body.seen
+    (None, True, 19, 9)
+    >>> ChunkedBody(limit=40, max_chunks=2, max_trailer_fields=1).feed(b"0\\r\\nA: 1\\r\\nB: 2\\r\\n").status
+    431
+    >>> ChunkedBody(limit=40, max_chunks=2, max_trailer_bytes=10).feed(b"0\\r\\nA: " + b"x" * 10).message
+    "expected a chunked body's trailer (the fields after its last chunk) of at most 10 bytes, got more. Send a shorter trailer, or none (the API reads none)"
     >>> ChunkedBody(limit=40, max_chunks=2).feed(b"FFFFFFFFFFFFFFFFFFFF\\r\\n").status
     413
     >>> ChunkedBody(limit=40, max_chunks=2).feed(b"1\\r\\na\\r\\n1\\r\\nb\\r\\n1\\r\\n").message
@@ -177,21 +191,32 @@ class ChunkedBody:
     (400, 400)
     """
 
-    def __init__(self, limit: int, max_chunks: int) -> None:
+    def __init__(self, limit: int, max_chunks: int, max_trailer_bytes: int = 16 * 1024,
+                 max_trailer_fields: int = 100) -> None:
         self.limit = limit
         self.max_chunks = max_chunks
+        self.max_trailer_bytes = max_trailer_bytes
+        self.max_trailer_fields = max_trailer_fields
         self.seen = 0
         self.chunks = 0
         self.done = False
+        self.used = 0
+        self._trailer: bytearray | None = None  # after the last chunk's line: the trailer so far
+        self._trailer_lines = 0
         self._left = 0  # bytes of the current chunk's data still to come
         self._crlf = b""  # what is still to come of the CRLF after them
         self._line = bytearray()  # the current chunk-size line, up to MAX_CHUNK_LINE bytes
 
     def feed(self, data: bytes) -> Refusal | None:
-        """Follow ``data``, the body's next bytes; a refusal when they break a bound. Once the last
-        chunk's line is read (``done``), the rest is not the body's (its trailer, a next request)."""
+        """Follow ``data``, the body's next bytes; a refusal when they break a bound. Once the
+        trailer's blank line is read (``done``), the rest (from ``used`` on) is not the body's."""
         pos, end_of_data = 0, len(data)
         while pos < end_of_data and not self.done:
+            if self._trailer is not None:  # after the last chunk
+                pos, refusal = self._read_trailer(data, pos)
+                if refusal is not None:
+                    return refusal
+                continue
             if self._left:  # the chunk's data
                 taken = min(self._left, end_of_data - pos)
                 self._left -= taken
@@ -224,7 +249,37 @@ class ChunkedBody:
             self._line.clear()
             if refusal is not None:
                 return refusal
+        self.used = pos
         return None
+
+    def _read_trailer(self, data: bytes, pos: int) -> tuple[int, Refusal | None]:
+        """Read the trailer from ``data[pos:]``, up to its end as h11 finds it (an empty line first,
+        or a blank line after fields); the position after what was read, and a refusal when the
+        trailer goes past a bound."""
+        trailer = self._trailer
+        assert trailer is not None
+        before = len(trailer)
+        trailer += data[pos:pos + self.max_trailer_bytes + 1 - before]  # enough to see it too long
+        if trailer[:1] == b"\n" or trailer[:2] == b"\r\n":
+            end = 1 if trailer[:1] == b"\n" else 2
+        else:
+            match = _BLANK_LINE.search(trailer, max(0, before - 2))
+            end = -1 if match is None else match.end()
+        if end >= 0:
+            del trailer[end:]
+            self.done = True
+        self._trailer_lines += trailer.count(b"\n", min(before, len(trailer)))
+        fields = self._trailer_lines - (1 if self.done else 0)  # (the blank line ending it is none)
+        if len(trailer) > self.max_trailer_bytes:
+            return pos, Refusal(431, "request_header_too_large",
+                                "expected a chunked body's trailer (the fields after its last chunk) of at most "
+                                f"{self.max_trailer_bytes} bytes, got more. Send a shorter trailer, or none (the API "
+                                "reads none)")
+        if fields > self.max_trailer_fields:
+            return pos, Refusal(431, "request_header_too_large",
+                                f"expected at most {self.max_trailer_fields} trailer fields after a chunked body's "
+                                "last chunk, got more. Send fewer, or none (the API reads none)")
+        return pos + len(trailer) - before, None
 
     def _chunk(self, line: bytes) -> Refusal | None:
         match = _CHUNK_LINE.fullmatch(line)
@@ -232,7 +287,7 @@ class ChunkedBody:
             return Refusal(400, "bad_request", framing_message(f"illegal chunk header: {line[:40]!r}"))
         digits = match.group(1).lstrip(b"0")
         if not digits:
-            self.done = True  # the last chunk
+            self._trailer = bytearray()  # the last chunk: its trailer follows
             return None
         size = int(digits, 16)  # at most MAX_CHUNK_LINE digits
         if self.seen + size + 2 > self.limit:
@@ -380,7 +435,8 @@ class BoundedH11Protocol(H11Protocol):
         if self.checked.chunked and self.checked.their_state is h11.SEND_BODY:
             limit = body_limit(self.scope["method"], self.scope["path"], self.limits.max_body_bytes,
                                self.limits.max_upload_bytes)
-            self._chunks = ChunkedBody(limit, self.limits.max_chunks)
+            self._chunks = ChunkedBody(limit, self.limits.max_chunks, self.limits.max_header_bytes,
+                                       self.limits.max_headers)
 
     def _next_request(self) -> None:
         self._head_bytes = self._head_lines = 0
