@@ -612,6 +612,131 @@ def test_a_request_to_upgrade_to_a_websocket_is_served_as_http_within_the_bounds
     _assert_quiet(server, server_log)
 
 
+# -- every request on a connection: the same bounds for the second, pipelined or not ------------------
+
+def _read_to_close(sock: socket.socket) -> tuple[bytes, bool]:
+    """Everything the server sends until it closes the connection, and whether it did (False: the
+    socket's timeout ended the read instead)."""
+    data = b""
+    try:
+        while True:
+            part = sock.recv(65536)
+            if not part:
+                return data, True
+            data += part
+    except TimeoutError:
+        return data, False
+    except OSError:  # reset: the server closed with bytes of ours unread
+        return data, True
+
+
+def _split_answers(data: bytes) -> tuple[list[tuple[int, dict[str, str], bytes]], bytes]:
+    """The complete answers at the start of ``data`` (each framed by its Content-Length), and what
+    is left after them."""
+    answers: list[tuple[int, dict[str, str], bytes]] = []
+    while b"\r\n\r\n" in data:
+        head, _, rest = data.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        headers = dict(line.lower().split(": ", 1) for line in lines[1:] if ": " in line)
+        length = int(headers.get("content-length", "0"))
+        if len(rest) < length:
+            break
+        answers.append((int(lines[0].split()[1]), headers, rest[:length]))
+        data = rest[length:]
+    return answers, data
+
+
+def _read_answers(sock: socket.socket, count: int) -> list[tuple[int, dict[str, str], bytes]]:
+    """The next ``count`` answers on a connection the server keeps open."""
+    data = b""
+    answers: list[tuple[int, dict[str, str], bytes]] = []
+    while len(answers) < count:
+        part = sock.recv(65536)
+        assert part, f"the server closed the connection after {answers}"
+        data += part
+        answers, rest = _split_answers(data)
+    assert len(answers) == count and not rest, (answers, rest)
+    return answers
+
+
+def _trailer(fields: int, size: int = 1) -> bytes:
+    """A chunked JSON body (the estimate's, so it is answered 422) and a trailer of ``fields``
+    fields of ``size`` bytes of value each."""
+    payload = json.dumps(THREE_GRIDS).encode()
+    return (b"%x\r\n" % len(payload) + payload + b"\r\n0\r\n"
+            + b"".join(b"X-T%d: %s\r\n" % (i, b"v" * size) for i in range(fields)) + b"\r\n")
+
+
+def _served(server: Any) -> list[tuple[bytes, int]]:
+    """Requests within every bound, each with the status it is answered: a GET, a JSON body with a
+    Content-Length, a chunked one with a trailer (the estimates: 422, a space too large)."""
+    payload = json.dumps(THREE_GRIDS).encode()
+    return [(_OPENAPI + b"\r\n", 200),
+            (_estimate(server, b"Content-Length: %d\r\n" % len(payload)) + payload, 422),
+            (_estimate(server, _CHUNKED) + _trailer(3), 422)]
+
+
+_PIPELINED_REFUSALS: dict[str, tuple[int, str, str]] = {  # status, code, what the message says
+    "too many headers": (431, "request_header_too_large", "at most 100 header lines"),
+    "a 1 MiB header line": (431, "request_header_too_large", "at most 16384 bytes"),
+    "a chunk announced past the bound": (413, "payload_too_large", "announced after 22 bytes of the body"),
+    "Content-Length and Transfer-Encoding": (400, "bad_request", _BOTH),
+    "a trailer of 101 fields": (431, "request_header_too_large", "at most 100 trailer fields"),
+}
+
+
+def _refused_request(server: Any, case: str) -> bytes:
+    if case == "too many headers":
+        return _OPENAPI + b"".join(b"X-%d: v\r\n" % i for i in range(101)) + b"\r\n"
+    if case == "a 1 MiB header line":
+        return _OPENAPI + b"X-Big: " + b"x" * (1024 * 1024) + b"\r\n\r\n"
+    if case == "a chunk announced past the bound":
+        return _estimate(server, _CHUNKED) + _BEYOND + b"\r\n"
+    if case == "Content-Length and Transfer-Encoding":
+        return _estimate(server, b"Content-Length: 8\r\n" + _CHUNKED) + b"8\r\n[1, 2, 3\r\n0\r\n\r\n"
+    assert case == "a trailer of 101 fields"
+    return _estimate(server, _CHUNKED) + _trailer(101)
+
+
+@pytest.mark.parametrize("served", [1, 3], ids=["second request", "fourth request"])
+@pytest.mark.parametrize("together", [True, False], ids=["in the same read", "after the answers"])
+@pytest.mark.parametrize("case", list(_PIPELINED_REFUSALS))
+def test_a_request_after_others_on_the_connection_is_bounded_as_if_alone(
+        server: Any, server_log: list[logging.LogRecord], case: str, together: bool, served: int) -> None:
+    """Requests within the bounds, then one past a bound on the same kept-open connection, sent
+    with them (pipelined: in one read of the server's) or after their answers: the first ones are
+    answered, the last gets the refusal it gets alone, and the connection is closed after it."""
+    status, code, message = _PIPELINED_REFUSALS[case]
+    refused = _refused_request(server, case)
+    alone = _exchange(server, refused)
+    assert alone[0] == status and message in _refused_shape(alone[2], code), alone
+
+    requests = _served(server)[:served]
+    before = _newest()
+    sock = _connect(server)
+    if together:
+        _send_all(sock, iter([b"".join(request for request, _ in requests) + refused]))
+        data, closed = _read_to_close(sock)
+        answers, rest = _split_answers(data)
+    else:
+        sock.sendall(b"".join(request for request, _ in requests))
+        first = _read_answers(sock, served)
+        _send_all(sock, iter([refused]))
+        data, closed = _read_to_close(sock)
+        answers, rest = _split_answers(data)
+        answers = first + answers
+    sock.close()
+    record = _record_after(before)
+    assert [answer[0] for answer in answers] == [expected for _, expected in requests] + [status], answers
+    assert not rest and closed  # the refusal is the last answer, and the server closed the connection
+    last = answers[-1]
+    assert last[1].get("connection") == "close" and last[1].get("content-type") == "application/json"
+    assert last[2] == alone[2]  # the same refusal, word for word
+    assert record.refused == status
+    assert record.bytes_read <= sum(len(request) for request, _ in requests) + LIMITS.max_header_bytes + READ_SLACK
+    _assert_quiet(server, server_log)
+
+
 # -- a chunked body's trailer: the header bounds -------------------------------------------------------
 
 @pytest.mark.parametrize("fields,size,status", [

@@ -3,7 +3,10 @@ bounded before it is read.
 
 :class:`BoundedH11Protocol` is uvicorn's ``H11Protocol`` with these limits (:class:`RequestLimits`),
 each enforced as bytes arrive, so refusing a request costs O(the limit), never O(what the client
-sends):
+sends), and for every request of a connection alike: the second request on a kept-open connection,
+or the n-th, sent after the answers or pipelined (with the first, in the same read), goes through
+the same checks as the first and gets the same refusal (bytes that come before the current request
+is answered are held, reading paused, and read once it is):
 
 * **the request line and headers** together: at most ``max_header_bytes`` (16 KiB) and
   ``max_headers`` header lines (100); beyond either, ``431`` and the connection closes (counted
@@ -28,7 +31,8 @@ sends):
   closes;
 * **a header timeout**: a request's headers must arrive within ``header_timeout_s`` (10 s) of
   its first byte, or of the connection when nothing comes (``408``, closed): a slow client
-  cannot hold a connection by trickling headers;
+  cannot hold a connection by trickling headers; for a next request whose first bytes came while
+  the server was answering the one before, from when the server reads them;
 * **a body timeout**: the body must keep coming: ``body_idle_timeout_s`` (30 s) without a byte
   while the server waits for one, or ``body_timeout_s`` (300 s) in all, ends it with ``408``;
 * **an unread body is never drained**: when the answer is sent before the body was read (a
@@ -53,10 +57,12 @@ import json
 import re
 from collections import deque
 from dataclasses import dataclass
+from enum import Enum
 from http import HTTPStatus
 from typing import Any
 
 import h11
+from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from typestrict_pipeline.api.app import (
@@ -312,13 +318,16 @@ class CheckedConnection(h11.Connection):
     keeps the error it raised (uvicorn answers a parser error without its reason), and refuses a
     request h11 accepts but this server does not: one with both Content-Length and
     Transfer-Encoding (h11 lets the second win; two readers of the same bytes could disagree on
-    where its body ends). A refused request never reaches the application."""
+    where its body ends). A refused request never reaches the application. ``chunked`` and
+    ``length`` are the framing of the last request it read (its body chunked, or of ``length``
+    bytes: 0 without a Content-Length)."""
 
     def __init__(self, max_incomplete_event_size: int, record: ConnectionRecord) -> None:
         super().__init__(h11.SERVER, max_incomplete_event_size)
         self.record = record
         self.error: h11.RemoteProtocolError | None = None
         self.chunked = False
+        self.length = 0
 
     def next_event(self) -> h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]:
         try:
@@ -328,6 +337,8 @@ class CheckedConnection(h11.Connection):
                 if b"content-length" in names and b"transfer-encoding" in names:
                     raise h11.RemoteProtocolError(_BOTH_LENGTHS)
                 self.chunked = b"transfer-encoding" in names
+                lengths = [value for name, value in event.headers if name == b"content-length"]
+                self.length = int(lengths[0]) if lengths else 0  # (h11 checked it: digits, one value)
         except h11.RemoteProtocolError as exc:
             self.error = exc
             raise
@@ -336,9 +347,51 @@ class CheckedConnection(h11.Connection):
         return event
 
 
+class HeldFlowControl(FlowControl):
+    """uvicorn's flow control (reading paused while the application has not read what came), and
+    a second reason to pause reading, which uvicorn's resumes do not undo: :meth:`hold`, while the
+    connection's current request is read whole and not yet answered."""
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        super().__init__(transport)
+        self.held = False
+
+    def resume_reading(self) -> None:
+        if self.read_paused:
+            self.read_paused = False
+            if not self.held:
+                self._transport.resume_reading()
+
+    def hold(self) -> None:
+        """Read nothing more until :meth:`release`."""
+        self.held = True
+        self._transport.pause_reading()
+
+    def release(self) -> None:
+        """Read again, unless uvicorn has paused reading for its own reason."""
+        self.held = False
+        if not self.read_paused:
+            self._transport.resume_reading()
+
+
+class _Stage(Enum):
+    """Where the connection's current request is on the wire."""
+
+    HEAD = "the request line and headers"
+    BODY = "the body (a chunked body's trailer included)"
+    READ = "all of it read, its answer not yet sent: what comes is the next request's"
+
+
 class BoundedH11Protocol(H11Protocol):
     """uvicorn's h11 protocol with the request bounds of :class:`RequestLimits` (class attribute
-    ``limits``; a subclass may set others)."""
+    ``limits``; a subclass may set others), for every request of a connection.
+
+    The protocol follows each request's parts on the wire (:class:`_Stage`) and hands the parser
+    the current request's bytes only: bytes that come once it is read whole (a next request sent
+    without waiting for the answer: pipelined, in the same read or later) are held, reading
+    paused, and read as the next request once the current one is answered, through the same
+    checks as a connection's first request (its header timeout counted from then: the time the
+    server took to answer is not the client's)."""
 
     limits = RequestLimits()
 
@@ -348,11 +401,14 @@ class BoundedH11Protocol(H11Protocol):
         self.checked = CheckedConnection(self.config.h11_max_incomplete_event_size or self.limits.max_header_bytes,
                                          self.record)
         self.conn = self.checked
+        self._stage = _Stage.HEAD
         self._head_bytes = 0
         self._head_lines = 0
-        self._head_done = False
         self._tail = b""  # the head's last bytes, for a blank line split between two reads
         self._chunks: ChunkedBody | None = None
+        self._length = 0  # of a body with a Content-Length, the bytes still to come
+        self._pending = b""  # the next requests' bytes, held while the current one is answered
+        self.held_flow: HeldFlowControl | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._body_deadline: float | None = None
 
@@ -360,6 +416,8 @@ class BoundedH11Protocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.held_flow = HeldFlowControl(transport)
+        self.flow = self.held_flow
         CONNECTIONS.append(self.record)
         self._arm(self.limits.header_timeout_s, self._header_timeout)
 
@@ -369,30 +427,53 @@ class BoundedH11Protocol(H11Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.record.bytes_read += len(data)
-        if self._refused():
-            return
-        if not self._head_done:
-            end = self._read_head(data)
-            if self._refused():
+        self._receive(data)
+
+    def _receive(self, data: bytes) -> None:
+        """Follow ``data`` through the parts of the connection's current request, checking each
+        against its bounds before the parser sees it; hold what comes after the request (the next
+        one's bytes) until it is answered."""
+        while data and not self._refused() and not self.transport.is_closing():
+            if self._stage is _Stage.READ:
+                self._pending += data  # at most what one read brought: reading stops here
+                assert self.held_flow is not None
+                self.held_flow.hold()
                 return
-            if end < 0:
-                super().data_received(data)
-                return
-            super().data_received(data[:end])  # the parser reads the request (or refuses it: a 400)
-            if self._refused() or self.transport.is_closing():
-                return
-            self._start_body()
+            if self._stage is _Stage.HEAD:
+                end = self._read_head(data)
+                if self._refused():
+                    return
+                if end < 0:
+                    super().data_received(data)
+                    return
+                super().data_received(data[:end])  # the parser reads the request (or refuses it: a 400)
+                if self._refused() or self.transport.is_closing():
+                    return
+                self._start_body()
+            else:
+                end = self._read_body(data)
+                if end < 0:
+                    return
             data = data[end:]
-            if not data:
-                return
-        else:
-            self._arm(self.limits.body_idle_timeout_s, self._body_timeout)
-        if self._chunks is not None and not self._chunks.done:
+
+    def _read_body(self, data: bytes) -> int:
+        """Hand the parser what of ``data`` is the body's (a chunked body checked first); the offset
+        in ``data`` past it, or -1 when the body was refused."""
+        self._arm(self.limits.body_idle_timeout_s, self._body_timeout)
+        if self._chunks is not None:
             refusal = self._chunks.feed(data)
             if refusal is not None:
                 self._refuse(refusal.status, refusal.code, refusal.message)
-                return
-        super().data_received(data)
+                return -1
+            end, done = self._chunks.used, self._chunks.done
+        else:
+            end = min(self._length, len(data))
+            self._length -= end
+            done = self._length == 0
+        if done:
+            self._read_whole()
+        super().data_received(data[:end])
+        return end
 
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to a request the parser refused (``msg`` is its plain-text reason for
@@ -410,7 +491,7 @@ class BoundedH11Protocol(H11Protocol):
         match = _BLANK_LINE.search(window)
         end = -1 if match is None else match.end() - len(self._tail)
         head = data if end < 0 else data[:end]
-        if self._head_bytes == 0 and self.conn.their_state is h11.IDLE and head:
+        if self._head_bytes == 0 and head:
             self._arm(self.limits.header_timeout_s, self._header_timeout)  # from the first byte
         self._tail = (self._tail + head[-2:])[-2:]
         self._head_bytes += len(head)
@@ -427,24 +508,48 @@ class BoundedH11Protocol(H11Protocol):
 
     def _start_body(self) -> None:
         """The head is read: the header timeout ends, the body's begin; a chunked body is followed
-        (:class:`ChunkedBody`) within the route's body limit."""
-        self._head_done = True
+        (:class:`ChunkedBody`) within the route's body limit, its trailer within the header
+        bounds; a body with a Content-Length is counted to its end; without a body, the request
+        is read whole."""
         self._disarm()
+        if not self.checked.chunked and not self.checked.length:
+            self._read_whole()
+            return
+        self._stage = _Stage.BODY
         self._body_deadline = self.loop.time() + self.limits.body_timeout_s
         self._arm(self.limits.body_idle_timeout_s, self._body_timeout)
-        if self.checked.chunked and self.checked.their_state is h11.SEND_BODY:
+        if self.checked.chunked:
             limit = body_limit(self.scope["method"], self.scope["path"], self.limits.max_body_bytes,
                                self.limits.max_upload_bytes)
             self._chunks = ChunkedBody(limit, self.limits.max_chunks, self.limits.max_header_bytes,
                                        self.limits.max_headers)
+        else:
+            self._length = self.checked.length
 
-    def _next_request(self) -> None:
-        self._head_bytes = self._head_lines = 0
-        self._head_done = False
-        self._tail = b""
-        self._chunks = None
+    def _read_whole(self) -> None:
+        """The request is read to its last byte: no timeout of the client's until it is answered."""
+        self._stage = _Stage.READ
         self._body_deadline = None
         self._disarm()
+
+    def _next_request(self) -> None:
+        self._stage = _Stage.HEAD
+        self._head_bytes = self._head_lines = 0
+        self._tail = b""
+        self._chunks = None
+        self._length = 0
+        self._body_deadline = None
+        self._disarm()
+
+    def _read_held(self) -> None:
+        """The current request is answered: read the bytes held meanwhile as the next request's
+        (they may hold several), then read on, unless the next request was read whole from them."""
+        if self.transport.is_closing() or self._refused():
+            return
+        held, self._pending = self._pending, b""
+        self._receive(held)
+        if not self._pending and self.held_flow is not None:
+            self.held_flow.release()
 
     # -- timers ------------------------------------------------------------------------------
 
@@ -459,7 +564,7 @@ class BoundedH11Protocol(H11Protocol):
 
     def _header_timeout(self) -> None:
         self._timer = None
-        if self._head_done or self.transport.is_closing():
+        if self._stage is not _Stage.HEAD or self.transport.is_closing():
             return
         if self._head_bytes == 0 and self.cycle is not None:
             return  # between requests: uvicorn's keep-alive timeout closes an idle connection
@@ -510,13 +615,14 @@ class BoundedH11Protocol(H11Protocol):
         self.transport.close()
 
     def on_response_complete(self) -> None:
-        unread = self.conn.their_state is h11.SEND_BODY
+        unread = self._stage is not _Stage.READ
         self._next_request()
         if unread and not self.transport.is_closing():
             # Answered before the body was read (a 413, a 401): close rather than drain it.
             self.transport.close()
             return
         super().on_response_complete()
+        self._read_held()
 
 
 def uvicorn_options(limits: RequestLimits | None = None) -> dict[str, Any]:
