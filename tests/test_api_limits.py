@@ -17,6 +17,7 @@ import dataclasses
 import importlib.util
 import json
 import logging
+import select
 import socket
 import time
 from collections.abc import Iterator
@@ -770,3 +771,53 @@ def test_a_chunked_bodys_trailer_is_bounded_as_headers_are(
         if size > 1024 * 1024:
             assert sent < size  # the client could not push it all: nobody was reading
     _assert_quiet(patient_server, server_log)
+
+
+# -- a slow second request: the header timeout of a first ---------------------------------------------
+
+def test_a_second_request_left_unfinished_in_the_same_read_gets_the_header_timeout(
+        server: Any, server_log: list[logging.LogRecord]) -> None:
+    """A request, and the start of a second one with it, then nothing: the first is answered, the
+    second gets the 408 a first request's unfinished head gets (not the keep-alive's silent close)."""
+    before = _newest()
+    sock = _connect(server)
+    sock.sendall(_OPENAPI + b"\r\n" + _OPENAPI + b"X-Slow: ")
+    data, closed = _read_to_close(sock)
+    sock.close()
+    answers, rest = _split_answers(data)
+    assert [answer[0] for answer in answers] == [200, 408] and not rest and closed, answers
+    assert "within 1 s" in _refused_shape(answers[1][2], "request_timeout")
+    assert _record_after(before).refused == 408
+    _assert_quiet(server, server_log)
+
+
+def test_a_second_request_sent_byte_by_byte_is_cut_off_by_the_header_timeout(
+        server: Any, server_log: list[logging.LogRecord]) -> None:
+    """A request and the first byte of a second one in one read, then the second's head a byte at
+    a time: the header timeout (1 s here) ends it with the 408 long before its head is whole.
+    Nothing is timed: the head is 4 KiB, a byte every 20 ms (80 s), and the test stops sending as
+    soon as the server has answered."""
+    second = _OPENAPI + b"".join(b"X-%d: %s\r\n" % (i, b"v" * 90) for i in range(40)) + b"\r\n"
+    before = _newest()
+    sock = _connect(server)
+    sock.sendall(_OPENAPI + b"\r\n" + second[:1])
+    assert [answer[0] for answer in _read_answers(sock, 1)] == [200]
+    sent = 1
+    for byte in second[1:]:
+        readable, _, _ = select.select([sock], [], [], 0.02)
+        if readable:
+            break
+        try:
+            sock.sendall(bytes([byte]))
+        except OSError:
+            break
+        sent += 1
+    data, closed = _read_to_close(sock)
+    sock.close()
+    answers, rest = _split_answers(data)
+    assert [answer[0] for answer in answers] == [408] and not rest and closed, data
+    assert "within 1 s" in _refused_shape(answers[0][2], "request_timeout")
+    assert sent < len(second)
+    record = _record_after(before)
+    assert record.refused == 408 and record.bytes_read <= len(_OPENAPI) + 2 + sent  # (the last sent may be unread)
+    _assert_quiet(server, server_log)
