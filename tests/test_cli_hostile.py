@@ -149,6 +149,23 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("backtest year 0", [*BACKTEST[:3], "--start", "0000-01-01", "--end", "2015-01-10"], 2, "expected the start as an ISO 8601"),
     ("backtest offset +99:00", [*BACKTEST[:3], "--start", "2015-01-01T00:00+99:00", "--end", "2015-01-10"], 2,
      "expected the start as an ISO 8601"),
+    # --param NAME=VALUE: the rule of --grid (one rule, values.command_value), before the store opens
+    *[(f"backtest param {v}", [*BACKTEST, "--param", f"threshold={v}"], 2,
+       f"expected --param threshold as a finite number, got {v!r}")
+      for v in ("nan", "NaN", "inf", "-Infinity", "+INF", "1e999")],
+    ("backtest param RTL override", [*BACKTEST, "--param", "threshold=a\u202eb"], 2,
+     "expected a --param threshold value without control characters"),
+    ("backtest param NUL in a JSON string", [*BACKTEST, "--param", 'threshold=["a\\u0000"]'], 2,
+     "got U+0000 at character 2"),
+    ("backtest param zero-width name", [*BACKTEST, "--param", "thre\u200bshold=0.5"], 2,
+     "expected the parameter name of --param without control characters"),
+    ("backtest param escape in name", [*BACKTEST, "--param", "\x1b[31mthreshold=0.5"], 2, "got U+001B at character 1"),
+    ("backtest param empty name", [*BACKTEST, "--param", "=0.5"], 2, "expected the parameter name of --param that is not empty"),
+    ("backtest prompt BOM", [*BACKTEST, "--prompt", "forecast=\ufeffsay rain"], 2, "got U+FEFF at character 1"),
+    ("activate param -Infinity", ["backtest", "activate", "seattle_rain", "--param", "threshold=-infinity",
+                                  "--workspace", "acme"], 2, "expected --param threshold as a finite number"),
+    ("activate param RTL name", ["backtest", "activate", "seattle_rain", "--param", "\u202ethreshold=0.5",
+                                 "--workspace", "acme"], 2, "got U+202E at character 1"),
     ("store is a directory", ["credits", "balance", "acme", "--store", "sqlite:////"], 2, "got something that is not a file"),
     ("store is /dev/null", ["credits", "balance", "acme", "--store", "sqlite:////dev/null"], 2, "got something that is not a file"),
 ]

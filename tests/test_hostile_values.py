@@ -349,6 +349,27 @@ def test_a_non_finite_random_bound_gets_a_4xx_in_the_number_parsers_words(api: d
     assert rows_digest(api["engine"]) == before
 
 
+BACKTEST_BODY = '{"workflow": "seattle_rain", "start": "2012-12-01", "end": "2012-12-05", "params": %s}'
+
+
+@pytest.mark.parametrize("params", [
+    '{"threshold": NaN}', '{"threshold": -Infinity}', '{"threshold": 1e999}', '{"threshold": [1e400]}',
+    '{"threshold": "a\\u202eb"}', '{"threshold": ["x\\u0000"]}', '{"thre\\u200bshold": 0.5}',
+    '{"threshold\\u001b": 0.5}',
+])
+def test_a_backtest_param_the_cli_refuses_the_api_refuses(api: dict[str, Any], params: str) -> None:
+    """``POST /v1/backtests``'s ``params`` follow the rule of ``--param`` (values.command_value):
+    the body's JSON reader refuses every number that is not finite, and every text in a value or
+    a name is a stored text (no control or invisible format character); nothing is written."""
+    before = rows_digest(api["engine"])
+    r = api["client"].post("/v1/backtests", content=BACKTEST_BODY % params,
+                           headers={"content-type": "application/json"})
+    assert r.status_code == 422, (params, r.status_code, r.text)
+    message = r.json()["error"]["message"]
+    assert re.search(r"finite (JSON )?number|without control characters.*found U\+(202E|0000|200B|001B)", message), message
+    assert rows_digest(api["engine"]) == before
+
+
 def test_words_and_quoted_words_are_still_grid_values(api: dict[str, Any]) -> None:
     """A parameter that takes text (a model's name) keeps working; the word "inf" itself is a
     JSON string."""

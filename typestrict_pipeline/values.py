@@ -55,6 +55,7 @@ from decimal import Decimal
 from typing import Any
 
 from typestrict_pipeline.errors import InputError
+from typestrict_pipeline.files import loads_or_text
 
 __all__ = [
     "MAX_USD",
@@ -63,7 +64,9 @@ __all__ = [
     "PERSON",
     "TIME_MAX",
     "TIME_MIN",
+    "check_strings",
     "check_text",
+    "command_value",
     "control_character",
     "data_number",
     "day",
@@ -75,6 +78,7 @@ __all__ = [
     "money_micro",
     "neutralise_cell",
     "number",
+    "parameter_name",
     "prompt_text",
     "shown",
     "spells_non_finite",
@@ -294,6 +298,76 @@ def spells_non_finite(text: str) -> bool:
         return not math.isfinite(float(text))
     except ValueError:
         return False
+
+
+NON_FINITE_FIX = ('write a finite number (nan and infinity are not values); to pass the word itself '
+                  'as text, quote it as JSON: "inf"')
+"""What to do about a command-line value that spells a number that is not finite."""
+
+
+def command_value(text: str, what: str, *, fix: str = NON_FINITE_FIX) -> Any:
+    """A value given on the command line or in a form as ``NAME=VALUE`` (``--param``,
+    ``--grid``): its JSON value when it is JSON, else the text itself. A number that is not
+    finite is refused in every spelling (``nan``, ``NaN``, ``inf``, ``-Infinity``, ``+INF``,
+    ``1e999``), never kept as the text ``"nan"``; a word meant as text is written as a JSON
+    string (``"inf"``). Every text inside the value is text that may be stored (see
+    :func:`check_strings`).
+
+    >>> command_value("0.5", "--param threshold"), command_value("gpt-small", "--param model")
+    (0.5, 'gpt-small')
+    >>> command_value('"nan"', "--param mode"), command_value("[1, 2]", "--param ks")
+    ('nan', [1, 2])
+    >>> command_value("-Infinity", "--param threshold")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected --param threshold as a finite number, got '-Infinity'. Write a finite number (nan and infinity are not values); to pass the word itself as text, quote it as JSON: "inf".
+    >>> command_value("a\\u202eb", "--param model")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected a --param model value without control characters (NUL, line breaks, escapes, invisible format characters such as U+202E), got U+202E at character 2. Remove the character.
+    """
+    if spells_non_finite(text):
+        raise InputError(f"{what} as a finite number", shown(text), fix)
+    value = loads_or_text(text, what=what)
+    check_strings(value, f"a {what} value")
+    return value
+
+
+def check_strings(value: Any, what: str, *, max_chars: int = 2000) -> None:
+    """Refuse a decoded value (a string, or the keys and items of a JSON list or object, at any
+    depth) holding a text that may not be stored (:func:`check_text`, each text at most
+    ``max_chars`` characters, empty allowed).
+
+    >>> check_strings({"a": ["ok", 1.5, None]}, "a value")
+    >>> check_strings({"a": ["x\\x00"]}, "a value")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected a value without control characters (NUL, line breaks, escapes, invisible format characters such as U+202E), got U+0000 at character 2. Remove the character.
+    """
+    if isinstance(value, str):
+        check_text(value, what, max_chars=max_chars, empty=True)
+    elif isinstance(value, list):
+        for item in value:
+            check_strings(item, what, max_chars=max_chars)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_strings(key, what, max_chars=max_chars)
+            check_strings(item, what, max_chars=max_chars)
+
+
+def parameter_name(name: str, what: str) -> str:
+    """A parameter's name (``NAME`` of ``--param NAME=VALUE`` or ``--grid NAME=...``, ``STEP``
+    of ``--prompt STEP=TEXT``), which is stored: stripped, not blank, at most 200 characters,
+    no control or invisible format character.
+
+    >>> parameter_name(" threshold ", "--param")
+    'threshold'
+    >>> parameter_name("thr\\u200beshold", "--param")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected the parameter name of --param without control characters (NUL, line breaks, escapes, invisible format characters such as U+202E), got U+200B at character 4. Remove the character.
+    """
+    return check_text(name.strip(), f"the parameter name of {what}", max_chars=200)
 
 
 def integer(value: Any, what: str, *, lo: int, hi: int, fix: str | None = None) -> int:

@@ -62,7 +62,7 @@ from typestrict_pipeline.cli.common import (
     writes,
 )
 from typestrict_pipeline.errors import InputError
-from typestrict_pipeline.files import loads_or_text
+from typestrict_pipeline.values import check_text, command_value, parameter_name
 from typestrict_pipeline.workspaces import require_workspace
 
 WORKSPACE = identifier("a workspace id")
@@ -72,17 +72,18 @@ PRICE = bounded_int("a price in micro-USD per 1M tokens", 0, 10**12)
 STALE_AFTER = dt.timedelta(days=2)
 
 
-def _parse_value(text: str, what: str = "--param") -> Any:
-    return loads_or_text(text, what=what)
-
-
 def _pairs(items: list[str] | None, what: str) -> dict[str, Any]:
+    """``--param NAME=VALUE`` (the value by :func:`~typestrict_pipeline.values.command_value`,
+    the rule of a study's ``--grid``) or ``--prompt STEP=TEXT`` (text that may span lines), each
+    name a stored text (:func:`~typestrict_pipeline.values.parameter_name`)."""
     out: dict[str, Any] = {}
     for item in items or []:
         if "=" not in item:
-            raise InputError(f"{what} as NAME=VALUE", repr(item), f"write --{what} name=value")
+            raise InputError(f"--{what} as NAME=VALUE", repr(item), f"write --{what} name=value")
         k, v = item.split("=", 1)
-        out[k.strip()] = _parse_value(v, f"--param {k.strip()}") if what == "param" else v
+        name = parameter_name(k, f"--{what}")
+        out[name] = (command_value(v.strip(), f"--param {name}") if what == "param"
+                     else check_text(v, f"--prompt {name}", max_chars=10_000_000, lines=True, empty=True))
     return out
 
 
@@ -144,6 +145,7 @@ def _backtest_run(args: argparse.Namespace) -> int:
     _check_model_url(args)
     step_size = parse_step(args.step)
     default_registry().active(args.workflow)  # an unknown workflow is refused before the store opens
+    params, prompts = _pairs(args.param, "param"), _pairs(args.prompt, "prompt")  # before the store opens
     data, label = _data(args)
     engine = write_store(args)
     try:
@@ -151,8 +153,8 @@ def _backtest_run(args: argparse.Namespace) -> int:
         with _models(args, workflow) as models, _bar(f"backtest {args.workflow}") as report:
             bid, result = run_and_store_backtest(
                 engine, workflow, workspace=args.workspace, data=data, dataset=label,
-                start=start, end=end, step=step_size, models=models, params=_pairs(args.param, "param"),
-                prompts=_pairs(args.prompt, "prompt"), max_in_flight=args.max_in_flight,
+                start=start, end=end, step=step_size, models=models, params=params,
+                prompts=prompts, max_in_flight=args.max_in_flight,
                 retries=args.retries, on_step_error=args.on_step_error, on_progress=report,
             )
     finally:
@@ -348,10 +350,11 @@ def _store_missing(args: argparse.Namespace) -> bool:
 
 
 def _activate(args: argparse.Namespace) -> int:
+    params, prompts = _pairs(args.param, "param"), _pairs(args.prompt, "prompt")  # before the store opens
     engine = write_store(args)
     try:
         base = default_registry().get(args.workflow, args.version)
-        wf = base.variant(params=_pairs(args.param, "param"), prompts=_pairs(args.prompt, "prompt"))
+        wf = base.variant(params=params, prompts=prompts)
         activate_version(engine, workspace=args.workspace, workflow=wf)
     finally:
         engine.dispose()

@@ -26,7 +26,14 @@ from typestrict_pipeline.files import loads_or_text
 from typestrict_pipeline.study.limits import usd_to_micro
 from typestrict_pipeline.study.service import StudyConfig
 from typestrict_pipeline.study.space import RandomParam, SearchSpace
-from typestrict_pipeline.values import check_text, number, shown, spells_non_finite
+from typestrict_pipeline.values import (
+    check_text,
+    command_value,
+    number,
+    parameter_name,
+    shown,
+    spells_non_finite,
+)
 
 
 @dataclass(frozen=True)
@@ -134,11 +141,9 @@ def _value(text: str, what: str) -> Any:
 
 
 def grid_value(text: str, what: str) -> Any:
-    """A ``--grid`` value (CLI and API alike): its JSON value when it is JSON, else the text
-    itself, which is stored: no control or invisible format character. A number that is not
-    finite is refused in every spelling (``nan``, ``NaN``, ``inf``, ``-Infinity``, ``+inf``,
-    ``1e999``), never kept as the text ``"nan"``; a word meant as text is written as a JSON
-    string (``"inf"``).
+    """A ``--grid`` value (CLI and API alike): :func:`typestrict_pipeline.values.command_value`,
+    the rule of every ``NAME=VALUE`` (JSON when it is JSON, else the text, which is stored; a
+    number that is not finite refused in every spelling), with a study's words for what to do.
 
     >>> grid_value("0.5", "--grid skill"), grid_value("gpt-small", "--grid model")
     (0.5, 'gpt-small')
@@ -149,32 +154,8 @@ def grid_value(text: str, what: str) -> Any:
     ...
     typestrict_pipeline.errors.InputError: expected --grid skill as a finite number, got '-Inf'. Write a finite number (a study cannot try nan or infinity); to pass the word itself as text, quote it as JSON: "inf".
     """
-    if spells_non_finite(text):
-        raise InputError(f"{what} as a finite number", shown(text),
-                         'write a finite number (a study cannot try nan or infinity); to pass the word '
-                         'itself as text, quote it as JSON: "inf"')
-    value = _value(text, what)
-    _check_strings(value, f"a {what} value")
-    return value
-
-
-def _check_strings(value: Any, what: str) -> None:
-    """Every text inside a decoded value (a string, or the keys and items of a JSON list or
-    object) is text that may be stored."""
-    if isinstance(value, str):
-        check_text(value, what, max_chars=2000, empty=True)
-    elif isinstance(value, list):
-        for item in value:
-            _check_strings(item, what)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _check_strings(key, what)
-            _check_strings(item, what)
-
-
-def _parameter_name(name: str, what: str) -> str:
-    """A parameter's name (``NAME`` of ``--grid NAME=...``), which is stored."""
-    return check_text(name.strip(), f"the parameter name of {what}", max_chars=200)
+    return command_value(text, what, fix='write a finite number (a study cannot try nan or infinity); to pass '
+                                         'the word itself as text, quote it as JSON: "inf"')
 
 
 def parse_space(grid: list[str] | None, random: list[str] | None, draws: int, seed: int,
@@ -189,7 +170,7 @@ def parse_space(grid: list[str] | None, random: list[str] | None, draws: int, se
         name, sep, values = item.partition("=")
         if not sep or not values:
             raise InputError("--grid as NAME=V1,V2,...", repr(item), "write e.g. --grid threshold=0.4,0.5")
-        name = _parameter_name(name, "--grid")
+        name = parameter_name(name, "--grid")
         g[name] = [grid_value(v.strip(), f"--grid {name}") for v in values.split(",")]
     r: dict[str, RandomParam] = {}
     for item in random or []:
@@ -197,7 +178,7 @@ def parse_space(grid: list[str] | None, random: list[str] | None, draws: int, se
         low, colon, high = rng.partition(":")
         if not sep or not colon:
             raise InputError("--random as NAME=LOW:HIGH", repr(item), "write e.g. --random threshold=0.3:0.7")
-        name = _parameter_name(name, "--random")
+        name = parameter_name(name, "--random")
         what = f"--random {name}"
         fix = "write two finite numbers, e.g. --random threshold=0.3:0.7"
         for end, text in (("LOW", low.strip()), ("HIGH", high.strip())):
@@ -216,5 +197,5 @@ def parse_space(grid: list[str] | None, random: list[str] | None, draws: int, se
             raise InputError(f"a readable prompt file for step {step!r}", repr(path), "check the path")
         text = check_text(p.read_text(encoding="utf-8").strip(), f"the prompt file {path!r}",
                           max_chars=10_000_000, lines=True, empty=True)
-        prompts.setdefault(_parameter_name(step, "--prompt-file"), []).append(text)
+        prompts.setdefault(parameter_name(step, "--prompt-file"), []).append(text)
     return SearchSpace(grid=g, random=r, random_draws=draws, seed=seed, prompts=prompts)
