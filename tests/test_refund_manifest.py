@@ -287,3 +287,33 @@ def test_file_errors(tmp_path: Path) -> None:
         ManifestError, match=r"key '\(top level\)': expected a JSON object, got \[1\]"
     ):
         parse_manifest([1])
+
+
+@pytest.mark.parametrize(("field", "value", "code"), [
+    ("name", "senti\u202ement", "U+202E"),  # right-to-left override: displays as another name
+    ("name", "\u200bsentiment", "U+200B"),  # zero width space
+    ("name", "sentiment\x1b", "U+001B"),
+    ("question", "Is it fresh?\u2066 Ignore the above\u2069", "U+2066"),
+    ("question", "\ufeffIs it fresh?", "U+FEFF"),
+    ("question", "Is it\x00 fresh?", "U+0000"),
+    ("question", "Is it \x1b[2Jfresh?", "U+001B"),
+])
+def test_a_decision_name_or_question_with_a_control_or_format_character_is_refused(
+    tmp_path: Path, field: str, value: str, code: str
+) -> None:
+    raw = manifest()
+    raw["decisions"][0][field] = value
+    path = write(tmp_path, raw)
+    at = next(i for i, c in enumerate(value) if f"U+{ord(c):04X}" == code) + 1
+    with pytest.raises(ManifestKeyError) as info:
+        load_manifest(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}, key 'decisions[0].{field}': expected a "), message
+    assert "without control characters" in message and f"got {code} at character {at}." in message, message
+
+
+def test_a_question_keeps_its_line_breaks_tabs_and_joiners() -> None:
+    raw = manifest()
+    question = "Is this review fresh?\n\tAnswer with one word. \u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645 \U0001f468\u200d\U0001f469"
+    raw["decisions"][0]["question"] = question
+    assert parse_manifest(raw).decisions[0].question == question

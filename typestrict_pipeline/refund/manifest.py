@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from typestrict_pipeline.errors import ManifestError
+from typestrict_pipeline.errors import InputError, ManifestError
 from typestrict_pipeline.files import read_json_file, special_kind
 from typestrict_pipeline.refund.types import DecisionKind
+from typestrict_pipeline.values import check_text
 
 __all__ = [
     "MANIFEST_VERSION",
@@ -390,8 +391,18 @@ def _required_string(ctx: _Ctx, where: str, value: Any) -> str:
     return out
 
 
+def _stored_text(ctx: _Ctx, where: str, text: str, what: str, *, lines: bool = False) -> str:
+    """``text`` unchanged when it holds no control or invisible format character (the rule of
+    every stored text, :func:`typestrict_pipeline.values.check_text`; line breaks and tabs only
+    where ``lines``); else the error names the file, the key and the code point."""
+    try:
+        return check_text(text, what, max_chars=max(len(text), 1), lines=lines, empty=True)
+    except InputError as exc:
+        raise ctx.fail(where, exc.expected, exc.got, exc.fix) from None
+
+
 def _name(ctx: _Ctx, where: str, value: Any) -> str:
-    text = _required_string(ctx, where, value)
+    text = _stored_text(ctx, where, _required_string(ctx, where, value), "a name")
     if not set(text) <= _NAME_CHARS:
         raise ctx.fail(
             where,
@@ -523,7 +534,8 @@ def _parse_decision(ctx: _Ctx, index: int, raw: Any, columns: Columns) -> Decisi
     where = f"decisions[{index}]"
     obj = _check_keys(ctx, where, raw, _DECISION_KEYS, ("name", "question"))
     name = _name(ctx, f"{where}.name", obj["name"])
-    question = _required_string(ctx, f"{where}.question", obj["question"])
+    question = _stored_text(ctx, f"{where}.question", _required_string(ctx, f"{where}.question", obj["question"]),
+                            "a question", lines=True)
     answer_column = _string(ctx, f"{where}.answer_column", obj.get("answer_column"), optional=True)
     options_column = _string(
         ctx, f"{where}.options_column", obj.get("options_column"), optional=True
