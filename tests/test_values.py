@@ -352,6 +352,46 @@ def test_stored_text_never_holds_an_invisible_format_character_but_the_joiners(t
         assert not any(unicodedata.category(c) == "Cf" and c not in "\u200c\u200d" for c in kept)
 
 
+# Variation selectors (category Mn, not Cf) ask for a form of the character before them: kept
+# there (emoji, CJK ideograph variants), refused where they select nothing, so a run of them (which
+# can spell hidden bytes after one visible character) or one at the start is never stored.
+SELECTORS = ["\ufe00", "\ufe0e", "\ufe0f", "\U000e0100", "\U000e01ef"]
+
+
+@pytest.mark.parametrize("text", [
+    "\u2764\ufe0f",  # red heart: U+2764 and the emoji selector
+    "I \u2764\ufe0f rain",
+    "\u2603\ufe0e",  # snowman, text form
+    "\u845b\U000e0100",  # an ideograph variant (IVS)
+    "1\ufe0f\u20e3",  # keycap one
+    "\U0001f3f3\ufe0f\u200d\U0001f308",  # rainbow flag: selector before the joiner
+    "\U0001fa77\ufe0f",  # a newer emoji than some Unicode tables know
+])
+def test_a_variation_selector_after_its_character_is_text(text: str) -> None:
+    for lines in (False, True):
+        assert values.check_text(text, "a study name", lines=lines) == text
+        assert values.control_character(text, lines=lines) is None
+
+
+@pytest.mark.parametrize("ch", SELECTORS, ids=[f"U+{ord(c):04X}" for c in SELECTORS])
+@pytest.mark.parametrize(("text", "at"), [
+    ("{}rain", 1),  # at the start
+    ("\u2764\ufe0f{}", 3),  # after another selector
+    ("a{}{}{}", 3),  # a run after one character
+    ("a {}", 3),  # after a space
+    ("a\u200d{}", 3),  # after a joiner
+    ("a\n{}", 3),  # after a line break (a text that spans lines)
+])
+def test_a_variation_selector_that_follows_no_character_is_refused(ch: str, text: str, at: int) -> None:
+    value = text.format(ch, ch, ch)
+    code = f"U+{ord(value[at - 1]):04X}"
+    with pytest.raises(InputError, match=r"^expected a name without control characters .*got "
+                       + re.escape(code) + rf" at character {at} \(a variation selector after no character\)\. "):
+        values.check_text(value, "a name", lines=True)
+    assert values.control_character(value, lines=True) == code
+    assert values.check_text(value, "a text cell", lines=True, data=True) == value  # the customer's data
+
+
 INJECTIONS = ["ana@example.com\r\nBcc: all@evil.example", "ana@example.com\nSubject: x", "ana@example.com\r",
               "ana@example.com,bo@example.com", "Ana <ana@example.com>", "ana @example.com", "ana@", "@example.com",
               "ana", "ana@exa mple.com", "ana@example.com\x00", "anä@example.com", "ana@-example.com",

@@ -20,8 +20,10 @@ What every parser refuses, whatever the source:
   feed and carriage return only where a value may span lines), lone surrogates, and Unicode's
   invisible format characters (category Cf: bidirectional controls such as U+202E, which make a
   name display as another, "Trojan Source"; zero width spaces, U+FEFF, tags), but the two joiners
-  that writing needs (U+200C, U+200D). A data file's text cells are the customer's data: only
-  their control characters are refused (``data=True``).
+  that writing needs (U+200C, U+200D); and a variation selector that follows no character (at
+  the start, in a run, after a control or a space: it selects nothing and can hide bytes). A data
+  file's text cells are the customer's data: only their control characters are refused
+  (``data=True``).
 
 Every parser looks at most :data:`MAX_VALUE_CHARS` characters of a value (a longer one is
 refused by its length), so refusing costs O(size of the value).
@@ -74,6 +76,7 @@ __all__ = [
     "email",
     "integer",
     "is_formula",
+    "is_variation_selector",
     "looks_numeric",
     "money_micro",
     "neutralise_cell",
@@ -163,15 +166,39 @@ _JOINERS = frozenset("\u200c\u200d")
 by U+200D) cannot be written; they join or part the letters around them and hide nothing."""
 
 
+def is_variation_selector(c: str) -> bool:
+    """Whether ``c`` is a variation selector (U+FE00-U+FE0F, U+E0100-U+E01EF): a mark that asks
+    for a form of the character before it (a red heart is U+2764 U+FE0F, its emoji form).
+
+    >>> is_variation_selector("\\ufe0f"), is_variation_selector("\\U000e0100"), is_variation_selector("\\u0301")
+    (True, True, False)
+    """
+    return "\ufe00" <= c <= "\ufe0f" or "\U000e0100" <= c <= "\U000e01ef"
+
+
+_NO_BASE = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+"""Categories of the characters a variation selector cannot follow (a control or format
+character, joiners included, a space or a line break). A character this Python's Unicode does
+not know yet (Cn: a newer emoji) can take one."""
+
+
+def _no_base(c: str) -> bool:
+    """Whether a variation selector after ``c`` selects nothing: ``c`` is a variation selector,
+    or of a category in :data:`_NO_BASE`."""
+    return is_variation_selector(c) or unicodedata.category(c) in _NO_BASE
+
+
 def _refused_at(text: str, *, lines: bool, data: bool) -> int | None:
     """Where the first character stored text may not hold is, or None (see
     :func:`control_character`)."""
     m = (_CONTROL_BUT_LINES if lines else _CONTROL).search(text)
     at = None if m is None else m.start()
-    if data or text.isascii():  # no format character is ASCII
+    if data or text.isascii():  # no format character or variation selector is ASCII
         return at
     for i, c in enumerate(text[:at]):
         if unicodedata.category(c) == "Cf" and c not in _JOINERS:
+            return i
+        if is_variation_selector(c) and (i == 0 or _no_base(text[i - 1])):
             return i
     return at
 
@@ -181,7 +208,10 @@ def control_character(text: str, *, lines: bool = False, data: bool = False) -> 
     a control character (C0, DEL, C1, a lone surrogate, U+2028/U+2029) or an invisible format
     character (Unicode category Cf: the bidirectional controls U+202A-U+202E, U+2066-U+2069,
     U+200E, U+200F, U+061C; U+200B, U+2060-U+2064, U+FEFF, U+FFF9-U+FFFB, the tags
-    U+E0001-U+E007F...) but the joiners U+200C and U+200D.
+    U+E0001-U+E007F...) but the joiners U+200C and U+200D; or a variation selector
+    (U+FE00-U+FE0F, U+E0100-U+E01EF) that follows no character it could select a form of: at
+    the start, after another variation selector (a run of them can spell hidden bytes), after a
+    control or format character, a space or a line break (a red heart, U+2764 U+FE0F, is text).
 
     ``lines``: tab, line feed, carriage return and U+2028/U+2029 are allowed (a value that may
     span lines). ``data``: the value is the customer's data (a data file's text cell, a column
@@ -196,6 +226,10 @@ def control_character(text: str, *, lines: bool = False, data: bool = False) -> 
     ('U+202E', 'U+202E')
     >>> control_character("a\\u202eb", data=True), control_character("می\\u200cخواهم")
     (None, None)
+    >>> control_character("\\u2764\\ufe0f"), control_character("\\ufe0fa"), control_character("\\u2764\\ufe0f\\ufe0e")
+    (None, 'U+FE0F', 'U+FE0E')
+    >>> control_character("a \\ufe0f"), control_character("\\ufe0fa", data=True)
+    ('U+FE0F', None)
     """
     at = _refused_at(text, lines=lines, data=data)
     return None if at is None else f"U+{ord(text[at]):04X}"
@@ -230,7 +264,8 @@ def check_text(value: Any, what: str, *, max_chars: int = 10_000, lines: bool = 
         kinds = ("NUL and escapes" if lines else "NUL, line breaks, escapes") + (
             "" if data else ", invisible format characters such as U+202E")
         raise InputError(f"{what} without control characters ({kinds})",
-                         f"U+{ord(value[at]):04X} at character {at + 1}",
+                         f"U+{ord(value[at]):04X} at character {at + 1}"
+                         + (" (a variation selector after no character)" if is_variation_selector(value[at]) else ""),
                          fix or "remove the character")
     return value
 
