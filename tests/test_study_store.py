@@ -464,3 +464,27 @@ def test_the_run_lifecycle_writes_these_exact_rows(store_url: str) -> None:
             "FROM study_studies WHERE id = :s"), {"s": sid}).one() == (410, 0, 45, 0, "Budget (USD)")
         assert conn.execute(text("SELECT id, cost_micro FROM study_candidates WHERE study_id = :s "
                                  "ORDER BY id"), {"s": sid}).all() == [(k[0][0], 410), (k[0][0] + 1, None)]
+
+
+def test_every_way_a_study_ends_records_when(sqlite_url: str) -> None:
+    """A study abandoned before any run started it (``abandon_unstarted``) is FAILED with the time
+    it ended, as one whose run failed (``mark_failed``) or one cancelled: no ended study lacks
+    ``finished_at``, and the workflow is free again."""
+    engine = open_store(sqlite_url)
+    before = dt.datetime.now(UTC) - dt.timedelta(seconds=1)
+    abandoned = _create(engine, workflow="wx-abandoned")
+    assert repo.abandon_unstarted(engine, abandoned, "its study_job run ended before starting it") is True
+    failed = _create(engine, workflow="wx-failed")
+    repo.mark_failed(engine, failed, "boom")
+    cancelled = _create(engine, workflow="wx-cancelled")
+    repo.cancel_study(engine, cancelled)
+    after = dt.datetime.now(UTC) + dt.timedelta(seconds=1)
+    with session_scope(engine) as s:
+        rows = {sid: s.get(StudyRow, sid) for sid in (abandoned, failed, cancelled)}
+        ended = {sid: (r.state, r.finished_at) for sid, r in rows.items() if r is not None}
+    assert {sid: state for sid, (state, _) in ended.items()} == {
+        abandoned: "FAILED", failed: "FAILED", cancelled: "CANCELLED"}
+    for sid, (_, finished_at) in ended.items():
+        assert finished_at is not None and before <= finished_at <= after, (sid, finished_at)
+    assert repo.active_study(engine, "demo", "wx-abandoned") is None
+    engine.dispose()

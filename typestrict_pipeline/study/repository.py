@@ -505,7 +505,7 @@ def start_study(engine: Engine, study_id: int, dagster_run_id: str | None = None
 
 def abandon_unstarted(engine: Engine, study_id: int, reason: str) -> bool:
     """Mark a study that no run ever started (still ``PENDING``) as ``FAILED`` with ``reason``
-    and release its workflow's lock; do nothing to a study a run started. Whoever launched the
+    and when (``finished_at``, as :func:`mark_failed`), and release its workflow's lock; do nothing to a study a run started. Whoever launched the
     run calls it when the run ended: a run that could not reach the store cannot release the
     lock itself, and nothing else would. Re-executing the run later takes the lock again
     (:func:`start_study`).
@@ -518,7 +518,7 @@ def abandon_unstarted(engine: Engine, study_id: int, reason: str) -> bool:
         res = s.execute(
             update(StudyRow)
             .where(StudyRow.id == study_id, StudyRow.state == StudyState.PENDING.value)
-            .values(state=StudyState.FAILED.value, error=reason[:4000])
+            .values(state=StudyState.FAILED.value, error=reason[:4000], finished_at=utcnow())
         )
         if not res.rowcount:  # type: ignore[attr-defined]
             return False
