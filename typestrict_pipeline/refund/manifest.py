@@ -402,7 +402,7 @@ def _stored_text(ctx: _Ctx, where: str, text: str, what: str, *, lines: bool = F
 
 
 def _name(ctx: _Ctx, where: str, value: Any) -> str:
-    text = _stored_text(ctx, where, _required_string(ctx, where, value), "a name")
+    text = _required_string(ctx, where, value)
     if not set(text) <= _NAME_CHARS:
         raise ctx.fail(
             where,
@@ -533,7 +533,8 @@ def _parse_dataset(ctx: _Ctx, raw: Any, paths: _Paths) -> DatasetSpec:
 def _parse_decision(ctx: _Ctx, index: int, raw: Any, columns: Columns) -> DecisionSpec:
     where = f"decisions[{index}]"
     obj = _check_keys(ctx, where, raw, _DECISION_KEYS, ("name", "question"))
-    name = _name(ctx, f"{where}.name", obj["name"])
+    name = _name(ctx, f"{where}.name", _stored_text(  # the code point named before the name's rule
+        ctx, f"{where}.name", _required_string(ctx, f"{where}.name", obj["name"]), "a decision name"))
     question = _stored_text(ctx, f"{where}.question", _required_string(ctx, f"{where}.question", obj["question"]),
                             "a question", lines=True)
     answer_column = _string(ctx, f"{where}.answer_column", obj.get("answer_column"), optional=True)
