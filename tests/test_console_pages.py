@@ -193,6 +193,37 @@ def _api(b: Browser, key: str, path: str, body: Mapping[str, object]) -> str:
     return message
 
 
+API_FIX = "Fix the request (the schema is at /v1/openapi.json)"
+FORM_FIX = "Correct the field and submit the form again."
+
+
+def _form_words(said: str) -> str:
+    """The API's message as a console form says it: the same refusal, then what a person at the
+    form does (the API's points to its schema)."""
+    assert said.endswith(". " + API_FIX), said
+    return said.removesuffix(API_FIX) + FORM_FIX
+
+
+def test_a_refused_form_tells_the_person_what_to_do_not_to_read_the_schema(app: tuple[object, str, str]) -> None:
+    """Every console form that the schema refuses (the study's estimate and launch, a backtest, a
+    training) ends its message with the console's words; the API keeps its own."""
+    import html
+
+    b = Browser(app[0], app[1])
+    for route, data in (("/console/studies/estimate", {**STUDY_FORM, "folds": "0"}),
+                        ("/console/studies", {**STUDY_FORM, "tune_steps": "x"}),
+                        ("/console/backtests", {"workflow": "seattle_rain", "start": "2015-01-01",
+                                                "end": "2015-01-10", "step": "s" * 21}),
+                        ("/console/trainings", {**TRAINING, "decision-0-name": "d" * 201})):
+        r = b.form(route, data, files={"dataset_file": ("reviews.csv", CSV.encode())})
+        assert r.status_code == 422, (route, r.status_code, r.text[:300])
+        page = html.unescape(r.text)
+        assert re.search(r"expected [^<]*, got [^<]*\. Correct the field and submit the form again\.", page), (route, page[:3000])
+        assert "openapi" not in page and "Fix the request" not in page, route
+    assert _api(b, app[1], "/v1/studies/estimate", {**STUDY_FORM, "folds": 0}).endswith(". " + API_FIX)
+    b.close()
+
+
 @pytest.mark.parametrize(("field", "typed", "sent"), [
     ("folds", "²", "²"), ("folds", "٣", "٣"), ("folds", "3.0", "3.0"), ("folds", "true", "true"),
     ("tune_steps", "0", 0), ("holdout_steps", "100001", 100001), ("name", "n" * 201, "n" * 201),
@@ -212,7 +243,8 @@ def test_a_refused_study_form_says_what_the_api_says_for_the_same_body(
         assert said.startswith(f"{field}: expected "), said
         r = b.form(route, {**STUDY_FORM, field: typed})
         assert r.status_code == 422, (route, r.status_code, r.text[:300])
-        assert said in html.unescape(r.text), (said, route)
+        assert _form_words(said) in html.unescape(r.text), (said, route)
+        assert "openapi" not in r.text, route
     b.close()
 
 
@@ -228,6 +260,7 @@ def test_a_refused_training_form_says_what_the_api_says_for_the_same_body(
     assert said.startswith("decisions.0.name: expected at most 200 characters, got 'ddd"), said
     r = b.form("/console/trainings", {**TRAINING, "decision-0-name": "d" * 201},
                files={"dataset_file": ("reviews.csv", CSV.encode())})
-    assert r.status_code == 422 and said in html.unescape(r.text), r.text[:2000]
+    assert r.status_code == 422 and _form_words(said) in html.unescape(r.text), r.text[:2000]
+    assert "openapi" not in r.text
     assert _balance(sqlite_url, "acme") == 2
     b.close()

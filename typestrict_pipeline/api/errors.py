@@ -68,12 +68,20 @@ def error_body(code: str, message: str) -> dict[str, Any]:
     return {"error": {"code": code, "message": message}}
 
 
-def validation_message(errors: Sequence[Mapping[str, Any]]) -> str:
-    """The first validation error in the product's shape, its pattern or bound as written.
+API_FIX = "Fix the request (the schema is at /v1/openapi.json)"
+"""What to do about a request the API's schema refused (a program's author reads it)."""
+
+
+def validation_message(errors: Sequence[Mapping[str, Any]], *, fix: str = API_FIX) -> str:
+    """The first validation error in the product's shape, its pattern or bound as written, then
+    ``fix``: what to do, for whoever reads it (the API's 422: :data:`API_FIX`; the console's
+    forms pass their own words, a person at a form has no schema to read).
 
     >>> validation_message([{"type": "string_pattern_mismatch", "loc": ("path", "name"),
     ...     "msg": "String should match pattern '^[A-Z]+$'", "input": "ab", "ctx": {"pattern": "^[A-Z]+$"}}])
     "name (in the path): expected a string matching the pattern '^[A-Z]+$', got 'ab'. Fix the request (the schema is at /v1/openapi.json)"
+    >>> validation_message([{"type": "missing", "loc": ("body", "start")}], fix="Correct the field and submit again.")
+    'start: expected a value (it is required), got nothing. Correct the field and submit again.'
     """
     first = errors[0] if errors else {}
     loc = [str(p) for p in first.get("loc", ())]
@@ -101,4 +109,4 @@ def validation_message(errors: Sequence[Mapping[str, Any]]) -> str:
         msg = str(first.get("msg", "a valid value"))
         expected = msg[:1].lower() + msg[1:]  # the rest as written (patterns keep their case)
     got = "nothing" if kind == "missing" or "input" not in first else repr(first.get("input"))[:80]
-    return f"{where or '(body)'}: expected {expected}, got {got}. Fix the request (the schema is at /v1/openapi.json)"
+    return f"{where or '(body)'}: expected {expected}, got {got}. {fix}"

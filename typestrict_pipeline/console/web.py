@@ -54,6 +54,9 @@ SIGNIN_MAX_AGE = 3600
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 SAFE_METHODS = frozenset({"GET", "HEAD"})
+FORM_FIX = "Correct the field and submit the form again."
+"""What a console form's refusal tells the person to do (``validation_message(..., fix=FORM_FIX)``;
+the API's own words point to its schema, which a person at a form has no use for)."""
 
 
 class SignInRequired(Exception):

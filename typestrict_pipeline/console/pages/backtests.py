@@ -34,6 +34,7 @@ from typestrict_pipeline.console.board_pages import (
 from typestrict_pipeline.console.charts import chart_text, leaderboard_spec
 from typestrict_pipeline.console.sessions import ConsoleSession
 from typestrict_pipeline.console.web import (
+    FORM_FIX,
     PREFIX,
     ConsoleRoute,
     read_form,
@@ -142,7 +143,7 @@ async def run_backtest(request: Request, session: Posted) -> Response:
                                              step=body.step, dataset=body.dataset, params=body.params)
         view = backtests_core.launch_backtest(ctx.engine, ctx.settings.home, ctx.runs, session.workspace_id, req)
     except ValidationError as exc:
-        return _page(request, session, backtest=values, backtest_error=validation_message(exc.errors()), status=422)
+        return _page(request, session, backtest=values, backtest_error=validation_message(exc.errors(), fix=FORM_FIX), status=422)
     except TypeStrictError as exc:
         return _page(request, session, backtest=values, backtest_error=str(exc), status=status_for(exc)[0])
     return redirect(f"{PREFIX}/backtests/{view.id}", request)
@@ -197,7 +198,7 @@ async def study_estimate(request: Request, session: Posted) -> Response:
         text = (f"{est.text}. {est.candidates} candidate{'s' if est.candidates != 1 else ''} of "
                 f"{est.planned} planned, {est.total_steps:,} steps in all.")
     except ValidationError as exc:
-        text, error = None, validation_message(exc.errors())
+        text, error = None, validation_message(exc.errors(), fix=FORM_FIX)
     except TypeStrictError as exc:
         text, error = None, str(exc)
     if htmx:
@@ -215,7 +216,7 @@ async def create_study(request: Request, session: Posted) -> Response:
         fields = _study_request(request, session, values)
         row = studies_core.launch_study(ctx.engine, ctx.settings.home, ctx.runs, session.workspace_id, fields)
     except ValidationError as exc:
-        return _page(request, session, study=values, study_error=validation_message(exc.errors()), status=422)
+        return _page(request, session, study=values, study_error=validation_message(exc.errors(), fix=FORM_FIX), status=422)
     except TypeStrictError as exc:
         return _page(request, session, study=values, study_error=str(exc), status=status_for(exc)[0])
     return redirect(f"{PREFIX}/studies/{row.id}", request)
@@ -312,7 +313,7 @@ async def enable_schedule(study_id: StudyId, request: Request, session: Posted) 
             core_enable(ctx.engine, StoreStudies(ctx.engine), study_id=str(row.id), cadence=body.cadence,
                         owner=body.owner, min_unseen_steps=body.min_unseen_steps)
         except ValidationError as exc:
-            error = validation_message(exc.errors())
+            error = validation_message(exc.errors(), fix=FORM_FIX)
         except TypeStrictError as exc:
             if status_for(exc)[0] == 404:
                 raise

@@ -29,6 +29,7 @@ from typestrict_pipeline.api.trainings import (
 )
 from typestrict_pipeline.console.sessions import ConsoleSession
 from typestrict_pipeline.console.web import (
+    FORM_FIX,
     PREFIX,
     ConsoleRoute,
     read_form,
@@ -239,7 +240,7 @@ async def create_training(request: Request, session: Posted) -> Response:
         )
         training_id = ctx.trainings.create(session.workspace_id, req)
     except ValidationError as exc:
-        return _new_form(request, session, values, validation_message(exc.errors()), 422)
+        return _new_form(request, session, values, validation_message(exc.errors(), fix=FORM_FIX), 422)
     except TypeStrictError as exc:
         from typestrict_pipeline.api.errors import status_for
 
