@@ -460,3 +460,59 @@ def test_a_prompt_value_is_plain_text_or_a_json_string(text: str) -> None:
         assert json.loads(out) == text[:2000]
     else:
         assert not values.is_formula(out) and all(c.isprintable() for c in out) and "{" not in out
+
+
+# -------------------------------------------------------------------------------------------------
+# NAME=VALUE on the command line (--param, --grid): the one rule, fuzzed
+# -------------------------------------------------------------------------------------------------
+
+def _texts_of(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [t for item in value for t in _texts_of(item)]
+    if isinstance(value, dict):
+        return [t for k, v in value.items() for t in (*_texts_of(k), *_texts_of(v))]
+    return []
+
+
+def _numbers_of(value: Any) -> list[float]:
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, int | float):
+        return [float(value)]
+    if isinstance(value, list):
+        return [x for item in value for x in _numbers_of(item)]
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _numbers_of(v)]
+    return []
+
+
+JSONISH = st.recursive(
+    st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+).map(lambda v: __import__("json").dumps(v))
+
+
+@given(st.text(alphabet=st.sampled_from(FORMAT) | st.characters(codec="utf-8"), max_size=40) | JSONISH)
+@FUZZ
+def test_a_command_line_value_is_finite_and_storable_or_refused_in_the_products_words(text: str) -> None:
+    try:
+        value = values.command_value(text, "--param threshold")
+    except InputError as exc:  # the product's shape, naming the option (and where in its JSON)
+        assert "expected " in str(exc) and "--param threshold" in str(exc)
+        return
+    assert all(math.isfinite(x) for x in _numbers_of(value))
+    assert all(values.control_character(t) is None for t in _texts_of(value))
+
+
+@given(st.text(alphabet=st.sampled_from(FORMAT) | st.characters(codec="utf-8"), max_size=40))
+@FUZZ
+def test_a_parameter_name_is_storable_or_refused_in_the_products_words(text: str) -> None:
+    try:
+        name = values.parameter_name(text, "--param")
+    except InputError as exc:
+        assert str(exc).startswith("expected the parameter name of --param")
+        return
+    assert name and name == name.strip() and values.control_character(name) is None
