@@ -505,9 +505,9 @@ def start_study(engine: Engine, study_id: int, dagster_run_id: str | None = None
 
 def abandon_unstarted(engine: Engine, study_id: int, reason: str) -> bool:
     """Mark a study that no run ever started (still ``PENDING``) as ``FAILED`` with ``reason``
-    and when (``finished_at``, as :func:`mark_failed`), and release its workflow's lock; do nothing to a study a run started. Whoever launched the
-    run calls it when the run ended: a run that could not reach the store cannot release the
-    lock itself, and nothing else would. Re-executing the run later takes the lock again
+    and when (``finished_at``, as :func:`mark_failed`), and release its workflow's lock; do
+    nothing to a study a run started. Whoever launched the run calls it when the run ended: a
+    run that could not reach the store cannot release the lock itself, and nothing else would. Re-executing the run later takes the lock again
     (:func:`start_study`).
 
     Returns:
