@@ -23,6 +23,10 @@ average printed beside each figure:
 - **today's path** (``tests/refund_reference.py``, every cell a Python object) at the sizes it
   fits in (up to 1,000,000 rows).
 
+At 1,000,000 rows ours and the pyarrow read + hash are measured in :data:`ROUNDS` alternating
+pairs and the target is read on the median pair (every pair's ratio printed and kept): one pair on
+two cores varies by ±15%.
+
 Targets (issue 24): 10,000,000 rows ≤ 60 s wall and ≤ 3 GB peak RSS; 1,000,000 rows ≤ 2.5× the
 pyarrow read + hash and ≤ 700 MB; 100,000,000 rows ≤ 4 GB and within 1.2× of linear from 10M.
 The curve (rows → seconds, rows → peak RSS) is drawn to ``bench/results/refund_scale.png``.
@@ -47,6 +51,8 @@ BENCH = "bench_refund_scale"
 SIZES = (100_000, 1_000_000, 10_000_000)
 LARGE = 100_000_000
 REFERENCE_UP_TO = 1_000_000
+ROUNDS = 5
+"""Alternating pairs (ours, pyarrow read + hash) at 1,000,000 rows: the ratio is the median's."""
 _WORDS = ["the", "a", "good", "bad", "movie", "plot", "film", "great", "awful", "story", "acting", "fine", "dull", "fun", "long", "short", "quiet", "loud", "warm", "cold"]
 
 
@@ -198,6 +204,21 @@ def _row(what: str, ours: str, **kw: Any) -> None:
     summary.row(BENCH, what, ours, **kw)
 
 
+def paired_rounds(manifest: Path, got: dict[str, Any]) -> dict[str, Any]:
+    """Ours and the pyarrow read + hash measured again in alternating pairs, ``ROUNDS`` in all
+    (the first pair is the run's own), each in a fresh process: one pair on two cores varies by
+    ±15% (2.25-2.88× in ten pairs of the same code, 2026-12-05, load 0.2-0.4), so the target is
+    read on the median pair's ratio, every pair's ratio printed beside it."""
+    pairs = [(got["ours"], got["engine"])]
+    while len(pairs) < ROUNDS:
+        pairs.append((measure("ours", manifest), measure("engine", manifest)))
+    ratios = [o["seconds"] / e["seconds"] for o, e in pairs]
+    middle = sorted(range(len(pairs)), key=lambda i: ratios[i])[len(pairs) // 2]
+    got["ours"], got["engine"] = pairs[middle]  # the median pair's figures are the row's figures
+    return {"ratios": ratios, "median": ratios[middle],
+            "loads": [o["load"] for o, _ in pairs]}
+
+
 def run(sizes: tuple[int, ...]) -> dict[int, dict[str, dict[str, Any]]]:
     results: dict[int, dict[str, dict[str, Any]]] = {}
     for n in sizes:
@@ -216,10 +237,17 @@ def run(sizes: tuple[int, ...]) -> dict[int, dict[str, dict[str, Any]]]:
             if n <= REFERENCE_UP_TO:
                 kinds.append("reference")
             got = {k: measure(k, manifest) for k in kinds}
+            if "engine" in got:
+                got["rounds"] = paired_rounds(manifest, got)
             if "reference" in got:
                 assert got["reference"]["seed"] == got["ours"]["seed"], "seeds differ"
             results[n] = got
             for k, v in got.items():
+                if k == "rounds":
+                    print(f"  rounds     ours / pyarrow read + hash: "
+                          f"{', '.join(f'{r:.2f}×' for r in v['ratios'])} (median "
+                          f"{v['median']:.2f}×)", flush=True)
+                    continue
                 worker = f" + {v['worker_rss_mb']:.0f} MB worker" if "worker_rss_mb" in v else ""
                 print(f"  {k:10s} {v['seconds']:8.2f} s wall  {v['cpu_s']:8.2f} s CPU  "
                       f"{v['rss_mb']:7.0f} MB peak RSS{worker}  (load {v['load']})", flush=True)
@@ -249,12 +277,19 @@ def report(results: dict[int, dict[str, dict[str, Any]]]) -> None:
         if n == 1_000_000:
             eng = got["engine"]
             r = ours["seconds"] / eng["seconds"]
+            rounds = got.get("rounds")
+            spread = "" if rounds is None else (
+                f" (the median of {len(rounds['ratios'])} alternating pairs: "
+                f"{', '.join(f'{x:.2f}×' for x in rounds['ratios'])}; loads "
+                f"{', '.join(str(x) for x in rounds['loads'])})")
             _row("refund data path, 1,000,000 rows: load + validate + split vs pyarrow read + hash",
                  text, alternative=f"pyarrow read + SHA-256 of every id {eng['seconds']:.2f} s wall, "
                  f"{eng['cpu_s']:.2f} s CPU (load {eng['load']}); " + alternative,
-                 ratio=f"{r:.2f}× pyarrow read + hash; " + ratio,
+                 ratio=f"{r:.2f}× pyarrow read + hash{spread}; " + ratio,
                  target="≤ 2.5× the engine's read + hash, ≤ 700 MB",
-                 ok=r <= 2.5 and memory <= 700, numbers={**numbers, "engine_s": eng["seconds"]})
+                 ok=r <= 2.5 and memory <= 700,
+                 numbers={**numbers, "engine_s": eng["seconds"],
+                          "pair_ratios": None if rounds is None else rounds["ratios"]})
         elif n == 10_000_000:
             _row("refund data path, 10,000,000 rows: load + validate + split", text,
                  alternative=alternative, ratio=ratio, target="≤ 60 s wall, ≤ 3 GB peak RSS",
