@@ -216,7 +216,9 @@ def paired_rounds(manifest: Path, got: dict[str, Any]) -> dict[str, Any]:
     middle = sorted(range(len(pairs)), key=lambda i: ratios[i])[len(pairs) // 2]
     got["ours"], got["engine"] = pairs[middle]  # the median pair's figures are the row's figures
     return {"ratios": ratios, "median": ratios[middle],
-            "loads": [o["load"] for o, _ in pairs]}
+            "loads": [o["load"] for o, _ in pairs],
+            # the memory target is read on the largest pair, not the median one
+            "peak_mb": max(o["rss_mb"] + o.get("worker_rss_mb", 0.0) for o, _ in pairs)}
 
 
 def run(sizes: tuple[int, ...]) -> dict[int, dict[str, dict[str, Any]]]:
@@ -278,6 +280,7 @@ def report(results: dict[int, dict[str, dict[str, Any]]]) -> None:
             eng = got["engine"]
             r = ours["seconds"] / eng["seconds"]
             rounds = got.get("rounds")
+            memory = memory if rounds is None else max(memory, rounds["peak_mb"])
             spread = "" if rounds is None else (
                 f" (the median of {len(rounds['ratios'])} alternating pairs: "
                 f"{', '.join(f'{x:.2f}×' for x in rounds['ratios'])}; loads "
