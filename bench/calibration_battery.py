@@ -11,8 +11,17 @@ its point rate is above 8% at ≥ 400 replications (marked ``FAIL``). Not part o
 
     nice -n 10 .venv/bin/python -m bench.calibration_battery --part nw --sims 400
 
-Parts: ``nw``, ``spa``, ``gate``, ``lineage``, ``power``; ``--quick`` runs a few cells of each.
-The tables in ``docs/method/studies.md`` §3.4 come from this script.
+Parts: ``nw``, ``spa``, ``gate``, ``lineage``, ``power``, ``twins``; ``--quick`` runs a few
+cells of each. The tables in ``docs/method/studies.md`` §3.4 come from this script.
+
+``twins`` splits the regime cells that stay above 7% by the regime switches their window saw
+(the joint test: the search window; the gate: from the search's last step to the holdout's
+end), and runs each beside its never-switching twin (``battery.never_switching``: the same
+candidates, each edge constant for good), where a "yes" is right: a window without a switch is
+drawn from exactly the twin's distribution, so the twin's rate is what any test with that
+power says on such windows. ``floor`` = share of windows without a switch × the twin's rate
+(for the gate the twin's search never switches either, so its rate is an upper reading; the
+last column, the "yes" said in windows without a switch, is the gate's own reading).
 """
 
 from __future__ import annotations
@@ -25,13 +34,16 @@ from functools import partial
 from typestrict_pipeline.study.battery import (
     PROCESSES,
     Rate,
+    by_switches,
+    clopper_pearson,
     gate_rate,
     lineage_rate,
+    never_switching,
     newey_west_rate,
     spa_rate,
 )
 
-PARTS = ("nw", "spa", "gate", "lineage", "power")
+PARTS = ("nw", "spa", "gate", "lineage", "power", "twins")
 SIZE_PROCESSES = ("white", "AR(0.6)", "AR(0.9)", "mixture", "mixture 20% AR(0.98)", "regimes",
                   "regimes, AR(0.5)", "regimes, 120 steps", "heavy AR(0.5)", "GARCH",
                   "factor AR(0.9)",
@@ -72,6 +84,38 @@ def _cells(part: str, sims: int, quick: bool) -> Iterator[Callable[[], Rate]]:
             yield partial(lineage_rate, PROCESSES[name], 60, 10, sims, 5010, edge=0.3)
 
 
+def _split_row(r: Rate, outcomes: list[tuple[int, bool]], twin: Rate) -> str:
+    """One row of the ``twins`` table: the cell, its rate by switches, its twin and the floor."""
+    parts = []
+    for key, (hits, trials) in by_switches(outcomes).items():
+        if trials:
+            lo, hi = clopper_pearson(hits, trials)
+            parts.append(f"{key}: {hits}/{trials} = {hits / trials:.3f} ({lo:.3f}–{hi:.3f})")
+    hits0, trials0 = by_switches(outcomes)["0"]
+    quiet = trials0 / len(outcomes)
+    lo, hi = twin.interval
+    return (f"| {r.claim} | {r.process} | {r.n} | {r.t} | {r.rate:.3f} ({r.trials}, seed {r.seed})"
+            f" | {'; '.join(parts)} | {twin.rate:.3f} ({lo:.3f}–{hi:.3f}; seed {twin.seed}) | "
+            f"{quiet:.3f} × {twin.rate:.3f} = {quiet * twin.rate:.3f} | "
+            f"{hits0}/{len(outcomes)} = {hits0 / len(outcomes):.3f} |")
+
+
+def twins(sims: int, quick: bool) -> Iterator[str]:
+    """The ``twins`` part's rows (module docstring): the open regime cells of the joint test
+    (N 4, 16, 64 at T = 120; seeds 1000 + N + T as in ``spa``) and of the gate (H 60, 120;
+    seeds 4000 + H as in ``gate``), each beside its never-switching twin (seeds + 500)."""
+    regimes = PROCESSES["regimes"]
+    twin = never_switching(regimes)
+    for n in ((16,) if quick else (4, 16, 64)):
+        seen: list[tuple[int, bool]] = []
+        r = spa_rate(regimes, n, 120, sims, 1000 + n + 120, reps=299, outcomes=seen)
+        yield _split_row(r, seen, spa_rate(twin, n, 120, sims, 1500 + n + 120, reps=299))
+    for h in ((60,) if quick else (60, 120)):
+        seen = []
+        r = gate_rate(regimes, h, sims, 4000 + h, outcomes=seen)
+        yield _split_row(r, seen, gate_rate(twin, h, sims, 4500 + h))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the battery's tables (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -84,6 +128,14 @@ def main(argv: list[str] | None = None) -> int:
     started = time.process_time()
     for part in args.part or list(PARTS):
         print(f"\n# {part} ({args.sims} replications a cell)\n")
+        if part == "twins":
+            print("| claim | process | N | T or H | rate (replications, seed) | by regime switches "
+                  "in the window | never-switching twin | floor | said in windows without a "
+                  "switch, of all |")
+            print("|---|---|---:|---:|---|---|---|---|---|")
+            for row in twins(args.sims, args.quick):
+                print(row, flush=True)
+            continue
         print("| claim | process | N | T or H | edge (SD) | rate | 95% interval | replications "
               "| seed | CPU s |")
         print("|---|---|---:|---:|---:|---:|---|---:|---:|---:|")

@@ -226,10 +226,30 @@ def test_the_two_statements_are_each_true_on_their_own() -> None:
     assert s.pooled_edge == pytest.approx((line + 0.01 - 0.01) / 3)
     panel = render_panel(lucky)
     assert "within noise" not in panel and "Persistence not shown yet" in panel
-    persistent = [_entry(j, 0.56, 0.5, se) for j in range(3)]
+    persistent = [_entry(j, 0.56, 0.5, se) for j in range(4)]
     p = summarize(persistent)
     assert p.within_noise is False and p.cs_lower is not None and 0 < p.cs_lower < 0.06
     assert p.persistence == "shown" and "Persistence shown" in render_panel(persistent)
+
+
+def test_one_study_does_not_judge_persistence_and_agreeing_studies_only_raise_the_bound() -> None:
+    """Issue 27: a lead that held through one holdout may be a regime that ended with it, so a
+    single study says persistence cannot be judged yet (why, in words); from the second study
+    on the bound reads the pooled variance as Student-t with k − 1 degrees of freedom, so each
+    further study that agrees raises the bound, and four studies 3 SE above 0 show it where
+    three do not yet."""
+    se = 0.02
+    one = summarize([_entry(0, 0.62, 0.5, se)])  # 6 SE above the baseline
+    assert one.persistence == "unknown" and one.cs_lower is None
+    assert one.pooled_edge == pytest.approx(0.12) and one.pooled_se == pytest.approx(se)
+    assert one.statements[-1] == ("Persistence cannot be judged yet: one study cannot show an "
+                                  "edge that lasts across re-runs (a lead that held through one "
+                                  "holdout may be a period that ended with it); the bound is "
+                                  "read from the second study on.")
+    assert "Persistence cannot be judged yet: one study" in render_panel([_entry(0, 0.62, 0.5, se)])
+    _, _, low = confidence_sequence_path([0.06] * 8, [se] * 8)
+    assert low[0] == -math.inf and bool(np.all(np.diff(low[1:]) > 0))
+    assert summarize([_entry(j, 0.56, 0.5, se) for j in range(3)]).persistence == "not shown"
 
 
 def test_neighbouring_studies_that_agree_count_as_fewer_studies() -> None:

@@ -39,14 +39,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from typestrict_pipeline.refund.bootstrap import bootstrap_gains, q05_index
-from typestrict_pipeline.refund.metrics import ExampleValues, example_values
+from typestrict_pipeline.refund.metrics import ExampleValues, example_values, gain, point_metrics
 from typestrict_pipeline.refund.rule import RESAMPLES, judge_decision
 from typestrict_pipeline.refund.smallgroups import t95
 from typestrict_pipeline.refund.stream import group_sha256
 from typestrict_pipeline.refund.types import DecisionData, DecisionKind, JudgedRow
 
+FloatArray = npt.NDArray[np.float64]
 MU = 1.0
 SIGMA = 1.5
 
@@ -159,20 +161,25 @@ def _draw(design: Design, seed: int) -> tuple[tuple[int, ...], tuple[int, ...], 
     return tuple(y.tolist()), tuple(groups.tolist()), (probs[0], probs[1])
 
 
-def decision_data(design: Design, seed: int, name: str = "sim") -> DecisionData:
+def decision_data(design: Design, seed: int, name: str = "sim", *,
+                  declared: bool = True) -> DecisionData:
     """Simulated test set ``seed`` of ``design`` as the :class:`DecisionData` the product judges
     (texts are made-up ids hashed with the set's seed; each group's digest from
-    :func:`group_sha256`); the same draws as :func:`simulate`.
+    :func:`group_sha256`); the same draws as :func:`simulate`. ``declared=False``: the same
+    rows with no group column (groups in the data, none declared).
 
     >>> d = decision_data(Design(sizes=(2, 1), rho=0.3), seed=1)
     >>> len(d.rows), len({r.group_sha256 for r in d.rows})
     (3, 2)
+    >>> {r.group_sha256 for r in decision_data(Design(sizes=(2, 1), rho=0.3), 1,
+    ...                                          declared=False).rows}
+    {None}
     """
     y, groups, probs = _draw(design, seed)
     rows = tuple(
         JudgedRow(
             hashlib.sha256(f"{seed}-{i}".encode()).hexdigest(), yi, pm, pj, None,
-            group_sha256(f"{seed}-g{groups[i]}"),
+            group_sha256(f"{seed}-g{groups[i]}") if declared else None,
         )
         for i, (yi, pm, pj) in enumerate(zip(y, probs[0], probs[1], strict=True))
     )
@@ -230,6 +237,103 @@ def verdict_rates(
         if old and check is not None and check.se is not None:
             beats_all += report.gain - t95(check.n_groups - 1) * check.se > 0.0
     return VerdictRates(n_sets, beats, real, beats_old, real_old, beats_all)
+
+
+def group_effects(design: Design, seed: int) -> tuple[FloatArray, FloatArray]:
+    """The per-group latent effects ``u`` (model, Jev) that test set ``seed`` was drawn with:
+    :func:`_draw`'s stream replayed call for call.
+
+    >>> d = Design(sizes=(3, 2), rho=0.5)
+    >>> u_model, u_jev = group_effects(d, 7)
+    >>> u_model.shape, bool((u_model != u_jev).all())
+    ((2,), True)
+    """
+    rng = np.random.Generator(np.random.PCG64(seed))
+    n = sum(design.sizes)
+    rng.integers(0, design.n_answers, size=n)
+    u_model = rng.standard_normal(len(design.sizes))
+    rng.standard_normal(n)
+    return u_model, rng.standard_normal(len(design.sizes))
+
+
+GROUPS_GAIN_SEED = 10**9
+"""Added to a test set's seed for the fresh rows of :func:`groups_gain`."""
+
+
+def groups_gain(design: Design, seed: int, per_row: int = 50) -> float:
+    """The gain G that the groups of test set ``seed`` give on unlimited examples of them, in
+    the test set's proportions: ``per_row`` fresh rows per test row of each group
+    (``Generator(PCG64(seed + GROUPS_GAIN_SEED))``), the same group effects
+    (:func:`group_effects`), G by the rule's own metrics.
+
+    It is the true gain for a customer whose future examples come from these same groups (the
+    customers, documents or sessions of the test set, as often as there), read as independent
+    examples; with ``shift = 0`` it averages 0 over test sets, the true gain for new groups.
+
+    >>> g = groups_gain(Design(sizes=(10,) * 20, rho=0.5), 3, per_row=5)
+    >>> -1.0 < g < 1.0
+    True
+    """
+    u_model, u_jev = group_effects(design, seed)
+    rng = np.random.Generator(np.random.PCG64(seed + GROUPS_GAIN_SEED))
+    k = design.n_answers
+    groups = np.repeat(np.arange(len(design.sizes)), per_row * np.asarray(design.sizes))
+    y = rng.integers(0, k, size=len(groups))
+    values = []
+    for mu, u in ((MU + design.shift, u_model), (MU, u_jev)):
+        e = rng.standard_normal(len(groups))
+        z = mu + SIGMA * (math.sqrt(design.rho) * u[groups] + math.sqrt(1.0 - design.rho) * e)
+        values.append(example_values(y.tolist(), _probabilities(y, z, k)))
+    yl = y.tolist()
+    m, j = point_metrics(yl, values[0], k), point_metrics(yl, values[1], k)
+    return gain(m.macro_f1 - j.macro_f1, m.brier_skill - j.brier_skill,
+                m.selective_acc_80 - j.selective_acc_80)
+
+
+@dataclass(frozen=True)
+class UndeclaredRates:
+    """What :func:`judge_decision` said on grouped test sets with and without the group column
+    (counts of ``n_sets``).
+
+    Attributes:
+        n_sets: simulated test sets.
+        beats_undeclared: "beats" with no group column (each example resampled on its own).
+        beats_declared: "beats" on the same rows with their groups declared.
+        undeclared_own_groups_gain: of the ``beats_undeclared``, the sets whose own groups give
+            a positive gain on unlimited examples of them (:func:`groups_gain`): the same rows,
+            read as independent examples of those groups, where the "beats" is right.
+        own_groups_gain: sets whose own groups give a positive gain, of all ``n_sets``.
+    """
+
+    n_sets: int
+    beats_undeclared: int
+    beats_declared: int
+    undeclared_own_groups_gain: int
+    own_groups_gain: int
+
+
+def undeclared_rates(design: Design, *, n_sets: int, base_seed: int,
+                     resamples: int = RESAMPLES, per_row: int = 50) -> UndeclaredRates:
+    """Judge ``n_sets`` grouped test sets (seeds ``base_seed + i``) twice with the product's
+    :func:`judge_decision`, without and with their group column, and read each undeclared
+    "beats" against the gain its own groups give (:func:`groups_gain`).
+
+    >>> r = undeclared_rates(Design(sizes=(10,) * 20, rho=0.5), n_sets=2, base_seed=1,
+    ...                      resamples=200, per_row=2)
+    >>> r.n_sets, r.undeclared_own_groups_gain <= r.beats_undeclared
+    (2, True)
+    """
+    undeclared = declared = right = positive = 0
+    for i in range(n_sets):
+        seed = base_seed + i
+        beats = judge_decision(decision_data(design, seed, declared=False),
+                               resamples=resamples).beats
+        declared += judge_decision(decision_data(design, seed), resamples=resamples).beats
+        own = groups_gain(design, seed, per_row) > 0.0
+        undeclared += beats
+        right += beats and own
+        positive += own
+    return UndeclaredRates(n_sets, undeclared, declared, right, positive)
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,10 @@ PERSISTENCE_SHOWN = (
 PERSISTENCE_UNKNOWN = "Persistence cannot be judged yet: {reason}."
 """Statement 2, in its own words: what the always-valid bound shows (or why it cannot)."""
 PERSISTENCE_STATES = ("shown", "not shown", "unknown")
+ONE_STUDY_REASON = (
+    "one study cannot show an edge that lasts across re-runs (a lead that held through one "
+    "holdout may be a period that ended with it); the bound is read from the second study on")
+"""Why persistence is not judged after a single study (:func:`few_studies_factor`)."""
 
 #: One-sided level of the lineage's confidence sequence.
 CS_ALPHA = 0.05
@@ -280,6 +284,30 @@ def serial_design_effect(residuals: npt.NDArray[np.float64], weights: npt.NDArra
     return float(min(SERIAL_MAX_EFFECT, (1.0 + rho) / (1.0 - rho)))
 
 
+def few_studies_factor(k: int, alpha: float = CS_ALPHA) -> float:
+    """How much wider a pooled variance estimated from ``k`` studies is read:
+    ``(t_{k−1}(1 − α) / z(1 − α))²`` for ``k ≥ 2``; infinite for a single study.
+
+    The between-study variance and the serial agreement are estimated from the ``k`` studies
+    themselves, so the pooled edge's standardised value is Student-t with ``k − 1`` degrees of
+    freedom rather than normal: the Hartung–Knapp–Sidik–Jonkman reading of a random-effects
+    pooling (Hartung & Knapp, *Stat. Med.* 20, 2001; Sidik & Jonkman, *Stat. Med.* 21, 2002),
+    which keeps its level with few studies where DerSimonian–Laird's normal reading does not
+    (IntHout, Ioannidis & Borm, *BMC Med. Res. Methodol.* 14:25, 2014). A single study says
+    nothing of the variance between studies (a regime that lasts one holdout is, in it, an
+    edge), so persistence, an edge that lasts across re-runs, is judged from the second study on.
+
+    >>> few_studies_factor(1), round(few_studies_factor(2), 2), round(few_studies_factor(10), 3)
+    (inf, 14.73, 1.242)
+    >>> round(few_studies_factor(200), 3)
+    1.009
+    """
+    if k < 2:
+        return math.inf
+    q = 1.0 - alpha
+    return float((special.stdtrit(k - 1, q) / special.ndtri(q)) ** 2)
+
+
 def confidence_sequence_path(edges: Sequence[float], standard_errors: Sequence[float],
                              alpha: float = CS_ALPHA) -> tuple[npt.NDArray[np.float64], ...]:
     """After each look ``k = 1..K``: the pooled edge, its SE and the always-valid lower bound
@@ -289,7 +317,10 @@ def confidence_sequence_path(edges: Sequence[float], standard_errors: Sequence[f
     variance of the first ``k`` studies (:func:`between_study_variance`; a random-effects
     pooling): studies that disagree more than their SEs allow widen the bound instead of
     passing for a persistent edge. With agreeing studies ``τ̂² = 0`` and this is the fixed-effect
-    inverse-variance pooling.
+    inverse-variance pooling. The bound reads the pooled variance :func:`few_studies_factor`
+    times wider (Student-t with ``k − 1`` degrees of freedom), so after a single study it is
+    −∞ (no persistence across re-runs can be shown by one); the SE returned is the pooled one,
+    without that factor.
 
     ``ρ`` (the mixture's precision) is ``CS_TARGET_STUDIES`` times the first study's precision
     divided by ``2 ln(1/α) + ln(1 + 2 ln(1/α))`` (Howard et al. 2021, §3.5: the boundary is
@@ -317,7 +348,13 @@ def confidence_sequence_path(edges: Sequence[float], standard_errors: Sequence[f
         w = 1.0 / (se[:k] * se[:k] + tau2)
         est[k - 1] = float((w * d[:k]).sum()) / float(w.sum())
         v[k - 1] = float(w.sum()) / serial_design_effect(d[:k] - est[k - 1], w)
-    return est, 1.0 / np.sqrt(v), est - mixture_boundaries(v, rho, alpha) / v
+    # the bound reads the pooled variance few_studies_factor times wider (Student-t, k − 1 df);
+    # a single study gives no bound (−∞): persistence is judged from the second study on
+    low = np.full(k_all, -np.inf)
+    if k_all > 1:
+        vb = v[1:] / np.array([few_studies_factor(k, alpha) for k in range(2, k_all + 1)])
+        low[1:] = est[1:] - mixture_boundaries(vb, rho, alpha) / vb
+    return est, 1.0 / np.sqrt(v), low
 
 
 def confidence_sequence_lower(edges: Sequence[float], standard_errors: Sequence[float],
@@ -367,6 +404,8 @@ def summarize(entries: Sequence[LineageEntry]) -> LineageSummary:
                       "(winner and baseline scored alike at every step), so no edge can be pooled")
         else:
             pooled, pooled_se, lower = confidence_sequence_lower([d for d, _ in edges], ses)
+            if k == 1:
+                lower, reason = None, ONE_STUDY_REASON
         return _with_statements(LineageSummary(
             k=k,
             scale=SCALE_EDGE,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -114,9 +114,13 @@ class Process:
     duration: float = 60.0
     tags: tuple[str, ...] = field(default=())
 
-    def draw(self, rng: np.random.Generator, t: int, n: int, *, shared: bool = True) -> FloatArray:
+    def draw(self, rng: np.random.Generator, t: int, n: int, *, shared: bool = True,
+             paths: list[FloatArray] | None = None) -> FloatArray:
         """A ``t × n`` block of this noise: ``n`` candidates of one search (``shared``: one regime
         path, one factor for all), or ``n`` independent series (``shared=False``).
+
+        ``paths``: for ``"regimes"``, the ``t × 1`` shared regime path (``t × n`` independent
+        ones) is appended to it; the draws are the same with or without it.
 
         >>> PROCESSES["mixture"].draw(np.random.default_rng(0), 50, 3).shape
         (50, 3)
@@ -133,6 +137,8 @@ class Process:
             return garch_block(rng, t, n)
         if self.kind == "regimes":
             path = regime_path(rng, t, self.duration, 1 if shared else n)
+            if paths is not None:
+                paths.append(path)
             edges = self.amplitude * rng.standard_normal(n)
             return np.asarray(path * edges[None, :] + ar_block(rng, t, n, self.phi),
                               dtype=np.float64)
@@ -164,6 +170,54 @@ PROCESSES: dict[str, Process] = {p.name: p for p in (
     Process("uneven: 10% AR(0.95)", kind="hetero", phi=0.95, weight=0.1),
     Process("mixture 20% AR(0.98)", kind="mixture", phi=0.98, weight=0.2),
 )}
+
+
+def never_switching(process: Process) -> Process:
+    """The twin of a ``"regimes"`` process whose regime never switches: each candidate's edge
+    is a constant ``amplitude·N(0, 1)`` per-step SDs for all time.
+
+    A window of ``process`` in which the regime did not switch is drawn from exactly this
+    distribution (the state's sign times a symmetric normal edge is the same normal edge), so
+    any test says "yes" on such windows exactly as often as on the twin, where the candidates
+    really differ for good and a "yes" is right.
+
+    >>> twin = never_switching(PROCESSES["regimes"])
+    >>> seen: list[FloatArray] = []
+    >>> _ = twin.draw(np.random.default_rng(0), 500, 3, paths=seen)
+    >>> twin.name, switch_count(seen)
+    ('regimes, never switching', 0)
+    """
+    if process.kind != "regimes":
+        raise ValueError(f"expected a regimes process, got kind {process.kind!r}. Pass one of "
+                         "the battery's regime processes, such as PROCESSES['regimes'].")
+    return replace(process, name=f"{process.name}, never switching", duration=math.inf)
+
+
+def switch_count(paths: Sequence[FloatArray], start: int = 0) -> int:
+    """Regime switches in ``paths`` (as :meth:`Process.draw` appends them) from step ``start``
+    on (0 when there is no path: a process without regimes).
+
+    >>> switch_count([np.array([[1.0], [1.0], [-1.0], [1.0]])]), switch_count([])
+    (2, 0)
+    >>> switch_count([np.array([[1.0], [-1.0], [-1.0], [1.0]])], start=1)
+    1
+    """
+    return sum(int(np.count_nonzero(np.diff(p[start:], axis=0))) for p in paths)
+
+
+def by_switches(outcomes: Sequence[tuple[int, bool]]) -> dict[str, tuple[int, int]]:
+    """Hits and trials of ``outcomes`` (switches, yes) by the regime switches seen: ``"0"``,
+    ``"1"`` and ``"2+"``.
+
+    >>> by_switches([(0, True), (0, False), (1, False), (3, True)])
+    {'0': (1, 2), '1': (0, 1), '2+': (1, 1)}
+    """
+    out = {"0": (0, 0), "1": (0, 0), "2+": (0, 0)}
+    for k, yes in outcomes:
+        key = "0" if k == 0 else "1" if k == 1 else "2+"
+        hits, trials = out[key]
+        out[key] = (hits + yes, trials + 1)
+    return out
 
 
 def clopper_pearson(hits: int, trials: int, level: float = 0.95) -> tuple[float, float]:
@@ -215,11 +269,13 @@ class Rate:
 
 
 def spa_rate(process: Process, n: int, t: int, sims: int, seed: int, *, edge: float = 0.0,
-             reps: int = 299) -> Rate:
+             reps: int = 299, outcomes: list[tuple[int, bool]] | None = None) -> Rate:
     """How often the leaderboard says "Beats luck at 5%" on a search of ``n`` candidates.
 
     Scores ``0.5 + 0.1·noise``; candidate 0 gets ``edge`` per-step SDs more (0: a null search).
     The benchmark is the candidates' mean (upper p-value), as when the defaults did not run.
+    ``outcomes``: each search's (regime switches in its window, "yes") is appended to it
+    (switches 0 for a process without regimes); the searches are the same with or without it.
 
     >>> spa_rate(PROCESSES["white"], 4, 60, 3, seed=1, reps=99).trials
     3
@@ -230,11 +286,14 @@ def spa_rate(process: Process, n: int, t: int, sims: int, seed: int, *, edge: fl
     hits = 0
     ids = [str(j) for j in range(n)]
     for i in range(sims):
-        m = 0.5 + 0.1 * process.draw(rng, t, n)
+        seen: list[FloatArray] = []
+        m = 0.5 + 0.1 * process.draw(rng, t, n, paths=seen)
         m[:, 0] += 0.1 * edge
         res = joint_inference(m, ids, m.mean(axis=1), benchmark_label="mean", seed=seed + i,
                               reps=reps, pvalue_type="upper")
         hits += bool(res.beats_luck)
+        if outcomes is not None:
+            outcomes.append((switch_count(seen), bool(res.beats_luck)))
     return Rate("Beats luck at 5%", process.name, n, t, hits, sims, seed, edge)
 
 
@@ -272,7 +331,7 @@ def search_evidence(search: FloatArray) -> tuple[Dependence, Stability | None]:
 
 
 def gate_rate(process: Process, holdout: int, sims: int, seed: int, *, n: int = 20, t: int = 120,
-              edge: float = 0.0) -> Rate:
+              edge: float = 0.0, outcomes: list[tuple[int, bool]] | None = None) -> Rate:
     """How often the promotion gate promotes the winner of a search (``n`` × ``t`` eval steps).
 
     The winner is the best Adjusted (``search_stats``); after a 1-step embargo, its holdout
@@ -281,6 +340,9 @@ def gate_rate(process: Process, holdout: int, sims: int, seed: int, *, n: int = 
     with ``edge`` > 0 every candidate is ``edge`` per-step SDs better (power). The gate is
     ``promote.gate_decision`` with the measured span (``decorrelation_span`` − 1 steps left
     out), the search's dependence and the leaders' stability, as ``promote.evaluation_gate``.
+    ``outcomes``: each replication's (regime switches from the search's last step to the
+    holdout's end, promoted) is appended to it; the replications are the same with or without
+    it.
 
     >>> gate_rate(PROCESSES["white"], 20, 3, seed=1, n=4, t=60).trials
     3
@@ -294,7 +356,8 @@ def gate_rate(process: Process, holdout: int, sims: int, seed: int, *, n: int = 
     total = t + 1 + holdout
     keys = [f"{s:05d}" for s in range(total)]
     for _ in range(sims):
-        noise = process.draw(rng, total, n + 1)  # column n: the active version
+        seen: list[FloatArray] = []
+        noise = process.draw(rng, total, n + 1, paths=seen)  # column n: the active version
         scores = 0.5 + 0.1 * noise
         scores[:, :n] += 0.1 * edge
         search = scores[:t, :n]
@@ -306,13 +369,18 @@ def gate_rate(process: Process, holdout: int, sims: int, seed: int, *, n: int = 
         hold = slice(t + 1, total)
         won = dict(zip(keys[hold], scores[hold, w].tolist(), strict=True))
         act = dict(zip(keys[hold], scores[hold, n].tolist(), strict=True))
-        hits += gate_decision(won, act, skip=min(skip, holdout - 2), dependence=dep,
-                              stability=stable).passed
+        passed = gate_decision(won, act, skip=min(skip, holdout - 2), dependence=dep,
+                               stability=stable).passed
+        hits += passed
+        if outcomes is not None:
+            outcomes.append((switch_count(seen, start=t - 1), passed))
     return Rate("gate promotes", process.name, n, holdout, hits, sims, seed, edge)
 
 
 def lineage_rate(process: Process, holdout: int, looks: int, sims: int, seed: int, *,
-                 edge: float = 0.0, search: tuple[int, int] | None = (20, 120)) -> Rate:
+                 edge: float = 0.0, search: tuple[int, int] | None = (20, 120),
+                 outcomes: list[tuple[int, bool]] | None = None,
+                 first_looks: list[int] | None = None) -> Rate:
     """How often the lineage panel says a winner persists (no warning) at some look.
 
     One continuing series of per-step differences winner − baseline (``0.1·noise``, plus
@@ -320,7 +388,10 @@ def lineage_rate(process: Process, holdout: int, looks: int, sims: int, seed: in
     each study's edge is its holdout mean and its SE the one the runner stores
     (``inference.holdout_standard_error`` with the dependence its search measured: a fresh
     ``search`` = (candidates, steps) block of the same process per study; ``None``: no search
-    to carry from).
+    to carry from). ``outcomes``: each replication's (regime switches up to the end of the
+    first look that said "persists", or of the last look, persists) is appended to it;
+    ``first_looks``: for each "persists", the first look (1-based) that said it. The
+    replications are the same with or without them.
 
     >>> lineage_rate(PROCESSES["white"], 20, 5, 3, seed=1, search=(4, 60)).trials
     3
@@ -331,7 +402,8 @@ def lineage_rate(process: Process, holdout: int, looks: int, sims: int, seed: in
     rng = np.random.default_rng(seed)
     hits = 0
     for _ in range(sims):
-        d = 0.1 * (process.draw(rng, holdout * looks, 1, shared=False)[:, 0] + edge)
+        seen: list[FloatArray] = []
+        d = 0.1 * (process.draw(rng, holdout * looks, 1, shared=False, paths=seen)[:, 0] + edge)
         blocks = d.reshape(looks, holdout)
         edges = blocks.mean(axis=1).tolist()
         ses = []
@@ -341,7 +413,13 @@ def lineage_rate(process: Process, holdout: int, looks: int, sims: int, seed: in
                 dep, _ = search_evidence(process.draw(rng, search[1], search[0]))
             ses.append(holdout_standard_error(b, dependence=dep))
         _, _, low = confidence_sequence_path(edges, ses)
-        hits += bool(np.any(low > 0.0))
+        said = np.flatnonzero(low > 0.0)
+        hits += bool(said.size)
+        end = (int(said[0]) + 1 if said.size else looks) * holdout
+        if outcomes is not None:
+            outcomes.append((switch_count([p[:end] for p in seen]), bool(said.size)))
+        if first_looks is not None and said.size:
+            first_looks.append(int(said[0]) + 1)
     return Rate(f"lineage persists ({looks} looks)", process.name, 1, holdout, hits, sims, seed,
                 edge)
 
