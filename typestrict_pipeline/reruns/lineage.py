@@ -348,8 +348,6 @@ def confidence_sequence_path(edges: Sequence[float], standard_errors: Sequence[f
         w = 1.0 / (se[:k] * se[:k] + tau2)
         est[k - 1] = float((w * d[:k]).sum()) / float(w.sum())
         v[k - 1] = float(w.sum()) / serial_design_effect(d[:k] - est[k - 1], w)
-    # the bound reads the pooled variance few_studies_factor times wider (Student-t, k − 1 df);
-    # a single study gives no bound (−∞): persistence is judged from the second study on
     low = np.full(k_all, -np.inf)
     if k_all > 1:
         vb = v[1:] / np.array([few_studies_factor(k, alpha) for k in range(2, k_all + 1)])
@@ -404,7 +402,7 @@ def summarize(entries: Sequence[LineageEntry]) -> LineageSummary:
                       "(winner and baseline scored alike at every step), so no edge can be pooled")
         else:
             pooled, pooled_se, lower = confidence_sequence_lower([d for d, _ in edges], ses)
-            if k == 1:
+            if lower == -math.inf:  # a single study: no bound (few_studies_factor)
                 lower, reason = None, ONE_STUDY_REASON
         return _with_statements(LineageSummary(
             k=k,
