@@ -11,8 +11,8 @@ its point rate is above 8% at ≥ 400 replications (marked ``FAIL``). Not part o
 
     nice -n 10 .venv/bin/python -m bench.calibration_battery --part nw --sims 400
 
-Parts: ``nw``, ``spa``, ``gate``, ``lineage``, ``power``, ``twins``; ``--quick`` runs a few
-cells of each. The tables in ``docs/method/studies.md`` §3.4 come from this script.
+Parts: ``nw``, ``spa``, ``gate``, ``lineage``, ``power``, ``twins``, ``rows``; ``--quick`` runs
+a few cells of each. The tables in ``docs/method/studies.md`` §3.4 come from this script.
 
 ``twins`` splits the regime cells that stay above 7% by the regime switches their window saw
 (the joint test: the search window; the gate: from the search's last step to the holdout's
@@ -22,6 +22,12 @@ drawn from exactly the twin's distribution, so the twin's rate is what any test 
 power says on such windows. ``floor`` = share of windows without a switch × the twin's rate
 (for the gate the twin's search never switches either, so its rate is an upper reading; the
 last column, the "yes" said in windows without a switch, is the gate's own reading).
+
+``rows`` re-runs the rows of issue #27's table, each cell pooled over three seeds (the battery's
+seed for the cell, then 1 and 2: ``--sims`` × 3 replications), and marks whether it meets the
+issue's bar: a point rate ≤ 7% and the upper end of its 95% interval ≤ 8.5% (``meets``), else
+``open``. The refund's rows have their own sweeps (``bench.sweep_refund_cluster_calibration``,
+``bench.sweep_refund_undeclared``).
 """
 
 from __future__ import annotations
@@ -43,7 +49,9 @@ from typestrict_pipeline.study.battery import (
     spa_rate,
 )
 
-PARTS = ("nw", "spa", "gate", "lineage", "power", "twins")
+PARTS = ("nw", "spa", "gate", "lineage", "power", "twins", "rows")
+#: Seeds a ``rows`` cell pools after its battery seed.
+ROW_SEEDS = (1, 2)
 SIZE_PROCESSES = ("white", "AR(0.6)", "AR(0.9)", "mixture", "mixture 20% AR(0.98)", "regimes",
                   "regimes, AR(0.5)", "regimes, 120 steps", "heavy AR(0.5)", "GARCH",
                   "factor AR(0.9)",
@@ -116,6 +124,41 @@ def twins(sims: int, quick: bool) -> Iterator[str]:
         yield _split_row(r, seen, gate_rate(twin, h, sims, 4500 + h))
 
 
+def _row_cells(quick: bool) -> Iterator[tuple[Callable[..., Rate], int]]:
+    """Issue #27's table as (cell of a seed, battery seed) pairs, in the table's order."""
+    ns, ts = ((4,), (120,)) if quick else ((4, 16, 64), (120, 480, 1000))
+    for name in ("regimes", "mixture"):
+        for n in ns:
+            for t in ts:
+                yield partial(spa_rate, PROCESSES[name], n, t, reps=299), 1000 + n + t
+    for name, t in ((("mixture", 60), ("regimes", 60)) if quick else
+                    (("mixture", 60), ("mixture", 120), ("mixture", 1000), ("AR(0.9)", 60),
+                     ("regimes", 60), ("regimes", 120), ("regimes", 1000))):
+        yield partial(newey_west_rate, PROCESSES[name], t), 3000 + t
+    for name, h in ((("regimes", 60),) if quick else
+                    (("mixture", 60), ("mixture", 120), ("regimes", 20), ("regimes", 60),
+                     ("regimes", 120), ("AR(0.9)", 60), ("AR(0.6)", 20))):
+        yield partial(gate_rate, PROCESSES[name], h), 4000 + h
+    for name, h in ((("regimes", 60),) if quick else
+                    (("AR(0.6)", 20), ("AR(0.9)", 60), ("regimes", 60), ("regimes", 120),
+                     ("mixture", 60))):
+        for looks in ((10,) if quick else (10, 50)):
+            yield partial(lineage_rate, PROCESSES[name], h, looks), 5000 + looks
+
+
+def pooled_row(cell: Callable[..., Rate], seed: int, sims: int) -> str:
+    """One ``rows`` line: ``cell`` at ``seed`` and at :data:`ROW_SEEDS`, pooled, with the bar."""
+    rates = [cell(sims=sims, seed=s) for s in (seed, *ROW_SEEDS)]
+    hits, trials = sum(r.hits for r in rates), sum(r.trials for r in rates)
+    lo, hi = clopper_pearson(hits, trials)
+    r = rates[0]
+    bar = "meets" if hits / trials <= 0.07 and hi <= 0.085 else "open"
+    each = " / ".join(f"{x.hits}" for x in rates)
+    seeds = " / ".join(str(s) for s in (seed, *ROW_SEEDS))
+    return (f"| {r.claim} | {r.process} | {r.n} | {r.t} | {hits / trials:.3f} | {lo:.3f}–{hi:.3f} "
+            f"| {trials} | {each} of {r.trials} at seeds {seeds} | {bar} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the battery's tables (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -128,6 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     started = time.process_time()
     for part in args.part or list(PARTS):
         print(f"\n# {part} ({args.sims} replications a cell)\n")
+        if part == "rows":
+            print("| claim | process | N | T or H | rate | 95% interval | replications | hits by "
+                  "seed | issue #27's bar |")
+            print("|---|---|---:|---:|---:|---|---:|---|---|")
+            for cell, seed in _row_cells(args.quick):
+                print(pooled_row(cell, seed, args.sims), flush=True)
+            continue
         if part == "twins":
             print("| claim | process | N | T or H | rate (replications, seed) | by regime switches "
                   "in the window | never-switching twin | floor | said in windows without a "
