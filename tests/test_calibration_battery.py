@@ -92,8 +92,8 @@ def test_beats_luck_power_under_ar09() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(("process", "holdout", "seed"), [
     ("mixture", 60, 2721),
-    ("AR(0.9)", 60, 2722),  # issue #27's row: 11.9% before the span was skipped
-    ("AR(0.6)", 20, 2722),  # issue #27's row: 9.8%
+    ("AR(0.9)", 60, 2722),  # issue #27's row: 11.9% when it was filed
+    ("AR(0.6)", 20, 2722),  # issue #27's row: 9.8% when it was filed
 ])
 def test_gate_promotes_a_null_winner_rarely(process: str, holdout: int, seed: int) -> None:
     _check(gate_rate(PROCESSES[process], holdout, REPLICATIONS, seed, n=8))
@@ -111,7 +111,7 @@ def test_gate_promotes_a_real_winner_often() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(("process", "seed"), [
     ("AR(0.9)", 2731),
-    ("regimes", 2732),  # issue #27's row: 16% after 10 looks before the lineage's corrections
+    ("regimes", 2732),  # issue #27's row: 16% after 10 looks when it was filed
 ])
 def test_lineage_persists_rarely_over_ten_looks(process: str, seed: int) -> None:
     _check(lineage_rate(PROCESSES[process], 60, 10, REPLICATIONS, seed, search=(8, 120)))
