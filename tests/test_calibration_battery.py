@@ -12,8 +12,11 @@ tables are in ``docs/method/studies.md`` §3.4.
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
+from bench.calibration_battery import pooled_row
 from typestrict_pipeline.study.battery import (
     PROCESSES,
     Rate,
@@ -124,3 +127,20 @@ def test_lineage_shows_a_real_edge(process: str, least: float) -> None:
     r = lineage_rate(PROCESSES[process], 60, 10, 200, 2724, edge=0.3, search=(8, 120))
     print(f"power {r.rate:.3f} of {r.trials}")
     assert r.rate >= least
+
+
+@pytest.mark.slow
+def test_rows_part_pools_three_seeds_and_marks_the_bar() -> None:
+    # The bench's `rows` part, which docs/method/studies.md quotes for issue #27's table: three
+    # seeds pooled, and "open" for a cell known to be over the bar (the joint test under 60-step
+    # regimes at T = 120: 0.178 of 1,200), "meets" for one known to be under it.
+    cells = {
+        "open": pooled_row(partial(spa_rate, PROCESSES["regimes"], 4, 120, reps=99), 1124, 40),
+        "meets": pooled_row(partial(newey_west_rate, PROCESSES["white"], 60), 3060, 40),
+    }
+    for expected, row in cells.items():
+        fields = [f.strip() for f in row.strip().strip("|").split("|")]
+        assert fields[6] == "120", row
+        assert fields[7].endswith("of 40 at seeds " + ("1124" if expected == "open" else "3060")
+                                  + " / 1 / 2"), row
+        assert fields[8] == expected, row
