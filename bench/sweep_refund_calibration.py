@@ -11,10 +11,10 @@ Run: ``.venv/bin/python -m bench.sweep_refund_calibration --sets 400``
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
+from bench.sweeps import sweep_arguments, sweep_parser
 from typestrict_pipeline.refund.calibration import (
     Design,
     binomial_interval,
@@ -42,13 +42,9 @@ def _settings(power: bool) -> list[tuple[str, Design]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sets", type=int, default=200, help="simulated test sets per setting")
+    parser = sweep_parser(__doc__, sets=200)
     parser.add_argument("--no-power", action="store_true", help="only the true-G = 0 settings")
-    parser.add_argument("--only", default="", help="only the settings whose label contains this")
-    args = parser.parse_args(argv)
-    if not 1 <= args.sets <= 100_000:
-        parser.error(f"--sets: expected 1 to 100000, got {args.sets}")
+    args = sweep_arguments(parser, argv)
     print(f"{args.sets} simulated test sets of {N} examples per setting, B = 2,000; "
           "base seeds 1000, 2000, ... (one per setting)")
     print("| setting | mean group size | declared, group bootstrap (95% MC interval) | "

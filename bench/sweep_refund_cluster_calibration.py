@@ -16,10 +16,10 @@ Run: ``.venv/bin/python -m bench.sweep_refund_cluster_calibration --sets 400``
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
+from bench.sweeps import sweep_arguments, sweep_parser
 from typestrict_pipeline.refund.calibration import (
     Design,
     binomial_interval,
@@ -62,12 +62,7 @@ def _rate(hits: int, n: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--sets", type=int, default=400, help="simulated test sets per setting")
-    parser.add_argument("--only", default="", help="only the settings whose label contains this")
-    args = parser.parse_args(argv)
-    if not 1 <= args.sets <= 100_000:
-        parser.error(f"--sets: expected 1 to 100000, got {args.sets}")
+    args = sweep_arguments(sweep_parser(__doc__, sets=400), argv)
     print(f"{args.sets} simulated test sets per setting, judged by judge_decision (B = 2,000); "
           "base seeds 5,000,000 + 100,000 x setting")
     print("| setting | G_eff | 'beats' with the group check (95% MC) | "
