@@ -143,8 +143,13 @@ def simulate(design: Design, seed: int) -> Simulated:
 Probs = list[tuple[float, ...]]
 
 
-def _draw(design: Design, seed: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[Probs, Probs]]:
-    """One test set's right answers, groups and both systems' probabilities (module doc)."""
+Latents = tuple[npt.NDArray[np.int64], npt.NDArray[np.intp], list[tuple[FloatArray, FloatArray]]]
+
+
+def _latents(design: Design, seed: int) -> Latents:
+    """One test set's draws from ``Generator(PCG64(seed))``, in the stream's order: the right
+    answers, then per system (model, Jev) the group effects ``u`` and the row noise ``e``
+    (module doc). Returns ``(y, groups, [(u_model, e_model), (u_jev, e_jev)])``."""
     if not 0.0 <= design.rho < 1.0:
         raise ValueError(f"expected 0 <= rho < 1, got {design.rho}")
     rng = np.random.Generator(np.random.PCG64(seed))
@@ -152,11 +157,19 @@ def _draw(design: Design, seed: int) -> tuple[tuple[int, ...], tuple[int, ...], 
     groups = np.repeat(np.arange(len(sizes)), sizes)
     n = int(sizes.sum())
     y = rng.integers(0, design.n_answers, size=n)
+    effects = []
+    for _ in range(2):
+        u = rng.standard_normal(len(sizes))
+        effects.append((u, rng.standard_normal(n)))
+    return y, groups, effects
+
+
+def _draw(design: Design, seed: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[Probs, Probs]]:
+    """One test set's right answers, groups and both systems' probabilities (module doc)."""
+    y, groups, effects = _latents(design, seed)
     probs = []
-    for mu in (MU + design.shift, MU):
-        u = rng.standard_normal(len(sizes))[groups]
-        e = rng.standard_normal(n)
-        z = mu + SIGMA * (math.sqrt(design.rho) * u + math.sqrt(1.0 - design.rho) * e)
+    for mu, (u, e) in zip((MU + design.shift, MU), effects, strict=True):
+        z = mu + SIGMA * (math.sqrt(design.rho) * u[groups] + math.sqrt(1.0 - design.rho) * e)
         probs.append(_probabilities(y, z, design.n_answers))
     return tuple(y.tolist()), tuple(groups.tolist()), (probs[0], probs[1])
 
@@ -240,20 +253,16 @@ def verdict_rates(
 
 
 def group_effects(design: Design, seed: int) -> tuple[FloatArray, FloatArray]:
-    """The per-group latent effects ``u`` (model, Jev) that test set ``seed`` was drawn with:
-    :func:`_draw`'s stream replayed call for call.
+    """The per-group latent effects ``u`` (model, Jev) that test set ``seed`` was drawn with
+    (the draws :func:`simulate` and :func:`decision_data` use).
 
     >>> d = Design(sizes=(3, 2), rho=0.5)
     >>> u_model, u_jev = group_effects(d, 7)
     >>> u_model.shape, bool((u_model != u_jev).all())
     ((2,), True)
     """
-    rng = np.random.Generator(np.random.PCG64(seed))
-    n = sum(design.sizes)
-    rng.integers(0, design.n_answers, size=n)
-    u_model = rng.standard_normal(len(design.sizes))
-    rng.standard_normal(n)
-    return u_model, rng.standard_normal(len(design.sizes))
+    _, _, ((u_model, _), (u_jev, _)) = _latents(design, seed)
+    return u_model, u_jev
 
 
 GROUPS_GAIN_SEED = 10**9
