@@ -11,8 +11,8 @@ its point rate is above 8% at ≥ 400 replications (marked ``FAIL``). Not part o
 
     nice -n 10 .venv/bin/python -m bench.calibration_battery --part nw --sims 400
 
-Parts: ``nw``, ``spa``, ``gate``, ``lineage``, ``power``, ``twins``, ``rows``; ``--quick`` runs
-a few cells of each. The tables in ``docs/method/studies.md`` §3.4 come from this script.
+Parts: ``nw``, ``spa``, ``gate``, ``lineage``, ``power``, ``twins``, ``rows``, ``memory``;
+``--quick`` runs a few cells of each. The tables in ``docs/method/studies.md`` §3.4 come from this script.
 
 ``twins`` splits the regime cells that stay above 7% by the regime switches their window saw
 (the joint test: the search window; the gate: from the search's last step to the holdout's
@@ -28,6 +28,12 @@ seed for the cell, then 1 and 2: ``--sims`` × 3 replications), and marks whethe
 issue's bar: a point rate ≤ 7% and the upper end of its 95% interval ≤ 8.5% (``meets``), else
 ``open``. The refund's rows have their own sweeps (``bench.sweep_refund_cluster_calibration``,
 ``bench.sweep_refund_undeclared``).
+
+``memory`` runs the four claims on long memory (``battery.fractional_block``, ARFIMA(0, d, 0)
+at d = 0.2 and 0.3), a class the product's estimators are not built for: every long-run
+variance they compute (Bartlett, the cosine band, the AR(1) floor, the spectral fit) assumes
+the autocovariances are summable. Its rates are reported, not held to the bar
+(docs/method/studies.md §3.4, "Long memory").
 """
 
 from __future__ import annotations
@@ -49,7 +55,9 @@ from typestrict_pipeline.study.battery import (
     spa_rate,
 )
 
-PARTS = ("nw", "spa", "gate", "lineage", "power", "twins", "rows")
+PARTS = ("nw", "spa", "gate", "lineage", "power", "twins", "rows", "memory")
+#: The ``memory`` part's processes.
+MEMORY_PROCESSES = ("long memory d=0.2", "long memory d=0.3")
 #: Seeds a ``rows`` cell pools after its battery seed.
 ROW_SEEDS = (1, 2)
 SIZE_PROCESSES = ("white", "AR(0.6)", "AR(0.9)", "mixture", "mixture 20% AR(0.98)", "regimes",
@@ -90,6 +98,22 @@ def _cells(part: str, sims: int, quick: bool) -> Iterator[Callable[[], Rate]]:
                           edge=2.49 / 120 ** 0.5)
             yield partial(gate_rate, PROCESSES[name], 60, sims, 4060, edge=0.5)
             yield partial(lineage_rate, PROCESSES[name], 60, 10, sims, 5010, edge=0.3)
+    elif part == "memory":
+        yield from _memory_cells(sims, quick)
+
+
+def _memory_cells(sims: int, quick: bool) -> Iterator[Callable[[], Rate]]:
+    """The ``memory`` part: each claim on long memory, at the battery's seeds for the cell."""
+    for name in MEMORY_PROCESSES[1:] if quick else MEMORY_PROCESSES:
+        process = PROCESSES[name]
+        for t in ((120,) if quick else (60, 120, 480, 1000)):
+            yield partial(newey_west_rate, process, t, sims, 3000 + t)
+        for n, t in (((4, 120),) if quick else ((4, 120), (64, 120), (4, 480), (64, 480))):
+            yield partial(spa_rate, process, n, t, sims, 1000 + n + t, reps=299)
+        for h in ((60,) if quick else (20, 60, 120)):
+            yield partial(gate_rate, process, h, sims, 4000 + h)
+        for h, looks in (((60, 10),) if quick else ((60, 10), (20, 50))):
+            yield partial(lineage_rate, process, h, looks, sims, 5000 + looks)
 
 
 def _split_row(r: Rate, outcomes: list[tuple[int, bool]], twin: Rate) -> str:

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 from functools import partial
 
+import numpy as np
 import pytest
 
 from bench.calibration_battery import pooled_row
 from typestrict_pipeline.study.battery import (
     PROCESSES,
     Rate,
+    fractional_block,
     gate_rate,
     lineage_rate,
     newey_west_rate,
@@ -144,3 +146,17 @@ def test_rows_part_pools_three_seeds_and_marks_the_bar() -> None:
         assert fields[7].endswith("of 40 at seeds " + ("1124" if expected == "open" else "3060")
                                   + " / 1 / 2"), row
         assert fields[8] == expected, row
+
+
+@pytest.mark.parametrize("d", [0.2, 0.3])
+def test_long_memory_process_has_the_mean_variance_of_long_memory(d: float) -> None:
+    # The bench's `memory` part (docs/method/studies.md §3.4, "Long memory") reads the product's
+    # rates on ARFIMA(0, d, 0): that is only what it says if the variance of a T-step mean falls
+    # like T^(2d−1) (Beran 1994, §1.3), not like 1/T as for any short-memory process. From 25 to
+    # 400 steps (16×): 16^(2d−1) = 0.19 (d 0.2) and 0.33 (d 0.3), against 1/16 = 0.06.
+    x = fractional_block(np.random.default_rng(27), 400, 600, d)
+    short, long = float(x[:25].mean(axis=0).var()), float(x.mean(axis=0).var())
+    assert abs(float(x.std()) - 1.0) < 0.1
+    assert 0.7 * 16 ** (2 * d - 1) < long / short < 1.4 * 16 ** (2 * d - 1), (d, long / short)
+    with pytest.raises(ValueError, match="expected a memory parameter d in"):
+        fractional_block(np.random.default_rng(0), 10, 1, 0.5)

@@ -76,6 +76,34 @@ def garch_block(rng: np.random.Generator, t: int, n: int, alpha: float = 0.1,
     return np.asarray(out[BURN:], dtype=np.float64)
 
 
+#: Lags of the truncated MA(∞) filter of :func:`fractional_block`.
+MEMORY_LAGS = 4096
+
+
+def fractional_block(rng: np.random.Generator, t: int, n: int, d: float) -> FloatArray:
+    """``n`` unit-variance fractionally integrated series ARFIMA(0, ``d``, 0) of length ``t``:
+    long memory, autocorrelation decaying like ``k^(2d−1)`` (Granger & Joyeux 1980; Hosking
+    1981), so the variance of a ``T``-step mean falls like ``T^(2d−1)``, not ``1/T``.
+
+    Drawn as white noise through the MA(∞) weights ``ψ_k = Γ(k+d)/(Γ(k+1)Γ(d))`` truncated at
+    ``MEMORY_LAGS`` lags (rescaled to unit variance), by FFT convolution.
+
+    >>> x = fractional_block(np.random.default_rng(0), 20_000, 1, 0.3)
+    >>> round(float(x.std()), 1), round(float(np.corrcoef(x[1:, 0], x[:-1, 0])[0, 1]), 1)
+    (1.0, 0.4)
+    """
+    if not 0.0 < d < 0.5:
+        raise ValueError(f"expected a memory parameter d in (0, 0.5), got {d}. Use, e.g., 0.3.")
+    k = np.arange(MEMORY_LAGS, dtype=np.float64)
+    from scipy.special import gammaln
+
+    psi = np.exp(gammaln(k + d) - gammaln(k + 1.0) - gammaln(d))
+    psi /= math.sqrt(float((psi * psi).sum()))
+    e = rng.standard_normal((t + MEMORY_LAGS, n))
+    x = signal.fftconvolve(e, psi[:, None], mode="full", axes=0)
+    return np.asarray(x[MEMORY_LAGS:MEMORY_LAGS + t], dtype=np.float64)
+
+
 def regime_path(rng: np.random.Generator, t: int, duration: float, n: int = 1) -> FloatArray:
     """``t × n`` two-state Markov regime paths in {−1, +1} (mean duration ``duration`` steps,
     symmetric), independent across columns.
@@ -102,8 +130,9 @@ class Process:
             plus white noise), ``"factor"`` (a shared AR(``phi``) factor with loadings of
             ``±√weight`` per series, plus white noise: persistent noise that does not cancel in
             differences), ``"hetero"`` (a ``weight`` share of the series AR(``phi``), the rest
-            white: uneven persistence).
-        weight, amplitude, duration: see ``kind``.
+            white: uneven persistence), ``"fractional"`` (long memory: ARFIMA(0, ``memory``, 0),
+            :func:`fractional_block`).
+        weight, amplitude, duration, memory: see ``kind``.
     """
 
     name: str
@@ -112,6 +141,7 @@ class Process:
     weight: float = 0.1
     amplitude: float = 0.3
     duration: float = 60.0
+    memory: float = 0.3
     tags: tuple[str, ...] = field(default=())
 
     def draw(self, rng: np.random.Generator, t: int, n: int, *, shared: bool = True,
@@ -152,8 +182,10 @@ class Process:
             cols = rng.choice(n, size=k, replace=False)
             out[:, cols] = ar_block(rng, t, k, self.phi)
             return out
+        if self.kind == "fractional":
+            return fractional_block(rng, t, n, self.memory)
         raise ValueError(f"expected a known process kind, got {self.kind!r}. Use one of "
-                         "ar, heavy, mixture, garch, regimes, factor, hetero.")
+                         "ar, heavy, mixture, garch, regimes, factor, hetero, fractional.")
 
 
 PROCESSES: dict[str, Process] = {p.name: p for p in (
@@ -169,6 +201,8 @@ PROCESSES: dict[str, Process] = {p.name: p for p in (
     Process("factor AR(0.9)", kind="factor", phi=0.9, weight=0.5),
     Process("uneven: 10% AR(0.95)", kind="hetero", phi=0.95, weight=0.1),
     Process("mixture 20% AR(0.98)", kind="mixture", phi=0.98, weight=0.2),
+    Process("long memory d=0.2", kind="fractional", memory=0.2),
+    Process("long memory d=0.3", kind="fractional", memory=0.3),
 )}
 
 
