@@ -30,10 +30,10 @@ issue's bar: a point rate ≤ 7% and the upper end of its 95% interval ≤ 8.5% 
 ``bench.sweep_refund_undeclared``).
 
 ``memory`` runs the four claims on long memory (``battery.fractional_block``, ARFIMA(0, d, 0)
-at d = 0.2 and 0.3), a class the product's estimators are not built for: every long-run
-variance they compute (Bartlett, the cosine band, the AR(1) floor, the spectral fit) assumes
-the autocovariances are summable. Its rates are reported, not held to the bar
-(docs/method/studies.md §3.4, "Long memory").
+at d = 0.2 and 0.3), whose autocovariances are not summable: only a pooled spectrum reads it
+(``dependence.memory_fit``); a single series' estimates still read it as short memory. Its
+rates are reported beside issue #27's bar, not held to it (docs/method/studies.md §3.4,
+"Round 12").
 """
 
 from __future__ import annotations

@@ -38,7 +38,12 @@ practice", *JBES* 36(4), 2018, the equal-weighted cosine estimator):
   written with ``r̂``), the Bartlett bandwidth ``1.1447·(α(1)·T)^{1/3}`` (Andrews 1991) with
   ``α(1) = ((r̂² − 1)/(2r̂))²``, and the time the dependence takes to fall below 0.05,
   ``⌈ln 0.05 / ln φ⌉``; and the band itself gives a time scale ``T/q̂``, the length over which
-  the spectrum was seen to be flat: the block and the span are at least ``T/(2q̂)``.
+  the spectrum was seen to be flat: the block and the span are at least ``T/(2q̂)``;
+* **long memory** (:func:`memory_fit`): a pooled spectrum is also fitted with white noise plus
+  fractional noise; where that is the likelier model, the ratio is the one the window's mean
+  needs, ``R_d(T)`` (:func:`fractional_mean_ratio`), which grows with ``T`` instead of levelling
+  off. A single series' own fit does not read it (one series cannot tell ``d`` closely enough:
+  docs/method/studies.md §3.4, round 12).
 """
 
 from __future__ import annotations
