@@ -244,6 +244,28 @@ def fitted_ratios(ratios: FloatArray, t: int, *, weight: float = 1.0,
     return fitted, df
 
 
+def ar1_shapes(phis: FloatArray, t: int, q: int) -> FloatArray:
+    """``φ × q``: the unit-variance AR(1) spectrum ``(1 − φ²)/(1 − 2φ·cos ω + φ²)`` at the
+    cosine frequencies ``ω = πl/T``, ``l = 1..q`` (the spectral fits' shape; a variance ratio).
+
+    >>> ar1_shapes(np.array([0.0, 0.5]), 100, 2).round(3).tolist()
+    [[1.0, 1.0], [2.994, 2.977]]
+    """
+    w = np.pi * np.arange(1, q + 1) / t
+    return np.asarray((1.0 - phis[:, None] ** 2) / (1.0 - 2.0 * phis[:, None] * np.cos(w)[None, :]
+                                                   + phis[:, None] ** 2), dtype=np.float64)
+
+
+def _grid_loglik(ratios: FloatArray, shape: FloatArray) -> FloatArray:
+    """Whittle log-likelihoods, ``(shape row, share) × k``, of ``(1 − a) + a·shape`` over the
+    :data:`_SHARE_GRID` shares ``a``."""
+    q = ratios.shape[0]
+    a = _SHARE_GRID
+    f = ((1.0 - a)[None, :, None] + a[None, :, None] * shape[:, None, :]).reshape(-1, q)
+    return np.asarray(-0.5 * (np.log(f).sum(axis=1)[:, None] + (1.0 / f) @ ratios),
+                      dtype=np.float64)
+
+
 def whittle_fit(ratios: FloatArray, t: int, *, weight: float = 1.0, threshold: float = 0.0
                 ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]] | None:
     """The Whittle fit of :func:`fitted_ratios`, per column: the AR(1) coefficient ``φ``, the
@@ -263,13 +285,8 @@ def whittle_fit(ratios: FloatArray, t: int, *, weight: float = 1.0, threshold: f
     phis = _PHI_GRID[1.0 - 2.0 / t >= _PHI_GRID]
     if phis.size == 0 or q < 2:
         return None
-    w = np.pi * np.arange(1, q + 1) / t
-    shape = (1.0 - phis[:, None] ** 2) / (1.0 - 2.0 * phis[:, None] * np.cos(w)[None, :]
-                                          + phis[:, None] ** 2)
     a = _SHARE_GRID
-    f = (1.0 - a)[None, :, None] + a[None, :, None] * shape[:, None, :]  # φ × a × q
-    f = f.reshape(-1, q)
-    loglik = -0.5 * (np.log(f).sum(axis=1)[:, None] + (1.0 / f) @ ratios)  # grid × k
+    loglik = _grid_loglik(ratios, ar1_shapes(phis, t, q))  # (φ, a) × k
     white = -0.5 * ratios.sum(axis=0)
     best = loglik.argmax(axis=0)
     phi = np.asarray(np.repeat(phis, a.size)[best], dtype=np.float64)
@@ -317,16 +334,6 @@ def _fractional_shapes(t: int, q: int) -> FloatArray:
                       dtype=np.float64)
 
 
-def _grid_loglik(ratios: FloatArray, shape: FloatArray) -> FloatArray:
-    """Whittle log-likelihoods, ``(shape row, share) × k``, of ``(1 − a) + a·shape`` over the
-    :data:`_SHARE_GRID` shares ``a``."""
-    q = ratios.shape[0]
-    a = _SHARE_GRID
-    f = ((1.0 - a)[None, :, None] + a[None, :, None] * shape[:, None, :]).reshape(-1, q)
-    return np.asarray(-0.5 * (np.log(f).sum(axis=1)[:, None] + (1.0 / f) @ ratios),
-                      dtype=np.float64)
-
-
 def memory_fit(ratios: FloatArray, t: int, *, weight: float,
                threshold: float = 0.0) -> tuple[FloatArray, FloatArray] | None:
     """Long memory in a pooled spectrum: the Whittle fit of white noise plus fractional noise,
@@ -359,11 +366,8 @@ def memory_fit(ratios: FloatArray, t: int, *, weight: float,
     if phis.size == 0 or q < 2:
         return None
     a = _SHARE_GRID
-    w = np.pi * np.arange(1, q + 1) / t
-    ar_shape = (1.0 - phis[:, None] ** 2) / (1.0 - 2.0 * phis[:, None] * np.cos(w)[None, :]
-                                             + phis[:, None] ** 2)
     white = -0.5 * ratios.sum(axis=0)
-    best_other = np.maximum(white, _grid_loglik(ratios, ar_shape).max(axis=0))
+    best_other = np.maximum(white, _grid_loglik(ratios, ar1_shapes(phis, t, q)).max(axis=0))
     loglik = _grid_loglik(ratios, _fractional_shapes(t, q))  # (d, a) × k
     window = np.array([fractional_mean_ratio(float(d), t) for d in _MEMORY_GRID])
     contribution = np.repeat(window, a.size)
@@ -512,9 +516,7 @@ def common_fit(ratios: FloatArray, t: int) -> tuple[float, float] | None:
         return None
     if not float(ratios[: max_cosines(t)].mean()) > 1.0:
         return None  # no excess at the low frequencies: not persistent, whatever the fit says
-    w = np.pi * np.arange(1, q + 1) / t
-    shape = (1.0 - phis[:, None] ** 2) / (1.0 - 2.0 * phis[:, None] * np.cos(w)[None, :]
-                                          + phis[:, None] ** 2)  # φ × q
+    shape = ar1_shapes(phis, t, q)  # φ × q
     # Only the grid points near the best one matter (the best, and those within the interval's
     # reach of it): found in single precision, then every one of them, and only they, evaluated
     # in double precision as the full double-precision grid was (same sums, same order).
