@@ -224,10 +224,10 @@ def fitted_ratios(ratios: FloatArray, t: int, *, weight: float = 1.0,
     (True, True)
     """
     k = ratios.shape[1]
-    fit = whittle_fit(ratios, t, weight=weight, threshold=threshold)
-    if fit is None:
+    grid = _ar1_grid(ratios, t)
+    if grid is None:
         return np.ones(k), np.full(k, float(t))
-    phi, share, use = fit
+    phi, share, use = _ar1_choice(ratios, t, *grid, weight=weight, threshold=threshold)
     persistent = share * (1.0 + phi) / (1.0 - phi)
     fitted = np.asarray(np.where(use, (1.0 - share) + persistent, 1.0), dtype=np.float64)
     steps = np.maximum(1.0, t * (1.0 - phi) / (1.0 + phi))
@@ -235,7 +235,8 @@ def fitted_ratios(ratios: FloatArray, t: int, *, weight: float = 1.0,
                                                      + (1.0 - share) ** 2 / t), float(t)),
                     dtype=np.float64)
     if weight > 1.0:  # a pooled spectrum: long memory is read too (memory_fit)
-        memory = memory_fit(ratios, t, weight=weight, threshold=threshold)
+        memory = memory_fit(ratios, t, weight=weight, threshold=threshold,
+                            short_memory=grid[1].max(axis=0))
         if memory is not None:
             m_ratio, m_df = memory
             wider = m_ratio > fitted
@@ -281,12 +282,27 @@ def whittle_fit(ratios: FloatArray, t: int, *, weight: float = 1.0, threshold: f
     >>> 0.85 < float(phi[0]) < 0.95, bool(use[0])
     (True, True)
     """
+    grid = _ar1_grid(ratios, t)
+    if grid is None:
+        return None
+    return _ar1_choice(ratios, t, *grid, weight=weight, threshold=threshold)
+
+
+def _ar1_grid(ratios: FloatArray, t: int) -> tuple[FloatArray, FloatArray] | None:
+    """The AR(1) family's ``φ`` grid for ``T`` and its Whittle log-likelihoods, ``(φ, a) × k``;
+    ``None`` when no fit is possible (fewer than 2 ordinates, or ``T`` too short for the grid)."""
     q = ratios.shape[0]
     phis = _PHI_GRID[1.0 - 2.0 / t >= _PHI_GRID]
     if phis.size == 0 or q < 2:
         return None
+    return phis, _grid_loglik(ratios, ar1_shapes(phis, t, q))
+
+
+def _ar1_choice(ratios: FloatArray, t: int, phis: FloatArray, loglik: FloatArray, *,
+                weight: float, threshold: float
+                ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+    """:func:`whittle_fit`'s answer from the grid's log-likelihoods (:func:`_ar1_grid`)."""
     a = _SHARE_GRID
-    loglik = _grid_loglik(ratios, ar1_shapes(phis, t, q))  # (φ, a) × k
     white = -0.5 * ratios.sum(axis=0)
     best = loglik.argmax(axis=0)
     phi = np.asarray(np.repeat(phis, a.size)[best], dtype=np.float64)
@@ -322,20 +338,32 @@ def fractional_mean_ratio(d: float, t: int) -> float:
     return float(min(float(t), 1.0 + 2.0 * float(((1.0 - k / t) * rho).sum())))
 
 
+@lru_cache(maxsize=64)
 def _fractional_shapes(t: int, q: int) -> FloatArray:
     """``d × q``: fractional noise's spectrum at the cosine frequencies ``πl/T``, over its
-    variance: ``|2·sin(ω/2)|^{−2d}·Γ(1−d)²/Γ(1−2d)``."""
+    variance: ``|2·sin(ω/2)|^{−2d}·Γ(1−d)²/Γ(1−2d)`` (cached, read-only)."""
     from scipy.special import gammaln
 
     w = np.pi * np.arange(1, q + 1, dtype=np.float64) / t
     d = _MEMORY_GRID[:, None]
     scale = 2.0 * gammaln(1.0 - d) - gammaln(1.0 - 2.0 * d)
-    return np.asarray(np.exp(-2.0 * d * np.log(2.0 * np.sin(w / 2.0))[None, :] + scale),
-                      dtype=np.float64)
+    out = np.asarray(np.exp(-2.0 * d * np.log(2.0 * np.sin(w / 2.0))[None, :] + scale),
+                     dtype=np.float64)
+    out.flags.writeable = False
+    return out
 
 
-def memory_fit(ratios: FloatArray, t: int, *, weight: float,
-               threshold: float = 0.0) -> tuple[FloatArray, FloatArray] | None:
+@lru_cache(maxsize=64)
+def _memory_windows(t: int) -> FloatArray:
+    """:func:`fractional_mean_ratio` at every ``d`` of the grid (cached, read-only)."""
+    out = np.array([fractional_mean_ratio(float(d), t) for d in _MEMORY_GRID])
+    out.flags.writeable = False
+    return out
+
+
+def memory_fit(ratios: FloatArray, t: int, *, weight: float, threshold: float = 0.0,
+               short_memory: FloatArray | None = None
+               ) -> tuple[FloatArray, FloatArray] | None:
     """Long memory in a pooled spectrum: the Whittle fit of white noise plus fractional noise,
     ``f(ω) = (1 − a) + a·|2·sin(ω/2)|^{−2d}·Γ(1−d)²/Γ(1−2d)`` (Granger & Joyeux 1980; Hosking
     1981; Whittle estimation of ``d``: Fox & Taqqu, *Annals of Statistics* 14, 1986), per
@@ -348,7 +376,8 @@ def memory_fit(ratios: FloatArray, t: int, *, weight: float,
     (:func:`fractional_mean_ratio`), read at the upper end of the profile-likelihood interval
     (:data:`MEMORY_UPPER`); its degrees of freedom are Satterthwaite's with the fractional
     part counting ``T/R_d(T)`` effective steps. Elsewhere the ratio is 1 (not used). ``None``
-    when no fit can be made.
+    when no fit can be made. ``short_memory``: the AR(1) fit's best log-likelihood per column,
+    when the caller has computed it (:func:`fitted_ratios`); otherwise it is computed here.
 
     Summable autocovariances, which every other estimate here assumes, do not hold for long
     memory: a 10%-share AR(1) part and fractional noise with ``d`` = 0.3 can look alike over
@@ -362,15 +391,17 @@ def memory_fit(ratios: FloatArray, t: int, *, weight: float,
     True
     """
     q = ratios.shape[0]
-    phis = _PHI_GRID[1.0 - 2.0 / t >= _PHI_GRID]
-    if phis.size == 0 or q < 2:
+    if short_memory is None:
+        grid = _ar1_grid(ratios, t)
+        if grid is None:
+            return None
+        short_memory = grid[1].max(axis=0)
+    if q < 2:
         return None
     a = _SHARE_GRID
-    white = -0.5 * ratios.sum(axis=0)
-    best_other = np.maximum(white, _grid_loglik(ratios, ar1_shapes(phis, t, q)).max(axis=0))
+    best_other = np.maximum(-0.5 * ratios.sum(axis=0), short_memory)  # white noise, AR(1)
     loglik = _grid_loglik(ratios, _fractional_shapes(t, q))  # (d, a) × k
-    window = np.array([fractional_mean_ratio(float(d), t) for d in _MEMORY_GRID])
-    contribution = np.repeat(window, a.size)
+    contribution = np.repeat(_memory_windows(t), a.size)
     shares = np.tile(a, _MEMORY_GRID.size)
     fitted_all = (1.0 - shares) + shares * contribution  # grid
     best = loglik.max(axis=0)
