@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
-from scipy import signal, stats
+from scipy import signal, special, stats
 
 from typestrict_pipeline.study.dependence import Dependence
 from typestrict_pipeline.study.stability import Stability
@@ -95,9 +95,7 @@ def fractional_block(rng: np.random.Generator, t: int, n: int, d: float) -> Floa
     if not 0.0 < d < 0.5:
         raise ValueError(f"expected a memory parameter d in (0, 0.5), got {d}. Use, e.g., 0.3.")
     k = np.arange(MEMORY_LAGS, dtype=np.float64)
-    from scipy.special import gammaln
-
-    psi = np.exp(gammaln(k + d) - gammaln(k + 1.0) - gammaln(d))
+    psi = np.exp(special.gammaln(k + d) - special.gammaln(k + 1.0) - special.gammaln(d))
     psi /= math.sqrt(float((psi * psi).sum()))
     e = rng.standard_normal((t + MEMORY_LAGS, n))
     x = signal.fftconvolve(e, psi[:, None], mode="full", axes=0)
