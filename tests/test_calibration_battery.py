@@ -25,6 +25,7 @@ from typestrict_pipeline.study.battery import (
     gate_rate,
     lineage_rate,
     newey_west_rate,
+    seasonal_block,
     spa_rate,
 )
 
@@ -113,6 +114,16 @@ def test_gate_promotes_a_null_winner_rarely(process: str, holdout: int, seed: in
     _check(gate_rate(PROCESSES[process], holdout, REPLICATIONS, seed, n=8))
 
 
+@pytest.mark.slow
+def test_gate_refuses_a_holdout_inside_the_measured_span() -> None:
+    # A weekly pattern (AR(0.8) at lag 7, nothing at lag 1): the winner's luck carries into the
+    # holdout for ~90 steps, and the search measures a span of 30–60 steps, longer than a 20-step
+    # holdout. The product's gate then refuses ("expected at least 2 holdout steps after the
+    # measured embargo …"); tested on the holdout's last 2 steps instead (what the battery did
+    # before round 13), 42 of these 400 null winners (0.105) were promoted.
+    _check(gate_rate(PROCESSES["weekly AR(0.8)"], 20, REPLICATIONS, 2725))
+
+
 def test_gate_promotes_a_real_winner_often() -> None:
     # Every candidate 0.5 per-step SD better than the active version, white noise, 60 holdout
     # steps (the battery's power cell: 0.535 with 20 candidates): a gate that never opens is
@@ -169,3 +180,17 @@ def test_long_memory_process_has_the_mean_variance_of_long_memory(d: float) -> N
     assert 0.7 * 16 ** (2 * d - 1) < long / short < 1.4 * 16 ** (2 * d - 1), (d, long / short)
     with pytest.raises(ValueError, match="expected a memory parameter d in"):
         fractional_block(np.random.default_rng(0), 10, 1, 0.5)
+
+
+def test_weekly_process_is_invisible_at_lag_one() -> None:
+    # The battery's "weekly AR(0.8)": dependence that an estimator reading lag 1 cannot see
+    # (autocorrelation 0 there, 0.8 at lag 7, 0.64 at lag 14) but that makes a 120-step mean's
+    # variance (1 + 0.8)/(1 − 0.8) = 9 times the white-noise one, as for AR(0.8).
+    x = seasonal_block(np.random.default_rng(27), 120, 4000, 0.8, 7)
+    lag = [float(np.mean([np.corrcoef(x[k:, j], x[:-k, j])[0, 1] for j in range(200)]))
+           for k in (1, 7, 14)]
+    assert abs(lag[0]) < 0.05 and 0.65 < lag[1] < 0.85 and 0.45 < lag[2] < 0.7, lag
+    ratio = 120 * float(x.mean(axis=0).var())
+    assert 6.0 < ratio < 9.5, ratio  # short-window bias pulls it below 9
+    with pytest.raises(ValueError, match="expected a period"):
+        seasonal_block(np.random.default_rng(0), 10, 1, 1.0, 7)

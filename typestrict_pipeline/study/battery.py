@@ -102,6 +102,29 @@ def fractional_block(rng: np.random.Generator, t: int, n: int, d: float) -> Floa
     return np.asarray(x[MEMORY_LAGS:MEMORY_LAGS + t], dtype=np.float64)
 
 
+def seasonal_block(rng: np.random.Generator, t: int, n: int, phi: float,
+                   period: int) -> FloatArray:
+    """``n`` unit-variance seasonal AR series ``x_t = phi·x_{t−period} + √(1−phi²)·e_t`` of
+    length ``t``: each step's noise carries over to the same step of the next cycle (a weekly
+    pattern in daily steps), so the autocorrelation is ``phi^k`` at lags ``k·period`` and 0 at
+    every other lag, lag 1 included; the long-run variance is ``(1+phi)/(1−phi)`` times the
+    variance, as for an AR(``phi``) (burn-in ``BURN`` cycles).
+
+    >>> x = seasonal_block(np.random.default_rng(0), 20_000, 1, 0.8, 7)[:, 0]
+    >>> [round(float(np.corrcoef(x[k:], x[:-k])[0, 1]), 1) for k in (1, 7, 14)]
+    [0.0, 0.8, 0.6]
+    """
+    if period < 1 or not -1.0 < phi < 1.0:
+        raise ValueError(f"expected a period ≥ 1 and |phi| < 1, got period {period}, phi {phi}. "
+                         "Use, e.g., period 7 and phi 0.8.")
+    burn = BURN * period
+    e = rng.standard_normal((t + burn, n))
+    a = np.zeros(period + 1)
+    a[0], a[period] = 1.0, -phi
+    x = signal.lfilter([math.sqrt(1.0 - phi * phi)], a, e, axis=0)
+    return np.asarray(x[burn:], dtype=np.float64)
+
+
 def regime_path(rng: np.random.Generator, t: int, duration: float, n: int = 1) -> FloatArray:
     """``t × n`` two-state Markov regime paths in {−1, +1} (mean duration ``duration`` steps,
     symmetric), independent across columns.
@@ -129,8 +152,9 @@ class Process:
             ``±√weight`` per series, plus white noise: persistent noise that does not cancel in
             differences), ``"hetero"`` (a ``weight`` share of the series AR(``phi``), the rest
             white: uneven persistence), ``"fractional"`` (long memory: ARFIMA(0, ``memory``, 0),
-            :func:`fractional_block`).
-        weight, amplitude, duration, memory: see ``kind``.
+            :func:`fractional_block`), ``"seasonal"`` (AR(``phi``) at lag ``period`` only,
+            :func:`seasonal_block`: a weekly pattern that lag 1 does not see at all).
+        weight, amplitude, duration, memory, period: see ``kind``.
     """
 
     name: str
@@ -140,6 +164,7 @@ class Process:
     amplitude: float = 0.3
     duration: float = 60.0
     memory: float = 0.3
+    period: int = 7
     tags: tuple[str, ...] = field(default=())
 
     def draw(self, rng: np.random.Generator, t: int, n: int, *, shared: bool = True,
@@ -182,8 +207,11 @@ class Process:
             return out
         if self.kind == "fractional":
             return fractional_block(rng, t, n, self.memory)
+        if self.kind == "seasonal":
+            return seasonal_block(rng, t, n, self.phi, self.period)
         raise ValueError(f"expected a known process kind, got {self.kind!r}. Use one of "
-                         "ar, heavy, mixture, garch, regimes, factor, hetero, fractional.")
+                         "ar, heavy, mixture, garch, regimes, factor, hetero, fractional, "
+                         "seasonal.")
 
 
 PROCESSES: dict[str, Process] = {p.name: p for p in (
@@ -201,6 +229,7 @@ PROCESSES: dict[str, Process] = {p.name: p for p in (
     Process("mixture 20% AR(0.98)", kind="mixture", phi=0.98, weight=0.2),
     Process("long memory d=0.2", kind="fractional", memory=0.2),
     Process("long memory d=0.3", kind="fractional", memory=0.3),
+    Process("weekly AR(0.8)", kind="seasonal", phi=0.8, period=7),
 )}
 
 
@@ -371,7 +400,8 @@ def gate_rate(process: Process, holdout: int, sims: int, seed: int, *, n: int = 
     process. With ``edge`` 0 no candidate is better than the active version (a null winner);
     with ``edge`` > 0 every candidate is ``edge`` per-step SDs better (power). The gate is
     ``promote.gate_decision`` with the measured span (``decorrelation_span`` − 1 steps left
-    out), the search's dependence and the leaders' stability, as ``promote.evaluation_gate``.
+    out), the search's dependence and the leaders' stability, as ``promote.evaluation_gate``:
+    when the span leaves fewer than 2 holdout steps the gate refuses, as the product does.
     ``outcomes``: each replication's (regime switches from the search's last step to the
     holdout's end, promoted) is appended to it; the replications are the same with or without
     it.
@@ -401,7 +431,7 @@ def gate_rate(process: Process, holdout: int, sims: int, seed: int, *, n: int = 
         hold = slice(t + 1, total)
         won = dict(zip(keys[hold], scores[hold, w].tolist(), strict=True))
         act = dict(zip(keys[hold], scores[hold, n].tolist(), strict=True))
-        passed = gate_decision(won, act, skip=min(skip, holdout - 2), dependence=dep,
+        passed = gate_decision(won, act, skip=skip, dependence=dep,
                                stability=stable).passed
         hits += passed
         if outcomes is not None:
