@@ -36,6 +36,7 @@ from typestrict_pipeline.study.inference import (
     required_holdout_steps,
     spa_draws,
 )
+from typestrict_pipeline.study.promote import gate_decision
 from typestrict_pipeline.study.service import StudyConfig, create_study_from_config
 from typestrict_pipeline.study.space import SearchSpace
 
@@ -164,6 +165,20 @@ def test_holdout_rules_power_and_lower_bound() -> None:
     noisy = {k: 0.5 + 0.05 * rng.standard_normal() for k in keys}
     t2 = holdout_test(noisy, base, skip=0, edge_to_detect=0.01, long_run_sd=0.1)
     assert t2.required_steps == 619 and t2.short and not t2.confirmed
+
+
+def test_gate_refuses_when_the_measured_span_outruns_the_holdout() -> None:
+    # A winner far ahead on every step, but the search measured scores that stay correlated for
+    # 29 steps beyond the embargo: a 30-step holdout leaves 1 step after them, not a test.
+    keys = [f"{t:03d}" for t in range(30)]
+    won, act = {k: 0.9 for k in keys}, {k: 0.5 for k in keys}
+    refused = gate_decision(won, act, skip=29)
+    assert not refused.passed
+    assert refused.message == (
+        "Not promoted: expected at least 2 holdout steps after the measured embargo of 29 steps, "
+        "got 1 of 30: the scores stay correlated for longer than the holdout. Lengthen the "
+        "holdout to at least 31 steps (or the embargo before it).")
+    assert gate_decision(won, act, skip=28).passed  # 2 steps left: tested
 
 
 def _config(**overrides: object) -> StudyConfig:

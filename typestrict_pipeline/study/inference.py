@@ -624,7 +624,9 @@ def holdout_test(
     if len(used) < 2:
         raise NotEnoughDataError(
             f"expected at least 2 holdout steps after the measured embargo of {skip} steps, got "
-            f"{len(used)} of {len(common)}. Lengthen the holdout (or the embargo before it)."
+            f"{len(used)} of {len(common)}: the scores stay correlated for longer than the "
+            f"holdout. Lengthen the holdout to at least {skip + 2} steps (or the embargo before "
+            "it)."
         )
     d = np.array([winner[k] - baseline[k] for k in used], dtype=np.float64)
     se = holdout_standard_error(d, horizon, dependence=dependence)
