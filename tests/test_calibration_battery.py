@@ -21,11 +21,11 @@ from bench.calibration_battery import pooled_row
 from typestrict_pipeline.study.battery import (
     PROCESSES,
     Rate,
+    ar_block,
     fractional_block,
     gate_rate,
     lineage_rate,
     newey_west_rate,
-    seasonal_block,
     spa_rate,
 )
 
@@ -186,11 +186,11 @@ def test_weekly_process_is_invisible_at_lag_one() -> None:
     # The battery's "weekly AR(0.8)": dependence that an estimator reading lag 1 cannot see
     # (autocorrelation 0 there, 0.8 at lag 7, 0.64 at lag 14) but that makes a 120-step mean's
     # variance (1 + 0.8)/(1 − 0.8) = 9 times the white-noise one, as for AR(0.8).
-    x = seasonal_block(np.random.default_rng(27), 120, 4000, 0.8, 7)
+    x = ar_block(np.random.default_rng(27), 120, 4000, 0.8, lag=7)
     lag = [float(np.mean([np.corrcoef(x[k:, j], x[:-k, j])[0, 1] for j in range(200)]))
            for k in (1, 7, 14)]
     assert abs(lag[0]) < 0.05 and 0.65 < lag[1] < 0.85 and 0.45 < lag[2] < 0.7, lag
     ratio = 120 * float(x.mean(axis=0).var())
     assert 6.0 < ratio < 9.5, ratio  # short-window bias pulls it below 9
-    with pytest.raises(ValueError, match="expected a period"):
-        seasonal_block(np.random.default_rng(0), 10, 1, 1.0, 7)
+    with pytest.raises(ValueError, match="expected a lag"):
+        ar_block(np.random.default_rng(0), 10, 1, 1.0, lag=7)

@@ -38,24 +38,37 @@ BURN = 300
 
 
 def ar_block(rng: np.random.Generator, t: int, n: int, phi: float,
-             innovations: str = "normal") -> FloatArray:
-    """``n`` unit-variance AR(1) series of length ``t`` (burn-in ``BURN``), filtered in C.
+             innovations: str = "normal", lag: int = 1) -> FloatArray:
+    """``n`` unit-variance AR series ``x_t = phi·x_{t−lag} + √(1−phi²)·e_t`` of length ``t``
+    (burn-in ``BURN`` × ``lag`` steps), filtered in C.
 
     ``innovations``: ``"normal"`` or ``"t3"`` (Student-t with 3 degrees of freedom, scaled to
-    unit variance: heavy tails).
+    unit variance: heavy tails). ``lag`` > 1 is a seasonal AR: each step's noise carries over
+    to the same step of the next cycle (``lag`` 7: a weekly pattern in daily steps), so the
+    autocorrelation is ``phi^k`` at lags ``k·lag`` and 0 at every other lag, lag 1 included,
+    while the long-run variance is ``(1+phi)/(1−phi)`` times the variance, as at lag 1.
 
     >>> x = ar_block(np.random.default_rng(0), 20_000, 1, 0.5)
     >>> round(float(x.std()), 1), round(float(np.corrcoef(x[1:, 0], x[:-1, 0])[0, 1]), 1)
     (1.0, 0.5)
+    >>> w = ar_block(np.random.default_rng(0), 20_000, 1, 0.8, lag=7)[:, 0]
+    >>> [round(float(np.corrcoef(w[k:], w[:-k])[0, 1]), 1) for k in (1, 7, 14)]
+    [0.0, 0.8, 0.6]
     """
+    if lag < 1 or not -1.0 < phi < 1.0:
+        raise ValueError(f"expected a lag ≥ 1 and |phi| < 1, got lag {lag}, phi {phi}. "
+                         "Use, e.g., lag 7 and phi 0.8.")
+    burn = BURN * lag
     if innovations == "t3":
-        e = rng.standard_t(3, size=(t + BURN, n)) / math.sqrt(3.0)
+        e = rng.standard_t(3, size=(t + burn, n)) / math.sqrt(3.0)
     else:
-        e = rng.standard_normal((t + BURN, n))
+        e = rng.standard_normal((t + burn, n))
     if phi == 0.0:
-        return np.asarray(e[BURN:], dtype=np.float64)
-    x = signal.lfilter([math.sqrt(1.0 - phi * phi)], [1.0, -phi], e, axis=0)
-    return np.asarray(x[BURN:], dtype=np.float64)
+        return np.asarray(e[burn:], dtype=np.float64)
+    a = np.zeros(lag + 1)
+    a[0], a[lag] = 1.0, -phi
+    x = signal.lfilter([math.sqrt(1.0 - phi * phi)], a, e, axis=0)
+    return np.asarray(x[burn:], dtype=np.float64)
 
 
 def garch_block(rng: np.random.Generator, t: int, n: int, alpha: float = 0.1,
@@ -102,29 +115,6 @@ def fractional_block(rng: np.random.Generator, t: int, n: int, d: float) -> Floa
     return np.asarray(x[MEMORY_LAGS:MEMORY_LAGS + t], dtype=np.float64)
 
 
-def seasonal_block(rng: np.random.Generator, t: int, n: int, phi: float,
-                   period: int) -> FloatArray:
-    """``n`` unit-variance seasonal AR series ``x_t = phi·x_{t−period} + √(1−phi²)·e_t`` of
-    length ``t``: each step's noise carries over to the same step of the next cycle (a weekly
-    pattern in daily steps), so the autocorrelation is ``phi^k`` at lags ``k·period`` and 0 at
-    every other lag, lag 1 included; the long-run variance is ``(1+phi)/(1−phi)`` times the
-    variance, as for an AR(``phi``) (burn-in ``BURN`` cycles).
-
-    >>> x = seasonal_block(np.random.default_rng(0), 20_000, 1, 0.8, 7)[:, 0]
-    >>> [round(float(np.corrcoef(x[k:], x[:-k])[0, 1]), 1) for k in (1, 7, 14)]
-    [0.0, 0.8, 0.6]
-    """
-    if period < 1 or not -1.0 < phi < 1.0:
-        raise ValueError(f"expected a period ≥ 1 and |phi| < 1, got period {period}, phi {phi}. "
-                         "Use, e.g., period 7 and phi 0.8.")
-    burn = BURN * period
-    e = rng.standard_normal((t + burn, n))
-    a = np.zeros(period + 1)
-    a[0], a[period] = 1.0, -phi
-    x = signal.lfilter([math.sqrt(1.0 - phi * phi)], a, e, axis=0)
-    return np.asarray(x[burn:], dtype=np.float64)
-
-
 def regime_path(rng: np.random.Generator, t: int, duration: float, n: int = 1) -> FloatArray:
     """``t × n`` two-state Markov regime paths in {−1, +1} (mean duration ``duration`` steps,
     symmetric), independent across columns.
@@ -153,7 +143,7 @@ class Process:
             differences), ``"hetero"`` (a ``weight`` share of the series AR(``phi``), the rest
             white: uneven persistence), ``"fractional"`` (long memory: ARFIMA(0, ``memory``, 0),
             :func:`fractional_block`), ``"seasonal"`` (AR(``phi``) at lag ``period`` only,
-            :func:`seasonal_block`: a weekly pattern that lag 1 does not see at all).
+            :func:`ar_block` with ``lag``: a weekly pattern that lag 1 does not see at all).
         weight, amplitude, duration, memory, period: see ``kind``.
     """
 
@@ -208,7 +198,7 @@ class Process:
         if self.kind == "fractional":
             return fractional_block(rng, t, n, self.memory)
         if self.kind == "seasonal":
-            return seasonal_block(rng, t, n, self.phi, self.period)
+            return ar_block(rng, t, n, self.phi, lag=self.period)
         raise ValueError(f"expected a known process kind, got {self.kind!r}. Use one of "
                          "ar, heavy, mixture, garch, regimes, factor, hetero, fractional, "
                          "seasonal.")
