@@ -399,7 +399,7 @@ def gate_rate(process: Process, holdout: int, sims: int, seed: int, *, n: int = 
     >>> gate_rate(PROCESSES["white"], 20, 3, seed=1, n=4, t=60).trials
     3
     """
-    from typestrict_pipeline.study.inference import decorrelation_span
+    from typestrict_pipeline.study.inference import decorrelation_span, holdout_skip
     from typestrict_pipeline.study.promote import gate_decision
     from typestrict_pipeline.study.stats import search_stats
 
@@ -416,7 +416,7 @@ def gate_rate(process: Process, holdout: int, sims: int, seed: int, *, n: int = 
         oos = {str(j): dict(zip(keys[:t], search[:, j].tolist(), strict=True)) for j in range(n)}
         best = search_stats(oos, {}).best_id
         w = int(best) if best is not None else 0
-        skip = max(0, decorrelation_span(search) - 1)
+        skip = holdout_skip(decorrelation_span(search), 1, 1)  # the layout: 1-step embargo
         dep, stable = search_evidence(search)
         hold = slice(t + 1, total)
         won = dict(zip(keys[hold], scores[hold, w].tolist(), strict=True))

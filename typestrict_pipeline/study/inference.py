@@ -531,6 +531,18 @@ def decorrelation_span(scores: FloatArray, horizon: int = 1) -> int:
     return int(min(t - 1, max(horizon, first, ar, measured)))
 
 
+def holdout_skip(span: int | None, horizon: int, embargo: int) -> int:
+    """Holdout steps to leave out at its start: the measured span (:func:`decorrelation_span`;
+    the outcome horizon when none was measured) beyond the layout's embargo. The leaderboard's
+    holdout line, the promotion gate and the calibration battery all take it from here; when it
+    leaves fewer than 2 steps, :func:`holdout_test` refuses rather than test inside the span.
+
+    >>> holdout_skip(22, 1, 1), holdout_skip(None, 3, 1), holdout_skip(1, 1, 5)
+    (21, 2, 0)
+    """
+    return max(0, (span or horizon) - embargo)
+
+
 @dataclass(frozen=True)
 class HoldoutTest:
     """Winner − baseline on the holdout steps after the measured embargo.

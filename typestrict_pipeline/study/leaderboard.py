@@ -30,6 +30,7 @@ from typestrict_pipeline.study.inference import (
     JointInference,
     Pbo,
     decorrelation_span,
+    holdout_skip,
     holdout_test,
     joint_inference,
     pbo_cscv,
@@ -499,7 +500,7 @@ def _holdout(stats: SearchStats, runs: dict[int, dict[str, float]], winner: int 
     base = runs.get(repo.BASELINE_CANDIDATE_ID)
     if won is None or base is None:
         return None, "the winner and the baseline have not both been scored on the holdout"
-    skip = max(0, (span or layout.horizon_steps) - layout.embargo_steps)
+    skip = holdout_skip(span, layout.horizon_steps, layout.embargo_steps)
     row = next((r for r in stats.rows if r.candidate_id == str(winner)), None)
     edge = sd = None
     if row is not None and row.adjusted is not None and row.se is not None \

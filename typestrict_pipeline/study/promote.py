@@ -36,7 +36,7 @@ from typestrict_pipeline.store import session_scope, utcnow
 from typestrict_pipeline.study import repository as repo
 from typestrict_pipeline.study.dependence import Dependence
 from typestrict_pipeline.study.folds import FoldLayout
-from typestrict_pipeline.study.inference import holdout_test
+from typestrict_pipeline.study.inference import holdout_skip, holdout_test
 from typestrict_pipeline.study.leaderboard import load_leaderboard
 from typestrict_pipeline.study.runner import CandidateSpec, StudyBackend
 from typestrict_pipeline.study.stability import Stability
@@ -105,7 +105,7 @@ def evaluation_gate(engine: Engine, study_id: int, backend: StudyBackend,
         )).scalar_one_or_none()
         won = {str(t): float(v) for t, v in ((run.scores_json or []) if run else [])}
     board = load_leaderboard(engine, study_id)
-    skip = max(0, (board.decorrelation_span or layout.horizon_steps) - layout.embargo_steps)
+    skip = holdout_skip(board.decorrelation_span, layout.horizon_steps, layout.embargo_steps)
     h = layout.holdout
     out = backend.run_window(active, h, WindowKind.HOLDOUT, seal_at=None,
                              should_stop=lambda cost, steps: False)
