@@ -26,7 +26,7 @@ import numpy.typing as npt
 from scipy import stats
 
 from typestrict_pipeline.reruns.lineage import best_expected_under_noise, confidence_sequence_path
-from typestrict_pipeline.study.inference import decorrelation_span, joint_inference
+from typestrict_pipeline.study.inference import decorrelation_span, holdout_skip, joint_inference
 from typestrict_pipeline.study.stats import differences_from_mean, search_stats
 
 FloatArray = npt.NDArray[np.float64]
@@ -193,7 +193,8 @@ def holdout_bias(n: int, t: int, holdout: int, own_ar: float, sims: int, seed: i
         res = search_stats(_oos(search), {})
         assert res.best_id is not None
         w = int(res.best_id)
-        skip = min(max(0, decorrelation_span(search) - 1), holdout - 2)
+        # the leaderboard's skip, kept to 2 steps short of the holdout: a mean needs 2 steps
+        skip = min(holdout_skip(decorrelation_span(search), 1, 1), holdout - 2)
         hold = own[t + 1:, w]
         measured.append(float(hold[skip:].mean()))
         horizon.append(float(hold.mean()))
