@@ -60,8 +60,9 @@ import numpy.typing as npt
 from typestrict_pipeline.lazy import LazyModule
 
 if TYPE_CHECKING:  # imported on first use: keeps the code location's load quick
-    from scipy import stats
+    from scipy import special, stats
 else:
+    special = LazyModule("scipy.special")
     stats = LazyModule("scipy.stats")
 
 FloatArray = npt.NDArray[np.float64]
@@ -342,11 +343,9 @@ def fractional_mean_ratio(d: float, t: int) -> float:
 def _fractional_shapes(t: int, q: int) -> FloatArray:
     """``d × q``: fractional noise's spectrum at the cosine frequencies ``πl/T``, over its
     variance: ``|2·sin(ω/2)|^{−2d}·Γ(1−d)²/Γ(1−2d)`` (cached, read-only)."""
-    from scipy.special import gammaln
-
     w = np.pi * np.arange(1, q + 1, dtype=np.float64) / t
     d = _MEMORY_GRID[:, None]
-    scale = 2.0 * gammaln(1.0 - d) - gammaln(1.0 - 2.0 * d)
+    scale = 2.0 * special.gammaln(1.0 - d) - special.gammaln(1.0 - 2.0 * d)
     out = np.asarray(np.exp(-2.0 * d * np.log(2.0 * np.sin(w / 2.0))[None, :] + scale),
                      dtype=np.float64)
     out.flags.writeable = False
