@@ -125,3 +125,23 @@ def test_expire_refuses_a_now_outside_the_years_or_the_calendar_and_deletes_noth
     assert main(["credits", "expire", "--now", "2199-12-31T00:00:00Z", "--trainings-dir", str(root),
                  "--url", sqlite_url]) == 0
     assert not files.exists()
+
+
+def test_grant_refuses_a_reference_used_for_another_workspace_or_amount(
+        sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    url = ["--url", sqlite_url]
+    assert main(["credits", "grant", "demo", "20", "--reference", "fuzz", *url, "--new-store"]) == 0
+    capsys.readouterr()
+    for ws, amount in (("other", "5"), ("demo", "5")):
+        assert main(["credits", "grant", ws, amount, "--reference", "fuzz", *url]) == 2
+        err = capsys.readouterr().err
+        assert f"expected a reference of its own for a grant of +{amount} to workspace '{ws}'" in err
+        assert "got 'fuzz', the reference of ledger entry #1 (grant +20 to workspace 'demo'" in err
+        assert "Write this grant under a new reference" in err and "Traceback" not in err
+    assert main(["credits", "grant", "other", "5", "--reference", "fuzz-2", *url]) == 0  # what to do
+    assert main(["credits", "grant", "demo", "20", "--reference", "fuzz", *url]) == 0  # the same: a no-op
+    assert "wrote nothing to the store" in capsys.readouterr().out
+    assert main(["credits", "balance", "demo", *url]) == 0
+    assert main(["credits", "balance", "other", *url]) == 0
+    assert capsys.readouterr().out.splitlines() == ["workspace demo: balance 20 credits",
+                                                    "workspace other: balance 5 credits"]
