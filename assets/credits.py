@@ -54,6 +54,7 @@ from typestrict_pipeline.lifecycle.trainings import judging_since, ledger_balanc
 from typestrict_pipeline.refund.manifest import PredictionsFileSource
 from typestrict_pipeline.refund.preflight import screen_training
 from typestrict_pipeline.refund.rule import TrainingJudgement
+from typestrict_pipeline.values import timestamp
 
 GROUP = "refund"
 VERDICT_JOB = "verdict_job"  # defined by assets/refund.py over AssetSelection.groups("refund")
@@ -216,20 +217,18 @@ class RetentionConfig(dg.Config):
 
 
 def parse_now(value: str) -> dt.datetime:
-    """An aware UTC time from ISO 8601 (empty: now).
+    """An aware UTC time from ISO 8601 with a zone, from 1900 to 2199 (empty: now), read as
+    every time option is (:func:`typestrict_pipeline.values.timestamp`).
 
     Raises:
-        ValueError: no time zone, or not ISO 8601.
+        InputError: (a ``ValueError``) no zone, not ISO 8601, not a calendar date, or outside
+            those years.
     """
     if not value:
         return dt.datetime.now(dt.UTC)
-    parsed = dt.datetime.fromisoformat(value)
-    if parsed.tzinfo is None:
-        raise ValueError(
-            f"expected an ISO 8601 time with a zone (e.g. 2026-01-31T04:00:00+00:00), got {value!r}. "
-            "Add +00:00"
-        )
-    return parsed.astimezone(dt.UTC)
+    return timestamp(value, "now", zone=True, fix=(
+        "write the sweep's time with its zone in ops.expire_model_files.config.now, e.g. "
+        "2026-01-31T04:00:00+00:00; leave it empty to sweep as of now"))
 
 
 @dg.op(description="Delete the files of models whose retention has passed; mark them expired.")

@@ -68,6 +68,21 @@ def test_a_mistyped_command_or_flag_names_the_nearest(capsys: pytest.CaptureFixt
     assert "typestrict schedule status: error: unrecognized arguments: --jsn. Did you mean --json?" in err
 
 
+
+def test_a_mistyped_required_flag_names_the_nearest(capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse stops at the missing required flag before it looks at the unknown one: the
+    error still names the typo and the flag meant, then what is missing."""
+    assert main(["backtest", "run", "seattle_rain", "--strat", "2015-01-01", "--end", "2015-01-05"]) == 2
+    err = capsys.readouterr().err
+    assert "usage: typestrict backtest run" in err
+    assert ("typestrict backtest run: error: unrecognized arguments: --strat. Did you mean --start? "
+            "(the following arguments are required: --start)") in err
+    assert main(["credits", "grant", "demo", "5", "--refrence=inv-1"]) == 2
+    assert "unrecognized arguments: --refrence. Did you mean --reference?" in capsys.readouterr().err
+    # nothing mistyped: the plain message, no guess (a negative amount is a value, not a flag)
+    assert main(["credits", "adjust", "demo", "-5", "--reason", "x"]) == 2
+    assert "error: the following arguments are required: --reference\n" in capsys.readouterr().err
+
 READS = (
     ["credits", "balance", "demo"], ["credits", "ledger", "demo"], ["credits", "models", "demo"],
     ["audit", "rt-tiny"], ["verify", "--model", "rt-tiny"], ["study", "list"],

@@ -311,7 +311,7 @@ def test_a_command_with_nothing_to_write_says_it_wrote_nothing(
     writes nothing and says so, never claiming the first write again."""
     store = ["--store", f"sqlite:///{home.store}"]
     nothing = f"wrote nothing to the store {home.store}: "
-    repeats = [["credits", "grant", "acme", "3", "--reference", "inv-0"],
+    repeats = [["credits", "grant", "acme", "5", "--reference", "inv-0"],
                ["api-key", "revoke", home.key], ["schedule", "cancel", "1", "--by", OWNER]]
     for argv in repeats[1:]:  # the first time writes
         assert main([*argv, *store]) == 0

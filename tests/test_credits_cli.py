@@ -86,7 +86,62 @@ def test_grant_spend_adjust_and_refusals(sqlite_url: str, capsys: pytest.Capture
     assert main(["credits", "adjust", "w", "1", "--reference", "T-1", "--reason", "goodwill",
                  "--url", sqlite_url]) == 0
     assert main(["credits", "expire", "--now", "2026-01-01T00:00:00", "--url", sqlite_url]) == 2
-    assert "expected an ISO 8601 time with a zone" in capsys.readouterr().err
+    assert "expected --now as an ISO 8601 time with a zone" in (err := capsys.readouterr().err)
+    assert "got '2026-01-01T00:00:00', which has no zone" in err
     assert main(["credits", "models", "w", "--url", sqlite_url]) == 0
     assert main(["credits", "balance", "w", "--url", sqlite_url]) == 0
     assert capsys.readouterr().out.endswith("workspace w: balance 1 credit\n")
+
+
+@pytest.mark.parametrize(("now", "why"), [
+    ("9999-12-31T23:59:59Z", "got '9999-12-31T23:59:59Z'. "),  # past 2199: would expire every model
+    ("2200-01-01T00:00:00+00:00", "got '2200-01-01T00:00:00+00:00'. "),
+    ("1899-12-31T23:59:59Z", "got '1899-12-31T23:59:59Z'. "),
+    ("2014-02-30", "got '2014-02-30', which is not a calendar date"),  # not "add the zone"
+    ("2014-02-30T04:00:00Z", "got '2014-02-30T04:00:00Z', which is not a calendar date"),
+    ("2026-06-01T24:30:00Z", "which is not a time of day"),
+])
+def test_expire_refuses_a_now_outside_the_years_or_the_calendar_and_deletes_nothing(
+        sqlite_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], now: str, why: str) -> None:
+    """``credits expire --now`` is read like every time option: 1900 to 2199, a real calendar
+    date, with its zone; a refused one deletes no file and marks no model expired."""
+    root = tmp_path / "trainings"
+    files = root / "tr_9" / "model"
+    files.mkdir(parents=True)
+    (files / "weights.bin").write_bytes(b"w")
+    engine = open_store(sqlite_url)
+    CreditLedger(engine).grant("acme", 1, reference="inv-1", now=T0)
+    settle_training(engine, SettlementRequest("acme", "tr_9", Verdict.BEATS, "r", keep_if_loses=False,
+                                              model_dir=files, audit_json=b"{}"), now=T0)
+    engine.dispose()
+    assert main(["credits", "expire", "--now", now, "--trainings-dir", str(root), "--url", sqlite_url]) == 2
+    err = capsys.readouterr().err
+    assert "expected --now as an ISO 8601 time with a zone from 1900-01-01 to 2199-12-31" in err
+    assert why in err and "Write the sweep's time with its zone" in err
+    assert (files / "weights.bin").read_bytes() == b"w"
+    assert main(["credits", "models", "acme", "--json", "--url", sqlite_url]) == 0
+    assert '"state": "available"' in capsys.readouterr().out
+    # the same sweep inside the years expires it (the refusal was the time, not the model)
+    assert main(["credits", "expire", "--now", "2199-12-31T00:00:00Z", "--trainings-dir", str(root),
+                 "--url", sqlite_url]) == 0
+    assert not files.exists()
+
+
+def test_grant_refuses_a_reference_used_for_another_workspace_or_amount(
+        sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    url = ["--url", sqlite_url]
+    assert main(["credits", "grant", "demo", "20", "--reference", "fuzz", *url, "--new-store"]) == 0
+    capsys.readouterr()
+    for ws, amount in (("other", "5"), ("demo", "5")):
+        assert main(["credits", "grant", ws, amount, "--reference", "fuzz", *url]) == 2
+        err = capsys.readouterr().err
+        assert f"expected a reference of its own for a grant of +{amount} to workspace '{ws}'" in err
+        assert "got 'fuzz', the reference of ledger entry #1 (grant +20 to workspace 'demo'" in err
+        assert "Write this grant under a new reference" in err and "Traceback" not in err
+    assert main(["credits", "grant", "other", "5", "--reference", "fuzz-2", *url]) == 0  # what to do
+    assert main(["credits", "grant", "demo", "20", "--reference", "fuzz", *url]) == 0  # the same: a no-op
+    assert "wrote nothing to the store" in capsys.readouterr().out
+    assert main(["credits", "balance", "demo", *url]) == 0
+    assert main(["credits", "balance", "other", *url]) == 0
+    assert capsys.readouterr().out.splitlines() == ["workspace demo: balance 20 credits",
+                                                    "workspace other: balance 5 credits"]

@@ -286,8 +286,10 @@ def test_retention_job_expires_files_but_keeps_the_audit(env: dict[str, Any]) ->
 
 
 def test_parse_now_refuses_a_naive_time() -> None:
-    with pytest.raises(ValueError, match="expected an ISO 8601 time with a zone"):
+    with pytest.raises(ValueError, match="expected now as an ISO 8601 time with a zone"):
         parse_now("2026-01-01T00:00:00")
+    with pytest.raises(ValueError, match="from 1900-01-01 to 2199-12-31"):
+        parse_now("9999-12-31T23:59:59+00:00")
     assert parse_now("2026-01-01T01:00:00+01:00") == dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 

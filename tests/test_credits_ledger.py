@@ -200,6 +200,25 @@ def test_grants_are_idempotent_per_reference(ledger: CreditLedger) -> None:
         ledger.grant("ws", 1, reference="y", now=dt.datetime(2026, 1, 1))
 
 
+def test_a_reference_names_one_grant_or_adjustment(ledger: CreditLedger) -> None:
+    """A reference reused for another workspace or another amount is refused (nothing added,
+    the first entry named); the same workspace and amount repeat it and add nothing."""
+    first = ledger.grant("demo", 20, reference="fuzz", now=T0)
+    for ws, amount in (("other", 5), ("demo", 5), ("other", 20)):
+        with pytest.raises(InputError, match=(
+                rf"^expected a reference of its own for a grant of \+{amount} to workspace '{ws}', got 'fuzz', "
+                rf"the reference of ledger entry #{first.id} \(grant \+20 to workspace 'demo', .*\)\. "
+                r"Write this grant under a new reference .*`typestrict credits ledger demo`")):
+            ledger.grant(ws, amount, reference="fuzz", now=T0)
+    assert ledger.grant("demo", 20, reference="fuzz", now=T0).id == first.id  # a repeat: a no-op
+    assert (ledger.balance("demo"), ledger.has_account("other"), len(ledger.lines("demo"))) == (20, False, 1)
+    adj = ledger.adjust("demo", -2, reference="T-1", reason="fix", now=T0)
+    with pytest.raises(InputError, match=r"for an adjustment of \+2 to workspace 'demo', got 'T-1'"):
+        ledger.adjust("demo", 2, reference="T-1", reason="fix", now=T0)
+    assert ledger.adjust("demo", -2, reference="T-1", reason="fix", now=T0).id == adj.id
+    assert ledger.balance("demo") == 18 == ledger.entries_total("demo")
+
+
 def test_a_training_belongs_to_one_workspace(ledger: CreditLedger) -> None:
     ledger.grant("a", 1, reference="ga", now=T0)
     ledger.grant("b", 1, reference="gb", now=T0)

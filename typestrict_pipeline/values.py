@@ -520,11 +520,12 @@ def _span(d: dt.timedelta) -> str:
 
 
 def timestamp(value: Any, what: str = "the time", *, lo: dt.datetime = TIME_MIN,
-              hi: dt.datetime = TIME_MAX, fix: str | None = None) -> dt.datetime:
+              hi: dt.datetime = TIME_MAX, fix: str | None = None, zone: bool = False) -> dt.datetime:
     """An ISO 8601 date or time (``2015-01-01``, ``2015-01-01T06:00``, ``...Z``,
     ``...+02:00``) as an aware UTC time; a time without an offset is UTC, a date is its 00:00
     UTC. It must fall in ``[lo, hi)`` (default 1900-01-01 to 2200-01-01 UTC), checked before
-    the offset is applied, so no date at the calendar's edge overflows.
+    the offset is applied, so no date at the calendar's edge overflows. With ``zone`` the text
+    must carry its offset (``Z`` or ``+02:00``): for a time that decides what is deleted.
 
     >>> timestamp("2015-01-01"), timestamp("2015-06-01T12:00Z").hour
     (datetime.datetime(2015, 1, 1, 0, 0, tzinfo=datetime.timezone.utc), 12)
@@ -532,30 +533,46 @@ def timestamp(value: Any, what: str = "the time", *, lo: dt.datetime = TIME_MIN,
     Traceback (most recent call last):
     ...
     typestrict_pipeline.errors.InputError: expected the start as an ISO 8601 date or time from 1900-01-01 to 2199-12-31 (2015-01-01, 2015-01-01T00:00Z), got '0001-01-01T00:00:00+14:00'. Fix the start.
+    >>> timestamp("2014-02-30T04:00Z", "--now", zone=True)
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected --now as an ISO 8601 time with a zone from 1900-01-01 to 2199-12-31 (2015-01-01T00:00Z, 2015-01-01T00:00+02:00), got '2014-02-30T04:00Z', which is not a calendar date. Fix --now.
     """
-    expected = (f"{what} as an ISO 8601 date or time from {lo.date().isoformat()} to "
-                f"{(hi - dt.timedelta(seconds=1)).date().isoformat()} (2015-01-01, 2015-01-01T00:00Z)")
+    kind = "time with a zone" if zone else "date or time"
+    shapes = "2015-01-01T00:00Z, 2015-01-01T00:00+02:00" if zone else "2015-01-01, 2015-01-01T00:00Z"
+    expected = (f"{what} as an ISO 8601 {kind} from {lo.date().isoformat()} to "
+                f"{(hi - dt.timedelta(seconds=1)).date().isoformat()} ({shapes})")
     todo = fix or f"fix {what}"
-    if isinstance(value, dt.datetime):
-        t = value
-    else:
-        text = _text_of(value, expected, todo)
-        if not text.isascii() or not _TIME.fullmatch(text):
-            raise InputError(expected, shown(value), todo)
-        try:
-            t = dt.datetime.fromisoformat(text)
-        except ValueError:
-            raise InputError(expected, shown(value), todo) from None
+    t = value if isinstance(value, dt.datetime) else _iso_time(value, expected, todo)
+    got = shown(value if not isinstance(value, dt.datetime) else value.isoformat())
     offset = t.utcoffset()
+    if offset is None and zone:
+        raise InputError(expected, f"{got}, which has no zone", todo)
     if offset is not None and (offset % dt.timedelta(minutes=1) or abs(offset) > dt.timedelta(hours=14)):
-        raise InputError(expected, shown(value if not isinstance(value, dt.datetime) else value.isoformat()), todo)
+        raise InputError(expected, got, todo)
     wall = t.replace(tzinfo=None)
     if not lo.replace(tzinfo=None) - dt.timedelta(days=2) <= wall <= hi.replace(tzinfo=None) + dt.timedelta(days=2):
-        raise InputError(expected, shown(value if not isinstance(value, dt.datetime) else value.isoformat()), todo)
+        raise InputError(expected, got, todo)
     utc = t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t.astimezone(dt.UTC)
     if not lo <= utc < hi:
-        raise InputError(expected, shown(value if not isinstance(value, dt.datetime) else value.isoformat()), todo)
+        raise InputError(expected, got, todo)
     return utc
+
+
+def _iso_time(value: Any, expected: str, todo: str) -> dt.datetime:
+    """The text of :func:`timestamp` read as a time; a date or clock time that does not exist
+    (``2014-02-30``, ``T25:00``) says so."""
+    text = _text_of(value, expected, todo)
+    if not text.isascii() or not _TIME.fullmatch(text):
+        raise InputError(expected, shown(value), todo)
+    try:
+        return dt.datetime.fromisoformat(text)
+    except ValueError:
+        try:
+            dt.date.fromisoformat(text[:10])
+        except ValueError:
+            raise InputError(expected, f"{shown(value)}, which is not a calendar date", todo) from None
+        raise InputError(expected, f"{shown(value)}, which is not a time of day", todo) from None
 
 
 def day(value: Any, what: str = "a day", *, fix: str | None = None) -> dt.date:

@@ -44,6 +44,7 @@ from typestrict_pipeline.errors import InputError, NotFoundError
 from typestrict_pipeline.files import loads_strict
 from typestrict_pipeline.refund.dataset import unlabeled_from_split
 from typestrict_pipeline.store import typestrict_home, utcnow
+from typestrict_pipeline.values import timestamp
 from typestrict_pipeline.workspaces import require_workspace
 
 WORKSPACE = identifier("a workspace id")
@@ -69,17 +70,13 @@ def _reader(args: argparse.Namespace) -> Engine:
 
 
 def _now(value: str | None) -> dt.datetime:
+    """``--now``: the sweep's time, with its zone, from 1900 to 2199 (the rule of every time
+    option, :func:`typestrict_pipeline.values.timestamp`); default the clock."""
     if not value:
         return dt.datetime.now(dt.UTC)
-    try:
-        parsed = dt.datetime.fromisoformat(value)
-    except ValueError:
-        parsed = None
-    if parsed is None or parsed.tzinfo is None:
-        raise InputError(
-            "an ISO 8601 time with a zone, e.g. 2026-01-31T04:00:00+00:00", repr(value), "add the zone"
-        )
-    return parsed.astimezone(dt.UTC)
+    return timestamp(value, "--now", zone=True, fix=(
+        "write the sweep's time with its zone, e.g. --now 2026-01-31T04:00:00Z; leave --now out "
+        "to sweep as of now"))
 
 
 def _balance(args: argparse.Namespace) -> int:

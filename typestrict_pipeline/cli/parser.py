@@ -4,7 +4,10 @@
   ``invalid choice: 'stdy' ... Did you mean 'study'?``.
 * A mistyped flag is reported by the command it was given to, with that command's usage and the
   nearest of its flags: ``typestrict schedule status --jsn`` → ``unrecognized arguments: --jsn.
-  Did you mean --json?`` (argparse alone reports it against ``typestrict``'s own usage).
+  Did you mean --json?`` (argparse alone reports it against ``typestrict``'s own usage). A
+  mistyped required flag too: argparse stops at the missing ``--start`` before it looks at
+  ``--strat``, so that error names the typo first (``unrecognized arguments: --strat. Did you
+  mean --start? (the following arguments are required: --start)``).
 * ``typestrict --version`` prints the version.
 
 Suggestions come from :func:`difflib.get_close_matches` over the choices or flags that exist
@@ -45,9 +48,51 @@ def _flags(parser: argparse.ArgumentParser) -> list[str]:
     return [o for a in parser._actions if a.help != argparse.SUPPRESS for o in a.option_strings]
 
 
+_NEGATIVE = re.compile(r"-[0-9]*\.?[0-9]+")
+
+
+def _unknown_flags(given: Sequence[str], parser: argparse.ArgumentParser) -> list[str]:
+    """The flags in ``given`` that ``parser`` does not know, not even as an abbreviation (a
+    negative number is a value; ``--`` ends the flags).
+
+    >>> p = Parser(prog="t")
+    >>> _ = p.add_argument("--start", required=True)
+    >>> _unknown_flags(["--strat", "2015-01-01", "--sta=1", "-5", "--", "--x"], p)
+    ['--strat']
+    """
+    known = [o for a in parser._actions for o in a.option_strings]
+    unknown: list[str] = []
+    for token in given:
+        if token == "--":
+            break
+        name = token.split("=", 1)[0]
+        if (token.startswith("-") and len(token) > 1 and not _NEGATIVE.fullmatch(token)
+                and not any(o.startswith(name) for o in known)):
+            unknown.append(name)
+    return unknown
+
+
+def _did_you_mean(unknown: Sequence[str], flags: Sequence[str]) -> str:
+    """The sentence after "unrecognized arguments: ...": the nearest flag of each, if any.
+
+    >>> _did_you_mean(["--jsn"], ["--json"]), _did_you_mean(["--jsn", "--stor"], ["--json", "--store"])
+    ('. Did you mean --json?', '. Did you mean: --jsn → --json, --stor → --store?')
+    """
+    hints = [(u.split("=", 1)[0], near) for u in unknown
+             if (near := suggestion(u.split("=", 1)[0], flags)) is not None]
+    if len(hints) == 1:
+        return f". Did you mean {hints[0][1]}?"
+    if hints:
+        return ". Did you mean: " + ", ".join(f"{u} → {near}" for u, near in hints) + "?"
+    return ""
+
+
 class Parser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors suggest the nearest command (sub-parsers are made of
     the same class)."""
+
+    given: tuple[str, ...] = ()
+    """The command line, when this is the command it names (set by :func:`parse`)."""
 
     def error(self, message: str) -> NoReturn:
         m = _INVALID_CHOICE.search(message)
@@ -55,6 +100,11 @@ class Parser(argparse.ArgumentParser):
             near = suggestion(m.group(1), _choices(self))
             if near is not None:
                 message = f"{message}. Did you mean '{near}'?"
+        elif message.startswith("the following arguments are required") and self.given:
+            unknown = _unknown_flags(self.given, self)
+            hint = _did_you_mean(unknown, _flags(self))
+            if hint:
+                message = f"unrecognized arguments: {' '.join(unknown)}{hint} ({message})"
         super().error(message)
 
 
@@ -82,16 +132,12 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Name
     >>> parse(p, ["status", "--json"]).json
     True
     """
+    named = leaf(parser, argv)
+    if isinstance(named, Parser):
+        named.given = tuple(argv)  # a missing required flag may be a mistyped one (its error says)
     args, extra = parser.parse_known_args(argv)
     if extra:
         target = leaf(parser, [a for a in argv if a not in extra])
         unknown = [a for a in extra if a.startswith("-")]
-        hints = [f"{u.split('=', 1)[0]} → {near}" for u in unknown
-                 if (near := suggestion(u.split("=", 1)[0], _flags(target))) is not None]
-        message = f"unrecognized arguments: {' '.join(extra)}"
-        if len(hints) == 1:
-            message += f". Did you mean {hints[0].split(' → ')[1]}?"
-        elif hints:
-            message += ". Did you mean: " + ", ".join(hints) + "?"
-        target.error(message)
+        target.error(f"unrecognized arguments: {' '.join(extra)}{_did_you_mean(unknown, _flags(target))}")
     return args

@@ -275,6 +275,35 @@ def _find(session: Session, kind: EntryKind, reference: str) -> CreditEntry | No
     ).first()
 
 
+def _repeat(found: CreditEntry, workspace_id: str, amount: int) -> CreditEntry:
+    """The entry already under a grant's or an adjustment's reference, when this call repeats it
+    (same workspace, same amount: it adds nothing); another workspace or amount is refused, so a
+    reference names one entry and a reused one never hides a grant that was not made.
+
+    >>> entry = CreditEntry(id=3, workspace_id="demo", kind=EntryKind.GRANT, reference="inv-7",
+    ...                     amount=20, created_at=dt.datetime(2026, 6, 1, tzinfo=dt.UTC))
+    >>> _repeat(entry, "demo", 20).id
+    3
+    >>> _repeat(entry, "other", 5)
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected a reference of its own for a grant of +5 to workspace 'other', got 'inv-7', the reference of ledger entry #3 (grant +20 to workspace 'demo', 2026-06-01T00:00:00Z). Write this grant under a new reference (e.g. its invoice id); see entry #3 with `typestrict credits ledger demo`; repeating that grant exactly (workspace 'demo', +20) adds nothing.
+    """
+    if found.workspace_id == workspace_id and found.amount == amount:
+        return found
+    kind = EntryKind(found.kind).value
+    when = found.created_at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    raise InputError(
+        f"a reference of its own for a{'n' if kind[0] in 'aeiou' else ''} {kind} of {amount:+d} to "
+        f"workspace {workspace_id!r}",
+        f"{found.reference!r}, the reference of ledger entry #{found.id} ({kind} {found.amount:+d} to "
+        f"workspace {found.workspace_id!r}, {when})",
+        f"write this {kind} under a new reference (e.g. its {'invoice' if kind == 'grant' else 'ticket'} "
+        f"id); see entry #{found.id} with `typestrict credits ledger {found.workspace_id}`; repeating "
+        f"that {kind} exactly (workspace {found.workspace_id!r}, {found.amount:+d}) adds nothing",
+    )
+
+
 def _append(
     session: Session,
     *,
@@ -494,8 +523,9 @@ class CreditLedger:
         Args:
             workspace_id: the workspace (a plain string).
             amount: credits to add, a positive integer.
-            reference: idempotency key (an invoice id...): a second grant with the same key
-                returns the first entry and adds nothing.
+            reference: idempotency key (an invoice id...): a second grant with the same key,
+                workspace and amount returns the first entry and adds nothing; with another
+                workspace or amount it is refused (``InputError`` naming the first entry).
             reason: why, in words (shown in the ledger).
             now: the entry's time (default: the clock).
 
@@ -503,7 +533,8 @@ class CreditLedger:
             The grant's ledger line.
 
         Raises:
-            InputError: ``amount`` is not a positive integer, or an id is empty.
+            InputError: ``amount`` is not a positive integer, an id is empty, or ``reference``
+                is another workspace's or another amount's grant.
         """
         _check_id("workspace id", workspace_id)
         _check_id("reference", reference)
@@ -512,19 +543,20 @@ class CreditLedger:
 
         def work(session: Session) -> LedgerLine:
             found = _find(session, EntryKind.GRANT, reference)
-            if found is None:
-                found = _append(
-                    session,
-                    workspace_id=workspace_id,
-                    kind=EntryKind.GRANT,
-                    reference=reference,
-                    training_id=None,
-                    amount=amount,
-                    verdict=None,
-                    reason=reason,
-                    now=when,
-                    create_account=True,
-                )
+            if found is not None:
+                return _line(_repeat(found, workspace_id, amount))
+            found = _append(
+                session,
+                workspace_id=workspace_id,
+                kind=EntryKind.GRANT,
+                reference=reference,
+                training_id=None,
+                amount=amount,
+                verdict=None,
+                reason=reason,
+                now=when,
+                create_account=True,
+            )
             return _line(found)
 
         return run_transaction(self.engine, work)
@@ -545,7 +577,9 @@ class CreditLedger:
         stays, and the correction is a new entry with its reason.
 
         Raises:
-            InputError: ``amount`` is 0 or not an integer, or the reason is empty.
+            InputError: ``amount`` is 0 or not an integer, the reason is empty, or ``reference``
+                is another workspace's or another amount's adjustment (the same ones repeat it:
+                nothing added).
             InsufficientCreditsError: a negative adjustment would overdraw the workspace.
         """
         _check_id("workspace id", workspace_id)
@@ -557,19 +591,20 @@ class CreditLedger:
 
         def work(session: Session) -> LedgerLine:
             found = _find(session, EntryKind.ADJUSTMENT, reference)
-            if found is None:
-                found = _append(
-                    session,
-                    workspace_id=workspace_id,
-                    kind=EntryKind.ADJUSTMENT,
-                    reference=reference,
-                    training_id=training_id,
-                    amount=amount,
-                    verdict=None,
-                    reason=reason,
-                    now=when,
-                    create_account=amount > 0,
-                )
+            if found is not None:
+                return _line(_repeat(found, workspace_id, amount))
+            found = _append(
+                session,
+                workspace_id=workspace_id,
+                kind=EntryKind.ADJUSTMENT,
+                reference=reference,
+                training_id=training_id,
+                amount=amount,
+                verdict=None,
+                reason=reason,
+                now=when,
+                create_account=amount > 0,
+            )
             return _line(found)
 
         return run_transaction(self.engine, work)
