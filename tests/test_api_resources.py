@@ -132,3 +132,26 @@ def test_schedules_and_notifications_of_the_workspace(tmp_path: Path, sqlite_url
             assert o.post(f"/v1/schedules/{schedule.id}/cancel", json={"by": "eve@example.com"}).status_code == 404
         cancelled = c.post(f"/v1/schedules/{schedule.id}/cancel", json={"by": "ana@example.com"})
         assert cancelled.status_code == 200 and cancelled.json()["state"] == "CANCELLED"
+
+
+def test_the_estimate_screens_the_grid_as_creating_the_study_does(tmp_path: Path, sqlite_url: str) -> None:
+    form = {"workflow": "seattle_rain", "start": "2013-01-02", "end": "2015-12-31", "tune_steps": 60,
+            "eval_steps": 30, "holdout_steps": 60, "folds": 2, "max_candidates": 5, "max_total_steps": 100_000}
+    key = support.new_key(sqlite_url, "acme")
+    with support.ApiServer(sqlite_url, tmp_path / "home") as server, server.client(key) as c:
+        for grid, words in ((["threshold=abc"], "expected a number (like the default 0.5), got 'abc'"),
+                            (["nope=1,2"], "a parameter of workflow 'seattle_rain'"),
+                            (["threshold=5"], "expected a value in [0.0, 1.0], got 5"),
+                            (["threshold=0.4", "threshold=0.9"], "expected each parameter once in --grid, "
+                                                                 "got threshold twice")):
+            estimate = c.post("/v1/studies/estimate", json={**form, "grid": grid})
+            created = c.post("/v1/studies", json={**form, "grid": grid})
+            assert estimate.status_code == created.status_code == 422, (grid, estimate.text, created.text)
+            assert estimate.json()["error"]["message"] == created.json()["error"]["message"]
+            assert words in estimate.json()["error"]["message"], estimate.text
+        assert c.get("/v1/studies").json() == []
+        # A value the workflow rejects is not priced: the estimate counts what the study would run.
+        est = c.post("/v1/studies/estimate", json={**form, "grid": ["threshold=0.4,0.6,5"]})
+        assert est.status_code == 200 and est.json()["candidates"] == 2 and est.json()["planned"] == 3
+        created = c.post("/v1/studies", json={**form, "grid": ["threshold=0.4,0.6,5"]})
+        assert created.status_code == 201, created.text
