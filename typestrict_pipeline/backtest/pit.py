@@ -274,6 +274,7 @@ class PointInTimeTable:
         "_name",
         "_nodes",
         "_rec",
+        "_source_rows",
         "_value_columns",
     )
 
@@ -334,6 +335,7 @@ class PointInTimeTable:
         self._rec = rec
         self._cols = sorted_cols
         self._known = _freeze(rec[KNOWN_TIME].copy())
+        self._source_rows = _freeze(order.astype(np.int64) + 1)
         self._n = len(kn)
         self._value_columns = tuple(cols)
         self._block_rows = block_rows
@@ -454,6 +456,18 @@ class PointInTimeTable:
     def known_times(self) -> npt.NDArray[np.datetime64]:
         """The knowledge times, sorted, read-only."""
         return self._known
+
+    def cells(self, column: str) -> npt.NDArray[Any]:
+        """Every value of a value column, in the table's order (by knowledge time), read-only:
+        for checking the data before a replay, never for a decision (which reads a view)."""
+        if column not in self._value_columns:
+            raise KeyError(column)
+        return self._cols[column]
+
+    def source_row(self, index: int) -> int:
+        """The 1-based row, in the rows the table was built from (its file's data rows), of the
+        row at ``index`` in the table's order."""
+        return int(self._source_rows[index])
 
     def __len__(self) -> int:
         return self._n
