@@ -132,3 +132,109 @@ def test_schedules_and_notifications_of_the_workspace(tmp_path: Path, sqlite_url
             assert o.post(f"/v1/schedules/{schedule.id}/cancel", json={"by": "eve@example.com"}).status_code == 404
         cancelled = c.post(f"/v1/schedules/{schedule.id}/cancel", json={"by": "ana@example.com"})
         assert cancelled.status_code == 200 and cancelled.json()["state"] == "CANCELLED"
+
+
+def _weather_lines(tmp_path: Path) -> list[str]:
+    write_seattle_csv(tmp_path / "base.csv", known_until=dt.datetime(2013, 1, 1, tzinfo=UTC))
+    return (tmp_path / "base.csv").read_text().splitlines()
+
+
+def test_a_dataset_is_checked_against_its_workflow_before_anything_is_stored(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    lines = _weather_lines(tmp_path)
+    head, rows = lines[0], lines[1:]
+    cut = ",".join(head.split(",")[:3])  # event_time,known_time,precipitation only
+    bad = {
+        "short.csv": ([head, *rows[:4], rows[4].rsplit(",", 2)[0], *rows[5:]],
+                      ["short.csv, row 5", "7 cells, like the header"]),
+        "lots.csv": ([head, *rows[:2], ",".join([*rows[2].split(",")[:2], "lots", *rows[2].split(",")[3:]]),
+                      *rows[3:]], ["lots.csv, row 3, column 'precipitation'", "expected a number", "'lots'"]),
+        "narrow.csv": ([cut, *(",".join(r.split(",")[:3]) for r in rows)],
+                       ["narrow.csv", "missing: temp_max, temp_min, wind, weather", "seattle_rain"]),
+        "naive.csv": ([head, rows[0], rows[1].replace("T00:00:00Z", "T00:00:00", 1), *rows[2:]],
+                      ["naive.csv, row 2, column 'event_time'", "timezone-aware"]),
+    }
+    key = support.new_key(sqlite_url, "acme")
+    with support.ApiServer(sqlite_url, tmp_path / "home") as server, server.client(key) as c:
+        for name, (content, words) in bad.items():
+            assert c.put(f"/v1/files/{name}", content="\n".join(content).encode() + b"\n").status_code == 201
+            r = c.post("/v1/datasets", json={"name": "wx", "workflow": "seattle_rain", "tables": {"weather": name}})
+            message = r.json()["error"]["message"]
+            assert r.status_code == 422, (name, r.text)
+            assert all(w in message for w in words), (name, message)
+            assert str(tmp_path) not in message  # the customer's file name, not the server's path
+        assert c.get("/v1/datasets").json() == []  # nothing stored
+        # Offsets may differ from row to row (each converted to UTC): the same instants as Z.
+        shifted = [head, *rows]
+        ev, kn, rest = rows[5].split(",", 2)
+        shifted[6] = f"{ev[:10]}T14:00:00+14:00,{kn[:10]}T00:00:00-00:00,{rest}"
+        assert c.put("/v1/files/offsets.csv", content="\n".join(shifted).encode() + b"\n").status_code == 201
+        made = c.post("/v1/datasets", json={"name": "wx", "workflow": "seattle_rain",
+                                            "tables": {"weather": "offsets.csv"}})
+        assert made.status_code == 201, made.text
+        assert made.json()["tables"][0]["rows"] == len(rows)
+        again = c.post("/v1/datasets", json={"name": "wx", "workflow": "seattle_rain",
+                                             "tables": {"weather": "offsets.csv"}})
+        message = again.json()["error"]["message"]
+        assert again.status_code == 409 and "got 'wx'" in message
+        assert "POST /v1/datasets/wx/append" in message and "typestrict" not in message and "__" not in message
+
+
+def test_a_backtest_is_checked_against_its_data_and_params_before_it_is_launched(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    import json
+
+    from typestrict_pipeline.api.datasets import datasets_base, stored_name
+
+    lines = _weather_lines(tmp_path)
+    cells = lines[40].split(",")
+    lines[40] = ",".join([*cells[:2], "lots", *cells[3:]])
+    home = tmp_path / "home"
+    # A dataset stored before registering checked its columns (text in a number column).
+    folder = datasets_base(home) / stored_name("acme", "old")
+    folder.mkdir(parents=True)
+    (folder / "weather.csv").write_text("\n".join(lines) + "\n")
+    (folder / "dataset.json").write_text(json.dumps({"name": stored_name("acme", "old"), "workflow": "seattle_rain",
+                                                     "registered_at": "2013-01-01T00:00:00Z",
+                                                     "tables": {"weather": "weather.csv"}}))
+    key = support.new_key(sqlite_url, "acme")
+    run = {"workflow": "seattle_rain", "start": "2012-06-01", "end": "2012-06-30"}
+    with support.ApiServer(sqlite_url, home) as server, server.client(key) as c:
+        refused = c.post("/v1/backtests", json={**run, "dataset": "old"})
+        message = refused.json()["error"]["message"]
+        assert refused.status_code == 422, refused.text
+        assert "row 40, column 'precipitation'" in message and "expected a number" in message
+        assert "'lots'" in message and str(tmp_path) not in message
+        # A JSON number with a fraction is the number the CLI's --param threshold=0.5 gives.
+        ok = c.post("/v1/backtests", json={**run, "params": {"threshold": 0.5}})
+        assert ok.status_code == 202, ok.text
+        out = c.post("/v1/backtests", json={**run, "params": {"threshold": 1.5}})
+        message = out.json()["error"]["message"]
+        assert out.status_code == 422 and "expected a value in [0.0, 1.0], got 1.5" in message
+        assert "Decimal" not in message
+        assert [b["id"] for b in c.get("/v1/backtests").json()] == [ok.json()["id"]]  # the refused: nothing
+
+
+def test_the_estimate_screens_the_grid_as_creating_the_study_does(tmp_path: Path, sqlite_url: str) -> None:
+    form = {"workflow": "seattle_rain", "start": "2013-01-02", "end": "2015-12-31", "tune_steps": 60,
+            "eval_steps": 30, "holdout_steps": 60, "folds": 2, "max_candidates": 5, "max_total_steps": 100_000}
+    key = support.new_key(sqlite_url, "acme")
+    with support.ApiServer(sqlite_url, tmp_path / "home") as server, server.client(key) as c:
+        for grid, words in ((["threshold=abc"], "expected a number (like the default 0.5), got 'abc'"),
+                            (["nope=1,2"], "a parameter of workflow 'seattle_rain'"),
+                            (["threshold=5"], "expected a value in [0.0, 1.0], got 5"),
+                            (["threshold=0.4", "threshold=0.9"], "expected each parameter once in --grid, "
+                                                                 "got threshold twice")):
+            estimate = c.post("/v1/studies/estimate", json={**form, "grid": grid})
+            created = c.post("/v1/studies", json={**form, "grid": grid})
+            assert estimate.status_code == created.status_code == 422, (grid, estimate.text, created.text)
+            assert estimate.json()["error"]["message"] == created.json()["error"]["message"]
+            assert words in estimate.json()["error"]["message"], estimate.text
+        assert c.get("/v1/studies").json() == []
+        # A value the workflow rejects is not priced: the estimate counts what the study would run.
+        est = c.post("/v1/studies/estimate", json={**form, "grid": ["threshold=0.4,0.6,5"]})
+        assert est.status_code == 200 and est.json()["candidates"] == 2 and est.json()["planned"] == 3
+        created = c.post("/v1/studies", json={**form, "grid": ["threshold=0.4,0.6,5"]})
+        assert created.status_code == 201, created.text

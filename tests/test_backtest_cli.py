@@ -82,3 +82,50 @@ def test_workflows_lists_the_registry(capsys: pytest.CaptureFixture[str]) -> Non
     out = capsys.readouterr().out
     assert "seattle_rain" in out and "active" in out and "whether the next day" in out
     assert out.splitlines()[1].split()[:3] == ["workflow", "version", "active"]  # a header
+
+
+def test_data_its_workflow_cannot_read_is_refused_before_a_backtest_or_a_study_is_stored(
+    typestrict_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import datetime as dt
+    import json
+
+    from typestrict_pipeline.backtest.workflows.weather import write_seattle_csv
+
+    csv = tmp_path / "weather.csv"
+    write_seattle_csv(csv, known_until=dt.datetime(2013, 1, 1, tzinfo=dt.UTC))
+    lines = csv.read_text().splitlines()
+    cells = lines[7].split(",")
+    lines[7] = ",".join([*cells[:2], "lots", *cells[3:]])
+    csv.write_text("\n".join(lines) + "\n")
+    store = ["--store-url", f"sqlite:///{tmp_path / 'store.db'}", "--new-store"]
+    code = main(["backtest", "run", "seattle_rain", "--csv", str(csv), "--start", "2012-06-01",
+                 "--end", "2012-06-30", "--standin-latency", "0", *store])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "row 7, column 'precipitation': expected a number in column 'precipitation'" in err and "'lots'" in err
+    # A dataset stored before registering checked its columns: a study on it is refused too.
+    folder = typestrict_home / "datasets" / "old"
+    folder.mkdir(parents=True)
+    (folder / "weather.csv").write_text("\n".join(",".join(r.split(",")[:3]) for r in lines) + "\n")
+    (folder / "dataset.json").write_text(json.dumps({"name": "old", "workflow": "seattle_rain",
+                                                     "tables": {"weather": "weather.csv"}}))
+    study = ["study", "run", "seattle_rain", "--dataset", "old", "--start", "2012-02-01", "--end", "2012-12-31",
+             "--folds", "2", "--tune-steps", "30", "--eval-steps", "20", "--holdout-steps", "30",
+             "--grid", "threshold=0.4,0.6", "--max-candidates", "2", "--max-total-steps", "1000", *store]
+    assert main(study) == 2
+    err = capsys.readouterr().err
+    assert "missing: temp_max, temp_min, wind, weather" in err and "seattle_rain" in err
+    from sqlalchemy import func, select
+
+    from typestrict_pipeline.backtest.store import list_backtests
+    from typestrict_pipeline.store import open_store, session_scope
+    from typestrict_pipeline.study.tables import StudyRow
+
+    engine = open_store(store[1])
+    try:
+        assert list_backtests(engine, workspace="demo") == []  # nothing stored, nothing launched
+        with session_scope(engine) as s:
+            assert s.execute(select(func.count()).select_from(StudyRow)).scalar_one() == 0
+    finally:
+        engine.dispose()

@@ -199,3 +199,26 @@ def test_view_equals_brute_force_filter(known_offsets: list[int], block: int, pr
     assert len(view) == len(expected)
     tail = view.tail(3, "v")
     assert len(tail) == min(3, len(expected))
+
+
+def test_times_with_different_offsets_are_one_kind_of_time_in_utc() -> None:
+    df = pd.DataFrame({"event_time": ["2012-01-05T00:00:00Z", "2012-01-06T14:00:00+14:00"],
+                       "known_time": ["2012-01-06T00:00:00Z", "2012-01-06T12:00:00-12:00"], "v": [1.0, 2.0]})
+    table = PointInTimeTable.from_frame("x", df, file="d.csv")
+    assert table.first_known == dt.datetime(2012, 1, 6, tzinfo=dt.UTC)
+    assert table.last_known == dt.datetime(2012, 1, 7, tzinfo=dt.UTC)
+    assert table.view(table.last_known).get("v", dt.datetime(2012, 1, 6, tzinfo=dt.UTC)) == 2.0
+
+
+@pytest.mark.parametrize(("times", "match"), [
+    (["2012-01-05T00:00:00Z", "2012-01-06T00:00:00"],
+     r"d.csv, row 2, column 'event_time': expected timezone-aware times in 'event_time' .*got '2012-01-06T00:00:00'"),
+    (["2012-01-05T00:00:00Z", "2012-01-06"], r"d.csv, row 2, column 'event_time': expected timezone-aware"),
+    (["0001-01-01T00:00:00Z", "2012-01-06T00:00:00Z"],
+     r"d.csv, row 1, column 'event_time': expected a time from 1900-01-01 to 2199-12-31"),
+])
+def test_a_time_without_offset_or_out_of_range_names_its_row(times: list[str], match: str) -> None:
+    df = pd.DataFrame({"event_time": times, "known_time": ["2012-01-06T00:00:00Z", "2012-01-07T00:00:00Z"],
+                       "v": [1.0, 2.0]})
+    with pytest.raises(DatasetError, match=match):
+        PointInTimeTable.from_frame("x", df, file="d.csv")

@@ -439,6 +439,9 @@ STUDY = ["study", "run", "wx", "--synthetic", "--start", "2012-01-01", "--end", 
          "--eval-steps", "20", "--holdout-steps", "20", "--grid", "skill=0.5,0.6", "--max-candidates", "2",
          "--max-total-steps", "1000"]
 
+STUDY_NO_GRID = [a for a in STUDY if a not in ("--grid", "skill=0.5,0.6")]
+"""The study without its grid: a case that gives ``--grid skill=...`` gives it once (twice is refused)."""
+
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
@@ -490,7 +493,7 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], str]] = [
     ("random -inf:inf", [*STUDY, "--random", "skill=-inf:inf", "--random-draws", "2"], {},
      "expected --random skill's LOW as a finite number, got '-inf'"),
     ("random huge", [*STUDY, "--random", "skill=0:1e309", "--random-draws", "2"], {}, "finite number"),
-    ("grid words for a number", [*STUDY, "--grid", "skill=n/a,false,none"], {},
+    ("grid words for a number", [*STUDY_NO_GRID, "--grid", "skill=n/a,false,none"], {},
      "expected at least one candidate the workflow accepts, got none of 3"),
     ("NUL in a study's name", [*STUDY, "--name", "a\x00b"], {}, "expected a study name without control characters"),
     ("line separator in a study's name", [*STUDY, "--name", "a\u2028b"], {},

@@ -111,3 +111,11 @@ def test_a_study_whose_run_cannot_start_ends_failed_with_why_and_frees_its_workf
             assert holder(engine, LeaseKind.STUDY, str(sid)) is None
         finally:
             engine.dispose()
+
+
+def test_a_grid_parameter_given_twice_is_refused_not_replaced(
+        typestrict_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*RUN, "--grid", "skill=0.7", "--max-candidates", "2", "--max-total-steps", "1000"]) == 2
+    err = capsys.readouterr().err
+    assert "expected each parameter once in --grid, got skill twice (the second skill='0.7')" in err
+    assert main(["study", "list"]) != 0 or "wx" not in capsys.readouterr().out  # nothing created

@@ -24,6 +24,7 @@ import datetime as dt
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from sqlalchemy import Engine
 from typestrict_pipeline.api import datasets
 from typestrict_pipeline.api.runs import DagsterRuns, RunInfo, RunState
 from typestrict_pipeline.errors import InputError, NotFoundError
+from typestrict_pipeline.values import number
 
 MAX_STEPS = 100_000
 """Most steps one backtest through the API may plan (bounded before any work)."""
@@ -82,6 +84,42 @@ class BacktestView:
     card: str | None = None
     created_at: str | None = None
     finished_at: str | None = None
+
+
+def plain_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``params`` of a JSON body as the CLI's ``--param NAME=VALUE`` gives them: the API
+    decodes a number with a fraction or an exponent as a ``Decimal`` (exact money); here it
+    becomes the ``float`` JSON means (``1E+2`` is ``100.0``), once, at the edge, so the
+    workflow's checks see the types every other door gives them. A number beyond a float is
+    refused, and every text is text that may be stored, as on the command line.
+
+    >>> plain_params({"threshold": Decimal("0.5"), "lookback_days": 7, "ks": [Decimal("1E+2")]})
+    {'threshold': 0.5, 'lookback_days': 7, 'ks': [100.0]}
+    >>> plain_params({"threshold": Decimal("1E+400")})
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: column 'params.threshold': expected params.threshold as a finite number, got '1E+400'. Write a finite number, e.g. 0.5.
+    """
+    from typestrict_pipeline.values import check_strings
+
+    def plain(value: Any, where: str) -> Any:
+        if isinstance(value, Decimal):
+            return number(value, where, fix="write a finite number, e.g. 0.5")
+        if isinstance(value, list):
+            return [plain(v, where) for v in value]
+        if isinstance(value, dict):
+            return {k: plain(v, f"{where}.{k}") for k, v in value.items()}
+        return value
+
+    out = {}
+    for name, value in params.items():
+        where = f"params.{name}"
+        try:
+            out[name] = plain(value, where)
+            check_strings(out[name], f"a {where} value")
+        except InputError as exc:
+            raise InputError(exc.expected, exc.got, exc.fix, column=where) from None
+    return out
 
 
 def _object(backtest_id: str) -> str:
@@ -244,4 +282,4 @@ def workflows() -> list[dict[str, Any]]:
 
 
 __all__ = ["BacktestRequest", "BacktestView", "CheckedBacktest", "cancel_backtest", "check_backtest",
-           "get_backtest", "launch_backtest", "list_backtests", "run_config", "workflows"]
+           "get_backtest", "launch_backtest", "list_backtests", "plain_params", "run_config", "workflows"]

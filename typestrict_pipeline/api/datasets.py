@@ -27,7 +27,7 @@ from typing import Any
 
 from typestrict_pipeline.api.trainings import WorkspaceArea
 from typestrict_pipeline.backtest.pit import PointInTimeTable
-from typestrict_pipeline.errors import InputError, NotFoundError
+from typestrict_pipeline.errors import ConflictError, InputError, NotFoundError
 
 _CUSTOMER_NAME = re.compile(r"[a-z0-9][a-z0-9_]{0,47}")
 _SEPARATOR = "__"
@@ -111,17 +111,41 @@ def register(home: Path, workspace: str, name: str, workflow: str,
     """Register ``name`` for ``workflow`` from files of the workspace's area (table -> file).
 
     Raises:
-        InputError, DatasetError: a bad name, table or file (naming the file, row and column);
+        InputError, DatasetError: a bad name, table or file (naming the file as the workspace's
+            files name it, the row and the column), or a file without the columns the workflow
+            reads, or with a cell not of the kind it reads (text in a number column);
         NotFoundError: a file not in the workspace's files, or an unknown workflow;
-        ConflictError: the workspace already has a dataset of that name.
+        ConflictError: the workspace already has a dataset of that name (the message says how
+            to append to it through the API).
     """
     from typestrict_pipeline.backtest.workflows.datasets import register_dataset
 
     stored = stored_name(workspace, name)
     area = WorkspaceArea(home, workspace)
     paths = {table: area.resolve(file) for table, file in tables.items()}
-    info = register_dataset(stored, workflow, paths, base=datasets_base(home))
+    try:
+        info = register_dataset(stored, workflow, paths, base=datasets_base(home))
+    except ConflictError:
+        raise ConflictError(
+            f"expected a new dataset name, got {name!r}, which this workspace has registered. Append "
+            f"rows to it with POST /v1/datasets/{name}/append, or register the file under another name"
+        ) from None
+    except InputError as exc:
+        raise _customer_file(exc, {str(paths[t]): f for t, f in tables.items()}) from None
     return _view(workspace, info)
+
+
+def _customer_file(exc: InputError, files: Mapping[str, str]) -> InputError:
+    """``exc`` naming the customer's file (as it is named in the workspace's files) where it
+    named the server's path of it.
+
+    >>> err = InputError("a number", "'lots'", "fix it", file="/srv/ws/files/w.csv", row=3, column="x")
+    >>> str(_customer_file(err, {"/srv/ws/files/w.csv": "w.csv"}))
+    "w.csv, row 3, column 'x': expected a number, got 'lots'. Fix it."
+    """
+    if exc.file is None or exc.file not in files:
+        return exc
+    return type(exc)(exc.expected, exc.got, exc.fix, file=files[exc.file], row=exc.row, column=exc.column)
 
 
 def append(home: Path, workspace: str, name: str, file: str, table: str | None) -> tuple[DatasetView, int]:
@@ -138,7 +162,10 @@ def append(home: Path, workspace: str, name: str, file: str, table: str | None) 
                              column="table")
         table = names[0]
     source = WorkspaceArea(home, workspace).resolve(file)
-    result = append_rows(stored, table, source, base=base)
+    try:
+        result = append_rows(stored, table, source, base=base)
+    except InputError as exc:
+        raise _customer_file(exc, {str(source): file}) from None
     return _view(workspace, dataset_info(stored, base=base)), result.added
 
 

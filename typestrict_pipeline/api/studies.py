@@ -30,7 +30,7 @@ from typestrict_pipeline.study.limits import (
     estimate_text,
     study_total_steps,
 )
-from typestrict_pipeline.study.service import StudyConfig, lookup_last_backtest
+from typestrict_pipeline.study.service import StudyConfig, candidate_validator, lookup_last_backtest
 from typestrict_pipeline.study.tables import StudyRow, StudyState
 
 
@@ -58,17 +58,20 @@ class StudyEstimate:
 
 
 def estimate_study(engine: Engine, config: StudyConfig) -> StudyEstimate:
-    """The estimate for a filled-in form, refused as creating it would be (nothing is written).
+    """The estimate for a filled-in form, refused as creating it would be (nothing is written):
+    its candidates screened by the workflow as creating the study screens them
+    (:func:`~typestrict_pipeline.study.repository.screen_candidates`), so a grid the study would
+    refuse gets no price, and a value the workflow rejects is not counted.
 
     Raises:
-        LimitError: a required limit is missing, or a USD budget with no backtest to estimate
-            from (the page's message).
+        LimitError: a required limit is missing, a USD budget with no backtest to estimate
+            from (the page's message), or no candidate the workflow accepts.
         NotEnoughDataError: the folds do not fit in the time range.
     """
     layout = config.layout()
     limits = config.limits()
     limits.validate()
-    kept, dropped = config.space.expand()
+    kept, dropped = repo.screen_candidates(config.space, candidate_validator(config.backend))
     assert limits.max_candidates is not None
     admitted = kept[: limits.max_candidates]
     total = study_total_steps(len(admitted), layout.search_steps_per_candidate, layout.holdout.steps)

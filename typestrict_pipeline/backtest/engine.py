@@ -69,6 +69,7 @@ from typestrict_pipeline.backtest.workflow import (
     ParamValue,
     ScoreContext,
     Workflow,
+    check_columns,
 )
 from typestrict_pipeline.errors import InputError, LookAheadError
 
@@ -543,12 +544,14 @@ def plan_steps(
     Rules: ``start <= end``; ``step > 0`` and ``end - start`` a whole number of steps; every
     table has a row known at ``start`` (a first decision with nothing known is not a decision);
     and the outcome of the last step, known at ``end + horizon``, is within the data (its last
-    knowledge time).
+    knowledge time); the tables hold the columns the workflow declares, of their kinds
+    (:func:`~typestrict_pipeline.backtest.workflow.check_columns`).
 
     Raises:
         InputError: one of the rules is broken; the message gives the range that would work.
     """
     tables = _as_tables(workflow, data)
+    check_columns(workflow, tables)
     start = _aware("start", start)
     end = _aware("end", end)
     if not isinstance(step, dt.timedelta) or step <= dt.timedelta(0):

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -53,6 +54,7 @@ import numpy.typing as npt
 
 from typestrict_pipeline.errors import DatasetError, LookAheadError, NotFoundError
 from typestrict_pipeline.lazy import LazyModule
+from typestrict_pipeline.values import shown
 
 if TYPE_CHECKING:  # imported on first use: keeps the code location's load quick
     import pandas as pd
@@ -133,6 +135,8 @@ def _time_array(
             raise _empty_times(empty, what, table, file)
         if pd.api.types.is_datetime64_any_dtype(series.dtype):
             parsed = series
+        elif series.map(lambda v: isinstance(v, str)).all():
+            parsed = _text_times(series, what, table, file)
         else:
             try:
                 parsed = pd.to_datetime(series, utc=False, format="ISO8601", errors="coerce")
@@ -146,14 +150,7 @@ def _time_array(
                 ) from exc
             bad = np.flatnonzero(parsed.isna().to_numpy() & series.notna().to_numpy())
             if bad.size:
-                raise DatasetError(
-                    "a time in ISO 8601 with a UTC offset (for example 2012-01-02T00:00:00Z)",
-                    repr(series.iloc[int(bad[0])]),
-                    f"fix the {what!r} column of table {table!r}",
-                    file=file,
-                    row=int(bad[0]) + 1,
-                    column=what,
-                )
+                raise _not_a_time(series, int(bad[0]), what, table, file)
         tz = getattr(parsed.dt, "tz", None)
         if tz is None:
             raise DatasetError(
@@ -169,6 +166,54 @@ def _time_array(
     if nat.size:
         raise _empty_times(nat, what, table, file)
     return arr
+
+
+_OFFSET = re.compile(r"[Tt ]\d{2}(?::?\d{2}){0,2}(?:[.,]\d+)?(?:[Zz]|[+-]\d{2}(?::?\d{2})?)$")
+"""How an ISO 8601 time with a UTC offset ends: the time of day, then ``Z``, ``+14:00``,
+``-1200`` or ``+05`` (a date alone, ``2012-01-05``, has none)."""
+
+
+def _not_a_time(series: pd.Series, i: int, what: str, table: str, file: str | None) -> DatasetError:
+    return DatasetError("a time in ISO 8601 with a UTC offset (for example 2012-01-02T00:00:00Z)",
+                        shown(series.iloc[i]), f"fix the {what!r} column of table {table!r}",
+                        file=file, row=i + 1, column=what)
+
+
+def _text_times(series: pd.Series, what: str, table: str, file: str | None) -> pd.Series:
+    """Times written as text: each in ISO 8601 with its own UTC offset (rows may differ:
+    ``+14:00`` beside ``Z``), converted to UTC, from 1900-01-01 to 2199-12-31 (the range of every
+    time the product reads, :data:`typestrict_pipeline.values.TIME_MIN`); a time without an
+    offset, or outside the range, is refused with its row.
+
+    >>> times = _text_times(pd.Series(["2012-01-06T00:00:00+14:00", "2012-01-05T10:00:00Z"]), "event_time", "t", None)
+    >>> [t.isoformat() for t in times]
+    ['2012-01-05T10:00:00+00:00', '2012-01-05T10:00:00+00:00']
+    >>> _text_times(pd.Series(["2012-01-05T10:00:00Z", "2012-01-06 00:00"]), "event_time", "t", "w.csv")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.DatasetError: w.csv, row 2, column 'event_time': expected timezone-aware times in 'event_time' (for example 2012-01-02T00:00:00Z), got '2012-01-06 00:00'. Add a UTC offset or 'Z' to every time: a local time would make what was knowable depend on the reader's time zone.
+    """
+    from typestrict_pipeline.values import TIME_MAX, TIME_MIN
+
+    stripped = series.str.strip()
+    parsed = pd.to_datetime(stripped, utc=True, format="ISO8601", errors="coerce")
+    unread = parsed.isna().to_numpy()
+    bad = np.flatnonzero(unread | ~stripped.str.contains(_OFFSET).to_numpy(dtype=bool))
+    if bad.size:
+        i = int(bad[0])
+        if unread[i]:
+            raise _not_a_time(series, i, what, table, file)
+        raise DatasetError(f"timezone-aware times in {what!r} (for example 2012-01-02T00:00:00Z)",
+                           shown(series.iloc[i]), "add a UTC offset or 'Z' to every time: a local time would "
+                           "make what was knowable depend on the reader's time zone",
+                           file=file, row=i + 1, column=what)
+    outside = np.flatnonzero(((parsed < pd.Timestamp(TIME_MIN)) | (parsed >= pd.Timestamp(TIME_MAX))).to_numpy())
+    if outside.size:
+        i = int(outside[0])
+        raise DatasetError(f"a time from {TIME_MIN.date()} to {(TIME_MAX - dt.timedelta(days=1)).date()} in {what!r}",
+                           shown(series.iloc[i]), f"fix the {what!r} column of table {table!r}",
+                           file=file, row=i + 1, column=what)
+    return parsed
 
 
 def _empty_times(rows: npt.NDArray[np.intp], what: str, table: str, file: str | None) -> DatasetError:
@@ -229,6 +274,7 @@ class PointInTimeTable:
         "_name",
         "_nodes",
         "_rec",
+        "_source_rows",
         "_value_columns",
     )
 
@@ -289,6 +335,7 @@ class PointInTimeTable:
         self._rec = rec
         self._cols = sorted_cols
         self._known = _freeze(rec[KNOWN_TIME].copy())
+        self._source_rows = _freeze(order.astype(np.int64) + 1)
         self._n = len(kn)
         self._value_columns = tuple(cols)
         self._block_rows = block_rows
@@ -409,6 +456,18 @@ class PointInTimeTable:
     def known_times(self) -> npt.NDArray[np.datetime64]:
         """The knowledge times, sorted, read-only."""
         return self._known
+
+    def cells(self, column: str) -> npt.NDArray[Any]:
+        """Every value of a value column, in the table's order (by knowledge time), read-only:
+        for checking the data before a replay, never for a decision (which reads a view)."""
+        if column not in self._value_columns:
+            raise KeyError(column)
+        return self._cols[column]
+
+    def source_row(self, index: int) -> int:
+        """The 1-based row, in the rows the table was built from (its file's data rows), of the
+        row at ``index`` in the table's order."""
+        return int(self._source_rows[index])
 
     def __len__(self) -> int:
         return self._n

@@ -62,6 +62,7 @@ from typestrict_pipeline.backtest.pit import PointInTimeTable, PointInTimeView
 from typestrict_pipeline.errors import InputError, NotFoundError
 
 __all__ = [
+    "COLUMN_KINDS",
     "DecisionContext",
     "OutcomeContext",
     "Param",
@@ -69,9 +70,13 @@ __all__ = [
     "Workflow",
     "WorkflowFixture",
     "WorkflowRegistry",
+    "check_columns",
 ]
 
 ParamValue = bool | int | float | str
+
+COLUMN_KINDS = ("number", "text", "bool")
+"""The kinds of value column a workflow may declare (those :mod:`.workflows.datasets` stores)."""
 
 
 @dataclass(frozen=True)
@@ -236,6 +241,10 @@ class Workflow:
         description: one paragraph for people.
         fixture: a context manager factory yielding a :class:`WorkflowFixture`: the setup on
             which CI runs this workflow's leak tests (required to register it).
+        columns: table -> value column -> its kind (``"number"``, ``"text"`` or ``"bool"``):
+            the columns ``decide`` and ``outcome`` read. A dataset is checked against them
+            before it is registered or replayed (:func:`check_columns`); a table left out is
+            not checked.
     """
 
     name: str
@@ -253,6 +262,7 @@ class Workflow:
     stateful: bool = False
     description: str = ""
     fixture: FixtureFactory | None = field(default=None, compare=False)
+    columns: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.name or not all(c.isalnum() or c == "_" for c in self.name) or self.name != self.name.lower():
@@ -273,6 +283,12 @@ class Workflow:
             raise InputError("at least one table the workflow reads", "none", "list its tables")
         for pname, p in self.params.items():
             _check_value(self.name, pname, p, p.default)
+        for table, kinds in self.columns.items():
+            bad = [k for k in kinds.values() if k not in COLUMN_KINDS]
+            if table not in self.tables or bad:
+                raise InputError(f"columns of tables workflow {self.name!r} reads ({', '.join(self.tables)}), "
+                                 f"each of a kind in {list(COLUMN_KINDS)}", f"table {table!r} ({bad or 'not read'})",
+                                 "fix the columns declaration")
 
     def __hash__(self) -> int:
         return hash((self.name, self.version_id))
@@ -362,6 +378,8 @@ class Workflow:
 
 
 def _check_value(workflow: str, name: str, p: Param, v: Any) -> None:
+    from typestrict_pipeline.values import shown
+
     where = f"parameter {name!r} of workflow {workflow!r}: "
     d = p.default
     if isinstance(d, bool):
@@ -373,15 +391,15 @@ def _check_value(workflow: str, name: str, p: Param, v: Any) -> None:
     else:
         ok, kind = isinstance(v, str), "a string"
     if not ok:
-        raise _prefixed(where, f"{kind} (like the default {d!r})", repr(v),
+        raise _prefixed(where, f"{kind} (like the default {shown(d)})", shown(v),
                         "pass a value of the parameter's type")
     is_number = isinstance(v, (int, float)) and not isinstance(v, bool)
     if is_number and (
         (p.minimum is not None and v < p.minimum) or (p.maximum is not None and v > p.maximum)
     ):
-        raise _prefixed(where, f"a value in [{p.minimum}, {p.maximum}]", repr(v), "pass a value in range")
+        raise _prefixed(where, f"a value in [{p.minimum}, {p.maximum}]", shown(v), "pass a value in range")
     if p.choices is not None and v not in p.choices:
-        raise _prefixed(where, f"one of {list(p.choices)}", repr(v), "pick one of the choices")
+        raise _prefixed(where, f"one of {list(p.choices)}", shown(v), "pick one of the choices")
 
 
 def _prefixed(where: str, expected: str, got: str, fix: str) -> InputError:
@@ -487,3 +505,64 @@ class WorkflowRegistry:
         with self._lock:
             self._active[name] = version_id
         return wf
+
+
+def _first_bad_cell(values: Any, kind: str) -> int | None:
+    """The index of the first cell that is not of ``kind`` (a missing number, NaN, is a number:
+    the outcome says so), else None."""
+    import numpy as np
+
+    from typestrict_pipeline.values import looks_numeric
+
+    if kind == "text":
+        return None
+    if kind == "bool":
+        if values.dtype == np.bool_:
+            return None
+        ok = [isinstance(v, (bool, np.bool_)) for v in values]
+    else:
+        if np.issubdtype(values.dtype, np.number) and not np.issubdtype(values.dtype, np.bool_):
+            return None
+        ok = [(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)))
+              or (isinstance(v, str) and looks_numeric(v)) for v in values]
+    bad = [i for i, good in enumerate(ok) if not good]
+    return bad[0] if bad else None
+
+
+def check_columns(workflow: Workflow, tables: Mapping[str, PointInTimeTable], *, dataset: str = "the dataset",
+                  fix: str = "register the dataset again with those columns") -> None:
+    """Refuse data that lacks a column ``workflow`` declares (:attr:`Workflow.columns`), or
+    holds a cell of another kind (text in a number column), naming the table, row and column,
+    before anything is stored or launched.
+
+    >>> import datetime as dt, pandas as pd
+    >>> wf = Workflow("w", lambda c: 1, lambda c: 1, lambda d, o, c: 1.0, ("t",), dt.timedelta(days=1),
+    ...               "the value on the next day", columns={"t": {"x": "number"}})
+    >>> t = PointInTimeTable.from_frame("t", pd.DataFrame({"event_time": ["2012-01-01T00:00Z", "2012-01-02T00:00Z"],
+    ...     "known_time": ["2012-01-02T00:00Z", "2012-01-03T00:00Z"], "x": ["1.5", "lots"]}))
+    >>> check_columns(wf, {"t": t}, dataset="'mine'")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.DatasetError: row 2, column 'x': expected a number in column 'x' of table 't' of 'mine' (workflow 'w' reads it as one; an empty cell for a missing value), got 'lots'. Register the dataset again with those columns.
+    """
+    from typestrict_pipeline.errors import DatasetError
+    from typestrict_pipeline.values import shown
+
+    for name, kinds in workflow.columns.items():
+        table = tables.get(name)
+        if table is None:
+            continue  # a missing table is refused with the tables (plan_steps)
+        missing = [c for c in kinds if c not in table.columns]
+        if missing:
+            raise DatasetError(
+                f"the columns workflow {workflow.name!r} reads in table {name!r} of {dataset} "
+                f"(event_time, known_time, {', '.join(kinds)})",
+                f"columns {', '.join(table.columns) or 'none'} (missing: {', '.join(missing)})", fix)
+        for col, kind in kinds.items():
+            i = _first_bad_cell(table.cells(col), kind)
+            if i is not None:
+                what = "a number" if kind == "number" else "true or false"
+                raise DatasetError(
+                    f"{what} in column {col!r} of table {name!r} of {dataset} (workflow {workflow.name!r} "
+                    "reads it as one; an empty cell for a missing value)",
+                    shown(table.cells(col)[i]), fix, row=table.source_row(i), column=col)

@@ -42,6 +42,7 @@ __all__ = [
     "ColumnBatch",
     "FileStamp",
     "column_names",
+    "csv_columns",
     "file_stamp",
     "iter_column_batches",
     "read_table",
@@ -248,8 +249,24 @@ def _csv_records(
 
 
 def _read_csv(path: Path) -> dict[str, list[Any]]:
+    return csv_columns(_csv_bytes(path), path)
+
+
+def csv_columns(raw: bytes, path: Path) -> dict[str, list[str]]:
+    """A CSV file's bytes (already read, in bounded work) as columns of the exact text written,
+    by the product's CSV rules: UTF-8, each column name once, every row one cell per column
+    (a short or long row is refused with its row, never padded), quotes strict. ``path`` is
+    the file the messages name.
+
+    >>> csv_columns(b"a,b\\n1,2\\n", Path("t.csv"))
+    {'a': ['1'], 'b': ['2']}
+    >>> csv_columns(b"a,b\\n1,2\\n3\\n", Path("t.csv"))
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.DatasetError: t.csv, row 2: expected 2 cells, like the header, got 1 cells. Make every row have one cell per column (quote cells that contain commas).
+    """
     file = str(path)
-    text = _decode_csv(path, _csv_bytes(path))
+    text = _decode_csv(path, raw)
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     columns: list[list[str]] | None = None

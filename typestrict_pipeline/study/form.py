@@ -17,6 +17,7 @@ that cannot be estimated, a study already in flight).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -158,12 +159,23 @@ def grid_value(text: str, what: str) -> Any:
                                          'the word itself as text, quote it as JSON: "inf"')
 
 
+def _once(name: str, seen: Mapping[str, Any], flag: str, values: str) -> None:
+    """Refuse a parameter given twice (the second would silently replace the first)."""
+    if name in seen:
+        raise InputError(f"each parameter once in {flag}", f"{name} twice (the second {name}={shown(values, 60)})",
+                         f"give all of its values in one, e.g. {flag} {name}=V1,V2")
+
+
 def parse_space(grid: list[str] | None, random: list[str] | None, draws: int, seed: int,
                 prompt_files: list[str] | None) -> SearchSpace:
     """A search space from the command line's ``--grid``, ``--random`` and ``--prompt-file``.
 
     >>> parse_space(["threshold=0.4,0.6"], ["k=1:5"], 2, 7, None).to_json()["grid"]
     {'threshold': [0.4, 0.6]}
+    >>> parse_space(["threshold=0.4", "threshold=0.9"], None, 0, 0, None)
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected each parameter once in --grid, got threshold twice (the second threshold='0.9'). Give all of its values in one, e.g. --grid threshold=V1,V2.
     """
     g: dict[str, list[Any]] = {}
     for item in grid or []:
@@ -171,7 +183,9 @@ def parse_space(grid: list[str] | None, random: list[str] | None, draws: int, se
         if not sep or not values:
             raise InputError("--grid as NAME=V1,V2,...", repr(item), "write e.g. --grid threshold=0.4,0.5")
         name = parameter_name(name, "--grid")
-        g[name] = [grid_value(v.strip(), f"--grid {name}") for v in values.split(",")]
+        parsed = [grid_value(v.strip(), f"--grid {name}") for v in values.split(",")]
+        _once(name, g, "--grid", values)
+        g[name] = parsed
     r: dict[str, RandomParam] = {}
     for item in random or []:
         name, sep, rng = item.partition("=")
@@ -185,6 +199,7 @@ def parse_space(grid: list[str] | None, random: list[str] | None, draws: int, se
             if spells_non_finite(text):  # every spelling, as the grid's (JSON's NaN included)
                 raise InputError(f"{what}'s {end} as a finite number", shown(text), fix)
         lo, hi = _value(low.strip(), what), _value(high.strip(), what)
+        _once(name, r, "--random", rng)
         r[name] = RandomParam(number(lo, f"{what}'s LOW", fix=fix), number(hi, f"{what}'s HIGH", fix=fix),
                               integer=type(lo) is int and type(hi) is int)
     prompts: dict[str, list[str]] = {}

@@ -229,6 +229,39 @@ ONE_AT_A_TIME = ("One study at a time per workflow; cancel the running one or wa
 """The page's words; the command that cancels goes on its own line after them."""
 
 
+def screen_candidates(
+    space: SearchSpace, validate: Callable[[Candidate], str | None] | None
+) -> tuple[list[Candidate], list[Discarded]]:
+    """The space's candidates the workflow accepts, and those discarded (duplicates, and those
+    ``validate`` rejects, with why): what creating a study stores and what its estimate counts.
+
+    Raises:
+        LimitError: the workflow accepts none of them.
+
+    >>> space = SearchSpace(grid={"k": [1, 2, 2]})
+    >>> kept, dropped = screen_candidates(space, lambda c: None if c.params["k"] < 2 else "too big")
+    >>> [c.params for c in kept], [d.reason for d in dropped]
+    ([{'k': 1}], ['duplicate of candidate 2', 'rejected by the workflow: too big'])
+    """
+    kept, dropped = space.expand()
+    if validate is None:
+        return kept, dropped
+    accepted: list[Candidate] = []
+    for cand in kept:
+        why = validate(cand)
+        if why is None:
+            accepted.append(cand)
+        else:
+            dropped.append(Discarded(cand, f"rejected by the workflow: {why}"))
+    if not accepted:
+        raise LimitError(
+            f"expected at least one candidate the workflow accepts, got none of "
+            f"{len(dropped)} ({dropped[0].reason if dropped else 'empty space'}). Fix the "
+            "search space."
+        )
+    return accepted, dropped
+
+
 def create_study(
     engine: Engine,
     *,
@@ -282,22 +315,7 @@ def create_study(
     """
     limits.validate()
     check_min_unseen_steps(min_unseen_steps)
-    kept, dropped = space.expand()
-    if validate is not None:
-        accepted: list[Candidate] = []
-        for cand in kept:
-            why = validate(cand)
-            if why is None:
-                accepted.append(cand)
-            else:
-                dropped.append(Discarded(cand, f"rejected by the workflow: {why}"))
-        kept = accepted
-        if not kept:
-            raise LimitError(
-                f"expected at least one candidate the workflow accepts, got none of "
-                f"{len(dropped)} ({dropped[0].reason if dropped else 'empty space'}). Fix the "
-                "search space."
-            )
+    kept, dropped = screen_candidates(space, validate)
     assert limits.max_candidates is not None
     admitted = kept[: limits.max_candidates]
     cut = kept[limits.max_candidates :]
@@ -1305,6 +1323,7 @@ __all__ = [
     "reserve_run",
     "reserve_runs_together",
     "reserve_slice",
+    "screen_candidates",
     "set_min_unseen_steps",
     "settle_run",
     "settle_runs",

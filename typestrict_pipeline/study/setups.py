@@ -36,11 +36,13 @@ def registered_workflow(
     Without ``base_url`` the workflow's stand-in model server answers (``latency_s`` per call).
     """
     from typestrict_pipeline.backtest.service import endpoint_models, standin_models
+    from typestrict_pipeline.backtest.workflow import check_columns
     from typestrict_pipeline.backtest.workflows import default_registry, load_dataset
 
     registry = default_registry()
     wf = registry.get(workflow, version_id)
     data = load_dataset(dataset)
+    check_columns(wf, data)  # before a study is stored on data its workflow cannot read
     with _LOCK:
         if base_url is None:
             models = _STACK.enter_context(standin_models(wf, latency_s=latency_s))

@@ -28,7 +28,7 @@ def run_backtest(body: BacktestIn, ctx: Ctx, workspace: Workspace) -> BacktestOu
     a ``backtest_<workflow>_job`` run on the Dagster instance; it is ``queued`` until the daemon
     starts it. Every model call is costed to the workspace."""
     req = core.BacktestRequest(workflow=body.workflow, start=body.start, end=body.end, step=body.step,
-                               dataset=body.dataset, params=body.params)
+                               dataset=body.dataset, params=core.plain_params(body.params))
     return _out(core.launch_backtest(ctx.engine, ctx.settings.home, ctx.runs, workspace, req))
 
 

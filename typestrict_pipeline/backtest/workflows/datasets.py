@@ -38,7 +38,7 @@ from typestrict_pipeline.backtest.pit import (
     format_time,
     read_csv_fresh,
 )
-from typestrict_pipeline.backtest.workflow import WorkflowRegistry
+from typestrict_pipeline.backtest.workflow import Workflow, WorkflowRegistry, check_columns
 from typestrict_pipeline.errors import ConflictError, DatasetError, InputError, NotFoundError
 from typestrict_pipeline.files import read_json_file, write_atomic
 from typestrict_pipeline.lazy import LazyModule
@@ -158,7 +158,9 @@ def _locked(folder: Path) -> Iterator[None]:
 def _read_rows(path: Path, *, stored: bool = False) -> pd.DataFrame:
     """A CSV's rows, read in bounded work (:func:`typestrict_pipeline.files.read_data_file`: a
     regular file, not too large, a readable archive, no NUL byte). A file given to register or
-    append is read as the text written, every cell a string (``NA``, ``null``, ``inf`` are not
+    append is read as the text written, by the rules of every CSV the product takes
+    (:func:`typestrict_pipeline.refund.table.csv_columns`: a row of more or fewer cells than the
+    header is refused with its row), every cell a string (``NA``, ``null``, ``inf`` are not
     turned into anything: :func:`_typed` decides); a stored table (``stored``), which this
     module wrote after validating it, with its numbers typed and an empty cell missing."""
     import io
@@ -166,11 +168,15 @@ def _read_rows(path: Path, *, stored: bool = False) -> pd.DataFrame:
     from typestrict_pipeline.files import read_data_file
 
     raw = read_data_file(path, error=DatasetError, what="a CSV file with a header row")
+    if not stored:  # the customer's file: the trainings' CSV rules (a short or long row refused)
+        from typestrict_pipeline.refund.table import csv_columns
+
+        frame = pd.DataFrame(csv_columns(raw, path), dtype=str)
+        if frame.empty:
+            raise DatasetError("at least one row", "no rows", "give the file some rows", file=str(path))
+        return frame
     try:
-        if stored:
-            frame = pd.read_csv(io.BytesIO(raw), keep_default_na=False, na_values=[""])
-        else:
-            frame = pd.read_csv(io.BytesIO(raw), dtype=str, keep_default_na=False, na_filter=False)
+        frame = pd.read_csv(io.BytesIO(raw), keep_default_na=False, na_values=[""])
     except (ValueError, MemoryError, pd.errors.ParserError) as exc:
         raise DatasetError("a readable CSV file with a header row",
                            f"{exc.__class__.__name__}: {' '.join(str(exc).split())[:160]}",
@@ -282,8 +288,12 @@ def _canonical(frame: pd.DataFrame, file: Path, now: dt.datetime) -> pd.DataFram
     return out
 
 
-def _validated(frame: pd.DataFrame, name: str, file: Path, now: dt.datetime) -> pd.DataFrame:
-    PointInTimeTable.from_frame(name, frame, file=str(file))  # times present and typed
+def _validated(frame: pd.DataFrame, name: str, file: Path, now: dt.datetime,
+               workflow: Workflow | None = None) -> pd.DataFrame:
+    table = PointInTimeTable.from_frame(name, frame, file=str(file))  # times present and typed
+    if workflow is not None:  # the columns the workflow reads, checked as every replay checks them
+        check_columns(workflow, {name: table}, dataset=f"file {file.name}",
+                      fix=f"add the columns to {file.name} and register it again")
     return _canonical(frame, file, now)
 
 
@@ -338,8 +348,9 @@ def register_dataset(
     rows = {}
     for t, f in tables.items():
         frame = _read_rows(Path(f))
-        kinds = {str(c): _column_kind(frame[c]) for c in frame.columns}
-        rows[t] = _validated(_typed(frame, kinds, Path(f)), t, Path(f), at)
+        declared = wf.columns.get(t, {})  # a column the workflow reads has the kind it reads
+        kinds = {str(c): declared.get(str(c)) or _column_kind(frame[c]) for c in frame.columns}
+        rows[t] = _validated(_typed(frame, kinds, Path(f)), t, Path(f), at, wf)
     with _locked(folder):
         if (folder / MANIFEST).exists():
             raise ConflictError(f"expected a new dataset name, got {name!r}, which is registered. "

@@ -313,6 +313,8 @@ WEATHER = Workflow(
     outcome=outcome,
     score=score,
     tables=(TABLE,),
+    columns={TABLE: {"precipitation": "number", "temp_max": "number", "temp_min": "number", "wind": "number",
+                     "weather": "text"}},
     horizon=dt.timedelta(days=1),
     outcome_description="whether the next day had any precipitation (> 0 mm), known at its end",
     params={
