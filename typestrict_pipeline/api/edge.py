@@ -3,8 +3,13 @@
 Every ``/v1`` route that takes a JSON body is an :class:`StrictJsonRoute` (routers are made by
 :func:`api_router`). Before FastAPI reads the body:
 
+* the caller's API key is checked and its request token taken (the route's own
+  :func:`~typestrict_pipeline.api.deps.get_workspace`, run once): a caller without a valid key, or
+  over its rate limit, is answered ``401``/``429`` before one byte of the body is read or decoded;
+* the body is decoded in a worker thread, never on the server's event loop: a large body delays
+  only its own answer, not other requests;
 * a body sent with another ``Content-Type`` than ``application/json`` (or ``…+json``) is
-  refused with ``415`` and the type expected;
+  refused with ``415`` and the type expected, and so is one whose ``charset`` is not UTF-8;
 * the body is decoded the one strict way every file of the product is
   (:func:`typestrict_pipeline.files.loads_strict`): invalid JSON, a key twice in one object,
   ``NaN``/``Infinity``, absurd numbers or nesting are refused with ``422`` naming the line and the
@@ -27,7 +32,9 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
+from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
+from starlette.concurrency import run_in_threadpool
 
 from typestrict_pipeline.api.errors import ApiError
 from typestrict_pipeline.errors import InputError
@@ -51,6 +58,24 @@ def is_json_media_type(value: str | None) -> bool:
     return message.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json"))
 
 
+def foreign_charset(value: str | None) -> str | None:
+    """The ``charset`` a ``Content-Type`` header names when it is not UTF-8 (the only encoding
+    the API decodes a JSON body from, RFC 8259), else None.
+
+    >>> foreign_charset("application/json; charset=utf-16"), foreign_charset("application/json; charset=UTF-8")
+    ('utf-16', None)
+    >>> foreign_charset("application/json")
+    """
+    if not value:
+        return None
+    message = email.message.Message()
+    message["content-type"] = value
+    charset = message.get_param("charset")
+    if not isinstance(charset, str) or charset.strip().lower() in ("utf-8", "utf8"):
+        return None
+    return charset.strip()
+
+
 def decode_body(body: bytes) -> Any:
     """A JSON body decoded strictly, non-integer numbers as ``Decimal``.
 
@@ -72,22 +97,49 @@ def _unsupported(got: str | None) -> ApiError:
                     "Send the body as JSON with that header (curl: -H 'Content-Type: application/json')")
 
 
+def _foreign_charset(charset: str) -> ApiError:
+    return ApiError(415, "unsupported_media_type",
+                    f"expected a JSON body encoded as UTF-8, got 'charset={charset[:40]}' in its "
+                    "Content-Type. Send the JSON as UTF-8, with 'Content-Type: application/json' "
+                    "(or '; charset=utf-8')")
+
+
+def _needs(dependant: Dependant, call: Callable[..., Any]) -> bool:
+    """Whether ``call`` is among the dependencies of ``dependant``, at any depth."""
+    stack = list(dependant.dependencies)
+    while stack:
+        found = stack.pop()
+        if found.call is call:
+            return True
+        stack.extend(found.dependencies)
+    return False
+
+
 class StrictJsonRoute(APIRoute):
-    """A route whose JSON body passes the edge's checks (see the module) before FastAPI reads it."""
+    """A route whose caller is checked, then whose JSON body passes the edge's checks (see the
+    module), before FastAPI reads it."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        from typestrict_pipeline.api.deps import authenticate, get_workspace
+
         handler = super().get_route_handler()
         if self.body_field is None:
             return handler
+        keyed = _needs(self.dependant, get_workspace)
 
         async def strict(request: Request) -> Response:
+            if keyed:  # the key's store read and digest: in a thread too
+                await run_in_threadpool(authenticate, request)
+            content_type = request.headers.get("content-type")
             body = await request.body()
             if body:
-                content_type = request.headers.get("content-type")
                 if not is_json_media_type(content_type):
                     raise _unsupported(content_type)
+                charset = foreign_charset(content_type)
+                if charset is not None:
+                    raise _foreign_charset(charset)
                 try:
-                    request._json = decode_body(body)
+                    request._json = await run_in_threadpool(decode_body, body)
                 except InputError as exc:
                     raise ApiError(422, "invalid_input",
                                    f"{exc} The schema is at /v1/openapi.json") from None
@@ -101,4 +153,4 @@ def api_router(**options: Any) -> APIRouter:
     return APIRouter(route_class=StrictJsonRoute, **options)
 
 
-__all__ = ["StrictJsonRoute", "api_router", "decode_body", "is_json_media_type"]
+__all__ = ["StrictJsonRoute", "api_router", "decode_body", "foreign_charset", "is_json_media_type"]
