@@ -282,3 +282,19 @@ def test_a_caller_without_a_valid_key_is_401_before_its_body_is_read(api: dict[s
                 r = c.post("/v1/studies/estimate", content=body, headers=headers)
                 assert r.status_code == 401, (auth, body, r.text)
                 assert "expected " in _error(r) and r.headers["www-authenticate"] == "Bearer"
+
+
+def test_a_dataset_of_200000_columns_gets_a_short_422_listing_twenty(api: dict[str, Any]) -> None:
+    names = [f"c{i}" for i in range(200_000)]
+    wide = (",".join(names) + "\n" + ",".join("1" for _ in names) + "\n").encode()
+    body = json.loads(json.dumps(support.TRAINING_BODY))
+    body["dataset"]["path"] = "wide.csv"
+    with api["server"].client(api["key"]) as c:
+        assert c.put("/v1/files/wide.csv", content=wide).status_code == 201
+        before = c.get("/v1/trainings").json()
+        r = c.post("/v1/trainings", json=body)
+        after = c.get("/v1/trainings").json()
+    assert r.status_code == 422, r.text[:500]
+    message = _error(r)
+    assert "no such column; the file has ['c0', 'c1', " in message and "… and 199,980 more]" in message
+    assert len(r.content) < 2_000 and after == before
