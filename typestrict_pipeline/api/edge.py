@@ -6,6 +6,8 @@ Every ``/v1`` route that takes a JSON body is an :class:`StrictJsonRoute` (route
 * the caller's API key is checked and its request token taken (the route's own
   :func:`~typestrict_pipeline.api.deps.get_workspace`, run once): a caller without a valid key, or
   over its rate limit, is answered ``401``/``429`` before one byte of the body is read or decoded;
+* each query parameter may come once, and a whole number is written in decimal digits (``100``;
+  ``1.0``, ``+5`` or ``1e3`` are refused with ``422``: :func:`query_problem`);
 * the body is decoded in a worker thread, never on the server's event loop: a large body delays
   only its own answer, not other requests;
 * a body sent with another ``Content-Type`` than ``application/json`` (or ``…+json``) is
@@ -28,15 +30,18 @@ typestrict_pipeline.errors.InputError: request body, line 2, column 2: expected 
 from __future__ import annotations
 
 import email.message
-from collections.abc import Callable, Coroutine
+import re
+import typing
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import QueryParams
 
-from typestrict_pipeline.api.errors import ApiError
+from typestrict_pipeline.api.errors import ApiError, validation_message
 from typestrict_pipeline.errors import InputError
 from typestrict_pipeline.files import JSONLimits, loads_strict
 
@@ -104,48 +109,92 @@ def _foreign_charset(charset: str) -> ApiError:
                     "(or '; charset=utf-8')")
 
 
-def _needs(dependant: Dependant, call: Callable[..., Any]) -> bool:
-    """Whether ``call`` is among the dependencies of ``dependant``, at any depth."""
-    stack = list(dependant.dependencies)
+def _dependants(dependant: Dependant) -> list[Dependant]:
+    """``dependant`` and its dependencies, at any depth."""
+    found, stack = [], [dependant]
     while stack:
-        found = stack.pop()
-        if found.call is call:
-            return True
-        stack.extend(found.dependencies)
-    return False
+        one = stack.pop()
+        found.append(one)
+        stack.extend(one.dependencies)
+    return found
+
+
+def _query_params(dependant: Dependant) -> dict[str, bool]:
+    """The route's query parameters: name -> whether it is a whole number."""
+    params: dict[str, bool] = {}
+    for one in _dependants(dependant):
+        for param in one.query_params:
+            annotation = param.field_info.annotation
+            params[param.alias] = annotation is int or int in typing.get_args(annotation)
+    return params
+
+
+_WHOLE = re.compile(r"-?[0-9]+")
+
+
+def query_problem(query: QueryParams, params: Mapping[str, bool]) -> str | None:
+    """What is wrong with a request's query, by the one rule of every route: each parameter at
+    most once, and a whole number written in decimal digits (``100``; not ``1.0``, ``+5``, ``1e3``
+    nor `` 5``), worded as the schema's refusals are (:func:`validation_message`). None when
+    nothing is.
+
+    >>> query_problem(QueryParams("limit=%2B5"), {"limit": True})
+    "limit (in the query): expected a whole number, got '+5'. Fix the request (the schema is at /v1/openapi.json)"
+    >>> query_problem(QueryParams("limit=1&limit=2"), {"limit": True})
+    "limit (in the query): expected it once (a repeated parameter is ambiguous), got ['1', '2']. Fix the request (the schema is at /v1/openapi.json)"
+    >>> query_problem(QueryParams("limit=20&offset=0"), {"limit": True, "offset": True})
+    """
+    for name, whole in params.items():
+        values = query.getlist(name)
+        if len(values) > 1:
+            return validation_message([{"loc": ("query", name), "input": [v[:40] for v in values[:5]],
+                                        "msg": "It once (a repeated parameter is ambiguous)"}])
+        if whole and values and not _WHOLE.fullmatch(values[0]):
+            return validation_message([{"type": "int_parsing", "loc": ("query", name), "input": values[0][:40]}])
+    return None
 
 
 class StrictJsonRoute(APIRoute):
-    """A route whose caller is checked, then whose JSON body passes the edge's checks (see the
-    module), before FastAPI reads it."""
+    """A route whose caller is checked, then its query (:func:`query_problem`) and its JSON body
+    (see the module), before FastAPI reads them."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         from typestrict_pipeline.api.deps import authenticate, get_workspace
 
         handler = super().get_route_handler()
-        if self.body_field is None:
+        params = _query_params(self.dependant)
+        if self.body_field is None and not params:
             return handler
-        keyed = _needs(self.dependant, get_workspace)
+        keyed = any(one.call is get_workspace for one in _dependants(self.dependant))
 
         async def strict(request: Request) -> Response:
             if keyed:  # the key's store read and digest: in a thread too
                 await run_in_threadpool(authenticate, request)
-            content_type = request.headers.get("content-type")
-            body = await request.body()
-            if body:
-                if not is_json_media_type(content_type):
-                    raise _unsupported(content_type)
-                charset = foreign_charset(content_type)
-                if charset is not None:
-                    raise _foreign_charset(charset)
-                try:
-                    request._json = await run_in_threadpool(decode_body, body)
-                except InputError as exc:
-                    raise ApiError(422, "invalid_input",
-                                   f"{exc} The schema is at /v1/openapi.json") from None
+            problem = query_problem(request.query_params, params)
+            if problem is not None:
+                raise ApiError(422, "invalid_input", problem)
+            if self.body_field is not None:
+                await _decode_json(request)
             return await handler(request)
 
         return strict
+
+
+async def _decode_json(request: Request) -> None:
+    """The request's JSON body checked and decoded (in a worker thread) for FastAPI to read."""
+    content_type = request.headers.get("content-type")
+    body = await request.body()
+    if not body:
+        return
+    if not is_json_media_type(content_type):
+        raise _unsupported(content_type)
+    charset = foreign_charset(content_type)
+    if charset is not None:
+        raise _foreign_charset(charset)
+    try:
+        request._json = await run_in_threadpool(decode_body, body)
+    except InputError as exc:
+        raise ApiError(422, "invalid_input", f"{exc} The schema is at /v1/openapi.json") from None
 
 
 def api_router(**options: Any) -> APIRouter:
@@ -153,4 +202,4 @@ def api_router(**options: Any) -> APIRouter:
     return APIRouter(route_class=StrictJsonRoute, **options)
 
 
-__all__ = ["StrictJsonRoute", "api_router", "decode_body", "foreign_charset", "is_json_media_type"]
+__all__ = ["StrictJsonRoute", "api_router", "decode_body", "foreign_charset", "is_json_media_type", "query_problem"]
