@@ -8,8 +8,9 @@ Every ``/v1`` route that takes a JSON body is an :class:`StrictJsonRoute` (route
   over its rate limit, is answered ``401``/``429`` before one byte of the body is read or decoded;
 * each query parameter may come once, and a whole number is written in decimal digits (``100``;
   ``1.0``, ``+5`` or ``1e3`` are refused with ``422``: :func:`query_problem`);
-* the body is decoded in a worker thread, never on the server's event loop: a large body delays
-  only its own answer, not other requests;
+* a body of more than 64 KiB is decoded in a worker thread, never on the server's event loop, at
+  most two at once (:data:`LARGE_DECODES`): a large body delays only its own answer and other
+  large ones, never other requests;
 * a body sent with another ``Content-Type`` than ``application/json`` (or ``…+json``) is
   refused with ``415`` and the type expected, and so is one whose ``charset`` is not UTF-8;
 * the body is decoded the one strict way every file of the product is
@@ -35,6 +36,8 @@ import typing
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
+import anyio
+import anyio.to_thread
 from fastapi import APIRouter, Request, Response
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
@@ -180,6 +183,23 @@ class StrictJsonRoute(APIRoute):
         return strict
 
 
+INLINE_DECODE_BYTES = 64 * 1024
+"""A body up to this size is decoded on the event loop (a millisecond at most); a larger one in a
+worker thread, at most :data:`LARGE_DECODES` at once."""
+LARGE_DECODES = 2
+"""Large bodies decoded at once per server process: more wait for their turn without holding a
+thread, so large bodies never take the threads every other request's key check needs."""
+
+
+def _decoders(request: Request) -> anyio.CapacityLimiter:
+    """The server's limiter of large decodes (made on its event loop, kept on the application)."""
+    limiter = getattr(request.app.state, "json_decoders", None)
+    if not isinstance(limiter, anyio.CapacityLimiter):
+        limiter = anyio.CapacityLimiter(LARGE_DECODES)
+        request.app.state.json_decoders = limiter
+    return limiter
+
+
 async def _decode_json(request: Request) -> None:
     """The request's JSON body checked and decoded (in a worker thread) for FastAPI to read."""
     content_type = request.headers.get("content-type")
@@ -192,7 +212,10 @@ async def _decode_json(request: Request) -> None:
     if charset is not None:
         raise _foreign_charset(charset)
     try:
-        request._json = await run_in_threadpool(decode_body, body)
+        if len(body) <= INLINE_DECODE_BYTES:
+            request._json = decode_body(body)
+        else:
+            request._json = await anyio.to_thread.run_sync(decode_body, body, limiter=_decoders(request))
     except InputError as exc:
         raise ApiError(422, "invalid_input", f"{exc} The schema is at /v1/openapi.json") from None
 
