@@ -19,6 +19,7 @@ import json
 import logging
 import select
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -821,3 +822,71 @@ def test_a_second_request_sent_byte_by_byte_is_cut_off_by_the_header_timeout(
     record = _record_after(before)
     assert record.refused == 408 and record.bytes_read <= len(_OPENAPI) + 2 + sent  # (the last sent may be unread)
     _assert_quiet(server, server_log)
+
+
+# -- a JSON body: the caller first, then the body, decoded off the event loop -------------------
+
+
+def test_a_json_body_from_a_caller_without_a_key_is_refused_before_it_is_read(server: Any) -> None:
+    """The 401 comes while the body is still on its way: the server read the head and at most
+    one read's worth of the body, and decoded none of it (the old edge waited for the whole body,
+    decoded it, and only then checked the key)."""
+    declared = 900 * 1024
+    for auth in (b"", b"Authorization: Bearer tsk_" + b"0" * 16 + b"_" + b"A" * 43 + b"\r\n"):
+        before = _newest()
+        sock = _connect(server)
+        head = (b"POST /v1/studies/estimate HTTP/1.1\r\nHost: t\r\n" + auth
+                + b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % declared)
+        sock.sendall(head + b"[" + b"{}," * 300)  # the rest never comes
+        status, headers, answer = _answer(sock)
+        sock.close()
+        record = _record_after(before)
+        assert status == 401 and headers.get("connection") == "close", answer
+        assert "expected " in _refused_shape(answer, "unauthorized")
+        assert record.bytes_read < 64 * 1024, record
+
+
+@pytest.fixture(scope="module")
+def big_body_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Two workspaces on a server taking JSON bodies of the default 16 MiB."""
+    tmp = tmp_path_factory.mktemp("bigbody")
+    url = f"sqlite:///{tmp / 'store.db'}"
+    keys = {name: support.new_key(url, name) for name in ("loud", "quiet")}
+    limits = dataclasses.replace(LIMITS, header_timeout_s=120.0, body_idle_timeout_s=120.0, body_timeout_s=300.0,
+                                 max_body_bytes=16 * 1024 * 1024)
+    with support.ApiServer(url, tmp / "home", limits=limits, rate_limit=None) as srv:
+        srv.keys = keys
+        yield srv
+
+
+def test_json_bodies_that_take_seconds_to_decode_do_not_hold_up_another_workspace(
+        big_body_server: Any) -> None:
+    """Three million empty objects (9 MB, within the limit) take seconds to decode strictly. Three
+    such bodies at once: they are decoded in worker threads (two at a time), so the other
+    workspace's request is answered first, while they are still being decoded (on the event loop,
+    it waited for the decoding to end)."""
+    body = b"[" + b",".join([b"{}"] * 3_000_000) + b"]"
+    order: list[str] = []
+    sent = threading.Barrier(4)
+
+    def loud() -> None:
+        sock = _connect(big_body_server)
+        sock.sendall(b"POST /v1/studies/estimate HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer "
+                     + big_body_server.keys["loud"].encode() + b"\r\nContent-Type: application/json\r\n"
+                     + b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
+        sent.wait(120)
+        status, _, answer = _answer(sock)
+        sock.close()
+        order.append(f"loud {status} {answer[:200]!r}")
+
+    threads = [threading.Thread(target=loud) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    sent.wait(120)
+    with big_body_server.client(big_body_server.keys["quiet"]) as c:
+        r = c.get("/v1/files")
+    order.append(f"quiet {r.status_code}")
+    for thread in threads:
+        thread.join(300)
+    assert order[0] == "quiet 200", order
+    assert len(order) == 4 and all(o.startswith("loud 422") and "expected" in o for o in order[1:]), order

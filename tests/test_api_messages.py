@@ -253,3 +253,48 @@ def test_key_commands_refuse_a_home_that_is_not_the_servers(tmp_path: Path) -> N
         assert CreditLedger(engine).balance("acme") == 0
     finally:
         engine.dispose()
+
+
+def test_a_charset_other_than_utf8_is_415_and_utf8_is_read(api: dict[str, Any]) -> None:
+    body = json.dumps({"name": "x"}).encode("utf-16")
+    with api["server"].client(api["key"]) as c:
+        for charset in ("utf-16", "latin-1", "UTF-32"):
+            r = c.post("/v1/studies/estimate", content=body,
+                       headers={"content-type": f"application/json; charset={charset}"})
+            assert r.status_code == 415, (charset, r.text)
+            message = _error(r)
+            assert f"expected a JSON body encoded as UTF-8, got 'charset={charset}'" in message
+            assert "Send the JSON as UTF-8" in message
+        for charset in ("utf-8", "UTF-8", '"utf-8"'):
+            r = c.post("/v1/studies/estimate", content=b"{}",
+                       headers={"content-type": f"application/json; charset={charset}"})
+            assert r.status_code == 422 and "workflow: expected a value" in _error(r), (charset, r.text)
+
+
+def test_a_caller_without_a_valid_key_is_401_before_its_body_is_read(api: dict[str, Any]) -> None:
+    """The key is checked first: a body that is not JSON, not UTF-8 or of another type is never
+    looked at for a caller the API does not know (its answer is the 401, not the body's 415/422)."""
+    bodies = [(b"{\"a\": 1, \"a\": 2}", JSON), (b"[1, 2", JSON), (b"\xff\xfe", JSON),
+              (b"{}", {"content-type": "text/plain"}), (b"{}", {"content-type": "application/json; charset=utf-16"})]
+    for auth in ({}, {"Authorization": "Bearer not-a-key"}):
+        with _client(api, **auth) as c:
+            for body, headers in bodies:
+                r = c.post("/v1/studies/estimate", content=body, headers=headers)
+                assert r.status_code == 401, (auth, body, r.text)
+                assert "expected " in _error(r) and r.headers["www-authenticate"] == "Bearer"
+
+
+def test_a_dataset_of_200000_columns_gets_a_short_422_listing_twenty(api: dict[str, Any]) -> None:
+    names = [f"c{i}" for i in range(200_000)]
+    wide = (",".join(names) + "\n" + ",".join("1" for _ in names) + "\n").encode()
+    body = json.loads(json.dumps(support.TRAINING_BODY))
+    body["dataset"]["path"] = "wide.csv"
+    with api["server"].client(api["key"]) as c:
+        assert c.put("/v1/files/wide.csv", content=wide).status_code == 201
+        before = c.get("/v1/trainings").json()
+        r = c.post("/v1/trainings", json=body)
+        after = c.get("/v1/trainings").json()
+    assert r.status_code == 422, r.text[:500]
+    message = _error(r)
+    assert "no such column; the file has ['c0', 'c1', " in message and "… and 199,980 more]" in message
+    assert len(r.content) < 2_000 and after == before

@@ -182,6 +182,14 @@ def test_the_api_pages_the_leaderboard_and_keeps_everything_else(world: dict[str
     ("offset=-1", "offset (in the query): expected a number of at least 0, got '-1'"),
     ("offset=100001", "offset (in the query): expected a number of at most 100000, got '100001'"),
     ("offset=" + "9" * 40, "offset (in the query): expected a number of at most 100000, got '" + "9" * 40 + "'"),
+    ("limit=1.0", "limit (in the query): expected a whole number, got '1.0'"),
+    ("limit=%2B5", "limit (in the query): expected a whole number, got '+5'"),
+    ("limit=%205", "limit (in the query): expected a whole number, got ' 5'"),
+    ("limit=1e3", "limit (in the query): expected a whole number, got '1e3'"),
+    ("offset=%D9%A3", "offset (in the query): expected a whole number, got '٣'"),
+    ("limit=1&limit=2", "limit (in the query): expected it once (a repeated parameter is ambiguous), got ['1', '2']"),
+    ("offset=0&limit=5&offset=0", "offset (in the query): expected it once (a repeated parameter is ambiguous), "
+                                  "got ['0', '0']"),
 ])
 def test_bad_paging_is_a_422_in_the_products_shape(world: dict[str, Any], query: str, expected: str) -> None:
     got = world["browser"].get(f"/v1/studies/{world['many']}/leaderboard?{query}")

@@ -15,6 +15,7 @@ import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -224,6 +225,17 @@ def test_after_sign_in_only_a_console_path_is_followed(served: tuple[object, str
     b = _browser(served)
     r = b.sign_in(served[1], "//evil.example/steal")
     assert r.headers["location"] == "/console/trainings"
+    b.close()
+
+
+@pytest.mark.parametrize("target", ["/console/../v1/files", "/console/%2e%2e/v1/files", "/console/./../v1/files",
+                                    "/console/studies/%2E%2E/%2E%2E/v1/workspaces/acme/usage"])
+def test_a_next_path_that_climbs_out_of_the_console_is_not_followed(served: tuple[object, str], target: str) -> None:
+    b = _browser(served)
+    r = b.sign_in(served[1], target)
+    assert r.status_code == 303 and r.headers["location"] == "/console/trainings"
+    again = b.get(f"/console/sign-in?next={quote(target)}")  # signed in: straight to the page
+    assert again.status_code == 303 and again.headers["location"] == "/console/trainings"
     b.close()
 
 

@@ -12,6 +12,45 @@ p.jsonl, row 3, column 'p_rotten': expected a probability between 0 and 1, got -
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from itertools import islice
+from typing import Any
+
+MAX_LISTED = 20
+"""Most items a message lists (column names, answers, values); the rest are counted."""
+MAX_ITEM_CHARS = 80
+"""Longest item a message shows, as written (longer ones are cut and say their length)."""
+
+
+def listed(items: Iterable[Any], *, limit: int = MAX_LISTED, plain: bool = False) -> str:
+    """Items as a message shows them: a list as Python writes it, cut after ``limit`` items with
+    how many more there are, each item at most :data:`MAX_ITEM_CHARS` characters. The one way a
+    message lists names or values, so an error about a file of a million columns stays short.
+    ``plain``: the items as text, separated by commas, without brackets or quotes.
+
+    >>> listed(["id", "text"])
+    "['id', 'text']"
+    >>> listed([f"c{i}" for i in range(1_000_000)], limit=3)
+    "['c0', 'c1', 'c2', … and 999,997 more]"
+    >>> listed(["x" * 200])
+    "['xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx… (200 characters)']"
+    >>> listed(["temp_max", "event_time"], plain=True)
+    'temp_max, event_time'
+    """
+    values = items if isinstance(items, list | tuple) else list(items)
+    shown = [_item(v, plain) for v in islice(values, limit)]
+    more = len(values) - len(shown)
+    tail = [f"… and {more:,} more"] if more > 0 else []
+    text = ", ".join([*shown, *tail])
+    return text if plain else f"[{text}]"
+
+
+def _item(value: Any, plain: bool) -> str:
+    if isinstance(value, str) and len(value) > MAX_ITEM_CHARS:
+        value = f"{value[:MAX_ITEM_CHARS]}… ({len(value):,} characters)"
+    text = str(value) if plain and isinstance(value, str) else repr(value)
+    return text if len(text) <= MAX_ITEM_CHARS * 2 else f"{text[:MAX_ITEM_CHARS]}…"
+
 
 class TypeStrictError(Exception):
     """Base class of every error this project raises on purpose."""

@@ -64,6 +64,23 @@ def auth_failure(keys: KeyVerifier, header: str | None) -> tuple[tuple[str, str]
         f"on another store). Check the key and the server. {MAKE_ONE}")
 
 
+WORKSPACE_CHECKED = "typestrict.workspace"
+"""Scope key set by :func:`authenticate`: the request's workspace, its key checked and its token taken."""
+
+
+def authenticate(request: Request) -> str:
+    """:func:`get_workspace` run before the route reads its body (a JSON route's edge,
+    :class:`~typestrict_pipeline.api.edge.StrictJsonRoute`): the workspace is kept on the request,
+    so the route's own dependency neither checks the key again nor takes a second token.
+
+    Raises:
+        ApiError: the 401 or the 429 of :func:`get_workspace`.
+    """
+    workspace = get_workspace(request, None)
+    request.scope.setdefault("state", {})[WORKSPACE_CHECKED] = workspace
+    return workspace
+
+
 def get_workspace(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
@@ -71,7 +88,11 @@ def get_workspace(
     """The workspace of the request's API key; a 401 saying what is wrong otherwise
     (:func:`auth_failure`). A browser without the header may use the console's session cookie
     for reads. Every request then takes a token from its key's bucket (a refused one from its
-    address's): a 429 when there is none (:mod:`typestrict_pipeline.api.ratelimit`)."""
+    address's): a 429 when there is none (:mod:`typestrict_pipeline.api.ratelimit`). A request
+    checked by :func:`authenticate` already is not checked twice."""
+    checked = request.scope.get("state", {}).get(WORKSPACE_CHECKED)
+    if isinstance(checked, str):
+        return checked
     ctx = get_ctx(request)
     header = request.headers.get("authorization")
     if header is None:  # a browser: the console's cookie, reads only

@@ -3,8 +3,16 @@
 Every ``/v1`` route that takes a JSON body is an :class:`StrictJsonRoute` (routers are made by
 :func:`api_router`). Before FastAPI reads the body:
 
+* the caller's API key is checked and its request token taken (the route's own
+  :func:`~typestrict_pipeline.api.deps.get_workspace`, run once): a caller without a valid key, or
+  over its rate limit, is answered ``401``/``429`` before one byte of the body is read or decoded;
+* each query parameter may come once, and a whole number is written in decimal digits (``100``;
+  ``1.0``, ``+5`` or ``1e3`` are refused with ``422``: :func:`query_problem`);
+* a body of more than 64 KiB is decoded in a worker thread, never on the server's event loop, at
+  most two at once (:data:`LARGE_DECODES`): a large body delays only its own answer and other
+  large ones, never other requests;
 * a body sent with another ``Content-Type`` than ``application/json`` (or ``…+json``) is
-  refused with ``415`` and the type expected;
+  refused with ``415`` and the type expected, and so is one whose ``charset`` is not UTF-8;
 * the body is decoded the one strict way every file of the product is
   (:func:`typestrict_pipeline.files.loads_strict`): invalid JSON, a key twice in one object,
   ``NaN``/``Infinity``, absurd numbers or nesting are refused with ``422`` naming the line and the
@@ -23,13 +31,20 @@ typestrict_pipeline.errors.InputError: request body, line 2, column 2: expected 
 from __future__ import annotations
 
 import email.message
-from collections.abc import Callable, Coroutine
+import re
+import typing
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
+import anyio
+import anyio.to_thread
 from fastapi import APIRouter, Request, Response
+from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import QueryParams
 
-from typestrict_pipeline.api.errors import ApiError
+from typestrict_pipeline.api.errors import ApiError, validation_message
 from typestrict_pipeline.errors import InputError
 from typestrict_pipeline.files import JSONLimits, loads_strict
 
@@ -49,6 +64,24 @@ def is_json_media_type(value: str | None) -> bool:
     message["content-type"] = value
     subtype = message.get_content_subtype()
     return message.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json"))
+
+
+def foreign_charset(value: str | None) -> str | None:
+    """The ``charset`` a ``Content-Type`` header names when it is not UTF-8 (the only encoding
+    the API decodes a JSON body from, RFC 8259), else None.
+
+    >>> foreign_charset("application/json; charset=utf-16"), foreign_charset("application/json; charset=UTF-8")
+    ('utf-16', None)
+    >>> foreign_charset("application/json")
+    """
+    if not value:
+        return None
+    message = email.message.Message()
+    message["content-type"] = value
+    charset = message.get_param("charset")
+    if not isinstance(charset, str) or charset.strip().lower() in ("utf-8", "utf8"):
+        return None
+    return charset.strip()
 
 
 def decode_body(body: bytes) -> Any:
@@ -72,28 +105,119 @@ def _unsupported(got: str | None) -> ApiError:
                     "Send the body as JSON with that header (curl: -H 'Content-Type: application/json')")
 
 
+def _foreign_charset(charset: str) -> ApiError:
+    return ApiError(415, "unsupported_media_type",
+                    f"expected a JSON body encoded as UTF-8, got 'charset={charset[:40]}' in its "
+                    "Content-Type. Send the JSON as UTF-8, with 'Content-Type: application/json' "
+                    "(or '; charset=utf-8')")
+
+
+def _dependants(dependant: Dependant) -> list[Dependant]:
+    """``dependant`` and its dependencies, at any depth."""
+    found, stack = [], [dependant]
+    while stack:
+        one = stack.pop()
+        found.append(one)
+        stack.extend(one.dependencies)
+    return found
+
+
+def _query_params(dependant: Dependant) -> dict[str, bool]:
+    """The route's query parameters: name -> whether it is a whole number."""
+    params: dict[str, bool] = {}
+    for one in _dependants(dependant):
+        for param in one.query_params:
+            annotation = param.field_info.annotation
+            params[param.alias] = annotation is int or int in typing.get_args(annotation)
+    return params
+
+
+_WHOLE = re.compile(r"-?[0-9]+")
+
+
+def query_problem(query: QueryParams, params: Mapping[str, bool]) -> str | None:
+    """What is wrong with a request's query, by the one rule of every route: each parameter at
+    most once, and a whole number written in decimal digits (``100``; not ``1.0``, ``+5``, ``1e3``
+    nor `` 5``), worded as the schema's refusals are (:func:`validation_message`). None when
+    nothing is.
+
+    >>> query_problem(QueryParams("limit=%2B5"), {"limit": True})
+    "limit (in the query): expected a whole number, got '+5'. Fix the request (the schema is at /v1/openapi.json)"
+    >>> query_problem(QueryParams("limit=1&limit=2"), {"limit": True})
+    "limit (in the query): expected it once (a repeated parameter is ambiguous), got ['1', '2']. Fix the request (the schema is at /v1/openapi.json)"
+    >>> query_problem(QueryParams("limit=20&offset=0"), {"limit": True, "offset": True})
+    """
+    for name, whole in params.items():
+        values = query.getlist(name)
+        if len(values) > 1:
+            return validation_message([{"loc": ("query", name), "input": [v[:40] for v in values[:5]],
+                                        "msg": "It once (a repeated parameter is ambiguous)"}])
+        if whole and values and not _WHOLE.fullmatch(values[0]):
+            return validation_message([{"type": "int_parsing", "loc": ("query", name), "input": values[0][:40]}])
+    return None
+
+
 class StrictJsonRoute(APIRoute):
-    """A route whose JSON body passes the edge's checks (see the module) before FastAPI reads it."""
+    """A route whose caller is checked, then its query (:func:`query_problem`) and its JSON body
+    (see the module), before FastAPI reads them."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        from typestrict_pipeline.api.deps import authenticate, get_workspace
+
         handler = super().get_route_handler()
-        if self.body_field is None:
+        params = _query_params(self.dependant)
+        if self.body_field is None and not params:
             return handler
+        keyed = any(one.call is get_workspace for one in _dependants(self.dependant))
 
         async def strict(request: Request) -> Response:
-            body = await request.body()
-            if body:
-                content_type = request.headers.get("content-type")
-                if not is_json_media_type(content_type):
-                    raise _unsupported(content_type)
-                try:
-                    request._json = decode_body(body)
-                except InputError as exc:
-                    raise ApiError(422, "invalid_input",
-                                   f"{exc} The schema is at /v1/openapi.json") from None
+            if keyed:  # the key's store read and digest: in a thread too
+                await run_in_threadpool(authenticate, request)
+            problem = query_problem(request.query_params, params)
+            if problem is not None:
+                raise ApiError(422, "invalid_input", problem)
+            if self.body_field is not None:
+                await _decode_json(request)
             return await handler(request)
 
         return strict
+
+
+INLINE_DECODE_BYTES = 64 * 1024
+"""A body up to this size is decoded on the event loop (a millisecond at most); a larger one in a
+worker thread, at most :data:`LARGE_DECODES` at once."""
+LARGE_DECODES = 2
+"""Large bodies decoded at once per server process: more wait for their turn without holding a
+thread, so large bodies never take the threads every other request's key check needs."""
+
+
+def _decoders(request: Request) -> anyio.CapacityLimiter:
+    """The server's limiter of large decodes (made on its event loop, kept on the application)."""
+    limiter = getattr(request.app.state, "json_decoders", None)
+    if not isinstance(limiter, anyio.CapacityLimiter):
+        limiter = anyio.CapacityLimiter(LARGE_DECODES)
+        request.app.state.json_decoders = limiter
+    return limiter
+
+
+async def _decode_json(request: Request) -> None:
+    """The request's JSON body checked and decoded (in a worker thread) for FastAPI to read."""
+    content_type = request.headers.get("content-type")
+    body = await request.body()
+    if not body:
+        return
+    if not is_json_media_type(content_type):
+        raise _unsupported(content_type)
+    charset = foreign_charset(content_type)
+    if charset is not None:
+        raise _foreign_charset(charset)
+    try:
+        if len(body) <= INLINE_DECODE_BYTES:
+            request._json = decode_body(body)
+        else:
+            request._json = await anyio.to_thread.run_sync(decode_body, body, limiter=_decoders(request))
+    except InputError as exc:
+        raise ApiError(422, "invalid_input", f"{exc} The schema is at /v1/openapi.json") from None
 
 
 def api_router(**options: Any) -> APIRouter:
@@ -101,4 +225,4 @@ def api_router(**options: Any) -> APIRouter:
     return APIRouter(route_class=StrictJsonRoute, **options)
 
 
-__all__ = ["StrictJsonRoute", "api_router", "decode_body", "is_json_media_type"]
+__all__ = ["StrictJsonRoute", "api_router", "decode_body", "foreign_charset", "is_json_media_type", "query_problem"]

@@ -12,6 +12,7 @@ API's 422 and the console's forms alike.
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -72,6 +73,25 @@ API_FIX = "Fix the request (the schema is at /v1/openapi.json)"
 """What to do about a request the API's schema refused (a program's author reads it)."""
 
 
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict, _SHORT.maxtuple, _SHORT.maxset = 2, 4, 4, 4, 4
+_SHORT.maxstring = _SHORT.maxother = 80
+
+
+def _shown(value: Any) -> str:
+    """A refused value as written, at most 80 characters; a list or an object is shortened before
+    it is written out (a body of millions of items costs no more than a small one).
+
+    >>> _shown([{}] * 3_000_000)
+    '[{}, {}, {}, {}, ...]'
+    >>> _shown("x" * 100) == repr("x" * 100)[:80]
+    True
+    """
+    if isinstance(value, list | dict | tuple | set | frozenset):
+        return _SHORT.repr(value)[:80]
+    return repr(value)[:80]
+
+
 def validation_message(errors: Sequence[Mapping[str, Any]], *, fix: str = API_FIX) -> str:
     """The first validation error in the product's shape, its pattern or bound as written, then
     ``fix``: what to do, for whoever reads it (the API's 422: :data:`API_FIX`; the console's
@@ -108,5 +128,5 @@ def validation_message(errors: Sequence[Mapping[str, Any]], *, fix: str = API_FI
     if expected is None:
         msg = str(first.get("msg", "a valid value"))
         expected = msg[:1].lower() + msg[1:]  # the rest as written (patterns keep their case)
-    got = "nothing" if kind == "missing" or "input" not in first else repr(first.get("input"))[:80]
+    got = "nothing" if kind == "missing" or "input" not in first else _shown(first.get("input"))
     return f"{where or '(body)'}: expected {expected}, got {got}. {fix}"

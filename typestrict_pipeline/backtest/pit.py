@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from typestrict_pipeline.errors import DatasetError, LookAheadError, NotFoundError
+from typestrict_pipeline.errors import DatasetError, LookAheadError, NotFoundError, listed
 from typestrict_pipeline.lazy import LazyModule
 from typestrict_pipeline.values import shown
 
@@ -618,7 +618,7 @@ class PointInTimeView:
         if column not in self._value_columns and column not in _TIME_COLUMNS:
             raise DatasetError(
                 f"a column of table {self._name!r} "
-                f"({', '.join((*self._value_columns, *_TIME_COLUMNS))})",
+                f"({listed((*self._value_columns, *_TIME_COLUMNS), plain=True)})",
                 repr(column),
                 "check the column name",
             )

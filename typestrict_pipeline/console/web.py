@@ -25,11 +25,12 @@ from __future__ import annotations
 import datetime as dt
 import hmac
 import logging
+import re
 import secrets
 from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
@@ -197,13 +198,18 @@ def redirect(url: str, request: Request | None = None) -> Response:
 
 
 def safe_next(value: str | None) -> str:
-    """Where to go after signing in: a console path of this server only, else the trainings.
+    """Where to go after signing in: a console path of this server only, else the trainings. A
+    path with a dot segment (``..`` or ``.``, percent-encoded or not) is refused: the browser
+    would resolve ``/console/../v1/files`` to ``/v1/files``, out of the console.
 
     >>> safe_next("/console/backtests"), safe_next("//evil.example/x"), safe_next("https://x.y/")
     ('/console/backtests', '/console/trainings', '/console/trainings')
+    >>> safe_next("/console/../v1/files"), safe_next("/console/%2e%2E/v1/files"), safe_next("/console/a.b?x=..")
+    ('/console/trainings', '/console/trainings', '/console/a.b?x=..')
     """
     if (not value or not value.startswith(PREFIX + "/") or value.startswith("//") or "\\" in value
-            or len(value) > 500 or any(ord(c) < 33 for c in value)):
+            or len(value) > 500 or any(ord(c) < 33 for c in value)
+            or any(part in (".", "..") for part in unquote(re.split(r"[?#]", value)[0]).split("/"))):
         return PREFIX + "/trainings"
     return value
 

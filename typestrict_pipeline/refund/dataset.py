@@ -43,7 +43,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from typestrict_pipeline.errors import DatasetError, NotEnoughDataError
+from typestrict_pipeline.errors import DatasetError, NotEnoughDataError, listed
 from typestrict_pipeline.progress import Progress, ProgressFn
 from typestrict_pipeline.refund import table as _table
 from typestrict_pipeline.refund.cells import as_text, python_whitespace
@@ -362,14 +362,19 @@ def _rows_text(rows: Sequence[int], total: int | None = None) -> str:
     return f"rows {shown}{more}" if count > 1 else f"row {shown}"
 
 
+_LIKE_AMONG = 1_000
+
+
 def _missing_column(name: str, role: str, available: list[str], file: str) -> DatasetError:
     lowered = {c.lower().strip(): c for c in available}
     close = [lowered[name.lower().strip()]] if name.lower().strip() in lowered else []
-    close = close or difflib.get_close_matches(name, available, n=3, cutoff=0.5)
+    # the likeness is measured among the first columns only: a file of a million columns
+    # costs no more than one of a thousand
+    close = close or difflib.get_close_matches(name, available[:_LIKE_AMONG], n=3, cutoff=0.5)
     hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
     return DatasetError(
         f"a column named {name!r} ({role})",
-        f"no such column; the file has {available}",
+        f"no such column; the file has {listed(available)}",
         f"rename the column in the file or fix the column name in the manifest{hint}",
         file=file,
         column=name,
@@ -410,7 +415,7 @@ def _parse_options(value: Any, *, file: str, row: int, column: str) -> tuple[str
     if len(options) < 2:
         raise DatasetError(
             "at least 2 options",
-            f"{len(options)} ({list(options)})",
+            f"{len(options)} ({listed(options)})",
             "give every example two or more options",
             file=file,
             row=row,
@@ -443,10 +448,10 @@ def _outside_error(
     close = difflib.get_close_matches(value, list(allowed), n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     if multiple_choice:
-        expected = f"one of this example's options for decision {decision!r} {list(allowed)}"
+        expected = f"one of this example's options for decision {decision!r} {listed(allowed)}"
         fix = f"fix the cell{hint}, or add the right answer to the example's options"
     else:
-        expected = f"one of the answers of decision {decision!r} {list(allowed)}"
+        expected = f"one of the answers of decision {decision!r} {listed(allowed)}"
         fix = f"fix the cell{hint}, or add the answer to the decision's answers in the manifest"
     return DatasetError(
         expected,

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from typestrict_pipeline.errors import PredictionsError
+from typestrict_pipeline.errors import PredictionsError, listed
 from typestrict_pipeline.files import iter_jsonl_objects, write_atomic
 from typestrict_pipeline.refund.dataset import Dataset
 from typestrict_pipeline.refund.holdout import Holdout, HoldoutSource
@@ -394,12 +394,12 @@ def _answers_error(
     extra = [a for a in got if a not in expected]
     detail = []
     if missing:
-        detail.append(f"missing {missing}")
+        detail.append(f"missing {listed(missing)}")
     if extra:
-        detail.append(f"unexpected {extra}")
+        detail.append(f"unexpected {listed(extra)}")
     return PredictionsError(
-        f"{what} {list(expected)}",
-        f"{sorted(got)} ({'; '.join(detail)})",
+        f"{what} {listed(expected)}",
+        f"{listed(sorted(got))} ({'; '.join(detail)})",
         f"give {preds.system}'s probabilities over exactly these answers for example {p.id!r}",
         file=preds.source,
         row=p.row,

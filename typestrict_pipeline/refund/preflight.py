@@ -39,7 +39,7 @@ import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from typestrict_pipeline.errors import ManifestError, PredictionsError
+from typestrict_pipeline.errors import ManifestError, PredictionsError, listed
 from typestrict_pipeline.progress import ProgressFn
 from typestrict_pipeline.refund.dataset import Dataset, load_dataset
 from typestrict_pipeline.refund.grouping import GroupingScan, scan_dataset
@@ -238,12 +238,12 @@ def fit_predictions(
             missing = [a for a in expected if a not in given]
             detail = "; ".join(
                 part for part in (
-                    f"unknown {unknown}" if unknown else "",
-                    f"missing {missing}" if missing else "",
+                    f"unknown {listed(unknown)}" if unknown else "",
+                    f"missing {listed(missing)}" if missing else "",
                 ) if part
             ) or "an answer given twice"
             fit.wrong_answers.append((ident, _Problem(
-                p.row, "probabilities", f"probabilities over {what} {list(expected)}", detail,
+                p.row, "probabilities", f"probabilities over {what} {listed(expected)}", detail,
                 f"give {predictions.system}'s probabilities over exactly these answers")))
     for h in holdouts:
         fit.n_test[h.decision] = len(h.test_ids)
