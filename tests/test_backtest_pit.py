@@ -222,3 +222,20 @@ def test_a_time_without_offset_or_out_of_range_names_its_row(times: list[str], m
                        "v": [1.0, 2.0]})
     with pytest.raises(DatasetError, match=match):
         PointInTimeTable.from_frame("x", df, file="d.csv")
+
+
+def test_a_file_of_many_columns_without_the_workflows_column_gets_a_short_message() -> None:
+    """A customer's file of 20,000 columns that lacks one the workflow reads: the refusal names
+    the missing column and lists twenty of the file's columns with how many more (not all)."""
+    from typestrict_pipeline.backtest.workflow import check_columns
+    from typestrict_pipeline.backtest.workflows.weather import TABLE, WEATHER
+
+    cols = {f"c{i}": [1.0] for i in range(20_000)}
+    df = pd.DataFrame({"event_time": ["2012-01-01T00:00:00Z"], "known_time": ["2012-01-02T00:00:00Z"],
+                       **cols})
+    table = PointInTimeTable.from_frame(TABLE, df, file="wide.csv")
+    with pytest.raises(DatasetError) as info:
+        check_columns(WEATHER, {TABLE: table}, dataset="'wide'")
+    text = str(info.value)
+    assert "missing: " in text and "temp_max" in text
+    assert "… and 19,980 more" in text and len(text) < 2_000, text[:300]

@@ -27,7 +27,7 @@ from typing import Any
 
 from typestrict_pipeline.api.trainings import WorkspaceArea
 from typestrict_pipeline.backtest.pit import PointInTimeTable
-from typestrict_pipeline.errors import ConflictError, InputError, NotFoundError
+from typestrict_pipeline.errors import ConflictError, InputError, NotFoundError, listed
 
 _CUSTOMER_NAME = re.compile(r"[a-z0-9][a-z0-9_]{0,47}")
 _SEPARATOR = "__"
@@ -213,7 +213,7 @@ def resolve(home: Path, workspace: str, name: str) -> str:
         own = [v.name for v in list_for(home, workspace)]
         raise InputError(
             f"a dataset name: a built-in one ({', '.join(sorted(DATASETS))}) or one this workspace "
-            f"registered ({', '.join(own) if own else 'none yet'})", repr(str(name)[:80]),
+            f"registered ({listed(own, plain=True) if own else 'none yet'})", repr(str(name)[:80]),
             "register it with POST /v1/datasets first, or name one of those", column="dataset",
         ) from None
 

@@ -59,7 +59,7 @@ from typing import Any
 
 from typestrict_pipeline.backtest.metering import MeteredModel, MeteredTool, PriceTable, RunMode
 from typestrict_pipeline.backtest.pit import PointInTimeTable, PointInTimeView
-from typestrict_pipeline.errors import InputError, NotFoundError
+from typestrict_pipeline.errors import InputError, NotFoundError, listed
 
 __all__ = [
     "COLUMN_KINDS",
@@ -557,7 +557,7 @@ def check_columns(workflow: Workflow, tables: Mapping[str, PointInTimeTable], *,
             raise DatasetError(
                 f"the columns workflow {workflow.name!r} reads in table {name!r} of {dataset} "
                 f"(event_time, known_time, {', '.join(kinds)})",
-                f"columns {', '.join(table.columns) or 'none'} (missing: {', '.join(missing)})", fix)
+                f"columns {listed(table.columns, plain=True) or 'none'} (missing: {listed(missing, plain=True)})", fix)
         for col, kind in kinds.items():
             i = _first_bad_cell(table.cells(col), kind)
             if i is not None:

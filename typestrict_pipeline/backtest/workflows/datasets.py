@@ -39,7 +39,13 @@ from typestrict_pipeline.backtest.pit import (
     read_csv_fresh,
 )
 from typestrict_pipeline.backtest.workflow import Workflow, WorkflowRegistry, check_columns
-from typestrict_pipeline.errors import ConflictError, DatasetError, InputError, NotFoundError
+from typestrict_pipeline.errors import (
+    ConflictError,
+    DatasetError,
+    InputError,
+    NotFoundError,
+    listed,
+)
 from typestrict_pipeline.files import read_json_file, write_atomic
 from typestrict_pipeline.lazy import LazyModule
 
@@ -131,7 +137,7 @@ def is_registered(name: str, *, base: Path | None = None) -> bool:
 def _manifest(name: str, base: Path | None) -> dict[str, Any]:
     path = _folder(name, base) / MANIFEST
     if not path.is_file():
-        known = ", ".join(d.name for d in list_datasets(base=base)) or "none yet"
+        known = listed([d.name for d in list_datasets(base=base)], plain=True) or "none yet"
         raise NotFoundError(
             f"expected a registered dataset, got {name!r} (registered: {known}). "
             "Register it with: typestrict data register NAME --workflow WORKFLOW --table TABLE=FILE.csv"
