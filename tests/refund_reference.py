@@ -28,6 +28,7 @@ from typestrict_pipeline.refund.manifest import (
     DecisionSpec,
     TrainingManifest,
 )
+from typestrict_pipeline.refund.table import not_parquet
 from typestrict_pipeline.refund.types import DecisionKind, Role
 
 _SHOW_ROWS = 5
@@ -266,7 +267,7 @@ def _read_parquet(path: Path) -> dict[str, list[Any]]:
         table = pq.read_table(path)
     except Exception as exc:
         raise DatasetError(
-            "a Parquet file", f"{type(exc).__name__}: {exc}", "check the file", file=str(path)
+            "a Parquet file", not_parquet(exc), "check the file (or save it as Parquet)", file=str(path)
         ) from exc
     return {str(k): list(v) for k, v in table.to_pydict().items()}
 

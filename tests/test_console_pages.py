@@ -264,3 +264,173 @@ def test_a_refused_training_form_says_what_the_api_says_for_the_same_body(
     assert "openapi" not in r.text
     assert _balance(sqlite_url, "acme") == 2
     b.close()
+
+
+def _made(b: Browser, data: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """A training started in the console: its page and its id."""
+    made = b.form("/console/trainings", dict(data or TRAINING), files={"dataset_file": ("reviews.csv", CSV.encode())})
+    assert made.status_code == 303, made.text[:3000]
+    page_url: str = made.headers["location"]
+    return page_url, page_url.rsplit("/", 1)[1]
+
+
+def _rows(**changed: object) -> list[dict[str, object]]:
+    """A prediction for every row of ``CSV``; ``changed`` replaces the fourth row's probabilities."""
+    ids = [row.split(",", 1)[0] for row in CSV.splitlines()[1:]]
+    rows: list[dict[str, object]] = [{"id": i, "decision": "sentiment", "probabilities": {"yes": 0.6, "no": 0.4}}
+                                     for i in ids]
+    rows[3]["probabilities"] = changed
+    return rows
+
+
+def _shown(r: httpx.Response) -> str:
+    import html
+
+    return html.unescape(r.text)
+
+
+@pytest.mark.parametrize("value", [True, "0.6"])
+def test_a_probability_must_be_a_json_number_in_the_api_and_the_console(
+        app: tuple[object, str, str], tmp_path: Path, value: object) -> None:
+    """``true`` and ``"0.6"`` were read as 1.0 and 0.6 by the API's schema and the training moved
+    to judging; now the predictions reader's one rule refuses them in both, naming the row, the
+    decision and the answer, and nothing is handed over."""
+    import json
+
+    b = Browser(app[0], app[1])
+    page_url, training = _made(b)
+    r = b.loop.run_until_complete(b.client.post(
+        f"/v1/trainings/{training}/predictions", json={"predictions": _rows(yes=value, no=0.4)},
+        headers={"Authorization": f"Bearer {app[1]}"}))
+    assert r.status_code == 422, r.text
+    said = r.json()["error"]["message"]
+    assert "row 4, column 'probabilities.yes'" in said and "decision 'sentiment'" in said, said
+    assert f"got {json.dumps(value)}" in said and "nothing was stored" in said, said
+    lines = "".join(json.dumps(row) + "\n" for row in _rows(yes=value, no=0.4))
+    refused = b.form(f"{page_url}/predictions", {}, files={"predictions": ("p.jsonl", lines.encode())})
+    assert refused.status_code == 422
+    assert "row 4, column 'probabilities.yes'" in _shown(refused) and f"got {json.dumps(value)}" in _shown(refused)
+    assert b.get(f"/v1/trainings/{training}").json()["state"] == "awaiting_predictions"
+    assert not (tmp_path / "home" / "trainings" / training / "predictions" / "model.jsonl").exists()
+    b.close()
+
+
+def test_a_refused_training_form_leaves_the_workspaces_files_as_they_were(
+        app: tuple[object, str, str], tmp_path: Path, sqlite_url: str) -> None:
+    """The form's upload was saved into the workspace's files before it was checked: a refused
+    ``passwd`` stayed, and a refused ``reviews.csv`` replaced the one there. Now it is stored
+    only once the training is made."""
+    b = Browser(app[0], app[1])
+    files = tmp_path / "home" / "workspaces" / "acme" / "files"
+    put = b.loop.run_until_complete(b.client.put("/v1/files/reviews.csv", content=b"the customer's own",
+                                                 headers={"Authorization": f"Bearer {app[1]}"}))
+    assert put.status_code == 201
+    before = {p.name: p.read_bytes() for p in files.iterdir()}
+    for name, data, extra, words in (
+            ("passwd", b"root:x:0:0\n", {}, "got 'passwd'"),
+            ("reviews.csv", CSV.encode(), {"decision-0-answers": "yes, maybe"}, "reviews.csv, row 1, column 'label'"),
+            ("reviews.csv", CSV.encode(), {"keep_if_loses": "yes"}, "field 'keep_if_loses'")):
+        r = b.form("/console/trainings", {**TRAINING, **extra}, files={"dataset_file": (name, data)})
+        assert r.status_code == 422 and words in _shown(r), _shown(r)[:3000]
+        assert "/tmp" not in _shown(r) and "staging" not in _shown(r)
+        assert {p.name: p.read_bytes() for p in files.iterdir()} == before
+        assert _balance(sqlite_url, "acme") == 2
+    _made(b)
+    assert (files / "reviews.csv").read_bytes() == CSV.encode()  # made: stored, as PUT /v1/files does
+    b.close()
+
+
+def test_the_keep_box_takes_only_what_the_form_sends(app: tuple[object, str, str], sqlite_url: str) -> None:
+    """``keep_if_loses=yes`` was read as unticked (a training without the keep option, charged);
+    the box sends ``on`` or nothing, anything else is refused with what to do."""
+    b = Browser(app[0], app[1])
+    for sent in ("yes", "true", "off", ""):
+        r = b.form("/console/trainings", {**TRAINING, "keep_if_loses": sent},
+                   files={"dataset_file": ("reviews.csv", CSV.encode())})
+        assert r.status_code == 422, (sent, r.status_code)
+        assert "Keep the model even if it does not beat Jev" in _shown(r) and "Tick or clear the box" in _shown(r)
+    assert _balance(sqlite_url, "acme") == 2
+    page_url, _ = _made(b, {**TRAINING, "keep_if_loses": "on"})
+    assert "Keep the model even if it does not beat Jev: on" in b.get(page_url).text
+    b.close()
+
+
+def test_a_refused_predictions_form_stores_no_model_file(app: tuple[object, str, str], tmp_path: Path) -> None:
+    """The model files were written before the predictions and their names were checked: a
+    refused form left ``model/weights.bin`` (and ``model/pwn2`` from a name with folders). Now
+    they are staged and moved in with the predictions only."""
+    import json
+
+    b = Browser(app[0], app[1])
+    page_url, training = _made(b)
+    folder = tmp_path / "home" / "trainings" / training
+    before = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    bad = "".join(json.dumps(row) + "\n" for row in _rows(yes=0.7, no=0.2))
+    good = "".join(json.dumps(row) + "\n" for row in _rows(yes=0.7, no=0.3))
+    for predictions, models, words in (
+            (bad, [("weights.bin", b"w"), ("../../../../tmp/pwn2", b"x")], "sum"),
+            (bad, [("weights.bin", b"w"), (".htaccess", b"x")], "'.htaccess'"),
+            (good, [("weights.bin", b"w"), (".htaccess", b"x")], "'.htaccess'"),
+            (good, [("weights.bin", b"w"), ("weights.bin", b"v")], "'weights.bin' twice")):
+        r = b.post(f"{page_url}/predictions", data={"csrf_token": b.csrf},
+                   files=[("predictions", ("p.jsonl", predictions.encode()))]
+                   + [("model_files", item) for item in models])
+        assert r.status_code == 422 and words in _shown(r), _shown(r)[:3000]
+        assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()) == before
+        assert not (folder / "model").exists() and not (tmp_path / "pwn2").exists()
+    assert b.get(f"/v1/trainings/{training}").json()["state"] == "awaiting_predictions"
+    sent = b.post(f"{page_url}/predictions", data={"csrf_token": b.csrf},
+                  files=[("predictions", ("p.jsonl", good.encode())), ("model_files", ("weights.bin", b"w"))])
+    assert sent.status_code == 303, _shown(sent)[:3000]
+    assert (folder / "model" / "weights.bin").read_bytes() == b"w"
+    assert not [p for p in folder.rglob(".incoming*")]
+    b.close()
+
+
+def test_refusals_name_the_customers_file_and_field_never_a_server_path(
+        app: tuple[object, str, str]) -> None:
+    """A dataset's refusal named the server's staging copy (``/…/.staging-tr_…/dataset.csv, row
+    50``), a file that is not Parquet showed pyarrow's ``ArrowInvalid`` with that path, stated
+    ids named ``key 'training.trained_on.ids_file'`` and a staged file, and JSON fields were
+    called columns. Now: the customer's file name, the request's field."""
+    b = Browser(app[0], app[1])
+    auth = {"Authorization": f"Bearer {app[1]}"}
+
+    def call(method: str, url: str, **kw: object) -> httpx.Response:
+        return b.loop.run_until_complete(b.client.request(method, url, headers=auth, **kw))  # type: ignore[arg-type]
+
+    lines = CSV.splitlines()
+    call("PUT", "/v1/files/ragged.csv", content=("\n".join([*lines[:50], "r999,only two", *lines[50:]]) + "\n").encode())
+    call("PUT", "/v1/files/notpq.parquet", content=CSV.encode())
+    body = {"dataset": {"path": "ragged.csv", "columns": {"id": "id", "text": "text", "group": "grp"}},
+            "decisions": [{"name": "sentiment", "question": "Is it positive?", "answer_column": "label",
+                           "answers": ["yes", "no"]}], "options": {"keep_if_loses": False}}
+    _, training = _made(b)
+    split = call("GET", f"/v1/trainings/{training}/split").json()
+    for method, url, sent, words in (
+            ("POST", "/v1/trainings", body, "ragged.csv, row 50: expected 4 cells"),
+            ("POST", "/v1/trainings", {**body, "dataset": {**body["dataset"], "path": "notpq.parquet"}},
+             "notpq.parquet: expected a Parquet file, got a file that is not Parquet (Parquet magic bytes"),
+            ("POST", "/v1/trainings", {**body, "dataset": {**body["dataset"], "path": "../x.csv"}},
+             "field 'dataset.path': expected a path relative"),
+            ("POST", f"/v1/trainings/{training}/predictions",
+             {"predictions": _rows(yes=0.5, no=0.5), "trained_on_ids": [split["training_ids"][0], "\u202e" + split["training_ids"][1]]},
+             "field 'trained_on_ids.1': expected an id (printable text")):
+        r = call(method, url, json=sent)
+        assert r.status_code == 422, r.text
+        said = r.json()["error"]["message"]
+        assert said.startswith(words), said
+        for internal in ("/tmp", "staging", ".incoming", "ids_file", "Arrow", "column 'dataset"):
+            assert internal not in said, (internal, said)
+    assert call("GET", f"/v1/trainings/{training}").json()["state"] == "awaiting_predictions"
+    b.close()
+
+
+def test_a_body_that_is_no_form_gets_the_consoles_page_saying_what_to_do(app: tuple[object, str, str]) -> None:
+    """Broken multipart got the API's JSON ``http_error`` "Invalid multipart data." on a console page."""
+    b = Browser(app[0], app[1])
+    r = b.post("/console/trainings", content=b"garbage",
+               headers={"content-type": "multipart/form-data; boundary=zz", "x-csrf-token": b.csrf})
+    assert r.status_code == 400 and r.headers["content-type"].startswith("text/html"), r.text[:300]
+    assert "cannot be read as one" in _shown(r) and "Reload the page and send the form again" in _shown(r)
+    b.close()

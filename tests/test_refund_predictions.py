@@ -153,7 +153,7 @@ def test_multiple_choice_uses_option_positions_padded(tmp_path: Path) -> None:
         ),
         (
             {"fresh": "0.5", "rotten": 0.5, "plot": 0.0},
-            r"row 1, column 'probabilities.fresh': expected a probability \(a number from 0 to 1\), got '0.5'",
+            r"row 1, column 'probabilities.fresh': expected a probability \(a number from 0 to 1\) for decision 'sentiment', got \"0.5\"",
         ),
     ],
 )

@@ -12,7 +12,7 @@ p.jsonl, row 3, column 'p_rotten': expected a probability between 0 and 1, got -
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from itertools import islice
 from typing import Any
 
@@ -65,6 +65,26 @@ def _locate(file: str | None, row: int | None, column: str | None) -> str:
     if column is not None:
         parts.append(f"column {column!r}")
     return ", ".join(parts)
+
+
+def shown_as(exc: TypeStrictError, names: Mapping[str, str]) -> TypeStrictError:
+    """The same error (same class, same status) with each server-side text of ``names`` (a
+    staging file's path, an internal key) replaced by what the customer calls it.
+
+    >>> err = InputError("4 cells", "2 cells", "fix the row", file="/srv/.staging-1/dataset.csv", row=5)
+    >>> print(shown_as(err, {"/srv/.staging-1/dataset.csv": "ragged.csv"}))
+    ragged.csv, row 5: expected 4 cells, got 2 cells. Fix the row.
+    """
+
+    def sub(text: str) -> str:
+        for server, shown in names.items():
+            text = text.replace(server, shown)
+        return text
+
+    out = type(exc).__new__(type(exc))
+    out.__dict__.update({k: sub(v) if isinstance(v, str) else v for k, v in exc.__dict__.items()})
+    out.args = tuple(sub(a) if isinstance(a, str) else a for a in exc.args)
+    return out
 
 
 class InputError(TypeStrictError, ValueError):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 
 from typestrict_pipeline.values import control_character
@@ -192,7 +192,10 @@ class SplitOut(BaseModel):
     grouping_warnings: list[GroupingWarningOut]
 
 
-Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+Probability = Annotated[Any, WithJsonSchema({"type": "number", "minimum": 0, "maximum": 1})]
+"""A probability as sent, not coerced (``true`` or ``"0.6"`` would become 1.0 and 0.6): it is
+checked by the predictions reader's one rule (``validate_probabilities``), which names the row,
+the decision and the answer, as for a predictions file."""
 
 
 class PredictionRow(Strict):

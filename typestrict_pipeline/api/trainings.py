@@ -49,6 +49,8 @@ from typestrict_pipeline.errors import (
     NotFoundError,
     PredictionsError,
     StoreError,
+    TypeStrictError,
+    shown_as,
 )
 from typestrict_pipeline.files import read_json_file, write_atomic
 from typestrict_pipeline.lifecycle.leases import LeaseKind, acquire
@@ -70,7 +72,12 @@ from typestrict_pipeline.refund.holdout import Holdout, split_decisions, trainin
 from typestrict_pipeline.refund.manifest import TrainingManifest, parse_manifest
 from typestrict_pipeline.refund.predictions import read_predictions
 from typestrict_pipeline.refund.preflight import check_file_predictions
-from typestrict_pipeline.refund.trained_on import attest, trained_on_sha256
+from typestrict_pipeline.refund.trained_on import (
+    attest,
+    stated_value_kind,
+    stated_value_ok,
+    trained_on_sha256,
+)
 from typestrict_pipeline.refund.types import Role
 from typestrict_pipeline.store import utcnow
 
@@ -120,6 +127,10 @@ def _not_found(what: str, ident: str) -> NotFoundError:
     )
 
 
+DATASET_FIELD = "field 'dataset.path'"
+"""How messages name the request's ``dataset.path`` (a JSON field, not a column of the dataset)."""
+
+
 def check_name(name: str, what: str = "file name") -> str:
     """A plain file or id name: letters, digits, ``_``, ``-``, ``.``; 1–200; not starting with ``.``.
 
@@ -158,7 +169,7 @@ class WorkspaceArea:
             raise InputError(
                 "a path relative to the workspace's files (e.g. 'data/reviews.csv'), without '..'",
                 repr(written[:200]), "upload the file with PUT /v1/files/{name} and use its name",
-                column="dataset.path",
+                file=DATASET_FIELD,
             )
         for part in pure.parts:
             check_name(part)
@@ -166,7 +177,7 @@ class WorkspaceArea:
         target = (root / Path(*pure.parts)).resolve()
         if not target.is_relative_to(root):
             raise InputError("a file inside the workspace's files", repr(written[:200]),
-                             "do not link outside the workspace's area", column="dataset.path")
+                             "do not link outside the workspace's area", file=DATASET_FIELD)
         if not target.is_file():
             raise _not_found("file", written)
         return target
@@ -202,14 +213,16 @@ class WorkspaceArea:
                       for p in root.rglob("*") if p.is_file() and not p.is_symlink())
 
 
-def _suffix(name: str) -> str:
+def _suffix(name: str, where: str | None = DATASET_FIELD) -> str:
+    """The dataset's format suffix; refused naming ``where`` (the request's field, or nothing
+    for a file the person chose: the message shows its name)."""
     lower = name.lower()
     for suffix in _DATASET_SUFFIXES:
         if lower.endswith(suffix):
             return suffix
     raise InputError(
         f"a dataset file ending in one of {list(_DATASET_SUFFIXES)}", repr(name[:200]),
-        "rename the file to say its format", column="dataset.path",
+        "rename the file to say its format", file=where,
     )
 
 
@@ -309,13 +322,17 @@ class TrainingStore:
             "training": {"status": "succeeded"}, "options": dict(req.options),
         }
 
-    def create(self, workspace_id: str, req: TrainingRequest) -> str:
+    def create(self, workspace_id: str, req: TrainingRequest, upload: bytes | None = None) -> str:
         """Validate the manifest and the dataset, prepare the training, then charge its credit.
 
         Charge last, release always: every file is written to a staging folder first; the charge
         and the training's lifecycle row (``awaiting_predictions``, with its deadline) are one
         transaction whose last step moves that folder into place, so a failed write (a full
-        disk) rolls the charge back, and a failed commit removes the folder.
+        disk) rolls the charge back, and a failed commit removes the folder. ``upload``: the
+        dataset sent with the request (the console's form), named ``dataset.path``; it is
+        checked like a workspace's file and stored in the workspace's files in that last step
+        only, so a refused training leaves the files as they were. Messages name the dataset as
+        the customer does (``dataset.path``), never the server's copy.
 
         Raises:
             ManifestError, DatasetError, NotEnoughDataError: the request is not a valid training.
@@ -326,33 +343,30 @@ class TrainingStore:
         if not isinstance(written, str):
             raise InputError("dataset.path: a file in the workspace's files", repr(written),
                              "upload the dataset with PUT /v1/files/{name} and name it here")
-        source = self.area(workspace_id).resolve(written)
+        area = self.area(workspace_id)
+        source = area.resolve(written) if upload is None else None
+        dataset_name = "dataset" + (_suffix(check_name(written, "dataset file name"), None)
+                                    if source is None else _suffix(source.name))
         training_id = "tr_" + secrets.token_hex(8)
         folder = self.folder(training_id)
         staging = self.trainings_dir / f".staging-{training_id}"
         try:
             with _disk("store the training's files"):
                 staging.mkdir(parents=True)
-                dataset_name = "dataset" + _suffix(source.name)
-                shutil.copyfile(source, staging / dataset_name)
-            doc = self._manifest_doc(workspace_id, training_id, req, dataset_name)
-            jev = doc["predictions"]["jev"]
-            if isinstance(jev, dict) and jev.get("kind") == "file":  # a recorded Jev: copied in,
-                with _disk("store the training's files"):  # paths stay inside
-                    shutil.copyfile(Path(str(jev.get("path"))), staging / "jev.jsonl")
-                doc["predictions"]["jev"] = {**jev, "path": "jev.jsonl"}
-            manifest = parse_manifest(doc, source="request", base_dir=staging)
-            load_dataset(manifest)  # every dataset check, before anything is charged
-            # Signs of undeclared groups, looked for once, before anything is judged (warnings only).
-            scan = scan_dataset(manifest)
-            with _disk("store the training's files"):
-                write_atomic(staging / GROUPING_NAME,
-                             json.dumps(scan.as_dict(), indent=2).encode("utf-8"))
-                write_atomic(staging / DRAFT_NAME, json.dumps(doc, indent=2).encode("utf-8"))
+                if source is None:
+                    write_atomic(staging / dataset_name, upload or b"")
+                else:
+                    shutil.copyfile(source, staging / dataset_name)
+            try:
+                self._stage(workspace_id, training_id, req, staging, dataset_name)
+            except TypeStrictError as exc:
+                raise shown_as(exc, {str(staging / dataset_name): written}) from None
 
             def move_in() -> None:  # the last step of the charging transaction
                 with _disk("store the training's files"):
                     os.replace(staging, folder)
+                    if upload is not None:
+                        area.save(written, upload)
 
             try:
                 start_training(self.engine, workspace_id, training_id, deadlines=self.deadlines,
@@ -365,6 +379,24 @@ class TrainingStore:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
         return training_id
+
+    def _stage(self, workspace_id: str, training_id: str, req: TrainingRequest, staging: Path,
+               dataset_name: str) -> None:
+        """Check the training staged in ``staging`` (its dataset there) and write its files."""
+        doc = self._manifest_doc(workspace_id, training_id, req, dataset_name)
+        jev = doc["predictions"]["jev"]
+        if isinstance(jev, dict) and jev.get("kind") == "file":  # a recorded Jev: copied in,
+            with _disk("store the training's files"):  # paths stay inside
+                shutil.copyfile(Path(str(jev.get("path"))), staging / "jev.jsonl")
+            doc["predictions"]["jev"] = {**jev, "path": "jev.jsonl"}
+        manifest = parse_manifest(doc, source="request", base_dir=staging)
+        load_dataset(manifest)  # every dataset check, before anything is charged
+        # Signs of undeclared groups, looked for once, before anything is judged (warnings only).
+        scan = scan_dataset(manifest)
+        with _disk("store the training's files"):
+            write_atomic(staging / GROUPING_NAME,
+                         json.dumps(scan.as_dict(), indent=2).encode("utf-8"))
+            write_atomic(staging / DRAFT_NAME, json.dumps(doc, indent=2).encode("utf-8"))
 
     def _charged(self, training_id: str) -> bool:
         """Whether the training's charge committed (True when the store cannot tell: keep it)."""
@@ -506,7 +538,8 @@ class TrainingStore:
 
     def submit(self, workspace_id: str, training_id: str, predictions_jsonl: bytes,
                trained_on: str | None, stated_ids: tuple[bool, Sequence[str]] | None = None, *,
-               source: str = SUBMISSION_SOURCE) -> TrainingManifest:
+               source: str = SUBMISSION_SOURCE,
+               model_files: Sequence[tuple[str, bytes]] = ()) -> TrainingManifest:
         """Check the model's predictions against the split, then hand the training to its verdict.
 
         Refused before anything is stored or any claim is taken: predictions that are not valid
@@ -517,15 +550,18 @@ class TrainingStore:
         any subset of the training rows) naming a test, excluded or unknown id (counted, the
         first named). Accepted: under the training's claim (a lease that expires with its
         process), the state moves to ``judging`` and the predictions, the stated ids
-        (``trained_on.txt``, named by the manifest's ``training.trained_on``) and the manifest
-        are written in that transaction, the manifest last; ``training_sensor`` picks it up. A
+        (``trained_on.txt``, named by the manifest's ``training.trained_on``), the
+        ``model_files`` sent with them (name, bytes: the console's form) and the manifest are
+        written in that transaction, the manifest last; ``training_sensor`` picks it up. A
         training in ``failed`` accepts corrected predictions the same way. Messages name the
-        predictions as ``source`` (the request's body; the CLI's file).
+        predictions as ``source`` (the request's body; the CLI's file) and the stated ids as the
+        request's field, never a file of the server.
 
         Raises:
             ConflictError: the training accepts no predictions now (judging or ended), or
                 another submission of it is in progress.
-            PredictionsError, TrainedOnError, ManifestError: refused; nothing is stored.
+            PredictionsError, TrainedOnError, ManifestError, InputError: refused; nothing is
+                stored (a model file's name included).
             StoreError: the server's disk or store failed.
         """
         doc, folder, draft = self._doc(workspace_id, training_id)
@@ -534,38 +570,35 @@ class TrainingStore:
             check_accepts_submission(self.engine, training_id)
         elif not draft:
             raise _already_submitted(training_id)
+        names = _model_names(model_files)
+        if stated_ids is not None:
+            _check_stated(*stated_ids)
         if trained_on is not None:
             doc["training"] = {**doc["training"], "trained_on_sha256": trained_on}
         token = secrets.token_hex(4)
-        staged = folder / "predictions" / f".incoming-{token}.jsonl"
-        staged_ids = folder / f".incoming-{token}-{TRAINED_ON_FILE}"
+        staged = _Staged(folder, token)
         if stated_ids is not None:  # checked from the staged file; the manifest names the final one
             key = "id_sha256_file" if stated_ids[0] else "ids_file"
-            checked = {**doc, "training": {**doc["training"], "trained_on": {key: staged_ids.name}}}
+            checked = {**doc, "training": {**doc["training"], "trained_on": {key: staged.ids.name}}}
             doc["training"] = {**doc["training"], "trained_on": {key: TRAINED_ON_FILE}}
             manifest = parse_manifest(checked, source="request", base_dir=folder)
         else:
             manifest = parse_manifest(doc, source="request", base_dir=folder)
         try:
-            if stated_ids is not None:
-                with _disk("store the ids the model was trained on"):
-                    write_atomic(staged_ids, ("\n".join(stated_ids[1]) + "\n").encode("utf-8"))
-            with _disk("store the predictions"):
-                write_atomic(staged, predictions_jsonl)
-            self._check(manifest, staged, training_id, source)
+            staged.write(predictions_jsonl, None if stated_ids is None else stated_ids[1],
+                         list(zip(names, (data for _, data in model_files), strict=True)))
+            self._check(manifest, staged.predictions, training_id, source)
             lease = acquire(self.engine, LeaseKind.SUBMISSION, training_id, heartbeat_every=None)
             if lease is None:
                 raise ConflictError(
                     f"expected no other submission in progress for training {training_id!r}, got "
                     "one. Wait for it and read GET /v1/trainings/{id}")
             try:
-                self._hand_over(workspace_id, training_id, folder, doc, staged,
-                                staged_ids if stated_ids is not None else None)
+                self._hand_over(workspace_id, training_id, folder, doc, staged)
             finally:
                 lease.release()
         finally:
-            staged.unlink(missing_ok=True)
-            staged_ids.unlink(missing_ok=True)  # moved on hand-over; refused: nothing left behind
+            staged.remove()  # moved on hand-over; refused: nothing left behind
         return manifest
 
     def _check(self, manifest: TrainingManifest, staged: Path, training_id: str, source: str) -> None:
@@ -585,7 +618,7 @@ class TrainingStore:
                                    file=source, row=exc.row, column=exc.column) from None
 
     def _hand_over(self, workspace_id: str, training_id: str, folder: Path, doc: dict[str, Any],
-                   staged: Path, staged_ids: Path | None = None) -> None:
+                   staged: _Staged) -> None:
         """Under the claim: read the training again, write its files (the manifest last), then
         move it to ``judging``. No store transaction is held while files are written (a stuck
         disk must not hold the store's lock); if the move is refused (the training expired or
@@ -597,9 +630,7 @@ class TrainingStore:
             raise _already_submitted(training_id)  # another submission handed it over meanwhile
         doc = {**fresh, "training": doc["training"]}
         with _disk("store the predictions"):
-            os.replace(staged, folder / MODEL_PREDICTIONS)
-            if staged_ids is not None:
-                os.replace(staged_ids, folder / TRAINED_ON_FILE)
+            staged.move_in()
             write_atomic(folder / MANIFEST_NAME, json.dumps(doc, indent=2).encode("utf-8"))
         try:
             run_transaction(self.engine, lambda session: begin_judging_in(
@@ -609,6 +640,72 @@ class TrainingStore:
                 (folder / MANIFEST_NAME).unlink(missing_ok=True)
             raise
         (folder / DRAFT_NAME).unlink(missing_ok=True)
+
+
+def _model_names(files: Sequence[tuple[str, bytes]]) -> list[str]:
+    """The model files' names, each a plain file name, each once (checked before any is stored)."""
+    names = [check_name(name, "model file name") for name, _ in files]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise InputError("each model file once", f"{twice[0]!r} twice",
+                         "send each file once (or rename one)")
+    return names
+
+
+def _check_stated(hashed: bool, values: Sequence[str]) -> None:
+    """The request's stated ids (``trained_on_ids`` / ``trained_on_id_sha256``), each checked by
+    the rule a ``trained_on.txt`` line is, the field and the item named.
+
+    >>> _check_stated(False, ["r1", "\u202er2"])
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: field 'trained_on_ids.1': expected an id (printable text of 1 to 1000 characters), got '\u202er2'. State the ids of the split's training rows, as written there.
+    """
+    field = "trained_on_id_sha256" if hashed else "trained_on_ids"
+    for i, value in enumerate(values):
+        if not stated_value_ok(value, hashed=hashed):
+            raise InputError(stated_value_kind(hashed=hashed), repr(value[:80]),
+                             "state the ids of the split's training rows, as written there",
+                             file=f"field '{field}.{i}'")
+
+
+class _Staged:
+    """A submission's files, written beside their places under names no reader takes, moved
+    into place on hand-over, removed otherwise."""
+
+    def __init__(self, folder: Path, token: str) -> None:
+        self.folder = folder
+        self.predictions = folder / "predictions" / f".incoming-{token}.jsonl"
+        self.ids = folder / f".incoming-{token}-{TRAINED_ON_FILE}"
+        self.model = folder / f".incoming-{token}-{MODEL_FOLDER}"
+        self.model_names: list[str] = []
+        self.has_ids = False
+
+    def write(self, predictions: bytes, ids: Sequence[str] | None,
+              model_files: Sequence[tuple[str, bytes]]) -> None:
+        if ids is not None:
+            with _disk("store the ids the model was trained on"):
+                write_atomic(self.ids, ("\n".join(ids) + "\n").encode("utf-8"))
+            self.has_ids = True
+        with _disk("store the predictions"):
+            write_atomic(self.predictions, predictions)
+        with _disk("store the model's file"):
+            for name, data in model_files:
+                write_atomic(self.model / name, data)
+                self.model_names.append(name)
+
+    def move_in(self) -> None:
+        os.replace(self.predictions, self.folder / MODEL_PREDICTIONS)
+        if self.has_ids:
+            os.replace(self.ids, self.folder / TRAINED_ON_FILE)
+        for name in self.model_names:
+            (self.folder / MODEL_FOLDER).mkdir(exist_ok=True)
+            os.replace(self.model / name, self.folder / MODEL_FOLDER / name)
+
+    def remove(self) -> None:
+        self.predictions.unlink(missing_ok=True)
+        self.ids.unlink(missing_ok=True)
+        shutil.rmtree(self.model, ignore_errors=True)
 
 
 def split_roles(h: Holdout) -> dict[str, Any]:

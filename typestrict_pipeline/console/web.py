@@ -38,8 +38,10 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.routing import APIRoute
 from fastapi.templating import Jinja2Templates
 from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
+from starlette.formparsers import MultiPartException
 
-from typestrict_pipeline.api.errors import status_for
+from typestrict_pipeline.api.errors import ApiError, status_for
 from typestrict_pipeline.console.sessions import ConsoleSession, csrf_matches, session_for
 from typestrict_pipeline.errors import TypeStrictError
 
@@ -112,11 +114,23 @@ def cookie_workspace(request: Request) -> str | None:
 
 
 async def read_form(request: Request) -> FormData:
-    """The request's form (URL-encoded or multipart), read once and kept on the request."""
+    """The request's form (URL-encoded or multipart), read once and kept on the request.
+
+    Raises:
+        ApiError: a body that is no form (broken multipart, a field over the parser's limit):
+            400 on the console's error page, saying what to do, never the API's JSON.
+    """
     cached = getattr(request.state, "console_form", None)
     if isinstance(cached, FormData):
         return cached
-    form = await request.form(max_files=64, max_fields=400)
+    try:
+        form = await request.form(max_files=64, max_fields=400)
+    except (HTTPException, MultiPartException) as exc:
+        detail = exc.detail if isinstance(exc, HTTPException) else exc.message
+        raise ApiError(400, "bad_request",
+                       "expected a form as the console's pages send it, got a body that cannot be "
+                       f"read as one ({str(detail).rstrip('.')[:100]}). Reload the page and send "
+                       "the form again from it") from None
     request.state.console_form = form
     return form
 

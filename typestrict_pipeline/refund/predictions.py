@@ -35,6 +35,7 @@ from typestrict_pipeline.refund.dataset import Dataset
 from typestrict_pipeline.refund.holdout import Holdout, HoldoutSource
 from typestrict_pipeline.refund.metrics import PROB_SUM_TOLERANCE, sums_to_one
 from typestrict_pipeline.refund.stream import group_sha256
+from typestrict_pipeline.refund.table import not_parquet
 from typestrict_pipeline.refund.types import DecisionData, DecisionKind, JudgedRow
 
 __all__ = [
@@ -137,8 +138,12 @@ def validate_probabilities(
     row: int | None,
     column: str = "probabilities",
     name_answer: bool = True,
+    decision: str | None = None,
 ) -> tuple[tuple[str, float], ...]:
     """Check one row of probabilities: numbers in [0, 1], no NaN, summing to 1 (±0.01).
+
+    The one rule for a probability, for files and the API's bodies alike: a JSON number, never
+    ``true``/``false`` or a string (``"0.6"``), shown as written.
 
     Args:
         pairs: (answer, value) pairs.
@@ -146,6 +151,7 @@ def validate_probabilities(
         row: the 1-based row, or None.
         column: the column named in messages.
         name_answer: name a bad value's column as ``column.answer`` (JSONL objects).
+        decision: the row's decision, named in a bad value's message.
 
     Returns:
         The pairs with float values.
@@ -157,6 +163,10 @@ def validate_probabilities(
     Traceback (most recent call last):
     ...
     typestrict_pipeline.errors.PredictionsError: p.jsonl, row 2, column 'probabilities': expected probabilities summing to 1 (±0.01), got a sum of 1.1. Fix the predictions so each row sums to 1.
+    >>> validate_probabilities([("a", True), ("b", 0.0)], file="p.jsonl", row=3, decision="d")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.PredictionsError: p.jsonl, row 3, column 'probabilities.a': expected a probability (a number from 0 to 1) for decision 'd', got true. Write a number (not true/false or a string).
     """
     out: list[tuple[str, float]] = []
     if not pairs:
@@ -168,13 +178,14 @@ def validate_probabilities(
             row=row,
             column=column,
         )
+    of = "" if decision is None else f" for decision {decision!r}"
     for answer, value in pairs:
         where = f"{column}.{answer}" if name_answer else column
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise PredictionsError(
-                "a probability (a number from 0 to 1)",
-                repr(value),
-                "write a number",
+                f"a probability (a number from 0 to 1){of}",
+                _as_written(value),
+                "write a number (not true/false or a string)",
                 file=file,
                 row=row,
                 column=where,
@@ -221,6 +232,14 @@ def validate_probabilities(
     return tuple(out)
 
 
+def _as_written(value: Any) -> str:
+    """A value as its JSON text when it has one (``true``, ``"0.6"``), else its repr; cut at 60."""
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)[:60]
+    except (TypeError, ValueError):
+        return repr(value)[:60]
+
+
 def _text_cell(value: Any, *, file: str, row: int, column: str) -> str:
     if isinstance(value, str) and value.strip():
         return value
@@ -262,7 +281,7 @@ def _read_jsonl(path: Path) -> list[Prediction]:
                 row=row,
                 column="probabilities",
             )
-        pairs = validate_probabilities(list(probs.items()), file=file, row=row)
+        pairs = validate_probabilities(list(probs.items()), file=file, row=row, decision=decision)
         out.append(Prediction(id=ident, decision=decision, probabilities=pairs, row=row))
     return out
 
@@ -275,7 +294,7 @@ def _read_parquet(path: Path) -> list[Prediction]:
         table = pq.read_table(path)
     except Exception as exc:
         raise PredictionsError(
-            "a Parquet file", f"{type(exc).__name__}: {exc}", "check the file", file=file
+            "a Parquet file", not_parquet(exc), "check the file (or save it as Parquet)", file=file
         ) from exc
     cols = table.to_pydict()
     for name in ("id", "decision", "answers", "probabilities"):
@@ -323,7 +342,8 @@ def _read_parquet(path: Path) -> list[Prediction]:
             )
         values = [math.nan if v is None else v for v in values]
         pairs = validate_probabilities(
-            list(zip(answers, values, strict=True)), file=file, row=row, name_answer=False
+            list(zip(answers, values, strict=True)), file=file, row=row, name_answer=False,
+            decision=decision,
         )
         out.append(Prediction(id=ident, decision=decision, probabilities=pairs, row=row))
     return out

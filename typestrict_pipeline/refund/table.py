@@ -281,6 +281,21 @@ def csv_columns(raw: bytes, path: Path) -> dict[str, list[str]]:
     return dict(zip(names, columns, strict=True))
 
 
+def not_parquet(exc: BaseException) -> str:
+    """What pyarrow found instead of a Parquet file, in words, without the path it read (a
+    server's copy is no name of the customer's) nor the exception's class.
+
+    >>> not_parquet(OSError("Could not open Parquet input source '/srv/x/dataset.csv': Parquet "
+    ...                     "magic bytes not found in footer. Either the file is corrupted or this is not a parquet file."))
+    'a file that is not Parquet (Parquet magic bytes not found in footer)'
+    """
+    text = " ".join(str(exc).split())
+    if "': " in text:
+        text = text.split("': ", 1)[1]
+    first = text.split(". ", 1)[0].rstrip(".")[:120]
+    return f"a file that is not Parquet ({first})" if first else "a file that is not Parquet"
+
+
 def _read_parquet(path: Path) -> dict[str, list[Any]]:
     import pyarrow.parquet as pq
 
@@ -288,7 +303,7 @@ def _read_parquet(path: Path) -> dict[str, list[Any]]:
         table = pq.read_table(path)
     except Exception as exc:
         raise DatasetError(
-            "a Parquet file", f"{type(exc).__name__}: {exc}", "check the file", file=str(path)
+            "a Parquet file", not_parquet(exc), "check the file (or save it as Parquet)", file=str(path)
         ) from exc
     return {str(k): list(v) for k, v in table.to_pydict().items()}
 

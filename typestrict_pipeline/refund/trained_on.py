@@ -134,6 +134,23 @@ def ids_set_sha256(id_digests: Iterable[str]) -> str:
     return h.hexdigest()
 
 
+def stated_value_ok(value: str, *, hashed: bool) -> bool:
+    """Whether one stated value is an id (printable, 1 to 1000 characters) or, ``hashed``, an
+    id's SHA-256 (64 lowercase hex): the one rule for a file's lines and the API's lists.
+
+    >>> stated_value_ok("r17", hashed=False), stated_value_ok("\u202er17", hashed=False)
+    (True, False)
+    """
+    ok = bool(value) and len(value) <= 1000 and value.isprintable()
+    return ok and (not hashed or (len(value) == 64 and all(c in "0123456789abcdef" for c in value)))
+
+
+def stated_value_kind(*, hashed: bool) -> str:
+    """What :func:`stated_value_ok` expects, in words."""
+    return ("an id's SHA-256 (64 lowercase hex)" if hashed
+            else "an id (printable text of 1 to 1000 characters)")
+
+
 def read_statement(statement: TrainedOnStatement, *, source: str) -> tuple[str, ...]:
     """The stated values: the manifest's list, or the file's lines (UTF-8, one per line).
 
@@ -171,11 +188,8 @@ def read_statement(statement: TrainedOnStatement, *, source: str) -> tuple[str, 
                              key=statement.key)
     for i, line in enumerate(lines):
         value = line[:-1] if line.endswith("\r") else line
-        ok = bool(value) and len(value) <= 1000 and value.isprintable()
-        if ok and statement.hashed:
-            ok = len(value) == 64 and all(c in "0123456789abcdef" for c in value)
-        if not ok:
-            what = "an id's SHA-256 (64 lowercase hex)" if statement.hashed else "an id"
+        if not stated_value_ok(value, hashed=statement.hashed):
+            what = stated_value_kind(hashed=statement.hashed)
             raise TrainedOnError(f"{what} on every line", f"{value[:80]!r} on line {i + 1} of {path}",
                                  "write one value per line, nothing else", file=source,
                                  key=statement.key)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Annotated, Any
 
 import pyarrow as pa
@@ -151,6 +153,19 @@ async def put_model_file(training_id: TrainingId, name: FileName, request: Reque
     return FileOut(name=name, size=len(data))
 
 
+def _json_number(value: object) -> object:
+    """A probability the edge decoded as ``Decimal``, written back as a JSON number (its text if
+    no float holds it, which the reader then refuses as not a number).
+
+    >>> _json_number(Decimal("0.25")), _json_number(Decimal("1E+400"))
+    (0.25, '1E+400')
+    """
+    if isinstance(value, Decimal):
+        number = float(value)
+        return number if math.isfinite(number) else str(value)
+    raise TypeError(type(value).__name__)
+
+
 @router.post("/trainings/{training_id}/predictions", status_code=202, response_model=TrainingOut,
              responses={409: {"model": ErrorBody}})
 def post_predictions(training_id: TrainingId, body: PredictionsIn, ctx: Ctx,
@@ -163,7 +178,8 @@ def post_predictions(training_id: TrainingId, body: PredictionsIn, ctx: Ctx,
     split's training rows, or ``trained_on_sha256`` (the digest of all of them); a stated test or
     excluded row is refused with the count and the first ids, and the audit records the
     attestation. Accepted in ``awaiting_predictions`` and ``failed``; the verdict follows."""
-    lines = [json.dumps(row.model_dump(), ensure_ascii=False, allow_nan=False) for row in body.predictions]
+    lines = [json.dumps(row.model_dump(), ensure_ascii=False, allow_nan=False, default=_json_number)
+             for row in body.predictions]
     data = ("\n".join(lines) + "\n").encode("utf-8")
     stated = [v for v in (body.trained_on_sha256, body.trained_on_ids, body.trained_on_id_sha256)
               if v is not None]

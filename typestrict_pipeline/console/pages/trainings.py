@@ -10,6 +10,7 @@ then :meth:`TrainingStore.create` / :meth:`TrainingStore.submit` check, charge a
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -156,8 +157,35 @@ def form_values(form: FormData) -> dict[str, Any]:
         "col_id": _text(form, "col_id"), "col_text": _text(form, "col_text"),
         "col_group": _text(form, "col_group"), "col_review_label": _text(form, "col_review_label"),
         "decisions": decisions or [blank_decision()],
-        "keep_if_loses": _text(form, "keep_if_loses") == "on",
+        "keep_if_loses": _text(form, "keep_if_loses") == KEEP_BOX_ON,
     }
+
+
+KEEP_BOX_ON = "on"
+"""What the form's box "Keep the model even if it does not beat Jev" sends when ticked (a
+checkbox without a ``value`` sends ``on``; unticked, it sends nothing)."""
+
+
+def keep_box(form: FormData) -> bool:
+    """The keep box as the form sends it: ticked (``on``) or absent; anything else is refused,
+    never read as unticked.
+
+    >>> keep_box(FormData([("keep_if_loses", "on")])), keep_box(FormData())
+    (True, False)
+    >>> keep_box(FormData([("keep_if_loses", "yes")]))
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: field 'keep_if_loses': expected the box "Keep the model even if it does not beat Jev" ticked ('on') or not sent, got 'yes'. Tick or clear the box on the form and submit it again.
+    """
+    values = form.getlist("keep_if_loses")
+    if not values:
+        return False
+    if values == [KEEP_BOX_ON]:
+        return True
+    got = ", ".join("a file" if not isinstance(v, str) else repr(v[:40]) for v in values)
+    raise InputError(f'the box "Keep the model even if it does not beat Jev" ticked ({KEEP_BOX_ON!r}) '
+                     "or not sent", got, "tick or clear the box on the form and submit it again",
+                     file="field 'keep_if_loses'")
 
 
 def blank_decision() -> dict[str, str]:
@@ -209,15 +237,18 @@ def decision_fieldset(request: Request, session: Session, i: int = 1) -> Respons
     return render(request, "_decision.html", {"i": i, "d": blank_decision(), "max_decisions": MAX_DECISIONS, "last": True})
 
 
-async def _upload(request: Request, form: FormData, workspace: str) -> str | None:
-    """Store the uploaded dataset in the workspace's files (as ``PUT /v1/files/{name}`` does)."""
+def _base_name(upload: UploadFile) -> str:
+    """The name of an uploaded file without the folders a browser may send."""
+    return (upload.filename or "").rsplit("/", 1)[-1].rsplit("\\", 1)[-1]
+
+
+async def _upload(form: FormData) -> tuple[str, bytes] | None:
+    """The uploaded dataset (name, bytes), not stored: the training stores it in the workspace's
+    files (as ``PUT /v1/files/{name}`` does) only once it is made."""
     upload = form.get("dataset_file")
     if not isinstance(upload, UploadFile) or not upload.filename:
         return None
-    name = check_name(upload.filename.rsplit("/", 1)[-1].rsplit("\\", 1)[-1], "dataset file name")
-    data = await upload.read()
-    get_ctx(request).trainings.area(workspace).save(name, data)
-    return name
+    return check_name(_base_name(upload), "dataset file name"), await upload.read()
 
 
 @router.post("/trainings")
@@ -227,10 +258,12 @@ async def create_training(request: Request, session: Posted) -> Response:
     form = await read_form(request)
     values = form_values(form)
     try:
-        dataset = await _upload(request, form, session.workspace_id) or values["dataset_name"]
+        keep_box(form)
+        upload = await _upload(form)
+        dataset = upload[0] if upload is not None else values["dataset_name"]
         if not dataset:
             raise InputError("a dataset: a file to upload, or one of the workspace's files",
-                             "neither", "choose the dataset file in step 1", column="dataset")
+                             "neither", "choose the dataset file in step 1", file="field 'dataset'")
         values["dataset_name"] = dataset
         body = TrainingCreate.model_validate(training_body(values, dataset))
         req = TrainingRequest(
@@ -238,7 +271,8 @@ async def create_training(request: Request, session: Posted) -> Response:
             decisions=[d.model_dump(exclude_none=True) for d in body.decisions],
             options=body.options.model_dump(),
         )
-        training_id = ctx.trainings.create(session.workspace_id, req)
+        training_id = ctx.trainings.create(session.workspace_id, req,
+                                           upload=None if upload is None else upload[1])
     except ValidationError as exc:
         return _new_form(request, session, values, validation_message(exc.errors(), fix=FORM_FIX), 422)
     except TypeStrictError as exc:
@@ -324,6 +358,28 @@ def cancel_training(training_id: TrainingId, request: Request, session: Posted) 
     return redirect(f"{PREFIX}/trainings/{training_id}", request)
 
 
+def _trained_on_box(form: FormData) -> str | None:
+    """The box "My model was trained on these training rows only": ticked, it sends the split's
+    SHA-256 shown on the page (stated as ``trained_on_sha256``, which the submission checks
+    against the split); unticked, nothing. Anything else is refused, naming the box.
+
+    >>> _trained_on_box(FormData([("trained_on", "ab")]))
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: field 'trained_on': expected the box "My model was trained on these training rows only" ticked (the split's SHA-256, 64 hexadecimal characters) or not sent, got 'ab'. Reload the page, tick or clear the box and send the form again.
+    """
+    values = form.getlist("trained_on")
+    if not values:
+        return None
+    if len(values) == 1 and isinstance(values[0], str) and re.fullmatch(r"[0-9a-f]{64}", values[0]):
+        return values[0]
+    got = ", ".join("a file" if not isinstance(v, str) else repr(v[:80]) for v in values)
+    raise InputError("the box \"My model was trained on these training rows only\" ticked (the "
+                     "split's SHA-256, 64 hexadecimal characters) or not sent", got,
+                     "reload the page, tick or clear the box and send the form again",
+                     file="field 'trained_on'")
+
+
 @router.post("/trainings/{training_id}/predictions")
 async def post_predictions(training_id: TrainingId, request: Request, session: Posted) -> Response:
     """The model's files (optional) and its predictions file: the same reader and checks as
@@ -335,14 +391,12 @@ async def post_predictions(training_id: TrainingId, request: Request, session: P
     try:
         if not isinstance(upload, UploadFile) or not upload.filename:
             raise InputError("a predictions file (JSON Lines, one row per example and decision)",
-                             "no file", "choose the file your model wrote", column="predictions")
+                             "no file", "choose the file your model wrote", file="field 'predictions'")
         data = await upload.read()
-        trained_on = _text(form, "trained_on") or None
-        for item in form.getlist("model_files"):
-            if isinstance(item, UploadFile) and item.filename:
-                name = item.filename.rsplit("/", 1)[-1].rsplit("\\", 1)[-1]
-                ctx.trainings.put_model_file(ws, training_id, name, await item.read())
-        ctx.trainings.submit(ws, training_id, data, trained_on)
+        trained_on = _trained_on_box(form)
+        model_files = [(_base_name(item), await item.read()) for item in form.getlist("model_files")
+                       if isinstance(item, UploadFile) and item.filename]
+        ctx.trainings.submit(ws, training_id, data, trained_on, model_files=model_files)
     except TypeStrictError as exc:
         from typestrict_pipeline.api.errors import status_for
 
