@@ -275,6 +275,19 @@ def _find(session: Session, kind: EntryKind, reference: str) -> CreditEntry | No
     ).first()
 
 
+def _once(session: Session, kind: EntryKind, *, workspace_id: str, reference: str,
+          training_id: str | None, amount: int, reason: str, now: dt.datetime,
+          create_account: bool) -> LedgerLine:
+    """A grant's or an adjustment's entry, once per ``reference``: the entry it already is when
+    the same workspace and amount repeat it (:func:`_repeat` refuses another), else a new one."""
+    found = _find(session, kind, reference)
+    if found is not None:
+        return _line(_repeat(found, workspace_id, amount))
+    return _line(_append(session, workspace_id=workspace_id, kind=kind, reference=reference,
+                         training_id=training_id, amount=amount, verdict=None, reason=reason,
+                         now=now, create_account=create_account))
+
+
 def _repeat(found: CreditEntry, workspace_id: str, amount: int) -> CreditEntry:
     """The entry already under a grant's or an adjustment's reference, when this call repeats it
     (same workspace, same amount: it adds nothing); another workspace or amount is refused, so a
@@ -541,25 +554,9 @@ class CreditLedger:
         _check_amount(amount, positive=True)
         when = self._now(now)
 
-        def work(session: Session) -> LedgerLine:
-            found = _find(session, EntryKind.GRANT, reference)
-            if found is not None:
-                return _line(_repeat(found, workspace_id, amount))
-            found = _append(
-                session,
-                workspace_id=workspace_id,
-                kind=EntryKind.GRANT,
-                reference=reference,
-                training_id=None,
-                amount=amount,
-                verdict=None,
-                reason=reason,
-                now=when,
-                create_account=True,
-            )
-            return _line(found)
-
-        return run_transaction(self.engine, work)
+        return run_transaction(self.engine, lambda session: _once(
+            session, EntryKind.GRANT, workspace_id=workspace_id, reference=reference,
+            training_id=None, amount=amount, reason=reason, now=when, create_account=True))
 
     def adjust(
         self,
@@ -589,25 +586,10 @@ class CreditLedger:
             raise InputError("a reason for the adjustment", "an empty string", "say why in --reason")
         when = self._now(now)
 
-        def work(session: Session) -> LedgerLine:
-            found = _find(session, EntryKind.ADJUSTMENT, reference)
-            if found is not None:
-                return _line(_repeat(found, workspace_id, amount))
-            found = _append(
-                session,
-                workspace_id=workspace_id,
-                kind=EntryKind.ADJUSTMENT,
-                reference=reference,
-                training_id=training_id,
-                amount=amount,
-                verdict=None,
-                reason=reason,
-                now=when,
-                create_account=amount > 0,
-            )
-            return _line(found)
-
-        return run_transaction(self.engine, work)
+        return run_transaction(self.engine, lambda session: _once(
+            session, EntryKind.ADJUSTMENT, workspace_id=workspace_id, reference=reference,
+            training_id=training_id, amount=amount, reason=reason, now=when,
+            create_account=amount > 0))
 
     def spend(
         self,
