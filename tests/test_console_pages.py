@@ -10,6 +10,7 @@ import hashlib
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -402,7 +403,7 @@ def test_refusals_name_the_customers_file_and_field_never_a_server_path(
     lines = CSV.splitlines()
     call("PUT", "/v1/files/ragged.csv", content=("\n".join([*lines[:50], "r999,only two", *lines[50:]]) + "\n").encode())
     call("PUT", "/v1/files/notpq.parquet", content=CSV.encode())
-    body = {"dataset": {"path": "ragged.csv", "columns": {"id": "id", "text": "text", "group": "grp"}},
+    body: dict[str, Any] = {"dataset": {"path": "ragged.csv", "columns": {"id": "id", "text": "text", "group": "grp"}},
             "decisions": [{"name": "sentiment", "question": "Is it positive?", "answer_column": "label",
                            "answers": ["yes", "no"]}], "options": {"keep_if_loses": False}}
     _, training = _made(b)

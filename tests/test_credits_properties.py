@@ -58,7 +58,8 @@ def test_random_sequences_keep_the_ledger_exact(sequence: list[tuple[Any, ...]])
     ws = f"ws{n}"
     ledger = CreditLedger(_engine())
     # The model: a plain-Python ledger with the documented rules.
-    balance, grants, spent, settled = 0, {}, set(), {}
+    balance, spent, settled = 0, set(), {}
+    grants: dict[str, int] = {}
     for op in sequence:
         if op[0] == "grant":
             _, amount, key = op
