@@ -861,11 +861,11 @@ def big_body_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 def test_json_bodies_that_take_seconds_to_decode_do_not_hold_up_another_workspace(
         big_body_server: Any) -> None:
-    """Three million empty objects (9 MB, within the limit) take seconds to decode strictly. Three
-    such bodies at once: they are decoded in worker threads (two at a time), so the other
+    """A million empty objects (3 MB, within the limit) take about a second to decode strictly.
+    Three such bodies at once: they are decoded in worker threads (two at a time), so the other
     workspace's request is answered first, while they are still being decoded (on the event loop,
     it waited for the decoding to end)."""
-    body = b"[" + b",".join([b"{}"] * 3_000_000) + b"]"
+    body = b"[" + b",".join([b"{}"] * 1_000_000) + b"]"
     order: list[str] = []
     sent = threading.Barrier(4)
 
