@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -177,15 +178,22 @@ def keep_box(form: FormData) -> bool:
     ...
     typestrict_pipeline.errors.InputError: field 'keep_if_loses': expected the box "Keep the model even if it does not beat Jev" ticked ('on') or not sent, got 'yes'. Tick or clear the box on the form and submit it again.
     """
-    values = form.getlist("keep_if_loses")
+    return _box(form, "keep_if_loses", lambda v: v == KEEP_BOX_ON,
+                f'the box "Keep the model even if it does not beat Jev" ticked ({KEEP_BOX_ON!r}) '
+                "or not sent", "tick or clear the box on the form and submit it again") is not None
+
+
+def _box(form: FormData, field: str, sent: Callable[[str], bool], expected: str,
+         fix: str) -> str | None:
+    """What a box of the form sends: its value when ticked (``sent`` accepts it), None when it
+    was not sent; anything else (another value, twice, a file) is refused naming the field."""
+    values = form.getlist(field)
     if not values:
-        return False
-    if values == [KEEP_BOX_ON]:
-        return True
-    got = ", ".join("a file" if not isinstance(v, str) else repr(v[:40]) for v in values)
-    raise InputError(f'the box "Keep the model even if it does not beat Jev" ticked ({KEEP_BOX_ON!r}) '
-                     "or not sent", got, "tick or clear the box on the form and submit it again",
-                     file="field 'keep_if_loses'")
+        return None
+    if len(values) == 1 and isinstance(values[0], str) and sent(values[0]):
+        return values[0]
+    got = ", ".join("a file" if not isinstance(v, str) else repr(v[:80]) for v in values)
+    raise InputError(expected, got, fix, file=f"field {field!r}")
 
 
 def blank_decision() -> dict[str, str]:
@@ -368,16 +376,10 @@ def _trained_on_box(form: FormData) -> str | None:
     ...
     typestrict_pipeline.errors.InputError: field 'trained_on': expected the box "My model was trained on these training rows only" ticked (the split's SHA-256, 64 hexadecimal characters) or not sent, got 'ab'. Reload the page, tick or clear the box and send the form again.
     """
-    values = form.getlist("trained_on")
-    if not values:
-        return None
-    if len(values) == 1 and isinstance(values[0], str) and re.fullmatch(r"[0-9a-f]{64}", values[0]):
-        return values[0]
-    got = ", ".join("a file" if not isinstance(v, str) else repr(v[:80]) for v in values)
-    raise InputError("the box \"My model was trained on these training rows only\" ticked (the "
-                     "split's SHA-256, 64 hexadecimal characters) or not sent", got,
-                     "reload the page, tick or clear the box and send the form again",
-                     file="field 'trained_on'")
+    return _box(form, "trained_on", lambda v: re.fullmatch(r"[0-9a-f]{64}", v) is not None,
+                "the box \"My model was trained on these training rows only\" ticked (the "
+                "split's SHA-256, 64 hexadecimal characters) or not sent",
+                "reload the page, tick or clear the box and send the form again")
 
 
 @router.post("/trainings/{training_id}/predictions")
