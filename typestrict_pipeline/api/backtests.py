@@ -98,7 +98,7 @@ def plain_params(params: Mapping[str, Any]) -> dict[str, Any]:
     >>> plain_params({"threshold": Decimal("1E+400")})
     Traceback (most recent call last):
     ...
-    typestrict_pipeline.errors.InputError: column 'params.threshold': expected params.threshold as a finite number, got '1E+400'. Write a finite number, e.g. 0.5.
+    typestrict_pipeline.errors.InputError: field 'params.threshold': expected params.threshold as a finite number, got '1E+400'. Write a finite number, e.g. 0.5.
     """
     from typestrict_pipeline.values import check_strings
 
@@ -118,7 +118,7 @@ def plain_params(params: Mapping[str, Any]) -> dict[str, Any]:
             out[name] = plain(value, where)
             check_strings(out[name], f"a {where} value")
         except InputError as exc:
-            raise InputError(exc.expected, exc.got, exc.fix, column=where) from None
+            raise InputError(exc.expected, exc.got, exc.fix, file=f"field {where!r}") from None
     return out
 
 
