@@ -135,7 +135,7 @@ def _time_array(
             raise _empty_times(empty, what, table, file)
         if pd.api.types.is_datetime64_any_dtype(series.dtype):
             parsed = series
-        elif series.map(lambda v: isinstance(v, str)).all():
+        elif pd.api.types.infer_dtype(series, skipna=False) == "string":  # every cell text (none empty)
             parsed = _text_times(series, what, table, file)
         else:
             try:
