@@ -11,10 +11,14 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
+
+if TYPE_CHECKING:
+    import dagster as dg
 
 
 def _import_anyio_now() -> None:
@@ -98,6 +102,20 @@ def typestrict_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("TYPESTRICT_HOME", str(home))
     monkeypatch.delenv("TYPESTRICT_STORE_URL", raising=False)
     return home
+
+
+@pytest.fixture
+def ephemeral_instance() -> Iterator[dg.DagsterInstance]:
+    """An ephemeral Dagster instance, disposed when the test ends.
+
+    Left to the garbage collector, an ephemeral instance's run storage closes its held SQLite
+    connection in whichever thread happens to collect it: seen as "Exception during reset or
+    similar ... SQLite objects created in a thread can only be used in that same thread" logged
+    inside a later test's API server thread, which that test (rightly) read as a traceback."""
+    import dagster as dg
+
+    with dg.DagsterInstance.ephemeral() as instance:
+        yield instance
 
 
 @pytest.fixture

@@ -252,7 +252,7 @@ def test_retention_schedule_passes_its_tick_time_as_now(sqlite_url: str) -> None
     assert retention_schedule.cron_schedule == "0 4 * * *"
 
 
-def test_retention_job_expires_files_but_keeps_the_audit(env: dict[str, Any]) -> None:
+def test_retention_job_expires_files_but_keeps_the_audit(env: dict[str, Any], ephemeral_instance: dg.DagsterInstance) -> None:
     engine = open_store(env["url"])
     CreditLedger(engine).grant("demo", 2, reference="welcome")
     write_manifest(env["trainings"], "tr1", keep_if_loses=True)
@@ -263,7 +263,7 @@ def test_retention_job_expires_files_but_keeps_the_audit(env: dict[str, Any]) ->
     settled_at = get_model(engine, "tr1").settled_at
     audit_before = audit_bytes(engine, "tr1")
 
-    instance = dg.DagsterInstance.ephemeral()
+    instance = ephemeral_instance
 
     def run(now: dt.datetime) -> int:
         out = retention_job.execute_in_process(

@@ -200,7 +200,8 @@ def test_in_json_lines_the_text_na_is_an_answer_and_json_null_is_missing(tmp_pat
     assert [ex.id for ex in data.examples] == ["0", "1", "2", "3", "4"]
 
 
-def test_dataset_metadata_says_how_many_rows_are_unlabeled_and_why(tmp_path: Path) -> None:
+def test_dataset_metadata_says_how_many_rows_are_unlabeled_and_why(
+        tmp_path: Path, ephemeral_instance: dg.DagsterInstance) -> None:
     from assets.refund import REFUND_ASSETS, REFUND_CHECKS, verdict_job
     from resources.refund import ManifestSourceClientResource, RefundTrainingsResource
     from resources.store import StoreResource
@@ -213,7 +214,7 @@ def test_dataset_metadata_says_how_many_rows_are_unlabeled_and_why(tmp_path: Pat
     for name in ("model.jsonl", "jev.jsonl"):
         kept = [x for x in (path.parent / name).read_text().splitlines() if '"ex0000"' not in x]
         (path.parent / name).write_text("\n".join(kept) + "\n")
-    instance = dg.DagsterInstance.ephemeral()
+    instance = ephemeral_instance
     instance.add_dynamic_partitions("trainings", ["tr_gaps"])
     defs = dg.Definitions(
         assets=list(REFUND_ASSETS), asset_checks=list(REFUND_CHECKS), jobs=[verdict_job],
@@ -253,7 +254,7 @@ def test_dataset_metadata_says_how_many_rows_are_unlabeled_and_why(tmp_path: Pat
 
 
 def test_a_training_whose_run_failed_is_flagged_as_unsettled(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ephemeral_instance: dg.DagsterInstance
 ) -> None:
     import datetime as dt
 
@@ -264,7 +265,7 @@ def test_a_training_whose_run_failed_is_flagged_as_unsettled(
 
     path = support.make_training(tmp_path / "trainings", "tr_stuck", n=60, seed=4)
     (path.parent / "model.jsonl").write_text("")  # the run fails at its first step
-    instance = dg.DagsterInstance.ephemeral()
+    instance = ephemeral_instance
     instance.add_dynamic_partitions("trainings", ["tr_stuck"])
     defs = dg.Definitions(
         assets=list(REFUND_ASSETS), asset_checks=list(REFUND_CHECKS), jobs=[verdict_job],

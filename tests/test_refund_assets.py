@@ -45,8 +45,13 @@ def run_training(
     instance: dg.DagsterInstance | None = None,
     raise_on_error: bool = True,
 ) -> dg.ExecuteInProcessResult:
-    """Materialize one training's partition with verdict_job, in process."""
-    instance = instance or dg.DagsterInstance.ephemeral()
+    """Materialize one training's partition with verdict_job, in process (on ``instance``, else an
+    ephemeral one, disposed when the run ends: an instance left to the garbage collector closes
+    its SQLite connection in whichever thread collects it, and logs an error there)."""
+    if instance is None:
+        with dg.DagsterInstance.ephemeral() as ephemeral:
+            return run_training(home, training_id, resources=resources, instance=ephemeral,
+                                raise_on_error=raise_on_error)
     instance.add_dynamic_partitions("trainings", [training_id])
     base: dict[str, Any] = {
         "refund_trainings": RefundTrainingsResource(

@@ -65,7 +65,7 @@ def test_the_cli_split_draws_no_bar_off_a_terminal_and_prints_the_split(tmp_path
 
 
 def test_dagster_logs_and_observes_the_read_and_the_console_can_read_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ephemeral_instance: dg.DagsterInstance
 ) -> None:
     from assets.refund import REFUND_ASSETS, REFUND_CHECKS, verdict_job
     from resources.refund import ManifestSourceClientResource, RefundTrainingsResource
@@ -73,7 +73,7 @@ def test_dagster_logs_and_observes_the_read_and_the_console_can_read_it(
 
     monkeypatch.setenv("TYPESTRICT_HOME", str(tmp_path / "home"))
     support.make_training(tmp_path / "trainings", "tr_progress", n=240)
-    instance = dg.DagsterInstance.ephemeral()
+    instance = ephemeral_instance
     instance.add_dynamic_partitions("trainings", ["tr_progress"])
     defs = dg.Definitions(
         assets=list(REFUND_ASSETS), asset_checks=list(REFUND_CHECKS), jobs=[verdict_job],

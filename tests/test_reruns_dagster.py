@@ -58,7 +58,8 @@ class World:
         record_data_end(self.engine, WS, scenario.WORKFLOW, ROOT_END + steps_after_root * DAY)
 
 
-def _world(url: str, *, fail_from: dt.datetime | None = None, budget: int | None = 1_000_000) -> World:
+def _world(url: str, instance: dg.DagsterInstance, *, fail_from: dt.datetime | None = None,
+           budget: int | None = 1_000_000) -> World:
     """A finished root study (holdout ends 2015-02-01, created an hour before T0), a schedule every
     hour from T0.
 
@@ -74,12 +75,12 @@ def _world(url: str, *, fail_from: dt.datetime | None = None, budget: int | None
     with session_scope(engine) as s:  # the root study ran just before T0, so its spend is in T0's month
         s.execute(update(StudyRow).where(StudyRow.id == int(root)).values(created_at=T0 - HOUR))
     sched = enable_schedule(engine, scenario.port(engine), study_id=root, cadence="1h", owner="ana@example.com", now=T0)
-    return World(url, engine, root, sched.id, dg.DagsterInstance.ephemeral())
+    return World(url, engine, root, sched.id, instance)
 
 
 @pytest.fixture
-def world(sqlite_url: str) -> Iterator[World]:
-    yield _world(sqlite_url)
+def world(sqlite_url: str, ephemeral_instance: dg.DagsterInstance) -> Iterator[World]:
+    yield _world(sqlite_url, ephemeral_instance)
 
 
 def test_not_enough_unseen_data_with_the_real_counts(world: World) -> None:
@@ -141,8 +142,8 @@ def test_in_flight_when_another_study_runs_on_the_workflow(world: World) -> None
     assert (world.tick(T0).skip_message or "").startswith("A study or backtest was in flight")
 
 
-def test_previous_study_did_not_finish_then_reenable(sqlite_url: str) -> None:
-    w = _world(sqlite_url, fail_from=ROOT_END + DAY)  # the data source fails after the root's data
+def test_previous_study_did_not_finish_then_reenable(sqlite_url: str, ephemeral_instance: dg.DagsterInstance) -> None:
+    w = _world(sqlite_url, ephemeral_instance, fail_from=ROOT_END + DAY)  # the data source fails after the root's data
     w.arrive(10)
     fired = w.tick(T0)
     key = fired.run_requests[0].run_key

@@ -39,12 +39,13 @@ def root_study(url: str, *, workspace: bool) -> str:
     return root
 
 
-def test_a_fired_tick_carries_its_reason_and_the_lineage_to_the_run(sqlite_url: str, tmp_path: Path) -> None:
+def test_a_fired_tick_carries_its_reason_and_the_lineage_to_the_run(
+        sqlite_url: str, tmp_path: Path, ephemeral_instance: dg.DagsterInstance) -> None:
     root = root_study(sqlite_url, workspace=True)
     engine = open_store(sqlite_url)
     sched = enable_schedule(engine, scenario.port(engine), study_id=root, cadence="1h", owner="ana@example.com", now=T0)
     record_data_end(engine, WS, scenario.WORKFLOW, ROOT_END + 12 * DAY)
-    instance = dg.DagsterInstance.ephemeral()
+    instance = ephemeral_instance
     resources = {"store": StoreResource(url=sqlite_url), "reruns": RerunSettingsResource(now=T0.isoformat())}
     data = study_rerun_sensor.evaluate_tick(dg.build_sensor_context(instance=instance, resources=resources))
     assert data.run_requests is not None and len(data.run_requests) == 1
@@ -73,7 +74,8 @@ def test_a_fired_tick_carries_its_reason_and_the_lineage_to_the_run(sqlite_url: 
     engine.dispose()
 
 
-def test_never_set_up_and_expired_are_told_apart(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_never_set_up_and_expired_are_told_apart(
+        sqlite_url: str, capsys: pytest.CaptureFixture[str], ephemeral_instance: dg.DagsterInstance) -> None:
     root = root_study(sqlite_url, workspace=False)
     # `schedule enable` succeeds (the schedule resumes by itself) but warns, naming the command.
     assert main(["schedule", "enable", root, "--cadence", "1h", "--owner", "ana@example.com", "--url", sqlite_url]) == 0
@@ -85,7 +87,7 @@ def test_never_set_up_and_expired_are_told_apart(sqlite_url: str, capsys: pytest
     engine = open_store(sqlite_url)
     record_data_end(engine, WS, scenario.WORKFLOW, ROOT_END + 12 * DAY)
     resources = {"store": StoreResource(url=sqlite_url), "reruns": RerunSettingsResource()}
-    instance = dg.DagsterInstance.ephemeral()
+    instance = ephemeral_instance
     first = study_rerun_sensor.evaluate_tick(dg.build_sensor_context(instance=instance, resources=resources))
     assert (first.skip_message or "").startswith(
         "Workspace subscription never set up: typestrict schedule workspace demo --subscription ACTIVE --budget-usd 50 sets it")

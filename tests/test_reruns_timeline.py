@@ -104,13 +104,13 @@ def test_a_schedule_that_can_never_fire_says_so_when_enabled_and_at_each_evaluat
 
 
 def test_the_sensor_lists_every_schedule_and_records_their_timelines(
-    store: str, capsys: pytest.CaptureFixture[str]
+    store: str, capsys: pytest.CaptureFixture[str], ephemeral_instance: dg.DagsterInstance
 ) -> None:
     live, fixed = _study(store, "live", CUT), _study(store, "seattle_weather", BUILT_IN_END)
     for sid in (live, fixed):
         assert main(["schedule", "enable", sid, "--cadence", "1h", "--owner", OWNER, "--store", store]) == 0
     capsys.readouterr()
-    instance = dg.DagsterInstance.ephemeral()
+    instance = ephemeral_instance
     resources = {"store": StoreResource(url=store), "reruns": RerunSettingsResource()}
     first = study_rerun_sensor.evaluate_tick(dg.build_sensor_context(instance=instance, resources=resources))
     reason = first.skip_message or ""

@@ -48,8 +48,6 @@ def picture(value: object) -> bytes:
 
 
 def run_training(home: Path, training_id: str, *, raise_on_error: bool = True) -> dg.ExecuteInProcessResult:
-    instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions("trainings", [training_id])
     resources: dict[str, Any] = {
         "refund_trainings": RefundTrainingsResource(
             folder=str(home / "trainings"), audits_folder=str(home / "audits")),
@@ -59,8 +57,10 @@ def run_training(home: Path, training_id: str, *, raise_on_error: bool = True) -
     }
     defs = dg.Definitions(assets=list(REFUND_ASSETS), asset_checks=list(REFUND_CHECKS),
                           jobs=[verdict_job], resources=resources)
-    return defs.resolve_job_def("verdict_job").execute_in_process(
-        partition_key=training_id, instance=instance, raise_on_error=raise_on_error)
+    with dg.DagsterInstance.ephemeral() as instance:  # disposed: not left to the garbage collector
+        instance.add_dynamic_partitions("trainings", [training_id])
+        return defs.resolve_job_def("verdict_job").execute_in_process(
+            partition_key=training_id, instance=instance, raise_on_error=raise_on_error)
 
 
 def metadata_of(result: dg.ExecuteInProcessResult, key: str) -> dict[str, Any]:

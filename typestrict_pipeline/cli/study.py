@@ -196,28 +196,30 @@ def run_study_on_dagster(study_id: int, *, executor: str = "in_process",
     tags: dict[str, str]
     config, tags = resources_store.on_store(url, study_run_config(study_id))
     quiet = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
-    instance = _instance()
-    # The run's config names the store without its password; this process (and the step
-    # processes it starts) executes it, so its TYPESTRICT_STORE_URL is the command's store,
-    # whose password the store resource takes back (resources/store.py).
-    # keep_stop_signals: Dagster leaves SIGTERM with SIGINT's handler when it ends (ignored, for a
-    # command started in the background); this command and what it starts stay stoppable.
-    # stop_signals_received: Dagster turns Ctrl-C or SIGTERM during the run into a failed step;
-    # the command stops on it as on any stop signal (its caller ends the study interrupted, with
-    # which signal), not as a failed run.
-    with _store_environment(url), keep_stop_signals(), stop_signals_received() as stopped:
-        if executor == "multiprocess":
-            config["execution"] = {"config": {"multiprocess": {
-                "max_concurrent": max_concurrent, "start_method": {"forkserver": {}}}}}
-            result: Any = dg.execute_job(dg.reconstructable(_study_job), instance=instance,
-                                         run_config={**config, **quiet}, tags=tags)
-        else:
-            result = job.execute_in_process(run_config={**config, **quiet}, instance=instance,
-                                            raise_on_error=False, tags=tags)
-    if stopped:
-        raise stop_request(stopped[0])
-    _say_failure(result)
-    return bool(result.success)
+    # The instance is disposed when the run ends (its storage's connections closed here, not
+    # by the garbage collector in whichever thread collects it: `main()` also runs in process).
+    with _instance() as instance:
+        # The run's config names the store without its password; this process (and the step
+        # processes it starts) executes it, so its TYPESTRICT_STORE_URL is the command's store,
+        # whose password the store resource takes back (resources/store.py).
+        # keep_stop_signals: Dagster leaves SIGTERM with SIGINT's handler when it ends (ignored, for a
+        # command started in the background); this command and what it starts stay stoppable.
+        # stop_signals_received: Dagster turns Ctrl-C or SIGTERM during the run into a failed step;
+        # the command stops on it as on any stop signal (its caller ends the study interrupted, with
+        # which signal), not as a failed run.
+        with _store_environment(url), keep_stop_signals(), stop_signals_received() as stopped:
+            if executor == "multiprocess":
+                config["execution"] = {"config": {"multiprocess": {
+                    "max_concurrent": max_concurrent, "start_method": {"forkserver": {}}}}}
+                result: Any = dg.execute_job(dg.reconstructable(_study_job), instance=instance,
+                                             run_config={**config, **quiet}, tags=tags)
+            else:
+                result = job.execute_in_process(run_config={**config, **quiet}, instance=instance,
+                                                raise_on_error=False, tags=tags)
+        if stopped:
+            raise stop_request(stopped[0])
+        _say_failure(result)
+        return bool(result.success)
 
 
 @contextlib.contextmanager
