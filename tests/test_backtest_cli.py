@@ -144,6 +144,23 @@ def test_workflows_lists_the_registry(capsys: pytest.CaptureFixture[str]) -> Non
     assert out.splitlines()[1].split()[:3] == ["workflow", "version", "active"]  # a header
 
 
+def test_workflows_lists_the_columns_a_dataset_needs_as_the_api_does(
+    store: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from typestrict_pipeline.api.backtests import workflows
+
+    api = {w["workflow"]: w["columns"] for w in workflows()}
+    assert main(["backtest", "workflows", "--json", *store[:2]]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows and all(r["columns"] == api[r["workflow"]] for r in rows)  # one field, one spelling
+    assert main(["backtest", "workflows", *store[:2]]) == 0
+    out = capsys.readouterr().out
+    assert ("weather: event_time (time), known_time (time), precipitation (number), temp_max (number), "
+            "temp_min (number), wind (number), weather (text)") in out
+
+
 def test_data_its_workflow_cannot_read_is_refused_before_a_backtest_or_a_study_is_stored(
     typestrict_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
