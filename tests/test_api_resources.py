@@ -262,6 +262,34 @@ def test_a_backtest_is_checked_against_its_data_and_params_before_it_is_launched
         assert [b["id"] for b in c.get("/v1/backtests").json()] == [ok.json()["id"]]  # the refused: nothing
 
 
+def test_a_stored_table_with_a_short_row_is_refused_naming_the_dataset_not_the_servers_path(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    import json
+
+    from typestrict_pipeline.api.datasets import datasets_base, stored_name
+
+    lines = _weather_lines(tmp_path)
+    lines[40] = lines[40].rsplit(",", 1)[0]  # one cell short: was padded with NaN and launched
+    home = tmp_path / "home"
+    folder = datasets_base(home) / stored_name("acme", "old")
+    folder.mkdir(parents=True)
+    (folder / "weather.csv").write_text("\n".join(lines) + "\n")
+    (folder / "dataset.json").write_text(json.dumps({"name": stored_name("acme", "old"), "workflow": "seattle_rain",
+                                                     "registered_at": "2013-01-01T00:00:00Z",
+                                                     "tables": {"weather": "weather.csv"}}))
+    key = support.new_key(sqlite_url, "acme")
+    with support.ApiServer(sqlite_url, home) as server, server.client(key) as c:
+        refused = c.post("/v1/backtests", json={"workflow": "seattle_rain", "start": "2012-06-01",
+                                                "end": "2012-06-30", "dataset": "old"})
+        message = refused.json()["error"]["message"]
+        assert refused.status_code == 422, refused.text
+        assert message.startswith("dataset 'old', stored table weather.csv, row 40: expected 7 cells, like the "
+                                  "header, got 6 cells."), message
+        assert str(tmp_path) not in message and "__" not in message
+        assert c.get("/v1/backtests").json() == []
+
+
 def test_the_estimate_screens_the_grid_as_creating_the_study_does(tmp_path: Path, sqlite_url: str) -> None:
     form = {"workflow": "seattle_rain", "start": "2013-01-02", "end": "2015-12-31", "tune_steps": 60,
             "eval_steps": 30, "holdout_steps": 60, "folds": 2, "max_candidates": 5, "max_total_steps": 100_000}
