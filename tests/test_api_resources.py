@@ -181,6 +181,51 @@ def test_a_dataset_is_checked_against_its_workflow_before_anything_is_stored(
         assert "POST /v1/datasets/wx/append" in message and "typestrict" not in message and "__" not in message
 
 
+def _from_kinds(kinds: dict[str, str], rows: int) -> str:
+    """A CSV built only from what ``GET /v1/backtests/workflows`` says: one cell of each kind per row."""
+    cell = {"number": lambda i: f"{i}.5", "text": lambda i: f"t{i}", "bool": lambda i: "true" if i % 2 else "false"}
+    lines = [",".join(kinds)]
+    for i in range(rows):
+        day = dt.datetime(2012, 1, 1, tzinfo=UTC) + dt.timedelta(days=i)
+        times = {"event_time": day, "known_time": day + dt.timedelta(days=1)}
+        lines.append(",".join(times[c].strftime("%Y-%m-%dT%H:%M:%SZ") if kind == "time" else cell[kind](i)
+                              for c, kind in kinds.items()))
+    return "\n".join(lines) + "\n"
+
+
+def test_a_client_reads_the_columns_a_workflow_needs_and_a_dataset_of_them_is_accepted(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    import json
+    import re
+
+    key = support.new_key(sqlite_url, "acme")
+    with support.ApiServer(sqlite_url, tmp_path / "home") as server, server.client(key) as c:
+        listed = c.get("/v1/backtests/workflows")
+        assert listed.status_code == 200, listed.text
+        [wf] = [w for w in listed.json() if w["workflow"] == "seattle_rain"]
+        assert list(wf["columns"]) == wf["tables"] == ["weather"]
+        kinds = wf["columns"]["weather"]
+        assert list(kinds)[:2] == ["event_time", "known_time"] and set(kinds.values()) <= {"time", "number", "text", "bool"}
+        # docs/api.md's example is what the API answers
+        doc = (Path(__file__).resolve().parent.parent / "docs" / "api.md").read_text(encoding="utf-8")
+        said = re.search(r"/v1/backtests/workflows\" \| jq -c '\.\[\] \| \{workflow, columns\}'\n# (.*)\n", doc)
+        assert said is not None and json.loads(said.group(1)) == {"workflow": "seattle_rain", "columns": wf["columns"]}
+        # A file of exactly those columns, built from nothing else, is registered
+        assert c.put("/v1/files/exact.csv", content=_from_kinds(kinds, 30).encode()).status_code == 201
+        made = c.post("/v1/datasets", json={"name": "exact", "workflow": "seattle_rain", "tables": {"weather": "exact.csv"}})
+        assert made.status_code == 201, made.text
+        table = made.json()["tables"][0]  # its value columns: the two times are every table's
+        assert table["columns"] == [c for c, kind in kinds.items() if kind != "time"] and table["rows"] == 30
+        # ... and one without one of them is refused, listing them in the same order
+        last = list(kinds)[-1]
+        fewer = {c: k for c, k in kinds.items() if c != last}
+        assert c.put("/v1/files/fewer.csv", content=_from_kinds(fewer, 30).encode()).status_code == 201
+        refused = c.post("/v1/datasets", json={"name": "fewer", "workflow": "seattle_rain", "tables": {"weather": "fewer.csv"}})
+        message = refused.json()["error"]["message"]
+        assert refused.status_code == 422 and f"({', '.join(kinds)})" in message and f"(missing: {last})" in message
+
+
 def test_a_backtest_is_checked_against_its_data_and_params_before_it_is_launched(
     tmp_path: Path, sqlite_url: str
 ) -> None:
@@ -215,6 +260,34 @@ def test_a_backtest_is_checked_against_its_data_and_params_before_it_is_launched
         assert out.status_code == 422 and "expected a value in [0.0, 1.0], got 1.5" in message
         assert "Decimal" not in message
         assert [b["id"] for b in c.get("/v1/backtests").json()] == [ok.json()["id"]]  # the refused: nothing
+
+
+def test_a_stored_table_with_a_short_row_is_refused_naming_the_dataset_not_the_servers_path(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    import json
+
+    from typestrict_pipeline.api.datasets import datasets_base, stored_name
+
+    lines = _weather_lines(tmp_path)
+    lines[40] = lines[40].rsplit(",", 1)[0]  # one cell short: was padded with NaN and launched
+    home = tmp_path / "home"
+    folder = datasets_base(home) / stored_name("acme", "old")
+    folder.mkdir(parents=True)
+    (folder / "weather.csv").write_text("\n".join(lines) + "\n")
+    (folder / "dataset.json").write_text(json.dumps({"name": stored_name("acme", "old"), "workflow": "seattle_rain",
+                                                     "registered_at": "2013-01-01T00:00:00Z",
+                                                     "tables": {"weather": "weather.csv"}}))
+    key = support.new_key(sqlite_url, "acme")
+    with support.ApiServer(sqlite_url, home) as server, server.client(key) as c:
+        refused = c.post("/v1/backtests", json={"workflow": "seattle_rain", "start": "2012-06-01",
+                                                "end": "2012-06-30", "dataset": "old"})
+        message = refused.json()["error"]["message"]
+        assert refused.status_code == 422, refused.text
+        assert message.startswith("dataset 'old', stored table weather.csv, row 40: expected 7 cells, like the "
+                                  "header, got 6 cells."), message
+        assert str(tmp_path) not in message and "__" not in message
+        assert c.get("/v1/backtests").json() == []
 
 
 def test_the_estimate_screens_the_grid_as_creating_the_study_does(tmp_path: Path, sqlite_url: str) -> None:

@@ -2,6 +2,7 @@
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,6 +68,65 @@ def test_a_csv_without_knowledge_times_is_refused(
     assert f"{csv}: expected a column 'known_time' with the time each row became known" in err
 
 
+def _seattle_lines(path: Path) -> list[str]:
+    import datetime as dt
+
+    from typestrict_pipeline.backtest.workflows.weather import write_seattle_csv
+
+    write_seattle_csv(path, known_until=dt.datetime(2013, 1, 1, tzinfo=dt.UTC))
+    return path.read_text().splitlines()
+
+
+@pytest.mark.parametrize(
+    ("change", "row", "got"),
+    [
+        (lambda cells: cells[:3], 6, "got 3 cells"),  # a short row: was padded with NaN and run
+        (lambda cells: [*cells, "extra"], 6, "got 8 cells"),  # a long row: was a raw pandas error
+    ],
+    ids=["short row", "long row"],
+)
+def test_a_csv_row_with_more_or_fewer_cells_than_the_header_is_refused_with_its_row(
+    store: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str], change: Any, row: int, got: str
+) -> None:
+    csv = tmp_path / "weather.csv"
+    lines = _seattle_lines(csv)
+    lines[row] = ",".join(change(lines[row].split(",")))  # line 6 is data row 6 (the header is line 0)
+    csv.write_text("\n".join(lines) + "\n")
+    code = main(["backtest", "run", "seattle_rain", "--csv", str(csv), "--start", "2012-06-01",
+                 "--end", "2012-06-30", "--standin-latency", "0", *store])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"{csv}, row {row}: expected 7 cells, like the header, {got}. Make every row have one cell" in err
+    assert "Traceback" not in err
+    assert not Path(store[1].removeprefix("sqlite:///")).exists()  # refused before the store opens
+
+
+def test_every_row_one_cell_longer_than_the_header_is_refused_not_read_as_an_index(
+    store: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """pandas reads a header one cell short of every row as "the first column is the index"."""
+    csv = tmp_path / "weather.csv"
+    lines = _seattle_lines(csv)
+    csv.write_text("\n".join([lines[0], *(f"{line},x" for line in lines[1:])]) + "\n")
+    code = main(["backtest", "run", "seattle_rain", "--csv", str(csv), "--start", "2012-06-01",
+                 "--end", "2012-06-30", "--standin-latency", "0", *store])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{csv}, row 1: expected 7 cells, like the header, got 8 cells." in err, err
+
+
+def test_a_csv_with_a_bom_and_blank_lines_runs(
+    store: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What the product's CSV rules accept (a spreadsheet's BOM, blank lines) still runs."""
+    csv = tmp_path / "weather.csv"
+    lines = _seattle_lines(csv)
+    csv.write_bytes(b"\xef\xbb\xbf" + "\n".join([*lines[:10], "", *lines[10:]]).encode() + b"\n\n")
+    code = main(["backtest", "run", "seattle_rain", "--csv", str(csv), "--start", "2012-06-01",
+                 "--end", "2012-06-30", "--standin-latency", "0", *store])
+    out = capsys.readouterr().out
+    assert code == 0 and "steps           30 run of 30 planned" in out, out
+
+
 def test_activate_changes_what_runs(store: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["backtest", "activate", "seattle_rain", "--param", "threshold=0.7", *store]) == 0
     activated = capsys.readouterr().out
@@ -82,6 +142,23 @@ def test_workflows_lists_the_registry(capsys: pytest.CaptureFixture[str]) -> Non
     out = capsys.readouterr().out
     assert "seattle_rain" in out and "active" in out and "whether the next day" in out
     assert out.splitlines()[1].split()[:3] == ["workflow", "version", "active"]  # a header
+
+
+def test_workflows_lists_the_columns_a_dataset_needs_as_the_api_does(
+    store: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from typestrict_pipeline.api.backtests import workflows
+
+    api = {w["workflow"]: w["columns"] for w in workflows()}
+    assert main(["backtest", "workflows", "--json", *store[:2]]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows and all(r["columns"] == api[r["workflow"]] for r in rows)  # one field, one spelling
+    assert main(["backtest", "workflows", *store[:2]]) == 0
+    out = capsys.readouterr().out
+    assert ("weather: event_time (time), known_time (time), precipitation (number), temp_max (number), "
+            "temp_min (number), wind (number), weather (text)") in out
 
 
 def test_data_its_workflow_cannot_read_is_refused_before_a_backtest_or_a_study_is_stored(

@@ -161,6 +161,21 @@ def test_csv_round_trip(tmp_path: Any) -> None:
     assert table.name == "d" and table.view(T0 + DAY).last("v") == 1.5
 
 
+def test_csv_rows_are_read_by_the_products_csv_rules(tmp_path: Any) -> None:
+    head, row = "event_time,known_time,v\n", "2020-01-01T00:00:00Z,2020-01-02T00:00:00Z,1.5\n"
+    path = tmp_path / "d.csv"
+    path.write_text(head + row + "2020-01-02T00:00:00Z,2020-01-03T00:00:00Z\n")  # pandas pads it with NaN
+    with pytest.raises(DatasetError, match=r"d.csv, row 2: expected 3 cells, like the header, got 2 cells"):
+        PointInTimeTable.from_csv(path)
+    # A line of only "": no row to the product's reader, a row of empty cells to pandas'
+    path.write_text(head + row + '""\n' + row.replace("1.5", "2.5"))
+    with pytest.raises(DatasetError, match=r'd.csv: expected 2 rows, as the product\'s CSV rules count them'):
+        PointInTimeTable.from_csv(path)
+    # A cell longer than the csv module's default limit (128 KiB) is read whole, typed as text
+    path.write_text(head + row.replace("1.5", "x" * 200_000))
+    assert PointInTimeTable.from_csv(path).cells("v")[0] == "x" * 200_000
+
+
 def test_truncated_and_poisoned_keep_the_past() -> None:
     table = daily(30)
     cut = T0 + 12 * DAY

@@ -182,6 +182,38 @@ def test_a_bad_argument_gets_a_message_and_writes_nothing(
     assert snapshot(home) == before
 
 
+_HEAD = b"event_time,known_time,precipitation,temp_max,temp_min,wind,weather\n"
+_ROW = b"2015-01-01T00:00:00Z,2015-01-02T00:00:00Z,0.0,5.0,1.0,2.0,sun\n"
+BAD_CSV: list[tuple[str, bytes, str]] = [
+    ("empty file", b"", ": expected a CSV file with a header row, got an empty file. Write the header and the rows."),
+    ("header only", _HEAD, ": expected at least one row in table 'weather', got an empty table."),
+    ("NUL byte", _HEAD + _ROW + _ROW.replace(b"sun", b"s\x00n"),
+     ", row 2: expected a CSV file with a header row of text, got a NUL byte on line 3 of the file"),
+    ("not UTF-8", _HEAD + _ROW + _ROW.replace(b"sun", b"s\xfcn"),
+     ", row 2: expected a UTF-8 encoded CSV file, got bytes that are not UTF-8 on line 3 of the file. "
+     "Save the file as UTF-8."),
+    ("BOM then a short row", b"\xef\xbb\xbf" + _HEAD + _ROW + _ROW.replace(b",sun", b""),
+     ", row 2: expected 7 cells, like the header, got 6 cells."),
+    ("a line of spaces", _HEAD + _ROW + b"   \n" + _ROW, ", row 2: expected 7 cells, like the header, got 1 cells."),
+    ("an unclosed quote", _HEAD + _ROW + b'2015-01-02T00:00:00Z,"2015', ", row 2: expected a CSV file with a header "
+     "row, got a CSV syntax error (unexpected end of data)"),
+]
+
+
+@pytest.mark.parametrize(("content", "message"), [c[1:] for c in BAD_CSV], ids=[c[0] for c in BAD_CSV])
+def test_a_bad_csv_file_gets_a_message_naming_it_and_writes_nothing(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes, message: str
+) -> None:
+    """``backtest run --csv FILE`` reads a file by the rules of every CSV the product takes."""
+    csv = tmp_path / "weather.csv"
+    csv.write_bytes(content)
+    before = snapshot(home)
+    got, err = run_cli([*BACKTEST, "--csv", str(csv), "--standin-latency", "0"], capsys)
+    assert (got, f"typestrict: {csv}{message}" in err) == (2, True), err
+    assert "Traceback" not in err
+    assert snapshot(home) == before
+
+
 def test_reading_a_missing_store_says_so_and_creates_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

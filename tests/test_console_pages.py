@@ -181,6 +181,23 @@ def test_usage_and_notifications_pages_answer_for_a_new_workspace(app: tuple[obj
     b.close()
 
 
+def test_the_backtests_page_says_which_columns_the_historical_data_needs(app: tuple[object, str, str]) -> None:
+    import html
+
+    from typestrict_pipeline.api.backtests import workflows
+    from typestrict_pipeline.backtest.workflow import columns_text
+
+    b = Browser(app[0], app[1])
+    page = b.get("/console/backtests")
+    b.close()
+    assert page.status_code == 200
+    text = html.unescape(page.text)
+    for form in ("b", "s"):  # the backtest's and the study's "Historical data" field
+        assert f'aria-describedby="{form}-dataset-help"' in text and f'id="{form}-dataset-help"' in text
+    for w in workflows():  # what GET /v1/backtests/workflows says, in the CLI's words
+        assert f"<code>{w['workflow']}</code> {columns_text(w['columns'])}" in text, text[:3000]
+
+
 STUDY_FORM = {"workflow": "seattle_rain", "dataset": "seattle_weather", "start": "2013-01-02", "end": "2015-12-31",
               "step": "1d", "folds": "3", "tune_steps": "90", "eval_steps": "60", "holdout_steps": "120",
               "max_candidates": "2", "max_total_steps": "100000"}

@@ -269,7 +269,10 @@ def _plausible(backtest_id: str) -> bool:
 
 
 def workflows() -> list[dict[str, Any]]:
-    """The registered workflows a backtest may name, with their active version and parameters."""
+    """The registered workflows a backtest may name, with their active version, the columns a
+    dataset for each must have (per table, each with its kind:
+    :func:`~typestrict_pipeline.backtest.workflow.columns_read`) and their parameters."""
+    from typestrict_pipeline.backtest.workflow import columns_read
     from typestrict_pipeline.backtest.workflows import default_registry
 
     reg = default_registry()
@@ -277,7 +280,8 @@ def workflows() -> list[dict[str, Any]]:
     for name in reg.names():
         wf = reg.active(name)
         out.append({"workflow": name, "version_id": wf.version_id, "tables": list(wf.tables),
-                    "params": dict(wf.default_params), "scored_by": wf.outcome_description})
+                    "columns": columns_read(wf), "params": dict(wf.default_params),
+                    "scored_by": wf.outcome_description})
     return out
 
 

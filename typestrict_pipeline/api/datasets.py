@@ -27,7 +27,7 @@ from typing import Any
 
 from typestrict_pipeline.api.trainings import WorkspaceArea
 from typestrict_pipeline.backtest.pit import PointInTimeTable
-from typestrict_pipeline.errors import ConflictError, InputError, NotFoundError, listed
+from typestrict_pipeline.errors import ConflictError, InputError, NotFoundError, listed, shown_as
 
 _CUSTOMER_NAME = re.compile(r"[a-z0-9][a-z0-9_]{0,47}")
 _SEPARATOR = "__"
@@ -219,14 +219,26 @@ def resolve(home: Path, workspace: str, name: str) -> str:
 
 
 def load(home: Path, stored: str) -> dict[str, PointInTimeTable]:
-    """The tables of a resolved dataset (built-in or registered under ``home``)."""
+    """The tables of a resolved dataset (built-in or registered under ``home``).
+
+    Raises:
+        InputError: a stored table the server cannot read (changed by hand, or grown past the
+            bound on a data file), named as the customer names the dataset, never by the
+            server's path.
+    """
     from typestrict_pipeline.backtest.workflows import DATASETS
     from typestrict_pipeline.backtest.workflows.datasets import load_registered
 
     loader = DATASETS.get(stored)
     if loader is not None:
         return dict(loader())
-    return load_registered(stored, base=datasets_base(home))
+    base = datasets_base(home)
+    try:
+        return load_registered(stored, base=base)
+    except InputError as exc:
+        shown = f"dataset {stored.rpartition(_SEPARATOR)[0] or stored!r}, stored table "
+        folders = (str((base / stored).resolve()), str(base / stored))  # the path read first: it may be longer
+        raise shown_as(exc, {folder + os.sep: shown for folder in folders}) from None
 
 
 __all__ = ["DatasetView", "TableView", "append", "check_customer_name", "customer_name", "datasets_base",

@@ -462,9 +462,18 @@ class BacktestOut(BaseModel):
 
 
 class WorkflowOut(BaseModel):
+    """A workflow a backtest or a study may name: its active version, the tables it reads and the
+    columns a dataset for it must have, its parameters and what its decisions are scored by."""
+
     workflow: str
     version_id: str
     tables: list[str]
+    columns: dict[str, dict[str, str]] = Field(description=(
+        "per table it reads, the columns a dataset for it must have (POST /v1/datasets and POST "
+        "/v1/backtests refuse one without them), each with its kind: 'time' (event_time and known_time, "
+        "ISO 8601 with a UTC offset), 'number' (empty for a missing value), 'bool' (true or false) "
+        "or 'text'"), examples=[{"weather": {"event_time": "time", "known_time": "time",
+                                            "precipitation": "number", "weather": "text"}}])
     params: dict[str, Any]
     scored_by: str
 

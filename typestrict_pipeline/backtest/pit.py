@@ -406,16 +406,44 @@ class PointInTimeTable:
     ) -> PointInTimeTable:
         """A table from a CSV file with an event-time and a knowledge-time column (ISO 8601, with offset).
 
+        The file is read by the rules of every CSV the product takes, as ``typestrict data
+        register`` and the trainings read theirs (:func:`typestrict_pipeline.files.read_data_file`,
+        :func:`typestrict_pipeline.refund.table.csv_row_count`): a regular file of bounded size,
+        plain or ``.gz``/``.bz2``/``.xz``, UTF-8 (a BOM is dropped), no NUL byte, a header with each
+        column name once, and every row one cell per column: a short or long row is refused with
+        its row (1-based, the header is not a row, a blank line is skipped), never padded. Then
+        pandas types the cells (numbers, ``True``/``False``, empty cells missing).
+
         Raises:
-            DatasetError: the file is missing or unreadable, or a time column is missing or bad.
+            DatasetError: the file is missing, unreadable or not such a CSV, or a time column is
+                missing or bad; the message names the file as ``path`` names it.
+
+        >>> import tempfile, pathlib
+        >>> f = pathlib.Path(tempfile.mkdtemp()) / "rain.csv"
+        >>> _ = f.write_text("event_time,known_time,mm\\n2012-01-01T00:00:00Z,2012-01-02T00:00:00Z\\n")
+        >>> PointInTimeTable.from_csv(f)
+        Traceback (most recent call last):
+        ...
+        typestrict_pipeline.errors.DatasetError: ...rain.csv, row 1: expected 3 cells, like the header, got 2 cells. Make every row have one cell per column (quote cells that contain commas).
         """
+        import io
+
+        from typestrict_pipeline.files import read_data_file
+        from typestrict_pipeline.refund.table import csv_row_count
+
         p = Path(path)
+        raw = read_data_file(p, error=DatasetError, what="a CSV file with a header row")
+        rows = csv_row_count(raw, p)
         try:
-            frame = pd.read_csv(p)
-        except (OSError, ValueError, pd.errors.ParserError) as exc:
+            frame = pd.read_csv(io.BytesIO(raw))
+        except (ValueError, MemoryError, pd.errors.ParserError) as exc:
+            raise DatasetError("a readable CSV file with a header row",
+                               f"{exc.__class__.__name__}: {' '.join(str(exc).split())[:160]}",
+                               "check the file", file=str(p)) from None
+        if len(frame) != rows:  # the two readers split the lines apart: no row number would be sure
             raise DatasetError(
-                "a readable CSV file", f"{exc.__class__.__name__}: {exc}", "check the path", file=str(p)
-            ) from exc
+                f'{rows} rows, as the product\'s CSV rules count them (a blank line, or one of only "", is no row)',
+                f"{len(frame)} rows when the cells are typed", "remove the lines that hold no cells", file=str(p))
         return cls.from_frame(
             name or p.stem, frame, event_time=event_time, known_time=known_time, file=str(p)
         )

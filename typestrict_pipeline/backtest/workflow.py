@@ -58,11 +58,17 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from typestrict_pipeline.backtest.metering import MeteredModel, MeteredTool, PriceTable, RunMode
-from typestrict_pipeline.backtest.pit import PointInTimeTable, PointInTimeView
+from typestrict_pipeline.backtest.pit import (
+    EVENT_TIME,
+    KNOWN_TIME,
+    PointInTimeTable,
+    PointInTimeView,
+)
 from typestrict_pipeline.errors import InputError, NotFoundError, listed
 
 __all__ = [
     "COLUMN_KINDS",
+    "TIME_KIND",
     "DecisionContext",
     "OutcomeContext",
     "Param",
@@ -71,12 +77,16 @@ __all__ = [
     "WorkflowFixture",
     "WorkflowRegistry",
     "check_columns",
+    "columns_read",
+    "columns_text",
 ]
 
 ParamValue = bool | int | float | str
 
 COLUMN_KINDS = ("number", "text", "bool")
 """The kinds of value column a workflow may declare (those :mod:`.workflows.datasets` stores)."""
+TIME_KIND = "time"
+"""The kind of ``event_time`` and ``known_time`` in :func:`columns_read`: ISO 8601 with a UTC offset."""
 
 
 @dataclass(frozen=True)
@@ -529,6 +539,33 @@ def _first_bad_cell(values: Any, kind: str) -> int | None:
     return bad[0] if bad else None
 
 
+def columns_read(workflow: Workflow) -> dict[str, dict[str, str]]:
+    """The columns a dataset for ``workflow`` must have, per table it reads: ``event_time`` and
+    ``known_time`` (kind :data:`TIME_KIND`), then the value columns it declares
+    (:attr:`Workflow.columns`) with their kind (``"number"``, ``"text"`` or ``"bool"``): what
+    :func:`check_columns` asks for, in its order. A table without declared columns lists the two
+    times only (its value columns are not checked).
+
+    >>> import datetime as dt
+    >>> wf = Workflow("w", lambda c: 1, lambda c: 1, lambda d, o, c: 1.0, ("t", "u"), dt.timedelta(days=1),
+    ...               "the value on the next day", columns={"t": {"x": "number", "ok": "bool"}})
+    >>> columns_read(wf)
+    {'t': {'event_time': 'time', 'known_time': 'time', 'x': 'number', 'ok': 'bool'}, 'u': {'event_time': 'time', 'known_time': 'time'}}
+    """
+    return {table: {EVENT_TIME: TIME_KIND, KNOWN_TIME: TIME_KIND, **workflow.columns.get(table, {})}
+            for table in workflow.tables}
+
+
+def columns_text(columns: Mapping[str, Mapping[str, str]]) -> str:
+    """:func:`columns_read` in one line, as the CLI and the console show it.
+
+    >>> columns_text({"t": {"event_time": "time", "known_time": "time", "x": "number"}, "u": {"y": "text"}})
+    't: event_time (time), known_time (time), x (number); u: y (text)'
+    """
+    return "; ".join(f"{table}: " + ", ".join(f"{c} ({kind})" for c, kind in kinds.items())
+                     for table, kinds in columns.items())
+
+
 def check_columns(workflow: Workflow, tables: Mapping[str, PointInTimeTable], *, dataset: str = "the dataset",
                   fix: str = "register the dataset again with those columns") -> None:
     """Refuse data that lacks a column ``workflow`` declares (:attr:`Workflow.columns`), or
@@ -556,7 +593,7 @@ def check_columns(workflow: Workflow, tables: Mapping[str, PointInTimeTable], *,
         if missing:
             raise DatasetError(
                 f"the columns workflow {workflow.name!r} reads in table {name!r} of {dataset} "
-                f"(event_time, known_time, {', '.join(kinds)})",
+                f"({', '.join(columns_read(workflow)[name])})",
                 f"columns {listed(table.columns, plain=True) or 'none'} (missing: {listed(missing, plain=True)})", fix)
         for col, kind in kinds.items():
             i = _first_bad_cell(table.cells(col), kind)

@@ -292,6 +292,7 @@ def _active_ids(args: argparse.Namespace, names: list[str]) -> dict[str, str]:
 
 def _workflows(args: argparse.Namespace) -> int:
     from typestrict_pipeline.backtest.engine import format_step
+    from typestrict_pipeline.backtest.workflow import columns_read, columns_text
 
     reg = default_registry()
     names = list(reg.names())
@@ -301,8 +302,8 @@ def _workflows(args: argparse.Namespace) -> int:
         for wf in reg.versions(name):
             rows.append({"workflow": name, "version_id": wf.version_id,
                          "active": wf.version_id == active[name], "tables": list(wf.tables),
-                         "horizon": format_step(wf.horizon), "params": wf.default_params,
-                         "scored_by": wf.outcome_description})
+                         "columns": columns_read(wf), "horizon": format_step(wf.horizon),
+                         "params": wf.default_params, "scored_by": wf.outcome_description})
     if args.json:
         print_json(rows)
         return 0
@@ -310,6 +311,10 @@ def _workflows(args: argparse.Namespace) -> int:
                                          "scored by"],
                 [[r["workflow"], r["version_id"], "active" if r["active"] else "", ",".join(r["tables"]),
                   r["horizon"], json.dumps(r["params"]), r["scored_by"]] for r in rows])
+    print("\ncolumns: what a dataset for each must have, per table, each with its kind (`data register` "
+          "and `backtest run` refuse data without them)")
+    for r in rows:
+        print(f"  {r['workflow']} @ {r['version_id']}   {columns_text(r['columns'])}")
     return 0
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "FileStamp",
     "column_names",
     "csv_columns",
+    "csv_row_count",
     "file_stamp",
     "iter_column_batches",
     "read_table",
@@ -279,6 +280,39 @@ def csv_columns(raw: bytes, path: Path) -> dict[str, list[str]]:
                 cells.append(value)
     assert columns is not None
     return dict(zip(names, columns, strict=True))
+
+
+def csv_row_count(raw: bytes, path: Path) -> int:
+    """How many data rows a CSV file's bytes hold by the product's CSV rules, checked as
+    :func:`csv_columns` checks them (UTF-8, a header, each column name once, every row one cell
+    per column: a short or long row is refused with its row, never padded) without keeping the
+    cells: for a reader that types the cells itself (the point-in-time tables' reader).
+
+    A well-formed file is counted in one pass of the C ``csv`` reader (about 1 s per million
+    rows of six columns, against 10 s for :func:`csv_columns`, which keeps every cell); any
+    other file is read by :func:`csv_columns`, so it is refused with exactly its message.
+
+    >>> csv_row_count(b"\\xef\\xbb\\xbfa,b\\n1,2\\n\\n3,4\\n", Path("t.csv"))
+    2
+    >>> csv_row_count(b"a,b\\n1,2\\n3\\n", Path("t.csv"))
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.DatasetError: t.csv, row 2: expected 2 cells, like the header, got 1 cells. Make every row have one cell per column (quote cells that contain commas).
+    """
+    from collections import Counter
+
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+    try:
+        reader = csv.reader(io.StringIO(raw.decode("utf-8-sig"), newline=""), strict=True)
+        records = filter(None, reader)  # a blank line is no record (as _csv_records skips it)
+        header = next(records, None)
+        widths = Counter(map(len, records))
+    except (UnicodeDecodeError, csv.Error):
+        header = None
+    if header is not None and len(set(header)) == len(header) > 1 and set(widths) <= {len(header)}:
+        return widths[len(header)]
+    # A refusal, or a line of one empty cell ("" alone), which is no row: the reader decides.
+    return len(next(iter(csv_columns(raw, path).values())))
 
 
 def not_parquet(exc: BaseException) -> str:

@@ -40,7 +40,8 @@ def list_backtests(ctx: Ctx, workspace: Workspace) -> list[BacktestOut]:
 
 @router.get("/backtests/workflows", response_model=list[WorkflowOut])
 def list_workflows(workspace: Workspace) -> list[WorkflowOut]:
-    """The workflows a backtest or a study may name, with their active version and parameters."""
+    """The workflows a backtest or a study may name, with their active version, the columns a
+    dataset for each must have (per table, each with its kind) and their parameters."""
     return [WorkflowOut(**w) for w in core.workflows()]
 
 

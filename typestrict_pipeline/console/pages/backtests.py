@@ -113,6 +113,8 @@ def _study_values(form: FormData) -> dict[str, str]:
 def _page(request: Request, session: ConsoleSession, *, backtest: dict[str, str] | None = None,
           study: dict[str, str] | None = None, backtest_error: str | None = None,
           study_error: str | None = None, estimate: str | None = None, status: int = 200) -> Response:
+    from typestrict_pipeline.backtest.workflow import columns_text
+
     ctx = get_ctx(request)
     ws = session.workspace_id
     backtests = backtests_core.list_backtests(ctx.engine, ctx.runs, ws, limit=50)
@@ -122,7 +124,7 @@ def _page(request: Request, session: ConsoleSession, *, backtest: dict[str, str]
         "workflows": backtests_core.workflows(), "backtests": backtests, "studies": studies,
         "b": backtest or BACKTEST_DEFAULTS, "s": study or STUDY_DEFAULTS,
         "backtest_error": backtest_error, "study_error": study_error, "estimate": estimate,
-        "usd": format_usd, "live": LIVE_STATES}, status=status)
+        "usd": format_usd, "live": LIVE_STATES, "columns_text": columns_text}, status=status)
 
 
 @router.get("/backtests")
