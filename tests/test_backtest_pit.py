@@ -176,6 +176,20 @@ def test_csv_rows_are_read_by_the_products_csv_rules(tmp_path: Any) -> None:
     assert PointInTimeTable.from_csv(path).cells("v")[0] == "x" * 200_000
 
 
+def test_only_an_empty_cell_is_a_missing_value_in_a_csv_table(tmp_path: Any) -> None:
+    """A text cell 'NA', 'null' or 'None' is replayed as that text (as ``typestrict data register``
+    reads it), not as a missing value; an empty cell is missing."""
+    path = tmp_path / "d.csv"
+    path.write_text("event_time,known_time,weather,mm\n"
+                    "2020-01-01T00:00:00Z,2020-01-02T00:00:00Z,NA,1.5\n"
+                    "2020-01-02T00:00:00Z,2020-01-03T00:00:00Z,null,\n"
+                    "2020-01-03T00:00:00Z,2020-01-04T00:00:00Z,None,2\n")
+    table = PointInTimeTable.from_csv(path)
+    assert table.cells("weather").tolist() == ["NA", "null", "None"]
+    mm = table.cells("mm").astype(float)
+    assert mm[0] == 1.5 and np.isnan(mm[1]) and mm[2] == 2.0
+
+
 def test_truncated_and_poisoned_keep_the_past() -> None:
     table = daily(30)
     cut = T0 + 12 * DAY

@@ -412,7 +412,8 @@ class PointInTimeTable:
         plain or ``.gz``/``.bz2``/``.xz``, UTF-8 (a BOM is dropped), no NUL byte, a header with each
         column name once, and every row one cell per column: a short or long row is refused with
         its row (1-based, the header is not a row, a blank line is skipped), never padded. Then
-        pandas types the cells (numbers, ``True``/``False``, empty cells missing).
+        pandas types the cells (numbers, ``True``/``False``; only an empty cell is missing: a text
+        cell ``NA`` stays the text ``NA``).
 
         Raises:
             DatasetError: the file is missing, unreadable or not such a CSV, or a time column is
@@ -435,7 +436,9 @@ class PointInTimeTable:
         raw = read_data_file(p, error=DatasetError, what="a CSV file with a header row")
         rows = csv_row_count(raw, p)
         try:
-            frame = pd.read_csv(io.BytesIO(raw))
+            # Only an empty cell is a missing value (the product's one rule: pandas' default list
+            # would read a text cell 'NA', 'null' or 'None' as missing at replay).
+            frame = pd.read_csv(io.BytesIO(raw), keep_default_na=False, na_values=[""])
         except (ValueError, MemoryError, pd.errors.ParserError) as exc:
             raise DatasetError("a readable CSV file with a header row",
                                f"{exc.__class__.__name__}: {' '.join(str(exc).split())[:160]}",
