@@ -68,6 +68,20 @@ def test_an_append_never_rewrites_rows_already_known(home: Path) -> None:
     assert table.view(CUT + DAY).get("precipitation", dt.datetime(2012, 2, 29, tzinfo=dt.UTC)) == 2.5
 
 
+def test_an_append_that_would_take_the_table_past_the_size_bound_is_refused(
+        home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No read could load such a table (every data file is read within the bound): the append is
+    refused and the table stays as it was, still readable."""
+    before = (home / "start.csv").stat().st_size
+    monkeypatch.setenv("TYPESTRICT_MAX_DATA_FILE_BYTES", str(before + 100))
+    write_seattle_csv(home / "more.csv", known_after=CUT, known_until=CUT + 12 * DAY)  # ~700 bytes more
+    with pytest.raises(DatasetError, match=r"more.csv: expected a table of at most [\d,]+ bytes once the rows "
+                                           r"are appended .* got [\d,]+ bytes \(12 rows added to 60\)"):
+        append_rows("live", "weather", home / "more.csv")
+    table = load_dataset("live")["weather"]
+    assert table.n_rows == 60 and table.last_known == CUT
+
+
 @pytest.mark.parametrize(("rows", "head", "match"), [
     (["2012-03-01T00:00:00Z,2012-03-02T00:00:00Z,lots,10,5,3,rain"], HEAD,
      r"bad.csv, row 1, column 'precipitation': expected a number in column 'precipitation'"),

@@ -46,7 +46,7 @@ from typestrict_pipeline.errors import (
     NotFoundError,
     listed,
 )
-from typestrict_pipeline.files import read_json_file, write_atomic
+from typestrict_pipeline.files import max_data_file_bytes, read_json_file, write_atomic
 from typestrict_pipeline.lazy import LazyModule
 
 if TYPE_CHECKING:  # imported on first use: keeps the code location's load quick
@@ -383,7 +383,8 @@ def append_rows(
     the table holds, and every ``known_time`` strictly after the table's last knowledge time and
     not after now: rows already known are never rewritten, so every earlier backtest still sees
     exactly what it saw. The table file is replaced atomically; readers see the new rows at their
-    next read.
+    next read. An append that would take the table past the data files' size bound
+    (:func:`~typestrict_pipeline.files.max_data_file_bytes`) is refused: no read could load it.
 
     Raises:
         NotFoundError: no such dataset; InputError: no such table; DatasetError naming the file,
@@ -428,7 +429,15 @@ def append_rows(
                 file=str(src), row=i + 1, column=KNOWN_TIME,
             )
         combined = pd.concat([old, canonical], ignore_index=True)
-        write_atomic(target, combined.to_csv(index=False).encode())
+        data = combined.to_csv(index=False).encode()
+        bound = max_data_file_bytes()
+        if len(data) > bound:  # every later read of the table would refuse it
+            raise DatasetError(
+                f"a table of at most {bound:,} bytes once the rows are appended (the bound every read of "
+                "a data file keeps)", f"{len(data):,} bytes ({len(canonical):,} rows added to {len(old):,})",
+                "register a new dataset with the newer rows, or set TYPESTRICT_MAX_DATA_FILE_BYTES",
+                file=str(src))
+        write_atomic(target, data)
     return AppendResult(
         dataset=name, table=table, added=len(canonical), rows=len(combined),
         last_known_before=last.to_pydatetime(), last_known_after=kn.max().to_pydatetime(),
