@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
 
 from sqlalchemy import select
@@ -183,7 +184,8 @@ def test_a_dataset_is_checked_against_its_workflow_before_anything_is_stored(
 
 def _from_kinds(kinds: dict[str, str], rows: int) -> str:
     """A CSV built only from what ``GET /v1/backtests/workflows`` says: one cell of each kind per row."""
-    cell = {"number": lambda i: f"{i}.5", "text": lambda i: f"t{i}", "bool": lambda i: "true" if i % 2 else "false"}
+    cell: dict[str, Callable[[int], str]] = {
+        "number": lambda i: f"{i}.5", "text": lambda i: f"t{i}", "bool": lambda i: "true" if i % 2 else "false"}
     lines = [",".join(kinds)]
     for i in range(rows):
         day = dt.datetime(2012, 1, 1, tzinfo=UTC) + dt.timedelta(days=i)

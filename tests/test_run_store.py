@@ -256,9 +256,10 @@ def test_a_refused_verdict_run_is_recorded_in_the_store_that_run_acted_on(stores
     assert stores.b_untouched()
 
 
-def test_a_scheduled_rerun_runs_in_the_store_its_sensor_claimed_it_in(stores: Stores) -> None:
+def test_a_scheduled_rerun_runs_in_the_store_its_sensor_claimed_it_in(
+        stores: Stores, ephemeral_instance: dg.DagsterInstance) -> None:
     reruns = _load("test_reruns_dagster")
-    world = reruns._world(stores.a)
+    world = reruns._world(stores.a, ephemeral_instance)
     world.arrive(10)
     tick = world.tick(reruns.T0)
     [request] = tick.run_requests
