@@ -256,3 +256,22 @@ def test_a_csv_header_with_an_empty_column_name_is_refused_at_the_header(
     assert code == 2, err
     assert (f"typestrict: {csv}: expected a name for every column of the header, got an empty name for column 8 "
             "(after 'weather'). Name the column, or remove it") in err
+
+
+def test_a_cell_the_workflow_cannot_read_names_the_csv_and_advises_on_the_file(
+    store: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not "register the dataset again": the data came from --csv."""
+    csv = tmp_path / "weather.csv"
+    lines = _seattle_lines(csv)
+    cells = lines[6].split(",")
+    lines[6] = ",".join([*cells[:2], "nan", *cells[3:]])
+    csv.write_text("\n".join(lines) + "\n")
+    code = main(["backtest", "run", "seattle_rain", "--csv", str(csv), "--start", "2012-06-01",
+                 "--end", "2012-06-30", "--standin-latency", "0", *store])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith(f"typestrict: {csv}, row 6, column 'precipitation': expected a number in column "
+                          "'precipitation' of table 'weather' of the --csv file"), err
+    assert "got 'nan'. Correct the cell in the file, or leave it empty when the value is missing" in err
+    assert "egister" not in err
