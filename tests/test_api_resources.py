@@ -182,6 +182,49 @@ def test_a_dataset_is_checked_against_its_workflow_before_anything_is_stored(
         assert "POST /v1/datasets/wx/append" in message and "typestrict" not in message and "__" not in message
 
 
+
+def test_rows_with_the_same_times_that_differ_and_a_column_without_a_name_are_refused(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    """POST /v1/datasets shares the rules of typestrict data register: two rows with the same
+    event_time and known_time that differ are refused with both rows and the column (a backtest's
+    score depended on their order), a header column without a name at the header (it was a 500)."""
+    lines = _weather_lines(tmp_path)
+    head, rows = lines[0], lines[1:]
+    cells = rows[9].split(",")
+    other = ",".join([*cells[:2], "41.5", *cells[3:]])
+    bad = {
+        "conflict.csv": ([head, *rows[:10], other, *rows[10:]],
+                         ["conflict.csv, row 11, column 'precipitation': expected one row per event_time and "
+                          "known_time", f"got rows 10 and 11 both about event_time {cells[0]} known at {cells[1]}",
+                          "a correction is a new row about the same event_time with a later known_time"]),
+        "unnamed.csv": ([head + ",", *(r + ",1" for r in rows)],
+                        ["unnamed.csv: expected a name for every column of the header, got an empty name for "
+                         "column 8 (after 'weather')"]),
+    }
+    key = support.new_key(sqlite_url, "acme")
+    with support.ApiServer(sqlite_url, tmp_path / "home") as server, server.client(key) as c:
+        for name, (content, words) in bad.items():
+            assert c.put(f"/v1/files/{name}", content="\n".join(content).encode() + b"\n").status_code == 201
+            r = c.post("/v1/datasets", json={"name": "wx", "workflow": "seattle_rain", "tables": {"weather": name}})
+            assert r.status_code == 422, (name, r.text)
+            message = r.json()["error"]["message"]
+            assert all(w in message for w in words), (name, message)
+            assert str(tmp_path) not in message  # the customer's file name, not the server's path
+        assert c.get("/v1/datasets").json() == []  # nothing stored
+        # Rows identical in every cell are one row; the append of conflicting rows is refused too.
+        assert c.put("/v1/files/twice.csv", content="\n".join([head, *rows, *rows[:5]]).encode()).status_code == 201
+        made = c.post("/v1/datasets", json={"name": "wx", "workflow": "seattle_rain", "tables": {"weather": "twice.csv"}})
+        assert made.status_code == 201 and made.json()["tables"][0]["rows"] == len(rows), made.text
+        more = [f"2013-01-0{d}T00:00:00Z,2013-01-0{d + 1}T00:00:00Z,1.0,10,5,3,rain" for d in (1, 2)]
+        assert c.put("/v1/files/more.csv", content="\n".join([head, *more, more[0].replace("rain", "sun")]).encode()
+                     ).status_code == 201
+        r = c.post("/v1/datasets/wx/append", json={"file": "more.csv"})
+        assert r.status_code == 422, r.text
+        assert r.json()["error"]["message"].startswith(
+            "more.csv, row 3, column 'weather': expected one row per event_time and known_time"), r.text
+
+
 def _from_kinds(kinds: dict[str, str], rows: int) -> str:
     """A CSV built only from what ``GET /v1/backtests/workflows`` says: one cell of each kind per row."""
     cell: dict[str, Callable[[int], str]] = {

@@ -206,3 +206,72 @@ def test_data_its_workflow_cannot_read_is_refused_before_a_backtest_or_a_study_i
             assert s.execute(select(func.count()).select_from(StudyRow)).scalar_one() == 0
     finally:
         engine.dispose()
+
+
+def test_two_rows_with_the_same_times_and_different_values_are_refused_whatever_their_order(
+    store: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Which of two such rows a step read depended on the file's order (the score changed with it):
+    both orders are refused, naming the file, both rows and the column."""
+    lines = _seattle_lines(tmp_path / "base.csv")
+    cells = lines[41].split(",")
+    other = ",".join([*cells[:2], "50.0" if cells[2] != "50.0" else "0.0", *cells[3:]])
+    for name, rows, first, second in (("a.csv", [*lines[:42], other, *lines[42:]], cells[2], "50.0"),
+                                      ("b.csv", [*lines[:41], other, *lines[41:]], "50.0", cells[2])):
+        csv = tmp_path / name
+        csv.write_text("\n".join(rows) + "\n")
+        code = main(["backtest", "run", "seattle_rain", "--csv", str(csv), "--start", "2012-06-01",
+                     "--end", "2012-06-30", "--standin-latency", "0", *store])
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert (f"{csv}, row 42, column 'precipitation': expected one row per event_time and known_time in table "
+                f"'weather'") in err, err
+        assert (f"got rows 41 and 42 both about event_time {cells[0]} known at {cells[1]}, with precipitation "
+                f"{float(first)} and {float(second)}. Keep the right one of them: a correction is a new row about "
+                "the same event_time with a later known_time.") in err, err
+    # Rows identical in every cell are one fact: the run is the run of the file without the copy.
+    once, twice = tmp_path / "once.csv", tmp_path / "twice.csv"
+    once.write_text("\n".join(lines) + "\n")
+    twice.write_text("\n".join([*lines[:42], *lines[30:42], *lines[42:]]) + "\n")
+    scores = []
+    for csv in (once, twice):
+        assert main(["backtest", "run", "seattle_rain", "--csv", str(csv), "--start", "2012-02-05",
+                     "--end", "2012-02-25", "--standin-latency", "0", *store]) == 0
+        found = re.search(r"mean score\s+(\S+)", capsys.readouterr().out)
+        assert found is not None
+        scores.append(found.group(1))
+    assert scores[0] == scores[1]
+
+
+def test_a_csv_header_with_an_empty_column_name_is_refused_at_the_header(
+    store: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A comma at the end of the header line (pandas named the column 'Unnamed: 7' and ran)."""
+    csv = tmp_path / "weather.csv"
+    lines = _seattle_lines(csv)
+    csv.write_text("\n".join([lines[0] + ",", *(f"{line},5" for line in lines[1:])]) + "\n")
+    code = main(["backtest", "run", "seattle_rain", "--csv", str(csv), "--start", "2012-06-01",
+                 "--end", "2012-06-30", "--standin-latency", "0", *store])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert (f"typestrict: {csv}: expected a name for every column of the header, got an empty name for column 8 "
+            "(after 'weather'). Name the column, or remove it") in err
+
+
+def test_a_cell_the_workflow_cannot_read_names_the_csv_and_advises_on_the_file(
+    store: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not "register the dataset again": the data came from --csv."""
+    csv = tmp_path / "weather.csv"
+    lines = _seattle_lines(csv)
+    cells = lines[6].split(",")
+    lines[6] = ",".join([*cells[:2], "nan", *cells[3:]])
+    csv.write_text("\n".join(lines) + "\n")
+    code = main(["backtest", "run", "seattle_rain", "--csv", str(csv), "--start", "2012-06-01",
+                 "--end", "2012-06-30", "--standin-latency", "0", *store])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith(f"typestrict: {csv}, row 6, column 'precipitation': expected a number in column "
+                          "'precipitation' of table 'weather' of the --csv file"), err
+    assert "got 'nan'. Correct the cell in the file, or leave it empty when the value is missing" in err
+    assert "egister" not in err

@@ -216,7 +216,8 @@ def test_view_equals_brute_force_filter(known_offsets: list[int], block: int, pr
     """Property: for any rows, block size and time, the view is exactly {rows: known_time <= t}."""
     n = len(known_offsets)
     known = [T0 + k * DAY for k in known_offsets]
-    events = [T0 + (k - 1) * DAY for k in known_offsets]
+    # Rows known at the same time are about distinct times (one row per event_time and known_time).
+    events = [T0 + (k - 1) * DAY + i * dt.timedelta(seconds=1) for i, k in enumerate(known_offsets)]
     values = np.arange(n, dtype=float)
     table = PointInTimeTable("x", event_time=events, known_time=known, columns={"v": values},
                              block_rows=block)
@@ -268,3 +269,69 @@ def test_a_file_of_many_columns_without_the_workflows_column_gets_a_short_messag
     text = str(info.value)
     assert "missing: " in text and "temp_max" in text
     assert "… and 19,980 more" in text and len(text) < 2_000, text[:300]
+
+
+def test_two_rows_with_the_same_times_that_differ_are_refused_naming_both_rows_and_the_column() -> None:
+    """A view's get/tail would read one or the other by the rows' order: refused, in any order,
+    with the 1-based rows as given (not as sorted) and the first column that differs."""
+    df = pd.DataFrame({"event_time": ["2012-01-03T00:00:00Z", "2012-01-01T00:00:00Z", "2012-01-02T00:00:00Z",
+                                      "2012-01-01T01:00:00+01:00"],
+                       "known_time": ["2012-01-04T00:00:00Z", "2012-01-02T00:00:00Z", "2012-01-03T00:00:00Z",
+                                      "2012-01-02T00:00:00Z"],
+                       "v": [3.0, 1.0, 2.0, 1.0], "label": ["c", "a", "b", None]})
+    with pytest.raises(DatasetError) as info:
+        PointInTimeTable.from_frame("x", df, file="d.csv")
+    assert str(info.value) == (
+        "d.csv, row 4, column 'label': expected one row per event_time and known_time in table 'x' (two rows "
+        "about the same time known at the same time must agree in every cell), got rows 2 and 4 both about "
+        "event_time 2012-01-01T00:00:00Z known at 2012-01-02T00:00:00Z, with label 'a' and an empty cell. Keep "
+        "the right one of them: a correction is a new row about the same event_time with a later known_time.")
+    # The same event with a later knowledge time is a revision: accepted, the latest one read.
+    df.loc[3, "known_time"] = "2012-01-05T00:00:00Z"
+    table = PointInTimeTable.from_frame("x", df, file="d.csv")
+    jan = dt.datetime(2012, 1, 1, tzinfo=dt.UTC)
+    assert table.view(jan + 4 * DAY).get("label", jan) != "a"  # the revision (a missing label)
+    assert table.view(jan + 3 * DAY).get("label", jan) == "a"
+
+
+def test_rows_identical_in_every_cell_are_one_row_for_every_reader() -> None:
+    """The same fact twice (a file pasted into itself): one row, whatever the order, so a tail of
+    n rows holds n facts; a missing cell equals a missing cell."""
+    rows = {"event_time": [T0 + i * DAY for i in range(6)], "known_time": [T0 + (i + 1) * DAY for i in range(6)],
+            "v": [0.0, 1.0, np.nan, 3.0, 4.0, 5.0], "label": ["a", "b", None, "d", "e", "f"]}
+    df = pd.DataFrame(rows)
+    doubled = pd.concat([df, df.iloc[[4, 1, 2]], df.iloc[[2]]], ignore_index=True)
+    once = PointInTimeTable.from_frame("x", df)
+    for frame in (doubled, doubled.iloc[::-1].reset_index(drop=True)):
+        table = PointInTimeTable.from_frame("x", frame, block_rows=2)
+        assert table.n_rows == 6
+        view = table.view(T0 + 6 * DAY)
+        assert view.tail(3, "label").tolist() == once.view(T0 + 6 * DAY).tail(3, "label").tolist()
+        assert np.array_equal(view.column("v"), once.view(T0 + 6 * DAY).column("v"), equal_nan=True)
+    assert [PointInTimeTable.from_frame("x", doubled).source_row(i) for i in range(6)] == [1, 2, 3, 4, 5, 6]
+
+
+def test_the_check_of_repeated_times_keeps_a_million_rows_fast() -> None:
+    """One pass over the sorted times; cells compared only where the times repeat."""
+    import time
+
+    n = 1_000_000
+    ev = np.datetime64("2012-01-01T00:00:00", "us") + np.arange(n).astype("timedelta64[m]")
+    twice = np.arange(n) // 2  # every row given twice, identical
+    cols = {"v": np.arange(n, dtype=float)[twice], "w": np.array(["rain", "sun"] * (n // 2), dtype=object)[twice]}
+    started = time.perf_counter()
+    table = PointInTimeTable("x", event_time=ev[twice], known_time=ev[twice] + np.timedelta64(1, "D"),
+                             columns=cols)
+    assert table.n_rows == n // 2
+    assert time.perf_counter() - started < 10  # about 0.3 s on one core
+    cols["v"] = cols["v"].copy()
+    cols["v"][-1] = -1.0
+    with pytest.raises(DatasetError, match=r"row 1000000, column 'v': .* got rows 999999 and 1000000 "):
+        PointInTimeTable("x", event_time=ev[twice], known_time=ev[twice] + np.timedelta64(1, "D"), columns=cols)
+
+
+def test_a_frame_with_a_column_without_a_name_is_refused_at_the_header() -> None:
+    df = pd.DataFrame({"event_time": ["2012-01-01T00:00:00Z"], "known_time": ["2012-01-02T00:00:00Z"], "": [1]})
+    with pytest.raises(DatasetError, match=r"^d.csv: expected a name for every column of the header, got an empty "
+                                           r"name for column 3 \(after 'known_time'\)"):
+        PointInTimeTable.from_frame("x", df, file="d.csv")

@@ -162,3 +162,79 @@ def test_data_arrived_is_refused_where_the_tick_reads_the_dataset(
     assert "typestrict data append live --table TABLE FILE.csv" in err
     # A workflow whose data a tick cannot read still takes the signal.
     assert main(["schedule", "data-arrived", "w", "regime-demo", "2015-02-10T00:00:00Z", "--store", sqlite_url]) == 0
+
+
+def test_two_rows_with_the_same_times_and_different_values_are_refused_in_register_and_append(home: Path) -> None:
+    """Which one a backtest read depended on the file's order: refused with the file, both rows
+    (1-based data rows) and the column; nothing is written."""
+    lines = (home / "start.csv").read_text().splitlines()
+    cells = lines[41].split(",")
+    other = ",".join([*cells[:3], "99", *cells[4:]])  # temp_max differs
+    conflict = write(home / "conf.csv", *lines[1:42], other, *lines[42:])
+    with pytest.raises(DatasetError) as info:
+        register_dataset("conf", "seattle_rain", {"weather": conflict})
+    assert str(info.value) == (
+        f"{conflict}, row 42, column 'temp_max': expected one row per event_time and known_time in table "
+        "'weather' (two rows about the same time known at the same time must agree in every cell), got rows 41 "
+        f"and 42 both about event_time {cells[0]} known at {cells[1]}, with temp_max {float(cells[3])} and 99.0. "
+        "Keep the right one of them: a correction is a new row about the same event_time with a later known_time.")
+    assert not (home / "datasets" / "conf").exists()
+
+    before = (home / "datasets" / "live" / "weather.csv").read_bytes()
+    new = [f"2012-03-0{d}T00:00:00Z,2012-03-0{d + 1}T00:00:00Z,1.0,10,5,3,rain" for d in (1, 2, 3)]
+    appended = write(home / "more.csv", *new, new[1].replace(",rain", ",sun"))
+    with pytest.raises(DatasetError, match=r"more.csv, row 4, column 'weather': expected one row per event_time "
+                                           r"and known_time .* got rows 2 and 4 both about event_time "
+                                           r"2012-03-02T00:00:00Z known at 2012-03-03T00:00:00Z, with weather "
+                                           r"'rain' and 'sun'\. Keep the right one of them: a correction is a new "
+                                           r"row about the same event_time with a later known_time\."):
+        append_rows("live", "weather", appended)
+    # Across the table and the appended rows: a row with the times of a row already known.
+    last = lines[-1].split(",")
+    again = write(home / "again.csv", ",".join([*last[:2], "7.5", *last[3:]]))
+    with pytest.raises(DatasetError, match=r"again.csv, row 1, column 'known_time': expected rows known after the "
+                                           r".* a correction is a new row about the same event_time with a later "
+                                           r"known_time"):
+        append_rows("live", "weather", again)
+    assert (home / "datasets" / "live" / "weather.csv").read_bytes() == before
+
+
+def test_rows_identical_in_every_cell_are_stored_and_counted_once(home: Path) -> None:
+    lines = (home / "start.csv").read_text().splitlines()
+    twice = write(home / "twice.csv", *lines[1:], *lines[20:30])
+    info = register_dataset("twice", "seattle_rain", {"weather": twice})
+    assert info.tables[0].rows == 60
+    stored = (home / "datasets" / "twice" / "weather.csv").read_text()
+    assert stored == (home / "datasets" / "live" / "weather.csv").read_text()
+    new = [f"2012-03-0{d}T00:00:00Z,2012-03-0{d + 1}T00:00:00Z,,10,5,3,rain" for d in (1, 2)]  # a missing value
+    r = append_rows("twice", "weather", write(home / "more.csv", new[0], new[1], new[0]))
+    assert (r.added, r.rows) == (2, 62)
+    assert load_dataset("twice")["weather"].n_rows == 62
+
+
+@pytest.mark.parametrize("head", [HEAD.strip() + ",\n", HEAD.replace(",wind,", ",,")])
+def test_a_header_column_without_a_name_is_refused_at_the_header_by_register_and_append(
+        home: Path, head: str) -> None:
+    row = "2012-03-01T00:00:00Z,2012-03-02T00:00:00Z,1.0,10,5,3,rain" + ("," if head.endswith(",\n") else "")
+    position, after = (8, "weather") if head.endswith(",\n") else (6, "temp_min")
+    bad = write(home / "bad.csv", row, head=head)
+    match = (rf"^{bad}: expected a name for every column of the header, got an empty name for column {position} "
+             rf"\(after '{after}'\)\. Name the column, or remove it")
+    with pytest.raises(DatasetError, match=match):
+        register_dataset("other", "seattle_rain", {"weather": bad})
+    with pytest.raises(DatasetError, match=match):
+        append_rows("live", "weather", bad)
+
+
+def test_cli_register_refuses_an_empty_column_name_with_exit_2(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """It was "unexpected error ValueError: no field of name" (exit 1)."""
+    monkeypatch.setenv("TYPESTRICT_HOME", str(tmp_path))
+    monkeypatch.delenv("TYPESTRICT_DATASETS_DIR", raising=False)
+    write_seattle_csv(tmp_path / "a.csv", known_until=CUT)
+    lines = (tmp_path / "a.csv").read_text().splitlines()
+    bad = write(tmp_path / "e.csv", *(f"{line},5" for line in lines[1:]), head=lines[0] + ",\n")
+    assert main(["data", "register", "wx", "--workflow", "seattle_rain", "--table", f"weather={bad}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"typestrict: {bad}: expected a name for every column of the header, got an empty name "
+                          "for column 8 (after 'weather')"), err

@@ -45,7 +45,7 @@ import datetime as dt
 import os
 import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +74,7 @@ __all__ = [
     "PointInTimeTable",
     "PointInTimeView",
     "SourceStamp",
+    "check_header",
     "format_time",
     "read_csv_fresh",
     "source_stamp",
@@ -168,6 +169,9 @@ def _time_array(
     return arr
 
 
+_UNNAMED = re.compile(r"Unnamed: \d+")
+"""The name pandas gives a column whose name in the header is empty."""
+
 _OFFSET = re.compile(r"[Tt ]\d{2}(?::?\d{2}){0,2}(?:[.,]\d+)?(?:[Zz]|[+-]\d{2}(?::?\d{2})?)$")
 """How an ISO 8601 time with a UTC offset ends: the time of day, then ``Z``, ``+14:00``,
 ``-1200`` or ``+05`` (a date alone, ``2012-01-05``, has none)."""
@@ -229,6 +233,105 @@ def _empty_times(rows: npt.NDArray[np.intp], what: str, table: str, file: str | 
     )
 
 
+def _differs(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
+    """Where two arrays of one column's cells differ, a missing cell (NaN, None, NaT) equal to a
+    missing cell.
+
+    >>> _differs(np.array([1.0, np.nan, np.nan]), np.array([1.0, np.nan, 2.0])).tolist()
+    [False, False, True]
+    >>> _differs(np.array(["rain", None, "sun"], dtype=object), np.array(["rain", np.nan, "fog"], dtype=object)).tolist()
+    [False, False, True]
+    """
+    ne: npt.NDArray[np.bool_] = np.asarray(a != b, dtype=bool)
+    if a.dtype.kind in "bBiuSU":  # no missing value in these
+        return ne
+    both_missing: npt.NDArray[np.bool_] = np.asarray(pd.isna(a), dtype=bool) & np.asarray(pd.isna(b), dtype=bool)
+    return ne & ~both_missing
+
+
+def _cell(value: Any) -> str:
+    """A cell as a message shows it (a missing one as an empty cell)."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None or (isinstance(value, float) and value != value) or value is pd.NaT:
+        return "an empty cell"
+    return shown(value)
+
+
+def _one_row_per_times(
+    name: str,
+    order: npt.NDArray[np.intp],
+    ev: npt.NDArray[np.datetime64],
+    kn: npt.NDArray[np.datetime64],
+    cols: Mapping[str, npt.NDArray[Any]],
+    file: str | None,
+) -> npt.NDArray[np.intp]:
+    """``order`` (the rows sorted by knowledge time, then event time, stably) with each run of
+    rows identical in every cell kept once (its first row); two rows with the same event time and
+    the same knowledge time that differ in a cell are refused, naming both rows (1-based, as the
+    rows were given) and the column: which of them a step would read would depend on their order.
+
+    O(rows) on the sorted times; the cells are compared only for rows whose times repeat.
+
+    >>> t = np.array(["2012-01-01", "2012-01-01", "2012-01-02"], dtype="datetime64[us]")
+    >>> _one_row_per_times("t", np.arange(3), t, t, {"x": np.array([1.0, 1.0, 2.0])}, None).tolist()
+    [0, 2]
+    >>> _one_row_per_times("t", np.arange(3), t, t, {"x": np.array([1.0, 3.0, 2.0])}, "t.csv")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.DatasetError: t.csv, row 2, column 'x': expected one row per event_time and known_time in table 't' (two rows about the same time known at the same time must agree in every cell), got rows 1 and 2 both about event_time 2012-01-01T00:00:00Z known at 2012-01-01T00:00:00Z, with x 1.0 and 3.0. Keep the right one of them: a correction is a new row about the same event_time with a later known_time.
+    """
+    if len(order) < 2:
+        return order
+    ev_s, kn_s = ev[order], kn[order]
+    same = np.flatnonzero((ev_s[1:] == ev_s[:-1]) & (kn_s[1:] == kn_s[:-1]))  # row same+1 repeats row same
+    if not same.size:
+        return order
+    first, second = order[same], order[same + 1]  # file order within a run (the sort is stable)
+    differ = {c: _differs(arr[first], arr[second]) for c, arr in cols.items()}
+    bad = np.zeros(same.size, dtype=bool)
+    for d in differ.values():
+        bad |= d
+    if bad.any():
+        j = int(np.flatnonzero(bad)[np.argmin(second[bad])])  # the pair whose later row comes first
+        col = next(c for c, d in differ.items() if d[j])
+        a, b = int(first[j]), int(second[j])
+        raise DatasetError(
+            f"one row per {EVENT_TIME} and {KNOWN_TIME} in table {name!r} (two rows about the same time "
+            "known at the same time must agree in every cell)",
+            f"rows {a + 1} and {b + 1} both about {EVENT_TIME} {format_time(ev[a])} known at "
+            f"{format_time(kn[a])}, with {col} {_cell(cols[col][a])} and {_cell(cols[col][b])}",
+            f"keep the right one of them: a correction is a new row about the same {EVENT_TIME} with a "
+            f"later {KNOWN_TIME}",
+            file=file, row=b + 1, column=col,
+        )
+    keep = np.ones(len(order), dtype=bool)
+    keep[same + 1] = False  # identical to the row before it: one fact, kept once
+    return order[keep]
+
+
+def check_header(names: Sequence[object], file: str | None) -> None:
+    """Refuse a header with a column without a name (an empty or blank cell, as a comma at the end
+    of the header line makes), naming the column's position (1-based) and the column before it.
+
+    >>> check_header(["event_time", "known_time", "x", ""], "w.csv")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.DatasetError: w.csv: expected a name for every column of the header, got an empty name for column 4 (after 'x'). Name the column, or remove it (a comma at the end of the header line adds a column without a name).
+    """
+    for i, col in enumerate(names):
+        if not isinstance(col, str) or col.strip():
+            continue
+        after = f" (after {shown(str(names[i - 1]))})" if i else " (the first)"
+        raise DatasetError(
+            "a name for every column of the header",
+            f"{'a blank' if col else 'an empty'} name for column {i + 1}{after}",
+            "name the column, or remove it (a comma at the end of the header line adds a column "
+            "without a name)",
+            file=file,
+        )
+
+
 class _Block:
     """One immutable block of rows and a link to the block before it (a persistent chain)."""
 
@@ -259,11 +362,16 @@ class PointInTimeTable:
 
     Raises:
         DatasetError: a missing or empty time, a naive time, columns of different lengths,
-            a value column named like a time column, or no rows at all.
+            a value column named like a time column or with an empty name, no rows at all, or
+            two rows with the same ``event_time`` and the same ``known_time`` that differ in a
+            cell (named with both rows and the column).
 
     Rows are kept sorted by (``known_time``, ``event_time``), stably. Several rows may describe
-    the same event time (a revision); a view's :meth:`PointInTimeView.get` returns the latest one
-    known at its time.
+    the same event time (a revision) when they became known at different times; a view's
+    :meth:`PointInTimeView.get` returns the latest one known at its time. Rows with the same two
+    times must agree in every cell (else which one a step read would depend on the file's order):
+    rows identical in every cell are one fact, kept once (the first of them), so every reader,
+    :attr:`n_rows` included, sees one row.
     """
 
     __slots__ = (
@@ -305,6 +413,9 @@ class PointInTimeTable:
             )
         cols: dict[str, npt.NDArray[Any]] = {}
         for col, values in columns.items():
+            if not str(col).strip():
+                raise DatasetError("a name for every value column", "an empty name",
+                                   "name the column, or leave it out", file=file)
             if col in _TIME_COLUMNS:
                 raise DatasetError(
                     f"value columns other than {EVENT_TIME!r} and {KNOWN_TIME!r}",
@@ -324,9 +435,10 @@ class PointInTimeTable:
                 )
             cols[col] = arr
         order = np.lexsort((ev, kn))  # by known_time, then event_time; stable
+        order = _one_row_per_times(name, order, ev, kn, cols, file)
         # One structured array (a field per column): a view copies its few rows in one call.
         all_cols = {EVENT_TIME: ev, KNOWN_TIME: kn, **cols}
-        rec = np.empty(len(kn), dtype=[(c, a.dtype) for c, a in all_cols.items()])
+        rec = np.empty(len(order), dtype=[(c, a.dtype) for c, a in all_cols.items()])
         for col, arr in all_cols.items():
             rec[col] = arr[order]
         rec = _freeze(rec)
@@ -336,7 +448,7 @@ class PointInTimeTable:
         self._cols = sorted_cols
         self._known = _freeze(rec[KNOWN_TIME].copy())
         self._source_rows = _freeze(order.astype(np.int64) + 1)
-        self._n = len(kn)
+        self._n = len(order)
         self._value_columns = tuple(cols)
         self._block_rows = block_rows
         nodes: list[_Block] = []
@@ -372,6 +484,7 @@ class PointInTimeTable:
         ...
         typestrict_pipeline.errors.DatasetError: expected a column 'known_time' with the time each row became known, got columns ['event_time', 'x']. Add it: a backtest replays only data whose knowledge time is recorded, so it can show each step only what was knowable then.
         """
+        check_header(list(frame.columns), file)
         for col, role in ((known_time, "became known"), (event_time, "describes")):
             if col not in frame.columns:
                 raise DatasetError(
@@ -443,6 +556,9 @@ class PointInTimeTable:
             raise DatasetError("a readable CSV file with a header row",
                                f"{exc.__class__.__name__}: {' '.join(str(exc).split())[:160]}",
                                "check the file", file=str(p)) from None
+        if any(_UNNAMED.fullmatch(str(c)) for c in frame.columns):  # pandas' name for an empty one
+            header = pd.read_csv(io.BytesIO(raw), header=None, nrows=1, dtype=str, keep_default_na=False)
+            check_header([str(c) for c in header.iloc[0]], str(p))
         if len(frame) != rows:  # the two readers split the lines apart: no row number would be sure
             raise DatasetError(
                 f'{rows} rows, as the product\'s CSV rules count them (a blank line, or one of only "", is no row)',

@@ -567,10 +567,11 @@ def columns_text(columns: Mapping[str, Mapping[str, str]]) -> str:
 
 
 def check_columns(workflow: Workflow, tables: Mapping[str, PointInTimeTable], *, dataset: str = "the dataset",
-                  fix: str = "register the dataset again with those columns") -> None:
+                  fix: str = "register the dataset again with those columns", file: str | None = None) -> None:
     """Refuse data that lacks a column ``workflow`` declares (:attr:`Workflow.columns`), or
-    holds a cell of another kind (text in a number column), naming the table, row and column,
-    before anything is stored or launched.
+    holds a cell of another kind (text in a number column), naming the table, row and column
+    (and ``file``, the file the rows were read from, when the caller names one), before anything
+    is stored or launched. ``fix`` is the advice, which depends on where the data came from.
 
     >>> import datetime as dt, pandas as pd
     >>> wf = Workflow("w", lambda c: 1, lambda c: 1, lambda d, o, c: 1.0, ("t",), dt.timedelta(days=1),
@@ -594,7 +595,8 @@ def check_columns(workflow: Workflow, tables: Mapping[str, PointInTimeTable], *,
             raise DatasetError(
                 f"the columns workflow {workflow.name!r} reads in table {name!r} of {dataset} "
                 f"({', '.join(columns_read(workflow)[name])})",
-                f"columns {listed(table.columns, plain=True) or 'none'} (missing: {listed(missing, plain=True)})", fix)
+                f"columns {listed(table.columns, plain=True) or 'none'} (missing: {listed(missing, plain=True)})", fix,
+                file=file)
         for col, kind in kinds.items():
             i = _first_bad_cell(table.cells(col), kind)
             if i is not None:
@@ -602,4 +604,4 @@ def check_columns(workflow: Workflow, tables: Mapping[str, PointInTimeTable], *,
                 raise DatasetError(
                     f"{what} in column {col!r} of table {name!r} of {dataset} (workflow {workflow.name!r} "
                     "reads it as one; an empty cell for a missing value)",
-                    shown(table.cells(col)[i]), fix, row=table.source_row(i), column=col)
+                    shown(table.cells(col)[i]), fix, file=file, row=table.source_row(i), column=col)

@@ -39,7 +39,7 @@ from typestrict_pipeline.backtest.store import (
     list_backtests,
     load_backtest,
 )
-from typestrict_pipeline.backtest.workflow import Workflow
+from typestrict_pipeline.backtest.workflow import Workflow, check_columns
 from typestrict_pipeline.backtest.workflows import default_registry, load_dataset
 from typestrict_pipeline.cli.common import (
     Wrote,
@@ -87,9 +87,14 @@ def _pairs(items: list[str] | None, what: str) -> dict[str, Any]:
     return out
 
 
-def _data(args: argparse.Namespace) -> tuple[dict[str, PointInTimeTable], str]:
+def _data(args: argparse.Namespace, workflow: Workflow) -> tuple[dict[str, PointInTimeTable], str]:
     if args.csv:
         table = PointInTimeTable.from_csv(args.csv, args.table)
+        # The columns the workflow reads, checked here to name the file and advise on it (the
+        # replay's own check speaks of a registered dataset).
+        check_columns(workflow, {table.name: table}, dataset="the --csv file", file=args.csv,
+                      fix="correct the cell in the file, or leave it empty when the value is missing, and run "
+                          "again")
         return {table.name: table}, args.csv
     return dict(load_dataset(args.dataset)), args.dataset
 
@@ -144,9 +149,9 @@ def _backtest_run(args: argparse.Namespace) -> int:
     check_range(start, end)
     _check_model_url(args)
     step_size = parse_step(args.step)
-    default_registry().active(args.workflow)  # an unknown workflow is refused before the store opens
+    code_workflow = default_registry().active(args.workflow)  # an unknown workflow: refused before the store opens
     params, prompts = _pairs(args.param, "param"), _pairs(args.prompt, "prompt")  # before the store opens
-    data, label = _data(args)
+    data, label = _data(args, code_workflow)
     engine = write_store(args)
     try:
         workflow = active_workflow(engine, args.workflow, workspace=args.workspace)
@@ -405,8 +410,8 @@ def as_of_time(text: str, now: dt.datetime | None = None) -> dt.datetime:
 def _live(args: argparse.Namespace) -> int:
     as_of = as_of_time(args.as_of) if args.as_of else dt.datetime.now(dt.UTC)
     _check_model_url(args)
-    default_registry().active(args.workflow)  # an unknown workflow is refused before the store opens
-    data, label = _data(args)
+    code_workflow = default_registry().active(args.workflow)  # an unknown workflow: refused before the store opens
+    data, label = _data(args, code_workflow)
     warning = _stale_warning(data, as_of, label)
     if warning:
         print(warning, file=sys.stderr)

@@ -35,6 +35,7 @@ from typestrict_pipeline.backtest.pit import (
     EVENT_TIME,
     KNOWN_TIME,
     PointInTimeTable,
+    check_header,
     format_time,
     read_csv_fresh,
 )
@@ -177,7 +178,9 @@ def _read_rows(path: Path, *, stored: bool = False) -> pd.DataFrame:
     if not stored:  # the customer's file: the trainings' CSV rules (a short or long row refused)
         from typestrict_pipeline.refund.table import csv_columns
 
-        frame = pd.DataFrame(csv_columns(raw, path), dtype=str)
+        cells = csv_columns(raw, path)
+        check_header(list(cells), str(path))  # a column without a name, at the header, by its position
+        frame = pd.DataFrame(cells, dtype=str)
         if frame.empty:
             raise DatasetError("at least one row", "no rows", "give the file some rows", file=str(path))
         return frame
@@ -296,11 +299,17 @@ def _canonical(frame: pd.DataFrame, file: Path, now: dt.datetime) -> pd.DataFram
 
 def _validated(frame: pd.DataFrame, name: str, file: Path, now: dt.datetime,
                workflow: Workflow | None = None) -> pd.DataFrame:
-    table = PointInTimeTable.from_frame(name, frame, file=str(file))  # times present and typed
+    # The times present and typed; two rows with the same event_time and known_time that differ
+    # refused (with both rows and the column), rows identical in every cell kept once.
+    table = PointInTimeTable.from_frame(name, frame, file=str(file))
     if workflow is not None:  # the columns the workflow reads, checked as every replay checks them
         check_columns(workflow, {name: table}, dataset=f"file {file.name}",
                       fix=f"add the columns to {file.name} and register it again")
-    return _canonical(frame, file, now)
+    canonical = _canonical(frame, file, now)
+    if len(canonical) == table.n_rows:
+        return canonical
+    # Only rows identical in every cell share both times now: store each once, as the table reads it.
+    return canonical.drop_duplicates(subset=[EVENT_TIME, KNOWN_TIME], ignore_index=True)
 
 
 def register_dataset(
