@@ -79,20 +79,24 @@ def write_atomic(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o644
 MAX_JSONL_LINE_BYTES = 64 * 1024 * 1024
 """Longest line of a JSON Lines file read, in bytes (64 MiB), its line end not counted: far above
 any real row (a predictions row with 10,000 answers' probabilities is about 300 kB; a JSON Lines
-dataset's text may be as long as a CSV cell, 16 Mi characters, up to 4 bytes each in UTF-8). A
-longer line is refused once its first 64 MiB and one byte are read, never held whole:
-``TYPESTRICT_MAX_JSONL_LINE_BYTES`` overrides it."""
+dataset's row may hold a 20 MB text, as a CSV cell may, and lines of a CSV file are bounded alike,
+at 64 Mi characters). A longer line is refused once its first 64 MiB and one byte are read, never
+held whole: ``TYPESTRICT_MAX_JSONL_LINE_BYTES`` overrides it."""
 
 
-def _bound_from_env(name: str, default: int) -> int:
-    """A positive bound from the environment variable ``name`` (digits), else ``default``."""
+def bound_from_env(name: str, default: int) -> int:
+    """A positive bound from the environment variable ``name`` (digits), else ``default``.
+
+    >>> bound_from_env("TYPESTRICT_NO_SUCH_BOUND", 7)
+    7
+    """
     raw = os.environ.get(name, "")
     return int(raw) if raw.isascii() and raw.isdigit() and 0 < int(raw) < 2**50 else default
 
 
 def max_jsonl_line_bytes() -> int:
     """The bound on a JSON Lines line (:data:`MAX_JSONL_LINE_BYTES`, or the environment's)."""
-    return _bound_from_env("TYPESTRICT_MAX_JSONL_LINE_BYTES", MAX_JSONL_LINE_BYTES)
+    return bound_from_env("TYPESTRICT_MAX_JSONL_LINE_BYTES", MAX_JSONL_LINE_BYTES)
 
 
 _LINE_CHUNK = 1024 * 1024
@@ -591,7 +595,7 @@ _DECOMPRESSORS = {".gz": "gzip", ".bz2": "bz2", ".xz": "lzma"}
 
 def max_data_file_bytes() -> int:
     """The bound on a data file's size (:data:`MAX_DATA_FILE_BYTES`, or the environment's)."""
-    return _bound_from_env("TYPESTRICT_MAX_DATA_FILE_BYTES", MAX_DATA_FILE_BYTES)
+    return bound_from_env("TYPESTRICT_MAX_DATA_FILE_BYTES", MAX_DATA_FILE_BYTES)
 
 
 def read_data_file(
