@@ -116,3 +116,19 @@ def test_the_file_readers_return_a_value_or_our_error(folder: Path, data: bytes)
         list(iter_jsonl_objects(rows))
     with contextlib.suppress(PredictionsError):
         read_predictions(rows, "model")
+
+
+def test_a_long_jsonl_line_is_refused_after_the_bound_not_held_whole(tmp_path: Path) -> None:
+    import tracemalloc
+
+    rows = tmp_path / "p.jsonl"
+    with rows.open("wb") as handle:  # 8 MB on one line, then a good row
+        handle.write(b'{"id": "e1", "pad": "' + b"x" * (8 << 20) + b'"}\n{"id": "e2"}\n')
+    tracemalloc.start()
+    try:
+        with pytest.raises(PredictionsError, match=r"p\.jsonl, row 1: expected a JSON Lines row of at most 65,536 bytes"):
+            list(iter_jsonl_objects(rows, PredictionsError, max_line_bytes=65_536))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20  # the bound's worth of bytes, not the 8 MB line

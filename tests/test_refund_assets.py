@@ -379,6 +379,29 @@ def test_a_predictions_file_missing_a_test_example_fails_clearly(tmp_path: Path)
     assert not (tmp_path / "audits").exists()
 
 
+def test_a_dataset_of_a_header_without_rows_fails_the_first_step_as_the_check_says(
+    tmp_path: Path,
+) -> None:
+    from typestrict_pipeline.refund.manifest import load_manifest
+    from typestrict_pipeline.refund.preflight import screen_training
+
+    path = support.make_training(tmp_path / "trainings", "tr_rows0", n=20, seed=3)
+    data = path.parent / "data.csv"
+    data.write_text(data.read_text().splitlines()[0] + "\n")  # the header, no rows
+    for name in ("model.jsonl", "jev.jsonl"):
+        (path.parent / name).write_text("")
+    said = screen_training(load_manifest(path))  # what the sensor and `training check` say
+    assert said is not None and "expected at least one data row, got none" in said
+    result = run_training(tmp_path, "tr_rows0", raise_on_error=False)
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    assert failure.step_key == "dataset"
+    user = failure.step_failure_data.user_failure_data
+    assert user is not None and user.metadata["error"].value == "NotEnoughDataError"
+    assert user.description == said  # the same message, not a TypeError from the progress line
+    assert not (tmp_path / "audits").exists()
+
+
 def test_the_trainings_resource_follows_the_folder_convention(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

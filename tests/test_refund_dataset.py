@@ -311,6 +311,64 @@ def test_csv_with_a_byte_order_mark(tmp_path: Path) -> None:
     assert [e.id for e in load_dataset(m).examples] == ["a", "b", "c"]
 
 
+def test_a_csv_cell_past_the_bound_is_refused_by_row_by_both_readers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typestrict_pipeline.refund.manifest import DatasetFormat
+    from typestrict_pipeline.refund.table import read_table
+
+    monkeypatch.setenv("TYPESTRICT_MAX_CSV_CELL_CHARS", "1000")  # the default is 32 Mi characters
+    rows = good_rows()
+    rows[1]["text"] = "a, \"quoted\"\nlong text " + "y" * 978  # 1,000 characters, quoted in the file
+    assert len(rows[1]["text"]) == 1000
+    m = setup(tmp_path, rows)
+    assert load_dataset(m).examples[1].text == rows[1]["text"]  # a cell of the bound is read
+    rows[1]["text"] += "y"
+    m = setup(tmp_path, rows)
+    said = (r"data\.csv, row 2: expected cells of at most 1,000 characters, got a longer cell \(or a "
+            r"quote left open, which runs the cell on to the next quote\)\. Check the quotes on that "
+            r"row, or raise TYPESTRICT_MAX_CSV_CELL_CHARS")
+    with pytest.raises(DatasetError, match=said):
+        load_dataset(m)  # read in batches
+    with pytest.raises(DatasetError, match=said):
+        read_table(m.dataset.path, DatasetFormat.CSV)  # read whole
+    # A quote left open on row 2 runs on through the rows below: refused after 1,000 characters.
+    lines = ["id,text,label", "a,ok,yes", 'b,"open quote,no'] + [f"r{i},text {i},no" for i in range(200)]
+    m.dataset.path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(DatasetError, match=r"data\.csv, row 2: expected cells of at most 1,000"):
+        load_dataset(m)
+
+
+def test_a_csv_line_past_the_bound_is_refused_and_never_held_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tracemalloc
+
+    from typestrict_pipeline.refund.manifest import DatasetFormat
+    from typestrict_pipeline.refund.table import iter_column_batches, read_table
+
+    monkeypatch.setenv("TYPESTRICT_MAX_CSV_CELL_CHARS", "32768")  # lines of 65,536 characters
+    m = setup(tmp_path, good_rows())
+    with m.dataset.path.open("a", encoding="utf-8") as handle:  # 16 MB on one line, unquoted
+        handle.write("d," + "x" * (16 << 20) + ",yes,m1\n")
+    said = (r"data\.csv, row 4: expected lines of at most 65,536 characters \(2 times the bound "
+            r"of a cell\), got a longer line \(no line end in the first 65,537 characters of line 5 of "
+            r"the file\)\. Check that this is the right file, or raise TYPESTRICT_MAX_CSV_CELL_CHARS")
+    tracemalloc.start()
+    try:
+        with pytest.raises(DatasetError, match=said):
+            for _ in iter_column_batches(m.dataset.path, DatasetFormat.CSV, ["id", "text"]):
+                pass
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 6 << 20  # the bound and a 1 MiB chunk's worth, not the 16 MB line
+    with pytest.raises(DatasetError, match=said):
+        read_table(m.dataset.path, DatasetFormat.CSV)
+    with pytest.raises(DatasetError, match=said):
+        load_dataset(m)
+
+
 def test_reading_a_parquet_file_in_batches_holds_about_one_batch(tmp_path: Path) -> None:
     """The batch reader lets each row group go once read. pyarrow's pre-buffering keeps every
     column chunk it read for the reader's lifetime (apache/arrow#39808): a 100-million-row file

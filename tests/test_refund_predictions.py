@@ -217,6 +217,25 @@ def test_row_numbers_and_structure_errors(tmp_path: Path) -> None:
         read_predictions(tmp_path / "nope.jsonl", "jev")
 
 
+def test_a_line_past_the_bound_is_refused_by_row_naming_the_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TYPESTRICT_MAX_JSONL_LINE_BYTES", "4096")  # the default is 64 MiB
+    ok = {"id": "e00", "decision": "sentiment", "probabilities": {"fresh": 1.0, "rotten": 0.0, "plot": 0.0}}
+    at_bound = {**ok, "id": "e" + "x" * (4096 - len(json.dumps({**ok, "id": "e"})))}
+    assert len(json.dumps(at_bound)) == 4096
+    path = write_jsonl(tmp_path / "m.jsonl", [ok, at_bound])
+    assert len(read_predictions(path, "model").predictions) == 2  # a line of the bound is read
+    write_jsonl(path, [ok, {**at_bound, "id": at_bound["id"] + "y"}, ok])
+    with pytest.raises(
+        PredictionsError,
+        match=r"m\.jsonl, row 2: expected a JSON Lines row of at most 4,096 bytes, got a longer "
+        r"line \(no line end in its first 4,097 bytes\)\. Write one object per line, or raise "
+        r"TYPESTRICT_MAX_JSONL_LINE_BYTES",
+    ):
+        read_predictions(path, "model")
+
+
 def test_answers_differ_from_the_decision(tmp_path: Path) -> None:
     ds, sentiment, _ = make_dataset(tmp_path)
     bad = records(ds)

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from typestrict_pipeline.errors import InputError
 
@@ -76,13 +76,65 @@ def write_atomic(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o644
     return target
 
 
+MAX_JSONL_LINE_BYTES = 64 * 1024 * 1024
+"""Longest line of a JSON Lines file read, in bytes (64 MiB), its line end not counted: far above
+any real row (a predictions row with 10,000 answers' probabilities is about 300 kB; a JSON Lines
+dataset's row may hold a 20 MB text, as a CSV cell may, and lines of a CSV file are bounded alike,
+at 64 Mi characters). A longer line is refused once its first 64 MiB and one byte are read, never
+held whole: ``TYPESTRICT_MAX_JSONL_LINE_BYTES`` overrides it."""
+
+
+def bound_from_env(name: str, default: int) -> int:
+    """A positive bound from the environment variable ``name`` (digits), else ``default``.
+
+    >>> bound_from_env("TYPESTRICT_NO_SUCH_BOUND", 7)
+    7
+    """
+    raw = os.environ.get(name, "")
+    return int(raw) if raw.isascii() and raw.isdigit() and 0 < int(raw) < 2**50 else default
+
+
+def max_jsonl_line_bytes() -> int:
+    """The bound on a JSON Lines line (:data:`MAX_JSONL_LINE_BYTES`, or the environment's)."""
+    return bound_from_env("TYPESTRICT_MAX_JSONL_LINE_BYTES", MAX_JSONL_LINE_BYTES)
+
+
+_LINE_CHUNK = 1024 * 1024
+"""Bytes a JSON Lines line is read in at a time (a real row is read in one)."""
+
+
+def _read_line(handle: IO[bytes], bound: int) -> bytes | None:
+    """The next line with its end (``b""`` at the end of the file), or None for a line longer
+    than ``bound`` bytes (its end not counted), known after its first ``bound + 1`` bytes. Read in
+    chunks of :data:`_LINE_CHUNK` bytes, joined only for a line within the bound: a refused line
+    costs the bound once, whatever its length."""
+    parts: list[bytes] = []
+    size = 0
+    while size <= bound:
+        part = handle.readline(min(_LINE_CHUNK, bound + 1 - size))
+        if not part:
+            break
+        parts.append(part)
+        size += len(part)
+        if part.endswith(b"\n"):
+            break
+    if size - (1 if parts and parts[-1].endswith(b"\n") else 0) > bound:
+        return None
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
 def iter_jsonl_objects(
-    path: str | os.PathLike[str], error: type[InputError] = InputError
+    path: str | os.PathLike[str],
+    error: type[InputError] = InputError,
+    *,
+    max_line_bytes: int | None = None,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(row, object)`` for each non-blank line of a JSON Lines file (rows count from 1).
 
     Raises ``error`` (an :class:`InputError` subclass) naming the file and row for an unreadable
-    file, a line that is not JSON, a line that is not a JSON object, or bytes that are not UTF-8.
+    file, a line that is not JSON, a line that is not a JSON object, bytes that are not UTF-8, or
+    a line longer than ``max_line_bytes`` (default :func:`max_jsonl_line_bytes`): a line is read
+    at most that many bytes (and one) at a time, so a 1 GB line costs the bound, not 1 GB.
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "x.jsonl"
@@ -94,8 +146,14 @@ def iter_jsonl_objects(
     Traceback (most recent call last):
     ...
     typestrict_pipeline.errors.InputError: ...x.jsonl, row 2: expected a JSON object, got list. Write each row as {...}.
+    >>> _ = p.write_text('{"a": 1}\\n{"pad": "' + "x" * 100 + '"}\\n')
+    >>> list(iter_jsonl_objects(p, max_line_bytes=64))
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: ...x.jsonl, row 2: expected a JSON Lines row of at most 64 bytes, got a longer line (no line end in its first 65 bytes). Write one object per line, or raise TYPESTRICT_MAX_JSONL_LINE_BYTES if a row is really that long.
     """
     file = str(path)
+    bound = max_jsonl_line_bytes() if max_line_bytes is None else max_line_bytes
     kind = special_kind(path)
     if kind is not None:
         raise error("a JSON Lines file", kind, "point at a regular file", file=file)
@@ -107,7 +165,16 @@ def iter_jsonl_objects(
         ) from None
     with handle:
         row = 0
-        for raw in handle:
+        while (raw := _read_line(handle, bound)) != b"":
+            if raw is None:
+                raise error(
+                    f"a JSON Lines row of at most {bound:,} bytes",
+                    f"a longer line (no line end in its first {bound + 1:,} bytes)",
+                    "write one object per line, or raise TYPESTRICT_MAX_JSONL_LINE_BYTES if a "
+                    "row is really that long",
+                    file=file,
+                    row=row + 1,
+                )
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError:
@@ -528,8 +595,7 @@ _DECOMPRESSORS = {".gz": "gzip", ".bz2": "bz2", ".xz": "lzma"}
 
 def max_data_file_bytes() -> int:
     """The bound on a data file's size (:data:`MAX_DATA_FILE_BYTES`, or the environment's)."""
-    raw = os.environ.get("TYPESTRICT_MAX_DATA_FILE_BYTES", "")
-    return int(raw) if raw.isascii() and raw.isdigit() and 0 < int(raw) < 2**50 else MAX_DATA_FILE_BYTES
+    return bound_from_env("TYPESTRICT_MAX_DATA_FILE_BYTES", MAX_DATA_FILE_BYTES)
 
 
 def read_data_file(

@@ -49,7 +49,8 @@ class Progress:
     Attributes:
         what: what is being done, in words ("reading the dataset").
         done: units done so far.
-        total: units in all, or None when not known in advance (a CSV file's rows).
+        total: units in all, or None when not known in advance (a CSV file's rows); 0 is a
+            real total (a dataset that is a header without rows: nothing to do, all of it done).
         unit: what a unit is ("rows", "candidates").
     """
 
@@ -60,9 +61,18 @@ class Progress:
 
     @property
     def percent(self) -> float | None:
-        """Done as a percentage of the total (None when the total is not known)."""
-        if not self.total:
+        """Done as a percentage of the total (None when the total is not known; 100 when the
+        total is 0: there was nothing to do).
+
+        >>> Progress("reading", 1, 4).percent, Progress("reading", 0, 0).percent
+        (25.0, 100.0)
+        >>> Progress("reading", 3, None).percent is None
+        True
+        """
+        if self.total is None:
             return None
+        if self.total <= 0:
+            return 100.0
         return min(100.0, 100.0 * self.done / self.total)
 
     def line(self) -> str:
@@ -70,10 +80,13 @@ class Progress:
 
         >>> Progress("reading", 3, None).line()
         'reading: 3 rows'
+        >>> Progress("reading", 0, 0).line()
+        'reading: 100% (0 of 0 rows)'
         """
-        if self.total is None:
+        percent = self.percent
+        if self.total is None or percent is None:
             return f"{self.what}: {self.done:,} {self.unit}"
-        return f"{self.what}: {self.percent:.0f}% ({self.done:,} of {self.total:,} {self.unit})"
+        return f"{self.what}: {percent:.0f}% ({self.done:,} of {self.total:,} {self.unit})"
 
 
 ProgressFn = Callable[[Progress], None]

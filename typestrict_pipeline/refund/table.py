@@ -19,11 +19,11 @@ it, so a file gets the same message, row and column whichever way it is read.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import lzma
 import os
-import sys
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -33,11 +33,12 @@ from typing import IO, Any, TypeAlias
 import pyarrow as pa
 
 from typestrict_pipeline.errors import DatasetError
-from typestrict_pipeline.files import iter_jsonl_objects, loads_strict
+from typestrict_pipeline.files import bound_from_env, iter_jsonl_objects, loads_strict
 from typestrict_pipeline.refund.manifest import DatasetFormat
 
 __all__ = [
     "BATCH_ROWS",
+    "MAX_CSV_CELL_CHARS",
     "Cells",
     "ColumnBatch",
     "FileStamp",
@@ -46,11 +47,28 @@ __all__ = [
     "csv_row_count",
     "file_stamp",
     "iter_column_batches",
+    "max_csv_cell_chars",
     "read_table",
 ]
 
 BATCH_ROWS = 65_536
 """Rows per batch: a batch of short texts is a few MB whatever the file's size."""
+
+MAX_CSV_CELL_CHARS = 32 * 1024 * 1024
+"""Longest cell of a CSV file read, in characters (32 Mi, 33,554,432): generous for a training
+text (a 20 MB text is read as written; a long novel's chapter is well under 1 Mi characters),
+and a cell left open by a stray quote is refused after 32 Mi characters instead of swallowing the
+rest of the file. A line of the file is at most :data:`CSV_LINE_CELLS` times as long (64 Mi
+characters): a longer line is refused once that much of it is read, never held whole.
+``TYPESTRICT_MAX_CSV_CELL_CHARS`` overrides the cell bound (and the line bound with it)."""
+
+CSV_LINE_CELLS = 2
+"""A CSV line's bound, in cells of :func:`max_csv_cell_chars` characters."""
+
+
+def max_csv_cell_chars() -> int:
+    """The bound on a CSV cell (:data:`MAX_CSV_CELL_CHARS`, or the environment's)."""
+    return bound_from_env("TYPESTRICT_MAX_CSV_CELL_CHARS", MAX_CSV_CELL_CHARS)
 
 Cells: TypeAlias = "pa.Array | list[Any]"
 """One column of one batch: an Arrow array (Parquet) or plain Python values (CSV, JSON Lines)."""
@@ -182,18 +200,84 @@ def _open_csv_binary(path: Path, module: str | None) -> IO[bytes]:
     return handle
 
 
+def _not_utf8(path: Path, line: int) -> DatasetError:
+    return DatasetError(
+        "a UTF-8 encoded CSV file",
+        f"bytes that are not UTF-8 on line {line} of the file",
+        "save the file as UTF-8",
+        file=str(path),
+        row=max(line - 1, 1),
+    )
+
+
 def _decode_csv(path: Path, raw: bytes) -> str:
+    r"""The file's text; bytes that are not UTF-8 are refused with their line (a byte-order
+    mark counted in the file's bytes).
+
+    >>> _decode_csv(Path("t.csv"), b"\xef\xbb\xbfid\n\xff\n")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.DatasetError: t.csv, row 1: expected a UTF-8 encoded CSV file, got bytes that are not UTF-8 on line 2 of the file. Save the file as UTF-8.
+    """
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise DatasetError(
-            "a UTF-8 encoded CSV file",
-            f"bytes that are not UTF-8 on line {line} of the file",
-            "save the file as UTF-8",
-            file=str(path),
-            row=max(line - 1, 1),
-        ) from None
+        bom = len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0  # not in exc.start
+        raise _not_utf8(path, raw.count(b"\n", 0, exc.start + bom) + 1) from None
+
+
+def _check_csv_bytes(path: Path, module: str | None) -> None:
+    """Raise what ``_decode_csv(path, _csv_bytes(path))`` raises (a damaged archive first, then
+    the first bytes that are not UTF-8, with their line), reading the file in chunks of 1 MiB:
+    the whole-file reader's verdict on a file of any size, in bounded memory."""
+    decoder = codecs.getincrementaldecoder("utf-8")()  # the BOM is valid UTF-8: same verdict
+    first: DatasetError | None = None
+    lines = 0
+    try:
+        with _open_csv_binary(path, module) as handle:
+            while True:
+                chunk = handle.read(1 << 20)
+                if first is None:
+                    pending = len(decoder.getstate()[0])  # its offsets count these bytes too
+                    try:
+                        decoder.decode(chunk, final=not chunk)
+                    except UnicodeDecodeError as exc:
+                        first = _not_utf8(path, lines + chunk.count(b"\n", 0, max(exc.start - pending, 0)) + 1)
+                if not chunk:
+                    break
+                lines += chunk.count(b"\n")
+    except _READ_ERRORS as exc:
+        raise _unreadable(path, module, exc) from None
+    if first is not None:
+        raise first
+
+
+class _LineTooLong(csv.Error):
+    """A CSV line longer than its bound (raised by :func:`_bounded_lines` through the reader)."""
+
+    def __init__(self, line: int, limit: int) -> None:
+        super().__init__(f"line {line} longer than {limit} characters")
+        self.line = line
+        self.limit = limit
+
+
+def _bounded_lines(stream: IO[str], limit: int) -> Iterator[str]:
+    """The lines of ``stream`` (opened with ``newline=""``), each read at most ``limit`` characters
+    and one at a time: a longer line raises :class:`_LineTooLong` instead of being read whole."""
+    number = 0
+    while line := stream.readline(limit + 1):
+        number += 1
+        if len(line) > limit and not line.endswith(("\n", "\r")):
+            raise _LineTooLong(number, limit)
+        yield line
+
+
+def _csv_reader(stream: IO[str]) -> Iterator[list[str]]:
+    """The product's CSV reader over ``stream``: strict quotes, cells of at most
+    :func:`max_csv_cell_chars` characters, lines of at most :data:`CSV_LINE_CELLS` times that."""
+    cell = max_csv_cell_chars()
+    csv.field_size_limit(cell)
+    return csv.reader(_bounded_lines(stream, CSV_LINE_CELLS * cell), strict=True)
 
 
 def _check_header(header: list[str], file: str) -> None:
@@ -233,7 +317,27 @@ def _csv_records(
                     row=row,
                 )
             yield header, row, record
+    except _LineTooLong as exc:
+        raise DatasetError(
+            f"lines of at most {exc.limit:,} characters ({CSV_LINE_CELLS} times the bound of a "
+            "cell)",
+            f"a longer line (no line end in the first {exc.limit + 1:,} characters of line "
+            f"{exc.line:,} of the file)",
+            "check that this is the right file, or raise TYPESTRICT_MAX_CSV_CELL_CHARS if its "
+            "cells are really that long",
+            file=file,
+            row=row + 1 if header is not None else None,
+        ) from None
     except csv.Error as exc:
+        if str(exc).startswith("field larger than field limit"):
+            raise DatasetError(
+                f"cells of at most {csv.field_size_limit():,} characters",
+                "a longer cell (or a quote left open, which runs the cell on to the next quote)",
+                "check the quotes on that row, or raise TYPESTRICT_MAX_CSV_CELL_CHARS if a cell "
+                "is really that long",
+                file=file,
+                row=row + 1 if header is not None else None,
+            ) from None
         raise DatasetError(
             "a CSV file with a header row",
             f"a CSV syntax error ({exc})",
@@ -268,8 +372,7 @@ def csv_columns(raw: bytes, path: Path) -> dict[str, list[str]]:
     """
     file = str(path)
     text = _decode_csv(path, raw)
-    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    reader = _csv_reader(io.StringIO(text, newline=""))
     columns: list[list[str]] | None = None
     names: list[str] = []
     for header, row, record in _csv_records(reader, file):
@@ -301,9 +404,8 @@ def csv_row_count(raw: bytes, path: Path) -> int:
     """
     from collections import Counter
 
-    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
     try:
-        reader = csv.reader(io.StringIO(raw.decode("utf-8-sig"), newline=""), strict=True)
+        reader = _csv_reader(io.StringIO(raw.decode("utf-8-sig"), newline=""))
         records = filter(None, reader)  # a blank line is no record (as _csv_records skips it)
         header = next(records, None)
         widths = Counter(map(len, records))
@@ -467,16 +569,16 @@ def _csv_batches(
     file = str(path)
     module = _csv_module(path)
     _refuse_binary(path, module)
-    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
     try:
         with _open_csv_binary(path, module) as raw:
             text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="", errors="strict")
-            reader = csv.reader(text, strict=True)
+            reader = _csv_reader(text)
             yield from _csv_record_batches(_csv_records(reader, file), wanted, names_out, batch_rows)
     except _READ_ERRORS:
         # The whole-file reader decodes the whole file before it parses: a byte that is not
-        # UTF-8 (or a damaged archive) anywhere comes first. Ask it; else the error stands.
-        _decode_csv(path, _csv_bytes(path))
+        # UTF-8 (or a damaged archive) anywhere comes first. Ask the same of the file, read in
+        # chunks (a file refused for a 1 GB line is not then read whole); else the error stands.
+        _check_csv_bytes(path, module)
         raise
 
 
