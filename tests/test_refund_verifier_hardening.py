@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -214,3 +215,34 @@ def test_large_lifts_the_work_bound_in_the_verifier_and_the_cli(
     assert "120" in capsys.readouterr().err
     assert cli_main(["verify", "--large", str(path)]) == 0
     assert "OK" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this system")
+def test_a_fifo_is_refused_as_unreadable_without_waiting(tmp_path: Path) -> None:
+    fifo = tmp_path / "audit.json"
+    os.mkfifo(fifo)  # no writer ever comes: opening it for reading would wait forever
+    done = subprocess.run([sys.executable, "-I", str(VERIFIER), str(fifo)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert done.stderr == (f"verify_audit: cannot read {fifo}: expected a regular file, got a "
+                           "FIFO (named pipe): save the audit to a file and pass that file\n")
+    with pytest.raises(verify_audit.Malformed, match="got a FIFO"):  # typestrict verify --json
+        verify_audit.load(str(fifo))
+
+
+def test_a_directory_is_refused_as_unreadable(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert verify_audit.main([str(tmp_path)]) == 4
+    assert "expected a regular file, got a directory" in capsys.readouterr().err
+
+
+def test_a_file_past_64_mib_is_refused_with_its_real_size(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "audit.json"
+    with path.open("wb") as fh:
+        fh.truncate(100 * 2**20)  # sparse: 100 MiB on paper, nothing written
+    assert verify_audit.main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"verify_audit: not a valid audit: {path}: expected at most 67108864 bytes "
+                   "(64 MiB), got 104857600 bytes\n")

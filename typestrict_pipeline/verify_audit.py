@@ -48,6 +48,7 @@ import json
 import math
 import os
 import re
+import stat
 import struct
 import sys
 from collections import Counter
@@ -499,7 +500,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-def parse(raw: bytes, where: str = "audit") -> Any:
+def parse(raw: bytes, where: str = "audit", *, size: int | None = None) -> Any:
     """Parse audit bytes strictly; :class:`Malformed` with a clear message on anything else.
 
     >>> try:
@@ -509,7 +510,10 @@ def parse(raw: bytes, where: str = "audit") -> Any:
     audit: expected each key once in an object, got 'a' twice
     """
     if len(raw) > MAX_FILE_BYTES:
-        raise Malformed(f"{where}: expected at most {MAX_FILE_BYTES} bytes (64 MiB), got {len(raw)}")
+        # ``raw`` stops one byte past the bound: the file's size (``size``, from stat) says more
+        got = f"{size} bytes" if size is not None and size > MAX_FILE_BYTES else (
+            f"more than {MAX_FILE_BYTES} bytes")
+        raise Malformed(f"{where}: expected at most {MAX_FILE_BYTES} bytes (64 MiB), got {got}")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -539,14 +543,63 @@ def parse(raw: bytes, where: str = "audit") -> Any:
         raise Malformed(f"{where}: expected JSON numbers within bounds, got {_short(str(exc))}") from None
 
 
+class Unreadable(Exception):
+    """The audit file cannot be read (nothing checked, exit 4); the message says why."""
+
+
+_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+               (stat.S_ISSOCK, "a socket"))
+
+
+def _not_regular(path: str, mode: int) -> str | None:
+    """Why ``path`` (of ``mode``) is not read, or ``None`` for a regular file.
+
+    >>> _not_regular("f.json", stat.S_IFIFO | 0o644)
+    'cannot read f.json: expected a regular file, got a FIFO (named pipe): save the audit to a file and pass that file'
+    >>> _not_regular("f.json", stat.S_IFREG | 0o644) is None
+    True
+    """
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
+    return (f"cannot read {path}: expected a regular file, got {kind}: save the audit to a file "
+            "and pass that file")
+
+
+def read_bytes(path: str) -> tuple[bytes, int]:
+    """An audit file's bytes (at most ``MAX_FILE_BYTES + 1`` of them) and its size on disk.
+
+    Only a regular file is read: anything else (a FIFO, a device, a directory) is refused before
+    it is opened, and the file is opened without blocking and checked again once open, so a FIFO
+    put in its place meanwhile is refused too; nothing here ever waits for a writer.
+
+    Raises:
+        Unreadable: the file cannot be read (its message says why).
+    """
+    try:
+        why = _not_regular(path, os.stat(path).st_mode)
+        if why is not None:
+            raise Unreadable(why)
+        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+        fd = os.open(path, flags)
+        with open(fd, "rb", closefd=True) as fh:
+            info = os.fstat(fh.fileno())
+            why = _not_regular(path, info.st_mode)
+            if why is not None:
+                raise Unreadable(why)
+            return fh.read(MAX_FILE_BYTES + 1), info.st_size
+    except OSError as exc:
+        raise Unreadable(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
 def load(path: str) -> Any:
     """Read and parse an audit file; :class:`Malformed` with a clear message on any failure."""
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise Malformed(f"cannot read {path}: {exc.strerror or exc}") from None
-    return parse(raw, path)
+        raw, size = read_bytes(path)
+    except Unreadable as exc:
+        raise Malformed(str(exc)) from None
+    return parse(raw, path, size=size)
 
 
 # --------------------------------------------------------------------------- the method
@@ -1437,10 +1490,9 @@ def _run(args: list[str]) -> int:
         _print(f"verify_audit: {exc}\n{USAGE}", err=True)
         return EXIT_CANNOT_CHECK
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        _print(f"verify_audit: cannot read {path}: {exc.strerror or exc}", err=True)
+        raw, size = read_bytes(path)
+    except Unreadable as exc:
+        _print(f"verify_audit: {exc}", err=True)
         return EXIT_CANNOT_CHECK
     if expect is not None:
         got = hashlib.sha256(raw).hexdigest()
@@ -1451,7 +1503,7 @@ def _run(args: list[str]) -> int:
                    "it before anything else.", err=True)
             return EXIT_NOT_SETTLED
     try:
-        audit = parse(raw, path)
+        audit = parse(raw, path, size=size)
         diffs = verify(audit, large=large)
     except Malformed as exc:
         _print(f"verify_audit: not a valid audit: {exc}", err=True)
