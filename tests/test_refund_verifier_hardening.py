@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -246,3 +247,72 @@ def test_a_file_past_64_mib_is_refused_with_its_real_size(
     err = capsys.readouterr().err
     assert err == (f"verify_audit: not a valid audit: {path}: expected at most 67108864 bytes "
                    "(64 MiB), got 104857600 bytes\n")
+
+
+@pytest.mark.parametrize(
+    "literal",
+    ["1e400", "-1e400", "1E+400", "1e-400", "-2.5e-999", "1e0400", "0." + "0" * 400 + "1",
+     "1" + "0" * 400 + ".0", "1.5e" + "9" * 30],
+)
+def test_a_number_out_of_a_doubles_range_is_refused_with_its_path(
+    small: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str], literal: str
+) -> None:
+    # was: 1e400 read as inf (exit 1, DIFFERS) and 1e-400 read as 0.0 (could verify OK)
+    text = audit_bytes(small).decode()
+    gain = json.dumps(small["decisions"][0]["report"]["gain"])
+    changed = text.replace(f'"gain":{gain}', f'"gain":{literal}', 1)
+    assert changed != text
+    code, said = _main(tmp_path, changed.encode(), capsys)
+    assert code == 2, said
+    shown = literal if len(literal) <= 80 else literal[:77] + "..."
+    assert said.startswith(f"verify_audit: not a valid audit: {tmp_path / 'audit.json'}: "
+                           "decisions[0].report.gain: expected a number a double can hold"), said
+    assert f"got {shown}" in said and said.count("\n") == 1, said
+
+
+def test_numbers_in_range_and_zeros_read_as_before() -> None:
+    literals = ["0", "0.0", "-0.0", "0e5", "0E-400", "-0.000e+999", "5e-324", "3e-324",
+                "1e-300", "2.2250738585072014e-308", "1.7976931348623157e308", "1e+100", "1e99",
+                "0.1", "0.30000000000000004", "0." + "0" * 300 + "1", "9" * 300 + ".5"]
+    raw = ("{" + ",".join(f'"{i}":{lit}' for i, lit in enumerate(literals)) + "}").encode()
+    parsed = verify_audit.parse(raw)
+    expected = json.loads(raw)
+    assert [repr(v) for v in parsed.values()] == [repr(v) for v in expected.values()]
+    assert [type(v) for v in parsed.values()] == [type(v) for v in expected.values()]
+
+
+@pytest.mark.parametrize("zero", ["0e-400", "0.000e+999", "0E5"])
+def test_an_exact_zero_written_otherwise_still_verifies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], zero: str
+) -> None:
+    text = (Path(__file__).parent / "data" / "audit_v4" / "multi.json").read_text()
+    changed, count = re.subn(r"(?<=[\[,])0\.0(?=[,\]])", zero, text)
+    assert count > 10
+    code, said = _main(tmp_path, changed.encode(), capsys)
+    assert code == 0 and "OK" in said, said
+
+
+@pytest.mark.parametrize(
+    ("edit", "path"),
+    [
+        (lambda t: t.replace('"training_id":"t"', '"training_id":"t\\ud800"'), "training_id"),
+        (lambda t: t.replace('"answers":["', '"answers":["\\udfff', 1), "decisions[0].answers[0]"),
+        (lambda t: t.replace('"n_test":20', '"n\\ud800":20'), "split.'n\\ud800'"),
+    ],
+)
+def test_a_lone_surrogate_is_refused_with_its_path(
+    small: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str], edit: Any, path: str
+) -> None:
+    # was: "unexpected structure (UnicodeEncodeError ...)" without a path
+    text = audit_bytes(small).decode()
+    changed = edit(text)
+    assert changed != text
+    code, said = _main(tmp_path, changed.encode(), capsys)
+    assert code == 2, said
+    assert said.startswith(f"verify_audit: not a valid audit: {tmp_path / 'audit.json'}: {path}: "
+                           "expected text that is valid Unicode, got "), said
+    assert "lone surrogate" in said and not any(g in said for g in GUARDS), said
+
+
+def test_a_surrogate_pair_is_text() -> None:
+    assert verify_audit.parse(b'{"a":"\\ud83d\\ude00"}') == {"a": "\N{GRINNING FACE}"}

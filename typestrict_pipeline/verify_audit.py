@@ -54,7 +54,7 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from fractions import Fraction
-from itertools import chain, islice
+from itertools import chain, compress, islice, repeat
 from typing import Any
 
 MIN_PYTHON = (3, 10)
@@ -500,6 +500,168 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
+class _OutOfRange:
+    """A number literal a double cannot hold, as parsed (found and named after parsing)."""
+
+    __slots__ = ("literal",)
+
+    def __init__(self, literal: str) -> None:
+        self.literal = literal
+
+
+def _out_of_range(literal: str) -> str:
+    """What is wrong with a number literal a double cannot hold.
+
+    >>> _out_of_range("1e400")
+    'expected a number a double can hold (at most about 1.8e308 in size), got 1e400'
+    >>> _out_of_range("-1E-400")
+    'expected a number a double can hold (0, or at least about 5e-324 in size), got -1E-400, which would read as 0'
+    """
+    shown = literal if len(literal) <= 80 else f"{literal[:77]}..."
+    if math.isinf(float(literal)):
+        return f"expected a number a double can hold (at most about 1.8e308 in size), got {shown}"
+    return (f"expected a number a double can hold (0, or at least about 5e-324 in size), got "
+            f"{shown}, which would read as 0")
+
+
+def _float_reader() -> tuple[Callable[[str], Any], list[_OutOfRange]]:
+    """A ``parse_float`` for :func:`json.loads` and the literals it found out of range.
+
+    Every literal is read by ``float`` itself, as the default reader does; one that overflows to
+    infinity, or underflows to 0 without being 0 (``1e-400``; ``0.0``, ``-0.0`` and ``0e5`` are
+    0), becomes an :class:`_OutOfRange` placeholder, whose path is found after parsing.
+
+    >>> read, found = _float_reader()
+    >>> read("0.1"), read("-0.0"), read("0e5"), read("5e-324"), found
+    (0.1, -0.0, 0.0, 5e-324, [])
+    >>> read("1e-400") is found[0], [f.literal for f in found]
+    (True, ['1e-400'])
+    """
+    found: list[_OutOfRange] = []
+
+    def read(literal: str) -> Any:
+        value = float(literal)
+        # 0.0 from a literal whose digits are not all 0 is an underflow (rare: only then is
+        # the literal looked at)
+        if math.isinf(value) or (value == 0.0 and literal.lower().partition("e")[0].strip("-+.0")):
+            found.append(_OutOfRange(literal))
+            return found[-1]
+        return value
+
+    return read, found
+
+
+# Every literal out of a double's range (finite: at most about 1.8e308; not 0: at least about
+# 2.5e-324) has an exponent of 3 digits or more, or else 200 digits and points or more in a row
+# (with an exponent of at most 2 digits, leaving the range takes over 200 digits). Both are looked
+# for at C speed in a copy of the bytes where each digit and point is "0", "E" is "e", "+" is "-"
+# and each character that can end a number is ",": an exponent of 3 digits or more is then
+# "e-000" (signed) or "e000" and more 0s before a "," (unsigned; the hex digests hold "e000"
+# too, never before a ","). Only then are the literals read one by one (:func:`_float_reader`).
+_NUMBER_SHAPES = bytes.maketrans(b"0123456789.+E,]} \t\r\n", b"0" * 11 + b"-e" + b"," * 7)
+_UNSIGNED_EXPONENT = re.compile(rb"e000+,")
+_LONG_RUN = b"0" * 200
+
+
+def _may_be_out_of_range(raw: bytes) -> bool:
+    """Whether a number literal in ``raw`` may be out of a double's range: never ``False`` when
+    one is; ``True`` for a few that are not (``5e-324``), which are then read one by one.
+
+    >>> _may_be_out_of_range(b'{"p":[0.5,1e-07,3.14e+20,1e99],"h":"3e4567","s":"e-3"}')
+    False
+    >>> _may_be_out_of_range(b'{"p":[5e-324]}')
+    True
+    >>> [_may_be_out_of_range(b) for b in (b'[1e400]', b'[1E+400]', b'[-1e-0400]', b'{"a":1e999}')]
+    [True, True, True, True]
+    >>> _may_be_out_of_range(b"[0." + b"0" * 330 + b"1]"), _may_be_out_of_range(b"[1" + b"0" * 330 + b".0]")
+    (True, True)
+    """
+    shapes = raw.translate(_NUMBER_SHAPES)
+    return (b"e-000" in shapes or _LONG_RUN in shapes
+            or (b"e000" in shapes and _UNSIGNED_EXPONENT.search(shapes) is not None))
+
+
+# a \u escape of a surrogate (D800-DFFF): the only way a string in UTF-8 JSON gets a lone one
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
+
+
+def _lone_surrogate(text: str) -> int | None:
+    """Where ``text`` holds a lone surrogate (which UTF-8 cannot encode), or ``None``."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
+_Path = tuple[Any, ...] | None  # (parent path, key or index) links, joined only for a message
+_CONTAINERS = (dict, list)
+
+
+def _containers(tree: Any) -> Iterator[tuple[_Path, Any]]:
+    """Every object and list in ``tree`` with its path, parents first; the entries of a list are
+    sorted at C speed (a refused file may hold millions of numbers), and the stack holds at most
+    the containers the file has."""
+    stack: list[tuple[_Path, Any]] = [(None, tree)]
+    while stack:
+        path, node = stack.pop()
+        yield path, node
+        if isinstance(node, dict):
+            inner = [(k, v) for k, v in node.items() if isinstance(v, _CONTAINERS)]
+        else:
+            at = compress(range(len(node)), map(isinstance, node, repeat(_CONTAINERS)))
+            inner = [(i, node[i]) for i in at]
+        stack.extend(((path, key), value) for key, value in reversed(inner))
+
+
+def _path_text(path: _Path) -> str:
+    parts: list[str] = []
+    while path is not None:
+        path, key = path
+        parts.append(f"[{key}]" if isinstance(key, int) else f".{_name(key)}")
+    return "".join(reversed(parts)).lstrip(".") or "the top"
+
+
+def _unreadable(tree: Any, number: _OutOfRange | None, strings: bool) -> tuple[str, str] | None:
+    """The JSON path of a value that is not a readable audit value, and what is wrong with it:
+    ``number`` (a number out of a double's range, found by identity), else (with ``strings``)
+    text, a key or a value, holding a lone surrogate. ``None`` when there is none.
+
+    >>> _unreadable({"a": [1.0, {"b": "ok", "c": _OutOfRange("1e400")}]}, None, False)
+    >>> big = _OutOfRange("1e400")
+    >>> _unreadable({"a": [1.0, {"b": "ok", "c": big}]}, big, False)
+    ('a[1].c', 'expected a number a double can hold (at most about 1.8e308 in size), got 1e400')
+    >>> _unreadable({"a": ["x", "y\\ud800"]}, None, True)[0]
+    'a[1]'
+    """
+    if number is not None:
+        for path, node in _containers(tree):
+            if isinstance(node, dict):
+                key = next((k for k, v in node.items() if v is number), None)
+                if key is not None:
+                    return _path_text((path, key)), _out_of_range(number.literal)
+            elif number in node:  # no other value equals it: found by identity, at C speed
+                return _path_text((path, node.index(number))), _out_of_range(number.literal)
+    if strings:
+        for path, node in _containers(tree):
+            texts: Iterator[tuple[Any, Any, bool]]
+            if isinstance(node, dict):
+                texts = chain.from_iterable(
+                    [((k, k, True), (k, v, False)) if isinstance(v, str) else ((k, k, True),)
+                     for k, v in node.items()])
+            else:
+                at = compress(range(len(node)), map(isinstance, node, repeat(str)))
+                texts = ((i, node[i], False) for i in at)
+            for key, text, is_key in texts:
+                where = _lone_surrogate(text)
+                if where is not None:
+                    return _path_text((path, key)), (
+                        f"expected text that is valid Unicode, got {_short(text)}, which holds a "
+                        f"lone surrogate (character {where + 1}) that UTF-8 cannot encode"
+                        + (" (in a key)" if is_key else ""))
+    return None
+
+
 def parse(raw: bytes, where: str = "audit", *, size: int | None = None) -> Any:
     """Parse audit bytes strictly; :class:`Malformed` with a clear message on anything else.
 
@@ -528,8 +690,12 @@ def parse(raw: bytes, where: str = "audit", *, size: int | None = None) -> Any:
         if text.count(char) > most:
             raise Malformed(f"{where}: expected at most {most} {char!r} characters in an audit, "
                             f"got {text.count(char)}")
+    read_float, out_of_range = _float_reader()
+    if not _may_be_out_of_range(raw):
+        read_float = float  # the default reader, at full speed: every literal is in range
     try:
-        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_reject_constant)
+        tree = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_reject_constant,
+                          parse_float=read_float)
     except Malformed as exc:
         raise Malformed(f"{where}: {exc}") from None
     except json.JSONDecodeError as exc:
@@ -541,6 +707,14 @@ def parse(raw: bytes, where: str = "audit", *, size: int | None = None) -> Any:
                         "nesting than the interpreter allows") from None
     except ValueError as exc:  # e.g. an integer past the interpreter's digit limit
         raise Malformed(f"{where}: expected JSON numbers within bounds, got {_short(str(exc))}") from None
+    # a number out of a double's range, a lone surrogate (only from a \u escape: the text is
+    # valid UTF-8): refused here with its path, never read as inf, 0.0 or text nothing can encode
+    strings = _SURROGATE_ESCAPE.search(text) is not None
+    if out_of_range or strings:
+        bad = _unreadable(tree, out_of_range[0] if out_of_range else None, strings)
+        if bad is not None:
+            raise Malformed(f"{where}: {bad[0]}: {bad[1]}: the product never writes it")
+    return tree
 
 
 class Unreadable(Exception):
@@ -562,7 +736,7 @@ def _not_regular(path: str, mode: int) -> str | None:
     """
     if stat.S_ISREG(mode):
         return None
-    kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
+    kind = next((name for test, name in _FILE_KINDS if test(mode)), "another kind of file")
     return (f"cannot read {path}: expected a regular file, got {kind}: save the audit to a file "
             "and pass that file")
 
