@@ -316,3 +316,43 @@ def test_a_lone_surrogate_is_refused_with_its_path(
 
 def test_a_surrogate_pair_is_text() -> None:
     assert verify_audit.parse(b'{"a":"\\ud83d\\ude00"}') == {"a": "\N{GRINNING FACE}"}
+
+
+@pytest.mark.parametrize(
+    ("edit", "path", "expected", "got"),
+    [
+        (lambda p: p.update(resamples=1000), "params.resamples", "2000", "1000"),
+        (lambda p: p["weights"].update(macro_f1=0.6), "params.weights.macro_f1", "0.5", "0.6"),
+        (lambda p: p["max_drop"].update(worst_class_f1="1/10"), "params.max_drop.worst_class_f1",
+         "'1/20'", "'1/10'"),
+        (lambda p: p.update(seed_domain="other"), "params.seed_domain",
+         "'typestrict-refund-seed-v1'", "'other'"),
+        (lambda p: p.update(group_check="none"), "params.group_check", "'group_jackknife_t95_v1'",
+         "'none'"),
+    ],
+)
+def test_params_other_than_the_rules_are_not_an_audit(
+    small: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str], edit: Any,
+    path: str, expected: str, got: str,
+) -> None:
+    # the format's page lists them among what the verifier refuses (exit 2); was exit 1
+    audit = copy.deepcopy(small)
+    edit(audit["params"])
+    code, said = _main(tmp_path, audit_bytes(audit), capsys)
+    assert code == 2, said
+    assert said == (f"verify_audit: not a valid audit: {path}: expected {expected} (a fixed "
+                    f"parameter of the rule: the product always writes it), got {got}\n")
+
+
+def test_two_decisions_of_one_name_are_not_an_audit_and_the_name_is_named(
+    small: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # was exit 1, "decisions: names must be unique, got a JSON list" (which name?)
+    audit = copy.deepcopy(small)
+    name = audit["decisions"][0]["name"]
+    audit["decisions"][1]["name"] = name
+    code, said = _main(tmp_path, audit_bytes(audit), capsys)
+    assert code == 2, said
+    assert said == (f"verify_audit: not a valid audit: decisions[1].name: expected each "
+                    "decision's name once (a training's decision names are unique; each is part "
+                    f"of its decision's seed), got {name!r} again (first at decisions[0])\n")

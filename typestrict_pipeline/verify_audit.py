@@ -20,13 +20,15 @@ verdict together, and compares every number in the audit with what it rebuilt, e
 
 Exit status, one per class of damage: 0 everything matches; 1 a value differs (each difference
 is printed); 2 not an audit (not strict JSON, a field missing or unexpected, a wrong type, an
-unknown version, a size the product never writes: one line says what and where); 3 not the
-settled file (``--expect-sha256`` given and the file's SHA-256 differs, checked first); 4 nothing
-checked (a wrong command line, an unreadable file, an old interpreter). It reads JSON strictly (a
-duplicated key, a non-finite number, an integer past the interpreter's digit limit, a file above
-64 MiB, nesting past the interpreter's limit are refused) and refuses, before any computation,
-what the product never writes: a resample count other than 2,000, more than 2,000 test examples
-in a decision, more than 256 answers, more than 32 decisions, a field the format does not have,
+unknown version, a size or a value the product never writes: one line says what and where); 3
+not the settled file (``--expect-sha256`` given and the file's SHA-256 differs, checked first); 4
+nothing checked (a wrong command line, an unreadable file or one that is not a regular file, such
+as a FIFO, an old interpreter). It reads JSON strictly (a duplicated key, a non-finite number, a
+number a double cannot hold, text with a lone surrogate, an integer past the interpreter's digit
+limit, a file above 64 MiB, nesting past the interpreter's limit are refused) and refuses, before
+any computation, what the product never writes: a ``params`` value other than the rule's, two
+decisions of one name, a resample count other than 2,000, more than 2,000 test examples in a
+decision, more than 256 answers, more than 32 decisions, a field the format does not have,
 or (unless ``--large`` is given) more than 4,000 test examples or 80,000 examples x answers in
 all, which keeps a run within a few seconds whatever the file.
 
@@ -160,12 +162,13 @@ EXIT_CODES = {
     EXIT_DIFFERS: "a value differs: the file has the format's shape, but a number, digest or "
                   "verdict is not what the rest of the file rebuilds to",
     EXIT_MALFORMED: "not an audit: not strict JSON, or not the format (a field missing or "
-                    "unexpected, a wrong type, an unknown version, a size the product never "
-                    "writes)",
+                    "unexpected, a wrong type, an unknown version, a size or a value the product "
+                    "never writes)",
     EXIT_NOT_SETTLED: "not the settled file: its SHA-256 is not the one given with "
                       "--expect-sha256 (checked before anything else)",
-    EXIT_CANNOT_CHECK: "nothing checked: a wrong command line, a file that cannot be read, an "
-                       "interpreter too old, memory exhausted or an interruption",
+    EXIT_CANNOT_CHECK: "nothing checked: a wrong command line, a file that cannot be read or is "
+                       "not a regular file, an interpreter too old, memory exhausted or an "
+                       "interruption",
 }
 
 # ------------------------------------------------------------------ the format's fields and types
@@ -1458,6 +1461,36 @@ class _Decision:
         return beats
 
 
+def _fixed_params(expected: dict[str, Any], got: dict[str, Any], where: str) -> None:
+    """Refuse (:class:`Malformed`) ``params`` (of the right shape) whose values are not the rule's:
+    the product always writes these values, so another one is not an audit it wrote.
+
+    >>> try:
+    ...     _fixed_params(PARAMS, {**PARAMS, "resamples": 1000}, "params")
+    ... except Malformed as exc:
+    ...     print(exc)
+    params.resamples: expected 2000 (a fixed parameter of the rule: the product always writes it), got 1000
+    """
+    for key, value in expected.items():
+        if isinstance(value, dict):
+            _fixed_params(value, got[key], f"{where}.{key}")
+        elif not _same(value, got[key]):
+            raise Malformed(f"{where}.{key}: expected {value!r} (a fixed parameter of the rule: the "
+                            f"product always writes it), got {_short(got[key])}")
+
+
+def _unique_names(read: Sequence[_Decision]) -> None:
+    """Refuse (:class:`Malformed`) two decisions of one name (a training's names are unique)."""
+    first: dict[str, int] = {}
+    for i, decision in enumerate(read):
+        if decision.name in first:
+            raise Malformed(f"decisions[{i}].name: expected each decision's name once (a "
+                            "training's decision names are unique; each is part of its "
+                            f"decision's seed), got {_short(decision.name)} again (first at "
+                            f"decisions[{first[decision.name]}])")
+        first[decision.name] = i
+
+
 def verify(audit: Any, *, large: bool = False) -> list[str]:
     """Rebuild everything in ``audit`` (a parsed audit) and return the differences (empty if none).
 
@@ -1497,7 +1530,7 @@ def verify(audit: Any, *, large: bool = False) -> list[str]:
     top = {k: t for k, t in schema.items() if k != "decisions"}
     for key, t in top.items():
         _shape(audit[key], t, key)
-    _compare(PARAMS_BY_VERSION[version], audit["params"], "params", diffs)
+    _fixed_params(PARAMS_BY_VERSION[version], audit["params"], "params")
     decisions = _list(audit["decisions"], "decisions", most=MAX_DECISIONS)
     overall = audit["overall"]
     keep, verdict = overall["keep_if_loses"], overall["verdict"]
@@ -1507,8 +1540,9 @@ def verify(audit: Any, *, large: bool = False) -> list[str]:
         if not isinstance(reason, str) or not reason.strip():
             diffs.add(f"overall.failure_reason: a failed training needs its reason, got "
                       f"{_short(reason)}")
-        for i, d in enumerate(decisions):  # read for shape, though a failed training has none
-            _Decision(d, f"decisions[{i}]", version, _Diffs())
+        # read for shape, though a failed training has none
+        _unique_names([_Decision(d, f"decisions[{i}]", version, _Diffs())
+                       for i, d in enumerate(decisions)])
         if decisions:
             diffs.add(f"decisions: a failed training has no decisions, got {len(decisions)}")
         expected = {
@@ -1520,6 +1554,7 @@ def verify(audit: Any, *, large: bool = False) -> list[str]:
         if not decisions:
             raise Malformed("decisions: expected at least one decision for a judged training, got 0")
         read = [_Decision(d, f"decisions[{i}]", version, diffs) for i, d in enumerate(decisions)]
+        _unique_names(read)
         total = sum(d.n for d in read)
         cells = sum(d.n * len(d.answers) for d in read)
         if (total > MAX_TOTAL_EXAMPLES or cells > MAX_TOTAL_CELLS) and not large:
@@ -1528,9 +1563,6 @@ def verify(audit: Any, *, large: bool = False) -> list[str]:
                             f"{cells}: such an audit takes long to verify; re-run with --large "
                             "to verify it anyway")
         results = [(d.name, d.check(version, diffs)) for d in read]
-        names = [r[0] for r in results]
-        if len(set(names)) != len(names):
-            diffs.add(f"decisions: names must be unique, got {_short(names)}")
         won = sum(1 for _, b in results if b)
         needed = (2 * len(results) + 2) // 3
         beats = won >= needed
