@@ -7,6 +7,7 @@ import copy
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -356,3 +357,26 @@ def test_two_decisions_of_one_name_are_not_an_audit_and_the_name_is_named(
     assert said == (f"verify_audit: not a valid audit: decisions[1].name: expected each "
                     "decision's name once (a training's decision names are unique; each is part "
                     f"of its decision's seed), got {name!r} again (first at decisions[0])\n")
+
+
+def _python_3_9() -> str | None:
+    """A Python 3.9 that runs (on PATH, or a pyenv one), if this machine has one."""
+    found = [shutil.which("python3.9"), *map(str, sorted(
+        (Path.home() / ".pyenv" / "versions").glob("3.9*/bin/python3.9")))]
+    for candidate in filter(None, found):
+        done = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[:2])"],
+                              capture_output=True, text=True, timeout=60, check=False)
+        if done.returncode == 0 and done.stdout.strip() == "(3, 9)":
+            return candidate
+    return None
+
+
+def test_a_real_old_interpreter_gets_the_one_line_message(tmp_path: Path) -> None:
+    # the whole file must import on 3.9 (no runtime `X | None` at the top level) to say so
+    old = _python_3_9()
+    if old is None:
+        pytest.skip("no Python 3.9 on this machine")
+    done = subprocess.run([old, "-I", str(VERIFIER), str(tmp_path / "a.json")],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 4 and done.stderr.startswith(
+        "verify_audit: needs Python 3.10 or later, got Python 3.9"), done.stderr

@@ -57,7 +57,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from fractions import Fraction
 from itertools import chain, compress, islice, repeat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 MIN_PYTHON = (3, 10)
 
@@ -597,7 +597,8 @@ def _lone_surrogate(text: str) -> int | None:
     return None
 
 
-_Path = tuple[Any, ...] | None  # (parent path, key or index) links, joined only for a message
+if TYPE_CHECKING:  # a type only: this file must import on an old interpreter to say it is too old
+    _Path = tuple[Any, ...] | None  # (parent path, key or index) links, joined only for a message
 _CONTAINERS = (dict, list)
 
 
