@@ -400,10 +400,12 @@ def _wrong_type(t: str) -> Any:
 
 FIELDS = verify_audit.field_list(verify_audit.AUDIT_VERSIONS[-1])
 # fields whose other values leave what the product ever writes (a version it does not know, a
-# resample count, an answer index past the answers, a kind or unit whose rows differ): exit 2
+# resample count, an answer index past the answers, a kind or unit whose rows differ, any of the
+# rule's fixed params): exit 2
 BOUNDED = {"audit_version", "decisions[].kind", "decisions[].rows.y", "decisions[].rows.n_options",
            "decisions[].report.bootstrap.resamples", "decisions[].report.bootstrap.unit",
-           "decisions[].rows.p_model", "decisions[].rows.p_jev"}
+           "decisions[].rows.p_model", "decisions[].rows.p_jev",
+           *(p for p in FIELDS if p.startswith("params."))}
 
 
 def _place(path: str) -> tuple[str, dict[str, Any], Any, Any]:

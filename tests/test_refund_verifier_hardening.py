@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -214,3 +217,199 @@ def test_large_lifts_the_work_bound_in_the_verifier_and_the_cli(
     assert "120" in capsys.readouterr().err
     assert cli_main(["verify", "--large", str(path)]) == 0
     assert "OK" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this system")
+def test_a_fifo_is_refused_as_unreadable_without_waiting(tmp_path: Path) -> None:
+    fifo = tmp_path / "audit.json"
+    os.mkfifo(fifo)  # no writer ever comes: opening it for reading would wait forever
+    done = subprocess.run([sys.executable, "-I", str(VERIFIER), str(fifo)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert done.stderr == (f"verify_audit: cannot read {fifo}: expected a regular file, got a "
+                           "FIFO (named pipe): save the audit to a file and pass that file\n")
+    with pytest.raises(verify_audit.Malformed, match="got a FIFO"):  # typestrict verify --json
+        verify_audit.load(str(fifo))
+
+
+def test_a_directory_is_refused_as_unreadable(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert verify_audit.main([str(tmp_path)]) == 4
+    assert "expected a regular file, got a directory" in capsys.readouterr().err
+
+
+def test_a_file_past_64_mib_is_refused_with_its_real_size(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "audit.json"
+    with path.open("wb") as fh:
+        fh.truncate(100 * 2**20)  # sparse: 100 MiB on paper, nothing written
+    assert verify_audit.main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"verify_audit: not a valid audit: {path}: expected at most 67108864 bytes "
+                   "(64 MiB), got 104857600 bytes\n")
+
+
+@pytest.mark.parametrize(
+    "literal",
+    ["1e400", "-1e400", "1E+400", "1e-400", "-2.5e-999", "1e0400", "0." + "0" * 400 + "1",
+     "1" + "0" * 400 + ".0", "1.5e" + "9" * 30],
+)
+def test_a_number_out_of_a_doubles_range_is_refused_with_its_path(
+    small: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str], literal: str
+) -> None:
+    # was: 1e400 read as inf (exit 1, DIFFERS) and 1e-400 read as 0.0 (could verify OK)
+    text = audit_bytes(small).decode()
+    gain = json.dumps(small["decisions"][0]["report"]["gain"])
+    changed = text.replace(f'"gain":{gain}', f'"gain":{literal}', 1)
+    assert changed != text
+    code, said = _main(tmp_path, changed.encode(), capsys)
+    assert code == 2, said
+    shown = literal if len(literal) <= 80 else literal[:77] + "..."
+    assert said.startswith(f"verify_audit: not a valid audit: {tmp_path / 'audit.json'}: "
+                           "decisions[0].report.gain: expected a number a double can hold"), said
+    assert f"got {shown}" in said and said.count("\n") == 1, said
+
+
+def test_numbers_in_range_and_zeros_read_as_before() -> None:
+    literals = ["0", "0.0", "-0.0", "0e5", "0E-400", "-0.000e+999", "5e-324", "3e-324",
+                "1e-300", "2.2250738585072014e-308", "1.7976931348623157e308", "1e+100", "1e99",
+                "0.1", "0.30000000000000004", "0." + "0" * 300 + "1", "9" * 300 + ".5"]
+    raw = ("{" + ",".join(f'"{i}":{lit}' for i, lit in enumerate(literals)) + "}").encode()
+    parsed = verify_audit.parse(raw)
+    expected = json.loads(raw)
+    assert [repr(v) for v in parsed.values()] == [repr(v) for v in expected.values()]
+    assert [type(v) for v in parsed.values()] == [type(v) for v in expected.values()]
+
+
+@pytest.mark.parametrize("zero", ["0e-400", "0.000e+999", "0E5"])
+def test_an_exact_zero_written_otherwise_still_verifies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], zero: str
+) -> None:
+    text = (Path(__file__).parent / "data" / "audit_v4" / "multi.json").read_text()
+    changed, count = re.subn(r"(?<=[\[,])0\.0(?=[,\]])", zero, text)
+    assert count > 10
+    code, said = _main(tmp_path, changed.encode(), capsys)
+    assert code == 0 and "OK" in said, said
+
+
+@pytest.mark.parametrize(
+    ("edit", "path"),
+    [
+        (lambda t: t.replace('"training_id":"t"', '"training_id":"t\\ud800"'), "training_id"),
+        (lambda t: t.replace('"answers":["', '"answers":["\\udfff', 1), "decisions[0].answers[0]"),
+        (lambda t: t.replace('"n_test":20', '"n\\ud800":20'), "split.'n\\ud800'"),
+    ],
+)
+def test_a_lone_surrogate_is_refused_with_its_path(
+    small: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str], edit: Any, path: str
+) -> None:
+    # was: "unexpected structure (UnicodeEncodeError ...)" without a path
+    text = audit_bytes(small).decode()
+    changed = edit(text)
+    assert changed != text
+    code, said = _main(tmp_path, changed.encode(), capsys)
+    assert code == 2, said
+    assert said.startswith(f"verify_audit: not a valid audit: {tmp_path / 'audit.json'}: {path}: "
+                           "expected text that is valid Unicode, got "), said
+    assert "lone surrogate" in said and not any(g in said for g in GUARDS), said
+
+
+def test_a_surrogate_pair_is_text() -> None:
+    assert verify_audit.parse(b'{"a":"\\ud83d\\ude00"}') == {"a": "\N{GRINNING FACE}"}
+
+
+@pytest.mark.parametrize(
+    ("edit", "path", "expected", "got"),
+    [
+        (lambda p: p.update(resamples=1000), "params.resamples", "2000", "1000"),
+        (lambda p: p["weights"].update(macro_f1=0.6), "params.weights.macro_f1", "0.5", "0.6"),
+        (lambda p: p["max_drop"].update(worst_class_f1="1/10"), "params.max_drop.worst_class_f1",
+         "'1/20'", "'1/10'"),
+        (lambda p: p.update(seed_domain="other"), "params.seed_domain",
+         "'typestrict-refund-seed-v1'", "'other'"),
+        (lambda p: p.update(group_check="none"), "params.group_check", "'group_jackknife_t95_v1'",
+         "'none'"),
+    ],
+)
+def test_params_other_than_the_rules_are_not_an_audit(
+    small: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str], edit: Any,
+    path: str, expected: str, got: str,
+) -> None:
+    # the format's page lists them among what the verifier refuses (exit 2); was exit 1
+    audit = copy.deepcopy(small)
+    edit(audit["params"])
+    code, said = _main(tmp_path, audit_bytes(audit), capsys)
+    assert code == 2, said
+    assert said == (f"verify_audit: not a valid audit: {path}: expected {expected} (a fixed "
+                    f"parameter of the rule: the product always writes it), got {got}\n")
+
+
+def test_two_decisions_of_one_name_are_not_an_audit_and_the_name_is_named(
+    small: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # was exit 1, "decisions: names must be unique, got a JSON list" (which name?)
+    audit = copy.deepcopy(small)
+    name = audit["decisions"][0]["name"]
+    audit["decisions"][1]["name"] = name
+    code, said = _main(tmp_path, audit_bytes(audit), capsys)
+    assert code == 2, said
+    assert said == (f"verify_audit: not a valid audit: decisions[1].name: expected each "
+                    "decision's name once (a training's decision names are unique; each is part "
+                    f"of its decision's seed), got {name!r} again (first at decisions[0])\n")
+
+
+def _python_3_9() -> str | None:
+    """A Python 3.9 that runs (on PATH, or a pyenv one), if this machine has one."""
+    found = [shutil.which("python3.9"), *map(str, sorted(
+        (Path.home() / ".pyenv" / "versions").glob("3.9*/bin/python3.9")))]
+    for candidate in filter(None, found):
+        done = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[:2])"],
+                              capture_output=True, text=True, timeout=60, check=False)
+        if done.returncode == 0 and done.stdout.strip() == "(3, 9)":
+            return candidate
+    return None
+
+
+def _runtime_unions(source: str) -> list[int]:
+    """Lines of ``X | Y`` evaluated when the module is imported (module-level statements outside
+    ``if TYPE_CHECKING:``, function bodies and, under ``from __future__ import annotations``,
+    annotations excluded): what makes the file fail to import on Python 3.9."""
+    import ast
+
+    lines: list[int] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for part in [*node.decorator_list, *node.args.defaults, *node.args.kw_defaults]:
+                if part is not None:
+                    visit(part)
+            return
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for branch in node.orelse:
+                visit(branch)
+            return
+        if isinstance(node, ast.AnnAssign):
+            if node.value is not None:
+                visit(node.value)
+            return
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+            lines.append(node.lineno)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(source))
+    return lines
+
+
+def test_the_file_imports_on_an_old_interpreter_to_say_it_is_too_old(tmp_path: Path) -> None:
+    # The whole file must import on 3.9 (no runtime `X | None`) to print the one-line message:
+    # checked on the source always, and by a real Python 3.9 where the machine has one (CI does).
+    assert _runtime_unions(VERIFIER.read_text(encoding="utf-8")) == []
+    assert _runtime_unions("from typing import Optional\nPath = tuple[str, int] | None\n") == [2]
+    old = _python_3_9()
+    if old is not None:
+        done = subprocess.run([old, "-I", str(VERIFIER), str(tmp_path / "a.json")],
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 4 and done.stderr.startswith(
+            "verify_audit: needs Python 3.10 or later, got Python 3.9"), done.stderr

@@ -20,13 +20,15 @@ verdict together, and compares every number in the audit with what it rebuilt, e
 
 Exit status, one per class of damage: 0 everything matches; 1 a value differs (each difference
 is printed); 2 not an audit (not strict JSON, a field missing or unexpected, a wrong type, an
-unknown version, a size the product never writes: one line says what and where); 3 not the
-settled file (``--expect-sha256`` given and the file's SHA-256 differs, checked first); 4 nothing
-checked (a wrong command line, an unreadable file, an old interpreter). It reads JSON strictly (a
-duplicated key, a non-finite number, an integer past the interpreter's digit limit, a file above
-64 MiB, nesting past the interpreter's limit are refused) and refuses, before any computation,
-what the product never writes: a resample count other than 2,000, more than 2,000 test examples
-in a decision, more than 256 answers, more than 32 decisions, a field the format does not have,
+unknown version, a size or a value the product never writes: one line says what and where); 3
+not the settled file (``--expect-sha256`` given and the file's SHA-256 differs, checked first); 4
+nothing checked (a wrong command line, an unreadable file or one that is not a regular file, such
+as a FIFO, an old interpreter). It reads JSON strictly (a duplicated key, a non-finite number, a
+number a double cannot hold, text with a lone surrogate, an integer past the interpreter's digit
+limit, a file above 64 MiB, nesting past the interpreter's limit are refused) and refuses, before
+any computation, what the product never writes: a ``params`` value other than the rule's, two
+decisions of one name, a resample count other than 2,000, more than 2,000 test examples in a
+decision, more than 256 answers, more than 32 decisions, a field the format does not have,
 or (unless ``--large`` is given) more than 4,000 test examples or 80,000 examples x answers in
 all, which keeps a run within a few seconds whatever the file.
 
@@ -48,13 +50,14 @@ import json
 import math
 import os
 import re
+import stat
 import struct
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from fractions import Fraction
-from itertools import chain, islice
-from typing import Any
+from itertools import chain, compress, islice, repeat
+from typing import TYPE_CHECKING, Any
 
 MIN_PYTHON = (3, 10)
 
@@ -159,12 +162,13 @@ EXIT_CODES = {
     EXIT_DIFFERS: "a value differs: the file has the format's shape, but a number, digest or "
                   "verdict is not what the rest of the file rebuilds to",
     EXIT_MALFORMED: "not an audit: not strict JSON, or not the format (a field missing or "
-                    "unexpected, a wrong type, an unknown version, a size the product never "
-                    "writes)",
+                    "unexpected, a wrong type, an unknown version, a size or a value the product "
+                    "never writes)",
     EXIT_NOT_SETTLED: "not the settled file: its SHA-256 is not the one given with "
                       "--expect-sha256 (checked before anything else)",
-    EXIT_CANNOT_CHECK: "nothing checked: a wrong command line, a file that cannot be read, an "
-                       "interpreter too old, memory exhausted or an interruption",
+    EXIT_CANNOT_CHECK: "nothing checked: a wrong command line, a file that cannot be read or is "
+                       "not a regular file, an interpreter too old, memory exhausted or an "
+                       "interruption",
 }
 
 # ------------------------------------------------------------------ the format's fields and types
@@ -499,7 +503,170 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-def parse(raw: bytes, where: str = "audit") -> Any:
+class _OutOfRange:
+    """A number literal a double cannot hold, as parsed (found and named after parsing)."""
+
+    __slots__ = ("literal",)
+
+    def __init__(self, literal: str) -> None:
+        self.literal = literal
+
+
+def _out_of_range(literal: str) -> str:
+    """What is wrong with a number literal a double cannot hold.
+
+    >>> _out_of_range("1e400")
+    'expected a number a double can hold (at most about 1.8e308 in size), got 1e400'
+    >>> _out_of_range("-1E-400")
+    'expected a number a double can hold (0, or at least about 5e-324 in size), got -1E-400, which would read as 0'
+    """
+    shown = literal if len(literal) <= 80 else f"{literal[:77]}..."
+    if math.isinf(float(literal)):
+        return f"expected a number a double can hold (at most about 1.8e308 in size), got {shown}"
+    return (f"expected a number a double can hold (0, or at least about 5e-324 in size), got "
+            f"{shown}, which would read as 0")
+
+
+def _float_reader() -> tuple[Callable[[str], Any], list[_OutOfRange]]:
+    """A ``parse_float`` for :func:`json.loads` and the literals it found out of range.
+
+    Every literal is read by ``float`` itself, as the default reader does; one that overflows to
+    infinity, or underflows to 0 without being 0 (``1e-400``; ``0.0``, ``-0.0`` and ``0e5`` are
+    0), becomes an :class:`_OutOfRange` placeholder, whose path is found after parsing.
+
+    >>> read, found = _float_reader()
+    >>> read("0.1"), read("-0.0"), read("0e5"), read("5e-324"), found
+    (0.1, -0.0, 0.0, 5e-324, [])
+    >>> read("1e-400") is found[0], [f.literal for f in found]
+    (True, ['1e-400'])
+    """
+    found: list[_OutOfRange] = []
+
+    def read(literal: str) -> Any:
+        value = float(literal)
+        # 0.0 from a literal whose digits are not all 0 is an underflow (rare: only then is
+        # the literal looked at)
+        if math.isinf(value) or (value == 0.0 and literal.lower().partition("e")[0].strip("-+.0")):
+            found.append(_OutOfRange(literal))
+            return found[-1]
+        return value
+
+    return read, found
+
+
+# Every literal out of a double's range (finite: at most about 1.8e308; not 0: at least about
+# 2.5e-324) has an exponent of 3 digits or more, or else 200 digits and points or more in a row
+# (with an exponent of at most 2 digits, leaving the range takes over 200 digits). Both are looked
+# for at C speed in a copy of the bytes where each digit and point is "0", "E" is "e", "+" is "-"
+# and each character that can end a number is ",": an exponent of 3 digits or more is then
+# "e-000" (signed) or "e000" and more 0s before a "," (unsigned; the hex digests hold "e000"
+# too, never before a ","). Only then are the literals read one by one (:func:`_float_reader`).
+_NUMBER_SHAPES = bytes.maketrans(b"0123456789.+E,]} \t\r\n", b"0" * 11 + b"-e" + b"," * 7)
+_UNSIGNED_EXPONENT = re.compile(rb"e000+,")
+_LONG_RUN = b"0" * 200
+
+
+def _may_be_out_of_range(raw: bytes) -> bool:
+    """Whether a number literal in ``raw`` may be out of a double's range: never ``False`` when
+    one is; ``True`` for a few that are not (``5e-324``), which are then read one by one.
+
+    >>> _may_be_out_of_range(b'{"p":[0.5,1e-07,3.14e+20,1e99],"h":"3e4567","s":"e-3"}')
+    False
+    >>> _may_be_out_of_range(b'{"p":[5e-324]}')
+    True
+    >>> [_may_be_out_of_range(b) for b in (b'[1e400]', b'[1E+400]', b'[-1e-0400]', b'{"a":1e999}')]
+    [True, True, True, True]
+    >>> _may_be_out_of_range(b"[0." + b"0" * 330 + b"1]"), _may_be_out_of_range(b"[1" + b"0" * 330 + b".0]")
+    (True, True)
+    """
+    shapes = raw.translate(_NUMBER_SHAPES)
+    return (b"e-000" in shapes or _LONG_RUN in shapes
+            or (b"e000" in shapes and _UNSIGNED_EXPONENT.search(shapes) is not None))
+
+
+# a \u escape of a surrogate (D800-DFFF): the only way a string in UTF-8 JSON gets a lone one
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
+
+
+def _lone_surrogate(text: str) -> int | None:
+    """Where ``text`` holds a lone surrogate (which UTF-8 cannot encode), or ``None``."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
+if TYPE_CHECKING:  # a type only: this file must import on an old interpreter to say it is too old
+    _Path = tuple[Any, ...] | None  # (parent path, key or index) links, joined only for a message
+_CONTAINERS = (dict, list)
+
+
+def _containers(tree: Any) -> Iterator[tuple[_Path, Any]]:
+    """Every object and list in ``tree`` with its path, parents first; the entries of a list are
+    sorted at C speed (a refused file may hold millions of numbers), and the stack holds at most
+    the containers the file has."""
+    stack: list[tuple[_Path, Any]] = [(None, tree)]
+    while stack:
+        path, node = stack.pop()
+        yield path, node
+        if isinstance(node, dict):
+            inner = [(k, v) for k, v in node.items() if isinstance(v, _CONTAINERS)]
+        else:
+            at = compress(range(len(node)), map(isinstance, node, repeat(_CONTAINERS)))
+            inner = [(i, node[i]) for i in at]
+        stack.extend(((path, key), value) for key, value in reversed(inner))
+
+
+def _path_text(path: _Path) -> str:
+    parts: list[str] = []
+    while path is not None:
+        path, key = path
+        parts.append(f"[{key}]" if isinstance(key, int) else f".{_name(key)}")
+    return "".join(reversed(parts)).lstrip(".") or "the top"
+
+
+def _unreadable(tree: Any, number: _OutOfRange | None, strings: bool) -> tuple[str, str] | None:
+    """The JSON path of a value that is not a readable audit value, and what is wrong with it:
+    ``number`` (a number out of a double's range, found by identity), else (with ``strings``)
+    text, a key or a value, holding a lone surrogate. ``None`` when there is none.
+
+    >>> _unreadable({"a": [1.0, {"b": "ok", "c": _OutOfRange("1e400")}]}, None, False)
+    >>> big = _OutOfRange("1e400")
+    >>> _unreadable({"a": [1.0, {"b": "ok", "c": big}]}, big, False)
+    ('a[1].c', 'expected a number a double can hold (at most about 1.8e308 in size), got 1e400')
+    >>> _unreadable({"a": ["x", "y\\ud800"]}, None, True)[0]
+    'a[1]'
+    """
+    if number is not None:
+        for path, node in _containers(tree):
+            if isinstance(node, dict):
+                key = next((k for k, v in node.items() if v is number), None)
+                if key is not None:
+                    return _path_text((path, key)), _out_of_range(number.literal)
+            elif number in node:  # no other value equals it: found by identity, at C speed
+                return _path_text((path, node.index(number))), _out_of_range(number.literal)
+    if strings:
+        for path, node in _containers(tree):
+            texts: Iterator[tuple[Any, Any, bool]]
+            if isinstance(node, dict):
+                texts = chain.from_iterable(
+                    [((k, k, True), (k, v, False)) if isinstance(v, str) else ((k, k, True),)
+                     for k, v in node.items()])
+            else:
+                at = compress(range(len(node)), map(isinstance, node, repeat(str)))
+                texts = ((i, node[i], False) for i in at)
+            for key, text, is_key in texts:
+                where = _lone_surrogate(text)
+                if where is not None:
+                    return _path_text((path, key)), (
+                        f"expected text that is valid Unicode, got {_short(text)}, which holds a "
+                        f"lone surrogate (character {where + 1}) that UTF-8 cannot encode"
+                        + (" (in a key)" if is_key else ""))
+    return None
+
+
+def parse(raw: bytes, where: str = "audit", *, size: int | None = None) -> Any:
     """Parse audit bytes strictly; :class:`Malformed` with a clear message on anything else.
 
     >>> try:
@@ -509,7 +676,10 @@ def parse(raw: bytes, where: str = "audit") -> Any:
     audit: expected each key once in an object, got 'a' twice
     """
     if len(raw) > MAX_FILE_BYTES:
-        raise Malformed(f"{where}: expected at most {MAX_FILE_BYTES} bytes (64 MiB), got {len(raw)}")
+        # ``raw`` stops one byte past the bound: the file's size (``size``, from stat) says more
+        got = f"{size} bytes" if size is not None and size > MAX_FILE_BYTES else (
+            f"more than {MAX_FILE_BYTES} bytes")
+        raise Malformed(f"{where}: expected at most {MAX_FILE_BYTES} bytes (64 MiB), got {got}")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -524,8 +694,12 @@ def parse(raw: bytes, where: str = "audit") -> Any:
         if text.count(char) > most:
             raise Malformed(f"{where}: expected at most {most} {char!r} characters in an audit, "
                             f"got {text.count(char)}")
+    read_float, out_of_range = _float_reader()
+    if not _may_be_out_of_range(raw):
+        read_float = float  # the default reader, at full speed: every literal is in range
     try:
-        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_reject_constant)
+        tree = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_reject_constant,
+                          parse_float=read_float)
     except Malformed as exc:
         raise Malformed(f"{where}: {exc}") from None
     except json.JSONDecodeError as exc:
@@ -537,16 +711,73 @@ def parse(raw: bytes, where: str = "audit") -> Any:
                         "nesting than the interpreter allows") from None
     except ValueError as exc:  # e.g. an integer past the interpreter's digit limit
         raise Malformed(f"{where}: expected JSON numbers within bounds, got {_short(str(exc))}") from None
+    # a number out of a double's range, a lone surrogate (only from a \u escape: the text is
+    # valid UTF-8): refused here with its path, never read as inf, 0.0 or text nothing can encode
+    strings = _SURROGATE_ESCAPE.search(text) is not None
+    if out_of_range or strings:
+        bad = _unreadable(tree, out_of_range[0] if out_of_range else None, strings)
+        if bad is not None:
+            raise Malformed(f"{where}: {bad[0]}: {bad[1]}: the product never writes it")
+    return tree
+
+
+class Unreadable(Exception):
+    """The audit file cannot be read (nothing checked, exit 4); the message says why."""
+
+
+_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+               (stat.S_ISSOCK, "a socket"))
+
+
+def _not_regular(path: str, mode: int) -> str | None:
+    """Why ``path`` (of ``mode``) is not read, or ``None`` for a regular file.
+
+    >>> _not_regular("f.json", stat.S_IFIFO | 0o644)
+    'cannot read f.json: expected a regular file, got a FIFO (named pipe): save the audit to a file and pass that file'
+    >>> _not_regular("f.json", stat.S_IFREG | 0o644) is None
+    True
+    """
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((name for test, name in _FILE_KINDS if test(mode)), "another kind of file")
+    return (f"cannot read {path}: expected a regular file, got {kind}: save the audit to a file "
+            "and pass that file")
+
+
+def read_bytes(path: str) -> tuple[bytes, int]:
+    """An audit file's bytes (at most ``MAX_FILE_BYTES + 1`` of them) and its size on disk.
+
+    Only a regular file is read: anything else (a FIFO, a device, a directory) is refused before
+    it is opened, and the file is opened without blocking and checked again once open, so a FIFO
+    put in its place meanwhile is refused too; nothing here ever waits for a writer.
+
+    Raises:
+        Unreadable: the file cannot be read (its message says why).
+    """
+    try:
+        why = _not_regular(path, os.stat(path).st_mode)
+        if why is not None:
+            raise Unreadable(why)
+        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+        fd = os.open(path, flags)
+        with open(fd, "rb", closefd=True) as fh:
+            info = os.fstat(fh.fileno())
+            why = _not_regular(path, info.st_mode)
+            if why is not None:
+                raise Unreadable(why)
+            return fh.read(MAX_FILE_BYTES + 1), info.st_size
+    except OSError as exc:
+        raise Unreadable(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 def load(path: str) -> Any:
     """Read and parse an audit file; :class:`Malformed` with a clear message on any failure."""
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise Malformed(f"cannot read {path}: {exc.strerror or exc}") from None
-    return parse(raw, path)
+        raw, size = read_bytes(path)
+    except Unreadable as exc:
+        raise Malformed(str(exc)) from None
+    return parse(raw, path, size=size)
 
 
 # --------------------------------------------------------------------------- the method
@@ -1231,6 +1462,36 @@ class _Decision:
         return beats
 
 
+def _fixed_params(expected: dict[str, Any], got: dict[str, Any], where: str) -> None:
+    """Refuse (:class:`Malformed`) ``params`` (of the right shape) whose values are not the rule's:
+    the product always writes these values, so another one is not an audit it wrote.
+
+    >>> try:
+    ...     _fixed_params(PARAMS, {**PARAMS, "resamples": 1000}, "params")
+    ... except Malformed as exc:
+    ...     print(exc)
+    params.resamples: expected 2000 (a fixed parameter of the rule: the product always writes it), got 1000
+    """
+    for key, value in expected.items():
+        if isinstance(value, dict):
+            _fixed_params(value, got[key], f"{where}.{key}")
+        elif not _same(value, got[key]):
+            raise Malformed(f"{where}.{key}: expected {value!r} (a fixed parameter of the rule: the "
+                            f"product always writes it), got {_short(got[key])}")
+
+
+def _unique_names(read: Sequence[_Decision]) -> None:
+    """Refuse (:class:`Malformed`) two decisions of one name (a training's names are unique)."""
+    first: dict[str, int] = {}
+    for i, decision in enumerate(read):
+        if decision.name in first:
+            raise Malformed(f"decisions[{i}].name: expected each decision's name once (a "
+                            "training's decision names are unique; each is part of its "
+                            f"decision's seed), got {_short(decision.name)} again (first at "
+                            f"decisions[{first[decision.name]}])")
+        first[decision.name] = i
+
+
 def verify(audit: Any, *, large: bool = False) -> list[str]:
     """Rebuild everything in ``audit`` (a parsed audit) and return the differences (empty if none).
 
@@ -1270,7 +1531,7 @@ def verify(audit: Any, *, large: bool = False) -> list[str]:
     top = {k: t for k, t in schema.items() if k != "decisions"}
     for key, t in top.items():
         _shape(audit[key], t, key)
-    _compare(PARAMS_BY_VERSION[version], audit["params"], "params", diffs)
+    _fixed_params(PARAMS_BY_VERSION[version], audit["params"], "params")
     decisions = _list(audit["decisions"], "decisions", most=MAX_DECISIONS)
     overall = audit["overall"]
     keep, verdict = overall["keep_if_loses"], overall["verdict"]
@@ -1280,8 +1541,9 @@ def verify(audit: Any, *, large: bool = False) -> list[str]:
         if not isinstance(reason, str) or not reason.strip():
             diffs.add(f"overall.failure_reason: a failed training needs its reason, got "
                       f"{_short(reason)}")
-        for i, d in enumerate(decisions):  # read for shape, though a failed training has none
-            _Decision(d, f"decisions[{i}]", version, _Diffs())
+        # read for shape, though a failed training has none
+        _unique_names([_Decision(d, f"decisions[{i}]", version, _Diffs())
+                       for i, d in enumerate(decisions)])
         if decisions:
             diffs.add(f"decisions: a failed training has no decisions, got {len(decisions)}")
         expected = {
@@ -1293,6 +1555,7 @@ def verify(audit: Any, *, large: bool = False) -> list[str]:
         if not decisions:
             raise Malformed("decisions: expected at least one decision for a judged training, got 0")
         read = [_Decision(d, f"decisions[{i}]", version, diffs) for i, d in enumerate(decisions)]
+        _unique_names(read)
         total = sum(d.n for d in read)
         cells = sum(d.n * len(d.answers) for d in read)
         if (total > MAX_TOTAL_EXAMPLES or cells > MAX_TOTAL_CELLS) and not large:
@@ -1301,9 +1564,6 @@ def verify(audit: Any, *, large: bool = False) -> list[str]:
                             f"{cells}: such an audit takes long to verify; re-run with --large "
                             "to verify it anyway")
         results = [(d.name, d.check(version, diffs)) for d in read]
-        names = [r[0] for r in results]
-        if len(set(names)) != len(names):
-            diffs.add(f"decisions: names must be unique, got {_short(names)}")
         won = sum(1 for _, b in results if b)
         needed = (2 * len(results) + 2) // 3
         beats = won >= needed
@@ -1437,10 +1697,9 @@ def _run(args: list[str]) -> int:
         _print(f"verify_audit: {exc}\n{USAGE}", err=True)
         return EXIT_CANNOT_CHECK
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        _print(f"verify_audit: cannot read {path}: {exc.strerror or exc}", err=True)
+        raw, size = read_bytes(path)
+    except Unreadable as exc:
+        _print(f"verify_audit: {exc}", err=True)
         return EXIT_CANNOT_CHECK
     if expect is not None:
         got = hashlib.sha256(raw).hexdigest()
@@ -1451,7 +1710,7 @@ def _run(args: list[str]) -> int:
                    "it before anything else.", err=True)
             return EXIT_NOT_SETTLED
     try:
-        audit = parse(raw, path)
+        audit = parse(raw, path, size=size)
         diffs = verify(audit, large=large)
     except Malformed as exc:
         _print(f"verify_audit: not a valid audit: {exc}", err=True)
