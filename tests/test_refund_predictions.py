@@ -221,7 +221,8 @@ def test_a_line_past_the_bound_is_refused_by_row_naming_the_bound(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TYPESTRICT_MAX_JSONL_LINE_BYTES", "4096")  # the default is 64 MiB
-    ok = {"id": "e00", "decision": "sentiment", "probabilities": {"fresh": 1.0, "rotten": 0.0, "plot": 0.0}}
+    ok: dict[str, Any] = {"id": "e00", "decision": "sentiment",
+                          "probabilities": {"fresh": 1.0, "rotten": 0.0, "plot": 0.0}}
     at_bound = {**ok, "id": "e" + "x" * (4096 - len(json.dumps({**ok, "id": "e"})))}
     assert len(json.dumps(at_bound)) == 4096
     path = write_jsonl(tmp_path / "m.jsonl", [ok, at_bound])
