@@ -140,6 +140,23 @@ def _weather_lines(tmp_path: Path) -> list[str]:
     return (tmp_path / "base.csv").read_text().splitlines()
 
 
+def _stored_before(tmp_path: Path, lines: list[str]) -> Path:
+    """A home holding workspace acme's dataset 'old' (table weather of ``lines``) as a server
+    stored it before today's checks existed, written straight to its folder; the home."""
+    import json
+
+    from typestrict_pipeline.api.datasets import datasets_base, stored_name
+
+    home = tmp_path / "home"
+    folder = datasets_base(home) / stored_name("acme", "old")
+    folder.mkdir(parents=True)
+    (folder / "weather.csv").write_text("\n".join(lines) + "\n")
+    (folder / "dataset.json").write_text(json.dumps({"name": stored_name("acme", "old"), "workflow": "seattle_rain",
+                                                     "registered_at": "2013-01-01T00:00:00Z",
+                                                     "tables": {"weather": "weather.csv"}}))
+    return home
+
+
 def test_a_dataset_is_checked_against_its_workflow_before_anything_is_stored(
     tmp_path: Path, sqlite_url: str
 ) -> None:
@@ -274,21 +291,11 @@ def test_a_client_reads_the_columns_a_workflow_needs_and_a_dataset_of_them_is_ac
 def test_a_backtest_is_checked_against_its_data_and_params_before_it_is_launched(
     tmp_path: Path, sqlite_url: str
 ) -> None:
-    import json
-
-    from typestrict_pipeline.api.datasets import datasets_base, stored_name
-
     lines = _weather_lines(tmp_path)
     cells = lines[40].split(",")
     lines[40] = ",".join([*cells[:2], "lots", *cells[3:]])
-    home = tmp_path / "home"
     # A dataset stored before registering checked its columns (text in a number column).
-    folder = datasets_base(home) / stored_name("acme", "old")
-    folder.mkdir(parents=True)
-    (folder / "weather.csv").write_text("\n".join(lines) + "\n")
-    (folder / "dataset.json").write_text(json.dumps({"name": stored_name("acme", "old"), "workflow": "seattle_rain",
-                                                     "registered_at": "2013-01-01T00:00:00Z",
-                                                     "tables": {"weather": "weather.csv"}}))
+    home = _stored_before(tmp_path, lines)
     key = support.new_key(sqlite_url, "acme")
     run = {"workflow": "seattle_rain", "start": "2012-06-01", "end": "2012-06-30"}
     with support.ApiServer(sqlite_url, home) as server, server.client(key) as c:
@@ -310,19 +317,9 @@ def test_a_backtest_is_checked_against_its_data_and_params_before_it_is_launched
 def test_a_stored_table_with_a_short_row_is_refused_naming_the_dataset_not_the_servers_path(
     tmp_path: Path, sqlite_url: str
 ) -> None:
-    import json
-
-    from typestrict_pipeline.api.datasets import datasets_base, stored_name
-
     lines = _weather_lines(tmp_path)
     lines[40] = lines[40].rsplit(",", 1)[0]  # one cell short: was padded with NaN and launched
-    home = tmp_path / "home"
-    folder = datasets_base(home) / stored_name("acme", "old")
-    folder.mkdir(parents=True)
-    (folder / "weather.csv").write_text("\n".join(lines) + "\n")
-    (folder / "dataset.json").write_text(json.dumps({"name": stored_name("acme", "old"), "workflow": "seattle_rain",
-                                                     "registered_at": "2013-01-01T00:00:00Z",
-                                                     "tables": {"weather": "weather.csv"}}))
+    home = _stored_before(tmp_path, lines)
     key = support.new_key(sqlite_url, "acme")
     with support.ApiServer(sqlite_url, home) as server, server.client(key) as c:
         refused = c.post("/v1/backtests", json={"workflow": "seattle_rain", "start": "2012-06-01",
