@@ -219,7 +219,6 @@ def test_large_lifts_the_work_bound_in_the_verifier_and_the_cli(
     assert "OK" in capsys.readouterr().out
 
 
-@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this system")
 def test_a_fifo_is_refused_as_unreadable_without_waiting(tmp_path: Path) -> None:
     fifo = tmp_path / "audit.json"
     os.mkfifo(fifo)  # no writer ever comes: opening it for reading would wait forever
@@ -228,8 +227,23 @@ def test_a_fifo_is_refused_as_unreadable_without_waiting(tmp_path: Path) -> None
     assert done.returncode == 4, done.stdout + done.stderr
     assert done.stderr == (f"verify_audit: cannot read {fifo}: expected a regular file, got a "
                            "FIFO (named pipe): save the audit to a file and pass that file\n")
-    with pytest.raises(verify_audit.Malformed, match="got a FIFO"):  # typestrict verify --json
+    with pytest.raises(verify_audit.Malformed, match="got a FIFO"):
         verify_audit.load(str(fifo))
+
+
+def test_typestrict_verify_json_says_nothing_was_checked_for_a_file_it_cannot_read(tmp_path: Path) -> None:
+    """``typestrict verify --json`` exits as the verifier does (4: nothing checked) for a FIFO or
+    a directory, at once, with ``valid`` unknown (``null``), not "not a valid audit" (2)."""
+    fifo = tmp_path / "audit.json"
+    os.mkfifo(fifo)
+    for path, kind in ((fifo, "a FIFO (named pipe)"), (tmp_path, "a directory")):
+        done = subprocess.run([sys.executable, "-m", "typestrict_pipeline.cli", "verify", str(path), "--json"],
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 4, done.stdout + done.stderr
+        assert json.loads(done.stdout) == {
+            "audit": str(path), "ok": False, "valid": None,
+            "error": f"cannot read {path}: expected a regular file, got {kind}: save the audit to a file "
+                     "and pass that file"}
 
 
 def test_a_directory_is_refused_as_unreadable(tmp_path: Path,
