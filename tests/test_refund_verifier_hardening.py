@@ -262,6 +262,14 @@ def test_a_file_past_64_mib_is_refused_with_its_real_size(
     err = capsys.readouterr().err
     assert err == (f"verify_audit: not a valid audit: {path}: expected at most 67108864 bytes "
                    "(64 MiB), got 104857600 bytes\n")
+    # With the settled digest to check, no digest of the first 64 MiB is shown as the file's.
+    expect = "0" * 64
+    assert verify_audit.main(["--expect-sha256", expect, str(path)]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith(f"verify_audit: NOT THE SETTLED FILE: {path} is 104,857,600 bytes, larger "
+                          f"than any audit (67,108,864 bytes at most), so not the file of SHA-256 "
+                          f"{expect} (the digest recorded"), err
+    assert "has SHA-256" not in err
 
 
 @pytest.mark.parametrize(

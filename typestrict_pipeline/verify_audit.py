@@ -1702,10 +1702,15 @@ def _run(args: list[str]) -> int:
         _print(f"verify_audit: {exc}", err=True)
         return EXIT_CANNOT_CHECK
     if expect is not None:
-        got = hashlib.sha256(raw).hexdigest()
+        # Past the bound only its first bytes were read: no audit is that large, and its digest
+        # is not shown (a digest of part of the file would be a false statement about it).
+        got = hashlib.sha256(raw).hexdigest() if len(raw) <= MAX_FILE_BYTES else None
         if got != expect:
-            _print(f"verify_audit: NOT THE SETTLED FILE: {path} has SHA-256 {got}, expected "
-                   f"{expect} (the digest recorded when the verdict was settled). Download the "
+            has = (f"has SHA-256 {got}, expected {expect}" if got is not None else
+                   f"is {size:,} bytes, larger than any audit ({MAX_FILE_BYTES:,} bytes at most), so "
+                   f"not the file of SHA-256 {expect}")
+            _print(f"verify_audit: NOT THE SETTLED FILE: {path} {has} "
+                   f"(the digest recorded when the verdict was settled). Download the "
                    "audit again (GET /v1/models/{id}/audit or `typestrict audit ID`) and check "
                    "it before anything else.", err=True)
             return EXIT_NOT_SETTLED
