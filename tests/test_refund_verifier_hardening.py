@@ -50,6 +50,18 @@ def _main(tmp_path: Path, content: bytes, capsys: pytest.CaptureFixture[str]) ->
     return code, out.out + out.err
 
 
+def _refused_after(edit: Any, small: dict[str, Any], tmp_path: Path,
+                   capsys: pytest.CaptureFixture[str]) -> str:
+    """What the verifier says of ``small``'s audit text after ``edit`` (which must change it),
+    having exited 2 (not an audit)."""
+    text = audit_bytes(small).decode()
+    changed = edit(text)
+    assert changed != text
+    code, said = _main(tmp_path, changed.encode(), capsys)
+    assert code == 2, said
+    return said
+
+
 def test_the_fixture_verifies(small: dict[str, Any], tmp_path: Path,
                               capsys: pytest.CaptureFixture[str]) -> None:
     assert _main(tmp_path, audit_bytes(small), capsys)[0] == 0
@@ -84,11 +96,7 @@ def test_hostile_audits_exit_2_with_one_line(
     small: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str], edit: Any,
     message: str,
 ) -> None:
-    text = audit_bytes(small).decode()
-    changed = edit(text)
-    assert changed != text
-    code, said = _main(tmp_path, changed.encode(), capsys)
-    assert code == 2, said
+    said = _refused_after(edit, small, tmp_path, capsys)
     assert message in said and not any(g in said for g in GUARDS), said
     assert said.startswith("verify_audit: not a valid audit:") and said.count("\n") == 1
 
@@ -327,11 +335,7 @@ def test_a_lone_surrogate_is_refused_with_its_path(
     small: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str], edit: Any, path: str
 ) -> None:
     # was: "unexpected structure (UnicodeEncodeError ...)" without a path
-    text = audit_bytes(small).decode()
-    changed = edit(text)
-    assert changed != text
-    code, said = _main(tmp_path, changed.encode(), capsys)
-    assert code == 2, said
+    said = _refused_after(edit, small, tmp_path, capsys)
     assert said.startswith(f"verify_audit: not a valid audit: {tmp_path / 'audit.json'}: {path}: "
                            "expected text that is valid Unicode, got "), said
     assert "lone surrogate" in said and not any(g in said for g in GUARDS), said
