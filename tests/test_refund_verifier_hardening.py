@@ -235,7 +235,7 @@ def test_a_fifo_is_refused_as_unreadable_without_waiting(tmp_path: Path) -> None
     assert done.returncode == 4, done.stdout + done.stderr
     assert done.stderr == (f"verify_audit: cannot read {fifo}: expected a regular file, got a "
                            "FIFO (named pipe): save the audit to a file and pass that file\n")
-    with pytest.raises(verify_audit.Malformed, match="got a FIFO"):
+    with pytest.raises(verify_audit.Unreadable, match="got a FIFO"):
         verify_audit.load(str(fifo))
 
 

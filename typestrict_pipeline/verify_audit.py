@@ -772,11 +772,9 @@ def read_bytes(path: str) -> tuple[bytes, int]:
 
 
 def load(path: str) -> Any:
-    """Read and parse an audit file; :class:`Malformed` with a clear message on any failure."""
-    try:
-        raw, size = read_bytes(path)
-    except Unreadable as exc:
-        raise Malformed(str(exc)) from None
+    """Read and parse an audit file: :class:`Unreadable` when it cannot be read (nothing checked,
+    exit 4), :class:`Malformed` when it is not an audit (exit 2), each with a clear message."""
+    raw, size = read_bytes(path)
     return parse(raw, path, size=size)
 
 

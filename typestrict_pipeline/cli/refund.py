@@ -42,13 +42,11 @@ def _json_result(path: str, shown: str, large: bool) -> int:
 
     out: dict[str, Any] = {"audit": shown}
     try:
-        raw, size = verify_audit.read_bytes(path)
+        audit = verify_audit.load(path)
+        diffs = verify_audit.verify(audit, large=large)
     except verify_audit.Unreadable as exc:  # nothing checked: the verifier's exit 4, as without --json
         print(json.dumps({**out, "ok": False, "valid": None, "error": str(exc)}, indent=2))
         return verify_audit.EXIT_CANNOT_CHECK
-    try:
-        audit = verify_audit.parse(raw, path, size=size)
-        diffs = verify_audit.verify(audit, large=large)
     except verify_audit.Malformed as exc:
         print(json.dumps({**out, "ok": False, "valid": False, "error": str(exc)}, indent=2))
         return 2
