@@ -42,6 +42,12 @@ ui: $(STAMP)
 # clone), runs beside it at low priority on the CPU the workers leave idle while their tests wait
 # on servers and subprocesses; its output is printed after pytest's. Any failure fails the target,
 # and each failed test's message is printed last (tests/failure_digest.py), where a log's tail shows it.
+# OpenBLAS (numpy's and scipy's) starts a thread per core in every worker, and its idle threads
+# spin: with four workers on two cores they burned CPU the other workers needed (the long-memory
+# calibration cell alone: 55 s of CPU for 28 s of work). One BLAS thread per worker and per
+# command a test starts; the workers are the parallelism.
+test: export OPENBLAS_NUM_THREADS = 1
+test: export OMP_NUM_THREADS = 1
 test: $(STAMP)
 	@nice -n 10 $(BIN)/mypy typestrict_pipeline assets resources demo bench tests >$(VENV)/mypy.log 2>&1 & typed=$$!; \
 	echo "pytest on 4 workers; mypy beside it (nice -n 10), then ruff"; \
