@@ -248,16 +248,25 @@ def _read_csv(path: Path) -> dict[str, list[Any]]:
 
 
 def _check_header(header: list[str], file: str) -> None:
-    seen: set[str] = set()
-    for name in header:
-        if name in seen:
+    seen: dict[str, int] = {}
+    for number, name in enumerate(header, start=1):
+        first = seen.setdefault(name, number)
+        if first == number:
+            continue
+        if not name.strip():
             raise DatasetError(
-                "each column name once in the header",
-                f"the column name {name[:40]!r} twice",
-                "rename one of the columns",
+                "a name for every column of the header",
+                f"{'a blank' if name else 'an empty'} name for columns {first} and {number}",
+                "name the columns, or remove them (a comma at the end of the header line adds a "
+                "column without a name)",
                 file=file,
             )
-        seen.add(name)
+        raise DatasetError(
+            "each column name once in the header",
+            f"the column name {name[:40]!r} twice (columns {first} and {number})",
+            "rename one of the columns",
+            file=file,
+        )
 
 
 def _read_parquet(path: Path) -> dict[str, list[Any]]:

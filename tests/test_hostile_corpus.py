@@ -430,7 +430,7 @@ DATASET_CASES: list[Case] = [
     ("empty id", csv_text(lambda g: g.replace("\nex0003,", "\n,", 1)), D, r"row 4, column 'id': expected a non-empty id on every row"),
     ("empty text", csv_text(lambda g: g.replace("example 4 of training tr_good", "", 1)), D, r"row 5, column 'text': expected a non-empty text"),
     ("answer outside", csv_text(lambda g: g.replace(",g0,yes\n", ",g0,maybe\n", 1)), D, r"expected one of the answers of decision 'sentiment' \['yes', 'no'\], got 'maybe'"),
-    ("duplicate header", csv_text(lambda g: g.replace("id,text,grp,sentiment", "id,text,text,sentiment", 1)), D, r"expected each column name once in the header, got the column name 'text' twice"),
+    ("duplicate header", csv_text(lambda g: g.replace("id,text,grp,sentiment", "id,text,text,sentiment", 1)), D, r"expected each column name once in the header, got the column name 'text' twice \(columns 2 and 3\)"),
     ("empty file", csv_text(lambda g: ""), D, r"expected a CSV file with a header row, got an empty file"),
     ("header only", csv_text(lambda g: g.splitlines()[0] + "\n"), NotEnoughDataError, r"expected at least one data row, got none"),
     ("unterminated quote", csv_text(lambda g: g.replace("example 3 of", '"example 3 of', 1)), D, r"expected|CSV syntax"),

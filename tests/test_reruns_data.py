@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from pathlib import Path
 
 import pytest
@@ -223,6 +224,20 @@ def test_a_header_column_without_a_name_is_refused_at_the_header_by_register_and
     with pytest.raises(DatasetError, match=match):
         register_dataset("other", "seattle_rain", {"weather": bad})
     with pytest.raises(DatasetError, match=match):
+        append_rows("live", "weather", bad)
+
+
+@pytest.mark.parametrize(("head", "got"), [
+    (HEAD.replace(",wind,", ",,").strip() + ",\n", "got an empty name for columns 6 and 8"),
+    (HEAD.replace(",wind,", ",temp_max,"), "got the column name 'temp_max' twice (columns 4 and 6)"),
+])
+def test_a_header_name_given_twice_is_refused_with_both_positions(home: Path, head: str, got: str) -> None:
+    """Two columns without a name were "the column name '' twice", with no position."""
+    row = "2012-03-01T00:00:00Z,2012-03-02T00:00:00Z,1.0,10,5,3,rain" + ("," if head.endswith(",\n") else "")
+    bad = write(home / "bad.csv", row, head=head)
+    with pytest.raises(DatasetError, match=rf"^{bad}: expected .*, {re.escape(got)}\. "):
+        register_dataset("other", "seattle_rain", {"weather": bad})
+    with pytest.raises(DatasetError, match=rf"^{bad}: expected .*, {re.escape(got)}\. "):
         append_rows("live", "weather", bad)
 
 
