@@ -147,6 +147,26 @@ def test_cli_register_append_show(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert "--table TABLE=FILE.csv" in capsys.readouterr().err
 
 
+def test_a_wide_table_is_shown_and_refused_in_a_line_not_a_column_each(
+        home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``data show`` and an append's refusal listed every column (10,005 names, ~60 KB a line)."""
+    extra = [f"c{i}" for i in range(3000)]
+    head = HEAD.strip() + "," + ",".join(extra) + "\n"
+    cells = ",".join("1" for _ in extra)
+    rows = [f"2012-01-{d:02d}T00:00:00Z,2012-01-{d + 1:02d}T00:00:00Z,1.0,10,5,3,rain,{cells}" for d in (1, 2)]
+    register_dataset("wide", "seattle_rain", {"weather": write(home / "wide.csv", *rows, head=head)})
+    assert main(["data", "show", "wide"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "; columns " in x)
+    assert line.endswith("; columns precipitation, temp_max, temp_min, wind, weather, c0, c1, c2, c3, c4, c5, c6, "
+                         "c7, c8, c9, c10, c11, c12, c13, c14, … and 2,985 more"), line
+    later = "2012-01-03T00:00:00Z,2012-01-04T00:00:00Z,1.0,10,5,3,rain," + cells[2:]
+    narrower = write(home / "narrow.csv", later, head=head.replace(",c0,", ","))
+    with pytest.raises(DatasetError, match=r"without 'c0'") as refused:
+        append_rows("wide", "weather", narrower)
+    assert len(str(refused.value)) < 1000, len(str(refused.value))
+    assert "… and 2,986 more]" in str(refused.value)
+
+
 def test_data_arrived_is_refused_where_the_tick_reads_the_dataset(
     home: Path, sqlite_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

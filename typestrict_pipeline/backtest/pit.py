@@ -489,7 +489,7 @@ class PointInTimeTable:
             if col not in frame.columns:
                 raise DatasetError(
                     f"a column {col!r} with the time each row {role}",
-                    f"columns {[str(c) for c in frame.columns]}",
+                    f"columns {listed(str(c) for c in frame.columns)}",
                     "add it: a backtest replays only data whose knowledge time is recorded, "
                     "so it can show each step only what was knowable then"
                     if role == "became known"

@@ -60,12 +60,13 @@ def _show_one(name: str) -> str:
     from typestrict_pipeline.backtest.pit import format_time
     from typestrict_pipeline.backtest.workflows import default_registry
     from typestrict_pipeline.backtest.workflows.datasets import dataset_info
+    from typestrict_pipeline.errors import listed
 
     info = dataset_info(name)
     lines = [f"Dataset {info.name}: workflow {info.workflow}, registered {format_time(info.registered_at)}"]
     for t in info.tables:
         lines.append(f"  {t.name}: {t.rows} rows ({t.file}), known {format_time(t.first_known)} .. "
-                     f"{format_time(t.last_known)}; columns {', '.join(t.columns)}")
+                     f"{format_time(t.last_known)}; columns {listed(t.columns, plain=True)}")
     try:
         horizon = default_registry().get(info.workflow).horizon
     except LookupError:

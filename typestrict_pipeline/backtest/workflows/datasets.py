@@ -458,11 +458,12 @@ def _same_columns(old: pd.DataFrame, new: pd.DataFrame, src: Path) -> None:
     got = [str(c) for c in new.columns]
     for col in want:
         if col not in got:
-            raise DatasetError(f"the table's columns {want}", f"columns {got}, without {col!r}",
+            raise DatasetError(f"the table's columns {listed(want)}",
+                               f"columns {listed(got)}, without {col!r}",
                                "add the column (leave a value empty when it is missing)", file=str(src), column=col)
     for col in got:
         if col not in want:
-            raise DatasetError(f"the table's columns {want}", f"an extra column {col!r}",
+            raise DatasetError(f"the table's columns {listed(want)}", f"an extra column {col!r}",
                                "remove it: a dataset's columns are fixed when it is registered",
                                file=str(src), column=col)
 
