@@ -452,3 +452,62 @@ def test_a_body_that_is_no_form_gets_the_consoles_page_saying_what_to_do(app: tu
     assert r.status_code == 400 and r.headers["content-type"].startswith("text/html"), r.text[:300]
     assert "cannot be read as one" in _shown(r) and "Reload the page and send the form again" in _shown(r)
     b.close()
+
+
+#: Values a person (or a script) may type into any console field: empty, blank, out of range,
+#: non-finite, too long, control and bidi characters, paths, markup, huge grids and lists.
+_FIELD_VALUES = ["", " ", "0", "-1", "-0", "1.5", "1e999", "nan", "inf", "99999999999999999999", "9" * 400,
+                 "x" * 20_000, "\x00", "\u202e", "a\r\nb", "😀" * 100, "1d", "0s", "2012-01-01", "9999-12-31",
+                 "0001-01-01", "${x}", "<script>alert(1)</script>", "../../etc/passwd", "true", "on",
+                 "seattle_rain", "seattle_weather", "id", "text", "label", "yes, no", "yes,yes", "a=1,2,3",
+                 "a=1:2", "a=" + ",".join(map(str, range(5000))), "p=" + "\np=".join("1" for _ in range(300))]
+_PATH_IDS = ["1", "0", "-1", "99999999999999999999", "abc", "%2e%2e", "1.5", "%00"]
+#: Every form the console posts, with its fields (the pages' own forms, and the ones a page shows
+#: only for a study, a schedule, a training or a subscription that exists).
+_FORMS = {
+    "/console/trainings": ["col_id", "col_text", "col_group", "col_review_label", "decision-0-name",
+                           "decision-0-question", "decision-0-answer_column", "decision-0-answers",
+                           "decision-0-options_column", "keep_if_loses"],
+    "/console/backtests": ["workflow", "dataset", "start", "end", "step"],
+    "/console/studies": ["name", "workflow", "dataset", "start", "end", "step", "folds", "tune_steps",
+                         "eval_steps", "holdout_steps", "grid", "random", "random_draws", "max_candidates",
+                         "max_total_steps", "budget_usd", "min_unseen_steps"],
+    "/console/studies/estimate": ["name", "workflow", "dataset", "start", "end", "step", "folds", "tune_steps",
+                                  "eval_steps", "holdout_steps", "grid", "random", "random_draws",
+                                  "max_candidates", "max_total_steps", "budget_usd", "min_unseen_steps"],
+    "/console/settings/usage/budget": ["budget_usd"],
+    "/console/settings/notifications": ["enabled", "person"],
+    **{f"/console/studies/{i}/schedule": ["cadence", "min_unseen_steps", "owner", "budget_usd"] for i in _PATH_IDS},
+    **{f"/console/{kind}/{i}/cancel": [] for kind in ("studies", "backtests", "schedules", "trainings")
+       for i in _PATH_IDS},
+    **{f"/console/trainings/{i}/predictions": ["trained_on", "model_files"] for i in _PATH_IDS},
+}
+
+
+def test_no_console_form_answers_a_server_error(app: tuple[object, str, str]) -> None:
+    """Any body to any of the console's forms is answered with a page that says what to do (a
+    4xx or a redirect), never a 5xx or a traceback: 400 seeded random bodies, each field drawn
+    from :data:`_FIELD_VALUES` or left out, with extra fields and, for a training, a file."""
+    import random
+
+    b = Browser(app[0], app[1])
+    rng = random.Random(27)
+    pages = [a for a in sorted(_FORMS) if not any(f"/{i}/" in a for i in _PATH_IDS)]
+    by_id = sorted(set(_FORMS) - set(pages))
+    for _ in range(400):
+        action = rng.choice(pages if rng.random() < 0.75 else by_id)  # the forms that create, mostly
+        valid = {"/console/studies/estimate": STUDY_FORM, "/console/trainings": TRAINING}.get(action)
+        if valid is not None and rng.random() < 0.5:  # a good body with one field changed: deeper checks
+            data = {**valid, rng.choice(_FORMS[action]): rng.choice(_FIELD_VALUES)}
+        else:
+            data = {name: rng.choice(_FIELD_VALUES) for name in _FORMS[action] if rng.random() < 0.9}
+            for _ in range(rng.randint(0, 2)):
+                data[rng.choice(["x", "decision-9-name", "decision-0-answers", "grid", "extra" * 50])] = (
+                    rng.choice(_FIELD_VALUES))
+        files = None
+        if action.startswith("/console/trainings") and (valid is not None or rng.random() < 0.5):
+            field = "dataset_file" if action == "/console/trainings" else "predictions"
+            files = {field: ("d.csv", rng.choice([CSV.encode(), CSV.encode(), b"", b"\xff\xfe", CSV.encode()[:50]]))}
+        r = b.form(action, data, files)
+        assert r.status_code < 500 and "Traceback" not in r.text, (action, r.status_code, r.text[:500])
+    b.close()
