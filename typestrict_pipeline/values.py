@@ -674,7 +674,7 @@ def data_number(cell: Any, *, file: str | None = None, row: int | None = None,
         raise InputError(expected, shown(cell), todo, file=file, row=row, column=column) from None
 
 
-def data_numbers(cells: Sequence[str], *, column: str | None = None) -> npt.NDArray[np.float64]:
+def data_numbers(cells: Sequence[str | None], *, column: str | None = None) -> npt.NDArray[np.float64]:
     """:func:`data_number` of every cell of a column, as one array, with the same numbers, the
     same missing values and the same first refusal (the row is the cell's position, 1-based).
 
@@ -685,8 +685,8 @@ def data_numbers(cells: Sequence[str], *, column: str | None = None) -> npt.NDAr
     row order, so the first bad cell is the one refused. A million number cells: 0.095 s, against
     1.16 s a call a cell (``bench/bench_dataset_typing.py``, docs/benchmarks.md).
 
-    >>> data_numbers(["1.5", "", " 2 ", "-0", "1e3"]).tolist()
-    [1.5, nan, 2.0, -0.0, 1000.0]
+    >>> data_numbers(["1.5", "", " 2 ", "-0", "1e3", None]).tolist()
+    [1.5, nan, 2.0, -0.0, 1000.0, nan]
     >>> data_numbers(["1", "2", "inf"], column="wind")
     Traceback (most recent call last):
     ...
@@ -696,7 +696,7 @@ def data_numbers(cells: Sequence[str], *, column: str | None = None) -> npt.NDAr
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    arr = pa.array(cells, type=pa.large_string())
+    arr = pa.array(cells, type=pa.large_string(), from_pandas=True)  # None or NaN: null, the slow way
     plain = pc.and_(pc.match_substring_regex(arr, PLAIN_NUMBER),
                     pc.less_equal(pc.utf8_length(arr), MAX_VALUE_CHARS)).fill_null(False)
     out = np.full(len(arr), np.nan)
