@@ -555,29 +555,13 @@ def test_data_numbers_is_data_number_of_each_cell_bit_for_bit(cells: list[str | 
         assert [float(x).hex().encode() for x in got] == want  # -0.0, nan and every bit
 
 
-def _kind_by_pandas(cells: Any) -> str:
-    """The kind of a column as the dataset module read it with pandas' string methods (before it
-    read the column with Arrow at once): the reference the new reading must agree with."""
-    from typestrict_pipeline.backtest.workflows.datasets import NUMBER_MISTAKES
-
-    filled = cells[cells.str.strip() != ""]
-    if filled.empty:
-        return "number"
-    lowered = filled.str.strip().str.lower()
-    if lowered.isin(["true", "false"]).all():
-        return "bool"
-    numeric = filled.map(values.looks_numeric)
-    if numeric.any() and (numeric | lowered.isin(list(NUMBER_MISTAKES))).all():
-        return "number"
-    return "text"
-
-
 @FUZZ
 @given(st.lists(_CELL.filter(lambda c: c is not None), min_size=1, max_size=40))
 def test_a_columns_kind_read_at_once_is_the_kind_read_cell_by_cell(cells: list[str]) -> None:
     import pandas as pd
 
+    from bench.bench_dataset_typing import kind_by_pandas  # the rule as pandas read it before
     from typestrict_pipeline.backtest.workflows.datasets import _column_kind
 
     column = pd.DataFrame({"c": cells}, dtype=str)["c"]  # as _read_rows makes it
-    assert _column_kind(column) == _kind_by_pandas(column)
+    assert _column_kind(column) == kind_by_pandas(column)
