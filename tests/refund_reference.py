@@ -248,25 +248,23 @@ def _read_csv(path: Path) -> dict[str, list[Any]]:
 
 
 def _check_header(header: list[str], file: str) -> None:
-    seen: dict[str, int] = {}
+    """Written apart from the product's: every name's positions first, then the name whose second
+    position comes earliest (where a reader going left to right would stop)."""
+    positions: dict[str, list[int]] = {}
     for number, name in enumerate(header, start=1):
-        first = seen.setdefault(name, number)
-        if first == number:
-            continue
-        if not name.strip():
-            raise DatasetError(
-                "a name for every column of the header",
-                f"{'a blank' if name else 'an empty'} name for columns {first} and {number}",
-                "name the columns, or remove them (a comma at the end of the header line adds a "
-                "column without a name)",
-                file=file,
-            )
-        raise DatasetError(
-            "each column name once in the header",
-            f"the column name {name[:40]!r} twice (columns {first} and {number})",
-            "rename one of the columns",
-            file=file,
-        )
+        positions.setdefault(name, []).append(number)
+    repeated = sorted((at[1], at[0], name) for name, at in positions.items() if len(at) > 1)
+    if not repeated:
+        return
+    second, first, name = repeated[0]
+    if name.strip() == "":
+        got = f"{'an empty' if name == '' else 'a blank'} name for columns {first} and {second}"
+        raise DatasetError("a name for every column of the header", got,
+                           "name the columns, or remove them (a comma at the end of the header line "
+                           "adds a column without a name)", file=file)
+    raise DatasetError("each column name once in the header",
+                       f"the column name {name[:40]!r} twice (columns {first} and {second})",
+                       "rename one of the columns", file=file)
 
 
 def _read_parquet(path: Path) -> dict[str, list[Any]]:

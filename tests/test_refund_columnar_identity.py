@@ -213,6 +213,25 @@ def test_typed_cells_fail_the_same(tmp_path: Path) -> None:
     assert assert_same(write(folder, rows, "parquet", [SINGLE], {"id": "id", "text": "text"})) == "ok"
 
 
+@pytest.mark.parametrize(("names", "said"), [
+    ({"label": "text"}, "the column name 'text' twice (columns 2 and 3)"),
+    ({"grp": "", "rev": ""}, "an empty name for columns 4 and 7"),
+    ({"topic": " ", "rev": " "}, "a blank name for columns 5 and 7"),
+    ({"topic": "id", "rev": "id", "grp": "x", "right": "x"}, "the column name 'id' twice (columns 1 and 5)"),
+])
+def test_a_header_with_a_name_twice_fails_the_same(tmp_path: Path, names: dict[str, str], said: str) -> None:
+    """The reference reader finds a repeated name its own way (every name's positions first)."""
+    rows = [{k: r[k] for k in ("id", "text", "label", "grp", "topic", "topic_review", "rev", "right")}
+            for r in _good()]
+    manifest = write(tmp_path, rows, "csv", [SINGLE], {"id": "id", "text": "text"})
+    data = tmp_path / "data.csv"
+    head, rest = data.read_bytes().decode("utf-8").split("\r\n", 1)
+    data.write_bytes((",".join(names.get(c, c) for c in head.split(",")) + "\r\n" + rest).encode("utf-8"))
+    assert assert_same(manifest) == "error"
+    _, (_, message) = _outcome(load_dataset, split_decisions, manifest)
+    assert said in message, message
+
+
 # ---- random datasets ---------------------------------------------------------------------------
 
 _WORDS = ["good", "Good", "bad", "film", "FILM", "ﬁne", "fine", 'a "quote"', "tab\there", "é", ""]
