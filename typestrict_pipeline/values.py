@@ -64,6 +64,7 @@ if TYPE_CHECKING:
 
     import numpy as np
     import numpy.typing as npt
+    import pyarrow as pa
 
 __all__ = [
     "MAX_USD",
@@ -90,6 +91,7 @@ __all__ = [
     "neutralise_cell",
     "number",
     "parameter_name",
+    "plain_numbers",
     "prompt_text",
     "shown",
     "spells_non_finite",
@@ -697,8 +699,7 @@ def data_numbers(cells: Sequence[str | None], *, column: str | None = None) -> n
     import pyarrow.compute as pc
 
     arr = pa.array(cells, type=pa.large_string(), from_pandas=True)  # None or NaN: null, the slow way
-    plain = pc.and_(pc.match_substring_regex(arr, PLAIN_NUMBER),
-                    pc.less_equal(pc.utf8_length(arr), MAX_VALUE_CHARS)).fill_null(False)
+    plain = plain_numbers(arr)
     out = np.full(len(arr), np.nan)
     fast = plain.to_numpy(zero_copy_only=False)
     try:
@@ -717,6 +718,22 @@ def data_numbers(cells: Sequence[str | None], *, column: str | None = None) -> n
 PLAIN_NUMBER = "^" + _NUMBER.pattern + "$"
 """A number as :func:`number` reads it, over a whole cell with no space around it, for Arrow's
 RE2 (a cell with a space goes the slow way, through :func:`data_number`)."""
+
+
+def plain_numbers(cells: pa.Array) -> pa.BooleanArray:
+    """Which cells of an Arrow string array are numbers written plainly: :data:`PLAIN_NUMBER`,
+    at most :data:`MAX_VALUE_CHARS` characters (a null cell is not). Each such cell is one that
+    :func:`looks_numeric` and :func:`number` take as it is; the others need a look of their own.
+
+    >>> import pyarrow as pa
+    >>> plain_numbers(pa.array(["1.5", " 2", "1e999", "x", None, "9" * 65])).to_pylist()
+    [True, False, True, False, False, False]
+    """
+    import pyarrow.compute as pc
+
+    plain: pa.BooleanArray = pc.and_(pc.match_substring_regex(cells, PLAIN_NUMBER),
+                                     pc.less_equal(pc.utf8_length(cells), MAX_VALUE_CHARS)).fill_null(False)
+    return plain
 
 
 def looks_numeric(cell: str) -> bool:

@@ -218,7 +218,7 @@ def _column_kind(cells: pd.Series) -> str:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from typestrict_pipeline.values import MAX_VALUE_CHARS, PLAIN_NUMBER, looks_numeric
+    from typestrict_pipeline.values import looks_numeric, plain_numbers
 
     arr = pa.array(cells, type=pa.large_string())
     stripped = pc.utf8_trim_whitespace(arr)
@@ -229,8 +229,7 @@ def _column_kind(cells: pd.Series) -> str:
     if pc.all(pc.is_in(lowered, value_set=pa.array(["true", "false"], type=pa.large_string()))).as_py():
         return "bool"
     kept = pc.filter(arr, filled)
-    plain = pc.and_(pc.match_substring_regex(kept, PLAIN_NUMBER),
-                    pc.less_equal(pc.utf8_length(kept), MAX_VALUE_CHARS)).fill_null(False)
+    plain = plain_numbers(kept)
     numeric = bool(pc.any(plain).as_py())
     rest = pa.array(np.flatnonzero(~plain.to_numpy(zero_copy_only=False)), type=pa.int64())
     for cell, word in zip(pc.take(kept, rest).to_pylist(), pc.take(lowered, rest).to_pylist(), strict=True):
