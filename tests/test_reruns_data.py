@@ -157,8 +157,8 @@ def test_a_wide_table_is_shown_and_refused_in_a_line_not_a_column_each(
     register_dataset("wide", "seattle_rain", {"weather": write(home / "wide.csv", *rows, head=head)})
     assert main(["data", "show", "wide"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if "; columns " in x)
-    assert line.endswith("; columns precipitation, temp_max, temp_min, wind, weather, c0, c1, c2, c3, c4, c5, c6, "
-                         "c7, c8, c9, c10, c11, c12, c13, c14, … and 2,985 more"), line
+    assert line.endswith("; columns event_time, known_time, precipitation, temp_max, temp_min, wind, weather, c0, "
+                         "c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, … and 2,987 more"), line
     later = "2012-01-03T00:00:00Z,2012-01-04T00:00:00Z,1.0,10,5,3,rain," + cells[2:]
     narrower = write(home / "narrow.csv", later, head=head.replace(",c0,", ","))
     with pytest.raises(DatasetError, match=r"without 'c0'") as refused:

@@ -88,6 +88,9 @@ class TableInfo:
     file: Path
     rows: int
     columns: tuple[str, ...]
+    """Every column of the table, ``event_time`` and ``known_time`` first: the same list a
+    workflow's :func:`~typestrict_pipeline.backtest.workflow.columns_read` gives (one meaning of
+    "columns" in the CLI, the API and the docs)."""
     first_known: dt.datetime
     last_known: dt.datetime
 
@@ -501,7 +504,8 @@ def dataset_info(name: str, *, base: Path | None = None) -> DatasetInfo:
     tables = []
     for t, f in manifest["tables"].items():
         pit = read_csv_fresh(folder / str(f), t)
-        tables.append(TableInfo(t, folder / str(f), pit.n_rows, pit.columns, pit.first_known, pit.last_known))
+        tables.append(TableInfo(t, folder / str(f), pit.n_rows, (EVENT_TIME, KNOWN_TIME, *pit.columns),
+                                pit.first_known, pit.last_known))
     registered = dt.datetime.fromisoformat(str(manifest.get("registered_at", "1970-01-01T00:00:00+00:00"))
                                            .replace("Z", "+00:00"))
     return DatasetInfo(name=name, workflow=str(manifest["workflow"]), registered_at=registered, tables=tuple(tables))
