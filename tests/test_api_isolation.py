@@ -390,6 +390,13 @@ def test_typestrict_api_serves_and_refuses_a_bad_jev_source(
         assert cli_main(["api", "--store", sqlite_url, "--jev-source", bad]) == 2
         err = capsys.readouterr().err
         assert "--jev-source" in err or "readable JSON file" in err
+    # Recorded predictions that are not there: every training would have failed (a 503 that said
+    # "expected room to store the training's files"), so the server does not start.
+    assert cli_main(["api", "--store", sqlite_url, "--jev-source", json.dumps(support.UNUSED_JEV)]) == 2
+    assert ("expected --jev-source's recorded Jev predictions as a file on this server, got "
+            "'jev-never-asked.jsonl', which is not a file. Check the path") in capsys.readouterr().err
+    recorded = tmp_path / "jev.jsonl"
+    recorded.write_text("")
     assert cli_main(["api", "--store", sqlite_url, "--port", "70000"]) == 2
     assert "TCP port" in capsys.readouterr().err
     with socket.socket() as s:
@@ -397,7 +404,7 @@ def test_typestrict_api_serves_and_refuses_a_bad_jev_source(
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "typestrict_pipeline.cli", "api", "--store", sqlite_url,
                              "--home", str(tmp_path / "home"), "--port", str(port), "--log-level", "warning",
-                             "--jev-source", json.dumps(support.UNUSED_JEV), "--new-store"],
+                             "--jev-source", json.dumps({"kind": "file", "path": str(recorded)}), "--new-store"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 180
@@ -424,12 +431,13 @@ def test_the_app_factory_reads_the_environment(
     key = support.new_key(sqlite_url, "ws-env", credits=2)
     monkeypatch.setenv("TYPESTRICT_STORE_URL", sqlite_url)
     monkeypatch.setenv("TYPESTRICT_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("TYPESTRICT_API_JEV_SOURCE", json.dumps({"kind": "file", "path": "/nowhere.jsonl"}))
+    (tmp_path / "jev.jsonl").write_text("")
+    monkeypatch.setenv("TYPESTRICT_API_JEV_SOURCE", json.dumps({"kind": "file", "path": str(tmp_path / "jev.jsonl")}))
     with support.ApiServer(sqlite_url, tmp_path, app=app_from_env()) as server, server.client(key) as c:
         r = c.get("/v1/workspaces/ws-env")
         assert r.status_code == 200 and r.json()["balance"] == 2
         ctx = server.app.state.ctx
-        assert ctx.trainings.jev_source == {"kind": "file", "path": "/nowhere.jsonl"}
+        assert ctx.trainings.jev_source == {"kind": "file", "path": str((tmp_path / "jev.jsonl").resolve())}
         assert ctx.settings.home == (tmp_path / "home").resolve()
     assert cli_main(["api", "--store", sqlite_url, "--workers", "0"]) == 2
     assert "worker processes" in capsys.readouterr().err

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import importlib.util
 import os
 import re
@@ -854,7 +855,8 @@ def test_typestrict_api_on_a_store_from_a_newer_version_says_so_without_a_traceb
     open_store(f"sqlite:///{db}").dispose()
     _sql(db, "INSERT INTO alembic_version VALUES ('zz_from_the_future')")
     before = _dump(db)
-    jev = '{"kind": "file", "path": "jev.jsonl"}'
+    (tmp_path / "jev.jsonl").write_text("")
+    jev = json.dumps({"kind": "file", "path": str(tmp_path / "jev.jsonl")})
     done = _cli("api", "--port", "18999", "--store", f"sqlite:///{db}", "--home", str(tmp_path / "home"),
                 "--jev-source", jev)
     assert done.returncode == 2

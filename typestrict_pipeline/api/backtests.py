@@ -225,18 +225,31 @@ def get_backtest(engine: Engine, runs: DagsterRuns, workspace: str, backtest_id:
     return _pending_view(workspace, backtest_id, launched[0])
 
 
-def list_backtests(engine: Engine, runs: DagsterRuns, workspace: str, limit: int = 200) -> list[BacktestView]:
-    """The workspace's backtests, newest first: those waiting for their run, then the store's."""
+def list_backtests(engine: Engine, runs: DagsterRuns, workspace: str, limit: int = 200,
+                   offset: int = 0) -> list[BacktestView]:
+    """The workspace's backtests, newest first: those waiting for their run, then the store's;
+    ``limit`` of them after the first ``offset``."""
+    return backtest_page(engine, runs, workspace, limit=limit, offset=offset)[0]
+
+
+def backtest_page(engine: Engine, runs: DagsterRuns, workspace: str, *, limit: int,
+                  offset: int) -> tuple[list[BacktestView], int]:
+    """``limit`` backtests after the first ``offset`` (newest first: those waiting for their
+    run, then the store's) and how many the whole list holds. The store is asked for the page's
+    rows only, never the workspace's whole history."""
+    from typestrict_pipeline.backtest.store import count_backtests, stored_backtest_ids
     from typestrict_pipeline.backtest.store import list_backtests as stored
 
-    rows = [_stored_view(b) for b in stored(engine, workspace=workspace, limit=limit)]
-    known = {r.id for r in rows}
-    pending = []
-    for run in runs.runs_for(workspace):
-        ref = run.object_ref or ""
-        if ref.startswith("backtest:") and ref[9:] not in known:
-            pending.append(_pending_view(workspace, ref[9:], run))
-    return [*pending, *rows][:limit]
+    launched = [((run.object_ref or "")[9:], run) for run in runs.runs_for(workspace)
+                if (run.object_ref or "").startswith("backtest:")]
+    known = stored_backtest_ids(engine, workspace=workspace, ids=[b for b, _ in launched])
+    pending = [_pending_view(workspace, b, run) for b, run in launched if b not in known]
+    total = len(pending) + count_backtests(engine, workspace=workspace)
+    page = pending[offset:offset + limit]
+    if len(page) < limit:
+        page += [_stored_view(b) for b in stored(engine, workspace=workspace, limit=limit - len(page),
+                                                offset=max(0, offset - len(pending)))]
+    return page, total
 
 
 def cancel_backtest(engine: Engine, runs: DagsterRuns, workspace: str, backtest_id: str) -> BacktestView:
@@ -285,5 +298,17 @@ def workflows() -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["BacktestRequest", "BacktestView", "CheckedBacktest", "cancel_backtest", "check_backtest",
-           "get_backtest", "launch_backtest", "list_backtests", "plain_params", "run_config", "workflows"]
+__all__ = [
+    "BacktestRequest",
+    "BacktestView",
+    "CheckedBacktest",
+    "backtest_page",
+    "cancel_backtest",
+    "check_backtest",
+    "get_backtest",
+    "launch_backtest",
+    "list_backtests",
+    "plain_params",
+    "run_config",
+    "workflows",
+]

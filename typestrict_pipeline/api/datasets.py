@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -188,12 +188,21 @@ def get(home: Path, workspace: str, name: str) -> DatasetView:
     return _view(workspace, dataset_info(_own(home, workspace, name), base=datasets_base(home)))
 
 
-def list_for(home: Path, workspace: str) -> list[DatasetView]:
-    """The workspace's datasets, by name."""
-    from typestrict_pipeline.backtest.workflows.datasets import list_datasets
+def own_names(home: Path, workspace: str) -> list[str]:
+    """The stored names of the workspace's datasets, by name (no table is read: other
+    workspaces' datasets are never opened to list this one's)."""
+    from typestrict_pipeline.backtest.workflows.datasets import dataset_names
 
-    return [_view(workspace, i) for i in list_datasets(base=datasets_base(home))
-            if customer_name(workspace, i.name) is not None]
+    return [n for n in dataset_names(base=datasets_base(home)) if customer_name(workspace, n) is not None]
+
+
+def list_for(home: Path, workspace: str, names: Sequence[str] | None = None) -> list[DatasetView]:
+    """The workspace's datasets, by name (``names``: those of :func:`own_names` to show)."""
+    from typestrict_pipeline.backtest.workflows.datasets import dataset_info
+
+    base = datasets_base(home)
+    return [_view(workspace, dataset_info(n, base=base))
+            for n in (own_names(home, workspace) if names is None else names)]
 
 
 def resolve(home: Path, workspace: str, name: str) -> str:
@@ -242,4 +251,4 @@ def load(home: Path, stored: str) -> dict[str, PointInTimeTable]:
 
 
 __all__ = ["DatasetView", "TableView", "append", "check_customer_name", "customer_name", "datasets_base",
-           "get", "list_for", "load", "register", "resolve", "stored_name"]
+           "get", "list_for", "load", "own_names", "register", "resolve", "stored_name"]

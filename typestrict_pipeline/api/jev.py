@@ -71,6 +71,13 @@ def parse_jev_source(text: str, *, what: str) -> dict[str, Any]:
             f"{what} as a JSON object (a manifest predictions.jev, see docs/manifest.md)",
             repr(raw[:80]), f"pass e.g. {JEV_SOURCE_EXAMPLE}",
         )
+    if value.get("kind") == "file":  # recorded predictions: there now, or every training would fail
+        path = Path(str(value.get("path") or ""))
+        if not path.is_file():
+            raise InputError(f"{what}'s recorded Jev predictions as a file on this server",
+                             f"{str(path)[:200]!r}, which is not a file",
+                             "check the path (it is read when each training is created)")
+        value = {**value, "path": str(path.resolve())}
     return value
 
 

@@ -116,16 +116,25 @@ def check_study(engine: Engine, workspace_id: str, study_id: int) -> StudyRow:
         return row
 
 
-def list_studies(engine: Engine, workspace_id: str, limit: int = 200) -> list[StudyRow]:
-    """The workspace's studies, newest first."""
+def list_studies(engine: Engine, workspace_id: str, limit: int = 200, offset: int = 0) -> list[StudyRow]:
+    """The workspace's studies, newest first: ``limit`` of them after the ``offset`` newest."""
     from sqlalchemy import select
 
     with session_scope(engine) as s:
         rows = list(s.execute(select(StudyRow).where(StudyRow.workspace == workspace_id)
-                              .order_by(StudyRow.id.desc()).limit(limit)).scalars().all())
+                              .order_by(StudyRow.id.desc()).offset(offset).limit(limit)).scalars().all())
         for r in rows:
             s.expunge(r)
         return rows
+
+
+def count_studies(engine: Engine, workspace_id: str) -> int:
+    """How many studies the workspace has (deleted ones are gone from the store)."""
+    from sqlalchemy import func, select
+
+    with session_scope(engine) as s:
+        return int(s.scalar(select(func.count()).select_from(StudyRow)
+                            .where(StudyRow.workspace == workspace_id)) or 0)
 
 
 def _object(study_id: int) -> str:
@@ -232,6 +241,17 @@ def cancel_study(engine: Engine, runs: DagsterRuns, workspace: str, study_id: in
     return check_study(engine, workspace, row.id)
 
 
-__all__ = ["StudyEstimate", "cancel_study", "check_study", "estimate_study", "launch_study",
-           "list_studies", "money_text", "parse_study_id", "settle_unstarted", "study_form_config",
-           "study_run"]
+__all__ = [
+    "StudyEstimate",
+    "cancel_study",
+    "check_study",
+    "count_studies",
+    "estimate_study",
+    "launch_study",
+    "list_studies",
+    "money_text",
+    "parse_study_id",
+    "settle_unstarted",
+    "study_form_config",
+    "study_run",
+]

@@ -60,6 +60,7 @@ __all__ = [
     "UsageRow",
     "activate_version",
     "active_version_id",
+    "count_backtests",
     "end_backtest",
     "interruption_reason",
     "last_completed_backtest",
@@ -69,6 +70,7 @@ __all__ = [
     "load_steps",
     "record_live_decision",
     "save_backtest",
+    "stored_backtest_ids",
     "stored_version",
     "to_jsonable",
     "usage",
@@ -460,15 +462,35 @@ def load_backtest(engine: Engine, backtest_id: str) -> StoredBacktest:
 
 
 def list_backtests(
-    engine: Engine, *, workspace: str, workflow: str | None = None, limit: int = 50
+    engine: Engine, *, workspace: str, workflow: str | None = None, limit: int = 50, offset: int = 0
 ) -> list[StoredBacktest]:
-    """The newest backtests of a workspace (optionally of one workflow), newest first."""
+    """The newest backtests of a workspace (optionally of one workflow), newest first:
+    ``limit`` of them after the ``offset`` newest."""
     with session_scope(engine) as s:
         q = select(BacktestRow).where(BacktestRow.workspace == workspace)
         if workflow is not None:
             q = q.where(BacktestRow.workflow == workflow)
-        rows = s.scalars(q.order_by(BacktestRow.created_at.desc()).limit(limit)).all()
+        rows = s.scalars(q.order_by(BacktestRow.created_at.desc(), BacktestRow.id.desc())
+                         .offset(offset).limit(limit)).all()
         return [_stored(r) for r in rows]
+
+
+def stored_backtest_ids(engine: Engine, *, workspace: str, ids: list[str]) -> set[str]:
+    """Which of ``ids`` the store holds for ``workspace`` (a launched backtest whose run has not
+    recorded it yet is not among them)."""
+    found: set[str] = set()
+    with session_scope(engine) as s:
+        for start in range(0, len(ids), 500):
+            found.update(s.scalars(select(BacktestRow.id).where(
+                BacktestRow.workspace == workspace, BacktestRow.id.in_(ids[start:start + 500]))).all())
+    return found
+
+
+def count_backtests(engine: Engine, *, workspace: str) -> int:
+    """How many backtests a workspace has in the store."""
+    with session_scope(engine) as s:
+        return int(s.scalar(select(func.count()).select_from(BacktestRow)
+                            .where(BacktestRow.workspace == workspace)) or 0)
 
 
 def last_completed_backtest(

@@ -10,6 +10,7 @@ from fastapi import Path
 from typestrict_pipeline.api import backtests as core
 from typestrict_pipeline.api.deps import Ctx, Workspace
 from typestrict_pipeline.api.edge import api_router
+from typestrict_pipeline.api.paging import ListPage
 from typestrict_pipeline.api.schemas import BacktestIn, BacktestOut, ErrorBody, WorkflowOut
 
 router = api_router(tags=["backtests"], responses={
@@ -33,9 +34,12 @@ def run_backtest(body: BacktestIn, ctx: Ctx, workspace: Workspace) -> BacktestOu
 
 
 @router.get("/backtests", response_model=list[BacktestOut])
-def list_backtests(ctx: Ctx, workspace: Workspace) -> list[BacktestOut]:
-    """The workspace's backtests, newest first (those waiting for their run first)."""
-    return [_out(v) for v in core.list_backtests(ctx.engine, ctx.runs, workspace)]
+def list_backtests(ctx: Ctx, workspace: Workspace, page: ListPage) -> list[BacktestOut]:
+    """The workspace's backtests, newest first (those waiting for their run first), a page at a
+    time (``limit``, ``offset``; ``X-Total-Count`` and ``Link``)."""
+    views, total = core.backtest_page(ctx.engine, ctx.runs, workspace, limit=page.limit, offset=page.offset)
+    page.of(total)
+    return [_out(v) for v in views]
 
 
 @router.get("/backtests/workflows", response_model=list[WorkflowOut])

@@ -10,6 +10,7 @@ from fastapi import Path
 from typestrict_pipeline.api import datasets as core
 from typestrict_pipeline.api.deps import Ctx, Workspace
 from typestrict_pipeline.api.edge import api_router
+from typestrict_pipeline.api.paging import ListPage
 from typestrict_pipeline.api.schemas import AppendIn, DatasetIn, DatasetOut, ErrorBody, TableOut
 
 router = api_router(tags=["datasets"], responses={
@@ -34,9 +35,11 @@ def register_dataset(body: DatasetIn, ctx: Ctx, workspace: Workspace) -> Dataset
 
 
 @router.get("/datasets", response_model=list[DatasetOut])
-def list_datasets(ctx: Ctx, workspace: Workspace) -> list[DatasetOut]:
-    """The workspace's datasets (the built-in ones, such as ``seattle_weather``, are not listed)."""
-    return [_out(v) for v in core.list_for(ctx.settings.home, workspace)]
+def list_datasets(ctx: Ctx, workspace: Workspace, page: ListPage) -> list[DatasetOut]:
+    """The workspace's datasets, by name, a page at a time (``limit``, ``offset``;
+    ``X-Total-Count`` and ``Link``). The built-in ones, such as ``seattle_weather``, are not listed."""
+    names = core.own_names(ctx.settings.home, workspace)
+    return [_out(v) for v in core.list_for(ctx.settings.home, workspace, names[page.of(len(names))])]
 
 
 @router.get("/datasets/{name}", response_model=DatasetOut)

@@ -8,6 +8,7 @@ from fastapi import Path, Request, Response
 
 from typestrict_pipeline.api.deps import Ctx, Workspace
 from typestrict_pipeline.api.edge import api_router
+from typestrict_pipeline.api.paging import ListPage
 from typestrict_pipeline.api.schemas import ErrorBody, FileOut
 
 router = api_router(tags=["files"], responses={401: {"model": ErrorBody}, 422: {"model": ErrorBody}})
@@ -32,9 +33,11 @@ async def put_file(name: FileName, request: Request, ctx: Ctx, workspace: Worksp
 
 
 @router.get("/files", response_model=list[FileOut])
-def list_files(ctx: Ctx, workspace: Workspace) -> list[FileOut]:
-    """The files of the workspace's own area."""
-    return [FileOut(name=n, size=s) for n, s in ctx.trainings.area(workspace).listing()]
+def list_files(ctx: Ctx, workspace: Workspace, page: ListPage) -> list[FileOut]:
+    """The files of the workspace's own area, a page at a time (``limit``, ``offset``;
+    ``X-Total-Count`` and ``Link``)."""
+    files = ctx.trainings.area(workspace).listing()
+    return [FileOut(name=n, size=s) for n, s in files[page.of(len(files))]]
 
 
 @router.delete("/files/{name}", status_code=204, response_class=Response, responses={404: {"model": ErrorBody}})

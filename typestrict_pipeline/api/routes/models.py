@@ -24,6 +24,7 @@ from typestrict_pipeline.api.edge import api_router
 from typestrict_pipeline.api.errors import ApiError
 from typestrict_pipeline.api.keys import KeyState
 from typestrict_pipeline.api.page import METRICS, render_result_page
+from typestrict_pipeline.api.paging import ListPage
 from typestrict_pipeline.api.pictures import result_pictures
 from typestrict_pipeline.api.ratelimit import KEY_CHECKED, RATE_CHECKED
 from typestrict_pipeline.api.routes.files import FileName
@@ -132,11 +133,13 @@ def _files_note(info: ModelInfo) -> str:
 
 
 @router.get("/models", response_model=list[VerdictOut])
-def list_models(ctx: Ctx, workspace: Workspace) -> list[VerdictOut]:
-    """The workspace's models with their verdicts."""
+def list_models(ctx: Ctx, workspace: Workspace, page: ListPage) -> list[VerdictOut]:
+    """The workspace's models with their verdicts, oldest settlement first, a page at a time
+    (``limit``, ``offset``; ``X-Total-Count`` and ``Link``)."""
     from typestrict_pipeline.credits import list_models as core_list
 
-    return [_verdict(ctx, m) for m in core_list(ctx.engine, workspace)]
+    models = core_list(ctx.engine, workspace)
+    return [_verdict(ctx, m) for m in models[page.of(len(models))]]
 
 
 def _verdict(ctx: Ctx, info: ModelInfo) -> VerdictOut:

@@ -13,6 +13,7 @@ from fastapi import Path, Query
 
 from typestrict_pipeline.api.deps import Ctx, Workspace
 from typestrict_pipeline.api.edge import api_router
+from typestrict_pipeline.api.paging import ListPage
 from typestrict_pipeline.api.schemas import (
     ErrorBody,
     EstimateOut,
@@ -26,6 +27,7 @@ from typestrict_pipeline.api.schemas import (
 from typestrict_pipeline.api.studies import (
     cancel_study,
     check_study,
+    count_studies,
     estimate_study,
     launch_study,
     list_studies,
@@ -90,9 +92,11 @@ def create_study(body: StudyFormIn, ctx: Ctx, workspace: Workspace) -> StudyOut:
 
 
 @router.get("/studies", response_model=list[StudyOut])
-def get_studies(ctx: Ctx, workspace: Workspace) -> list[StudyOut]:
-    """The workspace's studies, newest first."""
-    rows = list_studies(ctx.engine, workspace)
+def get_studies(ctx: Ctx, workspace: Workspace, page: ListPage) -> list[StudyOut]:
+    """The workspace's studies, newest first, a page at a time (``limit``, ``offset``;
+    ``X-Total-Count`` and ``Link``)."""
+    shown = page.of(count_studies(ctx.engine, workspace))
+    rows = list_studies(ctx.engine, workspace, limit=max(0, shown.stop - shown.start), offset=shown.start)
     with session_scope(ctx.engine) as s:
         searched = searches_progress(s, rows)
     return [_study_out(ctx, r, searched[r.id]) for r in rows]

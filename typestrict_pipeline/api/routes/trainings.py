@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Sequence
@@ -15,6 +16,7 @@ from fastapi import Path, Request
 from typestrict_pipeline.api.deps import Ctx, Workspace
 from typestrict_pipeline.api.edge import api_router
 from typestrict_pipeline.api.errors import ApiError
+from typestrict_pipeline.api.paging import ListPage
 from typestrict_pipeline.api.routes.files import FileName, read_body
 from typestrict_pipeline.api.schemas import (
     DecisionSplit,
@@ -27,6 +29,7 @@ from typestrict_pipeline.api.schemas import (
     TrainingOut,
 )
 from typestrict_pipeline.api.trainings import TrainingRequest, split_roles
+from typestrict_pipeline.errors import NotFoundError
 from typestrict_pipeline.refund.dataset import load_dataset
 from typestrict_pipeline.refund.grouping import resampling_line, scan_dataset
 from typestrict_pipeline.refund.holdout import Holdout, split_decisions, training_mask
@@ -79,9 +82,15 @@ def create_training(body: TrainingCreate, ctx: Ctx, workspace: Workspace) -> Tra
 
 
 @router.get("/trainings", response_model=list[TrainingOut])
-def list_trainings(ctx: Ctx, workspace: Workspace) -> list[TrainingOut]:
-    """The workspace's trainings."""
-    return [_out(ctx, workspace, t) for t in ctx.trainings.list_ids(workspace)]
+def list_trainings(ctx: Ctx, workspace: Workspace, page: ListPage) -> list[TrainingOut]:
+    """The workspace's trainings, by id, a page at a time (``limit``, ``offset``;
+    ``X-Total-Count`` and ``Link``: docs/api.md, "Lists, a page at a time")."""
+    ids = ctx.trainings.list_ids(workspace)
+    out = []
+    for training_id in ids[page.of(len(ids))]:
+        with contextlib.suppress(NotFoundError):  # removed since it was listed: not shown
+            out.append(_out(ctx, workspace, training_id))
+    return out
 
 
 @router.get("/trainings/{training_id}", response_model=TrainingOut)

@@ -61,6 +61,7 @@ __all__ = [
     "TableInfo",
     "append_rows",
     "dataset_info",
+    "dataset_names",
     "datasets_dir",
     "is_registered",
     "list_datasets",
@@ -511,10 +512,14 @@ def dataset_info(name: str, *, base: Path | None = None) -> DatasetInfo:
     return DatasetInfo(name=name, workflow=str(manifest["workflow"]), registered_at=registered, tables=tuple(tables))
 
 
-def list_datasets(*, base: Path | None = None) -> list[DatasetInfo]:
-    """Every registered dataset, by name."""
+def dataset_names(*, base: Path | None = None) -> list[str]:
+    """The name of every registered dataset, sorted (its tables are not read)."""
     root = base or datasets_dir()
     if not root.is_dir():
         return []
-    names = sorted(p.parent.name for p in root.glob(f"*/{MANIFEST}") if _NAME.match(p.parent.name))
-    return [dataset_info(n, base=base) for n in names]
+    return sorted(p.parent.name for p in root.glob(f"*/{MANIFEST}") if _NAME.match(p.parent.name))
+
+
+def list_datasets(*, base: Path | None = None) -> list[DatasetInfo]:
+    """Every registered dataset, by name."""
+    return [dataset_info(n, base=base) for n in dataset_names(base=base)]
