@@ -14,11 +14,11 @@ from typing import Any
 import httpx
 import pytest
 
-import typestrict_pipeline.api.trainings as trainings_module
 from typestrict_pipeline.api.paging import LIST_LIMIT, LIST_LIMIT_MAX
 from typestrict_pipeline.api.trainings import TrainingStore
 from typestrict_pipeline.backtest import PointInTimeTable, Workflow, run_backtest
 from typestrict_pipeline.backtest.store import save_backtest
+from typestrict_pipeline.files import read_json_file
 from typestrict_pipeline.store import open_store
 from typestrict_pipeline.study.form import StudyForm, study_config
 from typestrict_pipeline.study.service import create_study_from_config
@@ -103,7 +103,7 @@ def test_studies_and_backtests_past_the_200_newest_are_reachable(tmp_path: Path,
     try:
         result = run_backtest(wf, data=data, start=t0 + DAY, end=t0 + 3 * DAY, step=DAY)
         backtests = [save_backtest(engine, result, workspace="acme") for _ in range(LIST_LIMIT + 3)]
-        form = {"start": "2012-01-01", "end": "2012-12-01", "tune_steps": 20, "eval_steps": 20,
+        form: dict[str, Any] = {"start": "2012-01-01", "end": "2012-12-01", "tune_steps": 20, "eval_steps": 20,
                 "holdout_steps": 20, "grid": ["skill=0.5,0.6"], "max_candidates": 2, "max_total_steps": 1000,
                 "synthetic": True}
         studies = [create_study_from_config(engine, study_config(StudyForm(**form, workflow=f"wx-{i}", workspace="acme")))
@@ -152,7 +152,7 @@ def test_another_workspaces_data_is_never_read_to_list_this_ones(tmp_path: Path,
                         and "draft" in p.name)
         manifest.write_text(manifest.read_text().replace('"workspace_id": "acme"', '"workspace_id": "other"'))
     reads: list[Path] = []
-    real = trainings_module.read_json_file
+    real = read_json_file
 
     def counted(path: Path, **kw: Any) -> Any:
         reads.append(path)
@@ -183,3 +183,27 @@ def test_a_server_whose_recorded_jev_is_gone_says_so_and_charges_nothing(tmp_pat
             "file that is gone)")
         assert c.get("/v1/workspaces/acme").json()["balance"] == 1
         assert c.get("/v1/trainings").json() == []
+
+
+def test_a_pages_views_are_each_trainings_view(tmp_path: Path, sqlite_url: str) -> None:
+    """``TrainingStore.views`` (a list's page: one sweep, two queries) says what ``view`` says of
+    each training: open, cancelled, expired by the sweep it makes, another workspace's left out."""
+    key = support.new_key(sqlite_url, "acme", credits=4)
+    made = _trainings(tmp_path, sqlite_url, key, 3)
+    theirs = _trainings(tmp_path, sqlite_url, support.new_key(sqlite_url, "other", credits=1), 1)
+    engine = open_store(sqlite_url)
+    try:
+        store = TrainingStore(tmp_path / "home", engine, None)
+        store.cancel("acme", made[0])
+        later = dt.datetime.now(UTC) + dt.timedelta(days=400)  # past every deadline: the sweep expires them
+        asked = [*made, *theirs, "tr_0000000000000000"]
+        batch = store.views("acme", asked)
+        assert list(batch) == made
+        assert [v.state.value for v in batch.values()] == ["cancelled", "awaiting_predictions", "awaiting_predictions"]
+        expired = store.views("acme", made, now=later)
+        assert [v.state.value for v in expired.values()] == ["cancelled", "expired", "expired"]
+        for tid in made:  # one by one
+            one = store.view("acme", tid, now=later)
+            assert (one.state, one.model, one.status) == (expired[tid].state, expired[tid].model, expired[tid].status)
+    finally:
+        engine.dispose()

@@ -511,3 +511,32 @@ def test_no_console_form_answers_a_server_error(app: tuple[object, str, str]) ->
         r = b.form(action, data, files)
         assert r.status_code < 500 and "Traceback" not in r.text, (action, r.status_code, r.text[:500])
     b.close()
+
+
+def test_the_trainings_page_shows_fifty_a_page_newest_first(app: tuple[object, str, str], tmp_path: Path) -> None:
+    """It read and showed every training of the workspace on one page (1,000 trainings: seconds)."""
+    import os
+    import shutil
+
+    from typestrict_pipeline.console.pages.trainings import TRAININGS_PER_PAGE
+
+    b = Browser(app[0], app[1])
+    made = b.form("/console/trainings", TRAINING, files={"dataset_file": ("reviews.csv", CSV.encode())})
+    assert made.status_code == 303, made.text[:3000]
+    first = made.headers["location"].rsplit("/", 1)[1]
+    root = tmp_path / "home" / "trainings"
+    older = [f"tr_{i:016x}" for i in range(TRAININGS_PER_PAGE + 4)]  # 55 in all
+    for i, tid in enumerate(older):
+        shutil.copytree(root / first, root / tid)
+        os.utime(root / tid, (1_700_000_000 + i, 1_700_000_000 + i))  # older than the one just made
+    one = b.get("/console/trainings").text
+    shown = re.findall(r'data-training="([^"]+)"', one)
+    assert len(shown) == TRAININGS_PER_PAGE and shown[0] == first and shown[1] == older[-1]
+    assert "Your trainings, newest first (1 to 50 of 55)" in one and '?page=2" rel="next">Older 5<' in one
+    two = b.get("/console/trainings?page=2").text
+    assert re.findall(r'data-training="([^"]+)"', two) == older[4::-1]
+    assert '?page=1" rel="prev">Newer 50<' in two and "rel=\"next\"" not in two
+    past = b.get("/console/trainings?page=3")
+    assert past.status_code == 422, past.text[:2000]
+    assert "expected a page from 1 to 2, got &#39;3&#39;. Use the Newer and Older links under the table" in past.text
+    b.close()

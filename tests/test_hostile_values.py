@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import json
 import importlib.util
+import json
 import os
 import re
 import sqlite3

@@ -42,7 +42,7 @@ from sqlalchemy import Engine
 
 from typestrict_pipeline.credits import get_model
 from typestrict_pipeline.credits.ledger import run_transaction
-from typestrict_pipeline.credits.models import ModelInfo
+from typestrict_pipeline.credits.models import ModelInfo, models_of
 from typestrict_pipeline.errors import (
     ConflictError,
     InputError,
@@ -65,6 +65,7 @@ from typestrict_pipeline.lifecycle.trainings import (
     check_accepts_submission,
     expire_due,
     start_training,
+    statuses_of,
     training_status,
 )
 from typestrict_pipeline.refund.dataset import load_dataset
@@ -488,6 +489,32 @@ class TrainingStore:
             return TrainingView(TrainingState.AWAITING_PREDICTIONS, None, None)
         return TrainingView(TrainingState.SETTLED if model is not None else TrainingState.JUDGING,
                             model, None)
+
+    def views(self, workspace_id: str, training_ids: Sequence[str], *, now: dt.datetime | None = None
+              ) -> dict[str, TrainingView]:
+        """:meth:`view` of each of ``training_ids`` (a list's page) with one expiry sweep and one
+        query for their lifecycle rows and one for their model records, not three per training.
+        A training not found (another workspace's, or removed since it was listed) is left out.
+        """
+        drafts: dict[str, bool] = {}
+        for tid in training_ids:
+            with contextlib.suppress(NotFoundError):
+                drafts[tid] = self._doc(workspace_id, tid)[2]
+        ids = list(drafts)
+        expire_due(self.engine, now=now, training_ids=ids, trainings_dir=self.trainings_dir)
+        statuses = statuses_of(self.engine, ids)
+        models = {m: info for m, info in models_of(self.engine, ids).items() if info.workspace_id == workspace_id}
+        out = {}
+        for tid in ids:
+            model, status = models.get(tid), statuses.get(tid)
+            if status is not None:
+                out[tid] = TrainingView(status.state, model, status)
+            elif drafts[tid]:
+                out[tid] = TrainingView(TrainingState.AWAITING_PREDICTIONS, None, None)
+            else:
+                out[tid] = TrainingView(TrainingState.SETTLED if model is not None else TrainingState.JUDGING,
+                                        model, None)
+        return out
 
     def state(self, workspace_id: str, training_id: str) -> tuple[TrainingState, ModelInfo | None]:
         """Where the training is, and its model record once settled."""

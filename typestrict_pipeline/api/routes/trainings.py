@@ -28,7 +28,7 @@ from typestrict_pipeline.api.schemas import (
     TrainingCreate,
     TrainingOut,
 )
-from typestrict_pipeline.api.trainings import TrainingRequest, split_roles
+from typestrict_pipeline.api.trainings import TrainingRequest, TrainingView, split_roles
 from typestrict_pipeline.errors import NotFoundError
 from typestrict_pipeline.refund.dataset import load_dataset
 from typestrict_pipeline.refund.grouping import resampling_line, scan_dataset
@@ -42,9 +42,9 @@ TrainingId = Annotated[str, Path(min_length=1, max_length=200)]
 CANONICAL_FORM = 'SHA-256 of UTF-8 "\\n".join(sorted(training_ids)), no final newline'
 
 
-def _out(ctx: Ctx, workspace: str, training_id: str) -> TrainingOut:
+def _out(ctx: Ctx, workspace: str, training_id: str, view: TrainingView | None = None) -> TrainingOut:
     manifest = ctx.trainings.manifest(workspace, training_id)
-    view = ctx.trainings.view(workspace, training_id)
+    view = view if view is not None else ctx.trainings.view(workspace, training_id)
     model = view.model
     deadline = view.deadline_at
     return TrainingOut(
@@ -86,10 +86,11 @@ def list_trainings(ctx: Ctx, workspace: Workspace, page: ListPage) -> list[Train
     """The workspace's trainings, by id, a page at a time (``limit``, ``offset``;
     ``X-Total-Count`` and ``Link``: docs/api.md, "Lists, a page at a time")."""
     ids = ctx.trainings.list_ids(workspace)
+    views = ctx.trainings.views(workspace, ids[page.of(len(ids))])
     out = []
-    for training_id in ids[page.of(len(ids))]:
+    for training_id, view in views.items():
         with contextlib.suppress(NotFoundError):  # removed since it was listed: not shown
-            out.append(_out(ctx, workspace, training_id))
+            out.append(_out(ctx, workspace, training_id, view))
     return out
 
 
