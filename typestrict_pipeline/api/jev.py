@@ -11,8 +11,12 @@ Customers never choose Jev: the operator does, once, for the whole server. In or
 
 So a training can never be refused for want of a Jev once the server runs.
 
+>>> parse_jev_source('{"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "jev"}', what="--jev-source")
+{'kind': 'openai', 'base_url': 'http://127.0.0.1:9/v1', 'model': 'jev'}
 >>> parse_jev_source('{"kind": "file", "path": "/x/jev.jsonl"}', what="--jev-source")
-{'kind': 'file', 'path': '/x/jev.jsonl'}
+Traceback (most recent call last):
+...
+typestrict_pipeline.errors.InputError: expected --jev-source's recorded Jev predictions as a file on this server, got '/x/jev.jsonl', which is not a file. Check the path (it is read when each training is created).
 >>> is_demo_home(Path("/nonexistent"))
 False
 """
