@@ -6,6 +6,7 @@ The browser checks are in ``test_console_browser.py``."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import hashlib
 import re
 from collections.abc import Iterator, Mapping
@@ -518,7 +519,7 @@ def test_the_trainings_page_shows_fifty_a_page_newest_first(app: tuple[object, s
     import os
     import shutil
 
-    from typestrict_pipeline.console.pages.trainings import TRAININGS_PER_PAGE
+    from typestrict_pipeline.console.paging import PER_PAGE as TRAININGS_PER_PAGE
 
     b = Browser(app[0], app[1])
     made = b.form("/console/trainings", TRAINING, files={"dataset_file": ("reviews.csv", CSV.encode())})
@@ -539,4 +540,44 @@ def test_the_trainings_page_shows_fifty_a_page_newest_first(app: tuple[object, s
     past = b.get("/console/trainings?page=3")
     assert past.status_code == 422, past.text[:2000]
     assert "expected a page from 1 to 2, got &#39;3&#39;. Use the Newer and Older links under the table" in past.text
+    b.close()
+
+
+def test_the_backtests_page_reaches_every_run_card_and_study(app: tuple[object, str, str], sqlite_url: str) -> None:
+    """It showed the 50 newest backtests and studies and no way to an older one."""
+    from typestrict_pipeline.backtest import PointInTimeTable, Workflow, run_backtest
+    from typestrict_pipeline.backtest.store import save_backtest
+    from typestrict_pipeline.study.form import StudyForm, study_config
+    from typestrict_pipeline.study.service import create_study_from_config
+
+    day = dt.timedelta(days=1)
+    t0 = dt.datetime(2021, 1, 1, tzinfo=dt.UTC)
+    wf = Workflow("sign", lambda c: 1, lambda c: 1, lambda d, o, c: 1.0, ("t",), day, "the value on the next day")
+    data = PointInTimeTable("t", event_time=[t0 + i * day for i in range(5)],
+                            known_time=[t0 + (i + 1) * day for i in range(5)], columns={"v": [1.0] * 5})
+    engine = open_store(sqlite_url)
+    try:
+        result = run_backtest(wf, data=data, start=t0 + day, end=t0 + 3 * day, step=day)
+        made = [save_backtest(engine, result, workspace="acme") for _ in range(53)]
+        form: dict[str, Any] = {"start": "2012-01-01", "end": "2012-12-01", "tune_steps": 20, "eval_steps": 20,
+                                "holdout_steps": 20, "grid": ["skill=0.5,0.6"], "max_candidates": 2,
+                                "max_total_steps": 1000, "synthetic": True}
+        for i in range(2):
+            create_study_from_config(engine, study_config(StudyForm(**form, workflow=f"wx-{i}", workspace="acme")))
+    finally:
+        engine.dispose()
+    b = Browser(app[0], app[1])
+    one = b.get("/console/backtests").text
+    cards = re.findall(r'data-backtest="([^"]+)"', one)
+    assert len(cards) == 50 and "Your backtests, newest first (1 to 50 of 53)" in one
+    assert 'href="/console/backtests?backtests=2" rel="next">Older 3<' in one
+    assert len(re.findall(r'data-study="', one)) == 2 and 'id="studies-pages"' not in one  # one page: no links
+    two = b.get("/console/backtests?backtests=2&studies=1").text
+    rest = re.findall(r'data-backtest="([^"]+)"', two)
+    assert sorted(cards + rest) == sorted(made)
+    assert 'href="/console/backtests?studies=1&amp;backtests=1" rel="prev">Newer 50<' in two
+    for query, said in (("backtests=3", "backtests (in the query): expected a page from 1 to 2, got &#39;3&#39;"),
+                        ("studies=0", "studies (in the query): expected a page number from 1, got &#39;0&#39;")):
+        r = b.get(f"/console/backtests?{query}")
+        assert r.status_code == 422 and said in r.text, r.text[:3000]
     b.close()

@@ -32,6 +32,7 @@ from typestrict_pipeline.console.board_pages import (
     parse_page,
 )
 from typestrict_pipeline.console.charts import chart_text, leaderboard_spec
+from typestrict_pipeline.console.paging import PER_PAGE, Pager, hrefs, requested
 from typestrict_pipeline.console.sessions import ConsoleSession
 from typestrict_pipeline.console.web import (
     FORM_FIX,
@@ -117,11 +118,20 @@ def _page(request: Request, session: ConsoleSession, *, backtest: dict[str, str]
 
     ctx = get_ctx(request)
     ws = session.workspace_id
-    backtests = backtests_core.list_backtests(ctx.engine, ctx.runs, ws, limit=50)
+    query, pages = request.query_params, ("backtests", "studies")
+    cards = requested(query.get("backtests"), "backtests")
+    backtests, n_backtests = backtests_core.backtest_page(ctx.engine, ctx.runs, ws, limit=PER_PAGE,
+                                                         offset=(cards - 1) * PER_PAGE)
+    backtest_pager = Pager.at(cards, total=n_backtests, param="backtests",
+                              href=hrefs(f"{PREFIX}/backtests", query, "backtests", pages))
+    study_pager = Pager.at(requested(query.get("studies"), "studies"), param="studies",
+                           total=studies_core.count_studies(ctx.engine, ws),
+                           href=hrefs(f"{PREFIX}/backtests", query, "studies", pages))
     studies = [studies_core.settle_unstarted(ctx.engine, ctx.runs, r)
-               for r in studies_core.list_studies(ctx.engine, ws, limit=50)]
+               for r in studies_core.list_studies(ctx.engine, ws, limit=PER_PAGE, offset=study_pager.offset)]
     return render(request, "backtests.html", {
         "workflows": backtests_core.workflows(), "backtests": backtests, "studies": studies,
+        "backtest_pager": backtest_pager, "study_pager": study_pager,
         "b": backtest or BACKTEST_DEFAULTS, "s": study or STUDY_DEFAULTS,
         "backtest_error": backtest_error, "study_error": study_error, "estimate": estimate,
         "usd": format_usd, "live": LIVE_STATES, "columns_text": columns_text}, status=status)

@@ -29,7 +29,7 @@ from typestrict_pipeline.api.trainings import (
     check_name,
     split_roles,
 )
-from typestrict_pipeline.console.board_pages import page_count, parse_page
+from typestrict_pipeline.console.paging import Pager, hrefs, requested
 from typestrict_pipeline.console.sessions import ConsoleSession
 from typestrict_pipeline.console.web import (
     FORM_FIX,
@@ -113,30 +113,25 @@ def _newest_first(request: Request, ids: list[str]) -> list[str]:
     return sorted(ids, key=lambda t: (-when(t), t))
 
 
-TRAININGS_PER_PAGE = 50
-"""Trainings the Trainings page shows at once, newest first (``?page=N`` for older ones)."""
-
-
 @router.get("/trainings")
 def trainings_page(request: Request, session: Session, page: str | None = None) -> Response:
-    """The workspace's trainings, newest first, :data:`TRAININGS_PER_PAGE` a page (``?page=N``):
-    state, verdict, the decision that settled it, credit. Only the page's trainings are read."""
+    """The workspace's trainings, newest first, :data:`~typestrict_pipeline.console.paging.PER_PAGE`
+    a page (``?page=N``): state, verdict, the decision that settled it, credit. Only the page's
+    trainings are read."""
     ctx = get_ctx(request)
     ws = session.workspace_id
     ids = _newest_first(request, ctx.trainings.list_ids(ws))
-    pages = page_count(len(ids), TRAININGS_PER_PAGE)
-    number = parse_page(page, pages, fix="use the Newer and Older links under the table")
-    first = (number - 1) * TRAININGS_PER_PAGE
+    pager = Pager.at(requested(page), total=len(ids),
+                     href=hrefs(request.url.path, request.query_params, "page", ("page",)))
     lines = []
-    for tid in ids[first:first + TRAININGS_PER_PAGE]:
+    for tid in ids[pager.offset:pager.last]:
         try:
             lines.append(training_line(request, ws, tid))
         except TypeStrictError:  # removed or unreadable since it was listed: not shown
             continue
     return render(request, "trainings.html", {
         "lines": lines, "balance": CreditLedger(ctx.engine).balance(ws), "state_text": state_text,
-        "total": len(ids), "number": number, "pages": pages, "first": first + 1,
-        "last": min(len(ids), first + TRAININGS_PER_PAGE), "per_page": TRAININGS_PER_PAGE})
+        "pager": pager})
 
 
 # --- the new-training form ---------------------------------------------------------------------
