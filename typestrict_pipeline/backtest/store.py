@@ -50,7 +50,7 @@ from typestrict_pipeline.backtest.tables import (
 from typestrict_pipeline.backtest.workflow import Workflow
 from typestrict_pipeline.errors import NotFoundError, StoreError
 from typestrict_pipeline.lifecycle.leases import Lease, LeaseKind, release_in, take_in
-from typestrict_pipeline.store import session_scope, utcnow
+from typestrict_pipeline.store import rows_by_id, session_scope, utcnow
 
 __all__ = [
     "BacktestRecorder",
@@ -478,12 +478,7 @@ def list_backtests(
 def stored_backtest_ids(engine: Engine, *, workspace: str, ids: list[str]) -> set[str]:
     """Which of ``ids`` the store holds for ``workspace`` (a launched backtest whose run has not
     recorded it yet is not among them)."""
-    found: set[str] = set()
-    with session_scope(engine) as s:
-        for start in range(0, len(ids), 500):
-            found.update(s.scalars(select(BacktestRow.id).where(
-                BacktestRow.workspace == workspace, BacktestRow.id.in_(ids[start:start + 500]))).all())
-    return found
+    return set(rows_by_id(engine, BacktestRow.id, ids, lambda row: row.id, BacktestRow.workspace == workspace))
 
 
 def count_backtests(engine: Engine, *, workspace: str) -> int:

@@ -52,7 +52,7 @@ from typestrict_pipeline.credits.ledger import (
 from typestrict_pipeline.credits.tables import ModelRecord, ModelState
 from typestrict_pipeline.errors import ConflictError, InputError, NotFoundError, StoreError
 from typestrict_pipeline.refund.types import Verdict
-from typestrict_pipeline.store import session_scope, utcnow
+from typestrict_pipeline.store import rows_by_id, session_scope, utcnow
 
 __all__ = [
     "DEFAULT_RETENTION_DAYS",
@@ -344,14 +344,8 @@ def get_model(engine: Engine, model_id: str) -> ModelInfo:
 
 
 def models_of(engine: Engine, model_ids: Sequence[str]) -> dict[str, ModelInfo]:
-    """The model records of ``model_ids`` that have one, by id, in one query per 500 ids."""
-    out: dict[str, ModelInfo] = {}
-    with session_scope(engine) as session:
-        for start in range(0, len(model_ids), 500):
-            rows = session.scalars(select(ModelRecord).where(
-                ModelRecord.model_id.in_(list(model_ids[start:start + 500]))))
-            out.update((row.model_id, _info(row)) for row in rows)
-    return out
+    """The model records of ``model_ids`` that have one, by id, in one query."""
+    return rows_by_id(engine, ModelRecord.model_id, model_ids, _info)
 
 
 def list_models(engine: Engine, workspace_id: str) -> list[ModelInfo]:

@@ -53,7 +53,7 @@ from typestrict_pipeline.credits.tables import CreditEntry, EntryKind
 from typestrict_pipeline.errors import ConflictError, InputError, NotFoundError
 from typestrict_pipeline.lifecycle.tables import TrainingRow
 from typestrict_pipeline.refund.types import Verdict
-from typestrict_pipeline.store import session_scope, typestrict_home, utcnow
+from typestrict_pipeline.store import rows_by_id, session_scope, typestrict_home, utcnow
 
 __all__ = [
     "DEFAULT_DEADLINES",
@@ -369,15 +369,9 @@ def training_status(engine: Engine, training_id: str) -> TrainingStatus | None:
 
 
 def statuses_of(engine: Engine, training_ids: Sequence[str]) -> dict[str, TrainingStatus]:
-    """The lifecycle rows of ``training_ids`` that have one, by id, in one query per 500 ids (a
-    list's page: :func:`training_status` each would be a query each)."""
-    out: dict[str, TrainingStatus] = {}
-    with session_scope(engine) as session:
-        for start in range(0, len(training_ids), 500):
-            rows = session.scalars(select(TrainingRow).where(
-                TrainingRow.training_id.in_(list(training_ids[start:start + 500]))))
-            out.update((row.training_id, _status(row)) for row in rows)
-    return out
+    """The lifecycle rows of ``training_ids`` that have one, by id, in one query (a list's page:
+    :func:`training_status` each would be a query each)."""
+    return rows_by_id(engine, TrainingRow.training_id, training_ids, _status)
 
 
 def judging_since(engine: Engine) -> list[tuple[str, int, dt.datetime]]:

@@ -13,22 +13,24 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
 from alembic.util.exc import CommandError
-from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy import Engine, create_engine, event, inspect, select, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from typestrict_pipeline.errors import StoreError
 from typestrict_pipeline.store.base import Base
+
+T = TypeVar("T")
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 _MIGRATION_LOCK_KEY = 0x7473_7472  # arbitrary, constant: "tstr"
@@ -600,6 +602,37 @@ def session_scope(engine: Engine) -> Iterator[Session]:
         raise
     finally:
         session.close()
+
+
+IN_CHUNK = 500
+"""Ids one ``IN (...)`` of :func:`rows_by_id` holds (SQLite's and PostgreSQL's bound-parameter
+limits are far above it)."""
+
+
+def rows_by_id(engine: Engine, key: Any, ids: Sequence[str], read: Callable[[Any], T],
+               *where: Any) -> dict[str, T]:
+    """``read(row)`` of every row whose ``key`` column is one of ``ids`` (and matches ``where``),
+    by that id: one query per :data:`IN_CHUNK` ids, where a lookup each would be a query each (a
+    list's page of trainings, models or backtests).
+
+    >>> import pathlib, tempfile
+    >>> from typestrict_pipeline.lifecycle.tables import TrainingRow
+    >>> from typestrict_pipeline.lifecycle.trainings import start_training
+    >>> engine = open_store(f"sqlite:///{pathlib.Path(tempfile.mkdtemp()) / 's.db'}")
+    >>> from typestrict_pipeline.credits import CreditLedger
+    >>> _ = CreditLedger(engine).grant("acme", 2, reference="doc")
+    >>> _ = [start_training(engine, "acme", t) for t in ("tr_a", "tr_b")]
+    >>> rows_by_id(engine, TrainingRow.training_id, ["tr_b", "tr_none", "tr_a"], lambda r: r.state)
+    {'tr_a': 'awaiting_predictions', 'tr_b': 'awaiting_predictions'}
+    """
+    out: dict[str, T] = {}
+    entity = key.class_
+    with session_scope(engine) as session:
+        for start in range(0, len(ids), IN_CHUNK):
+            chunk = list(ids[start:start + IN_CHUNK])
+            for row in session.scalars(select(entity).where(key.in_(chunk), *where)):
+                out[str(getattr(row, key.key))] = read(row)
+    return out
 
 
 @dataclass(frozen=True)
