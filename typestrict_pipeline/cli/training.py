@@ -88,7 +88,8 @@ def _list(args: argparse.Namespace) -> int:
     engine = write_store(args)  # reading applies a passed deadline first
     try:
         store = _store_of(engine)
-        rows = [_row(t, store.view(args.workspace, t)) for t in store.list_ids(args.workspace)]
+        views = store.views(args.workspace, store.list_ids(args.workspace))  # one sweep, two queries
+        rows = [_row(t, view) for t, view in views.items()]
     finally:
         engine.dispose()
     if args.json:
