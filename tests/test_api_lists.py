@@ -30,7 +30,8 @@ _spec.loader.exec_module(support)
 
 UTC = dt.UTC
 DAY = dt.timedelta(days=1)
-LIST_PATHS = ("/v1/trainings", "/v1/models", "/v1/studies", "/v1/backtests", "/v1/datasets", "/v1/files")
+LIST_PATHS = ("/v1/trainings", "/v1/models", "/v1/studies", "/v1/backtests", "/v1/datasets", "/v1/files",
+              "/v1/workspaces/acme/ledger")
 
 
 def _pages(c: httpx.Client, path: str, limit: int) -> tuple[list[Any], list[int]]:
@@ -81,6 +82,10 @@ def test_a_list_is_read_a_page_at_a_time_and_every_item_comes_once(tmp_path: Pat
                                           '</v1/trainings?limit=2&offset=0>; rel="prev"')
         past = c.get("/v1/trainings?offset=99")
         assert past.status_code == 200 and past.json() == [] and past.headers["X-Total-Count"] == "5"
+        # the ledger: a grant, then a credit spent per training, oldest first
+        lines, totals = _pages(c, "/v1/workspaces/acme/ledger", 4)
+        assert [ln["kind"] for ln in lines] == ["grant"] + ["spend"] * 5 and totals == [6, 6]
+        assert [ln["id"] for ln in lines] == sorted(ln["id"] for ln in lines)
         # the same two parameters, refused the same way, on every list
         for path in LIST_PATHS:
             assert c.get(f"{path}?limit=1&offset=0").status_code == 200, path

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from sqlalchemy import Engine, select, text, update
+from sqlalchemy import Engine, func, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -691,13 +691,22 @@ class CreditLedger:
             ).all()
             return int(sum(rows))
 
-    def lines(self, workspace_id: str, *, training_id: str | None = None) -> list[LedgerLine]:
-        """The workspace's ledger entries in order, optionally only one training's."""
+    def lines(self, workspace_id: str, *, training_id: str | None = None, limit: int | None = None,
+              offset: int = 0) -> list[LedgerLine]:
+        """The workspace's ledger entries in order, optionally only one training's; ``limit`` of
+        them after the first ``offset`` (every one from ``offset`` when ``limit`` is None)."""
         with session_scope(self.engine) as session:
             stmt = select(CreditEntry).where(CreditEntry.workspace_id == workspace_id)
             if training_id is not None:
                 stmt = stmt.where(CreditEntry.training_id == training_id)
-            return [_line(r) for r in session.scalars(stmt.order_by(CreditEntry.id)).all()]
+            stmt = stmt.order_by(CreditEntry.id).offset(offset)
+            return [_line(r) for r in session.scalars(stmt if limit is None else stmt.limit(limit)).all()]
+
+    def count_lines(self, workspace_id: str) -> int:
+        """How many ledger entries the workspace has."""
+        with session_scope(self.engine) as session:
+            return int(session.scalar(select(func.count()).select_from(CreditEntry)
+                                      .where(CreditEntry.workspace_id == workspace_id)) or 0)
 
     def training_lines(self, training_id: str) -> list[LedgerLine]:
         """One training's entries (spend, settlement), in order."""

@@ -13,6 +13,7 @@ from fastapi import Path
 
 from typestrict_pipeline.api.deps import Ctx, Workspace
 from typestrict_pipeline.api.edge import api_router
+from typestrict_pipeline.api.paging import ListPage
 from typestrict_pipeline.api.schemas import (
     BudgetIn,
     BudgetOut,
@@ -51,15 +52,18 @@ def get_workspace(workspace_id: WorkspaceId, ctx: Ctx, workspace: Workspace) -> 
 
 
 @router.get("/workspaces/{workspace_id}/ledger", response_model=list[LedgerLineOut])
-def get_ledger(workspace_id: WorkspaceId, ctx: Ctx, workspace: Workspace) -> list[LedgerLineOut]:
-    """Every ledger entry, oldest first: grants, a credit spent per training, settlements."""
+def get_ledger(workspace_id: WorkspaceId, ctx: Ctx, workspace: Workspace, page: ListPage) -> list[LedgerLineOut]:
+    """The ledger's entries, oldest first, a page at a time (``limit``, ``offset``;
+    ``X-Total-Count`` and ``Link``): grants, a credit spent per training, settlements."""
     ws = _own(workspace_id, workspace)
+    ledger = CreditLedger(ctx.engine)
+    shown = page.of(ledger.count_lines(ws))
     return [
         LedgerLineOut(id=ln.id, kind=ln.kind.value, reference=ln.reference, training_id=ln.training_id,
                       amount=ln.amount, balance_after=ln.balance_after,
                       verdict=ln.verdict.value if ln.verdict else None, reason=ln.reason,
                       created_at=ln.created_at.isoformat(), audit_sha256=ln.audit_sha256)
-        for ln in CreditLedger(ctx.engine).lines(ws)
+        for ln in ledger.lines(ws, limit=shown.stop - shown.start, offset=shown.start)
     ]
 
 
