@@ -170,6 +170,11 @@ def test_another_workspaces_data_is_never_read_to_list_this_ones(tmp_path: Path,
         assert store.list_ids("acme") == made and store.list_ids("solo") == []
         assert len(reads) == first  # no manifest read again
     assert first <= 3 * 31  # each folder once (the manifest looked for, then its draft)
+    # A folder removed and made again (here for acme: its inode may be the old one's) is read again.
+    again = store.trainings_dir / "tr_other00000007"
+    shutil.rmtree(again)
+    shutil.copytree(store.folder(made[0]), again)
+    assert store.list_ids("acme") == sorted([*made, again.name]) and len(store.list_ids("other")) == 29
 
 
 def test_a_server_whose_recorded_jev_is_gone_says_so_and_charges_nothing(tmp_path: Path, sqlite_url: str) -> None:

@@ -293,9 +293,10 @@ class TrainingStore:
         # trainings but never create one (the server does not start without a Jev source).
         self.jev_source = dict(jev_source) if jev_source is not None else None
         self.deadlines = deadlines or Deadlines.from_env()
-        self._owners: dict[tuple[str, int], str] = {}
-        """(folder name, inode) -> the workspace its manifest names: read once per folder, so
-        a list costs one directory listing plus the new folders, not every workspace's manifests."""
+        self._owners: dict[tuple[str, int, int], str] = {}
+        """(folder name, inode, change time) -> the workspace its manifest names: read once per
+        folder, so a list costs one directory listing plus the new folders, not every
+        workspace's manifests."""
         self._owners_lock = threading.Lock()
 
     @property
@@ -536,8 +537,9 @@ class TrainingStore:
         """The workspace's trainings (drafts included), sorted by id.
 
         The folder of every workspace's trainings is one directory; which workspace a folder
-        belongs to is read from its manifest once and kept by the folder's name and inode (a
-        manifest never changes its workspace; a folder removed and made again is a new inode).
+        belongs to is read from its manifest once and kept by the folder's name, inode and
+        change time (a manifest never changes its workspace; a folder removed and made again,
+        or whose files changed, is read again).
         A list then costs one listing of the directory, not a manifest read per training of
         every workspace: with 6,000 trainings of other workspaces, a workspace's list took
         0.6-0.7 s (docs/benchmarks.md, "Listing a workspace's trainings"). A folder whose
@@ -545,25 +547,28 @@ class TrainingStore:
         """
         root = self.trainings_dir
         try:
-            entries = [(e.name, e.inode()) for e in os.scandir(root)
-                       if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)]
+            entries = list(os.scandir(root))
         except FileNotFoundError:
             return []
         with self._owners_lock:
-            owners = dict(self._owners)
-        out, found = [], {}
-        for name, inode in entries:
-            owner = owners.get((name, inode))
-            if owner is None:
-                owner = self._owner(name)
-                if owner is None:
+            known = self._owners
+        owners: dict[tuple[str, int, int], str] = {}
+        out = []
+        for entry in entries:
+            try:
+                if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
                     continue
-                found[(name, inode)] = owner
+                key = (entry.name, entry.inode(), entry.stat(follow_symlinks=False).st_ctime_ns)
+            except OSError:  # removed since the listing
+                continue
+            owner = known.get(key) or self._owner(entry.name)
+            if owner is None:
+                continue
+            owners[key] = owner
             if owner == workspace_id:
-                out.append(name)
-        if found:
-            with self._owners_lock:
-                self._owners.update(found)
+                out.append(entry.name)
+        with self._owners_lock:
+            self._owners = owners  # only folders there now: a removed or changed one is dropped
         return sorted(out)
 
     def _owner(self, training_id: str) -> str | None:
