@@ -225,13 +225,6 @@ def get_backtest(engine: Engine, runs: DagsterRuns, workspace: str, backtest_id:
     return _pending_view(workspace, backtest_id, launched[0])
 
 
-def list_backtests(engine: Engine, runs: DagsterRuns, workspace: str, limit: int = 200,
-                   offset: int = 0) -> list[BacktestView]:
-    """The workspace's backtests, newest first: those waiting for their run, then the store's;
-    ``limit`` of them after the first ``offset``."""
-    return backtest_page(engine, runs, workspace, limit=limit, offset=offset)[0]
-
-
 def backtest_page(engine: Engine, runs: DagsterRuns, workspace: str, *, limit: int,
                   offset: int) -> tuple[list[BacktestView], int]:
     """``limit`` backtests after the first ``offset`` (newest first: those waiting for their
@@ -307,7 +300,6 @@ __all__ = [
     "check_backtest",
     "get_backtest",
     "launch_backtest",
-    "list_backtests",
     "plain_params",
     "run_config",
     "workflows",
