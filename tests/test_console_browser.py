@@ -563,3 +563,61 @@ def test_the_leaderboard_chart_stays_readable_from_4_to_500_candidates(served: S
         finally:
             context.close()
     assert not problems, "\n".join(problems)
+
+
+def test_older_trainings_are_a_keyboard_press_away(served: Served, browser: Any) -> None:
+    """With more trainings than a page holds, the Trainings page shows the newest 50, passes axe on
+    a laptop and a phone, and its "Older" link works from the keyboard (the list was one page of
+    every training)."""
+    import shutil
+
+    from playwright.sync_api import expect
+
+    from typestrict_pipeline.console.paging import PER_PAGE
+
+    root = served.root / ".typestrict" / "trainings"
+    key = (served.root / "key.txt").read_text().strip()
+
+    def owner(folder: Path) -> object:
+        for f in (folder / "manifest.json", folder / "api-draft.json"):
+            if f.is_file():
+                return json.loads(f.read_text(encoding="utf-8")).get("workspace_id")
+        return None
+
+    mine = [p for p in sorted(root.iterdir()) if p.is_dir() and not p.name.startswith(".") and owner(p) == "demo"]
+    assert mine, sorted(p.name for p in root.iterdir())
+    copies = [root / f"tr_{i:016x}" for i in range(PER_PAGE + 5)]
+    for i, copy in enumerate(copies):
+        shutil.copytree(mine[0], copy)
+        os.utime(copy, (1_600_000_000 + i, 1_600_000_000 + i))  # older than every training of the walk
+    problems = []
+    try:
+        for viewport, size in sorted(VIEWPORTS.items()):
+            context = browser.new_context(viewport=size)
+            page = context.new_page()
+            page.set_default_timeout(TIMEOUT_MS)
+            try:
+                page.goto(f"{served.url}/console/sign-in")
+                page.get_by_label("Workspace key", exact=True).fill(key)
+                page.get_by_role("button", name="Sign in", exact=True).click()
+                page.wait_for_url(re.compile(r".*/console/trainings$"))
+                expect(page.locator("#trainings tbody tr")).to_have_count(PER_PAGE)
+                for v in _axe(page):
+                    if v["impact"] in ("critical", "serious"):
+                        problems.append(f"{viewport}: {v['impact']} {v['id']} ({v['help']}) at {v['nodes']}")
+                wide = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+                if wide > 1:
+                    problems.append(f"{viewport}: the page is {wide}px wider than the screen")
+                older = page.locator("#trainings-pages a[rel=next]")
+                expect(older).to_have_text(re.compile(r"^Older \d+$"))
+                _keyboard_press(older)
+                page.wait_for_url(re.compile(r".*/console/trainings\?page=2$"))
+                shown = page.locator("#trainings tbody tr").evaluate_all("rows => rows.map(r => r.dataset.training)")
+                assert copies[0].name in shown and len(shown) <= PER_PAGE, shown
+                expect(page.locator("#trainings-pages a[rel=prev]")).to_have_text(f"Newer {PER_PAGE}")
+            finally:
+                context.close()
+    finally:
+        for copy in copies:
+            shutil.rmtree(copy, ignore_errors=True)
+    assert not problems, "\n".join(problems)
