@@ -421,10 +421,18 @@ class TrainingStore:
     # --- read --------------------------------------------------------------------------------
 
     def _doc(self, workspace_id: str, training_id: str) -> tuple[dict[str, Any], Path, bool]:
+        found = self._read(training_id)
+        if found is None or found[0].get("workspace_id") != workspace_id:
+            raise _not_found("training", training_id)
+        return found
+
+    def _read(self, training_id: str) -> tuple[dict[str, Any], Path, bool] | None:
+        """A training folder's manifest (or draft: the bool), whichever workspace it names; None
+        when there is none, or it cannot be read (never shown, never a 500)."""
         try:
             folder = self.folder(training_id)
         except InputError:
-            raise _not_found("training", training_id) from None
+            return None
         # The manifest is looked for again after the draft: a submission writes the manifest
         # before it removes the draft, so a reader that missed the manifest and then the draft
         # finds the manifest the second time (never "not found" in between).
@@ -436,11 +444,9 @@ class TrainingStore:
                 except InputError:
                     if not path.exists():  # a draft removed since: its manifest is looked for next
                         continue
-                    break  # not readable: never shown, never a 500
-                if not isinstance(doc, dict) or doc.get("workspace_id") != workspace_id:
-                    break
-                return doc, folder, draft
-        raise _not_found("training", training_id)
+                    return None
+                return (doc, folder, draft) if isinstance(doc, dict) else None
+        return None
 
     def manifest(self, workspace_id: str, training_id: str) -> TrainingManifest:
         """The training's manifest (draft or final), if it belongs to ``workspace_id``."""
@@ -573,18 +579,9 @@ class TrainingStore:
 
     def _owner(self, training_id: str) -> str | None:
         """The workspace a training folder's manifest (or draft) names; None when unreadable."""
-        try:
-            folder = self.folder(training_id)
-        except InputError:
-            return None
-        for name in (MANIFEST_NAME, DRAFT_NAME, MANIFEST_NAME):  # as _doc: a draft submitted meanwhile
-            try:
-                doc = read_json_file(folder / name, error=ManifestError, what="a manifest")
-            except (InputError, OSError):
-                continue
-            owner = doc.get("workspace_id") if isinstance(doc, dict) else None
-            return owner if isinstance(owner, str) else None
-        return None
+        found = self._read(training_id)
+        owner = None if found is None else found[0].get("workspace_id")
+        return owner if isinstance(owner, str) else None
 
     def split(self, workspace_id: str, training_id: str) -> SplitView:
         """The split of every decision, and the ids the model may be trained on."""
