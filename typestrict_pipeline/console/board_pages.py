@@ -112,7 +112,7 @@ def page_count(total: int, per_page: int = TOP_K) -> int:
     return max(1, math.ceil(total / per_page))
 
 
-def parse_page(text: str | None, pages: int, *, fix: str = "use the links under the leaderboard's table") -> int:
+def parse_page(text: str | None, pages: int) -> int:
     """The page a ``?page=`` asks for: a whole number from 1 to ``pages`` (1 when not given).
 
     >>> parse_page(None, 3), parse_page("2", 3)
@@ -127,7 +127,8 @@ def parse_page(text: str | None, pages: int, *, fix: str = "use the links under 
     value = text.strip()
     if value.isascii() and value.isdigit() and len(value) <= 9 and 1 <= int(value) <= pages:
         return int(value)
-    raise InputError(f"a page from 1 to {pages:,}", repr(text[:40]), fix, file="page (in the query)")
+    raise InputError(f"a page from 1 to {pages:,}", repr(text[:40]),
+                     "use the links under the leaderboard's table", file="page (in the query)")
 
 
 def board_page(rows: Sequence[LeaderboardRow], *, winner: int | None, page: int = 1,
