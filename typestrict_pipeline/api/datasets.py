@@ -196,13 +196,12 @@ def own_names(home: Path, workspace: str) -> list[str]:
     return [n for n in dataset_names(base=datasets_base(home)) if customer_name(workspace, n) is not None]
 
 
-def list_for(home: Path, workspace: str, names: Sequence[str] | None = None) -> list[DatasetView]:
-    """The workspace's datasets, by name (``names``: those of :func:`own_names` to show)."""
+def list_for(home: Path, workspace: str, names: Sequence[str]) -> list[DatasetView]:
+    """The workspace's datasets ``names`` (stored names, of :func:`own_names`), with their tables."""
     from typestrict_pipeline.backtest.workflows.datasets import dataset_info
 
     base = datasets_base(home)
-    return [_view(workspace, dataset_info(n, base=base))
-            for n in (own_names(home, workspace) if names is None else names)]
+    return [_view(workspace, dataset_info(n, base=base)) for n in names]
 
 
 def resolve(home: Path, workspace: str, name: str) -> str:
@@ -219,7 +218,7 @@ def resolve(home: Path, workspace: str, name: str) -> str:
     try:
         return _own(home, workspace, name)
     except NotFoundError:
-        own = [v.name for v in list_for(home, workspace)]
+        own = [customer_name(workspace, n) or n for n in own_names(home, workspace)]  # no table read
         raise InputError(
             f"a dataset name: a built-in one ({', '.join(sorted(DATASETS))}) or one this workspace "
             f"registered ({listed(own, plain=True) if own else 'none yet'})", repr(str(name)[:80]),
