@@ -149,6 +149,10 @@ def test_another_workspaces_data_is_never_read_to_list_this_ones(tmp_path: Path,
             listed = c.get("/v1/datasets")
             assert listed.status_code == 200, listed.text
             assert [d["name"] for d in listed.json()] == ["weather_a"]
+            named = c.post("/v1/backtests", json={"workflow": "seattle_rain", "start": "2012-02-01",
+                                                  "end": "2012-03-01", "dataset": "weather_b"})
+            assert named.status_code == 422, named.text  # theirs is not ours to name; ours is listed
+            assert "or one this workspace registered (weather_a)" in named.json()["error"]["message"], named.text
     # Trainings: which workspace a folder belongs to is read once, then kept.
     store = TrainingStore(tmp_path / "home", open_store(sqlite_url), None)
     for i in range(30):
