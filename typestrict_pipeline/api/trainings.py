@@ -32,7 +32,6 @@ import json
 import os
 import secrets
 import shutil
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -296,8 +295,8 @@ class TrainingStore:
         self._owners: dict[tuple[str, int, int], str] = {}
         """(folder name, inode, change time) -> the workspace its manifest names: read once per
         folder, so a list costs one directory listing plus the new folders, not every
-        workspace's manifests."""
-        self._owners_lock = threading.Lock()
+        workspace's manifests. Replaced whole by each list, never changed in place (a list
+        running beside another reads one map or the other, both right)."""
 
     @property
     def trainings_dir(self) -> Path:
@@ -484,25 +483,17 @@ class TrainingStore:
         A deadline that has passed is applied first (the training expires and its credit comes
         back now, not at the next sweep): what the customer reads is always current.
         """
-        _, _, draft = self._doc(workspace_id, training_id)
-        expire_due(self.engine, now=now, training_ids=[training_id], trainings_dir=self.trainings_dir)
-        status = training_status(self.engine, training_id)
-        model: ModelInfo | None = None
-        with contextlib.suppress(NotFoundError):
-            model = self.model(workspace_id, training_id)
-        if status is not None:
-            return TrainingView(status.state, model, status)
-        if draft:
-            return TrainingView(TrainingState.AWAITING_PREDICTIONS, None, None)
-        return TrainingView(TrainingState.SETTLED if model is not None else TrainingState.JUDGING,
-                            model, None)
+        found = self.views(workspace_id, [training_id], now=now)
+        if training_id not in found:
+            raise _not_found("training", training_id)
+        return found[training_id]
 
     def views(self, workspace_id: str, training_ids: Sequence[str], *, now: dt.datetime | None = None
               ) -> dict[str, TrainingView]:
-        """:meth:`view` of each of ``training_ids`` (a list's page) with one expiry sweep and one
-        query for their lifecycle rows and one for their model records, not three per training.
-        A training not found (another workspace's, or removed since it was listed) is left out.
-        """
+        """:meth:`view` of each of ``training_ids`` (a list's page, or one training) with one
+        expiry sweep and one query for their lifecycle rows and one for their model records, not
+        three per training. A training not found (another workspace's, or removed since it was
+        listed) is left out."""
         drafts: dict[str, bool] = {}
         for tid in training_ids:
             with contextlib.suppress(NotFoundError):
@@ -556,8 +547,7 @@ class TrainingStore:
             entries = list(os.scandir(root))
         except FileNotFoundError:
             return []
-        with self._owners_lock:
-            known = self._owners
+        known = self._owners
         owners: dict[tuple[str, int, int], str] = {}
         out = []
         for entry in entries:
@@ -573,8 +563,7 @@ class TrainingStore:
             owners[key] = owner
             if owner == workspace_id:
                 out.append(entry.name)
-        with self._owners_lock:
-            self._owners = owners  # only folders there now: a removed or changed one is dropped
+        self._owners = owners  # only folders there now: a removed or changed one is dropped
         return sorted(out)
 
     def _owner(self, training_id: str) -> str | None:
