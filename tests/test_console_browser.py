@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -494,6 +495,22 @@ def _synthetic_study(root: Path, n: int) -> int:
     return sid
 
 
+@contextmanager
+def _signed_in(browser: Any, served: Served, size: dict[str, int], then: str) -> Iterator[Any]:
+    """A page of a fresh browser context of ``size``, signed in with the walk's key and sent on
+    to ``then``; the context is closed after the block."""
+    context = browser.new_context(viewport=size)
+    try:
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(f"{served.url}/console/sign-in?next={then}")
+        page.get_by_label("Workspace key", exact=True).fill((served.root / "key.txt").read_text().strip())
+        page.get_by_role("button", name="Sign in", exact=True).click()
+        yield page
+    finally:
+        context.close()
+
+
 def _boxes_overlap(a: dict[str, float], b: dict[str, float]) -> bool:
     return not (a["x"] + a["width"] <= b["x"] or b["x"] + b["width"] <= a["x"]
                 or a["y"] + a["height"] <= b["y"] or b["y"] + b["height"] <= a["y"])
@@ -511,16 +528,9 @@ def test_the_leaderboard_chart_stays_readable_from_4_to_500_candidates(served: S
     from typestrict_pipeline.console.board_pages import TOP_K
 
     sid = _synthetic_study(served.root, n)
-    key = (served.root / "key.txt").read_text().strip()
     problems = []
     for viewport, size in sorted(VIEWPORTS.items()):
-        context = browser.new_context(viewport=size)
-        page = context.new_page()
-        page.set_default_timeout(TIMEOUT_MS)
-        try:
-            page.goto(f"{served.url}/console/sign-in?next=/console/studies/{sid}")
-            page.get_by_label("Workspace key", exact=True).fill(key)
-            page.get_by_role("button", name="Sign in", exact=True).click()
+        with _signed_in(browser, served, size, f"/console/studies/{sid}") as page:
             chart = page.locator("#leaderboard-chart")
             expect(chart).to_have_attribute("data-state", "drawn")
             spec = json.loads(page.locator("#leaderboard-spec").text_content() or "{}")
@@ -560,8 +570,6 @@ def test_the_leaderboard_chart_stays_readable_from_4_to_500_candidates(served: S
                 assert {str(r) for r in range(TOP_K + 1, 2 * TOP_K + 1)} <= set(ranks), ranks
             if os.environ.get("TYPESTRICT_SCREENSHOTS") == "1":
                 chart.screenshot(path=str(SCREENSHOTS / f"console-chart-{n}-{viewport}.png"))
-        finally:
-            context.close()
     assert not problems, "\n".join(problems)
 
 
@@ -576,7 +584,6 @@ def test_older_trainings_are_a_keyboard_press_away(served: Served, browser: Any)
     from typestrict_pipeline.console.paging import PER_PAGE
 
     root = served.root / ".typestrict" / "trainings"
-    key = (served.root / "key.txt").read_text().strip()
 
     def owner(folder: Path) -> object:
         for f in (folder / "manifest.json", folder / "api-draft.json"):
@@ -593,13 +600,7 @@ def test_older_trainings_are_a_keyboard_press_away(served: Served, browser: Any)
     problems = []
     try:
         for viewport, size in sorted(VIEWPORTS.items()):
-            context = browser.new_context(viewport=size)
-            page = context.new_page()
-            page.set_default_timeout(TIMEOUT_MS)
-            try:
-                page.goto(f"{served.url}/console/sign-in")
-                page.get_by_label("Workspace key", exact=True).fill(key)
-                page.get_by_role("button", name="Sign in", exact=True).click()
+            with _signed_in(browser, served, size, "/console/trainings") as page:
                 page.wait_for_url(re.compile(r".*/console/trainings$"))
                 expect(page.locator("#trainings tbody tr")).to_have_count(PER_PAGE)
                 for v in _axe(page):
@@ -615,8 +616,6 @@ def test_older_trainings_are_a_keyboard_press_away(served: Served, browser: Any)
                 shown = page.locator("#trainings tbody tr").evaluate_all("rows => rows.map(r => r.dataset.training)")
                 assert copies[0].name in shown and len(shown) <= PER_PAGE, shown
                 expect(page.locator("#trainings-pages a[rel=prev]")).to_have_text(f"Newer {PER_PAGE}")
-            finally:
-                context.close()
     finally:
         for copy in copies:
             shutil.rmtree(copy, ignore_errors=True)
