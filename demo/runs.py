@@ -46,12 +46,45 @@ def stop_signals_kept() -> Iterator[None]:
     so when Dagster ends by copying SIGINT's handler to SIGTERM a SIGTERM still stops the demo."""
     handlers = stop_handlers() if _at_start is None else _at_start
     restore_stop_signals(handlers)
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, _as_started(handlers))
+    if threading.current_thread() is not threading.main_thread():
+        try:
+            yield
+        finally:
+            restore_stop_signals(handlers)
+        return
+    signal.signal(signal.SIGINT, _as_started(handlers))
+    heard, said = os.pipe()  # each signal a Python handler caught, Dagster's included
+    os.set_blocking(heard, False)
+    os.set_blocking(said, False)
+    before = signal.set_wakeup_fd(said, warn_on_full_buffer=False)
     try:
         yield
     finally:
+        signal.set_wakeup_fd(before)
+        caught = _drain(heard)
+        os.close(heard)
+        os.close(said)
         restore_stop_signals(handlers)
+        _act_on_swallowed(caught, handlers)
+
+
+def _drain(fd: int) -> bytes:
+    out = b""
+    with contextlib.suppress(BlockingIOError):
+        while chunk := os.read(fd, 512):
+            out += chunk
+    return out
+
+
+def _act_on_swallowed(caught: bytes, handlers: StopHandlers) -> None:
+    """A stop signal Dagster caught during its call and dropped at its end (its handler records
+    the signal and raises it only inside a step's interruptible part; a run whose step had
+    passed that point finished as if nothing had come, and the demo ran on): stop as the demo's
+    own handler of that signal would, now. An ignored signal never reaches a handler."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        own = handlers.get(signum, signal.SIG_DFL)
+        if signum in caught and own is not signal.SIG_IGN and own is not None:
+            raise KeyboardInterrupt(f"{signal.Signals(signum).name} during a Dagster call")
 
 
 def _as_started(handlers: StopHandlers) -> Any:

@@ -93,3 +93,35 @@ def test_a_stop_signal_right_after_a_dagster_call_acts_as_the_demo_started_with(
         assert proc.returncode == -signal.SIGTERM and "still running" not in proc.stdout, proc
     else:  # SIGINT stays ignored, as the shell that started the demo in the background asked
         assert proc.returncode == 0 and "still running" in proc.stdout, proc
+
+
+_SWALLOWED = """
+import os, signal, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # as `make demo &`
+from dagster._utils.interrupts import capture_interrupts
+from demo import runs
+runs.remember_stop_signals()
+try:
+    with runs.stop_signals_kept():
+        with capture_interrupts():  # what execute_in_process wraps a run in
+            os.kill(os.getpid(), getattr(signal, sys.argv[1]))  # caught by Dagster outside a step's
+            time.sleep(0.5)                                     # interruptible part...
+        # ...and dropped when its call ends: the run finished as if nothing had come
+except KeyboardInterrupt as stop:
+    print("stopped:", stop, flush=True)
+    sys.exit(130)
+print("still running", flush=True)
+"""
+
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])
+def test_a_stop_signal_dagster_caught_and_dropped_still_stops_the_demo(name: str) -> None:
+    """The demo ran to its end when a SIGTERM came while a run's step was past the point where
+    Dagster raises it (its handler records the signal; its call's end forgets it): seen once in
+    CI as `make demo: finished` after a kill during the refund part."""
+    proc = subprocess.run([sys.executable, "-c", _SWALLOWED, name], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    if name == "SIGTERM":  # stopped as an interrupted run stops it
+        assert proc.returncode == 130 and "stopped: SIGTERM during a Dagster call" in proc.stdout, proc
+    else:  # SIGINT stays ignored, as the shell that started the demo in the background asked
+        assert proc.returncode == 0 and "still running" in proc.stdout, proc
