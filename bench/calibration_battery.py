@@ -63,7 +63,7 @@ ROW_SEEDS = (1, 2)
 SIZE_PROCESSES = ("white", "AR(0.6)", "AR(0.9)", "mixture", "mixture 20% AR(0.98)", "regimes",
                   "regimes, AR(0.5)", "regimes, 120 steps", "heavy AR(0.5)", "GARCH",
                   "factor AR(0.9)",
-                  "uneven: 10% AR(0.95)", "weekly AR(0.8)")
+                  "uneven: 10% AR(0.95)", "uneven: half AR(0.9)", "weekly AR(0.8)")
 
 
 def _cells(part: str, sims: int, quick: bool) -> Iterator[Callable[[], Rate]]:

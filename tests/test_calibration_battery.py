@@ -105,6 +105,18 @@ def test_beats_luck_power_under_ar09() -> None:
 
 
 @pytest.mark.slow
+def test_beats_luck_power_under_ar09_with_64_candidates() -> None:
+    # One candidate of 64 with an edge of 2 per-step SDs over 120 AR(0.9) steps (about 5
+    # long-run SEs). While every candidate's AR(1) floor was its own, the candidates whose
+    # window happened to trend were widened 5–7× and set the null maximum at 11–15 SEs: found
+    # in 0 of 100 here (0 of 1,000 at seed 12120). With the pooled floor
+    # (inference.ar1_floors) 19 of 100.
+    r = spa_rate(PROCESSES["AR(0.9)"], 64, 120, 100, 2714, edge=2.0, reps=199)
+    print(f"power {r.rate:.3f} of {r.trials}")
+    assert r.rate >= 0.08
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(("process", "holdout", "seed"), [
     ("mixture", 60, 2721),
     ("AR(0.9)", 60, 2722),  # issue #27's row: 11.9% when it was filed

@@ -216,6 +216,7 @@ PROCESSES: dict[str, Process] = {p.name: p for p in (
     Process("GARCH", kind="garch"),
     Process("factor AR(0.9)", kind="factor", phi=0.9, weight=0.5),
     Process("uneven: 10% AR(0.95)", kind="hetero", phi=0.95, weight=0.1),
+    Process("uneven: half AR(0.9)", kind="hetero", phi=0.9, weight=0.5),
     Process("mixture 20% AR(0.98)", kind="mixture", phi=0.98, weight=0.2),
     Process("long memory d=0.2", kind="fractional", memory=0.2),
     Process("long memory d=0.3", kind="fractional", memory=0.3),

@@ -33,6 +33,7 @@ import numpy.typing as npt
 from typestrict_pipeline.errors import NotEnoughDataError
 from typestrict_pipeline.lazy import LazyModule
 from typestrict_pipeline.study.dependence import (
+    SMALL_POOL,
     Dependence,
     column_chunks,
     long_run_variances,
@@ -47,9 +48,11 @@ from typestrict_pipeline.study.stability import (
     sign_changes,
 )
 from typestrict_pipeline.study.stats import (
-    ar1_long_run_variance,
+    ar1_coefficients,
+    ar1_variance,
     fixed_b_degrees_of_freedom,
     newey_west_se,
+    pooled_ar1_coefficient,
 )
 
 if TYPE_CHECKING:  # imported on first use: keeps the code location's load quick
@@ -264,7 +267,8 @@ def stationary_bootstrap_variance(diffs: FloatArray, block: float) -> FloatArray
 
 def small_sample_factor(diffs: FloatArray, bootstrap_lrv: FloatArray,
                         dependence: Dependence | None = None, *,
-                        family: int | None = None) -> FloatArray:
+                        family: int | None = None,
+                        pooled_ar1: float | None = None) -> FloatArray:
     """Per column, the factor that sets the bootstrap's spread of the mean to its target.
 
     A stationary bootstrap resamples the sample, so with persistent scores and a short window it
@@ -274,7 +278,14 @@ def small_sample_factor(diffs: FloatArray, bootstrap_lrv: FloatArray,
     maximum needs). The target is the long-run variance of
     :func:`~typestrict_pipeline.study.dependence.long_run_variances` (the pooled long-run ratio of
     the candidates that matter times the candidate's variance, or its own cosine estimate when
-    larger) and never below the bias-corrected AR(1) fit (Kendall, *Biometrika* 41, 1954), times
+    larger) and never below the bias-corrected AR(1) fit (Kendall, *Biometrika* 41, 1954: the
+    candidate's own with up to ``SMALL_POOL`` candidates; with more, the fit pooled over them,
+    :func:`~typestrict_pipeline.study.stats.pooled_ar1_coefficient`, except for a candidate whose
+    own coefficient is above it by more than ``z_{1−α/k}`` standard errors
+    ``√((1 − φ̄²)/T)``: one series' coefficient over a short window is so noisy — sd 0.04–0.05
+    at ``φ`` 0.9 and ``T`` 120, and the floor's ``(1+φ)/(1−φ)`` magnifies it — that the
+    maximum over many candidates was set by the ones whose window happened to trend, and a
+    1-SD edge among 64 AR(0.9) candidates over 120 steps was never found), times
     the ratio of Student-t to normal 95% quantiles at the estimate's degrees of freedom (the
     fixed-smoothing allowance of Kiefer & Vogelsang 2005 / LLSW 2018) or at the AR(1) fit's
     effective sample size ``T·γ̂₀/LRV − 1`` when that floor binds, and never more degrees of
@@ -284,7 +295,8 @@ def small_sample_factor(diffs: FloatArray, bootstrap_lrv: FloatArray,
     pooling other candidates does not measure).
 
     ``family``: the number of candidates tested together when ``diffs`` holds some of them
-    (:func:`spa_draws` takes them in chunks; default: the columns given).
+    (:func:`spa_draws` takes them in chunks; default: the columns given); ``pooled_ar1``: their
+    pooled AR(1) coefficient (default: pooled over the columns given).
 
     >>> d = np.random.default_rng(0).normal(size=(400, 3))
     >>> bool(np.all((small_sample_factor(d, d.var(axis=0)) > 0.8)))
@@ -293,7 +305,7 @@ def small_sample_factor(diffs: FloatArray, bootstrap_lrv: FloatArray,
     t = diffs.shape[0]
     dep = dependence if dependence is not None else measure_dependence(diffs)
     target, df = long_run_variances(diffs, dep, family=family)
-    floor = ar1_long_run_variance(diffs)
+    floor = ar1_floors(diffs, family=family, pooled_ar1=pooled_ar1)
     x = diffs - diffs.mean(axis=0)
     g0 = (x * x).mean(axis=0)
     with np.errstate(all="ignore"):
@@ -307,6 +319,37 @@ def small_sample_factor(diffs: FloatArray, bootstrap_lrv: FloatArray,
     with np.errstate(all="ignore"):
         ratio = np.where(bootstrap_lrv > 0.0, lrv / np.where(bootstrap_lrv > 0.0, bootstrap_lrv, 1.0), 1.0)
     return np.asarray(np.sqrt(ratio) * t_ratio, dtype=np.float64)
+
+
+def ar1_floors(diffs: FloatArray, *, family: int | None = None,
+               pooled_ar1: float | None = None) -> FloatArray:
+    """Per column, the bias-corrected AR(1) long-run variance the joint test never widens below.
+
+    Up to ``SMALL_POOL`` candidates in the family, each column's own
+    (:func:`~typestrict_pipeline.study.stats.ar1_long_run_variance`). With more, the AR(1)
+    coefficient pooled over the family (``pooled_ar1``, default: over the columns given) times
+    the column's own variance, except for a column whose own coefficient is above the pooled
+    one by more than ``z_{1−α/k}·√((1 − φ̄²)/T)`` (a one-sided test at ``ALPHA`` per family of
+    ``k``): that candidate is more persistent than the others and keeps its own floor.
+
+    >>> rng = np.random.default_rng(0)
+    >>> d = rng.normal(size=(120, 64)); d[:, :4] = np.cumsum(rng.normal(size=(120, 4)), axis=0)
+    >>> f = ar1_floors(d) / d.var(axis=0)
+    >>> bool(f[:4].min() > 20 * f[4:].max())
+    True
+    """
+    t = diffs.shape[0]
+    x = diffs - diffs.mean(axis=0)
+    g0 = (x * x).mean(axis=0)
+    own = ar1_coefficients(diffs)
+    floor = ar1_variance(g0, own, t)
+    k = family if family is not None else diffs.shape[1]
+    if k <= SMALL_POOL:
+        return floor
+    phi = pooled_ar1 if pooled_ar1 is not None else pooled_ar1_coefficient(diffs)
+    margin = stats.norm.ppf(1.0 - ALPHA / k) * math.sqrt(max(1.0 - phi * phi, 1.0 / t) / t)
+    return np.asarray(np.where(own > phi + margin, floor, ar1_variance(g0, phi, t)),
+                      dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -384,11 +427,12 @@ def spa_draws(diffs: FloatArray, counts: FloatArray, block: float, *,
     deviation /= t
     deviation -= means
     scale = np.empty(k)
+    pooled = pooled_ar1_coefficient(diffs) if widen and k > SMALL_POOL else None
     for part in column_chunks(k):  # each column on its own: bounded memory, the same numbers
         chunk = diffs[:, part]
         omega2 = stationary_bootstrap_variance(chunk, block)
-        factor = (small_sample_factor(chunk, omega2, dependence, family=k) if widen
-                  else np.ones(chunk.shape[1]))
+        factor = (small_sample_factor(chunk, omega2, dependence, family=k, pooled_ar1=pooled)
+                  if widen else np.ones(chunk.shape[1]))
         deviation[:, part] *= factor
         scale[part] = factor * np.sqrt(np.maximum(omega2, 0.0) / t)
     return SpaDraws(np.asarray(means, dtype=np.float64), deviation, scale, t)

@@ -352,14 +352,73 @@ def newey_west_se(scores: Sequence[float] | FloatArray, horizon: int = 1, *,
     return math.sqrt(lrv / x.size) * fixed_smoothing_factor(df)
 
 
+def ar1_coefficients(series: FloatArray) -> FloatArray:
+    """Per column of a ``T × k`` array, the lag-1 coefficient of an AR(1) fitted to it with
+    Kendall's small-sample bias correction: ``φ̃ = φ̂ + (1 + 3φ̂)/T`` (Kendall, *Biometrika* 41,
+    1954), ``φ̂ = γ̂₁/γ̂₀`` clipped below at 0 and ``φ̃`` clipped above at 0.97.
+
+    >>> rng = np.random.default_rng(0); e = rng.normal(size=(2000, 1)); x = np.empty_like(e)
+    >>> x[0] = e[0]
+    >>> for t in range(1, 2000): x[t] = 0.5 * x[t - 1] + e[t]
+    >>> round(float(ar1_coefficients(x)[0]), 1)
+    0.5
+    """
+    t = series.shape[0]
+    x = series - series.mean(axis=0)
+    g0 = (x * x).mean(axis=0)
+    g1 = (x[1:] * x[:-1]).sum(axis=0) / t
+    with np.errstate(all="ignore"):
+        phi = np.where(g0 > 0.0, g1 / np.where(g0 > 0.0, g0, 1.0), 0.0)
+    phi = np.clip(phi, 0.0, None)
+    return np.asarray(np.minimum(_RHO_CAP, phi + (1.0 + 3.0 * phi) / t), dtype=np.float64)
+
+
+def pooled_ar1_coefficient(series: FloatArray) -> float:
+    """One bias-corrected AR(1) coefficient for many series: the mean over the columns of
+    their lag-1 autocorrelations ``γ̂₁/γ̂₀`` (each column counts once, whatever its variance),
+    then clipped and corrected as :func:`ar1_coefficients` does; with the sampling error of one
+    series averaged away.
+
+    >>> rng = np.random.default_rng(0); e = rng.normal(size=(120, 64)); x = np.empty_like(e)
+    >>> x[0] = e[0]
+    >>> for t in range(1, 120): x[t] = 0.9 * x[t - 1] + e[t]
+    >>> 0.85 < pooled_ar1_coefficient(x) < 0.95
+    True
+    """
+    t, k = series.shape
+    total, used = 0.0, 0
+    for start in range(0, k, 1024):  # a block of columns at a time: bounded memory
+        x = series[:, start:start + 1024] - series[:, start:start + 1024].mean(axis=0)
+        g0 = (x * x).sum(axis=0)
+        g1 = (x[1:] * x[:-1]).sum(axis=0)
+        keep = g0 > 0.0
+        total += float((g1[keep] / g0[keep]).sum())
+        used += int(keep.sum())
+    phi = max(0.0, total / used) if used else 0.0
+    return float(min(_RHO_CAP, phi + (1.0 + 3.0 * phi) / t))
+
+
+def ar1_variance(g0: FloatArray, phi: FloatArray | float, t: int) -> FloatArray:
+    """The long-run variance of an AR(1) with coefficient ``φ`` and sample variance ``γ̂₀``
+    over ``T`` steps: ``γ̂₀/(1 − k/T)·k``, ``k = (1+φ)/(1−φ)`` (the first factor: the
+    de-meaning's bias of ``γ̂₀``, at most 5×).
+
+    >>> round(float(ar1_variance(np.ones(1), 0.5, 10_000)[0]), 2)
+    3.0
+    """
+    k = (1.0 + np.asarray(phi, dtype=np.float64)) / (1.0 - np.asarray(phi, dtype=np.float64))
+    return np.asarray(g0 / np.maximum(0.2, 1.0 - k / t) * k, dtype=np.float64)
+
+
 def ar1_long_run_variance(series: FloatArray) -> FloatArray:
     """Per column of a ``T × k`` array, the long-run variance of an AR(1) fitted to it with
-    Kendall's small-sample bias correction: the floor under every Newey–West estimate.
+    Kendall's small-sample bias correction (:func:`ar1_coefficients`): the floor under every
+    Newey–West estimate.
 
-    ``φ̃ = φ̂ + (1 + 3φ̂)/T`` (Kendall, *Biometrika* 41, 1954; clipped to [0, 0.97]),
     ``γ̃₀ = γ̂₀ / (1 − k/T)`` (the de-meaning's bias, ``k = (1+φ̃)/(1−φ̃)``), and
-    ``LRV = γ̃₀·k``. A short window of persistent scores makes both the Bartlett estimate and
-    the bootstrap's spread too small; this floor restores the AR(1) part of it.
+    ``LRV = γ̃₀·k`` (:func:`ar1_variance`). A short window of persistent scores makes both the
+    Bartlett estimate and the bootstrap's spread too small; this floor restores the AR(1) part
+    of it.
 
     >>> rng = np.random.default_rng(0); e = rng.normal(size=(2000, 1)); x = np.empty_like(e)
     >>> x[0] = e[0]
@@ -370,13 +429,7 @@ def ar1_long_run_variance(series: FloatArray) -> FloatArray:
     t = series.shape[0]
     x = series - series.mean(axis=0)
     g0 = (x * x).mean(axis=0)
-    g1 = (x[1:] * x[:-1]).sum(axis=0) / t
-    with np.errstate(all="ignore"):
-        phi = np.where(g0 > 0.0, g1 / np.where(g0 > 0.0, g0, 1.0), 0.0)
-    phi = np.clip(phi, 0.0, None)
-    phi = np.minimum(_RHO_CAP, phi + (1.0 + 3.0 * phi) / t)
-    k = (1.0 + phi) / (1.0 - phi)
-    return np.asarray(g0 / np.maximum(0.2, 1.0 - k / t) * k, dtype=np.float64)
+    return ar1_variance(g0, ar1_coefficients(series), t)
 
 
 def expected_max_independent(standard_errors: Sequence[float]) -> float:
