@@ -285,7 +285,7 @@ def small_sample_factor(diffs: FloatArray, bootstrap_lrv: FloatArray,
     ``√((1 − φ̄²)/T)``: one series' coefficient over a short window is so noisy — sd 0.04–0.05
     at ``φ`` 0.9 and ``T`` 120, and the floor's ``(1+φ)/(1−φ)`` magnifies it — that the
     maximum over many candidates was set by the ones whose window happened to trend, and a
-    1-SD edge among 64 AR(0.9) candidates over 120 steps was never found), times
+    2-SD edge among 64 AR(0.9) candidates over 120 steps was never found), times
     the ratio of Student-t to normal 95% quantiles at the estimate's degrees of freedom (the
     fixed-smoothing allowance of Kiefer & Vogelsang 2005 / LLSW 2018) or at the AR(1) fit's
     effective sample size ``T·γ̂₀/LRV − 1`` when that floor binds, and never more degrees of

@@ -387,7 +387,9 @@ def pooled_ar1_coefficient(series: FloatArray) -> float:
     """
     t, k = series.shape
     total, used = 0.0, 0
-    for start in range(0, k, 1024):  # a block of columns at a time: bounded memory
+    # A fixed block of columns at a time (bounded memory), not dependence.column_chunks: the
+    # joint test's chunk size is a setting, and this one number must not move with it.
+    for start in range(0, k, 1024):
         x = series[:, start:start + 1024] - series[:, start:start + 1024].mean(axis=0)
         g0 = (x * x).sum(axis=0)
         g1 = (x[1:] * x[:-1]).sum(axis=0)
