@@ -369,8 +369,7 @@ def ar1_coefficients(series: FloatArray) -> FloatArray:
     g1 = (x[1:] * x[:-1]).sum(axis=0) / t
     with np.errstate(all="ignore"):
         phi = np.where(g0 > 0.0, g1 / np.where(g0 > 0.0, g0, 1.0), 0.0)
-    phi = np.clip(phi, 0.0, None)
-    return np.asarray(np.minimum(_RHO_CAP, phi + (1.0 + 3.0 * phi) / t), dtype=np.float64)
+    return kendall_corrected(phi, t)
 
 
 def pooled_ar1_coefficient(series: FloatArray) -> float:
@@ -396,8 +395,19 @@ def pooled_ar1_coefficient(series: FloatArray) -> float:
         keep = g0 > 0.0
         total += float((g1[keep] / g0[keep]).sum())
         used += int(keep.sum())
-    phi = max(0.0, total / used) if used else 0.0
-    return float(min(_RHO_CAP, phi + (1.0 + 3.0 * phi) / t))
+    return float(kendall_corrected(np.array([total / used if used else 0.0]), t)[0])
+
+
+def kendall_corrected(phi: FloatArray, t: int) -> FloatArray:
+    """Lag-1 coefficients ``φ̂`` clipped below at 0, then Kendall's small-sample correction
+    ``φ̂ + (1 + 3φ̂)/T`` (*Biometrika* 41, 1954), capped at 0.97: the one rule behind
+    :func:`ar1_coefficients` and :func:`pooled_ar1_coefficient`.
+
+    >>> kendall_corrected(np.array([-0.2, 0.5, 0.99]), 100).round(3).tolist()
+    [0.01, 0.525, 0.97]
+    """
+    phi = np.clip(phi, 0.0, None)
+    return np.asarray(np.minimum(_RHO_CAP, phi + (1.0 + 3.0 * phi) / t), dtype=np.float64)
 
 
 def ar1_variance(g0: FloatArray, phi: FloatArray | float, t: int) -> FloatArray:
