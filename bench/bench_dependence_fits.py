@@ -54,11 +54,11 @@ def _full_screen_fit(ratios: np.ndarray, t: int) -> tuple[float, float] | None:
         s = dep._grid_log_likelihoods(r, shape)
         return tuple(np.nonzero(s >= s.max() - dep._SCREEN_MARGIN))
 
-    dep._screened_cells = whole  # type: ignore[assignment]
+    dep._screened_cells = whole
     try:
         return dep.common_fit(ratios, t)
     finally:
-        dep._screened_cells = original  # type: ignore[assignment]
+        dep._screened_cells = original
 
 
 def _common() -> None:
@@ -68,8 +68,8 @@ def _common() -> None:
         for t in (120, 480):
             cases = _inputs(name, t)
             assert [dep.common_fit(r, t) for r in cases] == [_full_screen_fit(r, t) for r in cases]
-            ours = median_time(lambda: [dep.common_fit(r, t) for r in cases], 5, warm_up=True)
-            whole = median_time(lambda: [_full_screen_fit(r, t) for r in cases], 5, warm_up=True)
+            ours = median_time(lambda c=cases, n=t: [dep.common_fit(r, n) for r in c], 5, warm_up=True)
+            whole = median_time(lambda c=cases, n=t: [_full_screen_fit(r, n) for r in c], 5, warm_up=True)
             per = [x / len(cases) * 1000.0 for x in (*ours, *whole)]
             summary.row("bench_dependence_fits", f"common_fit, {name}, 64 × {t}, per search",
                         f"{per[0]:.1f} ms wall, {per[1]:.1f} ms CPU",
