@@ -23,7 +23,9 @@ Times are medians of 5 after a warm-up call, wall clock and this process's CPU s
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Callable
 
 import numpy as np
 
@@ -61,6 +63,11 @@ def _full_screen_fit(ratios: np.ndarray, t: int) -> tuple[float, float] | None:
         dep._screened_cells = original
 
 
+def _fits(fit: Callable[[np.ndarray, int], tuple[float, float] | None], cases: list[np.ndarray],
+          t: int) -> list[tuple[float, float] | None]:
+    return [fit(r, t) for r in cases]
+
+
 def _common() -> None:
     from typestrict_pipeline.study import dependence as dep
 
@@ -68,8 +75,8 @@ def _common() -> None:
         for t in (120, 480):
             cases = _inputs(name, t)
             assert [dep.common_fit(r, t) for r in cases] == [_full_screen_fit(r, t) for r in cases]
-            ours = median_time(lambda c=cases, n=t: [dep.common_fit(r, n) for r in c], 5, warm_up=True)
-            whole = median_time(lambda c=cases, n=t: [_full_screen_fit(r, n) for r in c], 5, warm_up=True)
+            ours = median_time(functools.partial(_fits, dep.common_fit, cases, t), 5, warm_up=True)
+            whole = median_time(functools.partial(_fits, _full_screen_fit, cases, t), 5, warm_up=True)
             per = [x / len(cases) * 1000.0 for x in (*ours, *whole)]
             summary.row("bench_dependence_fits", f"common_fit, {name}, 64 × {t}, per search",
                         f"{per[0]:.1f} ms wall, {per[1]:.1f} ms CPU",
