@@ -28,6 +28,7 @@ import os
 from collections.abc import Callable
 
 import numpy as np
+import numpy.typing as npt
 
 from bench import summary
 from bench.timing import median_time
@@ -52,7 +53,7 @@ def _full_screen_fit(ratios: np.ndarray, t: int) -> tuple[float, float] | None:
 
     original = dep._screened_cells
 
-    def whole(r: np.ndarray, shape: np.ndarray) -> tuple[np.ndarray, ...]:
+    def whole(r: npt.NDArray[np.float64], shape: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.intp], ...]:
         s = dep._grid_log_likelihoods(r, shape)
         return tuple(np.nonzero(s >= s.max() - dep._SCREEN_MARGIN))
 
