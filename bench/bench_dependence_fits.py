@@ -57,7 +57,7 @@ def _full_screen_fit(ratios: np.ndarray, t: int) -> tuple[float, float] | None:
         s = dep._grid_log_likelihoods(r, shape)
         return tuple(np.nonzero(s >= s.max() - dep._SCREEN_MARGIN))
 
-    dep._screened_cells = whole
+    dep._screened_cells = whole  # type: ignore[assignment]  # the previous screen, for the comparison
     try:
         return dep.common_fit(ratios, t)
     finally:
