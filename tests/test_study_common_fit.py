@@ -1,7 +1,9 @@
-"""``dependence.common_fit`` screens its grid in single precision and evaluates only the points
-near the best in double precision: the answer is the full double-precision grid's, checked here
+"""``dependence.common_fit`` screens its grid (blocks bounded from above, then the points of the
+blocks that may matter in single precision) and evaluates only the points near the best in
+double precision: the answer is the full double-precision grid's, checked here
 against that grid (written out as the method defines it) on seeded series of every kind the
-calibration uses (white, shared regimes, AR with heavy tails, a random-walk factor)."""
+calibration uses (white, shared regimes, AR with heavy tails, a random-walk factor, and the
+battery's mixture, long memory and uneven persistence)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,9 @@ import numpy as np
 import pytest
 
 from typestrict_pipeline.study import dependence as dep
+from typestrict_pipeline.study.battery import PROCESSES
+
+KINDS = ["white", "regimes", "heavy AR", "factor", "mixture", "long memory d=0.2", "uneven: half AR(0.9)"]
 
 
 def _full_grid(ratios: np.ndarray, t: int) -> tuple[float, float] | None:
@@ -38,6 +43,8 @@ def _full_grid(ratios: np.ndarray, t: int) -> tuple[float, float] | None:
 
 
 def _series(kind: str, t: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    if kind not in ("white", "regimes", "heavy AR", "factor"):  # the battery's own processes
+        return PROCESSES[kind].draw(rng, t, k)
     if kind == "white":
         return rng.normal(size=(t, k))
     if kind == "regimes":
@@ -54,9 +61,9 @@ def _series(kind: str, t: int, k: int, rng: np.random.Generator) -> np.ndarray:
     return rng.normal(size=(t, k)) + np.outer(walk, rng.normal(size=k))
 
 
-@pytest.mark.parametrize("kind", ["white", "regimes", "heavy AR", "factor"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_the_screened_grid_gives_the_full_grids_answer(kind: str) -> None:
-    rng = np.random.default_rng(["white", "regimes", "heavy AR", "factor"].index(kind) + 31)
+    rng = np.random.default_rng(KINDS.index(kind) + 31)
     found = 0
     for t, k in [(60, 4), (120, 16), (240, 2), (480, 64)] * 4:
         a = dep.loading_weighted_average(_series(kind, t, k, rng))

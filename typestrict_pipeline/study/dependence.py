@@ -258,14 +258,54 @@ def ar1_shapes(phis: FloatArray, t: int, q: int) -> FloatArray:
                                                    + phis[:, None] ** 2), dtype=np.float64)
 
 
-def _grid_loglik(ratios: FloatArray, shape: FloatArray) -> FloatArray:
-    """Whittle log-likelihoods, ``(shape row, share) × k``, of ``(1 − a) + a·shape`` over the
-    :data:`_SHARE_GRID` shares ``a``."""
-    q = ratios.shape[0]
+#: Up to this many ordinates a grid's data-free terms are kept (:func:`_share_terms`): two
+#: ``2,400 × q`` arrays, 9 MB at ``q`` = 240, 20 MB at the bound; longer series recompute them.
+_CACHED_ORDINATES = 1024
+
+
+def _share_terms(shape: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """The data-free parts of the Whittle log-likelihood of ``f = (1 − a) + a·shape`` over the
+    :data:`_SHARE_GRID` shares ``a``: ``Σ log f`` per ``(shape row, share)`` and ``1/f``
+    (``(shape row, share) × q``), read-only.
+
+    >>> log_sum, inverse = _share_terms(np.ones((2, 3)))
+    >>> log_sum.shape, inverse.shape, float(abs(log_sum).max())
+    ((100,), (100, 3), 0.0)
+    """
+    q = shape.shape[1]
     a = _SHARE_GRID
     f = ((1.0 - a)[None, :, None] + a[None, :, None] * shape[:, None, :]).reshape(-1, q)
-    return np.asarray(-0.5 * (np.log(f).sum(axis=1)[:, None] + (1.0 / f) @ ratios),
-                      dtype=np.float64)
+    log_sum, inverse = np.log(f).sum(axis=1), 1.0 / f
+    log_sum.flags.writeable = False
+    inverse.flags.writeable = False
+    return log_sum, inverse
+
+
+@lru_cache(maxsize=16)
+def _cached_terms(kind: str, t: int, q: int) -> tuple[FloatArray, FloatArray]:
+    shape = ar1_shapes(_PHI_GRID[1.0 - 2.0 / t >= _PHI_GRID], t, q) if kind == "ar1" else _fractional_shapes(t, q)
+    return _share_terms(shape)
+
+
+def _grid_terms(kind: str, t: int, q: int) -> tuple[FloatArray, FloatArray]:
+    """:func:`_share_terms` of the AR(1) grid (``kind`` "ar1", :data:`_PHI_GRID` up to
+    ``1 − 2/T``) or of the fractional one ("memory", :func:`_fractional_shapes`) for ``T`` and
+    ``q``: the same arrays on every call with the same ``T`` and ``q`` (kept for
+    ``q`` ≤ :data:`_CACHED_ORDINATES`), so a fit costs one matrix product per call.
+
+    >>> _grid_terms("ar1", 120, 60)[0] is _grid_terms("ar1", 120, 60)[0]
+    True
+    """
+    if q <= _CACHED_ORDINATES:
+        return _cached_terms(kind, t, q)
+    return _cached_terms.__wrapped__(kind, t, q)
+
+
+def _grid_loglik(ratios: FloatArray, terms: tuple[FloatArray, FloatArray]) -> FloatArray:
+    """Whittle log-likelihoods, ``(shape row, share) × k``, of the grid whose data-free terms
+    are ``terms`` (:func:`_grid_terms`)."""
+    log_sum, inverse = terms
+    return np.asarray(-0.5 * (log_sum[:, None] + inverse @ ratios), dtype=np.float64)
 
 
 def whittle_fit(ratios: FloatArray, t: int, *, weight: float = 1.0, threshold: float = 0.0
@@ -296,7 +336,7 @@ def _ar1_grid(ratios: FloatArray, t: int) -> tuple[FloatArray, FloatArray] | Non
     phis = _PHI_GRID[1.0 - 2.0 / t >= _PHI_GRID]
     if phis.size == 0 or q < 2:
         return None
-    return phis, _grid_loglik(ratios, ar1_shapes(phis, t, q))
+    return phis, _grid_loglik(ratios, _grid_terms("ar1", t, q))
 
 
 def _ar1_choice(ratios: FloatArray, t: int, phis: FloatArray, loglik: FloatArray, *,
@@ -399,7 +439,7 @@ def memory_fit(ratios: FloatArray, t: int, *, weight: float, threshold: float = 
         return None
     a = _SHARE_GRID
     best_other = np.maximum(-0.5 * ratios.sum(axis=0), short_memory)  # white noise, AR(1)
-    loglik = _grid_loglik(ratios, _fractional_shapes(t, q))  # (d, a) × k
+    loglik = _grid_loglik(ratios, _grid_terms("memory", t, q))  # (d, a) × k
     contribution = np.repeat(_memory_windows(t), a.size)
     shares = np.tile(a, _MEMORY_GRID.size)
     fitted_all = (1.0 - shares) + shares * contribution  # grid
@@ -548,10 +588,9 @@ def common_fit(ratios: FloatArray, t: int) -> tuple[float, float] | None:
         return None  # no excess at the low frequencies: not persistent, whatever the fit says
     shape = ar1_shapes(phis, t, q)  # φ × q
     # Only the grid points near the best one matter (the best, and those within the interval's
-    # reach of it): found in single precision, then every one of them, and only they, evaluated
-    # in double precision as the full double-precision grid was (same sums, same order).
-    screened = _grid_log_likelihoods(ratios, shape)
-    near = np.nonzero(screened >= screened.max() - _SCREEN_MARGIN)
+    # reach of it): found by :func:`_screened_cells`, then every one of them, and only they,
+    # evaluated in double precision as the full double-precision grid was (same sums, same order).
+    near = _screened_cells(ratios, shape)
     lls = _cell_log_likelihoods(ratios, shape, near)
     best_ll = float(lls.max())
     level = float(ratios.mean())
@@ -572,7 +611,9 @@ _SCREEN_MARGIN = COMMON_UPPER / 2.0 + 1.0
 
 
 def _grid_log_likelihoods(ratios: FloatArray, shape: FloatArray) -> npt.NDArray[np.float32]:
-    """The Whittle log-likelihood of every (φ, persistent, white) grid point, single precision."""
+    """The Whittle log-likelihood of every (φ, persistent, white) grid point, single precision: the
+    whole grid, the reference :func:`_screened_cells` is checked against (it evaluates only the
+    points that may matter)."""
     r = ratios.astype(np.float32)
     p = _COMMON_PERSISTENT.astype(np.float32)
     white = _COMMON_WHITE.astype(np.float32)
@@ -583,6 +624,100 @@ def _grid_log_likelihoods(ratios: FloatArray, shape: FloatArray) -> npt.NDArray[
         np.maximum(f, np.float32(1e-12), out=f)
         lls[j] = -0.5 * (np.log(f).sum(axis=2) + (r[None, None, :] / f).sum(axis=2))
     return lls
+
+
+#: The screen's blocks of grid points (φ, persistent, white), coarse then fine: every coarse
+#: block's log-likelihood is bounded from above in one evaluation, then the fine blocks of the
+#: coarse ones that may matter (:func:`_block_upper_bounds`).
+_SCREEN_BLOCKS = ((4, 4, 4), (2, 2, 2))
+
+
+def _block_upper_bounds(ratios: FloatArray, shape: FloatArray, size: tuple[int, int, int],
+                        blocks: tuple[npt.NDArray[np.intp], ...]) -> FloatArray:
+    """An upper bound on the Whittle log-likelihood of every grid point of each block of
+    ``size`` grid points (φ, persistent, white) whose block indices are ``blocks``, double
+    precision.
+
+    Each ordinate's term ``−½(log f + r/f)`` rises up to ``f = r`` and falls after it, and a
+    block's ``f = w + p·shape`` lies between its smallest ``w``, ``p`` and shape and its largest
+    (shapes per ordinate over the block's φ rows): the term's largest value over that interval
+    is at ``r`` clipped into it, and the sum of those largest values bounds every point of the
+    block (the clip at ``1e-12`` is monotone and kept).
+
+    >>> shape = ar1_shapes(_PHI_GRID[:8], 120, 60)
+    >>> r = np.random.default_rng(0).exponential(size=60)
+    >>> first = (np.array([0]), np.array([0]), np.array([0]))
+    >>> bound = _block_upper_bounds(r, shape, (4, 4, 4), first)
+    >>> every = _grid_log_likelihoods(r, shape).astype(np.float64)
+    >>> bool(bound[0] >= every[:4, :4, :4].max())
+    True
+    """
+    bf, bp, bw = size
+    rows = range(0, shape.shape[0], bf)
+    low = np.stack([shape[i:i + bf].min(axis=0) for i in rows])  # φ-blocks × q
+    high = np.stack([shape[i:i + bf].max(axis=0) for i in rows])
+    fb, pb, wb = blocks
+    p, w = _COMMON_PERSISTENT, _COMMON_WHITE
+    p_high = p[np.minimum(pb * bp + bp, p.size) - 1]
+    w_high = w[np.minimum(wb * bw + bw, w.size) - 1]
+    lo = np.maximum(w[wb * bw][:, None] + p[pb * bp][:, None] * low[fb], 1e-12)
+    hi = np.maximum(w_high[:, None] + p_high[:, None] * high[fb], 1e-12)
+    best_f = np.clip(ratios[None, :], lo, hi)
+    return np.asarray(-0.5 * (np.log(best_f).sum(axis=1) + (ratios[None, :] / best_f).sum(axis=1)),
+                      dtype=np.float64)
+
+
+def _screened_cells(ratios: FloatArray, shape: FloatArray) -> tuple[npt.NDArray[np.intp], ...]:
+    """The grid points (φ, persistent, white indices, in grid order) that may lie within the
+    interval's reach (``COMMON_UPPER/2``) of the best one: those whose single-precision
+    log-likelihood is within :data:`_SCREEN_MARGIN` of the best single-precision one, looked
+    for only in the fine blocks (:data:`_SCREEN_BLOCKS`) whose upper bound
+    (:func:`_block_upper_bounds`), and whose coarse block's, reach the best coarse block
+    centre's double-precision log-likelihood minus ``COMMON_UPPER/2``. A block below that holds
+    no point within the reach, and the best point is in a block above it: so these are the
+    points of the whole single-precision grid (:func:`_grid_log_likelihoods`) that matter,
+    found at a fraction of its cost (docs/benchmarks.md).
+
+    >>> shape = ar1_shapes(_PHI_GRID[:20], 240, 120)
+    >>> rng = np.random.default_rng(1)
+    >>> r = rng.exponential(size=120) * (1.0 + 8.0 / np.arange(1, 121))
+    >>> near = _screened_cells(r, shape)
+    >>> every = _grid_log_likelihoods(r, shape)
+    >>> old = np.nonzero(every >= every.max() - _SCREEN_MARGIN)
+    >>> lls = _cell_log_likelihoods(r, shape, near)
+    >>> set(zip(*near)) >= {c for c, v in zip(zip(*old), _cell_log_likelihoods(r, shape, old))
+    ...                     if v >= lls.max() - COMMON_UPPER / 2.0}
+    True
+    """
+    size = (shape.shape[0], _COMMON_PERSISTENT.size, _COMMON_WHITE.size)
+    coarse, fine = _SCREEN_BLOCKS
+    counts = tuple(-(-n // b) for n, b in zip(size, coarse, strict=True))
+    blocks = tuple(g.ravel() for g in np.meshgrid(*(np.arange(c) for c in counts), indexing="ij"))
+    centres = tuple(np.minimum(i * b + b // 2, n - 1) for i, b, n in zip(blocks, coarse, size, strict=True))
+    best_centre = float(_cell_log_likelihoods(ratios, shape, centres).max())
+    # a relative allowance for the bounds' own rounding (double precision: far below 1e-6)
+    cut = best_centre - COMMON_UPPER / 2.0 - 1e-6 * (1.0 + abs(best_centre))
+    kept = _block_upper_bounds(ratios, shape, coarse, blocks) >= cut
+    # the fine blocks of the kept coarse ones (a coarse block is whole fine blocks)
+    per = tuple(c // f for c, f in zip(coarse, fine, strict=True))
+    offsets = [g.ravel() for g in np.meshgrid(*(np.arange(m) for m in per), indexing="ij")]
+    children = tuple((b[kept][:, None] * m + o[None, :]).ravel()
+                     for b, m, o in zip(blocks, per, offsets, strict=True))
+    inside = np.all([c * f < n for c, f, n in zip(children, fine, size, strict=True)], axis=0)
+    children = tuple(c[inside] for c in children)
+    kept_fine = _block_upper_bounds(ratios, shape, fine, children) >= cut
+    mask = np.zeros(size, dtype=np.bool_)
+    for df, dp, dw in itertools.product(*(range(f) for f in fine)):
+        mask[np.minimum(children[0][kept_fine] * fine[0] + df, size[0] - 1),
+             np.minimum(children[1][kept_fine] * fine[1] + dp, size[1] - 1),
+             np.minimum(children[2][kept_fine] * fine[2] + dw, size[2] - 1)] = True
+    cells = np.nonzero(mask)
+    f = (_COMMON_WHITE.astype(np.float32)[cells[2]][:, None]
+         + _COMMON_PERSISTENT.astype(np.float32)[cells[1]][:, None] * shape.astype(np.float32)[cells[0]])
+    np.maximum(f, np.float32(1e-12), out=f)
+    screened = -0.5 * (np.log(f).sum(axis=1) + (ratios.astype(np.float32)[None, :] / f).sum(axis=1))
+    near = screened >= screened.max() - _SCREEN_MARGIN
+    return tuple(c[near] for c in cells)
 
 
 def _cell_log_likelihoods(ratios: FloatArray, shape: FloatArray,
