@@ -91,6 +91,14 @@ def test_the_budget_is_read_and_set_only_for_a_workspace_that_has_a_subscription
             engine.dispose()
         exhausted = c.get("/v1/workspaces/acme/budget").json()
         assert exhausted["exhausted"] is True and "scheduled work waits" in exhausted["text"]
+        # "-0" is a typo, never $0 (which would stop the workspace's scheduled work): refused,
+        # as a string and as a JSON number, and the budget stays as it was
+        for body in (b'{"budget_usd": "-0"}', b'{"budget_usd": -0}', b'{"budget_usd": -0.00}'):
+            typo = c.put("/v1/workspaces/acme/budget", content=body, headers={"Content-Type": "application/json"})
+            assert typo.status_code == 422, (body, typo.text)
+            message = typo.json()["error"]["message"]
+            assert "expected a USD amount from 0 to 1,000,000" in message and "-0" in message, message
+        assert c.get("/v1/workspaces/acme/budget").json()["budget_micro_usd"] == 0
         raised = c.put("/v1/workspaces/acme/budget", json={"budget_usd": "12.50"}).json()
         assert raised["budget_micro_usd"] == 12_500_000 and raised["exhausted"] is False
         assert raised["text"].startswith("$0") and "of $12.50 spent this month" in raised["text"]

@@ -126,7 +126,7 @@ BAD_MONEY: list[Any] = ["Infinity", "-Infinity", "NaN", "inf", "1e999999", "1e2"
                         "1,5", "1_0", "0.0000001", "1000000.000001", "1000001", "$", "", "²", "0x10",
                         "$-1", "1 000", "true", Decimal("Infinity"), Decimal("NaN"), Decimal("1e999999"),
                         Decimal("-1"), Decimal("0.0000001"), math.inf, math.nan, -0.5, True, None,
-                        10**30, "9" * 5000]
+                        10**30, "9" * 5000, "-0", "-0.00", "$-0", Decimal("-0"), Decimal("-0E-3"), -0.0]
 
 
 @pytest.mark.parametrize("value", BAD_MONEY, ids=[values.shown(v, 20) for v in BAD_MONEY])

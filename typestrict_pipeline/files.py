@@ -232,7 +232,8 @@ class JSONLimits:
         max_float_abs: largest magnitude of a non-integer number.
         max_number_chars: longest number literal.
         exact_numbers: decode non-integer numbers as :class:`decimal.Decimal` (exactly as
-            written, never through a binary float; the API reads money this way).
+            written, never through a binary float; the API reads money this way), and the
+            integer ``-0`` too (an ``int`` has no sign for zero).
     """
 
     max_depth: int = MAX_JSON_DEPTH
@@ -258,7 +259,7 @@ def _shorten(text: str, limit: int = 24) -> str:
 
 
 def _decoder(limits: JSONLimits) -> json.JSONDecoder:
-    def parse_int(literal: str) -> int:
+    def parse_int(literal: str) -> int | Decimal:
         digits = len(literal.lstrip("-"))
         if digits > limits.max_int_digits:
             raise _Refused(
@@ -267,6 +268,8 @@ def _decoder(limits: JSONLimits) -> json.JSONDecoder:
                 "write a smaller number, or write an identifier as a string",
                 literal,
             )
+        if limits.exact_numbers and literal == "-0":
+            return Decimal(literal)  # as written: an int would lose the sign ("-0" is refused as money)
         return int(literal)
 
     def parse_float(literal: str) -> Any:

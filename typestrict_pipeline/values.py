@@ -451,8 +451,8 @@ def money_micro(value: Any, what: str = "a USD amount", *, lo: Decimal = Decimal
     ``"$1"``), a ``Decimal`` (the API's JSON numbers), an ``int``, or a ``float`` taken by its
     shortest decimal form (``0.1`` is ``"0.1"``). At most 6 decimals, from ``lo`` to ``hi``.
 
-    Refused: ``Infinity``, ``NaN``, ``1e999999``, ``1e2`` (write ``100``), ``-1``, ``1,5``,
-    ``0.0000001``, ``true``.
+    Refused: ``Infinity``, ``NaN``, ``1e999999``, ``1e2`` (write ``100``), ``-1``, ``-0`` (a
+    minus sign where no amount is negative), ``1,5``, ``0.0000001``, ``true``.
 
     >>> money_micro("0.000001"), money_micro(3), money_micro(0.1)
     (1, 3000000, 100000)
@@ -484,7 +484,8 @@ def money_micro(value: Any, what: str = "a USD amount", *, lo: Decimal = Decimal
             raise InputError(expected, shown(value), todo)
         amount = Decimal(text.lstrip("$"))
     scaled = amount * MICRO
-    if scaled != scaled.to_integral_value() or not lo <= amount <= hi:
+    # a minus sign is refused where no amount is negative: "-0" is a typo, not $0
+    if scaled != scaled.to_integral_value() or not lo <= amount <= hi or (amount.is_signed() and lo >= 0):
         raise InputError(expected, shown(value), todo)
     return int(scaled)
 
