@@ -52,7 +52,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -712,23 +712,24 @@ def _screened_cells(ratios: FloatArray, shape: FloatArray) -> tuple[npt.NDArray[
              np.minimum(children[1][kept_fine] * fine[1] + dp, size[1] - 1),
              np.minimum(children[2][kept_fine] * fine[2] + dw, size[2] - 1)] = True
     cells = np.nonzero(mask)
-    f = (_COMMON_WHITE.astype(np.float32)[cells[2]][:, None]
-         + _COMMON_PERSISTENT.astype(np.float32)[cells[1]][:, None] * shape.astype(np.float32)[cells[0]])
-    np.maximum(f, np.float32(1e-12), out=f)
-    screened = -0.5 * (np.log(f).sum(axis=1) + (ratios.astype(np.float32)[None, :] / f).sum(axis=1))
+    screened = _cell_log_likelihoods(ratios, shape, cells, single=True)
     near = screened >= screened.max() - _SCREEN_MARGIN
     return tuple(c[near] for c in cells)
 
 
 def _cell_log_likelihoods(ratios: FloatArray, shape: FloatArray,
-                          cells: tuple[npt.NDArray[np.intp], ...]) -> FloatArray:
+                          cells: tuple[npt.NDArray[np.intp], ...], *, single: bool = False) -> FloatArray:
     """The Whittle log-likelihood of the grid points ``cells`` (φ, persistent, white indices),
-    double precision, each summed over the ordinates as the whole grid's was."""
-    f = (_COMMON_WHITE[cells[2]][:, None]
-         + _COMMON_PERSISTENT[cells[1]][:, None] * shape[cells[0]])  # cells × q
-    f = np.maximum(f, 1e-12)
-    return np.asarray(-0.5 * (np.log(f).sum(axis=1) + (ratios[None, :] / f).sum(axis=1)),
-                      dtype=np.float64)
+    double precision (``single``: computed in single precision, as the screen reads them), each
+    summed over the ordinates as the whole grid's was."""
+    dtype: type[np.floating[Any]] = np.float32 if single else np.float64
+    r: npt.NDArray[np.floating[Any]] = ratios.astype(dtype, copy=False)
+    s: npt.NDArray[np.floating[Any]] = shape.astype(dtype, copy=False)
+    white: npt.NDArray[np.floating[Any]] = _COMMON_WHITE.astype(dtype, copy=False)
+    persistent: npt.NDArray[np.floating[Any]] = _COMMON_PERSISTENT.astype(dtype, copy=False)
+    f = white[cells[2]][:, None] + persistent[cells[1]][:, None] * s[cells[0]]  # cells × q
+    f = np.maximum(f, dtype(1e-12))
+    return np.asarray(-0.5 * (np.log(f).sum(axis=1) + (r[None, :] / f).sum(axis=1)), dtype=np.float64)
 
 
 def loading_weighted_average(differences: FloatArray) -> FloatArray:
