@@ -573,6 +573,79 @@ def test_the_leaderboard_chart_stays_readable_from_4_to_500_candidates(served: S
     assert not problems, "\n".join(problems)
 
 
+def _many_backtests_and_studies(root: Path, n: int) -> tuple[list[str], int]:
+    """``n`` more finished backtests and ``n`` more studies (not started) in the demo's workspace,
+    through the cores the API and the console call; the backtests' ids and the studies' count."""
+    import datetime as dt
+
+    from typestrict_pipeline.api.studies import count_studies
+    from typestrict_pipeline.backtest import PointInTimeTable, Workflow, run_backtest
+    from typestrict_pipeline.backtest.store import save_backtest
+    from typestrict_pipeline.store import open_store
+    from typestrict_pipeline.study.form import StudyForm, study_config
+    from typestrict_pipeline.study.service import create_study_from_config
+
+    day = dt.timedelta(days=1)
+    t0 = dt.datetime(2021, 1, 1, tzinfo=dt.UTC)
+    wf = Workflow("pager", lambda c: 1, lambda c: 1, lambda d, o, c: 1.0, ("t",), day, "the value on the next day")
+    data = PointInTimeTable("t", event_time=[t0 + i * day for i in range(5)],
+                            known_time=[t0 + (i + 1) * day for i in range(5)], columns={"v": [1.0] * 5})
+    engine = open_store(f"sqlite:///{root / '.typestrict' / 'store.db'}")
+    try:
+        result = run_backtest(wf, data=data, start=t0 + day, end=t0 + 3 * day, step=day)
+        made = [save_backtest(engine, result, workspace="demo") for _ in range(n)]
+        for i in range(n):  # one study at a time per workflow: a workflow each
+            form = StudyForm(workflow=f"pager-{i}", start="2012-01-01", end="2012-12-01", tune_steps=20,
+                             eval_steps=20, holdout_steps=20, grid=["skill=0.5,0.6"], max_candidates=2,
+                             max_total_steps=1000, synthetic=True, workspace="demo")
+            create_study_from_config(engine, study_config(form))
+        return made, count_studies(engine, "demo")
+    finally:
+        engine.dispose()
+
+
+def test_the_backtests_page_pages_its_two_lists_from_the_keyboard(served: Served, browser: Any) -> None:
+    """With more backtests and more studies than a page holds, the Backtests page shows the newest
+    50 of each, passes axe, and each list's "Older" link works from the keyboard and keeps the
+    other list's page (checked over HTTP in tests/test_console_pages.py; here as a user presses)."""
+    from playwright.sync_api import expect
+
+    from typestrict_pipeline.console.paging import PER_PAGE
+
+    made, n_studies = _many_backtests_and_studies(served.root, PER_PAGE + 3)
+    assert n_studies > PER_PAGE
+    problems: list[str] = []
+    with _signed_in(browser, served, VIEWPORTS["phone"], "/console/backtests") as page:
+        page.wait_for_url(re.compile(r".*/console/backtests$"))
+        cards = page.locator("#backtests tbody tr")
+        studies = page.locator("#study-list tbody tr")
+        expect(cards).to_have_count(PER_PAGE)
+        expect(studies).to_have_count(PER_PAGE)
+        first = cards.evaluate_all("rows => rows.map(r => r.dataset.backtest)")
+        first_studies = studies.evaluate_all("rows => rows.map(r => r.dataset.study)")
+        assert set(first) <= set(made), "newest first: the 53 just made are the newest"
+        older = page.locator("#backtests-pages a[rel=next]")
+        expect(older).to_have_text(re.compile(r"^Older \d+$"))
+        _keyboard_press(older)
+        page.wait_for_url(re.compile(r".*/console/backtests\?backtests=2$"))
+        second = cards.evaluate_all("rows => rows.map(r => r.dataset.backtest)")
+        assert set(made) <= set(first) | set(second) and not set(first) & set(second), second
+        assert studies.evaluate_all("rows => rows.map(r => r.dataset.study)") == first_studies
+        _keyboard_press(page.locator("#studies-pages a[rel=next]"))
+        page.wait_for_url(re.compile(r".*/console/backtests\?backtests=2&studies=2$"))
+        assert cards.evaluate_all("rows => rows.map(r => r.dataset.backtest)") == second  # kept
+        later = studies.evaluate_all("rows => rows.map(r => r.dataset.study)")
+        assert len(later) == n_studies - PER_PAGE and not set(later) & set(first_studies), later
+        expect(page.locator("#studies-pages a[rel=prev]")).to_have_text(f"Newer {PER_PAGE}")
+        for v in _axe(page):
+            if v["impact"] in ("critical", "serious"):
+                problems.append(f"{v['impact']} {v['id']} ({v['help']}) at {v['nodes']}")
+        wide = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+        if wide > 1:
+            problems.append(f"the page is {wide}px wider than the screen")
+    assert not problems, "\n".join(problems)
+
+
 def test_older_trainings_are_a_keyboard_press_away(served: Served, browser: Any) -> None:
     """With more trainings than a page holds, the Trainings page shows the newest 50, passes axe on
     a laptop and a phone, and its "Older" link works from the keyboard (the list was one page of
