@@ -298,3 +298,26 @@ def test_a_dataset_of_200000_columns_gets_a_short_422_listing_twenty(api: dict[s
     message = _error(r)
     assert "no such column; the file has ['c0', 'c1', " in message and "… and 199,980 more]" in message
     assert len(r.content) < 2_000 and after == before
+
+
+@pytest.mark.parametrize(("method", "path", "body", "said"), [
+    ("POST", "/v1/backtests", {"workflow": 1.5}, "workflow: expected a string, got 1.5."),
+    ("POST", "/v1/datasets", {"name": None}, "name: expected a string, got null."),
+    ("POST", "/v1/trainings", [], "(body): expected a JSON object, got []."),
+    ("POST", "/v1/trainings", {"dataset": "reviews.csv"}, "dataset: expected a JSON object, got 'reviews.csv'."),
+    ("POST", "/v1/trainings/tr_0/predictions", {"predictions": {}}, "predictions: expected a JSON array, got {}."),
+    ("PUT", "/v1/workspaces/acme/budget", {"budget_usd": True},
+     "budget_usd: expected a decimal number or a string, got true."),
+    ("PUT", "/v1/workspaces/acme/budget", {"budget_usd": [0.5]},
+     "budget_usd: expected a decimal number or a string, got [0.5]."),
+])
+def test_a_value_of_the_wrong_json_type_is_named_in_json_words(
+        api: dict[str, Any], method: str, path: str, body: Any, said: str) -> None:
+    """pydantic's own words reached the customer: "expected input should be a valid string, got
+    Decimal('1.5')", "budget_usd.decimal: expected decimal input should be an integer, float,
+    string or Decimal object, got True". Now the JSON type expected, the value as sent."""
+    with api["server"].client(api["key"]) as c:
+        r = c.request(method, path, json=body)
+    assert r.status_code == 422, r.text
+    message = _error(r)
+    assert message == f"{said} Fix the request (the schema is at /v1/openapi.json)", message
