@@ -321,3 +321,32 @@ def test_a_value_of_the_wrong_json_type_is_named_in_json_words(
     assert r.status_code == 422, r.text
     message = _error(r)
     assert message == f"{said} Fix the request (the schema is at /v1/openapi.json)", message
+
+
+def test_a_compressed_body_is_415_and_nothing_is_stored(api: dict[str, Any]) -> None:
+    """``Content-Encoding`` was ignored: a gzipped JSON body was refused as "not UTF-8 at byte 2",
+    and a gzipped upload was stored compressed under its plain name (201). Now both are a 415
+    that names the coding, and the upload is not stored; ``identity`` is the body as sent."""
+    import gzip
+
+    csv = b"id,text\nr1,a\n"
+    with api["server"].client(api["key"]) as c:
+        for coding in ("gzip", "br", "identity, gzip"):
+            for method, path, body, headers in (
+                    ("POST", "/v1/studies/estimate", b"{}", JSON),
+                    ("PUT", "/v1/files/zipped.csv", csv, {})):
+                r = c.request(method, path, content=gzip.compress(body),
+                              headers={**headers, "content-encoding": coding})
+                assert r.status_code == 415, (coding, path, r.text)
+                assert r.json()["error"]["code"] == "unsupported_media_type"
+                assert r.headers["accept-encoding"] == "identity"
+                message = _error(r)
+                assert message.startswith("expected a body sent as is (no Content-Encoding), got "
+                                          f"'Content-Encoding: {coding.removeprefix('identity, ')}'. "
+                                          "Send the body uncompressed"), message
+        assert "zipped.csv" not in [f["name"] for f in c.get("/v1/files").json()]
+        r = c.put("/v1/files/zipped.csv", content=csv, headers={"content-encoding": "identity"})
+        assert r.status_code == 201 and r.json()["size"] == len(csv), r.text
+        r = c.post("/v1/studies/estimate", content=b"{}", headers={**JSON, "content-encoding": "identity"})
+        assert r.status_code == 422 and "workflow: expected a value" in _error(r), r.text
+        assert c.delete("/v1/files/zipped.csv").status_code == 204

@@ -112,6 +112,24 @@ def _foreign_charset(charset: str) -> ApiError:
                     "(or '; charset=utf-8')")
 
 
+def check_content_coding(request: Request) -> None:
+    """Refuse (``415``, with ``Accept-Encoding: identity``) a request whose body is sent with a
+    content coding (``Content-Encoding: gzip``, ``br`` ...): the API reads bodies as sent, so a
+    compressed JSON body would be refused as "not UTF-8" and a compressed upload stored compressed
+    under its plain name. Every route that reads a body calls it before reading one byte.
+
+    Raises:
+        ApiError: a ``Content-Encoding`` other than ``identity``.
+    """
+    codings = [c.strip() for c in ",".join(request.headers.getlist("content-encoding")).split(",")]
+    sent = [c for c in codings if c and c.lower() != "identity"]
+    if sent:
+        raise ApiError(415, "unsupported_media_type",
+                       f"expected a body sent as is (no Content-Encoding), got 'Content-Encoding: "
+                       f"{', '.join(sent)[:60]}'. Send the body uncompressed, without a "
+                       "Content-Encoding header", headers={"Accept-Encoding": "identity"})
+
+
 def _dependants(dependant: Dependant) -> list[Dependant]:
     """``dependant`` and its dependencies, at any depth."""
     found, stack = [], [dependant]
@@ -202,6 +220,7 @@ def _decoders(request: Request) -> anyio.CapacityLimiter:
 
 async def _decode_json(request: Request) -> None:
     """The request's JSON body checked and decoded (in a worker thread) for FastAPI to read."""
+    check_content_coding(request)
     content_type = request.headers.get("content-type")
     body = await request.body()
     if not body:
@@ -225,4 +244,4 @@ def api_router(**options: Any) -> APIRouter:
     return APIRouter(route_class=StrictJsonRoute, **options)
 
 
-__all__ = ["StrictJsonRoute", "api_router", "decode_body", "foreign_charset", "is_json_media_type", "query_problem"]
+__all__ = ["StrictJsonRoute", "api_router", "check_content_coding", "decode_body", "foreign_charset", "is_json_media_type", "query_problem"]
