@@ -374,6 +374,43 @@ def test_the_keep_box_takes_only_what_the_form_sends(app: tuple[object, str, str
     b.close()
 
 
+def test_the_notification_box_takes_only_what_the_form_sends(app: tuple[object, str, str], sqlite_url: str) -> None:
+    """Settings → Notifications read any ``enabled`` but ``on`` as unticked: ``enabled=true`` (or
+    the box sent twice) turned the owner's notification off. Now the box follows the one rule of
+    the console's boxes (``on`` or nothing; anything else refused with what to do, nothing saved)."""
+    from typestrict_pipeline.reruns.tables import RerunSchedule, ScheduleState
+    from typestrict_pipeline.store import session_scope
+
+    engine = open_store(sqlite_url)
+    try:
+        with session_scope(engine) as s:
+            s.add(RerunSchedule(workspace_id="acme", workflow_id="wx", root_study_id="1", lineage_root_id="1",
+                                owner="ana@example.com", cadence_seconds=86_400, min_unseen_steps=1,
+                                budget_micro_usd=1_000_000, state=ScheduleState.ENABLED,
+                                enabled_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC)))
+    finally:
+        engine.dispose()
+    b = Browser(app[0], app[1])
+
+    def enabled() -> bool:
+        on = b.loop.run_until_complete(b.client.get("/v1/notifications", headers={"Authorization": f"Bearer {app[1]}"}))
+        return bool(on.json()["settings"][0]["enabled"])
+
+    assert enabled()
+    for sent in (["true"], ["off"], [""], ["on", "on"], ["on", "off"]):
+        r = b.post("/console/settings/notifications",
+                   data={"csrf_token": b.csrf, "person": "ana@example.com", "enabled": sent})
+        assert r.status_code == 422, (sent, r.status_code, r.text[:500])
+        assert "field &#39;enabled&#39;: expected the box" in r.text and "save again" in r.text, (sent, r.text[:3000])
+        assert enabled(), sent  # nothing saved
+    r = b.post("/console/settings/notifications", data={"csrf_token": b.csrf, "person": "ana@example.com"})
+    assert r.status_code == 303 and not enabled()  # not sent: unticked
+    r = b.post("/console/settings/notifications",
+               data={"csrf_token": b.csrf, "person": "ana@example.com", "enabled": "on"})
+    assert r.status_code == 303 and enabled()
+    b.close()
+
+
 def test_a_refused_predictions_form_stores_no_model_file(app: tuple[object, str, str], tmp_path: Path) -> None:
     """The model files were written before the predictions and their names were checked: a
     refused form left ``model/weights.bin`` (and ``model/pwn2`` from a name with folders). Now

@@ -43,7 +43,7 @@ from starlette.formparsers import MultiPartException
 
 from typestrict_pipeline.api.errors import ApiError, status_for
 from typestrict_pipeline.console.sessions import ConsoleSession, csrf_matches, session_for
-from typestrict_pipeline.errors import TypeStrictError
+from typestrict_pipeline.errors import InputError, TypeStrictError
 
 log = logging.getLogger("typestrict.console")
 
@@ -133,6 +133,28 @@ async def read_form(request: Request) -> FormData:
                        "the form again from it") from None
     request.state.console_form = form
     return form
+
+
+def form_box(form: FormData, field: str, sent: Callable[[str], bool], expected: str,
+             fix: str) -> str | None:
+    """What a box (a checkbox) of a console form sends: its value when ticked (``sent`` accepts
+    it), None when it was not sent; anything else (another value, twice, a file) is refused
+    naming the field, never read as unticked. Every box of every form is read by it.
+
+    >>> form_box(FormData([("enabled", "on")]), "enabled", lambda v: v == "on", "it ticked", "tick it")
+    'on'
+    >>> form_box(FormData([("enabled", "true")]), "enabled", lambda v: v == "on", "it ticked ('on') or not sent", "tick it")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: field 'enabled': expected it ticked ('on') or not sent, got 'true'. Tick it.
+    """
+    values = form.getlist(field)
+    if not values:
+        return None
+    if len(values) == 1 and isinstance(values[0], str) and sent(values[0]):
+        return values[0]
+    got = ", ".join("a file" if not isinstance(v, str) else repr(v[:80]) for v in values)
+    raise InputError(expected, got, fix, file=f"field {field!r}")
 
 
 async def require_csrf(request: Request) -> ConsoleSession:
@@ -265,6 +287,6 @@ class ConsoleRoute(APIRoute):
 
 
 __all__ = ["PREFIX", "ConsoleRoute", "clear_session_cookie", "cookie_name", "cookie_workspace",
-           "current_session", "error_page", "read_form", "redirect", "render", "require_csrf",
+           "current_session", "error_page", "form_box", "read_form", "redirect", "render", "require_csrf",
            "require_session", "safe_next", "secure_headers", "set_session_cookie",
            "set_signin_cookie", "signin_matches", "signin_token"]

@@ -21,6 +21,7 @@ from typestrict_pipeline.console.sessions import ConsoleSession
 from typestrict_pipeline.console.web import (
     PREFIX,
     ConsoleRoute,
+    form_box,
     read_form,
     redirect,
     render,
@@ -110,7 +111,8 @@ async def set_notification(request: Request, session: Posted) -> Response:
 
     form = await read_form(request)
     person = form.get("person")
-    enabled = form.get("enabled") == "on"
+    enabled = form_box(form, "enabled", lambda v: v == "on", "the box \"Send to …\" ticked ('on') or not sent",
+                       "reload the page, tick or clear the box and save again") is not None
     core.set_setting(get_ctx(request).engine, session.workspace_id, person if isinstance(person, str) else "",
                      enabled)
     return redirect(f"{PREFIX}/settings/notifications?saved=1", request)
