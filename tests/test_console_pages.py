@@ -411,6 +411,29 @@ def test_the_notification_box_takes_only_what_the_form_sends(app: tuple[object, 
     b.close()
 
 
+@pytest.mark.parametrize(("url", "said"), [
+    ("/console/trainings/new/decision?i=abc", "i (in the query): expected a whole number, got 'abc'."),
+    ("/console/trainings/new/decision?i=1e3", "i (in the query): expected a whole number, got '1e3'."),
+    ("/console/trainings/new/decision?i=1&i=2",
+     "i (in the query): expected it once (a repeated parameter is ambiguous), got ['1', '2']."),
+    ("/console/settings/notifications?saved=yes", "saved (in the query): expected a whole number, got 'yes'."),
+    ("/console/trainings?page=1&page=2",
+     "page (in the query): expected it once (a repeated parameter is ambiguous), got ['1', '2']."),
+])
+def test_a_query_a_page_does_not_take_is_refused_on_that_page_saying_so(
+        app: tuple[object, str, str], url: str, said: str) -> None:
+    """A console page whose query was wrong (``?i=abc`` on "Add a decision", ``?saved=yes``) said
+    404 "expected a page of the console, got '/console/settings/notifications'" of a page that
+    exists, and a repeated parameter was read as its last value. Now the API's one rule of the
+    query (:func:`~typestrict_pipeline.api.edge.query_problem`), on the console's page."""
+    b = Browser(app[0], app[1])
+    r = b.get(url)
+    assert r.status_code == 422, (url, r.status_code, r.text[:500])
+    assert f"{said} Use the links of the console" in _shown(r), _shown(r)[:3000]
+    assert b.get(url.split("?")[0] + ("?i=2" if "decision" in url else "")).status_code == 200
+    b.close()
+
+
 def test_a_refused_predictions_form_stores_no_model_file(app: tuple[object, str, str], tmp_path: Path) -> None:
     """The model files were written before the predictions and their names were checked: a
     refused form left ``model/weights.bin`` (and ``model/pwn2`` from a name with folders). Now

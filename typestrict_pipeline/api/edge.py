@@ -44,7 +44,7 @@ from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import QueryParams
 
-from typestrict_pipeline.api.errors import ApiError, validation_message
+from typestrict_pipeline.api.errors import API_FIX, ApiError, validation_message
 from typestrict_pipeline.errors import InputError
 from typestrict_pipeline.files import JSONLimits, loads_strict
 
@@ -140,7 +140,7 @@ def _dependants(dependant: Dependant) -> list[Dependant]:
     return found
 
 
-def _query_params(dependant: Dependant) -> dict[str, bool]:
+def query_params(dependant: Dependant) -> dict[str, bool]:
     """The route's query parameters: name -> whether it is a whole number."""
     params: dict[str, bool] = {}
     for one in _dependants(dependant):
@@ -153,9 +153,9 @@ def _query_params(dependant: Dependant) -> dict[str, bool]:
 _WHOLE = re.compile(r"-?[0-9]+")
 
 
-def query_problem(query: QueryParams, params: Mapping[str, bool]) -> str | None:
-    """What is wrong with a request's query, by the one rule of every route: each parameter at
-    most once, and a whole number written in decimal digits (``100``; not ``1.0``, ``+5``, ``1e3``
+def query_problem(query: QueryParams, params: Mapping[str, bool], *, fix: str = API_FIX) -> str | None:
+    """What is wrong with a request's query, by the one rule of every route (the API's and the
+    console's, each with its own ``fix``): each parameter at most once, and a whole number written in decimal digits (``100``; not ``1.0``, ``+5``, ``1e3``
     nor `` 5``), worded as the schema's refusals are (:func:`validation_message`). None when
     nothing is.
 
@@ -169,9 +169,10 @@ def query_problem(query: QueryParams, params: Mapping[str, bool]) -> str | None:
         values = query.getlist(name)
         if len(values) > 1:
             return validation_message([{"loc": ("query", name), "input": [v[:40] for v in values[:5]],
-                                        "msg": "It once (a repeated parameter is ambiguous)"}])
+                                        "msg": "It once (a repeated parameter is ambiguous)"}], fix=fix)
         if whole and values and not _WHOLE.fullmatch(values[0]):
-            return validation_message([{"type": "int_parsing", "loc": ("query", name), "input": values[0][:40]}])
+            return validation_message([{"type": "int_parsing", "loc": ("query", name), "input": values[0][:40]}],
+                                      fix=fix)
     return None
 
 
@@ -183,7 +184,7 @@ class StrictJsonRoute(APIRoute):
         from typestrict_pipeline.api.deps import authenticate, get_workspace
 
         handler = super().get_route_handler()
-        params = _query_params(self.dependant)
+        params = query_params(self.dependant)
         if self.body_field is None and not params:
             return handler
         keyed = any(one.call is get_workspace for one in _dependants(self.dependant))
@@ -244,4 +245,5 @@ def api_router(**options: Any) -> APIRouter:
     return APIRouter(route_class=StrictJsonRoute, **options)
 
 
-__all__ = ["StrictJsonRoute", "api_router", "check_content_coding", "decode_body", "foreign_charset", "is_json_media_type", "query_problem"]
+__all__ = ["StrictJsonRoute", "api_router", "check_content_coding", "decode_body", "foreign_charset",
+           "is_json_media_type", "query_params", "query_problem"]

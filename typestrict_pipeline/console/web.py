@@ -62,6 +62,10 @@ FORM_FIX = "Correct the field and submit the form again."
 the API's own words point to its schema, which a person at a form has no use for)."""
 
 
+LINKS_FIX = "Use the links of the console"
+"""What to do about a console address that is not one of its pages, or a query it does not take."""
+
+
 class SignInRequired(Exception):
     """No live session: the request is sent to the sign-in page."""
 
@@ -263,9 +267,15 @@ class ConsoleRoute(APIRoute):
     """A route whose failures are console pages (see the module docstring)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        from typestrict_pipeline.api.edge import query_params, query_problem
+
         inner = super().get_route_handler()
+        params = query_params(self.dependant)
 
         async def handler(request: Request) -> Response:
+            problem = query_problem(request.query_params, params, fix=LINKS_FIX)
+            if problem is not None:  # the page exists: its query is what is wrong
+                return error_page(request, 422, _TITLES[422], problem)
             try:
                 return await inner(request)
             except SignInRequired:
@@ -278,7 +288,7 @@ class ConsoleRoute(APIRoute):
             except RequestValidationError:
                 return error_page(request, 404, "Not found",
                                   f"expected a page of the console, got {request.url.path[:200]!r}. "
-                                  "Use the links of the console")
+                                  f"{LINKS_FIX}")
             except TypeStrictError as exc:
                 status, _ = status_for(exc)
                 return error_page(request, status, _TITLES.get(status, "Error"), str(exc))
