@@ -304,8 +304,8 @@ def create_app(
         if settings.warm_runs:
             threading.Thread(target=runs.warm, name="warm-dagster-runs", daemon=True).start()
         limiter = None if settings.rate_limit is None else TokenBuckets(settings.rate_limit, clock=clock)
-        app.state.ctx = ApiContext(settings, engine, TrainingStore(settings.home, engine, jev_source), runs,
-                                   KeyVerifier(engine, clock=clock), limiter)
+        trainings = TrainingStore(settings.home, engine, jev_source, max_dataset_bytes=settings.max_upload_bytes)
+        app.state.ctx = ApiContext(settings, engine, trainings, runs, KeyVerifier(engine, clock=clock), limiter)
         try:
             yield
         finally:
