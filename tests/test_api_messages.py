@@ -350,3 +350,22 @@ def test_a_compressed_body_is_415_and_nothing_is_stored(api: dict[str, Any]) -> 
         r = c.post("/v1/studies/estimate", content=b"{}", headers={**JSON, "content-encoding": "identity"})
         assert r.status_code == 422 and "workflow: expected a value" in _error(r), r.text
         assert c.delete("/v1/files/zipped.csv").status_code == 204
+
+
+def test_two_authorization_headers_are_a_401_whatever_they_hold(api: dict[str, Any]) -> None:
+    """A request with two ``Authorization`` headers was served as the first one's workspace (the
+    known audit's fast path read the last): one of two keys picked. Now a 401 that says so, for
+    two different keys, the same key twice, or a key and anything."""
+    other = support.new_key(api["url"], "other")
+    key = api["key"]
+    with httpx.Client(base_url=api["server"].url, timeout=120) as c:
+        for sent in ((key, other), (key, key), (key, "x"), ("x", key)):
+            headers = [("authorization", f"Bearer {one}") for one in sent]
+            for method, path, body in (("GET", "/v1/workspaces/acme", None), ("POST", "/v1/studies/estimate", {})):
+                r = c.request(method, path, headers=[*headers, ("content-type", "application/json")],
+                              content=None if body is None else json.dumps(body).encode())
+                assert r.status_code == 401, (sent, path, r.text)
+                assert _error(r) == ("expected one Authorization header, got 2. Send the key once, in one "
+                                     "'Authorization: Bearer <API key>' header"), r.text
+                assert r.headers["www-authenticate"] == "Bearer"
+        assert c.get("/v1/workspaces/acme", headers={"Authorization": f"Bearer {key}"}).status_code == 200
