@@ -230,8 +230,20 @@ def render(request: Request, template: str, context: Mapping[str, Any] | None = 
     return response
 
 
+URL_SAFE = ":/%#?=@[]!$&'()*+,;"
+"""What :class:`RedirectResponse` leaves unquoted in its ``Location`` (the rest, non-ASCII
+characters included, is percent-encoded)."""
+
+
 def redirect(url: str, request: Request | None = None) -> Response:
-    """A 303 to ``url`` (an ``HX-Redirect`` for an HTMX request, which would swap it in)."""
+    """A 303 to ``url`` (an ``HX-Redirect`` for an HTMX request, which would swap it in), the URL
+    percent-encoded in either header as ``Location`` is: a header holds ASCII only (a ``?next=``
+    of ``/console/✓`` made the HTMX answer a 500, and ``/console/é`` a header in Latin-1).
+
+    >>> redirect("/console/✓").headers["location"], redirect("/console/é?a=1").headers["location"]
+    ('/console/%E2%9C%93', '/console/%C3%A9?a=1')
+    """
+    url = quote(url, safe=URL_SAFE)
     if request is not None and request.headers.get("hx-request") == "true":
         return secure_headers(Response(status_code=204, headers={"HX-Redirect": url}))
     return secure_headers(RedirectResponse(url, status_code=303))
