@@ -641,3 +641,28 @@ def test_the_backtests_page_reaches_every_run_card_and_study(app: tuple[object, 
         r = b.get(f"/console/backtests?{query}")
         assert r.status_code == 422 and said in r.text, r.text[:3000]
     b.close()
+
+
+@pytest.mark.parametrize(("method", "url", "status", "said"), [
+    ("GET", "/console/nope", 404, "expected a page of the console, got '/console/nope'."),
+    ("GET", "/console/trainings/a/b/c", 404, "expected a page of the console, got '/console/trainings/a/b/c'."),
+    ("GET", "/console/static/nope.css", 404, "expected a page of the console, got '/console/static/nope.css'."),
+    ("DELETE", "/console/trainings", 405, "expected another method for '/console/trainings', got DELETE."),
+    ("POST", "/console/trainings/new", 405, "expected another method for '/console/trainings/new', got POST."),
+])
+def test_an_address_that_is_no_console_page_gets_the_consoles_page_saying_so(
+        app: tuple[object, str, str], method: str, url: str, status: int, said: str) -> None:
+    """A console address that matches none of its pages (a mistyped link, an old bookmark) or a
+    method its page does not take got the API's JSON: "expected a route of the API … See
+    /v1/openapi.json", advice for a program, at a person. Now the console's page, with its
+    headers and what to do; the API's own addresses keep the API's answer."""
+    b = Browser(app[0], app[1])
+    r = b.loop.run_until_complete(b.client.request(method, url))
+    assert r.status_code == status and r.headers["content-type"].startswith("text/html"), (url, r.text[:300])
+    assert f"{said} Use the links of the console" in _shown(r) and "openapi" not in r.text, _shown(r)[:3000]
+    assert r.headers["content-security-policy"].startswith("default-src 'none'")
+    if status == 405:
+        assert r.headers["allow"]
+    api = b.get("/v1/nope")
+    assert api.status_code == 404 and api.json()["error"]["message"].endswith("See /v1/openapi.json")
+    b.close()

@@ -25,7 +25,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -205,7 +205,11 @@ def _install_handlers(app: FastAPI) -> None:
         return _error_response(422, "invalid_input", validation_message(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        from typestrict_pipeline.console.web import is_console_path, not_a_page
+
+        if exc.status_code in (404, 405) and is_console_path(request.url.path):  # a person's browser
+            return not_a_page(request, exc.status_code, exc.headers)
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         message = {
             404: f"expected a route of the API, got {request.url.path[:200]!r}. See /v1/openapi.json",

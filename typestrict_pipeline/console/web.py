@@ -266,8 +266,30 @@ def safe_next(value: str | None) -> str:
     return value
 
 
-def error_page(request: Request, status: int, title: str, message: str) -> HTMLResponse:
-    return render(request, "error.html", {"title": title, "message": message}, status=status)
+def error_page(request: Request, status: int, title: str, message: str,
+               headers: Mapping[str, str] | None = None) -> HTMLResponse:
+    return render(request, "error.html", {"title": title, "message": message}, status=status, headers=headers)
+
+
+def is_console_path(path: str) -> bool:
+    """Whether ``path`` is the console's (``/console`` and below), whose answers are pages.
+
+    >>> is_console_path("/console"), is_console_path("/console/x"), is_console_path("/consoles"), is_console_path("/v1/x")
+    (True, True, False, False)
+    """
+    return path == PREFIX or path.startswith(PREFIX + "/")
+
+
+def not_a_page(request: Request, status: int = 404, headers: Mapping[str, str] | None = None) -> HTMLResponse:
+    """The page of a console address that is none of its pages (404), or a method its page does
+    not take (405, with its ``Allow``): what to do is to use the console's links, never to read
+    the API's schema."""
+    path = request.url.path[:200]
+    if status == 405:
+        return error_page(request, 405, "Not allowed", f"expected another method for {path!r}, got "
+                          f"{request.method[:20]}. {LINKS_FIX}", headers)
+    return error_page(request, 404, "Not found", f"expected a page of the console, got {path!r}. {LINKS_FIX}",
+                      headers)
 
 
 _TITLES = {400: "Bad request", 402: "No credit left", 403: "Refused", 404: "Not found",
@@ -298,9 +320,7 @@ class ConsoleRoute(APIRoute):
                                   "expected the form's CSRF token, got none or another session's. "
                                   "Reload the page and send the form again")
             except RequestValidationError:
-                return error_page(request, 404, "Not found",
-                                  f"expected a page of the console, got {request.url.path[:200]!r}. "
-                                  f"{LINKS_FIX}")
+                return not_a_page(request)
             except TypeStrictError as exc:
                 status, _ = status_for(exc)
                 return error_page(request, status, _TITLES.get(status, "Error"), str(exc))
@@ -309,6 +329,6 @@ class ConsoleRoute(APIRoute):
 
 
 __all__ = ["PREFIX", "ConsoleRoute", "clear_session_cookie", "cookie_name", "cookie_workspace",
-           "current_session", "error_page", "form_box", "read_form", "redirect", "render", "require_csrf",
-           "require_session", "safe_next", "secure_headers", "set_session_cookie",
-           "set_signin_cookie", "signin_matches", "signin_token"]
+           "current_session", "error_page", "form_box", "is_console_path", "not_a_page", "read_form",
+           "redirect", "render", "require_csrf", "require_session", "safe_next", "secure_headers",
+           "set_session_cookie", "set_signin_cookie", "signin_matches", "signin_token"]
