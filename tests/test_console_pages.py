@@ -204,9 +204,10 @@ STUDY_FORM = {"workflow": "seattle_rain", "dataset": "seattle_weather", "start":
               "max_candidates": "2", "max_total_steps": "100000"}
 
 
-def _api(b: Browser, key: str, path: str, body: Mapping[str, object]) -> str:
+def _api(b: Browser, key: str, path: str, body: Mapping[str, object], method: str = "POST") -> str:
     """The API's 422 message for ``body``, through the same app."""
-    r = b.loop.run_until_complete(b.client.post(path, json=body, headers={"Authorization": f"Bearer {key}"}))
+    r = b.loop.run_until_complete(b.client.request(method, path, json=body,
+                                                   headers={"Authorization": f"Bearer {key}"}))
     assert r.status_code == 422, (path, r.status_code, r.text[:300])
     message: str = r.json()["error"]["message"]
     return message
@@ -665,4 +666,39 @@ def test_an_address_that_is_no_console_page_gets_the_consoles_page_saying_so(
         assert r.headers["allow"]
     api = b.get("/v1/nope")
     assert api.status_code == 404 and api.json()["error"]["message"].endswith("See /v1/openapi.json")
+    b.close()
+
+
+def test_the_budget_form_reads_the_whole_value_as_the_api_does(app: tuple[object, str, str], sqlite_url: str) -> None:
+    """Settings → Usage cut the typed budget to its first 40 characters before reading it:
+    ``0.25`` then 40 spaces then ``9`` was saved as $0.25 (the API refuses that value), and
+    ``0.1000…0001`` was refused showing a value without its last digit. Now the form goes
+    through the API's schema and reader whole: refused as ``PUT /v1/workspaces/{id}/budget``
+    refuses it, nothing saved."""
+    import html
+
+    from typestrict_pipeline.reruns.decide import SubscriptionState
+    from typestrict_pipeline.reruns.workspace import set_workspace
+
+    engine = open_store(sqlite_url)
+    try:
+        set_workspace(engine, "acme", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=1)
+    finally:
+        engine.dispose()
+    b = Browser(app[0], app[1])
+
+    def budget() -> int:
+        r = b.loop.run_until_complete(b.client.get("/v1/workspaces/acme/budget",
+                                                   headers={"Authorization": f"Bearer {app[1]}"}))
+        return int(r.json()["budget_micro_usd"])
+
+    for typed in ("0.25" + " " * 40 + "9", "0.1" + "0" * 40 + "1"):
+        said = _api(b, app[1], "/v1/workspaces/acme/budget", {"budget_usd": typed}, method="PUT")
+        r = b.post("/console/settings/usage/budget", data={"csrf_token": b.csrf, "budget_usd": typed})
+        assert r.status_code == 422, (typed, r.status_code)
+        words = _form_words(said) if said.endswith(API_FIX) else said  # the schema's, or the reader's
+        assert words in html.unescape(r.text), (said, html.unescape(r.text)[:3000])
+        assert budget() == 1, typed  # nothing saved
+    r = b.post("/console/settings/usage/budget", data={"csrf_token": b.csrf, "budget_usd": " 0.25 "})
+    assert r.status_code == 303 and budget() == 250_000
     b.close()

@@ -168,6 +168,16 @@ def _expected(error: Mapping[str, Any]) -> str | None:
     }.get(str(error.get("type", "")))
 
 
+def _member_expected(error: Mapping[str, Any]) -> str:
+    """What one member of a union expected, naming its type where its bound alone would not.
+
+    >>> _member_expected({"type": "string_too_long", "ctx": {"max_length": 40}})
+    'a string of at most 40 characters'
+    """
+    said = _expected(error) or "another value"
+    return f"a string of {said}" if str(error.get("type")) in ("string_too_long", "string_too_short") else said
+
+
 def validation_message(errors: Sequence[Mapping[str, Any]], *, fix: str = API_FIX) -> str:
     """The first validation error in the product's shape, its pattern or bound as written, then
     ``fix``: what to do, for whoever reads it (the API's 422: :data:`API_FIX`; the console's
@@ -189,7 +199,7 @@ def validation_message(errors: Sequence[Mapping[str, Any]], *, fix: str = API_FI
     if loc[:1] in (["path"], ["query"]):
         where = f"{where} (in the {loc[0]})"
     kind = first.get("type", "")
-    expected = (" or ".join(dict.fromkeys(_expected(e) or "another value" for e in members))
+    expected = (" or ".join(dict.fromkeys(_member_expected(e) for e in members))
                 if members else _expected(first))  # a union: what each of its types takes
     if expected is None:
         msg = str(first.get("msg", "a valid value"))
