@@ -702,3 +702,31 @@ def test_the_budget_form_reads_the_whole_value_as_the_api_does(app: tuple[object
     r = b.post("/console/settings/usage/budget", data={"csrf_token": b.csrf, "budget_usd": " 0.25 "})
     assert r.status_code == 303 and budget() == 250_000
     b.close()
+
+
+def test_the_rerun_box_takes_only_what_the_form_sends(app: tuple[object, str, str], sqlite_url: str) -> None:
+    """"Re-run on a schedule" sent as ``yes`` (or twice) was refused saying "got it empty": the
+    box follows the one rule of the console's boxes now, naming what was sent; nothing is
+    scheduled."""
+    from typestrict_pipeline.study.form import StudyForm, study_config
+    from typestrict_pipeline.study.service import create_study_from_config
+
+    engine = open_store(sqlite_url)
+    try:
+        form: dict[str, Any] = {"start": "2012-01-01", "end": "2012-12-01", "tune_steps": 20, "eval_steps": 20,
+                                "holdout_steps": 20, "grid": ["skill=0.5,0.6"], "max_candidates": 2,
+                                "max_total_steps": 1000, "synthetic": True}
+        study = create_study_from_config(engine, study_config(StudyForm(**form, workflow="wx", workspace="acme")))
+    finally:
+        engine.dispose()
+    b = Browser(app[0], app[1])
+    for sent, said in ((["yes"], "field 'rerun': expected the box 'Re-run on a schedule' ticked ('on'), got 'yes'."),
+                       (["on", "on"], "field 'rerun': expected the box 'Re-run on a schedule' ticked ('on'), got 'on', 'on'."),
+                       ([], "expected the box 'Re-run on a schedule' ticked, got it empty.")):
+        r = b.post(f"/console/studies/{study}/schedule",
+                   data={"csrf_token": b.csrf, "cadence": "1d", "owner": "ana@example.com", "rerun": sent})
+        assert r.status_code == 422, (sent, r.status_code, r.text[:300])
+        assert said in _shown(r), (sent, _shown(r)[:3000])
+    listed = b.loop.run_until_complete(b.client.get("/v1/schedules", headers={"Authorization": f"Bearer {app[1]}"}))
+    assert listed.json() == {"schedules": []}
+    b.close()

@@ -38,13 +38,14 @@ from typestrict_pipeline.console.web import (
     FORM_FIX,
     PREFIX,
     ConsoleRoute,
+    form_box,
     read_form,
     redirect,
     render,
     require_csrf,
     require_session,
 )
-from typestrict_pipeline.errors import TypeStrictError
+from typestrict_pipeline.errors import InputError, TypeStrictError
 from typestrict_pipeline.study.limits import format_usd
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
@@ -312,9 +313,14 @@ async def enable_schedule(study_id: StudyId, request: Request, session: Posted) 
     ctx = get_ctx(request)
     form = await read_form(request)
     error = None
-    if _text(form, "rerun") != "on":
-        error = ("expected the box 'Re-run on a schedule' ticked, got it empty. Tick it to re-run "
-                 "this study at the cadence below")
+    try:
+        ticked = form_box(form, "rerun", lambda v: v == "on", "the box 'Re-run on a schedule' ticked ('on')",
+                          "tick it to re-run this study at the cadence below")
+    except InputError as exc:
+        ticked, error = None, str(exc)
+    if ticked is None:
+        error = error or ("expected the box 'Re-run on a schedule' ticked, got it empty. Tick it to re-run "
+                          "this study at the cadence below")
     else:
         try:
             raw: dict[str, Any] = {"cadence": _text(form, "cadence") or "1d", "owner": _text(form, "owner")}
