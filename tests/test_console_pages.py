@@ -420,6 +420,8 @@ def test_the_notification_box_takes_only_what_the_form_sends(app: tuple[object, 
     ("/console/settings/notifications?saved=yes", "saved (in the query): expected a whole number, got 'yes'."),
     ("/console/trainings?page=1&page=2",
      "page (in the query): expected it once (a repeated parameter is ambiguous), got ['1', '2']."),
+    ("/console/backtests?studies=1&backtests=1&backtests=2",
+     "backtests (in the query): expected it once (a repeated parameter is ambiguous), got ['1', '2']."),
 ])
 def test_a_query_a_page_does_not_take_is_refused_on_that_page_saying_so(
         app: tuple[object, str, str], url: str, said: str) -> None:

@@ -139,8 +139,11 @@ def _page(request: Request, session: ConsoleSession, *, backtest: dict[str, str]
 
 
 @router.get("/backtests")
-def backtests_page(request: Request, session: Session) -> Response:
-    """The Backtests tab: run a backtest, the run cards, the Studies section."""
+def backtests_page(request: Request, session: Session, backtests: str | None = None,
+                   studies: str | None = None) -> Response:
+    """The Backtests tab: run a backtest, the run cards, the Studies section. ``?backtests=N``
+    and ``?studies=N`` are the pages of its two lists (declared here so the console's one rule
+    of the query holds for them: each once)."""
     return _page(request, session)
 
 
