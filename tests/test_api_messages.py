@@ -369,3 +369,18 @@ def test_two_authorization_headers_are_a_401_whatever_they_hold(api: dict[str, A
                                      "'Authorization: Bearer <API key>' header"), r.text
                 assert r.headers["www-authenticate"] == "Bearer"
         assert c.get("/v1/workspaces/acme", headers={"Authorization": f"Bearer {key}"}).status_code == 200
+
+
+def test_a_trailing_slash_is_no_route_and_never_a_redirect_to_the_host_sent(api: dict[str, Any]) -> None:
+    """``GET /v1/trainings/`` (or ``PUT /v1/files/%2F``) was a 307 with no body to
+    ``http://<the Host header sent>/v1/trainings``: an absolute URL of whatever host the client
+    named, and a PUT sent on to a route that refuses it. Now the 404 of any address that is no
+    route, in the one shape."""
+    with api["server"].client(api["key"]) as c:
+        for method, path, shown in (("GET", "/v1/trainings/", "/v1/trainings/"),
+                                    ("PUT", "/v1/files/%2F", "/v1/files//"),
+                                    ("GET", "/v1/models/", "/v1/models/")):
+            r = c.request(method, path, headers={"Host": "evil.example"}, content=b"x" if method == "PUT" else None)
+            assert r.status_code == 404 and "location" not in r.headers, (path, r.status_code, r.headers)
+            assert _error(r) == f"expected a route of the API, got {shown!r}. See /v1/openapi.json"
+        assert c.get("/v1/trainings").status_code == 200

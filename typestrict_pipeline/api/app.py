@@ -319,6 +319,9 @@ def create_app(
     app = FastAPI(
         title="TypeStrict API", version="1", lifespan=lifespan,
         openapi_url="/v1/openapi.json", docs_url="/v1/docs", redoc_url=None,
+        # A path with a trailing '/' (or an id of '%2F') is not a route: its 404 says so. Starlette
+        # would answer a 307 to an absolute URL built from the request's Host header, with no body.
+        redirect_slashes=False,
         description="Trainings, splits, verdicts and audits against Jev; credits and usage; studies. "
                     "Authenticate with `Authorization: Bearer <key>` (typestrict api-key create).",
     )
