@@ -112,3 +112,21 @@ def test_a_body_over_the_limit_is_refused_on_an_audit_asked_again(tmp_path: Path
         with server.client(key) as c:
             refused = c.request("GET", AUDIT, content=b"x" * 200)
             assert refused.status_code == 413 and refused.json()["error"]["code"] == "payload_too_large"
+
+
+@pytest.mark.parametrize("limit", [ROOMY, None], ids=["rate-limited", "no-limit"])
+def test_an_audit_asked_with_two_keys_is_the_routes_401(tmp_path: Path, limit: RateLimit | None) -> None:
+    """The answer from memory read the last ``Authorization`` header and the route the first: a
+    request with another workspace's key first and the owner's last got the audit without a
+    rate limit, and the owner's first got it with one. Now two headers are the route's 401,
+    however the audit was asked before."""
+    url, key, audit = settled_model(tmp_path, MODEL, seed=5, keep_if_loses=False)
+    stranger = new_key(url, "other")
+    with ApiServer(url, tmp_path / "home", rate_limit=limit, clock=ManualClock()) as server:
+        with server.client(key) as c:
+            assert [c.get(AUDIT).content for _ in range(2)] == [audit, audit]  # known now
+        with httpx.Client(base_url=server.url, timeout=120) as anon:
+            for sent in ((stranger, key), (key, stranger), (key, key)):
+                r = anon.get(AUDIT, headers=[("authorization", f"Bearer {one}") for one in sent])
+                assert r.status_code == 401, (sent, r.status_code)
+                assert r.json()["error"]["message"].startswith("expected one Authorization header, got 2.")

@@ -195,3 +195,33 @@ def test_a_file_kept_in_memory_answers_as_the_disk_does(tmp_path: Path) -> None:
         got = c.get(path)
         assert got.status_code == 200 and got.content == second
         assert got.headers["etag"] == f'"{hashlib.sha256(second).hexdigest()}"'
+
+
+@pytest.mark.parametrize("path", [f"/v1/models/{MODEL}/audit", f"/v1/models/{MODEL}/files/weights.bin",
+                                  "/verify_audit.py"])
+def test_a_range_that_cannot_be_served_is_refused_in_the_apis_shape(served: Served, path: str) -> None:
+    """A bad ``Range`` was answered in Starlette's plain text ("Malformed range header.", "Range
+    header: start must be less than end", a 416 with an empty body). Now the API's JSON error
+    that says what was expected and what to do; a range of another unit is ignored (RFC 9110),
+    and a good range is still a 206."""
+    with served.client() as c:
+        whole = c.get(path)
+        size = len(whole.content)
+        for sent in ("bytes=10-5", "bytes=a-b", "bytes=,", "bytes=0-0bytes=1-1"):
+            r = c.get(path, headers={"Range": sent})
+            assert r.status_code == 400 and r.headers["content-type"] == "application/json", (sent, r.text)
+            assert r.json() == {"error": {"code": "invalid_range", "message": (
+                f"expected a Range of bytes of the file (e.g. 'bytes=0-1023'), got {sent!r}. Fix the "
+                "header, or send none to get the whole file")}}
+        for sent in (f"bytes={size}-", "bytes=99999999999-99999999999"):
+            r = c.get(path, headers={"Range": sent})
+            assert r.status_code == 416 and r.headers["content-range"] == f"bytes */{size}", (sent, r.text)
+            assert r.json() == {"error": {"code": "range_not_satisfiable", "message": (
+                f"expected a Range within the file's {size:,} bytes (the first is byte 0), got {sent!r}. "
+                f"Ask for bytes before {size:,}, or send no Range to get the whole file")}}
+        for sent in ("items=0-5", "garbage"):
+            r = c.get(path, headers={"Range": sent})
+            assert r.status_code == 200 and r.content == whole.content, sent
+        part = c.get(path, headers={"Range": "bytes=3-7"})
+        assert part.status_code == 206 and part.content == whole.content[3:8]
+        assert part.headers["content-range"] == f"bytes 3-7/{size}"

@@ -890,3 +890,50 @@ def test_json_bodies_that_take_seconds_to_decode_do_not_hold_up_another_workspac
         thread.join(300)
     assert order[0] == "quiet 200", order
     assert len(order) == 4 and all(o.startswith("loud 422") and "expected" in o for o in order[1:]), order
+
+
+def test_a_dataset_that_expands_past_the_upload_limit_is_refused_before_it_is_read(
+        tmp_path: Path, server_log: list[logging.LogRecord]) -> None:
+    """A 13 kB ``.csv.bz2`` (or an 18 kB Parquet file of one value on every row) held 100 MB of
+    rows, and creating a training read every one: seconds of work and a gigabyte of memory from a
+    request of a few kilobytes. Now a training's dataset holds at most the server's upload limit
+    once decompressed, counted before it is read; nothing is charged. A small archive is a
+    dataset as before."""
+    import bz2
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    csv, jev = support.make_dataset(tmp_path)
+    key = support.new_key(url, "acme", credits=1)
+    lines = csv.decode().splitlines()
+    padded = "\n".join([lines[0]] + [line.replace("review number", "review " + "a" * 8_000 + " number")
+                                     for line in lines[1:]]) + "\n"  # 1.6 MB of rows
+    rows = [line.split(",") for line in padded.splitlines()[1:]]
+    table = pa.table({name: [r[i] for r in rows] for i, name in enumerate(lines[0].split(","))})
+    pq.write_table(table, tmp_path / "big.parquet", compression="zstd")
+    files = {"big.csv.gz": gzip.compress(padded.encode()), "big.csv.bz2": bz2.compress(padded.encode()),
+             "big.parquet": (tmp_path / "big.parquet").read_bytes(), "small.csv.gz": gzip.compress(csv)}
+    assert all(len(data) < 100_000 for data in files.values()) and len(padded) > MAX_BODY
+    with support.ApiServer(url, tmp_path / "home", jev_source={"kind": "file", "path": str(jev)},
+                           max_upload_bytes=MAX_BODY, rate_limit=None) as srv, srv.client(key) as c:
+        for name, data in files.items():
+            assert c.put(f"/v1/files/{name}", content=data).status_code == 201, name
+        for name in ("big.csv.gz", "big.csv.bz2", "big.parquet"):
+            body = json.loads(json.dumps(support.TRAINING_BODY))
+            body["dataset"]["path"] = name
+            r = c.post("/v1/trainings", json=body)
+            assert r.status_code == 422, (name, r.text)
+            assert r.json()["error"]["message"] == (
+                f"{name}: expected a dataset of at most {MAX_BODY:,} bytes once decompressed (the "
+                f"server's upload limit), got more from a file of {len(files[name]):,} bytes. Send a "
+                "smaller dataset, or split it into trainings of their own."), r.text
+            assert c.get("/v1/trainings").json() == [] and c.get("/v1/workspaces/acme").json()["balance"] == 1
+        body = json.loads(json.dumps(support.TRAINING_BODY))
+        body["dataset"]["path"] = "small.csv.gz"
+        made = c.post("/v1/trainings", json=body)
+        assert made.status_code == 201, made.text
+        assert c.get("/v1/workspaces/acme").json()["balance"] == 0
+        _assert_quiet(srv, server_log)

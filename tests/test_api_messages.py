@@ -298,3 +298,89 @@ def test_a_dataset_of_200000_columns_gets_a_short_422_listing_twenty(api: dict[s
     message = _error(r)
     assert "no such column; the file has ['c0', 'c1', " in message and "… and 199,980 more]" in message
     assert len(r.content) < 2_000 and after == before
+
+
+@pytest.mark.parametrize(("method", "path", "body", "said"), [
+    ("POST", "/v1/backtests", {"workflow": 1.5}, "workflow: expected a string, got 1.5."),
+    ("POST", "/v1/datasets", {"name": None}, "name: expected a string, got null."),
+    ("POST", "/v1/trainings", [], "(body): expected a JSON object, got []."),
+    ("POST", "/v1/trainings", {"dataset": "reviews.csv"}, "dataset: expected a JSON object, got 'reviews.csv'."),
+    ("POST", "/v1/trainings/tr_0/predictions", {"predictions": {}}, "predictions: expected a JSON array, got {}."),
+    ("PUT", "/v1/workspaces/acme/budget", {"budget_usd": True},
+     "budget_usd: expected a decimal number or a string, got true."),
+    ("PUT", "/v1/workspaces/acme/budget", {"budget_usd": [0.5]},
+     "budget_usd: expected a decimal number or a string, got [0.5]."),
+])
+def test_a_value_of_the_wrong_json_type_is_named_in_json_words(
+        api: dict[str, Any], method: str, path: str, body: Any, said: str) -> None:
+    """pydantic's own words reached the customer: "expected input should be a valid string, got
+    Decimal('1.5')", "budget_usd.decimal: expected decimal input should be an integer, float,
+    string or Decimal object, got True". Now the JSON type expected, the value as sent."""
+    with api["server"].client(api["key"]) as c:
+        r = c.request(method, path, json=body)
+    assert r.status_code == 422, r.text
+    message = _error(r)
+    assert message == f"{said} Fix the request (the schema is at /v1/openapi.json)", message
+
+
+def test_a_compressed_body_is_415_and_nothing_is_stored(api: dict[str, Any]) -> None:
+    """``Content-Encoding`` was ignored: a gzipped JSON body was refused as "not UTF-8 at byte 2",
+    and a gzipped upload was stored compressed under its plain name (201). Now both are a 415
+    that names the coding, and the upload is not stored; ``identity`` is the body as sent."""
+    import gzip
+
+    csv = b"id,text\nr1,a\n"
+    with api["server"].client(api["key"]) as c:
+        for coding in ("gzip", "br", "identity, gzip"):
+            for method, path, body, headers in (
+                    ("POST", "/v1/studies/estimate", b"{}", JSON),
+                    ("PUT", "/v1/files/zipped.csv", csv, {})):
+                r = c.request(method, path, content=gzip.compress(body),
+                              headers={**headers, "content-encoding": coding})
+                assert r.status_code == 415, (coding, path, r.text)
+                assert r.json()["error"]["code"] == "unsupported_media_type"
+                assert r.headers["accept-encoding"] == "identity"
+                message = _error(r)
+                assert message.startswith("expected a body sent as is (no Content-Encoding), got "
+                                          f"'Content-Encoding: {coding.removeprefix('identity, ')}'. "
+                                          "Send the body uncompressed"), message
+        assert "zipped.csv" not in [f["name"] for f in c.get("/v1/files").json()]
+        r = c.put("/v1/files/zipped.csv", content=csv, headers={"content-encoding": "identity"})
+        assert r.status_code == 201 and r.json()["size"] == len(csv), r.text
+        r = c.post("/v1/studies/estimate", content=b"{}", headers={**JSON, "content-encoding": "identity"})
+        assert r.status_code == 422 and "workflow: expected a value" in _error(r), r.text
+        assert c.delete("/v1/files/zipped.csv").status_code == 204
+
+
+def test_two_authorization_headers_are_a_401_whatever_they_hold(api: dict[str, Any]) -> None:
+    """A request with two ``Authorization`` headers was served as the first one's workspace (the
+    known audit's fast path read the last): one of two keys picked. Now a 401 that says so, for
+    two different keys, the same key twice, or a key and anything."""
+    other = support.new_key(api["url"], "other")
+    key = api["key"]
+    with httpx.Client(base_url=api["server"].url, timeout=120) as c:
+        for sent in ((key, other), (key, key), (key, "x"), ("x", key)):
+            headers = [("authorization", f"Bearer {one}") for one in sent]
+            for method, path, body in (("GET", "/v1/workspaces/acme", None), ("POST", "/v1/studies/estimate", {})):
+                r = c.request(method, path, headers=[*headers, ("content-type", "application/json")],
+                              content=None if body is None else json.dumps(body).encode())
+                assert r.status_code == 401, (sent, path, r.text)
+                assert _error(r) == ("expected one Authorization header, got 2. Send the key once, in one "
+                                     "'Authorization: Bearer <API key>' header"), r.text
+                assert r.headers["www-authenticate"] == "Bearer"
+        assert c.get("/v1/workspaces/acme", headers={"Authorization": f"Bearer {key}"}).status_code == 200
+
+
+def test_a_trailing_slash_is_no_route_and_never_a_redirect_to_the_host_sent(api: dict[str, Any]) -> None:
+    """``GET /v1/trainings/`` (or ``PUT /v1/files/%2F``) was a 307 with no body to
+    ``http://<the Host header sent>/v1/trainings``: an absolute URL of whatever host the client
+    named, and a PUT sent on to a route that refuses it. Now the 404 of any address that is no
+    route, in the one shape."""
+    with api["server"].client(api["key"]) as c:
+        for method, path, shown in (("GET", "/v1/trainings/", "/v1/trainings/"),
+                                    ("PUT", "/v1/files/%2F", "/v1/files//"),
+                                    ("GET", "/v1/models/", "/v1/models/")):
+            r = c.request(method, path, headers={"Host": "evil.example"}, content=b"x" if method == "PUT" else None)
+            assert r.status_code == 404 and "location" not in r.headers, (path, r.status_code, r.headers)
+            assert _error(r) == f"expected a route of the API, got {shown!r}. See /v1/openapi.json"
+        assert c.get("/v1/trainings").status_code == 200

@@ -361,3 +361,37 @@ def test_the_estimate_screens_the_grid_as_creating_the_study_does(tmp_path: Path
         assert est.status_code == 200 and est.json()["candidates"] == 2 and est.json()["planned"] == 3
         created = c.post("/v1/studies", json={**form, "grid": ["threshold=0.4,0.6,5"]})
         assert created.status_code == 201, created.text
+
+
+def test_a_point_in_time_file_that_expands_past_the_upload_limit_is_refused_before_it_is_read(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    """A registered or appended ``.csv.bz2`` was read up to 1 GiB once decompressed, whatever the
+    server's upload limit: a few kilobytes sent, a gigabyte read. Now each file holds at most the
+    upload limit once decompressed (the trainings' rule), counted before it is read."""
+    import bz2
+    import gzip
+
+    limit = 1024 * 1024
+    write_seattle_csv(tmp_path / "first.csv", known_until=dt.datetime(2013, 1, 1, tzinfo=UTC))
+    write_seattle_csv(tmp_path / "more.csv", known_after=dt.datetime(2013, 1, 1, tzinfo=UTC),
+                      known_until=dt.datetime(2013, 2, 1, tzinfo=UTC))
+    first, more = ((tmp_path / name).read_bytes() for name in ("first.csv", "more.csv"))
+    big = bz2.compress(first.rstrip(b"\n") + b"x" * (2 * limit) + b"\n")  # a long last cell: 2 MiB more
+    key = support.new_key(sqlite_url, "acme")
+    with support.ApiServer(sqlite_url, tmp_path / "home", max_upload_bytes=limit) as server, server.client(key) as c:
+        for name, data in (("big.csv.bz2", big), ("first.csv.gz", gzip.compress(first)),
+                           ("more.csv.bz2", bz2.compress(more))):
+            assert c.put(f"/v1/files/{name}", content=data).status_code == 201, name
+        said = (f"big.csv.bz2: expected a dataset of at most {limit:,} bytes once decompressed (the server's "
+                f"upload limit), got more from a file of {len(big):,} bytes. Send a smaller dataset, or split "
+                "it into trainings of their own.")
+        refused = c.post("/v1/datasets", json={"name": "w", "workflow": "seattle_rain", "tables": {"weather": "big.csv.bz2"}})
+        assert refused.status_code == 422 and refused.json()["error"]["message"] == said, refused.text
+        assert c.get("/v1/datasets").json() == []
+        made = c.post("/v1/datasets", json={"name": "w", "workflow": "seattle_rain", "tables": {"weather": "first.csv.gz"}})
+        assert made.status_code == 201, made.text
+        refused = c.post("/v1/datasets/w/append", json={"file": "big.csv.bz2"})
+        assert refused.status_code == 422 and refused.json()["error"]["message"] == said, refused.text
+        added = c.post("/v1/datasets/w/append", json={"file": "more.csv.bz2"})
+        assert added.status_code == 200 and added.json()["added"] == 31, added.text

@@ -204,9 +204,10 @@ STUDY_FORM = {"workflow": "seattle_rain", "dataset": "seattle_weather", "start":
               "max_candidates": "2", "max_total_steps": "100000"}
 
 
-def _api(b: Browser, key: str, path: str, body: Mapping[str, object]) -> str:
+def _api(b: Browser, key: str, path: str, body: Mapping[str, object], method: str = "POST") -> str:
     """The API's 422 message for ``body``, through the same app."""
-    r = b.loop.run_until_complete(b.client.post(path, json=body, headers={"Authorization": f"Bearer {key}"}))
+    r = b.loop.run_until_complete(b.client.request(method, path, json=body,
+                                                   headers={"Authorization": f"Bearer {key}"}))
     assert r.status_code == 422, (path, r.status_code, r.text[:300])
     message: str = r.json()["error"]["message"]
     return message
@@ -371,6 +372,68 @@ def test_the_keep_box_takes_only_what_the_form_sends(app: tuple[object, str, str
     assert _balance(sqlite_url, "acme") == 2
     page_url, _ = _made(b, {**TRAINING, "keep_if_loses": "on"})
     assert "Keep the model even if it does not beat Jev: on" in b.get(page_url).text
+    b.close()
+
+
+def test_the_notification_box_takes_only_what_the_form_sends(app: tuple[object, str, str], sqlite_url: str) -> None:
+    """Settings → Notifications read any ``enabled`` but ``on`` as unticked: ``enabled=true`` (or
+    the box sent twice) turned the owner's notification off. Now the box follows the one rule of
+    the console's boxes (``on`` or nothing; anything else refused with what to do, nothing saved)."""
+    from typestrict_pipeline.reruns.tables import RerunSchedule, ScheduleState
+    from typestrict_pipeline.store import session_scope
+
+    engine = open_store(sqlite_url)
+    try:
+        with session_scope(engine) as s:
+            s.add(RerunSchedule(workspace_id="acme", workflow_id="wx", root_study_id="1", lineage_root_id="1",
+                                owner="ana@example.com", cadence_seconds=86_400, min_unseen_steps=1,
+                                budget_micro_usd=1_000_000, state=ScheduleState.ENABLED,
+                                enabled_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC)))
+    finally:
+        engine.dispose()
+    b = Browser(app[0], app[1])
+
+    def enabled() -> bool:
+        on = b.loop.run_until_complete(b.client.get("/v1/notifications", headers={"Authorization": f"Bearer {app[1]}"}))
+        return bool(on.json()["settings"][0]["enabled"])
+
+    assert enabled()
+    for sent in (["true"], ["off"], [""], ["on", "on"], ["on", "off"]):
+        r = b.post("/console/settings/notifications",
+                   data={"csrf_token": b.csrf, "person": "ana@example.com", "enabled": sent})
+        assert r.status_code == 422, (sent, r.status_code, r.text[:500])
+        assert "field &#39;enabled&#39;: expected the box" in r.text and "save again" in r.text, (sent, r.text[:3000])
+        assert enabled(), sent  # nothing saved
+    r = b.post("/console/settings/notifications", data={"csrf_token": b.csrf, "person": "ana@example.com"})
+    assert r.status_code == 303 and not enabled()  # not sent: unticked
+    r = b.post("/console/settings/notifications",
+               data={"csrf_token": b.csrf, "person": "ana@example.com", "enabled": "on"})
+    assert r.status_code == 303 and enabled()
+    b.close()
+
+
+@pytest.mark.parametrize(("url", "said"), [
+    ("/console/trainings/new/decision?i=abc", "i (in the query): expected a whole number, got 'abc'."),
+    ("/console/trainings/new/decision?i=1e3", "i (in the query): expected a whole number, got '1e3'."),
+    ("/console/trainings/new/decision?i=1&i=2",
+     "i (in the query): expected it once (a repeated parameter is ambiguous), got ['1', '2']."),
+    ("/console/settings/notifications?saved=yes", "saved (in the query): expected a whole number, got 'yes'."),
+    ("/console/trainings?page=1&page=2",
+     "page (in the query): expected it once (a repeated parameter is ambiguous), got ['1', '2']."),
+    ("/console/backtests?studies=1&backtests=1&backtests=2",
+     "backtests (in the query): expected it once (a repeated parameter is ambiguous), got ['1', '2']."),
+])
+def test_a_query_a_page_does_not_take_is_refused_on_that_page_saying_so(
+        app: tuple[object, str, str], url: str, said: str) -> None:
+    """A console page whose query was wrong (``?i=abc`` on "Add a decision", ``?saved=yes``) said
+    404 "expected a page of the console, got '/console/settings/notifications'" of a page that
+    exists, and a repeated parameter was read as its last value. Now the API's one rule of the
+    query (:func:`~typestrict_pipeline.api.edge.query_problem`), on the console's page."""
+    b = Browser(app[0], app[1])
+    r = b.get(url)
+    assert r.status_code == 422, (url, r.status_code, r.text[:500])
+    assert f"{said} Use the links of the console" in _shown(r), _shown(r)[:3000]
+    assert b.get(url.split("?")[0] + ("?i=2" if "decision" in url else "")).status_code == 200
     b.close()
 
 
@@ -580,4 +643,92 @@ def test_the_backtests_page_reaches_every_run_card_and_study(app: tuple[object, 
                         ("studies=0", "studies (in the query): expected a page number from 1, got &#39;0&#39;")):
         r = b.get(f"/console/backtests?{query}")
         assert r.status_code == 422 and said in r.text, r.text[:3000]
+    b.close()
+
+
+@pytest.mark.parametrize(("method", "url", "status", "said"), [
+    ("GET", "/console/nope", 404, "expected a page of the console, got '/console/nope'."),
+    ("GET", "/console/trainings/a/b/c", 404, "expected a page of the console, got '/console/trainings/a/b/c'."),
+    ("GET", "/console/static/nope.css", 404, "expected a page of the console, got '/console/static/nope.css'."),
+    ("DELETE", "/console/trainings", 405, "expected another method for '/console/trainings', got DELETE."),
+    ("POST", "/console/trainings/new", 405, "expected another method for '/console/trainings/new', got POST."),
+])
+def test_an_address_that_is_no_console_page_gets_the_consoles_page_saying_so(
+        app: tuple[object, str, str], method: str, url: str, status: int, said: str) -> None:
+    """A console address that matches none of its pages (a mistyped link, an old bookmark) or a
+    method its page does not take got the API's JSON: "expected a route of the API … See
+    /v1/openapi.json", advice for a program, at a person. Now the console's page, with its
+    headers and what to do; the API's own addresses keep the API's answer."""
+    b = Browser(app[0], app[1])
+    r = b.loop.run_until_complete(b.client.request(method, url))
+    assert r.status_code == status and r.headers["content-type"].startswith("text/html"), (url, r.text[:300])
+    assert f"{said} Use the links of the console" in _shown(r) and "openapi" not in r.text, _shown(r)[:3000]
+    assert r.headers["content-security-policy"].startswith("default-src 'none'")
+    if status == 405:
+        assert r.headers["allow"]
+    api = b.get("/v1/nope")
+    assert api.status_code == 404 and api.json()["error"]["message"].endswith("See /v1/openapi.json")
+    b.close()
+
+
+def test_the_budget_form_reads_the_whole_value_as_the_api_does(app: tuple[object, str, str], sqlite_url: str) -> None:
+    """Settings → Usage cut the typed budget to its first 40 characters before reading it:
+    ``0.25`` then 40 spaces then ``9`` was saved as $0.25 (the API refuses that value), and
+    ``0.1000…0001`` was refused showing a value without its last digit. Now the form goes
+    through the API's schema and reader whole: refused as ``PUT /v1/workspaces/{id}/budget``
+    refuses it, nothing saved."""
+    import html
+
+    from typestrict_pipeline.reruns.decide import SubscriptionState
+    from typestrict_pipeline.reruns.workspace import set_workspace
+
+    engine = open_store(sqlite_url)
+    try:
+        set_workspace(engine, "acme", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=1)
+    finally:
+        engine.dispose()
+    b = Browser(app[0], app[1])
+
+    def budget() -> int:
+        r = b.loop.run_until_complete(b.client.get("/v1/workspaces/acme/budget",
+                                                   headers={"Authorization": f"Bearer {app[1]}"}))
+        return int(r.json()["budget_micro_usd"])
+
+    for typed in ("0.25" + " " * 40 + "9", "0.1" + "0" * 40 + "1"):
+        said = _api(b, app[1], "/v1/workspaces/acme/budget", {"budget_usd": typed}, method="PUT")
+        r = b.post("/console/settings/usage/budget", data={"csrf_token": b.csrf, "budget_usd": typed})
+        assert r.status_code == 422, (typed, r.status_code)
+        words = _form_words(said) if said.endswith(API_FIX) else said  # the schema's, or the reader's
+        assert words in html.unescape(r.text), (said, html.unescape(r.text)[:3000])
+        assert budget() == 1, typed  # nothing saved
+    r = b.post("/console/settings/usage/budget", data={"csrf_token": b.csrf, "budget_usd": " 0.25 "})
+    assert r.status_code == 303 and budget() == 250_000
+    b.close()
+
+
+def test_the_rerun_box_takes_only_what_the_form_sends(app: tuple[object, str, str], sqlite_url: str) -> None:
+    """"Re-run on a schedule" sent as ``yes`` (or twice) was refused saying "got it empty": the
+    box follows the one rule of the console's boxes now, naming what was sent; nothing is
+    scheduled."""
+    from typestrict_pipeline.study.form import StudyForm, study_config
+    from typestrict_pipeline.study.service import create_study_from_config
+
+    engine = open_store(sqlite_url)
+    try:
+        form: dict[str, Any] = {"start": "2012-01-01", "end": "2012-12-01", "tune_steps": 20, "eval_steps": 20,
+                                "holdout_steps": 20, "grid": ["skill=0.5,0.6"], "max_candidates": 2,
+                                "max_total_steps": 1000, "synthetic": True}
+        study = create_study_from_config(engine, study_config(StudyForm(**form, workflow="wx", workspace="acme")))
+    finally:
+        engine.dispose()
+    b = Browser(app[0], app[1])
+    for sent, said in ((["yes"], "field 'rerun': expected the box 'Re-run on a schedule' ticked ('on'), got 'yes'."),
+                       (["on", "on"], "field 'rerun': expected the box 'Re-run on a schedule' ticked ('on'), got 'on', 'on'."),
+                       ([], "expected the box 'Re-run on a schedule' ticked, got it empty.")):
+        r = b.post(f"/console/studies/{study}/schedule",
+                   data={"csrf_token": b.csrf, "cadence": "1d", "owner": "ana@example.com", "rerun": sent})
+        assert r.status_code == 422, (sent, r.status_code, r.text[:300])
+        assert said in _shown(r), (sent, _shown(r)[:3000])
+    listed = b.loop.run_until_complete(b.client.get("/v1/schedules", headers={"Authorization": f"Bearer {app[1]}"}))
+    assert listed.json() == {"schedules": []}
     b.close()

@@ -293,3 +293,18 @@ def test_the_key_never_reaches_the_servers_log(tmp_path: Path, sqlite_url: str,
         sock.close()
     assert "POST /console/sign-in" in caplog.text  # the access log was captured
     assert key[21:] not in caplog.text and key[21:-3] not in caplog.text
+
+
+@pytest.mark.parametrize("target", ["/console/studies/✓", "/console/é", "/console/a\u2028b"])
+def test_a_next_path_outside_latin1_is_followed_percent_encoded_also_by_htmx(
+        served: tuple[object, str], target: str) -> None:
+    """A signed-in browser's HTMX request for ``/console/sign-in?next=/console/studies/✓`` was a
+    500 (the ``HX-Redirect`` header cannot hold ``✓``), and ``/console/é`` went out as a Latin-1
+    byte. Now either header holds the path percent-encoded, as ``Location`` always did."""
+    b = _browser(served)
+    assert b.sign_in(served[1]).status_code == 303
+    plain = b.get(f"/console/sign-in?next={quote(target)}")
+    htmx = b.get(f"/console/sign-in?next={quote(target)}", headers={"HX-Request": "true"})
+    assert plain.status_code == 303 and plain.headers["location"] == quote(target)
+    assert htmx.status_code == 204 and htmx.headers["hx-redirect"] == quote(target), htmx.text[:300]
+    b.close()

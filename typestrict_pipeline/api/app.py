@@ -25,7 +25,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -205,7 +205,11 @@ def _install_handlers(app: FastAPI) -> None:
         return _error_response(422, "invalid_input", validation_message(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        from typestrict_pipeline.console.web import is_console_path, not_a_page
+
+        if exc.status_code in (404, 405) and is_console_path(request.url.path):  # a person's browser
+            return not_a_page(request, exc.status_code, exc.headers)
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         message = {
             404: f"expected a route of the API, got {request.url.path[:200]!r}. See /v1/openapi.json",
@@ -304,8 +308,8 @@ def create_app(
         if settings.warm_runs:
             threading.Thread(target=runs.warm, name="warm-dagster-runs", daemon=True).start()
         limiter = None if settings.rate_limit is None else TokenBuckets(settings.rate_limit, clock=clock)
-        app.state.ctx = ApiContext(settings, engine, TrainingStore(settings.home, engine, jev_source), runs,
-                                   KeyVerifier(engine, clock=clock), limiter)
+        trainings = TrainingStore(settings.home, engine, jev_source, max_dataset_bytes=settings.max_upload_bytes)
+        app.state.ctx = ApiContext(settings, engine, trainings, runs, KeyVerifier(engine, clock=clock), limiter)
         try:
             yield
         finally:
@@ -315,6 +319,9 @@ def create_app(
     app = FastAPI(
         title="TypeStrict API", version="1", lifespan=lifespan,
         openapi_url="/v1/openapi.json", docs_url="/v1/docs", redoc_url=None,
+        # A path with a trailing '/' (or an id of '%2F') is not a route: its 404 says so. Starlette
+        # would answer a 307 to an absolute URL built from the request's Host header, with no body.
+        redirect_slashes=False,
         description="Trainings, splits, verdicts and audits against Jev; credits and usage; studies. "
                     "Authenticate with `Authorization: Bearer <key>` (typestrict api-key create).",
     )

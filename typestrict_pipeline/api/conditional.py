@@ -27,8 +27,17 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from starlette.responses import FileResponse, Response
+from starlette.datastructures import Headers
+from starlette.responses import (
+    FileResponse,
+    JSONResponse,
+    MalformedRangeHeader,
+    RangeNotSatisfiable,
+    Response,
+)
 from starlette.types import Receive, Scope, Send
+
+from typestrict_pipeline.api.errors import error_body
 
 MAX_DIGESTS = 4096
 PRIVATE = "private, no-cache"
@@ -136,6 +145,11 @@ class _KeptFileResponse(FileResponse):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         stat = self.stat_result
+        ranged = self._range_answer(scope)
+        if isinstance(ranged, Response):
+            await ranged(scope, receive, send)
+            return
+        scope = ranged
         plain = (scope["type"] == "http" and scope["method"] == "GET" and self.status_code == 200
                  and not any(name == b"range" for name, _ in scope["headers"]))
         if plain and stat is not None and stat.st_size <= MAX_KEPT_FILE:
@@ -149,6 +163,35 @@ class _KeptFileResponse(FileResponse):
                     await self.background()
                 return
         await super().__call__(scope, receive, send)
+
+
+    def _range_answer(self, scope: Scope) -> Scope | Response:
+        """The request as it is to be served, or the error of a ``Range`` it cannot be served
+        with, in the API's one shape (Starlette answered those in plain text: "Malformed range
+        header."): ``400`` for a range that is no byte range, ``416`` (with ``Content-Range``) for
+        one outside the file. A range of another unit than bytes is ignored (RFC 9110 §14.2): the
+        whole file is served."""
+        headers = Headers(scope=scope)
+        value, if_range = headers.get("range"), headers.get("if-range")
+        if (value is None or self.status_code != 200 or scope.get("method") not in ("GET", "HEAD")
+                or (if_range is not None and not self._should_use_range(if_range))):
+            return scope
+        unit, _, _ = value.partition("=")
+        size = self.stat_result.st_size if self.stat_result is not None else 0
+        if unit.strip().lower() != "bytes":
+            return {**scope, "headers": [(k, v) for k, v in scope["headers"] if k != b"range"]}
+        try:
+            self._parse_range_header(value, size)
+        except MalformedRangeHeader:
+            return JSONResponse(error_body("invalid_range", (
+                f"expected a Range of bytes of the file (e.g. 'bytes=0-1023'), got {value[:80]!r}. "
+                "Fix the header, or send none to get the whole file")), status_code=400)
+        except RangeNotSatisfiable:
+            return JSONResponse(error_body("range_not_satisfiable", (
+                f"expected a Range within the file's {size:,} bytes (the first is byte 0), got "
+                f"{value[:80]!r}. Ask for bytes before {size:,}, or send no Range to get the whole file")),
+                status_code=416, headers={"Content-Range": f"bytes */{size}"})
+        return scope
 
 
 def serve_file(path: Path, *, if_none_match: str | None, media_type: str, cache_control: str,

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from typestrict_pipeline.api.trainings import WorkspaceArea
+from typestrict_pipeline.api.trainings import MAX_DATASET_BYTES, WorkspaceArea, check_dataset_size
 from typestrict_pipeline.backtest.pit import PointInTimeTable
 from typestrict_pipeline.errors import ConflictError, InputError, NotFoundError, listed, shown_as
 
@@ -107,8 +107,10 @@ def _view(workspace: str, info: Any) -> DatasetView:
 
 
 def register(home: Path, workspace: str, name: str, workflow: str,
-             tables: Mapping[str, str]) -> DatasetView:
-    """Register ``name`` for ``workflow`` from files of the workspace's area (table -> file).
+             tables: Mapping[str, str], *, max_bytes: int = MAX_DATASET_BYTES) -> DatasetView:
+    """Register ``name`` for ``workflow`` from files of the workspace's area (table -> file),
+    each holding at most ``max_bytes`` once decompressed (the server's upload limit:
+    :func:`~typestrict_pipeline.api.trainings.check_dataset_size`, counted before it is read).
 
     Raises:
         InputError, DatasetError: a bad name, table or file (naming the file as the workspace's
@@ -124,6 +126,8 @@ def register(home: Path, workspace: str, name: str, workflow: str,
     area = WorkspaceArea(home, workspace)
     paths = {table: area.resolve(file) for table, file in tables.items()}
     try:
+        for path in paths.values():
+            check_dataset_size(path, max_bytes)
         info = register_dataset(stored, workflow, paths, base=datasets_base(home))
     except ConflictError:
         raise ConflictError(
@@ -148,9 +152,11 @@ def _customer_file(exc: InputError, files: Mapping[str, str]) -> InputError:
     return type(exc)(exc.expected, exc.got, exc.fix, file=files[exc.file], row=exc.row, column=exc.column)
 
 
-def append(home: Path, workspace: str, name: str, file: str, table: str | None) -> tuple[DatasetView, int]:
-    """Append the rows of a workspace file to one table (the only one when ``table`` is None);
-    the dataset after it and how many rows were added."""
+def append(home: Path, workspace: str, name: str, file: str, table: str | None, *,
+           max_bytes: int = MAX_DATASET_BYTES) -> tuple[DatasetView, int]:
+    """Append the rows of a workspace file (at most ``max_bytes`` once decompressed, as
+    :func:`register`) to one table (the only one when ``table`` is None); the dataset after it
+    and how many rows were added."""
     from typestrict_pipeline.backtest.workflows.datasets import append_rows, dataset_info
 
     stored = _own(home, workspace, name)
@@ -163,6 +169,7 @@ def append(home: Path, workspace: str, name: str, file: str, table: str | None) 
         table = names[0]
     source = WorkspaceArea(home, workspace).resolve(file)
     try:
+        check_dataset_size(source, max_bytes)
         result = append_rows(stored, table, source, base=base)
     except InputError as exc:
         raise _customer_file(exc, {str(source): file}) from None

@@ -89,12 +89,21 @@ def get_workspace(
     (:func:`auth_failure`). A browser without the header may use the console's session cookie
     for reads. Every request then takes a token from its key's bucket (a refused one from its
     address's): a 429 when there is none (:mod:`typestrict_pipeline.api.ratelimit`). A request
-    checked by :func:`authenticate` already is not checked twice."""
+    checked by :func:`authenticate` already is not checked twice. The header comes once: two are
+    a 401, whatever they hold (the fast paths that read it before, in
+    :class:`~typestrict_pipeline.api.ratelimit.RateLimitMiddleware` and the known audit's, leave
+    such a request to this one)."""
     checked = request.scope.get("state", {}).get(WORKSPACE_CHECKED)
     if isinstance(checked, str):
         return checked
     ctx = get_ctx(request)
-    header = request.headers.get("authorization")
+    sent = request.headers.getlist("authorization")
+    if len(sent) > 1:  # two keys (or one twice): which one would be the caller's is not ours to pick
+        _limit(ctx, f"addr:{request.client.host if request.client else '?'}")
+        raise _unauthorized(
+            f"expected one Authorization header, got {len(sent)}. Send the key once, in one "
+            "'Authorization: Bearer <API key>' header")
+    header = sent[0] if sent else None
     if header is None:  # a browser: the console's cookie, reads only
         from typestrict_pipeline.console.web import cookie_workspace
 

@@ -44,7 +44,7 @@ from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import QueryParams
 
-from typestrict_pipeline.api.errors import ApiError, validation_message
+from typestrict_pipeline.api.errors import API_FIX, ApiError, validation_message
 from typestrict_pipeline.errors import InputError
 from typestrict_pipeline.files import JSONLimits, loads_strict
 
@@ -112,6 +112,24 @@ def _foreign_charset(charset: str) -> ApiError:
                     "(or '; charset=utf-8')")
 
 
+def check_content_coding(request: Request) -> None:
+    """Refuse (``415``, with ``Accept-Encoding: identity``) a request whose body is sent with a
+    content coding (``Content-Encoding: gzip``, ``br`` ...): the API reads bodies as sent, so a
+    compressed JSON body would be refused as "not UTF-8" and a compressed upload stored compressed
+    under its plain name. Every route that reads a body calls it before reading one byte.
+
+    Raises:
+        ApiError: a ``Content-Encoding`` other than ``identity``.
+    """
+    codings = [c.strip() for c in ",".join(request.headers.getlist("content-encoding")).split(",")]
+    sent = [c for c in codings if c and c.lower() != "identity"]
+    if sent:
+        raise ApiError(415, "unsupported_media_type",
+                       f"expected a body sent as is (no Content-Encoding), got 'Content-Encoding: "
+                       f"{', '.join(sent)[:60]}'. Send the body uncompressed, without a "
+                       "Content-Encoding header", headers={"Accept-Encoding": "identity"})
+
+
 def _dependants(dependant: Dependant) -> list[Dependant]:
     """``dependant`` and its dependencies, at any depth."""
     found, stack = [], [dependant]
@@ -122,7 +140,7 @@ def _dependants(dependant: Dependant) -> list[Dependant]:
     return found
 
 
-def _query_params(dependant: Dependant) -> dict[str, bool]:
+def query_params(dependant: Dependant) -> dict[str, bool]:
     """The route's query parameters: name -> whether it is a whole number."""
     params: dict[str, bool] = {}
     for one in _dependants(dependant):
@@ -135,9 +153,9 @@ def _query_params(dependant: Dependant) -> dict[str, bool]:
 _WHOLE = re.compile(r"-?[0-9]+")
 
 
-def query_problem(query: QueryParams, params: Mapping[str, bool]) -> str | None:
-    """What is wrong with a request's query, by the one rule of every route: each parameter at
-    most once, and a whole number written in decimal digits (``100``; not ``1.0``, ``+5``, ``1e3``
+def query_problem(query: QueryParams, params: Mapping[str, bool], *, fix: str = API_FIX) -> str | None:
+    """What is wrong with a request's query, by the one rule of every route (the API's and the
+    console's, each with its own ``fix``): each parameter at most once, and a whole number written in decimal digits (``100``; not ``1.0``, ``+5``, ``1e3``
     nor `` 5``), worded as the schema's refusals are (:func:`validation_message`). None when
     nothing is.
 
@@ -151,9 +169,10 @@ def query_problem(query: QueryParams, params: Mapping[str, bool]) -> str | None:
         values = query.getlist(name)
         if len(values) > 1:
             return validation_message([{"loc": ("query", name), "input": [v[:40] for v in values[:5]],
-                                        "msg": "It once (a repeated parameter is ambiguous)"}])
+                                        "msg": "It once (a repeated parameter is ambiguous)"}], fix=fix)
         if whole and values and not _WHOLE.fullmatch(values[0]):
-            return validation_message([{"type": "int_parsing", "loc": ("query", name), "input": values[0][:40]}])
+            return validation_message([{"type": "int_parsing", "loc": ("query", name), "input": values[0][:40]}],
+                                      fix=fix)
     return None
 
 
@@ -165,7 +184,7 @@ class StrictJsonRoute(APIRoute):
         from typestrict_pipeline.api.deps import authenticate, get_workspace
 
         handler = super().get_route_handler()
-        params = _query_params(self.dependant)
+        params = query_params(self.dependant)
         if self.body_field is None and not params:
             return handler
         keyed = any(one.call is get_workspace for one in _dependants(self.dependant))
@@ -202,6 +221,7 @@ def _decoders(request: Request) -> anyio.CapacityLimiter:
 
 async def _decode_json(request: Request) -> None:
     """The request's JSON body checked and decoded (in a worker thread) for FastAPI to read."""
+    check_content_coding(request)
     content_type = request.headers.get("content-type")
     body = await request.body()
     if not body:
@@ -225,4 +245,5 @@ def api_router(**options: Any) -> APIRouter:
     return APIRouter(route_class=StrictJsonRoute, **options)
 
 
-__all__ = ["StrictJsonRoute", "api_router", "decode_body", "foreign_charset", "is_json_media_type", "query_problem"]
+__all__ = ["StrictJsonRoute", "api_router", "check_content_coding", "decode_body", "foreign_charset",
+           "is_json_media_type", "query_params", "query_problem"]

@@ -12,8 +12,10 @@ API's 422 and the console's forms alike.
 
 from __future__ import annotations
 
+import re
 import reprlib
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 from typestrict_pipeline.credits import InsufficientCreditsError
@@ -73,9 +75,25 @@ API_FIX = "Fix the request (the schema is at /v1/openapi.json)"
 """What to do about a request the API's schema refused (a program's author reads it)."""
 
 
-_SHORT = reprlib.Repr()
+class _JsonRepr(reprlib.Repr):
+    """A refused value as the client wrote it: JSON's ``null``, ``true``, ``false`` and numbers
+    (the API decodes a number with a fraction as a ``Decimal``: shown as written, not as
+    ``Decimal('1.5')``); strings quoted as the rest of the messages quote them."""
+
+    def repr_NoneType(self, value: None, level: int) -> str:
+        return "null"
+
+    def repr_bool(self, value: bool, level: int) -> str:
+        return "true" if value else "false"
+
+    def repr_Decimal(self, value: Decimal, level: int) -> str:
+        return str(value)[:80]
+
+
+_SHORT = _JsonRepr()
 _SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict, _SHORT.maxtuple, _SHORT.maxset = 2, 4, 4, 4, 4
 _SHORT.maxstring = _SHORT.maxother = 80
+_SHORT.maxlong = 80
 
 
 def _shown(value: Any) -> str:
@@ -86,31 +104,53 @@ def _shown(value: Any) -> str:
     '[{}, {}, {}, {}, ...]'
     >>> _shown("x" * 100) == repr("x" * 100)[:80]
     True
+    >>> _shown(None), _shown(True), _shown(Decimal("1.5")), _shown([Decimal("0.1"), False])
+    ('null', 'true', '1.5', '[0.1, false]')
     """
-    if isinstance(value, list | dict | tuple | set | frozenset):
-        return _SHORT.repr(value)[:80]
-    return repr(value)[:80]
+    if isinstance(value, str):
+        return repr(value)[:80]
+    return _SHORT.repr(value)[:80]
 
 
-def validation_message(errors: Sequence[Mapping[str, Any]], *, fix: str = API_FIX) -> str:
-    """The first validation error in the product's shape, its pattern or bound as written, then
-    ``fix``: what to do, for whoever reads it (the API's 422: :data:`API_FIX`; the console's
-    forms pass their own words, a person at a form has no schema to read).
+_EXPECTED_TYPE = {
+    "string_type": "a string",
+    "list_type": "a JSON array",
+    "dict_type": "a JSON object",
+    "model_type": "a JSON object",
+    "model_attributes_type": "a JSON object",
+    "decimal_type": "a decimal number",
+    "decimal_parsing": "a decimal number",
+}
+"""The JSON type a field expects, for the refusals pydantic words for Python ("Input should be a
+valid dictionary or object to extract fields from")."""
 
-    >>> validation_message([{"type": "string_pattern_mismatch", "loc": ("path", "name"),
-    ...     "msg": "String should match pattern '^[A-Z]+$'", "input": "ab", "ctx": {"pattern": "^[A-Z]+$"}}])
-    "name (in the path): expected a string matching the pattern '^[A-Z]+$', got 'ab'. Fix the request (the schema is at /v1/openapi.json)"
-    >>> validation_message([{"type": "missing", "loc": ("body", "start")}], fix="Correct the field and submit again.")
-    'start: expected a value (it is required), got nothing. Correct the field and submit again.'
+
+_UNION_TAG = re.compile(r"(constrained-)?(str|int|float|decimal|bool|bytes|list|dict|none)|function-.*|.*\[.*\]")
+"""How pydantic names a member of a union in an error's location (``('budget_usd', 'decimal')``);
+no field of the API's schemas is named so."""
+
+
+def _union_members(errors: Sequence[Mapping[str, Any]], loc: tuple[Any, ...]) -> list[Mapping[str, Any]]:
+    """The errors of every member of the union whose member ``loc`` ends with (its tag), else ``[]``.
+
+    >>> _union_members([{"loc": ("body", "a", "decimal")}, {"loc": ("body", "a", "str")},
+    ...                 {"loc": ("body", "b")}], ("body", "a", "decimal"))
+    [{'loc': ('body', 'a', 'decimal')}, {'loc': ('body', 'a', 'str')}]
+    >>> _union_members([{"loc": ("body", "a", "id")}, {"loc": ("body", "a", "text")}], ("body", "a", "id"))
+    []
     """
-    first = errors[0] if errors else {}
-    loc = [str(p) for p in first.get("loc", ())]
-    where = ".".join(p for p in loc[1:] if p) if loc[:1] in (["body"], ["path"], ["query"]) else ".".join(loc)
-    if loc[:1] in (["path"], ["query"]):
-        where = f"{where} (in the {loc[0]})"
-    ctx = first.get("ctx") or {}
-    kind = first.get("type", "")
-    expected = {
+    def tagged(where: tuple[Any, ...]) -> bool:
+        return len(where) >= 2 and isinstance(where[-1], str) and _UNION_TAG.fullmatch(where[-1]) is not None
+
+    if not tagged(loc):
+        return []
+    return [e for e in errors if tagged(tuple(e.get("loc", ()))) and tuple(e["loc"])[:-1] == loc[:-1]]
+
+
+def _expected(error: Mapping[str, Any]) -> str | None:
+    """What one validation error says was expected, in the product's words (None: pydantic's)."""
+    ctx = error.get("ctx") or {}
+    return {
         "string_pattern_mismatch": f"a string matching the pattern '{ctx.get('pattern')}'",
         "missing": "a value (it is required)",
         "extra_forbidden": "only the fields of the schema (a typo?)",
@@ -124,7 +164,43 @@ def validation_message(errors: Sequence[Mapping[str, Any]], *, fix: str = API_FI
         "bool_type": "true or false (JSON, not a string or a number)",
         "greater_than_equal": f"a number of at least {ctx.get('ge')}",
         "less_than_equal": f"a number of at most {ctx.get('le')}",
-    }.get(kind)
+        **_EXPECTED_TYPE,
+    }.get(str(error.get("type", "")))
+
+
+def _member_expected(error: Mapping[str, Any]) -> str:
+    """What one member of a union expected, naming its type where its bound alone would not.
+
+    >>> _member_expected({"type": "string_too_long", "ctx": {"max_length": 40}})
+    'a string of at most 40 characters'
+    """
+    said = _expected(error) or "another value"
+    return f"a string of {said}" if str(error.get("type")) in ("string_too_long", "string_too_short") else said
+
+
+def validation_message(errors: Sequence[Mapping[str, Any]], *, fix: str = API_FIX) -> str:
+    """The first validation error in the product's shape, its pattern or bound as written, then
+    ``fix``: what to do, for whoever reads it (the API's 422: :data:`API_FIX`; the console's
+    forms pass their own words, a person at a form has no schema to read).
+
+    >>> validation_message([{"type": "string_pattern_mismatch", "loc": ("path", "name"),
+    ...     "msg": "String should match pattern '^[A-Z]+$'", "input": "ab", "ctx": {"pattern": "^[A-Z]+$"}}])
+    "name (in the path): expected a string matching the pattern '^[A-Z]+$', got 'ab'. Fix the request (the schema is at /v1/openapi.json)"
+    >>> validation_message([{"type": "missing", "loc": ("body", "start")}], fix="Correct the field and submit again.")
+    'start: expected a value (it is required), got nothing. Correct the field and submit again.'
+    >>> validation_message([{"type": "decimal_type", "loc": ("body", "budget_usd", "decimal"), "input": True},
+    ...     {"type": "string_type", "loc": ("body", "budget_usd", "constrained-str"), "input": True}], fix="")
+    'budget_usd: expected a decimal number or a string, got true. '
+    """
+    first = errors[0] if errors else {}
+    members = _union_members(errors, tuple(first.get("loc", ())))
+    loc = [str(p) for p in first.get("loc", ())][:-1 if members else None]
+    where = ".".join(p for p in loc[1:] if p) if loc[:1] in (["body"], ["path"], ["query"]) else ".".join(loc)
+    if loc[:1] in (["path"], ["query"]):
+        where = f"{where} (in the {loc[0]})"
+    kind = first.get("type", "")
+    expected = (" or ".join(dict.fromkeys(_member_expected(e) for e in members))
+                if members else _expected(first))  # a union: what each of its types takes
     if expected is None:
         msg = str(first.get("msg", "a valid value"))
         expected = msg[:1].lower() + msg[1:]  # the rest as written (patterns keep their case)

@@ -151,7 +151,8 @@ class RateLimitMiddleware:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and str(scope.get("path", "")).startswith("/v1/"):
             ctx = getattr(getattr(scope.get("app"), "state", None), "ctx", None)
-            header = next((v for k, v in scope.get("headers", []) if k == b"authorization"), None)
+            sent = [v for k, v in scope.get("headers", []) if k == b"authorization"]
+            header = sent[0] if len(sent) == 1 else None  # two: the route's 401 (api.deps.get_workspace)
             if ctx is not None and ctx.limiter is not None and header is not None:
                 scheme, _, value = header.decode("latin-1").strip().partition(" ")
                 checked = ctx.keys.check_known(value.strip()) if scheme.lower() == "bearer" else None

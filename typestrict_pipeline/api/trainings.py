@@ -44,6 +44,7 @@ from typestrict_pipeline.credits.ledger import run_transaction
 from typestrict_pipeline.credits.models import ModelInfo, models_of
 from typestrict_pipeline.errors import (
     ConflictError,
+    DatasetError,
     InputError,
     ManifestError,
     NotFoundError,
@@ -91,6 +92,79 @@ TRAINED_ON_FILE = "trained_on.txt"
 MODEL_FOLDER = "model"
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
 _DATASET_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".parquet", ".pq", ".jsonl", ".ndjson")
+MAX_DATASET_BYTES = 256 * 1024 * 1024
+"""The most a training's dataset may hold once decompressed, by default (the server passes its
+upload limit, ``ApiSettings.max_upload_bytes``: a dataset holds no more than one upload may)."""
+
+
+def _expanded_bytes(path: Path, bound: int) -> int:
+    """How many bytes the dataset at ``path`` holds once decompressed (a ``.gz``/``.bz2`` CSV)
+    or decoded (Parquet: its values as read, a dictionary-encoded value counted once per row),
+    counted only up to ``bound + 1``: the count costs at most ``bound`` bytes of work, however
+    small the file. A file that cannot be read is counted as read so far (the dataset reader
+    then says what is wrong with it)."""
+    import bz2
+    import gzip
+    import lzma
+    import zlib
+
+    name = path.name.lower()
+    if name.endswith((".gz", ".bz2")):
+        total = 0
+        try:
+            with (gzip.open(path, "rb") if name.endswith(".gz") else bz2.open(path, "rb")) as handle:
+                while total <= bound and (chunk := handle.read(1 << 20)):
+                    total += len(chunk)
+        except (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError):
+            pass
+        return total
+    if name.endswith((".parquet", ".pq")):
+        return _parquet_bytes(path, bound)
+    return path.stat().st_size
+
+
+def _parquet_bytes(path: Path, bound: int) -> int:
+    """The decoded size of a Parquet file's values (see :func:`_expanded_bytes`): string and
+    binary columns read as dictionaries (never expanded: a value repeated on a million rows is
+    counted a million times without being copied), 4,096 rows at a time."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    try:
+        schema = pq.read_schema(path)
+        texts = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
+                 or pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)]
+        handle = pq.ParquetFile(path, read_dictionary=texts)
+        total = 0
+        for batch in handle.iter_batches(batch_size=4096):
+            for column in batch.columns:
+                if isinstance(column, pa.DictionaryArray):
+                    lengths = pc.binary_length(column.dictionary)
+                    total += 4 * len(column) + int(pc.sum(pc.take(lengths, column.indices)).as_py() or 0)
+                else:
+                    total += column.nbytes
+            if total > bound:
+                break
+        return total
+    except Exception:  # not Parquet, or damaged: the dataset reader says what is wrong
+        return 0
+
+
+def check_dataset_size(path: Path, bound: int) -> None:
+    """Refuse a dataset that holds more than ``bound`` bytes once decompressed or decoded: a 13 kB
+    ``.csv.bz2`` held 100 MB of rows, and every one of them was read (seconds of work and a
+    gigabyte of memory per request; a 1 MB archive, a terabyte).
+
+    Raises:
+        DatasetError: more than ``bound`` bytes, naming the file.
+    """
+    expanded = _expanded_bytes(path, bound)
+    if expanded > bound:
+        raise DatasetError(
+            f"a dataset of at most {bound:,} bytes once decompressed (the server's upload limit)",
+            f"more from a file of {path.stat().st_size:,} bytes",
+            "send a smaller dataset, or split it into trainings of their own", file=str(path))
 
 
 __all__ = ["TrainingRequest", "TrainingState", "TrainingStore", "TrainingView", "WorkspaceArea"]
@@ -282,11 +356,14 @@ class TrainingStore:
         engine: the domain store (credits and model records).
         jev_source: the manifest ``predictions.jev`` value for trainings made here (the server's
             Jev; customers never choose it, and a server does not start without one).
+        max_dataset_bytes: the most a new training's dataset may hold once decompressed
+            (:func:`check_dataset_size`).
     """
 
     def __init__(self, home: Path, engine: Engine, jev_source: Mapping[str, Any] | None, *,
-                 deadlines: Deadlines | None = None) -> None:
+                 deadlines: Deadlines | None = None, max_dataset_bytes: int = MAX_DATASET_BYTES) -> None:
         self.home = home
+        self.max_dataset_bytes = max_dataset_bytes
         self.engine = engine
         # None only for the CLI's `typestrict training` commands, which read, submit and cancel
         # trainings but never create one (the server does not start without a Jev source).
@@ -402,6 +479,7 @@ class TrainingStore:
                 shutil.copyfile(recorded, staging / "jev.jsonl")
             doc["predictions"]["jev"] = {**jev, "path": "jev.jsonl"}
         manifest = parse_manifest(doc, source="request", base_dir=staging)
+        check_dataset_size(staging / dataset_name, self.max_dataset_bytes)  # before it is read
         load_dataset(manifest)  # every dataset check, before anything is charged
         # Signs of undeclared groups, looked for once, before anything is judged (warnings only).
         scan = scan_dataset(manifest)

@@ -43,7 +43,7 @@ from starlette.formparsers import MultiPartException
 
 from typestrict_pipeline.api.errors import ApiError, status_for
 from typestrict_pipeline.console.sessions import ConsoleSession, csrf_matches, session_for
-from typestrict_pipeline.errors import TypeStrictError
+from typestrict_pipeline.errors import InputError, TypeStrictError
 
 log = logging.getLogger("typestrict.console")
 
@@ -60,6 +60,10 @@ SAFE_METHODS = frozenset({"GET", "HEAD"})
 FORM_FIX = "Correct the field and submit the form again."
 """What a console form's refusal tells the person to do (``validation_message(..., fix=FORM_FIX)``;
 the API's own words point to its schema, which a person at a form has no use for)."""
+
+
+LINKS_FIX = "Use the links of the console"
+"""What to do about a console address that is not one of its pages, or a query it does not take."""
 
 
 class SignInRequired(Exception):
@@ -135,6 +139,28 @@ async def read_form(request: Request) -> FormData:
     return form
 
 
+def form_box(form: FormData, field: str, sent: Callable[[str], bool], expected: str,
+             fix: str) -> str | None:
+    """What a box (a checkbox) of a console form sends: its value when ticked (``sent`` accepts
+    it), None when it was not sent; anything else (another value, twice, a file) is refused
+    naming the field, never read as unticked. Every box of every form is read by it.
+
+    >>> form_box(FormData([("enabled", "on")]), "enabled", lambda v: v == "on", "it ticked", "tick it")
+    'on'
+    >>> form_box(FormData([("enabled", "true")]), "enabled", lambda v: v == "on", "it ticked ('on') or not sent", "tick it")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: field 'enabled': expected it ticked ('on') or not sent, got 'true'. Tick it.
+    """
+    values = form.getlist(field)
+    if not values:
+        return None
+    if len(values) == 1 and isinstance(values[0], str) and sent(values[0]):
+        return values[0]
+    got = ", ".join("a file" if not isinstance(v, str) else repr(v[:80]) for v in values)
+    raise InputError(expected, got, fix, file=f"field {field!r}")
+
+
 async def require_csrf(request: Request) -> ConsoleSession:
     """The live session of a ``POST`` that carries its CSRF token (form field or header)."""
     found = require_session(request)
@@ -204,8 +230,20 @@ def render(request: Request, template: str, context: Mapping[str, Any] | None = 
     return response
 
 
+URL_SAFE = ":/%#?=@[]!$&'()*+,;"
+"""What :class:`RedirectResponse` leaves unquoted in its ``Location`` (the rest, non-ASCII
+characters included, is percent-encoded)."""
+
+
 def redirect(url: str, request: Request | None = None) -> Response:
-    """A 303 to ``url`` (an ``HX-Redirect`` for an HTMX request, which would swap it in)."""
+    """A 303 to ``url`` (an ``HX-Redirect`` for an HTMX request, which would swap it in), the URL
+    percent-encoded in either header as ``Location`` is: a header holds ASCII only (a ``?next=``
+    of ``/console/✓`` made the HTMX answer a 500, and ``/console/é`` a header in Latin-1).
+
+    >>> redirect("/console/✓").headers["location"], redirect("/console/é?a=1").headers["location"]
+    ('/console/%E2%9C%93', '/console/%C3%A9?a=1')
+    """
+    url = quote(url, safe=URL_SAFE)
     if request is not None and request.headers.get("hx-request") == "true":
         return secure_headers(Response(status_code=204, headers={"HX-Redirect": url}))
     return secure_headers(RedirectResponse(url, status_code=303))
@@ -228,8 +266,30 @@ def safe_next(value: str | None) -> str:
     return value
 
 
-def error_page(request: Request, status: int, title: str, message: str) -> HTMLResponse:
-    return render(request, "error.html", {"title": title, "message": message}, status=status)
+def error_page(request: Request, status: int, title: str, message: str,
+               headers: Mapping[str, str] | None = None) -> HTMLResponse:
+    return render(request, "error.html", {"title": title, "message": message}, status=status, headers=headers)
+
+
+def is_console_path(path: str) -> bool:
+    """Whether ``path`` is the console's (``/console`` and below), whose answers are pages.
+
+    >>> is_console_path("/console"), is_console_path("/console/x"), is_console_path("/consoles"), is_console_path("/v1/x")
+    (True, True, False, False)
+    """
+    return path == PREFIX or path.startswith(PREFIX + "/")
+
+
+def not_a_page(request: Request, status: int = 404, headers: Mapping[str, str] | None = None) -> HTMLResponse:
+    """The page of a console address that is none of its pages (404), or a method its page does
+    not take (405, with its ``Allow``): what to do is to use the console's links, never to read
+    the API's schema."""
+    path = request.url.path[:200]
+    if status == 405:
+        return error_page(request, 405, "Not allowed", f"expected another method for {path!r}, got "
+                          f"{request.method[:20]}. {LINKS_FIX}", headers)
+    return error_page(request, 404, "Not found", f"expected a page of the console, got {path!r}. {LINKS_FIX}",
+                      headers)
 
 
 _TITLES = {400: "Bad request", 402: "No credit left", 403: "Refused", 404: "Not found",
@@ -241,9 +301,15 @@ class ConsoleRoute(APIRoute):
     """A route whose failures are console pages (see the module docstring)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        from typestrict_pipeline.api.edge import query_params, query_problem
+
         inner = super().get_route_handler()
+        params = query_params(self.dependant)
 
         async def handler(request: Request) -> Response:
+            problem = query_problem(request.query_params, params, fix=LINKS_FIX)
+            if problem is not None:  # the page exists: its query is what is wrong
+                return error_page(request, 422, _TITLES[422], problem)
             try:
                 return await inner(request)
             except SignInRequired:
@@ -254,9 +320,7 @@ class ConsoleRoute(APIRoute):
                                   "expected the form's CSRF token, got none or another session's. "
                                   "Reload the page and send the form again")
             except RequestValidationError:
-                return error_page(request, 404, "Not found",
-                                  f"expected a page of the console, got {request.url.path[:200]!r}. "
-                                  "Use the links of the console")
+                return not_a_page(request)
             except TypeStrictError as exc:
                 status, _ = status_for(exc)
                 return error_page(request, status, _TITLES.get(status, "Error"), str(exc))
@@ -265,6 +329,6 @@ class ConsoleRoute(APIRoute):
 
 
 __all__ = ["PREFIX", "ConsoleRoute", "clear_session_cookie", "cookie_name", "cookie_workspace",
-           "current_session", "error_page", "read_form", "redirect", "render", "require_csrf",
-           "require_session", "safe_next", "secure_headers", "set_session_cookie",
-           "set_signin_cookie", "signin_matches", "signin_token"]
+           "current_session", "error_page", "form_box", "is_console_path", "not_a_page", "read_form",
+           "redirect", "render", "require_csrf", "require_session", "safe_next", "secure_headers",
+           "set_session_cookie", "set_signin_cookie", "signin_matches", "signin_token"]

@@ -31,7 +31,8 @@ def register_dataset(body: DatasetIn, ctx: Ctx, workspace: Workspace) -> Dataset
     """Register a dataset for a workflow: one workspace file per table it reads (``event_time``,
     ``known_time`` with a UTC offset, then the value columns). Backtests and studies of this
     workspace then name it as their ``dataset``."""
-    return _out(core.register(ctx.settings.home, workspace, body.name, body.workflow, body.tables))
+    return _out(core.register(ctx.settings.home, workspace, body.name, body.workflow, body.tables,
+                              max_bytes=ctx.settings.max_upload_bytes))
 
 
 @router.get("/datasets", response_model=list[DatasetOut])
@@ -52,5 +53,6 @@ def get_dataset(name: DatasetName, ctx: Ctx, workspace: Workspace) -> DatasetOut
 def append_rows(name: DatasetName, body: AppendIn, ctx: Ctx, workspace: Workspace) -> DatasetOut:
     """Add rows known after the table's last knowledge time (rows already known are never
     rewritten); schedules on this dataset see them at their next tick."""
-    view, added = core.append(ctx.settings.home, workspace, name, body.file, body.table)
+    view, added = core.append(ctx.settings.home, workspace, name, body.file, body.table,
+                              max_bytes=ctx.settings.max_upload_bytes)
     return _out(view, added)

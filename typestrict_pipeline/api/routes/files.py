@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import Path, Request, Response
 
 from typestrict_pipeline.api.deps import Ctx, Workspace
-from typestrict_pipeline.api.edge import api_router
+from typestrict_pipeline.api.edge import api_router, check_content_coding
 from typestrict_pipeline.api.paging import ListPage
 from typestrict_pipeline.api.schemas import ErrorBody, FileOut
 
@@ -17,7 +17,8 @@ FileName = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[A-Za-z0
 
 
 async def read_body(request: Request) -> bytes:
-    """The raw body (bounded by the server's upload limit)."""
+    """The raw body (bounded by the server's upload limit), sent as is (:func:`check_content_coding`)."""
+    check_content_coding(request)
     chunks = [chunk async for chunk in request.stream()]
     return b"".join(chunks)
 

@@ -244,7 +244,7 @@ def _known_audit(request: Request, model_id: str) -> tuple[str, FsPath] | None:
     """``(sha256, file)`` of an audit served before, when the request's key was verified in the
     last seconds and its workspace owns the model (its token is taken, as the dependency would);
     None for anything else (the slow path then answers, with the same errors as before)."""
-    if request.headers.get("authorization") is None:
+    if len(request.headers.getlist("authorization")) != 1:  # none, or two: the route's 401
         return None
     ctx = get_ctx(request)
     with _LOCK:
@@ -313,6 +313,8 @@ def _known_answer(scope: Scope, model_id: str) -> tuple[int, RawHeaders, bytes] 
     authorization = if_none_match = None
     for name, value in scope["headers"]:
         if name == b"authorization":
+            if authorization is not None:
+                return None  # two: the route's 401 (api.deps.get_workspace)
             authorization = value
         elif name == b"if-none-match":
             if_none_match = value

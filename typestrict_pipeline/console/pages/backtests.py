@@ -38,13 +38,14 @@ from typestrict_pipeline.console.web import (
     FORM_FIX,
     PREFIX,
     ConsoleRoute,
+    form_box,
     read_form,
     redirect,
     render,
     require_csrf,
     require_session,
 )
-from typestrict_pipeline.errors import TypeStrictError
+from typestrict_pipeline.errors import InputError, TypeStrictError
 from typestrict_pipeline.study.limits import format_usd
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
@@ -138,8 +139,11 @@ def _page(request: Request, session: ConsoleSession, *, backtest: dict[str, str]
 
 
 @router.get("/backtests")
-def backtests_page(request: Request, session: Session) -> Response:
-    """The Backtests tab: run a backtest, the run cards, the Studies section."""
+def backtests_page(request: Request, session: Session, backtests: str | None = None,
+                   studies: str | None = None) -> Response:
+    """The Backtests tab: run a backtest, the run cards, the Studies section. ``?backtests=N``
+    and ``?studies=N`` are the pages of its two lists (declared here so the console's one rule
+    of the query holds for them: each once)."""
     return _page(request, session)
 
 
@@ -312,9 +316,14 @@ async def enable_schedule(study_id: StudyId, request: Request, session: Posted) 
     ctx = get_ctx(request)
     form = await read_form(request)
     error = None
-    if _text(form, "rerun") != "on":
-        error = ("expected the box 'Re-run on a schedule' ticked, got it empty. Tick it to re-run "
-                 "this study at the cadence below")
+    try:
+        ticked = form_box(form, "rerun", lambda v: v == "on", "the box 'Re-run on a schedule' ticked ('on')",
+                          "tick it to re-run this study at the cadence below")
+    except InputError as exc:
+        ticked, error = None, str(exc)
+    if ticked is None:
+        error = error or ("expected the box 'Re-run on a schedule' ticked, got it empty. Tick it to re-run "
+                          "this study at the cadence below")
     else:
         try:
             raw: dict[str, Any] = {"cadence": _text(form, "cadence") or "1d", "owner": _text(form, "owner")}

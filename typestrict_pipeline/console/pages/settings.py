@@ -15,12 +15,17 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
+from pydantic import ValidationError
 
 from typestrict_pipeline.api.deps import get_ctx
+from typestrict_pipeline.api.errors import validation_message
+from typestrict_pipeline.api.schemas import BudgetIn
 from typestrict_pipeline.console.sessions import ConsoleSession
 from typestrict_pipeline.console.web import (
+    FORM_FIX,
     PREFIX,
     ConsoleRoute,
+    form_box,
     read_form,
     redirect,
     render,
@@ -71,13 +76,17 @@ async def set_budget(request: Request, session: Posted) -> Response:
     from typestrict_pipeline.study.limits import usd_to_micro
 
     value = (await read_form(request)).get("budget_usd")
-    typed = value.strip()[:40] if isinstance(value, str) else ""
-    try:
-        core_set(get_ctx(request).engine, session.workspace_id, usd_to_micro(money_text(typed)))
+    typed = value.strip() if isinstance(value, str) else ""
+    try:  # the API's own schema, then its reader: the whole value as typed, never a part of it
+        body = BudgetIn.model_validate({"budget_usd": typed})
+        core_set(get_ctx(request).engine, session.workspace_id, usd_to_micro(money_text(body.budget_usd)))
+    except ValidationError as exc:
+        return _usage(request, session, error=validation_message(exc.errors(), fix=FORM_FIX),
+                      typed=typed[:200], status=422)
     except TypeStrictError as exc:
         from typestrict_pipeline.api.errors import status_for
 
-        return _usage(request, session, error=str(exc), typed=typed, status=status_for(exc)[0])
+        return _usage(request, session, error=str(exc), typed=typed[:200], status=status_for(exc)[0])
     return redirect(f"{PREFIX}/settings/usage/saved", request)
 
 
@@ -110,7 +119,8 @@ async def set_notification(request: Request, session: Posted) -> Response:
 
     form = await read_form(request)
     person = form.get("person")
-    enabled = form.get("enabled") == "on"
+    enabled = form_box(form, "enabled", lambda v: v == "on", "the box \"Send to …\" ticked ('on') or not sent",
+                       "reload the page, tick or clear the box and save again") is not None
     core.set_setting(get_ctx(request).engine, session.workspace_id, person if isinstance(person, str) else "",
                      enabled)
     return redirect(f"{PREFIX}/settings/notifications?saved=1", request)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -35,6 +34,7 @@ from typestrict_pipeline.console.web import (
     FORM_FIX,
     PREFIX,
     ConsoleRoute,
+    form_box,
     read_form,
     redirect,
     render,
@@ -185,22 +185,9 @@ def keep_box(form: FormData) -> bool:
     ...
     typestrict_pipeline.errors.InputError: field 'keep_if_loses': expected the box "Keep the model even if it does not beat Jev" ticked ('on') or not sent, got 'yes'. Tick or clear the box on the form and submit it again.
     """
-    return _box(form, "keep_if_loses", lambda v: v == KEEP_BOX_ON,
-                f'the box "Keep the model even if it does not beat Jev" ticked ({KEEP_BOX_ON!r}) '
-                "or not sent", "tick or clear the box on the form and submit it again") is not None
-
-
-def _box(form: FormData, field: str, sent: Callable[[str], bool], expected: str,
-         fix: str) -> str | None:
-    """What a box of the form sends: its value when ticked (``sent`` accepts it), None when it
-    was not sent; anything else (another value, twice, a file) is refused naming the field."""
-    values = form.getlist(field)
-    if not values:
-        return None
-    if len(values) == 1 and isinstance(values[0], str) and sent(values[0]):
-        return values[0]
-    got = ", ".join("a file" if not isinstance(v, str) else repr(v[:80]) for v in values)
-    raise InputError(expected, got, fix, file=f"field {field!r}")
+    return form_box(form, "keep_if_loses", lambda v: v == KEEP_BOX_ON,
+                    f'the box "Keep the model even if it does not beat Jev" ticked ({KEEP_BOX_ON!r}) '
+                    "or not sent", "tick or clear the box on the form and submit it again") is not None
 
 
 def blank_decision() -> dict[str, str]:
@@ -383,10 +370,10 @@ def _trained_on_box(form: FormData) -> str | None:
     ...
     typestrict_pipeline.errors.InputError: field 'trained_on': expected the box "My model was trained on these training rows only" ticked (the split's SHA-256, 64 hexadecimal characters) or not sent, got 'ab'. Reload the page, tick or clear the box and send the form again.
     """
-    return _box(form, "trained_on", lambda v: re.fullmatch(r"[0-9a-f]{64}", v) is not None,
-                "the box \"My model was trained on these training rows only\" ticked (the "
-                "split's SHA-256, 64 hexadecimal characters) or not sent",
-                "reload the page, tick or clear the box and send the form again")
+    return form_box(form, "trained_on", lambda v: re.fullmatch(r"[0-9a-f]{64}", v) is not None,
+                    "the box \"My model was trained on these training rows only\" ticked (the "
+                    "split's SHA-256, 64 hexadecimal characters) or not sent",
+                    "reload the page, tick or clear the box and send the form again")
 
 
 @router.post("/trainings/{training_id}/predictions")
