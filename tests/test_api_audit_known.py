@@ -49,6 +49,8 @@ def test_an_audit_asked_again_is_the_same_answer(tmp_path: Path, limit: RateLimi
         _same(first, c.get(AUDIT, headers={"If-None-Match": '"another"'}))
         part = c.get(AUDIT, headers={"Range": "bytes=0-9"})
         assert part.status_code == 206 and part.content == audit[:10] and part.headers["etag"] == etag
+        asked = c.get(AUDIT + "?download=1")  # known now, but a query is the route's: refused, as on a first ask
+        assert asked.status_code == 422 and "expected no query parameter" in asked.text, asked.text
 
 
 @pytest.mark.parametrize("limit", [ROOMY, None], ids=["rate-limited", "no-limit"])

@@ -89,10 +89,18 @@ def test_a_list_is_read_a_page_at_a_time_and_every_item_comes_once(tmp_path: Pat
         # the same two parameters, refused the same way, on every list
         for path in LIST_PATHS:
             assert c.get(f"{path}?limit=1&offset=0").status_code == 200, path
-            for bad in ("limit=0", f"limit={LIST_LIMIT_MAX + 1}", "limit=1.0", "offset=-1", "limit=1&limit=2"):
+            for bad in ("limit=0", f"limit={LIST_LIMIT_MAX + 1}", "limit=1.0", "offset=-1", "limit=1&limit=2",
+                        "limt=1", "limit=1&page=2"):
                 r = c.get(f"{path}?{bad}")
                 assert r.status_code == 422, (path, bad, r.text)
                 assert set(r.json()) == {"error"} and "Traceback" not in r.text
+        # a parameter the route does not take is refused, not ignored: ?limt=1 answered the default page
+        r = c.get("/v1/trainings?limt=1")
+        assert r.json()["error"]["message"] == (
+            "limt (in the query): expected one of the route's query parameters (limit, offset), got '1'. "
+            "Fix the request (the schema is at /v1/openapi.json)"), r.text
+        r = c.get("/v1/workspaces/acme?verbose=1")
+        assert r.status_code == 422 and "expected no query parameter (the route takes none)" in r.text, r.text
         r = c.get(f"/v1/files?limit={LIST_LIMIT_MAX + 1}")
         assert f"limit (in the query): expected a number of at most {LIST_LIMIT_MAX}" in r.json()["error"]["message"], r.text
 

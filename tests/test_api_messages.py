@@ -176,6 +176,8 @@ def test_a_401_says_what_is_wrong_and_never_which_ids_exist(api: dict[str, Any])
     cases = {
         "missing": {},
         "scheme": {"Authorization": f"Basic {key}"},
+        "tab": {"Authorization": f"Bearer\t{key}"},
+        "bare key": {"Authorization": key},
         "empty": {"Authorization": "Bearer"},
         "malformed": {"Authorization": "Bearer not-a-key"},
         "unknown id": {"Authorization": f"Bearer tsk_{'0' * 16}_{key[21:]}"},
@@ -191,6 +193,8 @@ def test_a_401_says_what_is_wrong_and_never_which_ids_exist(api: dict[str, Any])
         assert key[21:] not in r.text and revoked[21:] not in r.text, name
     assert "got no Authorization header" in seen["missing"]
     assert "expected the Bearer scheme" in seen["scheme"] and "'Basic'" in seen["scheme"]
+    assert "got 'Bearer' followed by something other than one space" in seen["tab"]  # was "the 'another' scheme"
+    assert "got no scheme (a value that is not a word)" in seen["bare key"]
     assert "expected an API key after 'Bearer '" in seen["empty"]
     assert "expected an API key of the form tsk_<16 hex>_<43 characters>, got a value of 9 characters" in seen["malformed"]
     assert "got one it does not know" in seen["unknown id"]

@@ -148,7 +148,7 @@ WRITES: dict[str, Case] = {c.words: c for c in (
          r"wrote the subscription state and the usage budget of workspace acme to the store {S}"),
     Case("schedule notifications", [OWNER, "--off"],
          r"wrote the notification 'A scheduled study changes its winner' turned off for ana@example.com "
-         r"to the store {S}"),
+         r"\(about every workspace's schedules\) to the store {S}"),
     Case("schedule deliver", [],
          r"wrote the delivery of message\(s\) 1 \(1 sent, 0 kept for retry, 0 given up\) to the store {S} "
          r"and {H}/notifications.log"),

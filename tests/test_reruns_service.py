@@ -149,6 +149,39 @@ def test_turned_off_notifications_are_not_sent(sqlite_url: str) -> None:
         assert s.execute(select(OutboxMessage)).first() is None
 
 
+def test_a_workspace_turns_a_notification_off_for_its_own_schedules_only(sqlite_url: str) -> None:
+    """A person who owns schedules in two workspaces: one workspace turning the notification off
+    (Settings → Notifications, PUT /v1/notifications/{person}) left it on for the other's
+    schedules; the operator's choice (the CLI, no workspace) is about every workspace's and
+    replaces theirs. It was one row per person: one workspace silenced another's schedules."""
+    from typestrict_pipeline.api.notifications import set_setting, settings
+
+    engine, port, root = _setup(sqlite_url)
+    set_workspace(engine, "other", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=50_000_000)
+    other_root = scenario.create_root_study(engine, workspace="other", root_end=ROOT_END, budget_micro_usd=1_000_000,
+                                            min_unseen_steps=10, workflow=scenario.backend(shift_at=ROOT_END))
+    scenario.run(engine, other_root)
+    enable_schedule(engine, port, study_id=other_root, cadence="1d", owner="ana@example.com", now=T0)
+    sched = enable_schedule(engine, port, study_id=root, cadence="1d", owner="ana@example.com", now=T0)
+
+    set_setting(engine, "other", "ana@example.com", False)  # the other workspace, about its own
+    assert [s.enabled for s in settings(engine, "other")] == [False]
+    assert [s.enabled for s in settings(engine, WS)] == [True]
+    record_data_end(engine, WS, scenario.WORKFLOW, ROOT_END + 10 * DAY)
+    fired = evaluate_schedule(engine, port, sched.id, now=T0, spend=store_spend_source(engine), source="test")
+    assert fired is not None and fired.run_key
+    record = execute_rerun(engine, port, fired.run_key)
+    assert record.winner_changed is True and record.notified is True  # this workspace's schedule: sent
+
+    set_setting(engine, WS, "ana@example.com", False)
+    set_notification(engine, "ana@example.com", KIND_WINNER_CHANGED, True)  # the operator, every workspace
+    assert [s.enabled for s in settings(engine, WS)] == [True] == [s.enabled for s in settings(engine, "other")]
+    set_notification(engine, "ana@example.com", KIND_WINNER_CHANGED, False)
+    set_setting(engine, "other", "ana@example.com", True)
+    assert [s.enabled for s in settings(engine, WS)] == [False]
+    assert [s.enabled for s in settings(engine, "other")] == [True]
+
+
 def test_cadence_slots_evaluate_once_per_slot(sqlite_url: str) -> None:
     engine, port, root = _setup(sqlite_url)
     spend = store_spend_source(engine)

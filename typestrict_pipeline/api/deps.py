@@ -27,6 +27,19 @@ def _unauthorized(message: str) -> ApiError:
 MAKE_ONE = "An operator creates one with `typestrict api-key create WORKSPACE`"
 
 
+def _scheme_shown(scheme: str) -> str:
+    """A refused scheme in words, never echoing what may be a key.
+
+    >>> _scheme_shown("Basic"), _scheme_shown("Bearer\ttsk_1"), _scheme_shown("tsk_1")
+    ("the 'Basic' scheme", "'Bearer' followed by something other than one space", 'no scheme (a value that is not a word)')
+    """
+    if scheme.isascii() and scheme.isalnum():
+        return f"the {scheme[:20]!r} scheme"
+    if scheme[:6].lower() == "bearer":
+        return "'Bearer' followed by something other than one space"
+    return "no scheme (a value that is not a word)"
+
+
 def auth_failure(keys: KeyVerifier, header: str | None) -> tuple[tuple[str, str] | None, ApiError | None]:
     """``(workspace, key id)`` of an ``Authorization`` header, or the 401 that says what is wrong with it:
     no header, another scheme, no key after ``Bearer``, a value that is not a key, a key this
@@ -39,9 +52,8 @@ def auth_failure(keys: KeyVerifier, header: str | None) -> tuple[tuple[str, str]
             f"Send your workspace's key in it. {MAKE_ONE}")
     scheme, _, value = header.strip().partition(" ")
     if scheme.lower() != "bearer":
-        shown = scheme[:20] if scheme.isascii() and scheme.isalnum() else "another"
         return None, _unauthorized(
-            f"expected the Bearer scheme ('Authorization: Bearer tsk_…'), got the {shown!r} scheme. "
+            f"expected the Bearer scheme ('Authorization: Bearer tsk_…'), got {_scheme_shown(scheme)}. "
             "Send the key as a Bearer token")
     key = value.strip()
     if not key:

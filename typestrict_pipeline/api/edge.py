@@ -153,10 +153,13 @@ def query_params(dependant: Dependant) -> dict[str, bool]:
 _WHOLE = re.compile(r"-?[0-9]+")
 
 
-def query_problem(query: QueryParams, params: Mapping[str, bool], *, fix: str = API_FIX) -> str | None:
+def query_problem(query: QueryParams, params: Mapping[str, bool], *, fix: str = API_FIX,
+                  only_these: bool = False) -> str | None:
     """What is wrong with a request's query, by the one rule of every route (the API's and the
     console's, each with its own ``fix``): each parameter at most once, and a whole number written in decimal digits (``100``; not ``1.0``, ``+5``, ``1e3``
-    nor `` 5``), worded as the schema's refusals are (:func:`validation_message`). None when
+    nor `` 5``), worded as the schema's refusals are (:func:`validation_message`); with
+    ``only_these`` (the API's routes, whose bodies refuse an unknown field too), no parameter
+    the route does not take: ``?limt=5`` answered the default page as if it were read. None when
     nothing is.
 
     >>> query_problem(QueryParams("limit=%2B5"), {"limit": True})
@@ -164,7 +167,18 @@ def query_problem(query: QueryParams, params: Mapping[str, bool], *, fix: str = 
     >>> query_problem(QueryParams("limit=1&limit=2"), {"limit": True})
     "limit (in the query): expected it once (a repeated parameter is ambiguous), got ['1', '2']. Fix the request (the schema is at /v1/openapi.json)"
     >>> query_problem(QueryParams("limit=20&offset=0"), {"limit": True, "offset": True})
+    >>> query_problem(QueryParams("limt=5"), {"limit": True, "offset": True}, only_these=True)
+    "limt (in the query): expected one of the route's query parameters (limit, offset), got '5'. Fix the request (the schema is at /v1/openapi.json)"
+    >>> query_problem(QueryParams("v=2"), {}, only_these=True)
+    "v (in the query): expected no query parameter (the route takes none), got '2'. Fix the request (the schema is at /v1/openapi.json)"
     """
+    if only_these:
+        for name in dict.fromkeys(query.keys()):
+            if name not in params:
+                takes = (f"one of the route's query parameters ({', '.join(params)})" if params
+                         else "no query parameter (the route takes none)")
+                return validation_message([{"loc": ("query", name[:40]), "input": query.get(name, "")[:40],
+                                            "msg": takes}], fix=fix)
     for name, whole in params.items():
         values = query.getlist(name)
         if len(values) > 1:
@@ -185,14 +199,14 @@ class StrictJsonRoute(APIRoute):
 
         handler = super().get_route_handler()
         params = query_params(self.dependant)
-        if self.body_field is None and not params:
-            return handler
         keyed = any(one.call is get_workspace for one in _dependants(self.dependant))
 
         async def strict(request: Request) -> Response:
+            if self.body_field is None and not request.scope.get("query_string"):
+                return await handler(request)  # nothing to check before the route's own checks
             if keyed:  # the key's store read and digest: in a thread too
                 await run_in_threadpool(authenticate, request)
-            problem = query_problem(request.query_params, params)
+            problem = query_problem(request.query_params, params, only_these=True)
             if problem is not None:
                 raise ApiError(422, "invalid_input", problem)
             if self.body_field is not None:

@@ -3,7 +3,8 @@ and what was delivered or failed.
 
 The notification goes to the person who set up a schedule (its ``owner``), unless that person
 turned it off. Through the API a workspace sees and sets the choice of the people who own its
-schedules, and the deliveries of its own lineages' notifications (with the reason one is not
+schedules, about its own schedules (the same person's choice in another workspace is that
+workspace's), and the deliveries of its own lineages' notifications (with the reason one is not
 delivered yet); nothing of another workspace.
 """
 
@@ -58,13 +59,14 @@ def settings(engine: Engine, workspace: str) -> list[PersonSetting]:
     from typestrict_pipeline.reruns.notify import notification_enabled
 
     with session_scope(engine) as s:
-        return [PersonSetting(p, kind, title, notification_enabled(s, p, kind))
+        return [PersonSetting(p, kind, title, notification_enabled(s, p, kind, workspace))
                 for p in people(engine, workspace) for kind, title in KIND_TITLES.items()]
 
 
 def set_setting(engine: Engine, workspace: str, person: str, enabled: bool,
                 kind: str = KIND_WINNER_CHANGED) -> PersonSetting:
-    """Turn a notification on or off for a person who set up one of the workspace's schedules.
+    """Turn a notification on or off for a person who set up one of the workspace's schedules,
+    about this workspace's schedules only (another workspace's choice for the same person stays).
 
     Raises:
         NotFoundError: nobody of that address set up a schedule in this workspace.
@@ -76,7 +78,7 @@ def set_setting(engine: Engine, workspace: str, person: str, enabled: bool,
         raise NotFoundError(
             f"expected a person who set up a schedule in this workspace, got {person[:200]!r}. "
             "GET /v1/notifications lists them; the notification goes to a schedule's owner")
-    set_notification(engine, person, kind, enabled)
+    set_notification(engine, person, kind, enabled, workspace_id=workspace)
     return PersonSetting(person, kind, KIND_TITLES[kind], enabled)
 
 

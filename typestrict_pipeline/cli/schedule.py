@@ -317,14 +317,15 @@ def _notifications(args: argparse.Namespace) -> int:
         set_notification,
     )
 
-    set_notification(_engine(args), args.user, KIND_WINNER_CHANGED, args.on)
-    wrote = Wrote(f"the notification '{TITLE_WINNER_CHANGED}' turned {'on' if args.on else 'off'} for {args.user}",
-                  (args.user,), store=shown_store(store_url(args)))
+    set_notification(_engine(args), args.user, KIND_WINNER_CHANGED, args.on, workspace_id=args.workspace)
+    about = "every workspace's schedules" if args.workspace is None else f"workspace {args.workspace}'s schedules"
+    wrote = Wrote(f"the notification '{TITLE_WINNER_CHANGED}' turned {'on' if args.on else 'off'} for {args.user} "
+                  f"(about {about})", (args.user,), store=shown_store(store_url(args)))
     if args.json:
         print_json({"user": args.user, "notification": TITLE_WINNER_CHANGED, "on": args.on,
-                    "wrote": wrote.to_json()})
+                    "workspace": args.workspace, "wrote": wrote.to_json()})
     else:
-        print(f"{args.user}: '{TITLE_WINNER_CHANGED}' {'on' if args.on else 'off'}")
+        print(f"{args.user}: '{TITLE_WINNER_CHANGED}' {'on' if args.on else 'off'} (about {about})")
         say_wrote(args, wrote)
     return 0
 
@@ -557,6 +558,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     onoff = p.add_mutually_exclusive_group(required=True)
     onoff.add_argument("--on", dest="on", action="store_true", help="send it")
     onoff.add_argument("--off", dest="on", action="store_false", help="do not send it")
+    p.add_argument("--workspace", type=WORKSPACE, default=None,
+                   help="only about this workspace's schedules, as its Settings → Notifications does "
+                        "(default: about every workspace's, replacing the choices workspaces made)")
     add_json(p)
     p.set_defaults(func=_notifications)
 

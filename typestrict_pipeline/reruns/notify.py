@@ -195,18 +195,32 @@ class DeliveryReport:
     dead: list[int] = field(default_factory=list)
 
 
-def notification_enabled(session: Session, user_id: str, kind: str) -> bool:
-    """Whether ``user_id`` wants ``kind`` notifications (on unless turned off)."""
-    row = session.get(NotificationSetting, (user_id, kind))
-    return True if row is None else bool(row.enabled)
+EVERY_WORKSPACE = ""
+"""The workspace of a choice made for every workspace's schedules (the operator's, from the CLI)."""
 
 
-def set_notification(engine: Engine, user_id: str, kind: str, enabled: bool) -> None:
-    """Turn one kind of notification on or off for a person (Settings → Notifications).
+def notification_enabled(session: Session, user_id: str, kind: str, workspace_id: str) -> bool:
+    """Whether ``user_id`` wants ``kind`` notifications about ``workspace_id``'s schedules: that
+    workspace's choice, else the one made for every workspace, else on."""
+    for where in (workspace_id, EVERY_WORKSPACE):
+        row = session.get(NotificationSetting, (where, user_id, kind))
+        if row is not None:
+            return bool(row.enabled)
+    return True
+
+
+def set_notification(engine: Engine, user_id: str, kind: str, enabled: bool,
+                     workspace_id: str | None = None) -> None:
+    """Turn one kind of notification on or off for a person: about one workspace's schedules
+    (Settings → Notifications, ``PUT /v1/notifications/{person}``), or, with ``workspace_id``
+    None, about every workspace's (``typestrict schedule notifications``), which replaces the
+    choices workspaces made for that person.
 
     Raises:
         InputError: ``user_id`` is not one e-mail address, or an unknown ``kind``.
     """
+    from sqlalchemy import delete
+
     from typestrict_pipeline.values import PERSON, email
 
     user_id = email(user_id, PERSON)
@@ -214,10 +228,16 @@ def set_notification(engine: Engine, user_id: str, kind: str, enabled: bool) -> 
         from typestrict_pipeline.errors import InputError
 
         raise InputError(f"one of {sorted(KIND_TITLES)}", repr(kind), "use a known notification kind")
+    where = EVERY_WORKSPACE if workspace_id is None else workspace_id
     with session_scope(engine) as session:
-        row = session.get(NotificationSetting, (user_id, kind), with_for_update=True)
+        if workspace_id is None:
+            session.execute(delete(NotificationSetting).where(
+                NotificationSetting.user_id == user_id, NotificationSetting.kind == kind,
+                NotificationSetting.workspace_id != EVERY_WORKSPACE))
+        row = session.get(NotificationSetting, (where, user_id, kind), with_for_update=True)
         if row is None:
-            session.add(NotificationSetting(user_id=user_id, kind=kind, enabled=enabled, updated_at=utcnow()))
+            session.add(NotificationSetting(workspace_id=where, user_id=user_id, kind=kind, enabled=enabled,
+                                            updated_at=utcnow()))
         else:
             row.enabled = enabled
             row.updated_at = utcnow()

@@ -991,16 +991,17 @@ def _conclude(
         _finish_entry(engine, row.id, state=state, error=error)
         return _record_view(_entry(engine, row.id), False,
                             f"the re-run study ended without a winner ({state.value})")
-    if owner is None:
-        with session_scope(engine) as session:
-            sched = session.get(RerunSchedule, row.schedule_id) if row.schedule_id is not None else None
-            owner = None if sched is None else sched.owner
+    with session_scope(engine) as session:
+        sched = session.get(RerunSchedule, row.schedule_id) if row.schedule_id is not None else None
+        owner = owner if owner is not None or sched is None else sched.owner
+        workspace = None if sched is None else sched.workspace_id
     changed = facts.winner_key != parent.winner_key
     _finish_entry(engine, row.id, state=LineageState.FINISHED, facts=facts, winner_changed=changed, at=now)
     notified = False
-    if changed and owner is not None:
-        notified = _notify_winner_changed(engine, entry_id=row.id, owner=owner, parent=parent, facts=facts,
-                                          seq=row.seq, lineage_root=row.lineage_root_id, now=now)
+    if changed and owner is not None and workspace is not None:
+        notified = _notify_winner_changed(engine, entry_id=row.id, owner=owner, workspace=workspace,
+                                          parent=parent, facts=facts, seq=row.seq,
+                                          lineage_root=row.lineage_root_id, now=now)
     return _record_view(_entry(engine, row.id), notified, "finished")
 
 
@@ -1041,11 +1042,11 @@ def _finish_entry(
 
 
 def _notify_winner_changed(
-    engine: Engine, *, entry_id: int, owner: str, parent: StudyFacts, facts: StudyFacts, seq: int,
-    lineage_root: str, now: dt.datetime | None,
+    engine: Engine, *, entry_id: int, owner: str, workspace: str, parent: StudyFacts, facts: StudyFacts,
+    seq: int, lineage_root: str, now: dt.datetime | None,
 ) -> bool:
     with session_scope(engine) as session:
-        wanted = notification_enabled(session, owner, KIND_WINNER_CHANGED)
+        wanted = notification_enabled(session, owner, KIND_WINNER_CHANGED, workspace)
     if not wanted:
         return False
     score = "none" if facts.holdout_score is None else f"{facts.holdout_score:.4f}"

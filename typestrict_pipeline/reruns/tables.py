@@ -171,10 +171,12 @@ class Workspace(Base):
 
 
 class NotificationSetting(Base):
-    """A person's choice for one kind of notification (absent: on)."""
+    """A person's choice for one kind of notification, for one workspace's schedules or, with
+    ``workspace_id`` ``""``, every workspace's (the operator's, from the CLI); absent: on."""
 
     __tablename__ = "notification_settings"
 
+    workspace_id: Mapped[str] = mapped_column(String(64), primary_key=True, default="")
     user_id: Mapped[str] = mapped_column(String(255), primary_key=True)
     kind: Mapped[str] = mapped_column(String(64), primary_key=True)
     enabled: Mapped[bool] = mapped_column(Boolean)

@@ -284,7 +284,7 @@ class KnownAuditMiddleware:
     said in the last ``ttl_s`` seconds, so a revoked key is refused within that bound, as
     everywhere), its workspace owns the model (the id maps to its workspace once the route
     served it), its token was taken (by :class:`RateLimitMiddleware`; with a limit and no token
-    taken there, the route answers), no ``Range``, the file unchanged since (size, mtime, and the
+    taken there, the route answers), no ``Range`` and no query, the file unchanged since (size, mtime, and the
     kept bytes checked against the SHA-256 when read). Anything else, errors included, is the
     route's. Added first, so it runs inside the body limit and the rate limit.
     """
@@ -320,7 +320,7 @@ def _known_answer(scope: Scope, model_id: str) -> tuple[int, RawHeaders, bytes] 
             if_none_match = value
         elif name == b"range":
             return None
-    if authorization is None:
+    if authorization is None or scope.get("query_string"):  # a query: the route's to check
         return None
     key = _known_key(ctx, model_id)
     with _LOCK:
