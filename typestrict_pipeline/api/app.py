@@ -168,6 +168,39 @@ class BodyLimitMiddleware:
                 await _send_413(send, limit, f"more: {seen:,} bytes had arrived when it was stopped")
 
 
+class HeadMiddleware:
+    """``HEAD`` on every address that answers ``GET`` (RFC 9110 §9.3.2: the same status and
+    headers, no body): a route that declares ``HEAD`` itself (the served files, the verifier)
+    answers it as it does; any other is asked ``GET`` and its body dropped. It was a ``405`` on
+    every list, page and resource but those."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD" or _declares_head(scope):
+            await self.app(scope, receive, send)
+            return
+
+        async def headers_only(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                if message.get("more_body", False):
+                    return
+                message = {"type": "http.response.body", "body": b"", "more_body": False}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, headers_only)
+
+
+def _declares_head(scope: Scope) -> bool:
+    """Whether a route of the application takes ``HEAD`` at the request's path itself."""
+    from starlette.routing import Match
+
+    app = scope.get("app")
+    routes = getattr(getattr(app, "router", None), "routes", ())
+    return any(route.matches(scope)[0] is Match.FULL for route in routes)
+
+
 def too_large_message(limit: int, got: str) -> str:
     """The 413's message: the limit and the size.
 
@@ -335,7 +368,8 @@ def create_app(
     install_console(app)
     app.add_middleware(models.KnownAuditMiddleware)  # innermost: inside both limits
     app.add_middleware(BodyLimitMiddleware, max_body=max_body_bytes, max_upload=max_upload_bytes)
-    app.add_middleware(RateLimitMiddleware)  # outermost: a refused request costs nothing more
+    app.add_middleware(RateLimitMiddleware)  # a refused request costs nothing more
+    app.add_middleware(HeadMiddleware)  # outermost: a HEAD is the GET it stands for, everywhere
     return app
 
 
