@@ -225,3 +225,22 @@ def test_a_range_that_cannot_be_served_is_refused_in_the_apis_shape(served: Serv
         part = c.get(path, headers={"Range": "bytes=3-7"})
         assert part.status_code == 206 and part.content == whole.content[3:8]
         assert part.headers["content-range"] == f"bytes 3-7/{size}"
+
+
+@pytest.mark.parametrize("path", ["/v1/trainings", f"/v1/models/{MODEL}", "/v1/workspaces/ws", "/v1/studies",
+                                  "/v1/openapi.json", "/console/sign-in", "/v1/no-such-route",
+                                  "/v1/trainings?limt=1"])
+def test_every_address_that_answers_get_answers_head(served: Served, path: str) -> None:
+    """HEAD is the GET's status and headers with no body (RFC 9110 §9.3.2), on every list,
+    resource, page and error, not only on the served files: it was a 405 everywhere else."""
+    with served.client() as c:
+        got, head = c.get(path), c.head(path)
+    assert head.status_code == got.status_code and head.content == b"", (path, head.status_code, head.text[:300])
+    for name in ("content-type", "content-length", "x-total-count", "link", "etag", "cache-control"):
+        assert head.headers.get(name) == got.headers.get(name), (path, name)
+
+
+def test_head_on_an_address_that_takes_no_get_is_its_405(served: Served) -> None:
+    with served.client() as c:
+        r = c.head(f"/v1/trainings/{MODEL}/predictions")
+    assert r.status_code == 405 and r.content == b"" and "GET" not in r.headers.get("allow", ""), r.headers

@@ -219,6 +219,24 @@ def test_a_body_over_the_limit_gets_the_same_413_and_is_not_read_to_its_end(serv
     assert sent < total
 
 
+@pytest.mark.parametrize("path", ["/console/trainings", "/console/settings/usage"])
+def test_a_console_form_over_the_limit_gets_the_consoles_413_page(server: Any, path: str) -> None:
+    """A browser's form or upload past the limit is told so on a console page (it got the API's
+    JSON, which a person's browser shows as raw text), with the same words and connection: close."""
+    total = MAX_BODY + 65536
+    sock = _connect(server)
+    head = (f"POST {path} HTTP/1.1\r\nHost: t\r\nContent-Type: multipart/form-data; boundary=x\r\n"
+            f"Content-Length: {total}\r\n\r\n").encode()
+    _send_all(sock, iter([head, b" " * total]))
+    status, headers, answer = _answer(sock)
+    sock.close()
+    assert status == 413 and headers.get("connection") == "close", answer[:300]
+    assert headers.get("content-type", "").startswith("text/html"), headers
+    page = answer.decode()
+    assert "<h1" in page and f"expected a request body of at most {MAX_BODY:,} bytes" in page, page[:2000]
+    assert "Traceback" not in page
+
+
 THREE_GRIDS: dict[str, Any] = {"workflow": "wx", "start": "2012-01-01", "end": "2013-01-01", "tune_steps": 5, "eval_steps": 5,
                "holdout_steps": 5, "max_candidates": 2, "max_total_steps": 1000, "synthetic": True,
                "grid": [f"{name}=" + ",".join(str(i) for i in range(100)) for name in ("a", "b", "c")]}

@@ -222,6 +222,7 @@ def test_reading_the_future_stops_the_backtest_with_a_clear_error() -> None:
         ({"end": T0 + 200 * DAY}, r"expected a time range inside the data of table 'series'"),
         ({"step": dt.timedelta(days=4)},
          r"expected a step size that fits the time range a whole number of times \(2021-01-02T00:00:00Z \.\. 2021-01-11T00:00:00Z is 9 days\), got a step of 4 days: 2 steps and 1 day left over. End the range at 2021-01-10T00:00:00Z or 2021-01-14T00:00:00Z"),
+        ({"step": dt.timedelta(days=6)}, r"got a step of 6 days: 1 step and 3 days left over\."),  # not "1 steps"
         ({"step": dt.timedelta(0)}, r"expected a positive step size \(for example 1 day\), got 0 seconds"),
         ({"end": T0}, r"expected a time range whose end is not before its start"),
         ({"start": dt.datetime(2021, 1, 2)}, r"expected start as a timezone-aware datetime"),

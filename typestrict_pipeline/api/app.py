@@ -123,7 +123,7 @@ class BodyLimitMiddleware:
                 except ValueError:
                     declared = limit + 1
                 if declared > limit:
-                    await _send_413(send, limit, f"{declared:,} bytes (its Content-Length)")
+                    await _send_413(scope, send, limit, f"{declared:,} bytes (its Content-Length)")
                     return
         seen = 0
         started = False
@@ -145,7 +145,7 @@ class BodyLimitMiddleware:
                 if seen > limit:
                     refused = True
                     if not started:
-                        await _send_413(send, limit, f"more: {seen:,} bytes had arrived when it "
+                        await _send_413(scope, send, limit, f"more: {seen:,} bytes had arrived when it "
                                         "was stopped")
                     return {"type": "http.disconnect"}
             return message
@@ -165,7 +165,40 @@ class BodyLimitMiddleware:
             await self.app(scope, counting_receive, tracking_send)
         except _TooLarge:
             if not started and not refused:
-                await _send_413(send, limit, f"more: {seen:,} bytes had arrived when it was stopped")
+                await _send_413(scope, send, limit, f"more: {seen:,} bytes had arrived when it was stopped")
+
+
+class HeadMiddleware:
+    """``HEAD`` on every address that answers ``GET`` (RFC 9110 §9.3.2: the same status and
+    headers, no body): a route that declares ``HEAD`` itself (the served files, the verifier)
+    answers it as it does; any other is asked ``GET`` and its body dropped. It was a ``405`` on
+    every list, page and resource but those."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD" or _declares_head(scope):
+            await self.app(scope, receive, send)
+            return
+
+        async def headers_only(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                if message.get("more_body", False):
+                    return
+                message = {"type": "http.response.body", "body": b"", "more_body": False}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, headers_only)
+
+
+def _declares_head(scope: Scope) -> bool:
+    """Whether a route of the application takes ``HEAD`` at the request's path itself."""
+    from starlette.routing import Match
+
+    app = scope.get("app")
+    routes = getattr(getattr(app, "router", None), "routes", ())
+    return any(route.matches(scope)[0] is Match.FULL for route in routes)
 
 
 def too_large_message(limit: int, got: str) -> str:
@@ -179,10 +212,21 @@ def too_large_message(limit: int, got: str) -> str:
             "(split the upload, or ask the operator to raise the limit)")
 
 
-async def _send_413(send: Send, limit: int, got: str) -> None:
-    body = json.dumps(error_body("payload_too_large", too_large_message(limit, got))).encode()
+async def _send_413(scope: Scope, send: Send, limit: int, got: str) -> None:
+    """The 413: the API's error shape, or for a console address (a form or an upload sent from a
+    browser) the console's page saying the same."""
+    from typestrict_pipeline.console.web import error_page, is_console_path
+
+    message = too_large_message(limit, got)
+    if is_console_path(str(scope.get("path", ""))):
+        page = error_page(Request(scope), 413, "Too large", message)
+        content_type, body = page.headers["content-type"].encode(), bytes(page.body)
+        extra = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in page.headers.items()
+                 if k not in ("content-type", "content-length")]
+    else:
+        content_type, body, extra = b"application/json", json.dumps(error_body("payload_too_large", message)).encode(), []
     await send({"type": "http.response.start", "status": 413,
-                "headers": [(b"content-type", b"application/json"),
+                "headers": [(b"content-type", content_type), *extra,
                             (b"content-length", str(len(body)).encode()),
                             (b"connection", b"close")]})  # the rest of the body is never read
     await send({"type": "http.response.body", "body": body})
@@ -335,7 +379,8 @@ def create_app(
     install_console(app)
     app.add_middleware(models.KnownAuditMiddleware)  # innermost: inside both limits
     app.add_middleware(BodyLimitMiddleware, max_body=max_body_bytes, max_upload=max_upload_bytes)
-    app.add_middleware(RateLimitMiddleware)  # outermost: a refused request costs nothing more
+    app.add_middleware(RateLimitMiddleware)  # a refused request costs nothing more
+    app.add_middleware(HeadMiddleware)  # outermost: a HEAD is the GET it stands for, everywhere
     return app
 
 

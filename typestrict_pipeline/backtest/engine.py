@@ -578,7 +578,7 @@ def plan_steps(
         raise InputError(
             f"a step size that fits the time range a whole number of times "
             f"({format_time(start)} .. {format_time(end)} is {human_duration(span)})",
-            f"a step of {human_duration(step)}: {n} steps and {human_duration(left)} left over",
+            f"a step of {human_duration(step)}: {n} step{'' if n == 1 else 's'} and {human_duration(left)} left over",
             f"end the range at {format_time(start + n * step)} or {format_time(start + (n + 1) * step)}, "
             "or pick a step that divides it",
         )
@@ -929,7 +929,7 @@ def replay_decisions(
     n, left = divmod(end - start, step)
     if left:
         raise InputError("a step that fits the range a whole number of times",
-                         f"{n} steps and {left} left over", "fix the range or the step")
+                         f"{n} step{'' if n == 1 else 's'} and {left} left over", "fix the range or the step")
     for name, table in tables.items():
         if start < table.first_known:
             raise InputError(f"a start at or after {format_time(table.first_known)} (table {name!r})",
