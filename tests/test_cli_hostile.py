@@ -109,7 +109,8 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("usage reversed", ["usage", "acme", "--since", "2015-02-01", "--until", "2015-01-01"], 2,
      "got the start 2015-02-01 after the end 2015-01-01. Swap them"),
     ("store scheme mysql", ["credits", "balance", "acme", "--store", "mysql://u@h/db"], 2,
-     "expected a store URL starting with sqlite:/// or postgresql://, got 'mysql://u@h/db'"),
+     "expected a store URL sqlite:///PATH or postgresql://USER@HOST:PORT/DB, got 'mysql://u@h/db'. "
+     "Fix --store or TYPESTRICT_STORE_URL"),
     ("store not a URL", ["credits", "balance", "acme", "--store", "store.db"], 2, "expected a store URL"),
     ("store password masked", ["credits", "balance", "acme", "--store", "redis://u:secret@h/0"], 2,
      "'redis://u:***@h/0'"),
@@ -184,6 +185,20 @@ CASES: list[tuple[str, list[str], int, str]] = [
         ("audit file to verify", "AUDIT.json", ["verify", ""]),
         ("--host of the server", "--host", ["api", "--host", ""]),
     ]],
+    # a store URL is checked by the store's one rule (scheme, driver, port), by every command
+    ("store port not a number", ["credits", "balance", "acme", "--store", "postgresql://u@h:notaport/db"], 2,
+     "expected a store URL sqlite:///PATH or postgresql://USER@HOST:PORT/DB, got 'postgresql+psycopg2://u@h:notaport/db'"),
+    ("store port an IPv6 host cut short", ["credits", "balance", "acme", "--store", "postgresql://u@[::1/db"], 2,
+     "expected a store URL sqlite:///PATH or postgresql://USER@HOST:PORT/DB"),
+    ("api-key store port not a number", ["api-key", "list", "acme", "--store", "postgresql://u@h:x/db"], 2,
+     "expected a store URL sqlite:///PATH or postgresql://USER@HOST:PORT/DB"),
+    ("api-key store scheme mysql", ["api-key", "create", "acme", "--store", "mysql://u:secret@h/db"], 2,
+     "got 'mysql://u:***@h/db'. Fix --store or TYPESTRICT_STORE_URL"),
+    *[(f"store in memory: {' '.join(argv[:2])} {url}", [*argv, "--store", url], 2,
+       f"expected a store URL naming the store's file, sqlite:///PATH, got '{url}', an in-memory database "
+       "that is gone when the command ends") for url in ("sqlite://", "sqlite:///", "sqlite:///:memory:")
+      for argv in (["credits", "grant", "acme", "1", "--reference", "mem"], ["store", "upgrade"],
+                   ["api-key", "create", "acme"])],
 ]
 
 

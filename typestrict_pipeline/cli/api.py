@@ -25,7 +25,6 @@ from typestrict_pipeline.cli.common import Wrote, say_wrote, shown_store, writes
 from typestrict_pipeline.errors import InputError
 from typestrict_pipeline.store import (
     default_store_url,
-    normalize_url,
     open_store,
     typestrict_home,
     utcnow,
@@ -33,9 +32,13 @@ from typestrict_pipeline.store import (
 
 
 def _store(args: argparse.Namespace) -> str:
+    """The store: ``--store``, else ``TYPESTRICT_STORE_URL``, else the SQLite file under ``--home``
+    or ``TYPESTRICT_HOME``; checked as every command's (:func:`check_store_url`)."""
+    from typestrict_pipeline.cli.common import check_store_url
+
     if args.store is None and getattr(args, "home", None) and not os.environ.get("TYPESTRICT_STORE_URL"):
-        return normalize_url(f"sqlite:///{Path(args.home).resolve() / 'store.db'}")
-    return normalize_url(args.store or default_store_url())
+        return check_store_url(f"sqlite:///{Path(args.home).resolve() / 'store.db'}")
+    return check_store_url(args.store if args.store is not None else default_store_url())
 
 
 def _serve(args: argparse.Namespace) -> int:

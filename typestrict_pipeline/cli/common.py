@@ -46,7 +46,6 @@ MAX_CANDIDATES = 100_000
 MAX_CREDITS = 1_000_000_000
 MAX_USD = 1_000_000
 _IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}")
-_SCHEMES = ("sqlite", "postgresql", "postgres", "postgresql+psycopg2")
 
 
 def add_store(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -147,23 +146,32 @@ def say_wrote(args: argparse.Namespace, wrote: Wrote) -> None:
 
 
 def check_store_url(url: str) -> str:
-    """``url`` normalized when its scheme is one the store supports, else an :class:`InputError`.
+    """``url`` normalized when it is a store URL (the store's own rule,
+    :func:`typestrict_pipeline.store.engine.parse_store_url`: scheme, driver, port) that names a
+    store a command can use: a SQLite file or a PostgreSQL database, never an in-memory SQLite
+    database (what a command wrote there would be gone when it ends).
 
     >>> check_store_url("postgresql://u@h/db")
     'postgresql+psycopg2://u@h/db'
-    >>> check_store_url("mysql://u@h/db")
+    >>> check_store_url("mysql://u:secret@h/db")
     Traceback (most recent call last):
     ...
-    typestrict_pipeline.errors.InputError: expected a store URL starting with sqlite:/// or postgresql://, got 'mysql://u@h/db'. Fix --store or TYPESTRICT_STORE_URL.
+    typestrict_pipeline.errors.StoreError: expected a store URL sqlite:///PATH or postgresql://USER@HOST:PORT/DB, got 'mysql://u:***@h/db'. Fix --store or TYPESTRICT_STORE_URL (docs/operations.md).
+    >>> check_store_url("sqlite://")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected a store URL naming the store's file, sqlite:///PATH, got 'sqlite://', an in-memory database that is gone when the command ends. Write the file's path, e.g. --store sqlite:////srv/typestrict/store.db.
     """
-    from typestrict_pipeline.instance import _mask_password
     from typestrict_pipeline.store import normalize_url
+    from typestrict_pipeline.store.engine import parse_store_url
 
-    scheme, sep, _rest = url.partition("://")
-    if not sep or scheme.lower() not in _SCHEMES:
-        raise InputError("a store URL starting with sqlite:/// or postgresql://",
-                         repr(_mask_password(url)[:200]), "fix --store or TYPESTRICT_STORE_URL")
-    return normalize_url(url)
+    url = normalize_url(url)
+    parsed = parse_store_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise InputError("a store URL naming the store's file, sqlite:///PATH",
+                         f"{url[:200]!r}, an in-memory database that is gone when the command ends",
+                         "write the file's path, e.g. --store sqlite:////srv/typestrict/store.db")
+    return url
 
 
 def store_url(args: argparse.Namespace) -> str:

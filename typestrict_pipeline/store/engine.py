@@ -90,17 +90,25 @@ SUPPORTED_SCHEMES = ("sqlite", "postgresql")
 
 def parse_store_url(url: str) -> URL:
     """``url`` parsed, when it is a store URL this product opens (``sqlite:///`` with the built-in
-    driver, or ``postgresql://``), else a :class:`StoreError` that never shows a password."""
+    driver, or ``postgresql://``), else a :class:`StoreError` that never shows a password.
+
+    >>> parse_store_url("postgresql://u@db:5432/store").port
+    5432
+    >>> parse_store_url("postgresql://u@db:notaport/store")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.StoreError: expected a store URL sqlite:///PATH or postgresql://USER@HOST:PORT/DB, got 'postgresql://u@db:notaport/store'. Fix --store or TYPESTRICT_STORE_URL (docs/operations.md).
+    """
     try:
         parsed = make_url(url)
-    except ArgumentError:
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number ("h:x", "[::1")
         parsed = None
     backend = parsed.get_backend_name() if parsed is not None else None
     if parsed is None or backend not in SUPPORTED_SCHEMES:
         shown = _mask(url)
         raise StoreError(
             "expected a store URL sqlite:///PATH or postgresql://USER@HOST:PORT/DB, got "
-            f"{shown!r}. Fix TYPESTRICT_STORE_URL or the store option (docs/operations.md)."
+            f"{shown!r}. Fix --store or TYPESTRICT_STORE_URL (docs/operations.md)."
         )
     if backend == "sqlite" and parsed.drivername not in ("sqlite", "sqlite+pysqlite"):
         raise StoreError(
