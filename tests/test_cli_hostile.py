@@ -199,6 +199,15 @@ CASES: list[tuple[str, list[str], int, str]] = [
        "that is gone when the command ends") for url in ("sqlite://", "sqlite:///", "sqlite:///:memory:")
       for argv in (["credits", "grant", "acme", "1", "--reference", "mem"], ["store", "upgrade"],
                    ["api-key", "create", "acme"])],
+    # an API key's label and workspace: the rules of every stored text and every workspace id
+    ("api-key label with an escape", ["api-key", "create", "acme", "--label", "x\x1b[2J"], 2,
+     "expected an API key's label without control characters"),
+    ("api-key label RTL override", ["api-key", "create", "acme", "--label", "\u202eexe.txt"], 2,
+     "got U+202E at character 1"),
+    ("api-key label 201 characters", ["api-key", "create", "acme", "--label", "x" * 201], 2,
+     "expected an API key's label of at most 200 characters, got 201 characters"),
+    ("api-key list workspace path", ["api-key", "list", "../x"], 2, "expected a workspace id (letters, digits"),
+    ("api-key create workspace with '..'", ["api-key", "create", "a..b"], 2, "expected a workspace id (letters, digits"),
 ]
 
 

@@ -92,6 +92,9 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+LABEL_MAX_CHARS = 200
+"""The longest API key label (the column's size; a longer one was cut without a word)."""
+
 GRACEFUL_SHUTDOWN_S = 5
 """On Ctrl-C or SIGTERM, requests in flight get this long before the server stops anyway."""
 
@@ -203,9 +206,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     keys = subparsers.add_parser("api-key", help="API keys per workspace: create, revoke, list")
     sub = keys.add_subparsers(dest="api_key_command", required=True)
+    from typestrict_pipeline import values
+    from typestrict_pipeline.cli.common import identifier, value_type
+
+    workspace = identifier("a workspace id")  # the rule of every command's workspace
     c = sub.add_parser("create", help="create a key for a workspace (printed once)")
-    c.add_argument("workspace", help="the workspace the key belongs to")
-    c.add_argument("--label", default="", help="a note to recognise the key by")
+    c.add_argument("workspace", type=workspace, help="the workspace the key belongs to")
+    c.add_argument("--label", default="", type=value_type(lambda text: values.check_text(
+        text, "an API key's label", max_chars=LABEL_MAX_CHARS, empty=True)),
+                   help=f"a note to recognise the key by (at most {LABEL_MAX_CHARS} characters, printed by `api-key list`)")
     _store_option(writes(c))
     c.set_defaults(func=_create)
     r = sub.add_parser("revoke", help="revoke a key by its id (the 16 hex characters after tsk_) or the whole key")
@@ -215,6 +224,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _store_option(writes(r))
     r.set_defaults(func=_revoke)
     ls = sub.add_parser("list", help="a workspace's keys (ids and labels, never the keys)")
-    ls.add_argument("workspace", help="the workspace whose keys to list")
+    ls.add_argument("workspace", type=workspace, help="the workspace whose keys to list")
     _store_option(ls)
     ls.set_defaults(func=_list)
