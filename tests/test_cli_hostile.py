@@ -274,6 +274,23 @@ def test_an_unreachable_postgres_store_is_a_message(home: Path, capsys: pytest.C
     assert "Traceback" not in err and snapshot(home) == before
 
 
+def test_text_that_looks_like_markup_is_printed_as_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ledger reason or a key label with square brackets is a table cell like any other: the
+    ledger with a reason ``[/]`` failed as "unexpected error MarkupError", and a label
+    ``[red]k[/red]`` was listed as ``k``."""
+    store = ["--store", f"sqlite:///{tmp_path / 'store.db'}", "--new-store"]
+    reason, label = "refund [/] of [b]x[/b]", "[red]k[/red]"
+    assert run_cli(["credits", "grant", "acme", "2", "--reference", "m1", "--reason", reason, *store], capsys)[0] == 0
+    assert run_cli(["api-key", "create", "acme", "--label", label, *store], capsys)[0] == 0
+    capsys.readouterr()
+    assert main(["credits", "ledger", "acme", *store]) == 0
+    assert main(["api-key", "list", "acme", *store]) == 0
+    out, err = capsys.readouterr()
+    assert reason in out and label in out and err == ""
+
+
 def _cli(*argv: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "typestrict_pipeline.cli", *argv], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)

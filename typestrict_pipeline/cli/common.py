@@ -394,20 +394,25 @@ def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequen
     """Print a table with a header row (rich); ``right`` names the columns aligned right.
 
     On a terminal it fits the terminal's width; otherwise every cell is printed whole (no
-    colour, no trailing spaces), so the output can be read by a script or a pager.
+    colour, no trailing spaces), so the output can be read by a script or a pager. Every cell
+    and the title are printed as they are written, never read as rich markup: a ledger reason
+    ``[/]`` or a key label ``[red]x[/red]`` is shown as typed (markup failed the whole table, or
+    was taken away from the text).
     """
     import io
 
     from rich import box
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False, show_edge=False)
+    table = Table(title=None if title is None else Text(title), box=box.SIMPLE_HEAD, title_justify="left",
+                  pad_edge=False, show_edge=False)
     for name in columns:
-        table.add_column(name, justify="right" if name in right else "left",
+        table.add_column(Text(name), justify="right" if name in right else "left",
                          no_wrap=not sys.stdout.isatty())
     for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row))
+        table.add_row(*(Text("" if v is None else str(v)) for v in row))
     if sys.stdout.isatty():
         Console().print(table)
         return
@@ -433,5 +438,7 @@ def progress(total: int, what: str) -> Iterator[Callable[[int], None]]:
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(what, total=total)
+        from rich.markup import escape
+
+        task = bar.add_task(escape(what), total=total)  # the words as written, never markup
         yield lambda done: bar.update(task, completed=min(done, total))
