@@ -291,6 +291,21 @@ def test_text_that_looks_like_markup_is_printed_as_written(
     assert reason in out and label in out and err == ""
 
 
+def test_an_empty_typestrict_home_is_the_default_home_not_the_current_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``TYPESTRICT_HOME=$UNSET``: the store is ./.typestrict/store.db, as with no setting (it was
+    ./store.db, and a write with --new-store started a store in the folder itself)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TYPESTRICT_HOME", "")
+    monkeypatch.delenv("TYPESTRICT_STORE_URL", raising=False)
+    code, err = run_cli(["credits", "balance", "acme"], capsys)
+    assert code == 2 and f"expected a store at {tmp_path / '.typestrict' / 'store.db'}, got no such file" in err, err
+    assert run_cli(["credits", "grant", "acme", "1", "--reference", "h1", "--new-store"], capsys)[0] == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".typestrict"]
+    assert (tmp_path / ".typestrict" / "store.db").is_file()
+
+
 def _cli(*argv: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "typestrict_pipeline.cli", *argv], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)

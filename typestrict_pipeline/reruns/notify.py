@@ -386,8 +386,9 @@ def transport_from_env(
         return None
     if chosen == "file":
         explicit = env.get("TYPESTRICT_NOTIFY_FILE")
-        home = Path(env.get("TYPESTRICT_HOME", ".typestrict"))
-        return FileTransport(Path(explicit).resolve() if explicit else (home / "notifications.log").resolve())
+        from typestrict_pipeline.store import typestrict_home
+
+        return FileTransport(Path(explicit).resolve() if explicit else typestrict_home(env) / "notifications.log")
     if chosen == "webhook":
         url = env.get("TYPESTRICT_NOTIFY_WEBHOOK")
         if not url:

@@ -13,7 +13,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,9 +45,16 @@ _DAGSTER_ALEMBIC = ("dagster._core.storage.sql", "_alembic_lock")
 (a new run's event log, a new instance): held too, when Dagster is loaded in this process."""
 
 
-def typestrict_home() -> Path:
-    """The local folder for the embedded default (``TYPESTRICT_HOME`` or ``./.typestrict``)."""
-    return Path(os.environ.get("TYPESTRICT_HOME", ".typestrict")).resolve()
+def typestrict_home(environ: Mapping[str, str] | None = None) -> Path:
+    """The local folder for the embedded default: ``TYPESTRICT_HOME`` (of ``environ``, default
+    the process's), else ``./.typestrict``. Set but empty (``TYPESTRICT_HOME=$UNSET``) is unset,
+    as for ``TYPESTRICT_STORE_URL``: never the current folder itself.
+
+    >>> typestrict_home({"TYPESTRICT_HOME": ""}) == Path(".typestrict").resolve()
+    True
+    """
+    env = os.environ if environ is None else environ
+    return Path(env.get("TYPESTRICT_HOME") or ".typestrict").resolve()
 
 
 def default_store_url() -> str:
