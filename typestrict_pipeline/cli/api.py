@@ -158,6 +158,10 @@ def _list(args: argparse.Namespace) -> int:
     engine = open_store(_store(args), create=False)  # reading creates nothing
     try:
         keys = list_api_keys(engine, args.workspace)
+        if not keys:  # an unknown workspace is a typo or the wrong store, not an empty list
+            from typestrict_pipeline.workspaces import require_workspace
+
+            require_workspace(engine, args.workspace)
     finally:
         engine.dispose()
     if args.json:

@@ -291,6 +291,10 @@ def _workspace(args: argparse.Namespace) -> int:
         wrote = Wrote(f"{what} of workspace {args.workspace}", (args.workspace,),
                       store=shown_store(store_url(args)))
     status = workspace_status(engine, args.workspace, utcnow(), store_spend_source(engine))
+    if status is None and not setting:  # an unknown workspace is a typo or the wrong store
+        from typestrict_pipeline.workspaces import require_workspace
+
+        require_workspace(engine, args.workspace)
     if args.json:
         shown = None if status is None else dict(status.__dict__)
         if wrote is not None:

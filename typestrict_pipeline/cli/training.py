@@ -39,6 +39,7 @@ from typestrict_pipeline.cli.common import (
 )
 from typestrict_pipeline.errors import InputError, NotFoundError
 from typestrict_pipeline.store import typestrict_home
+from typestrict_pipeline.workspaces import require_workspace
 
 TRAINING = identifier("a training id")
 WORKSPACE = identifier("a workspace id")
@@ -90,6 +91,8 @@ def _list(args: argparse.Namespace) -> int:
         store = _store_of(engine)
         views = store.views(args.workspace, store.list_ids(args.workspace))  # one sweep, two queries
         rows = [_row(t, view) for t, view in views.items()]
+        if not rows:  # an unknown workspace is a typo or the wrong store, not an empty list
+            require_workspace(engine, args.workspace)
     finally:
         engine.dispose()
     if args.json:
