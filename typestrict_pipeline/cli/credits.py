@@ -261,17 +261,35 @@ def _audit(args: argparse.Namespace) -> int:
     finally:
         engine.dispose()
     if args.output:
-        try:
-            Path(args.output).write_bytes(data)
-        except OSError as exc:
-            raise InputError("a file path that can be written", f"{args.output!r} ({exc.strerror})",
-                             "pick another --output") from None
+        _write_output(args.output, data)
         _say_written(args, data)
     else:
         sys.stdout.flush()
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
     return 0
+
+
+def _write_output(output: str, data: bytes) -> None:
+    """Write ``audit -o FILE`` whole or not at all (:func:`write_atomic`): a failure midway (a
+    full disk, a file size limit) leaves the file as it was, never the audit's first bytes in
+    place of the old file. A path that is not a regular file (``/dev/null``, a FIFO, a folder)
+    or whose folder does not exist is refused before anything is written."""
+    from typestrict_pipeline.files import special_kind, write_atomic
+
+    path = Path(output)
+    kind = special_kind(path)
+    if kind is not None:
+        raise InputError("a file path that can be written (a regular file)", f"{output!r}, {kind}",
+                         "pick another --output, or leave -o out to print the audit")
+    if not path.parent.is_dir():
+        raise InputError("a file path that can be written", f"{output!r}, whose folder does not exist",
+                         "create the folder, or pick another --output")
+    try:
+        write_atomic(path, data)
+    except OSError as exc:
+        raise InputError("a file path that can be written", f"{output!r} ({exc.strerror})",
+                         "pick another --output") from None
 
 
 def _say_written(args: argparse.Namespace, data: bytes) -> None:
