@@ -331,6 +331,24 @@ def test_a_closed_pipe_ends_quietly(home: Path) -> None:
     assert err == ""
 
 
+def test_a_closed_stdout_drops_the_output_and_a_full_one_is_one_line(home: Path) -> None:
+    """``typestrict ... >&-`` ran into a traceback ('NoneType' object has no attribute 'flush'), exit
+    1; ``> /dev/full`` (a full disk) was "unexpected error OSError ... This is a bug"."""
+    env = {**os.environ, "TYPESTRICT_HOME": str(home)}
+    env.pop("TYPESTRICT_STORE_URL", None)
+    argv = [sys.executable, "-m", "typestrict_pipeline.cli", "credits", "balance", "acme"]
+    closed = subprocess.run(argv, env=env, stderr=subprocess.PIPE, preexec_fn=lambda: os.close(1),
+                            timeout=300, check=False)
+    assert (closed.returncode, closed.stderr) == (0, b"")
+    with open("/dev/full", "wb") as full:
+        done = subprocess.run(argv, env=env, stdout=full, stderr=subprocess.PIPE, timeout=300, check=False)
+    err = done.stderr.decode()
+    assert done.returncode == 2, err
+    assert err.splitlines() == ["typestrict: expected room to write, got No space left on device (errno 28). Free "
+                                "space, or raise the quota or the file size limit, and run the command again; "
+                                "what was stored before stays stored."]
+
+
 def test_ctrl_c_exits_130_with_one_line(home: Path, tmp_path: Path) -> None:
     """Ctrl-C during a long backtest: exit 130, one line, no traceback; what was stored stays."""
     store = tmp_path / "ctrl-c.db"
