@@ -19,7 +19,6 @@ from typing import Any
 from sqlalchemy import Engine
 
 from typestrict_pipeline.cli.common import (
-    MAX_CREDITS,
     Wrote,
     add_json,
     add_store,
@@ -40,6 +39,7 @@ from typestrict_pipeline.credits import (
     expire_models,
     list_models,
 )
+from typestrict_pipeline.credits.ledger import MAX_CREDITS_PER_ENTRY
 from typestrict_pipeline.errors import InputError, NotFoundError
 from typestrict_pipeline.files import loads_strict
 from typestrict_pipeline.refund.dataset import unlabeled_from_split
@@ -50,8 +50,9 @@ from typestrict_pipeline.workspaces import require_workspace
 WORKSPACE = identifier("a workspace id")
 TRAINING = identifier("a training id")
 REFERENCE = identifier("a reference (e.g. an invoice id)")
-AMOUNT = bounded_int("an amount of credits", 1, MAX_CREDITS)
-SIGNED_AMOUNT = bounded_int("an amount of credits", -MAX_CREDITS, MAX_CREDITS)
+# The ledger's bound on one entry (credits.ledger.MAX_CREDITS_PER_ENTRY), read before the store opens.
+AMOUNT = bounded_int("an amount of credits", 1, MAX_CREDITS_PER_ENTRY)
+SIGNED_AMOUNT = bounded_int("an amount of credits", -MAX_CREDITS_PER_ENTRY, MAX_CREDITS_PER_ENTRY)
 
 
 def _engine(args: argparse.Namespace) -> Engine:
@@ -346,7 +347,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     p = writes(sub.add_parser("grant", help="add credits to a workspace (once per --reference)"))
     p.add_argument("workspace", type=WORKSPACE, help="the workspace id")
-    p.add_argument("amount", type=AMOUNT, help=f"credits to add, 1 to {MAX_CREDITS:,}")
+    p.add_argument("amount", type=AMOUNT, help=f"credits to add, 1 to {MAX_CREDITS_PER_ENTRY:,}")
     p.add_argument("--reference", type=REFERENCE, required=True, help="idempotency key, e.g. the invoice id")
     p.add_argument("--reason", type=_reason, default="credits added", help="why, in words (default: credits added)")
     add_json(p)
@@ -362,7 +363,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     p = writes(sub.add_parser("adjust", help="a manual correction entry (once per --reference)"))
     p.add_argument("workspace", type=WORKSPACE, help="the workspace id")
-    p.add_argument("amount", type=SIGNED_AMOUNT, help=f"signed change in credits, ±{MAX_CREDITS:,} at most")
+    p.add_argument("amount", type=SIGNED_AMOUNT, help=f"signed change in credits, ±{MAX_CREDITS_PER_ENTRY:,} at most")
     p.add_argument("--reference", type=REFERENCE, required=True, help="idempotency key, e.g. the ticket id")
     p.add_argument("--reason", type=_reason, required=True, help="why, in words")
     p.add_argument("--training", type=TRAINING, help="the training it corrects, if any")
