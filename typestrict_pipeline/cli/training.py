@@ -37,7 +37,7 @@ from typestrict_pipeline.cli.common import (
     write_store,
     writes,
 )
-from typestrict_pipeline.errors import InputError, NotFoundError
+from typestrict_pipeline.errors import NotFoundError
 from typestrict_pipeline.store import typestrict_home
 from typestrict_pipeline.workspaces import require_workspace
 
@@ -128,16 +128,17 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _submit(args: argparse.Namespace) -> int:
+    from typestrict_pipeline.files import read_data_file
+
     path = Path(args.predictions)
-    if not path.is_file():
-        raise InputError("a predictions file (JSON lines, docs/manifest.md)", repr(args.predictions[:200]),
-                         "check the path")
+    # the rule of every data file: never a FIFO or a device, bounded; a name the system refuses
+    # (too long) was "unexpected error OSError ... This is a bug"
+    data = read_data_file(path, what="a predictions file (JSON lines, docs/manifest.md)", text=False)
     engine = write_store(args)
     try:
         workspace = _workspace_of(engine, args.training_id)
         store = _store_of(engine)
-        store.submit(workspace, args.training_id, path.read_bytes(), args.trained_on_sha256,
-                     source=str(path))
+        store.submit(workspace, args.training_id, data, args.trained_on_sha256, source=str(path))
         view = store.view(workspace, args.training_id)
     finally:
         engine.dispose()
