@@ -206,6 +206,11 @@ CASES: list[tuple[str, list[str], int, str]] = [
        "that is gone when the command ends") for url in ("sqlite://", "sqlite:///", "sqlite:///:memory:")
       for argv in (["credits", "grant", "acme", "1", "--reference", "mem"], ["store", "upgrade"],
                    ["api-key", "create", "acme"])],
+    ("store path too long", ["credits", "balance", "acme", "--store", "sqlite:////tmp/" + "q" * 5000 + "/store.db"], 2,
+     "expected a path the system can open, got '/tmp/qqq"),
+    ("store path too long, a write", ["credits", "grant", "acme", "1", "--reference", "long", "--new-store",
+                                      "--store", "sqlite:////tmp/" + "q" * 5000 + "/store.db"], 2,
+     "characters): File name too long (errno 36). Check the path you gave"),
     # an API key's label and workspace: the rules of every stored text and every workspace id
     ("api-key label with an escape", ["api-key", "create", "acme", "--label", "x\x1b[2J"], 2,
      "expected an API key's label without control characters"),
@@ -311,6 +316,24 @@ def test_an_empty_typestrict_home_is_the_default_home_not_the_current_folder(
     assert run_cli(["credits", "grant", "acme", "1", "--reference", "h1", "--new-store"], capsys)[0] == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == [".typestrict"]
     assert (tmp_path / ".typestrict" / "store.db").is_file()
+
+
+@pytest.mark.parametrize(("variable", "argv"), [
+    ("TYPESTRICT_HOME", ["credits", "balance", "acme"]),
+    ("TYPESTRICT_HOME", ["training", "show", "t1", "--store", "sqlite:///{home}/store.db"]),
+    ("TYPESTRICT_DATASETS_DIR", ["data", "show"]),
+])
+def test_a_path_from_the_environment_the_system_refuses_is_named(
+    home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, variable: str, argv: list[str]
+) -> None:
+    """A folder named by the environment that the system refuses (here: too long) was "unexpected
+    error OSError: [Errno 36] File name too long ... This is a bug"."""
+    monkeypatch.setenv(variable, "/tmp/" + "q" * 5000)
+    before = snapshot(home)
+    code, err = run_cli([a.format(home=home) for a in argv], capsys)
+    assert code == 2 and "typestrict: expected a path the system can open, got '/tmp/qqq" in err, err
+    assert "File name too long (errno 36)" in err and "This is a bug" not in err
+    assert snapshot(home) == before
 
 
 def _cli(*argv: str, env: dict[str, str]) -> subprocess.Popen[bytes]:

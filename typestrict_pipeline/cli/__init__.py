@@ -50,7 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     reported in one line); 2 a usage error or one of our errors (the message says what to fix);
     130 interrupted (Ctrl-C), 143 stopped by SIGTERM. A closed pipe (``... --json | head -3``) ends quietly. No command
     prints a traceback unless ``TYPESTRICT_DEBUG=1``: not with stdout or stderr closed (``>&-``: what would
-    be printed there is dropped), nor on a full disk (``> /dev/full``, a quota: exit 2, one line).
+    be printed there is dropped), nor on a full disk (``> /dev/full``, a quota: exit 2, one line), nor on a path the
+    system refuses (too long, no permission: exit 2, the path named).
     """
     _open_closed_streams()
     try:
@@ -81,6 +82,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _fail(f"typestrict: expected room to write{where}, got {exc.strerror or exc} (errno "
                          f"{exc.errno}). Free space, or raise the quota or the file size limit, and run the "
                          "command again; what was stored before stays stored.", 2)
+        if exc.errno in _BAD_PATH and exc.filename:
+            name = str(exc.filename)
+            shown = repr(name) if len(name) <= 200 else f"{name[:200]!r}… ({len(name):,} characters)"
+            return _fail(f"typestrict: expected a path the system can open, got {shown}: {exc.strerror} (errno "
+                         f"{exc.errno}). Check the path you gave (an option, TYPESTRICT_HOME, "
+                         "TYPESTRICT_STORE_URL, TYPESTRICT_DATASETS_DIR) and its permissions.", 2)
         return _unexpected(exc)
     except Exception as exc:  # the last line of defence: one line, no traceback
         return _unexpected(exc)
@@ -88,6 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 _NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 """A write refused for want of room: the disk (or stdout's, ``> /dev/full``), a quota, a file size limit."""
+
+_BAD_PATH = (errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.EROFS)
+"""A path the system refuses (too long, a symlink loop, through a file, no permission, read-only):
+the path came from the user (an option or the environment), never a bug of ours."""
 
 
 def _open_closed_streams() -> None:
