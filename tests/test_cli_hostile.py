@@ -186,12 +186,18 @@ CASES: list[tuple[str, list[str], int, str]] = [
         ("--version to activate", "--version", ["backtest", "activate", "seattle_rain", "--version", "",
                                                 "--workspace", "acme"]),
         ("END of data-arrived", "end", ["schedule", "data-arrived", "acme", "seattle_rain", ""]),
-        ("--now of a tick", "--now", ["schedule", "tick", "--now", ""]),
-        ("--now of credits expire", "--now", ["credits", "expire", "--now", ""]),
-        ("--now of training expire", "--now", ["training", "expire", "--now", ""]),
         ("audit file to verify", "AUDIT.json", ["verify", ""]),
         ("--host of the server", "--host", ["api", "--host", ""]),
     ]],
+    # every --now is one rule (common.now_option): a time with its zone, read with the command line
+    *[(f"--now without a zone: {' '.join(argv[:2])}", [*argv, "--now", "2030-01-01T00:00:00"], 2,
+       "argument --now: expected --now as an ISO 8601 time with a zone from 1900-01-01 to 2199-12-31 "
+       "(2015-01-01T00:00Z, 2015-01-01T00:00+02:00), got '2030-01-01T00:00:00', which has no zone")
+      for argv in (["schedule", "tick"], ["training", "expire"], ["credits", "expire"])],
+    *[(f"--now empty: {' '.join(argv[:2])}", [*argv, "--now", ""], 2,
+       "argument --now: expected --now as an ISO 8601 time with a zone from 1900-01-01 to 2199-12-31 "
+       "(2015-01-01T00:00Z, 2015-01-01T00:00+02:00), got ''")
+      for argv in (["schedule", "tick"], ["training", "expire"], ["credits", "expire"])],
     # a store URL is checked by the store's one rule (scheme, driver, port), by every command
     ("store port not a number", ["credits", "balance", "acme", "--store", "postgresql://u@h:notaport/db"], 2,
      "expected a store URL sqlite:///PATH or postgresql://USER@HOST:PORT/DB, got 'postgresql+psycopg2://u@h:notaport/db'"),

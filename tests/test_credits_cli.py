@@ -161,7 +161,7 @@ def test_expire_refuses_a_now_outside_the_years_or_the_calendar_and_deletes_noth
     assert main(["credits", "expire", "--now", now, "--trainings-dir", str(root), "--url", sqlite_url]) == 2
     err = capsys.readouterr().err
     assert "expected --now as an ISO 8601 time with a zone from 1900-01-01 to 2199-12-31" in err
-    assert why in err and "Write the sweep's time with its zone" in err
+    assert why in err and "Write the time with its zone, e.g. --now 2026-01-31T04:00:00Z" in err
     assert (files / "weights.bin").read_bytes() == b"w"
     assert main(["credits", "models", "acme", "--json", "--url", sqlite_url]) == 0
     assert '"state": "available"' in capsys.readouterr().out

@@ -12,7 +12,7 @@ Every area's CLI module uses these so that one concept has one spelling:
 * ``writes(parser)`` marks a command that writes (to the store, to files); each such command says
   what it wrote in one shape, :class:`Wrote` (``wrote WHAT to WHERE``; ``"wrote"`` in ``--json``).
   The mark is the one list of the commands that write: a test walks the parser for it.
-* ``bounded_int``, ``usd``, ``day``, ``identifier`` are argparse ``type=`` functions: a value out
+* ``bounded_int``, ``usd``, ``day``, ``identifier``, ``now_option`` are argparse ``type=`` functions: a value out
   of range is a usage error with a message (exit 2), never a traceback or a write.
 * ``print_table(title, columns, rows)``: a table with headers (rich); plain, full-width text when
   stdout is not a terminal.
@@ -353,6 +353,26 @@ def day(text: str) -> dt.date:
     argparse.ArgumentTypeError: expected a day as YYYY-MM-DD (e.g. 2014-12-31), got '2014-13-45'. Fix the day.
     """
     parsed: dt.date = value_type(values.day)(text)
+    return parsed
+
+
+def now_option(text: str) -> dt.datetime:
+    """An argparse ``type=``, the one rule of every ``--now`` (the time a sweep or a tick acts as
+    of: ``credits expire``, ``training expire``, ``schedule tick``): an ISO 8601 time with its
+    zone, from 1900 to 2199 (:func:`typestrict_pipeline.values.timestamp` with ``zone``). A time
+    without a zone would be read as UTC wherever the operator is, and expire, refund or fire
+    hours early or late.
+
+    >>> now_option("2026-01-31T04:00:00+02:00")
+    datetime.datetime(2026, 1, 31, 2, 0, tzinfo=datetime.timezone.utc)
+    >>> now_option("2026-01-31T04:00:00")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected --now as an ISO 8601 time with a zone from 1900-01-01 to 2199-12-31 (2015-01-01T00:00Z, 2015-01-01T00:00+02:00), got '2026-01-31T04:00:00', which has no zone. Write the time with its zone, e.g. --now 2026-01-31T04:00:00Z; leave --now out to act as of now.
+    """
+    parsed: dt.datetime = value_type(lambda t: values.timestamp(
+        t, "--now", zone=True,
+        fix="write the time with its zone, e.g. --now 2026-01-31T04:00:00Z; leave --now out to act as of now"))(text)
     return parsed
 
 

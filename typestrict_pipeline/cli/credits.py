@@ -24,6 +24,7 @@ from typestrict_pipeline.cli.common import (
     add_store,
     bounded_int,
     identifier,
+    now_option,
     print_json,
     print_table,
     read_store,
@@ -44,7 +45,6 @@ from typestrict_pipeline.errors import InputError, NotFoundError
 from typestrict_pipeline.files import loads_strict
 from typestrict_pipeline.refund.dataset import unlabeled_from_split
 from typestrict_pipeline.store import typestrict_home, utcnow
-from typestrict_pipeline.values import timestamp
 from typestrict_pipeline.workspaces import require_workspace
 
 WORKSPACE = identifier("a workspace id")
@@ -70,14 +70,6 @@ def _reader(args: argparse.Namespace) -> Engine:
     return engine
 
 
-def _now(value: str | None) -> dt.datetime:
-    """``--now``: the sweep's time, with its zone, from 1900 to 2199 (the rule of every time
-    option, :func:`typestrict_pipeline.values.timestamp`); default the clock."""
-    if not value:
-        return dt.datetime.now(dt.UTC)
-    return timestamp(value, "--now", zone=True, fix=(
-        "write the sweep's time with its zone, e.g. --now 2026-01-31T04:00:00Z; leave --now out "
-        "to sweep as of now"))
 
 
 def _balance(args: argparse.Namespace) -> int:
@@ -236,7 +228,7 @@ def _expire(args: argparse.Namespace) -> int:
     root = Path(args.trainings_dir) if args.trainings_dir else typestrict_home() / "trainings"
     engine = _engine(args)
     try:
-        expired = expire_models(engine, now=_now(args.now), allowed_root=root)
+        expired = expire_models(engine, now=args.now or dt.datetime.now(dt.UTC), allowed_root=root)
         ids = tuple(m.model_id for m in expired)
         store = shown_store(store_url(args))
         wrote = (Wrote(f"the expiry of model(s) {', '.join(ids)} (their files deleted)", ids, store=store,
@@ -378,7 +370,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(func=_models)
 
     p = writes(sub.add_parser("expire", help="run the retention sweep now (what retention_schedule does)"))
-    p.add_argument("--now", help="the sweep's time, ISO 8601 with a zone (default: now)")
+    p.add_argument("--now", type=now_option, help="the sweep's time, ISO 8601 with a zone (default: now)")
     p.add_argument("--trainings-dir", help="refuse to delete outside it (default: ${TYPESTRICT_HOME}/trainings)")
     add_json(p)
     _url(p)

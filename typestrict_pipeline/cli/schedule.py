@@ -39,6 +39,7 @@ from typestrict_pipeline.cli.common import (
     add_store,
     bounded_int,
     identifier,
+    now_option,
     print_json,
     read_store,
     say_wrote,
@@ -82,9 +83,7 @@ def _views_json(engine: Engine, views: list[ScheduleView], ticks: int) -> list[d
     return out
 
 
-def _time(text: str | None) -> dt.datetime:
-    if not text:
-        return utcnow()
+def _time(text: str) -> dt.datetime:
     return values.timestamp(text, "the time", fix="write an ISO 8601 time such as 2015-02-12T00:00:00+00:00")
 
 
@@ -208,7 +207,7 @@ def _tick(args: argparse.Namespace) -> int:
 
     engine = _engine(args)
     port = StoreStudies(engine)
-    now = _time(args.now)
+    now = args.now or utcnow()
     results, _ = evaluate_due(engine, port, now=now, spend=store_spend_source(engine), source="cli")
     out: dict[str, object] = {"now": now, "evaluated": [], "notifications": None}
     evaluated: list[dict[str, object]] = []
@@ -537,7 +536,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _add_lineage(sub)
 
     p = writes(cmd("tick", "evaluate the schedules that are due (what the Dagster sensor does)"))
-    p.add_argument("--now", help="evaluate as of this time (ISO 8601; default now)")
+    p.add_argument("--now", type=now_option, help="evaluate as of this time (ISO 8601 with a zone; default now)")
     p.add_argument("--run", action="store_true", help="also run fired re-runs here and deliver notifications")
     add_json(p)
     p.set_defaults(func=_tick)

@@ -29,6 +29,7 @@ from typestrict_pipeline.cli.common import (
     add_json,
     add_store,
     identifier,
+    now_option,
     print_json,
     print_table,
     say_wrote,
@@ -193,10 +194,9 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _expire(args: argparse.Namespace) -> int:
-    from typestrict_pipeline.backtest.service import parse_time
     from typestrict_pipeline.lifecycle.trainings import expire_due, ledger_balance
 
-    now = parse_time(args.now, "now") if args.now else None
+    now = args.now
     engine = write_store(args)
     try:
         ended = expire_due(engine, now=now, trainings_dir=typestrict_home() / "trainings")
@@ -254,7 +254,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     p = writes(add_json(add_store(sub.add_parser(
         "expire", help="end the trainings whose deadline has passed (credit back)"))))
-    p.add_argument("--now", help="the time to expire at (ISO 8601; default now)")
+    p.add_argument("--now", type=now_option, help="the time to expire at (ISO 8601 with a zone; default now)")
     p.set_defaults(func=_expire)
 
 
