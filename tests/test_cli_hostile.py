@@ -130,6 +130,10 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("backtest latency nan", [*BACKTEST, "--standin-latency", "nan"], 2, "expected seconds from 0 to 60"),
     ("backtest model URL", [*BACKTEST, "--model-url", "file:///etc/passwd", "--model", "m", "--price-in",
                             "1", "--price-out", "1"], 2, "expected --model-url as an http:// or https://"),
+    *[(f"model URL {url}", [*argv, "--model-url", url, "--model", "m", "--price-in", "1", "--price-out", "1"], 2,
+       "expected --model-url as an http:// or https:// base URL with a host (and a port from 1 to 65535, if any)")
+      for url in ("http://h:x/v1", "http://[::1/v1", "http://h:99999/v1", "http:///v1", "http://h /v1")
+      for argv in (BACKTEST, ["run", "seattle_rain", "--as-of", "2015-06-01"])],
     ("backtest unknown workflow", ["backtest", "run", "nosuch", "--start", "2015-01-01", "--end", "2015-01-10"],
      2, "expected a registered workflow, got 'nosuch'"),
     ("live unknown workflow", ["run", "nosuch"], 2, "expected a registered workflow, got 'nosuch'"),

@@ -635,6 +635,35 @@ def email(value: Any, what: str = "an e-mail address", *,
     return text
 
 
+def base_url(value: Any, what: str = "--model-url", *,
+             fix: str = "give the endpoint's base URL, e.g. https://api.example.com/v1") -> str:
+    """An ``http://`` or ``https://`` base URL a request can be sent to: a host, a port that is a
+    number from 1 to 65535 when one is written, no space or control character, at most 2,000
+    characters. A URL that only starts right (``http://h:x/v1``, ``http://[::1/v1``) was taken,
+    and every call of the run then failed.
+
+    >>> base_url("https://api.example.com/v1")
+    'https://api.example.com/v1'
+    >>> base_url("http://h:x/v1")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected --model-url as an http:// or https:// base URL with a host (and a port from 1 to 65535, if any), got 'http://h:x/v1'. Give the endpoint's base URL, e.g. https://api.example.com/v1.
+    """
+    from urllib.parse import urlsplit
+
+    expected = f"{what} as an http:// or https:// base URL with a host (and a port from 1 to 65535, if any)"
+    if not isinstance(value, str) or len(value) > 2000 or not value.startswith(("http://", "https://")):
+        raise InputError(expected, shown(value, 100), fix)
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError:  # a port that is not a number or out of range, an IPv6 host cut short
+        raise InputError(expected, shown(value, 100), fix) from None
+    if not parts.hostname or port == 0 or _CONTROL.search(value) or " " in value:
+        raise InputError(expected, shown(value, 100), fix)
+    return value
+
+
 # ------------------------------------------------------------------------------------------------
 # Cells of data files, CSV cells written out, values put into prompts
 # ------------------------------------------------------------------------------------------------
