@@ -141,6 +141,11 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("schedule id zero", ["schedule", "status", "0"], 2, "expected a schedule id from 1"),
     ("notifications empty user", ["schedule", "notifications", "", "--on"], 2, "expected a person"),
     ("unknown command", ["frobnicate"], 2, "invalid choice"),
+    ("api port full-width digits", ["api", "--port", "\uff11\uff12"], 2,
+     "argument --port: expected a TCP port as a whole number from 1 to 65,535, got '\uff11\uff12'"),
+    ("api port hex", ["api", "--port", "0x10"], 2, "argument --port: expected a TCP port as a whole number"),
+    ("api port 0", ["api", "--port", "0"], 2, "argument --port: expected a TCP port from 1 to 65,535, got '0'"),
+    ("api workers nan", ["api", "--workers", "nan"], 2, "argument --workers: expected a number of worker processes"),
     # round 3: unicode tricks in identifiers and numbers, special store paths
     ("workspace homoglyph", ["credits", "balance", "\u0430cme"], 2, "expected a workspace id (letters, digits, _ . @ + -; at most 128"),
     ("workspace zero-width", ["credits", "balance", "ac\u200bme"], 2, "got 'ac\\u200bme'"),

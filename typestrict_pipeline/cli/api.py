@@ -42,10 +42,6 @@ def _store(args: argparse.Namespace) -> str:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    if not 0 < args.port < 65536:
-        raise InputError("a TCP port between 1 and 65535", str(args.port), "pass --port 8000")
-    if not 1 <= args.workers <= 64:
-        raise InputError("between 1 and 64 worker processes", str(args.workers), "pass --workers 4")
     from typestrict_pipeline.api.jev import JEV_SOURCE_ENV, choose_jev
 
     home = (Path(args.home) if args.home else typestrict_home()).resolve()
@@ -190,13 +186,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Add ``api`` and ``api-key``."""
     p = subparsers.add_parser("api", help="serve the customer HTTP API (/v1) with uvicorn")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="TCP port, 1 to 65535 (default 8000)")
-    p.add_argument("--workers", type=int, default=1,
+    from typestrict_pipeline.cli.common import bounded_int, positive_float
+
+    # the rule of every whole number of the command line (ASCII digits, bounded): int() took
+    # '１２' (full-width digits) as port 12, and '0x10' got argparse's "invalid int value"
+    p.add_argument("--port", type=bounded_int("a TCP port", 1, 65535), default=8000,
+                   help="TCP port, 1 to 65535 (default 8000)")
+    p.add_argument("--workers", type=bounded_int("a number of worker processes", 1, 64), default=1,
                    help="worker processes, 1 to 64 (default 1; more than 1 runs the app factory per worker)")
     p.add_argument("--home", help="TYPESTRICT_HOME (trainings, audits, workspaces' files)")
     p.add_argument("--jev-source", help="Jev's manifest predictions.jev object, as JSON or @FILE")
     from typestrict_pipeline.api.ratelimit import DEFAULT_BURST, DEFAULT_RATE_PER_S
-    from typestrict_pipeline.cli.common import bounded_int, positive_float
 
     p.add_argument("--rate-limit", type=positive_float("requests a second", 100_000.0), default=DEFAULT_RATE_PER_S,
                    help=f"requests a second each API key may make, sustained (default {DEFAULT_RATE_PER_S:g}; "
