@@ -121,7 +121,12 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("store not a URL", ["credits", "balance", "acme", "--store", "store.db"], 2, "expected a store URL"),
     ("store password masked", ["credits", "balance", "acme", "--store", "redis://u:secret@h/0"], 2,
      "'redis://u:***@h/0'"),
-    ("study id words", ["study", "leaderboard", "abc"], 2, "expected a study id (a whole number"),
+    # one rule and one message for a study id, in every command that takes one (common.study_id)
+    *[(f"study id {bad} to {' '.join(argv)}", [*argv, bad], 2,
+       f"expected a study id as a whole number from 1 to 4,611,686,018,427,387,904, got '{bad}'. Pass an id "
+       "that `typestrict study list` shows")
+      for bad in ("abc", "1.0", "\uff11")
+      for argv in (["study", "leaderboard"], ["study", "delete"], ["study", "status"], ["schedule", "lineage"])],
     ("study id huge", ["study", "leaderboard", "9" * 30], 2, "expected a study id"),
     ("study id unknown", ["study", "leaderboard", "99"], 2, "expected an existing study id, got 99"),
     ("backtest unknown id", ["backtest", "show", "nosuch"], 2, "got unknown id 'nosuch'"),

@@ -12,7 +12,7 @@ Every area's CLI module uses these so that one concept has one spelling:
 * ``writes(parser)`` marks a command that writes (to the store, to files); each such command says
   what it wrote in one shape, :class:`Wrote` (``wrote WHAT to WHERE``; ``"wrote"`` in ``--json``).
   The mark is the one list of the commands that write: a test walks the parser for it.
-* ``bounded_int``, ``usd``, ``day``, ``identifier``, ``now_option`` are argparse ``type=`` functions: a value out
+* ``bounded_int``, ``usd``, ``day``, ``identifier``, ``now_option``, ``study_id`` are argparse ``type=`` functions: a value out
   of range is a usage error with a message (exit 2), never a traceback or a write.
 * ``print_table(title, columns, rows)``: a table with headers (rich); plain, full-width text when
   stdout is not a terminal.
@@ -353,6 +353,22 @@ def day(text: str) -> dt.date:
     argparse.ArgumentTypeError: expected a day as YYYY-MM-DD (e.g. 2014-12-31), got '2014-13-45'. Fix the day.
     """
     parsed: dt.date = value_type(values.day)(text)
+    return parsed
+
+
+def study_id(text: str) -> int:
+    """An argparse ``type=``, the one rule of a study id on the command line (every ``study`` and
+    ``schedule`` command that takes one): a whole number in ASCII digits from 1 to 2**62.
+
+    >>> study_id("12")
+    12
+    >>> study_id("abc")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected a study id as a whole number from 1 to 4,611,686,018,427,387,904, got 'abc'. Pass an id that `typestrict study list` shows.
+    """
+    parsed: int = value_type(lambda t: values.integer(
+        t, "a study id", lo=1, hi=2**62, fix="pass an id that `typestrict study list` shows"))(text)
     return parsed
 
 

@@ -45,6 +45,7 @@ from typestrict_pipeline.cli.common import (
     say_wrote,
     shown_store,
     store_url,
+    study_id,
     usd,
     value_type,
     write_store,
@@ -57,7 +58,7 @@ if TYPE_CHECKING:
     from typestrict_pipeline.reruns.service import ScheduleView
 
 SCHEDULE_ID = bounded_int("a schedule id", 1, 2**62)
-STUDY_ID = bounded_int("a study id", 1, 2**62)
+STUDY_ID = study_id  # the one rule of a study id (common.study_id)
 WORKSPACE = identifier("a workspace id")
 WORKFLOW = identifier("a workflow name")
 PERSON = value_type(lambda text: values.email(text, values.PERSON))
