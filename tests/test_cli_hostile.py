@@ -111,7 +111,10 @@ CASES: list[tuple[str, list[str], int, str]] = [
      "expected ledger entries of training 't9' in workspace 'acme', got none"),
     ("ledger training path", ["credits", "ledger", "acme", "--training", "../x"], 2, "expected a training id"),
     ("usage bad day", ["usage", "acme", "--since", "2014-13-45"], 2,
-     "expected a day as YYYY-MM-DD (e.g. 2014-12-31), got '2014-13-45'"),
+     "expected a day as YYYY-MM-DD (e.g. 2014-12-31) from 1900-01-01 to 2199-12-31, got '2014-13-45', which is not "
+     "a calendar date"),
+    ("usage year 1", ["usage", "acme", "--since", "0001-01-01"], 2,
+     "from 1900-01-01 to 2199-12-31, got '0001-01-01', which is outside those years. Fix the day."),
     ("usage year 99999", ["usage", "acme", "--until", "99999-01-01"], 2, "expected a day as YYYY-MM-DD"),
     ("usage reversed", ["usage", "acme", "--since", "2015-02-01", "--until", "2015-01-01"], 2,
      "got the start 2015-02-01 after the end 2015-01-01. Swap them"),

@@ -594,19 +594,24 @@ def day(value: Any, what: str = "a day", *, fix: str | None = None) -> dt.date:
     >>> day("2014-02-30")
     Traceback (most recent call last):
     ...
-    typestrict_pipeline.errors.InputError: expected a day as YYYY-MM-DD (e.g. 2014-12-31), got '2014-02-30'. Fix the day.
+    typestrict_pipeline.errors.InputError: expected a day as YYYY-MM-DD (e.g. 2014-12-31) from 1900-01-01 to 2199-12-31, got '2014-02-30', which is not a calendar date. Fix the day.
+    >>> day("0001-01-01")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected a day as YYYY-MM-DD (e.g. 2014-12-31) from 1900-01-01 to 2199-12-31, got '0001-01-01', which is outside those years. Fix the day.
     """
-    expected = f"{what} as YYYY-MM-DD (e.g. 2014-12-31)"
+    last = (TIME_MAX - dt.timedelta(days=1)).date().isoformat()
+    expected = f"{what} as YYYY-MM-DD (e.g. 2014-12-31) from {TIME_MIN.date().isoformat()} to {last}"
     todo = fix or "fix the day"
     text = _text_of(value, expected, todo)
     if not text.isascii() or not _DAY.fullmatch(text):
         raise InputError(expected, shown(value), todo)
     try:
         d = dt.date.fromisoformat(text)
-    except ValueError:
-        raise InputError(expected, shown(value), todo) from None
+    except ValueError:  # the day the text names does not exist: say so, not only "as YYYY-MM-DD"
+        raise InputError(expected, f"{shown(value)}, which is not a calendar date", todo) from None
     if not TIME_MIN.date() <= d < TIME_MAX.date():
-        raise InputError(expected, shown(value), todo)
+        raise InputError(expected, f"{shown(value)}, which is outside those years", todo)
     return d
 
 

@@ -350,7 +350,7 @@ def day(text: str) -> dt.date:
     >>> day("2014-13-45")
     Traceback (most recent call last):
     ...
-    argparse.ArgumentTypeError: expected a day as YYYY-MM-DD (e.g. 2014-12-31), got '2014-13-45'. Fix the day.
+    argparse.ArgumentTypeError: expected a day as YYYY-MM-DD (e.g. 2014-12-31) from 1900-01-01 to 2199-12-31, got '2014-13-45', which is not a calendar date. Fix the day.
     """
     parsed: dt.date = value_type(values.day)(text)
     return parsed
