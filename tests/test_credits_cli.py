@@ -91,6 +91,23 @@ def test_audit_output_refuses_what_is_not_a_file_it_can_write(
     assert not (tmp_path / "no").exists()
 
 
+def test_a_repeated_spend_of_a_settled_training_opens_nothing(
+        sqlite_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``credits spend WS T`` again after T's verdict settled says it wrote nothing, and now also
+    writes nothing: it opened T "awaiting predictions" with a new deadline, which ``training
+    show`` then reported and ``training expire`` ended as "expired"."""
+    from typestrict_pipeline.lifecycle.trainings import training_status
+
+    _settled_with_audit(sqlite_url, tmp_path)
+    engine = open_store(sqlite_url)
+    before = training_status(engine, "tr_9")
+    capsys.readouterr()
+    assert main(["credits", "spend", "acme", "tr_9", "--store", sqlite_url]) == 0
+    assert "wrote nothing to the store" in capsys.readouterr().out
+    assert training_status(engine, "tr_9") == before
+    engine.dispose()
+
+
 def test_audit_command_names_a_missing_model(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     open_store(sqlite_url).dispose()
     assert main(["audit", "nope", "--url", sqlite_url]) == 2
