@@ -359,6 +359,20 @@ def test_a_path_from_the_environment_the_system_refuses_is_named(
     assert snapshot(home) == before
 
 
+def test_a_fifo_in_place_of_a_training_manifest_never_hangs(tmp_path: Path) -> None:
+    """``training show T`` reads T's manifest to find its workspace; a FIFO there blocked it for
+    good. In its own process, with a deadline."""
+    folder = tmp_path / "trainings" / "tfifo"
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / "manifest.json")
+    env = {**os.environ, "TYPESTRICT_HOME": str(tmp_path)}
+    env.pop("TYPESTRICT_STORE_URL", None)
+    done = subprocess.run([sys.executable, "-m", "typestrict_pipeline.cli", "training", "show", "tfifo",
+                           "--new-store"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "expected a training with id 'tfifo' in the store or under" in done.stderr
+
+
 def _cli(*argv: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "typestrict_pipeline.cli", *argv], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)

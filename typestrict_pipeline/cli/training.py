@@ -57,9 +57,10 @@ def _store_of(engine: Any) -> Any:
 
 
 def _workspace_of(engine: Any, training_id: str) -> str:
-    """The training's workspace: from its lifecycle row, else its manifest or draft."""
-    import json
-
+    """The training's workspace: from its lifecycle row, else its manifest or draft (read by the
+    rule of every JSON file, :func:`read_json_file`: a FIFO in its place hung the command)."""
+    from typestrict_pipeline.errors import InputError
+    from typestrict_pipeline.files import read_json_file
     from typestrict_pipeline.lifecycle.trainings import training_status
 
     found = training_status(engine, training_id)
@@ -68,8 +69,8 @@ def _workspace_of(engine: Any, training_id: str) -> str:
     folder = typestrict_home() / "trainings" / training_id
     for name in ("manifest.json", "api-draft.json"):
         try:
-            doc = json.loads((folder / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            doc = read_json_file(folder / name)
+        except InputError:  # missing, not a regular file, not JSON: the next one, else none
             continue
         if isinstance(doc, dict) and isinstance(doc.get("workspace_id"), str):
             return str(doc["workspace_id"])
