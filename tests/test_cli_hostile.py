@@ -84,15 +84,19 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("study reversed range", [*STUDY[:3], "--start", "2015-12-31", "--end", "2013-01-02", *STUDY[7:]], 2,
      "got the start 2015-12-31T00:00:00+00:00 after the end 2013-01-02T00:00:00+00:00. Swap them"),
     ("grant 10**30", ["credits", "grant", "acme", BIG, "--reference", "x"], 2,
-     "expected an amount of credits as a whole number from 1 to 1,000,000,000"),
+     "expected an amount of credits as a whole number from 1 to 1,000,000"),
     ("grant 5001 digits", ["credits", "grant", "acme", "9" * 5001, "--reference", "x"], 2,
      "(5001 characters)"),
-    ("grant negative", ["credits", "grant", "acme", "-5", "--reference", "x"], 2, "from 1 to 1,000,000,000"),
+    ("grant negative", ["credits", "grant", "acme", "-5", "--reference", "x"], 2, "from 1 to 1,000,000."),
+    ("grant past one entry's bound", ["credits", "grant", "acme", "1000001", "--reference", "x"], 2,
+     "expected an amount of credits from 1 to 1,000,000, got '1000001'"),
+    ("adjust past one entry's bound", ["credits", "adjust", "acme", "-2000000", "--reference", "z", "--reason", "r"],
+     2, "expected an amount of credits from -1,000,000 to 1,000,000, got '-2000000'"),
     ("grant empty reference", ["credits", "grant", "acme", "5", "--reference", ""], 2, "expected a reference"),
     ("grant NUL in reason", ["credits", "grant", "acme", "5", "--reference", "y", "--reason", "a\x00b"], 2,
      "expected a reason of 1 to 500 printable characters"),
     ("adjust 10**10", ["credits", "adjust", "acme", "10000000000", "--reference", "z", "--reason", "r"], 2,
-     "from -1,000,000,000 to 1,000,000,000"),
+     "from -1,000,000 to 1,000,000."),
     ("spend path as training", ["credits", "spend", "acme", "../../etc"], 2,
      "expected a training id (letters, digits, _ . @ + -; at most 128; no '..'), got '../../etc'"),
     ("workspace with a slash", ["credits", "grant", "a/b", "1", "--reference", "q"], 2, "expected a workspace id"),
@@ -100,20 +104,32 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("unknown workspace", ["credits", "balance", "ghost"], 2,
      "expected a workspace the store knows, got 'ghost' (known: acme)"),
     ("unknown workspace usage", ["usage", "ghost"], 2, "got 'ghost' (known: acme)"),
+    *[(f"unknown workspace {' '.join(argv[:2])}", argv, 2, "expected a workspace the store knows, got 'ghost' (known: acme)")
+      for argv in (["training", "list", "ghost"], ["api-key", "list", "ghost"], ["schedule", "workspace", "ghost"],
+                   ["schedule", "workspace", "ghost", "--json"])],
     ("ledger unknown training", ["credits", "ledger", "acme", "--training", "t9"], 2,
      "expected ledger entries of training 't9' in workspace 'acme', got none"),
     ("ledger training path", ["credits", "ledger", "acme", "--training", "../x"], 2, "expected a training id"),
     ("usage bad day", ["usage", "acme", "--since", "2014-13-45"], 2,
-     "expected a day as YYYY-MM-DD (e.g. 2014-12-31), got '2014-13-45'"),
+     "expected a day as YYYY-MM-DD (e.g. 2014-12-31) from 1900-01-01 to 2199-12-31, got '2014-13-45', which is not "
+     "a calendar date"),
+    ("usage year 1", ["usage", "acme", "--since", "0001-01-01"], 2,
+     "from 1900-01-01 to 2199-12-31, got '0001-01-01', which is outside those years. Fix the day."),
     ("usage year 99999", ["usage", "acme", "--until", "99999-01-01"], 2, "expected a day as YYYY-MM-DD"),
     ("usage reversed", ["usage", "acme", "--since", "2015-02-01", "--until", "2015-01-01"], 2,
      "got the start 2015-02-01 after the end 2015-01-01. Swap them"),
     ("store scheme mysql", ["credits", "balance", "acme", "--store", "mysql://u@h/db"], 2,
-     "expected a store URL starting with sqlite:/// or postgresql://, got 'mysql://u@h/db'"),
+     "expected a store URL sqlite:///PATH or postgresql://USER@HOST:PORT/DB, got 'mysql://u@h/db'. "
+     "Fix --store or TYPESTRICT_STORE_URL"),
     ("store not a URL", ["credits", "balance", "acme", "--store", "store.db"], 2, "expected a store URL"),
     ("store password masked", ["credits", "balance", "acme", "--store", "redis://u:secret@h/0"], 2,
      "'redis://u:***@h/0'"),
-    ("study id words", ["study", "leaderboard", "abc"], 2, "expected a study id (a whole number"),
+    # one rule and one message for a study id, in every command that takes one (common.study_id)
+    *[(f"study id {bad} to {' '.join(argv)}", [*argv, bad], 2,
+       f"expected a study id as a whole number from 1 to 4,611,686,018,427,387,904, got '{bad}'. Pass an id "
+       "that `typestrict study list` shows")
+      for bad in ("abc", "1.0", "\uff11")
+      for argv in (["study", "leaderboard"], ["study", "delete"], ["study", "status"], ["schedule", "lineage"])],
     ("study id huge", ["study", "leaderboard", "9" * 30], 2, "expected a study id"),
     ("study id unknown", ["study", "leaderboard", "99"], 2, "expected an existing study id, got 99"),
     ("backtest unknown id", ["backtest", "show", "nosuch"], 2, "got unknown id 'nosuch'"),
@@ -122,6 +138,10 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("backtest latency nan", [*BACKTEST, "--standin-latency", "nan"], 2, "expected seconds from 0 to 60"),
     ("backtest model URL", [*BACKTEST, "--model-url", "file:///etc/passwd", "--model", "m", "--price-in",
                             "1", "--price-out", "1"], 2, "expected --model-url as an http:// or https://"),
+    *[(f"model URL {url}", [*argv, "--model-url", url, "--model", "m", "--price-in", "1", "--price-out", "1"], 2,
+       "expected --model-url as an http:// or https:// base URL with a host (and a port from 1 to 65535, if any)")
+      for url in ("http://h:x/v1", "http://[::1/v1", "http://h:99999/v1", "http:///v1", "http://h /v1")
+      for argv in (BACKTEST, ["run", "seattle_rain", "--as-of", "2015-06-01"])],
     ("backtest unknown workflow", ["backtest", "run", "nosuch", "--start", "2015-01-01", "--end", "2015-01-10"],
      2, "expected a registered workflow, got 'nosuch'"),
     ("live unknown workflow", ["run", "nosuch"], 2, "expected a registered workflow, got 'nosuch'"),
@@ -129,6 +149,11 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("schedule id zero", ["schedule", "status", "0"], 2, "expected a schedule id from 1"),
     ("notifications empty user", ["schedule", "notifications", "", "--on"], 2, "expected a person"),
     ("unknown command", ["frobnicate"], 2, "invalid choice"),
+    ("api port full-width digits", ["api", "--port", "\uff11\uff12"], 2,
+     "argument --port: expected a TCP port as a whole number from 1 to 65,535, got '\uff11\uff12'"),
+    ("api port hex", ["api", "--port", "0x10"], 2, "argument --port: expected a TCP port as a whole number"),
+    ("api port 0", ["api", "--port", "0"], 2, "argument --port: expected a TCP port from 1 to 65,535, got '0'"),
+    ("api workers nan", ["api", "--workers", "nan"], 2, "argument --workers: expected a number of worker processes"),
     # round 3: unicode tricks in identifiers and numbers, special store paths
     ("workspace homoglyph", ["credits", "balance", "\u0430cme"], 2, "expected a workspace id (letters, digits, _ . @ + -; at most 128"),
     ("workspace zero-width", ["credits", "balance", "ac\u200bme"], 2, "got 'ac\\u200bme'"),
@@ -168,6 +193,56 @@ CASES: list[tuple[str, list[str], int, str]] = [
                                  "--workspace", "acme"], 2, "got U+202E at character 1"),
     ("store is a directory", ["credits", "balance", "acme", "--store", "sqlite:////"], 2, "got something that is not a file"),
     ("store is /dev/null", ["credits", "balance", "acme", "--store", "sqlite:////dev/null"], 2, "got something that is not a file"),
+    # round 4: a value given empty ("$UNSET") is refused, never read as the option left out (which
+    # decided as of now, wrote to the default store, recorded now as the data's end...)
+    *[(f"empty {name}", argv, 2, f"argument {arg}: expected a value, got an empty one") for name, arg, argv in [
+        ("--store of a write", "--store", ["credits", "grant", "acme", "1", "--reference", "e1", "--store", ""]),
+        ("--as-of of a live run", "--as-of", ["run", "seattle_rain", "--as-of", ""]),
+        ("--csv of a backtest", "--csv", [*BACKTEST, "--csv", ""]),
+        ("--model-url of a backtest", "--model-url", [*BACKTEST, "--model-url", ""]),
+        ("--version to activate", "--version", ["backtest", "activate", "seattle_rain", "--version", "",
+                                                "--workspace", "acme"]),
+        ("END of data-arrived", "end", ["schedule", "data-arrived", "acme", "seattle_rain", ""]),
+        ("audit file to verify", "AUDIT.json", ["verify", ""]),
+        ("--host of the server", "--host", ["api", "--host", ""]),
+    ]],
+    # every --now is one rule (common.now_option): a time with its zone, read with the command line
+    *[(f"--now without a zone: {' '.join(argv[:2])}", [*argv, "--now", "2030-01-01T00:00:00"], 2,
+       "argument --now: expected --now as an ISO 8601 time with a zone from 1900-01-01 to 2199-12-31 "
+       "(2015-01-01T00:00Z, 2015-01-01T00:00+02:00), got '2030-01-01T00:00:00', which has no zone")
+      for argv in (["schedule", "tick"], ["training", "expire"], ["credits", "expire"])],
+    *[(f"--now empty: {' '.join(argv[:2])}", [*argv, "--now", ""], 2,
+       "argument --now: expected --now as an ISO 8601 time with a zone from 1900-01-01 to 2199-12-31 "
+       "(2015-01-01T00:00Z, 2015-01-01T00:00+02:00), got ''")
+      for argv in (["schedule", "tick"], ["training", "expire"], ["credits", "expire"])],
+    # a store URL is checked by the store's one rule (scheme, driver, port), by every command
+    ("store port not a number", ["credits", "balance", "acme", "--store", "postgresql://u@h:notaport/db"], 2,
+     "expected a store URL sqlite:///PATH or postgresql://USER@HOST:PORT/DB, got 'postgresql+psycopg2://u@h:notaport/db'"),
+    ("store port an IPv6 host cut short", ["credits", "balance", "acme", "--store", "postgresql://u@[::1/db"], 2,
+     "expected a store URL sqlite:///PATH or postgresql://USER@HOST:PORT/DB"),
+    ("api-key store port not a number", ["api-key", "list", "acme", "--store", "postgresql://u@h:x/db"], 2,
+     "expected a store URL sqlite:///PATH or postgresql://USER@HOST:PORT/DB"),
+    ("api-key store scheme mysql", ["api-key", "create", "acme", "--store", "mysql://u:secret@h/db"], 2,
+     "got 'mysql://u:***@h/db'. Fix --store or TYPESTRICT_STORE_URL"),
+    *[(f"store in memory: {' '.join(argv[:2])} {url}", [*argv, "--store", url], 2,
+       f"expected a store URL naming the store's file, sqlite:///PATH, got '{url}', an in-memory database "
+       "that is gone when the command ends") for url in ("sqlite://", "sqlite:///", "sqlite:///:memory:")
+      for argv in (["credits", "grant", "acme", "1", "--reference", "mem"], ["store", "upgrade"],
+                   ["api-key", "create", "acme"])],
+    ("store path too long", ["credits", "balance", "acme", "--store", "sqlite:////tmp/" + "q" * 5000 + "/store.db"], 2,
+     "expected a path the system can open, got '/tmp/qqq"),
+    ("store path too long, a write", ["credits", "grant", "acme", "1", "--reference", "long", "--new-store",
+                                      "--store", "sqlite:////tmp/" + "q" * 5000 + "/store.db"], 2,
+     "characters): File name too long (errno 36). Check the path you gave"),
+    # an API key's label and workspace: the rules of every stored text and every workspace id
+    ("api-key label with an escape", ["api-key", "create", "acme", "--label", "x\x1b[2J"], 2,
+     "expected an API key's label without control characters"),
+    ("api-key label RTL override", ["api-key", "create", "acme", "--label", "\u202eexe.txt"], 2,
+     "got U+202E at character 1"),
+    ("api-key label 201 characters", ["api-key", "create", "acme", "--label", "x" * 201], 2,
+     "expected an API key's label of at most 200 characters, got 201 characters"),
+    ("api-key list workspace path", ["api-key", "list", "../x"], 2, "expected a workspace id (letters, digits"),
+    ("api-key create workspace with '..'", ["api-key", "create", "a..b"], 2, "expected a workspace id (letters, digits"),
 ]
 
 
@@ -234,6 +309,70 @@ def test_an_unreachable_postgres_store_is_a_message(home: Path, capsys: pytest.C
     assert "Traceback" not in err and snapshot(home) == before
 
 
+def test_text_that_looks_like_markup_is_printed_as_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ledger reason or a key label with square brackets is a table cell like any other: the
+    ledger with a reason ``[/]`` failed as "unexpected error MarkupError", and a label
+    ``[red]k[/red]`` was listed as ``k``."""
+    store = ["--store", f"sqlite:///{tmp_path / 'store.db'}", "--new-store"]
+    reason, label = "refund [/] of [b]x[/b]", "[red]k[/red]"
+    assert run_cli(["credits", "grant", "acme", "2", "--reference", "m1", "--reason", reason, *store], capsys)[0] == 0
+    assert run_cli(["api-key", "create", "acme", "--label", label, *store], capsys)[0] == 0
+    capsys.readouterr()
+    assert main(["credits", "ledger", "acme", *store]) == 0
+    assert main(["api-key", "list", "acme", *store]) == 0
+    out, err = capsys.readouterr()
+    assert reason in out and label in out and err == ""
+
+
+def test_an_empty_typestrict_home_is_the_default_home_not_the_current_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``TYPESTRICT_HOME=$UNSET``: the store is ./.typestrict/store.db, as with no setting (it was
+    ./store.db, and a write with --new-store started a store in the folder itself)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TYPESTRICT_HOME", "")
+    monkeypatch.delenv("TYPESTRICT_STORE_URL", raising=False)
+    code, err = run_cli(["credits", "balance", "acme"], capsys)
+    assert code == 2 and f"expected a store at {tmp_path / '.typestrict' / 'store.db'}, got no such file" in err, err
+    assert run_cli(["credits", "grant", "acme", "1", "--reference", "h1", "--new-store"], capsys)[0] == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".typestrict"]
+    assert (tmp_path / ".typestrict" / "store.db").is_file()
+
+
+@pytest.mark.parametrize(("variable", "argv"), [
+    ("TYPESTRICT_HOME", ["credits", "balance", "acme"]),
+    ("TYPESTRICT_HOME", ["training", "show", "t1", "--store", "sqlite:///{home}/store.db"]),
+    ("TYPESTRICT_DATASETS_DIR", ["data", "show"]),
+])
+def test_a_path_from_the_environment_the_system_refuses_is_named(
+    home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, variable: str, argv: list[str]
+) -> None:
+    """A folder named by the environment that the system refuses (here: too long) was "unexpected
+    error OSError: [Errno 36] File name too long ... This is a bug"."""
+    monkeypatch.setenv(variable, "/tmp/" + "q" * 5000)
+    before = snapshot(home)
+    code, err = run_cli([a.format(home=home) for a in argv], capsys)
+    assert code == 2 and "typestrict: expected a path the system can open, got '/tmp/qqq" in err, err
+    assert "File name too long (errno 36)" in err and "This is a bug" not in err
+    assert snapshot(home) == before
+
+
+def test_a_fifo_in_place_of_a_training_manifest_never_hangs(tmp_path: Path) -> None:
+    """``training show T`` reads T's manifest to find its workspace; a FIFO there blocked it for
+    good. In its own process, with a deadline."""
+    folder = tmp_path / "trainings" / "tfifo"
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / "manifest.json")
+    env = {**os.environ, "TYPESTRICT_HOME": str(tmp_path)}
+    env.pop("TYPESTRICT_STORE_URL", None)
+    done = subprocess.run([sys.executable, "-m", "typestrict_pipeline.cli", "training", "show", "tfifo",
+                           "--new-store"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "expected a training with id 'tfifo' in the store or under" in done.stderr
+
+
 def _cli(*argv: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "typestrict_pipeline.cli", *argv], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -254,6 +393,24 @@ def test_a_closed_pipe_ends_quietly(home: Path) -> None:
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=300) == 141
     assert err == ""
+
+
+def test_a_closed_stdout_drops_the_output_and_a_full_one_is_one_line(home: Path) -> None:
+    """``typestrict ... >&-`` ran into a traceback ('NoneType' object has no attribute 'flush'), exit
+    1; ``> /dev/full`` (a full disk) was "unexpected error OSError ... This is a bug"."""
+    env = {**os.environ, "TYPESTRICT_HOME": str(home)}
+    env.pop("TYPESTRICT_STORE_URL", None)
+    argv = [sys.executable, "-m", "typestrict_pipeline.cli", "credits", "balance", "acme"]
+    closed = subprocess.run(argv, env=env, stderr=subprocess.PIPE, preexec_fn=lambda: os.close(1),
+                            timeout=300, check=False)
+    assert (closed.returncode, closed.stderr) == (0, b"")
+    with open("/dev/full", "wb") as full:
+        done = subprocess.run(argv, env=env, stdout=full, stderr=subprocess.PIPE, timeout=300, check=False)
+    err = done.stderr.decode()
+    assert done.returncode == 2, err
+    assert err.splitlines() == ["typestrict: expected room to write, got No space left on device (errno 28). Free "
+                                "space, or raise the quota or the file size limit, and run the command again; "
+                                "what was stored before stays stored."]
 
 
 def test_ctrl_c_exits_130_with_one_line(home: Path, tmp_path: Path) -> None:

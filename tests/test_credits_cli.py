@@ -20,8 +20,8 @@ from typestrict_pipeline.store import open_store
 T0 = dt.datetime(2026, 6, 1, tzinfo=dt.UTC)
 
 
-def _settled_with_audit(url: str, tmp_path: Path) -> tuple[Path, Verdict]:
-    judgement = judge([synthetic_decision(seed=3, n=80, n_answers=3, ties=True)],
+def _settled_with_audit(url: str, tmp_path: Path, n: int = 80) -> tuple[Path, Verdict]:
+    judgement = judge([synthetic_decision(seed=3, n=n, n_answers=3, ties=True)],
                       keep_if_loses=True, resamples=200)
     audit = write_audit(tmp_path / "audits" / "tr_9.json",
                         build_audit(judgement, training_id="tr_9", model_id="m9", jev_id="jev"))
@@ -45,6 +45,67 @@ def test_audit_command_prints_the_audit_file_byte_for_byte(sqlite_url: str, tmp_
     out = tmp_path / "copy.json"
     assert main(["audit", "tr_9", "--url", sqlite_url, "-o", str(out)]) == 0
     assert out.read_bytes() == audit.read_bytes()
+
+
+def _audit_with_a_file_size_limit(url: str, out: Path, limit: int) -> subprocess.CompletedProcess[bytes]:
+    import resource
+    import signal
+
+    def limited() -> None:  # a full disk, as far as this process can tell: writes past `limit` fail
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return subprocess.run([sys.executable, "-m", "typestrict_pipeline.cli", "audit", "tr_9", "--store", url,
+                           "-o", str(out)], capture_output=True, check=False, preexec_fn=limited)
+
+
+def test_audit_output_is_written_whole_or_left_as_it_was(sqlite_url: str, tmp_path: Path) -> None:
+    """``audit -o FILE`` that fails midway (here a file size limit below the audit's size) keeps the
+    file it would replace; it left the audit's first bytes in its place."""
+    audit, _ = _settled_with_audit(sqlite_url, tmp_path, n=800)
+    out = tmp_path / "keep" / "audit.json"
+    out.parent.mkdir()
+    out.write_bytes(b'{"an": "older audit"}')
+    limit = 64 * 1024  # room for the store's own small files (its WAL index is 32 KiB), not the audit
+    assert audit.stat().st_size > limit + 32 * 1024
+    proc = _audit_with_a_file_size_limit(sqlite_url, out, limit)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and "expected a file path that can be written, got" in err and "Traceback" not in err, err
+    assert out.read_bytes() == b'{"an": "older audit"}'
+    assert sorted(p.name for p in out.parent.iterdir()) == ["audit.json"]  # no temporary file left
+
+
+@pytest.mark.parametrize(("target", "got"), [
+    ("/dev/null", "'/dev/null', a character device"),
+    ("{tmp}", "a directory"),
+    ("{tmp}/no/such/folder/a.json", "whose folder does not exist"),
+])
+def test_audit_output_refuses_what_is_not_a_file_it_can_write(
+    sqlite_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], target: str, got: str
+) -> None:
+    _settled_with_audit(sqlite_url, tmp_path)
+    capsys.readouterr()
+    assert main(["audit", "tr_9", "--store", sqlite_url, "-o", target.format(tmp=tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "expected a file path that can be written" in err and got in err, err
+    assert not (tmp_path / "no").exists()
+
+
+def test_a_repeated_spend_of_a_settled_training_opens_nothing(
+        sqlite_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``credits spend WS T`` again after T's verdict settled says it wrote nothing, and now also
+    writes nothing: it opened T "awaiting predictions" with a new deadline, which ``training
+    show`` then reported and ``training expire`` ended as "expired"."""
+    from typestrict_pipeline.lifecycle.trainings import training_status
+
+    _settled_with_audit(sqlite_url, tmp_path)
+    engine = open_store(sqlite_url)
+    before = training_status(engine, "tr_9")
+    capsys.readouterr()
+    assert main(["credits", "spend", "acme", "tr_9", "--store", sqlite_url]) == 0
+    assert "wrote nothing to the store" in capsys.readouterr().out
+    assert training_status(engine, "tr_9") == before
+    engine.dispose()
 
 
 def test_audit_command_names_a_missing_model(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -117,7 +178,7 @@ def test_expire_refuses_a_now_outside_the_years_or_the_calendar_and_deletes_noth
     assert main(["credits", "expire", "--now", now, "--trainings-dir", str(root), "--url", sqlite_url]) == 2
     err = capsys.readouterr().err
     assert "expected --now as an ISO 8601 time with a zone from 1900-01-01 to 2199-12-31" in err
-    assert why in err and "Write the sweep's time with its zone" in err
+    assert why in err and "Write the time with its zone, e.g. --now 2026-01-31T04:00:00Z" in err
     assert (files / "weights.bin").read_bytes() == b"w"
     assert main(["credits", "models", "acme", "--json", "--url", sqlite_url]) == 0
     assert '"state": "available"' in capsys.readouterr().out

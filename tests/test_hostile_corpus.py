@@ -640,6 +640,8 @@ def test_the_cli_refuses_a_broken_store_with_a_message_and_no_traceback(
     ("url", "pattern"),
     [
         ("mysql://u@h/db", r"expected a store URL sqlite:///PATH or postgresql://"),
+        ("postgresql://u:hunter2@h:notaport/db", r"expected a store URL sqlite:///PATH or postgresql://USER@HOST:PORT/DB, "
+         r"got 'postgresql\+psycopg2://u:\*\*\*@h:notaport/db'"),
         ("no-scheme-at-all", r"got 'no-scheme-at-all'"),
         ("redis://127.0.0.1:6379/0", r"expected a store URL"),
         ("sqlite+pysqlcipher://:secret@/x.db", r"expected the built-in SQLite driver"),

@@ -506,6 +506,14 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], str]] = [
      "expected --as-of as an ISO 8601 date or time from 1900-01-01 to 2199-12-31"),
     ("data arrival in year 9999", ["schedule", "data-arrived", "acme", "wx", "9999-12-31T23:59:59-12:00"], {},
      "expected"),
+    # a file named on the command line is read by the rule of every data file: a name the system
+    # refuses was "unexpected error OSError: [Errno 36] File name too long ... This is a bug"
+    ("prompt file name too long", [*STUDY, "--prompt-file", "forecast=/tmp/" + "p" * 5000], {},
+     "expected a prompt file for step 'forecast', got a path that cannot be followed (File name too long)"),
+    ("predictions file name too long", ["training", "submit", "t1", "/tmp/" + "p" * 5000], {},
+     "expected a predictions file (JSON lines, docs/manifest.md), got a path that cannot be followed"),
+    ("prompt file a FIFO's kin, a device", [*STUDY, "--prompt-file", "forecast=/dev/zero"], {},
+     "/dev/zero: expected a prompt file for step 'forecast', got a character device"),
 ]
 
 
@@ -781,6 +789,23 @@ def test_a_data_files_text_keeps_its_format_characters(tmp_path: Path, monkeypat
     assert load_registered("rtl")["weather"].n_rows == len(rows) - 1
     stored = (tmp_path / "datasets" / "rtl" / "weather.csv").read_text(encoding="utf-8")
     assert "\u05d2\u05e9\u05dd\u200f" in stored and "sun\u200bny" in stored
+
+
+def test_a_prompt_file_that_is_not_utf8_is_a_message_naming_it(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It was "unexpected error UnicodeDecodeError ... This is a bug"."""
+    monkeypatch.setenv("TYPESTRICT_HOME", str(home))
+    monkeypatch.delenv("TYPESTRICT_STORE_URL", raising=False)
+    prompt = tmp_path / "latin1.txt"
+    prompt.write_bytes("Forecast the weather.\nToday: caf\xe9 {today_mm}\n".encode("latin-1"))
+    before = snapshot(home)
+    capsys.readouterr()
+    assert main([*STUDY, "--prompt-file", f"forecast={prompt}"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"typestrict: {prompt}: expected a UTF-8 encoded prompt file for step 'forecast', got bytes "
+                   "that are not UTF-8 on line 2. Save the file as UTF-8.\n")
+    assert snapshot(home) == before
 
 
 def test_a_fifo_given_to_data_append_never_hangs(datasets: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from pathlib import Path
 
 import pytest
 
@@ -94,3 +95,41 @@ def test_schedule_commands(sqlite_url: str, capsys: pytest.CaptureFixture[str], 
     assert "'A scheduled study changes its winner' off" in capsys.readouterr().out
     assert main(["schedule", "cancel", "1", "--by", "bo@example.com", *u]) == 0
     assert "cancelled by bo@example.com" in capsys.readouterr().out
+
+
+def test_deliver_requeues_only_a_given_up_message(
+    sqlite_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``schedule deliver --requeue ID`` puts back a message that was given up, and nothing else:
+    a delivered one was sent a second time, and an id no message has was said to be "back in the
+    outbox" (exit 0, a "wrote" line)."""
+    from sqlalchemy import update
+
+    from typestrict_pipeline.reruns.notify import KIND_WINNER_CHANGED, TITLE_WINNER_CHANGED, enqueue
+    from typestrict_pipeline.reruns.tables import OutboxMessage, OutboxState
+    from typestrict_pipeline.store import session_scope
+
+    log = tmp_path / "notifications.log"
+    monkeypatch.setenv("TYPESTRICT_NOTIFY_TRANSPORT", "file")
+    monkeypatch.setenv("TYPESTRICT_NOTIFY_FILE", str(log))
+    engine = open_store(sqlite_url)
+    for key in ("winner-changed:1", "winner-changed:2"):
+        enqueue(engine, dedupe_key=key, kind=KIND_WINNER_CHANGED, recipient="ana@example.com",
+                subject=TITLE_WINNER_CHANGED, body=f"{key}.", now=dt.datetime(2026, 11, 30, tzinfo=dt.UTC))
+    with session_scope(engine) as s:
+        s.execute(update(OutboxMessage).where(OutboxMessage.id == 2).values(state=OutboxState.DEAD, attempts=8))
+    engine.dispose()
+    u = ["--store", sqlite_url]
+    assert main(["schedule", "deliver", *u]) == 0  # message 1 is delivered
+    sent = log.read_bytes()
+    assert sent.count(b"winner-changed:1.") == 1
+    capsys.readouterr()
+    assert main(["schedule", "deliver", "--requeue", "1", *u]) == 2
+    err = capsys.readouterr().err
+    assert "expected a given-up message to put back in the outbox, got message 1 delivered at 20" in err, err
+    assert main(["schedule", "deliver", "--requeue", "99", *u]) == 2
+    assert "expected an existing message id, got 99. List them with `typestrict schedule outbox`" in capsys.readouterr().err
+    assert log.read_bytes() == sent  # nothing delivered twice
+    assert main(["schedule", "deliver", "--requeue", "2", *u]) == 0
+    assert "wrote the delivery of message(s) 2" in capsys.readouterr().out
+    assert log.read_bytes().count(b"winner-changed:2.") == 1

@@ -594,19 +594,24 @@ def day(value: Any, what: str = "a day", *, fix: str | None = None) -> dt.date:
     >>> day("2014-02-30")
     Traceback (most recent call last):
     ...
-    typestrict_pipeline.errors.InputError: expected a day as YYYY-MM-DD (e.g. 2014-12-31), got '2014-02-30'. Fix the day.
+    typestrict_pipeline.errors.InputError: expected a day as YYYY-MM-DD (e.g. 2014-12-31) from 1900-01-01 to 2199-12-31, got '2014-02-30', which is not a calendar date. Fix the day.
+    >>> day("0001-01-01")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected a day as YYYY-MM-DD (e.g. 2014-12-31) from 1900-01-01 to 2199-12-31, got '0001-01-01', which is outside those years. Fix the day.
     """
-    expected = f"{what} as YYYY-MM-DD (e.g. 2014-12-31)"
+    last = (TIME_MAX - dt.timedelta(days=1)).date().isoformat()
+    expected = f"{what} as YYYY-MM-DD (e.g. 2014-12-31) from {TIME_MIN.date().isoformat()} to {last}"
     todo = fix or "fix the day"
     text = _text_of(value, expected, todo)
     if not text.isascii() or not _DAY.fullmatch(text):
         raise InputError(expected, shown(value), todo)
     try:
         d = dt.date.fromisoformat(text)
-    except ValueError:
-        raise InputError(expected, shown(value), todo) from None
+    except ValueError:  # the day the text names does not exist: say so, not only "as YYYY-MM-DD"
+        raise InputError(expected, f"{shown(value)}, which is not a calendar date", todo) from None
     if not TIME_MIN.date() <= d < TIME_MAX.date():
-        raise InputError(expected, shown(value), todo)
+        raise InputError(expected, f"{shown(value)}, which is outside those years", todo)
     return d
 
 
@@ -633,6 +638,35 @@ def email(value: Any, what: str = "an e-mail address", *,
     if not text.isascii() or not _EMAIL.fullmatch(text) or len(text.partition("@")[0]) > 64:
         raise InputError(expected, shown(value), fix)
     return text
+
+
+def base_url(value: Any, what: str = "--model-url", *,
+             fix: str = "give the endpoint's base URL, e.g. https://api.example.com/v1") -> str:
+    """An ``http://`` or ``https://`` base URL a request can be sent to: a host, a port that is a
+    number from 1 to 65535 when one is written, no space or control character, at most 2,000
+    characters. A URL that only starts right (``http://h:x/v1``, ``http://[::1/v1``) was taken,
+    and every call of the run then failed.
+
+    >>> base_url("https://api.example.com/v1")
+    'https://api.example.com/v1'
+    >>> base_url("http://h:x/v1")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected --model-url as an http:// or https:// base URL with a host (and a port from 1 to 65535, if any), got 'http://h:x/v1'. Give the endpoint's base URL, e.g. https://api.example.com/v1.
+    """
+    from urllib.parse import urlsplit
+
+    expected = f"{what} as an http:// or https:// base URL with a host (and a port from 1 to 65535, if any)"
+    if not isinstance(value, str) or len(value) > 2000 or not value.startswith(("http://", "https://")):
+        raise InputError(expected, shown(value, 100), fix)
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError:  # a port that is not a number or out of range, an IPv6 host cut short
+        raise InputError(expected, shown(value, 100), fix) from None
+    if not parts.hostname or port == 0 or _CONTROL.search(value) or " " in value:
+        raise InputError(expected, shown(value, 100), fix)
+    return value
 
 
 # ------------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib
 import os
 import sys
@@ -48,8 +49,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     Exit codes: 0 done; 1 the command ran and found a problem (or an unexpected error, a bug,
     reported in one line); 2 a usage error or one of our errors (the message says what to fix);
     130 interrupted (Ctrl-C), 143 stopped by SIGTERM. A closed pipe (``... --json | head -3``) ends quietly. No command
-    prints a traceback unless ``TYPESTRICT_DEBUG=1``.
+    prints a traceback unless ``TYPESTRICT_DEBUG=1``: not with stdout or stderr closed (``>&-``: what would
+    be printed there is dropped), nor on a full disk (``> /dev/full``, a quota: exit 2, one line), nor on a path the
+    system refuses (too long, no permission: exit 2, the path named).
     """
+    _open_closed_streams()
     try:
         _stop_on_sigterm()
         from typestrict_pipeline.cli.parser import parse
@@ -72,8 +76,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "SIGTERM" in str(exc):
             return _fail("typestrict: stopped by SIGTERM; what was stored before stays stored", 143)
         return _fail("typestrict: interrupted; what was stored before stays stored", 130)
+    except OSError as exc:
+        if exc.errno in _NO_ROOM:
+            where = f" to {exc.filename}" if exc.filename else ""
+            return _fail(f"typestrict: expected room to write{where}, got {exc.strerror or exc} (errno "
+                         f"{exc.errno}). Free space, or raise the quota or the file size limit, and run the "
+                         "command again; what was stored before stays stored.", 2)
+        if exc.errno in _BAD_PATH and exc.filename:
+            name = str(exc.filename)
+            shown = repr(name) if len(name) <= 200 else f"{name[:200]!r}… ({len(name):,} characters)"
+            return _fail(f"typestrict: expected a path the system can open, got {shown}: {exc.strerror} (errno "
+                         f"{exc.errno}). Check the path you gave (an option, TYPESTRICT_HOME, "
+                         "TYPESTRICT_STORE_URL, TYPESTRICT_DATASETS_DIR) and its permissions.", 2)
+        return _unexpected(exc)
     except Exception as exc:  # the last line of defence: one line, no traceback
         return _unexpected(exc)
+
+
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+"""A write refused for want of room: the disk (or stdout's, ``> /dev/full``), a quota, a file size limit."""
+
+_BAD_PATH = (errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.EROFS)
+"""A path the system refuses (too long, a symlink loop, through a file, no permission, read-only):
+the path came from the user (an option or the environment), never a bug of ours."""
+
+
+def _open_closed_streams() -> None:
+    """Python leaves ``sys.stdout`` (``sys.stderr``) None when the command starts with it closed
+    (``typestrict ... >&-``); the first print then failed with a traceback. It reads as
+    ``/dev/null`` instead: the command runs, what it would print there is dropped."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 (for the process's life)
 
 
 def _stop_on_sigterm() -> None:

@@ -25,7 +25,6 @@ from typestrict_pipeline.cli.common import Wrote, say_wrote, shown_store, writes
 from typestrict_pipeline.errors import InputError
 from typestrict_pipeline.store import (
     default_store_url,
-    normalize_url,
     open_store,
     typestrict_home,
     utcnow,
@@ -33,16 +32,16 @@ from typestrict_pipeline.store import (
 
 
 def _store(args: argparse.Namespace) -> str:
+    """The store: ``--store``, else ``TYPESTRICT_STORE_URL``, else the SQLite file under ``--home``
+    or ``TYPESTRICT_HOME``; checked as every command's (:func:`check_store_url`)."""
+    from typestrict_pipeline.cli.common import check_store_url
+
     if args.store is None and getattr(args, "home", None) and not os.environ.get("TYPESTRICT_STORE_URL"):
-        return normalize_url(f"sqlite:///{Path(args.home).resolve() / 'store.db'}")
-    return normalize_url(args.store or default_store_url())
+        return check_store_url(f"sqlite:///{Path(args.home).resolve() / 'store.db'}")
+    return check_store_url(args.store if args.store is not None else default_store_url())
 
 
 def _serve(args: argparse.Namespace) -> int:
-    if not 0 < args.port < 65536:
-        raise InputError("a TCP port between 1 and 65535", str(args.port), "pass --port 8000")
-    if not 1 <= args.workers <= 64:
-        raise InputError("between 1 and 64 worker processes", str(args.workers), "pass --workers 4")
     from typestrict_pipeline.api.jev import JEV_SOURCE_ENV, choose_jev
 
     home = (Path(args.home) if args.home else typestrict_home()).resolve()
@@ -88,6 +87,9 @@ def _serve(args: argparse.Namespace) -> int:
                     timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, **uvicorn_options())
     return 0
 
+
+LABEL_MAX_CHARS = 200
+"""The longest API key label (the column's size; a longer one was cut without a word)."""
 
 GRACEFUL_SHUTDOWN_S = 5
 """On Ctrl-C or SIGTERM, requests in flight get this long before the server stops anyway."""
@@ -152,6 +154,10 @@ def _list(args: argparse.Namespace) -> int:
     engine = open_store(_store(args), create=False)  # reading creates nothing
     try:
         keys = list_api_keys(engine, args.workspace)
+        if not keys:  # an unknown workspace is a typo or the wrong store, not an empty list
+            from typestrict_pipeline.workspaces import require_workspace
+
+            require_workspace(engine, args.workspace)
     finally:
         engine.dispose()
     if args.json:
@@ -180,13 +186,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Add ``api`` and ``api-key``."""
     p = subparsers.add_parser("api", help="serve the customer HTTP API (/v1) with uvicorn")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="TCP port, 1 to 65535 (default 8000)")
-    p.add_argument("--workers", type=int, default=1,
+    from typestrict_pipeline.cli.common import bounded_int, positive_float
+
+    # the rule of every whole number of the command line (ASCII digits, bounded): int() took
+    # '１２' (full-width digits) as port 12, and '0x10' got argparse's "invalid int value"
+    p.add_argument("--port", type=bounded_int("a TCP port", 1, 65535), default=8000,
+                   help="TCP port, 1 to 65535 (default 8000)")
+    p.add_argument("--workers", type=bounded_int("a number of worker processes", 1, 64), default=1,
                    help="worker processes, 1 to 64 (default 1; more than 1 runs the app factory per worker)")
     p.add_argument("--home", help="TYPESTRICT_HOME (trainings, audits, workspaces' files)")
     p.add_argument("--jev-source", help="Jev's manifest predictions.jev object, as JSON or @FILE")
     from typestrict_pipeline.api.ratelimit import DEFAULT_BURST, DEFAULT_RATE_PER_S
-    from typestrict_pipeline.cli.common import bounded_int, positive_float
 
     p.add_argument("--rate-limit", type=positive_float("requests a second", 100_000.0), default=DEFAULT_RATE_PER_S,
                    help=f"requests a second each API key may make, sustained (default {DEFAULT_RATE_PER_S:g}; "
@@ -200,9 +210,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     keys = subparsers.add_parser("api-key", help="API keys per workspace: create, revoke, list")
     sub = keys.add_subparsers(dest="api_key_command", required=True)
+    from typestrict_pipeline import values
+    from typestrict_pipeline.cli.common import identifier, value_type
+
+    workspace = identifier("a workspace id")  # the rule of every command's workspace
     c = sub.add_parser("create", help="create a key for a workspace (printed once)")
-    c.add_argument("workspace", help="the workspace the key belongs to")
-    c.add_argument("--label", default="", help="a note to recognise the key by")
+    c.add_argument("workspace", type=workspace, help="the workspace the key belongs to")
+    c.add_argument("--label", default="", type=value_type(lambda text: values.check_text(
+        text, "an API key's label", max_chars=LABEL_MAX_CHARS, empty=True)),
+                   help=f"a note to recognise the key by (at most {LABEL_MAX_CHARS} characters, printed by `api-key list`)")
     _store_option(writes(c))
     c.set_defaults(func=_create)
     r = sub.add_parser("revoke", help="revoke a key by its id (the 16 hex characters after tsk_) or the whole key")
@@ -212,6 +228,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _store_option(writes(r))
     r.set_defaults(func=_revoke)
     ls = sub.add_parser("list", help="a workspace's keys (ids and labels, never the keys)")
-    ls.add_argument("workspace", help="the workspace whose keys to list")
+    ls.add_argument("workspace", type=workspace, help="the workspace whose keys to list")
     _store_option(ls)
     ls.set_defaults(func=_list)

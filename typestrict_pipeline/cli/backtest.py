@@ -62,7 +62,7 @@ from typestrict_pipeline.cli.common import (
     writes,
 )
 from typestrict_pipeline.errors import InputError
-from typestrict_pipeline.values import check_text, command_value, parameter_name
+from typestrict_pipeline.values import base_url, check_text, command_value, parameter_name
 from typestrict_pipeline.workspaces import require_workspace
 
 WORKSPACE = identifier("a workspace id")
@@ -139,9 +139,8 @@ def _check_model_url(args: argparse.Namespace) -> None:
         raise InputError(f"--model-url with {', '.join(given)}", f"{' '.join(given)} without --model-url",
                          "add --model-url URL (an OpenAI-compatible endpoint), or leave "
                          f"{', '.join(given)} out to use the local stand-in")
-    if url and (not url.startswith(("http://", "https://")) or len(url) > 2000):
-        raise InputError("--model-url as an http:// or https:// base URL", repr(url[:100]),
-                         "give the endpoint's base URL, e.g. https://api.example.com/v1")
+    if url:
+        base_url(url, "--model-url")
 
 
 def _backtest_run(args: argparse.Namespace) -> int:

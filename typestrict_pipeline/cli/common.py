@@ -12,7 +12,7 @@ Every area's CLI module uses these so that one concept has one spelling:
 * ``writes(parser)`` marks a command that writes (to the store, to files); each such command says
   what it wrote in one shape, :class:`Wrote` (``wrote WHAT to WHERE``; ``"wrote"`` in ``--json``).
   The mark is the one list of the commands that write: a test walks the parser for it.
-* ``bounded_int``, ``usd``, ``day``, ``identifier`` are argparse ``type=`` functions: a value out
+* ``bounded_int``, ``usd``, ``day``, ``identifier``, ``now_option``, ``study_id`` are argparse ``type=`` functions: a value out
   of range is a usage error with a message (exit 2), never a traceback or a write.
 * ``print_table(title, columns, rows)``: a table with headers (rich); plain, full-width text when
   stdout is not a terminal.
@@ -43,10 +43,8 @@ STORE_HELP = ("the store, as a URL: sqlite:///path/store.db or postgresql://user
 # Bounds of the numbers a command takes (documented in docs/cli.md).
 MAX_STEPS = 10_000_000
 MAX_CANDIDATES = 100_000
-MAX_CREDITS = 1_000_000_000
 MAX_USD = 1_000_000
 _IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}")
-_SCHEMES = ("sqlite", "postgresql", "postgres", "postgresql+psycopg2")
 
 
 def add_store(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -147,23 +145,32 @@ def say_wrote(args: argparse.Namespace, wrote: Wrote) -> None:
 
 
 def check_store_url(url: str) -> str:
-    """``url`` normalized when its scheme is one the store supports, else an :class:`InputError`.
+    """``url`` normalized when it is a store URL (the store's own rule,
+    :func:`typestrict_pipeline.store.engine.parse_store_url`: scheme, driver, port) that names a
+    store a command can use: a SQLite file or a PostgreSQL database, never an in-memory SQLite
+    database (what a command wrote there would be gone when it ends).
 
     >>> check_store_url("postgresql://u@h/db")
     'postgresql+psycopg2://u@h/db'
-    >>> check_store_url("mysql://u@h/db")
+    >>> check_store_url("mysql://u:secret@h/db")
     Traceback (most recent call last):
     ...
-    typestrict_pipeline.errors.InputError: expected a store URL starting with sqlite:/// or postgresql://, got 'mysql://u@h/db'. Fix --store or TYPESTRICT_STORE_URL.
+    typestrict_pipeline.errors.StoreError: expected a store URL sqlite:///PATH or postgresql://USER@HOST:PORT/DB, got 'mysql://u:***@h/db'. Fix --store or TYPESTRICT_STORE_URL (docs/operations.md).
+    >>> check_store_url("sqlite://")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected a store URL naming the store's file, sqlite:///PATH, got 'sqlite://', an in-memory database that is gone when the command ends. Write the file's path, e.g. --store sqlite:////srv/typestrict/store.db.
     """
-    from typestrict_pipeline.instance import _mask_password
     from typestrict_pipeline.store import normalize_url
+    from typestrict_pipeline.store.engine import parse_store_url
 
-    scheme, sep, _rest = url.partition("://")
-    if not sep or scheme.lower() not in _SCHEMES:
-        raise InputError("a store URL starting with sqlite:/// or postgresql://",
-                         repr(_mask_password(url)[:200]), "fix --store or TYPESTRICT_STORE_URL")
-    return normalize_url(url)
+    url = normalize_url(url)
+    parsed = parse_store_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise InputError("a store URL naming the store's file, sqlite:///PATH",
+                         f"{url[:200]!r}, an in-memory database that is gone when the command ends",
+                         "write the file's path, e.g. --store sqlite:////srv/typestrict/store.db")
+    return url
 
 
 def store_url(args: argparse.Namespace) -> str:
@@ -343,9 +350,45 @@ def day(text: str) -> dt.date:
     >>> day("2014-13-45")
     Traceback (most recent call last):
     ...
-    argparse.ArgumentTypeError: expected a day as YYYY-MM-DD (e.g. 2014-12-31), got '2014-13-45'. Fix the day.
+    argparse.ArgumentTypeError: expected a day as YYYY-MM-DD (e.g. 2014-12-31) from 1900-01-01 to 2199-12-31, got '2014-13-45', which is not a calendar date. Fix the day.
     """
     parsed: dt.date = value_type(values.day)(text)
+    return parsed
+
+
+def study_id(text: str) -> int:
+    """An argparse ``type=``, the one rule of a study id on the command line (every ``study`` and
+    ``schedule`` command that takes one): a whole number in ASCII digits from 1 to 2**62.
+
+    >>> study_id("12")
+    12
+    >>> study_id("abc")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected a study id as a whole number from 1 to 4,611,686,018,427,387,904, got 'abc'. Pass an id that `typestrict study list` shows.
+    """
+    parsed: int = value_type(lambda t: values.integer(
+        t, "a study id", lo=1, hi=2**62, fix="pass an id that `typestrict study list` shows"))(text)
+    return parsed
+
+
+def now_option(text: str) -> dt.datetime:
+    """An argparse ``type=``, the one rule of every ``--now`` (the time a sweep or a tick acts as
+    of: ``credits expire``, ``training expire``, ``schedule tick``): an ISO 8601 time with its
+    zone, from 1900 to 2199 (:func:`typestrict_pipeline.values.timestamp` with ``zone``). A time
+    without a zone would be read as UTC wherever the operator is, and expire, refund or fire
+    hours early or late.
+
+    >>> now_option("2026-01-31T04:00:00+02:00")
+    datetime.datetime(2026, 1, 31, 2, 0, tzinfo=datetime.timezone.utc)
+    >>> now_option("2026-01-31T04:00:00")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected --now as an ISO 8601 time with a zone from 1900-01-01 to 2199-12-31 (2015-01-01T00:00Z, 2015-01-01T00:00+02:00), got '2026-01-31T04:00:00', which has no zone. Write the time with its zone, e.g. --now 2026-01-31T04:00:00Z; leave --now out to act as of now.
+    """
+    parsed: dt.datetime = value_type(lambda t: values.timestamp(
+        t, "--now", zone=True,
+        fix="write the time with its zone, e.g. --now 2026-01-31T04:00:00Z; leave --now out to act as of now"))(text)
     return parsed
 
 
@@ -386,20 +429,25 @@ def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequen
     """Print a table with a header row (rich); ``right`` names the columns aligned right.
 
     On a terminal it fits the terminal's width; otherwise every cell is printed whole (no
-    colour, no trailing spaces), so the output can be read by a script or a pager.
+    colour, no trailing spaces), so the output can be read by a script or a pager. Every cell
+    and the title are printed as they are written, never read as rich markup: a ledger reason
+    ``[/]`` or a key label ``[red]x[/red]`` is shown as typed (markup failed the whole table, or
+    was taken away from the text).
     """
     import io
 
     from rich import box
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False, show_edge=False)
+    table = Table(title=None if title is None else Text(title), box=box.SIMPLE_HEAD, title_justify="left",
+                  pad_edge=False, show_edge=False)
     for name in columns:
-        table.add_column(name, justify="right" if name in right else "left",
+        table.add_column(Text(name), justify="right" if name in right else "left",
                          no_wrap=not sys.stdout.isatty())
     for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row))
+        table.add_row(*(Text("" if v is None else str(v)) for v in row))
     if sys.stdout.isatty():
         Console().print(table)
         return
@@ -425,5 +473,7 @@ def progress(total: int, what: str) -> Iterator[Callable[[int], None]]:
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(what, total=total)
+        from rich.markup import escape
+
+        task = bar.add_task(escape(what), total=total)  # the words as written, never markup
         yield lambda done: bar.update(task, completed=min(done, total))

@@ -19,12 +19,12 @@ from typing import Any
 from sqlalchemy import Engine
 
 from typestrict_pipeline.cli.common import (
-    MAX_CREDITS,
     Wrote,
     add_json,
     add_store,
     bounded_int,
     identifier,
+    now_option,
     print_json,
     print_table,
     read_store,
@@ -40,18 +40,19 @@ from typestrict_pipeline.credits import (
     expire_models,
     list_models,
 )
+from typestrict_pipeline.credits.ledger import MAX_CREDITS_PER_ENTRY
 from typestrict_pipeline.errors import InputError, NotFoundError
 from typestrict_pipeline.files import loads_strict
 from typestrict_pipeline.refund.dataset import unlabeled_from_split
 from typestrict_pipeline.store import typestrict_home, utcnow
-from typestrict_pipeline.values import timestamp
 from typestrict_pipeline.workspaces import require_workspace
 
 WORKSPACE = identifier("a workspace id")
 TRAINING = identifier("a training id")
 REFERENCE = identifier("a reference (e.g. an invoice id)")
-AMOUNT = bounded_int("an amount of credits", 1, MAX_CREDITS)
-SIGNED_AMOUNT = bounded_int("an amount of credits", -MAX_CREDITS, MAX_CREDITS)
+# The ledger's bound on one entry (credits.ledger.MAX_CREDITS_PER_ENTRY), read before the store opens.
+AMOUNT = bounded_int("an amount of credits", 1, MAX_CREDITS_PER_ENTRY)
+SIGNED_AMOUNT = bounded_int("an amount of credits", -MAX_CREDITS_PER_ENTRY, MAX_CREDITS_PER_ENTRY)
 
 
 def _engine(args: argparse.Namespace) -> Engine:
@@ -69,14 +70,6 @@ def _reader(args: argparse.Namespace) -> Engine:
     return engine
 
 
-def _now(value: str | None) -> dt.datetime:
-    """``--now``: the sweep's time, with its zone, from 1900 to 2199 (the rule of every time
-    option, :func:`typestrict_pipeline.values.timestamp`); default the clock."""
-    if not value:
-        return dt.datetime.now(dt.UTC)
-    return timestamp(value, "--now", zone=True, fix=(
-        "write the sweep's time with its zone, e.g. --now 2026-01-31T04:00:00Z; leave --now out "
-        "to sweep as of now"))
 
 
 def _balance(args: argparse.Namespace) -> int:
@@ -235,7 +228,7 @@ def _expire(args: argparse.Namespace) -> int:
     root = Path(args.trainings_dir) if args.trainings_dir else typestrict_home() / "trainings"
     engine = _engine(args)
     try:
-        expired = expire_models(engine, now=_now(args.now), allowed_root=root)
+        expired = expire_models(engine, now=args.now or dt.datetime.now(dt.UTC), allowed_root=root)
         ids = tuple(m.model_id for m in expired)
         store = shown_store(store_url(args))
         wrote = (Wrote(f"the expiry of model(s) {', '.join(ids)} (their files deleted)", ids, store=store,
@@ -261,17 +254,35 @@ def _audit(args: argparse.Namespace) -> int:
     finally:
         engine.dispose()
     if args.output:
-        try:
-            Path(args.output).write_bytes(data)
-        except OSError as exc:
-            raise InputError("a file path that can be written", f"{args.output!r} ({exc.strerror})",
-                             "pick another --output") from None
+        _write_output(args.output, data)
         _say_written(args, data)
     else:
         sys.stdout.flush()
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
     return 0
+
+
+def _write_output(output: str, data: bytes) -> None:
+    """Write ``audit -o FILE`` whole or not at all (:func:`write_atomic`): a failure midway (a
+    full disk, a file size limit) leaves the file as it was, never the audit's first bytes in
+    place of the old file. A path that is not a regular file (``/dev/null``, a FIFO, a folder)
+    or whose folder does not exist is refused before anything is written."""
+    from typestrict_pipeline.files import special_kind, write_atomic
+
+    path = Path(output)
+    kind = special_kind(path)
+    if kind is not None:
+        raise InputError("a file path that can be written (a regular file)", f"{output!r}, {kind}",
+                         "pick another --output, or leave -o out to print the audit")
+    if not path.parent.is_dir():
+        raise InputError("a file path that can be written", f"{output!r}, whose folder does not exist",
+                         "create the folder, or pick another --output")
+    try:
+        write_atomic(path, data)
+    except OSError as exc:
+        raise InputError("a file path that can be written", f"{output!r} ({exc.strerror})",
+                         "pick another --output") from None
 
 
 def _say_written(args: argparse.Namespace, data: bytes) -> None:
@@ -328,7 +339,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     p = writes(sub.add_parser("grant", help="add credits to a workspace (once per --reference)"))
     p.add_argument("workspace", type=WORKSPACE, help="the workspace id")
-    p.add_argument("amount", type=AMOUNT, help=f"credits to add, 1 to {MAX_CREDITS:,}")
+    p.add_argument("amount", type=AMOUNT, help=f"credits to add, 1 to {MAX_CREDITS_PER_ENTRY:,}")
     p.add_argument("--reference", type=REFERENCE, required=True, help="idempotency key, e.g. the invoice id")
     p.add_argument("--reason", type=_reason, default="credits added", help="why, in words (default: credits added)")
     add_json(p)
@@ -344,7 +355,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     p = writes(sub.add_parser("adjust", help="a manual correction entry (once per --reference)"))
     p.add_argument("workspace", type=WORKSPACE, help="the workspace id")
-    p.add_argument("amount", type=SIGNED_AMOUNT, help=f"signed change in credits, ±{MAX_CREDITS:,} at most")
+    p.add_argument("amount", type=SIGNED_AMOUNT, help=f"signed change in credits, ±{MAX_CREDITS_PER_ENTRY:,} at most")
     p.add_argument("--reference", type=REFERENCE, required=True, help="idempotency key, e.g. the ticket id")
     p.add_argument("--reason", type=_reason, required=True, help="why, in words")
     p.add_argument("--training", type=TRAINING, help="the training it corrects, if any")
@@ -359,7 +370,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(func=_models)
 
     p = writes(sub.add_parser("expire", help="run the retention sweep now (what retention_schedule does)"))
-    p.add_argument("--now", help="the sweep's time, ISO 8601 with a zone (default: now)")
+    p.add_argument("--now", type=now_option, help="the sweep's time, ISO 8601 with a zone (default: now)")
     p.add_argument("--trainings-dir", help="refuse to delete outside it (default: ${TYPESTRICT_HOME}/trainings)")
     add_json(p)
     _url(p)

@@ -9,6 +9,11 @@
   ``--strat``, so that error names the typo first (``unrecognized arguments: --strat. Did you
   mean --start? (the following arguments are required: --start)``).
 * ``typestrict --version`` prints the version.
+* A value given empty (``--as-of ""``, ``--store "$UNSET"``) is refused, never read as the option
+  left out: an empty ``--as-of`` would decide as of now, an empty ``--store`` write to the default
+  store, an empty ``END`` record now as the data's end. The rule is :func:`not_empty`, the
+  ``type=`` :class:`Parser` gives every argument that has none (an option whose default is the
+  empty text, such as ``api-key create --label``, keeps taking it).
 
 Suggestions come from :func:`difflib.get_close_matches` over the choices or flags that exist
 there (a typo, a missing letter, two letters swapped).
@@ -20,7 +25,7 @@ import argparse
 import difflib
 import re
 from collections.abc import Iterable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 _INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)'")
 
@@ -87,12 +92,39 @@ def _did_you_mean(unknown: Sequence[str], flags: Sequence[str]) -> str:
     return ""
 
 
+def not_empty(text: str) -> str:
+    """The ``type=`` of every argument that takes text and names no type of its own: the text
+    as it is, unless it is empty.
+
+    >>> not_empty("2015-01-01")
+    '2015-01-01'
+    >>> not_empty("")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected a value, got an empty one. Write the value; to use an option's default, leave the option out.
+    """
+    if text == "":
+        raise argparse.ArgumentTypeError(
+            "expected a value, got an empty one. Write the value; to use an option's default, leave the option out.")
+    return text
+
+
+_TAKES_TEXT = (None, "store", "append")
+
+
 class Parser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors suggest the nearest command (sub-parsers are made of
-    the same class)."""
+    the same class), and whose arguments refuse an empty value (:func:`not_empty`) unless they
+    name a ``type=`` of their own (which says what it expects) or default to the empty text."""
 
     given: tuple[str, ...] = ()
     """The command line, when this is the command it names (set by :func:`parse`)."""
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        if (kwargs.get("type") is None and kwargs.get("action") in _TAKES_TEXT
+                and kwargs.get("nargs") != 0 and kwargs.get("default") != ""):
+            kwargs["type"] = not_empty
+        return super().add_argument(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         m = _INVALID_CHOICE.search(message)

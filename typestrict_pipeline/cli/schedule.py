@@ -39,11 +39,13 @@ from typestrict_pipeline.cli.common import (
     add_store,
     bounded_int,
     identifier,
+    now_option,
     print_json,
     read_store,
     say_wrote,
     shown_store,
     store_url,
+    study_id,
     usd,
     value_type,
     write_store,
@@ -56,7 +58,7 @@ if TYPE_CHECKING:
     from typestrict_pipeline.reruns.service import ScheduleView
 
 SCHEDULE_ID = bounded_int("a schedule id", 1, 2**62)
-STUDY_ID = bounded_int("a study id", 1, 2**62)
+STUDY_ID = study_id  # the one rule of a study id (common.study_id)
 WORKSPACE = identifier("a workspace id")
 WORKFLOW = identifier("a workflow name")
 PERSON = value_type(lambda text: values.email(text, values.PERSON))
@@ -82,9 +84,7 @@ def _views_json(engine: Engine, views: list[ScheduleView], ticks: int) -> list[d
     return out
 
 
-def _time(text: str | None) -> dt.datetime:
-    if not text:
-        return utcnow()
+def _time(text: str) -> dt.datetime:
     return values.timestamp(text, "the time", fix="write an ISO 8601 time such as 2015-02-12T00:00:00+00:00")
 
 
@@ -208,7 +208,7 @@ def _tick(args: argparse.Namespace) -> int:
 
     engine = _engine(args)
     port = StoreStudies(engine)
-    now = _time(args.now)
+    now = args.now or utcnow()
     results, _ = evaluate_due(engine, port, now=now, spend=store_spend_source(engine), source="cli")
     out: dict[str, object] = {"now": now, "evaluated": [], "notifications": None}
     evaluated: list[dict[str, object]] = []
@@ -291,6 +291,10 @@ def _workspace(args: argparse.Namespace) -> int:
         wrote = Wrote(f"{what} of workspace {args.workspace}", (args.workspace,),
                       store=shown_store(store_url(args)))
     status = workspace_status(engine, args.workspace, utcnow(), store_spend_source(engine))
+    if status is None and not setting:  # an unknown workspace is a typo or the wrong store
+        from typestrict_pipeline.workspaces import require_workspace
+
+        require_workspace(engine, args.workspace)
     if args.json:
         shown = None if status is None else dict(status.__dict__)
         if wrote is not None:
@@ -534,7 +538,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _add_lineage(sub)
 
     p = writes(cmd("tick", "evaluate the schedules that are due (what the Dagster sensor does)"))
-    p.add_argument("--now", help="evaluate as of this time (ISO 8601; default now)")
+    p.add_argument("--now", type=now_option, help="evaluate as of this time (ISO 8601 with a zone; default now)")
     p.add_argument("--run", action="store_true", help="also run fired re-runs here and deliver notifications")
     add_json(p)
     p.set_defaults(func=_tick)

@@ -45,6 +45,7 @@ from typestrict_pipeline.cli.common import (
     shown_store,
     step,
     store_url,
+    study_id,
     usd,
     write_store,
     writes,
@@ -60,20 +61,10 @@ from typestrict_pipeline.study.tables import CandidateRow, CandidateState, Study
 from typestrict_pipeline.workspaces import require_workspace
 
 STEPS = bounded_int("a number of steps", 1, MAX_STEPS)
-STUDY_ID_RANGE = (1, 2**62)
 
 
 def _engine(args: argparse.Namespace) -> Engine:
     return write_store(args)
-
-
-def _study_id(text: str) -> int:
-    digits = text.strip()
-    if not digits.isascii() or not digits.isdigit() or len(digits) > 19 \
-            or not STUDY_ID_RANGE[0] <= int(digits) <= STUDY_ID_RANGE[1]:
-        raise InputError("a study id (a whole number, see `typestrict study list`)", repr(text[:40]),
-                         "pass the study's id")
-    return int(digits)
 
 
 def _admitted(engine: Engine, study_id: int) -> int:
@@ -292,7 +283,7 @@ def _leaderboard(args: argparse.Namespace) -> int:
     from typestrict_pipeline.reruns.lineage import summarize
     from typestrict_pipeline.reruns.service import lineage_entries, lineage_text
 
-    sid = _study_id(args.study_id)
+    sid = args.study_id
     engine = read_store(args)
     board = load_leaderboard(engine, sid)
     entries = lineage_entries(engine, str(sid))
@@ -359,7 +350,7 @@ def _say(args: argparse.Namespace, text: str, wrote: Wrote, **fields: Any) -> No
 def _cancel(args: argparse.Namespace) -> int:
     from typestrict_pipeline.lifecycle.reaper import cancel_study, reap
 
-    sid = _study_id(args.study_id)
+    sid = args.study_id
     engine = write_store(args)
     try:
         reap(engine)
@@ -375,7 +366,7 @@ def _cancel(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
-    sid = _study_id(args.study_id)
+    sid = args.study_id
     repo.delete_study(_engine(args), sid)
     _say(args, f"study {sid}: deleted (a schedule re-running it turns itself off at its next tick)",
          Wrote(f"the deletion of study {sid} (its candidates and runs)", (str(sid),),
@@ -388,7 +379,7 @@ def _promote(args: argparse.Namespace) -> int:
     from typestrict_pipeline.study.promote import promote_winner
     from typestrict_pipeline.study.service import study_backend
 
-    sid = _study_id(args.study_id)
+    sid = args.study_id
     engine = _engine(args)
     res = promote_winner(engine, sid, study_backend(engine, sid))
     with session_scope(engine) as s:
@@ -418,7 +409,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(func=_run)
 
     p = cmd("leaderboard", "print a study's leaderboard and header")
-    p.add_argument("study_id", help="the study's id (see `typestrict study list`)")
+    p.add_argument("study_id", type=study_id, help="the study's id (see `typestrict study list`)")
     add_json(p)
     p.set_defaults(func=_leaderboard)
 
@@ -434,7 +425,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                        ("delete", "delete a study that is not in flight (its candidates and runs too)"),
                        ("promote", "promote a finished study's winner through the evaluation gate")):
         p = writes(cmd(name, text))
-        p.add_argument("study_id", help="the study's id (see `typestrict study list`)")
+        p.add_argument("study_id", type=study_id, help="the study's id (see `typestrict study list`)")
         add_json(p)
         p.set_defaults(func={"cancel": _cancel, "delete": _delete, "promote": _promote}[name])
 

@@ -29,6 +29,7 @@ from typestrict_pipeline.cli.common import (
     add_json,
     add_store,
     identifier,
+    now_option,
     print_json,
     print_table,
     say_wrote,
@@ -37,8 +38,9 @@ from typestrict_pipeline.cli.common import (
     write_store,
     writes,
 )
-from typestrict_pipeline.errors import InputError, NotFoundError
+from typestrict_pipeline.errors import NotFoundError
 from typestrict_pipeline.store import typestrict_home
+from typestrict_pipeline.workspaces import require_workspace
 
 TRAINING = identifier("a training id")
 WORKSPACE = identifier("a workspace id")
@@ -55,9 +57,10 @@ def _store_of(engine: Any) -> Any:
 
 
 def _workspace_of(engine: Any, training_id: str) -> str:
-    """The training's workspace: from its lifecycle row, else its manifest or draft."""
-    import json
-
+    """The training's workspace: from its lifecycle row, else its manifest or draft (read by the
+    rule of every JSON file, :func:`read_json_file`: a FIFO in its place hung the command)."""
+    from typestrict_pipeline.errors import InputError
+    from typestrict_pipeline.files import read_json_file
     from typestrict_pipeline.lifecycle.trainings import training_status
 
     found = training_status(engine, training_id)
@@ -66,8 +69,8 @@ def _workspace_of(engine: Any, training_id: str) -> str:
     folder = typestrict_home() / "trainings" / training_id
     for name in ("manifest.json", "api-draft.json"):
         try:
-            doc = json.loads((folder / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            doc = read_json_file(folder / name)
+        except InputError:  # missing, not a regular file, not JSON: the next one, else none
             continue
         if isinstance(doc, dict) and isinstance(doc.get("workspace_id"), str):
             return str(doc["workspace_id"])
@@ -90,6 +93,8 @@ def _list(args: argparse.Namespace) -> int:
         store = _store_of(engine)
         views = store.views(args.workspace, store.list_ids(args.workspace))  # one sweep, two queries
         rows = [_row(t, view) for t, view in views.items()]
+        if not rows:  # an unknown workspace is a typo or the wrong store, not an empty list
+            require_workspace(engine, args.workspace)
     finally:
         engine.dispose()
     if args.json:
@@ -125,16 +130,17 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _submit(args: argparse.Namespace) -> int:
+    from typestrict_pipeline.files import read_data_file
+
     path = Path(args.predictions)
-    if not path.is_file():
-        raise InputError("a predictions file (JSON lines, docs/manifest.md)", repr(args.predictions[:200]),
-                         "check the path")
+    # the rule of every data file: never a FIFO or a device, bounded; a name the system refuses
+    # (too long) was "unexpected error OSError ... This is a bug"
+    data = read_data_file(path, what="a predictions file (JSON lines, docs/manifest.md)", text=False)
     engine = write_store(args)
     try:
         workspace = _workspace_of(engine, args.training_id)
         store = _store_of(engine)
-        store.submit(workspace, args.training_id, path.read_bytes(), args.trained_on_sha256,
-                     source=str(path))
+        store.submit(workspace, args.training_id, data, args.trained_on_sha256, source=str(path))
         view = store.view(workspace, args.training_id)
     finally:
         engine.dispose()
@@ -189,10 +195,9 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _expire(args: argparse.Namespace) -> int:
-    from typestrict_pipeline.backtest.service import parse_time
     from typestrict_pipeline.lifecycle.trainings import expire_due, ledger_balance
 
-    now = parse_time(args.now, "now") if args.now else None
+    now = args.now
     engine = write_store(args)
     try:
         ended = expire_due(engine, now=now, trainings_dir=typestrict_home() / "trainings")
@@ -250,7 +255,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     p = writes(add_json(add_store(sub.add_parser(
         "expire", help="end the trainings whose deadline has passed (credit back)"))))
-    p.add_argument("--now", help="the time to expire at (ISO 8601; default now)")
+    p.add_argument("--now", type=now_option, help="the time to expire at (ISO 8601 with a zone; default now)")
     p.set_defaults(func=_expire)
 
 

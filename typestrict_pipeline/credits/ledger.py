@@ -602,7 +602,8 @@ class CreditLedger:
         """Take the one credit a training costs, once (idempotent per training).
 
         The training opens in ``awaiting_predictions`` with its deadline in the same transaction
-        (:mod:`typestrict_pipeline.lifecycle.trainings`): a credit never waits without one.
+        (:mod:`typestrict_pipeline.lifecycle.trainings`): a credit never waits without one. A
+        training whose verdict has settled is never opened again by a repeated spend.
 
         Raises:
             InsufficientCreditsError: the workspace has no credit left.
@@ -615,8 +616,11 @@ class CreditLedger:
         def work(session: Session) -> LedgerLine:
             from typestrict_pipeline.lifecycle.trainings import open_in
 
-            entry, _ = _spend_in(session, workspace_id, training_id, reason, when)
-            open_in(session, workspace_id, training_id, now=when)  # its deadline starts now
+            entry, new = _spend_in(session, workspace_id, training_id, reason, when)
+            # its deadline starts now; a repeated spend of a training whose verdict settled opens
+            # nothing (it opened it "awaiting predictions" with a new deadline, to expire later)
+            if new or _find(session, EntryKind.SETTLEMENT, training_id) is None:
+                open_in(session, workspace_id, training_id, now=when)
             return _line(entry)
 
         return run_transaction(self.engine, work)

@@ -369,13 +369,33 @@ def deliver_pending(
 
 
 def requeue(engine: Engine, message_id: int, now: dt.datetime | None = None) -> None:
-    """Put a ``DEAD`` message back in the queue (attempts start again)."""
+    """Put a ``DEAD`` message back in the queue (attempts start again).
+
+    Only a given-up message: a sent one put back was delivered a second time, and an id no
+    message has was said to be back in the outbox.
+
+    Raises:
+        NotFoundError: no message has the id.
+        InputError: the message is not ``DEAD`` (sent, or still in the queue).
+    """
+    from typestrict_pipeline.errors import InputError, NotFoundError
+
     with session_scope(engine) as session:
-        session.execute(
-            update(OutboxMessage)
-            .where(OutboxMessage.id == message_id)
-            .values(state=OutboxState.PENDING, attempts=0, next_attempt_at=now or utcnow(), claimed_until=None)
-        )
+        row = session.get(OutboxMessage, message_id, with_for_update=True)
+        if row is None:
+            raise NotFoundError(f"expected an existing message id, got {message_id}. List them with "
+                                "`typestrict schedule outbox`.")
+        if row.state is not OutboxState.DEAD:
+            got = (f"message {message_id} delivered at {row.sent_at.strftime('%Y-%m-%d %H:%M UTC')}"
+                   if row.state is OutboxState.SENT and row.sent_at is not None
+                   else f"message {message_id} {row.state.value.lower()} (still in the outbox)")
+            raise InputError("a given-up message to put back in the outbox", got,
+                             "nothing to requeue: a delivered message is never sent twice, a waiting one is "
+                             "sent by the next delivery (typestrict schedule deliver)")
+        row.state = OutboxState.PENDING
+        row.attempts = 0
+        row.next_attempt_at = now or utcnow()
+        row.claimed_until = None
 
 
 def transport_from_env(
@@ -406,8 +426,9 @@ def transport_from_env(
         return None
     if chosen == "file":
         explicit = env.get("TYPESTRICT_NOTIFY_FILE")
-        home = Path(env.get("TYPESTRICT_HOME", ".typestrict"))
-        return FileTransport(Path(explicit).resolve() if explicit else (home / "notifications.log").resolve())
+        from typestrict_pipeline.store import typestrict_home
+
+        return FileTransport(Path(explicit).resolve() if explicit else typestrict_home(env) / "notifications.log")
     if chosen == "webhook":
         url = env.get("TYPESTRICT_NOTIFY_WEBHOOK")
         if not url:

@@ -13,7 +13,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,9 +45,16 @@ _DAGSTER_ALEMBIC = ("dagster._core.storage.sql", "_alembic_lock")
 (a new run's event log, a new instance): held too, when Dagster is loaded in this process."""
 
 
-def typestrict_home() -> Path:
-    """The local folder for the embedded default (``TYPESTRICT_HOME`` or ``./.typestrict``)."""
-    return Path(os.environ.get("TYPESTRICT_HOME", ".typestrict")).resolve()
+def typestrict_home(environ: Mapping[str, str] | None = None) -> Path:
+    """The local folder for the embedded default: ``TYPESTRICT_HOME`` (of ``environ``, default
+    the process's), else ``./.typestrict``. Set but empty (``TYPESTRICT_HOME=$UNSET``) is unset,
+    as for ``TYPESTRICT_STORE_URL``: never the current folder itself.
+
+    >>> typestrict_home({"TYPESTRICT_HOME": ""}) == Path(".typestrict").resolve()
+    True
+    """
+    env = os.environ if environ is None else environ
+    return Path(env.get("TYPESTRICT_HOME") or ".typestrict").resolve()
 
 
 def default_store_url() -> str:
@@ -90,17 +97,25 @@ SUPPORTED_SCHEMES = ("sqlite", "postgresql")
 
 def parse_store_url(url: str) -> URL:
     """``url`` parsed, when it is a store URL this product opens (``sqlite:///`` with the built-in
-    driver, or ``postgresql://``), else a :class:`StoreError` that never shows a password."""
+    driver, or ``postgresql://``), else a :class:`StoreError` that never shows a password.
+
+    >>> parse_store_url("postgresql://u@db:5432/store").port
+    5432
+    >>> parse_store_url("postgresql://u@db:notaport/store")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.StoreError: expected a store URL sqlite:///PATH or postgresql://USER@HOST:PORT/DB, got 'postgresql://u@db:notaport/store'. Fix --store or TYPESTRICT_STORE_URL (docs/operations.md).
+    """
     try:
         parsed = make_url(url)
-    except ArgumentError:
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number ("h:x", "[::1")
         parsed = None
     backend = parsed.get_backend_name() if parsed is not None else None
     if parsed is None or backend not in SUPPORTED_SCHEMES:
         shown = _mask(url)
         raise StoreError(
             "expected a store URL sqlite:///PATH or postgresql://USER@HOST:PORT/DB, got "
-            f"{shown!r}. Fix TYPESTRICT_STORE_URL or the store option (docs/operations.md)."
+            f"{shown!r}. Fix --store or TYPESTRICT_STORE_URL (docs/operations.md)."
         )
     if backend == "sqlite" and parsed.drivername not in ("sqlite", "sqlite+pysqlite"):
         raise StoreError(

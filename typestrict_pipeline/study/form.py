@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from typestrict_pipeline.errors import InputError
@@ -166,6 +165,30 @@ def _once(name: str, seen: Mapping[str, Any], flag: str, values: str) -> None:
                          f"give all of its values in one, e.g. {flag} {name}=V1,V2")
 
 
+MAX_PROMPT_FILE_CHARS = 10_000_000
+"""The longest prompt a ``--prompt-file`` may hold (its file is refused above 4 bytes a character)."""
+
+
+def _prompt_file(step: str, path: str) -> str:
+    """The text of ``--prompt-file STEP=PATH``, read by the rule of every data file
+    (:func:`typestrict_pipeline.files.read_data_file`: never a FIFO or a device, which hung or
+    read without end; bounded before it is read; no NUL), in UTF-8: a name the system refuses
+    (too long) or bytes that are not UTF-8 were "unexpected error ... This is a bug".
+
+    Raises:
+        InputError: naming the file, what was expected and what to do.
+    """
+    from typestrict_pipeline.files import read_data_file
+
+    data = read_data_file(path, what=f"a prompt file for step {step!r}", max_bytes=4 * MAX_PROMPT_FILE_CHARS)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise InputError(f"a UTF-8 encoded prompt file for step {step!r}", f"bytes that are not UTF-8 on line {line}",
+                         "save the file as UTF-8", file=path) from None
+
+
 def parse_space(grid: list[str] | None, random: list[str] | None, draws: int, seed: int,
                 prompt_files: list[str] | None) -> SearchSpace:
     """A search space from the command line's ``--grid``, ``--random`` and ``--prompt-file``.
@@ -207,10 +230,7 @@ def parse_space(grid: list[str] | None, random: list[str] | None, draws: int, se
         step, sep, path = item.partition("=")
         if not sep:
             raise InputError("--prompt-file as STEP=PATH", repr(item), "write e.g. --prompt-file forecast=alt.txt")
-        p = Path(path)
-        if not p.is_file():
-            raise InputError(f"a readable prompt file for step {step!r}", repr(path), "check the path")
-        text = check_text(p.read_text(encoding="utf-8").strip(), f"the prompt file {path!r}",
-                          max_chars=10_000_000, lines=True, empty=True)
+        text = check_text(_prompt_file(step, path).strip(), f"the prompt file {path!r}",
+                          max_chars=MAX_PROMPT_FILE_CHARS, lines=True, empty=True)
         prompts.setdefault(parameter_name(step, "--prompt-file"), []).append(text)
     return SearchSpace(grid=g, random=r, random_draws=draws, seed=seed, prompts=prompts)
