@@ -386,10 +386,12 @@ def test_typestrict_api_serves_and_refuses_a_bad_jev_source(
     import sys
     import time
 
-    for bad in ("{not json", "[1]", "@/no/such/file.json"):
+    fifo = tmp_path / "jev.fifo"
+    os.mkfifo(fifo)  # read_text() waited on it for ever: the server neither started nor said why
+    for bad in ("{not json", "[1]", "@/no/such/file.json", f"@{fifo}", "@/dev/zero"):
         assert cli_main(["api", "--store", sqlite_url, "--jev-source", bad]) == 2
         err = capsys.readouterr().err
-        assert "--jev-source" in err or "readable JSON file" in err
+        assert "--jev-source" in err or "readable JSON file" in err, err
     # Recorded predictions that are not there: every training would have failed (a 503 that said
     # "expected room to store the training's files"), so the server does not start.
     assert cli_main(["api", "--store", sqlite_url, "--jev-source", json.dumps(support.UNUSED_JEV)]) == 2

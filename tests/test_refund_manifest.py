@@ -236,6 +236,15 @@ def test_duplicate_decision_names_and_bad_names() -> None:
         parse_manifest(manifest(decisions=[]))
 
 
+@pytest.mark.parametrize("workspace", ["w" * 65, "team@acme", "..", "-lead"])
+def test_a_workspace_id_follows_the_one_rule_of_workspace_ids(workspace: str) -> None:
+    """A manifest took a workspace id of any length (the store's schedules hold 64 characters:
+    PostgreSQL refused the row later), and '@' the CLI took: one rule, the CLI's and the keys' too."""
+    with pytest.raises(ManifestError, match=r"key 'workspace_id': expected a workspace id \(letters, digits"):
+        parse_manifest(manifest(workspace_id=workspace))
+    assert parse_manifest(manifest(workspace_id="w" * 64)).workspace_id == "w" * 64
+
+
 def test_version_format_and_sources() -> None:
     with pytest.raises(
         ManifestError, match=r"key 'manifest_version': expected manifest_version 1, got 2"

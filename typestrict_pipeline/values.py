@@ -615,6 +615,34 @@ def day(value: Any, what: str = "a day", *, fix: str | None = None) -> dt.date:
     return d
 
 
+WORKSPACE_ID_MAX = 64
+"""The longest workspace id: the narrowest column that holds one (a re-run schedule's)."""
+_WORKSPACE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def workspace_id(value: Any, what: str = "a workspace id", *,
+                 fix: str = "use the workspace's id, e.g. 'demo'") -> str:
+    """A workspace id: letters, digits, ``_``, ``-`` and ``.``, starting with a letter or a digit,
+    no ``..``, at most :data:`WORKSPACE_ID_MAX` characters. The one rule of the CLI, the API's
+    keys and the manifests (they had three: a manifest took any length, the CLI 128 characters
+    and ``@``, an API key 200, and a longer id failed in the store's 64-character column).
+
+    >>> workspace_id("demo"), workspace_id("team-7.eu")
+    ('demo', 'team-7.eu')
+    >>> workspace_id("a" * 65)
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected a workspace id (letters, digits, '_', '-' or '.', starting with a letter or digit, no '..', at most 64 characters), got a text of 65 characters. Use the workspace's id, e.g. 'demo'.
+    """
+    expected = (f"{what} (letters, digits, '_', '-' or '.', starting with a letter or digit, no '..', "
+                f"at most {WORKSPACE_ID_MAX} characters)")
+    if isinstance(value, str) and len(value) > WORKSPACE_ID_MAX:
+        raise InputError(expected, f"a text of {len(value):,} characters", fix)
+    if not isinstance(value, str) or not _WORKSPACE_ID.fullmatch(value) or ".." in value:
+        raise InputError(expected, shown(value), fix)
+    return value
+
+
 PERSON = "a person's e-mail address"
 """What an owner, a canceller or a notified person is called in messages (CLI and API alike)."""
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from typestrict_pipeline.errors import InputError
-from typestrict_pipeline.files import loads_strict
+from typestrict_pipeline.files import loads_strict, read_json_file
 
 DEMO_MARKER = "demo.json"
 """The file ``make demo`` writes into its home when it finishes (``demo/home.py``)."""
@@ -60,16 +60,13 @@ def parse_jev_source(text: str, *, what: str) -> dict[str, Any]:
         InputError: not readable, not strict JSON, or not a JSON object.
     """
     raw = text
-    if raw.startswith("@"):
+    if raw.startswith("@"):  # read by the rule of every JSON file: a FIFO, a device or a huge file is refused
+        value = read_json_file(raw[1:], what=f"a readable JSON file after '@' ({what})")
+    else:
         try:
-            raw = Path(raw[1:]).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InputError("a readable JSON file after '@'", f"{raw[1:]!r} ({type(exc).__name__})",
-                             "check the path") from None
-    try:
-        value = loads_strict(raw, file=what)
-    except InputError:
-        value = None
+            value = loads_strict(raw, file=what)
+        except InputError:
+            value = None
     if not isinstance(value, dict):
         raise InputError(
             f"{what} as a JSON object (a manifest predictions.jev, see docs/manifest.md)",

@@ -37,7 +37,6 @@ from typestrict_pipeline.store import Base, UTCDateTime, session_scope, utcnow
 KEY_PREFIX = "tsk_"
 _KEY = re.compile(r"tsk_([0-9a-f]{16})_([A-Za-z0-9_-]{43})")
 _KEY_ID = re.compile(r"[0-9a-f]{16}")
-_WORKSPACE = re.compile(r"[A-Za-z0-9_.-]{1,200}")
 
 
 class ApiKeyRow(Base):
@@ -74,17 +73,15 @@ class NewApiKey:
 
 
 def check_workspace_id(workspace_id: str) -> str:
-    """Refuse a workspace id that is not letters, digits, ``_``, ``-``, ``.`` (1–200).
+    """Refuse a workspace id that breaks the one rule of workspace ids
+    (:func:`typestrict_pipeline.values.workspace_id`).
 
     >>> check_workspace_id("demo")
     'demo'
     """
-    if not _WORKSPACE.fullmatch(workspace_id) or set(workspace_id) == {"."}:
-        raise InputError(
-            "a workspace id of letters, digits, '_', '-' or '.' (at most 200 characters)",
-            repr(workspace_id)[:80], "use the workspace's id, e.g. 'demo'",
-        )
-    return workspace_id
+    from typestrict_pipeline.values import workspace_id as one_rule
+
+    return one_rule(workspace_id)
 
 
 def _digest(secret: str) -> str:

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from typestrict_pipeline import values
 from typestrict_pipeline.backtest.engine import parse_step
 from typestrict_pipeline.backtest.metering import format_usd
 from typestrict_pipeline.backtest.pit import PointInTimeTable, format_time
@@ -58,6 +59,7 @@ from typestrict_pipeline.cli.common import (
     shown_store,
     step,
     store_url,
+    value_type,
     write_store,
     writes,
 )
@@ -65,7 +67,7 @@ from typestrict_pipeline.errors import InputError
 from typestrict_pipeline.values import base_url, check_text, command_value, parameter_name
 from typestrict_pipeline.workspaces import require_workspace
 
-WORKSPACE = identifier("a workspace id")
+WORKSPACE = value_type(values.workspace_id)
 WORKFLOW = identifier("a workflow name")
 PRICE = bounded_int("a price in micro-USD per 1M tokens", 0, 10**12)
 # A live decision more than this past the data's last known time gets a warning.

@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from typestrict_pipeline import values
 from typestrict_pipeline.cli.common import (
     Wrote,
     add_json,
@@ -31,6 +32,7 @@ from typestrict_pipeline.cli.common import (
     say_wrote,
     shown_store,
     store_url,
+    value_type,
     write_store,
     writes,
 )
@@ -47,7 +49,7 @@ from typestrict_pipeline.refund.dataset import unlabeled_from_split
 from typestrict_pipeline.store import typestrict_home, utcnow
 from typestrict_pipeline.workspaces import require_workspace
 
-WORKSPACE = identifier("a workspace id")
+WORKSPACE = value_type(values.workspace_id)
 TRAINING = identifier("a training id")
 REFERENCE = identifier("a reference (e.g. an invoice id)")
 # The ledger's bound on one entry (credits.ledger.MAX_CREDITS_PER_ENTRY), read before the store opens.

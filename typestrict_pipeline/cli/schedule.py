@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 
 SCHEDULE_ID = bounded_int("a schedule id", 1, 2**62)
 STUDY_ID = study_id  # the one rule of a study id (common.study_id)
-WORKSPACE = identifier("a workspace id")
+WORKSPACE = value_type(values.workspace_id)
 WORKFLOW = identifier("a workflow name")
 PERSON = value_type(lambda text: values.email(text, values.PERSON))
 

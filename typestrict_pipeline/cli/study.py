@@ -27,6 +27,7 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
+from typestrict_pipeline import values
 from typestrict_pipeline.cli.common import (
     MAX_CANDIDATES,
     MAX_STEPS,
@@ -47,6 +48,7 @@ from typestrict_pipeline.cli.common import (
     store_url,
     study_id,
     usd,
+    value_type,
     write_store,
     writes,
 )
@@ -430,7 +432,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         p.set_defaults(func={"cancel": _cancel, "delete": _delete, "promote": _promote}[name])
 
 
-WORKSPACE = identifier("a workspace id")
+WORKSPACE = value_type(values.workspace_id)
 WORKFLOW = identifier("a workflow name")
 
 

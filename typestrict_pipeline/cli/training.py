@@ -24,6 +24,7 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
+from typestrict_pipeline import values
 from typestrict_pipeline.cli.common import (
     Wrote,
     add_json,
@@ -35,6 +36,7 @@ from typestrict_pipeline.cli.common import (
     say_wrote,
     shown_store,
     store_url,
+    value_type,
     write_store,
     writes,
 )
@@ -43,7 +45,7 @@ from typestrict_pipeline.store import typestrict_home
 from typestrict_pipeline.workspaces import require_workspace
 
 TRAINING = identifier("a training id")
-WORKSPACE = identifier("a workspace id")
+WORKSPACE = value_type(values.workspace_id)
 
 
 def _when(value: dt.datetime | None) -> str:

@@ -413,6 +413,17 @@ def _name(ctx: _Ctx, where: str, value: Any) -> str:
     return text
 
 
+def _workspace_id(ctx: _Ctx, where: str, value: Any) -> str:
+    """The workspace id, by the one rule of workspace ids (:func:`typestrict_pipeline.values.workspace_id`)."""
+    from typestrict_pipeline.values import workspace_id
+
+    text = _required_string(ctx, where, value)
+    try:
+        return workspace_id(text)
+    except InputError as exc:
+        raise ctx.fail(where, exc.expected, exc.got, exc.fix) from None
+
+
 def default_data_root() -> Path:
     """The shared data folder manifests may also point into (besides their own folder).
 
@@ -710,7 +721,7 @@ def parse_manifest(
             "write a version-1 manifest as described in docs/manifest.md",
         )
     training_id = _name(ctx, "training_id", obj["training_id"])
-    workspace_id = _name(ctx, "workspace_id", obj["workspace_id"])
+    workspace_id = _workspace_id(ctx, "workspace_id", obj["workspace_id"])
     dataset = _parse_dataset(ctx, obj["dataset"], paths)
 
     raw_decisions = obj["decisions"]
