@@ -397,6 +397,18 @@ def _axe(page: Any) -> list[dict[str, Any]]:
     return violations
 
 
+def _axe_problems(page: Any, where: str) -> list[str]:
+    """axe-core's critical and serious violations on the page, each named with ``where``."""
+    return [f"{where}: {v['impact']} {v['id']} ({v['help']}) at {v['nodes']}"
+            for v in _axe(page) if v["impact"] in ("critical", "serious")]
+
+
+def _wider_than_screen(page: Any, where: str) -> list[str]:
+    """The page's overflow past the screen's width, if any, named with ``where``."""
+    wide = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+    return [f"{where}: the page is {wide}px wider than the screen"] if wide > 1 else []
+
+
 def _tab_through(page: Any) -> list[str]:
     """Press Tab until focus comes back round; the focused elements, in order, as text."""
     seen: list[str] = []
@@ -449,18 +461,14 @@ def test_every_page_is_accessible_and_usable_with_the_keyboard(served: Served, b
                 continue
             page.goto(served.url + path)
             page.wait_for_load_state("networkidle")
-            for v in _axe(page):
-                if v["impact"] in ("critical", "serious"):
-                    problems.append(f"{viewport} {name}: {v['impact']} {v['id']} ({v['help']}) at {v['nodes']}")
+            problems += _axe_problems(page, f"{viewport} {name}")
             stops = _tab_through(page)
             if not stops or not stops[0].startswith("A|") or "Skip to content" not in stops[0]:
                 problems.append(f"{viewport} {name}: the first Tab stop is not 'Skip to content': {stops[:1]}")
             for stop in stops[1:]:
                 if stop.endswith("|hidden|ring") or stop.endswith("|no-ring"):
                     problems.append(f"{viewport} {name}: a Tab stop without a visible focus: {stop}")
-            wide = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
-            if wide > 1:
-                problems.append(f"{viewport} {name}: the page is {wide}px wider than the screen")
+            problems += _wider_than_screen(page, f"{viewport} {name}")
             if viewport == "phone":
                 _shot(page, f"console-{name}-phone")
             elif name not in ("result", "study"):
@@ -560,9 +568,7 @@ def test_the_leaderboard_chart_stays_readable_from_4_to_500_candidates(served: S
             if n > TOP_K:
                 expect(page.locator("#board tbody tr[data-candidate]")).to_have_count(TOP_K)
                 expect(page.locator("#board-rest")).to_contain_text(f"{n - TOP_K} more candidates on other pages")
-                for v in _axe(page):
-                    if v["impact"] in ("critical", "serious"):
-                        problems.append(f"{viewport} {n}: {v['impact']} {v['id']} ({v['help']}) at {v['nodes']}")
+                problems += _axe_problems(page, f"{viewport} {n}")
                 following = page.get_by_role("link", name=f"Next {TOP_K}: candidates {TOP_K + 1} to {2 * TOP_K}")
                 _keyboard_press(following)
                 page.wait_for_url(re.compile(rf".*/console/studies/{sid}\?page=2#board-caption$"))
@@ -637,12 +643,7 @@ def test_the_backtests_page_pages_its_two_lists_from_the_keyboard(served: Served
         later = studies.evaluate_all("rows => rows.map(r => r.dataset.study)")
         assert len(later) == n_studies - PER_PAGE and not set(later) & set(first_studies), later
         expect(page.locator("#studies-pages a[rel=prev]")).to_have_text(f"Newer {PER_PAGE}")
-        for v in _axe(page):
-            if v["impact"] in ("critical", "serious"):
-                problems.append(f"{v['impact']} {v['id']} ({v['help']}) at {v['nodes']}")
-        wide = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
-        if wide > 1:
-            problems.append(f"the page is {wide}px wider than the screen")
+        problems += _axe_problems(page, "phone") + _wider_than_screen(page, "phone")
     assert not problems, "\n".join(problems)
 
 
@@ -676,12 +677,7 @@ def test_older_trainings_are_a_keyboard_press_away(served: Served, browser: Any)
             with _signed_in(browser, served, size, "/console/trainings") as page:
                 page.wait_for_url(re.compile(r".*/console/trainings$"))
                 expect(page.locator("#trainings tbody tr")).to_have_count(PER_PAGE)
-                for v in _axe(page):
-                    if v["impact"] in ("critical", "serious"):
-                        problems.append(f"{viewport}: {v['impact']} {v['id']} ({v['help']}) at {v['nodes']}")
-                wide = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
-                if wide > 1:
-                    problems.append(f"{viewport}: the page is {wide}px wider than the screen")
+                problems += _axe_problems(page, viewport) + _wider_than_screen(page, viewport)
                 older = page.locator("#trainings-pages a[rel=next]")
                 expect(older).to_have_text(re.compile(r"^Older \d+$"))
                 _keyboard_press(older)
