@@ -397,7 +397,7 @@ MANIFEST_CASES: list[Case] = [
     ("lone surrogate", manifest_text(replace_once('"Which sentiment?"', '"Which \\ud800?"')), M, r"expected text that is valid Unicode"),
     ("larger than 1 MB", manifest_text(replace_once('"options": {', '"pad": "' + "x" * 1_100_000 + '", "options": {')), M, r"expected a training manifest file of at most 1048576 bytes"),
     ("keep_if_loses 'yes'", edit_manifest(lambda m: m["options"].update(keep_if_loses="yes")), M, r"expected true or false, got 'yes'"),
-    ("ftp base_url", edit_manifest(lambda m: m["predictions"].update(jev={"kind": "openai", "base_url": "ftp://x", "model": "m"})), M, r"expected an http:// or https:// URL"),
+    ("ftp base_url", edit_manifest(lambda m: m["predictions"].update(jev={"kind": "openai", "base_url": "ftp://x", "model": "m"})), M, r"expected an endpoint as an http:// or https:// base URL with a host"),
     ("max_attempts 10**30", edit_manifest(lambda m: m["predictions"].update(jev={"kind": "openai", "base_url": "http://x", "model": "m", "max_attempts": 10**30})), M, r"expected an integer from 1 to 20"),
     ("no decisions", edit_manifest(lambda m: m.update(decisions=[])), M, r"expected a non-empty list of decisions"),
     ("duplicate answers", edit_manifest(lambda m: m["decisions"][0].update(answers=["yes", "yes"])), M, r"expected each answer listed once"),

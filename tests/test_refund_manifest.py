@@ -272,8 +272,13 @@ def test_version_format_and_sources() -> None:
         parse_manifest(raw)
     raw = manifest()
     raw["predictions"]["model"]["base_url"] = "ftp://x"
-    with pytest.raises(ManifestError, match=r"expected an http:// or https:// URL"):
+    with pytest.raises(ManifestError, match=r"expected an endpoint as an http:// or https:// base URL with a host"):
         parse_manifest(raw)
+    for only_starts_right in ("http://h:x/v1", "http://[::1/v1", "http:///v1", "https://api.example.com/v 1"):
+        raw = manifest()  # every Jev or model call of the verdict would have failed
+        raw["predictions"]["model"]["base_url"] = only_starts_right
+        with pytest.raises(ManifestError, match=r"key 'predictions.model.base_url': expected an endpoint as an http"):
+            parse_manifest(raw)
     raw = manifest()
     raw["predictions"]["model"]["max_attempts"] = 0
     with pytest.raises(

@@ -380,3 +380,17 @@ def test_verifier_agrees_with_the_producer_on_random_small_decisions(seed: int) 
     audit = build_audit(judge(decisions, keep_if_loses=rng.random() < 0.5), training_id="t",
                         model_id="m", jev_id="j")
     assert verify_audit.verify(json.loads(audit_bytes(audit))) == []
+
+
+def test_typestrict_verify_says_every_exit_status_it_can_return(capsys: pytest.CaptureFixture[str],
+                                                               tmp_path: Path) -> None:
+    """Its help named 0, 1 and 2 only, while a file it cannot read is 4 (the verifier's own)."""
+    from typestrict_pipeline.cli import main
+
+    assert main(["verify", str(tmp_path / "nope.json")]) == verify_audit.EXIT_CANNOT_CHECK
+    capsys.readouterr()
+    assert main(["verify", "--help"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    for code in (verify_audit.EXIT_OK, verify_audit.EXIT_DIFFERS, verify_audit.EXIT_MALFORMED,
+                 verify_audit.EXIT_CANNOT_CHECK):
+        assert f"{code}: {verify_audit.EXIT_CODES[code]}" in said, code

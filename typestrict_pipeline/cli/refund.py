@@ -136,14 +136,18 @@ def _split(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``verify`` and ``split`` sub-commands."""
+    from typestrict_pipeline import verify_audit as va
+
+    exits = (va.EXIT_OK, va.EXIT_DIFFERS, va.EXIT_MALFORMED, va.EXIT_CANNOT_CHECK)  # no --expect-sha256 here
     verify = subparsers.add_parser(
         "verify",
         help="rebuild a refund audit file's numbers and verdict, exactly",
         description=(
             "Rebuild every number of a refund audit file from its rows (seed, resamples, "
             "metrics, G, 5th percentile, margins, the 2/3 rule, the verdict) and compare them "
-            "exactly. Exit 0 when all match, 1 when anything differs, 2 when the file is not "
-            "an audit. Same code as the standalone verify_audit.py."
+            "exactly. Same code as the standalone verify_audit.py, and its exit status: "
+            + "; ".join(f"{code}: {va.EXIT_CODES[code]}" for code in exits)
+            + ". A wrong command line of this command is 2, as every command's."
         ),
     )
     verify.add_argument("audit", metavar="AUDIT.json", nargs="?", help="the audit file")

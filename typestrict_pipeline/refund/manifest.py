@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from typestrict_pipeline import values
 from typestrict_pipeline.errors import InputError, ManifestError
 from typestrict_pipeline.files import read_json_file, special_kind
 from typestrict_pipeline.refund.types import DecisionKind
@@ -415,11 +416,9 @@ def _name(ctx: _Ctx, where: str, value: Any) -> str:
 
 def _workspace_id(ctx: _Ctx, where: str, value: Any) -> str:
     """The workspace id, by the one rule of workspace ids (:func:`typestrict_pipeline.values.workspace_id`)."""
-    from typestrict_pipeline.values import workspace_id
-
     text = _required_string(ctx, where, value)
     try:
-        return workspace_id(text)
+        return values.workspace_id(text)
     except InputError as exc:
         raise ctx.fail(where, exc.expected, exc.got, exc.fix) from None
 
@@ -658,13 +657,10 @@ def _parse_source(ctx: _Ctx, where: str, raw: Any, paths: _Paths) -> PredictionS
     if kind == "openai":
         obj = _check_keys(ctx, where, raw, _ENDPOINT_KEYS, ("kind", "base_url", "model"))
         base_url = _required_string(ctx, f"{where}.base_url", obj["base_url"])
-        if not base_url.startswith(("http://", "https://")):
-            raise ctx.fail(
-                f"{where}.base_url",
-                "an http:// or https:// URL",
-                repr(base_url),
-                "write the endpoint's base URL, e.g. https://api.example.com/v1",
-            )
+        try:  # the rule of every base URL (--model-url's too): one that only starts right is refused
+            values.base_url(base_url, "an endpoint", fix="write the endpoint's base URL, e.g. https://api.example.com/v1")
+        except InputError as exc:
+            raise ctx.fail(f"{where}.base_url", exc.expected, exc.got, exc.fix) from None
         env = _string(ctx, f"{where}.api_key_env", obj.get("api_key_env"), optional=True)
         return EndpointSource(
             base_url=base_url.rstrip("/"),
