@@ -106,7 +106,8 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("unknown workspace usage", ["usage", "ghost"], 2, "got 'ghost' (known: acme)"),
     *[(f"unknown workspace {' '.join(argv[:2])}", argv, 2, "expected a workspace the store knows, got 'ghost' (known: acme)")
       for argv in (["training", "list", "ghost"], ["api-key", "list", "ghost"], ["schedule", "workspace", "ghost"],
-                   ["schedule", "workspace", "ghost", "--json"])],
+                   ["schedule", "workspace", "ghost", "--json"],
+                   ["schedule", "data-arrived", "ghost", "wx2", "2013-06-01T00:00:00Z"])],  # was recorded for no one
     ("ledger unknown training", ["credits", "ledger", "acme", "--training", "t9"], 2,
      "expected ledger entries of training 't9' in workspace 'acme', got none"),
     ("ledger training path", ["credits", "ledger", "acme", "--training", "../x"], 2, "expected a training id"),

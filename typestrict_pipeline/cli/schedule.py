@@ -254,9 +254,12 @@ def _tick(args: argparse.Namespace) -> int:
 
 def _data_arrived(args: argparse.Namespace) -> int:
     from typestrict_pipeline.reruns.studies import record_data_end
+    from typestrict_pipeline.workspaces import require_workspace
 
     end = _time(args.end)  # values.timestamp: 1900-2199, as every time option
-    record_data_end(_engine(args), args.workspace, args.workflow, end)
+    engine = _engine(args)
+    require_workspace(engine, args.workspace)  # a typo or the wrong store; a workflow without a study yet may take it
+    record_data_end(engine, args.workspace, args.workflow, end)
     key = f"{args.workspace}/{args.workflow}"
     wrote = Wrote(f"the data end of {key}, {end.isoformat()}", (key,), store=shown_store(store_url(args)))
     if args.json:
