@@ -32,7 +32,7 @@ from email.message import EmailMessage
 from pathlib import Path
 from typing import Protocol
 
-from sqlalchemy import Engine, or_, select, update
+from sqlalchemy import Engine, delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -219,8 +219,6 @@ def set_notification(engine: Engine, user_id: str, kind: str, enabled: bool,
     Raises:
         InputError: ``user_id`` is not one e-mail address, or an unknown ``kind``.
     """
-    from sqlalchemy import delete
-
     from typestrict_pipeline.values import PERSON, email
 
     user_id = email(user_id, PERSON)
