@@ -11,8 +11,9 @@ its point rate is above 8% at ≥ 400 replications (marked ``FAIL``). Not part o
 
     nice -n 10 .venv/bin/python -m bench.calibration_battery --part nw --sims 400
 
-Parts: ``nw``, ``spa``, ``gate``, ``lineage``, ``power``, ``twins``, ``rows``, ``memory``;
-``--quick`` runs a few cells of each. The tables in ``docs/method/studies.md`` §3.4 come from this script.
+Parts: ``nw``, ``spa``, ``gate``, ``lineage``, ``power``, ``twins``, ``rows``, ``memory``,
+``span``; ``--quick`` runs a few cells of each; ``--process NAME`` (repeatable) keeps the size
+parts to the named processes of ``battery.PROCESSES``. The tables in ``docs/method/studies.md`` §3.4 come from this script.
 
 ``twins`` splits the regime cells that stay above 7% by the regime switches their window saw
 (the joint test: the search window; the gate: from the search's last step to the holdout's
@@ -34,6 +35,12 @@ at d = 0.2 and 0.3), whose autocovariances are not summable: only a pooled spect
 (``dependence.memory_fit``); a single series' estimates still read it as short memory. Its
 rates are reported beside issue #27's bar, not held to it (docs/method/studies.md §3.4,
 "Round 12").
+
+``span`` maps where a persistent part stops being measurable in one window: the one-sided
+Newey–West size on a single series of white noise plus a share ``w`` of AR(``φ``) (``w`` 5–50%,
+``φ`` 0.90–0.99, T 60–1,000; seeds ``3000 + T + 100·φ + 1000·w``, rounded down). It is reported
+beside issue #27's bar, not held to it: where the part takes longer than the window to
+decorrelate it sits in the window's mean, the span limit of docs/method/studies.md §10.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from functools import partial
 
 from typestrict_pipeline.study.battery import (
     PROCESSES,
+    Process,
     Rate,
     by_switches,
     clopper_pearson,
@@ -55,7 +63,11 @@ from typestrict_pipeline.study.battery import (
     spa_rate,
 )
 
-PARTS = ("nw", "spa", "gate", "lineage", "power", "twins", "rows", "memory")
+PARTS = ("nw", "spa", "gate", "lineage", "power", "twins", "rows", "memory", "span")
+#: The ``span`` part's grid: shares of the persistent part, its AR coefficients, window lengths.
+SPAN_WEIGHTS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5)
+SPAN_PHIS = (0.9, 0.95, 0.97, 0.98, 0.99)
+SPAN_STEPS = (60, 120, 240, 480, 1000)
 #: The ``memory`` part's processes.
 MEMORY_PROCESSES = ("long memory d=0.2", "long memory d=0.3")
 #: Seeds a ``rows`` cell pools after its battery seed.
@@ -63,11 +75,13 @@ ROW_SEEDS = (1, 2)
 SIZE_PROCESSES = ("white", "AR(0.6)", "AR(0.9)", "mixture", "mixture 20% AR(0.98)", "regimes",
                   "regimes, AR(0.5)", "regimes, 120 steps", "heavy AR(0.5)", "GARCH",
                   "factor AR(0.9)",
-                  "uneven: 10% AR(0.95)", "uneven: half AR(0.9)", "weekly AR(0.8)")
+                  "uneven: 10% AR(0.95)", "uneven: half AR(0.9)", "weekly AR(0.8)",
+                  "volatility regimes", "MA(−0.6) + 15% AR(0.97)")
 
 
-def _cells(part: str, sims: int, quick: bool) -> Iterator[Callable[[], Rate]]:
-    procs = SIZE_PROCESSES[:4] if quick else SIZE_PROCESSES
+def _cells(part: str, sims: int, quick: bool,
+           only: tuple[str, ...] = ()) -> Iterator[Callable[[], Rate]]:
+    procs = only or (SIZE_PROCESSES[:4] if quick else SIZE_PROCESSES)
     if part == "nw":
         for name in procs:
             for t in ((60, 1000) if quick else (20, 60, 120, 480, 1000)):
@@ -100,6 +114,17 @@ def _cells(part: str, sims: int, quick: bool) -> Iterator[Callable[[], Rate]]:
             yield partial(lineage_rate, PROCESSES[name], 60, 10, sims, 5010, edge=0.3)
     elif part == "memory":
         yield from _memory_cells(sims, quick)
+    elif part == "span":
+        yield from _span_cells(sims, quick)
+
+
+def _span_cells(sims: int, quick: bool) -> Iterator[Callable[[], Rate]]:
+    """The ``span`` part: Newey–West's one-sided size over white noise plus ``w`` AR(``φ``)."""
+    for w in SPAN_WEIGHTS[1:2] if quick else SPAN_WEIGHTS:
+        for phi in SPAN_PHIS[2:3] if quick else SPAN_PHIS:
+            process = Process(f"{w:.0%} AR({phi})", kind="mixture", phi=phi, weight=w)
+            for t in SPAN_STEPS[1:2] if quick else SPAN_STEPS:
+                yield partial(newey_west_rate, process, t, sims, int(3000 + t + 100 * phi + 1000 * w))
 
 
 def _memory_cells(sims: int, quick: bool) -> Iterator[Callable[[], Rate]]:
@@ -189,9 +214,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--part", action="append", choices=PARTS)
     parser.add_argument("--sims", type=int, default=400)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--process", action="append", default=[])
     args = parser.parse_args(argv)
     if not 10 <= args.sims <= 100_000:
         parser.error(f"--sims: expected 10 to 100000, got {args.sims}")
+    unknown = [name for name in args.process if name not in PROCESSES]
+    if unknown:
+        parser.error(f"--process: expected one of {', '.join(PROCESSES)}, got {unknown[0]!r}")
     started = time.process_time()
     for part in args.part or list(PARTS):
         print(f"\n# {part} ({args.sims} replications a cell)\n")
@@ -213,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         print("| claim | process | N | T or H | edge (SD) | rate | 95% interval | replications "
               "| seed | CPU s |")
         print("|---|---|---:|---:|---:|---:|---|---:|---:|---:|")
-        for cell in _cells(part, args.sims, args.quick):
+        for cell in _cells(part, args.sims, args.quick, tuple(args.process)):
             t = time.process_time()
             r = cell()
             flag = " FAIL" if r.fails else ""

@@ -206,3 +206,48 @@ def test_weekly_process_is_invisible_at_lag_one() -> None:
     assert 6.0 < ratio < 9.5, ratio  # short-window bias pulls it below 9
     with pytest.raises(ValueError, match="expected a lag"):
         ar_block(np.random.default_rng(0), 10, 1, 1.0, lag=7)
+
+
+@pytest.mark.parametrize(("claim", "seed"), [("nw", 2741), ("gate", 2742)])
+def test_volatility_regimes_do_not_make_a_yes(claim: str, seed: int) -> None:
+    # The spread switches between 0.5 and 2 SD on 60-step regimes, the mean never moves: the
+    # dependence sits in the variance, where lag-1 readings of the scores see none. The bench's
+    # cells (seeds 3000 + T, 4000 + H) read 0.000–0.025 for Newey–West and 0.005–0.010 for the
+    # gate (docs/method/studies.md §3.4, "Round 17").
+    process = PROCESSES["volatility regimes"]
+    _check(newey_west_rate(process, 120, REPLICATIONS, seed) if claim == "nw"
+           else gate_rate(process, 60, REPLICATIONS, seed, n=8))
+
+
+def test_volatility_regimes_switch_the_spread_and_keep_the_mean() -> None:
+    seen: list[np.ndarray] = []
+    x = PROCESSES["volatility regimes"].draw(np.random.default_rng(27), 20_000, 2, paths=seen)
+    high = seen[0][:, 0] > 0.0
+    assert abs(float(x.mean())) < 0.05
+    assert 1.8 < float(x[high].std()) < 2.2 and 0.45 < float(x[~high].std()) < 0.55
+    assert 0.3 < float(high.mean()) < 0.7 and int(np.count_nonzero(np.diff(high))) > 100
+
+
+def test_ma_mixture_hides_its_persistent_part_below_a_negative_lag_one() -> None:
+    # "MA(−0.6) + 15% AR(0.97)": lag 1 reads −0.23, as if the scores alternated, while a
+    # 480-step mean's variance is several times the white-noise one (the AR(0.97) part; the
+    # MA part alone would make it 0.12 times).
+    x = PROCESSES["MA(−0.6) + 15% AR(0.97)"].draw(np.random.default_rng(27), 480, 2000)
+    lag1 = float(np.mean([np.corrcoef(x[1:, j], x[:-1, j])[0, 1] for j in range(400)]))
+    assert -0.3 < lag1 < -0.15, lag1
+    assert 480 * float(x.mean(axis=0).var()) > 4.0
+
+
+def test_bench_span_part_and_process_filter(capsys: pytest.CaptureFixture[str]) -> None:
+    # `--part span --quick` is the one cell docs/method/studies.md quotes first (10% AR(0.97),
+    # T 120, seed 3317: above the bar, reported beside it); `--process` refuses a name the
+    # battery does not hold, naming the ones it does.
+    from bench.calibration_battery import main
+
+    assert main(["--part", "span", "--quick", "--sims", "400"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "AR(0.97)" in line)
+    assert "| 10% AR(0.97) | 1 | 120 |" in row and "| 3317 |" in row
+    with pytest.raises(SystemExit) as stop:
+        main(["--process", "nope"])
+    assert stop.value.code == 2
+    assert "--process: expected one of white, AR(0.6)" in capsys.readouterr().err

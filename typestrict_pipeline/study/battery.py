@@ -71,6 +71,22 @@ def ar_block(rng: np.random.Generator, t: int, n: int, phi: float,
     return np.asarray(x[burn:], dtype=np.float64)
 
 
+def ma_block(rng: np.random.Generator, t: int, n: int, theta: float) -> FloatArray:
+    """``n`` unit-variance MA(1) series ``(e_t + theta·e_{t−1})/√(1+theta²)`` of length ``t``;
+    ``theta`` 0 is white noise, drawn exactly as ``ar_block(rng, t, n, 0.0)``; lag 1 is
+    ``theta/(1+theta²)`` (−0.44 at −0.6).
+
+    >>> x = ma_block(np.random.default_rng(0), 20_000, 1, -0.6)[:, 0]
+    >>> round(float(x.std()), 1), round(float(np.corrcoef(x[1:], x[:-1])[0, 1]), 2)
+    (1.0, -0.45)
+    """
+    if theta == 0.0:
+        return ar_block(rng, t, n, 0.0)
+    e = rng.standard_normal((t + 1, n))
+    return np.asarray((e[1:] + theta * e[:-1]) / math.sqrt(1.0 + theta * theta),
+                      dtype=np.float64)
+
+
 def garch_block(rng: np.random.Generator, t: int, n: int, alpha: float = 0.1,
                 beta: float = 0.85) -> FloatArray:
     """``n`` GARCH(1,1) series with Student-t(5) shocks, unit unconditional variance.
@@ -143,7 +159,12 @@ class Process:
             differences), ``"hetero"`` (a ``weight`` share of the series AR(``phi``), the rest
             white: uneven persistence), ``"fractional"`` (long memory: ARFIMA(0, ``memory``, 0),
             :func:`fractional_block`), ``"seasonal"`` (AR(``phi``) at lag ``period`` only,
-            :func:`ar_block` with ``lag``: a weekly pattern that lag 1 does not see at all).
+            :func:`ar_block` with ``lag``: a weekly pattern that lag 1 does not see at all),
+            ``"volatility"`` (white noise whose scale switches between 0.5 and 2 on a shared
+            regime path of mean ``duration`` steps: the spread changes, the mean never does).
+        ma: for ``"mixture"``, the white part is an MA(1) ``e_t + ma·e_{t−1}`` scaled to unit
+            variance instead (0: white, the same draws as before): a negative ``ma`` makes lag
+            1 negative, hiding the persistent part from it even more.
         weight, amplitude, duration, memory, period: see ``kind``.
     """
 
@@ -155,6 +176,7 @@ class Process:
     duration: float = 60.0
     memory: float = 0.3
     period: int = 7
+    ma: float = 0.0
     tags: tuple[str, ...] = field(default=())
 
     def draw(self, rng: np.random.Generator, t: int, n: int, *, shared: bool = True,
@@ -174,7 +196,7 @@ class Process:
             return ar_block(rng, t, n, self.phi, "t3")
         if self.kind == "mixture":
             w = self.weight
-            return math.sqrt(1.0 - w) * ar_block(rng, t, n, 0.0) + math.sqrt(w) * ar_block(
+            return math.sqrt(1.0 - w) * ma_block(rng, t, n, self.ma) + math.sqrt(w) * ar_block(
                 rng, t, n, self.phi)
         if self.kind == "garch":
             return garch_block(rng, t, n)
@@ -199,9 +221,15 @@ class Process:
             return fractional_block(rng, t, n, self.memory)
         if self.kind == "seasonal":
             return ar_block(rng, t, n, self.phi, lag=self.period)
+        if self.kind == "volatility":
+            path = regime_path(rng, t, self.duration, 1 if shared else n)
+            if paths is not None:
+                paths.append(path)
+            return np.asarray(np.where(path > 0.0, 2.0, 0.5) * ar_block(rng, t, n, 0.0),
+                              dtype=np.float64)
         raise ValueError(f"expected a known process kind, got {self.kind!r}. Use one of "
                          "ar, heavy, mixture, garch, regimes, factor, hetero, fractional, "
-                         "seasonal.")
+                         "seasonal, volatility.")
 
 
 PROCESSES: dict[str, Process] = {p.name: p for p in (
@@ -221,6 +249,8 @@ PROCESSES: dict[str, Process] = {p.name: p for p in (
     Process("long memory d=0.2", kind="fractional", memory=0.2),
     Process("long memory d=0.3", kind="fractional", memory=0.3),
     Process("weekly AR(0.8)", kind="seasonal", phi=0.8, period=7),
+    Process("volatility regimes", kind="volatility", duration=60.0),
+    Process("MA(−0.6) + 15% AR(0.97)", kind="mixture", phi=0.97, weight=0.15, ma=-0.6),
 )}
 
 
