@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated
-
-from fastapi import Path
 
 from typestrict_pipeline.api import datasets as core
 from typestrict_pipeline.api.deps import Ctx, Workspace
-from typestrict_pipeline.api.edge import api_router
+from typestrict_pipeline.api.edge import PathId, api_router
 from typestrict_pipeline.api.paging import ListPage
 from typestrict_pipeline.api.schemas import AppendIn, DatasetIn, DatasetOut, ErrorBody, TableOut
 
 router = api_router(tags=["datasets"], responses={
     401: {"model": ErrorBody}, 404: {"model": ErrorBody}, 422: {"model": ErrorBody}})
 
-DatasetName = Annotated[str, Path(min_length=1, max_length=48)]
+DatasetName = PathId
 
 
 def _out(view: core.DatasetView, added: int | None = None) -> DatasetOut:

@@ -7,12 +7,9 @@ exist.
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated
-
-from fastapi import Path
 
 from typestrict_pipeline.api.deps import Ctx, Workspace
-from typestrict_pipeline.api.edge import api_router
+from typestrict_pipeline.api.edge import PathId, api_router
 from typestrict_pipeline.api.paging import ListPage
 from typestrict_pipeline.api.schemas import (
     BudgetIn,
@@ -31,7 +28,7 @@ from typestrict_pipeline.usage import DaySpend, workspace_usage
 
 router = api_router(tags=["workspaces"], responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}})
 
-WorkspaceId = Annotated[str, Path(min_length=1, max_length=200)]
+WorkspaceId = PathId
 
 
 def _own(workspace_id: str, workspace: str) -> str:
