@@ -11,7 +11,8 @@ from typestrict_pipeline.api.edge import api_router, check_content_coding
 from typestrict_pipeline.api.paging import ListPage
 from typestrict_pipeline.api.schemas import ErrorBody, FileOut
 
-router = api_router(tags=["files"], responses={401: {"model": ErrorBody}, 422: {"model": ErrorBody}})
+router = api_router(tags=["files"], responses={401: {"model": ErrorBody}, 409: {"model": ErrorBody},
+                                             422: {"model": ErrorBody}})
 
 FileName = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$")]
 
@@ -27,9 +28,12 @@ async def read_body(request: Request) -> bytes:
             openapi_extra={"requestBody": {"required": True, "content": {
                 "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
 async def put_file(name: FileName, request: Request, ctx: Ctx, workspace: Workspace) -> FileOut:
-    """Upload a file (e.g. a dataset) into the workspace's own area; replaces one of that name."""
+    """Upload a file (e.g. a dataset) into the workspace's own area; replaces one of that name.
+    Within the workspace's storage quota (409 ``storage_quota`` beyond it, nothing stored)."""
     data = await read_body(request)
-    path = ctx.trainings.area(workspace).save(name, data)
+    area = ctx.trainings.area(workspace)
+    ctx.trainings.check_storage(workspace, files=1, size=len(data), replaces=[area.root / name])
+    path = area.save(name, data)
     return FileOut(name=path.name, size=len(data))
 
 
