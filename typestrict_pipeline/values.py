@@ -640,6 +640,24 @@ def row_id(text: str) -> int | None:
     return value if value <= STORE_ID_MAX else None
 
 
+def row_id_value(value: str, what: str, fix: str) -> int:
+    """:func:`row_id` of an id a person types (the command line's study and schedule ids),
+    refused in the rule's words: the same spellings name an object on every surface.
+
+    >>> row_id_value("12", "a study id", "pass a listed id")
+    12
+    >>> row_id_value("012", "a study id", "pass a listed id")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected a study id as a whole number from 1 to 2,147,483,647 in ASCII digits, with no sign or leading zero, got '012'. Pass a listed id.
+    """
+    parsed = row_id(value) if isinstance(value, str) else None
+    if parsed is None:
+        raise InputError(f"{what} as a whole number from 1 to {STORE_ID_MAX:,} in ASCII digits, with no sign "
+                         "or leading zero", shown(value), fix)
+    return parsed
+
+
 WORKSPACE_ID_MAX = 64
 """The longest workspace id: the narrowest column that holds one (a re-run schedule's)."""
 _WORKSPACE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
