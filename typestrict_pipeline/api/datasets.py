@@ -127,12 +127,18 @@ def register(home: Path, workspace: str, name: str, workflow: str,
             reads, or with a cell not of the kind it reads (text in a number column);
         NotFoundError: a file not in the workspace's files, or an unknown workflow;
         ConflictError: the workspace already has a dataset of that name (the message says how
-            to append to it through the API).
+            to append to it through the API), or it is a built-in dataset's name.
         StorageQuotaError: ``storage(files, bytes)`` refused what the dataset would store (a
             table as its rows decompressed, plus its ``dataset.json``), before anything is.
     """
+    from typestrict_pipeline.backtest.workflows import DATASETS
     from typestrict_pipeline.backtest.workflows.datasets import is_registered, register_dataset
 
+    if name in DATASETS:  # resolve() reads the built-in first: the workspace's would never be used
+        raise ConflictError(
+            f"expected a new dataset name, got {name!r}, which is a built-in dataset (backtests and "
+            f"studies that name it read the built-in data). Register the file under another name, "
+            f"e.g. {name + '_own'!r}")
     stored = stored_name(workspace, name)
     area = WorkspaceArea(home, workspace)
     paths = {table: area.resolve(file) for table, file in tables.items()}
