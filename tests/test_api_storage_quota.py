@@ -76,6 +76,10 @@ def test_uploads_stop_at_the_workspaces_quota_and_a_deletion_frees_room(small: A
     assert c.delete("/v1/files/b.csv", headers=a).status_code == 204
     assert c.put("/v1/files/c.csv", content=b"c" * 300, headers=a).status_code == 201
     assert _names(c, a) == {"a.csv": 590, "c.csv": 300}
+    # the workspace reads its usage and quota before it runs into it
+    assert c.get("/v1/workspaces/acme", headers=a).json()["storage"] == {
+        "files": 2, "bytes": 890, "max_files": 3, "max_bytes": 1000}
+    assert c.get("/v1/workspaces/other", headers=b).json()["storage"]["bytes"] == 900
 
 
 def test_the_count_of_files_is_bounded_too(small: Any) -> None:

@@ -17,6 +17,7 @@ from typestrict_pipeline.api.schemas import (
     ErrorBody,
     LedgerLineOut,
     SpendOut,
+    StorageOut,
     StudySpendOut,
     UsageOut,
     UsageRowOut,
@@ -42,10 +43,14 @@ def _own(workspace_id: str, workspace: str) -> str:
 
 @router.get("/workspaces/{workspace_id}", response_model=WorkspaceOut)
 def get_workspace(workspace_id: WorkspaceId, ctx: Ctx, workspace: Workspace) -> WorkspaceOut:
-    """The credit balance."""
+    """The credit balance, and what the workspace keeps against its storage quota (its files,
+    datasets and model files: ``storage``)."""
     ws = _own(workspace_id, workspace)
     ledger = CreditLedger(ctx.engine)
-    return WorkspaceOut(workspace_id=ws, balance=ledger.balance(ws), has_account=ledger.has_account(ws))
+    used, quota = ctx.trainings.storage_usage(ws), ctx.settings.storage_quota
+    return WorkspaceOut(workspace_id=ws, balance=ledger.balance(ws), has_account=ledger.has_account(ws),
+                        storage=StorageOut(files=used.files, bytes=used.size, max_files=quota.max_files,
+                                           max_bytes=quota.max_bytes))
 
 
 @router.get("/workspaces/{workspace_id}/ledger", response_model=list[LedgerLineOut])
