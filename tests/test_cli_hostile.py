@@ -127,9 +127,10 @@ CASES: list[tuple[str, list[str], int, str]] = [
      "'redis://u:***@h/0'"),
     # one rule and one message for a study id, in every command that takes one (common.study_id)
     *[(f"study id {bad} to {' '.join(argv)}", [*argv, bad], 2,
-       f"expected a study id as a whole number from 1 to 4,611,686,018,427,387,904, got '{bad}'. Pass an id "
-       "that `typestrict study list` shows")
-      for bad in ("abc", "1.0", "\uff11")
+       f"expected a study id as a whole number from 1 to 2,147,483,647 in ASCII digits, with no sign or "
+       f"leading zero, got '{bad}'. Pass an id that `typestrict study list` shows")
+      # '01' and '+1' named study 1 here while the API answers them 404 (values.row_id, one rule)
+      for bad in ("abc", "1.0", "\uff11", "01", "+1", "2147483648")
       for argv in (["study", "leaderboard"], ["study", "delete"], ["study", "status"], ["schedule", "lineage"])],
     ("study id huge", ["study", "leaderboard", "9" * 30], 2, "expected a study id"),
     ("study id unknown", ["study", "leaderboard", "99"], 2, "expected an existing study id, got 99"),
@@ -147,7 +148,11 @@ CASES: list[tuple[str, list[str], int, str]] = [
      2, "expected a registered workflow, got 'nosuch'"),
     ("live unknown workflow", ["run", "nosuch"], 2, "expected a registered workflow, got 'nosuch'"),
     ("live bad as-of", ["run", "seattle_rain", "--as-of", "yesterday"], 2, "expected --as-of as an ISO 8601"),
-    ("schedule id zero", ["schedule", "status", "0"], 2, "expected a schedule id from 1"),
+    ("schedule id zero", ["schedule", "status", "0"], 2, "expected a schedule id as a whole number from 1"),
+    *[(f"schedule id {bad}", ["schedule", "status", bad], 2,
+       f"expected a schedule id as a whole number from 1 to 2,147,483,647 in ASCII digits, with no sign or "
+       f"leading zero, got '{bad}'. Pass an id that `typestrict schedule status` shows")
+      for bad in ("01", "+1", " 1", "1_0")],
     ("notifications empty user", ["schedule", "notifications", "", "--on"], 2, "expected a person"),
     ("unknown command", ["frobnicate"], 2, "invalid choice"),
     ("api port full-width digits", ["api", "--port", "\uff11\uff12"], 2,

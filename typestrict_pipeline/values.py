@@ -615,6 +615,49 @@ def day(value: Any, what: str = "a day", *, fix: str | None = None) -> dt.date:
     return d
 
 
+STORE_ID_MAX = 2**31 - 1
+"""The largest row id the store holds: every numbered object's ``id`` (a study, a re-run
+schedule) is an ``INTEGER`` column, 32 bits on PostgreSQL."""
+_ROW_ID = re.compile(r"[1-9][0-9]{0,9}")
+
+
+def row_id(text: str) -> int | None:
+    """The row id a URL spells, or None: the one rule of every numbered object's id in a path
+    (the API's and the console's). Only the id's canonical decimal spelling names it, the one the
+    API and the console print: ASCII digits, no sign, no leading zero, no space, ``_`` or other
+    script's digits (all of which Python's ``int`` accepts), at most :data:`STORE_ID_MAX`. Any
+    other spelling names no object, so the route answers it as an id that does not exist (never
+    another object, never a store error for a number the column cannot hold).
+
+    >>> row_id("12"), row_id("2147483647")
+    (12, 2147483647)
+    >>> [row_id(t) for t in ("012", "+12", " 12", "1_2", "١٢", "0", "2147483648", "12\\n")]
+    [None, None, None, None, None, None, None, None]
+    """
+    if not _ROW_ID.fullmatch(text):
+        return None
+    value = int(text)
+    return value if value <= STORE_ID_MAX else None
+
+
+def row_id_value(value: str, what: str, fix: str) -> int:
+    """:func:`row_id` of an id a person types (the command line's study and schedule ids),
+    refused in the rule's words: the same spellings name an object on every surface.
+
+    >>> row_id_value("12", "a study id", "pass a listed id")
+    12
+    >>> row_id_value("012", "a study id", "pass a listed id")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected a study id as a whole number from 1 to 2,147,483,647 in ASCII digits, with no sign or leading zero, got '012'. Pass a listed id.
+    """
+    parsed = row_id(value) if isinstance(value, str) else None
+    if parsed is None:
+        raise InputError(f"{what} as a whole number from 1 to {STORE_ID_MAX:,} in ASCII digits, with no sign "
+                         "or leading zero", shown(value), fix)
+    return parsed
+
+
 WORKSPACE_ID_MAX = 64
 """The longest workspace id: the narrowest column that holds one (a re-run schedule's)."""
 _WORKSPACE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")

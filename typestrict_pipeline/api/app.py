@@ -35,6 +35,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from typestrict_pipeline.api.errors import ApiError, error_body, status_for, validation_message
 from typestrict_pipeline.api.jev import JEV_SOURCE_ENV, missing_jev_error, parse_jev_source
 from typestrict_pipeline.api.keys import KeyVerifier
+from typestrict_pipeline.api.quota import StorageQuota
 from typestrict_pipeline.api.ratelimit import RateLimit, RateLimitMiddleware, TokenBuckets
 from typestrict_pipeline.api.runs import DagsterRuns, dagster_home_for
 from typestrict_pipeline.api.trainings import TrainingStore
@@ -61,6 +62,7 @@ class ApiSettings:
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD
     dagster_home: Path | None = None
     rate_limit: RateLimit | None = field(default_factory=RateLimit)
+    storage_quota: StorageQuota = field(default_factory=StorageQuota)
     warm_runs: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -305,6 +307,7 @@ def create_app(
     rate_limit: RateLimit | None = DEFAULT_RATE_LIMIT,
     clock: Callable[[], float] = time.monotonic,
     warm_runs: bool = False,
+    storage_quota: StorageQuota | None = None,
 ) -> FastAPI:
     """The customer API on the store at ``store_url`` and the files under ``home``.
 
@@ -322,6 +325,9 @@ def create_app(
         clock: the buckets' clock (seconds, monotonic).
         warm_runs: load the Dagster instance and the code location in a thread as the server
             starts (``typestrict api`` does), so the first launched study does not wait for it.
+        storage_quota: what each workspace may keep (:mod:`typestrict_pipeline.api.quota`);
+            None: ``TYPESTRICT_WORKSPACE_MAX_BYTES`` and ``TYPESTRICT_WORKSPACE_MAX_FILES``, else
+            the defaults.
     """
     from typestrict_pipeline.api.routes import (
         backtests,
@@ -342,7 +348,8 @@ def create_app(
     settings = ApiSettings(store_url=store_url, home=resolved, jev_source=jev_source,
                            max_body_bytes=max_body_bytes, max_upload_bytes=max_upload_bytes,
                            dagster_home=Path(dagster_home).resolve() if dagster_home else dagster_home_for(resolved),
-                           rate_limit=rate_limit, warm_runs=warm_runs)
+                           rate_limit=rate_limit, warm_runs=warm_runs,
+                           storage_quota=storage_quota if storage_quota is not None else StorageQuota.from_env())
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -352,7 +359,8 @@ def create_app(
         if settings.warm_runs:
             threading.Thread(target=runs.warm, name="warm-dagster-runs", daemon=True).start()
         limiter = None if settings.rate_limit is None else TokenBuckets(settings.rate_limit, clock=clock)
-        trainings = TrainingStore(settings.home, engine, jev_source, max_dataset_bytes=settings.max_upload_bytes)
+        trainings = TrainingStore(settings.home, engine, jev_source, max_dataset_bytes=settings.max_upload_bytes,
+                                  quota=settings.storage_quota)
         app.state.ctx = ApiContext(settings, engine, trainings, runs, KeyVerifier(engine, clock=clock), limiter)
         try:
             yield

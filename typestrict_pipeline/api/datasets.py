@@ -20,15 +20,23 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from typestrict_pipeline.api.trainings import MAX_DATASET_BYTES, WorkspaceArea, check_dataset_size
+from typestrict_pipeline.api.trainings import (
+    MAX_DATASET_BYTES,
+    WorkspaceArea,
+    check_dataset_size,
+    expanded_bytes,
+)
 from typestrict_pipeline.backtest.pit import PointInTimeTable
 from typestrict_pipeline.errors import ConflictError, InputError, NotFoundError, listed, shown_as
 
+StorageCheck = Callable[[int, int], None]
+"""``(files, bytes)`` a request would store -> None, or raises ``StorageQuotaError``
+(:meth:`~typestrict_pipeline.api.trainings.TrainingStore.check_storage` of the workspace)."""
 _CUSTOMER_NAME = re.compile(r"[a-z0-9][a-z0-9_]{0,47}")
 _SEPARATOR = "__"
 
@@ -107,7 +115,8 @@ def _view(workspace: str, info: Any) -> DatasetView:
 
 
 def register(home: Path, workspace: str, name: str, workflow: str,
-             tables: Mapping[str, str], *, max_bytes: int = MAX_DATASET_BYTES) -> DatasetView:
+             tables: Mapping[str, str], *, max_bytes: int = MAX_DATASET_BYTES,
+             storage: StorageCheck | None = None) -> DatasetView:
     """Register ``name`` for ``workflow`` from files of the workspace's area (table -> file),
     each holding at most ``max_bytes`` once decompressed (the server's upload limit:
     :func:`~typestrict_pipeline.api.trainings.check_dataset_size`, counted before it is read).
@@ -118,16 +127,26 @@ def register(home: Path, workspace: str, name: str, workflow: str,
             reads, or with a cell not of the kind it reads (text in a number column);
         NotFoundError: a file not in the workspace's files, or an unknown workflow;
         ConflictError: the workspace already has a dataset of that name (the message says how
-            to append to it through the API).
+            to append to it through the API), or it is a built-in dataset's name.
+        StorageQuotaError: ``storage(files, bytes)`` refused what the dataset would store (a
+            table as its rows decompressed, plus its ``dataset.json``), before anything is.
     """
-    from typestrict_pipeline.backtest.workflows.datasets import register_dataset
+    from typestrict_pipeline.backtest.workflows import DATASETS
+    from typestrict_pipeline.backtest.workflows.datasets import is_registered, register_dataset
 
+    if name in DATASETS:  # resolve() reads the built-in first: the workspace's would never be used
+        raise ConflictError(
+            f"expected a new dataset name, got {name!r}, which is a built-in dataset (backtests and "
+            f"studies that name it read the built-in data). Register the file under another name, "
+            f"e.g. {name + '_own'!r}")
     stored = stored_name(workspace, name)
     area = WorkspaceArea(home, workspace)
     paths = {table: area.resolve(file) for table, file in tables.items()}
     try:
         for path in paths.values():
             check_dataset_size(path, max_bytes)
+        if storage is not None and not is_registered(stored, base=datasets_base(home)):
+            storage(len(paths) + 1, sum(expanded_bytes(p, max_bytes) for p in paths.values()))
         info = register_dataset(stored, workflow, paths, base=datasets_base(home))
     except ConflictError:
         raise ConflictError(
@@ -153,10 +172,11 @@ def _customer_file(exc: InputError, files: Mapping[str, str]) -> InputError:
 
 
 def append(home: Path, workspace: str, name: str, file: str, table: str | None, *,
-           max_bytes: int = MAX_DATASET_BYTES) -> tuple[DatasetView, int]:
+           max_bytes: int = MAX_DATASET_BYTES, storage: StorageCheck | None = None) -> tuple[DatasetView, int]:
     """Append the rows of a workspace file (at most ``max_bytes`` once decompressed, as
     :func:`register`) to one table (the only one when ``table`` is None); the dataset after it
-    and how many rows were added."""
+    and how many rows were added. ``storage(0, bytes)`` checks the rows' bytes (at most the
+    file's, decompressed) against the workspace's quota first."""
     from typestrict_pipeline.backtest.workflows.datasets import append_rows, dataset_info
 
     stored = _own(home, workspace, name)
@@ -170,6 +190,8 @@ def append(home: Path, workspace: str, name: str, file: str, table: str | None, 
     source = WorkspaceArea(home, workspace).resolve(file)
     try:
         check_dataset_size(source, max_bytes)
+        if storage is not None:
+            storage(0, expanded_bytes(source, max_bytes))
         result = append_rows(stored, table, source, base=base)
     except InputError as exc:
         raise _customer_file(exc, {str(source): file}) from None

@@ -34,11 +34,11 @@ import email.message
 import re
 import typing
 from collections.abc import Callable, Coroutine, Mapping
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 import anyio.to_thread
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Path, Request, Response
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
@@ -254,10 +254,18 @@ async def _decode_json(request: Request) -> None:
         raise ApiError(422, "invalid_input", f"{exc} The schema is at /v1/openapi.json") from None
 
 
+PathId = Annotated[str, Path(description=(
+    "The object's id as the API prints it. Any other spelling (a numbered object's id with a "
+    "leading zero, a sign, a space or other digits: `values.row_id`) names no object: 404, like "
+    "an id that does not exist."))]
+"""The type of every object's id in a path (API and console): no length or pattern of its own,
+so that no spelling is a 422 where another is a 404; each route's lookup is the one judge."""
+
+
 def api_router(**options: Any) -> APIRouter:
     """An ``APIRouter`` of :class:`StrictJsonRoute` routes (every ``/v1`` router)."""
     return APIRouter(route_class=StrictJsonRoute, **options)
 
 
-__all__ = ["StrictJsonRoute", "api_router", "check_content_coding", "decode_body", "foreign_charset",
+__all__ = ["PathId", "StrictJsonRoute", "api_router", "check_content_coding", "decode_body", "foreign_charset",
            "is_json_media_type", "query_params", "query_problem"]

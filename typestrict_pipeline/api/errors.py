@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
+from typestrict_pipeline.api.quota import StorageQuotaError
 from typestrict_pipeline.credits import InsufficientCreditsError
 from typestrict_pipeline.errors import (
     ConflictError,
@@ -42,6 +43,7 @@ class ApiError(TypeStrictError):
 
 _STATUS: tuple[tuple[type[BaseException], int, str], ...] = (
     (NotFoundError, 404, "not_found"),
+    (StorageQuotaError, 409, "storage_quota"),
     (InsufficientCreditsError, 402, "insufficient_credits"),
     (ConflictError, 409, "conflict"),
     (LimitError, 422, "limit"),

@@ -8,6 +8,7 @@ from sqlalchemy import Engine
 
 from typestrict_pipeline.errors import NotFoundError
 from typestrict_pipeline.reruns.service import ScheduleView
+from typestrict_pipeline.values import row_id
 
 
 def _not_found(schedule_id: object) -> NotFoundError:
@@ -17,14 +18,16 @@ def _not_found(schedule_id: object) -> NotFoundError:
 
 
 def parse_schedule_id(text: str) -> int:
-    """A schedule id from a URL segment; anything else is "not found".
+    """A schedule id from a URL segment (:func:`~typestrict_pipeline.values.row_id`, the one
+    rule); anything else is "not found" (never another schedule).
 
     >>> parse_schedule_id("3")
     3
     """
-    if not text.isascii() or not text.isdigit() or len(text) > 12:
+    parsed = row_id(text)
+    if parsed is None:
         raise _not_found(text)
-    return int(text)
+    return parsed
 
 
 def schedule_of(engine: Engine, workspace: str, schedule_id: int) -> ScheduleView:

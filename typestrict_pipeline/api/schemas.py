@@ -290,10 +290,20 @@ class LedgerLineOut(BaseModel):
     audit_sha256: str | None = None  # a settlement: the SHA-256 of the audit it settled
 
 
+class StorageOut(BaseModel):
+    """What the workspace keeps on the server and its storage quota (docs/api.md, "Limits")."""
+
+    files: int
+    bytes: int
+    max_files: int
+    max_bytes: int
+
+
 class WorkspaceOut(BaseModel):
     workspace_id: str
     balance: int
     has_account: bool
+    storage: StorageOut
 
 
 class UsageRowOut(BaseModel):

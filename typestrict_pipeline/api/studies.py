@@ -32,6 +32,7 @@ from typestrict_pipeline.study.limits import (
 )
 from typestrict_pipeline.study.service import StudyConfig, candidate_validator, lookup_last_backtest
 from typestrict_pipeline.study.tables import StudyRow, StudyState
+from typestrict_pipeline.values import row_id
 
 
 @dataclass(frozen=True)
@@ -96,14 +97,16 @@ def _not_found(study_id: object) -> NotFoundError:
 
 
 def parse_study_id(text: str) -> int:
-    """A study id from a URL segment; anything else is "not found" (never a 500).
+    """A study id from a URL segment (:func:`~typestrict_pipeline.values.row_id`, the one rule);
+    anything else is "not found" (never another study, never a 500).
 
     >>> parse_study_id("12")
     12
     """
-    if not text.isascii() or not text.isdigit() or len(text) > 12:
+    parsed = row_id(text)
+    if parsed is None:
         raise _not_found(text)
-    return int(text)
+    return parsed
 
 
 def check_study(engine: Engine, workspace_id: str, study_id: int) -> StudyRow:

@@ -39,6 +39,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from typestrict_pipeline.api.quota import StorageQuota, StorageUsage, check_storage, usage_of
 from typestrict_pipeline.credits import get_model
 from typestrict_pipeline.credits.ledger import run_transaction
 from typestrict_pipeline.credits.models import ModelInfo, models_of
@@ -97,7 +98,7 @@ MAX_DATASET_BYTES = 256 * 1024 * 1024
 upload limit, ``ApiSettings.max_upload_bytes``: a dataset holds no more than one upload may)."""
 
 
-def _expanded_bytes(path: Path, bound: int) -> int:
+def expanded_bytes(path: Path, bound: int) -> int:
     """How many bytes the dataset at ``path`` holds once decompressed (a ``.gz``/``.bz2`` CSV)
     or decoded (Parquet: its values as read, a dictionary-encoded value counted once per row),
     counted only up to ``bound + 1``: the count costs at most ``bound`` bytes of work, however
@@ -124,7 +125,7 @@ def _expanded_bytes(path: Path, bound: int) -> int:
 
 
 def _parquet_bytes(path: Path, bound: int) -> int:
-    """The decoded size of a Parquet file's values (see :func:`_expanded_bytes`): string and
+    """The decoded size of a Parquet file's values (see :func:`expanded_bytes`): string and
     binary columns read as dictionaries (never expanded: a value repeated on a million rows is
     counted a million times without being copied), 4,096 rows at a time."""
     import pyarrow as pa
@@ -159,7 +160,7 @@ def check_dataset_size(path: Path, bound: int) -> None:
     Raises:
         DatasetError: more than ``bound`` bytes, naming the file.
     """
-    expanded = _expanded_bytes(path, bound)
+    expanded = expanded_bytes(path, bound)
     if expanded > bound:
         raise DatasetError(
             f"a dataset of at most {bound:,} bytes once decompressed (the server's upload limit)",
@@ -361,8 +362,12 @@ class TrainingStore:
     """
 
     def __init__(self, home: Path, engine: Engine, jev_source: Mapping[str, Any] | None, *,
-                 deadlines: Deadlines | None = None, max_dataset_bytes: int = MAX_DATASET_BYTES) -> None:
+                 deadlines: Deadlines | None = None, max_dataset_bytes: int = MAX_DATASET_BYTES,
+                 quota: StorageQuota | None = None) -> None:
         self.home = home
+        self.quota = quota
+        """Each workspace's storage quota (:mod:`typestrict_pipeline.api.quota`); None: none
+        (the CLI's commands, which store nothing a customer sends)."""
         self.max_dataset_bytes = max_dataset_bytes
         self.engine = engine
         # None only for the CLI's `typestrict training` commands, which read, submit and cancel
@@ -384,6 +389,31 @@ class TrainingStore:
 
     def folder(self, training_id: str) -> Path:
         return self.trainings_dir / check_name(training_id, "training id")
+
+    def storage_roots(self, workspace_id: str) -> list[Path]:
+        """The folders whose files count against the workspace's storage quota: its files area,
+        its registered datasets, its trainings' model files (:mod:`typestrict_pipeline.api.quota`)."""
+        from typestrict_pipeline.api.datasets import datasets_base, own_names
+
+        base = datasets_base(self.home)
+        return [self.area(workspace_id).root, *(base / name for name in own_names(self.home, workspace_id)),
+                *(self.trainings_dir / t / MODEL_FOLDER for t in self.list_ids(workspace_id))]
+
+    def storage_usage(self, workspace_id: str) -> StorageUsage:
+        """What the workspace keeps now, as its quota counts it."""
+        return usage_of(self.storage_roots(workspace_id))
+
+    def check_storage(self, workspace_id: str, *, files: int, size: int, replaces: Sequence[Path] = ()) -> None:
+        """Refuse, before anything is stored or charged, a request that would store ``files``
+        more files of ``size`` bytes (replacing ``replaces``) beyond the workspace's quota.
+
+        Raises:
+            StorageQuotaError: over the quota (409 ``storage_quota``), saying the quota, the
+                usage and what to do.
+        """
+        if self.quota is not None:
+            check_storage(self.quota, self.storage_usage(workspace_id), files=files, size=size,
+                          replaces=replaces)
 
     # --- create ------------------------------------------------------------------------------
 
@@ -430,6 +460,8 @@ class TrainingStore:
         source = area.resolve(written) if upload is None else None
         dataset_name = "dataset" + (_suffix(check_name(written, "dataset file name"), None)
                                     if source is None else _suffix(source.name))
+        if upload is not None:  # kept in the workspace's files too: counted before anything
+            self.check_storage(workspace_id, files=1, size=len(upload), replaces=[area.root / written])
         training_id = "tr_" + secrets.token_hex(8)
         folder = self.folder(training_id)
         staging = self.trainings_dir / f".staging-{training_id}"
@@ -673,8 +705,10 @@ class TrainingStore:
                 f"expected training {training_id!r} to await its predictions, got one already "
                 "submitted. Model files are uploaded before the predictions"
             )
+        target = folder / MODEL_FOLDER / check_name(name)
+        self.check_storage(workspace_id, files=1, size=len(data), replaces=[target])
         with _disk("store the model's file"):
-            return write_atomic(folder / MODEL_FOLDER / check_name(name), data)
+            return write_atomic(target, data)
 
     def submit(self, workspace_id: str, training_id: str, predictions_jsonl: bytes,
                trained_on: str | None, stated_ids: tuple[bool, Sequence[str]] | None = None, *,
@@ -711,6 +745,9 @@ class TrainingStore:
         elif not draft:
             raise _already_submitted(training_id)
         names = _model_names(model_files)
+        if model_files:
+            self.check_storage(workspace_id, files=len(names), size=sum(len(data) for _, data in model_files),
+                               replaces=[folder / MODEL_FOLDER / n for n in names])
         if stated_ids is not None:
             _check_stated(*stated_ids)
         if trained_on is not None:

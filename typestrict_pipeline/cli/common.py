@@ -358,17 +358,30 @@ def day(text: str) -> dt.date:
 
 def study_id(text: str) -> int:
     """An argparse ``type=``, the one rule of a study id on the command line (every ``study`` and
-    ``schedule`` command that takes one): a whole number in ASCII digits from 1 to 2**62.
+    ``schedule`` command that takes one): the API's rule (:func:`typestrict_pipeline.values.row_id`),
+    its decimal digits as listed, from 1 to the store's 2,147,483,647. ``012`` and ``+12`` named
+    study 12 here while the API answered them 404; ``2**62`` passed and overflowed PostgreSQL's column.
 
     >>> study_id("12")
     12
     >>> study_id("abc")
     Traceback (most recent call last):
     ...
-    argparse.ArgumentTypeError: expected a study id as a whole number from 1 to 4,611,686,018,427,387,904, got 'abc'. Pass an id that `typestrict study list` shows.
+    argparse.ArgumentTypeError: expected a study id as a whole number from 1 to 2,147,483,647 in ASCII digits, with no sign or leading zero, got 'abc'. Pass an id that `typestrict study list` shows.
     """
-    parsed: int = value_type(lambda t: values.integer(
-        t, "a study id", lo=1, hi=2**62, fix="pass an id that `typestrict study list` shows"))(text)
+    parsed: int = value_type(lambda t: values.row_id_value(
+        t, "a study id", fix="pass an id that `typestrict study list` shows"))(text)
+    return parsed
+
+
+def schedule_id(text: str) -> int:
+    """An argparse ``type=``: a schedule id, by the rule of :func:`study_id`.
+
+    >>> schedule_id("3")
+    3
+    """
+    parsed: int = value_type(lambda t: values.row_id_value(
+        t, "a schedule id", fix="pass an id that `typestrict schedule status` shows"))(text)
     return parsed
 
 

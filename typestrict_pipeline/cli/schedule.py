@@ -43,6 +43,7 @@ from typestrict_pipeline.cli.common import (
     print_json,
     read_store,
     say_wrote,
+    schedule_id,
     shown_store,
     store_url,
     study_id,
@@ -57,7 +58,7 @@ from typestrict_pipeline.store import utcnow
 if TYPE_CHECKING:
     from typestrict_pipeline.reruns.service import ScheduleView
 
-SCHEDULE_ID = bounded_int("a schedule id", 1, 2**62)
+SCHEDULE_ID = schedule_id  # the one rule of a schedule id (common.schedule_id)
 STUDY_ID = study_id  # the one rule of a study id (common.study_id)
 WORKSPACE = value_type(values.workspace_id)
 WORKFLOW = identifier("a workflow name")

@@ -334,8 +334,12 @@ def get_model(engine: Engine, model_id: str) -> ModelInfo:
     """The model record of ``model_id``.
 
     Raises:
-        NotFoundError: there is no such model.
+        NotFoundError: there is no such model (an id with a NUL, which no text column holds,
+            included: PostgreSQL refused it as a value, a 422 naming the query's parameter
+            where any other unknown id is a 404).
     """
+    if "\x00" in model_id:
+        raise _not_found(model_id)
     with session_scope(engine) as session:
         row = session.get(ModelRecord, model_id)
         if row is None:

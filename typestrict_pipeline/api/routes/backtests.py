@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated
-
-from fastapi import Path
 
 from typestrict_pipeline.api import backtests as core
 from typestrict_pipeline.api.deps import Ctx, Workspace
-from typestrict_pipeline.api.edge import api_router
+from typestrict_pipeline.api.edge import PathId, api_router
 from typestrict_pipeline.api.paging import ListPage
 from typestrict_pipeline.api.schemas import BacktestIn, BacktestOut, ErrorBody, WorkflowOut
 
 router = api_router(tags=["backtests"], responses={
     401: {"model": ErrorBody}, 404: {"model": ErrorBody}, 422: {"model": ErrorBody}})
 
-BacktestId = Annotated[str, Path(min_length=1, max_length=64)]
+BacktestId = PathId
 
 
 def _out(view: core.BacktestView) -> BacktestOut:

@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated
-
-from fastapi import Path
 
 from typestrict_pipeline.api import datasets as core
 from typestrict_pipeline.api.deps import Ctx, Workspace
-from typestrict_pipeline.api.edge import api_router
+from typestrict_pipeline.api.edge import PathId, api_router
 from typestrict_pipeline.api.paging import ListPage
 from typestrict_pipeline.api.schemas import AppendIn, DatasetIn, DatasetOut, ErrorBody, TableOut
 
 router = api_router(tags=["datasets"], responses={
     401: {"model": ErrorBody}, 404: {"model": ErrorBody}, 422: {"model": ErrorBody}})
 
-DatasetName = Annotated[str, Path(min_length=1, max_length=48)]
+DatasetName = PathId
+
+
+def _storage(ctx: Ctx, workspace: str) -> core.StorageCheck:
+    """The workspace's storage quota, for what a dataset would store (``files``, ``size``)."""
+    return lambda files, size: ctx.trainings.check_storage(workspace, files=files, size=size)
 
 
 def _out(view: core.DatasetView, added: int | None = None) -> DatasetOut:
@@ -30,9 +32,10 @@ def _out(view: core.DatasetView, added: int | None = None) -> DatasetOut:
 def register_dataset(body: DatasetIn, ctx: Ctx, workspace: Workspace) -> DatasetOut:
     """Register a dataset for a workflow: one workspace file per table it reads (``event_time``,
     ``known_time`` with a UTC offset, then the value columns). Backtests and studies of this
-    workspace then name it as their ``dataset``."""
+    workspace then name it as their ``dataset``. Its stored tables count against the
+    workspace's storage quota (409 ``storage_quota`` beyond it, nothing stored)."""
     return _out(core.register(ctx.settings.home, workspace, body.name, body.workflow, body.tables,
-                              max_bytes=ctx.settings.max_upload_bytes))
+                              max_bytes=ctx.settings.max_upload_bytes, storage=_storage(ctx, workspace)))
 
 
 @router.get("/datasets", response_model=list[DatasetOut])
@@ -54,5 +57,5 @@ def append_rows(name: DatasetName, body: AppendIn, ctx: Ctx, workspace: Workspac
     """Add rows known after the table's last knowledge time (rows already known are never
     rewritten); schedules on this dataset see them at their next tick."""
     view, added = core.append(ctx.settings.home, workspace, name, body.file, body.table,
-                              max_bytes=ctx.settings.max_upload_bytes)
+                              max_bytes=ctx.settings.max_upload_bytes, storage=_storage(ctx, workspace))
     return _out(view, added)

@@ -8,17 +8,28 @@ from fastapi import Path, Request, Response
 
 from typestrict_pipeline.api.deps import Ctx, Workspace
 from typestrict_pipeline.api.edge import api_router, check_content_coding
+from typestrict_pipeline.api.errors import ApiError
 from typestrict_pipeline.api.paging import ListPage
 from typestrict_pipeline.api.schemas import ErrorBody, FileOut
 
-router = api_router(tags=["files"], responses={401: {"model": ErrorBody}, 422: {"model": ErrorBody}})
+router = api_router(tags=["files"], responses={401: {"model": ErrorBody}, 409: {"model": ErrorBody},
+                                             422: {"model": ErrorBody}})
 
 FileName = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$")]
 
 
 async def read_body(request: Request) -> bytes:
-    """The raw body (bounded by the server's upload limit), sent as is (:func:`check_content_coding`)."""
+    """The raw body (bounded by the server's upload limit), sent as is (:func:`check_content_coding`),
+    and not a form: a ``multipart/form-data`` body (``curl -F file=@reviews.csv``) was stored
+    whole, its boundary lines and part headers around the file, as the file itself; the dataset
+    then failed later with a message about its first line. Refused (415) before it is read."""
     check_content_coding(request)
+    media = (request.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
+    if media.startswith("multipart/"):
+        raise ApiError(415, "unsupported_media_type",
+                       f"expected the file's bytes as the whole request body, got a {media[:40]!r} form "
+                       "(its boundaries and part headers would be stored as the file). Send the file "
+                       "itself: curl -X PUT --data-binary @FILE (not -F)")
     chunks = [chunk async for chunk in request.stream()]
     return b"".join(chunks)
 
@@ -27,9 +38,12 @@ async def read_body(request: Request) -> bytes:
             openapi_extra={"requestBody": {"required": True, "content": {
                 "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
 async def put_file(name: FileName, request: Request, ctx: Ctx, workspace: Workspace) -> FileOut:
-    """Upload a file (e.g. a dataset) into the workspace's own area; replaces one of that name."""
+    """Upload a file (e.g. a dataset) into the workspace's own area; replaces one of that name.
+    Within the workspace's storage quota (409 ``storage_quota`` beyond it, nothing stored)."""
     data = await read_body(request)
-    path = ctx.trainings.area(workspace).save(name, data)
+    area = ctx.trainings.area(workspace)
+    ctx.trainings.check_storage(workspace, files=1, size=len(data), replaces=[area.root / name])
+    path = area.save(name, data)
     return FileOut(name=path.name, size=len(data))
 
 

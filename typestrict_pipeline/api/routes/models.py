@@ -11,7 +11,7 @@ from collections import OrderedDict
 from pathlib import Path as FsPath
 from typing import Annotated, Any
 
-from fastapi import Depends, Path, Request
+from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, HTMLResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from typestrict_pipeline.api.app import ApiContext
 from typestrict_pipeline.api.conditional import PRIVATE, etag_matches, kept_bytes, serve_file
 from typestrict_pipeline.api.deps import Ctx, Workspace, _bearer, get_ctx, get_workspace
-from typestrict_pipeline.api.edge import api_router
+from typestrict_pipeline.api.edge import PathId, api_router
 from typestrict_pipeline.api.errors import ApiError
 from typestrict_pipeline.api.keys import KeyState
 from typestrict_pipeline.api.page import METRICS, render_result_page
@@ -48,7 +48,7 @@ router = api_router(tags=["models"], responses={401: {"model": ErrorBody}, 404: 
 
 # The page runs no script and loads nothing: its pictures are data: URIs, its style inline.
 PAGE_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; connect-src 'self'"
-ModelId = Annotated[str, Path(min_length=1, max_length=200)]
+ModelId = PathId
 
 
 _CACHE_BYTES = 64 * 1024 * 1024

@@ -5,19 +5,15 @@ A schedule is enabled from its study: ``POST /v1/studies/{id}/schedule``.
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import Path
-
 from typestrict_pipeline.api import schedules as core
 from typestrict_pipeline.api.deps import Ctx, Workspace
-from typestrict_pipeline.api.edge import api_router
+from typestrict_pipeline.api.edge import PathId, api_router
 from typestrict_pipeline.api.routes.studies import schedule_out
 from typestrict_pipeline.api.schemas import ErrorBody, ScheduleCancelIn, ScheduleOut, SchedulesOut
 
 router = api_router(tags=["schedules"], responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}})
 
-ScheduleId = Annotated[str, Path(min_length=1, max_length=40)]
+ScheduleId = PathId
 
 
 @router.get("/schedules", response_model=SchedulesOut)

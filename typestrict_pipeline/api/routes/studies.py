@@ -9,10 +9,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Any
 
-from fastapi import Path, Query
+from fastapi import Query
 
 from typestrict_pipeline.api.deps import Ctx, Workspace
-from typestrict_pipeline.api.edge import api_router
+from typestrict_pipeline.api.edge import PathId, api_router
 from typestrict_pipeline.api.paging import ListPage
 from typestrict_pipeline.api.schemas import (
     ErrorBody,
@@ -46,7 +46,7 @@ from typestrict_pipeline.study.tables import StudyRow
 router = api_router(tags=["studies"], responses={
     401: {"model": ErrorBody}, 404: {"model": ErrorBody}, 422: {"model": ErrorBody}})
 
-StudyId = Annotated[str, Path(min_length=1, max_length=40)]
+StudyId = PathId
 LEADERBOARD_LIMIT_MAX = 1000
 """The most rows one ``GET /v1/studies/{id}/leaderboard?limit=`` returns (a page of a study of
 10,000 candidates is then at most a tenth of it; without ``limit`` every row comes, as before)."""

@@ -7,14 +7,14 @@ import json
 import math
 from collections.abc import Sequence
 from decimal import Decimal
-from typing import Annotated, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from fastapi import Path, Request
+from fastapi import Request
 
 from typestrict_pipeline.api.deps import Ctx, Workspace
-from typestrict_pipeline.api.edge import api_router
+from typestrict_pipeline.api.edge import PathId, api_router
 from typestrict_pipeline.api.errors import ApiError
 from typestrict_pipeline.api.paging import ListPage
 from typestrict_pipeline.api.routes.files import FileName, read_body
@@ -38,7 +38,7 @@ from typestrict_pipeline.refund.trained_on import trained_on_sha256
 router = api_router(tags=["trainings"], responses={
     401: {"model": ErrorBody}, 404: {"model": ErrorBody}, 422: {"model": ErrorBody}})
 
-TrainingId = Annotated[str, Path(min_length=1, max_length=200)]
+TrainingId = PathId
 CANONICAL_FORM = 'SHA-256 of UTF-8 "\\n".join(sorted(training_ids)), no final newline'
 
 

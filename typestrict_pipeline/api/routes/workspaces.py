@@ -7,12 +7,9 @@ exist.
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated
-
-from fastapi import Path
 
 from typestrict_pipeline.api.deps import Ctx, Workspace
-from typestrict_pipeline.api.edge import api_router
+from typestrict_pipeline.api.edge import PathId, api_router
 from typestrict_pipeline.api.paging import ListPage
 from typestrict_pipeline.api.schemas import (
     BudgetIn,
@@ -20,6 +17,7 @@ from typestrict_pipeline.api.schemas import (
     ErrorBody,
     LedgerLineOut,
     SpendOut,
+    StorageOut,
     StudySpendOut,
     UsageOut,
     UsageRowOut,
@@ -31,7 +29,7 @@ from typestrict_pipeline.usage import DaySpend, workspace_usage
 
 router = api_router(tags=["workspaces"], responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}})
 
-WorkspaceId = Annotated[str, Path(min_length=1, max_length=200)]
+WorkspaceId = PathId
 
 
 def _own(workspace_id: str, workspace: str) -> str:
@@ -45,10 +43,14 @@ def _own(workspace_id: str, workspace: str) -> str:
 
 @router.get("/workspaces/{workspace_id}", response_model=WorkspaceOut)
 def get_workspace(workspace_id: WorkspaceId, ctx: Ctx, workspace: Workspace) -> WorkspaceOut:
-    """The credit balance."""
+    """The credit balance, and what the workspace keeps against its storage quota (its files,
+    datasets and model files: ``storage``)."""
     ws = _own(workspace_id, workspace)
     ledger = CreditLedger(ctx.engine)
-    return WorkspaceOut(workspace_id=ws, balance=ledger.balance(ws), has_account=ledger.has_account(ws))
+    used, quota = ctx.trainings.storage_usage(ws), ctx.settings.storage_quota
+    return WorkspaceOut(workspace_id=ws, balance=ledger.balance(ws), has_account=ledger.has_account(ws),
+                        storage=StorageOut(files=used.files, bytes=used.size, max_files=quota.max_files,
+                                           max_bytes=quota.max_bytes))
 
 
 @router.get("/workspaces/{workspace_id}/ledger", response_model=list[LedgerLineOut])

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
 from starlette.datastructures import FormData
@@ -21,6 +21,7 @@ from starlette.datastructures import FormData
 from typestrict_pipeline.api import backtests as backtests_core
 from typestrict_pipeline.api import studies as studies_core
 from typestrict_pipeline.api.deps import get_ctx
+from typestrict_pipeline.api.edge import PathId
 from typestrict_pipeline.api.errors import status_for, validation_message
 from typestrict_pipeline.api.schemas import BacktestIn, ScheduleIn, StudyFormIn
 from typestrict_pipeline.console.board_pages import (
@@ -52,8 +53,8 @@ router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=Fa
 
 Session = Annotated[ConsoleSession, Depends(require_session)]
 Posted = Annotated[ConsoleSession, Depends(require_csrf)]
-BacktestId = Annotated[str, Path(min_length=1, max_length=64)]
-StudyId = Annotated[str, Path(min_length=1, max_length=40)]
+BacktestId = PathId
+StudyId = PathId
 LIVE_STATES = frozenset({"queued", "running", "pending"})
 
 BACKTEST_DEFAULTS = {"workflow": "seattle_rain", "dataset": "seattle_weather", "start": "", "end": "",
@@ -348,7 +349,7 @@ async def enable_schedule(study_id: StudyId, request: Request, session: Posted) 
 
 
 @router.post("/schedules/{schedule_id}/cancel")
-async def cancel_schedule(schedule_id: Annotated[str, Path(min_length=1, max_length=20)], request: Request,
+async def cancel_schedule(schedule_id: PathId, request: Request,
                           session: Posted) -> Response:
     """Turn a schedule off (``POST /v1/schedules/{id}/cancel``)."""
     from typestrict_pipeline.api import schedules as schedules_core

@@ -13,10 +13,11 @@ from __future__ import annotations
 import base64
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
 from typestrict_pipeline.api.deps import get_ctx
+from typestrict_pipeline.api.edge import PathId
 from typestrict_pipeline.api.page import decision_rows
 from typestrict_pipeline.api.pictures import result_pictures
 from typestrict_pipeline.console.sessions import ConsoleSession
@@ -33,7 +34,7 @@ from typestrict_pipeline.refund.grouping import resampling_lines_from_audit
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
 
 Session = Annotated[ConsoleSession, Depends(require_session)]
-ModelId = Annotated[str, Path(min_length=1, max_length=200)]
+ModelId = PathId
 
 
 def _files(info: ModelInfo) -> list[tuple[str, int]]:

@@ -14,12 +14,13 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
 from starlette.datastructures import FormData, UploadFile
 
 from typestrict_pipeline.api.deps import get_ctx
+from typestrict_pipeline.api.edge import PathId
 from typestrict_pipeline.api.errors import validation_message
 from typestrict_pipeline.api.schemas import TrainingCreate
 from typestrict_pipeline.api.trainings import (
@@ -50,7 +51,7 @@ router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=Fa
 
 Session = Annotated[ConsoleSession, Depends(require_session)]
 Posted = Annotated[ConsoleSession, Depends(require_csrf)]
-TrainingId = Annotated[str, Path(min_length=1, max_length=200)]
+TrainingId = PathId
 MAX_DECISIONS = 20
 
 CREDIT_TEXT = {

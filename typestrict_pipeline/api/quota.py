@@ -1,0 +1,128 @@
+"""A workspace's storage quota: the files it keeps on the server through the API and the console.
+
+What counts is what a workspace can add without limit by sending requests: the uploads in its
+files area (``PUT /v1/files/{name}``, the console's training form), its registered datasets
+(``POST /v1/datasets``, ``.../append``: the stored tables and their ``dataset.json``) and the
+model files uploaded to its trainings (``PUT /v1/trainings/{id}/model/{name}``, the console's
+predictions form). A training's own copy of its dataset is not counted: each costs a credit, so
+credits bound them already. The rule is one: the files stored now, plus what the request adds,
+minus what it replaces, must stay within both bounds (:class:`StorageQuota`); else the request
+is refused before anything is stored or charged (409 ``storage_quota``: a request that succeeds
+once something is deleted conflicts with the workspace's state; it is not too large in itself,
+which is the upload limit's 413). Deleting a file (``DELETE /v1/files/{name}``) and the expiry
+of a model's files lower the usage at once: it is counted from the disk at each check.
+
+The bounds are the server's settings ``TYPESTRICT_WORKSPACE_MAX_BYTES`` (default 10 GiB) and
+``TYPESTRICT_WORKSPACE_MAX_FILES`` (default 10,000), read when the server starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from typestrict_pipeline.errors import TypeStrictError
+from typestrict_pipeline.files import bound_from_env
+
+DEFAULT_MAX_BYTES = 10 * 1024**3
+DEFAULT_MAX_FILES = 10_000
+MAX_BYTES_ENV = "TYPESTRICT_WORKSPACE_MAX_BYTES"
+MAX_FILES_ENV = "TYPESTRICT_WORKSPACE_MAX_FILES"
+
+
+class StorageQuotaError(TypeStrictError):
+    """A request that would store more than the workspace's quota (409 ``storage_quota``). Not
+    a ``ConflictError``: the handlers of a name taken (a dataset's) must not reword it."""
+
+
+@dataclass(frozen=True)
+class StorageQuota:
+    """The most a workspace may keep: ``max_bytes`` in all, in at most ``max_files`` files."""
+
+    max_bytes: int = DEFAULT_MAX_BYTES
+    max_files: int = DEFAULT_MAX_FILES
+
+    @classmethod
+    def from_env(cls) -> StorageQuota:
+        """The bounds of :data:`MAX_BYTES_ENV` and :data:`MAX_FILES_ENV` (positive whole numbers
+        in ASCII digits), else the defaults (:func:`~typestrict_pipeline.files.bound_from_env`,
+        the rule of every ``TYPESTRICT_MAX_*`` bound)."""
+        return cls(bound_from_env(MAX_BYTES_ENV, DEFAULT_MAX_BYTES), bound_from_env(MAX_FILES_ENV, DEFAULT_MAX_FILES))
+
+
+@dataclass(frozen=True)
+class StorageUsage:
+    """What a workspace keeps now: ``files`` files of ``size`` bytes in all."""
+
+    files: int
+    size: int
+
+
+def _files(root: Path) -> Iterable[Path]:
+    if not root.is_dir():
+        return ()
+    return (p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def usage_of(roots: Iterable[Path]) -> StorageUsage:
+    """The files under ``roots`` (the workspace's folders) and their bytes; a file removed while
+    counted is not counted."""
+    files = size = 0
+    for root in roots:
+        for path in _files(root):
+            try:
+                size += path.stat().st_size
+            except OSError:
+                continue
+            files += 1
+    return StorageUsage(files, size)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+def check_storage(quota: StorageQuota, now: StorageUsage, *, files: int, size: int,
+                  replaces: Iterable[Path] = ()) -> None:
+    """Refuse a request that adds ``files`` files of ``size`` bytes (replacing the files
+    ``replaces``, those of the same names that exist) beyond ``quota``, given ``now``.
+
+    >>> check_storage(StorageQuota(100, 2), StorageUsage(1, 50), files=1, size=50)
+    >>> check_storage(StorageQuota(100, 2), StorageUsage(1, 50), files=1, size=51)
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.api.quota.StorageQuotaError: expected the workspace's stored files to stay within its storage quota of 100 bytes in at most 2 files, got 50 bytes in 1 file stored and 51 bytes in 1 file more in this request. Nothing was stored or charged: delete files the workspace no longer needs (DELETE /v1/files/{name}), or ask the operator to raise TYPESTRICT_WORKSPACE_MAX_BYTES
+    """
+    freed = usage_of_files(replaces)
+    after_files = now.files - freed.files + files
+    after_size = now.size - freed.size + size
+    over = [env for env, out in ((MAX_BYTES_ENV, after_size > quota.max_bytes),
+                                 (MAX_FILES_ENV, after_files > quota.max_files)) if out]
+    if not over:
+        return
+    raise StorageQuotaError(
+        f"expected the workspace's stored files to stay within its storage quota of "
+        f"{_plural(quota.max_bytes, 'byte')} in at most {_plural(quota.max_files, 'file')}, got "
+        f"{_plural(now.size, 'byte')} in {_plural(now.files, 'file')} stored and "
+        f"{_plural(size, 'byte')} in {_plural(files, 'file')} more in this request"
+        + (f" (replacing {_plural(freed.size, 'byte')} in {_plural(freed.files, 'file')})" if freed.files else "")
+        + ". Nothing was stored or charged: delete files the workspace no longer needs "
+        "(DELETE /v1/files/{name}), or ask the operator to raise " + " and ".join(over))
+
+
+def usage_of_files(paths: Iterable[Path]) -> StorageUsage:
+    """The plain files among ``paths`` (a name not stored yet is none) and their bytes."""
+    files = size = 0
+    for path in paths:
+        try:
+            if path.is_file() and not path.is_symlink():
+                size += path.stat().st_size
+                files += 1
+        except OSError:
+            continue
+    return StorageUsage(files, size)
+
+
+__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_FILES", "MAX_BYTES_ENV", "MAX_FILES_ENV", "StorageQuota",
+           "StorageQuotaError", "StorageUsage", "check_storage", "usage_of", "usage_of_files"]
