@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from typestrict_pipeline import values
-from typestrict_pipeline.backtest.engine import parse_step
+from typestrict_pipeline.backtest.engine import BacktestStatus, parse_step
 from typestrict_pipeline.backtest.metering import format_usd
 from typestrict_pipeline.backtest.pit import PointInTimeTable, format_time
 from typestrict_pipeline.backtest.service import (
@@ -167,15 +167,21 @@ def _backtest_run(args: argparse.Namespace) -> int:
         engine.dispose()
     wrote = Wrote(f"backtest {bid} of {result.workflow.name} @ {result.workflow.version_id} "
                   f"({result.card.steps_run} steps)", (bid,), store=shown_store(store_url(args)))
+    c = result.card
+    # A failed backtest (every step that ran failed: the engine's rule, which the store, the API
+    # and the console show too) is exit 1: the command ran and found a problem.
+    code = 1 if c.status is BacktestStatus.FAILED else 0
     if args.json:
-        c = result.card
         print_json({"id": bid, "workflow": result.workflow.name, "version_id": result.workflow.version_id,
+                    "status": c.status.value, "error": c.stop_reason if code else None,
                     "card": c.to_text(), "wrote": wrote.to_json()})
-        return 0
-    print(result.card.to_text())
+        return code
+    print(c.to_text())
     print(f"  backtest id     {bid}")
     say_wrote(args, wrote)
-    return 0
+    if code:
+        print(f"typestrict: backtest {bid} failed: {c.stop_reason}.", file=sys.stderr)
+    return code
 
 
 @contextlib.contextmanager
