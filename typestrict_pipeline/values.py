@@ -415,6 +415,36 @@ def parameter_name(name: str, what: str) -> str:
     return check_text(name.strip(), f"the parameter name of {what}", max_chars=200)
 
 
+MAX_PROMPT_CHARS = 10_000_000
+"""The longest prompt a workflow step may be given, by every door (``backtest run --prompt``,
+``backtest activate --prompt``, a study's ``--prompt-file``, the launchpad's ``prompts``): the
+one rule, :meth:`typestrict_pipeline.backtest.workflow.Workflow.resolve_prompts`."""
+
+MAX_MODEL_NAME_CHARS = 128
+"""The longest model name (``--model``, an endpoint's ``model``): the store keeps it with every
+call (``backtest_calls.model``, 128 characters)."""
+
+
+def model_name(value: Any, what: str = "--model") -> str:
+    """A model name sent to an endpoint and stored with each of its calls: 1 to
+    :data:`MAX_MODEL_NAME_CHARS` characters, no space, no control or invisible format character.
+    Refused before any call is made: a longer one was sent, charged, and then refused by a
+    PostgreSQL store (its column holds 128), losing the record of what was spent.
+
+    >>> model_name("meta-llama/Llama-3.1-8B-Instruct")
+    'meta-llama/Llama-3.1-8B-Instruct'
+    >>> model_name("m" * 129)
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected --model of at most 128 characters, got 129 characters. Give the model's name as the endpoint knows it, e.g. gpt-4o-mini.
+    """
+    fix = "give the model's name as the endpoint knows it, e.g. gpt-4o-mini"
+    text = check_text(value, what, max_chars=MAX_MODEL_NAME_CHARS, fix=fix)
+    if any(c.isspace() for c in text):
+        raise InputError(f"{what} without spaces", shown(text, 100), fix)
+    return text
+
+
 def integer(value: Any, what: str, *, lo: int, hi: int, fix: str | None = None) -> int:
     """A whole number written in ASCII digits (or a decoded ``int``) from ``lo`` to ``hi``.
 

@@ -935,7 +935,7 @@ def backtest_outcome(
 
 def _first_line(error: str | None, limit: int = 300) -> str:
     """A step's error on one line, at most ``limit`` characters."""
-    text = " ".join((error or "no error recorded").split())
+    text = " ".join((error or "no error recorded").split()).rstrip(".")
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 

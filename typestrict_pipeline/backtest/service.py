@@ -114,9 +114,16 @@ def endpoint_models(
     output_micro_usd_per_mtok: int,
     api_key_env: str | None = None,
 ) -> Iterator[ModelSetup]:
-    """An OpenAI-compatible endpoint for every model of ``workflow``, priced as given."""
-    from typestrict_pipeline.clients.openai_http import OpenAICompatibleClient
+    """An OpenAI-compatible endpoint for every model of ``workflow``, priced as given.
 
+    Raises:
+        InputError: a model name the store cannot keep with each call
+            (:func:`~typestrict_pipeline.values.model_name`), before any call.
+    """
+    from typestrict_pipeline.clients.openai_http import OpenAICompatibleClient
+    from typestrict_pipeline.values import model_name
+
+    model_name(model, "the model name")
     client = OpenAICompatibleClient(base_url, model, api_key_env=api_key_env)
     prices = PriceTable(models={model: ModelPrice(input_micro_usd_per_mtok, output_micro_usd_per_mtok)})
     yield ModelSetup({n: client for n in (*workflow.models, *workflow.judges)}, prices)

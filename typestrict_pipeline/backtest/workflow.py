@@ -357,18 +357,25 @@ class Workflow:
         """Default prompts merged with ``overrides``.
 
         Raises:
-            InputError: a prompt for a step the workflow does not have, or not a string.
+            InputError: a prompt for a step the workflow does not have, not a string, or longer
+                than :data:`~typestrict_pipeline.values.MAX_PROMPT_CHARS` (the one bound of a
+                prompt, whichever door it came in by: it is stored and sent at every step).
         """
+        from typestrict_pipeline.values import MAX_PROMPT_CHARS
+
         out = dict(self.prompts)
         for k, v in (overrides or {}).items():
             if k not in self.prompts:
                 raise InputError(
                     f"a prompt step of workflow {self.name!r} ({', '.join(self.prompts) or 'it has none'})",
-                    repr(k),
+                    repr(k[:80]),
                     "check the step name",
                 )
             if not isinstance(v, str) or not v.strip():
-                raise InputError(f"a non-empty prompt for step {k!r}", repr(v), "write the prompt")
+                raise InputError(f"a non-empty prompt for step {k!r}", repr(v)[:80], "write the prompt")
+            if len(v) > MAX_PROMPT_CHARS:
+                raise InputError(f"a prompt for step {k!r} of at most {MAX_PROMPT_CHARS:,} characters",
+                                 f"{len(v):,} characters", "shorten the prompt")
             out[k] = v
         return out
 

@@ -64,7 +64,14 @@ from typestrict_pipeline.cli.common import (
     writes,
 )
 from typestrict_pipeline.errors import InputError
-from typestrict_pipeline.values import base_url, check_text, command_value, parameter_name
+from typestrict_pipeline.values import (
+    MAX_PROMPT_CHARS,
+    base_url,
+    check_text,
+    command_value,
+    model_name,
+    parameter_name,
+)
 from typestrict_pipeline.workspaces import require_workspace
 
 WORKSPACE = value_type(values.workspace_id)
@@ -85,7 +92,7 @@ def _pairs(items: list[str] | None, what: str) -> dict[str, Any]:
         k, v = item.split("=", 1)
         name = parameter_name(k, f"--{what}")
         out[name] = (command_value(v.strip(), f"--param {name}") if what == "param"
-                     else check_text(v, f"--prompt {name}", max_chars=10_000_000, lines=True, empty=True))
+                     else check_text(v, f"--prompt {name}", max_chars=MAX_PROMPT_CHARS, lines=True, empty=True))
     return out
 
 
@@ -143,6 +150,8 @@ def _check_model_url(args: argparse.Namespace) -> None:
                          f"{', '.join(given)} out to use the local stand-in")
     if url:
         base_url(url, "--model-url")
+    if args.model is not None:  # sent with every call and stored with each: refused before any
+        model_name(args.model, "--model")
 
 
 def _backtest_run(args: argparse.Namespace) -> int:

@@ -27,6 +27,7 @@ from typestrict_pipeline.study.limits import usd_to_micro
 from typestrict_pipeline.study.service import StudyConfig
 from typestrict_pipeline.study.space import RandomParam, SearchSpace
 from typestrict_pipeline.values import (
+    MAX_PROMPT_CHARS,
     check_text,
     command_value,
     number,
@@ -165,8 +166,9 @@ def _once(name: str, seen: Mapping[str, Any], flag: str, values: str) -> None:
                          f"give all of its values in one, e.g. {flag} {name}=V1,V2")
 
 
-MAX_PROMPT_FILE_CHARS = 10_000_000
-"""The longest prompt a ``--prompt-file`` may hold (its file is refused above 4 bytes a character)."""
+MAX_PROMPT_FILE_CHARS = MAX_PROMPT_CHARS
+"""The longest prompt a ``--prompt-file`` may hold, the one bound of a prompt
+(:data:`typestrict_pipeline.values.MAX_PROMPT_CHARS`; its file is refused above 4 bytes a character)."""
 
 
 def _prompt_file(step: str, path: str) -> str:
