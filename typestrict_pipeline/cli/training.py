@@ -54,8 +54,10 @@ def _when(value: dt.datetime | None) -> str:
 
 def _store_of(engine: Any) -> Any:
     from typestrict_pipeline.api.trainings import TrainingStore
+    from typestrict_pipeline.lifecycle.trainings import CLI_WORDS
 
-    return TrainingStore(typestrict_home(), engine, {})  # never creates: no Jev needed
+    # never creates: no Jev needed; its refusals say what to do in the CLI's words
+    return TrainingStore(typestrict_home(), engine, {}, words=CLI_WORDS)
 
 
 def _workspace_of(engine: Any, training_id: str) -> str:
