@@ -699,11 +699,20 @@ def email(value: Any, what: str = "an e-mail address", *,
 
 
 def base_url(value: Any, what: str = "--model-url", *,
-             fix: str = "give the endpoint's base URL, e.g. https://api.example.com/v1") -> str:
+             fix: str = "give the endpoint's base URL, e.g. https://api.example.com/v1",
+             key_option: str = "--api-key-env") -> str:
     """An ``http://`` or ``https://`` base URL a request can be sent to: a host, a port that is a
     number from 1 to 65535 when one is written, no space or control character, at most 2,000
     characters. A URL that only starts right (``http://h:x/v1``, ``http://[::1/v1``) was taken,
     and every call of the run then failed.
+
+    The client appends ``/chat/completions`` to the base URL's path (``http://h/prefix/v1``
+    calls ``http://h/prefix/v1/chat/completions``), so a base URL is a path and nothing after
+    it: a query (``?key=…``) or a fragment (``#…``) would swallow the appended path, and a user
+    and password (``https://user:secret@h/v1``) would be sent with every call and shown in every
+    error and stored step; each is refused, the password shown as ``***``. So is the
+    chat-completions URL itself given as the base (``…/v1/chat/completions``), which would call
+    ``…/chat/completions/chat/completions``.
 
     >>> base_url("https://api.example.com/v1")
     'https://api.example.com/v1'
@@ -711,6 +720,10 @@ def base_url(value: Any, what: str = "--model-url", *,
     Traceback (most recent call last):
     ...
     typestrict_pipeline.errors.InputError: expected --model-url as an http:// or https:// base URL with a host (and a port from 1 to 65535, if any), got 'http://h:x/v1'. Give the endpoint's base URL, e.g. https://api.example.com/v1.
+    >>> base_url("https://ana:s3cret@api.example.com/v1")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected --model-url without a user or password (user:password@), got 'https://ana:***@api.example.com/v1'. Give the base URL alone, e.g. https://api.example.com/v1; put the endpoint's key in an environment variable and name it with --api-key-env.
     """
     from urllib.parse import urlsplit
 
@@ -721,10 +734,37 @@ def base_url(value: Any, what: str = "--model-url", *,
         parts = urlsplit(value)
         port = parts.port
     except ValueError:  # a port that is not a number or out of range, an IPv6 host cut short
-        raise InputError(expected, shown(value, 100), fix) from None
+        raise InputError(expected, shown(_hide_password(value), 100), fix) from None
     if not parts.hostname or port == 0 or _CONTROL.search(value) or " " in value:
-        raise InputError(expected, shown(value, 100), fix)
+        raise InputError(expected, shown(_hide_password(value), 100), fix)
+    alone = "give the base URL alone, e.g. https://api.example.com/v1"
+    if "@" in parts.netloc:
+        raise InputError(f"{what} without a user or password (user:password@)", shown(_hide_password(value), 100),
+                         f"{alone}; put the endpoint's key in an environment variable and name it with {key_option}")
+    if "?" in value or "#" in value:
+        raise InputError(f"{what} without a query (?…) or a fragment (#…): /chat/completions is appended to its path",
+                         shown(_hide_password(value), 100), alone)
+    if parts.path.rstrip("/").endswith("/chat/completions"):
+        raise InputError(f"{what} as the base URL the client appends /chat/completions to",
+                         shown(value, 100), f"drop /chat/completions: {value.rstrip('/')[:-len('/chat/completions')]}")
     return value
+
+
+def _hide_password(url: str) -> str:
+    """``url`` with the password of its user part (``user:password@``) shown as ``***``.
+
+    >>> _hide_password("https://ana:s3cret@h/v1"), _hide_password("https://h/v1?a=b@c")
+    ('https://ana:***@h/v1', 'https://h/v1?a=b@c')
+    """
+    scheme, sep, rest = url.partition("://")
+    end = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
+    netloc = rest[:end]
+    if "@" not in netloc:
+        return url
+    user, _, host = netloc.rpartition("@")
+    if ":" in user:
+        user = user.split(":", 1)[0] + ":***"
+    return f"{scheme}{sep}{user}@{host}{rest[end:]}"
 
 
 # ------------------------------------------------------------------------------------------------
