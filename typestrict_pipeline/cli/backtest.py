@@ -161,6 +161,7 @@ def _backtest_run(args: argparse.Namespace) -> int:
     step_size = parse_step(args.step)
     code_workflow = default_registry().active(args.workflow)  # an unknown workflow: refused before the store opens
     params, prompts = _pairs(args.param, "param"), _pairs(args.prompt, "prompt")  # before the store opens
+    code_workflow.resolve_prompts(prompts)  # their steps and fields, before the store opens (or is made)
     data, label = _data(args, code_workflow)
     engine = write_store(args)
     try:
@@ -377,10 +378,10 @@ def _store_missing(args: argparse.Namespace) -> bool:
 
 def _activate(args: argparse.Namespace) -> int:
     params, prompts = _pairs(args.param, "param"), _pairs(args.prompt, "prompt")  # before the store opens
+    # the version and its overrides (steps, fields, values) checked before the store opens (or is made)
+    wf = default_registry().get(args.workflow, args.version).variant(params=params, prompts=prompts)
     engine = write_store(args)
     try:
-        base = default_registry().get(args.workflow, args.version)
-        wf = base.variant(params=params, prompts=prompts)
         activate_version(engine, workspace=args.workspace, workflow=wf)
     finally:
         engine.dispose()
