@@ -36,6 +36,10 @@ from typestrict_pipeline.values import (
     spells_non_finite,
 )
 
+STUDY_NAME_MAX_CHARS = 200
+"""The longest study name, by every door: ``study run --name``, the API's and the console's
+``name`` (``StudyFormIn``) and the launchpad (the store's column holds 256)."""
+
 
 @dataclass(frozen=True)
 class StudyForm:
@@ -82,8 +86,8 @@ def study_config(form: StudyForm) -> StudyConfig:
     check_text(form.workflow, "a workflow name", max_chars=128)
     check_text(form.workspace, "a workspace id", max_chars=128)
     check_text(form.dataset, "a dataset name", max_chars=128)
-    if form.name is not None:
-        check_text(form.name, "a study name", max_chars=256)
+    if form.name is not None:  # the API's bound on the field (StudyFormIn.name): one rule
+        check_text(form.name, "a study name", max_chars=STUDY_NAME_MAX_CHARS)
     space = parse_space(form.grid, form.random, form.random_draws, form.seed, form.prompt_files)
     space.check_size()  # counted from the sizes, before anything is built or stored
     backend: dict[str, Any]
