@@ -445,6 +445,35 @@ def model_name(value: Any, what: str = "--model") -> str:
     return text
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+def api_key_env(name: Any, what: str = "--api-key-env") -> str:
+    """The name of the environment variable that holds an endpoint's key, checked where a run
+    starts (the client reads it at each call): a variable name, set and not empty. An unset one
+    was a backtest stored with every step failed on "expected the API key in the environment
+    variable …"; now it is refused before anything is stored or called.
+
+    >>> import os; os.environ["TS_DOCTEST_KEY"] = "k"
+    >>> api_key_env("TS_DOCTEST_KEY")
+    'TS_DOCTEST_KEY'
+    >>> api_key_env("TS_DOCTEST_UNSET_KEY")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected the endpoint's key in the environment variable --api-key-env names, got TS_DOCTEST_UNSET_KEY unset or empty. Export it (export TS_DOCTEST_UNSET_KEY=...) before running, or leave --api-key-env out for an endpoint without a key.
+    """
+    import os
+
+    if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+        raise InputError(f"{what} as an environment variable's name (letters, digits and _, not starting with a digit)",
+                         shown(name, 100), "name the variable that holds the key, e.g. OPENAI_API_KEY")
+    if not os.environ.get(name):
+        raise InputError(f"the endpoint's key in the environment variable {what} names", f"{name} unset or empty",
+                         f"export it (export {name}=...) before running, or leave {what} out for an endpoint "
+                         "without a key")
+    return name
+
+
 def integer(value: Any, what: str, *, lo: int, hi: int, fix: str | None = None) -> int:
     """A whole number written in ASCII digits (or a decoded ``int``) from ``lo`` to ``hi``.
 

@@ -118,12 +118,16 @@ def endpoint_models(
 
     Raises:
         InputError: a model name the store cannot keep with each call
-            (:func:`~typestrict_pipeline.values.model_name`), before any call.
+            (:func:`~typestrict_pipeline.values.model_name`), or a key variable that is not set
+            (:func:`~typestrict_pipeline.values.api_key_env`), before any call.
     """
     from typestrict_pipeline.clients.openai_http import OpenAICompatibleClient
+    from typestrict_pipeline.values import api_key_env as key_variable
     from typestrict_pipeline.values import model_name
 
     model_name(model, "the model name")
+    if api_key_env is not None:
+        key_variable(api_key_env, "api_key_env")
     client = OpenAICompatibleClient(base_url, model, api_key_env=api_key_env)
     prices = PriceTable(models={model: ModelPrice(input_micro_usd_per_mtok, output_micro_usd_per_mtok)})
     yield ModelSetup({n: client for n in (*workflow.models, *workflow.judges)}, prices)

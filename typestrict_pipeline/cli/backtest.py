@@ -66,6 +66,7 @@ from typestrict_pipeline.cli.common import (
 from typestrict_pipeline.errors import InputError
 from typestrict_pipeline.values import (
     MAX_PROMPT_CHARS,
+    api_key_env,
     base_url,
     check_text,
     command_value,
@@ -152,6 +153,8 @@ def _check_model_url(args: argparse.Namespace) -> None:
         base_url(url, "--model-url")
     if args.model is not None:  # sent with every call and stored with each: refused before any
         model_name(args.model, "--model")
+    if args.api_key_env is not None:  # a key that is not there failed every call of a stored run
+        api_key_env(args.api_key_env, "--api-key-env")
 
 
 def _backtest_run(args: argparse.Namespace) -> int:
