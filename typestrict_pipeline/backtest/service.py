@@ -171,7 +171,7 @@ def run_and_store_backtest(
                               max_in_flight=max_in_flight, retries=retries,
                               on_step_error=on_step_error, should_stop=rec.should_stop,
                               on_step=_counting(rec.on_step, len(times), on_progress))
-        rec.finish(result.card)
+        result.card = rec.finish(result.card)  # as stored: cancelled meanwhile says so
     return rec.id, result
 
 
