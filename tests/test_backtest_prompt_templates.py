@@ -69,3 +69,20 @@ def test_activate_refuses_such_a_prompt_before_the_store(tmp_path: Path, capsys:
                  "--store", f"sqlite:///{db}", "--new-store"]) == 2
     assert "got {nope}. Use those fields by name" in capsys.readouterr().err
     assert not db.exists()
+
+
+@pytest.mark.parametrize("command", [["backtest", "run", "seattle_rain", "--start", "2013-06-01", "--end", "2013-06-03"],
+                                     ["backtest", "activate", "seattle_rain"]])
+@pytest.mark.parametrize("given, said", [
+    (["--param", "lookback_days=3", "--param", "lookback_days=4"],
+     "expected each parameter once in --param, got lookback_days twice (the second lookback_days='4')"),
+    (["--prompt", "forecast=On {date}?", "--prompt", "forecast=Rain?"],
+     "expected each prompt step once in --prompt, got forecast twice (the second forecast='Rain?')"),
+])
+def test_a_parameter_or_prompt_given_twice_is_refused_not_replaced(
+    command: list[str], given: list[str], said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "store.db"
+    assert main([*command, *given, "--store", f"sqlite:///{db}", "--new-store"]) == 2
+    assert said in capsys.readouterr().err
+    assert not db.exists()

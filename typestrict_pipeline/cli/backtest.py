@@ -72,6 +72,7 @@ from typestrict_pipeline.values import (
     command_value,
     model_name,
     parameter_name,
+    shown,
 )
 from typestrict_pipeline.workspaces import require_workspace
 
@@ -85,13 +86,23 @@ STALE_AFTER = dt.timedelta(days=2)
 def _pairs(items: list[str] | None, what: str) -> dict[str, Any]:
     """``--param NAME=VALUE`` (the value by :func:`~typestrict_pipeline.values.command_value`,
     the rule of a study's ``--grid``) or ``--prompt STEP=TEXT`` (text that may span lines), each
-    name a stored text (:func:`~typestrict_pipeline.values.parameter_name`)."""
+    name a stored text (:func:`~typestrict_pipeline.values.parameter_name`), each name once.
+
+    >>> _pairs(["threshold=0.4", "threshold=0.6"], "param")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected each parameter once in --param, got threshold twice (the second threshold='0.6'). Give threshold once: the value to run with.
+    """
     out: dict[str, Any] = {}
     for item in items or []:
         if "=" not in item:
             raise InputError(f"--{what} as NAME=VALUE", repr(item), f"write --{what} name=value")
         k, v = item.split("=", 1)
         name = parameter_name(k, f"--{what}")
+        if name in out:  # the second replaced the first without a word; the rule of a study's --grid
+            raise InputError(f"each {'parameter' if what == 'param' else 'prompt step'} once in --{what}",
+                             f"{name} twice (the second {name}={shown(v, 60)})",
+                             f"give {name} once: the value to run with")
         out[name] = (command_value(v.strip(), f"--param {name}") if what == "param"
                      else check_text(v, f"--prompt {name}", max_chars=MAX_PROMPT_CHARS, lines=True, empty=True))
     return out
