@@ -91,3 +91,19 @@ def test_cancelling_a_training_the_store_has_no_state_for_names_the_cli_command(
     err = _refused(["training", "cancel", "by-manifest", "--store", world["url"]], capsys)
     assert ("expected a training with id 'by-manifest' in this workspace, got none. Check the id: "
             "`typestrict training list WORKSPACE` lists a workspace's trainings") in err
+
+
+def test_a_wrong_trained_on_sha256_is_named_by_its_option_not_the_apis_key(
+    world: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tid, url = world["tid"], world["url"]
+    err = _refused(["training", "submit", tid, str(world["predictions"]), "--trained-on-sha256", "0" * 64,
+                    "--store", url], capsys)
+    assert f"typestrict: --trained-on-sha256: expected the SHA-256 of the 160 training rows of training {tid!r}" in err
+    assert "State the SHA-256 of exactly the training rows of the split" in err
+    assert "request" not in err and "key 'training." not in err and "trained_on_ids" not in err
+    assert world["store"].view("acme", tid).state.value == "awaiting_predictions"  # nothing taken
+    err = _refused(["training", "submit", tid, str(world["predictions"]), "--trained-on-sha256", "xyz",
+                    "--store", url], capsys)
+    assert "argument --trained-on-sha256: expected --trained-on-sha256 as 64 hexadecimal characters (a SHA-256), " \
+           "got 'xyz'" in err
