@@ -27,7 +27,7 @@ from resources.backtests import BacktestModels
 from resources.failures import failure
 from resources.store import StoreResource, store_run_request
 from typestrict_pipeline import plots
-from typestrict_pipeline.backtest.engine import RunCard, parse_step
+from typestrict_pipeline.backtest.engine import BacktestStatus, RunCard, parse_step
 from typestrict_pipeline.backtest.metering import RunMode, format_usd
 from typestrict_pipeline.backtest.pit import PointInTimeTable, format_time
 from typestrict_pipeline.backtest.service import (
@@ -208,6 +208,13 @@ def _backtest_asset(name: str) -> dg.AssetsDefinition:
         except TypeStrictError as exc:
             raise failure(str(exc), error=type(exc).__name__) from None
         context.log.info("backtest %s:\n%s", backtest_id, result.card.to_text())
+        if result.card.status is BacktestStatus.FAILED:
+            # Stored ``failed`` (the engine's rule: every step that ran failed); the run fails
+            # with why, as the API and the CLI show it, never a success beside a failed backtest.
+            raise failure(f"backtest {backtest_id} failed: {result.card.stop_reason}.",
+                          {"backtest_id": backtest_id, "status": result.card.status.value,
+                           "run_card": dg.MetadataValue.md("```\n" + result.card.to_text() + "\n```")},
+                          error="BacktestFailed")
         return dg.MaterializeResult(metadata=card_metadata(result.card, backtest_id))
 
     return _asset

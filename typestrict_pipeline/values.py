@@ -415,6 +415,65 @@ def parameter_name(name: str, what: str) -> str:
     return check_text(name.strip(), f"the parameter name of {what}", max_chars=200)
 
 
+MAX_PROMPT_CHARS = 10_000_000
+"""The longest prompt a workflow step may be given, by every door (``backtest run --prompt``,
+``backtest activate --prompt``, a study's ``--prompt-file``, the launchpad's ``prompts``): the
+one rule, :meth:`typestrict_pipeline.backtest.workflow.Workflow.resolve_prompts`."""
+
+MAX_MODEL_NAME_CHARS = 128
+"""The longest model name (``--model``, an endpoint's ``model``): the store keeps it with every
+call (``backtest_calls.model``, 128 characters)."""
+
+
+def model_name(value: Any, what: str = "--model") -> str:
+    """A model name sent to an endpoint and stored with each of its calls: 1 to
+    :data:`MAX_MODEL_NAME_CHARS` characters, no space, no control or invisible format character.
+    Refused before any call is made: a longer one was sent, charged, and then refused by a
+    PostgreSQL store (its column holds 128), losing the record of what was spent.
+
+    >>> model_name("meta-llama/Llama-3.1-8B-Instruct")
+    'meta-llama/Llama-3.1-8B-Instruct'
+    >>> model_name("m" * 129)
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected --model of at most 128 characters, got 129 characters. Give the model's name as the endpoint knows it, e.g. gpt-4o-mini.
+    """
+    fix = "give the model's name as the endpoint knows it, e.g. gpt-4o-mini"
+    text = check_text(value, what, max_chars=MAX_MODEL_NAME_CHARS, fix=fix)
+    if any(c.isspace() for c in text):
+        raise InputError(f"{what} without spaces", shown(text, 100), fix)
+    return text
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+def api_key_env(name: Any, what: str = "--api-key-env") -> str:
+    """The name of the environment variable that holds an endpoint's key, checked where a run
+    starts (the client reads it at each call): a variable name, set and not empty. An unset one
+    was a backtest stored with every step failed on "expected the API key in the environment
+    variable …"; now it is refused before anything is stored or called.
+
+    >>> import os; os.environ["TS_DOCTEST_KEY"] = "k"
+    >>> api_key_env("TS_DOCTEST_KEY")
+    'TS_DOCTEST_KEY'
+    >>> api_key_env("TS_DOCTEST_UNSET_KEY")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected the endpoint's key in the environment variable --api-key-env names, got TS_DOCTEST_UNSET_KEY unset or empty. Export it (export TS_DOCTEST_UNSET_KEY=...) before running, or leave --api-key-env out for an endpoint without a key.
+    """
+    import os
+
+    if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+        raise InputError(f"{what} as an environment variable's name (letters, digits and _, not starting with a digit)",
+                         shown(name, 100), "name the variable that holds the key, e.g. OPENAI_API_KEY")
+    if not os.environ.get(name):
+        raise InputError(f"the endpoint's key in the environment variable {what} names", f"{name} unset or empty",
+                         f"export it (export {name}=...) before running, or leave {what} out for an endpoint "
+                         "without a key")
+    return name
+
+
 def integer(value: Any, what: str, *, lo: int, hi: int, fix: str | None = None) -> int:
     """A whole number written in ASCII digits (or a decoded ``int``) from ``lo`` to ``hi``.
 
@@ -712,11 +771,20 @@ def email(value: Any, what: str = "an e-mail address", *,
 
 
 def base_url(value: Any, what: str = "--model-url", *,
-             fix: str = "give the endpoint's base URL, e.g. https://api.example.com/v1") -> str:
+             fix: str = "give the endpoint's base URL, e.g. https://api.example.com/v1",
+             key_option: str = "--api-key-env") -> str:
     """An ``http://`` or ``https://`` base URL a request can be sent to: a host, a port that is a
     number from 1 to 65535 when one is written, no space or control character, at most 2,000
     characters. A URL that only starts right (``http://h:x/v1``, ``http://[::1/v1``) was taken,
     and every call of the run then failed.
+
+    The client appends ``/chat/completions`` to the base URL's path (``http://h/prefix/v1``
+    calls ``http://h/prefix/v1/chat/completions``), so a base URL is a path and nothing after
+    it: a query (``?key=…``) or a fragment (``#…``) would swallow the appended path, and a user
+    and password (``https://user:secret@h/v1``) would be sent with every call and shown in every
+    error and stored step; each is refused, the password shown as ``***``. So is the
+    chat-completions URL itself given as the base (``…/v1/chat/completions``), which would call
+    ``…/chat/completions/chat/completions``.
 
     >>> base_url("https://api.example.com/v1")
     'https://api.example.com/v1'
@@ -724,6 +792,10 @@ def base_url(value: Any, what: str = "--model-url", *,
     Traceback (most recent call last):
     ...
     typestrict_pipeline.errors.InputError: expected --model-url as an http:// or https:// base URL with a host (and a port from 1 to 65535, if any), got 'http://h:x/v1'. Give the endpoint's base URL, e.g. https://api.example.com/v1.
+    >>> base_url("https://ana:s3cret@api.example.com/v1")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected --model-url without a user or password (user:password@), got 'https://ana:***@api.example.com/v1'. Give the base URL alone, e.g. https://api.example.com/v1; put the endpoint's key in an environment variable and name it with --api-key-env.
     """
     from urllib.parse import urlsplit
 
@@ -734,10 +806,37 @@ def base_url(value: Any, what: str = "--model-url", *,
         parts = urlsplit(value)
         port = parts.port
     except ValueError:  # a port that is not a number or out of range, an IPv6 host cut short
-        raise InputError(expected, shown(value, 100), fix) from None
+        raise InputError(expected, shown(_hide_password(value), 100), fix) from None
     if not parts.hostname or port == 0 or _CONTROL.search(value) or " " in value:
-        raise InputError(expected, shown(value, 100), fix)
+        raise InputError(expected, shown(_hide_password(value), 100), fix)
+    alone = "give the base URL alone, e.g. https://api.example.com/v1"
+    if "@" in parts.netloc:
+        raise InputError(f"{what} without a user or password (user:password@)", shown(_hide_password(value), 100),
+                         f"{alone}; put the endpoint's key in an environment variable and name it with {key_option}")
+    if "?" in value or "#" in value:
+        raise InputError(f"{what} without a query (?…) or a fragment (#…): /chat/completions is appended to its path",
+                         shown(_hide_password(value), 100), alone)
+    if parts.path.rstrip("/").endswith("/chat/completions"):
+        raise InputError(f"{what} as the base URL the client appends /chat/completions to",
+                         shown(value, 100), f"drop /chat/completions: {value.rstrip('/')[:-len('/chat/completions')]}")
     return value
+
+
+def _hide_password(url: str) -> str:
+    """``url`` with the password of its user part (``user:password@``) shown as ``***``.
+
+    >>> _hide_password("https://ana:s3cret@h/v1"), _hide_password("https://h/v1?a=b@c")
+    ('https://ana:***@h/v1', 'https://h/v1?a=b@c')
+    """
+    scheme, sep, rest = url.partition("://")
+    end = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
+    netloc = rest[:end]
+    if "@" not in netloc:
+        return url
+    user, _, host = netloc.rpartition("@")
+    if ":" in user:
+        user = user.split(":", 1)[0] + ":***"
+    return f"{scheme}{sep}{user}@{host}{rest[end:]}"
 
 
 # ------------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 
+from typestrict_pipeline.study.form import STUDY_NAME_MAX_CHARS
 from typestrict_pipeline.values import control_character
 
 Name = Annotated[str, Field(min_length=1, max_length=200)]
@@ -371,7 +372,7 @@ class StudyFormIn(Strict):
     max_total_steps: Annotated[int, Field(strict=True, ge=1, le=100_000_000)] | None = None
     budget_usd: Money | None = None
     min_unseen_steps: Annotated[int, Field(strict=True, ge=1, le=100_000)] | None = None
-    name: Name | None = None
+    name: Annotated[str, Field(min_length=1, max_length=STUDY_NAME_MAX_CHARS)] | None = None
     synthetic: Annotated[bool, Field(strict=True)] = False
 
 

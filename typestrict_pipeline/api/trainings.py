@@ -57,10 +57,12 @@ from typestrict_pipeline.errors import (
 from typestrict_pipeline.files import read_json_file, write_atomic
 from typestrict_pipeline.lifecycle.leases import LeaseKind, acquire
 from typestrict_pipeline.lifecycle.trainings import (
+    API_WORDS,
     Deadlines,
     Expired,
     TrainingState,
     TrainingStatus,
+    TrainingWords,
     begin_judging_in,
     cancel_training,
     check_accepts_submission,
@@ -189,10 +191,10 @@ def _disk(what: str) -> Iterator[None]:
         ) from None
 
 
-def _already_submitted(training_id: str) -> ConflictError:
+def _already_submitted(training_id: str, words: TrainingWords = API_WORDS) -> ConflictError:
     return ConflictError(
         f"expected training {training_id!r} to await its predictions, got them already "
-        "submitted. Its verdict follows; read GET /v1/trainings/{id}"
+        f"submitted. Its verdict follows; {words.say(words.read, training_id)}"
     )
 
 
@@ -363,11 +365,15 @@ class TrainingStore:
 
     def __init__(self, home: Path, engine: Engine, jev_source: Mapping[str, Any] | None, *,
                  deadlines: Deadlines | None = None, max_dataset_bytes: int = MAX_DATASET_BYTES,
-                 quota: StorageQuota | None = None) -> None:
+                 quota: StorageQuota | None = None,
+                 words: TrainingWords = API_WORDS) -> None:
         self.home = home
         self.quota = quota
         """Each workspace's storage quota (:mod:`typestrict_pipeline.api.quota`); None: none
         (the CLI's commands, which store nothing a customer sends)."""
+        # What a refusal tells to do, in the words of the door that asked (the CLI's commands,
+        # the API's routes); the rules are the lifecycle's, the same for both.
+        self.words = words
         self.max_dataset_bytes = max_dataset_bytes
         self.engine = engine
         # None only for the CLI's `typestrict training` commands, which read, submit and cancel
@@ -532,7 +538,8 @@ class TrainingStore:
     def _doc(self, workspace_id: str, training_id: str) -> tuple[dict[str, Any], Path, bool]:
         found = self._read(training_id)
         if found is None or found[0].get("workspace_id") != workspace_id:
-            raise _not_found("training", training_id)
+            raise NotFoundError(f"expected a training with id {training_id[:200]!r} in this workspace, got "
+                                f"none. {self.words.find}")
         return found
 
     def _read(self, training_id: str) -> tuple[dict[str, Any], Path, bool] | None:
@@ -638,7 +645,7 @@ class TrainingStore:
         """
         self._doc(workspace_id, training_id)  # not found: another workspace's, or none
         return cancel_training(self.engine, workspace_id, training_id,
-                               trainings_dir=self.trainings_dir)
+                               trainings_dir=self.trainings_dir, words=self.words)
 
     def list_ids(self, workspace_id: str) -> list[str]:
         """The workspace's trainings (drafts included), sorted by id.
@@ -741,9 +748,9 @@ class TrainingStore:
         doc, folder, draft = self._doc(workspace_id, training_id)
         status = training_status(self.engine, training_id)
         if status is not None:
-            check_accepts_submission(self.engine, training_id)
+            check_accepts_submission(self.engine, training_id, self.words)
         elif not draft:
-            raise _already_submitted(training_id)
+            raise _already_submitted(training_id, self.words)
         names = _model_names(model_files)
         if model_files:
             self.check_storage(workspace_id, files=len(names), size=sum(len(data) for _, data in model_files),
@@ -769,7 +776,7 @@ class TrainingStore:
             if lease is None:
                 raise ConflictError(
                     f"expected no other submission in progress for training {training_id!r}, got "
-                    "one. Wait for it and read GET /v1/trainings/{id}")
+                    f"one. Wait for it and {self.words.say(self.words.read, training_id)}")
             try:
                 self._hand_over(workspace_id, training_id, folder, doc, staged)
             finally:
@@ -801,17 +808,17 @@ class TrainingStore:
         disk must not hold the store's lock); if the move is refused (the training expired or
         was cancelled meanwhile), a first submission's manifest is taken back."""
         fresh, _, draft = self._doc(workspace_id, training_id)
-        check_accepts_submission(self.engine, training_id)
+        check_accepts_submission(self.engine, training_id, self.words)
         status = training_status(self.engine, training_id)
         if status is None and not draft:
-            raise _already_submitted(training_id)  # another submission handed it over meanwhile
+            raise _already_submitted(training_id, self.words)  # another submission handed it over meanwhile
         doc = {**fresh, "training": doc["training"]}
         with _disk("store the predictions"):
             staged.move_in()
             write_atomic(folder / MANIFEST_NAME, json.dumps(doc, indent=2).encode("utf-8"))
         try:
             run_transaction(self.engine, lambda session: begin_judging_in(
-                session, training_id, now=utcnow(), deadlines=self.deadlines))
+                session, training_id, now=utcnow(), deadlines=self.deadlines, words=self.words))
         except BaseException:
             if draft:
                 (folder / MANIFEST_NAME).unlink(missing_ok=True)

@@ -82,6 +82,7 @@ __all__ = [
     "ScoreBucket",
     "StepRecord",
     "StepStatus",
+    "backtest_outcome",
     "parse_step",
     "plan_steps",
     "replay_decisions",
@@ -111,11 +112,12 @@ class BacktestStatus(enum.StrEnum):
 
     Attributes:
         RUNNING: started, not finished (only seen in the store); its process holds a lease.
-        COMPLETED: every planned step ran (some may have failed).
+        COMPLETED: every planned step ran, and not every one failed (those that did are counted
+            on the run card).
         STOPPED: it stopped early: a step failed with ``on_step_error="stop"``, or the caller's
             ``should_stop`` said so (a study's budget); what ran is kept.
         FAILED: the engine stopped on an error that is not a step's (for example a read of the
-            future); what ran is kept.
+            future), or every step that ran failed (:func:`backtest_outcome`); what ran is kept.
         INTERRUPTED: its process stopped (Ctrl-C, SIGTERM) or died (``kill -9``, a crash, a
             reboot: found by its lease); ``error`` says when and why; what ran is kept.
         CANCELLED: a person cancelled it (``typestrict backtest cancel``); what ran is kept.
@@ -882,14 +884,9 @@ def run_backtest(
             th.join()
     wall = time.perf_counter() - started
     steps = [r for r in run.records if r is not None]
-    status = BacktestStatus.COMPLETED
-    if run.fatal is not None:
-        status = BacktestStatus.FAILED
-    elif run.stop_reason is not None and len(steps) < len(times):
-        status = BacktestStatus.STOPPED
-    card = build_card(run_wf, steps, times=times, step=step, status=status,
-                      stop_reason=run.stop_reason if status is BacktestStatus.STOPPED else (
-                          _error_text(run.fatal) if run.fatal else None),
+    status, reason = backtest_outcome(steps, planned=len(times), stop_reason=run.stop_reason,
+                                      fatal=None if run.fatal is None else _error_text(run.fatal))
+    card = build_card(run_wf, steps, times=times, step=step, status=status, stop_reason=reason,
                       max_in_flight=max_in_flight, wall_seconds=wall,
                       tables={n: t.n_rows for n, t in tables.items()})
     result = BacktestResult(run_wf, resolved_params, resolved_prompts, steps, card)
@@ -898,6 +895,48 @@ def run_backtest(
         fatal.backtest_result = result  # type: ignore[attr-defined]
         raise fatal
     return result
+
+
+def backtest_outcome(
+    steps: Sequence[StepRecord], *, planned: int, stop_reason: str | None, fatal: str | None
+) -> tuple[BacktestStatus, str | None]:
+    """How a backtest that ran ``steps`` of ``planned`` ended, and why (``None``: it completed).
+
+    The one rule of a backtest's end, for every door (``typestrict backtest run``, the API's and
+    the launchpad's Dagster run): what it returns is stored, and the CLI, the API and the console
+    show it:
+
+    * an error that is not a step's (``fatal``, a read of the future): ``failed`` with it;
+    * every step that ran failed (an endpoint that answers 500, or garbage, to every call):
+      ``failed``, with how many failed, the first error and what to do. Nothing was decided, so
+      there is nothing to score and nothing to estimate a study's cost from; it was never
+      ``completed``;
+    * stopped early (``on_step_error="stop"``, a caller's limit) with some step not failed:
+      ``stopped`` with why;
+    * otherwise ``completed``, some steps possibly failed: the run card counts them
+      (``steps_failed``) and shows the first error.
+
+    >>> backtest_outcome([], planned=3, stop_reason=None, fatal=None)
+    (<BacktestStatus.COMPLETED: 'completed'>, None)
+    """
+    if fatal is not None:
+        return BacktestStatus.FAILED, fatal
+    failed = [s for s in steps if s.status is StepStatus.FAILED]
+    if steps and len(failed) == len(steps):
+        return BacktestStatus.FAILED, (
+            f"expected at least one step of the backtest to run without failing, got every step that "
+            f"ran failed ({len(steps):,} of {planned:,} planned; the first: {_first_line(failed[0].error)}). "
+            "Fix what the first error names (the model endpoint, its model name or key, the workflow) "
+            "and run the backtest again; what ran is kept")
+    if stop_reason is not None and len(steps) < planned:
+        return BacktestStatus.STOPPED, stop_reason
+    return BacktestStatus.COMPLETED, None
+
+
+def _first_line(error: str | None, limit: int = 300) -> str:
+    """A step's error on one line, at most ``limit`` characters."""
+    text = " ".join((error or "no error recorded").split()).rstrip(".")
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def replay_decisions(

@@ -114,9 +114,20 @@ def endpoint_models(
     output_micro_usd_per_mtok: int,
     api_key_env: str | None = None,
 ) -> Iterator[ModelSetup]:
-    """An OpenAI-compatible endpoint for every model of ``workflow``, priced as given."""
-    from typestrict_pipeline.clients.openai_http import OpenAICompatibleClient
+    """An OpenAI-compatible endpoint for every model of ``workflow``, priced as given.
 
+    Raises:
+        InputError: a model name the store cannot keep with each call
+            (:func:`~typestrict_pipeline.values.model_name`), or a key variable that is not set
+            (:func:`~typestrict_pipeline.values.api_key_env`), before any call.
+    """
+    from typestrict_pipeline.clients.openai_http import OpenAICompatibleClient
+    from typestrict_pipeline.values import api_key_env as key_variable
+    from typestrict_pipeline.values import model_name
+
+    model_name(model, "the model name")
+    if api_key_env is not None:
+        key_variable(api_key_env, "api_key_env")
     client = OpenAICompatibleClient(base_url, model, api_key_env=api_key_env)
     prices = PriceTable(models={model: ModelPrice(input_micro_usd_per_mtok, output_micro_usd_per_mtok)})
     yield ModelSetup({n: client for n in (*workflow.models, *workflow.judges)}, prices)
@@ -160,7 +171,7 @@ def run_and_store_backtest(
                               max_in_flight=max_in_flight, retries=retries,
                               on_step_error=on_step_error, should_stop=rec.should_stop,
                               on_step=_counting(rec.on_step, len(times), on_progress))
-        rec.finish(result.card)
+        result.card = rec.finish(result.card)  # as stored: cancelled meanwhile says so
     return rec.id, result
 
 

@@ -16,6 +16,7 @@ Typical use (the Dagster asset and the CLI do this)::
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import enum
 import math
@@ -241,9 +242,11 @@ class BacktestRecorder:
                     workflow=self.workflow.name, version_id=self.workflow.version_id)
         self.steps_written += len(steps)
 
-    def finish(self, card: RunCard, *, error: str | None = None) -> None:
+    def finish(self, card: RunCard, *, error: str | None = None) -> RunCard:
         """Write the remaining steps and the run card; set the final status (a backtest that was
-        cancelled meanwhile stays ``cancelled``, with the card of what ran)."""
+        cancelled meanwhile stays ``cancelled``, with the card of what ran). Returns the card as
+        stored: one that ended meanwhile (``cancelled``) says so, with why, in its card too,
+        never "stopped by the caller" beside a row that says ``cancelled``."""
         self.flush()
         self.lease.stop()
         with session_scope(self.engine) as s:
@@ -253,6 +256,8 @@ class BacktestRecorder:
                 row.status = card.status.value
                 row.error = error or (card.stop_reason if card.status is BacktestStatus.FAILED else None)
                 row.finished_at = utcnow()
+            elif row.status != card.status.value:
+                card = dataclasses.replace(card, status=BacktestStatus(row.status), stop_reason=row.error)
             row.steps_run = card.steps_run
             row.steps_ok = card.steps_ok
             row.steps_unscored = card.steps_unscored
@@ -262,6 +267,7 @@ class BacktestRecorder:
             row.card_json = card.to_json()
             release_in(s, LeaseKind.BACKTEST, self.id, self.lease.token)
         self._finished = True
+        return card
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

@@ -357,18 +357,26 @@ class Workflow:
         """Default prompts merged with ``overrides``.
 
         Raises:
-            InputError: a prompt for a step the workflow does not have, or not a string.
+            InputError: a prompt for a step the workflow does not have, not a string, or longer
+                than :data:`~typestrict_pipeline.values.MAX_PROMPT_CHARS` (the one bound of a
+                prompt, whichever door it came in by: it is stored and sent at every step).
         """
+        from typestrict_pipeline.values import MAX_PROMPT_CHARS
+
         out = dict(self.prompts)
         for k, v in (overrides or {}).items():
             if k not in self.prompts:
                 raise InputError(
                     f"a prompt step of workflow {self.name!r} ({', '.join(self.prompts) or 'it has none'})",
-                    repr(k),
+                    repr(k[:80]),
                     "check the step name",
                 )
             if not isinstance(v, str) or not v.strip():
-                raise InputError(f"a non-empty prompt for step {k!r}", repr(v), "write the prompt")
+                raise InputError(f"a non-empty prompt for step {k!r}", repr(v)[:80], "write the prompt")
+            if len(v) > MAX_PROMPT_CHARS:
+                raise InputError(f"a prompt for step {k!r} of at most {MAX_PROMPT_CHARS:,} characters",
+                                 f"{len(v):,} characters", "shorten the prompt")
+            _check_template(k, self.prompts[k], v)
             out[k] = v
         return out
 
@@ -385,6 +393,50 @@ class Workflow:
         new = replace(self, params=new_params, prompts=self.resolve_prompts(prompts))
         new.__dict__.pop("_version_id", None)
         return new
+
+
+def _template_fields(text: str) -> set[str] | None:
+    """The fields of ``text`` read as a ``str.format`` template (``{date}``, ``{total_mm:.1f}``),
+    or None when it is not one (an unbalanced brace, a field inside a format spec)."""
+    import string
+
+    try:
+        parsed = list(string.Formatter().parse(text))
+    except ValueError:
+        return None
+    fields = set()
+    for _literal, name, spec, _conversion in parsed:
+        if name is None:
+            continue
+        if "{" in (spec or ""):
+            return None
+        fields.add(name)
+    return fields
+
+
+def _check_template(step: str, default: str, override: str) -> None:
+    """A prompt override of a step whose default prompt is a template (it has ``{fields}``,
+    which the workflow fills with ``str.format`` at each step) may use only those fields, by
+    name (no ``{x.attr}`` or ``{x[0]}``), and must be a template itself (a literal brace is
+    ``{{`` or ``}}``). Otherwise every step failed on it (``decide: KeyError: 'nope'``) after the
+    backtest was stored; now it is refused before. A step whose default has no field takes any text.
+
+    Raises:
+        InputError: naming the step, the fields it may use and what was found.
+    """
+    known = _template_fields(default)
+    if not known:
+        return
+    used = _template_fields(override)
+    listed = ", ".join("{" + f + "}" for f in sorted(known))
+    expected = (f"a prompt for step {step!r} that uses only the fields the workflow fills ({listed}), "
+                "with {{ and }} for a literal brace")
+    fix = "use those fields by name, and write {{ or }} for a brace the text itself holds"
+    if used is None:
+        raise InputError(expected, "a brace that opens or closes no field", fix)
+    unknown = sorted(used - known)
+    if unknown:
+        raise InputError(expected, ", ".join("{" + f[:60] + "}" for f in unknown[:5]), fix)
 
 
 def _check_value(workflow: str, name: str, p: Param, v: Any) -> None:

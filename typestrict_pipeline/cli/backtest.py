@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from typestrict_pipeline import values
-from typestrict_pipeline.backtest.engine import parse_step
+from typestrict_pipeline.backtest.engine import BacktestStatus, parse_step
 from typestrict_pipeline.backtest.metering import format_usd
 from typestrict_pipeline.backtest.pit import PointInTimeTable, format_time
 from typestrict_pipeline.backtest.service import (
@@ -64,7 +64,16 @@ from typestrict_pipeline.cli.common import (
     writes,
 )
 from typestrict_pipeline.errors import InputError
-from typestrict_pipeline.values import base_url, check_text, command_value, parameter_name
+from typestrict_pipeline.values import (
+    MAX_PROMPT_CHARS,
+    api_key_env,
+    base_url,
+    check_text,
+    command_value,
+    model_name,
+    parameter_name,
+    shown,
+)
 from typestrict_pipeline.workspaces import require_workspace
 
 WORKSPACE = value_type(values.workspace_id)
@@ -77,15 +86,25 @@ STALE_AFTER = dt.timedelta(days=2)
 def _pairs(items: list[str] | None, what: str) -> dict[str, Any]:
     """``--param NAME=VALUE`` (the value by :func:`~typestrict_pipeline.values.command_value`,
     the rule of a study's ``--grid``) or ``--prompt STEP=TEXT`` (text that may span lines), each
-    name a stored text (:func:`~typestrict_pipeline.values.parameter_name`)."""
+    name a stored text (:func:`~typestrict_pipeline.values.parameter_name`), each name once.
+
+    >>> _pairs(["threshold=0.4", "threshold=0.6"], "param")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected each parameter once in --param, got threshold twice (the second threshold='0.6'). Give threshold once: the value to run with.
+    """
     out: dict[str, Any] = {}
     for item in items or []:
         if "=" not in item:
             raise InputError(f"--{what} as NAME=VALUE", repr(item), f"write --{what} name=value")
         k, v = item.split("=", 1)
         name = parameter_name(k, f"--{what}")
+        if name in out:  # the second replaced the first without a word; the rule of a study's --grid
+            raise InputError(f"each {'parameter' if what == 'param' else 'prompt step'} once in --{what}",
+                             f"{name} twice (the second {name}={shown(v, 60)})",
+                             f"give {name} once: the value to run with")
         out[name] = (command_value(v.strip(), f"--param {name}") if what == "param"
-                     else check_text(v, f"--prompt {name}", max_chars=10_000_000, lines=True, empty=True))
+                     else check_text(v, f"--prompt {name}", max_chars=MAX_PROMPT_CHARS, lines=True, empty=True))
     return out
 
 
@@ -143,6 +162,10 @@ def _check_model_url(args: argparse.Namespace) -> None:
                          f"{', '.join(given)} out to use the local stand-in")
     if url:
         base_url(url, "--model-url")
+    if args.model is not None:  # sent with every call and stored with each: refused before any
+        model_name(args.model, "--model")
+    if args.api_key_env is not None:  # a key that is not there failed every call of a stored run
+        api_key_env(args.api_key_env, "--api-key-env")
 
 
 def _backtest_run(args: argparse.Namespace) -> int:
@@ -152,6 +175,7 @@ def _backtest_run(args: argparse.Namespace) -> int:
     step_size = parse_step(args.step)
     code_workflow = default_registry().active(args.workflow)  # an unknown workflow: refused before the store opens
     params, prompts = _pairs(args.param, "param"), _pairs(args.prompt, "prompt")  # before the store opens
+    code_workflow.resolve_prompts(prompts)  # their steps and fields, before the store opens (or is made)
     data, label = _data(args, code_workflow)
     engine = write_store(args)
     try:
@@ -167,15 +191,21 @@ def _backtest_run(args: argparse.Namespace) -> int:
         engine.dispose()
     wrote = Wrote(f"backtest {bid} of {result.workflow.name} @ {result.workflow.version_id} "
                   f"({result.card.steps_run} steps)", (bid,), store=shown_store(store_url(args)))
+    c = result.card
+    # A failed backtest (every step that ran failed: the engine's rule, which the store, the API
+    # and the console show too) is exit 1: the command ran and found a problem.
+    code = 1 if c.status is BacktestStatus.FAILED else 0
     if args.json:
-        c = result.card
         print_json({"id": bid, "workflow": result.workflow.name, "version_id": result.workflow.version_id,
+                    "status": c.status.value, "error": c.stop_reason if code else None,
                     "card": c.to_text(), "wrote": wrote.to_json()})
-        return 0
-    print(result.card.to_text())
+        return code
+    print(c.to_text())
     print(f"  backtest id     {bid}")
     say_wrote(args, wrote)
-    return 0
+    if code:
+        print(f"typestrict: backtest {bid} failed: {c.stop_reason}.", file=sys.stderr)
+    return code
 
 
 @contextlib.contextmanager
@@ -362,10 +392,10 @@ def _store_missing(args: argparse.Namespace) -> bool:
 
 def _activate(args: argparse.Namespace) -> int:
     params, prompts = _pairs(args.param, "param"), _pairs(args.prompt, "prompt")  # before the store opens
+    # the version and its overrides (steps, fields, values) checked before the store opens (or is made)
+    wf = default_registry().get(args.workflow, args.version).variant(params=params, prompts=prompts)
     engine = write_store(args)
     try:
-        base = default_registry().get(args.workflow, args.version)
-        wf = base.variant(params=params, prompts=prompts)
         activate_version(engine, workspace=args.workspace, workflow=wf)
     finally:
         engine.dispose()

@@ -41,6 +41,7 @@ from typestrict_pipeline.cli.common import (
     writes,
 )
 from typestrict_pipeline.errors import NotFoundError
+from typestrict_pipeline.refund.manifest import ManifestKeyError
 from typestrict_pipeline.store import typestrict_home
 from typestrict_pipeline.workspaces import require_workspace
 
@@ -54,8 +55,10 @@ def _when(value: dt.datetime | None) -> str:
 
 def _store_of(engine: Any) -> Any:
     from typestrict_pipeline.api.trainings import TrainingStore
+    from typestrict_pipeline.lifecycle.trainings import CLI_WORDS
 
-    return TrainingStore(typestrict_home(), engine, {})  # never creates: no Jev needed
+    # never creates: no Jev needed; its refusals say what to do in the CLI's words
+    return TrainingStore(typestrict_home(), engine, {}, words=CLI_WORDS)
 
 
 def _workspace_of(engine: Any, training_id: str) -> str:
@@ -142,7 +145,10 @@ def _submit(args: argparse.Namespace) -> int:
     try:
         workspace = _workspace_of(engine, args.training_id)
         store = _store_of(engine)
-        store.submit(workspace, args.training_id, data, args.trained_on_sha256, source=str(path))
+        try:
+            store.submit(workspace, args.training_id, data, args.trained_on_sha256, source=str(path))
+        except ManifestKeyError as exc:
+            raise _in_cli_words(exc) from None
         view = store.view(workspace, args.training_id)
     finally:
         engine.dispose()
@@ -159,6 +165,34 @@ def _submit(args: argparse.Namespace) -> int:
           f"{_when(view.deadline_at)}, else it expires and its credit comes back)")
     say_wrote(args, wrote)
     return 0
+
+
+TRAINED_ON_FIX = ("state the SHA-256 of exactly the training rows of the split (their ids sorted, joined by a "
+                  "line feed, UTF-8), or leave --trained-on-sha256 out; the verdict is not computed for a "
+                  "model that may have seen test rows")
+
+
+def _in_cli_words(exc: Any) -> Exception:
+    """A refusal of ``--trained-on-sha256`` named by the option, as the CLI speaks: the shared
+    check names the API request's key (``request, key 'training.trained_on_sha256'``) and its
+    routes. Any other refusal is the shared one, unchanged."""
+    from typestrict_pipeline.errors import InputError
+
+    if getattr(exc, "key", None) != "training.trained_on_sha256":
+        return exc  # type: ignore[no-any-return]
+    return InputError(exc.expected, exc.got, TRAINED_ON_FIX, file="--trained-on-sha256")
+
+
+def _sha256(text: str) -> str:
+    """``--trained-on-sha256``: 64 hexadecimal characters, read with the command line."""
+    import re
+
+    from typestrict_pipeline.errors import InputError
+
+    if not re.fullmatch(r"[0-9a-fA-F]{64}", text):
+        raise InputError("--trained-on-sha256 as 64 hexadecimal characters (a SHA-256)", values.shown(text, 80),
+                         TRAINED_ON_FIX)
+    return text
 
 
 def _cancel(args: argparse.Namespace) -> int:
@@ -241,7 +275,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "submit", help="the model's predictions, checked against the split before anything is stored"))))
     p.add_argument("training_id", type=TRAINING, help="the training id")
     p.add_argument("predictions", metavar="PREDICTIONS.jsonl", help="the model's predictions (JSON lines)")
-    p.add_argument("--trained-on-sha256", help="SHA-256 of the ids the model was trained on (see the split)")
+    p.add_argument("--trained-on-sha256", type=value_type(_sha256),
+                   help="SHA-256 of the ids the model was trained on (see the split)")
     p.set_defaults(func=_submit)
 
     p = writes(add_json(add_store(sub.add_parser(

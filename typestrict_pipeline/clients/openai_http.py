@@ -53,6 +53,7 @@ from typestrict_pipeline.clients.prompt import (
     option_labels,
 )
 from typestrict_pipeline.errors import ModelClientError
+from typestrict_pipeline.values import base_url as base_url_rule
 
 __all__ = ["OpenAICompatibleClient"]
 
@@ -93,7 +94,10 @@ class OpenAICompatibleClient(ModelClient):
     """Chat completions and answer probabilities from an OpenAI-compatible endpoint.
 
     Args:
-        base_url: e.g. ``http://127.0.0.1:8000/v1`` (``/chat/completions`` is appended).
+        base_url: e.g. ``http://127.0.0.1:8000/v1`` (``/chat/completions`` is appended to its
+            path: ``http://h/prefix/v1`` calls ``http://h/prefix/v1/chat/completions``); one
+            with a query, a fragment or a user and password is refused
+            (:func:`typestrict_pipeline.values.base_url`: ``InputError``, a ``ValueError``).
         model: the model name sent with each request.
         api_key_env: environment variable holding the API key (None: no Authorization header).
         timeout_s: seconds for connecting and for each read, per attempt.
@@ -120,10 +124,10 @@ class OpenAICompatibleClient(ModelClient):
         top_logprobs: int = 20,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        if not base_url.startswith(("http://", "https://")):
-            raise ValueError(
-                f"expected an http:// or https:// base_url, got {base_url!r}. Fix the URL."
-            )
+        # Its own guard, whoever built it (the CLI and a manifest check the same rule first): a
+        # base URL is joined with /chat/completions by its path, so a query, a fragment or a
+        # user and password in it is refused (values.base_url), never sent.
+        base_url_rule(base_url, "the model endpoint's base_url", key_option="api_key_env")
         if max_attempts < 1:
             raise ValueError(f"expected max_attempts >= 1, got {max_attempts}. Use 1 for no retry.")
         if timeout_s <= 0 or backoff_base_s < 0 or backoff_max_s < 0:

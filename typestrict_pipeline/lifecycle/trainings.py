@@ -56,6 +56,8 @@ from typestrict_pipeline.refund.types import Verdict
 from typestrict_pipeline.store import rows_by_id, session_scope, typestrict_home, utcnow
 
 __all__ = [
+    "API_WORDS",
+    "CLI_WORDS",
     "DEFAULT_DEADLINES",
     "OPERATORS_ENV",
     "Deadlines",
@@ -63,6 +65,7 @@ __all__ = [
     "LedgerBalance",
     "TrainingState",
     "TrainingStatus",
+    "TrainingWords",
     "begin_judging_in",
     "cancel_training",
     "expire_due",
@@ -254,13 +257,51 @@ def open_in(
     return _status(row)
 
 
-def _refused_submission(training_id: str, state: TrainingState, reason: str | None) -> ConflictError:
+@dataclass(frozen=True)
+class TrainingWords:
+    """How a door names what to do next about a training, in its own words: the rules (which
+    state refuses what) are this module's, one for every door; only the way to read a training,
+    its verdict or the list is spelled per door. ``{id}`` is the training's id in the CLI's words
+    and stays ``{id}`` (the route's parameter) in the API's.
+
+    Attributes:
+        read: how to read a training's state.
+        verdict: how to read a settled training's verdict.
+        find: how to find a training's id.
+    """
+
+    read: str
+    verdict: str
+    find: str
+
+    def say(self, text: str, training_id: str) -> str:
+        return text.replace("{training}", training_id)
+
+
+API_WORDS = TrainingWords(
+    read="read GET /v1/trainings/{id}",
+    verdict="read its verdict with GET /v1/models/{id}",
+    find="Check the id (list them with the API) and that you use this workspace's key",
+)
+"""The API's words (and the console's, which reads the API's store)."""
+
+CLI_WORDS = TrainingWords(
+    read="see it with `typestrict training show {training}`",
+    verdict="read its verdict with `typestrict training show {training}`",
+    find="Check the id: `typestrict training list WORKSPACE` lists a workspace's trainings",
+)
+"""``typestrict training``'s words: commands and options, never routes or fields."""
+
+
+def _refused_submission(training_id: str, state: TrainingState, reason: str | None,
+                        words: TrainingWords = API_WORDS) -> ConflictError:
     if state is TrainingState.JUDGING:
         got = "its predictions already accepted and being judged"
-        todo = "Its verdict follows; read GET /v1/trainings/{id}"
+        todo = f"Its verdict follows; {words.say(words.read, training_id)}"
     elif state is TrainingState.SETTLED:
         got = "it already settled"
-        todo = "Read its verdict with GET /v1/models/{id}"
+        todo = words.say(words.verdict, training_id)
+        todo = todo[:1].upper() + todo[1:]
     else:
         got = f"it {state.value}" + (f" ({reason})" if reason else "")
         todo = "Start a new training"
@@ -276,9 +317,11 @@ def begin_judging_in(
     *,
     now: dt.datetime,
     deadlines: Deadlines = DEFAULT_DEADLINES,
+    words: TrainingWords = API_WORDS,
 ) -> TrainingStatus | None:
     """Accept a submission: ``awaiting_predictions``/``failed`` → ``judging``, in the caller's
     transaction. None when the training has no lifecycle row (registered by its manifest only).
+    A refusal says what to do in ``words`` (the caller's door).
 
     Raises:
         ConflictError: the training is in a state that accepts no submission.
@@ -298,15 +341,16 @@ def begin_judging_in(
     row = session.get(TrainingRow, training_id)
     assert row is not None
     if not moved:
-        raise _refused_submission(training_id, TrainingState(row.state), row.reason)
+        raise _refused_submission(training_id, TrainingState(row.state), row.reason, words)
     return _status(row)
 
 
-def check_accepts_submission(engine: Engine, training_id: str) -> None:
-    """Refuse early (before any work) a submission to a training that cannot take one."""
+def check_accepts_submission(engine: Engine, training_id: str, words: TrainingWords = API_WORDS) -> None:
+    """Refuse early (before any work) a submission to a training that cannot take one, saying
+    what to do in ``words`` (the caller's door)."""
     found = training_status(engine, training_id)
     if found is not None and not found.state.accepts_submission:
-        raise _refused_submission(training_id, found.state, found.reason)
+        raise _refused_submission(training_id, found.state, found.reason, words)
 
 
 def mark_settled_in(session: Session, training_id: str, verdict: Verdict, *, now: dt.datetime) -> None:
@@ -557,8 +601,10 @@ def cancel_training(
     *,
     now: dt.datetime | None = None,
     trainings_dir: Path | None = None,
+    words: TrainingWords = API_WORDS,
 ) -> Expired:
     """The customer cancels a training before it is judged: ``cancelled``, its credit back.
+    A refusal says what to do in ``words`` (the caller's door).
 
     Raises:
         NotFoundError: no such training in this workspace.
@@ -572,7 +618,7 @@ def cancel_training(
         if row is None or row.workspace_id != workspace_id:
             raise NotFoundError(
                 f"expected a training with id {training_id[:200]!r} in this workspace, got none. "
-                "Check the id (list them with the API) and that you use this workspace's key")
+                f"{words.find}")
         state = TrainingState(row.state)
         if state is TrainingState.JUDGING or state.is_terminal:
             raise ConflictError(

@@ -658,7 +658,8 @@ def _parse_source(ctx: _Ctx, where: str, raw: Any, paths: _Paths) -> PredictionS
         obj = _check_keys(ctx, where, raw, _ENDPOINT_KEYS, ("kind", "base_url", "model"))
         base_url = _required_string(ctx, f"{where}.base_url", obj["base_url"])
         try:  # the rule of every base URL (--model-url's too): one that only starts right is refused
-            values.base_url(base_url, "an endpoint", fix="write the endpoint's base URL, e.g. https://api.example.com/v1")
+            values.base_url(base_url, "an endpoint", fix="write the endpoint's base URL, e.g. https://api.example.com/v1",
+                            key_option="api_key_env")
         except InputError as exc:
             raise ctx.fail(f"{where}.base_url", exc.expected, exc.got, exc.fix) from None
         env = _string(ctx, f"{where}.api_key_env", obj.get("api_key_env"), optional=True)

@@ -27,6 +27,7 @@ from typestrict_pipeline.study.limits import usd_to_micro
 from typestrict_pipeline.study.service import StudyConfig
 from typestrict_pipeline.study.space import RandomParam, SearchSpace
 from typestrict_pipeline.values import (
+    MAX_PROMPT_CHARS,
     check_text,
     command_value,
     number,
@@ -34,6 +35,10 @@ from typestrict_pipeline.values import (
     shown,
     spells_non_finite,
 )
+
+STUDY_NAME_MAX_CHARS = 200
+"""The longest study name, by every door: ``study run --name``, the API's and the console's
+``name`` (``StudyFormIn``) and the launchpad (the store's column holds 256)."""
 
 
 @dataclass(frozen=True)
@@ -81,8 +86,8 @@ def study_config(form: StudyForm) -> StudyConfig:
     check_text(form.workflow, "a workflow name", max_chars=128)
     check_text(form.workspace, "a workspace id", max_chars=128)
     check_text(form.dataset, "a dataset name", max_chars=128)
-    if form.name is not None:
-        check_text(form.name, "a study name", max_chars=256)
+    if form.name is not None:  # the API's bound on the field (StudyFormIn.name): one rule
+        check_text(form.name, "a study name", max_chars=STUDY_NAME_MAX_CHARS)
     space = parse_space(form.grid, form.random, form.random_draws, form.seed, form.prompt_files)
     space.check_size()  # counted from the sizes, before anything is built or stored
     backend: dict[str, Any]
@@ -165,8 +170,9 @@ def _once(name: str, seen: Mapping[str, Any], flag: str, values: str) -> None:
                          f"give all of its values in one, e.g. {flag} {name}=V1,V2")
 
 
-MAX_PROMPT_FILE_CHARS = 10_000_000
-"""The longest prompt a ``--prompt-file`` may hold (its file is refused above 4 bytes a character)."""
+MAX_PROMPT_FILE_CHARS = MAX_PROMPT_CHARS
+"""The longest prompt a ``--prompt-file`` may hold, the one bound of a prompt
+(:data:`typestrict_pipeline.values.MAX_PROMPT_CHARS`; its file is refused above 4 bytes a character)."""
 
 
 def _prompt_file(step: str, path: str) -> str:
