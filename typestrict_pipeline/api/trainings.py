@@ -39,7 +39,13 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from typestrict_pipeline.api.quota import StorageQuota, StorageUsage, check_storage, usage_of
+from typestrict_pipeline.api.quota import (
+    StorageQuota,
+    StorageUsage,
+    check_storage,
+    stored_files,
+    usage_of,
+)
 from typestrict_pipeline.credits import get_model
 from typestrict_pipeline.credits.ledger import run_transaction
 from typestrict_pipeline.credits.models import ModelInfo, models_of
@@ -282,11 +288,7 @@ class WorkspaceArea:
 
     def listing(self) -> list[tuple[str, int]]:
         """``(name, size)`` of every file in the area, sorted."""
-        root = self.root
-        if not root.is_dir():
-            return []
-        return sorted((p.relative_to(root).as_posix(), p.stat().st_size)
-                      for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+        return stored_files(self.root)
 
 
 def _suffix(name: str, where: str | None = DATASET_FIELD) -> str:

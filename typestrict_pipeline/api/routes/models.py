@@ -26,6 +26,7 @@ from typestrict_pipeline.api.keys import KeyState
 from typestrict_pipeline.api.page import METRICS, render_result_page
 from typestrict_pipeline.api.paging import ListPage
 from typestrict_pipeline.api.pictures import result_pictures
+from typestrict_pipeline.api.quota import stored_files
 from typestrict_pipeline.api.ratelimit import KEY_CHECKED, RATE_CHECKED
 from typestrict_pipeline.api.routes.files import FileName
 from typestrict_pipeline.api.schemas import (
@@ -401,8 +402,7 @@ def list_model_files(model_id: ModelId, ctx: Ctx, workspace: Workspace) -> Files
     """The model's files while retained; 410 Gone with the expiry date afterwards."""
     info = ctx.trainings.model(workspace, model_id)
     root = _retained(info)
-    files = sorted((p.relative_to(root).as_posix(), p.stat().st_size)
-                   for p in root.rglob("*") if p.is_file() and not p.is_symlink()) if root.is_dir() else []
+    files = stored_files(root)  # a file expired or removed while listed is left out
     return FilesOut(model_id=info.model_id, expires_at=info.expires_at.isoformat(),
                     files=[FileOut(name=n, size=s) for n, s in files])
 
