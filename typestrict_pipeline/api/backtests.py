@@ -31,7 +31,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from typestrict_pipeline.api import datasets
-from typestrict_pipeline.api.runs import DagsterRuns, RunInfo, RunState
+from typestrict_pipeline.api.runs import DagsterRuns, RunInfo, RunState, dagster_unavailable
 from typestrict_pipeline.errors import InputError, NotFoundError
 from typestrict_pipeline.values import number
 
@@ -176,9 +176,13 @@ def launch_backtest(engine: Engine, home: Path, runs: DagsterRuns, workspace: st
     """Check the request, then launch its Dagster run; the backtest, ``queued``."""
     checked = check_backtest(engine, home, workspace, req)
     backtest_id = uuid.uuid4().hex
-    run_id = runs.submit(f"backtest_{checked.workflow}_job", run_config(checked, req, workspace, backtest_id),
-                         workspace=workspace, object_ref=_object(backtest_id),
-                         tags={"workflow": checked.workflow, "mode": "HISTORICAL"})
+    try:
+        run_id = runs.submit(f"backtest_{checked.workflow}_job", run_config(checked, req, workspace, backtest_id),
+                             workspace=workspace, object_ref=_object(backtest_id),
+                             tags={"workflow": checked.workflow, "mode": "HISTORICAL"})
+    except Exception as exc:  # the raw failure to the log only, the customer gets a 503 to retry
+        raise dagster_unavailable("the backtest's Dagster run to be queued", exc,
+                                  after="nothing was stored or spent") from None
     return BacktestView(id=backtest_id, workspace_id=workspace, workflow=checked.workflow,
                         state=RunState.QUEUED, version_id=checked.version_id,
                         steps_planned=checked.steps_planned, run_id=run_id)

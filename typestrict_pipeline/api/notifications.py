@@ -17,6 +17,7 @@ from sqlalchemy import Engine, select
 from typestrict_pipeline.errors import NotFoundError
 from typestrict_pipeline.reruns.notify import KIND_TITLES, KIND_WINNER_CHANGED
 from typestrict_pipeline.store import session_scope
+from typestrict_pipeline.values import person_id
 
 
 @dataclass(frozen=True)
@@ -49,9 +50,9 @@ def people(engine: Engine, workspace: str) -> list[str]:
     """Who set up the workspace's schedules (the notification's recipients), sorted."""
     from typestrict_pipeline.reruns.tables import RerunSchedule
 
-    with session_scope(engine) as s:
-        return sorted(set(s.execute(select(RerunSchedule.owner)
-                                    .where(RerunSchedule.workspace_id == workspace)).scalars()))
+    with session_scope(engine) as s:  # one person however the case of their address was written
+        return sorted({person_id(o) for o in s.execute(select(RerunSchedule.owner)
+                                                       .where(RerunSchedule.workspace_id == workspace)).scalars()})
 
 
 def settings(engine: Engine, workspace: str) -> list[PersonSetting]:
@@ -74,12 +75,12 @@ def set_setting(engine: Engine, workspace: str, person: str, enabled: bool,
     """
     from typestrict_pipeline.reruns.notify import set_notification
 
-    if person not in people(engine, workspace):
+    if person_id(person) not in people(engine, workspace):  # Ana@Example.com is ana@example.com
         raise NotFoundError(
             f"expected a person who set up a schedule in this workspace, got {person[:200]!r}. "
             "GET /v1/notifications lists them; the notification goes to a schedule's owner")
     set_notification(engine, person, kind, enabled, workspace_id=workspace)
-    return PersonSetting(person, kind, KIND_TITLES[kind], enabled)
+    return PersonSetting(person_id(person), kind, KIND_TITLES[kind], enabled)
 
 
 def deliveries(engine: Engine, workspace: str, limit: int = 100) -> list[Delivery]:

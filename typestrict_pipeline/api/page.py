@@ -132,6 +132,7 @@ def render_result_page(
     files_note: str,
     pictures: Sequence[Picture] = (),
     base_url: str = "",
+    command_base: str | None = None,
     audit_sha256: str | None = None,
     group_column: str | None = None,
     grouping_warnings: Sequence[str] = (),
@@ -140,6 +141,9 @@ def render_result_page(
 
     ``audit_sha256`` is the settled audit's digest (the ledger's): the page publishes it, and its
     verify command checks that the downloaded file is that one (``--expect-sha256``).
+    ``base_url`` prefixes the page's link to the audit (``""``: a link relative to the page);
+    ``command_base`` prefixes the URLs of its ``curl`` commands (default ``base_url``; a shell
+    variable such as ``$TYPESTRICT_API_URL`` when the server does not know its public address).
     """
     overall = audit.get("overall", {})
     settling = overall.get("settling_decision")
@@ -151,6 +155,11 @@ def render_result_page(
         for p in pictures
     )
     audit_url = f"{base_url}/v1/models/{model_id}/audit"
+    commands = base_url if command_base is None else command_base
+    command_audit_url = f"{commands}/v1/models/{model_id}/audit"
+    set_base = "" if not commands.startswith("$") else (
+        f"<p>Set <code>{_e(commands[1:])}</code> to this server's address first "
+        f"(e.g. <code>export {_e(commands[1:])}=https://api.example.com</code>).</p>")
     expect = "" if audit_sha256 is None else f"--expect-sha256 {_e(audit_sha256)} "
     unit = resampling_lines_from_audit(audit, group_column)
     resampling = "" if not unit else f'<p id="resampling">{_e(unit)}</p>'
@@ -166,8 +175,8 @@ def render_result_page(
         f'<section id="pictures">{figures}</section>'
         f'<h2>Verify it yourself</h2><p><a id="audit" href="{_e(audit_url)}">Download the audit file</a> '
         "(hashes and probabilities only, no text of yours), then run:</p>"
-        f"{published}"
-        f'<pre id="verify">curl -H "Authorization: Bearer $TYPESTRICT_API_KEY" -o audit.json {_e(audit_url)}\n'
-        f"curl -O {_e(base_url)}/verify_audit.py\npython3 verify_audit.py {expect}audit.json</pre>"
+        f"{published}{set_base}"
+        f'<pre id="verify">curl -H "Authorization: Bearer $TYPESTRICT_API_KEY" -o audit.json {_e(command_audit_url)}\n'
+        f"curl -O {_e(commands)}/verify_audit.py\npython3 verify_audit.py {expect}audit.json</pre>"
         "</body></html>"
     )

@@ -18,6 +18,8 @@ The bounds are the server's settings ``TYPESTRICT_WORKSPACE_MAX_BYTES`` (default
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,10 +61,26 @@ class StorageUsage:
     size: int
 
 
-def _files(root: Path) -> Iterable[Path]:
-    if not root.is_dir():
-        return ()
-    return (p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+def stored_files(root: Path) -> list[tuple[str, int]]:
+    """``(name, size)`` of every plain file under ``root`` (names relative to it, with ``/``),
+    sorted; symbolic links are neither listed nor followed. One ``lstat`` per entry: a file (or
+    a folder) removed while listed, or one the server cannot read, is left out, never an error
+    (a listing races with deletions and expiries in other requests and processes).
+
+    >>> stored_files(Path("/nonexistent-folder"))
+    []
+    """
+    found: list[tuple[str, int]] = []
+    for folder, _, names in os.walk(root):  # a folder that vanished or cannot be read: skipped
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                st = os.lstat(path)
+            except OSError:  # removed since its folder was read, or a name the system refuses
+                continue
+            if stat.S_ISREG(st.st_mode):
+                found.append((Path(path).relative_to(root).as_posix(), st.st_size))
+    return sorted(found)
 
 
 def usage_of(roots: Iterable[Path]) -> StorageUsage:
@@ -70,11 +88,8 @@ def usage_of(roots: Iterable[Path]) -> StorageUsage:
     counted is not counted."""
     files = size = 0
     for root in roots:
-        for path in _files(root):
-            try:
-                size += path.stat().st_size
-            except OSError:
-                continue
+        for _, bytes_ in stored_files(root):
+            size += bytes_
             files += 1
     return StorageUsage(files, size)
 
@@ -125,4 +140,4 @@ def usage_of_files(paths: Iterable[Path]) -> StorageUsage:
 
 
 __all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_FILES", "MAX_BYTES_ENV", "MAX_FILES_ENV", "StorageQuota",
-           "StorageQuotaError", "StorageUsage", "check_storage", "usage_of", "usage_of_files"]
+           "StorageQuotaError", "StorageUsage", "check_storage", "stored_files", "usage_of", "usage_of_files"]

@@ -23,6 +23,7 @@ Nothing here imports Dagster until a run is launched or read.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from typestrict_pipeline.api.errors import ApiError
 from typestrict_pipeline.errors import StoreError
 
 MODULE = "typestrict_pipeline.definitions"
@@ -41,6 +43,7 @@ WORKSPACE_TAG = "typestrict/workspace"
 OBJECT_TAG = "typestrict/object"
 """Tag of every run the API launches: ``backtest:<id>`` or ``study:<id>``."""
 ROOT = Path(__file__).resolve().parent.parent.parent
+log = logging.getLogger("typestrict.api")
 
 
 class RunState:
@@ -127,7 +130,16 @@ class DagsterRuns:
 
     @property
     def instance(self) -> Any:
-        return self._ensure()[0]
+        """The instance, to read or cancel runs.
+
+        Raises:
+            ApiError: 503 ``dagster_unavailable``: it could not be loaded (nothing changed).
+        """
+        try:
+            return self._ensure()[0]
+        except Exception as exc:
+            raise dagster_unavailable("to read the runs of the server's Dagster instance", exc,
+                                      after="nothing was changed") from None
 
     def warm(self) -> None:
         """Load the instance and the code location now (the server does it in a thread as it
@@ -222,5 +234,26 @@ def _info(run: Any) -> RunInfo:
                    workspace=run.tags.get(WORKSPACE_TAG), object_ref=run.tags.get(OBJECT_TAG))
 
 
-__all__ = ["LOCATION", "OBJECT_TAG", "WORKSPACE_TAG", "DagsterRuns", "RunInfo", "RunState",
-           "dagster_home_for"]
+DAGSTER_RETRY_AFTER_S = 30
+"""The ``Retry-After`` of a request the Dagster instance could not serve (503 ``dagster_unavailable``)."""
+
+
+def dagster_unavailable(expected: str, exc: BaseException, *, after: str) -> ApiError:
+    """The Dagster instance failed a request (unreachable, misconfigured): said to the customer
+    without the raw failure, whose text (it may name the server's folders) goes to the server's
+    log only. A 503 with ``Retry-After``: the same request can succeed later.
+
+    >>> str(dagster_unavailable("study 7's Dagster run to be queued", OSError("/srv/x: nope"),
+    ...                         after="nothing was spent"))
+    "expected study 7's Dagster run to be queued, got the server's Dagster instance unavailable (the details are in the server's log). Nothing was spent; retry later (Retry-After), and tell the operator if it persists"
+    """
+    log.error("the Dagster instance failed: expected %s", expected, exc_info=exc)
+    message = (f"expected {expected}, got the server's Dagster instance unavailable (the details "
+               f"are in the server's log). {after[:1].upper()}{after[1:]}; retry later "
+               "(Retry-After), and tell the operator if it persists")
+    return ApiError(503, "dagster_unavailable", message,
+                    headers={"Retry-After": str(DAGSTER_RETRY_AFTER_S)})
+
+
+__all__ = ["DAGSTER_RETRY_AFTER_S", "LOCATION", "OBJECT_TAG", "WORKSPACE_TAG", "DagsterRuns", "RunInfo",
+           "RunState", "dagster_home_for", "dagster_unavailable"]

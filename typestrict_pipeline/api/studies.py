@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from typestrict_pipeline.api.runs import DagsterRuns, RunInfo, RunState
+from typestrict_pipeline.api.runs import DagsterRuns, RunInfo, RunState, dagster_unavailable
 from typestrict_pipeline.errors import LimitError, NotFoundError
 from typestrict_pipeline.store import session_scope
 from typestrict_pipeline.study import repository as repo
@@ -175,8 +175,13 @@ def launch_study(engine: Engine, home: Path, runs: DagsterRuns, workspace: str,
     """Create the study (refused as the form refuses it), then launch its ``study_job`` run on
     the Dagster instance: the run the UI launches, listed there, surviving an API restart.
 
-    A launch that fails leaves no study in flight: the study is marked failed with why (and
-    cancelling it frees the workflow).
+    A launch that fails leaves no study in flight: the study ends ``FAILED`` (its workflow's
+    lock released, nothing reserved or spent) with a message for the customer; the raw failure,
+    which may name the server's folders, goes to the server's log only.
+
+    Raises:
+        ApiError: 503 ``dagster_unavailable`` with ``Retry-After``: the Dagster instance could not
+            take the run (the server's fault; the same request can succeed later).
     """
     from typestrict_pipeline.study.service import create_study_from_config
 
@@ -187,9 +192,14 @@ def launch_study(engine: Engine, home: Path, runs: DagsterRuns, workspace: str,
         runs.submit("study_job", run_config, workspace=workspace, object_ref=_object(study_id),
                     tags={"workflow": config.workflow})
     except BaseException as exc:
-        repo.cancel_study(engine, study_id)
-        repo_error(engine, study_id, f"its Dagster run could not be launched: {type(exc).__name__}: {exc}")
-        raise
+        why = ("its Dagster run could not be queued: the server's Dagster instance was unavailable. "
+               "Nothing was spent; create the study again later (POST /v1/studies), and tell the "
+               "operator if it persists")
+        repo.abandon_unstarted(engine, study_id, why)
+        if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: not the customer's answer
+            raise
+        raise dagster_unavailable(f"study {study_id}'s Dagster run to be queued", exc,
+                                  after=f"study {study_id} ended FAILED and nothing was spent") from None
     return check_study(engine, workspace, study_id)
 
 

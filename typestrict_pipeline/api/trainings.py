@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import fcntl
 import json
 import os
 import secrets
@@ -39,7 +40,13 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from typestrict_pipeline.api.quota import StorageQuota, StorageUsage, check_storage, usage_of
+from typestrict_pipeline.api.quota import (
+    StorageQuota,
+    StorageUsage,
+    check_storage,
+    stored_files,
+    usage_of,
+)
 from typestrict_pipeline.credits import get_model
 from typestrict_pipeline.credits.ledger import run_transaction
 from typestrict_pipeline.credits.models import ModelInfo, models_of
@@ -87,6 +94,8 @@ from typestrict_pipeline.refund.types import Role
 from typestrict_pipeline.store import utcnow
 
 DRAFT_NAME = "api-draft.json"
+STORAGE_LOCK_NAME = ".storage.lock"
+"""The file whose ``flock`` is a workspace's storage lock (:meth:`TrainingStore.storage_lock`)."""
 GROUPING_NAME = "grouping.json"
 """The look for undeclared groups made when the training was created (``refund.grouping``)."""
 MANIFEST_NAME = "manifest.json"
@@ -284,11 +293,7 @@ class WorkspaceArea:
 
     def listing(self) -> list[tuple[str, int]]:
         """``(name, size)`` of every file in the area, sorted."""
-        root = self.root
-        if not root.is_dir():
-            return []
-        return sorted((p.relative_to(root).as_posix(), p.stat().st_size)
-                      for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+        return stored_files(self.root)
 
 
 def _suffix(name: str, where: str | None = DATASET_FIELD) -> str:
@@ -409,9 +414,33 @@ class TrainingStore:
         """What the workspace keeps now, as its quota counts it."""
         return usage_of(self.storage_roots(workspace_id))
 
+    @contextlib.contextmanager
+    def storage_lock(self, workspace_id: str) -> Iterator[None]:
+        """Hold the workspace's storage lock: a request that checks the quota
+        (:meth:`check_storage`) and then stores files does both under it, so two requests of
+        one workspace (threads of one server, or servers sharing the home) cannot each pass the
+        check and together store beyond the quota. An exclusive ``flock`` on
+        ``<home>/workspaces/<workspace>/.storage.lock`` (outside the folders the quota counts),
+        released when the block ends or its process dies; other workspaces never wait. Not
+        re-entrant: take it once per request. Without a quota, nothing is locked."""
+        if self.quota is None:
+            yield
+            return
+        folder = self.area(workspace_id).root.parent
+        with _disk("check the workspace's storage"):
+            folder.mkdir(parents=True, exist_ok=True)
+            handle = open(folder / STORAGE_LOCK_NAME, "ab")  # noqa: SIM115 - closed below
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            yield
+        finally:
+            handle.close()  # closing the file releases its lock
+
     def check_storage(self, workspace_id: str, *, files: int, size: int, replaces: Sequence[Path] = ()) -> None:
         """Refuse, before anything is stored or charged, a request that would store ``files``
         more files of ``size`` bytes (replacing ``replaces``) beyond the workspace's quota.
+
+        Call it under :meth:`storage_lock`, held until what it admitted is stored.
 
         Raises:
             StorageQuotaError: over the quota (409 ``storage_quota``), saying the quota, the
@@ -442,6 +471,14 @@ class TrainingStore:
         }
 
     def create(self, workspace_id: str, req: TrainingRequest, upload: bytes | None = None) -> str:
+        """:meth:`_create`; with an ``upload`` (stored in the workspace's files too), under the
+        workspace's :meth:`storage_lock` from the quota's check to the file's rename."""
+        if upload is None:
+            return self._create(workspace_id, req, None)
+        with self.storage_lock(workspace_id):
+            return self._create(workspace_id, req, upload)
+
+    def _create(self, workspace_id: str, req: TrainingRequest, upload: bytes | None = None) -> str:
         """Validate the manifest and the dataset, prepare the training, then charge its credit.
 
         Charge last, release always: every file is written to a staging folder first; the charge
@@ -713,14 +750,28 @@ class TrainingStore:
                 "submitted. Model files are uploaded before the predictions"
             )
         target = folder / MODEL_FOLDER / check_name(name)
-        self.check_storage(workspace_id, files=1, size=len(data), replaces=[target])
-        with _disk("store the model's file"):
-            return write_atomic(target, data)
+        with self.storage_lock(workspace_id):
+            self.check_storage(workspace_id, files=1, size=len(data), replaces=[target])
+            with _disk("store the model's file"):
+                return write_atomic(target, data)
 
     def submit(self, workspace_id: str, training_id: str, predictions_jsonl: bytes,
                trained_on: str | None, stated_ids: tuple[bool, Sequence[str]] | None = None, *,
                source: str = SUBMISSION_SOURCE,
                model_files: Sequence[tuple[str, bytes]] = ()) -> TrainingManifest:
+        """:meth:`_submit`; with ``model_files``, under the workspace's :meth:`storage_lock`
+        from the quota's check to the files' rename."""
+        if not model_files:
+            return self._submit(workspace_id, training_id, predictions_jsonl, trained_on, stated_ids,
+                                source=source)
+        with self.storage_lock(workspace_id):
+            return self._submit(workspace_id, training_id, predictions_jsonl, trained_on, stated_ids,
+                                source=source, model_files=model_files)
+
+    def _submit(self, workspace_id: str, training_id: str, predictions_jsonl: bytes,
+                trained_on: str | None, stated_ids: tuple[bool, Sequence[str]] | None = None, *,
+                source: str = SUBMISSION_SOURCE,
+                model_files: Sequence[tuple[str, bytes]] = ()) -> TrainingManifest:
         """Check the model's predictions against the split, then hand the training to its verdict.
 
         Refused before anything is stored or any claim is taken: predictions that are not valid

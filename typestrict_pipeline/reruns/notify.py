@@ -201,9 +201,12 @@ EVERY_WORKSPACE = ""
 
 def notification_enabled(session: Session, user_id: str, kind: str, workspace_id: str) -> bool:
     """Whether ``user_id`` wants ``kind`` notifications about ``workspace_id``'s schedules: that
-    workspace's choice, else the one made for every workspace, else on."""
+    workspace's choice, else the one made for every workspace, else on. ``user_id`` is matched
+    as :func:`~typestrict_pipeline.values.person_id` (an owner stored as written is its person)."""
+    from typestrict_pipeline.values import person_id
+
     for where in (workspace_id, EVERY_WORKSPACE):
-        row = session.get(NotificationSetting, (where, user_id, kind))
+        row = session.get(NotificationSetting, (where, person_id(user_id), kind))
         if row is not None:
             return bool(row.enabled)
     return True

@@ -17,7 +17,8 @@ DatasetName = PathId
 
 
 def _storage(ctx: Ctx, workspace: str) -> core.StorageCheck:
-    """The workspace's storage quota, for what a dataset would store (``files``, ``size``)."""
+    """The workspace's storage quota, for what a dataset would store (``files``, ``size``);
+    called under the workspace's :meth:`~typestrict_pipeline.api.trainings.TrainingStore.storage_lock`."""
     return lambda files, size: ctx.trainings.check_storage(workspace, files=files, size=size)
 
 
@@ -34,8 +35,10 @@ def register_dataset(body: DatasetIn, ctx: Ctx, workspace: Workspace) -> Dataset
     ``known_time`` with a UTC offset, then the value columns). Backtests and studies of this
     workspace then name it as their ``dataset``. Its stored tables count against the
     workspace's storage quota (409 ``storage_quota`` beyond it, nothing stored)."""
-    return _out(core.register(ctx.settings.home, workspace, body.name, body.workflow, body.tables,
-                              max_bytes=ctx.settings.max_upload_bytes, storage=_storage(ctx, workspace)))
+    with ctx.trainings.storage_lock(workspace):  # the quota's check and the write, as one
+        view = core.register(ctx.settings.home, workspace, body.name, body.workflow, body.tables,
+                             max_bytes=ctx.settings.max_upload_bytes, storage=_storage(ctx, workspace))
+    return _out(view)
 
 
 @router.get("/datasets", response_model=list[DatasetOut])
@@ -56,6 +59,7 @@ def get_dataset(name: DatasetName, ctx: Ctx, workspace: Workspace) -> DatasetOut
 def append_rows(name: DatasetName, body: AppendIn, ctx: Ctx, workspace: Workspace) -> DatasetOut:
     """Add rows known after the table's last knowledge time (rows already known are never
     rewritten); schedules on this dataset see them at their next tick."""
-    view, added = core.append(ctx.settings.home, workspace, name, body.file, body.table,
-                              max_bytes=ctx.settings.max_upload_bytes, storage=_storage(ctx, workspace))
+    with ctx.trainings.storage_lock(workspace):  # the quota's check and the write, as one
+        view, added = core.append(ctx.settings.home, workspace, name, body.file, body.table,
+                                  max_bytes=ctx.settings.max_upload_bytes, storage=_storage(ctx, workspace))
     return _out(view, added)

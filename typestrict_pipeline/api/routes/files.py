@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path as FsPath
 from typing import Annotated
 
 from fastapi import Path, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from typestrict_pipeline.api.deps import Ctx, Workspace
 from typestrict_pipeline.api.edge import api_router, check_content_coding
@@ -42,8 +44,13 @@ async def put_file(name: FileName, request: Request, ctx: Ctx, workspace: Worksp
     Within the workspace's storage quota (409 ``storage_quota`` beyond it, nothing stored)."""
     data = await read_body(request)
     area = ctx.trainings.area(workspace)
-    ctx.trainings.check_storage(workspace, files=1, size=len(data), replaces=[area.root / name])
-    path = area.save(name, data)
+
+    def store() -> FsPath:  # checked and stored under the workspace's storage lock, off the event loop
+        with ctx.trainings.storage_lock(workspace):
+            ctx.trainings.check_storage(workspace, files=1, size=len(data), replaces=[area.root / name])
+            return area.save(name, data)
+
+    path = await run_in_threadpool(store)
     return FileOut(name=path.name, size=len(data))
 
 

@@ -26,6 +26,7 @@ from typestrict_pipeline.api.keys import KeyState
 from typestrict_pipeline.api.page import METRICS, render_result_page
 from typestrict_pipeline.api.paging import ListPage
 from typestrict_pipeline.api.pictures import result_pictures
+from typestrict_pipeline.api.quota import stored_files
 from typestrict_pipeline.api.ratelimit import KEY_CHECKED, RATE_CHECKED
 from typestrict_pipeline.api.routes.files import FileName
 from typestrict_pipeline.api.schemas import (
@@ -401,8 +402,7 @@ def list_model_files(model_id: ModelId, ctx: Ctx, workspace: Workspace) -> Files
     """The model's files while retained; 410 Gone with the expiry date afterwards."""
     info = ctx.trainings.model(workspace, model_id)
     root = _retained(info)
-    files = sorted((p.relative_to(root).as_posix(), p.stat().st_size)
-                   for p in root.rglob("*") if p.is_file() and not p.is_symlink()) if root.is_dir() else []
+    files = stored_files(root)  # a file expired or removed while listed is left out
     return FilesOut(model_id=info.model_id, expires_at=info.expires_at.isoformat(),
                     files=[FileOut(name=n, size=s) for n, s in files])
 
@@ -426,17 +426,41 @@ def get_model_file(model_id: ModelId, name: FileName, request: Request, ctx: Ctx
                       media_type="application/octet-stream", cache_control=PRIVATE, filename=name)
 
 
+COMMAND_BASE_VARIABLE = "$TYPESTRICT_API_URL"
+"""What the result page's ``curl`` commands start with when the server's address is not known."""
+
+
+def page_base_url(request: Request, public_url: str | None) -> str | None:
+    """The address the result page's links and commands name: the server's configured public URL
+    (``TYPESTRICT_PUBLIC_URL``); else the request's own, only when its ``Host`` is the address the
+    server is listening on (a local or direct server, the demo's); else None (the page then
+    says ``$TYPESTRICT_API_URL``). Never a ``Host`` header alone: a request saying
+    ``Host: evil.example`` must not put that host in a page's commands."""
+    if public_url:
+        return public_url
+    server = request.scope.get("server")
+    if not server or server[1] is None:
+        return None
+    host, port = str(server[0]), int(server[1])
+    host = f"[{host}]" if ":" in host else host
+    default = {"http": 80, "https": 443}.get(request.url.scheme)
+    listening = {f"{host}:{port}".lower()} | ({host.lower()} if port == default else set())
+    said = request.headers.get("host", "").lower()
+    return str(request.base_url).rstrip("/") if said in listening else None
+
+
 @router.get("/models/{model_id}/page", response_class=HTMLResponse,
             responses={200: {"content": {"text/html": {}}}})
 def get_result_page(model_id: ModelId, request: Request, ctx: Ctx, workspace: Workspace) -> HTMLResponse:
     """The result page: verdict, settling decision, metrics beside Jev, pictures, audit link."""
     info = ctx.trainings.model(workspace, model_id)
     doc = _audit(ctx, info) or {"decisions": [], "overall": {"verdict": info.verdict.value}}
-    base = str(request.base_url).rstrip("/")
+    base = page_base_url(request, ctx.settings.public_url)
     group, scan = training_grouping(ctx, info)
     return HTMLResponse(
         render_result_page(doc, model_id=info.model_id, files_note=_files_note(info),
-                           pictures=result_pictures(doc), base_url=base,
+                           pictures=result_pictures(doc), base_url=base or "",
+                           command_base=base or COMMAND_BASE_VARIABLE,
                            audit_sha256=info.audit_sha256, group_column=group,
                            grouping_warnings=[str(w.get("message")) for w in (scan or {}).get("warnings") or []]),
         headers={"Content-Security-Policy": PAGE_CSP, "X-Content-Type-Options": "nosniff"},

@@ -12,6 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from fastapi import Request
+from starlette.concurrency import run_in_threadpool
 
 from typestrict_pipeline.api.deps import Ctx, Workspace
 from typestrict_pipeline.api.edge import PathId, api_router
@@ -158,8 +159,8 @@ def _split_ids(holdouts: Sequence[Holdout]) -> tuple[list[str], list[str]]:
 async def put_model_file(training_id: TrainingId, name: FileName, request: Request, ctx: Ctx,
                          workspace: Workspace) -> FileOut:
     """Upload one file of the trained model (downloadable while retained, if delivered)."""
-    data = await read_body(request)
-    ctx.trainings.put_model_file(workspace, training_id, name, data)
+    data = await read_body(request)  # stored under the workspace's storage lock, off the event loop
+    await run_in_threadpool(ctx.trainings.put_model_file, workspace, training_id, name, data)
     return FileOut(name=name, size=len(data))
 
 

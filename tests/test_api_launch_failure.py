@@ -1,0 +1,77 @@
+"""A study or a backtest whose Dagster run cannot be launched (the server's instance is
+unreachable) is the server's problem, said without the server's details.
+
+Before, ``POST /v1/studies`` answered a 500 and stored the raw exception (``NotADirectoryError:
+[Errno 20] Not a directory: '/srv/…/dagster_home/dagster.yaml'``) as the study's ``error``, which
+the customer reads; the study was left ``CANCELLED`` as if a person had cancelled it. Now the
+answer is a 503 ``dagster_unavailable`` with ``Retry-After``, the study ends ``FAILED`` with a
+message saying what happened and what to do, its workflow is free again, nothing is reserved,
+spent or charged, and the raw failure is in the server's log only.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from tests import test_api_support as support
+from typestrict_pipeline.credits import CreditLedger
+from typestrict_pipeline.store import open_store, session_scope
+from typestrict_pipeline.study.tables import StudyRow
+
+STUDY_FORM: dict[str, Any] = {
+    "workflow": "wx", "start": "2012-01-01", "end": "2012-07-01", "tune_steps": 10,
+    "eval_steps": 10, "holdout_steps": 10, "folds": 2, "grid": ["skill=0.5,0.6"],
+    "max_candidates": 2, "max_total_steps": 1000, "synthetic": True,
+}
+
+
+def _refused(r: Any, tmp_path: Path) -> str:
+    assert r.status_code == 503, r.text
+    assert r.headers["retry-after"] == "30"
+    assert set(r.json()) == {"error"} and r.json()["error"]["code"] == "dagster_unavailable", r.text
+    message = str(r.json()["error"]["message"])
+    assert str(tmp_path) not in r.text and "Errno" not in r.text and "NotADirectoryError" not in r.text
+    return message
+
+
+def test_a_launch_the_instance_cannot_take_ends_the_study_failed_and_answers_503(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    store = f"sqlite:///{home / 'store.db'}"
+    key = support.new_key(store, "ws-a", credits=3)
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the instance's folder should be")
+    caplog.set_level(logging.ERROR, logger="typestrict.api")
+    with support.ApiServer(store, home, rate_limit=None, dagster_home=blocker / "dagster_home") as server, \
+            server.client(key) as c:
+        said = _refused(c.post("/v1/studies", json=STUDY_FORM), tmp_path)
+        assert said.startswith("expected study 1's Dagster run to be queued, got the server's Dagster "
+                               "instance unavailable"), said
+        assert "ended FAILED and nothing was spent; retry later (Retry-After)" in said
+        # reading it needs the instance too: the same 503, never a 500
+        said = _refused(c.get("/v1/studies/1"), tmp_path)
+        assert said.startswith("expected to read the runs of the server's Dagster instance"), said
+        # the workflow is free: a second study is not refused as "one at a time" (409)
+        _refused(c.post("/v1/studies", json=STUDY_FORM), tmp_path)
+        # a backtest's launch is the same 503, nothing listed
+        said = _refused(c.post("/v1/backtests", json={"workflow": "seattle_rain", "start": "2014-01-01",
+                                                       "end": "2014-01-31"}), tmp_path)
+        assert said.startswith("expected the backtest's Dagster run to be queued"), said
+        _refused(c.get("/v1/backtests"), tmp_path)
+    engine = open_store(store)
+    with session_scope(engine) as s:
+        rows = s.scalars(select(StudyRow).order_by(StudyRow.id)).all()
+        assert [(r.state, r.reserved_micro, r.steps_reserved, r.spend_micro) for r in rows] == \
+            [("FAILED", 0, 0, 0), ("FAILED", 0, 0, 0)]
+        error = rows[0].error or ""
+        assert error.startswith("its Dagster run could not be queued"), error
+        assert str(tmp_path) not in error and "Error" not in error
+    assert CreditLedger(engine).balance("ws-a") == 3
+    logged = "\n".join(r.getMessage() + str(r.exc_info) for r in caplog.records)
+    assert "expected study 1's Dagster run to be queued" in logged and "NotADirectoryError" in logged
