@@ -13,7 +13,9 @@ from fastapi import Query
 
 from typestrict_pipeline.api.deps import Ctx, Workspace
 from typestrict_pipeline.api.edge import PathId, api_router
+from typestrict_pipeline.api.errors import ApiError
 from typestrict_pipeline.api.paging import ListPage
+from typestrict_pipeline.api.runs import RunInfo
 from typestrict_pipeline.api.schemas import (
     ErrorBody,
     EstimateOut,
@@ -41,7 +43,7 @@ from typestrict_pipeline.store import session_scope
 from typestrict_pipeline.study.leaderboard import header_lines, load_leaderboard
 from typestrict_pipeline.study.runner import search_progress, searches_progress
 from typestrict_pipeline.study.space import MAX_PLANNED_CANDIDATES
-from typestrict_pipeline.study.tables import StudyRow
+from typestrict_pipeline.study.tables import StudyRow, StudyState
 
 router = api_router(tags=["studies"], responses={
     401: {"model": ErrorBody}, 404: {"model": ErrorBody}, 422: {"model": ErrorBody}})
@@ -60,10 +62,25 @@ Offset = Annotated[int, Query(
                 "``page.next_offset`` of an answer is the next page's.")]
 
 
+def _started_study_run(ctx: Ctx, row: StudyRow) -> RunInfo | None:
+    """The study's run; None for a study that has started (any state but ``PENDING``) when the
+    Dagster instance cannot be read now: its state and everything else in its answer are the
+    store's, so it is answered without the run (``run_id`` and ``run_state`` null) rather than
+    refused — an ended study stays readable while the instance is down. A ``PENDING`` study
+    needs its run (still queued, or ended before it started?): the ``503 dagster_unavailable``
+    stands."""
+    try:
+        return study_run(ctx.runs, row.workspace, row.id)
+    except ApiError as exc:
+        if exc.code != "dagster_unavailable" or row.state == StudyState.PENDING.value:
+            raise
+        return None
+
+
 def _study_out(ctx: Ctx, row: StudyRow, searched: Progress | None = None) -> StudyOut:
     """The study's answer; ``searched``, its :func:`search_progress` when counted already."""
     row = settle_unstarted(ctx.engine, ctx.runs, row)
-    run = study_run(ctx.runs, row.workspace, row.id)
+    run = _started_study_run(ctx, row)
     searched = searched if searched is not None else search_progress(ctx.engine, row.id)
     return StudyOut(id=row.id, workspace_id=row.workspace, workflow=row.workflow, state=row.state,
                     stop_limit=row.stop_limit,
