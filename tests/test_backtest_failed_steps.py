@@ -54,13 +54,17 @@ ANSWERS: dict[str, Answer] = {
 
 
 @contextlib.contextmanager
-def model_server(answer: Answer) -> Iterator[str]:
+def model_server(answer: Answer, *, paths: list[str] | None = None,
+                 base_path: str = "/v1") -> Iterator[str]:
     """A real OpenAI-compatible endpoint on 127.0.0.1 answering ``answer(request body)``; its
-    base URL. A 5xx carries ``Retry-After: 0``, so the client's retries do not wait."""
+    base URL (the server's root plus ``base_path``). A 5xx carries ``Retry-After: 0``, so the
+    client's retries do not wait. ``paths``: each request's path (query included) is appended."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
+            if paths is not None:
+                paths.append(self.path)
             status, payload = answer(body)
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -77,7 +81,7 @@ def model_server(answer: Answer) -> Iterator[str]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+        yield f"http://127.0.0.1:{server.server_address[1]}{base_path}"
     finally:
         server.shutdown()
         server.server_close()

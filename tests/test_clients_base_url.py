@@ -5,47 +5,20 @@ fragment or a user and password is refused before any request, with what to writ
 from __future__ import annotations
 
 import contextlib
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from tests.test_backtest_failed_steps import _completion
+from tests.test_backtest_failed_steps import _completion, model_server
 from typestrict_pipeline.cli import main
 from typestrict_pipeline.clients.openai_http import OpenAICompatibleClient
 from typestrict_pipeline.errors import InputError
 
 
-@contextlib.contextmanager
-def recording_server(paths: list[str]) -> Iterator[str]:
+def recording_server(paths: list[str]) -> contextlib.AbstractContextManager[str]:
     """A real endpoint on 127.0.0.1 that answers every POST with a completion and records its
     path (query included); its root URL (no path)."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            paths.append(self.path)
-            status, payload = _completion("0.5")
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    return model_server(lambda body: _completion("0.5"), paths=paths, base_path="")
 
 
 @pytest.mark.parametrize("prefix", ["/prefix/v1", "/prefix/v1/", "/a/b/c/v1", "/v1", ""])
