@@ -214,7 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--part", action="append", choices=PARTS)
     parser.add_argument("--sims", type=int, default=400)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--process", action="append", default=[])
+    parser.add_argument("--process", action="append", default=[], metavar="NAME",
+                        help="keep the size parts to this process of battery.PROCESSES "
+                             "(repeatable; default: every process of the part)")
     args = parser.parse_args(argv)
     if not 10 <= args.sims <= 100_000:
         parser.error(f"--sims: expected 10 to 100000, got {args.sims}")

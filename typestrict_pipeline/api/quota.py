@@ -74,13 +74,20 @@ def stored_files(root: Path) -> list[tuple[str, int]]:
     for folder, _, names in os.walk(root):  # a folder that vanished or cannot be read: skipped
         for name in names:
             path = os.path.join(folder, name)
-            try:
-                st = os.lstat(path)
-            except OSError:  # removed since its folder was read, or a name the system refuses
-                continue
-            if stat.S_ISREG(st.st_mode):
-                found.append((Path(path).relative_to(root).as_posix(), st.st_size))
+            size = _plain_file_size(path)
+            if size is not None:
+                found.append((Path(path).relative_to(root).as_posix(), size))
     return sorted(found)
+
+
+def _plain_file_size(path: str | Path) -> int | None:
+    """The size of ``path`` if it is a plain file (one ``lstat``: a symbolic link is not one),
+    else None — also when it was removed meanwhile or the system refuses its name."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
 
 
 def usage_of(roots: Iterable[Path]) -> StorageUsage:
@@ -128,15 +135,8 @@ def check_storage(quota: StorageQuota, now: StorageUsage, *, files: int, size: i
 
 def usage_of_files(paths: Iterable[Path]) -> StorageUsage:
     """The plain files among ``paths`` (a name not stored yet is none) and their bytes."""
-    files = size = 0
-    for path in paths:
-        try:
-            if path.is_file() and not path.is_symlink():
-                size += path.stat().st_size
-                files += 1
-        except OSError:
-            continue
-    return StorageUsage(files, size)
+    sizes = [n for n in map(_plain_file_size, paths) if n is not None]
+    return StorageUsage(len(sizes), sum(sizes))
 
 
 __all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_FILES", "MAX_BYTES_ENV", "MAX_FILES_ENV", "StorageQuota",
