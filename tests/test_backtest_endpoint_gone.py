@@ -185,3 +185,15 @@ def test_a_study_window_against_a_closed_port_fails_with_why_instead_of_being_cu
                            WindowKind.TUNE, seal_at=None, should_stop=lambda cost, steps: False)
     assert "to answer, got connection failed" in str(caught.value)
     assert "so the backtest stopped after 3 of 20 planned steps" in str(caught.value)
+
+
+def test_an_endpoint_that_answers_500_is_an_answer_and_every_step_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An HTTP answer (here 500 to every call) is the endpoint being there: never counted by the
+    fail-fast rule, so all 30 steps run and the backtest is failed by "every step that ran failed"."""
+    with model_server(lambda body: (500, b"internal error")) as base:
+        code, ran, _url = _run(tmp_path, base, capsys)
+    assert code == 1 and ran["status"] == "failed"
+    assert str(ran["error"]).startswith("expected at least one step of the backtest to run without failing, got "
+                                        "every step that ran failed (30 of 30 planned;")
