@@ -68,7 +68,9 @@ def test_a_launch_the_instance_cannot_take_ends_the_study_failed_and_answers_503
         said = _refused(c.post("/v1/backtests", json={"workflow": "seattle_rain", "start": "2014-01-01",
                                                        "end": "2014-01-31"}), tmp_path)
         assert said.startswith("expected the backtest's Dagster run to be queued"), said
-        _refused(c.get("/v1/backtests"), tmp_path)
+        listed = c.get("/v1/backtests")  # the store's (none), saying the queued ones are unknown
+        assert (listed.status_code, listed.json(), listed.headers["x-total-count"]) == (200, [], "0"), listed.text
+        assert listed.headers["x-queued-backtests"] == "unknown"
     engine = open_store(store)
     with session_scope(engine) as s:
         rows = s.scalars(select(StudyRow).order_by(StudyRow.id)).all()
@@ -80,3 +82,46 @@ def test_a_launch_the_instance_cannot_take_ends_the_study_failed_and_answers_503
     assert CreditLedger(engine).balance("ws-a") == 3
     logged = "\n".join(r.getMessage() + str(r.exc_info) for r in caplog.records)
     assert "expected study 1's Dagster run to be queued" in logged and "NotADirectoryError" in logged
+
+
+def test_the_backtest_list_is_the_stores_while_the_instance_is_down(tmp_path: Path) -> None:
+    """Before, ``GET /v1/backtests`` was a 503 for the whole list while the instance was down,
+    because the queued backtests are known only to it: a customer could not see the backtests
+    that ran, nor why one failed. Now the store's backtests are listed as ``GET
+    /v1/backtests/{id}`` shows them, and two headers say the queued ones are missing."""
+    from tests.test_backtest_failed_steps import ANSWERS, _endpoint, model_server
+    from typestrict_pipeline.api.backtests import QUEUED_UNKNOWN
+    from typestrict_pipeline.cli import main
+
+    home = tmp_path / "home"
+    home.mkdir()
+    store = f"sqlite:///{home / 'store.db'}"
+    key = support.new_key(store, "ws-a", credits=3)
+    with model_server(ANSWERS["HTTP 500 to every call"]) as base:  # one that failed, with why
+        assert main(["backtest", "run", "seattle_rain", "--start", "2013-06-01", "--end", "2013-06-03",
+                     "--workspace", "ws-a", *_endpoint(base), "--store", store]) == 1
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the instance's folder should be")
+    with support.ApiServer(store, home, rate_limit=None, dagster_home=blocker / "dagster_home") as server, \
+            server.client(key) as c:
+        listed = c.get("/v1/backtests")
+        assert listed.status_code == 200, listed.text
+        [row] = listed.json()
+        assert (row["state"], row["steps_run"], row["run_id"]) == ("failed", 3, None), row
+        assert row["error"].startswith("expected at least one step of the backtest to run without failing")
+        assert c.get(f"/v1/backtests/{row['id']}").json() == row  # the same as the backtest's own answer
+        assert listed.headers["x-total-count"] == "1"
+        assert listed.headers["x-queued-backtests"] == "unknown"
+        assert listed.headers["x-queued-backtests-reason"] == QUEUED_UNKNOWN
+        assert str(tmp_path) not in listed.text and str(tmp_path) not in str(listed.headers)
+        with server.client() as browser:  # the console's Backtests page: the card, and the same note
+            import html
+            import re
+
+            token = re.search(r'name="csrf_token" value="([^"]+)"', browser.get("/console/sign-in").text)
+            assert token is not None
+            assert browser.post("/console/sign-in", data={"csrf_token": token.group(1), "key": key}).status_code == 303
+            page = browser.get("/console/backtests")
+        assert page.status_code == 200, page.text
+        assert row["id"][:12] in page.text
+        assert html.escape(QUEUED_UNKNOWN, quote=False) in page.text.replace("&#39;", "'")

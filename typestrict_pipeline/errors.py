@@ -137,6 +137,23 @@ class ModelClientError(TypeStrictError, RuntimeError):
     """A model endpoint failed after its retries, or answered something unusable."""
 
 
+class EndpointUnreachableError(ModelClientError):
+    """Every attempt of a call failed on the way (the connection was refused or dropped, the name
+    did not resolve, no answer came within the timeout): the endpoint never answered it, so the
+    call reached no model and cost nothing. An HTTP answer (400, 429, 500 ...) is not this.
+
+    Attributes:
+        endpoint: the URL called (a base URL carries no user or password: ``values.base_url``).
+        transport: what the last attempt got (``connection failed ([Errno 111] Connection
+            refused)``, ``no answer within the 30 s timeout``).
+    """
+
+    def __init__(self, message: str, *, endpoint: str, transport: str) -> None:
+        super().__init__(message)
+        self.endpoint = endpoint
+        self.transport = transport
+
+
 class StoreError(TypeStrictError, RuntimeError):
     """The domain store refused or failed an operation; the message says why and what to do."""
 

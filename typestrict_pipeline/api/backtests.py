@@ -229,15 +229,37 @@ def get_backtest(engine: Engine, runs: DagsterRuns, workspace: str, backtest_id:
     return _pending_view(workspace, backtest_id, launched[0])
 
 
+QUEUED_UNKNOWN = (
+    "expected the backtests still queued for their Dagster run in this list, got the server's Dagster "
+    "instance unavailable: the list holds the backtests the store has (every one that started), and "
+    "those still queued appear once the instance is back; retry later, and tell the operator if it "
+    "persists")
+"""The note of a backtest list read while the Dagster instance is down (``X-Queued-Backtests``)."""
+
+
 def backtest_page(engine: Engine, runs: DagsterRuns, workspace: str, *, limit: int,
-                  offset: int) -> tuple[list[BacktestView], int]:
+                  offset: int) -> tuple[list[BacktestView], int, str | None]:
     """``limit`` backtests after the first ``offset`` (newest first: those waiting for their
-    run, then the store's) and how many the whole list holds. The store is asked for the page's
-    rows only, never the workspace's whole history."""
+    run, then the store's), how many the whole list holds, and a note when it could not hold
+    them all. The store is asked for the page's rows only, never the workspace's whole history.
+
+    The queued backtests are known only to the Dagster instance (no row in the store until their
+    run starts): while it cannot be read, the list is the store's alone, every backtest that
+    started with its state, card, cost and ``run_id`` (all stored), and the note
+    (:data:`QUEUED_UNKNOWN`) says the queued ones are missing, rather than a ``503`` for the whole
+    list (a customer could not see why their backtest ended)."""
+    from typestrict_pipeline.api.errors import ApiError
     from typestrict_pipeline.backtest.store import count_backtests, stored_backtest_ids
     from typestrict_pipeline.backtest.store import list_backtests as stored
 
-    launched = [((run.object_ref or "")[9:], run) for run in runs.runs_for(workspace)
+    note: str | None = None
+    try:
+        found = runs.runs_for(workspace)
+    except ApiError as exc:
+        if exc.code != "dagster_unavailable":
+            raise
+        found, note = [], QUEUED_UNKNOWN
+    launched = [((run.object_ref or "")[9:], run) for run in found
                 if (run.object_ref or "").startswith("backtest:")]
     known = stored_backtest_ids(engine, workspace=workspace, ids=[b for b, _ in launched])
     pending = [_pending_view(workspace, b, run) for b, run in launched if b not in known]
@@ -246,7 +268,7 @@ def backtest_page(engine: Engine, runs: DagsterRuns, workspace: str, *, limit: i
     if len(page) < limit:
         page += [_stored_view(b) for b in stored(engine, workspace=workspace, limit=limit - len(page),
                                                 offset=max(0, offset - len(pending)))]
-    return page, total
+    return page, total, note
 
 
 def cancel_backtest(engine: Engine, runs: DagsterRuns, workspace: str, backtest_id: str) -> BacktestView:
@@ -296,6 +318,7 @@ def workflows() -> list[dict[str, Any]]:
 
 
 __all__ = [
+    "QUEUED_UNKNOWN",
     "BacktestRequest",
     "BacktestView",
     "CheckedBacktest",

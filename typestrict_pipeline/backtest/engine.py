@@ -71,11 +71,13 @@ from typestrict_pipeline.backtest.workflow import (
     Workflow,
     check_columns,
 )
-from typestrict_pipeline.errors import InputError, LookAheadError
+from typestrict_pipeline.errors import EndpointUnreachableError, InputError, LookAheadError
 
 __all__ = [
     "BacktestResult",
     "BacktestStatus",
+    "EndpointGaveUp",
+    "EndpointWatch",
     "LiveDecision",
     "OnStepError",
     "RunCard",
@@ -91,6 +93,14 @@ __all__ = [
 ]
 
 SCORE_BUCKETS = 20
+
+UNREACHABLE_STEPS = 3
+"""Consecutive steps that failed on the way to a model endpoint which has not answered once in
+this backtest, after which the backtest ends ``failed`` (:class:`EndpointWatch`,
+``docs/lifecycle.md`` says why 3)."""
+UNREACHABLE_STEPS_AFTER_ANSWER = 10
+"""The same, for an endpoint that answered earlier steps of this backtest and then went away: a
+longer run of failures, so a restart of the model server does not end a backtest that worked."""
 
 
 class StepStatus(enum.StrEnum):
@@ -429,6 +439,62 @@ def format_step(d: dt.timedelta) -> str:
     return f"{seconds}s"
 
 
+@dataclass(frozen=True)
+class EndpointGaveUp:
+    """Why a backtest stopped calling a model endpoint that does not answer (:class:`EndpointWatch`).
+
+    Attributes:
+        endpoint: the URL called.
+        transport: what the last attempt got (``connection failed (...)``, ``no answer within ...``).
+        consecutive: the consecutive steps that failed so.
+        answered_before: whether the endpoint answered an earlier step of this backtest.
+    """
+
+    endpoint: str
+    transport: str
+    consecutive: int
+    answered_before: bool
+
+
+class EndpointWatch:
+    """The fail-fast rule of a backtest's model endpoint, one per run (not thread-safe: the
+    engine calls :meth:`observe` under a lock, in the order steps finish).
+
+    A step *failed on the way* when it failed and a model or judge call of it never reached its
+    endpoint (:class:`~typestrict_pipeline.errors.EndpointUnreachableError`: connection refused,
+    unknown host, no answer within the timeout, on every attempt) while no call of it got an
+    answer. :data:`UNREACHABLE_STEPS` such steps in a row, the endpoint never having answered in
+    this backtest, or :data:`UNREACHABLE_STEPS_AFTER_ANSWER` in a row after it did, and the
+    backtest gives up: it ends ``failed`` (:func:`backtest_outcome`). Any other finished step
+    breaks the run; an HTTP answer (400, 429, 500) is an answer, never counted here.
+
+    >>> from typestrict_pipeline.errors import EndpointUnreachableError as E
+    >>> w, e = EndpointWatch(), E("m", endpoint="http://h/v1/chat/completions", transport="connection failed")
+    >>> [w.observe(failed=True, reached=False, unreachable=e) for _ in range(3)][-1].consecutive
+    3
+    """
+
+    def __init__(self) -> None:
+        self.answered = False
+        self.streak = 0
+        self.gave_up: EndpointGaveUp | None = None
+
+    def observe(self, *, failed: bool, reached: bool,
+                unreachable: EndpointUnreachableError | None) -> EndpointGaveUp | None:
+        """Count one finished step; the reason to give up, once, when the rule is met."""
+        if not (failed and unreachable is not None and not reached):
+            self.streak = 0
+            self.answered = self.answered or reached
+            return None
+        self.streak += 1
+        limit = UNREACHABLE_STEPS_AFTER_ANSWER if self.answered else UNREACHABLE_STEPS
+        if self.gave_up is None and self.streak >= limit:
+            self.gave_up = EndpointGaveUp(unreachable.endpoint, unreachable.transport, self.streak,
+                                          self.answered)
+            return self.gave_up
+        return None
+
+
 @dataclass
 class BacktestResult:
     """Everything a backtest produced.
@@ -439,6 +505,7 @@ class BacktestResult:
         prompts: the prompts it ran with.
         steps: the steps that ran, in step order.
         card: the run card.
+        gave_up: why it stopped calling a model endpoint that does not answer (``None``: it did not).
     """
 
     workflow: Workflow
@@ -446,6 +513,7 @@ class BacktestResult:
     prompts: dict[str, str]
     steps: list[StepRecord]
     card: RunCard
+    gave_up: EndpointGaveUp | None = None
 
     @property
     def version_id(self) -> str:
@@ -651,8 +719,12 @@ class _Run:
         on_step: Callable[[StepRecord], None] | None,
         score: bool = True,
         gate: CallGate | None = None,
+        fail_fast: bool = True,
     ) -> None:
         self.wf = workflow
+        self.watch = EndpointWatch() if fail_fast else None
+        self.watch_lock = threading.Lock()
+        self.reached: dict[int, tuple[bool, EndpointUnreachableError | None]] = {}
         self.gate = gate
         self.score = score
         self.times = times
@@ -751,6 +823,8 @@ class _Run:
                     raise ValueError(f"expected a finite score, got {raw!r}")
             except Exception as exc:
                 status, error, score = StepStatus.FAILED, "score: " + _error_text(exc), None
+        if self.watch is not None:
+            self.reached[i] = (meter.reached, meter.unreachable)
         return StepRecord(i, t, status, decision, outcome, score, meter.total_micro_usd,
                           tuple(meter.records) if meter.records else (), error)
 
@@ -759,6 +833,13 @@ class _Run:
         if self.on_step is not None:
             with self.cb_lock:
                 self.on_step(rec)
+        if self.watch is not None:
+            reached, unreachable = self.reached.pop(rec.index, (False, None))
+            with self.watch_lock:
+                gave_up = self.watch.observe(failed=rec.status is StepStatus.FAILED, reached=reached,
+                                             unreachable=unreachable)
+            if gave_up is not None:  # the steps in flight finish and are kept; none starts
+                self.stop.set()
         if rec.status is StepStatus.FAILED and self.on_step_error is OnStepError.STOP:
             self.halt(f"step {rec.index} at {format_time(rec.t)} failed and on_step_error is 'stop'")
 
@@ -884,12 +965,14 @@ def run_backtest(
             th.join()
     wall = time.perf_counter() - started
     steps = [r for r in run.records if r is not None]
+    gave_up = None if run.watch is None else run.watch.gave_up
     status, reason = backtest_outcome(steps, planned=len(times), stop_reason=run.stop_reason,
-                                      fatal=None if run.fatal is None else _error_text(run.fatal))
+                                      fatal=None if run.fatal is None else _error_text(run.fatal),
+                                      gave_up=gave_up)
     card = build_card(run_wf, steps, times=times, step=step, status=status, stop_reason=reason,
                       max_in_flight=max_in_flight, wall_seconds=wall,
                       tables={n: t.n_rows for n, t in tables.items()})
-    result = BacktestResult(run_wf, resolved_params, resolved_prompts, steps, card)
+    result = BacktestResult(run_wf, resolved_params, resolved_prompts, steps, card, gave_up)
     if run.fatal is not None:
         fatal = run.fatal
         fatal.backtest_result = result  # type: ignore[attr-defined]
@@ -898,7 +981,8 @@ def run_backtest(
 
 
 def backtest_outcome(
-    steps: Sequence[StepRecord], *, planned: int, stop_reason: str | None, fatal: str | None
+    steps: Sequence[StepRecord], *, planned: int, stop_reason: str | None, fatal: str | None,
+    gave_up: EndpointGaveUp | None = None,
 ) -> tuple[BacktestStatus, str | None]:
     """How a backtest that ran ``steps`` of ``planned`` ended, and why (``None``: it completed).
 
@@ -907,6 +991,9 @@ def backtest_outcome(
     show it:
 
     * an error that is not a step's (``fatal``, a read of the future): ``failed`` with it;
+    * a model endpoint that does not answer (``gave_up``, :class:`EndpointWatch`: 3 steps in a
+      row failed on the way to it, 10 once it had answered): ``failed``, naming the endpoint, what
+      its connection got, the steps tried and what to check, whatever ``on_step_error`` says;
     * every step that ran failed (an endpoint that answers 500, or garbage, to every call):
       ``failed``, with how many failed, the first error and what to do. Nothing was decided, so
       there is nothing to score and nothing to estimate a study's cost from; it was never
@@ -921,6 +1008,16 @@ def backtest_outcome(
     """
     if fatal is not None:
         return BacktestStatus.FAILED, fatal
+    if gave_up is not None:
+        before = ("after answering earlier steps of this backtest" if gave_up.answered_before
+                  else "it has not answered once in this backtest")
+        return BacktestStatus.FAILED, (
+            f"expected the model endpoint {gave_up.endpoint} to answer, got {_first_line(gave_up.transport)} "
+            f"on every attempt of {gave_up.consecutive} steps in a row ({before}), so the backtest stopped "
+            f"after {len(steps):,} of {planned:,} planned steps instead of calling it for each. Check the "
+            "model URL (--model-url; TYPESTRICT_BACKTEST_MODEL_URL for runs launched from the API or "
+            "Dagster) and that the model server runs and is reachable from here, then run the backtest "
+            "again; nothing was charged for calls that never reached it, and what ran is kept")
     failed = [s for s in steps if s.status is StepStatus.FAILED]
     if steps and len(failed) == len(steps):
         return BacktestStatus.FAILED, (
@@ -977,7 +1074,8 @@ def replay_decisions(
     _check_services(workflow, clients, tools, prices)
     times = [start + i * step for i in range(n + 1)]
     run = _Run(workflow, tables, times, workflow.default_params, dict(workflow.prompts), clients,
-               tools, prices, max_in_flight, 0, OnStepError.CONTINUE, None, None, score=False)
+               tools, prices, max_in_flight, 0, OnStepError.CONTINUE, None, None, score=False,
+               fail_fast=False)
     counter = itertools.count()
     workers = 1 if workflow.stateful else min(max_in_flight, len(times))
     threads = [threading.Thread(target=run.worker, args=(counter,), daemon=True)

@@ -26,7 +26,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from typestrict_pipeline.errors import InputError, ModelClientError, TypeStrictError
+from typestrict_pipeline.errors import (
+    EndpointUnreachableError,
+    InputError,
+    ModelClientError,
+    TypeStrictError,
+)
 
 MICRO_USD_PER_USD = 1_000_000
 TOKENS_PER_PRICE_UNIT = 1_000_000
@@ -270,7 +275,7 @@ class Meter:
         step_index: the step the calls belong to (``None`` for a live run).
     """
 
-    __slots__ = ("mode", "records", "step_index", "total_micro_usd")
+    __slots__ = ("mode", "reached", "records", "step_index", "total_micro_usd", "unreachable")
 
     _lock = threading.Lock()  # shared: adding a record is rare next to everything else a step does
 
@@ -279,6 +284,11 @@ class Meter:
         self.step_index = step_index
         self.records: list[CallRecord] = []
         self.total_micro_usd = 0
+        # What the backtest's fail-fast rule reads (engine.EndpointWatch): a model or judge call
+        # of this step got an answer (or failed other than on the way), and the last call that
+        # never reached its endpoint (connection refused, name unknown, timed out).
+        self.reached = False
+        self.unreachable: EndpointUnreachableError | None = None
 
     def add(self, record: CallRecord) -> None:
         """Add one record (the record's mode must be the meter's)."""
@@ -454,6 +464,10 @@ class MeteredModel:
                 pt, ct = _usage_tokens(result)
             except Exception as exc:  # every failure is recorded, then retried or raised
                 last = exc
+                if isinstance(exc, EndpointUnreachableError):
+                    self.meter.unreachable = exc
+                else:
+                    self.meter.reached = True
                 self.meter.add(
                     CallRecord(self.kind, self.name, self.model, 0, 0, 0,
                                time.perf_counter() - t0, attempt, False,
@@ -464,6 +478,7 @@ class MeteredModel:
                     self.gate.settle(bound, 0)
                 continue
             latency = time.perf_counter() - t0
+            self.meter.reached = True
             inner = getattr(result, "attempts", 1)
             for _k in range(int(inner) - 1 if isinstance(inner, int) else 0):
                 self.meter.add(

@@ -43,6 +43,7 @@ from typestrict_pipeline.errors import InputError, NotFoundError
 __all__ = [
     "ModelSetup",
     "active_workflow",
+    "endpoint_client_settings",
     "endpoint_models",
     "parse_time",
     "run_and_store_backtest",
@@ -104,6 +105,41 @@ def standin_models(workflow: Workflow, *, latency_s: float = 0.02) -> Iterator[M
         yield ModelSetup({n: client for n in (*workflow.models, *workflow.judges)}, prices)
 
 
+MODEL_TIMEOUT_ENV = "TYPESTRICT_MODEL_TIMEOUT_S"
+MODEL_ATTEMPTS_ENV = "TYPESTRICT_MODEL_ATTEMPTS"
+
+
+def endpoint_client_settings(environ: Mapping[str, str] | None = None) -> tuple[float, int]:
+    """``(timeout_s, max_attempts)`` of a backtest's model endpoint client: the client's defaults
+    (30 s, 4 attempts), or ``TYPESTRICT_MODEL_TIMEOUT_S`` (0.1 to 600 seconds, for connecting
+    and for each read of one attempt) and ``TYPESTRICT_MODEL_ATTEMPTS`` (1 to 10, retries
+    included). Read by every door that calls an endpoint (``backtest run``, ``run``, the Dagster
+    runs the API launches, a study's endpoint setup).
+
+    >>> endpoint_client_settings({}), endpoint_client_settings({"TYPESTRICT_MODEL_ATTEMPTS": "1"})
+    ((30.0, 4), (30.0, 1))
+    >>> endpoint_client_settings({"TYPESTRICT_MODEL_TIMEOUT_S": "0"})
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected TYPESTRICT_MODEL_TIMEOUT_S (seconds per attempt) from 0.1 to 600, got '0'. Set it to e.g. 30, or unset it for the default (30 s).
+    """
+    import os
+
+    from typestrict_pipeline.values import integer, number
+
+    env = os.environ if environ is None else environ
+    timeout, attempts = 30.0, 4
+    raw = env.get(MODEL_TIMEOUT_ENV)
+    if raw:
+        timeout = number(raw, f"{MODEL_TIMEOUT_ENV} (seconds per attempt)", lo=0.1, hi=600.0,
+                         fix="set it to e.g. 30, or unset it for the default (30 s)")
+    raw = env.get(MODEL_ATTEMPTS_ENV)
+    if raw:
+        attempts = integer(raw, f"{MODEL_ATTEMPTS_ENV} (attempts per call, retries included)", lo=1, hi=10,
+                           fix="set it to e.g. 4, or unset it for the default (4)")
+    return timeout, attempts
+
+
 @contextlib.contextmanager
 def endpoint_models(
     workflow: Workflow,
@@ -116,10 +152,13 @@ def endpoint_models(
 ) -> Iterator[ModelSetup]:
     """An OpenAI-compatible endpoint for every model of ``workflow``, priced as given.
 
+    The client's timeout and attempts are :func:`endpoint_client_settings`'s.
+
     Raises:
         InputError: a model name the store cannot keep with each call
-            (:func:`~typestrict_pipeline.values.model_name`), or a key variable that is not set
-            (:func:`~typestrict_pipeline.values.api_key_env`), before any call.
+            (:func:`~typestrict_pipeline.values.model_name`), a key variable that is not set
+            (:func:`~typestrict_pipeline.values.api_key_env`), or a bad timeout or attempts
+            setting, before any call.
     """
     from typestrict_pipeline.clients.openai_http import OpenAICompatibleClient
     from typestrict_pipeline.values import api_key_env as key_variable
@@ -128,7 +167,9 @@ def endpoint_models(
     model_name(model, "the model name")
     if api_key_env is not None:
         key_variable(api_key_env, "api_key_env")
-    client = OpenAICompatibleClient(base_url, model, api_key_env=api_key_env)
+    timeout_s, max_attempts = endpoint_client_settings()
+    client = OpenAICompatibleClient(base_url, model, api_key_env=api_key_env, timeout_s=timeout_s,
+                                    max_attempts=max_attempts)
     prices = PriceTable(models={model: ModelPrice(input_micro_usd_per_mtok, output_micro_usd_per_mtok)})
     yield ModelSetup({n: client for n in (*workflow.models, *workflow.judges)}, prices)
 

@@ -82,6 +82,35 @@ PRICE = bounded_int("a price in micro-USD per 1M tokens", 0, 10**12)
 # A live decision more than this past the data's last known time gets a warning.
 STALE_AFTER = dt.timedelta(days=2)
 
+EXIT_CANCELLED = 3
+"""``backtest run``'s exit code for a backtest cancelled by another command while it ran."""
+RUN_EXIT_CODES: dict[BacktestStatus, int] = {
+    BacktestStatus.COMPLETED: 0,
+    BacktestStatus.FAILED: 1,
+    BacktestStatus.STOPPED: 1,
+    BacktestStatus.INTERRUPTED: 1,
+    BacktestStatus.CANCELLED: EXIT_CANCELLED,
+}
+"""How ``backtest run`` exits for each end of its backtest (``docs/cli.md``, "Exit codes"): 0 only
+for one that ran every planned step; a backtest that did not complete is never a success."""
+
+
+def _run_problem(bid: str, card: Any) -> str:
+    """The stderr line of a backtest that did not complete: what happened, what ran, what to do."""
+    ran = f"{card.steps_run:,} of {card.steps_planned:,} planned steps ran and are kept"
+    if card.status is BacktestStatus.STOPPED:
+        first = f" (the first error: {card.first_error})" if card.first_error else ""
+        return (f"typestrict: backtest {bid} stopped before its end: {card.stop_reason}{first}; {ran}. "
+                "Fix what the error names and run the backtest again, or pass --on-step-error continue "
+                "to run every step and count the failed ones.")
+    if card.status is BacktestStatus.CANCELLED:
+        return (f"typestrict: backtest {bid} was cancelled while it ran ({card.stop_reason}); {ran}. "
+                "Run the backtest again for a complete one.")
+    if card.status is BacktestStatus.INTERRUPTED:
+        return (f"typestrict: backtest {bid} ended interrupted while it ran ({card.stop_reason}); {ran}. "
+                "Run the backtest again for a complete one.")
+    return f"typestrict: backtest {bid} failed: {card.stop_reason}."
+
 
 def _pairs(items: list[str] | None, what: str) -> dict[str, Any]:
     """``--param NAME=VALUE`` (the value by :func:`~typestrict_pipeline.values.command_value`,
@@ -192,9 +221,9 @@ def _backtest_run(args: argparse.Namespace) -> int:
     wrote = Wrote(f"backtest {bid} of {result.workflow.name} @ {result.workflow.version_id} "
                   f"({result.card.steps_run} steps)", (bid,), store=shown_store(store_url(args)))
     c = result.card
-    # A failed backtest (every step that ran failed: the engine's rule, which the store, the API
-    # and the console show too) is exit 1: the command ran and found a problem.
-    code = 1 if c.status is BacktestStatus.FAILED else 0
+    # Only a backtest that ran every planned step exits 0: failed (the engine's rule, which the
+    # store, the API and the console show too) and stopped exit 1, cancelled elsewhere 3.
+    code = RUN_EXIT_CODES.get(c.status, 1)
     if args.json:
         print_json({"id": bid, "workflow": result.workflow.name, "version_id": result.workflow.version_id,
                     "status": c.status.value, "error": c.stop_reason if code else None,
@@ -204,7 +233,7 @@ def _backtest_run(args: argparse.Namespace) -> int:
     print(f"  backtest id     {bid}")
     say_wrote(args, wrote)
     if code:
-        print(f"typestrict: backtest {bid} failed: {c.stop_reason}.", file=sys.stderr)
+        print(_run_problem(bid, c), file=sys.stderr)
     return code
 
 

@@ -52,7 +52,7 @@ from typestrict_pipeline.clients.prompt import (
     match_label,
     option_labels,
 )
-from typestrict_pipeline.errors import ModelClientError
+from typestrict_pipeline.errors import EndpointUnreachableError, ModelClientError
 from typestrict_pipeline.values import base_url as base_url_rule
 
 __all__ = ["OpenAICompatibleClient"]
@@ -64,10 +64,14 @@ _BODY_SNIPPET = 300
 
 
 class _Retryable(Exception):
-    def __init__(self, what: str, retry_after: float | None = None) -> None:
+    """A retryable failure; ``answered``: the endpoint answered (HTTP 429 or 5xx), else the
+    attempt failed on the way (connection, name, timeout)."""
+
+    def __init__(self, what: str, retry_after: float | None = None, *, answered: bool = False) -> None:
         super().__init__(what)
         self.what = what
         self.retry_after = retry_after
+        self.answered = answered
 
 
 def _parse_retry_after(value: str | None) -> float | None:
@@ -195,7 +199,8 @@ class OpenAICompatibleClient(ModelClient):
                 f" ({self._scrub(detail, key).strip()})" if detail.strip() else ""
             )
             if exc.code in _RETRY_STATUSES:
-                raise _Retryable(what, _parse_retry_after(exc.headers.get("Retry-After"))) from None
+                raise _Retryable(what, _parse_retry_after(exc.headers.get("Retry-After")),
+                                 answered=True) from None
             raise ModelClientError(
                 f"{self.url}: expected a successful answer, got {what}. "
                 "Check the model name, the request and the API key's permissions (not retried)."
@@ -227,11 +232,13 @@ class OpenAICompatibleClient(ModelClient):
         key = self._api_key()
         body = json.dumps(payload, ensure_ascii=False, allow_nan=False).encode("utf-8")
         last = ""
+        answered = False
         for attempt in range(1, self.max_attempts + 1):
             try:
                 return self._attempt(body, key), attempt
             except _Retryable as exc:
                 last = exc.what
+                answered = answered or exc.answered
                 if attempt == self.max_attempts:
                     break
                 wait = self._wait_for(attempt, exc.retry_after)
@@ -245,10 +252,11 @@ class OpenAICompatibleClient(ModelClient):
                 )
                 if wait > 0:
                     self._sleep(wait)
-        raise ModelClientError(
-            f"{self.url}: expected a successful answer within {self.max_attempts} attempt(s), "
-            f"got {last} on the last one. Check that the endpoint is up, or raise max_attempts / timeout_s."
-        )
+        message = (f"{self.url}: expected a successful answer within {self.max_attempts} attempt(s), "
+                   f"got {last} on the last one. Check that the endpoint is up, or raise max_attempts / timeout_s.")
+        if not answered:  # no attempt reached the endpoint: a backtest's fail-fast rule counts these
+            raise EndpointUnreachableError(message, endpoint=self.url, transport=last)
+        raise ModelClientError(message)
 
     # ---------------------------------------------------------------------------------------
 

@@ -113,6 +113,14 @@ class EngineBackend:
             clients=self.setup.clients, tools=self.setup.tools, prices=self.setup.prices,
             max_in_flight=self.max_in_flight, should_stop=stop, on_step=on_step, gate=gate,
         )
+        if result.gave_up is not None:
+            # Its model endpoint does not answer (the engine's fail-fast rule): every later window
+            # would end so too, so the window fails with why, and the study with it (never a
+            # window "cut" as if a limit had stopped it).
+            from typestrict_pipeline.errors import EndpointUnreachableError
+
+            raise EndpointUnreachableError(result.card.stop_reason or "", endpoint=result.gave_up.endpoint,
+                                           transport=result.gave_up.transport)
         scores = [(format_time(s.t), float(s.score)) for s in result.steps if s.score is not None]
         cost = sum(int(s.cost_micro_usd) for s in result.steps)
         done = len(result.steps)

@@ -33,9 +33,16 @@ def run_backtest(body: BacktestIn, ctx: Ctx, workspace: Workspace) -> BacktestOu
 @router.get("/backtests", response_model=list[BacktestOut])
 def list_backtests(ctx: Ctx, workspace: Workspace, page: ListPage) -> list[BacktestOut]:
     """The workspace's backtests, newest first (those waiting for their run first), a page at a
-    time (``limit``, ``offset``; ``X-Total-Count`` and ``Link``)."""
-    views, total = core.backtest_page(ctx.engine, ctx.runs, workspace, limit=page.limit, offset=page.offset)
+    time (``limit``, ``offset``; ``X-Total-Count`` and ``Link``). While the Dagster instance is
+    unavailable, the store's backtests only, with the headers ``X-Queued-Backtests: unknown`` and
+    ``X-Queued-Backtests-Reason`` saying why (the queued ones are known only to the instance),
+    never a ``503``."""
+    views, total, note = core.backtest_page(ctx.engine, ctx.runs, workspace, limit=page.limit,
+                                            offset=page.offset)
     page.of(total)
+    if note is not None:
+        page.response.headers["X-Queued-Backtests"] = "unknown"
+        page.response.headers["X-Queued-Backtests-Reason"] = note
     return [_out(v) for v in views]
 
 

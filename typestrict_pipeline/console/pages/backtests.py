@@ -122,8 +122,8 @@ def _page(request: Request, session: ConsoleSession, *, backtest: dict[str, str]
     ws = session.workspace_id
     query, pages = request.query_params, ("backtests", "studies")
     cards = requested(query.get("backtests"), "backtests")
-    backtests, n_backtests = backtests_core.backtest_page(ctx.engine, ctx.runs, ws, limit=PER_PAGE,
-                                                         offset=(cards - 1) * PER_PAGE)
+    backtests, n_backtests, backtests_note = backtests_core.backtest_page(
+        ctx.engine, ctx.runs, ws, limit=PER_PAGE, offset=(cards - 1) * PER_PAGE)
     backtest_pager = Pager.at(cards, total=n_backtests, param="backtests",
                               href=hrefs(f"{PREFIX}/backtests", query, "backtests", pages))
     study_pager = Pager.at(requested(query.get("studies"), "studies"), param="studies",
@@ -133,7 +133,7 @@ def _page(request: Request, session: ConsoleSession, *, backtest: dict[str, str]
                for r in studies_core.list_studies(ctx.engine, ws, limit=PER_PAGE, offset=study_pager.offset)]
     return render(request, "backtests.html", {
         "workflows": backtests_core.workflows(), "backtests": backtests, "studies": studies,
-        "backtest_pager": backtest_pager, "study_pager": study_pager,
+        "backtest_pager": backtest_pager, "study_pager": study_pager, "backtests_note": backtests_note,
         "b": backtest or BACKTEST_DEFAULTS, "s": study or STUDY_DEFAULTS,
         "backtest_error": backtest_error, "study_error": study_error, "estimate": estimate,
         "usd": format_usd, "live": LIVE_STATES, "columns_text": columns_text}, status=status)
