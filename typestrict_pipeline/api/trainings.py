@@ -553,7 +553,7 @@ class TrainingStore:
             with _disk("store the training's files"):
                 shutil.copyfile(recorded, staging / "jev.jsonl")
             doc["predictions"]["jev"] = {**jev, "path": "jev.jsonl"}
-        manifest = parse_manifest(doc, source="request", base_dir=staging)
+        manifest = parse_manifest(doc, source="request", base_dir=staging, keys=self.words.keys)
         check_dataset_size(staging / dataset_name, self.max_dataset_bytes)  # before it is read
         load_dataset(manifest)  # every dataset check, before anything is charged
         # Signs of undeclared groups, looked for once, before anything is judged (warnings only).
@@ -844,7 +844,7 @@ class TrainingStore:
             dataset = load_dataset(manifest)
             holdouts = split_decisions(dataset)
             attest(manifest.trained_on, manifest.trained_on_sha256, holdouts,
-                   training_id=training_id, source="request")
+                   training_id=training_id, source="request", words=self.words.trained_on)
             check_file_predictions(predictions, dataset, holdouts, fix=_NOTHING_STORED)
         except PredictionsError as exc:
             if exc.file == source:

@@ -52,6 +52,8 @@ from typestrict_pipeline.credits.reasons import settlement_reason
 from typestrict_pipeline.credits.tables import CreditEntry, EntryKind
 from typestrict_pipeline.errors import ConflictError, InputError, NotFoundError
 from typestrict_pipeline.lifecycle.tables import TrainingRow
+from typestrict_pipeline.refund.manifest import KeyWords, request_field
+from typestrict_pipeline.refund.trained_on import API_TRAINED_ON, CLI_TRAINED_ON, TrainedOnWords
 from typestrict_pipeline.refund.types import Verdict
 from typestrict_pipeline.store import rows_by_id, session_scope, typestrict_home, utcnow
 
@@ -268,11 +270,18 @@ class TrainingWords:
         read: how to read a training's state.
         verdict: how to read a settled training's verdict.
         find: how to find a training's id.
+        trained_on: where a statement of what the model was trained on was written, and what
+            to do when the split refuses it (:class:`~typestrict_pipeline.refund.trained_on.TrainedOnWords`).
+        keys: how a refusal of the training's fields names one (a manifest key in, the door's
+            field out: :data:`~typestrict_pipeline.refund.manifest.KeyWords`); None: the
+            manifest's key (a door that creates no training).
     """
 
     read: str
     verdict: str
     find: str
+    trained_on: TrainedOnWords
+    keys: KeyWords | None = None
 
     def say(self, text: str, training_id: str) -> str:
         return text.replace("{training}", training_id)
@@ -282,6 +291,8 @@ API_WORDS = TrainingWords(
     read="read GET /v1/trainings/{id}",
     verdict="read its verdict with GET /v1/models/{id}",
     find="Check the id (list them with the API) and that you use this workspace's key",
+    trained_on=API_TRAINED_ON,
+    keys=request_field,
 )
 """The API's words (and the console's, which reads the API's store)."""
 
@@ -289,6 +300,7 @@ CLI_WORDS = TrainingWords(
     read="see it with `typestrict training show {training}`",
     verdict="read its verdict with `typestrict training show {training}`",
     find="Check the id: `typestrict training list WORKSPACE` lists a workspace's trainings",
+    trained_on=CLI_TRAINED_ON,
 )
 """``typestrict training``'s words: commands and options, never routes or fields."""
 
