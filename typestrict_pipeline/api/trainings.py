@@ -27,6 +27,7 @@ answer as one that does not exist.
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime as dt
 import fcntl
 import json
@@ -183,8 +184,10 @@ __all__ = ["TrainingRequest", "TrainingState", "TrainingStore", "TrainingView", 
 
 SUBMISSION_SOURCE = "the request's predictions"
 """How messages name a posted body's predictions (row N is ``predictions[N-1]``)."""
-_NOTHING_STORED = ("nothing was stored or charged and the training still accepts its predictions: "
-                   "correct them and post them again")
+def _nothing_stored(words: TrainingWords, training_id: str) -> str:
+    """What a refused submission leaves, and what to do, in the door's ``words``."""
+    return ("nothing was stored or charged and the training still accepts its predictions: "
+            + words.say(words.resend, training_id))
 
 
 @contextlib.contextmanager
@@ -238,6 +241,8 @@ class WorkspaceArea:
 
     home: Path
     workspace_id: str
+    words: TrainingWords = API_WORDS
+    """How a refusal names the dataset's field and what to do (the door's words)."""
 
     @property
     def root(self) -> Path:
@@ -250,13 +255,13 @@ class WorkspaceArea:
             InputError: an absolute path, ``..``, a backslash, or a link leading outside.
             NotFoundError: no such file.
         """
+        field = DATASET_FIELD if self.words.keys is None else self.words.keys("dataset.path")
         pure = PurePosixPath(written)
         if (not written or "\\" in written or "\x00" in written or pure.is_absolute()
                 or any(p in ("..", ".", "") for p in written.split("/"))):
             raise InputError(
                 "a path relative to the workspace's files (e.g. 'data/reviews.csv'), without '..'",
-                repr(written[:200]), "upload the file with PUT /v1/files/{name} and use its name",
-                file=DATASET_FIELD,
+                repr(written[:200]), self.words.files, file=field,
             )
         for part in pure.parts:
             check_name(part)
@@ -264,9 +269,10 @@ class WorkspaceArea:
         target = (root / Path(*pure.parts)).resolve()
         if not target.is_relative_to(root):
             raise InputError("a file inside the workspace's files", repr(written[:200]),
-                             "do not link outside the workspace's area", file=DATASET_FIELD)
+                             "do not link outside the workspace's area", file=field)
         if not target.is_file():
-            raise _not_found("file", written)
+            raise NotFoundError(f"expected a file named {written[:200]!r} in the workspace's files, got "
+                                f"none. {self.words.files}")
         return target
 
     def save(self, name: str, data: bytes) -> Path:
@@ -396,7 +402,15 @@ class TrainingStore:
         return self.home / "trainings"
 
     def area(self, workspace_id: str) -> WorkspaceArea:
-        return WorkspaceArea(self.home, workspace_id)
+        return WorkspaceArea(self.home, workspace_id, self.words)
+
+    def speaking(self, words: TrainingWords) -> TrainingStore:
+        """This store (same home, store, quota and settings), its refusals said in ``words``
+        (another door's: the console's pages and fields instead of the API's routes and JSON
+        fields). The rules are the same object's."""
+        other = copy.copy(self)
+        other.words = words
+        return other
 
     def folder(self, training_id: str) -> Path:
         return self.trainings_dir / check_name(training_id, "training id")
@@ -497,8 +511,8 @@ class TrainingStore:
         """
         written = req.dataset.get("path") if isinstance(req.dataset, Mapping) else None
         if not isinstance(written, str):
-            raise InputError("dataset.path: a file in the workspace's files", repr(written),
-                             "upload the dataset with PUT /v1/files/{name} and name it here")
+            raise InputError("a file of the workspace's files", repr(written), self.words.files,
+                             file=DATASET_FIELD if self.words.keys is None else self.words.keys("dataset.path"))
         area = self.area(workspace_id)
         source = area.resolve(written) if upload is None else None
         dataset_name = "dataset" + (_suffix(check_name(written, "dataset file name"), None)
@@ -575,9 +589,12 @@ class TrainingStore:
     def _doc(self, workspace_id: str, training_id: str) -> tuple[dict[str, Any], Path, bool]:
         found = self._read(training_id)
         if found is None or found[0].get("workspace_id") != workspace_id:
-            raise NotFoundError(f"expected a training with id {training_id[:200]!r} in this workspace, got "
-                                f"none. {self.words.find}")
+            raise self._no_training(training_id)
         return found
+
+    def _no_training(self, training_id: str) -> NotFoundError:
+        return NotFoundError(f"expected a training with id {training_id[:200]!r} in this workspace, got "
+                             f"none. {self.words.find}")
 
     def _read(self, training_id: str) -> tuple[dict[str, Any], Path, bool] | None:
         """A training folder's manifest (or draft: the bool), whichever workspace it names; None
@@ -639,7 +656,7 @@ class TrainingStore:
         """
         found = self.views(workspace_id, [training_id], now=now)
         if training_id not in found:
-            raise _not_found("training", training_id)
+            raise self._no_training(training_id)
         return found[training_id]
 
     def views(self, workspace_id: str, training_ids: Sequence[str], *, now: dt.datetime | None = None
@@ -838,6 +855,7 @@ class TrainingStore:
 
     def _check(self, manifest: TrainingManifest, staged: Path, training_id: str, source: str) -> None:
         """Every check of a submission, with ``source`` named in the messages."""
+        nothing_stored = _nothing_stored(self.words, training_id)
         try:
             predictions = read_predictions(staged, "model")
             predictions = type(predictions)(predictions.system, source, predictions.predictions)
@@ -845,11 +863,11 @@ class TrainingStore:
             holdouts = split_decisions(dataset)
             attest(manifest.trained_on, manifest.trained_on_sha256, holdouts,
                    training_id=training_id, source="request", words=self.words.trained_on)
-            check_file_predictions(predictions, dataset, holdouts, fix=_NOTHING_STORED)
+            check_file_predictions(predictions, dataset, holdouts, fix=nothing_stored)
         except PredictionsError as exc:
             if exc.file == source:
                 raise
-            raise PredictionsError(exc.expected, exc.got, f"{exc.fix.rstrip('.')}; {_NOTHING_STORED}",
+            raise PredictionsError(exc.expected, exc.got, f"{exc.fix.rstrip('.')}; {nothing_stored}",
                                    file=source, row=exc.row, column=exc.column) from None
 
     def _hand_over(self, workspace_id: str, training_id: str, folder: Path, doc: dict[str, Any],

@@ -26,6 +26,7 @@ from typestrict_pipeline.api.schemas import TrainingCreate
 from typestrict_pipeline.api.trainings import (
     TrainingRequest,
     TrainingState,
+    TrainingStore,
     check_name,
     split_roles,
 )
@@ -44,10 +45,69 @@ from typestrict_pipeline.console.web import (
 )
 from typestrict_pipeline.credits import CreditLedger
 from typestrict_pipeline.errors import InputError, TypeStrictError
+from typestrict_pipeline.lifecycle.trainings import TrainingWords
 from typestrict_pipeline.progress import Progress, read_progress, training_key
 from typestrict_pipeline.refund.grouping import resampling_line
+from typestrict_pipeline.refund.trained_on import TrainedOnWords
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
+
+TRAINED_ON_BOX = "My model was trained on these training rows only"
+"""The predictions form's box that states the split's SHA-256 (``trained_on_sha256``)."""
+
+_FORM_FIELDS = {
+    "dataset": "step 1 (Data)", "dataset.path": "step 1 (Data), the dataset",
+    "dataset.columns": "step 1 (Data), the columns", "dataset.columns.id": "step 1 (Data), Id column",
+    "dataset.columns.text": "step 1 (Data), Text column",
+    "dataset.columns.group": "step 1 (Data), Group column",
+    "dataset.columns.review_label": "step 1 (Data), Review label column",
+    "decisions": "step 2 (Decisions)", "options": "step 3 (Base model)",
+    "options.keep_if_loses": 'step 3 (Base model), the box "Keep the model even if it does not beat Jev"',
+}
+_DECISION_FIELDS = {"name": "Name", "question": "Question", "answer_column": "Answer column",
+                    "answers": "Answers", "options_column": "Options column (multiple choice)"}
+
+
+def form_field(key: str) -> str:
+    """A manifest key as the new-training form names the field that sets it (its step, its
+    label): the console's words for a refusal of the training's fields.
+
+    >>> form_field("decisions[1].answers"), form_field("dataset.columns.id")
+    ('step 2 (Decisions), Decision 2, Answers', 'step 1 (Data), Id column')
+    """
+    if key in _FORM_FIELDS:
+        return _FORM_FIELDS[key]
+    found = re.fullmatch(r"decisions\[([0-9]+)\](?:\.([a-z_]+))?(.*)", key)
+    if found is None:
+        return "the form"
+    where = f"step 2 (Decisions), Decision {int(found.group(1)) + 1}"
+    name = found.group(2)
+    return where if name is None else f"{where}, {_DECISION_FIELDS.get(name, name.replace('_', ' '))}"
+
+
+CONSOLE_WORDS = TrainingWords(
+    read="follow it on this training's page",
+    verdict="read its verdict on its result page (the Trainings page links it)",
+    find="Check the address: the Trainings page lists this workspace's trainings",
+    trained_on=TrainedOnWords(
+        digest=f'the box "{TRAINED_ON_BOX}"', ids=f'the box "{TRAINED_ON_BOX}"',
+        id_sha256=f'the box "{TRAINED_ON_BOX}"',
+        some="reload the page and send the form again, or clear the box if your model was "
+             "trained on only some of the training rows",
+        rows="the training rows of the split this page shows",
+    ),
+    files="Choose the dataset in step 1 (Data): upload it, or pick one of your files",
+    resend="correct them and upload the file again with Upload and judge",
+    keys=form_field,
+)
+"""The console's words for a training's refusals: its pages, its form's steps and fields, its
+buttons; never the API's routes or JSON fields. The rules are the lifecycle's and the
+pipeline's, the same for every door."""
+
+
+def _trainings(request: Request) -> TrainingStore:
+    """The trainings, their refusals said in the console's words."""
+    return get_ctx(request).trainings.speaking(CONSOLE_WORDS)
 
 Session = Annotated[ConsoleSession, Depends(require_session)]
 Posted = Annotated[ConsoleSession, Depends(require_csrf)]
@@ -257,7 +317,6 @@ async def _upload(form: FormData) -> tuple[str, bytes] | None:
 @router.post("/trainings")
 async def create_training(request: Request, session: Posted) -> Response:
     """Start a training: the same checks and charge as ``POST /v1/trainings``."""
-    ctx = get_ctx(request)
     form = await read_form(request)
     values = form_values(form)
     try:
@@ -274,8 +333,8 @@ async def create_training(request: Request, session: Posted) -> Response:
             decisions=[d.model_dump(exclude_none=True) for d in body.decisions],
             options=body.options.model_dump(),
         )
-        training_id = ctx.trainings.create(session.workspace_id, req,
-                                           upload=None if upload is None else upload[1])
+        training_id = _trainings(request).create(session.workspace_id, req,
+                                                 upload=None if upload is None else upload[1])
     except ValidationError as exc:
         return _new_form(request, session, values, validation_message(exc.errors(), fix=FORM_FIX), 422)
     except TypeStrictError as exc:
@@ -291,13 +350,14 @@ async def create_training(request: Request, session: Posted) -> Response:
 def _training_page(request: Request, session: ConsoleSession, training_id: str,
                    error: str | None = None, status: int = 200) -> Response:
     ctx = get_ctx(request)
+    trainings = _trainings(request)
     ws = session.workspace_id
-    view = ctx.trainings.view(ws, training_id)
+    view = trainings.view(ws, training_id)
     if view.model is not None:  # settled (or ended and settled as failed): the result page
         return redirect(f"{PREFIX}/models/{training_id}", request)
-    manifest = ctx.trainings.manifest(ws, training_id)
+    manifest = trainings.manifest(ws, training_id)
     open_for_predictions = view.state.accepts_submission
-    split = ctx.trainings.split(ws, training_id) if open_for_predictions else None
+    split = trainings.split(ws, training_id) if open_for_predictions else None
     life = view.status
     return render(request, "training.html", {
         "id": training_id, "state": view.state.value, "state_text": state_text(view.state.value),
@@ -337,8 +397,7 @@ def training_page(training_id: TrainingId, request: Request, session: Session) -
 @router.get("/trainings/{training_id}/state")
 def training_state(training_id: TrainingId, request: Request, session: Session) -> Response:
     """The state line (HTMX polls it while judging; settled: go to the result page)."""
-    ctx = get_ctx(request)
-    view = ctx.trainings.view(session.workspace_id, training_id)
+    view = _trainings(request).view(session.workspace_id, training_id)
     if view.model is not None or view.state is not TrainingState.JUDGING:
         return redirect(f"{PREFIX}/trainings/{training_id}", request)
     return render(request, "_training_state.html", {
@@ -357,7 +416,7 @@ def _judging_progress(request: Request, training_id: str, state: TrainingState) 
 def cancel_training(training_id: TrainingId, request: Request, session: Posted) -> Response:
     """Cancel a training that awaits its predictions: its credit comes back
     (``POST /v1/trainings/{id}/cancel``)."""
-    get_ctx(request).trainings.cancel(session.workspace_id, training_id)
+    _trainings(request).cancel(session.workspace_id, training_id)
     return redirect(f"{PREFIX}/trainings/{training_id}", request)
 
 
@@ -372,8 +431,8 @@ def _trained_on_box(form: FormData) -> str | None:
     typestrict_pipeline.errors.InputError: field 'trained_on': expected the box "My model was trained on these training rows only" ticked (the split's SHA-256, 64 hexadecimal characters) or not sent, got 'ab'. Reload the page, tick or clear the box and send the form again.
     """
     return form_box(form, "trained_on", lambda v: re.fullmatch(r"[0-9a-f]{64}", v) is not None,
-                    "the box \"My model was trained on these training rows only\" ticked (the "
-                    "split's SHA-256, 64 hexadecimal characters) or not sent",
+                    f'the box "{TRAINED_ON_BOX}" ticked (the split\'s SHA-256, 64 hexadecimal '
+                    "characters) or not sent",
                     "reload the page, tick or clear the box and send the form again")
 
 
@@ -381,7 +440,6 @@ def _trained_on_box(form: FormData) -> str | None:
 async def post_predictions(training_id: TrainingId, request: Request, session: Posted) -> Response:
     """The model's files (optional) and its predictions file: the same reader and checks as
     ``POST /v1/trainings/{id}/predictions``; the verdict follows."""
-    ctx = get_ctx(request)
     ws = session.workspace_id
     form = await read_form(request)
     upload = form.get("predictions")
@@ -393,7 +451,8 @@ async def post_predictions(training_id: TrainingId, request: Request, session: P
         trained_on = _trained_on_box(form)
         model_files = [(_base_name(item), await item.read()) for item in form.getlist("model_files")
                        if isinstance(item, UploadFile) and item.filename]
-        ctx.trainings.submit(ws, training_id, data, trained_on, model_files=model_files)
+        _trainings(request).submit(ws, training_id, data, trained_on, model_files=model_files,
+                                   source=f"your file {_base_name(upload)!r}")
     except TypeStrictError as exc:
         from typestrict_pipeline.api.errors import status_for
 
