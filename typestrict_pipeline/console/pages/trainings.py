@@ -17,6 +17,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData, UploadFile
 
 from typestrict_pipeline.api.deps import get_ctx
@@ -302,26 +303,52 @@ def decision_fieldset(request: Request, session: Session, i: int = 1) -> Respons
 
 def _base_name(upload: UploadFile) -> str:
     """The name of an uploaded file without the folders a browser may send."""
-    return (upload.filename or "").rsplit("/", 1)[-1].rsplit("\\", 1)[-1]
+    return _base_name_of(upload.filename or "")
 
 
-async def _upload(form: FormData) -> tuple[str, bytes] | None:
-    """The uploaded dataset (name, bytes), not stored: the training stores it in the workspace's
-    files (as ``PUT /v1/files/{name}`` does) only once it is made."""
+def _base_name_of(name: str) -> str:
+    """A file name as a browser sent it, without its folders.
+
+    >>> _base_name_of("C:\\\\data\\\\p.jsonl"), _base_name_of("a/b.jsonl")
+    ('p.jsonl', 'b.jsonl')
+    """
+    return name.rsplit("/", 1)[-1].rsplit("\\", 1)[-1]
+
+
+def _upload(form: FormData, data: bytes | None) -> tuple[str, bytes] | None:
+    """The uploaded dataset (name, its bytes ``data`` read from the form), not stored: the
+    training stores it in the workspace's files (as ``PUT /v1/files/{name}`` does) only once it
+    is made."""
     upload = form.get("dataset_file")
-    if not isinstance(upload, UploadFile) or not upload.filename:
+    if not isinstance(upload, UploadFile) or not upload.filename or data is None:
         return None
-    return check_name(_base_name(upload), "dataset file name"), await upload.read()
+    return check_name(_base_name(upload), "dataset file name"), data
+
+
+async def _read_files(form: FormData, field: str) -> list[tuple[str, bytes]]:
+    """The files the form sent as ``field`` (name as the browser sent it, bytes), read on the
+    event loop (an upload's bytes come from the request; a large one is read in the threadpool
+    by Starlette); what is done with them is not."""
+    return [(item.filename, await item.read()) for item in form.getlist(field)
+            if isinstance(item, UploadFile) and item.filename]
 
 
 @router.post("/trainings")
 async def create_training(request: Request, session: Posted) -> Response:
-    """Start a training: the same checks and charge as ``POST /v1/trainings``."""
+    """Start a training: the same checks and charge as ``POST /v1/trainings``. The form is read
+    here; the work (the dataset read, checked and copied, the workspace's storage lock waited
+    for, the charge) runs in the threadpool, so the server answers other requests meanwhile."""
     form = await read_form(request)
+    sent = await _read_files(form, "dataset_file")
+    return await run_in_threadpool(_create_training, request, session, form, sent[0][1] if sent else None)
+
+
+def _create_training(request: Request, session: ConsoleSession, form: FormData, data: bytes | None) -> Response:
+    """:func:`create_training`'s blocking part (files, hashing, the storage lock, the store)."""
     values = form_values(form)
     try:
         keep_box(form)
-        upload = await _upload(form)
+        upload = _upload(form, data)
         dataset = upload[0] if upload is not None else values["dataset_name"]
         if not dataset:
             raise InputError("a dataset: a file to upload, or one of the workspace's files",
@@ -439,20 +466,29 @@ def _trained_on_box(form: FormData) -> str | None:
 @router.post("/trainings/{training_id}/predictions")
 async def post_predictions(training_id: TrainingId, request: Request, session: Posted) -> Response:
     """The model's files (optional) and its predictions file: the same reader and checks as
-    ``POST /v1/trainings/{id}/predictions``; the verdict follows."""
-    ws = session.workspace_id
+    ``POST /v1/trainings/{id}/predictions``; the verdict follows. The form is read here; the
+    work (the predictions checked against the split, the files written, the workspace's storage
+    lock waited for) runs in the threadpool, so the server answers other requests meanwhile."""
     form = await read_form(request)
-    upload = form.get("predictions")
+    predictions = await _read_files(form, "predictions")
+    model_files = await _read_files(form, "model_files")
+    return await run_in_threadpool(_post_predictions, training_id, request, session, form,
+                                   predictions[0] if predictions else None, model_files)
+
+
+def _post_predictions(training_id: str, request: Request, session: ConsoleSession, form: FormData,
+                      predictions: tuple[str, bytes] | None, model_files: list[tuple[str, bytes]]) -> Response:
+    """:func:`post_predictions`'s blocking part (the split read, files written, the storage lock)."""
+    ws = session.workspace_id
     try:
-        if not isinstance(upload, UploadFile) or not upload.filename:
+        if predictions is None:
             raise InputError("a predictions file (JSON Lines, one row per example and decision)",
                              "no file", "choose the file your model wrote", file="field 'predictions'")
-        data = await upload.read()
+        name, data = predictions
         trained_on = _trained_on_box(form)
-        model_files = [(_base_name(item), await item.read()) for item in form.getlist("model_files")
-                       if isinstance(item, UploadFile) and item.filename]
-        _trainings(request).submit(ws, training_id, data, trained_on, model_files=model_files,
-                                   source=f"your file {_base_name(upload)!r}")
+        _trainings(request).submit(ws, training_id, data, trained_on,
+                                   model_files=[(_base_name_of(n), d) for n, d in model_files],
+                                   source=f"your file {_base_name_of(name)!r}")
     except TypeStrictError as exc:
         from typestrict_pipeline.api.errors import status_for
 
