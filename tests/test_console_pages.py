@@ -280,7 +280,9 @@ def test_a_refused_training_form_says_what_the_api_says_for_the_same_body(
     assert said.startswith("decisions.0.name: expected at most 200 characters, got 'ddd"), said
     r = b.form("/console/trainings", {**TRAINING, "decision-0-name": "d" * 201},
                files={"dataset_file": ("reviews.csv", CSV.encode())})
-    assert r.status_code == 422 and _form_words(said) in html.unescape(r.text), r.text[:2000]
+    # the same refusal (expected, got), the field named as the form labels it
+    form_said = _form_words(said).replace("decisions.0.name: ", "step 2 (Decisions), Decision 1, Name: ", 1)
+    assert r.status_code == 422 and form_said in html.unescape(r.text), r.text[:2000]
     assert "openapi" not in r.text
     assert _balance(sqlite_url, "acme") == 2
     b.close()
@@ -770,6 +772,9 @@ def test_the_trainings_pages_say_their_refusals_in_the_consoles_words(app: tuple
     _console_refusal(b.form("/console/trainings", {**TRAINING, "decision-0-answers": "yes, yes"},
                             files={"dataset_file": ("reviews.csv", CSV.encode())}), 422,
                      "step 2 (Decisions), Decision 1, Answers: expected each answer listed once")
+    _console_refusal(b.form("/console/trainings", {**TRAINING, "col_text": ""},
+                            files={"dataset_file": ("reviews.csv", CSV.encode())}), 422,
+                     "step 1 (Data), Text column: expected ")
     _console_refusal(b.form("/console/trainings", {**TRAINING, "dataset_name": "nope.csv"}), 404,
                      "Choose the dataset in step 1 (Data): upload it, or pick one of your files")
     _console_refusal(b.form("/console/trainings/tr_0000000000000000/cancel", {}), 404,

@@ -75,7 +75,10 @@ def form_field(key: str) -> str:
 
     >>> form_field("decisions[1].answers"), form_field("dataset.columns.id")
     ('step 2 (Decisions), Decision 2, Answers', 'step 1 (Data), Id column')
+    >>> form_field("decisions.0.name")  # the schema's JSON path of the same field
+    'step 2 (Decisions), Decision 1, Name'
     """
+    key = re.sub(r"\.([0-9]+)", r"[\1]", key)
     if key in _FORM_FIELDS:
         return _FORM_FIELDS[key]
     found = re.fullmatch(r"decisions\[([0-9]+)\](?:\.([a-z_]+))?(.*)", key)
@@ -352,7 +355,7 @@ def _create_training(request: Request, session: ConsoleSession, form: FormData, 
         dataset = upload[0] if upload is not None else values["dataset_name"]
         if not dataset:
             raise InputError("a dataset: a file to upload, or one of the workspace's files",
-                             "neither", "choose the dataset file in step 1", file="field 'dataset'")
+                             "neither", "choose the dataset file in step 1", file=form_field("dataset"))
         values["dataset_name"] = dataset
         body = TrainingCreate.model_validate(training_body(values, dataset))
         req = TrainingRequest(
@@ -363,7 +366,8 @@ def _create_training(request: Request, session: ConsoleSession, form: FormData, 
         training_id = _trainings(request).create(session.workspace_id, req,
                                                  upload=None if upload is None else upload[1])
     except ValidationError as exc:
-        return _new_form(request, session, values, validation_message(exc.errors(), fix=FORM_FIX), 422)
+        return _new_form(request, session, values,
+                         validation_message(exc.errors(), fix=FORM_FIX, field=form_field), 422)
     except TypeStrictError as exc:
         from typestrict_pipeline.api.errors import status_for
 
@@ -483,7 +487,8 @@ def _post_predictions(training_id: str, request: Request, session: ConsoleSessio
     try:
         if predictions is None:
             raise InputError("a predictions file (JSON Lines, one row per example and decision)",
-                             "no file", "choose the file your model wrote", file="field 'predictions'")
+                             "no file", "choose the file your model wrote",
+                             file='Upload the predictions, "Predictions file (JSON Lines)"')
         name, data = predictions
         trained_on = _trained_on_box(form)
         _trainings(request).submit(ws, training_id, data, trained_on,
