@@ -47,6 +47,7 @@ from typestrict_pipeline.api.quota import (
     check_storage,
     stored_files,
     usage_of,
+    usage_of_files,
 )
 from typestrict_pipeline.credits import get_model
 from typestrict_pipeline.credits.ledger import run_transaction
@@ -417,12 +418,17 @@ class TrainingStore:
 
     def storage_roots(self, workspace_id: str) -> list[Path]:
         """The folders whose files count against the workspace's storage quota: its files area,
-        its registered datasets, its trainings' model files (:mod:`typestrict_pipeline.api.quota`)."""
+        its registered datasets, and the folder of each of its trainings (the dataset's copy,
+        predictions, stated ids, model files, manifest) until its model's files expire
+        (:mod:`typestrict_pipeline.api.quota`)."""
         from typestrict_pipeline.api.datasets import datasets_base, own_names
+        from typestrict_pipeline.credits.tables import ModelState
 
         base = datasets_base(self.home)
+        ids = self.list_ids(workspace_id)
+        expired = {m for m, info in models_of(self.engine, ids).items() if info.state is ModelState.EXPIRED}
         return [self.area(workspace_id).root, *(base / name for name in own_names(self.home, workspace_id)),
-                *(self.trainings_dir / t / MODEL_FOLDER for t in self.list_ids(workspace_id))]
+                *(self.trainings_dir / t for t in ids if t not in expired)]
 
     def storage_usage(self, workspace_id: str) -> StorageUsage:
         """What the workspace keeps now, as its quota counts it."""
@@ -485,10 +491,9 @@ class TrainingStore:
         }
 
     def create(self, workspace_id: str, req: TrainingRequest, upload: bytes | None = None) -> str:
-        """:meth:`_create`; with an ``upload`` (stored in the workspace's files too), under the
-        workspace's :meth:`storage_lock` from the quota's check to the file's rename."""
-        if upload is None:
-            return self._create(workspace_id, req, None)
+        """:meth:`_create` under the workspace's :meth:`storage_lock`, from the quota's check of
+        the staged training (and the ``upload``, stored in the workspace's files too) to the
+        folder's rename."""
         with self.storage_lock(workspace_id):
             return self._create(workspace_id, req, upload)
 
@@ -533,6 +538,11 @@ class TrainingStore:
                 self._stage(workspace_id, training_id, req, staging, dataset_name)
             except TypeStrictError as exc:
                 raise shown_as(exc, {str(staging / dataset_name): written}) from None
+            # the training's folder counts against the quota: what it adds, before the charge
+            staged = usage_of([staging])
+            self.check_storage(workspace_id, files=staged.files + (upload is not None),
+                               size=staged.size + len(upload or b""),
+                               replaces=[area.root / written] if upload is not None else [])
 
             def move_in() -> None:  # the last step of the charging transaction
                 with _disk("store the training's files"):
@@ -776,11 +786,8 @@ class TrainingStore:
                trained_on: str | None, stated_ids: tuple[bool, Sequence[str]] | None = None, *,
                source: str = SUBMISSION_SOURCE,
                model_files: Sequence[tuple[str, bytes]] = ()) -> TrainingManifest:
-        """:meth:`_submit`; with ``model_files``, under the workspace's :meth:`storage_lock`
-        from the quota's check to the files' rename."""
-        if not model_files:
-            return self._submit(workspace_id, training_id, predictions_jsonl, trained_on, stated_ids,
-                                source=source)
+        """:meth:`_submit` under the workspace's :meth:`storage_lock`, from the quota's check of
+        the staged files (predictions, stated ids, model files) to their rename."""
         with self.storage_lock(workspace_id):
             return self._submit(workspace_id, training_id, predictions_jsonl, trained_on, stated_ids,
                                 source=source, model_files=model_files)
@@ -840,6 +847,10 @@ class TrainingStore:
             staged.write(predictions_jsonl, None if stated_ids is None else stated_ids[1],
                          list(zip(names, (data for _, data in model_files), strict=True)))
             self._check(manifest, staged.predictions, training_id, source)
+            added = usage_of_files(staged.paths())  # the training's folder counts: what it adds
+            self.check_storage(workspace_id, files=added.files, size=added.size,
+                               replaces=[folder / MODEL_PREDICTIONS, folder / TRAINED_ON_FILE,
+                                         *(folder / MODEL_FOLDER / n for n in names)])
             lease = acquire(self.engine, LeaseKind.SUBMISSION, training_id, heartbeat_every=None)
             if lease is None:
                 raise ConflictError(
@@ -946,6 +957,11 @@ class _Staged:
             for name, data in model_files:
                 write_atomic(self.model / name, data)
                 self.model_names.append(name)
+
+    def paths(self) -> list[Path]:
+        """The files staged so far."""
+        return [self.predictions, *([self.ids] if self.has_ids else []),
+                *(self.model / name for name in self.model_names)]
 
     def move_in(self) -> None:
         os.replace(self.predictions, self.folder / MODEL_PREDICTIONS)
