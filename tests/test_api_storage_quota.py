@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.test_api_support import TRAINING_BODY, make_dataset, new_key
+from tests.test_api_support import TRAINING_BODY, make_dataset, model_predictions, new_key
 from typestrict_pipeline.api.app import create_app
 from typestrict_pipeline.api.quota import StorageQuota
 from typestrict_pipeline.credits import CreditLedger
@@ -93,29 +93,68 @@ def test_the_count_of_files_is_bounded_too(small: Any) -> None:
     assert sorted(_names(c, a)) == ["1.csv", "2.csv", "3.csv"]
 
 
+def test_a_trainings_folder_counts_its_dataset_copy_predictions_and_model_files(tmp_path: Path) -> None:
+    """A training's copy of its dataset, its predictions and its stated ids were not counted
+    (only its model files were): a workspace could keep any number of dataset copies. Now the
+    training's whole folder counts, checked before the charge (creation) and before the hand-over
+    (predictions); nothing is stored or charged beyond the quota."""
+    from typestrict_pipeline.api.quota import usage_of
+
+    csv, _ = make_dataset(tmp_path, n=80)
+    body = json.loads(json.dumps(TRAINING_BODY))
+    home = tmp_path / "home"
+    client, url, a, _ = _client(tmp_path, StorageQuota(max_bytes=2 * len(csv) - 1, max_files=10))
+    with client as c:  # room for the upload, not for the training's copy of it
+        assert c.put("/v1/files/reviews.csv", content=csv, headers=a).status_code == 201
+        said = _refusal(c.post("/v1/trainings", json=body, headers=a))
+        assert f"got {len(csv):,} bytes in 1 file stored and " in said, said
+        assert not (home / "trainings").exists() or not [p for p in (home / "trainings").iterdir()
+                                                         if not p.name.startswith(".")]
+    client, _, a, _ = _client(tmp_path, StorageQuota(max_bytes=100 * len(csv), max_files=10))
+    with client as c:
+        created = c.post("/v1/trainings", json=body, headers=a)
+        assert created.status_code == 201, created.text
+        tid = created.json()["id"]
+        assert c.put("/v1/files/filler.bin", content=b"f" * 20_000, headers=a).status_code == 201
+        kept = c.app.state.ctx.trainings.storage_usage("acme")  # type: ignore[attr-defined]
+    folder = home / "trainings" / tid
+    assert kept == usage_of([home / "workspaces" / "acme" / "files", folder]) and kept.size > 2 * len(csv)
+    predictions = [json.dumps(r) for r in model_predictions(csv, skill=0.9)]
+    client, _, a, _ = _client(tmp_path, StorageQuota(max_bytes=kept.size + 100, max_files=10))
+    with client as c:  # room for 100 bytes more: not for the predictions
+        sent = {"predictions": [json.loads(r) for r in predictions]}
+        said = _refusal(c.post(f"/v1/trainings/{tid}/predictions", json=sent, headers=a))
+        assert f"got {kept.size:,} bytes in {kept.files} files stored" in said, said
+        assert c.get(f"/v1/trainings/{tid}", headers=a).json()["state"] == "awaiting_predictions"
+        assert not (folder / "predictions").exists() or not list((folder / "predictions").iterdir())
+        assert c.delete("/v1/files/filler.bin", headers=a).status_code == 204  # frees its room
+        accepted = c.post(f"/v1/trainings/{tid}/predictions", json=sent, headers=a)
+        assert accepted.status_code == 202, accepted.text
+    engine = open_store(url)
+    try:
+        # three keys of 2 credits each (one per server); one training charged, the refused one not
+        assert CreditLedger(engine).balance("acme") == 3 * 2 - 1
+    finally:
+        engine.dispose()
+
+
 def test_model_files_count_against_the_quota_and_nothing_is_stored_beyond_it(tmp_path: Path) -> None:
     csv, _ = make_dataset(tmp_path, n=80)
-    client, url, a, _ = _client(tmp_path, StorageQuota(max_bytes=len(csv) + 100, max_files=10))
+    client, _, a, _ = _client(tmp_path, StorageQuota(max_bytes=10 * len(csv), max_files=10))
     with client as c:
         assert c.put("/v1/files/reviews.csv", content=csv, headers=a).status_code == 201
         created = c.post("/v1/trainings", json=json.loads(json.dumps(TRAINING_BODY)), headers=a)
         assert created.status_code == 201, created.text
         tid = created.json()["id"]
+        kept = c.app.state.ctx.trainings.storage_usage("acme")  # type: ignore[attr-defined]
+    client, _, a, _ = _client(tmp_path, StorageQuota(max_bytes=kept.size + 100, max_files=10))
+    with client as c:
         assert c.put(f"/v1/trainings/{tid}/model/w.bin", content=b"w" * 60, headers=a).status_code == 201
         said = _refusal(c.put(f"/v1/trainings/{tid}/model/v.bin", content=b"v" * 60, headers=a))
-        assert f"got {len(csv) + 60:,} bytes in 2 files stored" in said
+        assert f"got {kept.size + 60:,} bytes in {kept.files + 1} files stored" in said
         folder = tmp_path / "home" / "trainings" / tid / "model"
         assert sorted(p.name for p in folder.iterdir()) == ["w.bin"]
         assert c.get(f"/v1/trainings/{tid}", headers=a).json()["state"] == "awaiting_predictions"
-        # the training's own copy of its dataset is not counted (each costs a credit): the
-        # workspace's upload can be deleted and the room reused
-        assert c.delete("/v1/files/reviews.csv", headers=a).status_code == 204
-        assert c.put(f"/v1/trainings/{tid}/model/v.bin", content=b"v" * 60, headers=a).status_code == 201
-    engine = open_store(url)
-    try:
-        assert CreditLedger(engine).balance("acme") == 1  # one training charged, nothing else
-    finally:
-        engine.dispose()
 
 
 def test_a_dataset_is_counted_as_the_rows_it_stores_before_it_is_registered(tmp_path: Path) -> None:
@@ -182,3 +221,40 @@ def test_the_consoles_training_form_is_refused_before_it_stores_or_charges(tmp_p
         b.close()
         loop.run_until_complete(lifespan.__aexit__(None, None, None))
         loop.close()
+
+
+def test_a_trainings_folder_stops_counting_when_its_models_files_expire(tmp_path: Path, sqlite_url: str) -> None:
+    """Retention ends what the server keeps for the workspace: once the model's files expire, its
+    training's folder no longer counts (what is left of it is the product's record)."""
+    from typestrict_pipeline.api.quota import usage_of
+    from typestrict_pipeline.api.trainings import TrainingRequest, TrainingStore
+    from typestrict_pipeline.credits import SettlementRequest, settle_training
+    from typestrict_pipeline.credits.models import expire_models
+    from typestrict_pipeline.refund.audit import build_audit
+    from typestrict_pipeline.refund.rule import judge
+    from typestrict_pipeline.refund.synthetic import synthetic_decision
+
+    home = tmp_path / "home"
+    csv, jev = make_dataset(tmp_path, n=80)
+    engine = open_store(sqlite_url)
+    try:
+        CreditLedger(engine).grant("acme", 1, reference="tests")
+        store = TrainingStore(home, engine, {"kind": "file", "path": str(jev)},
+                              quota=StorageQuota(max_bytes=10**9, max_files=100))
+        store.area("acme").save("reviews.csv", csv)
+        tid = store.create("acme", TrainingRequest(dataset=TRAINING_BODY["dataset"],
+                                                   decisions=TRAINING_BODY["decisions"],
+                                                   options=TRAINING_BODY["options"]))
+        files, folder = home / "workspaces" / "acme" / "files", home / "trainings" / tid
+        assert store.storage_usage("acme") == usage_of([files, folder])
+        judgement = judge([synthetic_decision(seed=1, n=300, n_answers=2, model_skill=0.8, jev_skill=0.6)],
+                          keep_if_loses=False)
+        audit = json.dumps(build_audit(judgement, training_id=tid, model_id=tid, jev_id="jev")).encode()
+        settle_training(engine, SettlementRequest(
+            workspace_id="acme", training_id=tid, verdict=judgement.verdict, reason="test",
+            keep_if_loses=False, model_dir=folder / "model", audit_json=audit))
+        assert store.storage_usage("acme") == usage_of([files, folder])  # retained: counted
+        expire_models(engine, now=dt.datetime.now(dt.UTC) + dt.timedelta(days=3650), allowed_root=home / "trainings")
+        assert store.storage_usage("acme") == usage_of([files])
+    finally:
+        engine.dispose()

@@ -280,7 +280,9 @@ def test_a_refused_training_form_says_what_the_api_says_for_the_same_body(
     assert said.startswith("decisions.0.name: expected at most 200 characters, got 'ddd"), said
     r = b.form("/console/trainings", {**TRAINING, "decision-0-name": "d" * 201},
                files={"dataset_file": ("reviews.csv", CSV.encode())})
-    assert r.status_code == 422 and _form_words(said) in html.unescape(r.text), r.text[:2000]
+    # the same refusal (expected, got), the field named as the form labels it
+    form_said = _form_words(said).replace("decisions.0.name: ", "step 2 (Decisions), Decision 1, Name: ", 1)
+    assert r.status_code == 422 and form_said in html.unescape(r.text), r.text[:2000]
     assert "openapi" not in r.text
     assert _balance(sqlite_url, "acme") == 2
     b.close()
@@ -731,4 +733,59 @@ def test_the_rerun_box_takes_only_what_the_form_sends(app: tuple[object, str, st
         assert said in _shown(r), (sent, _shown(r)[:3000])
     listed = b.loop.run_until_complete(b.client.get("/v1/schedules", headers={"Authorization": f"Bearer {app[1]}"}))
     assert listed.json() == {"schedules": []}
+    b.close()
+
+
+CONSOLE_NOT_API_WORDS = ("/v1/", "field '", "key '", "trained_on_sha256", "request", "GET ", "POST ", "PUT ",
+                         "with the API", "manifest")
+
+
+def _console_refusal(r: httpx.Response, status: int, words: str) -> str:
+    """The refusal a console page shows (its ``#error``), in the console's words."""
+    assert r.status_code == status, _shown(r)[:3000]
+    found = re.search(r'id="error">(.*?)</p>', _shown(r), flags=re.S)
+    assert found is not None, _shown(r)[:3000]
+    said = found.group(1)
+    assert words in said, said
+    for word in CONSOLE_NOT_API_WORDS:
+        assert word not in said, (word, said)
+    return said
+
+
+def test_the_trainings_pages_say_their_refusals_in_the_consoles_words(app: tuple[object, str, str]) -> None:
+    """The trainings pages showed the API's words: ``field 'trained_on_sha256'``, "read GET
+    /v1/trainings/{id}", "list them with the API", ``field 'decisions.0.answers'``, "the
+    request's predictions ... post them again". Now the page, the form's step and field, the box
+    and the button; the rule is the same one the API's refusal comes from."""
+    import json
+
+    b = Browser(app[0], app[1])
+    page_url, training = _made(b)
+    good = "".join(json.dumps(r) + "\n" for r in _rows(yes=0.5, no=0.5)).encode()
+    bad = "".join(json.dumps(r) + "\n" for r in _rows(yes=0.9, no=0.5)).encode()
+    _console_refusal(b.form(f"{page_url}/predictions", {"trained_on": "0" * 64},
+                            files={"predictions": ("mine.jsonl", good)}), 422,
+                     'the box "My model was trained on these training rows only": expected the SHA-256 of the')
+    said = _console_refusal(b.form(f"{page_url}/predictions", {}, files={"predictions": ("mine.jsonl", bad)}),
+                            422, "your file 'mine.jsonl', row 4, column 'probabilities'")
+    assert said.endswith("correct them and upload the file again with Upload and judge."), said
+    _console_refusal(b.form("/console/trainings", {**TRAINING, "decision-0-answers": "yes, yes"},
+                            files={"dataset_file": ("reviews.csv", CSV.encode())}), 422,
+                     "step 2 (Decisions), Decision 1, Answers: expected each answer listed once")
+    _console_refusal(b.form("/console/trainings", {**TRAINING, "col_text": ""},
+                            files={"dataset_file": ("reviews.csv", CSV.encode())}), 422,
+                     "step 1 (Data), Text column: expected ")
+    _console_refusal(b.form("/console/trainings", {**TRAINING, "dataset_name": "nope.csv"}), 404,
+                     "Choose the dataset in step 1 (Data): upload it, or pick one of your files")
+    _console_refusal(b.form("/console/trainings/tr_0000000000000000/cancel", {}), 404,
+                     "Check the address: the Trainings page lists this workspace's trainings")
+    assert b.form(f"{page_url}/predictions", {}, files={"predictions": ("mine.jsonl", good)}).status_code == 303
+    _console_refusal(b.form(f"{page_url}/predictions", {}, files={"predictions": ("mine.jsonl", good)}), 409,
+                     "got its predictions already accepted and being judged. Its verdict follows; follow it "
+                     "on this training's page")
+    # The API's door says the same refusal in its words.
+    auth = {"Authorization": f"Bearer {app[1]}"}
+    again = b.loop.run_until_complete(b.client.post(f"/v1/trainings/{training}/predictions", headers=auth,
+                                                    json={"predictions": _rows(yes=0.5, no=0.5)}))
+    assert again.status_code == 409 and "read GET /v1/trainings/{id}" in again.json()["error"]["message"]
     b.close()

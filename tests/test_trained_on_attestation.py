@@ -102,7 +102,8 @@ def test_a_stated_excluded_row_is_refused_with_the_count_and_ids_and_nothing_is_
             shown = message.split("that are not: ", 1)[1]
             positions = [shown.find(f"{i!r} (excluded from 'sentiment' ({w}))") for i, w in zip(stated_bad, why, strict=True)]
             assert -1 not in positions and positions == sorted(positions), message  # in stated order
-            assert "'training.trained_on." in message and "may have seen test rows" in message
+            field = "trained_on_ids" if "trained_on_ids" in body else "trained_on_id_sha256"
+            assert message.startswith(f"field '{field}': ") and "may have seen test rows" in message, message
             # nothing stored: no manifest, no stated ids, no staged file; nothing charged
             assert sorted(p.name for p in folder.rglob("*") if p.is_file()) == before
             assert c.get(f"/v1/trainings/{tid}").json()["state"] == "awaiting_predictions"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import reprlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -180,10 +180,13 @@ def _member_expected(error: Mapping[str, Any]) -> str:
     return f"a string of {said}" if str(error.get("type")) in ("string_too_long", "string_too_short") else said
 
 
-def validation_message(errors: Sequence[Mapping[str, Any]], *, fix: str = API_FIX) -> str:
+def validation_message(errors: Sequence[Mapping[str, Any]], *, fix: str = API_FIX,
+                       field: Callable[[str], str] | None = None) -> str:
     """The first validation error in the product's shape, its pattern or bound as written, then
     ``fix``: what to do, for whoever reads it (the API's 422: :data:`API_FIX`; the console's
-    forms pass their own words, a person at a form has no schema to read).
+    forms pass their own words, a person at a form has no schema to read). ``field``, when
+    given, names the value's place (its JSON path, ``decisions.0.name``) in the door's words
+    (a console form's step and label); else the JSON path is shown.
 
     >>> validation_message([{"type": "string_pattern_mismatch", "loc": ("path", "name"),
     ...     "msg": "String should match pattern '^[A-Z]+$'", "input": "ab", "ctx": {"pattern": "^[A-Z]+$"}}])
@@ -200,6 +203,8 @@ def validation_message(errors: Sequence[Mapping[str, Any]], *, fix: str = API_FI
     where = ".".join(p for p in loc[1:] if p) if loc[:1] in (["body"], ["path"], ["query"]) else ".".join(loc)
     if loc[:1] in (["path"], ["query"]):
         where = f"{where} (in the {loc[0]})"
+    elif field is not None and where:
+        where = field(where)
     kind = first.get("type", "")
     expected = (" or ".join(dict.fromkeys(_member_expected(e) for e in members))
                 if members else _expected(first))  # a union: what each of its types takes

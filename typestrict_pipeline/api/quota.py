@@ -1,11 +1,14 @@
 """A workspace's storage quota: the files it keeps on the server through the API and the console.
 
-What counts is what a workspace can add without limit by sending requests: the uploads in its
-files area (``PUT /v1/files/{name}``, the console's training form), its registered datasets
-(``POST /v1/datasets``, ``.../append``: the stored tables and their ``dataset.json``) and the
-model files uploaded to its trainings (``PUT /v1/trainings/{id}/model/{name}``, the console's
-predictions form). A training's own copy of its dataset is not counted: each costs a credit, so
-credits bound them already. The rule is one: the files stored now, plus what the request adds,
+What counts is everything the server keeps on disk for the workspace, for as long as it keeps
+it for the workspace: the uploads in its files area (``PUT /v1/files/{name}``, the console's
+training form), its registered datasets (``POST /v1/datasets``, ``.../append``: the stored
+tables and their ``dataset.json``), and each of its trainings' folder (its copy of the dataset,
+the Jev predictions copied for it, its predictions, the ids it stated, its model files, its
+manifest), until the model's files expire (retention, ``docs/credits.md``). Not counted: the
+audits and the audit cache (``<home>/audits``, ``<home>/cache/audits``): the product's record,
+kept after the files expire as the product page promises, and a cache the server rebuilds; they
+are the operator's to keep, not the customer's to pay for. The rule is one: the files stored now, plus what the request adds,
 minus what it replaces, must stay within both bounds (:class:`StorageQuota`); else the request
 is refused before anything is stored or charged (409 ``storage_quota``: a request that succeeds
 once something is deleted conflicts with the workspace's state; it is not too large in itself,
@@ -65,14 +68,20 @@ def stored_files(root: Path) -> list[tuple[str, int]]:
     """``(name, size)`` of every plain file under ``root`` (names relative to it, with ``/``),
     sorted; symbolic links are neither listed nor followed. One ``lstat`` per entry: a file (or
     a folder) removed while listed, or one the server cannot read, is left out, never an error
-    (a listing races with deletions and expiries in other requests and processes).
+    (a listing races with deletions and expiries in other requests and processes). A file or
+    folder whose name starts with ``.`` is the server's, in flight (a write's temporary file, a
+    staged submission), never one the workspace keeps (a stored name never starts with ``.``):
+    left out too, so the request that staged it counts it once, as what it adds.
 
     >>> stored_files(Path("/nonexistent-folder"))
     []
     """
     found: list[tuple[str, int]] = []
-    for folder, _, names in os.walk(root):  # a folder that vanished or cannot be read: skipped
+    for folder, folders, names in os.walk(root):  # a folder that vanished or cannot be read: skipped
+        folders[:] = [f for f in folders if not f.startswith(".")]
         for name in names:
+            if name.startswith("."):
+                continue
             path = os.path.join(folder, name)
             size = _plain_file_size(path)
             if size is not None:

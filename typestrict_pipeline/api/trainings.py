@@ -27,6 +27,7 @@ answer as one that does not exist.
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime as dt
 import fcntl
 import json
@@ -46,6 +47,7 @@ from typestrict_pipeline.api.quota import (
     check_storage,
     stored_files,
     usage_of,
+    usage_of_files,
 )
 from typestrict_pipeline.credits import get_model
 from typestrict_pipeline.credits.ledger import run_transaction
@@ -183,8 +185,10 @@ __all__ = ["TrainingRequest", "TrainingState", "TrainingStore", "TrainingView", 
 
 SUBMISSION_SOURCE = "the request's predictions"
 """How messages name a posted body's predictions (row N is ``predictions[N-1]``)."""
-_NOTHING_STORED = ("nothing was stored or charged and the training still accepts its predictions: "
-                   "correct them and post them again")
+def _nothing_stored(words: TrainingWords, training_id: str) -> str:
+    """What a refused submission leaves, and what to do, in the door's ``words``."""
+    return ("nothing was stored or charged and the training still accepts its predictions: "
+            + words.say(words.resend, training_id))
 
 
 @contextlib.contextmanager
@@ -238,6 +242,8 @@ class WorkspaceArea:
 
     home: Path
     workspace_id: str
+    words: TrainingWords = API_WORDS
+    """How a refusal names the dataset's field and what to do (the door's words)."""
 
     @property
     def root(self) -> Path:
@@ -250,13 +256,13 @@ class WorkspaceArea:
             InputError: an absolute path, ``..``, a backslash, or a link leading outside.
             NotFoundError: no such file.
         """
+        field = DATASET_FIELD if self.words.keys is None else self.words.keys("dataset.path")
         pure = PurePosixPath(written)
         if (not written or "\\" in written or "\x00" in written or pure.is_absolute()
                 or any(p in ("..", ".", "") for p in written.split("/"))):
             raise InputError(
                 "a path relative to the workspace's files (e.g. 'data/reviews.csv'), without '..'",
-                repr(written[:200]), "upload the file with PUT /v1/files/{name} and use its name",
-                file=DATASET_FIELD,
+                repr(written[:200]), self.words.files, file=field,
             )
         for part in pure.parts:
             check_name(part)
@@ -264,9 +270,10 @@ class WorkspaceArea:
         target = (root / Path(*pure.parts)).resolve()
         if not target.is_relative_to(root):
             raise InputError("a file inside the workspace's files", repr(written[:200]),
-                             "do not link outside the workspace's area", file=DATASET_FIELD)
+                             "do not link outside the workspace's area", file=field)
         if not target.is_file():
-            raise _not_found("file", written)
+            raise NotFoundError(f"expected a file named {written[:200]!r} in the workspace's files, got "
+                                f"none. {self.words.files}")
         return target
 
     def save(self, name: str, data: bytes) -> Path:
@@ -396,19 +403,32 @@ class TrainingStore:
         return self.home / "trainings"
 
     def area(self, workspace_id: str) -> WorkspaceArea:
-        return WorkspaceArea(self.home, workspace_id)
+        return WorkspaceArea(self.home, workspace_id, self.words)
+
+    def speaking(self, words: TrainingWords) -> TrainingStore:
+        """This store (same home, store, quota and settings), its refusals said in ``words``
+        (another door's: the console's pages and fields instead of the API's routes and JSON
+        fields). The rules are the same object's."""
+        other = copy.copy(self)
+        other.words = words
+        return other
 
     def folder(self, training_id: str) -> Path:
         return self.trainings_dir / check_name(training_id, "training id")
 
     def storage_roots(self, workspace_id: str) -> list[Path]:
         """The folders whose files count against the workspace's storage quota: its files area,
-        its registered datasets, its trainings' model files (:mod:`typestrict_pipeline.api.quota`)."""
+        its registered datasets, and the folder of each of its trainings (the dataset's copy,
+        predictions, stated ids, model files, manifest) until its model's files expire
+        (:mod:`typestrict_pipeline.api.quota`)."""
         from typestrict_pipeline.api.datasets import datasets_base, own_names
+        from typestrict_pipeline.credits.tables import ModelState
 
         base = datasets_base(self.home)
+        ids = self.list_ids(workspace_id)
+        expired = {m for m, info in models_of(self.engine, ids).items() if info.state is ModelState.EXPIRED}
         return [self.area(workspace_id).root, *(base / name for name in own_names(self.home, workspace_id)),
-                *(self.trainings_dir / t / MODEL_FOLDER for t in self.list_ids(workspace_id))]
+                *(self.trainings_dir / t for t in ids if t not in expired)]
 
     def storage_usage(self, workspace_id: str) -> StorageUsage:
         """What the workspace keeps now, as its quota counts it."""
@@ -471,10 +491,9 @@ class TrainingStore:
         }
 
     def create(self, workspace_id: str, req: TrainingRequest, upload: bytes | None = None) -> str:
-        """:meth:`_create`; with an ``upload`` (stored in the workspace's files too), under the
-        workspace's :meth:`storage_lock` from the quota's check to the file's rename."""
-        if upload is None:
-            return self._create(workspace_id, req, None)
+        """:meth:`_create` under the workspace's :meth:`storage_lock`, from the quota's check of
+        the staged training (and the ``upload``, stored in the workspace's files too) to the
+        folder's rename."""
         with self.storage_lock(workspace_id):
             return self._create(workspace_id, req, upload)
 
@@ -497,8 +516,8 @@ class TrainingStore:
         """
         written = req.dataset.get("path") if isinstance(req.dataset, Mapping) else None
         if not isinstance(written, str):
-            raise InputError("dataset.path: a file in the workspace's files", repr(written),
-                             "upload the dataset with PUT /v1/files/{name} and name it here")
+            raise InputError("a file of the workspace's files", repr(written), self.words.files,
+                             file=DATASET_FIELD if self.words.keys is None else self.words.keys("dataset.path"))
         area = self.area(workspace_id)
         source = area.resolve(written) if upload is None else None
         dataset_name = "dataset" + (_suffix(check_name(written, "dataset file name"), None)
@@ -519,6 +538,11 @@ class TrainingStore:
                 self._stage(workspace_id, training_id, req, staging, dataset_name)
             except TypeStrictError as exc:
                 raise shown_as(exc, {str(staging / dataset_name): written}) from None
+            # the training's folder counts against the quota: what it adds, before the charge
+            staged = usage_of([staging])
+            self.check_storage(workspace_id, files=staged.files + (upload is not None),
+                               size=staged.size + len(upload or b""),
+                               replaces=[area.root / written] if upload is not None else [])
 
             def move_in() -> None:  # the last step of the charging transaction
                 with _disk("store the training's files"):
@@ -553,7 +577,7 @@ class TrainingStore:
             with _disk("store the training's files"):
                 shutil.copyfile(recorded, staging / "jev.jsonl")
             doc["predictions"]["jev"] = {**jev, "path": "jev.jsonl"}
-        manifest = parse_manifest(doc, source="request", base_dir=staging)
+        manifest = parse_manifest(doc, source="request", base_dir=staging, keys=self.words.keys)
         check_dataset_size(staging / dataset_name, self.max_dataset_bytes)  # before it is read
         load_dataset(manifest)  # every dataset check, before anything is charged
         # Signs of undeclared groups, looked for once, before anything is judged (warnings only).
@@ -575,9 +599,12 @@ class TrainingStore:
     def _doc(self, workspace_id: str, training_id: str) -> tuple[dict[str, Any], Path, bool]:
         found = self._read(training_id)
         if found is None or found[0].get("workspace_id") != workspace_id:
-            raise NotFoundError(f"expected a training with id {training_id[:200]!r} in this workspace, got "
-                                f"none. {self.words.find}")
+            raise self._no_training(training_id)
         return found
+
+    def _no_training(self, training_id: str) -> NotFoundError:
+        return NotFoundError(f"expected a training with id {training_id[:200]!r} in this workspace, got "
+                             f"none. {self.words.find}")
 
     def _read(self, training_id: str) -> tuple[dict[str, Any], Path, bool] | None:
         """A training folder's manifest (or draft: the bool), whichever workspace it names; None
@@ -639,7 +666,7 @@ class TrainingStore:
         """
         found = self.views(workspace_id, [training_id], now=now)
         if training_id not in found:
-            raise _not_found("training", training_id)
+            raise self._no_training(training_id)
         return found[training_id]
 
     def views(self, workspace_id: str, training_ids: Sequence[str], *, now: dt.datetime | None = None
@@ -759,11 +786,8 @@ class TrainingStore:
                trained_on: str | None, stated_ids: tuple[bool, Sequence[str]] | None = None, *,
                source: str = SUBMISSION_SOURCE,
                model_files: Sequence[tuple[str, bytes]] = ()) -> TrainingManifest:
-        """:meth:`_submit`; with ``model_files``, under the workspace's :meth:`storage_lock`
-        from the quota's check to the files' rename."""
-        if not model_files:
-            return self._submit(workspace_id, training_id, predictions_jsonl, trained_on, stated_ids,
-                                source=source)
+        """:meth:`_submit` under the workspace's :meth:`storage_lock`, from the quota's check of
+        the staged files (predictions, stated ids, model files) to their rename."""
         with self.storage_lock(workspace_id):
             return self._submit(workspace_id, training_id, predictions_jsonl, trained_on, stated_ids,
                                 source=source, model_files=model_files)
@@ -823,6 +847,10 @@ class TrainingStore:
             staged.write(predictions_jsonl, None if stated_ids is None else stated_ids[1],
                          list(zip(names, (data for _, data in model_files), strict=True)))
             self._check(manifest, staged.predictions, training_id, source)
+            added = usage_of_files(staged.paths())  # the training's folder counts: what it adds
+            self.check_storage(workspace_id, files=added.files, size=added.size,
+                               replaces=[folder / MODEL_PREDICTIONS, folder / TRAINED_ON_FILE,
+                                         *(folder / MODEL_FOLDER / n for n in names)])
             lease = acquire(self.engine, LeaseKind.SUBMISSION, training_id, heartbeat_every=None)
             if lease is None:
                 raise ConflictError(
@@ -838,18 +866,19 @@ class TrainingStore:
 
     def _check(self, manifest: TrainingManifest, staged: Path, training_id: str, source: str) -> None:
         """Every check of a submission, with ``source`` named in the messages."""
+        nothing_stored = _nothing_stored(self.words, training_id)
         try:
             predictions = read_predictions(staged, "model")
             predictions = type(predictions)(predictions.system, source, predictions.predictions)
             dataset = load_dataset(manifest)
             holdouts = split_decisions(dataset)
             attest(manifest.trained_on, manifest.trained_on_sha256, holdouts,
-                   training_id=training_id, source="request")
-            check_file_predictions(predictions, dataset, holdouts, fix=_NOTHING_STORED)
+                   training_id=training_id, source="request", words=self.words.trained_on)
+            check_file_predictions(predictions, dataset, holdouts, fix=nothing_stored)
         except PredictionsError as exc:
             if exc.file == source:
                 raise
-            raise PredictionsError(exc.expected, exc.got, f"{exc.fix.rstrip('.')}; {_NOTHING_STORED}",
+            raise PredictionsError(exc.expected, exc.got, f"{exc.fix.rstrip('.')}; {nothing_stored}",
                                    file=source, row=exc.row, column=exc.column) from None
 
     def _hand_over(self, workspace_id: str, training_id: str, folder: Path, doc: dict[str, Any],
@@ -928,6 +957,11 @@ class _Staged:
             for name, data in model_files:
                 write_atomic(self.model / name, data)
                 self.model_names.append(name)
+
+    def paths(self) -> list[Path]:
+        """The files staged so far."""
+        return [self.predictions, *([self.ids] if self.has_ids else []),
+                *(self.model / name for name in self.model_names)]
 
     def move_in(self) -> None:
         os.replace(self.predictions, self.folder / MODEL_PREDICTIONS)

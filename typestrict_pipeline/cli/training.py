@@ -41,7 +41,6 @@ from typestrict_pipeline.cli.common import (
     writes,
 )
 from typestrict_pipeline.errors import NotFoundError
-from typestrict_pipeline.refund.manifest import ManifestKeyError
 from typestrict_pipeline.store import typestrict_home
 from typestrict_pipeline.workspaces import require_workspace
 
@@ -145,10 +144,7 @@ def _submit(args: argparse.Namespace) -> int:
     try:
         workspace = _workspace_of(engine, args.training_id)
         store = _store_of(engine)
-        try:
-            store.submit(workspace, args.training_id, data, args.trained_on_sha256, source=str(path))
-        except ManifestKeyError as exc:
-            raise _in_cli_words(exc) from None
+        store.submit(workspace, args.training_id, data, args.trained_on_sha256, source=str(path))
         view = store.view(workspace, args.training_id)
     finally:
         engine.dispose()
@@ -170,17 +166,6 @@ def _submit(args: argparse.Namespace) -> int:
 TRAINED_ON_FIX = ("state the SHA-256 of exactly the training rows of the split (their ids sorted, joined by a "
                   "line feed, UTF-8), or leave --trained-on-sha256 out; the verdict is not computed for a "
                   "model that may have seen test rows")
-
-
-def _in_cli_words(exc: Any) -> Exception:
-    """A refusal of ``--trained-on-sha256`` named by the option, as the CLI speaks: the shared
-    check names the API request's key (``request, key 'training.trained_on_sha256'``) and its
-    routes. Any other refusal is the shared one, unchanged."""
-    from typestrict_pipeline.errors import InputError
-
-    if getattr(exc, "key", None) != "training.trained_on_sha256":
-        return exc  # type: ignore[no-any-return]
-    return InputError(exc.expected, exc.got, TRAINED_ON_FIX, file="--trained-on-sha256")
 
 
 def _sha256(text: str) -> str:

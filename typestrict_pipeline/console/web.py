@@ -37,6 +37,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.routing import APIRoute
 from fastapi.templating import Jinja2Templates
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 from starlette.formparsers import MultiPartException
@@ -162,8 +163,9 @@ def form_box(form: FormData, field: str, sent: Callable[[str], bool], expected: 
 
 
 async def require_csrf(request: Request) -> ConsoleSession:
-    """The live session of a ``POST`` that carries its CSRF token (form field or header)."""
-    found = require_session(request)
+    """The live session of a ``POST`` that carries its CSRF token (form field or header); the
+    session is looked up in the store off the event loop."""
+    found = await run_in_threadpool(require_session, request)
     token = request.state.console_token
     given = request.headers.get("x-csrf-token")
     if given is None:

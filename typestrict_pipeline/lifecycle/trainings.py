@@ -52,6 +52,8 @@ from typestrict_pipeline.credits.reasons import settlement_reason
 from typestrict_pipeline.credits.tables import CreditEntry, EntryKind
 from typestrict_pipeline.errors import ConflictError, InputError, NotFoundError
 from typestrict_pipeline.lifecycle.tables import TrainingRow
+from typestrict_pipeline.refund.manifest import KeyWords, request_field
+from typestrict_pipeline.refund.trained_on import API_TRAINED_ON, CLI_TRAINED_ON, TrainedOnWords
 from typestrict_pipeline.refund.types import Verdict
 from typestrict_pipeline.store import rows_by_id, session_scope, typestrict_home, utcnow
 
@@ -268,11 +270,22 @@ class TrainingWords:
         read: how to read a training's state.
         verdict: how to read a settled training's verdict.
         find: how to find a training's id.
+        trained_on: where a statement of what the model was trained on was written, and what
+            to do when the split refuses it (:class:`~typestrict_pipeline.refund.trained_on.TrainedOnWords`).
+        files: how to put a dataset in the workspace's files and name it for a training.
+        resend: how to send corrected predictions after a refusal.
+        keys: how a refusal of the training's fields names one (a manifest key in, the door's
+            field out: :data:`~typestrict_pipeline.refund.manifest.KeyWords`); None: the
+            manifest's key (a door that creates no training).
     """
 
     read: str
     verdict: str
     find: str
+    trained_on: TrainedOnWords
+    files: str
+    resend: str
+    keys: KeyWords | None = None
 
     def say(self, text: str, training_id: str) -> str:
         return text.replace("{training}", training_id)
@@ -282,13 +295,21 @@ API_WORDS = TrainingWords(
     read="read GET /v1/trainings/{id}",
     verdict="read its verdict with GET /v1/models/{id}",
     find="Check the id (list them with the API) and that you use this workspace's key",
+    trained_on=API_TRAINED_ON,
+    files="Upload the file with PUT /v1/files/{name} and name it in dataset.path",
+    resend="correct them and post them again",
+    keys=request_field,
 )
-"""The API's words (and the console's, which reads the API's store)."""
+"""The API's words: its routes and its requests' JSON fields (the console has its own,
+``console.pages.trainings.CONSOLE_WORDS``: its pages, fields and buttons)."""
 
 CLI_WORDS = TrainingWords(
     read="see it with `typestrict training show {training}`",
     verdict="read its verdict with `typestrict training show {training}`",
     find="Check the id: `typestrict training list WORKSPACE` lists a workspace's trainings",
+    trained_on=CLI_TRAINED_ON,
+    files="Create trainings through the API or the console (`typestrict api`)",
+    resend="correct them and run `typestrict training submit {training} PREDICTIONS.jsonl` again",
 )
 """``typestrict training``'s words: commands and options, never routes or fields."""
 

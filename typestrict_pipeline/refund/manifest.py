@@ -24,7 +24,8 @@ import difflib
 import enum
 import json
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ __all__ = [
     "DatasetSpec",
     "DecisionSpec",
     "EndpointSource",
+    "KeyWords",
     "ManifestKeyError",
     "PredictionSource",
     "PredictionsFileSource",
@@ -51,6 +53,7 @@ __all__ = [
     "default_data_root",
     "load_manifest",
     "parse_manifest",
+    "request_field",
 ]
 
 MANIFEST_VERSION = 1
@@ -324,20 +327,39 @@ class ManifestKeyError(ManifestError):
     m.json, key 'options.keep_if_loses': expected true or false, got 'yes'. Write true or false.
     """
 
-    def __init__(self, expected: str, got: str, fix: str, *, file: str, key: str) -> None:
-        super().__init__(expected, got, fix, file=f"{file}, key {key!r}")
+    def __init__(self, expected: str, got: str, fix: str, *, file: str, key: str,
+                 shown: str | None = None) -> None:
+        super().__init__(expected, got, fix, file=f"{file}, key {key!r}" if shown is None else shown)
         self.file = file
         self.key = key
+
+
+KeyWords = Callable[[str], str]
+"""How a door names a manifest key in its messages (``decisions[0].answers`` → the API's
+``field 'decisions.0.answers'``): the key is the manifest's, the words the door's."""
+
+
+def request_field(key: str) -> str:
+    """A manifest key as the API's request body names the same JSON field (a training's
+    request is the manifest's fields: ``POST /v1/trainings``).
+
+    >>> request_field("decisions[0].answers")
+    "field 'decisions.0.answers'"
+    """
+    dotted = re.sub(r"\[([0-9]+)\]", r".\1", key)
+    return f"field {dotted!r}"
 
 
 class _Ctx:
     """Where in the manifest we are, for error messages."""
 
-    def __init__(self, file: str) -> None:
+    def __init__(self, file: str, keys: KeyWords | None = None) -> None:
         self.file = file
+        self.keys = keys
 
     def fail(self, where: str, expected: str, got: str, fix: str) -> ManifestError:
-        return ManifestKeyError(expected, got, fix, file=self.file, key=where)
+        return ManifestKeyError(expected, got, fix, file=self.file, key=where,
+                                shown=None if self.keys is None else self.keys(where))
 
 
 def _describe(value: Any) -> str:
@@ -685,12 +707,15 @@ def parse_manifest(
     source: str = "<memory>",
     base_dir: Path | None = None,
     data_roots: tuple[Path, ...] = (),
+    keys: KeyWords | None = None,
 ) -> TrainingManifest:
     """Validate an already-decoded manifest object.
 
     Args:
         raw: the decoded JSON value.
         source: the name used in error messages (the file path).
+        keys: how the messages name a key (the door's words, e.g. :func:`request_field`);
+            None: ``source, key '...'``.
         base_dir: the folder that relative paths are resolved against (None: left as written).
         data_roots: folders besides ``base_dir`` that files may be in (paths resolving outside
             ``base_dir`` and these, ``..`` included, symbolic links followed, are refused).
@@ -706,7 +731,7 @@ def parse_manifest(
     ...
     typestrict_pipeline.refund.manifest.ManifestKeyError: <memory>, key '(top level)': expected the key 'dataset' ...
     """
-    ctx = _Ctx(source)
+    ctx = _Ctx(source, keys)
     paths = _Paths(base_dir, ((base_dir,) if base_dir is not None else ()) + tuple(data_roots))
     obj = _check_keys(ctx, "(top level)", raw, _TOP_KEYS, _TOP_KEYS_REQUIRED)
     version = obj["manifest_version"]

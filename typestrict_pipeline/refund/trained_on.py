@@ -47,11 +47,15 @@ from typestrict_pipeline.refund.manifest import (
 from typestrict_pipeline.refund.types import Role
 
 __all__ = [
+    "API_TRAINED_ON",
+    "CLI_TRAINED_ON",
     "ID_DOMAIN",
+    "MANIFEST_TRAINED_ON",
     "TRAINED_ON_DOMAIN",
     "Attestation",
     "AttestationStatus",
     "TrainedOnError",
+    "TrainedOnWords",
     "attest",
     "check_trained_on",
     "id_sha256",
@@ -67,7 +71,66 @@ SHOWN = 5
 
 
 class TrainedOnError(ManifestKeyError):
-    """The ids a training says it was trained on are not all training rows of its split."""
+    """The ids a training says it was trained on are not all training rows of its split.
+
+    ``file`` and ``key`` say where the manifest holds the statement; ``shown``, when given, is
+    where the customer wrote it, as the message names it (a request's field, a command's
+    option: :attr:`TrainedOnWords`) instead of ``file, key '...'``.
+    """
+
+
+@dataclass(frozen=True)
+class TrainedOnWords:
+    """How a door names a statement of what the model was trained on: the rule (:func:`attest`,
+    :func:`check_trained_on`) is one, for every door; only where the statement was written and
+    how to state it right are spelled per door (the manifest's keys, the API's JSON fields and
+    routes, the CLI's options and commands). ``{training}`` is replaced by the training's id.
+
+    Attributes:
+        digest: where the SHA-256 of all training rows was written (None: the manifest's key,
+            after its file).
+        ids: where the ids were written (None: the manifest's key).
+        id_sha256: where the ids' SHA-256 were written (None: the manifest's key).
+        some: what to do instead of the digest when the model was trained on only some rows.
+        rows: the split's training rows, as this door lists them.
+    """
+
+    digest: str | None
+    ids: str | None
+    id_sha256: str | None
+    some: str
+    rows: str
+
+    def place(self, hashed: bool | None) -> str | None:
+        """Where a statement was written: ``hashed`` None for the digest of all rows."""
+        return self.digest if hashed is None else self.id_sha256 if hashed else self.ids
+
+
+MANIFEST_TRAINED_ON = TrainedOnWords(
+    digest=None, ids=None, id_sha256=None,
+    some="a model trained on only some of the training rows states those ids instead "
+         "(training.trained_on)",
+    rows="the rows GET /v1/trainings/{training}/split lists as training_ids",
+)
+"""A manifest's words: its file and keys (``docs/manifest.md``)."""
+
+API_TRAINED_ON = TrainedOnWords(
+    digest="field 'trained_on_sha256'", ids="field 'trained_on_ids'",
+    id_sha256="field 'trained_on_id_sha256'",
+    some="a model trained on only some of the training rows states those ids instead "
+         "(trained_on_ids, or their SHA-256 in trained_on_id_sha256)",
+    rows="the rows GET /v1/trainings/{training}/split lists as training_ids",
+)
+"""The API's words: the request's JSON fields and its routes (``POST
+/v1/trainings/{id}/predictions``)."""
+
+CLI_TRAINED_ON = TrainedOnWords(
+    digest="--trained-on-sha256", ids="--trained-on-sha256", id_sha256="--trained-on-sha256",
+    some="state the SHA-256 of exactly the training rows of the split, or leave "
+         "--trained-on-sha256 out if the model was trained on only some of them",
+    rows="the training rows of the split",
+)
+"""``typestrict training submit``'s words: its options (the CLI states only the digest)."""
 
 
 class AttestationStatus(enum.StrEnum):
@@ -229,6 +292,7 @@ def attest(
     *,
     training_id: str,
     source: str | None = None,
+    words: TrainedOnWords = MANIFEST_TRAINED_ON,
 ) -> Attestation:
     """Check what a training states it was trained on; the attestation the audit records.
 
@@ -238,6 +302,8 @@ def attest(
         holdouts: every decision's split.
         training_id: for messages.
         source: the manifest's file, for messages.
+        words: the door's words for where the statement was written and what to do
+            (:class:`TrainedOnWords`; default: the manifest's keys).
 
     Returns:
         ``attested`` with the stated set's size and digest, or ``not stated``.
@@ -263,7 +329,8 @@ def attest(
     where = source or "manifest"
     allowed = training_ids(holdouts)
     if legacy_sha256 is not None:
-        check_trained_on(legacy_sha256, holdouts, training_id=training_id, source=source)
+        check_trained_on(legacy_sha256, holdouts, training_id=training_id, source=source,
+                         words=words)
         return Attestation(AttestationStatus.ATTESTED, len(allowed),
                            ids_set_sha256(id_sha256(i) for i in allowed))
     if statement is None:
@@ -290,21 +357,23 @@ def attest(
             f"ids from the {len(allowed)} training rows of the split of training {training_id!r}",
             f"{len(offending)} of the {len(digests)} stated ids that are not: "
             + "; ".join(shown) + more,
-            f"train only on the rows GET /v1/trainings/{training_id}/split lists as training_ids, "
-            "then state those ids; the verdict is not computed for a model that may have seen "
-            "test rows",
+            f"train only on {words.rows.replace('{training}', training_id)}, then state those "
+            "ids; the verdict is not computed for a model that may have seen test rows",
             file=where,
             key=statement.key,
+            shown=words.place(statement.hashed),
         )
     return Attestation(AttestationStatus.ATTESTED, len(digests), ids_set_sha256(digests))
 
 
 def check_trained_on(
-    claimed: str | None, holdouts: Sequence[Holdout], *, training_id: str, source: str | None = None
+    claimed: str | None, holdouts: Sequence[Holdout], *, training_id: str, source: str | None = None,
+    words: TrainedOnWords = MANIFEST_TRAINED_ON,
 ) -> None:
     """Refuse a training whose stated ``trained_on_sha256`` is not that of all its training rows.
 
-    ``claimed`` None (not stated) passes.
+    ``claimed`` None (not stated) passes. The message names the statement and what to do in
+    ``words`` (the door's: the manifest's key by default).
 
     Raises:
         TrainedOnError: the digests differ; the message gives both and how to fix it.
@@ -327,11 +396,10 @@ def check_trained_on(
     raise TrainedOnError(
         f"the SHA-256 of the {len(ids)} training rows of training {training_id!r} ({expected})",
         claimed,
-        "a model trained on only some of the training rows states those ids instead "
-        "(trained_on_ids, or training.trained_on in the manifest); this digest is for exactly "
-        f"the ids GET /v1/trainings/{training_id}/split lists as training rows (sorted, joined "
-        "by a line feed, UTF-8); the verdict is not computed for a model that may have seen "
-        "test rows",
+        f"{words.some}; this digest is for exactly {words.rows.replace('{training}', training_id)} "
+        "(their ids sorted, joined by a line feed, UTF-8); the verdict is not computed for a "
+        "model that may have seen test rows",
         file=source or "manifest",
         key="training.trained_on_sha256",
+        shown=words.place(None),
     )

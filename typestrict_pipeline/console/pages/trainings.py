@@ -17,6 +17,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData, UploadFile
 
 from typestrict_pipeline.api.deps import get_ctx
@@ -26,6 +27,7 @@ from typestrict_pipeline.api.schemas import TrainingCreate
 from typestrict_pipeline.api.trainings import (
     TrainingRequest,
     TrainingState,
+    TrainingStore,
     check_name,
     split_roles,
 )
@@ -44,10 +46,72 @@ from typestrict_pipeline.console.web import (
 )
 from typestrict_pipeline.credits import CreditLedger
 from typestrict_pipeline.errors import InputError, TypeStrictError
+from typestrict_pipeline.lifecycle.trainings import TrainingWords
 from typestrict_pipeline.progress import Progress, read_progress, training_key
 from typestrict_pipeline.refund.grouping import resampling_line
+from typestrict_pipeline.refund.trained_on import TrainedOnWords
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
+
+TRAINED_ON_BOX = "My model was trained on these training rows only"
+"""The predictions form's box that states the split's SHA-256 (``trained_on_sha256``)."""
+
+_FORM_FIELDS = {
+    "dataset": "step 1 (Data)", "dataset.path": "step 1 (Data), the dataset",
+    "dataset.columns": "step 1 (Data), the columns", "dataset.columns.id": "step 1 (Data), Id column",
+    "dataset.columns.text": "step 1 (Data), Text column",
+    "dataset.columns.group": "step 1 (Data), Group column",
+    "dataset.columns.review_label": "step 1 (Data), Review label column",
+    "decisions": "step 2 (Decisions)", "options": "step 3 (Base model)",
+    "options.keep_if_loses": 'step 3 (Base model), the box "Keep the model even if it does not beat Jev"',
+}
+_DECISION_FIELDS = {"name": "Name", "question": "Question", "answer_column": "Answer column",
+                    "answers": "Answers", "options_column": "Options column (multiple choice)"}
+
+
+def form_field(key: str) -> str:
+    """A manifest key as the new-training form names the field that sets it (its step, its
+    label): the console's words for a refusal of the training's fields.
+
+    >>> form_field("decisions[1].answers"), form_field("dataset.columns.id")
+    ('step 2 (Decisions), Decision 2, Answers', 'step 1 (Data), Id column')
+    >>> form_field("decisions.0.name")  # the schema's JSON path of the same field
+    'step 2 (Decisions), Decision 1, Name'
+    """
+    key = re.sub(r"\.([0-9]+)", r"[\1]", key)
+    if key in _FORM_FIELDS:
+        return _FORM_FIELDS[key]
+    found = re.fullmatch(r"decisions\[([0-9]+)\](?:\.([a-z_]+))?(.*)", key)
+    if found is None:
+        return "the form"
+    where = f"step 2 (Decisions), Decision {int(found.group(1)) + 1}"
+    name = found.group(2)
+    return where if name is None else f"{where}, {_DECISION_FIELDS.get(name, name.replace('_', ' '))}"
+
+
+CONSOLE_WORDS = TrainingWords(
+    read="follow it on this training's page",
+    verdict="read its verdict on its result page (the Trainings page links it)",
+    find="Check the address: the Trainings page lists this workspace's trainings",
+    trained_on=TrainedOnWords(
+        digest=f'the box "{TRAINED_ON_BOX}"', ids=f'the box "{TRAINED_ON_BOX}"',
+        id_sha256=f'the box "{TRAINED_ON_BOX}"',
+        some="reload the page and send the form again, or clear the box if your model was "
+             "trained on only some of the training rows",
+        rows="the training rows of the split this page shows",
+    ),
+    files="Choose the dataset in step 1 (Data): upload it, or pick one of your files",
+    resend="correct them and upload the file again with Upload and judge",
+    keys=form_field,
+)
+"""The console's words for a training's refusals: its pages, its form's steps and fields, its
+buttons; never the API's routes or JSON fields. The rules are the lifecycle's and the
+pipeline's, the same for every door."""
+
+
+def _trainings(request: Request) -> TrainingStore:
+    """The trainings, their refusals said in the console's words."""
+    return get_ctx(request).trainings.speaking(CONSOLE_WORDS)
 
 Session = Annotated[ConsoleSession, Depends(require_session)]
 Posted = Annotated[ConsoleSession, Depends(require_csrf)]
@@ -242,31 +306,56 @@ def decision_fieldset(request: Request, session: Session, i: int = 1) -> Respons
 
 def _base_name(upload: UploadFile) -> str:
     """The name of an uploaded file without the folders a browser may send."""
-    return (upload.filename or "").rsplit("/", 1)[-1].rsplit("\\", 1)[-1]
+    return _base_name_of(upload.filename or "")
 
 
-async def _upload(form: FormData) -> tuple[str, bytes] | None:
-    """The uploaded dataset (name, bytes), not stored: the training stores it in the workspace's
-    files (as ``PUT /v1/files/{name}`` does) only once it is made."""
+def _base_name_of(name: str) -> str:
+    """A file name as a browser sent it, without its folders.
+
+    >>> _base_name_of("C:\\\\data\\\\p.jsonl"), _base_name_of("a/b.jsonl")
+    ('p.jsonl', 'b.jsonl')
+    """
+    return name.rsplit("/", 1)[-1].rsplit("\\", 1)[-1]
+
+
+def _upload(form: FormData, data: bytes | None) -> tuple[str, bytes] | None:
+    """The uploaded dataset (name, its bytes ``data`` read from the form), not stored: the
+    training stores it in the workspace's files (as ``PUT /v1/files/{name}`` does) only once it
+    is made."""
     upload = form.get("dataset_file")
-    if not isinstance(upload, UploadFile) or not upload.filename:
+    if not isinstance(upload, UploadFile) or not upload.filename or data is None:
         return None
-    return check_name(_base_name(upload), "dataset file name"), await upload.read()
+    return check_name(_base_name(upload), "dataset file name"), data
+
+
+async def _read_files(form: FormData, field: str) -> list[tuple[str, bytes]]:
+    """The files the form sent as ``field`` (name as the browser sent it, bytes), read on the
+    event loop (an upload's bytes come from the request; a large one is read in the threadpool
+    by Starlette); what is done with them is not."""
+    return [(item.filename, await item.read()) for item in form.getlist(field)
+            if isinstance(item, UploadFile) and item.filename]
 
 
 @router.post("/trainings")
 async def create_training(request: Request, session: Posted) -> Response:
-    """Start a training: the same checks and charge as ``POST /v1/trainings``."""
-    ctx = get_ctx(request)
+    """Start a training: the same checks and charge as ``POST /v1/trainings``. The form is read
+    here; the work (the dataset read, checked and copied, the workspace's storage lock waited
+    for, the charge) runs in the threadpool, so the server answers other requests meanwhile."""
     form = await read_form(request)
+    sent = await _read_files(form, "dataset_file")
+    return await run_in_threadpool(_create_training, request, session, form, sent[0][1] if sent else None)
+
+
+def _create_training(request: Request, session: ConsoleSession, form: FormData, data: bytes | None) -> Response:
+    """:func:`create_training`'s blocking part (files, hashing, the storage lock, the store)."""
     values = form_values(form)
     try:
         keep_box(form)
-        upload = await _upload(form)
+        upload = _upload(form, data)
         dataset = upload[0] if upload is not None else values["dataset_name"]
         if not dataset:
             raise InputError("a dataset: a file to upload, or one of the workspace's files",
-                             "neither", "choose the dataset file in step 1", file="field 'dataset'")
+                             "neither", "choose the dataset file in step 1", file=form_field("dataset"))
         values["dataset_name"] = dataset
         body = TrainingCreate.model_validate(training_body(values, dataset))
         req = TrainingRequest(
@@ -274,10 +363,11 @@ async def create_training(request: Request, session: Posted) -> Response:
             decisions=[d.model_dump(exclude_none=True) for d in body.decisions],
             options=body.options.model_dump(),
         )
-        training_id = ctx.trainings.create(session.workspace_id, req,
-                                           upload=None if upload is None else upload[1])
+        training_id = _trainings(request).create(session.workspace_id, req,
+                                                 upload=None if upload is None else upload[1])
     except ValidationError as exc:
-        return _new_form(request, session, values, validation_message(exc.errors(), fix=FORM_FIX), 422)
+        return _new_form(request, session, values,
+                         validation_message(exc.errors(), fix=FORM_FIX, field=form_field), 422)
     except TypeStrictError as exc:
         from typestrict_pipeline.api.errors import status_for
 
@@ -291,13 +381,14 @@ async def create_training(request: Request, session: Posted) -> Response:
 def _training_page(request: Request, session: ConsoleSession, training_id: str,
                    error: str | None = None, status: int = 200) -> Response:
     ctx = get_ctx(request)
+    trainings = _trainings(request)
     ws = session.workspace_id
-    view = ctx.trainings.view(ws, training_id)
+    view = trainings.view(ws, training_id)
     if view.model is not None:  # settled (or ended and settled as failed): the result page
         return redirect(f"{PREFIX}/models/{training_id}", request)
-    manifest = ctx.trainings.manifest(ws, training_id)
+    manifest = trainings.manifest(ws, training_id)
     open_for_predictions = view.state.accepts_submission
-    split = ctx.trainings.split(ws, training_id) if open_for_predictions else None
+    split = trainings.split(ws, training_id) if open_for_predictions else None
     life = view.status
     return render(request, "training.html", {
         "id": training_id, "state": view.state.value, "state_text": state_text(view.state.value),
@@ -337,8 +428,7 @@ def training_page(training_id: TrainingId, request: Request, session: Session) -
 @router.get("/trainings/{training_id}/state")
 def training_state(training_id: TrainingId, request: Request, session: Session) -> Response:
     """The state line (HTMX polls it while judging; settled: go to the result page)."""
-    ctx = get_ctx(request)
-    view = ctx.trainings.view(session.workspace_id, training_id)
+    view = _trainings(request).view(session.workspace_id, training_id)
     if view.model is not None or view.state is not TrainingState.JUDGING:
         return redirect(f"{PREFIX}/trainings/{training_id}", request)
     return render(request, "_training_state.html", {
@@ -357,7 +447,7 @@ def _judging_progress(request: Request, training_id: str, state: TrainingState) 
 def cancel_training(training_id: TrainingId, request: Request, session: Posted) -> Response:
     """Cancel a training that awaits its predictions: its credit comes back
     (``POST /v1/trainings/{id}/cancel``)."""
-    get_ctx(request).trainings.cancel(session.workspace_id, training_id)
+    _trainings(request).cancel(session.workspace_id, training_id)
     return redirect(f"{PREFIX}/trainings/{training_id}", request)
 
 
@@ -372,28 +462,38 @@ def _trained_on_box(form: FormData) -> str | None:
     typestrict_pipeline.errors.InputError: field 'trained_on': expected the box "My model was trained on these training rows only" ticked (the split's SHA-256, 64 hexadecimal characters) or not sent, got 'ab'. Reload the page, tick or clear the box and send the form again.
     """
     return form_box(form, "trained_on", lambda v: re.fullmatch(r"[0-9a-f]{64}", v) is not None,
-                    "the box \"My model was trained on these training rows only\" ticked (the "
-                    "split's SHA-256, 64 hexadecimal characters) or not sent",
+                    f'the box "{TRAINED_ON_BOX}" ticked (the split\'s SHA-256, 64 hexadecimal '
+                    "characters) or not sent",
                     "reload the page, tick or clear the box and send the form again")
 
 
 @router.post("/trainings/{training_id}/predictions")
 async def post_predictions(training_id: TrainingId, request: Request, session: Posted) -> Response:
     """The model's files (optional) and its predictions file: the same reader and checks as
-    ``POST /v1/trainings/{id}/predictions``; the verdict follows."""
-    ctx = get_ctx(request)
-    ws = session.workspace_id
+    ``POST /v1/trainings/{id}/predictions``; the verdict follows. The form is read here; the
+    work (the predictions checked against the split, the files written, the workspace's storage
+    lock waited for) runs in the threadpool, so the server answers other requests meanwhile."""
     form = await read_form(request)
-    upload = form.get("predictions")
+    predictions = await _read_files(form, "predictions")
+    model_files = await _read_files(form, "model_files")
+    return await run_in_threadpool(_post_predictions, training_id, request, session, form,
+                                   predictions[0] if predictions else None, model_files)
+
+
+def _post_predictions(training_id: str, request: Request, session: ConsoleSession, form: FormData,
+                      predictions: tuple[str, bytes] | None, model_files: list[tuple[str, bytes]]) -> Response:
+    """:func:`post_predictions`'s blocking part (the split read, files written, the storage lock)."""
+    ws = session.workspace_id
     try:
-        if not isinstance(upload, UploadFile) or not upload.filename:
+        if predictions is None:
             raise InputError("a predictions file (JSON Lines, one row per example and decision)",
-                             "no file", "choose the file your model wrote", file="field 'predictions'")
-        data = await upload.read()
+                             "no file", "choose the file your model wrote",
+                             file='Upload the predictions, "Predictions file (JSON Lines)"')
+        name, data = predictions
         trained_on = _trained_on_box(form)
-        model_files = [(_base_name(item), await item.read()) for item in form.getlist("model_files")
-                       if isinstance(item, UploadFile) and item.filename]
-        ctx.trainings.submit(ws, training_id, data, trained_on, model_files=model_files)
+        _trainings(request).submit(ws, training_id, data, trained_on,
+                                   model_files=[(_base_name_of(n), d) for n, d in model_files],
+                                   source=f"your file {_base_name_of(name)!r}")
     except TypeStrictError as exc:
         from typestrict_pipeline.api.errors import status_for
 
