@@ -27,7 +27,7 @@ from resources.backtests import BacktestModels
 from resources.failures import failure
 from resources.store import StoreResource, store_run_request
 from typestrict_pipeline import plots
-from typestrict_pipeline.backtest.engine import BacktestStatus, RunCard, parse_step
+from typestrict_pipeline.backtest.engine import RunCard, parse_step, short_of_complete
 from typestrict_pipeline.backtest.metering import RunMode, format_usd
 from typestrict_pipeline.backtest.pit import PointInTimeTable, format_time
 from typestrict_pipeline.backtest.service import (
@@ -208,13 +208,15 @@ def _backtest_asset(name: str) -> dg.AssetsDefinition:
         except TypeStrictError as exc:
             raise failure(str(exc), error=type(exc).__name__) from None
         context.log.info("backtest %s:\n%s", backtest_id, result.card.to_text())
-        if result.card.status is BacktestStatus.FAILED:
-            # Stored ``failed`` (the engine's rule: every step that ran failed); the run fails
-            # with why, as the API and the CLI show it, never a success beside a failed backtest.
-            raise failure(f"backtest {backtest_id} failed: {result.card.stop_reason}.",
+        short = short_of_complete(backtest_id, result.card, keep_going="on_step_error: continue in the config")
+        if short is not None:
+            # Stored ``failed``, ``stopped`` or ``cancelled``: the run fails with why, what ran and
+            # what to do (``backtest run`` exits non-zero with the same sentence), never a success
+            # beside a backtest that did not complete.
+            raise failure(short,
                           {"backtest_id": backtest_id, "status": result.card.status.value,
                            "run_card": dg.MetadataValue.md("```\n" + result.card.to_text() + "\n```")},
-                          error="BacktestFailed")
+                          error="Backtest" + result.card.status.value.capitalize())
         return dg.MaterializeResult(metadata=card_metadata(result.card, backtest_id))
 
     return _asset

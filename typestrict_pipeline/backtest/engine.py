@@ -980,6 +980,35 @@ def run_backtest(
     return result
 
 
+def short_of_complete(backtest_id: str, card: RunCard, *, keep_going: str) -> str | None:
+    """Why a backtest that did not complete is not a success, what ran and what to do (``None``:
+    it completed). One sentence for ``backtest run``'s stderr and the Dagster run's failure;
+    ``keep_going`` is how the reader's surface says "run every step and count the failed ones"
+    (``--on-step-error continue``, the launchpad's ``on_step_error: continue``).
+
+    >>> from types import SimpleNamespace
+    >>> card = SimpleNamespace(status=BacktestStatus.CANCELLED, stop_reason="cancelled by ana",
+    ...                        first_error=None, steps_run=3, steps_planned=10)
+    >>> short_of_complete("b1", card, keep_going="x")  # doctest: +NORMALIZE_WHITESPACE
+    'backtest b1 was cancelled while it ran (cancelled by ana); 3 of 10 planned steps ran and are kept. Run the backtest again for a complete one.'
+    """
+    ran = f"{card.steps_run:,} of {card.steps_planned:,} planned steps ran and are kept"
+    if card.status is BacktestStatus.COMPLETED:
+        return None
+    if card.status is BacktestStatus.STOPPED:
+        first = f" (the first error: {card.first_error})" if card.first_error else ""
+        return (f"backtest {backtest_id} stopped before its end: {card.stop_reason}{first}; {ran}. "
+                f"Fix what the error names and run the backtest again, or pass {keep_going} "
+                "to run every step and count the failed ones.")
+    if card.status is BacktestStatus.CANCELLED:
+        return (f"backtest {backtest_id} was cancelled while it ran ({card.stop_reason}); {ran}. "
+                "Run the backtest again for a complete one.")
+    if card.status is BacktestStatus.INTERRUPTED:
+        return (f"backtest {backtest_id} ended interrupted while it ran ({card.stop_reason}); {ran}. "
+                "Run the backtest again for a complete one.")
+    return f"backtest {backtest_id} failed: {card.stop_reason}."
+
+
 def backtest_outcome(
     steps: Sequence[StepRecord], *, planned: int, stop_reason: str | None, fatal: str | None,
     gave_up: EndpointGaveUp | None = None,

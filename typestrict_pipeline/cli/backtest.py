@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from typestrict_pipeline import values
-from typestrict_pipeline.backtest.engine import BacktestStatus, parse_step
+from typestrict_pipeline.backtest.engine import BacktestStatus, parse_step, short_of_complete
 from typestrict_pipeline.backtest.metering import format_usd
 from typestrict_pipeline.backtest.pit import PointInTimeTable, format_time
 from typestrict_pipeline.backtest.service import (
@@ -97,19 +97,8 @@ for one that ran every planned step; a backtest that did not complete is never a
 
 def _run_problem(bid: str, card: Any) -> str:
     """The stderr line of a backtest that did not complete: what happened, what ran, what to do."""
-    ran = f"{card.steps_run:,} of {card.steps_planned:,} planned steps ran and are kept"
-    if card.status is BacktestStatus.STOPPED:
-        first = f" (the first error: {card.first_error})" if card.first_error else ""
-        return (f"typestrict: backtest {bid} stopped before its end: {card.stop_reason}{first}; {ran}. "
-                "Fix what the error names and run the backtest again, or pass --on-step-error continue "
-                "to run every step and count the failed ones.")
-    if card.status is BacktestStatus.CANCELLED:
-        return (f"typestrict: backtest {bid} was cancelled while it ran ({card.stop_reason}); {ran}. "
-                "Run the backtest again for a complete one.")
-    if card.status is BacktestStatus.INTERRUPTED:
-        return (f"typestrict: backtest {bid} ended interrupted while it ran ({card.stop_reason}); {ran}. "
-                "Run the backtest again for a complete one.")
-    return f"typestrict: backtest {bid} failed: {card.stop_reason}."
+    return "typestrict: " + (short_of_complete(bid, card, keep_going="--on-step-error continue")
+                             or f"backtest {bid} completed.")
 
 
 def _pairs(items: list[str] | None, what: str) -> dict[str, Any]:
