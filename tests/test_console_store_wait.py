@@ -15,15 +15,12 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.test_api_support import ApiServer, new_key
-
-Post = Callable[[httpx.Client], httpx.Response]
 
 
 def _sign_in_form(url: str) -> tuple[httpx.Client, str]:
@@ -55,11 +52,13 @@ def test_another_request_is_answered_while_a_form_waits_for_the_store(
     with ApiServer(sqlite_url, tmp_path / "home", rate_limit=None) as server:
         if form == "sign-in":
             poster, token = _sign_in_form(server.url)
-            send: Post = lambda c: c.post("/console/sign-in", data={"csrf_token": token, "key": key})
+            fields = ("/console/sign-in", {"csrf_token": token, "key": key})
         else:
             poster, csrf = _signed_in(server.url, key)
-            send = lambda c: c.post("/console/settings/usage/budget",
-                                    data={"csrf_token": csrf, "budget_usd": "12.50"})
+            fields = ("/console/settings/usage/budget", {"csrf_token": csrf, "budget_usd": "12.50"})
+
+        def send(c: httpx.Client) -> httpx.Response:
+            return c.post(fields[0], data=fields[1])
         done: dict[str, httpx.Response] = {}
         holder = sqlite3.connect(db, isolation_level=None, timeout=0)
         try:
