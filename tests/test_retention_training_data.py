@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,6 +29,7 @@ from typestrict_pipeline.api.app import create_app
 from typestrict_pipeline.credits import (
     CreditLedger,
     ModelState,
+    RetentionError,
     SettlementRequest,
     audit_bytes,
     get_model,
@@ -229,3 +233,52 @@ def test_the_cli_sweep_reaches_the_same_rule(sqlite_url: str, tmp_path: Path, mo
     for tid in ("tr_model", "tr_hand"):
         assert _files(trainings / tid) == ["manifest.json"]
     assert not any(p.exists() for p in values)
+
+
+def _pinned(path: Path) -> Callable[[], None]:
+    """Make the file ``path`` undeletable (root: the immutable flag; others: its folder read-only)
+    and return what undoes it."""
+    if os.geteuid() == 0:
+        done = subprocess.run(["chattr", "+i", str(path)], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            pytest.skip(f"cannot make a file undeletable here: {done.stderr.strip()}")
+
+        def undo() -> None:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+
+        return undo
+    path.parent.chmod(0o500)
+    return lambda: path.parent.chmod(0o700)
+
+
+def test_a_deletion_that_fails_stops_no_other_and_the_next_sweep_finishes(sqlite_url: str, tmp_path: Path) -> None:
+    """A file that cannot be deleted now (permissions, a mount) raised a bare OSError that ended
+    the sweep: the trainings after it kept their data. Now the others expire, the sweep fails
+    naming the one left (``RetentionError``), and the next sweep finishes it."""
+    trainings = tmp_path / "trainings"
+    engine = open_store(sqlite_url)
+    t0 = dt.datetime(2026, 5, 1, tzinfo=dt.UTC)
+    undo = None
+    try:
+        CreditLedger(engine).grant("acme", 2, reference="g", now=t0)
+        for tid in ("tr_a", "tr_b"):
+            (trainings / tid / "predictions").mkdir(parents=True)
+            (trainings / tid / "manifest.json").write_text("{}")
+            (trainings / tid / "predictions" / "model.jsonl").write_text('{"id": "r1"}\n')
+            settle_training(engine, SettlementRequest("acme", tid, Verdict.BEATS, "beats", keep_if_loses=False,
+                                                      model_dir=trainings / tid / "model", audit_json=b"{}"), now=t0)
+        undo = _pinned(trainings / "tr_a" / "predictions" / "model.jsonl")
+        with pytest.raises(RetentionError, match=r"tr_a: expected to delete its files, got .* run the sweep "
+                                                 r"again, it finishes the job") as err:
+            sweep_retention(engine, now=t0 + 30 * DAY, trainings_dir=trainings)
+        assert [m.model_id for m in err.value.expired] == ["tr_b"]
+        assert _files(trainings / "tr_b") == ["manifest.json"]
+        assert get_model(engine, "tr_a").state is ModelState.AVAILABLE
+        undo()
+        undo = None
+        again = sweep_retention(engine, now=t0 + 30 * DAY, trainings_dir=trainings)
+        assert [m.model_id for m in again.expired] == ["tr_a"] and _files(trainings / "tr_a") == ["manifest.json"]
+    finally:
+        if undo is not None:
+            undo()
+        engine.dispose()

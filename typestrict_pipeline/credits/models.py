@@ -568,6 +568,9 @@ def expire_models(
         except StoreError as exc:
             refused.append(f"{info.model_id}: {exc}")
             continue  # one bad record must not stop the others from expiring
+        except OSError as exc:
+            refused.append(f"{info.model_id}: {_not_deleted(exc)}")
+            continue
         with session_scope(engine) as session:
             changed = session.execute(
                 update(ModelRecord)
@@ -605,12 +608,23 @@ def cleared_ended_trainings(
             .where(TrainingRow.state.in_(("settled", "expired", "cancelled")),
                    TrainingRow.updated_at <= ended_by, ModelRecord.model_id.is_(None))
             .order_by(TrainingRow.updated_at, TrainingRow.training_id)))
-    out = []
+    out, refused = [], []
     for tid in ids:
-        if _safe_id(tid) and clear_training_files(tid, trainings_dir / tid, allowed_root=trainings_dir,
-                                                  value_roots=value_roots):
-            out.append(tid)
+        try:
+            if _safe_id(tid) and clear_training_files(tid, trainings_dir / tid, allowed_root=trainings_dir,
+                                                      value_roots=value_roots):
+                out.append(tid)
+        except OSError as exc:  # one that cannot be deleted now must not stop the others
+            refused.append(f"{tid}: {_not_deleted(exc)}")
+    if refused:
+        raise RetentionError([], refused, cleared=out)
     return out
+
+
+def _not_deleted(exc: OSError) -> str:
+    return (f"expected to delete its files, got {exc.strerror or exc} on {exc.filename or '?'}; what "
+            "was deleted stays deleted and the rest waits: fix the cause (permissions, a mount) and "
+            "run the sweep again, it finishes the job")
 
 
 @dataclass(frozen=True)
@@ -632,26 +646,33 @@ def sweep_retention(
     after their end). Nothing is deleted outside ``trainings_dir`` and ``value_roots``.
 
     Raises:
-        RetentionError: some models' files are outside ``trainings_dir``; the rest of the sweep
-            was done first.
+        RetentionError: some models' files are outside ``trainings_dir``, or some files could
+            not be deleted now (permissions, a mount); the rest of the sweep was done first
+            (``expired``, ``cleared``), and the next sweep finishes what was left.
     """
+    refused: list[str] = []
     try:
         expired = expire_models(engine, now=now, allowed_root=trainings_dir, value_roots=value_roots)
-    except RetentionError:
-        cleared_ended_trainings(engine, now=now, trainings_dir=trainings_dir,
-                                value_roots=value_roots, policy=policy)
-        raise
-    cleared = cleared_ended_trainings(engine, now=now, trainings_dir=trainings_dir,
-                                      value_roots=value_roots, policy=policy)
+    except RetentionError as exc:
+        expired, refused = exc.expired, list(exc.refused)
+    try:
+        cleared = cleared_ended_trainings(engine, now=now, trainings_dir=trainings_dir,
+                                          value_roots=value_roots, policy=policy)
+    except RetentionError as exc:
+        cleared, refused = exc.cleared, refused + exc.refused
+    if refused:
+        raise RetentionError(expired, refused, cleared=cleared)
     return RetentionSweep(expired, cleared)
 
 
 class RetentionError(StoreError):
-    """Some records could not be expired; the others were. ``expired`` lists those that were."""
+    """Some records (or ended trainings) could not be expired; the others were. ``expired``
+    lists the models that were, ``cleared`` the ended trainings without a model."""
 
-    def __init__(self, expired: list[ModelInfo], refused: list[str]) -> None:
+    def __init__(self, expired: list[ModelInfo], refused: list[str], *, cleared: Sequence[str] = ()) -> None:
         self.expired = expired
         self.refused = refused
+        self.cleared = list(cleared)
         super().__init__(
             f"{len(refused)} model(s) could not expire ({len(expired)} others did): "
             + "; ".join(refused)
