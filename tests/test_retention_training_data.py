@@ -105,6 +105,11 @@ def test_expiry_deletes_the_trainings_data_and_keeps_its_manifest_and_audit(stor
         assert not any(p.exists() for p in values) and all(p.exists() for p in other)
         assert get_model(engine, tid).state is ModelState.EXPIRED
         assert audit_bytes(engine, tid) == audit
+        from typestrict_pipeline.cli import main  # the operator's doors: the audit, verified from the store
+
+        assert main(["verify", "--model", tid, "--store", store_url]) == 0
+        assert main(["audit", tid, "-o", str(tmp_path / "audit.json"), "--store", store_url]) == 0
+        assert (tmp_path / "audit.json").read_bytes() == audit
         again = sweep_retention(engine, now=t0 + 31 * DAY, trainings_dir=trainings,
                                 value_roots=pipeline_value_roots(storage))
         assert again.expired == [] and again.cleared == [] and _files(folder) == ["manifest.json"]
