@@ -251,10 +251,12 @@ def expire_model_files(
                          info.model_id, info.workspace_id, info.files_path)
     for tid in sweep.cleared:
         context.log.info("cleared %s (ended without a model): deleted its data (manifest kept)", tid)
+    for name in sweep.orphans:
+        context.log.info("removed %s: left by a creation whose process died before its charge", name)
     context.add_output_metadata(
         {"now": now.isoformat(), "expired": len(sweep.expired),
          "models": ", ".join(i.model_id for i in sweep.expired) or "none",
-         "cleared": ", ".join(sweep.cleared) or "none"}
+         "cleared": ", ".join(sweep.cleared) or "none", "orphans": ", ".join(sweep.orphans) or "none"}
     )
     return len(sweep.expired)
 

@@ -26,6 +26,7 @@ from fastapi.testclient import TestClient
 from tests.test_api_support import TRAINING_BODY, make_dataset, model_predictions, new_key
 from typestrict_pipeline import verify_audit
 from typestrict_pipeline.api.app import create_app
+from typestrict_pipeline.cli import main
 from typestrict_pipeline.credits import (
     CreditLedger,
     ModelState,
@@ -105,8 +106,7 @@ def test_expiry_deletes_the_trainings_data_and_keeps_its_manifest_and_audit(stor
         assert not any(p.exists() for p in values) and all(p.exists() for p in other)
         assert get_model(engine, tid).state is ModelState.EXPIRED
         assert audit_bytes(engine, tid) == audit
-        from typestrict_pipeline.cli import main  # the operator's doors: the audit, verified from the store
-
+        # the operator's doors: the audit, verified from the store
         assert main(["verify", "--model", tid, "--store", store_url]) == 0
         assert main(["audit", tid, "-o", str(tmp_path / "audit.json"), "--store", store_url]) == 0
         assert (tmp_path / "audit.json").read_bytes() == audit
@@ -210,8 +210,6 @@ def test_the_cli_sweep_reaches_the_same_rule(sqlite_url: str, tmp_path: Path, mo
     """``typestrict credits expire`` deletes the training's data and its values under
     ``$DAGSTER_HOME/storage`` (the default of ``--dagster-storage``), and clears a training that
     ended without a model, saying each."""
-    from typestrict_pipeline.cli import main
-
     trainings, dagster_home = tmp_path / "trainings", tmp_path / "dagster"
     monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))
     for tid in ("tr_model", "tr_hand"):
@@ -286,4 +284,39 @@ def test_a_deletion_that_fails_stops_no_other_and_the_next_sweep_finishes(sqlite
     finally:
         if undo is not None:
             undo()
+        engine.dispose()
+
+
+def test_what_a_dead_creation_left_is_removed_after_a_day(store_url: str, tmp_path: Path) -> None:
+    """A server killed while creating a training left its staging folder (the dataset's copy), or
+    the draft folder moved in before the charge committed: no lifecycle row, no record, no ledger
+    line, so no sweep ever removed them. Now the sweep removes them once a day old (a creation in
+    flight is seconds old), and never a draft that was charged."""
+    home = tmp_path / "home"
+    trainings = home / "trainings"
+    csv, jev = make_dataset(tmp_path, n=80)
+    key = {"Authorization": f"Bearer {new_key(store_url, 'acme', credits=1)}"}
+    with TestClient(create_app(store_url, home, jev_source={"kind": "file", "path": str(jev)},
+                               rate_limit=None)) as c:
+        assert c.put("/v1/files/reviews.csv", content=csv, headers=key).status_code == 201
+        charged = c.post("/v1/trainings", json=TRAINING_BODY, headers=key).json()["id"]
+    dead = trainings / "tr_0000dead0000dead"  # a copy of a real draft, as a dead creation leaves it
+    staged = trainings / ".staging-tr_00001eft00001eft"
+    for leftover in (dead, staged):
+        leftover.mkdir()
+        for f in (trainings / charged).iterdir():
+            (leftover / f.name).write_bytes(f.read_bytes())
+    t0 = dt.datetime.now(dt.UTC)
+    for folder in (dead, staged, trainings / charged):
+        os.utime(folder, (t0.timestamp(), t0.timestamp()))
+    engine = open_store(store_url)
+    try:
+        early = sweep_retention(engine, now=t0 + DAY - dt.timedelta(seconds=1), trainings_dir=trainings)
+        assert early.orphans == [] and dead.exists() and staged.exists()
+        sweep = sweep_retention(engine, now=t0 + DAY, trainings_dir=trainings)
+        assert sweep.orphans == sorted([dead.name, staged.name]) and sweep.expired == []
+        assert not dead.exists() and not staged.exists()
+        assert any(n.startswith("dataset.") for n in _files(trainings / charged))  # charged: its own clock
+        assert sweep_retention(engine, now=t0 + 2 * DAY, trainings_dir=trainings).orphans == []
+    finally:
         engine.dispose()

@@ -243,6 +243,7 @@ def _expire(args: argparse.Namespace) -> int:
         if args.json:
             print_json({"expired": [{"model_id": m.model_id, "deleted": str(m.files_path)} for m in expired],
                         "cleared": [{"training_id": t, "deleted": str(root / t)} for t in sweep.cleared],
+                        "orphans": [str(root / name) for name in sweep.orphans],
                         "wrote": wrote.to_json()})
             return 0
         for m in expired:
@@ -250,8 +251,11 @@ def _expire(args: argparse.Namespace) -> int:
                   f"(kept its manifest and audit)")
         for t in sweep.cleared:
             print(f"cleared {t} (ended without a model): deleted its data in {root / t} (kept its manifest)")
-        print(f"{len(expired)} model(s) expired" + (f", {len(sweep.cleared)} ended training(s) cleared"
-                                                    if sweep.cleared else ""))
+        for name in sweep.orphans:
+            print(f"removed {root / name}: left by a creation whose process died before its charge")
+        print(f"{len(expired)} model(s) expired"
+              + (f", {len(sweep.cleared)} ended training(s) cleared" if sweep.cleared else "")
+              + (f", {len(sweep.orphans)} leftover(s) of creations removed" if sweep.orphans else ""))
         say_wrote(args, wrote)
     finally:
         engine.dispose()

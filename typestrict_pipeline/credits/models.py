@@ -40,7 +40,7 @@ import hashlib
 import os
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy import Engine, select, update
@@ -61,6 +61,7 @@ from typestrict_pipeline.store import rows_by_id, session_scope, utcnow
 __all__ = [
     "DEFAULT_RETENTION_DAYS",
     "KEPT_AFTER_EXPIRY",
+    "ORPHAN_GRACE",
     "PIPELINE_VALUES",
     "ModelInfo",
     "RetentionError",
@@ -80,6 +81,7 @@ __all__ = [
     "model_files",
     "models_of",
     "pipeline_value_roots",
+    "removed_orphans",
     "settle_training",
     "settle_training_in",
     "settled_audit_sha256",
@@ -629,11 +631,60 @@ def _not_deleted(exc: OSError) -> str:
 
 @dataclass(frozen=True)
 class RetentionSweep:
-    """What one retention sweep did: the models it expired, and the trainings without a model
-    whose files it deleted."""
+    """What one retention sweep did: the models it expired, the trainings without a model whose
+    files it deleted, and the leftovers of creations that never committed it removed."""
 
     expired: list[ModelInfo]
     cleared: list[str]
+    orphans: list[str] = field(default_factory=list)
+
+
+ORPHAN_GRACE = dt.timedelta(days=1)
+"""How old a leftover of a creation must be before it is removed: a creation stages and commits
+in seconds, so one a day old is a leftover of a process that died, never one in flight."""
+
+
+def removed_orphans(engine: Engine, *, now: dt.datetime, trainings_dir: Path,
+                    grace: dt.timedelta = ORPHAN_GRACE) -> list[str]:
+    """Remove what a training's creation left when its process died before the charge committed
+    (the API stages the folder as ``.staging-<id>`` with the dataset's copy, then moves it in as
+    the charging transaction's last step): a ``.staging-*`` folder, and a draft folder
+    (``api-draft.json``, no manifest) that no lifecycle row, model record or ledger line knows,
+    both last changed ``grace`` or more before ``now``. Nothing was charged for them and no one
+    was told they exist, so nothing of them is kept. Returns the folders' names."""
+    from typestrict_pipeline.credits.tables import CreditEntry
+    from typestrict_pipeline.lifecycle.tables import TrainingRow
+
+    before = (_check_now(now) - grace).timestamp()
+    staged, drafts = [], []
+    try:
+        entries = sorted(os.scandir(trainings_dir), key=lambda e: e.name)
+    except FileNotFoundError:
+        return []
+    for entry in entries:
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_mtime > before:
+                continue
+            folder = Path(entry.path)
+            if entry.name.startswith(".staging-"):
+                staged.append(folder)
+            elif (not entry.name.startswith(".") and _safe_id(entry.name) and (folder / "api-draft.json").is_file()
+                  and not (folder / "manifest.json").exists()):
+                drafts.append(folder)
+        except OSError:  # removed meanwhile
+            continue
+    if drafts:
+        names = [f.name for f in drafts]
+        with session_scope(engine) as session:
+            known = set(session.scalars(select(TrainingRow.training_id).where(TrainingRow.training_id.in_(names))))
+            known |= set(session.scalars(select(ModelRecord.model_id).where(ModelRecord.model_id.in_(names))))
+            known |= set(session.scalars(select(CreditEntry.reference).where(CreditEntry.reference.in_(names))))
+        drafts = [f for f in drafts if f.name not in known]
+    out = []
+    for folder in staged + drafts:
+        if _remove(folder):
+            out.append(folder.name)
+    return sorted(out)
 
 
 def sweep_retention(
@@ -643,7 +694,8 @@ def sweep_retention(
     """The retention rule, the one every door runs (``typestrict credits expire``, the
     ``retention_job``, the demo): :func:`expire_models` (files of models past ``expires_at``),
     then :func:`cleared_ended_trainings` (trainings that ended without a model, ``policy.days``
-    after their end). Nothing is deleted outside ``trainings_dir`` and ``value_roots``.
+    after their end), then :func:`removed_orphans` (what a creation left when its process died
+    before the charge). Nothing is deleted outside ``trainings_dir`` and ``value_roots``.
 
     Raises:
         RetentionError: some models' files are outside ``trainings_dir``, or some files could
@@ -660,9 +712,13 @@ def sweep_retention(
                                           value_roots=value_roots, policy=policy)
     except RetentionError as exc:
         cleared, refused = exc.cleared, refused + exc.refused
+    try:
+        orphans = removed_orphans(engine, now=now, trainings_dir=trainings_dir)
+    except OSError as exc:
+        orphans, refused = [], [*refused, f"leftovers of creations: {_not_deleted(exc)}"]
     if refused:
         raise RetentionError(expired, refused, cleared=cleared)
-    return RetentionSweep(expired, cleared)
+    return RetentionSweep(expired, cleared, orphans)
 
 
 class RetentionError(StoreError):
