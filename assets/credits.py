@@ -36,10 +36,10 @@ from typestrict_pipeline.credits import (
     SettledAuditError,
     SettlementRequest,
     decide,
-    expire_models,
     run_key,
     settle_training,
     settlement_reason,
+    sweep_retention,
 )
 from typestrict_pipeline.credits.intake import (
     fingerprint,
@@ -49,6 +49,7 @@ from typestrict_pipeline.credits.intake import (
     resubmitted,
     screen,
 )
+from typestrict_pipeline.credits.models import pipeline_value_roots
 from typestrict_pipeline.errors import InputError, TypeStrictError
 from typestrict_pipeline.lifecycle.trainings import judging_since, ledger_balance, submitted_ids
 from typestrict_pipeline.refund.manifest import PredictionsFileSource
@@ -231,23 +232,33 @@ def parse_now(value: str) -> dt.datetime:
         "2026-01-31T04:00:00+00:00; leave it empty to sweep as of now"))
 
 
-@dg.op(description="Delete the files of models whose retention has passed; mark them expired.")
+@dg.op(description="Delete what trainings past their retention keep of the customer's data "
+                   "(models expired; trainings ended without a model); manifests and audits stay.")
 def expire_model_files(
     context: dg.OpExecutionContext,
     config: RetentionConfig,
     store: StoreResource,
     refund_trainings: RefundTrainingsResource,
+    credits: CreditsResource,
 ) -> int:
     now = parse_now(config.now)
+    storage = Path(context.instance.storage_directory())
     with store.engine() as engine:
-        expired = expire_models(engine, now=now, allowed_root=refund_trainings.trainings_dir())
-    for info in expired:
-        context.log.info("expired %s (%s): deleted %s", info.model_id, info.workspace_id, info.files_path)
+        sweep = sweep_retention(engine, now=now, trainings_dir=refund_trainings.trainings_dir(),
+                                value_roots=pipeline_value_roots(storage), policy=credits.policy())
+    for info in sweep.expired:
+        context.log.info("expired %s (%s): deleted %s and the training's data (manifest and audit kept)",
+                         info.model_id, info.workspace_id, info.files_path)
+    for tid in sweep.cleared:
+        context.log.info("cleared %s (ended without a model): deleted its data (manifest kept)", tid)
+    for name in sweep.orphans:
+        context.log.info("removed %s: left by a creation whose process died before its charge", name)
     context.add_output_metadata(
-        {"now": now.isoformat(), "expired": len(expired),
-         "models": ", ".join(i.model_id for i in expired) or "none"}
+        {"now": now.isoformat(), "expired": len(sweep.expired),
+         "models": ", ".join(i.model_id for i in sweep.expired) or "none",
+         "cleared": ", ".join(sweep.cleared) or "none", "orphans": ", ".join(sweep.orphans) or "none"}
     )
-    return len(expired)
+    return len(sweep.expired)
 
 
 @dg.job(description="Retention sweep: expire model files past their retention; audits stay.")

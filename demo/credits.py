@@ -22,11 +22,11 @@ from typestrict_pipeline.credits import (
     ModelState,
     SettlementRequest,
     audit_bytes,
-    expire_models,
     get_model,
     list_models,
     settle_training,
     settlement_reason,
+    sweep_retention,
 )
 from typestrict_pipeline.refund.audit import build_audit, write_audit
 from typestrict_pipeline.refund.rule import TrainingJudgement, failed_training, judge
@@ -143,8 +143,8 @@ def _walkthrough(root: Path) -> int:
     day29 = settled + dt.timedelta(days=29)
     day30 = settled + dt.timedelta(days=30)
     print(f"\nretention sweep at {day29:%Y-%m-%d %H:%M} UTC: "
-          f"{len(expire_models(engine, now=day29, allowed_root=trainings))} expired")
-    expired = expire_models(engine, now=day30, allowed_root=trainings)
+          f"{len(sweep_retention(engine, now=day29, trainings_dir=trainings).expired)} expired")
+    expired = sweep_retention(engine, now=day30, trainings_dir=trainings).expired
     print(f"retention sweep at {day30:%Y-%m-%d %H:%M} UTC: {len(expired)} expired "
           f"({', '.join(m.model_id for m in expired)}); files left: "
           f"{sorted(p.parent.name for p in trainings.glob('*/model'))}")

@@ -20,6 +20,7 @@ from resources.credits import CreditsResource
 from resources.refund import RefundTrainingsResource
 from resources.store import StoreResource, with_store
 from typestrict_pipeline.credits import CreditLedger, EntryKind, ModelState, audit_bytes, get_model
+from typestrict_pipeline.credits.models import PIPELINE_VALUES
 from typestrict_pipeline.refund.audit import build_audit, write_audit
 from typestrict_pipeline.refund.rule import TrainingJudgement, failed_training, judge
 from typestrict_pipeline.refund.synthetic import synthetic_decision
@@ -264,11 +265,18 @@ def test_retention_job_expires_files_but_keeps_the_audit(env: dict[str, Any], ep
     audit_before = audit_bytes(engine, "tr1")
 
     instance = ephemeral_instance
+    # The training's data beside its model, and the pipeline's values stored for it (the IO
+    # manager's <storage>/<asset>/<partition>): retention deletes them too, the manifest stays.
+    (env["trainings"] / "tr1" / "data.csv").write_text("id,text,label\nr1,the customer's words,yes\n")
+    values = [Path(instance.storage_directory()) / name / "tr1" for name in PIPELINE_VALUES]
+    for path in values:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"pickled rows")
 
     def run(now: dt.datetime) -> int:
         out = retention_job.execute_in_process(
             run_config={"ops": {"expire_model_files": {"config": {"now": now.isoformat()}}}},
-            resources={k: env["resources"][k] for k in ("store", "refund_trainings")},
+            resources={k: env["resources"][k] for k in ("store", "refund_trainings", "credits")},
             instance=instance,
         )
         assert out.success
@@ -278,6 +286,8 @@ def test_retention_job_expires_files_but_keeps_the_audit(env: dict[str, Any], ep
     assert files.exists() and get_model(engine, "tr1").state is ModelState.AVAILABLE
     assert run(settled_at + dt.timedelta(days=30)) == 1
     assert not files.exists()
+    assert sorted(p.name for p in (env["trainings"] / "tr1").iterdir()) == ["manifest.json"]
+    assert not any(p.exists() for p in values)
     model = get_model(engine, "tr1")
     assert model.state is ModelState.EXPIRED and not model.downloadable
     assert audit_bytes(engine, "tr1") == audit_before == (env["home"] / "audits" / "tr1.json").read_bytes()

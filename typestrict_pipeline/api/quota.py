@@ -5,7 +5,8 @@ it for the workspace: the uploads in its files area (``PUT /v1/files/{name}``, t
 training form), its registered datasets (``POST /v1/datasets``, ``.../append``: the stored
 tables and their ``dataset.json``), and each of its trainings' folder (its copy of the dataset,
 the Jev predictions copied for it, its predictions, the ids it stated, its model files, its
-manifest), until the model's files expire (retention, ``docs/credits.md``). Not counted: the
+manifest), until the model's files expire (retention, ``docs/credits.md``, deletes all of it then
+but the manifest, the product's record of the training: not counted either). Not counted: the
 audits and the audit cache (``<home>/audits``, ``<home>/cache/audits``): the product's record,
 kept after the files expire as the product page promises, and a cache the server rebuilds; they
 are the operator's to keep, not the customer's to pay for. The rule is one: the files stored now, plus what the request adds,

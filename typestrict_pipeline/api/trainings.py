@@ -419,8 +419,8 @@ class TrainingStore:
     def storage_roots(self, workspace_id: str) -> list[Path]:
         """The folders whose files count against the workspace's storage quota: its files area,
         its registered datasets, and the folder of each of its trainings (the dataset's copy,
-        predictions, stated ids, model files, manifest) until its model's files expire
-        (:mod:`typestrict_pipeline.api.quota`)."""
+        predictions, stated ids, model files, manifest) until its model's files expire, when
+        retention deletes all of it but the manifest (:mod:`typestrict_pipeline.api.quota`)."""
         from typestrict_pipeline.api.datasets import datasets_base, own_names
         from typestrict_pipeline.credits.tables import ModelState
 

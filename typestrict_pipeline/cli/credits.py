@@ -39,10 +39,11 @@ from typestrict_pipeline.cli.common import (
 from typestrict_pipeline.credits import (
     CreditLedger,
     audit_bytes,
-    expire_models,
     list_models,
+    sweep_retention,
 )
 from typestrict_pipeline.credits.ledger import MAX_CREDITS_PER_ENTRY
+from typestrict_pipeline.credits.models import dagster_storage_from_env, pipeline_value_roots
 from typestrict_pipeline.errors import InputError, NotFoundError
 from typestrict_pipeline.files import loads_strict
 from typestrict_pipeline.refund.dataset import unlabeled_from_split
@@ -228,9 +229,12 @@ def _models(args: argparse.Namespace) -> int:
 
 def _expire(args: argparse.Namespace) -> int:
     root = Path(args.trainings_dir) if args.trainings_dir else typestrict_home() / "trainings"
+    storage = Path(args.dagster_storage) if args.dagster_storage else dagster_storage_from_env()
     engine = _engine(args)
     try:
-        expired = expire_models(engine, now=args.now or dt.datetime.now(dt.UTC), allowed_root=root)
+        sweep = sweep_retention(engine, now=args.now or dt.datetime.now(dt.UTC), trainings_dir=root,
+                                value_roots=pipeline_value_roots(storage))
+        expired = sweep.expired
         ids = tuple(m.model_id for m in expired)
         store = shown_store(store_url(args))
         wrote = (Wrote(f"the expiry of model(s) {', '.join(ids)} (their files deleted)", ids, store=store,
@@ -238,11 +242,20 @@ def _expire(args: argparse.Namespace) -> int:
                  else Wrote("no model was due to expire", (), store=store))
         if args.json:
             print_json({"expired": [{"model_id": m.model_id, "deleted": str(m.files_path)} for m in expired],
+                        "cleared": [{"training_id": t, "deleted": str(root / t)} for t in sweep.cleared],
+                        "orphans": [str(root / name) for name in sweep.orphans],
                         "wrote": wrote.to_json()})
             return 0
         for m in expired:
-            print(f"expired {m.model_id}: deleted {m.files_path}")
-        print(f"{len(expired)} model(s) expired")
+            print(f"expired {m.model_id}: deleted {m.files_path} and the training's data "
+                  f"(kept its manifest and audit)")
+        for t in sweep.cleared:
+            print(f"cleared {t} (ended without a model): deleted its data in {root / t} (kept its manifest)")
+        for name in sweep.orphans:
+            print(f"removed {root / name}: left by a creation whose process died before its charge")
+        print(f"{len(expired)} model(s) expired"
+              + (f", {len(sweep.cleared)} ended training(s) cleared" if sweep.cleared else "")
+              + (f", {len(sweep.orphans)} leftover(s) of creations removed" if sweep.orphans else ""))
         say_wrote(args, wrote)
     finally:
         engine.dispose()
@@ -374,6 +387,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = writes(sub.add_parser("expire", help="run the retention sweep now (what retention_schedule does)"))
     p.add_argument("--now", type=now_option, help="the sweep's time, ISO 8601 with a zone (default: now)")
     p.add_argument("--trainings-dir", help="refuse to delete outside it (default: ${TYPESTRICT_HOME}/trainings)")
+    p.add_argument("--dagster-storage", help="the Dagster instance's storage folder, whose values of each "
+                   "expired training are deleted too (default: ${DAGSTER_HOME}/storage when DAGSTER_HOME is set)")
     add_json(p)
     _url(p)
     p.set_defaults(func=_expire)

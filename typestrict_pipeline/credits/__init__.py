@@ -19,6 +19,7 @@ from typestrict_pipeline.credits.models import (
     ModelInfo,
     RetentionError,
     RetentionPolicy,
+    RetentionSweep,
     SettledAuditError,
     SettlementRequest,
     SettlementResult,
@@ -30,6 +31,7 @@ from typestrict_pipeline.credits.models import (
     model_files,
     settle_training,
     settled_audit_sha256,
+    sweep_retention,
 )
 from typestrict_pipeline.credits.reasons import settlement_reason
 from typestrict_pipeline.credits.tables import (
@@ -54,6 +56,7 @@ __all__ = [
     "ModelState",
     "RetentionError",
     "RetentionPolicy",
+    "RetentionSweep",
     "SettledAuditError",
     "Settlement",
     "SettlementRequest",
@@ -72,4 +75,5 @@ __all__ = [
     "settle_training",
     "settled_audit_sha256",
     "settlement_reason",
+    "sweep_retention",
 ]

@@ -2,8 +2,11 @@
 
 A training's verdict is settled in ONE transaction that writes the ledger entries (see
 :mod:`typestrict_pipeline.credits.ledger`) and the model record, with the audit file's exact bytes.
-Retention later deletes the files of records whose ``expires_at`` has passed and marks them
-expired; the record and its audit stay, so the audit can be served byte-identical at any time.
+Retention later deletes the files of records whose ``expires_at`` has passed (everything the
+training keeps of the customer's data: its folder but its manifest, and the pipeline's values
+stored for it) and marks them expired; the record and its audit stay, so the audit can be served
+byte-identical at any time. :func:`sweep_retention` is the one rule every door runs; it also
+clears the trainings that ended without a model record.
 
 The model id is the training id (one model per training).
 
@@ -34,9 +37,10 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import os
 import shutil
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy import Engine, select, update
@@ -56,22 +60,33 @@ from typestrict_pipeline.store import rows_by_id, session_scope, utcnow
 
 __all__ = [
     "DEFAULT_RETENTION_DAYS",
+    "KEPT_AFTER_EXPIRY",
+    "ORPHAN_GRACE",
+    "PIPELINE_VALUES",
     "ModelInfo",
     "RetentionError",
     "RetentionPolicy",
+    "RetentionSweep",
     "SettledAuditError",
     "SettlementRequest",
     "SettlementResult",
     "audit_bytes",
+    "clear_training_files",
+    "cleared_ended_trainings",
+    "dagster_storage_from_env",
     "due_for_expiry",
     "expire_models",
     "get_model",
     "list_models",
     "model_files",
     "models_of",
+    "pipeline_value_roots",
+    "removed_orphans",
     "settle_training",
     "settle_training_in",
     "settled_audit_sha256",
+    "sweep_retention",
+    "training_folder_of",
 ]
 
 DEFAULT_RETENTION_DAYS = 30
@@ -425,35 +440,117 @@ def due_for_expiry(engine: Engine, now: dt.datetime) -> list[ModelInfo]:
         return [_info(r) for r in rows]
 
 
-def _delete_files(path: Path, allowed_root: Path | None) -> None:
-    if allowed_root is not None:
-        root = allowed_root.resolve()
-        resolved = path.resolve()
-        if resolved == root or root not in resolved.parents:
-            raise StoreError(
-                f"expected model files under {root}, got {resolved}. Refusing to delete outside "
-                "the trainings folder; fix the record's files_path or the trainings_dir setting"
-            )
+KEPT_AFTER_EXPIRY = ("manifest.json", "api-draft.json")
+"""What stays in a training's folder once its files expire: its manifest (or the draft of one),
+the training's definition (workspace, decisions, options, column names; never a row), which the
+store reads to show the training and its model record. Everything else in the folder goes: the
+dataset's copy (the customer's texts), the Jev copy, the predictions, the stated ids, the
+grouping look (it quotes the data's values), the model's files."""
+
+PIPELINE_VALUES = ("dataset", "holdout", "jev_predictions", "model_predictions", "metrics",
+                   "verdict", "audit", "credit_settlement")
+"""The pipeline's values stored per training (the IO manager's ``<storage>/<asset>/<training
+id>``, one file each): the dataset with its texts, the held-out rows, both systems' per-row
+answers, and what was computed from them. Retention deletes them with the folder's files
+(``tests/test_credits_dagster.py`` checks that these are exactly the assets partitioned by
+training)."""
+
+
+def pipeline_value_roots(storage: Path | None) -> list[Path]:
+    """The folders of :data:`PIPELINE_VALUES` under the Dagster instance's storage folder
+    (``$DAGSTER_HOME/storage`` unless configured otherwise); none without one."""
+    return [] if storage is None else [storage / name for name in PIPELINE_VALUES]
+
+
+def dagster_storage_from_env(environ: Mapping[str, str] | None = None) -> Path | None:
+    """``$DAGSTER_HOME/storage`` when ``DAGSTER_HOME`` is set (set but empty counts as unset)."""
+    home = (os.environ if environ is None else environ).get("DAGSTER_HOME") or ""
+    return Path(home) / "storage" if home else None
+
+
+def _under(path: Path, allowed_root: Path | None) -> None:
+    if allowed_root is None:
+        return
+    root = allowed_root.resolve()
+    resolved = path.resolve()
+    if resolved == root or root not in resolved.parents:
+        raise StoreError(
+            f"expected model files under {root}, got {resolved}. Refusing to delete outside "
+            "the trainings folder; fix the record's files_path or the trainings_dir setting"
+        )
+
+
+def _remove(path: Path) -> bool:
+    """Remove a file, link or folder; False when there was nothing (idempotent)."""
     if path.is_symlink() or path.is_file():
         path.unlink(missing_ok=True)
-    elif path.exists():
+        return True
+    if path.exists():
         shutil.rmtree(path)
+        return True
+    return False
+
+
+def _safe_id(training_id: str) -> bool:
+    return bool(training_id) and "/" not in training_id and "\\" not in training_id \
+        and training_id not in (".", "..") and "\x00" not in training_id
+
+
+def training_folder_of(model_id: str, files_path: Path) -> Path | None:
+    """The training's folder when the record's files are its ``<folder>/<training id>/model``
+    (every training the product makes), else None (only the files' folder is the model's)."""
+    if files_path.name == "model" and files_path.parent.name == model_id and _safe_id(model_id):
+        return files_path.parent
+    return None
+
+
+def clear_training_files(training_id: str, folder: Path | None, *, model_dir: Path | None = None,
+                         allowed_root: Path | None = None,
+                         value_roots: Sequence[Path] = ()) -> bool:
+    """Delete everything a training keeps that holds the customer's data or per-row data derived
+    from it, keeping only :data:`KEPT_AFTER_EXPIRY`: its pipeline values (``<root>/<training
+    id>`` of each of ``value_roots``), its model's files (``model_dir``), then its folder's other
+    files. Idempotent (what is gone is skipped), so a run interrupted between two deletions is
+    finished by the next one. Returns whether anything was deleted.
+
+    Raises:
+        StoreError: the folder or the model's files are outside ``allowed_root`` (nothing was
+            deleted).
+    """
+    for path in (p for p in (folder, model_dir) if p is not None):
+        _under(path, allowed_root)
+    deleted = False
+    if _safe_id(training_id):
+        for root in value_roots:
+            deleted = _remove(root / training_id) or deleted
+    if model_dir is not None:
+        deleted = _remove(model_dir) or deleted
+    if folder is not None and folder.is_dir() and not folder.is_symlink():
+        for entry in sorted(folder.iterdir()):
+            if entry.name not in KEPT_AFTER_EXPIRY:
+                deleted = _remove(entry) or deleted
+    return deleted
 
 
 def expire_models(
-    engine: Engine, *, now: dt.datetime, allowed_root: Path | None = None
+    engine: Engine, *, now: dt.datetime, allowed_root: Path | None = None,
+    value_roots: Sequence[Path] = (),
 ) -> list[ModelInfo]:
     """Delete the files of every record due at ``now`` and mark it expired; keep its audit.
 
-    Safe to run twice or concurrently: files are deleted first (deleting missing files is a
-    no-op), then ``UPDATE ... WHERE state = 'available'`` marks the record, so each record is
-    reported expired by exactly one run. A crash between the two steps is finished by the next
-    run.
+    A model's files are everything its training keeps of the customer's data
+    (:func:`clear_training_files`): the training's folder but its manifest, and the pipeline's
+    values stored for it (``value_roots``). Safe to run twice or concurrently: files are deleted
+    first (deleting missing files is a no-op), then ``UPDATE ... WHERE state = 'available'``
+    marks the record, so each record is reported expired by exactly one run. A crash between two
+    deletions, or between the deletions and the mark, is finished by the next run.
 
     Args:
         engine: the store.
         now: the sweep's time (aware UTC; the schedule passes its scheduled time).
         allowed_root: if given, refuse to delete anything outside this folder.
+        value_roots: the folders of the pipeline's values stored per training (one file per
+            training, named by its id: :data:`PIPELINE_VALUES` under the Dagster storage).
 
     Returns:
         The records this call expired.
@@ -467,10 +564,15 @@ def expire_models(
     refused: list[str] = []
     for info in due_for_expiry(engine, when):
         try:
-            _delete_files(info.files_path, allowed_root)
+            clear_training_files(info.model_id, training_folder_of(info.model_id, info.files_path),
+                                 model_dir=info.files_path, allowed_root=allowed_root,
+                                 value_roots=value_roots)
         except StoreError as exc:
             refused.append(f"{info.model_id}: {exc}")
             continue  # one bad record must not stop the others from expiring
+        except OSError as exc:
+            refused.append(f"{info.model_id}: {_not_deleted(exc)}")
+            continue
         with session_scope(engine) as session:
             changed = session.execute(
                 update(ModelRecord)
@@ -487,12 +589,146 @@ def expire_models(
     return expired
 
 
-class RetentionError(StoreError):
-    """Some records could not be expired; the others were. ``expired`` lists those that were."""
+def cleared_ended_trainings(
+    engine: Engine, *, now: dt.datetime, trainings_dir: Path, value_roots: Sequence[Path] = (),
+    policy: RetentionPolicy | None = None,
+) -> list[str]:
+    """Give a training that ended without a model record (never charged: registered by its
+    manifest, then expired or cancelled) the same end as a model's files: ``policy.days`` after it
+    ended (its lifecycle row's last move), :func:`clear_training_files` deletes what it keeps of
+    the customer's data, its manifest kept. Idempotent; returns the trainings this call deleted
+    something of (a second run: none). A charged training always has a record (its settlement,
+    ``failed`` for an expiry or a cancel), which :func:`expire_models` expires."""
+    from typestrict_pipeline.lifecycle.tables import TrainingRow
 
-    def __init__(self, expired: list[ModelInfo], refused: list[str]) -> None:
+    when = _check_now(now)
+    ended_by = when - dt.timedelta(days=(policy or RetentionPolicy()).days)
+    with session_scope(engine) as session:
+        ids = list(session.scalars(
+            select(TrainingRow.training_id)
+            .outerjoin(ModelRecord, ModelRecord.model_id == TrainingRow.training_id)
+            .where(TrainingRow.state.in_(("settled", "expired", "cancelled")),
+                   TrainingRow.updated_at <= ended_by, ModelRecord.model_id.is_(None))
+            .order_by(TrainingRow.updated_at, TrainingRow.training_id)))
+    out, refused = [], []
+    for tid in ids:
+        try:
+            if _safe_id(tid) and clear_training_files(tid, trainings_dir / tid, allowed_root=trainings_dir,
+                                                      value_roots=value_roots):
+                out.append(tid)
+        except OSError as exc:  # one that cannot be deleted now must not stop the others
+            refused.append(f"{tid}: {_not_deleted(exc)}")
+    if refused:
+        raise RetentionError([], refused, cleared=out)
+    return out
+
+
+def _not_deleted(exc: OSError) -> str:
+    return (f"expected to delete its files, got {exc.strerror or exc} on {exc.filename or '?'}; what "
+            "was deleted stays deleted and the rest waits: fix the cause (permissions, a mount) and "
+            "run the sweep again, it finishes the job")
+
+
+@dataclass(frozen=True)
+class RetentionSweep:
+    """What one retention sweep did: the models it expired, the trainings without a model whose
+    files it deleted, and the leftovers of creations that never committed it removed."""
+
+    expired: list[ModelInfo]
+    cleared: list[str]
+    orphans: list[str] = field(default_factory=list)
+
+
+ORPHAN_GRACE = dt.timedelta(days=1)
+"""How old a leftover of a creation must be before it is removed: a creation stages and commits
+in seconds, so one a day old is a leftover of a process that died, never one in flight."""
+
+
+def removed_orphans(engine: Engine, *, now: dt.datetime, trainings_dir: Path,
+                    grace: dt.timedelta = ORPHAN_GRACE) -> list[str]:
+    """Remove what a training's creation left when its process died before the charge committed
+    (the API stages the folder as ``.staging-<id>`` with the dataset's copy, then moves it in as
+    the charging transaction's last step): a ``.staging-*`` folder, and a draft folder
+    (``api-draft.json``, no manifest) that no lifecycle row, model record or ledger line knows,
+    both last changed ``grace`` or more before ``now``. Nothing was charged for them and no one
+    was told they exist, so nothing of them is kept. Returns the folders' names."""
+    from typestrict_pipeline.credits.tables import CreditEntry
+    from typestrict_pipeline.lifecycle.tables import TrainingRow
+
+    before = (_check_now(now) - grace).timestamp()
+    staged, drafts = [], []
+    try:
+        entries = sorted(os.scandir(trainings_dir), key=lambda e: e.name)
+    except FileNotFoundError:
+        return []
+    for entry in entries:
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_mtime > before:
+                continue
+            folder = Path(entry.path)
+            if entry.name.startswith(".staging-"):
+                staged.append(folder)
+            elif (not entry.name.startswith(".") and _safe_id(entry.name) and (folder / "api-draft.json").is_file()
+                  and not (folder / "manifest.json").exists()):
+                drafts.append(folder)
+        except OSError:  # removed meanwhile
+            continue
+    if drafts:
+        names = [f.name for f in drafts]
+        with session_scope(engine) as session:
+            known = set(session.scalars(select(TrainingRow.training_id).where(TrainingRow.training_id.in_(names))))
+            known |= set(session.scalars(select(ModelRecord.model_id).where(ModelRecord.model_id.in_(names))))
+            known |= set(session.scalars(select(CreditEntry.reference).where(CreditEntry.reference.in_(names))))
+        drafts = [f for f in drafts if f.name not in known]
+    out = []
+    for folder in staged + drafts:
+        if _remove(folder):
+            out.append(folder.name)
+    return sorted(out)
+
+
+def sweep_retention(
+    engine: Engine, *, now: dt.datetime, trainings_dir: Path, value_roots: Sequence[Path] = (),
+    policy: RetentionPolicy | None = None,
+) -> RetentionSweep:
+    """The retention rule, the one every door runs (``typestrict credits expire``, the
+    ``retention_job``, the demo): :func:`expire_models` (files of models past ``expires_at``),
+    then :func:`cleared_ended_trainings` (trainings that ended without a model, ``policy.days``
+    after their end), then :func:`removed_orphans` (what a creation left when its process died
+    before the charge). Nothing is deleted outside ``trainings_dir`` and ``value_roots``.
+
+    Raises:
+        RetentionError: some models' files are outside ``trainings_dir``, or some files could
+            not be deleted now (permissions, a mount); the rest of the sweep was done first
+            (``expired``, ``cleared``), and the next sweep finishes what was left.
+    """
+    refused: list[str] = []
+    try:
+        expired = expire_models(engine, now=now, allowed_root=trainings_dir, value_roots=value_roots)
+    except RetentionError as exc:
+        expired, refused = exc.expired, list(exc.refused)
+    try:
+        cleared = cleared_ended_trainings(engine, now=now, trainings_dir=trainings_dir,
+                                          value_roots=value_roots, policy=policy)
+    except RetentionError as exc:
+        cleared, refused = exc.cleared, refused + exc.refused
+    try:
+        orphans = removed_orphans(engine, now=now, trainings_dir=trainings_dir)
+    except OSError as exc:
+        orphans, refused = [], [*refused, f"leftovers of creations: {_not_deleted(exc)}"]
+    if refused:
+        raise RetentionError(expired, refused, cleared=cleared)
+    return RetentionSweep(expired, cleared, orphans)
+
+
+class RetentionError(StoreError):
+    """Some records (or ended trainings) could not be expired; the others were. ``expired``
+    lists the models that were, ``cleared`` the ended trainings without a model."""
+
+    def __init__(self, expired: list[ModelInfo], refused: list[str], *, cleared: Sequence[str] = ()) -> None:
         self.expired = expired
         self.refused = refused
+        self.cleared = list(cleared)
         super().__init__(
             f"{len(refused)} model(s) could not expire ({len(expired)} others did): "
             + "; ".join(refused)

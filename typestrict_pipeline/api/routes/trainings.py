@@ -30,6 +30,8 @@ from typestrict_pipeline.api.schemas import (
     TrainingOut,
 )
 from typestrict_pipeline.api.trainings import TrainingRequest, TrainingView, split_roles
+from typestrict_pipeline.credits import ModelState
+from typestrict_pipeline.credits.models import models_of
 from typestrict_pipeline.errors import NotFoundError
 from typestrict_pipeline.refund.dataset import load_dataset
 from typestrict_pipeline.refund.grouping import resampling_line, scan_dataset
@@ -114,8 +116,10 @@ def cancel_training(training_id: TrainingId, ctx: Ctx, workspace: Workspace) -> 
 
 @router.get("/trainings/{training_id}/split", response_model=SplitOut)
 def get_split(training_id: TrainingId, ctx: Ctx, workspace: Workspace) -> SplitOut:
-    """Before training: the ids to train on (and their SHA-256), and what is held out."""
+    """Before training: the ids to train on (and their SHA-256), and what is held out. Once
+    retention deleted the training's data (its dataset copy), **410 Gone** with the date."""
     manifest = ctx.trainings.manifest(workspace, training_id)
+    _check_data_kept(ctx, training_id)
     holdouts = split_decisions(load_dataset(manifest))
     train, held = _split_ids(holdouts)
     group = manifest.dataset.columns.group
@@ -130,6 +134,20 @@ def get_split(training_id: TrainingId, ctx: Ctx, workspace: Workspace) -> SplitO
             [(h.decision, "example" if group is None else "group", None) for h in holdouts], group),
         grouping_warnings=[GroupingWarningOut(**w.as_dict()) for w in scan.warnings],
     )
+
+
+def _check_data_kept(ctx: Ctx, training_id: str) -> None:
+    """410 once the training's model files expired: retention deleted its dataset copy with them
+    (``docs/credits.md``, "Retention"), so there is no split to read any more."""
+    info = models_of(ctx.engine, [training_id]).get(training_id)
+    if info is not None and info.state is ModelState.EXPIRED:
+        when = (info.expired_at or info.expires_at).isoformat()
+        raise ApiError(410, "gone",
+                       f"expected the dataset of training {training_id!r} to read its split, got none: "
+                       f"retention deleted the training's data on {when} "
+                       f"({(info.expires_at - info.settled_at).days} days after it ended). Its verdict "
+                       f"and audit stay at /v1/models/{training_id} and /v1/models/{training_id}/audit",
+                       headers={"X-Expired-At": info.expires_at.isoformat()})
 
 
 def _split_ids(holdouts: Sequence[Holdout]) -> tuple[list[str], list[str]]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
+from starlette.datastructures import FormData
 
 from typestrict_pipeline.console.sessions import (
     SESSION_IDLE,
@@ -62,8 +64,13 @@ def sign_in_page(request: Request, next: str | None = None, signed_out: int = 0)
 
 @router.post("/sign-in")
 async def sign_in_post(request: Request) -> Response:
-    """Exchange the key for a session cookie; the key goes nowhere else."""
+    """Exchange the key for a session cookie; the key goes nowhere else. The form is read on the
+    event loop, the key's check and the session's write in the threadpool."""
     form = await read_form(request)
+    return await run_in_threadpool(_sign_in, request, form)
+
+
+def _sign_in(request: Request, form: FormData) -> Response:
     next_url = safe_next(str(form.get("next") or ""))
     given = form.get("csrf_token")
     if not signin_matches(request, given if isinstance(given, str) else None):

@@ -14,6 +14,7 @@ import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from pydantic import ValidationError
 from starlette.datastructures import FormData
@@ -150,9 +151,14 @@ def backtests_page(request: Request, session: Session, backtests: str | None = N
 
 @router.post("/backtests")
 async def run_backtest(request: Request, session: Posted) -> Response:
-    """Run a backtest: ``POST /v1/backtests``'s checks, then its Dagster run."""
-    ctx = get_ctx(request)
+    """Run a backtest: ``POST /v1/backtests``'s checks, then its Dagster run. The form is read on
+    the event loop, the store's work (and the page) in the threadpool."""
     form = await read_form(request)
+    return await run_in_threadpool(_run_backtest, request, session, form)
+
+
+def _run_backtest(request: Request, session: ConsoleSession, form: FormData) -> Response:
+    ctx = get_ctx(request)
     values = {k: _text(form, k) for k in BACKTEST_DEFAULTS}
     try:
         body = BacktestIn.model_validate({k: v for k, v in values.items() if v})
@@ -203,9 +209,15 @@ def _study_request(request: Request, session: ConsoleSession, values: dict[str, 
 async def study_estimate(request: Request, session: Posted) -> Response:
     """The form's estimate before anything runs (``POST /v1/studies/estimate``); nothing is created.
 
-    HTMX swaps the answer into the form; without script the whole tab comes back with it."""
+    HTMX swaps the answer into the form; without script the whole tab comes back with it. The
+    form is read on the event loop, the store's work (and the page) in the threadpool."""
+    form = await read_form(request)
+    return await run_in_threadpool(_study_estimate, request, session, form)
+
+
+def _study_estimate(request: Request, session: ConsoleSession, form: FormData) -> Response:
     ctx = get_ctx(request)
-    values = _study_values(await read_form(request))
+    values = _study_values(form)
     htmx = request.headers.get("hx-request") == "true"
     try:
         fields = _study_request(request, session, values)
@@ -226,9 +238,15 @@ async def study_estimate(request: Request, session: Posted) -> Response:
 
 @router.post("/studies")
 async def create_study(request: Request, session: Posted) -> Response:
-    """Create a study and launch its Dagster run (``POST /v1/studies``)."""
+    """Create a study and launch its Dagster run (``POST /v1/studies``). The form is read on the
+    event loop, the store's work (and the page) in the threadpool."""
+    form = await read_form(request)
+    return await run_in_threadpool(_create_study, request, session, form)
+
+
+def _create_study(request: Request, session: ConsoleSession, form: FormData) -> Response:
     ctx = get_ctx(request)
-    values = _study_values(await read_form(request))
+    values = _study_values(form)
     try:
         fields = _study_request(request, session, values)
         row = studies_core.launch_study(ctx.engine, ctx.settings.home, ctx.runs, session.workspace_id, fields)
@@ -310,12 +328,17 @@ def cancel_study(study_id: StudyId, request: Request, session: Posted) -> Respon
 
 @router.post("/studies/{study_id}/schedule")
 async def enable_schedule(study_id: StudyId, request: Request, session: Posted) -> Response:
-    """Tick "Re-run on a schedule": the same call as ``POST /v1/studies/{id}/schedule``."""
+    """Tick "Re-run on a schedule": the same call as ``POST /v1/studies/{id}/schedule``. The form
+    is read on the event loop, the store's work (and the page) in the threadpool."""
+    form = await read_form(request)
+    return await run_in_threadpool(_enable_schedule, study_id, request, session, form)
+
+
+def _enable_schedule(study_id: str, request: Request, session: ConsoleSession, form: FormData) -> Response:
     from typestrict_pipeline.reruns.service import enable_schedule as core_enable
     from typestrict_pipeline.reruns.studies import StoreStudies
 
     ctx = get_ctx(request)
-    form = await read_form(request)
     error = None
     try:
         ticked = form_box(form, "rerun", lambda v: v == "on", "the box 'Re-run on a schedule' ticked ('on')",
@@ -349,9 +372,9 @@ async def enable_schedule(study_id: StudyId, request: Request, session: Posted) 
 
 
 @router.post("/schedules/{schedule_id}/cancel")
-async def cancel_schedule(schedule_id: PathId, request: Request,
-                          session: Posted) -> Response:
-    """Turn a schedule off (``POST /v1/schedules/{id}/cancel``)."""
+def cancel_schedule(schedule_id: PathId, request: Request, session: Posted) -> Response:
+    """Turn a schedule off (``POST /v1/schedules/{id}/cancel``); a sync route: the store's work
+    runs in the threadpool."""
     from typestrict_pipeline.api import schedules as schedules_core
 
     ctx = get_ctx(request)

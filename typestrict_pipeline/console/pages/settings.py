@@ -14,8 +14,10 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from pydantic import ValidationError
+from starlette.datastructures import FormData
 
 from typestrict_pipeline.api.deps import get_ctx
 from typestrict_pipeline.api.errors import validation_message
@@ -70,12 +72,18 @@ def usage_saved(request: Request, session: Session) -> Response:
 
 @router.post("/settings/usage/budget")
 async def set_budget(request: Request, session: Posted) -> Response:
-    """Set the monthly usage budget (``PUT /v1/workspaces/{id}/budget``), read exactly."""
+    """Set the monthly usage budget (``PUT /v1/workspaces/{id}/budget``), read exactly. The form
+    is read on the event loop, the store's work (and the page) in the threadpool."""
+    form = await read_form(request)
+    return await run_in_threadpool(_set_budget, request, session, form)
+
+
+def _set_budget(request: Request, session: ConsoleSession, form: FormData) -> Response:
     from typestrict_pipeline.api.budgets import set_budget as core_set
     from typestrict_pipeline.api.studies import money_text
     from typestrict_pipeline.study.limits import usd_to_micro
 
-    value = (await read_form(request)).get("budget_usd")
+    value = form.get("budget_usd")
     typed = value.strip() if isinstance(value, str) else ""
     try:  # the API's own schema, then its reader: the whole value as typed, never a part of it
         body = BudgetIn.model_validate({"budget_usd": typed})
@@ -114,10 +122,15 @@ def notifications_page(request: Request, session: Session, saved: int = 0) -> Re
 
 @router.post("/settings/notifications")
 async def set_notification(request: Request, session: Posted) -> Response:
-    """Turn the notification on or off for one schedule owner (``PUT /v1/notifications``)."""
+    """Turn the notification on or off for one schedule owner (``PUT /v1/notifications``). The
+    form is read on the event loop, the store's work in the threadpool."""
+    form = await read_form(request)
+    return await run_in_threadpool(_set_notification, request, session, form)
+
+
+def _set_notification(request: Request, session: ConsoleSession, form: FormData) -> Response:
     from typestrict_pipeline.api import notifications as core
 
-    form = await read_form(request)
     person = form.get("person")
     enabled = form_box(form, "enabled", lambda v: v == "on", "the box \"Send to …\" ticked ('on') or not sent",
                        "reload the page, tick or clear the box and save again") is not None
