@@ -95,7 +95,7 @@ class StagedFile:
 
     def __init__(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=".upload.", suffix=".tmp", dir=folder)
+        fd, name = tempfile.mkstemp(prefix=".staged.", suffix=".tmp", dir=folder)
         self.path = Path(name)
         self.size = 0
         self._handle: IO[bytes] | None = os.fdopen(fd, "wb")
