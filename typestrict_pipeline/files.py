@@ -76,6 +76,63 @@ def write_atomic(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o644
     return target
 
 
+class StagedFile:
+    """A file written a piece at a time under a temporary name in ``folder``, then moved to its
+    place atomically (:meth:`commit`: fsync, mode, rename) or removed (:meth:`discard`, also when
+    the ``with`` block ends without a commit). An upload is written so: the server holds one
+    piece at a time, never the file (``write_atomic`` needs the whole file as bytes). ``folder``
+    and the final place must be on one file system (one ``os.replace``).
+
+    >>> import tempfile, pathlib
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> with StagedFile(root / ".staging") as staged:
+    ...     staged.write(b"hel"); staged.write(b"lo")
+    ...     staged.commit(root / "a.txt").read_bytes(), staged.size
+    (b'hello', 5)
+    >>> list((root / ".staging").iterdir())
+    []
+    """
+
+    def __init__(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=".staged.", suffix=".tmp", dir=folder)
+        self.path = Path(name)
+        self.size = 0
+        self._handle: IO[bytes] | None = os.fdopen(fd, "wb")
+
+    def write(self, data: bytes) -> None:
+        if self._handle is None:
+            raise ValueError("the staged file was committed or discarded")
+        self._handle.write(data)
+        self.size += len(data)
+
+    def commit(self, target: Path, *, mode: int = 0o644) -> Path:
+        """Move the written bytes to ``target`` (replacing a file of that name), durably."""
+        if self._handle is None:
+            raise ValueError("the staged file was committed or discarded")
+        handle, self._handle = self._handle, None
+        with handle:
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(self.path, mode)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(self.path, target)
+        return target
+
+    def discard(self) -> None:
+        """Remove what was written (nothing after a commit)."""
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+            self.path.unlink(missing_ok=True)
+
+    def __enter__(self) -> StagedFile:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.discard()
+
+
 MAX_JSONL_LINE_BYTES = 64 * 1024 * 1024
 """Longest line of a JSON Lines file read, in bytes (64 MiB), its line end not counted: far above
 any real row (a predictions row with 10,000 answers' probabilities is about 300 kB; a JSON Lines

@@ -84,6 +84,33 @@ class _TooLarge(Exception):
     pass
 
 
+MAX_BODY_ENV = "TYPESTRICT_MAX_BODY_BYTES"
+MAX_UPLOAD_ENV = "TYPESTRICT_MAX_UPLOAD_BYTES"
+
+
+def body_limits_from_env() -> tuple[int, int]:
+    """The server's request body limits, ``(JSON body, upload)``: :data:`MAX_BODY_ENV` and
+    :data:`MAX_UPLOAD_ENV` (positive whole numbers of bytes in ASCII digits, the rule of every
+    ``TYPESTRICT_MAX_*`` bound), else 16 MiB and 256 MiB; read when a server starts.
+
+    >>> body_limits_from_env()  # neither set
+    (16777216, 268435456)
+    """
+    from typestrict_pipeline.files import bound_from_env
+
+    return bound_from_env(MAX_BODY_ENV, DEFAULT_MAX_BODY), bound_from_env(MAX_UPLOAD_ENV, DEFAULT_MAX_UPLOAD)
+
+
+def is_upload(method: str, path: str) -> bool:
+    """Whether a request sends a file (its body bounded by the upload limit, not the JSON one).
+
+    >>> is_upload("PUT", "/v1/files/a.csv"), is_upload("POST", "/v1/studies")
+    (True, False)
+    """
+    return ((method == "PUT" and path.startswith(UPLOAD_PREFIXES))
+            or (method == "POST" and path.startswith(CONSOLE_UPLOAD_PREFIX)))
+
+
 def body_limit(method: str, path: str, max_body: int, max_upload: int) -> int:
     """The largest body a request may send: ``max_upload`` for a file upload, else ``max_body``
     (the rule of :class:`BodyLimitMiddleware` and of the server's chunked-body bound).
@@ -91,9 +118,12 @@ def body_limit(method: str, path: str, max_body: int, max_upload: int) -> int:
     >>> body_limit("PUT", "/v1/files/a.csv", 10, 99), body_limit("POST", "/v1/studies", 10, 99)
     (99, 10)
     """
-    upload = ((method == "PUT" and path.startswith(UPLOAD_PREFIXES))
-              or (method == "POST" and path.startswith(CONSOLE_UPLOAD_PREFIX)))
-    return max_upload if upload else max_body
+    return max_upload if is_upload(method, path) else max_body
+
+
+def limit_setting(method: str, path: str) -> str:
+    """The setting an operator raises for the limit of this request's body."""
+    return MAX_UPLOAD_ENV if is_upload(method, path) else MAX_BODY_ENV
 
 
 class BodyLimitMiddleware:
@@ -204,15 +234,15 @@ def _declares_head(scope: Scope) -> bool:
     return any(route.matches(scope)[0] is Match.FULL for route in routes)
 
 
-def too_large_message(limit: int, got: str) -> str:
-    """The 413's message: the limit and the size.
+def too_large_message(limit: int, got: str, setting: str = MAX_BODY_ENV) -> str:
+    """The 413's message: the limit, the size, and the server's setting of that limit.
 
     >>> too_large_message(16 * 1024 * 1024, "20,000,000 bytes (its Content-Length)")
-    'expected a request body of at most 16,777,216 bytes (16 MiB), got 20,000,000 bytes (its Content-Length). Send a smaller body (split the upload, or ask the operator to raise the limit)'
+    "expected a request body of at most 16,777,216 bytes (16 MiB), got 20,000,000 bytes (its Content-Length). Send a smaller body (split the upload), or ask the operator to raise the server's TYPESTRICT_MAX_BODY_BYTES"
     """
     mib = f" ({limit / 1024 / 1024:g} MiB)" if limit >= 1024 * 1024 else ""
     return (f"expected a request body of at most {limit:,} bytes{mib}, got {got}. Send a smaller body "
-            "(split the upload, or ask the operator to raise the limit)")
+            f"(split the upload), or ask the operator to raise the server's {setting}")
 
 
 async def _send_413(scope: Scope, send: Send, limit: int, got: str) -> None:
@@ -220,7 +250,7 @@ async def _send_413(scope: Scope, send: Send, limit: int, got: str) -> None:
     browser) the console's page saying the same."""
     from typestrict_pipeline.console.web import error_page, is_console_path
 
-    message = too_large_message(limit, got)
+    message = too_large_message(limit, got, limit_setting(str(scope.get("method", "")), str(scope.get("path", ""))))
     if is_console_path(str(scope.get("path", ""))):
         page = error_page(Request(scope), 413, "Too large", message)
         content_type, body = page.headers["content-type"].encode(), bytes(page.body)
@@ -302,8 +332,8 @@ def create_app(
     home: str | Path,
     *,
     jev_source: Mapping[str, Any] | None,
-    max_body_bytes: int = DEFAULT_MAX_BODY,
-    max_upload_bytes: int = DEFAULT_MAX_UPLOAD,
+    max_body_bytes: int | None = None,
+    max_upload_bytes: int | None = None,
     dagster_home: str | Path | None = None,
     rate_limit: RateLimit | None = DEFAULT_RATE_LIMIT,
     clock: Callable[[], float] = time.monotonic,
@@ -318,8 +348,9 @@ def create_app(
         home: ``TYPESTRICT_HOME`` (trainings, audits, workspaces' files).
         jev_source: the manifest ``predictions.jev`` object used for trainings created here
             (required: a server without Jev does not start, :func:`~typestrict_pipeline.api.jev.missing_jev_error`).
-        max_body_bytes: largest JSON body.
-        max_upload_bytes: largest uploaded file (``PUT /v1/files/{name}``, model files).
+        max_body_bytes: largest JSON body (default :data:`MAX_BODY_ENV`, else 16 MiB).
+        max_upload_bytes: largest uploaded file (``PUT /v1/files/{name}``, model files; default
+            :data:`MAX_UPLOAD_ENV`, else 256 MiB).
         dagster_home: the Dagster instance studies and backtests are launched on (default
             ``DAGSTER_HOME``, else ``<home>/dagster_home``: :mod:`typestrict_pipeline.api.runs`).
         rate_limit: every key's token bucket (None: no limit); see
@@ -354,6 +385,9 @@ def create_app(
     if jev_source is None:
         raise missing_jev_error(Path(home).resolve())
     resolved = Path(home).resolve()
+    body_from_env, upload_from_env = body_limits_from_env()
+    max_body_bytes = body_from_env if max_body_bytes is None else max_body_bytes
+    max_upload_bytes = upload_from_env if max_upload_bytes is None else max_upload_bytes
     settings = ApiSettings(store_url=store_url, home=resolved, jev_source=jev_source,
                            max_body_bytes=max_body_bytes, max_upload_bytes=max_upload_bytes,
                            dagster_home=Path(dagster_home).resolve() if dagster_home else dagster_home_for(resolved),

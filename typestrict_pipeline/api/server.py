@@ -68,7 +68,10 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from typestrict_pipeline.api.app import (
     DEFAULT_MAX_BODY,
     DEFAULT_MAX_UPLOAD,
+    MAX_BODY_ENV,
     body_limit,
+    body_limits_from_env,
+    limit_setting,
     too_large_message,
 )
 
@@ -198,8 +201,9 @@ class ChunkedBody:
     """
 
     def __init__(self, limit: int, max_chunks: int, max_trailer_bytes: int = 16 * 1024,
-                 max_trailer_fields: int = 100) -> None:
+                 max_trailer_fields: int = 100, setting: str = MAX_BODY_ENV) -> None:
         self.limit = limit
+        self.setting = setting  # the server's setting of ``limit``, named in the 413
         self.max_chunks = max_chunks
         self.max_trailer_bytes = max_trailer_bytes
         self.max_trailer_fields = max_trailer_fields
@@ -310,7 +314,7 @@ class ChunkedBody:
         return None
 
     def _too_large(self, got: str) -> Refusal:
-        return Refusal(413, "payload_too_large", too_large_message(self.limit, got))
+        return Refusal(413, "payload_too_large", too_large_message(self.limit, got, self.setting))
 
 
 class CheckedConnection(h11.Connection):
@@ -522,7 +526,8 @@ class BoundedH11Protocol(H11Protocol):
             limit = body_limit(self.scope["method"], self.scope["path"], self.limits.max_body_bytes,
                                self.limits.max_upload_bytes)
             self._chunks = ChunkedBody(limit, self.limits.max_chunks, self.limits.max_header_bytes,
-                                       self.limits.max_headers)
+                                       self.limits.max_headers,
+                                       setting=limit_setting(self.scope["method"], self.scope["path"]))
         else:
             self._length = self.checked.length
 
@@ -635,8 +640,11 @@ def uvicorn_options(limits: RequestLimits | None = None) -> dict[str, Any]:
     >>> options["http"].__name__, options["h11_max_incomplete_event_size"], options["ws"]
     ('BoundedH11Protocol', 16384, 'none')
     """
+    if limits is None:  # the server's body limits, as create_app reads them
+        max_body, max_upload = body_limits_from_env()
+        limits = RequestLimits(max_body_bytes=max_body, max_upload_bytes=max_upload)
     protocol: type[BoundedH11Protocol] = BoundedH11Protocol
-    if limits is not None and limits != BoundedH11Protocol.limits:
+    if limits != BoundedH11Protocol.limits:
         protocol = type("BoundedH11Protocol", (BoundedH11Protocol,), {"limits": limits})
     return {"http": protocol, "h11_max_incomplete_event_size": protocol.limits.max_header_bytes,
             "timeout_keep_alive": 5, "ws": "none"}

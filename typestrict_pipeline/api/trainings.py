@@ -34,6 +34,7 @@ import json
 import os
 import secrets
 import shutil
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -63,7 +64,7 @@ from typestrict_pipeline.errors import (
     TypeStrictError,
     shown_as,
 )
-from typestrict_pipeline.files import read_json_file, write_atomic
+from typestrict_pipeline.files import StagedFile, read_json_file, write_atomic
 from typestrict_pipeline.lifecycle.leases import LeaseKind, acquire
 from typestrict_pipeline.lifecycle.trainings import (
     API_WORDS,
@@ -97,6 +98,9 @@ from typestrict_pipeline.store import utcnow
 
 DRAFT_NAME = "api-draft.json"
 STORAGE_LOCK_NAME = ".storage.lock"
+UPLOAD_STAGING = ".uploads"
+STALE_UPLOAD_S = 86_400.0
+"""A staged upload older than this (a day) was left by a server killed mid-upload."""
 """The file whose ``flock`` is a workspace's storage lock (:meth:`TrainingStore.storage_lock`)."""
 GROUPING_NAME = "grouping.json"
 """The look for undeclared groups made when the training was created (``refund.grouping``)."""
@@ -767,8 +771,15 @@ class TrainingStore:
 
     # --- submit ------------------------------------------------------------------------------
 
-    def put_model_file(self, workspace_id: str, training_id: str, name: str, data: bytes) -> Path:
-        """Store one file of the trained model (only before its predictions are accepted)."""
+    def model_file_target(self, workspace_id: str, training_id: str, name: str) -> Path:
+        """Where the trained model's file ``name`` is stored: checked before its upload is read
+        (and again before it is stored), so an upload to a training that does not exist or
+        takes no more files is refused before one byte of it is read.
+
+        Raises:
+            NotFoundError: no such training in the workspace.
+            ConflictError: its predictions were submitted already.
+        """
         _, folder, draft = self._doc(workspace_id, training_id)
         status = training_status(self.engine, training_id)
         if (status is not None and not status.state.accepts_submission) or (status is None and not draft):
@@ -776,11 +787,30 @@ class TrainingStore:
                 f"expected training {training_id!r} to await its predictions, got one already "
                 "submitted. Model files are uploaded before the predictions"
             )
-        target = folder / MODEL_FOLDER / check_name(name)
+        return folder / MODEL_FOLDER / check_name(name)
+
+    def put_model_file(self, workspace_id: str, training_id: str, name: str, staged: StagedFile) -> Path:
+        """Store one file of the trained model (only before its predictions are accepted), from
+        its staged upload (:meth:`staging`)."""
+        target = self.model_file_target(workspace_id, training_id, name)
         with self.storage_lock(workspace_id):
-            self.check_storage(workspace_id, files=1, size=len(data), replaces=[target])
+            self.check_storage(workspace_id, files=1, size=staged.size, replaces=[target])
             with _disk("store the model's file"):
-                return write_atomic(target, data)
+                return staged.commit(target)
+
+    def staging(self, workspace_id: str) -> Path:
+        """The folder an upload of the workspace is written to before it is checked and moved in
+        place (``<home>/workspaces/<workspace>/.uploads``: on the home's file system, outside the
+        folders its storage quota counts). A file left there by a server killed mid-upload is
+        removed by the workspace's next upload once it is a day old."""
+        folder = self.area(workspace_id).root.parent / UPLOAD_STAGING
+        now = time.time()
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(folder):
+                with contextlib.suppress(OSError):
+                    if now - entry.stat(follow_symlinks=False).st_mtime > STALE_UPLOAD_S:
+                        os.unlink(entry.path)
+        return folder
 
     def submit(self, workspace_id: str, training_id: str, predictions_jsonl: bytes,
                trained_on: str | None, stated_ids: tuple[bool, Sequence[str]] | None = None, *,

@@ -433,9 +433,59 @@ def _round_half_up_inverse(share: Fraction) -> int:
 _ROLES = (Role.TEST, Role.TRAIN, Role.EXCLUDED)
 _TEST, _TRAIN, _EXCLUDED = 0, 1, 2
 _BLOCK = 4096
+_DENSE_CELLS = 1 << 28
+"""Units × answers up to this (2 GiB of counts) are counted in one dense table, as every split
+of a few answers is; beyond it the counts are sparse (:class:`_UnitCounts`): 200,000 rows
+without groups over 10,000 answers asked for a dense table of 14.9 GiB and ended in a
+MemoryError (and with 200 more columns, a process killed at 23 GB)."""
+_BLOCK_CELLS = 1 << 20
+"""A sparse table is made dense a block of units at a time, at most this many cells (8 MiB)."""
 
 
-def _pass1(counts: npt.NDArray[np.int64], remaining: npt.NDArray[np.int64]) -> list[int]:
+@dataclass(frozen=True)
+class _UnitCounts:
+    """Stratum rows per (unit, answer), the units in one order: a dense ``units × answers``
+    table, or its non-zero cells (CSR: the unit ``u``'s cells are ``answer[indptr[u]:indptr[u + 1]]``
+    with ``count``), handed to the passes a block of units at a time (:meth:`block`). Both give
+    the same blocks, so the split does not depend on which is used."""
+
+    n: int
+    a: int
+    table: npt.NDArray[np.int64] | None = None
+    indptr: npt.NDArray[np.int64] | None = None
+    answer: npt.NDArray[np.int64] | None = None
+    count: npt.NDArray[np.int64] | None = None
+
+    @property
+    def block_units(self) -> int:
+        return _BLOCK if self.table is not None else max(1, min(_BLOCK, _BLOCK_CELLS // max(self.a, 1)))
+
+    def take(self, order: npt.NDArray[np.int64]) -> _UnitCounts:
+        """The units in ``order``."""
+        if self.table is not None:
+            return _UnitCounts(self.n, self.a, table=self.table[order])
+        assert self.indptr is not None and self.answer is not None and self.count is not None
+        starts = self.indptr[order]
+        lengths = self.indptr[order + 1] - starts
+        indptr = np.zeros(len(order) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=indptr[1:])
+        cells = np.repeat(starts - indptr[:-1], lengths) + np.arange(int(indptr[-1]), dtype=np.int64)
+        return _UnitCounts(self.n, self.a, indptr=indptr, answer=self.answer[cells], count=self.count[cells])
+
+    def block(self, pos: int) -> npt.NDArray[np.int64]:
+        """The dense counts of the units from ``pos`` on, :attr:`block_units` of them at most."""
+        stop = min(pos + self.block_units, self.n)
+        if self.table is not None:
+            return self.table[pos:stop]
+        assert self.indptr is not None and self.answer is not None and self.count is not None
+        out = np.zeros((stop - pos, self.a), dtype=np.int64)
+        lo, hi = int(self.indptr[pos]), int(self.indptr[stop])
+        rows = np.repeat(np.arange(stop - pos), np.diff(self.indptr[pos:stop + 1]))
+        out[rows, self.answer[lo:hi]] = self.count[lo:hi]
+        return out
+
+
+def _pass1(counts: _UnitCounts, remaining: npt.NDArray[np.int64]) -> list[int]:
     """Pass 1 over units in rank order: take each whose rows fit what remains of every quota.
 
     A unit that does not fit now never fits later (quotas only shrink), so blocks of units are
@@ -443,9 +493,9 @@ def _pass1(counts: npt.NDArray[np.int64], remaining: npt.NDArray[np.int64]) -> l
     """
     taken: list[int] = []
     left = int(remaining.sum())
-    pos, total = 0, len(counts)
+    pos, total = 0, counts.n
     while left > 0 and pos < total:
-        block = counts[pos:pos + _BLOCK]
+        block = counts.block(pos)
         fits = np.flatnonzero(np.all(block <= remaining, axis=1))
         if fits.size == 0:
             pos += len(block)
@@ -459,16 +509,16 @@ def _pass1(counts: npt.NDArray[np.int64], remaining: npt.NDArray[np.int64]) -> l
 
 
 def _pass2(
-    counts: npt.NDArray[np.int64], remaining: npt.NDArray[np.int64], skip: npt.NDArray[np.bool_],
+    counts: _UnitCounts, remaining: npt.NDArray[np.int64], skip: npt.NDArray[np.bool_],
     fill: Callable[[int], None],
 ) -> list[int]:
     """Pass 2: the next units (rank order) holding rows of an open answer, topped up by ``fill``."""
     taken: list[int] = []
-    pos, total = 0, len(counts)
+    pos, total = 0, counts.n
     while remaining.sum() > 0 and pos < total:
-        block = counts[pos:pos + _BLOCK]
+        block = counts.block(pos)
         open_ = remaining > 0
-        wanted = np.flatnonzero(~skip[pos:pos + _BLOCK] & np.any(block[:, open_] > 0, axis=1))
+        wanted = np.flatnonzero(~skip[pos:pos + len(block)] & np.any(block[:, open_] > 0, axis=1))
         if wanted.size == 0:
             pos += len(block)
             continue
@@ -487,15 +537,19 @@ def _spans(n: int) -> Iterable[slice]:
     return (slice(start, min(start + _ROWS, n)) for start in range(0, n, _ROWS))
 
 
-def _per_unit(
-    data: SplitRows, strata: npt.NDArray[np.int16], a: int
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+def _per_unit(data: SplitRows, strata: npt.NDArray[np.int16], a: int) -> tuple[npt.NDArray[np.int64], _UnitCounts]:
     """The units holding stratum rows (ascending) and their stratum rows per answer.
 
     Group units (codes below the number of groups) are counted with one ``bincount`` over the
     groups; the other units (a row without a group value, and what identical texts joined to
-    it) are few in grouped data and sorted."""
+    it) are few in grouped data and sorted. When the dense table would pass
+    :data:`_DENSE_CELLS` (counted before it is made), only its non-zero cells are kept."""
     g = len(data.group_values)
+    answered = 0
+    for span in _spans(data.n):
+        answered += int(np.count_nonzero(strata[span] >= 0))
+    if (g + answered) * a > _DENSE_CELLS:
+        return _per_unit_sparse(data, strata, a)
     per_group = np.zeros(g * a, dtype=np.int64)
     other_units: list[npt.NDArray[Any]] = []
     other_strata: list[npt.NDArray[np.int16]] = []
@@ -519,7 +573,29 @@ def _per_unit(
         units_out.append(units_o.astype(np.int64))
         counts.append(np.bincount(index * a + strata_o, minlength=len(units_o) * a)
                       .reshape(len(units_o), a))
-    return np.concatenate(units_out), np.concatenate(counts)
+    dense = np.concatenate(counts)
+    return np.concatenate(units_out), _UnitCounts(len(dense), a, table=dense)
+
+
+def _per_unit_sparse(data: SplitRows, strata: npt.NDArray[np.int16],
+                     a: int) -> tuple[npt.NDArray[np.int64], _UnitCounts]:
+    """:func:`_per_unit`'s counts as the non-zero (unit, answer) cells: memory in proportion
+    to the answered rows, whatever the number of answers."""
+    keys: list[npt.NDArray[np.int64]] = []
+    weights: list[npt.NDArray[np.int64]] = []
+    for span in _spans(data.n):
+        codes = strata[span]
+        has = codes >= 0
+        cell = data.units[span][has].astype(np.int64) * a + codes[has]
+        found, times = np.unique(cell, return_counts=True)
+        keys.append(found)
+        weights.append(times.astype(np.int64))
+    cells, where = np.unique(np.concatenate(keys), return_inverse=True)
+    count = np.bincount(where, weights=np.concatenate(weights), minlength=len(cells)).astype(np.int64)
+    unit_of = cells // a
+    units, first = np.unique(unit_of, return_index=True)
+    indptr = np.append(first, len(cells)).astype(np.int64)
+    return units.astype(np.int64), _UnitCounts(len(units), a, indptr=indptr, answer=cells % a, count=count)
 
 
 def _rows_of_units(
@@ -580,7 +656,7 @@ def _draw(
     del keys
     order = order_by_digest(ranks)
     del ranks
-    ranked = per_unit[order]
+    ranked = per_unit.take(order)
 
     # The test rows are at most the quotas' total: kept as row numbers, not a mask of every row.
     remaining = np.array(quotas, dtype=np.int64)

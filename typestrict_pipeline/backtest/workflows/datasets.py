@@ -47,7 +47,7 @@ from typestrict_pipeline.errors import (
     NotFoundError,
     listed,
 )
-from typestrict_pipeline.files import max_data_file_bytes, read_json_file, write_atomic
+from typestrict_pipeline.files import StagedFile, max_data_file_bytes, read_json_file, write_atomic
 from typestrict_pipeline.lazy import LazyModule
 
 if TYPE_CHECKING:  # imported on first use: keeps the code location's load quick
@@ -460,18 +460,29 @@ def append_rows(
                 "event_time with a later known_time",
                 file=str(src), row=i + 1, column=KNOWN_TIME,
             )
-        combined = pd.concat([old, canonical], ignore_index=True)
-        data = combined.to_csv(index=False).encode()
+        # The new rows only are written as CSV, after the stored table's bytes as they are: the
+        # work is the request's, not the table's (re-writing the whole table took 2.5 s of the
+        # 3.0 s of a 10-row append to 500,000 rows, and held it twice more as text).
+        added = canonical.to_csv(index=False, header=False).encode()
+        stored = target.stat().st_size
         bound = max_data_file_bytes()
-        if len(data) > bound:  # every later read of the table would refuse it
+        if stored + len(added) > bound:  # every later read of the table would refuse it
             raise DatasetError(
                 f"a table of at most {bound:,} bytes once the rows are appended (the bound every read of "
-                "a data file keeps)", f"{len(data):,} bytes ({len(canonical):,} rows added to {len(old):,})",
+                "a data file keeps)", f"{stored + len(added):,} bytes ({len(canonical):,} rows added to {len(old):,})",
                 "register a new dataset with the newer rows, or set TYPESTRICT_MAX_DATA_FILE_BYTES",
                 file=str(src))
-        write_atomic(target, data)
+        with StagedFile(folder) as staged, target.open("rb") as table_file:
+            last_byte = b"\n"
+            while piece := table_file.read(1 << 20):
+                staged.write(piece)
+                last_byte = piece[-1:]
+            if last_byte != b"\n":
+                staged.write(b"\n")
+            staged.write(added)
+            staged.commit(target)
     return AppendResult(
-        dataset=name, table=table, added=len(canonical), rows=len(combined),
+        dataset=name, table=table, added=len(canonical), rows=len(old) + len(canonical),
         last_known_before=last.to_pydatetime(), last_known_after=kn.max().to_pydatetime(),
     )
 
