@@ -729,7 +729,11 @@ class RetentionError(StoreError):
         self.expired = expired
         self.refused = refused
         self.cleared = list(cleared)
+        done = len(expired) + len(self.cleared)
         super().__init__(
-            f"{len(refused)} model(s) could not expire ({len(expired)} others did): "
+            f"expected retention to delete what every expired training keeps, got {len(refused)} it "
+            f"could not delete now ({done} {'other was' if done == 1 else 'others were'}): "
             + "; ".join(refused)
+            + ". Fix what each names and run the sweep again (typestrict credits expire, or "
+            "retention_job): it finishes what was left"
         )
