@@ -32,6 +32,18 @@ def declared_length(request: Request) -> int | None:
     return int(raw) if raw.isascii() and raw.isdigit() else None
 
 
+async def staging_for(request: Request, ctx: Ctx, workspace: str, target: FsPath) -> FsPath:
+    """The workspace's staging folder for an upload that will replace ``target``, once the
+    workspace's storage quota has room for its declared ``Content-Length`` (409
+    ``storage_quota`` before a byte of the body is read; a chunked body is checked on the bytes
+    received, under the storage lock, by the caller)."""
+    declared = declared_length(request)
+    if declared is not None:
+        await run_in_threadpool(ctx.trainings.check_storage, workspace, files=1, size=declared,
+                                replaces=[target])
+    return await run_in_threadpool(ctx.trainings.staging, workspace)
+
+
 async def receive_upload(request: Request, staging: FsPath) -> StagedFile:
     """The raw body (bounded by the server's upload limit), sent as is (:func:`check_content_coding`),
     and not a form, written to a :class:`StagedFile` in ``staging`` a piece at a time
@@ -75,11 +87,7 @@ async def put_file(name: FileName, request: Request, ctx: Ctx, workspace: Worksp
     moved in place."""
     area = ctx.trainings.area(workspace)
     target = area.root / name
-    declared = declared_length(request)
-    if declared is not None:
-        await run_in_threadpool(ctx.trainings.check_storage, workspace, files=1, size=declared,
-                                replaces=[target])
-    staging = await run_in_threadpool(ctx.trainings.staging, workspace)
+    staging = await staging_for(request, ctx, workspace, target)
     with await receive_upload(request, staging) as staged:
 
         def store() -> FsPath:  # checked and stored under the workspace's storage lock, off the event loop

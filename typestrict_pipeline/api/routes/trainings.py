@@ -18,7 +18,7 @@ from typestrict_pipeline.api.deps import Ctx, Workspace
 from typestrict_pipeline.api.edge import PathId, api_router
 from typestrict_pipeline.api.errors import ApiError
 from typestrict_pipeline.api.paging import ListPage
-from typestrict_pipeline.api.routes.files import FileName, declared_length, receive_upload
+from typestrict_pipeline.api.routes.files import FileName, receive_upload, staging_for
 from typestrict_pipeline.api.schemas import (
     DecisionSplit,
     ErrorBody,
@@ -179,11 +179,7 @@ async def put_model_file(training_id: TrainingId, name: FileName, request: Reque
     """Upload one file of the trained model (downloadable while retained, if delivered). The
     training and the quota (on the ``Content-Length``) are checked before the body is read."""
     target = await run_in_threadpool(ctx.trainings.model_file_target, workspace, training_id, name)
-    declared = declared_length(request)
-    if declared is not None:
-        await run_in_threadpool(ctx.trainings.check_storage, workspace, files=1, size=declared,
-                                replaces=[target])
-    staging = await run_in_threadpool(ctx.trainings.staging, workspace)
+    staging = await staging_for(request, ctx, workspace, target)
     with await receive_upload(request, staging) as staged:
         # checked again and stored under the workspace's storage lock, off the event loop
         await run_in_threadpool(ctx.trainings.put_model_file, workspace, training_id, name, staged)
