@@ -310,7 +310,7 @@ def _require_column(table: dict[str, list[Any]], name: str, role: str, file: str
     raise DatasetError(
         f"a column named {name!r} ({role})",
         f"no such column; the file has {available}",
-        f"rename the column in the file or fix the column name in the manifest{hint}",
+        f"rename the column in the file or fix the name the training gives it{hint}",
         file=file,
         column=name,
     )
@@ -416,7 +416,7 @@ def _outside_error(
         fix = f"fix the cell{hint}, or add the right answer to the example's options"
     else:
         expected = f"one of the answers of decision {decision!r} {list(allowed)}"
-        fix = f"fix the cell{hint}, or add the answer to the decision's answers in the manifest"
+        fix = f"fix the cell{hint}, or add the answer to the decision's answers (decisions[].answers)"
     return DatasetError(
         expected,
         f"{value!r} ({_rows_text(rows)})",
@@ -477,7 +477,7 @@ def validate_dataset(
     >>> validate_dataset({"id": ["a", "b"], "text": ["x", "y"], "label": ["yes", "maybe"]}, m)
     Traceback (most recent call last):
     ...
-    typestrict_pipeline.errors.DatasetError: d.csv, row 2, column 'label': expected one of the answers of decision 's' ['no', 'yes'], got 'maybe' (row 2). Fix the cell, or add the answer to the decision's answers in the manifest.
+    typestrict_pipeline.errors.DatasetError: d.csv, row 2, column 'label': expected one of the answers of decision 's' ['no', 'yes'], got 'maybe' (row 2). Fix the cell, or add the answer to the decision's answers (decisions[].answers).
     """
     spec = manifest.dataset
     name = file if file is not None else spec.path_as_written

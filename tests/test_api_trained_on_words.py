@@ -72,6 +72,16 @@ def test_trained_on_and_field_refusals_are_said_in_the_apis_fields(tmp_path: Pat
             assert r.status_code == 422, r.text
             message = _api_words(r.json()["error"]["message"])
             assert message.startswith(said), message
+        # the dataset's refusals (one rule with the manifest's): the training's fields, not "the manifest"
+        for body, said in (
+                ({**TRAINING_BODY, "decisions": [{**decision, "answers": [decision["answers"][0], "other"]}]},
+                 "or add the answer to the decision's answers (decisions[].answers)"),
+                ({**TRAINING_BODY, "decisions": [{**decision, "answer_column": "lable"}]},
+                 "Rename the column in the file or fix the name the training gives it (did you mean 'label'?)")):
+            r = c.post("/v1/trainings", json=body)
+            assert r.status_code == 422, r.text
+            message = _api_words(r.json()["error"]["message"])
+            assert said in message, message
         assert c.get("/v1/workspaces/acme").json()["balance"] == 1  # only the first training's credit
 
 

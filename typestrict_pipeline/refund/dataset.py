@@ -375,7 +375,7 @@ def _missing_column(name: str, role: str, available: list[str], file: str) -> Da
     return DatasetError(
         f"a column named {name!r} ({role})",
         f"no such column; the file has {listed(available)}",
-        f"rename the column in the file or fix the column name in the manifest{hint}",
+        f"rename the column in the file or fix the name the training gives it{hint}",
         file=file,
         column=name,
     )
@@ -452,7 +452,7 @@ def _outside_error(
         fix = f"fix the cell{hint}, or add the right answer to the example's options"
     else:
         expected = f"one of the answers of decision {decision!r} {listed(allowed)}"
-        fix = f"fix the cell{hint}, or add the answer to the decision's answers in the manifest"
+        fix = f"fix the cell{hint}, or add the answer to the decision's answers (decisions[].answers)"
     return DatasetError(
         expected,
         f"{value!r} ({_rows_text(rows, count)})",
@@ -1253,7 +1253,7 @@ def validate_dataset(
     >>> validate_dataset({"id": ["a", "b"], "text": ["x", "y"], "label": ["yes", "maybe"]}, m)
     Traceback (most recent call last):
     ...
-    typestrict_pipeline.errors.DatasetError: d.csv, row 2, column 'label': expected one of the answers of decision 's' ['no', 'yes'], got 'maybe' (row 2). Fix the cell, or add the answer to the decision's answers in the manifest.
+    typestrict_pipeline.errors.DatasetError: d.csv, row 2, column 'label': expected one of the answers of decision 's' ['no', 'yes'], got 'maybe' (row 2). Fix the cell, or add the answer to the decision's answers (decisions[].answers).
     """
     name = file if file is not None else manifest.dataset.path_as_written
     rows = _table.BATCH_ROWS
