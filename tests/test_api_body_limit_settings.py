@@ -40,3 +40,51 @@ def test_the_operator_sets_the_upload_and_body_limits(tmp_path: Path, monkeypatc
         assert r.status_code == 413, r.text
         assert r.json()["error"]["message"].endswith("ask the operator to raise the server's TYPESTRICT_MAX_BODY_BYTES")
         assert [f["name"] for f in client.get("/v1/files").json()] == ["a.csv"]
+
+
+SETTINGS = ("TYPESTRICT_MAX_UPLOAD_BYTES", "TYPESTRICT_MAX_BODY_BYTES", "TYPESTRICT_WORKSPACE_MAX_BYTES",
+            "TYPESTRICT_WORKSPACE_MAX_FILES", "TYPESTRICT_MAX_CSV_CELL_CHARS", "TYPESTRICT_MAX_JSONL_LINE_BYTES",
+            "TYPESTRICT_MAX_DATA_FILE_BYTES")
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+@pytest.mark.parametrize("value", ["2G", "0", "-1", "1e6", " 12", "1125899906842624", "٣"])
+def test_a_bound_set_wrong_stops_the_server_as_it_starts_naming_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, setting: str, value: str) -> None:
+    # Each was read as its default without a word: an operator who set TYPESTRICT_MAX_UPLOAD_BYTES=2G
+    # to take a customer's 2 GB dataset kept 256 MiB, and a quota of "20GiB" stayed 10 GiB.
+    from typestrict_pipeline.api.app import create_app
+    from typestrict_pipeline.errors import InputError
+
+    monkeypatch.setenv(setting, value)
+    with pytest.raises(InputError) as refused:
+        create_app(f"sqlite:///{tmp_path / 'store.db'}", tmp_path, jev_source={"kind": "file", "path": "j.jsonl"})
+    said = str(refused.value)
+    assert said.startswith(f"expected {setting} a whole number from 1 to 1,125,899,906,842,623 in ASCII digits, "
+                           f"got {value!r}. Set it to a whole number such as "), said
+    assert said.endswith("(the default), or unset it for the default."), said
+
+
+def test_typestrict_api_with_a_bound_set_wrong_exits_2_before_it_serves(tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    jev = tmp_path / "jev.jsonl"
+    jev.write_text("", encoding="utf-8")
+    env = {**os.environ, "TYPESTRICT_MAX_UPLOAD_BYTES": "2G"}
+    done = subprocess.run([sys.executable, "-m", "typestrict_pipeline.cli", "api", "--home", str(tmp_path),
+                           "--jev-source", json.dumps({"kind": "file", "path": str(jev)}), "--new-store", "--port", "1"],
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "expected TYPESTRICT_MAX_UPLOAD_BYTES a whole number from 1" in done.stderr, done.stderr
+    assert "got '2G'" in done.stderr and "Traceback" not in done.stderr
+    assert "serving" not in done.stdout + done.stderr
+
+
+def test_an_empty_bound_is_its_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typestrict_pipeline.files import bound_from_env
+
+    monkeypatch.setenv("TYPESTRICT_MAX_BODY_BYTES", "")
+    assert bound_from_env("TYPESTRICT_MAX_BODY_BYTES", 16) == 16

@@ -141,14 +141,34 @@ at 64 Mi characters). A longer line is refused once its first 64 MiB and one byt
 held whole: ``TYPESTRICT_MAX_JSONL_LINE_BYTES`` overrides it."""
 
 
+MAX_ENV_BOUND = 2**50 - 1
+"""The largest value a ``TYPESTRICT_MAX_*`` (or quota) setting may hold."""
+
+
 def bound_from_env(name: str, default: int) -> int:
-    """A positive bound from the environment variable ``name`` (digits), else ``default``.
+    """A positive bound from the environment variable ``name`` (ASCII digits, 1 to
+    :data:`MAX_ENV_BOUND`), else ``default`` when it is unset or empty. A value set to anything
+    else (``2G``, ``-1``, ``0``, ``1e6``) is refused, never read as the default: an operator who
+    raised a limit must not get the old one without a word. A server reads every such setting
+    when it starts (``api.app.create_app``), so a wrong one stops it there, not a customer's
+    request; a command exits 2 with the message.
 
     >>> bound_from_env("TYPESTRICT_NO_SUCH_BOUND", 7)
     7
+    >>> os.environ["TYPESTRICT_DOCTEST_BOUND"] = "2G"
+    >>> bound_from_env("TYPESTRICT_DOCTEST_BOUND", 7)
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected TYPESTRICT_DOCTEST_BOUND a whole number from 1 to 1,125,899,906,842,623 in ASCII digits, got '2G'. Set it to a whole number such as 7 (the default), or unset it for the default.
+    >>> del os.environ["TYPESTRICT_DOCTEST_BOUND"]
     """
     raw = os.environ.get(name, "")
-    return int(raw) if raw.isascii() and raw.isdigit() and 0 < int(raw) < 2**50 else default
+    if raw == "":
+        return default
+    if raw.isascii() and raw.isdigit() and 0 < int(raw) <= MAX_ENV_BOUND:
+        return int(raw)
+    raise InputError(f"{name} a whole number from 1 to {MAX_ENV_BOUND:,} in ASCII digits", repr(raw[:40]),
+                     f"set it to a whole number such as {default} (the default), or unset it for the default")
 
 
 def max_jsonl_line_bytes() -> int:

@@ -101,6 +101,26 @@ def body_limits_from_env() -> tuple[int, int]:
     return bound_from_env(MAX_BODY_ENV, DEFAULT_MAX_BODY), bound_from_env(MAX_UPLOAD_ENV, DEFAULT_MAX_UPLOAD)
 
 
+def check_bound_settings() -> None:
+    """Read every bound an operator sets in the environment (the body limits, the storage quota,
+    ``TYPESTRICT_MAX_CSV_CELL_CHARS``, ``TYPESTRICT_MAX_JSONL_LINE_BYTES``,
+    ``TYPESTRICT_MAX_DATA_FILE_BYTES``) once, as the server starts: a value set wrong
+    (``files.bound_from_env``) stops it there with the setting's name, never a customer's request
+    later with a message about the server's environment.
+
+    >>> check_bound_settings()  # none set wrong
+    """
+    from typestrict_pipeline.api.quota import StorageQuota
+    from typestrict_pipeline.files import max_data_file_bytes, max_jsonl_line_bytes
+    from typestrict_pipeline.refund.table import max_csv_cell_chars
+
+    body_limits_from_env()
+    StorageQuota.from_env()
+    max_csv_cell_chars()
+    max_jsonl_line_bytes()
+    max_data_file_bytes()
+
+
 def is_upload(method: str, path: str) -> bool:
     """Whether a request sends a file (its body bounded by the upload limit, not the JSON one).
 
@@ -385,6 +405,7 @@ def create_app(
     if jev_source is None:
         raise missing_jev_error(Path(home).resolve())
     resolved = Path(home).resolve()
+    check_bound_settings()
     body_from_env, upload_from_env = body_limits_from_env()
     max_body_bytes = body_from_env if max_body_bytes is None else max_body_bytes
     max_upload_bytes = upload_from_env if max_upload_bytes is None else max_upload_bytes

@@ -42,8 +42,10 @@ def _store(args: argparse.Namespace) -> str:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from typestrict_pipeline.api.app import check_bound_settings
     from typestrict_pipeline.api.jev import JEV_SOURCE_ENV, choose_jev
 
+    check_bound_settings()  # a bound set wrong: one message and exit 2, before anything starts
     home = (Path(args.home) if args.home else typestrict_home()).resolve()
     with choose_jev(home, args.jev_source, os.environ) as jev:  # no Jev: refused before anything
         # The store is checked (and upgraded) here, before the server starts: a broken store or
