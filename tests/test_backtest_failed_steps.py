@@ -200,7 +200,9 @@ def test_some_steps_failed_is_completed_or_stopped_as_before() -> None:
     assert stopped.card.status is BacktestStatus.STOPPED and stopped.card.steps_run == 2
 
 
-def test_the_dagster_run_of_a_failed_backtest_fails_with_why(tmp_path: Path) -> None:
+def _dagster_backtest(answer: Answer, url: str, config: dict[str, Any]) -> tuple[Any, Any]:
+    """``backtest_seattle_rain_job`` in process against a real endpoint answering ``answer``, on
+    the store ``url``: the run's failure data (``None`` if it succeeded) and the one stored backtest."""
     import dagster as dg
 
     from assets.backtests import build_defs
@@ -208,8 +210,7 @@ def test_the_dagster_run_of_a_failed_backtest_fails_with_why(tmp_path: Path) -> 
     from resources.store import StoreResource
     from typestrict_pipeline.backtest.store import list_backtests
 
-    url = f"sqlite:///{tmp_path / 'store.db'}"
-    with model_server(ANSWERS["a body that is not JSON"]) as base:
+    with model_server(answer) as base:
         defs = dg.Definitions.merge(build_defs(), dg.Definitions(resources={
             "store": StoreResource(url=url),
             "backtest_models": EndpointBacktestModels(base_url=base, model="m", input_micro_usd_per_mtok=1,
@@ -218,17 +219,21 @@ def test_the_dagster_run_of_a_failed_backtest_fails_with_why(tmp_path: Path) -> 
         with dg.instance_for_test() as instance:
             result = defs.resolve_job_def("backtest_seattle_rain_job").execute_in_process(
                 instance=instance, raise_on_error=False,
-                run_config={"ops": {"backtest_seattle_rain": {"config": {"start": "2013-06-01",
-                                                                         "end": "2013-06-03"}}}})
-    assert not result.success
-    failure = result.get_step_failure_events()[0].step_failure_data.user_failure_data
-    assert failure is not None and "failed: expected at least one step of the backtest to run without failing" in (
-        failure.description or "")
+                run_config={"ops": {"backtest_seattle_rain": {"config": config}}})
+    failure = None if result.success else result.get_step_failure_events()[0].step_failure_data.user_failure_data
     engine = open_store(url)
     try:
         [stored] = list_backtests(engine, workspace="demo")
     finally:
         engine.dispose()
+    return failure, stored
+
+
+def test_the_dagster_run_of_a_failed_backtest_fails_with_why(tmp_path: Path) -> None:
+    failure, stored = _dagster_backtest(ANSWERS["a body that is not JSON"], f"sqlite:///{tmp_path / 'store.db'}",
+                                        {"start": "2013-06-01", "end": "2013-06-03"})
+    assert failure is not None and "failed: expected at least one step of the backtest to run without failing" in (
+        failure.description or "")
     assert stored.status is BacktestStatus.FAILED and stored.error is not None
     assert f"backtest {stored.id} failed: {stored.error}." == failure.description
 
@@ -236,36 +241,12 @@ def test_the_dagster_run_of_a_failed_backtest_fails_with_why(tmp_path: Path) -> 
 def test_the_dagster_run_of_a_stopped_backtest_fails_with_why_and_what_ran(tmp_path: Path) -> None:
     # A step failed with on_step_error "stop": the backtest is stored `stopped` and `backtest run`
     # exits 1; the Dagster run fails with the same sentence (it was a success beside it before).
-    import dagster as dg
-
-    from assets.backtests import build_defs
-    from resources.backtests import EndpointBacktestModels
-    from resources.store import StoreResource
-    from typestrict_pipeline.backtest.store import list_backtests
-
     def second_day_bad(body: str) -> tuple[int, bytes]:
         return (500, b"internal error") if "2013-06-02" in body else _completion("0.70")
 
-    url = f"sqlite:///{tmp_path / 'store.db'}"
-    with model_server(second_day_bad) as base:
-        defs = dg.Definitions.merge(build_defs(), dg.Definitions(resources={
-            "store": StoreResource(url=url),
-            "backtest_models": EndpointBacktestModels(base_url=base, model="m", input_micro_usd_per_mtok=1,
-                                                      output_micro_usd_per_mtok=1),
-        }))
-        with dg.instance_for_test() as instance:
-            result = defs.resolve_job_def("backtest_seattle_rain_job").execute_in_process(
-                instance=instance, raise_on_error=False,
-                run_config={"ops": {"backtest_seattle_rain": {"config": {
-                    "start": "2013-06-01", "end": "2013-06-05", "on_step_error": "stop", "max_in_flight": 1}}}})
-    assert not result.success
-    failure = result.get_step_failure_events()[0].step_failure_data.user_failure_data
+    failure, stored = _dagster_backtest(second_day_bad, f"sqlite:///{tmp_path / 'store.db'}", {
+        "start": "2013-06-01", "end": "2013-06-05", "on_step_error": "stop", "max_in_flight": 1})
     assert failure is not None and failure.description is not None
-    engine = open_store(url)
-    try:
-        [stored] = list_backtests(engine, workspace="demo")
-    finally:
-        engine.dispose()
     assert stored.status is BacktestStatus.STOPPED and 2 <= stored.steps_run < 5
     assert failure.description.startswith(f"backtest {stored.id} stopped before its end: ")
     assert f"{stored.steps_run} of 5 planned steps ran and are kept" in failure.description

@@ -243,8 +243,8 @@ def _pinned(path: Path) -> Callable[[], None]:
     and return what undoes it."""
     if os.geteuid() == 0:
         done = subprocess.run(["chattr", "+i", str(path)], capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            pytest.skip(f"cannot make a file undeletable here: {done.stderr.strip()}")
+        # a failure, never a skip: this machine and CI run as root on a file system with the flag
+        assert done.returncode == 0, f"expected chattr +i to pin {path}, got {done.stderr.strip()}"
 
         def undo() -> None:
             subprocess.run(["chattr", "-i", str(path)], check=True)
@@ -320,3 +320,17 @@ def test_what_a_dead_creation_left_is_removed_after_a_day(store_url: str, tmp_pa
         assert sweep_retention(engine, now=t0 + 2 * DAY, trainings_dir=trainings).orphans == []
     finally:
         engine.dispose()
+
+
+def test_credits_expire_refuses_a_dagster_storage_that_is_not_a_folder(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A typo or a file was taken without a word, and Dagster's stored copies of the customer's
+    # data were then never deleted.
+    afile = tmp_path / "storage.txt"
+    afile.write_text("x")
+    for given, said in ((tmp_path / "nope", "which does not exist"), (afile, "a file")):
+        assert main(["credits", "expire", "--url", f"sqlite:///{tmp_path / 's.db'}", "--new-store",
+                     "--dagster-storage", str(given)]) == 2
+        err = capsys.readouterr().err
+        assert f"argument --dagster-storage: expected the Dagster instance's storage folder (${{DAGSTER_HOME}}/storage), got '{given}', {said}. Check the path" in err, err
+        assert not (tmp_path / "s.db").exists()

@@ -330,6 +330,18 @@ def _reason(text: str) -> str:
     return text
 
 
+def _storage_folder(text: str) -> str:
+    """``--dagster-storage``: an existing folder. A typo or a file was taken without a word, and
+    the sweep then left every expired training's stored values (the customer's texts) in place."""
+    path = Path(text)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"expected the Dagster instance's storage folder (${{DAGSTER_HOME}}/storage), got {text!r}, "
+            f"{'a file' if path.exists() else 'which does not exist'}. Check the path, or leave the option "
+            "out to use DAGSTER_HOME's")
+    return text
+
+
 def _url(p: argparse.ArgumentParser) -> None:
     add_store(p)
 
@@ -387,7 +399,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = writes(sub.add_parser("expire", help="run the retention sweep now (what retention_schedule does)"))
     p.add_argument("--now", type=now_option, help="the sweep's time, ISO 8601 with a zone (default: now)")
     p.add_argument("--trainings-dir", help="refuse to delete outside it (default: ${TYPESTRICT_HOME}/trainings)")
-    p.add_argument("--dagster-storage", help="the Dagster instance's storage folder, whose values of each "
+    p.add_argument("--dagster-storage", type=_storage_folder, help="the Dagster instance's storage folder, whose values of each "
                    "expired training are deleted too (default: ${DAGSTER_HOME}/storage when DAGSTER_HOME is set)")
     add_json(p)
     _url(p)
