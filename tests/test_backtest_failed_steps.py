@@ -252,3 +252,19 @@ def test_the_dagster_run_of_a_stopped_backtest_fails_with_why_and_what_ran(tmp_p
     assert f"{stored.steps_run} of 5 planned steps ran and are kept" in failure.description
     assert "on_step_error: continue in the config" in failure.description
     assert failure.metadata["status"].value == "stopped"
+
+
+@pytest.mark.parametrize(("retries", "said"), [(0, "got no answer: "), (1, "got no answer in 2 tries of the call: ")])
+def test_the_first_error_tells_the_steps_tries_from_the_clients_attempts(
+        retries: int, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # It said "got 1 failed attempt(s), the last: …: expected a successful answer within 4
+    # attempt(s)": two counts of different things, read as one that contradicts itself.
+    with model_server(ANSWERS["HTTP 500 to every call"]) as base:
+        code = main(["backtest", "run", "seattle_rain", *RANGE, *_endpoint(base), "--retries", str(retries),
+                     "--store", f"sqlite:///{tmp_path / 'store.db'}", "--new-store", "--json"])
+    ran = json.loads(capsys.readouterr().out)
+    assert code == 1
+    first = ran["error"].split("the first: ", 1)[1]
+    assert first.startswith(f"decide: ModelClientError: expected an answer from model client 'forecaster', {said}"
+                            ), first
+    assert "within 4 attempt(s)" in first and "failed attempt(s)" not in first, first

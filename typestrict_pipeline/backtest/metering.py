@@ -498,9 +498,12 @@ class MeteredModel:
             if self.gate is not None:
                 self.gate.settle(bound, cost)
             return result
+        # The client's own attempts are inside ``last`` ("within 4 attempt(s)"): these are the
+        # step's tries of the whole call, said apart so the two counts never read as one.
+        tries = "no answer" if self.retries == 0 else f"no answer in {self.retries + 1} tries of the call"
         raise ModelClientError(
-            f"expected an answer from model client {self.name!r}, got "
-            f"{self.retries + 1} failed attempt(s), the last: {last}. Check the model endpoint."
+            f"expected an answer from model client {self.name!r}, got {tries}: {last}. "
+            "Check the model endpoint."
         ) from last
 
 
