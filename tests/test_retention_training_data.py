@@ -61,12 +61,22 @@ def _values(storage: Path, training_id: str) -> list[Path]:
     return paths
 
 
+def _acme(store_url: str, tmp_path: Path) -> tuple[bytes, Path, dict[str, str]]:
+    """A dataset's bytes, Jev's recorded predictions for it, and the header of a key of workspace
+    ``acme`` holding one credit."""
+    csv, jev = make_dataset(tmp_path, n=80)
+    return csv, jev, {"Authorization": f"Bearer {new_key(store_url, 'acme', credits=1)}"}
+
+
+def _client(store_url: str, home: Path, jev: Path) -> TestClient:
+    """The API over ``home``, Jev read from ``jev``, with no rate limit."""
+    return TestClient(create_app(store_url, home, jev_source={"kind": "file", "path": str(jev)}, rate_limit=None))
+
+
 def test_expiry_deletes_the_trainings_data_and_keeps_its_manifest_and_audit(store_url: str, tmp_path: Path) -> None:
     home, storage = tmp_path / "home", tmp_path / "dagster" / "storage"
-    csv, jev = make_dataset(tmp_path, n=80)
-    key = {"Authorization": f"Bearer {new_key(store_url, 'acme', credits=1)}"}
-    app = create_app(store_url, home, jev_source={"kind": "file", "path": str(jev)}, rate_limit=None)
-    with TestClient(app) as c:
+    csv, jev, key = _acme(store_url, tmp_path)
+    with _client(store_url, home, jev) as c:
         assert c.put("/v1/files/reviews.csv", content=csv, headers=key).status_code == 201
         created = c.post("/v1/trainings", json=TRAINING_BODY, headers=key)
         assert created.status_code == 201, created.text
@@ -116,8 +126,7 @@ def test_expiry_deletes_the_trainings_data_and_keeps_its_manifest_and_audit(stor
     finally:
         engine.dispose()
 
-    with TestClient(create_app(store_url, home, jev_source={"kind": "file", "path": str(jev)},
-                               rate_limit=None)) as c:
+    with _client(store_url, home, jev) as c:
         shown = c.get(f"/v1/trainings/{tid}", headers=key)
         assert shown.status_code == 200 and shown.json()["state"] == "settled", shown.text
         assert tid in [t["id"] for t in c.get("/v1/trainings", headers=key).json()]
@@ -174,10 +183,8 @@ def test_a_cancelled_training_is_cleared_with_its_failed_record(store_url: str, 
     """A cancelled (or expired) charged training is settled ``failed`` with a record whose files
     expire 30 days after the cancel: its dataset copy goes then, not only its (empty) model folder."""
     home = tmp_path / "home"
-    csv, jev = make_dataset(tmp_path, n=80)
-    key = {"Authorization": f"Bearer {new_key(store_url, 'acme', credits=1)}"}
-    with TestClient(create_app(store_url, home, jev_source={"kind": "file", "path": str(jev)},
-                               rate_limit=None)) as c:
+    csv, jev, key = _acme(store_url, tmp_path)
+    with _client(store_url, home, jev) as c:
         assert c.put("/v1/files/reviews.csv", content=csv, headers=key).status_code == 201
         tid = c.post("/v1/trainings", json=TRAINING_BODY, headers=key).json()["id"]
         assert c.post(f"/v1/trainings/{tid}/cancel", headers=key).status_code == 200
@@ -294,10 +301,8 @@ def test_what_a_dead_creation_left_is_removed_after_a_day(store_url: str, tmp_pa
     flight is seconds old), and never a draft that was charged."""
     home = tmp_path / "home"
     trainings = home / "trainings"
-    csv, jev = make_dataset(tmp_path, n=80)
-    key = {"Authorization": f"Bearer {new_key(store_url, 'acme', credits=1)}"}
-    with TestClient(create_app(store_url, home, jev_source={"kind": "file", "path": str(jev)},
-                               rate_limit=None)) as c:
+    csv, jev, key = _acme(store_url, tmp_path)
+    with _client(store_url, home, jev) as c:
         assert c.put("/v1/files/reviews.csv", content=csv, headers=key).status_code == 201
         charged = c.post("/v1/trainings", json=TRAINING_BODY, headers=key).json()["id"]
     dead = trainings / "tr_0000dead0000dead"  # a copy of a real draft, as a dead creation leaves it
