@@ -46,6 +46,11 @@ ui: $(STAMP)
 # spin: with four workers on two cores they burned CPU the other workers needed (the long-memory
 # calibration cell alone: 55 s of CPU for 28 s of work). One BLAS thread per worker and per
 # command a test starts; the workers are the parallelism.
+# The suite starts several hundred Python processes (CLI commands, Dagster code servers, runs,
+# daemons, the API): each imports this project's modules, and where PYTHONDONTWRITEBYTECODE is set
+# (some CI images and sandboxes set it) every one of them, and pytest's assertion rewriting in each
+# worker, compiled the sources again. Empty, it lets Python keep its bytecode in __pycache__.
+test: export PYTHONDONTWRITEBYTECODE =
 test: export OPENBLAS_NUM_THREADS = 1
 test: export OMP_NUM_THREADS = 1
 test: $(STAMP)
