@@ -1,8 +1,12 @@
 """The ``typestrict`` command line.
 
 Each area adds its sub-commands in its own module under ``typestrict_pipeline/cli/`` through a
-``register(subparsers)`` function, listed in ``_AREAS`` below. Nothing is imported from Dagster
-here unless a sub-command needs it, so ``typestrict verify`` starts fast.
+``register(subparsers)`` function, listed in ``_AREAS`` below. A command imports only the area
+it names: ``COMMANDS`` says which module adds each top-level command, so ``typestrict credits
+balance demo`` never imports the API (FastAPI), the studies or the backtests; a command line
+that names no command (``--help``, ``--version``, nothing, a typo) gets every area, as its help
+and its usage error list them all. Nothing is imported from Dagster here unless a sub-command
+needs it, so ``typestrict verify`` starts fast.
 """
 
 from __future__ import annotations
@@ -18,11 +22,62 @@ from collections.abc import Sequence
 
 from typestrict_pipeline.errors import TypeStrictError
 
-# Modules under typestrict_pipeline.cli that define register(subparsers).
+# Modules under typestrict_pipeline.cli that define register(subparsers), in the order of the help.
 _AREAS = ("refund", "credits", "store", "backtest", "study", "schedule", "api", "data", "training")
 
+COMMANDS: dict[str, tuple[str, ...]] = {
+    "verify": ("refund",),
+    "split": ("refund",),
+    "credits": ("credits",),
+    "audit": ("credits",),
+    "store": ("store",),
+    "backtest": ("backtest",),
+    "run": ("backtest",),
+    "usage": ("backtest",),
+    "study": ("study", "schedule"),  # schedule.py adds study status|lineage|schedule
+    "schedule": ("schedule",),
+    "api": ("api",),
+    "api-key": ("api",),
+    "data": ("data",),
+    "training": ("training",),
+}
+"""Each top-level command and the areas (of ``_AREAS``, in its order) whose ``register`` adds it
+or adds to it. ``tests/test_cli_startup.py`` checks it against what the modules register: a
+command added to a module and not here is still found (by the full parser), only not fast."""
 
-def build_parser() -> argparse.ArgumentParser:
+
+def areas_for(argv: Sequence[str] | None) -> tuple[str, ...]:
+    """The areas a command line needs: those of the command its first word names, else all of
+    them (an option first, such as ``-h credits``, nothing, an unknown or mistyped command).
+
+    >>> areas_for(["credits", "balance", "demo"]), areas_for(["study", "list"])
+    (('credits',), ('study', 'schedule'))
+    >>> areas_for(["-h", "credits"]) == areas_for([]) == areas_for(["credit"]) == _AREAS
+    True
+    """
+    if argv and argv[0] in COMMANDS:
+        return COMMANDS[argv[0]]
+    return _AREAS
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The ``typestrict`` parser for the command line ``argv``: the commands of the areas it
+    needs (:func:`areas_for`); without ``argv``, every command.
+
+    >>> from typestrict_pipeline.cli.parser import _choices
+    >>> _choices(build_parser(["verify", "x.json"]))
+    ['verify', 'split']
+    """
+    areas = areas_for(argv)
+    parser, complete = _parser(areas)
+    if not complete and areas != _AREAS:  # an area left out of this install: as if no command was named
+        parser, _ = _parser(_AREAS)
+    return parser
+
+
+def _parser(areas: Sequence[str]) -> tuple[argparse.ArgumentParser, bool]:
+    """A parser with the commands of ``areas``, and whether every one of these modules exists
+    (one left out of the install is skipped)."""
     from typestrict_pipeline import __version__
     from typestrict_pipeline.cli.parser import Parser
 
@@ -32,15 +87,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"typestrict {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for area in _AREAS:
+    complete = True
+    for area in areas:
         try:
             module = importlib.import_module(f"typestrict_pipeline.cli.{area}")
         except ModuleNotFoundError as exc:
             if exc.name == f"typestrict_pipeline.cli.{area}":
+                complete = False
                 continue
             raise
         module.register(subparsers)
-    return parser
+    return parser, complete
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -58,8 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _stop_on_sigterm()
         from typestrict_pipeline.cli.parser import parse
 
-        parser = build_parser()
-        args = parse(parser, list(sys.argv[1:] if argv is None else argv))
+        given = list(sys.argv[1:] if argv is None else argv)
+        args = parse(build_parser(given), given)
         code: int = args.func(args)
         sys.stdout.flush()
         return code

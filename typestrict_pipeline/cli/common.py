@@ -31,12 +31,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from sqlalchemy import Engine
+from typing import TYPE_CHECKING, Any
 
 from typestrict_pipeline import values
 from typestrict_pipeline.errors import InputError, StoreError
+
+if TYPE_CHECKING:  # SQLAlchemy is imported by the commands that open a store, not by every parse
+    from sqlalchemy import Engine
 
 STORE_HELP = ("the store, as a URL: sqlite:///path/store.db or postgresql://user@host/db "
               "(default: TYPESTRICT_STORE_URL, else store.db under TYPESTRICT_HOME, ./.typestrict)")

@@ -46,7 +46,6 @@ from typestrict_pipeline.credits.ledger import MAX_CREDITS_PER_ENTRY
 from typestrict_pipeline.credits.models import dagster_storage_from_env, pipeline_value_roots
 from typestrict_pipeline.errors import InputError, NotFoundError
 from typestrict_pipeline.files import loads_strict
-from typestrict_pipeline.refund.dataset import unlabeled_from_split
 from typestrict_pipeline.store import typestrict_home, utcnow
 from typestrict_pipeline.workspaces import require_workspace
 
@@ -185,7 +184,10 @@ def _adjust(args: argparse.Namespace) -> int:
 
 
 def _unlabeled(engine: Engine, model_id: str, has_audit: bool) -> dict[str, tuple[int, str]]:
-    """Each decision's unlabeled rows (count, words) from the model's stored audit."""
+    """Each decision's unlabeled rows (count, words) from the model's stored audit (``credits
+    models`` only: the dataset module brings pyarrow, which no other credits command needs)."""
+    from typestrict_pipeline.refund.dataset import unlabeled_from_split
+
     if not has_audit:
         return {}
     try:

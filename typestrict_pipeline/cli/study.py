@@ -56,7 +56,6 @@ from typestrict_pipeline.errors import InputError, TypeStrictError
 from typestrict_pipeline.processes import keep_stop_signals, stop_request, stop_signals_received
 from typestrict_pipeline.store import session_scope
 from typestrict_pipeline.study import repository as repo
-from typestrict_pipeline.study.form import StudyForm, study_config
 from typestrict_pipeline.study.leaderboard import load_leaderboard, render_markdown
 from typestrict_pipeline.study.limits import estimate_text, format_usd
 from typestrict_pipeline.study.tables import CandidateRow, CandidateState, StudyRow, StudyState
@@ -81,6 +80,7 @@ def _admitted(engine: Engine, study_id: int) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from typestrict_pipeline.backtest.service import parse_time
+    from typestrict_pipeline.study.form import StudyForm, study_config
     from typestrict_pipeline.study.service import create_study_from_config
 
     check_range(parse_time(args.start, "start"), parse_time(args.end, "end"), what="study's data (--start, --end)")
