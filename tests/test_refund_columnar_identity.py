@@ -437,3 +437,37 @@ def test_no_worker_process_hashes_in_the_process(tmp_path: Path, monkeypatch: py
     monkeypatch.setattr(subprocess, "Popen", refused)
     rows, decisions, columns = FIXTURES["several decisions"]
     assert assert_same(write(tmp_path, rows, "parquet", decisions, columns)) == "ok"
+
+
+# ---- reads of the dataset file -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_the_split_reads_a_grouped_file_a_few_times_whatever_its_number_of_groups(
+        tmp_path: Path, fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pass 2 tops up each answer's quota from the next groups in rank order; it read the ids of
+    one group at a time, each a pass over the file up to that group's rows (below: 200 passes
+    for one decision; the demo's movies: 6 for its two decisions, in every split of a verdict
+    run). The ids of the next groups are read together: the split stays the same (the reference),
+    and the file is read a few times, not once per group."""
+    from typestrict_pipeline.refund.sources import FileTexts
+
+    # 1,000 pairs (a 'yes' and a 'no' row) and one group of 1,000 'yes' rows: pass 1 takes 200
+    # pairs ('no' is full), the big group does not fit, and pass 2 tops 'yes' up by 200 rows from
+    # the next pairs, one pair at a time, until it reaches the big group (with this dataset's
+    # seed, after all 200: 200 reads of the ids before)
+    rows = [{"id": f"r{i}", "text": f"text {i}", "grp": f"p{i // 2}", "label": ("yes", "no")[i % 2]}
+            for i in range(2_000)]
+    rows += [{"id": f"r{i}", "text": f"text {i}", "grp": "zz", "label": "yes"} for i in range(2_000, 3_000)]
+    manifest = write(tmp_path, rows, fmt, [SINGLE], {"id": "id", "text": "text", "group": "grp"})
+    assert assert_same(manifest) == "ok"
+    reads: list[str] = []
+    original = FileTexts.batches
+
+    def counted(self: FileTexts) -> Any:
+        reads.append(self.column)
+        return original(self)
+
+    monkeypatch.setattr(FileTexts, "batches", counted)
+    split_decisions(load_dataset(manifest))
+    assert len(reads) <= 8, f"the split read the file {len(reads)} times ({reads.count('id')} for ids)"

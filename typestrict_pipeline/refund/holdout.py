@@ -617,6 +617,47 @@ def _rows_of_units(
     return {int(u): rows[b:e] for u, b, e in zip(wanted.tolist(), bounds, ends, strict=True)}
 
 
+_ID_ROWS = 1 << 16
+"""Rows whose ids pass 2 reads at once (one pass over a CSV or JSON Lines file for the next units
+instead of one per unit; at least one unit's rows, however many)."""
+
+
+def _ids_of_units(
+    data: SplitRows, rows_of: dict[int, npt.NDArray[np.int64]], ahead: npt.NDArray[Any]
+) -> dict[int, pa.Array]:
+    """The ids (large binary) of the rows of the first units of ``ahead`` (rank order) that
+    hold at most :data:`_ID_ROWS` rows together (always the first), read in one ``take``.
+
+    >>> import pyarrow as pa
+    >>> from typestrict_pipeline.refund.sources import MemoryTexts
+    >>> class Rows:
+    ...     id_source = MemoryTexts(pa.array(["a", "b", "c", "d"], pa.large_string()))
+    >>> got = _ids_of_units(Rows(), {7: np.array([1, 3]), 5: np.array([0])}, np.array([7, 5]))
+    >>> {u: ids.to_pylist() for u, ids in got.items()}
+    {7: [b'b', b'd'], 5: [b'a']}
+    """
+    units: list[int] = []
+    parts: list[npt.NDArray[np.int64]] = []
+    held = 0
+    for unit in ahead.tolist():
+        rows = rows_of[int(unit)]
+        if units and held + len(rows) > _ID_ROWS:
+            break
+        units.append(int(unit))
+        parts.append(rows)
+        held += len(rows)
+    rows = np.concatenate(parts)
+    ascending = np.argsort(rows, kind="stable")  # a unit's rows are its own: no row twice
+    read = data.id_source.take(rows[ascending]).cast(pa.large_binary())
+    ids = read.take(pa.array(np.argsort(ascending, kind="stable")))
+    out: dict[int, pa.Array] = {}
+    start = 0
+    for unit, part in zip(units, parts, strict=True):
+        out[unit] = ids.slice(start, len(part))
+        start += len(part)
+    return out
+
+
 def _draw(
     data: SplitRows,
     strata: npt.NDArray[np.int16],
@@ -669,17 +710,20 @@ def _draw(
         skip = taken[order]
         row_prefix = pa.scalar(seed + b"row\0", pa.large_binary())
 
+        ids_of: dict[int, pa.Array] = {}
+
         def fill(j: int) -> None:
             u = int(order[j])
-            if int(units[u]) not in rows_of:  # the rows of the next units that may be taken
-                ahead = order[j:][~skip[j:]][:512]
-                rows_of.update(_rows_of_units(data, strata, np.sort(units[ahead])))
+            if int(units[u]) not in ids_of:  # the next units that may be taken: rows, then ids in one read
+                ahead = units[order[j:][~skip[j:]][:512]]
+                rows_of.update(_rows_of_units(data, strata, np.sort(ahead)))
+                ids_of.update(_ids_of_units(data, rows_of, ahead))
             taken[u] = True
             rows = rows_of[int(units[u])]
+            ids = ids_of.pop(int(units[u]))
             row_strata = strata[rows]
             if not any(remaining[ai] > 0 and np.any(row_strata == ai) for ai in range(a)):
                 return
-            ids = data.id_source.take(rows).cast(pa.large_binary())  # read once for the unit
             for ai in range(a):
                 mine = row_strata == ai
                 take = min(int(np.count_nonzero(mine)), int(remaining[ai]))
