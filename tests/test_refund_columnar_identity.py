@@ -471,3 +471,8 @@ def test_the_split_reads_a_grouped_file_a_few_times_whatever_its_number_of_group
     monkeypatch.setattr(FileTexts, "batches", counted)
     split_decisions(load_dataset(manifest))
     assert len(reads) <= 8, f"the split read the file {len(reads)} times ({reads.count('id')} for ids)"
+    # A read of ids that stops short of the next units (their rows above the bound) gives the same split
+    from typestrict_pipeline.refund import holdout
+
+    monkeypatch.setattr(holdout, "_ID_ROWS", 3)
+    assert assert_same(manifest) == "ok"

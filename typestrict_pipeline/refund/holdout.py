@@ -716,7 +716,9 @@ def _draw(
             u = int(order[j])
             if int(units[u]) not in ids_of:  # the next units that may be taken: rows, then ids in one read
                 ahead = units[order[j:][~skip[j:]][:512]]
-                rows_of.update(_rows_of_units(data, strata, np.sort(ahead)))
+                unseen = np.array([x for x in ahead.tolist() if x not in rows_of], dtype=ahead.dtype)
+                if len(unseen):  # a read of ids stopped short of the 512: their rows are known
+                    rows_of.update(_rows_of_units(data, strata, np.sort(unseen)))
                 ids_of.update(_ids_of_units(data, rows_of, ahead))
             taken[u] = True
             rows = rows_of[int(units[u])]
