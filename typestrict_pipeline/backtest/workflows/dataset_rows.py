@@ -15,6 +15,7 @@ holds the two to the same bytes and errors).
 from __future__ import annotations
 
 import codecs
+import csv
 import datetime as dt
 import io
 from collections.abc import Iterator, Mapping, Sequence
@@ -106,32 +107,17 @@ def read_cells(path: Path) -> Cells:
 
     >>> import tempfile
     >>> f = Path(tempfile.mkdtemp()) / "t.csv"
-    >>> _ = f.write_text('a,b\\n1,"x, y"\\n2,\\n')
+    >>> _ = f.write_text('a,b\\n1,"x, y"\\n\\n2,\\n')
     >>> cells = read_cells(f)
     >>> cells.names, cells.rows, cells.columns["b"].to_pylist()
     (('a', 'b'), 2, ['x, y', ''])
     """
     from typestrict_pipeline.files import read_data_file
-    from typestrict_pipeline.refund.table import _csv_reader, _csv_records
 
     raw = read_data_file(path, error=DatasetError, what="a CSV file with a header row")
     _check_utf8(path, raw)
-    stream = io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8-sig", newline="")
-    names: list[str] = []
-    chunks: list[list[pa.Array]] = []
-    pending: list[list[str]] = []
-    rows = 0
-    for header, row, record in _csv_records(_csv_reader(stream), str(path)):
-        names = header
-        if row:
-            pending.append(record)
-            rows = row
-            if len(pending) == CHUNK_ROWS:
-                chunks.append(_arrays(pending, len(names)))
-                pending = []
-    if pending:
-        chunks.append(_arrays(pending, len(names)))
-    del raw, stream
+    names, chunks, rows = _records(raw, path)
+    del raw
     check_header(names, str(path))  # a column without a name, at the header, by its position
     if not rows:
         raise DatasetError("at least one row", "no rows", "give the file some rows", file=str(path))
@@ -139,9 +125,93 @@ def read_cells(path: Path) -> Cells:
     return Cells(tuple(names), columns, rows)
 
 
-def _arrays(records: list[list[str]], width: int) -> list[pa.Array]:
-    return [pa.array(column, type=pa.string()) for column in zip(*records, strict=True)] if records else [
-        pa.array([], type=pa.string()) for _ in range(width)]
+def _records(raw: bytes, path: Path) -> tuple[list[str], list[list[pa.Array]], int]:
+    """The header, the rows' cells in chunks of Arrow arrays (one a column), and the row count.
+
+    The C ``csv`` reader reads the text's lines as they come (no line can be longer than the
+    bound :func:`~typestrict_pipeline.refund.table._bounded_lines` keeps, :func:`_lines_fit`);
+    a file it refuses, or with a short or long row, is read again by the product's reader, which
+    refuses it with its message and row."""
+    from typestrict_pipeline.refund.table import (
+        CSV_LINE_CELLS,
+        _check_header,
+        _csv_reader,
+        _csv_records,
+        max_csv_cell_chars,
+    )
+
+    def stream() -> io.TextIOWrapper:
+        return io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8-sig", newline="")
+
+    cell = max_csv_cell_chars()
+    header: list[str] | None = None
+    chunks: list[list[pa.Array]] = []
+    pending: list[list[str]] = []
+    rows = 0
+    if _lines_fit(raw, CSV_LINE_CELLS * cell):
+        csv.field_size_limit(cell)
+        try:
+            for record in csv.reader(stream(), strict=True):
+                if not record or (record == [""] and header is not None):
+                    continue
+                if header is None:
+                    header = record
+                    _check_header(header, str(path))
+                elif len(record) != len(header):
+                    break
+                else:
+                    pending.append(record)
+                    if len(pending) == CHUNK_ROWS:
+                        chunks.append(_arrays(pending))
+                        rows += len(pending)
+                        pending = []
+            else:
+                if header is not None:
+                    if pending:
+                        chunks.append(_arrays(pending))
+                        rows += len(pending)
+                    return header, chunks, rows
+        except csv.Error:
+            pass
+    for _ in _csv_records(_csv_reader(stream()), str(path)):  # raises, with the row
+        pass
+    raise AssertionError("the two readers disagree on the file")  # pragma: no cover
+
+
+def _lines_fit(raw: bytes, limit: int) -> bool:
+    """Whether no line of ``raw`` (ended by ``\\n`` or ``\\r``) is longer than ``limit`` bytes (so
+    none is longer than ``limit`` characters), looked at a mebibyte at a time."""
+    if len(raw) <= limit:
+        return True
+    data = np.frombuffer(raw, dtype=np.uint8)
+    last = -1
+    for start in range(0, len(data), 1 << 20):
+        piece = data[start:start + (1 << 20)]
+        ends = np.flatnonzero((piece == 10) | (piece == 13)) + start
+        if not ends.size:
+            if start + len(piece) - 1 - last > limit:
+                return False
+            continue
+        if ends[0] - last - 1 > limit or (ends.size > 1 and int(np.diff(ends).max()) - 1 > limit):
+            return False
+        last = int(ends[-1])
+    return len(data) - 1 - last <= limit
+
+
+def _arrays(records: list[list[str]]) -> list[pa.Array]:
+    return [_strings(column) for column in zip(*records, strict=True)]
+
+
+def _strings(cells: tuple[str, ...]) -> pa.Array:
+    """Python strings as an Arrow string array: built from their joined text and lengths when
+    all are ASCII (a character a byte; several times faster than converting each), else converted."""
+    joined = "".join(cells)
+    if not joined.isascii() or len(joined) >= 1 << 31:
+        return pa.array(cells, type=pa.string())
+    offsets = np.zeros(len(cells) + 1, dtype=np.int32)
+    np.cumsum(np.fromiter(map(len, cells), dtype=np.int32, count=len(cells)), out=offsets[1:])
+    return pa.Array.from_buffers(pa.string(), len(cells), [None, pa.py_buffer(offsets),
+                                                          pa.py_buffer(joined.encode("ascii"))])
 
 
 def _flags(values: Any) -> npt.NDArray[np.bool_]:

@@ -221,6 +221,8 @@ def _column_kind(cells: pd.Series | pa.ChunkedArray) -> str:
     from typestrict_pipeline.values import looks_numeric, plain_numbers
 
     arr = cells if isinstance(cells, pa.ChunkedArray) else pa.array(cells, type=pa.large_string())
+    if len(arr) and pc.all(plain_numbers(arr)).as_py():  # every cell a number written plainly: at once
+        return "number"
     stripped = pc.utf8_trim_whitespace(arr)
     filled = pc.not_equal(stripped, "").fill_null(False)
     if not pc.any(filled).as_py():
