@@ -19,7 +19,11 @@ import pytest
 
 from tests import dataset_reference as ref
 from typestrict_pipeline.backtest.workflows import dataset_rows, default_registry
-from typestrict_pipeline.backtest.workflows.datasets import append_rows, register_dataset
+from typestrict_pipeline.backtest.workflows.datasets import (
+    append_rows,
+    dataset_info,
+    register_dataset,
+)
 from typestrict_pipeline.errors import InputError
 
 NOW = dt.datetime(2026, 1, 1, 12, 30, 15, tzinfo=dt.UTC)
@@ -125,7 +129,9 @@ def test_register_stores_the_same_bytes_and_refuses_alike(case: str, chunk: int,
 
     def new() -> bytes:
         try:
-            register_dataset("d", "seattle_rain", {"weather": path}, base=tmp_path / "ds", now=NOW)
+            info = register_dataset("d", "seattle_rain", {"weather": path}, base=tmp_path / "ds", now=NOW)
+            # the answer, made from the rows written, is what a read of the stored table gives
+            assert info == dataset_info("d", base=tmp_path / "ds")
         except InputError:
             if not stored.exists():
                 raise

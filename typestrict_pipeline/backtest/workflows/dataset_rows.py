@@ -47,7 +47,7 @@ else:
 
 __all__ = ["CHUNK_ROWS", "Cells", "Rows", "Typed", "csv_bytes", "read_cells", "typed_column", "validated_rows"]
 
-CHUNK_ROWS = 65_536
+CHUNK_ROWS = 16_384
 """Rows read, parsed or written at a time (the Python objects of one chunk live at once)."""
 
 Typed = Union[npt.NDArray[Any], "pa.ChunkedArray"]

@@ -333,7 +333,38 @@ def register_dataset(
         manifest = {"name": name, "workflow": workflow, "registered_at": format_time(at),
                     "tables": {t: f"{t}.csv" for t in rows}}
         write_atomic(folder / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
-    return dataset_info(name, base=base)
+    if not all(_reads_back(folder / f"{t}.csv", typed) for t, typed in rows.items()):
+        return dataset_info(name, base=base)  # the read that answers refuses it, as it did
+    return DatasetInfo(name=name, workflow=workflow, registered_at=_parsed_time(format_time(at)),
+                       tables=tuple(_table_info(t, folder / f"{t}.csv", typed) for t, typed in rows.items()))
+
+
+def _reads_back(path: Path, rows: Rows) -> bool:
+    """Whether a stored table reads back as the rows it was written from: within the size bound
+    of every read, and no text cell holding a carriage return (written unquoted, as pandas'
+    ``to_csv`` writes it, it is read back as a line end). Only then may the answer be made from
+    the rows instead of a read of the file (:func:`dataset_info`)."""
+    import pyarrow.compute as pc
+
+    if path.stat().st_size > max_data_file_bytes():
+        return False
+    return not any(pc.any(pc.match_substring(v, "\r")).as_py() for v in rows.values.values()
+                   if not isinstance(v, np.ndarray))
+
+
+def _table_info(table: str, path: Path, rows: Rows) -> TableInfo:
+    """What :func:`dataset_info` reads of a stored table, from the rows just written to it."""
+    from typestrict_pipeline.backtest.pit import to_utc_datetime
+
+    known = rows.known_us[rows.keep]
+    values = tuple(c for c in rows.names if c not in (EVENT_TIME, KNOWN_TIME))
+    return TableInfo(table, path, rows.kept, (EVENT_TIME, KNOWN_TIME, *values),
+                     to_utc_datetime(np.datetime64(int(known.min()), "us")),
+                     to_utc_datetime(np.datetime64(int(known.max()), "us")))
+
+
+def _parsed_time(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def append_rows(
@@ -467,8 +498,7 @@ def dataset_info(name: str, *, base: Path | None = None) -> DatasetInfo:
         pit = read_csv_fresh(folder / str(f), t)
         tables.append(TableInfo(t, folder / str(f), pit.n_rows, (EVENT_TIME, KNOWN_TIME, *pit.columns),
                                 pit.first_known, pit.last_known))
-    registered = dt.datetime.fromisoformat(str(manifest.get("registered_at", "1970-01-01T00:00:00+00:00"))
-                                           .replace("Z", "+00:00"))
+    registered = _parsed_time(str(manifest.get("registered_at", "1970-01-01T00:00:00+00:00")))
     return DatasetInfo(name=name, workflow=str(manifest["workflow"]), registered_at=registered, tables=tuple(tables))
 
 
