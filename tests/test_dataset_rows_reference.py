@@ -128,19 +128,27 @@ def test_register_stores_the_same_bytes_and_refuses_alike(case: str, chunk: int,
     stored = tmp_path / "ds" / "d" / "weather.csv"
 
     def new() -> bytes:
-        try:
-            info = register_dataset("d", "seattle_rain", {"weather": path}, base=tmp_path / "ds", now=NOW)
-            # the answer, made from the rows written, is what a read of the stored table gives
-            assert info == dataset_info("d", base=tmp_path / "ds")
-        except InputError:
-            if not stored.exists():
-                raise
-            # Stored, then refused by the read that answers (both codes): a lone carriage return
-            # in a text cell is written unquoted, as pandas writes it, and read back as a line end.
-            assert case == "text lone carriage return"
+        info = register_dataset("d", "seattle_rain", {"weather": path}, base=tmp_path / "ds", now=NOW)
+        # the answer, made from the rows written, is what a read of the stored table gives
+        assert info == dataset_info("d", base=tmp_path / "ds")
         return stored.read_bytes()
 
+    if case in CHANGED:
+        kind, message = CHANGED[case]
+        assert _outcome(new) == (kind, f"{path}{message}") and not stored.parent.exists()
+        return
     assert _outcome(new) == before
+
+
+CHANGED = {  # refused now where the previous code stored a table no read could load
+    "text lone carriage return": (
+        "DatasetError", ", row 2, column 'weather': expected line breaks inside a text cell "
+        "written \\n or \\r\\n, got 'cr\\rin'. Replace the lone carriage return (\\r) in the cell "
+        "with \\n, or remove it, and send the file again."),
+}
+"""The previous code wrote a lone carriage return in a text cell unquoted (as pandas' ``to_csv``
+does), then refused its own stored table when it read it for the answer, naming the server's
+path; the dataset stayed registered and unreadable."""
 
 
 APPEND: dict[str, bytes] = {
@@ -177,3 +185,16 @@ def test_append_adds_the_same_bytes_and_refuses_alike(case: str, chunk: int, tmp
         return (after[len(stored):], r.added, r.rows, r.last_known_before, r.last_known_after)
 
     assert _outcome(new) == before
+
+
+def test_an_append_with_a_lone_carriage_return_is_refused_and_stores_nothing(tmp_path: Path) -> None:
+    (tmp_path / "w.csv").write_bytes(REGISTER["numbers"])
+    register_dataset("d", "seattle_rain", {"weather": tmp_path / "w.csv"}, base=tmp_path / "ds", now=NOW)
+    target = tmp_path / "ds" / "d" / "weather.csv"
+    stored = target.read_bytes()
+    src = tmp_path / "more.csv"
+    src.write_bytes(_file(_day(20) + ",1,2,3,4,sun", _day(21) + ',1,2,3,4,"a\rb"'))
+    with pytest.raises(InputError, match=r"row 2, column 'weather': expected line breaks inside a text"):
+        append_rows("d", "weather", src, base=tmp_path / "ds", now=NOW)
+    assert target.read_bytes() == stored
+    assert dataset_info("d", base=tmp_path / "ds").tables[0].rows == stored.count(b"\n") - 1

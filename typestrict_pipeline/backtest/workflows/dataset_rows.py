@@ -18,6 +18,7 @@ import codecs
 import csv
 import datetime as dt
 import io
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -255,11 +256,15 @@ _MAYBE_REFUSED = r"[\x00-\x1f\x{7f}-\x{9f}]|^[=+\-@]"
 """A superset of the text cells :func:`_check_texts` may refuse (a control character, or a first
 character a formula starts with); only these are looked at one by one."""
 
+_LONE_CR = re.compile(r"\r(?!\n)")
+"""A carriage return not followed by a line feed: CSV writers quote a cell for its ``\\n`` only."""
+
 
 def _check_texts(cells: pa.ChunkedArray, col: str, file: Path) -> None:
-    """Refuse the first text cell (in row order) with a control character or too long, or that a
-    spreadsheet would run as a formula (:func:`~typestrict_pipeline.values.check_text`,
-    :func:`~typestrict_pipeline.values.is_formula`)."""
+    """Refuse the first text cell (in row order) with a control character or too long, that a
+    spreadsheet would run as a formula, or with a carriage return not followed by a line feed
+    (a CSV writer leaves it unquoted and every later read takes it for a line end); see
+    :func:`~typestrict_pipeline.values.check_text` and :func:`~typestrict_pipeline.values.is_formula`."""
     import pyarrow.compute as pc
 
     from typestrict_pipeline.values import check_text, is_formula
@@ -278,6 +283,13 @@ def _check_texts(cells: pa.ChunkedArray, col: str, file: Path) -> None:
                 "a text cell that a spreadsheet would not run as a formula", repr(v[:60]),
                 "remove the leading =, +, -, @, tab or carriage return (data files are opened in "
                 "spreadsheets, and their cells go into prompts)", file=str(file), row=i + 1, column=str(col))
+        lone = _LONE_CR.search(v)
+        if lone is not None:  # stored unquoted (as CSV writers do), it would read back as a line end
+            near = v[max(0, lone.start() - 30):lone.start() + 30]
+            raise DatasetError(
+                "line breaks inside a text cell written \\n or \\r\\n", repr(near),
+                "replace the lone carriage return (\\r) in the cell with \\n, or remove it, and "
+                "send the file again", file=str(file), row=i + 1, column=str(col))
 
 
 def typed_column(cells: pa.ChunkedArray, kind: str, col: str, file: Path) -> Typed:
