@@ -896,7 +896,8 @@ def data_number(cell: Any, *, file: str | None = None, row: int | None = None,
         raise InputError(expected, shown(cell), todo, file=file, row=row, column=column) from None
 
 
-def data_numbers(cells: Sequence[str | None], *, column: str | None = None) -> npt.NDArray[np.float64]:
+def data_numbers(cells: Sequence[str | None] | pa.Array | pa.ChunkedArray, *,
+                 column: str | None = None) -> npt.NDArray[np.float64]:
     """:func:`data_number` of every cell of a column, as one array, with the same numbers, the
     same missing values and the same first refusal (the row is the cell's position, 1-based).
 
@@ -918,20 +919,22 @@ def data_numbers(cells: Sequence[str | None], *, column: str | None = None) -> n
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    arr = pa.array(cells, type=pa.large_string(), from_pandas=True)  # None or NaN: null, the slow way
+    arr = (cells if isinstance(cells, (pa.Array, pa.ChunkedArray))  # the cells as written, as Arrow strings
+           else pa.array(cells, type=pa.large_string(), from_pandas=True))  # None or NaN: null (missing)
     plain = plain_numbers(arr)
     out = np.full(len(arr), np.nan)
-    fast = plain.to_numpy(zero_copy_only=False)
+    fast = np.array(plain, dtype=bool)
     try:
-        parsed = pc.cast(pc.if_else(plain, arr, "0"), pa.float64()).to_numpy(zero_copy_only=False)
+        parsed = np.asarray(pc.cast(pc.if_else(plain, arr, "0"), pa.float64()), dtype=np.float64)
     except pa.ArrowInvalid:  # a plain cell Arrow would not cast: every cell one by one
         fast = np.zeros(len(arr), dtype=bool)
     else:
         with np.errstate(invalid="ignore"):
             fast &= np.abs(parsed) <= MAX_ABS_NUMBER  # nan and inf are False
         out[fast] = parsed[fast]
+    fast |= np.array(pc.equal(arr, "").fill_null(False), dtype=bool)  # an empty cell: missing, as is
     for i in np.flatnonzero(~fast).tolist():
-        out[i] = data_number(cells[i], row=i + 1, column=column)
+        out[i] = data_number(arr[i].as_py(), row=i + 1, column=column)
     return out
 
 
@@ -940,7 +943,7 @@ PLAIN_NUMBER = "^" + _NUMBER.pattern + "$"
 RE2 (a cell with a space goes the slow way, through :func:`data_number`)."""
 
 
-def plain_numbers(cells: pa.Array) -> pa.BooleanArray:
+def plain_numbers(cells: pa.Array | pa.ChunkedArray) -> pa.BooleanArray:
     """Which cells of an Arrow string array are numbers written plainly: :data:`PLAIN_NUMBER`,
     at most :data:`MAX_VALUE_CHARS` characters (a null cell is not). Each such cell is one that
     :func:`looks_numeric` and :func:`number` take as it is; the others need a look of their own.

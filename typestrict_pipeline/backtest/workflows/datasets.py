@@ -24,7 +24,7 @@ import fcntl
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,11 +35,18 @@ from typestrict_pipeline.backtest.pit import (
     EVENT_TIME,
     KNOWN_TIME,
     PointInTimeTable,
-    check_header,
     format_time,
     read_csv_fresh,
 )
-from typestrict_pipeline.backtest.workflow import Workflow, WorkflowRegistry, check_columns
+from typestrict_pipeline.backtest.workflow import Workflow, WorkflowRegistry
+from typestrict_pipeline.backtest.workflows.dataset_rows import (
+    Cells,
+    Rows,
+    csv_bytes,
+    read_cells,
+    typed_column,
+    validated_rows,
+)
 from typestrict_pipeline.errors import (
     ConflictError,
     DatasetError,
@@ -52,6 +59,7 @@ from typestrict_pipeline.lazy import LazyModule
 
 if TYPE_CHECKING:  # imported on first use: keeps the code location's load quick
     import pandas as pd
+    import pyarrow as pa
 else:
     pd = LazyModule("pandas")
 
@@ -166,28 +174,16 @@ def _locked(folder: Path) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def _read_rows(path: Path, *, stored: bool = False) -> pd.DataFrame:
-    """A CSV's rows, read in bounded work (:func:`typestrict_pipeline.files.read_data_file`: a
-    regular file, not too large, a readable archive, no NUL byte). A file given to register or
-    append is read as the text written, by the rules of every CSV the product takes
-    (:func:`typestrict_pipeline.refund.table.csv_columns`: a row of more or fewer cells than the
-    header is refused with its row), every cell a string (``NA``, ``null``, ``inf`` are not
-    turned into anything: :func:`_typed` decides); a stored table (``stored``), which this
-    module wrote after validating it, with its numbers typed and an empty cell missing."""
+def _read_stored(path: Path) -> pd.DataFrame:
+    """A stored table's rows (this module wrote them after validating them), read in bounded work
+    (:func:`typestrict_pipeline.files.read_data_file`) with its numbers typed and an empty cell
+    missing: what an append reads the table's columns, their kinds and its last knowledge time
+    from. (A customer's file is read by :func:`~typestrict_pipeline.backtest.workflows.dataset_rows.read_cells`.)"""
     import io
 
     from typestrict_pipeline.files import read_data_file
 
     raw = read_data_file(path, error=DatasetError, what="a CSV file with a header row")
-    if not stored:  # the customer's file: the trainings' CSV rules (a short or long row refused)
-        from typestrict_pipeline.refund.table import csv_columns
-
-        cells = csv_columns(raw, path)
-        check_header(list(cells), str(path))  # a column without a name, at the header, by its position
-        frame = pd.DataFrame(cells, dtype=str)
-        if frame.empty:
-            raise DatasetError("at least one row", "no rows", "give the file some rows", file=str(path))
-        return frame
     try:
         frame = pd.read_csv(io.BytesIO(raw), keep_default_na=False, na_values=[""])
     except (ValueError, MemoryError, pd.errors.ParserError) as exc:
@@ -204,7 +200,7 @@ NUMBER_MISTAKES = frozenset({"nan", "na", "n/a", "null", "none", "nil", "-", "?"
 """Words a number column may hold by mistake: read as a number column, then refused by row."""
 
 
-def _column_kind(cells: pd.Series) -> str:
+def _column_kind(cells: pd.Series | pa.ChunkedArray) -> str:
     """``"number"`` when the column's cells are numbers (or words a number column may hold by
     mistake, :data:`NUMBER_MISTAKES`, refused later with their row), ``"bool"`` when they are all
     ``true``/``false``, else ``"text"``. A cell is empty when only white space (Arrow's
@@ -224,7 +220,9 @@ def _column_kind(cells: pd.Series) -> str:
 
     from typestrict_pipeline.values import looks_numeric, plain_numbers
 
-    arr = pa.array(cells, type=pa.large_string())
+    arr = cells if isinstance(cells, pa.ChunkedArray) else pa.array(cells, type=pa.large_string())
+    if len(arr) and pc.all(plain_numbers(arr)).as_py():  # every cell a number written plainly: at once
+        return "number"
     stripped = pc.utf8_trim_whitespace(arr)
     filled = pc.not_equal(stripped, "").fill_null(False)
     if not pc.any(filled).as_py():
@@ -235,58 +233,13 @@ def _column_kind(cells: pd.Series) -> str:
     kept = pc.filter(arr, filled)
     plain = plain_numbers(kept)
     numeric = bool(pc.any(plain).as_py())
-    rest = pa.array(np.flatnonzero(~plain.to_numpy(zero_copy_only=False)), type=pa.int64())
+    rest = pa.array(np.flatnonzero(~np.array(plain, dtype=bool)), type=pa.int64())
     for cell, word in zip(pc.take(kept, rest).to_pylist(), pc.take(lowered, rest).to_pylist(), strict=True):
         if looks_numeric(cell):
             numeric = True
         elif word not in NUMBER_MISTAKES:
             return "text"
     return "number" if numeric else "text"
-
-
-def _typed(frame: pd.DataFrame, kinds: Mapping[str, str], file: Path) -> pd.DataFrame:
-    """``frame`` (every cell text) with its value columns typed by ``kinds``, each cell checked:
-    a number is finite and written in digits, an empty cell is missing (the one spelling of
-    it); a truth value is ``true``/``false``; a text has no control character and does not
-    start like a spreadsheet formula (``=``, ``+``, ``-``, ``@``, tab, CR): refused with its
-    file, row and column (docs/security.md)."""
-    from typestrict_pipeline.values import check_text, data_numbers, is_formula
-
-    out = frame.copy()
-    for col, kind in kinds.items():
-        if col in (EVENT_TIME, KNOWN_TIME) or col not in frame.columns:
-            continue
-        cells = frame[col]
-        if kind == "number":
-            try:
-                out[col] = data_numbers(cells.tolist())
-            except InputError as exc:
-                raise DatasetError(f"a number in column {col!r} (finite, written in digits), or an empty "
-                                   "cell for a missing value", exc.got, exc.fix, file=str(file), row=exc.row,
-                                   column=str(col)) from None
-            continue
-        if kind == "bool":
-            text = cells.str.strip().str.lower()
-            ok = text.isin(["true", "false"])
-            if not ok.all():
-                i = int(np.flatnonzero(~ok.to_numpy())[0])
-                raise DatasetError(f"true or false in column {col!r} (as in the rows already known)",
-                                   repr(cells.iloc[i]), "fix the value", file=str(file), row=i + 1, column=str(col))
-            out[col] = text == "true"
-            continue
-        for i, v in enumerate(cells):
-            try:
-                check_text(v, "a text cell", max_chars=100_000, lines=True, empty=True, data=True)
-            except InputError as exc:
-                raise DatasetError(exc.expected, exc.got, exc.fix, file=str(file), row=i + 1,
-                                   column=str(col)) from None
-            if is_formula(v):
-                raise DatasetError(
-                    "a text cell that a spreadsheet would not run as a formula", repr(v[:60]),
-                    "remove the leading =, +, -, @, tab or carriage return (data files are opened in "
-                    "spreadsheets, and their cells go into prompts)", file=str(file), row=i + 1, column=str(col))
-        out[col] = cells.where(cells != "", np.nan)
-    return out
 
 
 def _kinds_of(old: pd.DataFrame) -> dict[str, str]:
@@ -302,37 +255,14 @@ def _kinds_of(old: pd.DataFrame) -> dict[str, str]:
     return kinds
 
 
-def _canonical(frame: pd.DataFrame, file: Path, now: dt.datetime) -> pd.DataFrame:
-    """The rows with their times in ISO 8601 ``Z`` (validated), refusing rows known in the future."""
-    out = frame.copy()
-    ev = pd.to_datetime(frame[EVENT_TIME], utc=True, format="ISO8601")
-    kn = pd.to_datetime(frame[KNOWN_TIME], utc=True, format="ISO8601")
-    future = np.flatnonzero((kn > pd.Timestamp(now)).to_numpy())
-    if future.size:
-        i = int(future[0])
-        raise DatasetError(
-            f"a knowledge time at or before now ({format_time(now)})", str(frame[KNOWN_TIME].iloc[i]),
-            "append a row once it is known: a row known in the future would let a backtest see it early",
-            file=str(file), row=i + 1, column=KNOWN_TIME,
-        )
-    out[EVENT_TIME] = [format_time(t.to_pydatetime()) for t in ev]
-    out[KNOWN_TIME] = [format_time(t.to_pydatetime()) for t in kn]
-    return out
-
-
-def _validated(frame: pd.DataFrame, name: str, file: Path, now: dt.datetime,
-               workflow: Workflow | None = None) -> pd.DataFrame:
-    # The times present and typed; two rows with the same event_time and known_time that differ
-    # refused (with both rows and the column), rows identical in every cell kept once.
-    table = PointInTimeTable.from_frame(name, frame, file=str(file))
-    if workflow is not None:  # the columns the workflow reads, checked as every replay checks them
-        check_columns(workflow, {name: table}, dataset=f"file {file.name}",
-                      fix=f"add the columns to {file.name} and register it again")
-    canonical = _canonical(frame, file, now)
-    if len(canonical) == table.n_rows:
-        return canonical
-    # Only rows identical in every cell share both times now: store each once, as the table reads it.
-    return canonical.drop_duplicates(subset=[EVENT_TIME, KNOWN_TIME], ignore_index=True)
+def _typed_rows(cells: Cells, kinds: Mapping[str, str], names: Sequence[str], table: str, file: Path,
+                now: dt.datetime, workflow: Workflow | None = None) -> Rows:
+    """The file's rows with their value columns typed by ``kinds`` (each column checked in the
+    order of ``kinds``, its first bad cell refused with its row), then validated as a
+    point-in-time table in the column order ``names`` (:func:`dataset_rows.validated_rows`)."""
+    values = {col: typed_column(cells.columns[col], kind, col, file) for col, kind in kinds.items()
+              if col not in (EVENT_TIME, KNOWN_TIME) and col in cells.columns}
+    return validated_rows(cells, values, names, table, file, now, workflow)
 
 
 def register_dataset(
@@ -385,20 +315,56 @@ def register_dataset(
     folder = _folder(name, base)
     rows = {}
     for t, f in tables.items():
-        frame = _read_rows(Path(f))
+        cells = read_cells(Path(f))
         declared = wf.columns.get(t, {})  # a column the workflow reads has the kind it reads
-        kinds = {str(c): declared.get(str(c)) or _column_kind(frame[c]) for c in frame.columns}
-        rows[t] = _validated(_typed(frame, kinds, Path(f)), t, Path(f), at, wf)
+        kinds = {c: declared.get(c) or _column_kind(cells.columns[c]) for c in cells.names
+                 if c not in (EVENT_TIME, KNOWN_TIME)}  # the times' kind is no value's
+        rows[t] = _typed_rows(cells, kinds, cells.names, t, Path(f), at, wf)
+        del cells  # the typed rows hold what is stored
     with _locked(folder):
         if (folder / MANIFEST).exists():
             raise ConflictError(f"expected a new dataset name, got {name!r}, which is registered. "
                                 f"Append rows with: typestrict data append {name} --table TABLE FILE.csv")
-        for t, frame in rows.items():
-            write_atomic(folder / f"{t}.csv", frame.to_csv(index=False).encode())
+        for t, typed in rows.items():
+            with StagedFile(folder) as staged:
+                for piece in csv_bytes(typed, header=True):
+                    staged.write(piece)
+                staged.commit(folder / f"{t}.csv")
         manifest = {"name": name, "workflow": workflow, "registered_at": format_time(at),
                     "tables": {t: f"{t}.csv" for t in rows}}
         write_atomic(folder / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
-    return dataset_info(name, base=base)
+    if not all(_reads_back(folder / f"{t}.csv", typed) for t, typed in rows.items()):
+        return dataset_info(name, base=base)  # the read that answers refuses it, as it did
+    return DatasetInfo(name=name, workflow=workflow, registered_at=_parsed_time(format_time(at)),
+                       tables=tuple(_table_info(t, folder / f"{t}.csv", typed) for t, typed in rows.items()))
+
+
+def _reads_back(path: Path, rows: Rows) -> bool:
+    """Whether a stored table reads back as the rows it was written from: within the size bound
+    of every read, and no text cell holding a carriage return (written unquoted, as pandas'
+    ``to_csv`` writes it, it is read back as a line end). Only then may the answer be made from
+    the rows instead of a read of the file (:func:`dataset_info`)."""
+    import pyarrow.compute as pc
+
+    if path.stat().st_size > max_data_file_bytes():
+        return False
+    return not any(pc.any(pc.match_substring(v, "\r")).as_py() for v in rows.values.values()
+                   if not isinstance(v, np.ndarray))
+
+
+def _table_info(table: str, path: Path, rows: Rows) -> TableInfo:
+    """What :func:`dataset_info` reads of a stored table, from the rows just written to it."""
+    from typestrict_pipeline.backtest.pit import to_utc_datetime
+
+    known = rows.known_us[rows.keep]
+    values = tuple(c for c in rows.names if c not in (EVENT_TIME, KNOWN_TIME))
+    return TableInfo(table, path, rows.kept, (EVENT_TIME, KNOWN_TIME, *values),
+                     to_utc_datetime(np.datetime64(int(known.min()), "us")),
+                     to_utc_datetime(np.datetime64(int(known.max()), "us")))
+
+
+def _parsed_time(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def append_rows(
@@ -440,56 +406,70 @@ def append_rows(
                          "pass --table with one of them")
     src = Path(source)
     at = now or dt.datetime.now(dt.UTC)
-    new = _read_rows(src)
+    new = read_cells(src)
     target = folder / str(manifest["tables"][table])
     with _locked(folder):
-        old = _read_rows(target, stored=True)
-        _same_columns(old, new, src)
-        new = _typed(new, _kinds_of(old), src)
-        canonical = _validated(new[list(old.columns)], table, src, at)
+        old = _read_stored(target)
+        columns = [str(c) for c in old.columns]
+        _same_columns(columns, new.names, src)
+        rows = _typed_rows(new, _kinds_of(old), columns, table, src, at)
         last = pd.to_datetime(old[KNOWN_TIME], utc=True, format="ISO8601").max()
-        kn = pd.to_datetime(canonical[KNOWN_TIME], utc=True, format="ISO8601")
-        early = np.flatnonzero((kn <= last).to_numpy())
-        if early.size:
-            i = int(early[0])
-            raise DatasetError(
-                f"rows known after the table's last knowledge time {format_time(last.to_pydatetime())} "
-                "(rows already known are never rewritten)",
-                f"known_time {canonical[KNOWN_TIME].iloc[i]}",
-                "append only rows that became known later; a correction is a new row about the same "
-                "event_time with a later known_time",
-                file=str(src), row=i + 1, column=KNOWN_TIME,
-            )
+        _after_last(rows, last, src)
         # The new rows only are written as CSV, after the stored table's bytes as they are: the
         # work is the request's, not the table's (re-writing the whole table took 2.5 s of the
         # 3.0 s of a 10-row append to 500,000 rows, and held it twice more as text).
-        added = canonical.to_csv(index=False, header=False).encode()
+        added = b"".join(csv_bytes(rows, header=False))
         stored = target.stat().st_size
         bound = max_data_file_bytes()
         if stored + len(added) > bound:  # every later read of the table would refuse it
             raise DatasetError(
                 f"a table of at most {bound:,} bytes once the rows are appended (the bound every read of "
-                "a data file keeps)", f"{stored + len(added):,} bytes ({len(canonical):,} rows added to {len(old):,})",
+                "a data file keeps)", f"{stored + len(added):,} bytes ({rows.kept:,} rows added to {len(old):,})",
                 "register a new dataset with the newer rows, or set TYPESTRICT_MAX_DATA_FILE_BYTES",
                 file=str(src))
-        with StagedFile(folder) as staged, target.open("rb") as table_file:
-            last_byte = b"\n"
-            while piece := table_file.read(1 << 20):
-                staged.write(piece)
-                last_byte = piece[-1:]
-            if last_byte != b"\n":
-                staged.write(b"\n")
-            staged.write(added)
-            staged.commit(target)
+        _replace_appended(folder, target, added)
+    kept = rows.known_us[rows.keep]
     return AppendResult(
-        dataset=name, table=table, added=len(canonical), rows=len(old) + len(canonical),
-        last_known_before=last.to_pydatetime(), last_known_after=kn.max().to_pydatetime(),
+        dataset=name, table=table, added=rows.kept, rows=len(old) + rows.kept,
+        last_known_before=last.to_pydatetime(),
+        last_known_after=pd.Timestamp(int(kept.max()), unit="us", tz="UTC").to_pydatetime(),
     )
 
 
-def _same_columns(old: pd.DataFrame, new: pd.DataFrame, src: Path) -> None:
-    want = [str(c) for c in old.columns]
-    got = [str(c) for c in new.columns]
+def _after_last(rows: Rows, last: pd.Timestamp, src: Path) -> None:
+    """Refuse the first stored row (counted among the rows kept) known at or before ``last``, the
+    table's last knowledge time: rows already known are never rewritten."""
+    from typestrict_pipeline.backtest.workflows.dataset_rows import _time_texts
+
+    kept = rows.known_us[rows.keep]
+    early = np.flatnonzero(kept * 1000 <= last.as_unit("ns").value)  # the stored times: to the µs
+    if early.size:
+        i = int(early[0])
+        raise DatasetError(
+            f"rows known after the table's last knowledge time {format_time(last.to_pydatetime())} "
+            "(rows already known are never rewritten)",
+            f"known_time {_time_texts(kept[i:i + 1])[0]}",
+            "append only rows that became known later; a correction is a new row about the same "
+            "event_time with a later known_time",
+            file=str(src), row=i + 1, column=KNOWN_TIME,
+        )
+
+
+def _replace_appended(folder: Path, target: Path, added: bytes) -> None:
+    """Replace ``target`` atomically by its bytes as they are (a line end added when its last
+    line has none) followed by ``added``."""
+    with StagedFile(folder) as staged, target.open("rb") as table_file:
+        last_byte = b"\n"
+        while piece := table_file.read(1 << 20):
+            staged.write(piece)
+            last_byte = piece[-1:]
+        if last_byte != b"\n":
+            staged.write(b"\n")
+        staged.write(added)
+        staged.commit(target)
+
+
+def _same_columns(want: Sequence[str], got: Sequence[str], src: Path) -> None:
     for col in want:
         if col not in got:
             raise DatasetError(f"the table's columns {listed(want)}",
@@ -518,8 +498,7 @@ def dataset_info(name: str, *, base: Path | None = None) -> DatasetInfo:
         pit = read_csv_fresh(folder / str(f), t)
         tables.append(TableInfo(t, folder / str(f), pit.n_rows, (EVENT_TIME, KNOWN_TIME, *pit.columns),
                                 pit.first_known, pit.last_known))
-    registered = dt.datetime.fromisoformat(str(manifest.get("registered_at", "1970-01-01T00:00:00+00:00"))
-                                           .replace("Z", "+00:00"))
+    registered = _parsed_time(str(manifest.get("registered_at", "1970-01-01T00:00:00+00:00")))
     return DatasetInfo(name=name, workflow=str(manifest["workflow"]), registered_at=registered, tables=tuple(tables))
 
 
