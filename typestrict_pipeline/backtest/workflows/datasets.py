@@ -14,11 +14,19 @@ known are never rewritten; a correction is a new row about the same ``event_time
 ``known_time``), then the table file is replaced atomically under a lock. Readers re-read a
 table when its file changed (:func:`~typestrict_pipeline.backtest.pit.read_csv_fresh`), so a
 long-running daemon sees the new rows at its next tick.
+
+Beside each table is its summary (:mod:`~typestrict_pipeline.backtest.workflows.dataset_summary`:
+columns, kinds, row count, first and last knowledge time), written under the same lock right
+after the table and trusted only while the table file's size, ``mtime_ns`` and inode are those it
+was written with: an append and :func:`dataset_info` then read none of the table's rows (a
+dataset without one, or a table changed since, is read whole as before and the summary written
+again at the next append).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import fcntl
 import json
@@ -46,6 +54,13 @@ from typestrict_pipeline.backtest.workflows.dataset_rows import (
     read_cells,
     typed_column,
     validated_rows,
+)
+from typestrict_pipeline.backtest.workflows.dataset_summary import (
+    Summary,
+    read_summary,
+    summary_of_frame,
+    summary_of_rows,
+    write_summary,
 )
 from typestrict_pipeline.errors import (
     ConflictError,
@@ -174,7 +189,7 @@ def _locked(folder: Path) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def _read_stored(path: Path) -> pd.DataFrame:
+def _read_stored(path: Path) -> tuple[pd.DataFrame, bytes]:
     """A stored table's rows (this module wrote them after validating them), read in bounded work
     (:func:`typestrict_pipeline.files.read_data_file`) with its numbers typed and an empty cell
     missing: what an append reads the table's columns, their kinds and its last knowledge time
@@ -192,7 +207,7 @@ def _read_stored(path: Path) -> pd.DataFrame:
                            "check the file", file=str(path)) from None
     if frame.empty:
         raise DatasetError("at least one row", "no rows", "give the file some rows", file=str(path))
-    return frame
+    return frame, raw
 
 
 NUMBER_MISTAKES = frozenset({"nan", "na", "n/a", "null", "none", "nil", "-", "?", "missing", "inf", "-inf",
@@ -330,6 +345,7 @@ def register_dataset(
                 for piece in csv_bytes(typed, header=True):
                     staged.write(piece)
                 staged.commit(folder / f"{t}.csv")
+            write_summary(folder / f"{t}.csv", summary_of_rows(typed))
         manifest = {"name": name, "workflow": workflow, "registered_at": format_time(at),
                     "tables": {t: f"{t}.csv" for t in rows}}
         write_atomic(folder / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
@@ -361,6 +377,16 @@ def _table_info(table: str, path: Path, rows: Rows) -> TableInfo:
     return TableInfo(table, path, rows.kept, (EVENT_TIME, KNOWN_TIME, *values),
                      to_utc_datetime(np.datetime64(int(known.min()), "us")),
                      to_utc_datetime(np.datetime64(int(known.max()), "us")))
+
+
+def _summary_info(table: str, path: Path, summary: Summary) -> TableInfo:
+    """What :func:`dataset_info` reads of a stored table, from its summary."""
+    from typestrict_pipeline.backtest.pit import to_utc_datetime
+
+    values = tuple(c for c in summary.columns if c not in (EVENT_TIME, KNOWN_TIME))
+    return TableInfo(table, path, summary.rows, (EVENT_TIME, KNOWN_TIME, *values),
+                     to_utc_datetime(np.datetime64(summary.first_known_us, "us")),
+                     to_utc_datetime(np.datetime64(summary.last_known_us, "us")))
 
 
 def _parsed_time(text: str) -> dt.datetime:
@@ -409,11 +435,18 @@ def append_rows(
     new = read_cells(src)
     target = folder / str(manifest["tables"][table])
     with _locked(folder):
-        old = _read_stored(target)
-        columns = [str(c) for c in old.columns]
+        summary = read_summary(target)
+        kinds = summary.kinds if summary is not None else None
+        if summary is None or kinds is None:  # no summary of the table as it is: read it whole
+            old, raw = _read_stored(target)
+            summary, kinds = summary_of_frame(old, raw), _kinds_of(old)
+            if summary.kinds not in (None, kinds):  # pragma: no cover - the classes say what pandas read
+                summary = dataclasses.replace(summary, classes={c: "BN" for c in summary.classes})
+            del old, raw
+        columns = list(summary.columns)
         _same_columns(columns, new.names, src)
-        rows = _typed_rows(new, _kinds_of(old), columns, table, src, at)
-        last = pd.to_datetime(old[KNOWN_TIME], utc=True, format="ISO8601").max()
+        rows = _typed_rows(new, kinds, columns, table, src, at)
+        last = pd.Timestamp(summary.last_known_us, unit="us", tz="UTC")
         _after_last(rows, last, src)
         # The new rows only are written as CSV, after the stored table's bytes as they are: the
         # work is the request's, not the table's (re-writing the whole table took 2.5 s of the
@@ -424,13 +457,14 @@ def append_rows(
         if stored + len(added) > bound:  # every later read of the table would refuse it
             raise DatasetError(
                 f"a table of at most {bound:,} bytes once the rows are appended (the bound every read of "
-                "a data file keeps)", f"{stored + len(added):,} bytes ({rows.kept:,} rows added to {len(old):,})",
+                "a data file keeps)", f"{stored + len(added):,} bytes ({rows.kept:,} rows added to {summary.rows:,})",
                 "register a new dataset with the newer rows, or set TYPESTRICT_MAX_DATA_FILE_BYTES",
                 file=str(src))
         _replace_appended(folder, target, added)
+        write_summary(target, summary.plus(summary_of_rows(rows)))
     kept = rows.known_us[rows.keep]
     return AppendResult(
-        dataset=name, table=table, added=rows.kept, rows=len(old) + rows.kept,
+        dataset=name, table=table, added=rows.kept, rows=summary.rows + rows.kept,
         last_known_before=last.to_pydatetime(),
         last_known_after=pd.Timestamp(int(kept.max()), unit="us", tz="UTC").to_pydatetime(),
     )
@@ -495,6 +529,10 @@ def dataset_info(name: str, *, base: Path | None = None) -> DatasetInfo:
     folder = _folder(name, base)
     tables = []
     for t, f in manifest["tables"].items():
+        summary = read_summary(folder / str(f))
+        if summary is not None:  # the table as it is now, without reading its rows
+            tables.append(_summary_info(t, folder / str(f), summary))
+            continue
         pit = read_csv_fresh(folder / str(f), t)
         tables.append(TableInfo(t, folder / str(f), pit.n_rows, (EVENT_TIME, KNOWN_TIME, *pit.columns),
                                 pit.first_known, pit.last_known))
