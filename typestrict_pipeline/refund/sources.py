@@ -4,7 +4,9 @@ The columnar path keeps neither column in memory (at 100 million rows the ids al
 Arrow text): what needs a text or an id later (the split's identical-text join, the test rows,
 pass 2's row order, a repeated id's message) reads the rows it needs again, from the same file,
 which must not have changed since it was validated. A dataset validated from columns already
-in memory keeps them there (:class:`MemoryTexts`).
+in memory keeps them there (:class:`MemoryTexts`). Within a verdict run's shared reads
+(``refund.runreads``) a column that fits its budget is read from the file once, and kept for the
+run's other steps in the process.
 
 >>> import pyarrow as pa
 >>> source = MemoryTexts(pa.array(["a", "b", "c", "d"], pa.large_string()))
@@ -14,6 +16,7 @@ in memory keeps them there (:class:`MemoryTexts`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +29,7 @@ from typestrict_pipeline.errors import DatasetError
 from typestrict_pipeline.refund import table as _table
 from typestrict_pipeline.refund.cells import as_text
 from typestrict_pipeline.refund.manifest import DatasetFormat
+from typestrict_pipeline.refund.runreads import ColumnKey, Gathered, active_cache
 from typestrict_pipeline.refund.table import FileStamp, file_stamp, iter_column_batches
 
 __all__ = ["FileTexts", "MemoryTexts", "TextSource", "aligned"]
@@ -44,21 +48,7 @@ class TextSource:
 
     def take(self, positions: npt.NDArray[np.int64]) -> pa.Array:
         """The values at ``positions`` (0-based, ascending), as one large-string Arrow array."""
-        wanted = np.asarray(positions, dtype=np.int64)
-        out: list[pa.Array] = []
-        if len(wanted):
-            start = 0
-            for values in self.batches():
-                end = start + len(values)
-                lo, hi = np.searchsorted(wanted, [start, end])
-                if hi > lo:
-                    out.append(values.take(pa.array(wanted[lo:hi] - start)))
-                start = end
-                if hi == len(wanted):
-                    break
-        if not out:
-            return pa.array([], pa.large_string())
-        return pa.concat_arrays([o.cast(pa.large_string()) for o in out])
+        return _take(self.batches(), np.asarray(positions, dtype=np.int64), to_end=False)
 
     def at(self, positions: npt.NDArray[np.int64]) -> list[str]:
         """The values at ``positions`` (0-based, ascending), as Python strings."""
@@ -132,10 +122,29 @@ class FileTexts(TextSource):
                 file=self.file,
             )
 
+    @property
+    def key(self) -> ColumnKey:
+        """The column's identity in a run's shared reads (``refund.runreads``)."""
+        return ColumnKey(os.path.realpath(self.path), self.format.value, self.column,
+                         self.stamp.size, self.stamp.mtime_ns)
+
     def batches(self) -> Iterator[pa.Array]:
+        """Every row's value, a batch at a time: from the run's shared reads when the column is
+        kept there, else read from the file (and kept, when a scope is active and it fits)."""
         self._check_stamp()
+        cache = active_cache()
+        kept = None if cache is None else cache.get(self.key)
+        if kept is not None:
+            yield from kept
+            return
+        gathered = None if cache is None or cache.refused(self.key) else Gathered(cache.room())
         for batch in iter_column_batches(self.path, self.format, [self.column]):
-            yield self._texts(batch.cells.get(self.column), batch.start, batch.length)
+            texts = self._texts(batch.cells.get(self.column), batch.start, batch.length)
+            if gathered is not None:
+                gathered.add(texts)
+            yield texts
+        if cache is not None and gathered is not None:  # read to its end: the whole column
+            cache.put(self.key, gathered.chunks)
 
     def _texts(self, cells: _table.Cells | None, start: int, length: int) -> pa.Array:
         if cells is None:  # a JSON Lines batch without the key: checked at validation
@@ -144,8 +153,13 @@ class FileTexts(TextSource):
         return texts
 
     def take(self, positions: npt.NDArray[np.int64]) -> pa.Array:
-        """Parquet: only the row groups holding ``positions`` are read (the column alone)."""
+        """In a run's shared reads (``refund.runreads``), the whole column is read once and
+        kept (unless it does not fit) and every take after it reads memory. Else Parquet: only
+        the row groups holding ``positions`` are read (the column alone)."""
         wanted = np.asarray(positions, dtype=np.int64)
+        cache = active_cache()
+        if len(wanted) and cache is not None and not cache.refused(self.key):
+            return _take(self.batches(), wanted, to_end=True)  # the column read to its end: kept
         if self.format is not DatasetFormat.PARQUET or len(wanted) == 0:
             return super().take(wanted)
         import pyarrow.parquet as pq
@@ -164,6 +178,25 @@ class FileTexts(TextSource):
             texts = self._texts(cells, first, sizes[group])
             out.append(texts.take(pa.array(wanted[groups == group] - first)))
         return pa.concat_arrays(out)
+
+
+def _take(batches: Iterator[pa.Array], wanted: npt.NDArray[np.int64], *, to_end: bool) -> pa.Array:
+    """The values at ``wanted`` (0-based, ascending) among ``batches``, as one large-string
+    array; the batches are read to their end with ``to_end``, else until the last one wanted."""
+    out: list[pa.Array] = []
+    if len(wanted):
+        start = 0
+        for values in batches:
+            end = start + len(values)
+            lo, hi = np.searchsorted(wanted, [start, end])
+            if hi > lo:
+                out.append(values.take(pa.array(wanted[lo:hi] - start)))
+            start = end
+            if hi == len(wanted) and not to_end:
+                break
+    if not out:
+        return pa.array([], pa.large_string())
+    return pa.concat_arrays([o.cast(pa.large_string()) for o in out])
 
 
 def aligned(source: Iterator[pa.Array], length: int, pending: list[pa.Array]) -> pa.Array:
