@@ -42,7 +42,7 @@ from typestrict_pipeline.refund.audit import audit_bytes, build_audit
 from typestrict_pipeline.refund.dataset import Dataset, unlabeled_from_split, unlabeled_text
 from typestrict_pipeline.refund.explain import decision_reason, facts_from_report, verdict_sentence
 from typestrict_pipeline.refund.grouping import GroupingScan, resampling_line
-from typestrict_pipeline.refund.holdout import Holdout, split_decisions
+from typestrict_pipeline.refund.holdout import Holdout, keep_test_rows, split_decisions
 from typestrict_pipeline.refund.manifest import (
     TrainingManifest,
     TrainingStatus,
@@ -373,7 +373,7 @@ def roles_frame(holdouts: Sequence[Holdout], *, head: int | None = None) -> "pd.
     if not holdouts:
         return pd.DataFrame(columns=columns)
     # built from the splits' columns: no Python object per row
-    table = pa.concat_tables([h.columns() for h in holdouts], promote_options="permissive")
+    table = pa.concat_tables([h.columns(head) for h in holdouts], promote_options="permissive")
     if head is not None:
         table = table.slice(0, head)
     frame = table.to_pandas()
@@ -404,6 +404,7 @@ def _split(
             metadata={"status": "failed training: no split needed"},
         )
     holdouts = split_decisions(dataset.dataset)
+    keep_test_rows(dataset.dataset, holdouts)  # for the steps after: one read for all decisions
     manifest = dataset.manifest
     # A model that may have seen test rows is never judged (refund/trained_on.py); what the
     # training stated (or that it stated nothing) goes into the audit.

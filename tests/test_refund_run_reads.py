@@ -57,8 +57,20 @@ class Reads:
         return self.records / ROWS
 
 
+TEXT_CHARS = 600
+"""Each row's text: the texts (1.2 MB) pass a budget of 1 MiB that the ids (28 kB) and the
+test rows' texts (about 600 kB) fit in."""
+
+
 def _training(home: Path) -> None:
+    """Two decisions over ``ROWS`` rows in groups of 4, texts of ``TEXT_CHARS`` characters."""
     support.make_training(home / "trainings", "t1", n=ROWS, decisions=("sentiment", "topic"))
+    data = home / "trainings" / "t1" / "data.csv"
+    lines = data.read_text(encoding="utf-8").splitlines()
+    rows = [line.split(",") for line in lines]
+    for row in rows[1:]:
+        row[1] = (row[1] + " " + "lorem ipsum " * TEXT_CHARS)[:TEXT_CHARS]
+    data.write_text("".join(",".join(row) + "\n" for row in rows), encoding="utf-8")
 
 
 def test_a_verdict_run_reads_its_dataset_file_twice_whatever_its_decisions_and_steps(
@@ -75,24 +87,29 @@ def test_a_verdict_run_reads_its_dataset_file_twice_whatever_its_decisions_and_s
     assert reads.opens <= 3, f"the file opened {reads.opens} times"
 
 
-def test_the_audit_is_the_same_bytes_with_or_without_the_shared_reads(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A budget too small for any column reads the file as before (every step again): the
-    split, the predictions asked, the metrics and the audit are the same, bit for bit."""
-    shared, alone = tmp_path / "shared", tmp_path / "alone"
-    for home in (shared, alone):
+@pytest.mark.parametrize(("budget", "passes"), [
+    (1 << 20, 3),  # the texts do not fit whole: the test rows' texts are read once, then kept
+    (1, 40),  # nothing fits: every step reads again, as before the shared reads
+])
+def test_a_smaller_budget_reads_more_and_the_audit_is_the_same_bytes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: int, passes: int) -> None:
+    """Whatever the budget keeps, the split, the predictions asked, the metrics and the audit
+    are the same, bit for bit, as when the file's columns are all kept."""
+    shared, smaller = tmp_path / "shared", tmp_path / "smaller"
+    for home in (shared, smaller):
         _training(home)
     assert assets_tests.run_training(shared, "t1").success
-    monkeypatch.setattr(runreads, "SHARED_READ_BYTES", 1)
+    monkeypatch.setattr(runreads, "SHARED_READ_BYTES", budget)
     reads = Reads(monkeypatch)
-    assert assets_tests.run_training(alone, "t1").success
-    assert reads.passes > 10  # the old way: each step reads again
-    assert (shared / "audits" / "t1.json").read_bytes() == (alone / "audits" / "t1.json").read_bytes()
+    assert assets_tests.run_training(smaller, "t1").success
+    assert reads.records <= passes * ROWS + 1, f"{reads.passes:.1f} passes over the file"
+    audit = (shared / "audits" / "t1.json").read_bytes()
+    assert audit == (smaller / "audits" / "t1.json").read_bytes()
 
 
 def _dataset(tmp_path: Path) -> tuple[Path, Any]:
-    manifest_path = support.make_training(tmp_path / "trainings", "t1", n=ROWS)
-    manifest = load_manifest(manifest_path)
+    _training(tmp_path)
+    manifest = load_manifest(tmp_path / "trainings" / "t1" / "manifest.json")
     return manifest.dataset.path, manifest
 
 
@@ -102,10 +119,19 @@ def test_a_file_changed_within_the_run_is_refused_even_when_its_columns_are_kept
     with runreads.shared_reads("run-a") as cache:
         dataset = load_dataset(manifest)
         assert cache.used > 0  # the ids and texts are kept
-        assert dataset.texts.at(np.array([0])) == ["example 0 of training t1"]
-        path.write_text(path.read_text(encoding="utf-8") + "ex9999,late,g0,yes\n", encoding="utf-8")
+        assert dataset.texts.at(np.array([0]))[0].startswith("example 0 of training t1 lorem")
+        path.write_text(path.read_text(encoding="utf-8") + "ex9999,late,g0,yes,a\n", encoding="utf-8")
         with pytest.raises(DatasetError, match="a file that changed or went away since"):
             dataset.texts.at(np.array([0]))
+    with runreads.shared_reads("run-b", budget=1_000) as cache:  # too small for the columns
+        dataset = load_dataset(manifest)
+        assert dataset.id_source.at(np.array([0])) == ["ex0000"]
+        assert cache.kept_rows(dataset.id_source.key)  # type: ignore[attr-defined]
+        path.write_text(path.read_text(encoding="utf-8")[:-1] + "x\n", encoding="utf-8")
+        with pytest.raises(DatasetError, match="a file that changed or went away since"):
+            dataset.id_source.at(np.array([0]))  # a row kept, but the file changed
+        with pytest.raises(DatasetError, match="a file that changed or went away since"):
+            dataset.positions(["ex0000"])
 
 
 def test_the_shared_reads_are_one_runs_and_give_what_the_file_gives(
@@ -133,20 +159,47 @@ def test_the_shared_reads_are_one_runs_and_give_what_the_file_gives(
         assert again.used == 0
 
 
-def test_a_column_larger_than_the_budget_is_read_from_the_file_each_time(
+def test_a_column_larger_than_the_budget_keeps_the_rows_taken(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The texts do not fit whole: the rows read by position are kept (up to the budget), and
+    only a row not kept yet is read from the file again."""
     _, manifest = _dataset(tmp_path)
-    with runreads.shared_reads("run-small", budget=30_000) as cache:
+    texts = load_dataset(manifest).texts.values().to_pylist()  # outside the scope: the file's
+    rows = np.array([0, 5, 1_999])
+    many = np.arange(0, ROWS, 2)  # 1,000 rows of 600 characters: more than the room left
+    with runreads.shared_reads("run-small", budget=100_000) as cache:
         dataset = load_dataset(manifest)
         ids_key, texts_key = dataset.id_source.key, dataset.texts.key  # type: ignore[attr-defined]
         assert cache.get(ids_key) is not None  # 2,000 ids of 6 characters fit
-        assert cache.get(texts_key) is None and cache.used <= 30_000
+        assert cache.get(texts_key) is None and cache.refused(texts_key)
         reads = Reads(monkeypatch)
-        assert dataset.texts.at(np.array([0, 5])) == ["example 0 of training t1", "example 5 of training t1"]
-        assert reads.records == ROWS  # read from the file (its first batch), as without a scope
-        assert cache.get(texts_key) is None
-        dataset.texts.at(np.array([1]))
-        assert reads.records == 2 * ROWS  # and again
+        assert dataset.texts.at(rows) == [texts[i] for i in rows]
+        assert reads.records == ROWS  # read from the file, once
+        assert dataset.texts.at(np.array([5])) == [texts[5]]
+        assert dataset.texts.at(rows) == [texts[i] for i in rows]
+        assert reads.records == ROWS  # kept
+        assert dataset.texts.at(many) == [texts[i] for i in many]
+        assert reads.records == 2 * ROWS and cache.used <= 100_000
+        assert dataset.positions(["ex0005", "ex0000"]) == {"ex0000": 0, "ex0005": 5}
         dataset.ids.to_pylist()
-        assert reads.records == 2 * ROWS  # the ids are kept
+        assert reads.records == 2 * ROWS  # the ids are kept whole
     runreads.drop_shared_reads("run-small")
+
+
+def test_the_rows_of_ids_kept_are_found_without_a_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neither column fits: the ids taken by position are kept, and the rows of those ids are
+    found among them (the ids are unique); an id not kept is looked for in the file."""
+    _, manifest = _dataset(tmp_path)
+    with runreads.shared_reads("run-tiny", budget=20_000) as cache:
+        dataset = load_dataset(manifest)
+        assert cache.used == 0
+        reads = Reads(monkeypatch)
+        assert dataset.id_source.at(np.array([3, 7])) == ["ex0003", "ex0007"]
+        assert reads.records == ROWS
+        assert dataset.positions(["ex0007", "ex0003"]) == {"ex0003": 3, "ex0007": 7}
+        assert list(dataset.positions(["ex0007", "ex0003"])) == ["ex0003", "ex0007"]  # row order
+        assert reads.records == ROWS
+        assert dataset.positions(["ex0007", "ex0008", "nope"]) == {"ex0007": 7, "ex0008": 8}
+        assert reads.records == 2 * ROWS
+    runreads.drop_shared_reads("run-tiny")

@@ -299,10 +299,15 @@ class Dataset:
 
     def positions(self, ids: Iterable[str]) -> dict[str, int]:
         """The 0-based row of each id given that the dataset has (an unknown id is left out);
-        the ids are read again a batch at a time."""
+        the ids are read again a batch at a time, unless the run keeps the row of every one
+        (``refund.runreads``)."""
         wanted = list(ids)
         if not wanted:
             return {}
+        if isinstance(self.id_source, FileTexts):  # the ids unique: rows a run kept answer
+            kept = self.id_source.rows_of(wanted)
+            if kept is not None:
+                return kept
         value_set = pa.array(wanted, type=pa.large_string())
         out: dict[str, int] = {}
         start = 0

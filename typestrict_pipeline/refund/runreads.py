@@ -12,7 +12,10 @@ in full is kept, and the steps of the same scope read it from memory:
 - the dataset's read while it is validated (``refund.dataset.load_dataset``) keeps the id and
   text columns as it goes, so a run reads the file once;
 - any other whole read of a column (:meth:`refund.sources.FileTexts.batches`) keeps it the same
-  way, so a step in a process of its own reads each column at most once more.
+  way, so a step in a process of its own reads each column at most once more;
+- of a column too large to keep whole, the rows read by position (at most
+  :data:`~typestrict_pipeline.refund.sources.KEEP_ROWS` at a time: each decision's test rows,
+  their ids and texts) are kept, so the steps after the first find them without a pass.
 
 What is kept is bounded: at most :data:`SHARED_READ_BYTES` of Arrow buffers per scope. A column
 that does not fit is not kept, and is read from the file as before (a file of long texts is
@@ -43,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -90,8 +94,25 @@ class ColumnCache:
     budget: int
     columns: dict[ColumnKey, list[pa.Array]] = field(default_factory=dict)
     too_large: set[ColumnKey] = field(default_factory=set)
+    rows: dict[ColumnKey, dict[int, str | None]] = field(default_factory=dict)
     used: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def kept_rows(self, key: ColumnKey) -> dict[int, str | None]:
+        """The rows of a column too large to keep whole that were read by position (a copy)."""
+        with self.lock:
+            return dict(self.rows.get(key, {}))
+
+    def keep_rows(self, key: ColumnKey, values: dict[int, str | None]) -> None:
+        """Keep rows read by position (row → value), those that fit in the room left."""
+        with self.lock:
+            kept = self.rows.setdefault(key, {})
+            for row, value in values.items():
+                size = _ROW_BYTES + (0 if value is None else sys.getsizeof(value))
+                if row in kept or self.used + size > self.budget:
+                    continue
+                kept[row] = value
+                self.used += size
 
     def get(self, key: ColumnKey) -> list[pa.Array] | None:
         """The column's batches as they were read, or None when it is not kept."""
@@ -121,6 +142,10 @@ class ColumnCache:
             self.columns[key] = list(chunks)
             self.used += size
             return True
+
+
+_ROW_BYTES = 120
+"""What a kept row costs besides its string: its entry in a dict and its row number."""
 
 
 def _nbytes(array: pa.Array) -> int:

@@ -17,7 +17,7 @@ run's other steps in the process.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,10 +29,15 @@ from typestrict_pipeline.errors import DatasetError
 from typestrict_pipeline.refund import table as _table
 from typestrict_pipeline.refund.cells import as_text
 from typestrict_pipeline.refund.manifest import DatasetFormat
-from typestrict_pipeline.refund.runreads import ColumnKey, Gathered, active_cache
+from typestrict_pipeline.refund.runreads import ColumnCache, ColumnKey, Gathered, active_cache
 from typestrict_pipeline.refund.table import FileStamp, file_stamp, iter_column_batches
 
-__all__ = ["FileTexts", "MemoryTexts", "TextSource", "aligned"]
+__all__ = ["KEEP_ROWS", "FileTexts", "MemoryTexts", "TextSource", "aligned"]
+
+
+KEEP_ROWS = 1 << 16
+"""Most rows a take keeps of a column too large to keep whole (``refund.runreads``): a larger
+take (every training row's id) streams from the file, as without a run's shared reads."""
 
 
 class TextSource:
@@ -154,12 +159,45 @@ class FileTexts(TextSource):
 
     def take(self, positions: npt.NDArray[np.int64]) -> pa.Array:
         """In a run's shared reads (``refund.runreads``), the whole column is read once and
-        kept (unless it does not fit) and every take after it reads memory. Else Parquet: only
-        the row groups holding ``positions`` are read (the column alone)."""
+        kept, and every take after it reads memory; a column too large for that keeps the rows
+        taken (up to :data:`KEEP_ROWS` at a time), and reads only the rows it lacks."""
         wanted = np.asarray(positions, dtype=np.int64)
         cache = active_cache()
-        if len(wanted) and cache is not None and not cache.refused(self.key):
-            return _take(self.batches(), wanted, to_end=True)  # the column read to its end: kept
+        if len(wanted) and cache is not None:
+            if not cache.refused(self.key):
+                return _take(self.batches(), wanted, to_end=True)  # read to its end: kept
+            if len(wanted) <= KEEP_ROWS:
+                return self._take_kept(cache, wanted)
+        return self._take_file(wanted)
+
+    def _take_kept(self, cache: ColumnCache, wanted: npt.NDArray[np.int64]) -> pa.Array:
+        """``take`` of a column too large to keep whole: the rows kept, and the others read
+        from the file (and kept, as the room allows)."""
+        self._check_stamp()  # a file changed since is refused, kept rows or not
+        known = cache.kept_rows(self.key)
+        missing = np.asarray([p for p in wanted.tolist() if p not in known], dtype=np.int64)
+        if len(missing):
+            read = dict(zip(missing.tolist(), self._take_file(missing).to_pylist(), strict=True))
+            cache.keep_rows(self.key, read)
+            known.update(read)
+        return pa.array([known[p] for p in wanted.tolist()], pa.large_string())
+
+    def rows_of(self, values: Sequence[str]) -> dict[str, int] | None:
+        """The row of each of ``values`` when every one is among the rows a run keeps of this
+        column (a column of unique values: the ids), without reading the file; else None."""
+        cache = active_cache()
+        if cache is None or not values:
+            return None
+        self._check_stamp()
+        where = {value: row for row, value in cache.kept_rows(self.key).items() if value is not None}
+        found = {v: where[v] for v in values if v in where}
+        if len(found) != len(set(values)):
+            return None
+        return dict(sorted(found.items(), key=lambda item: item[1]))  # in row order, as read
+
+    def _take_file(self, wanted: npt.NDArray[np.int64]) -> pa.Array:
+        """``take`` read from the file. Parquet: only the row groups holding ``wanted`` are read
+        (the column alone)."""
         if self.format is not DatasetFormat.PARQUET or len(wanted) == 0:
             return super().take(wanted)
         import pyarrow.parquet as pq
