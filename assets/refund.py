@@ -18,6 +18,7 @@ import datetime as dt
 import hashlib
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +42,7 @@ from typestrict_pipeline.refund.audit import audit_bytes, build_audit
 from typestrict_pipeline.refund.dataset import Dataset, unlabeled_from_split, unlabeled_text
 from typestrict_pipeline.refund.explain import decision_reason, facts_from_report, verdict_sentence
 from typestrict_pipeline.refund.grouping import GroupingScan, resampling_line
-from typestrict_pipeline.refund.holdout import Holdout, split_decisions
+from typestrict_pipeline.refund.holdout import Holdout, keep_test_rows, split_decisions
 from typestrict_pipeline.refund.manifest import (
     TrainingManifest,
     TrainingStatus,
@@ -57,6 +58,7 @@ from typestrict_pipeline.refund.rule import (
     judge_decision,
     judge_training,
 )
+from typestrict_pipeline.refund.runreads import ColumnCache, drop_shared_reads, shared_reads
 from typestrict_pipeline.refund.trained_on import NOT_STATED, Attestation, attest
 from typestrict_pipeline.refund.unsettled import UNSETTLED_AFTER, RunSummary, find_unsettled
 from typestrict_pipeline.store import typestrict_home
@@ -265,6 +267,12 @@ def run_progress(context: dg.AssetExecutionContext, *, percent: int = 10) -> Pro
     return every(percent, report)
 
 
+def run_reads(context: dg.AssetExecutionContext) -> AbstractContextManager[ColumnCache]:
+    """The run's shared reads of its dataset (``refund.runreads``): the id and text columns read
+    once, by the first step, serve the run's other steps in this process."""
+    return shared_reads(context.run.run_id)
+
+
 def _progress_keys(context: dg.AssetExecutionContext) -> list[str]:
     """Where this run's progress is recorded: its run id, and its training's key."""
     keys = [context.run.run_id]
@@ -304,7 +312,7 @@ def dataset(
     # first asset returns: a bad training fails here and nothing of it is stored, not even the
     # progress its check reported while reading (the run's log keeps those lines).
     try:
-        with product_failure(manifest):
+        with product_failure(manifest), run_reads(context):
             checked = check_training(manifest, progress=run_progress(context))
     except BaseException:
         for key in _progress_keys(context):
@@ -365,7 +373,7 @@ def roles_frame(holdouts: Sequence[Holdout], *, head: int | None = None) -> "pd.
     if not holdouts:
         return pd.DataFrame(columns=columns)
     # built from the splits' columns: no Python object per row
-    table = pa.concat_tables([h.columns() for h in holdouts], promote_options="permissive")
+    table = pa.concat_tables([h.columns(head) for h in holdouts], promote_options="permissive")
     if head is not None:
         table = table.slice(0, head)
     frame = table.to_pandas()
@@ -382,12 +390,21 @@ def roles_frame(holdouts: Sequence[Holdout], *, head: int | None = None) -> "pd.
 def holdout(
     context: dg.AssetExecutionContext, dataset: LoadedTraining
 ) -> dg.MaterializeResult[TrainingHoldout]:
+    with run_reads(context):
+        return _split(context, dataset)
+
+
+def _split(
+    context: dg.AssetExecutionContext, dataset: LoadedTraining
+) -> dg.MaterializeResult[TrainingHoldout]:
+    """The ``holdout`` asset's work: every decision's split, what the training stated, a preview."""
     if dataset.dataset is None:
         return dg.MaterializeResult(
             value=TrainingHoldout(dataset, ()),
             metadata={"status": "failed training: no split needed"},
         )
     holdouts = split_decisions(dataset.dataset)
+    keep_test_rows(dataset.dataset, holdouts)  # for the steps after: one read for all decisions
     manifest = dataset.manifest
     # A model that may have seen test rows is never judged (refund/trained_on.py); what the
     # training stated (or that it stated nothing) goes into the audit.
@@ -430,7 +447,7 @@ def _ask(
             value=SystemAnswers.none(system, client_resource.label),
             metadata={"status": "failed training: no predictions needed"},
         )
-    with product_failure(manifest, system):
+    with product_failure(manifest, system), run_reads(context):
         asked = client_resource.predict(
             system=system, source=source, dataset=training.dataset, holdouts=holdout.holdouts,
             log=context.log,
@@ -581,7 +598,7 @@ def metrics(
     reports = []
     for h in holdout.holdouts:
         assert training.dataset is not None
-        with product_failure():
+        with product_failure(), run_reads(context):
             data = build_decision_data(
                 training.dataset, h, model=model_predictions.predictions, jev=jev_predictions.predictions
             )
@@ -667,6 +684,7 @@ def audit(
                                      "refused_audit_sha256": digest},
                       error=type(refused).__name__)
     path = write_atomic(refund_trainings.audit_path(training_id), data)
+    drop_shared_reads(context.run.run_id)  # the run's last reader is done: its columns go
     context.log.info("audit written to %s (SHA-256 %s)", path, digest)
     return dg.MaterializeResult(
         value=str(path),

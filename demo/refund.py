@@ -51,6 +51,7 @@ from typestrict_pipeline.instance import sqlite_instance_config, write_instance_
 from typestrict_pipeline.refund.bootstrap import BootstrapUnit
 from typestrict_pipeline.refund.explain import verdict_sentence
 from typestrict_pipeline.refund.rule import DecisionReport, TrainingJudgement, example_bootstrap
+from typestrict_pipeline.refund.runreads import shared_reads
 from typestrict_pipeline.store import default_store_url, open_store
 
 VERIFIER = Path(__file__).resolve().parent.parent / "typestrict_pipeline" / "verify_audit.py"
@@ -231,9 +232,11 @@ def _run(root: Path, only: Sequence[str] | None) -> int:
         print("\ntrainings (split by the product's holdout, trained on training rows only):")
         prepared: list[PreparedTraining] = []
         for training in trainings:
-            p = prepare_training(
-                training, trainings_dir=root / "trainings", dataset_path=dataset_path, jev_source=jev_source
-            )
+            with shared_reads("demo: preparing the trainings of workspace 'demo'"):  # one file
+                p = prepare_training(
+                    training, trainings_dir=root / "trainings", dataset_path=dataset_path,
+                    jev_source=jev_source,
+                )
             prepared.append(p)
             if p.train_rows:
                 rows = ", ".join(f"{d}: {n:,} train / {p.test_rows[d]:,} test" for d, n in p.train_rows.items())

@@ -21,7 +21,9 @@ column with Arrow compute functions (``refund.cells``); what stays in memory is 
 answer codes (NumPy) and, for multiple choice, the options (an Arrow list column). Neither the
 texts nor the ids are kept (``refund.sources``): :class:`Dataset` reads them again, from the same
 file, for the rows asked (:meth:`Dataset.examples_at`; the split streams them,
-``refund.holdout``), and refuses a file that changed since it was validated. Ids are checked
+``refund.holdout``), and refuses a file that changed since it was validated (within a verdict
+run, ``refund.runreads`` keeps both columns as this read gives them, when they fit its budget,
+so the run's later steps read memory instead of the file). Ids are checked
 unique by a 64-bit key each (spilled to disk past a bound); only the rows whose key another row
 has are read again and compared. The errors are today's, in today's order: a file gets
 the same message, row and column as when every cell was a Python object (the reference kept in
@@ -62,6 +64,7 @@ from typestrict_pipeline.refund.rowdigest import (
     text_keys,
 )
 from typestrict_pipeline.refund.rowseed import LocalSeeds, SeedHasher, Seeds
+from typestrict_pipeline.refund.runreads import Gathered, active_cache
 from typestrict_pipeline.refund.sources import FileTexts, MemoryTexts, TextSource
 from typestrict_pipeline.refund.spill import Buckets
 from typestrict_pipeline.refund.splitrows import (
@@ -296,10 +299,15 @@ class Dataset:
 
     def positions(self, ids: Iterable[str]) -> dict[str, int]:
         """The 0-based row of each id given that the dataset has (an unknown id is left out);
-        the ids are read again a batch at a time."""
+        the ids are read again a batch at a time, unless the run keeps the row of every one
+        (``refund.runreads``)."""
         wanted = list(ids)
         if not wanted:
             return {}
+        if isinstance(self.id_source, FileTexts):  # the ids unique: rows a run kept answer
+            kept = self.id_source.rows_of(wanted)
+            if kept is not None:
+                return kept
         value_set = pa.array(wanted, type=pa.large_string())
         out: dict[str, int] = {}
         start = 0
@@ -1167,6 +1175,36 @@ def _check_unique(ids: TextSource, keys: Buckets, file: str, column: str) -> Non
     )
 
 
+class _Keep:
+    """The id and text columns of the validation's read, gathered for the run's shared reads
+    (``refund.runreads``: only within a scope, and while they fit in its room)."""
+
+    def __init__(self) -> None:
+        self.cache = active_cache()
+        self.room = 0 if self.cache is None else self.cache.room()
+        self.ids, self.texts = Gathered(self.room), Gathered(self.room)
+        if self.cache is None:
+            self.ids.chunks = self.texts.chunks = None
+
+    def add(self, staged: _Staged) -> None:
+        """One batch's ids and texts, exactly as a read of the column gives them; the two
+        together hold at most the room (past it, the larger is let go)."""
+        self.ids.add(staged.ids.texts)
+        self.texts.add(staged.texts.texts)
+        if self.ids.size + self.texts.size > self.room:
+            larger = max(self.ids, self.texts, key=lambda g: g.size if g.chunks is not None else -1)
+            larger.chunks = None
+            larger.size = 0
+
+    def keep(self, ids: TextSource, texts: TextSource) -> None:
+        """The whole columns were read: keep them under the file's identity."""
+        if self.cache is None:
+            return
+        for source, gathered in ((ids, self.ids), (texts, self.texts)):
+            if isinstance(source, FileTexts):
+                self.cache.put(source.key, gathered.chunks)
+
+
 def _run(
     validator: _Validator,
     batches: Iterable[ColumnBatch],
@@ -1177,9 +1215,11 @@ def _run(
 ) -> Dataset:
     if progress is not None:
         progress(Progress(READING, 0, total))
+    kept = _Keep()
     try:
         for staged in ahead(batches, validator.stage):
             validator.add(staged)
+            kept.add(staged)
             batch = staged.batch
             if progress is not None and batch.start + batch.length != total:
                 progress(Progress(READING, batch.start + batch.length, total))
@@ -1188,6 +1228,8 @@ def _run(
         validator.read()
         validator.check_columns(names())
         ids, texts = sources(validator.n)
+        kept.keep(ids, texts)
+        del kept
         dataset = _with_texts(validator.finish(ids), texts, None)
         _release_unused()  # the batches' columns are coded and let go
         prepared = validator.prepare(dataset)

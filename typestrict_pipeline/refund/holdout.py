@@ -84,7 +84,8 @@ from typestrict_pipeline.refund.rowdigest import (
     shared_key_rows_of,
     text_keys,
 )
-from typestrict_pipeline.refund.sources import MemoryTexts, TextSource, aligned
+from typestrict_pipeline.refund.runreads import active_cache
+from typestrict_pipeline.refund.sources import KEEP_ROWS, MemoryTexts, TextSource, aligned
 from typestrict_pipeline.refund.spill import Buckets
 from typestrict_pipeline.refund.splitrows import (
     SEED_DOMAIN,
@@ -111,6 +112,7 @@ __all__ = [
     "draw_holdout",
     "holdout_seed",
     "join_identical_texts",
+    "keep_test_rows",
     "normalize_text",
     "split_dataset",
     "split_decisions",
@@ -346,18 +348,22 @@ class Holdout:
         """Every row with its role, in input order (a Python object per row: for small data)."""
         return self.rows_at(np.arange(self.data.n, dtype=np.int64))
 
-    def columns(self) -> pa.Table:
-        """Every row as ``decision, id, group, answer, role`` columns (Arrow, no Python rows)."""
+    def columns(self, head: int | None = None) -> pa.Table:
+        """Every row as ``decision, id, group, answer, role`` columns (Arrow, no Python rows);
+        with ``head``, the first ``head`` rows only (their ids alone are read)."""
         data = self.data
-        strata = pa.array(self.strata.astype(np.int32), mask=self.strata < 0)
-        codes = pa.array(data.group_codes, mask=data.group_codes < 0)
+        n = data.n if head is None else min(head, data.n)
+        strata_np, group_codes = self.strata[:n], data.group_codes[:n]
+        strata = pa.array(strata_np.astype(np.int32), mask=strata_np < 0)
+        codes = pa.array(group_codes, mask=group_codes < 0)
+        ids = data.ids if head is None else data.id_source.take(np.arange(n, dtype=np.int64))
         return pa.table({
             "decision": pa.DictionaryArray.from_arrays(
-                pa.array(np.zeros(data.n, dtype=np.int32)), pa.array([self.decision])),
-            "id": data.ids,
+                pa.array(np.zeros(n, dtype=np.int32)), pa.array([self.decision])),
+            "id": ids,
             "group": data.group_values.take(codes),
             "answer": pa.array(list(self.answers), pa.large_string()).take(strata),
-            "role": pa.array([r.value for r in _ROLES]).take(pa.array(self.roles)),
+            "role": pa.array([r.value for r in _ROLES]).take(pa.array(self.roles[:n])),
         })
 
     def __eq__(self, other: object) -> bool:
@@ -890,6 +896,19 @@ def split_decisions(
               cap=cap)
         for p, s in zip(plans, seeds, strict=True)
     )
+
+
+def keep_test_rows(dataset: Dataset, holdouts: Sequence[Holdout]) -> None:
+    """Within a run's shared reads (``refund.runreads``), read the ids and texts of every
+    decision's test rows at once (one take of each column), so the steps after the split find
+    them kept: a column too large to keep whole is then read once for all decisions, not once
+    per decision and step. Outside a run's shared reads, nothing is read."""
+    if active_cache() is None or not holdouts:
+        return
+    rows = np.unique(np.concatenate([np.flatnonzero(h.roles == _TEST) for h in holdouts]))
+    if 0 < len(rows) <= KEEP_ROWS:
+        dataset.id_source.take(rows)
+        dataset.texts.take(rows)
 
 
 def _rows_and_seeds(dataset: Dataset, plans: Sequence[_Plan]) -> tuple[SplitRows, list[bytes]]:

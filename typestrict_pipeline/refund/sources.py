@@ -4,7 +4,9 @@ The columnar path keeps neither column in memory (at 100 million rows the ids al
 Arrow text): what needs a text or an id later (the split's identical-text join, the test rows,
 pass 2's row order, a repeated id's message) reads the rows it needs again, from the same file,
 which must not have changed since it was validated. A dataset validated from columns already
-in memory keeps them there (:class:`MemoryTexts`).
+in memory keeps them there (:class:`MemoryTexts`). Within a verdict run's shared reads
+(``refund.runreads``) a column that fits its budget is read from the file once, and kept for the
+run's other steps in the process.
 
 >>> import pyarrow as pa
 >>> source = MemoryTexts(pa.array(["a", "b", "c", "d"], pa.large_string()))
@@ -14,7 +16,8 @@ in memory keeps them there (:class:`MemoryTexts`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,9 +29,15 @@ from typestrict_pipeline.errors import DatasetError
 from typestrict_pipeline.refund import table as _table
 from typestrict_pipeline.refund.cells import as_text
 from typestrict_pipeline.refund.manifest import DatasetFormat
+from typestrict_pipeline.refund.runreads import ColumnCache, ColumnKey, Gathered, active_cache
 from typestrict_pipeline.refund.table import FileStamp, file_stamp, iter_column_batches
 
-__all__ = ["FileTexts", "MemoryTexts", "TextSource", "aligned"]
+__all__ = ["KEEP_ROWS", "FileTexts", "MemoryTexts", "TextSource", "aligned"]
+
+
+KEEP_ROWS = 1 << 16
+"""Most rows a take keeps of a column too large to keep whole (``refund.runreads``): a larger
+take (every training row's id) streams from the file, as without a run's shared reads."""
 
 
 class TextSource:
@@ -44,21 +53,7 @@ class TextSource:
 
     def take(self, positions: npt.NDArray[np.int64]) -> pa.Array:
         """The values at ``positions`` (0-based, ascending), as one large-string Arrow array."""
-        wanted = np.asarray(positions, dtype=np.int64)
-        out: list[pa.Array] = []
-        if len(wanted):
-            start = 0
-            for values in self.batches():
-                end = start + len(values)
-                lo, hi = np.searchsorted(wanted, [start, end])
-                if hi > lo:
-                    out.append(values.take(pa.array(wanted[lo:hi] - start)))
-                start = end
-                if hi == len(wanted):
-                    break
-        if not out:
-            return pa.array([], pa.large_string())
-        return pa.concat_arrays([o.cast(pa.large_string()) for o in out])
+        return _take(self.batches(), np.asarray(positions, dtype=np.int64), to_end=False)
 
     def at(self, positions: npt.NDArray[np.int64]) -> list[str]:
         """The values at ``positions`` (0-based, ascending), as Python strings."""
@@ -132,10 +127,29 @@ class FileTexts(TextSource):
                 file=self.file,
             )
 
+    @property
+    def key(self) -> ColumnKey:
+        """The column's identity in a run's shared reads (``refund.runreads``)."""
+        return ColumnKey(os.path.realpath(self.path), self.format.value, self.column,
+                         self.stamp.size, self.stamp.mtime_ns)
+
     def batches(self) -> Iterator[pa.Array]:
+        """Every row's value, a batch at a time: from the run's shared reads when the column is
+        kept there, else read from the file (and kept, when a scope is active and it fits)."""
         self._check_stamp()
+        cache = active_cache()
+        kept = None if cache is None else cache.get(self.key)
+        if kept is not None:
+            yield from kept
+            return
+        gathered = None if cache is None or cache.refused(self.key) else Gathered(cache.room())
         for batch in iter_column_batches(self.path, self.format, [self.column]):
-            yield self._texts(batch.cells.get(self.column), batch.start, batch.length)
+            texts = self._texts(batch.cells.get(self.column), batch.start, batch.length)
+            if gathered is not None:
+                gathered.add(texts)
+            yield texts
+        if cache is not None and gathered is not None:  # read to its end: the whole column
+            cache.put(self.key, gathered.chunks)
 
     def _texts(self, cells: _table.Cells | None, start: int, length: int) -> pa.Array:
         if cells is None:  # a JSON Lines batch without the key: checked at validation
@@ -144,8 +158,46 @@ class FileTexts(TextSource):
         return texts
 
     def take(self, positions: npt.NDArray[np.int64]) -> pa.Array:
-        """Parquet: only the row groups holding ``positions`` are read (the column alone)."""
+        """In a run's shared reads (``refund.runreads``), the whole column is read once and
+        kept, and every take after it reads memory; a column too large for that keeps the rows
+        taken (up to :data:`KEEP_ROWS` at a time), and reads only the rows it lacks."""
         wanted = np.asarray(positions, dtype=np.int64)
+        cache = active_cache()
+        if len(wanted) and cache is not None:
+            if not cache.refused(self.key):
+                return _take(self.batches(), wanted, to_end=True)  # read to its end: kept
+            if len(wanted) <= KEEP_ROWS:
+                return self._take_kept(cache, wanted)
+        return self._take_file(wanted)
+
+    def _take_kept(self, cache: ColumnCache, wanted: npt.NDArray[np.int64]) -> pa.Array:
+        """``take`` of a column too large to keep whole: the rows kept, and the others read
+        from the file (and kept, as the room allows)."""
+        self._check_stamp()  # a file changed since is refused, kept rows or not
+        known = cache.kept_rows(self.key)
+        missing = np.asarray([p for p in wanted.tolist() if p not in known], dtype=np.int64)
+        if len(missing):
+            read = dict(zip(missing.tolist(), self._take_file(missing).to_pylist(), strict=True))
+            cache.keep_rows(self.key, read)
+            known.update(read)
+        return pa.array([known[p] for p in wanted.tolist()], pa.large_string())
+
+    def rows_of(self, values: Sequence[str]) -> dict[str, int] | None:
+        """The row of each of ``values`` when every one is among the rows a run keeps of this
+        column (a column of unique values: the ids), without reading the file; else None."""
+        cache = active_cache()
+        if cache is None or not values:
+            return None
+        self._check_stamp()
+        where = {value: row for row, value in cache.kept_rows(self.key).items() if value is not None}
+        found = {v: where[v] for v in values if v in where}
+        if len(found) != len(set(values)):
+            return None
+        return dict(sorted(found.items(), key=lambda item: item[1]))  # in row order, as read
+
+    def _take_file(self, wanted: npt.NDArray[np.int64]) -> pa.Array:
+        """``take`` read from the file. Parquet: only the row groups holding ``wanted`` are read
+        (the column alone)."""
         if self.format is not DatasetFormat.PARQUET or len(wanted) == 0:
             return super().take(wanted)
         import pyarrow.parquet as pq
@@ -164,6 +216,25 @@ class FileTexts(TextSource):
             texts = self._texts(cells, first, sizes[group])
             out.append(texts.take(pa.array(wanted[groups == group] - first)))
         return pa.concat_arrays(out)
+
+
+def _take(batches: Iterator[pa.Array], wanted: npt.NDArray[np.int64], *, to_end: bool) -> pa.Array:
+    """The values at ``wanted`` (0-based, ascending) among ``batches``, as one large-string
+    array; the batches are read to their end with ``to_end``, else until the last one wanted."""
+    out: list[pa.Array] = []
+    if len(wanted):
+        start = 0
+        for values in batches:
+            end = start + len(values)
+            lo, hi = np.searchsorted(wanted, [start, end])
+            if hi > lo:
+                out.append(values.take(pa.array(wanted[lo:hi] - start)))
+            start = end
+            if hi == len(wanted) and not to_end:
+                break
+    if not out:
+        return pa.array([], pa.large_string())
+    return pa.concat_arrays([o.cast(pa.large_string()) for o in out])
 
 
 def aligned(source: Iterator[pa.Array], length: int, pending: list[pa.Array]) -> pa.Array:

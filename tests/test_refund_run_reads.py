@@ -1,0 +1,205 @@
+"""A verdict run reads its dataset file a bounded number of times (``refund.runreads``).
+
+Every step of a run gets its own copy of the dataset and of the split, and each re-read the ids
+and texts it needed from the file: about 37 passes over the file for a training of two decisions
+(each decision's test ids, their rows, their texts, in each step). The run's steps now share
+the columns read once, within a byte budget, and the audit is the same bytes either way.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from typestrict_pipeline.errors import DatasetError
+from typestrict_pipeline.refund import runreads, table
+from typestrict_pipeline.refund.dataset import load_dataset
+from typestrict_pipeline.refund.holdout import split_decisions
+from typestrict_pipeline.refund.manifest import load_manifest
+
+_ASSETS = Path(__file__).with_name("test_refund_assets.py")
+_spec = importlib.util.spec_from_file_location("test_refund_assets_for_reads", _ASSETS)
+assert _spec is not None and _spec.loader is not None
+assets_tests = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(assets_tests)
+support = assets_tests.support
+
+ROWS = 2_000
+
+
+class Reads:
+    """Data rows the CSV reader gave (``ROWS`` of them: one pass) and files it opened."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.records = 0
+        self.opens = 0
+        records, opener = table._csv_records, table._open_csv_binary
+
+        def counted(reader: Iterator[list[str]], file: str) -> Iterator[Any]:
+            for item in records(reader, file):
+                self.records += item[1] > 0  # row 0: the header of a file without rows
+                yield item
+
+        def counted_open(path: Path, module: str | None) -> Any:
+            self.opens += 1
+            return opener(path, module)
+
+        monkeypatch.setattr(table, "_csv_records", counted)
+        monkeypatch.setattr(table, "_open_csv_binary", counted_open)
+
+    @property
+    def passes(self) -> float:
+        return self.records / ROWS
+
+
+TEXT_CHARS = 600
+"""Each row's text: the texts (1.2 MB) pass a budget of 1 MiB that the ids (28 kB) and the
+test rows' texts (about 600 kB) fit in."""
+
+
+def _training(home: Path) -> None:
+    """Two decisions over ``ROWS`` rows in groups of 4, texts of ``TEXT_CHARS`` characters."""
+    support.make_training(home / "trainings", "t1", n=ROWS, decisions=("sentiment", "topic"))
+    data = home / "trainings" / "t1" / "data.csv"
+    lines = data.read_text(encoding="utf-8").splitlines()
+    rows = [line.split(",") for line in lines]
+    for row in rows[1:]:
+        row[1] = (row[1] + " " + "lorem ipsum " * TEXT_CHARS)[:TEXT_CHARS]
+    data.write_text("".join(",".join(row) + "\n" for row in rows), encoding="utf-8")
+
+
+def test_a_verdict_run_reads_its_dataset_file_twice_whatever_its_decisions_and_steps(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One pass validates the file (and keeps its ids and texts for the run), one reads its
+    first rows for the undeclared-groups look (``grouping.scan_dataset``: the header with one
+    row, then at most 100,000 rows); the split, both systems' questions, the metrics and the
+    audit read no more (before: 37 passes)."""
+    _training(tmp_path)
+    reads = Reads(monkeypatch)
+    result = assets_tests.run_training(tmp_path, "t1")
+    assert result.success
+    assert reads.records <= 2 * ROWS + 1, f"{reads.passes:.1f} passes over the file"
+    assert reads.opens <= 3, f"the file opened {reads.opens} times"
+
+
+@pytest.mark.parametrize(("budget", "passes"), [
+    (1 << 20, 3),  # the texts do not fit whole: the test rows' texts are read once, then kept
+    (1, 40),  # nothing fits: every step reads again, as before the shared reads
+])
+def test_a_smaller_budget_reads_more_and_the_audit_is_the_same_bytes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: int, passes: int) -> None:
+    """Whatever the budget keeps, the split, the predictions asked, the metrics and the audit
+    are the same, bit for bit, as when the file's columns are all kept."""
+    shared, smaller = tmp_path / "shared", tmp_path / "smaller"
+    for home in (shared, smaller):
+        _training(home)
+    assert assets_tests.run_training(shared, "t1").success
+    monkeypatch.setattr(runreads, "SHARED_READ_BYTES", budget)
+    reads = Reads(monkeypatch)
+    assert assets_tests.run_training(smaller, "t1").success
+    assert reads.records <= passes * ROWS + 1, f"{reads.passes:.1f} passes over the file"
+    audit = (shared / "audits" / "t1.json").read_bytes()
+    assert audit == (smaller / "audits" / "t1.json").read_bytes()
+
+
+def _dataset(tmp_path: Path) -> tuple[Path, Any]:
+    _training(tmp_path)
+    manifest = load_manifest(tmp_path / "trainings" / "t1" / "manifest.json")
+    return manifest.dataset.path, manifest
+
+
+def test_a_file_changed_within_the_run_is_refused_even_when_its_columns_are_kept(
+        tmp_path: Path) -> None:
+    path, manifest = _dataset(tmp_path)
+    with runreads.shared_reads("run-a") as cache:
+        dataset = load_dataset(manifest)
+        assert cache.used > 0  # the ids and texts are kept
+        assert dataset.texts.at(np.array([0]))[0].startswith("example 0 of training t1 lorem")
+        path.write_text(path.read_text(encoding="utf-8") + "ex9999,late,g0,yes,a\n", encoding="utf-8")
+        with pytest.raises(DatasetError, match="a file that changed or went away since"):
+            dataset.texts.at(np.array([0]))
+    with runreads.shared_reads("run-b", budget=1_000) as cache:  # too small for the columns
+        dataset = load_dataset(manifest)
+        assert dataset.id_source.at(np.array([0])) == ["ex0000"]
+        assert cache.kept_rows(dataset.id_source.key)  # type: ignore[attr-defined]
+        path.write_text(path.read_text(encoding="utf-8")[:-1] + "x\n", encoding="utf-8")
+        with pytest.raises(DatasetError, match="a file that changed or went away since"):
+            dataset.id_source.at(np.array([0]))  # a row kept, but the file changed
+        with pytest.raises(DatasetError, match="a file that changed or went away since"):
+            dataset.positions(["ex0000"])
+
+
+def test_the_shared_reads_are_one_runs_and_give_what_the_file_gives(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scope's columns serve that scope only; the next scope drops them, and outside a scope
+    nothing is kept. What they give is what reading the file gives."""
+    _, manifest = _dataset(tmp_path)
+    plain = load_dataset(manifest)
+    reference = split_decisions(plain)
+    with runreads.shared_reads("run-a"):
+        dataset = load_dataset(manifest)
+        reads = Reads(monkeypatch)
+        assert split_decisions(dataset) == reference
+        assert dataset.ids.equals(plain.ids) and dataset.texts.values().equals(plain.texts.values())
+        assert dataset.examples == plain.examples
+        assert reads.records == 0  # all from the kept columns
+    with runreads.shared_reads("run-b") as other:
+        assert other.used == 0
+        dataset.texts.at(np.array([1]))
+        assert reads.records == ROWS  # read again, and kept for run-b
+        assert other.used > 0
+    runreads.drop_shared_reads("run-b")
+    assert runreads.active_cache() is None
+    with runreads.shared_reads("run-b") as again:
+        assert again.used == 0
+
+
+def test_a_column_larger_than_the_budget_keeps_the_rows_taken(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The texts do not fit whole: the rows read by position are kept (up to the budget), and
+    only a row not kept yet is read from the file again."""
+    _, manifest = _dataset(tmp_path)
+    texts = load_dataset(manifest).texts.values().to_pylist()  # outside the scope: the file's
+    rows = np.array([0, 5, 1_999])
+    many = np.arange(0, ROWS, 2)  # 1,000 rows of 600 characters: more than the room left
+    with runreads.shared_reads("run-small", budget=100_000) as cache:
+        dataset = load_dataset(manifest)
+        ids_key, texts_key = dataset.id_source.key, dataset.texts.key  # type: ignore[attr-defined]
+        assert cache.get(ids_key) is not None  # 2,000 ids of 6 characters fit
+        assert cache.get(texts_key) is None and cache.refused(texts_key)
+        reads = Reads(monkeypatch)
+        assert dataset.texts.at(rows) == [texts[i] for i in rows]
+        assert reads.records == ROWS  # read from the file, once
+        assert dataset.texts.at(np.array([5])) == [texts[5]]
+        assert dataset.texts.at(rows) == [texts[i] for i in rows]
+        assert reads.records == ROWS  # kept
+        assert dataset.texts.at(many) == [texts[i] for i in many]
+        assert reads.records == 2 * ROWS and cache.used <= 100_000
+        assert dataset.positions(["ex0005", "ex0000"]) == {"ex0000": 0, "ex0005": 5}
+        dataset.ids.to_pylist()
+        assert reads.records == 2 * ROWS  # the ids are kept whole
+    runreads.drop_shared_reads("run-small")
+
+
+def test_the_rows_of_ids_kept_are_found_without_a_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neither column fits: the ids taken by position are kept, and the rows of those ids are
+    found among them (the ids are unique); an id not kept is looked for in the file."""
+    _, manifest = _dataset(tmp_path)
+    with runreads.shared_reads("run-tiny", budget=20_000) as cache:
+        dataset = load_dataset(manifest)
+        assert cache.used == 0
+        reads = Reads(monkeypatch)
+        assert dataset.id_source.at(np.array([3, 7])) == ["ex0003", "ex0007"]
+        assert reads.records == ROWS
+        assert dataset.positions(["ex0007", "ex0003"]) == {"ex0003": 3, "ex0007": 7}
+        assert list(dataset.positions(["ex0007", "ex0003"])) == ["ex0003", "ex0007"]  # row order
+        assert reads.records == ROWS
+        assert dataset.positions(["ex0007", "ex0008", "nope"]) == {"ex0007": 7, "ex0008": 8}
+        assert reads.records == 2 * ROWS
+    runreads.drop_shared_reads("run-tiny")
