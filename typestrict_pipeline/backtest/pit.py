@@ -177,10 +177,57 @@ _OFFSET = re.compile(r"[Tt ]\d{2}(?::?\d{2}){0,2}(?:[.,]\d+)?(?:[Zz]|[+-]\d{2}(?
 ``-1200`` or ``+05`` (a date alone, ``2012-01-05``, has none)."""
 
 
-def _not_a_time(series: pd.Series, i: int, what: str, table: str, file: str | None) -> DatasetError:
+def _not_a_time(series: pd.Series, i: int, what: str, table: str, file: str | None,
+                start: int = 0) -> DatasetError:
     return DatasetError("a time in ISO 8601 with a UTC offset (for example 2012-01-02T00:00:00Z)",
                         shown(series.iloc[i]), f"fix the {what!r} column of table {table!r}",
-                        file=file, row=i + 1, column=what)
+                        file=file, row=start + i + 1, column=what)
+
+
+def _offset_times(series: pd.Series, what: str, table: str, file: str | None, start: int = 0) -> pd.Series:
+    """Step 1 of :func:`_text_times`: the cells parsed to UTC, the first that is no time or has no
+    offset refused (its row counted from ``start``, the series' first row in the file).
+
+    >>> _offset_times(pd.Series(["2012-01-05T10:00:00Z", "2012-01-06"]), "event_time", "t", "w.csv", start=10)
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.DatasetError: w.csv, row 12, column 'event_time': expected timezone-aware times in 'event_time' (for example 2012-01-02T00:00:00Z), got '2012-01-06'. Add a UTC offset or 'Z' to every time: a local time would make what was knowable depend on the reader's time zone.
+    """
+    stripped = series.str.strip()
+    parsed = pd.to_datetime(stripped, utc=True, format="ISO8601", errors="coerce")
+    unread = parsed.isna().to_numpy()
+    bad = np.flatnonzero(unread | ~stripped.str.contains(_OFFSET).to_numpy(dtype=bool))
+    if bad.size:
+        i = int(bad[0])
+        if unread[i]:
+            raise _not_a_time(series, i, what, table, file, start)
+        raise DatasetError(f"timezone-aware times in {what!r} (for example 2012-01-02T00:00:00Z)",
+                           shown(series.iloc[i]), "add a UTC offset or 'Z' to every time: a local time would "
+                           "make what was knowable depend on the reader's time zone",
+                           file=file, row=start + i + 1, column=what)
+    return parsed
+
+
+def _outside_range(parsed: pd.Series) -> int | None:
+    """Step 2 of :func:`_text_times`: the index of the first time outside the range every time
+    the product reads lies in (:data:`typestrict_pipeline.values.TIME_MIN` to ``TIME_MAX``), if any.
+
+    >>> _outside_range(pd.to_datetime(pd.Series(["2012-01-05T10:00:00Z", "1850-01-01T00:00:00Z"]), utc=True))
+    1
+    """
+    from typestrict_pipeline.values import TIME_MAX, TIME_MIN
+
+    far = np.flatnonzero(((parsed < pd.Timestamp(TIME_MIN)) | (parsed >= pd.Timestamp(TIME_MAX))).to_numpy())
+    return int(far[0]) if far.size else None
+
+
+def _outside_error(value: Any, what: str, table: str, file: str | None, row: int) -> DatasetError:
+    """The refusal of a time outside the product's range (``row``: 1-based)."""
+    from typestrict_pipeline.values import TIME_MAX, TIME_MIN
+
+    return DatasetError(f"a time from {TIME_MIN.date()} to {(TIME_MAX - dt.timedelta(days=1)).date()} in {what!r}",
+                        shown(value), f"fix the {what!r} column of table {table!r}",
+                        file=file, row=row, column=what)
 
 
 def _text_times(series: pd.Series, what: str, table: str, file: str | None) -> pd.Series:
@@ -197,26 +244,10 @@ def _text_times(series: pd.Series, what: str, table: str, file: str | None) -> p
     ...
     typestrict_pipeline.errors.DatasetError: w.csv, row 2, column 'event_time': expected timezone-aware times in 'event_time' (for example 2012-01-02T00:00:00Z), got '2012-01-06 00:00'. Add a UTC offset or 'Z' to every time: a local time would make what was knowable depend on the reader's time zone.
     """
-    from typestrict_pipeline.values import TIME_MAX, TIME_MIN
-
-    stripped = series.str.strip()
-    parsed = pd.to_datetime(stripped, utc=True, format="ISO8601", errors="coerce")
-    unread = parsed.isna().to_numpy()
-    bad = np.flatnonzero(unread | ~stripped.str.contains(_OFFSET).to_numpy(dtype=bool))
-    if bad.size:
-        i = int(bad[0])
-        if unread[i]:
-            raise _not_a_time(series, i, what, table, file)
-        raise DatasetError(f"timezone-aware times in {what!r} (for example 2012-01-02T00:00:00Z)",
-                           shown(series.iloc[i]), "add a UTC offset or 'Z' to every time: a local time would "
-                           "make what was knowable depend on the reader's time zone",
-                           file=file, row=i + 1, column=what)
-    outside = np.flatnonzero(((parsed < pd.Timestamp(TIME_MIN)) | (parsed >= pd.Timestamp(TIME_MAX))).to_numpy())
-    if outside.size:
-        i = int(outside[0])
-        raise DatasetError(f"a time from {TIME_MIN.date()} to {(TIME_MAX - dt.timedelta(days=1)).date()} in {what!r}",
-                           shown(series.iloc[i]), f"fix the {what!r} column of table {table!r}",
-                           file=file, row=i + 1, column=what)
+    parsed = _offset_times(series, what, table, file)
+    i = _outside_range(parsed)
+    if i is not None:
+        raise _outside_error(series.iloc[i], what, table, file, i + 1)
     return parsed
 
 

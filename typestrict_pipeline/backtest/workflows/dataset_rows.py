@@ -28,12 +28,13 @@ import numpy as np
 import numpy.typing as npt
 
 from typestrict_pipeline.backtest.pit import (
-    _OFFSET,
     EVENT_TIME,
     KNOWN_TIME,
     PointInTimeTable,
-    _not_a_time,
+    _offset_times,
     _one_row_per_times,
+    _outside_error,
+    _outside_range,
     check_header,
 )
 from typestrict_pipeline.errors import DatasetError, InputError, listed
@@ -323,35 +324,19 @@ def _times(cells: pa.ChunkedArray, what: str, table: str, file: str) -> npt.NDAr
     """A time column's cells as nanoseconds since 1970 (UTC), by the rules of
     :func:`~typestrict_pipeline.backtest.pit._text_times` over the whole column (the first cell
     that is no time or has no offset, then the first outside the range), a chunk at a time."""
-    from typestrict_pipeline.values import TIME_MAX, TIME_MIN
-
     out = np.empty(len(cells), dtype=np.int64)
-    outside: tuple[int, pd.Series] | None = None
+    outside: tuple[int, Any] | None = None
     for start in range(0, len(cells), CHUNK_ROWS):
         series = _series(cells, start)
-        stripped = series.str.strip()
-        parsed = pd.to_datetime(stripped, utc=True, format="ISO8601", errors="coerce")
-        unread = parsed.isna().to_numpy()
-        bad = np.flatnonzero(unread | ~stripped.str.contains(_OFFSET).to_numpy(dtype=bool))
-        if bad.size:
-            i = int(bad[0])
-            if unread[i]:
-                exc = _not_a_time(series, i, what, table, file)
-                raise DatasetError(exc.expected, exc.got, exc.fix, file=file, row=start + i + 1, column=what)
-            raise DatasetError(f"timezone-aware times in {what!r} (for example 2012-01-02T00:00:00Z)",
-                               _shown(series.iloc[i]), "add a UTC offset or 'Z' to every time: a local time "
-                               "would make what was knowable depend on the reader's time zone",
-                               file=file, row=start + i + 1, column=what)
-        far = np.flatnonzero(((parsed < pd.Timestamp(TIME_MIN)) | (parsed >= pd.Timestamp(TIME_MAX))).to_numpy())
-        if far.size:
-            outside = outside or (start + int(far[0]), series.iloc[int(far[0]):int(far[0]) + 1])
+        parsed = _offset_times(series, what, table, file, start)
+        far = _outside_range(parsed)
+        if far is not None:
+            outside = outside or (start + far, series.iloc[far])
             continue
         utc = parsed.dt.tz_localize(None).dt.as_unit("ns").to_numpy()
         out[start:start + len(series)] = utc.view(np.int64)
     if outside is not None:
-        raise DatasetError(f"a time from {TIME_MIN.date()} to {(TIME_MAX - dt.timedelta(days=1)).date()} in {what!r}",
-                           _shown(outside[1].iloc[0]), f"fix the {what!r} column of table {table!r}",
-                           file=file, row=outside[0] + 1, column=what)
+        raise _outside_error(outside[1], what, table, file, outside[0] + 1)
     return out
 
 
