@@ -356,10 +356,10 @@ def register_dataset(
 
 
 def _reads_back(path: Path, rows: Rows) -> bool:
-    """Whether a stored table reads back as the rows it was written from: within the size bound
-    of every read, and no text cell holding a carriage return (written unquoted, as pandas'
-    ``to_csv`` writes it, it is read back as a line end). Only then may the answer be made from
-    the rows instead of a read of the file (:func:`dataset_info`)."""
+    """Whether the answer may be made from the rows just written instead of a read of the stored
+    table (:func:`dataset_info`): the table is within the size bound of every read, and no text
+    cell holds a carriage return. (A lone one is refused before anything is stored,
+    ``dataset_rows._check_texts``; for one in a quoted ``\\r\\n`` the answer is what a read gives.)"""
     import pyarrow.compute as pc
 
     if path.stat().st_size > max_data_file_bytes():
