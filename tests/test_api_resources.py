@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib.util
+import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from sqlalchemy import select
 
 from typestrict_pipeline.backtest.workflows.weather import write_seattle_csv
@@ -395,3 +397,59 @@ def test_a_point_in_time_file_that_expands_past_the_upload_limit_is_refused_befo
         assert refused.status_code == 422 and refused.json()["error"]["message"] == said, refused.text
         added = c.post("/v1/datasets/w/append", json={"file": "more.csv.bz2"})
         assert added.status_code == 200 and added.json()["added"] == 31, added.text
+
+
+def test_a_workspace_sees_why_a_notification_failed_without_the_servers_paths_or_secrets(
+        tmp_path: Path, sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed delivery's error names the server's file, and a webhook's URL holds its secret:
+    the workspace's API and console show the file's name and the webhook's host, the operator's
+    outbox the whole error."""
+    import html
+    import re
+
+    import httpx
+
+    from typestrict_pipeline.reruns.notify import FileTransport, deliver_pending, outbox
+
+    engine = open_store(sqlite_url)
+    try:
+        set_workspace(engine, "acme", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=50_000_000)
+        root_end = dt.datetime(2015, 2, 1, tzinfo=UTC)
+        root = scenario.create_root_study(engine, workspace="acme", root_end=root_end, budget_micro_usd=1_000_000,
+                                          min_unseen_steps=10,
+                                          workflow=scenario.backend(shift_at=root_end - dt.timedelta(days=10)))
+        scenario.run(engine, root)
+        enable_schedule(engine, scenario.port(engine), study_id=root, cadence="1d", owner="ana@example.com")
+        with session_scope(engine) as s:
+            entry = s.execute(select(LineageRow.id).where(LineageRow.lineage_root_id == root)).scalars().first()
+        enqueue(engine, dedupe_key=f"winner-changed:{entry}", kind="study_winner_changed",
+                recipient="ana@example.com", subject="A scheduled study changes its winner", body="b")
+        server_folder = tmp_path / "srv" / "operators-private-folder"
+        server_folder.parent.mkdir()
+        server_folder.write_text("a file where the transport wants a folder", encoding="utf-8")
+        report = deliver_pending(engine, FileTransport(server_folder / "notifications.log"))
+        assert len(report.failed) == 1
+        operators = outbox(engine)[0].last_error
+        assert operators is not None and str(server_folder) in operators  # the operator sees it whole
+    finally:
+        engine.dispose()
+    secret = "T0/B0/s3cret-token"
+    monkeypatch.setenv("TYPESTRICT_NOTIFY_TRANSPORT", "webhook")
+    monkeypatch.setenv("TYPESTRICT_NOTIFY_WEBHOOK", f"https://hooks.example.com/services/{secret}?sig=abc")
+    key = support.new_key(sqlite_url, "acme")
+    with support.ApiServer(sqlite_url, tmp_path / "home") as server:
+        with server.client(key) as c:
+            delivery = c.get("/v1/notifications").json()["deliveries"][0]
+        with httpx.Client(base_url=server.url, timeout=120) as console:
+            token = re.search(r'name="csrf_token" value="([^"]+)"', console.get("/console/sign-in").text)
+            assert token is not None
+            signed = console.post("/console/sign-in", data={"csrf_token": token.group(1), "key": key})
+            assert signed.status_code == 303, signed.text[:500]
+            page = console.get("/console/settings/notifications")
+    assert page.status_code == 200
+    shown = html.unescape(page.text)
+    assert "Where it goes: <b>a webhook (hooks.example.com)</b>" in shown, shown[:3000]
+    assert delivery["last_error"] == "FileExistsError: [Errno 17] File exists: '…/operators-private-folder'", delivery
+    assert delivery["last_error"] in delivery["text"] and delivery["last_error"] in shown
+    for seen in (json.dumps(delivery), shown):
+        assert secret not in seen and "sig=abc" not in seen and str(tmp_path) not in seen, seen[:3000]

@@ -84,8 +84,9 @@ def set_setting(engine: Engine, workspace: str, person: str, enabled: bool,
 
 
 def deliveries(engine: Engine, workspace: str, limit: int = 100) -> list[Delivery]:
-    """The workspace's notifications, newest first, delivered or not (with why not)."""
-    from typestrict_pipeline.reruns.notify import OutboxEntry
+    """The workspace's notifications, newest first, delivered or not (with why not: the error
+    without the server's paths or a webhook's URL beyond its host, :func:`notify.for_customers`)."""
+    from typestrict_pipeline.reruns.notify import OutboxEntry, for_customers
     from typestrict_pipeline.reruns.tables import LineageRow, OutboxMessage
     from typestrict_pipeline.study.tables import StudyRow
 
@@ -105,7 +106,8 @@ def deliveries(engine: Engine, workspace: str, limit: int = 100) -> list[Deliver
                 id=r.id, recipient=r.recipient, subject=r.subject, state=r.state.value, attempts=r.attempts,
                 created_at=r.created_at.isoformat(), sent_at=None if r.sent_at is None else r.sent_at.isoformat(),
                 next_attempt_at=None if r.next_attempt_at is None else r.next_attempt_at.isoformat(),
-                last_error=r.last_error, text=entry.line()))
+                last_error=None if r.last_error is None else for_customers(r.last_error),
+                text=entry.line(customer=True)))
         return out
 
 

@@ -26,6 +26,7 @@ import os
 import re
 import smtplib
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from email.message import EmailMessage
@@ -467,6 +468,52 @@ def transport_label(transport: Transport | None) -> str:
     return type(transport).__name__
 
 
+def customer_transport_label(transport: Transport | None) -> str:
+    """Where messages go, as a workspace's console says it: the kind of delivery and, for email
+    and a webhook, the host; never the server's paths, a URL's path or query (where a webhook's
+    secret token usually is), a user or a password. :func:`transport_label` is the operator's.
+
+    >>> customer_transport_label(WebhookTransport("https://hooks.example.com/services/T0/B0/s3cret"))
+    'a webhook (hooks.example.com)'
+    >>> customer_transport_label(FileTransport(Path("/srv/typestrict/home/notifications.log")))
+    'a file on the server (notifications.log)'
+    >>> customer_transport_label(None)
+    'nowhere: kept in the outbox (delivery is turned off on the server)'
+    """
+    if transport is None:
+        return "nowhere: kept in the outbox (delivery is turned off on the server)"
+    if isinstance(transport, FileTransport):
+        return f"a file on the server ({transport.path.name})"
+    if isinstance(transport, SmtpTransport):
+        return f"email over SMTP ({transport.host})"
+    if isinstance(transport, WebhookTransport):
+        return f"a webhook ({urllib.parse.urlsplit(transport.url).hostname or 'no host'})"
+    return type(transport).__name__
+
+
+#: A URL: its scheme and host kept; its user, port, path and query dropped, up to a space, a
+#: quote or the end (punctuation just before them is the sentence's, not the URL's).
+_URL = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*)://(?:[^\s/@'\"]*@)?([^\s/:'\"?#]+)"
+                  r"[^\s'\"]*?(?=[.,;:)\]]*(?:[\s'\"]|$))")
+#: An absolute path of the server: cut to its last name.
+_PATH = re.compile(r"(?<![\w.~:/])/(?:[^\s/'\"]+/)+([^\s/'\"]+)")
+
+
+def for_customers(text: str) -> str:
+    """A delivery's error as a workspace's console and API show it: each URL cut to its scheme and
+    host (a webhook's path and query often hold its secret; a user and password are dropped) and
+    each absolute path of the server to its last name. The outbox keeps the whole error for the
+    operator (``typestrict schedule outbox``).
+
+    >>> for_customers("RuntimeError: expected a 2xx answer from the webhook "
+    ...               "https://bot:pw@hooks.example.com:8443/services/T0/B0/s3cret?x=1, got 500")
+    'RuntimeError: expected a 2xx answer from the webhook https://hooks.example.com, got 500'
+    >>> for_customers("PermissionError: [Errno 13] Permission denied: '/srv/ts/home/notifications.log'")
+    "PermissionError: [Errno 13] Permission denied: '…/notifications.log'"
+    """
+    return _PATH.sub(r"…/\1", _URL.sub(r"\1://\2", text))
+
+
 @dataclass(frozen=True)
 class OutboxEntry:
     """One message of the outbox as the CLI and the UI show it."""
@@ -481,15 +528,19 @@ class OutboxEntry:
     next_attempt_at: dt.datetime | None
     last_error: str | None
 
-    def line(self) -> str:
-        """One line: id, state, recipient, subject, and why it is not delivered yet."""
+    def line(self, *, customer: bool = False) -> str:
+        """One line: id, state, recipient, subject, and why it is not delivered yet (``customer``:
+        as a workspace sees it, the error :func:`for_customers` and no operator's command)."""
         head = f"#{self.id} {self.state.value:<7} {self.recipient}: {self.subject}"
         if self.state is OutboxState.SENT:
             when = self.sent_at.strftime("%Y-%m-%d %H:%M UTC") if self.sent_at else "?"
             return f"{head} (delivered {when})"
-        why = f"not delivered yet after {self.attempts} attempt(s): {self.last_error}" if self.last_error else "waiting"
+        error = for_customers(self.last_error) if customer and self.last_error else self.last_error
+        why = f"not delivered yet after {self.attempts} attempt(s): {error}" if error else "waiting"
         if self.state is OutboxState.DEAD:
-            why = f"given up after {self.attempts} attempts: {self.last_error} (typestrict schedule deliver --requeue {self.id})"
+            again = ("the server's operator can send it again" if customer
+                     else f"typestrict schedule deliver --requeue {self.id}")
+            why = f"given up after {self.attempts} attempts: {error} ({again})"
         elif self.next_attempt_at is not None and self.last_error:
             why += f"; next attempt {self.next_attempt_at.strftime('%Y-%m-%d %H:%M UTC')}"
         return f"{head} ({why})"
