@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -173,6 +173,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return (rank.get(name, len(rank)), 0 if name in slow else 1)
 
     items.sort(key=key)
+
+
+#: Files that run on one pytest-xdist worker, one after the other, as one unit: the README's
+#: test and the browser console's each start from the checkout ``make demo`` leaves, and on one
+#: worker they share one ``make demo`` (``tests/demo_checkout.demo_checkout`` puts its home back
+#: as made for the second); on two workers each would run its own (about 75 s of CPU each).
+ONE_WORKER = ("tests/test_console_browser.py", "tests/test_cli_readme.py")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which answers for every mode
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile``, with the files of :data:`ONE_WORKER` one unit of work (in the
+    order :func:`pytest_collection_modifyitems` gives); any other mode as pytest-xdist makes it."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class _LoadFileSharingTheDemo(LoadFileScheduling):  # type: ignore[misc]  # untyped package
+        def _split_scope(self, nodeid: str) -> str:
+            name = super()._split_scope(nodeid)
+            return ONE_WORKER[0] if name in ONE_WORKER else name
+
+    return _LoadFileSharingTheDemo(config, log)
 
 
 def _file(item: pytest.Item) -> str:

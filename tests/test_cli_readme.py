@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 
 import tests.test_api_support as api_support
-from tests.demo_checkout import make_demo_checkout, newcomer_env
+from tests.demo_checkout import demo_checkout, newcomer_env
 from tests.test_api_walkthrough import walkthrough_blocks
 from typestrict_pipeline.cli import main
 
@@ -64,9 +64,10 @@ def test_the_table_has_the_commands_a_newcomer_needs() -> None:
 
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The checkout after ``make demo`` (:func:`demo_checkout.make_demo_checkout`), and the
-    working directory."""
-    root = make_demo_checkout(tmp_path_factory.mktemp("checkout"))
+    """The checkout after ``make demo`` (:func:`demo_checkout.demo_checkout`: one ``make demo``
+    for this file and the browser console's, put back as made for each), and the working
+    directory."""
+    root = demo_checkout(tmp_path_factory)
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)
         for name in ("TYPESTRICT_HOME", "DAGSTER_HOME", "TYPESTRICT_STORE_URL"):

@@ -3,9 +3,10 @@ an operator opens, then the customer console, docs/console.md's walkthrough run 
 every page it visited checked for accessibility (axe-core) and keyboard use, at 1280×800 and
 390×844.
 
-The state is the one ``make demo`` leaves: ``make demo`` run verbatim once for the module in a
-folder that links this checkout's ``.venv`` and packages (``tests/demo_checkout.py``), so the
-doc's commands run there verbatim with no setting. One demo serves both halves, in this order:
+The state is the one ``make demo`` leaves: ``make demo`` run verbatim in a folder that links this
+checkout's ``.venv`` and packages (``tests/demo_checkout.py``; once for this file and the README's,
+its home put back as made for each), so the doc's commands run there verbatim with no setting.
+One demo serves both halves, in this order:
 
 1. **The Dagster UI.** As a user following the README would, one more study of 64 candidates is
    run with ``typestrict study run`` (the demo's own have 12 or fewer), and ``dagster-webserver``
@@ -40,7 +41,7 @@ from typing import Any
 
 import pytest
 
-from tests.demo_checkout import make_demo_checkout
+from tests.demo_checkout import demo_checkout
 from typestrict_pipeline.demo_data.build import DEMO_TRAININGS
 
 pytestmark = pytest.mark.slow
@@ -120,9 +121,9 @@ def test_every_bullet_of_the_walkthrough_is_an_action_the_test_runs() -> None:
 
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The checkout after ``make demo`` (:func:`demo_checkout.make_demo_checkout`); its home is
-    ``.typestrict``."""
-    root = make_demo_checkout(tmp_path_factory.mktemp("checkout"))
+    """The checkout after ``make demo`` (:func:`demo_checkout.demo_checkout`: one ``make demo``
+    for this file and the README's, put back as made for each); its home is ``.typestrict``."""
+    root = demo_checkout(tmp_path_factory)
     from typestrict_pipeline.credits import CreditLedger
     from typestrict_pipeline.store import open_store
 
