@@ -448,7 +448,7 @@ def test_a_workspace_sees_why_a_notification_failed_without_the_servers_paths_or
             page = console.get("/console/settings/notifications")
     assert page.status_code == 200
     shown = html.unescape(page.text)
-    assert "Where it goes: <b>a webhook (hooks.example.com)</b>" in shown, shown[:3000]
+    assert 'Where it goes: <b class="wrap">a webhook (hooks.example.com)</b>' in shown, shown[:3000]
     assert delivery["last_error"] == "FileExistsError: [Errno 17] File exists: '…/operators-private-folder'", delivery
     assert delivery["last_error"] in delivery["text"] and delivery["last_error"] in shown
     for seen in (json.dumps(delivery), shown):
