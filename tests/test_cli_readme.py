@@ -310,4 +310,13 @@ def test_the_api_walkthrough_runs_as_written_on_the_same_demo(checkout: Path) ->
     assert re.search(r"\d+ rows to train on, \d+ held out", out)
     assert re.search(r"^(beats|refund) settled by sentiment$", out, flags=re.M), out
     assert "tsk_" not in out  # the key is never printed by the walkthrough
+    # Nothing the API gave the customer (the answers printed, the files saved) names the server's
+    # folders; the operator's own commands of the walkthrough (`typestrict api-key create`) may.
+    server_folder = str(checkout.resolve())
+    answers = [("an answer printed", line) for line in out.splitlines() if line.startswith(("{", "["))]
+    saved = [(str(p.relative_to(work)), p.read_text(encoding="utf-8", errors="replace"))
+             for p in sorted(work.rglob("*")) if p.is_file()]
+    assert answers and len(saved) >= 3, (answers, [name for name, _ in saved])
+    for name, received in answers + saved:
+        assert server_folder not in received, f"{name} names the server's folder {server_folder}: {received[:300]}"
     assert (work / "audit.json").read_bytes() == (home / "audits" / f"{judged[0]}.json").read_bytes()

@@ -470,6 +470,8 @@ def test_every_page_is_accessible_and_usable_with_the_keyboard(served: Served, b
                 if stop.endswith("|hidden|ring") or stop.endswith("|no-ring"):
                     problems.append(f"{viewport} {name}: a Tab stop without a visible focus: {stop}")
             problems += _wider_than_screen(page, f"{viewport} {name}")
+            if str(served.root.resolve()) in page.content():  # a customer never sees the server's folders
+                problems.append(f"{viewport} {name}: the page names the server's folder {served.root.resolve()}")
             if viewport == "phone":
                 _shot(page, f"console-{name}-phone")
             elif name not in ("result", "study"):
