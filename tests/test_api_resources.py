@@ -11,13 +11,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 
 from typestrict_pipeline.backtest.workflows.weather import write_seattle_csv
 from typestrict_pipeline.reruns import scenario
 from typestrict_pipeline.reruns.decide import SubscriptionState
 from typestrict_pipeline.reruns.notify import enqueue
-from typestrict_pipeline.reruns.service import enable_schedule
+from typestrict_pipeline.reruns.service import ScheduleView, enable_schedule
 from typestrict_pipeline.reruns.tables import LineageRow
 from typestrict_pipeline.reruns.workspace import set_workspace
 from typestrict_pipeline.store import open_store, session_scope
@@ -106,20 +106,27 @@ def test_the_budget_is_read_and_set_only_for_a_workspace_that_has_a_subscription
         assert raised["text"].startswith("$0") and "of $12.50 spent this month" in raised["text"]
 
 
+def _notified_schedule(engine: Engine) -> ScheduleView:
+    """Workspace ``acme``: a finished root study, its schedule owned by ana@example.com, and one
+    "A scheduled study changes its winner" for her in the outbox; the schedule."""
+    set_workspace(engine, "acme", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=50_000_000)
+    root_end = dt.datetime(2015, 2, 1, tzinfo=UTC)
+    root = scenario.create_root_study(engine, workspace="acme", root_end=root_end, budget_micro_usd=1_000_000,
+                      min_unseen_steps=10,
+                      workflow=scenario.backend(shift_at=root_end - dt.timedelta(days=10)))
+    scenario.run(engine, root)
+    schedule = enable_schedule(engine, scenario.port(engine), study_id=root, cadence="1d", owner="ana@example.com")
+    with session_scope(engine) as s:
+        entry = s.execute(select(LineageRow.id).where(LineageRow.lineage_root_id == root)).scalars().first()
+    enqueue(engine, dedupe_key=f"winner-changed:{entry}", kind="study_winner_changed",
+            recipient="ana@example.com", subject="A scheduled study changes its winner", body="b")
+    return schedule
+
+
 def test_schedules_and_notifications_of_the_workspace(tmp_path: Path, sqlite_url: str) -> None:
     engine = open_store(sqlite_url)
     try:
-        set_workspace(engine, "acme", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=50_000_000)
-        root_end = dt.datetime(2015, 2, 1, tzinfo=UTC)
-        root = scenario.create_root_study(engine, workspace="acme", root_end=root_end, budget_micro_usd=1_000_000,
-                                          min_unseen_steps=10,
-                                          workflow=scenario.backend(shift_at=root_end - dt.timedelta(days=10)))
-        scenario.run(engine, root)
-        schedule = enable_schedule(engine, scenario.port(engine), study_id=root, cadence="1d", owner="ana@example.com")
-        with session_scope(engine) as s:
-            entry = s.execute(select(LineageRow.id).where(LineageRow.lineage_root_id == root)).scalars().first()
-        enqueue(engine, dedupe_key=f"winner-changed:{entry}", kind="study_winner_changed",
-                recipient="ana@example.com", subject="A scheduled study changes its winner", body="b")
+        schedule = _notified_schedule(engine)
         enqueue(engine, dedupe_key="winner-changed:999999", kind="study_winner_changed",
                 recipient="someone@else.example", subject="A scheduled study changes its winner", body="b")
     finally:
@@ -413,17 +420,7 @@ def test_a_workspace_sees_why_a_notification_failed_without_the_servers_paths_or
 
     engine = open_store(sqlite_url)
     try:
-        set_workspace(engine, "acme", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=50_000_000)
-        root_end = dt.datetime(2015, 2, 1, tzinfo=UTC)
-        root = scenario.create_root_study(engine, workspace="acme", root_end=root_end, budget_micro_usd=1_000_000,
-                                          min_unseen_steps=10,
-                                          workflow=scenario.backend(shift_at=root_end - dt.timedelta(days=10)))
-        scenario.run(engine, root)
-        enable_schedule(engine, scenario.port(engine), study_id=root, cadence="1d", owner="ana@example.com")
-        with session_scope(engine) as s:
-            entry = s.execute(select(LineageRow.id).where(LineageRow.lineage_root_id == root)).scalars().first()
-        enqueue(engine, dedupe_key=f"winner-changed:{entry}", kind="study_winner_changed",
-                recipient="ana@example.com", subject="A scheduled study changes its winner", body="b")
+        _notified_schedule(engine)
         server_folder = tmp_path / "srv" / "operators-private-folder"
         server_folder.parent.mkdir()
         server_folder.write_text("a file where the transport wants a folder", encoding="utf-8")

@@ -451,43 +451,31 @@ def transport_from_env(
     )
 
 
-def transport_label(transport: Transport | None) -> str:
-    """Where messages go, in words.
+def transport_label(transport: Transport | None, *, customer: bool = False) -> str:
+    """Where messages go, in words: the operator's (the file's path, the webhook's URL), or with
+    ``customer`` as a workspace's console says it: the kind of delivery and, for email and a
+    webhook, the host; never the server's paths, a URL's path or query (where a webhook's secret
+    token usually is), a user or a password.
 
     >>> transport_label(SmtpTransport("mail", 25, "a@x")), transport_label(None)
     ('email over SMTP (mail:25)', 'nowhere: kept in the outbox (TYPESTRICT_NOTIFY_TRANSPORT=none)')
-    """
-    if transport is None:
-        return "nowhere: kept in the outbox (TYPESTRICT_NOTIFY_TRANSPORT=none)"
-    if isinstance(transport, FileTransport):
-        return f"the file {transport.path}"
-    if isinstance(transport, SmtpTransport):
-        return f"email over SMTP ({transport.host}:{transport.port})"
-    if isinstance(transport, WebhookTransport):
-        return f"a webhook ({transport.url})"
-    return type(transport).__name__
-
-
-def customer_transport_label(transport: Transport | None) -> str:
-    """Where messages go, as a workspace's console says it: the kind of delivery and, for email
-    and a webhook, the host; never the server's paths, a URL's path or query (where a webhook's
-    secret token usually is), a user or a password. :func:`transport_label` is the operator's.
-
-    >>> customer_transport_label(WebhookTransport("https://hooks.example.com/services/T0/B0/s3cret"))
+    >>> transport_label(WebhookTransport("https://hooks.example.com/services/T0/B0/s3cret"), customer=True)
     'a webhook (hooks.example.com)'
-    >>> customer_transport_label(FileTransport(Path("/srv/typestrict/home/notifications.log")))
+    >>> transport_label(FileTransport(Path("/srv/typestrict/home/notifications.log")), customer=True)
     'a file on the server (notifications.log)'
-    >>> customer_transport_label(None)
+    >>> transport_label(None, customer=True)
     'nowhere: kept in the outbox (delivery is turned off on the server)'
     """
     if transport is None:
-        return "nowhere: kept in the outbox (delivery is turned off on the server)"
+        return "nowhere: kept in the outbox " + (
+            "(delivery is turned off on the server)" if customer else "(TYPESTRICT_NOTIFY_TRANSPORT=none)")
     if isinstance(transport, FileTransport):
-        return f"a file on the server ({transport.path.name})"
+        return f"a file on the server ({transport.path.name})" if customer else f"the file {transport.path}"
     if isinstance(transport, SmtpTransport):
-        return f"email over SMTP ({transport.host})"
+        return f"email over SMTP ({transport.host}" + ("" if customer else f":{transport.port}") + ")"
     if isinstance(transport, WebhookTransport):
-        return f"a webhook ({urllib.parse.urlsplit(transport.url).hostname or 'no host'})"
+        host = urllib.parse.urlsplit(transport.url).hostname or "no host"
+        return f"a webhook ({host if customer else transport.url})"
     return type(transport).__name__
 
 

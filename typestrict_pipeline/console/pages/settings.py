@@ -105,14 +105,14 @@ def notifications_page(request: Request, session: Session, saved: int = 0) -> Re
     from typestrict_pipeline.api import notifications as core
     from typestrict_pipeline.reruns.notify import (
         TITLE_WINNER_CHANGED,
-        customer_transport_label,
         transport_from_env,
+        transport_label,
     )
 
     ctx = get_ctx(request)
     ws = session.workspace_id
     try:
-        where = customer_transport_label(transport_from_env())
+        where = transport_label(transport_from_env(), customer=True)
     except TypeStrictError:  # the operator's setting is wrong: its message names server variables
         where = "nowhere yet: the server's delivery setting is not valid (its operator sees why)"
     return render(request, "notifications.html", {
