@@ -46,6 +46,7 @@ from typestrict_pipeline.study.runner import (
     execute_chunk,
     finalize_study,
     plan_runs,
+    search_in_plan_order,
 )
 from typestrict_pipeline.study.tables import WindowKind
 
@@ -314,9 +315,17 @@ def study_plan(context: dg.OpExecutionContext, config: StudyJobConfig,
         # step runs in a subprocess of it), so its death, not this step's end, interrupts it.
         repo.start_study(engine, study_id, dagster_run_id=context.run_id, owner=_run_process(context))
         keys = plan_runs(engine, study_id)
+        in_order = search_in_plan_order(engine, study_id, keys)
     # the leaderboard's partition exists from the start: the steps record their progress on it
     context.instance.add_dynamic_partitions(partitions_name(STUDY_PARTITIONS), [str(study_id)])
     context.log.info(f"study {study_id}: {len(keys)} window runs planned")
+    if in_order:
+        # Its budget or step limit will stop the search: the windows run in plan order, in one
+        # step, so the study stops where one process would (runner.search_chunks).
+        context.log.info(f"study {study_id}: its limits stop the search before its end, so its "
+                         "window runs run one at a time in plan order (one step)")
+        yield dg.DynamicOutput([_key_to_json(k) for k in keys], mapping_key="chunk0")
+        return
     if config.fanout == "window":
         for key in keys:
             yield dg.DynamicOutput([_key_to_json(key)], mapping_key=key.name)

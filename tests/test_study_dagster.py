@@ -82,6 +82,35 @@ def test_study_job_in_process_ranks_scores_holdout_and_records_leaderboard(
     assert board.holdout_baseline is not None and board.holdout_diff_se is not None
 
 
+@pytest.mark.parametrize("fanout", ["chunk", "window"])
+def test_study_job_runs_a_study_its_budget_stops_in_plan_order_in_one_step(
+        sqlite_url: str, fanout: str) -> None:
+    """3 candidates × 2 folds × 30 steps at 3 µ$ a step is 540 µ$; a 300 µ$ budget stops the
+    search. Its windows run in one step, in plan order: the first candidate whole (180 µ$), then
+    the second's first fold (90 µ$), then the next window (45 µ$) would pass the budget."""
+    engine = open_store(sqlite_url)
+    sid = create_study_from_config(engine, _config({"backend": "synthetic", "cost_per_step": 3},
+                                                   budget=300),
+                                   last_backtest=LastBacktest(30, 10))
+    with dg.instance_for_test() as instance:
+        result = study_job.execute_in_process(
+            run_config=study_run_config(sid, fanout, chunks=4), instance=instance,
+            resources={"store": StoreResource(url=sqlite_url), "study_runner": StudyRunnerResource()},
+        )
+        assert result.success
+        steps = {e.step_key for e in result.all_events if e.step_key and "study_backtests" in e.step_key}
+        assert steps == {"study_backtests[chunk0]"}
+        messages = [e.user_message for e in instance.all_logs(result.run_id)]
+        assert (f"study {sid}: its limits stop the search before its end, so its window runs "
+                "run one at a time in plan order (one step)") in messages
+    board = load_leaderboard(engine, sid)
+    assert board.state == StudyState.BUDGET_REACHED and board.spend_micro == 270
+    first = min(board.rows, key=lambda r: r.index)
+    assert first.complete and board.winner_candidate_id == first.candidate_id
+    # the rows are the candidates that ran: the first whole, the second through one fold
+    assert [r.complete for r in sorted(board.rows, key=lambda r: r.index)] == [True, False]
+
+
 _CHILD = textwrap.dedent("""
     import sys, dagster as dg
     from assets.studies import study_run_config

@@ -121,13 +121,52 @@ def test_gate_refuses_a_winner_worse_than_the_active_version(sqlite_url: str) ->
 
 
 def test_promotion_needs_a_holdout_score(sqlite_url: str) -> None:
+    """The budget (1,000 µ$ at 10 µ$ a step) covers exactly the first candidate's search (two
+    folds of 20 + 30 steps), not the second's and not the winner's 60 holdout steps."""
     engine = open_store(sqlite_url)
     cfg = _synthetic(SearchSpace(grid={"skill": [0.5, 0.6]}))
     sid = create_study_from_config(engine, StudyConfig(**{**cfg.__dict__, "budget_micro": 1_000}),
                                    last_backtest=LastBacktest(10, 1))
-    run_study_local(engine, sid, SyntheticBackend(noise=0.05))
+    out = run_study_local(engine, sid, SyntheticBackend(noise=0.05))
+    assert out.winner_candidate_id is not None and out.holdout_score is None
     with pytest.raises(ConflictError, match="expected a holdout score for the winner"):
         promote_winner(engine, sid, SyntheticBackend())
+
+
+@pytest.mark.parametrize("workers", [1, 4])
+@pytest.mark.parametrize(("n", "budget"), [(2, 1_000), (3, 1_500)])
+def test_a_study_its_budget_stops_runs_the_windows_one_process_would_however_many_workers(
+        sqlite_url: str, workers: int, n: int, budget: int) -> None:
+    """The page: a budget below the estimate stops the study "before the run that would exceed
+    it", and "the candidates that ran are ranked, and a winner is picked from them". With four
+    workers racing for 1,000 µ$, four chunks each reserved a tune window (800 µ$) and no eval
+    window fitted: the study ended with no candidate ranked (CI, 2026-12-07). Such a study now
+    runs its windows in plan order: the windows that run are the plan's longest prefix within
+    the budget (10 µ$ a step: 200 µ$ a tune window, 300 an eval), whatever the worker count."""
+    from typestrict_pipeline.store import session_scope
+    from typestrict_pipeline.study.runner import plan_runs
+    from typestrict_pipeline.study.tables import RunRow, RunState
+
+    engine = open_store(sqlite_url)
+    cfg = _synthetic(SearchSpace(grid={"skill": [0.5, 0.6, 0.7][:n]}))
+    sid = create_study_from_config(engine, StudyConfig(**{**cfg.__dict__, "budget_micro": budget}),
+                                   last_backtest=LastBacktest(10, 1))
+    expected, spent = set(), 0
+    for key in plan_runs(engine, sid):
+        if spent + 10 * key.steps > budget:
+            break
+        spent += 10 * key.steps
+        expected.add((key.candidate_id, key.fold, key.window.value))
+    out = run_study_local(engine, sid, SyntheticBackend(noise=0.05, sleep_s=0.001),
+                          max_workers=workers)
+    board = load_leaderboard(engine, sid)
+    assert out.state == StudyState.BUDGET_REACHED and board.spend_micro == spent == budget
+    with session_scope(engine) as s:
+        done = {(r.candidate_id, r.fold, r.window) for r in s.query(RunRow).filter(
+            RunRow.study_id == sid, RunRow.state == RunState.DONE.value)}
+    assert done == expected
+    first = min(board.rows, key=lambda r: r.index)
+    assert first.complete and out.winner_candidate_id is not None
 
 
 def test_the_ranking_is_computed_once_per_set_of_finished_search_runs(sqlite_url: str) -> None:

@@ -240,6 +240,69 @@ def default_chunk_count(workers: int, *, per_worker: int = 1) -> int:
     return max(1, workers) * max(1, per_worker)
 
 
+def limits_stop_search(keys: Sequence[RunKey], *, estimate: Callable[[int], int],
+                       budget_micro: int | None, max_total_steps: int | None) -> bool:
+    """Whether a study's limits will stop its search before its end, by its own estimate: the
+    planned window runs' summed estimate above the USD budget, or their steps above the step
+    limit (the holdout comes after the search and is not counted here).
+
+    ``estimate(steps)`` is the study's estimate of a window of that many steps, as its
+    reservations price it.
+
+    >>> t = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
+    >>> keys = [RunKey(1, c, 1, WindowKind.TUNE, t, t, 50) for c in (1, 2)]
+    >>> limits_stop_search(keys, estimate=lambda n: 10 * n, budget_micro=1_000, max_total_steps=None)
+    False
+    >>> limits_stop_search(keys, estimate=lambda n: 10 * n, budget_micro=999, max_total_steps=None)
+    True
+    >>> limits_stop_search(keys, estimate=lambda n: 0, budget_micro=None, max_total_steps=99)
+    True
+    """
+    if budget_micro is not None and sum(estimate(k.steps) for k in keys) > budget_micro:
+        return True
+    return max_total_steps is not None and sum(k.steps for k in keys) > max_total_steps
+
+
+def search_chunks(engine: Engine, study_id: int, keys: Sequence[RunKey],
+                  n_chunks: int) -> list[list[RunKey]]:
+    """A study's planned window runs as the chunks its steps run: :func:`deal_chunks` into
+    ``n_chunks``, or one chunk in plan order when its limits will stop the search
+    (:func:`limits_stop_search`).
+
+    The page: a study whose budget is below its estimate "simply stops before the run that
+    would exceed it", and "the candidates that ran are ranked, and a winner is picked from
+    them". Run side by side, which windows won the budget would be a race: four chunks could
+    each reserve a candidate's first tune window and leave nothing for any eval window, and the
+    study would end with no candidate ranked. In plan order (candidate by candidate: tune then
+    eval, fold by fold) it stops where one process would, and the same study ranks the same
+    candidates however many workers it was given. Such a study gives up the parallelism.
+
+    Raises:
+        NotFoundError: no study ``study_id``.
+    """
+    if not keys:
+        return []
+    if search_in_plan_order(engine, study_id, keys):
+        return [list(keys)]
+    return deal_chunks(keys, n_chunks)
+
+
+def search_in_plan_order(engine: Engine, study_id: int, keys: Sequence[RunKey]) -> bool:
+    """Whether study ``study_id``'s window runs (``keys``, its plan) must run one at a time in
+    plan order: its limits will stop its search (:func:`limits_stop_search`, with the study's
+    own estimate per step, budget and step limit). See :func:`search_chunks`.
+
+    Raises:
+        NotFoundError: no study ``study_id``.
+    """
+    with session_scope(engine) as s:
+        study = repo.get_study(s, study_id)
+        budget, max_steps = study.budget_micro, study.max_total_steps
+    static = _static(engine, study_id)
+    return limits_stop_search(keys, estimate=lambda n: _estimate(static, n),
+                              budget_micro=budget, max_total_steps=max_steps)
+
+
 @dataclass(frozen=True)
 class _StudyStatic:
     """What never changes after a study is created (cached per process)."""
@@ -788,15 +851,16 @@ def _score_baseline(engine: Engine, study_id: int, layout: FoldLayout, winner: i
 def run_study_local(engine: Engine, study_id: int, backend: StudyBackend, *,
                     max_workers: int = 4) -> StudyOutcome:
     """Run a whole study in this process with a thread pool (tests, benchmarks, no Dagster):
-    its windows dealt into ``max_workers`` chunks (:func:`deal_chunks`), each run by
-    :func:`execute_chunk` in a thread, as the Dagster job's chunk steps run them."""
+    its windows dealt into ``max_workers`` chunks (:func:`search_chunks`: one, in plan order,
+    when its limits will stop the search), each run by :func:`execute_chunk` in a thread, as
+    the Dagster job's chunk steps run them."""
     repo.start_study(engine, study_id)
     keys = plan_runs(engine, study_id)
     attempt = uuid.uuid4().hex
     try:
         with ThreadPoolExecutor(max_workers=max_workers) as pool:
             list(pool.map(lambda chunk: execute_chunk(engine, chunk, backend, attempt=attempt),
-                          deal_chunks(keys, max(1, max_workers)) if keys else []))
+                          search_chunks(engine, study_id, keys, max(1, max_workers))))
     except Exception as exc:
         repo.mark_failed(engine, study_id, f"{type(exc).__name__}: {exc}")
         raise
