@@ -450,3 +450,62 @@ def test_a_workspace_sees_why_a_notification_failed_without_the_servers_paths_or
     assert delivery["last_error"] in delivery["text"] and delivery["last_error"] in shown
     for seen in (json.dumps(delivery), shown):
         assert secret not in seen and "sig=abc" not in seen and str(tmp_path) not in seen, seen[:3000]
+
+
+def test_a_failed_study_and_backtest_show_the_workspace_why_without_the_servers_paths_or_urls(
+        tmp_path: Path, sqlite_url: str) -> None:
+    """What a study's or a backtest's exception said is stored whole (the operator's CLI and
+    logs read it); the workspace's API and console show it with each URL cut to its scheme and
+    host and each server path to its last name (errors.for_customers), old rows included."""
+    import html
+    import re
+
+    import httpx
+
+    from typestrict_pipeline.backtest.store import BacktestRecorder, load_backtest
+    from typestrict_pipeline.backtest.workflows.weather import DEMO_PRICES, WEATHER
+    from typestrict_pipeline.study import repository as repo
+    from typestrict_pipeline.study.repository import LastBacktest
+    from typestrict_pipeline.study.service import StudyConfig, create_study_from_config
+    from typestrict_pipeline.study.space import SearchSpace
+
+    private = tmp_path / "srv" / "operators-private-folder" / "table.parquet"
+    said = f"cannot read {private} from http://10.0.0.5:8080/v1/tables?key=s3cret-token: gone"
+    engine = open_store(sqlite_url)
+    try:
+        sid = create_study_from_config(engine, StudyConfig(
+            workspace="acme", workflow="wx", workflow_version="v1",
+            space=SearchSpace(grid={"skill": [0.5]}), start=dt.datetime(2012, 1, 1, tzinfo=UTC),
+            end=dt.datetime(2012, 12, 1, tzinfo=UTC), step=dt.timedelta(days=1), n_folds=2,
+            tune_steps=20, eval_steps=30, holdout_steps=60, max_candidates=1,
+            max_total_steps=10_000, backend={"backend": "synthetic"}),
+            last_backtest=LastBacktest(10, 1))
+        repo.mark_failed(engine, sid, f"OSError: {said}")  # as the study job records its failure
+        start = dt.datetime(2013, 1, 2, tzinfo=UTC)
+        with pytest.raises(OSError), BacktestRecorder(
+                engine, workspace="acme", workflow=WEATHER, start=start,
+                end=start + dt.timedelta(days=3), step=dt.timedelta(days=1), steps_planned=4,
+                dataset="seattle_weather", prices=DEMO_PRICES) as rec:
+            raise OSError(said)
+        stored = load_backtest(engine, rec.id)
+        assert stored.error == f"OSError: {said}"  # kept whole for the operator
+    finally:
+        engine.dispose()
+    key = support.new_key(sqlite_url, "acme")
+    with support.ApiServer(sqlite_url, tmp_path / "home") as server:
+        with server.client(key) as c:
+            study = c.get(f"/v1/studies/{sid}").json()
+            backtest = c.get(f"/v1/backtests/{rec.id}").json()
+        with httpx.Client(base_url=server.url, timeout=120) as console:
+            token = re.search(r'name="csrf_token" value="([^"]+)"', console.get("/console/sign-in").text)
+            assert token is not None
+            signed = console.post("/console/sign-in", data={"csrf_token": token.group(1), "key": key})
+            assert signed.status_code == 303, signed.text[:500]
+            pages = [console.get(f"/console/studies/{sid}"), console.get(f"/console/backtests/{rec.id}")]
+    shown = "cannot read …/table.parquet from http://10.0.0.5: gone"
+    assert study["error"] == f"OSError: {shown}", study
+    assert backtest["error"] == f"OSError: {shown}", backtest
+    for page in pages:
+        assert page.status_code == 200 and f"OSError: {shown}" in html.unescape(page.text), page.text[:3000]
+    for seen in (json.dumps(study), json.dumps(backtest), *(html.unescape(p.text) for p in pages)):
+        assert str(tmp_path) not in seen and "s3cret" not in seen and ":8080" not in seen, seen[:3000]

@@ -12,9 +12,36 @@ p.jsonl, row 3, column 'p_rotten': expected a probability between 0 and 1, got -
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from itertools import islice
 from typing import Any
+
+#: A URL: its scheme and host kept; its user, port, path and query dropped, up to a space, a
+#: quote or the end (punctuation just before them is the sentence's, not the URL's).
+_URL = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*)://(?:[^\s/@'\"]*@)?([^\s/:'\"?#]+)"
+                  r"[^\s'\"]*?(?=[.,;:)\]]*(?:[\s'\"]|$))")
+#: An absolute path of the server: cut to its last name.
+_PATH = re.compile(r"(?<![\w.~:/])/(?:[^\s/'\"]+/)+([^\s/'\"]+)")
+
+
+def for_customers(text: str) -> str:
+    """A stored error as a workspace's console and API show it: each URL cut to its scheme and
+    host (a webhook's path and query often hold its secret; a user and password are dropped) and
+    each absolute path of the server to its last name. For what the server wrote down from an
+    exception (a failed delivery, a failed study or backtest): the operator's CLI and logs keep
+    the whole text.
+
+    >>> for_customers("RuntimeError: expected a 2xx answer from the webhook "
+    ...               "https://bot:pw@hooks.example.com:8443/services/T0/B0/s3cret?x=1, got 500")
+    'RuntimeError: expected a 2xx answer from the webhook https://hooks.example.com, got 500'
+    >>> for_customers("PermissionError: [Errno 13] Permission denied: '/srv/ts/home/notifications.log'")
+    "PermissionError: [Errno 13] Permission denied: '…/notifications.log'"
+    >>> for_customers("expected a value in [0.0, 1.0], got 1.5 on 2013/01/02 for a/b")
+    'expected a value in [0.0, 1.0], got 1.5 on 2013/01/02 for a/b'
+    """
+    return _PATH.sub(r"…/\1", _URL.sub(r"\1://\2", text))
+
 
 MAX_LISTED = 20
 """Most items a message lists (column names, answers, values); the rest are counted."""

@@ -85,8 +85,9 @@ def set_setting(engine: Engine, workspace: str, person: str, enabled: bool,
 
 def deliveries(engine: Engine, workspace: str, limit: int = 100) -> list[Delivery]:
     """The workspace's notifications, newest first, delivered or not (with why not: the error
-    without the server's paths or a webhook's URL beyond its host, :func:`notify.for_customers`)."""
-    from typestrict_pipeline.reruns.notify import OutboxEntry, for_customers
+    without the server's paths or a webhook's URL beyond its host, :func:`errors.for_customers`)."""
+    from typestrict_pipeline.errors import for_customers
+    from typestrict_pipeline.reruns.notify import OutboxEntry
     from typestrict_pipeline.reruns.tables import LineageRow, OutboxMessage
     from typestrict_pipeline.study.tables import StudyRow
 

@@ -37,6 +37,7 @@ from sqlalchemy import Engine, delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from typestrict_pipeline.errors import for_customers
 from typestrict_pipeline.reruns.tables import NotificationSetting, OutboxMessage, OutboxState
 from typestrict_pipeline.store import session_scope, utcnow
 
@@ -477,29 +478,6 @@ def transport_label(transport: Transport | None, *, customer: bool = False) -> s
         host = urllib.parse.urlsplit(transport.url).hostname or "no host"
         return f"a webhook ({host if customer else transport.url})"
     return type(transport).__name__
-
-
-#: A URL: its scheme and host kept; its user, port, path and query dropped, up to a space, a
-#: quote or the end (punctuation just before them is the sentence's, not the URL's).
-_URL = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*)://(?:[^\s/@'\"]*@)?([^\s/:'\"?#]+)"
-                  r"[^\s'\"]*?(?=[.,;:)\]]*(?:[\s'\"]|$))")
-#: An absolute path of the server: cut to its last name.
-_PATH = re.compile(r"(?<![\w.~:/])/(?:[^\s/'\"]+/)+([^\s/'\"]+)")
-
-
-def for_customers(text: str) -> str:
-    """A delivery's error as a workspace's console and API show it: each URL cut to its scheme and
-    host (a webhook's path and query often hold its secret; a user and password are dropped) and
-    each absolute path of the server to its last name. The outbox keeps the whole error for the
-    operator (``typestrict schedule outbox``).
-
-    >>> for_customers("RuntimeError: expected a 2xx answer from the webhook "
-    ...               "https://bot:pw@hooks.example.com:8443/services/T0/B0/s3cret?x=1, got 500")
-    'RuntimeError: expected a 2xx answer from the webhook https://hooks.example.com, got 500'
-    >>> for_customers("PermissionError: [Errno 13] Permission denied: '/srv/ts/home/notifications.log'")
-    "PermissionError: [Errno 13] Permission denied: '…/notifications.log'"
-    """
-    return _PATH.sub(r"…/\1", _URL.sub(r"\1://\2", text))
 
 
 @dataclass(frozen=True)

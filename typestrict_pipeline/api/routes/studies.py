@@ -38,6 +38,7 @@ from typestrict_pipeline.api.studies import (
     study_form_config,
     study_run,
 )
+from typestrict_pipeline.errors import for_customers
 from typestrict_pipeline.progress import Progress
 from typestrict_pipeline.store import session_scope
 from typestrict_pipeline.study.leaderboard import header_lines, load_leaderboard
@@ -86,7 +87,7 @@ def _study_out(ctx: Ctx, row: StudyRow, searched: Progress | None = None) -> Stu
                     stop_limit=row.stop_limit,
                     spend_micro_usd=row.spend_micro if row.cost_tracked else None,
                     budget_micro_usd=row.budget_micro, estimate_micro_usd=row.estimate_micro,
-                    error=row.error, run_id=None if run is None else run.run_id,
+                    error=None if row.error is None else for_customers(row.error), run_id=None if run is None else run.run_id,
                     run_state=None if run is None else run.state,
                     window_runs_done=searched.done, window_runs_planned=searched.total or 0)
 
@@ -161,7 +162,8 @@ def schedule_out(ctx: Ctx, view: Any) -> ScheduleOut:
                        min_unseen_steps=view.min_unseen_steps,
                        last_outcome=None if view.last_outcome is None else str(
                            getattr(view.last_outcome, "value", view.last_outcome)),
-                       last_message=view.last_message, status_text=status_text(ctx.engine, view))
+                       last_message=None if view.last_message is None else for_customers(view.last_message),
+                       status_text=for_customers(status_text(ctx.engine, view)))
 
 
 @router.post("/studies/{study_id}/schedule", status_code=201, response_model=ScheduleOut,

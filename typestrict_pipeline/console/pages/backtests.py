@@ -47,7 +47,7 @@ from typestrict_pipeline.console.web import (
     require_csrf,
     require_session,
 )
-from typestrict_pipeline.errors import InputError, TypeStrictError
+from typestrict_pipeline.errors import InputError, TypeStrictError, for_customers
 from typestrict_pipeline.study.limits import format_usd
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
@@ -281,12 +281,13 @@ def _study_context(request: Request, session: ConsoleSession, study_id: str,
     n_ranked = sum(1 for r in board.rows if r.rank is not None)
     drawn = chart_ranks(board.rows, winner=board.winner_candidate_id)
     winner_rank = next((r.rank for r in board.rows if r.candidate_id == board.winner_candidate_id), None)
-    schedules = [{"view": v, "status": status_text(ctx.engine, v)}
+    schedules = [{"view": v, "status": for_customers(status_text(ctx.engine, v))}
                  for v in list_schedules(ctx.engine, workspace_id=ws, study_id=str(row.id))]
     entries = lineage_entries(ctx.engine, str(row.id))
     spec = leaderboard_spec(row.id, n_candidates=n_ranked, luck_line=board.stats.luck_line, shown=drawn)
     return {
-        "row": row, "run": run, "board": board, "header": header_lines(board), "rows": listed.rows,
+        "row": row, "error": None if row.error is None else for_customers(row.error),
+        "run": run, "board": board, "header": header_lines(board), "rows": listed.rows,
         "listed": listed, "winner": board.winner_candidate_id, "live": row.state.lower() in LIVE_STATES,
         "searched": search_progress(ctx.engine, row.id),
         "spec": json.dumps(spec).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"),
