@@ -29,6 +29,7 @@ from tests.test_backtest_failed_steps import JEV, _completion, _endpoint, model_
 from typestrict_pipeline.api.app import create_app
 from typestrict_pipeline.backtest.engine import UNREACHABLE_STEPS, UNREACHABLE_STEPS_AFTER_ANSWER
 from typestrict_pipeline.cli import main
+from typestrict_pipeline.errors import for_customers
 
 RANGE = ["--start", "2013-06-01", "--end", "2013-06-30"]  # 30 steps planned
 ONE_AT_A_TIME = ["--max-in-flight", "1"]  # steps in order: the counts are exact
@@ -82,7 +83,9 @@ def test_a_closed_port_ends_the_backtest_failed_after_3_steps_everywhere(
     with TestClient(create_app(url, tmp_path / "home", jev_source=JEV)) as c:
         api = c.get(f"/v1/backtests/{ran['id']}", headers={"Authorization": f"Bearer {key}"})
     assert api.status_code == 200, api.text
-    assert (api.json()["state"], api.json()["error"]) == ("failed", error)
+    # the workspace reads the same words with the endpoint cut to its scheme and host
+    assert (api.json()["state"], api.json()["error"]) == ("failed", for_customers(error))
+    assert "http://127.0.0.1 to answer" in api.json()["error"] and base not in api.json()["error"]
 
 
 def test_a_port_that_never_answers_ends_the_backtest_on_the_timeout(
