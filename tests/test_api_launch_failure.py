@@ -61,6 +61,7 @@ def test_a_launch_the_instance_cannot_take_ends_the_study_failed_and_answers_503
         got = r.json()
         assert (got["state"], got["run_id"], got["run_state"]) == ("FAILED", None, None), got
         assert got["error"].startswith("its Dagster run could not be queued"), got
+        assert "create the study again later (POST /v1/studies)" in got["error"], got  # a route stays
         assert str(tmp_path) not in r.text
         # the workflow is free: a second study is not refused as "one at a time" (409)
         _refused(c.post("/v1/studies", json=STUDY_FORM), tmp_path)

@@ -21,8 +21,9 @@ from typing import Any
 #: quote or the end (punctuation just before them is the sentence's, not the URL's).
 _URL = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*)://(?:[^\s/@'\"]*@)?([^\s/:'\"?#]+)"
                   r"[^\s'\"]*?(?=[.,;:)\]]*(?:[\s'\"]|$))")
-#: An absolute path of the server: cut to its last name.
-_PATH = re.compile(r"(?<![\w.~:/])/(?:[^\s/'\"]+/)+([^\s/'\"]+)")
+#: An absolute path of the server: cut to its last name. The product's own routes (``/v1/…``,
+#: ``/console/…``) are what a message tells the customer to call, and stay.
+_PATH = re.compile(r"(?<![\w.~:/])/(?!v1/|console/)(?:[^\s/'\"]+/)+([^\s/'\"]+)")
 
 
 def for_customers(text: str) -> str:
@@ -39,6 +40,8 @@ def for_customers(text: str) -> str:
     "PermissionError: [Errno 13] Permission denied: '…/notifications.log'"
     >>> for_customers("expected a value in [0.0, 1.0], got 1.5 on 2013/01/02 for a/b")
     'expected a value in [0.0, 1.0], got 1.5 on 2013/01/02 for a/b'
+    >>> for_customers("create the study again later (POST /v1/studies); see /console/studies/3")
+    'create the study again later (POST /v1/studies); see /console/studies/3'
     """
     return _PATH.sub(r"…/\1", _URL.sub(r"\1://\2", text))
 
