@@ -452,11 +452,12 @@ def test_a_workspace_sees_why_a_notification_failed_without_the_servers_paths_or
         assert secret not in seen and "sig=abc" not in seen and str(tmp_path) not in seen, seen[:3000]
 
 
-def test_a_failed_study_and_backtest_show_the_workspace_why_without_the_servers_paths_or_urls(
-        tmp_path: Path, sqlite_url: str) -> None:
-    """What a study's or a backtest's exception said is stored whole (the operator's CLI and
-    logs read it); the workspace's API and console show it with each URL cut to its scheme and
-    host and each server path to its last name (errors.for_customers), old rows included."""
+def _failed_study_and_backtest(tmp_path: Path, sqlite_url: str,
+                               exc: Exception) -> tuple[dict[str, object], dict[str, object], list[str]]:
+    """A study and a backtest of workspace ``acme`` that failed with ``exc``, stored as the study
+    job and the backtest's recorder store them (the exception's words, whole), then read as the
+    workspace reads them on a real server: ``GET /v1/studies/{id}``, ``GET /v1/backtests/{id}``
+    and the console's study and backtest pages (unescaped)."""
     import html
     import re
 
@@ -469,8 +470,7 @@ def test_a_failed_study_and_backtest_show_the_workspace_why_without_the_servers_
     from typestrict_pipeline.study.service import StudyConfig, create_study_from_config
     from typestrict_pipeline.study.space import SearchSpace
 
-    private = tmp_path / "srv" / "operators-private-folder" / "table.parquet"
-    said = f"cannot read {private} from http://10.0.0.5:8080/v1/tables?key=s3cret-token: gone"
+    said = f"{type(exc).__name__}: {exc}"
     engine = open_store(sqlite_url)
     try:
         sid = create_study_from_config(engine, StudyConfig(
@@ -480,15 +480,15 @@ def test_a_failed_study_and_backtest_show_the_workspace_why_without_the_servers_
             tune_steps=20, eval_steps=30, holdout_steps=60, max_candidates=1,
             max_total_steps=10_000, backend={"backend": "synthetic"}),
             last_backtest=LastBacktest(10, 1))
-        repo.mark_failed(engine, sid, f"OSError: {said}")  # as the study job records its failure
+        repo.mark_failed(engine, sid, said)  # as the study job records its failure
         start = dt.datetime(2013, 1, 2, tzinfo=UTC)
-        with pytest.raises(OSError), BacktestRecorder(
+        with pytest.raises(type(exc)), BacktestRecorder(
                 engine, workspace="acme", workflow=WEATHER, start=start,
                 end=start + dt.timedelta(days=3), step=dt.timedelta(days=1), steps_planned=4,
                 dataset="seattle_weather", prices=DEMO_PRICES) as rec:
-            raise OSError(said)
+            raise exc
         stored = load_backtest(engine, rec.id)
-        assert stored.error == f"OSError: {said}"  # kept whole for the operator
+        assert stored.error == said  # kept whole for the operator
     finally:
         engine.dispose()
     key = support.new_key(sqlite_url, "acme")
@@ -502,10 +502,66 @@ def test_a_failed_study_and_backtest_show_the_workspace_why_without_the_servers_
             signed = console.post("/console/sign-in", data={"csrf_token": token.group(1), "key": key})
             assert signed.status_code == 303, signed.text[:500]
             pages = [console.get(f"/console/studies/{sid}"), console.get(f"/console/backtests/{rec.id}")]
+    for page in pages:
+        assert page.status_code == 200, page.text[:3000]
+    return study, backtest, [html.unescape(p.text) for p in pages]
+
+
+def test_a_failed_study_and_backtest_show_the_workspace_why_without_the_servers_paths_or_urls(
+        tmp_path: Path, sqlite_url: str) -> None:
+    """What a study's or a backtest's exception said is stored whole (the operator's CLI and
+    logs read it); the workspace's API and console show it with each URL cut to its scheme and
+    host and each server path to its last name (errors.for_customers), old rows included."""
+    private = tmp_path / "srv" / "operators-private-folder" / "table.parquet"
+    said = f"cannot read {private} from http://10.0.0.5:8080/v1/tables?key=s3cret-token: gone"
+    study, backtest, pages = _failed_study_and_backtest(tmp_path, sqlite_url, OSError(said))
     shown = "cannot read …/table.parquet from http://10.0.0.5: gone"
     assert study["error"] == f"OSError: {shown}", study
     assert backtest["error"] == f"OSError: {shown}", backtest
     for page in pages:
-        assert page.status_code == 200 and f"OSError: {shown}" in html.unescape(page.text), page.text[:3000]
-    for seen in (json.dumps(study), json.dumps(backtest), *(html.unescape(p.text) for p in pages)):
+        assert f"OSError: {shown}" in page, page[:3000]
+    for seen in (json.dumps(study), json.dumps(backtest), *pages):
         assert str(tmp_path) not in seen and "s3cret" not in seen and ":8080" not in seen, seen[:3000]
+
+
+#: What a study or backtest whose model endpoint did not answer stored before this version (and
+#: still stores: the operator's CLI reads it whole).
+ENDPOINT_GONE = (
+    "expected the model endpoint http://10.0.0.5:8000/v1/chat/completions to answer, got connection failed "
+    "([Errno 111] Connection refused) on every attempt of 3 steps in a row (it has not answered once in this "
+    "backtest), so the backtest stopped after 3 of 20 planned steps instead of calling it for each. Check the "
+    "model URL (--model-url; TYPESTRICT_BACKTEST_MODEL_URL for runs launched from the API or Dagster) and that "
+    "the model server runs and is reachable from here, then run the backtest again; nothing was charged for "
+    "calls that never reached it, and what ran is kept")
+
+
+def test_a_study_and_backtest_whose_model_endpoint_did_not_answer_tell_the_workspace_what_it_can_do(
+        tmp_path: Path, sqlite_url: str) -> None:
+    """A workspace cannot set ``--model-url`` or the server's environment: the model endpoint is
+    the platform's. Its API and console read the same expected and got, and in place of the
+    operator's advice the workspace's (``engine.for_workspace``), applied when read, so a row
+    stored by an earlier version reads so too."""
+    from typestrict_pipeline.backtest.engine import (
+        ENDPOINT_GONE_ADVICE,
+        WORKSPACE_ADVICE,
+        for_workspace,
+    )
+    from typestrict_pipeline.errors import EndpointUnreachableError
+
+    assert ENDPOINT_GONE_ADVICE in ENDPOINT_GONE  # the operator's advice is the one stored before
+    gone = EndpointUnreachableError(ENDPOINT_GONE, endpoint="http://10.0.0.5:8000/v1/chat/completions",
+                                    transport="connection failed ([Errno 111] Connection refused)")
+    study, backtest, pages = _failed_study_and_backtest(tmp_path, sqlite_url, gone)
+    shown = for_workspace(f"EndpointUnreachableError: {ENDPOINT_GONE}")
+    assert shown == (
+        "EndpointUnreachableError: expected the model endpoint http://10.0.0.5 to answer, got connection failed "
+        "([Errno 111] Connection refused) on every attempt of 3 steps in a row (it has not answered once in this "
+        "backtest), so the backtest stopped after 3 of 20 planned steps instead of calling it for each. "
+        f"{WORKSPACE_ADVICE}; nothing was charged for calls that never reached it, and what ran is kept")
+    assert study["error"] == shown and backtest["error"] == shown, (study, backtest)
+    assert backtest["card"] is None  # (none written here; a run card's: tests/test_backtest_endpoint_gone.py)
+    for page in pages:
+        assert shown in page, page[:3000]
+    for seen in (json.dumps(study), json.dumps(backtest), *pages):
+        assert "--model-url" not in seen and "TYPESTRICT_BACKTEST_MODEL_URL" not in seen, seen[:3000]
+        assert "Check the model URL" not in seen and ":8000" not in seen, seen[:3000]

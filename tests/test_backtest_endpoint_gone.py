@@ -9,7 +9,8 @@ tried (4 attempts of 30 s each against a silent port: about 1.5 h for a year of 
 Real components only: a closed port (bound, then closed), a port that listens and never accepts,
 and a real HTTP server (``model_server``) that answers two calls and then goes silent. The
 timeout and attempts are the documented settings ``TYPESTRICT_MODEL_TIMEOUT_S`` and
-``TYPESTRICT_MODEL_ATTEMPTS``, set low to keep the tests fast.
+``TYPESTRICT_MODEL_ATTEMPTS``, set low to keep the tests fast. The CLI says what the operator
+checks (the model URL, the server); the workspace's API and console what the workspace can do.
 """
 
 from __future__ import annotations
@@ -22,14 +23,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
-from tests.test_api_support import new_key
-from tests.test_backtest_failed_steps import JEV, _completion, _endpoint, model_server
-from typestrict_pipeline.api.app import create_app
-from typestrict_pipeline.backtest.engine import UNREACHABLE_STEPS, UNREACHABLE_STEPS_AFTER_ANSWER
+from tests.test_backtest_failed_steps import (
+    _completion,
+    _endpoint,
+    assert_the_workspace_reads_what_it_can_do,
+    model_server,
+    workspace_reads,
+)
+from typestrict_pipeline.backtest.engine import (
+    ENDPOINT_GONE_ADVICE,
+    UNREACHABLE_STEPS,
+    UNREACHABLE_STEPS_AFTER_ANSWER,
+    WORKSPACE_ADVICE,
+    for_workspace,
+)
 from typestrict_pipeline.cli import main
-from typestrict_pipeline.errors import for_customers
 
 RANGE = ["--start", "2013-06-01", "--end", "2013-06-30"]  # 30 steps planned
 ONE_AT_A_TIME = ["--max-in-flight", "1"]  # steps in order: the counts are exact
@@ -71,21 +80,26 @@ def test_a_closed_port_ends_the_backtest_failed_after_3_steps_everywhere(
                             "failed (")
     assert ("on every attempt of 3 steps in a row (it has not answered once in this backtest), so the backtest "
             "stopped after 3 of 30 planned steps") in error
-    assert "Check the model URL (--model-url;" in error and "that the model server runs" in error
-    assert "nothing was charged for calls that never reached it, and what ran is kept" in error
+    # the operator's advice, as the CLI has always said it
+    assert error.endswith(
+        "instead of calling it for each. Check the model URL (--model-url; TYPESTRICT_BACKTEST_MODEL_URL for runs "
+        "launched from the API or Dagster) and that the model server runs and is reachable from here, then run the "
+        "backtest again; nothing was charged for calls that never reached it, and what ran is kept"), error
+    assert ENDPOINT_GONE_ADVICE in error and ENDPOINT_GONE_ADVICE in str(ran["card"])
 
     assert main(["backtest", "show", str(ran["id"]), "--store", url, "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert (shown["status"], shown["error"]) == ("failed", error)
     assert (shown["steps_run"], shown["steps_planned"], shown["cost_micro_usd"]) == (UNREACHABLE_STEPS, 30, 0)
 
-    key = new_key(url, "demo")
-    with TestClient(create_app(url, tmp_path / "home", jev_source=JEV)) as c:
-        api = c.get(f"/v1/backtests/{ran['id']}", headers={"Authorization": f"Bearer {key}"})
-    assert api.status_code == 200, api.text
-    # the workspace reads the same words with the endpoint cut to its scheme and host
-    assert (api.json()["state"], api.json()["error"]) == ("failed", for_customers(error))
-    assert "http://127.0.0.1 to answer" in api.json()["error"] and base not in api.json()["error"]
+    api, item, page = workspace_reads(url, tmp_path / "home", str(ran["id"]))
+    # the workspace reads the same expected and got, with the endpoint cut to its scheme and host,
+    # and what it can do: it cannot set --model-url or an environment variable of the server
+    assert (api["state"], api["error"]) == ("failed", for_workspace(error))
+    assert "http://127.0.0.1 to answer" in api["error"] and base not in api["error"]
+    assert (f"{WORKSPACE_ADVICE}; nothing was charged for calls that never reached it, and what ran is kept"
+            ) in api["error"], api["error"]
+    assert_the_workspace_reads_what_it_can_do(api, item, page, ENDPOINT_GONE_ADVICE)
 
 
 def test_a_port_that_never_answers_ends_the_backtest_on_the_timeout(

@@ -2,14 +2,16 @@
 
 The model endpoint is a real local HTTP server (answering 500, or garbage, to every call, or to
 one day only); the backtest runs through ``typestrict backtest run`` in process, and the same
-backtest is read back by ``backtest show``, by the API (which the console's pages read) and by
-the study's USD estimate, all from the one store.
+backtest is read back by ``backtest show``, by the API and the console's backtest page, and by
+the study's USD estimate, all from the one store. The CLI keeps the operator's advice; a workspace
+reads what it can do itself (``engine.for_workspace``): the model endpoint is the platform's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import html
 import json
 import re
 import threading
@@ -24,16 +26,18 @@ from fastapi.testclient import TestClient
 from tests.test_api_support import new_key
 from typestrict_pipeline.api.app import create_app
 from typestrict_pipeline.backtest.engine import (
+    STEPS_FAILED_ADVICE,
+    WORKSPACE_ADVICE,
     BacktestStatus,
     OnStepError,
     StepStatus,
+    for_workspace,
     run_backtest,
 )
 from typestrict_pipeline.backtest.pit import PointInTimeTable
 from typestrict_pipeline.backtest.store import last_completed_backtest
 from typestrict_pipeline.backtest.workflow import Workflow
 from typestrict_pipeline.cli import main
-from typestrict_pipeline.errors import for_customers
 from typestrict_pipeline.store import open_store
 
 JEV = {"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "jev"}  # never asked here
@@ -93,6 +97,37 @@ def _endpoint(url: str) -> list[str]:
     return ["--model-url", url, "--model", "m", "--price-in", "1000000", "--price-out", "1000000"]
 
 
+def workspace_reads(url: str, home: Path, backtest_id: str) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """What workspace ``demo`` reads of a backtest: ``GET /v1/backtests/{id}``, its item in
+    ``GET /v1/backtests`` and the console's backtest page (signed in with the workspace's key;
+    its text unescaped), all from the real app on the store ``url``."""
+    key = new_key(url, "demo")
+    with TestClient(create_app(url, home, jev_source=JEV)) as c:
+        auth = {"Authorization": f"Bearer {key}"}
+        one, listed = c.get(f"/v1/backtests/{backtest_id}", headers=auth), c.get("/v1/backtests", headers=auth)
+        token = re.search(r'name="csrf_token" value="([^"]+)"', c.get("/console/sign-in").text)
+        assert token is not None
+        signed = c.post("/console/sign-in", data={"csrf_token": token.group(1), "key": key}, follow_redirects=False)
+        assert signed.status_code == 303, signed.text[:500]
+        page = c.get(f"/console/backtests/{backtest_id}")
+    assert one.status_code == 200 and listed.status_code == 200, (one.text, listed.text)
+    assert page.status_code == 200, page.text[:3000]
+    [item] = [b for b in listed.json() if b["id"] == backtest_id]
+    return one.json(), item, html.unescape(page.text)
+
+
+def assert_the_workspace_reads_what_it_can_do(api: dict[str, Any], item: dict[str, Any], page: str,
+                                              operators: str) -> None:
+    """The API's error and card, the list's item and the console's page give the workspace's
+    advice, never the operator's (``operators``: a flag, an environment variable, the server)."""
+    assert item["error"] == api["error"] and item["card"] == api["card"]
+    assert api["error"] in page and api["card"] in page
+    for seen in (api["error"], api["card"], page):
+        assert WORKSPACE_ADVICE in seen, seen[:3000]
+        assert operators not in seen and "--model-url" not in seen, seen[:3000]
+        assert "TYPESTRICT_BACKTEST_MODEL_URL" not in seen, seen[:3000]
+
+
 @pytest.mark.parametrize("what", list(ANSWERS))
 def test_a_backtest_whose_every_step_failed_is_failed_with_why_everywhere_and_exits_1(
     what: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -107,20 +142,22 @@ def test_a_backtest_whose_every_step_failed_is_failed_with_why_everywhere_and_ex
     assert ran["status"] == "failed"
     assert ran["error"].startswith("expected at least one step of the backtest to run without failing, "
                                    "got every step that ran failed (3 of 3 planned; the first: decide: ")
-    assert "run the backtest again" in ran["error"]
-    assert "status          failed (expected at least one step" in ran["card"]
+    assert ran["error"].endswith(f"{STEPS_FAILED_ADVICE}; what ran is kept")  # the operator's advice
+    assert ("Fix what the first error names (the model endpoint, its model name or key, the workflow) and run "
+            "the backtest again; what ran is kept") in ran["error"]  # as before
+    assert "status          failed (expected at least one step" in ran["card"] and STEPS_FAILED_ADVICE in ran["card"]
 
     assert main(["backtest", "show", ran["id"], "--store", url, "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert (shown["status"], shown["error"], shown["steps_run"]) == ("failed", ran["error"], 3)
 
-    key = new_key(url, "demo")
-    with TestClient(create_app(url, tmp_path / "home", jev_source=JEV)) as c:
-        api = c.get(f"/v1/backtests/{ran['id']}", headers={"Authorization": f"Bearer {key}"})
-    assert api.status_code == 200, api.text
-    # the workspace reads the same words with the endpoint cut to its scheme and host
-    assert (api.json()["state"], api.json()["error"]) == ("failed", for_customers(ran["error"]))
-    assert base not in api.json()["error"]  # (the CLI's names it when a call failed)
+    api, item, page = workspace_reads(url, tmp_path / "home", ran["id"])
+    # the workspace reads the same expected and got, with the endpoint cut to its scheme and host,
+    # and what it can do: the model endpoint is the platform's, not the workspace's to fix
+    assert (api["state"], api["error"]) == ("failed", for_workspace(ran["error"]))
+    assert api["error"].endswith(f"{WORKSPACE_ADVICE}; what ran is kept"), api["error"]
+    assert base not in api["error"]  # (the CLI's names it when a call failed)
+    assert_the_workspace_reads_what_it_can_do(api, item, page, STEPS_FAILED_ADVICE)
 
     engine = open_store(url)
     try:  # nothing to estimate a study's cost from: it never completed

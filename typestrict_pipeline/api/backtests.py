@@ -32,7 +32,8 @@ from sqlalchemy import Engine
 
 from typestrict_pipeline.api import datasets
 from typestrict_pipeline.api.runs import DagsterRuns, RunInfo, RunState, dagster_unavailable
-from typestrict_pipeline.errors import InputError, NotFoundError, for_customers
+from typestrict_pipeline.backtest.engine import for_workspace
+from typestrict_pipeline.errors import InputError, NotFoundError
 from typestrict_pipeline.values import number
 
 MAX_STEPS = 100_000
@@ -193,8 +194,8 @@ def _stored_view(b: Any) -> BacktestView:
         id=b.id, workspace_id=b.workspace, workflow=b.workflow, state=b.status.value,
         mode=b.mode.value, version_id=b.version_id, steps_planned=b.steps_planned,
         steps_run=b.steps_run, cost_micro_usd=b.cost_micro_usd, mean_score=b.mean_score,
-        error=None if b.error is None else for_customers(b.error), run_id=b.dagster_run_id,
-        card=None if b.card is None else for_customers(b.card.to_text()),
+        error=None if b.error is None else for_workspace(b.error), run_id=b.dagster_run_id,
+        card=None if b.card is None else for_workspace(b.card.to_text()),
         created_at=b.created_at.isoformat(), finished_at=None if b.finished_at is None else b.finished_at.isoformat())
 
 

@@ -71,7 +71,12 @@ from typestrict_pipeline.backtest.workflow import (
     Workflow,
     check_columns,
 )
-from typestrict_pipeline.errors import EndpointUnreachableError, InputError, LookAheadError
+from typestrict_pipeline.errors import (
+    EndpointUnreachableError,
+    InputError,
+    LookAheadError,
+    for_customers,
+)
 
 __all__ = [
     "BacktestResult",
@@ -85,6 +90,7 @@ __all__ = [
     "StepRecord",
     "StepStatus",
     "backtest_outcome",
+    "for_workspace",
     "parse_step",
     "plan_steps",
     "replay_decisions",
@@ -101,6 +107,23 @@ this backtest, after which the backtest ends ``failed`` (:class:`EndpointWatch`,
 UNREACHABLE_STEPS_AFTER_ANSWER = 10
 """The same, for an endpoint that answered earlier steps of this backtest and then went away: a
 longer run of failures, so a restart of the model server does not end a backtest that worked."""
+
+ENDPOINT_GONE_ADVICE = (
+    "Check the model URL (--model-url; TYPESTRICT_BACKTEST_MODEL_URL for runs launched from the API or "
+    "Dagster) and that the model server runs and is reachable from here, then run the backtest again")
+"""What to do about a model endpoint that does not answer (:func:`backtest_outcome`), as the
+operator reads it: the CLI (``backtest run``, ``backtest show``), the logs and the Dagster UI."""
+STEPS_FAILED_ADVICE = (
+    "Fix what the first error names (the model endpoint, its model name or key, the workflow) "
+    "and run the backtest again")
+"""What to do about a backtest whose every step that ran failed, as the operator reads it."""
+WORKSPACE_ADVICE = (
+    "The model endpoint and the workflow's code are the platform's, not this workspace's: run the "
+    "backtest again later, and if it keeps failing, send the platform's operator this message and "
+    "the backtest's id (the study's, for a study)")
+"""What a workspace reads in place of :data:`ENDPOINT_GONE_ADVICE` and
+:data:`STEPS_FAILED_ADVICE` (:func:`for_workspace`): it cannot set the model URL, the model's name
+or key or a workflow's code, which are the platform operator's."""
 
 
 class StepStatus(enum.StrEnum):
@@ -1043,20 +1066,43 @@ def backtest_outcome(
         return BacktestStatus.FAILED, (
             f"expected the model endpoint {gave_up.endpoint} to answer, got {_first_line(gave_up.transport)} "
             f"on every attempt of {gave_up.consecutive} steps in a row ({before}), so the backtest stopped "
-            f"after {len(steps):,} of {planned:,} planned steps instead of calling it for each. Check the "
-            "model URL (--model-url; TYPESTRICT_BACKTEST_MODEL_URL for runs launched from the API or "
-            "Dagster) and that the model server runs and is reachable from here, then run the backtest "
-            "again; nothing was charged for calls that never reached it, and what ran is kept")
+            f"after {len(steps):,} of {planned:,} planned steps instead of calling it for each. "
+            f"{ENDPOINT_GONE_ADVICE}; nothing was charged for calls that never reached it, and what ran is kept")
     failed = [s for s in steps if s.status is StepStatus.FAILED]
     if steps and len(failed) == len(steps):
         return BacktestStatus.FAILED, (
             f"expected at least one step of the backtest to run without failing, got every step that "
             f"ran failed ({len(steps):,} of {planned:,} planned; the first: {_first_line(failed[0].error)}). "
-            "Fix what the first error names (the model endpoint, its model name or key, the workflow) "
-            "and run the backtest again; what ran is kept")
+            f"{STEPS_FAILED_ADVICE}; what ran is kept")
     if stop_reason is not None and len(steps) < planned:
         return BacktestStatus.STOPPED, stop_reason
     return BacktestStatus.COMPLETED, None
+
+
+def for_workspace(text: str) -> str:
+    """A stored error or run card of a backtest (or of a study, whose window's backtest failed so)
+    as a workspace's API and console show it: the operator's advice of :func:`backtest_outcome`
+    (:data:`ENDPOINT_GONE_ADVICE`, :data:`STEPS_FAILED_ADVICE`: a command-line flag, an environment
+    variable, the model server) replaced by :data:`WORKSPACE_ADVICE`, then each URL cut to its
+    scheme and host and each server path to its last name
+    (:func:`~typestrict_pipeline.errors.for_customers`). Applied when read, so rows stored by
+    earlier versions (the same sentences) read the same; the operator's CLI keeps the whole text.
+
+    >>> gone = EndpointGaveUp("http://10.0.0.5:8000/v1/chat/completions", "connection failed (refused)", 3, False)
+    >>> _, error = backtest_outcome([], planned=3, stop_reason=None, fatal=None, gave_up=gone)
+    >>> ENDPOINT_GONE_ADVICE in error
+    True
+    >>> shown = for_workspace(error)
+    >>> shown.startswith("expected the model endpoint http://10.0.0.5 to answer, got connection failed")
+    True
+    >>> WORKSPACE_ADVICE + "; nothing was charged" in shown, "--model-url" in shown, "MODEL_URL" in shown
+    (True, False, False)
+    >>> for_workspace("OSError: cannot read /srv/ts/table.parquet")
+    'OSError: cannot read …/table.parquet'
+    """
+    for operators in (ENDPOINT_GONE_ADVICE, STEPS_FAILED_ADVICE):
+        text = text.replace(operators, WORKSPACE_ADVICE)
+    return for_customers(text)
 
 
 def _first_line(error: str | None, limit: int = 300) -> str:

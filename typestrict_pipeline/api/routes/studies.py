@@ -38,6 +38,7 @@ from typestrict_pipeline.api.studies import (
     study_form_config,
     study_run,
 )
+from typestrict_pipeline.backtest.engine import for_workspace
 from typestrict_pipeline.errors import for_customers
 from typestrict_pipeline.progress import Progress
 from typestrict_pipeline.store import session_scope
@@ -87,7 +88,7 @@ def _study_out(ctx: Ctx, row: StudyRow, searched: Progress | None = None) -> Stu
                     stop_limit=row.stop_limit,
                     spend_micro_usd=row.spend_micro if row.cost_tracked else None,
                     budget_micro_usd=row.budget_micro, estimate_micro_usd=row.estimate_micro,
-                    error=None if row.error is None else for_customers(row.error), run_id=None if run is None else run.run_id,
+                    error=None if row.error is None else for_workspace(row.error), run_id=None if run is None else run.run_id,
                     run_state=None if run is None else run.state,
                     window_runs_done=searched.done, window_runs_planned=searched.total or 0)
 

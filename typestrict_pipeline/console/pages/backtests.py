@@ -25,6 +25,7 @@ from typestrict_pipeline.api.deps import get_ctx
 from typestrict_pipeline.api.edge import PathId
 from typestrict_pipeline.api.errors import status_for, validation_message
 from typestrict_pipeline.api.schemas import BacktestIn, ScheduleIn, StudyFormIn
+from typestrict_pipeline.backtest.engine import for_workspace
 from typestrict_pipeline.console.board_pages import (
     TOP_K,
     board_page,
@@ -286,7 +287,7 @@ def _study_context(request: Request, session: ConsoleSession, study_id: str,
     entries = lineage_entries(ctx.engine, str(row.id))
     spec = leaderboard_spec(row.id, n_candidates=n_ranked, luck_line=board.stats.luck_line, shown=drawn)
     return {
-        "row": row, "error": None if row.error is None else for_customers(row.error),
+        "row": row, "error": None if row.error is None else for_workspace(row.error),
         "run": run, "board": board, "header": header_lines(board), "rows": listed.rows,
         "listed": listed, "winner": board.winner_candidate_id, "live": row.state.lower() in LIVE_STATES,
         "searched": search_progress(ctx.engine, row.id),
