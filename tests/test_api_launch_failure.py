@@ -126,3 +126,44 @@ def test_the_backtest_list_is_the_stores_while_the_instance_is_down(tmp_path: Pa
         assert page.status_code == 200, page.text
         assert row["id"][:12] in page.text
         assert html.escape(QUEUED_UNKNOWN, quote=False) in page.text.replace("&#39;", "'")
+
+
+def test_a_run_that_failed_before_its_study_or_backtest_started_says_what_the_workspace_can_do(
+        tmp_path: Path) -> None:
+    """Queued, then its run failed before it started (a code server that could not start, a run
+    worker killed in the queue): the study ends FAILED and the backtest reads ``failed``, each
+    saying that nothing ran or was charged and what the workspace can do. Before, both told the
+    customer to "see the run in the Dagster UI", which only the platform's operator opens."""
+    import dagster as dg
+
+    from typestrict_pipeline.api.backtests import RUN_AGAIN_BACKTEST
+    from typestrict_pipeline.instance import sqlite_instance_config, write_instance_yaml
+
+    home, dagster_home = tmp_path / "home", tmp_path / "home" / "dagster_home"
+    dagster_home.mkdir(parents=True)
+    write_instance_yaml(dagster_home, sqlite_instance_config(dagster_home))
+    store = f"sqlite:///{home / 'store.db'}"
+    key = support.new_key(store, "ws-a", credits=3)
+    with support.ApiServer(store, home, rate_limit=None, dagster_home=dagster_home) as server, \
+            server.client(key) as c:
+        study = c.post("/v1/studies", json=STUDY_FORM)
+        backtest = c.post("/v1/backtests", json={"workflow": "seattle_rain", "start": "2014-01-01",
+                                                 "end": "2014-01-31"})
+        assert (study.status_code, backtest.status_code) == (201, 202), (study.text, backtest.text)
+        assert backtest.json()["state"] == "queued"
+        with dg.DagsterInstance.from_config(str(dagster_home)) as instance:  # no daemon: both wait queued
+            for run in instance.get_runs():
+                instance.report_run_failed(run)  # as run monitoring would
+        got = c.get(f"/v1/studies/{study.json()['id']}").json()
+        failed = c.get(f"/v1/backtests/{backtest.json()['id']}").json()
+    assert got["state"] == "FAILED", got
+    assert got["error"].startswith(f"expected the study's run {got['run_id']} to start it, got the run ended "
+                                   "(failed) before the study started, so no window ran and nothing was "
+                                   "charged. Create the study again"), got
+    assert failed["state"] == "failed", failed
+    assert failed["error"] == (f"expected the backtest's run {failed['run_id']} to start it, got the run failed "
+                               "before the backtest started, so no step ran and nothing was charged. "
+                               f"{RUN_AGAIN_BACKTEST}"), failed
+    for said in (got["error"], failed["error"]):
+        assert "Dagster UI" not in said and "platform's operator" in said
+    assert got["spend_micro_usd"] in (0, None)

@@ -230,8 +230,10 @@ def settle_unstarted(engine: Engine, runs: DagsterRuns, row: StudyRow) -> StudyR
         repo.cancel_study(engine, row.id)
         repo_error(engine, row.id, f"its Dagster run {run.run_id} was cancelled before the study started")
     else:
-        repo.mark_failed(engine, row.id, f"its Dagster run {run.run_id} ended ({run.state}) before the "
-                         "study started; see the run in the Dagster UI, then cancel the study")
+        repo.mark_failed(engine, row.id, f"expected the study's run {run.run_id} to start it, got the run "
+                         f"ended ({run.state}) before the study started, so no window ran and nothing was charged. "
+                         "Create the study again; if its run keeps failing before it starts, send the "
+                         "platform's operator this message (the run's id is what they look up)")
     return check_study(engine, row.workspace, row.id)
 
 
