@@ -12,8 +12,8 @@ its point rate is above 8% at ≥ 400 replications (marked ``FAIL``). Not part o
     nice -n 10 .venv/bin/python -m bench.calibration_battery --part nw --sims 400
 
 Parts: ``nw``, ``spa``, ``gate``, ``lineage``, ``power``, ``twins``, ``rows``, ``memory``,
-``span``; ``--quick`` runs a few cells of each; ``--process NAME`` (repeatable) keeps the size
-parts to the named processes of ``battery.PROCESSES``. The tables in ``docs/method/studies.md`` §3.4 come from this script.
+``span``, ``unseen``; ``--quick`` runs a few cells of each; ``--process NAME`` (repeatable) keeps
+the size parts and ``unseen`` to the named processes of ``battery.PROCESSES``. The tables in ``docs/method/studies.md`` §3.4 come from this script.
 
 ``twins`` splits the regime cells that stay above 7% by the regime switches their window saw
 (the joint test: the search window; the gate: from the search's last step to the holdout's
@@ -41,6 +41,18 @@ Newey–West size on a single series of white noise plus a share ``w`` of AR(``�
 ``φ`` 0.90–0.99, T 60–1,000; seeds ``3000 + T + 100·φ + 1000·w``, rounded down). It is reported
 beside issue #27's bar, not held to it: where the part takes longer than the window to
 decorrelate it sits in the window's mean, the span limit of docs/method/studies.md §10.
+
+``unseen`` runs the four claims on five processes the methods were not built on
+(:data:`UNSEEN_PROCESSES`: rare ±6 SD jumps, an oscillating AR(2), persistence that switches
+on and off by regime, near-duplicate candidates, skewed lognormal shocks; docs/method/studies.md
+§3.4, "Round 18"), each size cell (``--sims`` null replications) printed beside a power cell
+(half as many, at least 10) in one row: Newey–West at T 120 and 480 (power: a per-step edge of
+2.49/√T, 2.49 SEs of white noise, as in ``power``), "beats luck" at 16 × 240 with 199
+resamples (power: one candidate 1 SD better), the gate at H 60 with 8 candidates (power: every
+candidate 0.5 SD better) and the lineage over 10 looks of H 60 carrying an 8 × 120 search
+(power: an edge of 0.3 SD). Seeds: ``UNSEEN_SEED`` (6000) + the bench's offset for the cell
+(T; N + T; H; looks), power cells ``UNSEEN_SEED`` + 500 + the same. ``--quick``: the Newey–West
+T 120 row of each process only.
 """
 
 from __future__ import annotations
@@ -63,7 +75,11 @@ from typestrict_pipeline.study.battery import (
     spa_rate,
 )
 
-PARTS = ("nw", "spa", "gate", "lineage", "power", "twins", "rows", "memory", "span")
+PARTS = ("nw", "spa", "gate", "lineage", "power", "twins", "rows", "memory", "span", "unseen")
+#: The ``unseen`` part's processes (round 18), and the base of its seeds.
+UNSEEN_PROCESSES = ("jumps", "AR(2) 1.2/−0.5", "switching persistence", "near-duplicates AR(0.7)",
+                    "lognormal AR(0.5)")
+UNSEEN_SEED = 6000
 #: The ``span`` part's grid: shares of the persistent part, its AR coefficients, window lengths.
 SPAN_WEIGHTS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5)
 SPAN_PHIS = (0.9, 0.95, 0.97, 0.98, 0.99)
@@ -139,6 +155,51 @@ def _memory_cells(sims: int, quick: bool) -> Iterator[Callable[[], Rate]]:
             yield partial(gate_rate, process, h, sims, 4000 + h)
         for h, looks in (((60, 10),) if quick else ((60, 10), (20, 50))):
             yield partial(lineage_rate, process, h, looks, sims, 5000 + looks)
+
+
+def _unseen_pairs(sims: int, quick: bool,
+                  only: tuple[str, ...] = ()) -> Iterator[tuple[Callable[[], Rate], Callable[[], Rate]]]:
+    """The ``unseen`` part's (size cell, power cell) pairs (module docstring)."""
+    base, power_sims = UNSEEN_SEED, max(10, sims // 2)
+    for name in only or UNSEEN_PROCESSES:
+        p = PROCESSES[name]
+        for t in ((120,) if quick else (120, 480)):
+            yield (partial(newey_west_rate, p, t, sims, base + t),
+                   partial(newey_west_rate, p, t, power_sims, base + 500 + t, edge=2.49 / t ** 0.5))
+        if quick:
+            continue
+        yield (partial(spa_rate, p, 16, 240, sims, base + 16 + 240, reps=199),
+               partial(spa_rate, p, 16, 240, power_sims, base + 500 + 16 + 240, edge=1.0,
+                       reps=199))
+        yield (partial(gate_rate, p, 60, sims, base + 60, n=8),
+               partial(gate_rate, p, 60, power_sims, base + 500 + 60, n=8, edge=0.5))
+        yield (partial(lineage_rate, p, 60, 10, sims, base + 10, search=(8, 120)),
+               partial(lineage_rate, p, 60, 10, power_sims, base + 500 + 10, edge=0.3,
+                       search=(8, 120)))
+
+
+def beside_row(size: Rate, power: Rate, cpu: float) -> str:
+    """One ``unseen`` row: a size cell and, beside it, its power cell (``FAIL``: the size fails).
+
+    >>> print(beside_row(Rate("c", "p", 1, 120, 2, 400, 6120),
+    ...                  Rate("c", "p", 1, 120, 80, 200, 6620, edge=0.227), 3.2))
+    | c | p | 1 | 120 | 0.005 (0.001–0.018) of 400 | 6120 | edge 0.227: 0.400 (0.332–0.471) of 200, seed 6620 | 3 |
+    """
+    lo, hi = size.interval
+    plo, phi = power.interval
+    flag = " FAIL" if size.fails else ""
+    return (f"| {size.claim} | {size.process} | {size.n} | {size.t} | {size.rate:.3f} "
+            f"({lo:.3f}–{hi:.3f}) of {size.trials} | {size.seed} | edge {power.edge:.3g}: "
+            f"{power.rate:.3f} ({plo:.3f}–{phi:.3f}) of {power.trials}, seed {power.seed} | "
+            f"{cpu:.0f} |{flag}")
+
+
+def unseen(sims: int, quick: bool, only: tuple[str, ...] = ()) -> Iterator[str]:
+    """The ``unseen`` part's rows, each as soon as its two cells are done."""
+    for size_cell, power_cell in _unseen_pairs(sims, quick, only):
+        t = time.process_time()
+        size, power = size_cell(), power_cell()
+        yield beside_row(size, power, time.process_time() - t)
 
 
 def _split_row(r: Rate, outcomes: list[tuple[int, bool]], twin: Rate) -> str:
@@ -232,6 +293,13 @@ def main(argv: list[str] | None = None) -> int:
             print("|---|---|---:|---:|---:|---|---:|---|---|")
             for cell, seed in _row_cells(args.quick):
                 print(pooled_row(cell, seed, args.sims), flush=True)
+            continue
+        if part == "unseen":
+            print("| claim | process | N | T or H | rate (95% interval) of replications | seed | "
+                  "power: edge (SD), rate (95% interval) of replications, seed | CPU s |")
+            print("|---|---|---:|---:|---|---:|---|---:|")
+            for row in unseen(args.sims, args.quick, tuple(args.process)):
+                print(row, flush=True)
             continue
         if part == "twins":
             print("| claim | process | N | T or H | rate (replications, seed) | by regime switches "

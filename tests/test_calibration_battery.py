@@ -20,6 +20,7 @@ import pytest
 from bench.calibration_battery import pooled_row
 from typestrict_pipeline.study.battery import (
     PROCESSES,
+    Process,
     Rate,
     ar_block,
     fractional_block,
@@ -251,3 +252,98 @@ def test_bench_span_part_and_process_filter(capsys: pytest.CaptureFixture[str]) 
         main(["--process", "nope"])
     assert stop.value.code == 2
     assert "--process: expected one of white, AR(0.6)" in capsys.readouterr().err
+
+
+UNSEEN = ("jumps", "AR(2) 1.2/−0.5", "switching persistence", "near-duplicates AR(0.7)",
+          "lognormal AR(0.5)")
+
+
+@pytest.mark.parametrize("name", UNSEEN)
+def test_unseen_processes_have_unit_variance(name: str) -> None:
+    # Round 18's five processes (docs/method/studies.md §3.4): per-step noise of unit variance,
+    # like every other process of the battery, for one search (shared) and for lone series.
+    for shared in (True, False):
+        x = PROCESSES[name].draw(np.random.default_rng(18), 5000, 40, shared=shared)
+        assert x.shape == (5000, 40)
+        assert abs(float(x.mean())) < 0.1 and 0.9 < float(x.std()) < 1.1, (name, shared, x.std())
+
+
+def _lag1(x: np.ndarray) -> float:
+    return float(np.mean([np.corrcoef(x[1:, j], x[:-1, j])[0, 1] for j in range(x.shape[1])]))
+
+
+def test_ar2_reads_like_ar08_at_lag_one_and_oscillates_after() -> None:
+    # AR(2) 1.2/−0.5: lag 1 = 1.2/1.5 = 0.8, lag 2 = 0.46, lag 4 = −0.05 (complex roots); the
+    # long-run variance is 1/(1 − 1.2 + 0.5)² / 3.70 = 3.0 times the variance, AR(0.8)'s 9.
+    x = PROCESSES["AR(2) 1.2/−0.5"].draw(np.random.default_rng(18), 2000, 50)
+    lags = [float(np.mean([np.corrcoef(x[k:, j], x[:-k, j])[0, 1] for j in range(50)]))
+            for k in (1, 2, 4)]
+    assert 0.77 < lags[0] < 0.83 and 0.4 < lags[1] < 0.52 and -0.12 < lags[2] < 0.0, lags
+    assert 2.0 < 2000 * float(x.mean(axis=0).var()) < 4.2
+    with pytest.raises(ValueError, match="expected a stationary AR"):
+        Process("x", kind="ar2", phi=1.2, phi2=0.0).draw(np.random.default_rng(0), 10, 1)
+
+
+def test_switching_persistence_switches_lag_one_by_regime_and_keeps_the_variance() -> None:
+    from typestrict_pipeline.study.battery import BURN, regime_path
+
+    seen: list[np.ndarray] = []
+    x = PROCESSES["switching persistence"].draw(np.random.default_rng(18), 20_000, 2, paths=seen)
+    [path] = seen
+    assert path.shape == (20_000, 1)  # shared: one regime path for the search
+    on = path[1:, 0] > 0.0
+    for j in range(2):
+        hi = float(np.corrcoef(x[1:, j][on], x[:-1, j][on])[0, 1])
+        lo = float(np.corrcoef(x[1:, j][~on], x[:-1, j][~on])[0, 1])
+        assert 0.92 < hi < 0.97 and abs(lo) < 0.05, (hi, lo)
+        assert 0.9 < float(x[1:, j][on].std()) < 1.1 and 0.9 < float(x[1:, j][~on].std()) < 1.1
+    assert 0.3 < float(on.mean()) < 0.7 and int(np.count_nonzero(np.diff(path[:, 0]))) > 200
+    # lone series get a path each; the vectorised block is the recursion x_t = φ_t·x_{t−1} + …
+    seen = []
+    x = PROCESSES["switching persistence"].draw(np.random.default_rng(5), 200, 3, shared=False,
+                                                paths=seen)
+    assert seen[0].shape == (200, 3)
+    rng = np.random.default_rng(5)
+    p = regime_path(rng, 200 + BURN, 60.0, 3)
+    e = rng.standard_normal((200 + BURN, 3))
+    ref, prev = np.empty_like(e), np.zeros(3)
+    for i in range(200 + BURN):
+        phi = np.where(p[i] > 0.0, 0.95, 0.0)
+        prev = phi * prev + np.sqrt(1.0 - phi * phi) * e[i]
+        ref[i] = prev
+    np.testing.assert_allclose(x, ref[BURN:], atol=1e-12)
+    np.testing.assert_array_equal(seen[0], p[BURN:])
+
+
+def test_near_duplicates_are_near_duplicates_only_within_a_search() -> None:
+    # 90% of each candidate's variance is one shared AR(0.7) within a search (pairwise
+    # correlation 0.9); lone series (shared=False) share nothing.
+    p = PROCESSES["near-duplicates AR(0.7)"]
+    for shared, low, high in ((True, 0.85, 0.95), (False, -0.05, 0.05)):
+        x = p.draw(np.random.default_rng(18), 4000, 6, shared=shared)
+        c = np.asarray(np.corrcoef(x.T))[~np.eye(6, dtype=bool)]
+        assert low < float(c.mean()) < high and 0.65 < _lag1(x) < 0.75, (shared, c.mean())
+
+
+def test_jumps_have_heavy_tails_and_lognormal_shocks_a_long_right_tail() -> None:
+    from scipy import stats
+
+    jumps = PROCESSES["jumps"].draw(np.random.default_rng(18), 20_000, 4).ravel()
+    # white + 1% of ±6 SD jumps: kurtosis (3 + 6·0.36 + 0.01·6⁴)/1.36² = 9.8 (normal: 3)
+    assert 8.0 < float(stats.kurtosis(jumps, fisher=False)) < 12.0
+    assert abs(float(stats.skew(jumps))) < 0.3 and abs(_lag1(jumps.reshape(20_000, 4))) < 0.03
+    skewed = PROCESSES["lognormal AR(0.5)"].draw(np.random.default_rng(18), 20_000, 4)
+    # lognormal(0, 1) shocks (skewness 6.2) through AR(0.5): 6.2·0.742 = 4.6
+    assert float(stats.skew(skewed.ravel())) > 3.0 and 0.45 < _lag1(skewed) < 0.55
+
+
+def test_bench_unseen_part_quick(capsys: pytest.CaptureFixture[str]) -> None:
+    # `--part unseen --quick`: the Newey–West T 120 row of each of round 18's processes, its
+    # size beside its power, at the part's seeds (6000 + T, power 6500 + T); well under a second.
+    from bench.calibration_battery import main
+
+    assert main(["--part", "unseen", "--quick", "--sims", "20"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines()
+            if line.startswith("| Newey–West")]
+    assert [r.split(" | ")[1] for r in rows] == list(UNSEEN)
+    assert all("of 20 | 6120 | edge 0.227: " in r and "of 10, seed 6620 |" in r for r in rows), rows

@@ -42,8 +42,9 @@ def ar_block(rng: np.random.Generator, t: int, n: int, phi: float,
     """``n`` unit-variance AR series ``x_t = phi·x_{t−lag} + √(1−phi²)·e_t`` of length ``t``
     (burn-in ``BURN`` × ``lag`` steps), filtered in C.
 
-    ``innovations``: ``"normal"`` or ``"t3"`` (Student-t with 3 degrees of freedom, scaled to
-    unit variance: heavy tails). ``lag`` > 1 is a seasonal AR: each step's noise carries over
+    ``innovations``: ``"normal"``, ``"t3"`` (Student-t with 3 degrees of freedom, scaled to
+    unit variance: heavy tails) or ``"lognormal"`` (lognormal(0, 1) shocks centred and scaled to
+    unit variance: skewness 6.2, so a long right tail and many small negative steps). ``lag`` > 1 is a seasonal AR: each step's noise carries over
     to the same step of the next cycle (``lag`` 7: a weekly pattern in daily steps), so the
     autocorrelation is ``phi^k`` at lags ``k·lag`` and 0 at every other lag, lag 1 included,
     while the long-run variance is ``(1+phi)/(1−phi)`` times the variance, as at lag 1.
@@ -54,6 +55,9 @@ def ar_block(rng: np.random.Generator, t: int, n: int, phi: float,
     >>> w = ar_block(np.random.default_rng(0), 20_000, 1, 0.8, lag=7)[:, 0]
     >>> [round(float(np.corrcoef(w[k:], w[:-k])[0, 1]), 1) for k in (1, 7, 14)]
     [0.0, 0.8, 0.6]
+    >>> s = ar_block(np.random.default_rng(0), 20_000, 1, 0.5, "lognormal")[:, 0]
+    >>> round(float(s.std()), 1), float(stats.skew(s)) > 2.0
+    (1.0, True)
     """
     if lag < 1 or not -1.0 < phi < 1.0:
         raise ValueError(f"expected a lag ≥ 1 and |phi| < 1, got lag {lag}, phi {phi}. "
@@ -61,6 +65,9 @@ def ar_block(rng: np.random.Generator, t: int, n: int, phi: float,
     burn = BURN * lag
     if innovations == "t3":
         e = rng.standard_t(3, size=(t + burn, n)) / math.sqrt(3.0)
+    elif innovations == "lognormal":
+        e = ((rng.lognormal(0.0, 1.0, size=(t + burn, n)) - math.exp(0.5))
+             / math.sqrt((math.e - 1.0) * math.e))
     else:
         e = rng.standard_normal((t + burn, n))
     if phi == 0.0:
@@ -144,6 +151,63 @@ def regime_path(rng: np.random.Generator, t: int, duration: float, n: int = 1) -
     return np.asarray(2.0 * state[BURN:] - 1.0, dtype=np.float64)
 
 
+def ar2_block(rng: np.random.Generator, t: int, n: int, phi1: float, phi2: float) -> FloatArray:
+    """``n`` unit-variance AR(2) series ``x_t = phi1·x_{t−1} + phi2·x_{t−2} + e_t`` of length
+    ``t`` (burn-in ``BURN`` steps), divided by the square root of the stationary variance
+    ``(1−phi2)/((1+phi2)((1−phi2)² − phi1²))``; lag 1 is ``phi1/(1−phi2)``.
+
+    With complex roots (``phi1² + 4·phi2 < 0``) the autocorrelation oscillates while it decays:
+    at 1.2 / −0.5, lag 1 reads 0.8 (as AR(0.8)) but lag 4 is already slightly negative, and the
+    long-run variance is 3.0 times the variance (AR(0.8)'s: 9).
+
+    >>> x = ar2_block(np.random.default_rng(0), 20_000, 1, 1.2, -0.5)[:, 0]
+    >>> [round(float(np.corrcoef(x[k:], x[:-k])[0, 1]), 2) for k in (1, 2, 4)]
+    [0.8, 0.46, -0.06]
+    >>> round(float(x.std()), 1)
+    1.0
+    """
+    if not (phi2 > -1.0 and phi1 + phi2 < 1.0 and phi2 - phi1 < 1.0):
+        raise ValueError(f"expected a stationary AR(2), got phi1 {phi1}, phi2 {phi2}. Use, e.g., "
+                         "1.2 and -0.5.")
+    var = (1.0 - phi2) / ((1.0 + phi2) * ((1.0 - phi2) ** 2 - phi1 * phi1))
+    e = rng.standard_normal((t + BURN, n))
+    x = signal.lfilter([1.0 / math.sqrt(var)], [1.0, -phi1, -phi2], e, axis=0)
+    return np.asarray(x[BURN:], dtype=np.float64)
+
+
+def switching_block(rng: np.random.Generator, t: int, n: int, phi: float, duration: float, *,
+                    shared: bool = True) -> tuple[FloatArray, FloatArray]:
+    """``n`` unit-variance series whose persistence switches: ``x_t = φ_t·x_{t−1} + √(1−φ_t²)·e_t``
+    with ``φ_t`` = ``phi`` in one regime and 0 in the other (white noise), on a two-state regime
+    path of mean duration ``duration`` steps (:func:`regime_path`; burn-in ``BURN`` steps).
+
+    Returns the ``t × n`` block and its ``t × 1`` regime path (``shared``: one path for all
+    series) or ``t × n`` paths (one each), +1 where the series is persistent. The variance is 1
+    in both regimes; only the dependence switches. Computed without a loop over steps: an AR(1)
+    filter ``z`` over all steps, then ``x_t = z_t − phi^(t−s+1)·z_{s−1}`` with ``s`` the last
+    white step at or before ``t`` (where the AR restarts from ``x_s = e_s``).
+
+    >>> x, path = switching_block(np.random.default_rng(0), 20_000, 1, 0.95, 60.0)
+    >>> on = path[1:, 0] > 0.0
+    >>> def lag1(m):
+    ...     return float(np.corrcoef(x[1:, 0][m], x[:-1, 0][m])[0, 1])
+    >>> round(lag1(on), 2), abs(lag1(~on)) < 0.05, round(float(x.std()), 1)
+    (0.94, True, 1.0)
+    """
+    if not 0.0 < phi < 1.0:
+        raise ValueError(f"expected an AR coefficient in (0, 1), got {phi}. Use, e.g., 0.95.")
+    steps = t + BURN
+    path = regime_path(rng, steps, duration, 1 if shared else n)
+    e = rng.standard_normal((steps, n))
+    on = np.broadcast_to(path > 0.0, e.shape)
+    z = signal.lfilter([1.0], [1.0, -phi], np.where(on, math.sqrt(1.0 - phi * phi) * e, e), axis=0)
+    idx = np.broadcast_to(np.arange(steps)[:, None], e.shape)
+    last = np.maximum.accumulate(np.where(on, -1, idx), axis=0)  # −1: no white step yet
+    before = np.take_along_axis(np.vstack([np.zeros((1, n)), z]), np.maximum(last, 0), axis=0)
+    x = z - np.power(phi, idx - last + 1) * before
+    return np.asarray(x[BURN:], dtype=np.float64), np.asarray(path[BURN:], dtype=np.float64)
+
+
 @dataclass(frozen=True)
 class Process:
     """A kind of per-step noise of ``n`` series (each series a candidate's own noise).
@@ -161,11 +225,20 @@ class Process:
             :func:`fractional_block`), ``"seasonal"`` (AR(``phi``) at lag ``period`` only,
             :func:`ar_block` with ``lag``: a weekly pattern that lag 1 does not see at all),
             ``"volatility"`` (white noise whose scale switches between 0.5 and 2 on a shared
-            regime path of mean ``duration`` steps: the spread changes, the mean never does).
+            regime path of mean ``duration`` steps: the spread changes, the mean never does),
+            ``"jumps"`` (white noise plus, at a ``weight`` share of steps, a jump of
+            ``±amplitude`` SDs, scaled to unit variance: rare outliers, kurtosis ≈ 10 at 1% and
+            6), ``"ar2"`` (AR(2) with coefficients ``phi``, ``phi2``, :func:`ar2_block`: complex
+            roots make the persistence oscillate), ``"switching"`` (AR(``phi``) in one regime,
+            white in the other, on a shared regime path of mean ``duration`` steps,
+            :func:`switching_block`: the dependence switches, the variance does not),
+            ``"duplicates"`` (near-duplicate candidates: a ``weight`` share of the variance a
+            shared AR(``phi``), the rest each series' own AR(``phi``)), ``"lognormal"``
+            (AR(``phi``) with skewed lognormal shocks, :func:`ar_block`).
         ma: for ``"mixture"``, the white part is an MA(1) ``e_t + ma·e_{t−1}`` scaled to unit
             variance instead (0: white, the same draws as before): a negative ``ma`` makes lag
             1 negative, hiding the persistent part from it even more.
-        weight, amplitude, duration, memory, period: see ``kind``.
+        weight, amplitude, duration, memory, period, phi2: see ``kind``.
     """
 
     name: str
@@ -178,14 +251,16 @@ class Process:
     period: int = 7
     ma: float = 0.0
     tags: tuple[str, ...] = field(default=())
+    phi2: float = 0.0
 
     def draw(self, rng: np.random.Generator, t: int, n: int, *, shared: bool = True,
              paths: list[FloatArray] | None = None) -> FloatArray:
         """A ``t × n`` block of this noise: ``n`` candidates of one search (``shared``: one regime
         path, one factor for all), or ``n`` independent series (``shared=False``).
 
-        ``paths``: for ``"regimes"``, the ``t × 1`` shared regime path (``t × n`` independent
-        ones) is appended to it; the draws are the same with or without it.
+        ``paths``: for ``"regimes"``, ``"volatility"`` and ``"switching"``, the ``t × 1`` shared
+        regime path (``t × n`` independent ones) is appended to it; the draws are the same with
+        or without it.
 
         >>> PROCESSES["mixture"].draw(np.random.default_rng(0), 50, 3).shape
         (50, 3)
@@ -227,9 +302,27 @@ class Process:
                 paths.append(path)
             return np.asarray(np.where(path > 0.0, 2.0, 0.5) * ar_block(rng, t, n, 0.0),
                               dtype=np.float64)
+        if self.kind == "jumps":
+            size = self.amplitude
+            jumps = (rng.random((t, n)) < self.weight) * rng.choice([-size, size], size=(t, n))
+            return np.asarray((rng.standard_normal((t, n)) + jumps)
+                              / math.sqrt(1.0 + self.weight * size * size), dtype=np.float64)
+        if self.kind == "ar2":
+            return ar2_block(rng, t, n, self.phi, self.phi2)
+        if self.kind == "switching":
+            x, path = switching_block(rng, t, n, self.phi, self.duration, shared=shared)
+            if paths is not None:
+                paths.append(path)
+            return x
+        if self.kind == "duplicates":
+            common = ar_block(rng, t, 1 if shared else n, self.phi)
+            return np.asarray(math.sqrt(self.weight) * common + math.sqrt(1.0 - self.weight)
+                              * ar_block(rng, t, n, self.phi), dtype=np.float64)
+        if self.kind == "lognormal":
+            return ar_block(rng, t, n, self.phi, "lognormal")
         raise ValueError(f"expected a known process kind, got {self.kind!r}. Use one of "
                          "ar, heavy, mixture, garch, regimes, factor, hetero, fractional, "
-                         "seasonal, volatility.")
+                         "seasonal, volatility, jumps, ar2, switching, duplicates, lognormal.")
 
 
 PROCESSES: dict[str, Process] = {p.name: p for p in (
@@ -251,6 +344,12 @@ PROCESSES: dict[str, Process] = {p.name: p for p in (
     Process("weekly AR(0.8)", kind="seasonal", phi=0.8, period=7),
     Process("volatility regimes", kind="volatility", duration=60.0),
     Process("MA(−0.6) + 15% AR(0.97)", kind="mixture", phi=0.97, weight=0.15, ma=-0.6),
+    # Round 18 (docs/method/studies.md §3.4): five processes the methods were not built on.
+    Process("jumps", kind="jumps", weight=0.01, amplitude=6.0),
+    Process("AR(2) 1.2/−0.5", kind="ar2", phi=1.2, phi2=-0.5),
+    Process("switching persistence", kind="switching", phi=0.95, duration=60.0),
+    Process("near-duplicates AR(0.7)", kind="duplicates", phi=0.7, weight=0.9),
+    Process("lognormal AR(0.5)", kind="lognormal", phi=0.5),
 )}
 
 
