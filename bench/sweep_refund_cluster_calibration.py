@@ -53,6 +53,16 @@ def _settings() -> list[tuple[str, Design]]:
     for shift in (0.0, 0.3):
         out.append((f"{'power: ' if shift else ''}{len(many)} groups of 1-36, 2000 ex, rho 0.1, "
                     f"shift {shift}", Design(sizes=many, rho=0.1, shift=shift)))
+    # settings the group check was not built on (2026-12-07; appended, so the settings above
+    # keep their seeds): bimodal sizes, more answers, a steeper Zipf, few large groups
+    unseen = [("15 groups of 2 + 15 of 130, 1980 ex, rho 0.5", (2,) * 15 + (130,) * 15, 0.5, 2),
+              ("40 groups of 50, 2000 ex, rho 0.2, 5 answers", (50,) * 40, 0.2, 5),
+              ("15 Zipf(s=1.5) groups, 2000 ex, rho 0.4", zipf_sizes(2000, 15, exponent=1.5), 0.4, 2),
+              ("12 groups of 160, 1920 ex, rho 0.8, 3 answers", (160,) * 12, 0.8, 3)]
+    for shift in (0.0, 0.5):
+        for label, sizes, rho, k in unseen:
+            out.append((f"{'power: ' if shift else ''}unseen: {label}, shift {shift}",
+                        Design(sizes=sizes, rho=rho, shift=shift, n_answers=k)))
     return out
 
 
