@@ -42,7 +42,8 @@ def test_the_operator_sets_the_upload_and_body_limits(tmp_path: Path, monkeypatc
         assert [f["name"] for f in client.get("/v1/files").json()] == ["a.csv"]
 
 
-SETTINGS = ("TYPESTRICT_MAX_UPLOAD_BYTES", "TYPESTRICT_MAX_BODY_BYTES", "TYPESTRICT_WORKSPACE_MAX_BYTES",
+SETTINGS = ("TYPESTRICT_MAX_UPLOAD_BYTES", "TYPESTRICT_MAX_BODY_BYTES", "TYPESTRICT_BODY_TIMEOUT_S",
+            "TYPESTRICT_WORKSPACE_MAX_BYTES",
             "TYPESTRICT_WORKSPACE_MAX_FILES", "TYPESTRICT_MAX_CSV_CELL_CHARS", "TYPESTRICT_MAX_JSONL_LINE_BYTES",
             "TYPESTRICT_MAX_DATA_FILE_BYTES")
 
@@ -88,3 +89,49 @@ def test_an_empty_bound_is_its_default(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setenv("TYPESTRICT_MAX_BODY_BYTES", "")
     assert bound_from_env("TYPESTRICT_MAX_BODY_BYTES", 16) == 16
+
+
+def test_the_operator_sets_how_long_a_body_may_take_and_the_408_names_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A body that keeps coming but not fast enough ends at the whole-body deadline (300 s unless
+    the operator sets TYPESTRICT_BODY_TIMEOUT_S): the 408 says so and names the setting. Before,
+    the deadline was fixed in the code, so an operator who raised the upload limit to take a
+    customer's 2 GB file still cut every upload slower than 7 MB/s, and the 408 said "Send the
+    body at once"."""
+    import contextlib
+    import json
+    import socket
+    import time
+
+    monkeypatch.setenv("TYPESTRICT_BODY_TIMEOUT_S", "2")
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    key = new_key(url, "acme")
+    with ApiServer(url, tmp_path / "home", rate_limit=None) as server:
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+        sock.sendall(b"PUT /v1/files/slow.csv HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer " + key.encode()
+                     + b"\r\nContent-Length: 100000\r\n\r\n")
+        started, answer = time.monotonic(), b""
+        sock.settimeout(0.25)
+        while time.monotonic() - started < 60 and b"\r\n\r\n{" not in answer:
+            with contextlib.suppress(OSError):  # (the server closed after answering: read what it said)
+                sock.sendall(b"a,b\n")  # a few bytes every quarter second: never idle for 30 s
+            try:
+                answer += sock.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+        sock.settimeout(10)
+        with contextlib.suppress(OSError):
+            while chunk := sock.recv(65536):
+                answer += chunk
+        sock.close()
+        waited = time.monotonic() - started
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408"), answer[:500]
+    error = json.loads(body)["error"]
+    assert error["code"] == "request_timeout"
+    assert error["message"] == (
+        "expected the whole request body within 2 s, got it still arriving then. Send it faster or in "
+        "smaller parts (split the upload), or ask the operator to raise the server's TYPESTRICT_BODY_TIMEOUT_S")
+    assert 1.5 < waited < 30, waited

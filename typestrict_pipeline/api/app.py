@@ -101,8 +101,26 @@ def body_limits_from_env() -> tuple[int, int]:
     return bound_from_env(MAX_BODY_ENV, DEFAULT_MAX_BODY), bound_from_env(MAX_UPLOAD_ENV, DEFAULT_MAX_UPLOAD)
 
 
+BODY_TIMEOUT_ENV = "TYPESTRICT_BODY_TIMEOUT_S"
+DEFAULT_BODY_TIMEOUT_S = 300
+
+
+def body_timeout_from_env() -> int:
+    """The seconds a request's whole body may take to arrive (:data:`BODY_TIMEOUT_ENV`, a positive
+    whole number in ASCII digits, the rule of every bound; else 300): an operator who raises the
+    upload limit raises this with it, since at 300 s a 256 MiB upload needs about 0.9 MB/s and a
+    2 GiB one 7 MB/s. Read when a server starts.
+
+    >>> body_timeout_from_env()  # not set
+    300
+    """
+    from typestrict_pipeline.files import bound_from_env
+
+    return bound_from_env(BODY_TIMEOUT_ENV, DEFAULT_BODY_TIMEOUT_S)
+
+
 def check_bound_settings() -> None:
-    """Read every bound an operator sets in the environment (the body limits, the storage quota,
+    """Read every bound an operator sets in the environment (the body limits and timeout, the storage quota,
     ``TYPESTRICT_MAX_CSV_CELL_CHARS``, ``TYPESTRICT_MAX_JSONL_LINE_BYTES``,
     ``TYPESTRICT_MAX_DATA_FILE_BYTES``) once, as the server starts: a value set wrong
     (``files.bound_from_env``) stops it there with the setting's name, never a customer's request
@@ -115,6 +133,7 @@ def check_bound_settings() -> None:
     from typestrict_pipeline.refund.table import max_csv_cell_chars
 
     body_limits_from_env()
+    body_timeout_from_env()
     StorageQuota.from_env()
     max_csv_cell_chars()
     max_jsonl_line_bytes()

@@ -34,7 +34,8 @@ is answered are held, reading paused, and read once it is):
   cannot hold a connection by trickling headers; for a next request whose first bytes came while
   the server was answering the one before, from when the server reads them;
 * **a body timeout**: the body must keep coming: ``body_idle_timeout_s`` (30 s) without a byte
-  while the server waits for one, or ``body_timeout_s`` (300 s) in all, ends it with ``408``;
+  while the server waits for one, or ``body_timeout_s`` (300 s, the operator's
+  ``TYPESTRICT_BODY_TIMEOUT_S``) in all, ends it with ``408``;
 * **an unread body is never drained**: when the answer is sent before the body was read (a
   ``413`` for a body over its limit, chunked or not, a ``401``), the connection closes instead
   of reading the rest.
@@ -66,11 +67,13 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from typestrict_pipeline.api.app import (
+    BODY_TIMEOUT_ENV,
     DEFAULT_MAX_BODY,
     DEFAULT_MAX_UPLOAD,
     MAX_BODY_ENV,
     body_limit,
     body_limits_from_env,
+    body_timeout_from_env,
     limit_setting,
     too_large_message,
 )
@@ -463,7 +466,7 @@ class BoundedH11Protocol(H11Protocol):
     def _read_body(self, data: bytes) -> int:
         """Hand the parser what of ``data`` is the body's (a chunked body checked first); the offset
         in ``data`` past it, or -1 when the body was refused."""
-        self._arm(self.limits.body_idle_timeout_s, self._body_timeout)
+        self._arm_body()
         if self._chunks is not None:
             refusal = self._chunks.feed(data)
             if refusal is not None:
@@ -521,7 +524,7 @@ class BoundedH11Protocol(H11Protocol):
             return
         self._stage = _Stage.BODY
         self._body_deadline = self.loop.time() + self.limits.body_timeout_s
-        self._arm(self.limits.body_idle_timeout_s, self._body_timeout)
+        self._arm_body()
         if self.checked.chunked:
             limit = body_limit(self.scope["method"], self.scope["path"], self.limits.max_body_bytes,
                                self.limits.max_upload_bytes)
@@ -577,6 +580,14 @@ class BoundedH11Protocol(H11Protocol):
                      f"expected the request's headers within {self.limits.header_timeout_s:g} s, got "
                      "them too slowly. Send the whole request at once")
 
+    def _arm_body(self) -> None:
+        """The body's timer: the idle timeout from now, or the whole-body deadline when that
+        comes first (a body that keeps trickling in is cut there, not only one that stops)."""
+        delay = self.limits.body_idle_timeout_s
+        if self._body_deadline is not None:
+            delay = min(delay, max(0.0, self._body_deadline - self.loop.time()))
+        self._arm(delay, self._body_timeout)
+
     def _body_timeout(self) -> None:
         self._timer = None
         if self.transport.is_closing() or self.conn.their_state is not h11.SEND_BODY:
@@ -586,10 +597,16 @@ class BoundedH11Protocol(H11Protocol):
         now = self.loop.time()
         late = self._body_deadline is not None and now >= self._body_deadline
         if self.flow.read_paused and not late:  # the application is not reading: not the client's fault
-            self._arm(self.limits.body_idle_timeout_s, self._body_timeout)
+            self._arm_body()
             return
         if self.cycle is not None and self.cycle.response_started:
             self.transport.close()
+            return
+        if late:  # it kept coming, too slowly for the whole-body deadline: the operator's setting
+            self._refuse(408, "request_timeout",
+                         f"expected the whole request body within {self.limits.body_timeout_s:g} s, got it still "
+                         "arriving then. Send it faster or in smaller parts (split the upload), or ask the "
+                         f"operator to raise the server's {BODY_TIMEOUT_ENV}")
             return
         self._refuse(408, "request_timeout",
                      f"expected the request body to keep coming (a byte at least every "
@@ -640,9 +657,10 @@ def uvicorn_options(limits: RequestLimits | None = None) -> dict[str, Any]:
     >>> options["http"].__name__, options["h11_max_incomplete_event_size"], options["ws"]
     ('BoundedH11Protocol', 16384, 'none')
     """
-    if limits is None:  # the server's body limits, as create_app reads them
+    if limits is None:  # the server's body limits and deadline, as create_app reads them
         max_body, max_upload = body_limits_from_env()
-        limits = RequestLimits(max_body_bytes=max_body, max_upload_bytes=max_upload)
+        limits = RequestLimits(max_body_bytes=max_body, max_upload_bytes=max_upload,
+                               body_timeout_s=float(body_timeout_from_env()))
     protocol: type[BoundedH11Protocol] = BoundedH11Protocol
     if limits != BoundedH11Protocol.limits:
         protocol = type("BoundedH11Protocol", (BoundedH11Protocol,), {"limits": limits})
