@@ -136,7 +136,6 @@ def test_a_run_that_failed_before_its_study_or_backtest_started_says_what_the_wo
     customer to "see the run in the Dagster UI", which only the platform's operator opens."""
     import dagster as dg
 
-    from typestrict_pipeline.api.backtests import RUN_AGAIN_BACKTEST
     from typestrict_pipeline.instance import sqlite_instance_config, write_instance_yaml
 
     home, dagster_home = tmp_path / "home", tmp_path / "home" / "dagster_home"
@@ -161,9 +160,10 @@ def test_a_run_that_failed_before_its_study_or_backtest_started_says_what_the_wo
                                    "(failed) before the study started, so no window ran and nothing was "
                                    "charged. Create the study again"), got
     assert failed["state"] == "failed", failed
-    assert failed["error"] == (f"expected the backtest's run {failed['run_id']} to start it, got the run failed "
-                               "before the backtest started, so no step ran and nothing was charged. "
-                               f"{RUN_AGAIN_BACKTEST}"), failed
+    assert failed["error"] == (f"expected the backtest's run {failed['run_id']} to start it, got the run ended "
+                               "(failed) before the backtest started, so no step ran and nothing was charged. "
+                               "Run the backtest again; if its run keeps failing before it starts, send the "
+                               "platform's operator this message (the run's id is what they look up)"), failed
     for said in (got["error"], failed["error"]):
         assert "Dagster UI" not in said and "platform's operator" in said
     assert got["spend_micro_usd"] in (0, None)

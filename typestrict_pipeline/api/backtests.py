@@ -31,15 +31,16 @@ from typing import Any
 from sqlalchemy import Engine
 
 from typestrict_pipeline.api import datasets
-from typestrict_pipeline.api.runs import DagsterRuns, RunInfo, RunState, dagster_unavailable
+from typestrict_pipeline.api.runs import (
+    DagsterRuns,
+    RunInfo,
+    RunState,
+    dagster_unavailable,
+    unstarted,
+)
 from typestrict_pipeline.backtest.engine import for_workspace
 from typestrict_pipeline.errors import InputError, NotFoundError
 from typestrict_pipeline.values import number
-
-RUN_AGAIN_BACKTEST = ("Run the backtest again; if its run keeps failing before it starts, send the platform's "
-                      "operator this message (the run's id is what they look up)")
-"""What a workspace can do about a backtest whose run ended before it started: the run's
-executor, its code location and the daemon are the platform operator's."""
 
 MAX_STEPS = 100_000
 """Most steps one backtest through the API may plan (bounded before any work)."""
@@ -208,8 +209,7 @@ def _pending_view(workspace: str, backtest_id: str, run: RunInfo) -> BacktestVie
     state = run.state if run.state in (RunState.FAILED, RunState.CANCELLED) else RunState.QUEUED
     error = None
     if state == RunState.FAILED:
-        error = (f"expected the backtest's run {run.run_id} to start it, got the run failed before the backtest "
-                 f"started, so no step ran and nothing was charged. {RUN_AGAIN_BACKTEST}")
+        error = unstarted("backtest", run.run_id, state, "Run the backtest again")
     elif state == RunState.CANCELLED:
         error = "cancelled before it started"
     workflow = run.job_name.removeprefix("backtest_").removesuffix("_job")

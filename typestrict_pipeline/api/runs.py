@@ -66,6 +66,19 @@ class RunState:
                 "SUCCESS": "succeeded", "FAILURE": "failed", "CANCELED": "cancelled"}.get(status, "queued")
 
 
+def unstarted(what: str, run_id: str, state: str, again: str) -> str:
+    """Why a study or a backtest whose Dagster run ended before it started has ended, in words a
+    workspace can act on (the run's executor, code location and daemon are the operator's).
+
+    >>> print(unstarted("backtest", "ab12", "failed", "Run the backtest again"))
+    expected the backtest's run ab12 to start it, got the run ended (failed) before the backtest started, so no step ran and nothing was charged. Run the backtest again; if its run keeps failing before it starts, send the platform's operator this message (the run's id is what they look up)
+    """
+    unit = "window" if what == "study" else "step"
+    return (f"expected the {what}'s run {run_id} to start it, got the run ended ({state}) before the {what} "
+            f"started, so no {unit} ran and nothing was charged. {again}; if its run keeps failing before it "
+            "starts, send the platform's operator this message (the run's id is what they look up)")
+
+
 @dataclass(frozen=True)
 class RunInfo:
     """A launched run as the API shows it: its id, job, state and the object it runs."""

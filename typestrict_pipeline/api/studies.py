@@ -20,7 +20,13 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from typestrict_pipeline.api.runs import DagsterRuns, RunInfo, RunState, dagster_unavailable
+from typestrict_pipeline.api.runs import (
+    DagsterRuns,
+    RunInfo,
+    RunState,
+    dagster_unavailable,
+    unstarted,
+)
 from typestrict_pipeline.errors import LimitError, NotFoundError
 from typestrict_pipeline.store import session_scope
 from typestrict_pipeline.study import repository as repo
@@ -230,10 +236,7 @@ def settle_unstarted(engine: Engine, runs: DagsterRuns, row: StudyRow) -> StudyR
         repo.cancel_study(engine, row.id)
         repo_error(engine, row.id, f"its Dagster run {run.run_id} was cancelled before the study started")
     else:
-        repo.mark_failed(engine, row.id, f"expected the study's run {run.run_id} to start it, got the run "
-                         f"ended ({run.state}) before the study started, so no window ran and nothing was charged. "
-                         "Create the study again; if its run keeps failing before it starts, send the "
-                         "platform's operator this message (the run's id is what they look up)")
+        repo.mark_failed(engine, row.id, unstarted("study", run.run_id, run.state, "Create the study again"))
     return check_study(engine, row.workspace, row.id)
 
 
