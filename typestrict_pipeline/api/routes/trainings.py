@@ -7,11 +7,11 @@ import json
 import math
 from collections.abc import Sequence
 from decimal import Decimal
-from typing import Any
+from typing import Annotated, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from fastapi import Request
+from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from typestrict_pipeline.api.deps import Ctx, Workspace
@@ -199,9 +199,20 @@ def _json_number(value: object) -> object:
     raise TypeError(type(value).__name__)
 
 
+def _own_training(training_id: TrainingId, ctx: Ctx, workspace: Workspace) -> str:
+    """The training, looked up before a body is checked: a dependency runs before FastAPI
+    validates the body, so predictions sent to a training the workspace does not have are a
+    ``404`` without checking up to 200,000 rows first (about 1.8 s of CPU for a 15 MiB body)."""
+    ctx.trainings.state(workspace, training_id)  # NotFoundError: 404
+    return training_id
+
+
+OwnTraining = Annotated[str, Depends(_own_training)]
+
+
 @router.post("/trainings/{training_id}/predictions", status_code=202, response_model=TrainingOut,
              responses={409: {"model": ErrorBody}})
-def post_predictions(training_id: TrainingId, body: PredictionsIn, ctx: Ctx,
+def post_predictions(training_id: OwnTraining, body: PredictionsIn, ctx: Ctx,
                      workspace: Workspace) -> TrainingOut:
     """The trained model's probabilities, checked against the split before anything is stored: a
     prediction for every test example of every decision, each over the decision's answers, no id
