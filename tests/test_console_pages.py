@@ -789,3 +789,35 @@ def test_the_trainings_pages_say_their_refusals_in_the_consoles_words(app: tuple
                                                     json={"predictions": _rows(yes=0.5, no=0.5)}))
     assert again.status_code == 409 and "read GET /v1/trainings/{id}" in again.json()["error"]["message"]
     b.close()
+
+
+def test_signing_in_after_the_session_ended_comes_back_to_the_page_not_to_a_fragment_or_a_post(
+        app: tuple[object, str, str]) -> None:
+    """A session that ends while a page is open (idle for an hour, signed out in another tab):
+    the next polled state line, "Add a decision", the estimate or a form sent the person to the
+    sign-in form with ``next`` the request's own address, so signing in opened a bare fragment
+    (the study's state line without the page) or a ``POST``'s address (405, "Not allowed");
+    "Sign out" itself came back to ``/console/sign-out`` after signing in. Now ``next`` is the
+    page the browser showed, and signing out of an ended session just says "You are signed out"."""
+    b = Browser(app[0], app[1])
+    assert b.form("/console/sign-out", {}).status_code == 303  # signed out in another tab
+    page = "http://console.test/console/studies/5?page=2"
+    for method, url, headers, back in (
+            ("GET", "/console/studies/5/state", {"hx-request": "true", "hx-current-url": page},
+             "/console/studies/5?page=2"),
+            ("GET", "/console/trainings/new/decision?i=1",
+             {"hx-request": "true", "hx-current-url": "http://console.test/console/trainings/new"},
+             "/console/trainings/new"),
+            ("POST", "/console/studies/estimate", {"hx-request": "true", "hx-current-url": page},
+             "/console/studies/5?page=2"),
+            ("POST", "/console/studies", {"referer": "http://console.test/console/backtests"}, "/console/backtests"),
+            ("POST", "/console/backtests/abc/cancel", {"referer": "http://console.test/console/backtests/abc"},
+             "/console/backtests/abc"),
+            ("GET", "/console/backtests?studies=2", {}, "/console/backtests?studies=2")):
+        r = b.loop.run_until_complete(b.client.request(method, url, headers=headers))
+        where = r.headers.get("hx-redirect") or r.headers.get("location")
+        assert where == f"/console/sign-in?next={back.replace('?', '%3F').replace('=', '%3D')}", (url, where)
+    ended = b.post("/console/sign-out", data={"csrf_token": b.csrf})
+    assert ended.status_code == 303 and ended.headers["location"] == "/console/sign-in?signed_out=1"
+    assert "You are signed out." in b.get(ended.headers["location"]).text
+    b.close()

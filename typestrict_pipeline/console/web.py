@@ -30,7 +30,7 @@ import secrets
 from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote, unquote, urlsplit
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
@@ -268,6 +268,37 @@ def safe_next(value: str | None) -> str:
     return value
 
 
+def return_to(request: Request) -> str:
+    """The console page to come back to after signing in, when a request finds no live session:
+    the page itself for a ``GET`` of a page; for an HTMX request (a polled state line, the
+    estimate, "Add a decision"), the page the browser shows (``HX-Current-URL``), never the
+    fragment; for a form's ``POST``, the page the form was on (``Referer``), never the ``POST``'s
+    address, which is no page to open (405). Anything else: :func:`safe_next`'s default.
+
+    >>> from starlette.requests import Request as R
+    >>> def req(method, path, **headers):
+    ...     return R({"type": "http", "method": method, "path": path, "query_string": b"",
+    ...               "headers": [(k.replace("_", "-").encode(), v.encode()) for k, v in headers.items()]})
+    >>> return_to(req("GET", "/console/studies/5/state", hx_request="true",
+    ...               hx_current_url="http://h/console/studies/5?page=2"))
+    '/console/studies/5?page=2'
+    >>> return_to(req("POST", "/console/studies", referer="http://h/console/backtests"))
+    '/console/backtests'
+    >>> return_to(req("POST", "/console/studies")), return_to(req("GET", "/console/backtests"))
+    ('/console/trainings', '/console/backtests')
+    """
+    if request.headers.get("hx-request") == "true":
+        shown: str | None = request.headers.get("hx-current-url")
+    elif request.method not in SAFE_METHODS:
+        shown = request.headers.get("referer")
+    else:
+        return safe_next(request.url.path + (f"?{request.url.query}" if request.url.query else ""))
+    if not shown:
+        return safe_next(None)
+    parts = urlsplit(shown)
+    return safe_next(parts.path + (f"?{parts.query}" if parts.query else ""))
+
+
 def error_page(request: Request, status: int, title: str, message: str,
                headers: Mapping[str, str] | None = None) -> HTMLResponse:
     return render(request, "error.html", {"title": title, "message": message}, status=status, headers=headers)
@@ -315,8 +346,7 @@ class ConsoleRoute(APIRoute):
             try:
                 return await inner(request)
             except SignInRequired:
-                target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-                return redirect(f"{PREFIX}/sign-in?next={quote(safe_next(target), safe='/')}", request)
+                return redirect(f"{PREFIX}/sign-in?next={quote(return_to(request), safe='/')}", request)
             except CsrfRefused:
                 return error_page(request, 403, "Refused",
                                   "expected the form's CSRF token, got none or another session's. "
@@ -332,5 +362,5 @@ class ConsoleRoute(APIRoute):
 
 __all__ = ["PREFIX", "ConsoleRoute", "clear_session_cookie", "cookie_name", "cookie_workspace",
            "current_session", "error_page", "form_box", "is_console_path", "not_a_page", "read_form",
-           "redirect", "render", "require_csrf", "require_session", "safe_next", "secure_headers",
+           "redirect", "render", "require_csrf", "require_session", "return_to", "safe_next", "secure_headers",
            "set_session_cookie", "set_signin_cookie", "signin_matches", "signin_token"]

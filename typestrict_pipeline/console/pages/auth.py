@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from starlette.datastructures import FormData
@@ -12,7 +10,6 @@ from starlette.datastructures import FormData
 from typestrict_pipeline.console.sessions import (
     SESSION_IDLE,
     SESSION_MAX_AGE,
-    ConsoleSession,
     sign_in,
     sign_out,
 )
@@ -85,9 +82,13 @@ def _sign_in(request: Request, form: FormData) -> Response:
 
 
 @router.post("/sign-out")
-def sign_out_post(request: Request, session: Annotated[ConsoleSession, Depends(require_csrf)]) -> Response:
-    """End the session (everywhere this cookie is) and forget the cookie."""
-    sign_out(request.app.state.ctx.engine, request.state.console_token)
+async def sign_out_post(request: Request) -> Response:
+    """End the session (everywhere this cookie is) and forget the cookie. A session that has
+    ended already (idle, expired, signed out in another tab) is signed out: the browser goes
+    to the sign-in page saying so, not through a sign-in that comes back to this ``POST``."""
+    if await run_in_threadpool(current_session, request) is not None:
+        await require_csrf(request)
+        await run_in_threadpool(sign_out, request.app.state.ctx.engine, request.state.console_token)
     response = redirect(f"{PREFIX}/sign-in?signed_out=1")
     clear_session_cookie(response, request)
     return response
