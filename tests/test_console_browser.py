@@ -287,7 +287,7 @@ def _page_name(path: str) -> str | None:
     for name, pattern in (("sign-in", r"/console/sign-in"), ("trainings", r"/console/trainings"),
                           ("new-training", r"/console/trainings/new"), ("training", r"/console/trainings/tr_\w+"),
                           ("result", r"/console/models/[\w.-]+"), ("backtests", r"/console/backtests"),
-                          ("backtest", r"/console/backtests/\d+"), ("study", r"/console/studies/\d+"),
+                          ("backtest", r"/console/backtests/[0-9a-f]+"), ("study", r"/console/studies/\d+"),
                           ("usage", r"/console/settings/usage"),
                           ("notifications", r"/console/settings/notifications")):
         if re.fullmatch(pattern, path):

@@ -821,3 +821,33 @@ def test_signing_in_after_the_session_ended_comes_back_to_the_page_not_to_a_frag
     assert ended.status_code == 303 and ended.headers["location"] == "/console/sign-in?signed_out=1"
     assert "You are signed out." in b.get(ended.headers["location"]).text
     b.close()
+
+
+def test_a_backtest_that_ends_while_its_page_is_open_takes_its_cancel_button_with_it(
+        app: tuple[object, str, str], sqlite_url: str) -> None:
+    """The run card polls itself while the backtest runs; when the run ended, the card stopped
+    polling but "Cancel the backtest", outside it, stayed: pressing it answered 409 "Conflict …
+    It has ended already". Now the poll that finds the run ended reloads the page (as a study's
+    state line does), and the page of an ended backtest has no cancel button."""
+    from typestrict_pipeline.backtest import PointInTimeTable, Workflow, run_backtest
+    from typestrict_pipeline.backtest.store import save_backtest
+
+    day = dt.timedelta(days=1)
+    t0 = dt.datetime(2021, 1, 1, tzinfo=dt.UTC)
+    wf = Workflow("ends", lambda c: 1, lambda c: 1, lambda d, o, c: 1.0, ("t",), day, "the value on the next day")
+    data = PointInTimeTable("t", event_time=[t0 + i * day for i in range(5)],
+                            known_time=[t0 + (i + 1) * day for i in range(5)], columns={"v": [1.0] * 5})
+    engine = open_store(sqlite_url)
+    try:
+        ended = save_backtest(engine, run_backtest(wf, data=data, start=t0 + day, end=t0 + 3 * day, step=day),
+                              workspace="acme")
+    finally:
+        engine.dispose()
+    b = Browser(app[0], app[1])
+    page = f"/console/backtests/{ended}"
+    polled = b.loop.run_until_complete(b.client.get(f"{page}/card", headers={"hx-request": "true"}))
+    assert polled.status_code == 204 and polled.headers["hx-redirect"] == page, (polled.status_code, polled.text[:500])
+    shown = b.get(page).text
+    assert "completed" in shown and "Cancel the backtest" not in shown and "hx-trigger" not in shown
+    assert b.get(f"{page}/card").status_code == 200  # the card alone, outside HTMX, as before
+    b.close()

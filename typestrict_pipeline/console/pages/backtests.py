@@ -187,8 +187,12 @@ def backtest_page(backtest_id: BacktestId, request: Request, session: Session) -
 
 @router.get("/backtests/{backtest_id}/card")
 def backtest_card(backtest_id: BacktestId, request: Request, session: Session) -> Response:
-    """The run card alone (HTMX polls it while the backtest is queued or running)."""
-    return render(request, "_backtest_card.html", _backtest_context(request, session, backtest_id))
+    """The run card alone (HTMX polls it while the backtest is queued or running); once it has
+    ended, the page reloads, as a study's does: its "Cancel the backtest" goes with the run."""
+    context = _backtest_context(request, session, backtest_id)
+    if not context["live"] and request.headers.get("hx-request") == "true":
+        return redirect(f"{PREFIX}/backtests/{backtest_id}", request)
+    return render(request, "_backtest_card.html", context)
 
 
 @router.post("/backtests/{backtest_id}/cancel")
