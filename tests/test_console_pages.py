@@ -743,7 +743,7 @@ CONSOLE_NOT_API_WORDS = ("/v1/", "field '", "key '", "trained_on_sha256", "reque
 def _console_refusal(r: httpx.Response, status: int, words: str) -> str:
     """The refusal a console page shows (its ``#error``), in the console's words."""
     assert r.status_code == status, _shown(r)[:3000]
-    found = re.search(r'id="error">(.*?)</p>', _shown(r), flags=re.S)
+    found = re.search(r'id="error"[^>]*>(.*?)</p>', _shown(r), flags=re.S)
     assert found is not None, _shown(r)[:3000]
     said = found.group(1)
     assert words in said, said
@@ -851,3 +851,49 @@ def test_a_backtest_that_ends_while_its_page_is_open_takes_its_cancel_button_wit
     assert "completed" in shown and "Cancel the backtest" not in shown and "hx-trigger" not in shown
     assert b.get(f"{page}/card").status_code == 200  # the card alone, outside HTMX, as before
     b.close()
+
+
+def test_a_refused_form_comes_back_with_its_refusal_focused(app: tuple[object, str, str], sqlite_url: str) -> None:
+    """A refused form's page came back at its top with the focus nowhere: the New study form is
+    three screens down the Backtests page on a phone, so the person saw the page's top, no
+    message, and their form below as they had left it. Every form's refusal is now the page's
+    one ``autofocus`` (focusable, ``tabindex=-1``): the browser scrolls to it and a screen reader
+    reads it first; the sign-in form keeps the focus in its key field, which names the refusal."""
+    from typestrict_pipeline.study.form import StudyForm, study_config
+    from typestrict_pipeline.study.service import create_study_from_config
+
+    engine = open_store(sqlite_url)
+    try:
+        study = create_study_from_config(engine, study_config(StudyForm(
+            start="2012-01-01", end="2012-12-01", tune_steps=20, eval_steps=20, holdout_steps=20,
+            grid=["skill=0.5,0.6"], max_candidates=2, max_total_steps=1000, synthetic=True, workflow="wx",
+            workspace="acme")))
+    finally:
+        engine.dispose()
+    b = Browser(app[0], app[1])
+    made = b.form("/console/trainings", TRAINING, files={"dataset_file": ("reviews.csv", CSV.encode())})
+    training = made.headers["location"]
+    for route, data, error in (
+            ("/console/studies", {**STUDY_FORM, "budget_usd": "abc"}, "study-error"),
+            ("/console/backtests", {"workflow": "seattle_rain", "start": "2015-01-10", "end": "2015-01-01",
+                                    "step": "1d"}, "backtest-error"),
+            ("/console/trainings", {**TRAINING, "decision-0-answers": "yes"}, "error"),
+            (f"{training}/predictions", {}, "error"),
+            (f"/console/studies/{study}/schedule", {"cadence": "1d", "owner": "ana@example.com"}, "schedule-error")):
+        r = b.form(route, data)
+        assert r.status_code >= 400, (route, r.status_code)
+        assert re.findall(r"<[^>]* autofocus[ >]", r.text) == [
+            f'<p class="error" role="alert" id="{error}" tabindex="-1" autofocus>'], (route, r.text[:3000])
+    b.close()
+    anon = httpx.AsyncClient(transport=httpx.ASGITransport(app=app[0]),  # type: ignore[arg-type]
+                             base_url="http://console.test")
+    loop = asyncio.new_event_loop()
+    try:
+        token = re.search(r'name="csrf_token" value="([^"]+)"', loop.run_until_complete(anon.get("/console/sign-in")).text)
+        assert token is not None
+        refused = loop.run_until_complete(anon.post("/console/sign-in", data={"csrf_token": token.group(1), "key": "tsk_x"}))
+        assert refused.status_code == 401
+        assert 'aria-describedby="error key-help" aria-invalid="true" autofocus>' in refused.text
+    finally:
+        loop.run_until_complete(anon.aclose())
+        loop.close()
