@@ -897,3 +897,29 @@ def test_a_refused_form_comes_back_with_its_refusal_focused(app: tuple[object, s
     finally:
         loop.run_until_complete(anon.aclose())
         loop.close()
+
+
+def test_a_cancelled_trainings_result_page_says_it_was_cancelled_and_offers_no_audit(
+        app: tuple[object, str, str]) -> None:
+    """Cancelling a training leads to its result page, which said "The credit comes back: the
+    training failed on our side (no reason given)", then "The training failed: .", and offered
+    "Download the audit file", a 404: the customer cancelled it, nothing was measured, and there
+    is no audit. Now it says why it ended (the training's own reason, as ``GET /v1/trainings/{id}``
+    gives it) and that there is no audit to verify."""
+    b = Browser(app[0], app[1])
+    made = b.form("/console/trainings", TRAINING, files={"dataset_file": ("reviews.csv", CSV.encode())})
+    page_url = made.headers["location"]
+    training = page_url.rsplit("/", 1)[1]
+    cancelled = b.form(f"{page_url}/cancel", {})
+    assert cancelled.status_code == 303
+    shown = b.get(b.get(cancelled.headers["location"]).headers["location"])  # the training's page: its result
+    assert shown.status_code == 200 and f"/console/models/{training}" in str(shown.url), shown.url
+    said = _shown(shown)
+    reason = b.get(f"/v1/trainings/{training}").json()["reason"]
+    assert reason == "cancelled by the customer while awaiting_predictions"
+    assert ("The credit comes back: the training ended before it was judged (cancelled by the customer while "
+            "awaiting predictions).") in said, said[:3000]
+    assert "failed on our side" not in said and "The training failed" not in said and "did not beat Jev" not in said
+    assert "/audit" not in shown.text and "This training has no audit file" in said
+    assert b.get(f"/v1/models/{training}/audit").status_code == 404  # what the link answered
+    b.close()

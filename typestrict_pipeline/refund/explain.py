@@ -34,6 +34,7 @@ __all__ = [
     "decision_reason",
     "facts_from_audit",
     "facts_from_report",
+    "unjudged_sentence",
     "verdict_sentence",
     "verdict_sentence_from_audit",
 ]
@@ -301,6 +302,20 @@ def verdict_sentence(judgement: TrainingJudgement) -> str:
         settling=judgement.settling_decision,
         failure_reason=judgement.failure_reason,
     )
+
+
+def unjudged_sentence(reason: str | None) -> str:
+    """Why the credit of a training that ended before it was judged (cancelled by the customer,
+    or a deadline passed first) came back: no model was measured, so there is no audit, and it
+    did not fail on our side. ``reason``: the training's own (its lifecycle row's).
+
+    >>> unjudged_sentence("cancelled by the customer while awaiting_predictions")
+    'The credit comes back: the training ended before it was judged (cancelled by the customer while awaiting predictions).'
+    >>> unjudged_sentence(None)
+    'The credit comes back: the training ended before it was judged.'
+    """
+    why = (reason or "").strip().rstrip(".").replace("awaiting_predictions", "awaiting predictions")
+    return f"The credit comes back: the training ended before it was judged{f' ({why})' if why else ''}."
 
 
 def verdict_sentence_from_audit(audit: Mapping[str, Any]) -> str:

@@ -44,6 +44,7 @@ from typestrict_pipeline.errors import InputError, NotFoundError
 from typestrict_pipeline.files import write_atomic
 from typestrict_pipeline.refund.dataset import unlabeled_from_split
 from typestrict_pipeline.refund.grouping import resampling_lines_from_audit, resampling_sentence
+from typestrict_pipeline.refund.types import Verdict
 
 router = api_router(tags=["models"], responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}})
 
@@ -125,6 +126,8 @@ def _decision(d: dict[str, Any], split: Any = None, group: str | None = None) ->
 
 
 def _files_note(info: ModelInfo) -> str:
+    if not info.delivered and info.verdict is Verdict.FAILED:
+        return "Nothing to download: the training ended without a model to deliver, so its credit came back."
     if not info.delivered:
         return ("Nothing to download: the model did not beat Jev and was not kept, so its credit "
                 "came back.")

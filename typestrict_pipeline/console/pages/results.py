@@ -24,9 +24,12 @@ from typestrict_pipeline.console.sessions import ConsoleSession
 from typestrict_pipeline.console.web import PREFIX, ConsoleRoute, render, require_session
 from typestrict_pipeline.credits import ModelState
 from typestrict_pipeline.credits.models import ModelInfo
+from typestrict_pipeline.errors import TypeStrictError
+from typestrict_pipeline.lifecycle.trainings import TrainingState
 from typestrict_pipeline.refund.explain import (
     decision_reason,
     facts_from_audit,
+    unjudged_sentence,
     verdict_sentence_from_audit,
 )
 from typestrict_pipeline.refund.grouping import resampling_lines_from_audit
@@ -69,7 +72,20 @@ def result_page(model_id: ModelId, request: Request, session: Session) -> Respon
 
     ctx = get_ctx(request)
     info = ctx.trainings.model(session.workspace_id, model_id)
-    doc = _audit(ctx, info) or {"decisions": [], "overall": {"verdict": info.verdict.value}}
+    audit = _audit(ctx, info)
+    sentence = None
+    if audit is None:  # never judged (cancelled, expired) or failed before an audit: the training says why
+        try:
+            view = ctx.trainings.view(session.workspace_id, model_id)
+            state, reason = view.state, view.reason
+        except TypeStrictError:  # a model with no training record left: no reason to give
+            state, reason = None, None
+        unjudged = state in (TrainingState.CANCELLED, TrainingState.EXPIRED)
+        if unjudged:
+            sentence = unjudged_sentence(reason)
+        audit = {"decisions": [], "overall": {"verdict": info.verdict.value,
+                                              "failure_reason": None if unjudged else reason}}
+    doc = audit
     overall = doc.get("overall", {})
     group, scan = training_grouping(ctx, info)
     decisions = _decisions(doc)
@@ -79,7 +95,7 @@ def result_page(model_id: ModelId, request: Request, session: Session) -> Respon
                 for p in result_pictures(doc)]
     return render(request, "result.html", {
         "id": info.model_id, "verdict": info.verdict.value, "refunds": info.verdict.refunds_credit,
-        "sentence": verdict_sentence_from_audit(doc) if doc.get("overall", {}).get("verdict") else "",
+        "sentence": sentence or verdict_sentence_from_audit(doc),
         "resampling": resampling_lines_from_audit(doc, group),
         "grouping_warnings": [str(w.get("message")) for w in (scan or {}).get("warnings") or []],
         "overall": overall, "settling": settling,
