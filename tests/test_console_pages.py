@@ -923,3 +923,24 @@ def test_a_cancelled_trainings_result_page_says_it_was_cancelled_and_offers_no_a
     assert "/audit" not in shown.text and "This training has no audit file" in said
     assert b.get(f"/v1/models/{training}/audit").status_code == 404  # what the link answered
     b.close()
+
+
+def test_a_refused_training_form_says_which_file_to_choose_again(app: tuple[object, str, str]) -> None:
+    """The form kept every field after a refusal but the dataset the person uploaded (a browser
+    cannot put a file back in a file field, and the refused upload is not stored), and said
+    nothing of it: the person corrected the answers, sent the form again, and was refused a
+    second time, "expected a dataset … got neither". The refused page now names the file to
+    choose again, by the file field."""
+    import html
+
+    b = Browser(app[0], app[1])
+    refused = b.form("/console/trainings", {**TRAINING, "decision-0-answers": "yes, maybe"},
+                     files={"dataset_file": ("reviews.csv", CSV.encode())})
+    assert refused.status_code == 422
+    said = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", "", refused.text)))
+    assert "Choose reviews.csv again: a refused form cannot keep the file you chose, and it was not stored." in said
+    assert 'aria-describedby="dataset-again dataset-help"' in refused.text
+    assert 'value="Is it positive?"' in refused.text  # the typed fields, as before
+    no_file = b.form("/console/trainings", {**TRAINING, "decision-0-answers": "yes, maybe"})
+    assert no_file.status_code == 422 and "dataset-again" not in no_file.text  # nothing chosen: nothing to choose again
+    b.close()

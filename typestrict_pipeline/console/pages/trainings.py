@@ -231,6 +231,7 @@ def form_values(form: FormData) -> dict[str, Any]:
         "col_group": _text(form, "col_group"), "col_review_label": _text(form, "col_review_label"),
         "decisions": decisions or [blank_decision()],
         "keep_if_loses": _text(form, "keep_if_loses") == KEEP_BOX_ON,
+        "uploaded": "",
     }
 
 
@@ -286,7 +287,7 @@ def _new_form(request: Request, session: ConsoleSession, values: dict[str, Any] 
     return render(request, "training_new.html", {
         "v": values or {"dataset_name": "", "col_id": "id", "col_text": "text", "col_group": "",
                         "col_review_label": "", "decisions": [blank_decision()],
-                        "keep_if_loses": False},
+                        "keep_if_loses": False, "uploaded": ""},
         "files": ctx.trainings.area(ws).listing(), "error": error,
         "balance": CreditLedger(ctx.engine).balance(ws), "max_decisions": MAX_DECISIONS}, status=status)
 
@@ -356,7 +357,8 @@ def _create_training(request: Request, session: ConsoleSession, form: FormData, 
         if not dataset:
             raise InputError("a dataset: a file to upload, or one of the workspace's files",
                              "neither", "choose the dataset file in step 1", file=form_field("dataset"))
-        values["dataset_name"] = dataset
+        if upload is not None:  # shown again on a refusal: a browser cannot keep a chosen file
+            values["uploaded"] = upload[0]
         body = TrainingCreate.model_validate(training_body(values, dataset))
         req = TrainingRequest(
             dataset=body.dataset.model_dump(exclude_none=True),
