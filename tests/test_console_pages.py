@@ -944,3 +944,16 @@ def test_a_refused_training_form_says_which_file_to_choose_again(app: tuple[obje
     no_file = b.form("/console/trainings", {**TRAINING, "decision-0-answers": "yes, maybe"})
     assert no_file.status_code == 422 and "dataset-again" not in no_file.text  # nothing chosen: nothing to choose again
     b.close()
+
+
+def test_add_a_decision_puts_the_focus_in_the_new_decision(app: tuple[object, str, str]) -> None:
+    """"Add a decision" is replaced by the decision's fields (HTMX): the focus, on the button,
+    went to the page's body, and the next Tab jumped past the new fields to step 3. The new
+    decision's Name is focused now (HTMX focuses what it swaps in with ``autofocus``); the form
+    itself focuses nothing."""
+    b = Browser(app[0], app[1])
+    added = b.loop.run_until_complete(b.client.get("/console/trainings/new/decision?i=1", headers={"hx-request": "true"}))
+    assert added.status_code == 200
+    assert re.findall(r'<input id="([\w-]+)"[^>]* autofocus>', added.text) == ["decision-1-name"], added.text
+    assert "autofocus" not in b.get("/console/trainings/new").text
+    b.close()

@@ -300,9 +300,11 @@ def new_training_page(request: Request, session: Session) -> Response:
 
 @router.get("/trainings/new/decision")
 def decision_fieldset(request: Request, session: Session, i: int = 1) -> Response:
-    """One more decision's fields (HTMX: "Add a decision")."""
+    """One more decision's fields (HTMX: "Add a decision"), its Name focused: the button that
+    asked for them is replaced by them, and the focus would be lost with it."""
     i = max(1, min(i, MAX_DECISIONS - 1))
-    return render(request, "_decision.html", {"i": i, "d": blank_decision(), "max_decisions": MAX_DECISIONS, "last": True})
+    return render(request, "_decision.html", {"i": i, "d": blank_decision(), "max_decisions": MAX_DECISIONS,
+                                              "last": True, "focus": True})
 
 
 def _base_name(upload: UploadFile) -> str:
