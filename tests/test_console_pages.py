@@ -957,3 +957,27 @@ def test_add_a_decision_puts_the_focus_in_the_new_decision(app: tuple[object, st
     assert re.findall(r'<input id="([\w-]+)"[^>]* autofocus>', added.text) == ["decision-1-name"], added.text
     assert "autofocus" not in b.get("/console/trainings/new").text
     b.close()
+
+
+def test_the_budget_field_shows_the_budget_as_the_form_reads_it_back(
+        app: tuple[object, str, str], sqlite_url: str) -> None:
+    """Settings → Usage filled its budget field with Python's float: a $0.00005 budget showed as
+    ``5e-05``, and pressing "Set the budget" with the value as shown was refused ("expected a
+    USD amount … got '5e-05'"); $50 showed as ``50.0``. The field shows the exact decimal now,
+    which the form (and ``PUT /v1/workspaces/{id}/budget``) reads back to the same budget."""
+    from typestrict_pipeline.reruns.decide import SubscriptionState
+    from typestrict_pipeline.reruns.workspace import set_workspace
+
+    engine = open_store(sqlite_url)
+    try:
+        set_workspace(engine, "acme", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=1)
+    finally:
+        engine.dispose()
+    b = Browser(app[0], app[1])
+    for typed, shown in (("0.00005", "0.00005"), ("50", "50"), ("12.345678", "12.345678")):
+        assert b.post("/console/settings/usage/budget", data={"csrf_token": b.csrf, "budget_usd": typed}).status_code == 303
+        field = re.search(r'<input id="budget_usd"[^>]* value="([^"]*)"', b.get("/console/settings/usage").text)
+        assert field is not None and field.group(1) == shown, (typed, field and field.group(1))
+        again = b.post("/console/settings/usage/budget", data={"csrf_token": b.csrf, "budget_usd": field.group(1)})
+        assert again.status_code == 303, (typed, _shown(again)[:2000])  # the value as shown, sent again
+    b.close()

@@ -101,6 +101,18 @@ def format_usd(micro: int | None, *, exact: bool = False) -> str:
     return f"${micro / MICRO:.6f}"
 
 
+def plain_usd(micro: int) -> str:
+    """Micro-USD as the plain decimal a form's USD field shows, which :func:`usd_to_micro` reads
+    back exactly (never ``5e-05``, which it refuses, nor ``50.0``).
+
+    >>> plain_usd(50_000_000), plain_usd(250_000), plain_usd(50), plain_usd(1), plain_usd(0)
+    ('50', '0.25', '0.00005', '0.000001', '0')
+    """
+    from decimal import Decimal
+
+    return format(Decimal(micro).scaleb(-6).normalize(), "f")
+
+
 HOLDOUT_RUNS = 2
 """Runs on the holdout slice: the winner's and the baseline's."""
 

@@ -35,7 +35,7 @@ from typestrict_pipeline.console.web import (
     require_session,
 )
 from typestrict_pipeline.errors import TypeStrictError
-from typestrict_pipeline.study.limits import format_usd
+from typestrict_pipeline.study.limits import format_usd, plain_usd
 from typestrict_pipeline.usage import workspace_usage
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
@@ -59,7 +59,7 @@ def _usage(request: Request, session: ConsoleSession, *, error: str | None = Non
     u = workspace_usage(ctx.engine, ws)
     return render(request, "usage.html", {
         "by_day": u.by_day(), "by_workflow": list(u.by_workflow().values()), "total": u.totals(),
-        "studies": u.studies, "budget": budget_view(ctx.engine, ws), "usd": format_usd,
+        "studies": u.studies, "budget": budget_view(ctx.engine, ws), "usd": format_usd, "plain_usd": plain_usd,
         "budget_error": error, "typed": typed, "saved": saved,
     }, status=status)
 
