@@ -981,3 +981,28 @@ def test_the_budget_field_shows_the_budget_as_the_form_reads_it_back(
         again = b.post("/console/settings/usage/budget", data={"csrf_token": b.csrf, "budget_usd": field.group(1)})
         assert again.status_code == 303, (typed, _shown(again)[:2000])  # the value as shown, sent again
     b.close()
+
+
+def test_a_delivered_models_files_date_is_written_as_every_console_date(
+        app: tuple[object, str, str], tmp_path: Path, sqlite_url: str) -> None:
+    """The result page said "Its files can be downloaded until 2027-01-06T07:38:16.296790+00:00",
+    where every other date of the console (a training's deadline, the date files expired, a
+    delivery) reads "2027-01-06 07:38 UTC"."""
+    from typestrict_pipeline.credits import SettlementRequest, settle_training
+    from typestrict_pipeline.refund.types import Verdict
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "weights.bin").write_bytes(b"w")
+    engine = open_store(sqlite_url)
+    try:
+        settle_training(engine, SettlementRequest(
+            workspace_id="acme", training_id="tr_delivered", verdict=Verdict.BEATS, reason="test",
+            keep_if_loses=False, model_dir=tmp_path / "model", audit_json=None),
+            now=dt.datetime(2026, 12, 7, 7, 38, 16, 296790, tzinfo=dt.UTC))
+    finally:
+        engine.dispose()
+    b = Browser(app[0], app[1])
+    shown = b.get("/console/models/tr_delivered")
+    assert shown.status_code == 200, _shown(shown)[:2000]
+    assert "Its files can be downloaded until 2027-01-06 07:38 UTC (kept 30 days)." in shown.text, _shown(shown)[:3000]
+    b.close()

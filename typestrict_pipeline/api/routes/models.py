@@ -45,6 +45,7 @@ from typestrict_pipeline.files import write_atomic
 from typestrict_pipeline.refund.dataset import unlabeled_from_split
 from typestrict_pipeline.refund.grouping import resampling_lines_from_audit, resampling_sentence
 from typestrict_pipeline.refund.types import Verdict
+from typestrict_pipeline.reruns.timeline import format_when
 
 router = api_router(tags=["models"], responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}})
 
@@ -132,8 +133,9 @@ def _files_note(info: ModelInfo) -> str:
         return ("Nothing to download: the model did not beat Jev and was not kept, so its credit "
                 "came back.")
     if info.state is ModelState.EXPIRED:
-        return f"Its files expired on {info.expires_at.isoformat()}; the audit stays."
-    return f"Its files can be downloaded until {info.expires_at.isoformat()} (kept {(info.expires_at - info.settled_at).days} days)."
+        return f"Its files expired on {format_when(info.expires_at)}; the audit stays."
+    return (f"Its files can be downloaded until {format_when(info.expires_at)} "
+            f"(kept {(info.expires_at - info.settled_at).days} days).")
 
 
 @router.get("/models", response_model=list[VerdictOut])
