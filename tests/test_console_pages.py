@@ -1006,3 +1006,30 @@ def test_a_delivered_models_files_date_is_written_as_every_console_date(
     assert shown.status_code == 200, _shown(shown)[:2000]
     assert "Its files can be downloaded until 2027-01-06 07:38 UTC (kept 30 days)." in shown.text, _shown(shown)[:3000]
     b.close()
+
+
+def test_a_refused_schedule_form_shows_the_box_as_it_was_sent(app: tuple[object, str, str], sqlite_url: str) -> None:
+    """Sent without ticking "Re-run on a schedule", the form came back saying "expected the box
+    ... ticked, got it empty" beside the box shown ticked: the page contradicted itself, and what
+    the person had sent was not what it showed. The box comes back as it was sent, with the
+    other fields as typed."""
+    from typestrict_pipeline.study.form import StudyForm, study_config
+    from typestrict_pipeline.study.service import create_study_from_config
+
+    engine = open_store(sqlite_url)
+    try:
+        study = create_study_from_config(engine, study_config(StudyForm(
+            start="2012-01-01", end="2012-12-01", tune_steps=20, eval_steps=20, holdout_steps=20,
+            grid=["skill=0.5,0.6"], max_candidates=2, max_total_steps=1000, synthetic=True, workflow="wx",
+            workspace="acme")))
+    finally:
+        engine.dispose()
+    b = Browser(app[0], app[1])
+    for sent, ticked in (({}, False), ({"rerun": "on", "cadence": "sometimes"}, True)):
+        r = b.post(f"/console/studies/{study}/schedule",
+                   data={"csrf_token": b.csrf, "owner": "ana@example.com", **sent})
+        assert r.status_code == 422, (sent, r.status_code)
+        box = re.search(r'<input type="checkbox" id="rerun"[^>]*>', r.text)
+        assert box is not None and (" checked" in box.group(0)) == ticked, (sent, box and box.group(0))
+        assert 'value="ana@example.com"' in r.text
+    b.close()

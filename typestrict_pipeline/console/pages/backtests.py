@@ -372,8 +372,8 @@ def _enable_schedule(study_id: str, request: Request, session: ConsoleSession, f
     if error is None:
         return redirect(f"{PREFIX}/studies/{study_id}#schedule", request)
     context = _study_context(request, session, study_id)
-    context.update(schedule_error=error, schedule_values={k: _text(form, k) for k in
-                                                          ("cadence", "owner", "min_unseen_steps")})
+    context.update(schedule_error=error, schedule_values={
+        **{k: _text(form, k) for k in ("cadence", "owner", "min_unseen_steps")}, "rerun": ticked is not None})
     return render(request, "study.html", context, status=422)
 
 
