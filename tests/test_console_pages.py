@@ -1033,3 +1033,38 @@ def test_a_refused_schedule_form_shows_the_box_as_it_was_sent(app: tuple[object,
         assert box is not None and (" checked" in box.group(0)) == ticked, (sent, box and box.group(0))
         assert 'value="ana@example.com"' in r.text
     b.close()
+
+
+def _finished_study(url: str, **form: Any) -> int:
+    """A finished study of workspace ``acme`` on the synthetic workflow (the studies core's own
+    runner: seconds), created as ``form`` says (a USD budget estimated from a backtest of 30 steps)."""
+    from typestrict_pipeline.study.form import StudyForm, study_config
+    from typestrict_pipeline.study.repository import LastBacktest
+    from typestrict_pipeline.study.runner import run_study_local
+    from typestrict_pipeline.study.service import create_study_from_config, study_backend
+
+    engine = open_store(url)
+    try:
+        sid = create_study_from_config(engine, study_config(StudyForm(
+            start="2012-01-01", end="2012-12-01", tune_steps=10, eval_steps=10, holdout_steps=10,
+            grid=["skill=0.5,0.6"], max_candidates=2, max_total_steps=10_000, synthetic=True, folds=2,
+            workspace="acme", **{"workflow": "wx", **form})), last_backtest=LastBacktest(30, 10))
+        run_study_local(engine, sid, study_backend(engine, sid), max_workers=1)
+    finally:
+        engine.dispose()
+    return sid
+
+
+def test_a_finished_studys_schedule_form_says_it_can_be_scheduled(app: tuple[object, str, str], sqlite_url: str) -> None:
+    """Under "Re-run on a schedule", a finished study with a USD budget said "Once the study has
+    finished.": the page compared the study's state with a state studies do not have
+    (``completed``), so no study was ever "finished" there."""
+    import html
+
+    sid = _finished_study(sqlite_url, budget_usd="1")
+    b = Browser(app[0], app[1])
+    shown = html.unescape(b.get(f"/console/studies/{sid}").text)
+    assert "State: <b>finished</b>" in shown, shown[:3000]
+    assert "From this finished study, with its USD budget of $1.00 per re-run." in shown
+    assert "Once the study has finished." not in shown
+    b.close()

@@ -302,7 +302,7 @@ def _study_context(request: Request, session: ConsoleSession, study_id: str,
         "schedules": schedules,
         "lineage": entries, "lineage_summary": summarize(entries) if entries else None,
         "lineage_text": lineage_text(ctx.engine, str(row.id)) if entries else None,
-        "usd": format_usd, "finished": row.state.lower() in ("completed", "budget_reached"),
+        "usd": format_usd, "finished": row.state.lower() in ("finished", "budget_reached"),
     }
 
 
