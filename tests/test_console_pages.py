@@ -1068,3 +1068,30 @@ def test_a_finished_studys_schedule_form_says_it_can_be_scheduled(app: tuple[obj
     assert "From this finished study, with its USD budget of $1.00 per re-run." in shown
     assert "Once the study has finished." not in shown
     b.close()
+
+
+def test_a_schedule_refused_for_its_minimum_names_the_forms_field_not_the_clis_flag(
+        app: tuple[object, str, str], sqlite_url: str) -> None:
+    """A study created in the console without "Min unseen steps for a re-run" (it is optional)
+    and scheduled with "Min unseen steps" empty was refused saying "create the study with
+    --min-unseen-steps N, or pass --min-unseen-steps N here once": the CLI's flags, on a form.
+    The console names its fields; the API its field; nothing is scheduled."""
+    import html
+
+    sid = _finished_study(sqlite_url, budget_usd="1")
+    b = Browser(app[0], app[1])
+    r = b.post(f"/console/studies/{sid}/schedule",
+               data={"csrf_token": b.csrf, "rerun": "on", "cadence": "1d", "owner": "ana@example.com"})
+    assert r.status_code == 422, r.status_code
+    said = html.unescape(r.text)
+    assert ('Create the study with "Min unseen steps for a re-run", or fill "Min unseen steps" on this form once '
+            "(it is then stored on the study).") in said, re.findall(r'id="schedule-error"[^>]*>([^<]*)', said)
+    assert "--min-unseen-steps" not in said
+    api = _api(b, app[1], f"/v1/studies/{sid}/schedule", {"cadence": "1d", "owner": "ana@example.com"})
+    assert "send min_unseen_steps here once" in api and "--" not in api, api
+    listed = b.loop.run_until_complete(b.client.get("/v1/schedules", headers={"Authorization": f"Bearer {app[1]}"}))
+    assert listed.json() == {"schedules": []}
+    done = b.post(f"/console/studies/{sid}/schedule", data={"csrf_token": b.csrf, "rerun": "on", "cadence": "1d",
+                                                              "owner": "ana@example.com", "min_unseen_steps": "5"})
+    assert done.status_code == 303, _shown(done)[:2000]
+    b.close()

@@ -182,6 +182,28 @@ def _lineage_of(session: Session, study_id: str) -> LineageRow | None:
     ).scalars().first()
 
 
+@dataclass(frozen=True)
+class MinUnseenWords:
+    """How a door names "Min unseen steps for a re-run" in a refusal of :func:`enable_schedule`:
+    the CLI's flags, the API's field, the console's form fields."""
+
+    create: str
+    """How a study is created with its minimum."""
+    give: str
+    """How this call gives the minimum once."""
+    leave_out: str
+    """How this call leaves it out."""
+
+
+CLI_MIN_UNSEEN = MinUnseenWords(create="create the study with --min-unseen-steps N",
+                                give="pass --min-unseen-steps N here once", leave_out="leave --min-unseen-steps out")
+API_MIN_UNSEEN = MinUnseenWords(create="create the study with min_unseen_steps",
+                                give="send min_unseen_steps here once", leave_out="leave min_unseen_steps out")
+CONSOLE_MIN_UNSEEN = MinUnseenWords(create='create the study with "Min unseen steps for a re-run"',
+                                    give='fill "Min unseen steps" on this form once',
+                                    leave_out='leave "Min unseen steps" empty')
+
+
 def enable_schedule(
     engine: Engine,
     port: StudiesPort,
@@ -191,6 +213,7 @@ def enable_schedule(
     owner: str,
     min_unseen_steps: int | None = None,
     now: dt.datetime | None = None,
+    words: MinUnseenWords = CLI_MIN_UNSEEN,
 ) -> ScheduleView:
     """Enable re-runs of a finished study on a cadence.
 
@@ -209,6 +232,7 @@ def enable_schedule(
             (older studies, or one created without it): it is then stored on the lineage's root
             study once. A study that has its own value uses it; a different value is refused.
         now: the current time (default: now).
+        words: how the caller's door names the minimum in a refusal (default: the CLI's flags).
 
     Raises:
         NotFoundError: no such study.
@@ -250,19 +274,18 @@ def enable_schedule(
         if min_unseen_steps is None:
             raise InputError(
                 "Min unseen steps for a re-run, set when the study was created", f"none for study {study_id}",
-                "create the study with --min-unseen-steps N, or pass --min-unseen-steps N here once "
-                "(it is then stored on the study)",
+                f"{words.create}, or {words.give} (it is then stored on the study)",
             )
         minimum = port.set_min_unseen_steps(lineage_root, min_unseen_steps)
         if minimum != min_unseen_steps:  # set concurrently by someone else: theirs stands
             raise InputError(
                 f"Min unseen steps for a re-run to match the study's ({minimum})", str(min_unseen_steps),
-                "leave --min-unseen-steps out",
+                words.leave_out,
             )
     elif min_unseen_steps is not None and min_unseen_steps != minimum:
         raise InputError(
             f"Min unseen steps for a re-run to match the study's ({minimum})", str(min_unseen_steps),
-            "leave --min-unseen-steps out: it is set when the study is created",
+            f"{words.leave_out}: it is set when the study is created",
         )
     set_aside: list[str] = []
     root_facts = facts if lineage_root == study_id else port.get(lineage_root)

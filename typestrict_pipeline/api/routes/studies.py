@@ -171,12 +171,13 @@ def schedule_out(ctx: Ctx, view: Any) -> ScheduleOut:
              responses={409: {"model": ErrorBody}})
 def enable_schedule(study_id: StudyId, body: ScheduleIn, ctx: Ctx, workspace: Workspace) -> ScheduleOut:
     """Re-run a finished study (with a USD budget) on a cadence."""
+    from typestrict_pipeline.reruns.service import API_MIN_UNSEEN
     from typestrict_pipeline.reruns.service import enable_schedule as core_enable
     from typestrict_pipeline.reruns.studies import StoreStudies
 
     row = check_study(ctx.engine, workspace, parse_study_id(study_id))
     view = core_enable(ctx.engine, StoreStudies(ctx.engine), study_id=str(row.id), cadence=body.cadence,
-                       owner=body.owner, min_unseen_steps=body.min_unseen_steps)
+                       owner=body.owner, min_unseen_steps=body.min_unseen_steps, words=API_MIN_UNSEEN)
     return schedule_out(ctx, view)
 
 

@@ -341,6 +341,7 @@ async def enable_schedule(study_id: StudyId, request: Request, session: Posted) 
 
 
 def _enable_schedule(study_id: str, request: Request, session: ConsoleSession, form: FormData) -> Response:
+    from typestrict_pipeline.reruns.service import CONSOLE_MIN_UNSEEN
     from typestrict_pipeline.reruns.service import enable_schedule as core_enable
     from typestrict_pipeline.reruns.studies import StoreStudies
 
@@ -362,7 +363,7 @@ def _enable_schedule(study_id: str, request: Request, session: ConsoleSession, f
             body = ScheduleIn.model_validate(raw)
             row = studies_core.check_study(ctx.engine, session.workspace_id, studies_core.parse_study_id(study_id))
             core_enable(ctx.engine, StoreStudies(ctx.engine), study_id=str(row.id), cadence=body.cadence,
-                        owner=body.owner, min_unseen_steps=body.min_unseen_steps)
+                        owner=body.owner, min_unseen_steps=body.min_unseen_steps, words=CONSOLE_MIN_UNSEEN)
         except ValidationError as exc:
             error = validation_message(exc.errors(), fix=FORM_FIX)
         except TypeStrictError as exc:
