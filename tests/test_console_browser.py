@@ -692,3 +692,22 @@ def test_older_trainings_are_a_keyboard_press_away(served: Served, browser: Any)
         for copy in copies:
             shutil.rmtree(copy, ignore_errors=True)
     assert not problems, "\n".join(problems)
+
+
+def test_a_refusal_that_quotes_a_long_value_fits_a_phone(served: Served, browser: Any) -> None:
+    """A refusal quotes what was sent: a long unbroken value (a mistyped address, a pasted
+    dataset name) made the page up to 1,100 px wider than a phone's screen, the message and the
+    form beside it scrolled sideways. Refusals and notices wrap anywhere now."""
+    problems: list[str] = []
+    with _signed_in(browser, served, VIEWPORTS["phone"], "/console/backtests") as page:
+        page.wait_for_url(re.compile(r".*/console/backtests$"))
+        _field(page, "Historical data").fill("d" * 200)
+        _field(page, "Start").fill("2013-01-02")
+        _field(page, "End").fill("2013-02-02")
+        _keyboard_press(page.get_by_role("button", name="Run the backtest", exact=True))
+        page.wait_for_selector("#backtest-error")
+        problems += _wider_than_screen(page, "a refused backtest form")
+        for path in ("/console/models/" + "m" * 100, "/console/" + "a" * 150):
+            page.goto(served.url + path)
+            problems += _wider_than_screen(page, path[:30])
+    assert not problems, "\n".join(problems)
