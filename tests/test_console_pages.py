@@ -1095,3 +1095,23 @@ def test_a_schedule_refused_for_its_minimum_names_the_forms_field_not_the_clis_f
                                                               "owner": "ana@example.com", "min_unseen_steps": "5"})
     assert done.status_code == 303, _shown(done)[:2000]
     b.close()
+
+
+def test_the_nav_marks_settings_usage_as_the_current_page_after_saving_the_budget(
+        app: tuple[object, str, str], sqlite_url: str) -> None:
+    """After "Set the budget" the page is Settings → Usage (at ``/console/settings/usage/saved``),
+    but the nav marked no link as the current page (``aria-current``)."""
+    from typestrict_pipeline.reruns.decide import SubscriptionState
+    from typestrict_pipeline.reruns.workspace import set_workspace
+
+    engine = open_store(sqlite_url)
+    try:
+        set_workspace(engine, "acme", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=1)
+    finally:
+        engine.dispose()
+    b = Browser(app[0], app[1])
+    saved = b.post("/console/settings/usage/budget", data={"csrf_token": b.csrf, "budget_usd": "2"})
+    page = b.get(saved.headers["location"]).text
+    assert "Saved." in page
+    assert re.findall(r'<a href="([^"]+)" aria-current="page">', page) == ["/console/settings/usage"]
+    b.close()
