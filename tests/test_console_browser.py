@@ -711,3 +711,25 @@ def test_a_refusal_that_quotes_a_long_value_fits_a_phone(served: Served, browser
             page.goto(served.url + path)
             problems += _wider_than_screen(page, path[:30])
     assert not problems, "\n".join(problems)
+
+
+def test_an_htmx_button_refused_by_the_server_says_so(served: Served, browser: Any) -> None:
+    """A page opened before the session changed (signed out and in again in another tab) holds
+    the old session's CSRF token: "Show the estimate" was refused (403) and HTMX swaps a refusal
+    nowhere, so the button did nothing at all. The refusal is said at the top of the page now,
+    focused, with what to do."""
+    from playwright.sync_api import expect
+
+    with _signed_in(browser, served, VIEWPORTS["phone"], "/console/backtests") as page:
+        page.wait_for_url(re.compile(r".*/console/backtests$"))
+        other = page.context.new_page()
+        other.goto(served.url + "/console/trainings")
+        other.get_by_role("button", name="Sign out", exact=True).click()
+        other.wait_for_url(re.compile(r".*/console/sign-in\?signed_out=1$"))
+        other.get_by_label("Workspace key", exact=True).fill((served.root / "key.txt").read_text().strip())
+        other.get_by_role("button", name="Sign in", exact=True).click()
+        other.wait_for_url(re.compile(r".*/console/trainings$"))
+        _keyboard_press(page.get_by_role("button", name="Show the estimate", exact=True))
+        said = page.locator("#htmx-error")
+        expect(said).to_contain_text("Reload the page and send the form again")
+        expect(said).to_be_focused()

@@ -30,6 +30,30 @@
     });
   }
 
+  // 3. An HTMX request the server refuses (4xx/5xx: a page opened before the session changed, so
+  //    its CSRF token is another session's; an object gone since) is swapped nowhere by HTMX: the
+  //    button did nothing. Its refusal (the console page's #error) is said at the top of the page,
+  //    focused, as a form's refusal is.
+  document.addEventListener("htmx:responseError", function (event) {
+    var xhr = event.detail.xhr;
+    var page = new DOMParser().parseFromString(xhr.responseText || "", "text/html");
+    var said = page.getElementById("error");
+    var text = said ? said.textContent.trim()
+      : "expected an answer from the server, got status " + xhr.status + ". Reload the page and try again";
+    var box = document.getElementById("htmx-error");
+    if (!box) {
+      box = document.createElement("p");
+      box.id = "htmx-error";
+      box.className = "error";
+      box.setAttribute("role", "alert");
+      box.tabIndex = -1;
+      var main = document.getElementById("main");
+      main.insertBefore(box, main.firstChild);
+    }
+    box.textContent = text;
+    box.focus();
+  });
+
   document.addEventListener("DOMContentLoaded", function () { drawCharts(document); });
   document.addEventListener("htmx:afterSettle", function (event) { drawCharts(event.target); });
 })();
