@@ -1,0 +1,85 @@
+"""A dataset of long texts is read a few MB at a time, not in one batch of the whole file.
+
+The refund data path read a dataset in batches of 65,536 rows (``refund.table.BATCH_ROWS``),
+whatever the rows held: 2,000 texts of 100 kB (a 200 MB CSV, under the server's 256 MiB upload
+limit) were one batch, and reading it peaked at 1.9 GB (a prediction upload for that training,
+which reads the dataset again, at 2.9 GB of the API server). A batch now also ends once it holds
+``refund.table.BATCH_CHARS`` characters (for Parquet, its row groups' uncompressed bytes).
+
+Measured in a fresh process (no earlier test's memory counts): the peak of Python's allocations
+(``tracemalloc``) plus the peak of Arrow's pool while ``load_dataset`` reads 40 texts of 512 Ki
+characters (20 million characters, each text ending in an emoji: 80 MiB as Python strings) in
+each format: 322-386 MiB before (one batch of every text, and its copies), 51-81 MiB now.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+ROWS = 40
+CHARS = 512 * 1024
+MiB = 1024 * 1024
+
+SCRIPT = r"""
+import json, sys, tracemalloc
+from pathlib import Path
+import pyarrow as pa
+from typestrict_pipeline.refund.dataset import load_dataset
+from typestrict_pipeline.refund.manifest import parse_manifest
+
+folder, name = Path(sys.argv[1]), sys.argv[2]
+def manifest(path):
+    return parse_manifest({
+        "manifest_version": 1, "training_id": "t", "workspace_id": "w",
+        "dataset": {"path": path, "columns": {"id": "id", "text": "text", "group": "grp"}},
+        "decisions": [{"name": "d", "question": "Which?", "answer_column": "label",
+                       "answers": ["yes", "no"]}],
+        "predictions": {"jev": {"kind": "file", "path": "jev.jsonl"}},
+        "training": {"status": "failed", "reason": "not trained"}}, source="m", base_dir=folder)
+load_dataset(manifest("small" + Path(name).suffix))  # the modules every read loads
+tracemalloc.start()
+data = load_dataset(manifest(name))
+python = tracemalloc.get_traced_memory()[1]
+print(json.dumps({"rows": data.n_rows, "python": python, "arrow": pa.default_memory_pool().max_memory()}))
+"""
+
+
+def _columns(rows: int, chars: int) -> dict[str, list[str]]:
+    # multi-byte characters (2, 3 and 4 bytes in UTF-8) around the texts' ends
+    return {"id": [f"r{i}" for i in range(rows)],
+            "text": [f"é{i}" + "x" * (chars - 8) + "€😀" for i in range(rows)],
+            "grp": [f"g{i // 2}" for i in range(rows)],
+            "label": ["yes" if i % 3 else "no" for i in range(rows)]}
+
+
+def _write(path: Path, columns: dict[str, list[str]]) -> None:
+    if path.suffix == ".parquet":
+        pq.write_table(pa.table(columns), path)
+        return
+    rows = [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
+    if path.suffix == ".jsonl":
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    else:
+        path.write_text("id,text,grp,label\n" + "".join(f"{r['id']},{r['text']},{r['grp']},{r['label']}\n"
+                                                        for r in rows), encoding="utf-8")
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
+def test_long_texts_are_read_a_few_mb_at_a_time(suffix: str, tmp_path: Path) -> None:
+    _write(tmp_path / f"small{suffix}", _columns(4, 100))
+    _write(tmp_path / f"long{suffix}", _columns(ROWS, CHARS))
+    out = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path), f"long{suffix}"],
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr
+    measured = json.loads(out.stdout)
+    assert measured["rows"] == ROWS
+    peak = measured["python"] + measured["arrow"]
+    assert peak < 128 * MiB, (f"{peak / MiB:.0f} MiB (Python {measured['python'] / MiB:.0f}, Arrow "
+                             f"{measured['arrow'] / MiB:.0f}) to read {ROWS * CHARS / MiB:.0f} MiB of texts")
