@@ -501,7 +501,7 @@ def _head(path: Path, fmt: DatasetFormat, rows: int) -> dict[str, Any]:
     names: list[str] = []
     for _ in iter_column_batches(path, fmt, (), names_out=names, batch_rows=1):
         break  # a CSV's header is read with its first row
-    for batch in iter_column_batches(path, fmt, names, batch_rows=rows, batch_chars=None):  # the whole sample
+    for batch in iter_column_batches(path, fmt, names, batch_rows=rows, batch_chars=0):  # the whole sample
         return dict(batch.cells)
     return {n: [] for n in names}
 

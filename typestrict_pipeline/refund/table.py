@@ -515,7 +515,7 @@ def iter_column_batches(
     *,
     names_out: list[str] | None = None,
     batch_rows: int | None = None,
-    batch_chars: int | None = BATCH_CHARS,
+    batch_chars: int | None = None,
 ) -> Iterator[ColumnBatch]:
     """The file's rows, ``batch_rows`` at a time (fewer once a batch holds ``batch_chars``
     characters), with only the ``wanted`` columns it has.
@@ -528,8 +528,8 @@ def iter_column_batches(
             order) by the time the iterator is exhausted.
         batch_rows: rows per batch (default :data:`BATCH_ROWS`).
         batch_chars: characters of the ``wanted`` cells after which a batch ends before
-            ``batch_rows`` (at least one row a batch; None: rows only). Parquet batches take
-            their row count from the row groups' uncompressed sizes.
+            ``batch_rows`` (default :data:`BATCH_CHARS`; at least one row a batch; 0: rows
+            only). Parquet batches take their row count from the row groups' uncompressed sizes.
 
     Raises:
         DatasetError: exactly what :func:`read_table` raises for the file.
@@ -538,6 +538,8 @@ def iter_column_batches(
         raise _missing_file(path)
     if batch_rows is None:
         batch_rows = BATCH_ROWS
+    if batch_chars is None:
+        batch_chars = BATCH_CHARS
     if fmt is DatasetFormat.PARQUET:
         yield from _parquet_batches(path, wanted, names_out, batch_rows, batch_chars)
     elif fmt is DatasetFormat.CSV:
@@ -554,11 +556,11 @@ PARQUET_PRE_BUFFER = False
 
 
 def _parquet_rows_per_batch(metadata: Any, present: Sequence[str], batch_rows: int,
-                            batch_chars: int | None) -> int:
+                            batch_chars: int) -> int:
     """Rows per batch of a Parquet file: ``batch_rows``, fewer when the ``present`` columns'
     uncompressed bytes per row (the largest of any row group) would make a batch hold more than
     ``batch_chars``."""
-    if batch_chars is None:
+    if batch_chars <= 0:
         return batch_rows
     widest = 0.0
     for g in range(metadata.num_row_groups):
@@ -573,7 +575,7 @@ def _parquet_rows_per_batch(metadata: Any, present: Sequence[str], batch_rows: i
 
 def _parquet_batches(
     path: Path, wanted: Sequence[str], names_out: list[str] | None, batch_rows: int,
-    batch_chars: int | None = BATCH_CHARS,
+    batch_chars: int = 0,
 ) -> Iterator[ColumnBatch]:
     import pyarrow.parquet as pq
 
@@ -607,7 +609,7 @@ def _parquet_batches(
 
 def _csv_batches(
     path: Path, wanted: Sequence[str], names_out: list[str] | None, batch_rows: int,
-    batch_chars: int | None = BATCH_CHARS,
+    batch_chars: int = 0,
 ) -> Iterator[ColumnBatch]:
     file = str(path)
     module = _csv_module(path)
@@ -631,12 +633,12 @@ def _csv_record_batches(
     wanted: Sequence[str],
     names_out: list[str] | None,
     batch_rows: int,
-    batch_chars: int | None = BATCH_CHARS,
+    batch_chars: int = 0,
 ) -> Iterator[ColumnBatch]:
     picks: list[tuple[str, int]] | None = None
     columns: dict[str, list[str]] = {}
     start = length = chars = 0
-    room = batch_chars if batch_chars is not None else -1
+    room = batch_chars if batch_chars > 0 else -1
     for header, row, record in records:
         if picks is None:
             if names_out is not None:
@@ -662,13 +664,13 @@ def _csv_record_batches(
 
 def _jsonl_batches(
     path: Path, wanted: Sequence[str], names_out: list[str] | None, batch_rows: int,
-    batch_chars: int | None = BATCH_CHARS,
+    batch_chars: int = 0,
 ) -> Iterator[ColumnBatch]:
     names: dict[str, None] = {}
     keep = list(dict.fromkeys(wanted))
     columns: dict[str, list[Any]] = {c: [] for c in keep}
     start = length = chars = 0
-    room = batch_chars if batch_chars is not None else -1
+    room = batch_chars if batch_chars > 0 else -1
     for _, value in iter_jsonl_objects(path, DatasetError):
         for key in value:
             if key not in names:
