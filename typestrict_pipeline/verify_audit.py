@@ -112,6 +112,35 @@ WORST_MIN_SUPPORT = 5
 PROB_SUM_TOLERANCE = Fraction(1, 100)
 UNITS = ("example", "group")
 MAX_SHOWN_PER_LIST = 5
+
+
+def over_default_bounds(total: int, cells: int) -> bool:
+    """Whether an audit of ``total`` test examples and ``cells`` examples x answers (in all its
+    decisions) is verified only with ``--large``."""
+    return total > MAX_TOTAL_EXAMPLES or cells > MAX_TOTAL_CELLS
+
+
+def needs_large(audit: Any) -> bool:
+    """Whether verifying the (parsed) ``audit`` needs ``--large``: the command a page or the CLI
+    prints for it must say so, or it fails ("re-run with --large"). False when the audit is not
+    of the format's shape (the verifier then says what is wrong).
+
+    >>> rows = {"sha256": ["0" * 64] * 2000}
+    >>> needs_large({"decisions": [{"answers": ["a", "b"], "rows": rows}] * 2})
+    False
+    >>> needs_large({"decisions": [{"answers": ["a", "b"], "rows": rows}] * 3})
+    True
+    >>> needs_large({"decisions": [{"answers": [str(k) for k in range(41)], "rows": rows}]})
+    True
+    """
+    try:
+        decisions = audit["decisions"]
+        sizes = [(len(d["rows"]["sha256"]), len(d["answers"])) for d in decisions]
+    except (KeyError, TypeError, IndexError):
+        return False
+    return over_default_bounds(sum(n for n, _ in sizes), sum(n * k for n, k in sizes))
+
+
 KINDS = ("single", "multiple_choice")
 VERDICTS = ("beats", "kept", "refund", "failed")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -1556,7 +1585,7 @@ def verify(audit: Any, *, large: bool = False) -> list[str]:
         _unique_names(read)
         total = sum(d.n for d in read)
         cells = sum(d.n * len(d.answers) for d in read)
-        if (total > MAX_TOTAL_EXAMPLES or cells > MAX_TOTAL_CELLS) and not large:
+        if over_default_bounds(total, cells) and not large:
             raise Malformed(f"expected at most {MAX_TOTAL_EXAMPLES} test examples and "
                             f"{MAX_TOTAL_CELLS} examples x answers in all, got {total} and "
                             f"{cells}: such an audit takes long to verify; re-run with --large "

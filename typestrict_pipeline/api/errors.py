@@ -149,6 +149,23 @@ def _union_members(errors: Sequence[Mapping[str, Any]], loc: tuple[Any, ...]) ->
     return [e for e in errors if tagged(tuple(e.get("loc", ()))) and tuple(e["loc"])[:-1] == loc[:-1]]
 
 
+def _count(value: Any) -> str:
+    """A count as the product writes it (``200,000``); anything else as it is."""
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+
+FIELD_FIXES: dict[tuple[str, str], str] = {
+    ("predictions", "too_long"):
+        "Send the predictions of the split's test examples only (GET /v1/trainings/{id}/split "
+        "lists them as test_ids, at most 2,000 per decision), not every row of the dataset",
+    ("trained_on_ids", "too_long"):
+        "State trained_on_sha256 instead (one SHA-256 of every training id: training_ids_sha256 "
+        "of GET /v1/trainings/{id}/split), or send the ids as a file in a manifest",
+}
+"""What to do about a bound of the API's schema that a customer's data size meets (the field's
+JSON path, the error's type), said before :data:`API_FIX`."""
+
+
 def _expected(error: Mapping[str, Any]) -> str | None:
     """What one validation error says was expected, in the product's words (None: pydantic's)."""
     ctx = error.get("ctx") or {}
@@ -158,8 +175,8 @@ def _expected(error: Mapping[str, Any]) -> str | None:
         "extra_forbidden": "only the fields of the schema (a typo?)",
         "string_too_long": f"at most {ctx.get('max_length')} characters",
         "string_too_short": f"at least {ctx.get('min_length')} character(s)",
-        "too_long": f"at most {ctx.get('max_length')} items",
-        "too_short": f"at least {ctx.get('min_length')} items",
+        "too_long": f"at most {_count(ctx.get('max_length'))} items",
+        "too_short": f"at least {_count(ctx.get('min_length'))} items",
         "int_parsing": "a whole number",
         "int_from_float": "a whole number",
         "int_type": "a whole number (a JSON number without a fraction, not a string or true/false)",
@@ -191,6 +208,9 @@ def validation_message(errors: Sequence[Mapping[str, Any]], *, fix: str = API_FI
     >>> validation_message([{"type": "string_pattern_mismatch", "loc": ("path", "name"),
     ...     "msg": "String should match pattern '^[A-Z]+$'", "input": "ab", "ctx": {"pattern": "^[A-Z]+$"}}])
     "name (in the path): expected a string matching the pattern '^[A-Z]+$', got 'ab'. Fix the request (the schema is at /v1/openapi.json)"
+    >>> print(validation_message([{"type": "too_long", "loc": ("body", "predictions"), "input": [{}] * 3,
+    ...     "ctx": {"field_type": "List", "max_length": 200_000, "actual_length": 250_000}}]))
+    predictions: expected at most 200,000 items, got 250,000 items. Send the predictions of the split's test examples only (GET /v1/trainings/{id}/split lists them as test_ids, at most 2,000 per decision), not every row of the dataset. Fix the request (the schema is at /v1/openapi.json)
     >>> validation_message([{"type": "missing", "loc": ("body", "start")}], fix="Correct the field and submit again.")
     'start: expected a value (it is required), got nothing. Correct the field and submit again.'
     >>> validation_message([{"type": "decimal_type", "loc": ("body", "budget_usd", "decimal"), "input": True},
@@ -212,4 +232,10 @@ def validation_message(errors: Sequence[Mapping[str, Any]], *, fix: str = API_FI
         msg = str(first.get("msg", "a valid value"))
         expected = msg[:1].lower() + msg[1:]  # the rest as written (patterns keep their case)
     got = "nothing" if kind == "missing" or "input" not in first else _shown(first.get("input"))
+    actual = (first.get("ctx") or {}).get("actual_length")
+    if kind == "too_long" and isinstance(actual, int):
+        got = f"{actual:,} items"
+    hint = FIELD_FIXES.get((".".join(p for p in loc[1:] if p), kind)) if fix == API_FIX else None
+    if hint is not None:
+        fix = f"{hint}. {fix}"
     return f"{where or '(body)'}: expected {expected}, got {got}. {fix}"

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from typestrict_pipeline.refund.grouping import resampling_lines_from_audit
+from typestrict_pipeline.verify_audit import needs_large
 
 METRICS = ("macro_f1", "brier_skill", "selective_acc_80", "worst_class_f1")
 MARGINS = {"macro_f1": "0.02", "brier_skill": "0.02", "selective_acc_80": "0.02", "worst_class_f1": "0.05"}
@@ -161,6 +162,8 @@ def render_result_page(
         f"<p>Set <code>{_e(commands[1:])}</code> to this server's address first "
         f"(e.g. <code>export {_e(commands[1:])}=https://api.example.com</code>).</p>")
     expect = "" if audit_sha256 is None else f"--expect-sha256 {_e(audit_sha256)} "
+    if needs_large(audit):  # else the command fails: "re-run with --large"
+        expect = "--large " + expect
     unit = resampling_lines_from_audit(audit, group_column)
     resampling = "" if not unit else f'<p id="resampling">{_e(unit)}</p>'
     resampling += "".join(f'<p class="grouping-warning">Warning: {_e(w)}.</p>' for w in grouping_warnings)

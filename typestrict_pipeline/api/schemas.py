@@ -17,6 +17,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 
+from typestrict_pipeline.refund.manifest import MAX_DECISIONS
 from typestrict_pipeline.study.form import STUDY_NAME_MAX_CHARS
 from typestrict_pipeline.values import control_character
 
@@ -131,7 +132,7 @@ class TrainingCreate(Strict):
     """A new training: the manifest's fields (``docs/manifest.md``); Jev is the server's."""
 
     dataset: DatasetRef
-    decisions: Annotated[list[Decision], Field(min_length=1, max_length=50)]
+    decisions: Annotated[list[Decision], Field(min_length=1, max_length=MAX_DECISIONS)]
     options: Options = Options()
 
 

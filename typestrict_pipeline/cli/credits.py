@@ -308,6 +308,7 @@ def _say_written(args: argparse.Namespace, data: bytes) -> None:
     from typestrict_pipeline.refund.explain import verdict_sentence_from_audit
 
     digest = hashlib.sha256(data).hexdigest()
+    doc: Any = None
     try:
         doc = json.loads(data)
         verdict, why = str(doc["overall"]["verdict"]), verdict_sentence_from_audit(doc)
@@ -321,7 +322,10 @@ def _say_written(args: argparse.Namespace, data: bytes) -> None:
         return
     say_wrote(args, wrote)
     # the digest is the one settled (the ledger's): --expect-sha256 checks it is that file
-    print(f"check it: python3 typestrict_pipeline/verify_audit.py --expect-sha256 {digest} "
+    from typestrict_pipeline.verify_audit import needs_large
+
+    large = "--large " if needs_large(doc) else ""  # else the command fails: "re-run with --large"
+    print(f"check it: python3 typestrict_pipeline/verify_audit.py {large}--expect-sha256 {digest} "
           f"{args.output}")
 
 

@@ -51,6 +51,7 @@ from typestrict_pipeline.refund import table as _table
 from typestrict_pipeline.refund.cells import as_text, python_whitespace
 from typestrict_pipeline.refund.cells import blank_mask as _blank_mask_exact
 from typestrict_pipeline.refund.manifest import (
+    MAX_ANSWERS,
     Columns,
     DatasetFormat,
     DecisionSpec,
@@ -420,6 +421,15 @@ def _parse_options(value: Any, *, file: str, row: int, column: str) -> tuple[str
             column=column,
         )
     options = tuple(value)
+    if len(options) > MAX_ANSWERS:
+        raise DatasetError(
+            f"at most {MAX_ANSWERS} options (the most an audit holds, docs/audit-format.md)",
+            f"{len(options):,}",
+            "give every example at most that many options",
+            file=file,
+            row=row,
+            column=column,
+        )
     if len(options) < 2:
         raise DatasetError(
             "at least 2 options",

@@ -190,6 +190,15 @@ class EndpointSource:
 PredictionSource = PredictionsFileSource | EndpointSource
 
 
+MAX_DECISIONS = 32
+"""The most decisions a training may have: the most an audit holds (``verify_audit.MAX_DECISIONS``,
+which refuses an audit of more as one the product never writes)."""
+
+MAX_ANSWERS = 256
+"""The most answers a decision may have (a multiple-choice example: options): the most an audit
+holds (``verify_audit.MAX_ANSWERS``). A verdict over more was judged and settled, and its audit
+was refused by the verifier ("expected at most 256 entries (the product never writes more)")."""
+
 MAX_STATED_IDS = 10_000_000
 """The most ids a training may state it was trained on (a list in the manifest or a file)."""
 
@@ -596,6 +605,14 @@ def _parse_decision(ctx: _Ctx, index: int, raw: Any, columns: Columns) -> Decisi
                 "write the answers as a JSON list of strings",
             )
         answers = tuple(raw_answers)
+        if len(answers) > MAX_ANSWERS:
+            raise ctx.fail(
+                f"{where}.answers",
+                f"at most {MAX_ANSWERS} answers (the most an audit holds, docs/audit-format.md)",
+                f"{len(answers):,}",
+                "group the rarest answers into one (such as 'other'), or split the decision "
+                "into decisions of fewer answers",
+            )
         if len(answers) < 2:
             raise ctx.fail(
                 f"{where}.answers",
@@ -753,6 +770,13 @@ def parse_manifest(
             "a non-empty list of decisions",
             _describe(raw_decisions),
             "list one or more decisions",
+        )
+    if len(raw_decisions) > MAX_DECISIONS:
+        raise ctx.fail(
+            "decisions",
+            f"at most {MAX_DECISIONS} decisions (the most an audit holds, docs/audit-format.md)",
+            f"{len(raw_decisions):,}",
+            "split the decisions between trainings of their own",
         )
     decisions = tuple(
         _parse_decision(ctx, i, d, dataset.columns) for i, d in enumerate(raw_decisions)

@@ -329,13 +329,36 @@ def _poly_keys(values: pa.Array) -> npt.NDArray[np.uint64]:
     starts = offsets[:-1] - lo
     ends = offsets[1:] - lo
     h = (prefix[ends] - prefix[starts]) * inv[starts]
-    h ^= (ends - starts).astype(np.uint64) * _LEN
+    return _mixed(h, (ends - starts).astype(np.uint64))
+
+
+def _mixed(h: npt.NDArray[np.uint64], lengths: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """The keys of polynomial sums ``h`` of strings of ``lengths`` bytes."""
+    h ^= lengths * _LEN
     h ^= h >> np.uint64(30)
     h *= _MIX1
     h ^= h >> np.uint64(27)
     h *= _MIX2
     h ^= h >> np.uint64(31)
     return h
+
+
+def _long_key(data: npt.NDArray[np.uint8]) -> np.uint64:
+    """:func:`_poly_keys`'s key of one string of more than :data:`_SLICE_BYTES` bytes, its sum
+    made a slice at a time (``Σ (b_i + 1)·Q**i`` is the slices' sums, each times ``Q**start``):
+    the powers held are a slice's, whatever the string's length. Made at once, a string of 64 MB
+    (a 32 Mi-character cell of 2-byte characters, the CSV bound) asked for powers of 2**27
+    entries, 2 GiB kept for the process's life (``_powers`` is cached), and 1.5 GiB more."""
+    pw, _ = _powers(1 << _SLICE_BYTES.bit_length())
+    total = 0
+    for start in range(0, len(data), _SLICE_BYTES):
+        part = data[start:start + _SLICE_BYTES].astype(np.uint64) + np.uint64(1)
+        with np.errstate(over="ignore"):
+            s = int(np.sum(part * pw[:len(part)], dtype=np.uint64))
+        total = (total + s * pow(_Q, start, 2**64)) % 2**64
+    h = np.array([total], dtype=np.uint64)
+    key: np.uint64 = _mixed(h, np.array([len(data)], dtype=np.uint64))[0]
+    return key
 
 
 def string_keys(values: pa.Array | pa.ChunkedArray) -> npt.NDArray[np.uint64]:
@@ -353,7 +376,11 @@ def string_keys(values: pa.Array | pa.ChunkedArray) -> npt.NDArray[np.uint64]:
     while start < n:  # slices of about 64 kB of text: the work stays in the CPU's cache
         end = int(np.searchsorted(offsets, offsets[start] + _SLICE_BYTES, side="right")) - 1
         end = min(max(end, start + 1), n)
-        out[start:end] = _poly_keys(arr.slice(start, end - start))
+        if end == start + 1 and offsets[end] - offsets[start] > _SLICE_BYTES:  # one long string
+            lo, hi = int(offsets[start]), int(offsets[end])
+            out[start] = _long_key(np.frombuffer(arr.buffers()[2], dtype=np.uint8)[lo:hi])
+        else:
+            out[start:end] = _poly_keys(arr.slice(start, end - start))
         start = end
     return out
 

@@ -33,6 +33,7 @@ from typestrict_pipeline.refund.explain import (
     verdict_sentence_from_audit,
 )
 from typestrict_pipeline.refund.grouping import resampling_lines_from_audit
+from typestrict_pipeline.verify_audit import needs_large
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
 
@@ -104,4 +105,5 @@ def result_page(model_id: ModelId, request: Request, session: Session) -> Respon
         "files_note": _files_note(info), "files": _files(info) if retained else [],
         "retained": retained, "expired": info.state is ModelState.EXPIRED,
         "expires_at": info.expires_at, "delivered": info.delivered, "audit_sha256": info.audit_sha256,
+        "verify_large": needs_large(doc),
     })
