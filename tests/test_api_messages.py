@@ -396,3 +396,27 @@ def test_a_trailing_slash_is_no_route_and_never_a_redirect_to_the_host_sent(api:
             assert r.status_code == 404 and "location" not in r.headers, (path, r.status_code, r.headers)
             assert _error(r) == f"expected a route of the API, got {shown!r}. See /v1/openapi.json"
         assert c.get("/v1/trainings").status_code == 200
+
+
+@pytest.mark.parametrize(("key", "named"), [
+    ("x[]", "x[]"),  # once read as a union member's tag: the message named no field
+    ("str", "str"),
+    ("", "''"),
+    ("evil\u202e", "'evil\\u202e'"),  # escaped, never raw: U+202E would reorder the message
+    ("a\x00b", "'a\\x00b'"),
+    ("k" * 3000, "'kkkkkkkkkkkkkkkkkkkk… (3000 characters)'"),  # cut, never echoed whole
+])
+def test_a_key_the_request_made_up_is_named_escaped_and_cut_in_the_body_and_the_query(
+        api: dict[str, Any], key: str, named: str) -> None:
+    with _client(api, authorization=f"Bearer {api['key']}") as c:
+        body = c.put("/v1/workspaces/acme/budget", headers=JSON,
+                     content=json.dumps({"budget_usd": 1, key: 1}).encode())
+        nested = c.post("/v1/trainings", headers=JSON, content=json.dumps(
+            {"dataset": {"path": "reviews.csv", "columns": {"id": "id", "text": "text", key: "x"}},
+             "decisions": [{"name": "a", "question": "q"}]}).encode())
+        query = c.get("/v1/trainings", params={key: "1"})
+    for r, where in ((body, named), (nested, f"dataset.columns.{named}"), (query, f"{named} (in the query)")):
+        assert r.status_code == 422, r.text
+        message = _error(r)
+        assert message.startswith(f"{where}: expected "), message
+        assert len(message) < 400 and message.isprintable(), message

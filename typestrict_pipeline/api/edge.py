@@ -177,7 +177,7 @@ def query_problem(query: QueryParams, params: Mapping[str, bool], *, fix: str = 
             if name not in params:
                 takes = (f"one of the route's query parameters ({', '.join(params)})" if params
                          else "no query parameter (the route takes none)")
-                return validation_message([{"loc": ("query", name[:40]), "input": query.get(name, "")[:40],
+                return validation_message([{"loc": ("query", name), "input": query.get(name, "")[:40],
                                             "msg": takes}], fix=fix)
     for name, whole in params.items():
         values = query.getlist(name)

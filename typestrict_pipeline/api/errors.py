@@ -29,6 +29,7 @@ from typestrict_pipeline.errors import (
     StoreError,
     TypeStrictError,
 )
+from typestrict_pipeline.values import shown
 
 
 class ApiError(TypeStrictError):
@@ -146,7 +147,30 @@ def _union_members(errors: Sequence[Mapping[str, Any]], loc: tuple[Any, ...]) ->
 
     if not tagged(loc):
         return []
-    return [e for e in errors if tagged(tuple(e.get("loc", ()))) and tuple(e["loc"])[:-1] == loc[:-1]]
+    members = [e for e in errors if tagged(tuple(e.get("loc", ()))) and tuple(e["loc"])[:-1] == loc[:-1]
+               and e.get("type") not in _KEYED]
+    return members if len(members) >= 2 else []  # a union has two members at least; one is a key
+
+
+_KEYED = frozenset({"extra_forbidden", "missing"})
+"""Refusals whose location ends with a key of the request (a field left out, one the schema does
+not have), never a union member's tag, whatever the key is: ``{"x[]": 1}``, ``{"str": 1}``."""
+
+
+def _place(part: Any) -> str:
+    """One step of a refused value's place as a message shows it: a position, or a key as
+    written when it is a short printable name; any other key (one the request made up: empty,
+    very long, holding a control, a format character such as U+202E, a lone surrogate) as
+    :func:`~typestrict_pipeline.values.shown` writes it, quoted, escaped and cut, so the message
+    names the field the person sent without carrying what they sent raw.
+
+    >>> _place(0), _place("decisions"), _place(""), _place("a\\u202eb"), _place("k" * 100)
+    ('0', 'decisions', "''", "'a\\\\u202eb'", "'kkkkkkkkkkkkkkkkkkkk… (100 characters)'")
+    """
+    text = str(part)
+    if not isinstance(part, str) or (0 < len(text) <= 64 and text.isprintable() and not {" ", "'"} & set(text)):
+        return text
+    return shown(text)
 
 
 def _expected(error: Mapping[str, Any]) -> str | None:
@@ -199,8 +223,8 @@ def validation_message(errors: Sequence[Mapping[str, Any]], *, fix: str = API_FI
     """
     first = errors[0] if errors else {}
     members = _union_members(errors, tuple(first.get("loc", ())))
-    loc = [str(p) for p in first.get("loc", ())][:-1 if members else None]
-    where = ".".join(p for p in loc[1:] if p) if loc[:1] in (["body"], ["path"], ["query"]) else ".".join(loc)
+    loc = [_place(p) for p in first.get("loc", ())][:-1 if members else None]
+    where = ".".join(loc[1:]) if loc[:1] in (["body"], ["path"], ["query"]) else ".".join(loc)
     if loc[:1] in (["path"], ["query"]):
         where = f"{where} (in the {loc[0]})"
     elif field is not None and where:
