@@ -420,3 +420,29 @@ def test_a_key_the_request_made_up_is_named_escaped_and_cut_in_the_body_and_the_
         message = _error(r)
         assert message.startswith(f"{where}: expected "), message
         assert len(message) < 400 and message.isprintable(), message
+
+
+@pytest.mark.parametrize(("path", "body", "named", "got"), [
+    ("/v1/trainings", {**support.TRAINING_BODY, "decisions": [
+        {**support.TRAINING_BODY["decisions"][0], "question": "Is it \u202egood?"}]},
+     "decisions.0.question", "'Is it \\u202egood?'"),
+    ("/v1/studies/estimate", {"workflow": "seattle_rain", "start": "2015-01-01", "end": "2016-12-31",
+                              "tune_steps": 30, "eval_steps": 30, "holdout_steps": 30,
+                              "grid": ["threshold=0.4", "lookback_days=3\x00"]},
+     "grid.1", "'lookback_days=3\\x00'"),
+    ("/v1/backtests", {"workflow": "seattle_rain", "start": "2015-01-01", "end": "2015-02-01",
+                       "params": {"thres\u2066hold": 0.5}},
+     "params.'thres\\u2066hold'", "'thres\\u2066hold'"),
+])
+def test_a_control_character_is_refused_at_its_own_field_showing_its_value(
+        api: dict[str, Any], path: str, body: dict[str, Any], named: str, got: str) -> None:
+    """The refusal said where the object holding the text was (``(body)``, ``decisions.0``) and
+    showed that whole object, cut at 80 characters before the text was reached: "(body): expected
+    grid[1] as text without control characters (...), found U+0000, got {'end': '2016-12-31',
+    'eval_steps': 30, ...". Now the field's own place and its value."""
+    with _client(api, authorization=f"Bearer {api['key']}") as c:
+        r = c.post(path, headers=JSON, content=json.dumps(body).encode())
+    assert r.status_code == 422, r.text
+    message = _error(r)
+    assert message.startswith(f"{named}: expected text without control characters ("), message
+    assert f", got {got}. " in message, message

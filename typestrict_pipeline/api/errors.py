@@ -220,10 +220,15 @@ def validation_message(errors: Sequence[Mapping[str, Any]], *, fix: str = API_FI
     >>> validation_message([{"type": "decimal_type", "loc": ("body", "budget_usd", "decimal"), "input": True},
     ...     {"type": "string_type", "loc": ("body", "budget_usd", "constrained-str"), "input": True}], fix="")
     'budget_usd: expected a decimal number or a string, got true. '
+    >>> validation_message([{"type": "control_character", "loc": ("body", "decisions", 0), "input": {},
+    ...     "msg": "text without control characters, found U+0000", "ctx": {"at": ("question",), "text": "a\\x00"}}])
+    "decisions.0.question: expected text without control characters, found U+0000, got 'a\\\\x00'. Fix the request (the schema is at /v1/openapi.json)"
     """
     first = errors[0] if errors else {}
     members = _union_members(errors, tuple(first.get("loc", ())))
-    loc = [_place(p) for p in first.get("loc", ())][:-1 if members else None]
+    ctx = first.get("ctx") or {}
+    at = tuple(ctx.get("at", ())) if first.get("type") == "control_character" else ()
+    loc = [_place(p) for p in (*first.get("loc", ()), *at)][:-1 if members else None]
     where = ".".join(loc[1:]) if loc[:1] in (["body"], ["path"], ["query"]) else ".".join(loc)
     if loc[:1] in (["path"], ["query"]):
         where = f"{where} (in the {loc[0]})"
@@ -235,5 +240,6 @@ def validation_message(errors: Sequence[Mapping[str, Any]], *, fix: str = API_FI
     if expected is None:
         msg = str(first.get("msg", "a valid value"))
         expected = msg[:1].lower() + msg[1:]  # the rest as written (patterns keep their case)
-    got = "nothing" if kind == "missing" or "input" not in first else _shown(first.get("input"))
+    got = ("nothing" if kind == "missing" or "input" not in first
+           else _shown(ctx["text"]) if at else _shown(first.get("input")))
     return f"{where or '(body)'}: expected {expected}, got {got}. {fix}"
