@@ -446,3 +446,16 @@ def test_a_control_character_is_refused_at_its_own_field_showing_its_value(
     message = _error(r)
     assert message.startswith(f"{named}: expected text without control characters ("), message
     assert f", got {got}. " in message, message
+
+
+@pytest.mark.parametrize("types", [("application/json", "text/plain"), ("text/plain", "application/json"),
+                                   ("application/json", "application/json")])
+def test_two_content_type_headers_are_a_415_whichever_comes_first(api: dict[str, Any], types: tuple[str, str]) -> None:
+    """A body's type sent twice was read from the first header: JSON then text was read as JSON,
+    text then JSON refused; as for two Authorization headers or a repeated query parameter, which
+    one is meant is not the server's to pick."""
+    headers = [("authorization", f"Bearer {api['key']}"), *(("content-type", t) for t in types)]
+    r = httpx.post(f"{api['server'].url}/v1/studies/estimate", headers=headers,
+                   content=b'{"workflow": "seattle_rain"}', timeout=120)
+    assert r.status_code == 415, r.text
+    assert _error(r).startswith("expected one Content-Type header, got 2 ("), r.text
