@@ -105,6 +105,10 @@ def parse_store_url(url: str) -> URL:
     Traceback (most recent call last):
     ...
     typestrict_pipeline.errors.StoreError: expected a store URL sqlite:///PATH or postgresql://USER@HOST:PORT/DB, got 'postgresql://u@db:notaport/store'. Fix --store or TYPESTRICT_STORE_URL (docs/operations.md).
+    >>> parse_store_url("sqlite:////srv/store.db?uri=true&mode=memory")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.StoreError: expected a store URL sqlite:///PATH naming the store's file and nothing else, got 'sqlite:////srv/store.db?uri=true&mode=memory' (a query after '?'). Remove the '?' and what follows it.
     """
     try:
         parsed = make_url(url)
@@ -121,6 +125,14 @@ def parse_store_url(url: str) -> URL:
         raise StoreError(
             f"expected the built-in SQLite driver, got {parsed.drivername!r}. "
             "Write the URL as sqlite:///PATH."
+        )
+    if backend == "sqlite" and parsed.query:
+        # The driver reads them: '?uri=true&mode=memory' opened an in-memory database (or a file
+        # named 'store.db?mode=memory') while the command said it wrote to store.db, and
+        # '?mode=ro' printed the driver's warning with a line of its source.
+        raise StoreError(
+            f"expected a store URL sqlite:///PATH naming the store's file and nothing else, got "
+            f"{_mask(url)!r} (a query after '?'). Remove the '?' and what follows it."
         )
     if backend == "postgresql" and parsed.drivername not in ("postgresql", "postgresql+psycopg2"):
         raise StoreError(
