@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -150,6 +151,39 @@ def test_a_refunded_model_has_nothing_to_download_and_a_kept_one_does(
         assert c.get(f"/v1/models/{kept}/files").status_code == 200
         # one credit back for the refund, none for the kept model
         assert c.get("/v1/workspaces/acme").json()["balance"] == 1
+
+
+def test_a_probability_written_minus_zero_is_zero_in_the_audit(tmp_path: Path, sqlite_url: str) -> None:
+    """A probability of ``-0.0`` (a zero written with a sign) was kept as written: the verdict
+    went through and the audit, the settled public document, held ``"p_model": [[-0.0, 1.0], ...``.
+    The one rule of a probability (``validate_probabilities``) reads it as 0."""
+    home, csv, jev = _setup(tmp_path, sqlite_url)
+    key = support.new_key(sqlite_url, "acme", credits=1)
+    with support.ApiServer(sqlite_url, home, jev_source=jev) as server, server.client(key) as c:
+        tid = _create(c, csv)
+        preds = [{**p, "probabilities": {"yes": 1.0, "no": 0.0}} for p in support.model_predictions(csv, skill=0.9)]
+        body = json.dumps({"predictions": preds}).replace('"no": 0.0', '"no": -0.0')
+        r = c.post(f"/v1/trainings/{tid}/predictions", content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 202, r.text
+        assert support.run_verdicts(home, sqlite_url) == [tid]
+        audit = c.get(f"/v1/models/{tid}/audit")
+        assert audit.status_code == 200, audit.text
+    assert b"-0.0" in (home / "trainings" / tid / "predictions" / "model.jsonl").read_bytes()  # as sent
+    found: list[float] = []
+
+    def p_model(node: Any) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k == "p_model":
+                    found.extend(x for row in v for x in row)
+                else:
+                    p_model(v)
+        elif isinstance(node, list):
+            for v in node:
+                p_model(v)
+
+    p_model(audit.json())
+    assert 0.0 in found and all(math.copysign(1.0, x) > 0 for x in found)
 
 
 def test_a_wrong_trained_on_digest_is_refused_with_the_split_to_use(tmp_path: Path, sqlite_url: str) -> None:

@@ -396,3 +396,66 @@ def test_a_trailing_slash_is_no_route_and_never_a_redirect_to_the_host_sent(api:
             assert r.status_code == 404 and "location" not in r.headers, (path, r.status_code, r.headers)
             assert _error(r) == f"expected a route of the API, got {shown!r}. See /v1/openapi.json"
         assert c.get("/v1/trainings").status_code == 200
+
+
+@pytest.mark.parametrize(("key", "named"), [
+    ("x[]", "x[]"),  # once read as a union member's tag: the message named no field
+    ("str", "str"),
+    ("", "''"),
+    ("evil\u202e", "'evil\\u202e'"),  # escaped, never raw: U+202E would reorder the message
+    ("a\x00b", "'a\\x00b'"),
+    ("k" * 3000, "'kkkkkkkkkkkkkkkkkkkk… (3000 characters)'"),  # cut, never echoed whole
+])
+def test_a_key_the_request_made_up_is_named_escaped_and_cut_in_the_body_and_the_query(
+        api: dict[str, Any], key: str, named: str) -> None:
+    with _client(api, authorization=f"Bearer {api['key']}") as c:
+        body = c.put("/v1/workspaces/acme/budget", headers=JSON,
+                     content=json.dumps({"budget_usd": 1, key: 1}).encode())
+        nested = c.post("/v1/trainings", headers=JSON, content=json.dumps(
+            {"dataset": {"path": "reviews.csv", "columns": {"id": "id", "text": "text", key: "x"}},
+             "decisions": [{"name": "a", "question": "q"}]}).encode())
+        query = c.get("/v1/trainings", params={key: "1"})
+    for r, where in ((body, named), (nested, f"dataset.columns.{named}"), (query, f"{named} (in the query)")):
+        assert r.status_code == 422, r.text
+        message = _error(r)
+        assert message.startswith(f"{where}: expected "), message
+        assert len(message) < 400 and message.isprintable(), message
+
+
+@pytest.mark.parametrize(("path", "body", "named", "got"), [
+    ("/v1/trainings", {**support.TRAINING_BODY, "decisions": [
+        {**support.TRAINING_BODY["decisions"][0], "question": "Is it \u202egood?"}]},
+     "decisions.0.question", "'Is it \\u202egood?'"),
+    ("/v1/studies/estimate", {"workflow": "seattle_rain", "start": "2015-01-01", "end": "2016-12-31",
+                              "tune_steps": 30, "eval_steps": 30, "holdout_steps": 30,
+                              "grid": ["threshold=0.4", "lookback_days=3\x00"]},
+     "grid.1", "'lookback_days=3\\x00'"),
+    ("/v1/backtests", {"workflow": "seattle_rain", "start": "2015-01-01", "end": "2015-02-01",
+                       "params": {"thres\u2066hold": 0.5}},
+     "params.'thres\\u2066hold'", "'thres\\u2066hold'"),
+])
+def test_a_control_character_is_refused_at_its_own_field_showing_its_value(
+        api: dict[str, Any], path: str, body: dict[str, Any], named: str, got: str) -> None:
+    """The refusal said where the object holding the text was (``(body)``, ``decisions.0``) and
+    showed that whole object, cut at 80 characters before the text was reached: "(body): expected
+    grid[1] as text without control characters (...), found U+0000, got {'end': '2016-12-31',
+    'eval_steps': 30, ...". Now the field's own place and its value."""
+    with _client(api, authorization=f"Bearer {api['key']}") as c:
+        r = c.post(path, headers=JSON, content=json.dumps(body).encode())
+    assert r.status_code == 422, r.text
+    message = _error(r)
+    assert message.startswith(f"{named}: expected text without control characters ("), message
+    assert f", got {got}. " in message, message
+
+
+@pytest.mark.parametrize("types", [("application/json", "text/plain"), ("text/plain", "application/json"),
+                                   ("application/json", "application/json")])
+def test_two_content_type_headers_are_a_415_whichever_comes_first(api: dict[str, Any], types: tuple[str, str]) -> None:
+    """A body's type sent twice was read from the first header: JSON then text was read as JSON,
+    text then JSON refused; as for two Authorization headers or a repeated query parameter, which
+    one is meant is not the server's to pick."""
+    headers = [("authorization", f"Bearer {api['key']}"), *(("content-type", t) for t in types)]
+    r = httpx.post(f"{api['server'].url}/v1/studies/estimate", headers=headers,
+                   content=b'{"workflow": "seattle_rain"}', timeout=120)
+    assert r.status_code == 415, r.text
+    assert _error(r).startswith("expected one Content-Type header, got 2 ("), r.text

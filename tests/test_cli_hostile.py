@@ -497,3 +497,42 @@ def test_concurrent_store_inits_create_one_store_and_the_others_find_it(tmp_path
     assert sum("already exists" in o for o in outs) == 3, outs
     assert not list(tmp_path.glob("store.db.broken-*"))  # no store was taken for a broken one
     CreditLedger(open_store(f"sqlite:///{db}")).grant("w", 1, reference="r")  # it works
+
+
+@pytest.mark.parametrize("query", ["?uri=true&mode=memory", "?mode=ro", "?timeout=0"])
+def test_a_sqlite_store_url_with_a_query_is_refused_and_nothing_is_written(tmp_path: Path, query: str) -> None:
+    """The driver read a SQLite URL's query: ``store init`` and ``credits grant --new-store`` on
+    ``sqlite:///…/store.db?uri=true&mode=memory`` said they wrote to ``…/store.db`` and exited 0,
+    and nothing was there (an in-memory database, and a file named ``store.db?mode=memory``);
+    ``?mode=ro`` printed the driver's warning with a line of its source on stderr."""
+    url = f"sqlite:///{tmp_path / 'store.db'}{query}"
+    env = {k: v for k, v in os.environ.items() if k != "TYPESTRICT_STORE_URL"}
+    env["TYPESTRICT_HOME"] = str(tmp_path / "home")
+    for argv in (["store", "init", "--store", url],
+                 ["credits", "grant", "acme", "5", "--reference", "r1", "--new-store", "--store", url]):
+        proc = subprocess.run([sys.executable, "-m", "typestrict_pipeline.cli", *argv], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2, (argv, proc.stdout, proc.stderr)
+        assert proc.stderr.startswith("typestrict: expected a store URL sqlite:///PATH naming the store's file "
+                                      "and nothing else, got "), proc.stderr
+        assert "Remove the '?' and what follows it." in proc.stderr and "Warning" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("query", "names"), [("?port=2", "port"), ("?sslmode=disable&host=127.0.0.2", "host"),
+                                              ("?dbname=other&user=root", "dbname, user")])
+def test_a_postgres_store_url_whose_query_names_another_server_is_refused(
+        tmp_path: Path, query: str, names: str) -> None:
+    """libpq takes the query's host, port, database or user over the URL's: a command on
+    ``postgresql://u@127.0.0.1:1/none?port=2`` connected to port 2 while its messages (and the
+    runs it launches, and the logs) named 127.0.0.1:1."""
+    url = f"postgresql://nobody@127.0.0.1:1/none{query}"
+    env = {k: v for k, v in os.environ.items() if k != "TYPESTRICT_STORE_URL"}
+    env["TYPESTRICT_HOME"] = str(tmp_path / "home")
+    proc = subprocess.run([sys.executable, "-m", "typestrict_pipeline.cli", "credits", "balance", "acme",
+                           "--store", url], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert proc.stderr.startswith("typestrict: expected a store URL that names its server and database once, "
+                                  "got 'postgresql+psycopg2://nobody@127.0.0.1:1/none?"), proc.stderr
+    assert f"', whose query names {names} again. Remove " in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "home").exists()

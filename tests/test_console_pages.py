@@ -708,6 +708,35 @@ def test_the_budget_form_reads_the_whole_value_as_the_api_does(app: tuple[object
     b.close()
 
 
+@pytest.mark.parametrize("body", ["budget_usd=1&budget_usd=1000000", "budget_usd=1000000&budget_usd=1",
+                                  "budget_usd=1&csrf_token=x"])
+def test_a_field_sent_twice_is_refused_not_read_as_its_last_value(
+        app: tuple[object, str, str], sqlite_url: str, body: str) -> None:
+    """A form's field sent twice was read as its last value: ``budget_usd=1&budget_usd=1000000``
+    saved a $1,000,000 budget (the API refuses a key twice in a body, a page a repeated query
+    parameter); a second ``csrf_token`` replaced the first."""
+    import html
+
+    from typestrict_pipeline.reruns.decide import SubscriptionState
+    from typestrict_pipeline.reruns.workspace import set_workspace
+
+    engine = open_store(sqlite_url)
+    try:
+        set_workspace(engine, "acme", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=7)
+    finally:
+        engine.dispose()
+    b = Browser(app[0], app[1])
+    r = b.post("/console/settings/usage/budget", content=f"csrf_token={b.csrf}&{body}".encode(),
+               headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 422, (r.status_code, r.text[:2000])
+    name = body.split("&")[-1].split("=")[0]
+    assert f"{name}: expected it once (a repeated field is ambiguous), got [" in html.unescape(r.text)
+    got = b.loop.run_until_complete(b.client.get("/v1/workspaces/acme/budget",
+                                                 headers={"Authorization": f"Bearer {app[1]}"}))
+    assert got.json()["budget_micro_usd"] == 7  # nothing saved
+    b.close()
+
+
 def test_the_rerun_box_takes_only_what_the_form_sends(app: tuple[object, str, str], sqlite_url: str) -> None:
     """"Re-run on a schedule" sent as ``yes`` (or twice) was refused saying "got it empty": the
     box follows the one rule of the console's boxes now, naming what was sent; nothing is

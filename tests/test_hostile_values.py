@@ -371,6 +371,21 @@ def test_a_backtest_param_the_cli_refuses_the_api_refuses(api: dict[str, Any], p
     assert rows_digest(api["engine"]) == before
 
 
+@pytest.mark.parametrize("zero", ["-0.0", "-0", "-0e0", "-0.000"])
+def test_a_negative_zero_param_is_the_version_of_zero_not_a_second_one(api: dict[str, Any], zero: str) -> None:
+    """``-0`` is the number 0 written with a sign: a backtest of ``{"threshold": -0.0}`` ran a
+    workflow version of its own (``v2dd…``), beside the version of ``{"threshold": 0}``, so the
+    same parameters split into two versions (their backtests, costs and studies' estimates
+    apart). ``Workflow.resolve_params``, the one rule of a parameter's value, stores it as 0."""
+    ids = []
+    for value in (zero, "0"):
+        r = api["client"].post("/v1/backtests", content=BACKTEST_BODY % f'{{"threshold": {value}}}',
+                               headers={"content-type": "application/json"})
+        assert r.status_code == 202, (value, r.status_code, r.text)
+        ids.append(r.json()["version_id"])
+    assert ids[0] == ids[1], (zero, ids)
+
+
 def test_words_and_quoted_words_are_still_grid_values(api: dict[str, Any]) -> None:
     """A parameter that takes text (a model's name) keeps working; the word "inf" itself is a
     JSON string."""

@@ -177,7 +177,7 @@ def query_problem(query: QueryParams, params: Mapping[str, bool], *, fix: str = 
             if name not in params:
                 takes = (f"one of the route's query parameters ({', '.join(params)})" if params
                          else "no query parameter (the route takes none)")
-                return validation_message([{"loc": ("query", name[:40]), "input": query.get(name, "")[:40],
+                return validation_message([{"loc": ("query", name), "input": query.get(name, "")[:40],
                                             "msg": takes}], fix=fix)
     for name, whole in params.items():
         values = query.getlist(name)
@@ -236,7 +236,13 @@ def _decoders(request: Request) -> anyio.CapacityLimiter:
 async def _decode_json(request: Request) -> None:
     """The request's JSON body checked and decoded (in a worker thread) for FastAPI to read."""
     check_content_coding(request)
-    content_type = request.headers.get("content-type")
+    sent = request.headers.getlist("content-type")
+    if len(sent) > 1:  # the first was read: 'application/json' then 'text/plain' was JSON, reversed a 415
+        raise ApiError(415, "unsupported_media_type",
+                       f"expected one Content-Type header, got {len(sent)} "
+                       f"({', '.join(repr(v[:40]) for v in sent[:3])}). Send the body as JSON with "
+                       "one 'Content-Type: application/json' header")
+    content_type = sent[0] if sent else None
     body = await request.body()
     if not body:
         return

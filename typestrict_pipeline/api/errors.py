@@ -29,6 +29,7 @@ from typestrict_pipeline.errors import (
     StoreError,
     TypeStrictError,
 )
+from typestrict_pipeline.values import shown
 
 
 class ApiError(TypeStrictError):
@@ -146,7 +147,30 @@ def _union_members(errors: Sequence[Mapping[str, Any]], loc: tuple[Any, ...]) ->
 
     if not tagged(loc):
         return []
-    return [e for e in errors if tagged(tuple(e.get("loc", ()))) and tuple(e["loc"])[:-1] == loc[:-1]]
+    members = [e for e in errors if tagged(tuple(e.get("loc", ()))) and tuple(e["loc"])[:-1] == loc[:-1]
+               and e.get("type") not in _KEYED]
+    return members if len(members) >= 2 else []  # a union has two members at least; one is a key
+
+
+_KEYED = frozenset({"extra_forbidden", "missing"})
+"""Refusals whose location ends with a key of the request (a field left out, one the schema does
+not have), never a union member's tag, whatever the key is: ``{"x[]": 1}``, ``{"str": 1}``."""
+
+
+def _place(part: Any) -> str:
+    """One step of a refused value's place as a message shows it: a position, or a key as
+    written when it is a short printable name; any other key (one the request made up: empty,
+    very long, holding a control, a format character such as U+202E, a lone surrogate) as
+    :func:`~typestrict_pipeline.values.shown` writes it, quoted, escaped and cut, so the message
+    names the field the person sent without carrying what they sent raw.
+
+    >>> _place(0), _place("decisions"), _place(""), _place("a\\u202eb"), _place("k" * 100)
+    ('0', 'decisions', "''", "'a\\\\u202eb'", "'kkkkkkkkkkkkkkkkkkkk… (100 characters)'")
+    """
+    text = str(part)
+    if not isinstance(part, str) or (0 < len(text) <= 64 and text.isprintable() and not {" ", "'"} & set(text)):
+        return text
+    return shown(text)
 
 
 def _count(value: Any) -> str:
@@ -216,11 +240,16 @@ def validation_message(errors: Sequence[Mapping[str, Any]], *, fix: str = API_FI
     >>> validation_message([{"type": "decimal_type", "loc": ("body", "budget_usd", "decimal"), "input": True},
     ...     {"type": "string_type", "loc": ("body", "budget_usd", "constrained-str"), "input": True}], fix="")
     'budget_usd: expected a decimal number or a string, got true. '
+    >>> validation_message([{"type": "control_character", "loc": ("body", "decisions", 0), "input": {},
+    ...     "msg": "text without control characters, found U+0000", "ctx": {"at": ("question",), "text": "a\\x00"}}])
+    "decisions.0.question: expected text without control characters, found U+0000, got 'a\\\\x00'. Fix the request (the schema is at /v1/openapi.json)"
     """
     first = errors[0] if errors else {}
     members = _union_members(errors, tuple(first.get("loc", ())))
-    loc = [str(p) for p in first.get("loc", ())][:-1 if members else None]
-    where = ".".join(p for p in loc[1:] if p) if loc[:1] in (["body"], ["path"], ["query"]) else ".".join(loc)
+    ctx = first.get("ctx") or {}
+    at = tuple(ctx.get("at", ())) if first.get("type") == "control_character" else ()
+    loc = [_place(p) for p in (*first.get("loc", ()), *at)][:-1 if members else None]
+    where = ".".join(loc[1:]) if loc[:1] in (["body"], ["path"], ["query"]) else ".".join(loc)
     if loc[:1] in (["path"], ["query"]):
         where = f"{where} (in the {loc[0]})"
     elif field is not None and where:
@@ -231,8 +260,9 @@ def validation_message(errors: Sequence[Mapping[str, Any]], *, fix: str = API_FI
     if expected is None:
         msg = str(first.get("msg", "a valid value"))
         expected = msg[:1].lower() + msg[1:]  # the rest as written (patterns keep their case)
-    got = "nothing" if kind == "missing" or "input" not in first else _shown(first.get("input"))
-    actual = (first.get("ctx") or {}).get("actual_length")
+    got = ("nothing" if kind == "missing" or "input" not in first
+           else _shown(ctx["text"]) if at else _shown(first.get("input")))
+    actual = ctx.get("actual_length")
     if kind == "too_long" and isinstance(actual, int):
         got = f"{actual:,} items"
     hint = FIELD_FIXES.get((".".join(p for p in loc[1:] if p), kind)) if fix == API_FIX else None

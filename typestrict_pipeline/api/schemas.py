@@ -48,35 +48,41 @@ class Strict(BaseModel):
             data = name in self.customer_data
             found = _first_control(getattr(self, name), lines=name in self.multiline, data=data)
             if found is not None:
-                where, ch = found
+                where, ch, text = found
+                # The refusal's place is the value's own (``grid.1``, ``params.'p\\u202e'``) and
+                # what it got is that value (:func:`~typestrict_pipeline.api.errors.validation_message`
+                # reads ``at`` and ``text``), not the whole object holding it.
                 raise PydanticCustomError(
                     "control_character",
-                    "{field} as text without control characters (such as NUL, escapes{lines}{format}), "
-                    "found {ch}",
-                    {"field": f"{name}{where}", "ch": ch,
+                    "text without control characters (such as NUL, escapes{lines}{format}), found {ch}",
+                    {"at": (name, *where), "text": text, "ch": ch,
                      "lines": "" if name in self.multiline else ", line breaks",
                      "format": "" if data else ", invisible format characters such as U+202E"})
         return self
 
 
-def _first_control(value: Any, *, lines: bool, data: bool) -> tuple[str, str] | None:
-    """Where the first control or format character of a request value is (``[2].id``) and which,
-    or None (:func:`~typestrict_pipeline.values.control_character`). Nested request models check
-    their own fields."""
+def _first_control(value: Any, *, lines: bool, data: bool) -> tuple[tuple[str | int, ...], str, str] | None:
+    """Where the first control or format character of a request value is (its path inside the
+    value: ``(2, "id")``), which (:func:`~typestrict_pipeline.values.control_character`) and the
+    text holding it; or None. Nested request models check their own fields.
+
+    >>> _first_control({"a": ["ok", "b\\x00"]}, lines=False, data=False)
+    (('a', 1), 'U+0000', 'b\\x00')
+    """
     if isinstance(value, str):
         ch = control_character(value, lines=lines, data=data)
-        return None if ch is None else ("", ch)
+        return None if ch is None else ((), ch, value)
     if isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
             found = _first_control(item, lines=lines, data=data)
             if found is not None:
-                return f"[{i}]{found[0]}", found[1]
+                return (i, *found[0]), found[1], found[2]
     if isinstance(value, dict):
         for key, item in value.items():
             found = (_first_control(key, lines=False, data=data)
                      or _first_control(item, lines=lines, data=data))
             if found is not None:
-                return f"[{str(key)[:40]!r}]{found[0]}", found[1]
+                return (str(key), *found[0]), found[1], found[2]
     return None
 
 

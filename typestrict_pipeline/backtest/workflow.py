@@ -36,6 +36,8 @@ workspace (``typestrict_pipeline.backtest.store.activate_version``).
 True
 >>> wf.version_id == wf.variant(params={"threshold": 0.6}).version_id
 False
+>>> wf.variant(params={"threshold": -0.0}).version_id == wf.variant(params={"threshold": 0}).version_id
+True
 >>> wf.resolve_params({"threshold": "high"})
 Traceback (most recent call last):
 ...
@@ -350,7 +352,9 @@ class Workflow:
             if isinstance(p.default, float) and isinstance(v, int) and not isinstance(v, bool):
                 v = float(v)
             _check_value(self.name, k, p, v)
-            out[k] = v
+            # One value, one version: -0.0 (a JSON -0, a --param or --grid "-0") is the number 0
+            # and gets its version id, not a second one (adding 0.0 leaves any other float as is).
+            out[k] = v + 0.0 if isinstance(v, float) else v
         return out
 
     def resolve_prompts(self, overrides: Mapping[str, str] | None) -> dict[str, str]:

@@ -136,8 +136,40 @@ async def read_form(request: Request) -> FormData:
                        "expected a form as the console's pages send it, got a body that cannot be "
                        f"read as one ({str(detail).rstrip('.')[:100]}). Reload the page and send "
                        "the form again from it") from None
+    repeated = _repeated_field(form)
+    if repeated is not None:
+        raise ApiError(422, "invalid_input", repeated)
     request.state.console_form = form
     return form
+
+
+BOX_FIELDS = frozenset({"rerun", "keep_if_loses", "trained_on", "enabled"})
+"""The fields the console's forms read with :func:`form_box` (a box, or the model's "trained on"
+digest box), which refuses one sent twice in the box's own words."""
+
+
+def _repeated_field(form: FormData) -> str | None:
+    """What is wrong when a form sends a text field more than once, else None: the last one was
+    read (``budget_usd=1&budget_usd=1000000`` set a $1,000,000 budget), where the API refuses a
+    key twice in a body and a page a repeated query parameter. Files may come several to a field
+    (a model's files).
+
+    >>> _repeated_field(FormData([("budget_usd", "1"), ("budget_usd", "1000000")]))
+    "budget_usd: expected it once (a repeated field is ambiguous), got ['1', '1000000']. Correct the field and submit the form again."
+    >>> _repeated_field(FormData([("a", "1"), ("b", "1")])) is None
+    True
+    """
+    from typestrict_pipeline.api.errors import validation_message
+
+    for name in dict.fromkeys(form.keys()):
+        values = form.getlist(name)
+        if name in BOX_FIELDS:
+            continue  # :func:`form_box` refuses a box sent twice, naming the box as the page does
+        if len(values) > 1 and any(isinstance(v, str) for v in values):
+            shown = [v[:40] if isinstance(v, str) else "a file" for v in values[:5]]
+            return validation_message([{"loc": ("body", name), "input": shown,
+                                        "msg": "It once (a repeated field is ambiguous)"}], fix=FORM_FIX)
+    return None
 
 
 def form_box(form: FormData, field: str, sent: Callable[[str], bool], expected: str,

@@ -167,6 +167,8 @@ def validate_probabilities(
     Traceback (most recent call last):
     ...
     typestrict_pipeline.errors.PredictionsError: p.jsonl, row 3, column 'probabilities.a': expected a probability (a number from 0 to 1) for decision 'd', got true. Write a number (not true/false or a string).
+    >>> validate_probabilities([("a", -0.0), ("b", 1)], file="p.jsonl", row=4)
+    (('a', 0.0), ('b', 1.0))
     """
     if not pairs:
         raise PredictionsError(
@@ -180,7 +182,10 @@ def validate_probabilities(
     # The row of every real file: floats from 0 to 1 (NaN fails the comparison) summing to 1,
     # kept as given, without a second pair per answer; any other row takes the checks below,
     # which name its first problem.
-    if all(type(v) is float and 0.0 <= v <= 1.0 for _, v in pairs) and sums_to_one([v for _, v in pairs]):
+    # A zero written -0.0 takes the checks below, which store it as 0.0 (it was kept, and the
+    # audit's p_model showed -0.0).
+    if all(type(v) is float and (0.0 < v <= 1.0 or (v == 0.0 and math.copysign(1.0, v) > 0))
+           for _, v in pairs) and sums_to_one([v for _, v in pairs]):
         return tuple(pairs)
     out: list[tuple[str, float]] = []
     of = "" if decision is None else f" for decision {decision!r}"
@@ -195,7 +200,7 @@ def validate_probabilities(
                 row=row,
                 column=where,
             )
-        f = float(value)
+        f = float(value) + 0.0  # -0.0 is 0.0
         if math.isnan(f):
             raise PredictionsError(
                 "a probability from 0 to 1",

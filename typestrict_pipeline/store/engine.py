@@ -105,6 +105,16 @@ def parse_store_url(url: str) -> URL:
     Traceback (most recent call last):
     ...
     typestrict_pipeline.errors.StoreError: expected a store URL sqlite:///PATH or postgresql://USER@HOST:PORT/DB, got 'postgresql://u@db:notaport/store'. Fix --store or TYPESTRICT_STORE_URL (docs/operations.md).
+    >>> parse_store_url("postgresql://u@db:5432/store?sslmode=require&port=2")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.StoreError: expected a store URL that names its server and database once, got 'postgresql://u@db:5432/store?sslmode=require&port=2', whose query names port again. Remove 'port=' from the query (after '?').
+    >>> parse_store_url("postgresql://u@/store?host=/var/run/postgresql").query
+    immutabledict({'host': '/var/run/postgresql'})
+    >>> parse_store_url("sqlite:////srv/store.db?uri=true&mode=memory")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.StoreError: expected a store URL sqlite:///PATH naming the store's file and nothing else, got 'sqlite:////srv/store.db?uri=true&mode=memory' (a query after '?'). Remove the '?' and what follows it.
     """
     try:
         parsed = make_url(url)
@@ -122,11 +132,31 @@ def parse_store_url(url: str) -> URL:
             f"expected the built-in SQLite driver, got {parsed.drivername!r}. "
             "Write the URL as sqlite:///PATH."
         )
+    if backend == "sqlite" and parsed.query:
+        # The driver reads them: '?uri=true&mode=memory' opened an in-memory database (or a file
+        # named 'store.db?mode=memory') while the command said it wrote to store.db, and
+        # '?mode=ro' printed the driver's warning with a line of its source.
+        raise StoreError(
+            f"expected a store URL sqlite:///PATH naming the store's file and nothing else, got "
+            f"{_mask(url)!r} (a query after '?'). Remove the '?' and what follows it."
+        )
     if backend == "postgresql" and parsed.drivername not in ("postgresql", "postgresql+psycopg2"):
         raise StoreError(
             f"expected the psycopg2 driver for PostgreSQL, got {parsed.drivername!r}. "
             "Write the URL as postgresql://USER@HOST:PORT/DB."
         )
+    if backend == "postgresql":
+        # libpq takes a query's host, port, dbname or user over the URL's own: '...@h:5432/db?port=2'
+        # connected to port 2 while every message and log named h:5432.
+        named = {"host": parsed.host, "hostaddr": parsed.host, "service": parsed.host,
+                 "port": parsed.port, "dbname": parsed.database, "user": parsed.username}
+        twice = sorted(k for k in parsed.query if named.get(k))
+        if twice:
+            raise StoreError(
+                f"expected a store URL that names its server and database once, got {_mask(url)!r}, "
+                f"whose query names {', '.join(twice)} again. Remove "
+                f"{', '.join(repr(k + '=') for k in twice)} from the query (after '?')."
+            )
     return parsed
 
 
