@@ -50,6 +50,7 @@ from typestrict_pipeline.console.web import (
 )
 from typestrict_pipeline.errors import InputError, TypeStrictError, for_customers
 from typestrict_pipeline.study.limits import format_usd
+from typestrict_pipeline.study.tables import StudyState
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
 
@@ -298,7 +299,7 @@ def _study_context(request: Request, session: ConsoleSession, study_id: str,
         "schedules": schedules,
         "lineage": entries, "lineage_summary": summarize(entries) if entries else None,
         "lineage_text": lineage_text(ctx.engine, str(row.id)) if entries else None,
-        "usd": format_usd, "finished": row.state.lower() in ("completed", "budget_reached"),
+        "usd": format_usd, "finished": row.state in (StudyState.FINISHED, StudyState.BUDGET_REACHED),
     }
 
 

@@ -1,0 +1,119 @@
+"""The words of "Backtests and studies" on the console, said as the CLI, the API and Dagster say
+them (one spelling per concept): a study the budget stopped is marked **Budget reached**; a
+finished study with a USD budget is the one a schedule re-runs from ("pick the finished study to
+re-run from"). A real store, the real app in process (the console tests' ``Browser``), studies
+of the synthetic workflow run by the studies core's own runner, and the real ``typestrict``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import html
+import importlib.util
+import io
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from typestrict_pipeline.api import create_app
+from typestrict_pipeline.api.keys import create_api_key
+from typestrict_pipeline.cli import main
+from typestrict_pipeline.store import open_store
+from typestrict_pipeline.study import repository as repo
+from typestrict_pipeline.study.folds import plan_folds
+from typestrict_pipeline.study.limits import StudyLimits
+from typestrict_pipeline.study.runner import SyntheticBackend, run_study_local
+from typestrict_pipeline.study.space import SearchSpace
+
+_PAGES = Path(__file__).with_name("test_console_pages.py")
+_spec = importlib.util.spec_from_file_location("console_pages_words", _PAGES)
+assert _spec is not None and _spec.loader is not None
+pages = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(pages)
+
+
+def _study(url: str, workflow: str, budget_micro: int, max_candidates: int) -> int:
+    """A synthetic study of up to 3 candidates at 60 µ$ a step (2 candidates: ≈ $0.012 in all), run to its end."""
+    engine = open_store(url)
+    try:
+        utc = dt.UTC
+        layout = plan_folds(start=dt.datetime(2012, 1, 1, tzinfo=utc), end=dt.datetime(2012, 12, 1, tzinfo=utc),
+                            step=dt.timedelta(days=1), n_folds=2, tune_steps=20, eval_steps=20,
+                            holdout_steps=20)
+        sid = repo.create_study(
+            engine, workspace="acme", workflow=workflow, workflow_version="v1",
+            space=SearchSpace(grid={"skill": [0.5, 0.6, 0.7]}), layout=layout,
+            limits=StudyLimits(max_candidates, 10_000, budget_micro), last_backtest=repo.LastBacktest(6_000, 100))
+        run_study_local(engine, sid, SyntheticBackend(cost_per_step=60), max_workers=2)
+    finally:
+        engine.dispose()
+    return sid
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The app on a store with a study its USD budget stopped and a finished one with a budget."""
+    root = tmp_path_factory.mktemp("words")
+    url = f"sqlite:///{root / 'store.db'}"
+    engine = open_store(url)
+    key = create_api_key(engine, "acme").key
+    engine.dispose()
+    reached = _study(url, "wx", 10_000, 2)  # cannot afford the holdout
+    finished = _study(url, "wy", 1_000_000, 3)
+    app = create_app(url, root / "home", jev_source=pages.JEV)
+    loop = asyncio.new_event_loop()
+    lifespan = app.router.lifespan_context(app)
+    loop.run_until_complete(lifespan.__aenter__())
+    browser = pages.Browser(app, key)
+    try:
+        yield {"browser": browser, "reached": reached, "finished": finished, "url": url, "home": root}
+    finally:
+        browser.close()
+        loop.run_until_complete(lifespan.__aexit__(None, None, None))
+        loop.close()
+
+
+def _text(page: str) -> str:
+    """A page's words: tags dropped, entities read, spaces collapsed."""
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", page)).split())
+
+
+def _cli(world: dict[str, Any], *args: str) -> str:
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out):
+        mp.setenv("TYPESTRICT_HOME", str(world["home"] / "cli"))
+        mp.delenv("TYPESTRICT_STORE_URL", raising=False)
+        assert main([*args, "--store-url", world["url"]]) == 0
+    return out.getvalue()
+
+
+def test_a_study_the_budget_stopped_is_budget_reached_on_every_surface(world: dict[str, Any]) -> None:
+    sid = world["reached"]
+    b = world["browser"]
+    said = "Budget reached (limit: Budget (USD))"
+    assert f"| State | {said} |" in _cli(world, "study", "leaderboard", str(sid))
+    api = b.get(f"/v1/studies/{sid}/leaderboard").json()
+    assert {"label": "State", "value": said} in api["header"]
+    page = _text(b.get(f"/console/studies/{sid}").text)
+    assert f"State: {said}" in page  # the state line, as the header under it
+    assert "budget reached" not in page and "budget_reached" not in page.lower().replace("budget reached", "")
+    listed = _text(b.get("/console/backtests").text)
+    assert f"#{sid} wx {said}" in listed and "budget reached" not in listed
+    # Settings → Usage, in the console and in ``typestrict usage``: the same word for the state
+    usage = _text(b.get("/console/settings/usage").text)
+    assert "Budget reached" in usage and "budget reached" not in usage
+    cli_usage = _cli(world, "usage", "acme")
+    assert re.search(rf"\b{sid} .* Budget reached ", cli_usage) and "BUDGET_REACHED" not in cli_usage
+
+
+def test_a_finished_study_with_a_budget_offers_its_re_runs_from_it(world: dict[str, Any]) -> None:
+    sid = world["finished"]
+    page = _text(world["browser"].get(f"/console/studies/{sid}").text)
+    assert "State: Finished" in page
+    assert "From this finished study, with its USD budget of $1.00 per re-run." in page
+    assert "Once the study has finished." not in page
