@@ -37,7 +37,8 @@ pages = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(pages)
 
 
-def _study(url: str, workflow: str, budget_micro: int, max_candidates: int) -> int:
+def _study(url: str, workflow: str, budget_micro: int, max_candidates: int,
+           skills: tuple[float, ...] = (0.5, 0.6, 0.7)) -> int:
     """A synthetic study of up to 3 candidates at 60 µ$ a step (2 candidates: ≈ $0.012 in all), run to its end."""
     engine = open_store(url)
     try:
@@ -47,7 +48,7 @@ def _study(url: str, workflow: str, budget_micro: int, max_candidates: int) -> i
                             holdout_steps=20)
         sid = repo.create_study(
             engine, workspace="acme", workflow=workflow, workflow_version="v1",
-            space=SearchSpace(grid={"skill": [0.5, 0.6, 0.7]}), layout=layout,
+            space=SearchSpace(grid={"skill": list(skills)}), layout=layout,
             limits=StudyLimits(max_candidates, 10_000, budget_micro), last_backtest=repo.LastBacktest(6_000, 100))
         run_study_local(engine, sid, SyntheticBackend(cost_per_step=60), max_workers=2)
     finally:
@@ -65,13 +66,14 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     engine.dispose()
     reached = _study(url, "wx", 10_000, 2)  # cannot afford the holdout
     finished = _study(url, "wy", 1_000_000, 3)
+    clear = _study(url, "wz", 1_000_000, 2, (0.5, 0.9))  # a winner far above the defaults (0.5)
     app = create_app(url, root / "home", jev_source=pages.JEV)
     loop = asyncio.new_event_loop()
     lifespan = app.router.lifespan_context(app)
     loop.run_until_complete(lifespan.__aenter__())
     browser = pages.Browser(app, key)
     try:
-        yield {"browser": browser, "reached": reached, "finished": finished, "url": url, "home": root}
+        yield {"browser": browser, "key": key, "reached": reached, "finished": finished, "clear": clear, "url": url, "home": root}
     finally:
         browser.close()
         loop.run_until_complete(lifespan.__aexit__(None, None, None))
@@ -117,3 +119,48 @@ def test_a_finished_study_with_a_budget_offers_its_re_runs_from_it(world: dict[s
     assert "State: Finished" in page
     assert "From this finished study, with its USD budget of $1.00 per re-run." in page
     assert "Once the study has finished." not in page
+
+
+def _promote_form(page: str) -> str:
+    found = re.search(r'<form method="post" action="(/console/studies/\d+/promote)" id="promote">.*?</form>',
+                      page, flags=re.S)
+    assert found is not None, "no Promote winner button"
+    assert '<button type="submit">Promote winner</button>' in found.group(0)
+    return found.group(1)
+
+
+def test_the_leaderboards_promote_winner_button_promotes_as_the_api_does(world: dict[str, Any]) -> None:
+    """The page: "The leaderboard's Promote winner button activates the winning candidate's
+    version through the normal activation path, so your evaluation gate still applies. A winner
+    that only changed parameters (not prompts) has nothing to activate: it applies its parameters
+    to the configuration instead." The console's button and ``POST /v1/studies/{id}/promote`` are
+    one call, with one message."""
+    b = world["browser"]
+    sid = world["clear"]
+    action = _promote_form(b.get(f"/console/studies/{sid}").text)
+    assert action == f"/console/studies/{sid}/promote"
+    done = b.form(action, {})
+    assert done.status_code == 200
+    shown = re.search(r'<p class="note" role="status" id="promoted">([^<]*)</p>', done.text)
+    assert shown is not None
+    said = html.unescape(shown.group(1))
+    assert said.endswith("The winner changed only parameters: nothing to activate; applied "
+                         "{'skill': 0.9} to the configuration of wz.")
+    api = b.post(f"/v1/studies/{sid}/promote", headers={"Authorization": f"Bearer {world['key']}"})
+    assert api.status_code == 200, api.text
+    assert api.json() == {"study_id": sid, "kind": "APPLIED_PARAMETERS", "params": {"skill": 0.9},
+                          "version_id": None, "message": said}
+
+
+def test_a_winner_without_a_holdout_score_is_not_promoted_saying_why_in_the_same_words(
+        world: dict[str, Any]) -> None:
+    b = world["browser"]
+    sid = world["reached"]
+    refused = b.form(_promote_form(b.get(f"/console/studies/{sid}").text), {})
+    assert refused.status_code == 409
+    shown = re.search(r'<p class="error" role="alert" id="promote-error">([^<]*)</p>', refused.text)
+    assert shown is not None
+    api = b.post(f"/v1/studies/{sid}/promote", headers={"Authorization": f"Bearer {world['key']}"})
+    assert api.status_code == 409
+    assert api.json()["error"]["message"] == html.unescape(shown.group(1))
+    assert html.unescape(shown.group(1)).startswith(f"expected a holdout score for the winner of study {sid}")

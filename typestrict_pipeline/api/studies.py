@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 
@@ -39,6 +39,9 @@ from typestrict_pipeline.study.limits import (
 from typestrict_pipeline.study.service import StudyConfig, candidate_validator, lookup_last_backtest
 from typestrict_pipeline.study.tables import StudyRow, StudyState
 from typestrict_pipeline.values import row_id
+
+if TYPE_CHECKING:
+    from typestrict_pipeline.study.promote import PromotionResult
 
 
 @dataclass(frozen=True)
@@ -259,6 +262,24 @@ def cancel_study(engine: Engine, runs: DagsterRuns, workspace: str, study_id: in
     return check_study(engine, workspace, row.id)
 
 
+def promote_study(engine: Engine, workspace: str, study_id: int) -> PromotionResult:
+    """The leaderboard's "Promote winner" (the console's button, ``POST /v1/studies/{id}/promote``),
+    what ``typestrict study promote`` does: the winner through the evaluation gate, then the
+    normal activation path (a version with changed prompts is activated; a winner that changed
+    only parameters applies them to the workflow's configuration). ``message`` says which.
+
+    Raises:
+        NotFoundError: not a study of this workspace.
+        ConflictError: no winner, no holdout score, not ended, or the gate refused it (its
+            message says why).
+    """
+    from typestrict_pipeline.study.promote import promote_winner
+    from typestrict_pipeline.study.service import study_backend
+
+    row = check_study(engine, workspace, study_id)
+    return promote_winner(engine, row.id, study_backend(engine, row.id))
+
+
 __all__ = [
     "StudyEstimate",
     "cancel_study",
@@ -269,6 +290,7 @@ __all__ = [
     "list_studies",
     "money_text",
     "parse_study_id",
+    "promote_study",
     "settle_unstarted",
     "study_form_config",
     "study_run",

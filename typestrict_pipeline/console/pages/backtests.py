@@ -300,6 +300,8 @@ def _study_context(request: Request, session: ConsoleSession, study_id: str,
         "lineage": entries, "lineage_summary": summarize(entries) if entries else None,
         "lineage_text": lineage_text(ctx.engine, str(row.id)) if entries else None,
         "usd": format_usd, "finished": row.state in (StudyState.FINISHED, StudyState.BUDGET_REACHED),
+        "promotable": row.state in (StudyState.FINISHED, StudyState.BUDGET_REACHED)
+        and board.winner_candidate_id is not None,
     }
 
 
@@ -327,6 +329,26 @@ def cancel_study(study_id: StudyId, request: Request, session: Posted) -> Respon
     ctx = get_ctx(request)
     studies_core.cancel_study(ctx.engine, ctx.runs, session.workspace_id, studies_core.parse_study_id(study_id))
     return redirect(f"{PREFIX}/studies/{study_id}", request)
+
+
+@router.post("/studies/{study_id}/promote")
+def promote_winner(study_id: StudyId, request: Request, session: Posted) -> Response:
+    """The leaderboard's "Promote winner" (``POST /v1/studies/{id}/promote``): the page again,
+    saying what promoting did, or why the winner was not promoted (the same words)."""
+    ctx = get_ctx(request)
+    sid = studies_core.parse_study_id(study_id)
+    try:
+        done = studies_core.promote_study(ctx.engine, session.workspace_id, sid)
+    except TypeStrictError as exc:
+        status = status_for(exc)[0]
+        if status == 404:
+            raise
+        context = _study_context(request, session, study_id)
+        context.update(promote_error=for_customers(str(exc)))
+        return render(request, "study.html", context, status=status)
+    context = _study_context(request, session, study_id)
+    context.update(promoted=for_customers(done.message))
+    return render(request, "study.html", context)
 
 
 @router.post("/studies/{study_id}/schedule")
