@@ -164,3 +164,52 @@ def test_a_winner_without_a_holdout_score_is_not_promoted_saying_why_in_the_same
     assert api.status_code == 409
     assert api.json()["error"]["message"] == html.unescape(shown.group(1))
     assert html.unescape(shown.group(1)).startswith(f"expected a holdout score for the winner of study {sid}")
+
+
+def _cli_rows(board: str) -> dict[str, list[str]]:
+    """The CLI table's rows by candidate (``#N``): Adjusted, Out-of-sample, In-sample, Overfit
+    gap, Cost, as printed."""
+    out = {}
+    for line in board.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 9 and cells[1].startswith("#"):
+            out[cells[1].split()[0]] = cells[2:7]
+    return out
+
+
+def _console_rows(page: str) -> dict[str, list[str]]:
+    out = {}
+    for row in re.findall(r'<tr(?: class="winner")? data-candidate="\d+">(.*?)</tr>', page, flags=re.S):
+        number = re.search(r'<span class="candidate">(#\d+)</span>', row)
+        assert number is not None
+        out[number.group(1)] = [html.unescape(c) for c in re.findall(r"<td>([^<]*)</td>", row)[1:]]
+    return out
+
+
+@pytest.mark.parametrize("tracked", [True, False])
+def test_the_leaderboards_columns_read_the_same_on_the_console_and_the_cli(
+        world: dict[str, Any], tracked: bool) -> None:
+    """Adjusted, Out-of-sample, In-sample, Overfit gap (in-sample minus out-of-sample, signed)
+    and Cost, in the page's order, cell for cell; a study created before cost tracking shows no
+    cost ("—"), never $0, on both."""
+    from sqlalchemy import update
+
+    from typestrict_pipeline.study.tables import StudyRow
+
+    sid = world["finished"]
+    if not tracked:
+        sid = _study(world["url"], f"old{len(world)}", 1_000_000, 3)
+        engine = open_store(world["url"])
+        with engine.begin() as c:
+            c.execute(update(StudyRow).where(StudyRow.id == sid).values(cost_tracked=False))
+        engine.dispose()
+    cli = _cli_rows(_cli(world, "study", "leaderboard", str(sid)))
+    page = world["browser"].get(f"/console/studies/{sid}").text
+    assert re.search(r"<th scope=\"col\">Adjusted</th><th scope=\"col\">Out-of-sample</th>\s*"
+                     r"<th scope=\"col\">In-sample</th><th scope=\"col\">Overfit gap</th><th scope=\"col\">Cost</th>",
+                     page)
+    console = _console_rows(page)
+    assert len(cli) == 3 and console == cli
+    assert any(cells[3].startswith("+") for cells in cli.values())
+    costs = {cells[4] for cells in cli.values()}
+    assert costs == {"—"} if not tracked else all(c.startswith("$0.00") and c != "$0.0000" for c in costs)

@@ -269,7 +269,7 @@ def _study_context(request: Request, session: ConsoleSession, study_id: str,
         list_schedules,
         status_text,
     )
-    from typestrict_pipeline.study.leaderboard import header_lines, load_leaderboard
+    from typestrict_pipeline.study.leaderboard import header_lines, load_leaderboard, row_cells
     from typestrict_pipeline.study.runner import search_progress
 
     ctx = get_ctx(request)
@@ -289,7 +289,7 @@ def _study_context(request: Request, session: ConsoleSession, study_id: str,
     spec = leaderboard_spec(row.id, n_candidates=n_ranked, luck_line=board.stats.luck_line, shown=drawn)
     return {
         "row": row, "error": None if row.error is None else for_workspace(row.error),
-        "run": run, "board": board, "header": header_lines(board), "rows": listed.rows,
+        "run": run, "board": board, "header": header_lines(board), "rows": listed.rows, "cells": row_cells,
         "listed": listed, "winner": board.winner_candidate_id, "live": row.state.lower() in LIVE_STATES,
         "searched": search_progress(ctx.engine, row.id),
         "spec": json.dumps(spec).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"),
