@@ -213,3 +213,28 @@ def test_the_leaderboards_columns_read_the_same_on_the_console_and_the_cli(
     assert any(cells[3].startswith("+") for cells in cli.values())
     costs = {cells[4] for cells in cli.values()}
     assert costs == {"—"} if not tracked else all(c.startswith("$0.00") and c != "$0.0000" for c in costs)
+
+
+def test_the_form_says_which_case_it_is_in_in_the_pages_words(world: dict[str, Any]) -> None:
+    """A version never backtested in the workspace: the estimate is the page's sentence, whole
+    and once punctuated, the same as the API's ``text``; with a USD budget, the API's refusal."""
+    b = world["browser"]
+    form = dict(pages.STUDY_FORM)
+    headers = {"Authorization": f"Bearer {world['key']}"}
+    api = b.post("/v1/studies/estimate", json={k: int(v) if v.isdigit() else v for k, v in form.items()},
+                 headers=headers)
+    assert api.status_code == 200, api.text
+    message = ("This version has no completed backtest in your workspace to estimate from. Run one, "
+               "then try again, or leave the USD budget empty.")
+    assert api.json()["text"] == message
+    shown = b.post("/console/studies/estimate", data={"csrf_token": b.csrf, **form},
+                   headers={"hx-request": "true"})
+    assert shown.status_code == 200
+    text = _text(shown.text)
+    assert text.startswith(message + " ") and ".." not in text, text
+    refused = b.post("/console/studies/estimate", data={"csrf_token": b.csrf, **form, "budget_usd": "1"},
+                     headers={"hx-request": "true"})
+    api_refused = b.post("/v1/studies/estimate", headers=headers, json={
+        **{k: int(v) if v.isdigit() else v for k, v in form.items()}, "budget_usd": "1"})
+    assert api_refused.status_code == 422 and message in api_refused.json()["error"]["message"]
+    assert message in _text(refused.text)

@@ -66,6 +66,19 @@ class StudyEstimate:
     estimate_micro: int | None
     text: str
 
+    @property
+    def form_text(self) -> str:
+        """What the console's form shows: :attr:`text` as a sentence, then what would run.
+
+        >>> StudyEstimate(2, 3, 2, 200, 12_000, "≈ $0.01 for 2 candidates × 2 folds × 2 windows + the holdout").form_text
+        '≈ $0.01 for 2 candidates × 2 folds × 2 windows + the holdout. 2 candidates of 3 planned, 200 steps in all.'
+        >>> StudyEstimate(1, 1, 1, 90, None, NO_BACKTEST_MESSAGE).form_text.endswith("empty. 1 candidate of 1 planned, 90 steps in all.")
+        True
+        """
+        sentence = self.text if self.text.endswith(".") else f"{self.text}."
+        return (f"{sentence} {self.candidates} candidate{'s' if self.candidates != 1 else ''} of "
+                f"{self.planned} planned, {self.total_steps:,} steps in all.")
+
 
 def estimate_study(engine: Engine, config: StudyConfig) -> StudyEstimate:
     """The estimate for a filled-in form, refused as creating it would be (nothing is written):

@@ -226,8 +226,7 @@ def _study_estimate(request: Request, session: ConsoleSession, form: FormData) -
         config = studies_core.study_form_config(ctx.settings.home, session.workspace_id, fields)
         est = studies_core.estimate_study(ctx.engine, config)
         error = None
-        text = (f"{est.text}. {est.candidates} candidate{'s' if est.candidates != 1 else ''} of "
-                f"{est.planned} planned, {est.total_steps:,} steps in all.")
+        text = est.form_text
     except ValidationError as exc:
         text, error = None, validation_message(exc.errors(), fix=FORM_FIX)
     except TypeStrictError as exc:
