@@ -238,3 +238,19 @@ def test_the_form_says_which_case_it_is_in_in_the_pages_words(world: dict[str, A
         **{k: int(v) if v.isdigit() else v for k, v in form.items()}, "budget_usd": "1"})
     assert api_refused.status_code == 422 and message in api_refused.json()["error"]["message"]
     assert message in _text(refused.text)
+
+
+def _labels(page: str) -> set[str]:
+    return {html.unescape(x) for x in re.findall(r"<label for=\"[^\"]+\">([^<]*)</label>", page)}
+
+
+def test_the_forms_name_their_fields_as_the_page_does(world: dict[str, Any]) -> None:
+    """The limits ("Max candidates", "Max total steps", "Budget (USD)"), "Min unseen steps for a
+    re-run" (set when the study is created, and on a schedule of a study created without it) and
+    the box "Re-run on a schedule": one name each, on every form that asks for it."""
+    b = world["browser"]
+    new_study = _labels(b.get("/console/backtests").text)
+    schedule = _labels(b.get(f"/console/studies/{world['finished']}").text)
+    assert {"Max candidates", "Max total steps", "Budget (USD)", "Min unseen steps for a re-run"} <= new_study
+    assert {"Re-run on a schedule", "Min unseen steps for a re-run"} <= schedule
+    assert "Min unseen steps" not in new_study | schedule
