@@ -254,3 +254,37 @@ def test_the_forms_name_their_fields_as_the_page_does(world: dict[str, Any]) -> 
     assert {"Max candidates", "Max total steps", "Budget (USD)", "Min unseen steps for a re-run"} <= new_study
     assert {"Re-run on a schedule", "Min unseen steps for a re-run"} <= schedule
     assert "Min unseen steps" not in new_study | schedule
+
+
+def test_a_second_study_on_a_busy_workflow_is_refused_in_the_pages_words_with_what_this_door_does(
+        world: dict[str, Any]) -> None:
+    """"One study at a time per workflow; cancel the running one or wait for it to finish." The
+    API and the console say it whole, and how to cancel through their own door (the operator's
+    ``typestrict study cancel N`` is the CLI's)."""
+    engine = open_store(world["url"])
+    try:
+        utc = dt.UTC
+        layout = plan_folds(start=dt.datetime(2013, 1, 2, tzinfo=utc), end=dt.datetime(2015, 12, 31, tzinfo=utc),
+                            step=dt.timedelta(days=1), n_folds=1, tune_steps=20, eval_steps=20, holdout_steps=20)
+        busy = repo.create_study(engine, workspace="acme", workflow="seattle_rain", workflow_version="v1",
+                                 space=SearchSpace(grid={"threshold": [0.5]}), layout=layout,
+                                 limits=StudyLimits(1, 10_000))
+        b = world["browser"]
+        form = dict(pages.STUDY_FORM)
+        api = b.post("/v1/studies", headers={"Authorization": f"Bearer {world['key']}"},
+                     json={k: int(v) if v.isdigit() else v for k, v in form.items()})
+        console = b.form("/console/studies", form)
+        assert api.status_code == 409 and console.status_code == 409
+        said = api.json()["error"]["message"]
+        assert "One study at a time per workflow; cancel the running one or wait for it to finish." in said
+        assert "typestrict study cancel" not in said and "typestrict study cancel" not in console.text
+        assert said.endswith(f'\nTo cancel it: POST /v1/studies/{busy}/cancel, or the button "Cancel the study" '
+                             f"on /console/studies/{busy}")
+        assert f"got study {busy} (PENDING). " in said
+        shown = re.search(r'<p class="error" role="alert" id="study-error">([^<]*)</p>', console.text)
+        assert shown is not None and html.unescape(shown.group(1)) == said
+    finally:
+        from typestrict_pipeline.lifecycle.reaper import cancel_study
+
+        cancel_study(engine, busy, workspace="acme")
+        engine.dispose()

@@ -27,7 +27,7 @@ from typestrict_pipeline.api.runs import (
     dagster_unavailable,
     unstarted,
 )
-from typestrict_pipeline.errors import LimitError, NotFoundError
+from typestrict_pipeline.errors import ConflictError, LimitError, NotFoundError
 from typestrict_pipeline.store import session_scope
 from typestrict_pipeline.study import repository as repo
 from typestrict_pipeline.study.limits import (
@@ -208,7 +208,10 @@ def launch_study(engine: Engine, home: Path, runs: DagsterRuns, workspace: str,
     from typestrict_pipeline.study.service import create_study_from_config
 
     config = study_form_config(home, workspace, fields)
-    study_id = create_study_from_config(engine, config)
+    try:
+        study_id = create_study_from_config(engine, config)
+    except repo.WorkflowBusyError as exc:  # how to cancel through this door, not the operator's
+        raise ConflictError(exc.for_workspace()) from None
     try:
         run_config = importlib.import_module("assets.studies").study_run_config(study_id)
         runs.submit("study_job", run_config, workspace=workspace, object_ref=_object(study_id),
