@@ -288,3 +288,20 @@ def test_a_second_study_on_a_busy_workflow_is_refused_in_the_pages_words_with_wh
 
         cancel_study(engine, busy, workspace="acme")
         engine.dispose()
+
+
+def test_a_schedule_asks_for_min_unseen_steps_by_the_pages_name_on_every_door(world: dict[str, Any]) -> None:
+    """A study created without "Min unseen steps for a re-run": scheduling it without one is
+    refused naming the field as the page and the forms do, not the CLI's flag."""
+    b = world["browser"]
+    sid = world["finished"]
+    api = b.post(f"/v1/studies/{sid}/schedule", headers={"Authorization": f"Bearer {world['key']}"},
+                 json={"cadence": "1d", "owner": "ana@example.com"})
+    assert api.status_code == 422, api.text
+    said = api.json()["error"]["message"]
+    console = b.form(f"/console/studies/{sid}/schedule", {"rerun": "on", "cadence": "1d", "owner": "ana@example.com",
+                                                          "min_unseen_steps": ""})
+    assert console.status_code == 422
+    shown = re.search(r'<p class="error" role="alert" id="schedule-error">([^<]*)</p>', console.text)
+    assert shown is not None and html.unescape(shown.group(1)) == said
+    assert "Min unseen steps for a re-run" in said and "--min-unseen-steps" not in said, said

@@ -250,19 +250,19 @@ def enable_schedule(
         if min_unseen_steps is None:
             raise InputError(
                 "Min unseen steps for a re-run, set when the study was created", f"none for study {study_id}",
-                "create the study with --min-unseen-steps N, or pass --min-unseen-steps N here once "
-                "(it is then stored on the study)",
+                "give Min unseen steps for a re-run here once (it is then stored on the study), or "
+                "set it when you create the study",
             )
         minimum = port.set_min_unseen_steps(lineage_root, min_unseen_steps)
         if minimum != min_unseen_steps:  # set concurrently by someone else: theirs stands
             raise InputError(
                 f"Min unseen steps for a re-run to match the study's ({minimum})", str(min_unseen_steps),
-                "leave --min-unseen-steps out",
+                "leave Min unseen steps for a re-run empty",
             )
     elif min_unseen_steps is not None and min_unseen_steps != minimum:
         raise InputError(
             f"Min unseen steps for a re-run to match the study's ({minimum})", str(min_unseen_steps),
-            "leave --min-unseen-steps out: it is set when the study is created",
+            "leave Min unseen steps for a re-run empty: it is set when the study is created",
         )
     set_aside: list[str] = []
     root_facts = facts if lineage_root == study_id else port.get(lineage_root)
