@@ -47,7 +47,7 @@ from typestrict_pipeline.refund.manifest import (
     TrainingManifest,
     TrainingStatus,
 )
-from typestrict_pipeline.refund.metrics import MAX_DROP, METRIC_NAMES
+from typestrict_pipeline.refund.metrics import GAIN_FORMULA, MAX_DROP, METRIC_NAMES
 from typestrict_pipeline.refund.predictions import build_decision_data
 from typestrict_pipeline.refund.preflight import check_training
 from typestrict_pipeline.refund.rule import (
@@ -159,9 +159,9 @@ def decision_summary_markdown(report: DecisionReport, *, jev_label: str = _JEV_N
             "",
             metrics_table_markdown(report, jev_label=jev_label),
             "",
-            f"- G = 0.5·Δmacro_f1 + 0.3·Δbrier_skill + 0.2·Δselective_acc_80 = **{report.gain:+.4f}**",
-            f"- 5th percentile of G over {boot.resamples} paired resamples: **{boot.q05:+.4f}** "
-            f"(G ≤ 0 in {boot.n_gain_le_0} of {boot.resamples})",
+            f"- G = {GAIN_FORMULA} = **{report.gain:+.4f}**",
+            f"- 5th percentile of G over {boot.resamples:,} paired resamples: **{boot.q05:+.4f}** "
+            f"(G ≤ 0 in {boot.n_gain_le_0:,} of {boot.resamples:,})",
             *_group_check_lines(report),
             f"- the gain is real ({_real_rule(report)}): "
             f"{'yes' if report.gain_is_real else 'no'}; "
@@ -510,7 +510,7 @@ def _decisions_table(judgement: TrainingJudgement) -> dg.TableMetadataValue:
     """Every decision in one native table: G, q05, the count of G ≤ 0, the outcome and why."""
     schema = dg.TableSchema(columns=[
         dg.TableColumn("decision", "string"),
-        dg.TableColumn("G", "float", description="0.5·Δmacro_f1 + 0.3·Δbrier_skill + 0.2·Δselective_acc_80"),
+        dg.TableColumn("G", "float", description=GAIN_FORMULA),
         dg.TableColumn("q05", "float", description="5th percentile of G over the paired resamples"),
         dg.TableColumn("G <= 0 in", "string"),
         dg.TableColumn("beats Jev", "bool"),

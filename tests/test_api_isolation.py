@@ -345,6 +345,9 @@ def test_the_result_page_shows_the_verdict(world: dict[str, Any]) -> None:
         assert f"python3 verify_audit.py --expect-sha256 {sha} audit.json" in page.text
         assert f'<code id="audit-sha256">{sha}</code>' in page.text
         assert io.StringIO(page.text).read().count('data-metric="') == 4
+        # the refund page's G and its 2,000 resamples, in its words (the console's result page too)
+        assert "G = 0.5 × Δmacro_f1 + 0.3 × Δbrier_skill + 0.2 × Δselective_acc_80 = " in page.text
+        assert "5th percentile over 2,000 paired resamples" in page.text
 
 
 def test_the_result_page_in_headless_chromium(world: dict[str, Any]) -> None:

@@ -97,6 +97,13 @@ def page_messages() -> list[str]:
     refund = REFUND_PAGE.read_text(encoding="utf-8")
     out += [row.split(" | ")[0] for row in refund.splitlines()
             if re.fullmatch(r"[a-z_0-9]+ \| .*", row)]  # the four metrics' names
+    # the weighted gain, as the page writes it, and its number of resamples
+    formula = re.search(r"G = 0\.5 × Δmacro_f1 \+ [^\n]*?selective_acc_80", refund)
+    assert formula is not None
+    out.append(formula.group(0))
+    resamples = re.search(r"We resample the test examples ([0-9,]+) times", refund)
+    assert resamples is not None
+    out.append(f"over {resamples.group(1)} paired resamples")
     return list(dict.fromkeys(out))
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from typestrict_pipeline.refund.grouping import resampling_lines_from_audit
+from typestrict_pipeline.refund.metrics import GAIN_FORMULA
 from typestrict_pipeline.verify_audit import needs_large
 
 METRICS = ("macro_f1", "brier_skill", "selective_acc_80", "worst_class_f1")
@@ -67,6 +68,15 @@ def decision_rows(decision: Mapping[str, Any]) -> list[dict[str, str]]:
     return out
 
 
+def _count(value: Any) -> str:
+    """A count as the pages write it (``2,000``); ``?`` when the audit has none.
+
+    >>> _count(2000), _count(None)
+    ('2,000', '?')
+    """
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else "?"
+
+
 def _decision_section(decision: Mapping[str, Any], settling: str | None) -> str:
     report = decision.get("report", {})
     boot = report.get("bootstrap", {})
@@ -85,9 +95,9 @@ def _decision_section(decision: Mapping[str, Any], settling: str | None) -> str:
         f"<p>{_e(report.get('n', '?'))} test examples.</p>"
         '<table><thead><tr><th>metric</th><th>model</th><th>Jev</th><th>Δ (model − Jev)</th>'
         f"<th>margin</th><th>held</th></tr></thead><tbody>{body}</tbody></table>"
-        f"<p>G = 0.5·Δmacro_f1 + 0.3·Δbrier_skill + 0.2·Δselective_acc_80 = "
+        f"<p>G = {GAIN_FORMULA} = "
         f'<b class="gain">{_e(_num(report.get("gain"), signed=True))}</b>; 5th percentile over '
-        f'{_e(boot.get("resamples", "?"))} paired resamples: <b class="q05">'
+        f'{_e(_count(boot.get("resamples")))} paired resamples: <b class="q05">'
         f'{_e(_num(boot.get("q05"), signed=True))}</b>.</p></section>'
     )
 

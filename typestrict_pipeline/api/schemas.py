@@ -413,6 +413,19 @@ class StudyOut(BaseModel):
     window_runs_planned: int = 0
 
 
+class PromotionOut(BaseModel):
+    """What "Promote winner" did: ``kind`` ``ACTIVATED_VERSION`` (the winner changed prompts:
+    ``version_id`` is now the active version) or ``APPLIED_PARAMETERS`` (it changed only
+    parameters: ``params`` are now the workflow's configuration); ``message`` says it in words,
+    the evaluation gate's numbers first."""
+
+    study_id: int
+    kind: str
+    params: dict[str, Any]
+    version_id: str | None
+    message: str
+
+
 class ScheduleIn(Strict):
     cadence: Annotated[str, Field(min_length=1, max_length=20)] = "1d"
     owner: Annotated[str, Field(min_length=3, max_length=200)]

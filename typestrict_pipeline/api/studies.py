@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 
@@ -27,7 +27,7 @@ from typestrict_pipeline.api.runs import (
     dagster_unavailable,
     unstarted,
 )
-from typestrict_pipeline.errors import LimitError, NotFoundError
+from typestrict_pipeline.errors import ConflictError, LimitError, NotFoundError
 from typestrict_pipeline.store import session_scope
 from typestrict_pipeline.study import repository as repo
 from typestrict_pipeline.study.limits import (
@@ -39,6 +39,9 @@ from typestrict_pipeline.study.limits import (
 from typestrict_pipeline.study.service import StudyConfig, candidate_validator, lookup_last_backtest
 from typestrict_pipeline.study.tables import StudyRow, StudyState
 from typestrict_pipeline.values import row_id
+
+if TYPE_CHECKING:
+    from typestrict_pipeline.study.promote import PromotionResult
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,19 @@ class StudyEstimate:
     total_steps: int
     estimate_micro: int | None
     text: str
+
+    @property
+    def form_text(self) -> str:
+        """What the console's form shows: :attr:`text` as a sentence, then what would run.
+
+        >>> StudyEstimate(2, 3, 2, 200, 12_000, "≈ $0.01 for 2 candidates × 2 folds × 2 windows + the holdout").form_text
+        '≈ $0.01 for 2 candidates × 2 folds × 2 windows + the holdout. 2 candidates of 3 planned, 200 steps in all.'
+        >>> StudyEstimate(1, 1, 1, 90, None, NO_BACKTEST_MESSAGE).form_text.endswith("empty. 1 candidate of 1 planned, 90 steps in all.")
+        True
+        """
+        sentence = self.text if self.text.endswith(".") else f"{self.text}."
+        return (f"{sentence} {self.candidates} candidate{'s' if self.candidates != 1 else ''} of "
+                f"{self.planned} planned, {self.total_steps:,} steps in all.")
 
 
 def estimate_study(engine: Engine, config: StudyConfig) -> StudyEstimate:
@@ -192,7 +208,10 @@ def launch_study(engine: Engine, home: Path, runs: DagsterRuns, workspace: str,
     from typestrict_pipeline.study.service import create_study_from_config
 
     config = study_form_config(home, workspace, fields)
-    study_id = create_study_from_config(engine, config)
+    try:
+        study_id = create_study_from_config(engine, config)
+    except repo.WorkflowBusyError as exc:  # how to cancel through this door, not the operator's
+        raise ConflictError(exc.for_workspace()) from None
     try:
         run_config = importlib.import_module("assets.studies").study_run_config(study_id)
         runs.submit("study_job", run_config, workspace=workspace, object_ref=_object(study_id),
@@ -259,6 +278,24 @@ def cancel_study(engine: Engine, runs: DagsterRuns, workspace: str, study_id: in
     return check_study(engine, workspace, row.id)
 
 
+def promote_study(engine: Engine, workspace: str, study_id: int) -> PromotionResult:
+    """The leaderboard's "Promote winner" (the console's button, ``POST /v1/studies/{id}/promote``),
+    what ``typestrict study promote`` does: the winner through the evaluation gate, then the
+    normal activation path (a version with changed prompts is activated; a winner that changed
+    only parameters applies them to the workflow's configuration). ``message`` says which.
+
+    Raises:
+        NotFoundError: not a study of this workspace.
+        ConflictError: no winner, no holdout score, not ended, or the gate refused it (its
+            message says why).
+    """
+    from typestrict_pipeline.study.promote import promote_winner
+    from typestrict_pipeline.study.service import study_backend
+
+    row = check_study(engine, workspace, study_id)
+    return promote_winner(engine, row.id, study_backend(engine, row.id))
+
+
 __all__ = [
     "StudyEstimate",
     "cancel_study",
@@ -269,6 +306,7 @@ __all__ = [
     "list_studies",
     "money_text",
     "parse_study_id",
+    "promote_study",
     "settle_unstarted",
     "study_form_config",
     "study_run",

@@ -493,6 +493,7 @@ def _live(args: argparse.Namespace) -> int:
 
 def _usage(args: argparse.Namespace) -> int:
     from typestrict_pipeline.study.limits import format_usd as dash_usd
+    from typestrict_pipeline.study.tables import state_text
     from typestrict_pipeline.usage import workspace_usage
 
     if args.since and args.until:
@@ -522,7 +523,7 @@ def _usage(args: argparse.Namespace) -> int:
                 right=["backtests", "studies", "LIVE", "tokens in", "tokens out"])
     if u.studies:
         print_table("Studies", ["study", "name", "workflow", "created", "state", "spend", "budget"],
-                    [[s.study_id, s.name or "", s.workflow, s.day, s.state,
+                    [[s.study_id, s.name or "", s.workflow, s.day, state_text(s.state),
                       "not tracked" if s.spend_micro is None else usd(s.spend_micro), dash_usd(s.budget_micro)]
                      for s in u.studies], right=["study", "spend", "budget"])
     t = u.totals()

@@ -45,11 +45,15 @@ from starlette.formparsers import MultiPartException
 from typestrict_pipeline.api.errors import ApiError, status_for
 from typestrict_pipeline.console.sessions import ConsoleSession, csrf_matches, session_for
 from typestrict_pipeline.errors import InputError, TypeStrictError
+from typestrict_pipeline.refund.metrics import GAIN_FORMULA
+from typestrict_pipeline.study.tables import state_text
 
 log = logging.getLogger("typestrict.console")
 
 HERE = Path(__file__).resolve().parent
 TEMPLATES = Jinja2Templates(directory=str(HERE / "templates"))
+TEMPLATES.env.filters["study_state"] = state_text  # "Budget reached", as the leaderboard says it
+TEMPLATES.env.globals["GAIN_FORMULA"] = GAIN_FORMULA  # the refund page's G, as every surface writes it
 PREFIX = "/console"
 COOKIE = "typestrict_session"
 COOKIE_TLS = "__Host-typestrict_session"

@@ -42,6 +42,10 @@ WORST_MIN_SUPPORT = 5
 COVERAGE = Fraction(4, 5)
 WEIGHTS = (0.5, 0.3, 0.2)  # macro_f1, brier_skill, selective_acc_80
 METRIC_NAMES = ("macro_f1", "brier_skill", "selective_acc_80", "worst_class_f1")
+GAIN_FORMULA = " + ".join(f"{w} × Δ{name}" for w, name in zip(WEIGHTS, METRIC_NAMES, strict=False))
+"""The weighted gain as the refund page writes it, for every surface that shows it (the result
+pages, the verdict's Dagster metadata): ``0.5 × Δmacro_f1 + 0.3 × Δbrier_skill + 0.2 ×
+Δselective_acc_80`` (shown after ``G = ``)."""
 PROB_SUM_TOLERANCE = Fraction(1, 100)
 """The one probability tolerance: a vector's values, added exactly, are within 0.01 of 1."""
 MAX_DROP: dict[str, Fraction] = {

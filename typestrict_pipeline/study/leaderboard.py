@@ -687,6 +687,14 @@ def spend_text(board: Leaderboard) -> str:
     return text
 
 
+def row_cells(r: LeaderboardRow) -> tuple[str, str, str, str, str]:
+    """A row's Adjusted, Out-of-sample, In-sample, Overfit gap and Cost cells, in the page's
+    order, as every table of the leaderboard writes them (the CLI's, the console's): scores to 4
+    decimals, the gap signed (in-sample minus out-of-sample), the cost in USD, ``—`` for none
+    (a study created before cost tracking shows no cost, never $0)."""
+    return (_num(r.adjusted), _num(r.oos), _num(r.in_sample), _signed(r.gap), format_usd(r.cost_micro))
+
+
 def render_markdown(board: Leaderboard) -> str:
     """The header and the ranked table as Markdown."""
     out = ["| | |", "|---|---|"]
@@ -699,9 +707,7 @@ def render_markdown(board: Leaderboard) -> str:
     for r in board.rows:
         mark = " ★" if r.candidate_id == board.winner_candidate_id else ""
         partial = "" if r.complete else " (incomplete)"
-        out.append(
-            f"| {r.rank or '—'} | #{r.index}{mark} {r.label}{partial} | {_num(r.adjusted)} | "
-            f"{_num(r.oos)} | {_num(r.in_sample)} | {_signed(r.gap)} | "
-            f"{format_usd(r.cost_micro)} | {_num(r.se)} | {r.oos_steps} |"
-        )
+        cells = " | ".join(row_cells(r))
+        out.append(f"| {r.rank or '—'} | #{r.index}{mark} {r.label}{partial} | {cells} | {_num(r.se)} | "
+                   f"{r.oos_steps} |")
     return "\n".join(out)

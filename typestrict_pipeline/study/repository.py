@@ -215,13 +215,35 @@ _STUDY_LIMITS = select(_S.state, _S.stop_limit, _S.steps_used, _S.steps_reserved
 _STUDY_STATE = select(_S.state, _S.stop_limit).where(_S.id == bindparam("sid"))
 
 
-def _conflict_message(workspace: str, workflow: str, other: int | None, state: str) -> str:
-    who = f"study {other} ({state})" if other is not None else "another study"
-    return (
-        f"expected no study in flight on workflow {workflow!r} in workspace {workspace!r}, "
-        f"got {who}. {ONE_AT_A_TIME}\n"
-        f"To cancel it: typestrict study cancel {other if other is not None else 'STUDY_ID'}"
-    )
+class WorkflowBusyError(ConflictError):
+    """A second study on a workflow whose study is in flight: the page's sentence, then how to
+    cancel the one in flight on its own line: the operator's command (``typestrict study cancel
+    N``) by default; :meth:`for_workspace` words it for a workspace's doors (the API, the
+    console), which cannot run the operator's command."""
+
+    def __init__(self, workspace: str, workflow: str, other: int | None, state: str) -> None:
+        self.workspace, self.workflow, self.other, self.state = workspace, workflow, other, state
+        super().__init__(self._text(f"typestrict study cancel {other if other is not None else 'STUDY_ID'}"))
+
+    def _text(self, cancel: str) -> str:
+        who = f"study {self.other} ({self.state})" if self.other is not None else "another study"
+        return (
+            f"expected no study in flight on workflow {self.workflow!r} in workspace {self.workspace!r}, "
+            f"got {who}. {ONE_AT_A_TIME}\n"
+            f"To cancel it: {cancel}"
+        )
+
+    def for_workspace(self) -> str:
+        """The message as the API and the console say it: cancel through them.
+
+        >>> print(WorkflowBusyError("acme", "rain", 4, "RUNNING").for_workspace())
+        expected no study in flight on workflow 'rain' in workspace 'acme', got study 4 (RUNNING). One study at a time per workflow; cancel the running one or wait for it to finish.
+        To cancel it: POST /v1/studies/4/cancel, or the button "Cancel the study" on /console/studies/4
+        """
+        if self.other is None:
+            return self._text("cancel the study in flight on this workflow (GET /v1/studies lists them)")
+        return self._text(f'POST /v1/studies/{self.other}/cancel, or the button "Cancel the study" on '
+                          f"/console/studies/{self.other}")
 
 
 ONE_AT_A_TIME = ("One study at a time per workflow; cancel the running one or wait for it to "
@@ -393,7 +415,7 @@ def create_study(
             if other is not None:
                 st = s.get(StudyRow, other)
                 state = st.state if st is not None else state
-            raise ConflictError(_conflict_message(workspace, workflow, other, state)) from None
+            raise WorkflowBusyError(workspace, workflow, other, state) from None
         return study.id
 
 
@@ -524,8 +546,8 @@ def start_study(engine: Engine, study_id: int, dagster_run_id: str | None = None
                 lock = s.get(LockRow, (study.workspace, study.workflow))
         if lock is not None and lock.study_id != study.id:
             other = s.get(StudyRow, lock.study_id)
-            raise ConflictError(_conflict_message(study.workspace, study.workflow, lock.study_id,
-                                                  other.state if other is not None else "in flight"))
+            raise WorkflowBusyError(study.workspace, study.workflow, lock.study_id,
+                                    other.state if other is not None else "in flight")
         s.execute(
             update(StudyRow)
             .where(StudyRow.id == study_id, StudyRow.state.in_(_RESUMABLE))

@@ -66,6 +66,20 @@ class StudyState(enum.StrEnum):
         return self.value.replace("_", " ").capitalize()
 
 
+def state_text(state: str) -> str:
+    """A study's state as every surface writes it for people (the leaderboard's ``State``, the
+    console's state line and lists, ``typestrict usage``): :attr:`StudyState.label`; a state
+    that is no study state (a deleted study's ``deleted``) as it is.
+
+    >>> state_text("BUDGET_REACHED"), state_text("FINISHED"), state_text("deleted")
+    ('Budget reached', 'Finished', 'deleted')
+    """
+    try:
+        return StudyState(state).label
+    except ValueError:
+        return state
+
+
 class CandidateState(enum.StrEnum):
     """A candidate's state: ``PLANNED`` → ``DONE``; or ``DISCARDED`` (with a reason)."""
 

@@ -20,6 +20,7 @@ from typestrict_pipeline.api.schemas import (
     ErrorBody,
     EstimateOut,
     LineageOut,
+    PromotionOut,
     ScheduleIn,
     ScheduleOut,
     SchedulesOut,
@@ -34,6 +35,7 @@ from typestrict_pipeline.api.studies import (
     launch_study,
     list_studies,
     parse_study_id,
+    promote_study,
     settle_unstarted,
     study_form_config,
     study_run,
@@ -131,6 +133,17 @@ def get_study(study_id: StudyId, ctx: Ctx, workspace: Workspace) -> StudyOut:
 def cancel(study_id: StudyId, ctx: Ctx, workspace: Workspace) -> StudyOut:
     """Cancel a study; what ran is kept and ranked."""
     return _study_out(ctx, cancel_study(ctx.engine, ctx.runs, workspace, parse_study_id(study_id)))
+
+
+@router.post("/studies/{study_id}/promote", response_model=PromotionOut, responses={409: {"model": ErrorBody}})
+def promote(study_id: StudyId, ctx: Ctx, workspace: Workspace) -> PromotionOut:
+    """The leaderboard's "Promote winner": the winner through the evaluation gate, then the
+    normal activation path (a winner that changed only parameters applies them to the
+    configuration instead). A 409 says why not (no holdout score, the gate refused it...)."""
+    sid = parse_study_id(study_id)
+    res = promote_study(ctx.engine, workspace, sid)
+    return PromotionOut(study_id=sid, kind=res.kind.value, params=dict(res.params),
+                        version_id=res.version_id, message=for_customers(res.message))
 
 
 @router.get("/studies/{study_id}/leaderboard")

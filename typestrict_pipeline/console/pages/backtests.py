@@ -50,6 +50,7 @@ from typestrict_pipeline.console.web import (
 )
 from typestrict_pipeline.errors import InputError, TypeStrictError, for_customers
 from typestrict_pipeline.study.limits import format_usd
+from typestrict_pipeline.study.tables import StudyState
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
 
@@ -229,8 +230,7 @@ def _study_estimate(request: Request, session: ConsoleSession, form: FormData) -
         config = studies_core.study_form_config(ctx.settings.home, session.workspace_id, fields)
         est = studies_core.estimate_study(ctx.engine, config)
         error = None
-        text = (f"{est.text}. {est.candidates} candidate{'s' if est.candidates != 1 else ''} of "
-                f"{est.planned} planned, {est.total_steps:,} steps in all.")
+        text = est.form_text
     except ValidationError as exc:
         text, error = None, validation_message(exc.errors(), fix=FORM_FIX)
     except TypeStrictError as exc:
@@ -272,7 +272,7 @@ def _study_context(request: Request, session: ConsoleSession, study_id: str,
         list_schedules,
         status_text,
     )
-    from typestrict_pipeline.study.leaderboard import header_lines, load_leaderboard
+    from typestrict_pipeline.study.leaderboard import header_lines, load_leaderboard, row_cells
     from typestrict_pipeline.study.runner import search_progress
 
     ctx = get_ctx(request)
@@ -292,7 +292,7 @@ def _study_context(request: Request, session: ConsoleSession, study_id: str,
     spec = leaderboard_spec(row.id, n_candidates=n_ranked, luck_line=board.stats.luck_line, shown=drawn)
     return {
         "row": row, "error": None if row.error is None else for_workspace(row.error),
-        "run": run, "board": board, "header": header_lines(board), "rows": listed.rows,
+        "run": run, "board": board, "header": header_lines(board), "rows": listed.rows, "cells": row_cells,
         "listed": listed, "winner": board.winner_candidate_id, "live": row.state.lower() in LIVE_STATES,
         "searched": search_progress(ctx.engine, row.id),
         "spec": json.dumps(spec).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"),
@@ -302,7 +302,9 @@ def _study_context(request: Request, session: ConsoleSession, study_id: str,
         "schedules": schedules,
         "lineage": entries, "lineage_summary": summarize(entries) if entries else None,
         "lineage_text": lineage_text(ctx.engine, str(row.id)) if entries else None,
-        "usd": format_usd, "finished": row.state.lower() in ("finished", "budget_reached"),
+        "usd": format_usd, "finished": row.state in (StudyState.FINISHED, StudyState.BUDGET_REACHED),
+        "promotable": row.state in (StudyState.FINISHED, StudyState.BUDGET_REACHED)
+        and board.winner_candidate_id is not None,
     }
 
 
@@ -330,6 +332,26 @@ def cancel_study(study_id: StudyId, request: Request, session: Posted) -> Respon
     ctx = get_ctx(request)
     studies_core.cancel_study(ctx.engine, ctx.runs, session.workspace_id, studies_core.parse_study_id(study_id))
     return redirect(f"{PREFIX}/studies/{study_id}", request)
+
+
+@router.post("/studies/{study_id}/promote")
+def promote_winner(study_id: StudyId, request: Request, session: Posted) -> Response:
+    """The leaderboard's "Promote winner" (``POST /v1/studies/{id}/promote``): the page again,
+    saying what promoting did, or why the winner was not promoted (the same words)."""
+    ctx = get_ctx(request)
+    sid = studies_core.parse_study_id(study_id)
+    try:
+        done = studies_core.promote_study(ctx.engine, session.workspace_id, sid)
+    except TypeStrictError as exc:
+        status = status_for(exc)[0]
+        if status == 404:
+            raise
+        context = _study_context(request, session, study_id)
+        context.update(promote_error=for_customers(str(exc)))
+        return render(request, "study.html", context, status=status)
+    context = _study_context(request, session, study_id)
+    context.update(promoted=for_customers(done.message))
+    return render(request, "study.html", context)
 
 
 @router.post("/studies/{study_id}/schedule")
