@@ -1093,7 +1093,7 @@ def test_a_finished_studys_schedule_form_says_it_can_be_scheduled(app: tuple[obj
     sid = _finished_study(sqlite_url, budget_usd="1")
     b = Browser(app[0], app[1])
     shown = html.unescape(b.get(f"/console/studies/{sid}").text)
-    assert "State: <b>finished</b>" in shown, shown[:3000]
+    assert "State: <b>Finished</b>" in shown, shown[:3000]
     assert "From this finished study, with its USD budget of $1.00 per re-run." in shown
     assert "Once the study has finished." not in shown
     b.close()
@@ -1113,7 +1113,8 @@ def test_a_schedule_refused_for_its_minimum_names_the_forms_field_not_the_clis_f
                data={"csrf_token": b.csrf, "rerun": "on", "cadence": "1d", "owner": "ana@example.com"})
     assert r.status_code == 422, r.status_code
     said = html.unescape(r.text)
-    assert ('Create the study with "Min unseen steps for a re-run", or fill "Min unseen steps" on this form once '
+    assert ('Create the study with "Min unseen steps for a re-run", or fill "Min unseen steps for a re-run" on this '
+            'form once '
             "(it is then stored on the study).") in said, re.findall(r'id="schedule-error"[^>]*>([^<]*)', said)
     assert "--min-unseen-steps" not in said
     api = _api(b, app[1], f"/v1/studies/{sid}/schedule", {"cadence": "1d", "owner": "ana@example.com"})

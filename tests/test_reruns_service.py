@@ -433,7 +433,7 @@ def test_a_study_created_without_the_minimum_gets_it_once_at_enable(sqlite_url: 
     sid = scenario.create_root_study(engine, workspace=WS, root_end=ROOT_END, budget_micro_usd=10**6,
                                      min_unseen_steps=None, workflow=scenario.backend(shift_at=ROOT_END))
     scenario.run(engine, sid)
-    with pytest.raises(InputError, match="Give Min unseen steps for a re-run here once"):
+    with pytest.raises(InputError, match="Create the study with --min-unseen-steps N"):
         enable_schedule(engine, port, study_id=sid, cadence="1d", owner="ana@example.com", now=T0)
     view = enable_schedule(engine, port, study_id=sid, cadence="1d", owner="ana@example.com",
                            min_unseen_steps=15, now=T0)

@@ -200,8 +200,8 @@ CLI_MIN_UNSEEN = MinUnseenWords(create="create the study with --min-unseen-steps
 API_MIN_UNSEEN = MinUnseenWords(create="create the study with min_unseen_steps",
                                 give="send min_unseen_steps here once", leave_out="leave min_unseen_steps out")
 CONSOLE_MIN_UNSEEN = MinUnseenWords(create='create the study with "Min unseen steps for a re-run"',
-                                    give='fill "Min unseen steps" on this form once',
-                                    leave_out='leave "Min unseen steps" empty')
+                                    give='fill "Min unseen steps for a re-run" on this form once',
+                                    leave_out='leave "Min unseen steps for a re-run" empty')
 
 
 def enable_schedule(

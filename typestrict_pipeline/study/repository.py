@@ -426,7 +426,7 @@ def _refuse_in_flight(engine: Engine, workspace: str, workflow: str) -> None:
     lock's insert stays the atomic check (a study created between the two is refused there).
 
     Raises:
-        ConflictError: a study holds the lock.
+        WorkflowBusyError: a study holds the lock.
     """
     with session_scope(engine) as s:
         other = s.execute(
@@ -434,8 +434,7 @@ def _refuse_in_flight(engine: Engine, workspace: str, workflow: str) -> None:
         ).scalar_one_or_none()
         if other is not None:
             st = s.get(StudyRow, other)
-            raise ConflictError(_conflict_message(workspace, workflow, other,
-                                                  st.state if st is not None else "in flight"))
+            raise WorkflowBusyError(workspace, workflow, other, st.state if st is not None else "in flight")
 
 
 def check_min_unseen_steps(value: int | None) -> None:
