@@ -1145,3 +1145,29 @@ def test_the_nav_marks_settings_usage_as_the_current_page_after_saving_the_budge
     assert "Saved." in page
     assert re.findall(r'<a href="([^"]+)" aria-current="page">', page) == ["/console/settings/usage"]
     b.close()
+
+
+@pytest.mark.parametrize(("url", "said"), [
+    ("/console/studies/999999", "expected a study with id '999999' in this workspace, got none. Check the address: "
+                                "the Backtests page lists this workspace's studies"),
+    ("/console/backtests/bt_nope", "expected a backtest with id 'bt_nope' in this workspace, got none. Check the "
+                                   "address: the Backtests page lists this workspace's backtests"),
+    ("/console/models/tr_0000000000000000", "expected a model with id 'tr_0000000000000000' in this workspace, got "
+                                            "none. Check the address: the Trainings page lists this workspace's "
+                                            "trainings, and a judged one links its result"),
+])
+def test_a_record_not_in_the_workspace_is_found_on_the_consoles_pages(
+        app: tuple[object, str, str], url: str, said: str) -> None:
+    """A study, backtest or model address that is not this workspace's (a mistyped id, another
+    workspace's link) said "Check the id (GET /v1/studies lists them) and that you use this
+    workspace's key": an API route and an API key, at a person signed in to a page. The console
+    says where its pages list them; the API's 404 keeps its own words (the same record missing)."""
+    b = Browser(app[0], app[1])
+    r = b.get(url)
+    assert r.status_code == 404 and r.headers["content-type"].startswith("text/html"), (url, r.text[:300])
+    shown = _shown(r)
+    assert said in shown and "/v1/" not in shown and "key" not in shown, shown[:3000]
+    api = b.get(url.replace("/console/", "/v1/"))
+    assert api.status_code == 404 and said.split(". Check")[0] in api.json()["error"]["message"], api.text
+    assert "lists them" in api.json()["error"]["message"] or "list them" in api.json()["error"]["message"]
+    b.close()

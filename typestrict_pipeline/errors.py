@@ -189,7 +189,39 @@ class StoreError(TypeStrictError, RuntimeError):
 
 
 class NotFoundError(StoreError, LookupError):
-    """A record that was asked for by id does not exist; the message names the id."""
+    """A record that was asked for by id does not exist; the message names the id.
+
+    A workspace's record looked up by a door (:meth:`in_workspace`) keeps what was missing apart
+    from how to find it, so each door says the finding in its own words (:meth:`at_door`): the
+    API names its list route, the console its pages.
+
+    >>> e = NotFoundError.in_workspace("study", "99", "Check the id (GET /v1/studies lists them)")
+    >>> str(e)
+    "expected a study with id '99' in this workspace, got none. Check the id (GET /v1/studies lists them)"
+    >>> e.at_door("Open it from the console's pages")
+    "expected a study with id '99' in this workspace, got none. Open it from the console's pages"
+    >>> e.what
+    'study'
+    >>> NotFoundError("gone").at_door("Open it from the console's pages")
+    'gone'
+    """
+
+    def __init__(self, message: str, *, missing: str | None = None, what: str | None = None) -> None:
+        super().__init__(message)
+        self.missing = missing
+        self.what = what
+
+    @classmethod
+    def in_workspace(cls, what: str, ident: object, find: str, *, cut: int = 40) -> NotFoundError:
+        """``what`` with id ``ident`` (shown cut to ``cut`` characters) is not in the caller's
+        workspace; ``find`` says how to find the right id at the door that raises it."""
+        missing = f"expected a {what} with id {str(ident)[:cut]!r} in this workspace, got none"
+        return cls(f"{missing}. {find}", missing=missing, what=what)
+
+    def at_door(self, find: str) -> str:
+        """The message with ``find`` as what to do (a door whose reader cannot use the raising
+        door's advice); the message itself when it was not built by :meth:`in_workspace`."""
+        return f"{self.missing}. {find}" if self.missing is not None else str(self)
 
 
 class LookAheadError(TypeStrictError, RuntimeError):

@@ -134,9 +134,8 @@ def _object(backtest_id: str) -> str:
 
 
 def _not_found(backtest_id: str) -> NotFoundError:
-    return NotFoundError(
-        f"expected a backtest with id {backtest_id[:40]!r} in this workspace, got none. Check the "
-        "id (GET /v1/backtests lists them) and that you use this workspace's key")
+    return NotFoundError.in_workspace(
+        "backtest", backtest_id, "Check the id (GET /v1/backtests lists them) and that you use this workspace's key")
 
 
 def check_backtest(engine: Engine, home: Path, workspace: str, req: BacktestRequest) -> CheckedBacktest:

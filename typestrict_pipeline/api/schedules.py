@@ -12,9 +12,8 @@ from typestrict_pipeline.values import row_id
 
 
 def _not_found(schedule_id: object) -> NotFoundError:
-    return NotFoundError(
-        f"expected a schedule with id {str(schedule_id)[:40]!r} in this workspace, got none. List "
-        "them with GET /v1/schedules, and use this workspace's key")
+    return NotFoundError.in_workspace(
+        "schedule", schedule_id, "List them with GET /v1/schedules, and use this workspace's key")
 
 
 def parse_schedule_id(text: str) -> int:

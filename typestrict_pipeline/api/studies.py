@@ -112,10 +112,8 @@ def estimate_study(engine: Engine, config: StudyConfig) -> StudyEstimate:
 
 
 def _not_found(study_id: object) -> NotFoundError:
-    return NotFoundError(
-        f"expected a study with id {str(study_id)[:40]!r} in this workspace, got none. Check the id "
-        "(GET /v1/studies lists them) and that you use this workspace's key"
-    )
+    return NotFoundError.in_workspace(
+        "study", study_id, "Check the id (GET /v1/studies lists them) and that you use this workspace's key")
 
 
 def parse_study_id(text: str) -> int:

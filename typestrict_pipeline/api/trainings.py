@@ -216,10 +216,8 @@ def _already_submitted(training_id: str, words: TrainingWords = API_WORDS) -> Co
 
 
 def _not_found(what: str, ident: str) -> NotFoundError:
-    return NotFoundError(
-        f"expected a {what} with id {ident[:200]!r} in this workspace, got none. Check the id "
-        f"(list them with the API) and that you use this workspace's key"
-    )
+    return NotFoundError.in_workspace(
+        what, ident, "Check the id (list them with the API) and that you use this workspace's key", cut=200)
 
 
 DATASET_FIELD = "field 'dataset.path'"

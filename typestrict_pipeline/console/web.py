@@ -44,7 +44,7 @@ from starlette.formparsers import MultiPartException
 
 from typestrict_pipeline.api.errors import ApiError, status_for
 from typestrict_pipeline.console.sessions import ConsoleSession, csrf_matches, session_for
-from typestrict_pipeline.errors import InputError, TypeStrictError
+from typestrict_pipeline.errors import InputError, NotFoundError, TypeStrictError
 from typestrict_pipeline.refund.metrics import GAIN_FORMULA
 from typestrict_pipeline.study.tables import state_text
 
@@ -69,6 +69,31 @@ the API's own words point to its schema, which a person at a form has no use for
 
 LINKS_FIX = "Use the links of the console"
 """What to do about a console address that is not one of its pages, or a query it does not take."""
+
+FIND_ON_PAGES = {
+    "study": "Check the address: the Backtests page lists this workspace's studies",
+    "backtest": "Check the address: the Backtests page lists this workspace's backtests",
+    "schedule": "Check the address: a study's page shows its schedule",
+    "model": "Check the address: the Trainings page lists this workspace's trainings, and a "
+             "judged one links its result",
+}
+"""How a person at the console finds a record's right address, by what was not found (the API's
+404 names its list routes instead: :meth:`~typestrict_pipeline.errors.NotFoundError.at_door`)."""
+
+
+def for_console(exc: TypeStrictError) -> str:
+    """The text of a refusal as a console page shows it: a record not found in the workspace
+    says where the console lists it (the API's words name routes a person at a page cannot use);
+    any other refusal as raised.
+
+    >>> for_console(NotFoundError.in_workspace("study", "9", "Check the id (GET /v1/studies lists them)"))
+    "expected a study with id '9' in this workspace, got none. Check the address: the Backtests page lists this workspace's studies"
+    >>> for_console(InputError("a date", "'x'", "Write 2026-01-01"))
+    "expected a date, got 'x'. Write 2026-01-01."
+    """
+    if isinstance(exc, NotFoundError) and exc.what in FIND_ON_PAGES:
+        return exc.at_door(FIND_ON_PAGES[exc.what])
+    return str(exc)
 
 
 class SignInRequired(Exception):
@@ -391,7 +416,7 @@ class ConsoleRoute(APIRoute):
                 return not_a_page(request)
             except TypeStrictError as exc:
                 status, _ = status_for(exc)
-                return error_page(request, status, _TITLES.get(status, "Error"), str(exc))
+                return error_page(request, status, _TITLES.get(status, "Error"), for_console(exc))
 
         return handler
 
