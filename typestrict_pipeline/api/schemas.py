@@ -12,7 +12,7 @@ the rule every stored text follows.
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
@@ -426,6 +426,25 @@ class ScheduleOut(BaseModel):
 
 class SchedulesOut(BaseModel):
     schedules: list[ScheduleOut]
+
+
+class PromoteIn(Strict):
+    """``POST /v1/studies/{id}/promote`` takes no field: no body, or ``{}`` (any field is refused,
+    as in every request body)."""
+
+
+class PromoteOut(BaseModel):
+    """What "Promote winner" did, through the evaluation gate (the keys of ``typestrict study
+    promote --json``): ``promoted`` is ``"version"`` (the winner changed prompts: its version,
+    ``version_id``, is now the active one in the workspace) or ``"parameters"`` (it changed only
+    parameters: ``params`` now apply to the workflow's configuration in the workspace);
+    ``message`` is the gate's sentence and what was done."""
+
+    study_id: int
+    promoted: Literal["version", "parameters"]
+    version_id: str | None
+    params: dict[str, Any]
+    message: str
 
 
 class LineageOut(BaseModel):

@@ -27,6 +27,7 @@ from typestrict_pipeline.api.runs import (
     dagster_unavailable,
     unstarted,
 )
+from typestrict_pipeline.api.schemas import PromoteOut
 from typestrict_pipeline.errors import LimitError, NotFoundError
 from typestrict_pipeline.store import session_scope
 from typestrict_pipeline.study import repository as repo
@@ -259,6 +260,25 @@ def cancel_study(engine: Engine, runs: DagsterRuns, workspace: str, study_id: in
     return check_study(engine, workspace, row.id)
 
 
+def promote_study(engine: Engine, workspace: str, study_id: int) -> PromoteOut:
+    """Promote the winner of the workspace's study (:func:`typestrict_pipeline.study.promote.promote_winner`,
+    what ``typestrict study promote`` calls) without a backend: the gate reads the study's stored
+    baseline holdout run and no model is called, so the request never waits on one.
+
+    Raises:
+        NotFoundError: not a study of this workspace.
+        ConflictError: not finished, no holdout score, the gate refused, or a study whose
+            promotion needs the operator (no stored baseline run; prompts on the operator's own
+            setup), each with why.
+    """
+    from typestrict_pipeline.study.promote import promote_winner, promoted_kind
+
+    row = check_study(engine, workspace, study_id)
+    res = promote_winner(engine, row.id)
+    return PromoteOut(study_id=row.id, promoted=promoted_kind(res), version_id=res.version_id,
+                      params=dict(res.params), message=res.message)
+
+
 __all__ = [
     "StudyEstimate",
     "cancel_study",
@@ -269,6 +289,7 @@ __all__ = [
     "list_studies",
     "money_text",
     "parse_study_id",
+    "promote_study",
     "settle_unstarted",
     "study_form_config",
     "study_run",

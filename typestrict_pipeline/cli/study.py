@@ -12,6 +12,12 @@
   ``promote STUDY_ID``. ``list`` first ends as ``Interrupted`` the studies whose process died;
   ``cancel`` works on any study that has not ended (pending, running, failed, interrupted); an
   ended one is refused (exit 2) with how it ended: nothing to cancel.
+* ``promote STUDY_ID [--json]``: the winner through the evaluation gate, then the normal
+  activation path (``study.promote.promote_winner``, what ``POST /v1/studies/{id}/promote`` and
+  the console's "Promote winner" call). The gate reads the study's stored baseline holdout run;
+  only for a study without one is the study's backend built and the active version run on the
+  holdout (a metered backtest outside the study's budget). ``--json``: ``study_id``,
+  ``promoted`` (``version`` or ``parameters``), ``version_id``, ``params``, ``message``, ``wrote``.
 
 Dagster is imported only by ``run``.
 """

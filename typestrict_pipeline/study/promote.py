@@ -32,7 +32,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from sqlalchemy import Engine, select
@@ -300,7 +300,7 @@ def promote_winner(
                            f"activate; applied {params} to the configuration of {workflow}.")
 
 
-def promoted_kind(result: PromotionResult) -> str:
+def promoted_kind(result: PromotionResult) -> Literal["version", "parameters"]:
     """What promoting did, as the CLI's ``--json`` and the API's answer say it: ``"version"``
     (a version was activated) or ``"parameters"`` (parameters applied to the configuration)."""
     return "version" if result.kind is PromotionKind.ACTIVATED_VERSION else "parameters"
@@ -350,6 +350,50 @@ def _activate_prompts(engine: Engine, studied: Any, workspace: str,
     variant = studied.variant(params=params or None, prompts=prompts)
     activate_version(engine, workspace=workspace, workflow=variant)
     return str(variant.version_id)
+
+
+def promotion_shown(engine: Engine, study_id: int) -> str | None:
+    """What promoting this study's winner did, read back from the store for the page shown after
+    it (the console's POST-redirect-GET): the gate's sentence (from the stored runs: no model is
+    called) and what is in force now: the winner's parameters applied to the workflow's
+    configuration by this study, or the winner's version active in the workspace. None when the
+    gate does not pass on the stored runs or what the winner would have done is not in force
+    (a later promotion replaced it)."""
+    from typestrict_pipeline.backtest.store import active_version_id
+
+    try:
+        gate = evaluation_gate(engine, study_id)
+    except ConflictError:
+        return None
+    if not gate.passed:
+        return None
+    with session_scope(engine) as s:
+        study = repo.get_study(s, study_id)
+        cand = s.get(CandidateRow, study.winner_candidate_id)
+        if cand is None:
+            return None
+        params, prompts = dict(cand.params_json), dict(cand.prompts_json)
+        workspace, workflow = study.workspace, study.workflow
+        config = dict(study.config_json.get("backend", {}))
+        applied = s.get(WorkflowParamsRow, (workspace, workflow))
+        if applied is not None and applied.study_id == study_id and dict(applied.params_json) == params:
+            return (f"{gate.message} The winner changed only parameters: nothing to activate; "
+                    f"{params} apply to the configuration of {workflow} in this workspace.")
+    if not prompts:
+        return None
+    try:
+        studied = _studied_workflow(study_id, config, lambda: None)
+    except ConflictError:
+        return None
+    if studied is None:
+        return None
+    changed = {k: v for k, v in prompts.items() if studied.prompts.get(k) != v}
+    if not changed:
+        return None
+    vid = str(studied.variant(params=params or None, prompts=changed).version_id)
+    if active_version_id(engine, workspace=workspace, workflow=workflow) != vid:
+        return None
+    return f"{gate.message} Version {vid} of {workflow} is the active one in this workspace."
 
 
 def workflow_params(engine: Engine, workspace: str, workflow: str) -> dict[str, Any]:

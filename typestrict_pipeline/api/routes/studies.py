@@ -20,6 +20,8 @@ from typestrict_pipeline.api.schemas import (
     ErrorBody,
     EstimateOut,
     LineageOut,
+    PromoteIn,
+    PromoteOut,
     ScheduleIn,
     ScheduleOut,
     SchedulesOut,
@@ -34,6 +36,7 @@ from typestrict_pipeline.api.studies import (
     launch_study,
     list_studies,
     parse_study_id,
+    promote_study,
     settle_unstarted,
     study_form_config,
     study_run,
@@ -131,6 +134,17 @@ def get_study(study_id: StudyId, ctx: Ctx, workspace: Workspace) -> StudyOut:
 def cancel(study_id: StudyId, ctx: Ctx, workspace: Workspace) -> StudyOut:
     """Cancel a study; what ran is kept and ranked."""
     return _study_out(ctx, cancel_study(ctx.engine, ctx.runs, workspace, parse_study_id(study_id)))
+
+
+@router.post("/studies/{study_id}/promote", response_model=PromoteOut, responses={409: {"model": ErrorBody}})
+def promote(study_id: StudyId, ctx: Ctx, workspace: Workspace, body: PromoteIn | None = None) -> PromoteOut:
+    """"Promote winner": the winner of a finished study (Finished or Budget reached, with a
+    holdout score) through the evaluation gate, then the normal activation path: a winner that
+    changed prompts becomes the workflow's active version in this workspace; one that changed
+    only parameters applies them to the workflow's configuration. The gate compares it with the
+    baseline holdout run the study stored (no model is called). A refusal of the gate, a study
+    that has not finished or has no holdout score is a 409 with why. No body, or ``{}``."""
+    return promote_study(ctx.engine, workspace, parse_study_id(study_id))
 
 
 @router.get("/studies/{study_id}/leaderboard")
