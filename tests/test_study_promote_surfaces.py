@@ -21,6 +21,7 @@ from sqlalchemy import func, select
 
 from typestrict_pipeline.api import create_app
 from typestrict_pipeline.api.keys import create_api_key
+from typestrict_pipeline.clients.standin import StandinServer
 from typestrict_pipeline.store import open_store, session_scope
 from typestrict_pipeline.study.promote import workflow_params
 from typestrict_pipeline.study.repository import LastBacktest
@@ -80,6 +81,31 @@ def _params(url: str, workspace: str, workflow: str) -> dict[str, Any]:
         engine.dispose()
 
 
+def _worse_unless_terse(request: Any) -> Any:
+    """A model that answers 0.5 to the workflow's own prompt and the stand-in forecaster's rule
+    to a prompt without "Today:" (the terse one): a prompt change that wins."""
+    from typestrict_pipeline.backtest.workflows.weather import standin_probability
+    from typestrict_pipeline.clients.standin import StandinReply
+
+    prompt = " ".join(str(m.get("content", "")) for m in request.messages)
+    return StandinReply(text="0.50" if "Today:" in prompt else f"{standin_probability(prompt):.2f}")
+
+
+def _prompt_study(url: str, base_url: str) -> int:
+    """A study of seattle_rain (the registry's workflow, its model at ``base_url``) whose only
+    candidate changes the forecast prompt."""
+    from typestrict_pipeline.backtest.workflows import default_registry
+    from typestrict_pipeline.backtest.workflows.weather import DEMO_MODEL
+    prompt = default_registry().active("seattle_rain").prompts["forecast"]
+    terse = prompt.replace(" Today: {today_mm:.1f} mm,", "")
+    backend = {"backend": "engine", "setup": "typestrict_pipeline.study.setups:registered_workflow", "max_in_flight": 8,
+               "setup_args": {"workflow": "seattle_rain", "dataset": "seattle_weather", "base_url": base_url,
+                              "model": DEMO_MODEL}}
+    return _study(url, _config("acme", "seattle_rain", [], space=SearchSpace(prompts={"forecast": [terse]}),
+                               start=dt.datetime(2013, 1, 2, tzinfo=UTC), end=dt.datetime(2014, 1, 1, tzinfo=UTC),
+                               tune_steps=20, eval_steps=20, holdout_steps=200, backend=backend))
+
+
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
     """The app on a store with, in workspace acme: a study whose winner beats the baseline
@@ -97,14 +123,17 @@ def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
         "unscored": _study(url, _config("acme", "wv", [0.5, 0.6], budget_micro=1_000)),
         "theirs": _study(url, _config("other", "wx", [0.55, 0.62])),
     }
+    model = StandinServer(_worse_unless_terse, model_name="standin-forecaster").start()
+    studies["prompted"] = _prompt_study(url, model.base_url)
     app = create_app(url, tmp_path / "home", jev_source=pages.JEV)
     loop = asyncio.new_event_loop()
     lifespan = app.router.lifespan_context(app)
     loop.run_until_complete(lifespan.__aenter__())
     browsers = {ws: pages.Browser(app, key) for ws, key in keys.items()}
     try:
-        yield {"url": url, "b": browsers["acme"], "other": browsers["other"], "keys": keys, **studies}
+        yield {"url": url, "b": browsers["acme"], "other": browsers["other"], "keys": keys, "model": model, **studies}
     finally:
+        model.stop()
         for b in browsers.values():
             b.close()
         loop.run_until_complete(lifespan.__aexit__(None, None, None))
@@ -198,3 +227,34 @@ def test_promote_winner_on_the_study_page_says_what_it_did_or_why_not(world: dic
     for word in pages.CONSOLE_NOT_API_WORDS:
         assert word not in refused.group(1), word
     assert _params(url, "acme", "wy") == {}
+
+
+def test_a_winner_that_changed_prompts_becomes_the_active_version_and_no_model_is_asked(
+        world: dict[str, Any]) -> None:
+    """The normal activation path, from the API and the console alike, on the registry's
+    seattle_rain: the winner's version becomes the workspace's active one. The model server the
+    study ran on gets no request: the gate reads the stored baseline run."""
+    from typestrict_pipeline.backtest.store import active_version_id
+
+    url, sid, model = world["url"], world["prompted"], world["model"]
+    asked, before = len(model.requests), _spent(url, sid)
+    r = _promote(world, sid)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["promoted"] == "version" and out["version_id"] and out["params"] == {}
+    assert out["message"].startswith("Gate passed") and out["message"].endswith(
+        f"Activated version {out['version_id']} of seattle_rain.")
+    engine = open_store(url)
+    try:
+        assert active_version_id(engine, workspace="acme", workflow="seattle_rain") == out["version_id"]
+        assert active_version_id(engine, workspace="other", workflow="seattle_rain") is None
+    finally:
+        engine.dispose()
+    assert len(model.requests) == asked and _spent(url, sid) == before
+    r = world["b"].form(f"/console/studies/{sid}/promote", {})
+    assert r.status_code == 303, r.text
+    page = html.unescape(world["b"].get(r.headers["location"].partition("#")[0]).text)
+    said = re.search(r'id="promote-result" tabindex="-1">(.*?)</p>', page, re.S)
+    assert said is not None and said.group(1).endswith(
+        f"Version {out['version_id']} of seattle_rain is the active one in this workspace.")
+    assert len(model.requests) == asked
