@@ -83,6 +83,7 @@ API_ROUTES = [
     ("GET", "/v1/studies/{}/lineage", None, "study"),
     ("POST", "/v1/studies/{}/schedule", {"cadence": "1d", "owner": "bo@example.com"}, "study"),
     ("POST", "/v1/studies/{}/cancel", None, "study"),
+    ("POST", "/v1/studies/{}/promote", None, "study"),
     ("GET", "/v1/schedules/{}", None, "schedule"),
     ("POST", "/v1/schedules/{}/cancel", {"by": "bo@example.com"}, "schedule"),
 ]
@@ -117,6 +118,7 @@ def test_only_the_canonical_spelling_names_a_study_or_a_schedule_in_the_console(
             "page": b.get(f"/console/studies/{spelling}"),
             "state": b.get(f"/console/studies/{spelling}/state"),
             "cancel": b.form(f"/console/studies/{spelling}/cancel", {}),
+            "promote": b.form(f"/console/studies/{spelling}/promote", {}),
             "schedule": b.form(f"/console/studies/{spelling}/schedule",
                                {"rerun": "on", "cadence": "1d", "owner": "bo@example.com"}),
             "cancel schedule": b.form(f"/console/schedules/{spelling}/cancel", {}),

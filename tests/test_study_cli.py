@@ -11,7 +11,7 @@ from typestrict_pipeline.cli import main
 
 RUN = ["study", "run", "wx", "--synthetic", "--new-store", "--start", "2012-01-01", "--end", "2012-12-01",
        "--folds", "2", "--tune-steps", "20", "--eval-steps", "20", "--holdout-steps", "20",
-       "--grid", "skill=0.5,0.6,0.55"]
+       "--grid", "skill=0.5,0.8,0.55"]
 
 
 def test_study_cli_refuses_without_limits_then_runs_and_shows_the_leaderboard(
@@ -42,6 +42,12 @@ def test_study_cli_refuses_without_limits_then_runs_and_shows_the_leaderboard(
     assert listed[3].split()[-8:-3] == ["demo", "wx", "Budget", "reached", "Max"]
     assert main(["study", "promote", "1"]) == 0
     assert "nothing to activate" in capsys.readouterr().out
+    # --json: the API's answer's keys (POST /v1/studies/{id}/promote), plus what it wrote
+    assert main(["study", "promote", "1", "--json"]) == 0
+    said = json.loads(capsys.readouterr().out)
+    assert {k: said[k] for k in ("study_id", "promoted", "version_id")} == {
+        "study_id": 1, "promoted": "parameters", "version_id": None}
+    assert set(said["params"]) == {"skill"} and said["message"].startswith("Gate passed") and "wrote" in said
     assert main(["study", "leaderboard", "99"]) == 2
     assert "expected an existing study id, got 99" in capsys.readouterr().err
     assert main(["study", "cancel", "1"]) == 2  # it has ended: nothing to cancel (lifecycle's reaper)

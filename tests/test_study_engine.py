@@ -210,3 +210,78 @@ def test_spend_never_exceeds_the_budget_even_when_the_estimate_is_far_too_low(
     board = load_leaderboard(engine, out.study_id)
     assert out.state == StudyState.BUDGET_REACHED
     assert board.spend_micro is not None and 0 < board.spend_micro <= budget
+
+
+def _run_rows(engine: object, sid: int) -> tuple[int, int]:
+    """The study's window runs and its spend (micro-USD)."""
+    from sqlalchemy import func, select
+
+    from typestrict_pipeline.store import session_scope
+    from typestrict_pipeline.study.tables import RunRow, StudyRow
+
+    with session_scope(engine) as s:  # type: ignore[arg-type]
+        runs = int(s.execute(select(func.count()).select_from(RunRow).where(RunRow.study_id == sid)).scalar_one())
+        row = s.get(StudyRow, sid)
+        assert row is not None
+        return runs, int(row.spend_micro or 0)
+
+
+def test_the_gate_reads_the_stored_baseline_run_with_the_numbers_a_new_run_gives(sqlite_url: str) -> None:
+    """The gate compared the winner with the active version by running the studied version's
+    defaults on the holdout again (unreserved, uncharged, unbounded in time). The study already
+    ran and costed that run (its baseline): the gate now reads it, and on the engine's
+    deterministic stand-in model its numbers are those the new run gives, to the last digit."""
+    from typestrict_pipeline.study.promote import evaluation_gate
+    from typestrict_pipeline.study.runner import CandidateSpec
+
+    engine = open_store(sqlite_url)
+    out = create_and_run_study(engine, _weather_config(SearchSpace(grid={"threshold": [0.3, 0.7]})),
+                               last_backtest=LastBacktest(cost_micro=3_000, steps=100))
+    assert out.state == StudyState.FINISHED and out.holdout_score is not None
+    before = _run_rows(engine, out.study_id)
+    stored = evaluation_gate(engine, out.study_id)  # no backend: nothing can be run
+    assert _run_rows(engine, out.study_id) == before
+    rerun = evaluation_gate(engine, out.study_id, study_backend(engine, out.study_id), CandidateSpec(0, 0, {}, {}))
+    assert stored == rerun and stored.active_score is not None and stored.lower_bound is not None
+
+
+def test_promoting_a_winner_calls_no_model_and_costs_nothing(sqlite_url: str) -> None:
+    """Promotion through the stored baseline run: the backend runs no window (its calls are
+    unchanged), the study's runs and spend are unchanged; the CLI's lazy backend is not even built."""
+    engine = open_store(sqlite_url)
+    backend = SyntheticBackend(noise=0.05)
+    sid = create_study_from_config(engine, _synthetic(SearchSpace(grid={"skill": [0.55, 0.62]})))
+    run_study_local(engine, sid, backend)
+    calls, before = len(backend.calls), _run_rows(engine, sid)
+    res = promote_winner(engine, sid, backend)
+    assert res.gate.passed and res.kind == PromotionKind.APPLIED_PARAMETERS
+    assert len(backend.calls) == calls and _run_rows(engine, sid) == before
+    built: list[int] = []
+    again = promote_winner(engine, sid, build_backend=lambda: built.append(1) or backend)  # type: ignore[func-returns-value]
+    assert built == [] and again.gate == res.gate and len(backend.calls) == calls
+
+
+def test_a_study_without_a_stored_baseline_run_needs_a_backend_to_promote(sqlite_url: str) -> None:
+    """A study from before the baseline was scored (here: its baseline run removed) has nothing
+    stored to compare with: without a backend (the API, the console) it is refused with how to
+    promote it; with one (the CLI) the active version is run on the holdout, as before."""
+    from sqlalchemy import delete
+
+    from typestrict_pipeline.store import session_scope
+    from typestrict_pipeline.study import repository as repo
+    from typestrict_pipeline.study.tables import RunRow
+
+    engine = open_store(sqlite_url)
+    backend = SyntheticBackend(noise=0.05)
+    sid = create_study_from_config(engine, _synthetic(SearchSpace(grid={"skill": [0.55, 0.62]})))
+    run_study_local(engine, sid, backend)
+    with session_scope(engine) as s:
+        s.execute(delete(RunRow).where(RunRow.study_id == sid,
+                                       RunRow.candidate_id == repo.BASELINE_CANDIDATE_ID))
+    with pytest.raises(ConflictError, match=f"expected the baseline's holdout run of study {sid}"):
+        promote_winner(engine, sid)
+    assert workflow_params(engine, "demo", "wx") == {}
+    calls = len(backend.calls)
+    res = promote_winner(engine, sid, build_backend=lambda: backend)
+    assert res.gate.passed and len(backend.calls) == calls + 1
+    assert workflow_params(engine, "demo", "wx") == {"skill": 0.62}

@@ -12,7 +12,7 @@ the rule every stored text follows.
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
@@ -413,19 +413,6 @@ class StudyOut(BaseModel):
     window_runs_planned: int = 0
 
 
-class PromotionOut(BaseModel):
-    """What "Promote winner" did: ``kind`` ``ACTIVATED_VERSION`` (the winner changed prompts:
-    ``version_id`` is now the active version) or ``APPLIED_PARAMETERS`` (it changed only
-    parameters: ``params`` are now the workflow's configuration); ``message`` says it in words,
-    the evaluation gate's numbers first."""
-
-    study_id: int
-    kind: str
-    params: dict[str, Any]
-    version_id: str | None
-    message: str
-
-
 class ScheduleIn(Strict):
     cadence: Annotated[str, Field(min_length=1, max_length=20)] = "1d"
     owner: Annotated[str, Field(min_length=3, max_length=200)]
@@ -446,6 +433,25 @@ class ScheduleOut(BaseModel):
 
 class SchedulesOut(BaseModel):
     schedules: list[ScheduleOut]
+
+
+class PromoteIn(Strict):
+    """``POST /v1/studies/{id}/promote`` takes no field: no body, or ``{}`` (any field is refused,
+    as in every request body)."""
+
+
+class PromoteOut(BaseModel):
+    """What "Promote winner" did, through the evaluation gate (the keys of ``typestrict study
+    promote --json``): ``promoted`` is ``"version"`` (the winner changed prompts: its version,
+    ``version_id``, is now the active one in the workspace) or ``"parameters"`` (it changed only
+    parameters: ``params`` now apply to the workflow's configuration in the workspace);
+    ``message`` is the gate's sentence and what was done."""
+
+    study_id: int
+    promoted: Literal["version", "parameters"]
+    version_id: str | None
+    params: dict[str, Any]
+    message: str
 
 
 class LineageOut(BaseModel):

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import Engine
 
@@ -27,6 +27,7 @@ from typestrict_pipeline.api.runs import (
     dagster_unavailable,
     unstarted,
 )
+from typestrict_pipeline.api.schemas import PromoteOut
 from typestrict_pipeline.errors import ConflictError, LimitError, NotFoundError
 from typestrict_pipeline.store import session_scope
 from typestrict_pipeline.study import repository as repo
@@ -39,9 +40,6 @@ from typestrict_pipeline.study.limits import (
 from typestrict_pipeline.study.service import StudyConfig, candidate_validator, lookup_last_backtest
 from typestrict_pipeline.study.tables import StudyRow, StudyState
 from typestrict_pipeline.values import row_id
-
-if TYPE_CHECKING:
-    from typestrict_pipeline.study.promote import PromotionResult
 
 
 @dataclass(frozen=True)
@@ -276,22 +274,23 @@ def cancel_study(engine: Engine, runs: DagsterRuns, workspace: str, study_id: in
     return check_study(engine, workspace, row.id)
 
 
-def promote_study(engine: Engine, workspace: str, study_id: int) -> PromotionResult:
-    """The leaderboard's "Promote winner" (the console's button, ``POST /v1/studies/{id}/promote``),
-    what ``typestrict study promote`` does: the winner through the evaluation gate, then the
-    normal activation path (a version with changed prompts is activated; a winner that changed
-    only parameters applies them to the workflow's configuration). ``message`` says which.
+def promote_study(engine: Engine, workspace: str, study_id: int) -> PromoteOut:
+    """Promote the winner of the workspace's study (:func:`typestrict_pipeline.study.promote.promote_winner`,
+    what ``typestrict study promote`` calls) without a backend: the gate reads the study's stored
+    baseline holdout run and no model is called, so the request never waits on one.
 
     Raises:
         NotFoundError: not a study of this workspace.
-        ConflictError: no winner, no holdout score, not ended, or the gate refused it (its
-            message says why).
+        ConflictError: not finished, no holdout score, the gate refused, or a study whose
+            promotion needs the operator (no stored baseline run; prompts on the operator's own
+            setup), each with why.
     """
-    from typestrict_pipeline.study.promote import promote_winner
-    from typestrict_pipeline.study.service import study_backend
+    from typestrict_pipeline.study.promote import promote_winner, promoted_kind
 
     row = check_study(engine, workspace, study_id)
-    return promote_winner(engine, row.id, study_backend(engine, row.id))
+    res = promote_winner(engine, row.id)
+    return PromoteOut(study_id=row.id, promoted=promoted_kind(res), version_id=res.version_id,
+                      params=dict(res.params), message=res.message)
 
 
 __all__ = [

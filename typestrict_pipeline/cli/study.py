@@ -12,6 +12,12 @@
   ``promote STUDY_ID``. ``list`` first ends as ``Interrupted`` the studies whose process died;
   ``cancel`` works on any study that has not ended (pending, running, failed, interrupted); an
   ended one is refused (exit 2) with how it ended: nothing to cancel.
+* ``promote STUDY_ID [--json]``: the winner through the evaluation gate, then the normal
+  activation path (``study.promote.promote_winner``, what ``POST /v1/studies/{id}/promote`` and
+  the console's "Promote winner" call). The gate reads the study's stored baseline holdout run;
+  only for a study without one is the study's backend built and the active version run on the
+  holdout (a metered backtest outside the study's budget). ``--json``: ``study_id``,
+  ``promoted`` (``version`` or ``parameters``), ``version_id``, ``params``, ``message``, ``wrote``.
 
 Dagster is imported only by ``run``.
 """
@@ -378,12 +384,14 @@ def _delete(args: argparse.Namespace) -> int:
 
 
 def _promote(args: argparse.Namespace) -> int:
-    from typestrict_pipeline.study.promote import promote_winner
+    from typestrict_pipeline.study.promote import promote_winner, promoted_kind
     from typestrict_pipeline.study.service import study_backend
 
     sid = args.study_id
     engine = _engine(args)
-    res = promote_winner(engine, sid, study_backend(engine, sid))
+    # The gate reads the study's stored baseline holdout run; the backend is built (and the
+    # active version run on the holdout) only for a study without one.
+    res = promote_winner(engine, sid, build_backend=lambda: study_backend(engine, sid))
     with session_scope(engine) as s:
         row = repo.get_study(s, sid)
         workspace, workflow = row.workspace, row.workflow
@@ -394,7 +402,8 @@ def _promote(args: argparse.Namespace) -> int:
         wrote = Wrote(f"the winner's parameters of study {sid} {json.dumps(dict(res.params), default=str)} "
                       f"as the configuration of {workflow} in workspace {workspace}", (f"{workspace}/{workflow}",),
                       store=shown_store(store_url(args)))
-    _say(args, res.message, wrote, study_id=sid, message=res.message)
+    _say(args, res.message, wrote, study_id=sid, promoted=promoted_kind(res), version_id=res.version_id,
+         params=dict(res.params), message=res.message)
     return 0
 
 

@@ -7,9 +7,15 @@
   decorrelation span (``inference.holdout_test``), with the persistence measured over the
   study's candidates carried into the SE. Point estimates alone never promote; neither does a
   winner whose search period was unstable (a leader's edge changed: ``study.stability``) or
-  whose difference from the active version changed during the holdout. The
-  active version is run once on the holdout for this comparison (a metered backtest, not part
-  of the study's budget). No holdout score (budget reached, cancelled) means no promotion.
+  whose difference from the active version changed during the holdout. The active version's
+  holdout scores are the study's own **baseline holdout run** (``runner._score_baseline``: the
+  studied version's default parameters and prompts on the same holdout, already run, costed and
+  charged to the study), read from the store: promoting calls no model. Only a study without a
+  complete baseline run (made before the baseline existed, or whose baseline run was cut) runs
+  the active version once on the holdout for the comparison (a metered backtest outside the
+  study's budget), and only where a backend is given (the operator's CLI); the API and the
+  console refuse such a study with how to promote it. No holdout score (budget reached,
+  cancelled) means no promotion.
 * **A winner that changed prompts** is a new workflow version: it is activated with the backtest
   area's ``activate_version`` (the normal activation path; the active version of the workflow in
   the workspace becomes the winner's).
@@ -24,9 +30,9 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from sqlalchemy import Engine, select
@@ -83,9 +89,46 @@ class PromotionResult:
     message: str
 
 
-def evaluation_gate(engine: Engine, study_id: int, backend: StudyBackend,
-                    active: CandidateSpec) -> GateResult:
-    """Score ``active`` (the active version) on the study's holdout; compare with the winner's."""
+def stored_baseline_scores(engine: Engine, study_id: int) -> dict[str, float] | None:
+    """The per-step holdout scores of the study's baseline run (the studied version's default
+    parameters and prompts, ``runner.BASELINE``), or None when the study has no complete one
+    (a study from before the baseline was scored on the holdout, or a baseline run cut short)."""
+    from typestrict_pipeline.study.tables import RunState
+
+    with session_scope(engine) as s:
+        run = s.execute(select(RunRow).where(
+            RunRow.study_id == study_id, RunRow.candidate_id == repo.BASELINE_CANDIDATE_ID,
+            RunRow.fold == repo.HOLDOUT_FOLD, RunRow.window == WindowKind.HOLDOUT.value,
+        )).scalar_one_or_none()
+        if run is None or run.state != RunState.DONE.value:
+            return None
+        return {str(t): float(v) for t, v in (run.scores_json or [])}
+
+
+def no_stored_baseline(study_id: int) -> ConflictError:
+    """Why a study without a stored baseline run cannot be promoted where no model may be called
+    (the API, the console)."""
+    return ConflictError(
+        f"expected the baseline's holdout run of study {study_id} (the active version on the same "
+        "holdout window, scored with the study) to compare its winner with, got none: the study "
+        "was made before the baseline was scored, or its baseline run was cut short. Run the study "
+        f"again, or ask the operator to promote it (typestrict study promote {study_id} runs the "
+        "active version on the holdout first)")
+
+
+def evaluation_gate(engine: Engine, study_id: int, backend: StudyBackend | None = None,
+                    active: CandidateSpec | None = None) -> GateResult:
+    """Compare the winner's holdout scores with the active version's on the same holdout.
+
+    The active version's scores are the study's stored baseline holdout run
+    (:func:`stored_baseline_scores`) when it is complete and ``active`` is None (the default
+    version: the baseline's spec). Otherwise ``active`` (default: the studied version's default
+    parameters and prompts) is run on the holdout with ``backend``.
+
+    Raises:
+        ConflictError: the study is not finished or has no holdout score; or it has no stored
+            baseline run and no ``backend`` is given (:func:`no_stored_baseline`).
+    """
     with session_scope(engine) as s:
         study = repo.get_study(s, study_id)
         state = StudyState(study.state)
@@ -104,12 +147,18 @@ def evaluation_gate(engine: Engine, study_id: int, backend: StudyBackend,
             RunRow.fold == repo.HOLDOUT_FOLD, RunRow.window == WindowKind.HOLDOUT.value,
         )).scalar_one_or_none()
         won = {str(t): float(v) for t, v in ((run.scores_json or []) if run else [])}
+    stored = stored_baseline_scores(engine, study_id) if active is None else None
+    if stored is not None:
+        act = stored
+    else:
+        if backend is None:
+            raise no_stored_baseline(study_id)
+        out = backend.run_window(active or CandidateSpec(0, 0, {}, {}), layout.holdout,
+                                 WindowKind.HOLDOUT, seal_at=None,
+                                 should_stop=lambda cost, steps: False)
+        act = {str(t): float(v) for t, v in out.scores}
     board = load_leaderboard(engine, study_id)
     skip = holdout_skip(board.decorrelation_span, layout.horizon_steps, layout.embargo_steps)
-    h = layout.holdout
-    out = backend.run_window(active, h, WindowKind.HOLDOUT, seal_at=None,
-                             should_stop=lambda cost, steps: False)
-    act = {str(t): float(v) for t, v in out.scores}
     if not act:
         return GateResult(False, winner_score, None,
                           "The active version has no score on the holdout window; not promoted.")
@@ -177,24 +226,42 @@ def gate_decision(winner: Mapping[str, float], active: Mapping[str, float], *, s
 def promote_winner(
     engine: Engine,
     study_id: int,
-    backend: StudyBackend,
+    backend: StudyBackend | None = None,
     *,
     active: CandidateSpec | None = None,
     activate: Any = None,
+    build_backend: Callable[[], StudyBackend] | None = None,
 ) -> PromotionResult:
-    """Promote the winner of ``study_id`` (see the module docstring).
+    """Promote the winner of ``study_id`` (see the module docstring): the one implementation the
+    CLI, the API and the console call.
 
     Args:
         engine: the store.
         study_id: a finished study with a holdout score.
-        backend: the study's backend (runs the active version on the holdout for the gate).
-        active: the active version as a candidate (default: the studied version's defaults).
-        activate: ``activate(workflow_variant)`` for prompt changes; default: the backtest area's
-            ``activate_version`` on the engine backend's workflow.
+        backend: the study's backend, if the caller has one. Without a complete stored baseline
+            run (or with ``active``), the gate runs the active version on the holdout with it.
+        active: the active version as a candidate (default: the studied version's defaults,
+            whose holdout scores the study stored with its baseline run).
+        activate: ``activate(params, prompts)`` for prompt changes; default: the backtest area's
+            ``activate_version`` on the studied workflow's variant.
+        build_backend: builds the backend only if it is needed (the CLI:
+            ``lambda: study_backend(engine, study_id)``). With neither ``backend`` nor
+            ``build_backend`` (the API, the console) no model is ever called: a study without
+            a stored baseline run is refused (:func:`no_stored_baseline`), and a prompt change
+            is activated on the registered workflow the study names.
 
     Raises:
-        ConflictError: the study is not finished, has no holdout score, or the gate refused.
+        ConflictError: the study is not finished, has no holdout score, the gate refused, or
+            (without a backend) the active version's holdout scores or the studied workflow
+            cannot be had without building the study's backend.
     """
+    made: list[StudyBackend] = [] if backend is None else [backend]
+
+    def the_backend() -> StudyBackend | None:
+        if not made and build_backend is not None:
+            made.append(build_backend())
+        return made[0] if made else None
+
     with session_scope(engine) as s:
         study = repo.get_study(s, study_id)
         if study.winner_candidate_id is None:
@@ -204,13 +271,16 @@ def promote_winner(
         assert cand is not None
         params, prompts = dict(cand.params_json), dict(cand.prompts_json)
         workspace, workflow = study.workspace, study.workflow
-    gate = evaluation_gate(engine, study_id, backend,
-                           active or CandidateSpec(0, 0, {}, {}))
+        config = dict(study.config_json.get("backend", {}))
+    needs_run = active is not None or stored_baseline_scores(engine, study_id) is None
+    gate = evaluation_gate(engine, study_id, the_backend() if needs_run else None, active)
     if not gate.passed:
         raise ConflictError(gate.message)
-    prompts = {k: v for k, v in prompts.items() if _base_prompts(backend).get(k) != v}
+    studied = _studied_workflow(study_id, config, the_backend) if prompts else None
+    base = dict(studied.prompts) if studied is not None else {}
+    prompts = {k: v for k, v in prompts.items() if base.get(k) != v}
     if prompts:
-        variant = _activate_prompts(engine, backend, workspace, params, prompts, activate)
+        variant = _activate_prompts(engine, studied, workspace, params, prompts, activate)
         with session_scope(engine) as s:  # the activated version carries the winner's parameters
             old = s.get(WorkflowParamsRow, (workspace, workflow))
             if old is not None:
@@ -230,28 +300,100 @@ def promote_winner(
                            f"activate; applied {params} to the configuration of {workflow}.")
 
 
-def _base_prompts(backend: StudyBackend) -> dict[str, str]:
+def promoted_kind(result: PromotionResult) -> Literal["version", "parameters"]:
+    """What promoting did, as the CLI's ``--json`` and the API's answer say it: ``"version"``
+    (a version was activated) or ``"parameters"`` (parameters applied to the configuration)."""
+    return "version" if result.kind is PromotionKind.ACTIVATED_VERSION else "parameters"
+
+
+REGISTERED_SETUP = "typestrict_pipeline.study.setups:registered_workflow"
+"""The setup of a study on a workflow of the code location's registry (the CLI's and the API's
+studies): its workflow is read from the registry, with no data loaded and no model server."""
+
+
+def _studied_workflow(study_id: int, config: Mapping[str, Any],
+                      the_backend: Callable[[], StudyBackend | None]) -> Any:
+    """The workflow version a study ran (``backtest.workflow.Workflow``), or None for a synthetic
+    study: from the registry for a registered workflow, else from the study's backend (built only
+    where the caller allows it)."""
     from typestrict_pipeline.study.backends import EngineBackend
 
-    if isinstance(backend, EngineBackend):
-        return dict(backend.setup.workflow.prompts)
-    return {}
+    if config.get("backend", "synthetic") == "synthetic":
+        return None
+    args = config.get("setup_args")
+    if config.get("setup") == REGISTERED_SETUP and isinstance(args, Mapping):
+        from typestrict_pipeline.backtest.workflows import default_registry
+        from typestrict_pipeline.errors import NotFoundError
+
+        try:
+            return default_registry().get(str(args["workflow"]), args.get("version_id"))
+        except NotFoundError as exc:  # the study exists: its version's code is what is missing
+            raise ConflictError(str(exc)) from None
+    backend = the_backend()
+    if backend is None:
+        raise ConflictError(
+            f"expected study {study_id} on a workflow of this deployment's registry to activate "
+            "its winner's prompts, got a study on the operator's own setup. Ask the operator to "
+            f"promote it (typestrict study promote {study_id})")
+    return backend.setup.workflow if isinstance(backend, EngineBackend) else None
 
 
-def _activate_prompts(engine: Engine, backend: StudyBackend, workspace: str,
+def _activate_prompts(engine: Engine, studied: Any, workspace: str,
                       params: Mapping[str, Any], prompts: Mapping[str, str], activate: Any) -> str:
-    from typestrict_pipeline.study.backends import EngineBackend
-
     if activate is not None:
         return str(activate(params, prompts))
-    if not isinstance(backend, EngineBackend):
+    if studied is None:
         raise ConflictError("expected a study on a real workflow to activate a prompt change, got "
                             "a synthetic one. Promote winners of workflow studies only.")
     from typestrict_pipeline.backtest.store import activate_version
 
-    variant = backend.setup.workflow.variant(params=params or None, prompts=prompts)
+    variant = studied.variant(params=params or None, prompts=prompts)
     activate_version(engine, workspace=workspace, workflow=variant)
     return str(variant.version_id)
+
+
+def promotion_shown(engine: Engine, study_id: int) -> str | None:
+    """What promoting this study's winner did, read back from the store for the page shown after
+    it (the console's POST-redirect-GET): the gate's sentence (from the stored runs: no model is
+    called) and what is in force now: the winner's parameters applied to the workflow's
+    configuration by this study, or the winner's version active in the workspace. None when the
+    gate does not pass on the stored runs or what the winner would have done is not in force
+    (a later promotion replaced it)."""
+    from typestrict_pipeline.backtest.store import active_version_id
+
+    try:
+        gate = evaluation_gate(engine, study_id)
+    except ConflictError:
+        return None
+    if not gate.passed:
+        return None
+    with session_scope(engine) as s:
+        study = repo.get_study(s, study_id)
+        cand = s.get(CandidateRow, study.winner_candidate_id)
+        if cand is None:
+            return None
+        params, prompts = dict(cand.params_json), dict(cand.prompts_json)
+        workspace, workflow = study.workspace, study.workflow
+        config = dict(study.config_json.get("backend", {}))
+        applied = s.get(WorkflowParamsRow, (workspace, workflow))
+        if applied is not None and applied.study_id == study_id and dict(applied.params_json) == params:
+            return (f"{gate.message} The winner changed only parameters: nothing to activate; "
+                    f"{params} apply to the configuration of {workflow} in this workspace.")
+    if not prompts:
+        return None
+    try:
+        studied = _studied_workflow(study_id, config, lambda: None)
+    except ConflictError:
+        return None
+    if studied is None:
+        return None
+    changed = {k: v for k, v in prompts.items() if studied.prompts.get(k) != v}
+    if not changed:
+        return None
+    vid = str(studied.variant(params=params or None, prompts=changed).version_id)
+    if active_version_id(engine, workspace=workspace, workflow=workflow) != vid:
+        return None
+    return f"{gate.message} Version {vid} of {workflow} is the active one in this workspace."
 
 
 def workflow_params(engine: Engine, workspace: str, workflow: str) -> dict[str, Any]:

@@ -20,7 +20,8 @@ from typestrict_pipeline.api.schemas import (
     ErrorBody,
     EstimateOut,
     LineageOut,
-    PromotionOut,
+    PromoteIn,
+    PromoteOut,
     ScheduleIn,
     ScheduleOut,
     SchedulesOut,
@@ -135,15 +136,15 @@ def cancel(study_id: StudyId, ctx: Ctx, workspace: Workspace) -> StudyOut:
     return _study_out(ctx, cancel_study(ctx.engine, ctx.runs, workspace, parse_study_id(study_id)))
 
 
-@router.post("/studies/{study_id}/promote", response_model=PromotionOut, responses={409: {"model": ErrorBody}})
-def promote(study_id: StudyId, ctx: Ctx, workspace: Workspace) -> PromotionOut:
-    """The leaderboard's "Promote winner": the winner through the evaluation gate, then the
-    normal activation path (a winner that changed only parameters applies them to the
-    configuration instead). A 409 says why not (no holdout score, the gate refused it...)."""
-    sid = parse_study_id(study_id)
-    res = promote_study(ctx.engine, workspace, sid)
-    return PromotionOut(study_id=sid, kind=res.kind.value, params=dict(res.params),
-                        version_id=res.version_id, message=for_customers(res.message))
+@router.post("/studies/{study_id}/promote", response_model=PromoteOut, responses={409: {"model": ErrorBody}})
+def promote(study_id: StudyId, ctx: Ctx, workspace: Workspace, body: PromoteIn | None = None) -> PromoteOut:
+    """"Promote winner": the winner of a finished study (Finished or Budget reached, with a
+    holdout score) through the evaluation gate, then the normal activation path: a winner that
+    changed prompts becomes the workflow's active version in this workspace; one that changed
+    only parameters applies them to the workflow's configuration. The gate compares it with the
+    baseline holdout run the study stored (no model is called). A refusal of the gate, a study
+    that has not finished or has no holdout score is a 409 with why. No body, or ``{}``."""
+    return promote_study(ctx.engine, workspace, parse_study_id(study_id))
 
 
 @router.get("/studies/{study_id}/leaderboard")

@@ -303,18 +303,26 @@ def _study_context(request: Request, session: ConsoleSession, study_id: str,
         "lineage": entries, "lineage_summary": summarize(entries) if entries else None,
         "lineage_text": lineage_text(ctx.engine, str(row.id)) if entries else None,
         "usd": format_usd, "finished": row.state in (StudyState.FINISHED, StudyState.BUDGET_REACHED),
-        "promotable": row.state in (StudyState.FINISHED, StudyState.BUDGET_REACHED)
-        and board.winner_candidate_id is not None,
+        "promotable": (row.state in (StudyState.FINISHED, StudyState.BUDGET_REACHED)
+                       and row.winner_candidate_id is not None and row.holdout_score is not None),
     }
 
 
 @router.get("/studies/{study_id}")
-def study_page(study_id: StudyId, request: Request, session: Session, page: str | None = None) -> Response:
-    """A study: its leaderboard (header, chart, table), cancel, the schedule, the lineage.
+def study_page(study_id: StudyId, request: Request, session: Session, page: str | None = None,
+               promoted: str | None = None) -> Response:
+    """A study: its leaderboard (header, chart, table, "Promote winner"), cancel, the schedule,
+    the lineage.
 
     The table lists :data:`TOP_K` candidates a page (``?page=N``, 1 by default: the top ranks),
-    the winner on every page, and sums up the others in its last row."""
-    return render(request, "study.html", _study_context(request, session, study_id, page))
+    the winner on every page, and sums up the others in its last row. ``?promoted=1`` (where
+    "Promote winner" leads) adds what the promotion did, read back from the store."""
+    context = _study_context(request, session, study_id, page)
+    if promoted is not None:
+        from typestrict_pipeline.study.promote import promotion_shown
+
+        context["promoted_note"] = promotion_shown(get_ctx(request).engine, context["row"].id)
+    return render(request, "study.html", context)
 
 
 @router.get("/studies/{study_id}/state")
@@ -335,13 +343,14 @@ def cancel_study(study_id: StudyId, request: Request, session: Posted) -> Respon
 
 
 @router.post("/studies/{study_id}/promote")
-def promote_winner(study_id: StudyId, request: Request, session: Posted) -> Response:
-    """The leaderboard's "Promote winner" (``POST /v1/studies/{id}/promote``): the page again,
-    saying what promoting did, or why the winner was not promoted (the same words)."""
+def promote_study(study_id: StudyId, request: Request, session: Posted) -> Response:
+    """The leaderboard's "Promote winner" (``POST /v1/studies/{id}/promote``): through the
+    evaluation gate, then the normal activation path. Done: back to the study page, which says
+    what was done (a reload does not promote again); refused (the gate, or a study that cannot be
+    promoted): the page with why, focused."""
     ctx = get_ctx(request)
-    sid = studies_core.parse_study_id(study_id)
     try:
-        done = studies_core.promote_study(ctx.engine, session.workspace_id, sid)
+        studies_core.promote_study(ctx.engine, session.workspace_id, studies_core.parse_study_id(study_id))
     except TypeStrictError as exc:
         status = status_for(exc)[0]
         if status == 404:
@@ -349,9 +358,7 @@ def promote_winner(study_id: StudyId, request: Request, session: Posted) -> Resp
         context = _study_context(request, session, study_id)
         context.update(promote_error=for_customers(str(exc)))
         return render(request, "study.html", context, status=status)
-    context = _study_context(request, session, study_id)
-    context.update(promoted=for_customers(done.message))
-    return render(request, "study.html", context)
+    return redirect(f"{PREFIX}/studies/{study_id}?promoted=1#promote-result", request)
 
 
 @router.post("/studies/{study_id}/schedule")
