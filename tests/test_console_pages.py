@@ -610,19 +610,13 @@ def test_the_trainings_page_shows_fifty_a_page_newest_first(app: tuple[object, s
 
 def test_the_backtests_page_reaches_every_run_card_and_study(app: tuple[object, str, str], sqlite_url: str) -> None:
     """It showed the 50 newest backtests and studies and no way to an older one."""
-    from typestrict_pipeline.backtest import PointInTimeTable, Workflow, run_backtest
     from typestrict_pipeline.backtest.store import save_backtest
     from typestrict_pipeline.study.form import StudyForm, study_config
     from typestrict_pipeline.study.service import create_study_from_config
 
-    day = dt.timedelta(days=1)
-    t0 = dt.datetime(2021, 1, 1, tzinfo=dt.UTC)
-    wf = Workflow("sign", lambda c: 1, lambda c: 1, lambda d, o, c: 1.0, ("t",), day, "the value on the next day")
-    data = PointInTimeTable("t", event_time=[t0 + i * day for i in range(5)],
-                            known_time=[t0 + (i + 1) * day for i in range(5)], columns={"v": [1.0] * 5})
     engine = open_store(sqlite_url)
     try:
-        result = run_backtest(wf, data=data, start=t0 + day, end=t0 + 3 * day, step=day)
+        result = _tiny_backtest("sign")
         made = [save_backtest(engine, result, workspace="acme") for _ in range(53)]
         form: dict[str, Any] = {"start": "2012-01-01", "end": "2012-12-01", "tune_steps": 20, "eval_steps": 20,
                                 "holdout_steps": 20, "grid": ["skill=0.5,0.6"], "max_candidates": 2,
@@ -858,18 +852,11 @@ def test_a_backtest_that_ends_while_its_page_is_open_takes_its_cancel_button_wit
     polling but "Cancel the backtest", outside it, stayed: pressing it answered 409 "Conflict …
     It has ended already". Now the poll that finds the run ended reloads the page (as a study's
     state line does), and the page of an ended backtest has no cancel button."""
-    from typestrict_pipeline.backtest import PointInTimeTable, Workflow, run_backtest
     from typestrict_pipeline.backtest.store import save_backtest
 
-    day = dt.timedelta(days=1)
-    t0 = dt.datetime(2021, 1, 1, tzinfo=dt.UTC)
-    wf = Workflow("ends", lambda c: 1, lambda c: 1, lambda d, o, c: 1.0, ("t",), day, "the value on the next day")
-    data = PointInTimeTable("t", event_time=[t0 + i * day for i in range(5)],
-                            known_time=[t0 + (i + 1) * day for i in range(5)], columns={"v": [1.0] * 5})
     engine = open_store(sqlite_url)
     try:
-        ended = save_backtest(engine, run_backtest(wf, data=data, start=t0 + day, end=t0 + 3 * day, step=day),
-                              workspace="acme")
+        ended = save_backtest(engine, _tiny_backtest("ends"), workspace="acme")
     finally:
         engine.dispose()
     b = Browser(app[0], app[1])
@@ -882,23 +869,41 @@ def test_a_backtest_that_ends_while_its_page_is_open_takes_its_cancel_button_wit
     b.close()
 
 
+def _tiny_backtest(name: str) -> Any:
+    """A finished backtest of workflow ``name`` over two days of a five-row table (in process)."""
+    from typestrict_pipeline.backtest import PointInTimeTable, Workflow, run_backtest
+
+    day = dt.timedelta(days=1)
+    t0 = dt.datetime(2021, 1, 1, tzinfo=dt.UTC)
+    wf = Workflow(name, lambda c: 1, lambda c: 1, lambda d, o, c: 1.0, ("t",), day, "the value on the next day")
+    data = PointInTimeTable("t", event_time=[t0 + i * day for i in range(5)],
+                            known_time=[t0 + (i + 1) * day for i in range(5)], columns={"v": [1.0] * 5})
+    return run_backtest(wf, data=data, start=t0 + day, end=t0 + 3 * day, step=day)
+
+
+def _created_study(url: str) -> int:
+    """A study of workspace ``acme`` on the synthetic workflow, created (not run: it waits for its
+    run), two candidates."""
+    from typestrict_pipeline.study.form import StudyForm, study_config
+    from typestrict_pipeline.study.service import create_study_from_config
+
+    engine = open_store(url)
+    try:
+        return create_study_from_config(engine, study_config(StudyForm(
+            start="2012-01-01", end="2012-12-01", tune_steps=20, eval_steps=20, holdout_steps=20,
+            grid=["skill=0.5,0.6"], max_candidates=2, max_total_steps=1000, synthetic=True, workflow="wx",
+            workspace="acme")))
+    finally:
+        engine.dispose()
+
+
 def test_a_refused_form_comes_back_with_its_refusal_focused(app: tuple[object, str, str], sqlite_url: str) -> None:
     """A refused form's page came back at its top with the focus nowhere: the New study form is
     three screens down the Backtests page on a phone, so the person saw the page's top, no
     message, and their form below as they had left it. Every form's refusal is now the page's
     one ``autofocus`` (focusable, ``tabindex=-1``): the browser scrolls to it and a screen reader
     reads it first; the sign-in form keeps the focus in its key field, which names the refusal."""
-    from typestrict_pipeline.study.form import StudyForm, study_config
-    from typestrict_pipeline.study.service import create_study_from_config
-
-    engine = open_store(sqlite_url)
-    try:
-        study = create_study_from_config(engine, study_config(StudyForm(
-            start="2012-01-01", end="2012-12-01", tune_steps=20, eval_steps=20, holdout_steps=20,
-            grid=["skill=0.5,0.6"], max_candidates=2, max_total_steps=1000, synthetic=True, workflow="wx",
-            workspace="acme")))
-    finally:
-        engine.dispose()
+    study = _created_study(sqlite_url)
     b = Browser(app[0], app[1])
     made = b.form("/console/trainings", TRAINING, files={"dataset_file": ("reviews.csv", CSV.encode())})
     training = made.headers["location"]
@@ -1042,17 +1047,7 @@ def test_a_refused_schedule_form_shows_the_box_as_it_was_sent(app: tuple[object,
     ... ticked, got it empty" beside the box shown ticked: the page contradicted itself, and what
     the person had sent was not what it showed. The box comes back as it was sent, with the
     other fields as typed."""
-    from typestrict_pipeline.study.form import StudyForm, study_config
-    from typestrict_pipeline.study.service import create_study_from_config
-
-    engine = open_store(sqlite_url)
-    try:
-        study = create_study_from_config(engine, study_config(StudyForm(
-            start="2012-01-01", end="2012-12-01", tune_steps=20, eval_steps=20, holdout_steps=20,
-            grid=["skill=0.5,0.6"], max_candidates=2, max_total_steps=1000, synthetic=True, workflow="wx",
-            workspace="acme")))
-    finally:
-        engine.dispose()
+    study = _created_study(sqlite_url)
     b = Browser(app[0], app[1])
     for sent, ticked in (({}, False), ({"rerun": "on", "cadence": "sometimes"}, True)):
         r = b.post(f"/console/studies/{study}/schedule",
