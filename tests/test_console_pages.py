@@ -1166,3 +1166,23 @@ def test_a_record_not_in_the_workspace_is_found_on_the_consoles_pages(
     assert api.status_code == 404 and said.split(". Check")[0] in api.json()["error"]["message"], api.text
     assert "lists them" in api.json()["error"]["message"] or "list them" in api.json()["error"]["message"]
     b.close()
+
+
+def test_the_box_fields_are_the_checkboxes_of_the_consoles_forms() -> None:
+    """``BOX_FIELDS`` (the fields a repeated value is refused for in a box's own words, by
+    ``form_box``) is written by hand: it must name exactly the checkboxes the templates render,
+    or a new box sent twice would get the generic refusal and a stale name would skip the check."""
+    from importlib.resources import files
+
+    from typestrict_pipeline.console.web import BOX_FIELDS
+
+    templates = files("typestrict_pipeline.console") / "templates"
+    boxes = set()
+    for page in templates.iterdir():
+        if page.name.endswith(".html"):
+            for tag in re.findall(r"<input[^>]*>", page.read_text(encoding="utf-8")):
+                if 'type="checkbox"' in tag:
+                    name = re.search(r'name="([^"]+)"', tag)
+                    assert name is not None, (page.name, tag)
+                    boxes.add(name.group(1))
+    assert boxes == set(BOX_FIELDS)
