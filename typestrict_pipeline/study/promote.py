@@ -277,8 +277,7 @@ def promote_winner(
     if not gate.passed:
         raise ConflictError(gate.message)
     studied = _studied_workflow(study_id, config, the_backend) if prompts else None
-    base = dict(studied.prompts) if studied is not None else {}
-    prompts = {k: v for k, v in prompts.items() if base.get(k) != v}
+    prompts = _changed_prompts(studied, prompts)
     if prompts:
         variant = _activate_prompts(engine, studied, workspace, params, prompts, activate)
         with session_scope(engine) as s:  # the activated version carries the winner's parameters
@@ -338,6 +337,17 @@ def _studied_workflow(study_id: int, config: Mapping[str, Any],
     return backend.setup.workflow if isinstance(backend, EngineBackend) else None
 
 
+def _changed_prompts(studied: Any, prompts: Mapping[str, str]) -> dict[str, str]:
+    """The winner's prompts that differ from the studied version's (all of them for a synthetic
+    study, ``studied`` None): what makes the winner a new version to activate.
+
+    >>> _changed_prompts(None, {"forecast": "p"})
+    {'forecast': 'p'}
+    """
+    base = dict(studied.prompts) if studied is not None else {}
+    return {k: v for k, v in prompts.items() if base.get(k) != v}
+
+
 def _activate_prompts(engine: Engine, studied: Any, workspace: str,
                       params: Mapping[str, Any], prompts: Mapping[str, str], activate: Any) -> str:
     if activate is not None:
@@ -387,7 +397,7 @@ def promotion_shown(engine: Engine, study_id: int) -> str | None:
         return None
     if studied is None:
         return None
-    changed = {k: v for k, v in prompts.items() if studied.prompts.get(k) != v}
+    changed = _changed_prompts(studied, prompts)
     if not changed:
         return None
     vid = str(studied.variant(params=params or None, prompts=changed).version_id)
