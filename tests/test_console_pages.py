@@ -675,14 +675,7 @@ def test_the_budget_form_reads_the_whole_value_as_the_api_does(app: tuple[object
     refuses it, nothing saved."""
     import html
 
-    from typestrict_pipeline.reruns.decide import SubscriptionState
-    from typestrict_pipeline.reruns.workspace import set_workspace
-
-    engine = open_store(sqlite_url)
-    try:
-        set_workspace(engine, "acme", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=1)
-    finally:
-        engine.dispose()
+    _active_workspace(sqlite_url, usage_budget_micro_usd=1)
     b = Browser(app[0], app[1])
 
     def budget() -> int:
@@ -711,14 +704,7 @@ def test_a_field_sent_twice_is_refused_not_read_as_its_last_value(
     parameter); a second ``csrf_token`` replaced the first."""
     import html
 
-    from typestrict_pipeline.reruns.decide import SubscriptionState
-    from typestrict_pipeline.reruns.workspace import set_workspace
-
-    engine = open_store(sqlite_url)
-    try:
-        set_workspace(engine, "acme", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=7)
-    finally:
-        engine.dispose()
+    _active_workspace(sqlite_url, usage_budget_micro_usd=7)
     b = Browser(app[0], app[1])
     r = b.post("/console/settings/usage/budget", content=f"csrf_token={b.csrf}&{body}".encode(),
                headers={"Content-Type": "application/x-www-form-urlencoded"})
@@ -869,6 +855,19 @@ def test_a_backtest_that_ends_while_its_page_is_open_takes_its_cancel_button_wit
     b.close()
 
 
+def _active_workspace(url: str, *, usage_budget_micro_usd: int) -> None:
+    """Workspace ``acme`` with an active subscription and this usage budget (micro-USD)."""
+    from typestrict_pipeline.reruns.decide import SubscriptionState
+    from typestrict_pipeline.reruns.workspace import set_workspace
+
+    engine = open_store(url)
+    try:
+        set_workspace(engine, "acme", subscription=SubscriptionState.ACTIVE,
+                      usage_budget_micro_usd=usage_budget_micro_usd)
+    finally:
+        engine.dispose()
+
+
 def _tiny_backtest(name: str) -> Any:
     """A finished backtest of workflow ``name`` over two days of a five-row table (in process)."""
     from typestrict_pipeline.backtest import PointInTimeTable, Workflow, run_backtest
@@ -999,14 +998,7 @@ def test_the_budget_field_shows_the_budget_as_the_form_reads_it_back(
     ``5e-05``, and pressing "Set the budget" with the value as shown was refused ("expected a
     USD amount … got '5e-05'"); $50 showed as ``50.0``. The field shows the exact decimal now,
     which the form (and ``PUT /v1/workspaces/{id}/budget``) reads back to the same budget."""
-    from typestrict_pipeline.reruns.decide import SubscriptionState
-    from typestrict_pipeline.reruns.workspace import set_workspace
-
-    engine = open_store(sqlite_url)
-    try:
-        set_workspace(engine, "acme", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=1)
-    finally:
-        engine.dispose()
+    _active_workspace(sqlite_url, usage_budget_micro_usd=1)
     b = Browser(app[0], app[1])
     for typed, shown in (("0.00005", "0.00005"), ("50", "50"), ("12.345678", "12.345678")):
         assert b.post("/console/settings/usage/budget", data={"csrf_token": b.csrf, "budget_usd": typed}).status_code == 303
@@ -1126,14 +1118,7 @@ def test_the_nav_marks_settings_usage_as_the_current_page_after_saving_the_budge
         app: tuple[object, str, str], sqlite_url: str) -> None:
     """After "Set the budget" the page is Settings → Usage (at ``/console/settings/usage/saved``),
     but the nav marked no link as the current page (``aria-current``)."""
-    from typestrict_pipeline.reruns.decide import SubscriptionState
-    from typestrict_pipeline.reruns.workspace import set_workspace
-
-    engine = open_store(sqlite_url)
-    try:
-        set_workspace(engine, "acme", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=1)
-    finally:
-        engine.dispose()
+    _active_workspace(sqlite_url, usage_budget_micro_usd=1)
     b = Browser(app[0], app[1])
     saved = b.post("/console/settings/usage/budget", data={"csrf_token": b.csrf, "budget_usd": "2"})
     page = b.get(saved.headers["location"]).text
