@@ -406,16 +406,8 @@ def create_study(
             take_in(s, LeaseKind.STUDY, str(study.id), owner=owner)
         except IntegrityError:
             s.rollback()
-            other = s.execute(
-                select(LockRow.study_id).where(
-                    LockRow.workspace == workspace, LockRow.workflow == workflow
-                )
-            ).scalar_one_or_none()
-            state = "in flight"
-            if other is not None:
-                st = s.get(StudyRow, other)
-                state = st.state if st is not None else state
-            raise WorkflowBusyError(workspace, workflow, other, state) from None
+            raise _busy(s, workspace, workflow) or WorkflowBusyError(workspace, workflow, None,
+                                                                     "in flight") from None
         return study.id
 
 
@@ -429,12 +421,20 @@ def _refuse_in_flight(engine: Engine, workspace: str, workflow: str) -> None:
         WorkflowBusyError: a study holds the lock.
     """
     with session_scope(engine) as s:
-        other = s.execute(
-            select(LockRow.study_id).where(LockRow.workspace == workspace, LockRow.workflow == workflow)
-        ).scalar_one_or_none()
-        if other is not None:
-            st = s.get(StudyRow, other)
-            raise WorkflowBusyError(workspace, workflow, other, st.state if st is not None else "in flight")
+        busy = _busy(s, workspace, workflow)
+    if busy is not None:
+        raise busy
+
+
+def _busy(s: Session, workspace: str, workflow: str) -> WorkflowBusyError | None:
+    """The refusal naming the study that holds the workflow's lock (and its state), or None."""
+    other = s.execute(
+        select(LockRow.study_id).where(LockRow.workspace == workspace, LockRow.workflow == workflow)
+    ).scalar_one_or_none()
+    if other is None:
+        return None
+    st = s.get(StudyRow, other)
+    return WorkflowBusyError(workspace, workflow, other, st.state if st is not None else "in flight")
 
 
 def check_min_unseen_steps(value: int | None) -> None:
