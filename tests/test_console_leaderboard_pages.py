@@ -6,7 +6,6 @@ a finished study of the synthetic workflow built by the studies core's own runne
 
 from __future__ import annotations
 
-import asyncio
 import html
 import importlib.util
 import json
@@ -19,7 +18,6 @@ from typing import Any
 import pytest
 
 from bench.bench_console_leaderboard import build_study
-from typestrict_pipeline.api import create_app
 from typestrict_pipeline.api.keys import create_api_key
 from typestrict_pipeline.console.board_pages import TOP_K, board_page, chart_ranks
 from typestrict_pipeline.store import open_store
@@ -48,18 +46,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     key = create_api_key(engine, "acme").key
     engine.dispose()
     many, few = _study(url, MANY), _study(url, FEW)
-    app = create_app(url, root / "home", jev_source=pages.JEV)
-    loop = asyncio.new_event_loop()
-    lifespan = app.router.lifespan_context(app)
-    loop.run_until_complete(lifespan.__aenter__())
-    browser = pages.Browser(app, key)
-    try:
-        board = browser.get(f"/v1/studies/{many}/leaderboard").json()
-        yield {"browser": browser, "many": many, "few": few, "board": board}
-    finally:
-        browser.close()
-        loop.run_until_complete(lifespan.__aexit__(None, None, None))
-        loop.close()
+    with pages.running_app(url, root / "home") as app:
+        browser = pages.Browser(app, key)
+        try:
+            board = browser.get(f"/v1/studies/{many}/leaderboard").json()
+            yield {"browser": browser, "many": many, "few": few, "board": board}
+        finally:
+            browser.close()
 
 
 def _table(page: str) -> list[tuple[str, int, bool]]:

@@ -6,6 +6,7 @@ The browser checks are in ``test_console_browser.py``."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import hashlib
 import re
@@ -79,12 +80,20 @@ def app(tmp_path: Path, sqlite_url: str) -> Iterator[tuple[object, str, str]]:
     other = create_api_key(engine, "other").key
     CreditLedger(engine).grant("acme", 2, reference="tests")
     engine.dispose()
-    application = create_app(sqlite_url, tmp_path / "home", jev_source=JEV)
+    with running_app(sqlite_url, tmp_path / "home") as application:
+        yield application, acme, other
+
+
+@contextlib.contextmanager
+def running_app(url: str, home: Path) -> Iterator[object]:
+    """The real app on the store ``url`` and ``home``, its lifespan entered (startup checks,
+    background tasks) for as long as the block runs, and left after it."""
+    application = create_app(url, home, jev_source=JEV)
     loop = asyncio.new_event_loop()
     lifespan = application.router.lifespan_context(application)
     loop.run_until_complete(lifespan.__aenter__())
     try:
-        yield application, acme, other
+        yield application
     finally:
         loop.run_until_complete(lifespan.__aexit__(None, None, None))
         loop.close()

@@ -7,7 +7,6 @@ of the synthetic workflow run by the studies core's own runner, and the real ``t
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import datetime as dt
 import html
@@ -20,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from typestrict_pipeline.api import create_app
 from typestrict_pipeline.api.keys import create_api_key
 from typestrict_pipeline.cli import main
 from typestrict_pipeline.store import open_store
@@ -67,17 +65,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     reached = _study(url, "wx", 10_000, 2)  # cannot afford the holdout
     finished = _study(url, "wy", 1_000_000, 3)
     clear = _study(url, "wz", 1_000_000, 2, (0.5, 0.9))  # a winner far above the defaults (0.5)
-    app = create_app(url, root / "home", jev_source=pages.JEV)
-    loop = asyncio.new_event_loop()
-    lifespan = app.router.lifespan_context(app)
-    loop.run_until_complete(lifespan.__aenter__())
-    browser = pages.Browser(app, key)
-    try:
-        yield {"browser": browser, "key": key, "reached": reached, "finished": finished, "clear": clear, "url": url, "home": root}
-    finally:
-        browser.close()
-        loop.run_until_complete(lifespan.__aexit__(None, None, None))
-        loop.close()
+    with pages.running_app(url, root / "home") as app:
+        browser = pages.Browser(app, key)
+        try:
+            yield {"browser": browser, "key": key, "reached": reached, "finished": finished, "clear": clear,
+                   "url": url, "home": root}
+        finally:
+            browser.close()
 
 
 def _text(page: str) -> str:
