@@ -357,7 +357,7 @@ def test_the_estimate_screens_the_grid_as_creating_the_study_does(tmp_path: Path
         for grid, words in ((["threshold=abc"], "expected a number (like the default 0.5), got 'abc'"),
                             (["nope=1,2"], "a parameter of workflow 'seattle_rain'"),
                             (["threshold=5"], "expected a value in [0.0, 1.0], got 5"),
-                            (["threshold=0.4", "threshold=0.9"], "expected each parameter once in --grid, "
+                            (["threshold=0.4", "threshold=0.9"], "expected each parameter once in field 'grid', "
                                                                  "got threshold twice")):
             estimate = c.post("/v1/studies/estimate", json={**form, "grid": grid})
             created = c.post("/v1/studies", json={**form, "grid": grid})

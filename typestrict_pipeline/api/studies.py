@@ -31,6 +31,7 @@ from typestrict_pipeline.api.schemas import PromoteOut
 from typestrict_pipeline.errors import ConflictError, LimitError, NotFoundError
 from typestrict_pipeline.store import session_scope
 from typestrict_pipeline.study import repository as repo
+from typestrict_pipeline.study.form import API_SPACE, SpaceWords
 from typestrict_pipeline.study.limits import (
     NO_BACKTEST_MESSAGE,
     estimate_cost_micro,
@@ -162,10 +163,12 @@ def _object(study_id: int) -> str:
     return f"study:{study_id}"
 
 
-def study_form_config(home: Path, workspace: str, fields: Mapping[str, Any]) -> StudyConfig:
+def study_form_config(home: Path, workspace: str, fields: Mapping[str, Any], *,
+                      words: SpaceWords = API_SPACE) -> StudyConfig:
     """The study the form describes, for ``workspace``: its dataset named as the workspace may
     name it (built in, or registered by the workspace), its USD budget a JSON number or a
-    decimal string (never a binary float: :func:`money_text`)."""
+    decimal string (never a binary float: :func:`money_text`); its search space refused in the
+    door's ``words`` (the body's fields; the console passes its form's labels)."""
     from typestrict_pipeline.api import datasets
     from typestrict_pipeline.study.form import StudyForm, study_config
 
@@ -173,7 +176,7 @@ def study_form_config(home: Path, workspace: str, fields: Mapping[str, Any]) -> 
     values["dataset"] = datasets.resolve(home, workspace, str(values.get("dataset", "seattle_weather")))
     if values.get("budget_usd") is not None:
         values["budget_usd"] = money_text(values["budget_usd"])
-    return study_config(StudyForm(**values, workspace=workspace))
+    return study_config(StudyForm(**values, workspace=workspace), words=words)
 
 
 def money_text(value: object) -> str:
@@ -189,7 +192,7 @@ def money_text(value: object) -> str:
 
 
 def launch_study(engine: Engine, home: Path, runs: DagsterRuns, workspace: str,
-                 fields: Mapping[str, Any]) -> StudyRow:
+                 fields: Mapping[str, Any], *, words: SpaceWords = API_SPACE) -> StudyRow:
     """Create the study (refused as the form refuses it), then launch its ``study_job`` run on
     the Dagster instance: the run the UI launches, listed there, surviving an API restart.
 
@@ -203,7 +206,7 @@ def launch_study(engine: Engine, home: Path, runs: DagsterRuns, workspace: str,
     """
     from typestrict_pipeline.study.service import create_study_from_config
 
-    config = study_form_config(home, workspace, fields)
+    config = study_form_config(home, workspace, fields, words=words)
     try:
         study_id = create_study_from_config(engine, config)
     except repo.WorkflowBusyError as exc:  # how to cancel through this door, not the operator's

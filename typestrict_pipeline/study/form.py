@@ -1,4 +1,5 @@
-"""A study described as a form (the CLI's ``typestrict study run`` and ``study_job``'s launchpad).
+"""A study described as a form (the CLI's ``typestrict study run``, ``study_job``'s launchpad, the
+API's and the console's "new study" form).
 
 :class:`StudyForm` is what a person fills in: the workflow, workspace, search space (as the
 CLI writes it: ``NAME=V1,V2`` grids, ``NAME=LOW:HIGH`` random ranges, ``STEP=PATH`` prompt
@@ -42,6 +43,69 @@ STUDY_NAME_MAX_CHARS = 200
 
 
 @dataclass(frozen=True)
+class SpaceWords:
+    """How a door names the search space in a refusal of :func:`parse_space`: the CLI its flags
+    (``--grid skill``), the API its body's fields (``field 'grid.1'``, the JSON path its other
+    refusals show), the console its form's fields (``"Grid"``). The rules are one; the words are
+    the door's. Each text is a template: ``{key}`` the body's key (``grid``, ``random``),
+    ``{field}`` the door's name of it (:attr:`grid`, :attr:`random`), ``{i}`` an entry's position
+    (from 0), ``{entry}`` that entry, ``{name}`` a parameter, ``{param}`` one parameter of an
+    entry, ``{end}`` ``LOW`` or ``HIGH``, ``{text}`` an entry as it is written.
+
+    >>> CLI_SPACE.param("grid", 1, "skill"), API_SPACE.param("grid", 1, "skill"), CONSOLE_SPACE.param("grid", 1, "skill")
+    ('--grid skill', "skill in field 'grid.1'", 'skill in "Grid"')
+    >>> API_SPACE.example("random", "threshold=0.3:0.7")
+    '"random": ["threshold=0.3:0.7"]'
+    """
+
+    grid: str
+    """The grid as a whole: ``--grid``, ``field 'grid'``, ``"Grid"``."""
+    random: str
+    """The random ranges as a whole."""
+    entry: str
+    """One entry (``NAME=V1,V2`` or ``NAME=LOW:HIGH``) of ``{field}``."""
+    param_of: str
+    """One parameter (``{name}``) of an entry."""
+    bound: str
+    """``{end}`` of a random range's ``{param}``."""
+    write: str
+    """How ``{text}`` is written as an entry of ``{field}`` (a refusal's example)."""
+
+    def field(self, key: str) -> str:
+        """The door's name of the space's ``key`` (``grid``, ``random``)."""
+        return self.grid if key == "grid" else self.random
+
+    def at(self, key: str, i: int) -> str:
+        """The entry at position ``i`` of ``key``."""
+        return self.entry.format(key=key, field=self.field(key), i=i)
+
+    def param(self, key: str, i: int, name: str) -> str:
+        """Parameter ``name`` given by the entry at position ``i`` of ``key``."""
+        return self.param_of.format(key=key, field=self.field(key), entry=self.at(key, i), name=name)
+
+    def end(self, i: int, name: str, end: str) -> str:
+        """The ``LOW`` or ``HIGH`` end of the random range of ``name`` (entry ``i``)."""
+        return self.bound.format(param=self.param("random", i, name), end=end)
+
+    def example(self, key: str, text: str) -> str:
+        """``text`` written as an entry of ``key`` at this door."""
+        return self.write.format(key=key, field=self.field(key), text=text)
+
+
+CLI_SPACE = SpaceWords(grid="--grid", random="--random", entry="{field}", param_of="{field} {name}",
+                       bound="{param}'s {end}", write="{field} {text}")
+"""``typestrict study run``'s words (and the launchpad's, whose config takes the same entries)."""
+API_SPACE = SpaceWords(grid="field 'grid'", random="field 'random'", entry="field '{key}.{i}'",
+                       param_of="{name} in {entry}", bound="the {end} of {param}",
+                       write='"{key}": ["{text}"]')
+"""``POST /v1/studies`` and ``POST /v1/studies/estimate``: the body's fields (``StudyFormIn``)."""
+CONSOLE_SPACE = SpaceWords(grid='"Grid"', random='"Random ranges"', entry="a line of {field}",
+                           param_of="{name} in {field}", bound="the {end} of {param}",
+                           write="{text} as a line of {field}")
+"""The console's "new study" form: its fields' labels (one entry per line)."""
+
+
+@dataclass(frozen=True)
 class StudyForm:
     """The fields of the "new study" form (see the module docstring)."""
 
@@ -71,9 +135,10 @@ class StudyForm:
     standin_latency: float = 0.02
 
 
-def study_config(form: StudyForm) -> StudyConfig:
+def study_config(form: StudyForm, *, words: SpaceWords = CLI_SPACE) -> StudyConfig:
     """The study configuration a form describes (the engine on the workflow's active version,
-    or the synthetic workflow with ``synthetic``).
+    or the synthetic workflow with ``synthetic``); its search space refused in the door's
+    ``words`` (:class:`SpaceWords`).
 
     Raises:
         InputError: an unreadable time, step, search space or USD amount, or an unknown workflow.
@@ -88,7 +153,7 @@ def study_config(form: StudyForm) -> StudyConfig:
     check_text(form.dataset, "a dataset name", max_chars=128)
     if form.name is not None:  # the API's bound on the field (StudyFormIn.name): one rule
         check_text(form.name, "a study name", max_chars=STUDY_NAME_MAX_CHARS)
-    space = parse_space(form.grid, form.random, form.random_draws, form.seed, form.prompt_files)
+    space = parse_space(form.grid, form.random, form.random_draws, form.seed, form.prompt_files, words=words)
     space.check_size()  # counted from the sizes, before anything is built or stored
     backend: dict[str, Any]
     if form.synthetic:
@@ -146,9 +211,10 @@ def _value(text: str, what: str) -> Any:
 
 
 def grid_value(text: str, what: str) -> Any:
-    """A ``--grid`` value (CLI and API alike): :func:`typestrict_pipeline.values.command_value`,
-    the rule of every ``NAME=VALUE`` (JSON when it is JSON, else the text, which is stored; a
-    number that is not finite refused in every spelling), with a study's words for what to do.
+    """A grid value (every door; ``what`` names it in the door's words, :class:`SpaceWords`):
+    :func:`typestrict_pipeline.values.command_value`, the rule of every ``NAME=VALUE`` (JSON
+    when it is JSON, else the text, which is stored; a number that is not finite refused in
+    every spelling), with a study's words for what to do.
 
     >>> grid_value("0.5", "--grid skill"), grid_value("gpt-small", "--grid model")
     (0.5, 'gpt-small')
@@ -163,11 +229,13 @@ def grid_value(text: str, what: str) -> Any:
                                          'the word itself as text, quote it as JSON: "inf"')
 
 
-def _once(name: str, seen: Mapping[str, Any], flag: str, values: str) -> None:
+def _once(name: str, seen: Mapping[str, Any], key: str, values: str, words: SpaceWords) -> None:
     """Refuse a parameter given twice (the second would silently replace the first)."""
     if name in seen:
-        raise InputError(f"each parameter once in {flag}", f"{name} twice (the second {name}={shown(values, 60)})",
-                         f"give all of its values in one, e.g. {flag} {name}=V1,V2")
+        fix = (f"give all of its values in one, e.g. {words.example(key, f'{name}=V1,V2')}" if key == "grid"
+               else f"give its range once, e.g. {words.example(key, f'{name}=LOW:HIGH')}")
+        raise InputError(f"each parameter once in {words.field(key)}",
+                         f"{name} twice (the second {name}={shown(values, 60)})", fix)
 
 
 MAX_PROMPT_FILE_CHARS = MAX_PROMPT_CHARS
@@ -196,8 +264,10 @@ def _prompt_file(step: str, path: str) -> str:
 
 
 def parse_space(grid: list[str] | None, random: list[str] | None, draws: int, seed: int,
-                prompt_files: list[str] | None) -> SearchSpace:
-    """A search space from the command line's ``--grid``, ``--random`` and ``--prompt-file``.
+                prompt_files: list[str] | None, *, words: SpaceWords = CLI_SPACE) -> SearchSpace:
+    """A search space from ``NAME=V1,V2`` grid entries, ``NAME=LOW:HIGH`` random ranges and
+    ``STEP=PATH`` prompt files (the CLI's ``--grid``, ``--random`` and ``--prompt-file``; the
+    API's and the console's ``grid`` and ``random``), refused in the door's ``words``.
 
     >>> parse_space(["threshold=0.4,0.6"], ["k=1:5"], 2, 7, None).to_json()["grid"]
     {'threshold': [0.4, 0.6]}
@@ -205,34 +275,41 @@ def parse_space(grid: list[str] | None, random: list[str] | None, draws: int, se
     Traceback (most recent call last):
     ...
     typestrict_pipeline.errors.InputError: expected each parameter once in --grid, got threshold twice (the second threshold='0.9'). Give all of its values in one, e.g. --grid threshold=V1,V2.
+    >>> parse_space(["skill=0.5,nan"], None, 0, 0, None, words=API_SPACE)
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected skill in field 'grid.0' as a finite number, got 'nan'. Write a finite number (a study cannot try nan or infinity); to pass the word itself as text, quote it as JSON: "inf".
     """
     g: dict[str, list[Any]] = {}
-    for item in grid or []:
+    for i, item in enumerate(grid or []):
         name, sep, values = item.partition("=")
         if not sep or not values:
-            raise InputError("--grid as NAME=V1,V2,...", repr(item), "write e.g. --grid threshold=0.4,0.5")
-        name = parameter_name(name, "--grid")
-        parsed = [grid_value(v.strip(), f"--grid {name}") for v in values.split(",")]
-        _once(name, g, "--grid", values)
+            raise InputError(f"{words.at('grid', i)} as NAME=V1,V2,...", repr(item),
+                             f"write e.g. {words.example('grid', 'threshold=0.4,0.5')}")
+        name = parameter_name(name, words.at("grid", i))
+        parsed = [grid_value(v.strip(), words.param("grid", i, name)) for v in values.split(",")]
+        _once(name, g, "grid", values, words)
         g[name] = parsed
     r: dict[str, RandomParam] = {}
-    for item in random or []:
+    for i, item in enumerate(random or []):
         name, sep, rng = item.partition("=")
         low, colon, high = rng.partition(":")
         if not sep or not colon:
-            raise InputError("--random as NAME=LOW:HIGH", repr(item), "write e.g. --random threshold=0.3:0.7")
-        name = parameter_name(name, "--random")
-        what = f"--random {name}"
-        fix = "write two finite numbers, e.g. --random threshold=0.3:0.7"
+            raise InputError(f"{words.at('random', i)} as NAME=LOW:HIGH", repr(item),
+                             f"write e.g. {words.example('random', 'threshold=0.3:0.7')}")
+        name = parameter_name(name, words.at("random", i))
+        what = words.param("random", i, name)
+        fix = f"write two finite numbers, e.g. {words.example('random', 'threshold=0.3:0.7')}"
         for end, text in (("LOW", low.strip()), ("HIGH", high.strip())):
             if spells_non_finite(text):  # every spelling, as the grid's (JSON's NaN included)
-                raise InputError(f"{what}'s {end} as a finite number", shown(text), fix)
+                raise InputError(f"{words.end(i, name, end)} as a finite number", shown(text), fix)
         lo, hi = _value(low.strip(), what), _value(high.strip(), what)
-        _once(name, r, "--random", rng)
-        r[name] = RandomParam(number(lo, f"{what}'s LOW", fix=fix), number(hi, f"{what}'s HIGH", fix=fix),
+        _once(name, r, "random", rng, words)
+        r[name] = RandomParam(number(lo, words.end(i, name, "LOW"), fix=fix),
+                              number(hi, words.end(i, name, "HIGH"), fix=fix),
                               integer=type(lo) is int and type(hi) is int)
     prompts: dict[str, list[str]] = {}
-    for item in prompt_files or []:
+    for item in prompt_files or []:  # the CLI's and the launchpad's only (no API or console field)
         step, sep, path = item.partition("=")
         if not sep:
             raise InputError("--prompt-file as STEP=PATH", repr(item), "write e.g. --prompt-file forecast=alt.txt")

@@ -49,6 +49,7 @@ from typestrict_pipeline.console.web import (
     require_session,
 )
 from typestrict_pipeline.errors import InputError, TypeStrictError, for_customers
+from typestrict_pipeline.study.form import CONSOLE_SPACE
 from typestrict_pipeline.study.limits import format_usd
 from typestrict_pipeline.study.tables import StudyState
 
@@ -227,7 +228,8 @@ def _study_estimate(request: Request, session: ConsoleSession, form: FormData) -
     htmx = request.headers.get("hx-request") == "true"
     try:
         fields = _study_request(request, session, values)
-        config = studies_core.study_form_config(ctx.settings.home, session.workspace_id, fields)
+        config = studies_core.study_form_config(ctx.settings.home, session.workspace_id, fields,
+                                                 words=CONSOLE_SPACE)
         est = studies_core.estimate_study(ctx.engine, config)
         error = None
         text = est.form_text
@@ -254,7 +256,8 @@ def _create_study(request: Request, session: ConsoleSession, form: FormData) -> 
     values = _study_values(form)
     try:
         fields = _study_request(request, session, values)
-        row = studies_core.launch_study(ctx.engine, ctx.settings.home, ctx.runs, session.workspace_id, fields)
+        row = studies_core.launch_study(ctx.engine, ctx.settings.home, ctx.runs, session.workspace_id, fields,
+                                        words=CONSOLE_SPACE)
     except ValidationError as exc:
         return _page(request, session, study=values, study_error=validation_message(exc.errors(), fix=FORM_FIX), status=422)
     except TypeStrictError as exc:

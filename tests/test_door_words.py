@@ -1,0 +1,133 @@
+"""Each door speaks its own words: a refusal the core words once names the CLI's flag and command
+on the command line, the API's route and body field through ``/v1``, and the console's form field
+on its pages; never another door's (an API customer was told to pass ``--grid``). The real app in
+process (the console tests' ``running_app`` and ``Browser``) and the real ``typestrict``.
+"""
+
+from __future__ import annotations
+
+import html
+import importlib.util
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from typestrict_pipeline.api.keys import create_api_key
+from typestrict_pipeline.cli import main
+from typestrict_pipeline.store import open_store
+
+_PAGES = Path(__file__).with_name("test_console_pages.py")
+_spec = importlib.util.spec_from_file_location("console_pages_door_words", _PAGES)
+assert _spec is not None and _spec.loader is not None
+pages = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(pages)
+
+CLI_WORDS = re.compile(r"(?<![\w-])--[a-z]|typestrict [a-z]")
+"""A flag or a command of the CLI, in a message of another door."""
+
+
+@pytest.fixture
+def world(tmp_path: Path, sqlite_url: str) -> Iterator[dict[str, Any]]:
+    """The real app on a fresh store, a workspace ``acme`` signed in to the console, and the CLI's
+    home on the same store."""
+    engine = open_store(sqlite_url)
+    key = create_api_key(engine, "acme").key
+    engine.dispose()
+    home = tmp_path / "home"
+    with pytest.MonkeyPatch.context() as mp, pages.running_app(sqlite_url, home) as app:
+        mp.setenv("TYPESTRICT_HOME", str(home))
+        mp.setenv("TYPESTRICT_STORE_URL", sqlite_url)
+        mp.delenv("TYPESTRICT_DATASETS_DIR", raising=False)
+        browser = pages.Browser(app, key)
+        try:
+            yield {"browser": browser, "key": key, "home": home, "url": sqlite_url}
+        finally:
+            browser.close()
+
+
+def _api(world: dict[str, Any], path: str, body: dict[str, Any], status: int = 422) -> str:
+    b = world["browser"]
+    r = b.loop.run_until_complete(b.client.post(path, json=body, headers={"Authorization": f"Bearer {world['key']}"}))
+    assert r.status_code == status, (path, r.status_code, r.text[:500])
+    message: str = r.json()["error"]["message"]
+    assert not CLI_WORDS.search(message), message
+    return message
+
+
+def _console(world: dict[str, Any], route: str, data: dict[str, str]) -> str:
+    """The refusal the console's study form shows (its error paragraph), as a person reads it."""
+    r = world["browser"].form(route, data)
+    assert r.status_code == 422, (route, r.status_code, r.text[:500])
+    page = html.unescape(r.text)
+    found = re.search(r"expected [^<]*", page)
+    assert found is not None, page[:3000]
+    said = found.group(0)
+    assert not CLI_WORDS.search(said) and "field '" not in said and "/v1/" not in said, said
+    return said
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    capsys.readouterr()
+    assert main(list(argv)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("typestrict: expected "), err
+    return err
+
+
+# --- a study's search space: --grid / --random, the body's grid / random, the form's Grid / Random ranges -----------
+
+STUDY_BODY = {"workflow": "seattle_rain", "start": "2013-01-02", "end": "2015-12-31", "tune_steps": 60,
+              "eval_steps": 30, "holdout_steps": 60, "folds": 2, "max_candidates": 5, "max_total_steps": 100_000}
+STUDY_ARGV = ["study", "run", "seattle_rain", "--start", "2013-01-02", "--end", "2015-12-31", "--tune-steps", "60",
+              "--eval-steps", "30", "--holdout-steps", "60", "--folds", "2", "--max-candidates", "5",
+              "--max-total-steps", "100000"]
+
+SPACE_CASES = [
+    # (grid entries, random entries, the CLI's words, the API's, the console's)
+    (["threshold=0.4,nan"], [], "expected --grid threshold as a finite number, got 'nan'",
+     "expected threshold in field 'grid.0' as a finite number, got 'nan'",
+     'expected threshold in "Grid" as a finite number, got \'nan\''),
+    (["threshold"], [], "expected --grid as NAME=V1,V2,..., got 'threshold'. Write e.g. --grid threshold=0.4,0.5.",
+     "expected field 'grid.0' as NAME=V1,V2,..., got 'threshold'. Write e.g. \"grid\": [\"threshold=0.4,0.5\"].",
+     "expected a line of \"Grid\" as NAME=V1,V2,..., got 'threshold'. Write e.g. threshold=0.4,0.5 as a line of "
+     "\"Grid\"."),
+    (["threshold=0.4", "threshold=0.9"], [],
+     "expected each parameter once in --grid, got threshold twice (the second threshold='0.9'). Give all of its "
+     "values in one, e.g. --grid threshold=V1,V2.",
+     "expected each parameter once in field 'grid', got threshold twice (the second threshold='0.9'). Give all of "
+     "its values in one, e.g. \"grid\": [\"threshold=V1,V2\"].",
+     "expected each parameter once in \"Grid\", got threshold twice (the second threshold='0.9'). Give all of its "
+     "values in one, e.g. threshold=V1,V2 as a line of \"Grid\"."),
+    ([], ["threshold=-inf:1"],
+     "expected --random threshold's LOW as a finite number, got '-inf'. Write two finite numbers, e.g. --random "
+     "threshold=0.3:0.7.",
+     "expected the LOW of threshold in field 'random.0' as a finite number, got '-inf'. Write two finite numbers, "
+     "e.g. \"random\": [\"threshold=0.3:0.7\"].",
+     "expected the LOW of threshold in \"Random ranges\" as a finite number, got '-inf'. Write two finite numbers, "
+     "e.g. threshold=0.3:0.7 as a line of \"Random ranges\"."),
+    ([], ["threshold"], "expected --random as NAME=LOW:HIGH, got 'threshold'",
+     "expected field 'random.0' as NAME=LOW:HIGH, got 'threshold'",
+     "expected a line of \"Random ranges\" as NAME=LOW:HIGH, got 'threshold'"),
+]
+
+
+@pytest.mark.parametrize(("grid", "random", "cli", "api", "console"), SPACE_CASES,
+                         ids=["grid-nan", "grid-no-values", "grid-twice", "random-inf", "random-no-range"])
+def test_a_search_space_is_refused_in_each_doors_words(
+        world: dict[str, Any], capsys: pytest.CaptureFixture[str], grid: list[str], random: list[str],
+        cli: str, api: str, console: str) -> None:
+    """The API once told a program's author to fix ``--grid``, a flag its body does not have; the
+    API names the body's field (``field 'grid.0'``, the JSON path), the console its form's field
+    (``"Grid"``), the CLI its flag: one rule (``study.form.parse_space``), each door's words."""
+    body = {**STUDY_BODY, "grid": grid, "random": random, "random_draws": 2 if random else 0}
+    for path in ("/v1/studies/estimate", "/v1/studies"):
+        assert api in _api(world, path, body)
+    form = {k: str(v) for k, v in STUDY_BODY.items()} | {"grid": "\n".join(grid), "random": "\n".join(random),
+                                                         "random_draws": "2" if random else "0"}
+    for route in ("/console/studies/estimate", "/console/studies"):
+        assert console in _console(world, route, form)
+    argv = [*STUDY_ARGV, *(a for g in grid for a in ("--grid", g)), *(a for r in random for a in ("--random", r))]
+    assert cli in _cli(capsys, *argv, *(["--random-draws", "2"] if random else []))
