@@ -131,3 +131,19 @@ def test_a_search_space_is_refused_in_each_doors_words(
         assert console in _console(world, route, form)
     argv = [*STUDY_ARGV, *(a for g in grid for a in ("--grid", g)), *(a for r in random for a in ("--random", r))]
     assert cli in _cli(capsys, *argv, *(["--random-draws", "2"] if random else []))
+
+
+# --- a body's field is a field, not a column (a CSV has columns) ---------------------------------------------------
+
+
+@pytest.mark.parametrize(("path", "body", "said"), [
+    ("/v1/backtests", {"workflow": "nope", "start": "2012-02-01", "end": "2012-03-01"},
+     "field 'workflow': expected a registered workflow ("),
+    ("/v1/datasets", {"name": "Live", "workflow": "seattle_rain", "tables": {"weather": "w.csv"}},
+     "field 'name': expected a dataset name of lowercase letters, digits and single '_'"),
+], ids=["workflow", "dataset-name"])
+def test_a_body_field_the_api_refuses_is_called_a_field(world: dict[str, Any], path: str, body: dict[str, Any],
+                                                         said: str) -> None:
+    """``column 'workflow'`` once named a JSON body's field; columns are a CSV's."""
+    message = _api(world, path, body)
+    assert message.startswith(said) and "column" not in message, message

@@ -153,11 +153,11 @@ def check_backtest(engine: Engine, home: Path, workspace: str, req: BacktestRequ
     if req.workflow not in registry.names():
         raise InputError(f"a registered workflow ({', '.join(sorted(registry.names()))})",
                          repr(req.workflow[:80]), "name one of them (GET /v1/backtests/workflows)",
-                         column="workflow")
+                         file="field 'workflow'")
     start, end = parse_time(req.start, "start"), parse_time(req.end, "end")
     step = parse_step(req.step)
     if step > dt.timedelta(days=366):
-        raise InputError("a step of at most 366 days", repr(req.step), "pick a smaller step", column="step")
+        raise InputError("a step of at most 366 days", repr(req.step), "pick a smaller step", file="field 'step'")
     if end >= start and (end - start) // step >= MAX_STEPS:
         raise InputError(f"at most {MAX_STEPS:,} steps in one backtest",
                          f"{(end - start) // step + 1:,} steps", "shorten the range or take a longer step")

@@ -61,7 +61,7 @@ def check_customer_name(name: str) -> str:
     if not isinstance(name, str) or not _CUSTOMER_NAME.fullmatch(name) or _SEPARATOR in name:
         raise InputError(
             "a dataset name of lowercase letters, digits and single '_' (1 to 48, starting with a "
-            "letter or digit)", repr(str(name)[:80]), "rename it, e.g. sales_live", column="name")
+            "letter or digit)", repr(str(name)[:80]), "rename it, e.g. sales_live", file="field 'name'")
     return name
 
 
@@ -184,8 +184,8 @@ def append(home: Path, workspace: str, name: str, file: str, table: str | None, 
     if table is None:
         names = [t.name for t in dataset_info(stored, base=base).tables]
         if len(names) != 1:
-            raise InputError("table, for a dataset of several tables", f"tables {names}", "name the table",
-                             column="table")
+            raise InputError("a table, for a dataset of several tables", f"tables {names}",
+                             'send "table" as one of them', file="field 'table'")
         table = names[0]
     source = WorkspaceArea(home, workspace).resolve(file)
     try:
@@ -251,7 +251,7 @@ def resolve(home: Path, workspace: str, name: str) -> str:
         raise InputError(
             f"a dataset name: a built-in one ({', '.join(sorted(DATASETS))}) or one this workspace "
             f"registered ({listed(own, plain=True) if own else 'none yet'})", repr(str(name)[:80]),
-            "register it with POST /v1/datasets first, or name one of those", column="dataset",
+            "register it with POST /v1/datasets first, or name one of those", file="field 'dataset'",
         ) from None
 
 
