@@ -6,6 +6,7 @@ process (the console tests' ``running_app`` and ``Browser``) and the real ``type
 
 from __future__ import annotations
 
+import datetime as dt
 import html
 import importlib.util
 import re
@@ -131,6 +132,72 @@ def test_a_search_space_is_refused_in_each_doors_words(
         assert console in _console(world, route, form)
     argv = [*STUDY_ARGV, *(a for g in grid for a in ("--grid", g)), *(a for r in random for a in ("--random", r))]
     assert cli in _cli(capsys, *argv, *(["--random-draws", "2"] if random else []))
+
+
+# --- a dataset: typestrict data register|append, POST /v1/datasets[/{name}/append], the form's "Historical data" ------
+
+
+def _weather(world: dict[str, Any], tmp_path: Path) -> Path:
+    """A Seattle weather file, in the workspace's files (for the API) and on disk (for the CLI)."""
+    from typestrict_pipeline.backtest.workflows.weather import write_seattle_csv
+
+    path = tmp_path / "w.csv"
+    write_seattle_csv(path, known_until=dt.datetime(2012, 3, 1, tzinfo=dt.UTC))
+    b = world["browser"]
+    r = b.loop.run_until_complete(b.client.put("/v1/files/w.csv", content=path.read_bytes(),
+                                               headers={"Authorization": f"Bearer {world['key']}"}))
+    assert r.status_code == 201, r.text
+    return path
+
+
+def test_registering_a_dataset_with_the_wrong_tables_says_what_to_send_at_each_door(
+        world: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The API once answered a body's wrong ``tables`` with "pass --table TABLE=FILE.csv"."""
+    path = _weather(world, tmp_path)
+    api = _api(world, "/v1/datasets", {"name": "live", "workflow": "seattle_rain", "tables": {"rain": "w.csv"}})
+    assert api == ("expected one file per table workflow 'seattle_rain' reads (weather), got tables ['rain']. "
+                   'Send "tables" with one of your workspace\'s files per table, {"TABLE": "FILE.csv"}, for each '
+                   "of them and nothing else."), api
+    cli = _cli(capsys, "data", "register", "live", "--workflow", "seattle_rain", "--table", f"rain={path}")
+    assert "got tables ['rain']. Pass --table TABLE=FILE.csv for each of them and nothing else." in cli, cli
+
+
+def test_appending_to_a_table_the_dataset_lacks_says_what_to_send_at_each_door(
+        world: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The API once said "pass --table with one of them", and named the dataset by its stored
+    name (``live__<digest>``), not the workspace's."""
+    path = _weather(world, tmp_path)
+    b = world["browser"]
+    made = b.loop.run_until_complete(b.client.post(
+        "/v1/datasets", json={"name": "live", "workflow": "seattle_rain", "tables": {"weather": "w.csv"}},
+        headers={"Authorization": f"Bearer {world['key']}"}))
+    assert made.status_code == 201, made.text
+    api = _api(world, "/v1/datasets/live/append", {"file": "w.csv", "table": "rain"})
+    assert api == ("expected a table of dataset 'live' (weather), got 'rain'. Send \"table\" as one of them."), api
+    capsys.readouterr()
+    assert main(["data", "register", "mine", "--workflow", "seattle_rain", "--table", f"weather={path}"]) == 0
+    cli = _cli(capsys, "data", "append", "mine", str(path), "--table", "rain")
+    assert "expected a table of dataset 'mine' (weather), got 'rain'. Pass --table with one of them." in cli, cli
+
+
+def test_a_dataset_the_workspace_cannot_name_is_refused_in_each_doors_words(world: dict[str, Any]) -> None:
+    """A backtest's or a study's ``dataset``: the API names its field and its route to register
+    one; the console its form's field, and that registering is the API's (it has no such page)."""
+    body = {"workflow": "seattle_rain", "start": "2012-02-01", "end": "2012-03-01", "dataset": "nope"}
+    for path, sent in (("/v1/backtests", body), ("/v1/studies/estimate", {**STUDY_BODY, "dataset": "nope"})):
+        api = _api(world, path, sent)
+        assert api.startswith("field 'dataset': expected a dataset name: a built-in one (seattle_weather) or one "
+                              "this workspace registered (none yet), got 'nope'. Register it with POST /v1/datasets "
+                              "(its name, workflow and tables), or name one of those."), api
+    form = {k: str(v) for k, v in body.items()}
+    for route, data in (("/console/backtests", form),
+                        ("/console/studies/estimate", {k: str(v) for k, v in STUDY_BODY.items()} | {"dataset": "nope"})):
+        r = world["browser"].form(route, data)
+        assert r.status_code == 422, (route, r.status_code, r.text[:500])
+        page = html.unescape(r.text)
+        assert '"Historical data": expected a dataset name' in page, page[:3000]
+        assert "Register it through the API first (POST /v1/datasets: the console names registered datasets" in page
+        assert "field 'dataset'" not in page and "column 'dataset'" not in page
 
 
 # --- a body's field is a field, not a column (a CSV has columns) ---------------------------------------------------

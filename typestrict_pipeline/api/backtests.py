@@ -39,6 +39,7 @@ from typestrict_pipeline.api.runs import (
     unstarted,
 )
 from typestrict_pipeline.backtest.engine import for_workspace
+from typestrict_pipeline.backtest.workflows.datasets import API_DATASETS, DatasetWords
 from typestrict_pipeline.errors import InputError, NotFoundError
 from typestrict_pipeline.values import number
 
@@ -138,8 +139,10 @@ def _not_found(backtest_id: str) -> NotFoundError:
         "backtest", backtest_id, "Check the id (GET /v1/backtests lists them) and that you use this workspace's key")
 
 
-def check_backtest(engine: Engine, home: Path, workspace: str, req: BacktestRequest) -> CheckedBacktest:
-    """Every check ``typestrict backtest run`` makes, before anything runs.
+def check_backtest(engine: Engine, home: Path, workspace: str, req: BacktestRequest, *,
+                   dataset_words: DatasetWords = API_DATASETS) -> CheckedBacktest:
+    """Every check ``typestrict backtest run`` makes, before anything runs; a dataset the
+    workspace cannot name refused in the door's ``dataset_words`` (the console passes its own).
 
     Raises:
         InputError: an unknown workflow or dataset, a bad time, step, range or parameter (the
@@ -161,7 +164,7 @@ def check_backtest(engine: Engine, home: Path, workspace: str, req: BacktestRequ
     if end >= start and (end - start) // step >= MAX_STEPS:
         raise InputError(f"at most {MAX_STEPS:,} steps in one backtest",
                          f"{(end - start) // step + 1:,} steps", "shorten the range or take a longer step")
-    stored = datasets.resolve(home, workspace, req.dataset)
+    stored = datasets.resolve(home, workspace, req.dataset, words=dataset_words)
     workflow = active_workflow(engine, req.workflow, workspace=workspace)
     run_wf = workflow.variant(params=dict(req.params)) if req.params else workflow
     times = plan_steps(run_wf, datasets.load(home, stored), start=start, end=end, step=step)
@@ -178,9 +181,9 @@ def run_config(checked: CheckedBacktest, req: BacktestRequest, workspace: str,
 
 
 def launch_backtest(engine: Engine, home: Path, runs: DagsterRuns, workspace: str,
-                    req: BacktestRequest) -> BacktestView:
+                    req: BacktestRequest, *, dataset_words: DatasetWords = API_DATASETS) -> BacktestView:
     """Check the request, then launch its Dagster run; the backtest, ``queued``."""
-    checked = check_backtest(engine, home, workspace, req)
+    checked = check_backtest(engine, home, workspace, req, dataset_words=dataset_words)
     backtest_id = uuid.uuid4().hex
     try:
         run_id = runs.submit(f"backtest_{checked.workflow}_job", run_config(checked, req, workspace, backtest_id),

@@ -32,6 +32,7 @@ from typestrict_pipeline.api.trainings import (
     expanded_bytes,
 )
 from typestrict_pipeline.backtest.pit import PointInTimeTable
+from typestrict_pipeline.backtest.workflows.datasets import API_DATASETS, DatasetWords
 from typestrict_pipeline.errors import ConflictError, InputError, NotFoundError, listed, shown_as
 
 StorageCheck = Callable[[int, int], None]
@@ -147,7 +148,7 @@ def register(home: Path, workspace: str, name: str, workflow: str,
             check_dataset_size(path, max_bytes)
         if storage is not None and not is_registered(stored, base=datasets_base(home)):
             storage(len(paths) + 1, sum(expanded_bytes(p, max_bytes) for p in paths.values()))
-        info = register_dataset(stored, workflow, paths, base=datasets_base(home))
+        info = register_dataset(stored, workflow, paths, base=datasets_base(home), words=API_DATASETS)
     except ConflictError:
         raise ConflictError(
             f"expected a new dataset name, got {name!r}, which this workspace has registered. Append "
@@ -192,9 +193,9 @@ def append(home: Path, workspace: str, name: str, file: str, table: str | None, 
         check_dataset_size(source, max_bytes)
         if storage is not None:
             storage(0, expanded_bytes(source, max_bytes))
-        result = append_rows(stored, table, source, base=base)
-    except InputError as exc:
-        raise _customer_file(exc, {str(source): file}) from None
+        result = append_rows(stored, table, source, base=base, words=API_DATASETS)
+    except InputError as exc:  # the dataset as the workspace names it, never its stored name
+        raise shown_as(_customer_file(exc, {str(source): file}), {repr(stored): repr(name)}) from None
     return _view(workspace, dataset_info(stored, base=base)), result.added
 
 
@@ -233,12 +234,13 @@ def list_for(home: Path, workspace: str, names: Sequence[str]) -> list[DatasetVi
     return [_view(workspace, dataset_info(n, base=base)) for n in names]
 
 
-def resolve(home: Path, workspace: str, name: str) -> str:
+def resolve(home: Path, workspace: str, name: str, *, words: DatasetWords = API_DATASETS) -> str:
     """The stored name a backtest or study of ``workspace`` uses for ``name``: a built-in dataset,
     or one the workspace registered.
 
     Raises:
-        InputError: neither (the message lists what may be named).
+        InputError: neither (the message lists what may be named, and says how to register one
+            in the door's ``words``: the API's route, the console's).
     """
     from typestrict_pipeline.backtest.workflows import DATASETS
 
@@ -251,7 +253,7 @@ def resolve(home: Path, workspace: str, name: str) -> str:
         raise InputError(
             f"a dataset name: a built-in one ({', '.join(sorted(DATASETS))}) or one this workspace "
             f"registered ({listed(own, plain=True) if own else 'none yet'})", repr(str(name)[:80]),
-            "register it with POST /v1/datasets first, or name one of those", file="field 'dataset'",
+            f"{words.register}, or name one of those", file=words.named,
         ) from None
 
 

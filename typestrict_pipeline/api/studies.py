@@ -28,6 +28,7 @@ from typestrict_pipeline.api.runs import (
     unstarted,
 )
 from typestrict_pipeline.api.schemas import PromoteOut
+from typestrict_pipeline.backtest.workflows.datasets import API_DATASETS, DatasetWords
 from typestrict_pipeline.errors import ConflictError, LimitError, NotFoundError
 from typestrict_pipeline.store import session_scope
 from typestrict_pipeline.study import repository as repo
@@ -164,16 +165,18 @@ def _object(study_id: int) -> str:
 
 
 def study_form_config(home: Path, workspace: str, fields: Mapping[str, Any], *,
-                      words: SpaceWords = API_SPACE) -> StudyConfig:
+                      words: SpaceWords = API_SPACE, dataset_words: DatasetWords = API_DATASETS) -> StudyConfig:
     """The study the form describes, for ``workspace``: its dataset named as the workspace may
     name it (built in, or registered by the workspace), its USD budget a JSON number or a
     decimal string (never a binary float: :func:`money_text`); its search space refused in the
-    door's ``words`` (the body's fields; the console passes its form's labels)."""
+    door's ``words`` (the body's fields; the console passes its form's labels), a dataset it
+    cannot name in its ``dataset_words``."""
     from typestrict_pipeline.api import datasets
     from typestrict_pipeline.study.form import StudyForm, study_config
 
     values = dict(fields)
-    values["dataset"] = datasets.resolve(home, workspace, str(values.get("dataset", "seattle_weather")))
+    values["dataset"] = datasets.resolve(home, workspace, str(values.get("dataset", "seattle_weather")),
+                                         words=dataset_words)
     if values.get("budget_usd") is not None:
         values["budget_usd"] = money_text(values["budget_usd"])
     return study_config(StudyForm(**values, workspace=workspace), words=words)
@@ -192,7 +195,8 @@ def money_text(value: object) -> str:
 
 
 def launch_study(engine: Engine, home: Path, runs: DagsterRuns, workspace: str,
-                 fields: Mapping[str, Any], *, words: SpaceWords = API_SPACE) -> StudyRow:
+                 fields: Mapping[str, Any], *, words: SpaceWords = API_SPACE,
+                 dataset_words: DatasetWords = API_DATASETS) -> StudyRow:
     """Create the study (refused as the form refuses it), then launch its ``study_job`` run on
     the Dagster instance: the run the UI launches, listed there, surviving an API restart.
 
@@ -206,7 +210,7 @@ def launch_study(engine: Engine, home: Path, runs: DagsterRuns, workspace: str,
     """
     from typestrict_pipeline.study.service import create_study_from_config
 
-    config = study_form_config(home, workspace, fields, words=words)
+    config = study_form_config(home, workspace, fields, words=words, dataset_words=dataset_words)
     try:
         study_id = create_study_from_config(engine, config)
     except repo.WorkflowBusyError as exc:  # how to cancel through this door, not the operator's

@@ -79,8 +79,12 @@ else:
     pd = LazyModule("pandas")
 
 __all__ = [
+    "API_DATASETS",
+    "CLI_DATASETS",
+    "CONSOLE_DATASETS",
     "AppendResult",
     "DatasetInfo",
+    "DatasetWords",
     "TableInfo",
     "append_rows",
     "dataset_info",
@@ -153,6 +157,48 @@ def _check_name(name: str) -> str:
     return name
 
 
+@dataclass(frozen=True)
+class DatasetWords:
+    """How a door says what to do in a refusal of a dataset (:func:`register_dataset`,
+    :func:`append_rows`, a dataset a backtest or study names): the CLI its commands and flags,
+    the API its routes and body fields, the console its form's field (it names registered
+    datasets; registering one is the API's or the operator's). The rules are one; the words are
+    the door's.
+
+    >>> print(API_DATASETS.tables)
+    send "tables" with one of your workspace's files per table, {"TABLE": "FILE.csv"}, for each of them and nothing else
+    """
+
+    register: str
+    """How a dataset is registered at this door."""
+    tables: str
+    """How to give one file per table the workflow reads, and nothing else."""
+    table: str
+    """How to name the table rows are appended to, one of the dataset's."""
+    named: str
+    """The place a backtest or a study names its dataset (the API's ``field 'dataset'``)."""
+
+
+CLI_DATASETS = DatasetWords(
+    register="register it with: typestrict data register NAME --workflow WORKFLOW --table TABLE=FILE.csv",
+    tables="pass --table TABLE=FILE.csv for each of them and nothing else",
+    table="pass --table with one of them", named="--dataset")
+"""``typestrict data register|append`` and ``--dataset``."""
+API_DATASETS = DatasetWords(
+    register="register it with POST /v1/datasets (its name, workflow and tables)",
+    tables='send "tables" with one of your workspace\'s files per table, {"TABLE": "FILE.csv"}, for each of them '
+           'and nothing else',
+    table='send "table" as one of them', named="field 'dataset'")
+"""``POST /v1/datasets``, ``POST /v1/datasets/{name}/append`` (``DatasetIn``, ``AppendIn``) and a
+backtest's or study's ``dataset``."""
+CONSOLE_DATASETS = DatasetWords(
+    register="register it through the API first (POST /v1/datasets: the console names registered datasets, "
+             "it does not register them)",
+    tables=API_DATASETS.tables, table=API_DATASETS.table, named='"Historical data"')
+"""The console's backtest and study forms (their "Historical data" field); registering and
+appending are the API's."""
+
+
 def _folder(name: str, base: Path | None) -> Path:
     return (base or datasets_dir()) / _check_name(name)
 
@@ -168,8 +214,8 @@ def _manifest(name: str, base: Path | None) -> dict[str, Any]:
         known = listed([d.name for d in list_datasets(base=base)], plain=True) or "none yet"
         raise NotFoundError(
             f"expected a registered dataset, got {name!r} (registered: {known}). "
-            "Register it with: typestrict data register NAME --workflow WORKFLOW --table TABLE=FILE.csv"
-        )
+            f"{CLI_DATASETS.register[:1].upper()}{CLI_DATASETS.register[1:]}"
+        )  # the CLI's: the API and the console find a dataset by its workspace's name first
     data = read_json_file(path, error=DatasetError, what="a readable dataset.json")
     if not isinstance(data, dict) or not isinstance(data.get("tables"), dict) or not data.get("workflow"):
         raise DatasetError("a dataset.json with workflow and tables", repr(data)[:120],
@@ -288,6 +334,7 @@ def register_dataset(
     registry: WorkflowRegistry | None = None,
     base: Path | None = None,
     now: dt.datetime | None = None,
+    words: DatasetWords = CLI_DATASETS,
 ) -> DatasetInfo:
     """Register a point-in-time dataset for a workflow: one CSV per table the workflow reads.
 
@@ -299,6 +346,7 @@ def register_dataset(
         registry: the workflows (default :func:`default_registry`).
         base: the datasets folder (default :func:`datasets_dir`).
         now: the current time (no row may be known after it).
+        words: the door's words for what to do (:class:`DatasetWords`; the CLI's by default).
 
     Raises:
         InputError: a bad name, a name of a built-in dataset, a table the workflow does not
@@ -324,7 +372,7 @@ def register_dataset(
         raise InputError(
             f"one file per table workflow {workflow!r} reads ({', '.join(wf.tables)})",
             f"tables {sorted(tables)}",
-            "pass --table TABLE=FILE.csv for each of them and nothing else",
+            words.tables,
         )
     at = (now or dt.datetime.now(dt.UTC)).replace(microsecond=0)
     folder = _folder(name, base)
@@ -400,6 +448,7 @@ def append_rows(
     *,
     base: Path | None = None,
     now: dt.datetime | None = None,
+    words: DatasetWords = CLI_DATASETS,
 ) -> AppendResult:
     """Append the rows of a CSV file to one table of a registered dataset.
 
@@ -429,7 +478,7 @@ def append_rows(
     folder = _folder(name, base)
     if table not in manifest["tables"]:
         raise InputError(f"a table of dataset {name!r} ({', '.join(manifest['tables'])})", repr(table),
-                         "pass --table with one of them")
+                         words.table)
     src = Path(source)
     at = now or dt.datetime.now(dt.UTC)
     new = read_cells(src)
