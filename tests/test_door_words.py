@@ -214,3 +214,63 @@ def test_a_body_field_the_api_refuses_is_called_a_field(world: dict[str, Any], p
     """``column 'workflow'`` once named a JSON body's field; columns are a CSV's."""
     message = _api(world, path, body)
     assert message.startswith(said) and "column" not in message, message
+
+
+# --- what brings a schedule new steps: typestrict data append, POST /v1/datasets/{name}/append, a tick's own words ---
+
+
+def test_a_schedule_says_how_to_add_rows_in_each_doors_words(
+        world: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A schedule on a dataset the workspace registered through the API: its status through the
+    API once said "add rows: typestrict data append live__<digest> FILE.csv" (a command the
+    customer has not, on a name they never gave); it names the API's route and their name. The
+    tick's reason, stored once and read by every door, names no door's command; the CLI's
+    status keeps its command."""
+    from typestrict_pipeline.reruns import scenario
+    from typestrict_pipeline.reruns.decide import SubscriptionState
+    from typestrict_pipeline.reruns.workspace import set_workspace
+
+    _weather(world, tmp_path)
+    b = world["browser"]
+    auth = {"Authorization": f"Bearer {world['key']}"}
+    made = b.loop.run_until_complete(b.client.post(
+        "/v1/datasets", json={"name": "live", "workflow": "seattle_rain", "tables": {"weather": "w.csv"}},
+        headers=auth))
+    assert made.status_code == 201, made.text
+    from typestrict_pipeline.api.datasets import stored_name
+
+    engine = open_store(world["url"])
+    try:
+        set_workspace(engine, "acme", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=50_000_000)
+        root = scenario.create_seattle_study(engine, workspace="acme", dataset=stored_name("acme", "live"),
+                                             end=dt.datetime(2012, 3, 1, tzinfo=dt.UTC), budget_micro_usd=10**6,
+                                             min_unseen_steps=5)
+        scenario.run(engine, root)
+        # the built-in data end on 2015-12-31 and never grow: this one can never fire, and says so
+        fixed = scenario.create_seattle_study(engine, workspace="acme", dataset="seattle_weather",
+                                              end=dt.datetime(2015, 12, 30, tzinfo=dt.UTC), budget_micro_usd=10**6,
+                                              min_unseen_steps=5)
+        scenario.run(engine, fixed)
+    finally:
+        engine.dispose()
+    for sid in (root, fixed):
+        r = b.loop.run_until_complete(b.client.post(f"/v1/studies/{sid}/schedule",
+                                                    json={"cadence": "1h", "owner": "ana@example.com"}, headers=auth))
+        assert r.status_code == 201, r.text
+        assert not CLI_WORDS.search(r.json()["status_text"]), r.json()["status_text"]
+    capsys.readouterr()
+    assert main(["schedule", "tick", "--store", world["url"]]) == 0
+    capsys.readouterr()
+    said = {sid: b.loop.run_until_complete(b.client.get(f"/v1/studies/{sid}/schedule", headers=auth)).json()
+            ["schedules"][0] for sid in (root, fixed)}
+    assert "add rows: POST /v1/datasets/live/append" in said[root]["status_text"], said
+    assert "register your own (POST /v1/datasets)" in said[fixed]["status_text"], said
+    assert said[fixed]["last_message"].endswith(
+        "Cancel it; a built-in dataset never grows: register a dataset of your own, run a study on it with a USD "
+        "budget and schedule that one"), said
+    for schedule in said.values():
+        for text in (schedule["status_text"], schedule["last_message"]):
+            assert not CLI_WORDS.search(text), text
+    assert main(["schedule", "status", "--store", world["url"]]) == 0
+    cli = capsys.readouterr().out
+    assert f"add rows: typestrict data append {stored_name('acme', 'live')} FILE.csv" in cli, cli

@@ -44,7 +44,14 @@ from typestrict_pipeline.reruns.notify import (
     enqueue,
     notification_enabled,
 )
-from typestrict_pipeline.reruns.studies import RerunSpec, StudiesPort, StudyFacts
+from typestrict_pipeline.reruns.studies import (
+    CLI_ADD_DATA,
+    STORED_ADD_DATA,
+    AddDataWords,
+    RerunSpec,
+    StudiesPort,
+    StudyFacts,
+)
 from typestrict_pipeline.reruns.tables import (
     LineageRow,
     LineageState,
@@ -583,7 +590,7 @@ def _decide_claimed(
                 and prev.run_key is not None and at - prev.created_at >= LOST_CLAIM_AFTER):
             rerequest = prev.run_key  # claimed but never started: ask again (Dagster dedups the key)
         # a schedule that can never fire says so at each evaluation
-        message = skip_message(decision, _outlook(port, view, state, decision))
+        message = skip_message(decision, _outlook(port, view, state, decision, STORED_ADD_DATA))  # every door reads it
         result = TickResult(schedule_id, used_slot, TickOutcome.SKIPPED, message, decision.kind,
                             rerequest, prev.id if rerequest else None)
         return result, decision.turns_schedule_off
@@ -594,21 +601,24 @@ def _decide_claimed(
     return TickResult(schedule_id, used_slot, TickOutcome.FIRED, message, None, decision.run_key, entry_id), False
 
 
-def _outlook(port: StudiesPort, view: ScheduleView, state: TickState, decision: Fire | Skip) -> Outlook:
-    """What would make the schedule fire (see :func:`~typestrict_pipeline.reruns.timeline.outlook`)."""
+def _outlook(port: StudiesPort, view: ScheduleView, state: TickState, decision: Fire | Skip,
+             words: AddDataWords) -> Outlook:
+    """What would make the schedule fire (see :func:`~typestrict_pipeline.reruns.timeline.outlook`),
+    in the door's ``words``."""
     grid = port.get(view.lineage_root_id)
     if grid is None:
         return outlook(decision, state, None, time_of=lambda i: utcnow(), step=dt.timedelta(days=1),
-                       workflow_id=view.workflow_id)
+                       workflow_id=view.workflow_id, words=words)
     return outlook(decision, state, port.data_source(grid), time_of=grid.time, step=grid.step,
-                   workflow_id=view.workflow_id)
+                   workflow_id=view.workflow_id, words=words)
 
 
 def schedule_timeline(
     engine: Engine, port: StudiesPort, view: ScheduleView, *, now: dt.datetime | None = None,
-    spend: SpendSource,
+    spend: SpendSource, words: AddDataWords = CLI_ADD_DATA,
 ) -> Timeline:
-    """The schedule's timeline: next evaluation, last decision, what would make it fire.
+    """The schedule's timeline: next evaluation, last decision, what would make it fire (what
+    brings new steps in the door's ``words``: the CLI's commands by default).
 
     For an enabled schedule it asks, without recording anything, what a tick would decide now.
     """
@@ -618,7 +628,7 @@ def schedule_timeline(
     looking = None
     if enabled:
         state, _ = tick_state(engine, port, view, now=at, spend=spend)
-        looking = _outlook(port, view, state, decide_tick(state))
+        looking = _outlook(port, view, state, decide_tick(state), words)
     return Timeline(
         schedule_id=view.id, state=view.state, cadence=view.cadence,
         next_evaluation_at=when if enabled else None, due_now=due and enabled,
@@ -1138,9 +1148,10 @@ def recent_ticks(engine: Engine, schedule_id: int, limit: int = 5) -> list[Rerun
 
 
 def status_text(engine: Engine, view: ScheduleView, *, ticks: int = 5, port: StudiesPort | None = None,
-                now: dt.datetime | None = None) -> str:
+                now: dt.datetime | None = None, words: AddDataWords = CLI_ADD_DATA) -> str:
     """What ``typestrict schedule status`` prints for one schedule: its settings, its timeline
-    (next evaluation, last decision with its reason, what would make it fire) and recent ticks."""
+    (next evaluation, last decision with its reason, what would make it fire) and recent ticks;
+    what brings new steps in the door's ``words`` (the API passes its own)."""
     from typestrict_pipeline.study.limits import format_usd
 
     lines = [
@@ -1166,7 +1177,7 @@ def status_text(engine: Engine, view: ScheduleView, *, ticks: int = 5, port: Stu
         from typestrict_pipeline.reruns.workspace import store_spend_source
 
         timeline = schedule_timeline(engine, port or StoreStudies(engine), view, now=now,
-                                     spend=store_spend_source(engine))
+                                     spend=store_spend_source(engine), words=words)
         lines += timeline.lines()
     elif view.last_tick_at is None:
         lines.append("  not evaluated yet")

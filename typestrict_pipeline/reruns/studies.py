@@ -134,6 +134,43 @@ class DataKind(enum.StrEnum):
 
 
 @dataclass(frozen=True)
+class AddDataWords:
+    """How a door says what brings a schedule new steps (:meth:`DataSource.how_to_add`): the CLI
+    its commands, the API its routes; a message stored for every door (a tick's reason, read by
+    the CLI, the API and Dagster alike) names no door's. Templates: ``{name}`` the dataset's
+    stored name, ``{own}`` its name in its workspace (a dataset the API registered is stored as
+    ``NAME__<digest of the workspace>``), ``{workspace}``, ``{workflow}``.
+
+    >>> DataSource(DataKind.REGISTERED, "live__822b33ad87c1").how_to_add("acme", "seattle_rain", API_ADD_DATA)
+    'add rows: POST /v1/datasets/live/append'
+    """
+
+    append: str
+    """How rows are added to a registered dataset."""
+    arrivals: str
+    """How data arrivals are recorded (a workflow that reads no dataset)."""
+    register: str
+    """How a dataset of one's own is registered (a built-in one never grows)."""
+
+
+CLI_ADD_DATA = AddDataWords(
+    append="add rows: typestrict data append {name} FILE.csv",
+    arrivals="record arrivals: typestrict schedule data-arrived {workspace} {workflow} END",
+    register="register your own (typestrict data register NAME --workflow {workflow} --table TABLE=FILE.csv)")
+"""``typestrict schedule status``'s words (and the Dagster sensor's timelines: the operator's)."""
+API_ADD_DATA = AddDataWords(
+    append="add rows: POST /v1/datasets/{own}/append",
+    arrivals="the operator records the data's arrivals for workflow {workflow}",
+    register="register your own (POST /v1/datasets)")
+"""A schedule's ``status_text`` through the API."""
+STORED_ADD_DATA = AddDataWords(
+    append="add rows to dataset {own}",
+    arrivals="the operator records the data's arrivals for workflow {workflow}",
+    register="register a dataset of your own")
+"""A tick's reason, stored once and shown by every door: no door's command or route."""
+
+
+@dataclass(frozen=True)
 class DataSource:
     """A lineage's data: its kind and, for a dataset, its name.
 
@@ -159,15 +196,18 @@ class DataSource:
             return f"built-in dataset {self.name}"
         return "recorded data arrivals"
 
-    def how_to_add(self, workspace_id: str, workflow_id: str) -> str:
-        """The command that brings new steps (or, for a built-in dataset, what to do instead)."""
+    def how_to_add(self, workspace_id: str, workflow_id: str, words: AddDataWords = CLI_ADD_DATA) -> str:
+        """What brings new steps (or, for a built-in dataset, what to do instead), in the door's
+        ``words`` (the CLI's commands by default)."""
+        name = str(self.name)
+        own = name.rpartition("__")[0] or name
+        fill = {"name": name, "own": own, "workspace": workspace_id, "workflow": workflow_id}
         if self.kind is DataKind.REGISTERED:
-            return f"add rows: typestrict data append {self.name} FILE.csv"
+            return words.append.format(**fill)
         if self.kind is DataKind.SIGNAL:
-            return f"record arrivals: typestrict schedule data-arrived {workspace_id} {workflow_id} END"
-        return (f"a built-in dataset never grows: register your own (typestrict data register NAME "
-                f"--workflow {workflow_id} --table TABLE=FILE.csv), run a study on it with a USD budget "
-                "and schedule that one")
+            return words.arrivals.format(**fill)
+        return (f"a built-in dataset never grows: {words.register.format(**fill)}, run a study on it with a "
+                "USD budget and schedule that one")
 
 
 class StudiesPort(Protocol):

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from typestrict_pipeline.reruns.decide import Fire, Skip, SkipKind, TickState
-from typestrict_pipeline.reruns.studies import DataSource
+from typestrict_pipeline.reruns.studies import CLI_ADD_DATA, AddDataWords, DataSource
 from typestrict_pipeline.reruns.tables import ScheduleState, TickOutcome
 from typestrict_pipeline.reruns.windows import unseen_steps
 
@@ -107,7 +107,7 @@ class Outlook:
 
 def outlook(decision: Fire | Skip, state: TickState, source: DataSource | None, *,
             time_of: Callable[[int], dt.datetime], step: dt.timedelta,
-            workflow_id: str) -> Outlook:
+            workflow_id: str, words: AddDataWords = CLI_ADD_DATA) -> Outlook:
     """What would make the schedule fire, from what a tick would decide now.
 
     Args:
@@ -117,6 +117,7 @@ def outlook(decision: Fire | Skip, state: TickState, source: DataSource | None, 
         time_of: step index -> time on the lineage's grid.
         step: the grid's step.
         workflow_id: the workflow (named in the messages).
+        words: the door's words for what brings new steps (:class:`~typestrict_pipeline.reruns.studies.AddDataWords`).
 
     >>> from typestrict_pipeline.reruns.decide import PreviousOutcome, SubscriptionState, decide_tick
     >>> from typestrict_pipeline.reruns.studies import DataKind
@@ -148,10 +149,10 @@ def outlook(decision: Fire | Skip, state: TickState, source: DataSource | None, 
             never = (f"{NEVER}: its data, {source.label()}, end at {last_known or 'its first step'} "
                      f"and cannot grow, and it needs {needed} more unseen "
                      f"{'step' if needed == 1 else 'steps'} (has {unseen} of {state.min_unseen_steps}). "
-                     f"Cancel it; {source.how_to_add(state.workspace_id, workflow_id)}")
+                     f"Cancel it; {source.how_to_add(state.workspace_id, workflow_id, words)}")
             return Outlook(f"never fires: needs {_steps(needed, True)}, and its data cannot grow",
                            never, unseen, needed, last_known)
-        how = "" if source is None else f"; {source.how_to_add(state.workspace_id, workflow_id)}"
+        how = "" if source is None else f"; {source.how_to_add(state.workspace_id, workflow_id, words)}"
         return Outlook(f"needs {_steps(needed, True)} (has {unseen} of {state.min_unseen_steps}); {where}{how}",
                        None, unseen, needed, last_known)
     if kind is SkipKind.NO_USD_BUDGET:
