@@ -271,6 +271,12 @@ def test_a_schedule_says_how_to_add_rows_in_each_doors_words(
     for schedule in said.values():
         for text in (schedule["status_text"], schedule["last_message"]):
             assert not CLI_WORDS.search(text), text
+    # the console's study page shows the same status in its words (adding rows is the API's)
+    page = html.unescape(b.get(f"/console/studies/{root}").text)
+    shown = re.search(r'<pre class="schedule-status">(.*?)</pre>', page, flags=re.S)
+    assert shown is not None, page[:3000]
+    assert "add rows through the API (POST /v1/datasets/live/append)" in shown.group(1), shown.group(1)
+    assert not CLI_WORDS.search(shown.group(1)), shown.group(1)
     assert main(["schedule", "status", "--store", world["url"]]) == 0
     cli = capsys.readouterr().out
     assert f"add rows: typestrict data append {stored_name('acme', 'live')} FILE.csv" in cli, cli

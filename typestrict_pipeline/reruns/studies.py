@@ -163,6 +163,12 @@ API_ADD_DATA = AddDataWords(
     arrivals="the operator records the data's arrivals for workflow {workflow}",
     register="register your own (POST /v1/datasets)")
 """A schedule's ``status_text`` through the API."""
+CONSOLE_ADD_DATA = AddDataWords(
+    append="add rows through the API (POST /v1/datasets/{own}/append)",
+    arrivals=API_ADD_DATA.arrivals,
+    register="register your own through the API (POST /v1/datasets)")
+"""A schedule's status on the console's study page (the console names datasets; adding rows to
+one, or registering one, is the API's)."""
 STORED_ADD_DATA = AddDataWords(
     append="add rows to dataset {own}",
     arrivals="the operator records the data's arrivals for workflow {workflow}",
