@@ -280,3 +280,36 @@ def test_a_schedule_says_how_to_add_rows_in_each_doors_words(
     assert main(["schedule", "status", "--store", world["url"]]) == 0
     cli = capsys.readouterr().out
     assert f"add rows: typestrict data append {stored_name('acme', 'live')} FILE.csv" in cli, cli
+
+
+def test_a_second_schedule_on_a_lineage_says_how_to_turn_the_first_off_at_each_door(
+        world: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    """The API and the console once said "Cancel it first (typestrict schedule cancel ID)"."""
+    from typestrict_pipeline.reruns import scenario
+    from typestrict_pipeline.reruns.decide import SubscriptionState
+    from typestrict_pipeline.reruns.workspace import set_workspace
+
+    engine = open_store(world["url"])
+    try:
+        set_workspace(engine, "acme", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=50_000_000)
+        sid = scenario.create_seattle_study(engine, workspace="acme", dataset="seattle_weather",
+                                            end=dt.datetime(2015, 6, 1, tzinfo=dt.UTC), budget_micro_usd=10**6,
+                                            min_unseen_steps=5)
+        scenario.run(engine, sid)
+    finally:
+        engine.dispose()
+    b = world["browser"]
+    body = {"cadence": "1h", "owner": "ana@example.com"}
+    first = b.loop.run_until_complete(b.client.post(f"/v1/studies/{sid}/schedule", json=body,
+                                                    headers={"Authorization": f"Bearer {world['key']}"}))
+    assert first.status_code == 201, first.text
+    api = _api(world, f"/v1/studies/{sid}/schedule", body, status=409)
+    assert api.endswith("got schedule 1. Cancel it first (POST /v1/schedules/1/cancel), then enable again."), api
+    r = b.form(f"/console/studies/{sid}/schedule", {"rerun": "on", **body})
+    page = html.unescape(r.text)
+    assert (f'got schedule 1. Cancel it first (the button "Turn this schedule off" on /console/studies/{sid}), '
+            "then enable again.") in page, page[:3000]
+    assert "typestrict schedule" not in page
+    cli = _cli(capsys, "schedule", "enable", sid, "--cadence", "1h", "--owner", "ana@example.com",
+               "--store", world["url"])
+    assert "got schedule 1. Cancel it first (typestrict schedule cancel 1), then enable again." in cli, cli

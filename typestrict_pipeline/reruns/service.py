@@ -191,8 +191,9 @@ def _lineage_of(session: Session, study_id: str) -> LineageRow | None:
 
 @dataclass(frozen=True)
 class MinUnseenWords:
-    """How a door names "Min unseen steps for a re-run" in a refusal of :func:`enable_schedule`:
-    the CLI's flags, the API's field, the console's form fields."""
+    """How a door words a refusal of :func:`enable_schedule`: "Min unseen steps for a re-run"
+    (the CLI's flags, the API's field, the console's form fields) and how the lineage's enabled
+    schedule is turned off first (the CLI's command, the API's route, the console's button)."""
 
     create: str
     """How a study is created with its minimum."""
@@ -200,15 +201,20 @@ class MinUnseenWords:
     """How this call gives the minimum once."""
     leave_out: str
     """How this call leaves it out."""
+    cancel: str
+    """How schedule ``{id}`` (of root study ``{study}``) is cancelled."""
 
 
 CLI_MIN_UNSEEN = MinUnseenWords(create="create the study with --min-unseen-steps N",
-                                give="pass --min-unseen-steps N here once", leave_out="leave --min-unseen-steps out")
+                                give="pass --min-unseen-steps N here once", leave_out="leave --min-unseen-steps out",
+                                cancel="typestrict schedule cancel {id}")
 API_MIN_UNSEEN = MinUnseenWords(create="create the study with min_unseen_steps",
-                                give="send min_unseen_steps here once", leave_out="leave min_unseen_steps out")
+                                give="send min_unseen_steps here once", leave_out="leave min_unseen_steps out",
+                                cancel="POST /v1/schedules/{id}/cancel")
 CONSOLE_MIN_UNSEEN = MinUnseenWords(create='create the study with "Min unseen steps for a re-run"',
                                     give='fill "Min unseen steps for a re-run" on this form once',
-                                    leave_out='leave "Min unseen steps for a re-run" empty')
+                                    leave_out='leave "Min unseen steps for a re-run" empty',
+                                    cancel='the button "Turn this schedule off" on /console/studies/{study}')
 
 
 def enable_schedule(
@@ -342,9 +348,11 @@ def enable_schedule(
     except IntegrityError:
         existing = [s for s in list_schedules(engine, lineage_root_id=lineage_root) if s.state is ScheduleState.ENABLED]
         which = f"schedule {existing[0].id}" if existing else "another schedule"
+        cancel = words.cancel.format(id=existing[0].id if existing else "ID",
+                                     study=existing[0].root_study_id if existing else lineage_root)
         raise ConflictError(
             f"expected no enabled schedule on the lineage of study {lineage_root}, got {which}. "
-            "Cancel it first (typestrict schedule cancel ID), then enable again."
+            f"Cancel it first ({cancel}), then enable again."
         ) from None
     for failed_study in set_aside:  # a failed study keeps its workflow's lock until cancelled
         port.cancel(failed_study)
