@@ -313,3 +313,28 @@ def test_a_second_schedule_on_a_lineage_says_how_to_turn_the_first_off_at_each_d
     cli = _cli(capsys, "schedule", "enable", sid, "--cadence", "1h", "--owner", "ana@example.com",
                "--store", world["url"])
     assert "got schedule 1. Cancel it first (typestrict schedule cancel 1), then enable again." in cli, cli
+
+
+# --- no credit left for a training: the operator's typestrict credits grant is not the customer's to run -----------
+
+
+def test_a_training_without_a_credit_says_what_to_do_in_each_doors_words(world: dict[str, Any]) -> None:
+    """The API and the console once said "Add credits with `typestrict credits grant acme N
+    --reference KEY`", a command of the operator's; nothing is charged or stored either way."""
+    b = world["browser"]
+    auth = {"Authorization": f"Bearer {world['key']}"}
+    put = b.loop.run_until_complete(b.client.put("/v1/files/reviews.csv", content=pages.CSV.encode(), headers=auth))
+    assert put.status_code == 201, put.text
+    body = {"dataset": {"path": "reviews.csv", "columns": {"id": "id", "text": "text", "group": "grp"}},
+            "decisions": [{"name": "sentiment", "question": "Is it positive?", "answer_column": "label",
+                           "answers": ["yes", "no"]}], "options": {"keep_if_loses": False}}
+    api = _api(world, "/v1/trainings", body, status=402)
+    assert api.startswith("expected at least 1 credit(s) in workspace 'acme' for "), api
+    assert api.endswith("got 0 (the workspace has no credit account). Ask the operator to add credits to this "
+                        "workspace (GET /v1/workspaces/acme shows its balance)"), api
+    r = b.form("/console/trainings", pages.TRAINING, files={"dataset_file": ("reviews.csv", pages.CSV.encode())})
+    page = html.unescape(r.text)
+    assert r.status_code == 402, (r.status_code, page[:2000])
+    assert "Ask the operator to add credits to this workspace (this page shows its balance)" in page, page[:3000]
+    assert "typestrict credits" not in page and "/v1/" not in page
+    assert b.loop.run_until_complete(b.client.get("/v1/trainings", headers=auth)).json() == []

@@ -51,7 +51,7 @@ from typestrict_pipeline.api.quota import (
     usage_of_files,
 )
 from typestrict_pipeline.credits import get_model
-from typestrict_pipeline.credits.ledger import run_transaction
+from typestrict_pipeline.credits.ledger import InsufficientCreditsError, run_transaction
 from typestrict_pipeline.credits.models import ModelInfo, models_of
 from typestrict_pipeline.errors import (
     ConflictError,
@@ -555,6 +555,11 @@ class TrainingStore:
             try:
                 start_training(self.engine, workspace_id, training_id, deadlines=self.deadlines,
                                before_commit=move_in)
+            except InsufficientCreditsError as exc:  # nothing charged; what to do in the door's words
+                if folder.exists() and not self._charged(training_id):
+                    shutil.rmtree(folder, ignore_errors=True)
+                raise InsufficientCreditsError(
+                    exc.missing, fix=self.words.credits.replace("{workspace}", workspace_id)) from None
             except BaseException:
                 if folder.exists() and not self._charged(training_id):
                     shutil.rmtree(folder, ignore_errors=True)  # the charge was rolled back

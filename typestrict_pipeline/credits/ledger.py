@@ -38,7 +38,7 @@ import datetime as dt
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import Engine, func, select, text, update
 from sqlalchemy.exc import IntegrityError
@@ -65,7 +65,31 @@ _ID_MAX = 200
 
 
 class InsufficientCreditsError(StoreError):
-    """A workspace has fewer credits than the operation needs; the message says how to add some."""
+    """A workspace has fewer credits than the operation needs; the message says how to add some
+    (the operator's command: ``typestrict credits grant``). ``missing`` is what was expected and
+    got, without what to do, for a door whose reader cannot run that command (:meth:`at_door`).
+
+    >>> err = InsufficientCreditsError("expected at least 1 credit(s) in workspace 'acme', got 0",
+    ...                                fix="Add credits with `typestrict credits grant acme N --reference KEY`")
+    >>> err.at_door("Ask the operator to add credits to this workspace")
+    "expected at least 1 credit(s) in workspace 'acme', got 0. Ask the operator to add credits to this workspace"
+    """
+
+    def __init__(self, missing: str, *, fix: str) -> None:
+        super().__init__(f"{missing}. {fix}")
+        self.missing = missing
+        self.fix = fix
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled (a run's process) with its facts
+        return _insufficient, (self.missing, self.fix)
+
+    def at_door(self, fix: str) -> str:
+        """The message with ``fix`` as what to do (the API's and the console's words)."""
+        return f"{self.missing}. {fix}"
+
+
+def _insufficient(missing: str, fix: str) -> InsufficientCreditsError:
+    return InsufficientCreditsError(missing, fix=fix)
 
 
 @dataclass(frozen=True)
@@ -360,8 +384,8 @@ def _append(
             raise InsufficientCreditsError(
                 f"expected at least {-amount} credit(s) in workspace {workspace_id!r} for "
                 f"{kind.value} {reference!r}, got {have}"
-                + ("" if current is not None else " (the workspace has no credit account)")
-                + f". Add credits with `typestrict credits grant {workspace_id} N --reference KEY`"
+                + ("" if current is not None else " (the workspace has no credit account)"),
+                fix=f"Add credits with `typestrict credits grant {workspace_id} N --reference KEY`",
             )
     entry = CreditEntry(
         workspace_id=workspace_id,

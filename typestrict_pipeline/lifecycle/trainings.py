@@ -277,6 +277,8 @@ class TrainingWords:
         keys: how a refusal of the training's fields names one (a manifest key in, the door's
             field out: :data:`~typestrict_pipeline.refund.manifest.KeyWords`); None: the
             manifest's key (a door that creates no training).
+        credits: what to do when the workspace has no credit left for a training (credits are
+            the operator's to grant: ``typestrict credits grant``, a command of the operator's CLI).
     """
 
     read: str
@@ -286,6 +288,7 @@ class TrainingWords:
     files: str
     resend: str
     keys: KeyWords | None = None
+    credits: str = "ask the operator to add credits to this workspace (typestrict credits grant)"
 
     def say(self, text: str, training_id: str) -> str:
         return text.replace("{training}", training_id)
@@ -299,6 +302,7 @@ API_WORDS = TrainingWords(
     files="Upload the file with PUT /v1/files/{name} and name it in dataset.path",
     resend="correct them and post them again",
     keys=request_field,
+    credits="Ask the operator to add credits to this workspace (GET /v1/workspaces/{workspace} shows its balance)",
 )
 """The API's words: its routes and its requests' JSON fields (the console has its own,
 ``console.pages.trainings.CONSOLE_WORDS``: its pages, fields and buttons)."""

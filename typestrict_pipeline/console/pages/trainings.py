@@ -103,6 +103,7 @@ CONSOLE_WORDS = TrainingWords(
     files="Choose the dataset in step 1 (Data): upload it, or pick one of your files",
     resend="correct them and upload the file again with Upload and judge",
     keys=form_field,
+    credits="Ask the operator to add credits to this workspace (this page shows its balance)",
 )
 """The console's words for a training's refusals: its pages, its form's steps and fields, its
 buttons; never the API's routes or JSON fields. The rules are the lifecycle's and the
