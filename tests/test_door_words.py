@@ -280,6 +280,29 @@ def test_a_schedule_says_how_to_add_rows_in_each_doors_words(
     assert main(["schedule", "status", "--store", world["url"]]) == 0
     cli = capsys.readouterr().out
     assert f"add rows: typestrict data append {stored_name('acme', 'live')} FILE.csv" in cli, cli
+    # rows added through the API: the next tick fires, and its stored reason says where the lineage
+    # is read in each door's words (the tick wrote the CLI's: typestrict schedule lineage N)
+    from typestrict_pipeline.backtest.workflows.weather import write_seattle_csv
+
+    cut = dt.datetime(2012, 3, 1, tzinfo=dt.UTC)
+    write_seattle_csv(tmp_path / "more.csv", known_after=cut, known_until=cut + dt.timedelta(days=10))
+    put = b.loop.run_until_complete(b.client.put("/v1/files/more.csv", content=(tmp_path / "more.csv").read_bytes(),
+                                                 headers=auth))
+    assert put.status_code == 201, put.text
+    added = b.loop.run_until_complete(b.client.post("/v1/datasets/live/append", json={"file": "more.csv"},
+                                                    headers=auth))
+    assert added.status_code == 200, added.text
+    later = (dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)).isoformat()  # the next slot: due
+    assert main(["schedule", "tick", "--store", world["url"], "--now", later]) == 0
+    assert f"Lineage: typestrict schedule lineage {root}" in capsys.readouterr().out  # the CLI's own words
+    fired = b.loop.run_until_complete(b.client.get(f"/v1/studies/{root}/schedule", headers=auth)).json()["schedules"][0]
+    assert fired["last_outcome"] == "FIRED", fired
+    assert fired["last_message"].endswith(f"Lineage: GET /v1/studies/{root}/lineage"), fired
+    for text in (fired["last_message"], fired["status_text"]):
+        assert not CLI_WORDS.search(text), text
+    page = html.unescape(b.get(f"/console/studies/{root}").text)
+    assert f"Lineage: the Lineage section of /console/studies/{root}" in page
+    assert "typestrict schedule" not in page
 
 
 def test_a_second_schedule_on_a_lineage_says_how_to_turn_the_first_off_at_each_door(
@@ -338,3 +361,41 @@ def test_a_training_without_a_credit_says_what_to_do_in_each_doors_words(world: 
     assert "Ask the operator to add credits to this workspace (this page shows its balance)" in page, page[:3000]
     assert "typestrict credits" not in page and "/v1/" not in page
     assert b.loop.run_until_complete(b.client.get("/v1/trainings", headers=auth)).json() == []
+
+
+def test_a_workspace_never_set_up_for_schedules_says_who_sets_it_up_at_each_door(
+        world: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    """The API once told a customer to run "typestrict schedule workspace acme --subscription
+    ACTIVE --budget-usd 50" (the operator's command), in the schedule's status and in each
+    tick's reason."""
+    from typestrict_pipeline.reruns import scenario
+
+    engine = open_store(world["url"])
+    try:
+        sid = scenario.create_seattle_study(engine, workspace="acme", dataset="seattle_weather",
+                                            end=dt.datetime(2015, 6, 1, tzinfo=dt.UTC), budget_micro_usd=10**6,
+                                            min_unseen_steps=5)
+        scenario.run(engine, sid)
+    finally:
+        engine.dispose()
+    b = world["browser"]
+    auth = {"Authorization": f"Bearer {world['key']}"}
+    made = b.loop.run_until_complete(b.client.post(f"/v1/studies/{sid}/schedule",
+                                                   json={"cadence": "1h", "owner": "ana@example.com"}, headers=auth))
+    assert made.status_code == 201, made.text
+    assert "until one is set: the operator sets one up" in made.json()["status_text"], made.json()
+    capsys.readouterr()
+    assert main(["schedule", "tick", "--store", world["url"]]) == 0
+    assert "typestrict schedule workspace acme --subscription ACTIVE" in capsys.readouterr().out  # the CLI's
+    [said] = b.loop.run_until_complete(b.client.get(f"/v1/studies/{sid}/schedule", headers=auth)).json()["schedules"]
+    assert said["last_message"] == ("Workspace subscription never set up: the operator sets it up (a subscription "
+                                    "and a usage budget)"), said
+    for text in (said["last_message"], said["status_text"]):
+        assert not CLI_WORDS.search(text), text
+    page = html.unescape(b.get(f"/console/studies/{sid}").text)
+    shown = re.search(r'<pre class="schedule-status">(.*?)</pre>', page, flags=re.S)
+    assert shown is not None and "the operator sets it up" in shown.group(1), page[:3000]
+    assert not CLI_WORDS.search(shown.group(1)), shown.group(1)
+    assert main(["schedule", "status", "--store", world["url"]]) == 0
+    assert "until one is set: typestrict schedule workspace acme --subscription ACTIVE --budget-usd 50" in (
+        capsys.readouterr().out)

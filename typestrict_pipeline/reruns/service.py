@@ -29,6 +29,7 @@ from typestrict_pipeline.lifecycle.leases import LeaseKind, holder, release_in, 
 from typestrict_pipeline.reruns.decide import (
     MSG_IN_FLIGHT,
     MSG_NO_USD_BUDGET,
+    MSG_WORKSPACE_NOT_SET_UP,
     Fire,
     PreviousOutcome,
     Skip,
@@ -36,6 +37,7 @@ from typestrict_pipeline.reruns.decide import (
     SubscriptionState,
     TickState,
     decide_tick,
+    not_set_up_message,
 )
 from typestrict_pipeline.reruns.lineage import LineageEntry, render_panel
 from typestrict_pipeline.reruns.notify import (
@@ -45,7 +47,9 @@ from typestrict_pipeline.reruns.notify import (
     notification_enabled,
 )
 from typestrict_pipeline.reruns.studies import (
+    API_ADD_DATA,
     CLI_ADD_DATA,
+    CONSOLE_ADD_DATA,
     STORED_ADD_DATA,
     AddDataWords,
     RerunSpec,
@@ -69,7 +73,15 @@ from typestrict_pipeline.reruns.timeline import (
     outlook,
     skip_message,
 )
-from typestrict_pipeline.reruns.workspace import SpendSource, WorkspaceStatus, workspace_status
+from typestrict_pipeline.reruns.workspace import (
+    API_WORKSPACE,
+    CLI_WORKSPACE,
+    CONSOLE_WORKSPACE,
+    SpendSource,
+    WorkspaceStatus,
+    WorkspaceWords,
+    workspace_status,
+)
 from typestrict_pipeline.store import session_scope, utcnow
 from typestrict_pipeline.values import PERSON, email
 
@@ -1155,11 +1167,51 @@ def recent_ticks(engine: Engine, schedule_id: int, limit: int = 5) -> list[Rerun
         return list(rows)
 
 
+@dataclass(frozen=True)
+class StatusWords:
+    """How a door says what to do in a schedule's status (:func:`status_text`): what brings new
+    steps, what fixes the workspace's scheduled work, and, in a tick's stored reason (written
+    once, in the CLI's words), how to open the lineage and who sets a workspace up. The CLI's
+    leave the stored reason as it is.
+
+    >>> v = ScheduleView(3, "acme", "wx", "7", "7", "ana@example.com", "1h", ScheduleState.ENABLED, 5,
+    ...                  10_000, dt.datetime(2026, 1, 1, tzinfo=dt.UTC), None, None, None, None, None, None, None, 0)
+    >>> API_STATUS.stored("Fired re-run #1. " + lineage_hint("7"), v)
+    'Fired re-run #1. Lineage: GET /v1/studies/7/lineage'
+    """
+
+    data: AddDataWords
+    workspace: WorkspaceWords
+    lineage: str | None = None
+    """How the lineage of root study ``{root}`` is opened (None: the stored words)."""
+    set_up: str | None = None
+    """Who sets up a workspace never set up (None: the stored words, the operator's command)."""
+
+    def stored(self, text: str, view: ScheduleView) -> str:
+        """A tick's stored reason with its hints in this door's words."""
+        if self.lineage is not None:
+            text = text.replace(lineage_hint(view.lineage_root_id), self.lineage.format(root=view.lineage_root_id))
+        if self.set_up is not None:
+            text = text.replace(not_set_up_message(view.workspace_id), f"{MSG_WORKSPACE_NOT_SET_UP}: {self.set_up}")
+        return text
+
+
+CLI_STATUS = StatusWords(CLI_ADD_DATA, CLI_WORKSPACE)
+"""``typestrict schedule status``: the operator's commands."""
+API_STATUS = StatusWords(API_ADD_DATA, API_WORKSPACE, lineage="Lineage: GET /v1/studies/{root}/lineage",
+                         set_up="the operator sets it up (a subscription and a usage budget)")
+"""A schedule through the API (``ScheduleOut.status_text`` and ``last_message``)."""
+CONSOLE_STATUS = StatusWords(CONSOLE_ADD_DATA, CONSOLE_WORKSPACE,
+                             lineage="Lineage: the Lineage section of /console/studies/{root}",
+                             set_up="the operator sets it up (a subscription and a usage budget)")
+"""A schedule on the console's study page."""
+
+
 def status_text(engine: Engine, view: ScheduleView, *, ticks: int = 5, port: StudiesPort | None = None,
-                now: dt.datetime | None = None, words: AddDataWords = CLI_ADD_DATA) -> str:
+                now: dt.datetime | None = None, words: StatusWords = CLI_STATUS) -> str:
     """What ``typestrict schedule status`` prints for one schedule: its settings, its timeline
     (next evaluation, last decision with its reason, what would make it fire) and recent ticks;
-    what brings new steps in the door's ``words`` (the API passes its own)."""
+    what to do in the door's ``words`` (the API and the console pass their own)."""
     from typestrict_pipeline.study.limits import format_usd
 
     lines = [
@@ -1172,7 +1224,8 @@ def status_text(engine: Engine, view: ScheduleView, *, ticks: int = 5, port: Stu
     if view.state is ScheduleState.ENABLED:
         from typestrict_pipeline.reruns.workspace import store_spend_source, workspace_warning
 
-        warning = workspace_warning(engine, view.workspace_id, utcnow(), store_spend_source(engine))
+        warning = workspace_warning(engine, view.workspace_id, utcnow(), store_spend_source(engine),
+                                    words=words.workspace)
         lines.append(f"  workspace: {warning}" if warning else
                      f"  workspace {view.workspace_id}: subscription active, usage budget left")
     if view.state is ScheduleState.CANCELLED:
@@ -1185,7 +1238,7 @@ def status_text(engine: Engine, view: ScheduleView, *, ticks: int = 5, port: Stu
         from typestrict_pipeline.reruns.workspace import store_spend_source
 
         timeline = schedule_timeline(engine, port or StoreStudies(engine), view, now=now,
-                                     spend=store_spend_source(engine), words=words)
+                                     spend=store_spend_source(engine), words=words.data)
         lines += timeline.lines()
     elif view.last_tick_at is None:
         lines.append("  not evaluated yet")
@@ -1197,4 +1250,4 @@ def status_text(engine: Engine, view: ScheduleView, *, ticks: int = 5, port: Stu
         lines.append("  recent ticks:")
         for t in history:
             lines.append(f"    {t.at.strftime('%Y-%m-%d %H:%M:%S')}  {t.source:<8} {t.outcome.value:<7} {t.message}")
-    return "\n".join(lines)
+    return words.stored("\n".join(lines), view)

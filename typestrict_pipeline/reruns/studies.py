@@ -151,28 +151,34 @@ class AddDataWords:
     """How data arrivals are recorded (a workflow that reads no dataset)."""
     register: str
     """How a dataset of one's own is registered (a built-in one never grows)."""
+    restored: str
+    """Where a workspace whose scheduled work is refused reads its subscription and usage."""
 
 
 CLI_ADD_DATA = AddDataWords(
     append="add rows: typestrict data append {name} FILE.csv",
     arrivals="record arrivals: typestrict schedule data-arrived {workspace} {workflow} END",
-    register="register your own (typestrict data register NAME --workflow {workflow} --table TABLE=FILE.csv)")
+    register="register your own (typestrict data register NAME --workflow {workflow} --table TABLE=FILE.csv)",
+    restored="typestrict schedule workspace {workspace} shows its subscription and usage")
 """``typestrict schedule status``'s words (and the Dagster sensor's timelines: the operator's)."""
 API_ADD_DATA = AddDataWords(
     append="add rows: POST /v1/datasets/{own}/append",
     arrivals="the operator records the data's arrivals for workflow {workflow}",
-    register="register your own (POST /v1/datasets)")
+    register="register your own (POST /v1/datasets)",
+    restored="GET /v1/workspaces/{workspace}/budget shows its subscription and usage")
 """A schedule's ``status_text`` through the API."""
 CONSOLE_ADD_DATA = AddDataWords(
     append="add rows through the API (POST /v1/datasets/{own}/append)",
     arrivals=API_ADD_DATA.arrivals,
-    register="register your own through the API (POST /v1/datasets)")
+    register="register your own through the API (POST /v1/datasets)",
+    restored="Settings → Usage shows its subscription and usage")
 """A schedule's status on the console's study page (the console names datasets; adding rows to
 one, or registering one, is the API's)."""
 STORED_ADD_DATA = AddDataWords(
     append="add rows to dataset {own}",
     arrivals="the operator records the data's arrivals for workflow {workflow}",
-    register="register a dataset of your own")
+    register="register a dataset of your own",
+    restored="its subscription and usage budget are its settings")
 """A tick's reason, stored once and shown by every door: no door's command or route."""
 
 

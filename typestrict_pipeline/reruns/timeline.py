@@ -117,7 +117,8 @@ def outlook(decision: Fire | Skip, state: TickState, source: DataSource | None, 
         time_of: step index -> time on the lineage's grid.
         step: the grid's step.
         workflow_id: the workflow (named in the messages).
-        words: the door's words for what brings new steps (:class:`~typestrict_pipeline.reruns.studies.AddDataWords`).
+        words: the door's words for what brings new steps or restores the workspace
+            (:class:`~typestrict_pipeline.reruns.studies.AddDataWords`).
 
     >>> from typestrict_pipeline.reruns.decide import PreviousOutcome, SubscriptionState, decide_tick
     >>> from typestrict_pipeline.reruns.studies import DataKind
@@ -169,8 +170,8 @@ def outlook(decision: Fire | Skip, state: TickState, source: DataSource | None, 
     if kind is SkipKind.IN_FLIGHT:
         return Outlook(f"fires once the study or backtest running on workflow {workflow_id} ends "
                        "(it retries at each evaluation)", None, unseen, None, last_known)
-    return Outlook(f"fires once workspace {state.workspace_id} is restored: typestrict schedule workspace "
-                   f"{state.workspace_id} shows its subscription and usage", None, unseen, None, last_known)
+    return Outlook(f"fires once workspace {state.workspace_id} is restored: "
+                   f"{words.restored.format(workspace=state.workspace_id)}", None, unseen, None, last_known)
 
 
 def skip_message(decision: Skip, view_outlook: Outlook) -> str:

@@ -169,24 +169,53 @@ def store_spend_source(engine: Engine) -> SpendSource:
     return spend
 
 
-def workspace_warning(engine: Engine, workspace_id: str, now: dt.datetime, spend: SpendSource) -> str | None:
-    """Why scheduled work of a workspace would be refused now, naming the command that fixes it;
-    None when its subscription is active and its usage budget not exhausted.
+@dataclass(frozen=True)
+class WorkspaceWords:
+    """How a door says what fixes a workspace's scheduled work (:func:`workspace_warning`): the
+    CLI the operator's command; the API and the console that the subscription is the operator's,
+    and where the customer raises the usage budget themselves. ``{workspace}``: the workspace.
+    """
+
+    set_up: str
+    """What sets up a workspace never set up."""
+    renew: str
+    """What renews an expired subscription."""
+    raise_budget: str
+    """What raises an exhausted usage budget."""
+
+
+CLI_WORKSPACE = WorkspaceWords(
+    set_up="typestrict schedule workspace {workspace} --subscription ACTIVE --budget-usd 50",
+    renew="typestrict schedule workspace {workspace} --subscription ACTIVE",
+    raise_budget="typestrict schedule workspace {workspace} --budget-usd N")
+API_WORKSPACE = WorkspaceWords(
+    set_up="the operator sets one up", renew="the operator renews it",
+    raise_budget="PUT /v1/workspaces/{workspace}/budget")
+CONSOLE_WORKSPACE = WorkspaceWords(
+    set_up="the operator sets one up", renew="the operator renews it",
+    raise_budget="Settings → Usage, Budget")
+
+
+def workspace_warning(engine: Engine, workspace_id: str, now: dt.datetime, spend: SpendSource, *,
+                      words: WorkspaceWords = CLI_WORKSPACE) -> str | None:
+    """Why scheduled work of a workspace would be refused now, naming what fixes it in the door's
+    ``words`` (the operator's command by default); None when its subscription is active and its
+    usage budget not exhausted.
 
     "Never set up" (no record) and "expired" are told apart.
     """
     from typestrict_pipeline.study.limits import format_usd
 
     status = workspace_status(engine, workspace_id, now, spend)
-    cmd = f"typestrict schedule workspace {workspace_id}"
     if status is None:
         return (f"workspace {workspace_id} has no subscription yet (never set up): every tick will skip with "
-                f"\"Workspace subscription never set up\" until one is set: {cmd} --subscription ACTIVE --budget-usd 50")
+                f"\"Workspace subscription never set up\" until one is set: "
+                f"{words.set_up.format(workspace=workspace_id)}")
     if status.subscription is not SubscriptionState.ACTIVE:
         return (f"workspace {workspace_id}'s subscription expired: every tick will skip with \"Workspace "
-                f"subscription expired\" until it is renewed: {cmd} --subscription ACTIVE")
+                f"subscription expired\" until it is renewed: {words.renew.format(workspace=workspace_id)}")
     if status.usage_exhausted:
         return (f"workspace {workspace_id}'s usage budget is exhausted ({format_usd(status.spent_micro_usd)} of "
                 f"{format_usd(status.usage_budget_micro_usd)} this month): every tick will skip with \"Usage budget "
-                f"exhausted\" until it is raised: {cmd} --budget-usd N")
+                f"exhausted\" until it is raised: {words.raise_budget.format(workspace=workspace_id)}")
     return None

@@ -170,16 +170,16 @@ def leaderboard(study_id: StudyId, ctx: Ctx, workspace: Workspace, limit: Limit 
 
 
 def schedule_out(ctx: Ctx, view: Any) -> ScheduleOut:
-    from typestrict_pipeline.reruns.service import status_text
-    from typestrict_pipeline.reruns.studies import API_ADD_DATA
+    from typestrict_pipeline.reruns.service import API_STATUS, status_text
 
     return ScheduleOut(id=view.id, study_id=view.root_study_id, cadence=view.cadence,
                        state=str(getattr(view.state, "value", view.state)), owner=view.owner,
                        min_unseen_steps=view.min_unseen_steps,
                        last_outcome=None if view.last_outcome is None else str(
                            getattr(view.last_outcome, "value", view.last_outcome)),
-                       last_message=None if view.last_message is None else for_customers(view.last_message),
-                       status_text=for_customers(status_text(ctx.engine, view, words=API_ADD_DATA)))
+                       last_message=None if view.last_message is None else for_customers(
+                           API_STATUS.stored(view.last_message, view)),
+                       status_text=for_customers(status_text(ctx.engine, view, words=API_STATUS)))
 
 
 @router.post("/studies/{study_id}/schedule", status_code=201, response_model=ScheduleOut,

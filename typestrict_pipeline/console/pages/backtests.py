@@ -272,12 +272,12 @@ def _study_context(request: Request, session: ConsoleSession, study_id: str,
     """What the study page shows; ``page`` is ``?page=`` (the leaderboard's, :data:`TOP_K` a page)."""
     from typestrict_pipeline.reruns.lineage import summarize
     from typestrict_pipeline.reruns.service import (
+        CONSOLE_STATUS,
         lineage_entries,
         lineage_text,
         list_schedules,
         status_text,
     )
-    from typestrict_pipeline.reruns.studies import CONSOLE_ADD_DATA
     from typestrict_pipeline.study.leaderboard import header_lines, load_leaderboard, row_cells
     from typestrict_pipeline.study.runner import search_progress
 
@@ -292,7 +292,7 @@ def _study_context(request: Request, session: ConsoleSession, study_id: str,
     n_ranked = sum(1 for r in board.rows if r.rank is not None)
     drawn = chart_ranks(board.rows, winner=board.winner_candidate_id)
     winner_rank = next((r.rank for r in board.rows if r.candidate_id == board.winner_candidate_id), None)
-    schedules = [{"view": v, "status": for_customers(status_text(ctx.engine, v, words=CONSOLE_ADD_DATA))}
+    schedules = [{"view": v, "status": for_customers(status_text(ctx.engine, v, words=CONSOLE_STATUS))}
                  for v in list_schedules(ctx.engine, workspace_id=ws, study_id=str(row.id))]
     entries = lineage_entries(ctx.engine, str(row.id))
     spec = leaderboard_spec(row.id, n_candidates=n_ranked, luck_line=board.stats.luck_line, shown=drawn)
