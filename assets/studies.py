@@ -110,14 +110,14 @@ class StudyJobConfig(dg.Config):
 def _create_from_launchpad(engine: Engine, new: NewStudyConfig) -> int:
     """Create the study the launchpad describes; the product's refusals become a step failure."""
     from typestrict_pipeline.errors import TypeStrictError
-    from typestrict_pipeline.study.form import StudyForm, study_config
+    from typestrict_pipeline.study.form import LAUNCHPAD_SPACE, StudyForm, study_config
     from typestrict_pipeline.study.service import create_study_from_config
 
     try:
         fields = new.model_dump()
         for name in ("grid", "random", "prompt_files"):
             fields[name] = list(fields[name] or [])
-        return create_study_from_config(engine, study_config(StudyForm(**fields)))
+        return create_study_from_config(engine, study_config(StudyForm(**fields), words=LAUNCHPAD_SPACE))
     except TypeStrictError as exc:
         raise failure(str(exc), error=type(exc).__name__) from None
 

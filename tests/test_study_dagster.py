@@ -246,3 +246,14 @@ def test_the_launchpad_creates_a_study_or_refuses_it_with_the_products_messages(
         raise_on_error=False,
         resources={"store": StoreResource(url=sqlite_url), "study_runner": StudyRunnerResource()})
     assert "expected either study_id (a created study) or new_study" in _failure(both)
+
+
+def test_the_launchpad_refuses_a_search_space_naming_its_config_not_the_clis_flags(sqlite_url: str) -> None:
+    """The launchpad's config has ``new_study.grid``, not ``--grid`` (each door its own words)."""
+    limits = {"max_candidates": 2, "max_total_steps": 1000}
+    said = _failure(_launch(sqlite_url, {**NEW_STUDY, **limits, "grid": ["skill=0.5", "skill=0.6,nan"]}))
+    assert "expected skill in new_study.grid[1] as a finite number, got 'nan'" in said, said
+    said = _failure(_launch(sqlite_url, {**NEW_STUDY, **limits, "random": ["skill=0.5"], "random_draws": 2}))
+    assert ("expected new_study.random[0] as NAME=LOW:HIGH, got 'skill=0.5'. Write e.g. \"threshold=0.3:0.7\" "
+            "in new_study.random.") in said, said
+    assert "--grid" not in said and "--random" not in said

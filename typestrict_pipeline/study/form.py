@@ -94,7 +94,7 @@ class SpaceWords:
 
 CLI_SPACE = SpaceWords(grid="--grid", random="--random", entry="{field}", param_of="{field} {name}",
                        bound="{param}'s {end}", write="{field} {text}")
-"""``typestrict study run``'s words (and the launchpad's, whose config takes the same entries)."""
+"""``typestrict study run``'s words."""
 API_SPACE = SpaceWords(grid="field 'grid'", random="field 'random'", entry="field '{key}.{i}'",
                        param_of="{name} in {entry}", bound="the {end} of {param}",
                        write='"{key}": ["{text}"]')
@@ -103,6 +103,11 @@ CONSOLE_SPACE = SpaceWords(grid='"Grid"', random='"Random ranges"', entry="a lin
                            param_of="{name} in {field}", bound="the {end} of {param}",
                            write="{text} as a line of {field}")
 """The console's "new study" form: its fields' labels (one entry per line)."""
+LAUNCHPAD_SPACE = SpaceWords(grid="new_study.grid", random="new_study.random", entry="{field}[{i}]",
+                             param_of="{name} in {entry}", bound="the {end} of {param}",
+                             write='"{text}" in {field}')
+"""``study_job``'s launchpad (``StudyJobConfig.new_study``): its config's paths (its
+``prompt_files`` are refused in the CLI's words, ``--prompt-file``, the one door that reads a file)."""
 
 
 @dataclass(frozen=True)
