@@ -19,6 +19,7 @@ from fastapi.testclient import TestClient
 
 from tests.test_api_support import TRAINING_BODY, make_dataset, new_key
 from typestrict_pipeline.api.app import create_app
+from typestrict_pipeline.api.schemas import SplitOut
 from typestrict_pipeline.api.splits import SPLIT_NAME, compute_split, inputs_sha256, read_stored
 from typestrict_pipeline.refund import holdout
 
@@ -70,6 +71,10 @@ def test_later_views_of_the_split_read_the_stored_one(
     page = c.get(f"/console/trainings/{tid}")
     assert drawn == ["sentiment"], "the split was drawn again on a later view"
     assert [r.content for r in again] == [first.content] * 2  # byte for byte
+    # ... and the bytes FastAPI's serialisation of the response model gives (what it answered
+    # when the route returned the model itself)
+    assert first.content == SplitOut.model_validate_json(first.content).model_dump_json().encode()
+    assert first.headers["content-type"] == "application/json"
     split = first.json()
     assert page.status_code == 200
     assert f'id="n-train">{len(split["training_ids"])}<' in page.text
