@@ -83,7 +83,7 @@ from typestrict_pipeline.lifecycle.trainings import (
 )
 from typestrict_pipeline.refund.dataset import load_dataset
 from typestrict_pipeline.refund.grouping import scan_dataset
-from typestrict_pipeline.refund.holdout import split_decisions
+from typestrict_pipeline.refund.holdout import check_something_to_train_on, split_decisions
 from typestrict_pipeline.refund.manifest import TrainingManifest, parse_manifest
 from typestrict_pipeline.refund.predictions import read_predictions
 from typestrict_pipeline.refund.preflight import check_file_predictions
@@ -580,7 +580,9 @@ class TrainingStore:
             doc["predictions"]["jev"] = {**jev, "path": "jev.jsonl"}
         manifest = parse_manifest(doc, source="request", base_dir=staging, keys=self.words.keys)
         check_dataset_size(staging / dataset_name, self.max_dataset_bytes)  # before it is read
-        load_dataset(manifest)  # every dataset check, before anything is charged
+        # every dataset check, and that its split leaves something to train on, before
+        # anything is charged (refund/holdout.py, check_something_to_train_on)
+        check_something_to_train_on(load_dataset(manifest))
         # Signs of undeclared groups, looked for once, before anything is judged (warnings only).
         scan = scan_dataset(manifest)
         with _disk("store the training's files"):
