@@ -6,7 +6,10 @@ recorded Jev; one process; wall seconds of each request):
 * ``POST /v1/trainings`` of a dataset of N rows (a CSV without a group column, about 50 bytes
   a row, answers yes/no; written straight into the workspace's files);
 * ``GET /v1/trainings/{id}/split``: the first view, then the median of the later ones;
-* the console's training page (``/console/trainings/{id}``): its first and later views.
+* the console's training page (``/console/trainings/{id}``): its first and later views;
+* the check that the split leaves something to train on (``check_something_to_train_on``, run
+  by every creation after the dataset is loaded) on the same rows without groups, in 1,000
+  groups and in one group (refused), against the load it follows.
 
 N is 1,000,000 by default (``--rows N`` for another size).
 
@@ -88,6 +91,43 @@ def measure(rows: int, folder: Path, views: int = 3) -> dict[str, Any]:
     return out
 
 
+def measure_check(rows: int, folder: Path) -> dict[str, float]:
+    """Seconds of ``load_dataset`` and of ``check_something_to_train_on`` after it, per shape."""
+    from typestrict_pipeline.errors import DatasetError
+    from typestrict_pipeline.refund.dataset import load_dataset
+    from typestrict_pipeline.refund.holdout import check_something_to_train_on
+    from typestrict_pipeline.refund.manifest import parse_manifest
+
+    out: dict[str, float] = {}
+    plain = folder / "plain.csv"
+    write_dataset(plain, rows)
+    for shape, groups in (("no_group", None), ("groups_1000", 1000), ("one_group", 1)):
+        path = plain
+        if groups is not None:
+            path = folder / f"{shape}.csv"
+            with plain.open(encoding="utf-8") as src, path.open("w", encoding="utf-8") as dst:
+                dst.write("id,text,grp,label\n")
+                next(src)
+                for i, line in enumerate(src):
+                    row_id, text, label = line.rstrip("\n").split(",")
+                    dst.write(f"{row_id},{text},g{i % groups},{label}\n")
+        manifest = parse_manifest({
+            "manifest_version": 1, "training_id": "t", "workspace_id": "w",
+            "dataset": {"path": str(path), "columns": {"id": "id", "text": "text",
+                                                       "group": None if groups is None else "grp"}},
+            "decisions": BODY["decisions"], "predictions": {"jev": {"kind": "file", "path": "j.jsonl"}},
+            "training": {"status": "failed", "reason": "bench"}}, source="bench")
+        out[f"{shape}_load_s"], dataset = _timed(lambda m=manifest: load_dataset(m))
+        started = time.perf_counter()
+        try:
+            check_something_to_train_on(dataset)
+        except DatasetError:
+            out[f"{shape}_refused"] = 1.0
+        out[f"{shape}_check_s"] = time.perf_counter() - started
+        del dataset
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="bench_training_split")
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -103,6 +143,15 @@ def main(argv: list[str] | None = None) -> None:
     summary.row(BENCH, f"console training page, {rows:,} rows",
                 f"first view {got['page_first_s']:.2f} s, later views {got['page_later_s']:.2f} s",
                 numbers=got)
+    with tempfile.TemporaryDirectory() as tmp:
+        check = measure_check(args.rows, Path(tmp))
+    for shape, said in (("no_group", "no group"), ("groups_1000", "1,000 groups"),
+                        ("one_group", "one group, refused")):
+        summary.row(BENCH, f"something to train on? {rows:,} rows, {said}",
+                    f"{check[f'{shape}_check_s']:.3f} s",
+                    alternative=f"the load it follows {check[f'{shape}_load_s']:.1f} s",
+                    ratio=f"{check[f'{shape}_check_s'] / check[f'{shape}_load_s']:.1%} of the load",
+                    numbers=check)
 
 
 if __name__ == "__main__":
