@@ -18,6 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.test_api_support import TRAINING_BODY, make_dataset, new_key
+from typestrict_pipeline.api import splits
 from typestrict_pipeline.api.app import create_app
 from typestrict_pipeline.api.schemas import SplitOut
 from typestrict_pipeline.api.splits import SPLIT_NAME, compute_split, inputs_sha256, read_stored
@@ -135,3 +136,11 @@ def test_the_stored_split_is_a_fresh_one_and_a_changed_input_is_drawn_again(
     # ... and a later view reads what was stored again.
     assert c.get(f"/v1/trainings/{tid}/split", headers=auth).content == changed.content
     assert drawn == ["sentiment"] * 2
+    # A changed setting (the decisions' objects) or changed code of the split is a changed input.
+    doc, _, _ = store._doc("acme", tid)
+    path = store.manifest("acme", tid).dataset.path
+    renamed = [{**d, "question": d["question"] + "?"} for d in doc["decisions"]]
+    assert inputs_sha256(tid, {**doc, "decisions": renamed}, path) != digest()
+    monkeypatch.setattr(splits, "code_sha256", lambda: "0" * 64)
+    assert c.get(f"/v1/trainings/{tid}/split", headers=auth).content == changed.content
+    assert drawn == ["sentiment"] * 3

@@ -11,10 +11,11 @@ later view, the API's and the console's, reads that file.
 split exactly as ``GET /v1/trainings/{id}/split`` answers it (:class:`SplitOut` as JSON). The
 header holds the file's format, the **digest of its inputs** (:func:`inputs_sha256`: the
 dataset file's SHA-256, the manifest's ``dataset`` and ``decisions`` objects, the training's id,
-the split's fraction, cap and seed domain) and the SHA-256 of the body. A stored split is
+the split's fraction, cap and seed domain, and the split's own source code) and the SHA-256
+of the body. A stored split is
 served only when its format and inputs digest are the ones computed now and its body has its
-SHA-256; otherwise (the dataset file replaced, a setting changed, the algorithm's version
-bumped, a damaged or partial file) it is computed again and written again. It is written
+SHA-256; otherwise (the dataset file replaced, a setting changed, the split's code changed, a
+damaged or partial file) it is computed again and written again. It is written
 atomically (a temporary file, fsync, rename), so a reader sees the old file or the new one.
 
 Retention deletes it with the rest of the training's data (it lists ids: customer data).
@@ -23,6 +24,7 @@ Retention deletes it with the rest of the training's data (it lists ids: custome
 from __future__ import annotations
 
 import contextlib
+import functools
 import gzip
 import hashlib
 import json
@@ -56,8 +58,7 @@ __all__ = ["CANONICAL_FORM", "SPLIT_FORMAT", "SPLIT_NAME", "compute_split", "inp
 SPLIT_NAME = "split.json.gz"
 """The stored split, in the training's folder."""
 SPLIT_FORMAT = 1
-"""The stored split's format and the split's algorithm version: bump it when either changes
-(every stored split is then computed again on its next view)."""
+"""The stored file's format (the split's code is in the inputs digest on its own)."""
 CANONICAL_FORM = 'SHA-256 of UTF-8 "\\n".join(sorted(training_ids)), no final newline'
 
 
@@ -67,11 +68,30 @@ def file_sha256(path: Path) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
+_CODE = ("api/splits.py", "api/schemas.py", "refund/holdout.py", "refund/splitrows.py",
+         "refund/rowdigest.py", "refund/rowseed.py", "refund/dataset.py", "refund/cells.py",
+         "refund/table.py", "refund/sources.py", "refund/spill.py", "refund/grouping.py",
+         "refund/manifest.py", "refund/types.py", "refund/trained_on.py")
+"""The source files (under ``typestrict_pipeline/``) whose code computes the stored split."""
+
+
+@functools.cache
+def code_sha256() -> str:
+    """The SHA-256 of the split's own code (:data:`_CODE`, read once per process): a server
+    running changed code computes every stored split again on its next view, so a change of the
+    algorithm cannot leave an old split served (no version number to remember to bump)."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for name in _CODE:
+        h.update(name.encode("utf-8") + b"\0" + (root / name).read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def inputs_sha256(training_id: str, doc: Mapping[str, Any], dataset_path: Path) -> str:
     """The digest of everything the stored split depends on: the dataset file's bytes, the
     manifest's ``dataset`` object (its ``path`` aside: the bytes are what counts) and
     ``decisions``, the training's id (the answer names it), the split's fraction, cap and seed
-    domain, and :data:`SPLIT_FORMAT`.
+    domain, :data:`SPLIT_FORMAT` and the split's code (:func:`code_sha256`).
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "d.csv"
@@ -91,7 +111,7 @@ def inputs_sha256(training_id: str, doc: Mapping[str, Any], dataset_path: Path) 
         "format": SPLIT_FORMAT, "seed_domain": SEED_DOMAIN.decode("utf-8", "replace"),
         "fraction": [TEST_FRACTION.numerator, TEST_FRACTION.denominator], "cap": TEST_CAP,
         "training_id": training_id, "dataset": dataset, "decisions": doc.get("decisions"),
-        "dataset_sha256": file_sha256(dataset_path),
+        "dataset_sha256": file_sha256(dataset_path), "code_sha256": code_sha256(),
     }
     text = json.dumps(inputs, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
