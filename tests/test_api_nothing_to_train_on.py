@@ -168,7 +168,8 @@ def _random_case(rng: random.Random) -> tuple[dict[str, list[Any]], dict[str, An
     for d in range(rng.choice([1, 1, 2])):
         column = f"label{d}"
         skew = rng.random()
-        table[column] = ["" if rng.random() < 0.15 else ("yes" if rng.random() < skew else "no")
+        blank = rng.choice([0.15, 0.15, 0.5])  # two decisions may answer mostly different rows
+        table[column] = ["" if rng.random() < blank else ("yes" if rng.random() < skew else "no")
                          for _ in range(n)]
         decisions.append({"name": f"d{d}", "question": "q?", "answer_column": column,
                           "answers": ["yes", "no"]})
@@ -177,6 +178,40 @@ def _random_case(rng: random.Random) -> tuple[dict[str, list[Any]], dict[str, An
            "predictions": {"jev": {"kind": "file", "path": "j.jsonl"}},
            "training": {"status": "failed", "reason": "x"}}
     return table, doc
+
+
+def test_two_decisions_whose_shared_rows_are_one_group_may_still_train() -> None:
+    """Two decisions answering different rows but for one group: that group is the only unit a
+    row answered in both can come from, yet it need not be held out by either decision (each
+    has other units to draw its test from). The split decides; it is not refused on sight."""
+    rng = random.Random(3)
+    seen = set()
+    for _ in range(60):
+        g, a, b = rng.randint(1, 6), rng.randint(3, 40), rng.randint(3, 40)
+        n = g + a + b
+        table = {"id": [f"r{i}" for i in range(n)], "text": [f"t{i}" for i in range(n)],
+                 "grp": ["G" if i < g else f"u{i}" for i in range(n)],
+                 "l0": [rng.choice(["yes", "no"]) if i < g + a else "" for i in range(n)],
+                 "l1": [rng.choice(["yes", "no"]) if i < g or i >= g + a else "" for i in range(n)]}
+        doc = {"manifest_version": 1, "training_id": "t", "workspace_id": "w",
+               "dataset": {"path": "data.csv", "columns": {"id": "id", "text": "text", "group": "grp"}},
+               "decisions": [{"name": f"d{k}", "question": "q?", "answer_column": f"l{k}",
+                              "answers": ["yes", "no"]} for k in (0, 1)],
+               "predictions": {"jev": {"kind": "file", "path": "j.jsonl"}},
+               "training": {"status": "failed", "reason": "x"}}
+        try:
+            dataset = validate_dataset(table, parse_manifest(doc, source="test"))
+            empty = not training_mask(split_decisions(dataset)).any()
+        except (DatasetError, NotEnoughDataError):
+            continue
+        try:
+            check_something_to_train_on(dataset)
+            refused = False
+        except DatasetError:
+            refused = True
+        assert refused == empty, (g, a, b)
+        seen.add(refused)
+    assert seen == {True, False}
 
 
 def test_the_refusal_is_exactly_an_empty_training_set_of_the_split() -> None:

@@ -1104,7 +1104,7 @@ def check_something_to_train_on(
     """Refuse a dataset whose split would leave no example to train on: every row held out
     (test, or excluded with a test group) in some decision's split, so only a refund could
     follow. Exactly :func:`training_mask` of :func:`split_decisions` being empty, decided
-    without the split when it cannot be (the usual case):
+    without drawing the split when the answer is certain (the usual case):
 
     A row may be trained on when, in every decision, its unit (its group, joined with every
     group an identical text reaches) is not a test unit and, for a decision tested on its
@@ -1136,10 +1136,10 @@ def check_something_to_train_on(
     typestrict_pipeline.errors.DatasetError: data.csv, column 'customer': expected at least 2 groups so some examples remain to train on, got 1 ('acme'): the test takes whole groups, so all 10 rows would be held out. Add examples of other groups, or declare no group column if the rows do not depend on each other.
     """
     plans = [_plan(labels) for labels in dataset.decisions]
-    ready = dataset.prepared
-    if not plans or ready is None:
+    if not plans:
         return
-    units = ready.rows.units
+    rows = dataset.prepared.rows if dataset.prepared is not None else _rows_and_seeds(dataset, plans)[0]
+    units = rows.units
     candidate = np.ones(len(units), dtype=bool)
     for plan in plans:
         if plan.source is HoldoutSource.LABELED:
@@ -1159,18 +1159,25 @@ def check_something_to_train_on(
     kept = int(np.count_nonzero(present))
     if kept > most_test_units:
         return
-    if kept <= 1:  # one unit holds every row that could be trained on: it never fits pass 1
-        # (its answers are more than their quotas) and pass 2 takes it, or (review labels)
-        # pass 1 takes it whole; so it is held out, and with it everything (no draw needed:
-        # with one group of 1,000,000 rows the draw takes seconds)
-        raise _nothing_to_train_on(dataset, plans, ready.rows, candidate, kept)
+    if kept == 0:  # no row answered in every decision tested on its answers
+        raise _nothing_to_train_on(dataset, plans, rows, candidate, kept)
+    if kept == 1:
+        only = int(np.flatnonzero(present)[0])
+        if any(bool(np.all(units[plan.strata >= 0] == only)) for plan in plans):
+            # One unit holds every row that could be trained on and every answered row of a
+            # decision: for that decision it never fits pass 1 (its answers are more than their
+            # quotas) and pass 2 takes it, or (review labels) pass 1 takes it whole; so it is
+            # held out, and with it everything. No draw needed (with one group of 1,000,000
+            # rows the draw takes seconds). With several decisions whose answered rows differ,
+            # the unit may stay out of every test: the split is drawn below.
+            raise _nothing_to_train_on(dataset, plans, rows, candidate, kept)
     try:
         holdouts = split_decisions(dataset, fraction=fraction, cap=cap)
     except NotEnoughDataError:
         return  # too few answers to hold out any test: the split says so when it is read
     if training_mask(holdouts).any():
         return
-    raise _nothing_to_train_on(dataset, plans, ready.rows, candidate, kept)
+    raise _nothing_to_train_on(dataset, plans, rows, candidate, kept)
 
 
 def _nothing_to_train_on(dataset: Dataset, plans: Sequence[_Plan], rows: SplitRows,
@@ -1186,16 +1193,16 @@ def _nothing_to_train_on(dataset: Dataset, plans: Sequence[_Plan], rows: SplitRo
             "remain to train on", "none: a model of several decisions trains only on rows that "
             "are train in every decision's split",
             "label some rows for every decision, or train the decisions separately", file=file)
-    codes = rows.group_codes[candidate]
-    if group is not None and codes.size and bool(np.all(codes >= 0)) and np.unique(codes).size == 1:
-        value = rows.group_at(int(np.flatnonzero(candidate)[0]))
+    codes = rows.group_codes
+    if group is not None and codes.size and bool(np.all(codes >= 0)) and bool(np.all(codes == codes[0])):
+        value = rows.group_at(0)
         return DatasetError(
             "at least 2 groups so some examples remain to train on",
             f"1 ({(value or '')[:80]!r}): the test takes whole groups, so all {n:,} rows would be "
             "held out",
             "add examples of other groups, or declare no group column if the rows do not depend "
             "on each other", file=file, column=group)
-    if units == 1:
+    if bool(np.all(rows.units == rows.units[0])):
         joined = (f"; identical texts join their groups, so every group of column {group!r} is "
                   "one" if group is not None else "")
         return DatasetError(
@@ -1205,10 +1212,12 @@ def _nothing_to_train_on(dataset: Dataset, plans: Sequence[_Plan], rows: SplitRo
             "add examples with other texts", file=file, column=text)
     where = (f"whole groups of column {group!r} and identical texts together" if group is not None
              else "identical texts together")
+    several = (f" answered in every decision ({', '.join(repr(p.name) for p in plans)})"
+               if len(plans) > 1 else " with answers")
     return DatasetError(
         "a split that leaves some examples to train on",
         f"all {n:,} rows held out: the test takes 20% of each answer's examples ({where}), and "
-        f"each of the {units:,} units with answers is needed for an answer's test examples",
+        f"each of the {units:,} units{several} is needed for a test",
         "add examples (of more groups, with other texts) for every answer",
         file=file, column=group if group is not None else text)
 
