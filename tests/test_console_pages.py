@@ -457,7 +457,9 @@ def test_a_refused_predictions_form_stores_no_model_file(app: tuple[object, str,
     b = Browser(app[0], app[1])
     page_url, training = _made(b)
     folder = tmp_path / "home" / "trainings" / training
+    assert b.get(page_url).status_code == 200  # its first view stores the split (split.json.gz)
     before = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    assert "split.json.gz" in before
     bad = "".join(json.dumps(row) + "\n" for row in _rows(yes=0.7, no=0.2))
     good = "".join(json.dumps(row) + "\n" for row in _rows(yes=0.7, no=0.3))
     for predictions, models, words in (

@@ -81,6 +81,7 @@ def test_expiry_deletes_the_trainings_data_and_keeps_its_manifest_and_audit(stor
         created = c.post("/v1/trainings", json=TRAINING_BODY, headers=key)
         assert created.status_code == 201, created.text
         tid = created.json()["id"]
+        assert c.get(f"/v1/trainings/{tid}/split", headers=key).status_code == 200  # stores it
         assert c.put(f"/v1/trainings/{tid}/model/weights.bin", content=b"w" * 64, headers=key).status_code == 201
         sent = c.post(f"/v1/trainings/{tid}/predictions", headers=key,
                       json={"predictions": model_predictions(csv, skill=0.9)})
@@ -88,7 +89,7 @@ def test_expiry_deletes_the_trainings_data_and_keeps_its_manifest_and_audit(stor
     folder = home / "trainings" / tid
     before = _files(folder)
     assert {"manifest.json", "grouping.json", "jev.jsonl", "predictions/model.jsonl",
-            "model/weights.bin"} <= set(before) and any(n.startswith("dataset.") for n in before), before
+            "model/weights.bin", "split.json.gz"} <= set(before) and any(n.startswith("dataset.") for n in before), before
     values, other = _values(storage, tid), _values(storage, "tr_someone_else")
 
     engine = open_store(store_url)

@@ -83,7 +83,7 @@ from typestrict_pipeline.lifecycle.trainings import (
 )
 from typestrict_pipeline.refund.dataset import load_dataset
 from typestrict_pipeline.refund.grouping import scan_dataset
-from typestrict_pipeline.refund.holdout import Holdout, split_decisions, training_ids
+from typestrict_pipeline.refund.holdout import check_something_to_train_on, split_decisions
 from typestrict_pipeline.refund.manifest import TrainingManifest, parse_manifest
 from typestrict_pipeline.refund.predictions import read_predictions
 from typestrict_pipeline.refund.preflight import check_file_predictions
@@ -91,9 +91,7 @@ from typestrict_pipeline.refund.trained_on import (
     attest,
     stated_value_kind,
     stated_value_ok,
-    trained_on_sha256,
 )
-from typestrict_pipeline.refund.types import Role
 from typestrict_pipeline.store import utcnow
 
 DRAFT_NAME = "api-draft.json"
@@ -362,7 +360,8 @@ class SplitView:
     training_ids: tuple[str, ...]
     training_ids_sha256: str
     not_for_training: tuple[str, ...]
-    decisions: tuple[Holdout, ...]
+    decisions: tuple[dict[str, Any], ...]
+    """Each decision's counts and held-out ids (:func:`~typestrict_pipeline.api.splits.split_roles`)."""
 
 
 class TrainingStore:
@@ -586,7 +585,9 @@ class TrainingStore:
             doc["predictions"]["jev"] = {**jev, "path": "jev.jsonl"}
         manifest = parse_manifest(doc, source="request", base_dir=staging, keys=self.words.keys)
         check_dataset_size(staging / dataset_name, self.max_dataset_bytes)  # before it is read
-        load_dataset(manifest)  # every dataset check, before anything is charged
+        # every dataset check, and that its split leaves something to train on, before
+        # anything is charged (refund/holdout.py, check_something_to_train_on)
+        check_something_to_train_on(load_dataset(manifest))
         # Signs of undeclared groups, looked for once, before anything is judged (warnings only).
         scan = scan_dataset(manifest)
         with _disk("store the training's files"):
@@ -760,16 +761,24 @@ class TrainingStore:
         owner = None if found is None else found[0].get("workspace_id")
         return owner if isinstance(owner, str) else None
 
+    def split_json(self, workspace_id: str, training_id: str) -> bytes:
+        """The training's split as ``GET /v1/trainings/{id}/split`` answers it (JSON): computed
+        once and stored in its folder (``split.json.gz``, :mod:`typestrict_pipeline.api.splits`),
+        read from there while its inputs (the dataset's bytes, the training's settings) are
+        unchanged."""
+        from typestrict_pipeline.api.splits import split_json
+
+        doc, folder, _ = self._doc(workspace_id, training_id)
+        return split_json(training_id, self.manifest(workspace_id, training_id), doc, folder)
+
     def split(self, workspace_id: str, training_id: str) -> SplitView:
-        """The split of every decision, and the ids the model may be trained on."""
-        manifest = self.manifest(workspace_id, training_id)
-        holdouts = split_decisions(load_dataset(manifest))
-        train = tuple(sorted(training_ids(holdouts)))
-        everything = set(holdouts[0].data.ids.to_pylist()) if holdouts else set()
+        """The split of every decision, and the ids the model may be trained on (the stored
+        split, :meth:`split_json`)."""
+        got = json.loads(self.split_json(workspace_id, training_id))
         return SplitView(
-            training_id=training_id, training_ids=train,
-            training_ids_sha256=trained_on_sha256(train),
-            not_for_training=tuple(sorted(everything - set(train))), decisions=holdouts,
+            training_id=training_id, training_ids=tuple(got["training_ids"]),
+            training_ids_sha256=got["training_ids_sha256"],
+            not_for_training=tuple(got["not_for_training"]), decisions=tuple(got["decisions"]),
         )
 
     # --- submit ------------------------------------------------------------------------------
@@ -1008,14 +1017,3 @@ class _Staged:
         self.predictions.unlink(missing_ok=True)
         self.ids.unlink(missing_ok=True)
         shutil.rmtree(self.model, ignore_errors=True)
-
-
-def split_roles(h: Holdout) -> dict[str, Any]:
-    """One decision's split as plain data: counts, and the ids held out (test and excluded)."""
-    s = h.summary
-    return {
-        "decision": h.decision, "source": s.source.value, "n_rows": s.n_rows,
-        "n_labeled": s.n_labeled, "n_test": s.n_test, "n_train": s.n_train,
-        "n_excluded": s.n_excluded, "grouped": s.grouped, "capped": s.capped,
-        "test_ids": list(h.ids(Role.TEST)), "excluded_ids": list(h.ids(Role.EXCLUDED)),
-    }

@@ -109,6 +109,7 @@ __all__ = [
     "HoldoutSummary",
     "SplitRows",
     "allocate_quotas",
+    "check_something_to_train_on",
     "draw_holdout",
     "holdout_seed",
     "join_identical_texts",
@@ -1095,3 +1096,128 @@ def training_ids(holdouts: Sequence[Holdout]) -> frozenset[str]:
         return frozenset()
     mask = training_mask(holdouts)
     return frozenset(holdouts[0].data.ids_at(np.flatnonzero(mask)))
+
+
+def check_something_to_train_on(
+    dataset: Dataset, *, fraction: Fraction = TEST_FRACTION, cap: int = TEST_CAP
+) -> None:
+    """Refuse a dataset whose split would leave no example to train on: every row held out
+    (test, or excluded with a test group) in some decision's split, so only a refund could
+    follow. Exactly :func:`training_mask` of :func:`split_decisions` being empty, decided
+    without drawing the split when the answer is certain (the usual case):
+
+    A row may be trained on when, in every decision, its unit (its group, joined with every
+    group an identical text reaches) is not a test unit and, for a decision tested on its
+    answers, it has one. Each test unit holds at least one test row (pass 1 takes a unit
+    whole; pass 2 takes one only to fill an open quota), so a decision has at most as many test
+    units as its quotas' total. When more units hold a row answered in every such decision than
+    all decisions' quotas together, one of them is a test unit of none: something remains to
+    train on, and nothing more is computed. Otherwise the split is drawn and looked at.
+
+    Raises:
+        DatasetError: nothing would remain to train on, naming the file and the column (the
+            group column, the text column) and what to do.
+
+    >>> from typestrict_pipeline.refund.dataset import validate_dataset
+    >>> from typestrict_pipeline.refund.manifest import parse_manifest
+    >>> m = parse_manifest({"manifest_version": 1, "training_id": "t", "workspace_id": "w",
+    ...     "dataset": {"path": "data.csv",
+    ...                 "columns": {"id": "id", "text": "text", "group": "customer"}},
+    ...     "decisions": [{"name": "s", "question": "q?", "answer_column": "label",
+    ...                    "answers": ["a", "b"]}],
+    ...     "predictions": {"jev": {"kind": "file", "path": "j.jsonl"}},
+    ...     "training": {"status": "failed", "reason": "out of memory"}})
+    >>> one = validate_dataset({"id": [str(i) for i in range(10)],
+    ...     "text": [f"t{i}" for i in range(10)], "label": ["a", "b"] * 5,
+    ...     "customer": ["acme"] * 10}, m)
+    >>> check_something_to_train_on(one)
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.DatasetError: data.csv, column 'customer': expected at least 2 groups so some examples remain to train on, got 1 ('acme'): the test takes whole groups, so all 10 rows would be held out. Add examples of other groups, or declare no group column if the rows do not depend on each other.
+    """
+    plans = [_plan(labels) for labels in dataset.decisions]
+    if not plans:
+        return
+    rows = dataset.prepared.rows if dataset.prepared is not None else _rows_and_seeds(dataset, plans)[0]
+    units = rows.units
+    candidate = np.ones(len(units), dtype=bool)
+    for plan in plans:
+        if plan.source is HoldoutSource.LABELED:
+            candidate &= plan.strata >= 0
+    totals = []
+    for plan in plans:
+        answered = plan.strata[plan.strata >= 0].astype(np.int64)
+        quotas, _, _ = allocate_quotas(
+            np.bincount(answered, minlength=len(plan.answers)).tolist(),
+            fraction=fraction if plan.source is HoldoutSource.LABELED else Fraction(1), cap=cap)
+        totals.append(sum(quotas))
+    if min(totals) == 0:
+        return  # too few answers to hold out any test: the split says so when it is read
+    most_test_units = sum(totals)
+    present = np.zeros(int(units.max()) + 1 if len(units) else 0, dtype=bool)
+    present[units[candidate]] = True  # a mask, not np.unique (its hash path: 2.4 s at 1M rows)
+    kept = int(np.count_nonzero(present))
+    if kept > most_test_units:
+        return
+    if kept == 0:  # no row answered in every decision tested on its answers
+        raise _nothing_to_train_on(dataset, plans, rows, candidate, kept)
+    if kept == 1:
+        only = int(np.flatnonzero(present)[0])
+        if any(bool(np.all(units[plan.strata >= 0] == only)) for plan in plans):
+            # One unit holds every row that could be trained on and every answered row of a
+            # decision: for that decision it never fits pass 1 (its answers are more than their
+            # quotas) and pass 2 takes it, or (review labels) pass 1 takes it whole; so it is
+            # held out, and with it everything. No draw needed (with one group of 1,000,000
+            # rows the draw takes seconds). With several decisions whose answered rows differ,
+            # the unit may stay out of every test: the split is drawn below.
+            raise _nothing_to_train_on(dataset, plans, rows, candidate, kept)
+    try:
+        holdouts = split_decisions(dataset, fraction=fraction, cap=cap)
+    except NotEnoughDataError:
+        return  # too few answers to hold out any test: the split says so when it is read
+    if training_mask(holdouts).any():
+        return
+    raise _nothing_to_train_on(dataset, plans, rows, candidate, kept)
+
+
+def _nothing_to_train_on(dataset: Dataset, plans: Sequence[_Plan], rows: SplitRows,
+                         candidate: npt.NDArray[np.bool_], units: int) -> DatasetError:
+    """Why the split leaves nothing to train on, in the house's words."""
+    n = dataset.n_rows
+    group, text = dataset.columns.group, dataset.columns.text
+    file = dataset.path
+    if units == 0:
+        names = ", ".join(repr(p.name) for p in plans if p.source is HoldoutSource.LABELED)
+        return DatasetError(
+            f"at least one row with an answer for every decision ({names}) so some examples "
+            "remain to train on", "none: a model of several decisions trains only on rows that "
+            "are train in every decision's split",
+            "label some rows for every decision, or train the decisions separately", file=file)
+    codes = rows.group_codes
+    if group is not None and codes.size and bool(np.all(codes >= 0)) and bool(np.all(codes == codes[0])):
+        value = rows.group_at(0)
+        return DatasetError(
+            "at least 2 groups so some examples remain to train on",
+            f"1 ({(value or '')[:80]!r}): the test takes whole groups, so all {n:,} rows would be "
+            "held out",
+            "add examples of other groups, or declare no group column if the rows do not depend "
+            "on each other", file=file, column=group)
+    if bool(np.all(rows.units == rows.units[0])):
+        joined = (f"; identical texts join their groups, so every group of column {group!r} is "
+                  "one" if group is not None else "")
+        return DatasetError(
+            "at least 2 distinct texts so some examples remain to train on",
+            f"1: identical texts (compared after normalising Unicode, case and spacing) are held "
+            f"out together, so all {n:,} rows would be held out{joined}",
+            "add examples with other texts", file=file, column=text)
+    where = (f"whole groups of column {group!r} and identical texts together" if group is not None
+             else "identical texts together")
+    several = (f" answered in every decision ({', '.join(repr(p.name) for p in plans)})"
+               if len(plans) > 1 else " with answers")
+    return DatasetError(
+        "a split that leaves some examples to train on",
+        f"all {n:,} rows held out: the test takes 20% of each answer's examples ({where}), and "
+        f"each of the {units:,} units{several} is needed for a test",
+        "add examples (of more groups, with other texts) for every answer",
+        file=file, column=group if group is not None else text)
+

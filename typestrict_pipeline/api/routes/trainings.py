@@ -5,13 +5,10 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from collections.abc import Sequence
 from decimal import Decimal
 from typing import Annotated, Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from typestrict_pipeline.api.deps import Ctx, Workspace
@@ -20,7 +17,6 @@ from typestrict_pipeline.api.errors import ApiError
 from typestrict_pipeline.api.paging import ListPage
 from typestrict_pipeline.api.routes.files import FileName, receive_upload, staging_for
 from typestrict_pipeline.api.schemas import (
-    DecisionSplit,
     ErrorBody,
     FileOut,
     GroupingWarningOut,
@@ -29,20 +25,15 @@ from typestrict_pipeline.api.schemas import (
     TrainingCreate,
     TrainingOut,
 )
-from typestrict_pipeline.api.trainings import TrainingRequest, TrainingView, split_roles
+from typestrict_pipeline.api.trainings import TrainingRequest, TrainingView
 from typestrict_pipeline.credits import ModelState
 from typestrict_pipeline.credits.models import models_of
 from typestrict_pipeline.errors import NotFoundError
-from typestrict_pipeline.refund.dataset import load_dataset
-from typestrict_pipeline.refund.grouping import resampling_line, scan_dataset
-from typestrict_pipeline.refund.holdout import Holdout, split_decisions, training_mask
-from typestrict_pipeline.refund.trained_on import trained_on_sha256
 
 router = api_router(tags=["trainings"], responses={
     401: {"model": ErrorBody}, 404: {"model": ErrorBody}, 422: {"model": ErrorBody}})
 
 TrainingId = PathId
-CANONICAL_FORM = 'SHA-256 of UTF-8 "\\n".join(sorted(training_ids)), no final newline'
 
 
 def _out(ctx: Ctx, workspace: str, training_id: str, view: TrainingView | None = None) -> TrainingOut:
@@ -115,25 +106,15 @@ def cancel_training(training_id: TrainingId, ctx: Ctx, workspace: Workspace) -> 
 
 
 @router.get("/trainings/{training_id}/split", response_model=SplitOut)
-def get_split(training_id: TrainingId, ctx: Ctx, workspace: Workspace) -> SplitOut:
-    """Before training: the ids to train on (and their SHA-256), and what is held out. Once
-    retention deleted the training's data (its dataset copy), **410 Gone** with the date."""
-    manifest = ctx.trainings.manifest(workspace, training_id)
+def get_split(training_id: TrainingId, ctx: Ctx, workspace: Workspace) -> Response:
+    """Before training: the ids to train on (and their SHA-256), and what is held out. Computed
+    once and stored with the training (``api/splits.py``); the stored JSON is answered as it is,
+    the bytes FastAPI's own serialisation of :class:`SplitOut` gives (``model_dump_json``), without
+    reading a million ids into objects again. Once retention deleted the training's data (its
+    dataset copy), **410 Gone** with the date."""
+    ctx.trainings.manifest(workspace, training_id)  # not found: another workspace's, or none
     _check_data_kept(ctx, training_id)
-    holdouts = split_decisions(load_dataset(manifest))
-    train, held = _split_ids(holdouts)
-    group = manifest.dataset.columns.group
-    scan = scan_dataset(manifest)
-    return SplitOut(
-        training_id=training_id, training_ids=train,
-        training_ids_sha256=trained_on_sha256(train), canonical_form=CANONICAL_FORM,
-        not_for_training=held,
-        decisions=[DecisionSplit(**split_roles(h)) for h in holdouts],
-        group=group,
-        resampling_unit=resampling_line(
-            [(h.decision, "example" if group is None else "group", None) for h in holdouts], group),
-        grouping_warnings=[GroupingWarningOut(**w.as_dict()) for w in scan.warnings],
-    )
+    return Response(ctx.trainings.split_json(workspace, training_id), media_type="application/json")
 
 
 def _check_data_kept(ctx: Ctx, training_id: str) -> None:
@@ -148,26 +129,6 @@ def _check_data_kept(ctx: Ctx, training_id: str) -> None:
                        f"({(info.expires_at - info.settled_at).days} days after it ended). Its verdict "
                        f"and audit stay at /v1/models/{training_id} and /v1/models/{training_id}/audit",
                        headers={"X-Expired-At": info.expires_at.isoformat()})
-
-
-def _split_ids(holdouts: Sequence[Holdout]) -> tuple[list[str], list[str]]:
-    """The ids that may be trained on (train in every decision) and the others, each sorted: the
-    id column read once, a batch at a time, each id to one of the two lists (no list of every
-    id, no set of them: the ids are unique, validated with the dataset)."""
-    if not holdouts:
-        return [], []
-    mask = training_mask(holdouts)
-    train: list[str] = []
-    held: list[str] = []
-    start = 0
-    for batch in holdouts[0].data.id_source.batches():
-        keep = pa.array(mask[start:start + len(batch)])
-        train += batch.filter(keep).to_pylist()
-        held += batch.filter(pc.invert(keep)).to_pylist()
-        start += len(batch)
-    train.sort()
-    held.sort()
-    return train, held
 
 
 @router.put("/trainings/{training_id}/model/{name}", status_code=201, response_model=FileOut,

@@ -29,7 +29,6 @@ from typestrict_pipeline.api.trainings import (
     TrainingState,
     TrainingStore,
     check_name,
-    split_roles,
 )
 from typestrict_pipeline.console.paging import Pager, hrefs, requested
 from typestrict_pipeline.console.sessions import ConsoleSession
@@ -402,7 +401,7 @@ def _training_page(request: Request, session: ConsoleSession, training_id: str,
         "reason": life.reason if life is not None else None, "can_cancel": open_for_predictions,
         "keep_if_loses": manifest.options.keep_if_loses,
         "decisions": [d.name for d in manifest.decisions],
-        "split": split, "roles": [split_roles(h) for h in split.decisions] if split else [],
+        "split": split, "roles": list(split.decisions) if split else [],
         "example": _example_row(manifest), "error": error,
         "group": manifest.dataset.columns.group,
         "resampling": resampling_line(
