@@ -5,16 +5,25 @@ a real store; the CLI through ``main``).
   ``typestrict backtest list`` / ``show`` wrote ``$0.012345`` for the same backtest (two formatters:
   ``study.limits.format_usd`` and ``backtest.metering.format_usd``). Now one rule (the pages show
   no backtest's decimals; the one Settings → Usage and the leaderboard's Cost already wrote).
+* The lineage panel's table: the console wrote a re-run's state ``running`` under "Window",
+  "Holdout score", and ``typestrict schedule lineage`` wrote ``RUNNING`` under "scored on",
+  "holdout" (and had two columns more). Now one set of columns (the page's words: "the window it
+  was scored on, its winner, its holdout score and whether the winner changed", with the baseline)
+  and one function for the state (the leaderboard's ``Running``); the API keeps its codes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import html
+import io
 import re
+from pathlib import Path
 
 import pytest
 
-from tests.test_console_pages import Browser, _tiny_backtest, app  # noqa: F401  (the fixture)
+from tests.test_console_pages import Browser, _tiny_backtest, app, running_app  # noqa: F401  (the fixture)
 from typestrict_pipeline.cli import main
 from typestrict_pipeline.store import open_store
 
@@ -59,3 +68,51 @@ def test_the_cost_rule_is_one_function() -> None:
         assert backtest_usd(micro) == format_usd(micro)
 
 
+
+
+def _table_rows(page: str) -> list[list[str]]:
+    """The lineage table's header and rows, each cell's text (tags dropped)."""
+    table = re.search(r'<table id="lineage-table">(.*?)</table>', page, flags=re.S)
+    assert table is not None, page[:3000]
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", table.group(1), flags=re.S)
+    return [[html.unescape(re.sub(r"<[^>]+>", "", c)).strip()
+             for c in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", r, flags=re.S)] for r in rows]
+
+
+def test_the_lineage_table_has_one_set_of_columns_and_state_words_on_the_console_and_the_cli(
+        tmp_path: Path, sqlite_url: str) -> None:
+    from sqlalchemy import update
+
+    from typestrict_pipeline.api.keys import create_api_key
+    from typestrict_pipeline.reruns import scenario
+    from typestrict_pipeline.reruns.tables import LineageRow, LineageState
+    from typestrict_pipeline.store import session_scope
+
+    engine = open_store(sqlite_url)
+    try:
+        child = scenario.within_noise_lineage(engine)
+        with session_scope(engine) as session:  # the re-run as it is while it runs
+            session.execute(update(LineageRow).where(LineageRow.study_id == child)
+                            .values(state=LineageState.RUNNING))
+        key = create_api_key(engine, "demo").key
+    finally:
+        engine.dispose()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["schedule", "lineage", child, "--store-url", sqlite_url]) == 0
+    lines = out.getvalue().splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("#"))
+    cli_header = re.split(r"\s{2,}", lines[header].strip())
+    cli_rows = [re.split(r"\s{2,}", line.strip()) for line in lines[header + 1:header + 3]]
+    with running_app(sqlite_url, tmp_path / "home") as application:
+        b = Browser(application, key)
+        page = b.get(f"/console/studies/{child}")
+        api = b.get(f"/v1/studies/{child}/lineage")
+        b.close()
+    assert page.status_code == 200, page.text[:2000]
+    console = _table_rows(page.text)
+    assert console[0] == cli_header == ["#", "Study", "State", "Window", "Winner", "Holdout score", "Baseline",
+                                        "Holdout − baseline", "Winner changed"]
+    assert [[r[0], r[1].removeprefix("#"), *r[2:]] for r in console[1:]] == cli_rows  # a link: #7
+    assert [r[2] for r in console[1:]] == ["Finished", "Running"]
+    assert [e["state"] for e in api.json()["entries"]] == ["FINISHED", "RUNNING"]  # the API's codes

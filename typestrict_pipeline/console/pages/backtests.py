@@ -265,7 +265,7 @@ def _create_study(request: Request, session: ConsoleSession, form: FormData) -> 
 def _study_context(request: Request, session: ConsoleSession, study_id: str,
                    page: str | None = None) -> dict[str, Any]:
     """What the study page shows; ``page`` is ``?page=`` (the leaderboard's, :data:`TOP_K` a page)."""
-    from typestrict_pipeline.reruns.lineage import summarize
+    from typestrict_pipeline.reruns.lineage import LINEAGE_COLUMNS, lineage_cells, summarize
     from typestrict_pipeline.reruns.service import (
         lineage_entries,
         lineage_text,
@@ -300,7 +300,8 @@ def _study_context(request: Request, session: ConsoleSession, study_id: str,
         "chart_text": chart_text(n_ranked, drawn),
         "winner_outside_chart": winner_rank is not None and winner_rank > drawn,
         "schedules": schedules,
-        "lineage": entries, "lineage_summary": summarize(entries) if entries else None,
+        "lineage": entries, "lineage_columns": LINEAGE_COLUMNS, "lineage_cells": lineage_cells,
+        "lineage_summary": summarize(entries) if entries else None,
         "lineage_text": lineage_text(ctx.engine, str(row.id)) if entries else None,
         "usd": format_usd, "finished": row.state in (StudyState.FINISHED, StudyState.BUDGET_REACHED),
         "promotable": (row.state in (StudyState.FINISHED, StudyState.BUDGET_REACHED)
