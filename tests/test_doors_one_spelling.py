@@ -116,3 +116,34 @@ def test_the_lineage_table_has_one_set_of_columns_and_state_words_on_the_console
     assert [[r[0], r[1].removeprefix("#"), *r[2:]] for r in console[1:]] == cli_rows  # a link: #7
     assert [r[2] for r in console[1:]] == ["Finished", "Running"]
     assert [e["state"] for e in api.json()["entries"]] == ["FINISHED", "RUNNING"]  # the API's codes
+
+
+def test_the_api_answers_a_studys_state_as_a_code_and_docs_api_maps_each_to_its_words(
+        app: tuple[object, str, str], sqlite_url: str) -> None:  # noqa: F811
+    """The pages name no state of the API; the API answers codes (``BUDGET_REACHED``), the console
+    and the CLI write words ("Budget reached", the page's). docs/api.md listed no code; it now
+    maps each code to the words every other door writes (one function, ``state_text``)."""
+    from sqlalchemy import update
+
+    from tests.test_console_pages import _created_study
+    from typestrict_pipeline.store import session_scope
+    from typestrict_pipeline.study.tables import StudyRow, StudyState, state_text
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "api.md").read_text(encoding="utf-8")
+    section = doc.split("### A study's state: a code here, words for people", 1)[1].split("\n### ", 1)[0]
+    table = dict(re.findall(r"^\| `([A-Z_]+)` \| ([^|]+) \|$", section, flags=re.M))
+    assert table == {s.value: state_text(s.value) for s in StudyState}
+    sid = _created_study(sqlite_url)
+    engine = open_store(sqlite_url)
+    try:
+        with session_scope(engine) as session:
+            session.execute(update(StudyRow).where(StudyRow.id == sid)
+                            .values(state=StudyState.BUDGET_REACHED.value, stop_limit="max_candidates"))
+    finally:
+        engine.dispose()
+    b = Browser(app[0], app[1])
+    api = b.get(f"/v1/studies/{sid}").json()
+    page = b.get(f"/console/studies/{sid}").text
+    b.close()
+    assert api["state"] == "BUDGET_REACHED" and "state_text" not in api  # the JSON contract, unchanged
+    assert "Budget reached" in page and "BUDGET_REACHED" not in page
