@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.test_api_support import ApiServer
-from tests.test_console_pages import _finished_study
+from tests.test_console_pages import Browser, _finished_study, app  # noqa: F401  (the fixture)
 from typestrict_pipeline.api.keys import create_api_key
 from typestrict_pipeline.store import open_store
 
@@ -94,3 +94,23 @@ def test_a_schedule_is_turned_on_and_off_in_the_studies_section_of_the_backtests
             assert "cancelled by bo@example.com" in card.locator("pre.schedule-status").inner_text()
         finally:
             browser.close()
+
+
+def test_the_schedule_form_names_its_study_field_and_the_query_picks_by_id(
+        app: tuple[object, str, str], sqlite_url: str) -> None:  # noqa: F811
+    """Nothing picked is refused naming the list; ``?study=`` follows the console's one rule of
+    the query (a whole number), and nothing is scheduled."""
+    import html
+    import re
+
+    b = Browser(app[0], app[1])
+    r = b.form("/console/schedules", {"rerun": "on", "cadence": "1d", "owner": "ana@example.com"})
+    assert r.status_code == 422
+    said = re.search(r'id="schedule-error"[^>]*>([^<]*)', r.text)
+    assert said is not None and html.unescape(said.group(1)) == (
+        'expected a study to re-run from, got none. Pick the finished study to re-run from in the list '
+        '"Study to re-run from".')
+    assert b.get("/console/backtests?study=abc").status_code == 422
+    assert b.get("/console/backtests?study=7").status_code == 200
+    assert b.get("/v1/schedules").json() == {"schedules": []}
+    b.close()

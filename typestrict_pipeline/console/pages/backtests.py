@@ -184,7 +184,7 @@ def _page(request: Request, session: ConsoleSession, *, backtest: dict[str, str]
 
 @router.get("/backtests")
 def backtests_page(request: Request, session: Session, backtests: str | None = None,
-                   studies: str | None = None, study: str | None = None) -> Response:
+                   studies: str | None = None, study: int | None = None) -> Response:
     """The Backtests tab: run a backtest, the run cards, the Studies section (its studies, the
     new study form, and "Re-run on a schedule": the schedules, why each skipped, the form).
     ``?backtests=N`` and ``?studies=N`` are the pages of its two lists; ``?study=N`` picks the
