@@ -110,7 +110,7 @@ def test_a_backtest_scores_every_step_in_order_and_costs_every_call(server: Stan
                for s in result.steps for c in s.calls)
     assert sum(b.steps for b in card.score_over_time) == 40
     text = card.to_text()
-    assert "[HISTORICAL]" in text and "$0.004240 total" in text
+    assert "[HISTORICAL]" in text and "$0.0042 total, $0.0001 per step" in text
 
 
 def test_every_request_carries_the_historical_mark_and_live_runs_the_live_one(server: StandinServer) -> None:

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import select
 
-from typestrict_pipeline.backtest.metering import format_usd as exact_usd
+from typestrict_pipeline.backtest.metering import format_usd as people_usd
 from typestrict_pipeline.backtest.workflows import default_registry
 from typestrict_pipeline.cli import main
 from typestrict_pipeline.store import open_store, session_scope
@@ -91,5 +91,5 @@ def test_usage_shows_what_studies_cost(studied: str, capsys: pytest.CaptureFixtu
 
     assert main(["usage", "demo"]) == 0
     text = capsys.readouterr().out
-    assert "Studies" in text and f"studies {exact_usd(spend)})" in text
-    assert f"Total: HISTORICAL {exact_usd(total['historical_micro'])}, LIVE" in text
+    assert "Studies" in text and f"studies {people_usd(spend)})" in text
+    assert f"Total: HISTORICAL {people_usd(total['historical_micro'])}, LIVE" in text

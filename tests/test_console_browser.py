@@ -302,8 +302,10 @@ def _keyboard_press(locator: Any) -> None:
 
 
 def _field(page: Any, label: str) -> Any:
-    """The form control labelled ``label`` (not a section titled the same)."""
-    return page.get_by_label(label, exact=True).and_(page.locator("input, textarea, select"))
+    """The form control labelled ``label`` (not a section titled the same); the first, where two
+    forms of a page ask for the same thing by the page's one name (the Studies section's New
+    study and Re-run on a schedule both ask for "Min unseen steps for a re-run")."""
+    return page.get_by_label(label, exact=True).and_(page.locator("input, textarea, select")).first
 
 
 def run_action(page: Any, base: str, root: Path, bullet: str) -> None:

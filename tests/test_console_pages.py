@@ -554,7 +554,7 @@ _FORMS = {
                                   "max_candidates", "max_total_steps", "budget_usd", "min_unseen_steps"],
     "/console/settings/usage/budget": ["budget_usd"],
     "/console/settings/notifications": ["enabled", "person"],
-    **{f"/console/studies/{i}/schedule": ["cadence", "min_unseen_steps", "owner", "budget_usd"] for i in _PATH_IDS},
+    "/console/schedules": ["rerun", "study", "cadence", "min_unseen_steps", "owner", "budget_usd"],
     **{f"/console/{kind}/{i}/cancel": [] for kind in ("studies", "backtests", "schedules", "trainings")
        for i in _PATH_IDS},
     **{f"/console/trainings/{i}/predictions": ["trained_on", "model_files"] for i in _PATH_IDS},
@@ -747,8 +747,9 @@ def test_the_rerun_box_takes_only_what_the_form_sends(app: tuple[object, str, st
     for sent, said in ((["yes"], "field 'rerun': expected the box 'Re-run on a schedule' ticked ('on'), got 'yes'."),
                        (["on", "on"], "field 'rerun': expected the box 'Re-run on a schedule' ticked ('on'), got 'on', 'on'."),
                        ([], "expected the box 'Re-run on a schedule' ticked, got it empty.")):
-        r = b.post(f"/console/studies/{study}/schedule",
-                   data={"csrf_token": b.csrf, "cadence": "1d", "owner": "ana@example.com", "rerun": sent})
+        r = b.post("/console/schedules",
+                   data={"csrf_token": b.csrf, "study": str(study), "cadence": "1d", "owner": "ana@example.com",
+                         "rerun": sent})
         assert r.status_code == 422, (sent, r.status_code, r.text[:300])
         assert said in _shown(r), (sent, _shown(r)[:3000])
     listed = b.loop.run_until_complete(b.client.get("/v1/schedules", headers={"Authorization": f"Bearer {app[1]}"}))
@@ -923,7 +924,8 @@ def test_a_refused_form_comes_back_with_its_refusal_focused(app: tuple[object, s
                                     "step": "1d"}, "backtest-error"),
             ("/console/trainings", {**TRAINING, "decision-0-answers": "yes"}, "error"),
             (f"{training}/predictions", {}, "error"),
-            (f"/console/studies/{study}/schedule", {"cadence": "1d", "owner": "ana@example.com"}, "schedule-error")):
+            ("/console/schedules", {"study": str(study), "cadence": "1d", "owner": "ana@example.com"},
+             "schedule-error")):
         r = b.form(route, data)
         assert r.status_code >= 400, (route, r.status_code)
         assert re.findall(r"<[^>]* autofocus[ >]", r.text) == [
@@ -1053,8 +1055,8 @@ def test_a_refused_schedule_form_shows_the_box_as_it_was_sent(app: tuple[object,
     study = _created_study(sqlite_url)
     b = Browser(app[0], app[1])
     for sent, ticked in (({}, False), ({"rerun": "on", "cadence": "sometimes"}, True)):
-        r = b.post(f"/console/studies/{study}/schedule",
-                   data={"csrf_token": b.csrf, "owner": "ana@example.com", **sent})
+        r = b.post("/console/schedules",
+                   data={"csrf_token": b.csrf, "study": str(study), "owner": "ana@example.com", **sent})
         assert r.status_code == 422, (sent, r.status_code)
         box = re.search(r'<input type="checkbox" id="rerun"[^>]*>', r.text)
         assert box is not None and (" checked" in box.group(0)) == ticked, (sent, box and box.group(0))
@@ -1107,8 +1109,9 @@ def test_a_schedule_refused_for_its_minimum_names_the_forms_field_not_the_clis_f
 
     sid = _finished_study(sqlite_url, budget_usd="1")
     b = Browser(app[0], app[1])
-    r = b.post(f"/console/studies/{sid}/schedule",
-               data={"csrf_token": b.csrf, "rerun": "on", "cadence": "1d", "owner": "ana@example.com"})
+    r = b.post("/console/schedules",
+               data={"csrf_token": b.csrf, "rerun": "on", "study": str(sid), "cadence": "1d",
+                     "owner": "ana@example.com"})
     assert r.status_code == 422, r.status_code
     said = html.unescape(r.text)
     assert ('Create the study with "Min unseen steps for a re-run", or fill "Min unseen steps for a re-run" on this '
@@ -1119,8 +1122,8 @@ def test_a_schedule_refused_for_its_minimum_names_the_forms_field_not_the_clis_f
     assert "send min_unseen_steps here once" in api and "--" not in api, api
     listed = b.loop.run_until_complete(b.client.get("/v1/schedules", headers={"Authorization": f"Bearer {app[1]}"}))
     assert listed.json() == {"schedules": []}
-    done = b.post(f"/console/studies/{sid}/schedule", data={"csrf_token": b.csrf, "rerun": "on", "cadence": "1d",
-                                                              "owner": "ana@example.com", "min_unseen_steps": "5"})
+    done = b.post("/console/schedules", data={"csrf_token": b.csrf, "rerun": "on", "study": str(sid), "cadence": "1d",
+                                               "owner": "ana@example.com", "min_unseen_steps": "5"})
     assert done.status_code == 303, _shown(done)[:2000]
     b.close()
 

@@ -271,12 +271,15 @@ def test_a_schedule_says_how_to_add_rows_in_each_doors_words(
     for schedule in said.values():
         for text in (schedule["status_text"], schedule["last_message"]):
             assert not CLI_WORDS.search(text), text
-    # the console's study page shows the same status in its words (adding rows is the API's)
-    page = html.unescape(b.get(f"/console/studies/{root}").text)
-    shown = re.search(r'<pre class="schedule-status">(.*?)</pre>', page, flags=re.S)
-    assert shown is not None, page[:3000]
+    # the console's Studies section (where schedules live) shows the same status in its words
+    # (adding rows is the API's)
+    page = html.unescape(b.get("/console/backtests").text)
+    card = re.search(rf'id="schedule-{said[root]["id"]}">(.*?)</div>', page, flags=re.S)
+    assert card is not None, page[:3000]
+    shown = re.search(r'<pre class="schedule-status">(.*?)</pre>', card.group(1), flags=re.S)
+    assert shown is not None, card.group(1)
     assert "add rows through the API (POST /v1/datasets/live/append)" in shown.group(1), shown.group(1)
-    assert not CLI_WORDS.search(shown.group(1)), shown.group(1)
+    assert not CLI_WORDS.search(card.group(1)), card.group(1)
     assert main(["schedule", "status", "--store", world["url"]]) == 0
     cli = capsys.readouterr().out
     assert f"add rows: typestrict data append {stored_name('acme', 'live')} FILE.csv" in cli, cli
@@ -300,7 +303,7 @@ def test_a_schedule_says_how_to_add_rows_in_each_doors_words(
     assert fired["last_message"].endswith(f"Lineage: GET /v1/studies/{root}/lineage"), fired
     for text in (fired["last_message"], fired["status_text"]):
         assert not CLI_WORDS.search(text), text
-    page = html.unescape(b.get(f"/console/studies/{root}").text)
+    page = html.unescape(b.get("/console/backtests").text)  # the Studies section shows each schedule's status
     assert f"Lineage: the Lineage section of /console/studies/{root}" in page
     assert "typestrict schedule" not in page
 
@@ -328,10 +331,10 @@ def test_a_second_schedule_on_a_lineage_says_how_to_turn_the_first_off_at_each_d
     assert first.status_code == 201, first.text
     api = _api(world, f"/v1/studies/{sid}/schedule", body, status=409)
     assert api.endswith("got schedule 1. Cancel it first (POST /v1/schedules/1/cancel), then enable again."), api
-    r = b.form(f"/console/studies/{sid}/schedule", {"rerun": "on", **body})
+    r = b.form("/console/schedules", {"rerun": "on", "study": sid, **body})
     page = html.unescape(r.text)
-    assert (f'got schedule 1. Cancel it first (the button "Turn this schedule off" on /console/studies/{sid}), '
-            "then enable again.") in page, page[:3000]
+    assert ('got schedule 1. Cancel it first (the button "Turn this schedule off" of schedule 1 in the Studies '
+            "section of the Backtests tab, /console/backtests#schedule-1), then enable again.") in page, page[:3000]
     assert "typestrict schedule" not in page
     cli = _cli(capsys, "schedule", "enable", sid, "--cadence", "1h", "--owner", "ana@example.com",
                "--store", world["url"])
@@ -392,7 +395,7 @@ def test_a_workspace_never_set_up_for_schedules_says_who_sets_it_up_at_each_door
                                     "and a usage budget)"), said
     for text in (said["last_message"], said["status_text"]):
         assert not CLI_WORDS.search(text), text
-    page = html.unescape(b.get(f"/console/studies/{sid}").text)
+    page = html.unescape(b.get("/console/backtests").text)  # the Studies section shows each schedule's status
     shown = re.search(r'<pre class="schedule-status">(.*?)</pre>', page, flags=re.S)
     assert shown is not None and "the operator sets it up" in shown.group(1), page[:3000]
     assert not CLI_WORDS.search(shown.group(1)), shown.group(1)

@@ -250,7 +250,8 @@ def test_the_forms_name_their_fields_as_the_page_does(world: dict[str, Any]) -> 
     the box "Re-run on a schedule": one name each, on every form that asks for it."""
     b = world["browser"]
     new_study = _labels(b.get("/console/backtests").text)
-    schedule = _labels(b.get(f"/console/studies/{world['finished']}").text)
+    page = b.get("/console/backtests").text  # the page: "the Studies section of the Backtests tab"
+    schedule = _labels(page[page.index('id="schedule-form"'):])
     assert {"Max candidates", "Max total steps", "Budget (USD)", "Min unseen steps for a re-run"} <= new_study
     assert {"Re-run on a schedule", "Min unseen steps for a re-run"} <= schedule
     assert "Min unseen steps" not in new_study | schedule
@@ -299,8 +300,8 @@ def test_a_schedule_asks_for_min_unseen_steps_by_the_pages_name_on_every_door(wo
                  json={"cadence": "1d", "owner": "ana@example.com"})
     assert api.status_code == 422, api.text
     said = api.json()["error"]["message"]
-    console = b.form(f"/console/studies/{sid}/schedule", {"rerun": "on", "cadence": "1d", "owner": "ana@example.com",
-                                                          "min_unseen_steps": ""})
+    console = b.form("/console/schedules", {"rerun": "on", "study": str(sid), "cadence": "1d",
+                                            "owner": "ana@example.com", "min_unseen_steps": ""})
     assert console.status_code == 422
     shown = re.search(r'<p class="error" role="alert" id="schedule-error"[^>]*>([^<]*)</p>', console.text)
     assert shown is not None

@@ -86,7 +86,7 @@ def test_schedule_commands(sqlite_url: str, capsys: pytest.CaptureFixture[str], 
         assert f" on {windows[sid]} (" in board, (windows[sid], board[:1500])
         assert board.index("| Rank | Candidate |") < board.index("Lineage of study 1")
         assert "holdout − baseline" in board and "Best expected of 2 under noise" in board
-        assert "winner changed" in board and "arm=late" in board
+        assert "Winner changed" in board and "arm=late" in board
     assert main(["study", "leaderboard", root, "--json", "--store-url", sqlite_url]) == 0
     lineage = json.loads(capsys.readouterr().out)["lineage"]
     assert lineage["summary"]["k"] == 2 and len(lineage["entries"]) == 2

@@ -252,7 +252,7 @@ def test_rerun_job_records_the_lineage_as_metadata(world: World) -> None:
         assert lineage.partition == world.root
         assert lineage.metadata["k"].value == 2
         md = str(lineage.metadata["lineage"].value)
-        assert "| winner changed |" in md and "arm=late" in md and "Best expected of 2 under noise" in md
+        assert "| Winner changed |" in md and "arm=late" in md and "Best expected of 2 under noise" in md
         assert isinstance(lineage.metadata["best_expected_of_k_under_noise"].value, float)
         # Every study of the lineage gets its leaderboard again, with the lineage panel under it.
         boards = {m.partition: m for m in result.asset_materializations_for_node("run_scheduled_rerun")

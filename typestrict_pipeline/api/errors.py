@@ -29,6 +29,7 @@ from typestrict_pipeline.errors import (
     StoreError,
     TypeStrictError,
 )
+from typestrict_pipeline.lifecycle.trainings import API_WORDS
 from typestrict_pipeline.values import shown
 
 
@@ -179,9 +180,7 @@ def _count(value: Any) -> str:
 
 
 FIELD_FIXES: dict[tuple[str, str], str] = {
-    ("predictions", "too_long"):
-        "Send the predictions of the split's test examples only (GET /v1/trainings/{id}/split "
-        "lists them as test_ids, at most 2,000 per decision), not every row of the dataset",
+    ("predictions", "too_long"): API_WORDS.test_rows[:1].upper() + API_WORDS.test_rows[1:],
     ("trained_on_ids", "too_long"):
         "State trained_on_sha256 instead (one SHA-256 of every training id: training_ids_sha256 "
         "of GET /v1/trainings/{id}/split), or send the ids as a file in a manifest",

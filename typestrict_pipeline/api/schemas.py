@@ -17,7 +17,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 
-from typestrict_pipeline.refund.manifest import MAX_DECISIONS
+from typestrict_pipeline.refund.manifest import MAX_DECISIONS, MAX_PREDICTION_ROWS
 from typestrict_pipeline.study.form import STUDY_NAME_MAX_CHARS
 from typestrict_pipeline.values import control_character
 
@@ -220,7 +220,7 @@ class PredictionsIn(Strict):
 
     customer_data: ClassVar[frozenset[str]] = frozenset({"trained_on_ids"})
 
-    predictions: Annotated[list[PredictionRow], Field(min_length=1, max_length=200_000)]
+    predictions: Annotated[list[PredictionRow], Field(min_length=1, max_length=MAX_PREDICTION_ROWS)]
     trained_on_sha256: Annotated[str, Field(pattern="^[0-9a-fA-F]{64}$")] | None = None
     trained_on_ids: Annotated[list[Annotated[str, Field(min_length=1, max_length=1000)]],
                               Field(min_length=1, max_length=200_000)] | None = None

@@ -85,7 +85,7 @@ from typestrict_pipeline.refund.dataset import load_dataset
 from typestrict_pipeline.refund.grouping import scan_dataset
 from typestrict_pipeline.refund.holdout import check_something_to_train_on, split_decisions
 from typestrict_pipeline.refund.manifest import TrainingManifest, parse_manifest
-from typestrict_pipeline.refund.predictions import read_predictions
+from typestrict_pipeline.refund.predictions import bounded_rows, read_predictions
 from typestrict_pipeline.refund.preflight import check_file_predictions
 from typestrict_pipeline.refund.trained_on import (
     attest,
@@ -187,6 +187,19 @@ __all__ = ["TrainingRequest", "TrainingState", "TrainingStore", "TrainingView", 
 
 SUBMISSION_SOURCE = "the request's predictions"
 """How messages name a posted body's predictions (row N is ``predictions[N-1]``)."""
+READ_CHUNK = 1 << 20
+"""The bytes a submitted predictions file is read (and its rows counted) at a time."""
+
+
+def check_row_bound(data: bytes, *, source: str, fix: str) -> None:
+    """Refuse predictions of more rows than :data:`~typestrict_pipeline.refund.manifest.MAX_PREDICTION_ROWS`
+    (:func:`~typestrict_pipeline.refund.predictions.bounded_rows`, counted no further than the row
+    past it), naming ``source``; before the storage lock is waited for or anything is written."""
+    chunks = (data[i:i + READ_CHUNK] for i in range(0, len(data), READ_CHUNK))
+    for _ in bounded_rows(chunks, source=source, fix=fix):
+        pass
+
+
 def _nothing_stored(words: TrainingWords, training_id: str) -> str:
     """What a refused submission leaves, and what to do, in the door's ``words``."""
     return ("nothing was stored or charged and the training still accepts its predictions: "
@@ -830,9 +843,16 @@ class TrainingStore:
                model_files: Sequence[tuple[str, bytes]] = ()) -> TrainingManifest:
         """:meth:`_submit` under the workspace's :meth:`storage_lock`, from the quota's check of
         the staged files (predictions, stated ids, model files) to their rename."""
+        check_row_bound(predictions_jsonl, source=source, fix=self.past_row_bound(training_id))
         with self.storage_lock(workspace_id):
             return self._submit(workspace_id, training_id, predictions_jsonl, trained_on, stated_ids,
                                 source=source, model_files=model_files)
+
+    def past_row_bound(self, training_id: str) -> str:
+        """What to do about predictions past :data:`~typestrict_pipeline.refund.manifest.MAX_PREDICTION_ROWS`,
+        in the door's words (what to send instead; nothing was stored)."""
+        return (f"{self.words.say(self.words.test_rows, training_id)}; "
+                f"{_nothing_stored(self.words, training_id)}")
 
     def _submit(self, workspace_id: str, training_id: str, predictions_jsonl: bytes,
                 trained_on: str | None, stated_ids: tuple[bool, Sequence[str]] | None = None, *,

@@ -390,7 +390,7 @@ class RunCard:
             f"  mean score      {mean}",
             f"  scored against  {self.outcome_description}",
             f"  cost            {format_usd(self.cost_micro_usd)} total, "
-            + ("n/a per step" if per_step is None else f"${per_step / 1e6:.6f} per step")
+            + ("n/a per step" if per_step is None else f"{format_usd(round(per_step))} per step")
             + f" ({self.model_calls} model, {self.judge_calls} judge, {self.tool_calls} tool calls; "
             f"{self.failed_calls} failed attempts; {self.input_tokens} in / {self.output_tokens} out tokens)",
             f"  concurrency     {self.max_in_flight} in flight, {self.wall_seconds:.2f} s wall",

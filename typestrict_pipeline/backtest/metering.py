@@ -13,7 +13,7 @@ never be read back as live.
 >>> prices.model_cost("m", input_tokens=1_000, output_tokens=10)
 156
 >>> format_usd(156)
-'$0.000156'
+'$0.0002'
 """
 
 from __future__ import annotations
@@ -85,16 +85,17 @@ class CallKind(enum.StrEnum):
 
 
 def format_usd(micro_usd: int) -> str:
-    """Micro-USD as dollars with six decimals (exact: integer arithmetic).
+    """Micro-USD as people read a cost: the product's one rule,
+    :func:`typestrict_pipeline.study.limits.format_usd` (the run card, the Backtests tab, Settings →
+    Usage, ``typestrict backtest``, ``typestrict usage`` and the leaderboard's Cost all write it):
+    cents from $1, four decimals from $0.0001, six below.
 
-    >>> format_usd(1_234_567)
-    '$1.234567'
-    >>> format_usd(-5)
-    '-$0.000005'
+    >>> format_usd(1_234_567), format_usd(12_345), format_usd(156), format_usd(-5)
+    ('$1.23', '$0.0123', '$0.0002', '-$0.000005')
     """
-    sign = "-" if micro_usd < 0 else ""
-    whole, frac = divmod(abs(int(micro_usd)), MICRO_USD_PER_USD)
-    return f"{sign}${whole}.{frac:06d}"
+    from typestrict_pipeline.study.limits import format_usd as people_usd
+
+    return people_usd(int(micro_usd))
 
 
 @dataclass(frozen=True)

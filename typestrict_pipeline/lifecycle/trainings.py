@@ -274,6 +274,8 @@ class TrainingWords:
             to do when the split refuses it (:class:`~typestrict_pipeline.refund.trained_on.TrainedOnWords`).
         files: how to put a dataset in the workspace's files and name it for a training.
         resend: how to send corrected predictions after a refusal.
+        test_rows: what to send instead of predictions past the row bound (the split's test
+            examples only, and where the door lists them).
         keys: how a refusal of the training's fields names one (a manifest key in, the door's
             field out: :data:`~typestrict_pipeline.refund.manifest.KeyWords`); None: the
             manifest's key (a door that creates no training).
@@ -287,6 +289,7 @@ class TrainingWords:
     trained_on: TrainedOnWords
     files: str
     resend: str
+    test_rows: str = ""
     keys: KeyWords | None = None
     credits: str = "ask the operator to add credits to this workspace (typestrict credits grant)"
 
@@ -301,6 +304,8 @@ API_WORDS = TrainingWords(
     trained_on=API_TRAINED_ON,
     files="Upload the file with PUT /v1/files/{name} and name it in dataset.path",
     resend="correct them and post them again",
+    test_rows="send the predictions of the split's test examples only (GET /v1/trainings/{id}/split "
+              "lists them as test_ids, at most 2,000 per decision), not every row of the dataset",
     keys=request_field,
     credits="Ask the operator to add credits to this workspace (GET /v1/workspaces/{workspace} shows its balance)",
 )
@@ -314,6 +319,8 @@ CLI_WORDS = TrainingWords(
     trained_on=CLI_TRAINED_ON,
     files="Create trainings through the API or the console (`typestrict api`)",
     resend="correct them and run `typestrict training submit {training} PREDICTIONS.jsonl` again",
+    test_rows="submit the predictions of the split's test examples only (`typestrict split` on the "
+              "training's manifest shows them, at most 2,000 per decision), not every row of the dataset",
 )
 """``typestrict training``'s words: commands and options, never routes or fields."""
 

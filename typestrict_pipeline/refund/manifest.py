@@ -194,6 +194,13 @@ MAX_DECISIONS = 32
 """The most decisions a training may have: the most an audit holds (``verify_audit.MAX_DECISIONS``,
 which refuses an audit of more as one the product never writes)."""
 
+MAX_PREDICTION_ROWS = 200_000
+"""The most rows a training's submitted predictions may have, on every door: the API's JSON body
+(``predictions``, its schema's bound), the console's **Upload the predictions** and
+``typestrict training submit`` (both read the file no further than the row past it). A training
+holds out at most 2,000 test examples per decision, so this is far above what a submission needs;
+a file past it holds predictions of every row of the dataset, not of the test examples."""
+
 MAX_ANSWERS = 256
 """The most answers a decision may have (a multiple-choice example: options): the most an audit
 holds (``verify_audit.MAX_ANSWERS``). A verdict over more was judged and settled, and its audit

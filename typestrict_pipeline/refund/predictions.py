@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from typestrict_pipeline.errors import PredictionsError, listed
 from typestrict_pipeline.files import iter_jsonl_objects, write_atomic
 from typestrict_pipeline.refund.dataset import Dataset
 from typestrict_pipeline.refund.holdout import Holdout, HoldoutSource
+from typestrict_pipeline.refund.manifest import MAX_PREDICTION_ROWS
 from typestrict_pipeline.refund.metrics import PROB_SUM_TOLERANCE, sums_to_one
 from typestrict_pipeline.refund.stream import group_sha256
 from typestrict_pipeline.refund.table import not_parquet
@@ -42,6 +43,7 @@ __all__ = [
     "SUM_TOLERANCE",
     "Prediction",
     "SystemPredictions",
+    "bounded_rows",
     "build_decision_data",
     "option_positions",
     "read_predictions",
@@ -53,6 +55,35 @@ __all__ = [
 SUM_TOLERANCE = float(PROB_SUM_TOLERANCE)
 """A row's probabilities must sum to 1 within this (the product's one tolerance, checked exactly
 by :func:`~typestrict_pipeline.refund.metrics.sums_to_one`)."""
+
+
+def bounded_rows(chunks: Iterable[bytes], *, source: str, fix: str,
+                 bound: int = MAX_PREDICTION_ROWS) -> Iterator[bytes]:
+    """The chunks of a submitted JSON Lines file, passed on while its rows (non-blank lines, as
+    the reader counts them) are at most ``bound``: past it, refused naming ``source`` before the
+    next chunk is asked for, so the work is bounded by the bound, not by the file. The one rule
+    of every door (:data:`~typestrict_pipeline.refund.manifest.MAX_PREDICTION_ROWS`; the API's
+    JSON body has its schema's bound, the same number).
+
+    >>> b"".join(bounded_rows([b'{"a": 1}\\n\\n{"a"', b': 2}\\n'], source="f", fix="x", bound=2))
+    b'{"a": 1}\\n\\n{"a": 2}\\n'
+    >>> list(bounded_rows([b"1\\n2\\n3"], source="your file 'p.jsonl'", fix="send fewer", bound=2))
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.PredictionsError: your file 'p.jsonl': expected at most 2 rows, got more than 2 (the file was read no further than row 3). Send fewer.
+    """
+    rows = 0
+    open_line = False  # the last chunk ended inside a line that has more than blanks
+    for chunk in chunks:
+        pieces = chunk.split(b"\n")
+        for i, piece in enumerate(pieces[:-1]):  # the lines this chunk ends
+            if piece.strip() or (i == 0 and open_line):
+                rows += 1
+        open_line = bool(pieces[-1].strip()) or (len(pieces) == 1 and open_line)
+        if rows + open_line > bound:
+            raise PredictionsError(f"at most {bound:,} rows", f"more than {bound:,} (the file was read no "
+                                   f"further than row {bound + 1:,})", fix, file=source)
+        yield chunk
 
 
 @dataclass(frozen=True)

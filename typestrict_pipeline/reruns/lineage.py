@@ -489,6 +489,37 @@ def _cells(e: LineageEntry) -> list[str]:
     return [holdout, baseline, edge_text, changed]
 
 
+LINEAGE_COLUMNS = ("#", "Study", "State", "Window", "Winner", "Holdout score", "Baseline",
+                   "Holdout − baseline", "Winner changed")
+"""The lineage panel's columns, one set for every door that draws it as a table (the console's
+study page, ``typestrict schedule lineage``, Dagster's metadata): the page's words, "every re-run
+with the window it was scored on, its winner, its holdout score and whether the winner changed",
+with the baseline it is compared to."""
+
+
+def state_words(state: str) -> str:
+    """A lineage entry's state as people read it, on every door: a study's state as the
+    leaderboard writes it (:func:`~typestrict_pipeline.study.tables.state_text`), what follows
+    it kept. The API's JSON keeps the code (``RUNNING``, ``FINISHED (set aside)``).
+
+    >>> state_words("RUNNING"), state_words("FINISHED (set aside)"), state_words("PENDING")
+    ('Running', 'Finished (set aside)', 'Pending')
+    """
+    from typestrict_pipeline.study.tables import state_text
+
+    code, space, rest = state.partition(" ")
+    return state_text(code) + space + rest
+
+
+def lineage_cells(e: LineageEntry) -> list[str]:
+    """One entry's cells under :data:`LINEAGE_COLUMNS`, as every door writes them.
+
+    >>> lineage_cells(LineageEntry(1, "7", "RUNNING", "2015-01-01 – 2015-01-20", None, None, None, None, None))
+    ['1', '7', 'Running', '2015-01-01 – 2015-01-20', '—', 'not scored', 'not scored', 'not scored', '—']
+    """
+    return [str(e.seq), e.study_id or "—", state_words(e.state), e.window, e.winner or "—", *_cells(e)]
+
+
 def render_panel(entries: Sequence[LineageEntry]) -> str:
     """The lineage panel as plain text (the CLI prints it; Dagster shows it as Markdown).
 
@@ -496,14 +527,11 @@ def render_panel(entries: Sequence[LineageEntry]) -> str:
     >>> print(next(x for x in render_panel(e).splitlines() if x.startswith("Best expected")))
     Best expected of 1 under noise: +0.0000 (holdout − baseline)
     """
-    header = ["#", "study", "state", "scored on", "winner", "holdout", "baseline", "holdout − baseline", "winner changed"]
-    rows: list[list[str]] = []
-    for e in entries:
-        cells = _cells(e)
-        rows.append([str(e.seq), e.study_id or "—", e.state, e.window, e.winner or "—", *cells])
+    header = list(LINEAGE_COLUMNS)
+    rows = [lineage_cells(e) for e in entries]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.extend(_summary_lines(summarize(entries)))
     return "\n".join(lines)
 
@@ -511,14 +539,8 @@ def render_panel(entries: Sequence[LineageEntry]) -> str:
 def render_markdown(entries: Sequence[LineageEntry]) -> str:
     """The lineage panel as a Markdown table (Dagster metadata)."""
     s = summarize(entries)
-    out = [
-        "| # | study | state | scored on | winner | holdout | baseline | holdout − baseline | winner changed |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for e in entries:
-        holdout, baseline, edge, changed = _cells(e)
-        out.append(f"| {e.seq} | {e.study_id or '—'} | {e.state} | {e.window} | {e.winner or '—'} "
-                   f"| {holdout} | {baseline} | {edge} | {changed} |")
+    out = ["| " + " | ".join(LINEAGE_COLUMNS) + " |", "|" + "---|" * len(LINEAGE_COLUMNS)]
+    out += ["| " + " | ".join(lineage_cells(e)) + " |" for e in entries]
     out.append("")
     out.extend(line + "  " for line in _summary_lines(s))
     return "\n".join(out)

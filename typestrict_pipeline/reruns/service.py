@@ -226,7 +226,8 @@ API_MIN_UNSEEN = MinUnseenWords(create="create the study with min_unseen_steps",
 CONSOLE_MIN_UNSEEN = MinUnseenWords(create='create the study with "Min unseen steps for a re-run"',
                                     give='fill "Min unseen steps for a re-run" on this form once',
                                     leave_out='leave "Min unseen steps for a re-run" empty',
-                                    cancel='the button "Turn this schedule off" on /console/studies/{study}')
+                                    cancel='the button "Turn this schedule off" of schedule {id} in the Studies section '
+                                           'of the Backtests tab, /console/backtests#schedule-{id}')
 
 
 def enable_schedule(

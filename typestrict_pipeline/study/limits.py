@@ -85,20 +85,23 @@ def usd_to_micro(usd: object) -> int:
 
 
 def format_usd(micro: int | None, *, exact: bool = False) -> str:
-    """Format micro-USD for people: ``$0.0123``; ``—`` when unknown (never a fake $0).
+    """Format micro-USD for people: ``$0.0123``; ``—`` when unknown (never a fake $0). The
+    product's one rule for an amount spent (a backtest's cost, a study's spend, Settings → Usage,
+    the CLI's tables): cents from $1, four decimals from $0.0001, six below; the sign first.
 
     >>> format_usd(12_345), format_usd(None), format_usd(2_500_000), format_usd(7, exact=True)
     ('$0.0123', '—', '$2.50', '$0.000007')
+    >>> format_usd(-5), format_usd(-1_234_567)
+    ('-$0.000005', '-$1.23')
     """
     if micro is None:
         return "—"
-    if exact:
-        return f"${micro / MICRO:.6f}"
-    if abs(micro) >= MICRO:  # ≥ $1: cents are enough
-        return f"${micro / MICRO:,.2f}"
-    if abs(micro) >= 100:  # ≥ $0.0001
-        return f"${micro / MICRO:.4f}"
-    return f"${micro / MICRO:.6f}"
+    sign, size = ("-" if micro < 0 else ""), abs(micro)
+    if exact or size < 100:  # below $0.0001: every micro-USD
+        return f"{sign}${size / MICRO:.6f}"
+    if size >= MICRO:  # ≥ $1: cents are enough
+        return f"{sign}${size / MICRO:,.2f}"
+    return f"{sign}${size / MICRO:.4f}"  # ≥ $0.0001
 
 
 def plain_usd(micro: int) -> str:

@@ -1,6 +1,8 @@
 """The Backtests tab: run a backtest, its run card (HISTORICAL, cost), and the Studies section:
-create a study with its estimate shown before anything runs, the leaderboard with its chart,
-cancel, "Re-run on a schedule" (cadence, owner, min unseen steps), and the lineage panel.
+create a study with its estimate shown before anything runs, and "Re-run on a schedule" (the
+page's place for it: tick the box, pick the finished study, set a cadence; each schedule with why
+it skipped under its controls); a study's page: the leaderboard with its chart, cancel, its
+schedules (linking to the Studies section) and the lineage panel.
 
 Every action is the ``/v1`` route's: the same request schema (:mod:`typestrict_pipeline.api.schemas`)
 and the same core calls (:mod:`typestrict_pipeline.api.backtests`, :mod:`typestrict_pipeline.api.studies`,
@@ -118,9 +120,44 @@ def _study_values(form: FormData) -> dict[str, str]:
     return {k: _text(form, k) for k in STUDY_DEFAULTS}
 
 
+SCHEDULE_DEFAULTS = {"study": "", "cadence": "1d", "owner": "", "min_unseen_steps": "", "rerun": ""}
+"""The "Re-run on a schedule" form of the Studies section, as it first shows."""
+FINISHED_STATES = (StudyState.FINISHED.value, StudyState.BUDGET_REACHED.value)
+"""The studies a schedule may re-run from (the page's "the finished study to re-run from")."""
+
+
+def _finished_studies(request: Request, ws: str) -> list[Any]:
+    """The workspace's finished studies, newest first (at most 500): the form's "Study to re-run
+    from"."""
+    from sqlalchemy import select
+
+    from typestrict_pipeline.store import session_scope
+    from typestrict_pipeline.study.tables import StudyRow
+
+    with session_scope(get_ctx(request).engine) as s:
+        rows = list(s.execute(select(StudyRow).where(StudyRow.workspace == ws, StudyRow.state.in_(FINISHED_STATES))
+                              .order_by(StudyRow.id.desc()).limit(500)).scalars().all())
+        for r in rows:
+            s.expunge(r)
+        return rows
+
+
+def _schedules(request: Request, ws: str, study_id: str | None = None) -> list[dict[str, Any]]:
+    """The workspace's schedules (or one study's), each with its status: why it skipped, what
+    would make it fire (``typestrict schedule status``'s text)."""
+    from typestrict_pipeline.reruns.service import CONSOLE_STATUS, list_schedules, status_text
+
+    engine = get_ctx(request).engine
+    return [{"view": v, "status": for_customers(status_text(engine, v, words=CONSOLE_STATUS)),
+             "enabled": v.state.value == "ENABLED"}
+            for v in list_schedules(engine, workspace_id=ws, study_id=study_id)]
+
+
 def _page(request: Request, session: ConsoleSession, *, backtest: dict[str, str] | None = None,
           study: dict[str, str] | None = None, backtest_error: str | None = None,
-          study_error: str | None = None, estimate: str | None = None, status: int = 200) -> Response:
+          study_error: str | None = None, estimate: str | None = None,
+          schedule: dict[str, str] | None = None, schedule_error: str | None = None,
+          status: int = 200) -> Response:
     from typestrict_pipeline.backtest.workflow import columns_text
 
     ctx = get_ctx(request)
@@ -141,15 +178,20 @@ def _page(request: Request, session: ConsoleSession, *, backtest: dict[str, str]
         "backtest_pager": backtest_pager, "study_pager": study_pager, "backtests_note": backtests_note,
         "b": backtest or BACKTEST_DEFAULTS, "s": study or STUDY_DEFAULTS,
         "backtest_error": backtest_error, "study_error": study_error, "estimate": estimate,
+        "schedules": _schedules(request, ws), "finished_studies": _finished_studies(request, ws),
+        "sch": schedule or {**SCHEDULE_DEFAULTS, "study": query.get("study") or ""},
+        "schedule_error": schedule_error,
         "usd": format_usd, "live": LIVE_STATES, "columns_text": columns_text}, status=status)
 
 
 @router.get("/backtests")
 def backtests_page(request: Request, session: Session, backtests: str | None = None,
-                   studies: str | None = None) -> Response:
-    """The Backtests tab: run a backtest, the run cards, the Studies section. ``?backtests=N``
-    and ``?studies=N`` are the pages of its two lists (declared here so the console's one rule
-    of the query holds for them: each once)."""
+                   studies: str | None = None, study: int | None = None) -> Response:
+    """The Backtests tab: run a backtest, the run cards, the Studies section (its studies, the
+    new study form, and "Re-run on a schedule": the schedules, why each skipped, the form).
+    ``?backtests=N`` and ``?studies=N`` are the pages of its two lists; ``?study=N`` picks the
+    study to re-run from (a study page's link); declared here so the console's one rule of the
+    query holds for them: each once."""
     return _page(request, session)
 
 
@@ -270,14 +312,8 @@ def _create_study(request: Request, session: ConsoleSession, form: FormData) -> 
 def _study_context(request: Request, session: ConsoleSession, study_id: str,
                    page: str | None = None) -> dict[str, Any]:
     """What the study page shows; ``page`` is ``?page=`` (the leaderboard's, :data:`TOP_K` a page)."""
-    from typestrict_pipeline.reruns.lineage import summarize
-    from typestrict_pipeline.reruns.service import (
-        CONSOLE_STATUS,
-        lineage_entries,
-        lineage_text,
-        list_schedules,
-        status_text,
-    )
+    from typestrict_pipeline.reruns.lineage import LINEAGE_COLUMNS, lineage_cells, summarize
+    from typestrict_pipeline.reruns.service import lineage_entries, lineage_text
     from typestrict_pipeline.study.leaderboard import header_lines, load_leaderboard, row_cells
     from typestrict_pipeline.study.runner import search_progress
 
@@ -292,8 +328,7 @@ def _study_context(request: Request, session: ConsoleSession, study_id: str,
     n_ranked = sum(1 for r in board.rows if r.rank is not None)
     drawn = chart_ranks(board.rows, winner=board.winner_candidate_id)
     winner_rank = next((r.rank for r in board.rows if r.candidate_id == board.winner_candidate_id), None)
-    schedules = [{"view": v, "status": for_customers(status_text(ctx.engine, v, words=CONSOLE_STATUS))}
-                 for v in list_schedules(ctx.engine, workspace_id=ws, study_id=str(row.id))]
+    schedules = _schedules(request, ws, str(row.id))
     entries = lineage_entries(ctx.engine, str(row.id))
     spec = leaderboard_spec(row.id, n_candidates=n_ranked, luck_line=board.stats.luck_line, shown=drawn)
     return {
@@ -306,7 +341,8 @@ def _study_context(request: Request, session: ConsoleSession, study_id: str,
         "chart_text": chart_text(n_ranked, drawn),
         "winner_outside_chart": winner_rank is not None and winner_rank > drawn,
         "schedules": schedules,
-        "lineage": entries, "lineage_summary": summarize(entries) if entries else None,
+        "lineage": entries, "lineage_columns": LINEAGE_COLUMNS, "lineage_cells": lineage_cells,
+        "lineage_summary": summarize(entries) if entries else None,
         "lineage_text": lineage_text(ctx.engine, str(row.id)) if entries else None,
         "usd": format_usd, "finished": row.state in (StudyState.FINISHED, StudyState.BUDGET_REACHED),
         "promotable": (row.state in (StudyState.FINISHED, StudyState.BUDGET_REACHED)
@@ -367,15 +403,31 @@ def promote_study(study_id: StudyId, request: Request, session: Posted) -> Respo
     return redirect(f"{PREFIX}/studies/{study_id}?promoted=1#promote-result", request)
 
 
-@router.post("/studies/{study_id}/schedule")
-async def enable_schedule(study_id: StudyId, request: Request, session: Posted) -> Response:
-    """Tick "Re-run on a schedule": the same call as ``POST /v1/studies/{id}/schedule``. The form
-    is read on the event loop, the store's work (and the page) in the threadpool."""
+@router.post("/schedules")
+async def enable_schedule(request: Request, session: Posted) -> Response:
+    """The Studies section's "Re-run on a schedule": tick the box, pick the finished study to
+    re-run from, set a cadence (the page's steps); the same call as ``POST /v1/studies/{id}/schedule``.
+    The form is read on the event loop, the store's work (and the page) in the threadpool."""
     form = await read_form(request)
-    return await run_in_threadpool(_enable_schedule, study_id, request, session, form)
+    return await run_in_threadpool(_enable_schedule, request, session, form)
 
 
-def _enable_schedule(study_id: str, request: Request, session: ConsoleSession, form: FormData) -> Response:
+def _chosen_study(request: Request, session: ConsoleSession, text: str) -> Any:
+    """The study picked under "Study to re-run from": one of the workspace's (another's, or an id
+    spelled otherwise, is refused on the form, naming the list)."""
+    fix = "pick the finished study to re-run from in the list \"Study to re-run from\""
+    if not text:
+        raise InputError("a study to re-run from", "none", fix)
+    try:
+        return studies_core.check_study(get_ctx(request).engine, session.workspace_id,
+                                        studies_core.parse_study_id(text))
+    except TypeStrictError:
+        from typestrict_pipeline.values import shown
+
+        raise InputError("one of this workspace's studies", shown(text), fix) from None
+
+
+def _enable_schedule(request: Request, session: ConsoleSession, form: FormData) -> Response:
     from typestrict_pipeline.reruns.service import CONSOLE_MIN_UNSEEN
     from typestrict_pipeline.reruns.service import enable_schedule as core_enable
     from typestrict_pipeline.reruns.studies import StoreStudies
@@ -384,43 +436,51 @@ def _enable_schedule(study_id: str, request: Request, session: ConsoleSession, f
     error = None
     try:
         ticked = form_box(form, "rerun", lambda v: v == "on", "the box 'Re-run on a schedule' ticked ('on')",
-                          "tick it to re-run this study at the cadence below")
+                          "tick it to re-run the study you pick at the cadence below")
     except InputError as exc:
         ticked, error = None, str(exc)
     if ticked is None:
         error = error or ("expected the box 'Re-run on a schedule' ticked, got it empty. Tick it to re-run "
-                          "this study at the cadence below")
+                          "the study you pick at the cadence below")
     else:
         try:
             raw: dict[str, Any] = {"cadence": _text(form, "cadence") or "1d", "owner": _text(form, "owner")}
             if _text(form, "min_unseen_steps"):
                 raw["min_unseen_steps"] = _whole(_text(form, "min_unseen_steps"))
             body = ScheduleIn.model_validate(raw)
-            row = studies_core.check_study(ctx.engine, session.workspace_id, studies_core.parse_study_id(study_id))
+            row = _chosen_study(request, session, _text(form, "study"))
             core_enable(ctx.engine, StoreStudies(ctx.engine), study_id=str(row.id), cadence=body.cadence,
                         owner=body.owner, min_unseen_steps=body.min_unseen_steps, words=CONSOLE_MIN_UNSEEN)
         except ValidationError as exc:
             error = validation_message(exc.errors(), fix=FORM_FIX)
         except TypeStrictError as exc:
-            if status_for(exc)[0] == 404:
-                raise
             error = str(exc)
     if error is None:
-        return redirect(f"{PREFIX}/studies/{study_id}#schedule", request)
-    context = _study_context(request, session, study_id)
-    context.update(schedule_error=error, schedule_values={
-        **{k: _text(form, k) for k in ("cadence", "owner", "min_unseen_steps")}, "rerun": ticked is not None})
-    return render(request, "study.html", context, status=422)
+        return redirect(f"{PREFIX}/backtests#schedule", request)
+    sent = {**{k: _text(form, k) for k in ("study", "cadence", "owner", "min_unseen_steps")},
+            "rerun": "on" if ticked is not None else ""}
+    return _page(request, session, schedule=sent, schedule_error=error, status=422)
 
 
 @router.post("/schedules/{schedule_id}/cancel")
-def cancel_schedule(schedule_id: PathId, request: Request, session: Posted) -> Response:
-    """Turn a schedule off (``POST /v1/schedules/{id}/cancel``); a sync route: the store's work
-    runs in the threadpool."""
+async def cancel_schedule(schedule_id: PathId, request: Request, session: Posted) -> Response:
+    """"Turn this schedule off" (``POST /v1/schedules/{id}/cancel``), with who turns it off (an
+    e-mail address, kept with the schedule, as the API's ``by``). The form is read on the event
+    loop, the store's work (and the page) in the threadpool."""
+    form = await read_form(request)
+    return await run_in_threadpool(_cancel_schedule, schedule_id, request, session, form)
+
+
+def _cancel_schedule(schedule_id: str, request: Request, session: ConsoleSession, form: FormData) -> Response:
     from typestrict_pipeline.api import schedules as schedules_core
 
     ctx = get_ctx(request)
     sid = schedules_core.parse_schedule_id(schedule_id)
-    view = schedules_core.cancel(ctx.engine, session.workspace_id, sid, by=f"console:{session.key_id}")
-    return redirect(f"{PREFIX}/studies/{view.root_study_id}#schedule", request)
-
+    schedules_core.schedule_of(ctx.engine, session.workspace_id, sid)  # another workspace's: not found
+    try:
+        schedules_core.cancel(ctx.engine, session.workspace_id, sid, by=_text(form, "by"))
+    except TypeStrictError as exc:
+        if status_for(exc)[0] == 404:
+            raise
+        return _page(request, session, schedule_error=f"Schedule {sid}: {exc}", status=422)
+    return redirect(f"{PREFIX}/backtests#schedule-{sid}", request)

@@ -101,6 +101,8 @@ CONSOLE_WORDS = TrainingWords(
     ),
     files="Choose the dataset in step 1 (Data): upload it, or pick one of your files",
     resend="correct them and upload the file again with Upload and judge",
+    test_rows="upload the predictions of the split's test examples only (the split on this page lists "
+              "them, at most 2,000 per decision), not every row of the dataset",
     keys=form_field,
     credits="Ask the operator to add credits to this workspace (this page shows its balance)",
 )
@@ -478,22 +480,37 @@ async def post_predictions(training_id: TrainingId, request: Request, session: P
     work (the predictions checked against the split, the files written, the workspace's storage
     lock waited for) runs in the threadpool, so the server answers other requests meanwhile."""
     form = await read_form(request)
-    predictions = await _read_files(form, "predictions")
+    predictions = [item for item in form.getlist("predictions") if isinstance(item, UploadFile) and item.filename]
     model_files = await _read_files(form, "model_files")
     return await run_in_threadpool(_post_predictions, training_id, request, session, form,
                                    predictions[0] if predictions else None, model_files)
 
 
+def _read_predictions(upload: UploadFile, source: str, fix: str) -> bytes:
+    """The predictions file's bytes, read a chunk at a time and no further than the row past
+    :data:`~typestrict_pipeline.refund.manifest.MAX_PREDICTION_ROWS` (the API's bound on its JSON
+    body's rows, the same number): a file of every row of a large dataset is refused having read
+    200,001 rows of it, not the whole file."""
+    from typestrict_pipeline.api.trainings import READ_CHUNK
+    from typestrict_pipeline.refund.predictions import bounded_rows
+
+    upload.file.seek(0)
+    return b"".join(bounded_rows(iter(lambda: upload.file.read(READ_CHUNK), b""), source=source, fix=fix))
+
+
 def _post_predictions(training_id: str, request: Request, session: ConsoleSession, form: FormData,
-                      predictions: tuple[str, bytes] | None, model_files: list[tuple[str, bytes]]) -> Response:
-    """:func:`post_predictions`'s blocking part (the split read, files written, the storage lock)."""
+                      predictions: UploadFile | None, model_files: list[tuple[str, bytes]]) -> Response:
+    """:func:`post_predictions`'s blocking part (the file read up to the row bound, the split
+    read, files written, the storage lock)."""
     ws = session.workspace_id
     try:
         if predictions is None:
             raise InputError("a predictions file (JSON Lines, one row per example and decision)",
                              "no file", "choose the file your model wrote",
                              file='Upload the predictions, "Predictions file (JSON Lines)"')
-        name, data = predictions
+        name = predictions.filename or ""
+        data = _read_predictions(predictions, f"your file {_base_name_of(name)!r}",
+                                 _trainings(request).past_row_bound(training_id))
         trained_on = _trained_on_box(form)
         _trainings(request).submit(ws, training_id, data, trained_on,
                                    model_files=[(_base_name_of(n), d) for n, d in model_files],
