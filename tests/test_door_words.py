@@ -190,12 +190,19 @@ def test_a_dataset_the_workspace_cannot_name_is_refused_in_each_doors_words(worl
                               "this workspace registered (none yet), got 'nope'. Register it with POST /v1/datasets "
                               "(its name, workflow and tables), or name one of those."), api
     form = {k: str(v) for k, v in body.items()}
-    for route, data in (("/console/backtests", form),
-                        ("/console/studies/estimate", {k: str(v) for k, v in STUDY_BODY.items()} | {"dataset": "nope"})):
+    shown = world["browser"].get("/console/backtests")
+    assert shown.status_code == 200, shown.text[:500]
+    for route, data, label_for in (
+            ("/console/backtests", form, "b-dataset"),
+            ("/console/studies/estimate", {k: str(v) for k, v in STUDY_BODY.items()} | {"dataset": "nope"}, "s-dataset"),
+            ("/console/studies", {k: str(v) for k, v in STUDY_BODY.items()} | {"dataset": "nope"}, "s-dataset")):
+        found = re.search(rf'<label for="{label_for}">([^<]+)</label>', shown.text)
+        assert found is not None, shown.text[:3000]
+        label = html.unescape(found.group(1))  # the form's own label, exactly as the page shows it
         r = world["browser"].form(route, data)
         assert r.status_code == 422, (route, r.status_code, r.text[:500])
         page = html.unescape(r.text)
-        assert '"Historical data": expected a dataset name' in page, page[:3000]
+        assert f'"{label}": expected a dataset name' in page, (label, page[:3000])
         assert "Register it through the API first (POST /v1/datasets: the console names registered datasets" in page
         assert "field 'dataset'" not in page and "column 'dataset'" not in page
 
