@@ -190,12 +190,19 @@ def test_a_dataset_the_workspace_cannot_name_is_refused_in_each_doors_words(worl
                               "this workspace registered (none yet), got 'nope'. Register it with POST /v1/datasets "
                               "(its name, workflow and tables), or name one of those."), api
     form = {k: str(v) for k, v in body.items()}
-    for route, data in (("/console/backtests", form),
-                        ("/console/studies/estimate", {k: str(v) for k, v in STUDY_BODY.items()} | {"dataset": "nope"})):
+    shown = world["browser"].get("/console/backtests")
+    assert shown.status_code == 200, shown.text[:500]
+    for route, data, label_for in (
+            ("/console/backtests", form, "b-dataset"),
+            ("/console/studies/estimate", {k: str(v) for k, v in STUDY_BODY.items()} | {"dataset": "nope"}, "s-dataset"),
+            ("/console/studies", {k: str(v) for k, v in STUDY_BODY.items()} | {"dataset": "nope"}, "s-dataset")):
+        found = re.search(rf'<label for="{label_for}">([^<]+)</label>', shown.text)
+        assert found is not None, shown.text[:3000]
+        label = html.unescape(found.group(1))  # the form's own label, exactly as the page shows it
         r = world["browser"].form(route, data)
         assert r.status_code == 422, (route, r.status_code, r.text[:500])
         page = html.unescape(r.text)
-        assert '"Historical data": expected a dataset name' in page, page[:3000]
+        assert f'"{label}": expected a dataset name' in page, (label, page[:3000])
         assert "Register it through the API first (POST /v1/datasets: the console names registered datasets" in page
         assert "field 'dataset'" not in page and "column 'dataset'" not in page
 
@@ -402,3 +409,32 @@ def test_a_workspace_never_set_up_for_schedules_says_who_sets_it_up_at_each_door
     assert main(["schedule", "status", "--store", world["url"]]) == 0
     assert "until one is set: typestrict schedule workspace acme --subscription ACTIVE --budget-usd 50" in (
         capsys.readouterr().out)
+
+
+# --- a backtest of a workflow whose active version's code is gone ----------------------------------------------------
+
+
+def test_a_backtest_of_a_version_whose_code_is_gone_asks_the_operator_at_the_api_and_the_console(
+        world: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    """Activating a version is the operator's (``typestrict backtest activate``): the API and the
+    console say to ask the operator; the CLI names its command."""
+    from typestrict_pipeline.backtest.tables import ActiveVersionRow
+    from typestrict_pipeline.store import session_scope
+
+    engine = open_store(world["url"])
+    with session_scope(engine) as s:  # activated once, its code since removed from the deployment
+        s.add(ActiveVersionRow(workspace="acme", workflow="seattle_rain", version_id="0" * 12))
+    engine.dispose()
+    body = {"workflow": "seattle_rain", "start": "2012-02-01", "end": "2012-03-01"}
+    ask = "Ask the operator to activate a current version of workflow 'seattle_rain' for this workspace."
+    api = _api(world, "/v1/backtests", body, status=404)
+    assert "got no deployed code that reproduces it. " + ask in api, api
+    r = world["browser"].form("/console/backtests", {k: str(v) for k, v in body.items()})
+    page = html.unescape(r.text)
+    assert r.status_code == 404 and ask in page, (r.status_code, page[:3000])
+    assert "typestrict backtest activate" not in page
+    capsys.readouterr()
+    assert main(["backtest", "run", "seattle_rain", "--workspace", "acme", "--start", "2012-02-01",
+                 "--end", "2012-03-01"]) != 0
+    err = capsys.readouterr().err
+    assert "Activate a current version (typestrict backtest activate)." in err, err

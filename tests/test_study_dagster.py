@@ -257,3 +257,17 @@ def test_the_launchpad_refuses_a_search_space_naming_its_config_not_the_clis_fla
     assert ("expected new_study.random[0] as NAME=LOW:HIGH, got 'skill=0.5'. Write e.g. \"threshold=0.3:0.7\" "
             "in new_study.random.") in said, said
     assert "--grid" not in said and "--random" not in said
+
+
+def test_the_launchpad_refuses_prompt_files_naming_its_config_not_the_clis_flag(sqlite_url: str, tmp_path: Path) -> None:
+    """``new_study.prompt_files`` is the launchpad's field: its refusals name it, not ``--prompt-file``."""
+    limits = {"max_candidates": 2, "max_total_steps": 1000}
+    said = _failure(_launch(sqlite_url, {**NEW_STUDY, **limits, "prompt_files": ["forecast"]}))
+    assert ("expected new_study.prompt_files[0] as STEP=PATH, got 'forecast'. Write e.g. \"forecast=alt.txt\" "
+            "in new_study.prompt_files.") in said, said
+    prompt = tmp_path / "alt.txt"
+    prompt.write_text("Forecast {date}.", encoding="utf-8")
+    said = _failure(_launch(sqlite_url, {**NEW_STUDY, **limits,
+                                         "prompt_files": [f"forecast={prompt}", f"\u202e={prompt}"]}))
+    assert "expected the parameter name of new_study.prompt_files[1] without control characters" in said, said
+    assert "--prompt-file" not in said

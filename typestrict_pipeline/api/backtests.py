@@ -149,7 +149,7 @@ def check_backtest(engine: Engine, home: Path, workspace: str, req: BacktestRequ
             message says what would work).
     """
     from typestrict_pipeline.backtest.engine import parse_step, plan_steps
-    from typestrict_pipeline.backtest.service import active_workflow, parse_time
+    from typestrict_pipeline.backtest.service import CUSTOMER_VERSION, active_workflow, parse_time
     from typestrict_pipeline.backtest.workflows import default_registry
 
     registry = default_registry()
@@ -165,7 +165,7 @@ def check_backtest(engine: Engine, home: Path, workspace: str, req: BacktestRequ
         raise InputError(f"at most {MAX_STEPS:,} steps in one backtest",
                          f"{(end - start) // step + 1:,} steps", "shorten the range or take a longer step")
     stored = datasets.resolve(home, workspace, req.dataset, words=dataset_words)
-    workflow = active_workflow(engine, req.workflow, workspace=workspace)
+    workflow = active_workflow(engine, req.workflow, workspace=workspace, words=CUSTOMER_VERSION)
     run_wf = workflow.variant(params=dict(req.params)) if req.params else workflow
     times = plan_steps(run_wf, datasets.load(home, stored), start=start, end=end, step=step)
     return CheckedBacktest(req.workflow, run_wf.version_id, stored, times[0], times[-1], step,

@@ -41,7 +41,10 @@ from typestrict_pipeline.backtest.workflows import default_registry
 from typestrict_pipeline.errors import InputError, NotFoundError
 
 __all__ = [
+    "CLI_VERSION",
+    "CUSTOMER_VERSION",
     "ModelSetup",
+    "VersionWords",
     "active_workflow",
     "endpoint_client_settings",
     "endpoint_models",
@@ -247,8 +250,31 @@ def run_and_store_live(
     return record_live_decision(engine, live, workspace=workspace, dagster_run_id=dagster_run_id), live
 
 
+@dataclass(frozen=True)
+class VersionWords:
+    """How a door says what to do when the active version of a workflow in a workspace has no
+    deployed code (:func:`active_workflow`): the CLI's operator runs ``typestrict backtest
+    activate``; a customer of the API or the console cannot activate a version, so asks the
+    operator (as ``api/budgets.py`` does for a subscription).
+
+    >>> CUSTOMER_VERSION.activate.format(workflow="wx")
+    "ask the operator to activate a current version of workflow 'wx' for this workspace"
+    """
+
+    activate: str
+    """How a current version of ``{workflow}`` is activated, from this door."""
+
+
+CLI_VERSION = VersionWords(activate="activate a current version (typestrict backtest activate)")
+"""``typestrict backtest ...`` and the Dagster runs (read by the operator)."""
+CUSTOMER_VERSION = VersionWords(
+    activate="ask the operator to activate a current version of workflow {workflow!r} for this workspace")
+"""``POST /v1/backtests`` and the console's backtest form: activating a version is the operator's."""
+
+
 def active_workflow(
-    engine: Engine, name: str, *, workspace: str, registry: WorkflowRegistry | None = None
+    engine: Engine, name: str, *, workspace: str, registry: WorkflowRegistry | None = None,
+    words: VersionWords = CLI_VERSION,
 ) -> Workflow:
     """The active (live) version of ``name`` in ``workspace``, with promoted parameters.
 
@@ -260,7 +286,8 @@ def active_workflow(
     (:meth:`Workflow.variant`), so live runs and later backtests use them.
 
     Raises:
-        NotFoundError: unknown workflow, or the active version's code is no longer deployed.
+        NotFoundError: unknown workflow, or the active version's code is no longer deployed
+            (what to do in the door's ``words``).
         InputError: a promoted parameter the active version no longer accepts.
     """
     from typestrict_pipeline.study.promote import workflow_params
@@ -282,10 +309,11 @@ def active_workflow(
                         workflow = candidate
                         break
     if workflow is None:
+        fix = words.activate.format(workflow=name)
         raise NotFoundError(
             f"expected the active version {vid} of workflow {name!r} in workspace {workspace!r} to be "
-            "deployed, got no deployed code that reproduces it. Activate a current version "
-            "(typestrict backtest activate)."
+            "deployed, got no deployed code that reproduces it. "
+            + fix[:1].upper() + fix[1:] + "."
         )
     promoted = workflow_params(engine, workspace, name)
     if not promoted:

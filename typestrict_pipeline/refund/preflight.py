@@ -43,7 +43,7 @@ from typestrict_pipeline.errors import ManifestError, PredictionsError, listed
 from typestrict_pipeline.progress import ProgressFn
 from typestrict_pipeline.refund.dataset import Dataset, load_dataset
 from typestrict_pipeline.refund.grouping import GroupingScan, scan_dataset
-from typestrict_pipeline.refund.holdout import Holdout, split_decisions
+from typestrict_pipeline.refund.holdout import Holdout, check_something_to_train_on, split_decisions
 from typestrict_pipeline.refund.manifest import (
     EndpointSource,
     PredictionsFileSource,
@@ -317,6 +317,7 @@ def check_training(
     *,
     reach: Callable[..., None] = check_endpoint_reachable,
     progress: ProgressFn | None = None,
+    something_to_train_on: bool = False,
 ) -> Preflight:
     """Read and validate every input of ``manifest``'s training; nothing is written.
 
@@ -325,6 +326,11 @@ def check_training(
             :func:`typestrict_pipeline.refund.manifest.load_manifest`).
         reach: the endpoint check (default :func:`check_endpoint_reachable`).
         progress: told how far the dataset's read is (:func:`load_dataset`).
+        something_to_train_on: also refuse, right after the dataset is read, a split that would
+            hold out every row (:func:`~typestrict_pipeline.refund.holdout.check_something_to_train_on`,
+            the check of a training's creation through the API and the console), before any
+            run is requested (:func:`screen_training`). The verdict run's own check (the
+            ``dataset`` asset) leaves it out: once a run is requested its verdict is the answer.
 
     Returns:
         The dataset, the splits and what was checked.
@@ -335,6 +341,8 @@ def check_training(
     if manifest.status is TrainingStatus.FAILED:
         return Preflight(manifest, None, (), ("failed training: only the manifest is read",))
     dataset = load_dataset(manifest, progress=progress)
+    if something_to_train_on:
+        check_something_to_train_on(dataset)
     holdouts = tuple(split_decisions(dataset))
     checked = [f"dataset: {dataset.n_rows} rows in {manifest.dataset.path_as_written}"]
     sources: list[tuple[str, PredictionSource]] = [("jev", manifest.jev)]
@@ -356,10 +364,12 @@ def _no_reach(source: EndpointSource, *, where: str, manifest: str) -> None:
 
 
 def screen_training(manifest: TrainingManifest, *, max_bytes: int = SCREEN_MAX_BYTES) -> str | None:
-    """What ``training_sensor`` checks before it requests a verdict run: the message of the first
-    problem with the dataset and the predictions files (every test id of every decision present
-    once, answer sets complete, probabilities valid), or None when they fit (or the dataset is
-    larger than ``max_bytes``, or the training failed: the run checks those)."""
+    """What ``training_sensor`` checks before it requests a verdict run (and ``typestrict training
+    check``): the message of the first problem with the dataset, its split (that it leaves some
+    row to train on, as at a creation through the API or the console), and the predictions
+    files (every test id of every decision present once, answer sets complete, probabilities
+    valid), or None when they fit (or the dataset is larger than ``max_bytes``, or the training
+    failed: the run checks those)."""
     from typestrict_pipeline.errors import TypeStrictError
 
     if manifest.status is TrainingStatus.FAILED:
@@ -370,7 +380,7 @@ def screen_training(manifest: TrainingManifest, *, max_bytes: int = SCREEN_MAX_B
     except OSError:
         pass  # the check below says what is wrong with it
     try:
-        check_training(manifest, reach=_no_reach)
+        check_training(manifest, reach=_no_reach, something_to_train_on=True)
     except TypeStrictError as exc:
         return str(exc)
     return None

@@ -70,10 +70,13 @@ class SpaceWords:
     """``{end}`` of a random range's ``{param}``."""
     write: str
     """How ``{text}`` is written as an entry of ``{field}`` (a refusal's example)."""
+    prompt_files: str = "--prompt-file"
+    """The ``STEP=PATH`` prompt files as a whole (the CLI's ``--prompt-file`` and the launchpad's
+    ``new_study.prompt_files`` only: the API and the console take no file)."""
 
     def field(self, key: str) -> str:
-        """The door's name of the space's ``key`` (``grid``, ``random``)."""
-        return self.grid if key == "grid" else self.random
+        """The door's name of the space's ``key`` (``grid``, ``random``, ``prompt_files``)."""
+        return {"grid": self.grid, "prompt_files": self.prompt_files}.get(key, self.random)
 
     def at(self, key: str, i: int) -> str:
         """The entry at position ``i`` of ``key``."""
@@ -105,9 +108,13 @@ CONSOLE_SPACE = SpaceWords(grid='"Grid"', random='"Random ranges"', entry="a lin
 """The console's "new study" form: its fields' labels (one entry per line)."""
 LAUNCHPAD_SPACE = SpaceWords(grid="new_study.grid", random="new_study.random", entry="{field}[{i}]",
                              param_of="{name} in {entry}", bound="the {end} of {param}",
-                             write='"{text}" in {field}')
-"""``study_job``'s launchpad (``StudyJobConfig.new_study``): its config's paths (its
-``prompt_files`` are refused in the CLI's words, ``--prompt-file``, the one door that reads a file)."""
+                             write='"{text}" in {field}', prompt_files="new_study.prompt_files")
+"""``study_job``'s launchpad (``StudyJobConfig.new_study``): its config's paths, ``prompt_files``
+included (``new_study.prompt_files[0]``).
+
+>>> LAUNCHPAD_SPACE.at("prompt_files", 0), CLI_SPACE.at("prompt_files", 0)
+('new_study.prompt_files[0]', '--prompt-file')
+"""
 
 
 @dataclass(frozen=True)
@@ -314,11 +321,12 @@ def parse_space(grid: list[str] | None, random: list[str] | None, draws: int, se
                               number(hi, words.end(i, name, "HIGH"), fix=fix),
                               integer=type(lo) is int and type(hi) is int)
     prompts: dict[str, list[str]] = {}
-    for item in prompt_files or []:  # the CLI's and the launchpad's only (no API or console field)
+    for i, item in enumerate(prompt_files or []):  # the CLI's and the launchpad's only (no API or console field)
         step, sep, path = item.partition("=")
         if not sep:
-            raise InputError("--prompt-file as STEP=PATH", repr(item), "write e.g. --prompt-file forecast=alt.txt")
+            raise InputError(f"{words.at('prompt_files', i)} as STEP=PATH", repr(item),
+                             f"write e.g. {words.example('prompt_files', 'forecast=alt.txt')}")
         text = check_text(_prompt_file(step, path).strip(), f"the prompt file {path!r}",
                           max_chars=MAX_PROMPT_FILE_CHARS, lines=True, empty=True)
-        prompts.setdefault(parameter_name(step, "--prompt-file"), []).append(text)
+        prompts.setdefault(parameter_name(step, words.at("prompt_files", i)), []).append(text)
     return SearchSpace(grid=g, random=r, random_draws=draws, seed=seed, prompts=prompts)

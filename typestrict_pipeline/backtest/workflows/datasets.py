@@ -82,6 +82,7 @@ __all__ = [
     "API_DATASETS",
     "CLI_DATASETS",
     "CONSOLE_DATASETS",
+    "CONSOLE_STUDY_DATASETS",
     "AppendResult",
     "DatasetInfo",
     "DatasetWords",
@@ -195,8 +196,10 @@ CONSOLE_DATASETS = DatasetWords(
     register="register it through the API first (POST /v1/datasets: the console names registered datasets, "
              "it does not register them)",
     tables=API_DATASETS.tables, table=API_DATASETS.table, named='"Historical data"')
-"""The console's backtest and study forms (their "Historical data" field); registering and
-appending are the API's."""
+"""The console's backtest form (its "Historical data" field, ``templates/backtests.html``);
+registering and appending are the API's."""
+CONSOLE_STUDY_DATASETS = dataclasses.replace(CONSOLE_DATASETS, named='"Historical data of the study"')
+"""The console's study form: its field's label, "Historical data of the study"."""
 
 
 def _folder(name: str, base: Path | None) -> Path:

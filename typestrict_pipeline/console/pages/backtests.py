@@ -28,7 +28,7 @@ from typestrict_pipeline.api.edge import PathId
 from typestrict_pipeline.api.errors import status_for, validation_message
 from typestrict_pipeline.api.schemas import BacktestIn, ScheduleIn, StudyFormIn
 from typestrict_pipeline.backtest.engine import for_workspace
-from typestrict_pipeline.backtest.workflows.datasets import CONSOLE_DATASETS
+from typestrict_pipeline.backtest.workflows.datasets import CONSOLE_DATASETS, CONSOLE_STUDY_DATASETS
 from typestrict_pipeline.console.board_pages import (
     TOP_K,
     board_page,
@@ -273,7 +273,7 @@ def _study_estimate(request: Request, session: ConsoleSession, form: FormData) -
     try:
         fields = _study_request(request, session, values)
         config = studies_core.study_form_config(ctx.settings.home, session.workspace_id, fields,
-                                                 words=CONSOLE_SPACE, dataset_words=CONSOLE_DATASETS)
+                                                 words=CONSOLE_SPACE, dataset_words=CONSOLE_STUDY_DATASETS)
         est = studies_core.estimate_study(ctx.engine, config)
         error = None
         text = est.form_text
@@ -301,7 +301,7 @@ def _create_study(request: Request, session: ConsoleSession, form: FormData) -> 
     try:
         fields = _study_request(request, session, values)
         row = studies_core.launch_study(ctx.engine, ctx.settings.home, ctx.runs, session.workspace_id, fields,
-                                        words=CONSOLE_SPACE, dataset_words=CONSOLE_DATASETS)
+                                        words=CONSOLE_SPACE, dataset_words=CONSOLE_STUDY_DATASETS)
     except ValidationError as exc:
         return _page(request, session, study=values, study_error=validation_message(exc.errors(), fix=FORM_FIX), status=422)
     except TypeStrictError as exc:
