@@ -226,6 +226,29 @@ def test_a_body_field_the_api_refuses_is_called_a_field(world: dict[str, Any], p
 # --- what brings a schedule new steps: typestrict data append, POST /v1/datasets/{name}/append, a tick's own words ---
 
 
+def _studied(world: dict[str, Any], *studies: tuple[str, dt.datetime], active: bool = True) -> list[str]:
+    """Run a finished seattle study (USD budget $1, min unseen steps 5) of workspace ``acme`` per
+    (dataset, end), after making the workspace's schedules able to fire when ``active`` (an ACTIVE
+    subscription and a $50 usage budget); their ids, in order."""
+    from typestrict_pipeline.reruns import scenario
+    from typestrict_pipeline.reruns.decide import SubscriptionState
+    from typestrict_pipeline.reruns.workspace import set_workspace
+
+    engine = open_store(world["url"])
+    try:
+        if active:
+            set_workspace(engine, "acme", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=50_000_000)
+        ids = []
+        for dataset, end in studies:
+            sid = scenario.create_seattle_study(engine, workspace="acme", dataset=dataset, end=end,
+                                                budget_micro_usd=10**6, min_unseen_steps=5)
+            scenario.run(engine, sid)
+            ids.append(sid)
+        return ids
+    finally:
+        engine.dispose()
+
+
 def test_a_schedule_says_how_to_add_rows_in_each_doors_words(
         world: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A schedule on a dataset the workspace registered through the API: its status through the
@@ -233,10 +256,6 @@ def test_a_schedule_says_how_to_add_rows_in_each_doors_words(
     customer has not, on a name they never gave); it names the API's route and their name. The
     tick's reason, stored once and read by every door, names no door's command; the CLI's
     status keeps its command."""
-    from typestrict_pipeline.reruns import scenario
-    from typestrict_pipeline.reruns.decide import SubscriptionState
-    from typestrict_pipeline.reruns.workspace import set_workspace
-
     _weather(world, tmp_path)
     b = world["browser"]
     auth = {"Authorization": f"Bearer {world['key']}"}
@@ -246,20 +265,9 @@ def test_a_schedule_says_how_to_add_rows_in_each_doors_words(
     assert made.status_code == 201, made.text
     from typestrict_pipeline.api.datasets import stored_name
 
-    engine = open_store(world["url"])
-    try:
-        set_workspace(engine, "acme", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=50_000_000)
-        root = scenario.create_seattle_study(engine, workspace="acme", dataset=stored_name("acme", "live"),
-                                             end=dt.datetime(2012, 3, 1, tzinfo=dt.UTC), budget_micro_usd=10**6,
-                                             min_unseen_steps=5)
-        scenario.run(engine, root)
-        # the built-in data end on 2015-12-31 and never grow: this one can never fire, and says so
-        fixed = scenario.create_seattle_study(engine, workspace="acme", dataset="seattle_weather",
-                                              end=dt.datetime(2015, 12, 30, tzinfo=dt.UTC), budget_micro_usd=10**6,
-                                              min_unseen_steps=5)
-        scenario.run(engine, fixed)
-    finally:
-        engine.dispose()
+    # the built-in data end on 2015-12-31 and never grow: the second can never fire, and says so
+    root, fixed = _studied(world, (stored_name("acme", "live"), dt.datetime(2012, 3, 1, tzinfo=dt.UTC)),
+                           ("seattle_weather", dt.datetime(2015, 12, 30, tzinfo=dt.UTC)))
     for sid in (root, fixed):
         r = b.loop.run_until_complete(b.client.post(f"/v1/studies/{sid}/schedule",
                                                     json={"cadence": "1h", "owner": "ana@example.com"}, headers=auth))
@@ -318,19 +326,7 @@ def test_a_schedule_says_how_to_add_rows_in_each_doors_words(
 def test_a_second_schedule_on_a_lineage_says_how_to_turn_the_first_off_at_each_door(
         world: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     """The API and the console once said "Cancel it first (typestrict schedule cancel ID)"."""
-    from typestrict_pipeline.reruns import scenario
-    from typestrict_pipeline.reruns.decide import SubscriptionState
-    from typestrict_pipeline.reruns.workspace import set_workspace
-
-    engine = open_store(world["url"])
-    try:
-        set_workspace(engine, "acme", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=50_000_000)
-        sid = scenario.create_seattle_study(engine, workspace="acme", dataset="seattle_weather",
-                                            end=dt.datetime(2015, 6, 1, tzinfo=dt.UTC), budget_micro_usd=10**6,
-                                            min_unseen_steps=5)
-        scenario.run(engine, sid)
-    finally:
-        engine.dispose()
+    [sid] = _studied(world, ("seattle_weather", dt.datetime(2015, 6, 1, tzinfo=dt.UTC)))
     b = world["browser"]
     body = {"cadence": "1h", "owner": "ana@example.com"}
     first = b.loop.run_until_complete(b.client.post(f"/v1/studies/{sid}/schedule", json=body,
@@ -378,16 +374,7 @@ def test_a_workspace_never_set_up_for_schedules_says_who_sets_it_up_at_each_door
     """The API once told a customer to run "typestrict schedule workspace acme --subscription
     ACTIVE --budget-usd 50" (the operator's command), in the schedule's status and in each
     tick's reason."""
-    from typestrict_pipeline.reruns import scenario
-
-    engine = open_store(world["url"])
-    try:
-        sid = scenario.create_seattle_study(engine, workspace="acme", dataset="seattle_weather",
-                                            end=dt.datetime(2015, 6, 1, tzinfo=dt.UTC), budget_micro_usd=10**6,
-                                            min_unseen_steps=5)
-        scenario.run(engine, sid)
-    finally:
-        engine.dispose()
+    [sid] = _studied(world, ("seattle_weather", dt.datetime(2015, 6, 1, tzinfo=dt.UTC)), active=False)
     b = world["browser"]
     auth = {"Authorization": f"Bearer {world['key']}"}
     made = b.loop.run_until_complete(b.client.post(f"/v1/studies/{sid}/schedule",
