@@ -18,9 +18,7 @@ from typing import Any
 import pytest
 
 from bench.bench_console_leaderboard import build_study
-from typestrict_pipeline.api.keys import create_api_key
 from typestrict_pipeline.console.board_pages import TOP_K, board_page, chart_ranks
-from typestrict_pipeline.store import open_store
 from typestrict_pipeline.study.leaderboard import LeaderboardRow
 
 _PAGES = Path(__file__).with_name("test_console_pages.py")
@@ -42,9 +40,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """The app on a store with a finished study of 250 candidates and one of 4 (workspace acme)."""
     root = tmp_path_factory.mktemp("board")
     url = f"sqlite:///{root / 'store.db'}"
-    engine = open_store(url)
-    key = create_api_key(engine, "acme").key
-    engine.dispose()
+    key = pages.workspace_key(url)
     many, few = _study(url, MANY), _study(url, FEW)
     with pages.running_app(url, root / "home") as app:
         browser = pages.Browser(app, key)

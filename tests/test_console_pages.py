@@ -84,6 +84,15 @@ def app(tmp_path: Path, sqlite_url: str) -> Iterator[tuple[object, str, str]]:
         yield application, acme, other
 
 
+def workspace_key(url: str, workspace: str = "acme") -> str:
+    """A new API key of ``workspace`` on the store ``url`` (the console signs in with it)."""
+    engine = open_store(url)
+    try:
+        return create_api_key(engine, workspace).key
+    finally:
+        engine.dispose()
+
+
 @contextlib.contextmanager
 def running_app(url: str, home: Path) -> Iterator[object]:
     """The real app on the store ``url`` and ``home``, its lifespan entered (startup checks,

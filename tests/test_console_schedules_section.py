@@ -14,9 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.test_api_support import ApiServer
-from tests.test_console_pages import Browser, _finished_study, app  # noqa: F401  (the fixture)
-from typestrict_pipeline.api.keys import create_api_key
-from typestrict_pipeline.store import open_store
+from tests.test_console_pages import Browser, _finished_study, app, workspace_key  # noqa: F401  (the fixture)
 
 CHROMIUM = "/usr/bin/chromium"
 AXE = Path(__file__).resolve().parent / "vendor" / "axe-core@4.14.1" / "axe.min.js"
@@ -37,11 +35,7 @@ def test_a_schedule_is_turned_on_and_off_in_the_studies_section_of_the_backtests
 
     sid = _finished_study(sqlite_url, budget_usd="1", min_unseen_steps=5)
     _finished_study(sqlite_url, budget_usd="2")  # a second finished study to pick from
-    engine = open_store(sqlite_url)
-    try:
-        key = create_api_key(engine, "acme").key
-    finally:
-        engine.dispose()
+    key = workspace_key(sqlite_url)
     with ApiServer(sqlite_url, tmp_path / "home", rate_limit=None) as server, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM,
                                     args=["--headless", "--no-sandbox", "--disable-gpu",

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from typestrict_pipeline.api.keys import create_api_key
 from typestrict_pipeline.cli import main
 from typestrict_pipeline.store import open_store
 
@@ -34,9 +33,7 @@ CLI_WORDS = re.compile(r"(?<![\w-])--[a-z]|typestrict [a-z]")
 def world(tmp_path: Path, sqlite_url: str) -> Iterator[dict[str, Any]]:
     """The real app on a fresh store, a workspace ``acme`` signed in to the console, and the CLI's
     home on the same store."""
-    engine = open_store(sqlite_url)
-    key = create_api_key(engine, "acme").key
-    engine.dispose()
+    key = pages.workspace_key(sqlite_url)
     home = tmp_path / "home"
     with pytest.MonkeyPatch.context() as mp, pages.running_app(sqlite_url, home) as app:
         mp.setenv("TYPESTRICT_HOME", str(home))

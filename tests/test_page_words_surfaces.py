@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from typestrict_pipeline.api.keys import create_api_key
 from typestrict_pipeline.cli import main
 from typestrict_pipeline.store import open_store
 from typestrict_pipeline.study import repository as repo
@@ -59,9 +58,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """The app on a store with a study its USD budget stopped and a finished one with a budget."""
     root = tmp_path_factory.mktemp("words")
     url = f"sqlite:///{root / 'store.db'}"
-    engine = open_store(url)
-    key = create_api_key(engine, "acme").key
-    engine.dispose()
+    key = pages.workspace_key(url)
     reached = _study(url, "wx", 10_000, 2)  # cannot afford the holdout
     finished = _study(url, "wy", 1_000_000, 3)
     clear = _study(url, "wz", 1_000_000, 2, (0.5, 0.9))  # a winner far above the defaults (0.5)
