@@ -146,7 +146,10 @@ def test_the_shipped_sqlite_template_loads(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))
     instance = dg.DagsterInstance.get()
     try:
-        assert type(instance.run_storage).__name__ == "SqliteRunStorage"
+        # Dagster's SQLite storage, whose run and schedule databases wait 30 s for a busy file
+        assert type(instance.run_storage).__name__ == "PatientSqliteRunStorage"
+        assert type(instance.schedule_storage).__name__ == "PatientSqliteScheduleStorage"
+        assert (dagster_home / "history" / "runs.db").is_file()  # Dagster's files, where they were
         settings = instance.get_concurrency_config()
         assert settings.run_queue_config is not None
         assert settings.run_queue_config.max_concurrent_runs == 2

@@ -4,7 +4,8 @@ No Dagster import: these helpers only pick and write the YAML. Two shapes, both 
 ``deploy/``:
 
 - **SQLite** (the embedded default, ``deploy/dagster.yaml``): run, event-log and schedule storage
-  in files under ``$DAGSTER_HOME``. One machine, a few concurrent runs.
+  in files under ``$DAGSTER_HOME`` (Dagster's SQLite storage, every database waiting 30 s for a
+  busy file: ``resources/sqlite_storage.py``). One machine, a few concurrent runs.
 - **PostgreSQL** (production, ``deploy/dagster.postgres.yaml``): the same storages in one
   PostgreSQL database, read from ``DAGSTER_PG_URL`` or ``DAGSTER_PG_HOST`` / ``_PORT`` /
   ``_USERNAME`` / ``_PASSWORD`` / ``_DB``. The driver must be psycopg2
@@ -82,6 +83,12 @@ process is gone (the default launcher cannot say), and a warm start: after a cod
 first run, its runs are forks of a process that imported it once (``resources/launcher.py``)."""
 
 
+SQLITE_STORAGE: dict[str, Any] = {"module": "resources.sqlite_storage", "class": "PatientSqliteStorage"}
+"""The embedded default's storage class: Dagster's SQLite storage, in the same files, whose run and
+schedule databases wait 30 s for a busy file as its event logs do (Dagster's own: 5 s), so a
+write the daemon would not try again (an automatic run retry) does not fail on a busy machine."""
+
+
 def _resilience() -> dict[str, Any]:
     return {"run_launcher": copy.deepcopy(RUN_LAUNCHER), "run_monitoring": dict(RUN_MONITORING),
             "run_retries": dict(RUN_RETRIES)}
@@ -99,11 +106,14 @@ limits are the ``concurrency`` block's."""
 def sqlite_instance_config(base_dir: Path) -> dict[str, Any]:
     """The embedded default: SQLite storage under ``base_dir`` (normally ``$DAGSTER_HOME``).
 
-    >>> sqlite_instance_config(Path("/tmp/dh"))["storage"]
-    {'sqlite': {'base_dir': '/tmp/dh'}}
+    The storage is Dagster's SQLite storage (the same files) with a 30-second busy timeout on
+    every database (:mod:`resources.sqlite_storage`; Dagster's run and schedule databases wait 5).
+
+    >>> sqlite_instance_config(Path("/tmp/dh"))["storage"]["custom"]["config"]
+    {'base_dir': '/tmp/dh'}
     """
     return {
-        "storage": {"sqlite": {"base_dir": str(base_dir)}},
+        "storage": {"custom": {**copy.deepcopy(SQLITE_STORAGE), "config": {"base_dir": str(base_dir)}}},
         "concurrency": _CONCURRENCY,
         **_resilience(),
         "run_coordinator": copy.deepcopy(RUN_COORDINATOR),

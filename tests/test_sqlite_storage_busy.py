@@ -1,0 +1,67 @@
+"""The embedded default's Dagster storage waits for a busy SQLite file instead of failing a write.
+
+Dagster opens its run and schedule databases with pysqlite's 5-second busy timeout; a write that
+waited longer failed, and the daemon does not try every failed write again (a run's automatic
+retry is given up for good). The product's storage (``resources/sqlite_storage.py``, written by
+``sqlite_instance_config``) waits 30 s on every database. Each test holds a database's write lock
+for longer than 5 s, from another connection as another process would, and writes through the
+instance the product configures.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+from dagster._core.test_utils import create_run_for_test
+
+from typestrict_pipeline.instance import sqlite_instance_config, write_instance_yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+HELD_S = 6.5  # longer than pysqlite's 5 s, well inside the product's 30 s
+
+
+def _hold_write_lock(db: Path, held: threading.Event) -> None:
+    con = sqlite3.connect(db, isolation_level=None)
+    try:
+        con.execute("BEGIN IMMEDIATE")  # the write lock, as a writer in another process holds it
+        held.set()
+        time.sleep(HELD_S)
+        con.execute("ROLLBACK")
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("db", ["history/runs.db", "schedules/schedules.db"])
+def test_a_write_waits_out_a_busy_database_past_pysqlites_five_seconds(tmp_path: Path, db: str) -> None:
+    write_instance_yaml(tmp_path, sqlite_instance_config(tmp_path))
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        run = create_run_for_test(instance, job_name="verdict_job")
+        held = threading.Event()
+        holder = threading.Thread(target=_hold_write_lock, args=(tmp_path / db, held))
+        holder.start()
+        assert held.wait(60)
+        started = time.monotonic()
+        if db.startswith("history"):
+            instance.add_run_tags(run.run_id, {"dagster/will_retry": "true"})  # as a retry writes
+        else:
+            instance.schedule_storage.purge_asset_evaluations(before=time.time())  # type: ignore[union-attr]
+        waited = time.monotonic() - started
+        holder.join()
+        stored = instance.get_run_by_id(run.run_id)
+    assert waited >= 5.0, f"the write did not wait for the lock ({waited:.1f} s)"
+    assert stored is not None and stored.tags.get("dagster/will_retry") == (
+        "true" if db.startswith("history") else None)
+
+
+def test_the_shipped_template_names_the_same_storage_as_the_written_instance(tmp_path: Path) -> None:
+    shipped = yaml.safe_load((ROOT / "deploy" / "dagster.yaml").read_text())["storage"]["custom"]
+    written = sqlite_instance_config(tmp_path)["storage"]["custom"]
+    assert {k: v for k, v in shipped.items() if k != "config"} == {
+        k: v for k, v in written.items() if k != "config"}
+    assert shipped["config"] == {"base_dir": {"env": "DAGSTER_HOME"}}
