@@ -28,8 +28,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, Index, String, select
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy import Engine, Index, String, func, select
+from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from typestrict_pipeline.errors import InputError, NotFoundError
 from typestrict_pipeline.store import Base, UTCDateTime, session_scope, utcnow
@@ -100,13 +100,39 @@ def _info(row: ApiKeyRow) -> ApiKeyInfo:
     return ApiKeyInfo(row.key_id, row.workspace_id, row.label, row.created_at, row.revoked_at)
 
 
+def _spelled_otherwise(session: Session, workspace_id: str) -> str | None:
+    """The id of another workspace that differs from ``workspace_id`` only in letter case."""
+    found: str | None = session.execute(
+        select(ApiKeyRow.workspace_id).where(
+            func.lower(ApiKeyRow.workspace_id) == workspace_id.lower(),
+            ApiKeyRow.workspace_id != workspace_id,
+        ).order_by(ApiKeyRow.created_at).limit(1)
+    ).scalar_one_or_none()
+    return found
+
+
 def create_api_key(engine: Engine, workspace_id: str, *, label: str = "") -> NewApiKey:
-    """Create a key for ``workspace_id``; the returned ``key`` is shown once and never stored."""
+    """Create a key for ``workspace_id``; the returned ``key`` is shown once and never stored.
+
+    Raises:
+        InputError: ``workspace_id`` breaks the one rule of workspace ids, or a key (revoked or
+            not) already belongs to a workspace spelled the same in other letter case: each
+            workspace has a folder of files named by its id, and on a file system that ignores
+            case (macOS, Windows) ``Acme`` and ``acme`` would share one.
+    """
     check_workspace_id(workspace_id)
     key_id = secrets.token_hex(8)
     secret = secrets.token_urlsafe(32)
     now = utcnow()
     with session_scope(engine) as s:
+        other = _spelled_otherwise(s, workspace_id)
+        if other is not None:
+            raise InputError(
+                f"a workspace id that no other workspace spells in other letter case (workspace "
+                f"'{other}' exists)", repr(workspace_id),
+                f"create the key for '{other}' if you mean that workspace, or choose another id: "
+                "each workspace's files are kept in a folder named by its id, and on a file system "
+                "that ignores case both would share one")
         row = ApiKeyRow(key_id=key_id, workspace_id=workspace_id, secret_sha256=_digest(secret),
                         label=label[:200], created_at=now, revoked_at=None)
         s.add(row)
