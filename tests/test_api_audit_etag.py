@@ -62,4 +62,5 @@ def test_the_audit_is_served_while_a_writer_holds_the_store(tmp_path: Path) -> N
             writer.rollback()
             writer.close()
     assert verdict.status_code == 200 and got.status_code == 200 and got.content == audit
-    assert waited < 10, f"a read waited {waited:.1f} s for the write lock (busy timeout 30 s)"
+    # A read that waited for the lock would take the busy timeout, 30 s; 20 s leaves a busy machine room.
+    assert waited < 20, f"a read waited {waited:.1f} s for the write lock (busy timeout 30 s)"

@@ -84,14 +84,15 @@ def test_a_get_is_answered_while_an_upload_waits_on_the_storage_lock(served: dic
         thread.start()
         time.sleep(1.0)  # the upload reaches the lock and waits there
         assert thread.is_alive() and "r" not in done, "the upload did not wait on the storage lock"
-        started = time.monotonic()
+        # A server blocked by the waiting upload answers nothing until the lock is released, which
+        # happens only after this GET: so the GET being answered at all, with the upload still
+        # waiting, is the behaviour. How fast is not asserted (a busy machine took 2.1 s).
         try:
-            answered = c.get("/console/trainings", timeout=5.0)
+            answered = c.get("/console/trainings", timeout=60.0)
         except httpx.TimeoutException:
-            pytest.fail(f"{upload}: no answer to a GET in 5 s while the upload waits on the storage lock")
-        took = time.monotonic() - started
-        assert answered.status_code == 200 and took < 1.0, (upload, took)
-        assert thread.is_alive(), "the upload finished while the lock was held"
+            pytest.fail(f"{upload}: no answer to a GET in 60 s while the upload waits on the storage lock")
+        assert answered.status_code == 200, (upload, answered.status_code)
+        assert thread.is_alive() and "r" not in done, "the upload finished while the lock was held"
         fcntl.flock(held.fileno(), fcntl.LOCK_UN)
     thread.join(timeout=120)
     other.close()

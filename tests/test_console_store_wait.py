@@ -67,17 +67,18 @@ def test_another_request_is_answered_while_a_form_waits_for_the_store(
             thread.start()
             time.sleep(1.0)  # the form reaches the store and waits for its write lock
             assert thread.is_alive() and "r" not in done, f"{form}: the form did not wait for the store"
-            other = httpx.Client(base_url=server.url, timeout=5.0)
-            started = time.monotonic()
+            # A server blocked by the waiting form answers nothing until the form gives up (the
+            # store's busy timeout, 30 s): an answer within 20 s, the form still waiting, is the
+            # behaviour. How fast is not asserted (a busy machine is slow, not blocked).
+            other = httpx.Client(base_url=server.url, timeout=20.0)
             try:
                 answered = other.get("/console/sign-in")
             except httpx.TimeoutException:
-                pytest.fail(f"{form}: no answer to another request in 5 s while the form waits for the store")
+                pytest.fail(f"{form}: no answer to another request in 20 s while the form waits for the store")
             finally:
                 other.close()
-            took = time.monotonic() - started
-            assert answered.status_code == 200 and took < 1.0, (form, took)
-            assert thread.is_alive(), f"{form}: the form finished while the store was locked"
+            assert answered.status_code == 200, (form, answered.status_code)
+            assert thread.is_alive() and "r" not in done, f"{form}: the form finished while the store was locked"
         finally:
             holder.rollback()
             holder.close()
