@@ -13,13 +13,27 @@ retried stayed failed and its training unsettled. Measured: a write lock held on
 (Dagster's own figure, :data:`BUSY_TIMEOUT_S`), in the same files, so an instance written before
 keeps its history. Named in the instance configuration written by
 :mod:`typestrict_pipeline.instance` (``storage: custom:``) and in ``deploy/dagster.yaml``.
+
+**A run's end is read once its run says so.** Dagster writes a run's end (``RUN_FAILURE``,
+``RUN_SUCCESS``, ``RUN_CANCELED``) to the event log first and to the run's row in ``runs.db``
+after; on SQLite these are two databases. The daemon's run retries read new ends from the event
+log by cursor, then the run's row: a row read in between still says "started", the run is not
+retried, and the cursor has moved past it for good. On a busy machine the gap is seconds (a
+busy ``runs.db``), and a ``kill -9``'d verdict run was left unretried with its failure recorded
+and its retry flag set (seen in this project's suite under load). :class:`PatientSqliteEventLogStorage`
+answers those cursor reads only up to the first end whose run's row does not yet say the run
+ended (the rest the next time; the daemon reads every few seconds), and no longer than
+:data:`SETTLE_S` after the end was written, so a row that never follows cannot hold the
+cursor back.
 """
 
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from dagster import DagsterEventType, EventLogEntry, RunsFilter
 from dagster._config import StringSource
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
 from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
@@ -61,23 +75,83 @@ class PatientSqliteScheduleStorage(SqliteScheduleStorage):
             yield conn
 
 
+SETTLE_S = 60.0
+"""How long, at most, a run's end written to the event log is held back from cursor reads while
+the run's row in ``runs.db`` does not say the run ended (normally milliseconds)."""
+
+_ENDS = frozenset({DagsterEventType.RUN_SUCCESS, DagsterEventType.RUN_FAILURE,
+                   DagsterEventType.RUN_CANCELED})
+
+
+def settled_prefix(found: Mapping[int, EventLogEntry], ended: Callable[[set[str]], set[str]],
+                   now: float) -> dict[int, EventLogEntry]:
+    """The records of ``found`` (record id → entry) before the first run end whose run has not
+    ended by ``ended`` (run ids → those whose rows say they ended), written less than
+    :data:`SETTLE_S` before ``now``: a cursor moved past what this returns skips nothing.
+
+    >>> import dagster as dg
+    >>> def end(run_id, at):
+    ...     event = dg.DagsterEvent(DagsterEventType.RUN_FAILURE.value, job_name="verdict_job")
+    ...     return EventLogEntry(None, "ERROR", "", run_id, at, dagster_event=event)
+    >>> found = {1: end("a", 100.0), 2: end("b", 100.0), 3: end("c", 100.0)}
+    >>> sorted(settled_prefix(found, lambda ids: ids - {"b"}, now=101.0))
+    [1]
+    >>> sorted(settled_prefix(found, lambda ids: ids - {"b"}, now=100.0 + SETTLE_S))
+    [1, 2, 3]
+    """
+    recent = {entry.run_id for entry in found.values()
+              if entry.dagster_event_type in _ENDS and now - entry.timestamp < SETTLE_S}
+    waiting = recent - ended(recent) if recent else set()
+    kept: dict[int, EventLogEntry] = {}
+    for record_id in sorted(found):
+        entry = found[record_id]
+        if (entry.dagster_event_type in _ENDS and entry.run_id in waiting
+                and now - entry.timestamp < SETTLE_S):
+            break
+        kept[record_id] = entry
+    return kept
+
+
+class PatientSqliteEventLogStorage(SqliteEventLogStorage):
+    """Dagster's SQLite event log whose cursor reads of run ends wait for the runs' rows
+    (:func:`settled_prefix`)."""
+
+    def __init__(self, base_dir: str, runs: SqliteRunStorage) -> None:
+        super().__init__(base_dir)
+        self._runs = runs
+
+    def _ended(self, run_ids: Iterable[str]) -> set[str]:
+        records = self._runs.get_run_records(RunsFilter(run_ids=list(run_ids)))
+        return {r.dagster_run.run_id for r in records if r.dagster_run.is_finished}
+
+    def get_logs_for_all_runs_by_log_id(
+        self, after_cursor: int = -1, dagster_event_type: Any = None, limit: int | None = None,
+    ) -> Mapping[int, EventLogEntry]:
+        found = super().get_logs_for_all_runs_by_log_id(
+            after_cursor=after_cursor, dagster_event_type=dagster_event_type, limit=limit)
+        return settled_prefix(found, self._ended, now=time.time())
+
+
 class PatientSqliteStorage(DagsterSqliteStorage):
-    """Dagster's ``storage: sqlite`` (same files under ``base_dir``), every database patient.
+    """Dagster's ``storage: sqlite`` (same files under ``base_dir``), every database patient, run
+    ends read by cursor once their runs' rows say so.
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as tmp:
     ...     storage = PatientSqliteStorage.from_local(tmp)
-    ...     kinds = type(storage.run_storage).__name__, type(storage.schedule_storage).__name__
+    ...     kinds = [type(part).__name__ for part in (storage.run_storage,
+    ...              storage.event_log_storage, storage.schedule_storage)]
     ...     storage.dispose()
     >>> kinds
-    ('PatientSqliteRunStorage', 'PatientSqliteScheduleStorage')
+    ['PatientSqliteRunStorage', 'PatientSqliteEventLogStorage', 'PatientSqliteScheduleStorage']
     """
 
     def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None) -> None:
         self.base_dir = base_dir
         # Dagster's layout (DagsterSqliteStorage): history/runs.db, history/runs/, schedules/.
         self._run_storage = PatientSqliteRunStorage.from_local(os.path.join(base_dir, "history", ""))
-        self._event_log_storage = SqliteEventLogStorage(os.path.join(base_dir, "history", "runs", ""))
+        self._event_log_storage = PatientSqliteEventLogStorage(
+            os.path.join(base_dir, "history", "runs", ""), self._run_storage)
         self._schedule_storage = PatientSqliteScheduleStorage.from_local(
             os.path.join(base_dir, "schedules"))
         self._inst_data = inst_data

@@ -6,6 +6,10 @@ retry is given up for good). The product's storage (``resources/sqlite_storage.p
 ``sqlite_instance_config``) waits 30 s on every database. Each test holds a database's write lock
 for longer than 5 s, from another connection as another process would, and writes through the
 instance the product configures.
+
+And a run's end is read by the daemon's cursor (its run retries) only once the run's row says the
+run ended: Dagster writes the event log first and the row after, and a retry read in between was
+lost for good.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 import yaml
+from dagster import DagsterEventType, EventLogEntry
 from dagster._core.test_utils import create_run_for_test
 
 from typestrict_pipeline.instance import sqlite_instance_config, write_instance_yaml
@@ -65,3 +70,22 @@ def test_the_shipped_template_names_the_same_storage_as_the_written_instance(tmp
     assert {k: v for k, v in shipped.items() if k != "config"} == {
         k: v for k, v in written.items() if k != "config"}
     assert shipped["config"] == {"base_dir": {"env": "DAGSTER_HOME"}}
+
+
+def test_a_runs_end_reaches_the_retry_cursor_only_once_its_row_says_so(tmp_path: Path) -> None:
+    write_instance_yaml(tmp_path, sqlite_instance_config(tmp_path))
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        run = create_run_for_test(instance, job_name="verdict_job", status=dg.DagsterRunStatus.STARTED)
+        failure = dg.DagsterEvent(DagsterEventType.RUN_FAILURE.value, job_name="verdict_job",
+                                  message="the run's process is gone")
+        # The event log first, as Dagster writes a run's end; the run's row still says STARTED.
+        instance.event_log_storage.store_event(EventLogEntry(  # type: ignore[no-untyped-call]
+            None, "ERROR", "", run.run_id, time.time(), dagster_event=failure))
+
+        def read() -> list[str]:  # what the retry daemon reads after its cursor
+            return [e.run_id for e in instance.event_log_storage.get_logs_for_all_runs_by_log_id(
+                after_cursor=-1, dagster_event_type=DagsterEventType.RUN_FAILURE).values()]
+
+        assert read() == []  # not yet: a retry read now would find the run started, and skip it
+        instance.run_storage.handle_run_event(run.run_id, failure)  # then the row, as Dagster does
+        assert read() == [run.run_id]
