@@ -9,21 +9,11 @@ revoked keys included (the folder outlives them), on SQLite and on PostgreSQL.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from sqlalchemy import text
 
 from typestrict_pipeline.cli import main as cli_main
 from typestrict_pipeline.store import open_store
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'store.db'}"
-    url: str = request.getfixturevalue("pg_url")
-    return url
 
 
 def _create(url: str, workspace: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
