@@ -14,7 +14,6 @@ import datetime as dt
 import importlib.util
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -28,6 +27,7 @@ import pytest
 from sqlalchemy import Engine, select
 
 from assets.refund import unsettled_trainings_sensor
+from tests.test_sqlite_storage_busy import hold_write_lock
 from typestrict_pipeline.clients.standin import (
     ChatRequest,
     StandinReply,
@@ -195,16 +195,6 @@ class _Jev:
         return hashed_answer(request)
 
 
-def _hold_write_lock(db: Path, seconds: float) -> None:
-    con = sqlite3.connect(db, isolation_level=None)
-    try:
-        con.execute("BEGIN IMMEDIATE")
-        time.sleep(seconds)
-        con.execute("ROLLBACK")
-    finally:
-        con.close()
-
-
 def _start_pid(instance: dg.DagsterInstance, run_id: str) -> int | None:
     records = instance.get_records_for_run(
         run_id, of_type=dg.DagsterEventType.RUN_START, limit=1).records
@@ -313,7 +303,7 @@ def test_killed_runs_are_failed_by_monitoring_retried_settled_once_or_flagged(
                     _wait("the first killed verdict run to be failed", lambda: instance.get_run_by_id(
                         first["tr_ok"].run_id).status == dg.DagsterRunStatus.FAILURE,  # type: ignore[union-attr]
                         daemon, log, instance)
-                    _hold_write_lock(dagster_home / "history" / "runs.db", 8.0)
+                    hold_write_lock(dagster_home / "history" / "runs.db", 8.0)
                 jev.release.set()
 
                 def finished() -> bool:

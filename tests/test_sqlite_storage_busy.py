@@ -31,12 +31,15 @@ ROOT = Path(__file__).resolve().parent.parent
 HELD_S = 6.5  # longer than pysqlite's 5 s, well inside the product's 30 s
 
 
-def _hold_write_lock(db: Path, held: threading.Event) -> None:
+def hold_write_lock(db: Path, seconds: float, held: threading.Event | None = None) -> None:
+    """Hold SQLite file ``db``'s write lock for ``seconds``, as a writer in another process does
+    (``held`` is set once it is held); also used by tests/test_hostile_kill.py."""
     con = sqlite3.connect(db, isolation_level=None)
     try:
-        con.execute("BEGIN IMMEDIATE")  # the write lock, as a writer in another process holds it
-        held.set()
-        time.sleep(HELD_S)
+        con.execute("BEGIN IMMEDIATE")
+        if held is not None:
+            held.set()
+        time.sleep(seconds)
         con.execute("ROLLBACK")
     finally:
         con.close()
@@ -48,7 +51,7 @@ def test_a_write_waits_out_a_busy_database_past_pysqlites_five_seconds(tmp_path:
     with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
         run = create_run_for_test(instance, job_name="verdict_job")
         held = threading.Event()
-        holder = threading.Thread(target=_hold_write_lock, args=(tmp_path / db, held))
+        holder = threading.Thread(target=hold_write_lock, args=(tmp_path / db, HELD_S, held))
         holder.start()
         assert held.wait(60)
         started = time.monotonic()
