@@ -5,7 +5,8 @@ No Dagster import: these helpers only pick and write the YAML. Two shapes, both 
 
 - **SQLite** (the embedded default, ``deploy/dagster.yaml``): run, event-log and schedule storage
   in files under ``$DAGSTER_HOME`` (Dagster's SQLite storage, every database waiting 30 s for a
-  busy file: ``resources/sqlite_storage.py``). One machine, a few concurrent runs.
+  busy file, a run's end read by the daemon's retries only once the run's row says it ended:
+  ``resources/sqlite_storage.py``). One machine, a few concurrent runs.
 - **PostgreSQL** (production, ``deploy/dagster.postgres.yaml``): the same storages in one
   PostgreSQL database, read from ``DAGSTER_PG_URL`` or ``DAGSTER_PG_HOST`` / ``_PORT`` /
   ``_USERNAME`` / ``_PASSWORD`` / ``_DB``. The driver must be psycopg2
@@ -85,8 +86,9 @@ first run, its runs are forks of a process that imported it once (``resources/la
 
 SQLITE_STORAGE: dict[str, Any] = {"module": "resources.sqlite_storage", "class": "PatientSqliteStorage"}
 """The embedded default's storage class: Dagster's SQLite storage, in the same files, whose run and
-schedule databases wait 30 s for a busy file as its event logs do (Dagster's own: 5 s), so a
-write the daemon would not try again (an automatic run retry) does not fail on a busy machine."""
+schedule databases wait 30 s for a busy file as its event logs do (Dagster's own: 5 s), and whose
+event log shows the daemon's run retries a run's end only once the run's row says it ended: on a
+busy machine Dagster's storage lost a killed run's retry both ways."""
 
 
 def _resilience() -> dict[str, Any]:
@@ -107,7 +109,8 @@ def sqlite_instance_config(base_dir: Path) -> dict[str, Any]:
     """The embedded default: SQLite storage under ``base_dir`` (normally ``$DAGSTER_HOME``).
 
     The storage is Dagster's SQLite storage (the same files) with a 30-second busy timeout on
-    every database (:mod:`resources.sqlite_storage`; Dagster's run and schedule databases wait 5).
+    every database and run ends read by the retry daemon once the runs' rows agree
+    (:mod:`resources.sqlite_storage`, :data:`SQLITE_STORAGE`).
 
     >>> sqlite_instance_config(Path("/tmp/dh"))["storage"]["custom"]["config"]
     {'base_dir': '/tmp/dh'}
