@@ -217,3 +217,26 @@ def test_the_rows_of_ids_kept_are_found_without_a_read(
         assert dataset.positions(["ex0007", "ex0008", "nope"]) == {"ex0007": 7, "ex0008": 8}
         assert reads.records == 2 * ROWS
     runreads.drop_shared_reads("run-tiny")
+
+
+def test_the_apis_split_reads_the_file_twice_and_leaves_a_runs_reads_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``GET /v1/trainings/{id}/split``'s first view (``api.splits.compute_split``) reads the
+    file once to validate it and keep its columns, once for the undeclared-groups look (before:
+    five passes, one more for each decision's test rows and one for every id); what it answers
+    is the split the file gives, and a run's shared reads are neither used nor dropped."""
+    from typestrict_pipeline.api.splits import compute_split
+
+    _, manifest = _dataset(tmp_path)
+    with monkeypatch.context() as nothing_kept:  # every read from the file: the file's answers
+        nothing_kept.setattr(runreads, "SHARED_READ_BYTES", 1)
+        reference = compute_split("t1", manifest)
+    with runreads.shared_reads("run-kept") as run_cache:
+        run_cache.put(runreads.ColumnKey("/x.csv", "csv", "id", 1, 1), [])
+    reads = Reads(monkeypatch)
+    assert compute_split("t1", manifest) == reference
+    assert reads.records <= 2 * ROWS + 1, f"{reads.passes:.1f} passes over the file"
+    assert runreads.active_cache() is None  # nothing kept past the request
+    with runreads.shared_reads("run-kept") as again:
+        assert again is run_cache  # the run's columns are where they were
+    runreads.drop_shared_reads("run-kept")

@@ -23,8 +23,9 @@ still streamed, never held whole). An entry is keyed by the file's identity (its
 format and column, and the size and modification time it had when it was validated): a file
 that changed since is refused by the stamp check before the cache is asked, and a file with a
 new stamp is another key. A scope holds the columns of its own run only: entering another scope
-drops the last one's columns, and outside any scope nothing is kept (the API, the command line
-and the sensors read as before).
+drops the last one's columns, and outside any scope nothing is kept (the command line and the
+sensors read as before). :func:`reads_within` keeps columns for one block of work and drops them
+at its end (the API's split of a training: one request, five passes over the file before).
 
 >>> import pyarrow as pa
 >>> key = ColumnKey("/d.csv", "csv", "id", 10, 1)
@@ -60,6 +61,7 @@ __all__ = [
     "Gathered",
     "active_cache",
     "drop_shared_reads",
+    "reads_within",
     "shared_reads",
 ]
 
@@ -209,6 +211,32 @@ def shared_reads(scope: str, *, budget: int | None = None) -> Iterator[ColumnCac
         else:
             cache = ColumnCache(SHARED_READ_BYTES if budget is None else budget)
             _LAST[:] = [(scope, cache)]
+    token = _ACTIVE.set(cache)
+    try:
+        yield cache
+    finally:
+        _ACTIVE.reset(token)
+
+
+@contextlib.contextmanager
+def reads_within(*, budget: int | None = None) -> Iterator[ColumnCache]:
+    """Keep the columns read in full within this block for the rest of the block only, and let
+    them go at its end; a run's shared reads (:func:`shared_reads`) are left as they are.
+
+    One request's work that reads a dataset's columns several times (the API's split of a
+    training: the validation, each decision's test rows, every id) reads the file once.
+
+    >>> key = ColumnKey("/d.csv", "csv", "id", 10, 1)
+    >>> with reads_within() as kept:
+    ...     kept.put(key, [pa.array(["a"], pa.large_string())]) and active_cache() is kept
+    True
+    >>> active_cache() is None
+    True
+
+    Args:
+        budget: bytes the block may keep (default :data:`SHARED_READ_BYTES`).
+    """
+    cache = ColumnCache(SHARED_READ_BYTES if budget is None else budget)
     token = _ACTIVE.set(cache)
     try:
         yield cache
