@@ -258,3 +258,45 @@ def test_a_winner_that_changed_prompts_becomes_the_active_version_and_no_model_i
     assert said is not None and said.group(1).endswith(
         f"Version {out['version_id']} of seattle_rain is the active one in this workspace.")
     assert len(model.requests) == asked
+
+
+def test_activating_a_prompt_winner_and_clearing_older_parameters_land_together(tmp_path: Path) -> None:
+    """A prompt winner's promotion makes its version the active one and clears the parameters an
+    earlier promotion applied to the workflow (the version carries the winner's own). One
+    transaction: when the store refuses the second write, the first is not in force either (a
+    SQLite trigger refuses the delete, as a full disk or a lost connection would), and promoting
+    again once the store accepts it does both."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import IntegrityError
+
+    from typestrict_pipeline.backtest.store import active_version_id
+    from typestrict_pipeline.errors import StoreError
+    from typestrict_pipeline.study.promote import PromotionKind, promote_winner
+    from typestrict_pipeline.study.tables import WorkflowParamsRow
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    model = StandinServer(_worse_unless_terse, model_name="standin-forecaster").start()
+    try:
+        sid = _prompt_study(url, model.base_url)
+    finally:
+        model.stop()
+    engine = open_store(url)
+    try:
+        with session_scope(engine) as s:  # an earlier study's parameters, in force
+            s.add(WorkflowParamsRow(workspace="acme", workflow="seattle_rain", params_json={"threshold": 0.4},
+                                    study_id=sid, applied_at=dt.datetime(2026, 1, 1, tzinfo=UTC)))
+        with engine.begin() as c:
+            c.execute(text("CREATE TRIGGER refuse_clear BEFORE DELETE ON study_workflow_params "
+                           "BEGIN SELECT RAISE(ABORT, 'the store refused the write'); END"))
+        with pytest.raises((StoreError, IntegrityError)):  # SQLite reports a trigger's refusal as a
+            promote_winner(engine, sid)  # constraint: tried as a concurrent activation, then given up
+        assert active_version_id(engine, workspace="acme", workflow="seattle_rain") is None
+        assert workflow_params(engine, "acme", "seattle_rain") == {"threshold": 0.4}
+        with engine.begin() as c:
+            c.execute(text("DROP TRIGGER refuse_clear"))
+        done = promote_winner(engine, sid)
+        assert done.kind == PromotionKind.ACTIVATED_VERSION
+        assert active_version_id(engine, workspace="acme", workflow="seattle_rain") == done.version_id
+        assert workflow_params(engine, "acme", "seattle_rain") == {}
+    finally:
+        engine.dispose()

@@ -23,7 +23,7 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import Engine, and_, func, select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from typestrict_pipeline.backtest.engine import (
     BacktestStatus,
@@ -623,15 +624,20 @@ def live_decisions(
 # --- versions -------------------------------------------------------------------------------
 
 
-def activate_version(engine: Engine, *, workspace: str, workflow: Workflow) -> None:
+def activate_version(engine: Engine, *, workspace: str, workflow: Workflow,
+                     within: Callable[[Session], None] | None = None) -> None:
     """Make ``workflow`` (a version) the active one of its name in ``workspace``.
 
     One active version per (workspace, workflow) is enforced by the primary key; concurrent
-    activations end with exactly one of them active.
+    activations end with exactly one of them active. ``within(session)``, when given, runs in
+    the same transaction first (a promotion clears the parameters it replaces): both land or
+    neither does.
     """
     for _ in range(5):
         try:
             with session_scope(engine) as s:
+                if within is not None:
+                    within(s)
                 _remember_version(s, workflow)
                 n = s.execute(
                     update(ActiveVersionRow)

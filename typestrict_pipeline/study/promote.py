@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 import numpy as np
 from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
 
 from typestrict_pipeline.errors import ConflictError, NotEnoughDataError
 from typestrict_pipeline.store import session_scope, utcnow
@@ -279,11 +280,7 @@ def promote_winner(
     studied = _studied_workflow(study_id, config, the_backend) if prompts else None
     prompts = _changed_prompts(studied, prompts)
     if prompts:
-        variant = _activate_prompts(engine, studied, workspace, params, prompts, activate)
-        with session_scope(engine) as s:  # the activated version carries the winner's parameters
-            old = s.get(WorkflowParamsRow, (workspace, workflow))
-            if old is not None:
-                s.delete(old)
+        variant = _activate_prompts(engine, studied, (workspace, workflow), params, prompts, activate)
         return PromotionResult(PromotionKind.ACTIVATED_VERSION, gate, params, prompts, variant,
                                f"{gate.message} Activated version {variant} of {workflow}.")
     with session_scope(engine) as s:
@@ -348,17 +345,30 @@ def _changed_prompts(studied: Any, prompts: Mapping[str, str]) -> dict[str, str]
     return {k: v for k, v in prompts.items() if base.get(k) != v}
 
 
-def _activate_prompts(engine: Engine, studied: Any, workspace: str,
+def _activate_prompts(engine: Engine, studied: Any, where: tuple[str, str],
                       params: Mapping[str, Any], prompts: Mapping[str, str], activate: Any) -> str:
-    if activate is not None:
-        return str(activate(params, prompts))
+    """Activate the winner's version of the studied workflow in ``where`` (workspace, workflow)
+    and, in the same transaction, clear the parameters a promotion applied there before (the
+    activated version carries the winner's own): both land or neither does."""
+    workspace, workflow = where
+
+    def clear_params(s: Session) -> None:
+        old = s.get(WorkflowParamsRow, (workspace, workflow))
+        if old is not None:
+            s.delete(old)
+
+    if activate is not None:  # the caller's own activation: the parameters cleared after it
+        variant_id = str(activate(params, prompts))
+        with session_scope(engine) as s:
+            clear_params(s)
+        return variant_id
     if studied is None:
         raise ConflictError("expected a study on a real workflow to activate a prompt change, got "
                             "a synthetic one. Promote winners of workflow studies only.")
     from typestrict_pipeline.backtest.store import activate_version
 
     variant = studied.variant(params=params or None, prompts=prompts)
-    activate_version(engine, workspace=workspace, workflow=variant)
+    activate_version(engine, workspace=workspace, workflow=variant, within=clear_params)
     return str(variant.version_id)
 
 
