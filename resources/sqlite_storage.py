@@ -23,17 +23,17 @@ busy ``runs.db``), and a ``kill -9``'d verdict run was left unretried with its f
 and its retry flag set (seen in this project's suite under load). :class:`PatientSqliteEventLogStorage`
 answers those cursor reads only up to the first end whose run's row does not yet say the run
 ended (the rest the next time; the daemon reads every few seconds), and no longer than
-:data:`SETTLE_S` after the end was written, so a row that never follows cannot hold the
-cursor back.
+:data:`~resources.run_ends.SETTLE_S` after the end was written, so a row that never follows
+cannot hold the cursor back (:mod:`resources.run_ends`, shared with the PostgreSQL storage,
+:mod:`resources.postgres_storage`).
 """
 
 import os
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from dagster import DagsterEventType, EventLogEntry, RunsFilter
+from dagster import EventLogEntry
 from dagster._config import StringSource
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
 from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
@@ -44,6 +44,11 @@ from dagster._serdes import ConfigurableClassData
 from dagster._utils import mkdir_p
 from sqlalchemy import Connection, create_engine
 from sqlalchemy.pool import NullPool
+
+from resources.run_ends import SETTLE_S, settled_logs, settled_prefix
+
+__all__ = ["BUSY_TIMEOUT_S", "SETTLE_S", "PatientSqliteEventLogStorage", "PatientSqliteRunStorage",
+           "PatientSqliteScheduleStorage", "PatientSqliteStorage", "settled_prefix"]
 
 BUSY_TIMEOUT_S: float = float(SQLITE_BUSY_TIMEOUT_SECONDS)
 """How long a write waits for a busy SQLite database before it fails: Dagster's figure for its
@@ -75,61 +80,20 @@ class PatientSqliteScheduleStorage(SqliteScheduleStorage):
             yield conn
 
 
-SETTLE_S = 60.0
-"""How long, at most, a run's end written to the event log is held back from cursor reads while
-the run's row in ``runs.db`` does not say the run ended (normally milliseconds)."""
-
-_ENDS = frozenset({DagsterEventType.RUN_SUCCESS, DagsterEventType.RUN_FAILURE,
-                   DagsterEventType.RUN_CANCELED})
-
-
-def settled_prefix(found: Mapping[int, EventLogEntry], ended: Callable[[set[str]], set[str]],
-                   now: float) -> dict[int, EventLogEntry]:
-    """The records of ``found`` (record id → entry) before the first run end whose run has not
-    ended by ``ended`` (run ids → those whose rows say they ended), written less than
-    :data:`SETTLE_S` before ``now``: a cursor moved past what this returns skips nothing.
-
-    >>> import dagster as dg
-    >>> def end(run_id, at):
-    ...     event = dg.DagsterEvent(DagsterEventType.RUN_FAILURE.value, job_name="verdict_job")
-    ...     return EventLogEntry(None, "ERROR", "", run_id, at, dagster_event=event)
-    >>> found = {1: end("a", 100.0), 2: end("b", 100.0), 3: end("c", 100.0)}
-    >>> sorted(settled_prefix(found, lambda ids: ids - {"b"}, now=101.0))
-    [1]
-    >>> sorted(settled_prefix(found, lambda ids: ids - {"b"}, now=100.0 + SETTLE_S))
-    [1, 2, 3]
-    """
-    recent = {entry.run_id for entry in found.values()
-              if entry.dagster_event_type in _ENDS and now - entry.timestamp < SETTLE_S}
-    waiting = recent - ended(recent) if recent else set()
-    kept: dict[int, EventLogEntry] = {}
-    for record_id in sorted(found):
-        entry = found[record_id]
-        if (entry.dagster_event_type in _ENDS and entry.run_id in waiting
-                and now - entry.timestamp < SETTLE_S):
-            break
-        kept[record_id] = entry
-    return kept
-
-
 class PatientSqliteEventLogStorage(SqliteEventLogStorage):
     """Dagster's SQLite event log whose cursor reads of run ends wait for the runs' rows
-    (:func:`settled_prefix`)."""
+    (:func:`resources.run_ends.settled_logs`)."""
 
     def __init__(self, base_dir: str, runs: SqliteRunStorage) -> None:
         super().__init__(base_dir)
         self._runs = runs
-
-    def _ended(self, run_ids: Iterable[str]) -> set[str]:
-        records = self._runs.get_run_records(RunsFilter(run_ids=list(run_ids)))
-        return {r.dagster_run.run_id for r in records if r.dagster_run.is_finished}
 
     def get_logs_for_all_runs_by_log_id(
         self, after_cursor: int = -1, dagster_event_type: Any = None, limit: int | None = None,
     ) -> Mapping[int, EventLogEntry]:
         found = super().get_logs_for_all_runs_by_log_id(
             after_cursor=after_cursor, dagster_event_type=dagster_event_type, limit=limit)
-        return settled_prefix(found, self._ended, now=time.time())
+        return settled_logs(found, self._runs)
 
 
 class PatientSqliteStorage(DagsterSqliteStorage):

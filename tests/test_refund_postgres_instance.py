@@ -67,7 +67,7 @@ def test_the_shipped_template_stores_a_verdict_run_in_postgres(
     instance = dg.DagsterInstance.get()
     try:
         assert type(instance.run_storage).__name__ == "PostgresRunStorage"
-        assert type(instance.event_log_storage).__name__ == "PostgresEventLogStorage"
+        assert type(instance.event_log_storage).__name__ == "PatientPostgresEventLogStorage"
         result = _materialize(tmp_path, "tr_pg", instance)
         assert result.success
         assert result.output_for_node("verdict").verdict is Verdict.BEATS

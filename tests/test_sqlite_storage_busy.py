@@ -25,7 +25,11 @@ import yaml
 from dagster import DagsterEventType, EventLogEntry
 from dagster._core.test_utils import create_run_for_test
 
-from typestrict_pipeline.instance import sqlite_instance_config, write_instance_yaml
+from typestrict_pipeline.instance import (
+    postgres_instance_config,
+    sqlite_instance_config,
+    write_instance_yaml,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 HELD_S = 6.5  # longer than pysqlite's 5 s, well inside the product's 30 s
@@ -75,8 +79,16 @@ def test_the_shipped_template_names_the_same_storage_as_the_written_instance(tmp
     assert shipped["config"] == {"base_dir": {"env": "DAGSTER_HOME"}}
 
 
-def test_a_runs_end_reaches_the_retry_cursor_only_once_its_row_says_so(tmp_path: Path) -> None:
-    write_instance_yaml(tmp_path, sqlite_instance_config(tmp_path))
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_runs_end_reaches_the_retry_cursor_only_once_its_row_says_so(
+        tmp_path: Path, backend: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same on both of the product's storages: on PostgreSQL the two writes are two
+    statements (``resources/postgres_storage.py``)."""
+    if backend == "postgres":
+        monkeypatch.setenv("DAGSTER_PG_URL", request.getfixturevalue("pg_url"))
+        write_instance_yaml(tmp_path, postgres_instance_config())
+    else:
+        write_instance_yaml(tmp_path, sqlite_instance_config(tmp_path))
     with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
         run = create_run_for_test(instance, job_name="verdict_job", status=dg.DagsterRunStatus.STARTED)
         failure = dg.DagsterEvent(DagsterEventType.RUN_FAILURE.value, job_name="verdict_job",

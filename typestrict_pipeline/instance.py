@@ -8,7 +8,8 @@ No Dagster import: these helpers only pick and write the YAML. Two shapes, both 
   busy file, a run's end read by the daemon's retries only once the run's row says it ended:
   ``resources/sqlite_storage.py``). One machine, a few concurrent runs.
 - **PostgreSQL** (production, ``deploy/dagster.postgres.yaml``): the same storages in one
-  PostgreSQL database, read from ``DAGSTER_PG_URL`` or ``DAGSTER_PG_HOST`` / ``_PORT`` /
+  PostgreSQL database (Dagster's PostgreSQL storage, a run's end likewise read by the retries
+  only once the run's row says so: ``resources/postgres_storage.py``), read from ``DAGSTER_PG_URL`` or ``DAGSTER_PG_HOST`` / ``_PORT`` /
   ``_USERNAME`` / ``_PASSWORD`` / ``_DB``. The driver must be psycopg2
   (``postgresql+psycopg2``): SQLAlchemy 2.1 maps a bare ``postgresql://`` to psycopg 3, which is
   not installed.
@@ -89,6 +90,11 @@ SQLITE_STORAGE: dict[str, Any] = {"module": "resources.sqlite_storage", "class":
 schedule databases wait 30 s for a busy file as its event logs do (Dagster's own: 5 s), and whose
 event log shows the daemon's run retries a run's end only once the run's row says it ended: on a
 busy machine Dagster's storage lost a killed run's retry both ways."""
+
+POSTGRES_STORAGE: dict[str, Any] = {"module": "resources.postgres_storage", "class": "PatientPostgresStorage"}
+"""Production's storage class: Dagster's PostgreSQL storage (the same configuration and tables)
+whose event log shows the daemon's run retries a run's end only once the run's row says it ended
+(two statements apart: a retry read between them skipped the run for good)."""
 
 
 def _resilience() -> dict[str, Any]:
@@ -189,7 +195,7 @@ def postgres_instance_config(env: Mapping[str, str] | None = None) -> dict[str, 
             wrong scheme.
 
     >>> cfg = postgres_instance_config({"DAGSTER_PG_URL": "postgresql+psycopg2://u@h/d"})
-    >>> cfg["storage"]["postgres"]
+    >>> cfg["storage"]["custom"]["config"]
     {'postgres_url': {'env': 'DAGSTER_PG_URL'}}
     """
     environ = os.environ if env is None else env
@@ -216,7 +222,7 @@ def postgres_instance_config(env: Mapping[str, str] | None = None) -> dict[str, 
             }
         }
     return {
-        "storage": {"postgres": storage},
+        "storage": {"custom": {**copy.deepcopy(POSTGRES_STORAGE), "config": storage}},
         "concurrency": {**_CONCURRENCY, "runs": {**_CONCURRENCY["runs"], "max_concurrent_runs": 4}},
         **_resilience(),
         "run_coordinator": copy.deepcopy(RUN_COORDINATOR),
