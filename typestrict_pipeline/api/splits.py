@@ -72,8 +72,7 @@ def file_sha256(path: Path) -> str:
 _CODE = ("api/splits.py", "api/schemas.py", "refund/holdout.py", "refund/splitrows.py",
          "refund/rowdigest.py", "refund/rowseed.py", "refund/dataset.py", "refund/cells.py",
          "refund/table.py", "refund/sources.py", "refund/runreads.py", "refund/spill.py",
-         "refund/grouping.py",
-         "refund/manifest.py", "refund/types.py", "refund/trained_on.py")
+         "refund/grouping.py", "refund/manifest.py", "refund/types.py", "refund/trained_on.py")
 """The source files (under ``typestrict_pipeline/``) whose code computes the stored split."""
 
 
