@@ -375,8 +375,11 @@ async def _read_files(form: FormData, field: str) -> list[tuple[str, bytes]]:
 @router.post("/trainings")
 async def create_training(request: Request, session: Posted) -> Response:
     """Start a training: the same checks and charge as ``POST /v1/trainings``. The form is read
-    here; the work (the dataset read, checked and copied, the workspace's storage lock waited
-    for, the charge) runs in the threadpool, so the server answers other requests meanwhile."""
+    here and its dataset file staged (:func:`_stage_dataset`, a piece at a time, each written in
+    a worker thread); the work (the dataset read, checked and copied, the workspace's storage
+    lock waited for, the charge) runs in the threadpool, so the server answers other requests
+    meanwhile. The staged file is discarded unless the training moved it into the workspace's
+    files."""
     form = await read_form(request)
     try:
         staged = await _stage_dataset(request, session, form)
