@@ -106,6 +106,14 @@ class StagedFile:
         self._handle.write(data)
         self.size += len(data)
 
+    def flushed(self) -> Path:
+        """The staged file's path, every byte written so far flushed to it: to read or copy it
+        before the :meth:`commit`."""
+        if self._handle is None:
+            raise ValueError("the staged file was committed or discarded")
+        self._handle.flush()
+        return self.path
+
     def commit(self, target: Path, *, mode: int = 0o644) -> Path:
         """Move the written bytes to ``target`` (replacing a file of that name), durably."""
         if self._handle is None:

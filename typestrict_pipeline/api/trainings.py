@@ -504,24 +504,26 @@ class TrainingStore:
             "training": {"status": "succeeded"}, "options": dict(req.options),
         }
 
-    def create(self, workspace_id: str, req: TrainingRequest, upload: bytes | None = None) -> str:
+    def create(self, workspace_id: str, req: TrainingRequest, upload: StagedFile | None = None) -> str:
         """:meth:`_create` under the workspace's :meth:`storage_lock`, from the quota's check of
         the staged training (and the ``upload``, stored in the workspace's files too) to the
         folder's rename."""
         with self.storage_lock(workspace_id):
             return self._create(workspace_id, req, upload)
 
-    def _create(self, workspace_id: str, req: TrainingRequest, upload: bytes | None = None) -> str:
+    def _create(self, workspace_id: str, req: TrainingRequest, upload: StagedFile | None = None) -> str:
         """Validate the manifest and the dataset, prepare the training, then charge its credit.
 
         Charge last, release always: every file is written to a staging folder first; the charge
         and the training's lifecycle row (``awaiting_predictions``, with its deadline) are one
         transaction whose last step moves that folder into place, so a failed write (a full
         disk) rolls the charge back, and a failed commit removes the folder. ``upload``: the
-        dataset sent with the request (the console's form), named ``dataset.path``; it is
-        checked like a workspace's file and stored in the workspace's files in that last step
-        only, so a refused training leaves the files as they were. Messages name the dataset as
-        the customer does (``dataset.path``), never the server's copy.
+        dataset sent with the request (the console's form), named ``dataset.path``, staged in the
+        workspace's upload folder (:meth:`staging`; copied and moved from there, never held in
+        memory); it is checked like a workspace's file and moved into the workspace's files in
+        that last step only, so a refused training leaves the files as they were (the caller
+        discards the staged file). Messages name the dataset as the customer does
+        (``dataset.path``), never the server's copy.
 
         Raises:
             ManifestError, DatasetError, NotEnoughDataError: the request is not a valid training.
@@ -533,21 +535,18 @@ class TrainingStore:
             raise InputError("a file of the workspace's files", repr(written), self.words.files,
                              file=DATASET_FIELD if self.words.keys is None else self.words.keys("dataset.path"))
         area = self.area(workspace_id)
-        source = area.resolve(written) if upload is None else None
+        source = area.resolve(written) if upload is None else upload.flushed()
         dataset_name = "dataset" + (_suffix(check_name(written, "dataset file name"), None)
-                                    if source is None else _suffix(source.name))
+                                    if upload is not None else _suffix(source.name))
         if upload is not None:  # kept in the workspace's files too: counted before anything
-            self.check_storage(workspace_id, files=1, size=len(upload), replaces=[area.root / written])
+            self.check_storage(workspace_id, files=1, size=upload.size, replaces=[area.root / written])
         training_id = "tr_" + secrets.token_hex(8)
         folder = self.folder(training_id)
         staging = self.trainings_dir / f".staging-{training_id}"
         try:
             with _disk("store the training's files"):
                 staging.mkdir(parents=True)
-                if source is None:
-                    write_atomic(staging / dataset_name, upload or b"")
-                else:
-                    shutil.copyfile(source, staging / dataset_name)
+                shutil.copyfile(source, staging / dataset_name)
             try:
                 self._stage(workspace_id, training_id, req, staging, dataset_name)
             except TypeStrictError as exc:
@@ -555,14 +554,14 @@ class TrainingStore:
             # the training's folder counts against the quota: what it adds, before the charge
             staged = usage_of([staging])
             self.check_storage(workspace_id, files=staged.files + (upload is not None),
-                               size=staged.size + len(upload or b""),
+                               size=staged.size + (upload.size if upload is not None else 0),
                                replaces=[area.root / written] if upload is not None else [])
 
             def move_in() -> None:  # the last step of the charging transaction
                 with _disk("store the training's files"):
                     os.replace(staging, folder)
                     if upload is not None:
-                        area.save(written, upload)
+                        upload.commit(area.root / check_name(written))  # moved, never read
 
             try:
                 start_training(self.engine, workspace_id, training_id, deadlines=self.deadlines,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterable
 from pathlib import Path as FsPath
 from typing import Annotated
 
@@ -61,10 +62,18 @@ async def receive_upload(request: Request, staging: FsPath) -> StagedFile:
                        f"expected the file's bytes as the whole request body, got a {media[:40]!r} form "
                        "(its boundaries and part headers would be stored as the file). Send the file "
                        "itself: curl -X PUT --data-binary @FILE (not -F)")
+    return await stage_stream(request.stream(), staging)
+
+
+async def stage_stream(chunks: AsyncIterable[bytes], staging: FsPath) -> StagedFile:
+    """``chunks`` (a request's body, or a form's spooled file) written to a :class:`StagedFile`
+    in ``staging`` a piece at a time (:data:`UPLOAD_PIECE_BYTES`, each in a worker thread): what
+    the server holds of it is one piece, whatever the file's size. Removed if the stream fails;
+    else the caller commits or discards it."""
     staged = await run_in_threadpool(StagedFile, staging)
     try:
         piece = bytearray()
-        async for chunk in request.stream():
+        async for chunk in chunks:
             piece += chunk
             if len(piece) >= UPLOAD_PIECE_BYTES:
                 await run_in_threadpool(staged.write, bytes(piece))
