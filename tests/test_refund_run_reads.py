@@ -240,3 +240,43 @@ def test_the_apis_split_reads_the_file_twice_and_leaves_a_runs_reads_alone(
     with runreads.shared_reads("run-kept") as again:
         assert again is run_cache  # the run's columns are where they were
     runreads.drop_shared_reads("run-kept")
+
+
+def test_checking_a_training_reads_the_file_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``check_training`` (``typestrict training check``, the training sensor's screen, the
+    verdict run's first step): the validation's pass keeps the columns for the split, the test
+    rows and each file of predictions checked against them; the undeclared-groups look reads the
+    file's head once more."""
+    from typestrict_pipeline.refund.preflight import check_training
+
+    _, manifest = _dataset(tmp_path)
+    reads = Reads(monkeypatch)
+    checked = check_training(manifest, reach=lambda *a, **k: None, something_to_train_on=True)
+    assert checked.dataset is not None and len(checked.holdouts) == 2
+    assert reads.records <= 2 * ROWS + 1, f"{reads.passes:.1f} passes over the file"
+    assert runreads.active_cache() is None
+
+
+def test_posting_predictions_reads_the_dataset_file_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``POST /v1/trainings/{id}/predictions`` checks them against the split (the dataset read,
+    split, the stated ids attested, each prediction's row found): one pass over the file, whose
+    ids are kept for the checks (before: three). A real uvicorn server in this process."""
+    spec = importlib.util.spec_from_file_location("api_support_for_reads", Path(__file__).with_name("test_api_support.py"))
+    assert spec is not None and spec.loader is not None
+    api = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(api)
+    store_url = f"sqlite:///{tmp_path / 'store.db'}"
+    csv, jev = api.make_dataset(tmp_path, n=ROWS)
+    key = api.new_key(store_url, "acme", credits=1)
+    with api.ApiServer(store_url, tmp_path / "home", jev_source={"kind": "file", "path": str(jev)}) as server, \
+            server.client(key) as c:
+        assert c.put("/v1/files/reviews.csv", content=csv).status_code == 201
+        made = c.post("/v1/trainings", json=api.TRAINING_BODY)
+        assert made.status_code == 201, made.text
+        tid = made.json()["id"]
+        test_ids = set(c.get(f"/v1/trainings/{tid}/split").json()["decisions"][0]["test_ids"])
+        preds = [p for p in api.model_predictions(csv, skill=0.9) if p["id"] in test_ids]
+        reads = Reads(monkeypatch)
+        posted = c.post(f"/v1/trainings/{tid}/predictions", json={"predictions": preds})
+        assert posted.status_code == 202, posted.text
+    assert reads.records <= ROWS + 1, f"{reads.passes:.1f} passes over the file"

@@ -87,6 +87,7 @@ from typestrict_pipeline.refund.holdout import check_something_to_train_on, spli
 from typestrict_pipeline.refund.manifest import TrainingManifest, parse_manifest
 from typestrict_pipeline.refund.predictions import bounded_rows, read_predictions
 from typestrict_pipeline.refund.preflight import check_file_predictions
+from typestrict_pipeline.refund.runreads import reads_within
 from typestrict_pipeline.refund.trained_on import (
     attest,
     stated_value_kind,
@@ -931,11 +932,12 @@ class TrainingStore:
         try:
             predictions = read_predictions(staged, "model")
             predictions = type(predictions)(predictions.system, source, predictions.predictions)
-            dataset = load_dataset(manifest)
-            holdouts = split_decisions(dataset)
-            attest(manifest.trained_on, manifest.trained_on_sha256, holdouts,
-                   training_id=training_id, source="request", words=self.words.trained_on)
-            check_file_predictions(predictions, dataset, holdouts, fix=nothing_stored)
+            with reads_within():  # one pass over the dataset: its ids kept for the checks
+                dataset = load_dataset(manifest)
+                holdouts = split_decisions(dataset)
+                attest(manifest.trained_on, manifest.trained_on_sha256, holdouts,
+                       training_id=training_id, source="request", words=self.words.trained_on)
+                check_file_predictions(predictions, dataset, holdouts, fix=nothing_stored)
         except PredictionsError as exc:
             if exc.file == source:
                 raise

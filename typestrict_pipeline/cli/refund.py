@@ -100,6 +100,7 @@ def _split(args: argparse.Namespace) -> int:
     from typestrict_pipeline.refund.grouping import grouping_lines, resampling_line, scan_dataset
     from typestrict_pipeline.refund.holdout import split_decisions
     from typestrict_pipeline.refund.manifest import load_manifest
+    from typestrict_pipeline.refund.runreads import reads_within
 
     manifest = load_manifest(args.manifest)
     with contextlib.ExitStack() as stack:
@@ -111,7 +112,8 @@ def _split(args: argparse.Namespace) -> int:
             if "update" in bar:
                 bar["update"](p.done)
 
-        holdouts = split_decisions(load_dataset(manifest, progress=report))
+        with reads_within():  # the validation's pass keeps the ids and texts for the split
+            holdouts = split_decisions(load_dataset(manifest, progress=report))
     # Before anything is judged: the unit the verdict will resample, and signs of groups the
     # manifest does not declare (refund/grouping.py; warnings only, no number changes).
     scan = scan_dataset(manifest)

@@ -52,6 +52,7 @@ from typestrict_pipeline.refund.manifest import (
     TrainingStatus,
 )
 from typestrict_pipeline.refund.predictions import SystemPredictions, read_predictions
+from typestrict_pipeline.refund.runreads import reads_within
 from typestrict_pipeline.refund.types import DecisionKind
 
 __all__ = [
@@ -340,16 +341,17 @@ def check_training(
     """
     if manifest.status is TrainingStatus.FAILED:
         return Preflight(manifest, None, (), ("failed training: only the manifest is read",))
-    dataset = load_dataset(manifest, progress=progress)
-    if something_to_train_on:
-        check_something_to_train_on(dataset)
-    holdouts = tuple(split_decisions(dataset))
-    checked = [f"dataset: {dataset.n_rows} rows in {manifest.dataset.path_as_written}"]
-    sources: list[tuple[str, PredictionSource]] = [("jev", manifest.jev)]
-    if manifest.model is not None:
-        sources.append(("model", manifest.model))
-    for system, source in sources:
-        checked.append(_check_source(manifest, system, source, dataset, holdouts, reach))
+    with reads_within():  # the validation's pass keeps the ids and texts for the split and checks
+        dataset = load_dataset(manifest, progress=progress)
+        if something_to_train_on:
+            check_something_to_train_on(dataset)
+        holdouts = tuple(split_decisions(dataset))
+        checked = [f"dataset: {dataset.n_rows} rows in {manifest.dataset.path_as_written}"]
+        sources: list[tuple[str, PredictionSource]] = [("jev", manifest.jev)]
+        if manifest.model is not None:
+            sources.append(("model", manifest.model))
+        for system, source in sources:
+            checked.append(_check_source(manifest, system, source, dataset, holdouts, reach))
     grouping = scan_dataset(manifest)
     return Preflight(manifest, dataset, holdouts, tuple(checked), grouping)
 

@@ -221,10 +221,12 @@ def shared_reads(scope: str, *, budget: int | None = None) -> Iterator[ColumnCac
 @contextlib.contextmanager
 def reads_within(*, budget: int | None = None) -> Iterator[ColumnCache]:
     """Keep the columns read in full within this block for the rest of the block only, and let
-    them go at its end; a run's shared reads (:func:`shared_reads`) are left as they are.
+    them go at its end; a run's shared reads (:func:`shared_reads`) are left as they are. Within
+    a run's shared reads already, the block reads through them (what it reads is the run's).
 
-    One request's work that reads a dataset's columns several times (the API's split of a
-    training: the validation, each decision's test rows, every id) reads the file once.
+    One piece of work that reads a dataset's columns several times (the API's split of a
+    training, a check of a training and its predictions: the validation, each decision's test
+    rows, every id) reads the file once.
 
     >>> key = ColumnKey("/d.csv", "csv", "id", 10, 1)
     >>> with reads_within() as kept:
@@ -232,10 +234,17 @@ def reads_within(*, budget: int | None = None) -> Iterator[ColumnCache]:
     True
     >>> active_cache() is None
     True
+    >>> with shared_reads("run-3") as run, reads_within() as kept:
+    ...     kept is run
+    True
 
     Args:
         budget: bytes the block may keep (default :data:`SHARED_READ_BYTES`).
     """
+    active = _ACTIVE.get()
+    if active is not None:
+        yield active
+        return
     cache = ColumnCache(SHARED_READ_BYTES if budget is None else budget)
     token = _ACTIVE.set(cache)
     try:
