@@ -115,9 +115,10 @@ def arrow_columns(raw: bytes, cell: int) -> tuple[list[str], list[pa.ChunkedArra
     if header is None:
         return None
     names = [f"f{i}" for i in range(len(header))]
-    try:
+    try:  # on one thread: as fast here, and its peak memory is the file and the cells, not more
         table = pacsv.read_csv(
-            pa.BufferReader(pa.py_buffer(text)), read_options=pacsv.ReadOptions(autogenerate_column_names=True),
+            pa.BufferReader(pa.py_buffer(text)),
+            read_options=pacsv.ReadOptions(autogenerate_column_names=True, use_threads=False),
             parse_options=pacsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=True),
             convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(names, pa.string()),
                                                  null_values=[], strings_can_be_null=False))
