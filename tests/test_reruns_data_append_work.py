@@ -11,12 +11,13 @@ re-formatted: a whole number ``7`` became ``7.0`` once a new row held ``2.5``).
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import pytest
 
+from typestrict_pipeline.backtest.workflows import dataset_csv
 from typestrict_pipeline.backtest.workflows.datasets import (
     append_rows,
     load_registered,
@@ -43,13 +44,13 @@ def test_an_append_writes_only_the_rows_it_adds(tmp_path: Path, monkeypatch: pyt
     stored = (base / "live" / "weather.csv").read_bytes()
 
     written: list[int] = []
-    to_csv = pd.DataFrame.to_csv
+    lines = dataset_csv.csv_lines
 
-    def counting(self: pd.DataFrame, *args: Any, **kwargs: Any) -> Any:
-        written.append(len(self))
-        return to_csv(self, *args, **kwargs)
+    def counting(cells: Sequence[Any]) -> bytes:
+        written.append(len(cells[0]))
+        return lines(cells)
 
-    monkeypatch.setattr(pd.DataFrame, "to_csv", counting)
+    monkeypatch.setattr(dataset_csv, "csv_lines", counting)  # every row written as CSV goes through it
     (tmp_path / "more.csv").write_text(HEAD + _rows(start + dt.timedelta(days=200), 3, "2.5"))
     result = append_rows("live", "weather", tmp_path / "more.csv", base=base)
 

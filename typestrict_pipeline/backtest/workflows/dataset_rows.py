@@ -3,13 +3,15 @@ proportion to the file (:mod:`typestrict_pipeline.backtest.workflows.datasets` u
 
 The rules are those of the rows as a data frame of text cells (a cell at a time in Python, about
 45 µs a row and 14 times the file's size in memory); here each column is an Arrow array of the
-cells as written, read by the product's CSV reader a chunk of :data:`CHUNK_ROWS` rows at a time,
-typed over the whole column, and every check finds the same first bad cell, with the same
-message, file, row and column. Only the cells a fast check cannot vouch for are looked at one by
-one, by the very functions that typed every cell before. The rows are written as CSV a chunk at
-a time, by the same ``csv`` writer pandas' ``to_csv`` uses with its settings and its text for
-each value, so the stored bytes are those of ``to_csv`` (``tests/test_dataset_rows_reference.py``
-holds the two to the same bytes and errors).
+cells as written, read by Arrow's CSV reader where it reads what the product's CSV reader reads
+(else by that reader, a chunk of :data:`CHUNK_ROWS` rows at a time), typed over the whole column,
+and every check finds the same first bad cell, with the same message, file, row and column. Only
+the cells a fast check cannot vouch for are looked at one by one, by the very functions that
+typed every cell before. The rows are written as CSV a chunk at a time, each cell the text
+pandas' ``to_csv`` writes for its value and quoted as its ``csv`` writer quotes, so the stored
+bytes are those of ``to_csv`` (:mod:`~typestrict_pipeline.backtest.workflows.dataset_csv`;
+``tests/test_dataset_rows_reference.py`` and ``tests/test_dataset_csv.py`` hold the two to the
+same bytes and errors).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, NoReturn, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -102,7 +104,7 @@ def _check_utf8(path: Path, raw: bytes) -> None:
 def read_cells(path: Path) -> Cells:
     """A customer's CSV file as text cells, by the rules of every CSV the product takes
     (:func:`~typestrict_pipeline.refund.table.csv_columns`: its reader, its refusals with their
-    row), a chunk of rows at a time: the file's bytes, then each column's text as Arrow strings.
+    row): the file's bytes, then each column's text as Arrow strings (:func:`_records`).
 
     Raises:
         DatasetError: the file is not such a CSV, a column has no name, or it holds no row.
@@ -118,66 +120,82 @@ def read_cells(path: Path) -> Cells:
 
     raw = read_data_file(path, error=DatasetError, what="a CSV file with a header row")
     _check_utf8(path, raw)
-    names, chunks, rows = _records(raw, path)
+    names, columns = _records(raw, path)
     del raw
     check_header(names, str(path))  # a column without a name, at the header, by its position
+    rows = len(columns[0]) if columns else 0
     if not rows:
         raise DatasetError("at least one row", "no rows", "give the file some rows", file=str(path))
-    columns = {n: pa.chunked_array([c[i] for c in chunks], type=pa.string()) for i, n in enumerate(names)}
-    return Cells(tuple(names), columns, rows)
+    return Cells(tuple(names), dict(zip(names, columns, strict=True)), rows)
 
 
-def _records(raw: bytes, path: Path) -> tuple[list[str], list[list[pa.Array]], int]:
-    """The header, the rows' cells in chunks of Arrow arrays (one a column), and the row count.
+def _records(raw: bytes, path: Path) -> tuple[list[str], list[pa.ChunkedArray]]:
+    """The header and each column's cells (Arrow strings).
 
-    The C ``csv`` reader reads the text's lines as they come (no line can be longer than the
-    bound :func:`~typestrict_pipeline.refund.table._bounded_lines` keeps, :func:`_lines_fit`);
-    a file it refuses, or with a short or long row, is read again by the product's reader, which
+    Read by Arrow's CSV reader where it reads the cells the ``csv`` reader reads
+    (:func:`~typestrict_pipeline.backtest.workflows.dataset_csv.arrow_columns`), else by the C
+    ``csv`` reader, the text's lines as they come (no line can be longer than the bound
+    :func:`~typestrict_pipeline.refund.table._bounded_lines` keeps, :func:`_lines_fit`); a file
+    it refuses, or with a short or long row, is read again by the product's reader, which
     refuses it with its message and row."""
-    from typestrict_pipeline.refund.table import (
-        CSV_LINE_CELLS,
-        _check_header,
-        _csv_reader,
-        _csv_records,
-        max_csv_cell_chars,
-    )
-
-    def stream() -> io.TextIOWrapper:
-        return io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8-sig", newline="")
+    from typestrict_pipeline.backtest.workflows.dataset_csv import arrow_columns
+    from typestrict_pipeline.refund.table import CSV_LINE_CELLS, _check_header, max_csv_cell_chars
 
     cell = max_csv_cell_chars()
+    if not _lines_fit(raw, CSV_LINE_CELLS * cell):
+        _refuse(raw, path)
+    csv.field_size_limit(cell)
+    fast = arrow_columns(raw, cell)
+    if fast is not None:
+        _check_header(fast[0], str(path))
+        return fast
+    names, chunks = _csv_chunks(raw, path)
+    return names, [pa.chunked_array([c[i] for c in chunks], type=pa.string()) for i in range(len(names))]
+
+
+def _stream(raw: bytes) -> io.TextIOWrapper:
+    return io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8-sig", newline="")
+
+
+def _refuse(raw: bytes, path: Path) -> NoReturn:
+    """Read the file by the product's reader, which refuses it with its message and row."""
+    from typestrict_pipeline.refund.table import _csv_reader, _csv_records
+
+    for _ in _csv_records(_csv_reader(_stream(raw)), str(path)):  # raises, with the row
+        pass
+    raise AssertionError("the two readers disagree on the file")  # pragma: no cover
+
+
+def _csv_chunks(raw: bytes, path: Path) -> tuple[list[str], list[list[pa.Array]]]:
+    """The header and the rows' cells in chunks of Arrow arrays (one a column), read by the C
+    ``csv`` reader; a file it refuses, or with a short or long row, :func:`_refuse`."""
+    from typestrict_pipeline.refund.table import _check_header
+
     header: list[str] | None = None
     chunks: list[list[pa.Array]] = []
     pending: list[list[str]] = []
-    rows = 0
-    if _lines_fit(raw, CSV_LINE_CELLS * cell):
-        csv.field_size_limit(cell)
-        try:
-            for record in csv.reader(stream(), strict=True):
-                if not record or (record == [""] and header is not None):
-                    continue
-                if header is None:
-                    header = record
-                    _check_header(header, str(path))
-                elif len(record) != len(header):
-                    break
-                else:
-                    pending.append(record)
-                    if len(pending) == CHUNK_ROWS:
-                        chunks.append(_arrays(pending))
-                        rows += len(pending)
-                        pending = []
+    try:
+        for record in csv.reader(_stream(raw), strict=True):
+            if not record or (record == [""] and header is not None):
+                continue
+            if header is None:
+                header = record
+                _check_header(header, str(path))
+            elif len(record) != len(header):
+                break
             else:
-                if header is not None:
-                    if pending:
-                        chunks.append(_arrays(pending))
-                        rows += len(pending)
-                    return header, chunks, rows
-        except csv.Error:
-            pass
-    for _ in _csv_records(_csv_reader(stream()), str(path)):  # raises, with the row
+                pending.append(record)
+                if len(pending) == CHUNK_ROWS:
+                    chunks.append(_arrays(pending))
+                    pending = []
+        else:
+            if header is not None:
+                if pending:
+                    chunks.append(_arrays(pending))
+                return header, chunks
+    except csv.Error:
         pass
-    raise AssertionError("the two readers disagree on the file")  # pragma: no cover
+    _refuse(raw, path)
 
 
 def _lines_fit(raw: bytes, limit: int) -> bool:
@@ -323,10 +341,20 @@ def _series(cells: pa.ChunkedArray, start: int) -> pd.Series:
 def _times(cells: pa.ChunkedArray, what: str, table: str, file: str) -> npt.NDArray[np.int64]:
     """A time column's cells as nanoseconds since 1970 (UTC), by the rules of
     :func:`~typestrict_pipeline.backtest.pit._text_times` over the whole column (the first cell
-    that is no time or has no offset, then the first outside the range), a chunk at a time."""
+    that is no time or has no offset, then the first outside the range), a chunk at a time: a
+    chunk of times all written ``YYYY-MM-DDTHH:MM:SSZ`` and in range at once
+    (:func:`~typestrict_pipeline.backtest.workflows.dataset_csv.z_times`), any other by pandas."""
+    from typestrict_pipeline.backtest.workflows.dataset_csv import z_times
+    from typestrict_pipeline.values import TIME_MAX, TIME_MIN
+
+    low, high = (int(pd.Timestamp(t).as_unit("ns").value) for t in (TIME_MIN, TIME_MAX))
     out = np.empty(len(cells), dtype=np.int64)
     outside: tuple[int, Any] | None = None
     for start in range(0, len(cells), CHUNK_ROWS):
+        fast = z_times(cells.slice(start, CHUNK_ROWS), low, high)
+        if fast is not None:
+            out[start:start + len(fast)] = fast
+            continue
         series = _series(cells, start)
         parsed = _offset_times(series, what, table, file, start)
         far = _outside_range(parsed)
@@ -458,20 +486,34 @@ def _time_texts(us: npt.NDArray[np.int64]) -> list[str]:
     return [s + "Z" for s in out.tolist()]
 
 
-def _chunk(v: Typed, rows: npt.NDArray[np.intp]) -> Any:
-    """One chunk of a value column as the data frame of the rows held it: numbers as ``float64``,
-    truth values as ``bool``, a text as pandas' ``str`` with a missing (empty) cell NaN."""
+def _stored_texts(rows: Rows, col: str, part: npt.NDArray[np.intp]) -> pa.Array:
+    """One column of the kept rows ``part`` as ``to_csv`` writes its cells from the data frame of
+    those rows: the times as :func:`~typestrict_pipeline.backtest.pit.format_time` writes them,
+    numbers as a ``float64`` (a missing one empty), truth values ``True``/``False``, a text as it
+    is (an empty one missing, so empty), quoted as the ``csv`` writer quotes."""
+    from typestrict_pipeline.backtest.workflows import dataset_csv
+
+    if col in (EVENT_TIME, KNOWN_TIME):
+        us = (rows.event_us if col == EVENT_TIME else rows.known_us)[part]
+        texts = dataset_csv.iso_texts(us)
+        return texts if texts is not None else dataset_csv.quoted(pa.array(_time_texts(us), type=pa.string()))
+    v = rows.values[col]
+    if isinstance(v, np.ndarray) and v.dtype == np.bool_:
+        return pa.array(["False", "True"]).take(pa.array(v[part].astype(np.int8)))
     if isinstance(v, np.ndarray):
-        return v[rows]
-    texts = pd.Series(v.take(pa.array(rows)).to_pylist(), dtype=str)
-    return texts.where(texts != "", np.nan)
+        return dataset_csv.float_texts(v[part])
+    return dataset_csv.quoted(v.take(pa.array(part)).combine_chunks())
 
 
 def csv_bytes(rows: Rows, *, header: bool) -> Iterator[bytes]:
     """The kept rows as CSV in their file order (the header first when ``header``), a chunk of
-    :data:`CHUNK_ROWS` rows at a time, each written by pandas' ``to_csv(index=False)`` from the
+    :data:`CHUNK_ROWS` rows at a time, the bytes pandas' ``to_csv(index=False)`` writes of the
     data frame of those rows (the times as :func:`~typestrict_pipeline.backtest.pit.format_time`
-    writes them): every value is written on its own, so the chunks are the bytes of the whole.
+    writes them): each cell's text as ``to_csv`` writes it (:func:`_stored_texts`), the cells
+    joined by commas and each line ended by ``\\n`` over whole columns
+    (:mod:`~typestrict_pipeline.backtest.workflows.dataset_csv`; ``tests/test_dataset_csv.py``
+    holds them to ``to_csv``). Every value is written on its own, so the chunks are the bytes of
+    the whole.
 
     >>> import tempfile
     >>> f = Path(tempfile.mkdtemp()) / "t.csv"
@@ -482,9 +524,11 @@ def csv_bytes(rows: Rows, *, header: bool) -> Iterator[bytes]:
     >>> b"".join(csv_bytes(rows, header=True)).decode()
     'event_time,known_time,x,w\\n2012-01-01T00:00:00Z,2012-01-02T00:00:00Z,7.0,"a, b"\\n'
     """
+    from typestrict_pipeline.backtest.workflows.dataset_csv import csv_lines, header_line
+
+    if header:
+        yield header_line(rows.names)
     kept = np.flatnonzero(rows.keep)
     for start in range(0, len(kept), CHUNK_ROWS):
         part = kept[start:start + CHUNK_ROWS]
-        frame = pd.DataFrame({c: _time_texts(rows.event_us[part]) if c == EVENT_TIME else _time_texts(
-            rows.known_us[part]) if c == KNOWN_TIME else _chunk(rows.values[c], part) for c in rows.names})
-        yield frame.to_csv(index=False, header=header and start == 0).encode()
+        yield csv_lines([_stored_texts(rows, c, part) for c in rows.names])
