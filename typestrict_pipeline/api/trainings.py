@@ -184,7 +184,7 @@ def check_dataset_size(path: Path, bound: int) -> None:
             "send a smaller dataset, or split it into trainings of their own", file=str(path))
 
 
-__all__ = ["TrainingRequest", "TrainingState", "TrainingStore", "TrainingView", "WorkspaceArea"]
+__all__ = ["TrainingRequest", "TrainingState", "TrainingStore", "TrainingView", "WorkspaceArea", "disk_room"]
 
 SUBMISSION_SOURCE = "the request's predictions"
 """How messages name a posted body's predictions (row N is ``predictions[N-1]``)."""
@@ -208,7 +208,7 @@ def _nothing_stored(words: TrainingWords, training_id: str) -> str:
 
 
 @contextlib.contextmanager
-def _disk(what: str) -> Iterator[None]:
+def disk_room(what: str) -> Iterator[None]:
     """A full (or failing) disk is the server's problem, said as such (503), never a 500."""
     try:
         yield
@@ -462,7 +462,7 @@ class TrainingStore:
             yield
             return
         folder = self.area(workspace_id).root.parent
-        with _disk("check the workspace's storage"):
+        with disk_room("check the workspace's storage"):
             folder.mkdir(parents=True, exist_ok=True)
             handle = open(folder / STORAGE_LOCK_NAME, "ab")  # noqa: SIM115 - closed below
         try:
@@ -545,7 +545,7 @@ class TrainingStore:
         folder = self.folder(training_id)
         staging = self.trainings_dir / f".staging-{training_id}"
         try:
-            with _disk("store the training's files"):
+            with disk_room("store the training's files"):
                 staging.mkdir(parents=True)
                 shutil.copyfile(source, staging / dataset_name)
             try:
@@ -559,7 +559,7 @@ class TrainingStore:
                                replaces=[area.root / written] if upload is not None else [])
 
             def move_in() -> None:  # the last step of the charging transaction
-                with _disk("store the training's files"):
+                with disk_room("store the training's files"):
                     os.replace(staging, folder)
                     if upload is not None:
                         upload.commit(area.root / check_name(written))  # moved, never read
@@ -593,7 +593,7 @@ class TrainingStore:
                     f"expected the server's recorded Jev predictions at {recorded.name!r}, got no such "
                     "file. Nothing was charged; retry later, and tell the operator (the server's "
                     "--jev-source names a file that is gone)")
-            with _disk("store the training's files"):
+            with disk_room("store the training's files"):
                 shutil.copyfile(recorded, staging / "jev.jsonl")
             doc["predictions"]["jev"] = {**jev, "path": "jev.jsonl"}
         manifest = parse_manifest(doc, source="request", base_dir=staging, keys=self.words.keys)
@@ -603,7 +603,7 @@ class TrainingStore:
         check_something_to_train_on(load_dataset(manifest))
         # Signs of undeclared groups, looked for once, before anything is judged (warnings only).
         scan = scan_dataset(manifest)
-        with _disk("store the training's files"):
+        with disk_room("store the training's files"):
             write_atomic(staging / GROUPING_NAME,
                          json.dumps(scan.as_dict(), indent=2).encode("utf-8"))
             write_atomic(staging / DRAFT_NAME, json.dumps(doc, indent=2).encode("utf-8"))
@@ -820,7 +820,7 @@ class TrainingStore:
         target = self.model_file_target(workspace_id, training_id, name)
         with self.storage_lock(workspace_id):
             self.check_storage(workspace_id, files=1, size=staged.size, replaces=[target])
-            with _disk("store the model's file"):
+            with disk_room("store the model's file"):
                 return staged.commit(target)
 
     def staging(self, workspace_id: str) -> Path:
@@ -956,7 +956,7 @@ class TrainingStore:
         if status is None and not draft:
             raise _already_submitted(training_id, self.words)  # another submission handed it over meanwhile
         doc = {**fresh, "training": doc["training"]}
-        with _disk("store the predictions"):
+        with disk_room("store the predictions"):
             staged.move_in()
             write_atomic(folder / MANIFEST_NAME, json.dumps(doc, indent=2).encode("utf-8"))
         try:
@@ -1011,12 +1011,12 @@ class _Staged:
     def write(self, predictions: bytes, ids: Sequence[str] | None,
               model_files: Sequence[tuple[str, bytes]]) -> None:
         if ids is not None:
-            with _disk("store the ids the model was trained on"):
+            with disk_room("store the ids the model was trained on"):
                 write_atomic(self.ids, ("\n".join(ids) + "\n").encode("utf-8"))
             self.has_ids = True
-        with _disk("store the predictions"):
+        with disk_room("store the predictions"):
             write_atomic(self.predictions, predictions)
-        with _disk("store the model's file"):
+        with disk_room("store the model's file"):
             for name, data in model_files:
                 write_atomic(self.model / name, data)
                 self.model_names.append(name)

@@ -31,8 +31,8 @@ from typestrict_pipeline.api.trainings import (
     TrainingState,
     TrainingStore,
     check_name,
+    disk_room,
 )
-from typestrict_pipeline.api.trainings import _disk as disk_room
 from typestrict_pipeline.console.paging import Pager, hrefs, requested
 from typestrict_pipeline.console.sessions import ConsoleSession
 from typestrict_pipeline.console.web import (
