@@ -11,10 +11,8 @@ configuration, tables and database) whose event log answers the daemon's cursor 
 ``deploy/dagster.postgres.yaml``.
 """
 
-from collections.abc import Mapping
 from typing import Any
 
-from dagster import EventLogEntry
 from dagster._core.storage.config import PostgresStorageConfig
 from dagster._core.storage.runs.base import RunStorage
 from dagster._serdes import ConfigurableClassData
@@ -24,26 +22,19 @@ from dagster_postgres.schedule_storage import PostgresScheduleStorage
 from dagster_postgres.storage import DagsterPostgresStorage
 from dagster_postgres.utils import get_token_provider_from_config, pg_url_from_config
 
-from resources.run_ends import settled_logs
+from resources.run_ends import SettledRunEnds
 
 __all__ = ["PatientPostgresEventLogStorage", "PatientPostgresStorage"]
 
 
-class PatientPostgresEventLogStorage(PostgresEventLogStorage):
+class PatientPostgresEventLogStorage(SettledRunEnds, PostgresEventLogStorage):
     """Dagster's PostgreSQL event log whose cursor reads of run ends wait for the runs' rows
-    (:func:`resources.run_ends.settled_logs`)."""
+    (:class:`resources.run_ends.SettledRunEnds`)."""
 
     def __init__(self, postgres_url: str, runs: RunStorage, should_autocreate_tables: bool = True,
                  token_provider: Any = None) -> None:
         super().__init__(postgres_url, should_autocreate_tables, token_provider=token_provider)
         self._runs = runs
-
-    def get_logs_for_all_runs_by_log_id(
-        self, after_cursor: int = -1, dagster_event_type: Any = None, limit: int | None = None,
-    ) -> Mapping[int, EventLogEntry]:
-        found = super().get_logs_for_all_runs_by_log_id(
-            after_cursor=after_cursor, dagster_event_type=dagster_event_type, limit=limit)
-        return settled_logs(found, self._runs)
 
 
 class PatientPostgresStorage(DagsterPostgresStorage):

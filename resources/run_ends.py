@@ -12,11 +12,13 @@ comes at the daemon's next read, a few seconds later.
 
 import time
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from dagster import DagsterEventType, EventLogEntry, RunsFilter
+from dagster._core.storage.event_log.base import EventLogStorage
 from dagster._core.storage.runs.base import RunStorage
 
-__all__ = ["SETTLE_S", "settled_logs", "settled_prefix"]
+__all__ = ["SETTLE_S", "SettledRunEnds", "settled_logs", "settled_prefix"]
 
 SETTLE_S = 60.0
 """How long, at most, a run's end written to the event log is held back from cursor reads while
@@ -63,3 +65,18 @@ def settled_logs(found: Mapping[int, EventLogEntry], runs: RunStorage) -> dict[i
         return {r.dagster_run.run_id for r in records if r.dagster_run.is_finished}
 
     return settled_prefix(found, ended, now=time.time())
+
+
+class SettledRunEnds(EventLogStorage):
+    """Put before a Dagster event log in a class's bases (``class X(SettledRunEnds,
+    SqliteEventLogStorage)``), with :attr:`_runs` set to the run storage: the daemon's cursor
+    reads of run ends wait for the runs' rows (:func:`settled_logs`)."""
+
+    _runs: RunStorage
+
+    def get_logs_for_all_runs_by_log_id(
+        self, after_cursor: int = -1, dagster_event_type: Any = None, limit: int | None = None,
+    ) -> Mapping[int, EventLogEntry]:
+        found = super().get_logs_for_all_runs_by_log_id(
+            after_cursor=after_cursor, dagster_event_type=dagster_event_type, limit=limit)
+        return settled_logs(found, self._runs)

@@ -29,11 +29,10 @@ cannot hold the cursor back (:mod:`resources.run_ends`, shared with the PostgreS
 """
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from dagster import EventLogEntry
 from dagster._config import StringSource
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
 from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
@@ -45,7 +44,7 @@ from dagster._utils import mkdir_p
 from sqlalchemy import Connection, create_engine
 from sqlalchemy.pool import NullPool
 
-from resources.run_ends import SETTLE_S, settled_logs, settled_prefix
+from resources.run_ends import SETTLE_S, SettledRunEnds, settled_prefix
 
 __all__ = ["BUSY_TIMEOUT_S", "SETTLE_S", "PatientSqliteEventLogStorage", "PatientSqliteRunStorage",
            "PatientSqliteScheduleStorage", "PatientSqliteStorage", "settled_prefix"]
@@ -80,20 +79,13 @@ class PatientSqliteScheduleStorage(SqliteScheduleStorage):
             yield conn
 
 
-class PatientSqliteEventLogStorage(SqliteEventLogStorage):
+class PatientSqliteEventLogStorage(SettledRunEnds, SqliteEventLogStorage):
     """Dagster's SQLite event log whose cursor reads of run ends wait for the runs' rows
-    (:func:`resources.run_ends.settled_logs`)."""
+    (:class:`resources.run_ends.SettledRunEnds`)."""
 
     def __init__(self, base_dir: str, runs: SqliteRunStorage) -> None:
         super().__init__(base_dir)
         self._runs = runs
-
-    def get_logs_for_all_runs_by_log_id(
-        self, after_cursor: int = -1, dagster_event_type: Any = None, limit: int | None = None,
-    ) -> Mapping[int, EventLogEntry]:
-        found = super().get_logs_for_all_runs_by_log_id(
-            after_cursor=after_cursor, dagster_event_type=dagster_event_type, limit=limit)
-        return settled_logs(found, self._runs)
 
 
 class PatientSqliteStorage(DagsterSqliteStorage):

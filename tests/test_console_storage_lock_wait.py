@@ -28,9 +28,10 @@ from typestrict_pipeline.api.quota import StorageQuota
 QUOTA = StorageQuota(max_bytes=10_000_000, max_files=100)
 
 
-def _signed_in(url: str, key: str) -> tuple[httpx.Client, str]:
-    """A cookie-keeping client of the console at ``url``, signed in with ``key``; its CSRF token."""
-    c = httpx.Client(base_url=url, timeout=120, follow_redirects=False)
+def signed_in(url: str, key: str, timeout: float = 120) -> tuple[httpx.Client, str]:
+    """A cookie-keeping client of the console at ``url``, signed in with ``key``; its CSRF token
+    (also used by tests/test_console_upload_memory.py)."""
+    c = httpx.Client(base_url=url, timeout=timeout, follow_redirects=False)
     token = re.search(r'name="csrf_token" value="([^"]+)"', c.get("/console/sign-in").text)
     assert token is not None
     assert c.post("/console/sign-in", data={"csrf_token": token.group(1), "key": key}).status_code == 303
@@ -44,7 +45,7 @@ def served(tmp_path: Path, sqlite_url: str) -> Iterator[dict[str, Any]]:
     home = tmp_path / "home"
     key = new_key(sqlite_url, "acme", credits=3)
     with ApiServer(sqlite_url, home, jev_source=JEV, storage_quota=QUOTA, rate_limit=None) as server:
-        c, csrf = _signed_in(server.url, key)
+        c, csrf = signed_in(server.url, key)
         made = c.post("/console/trainings", data={**TRAINING, "csrf_token": csrf},
                       files={"dataset_file": ("reviews.csv", CSV.encode())})
         assert made.status_code == 303, made.text[:2000]

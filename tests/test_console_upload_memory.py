@@ -18,7 +18,6 @@ same file stores nothing, charges nothing and leaves no staged file.
 from __future__ import annotations
 
 import random
-import re
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +26,7 @@ import httpx
 
 from tests.test_api_support import ApiServer, new_key
 from tests.test_console_pages import JEV, TRAINING
+from tests.test_console_storage_lock_wait import signed_in
 from typestrict_pipeline.credits import CreditLedger
 from typestrict_pipeline.store import open_store
 
@@ -45,16 +45,6 @@ def _write_csv(path: Path) -> int:
             text = "".join(rng.choices(letters, k=TEXT_BYTES))
             out.write(f"r{i},review {i} {text},g{i // 4},{'yes' if i % 3 else 'no'}\n")
     return path.stat().st_size
-
-
-def _signed_in(url: str, key: str) -> tuple[httpx.Client, str]:
-    c = httpx.Client(base_url=url, timeout=300, follow_redirects=False)
-    token = re.search(r'name="csrf_token" value="([^"]+)"', c.get("/console/sign-in").text)
-    assert token is not None
-    assert c.post("/console/sign-in", data={"csrf_token": token.group(1), "key": key}).status_code == 303
-    csrf = re.search(r'data-csrf="([0-9a-f]{64})"', c.get("/console/trainings").text)
-    assert csrf is not None
-    return c, csrf.group(1)
 
 
 def _balance(url: str) -> int:
@@ -90,7 +80,7 @@ def test_a_large_dataset_through_the_new_training_form_is_never_held_whole(tmp_p
     assert size > 30 * MiB
     files = home / "workspaces" / "acme" / "files"
     with ApiServer(url, home, jev_source=JEV, rate_limit=None) as server:
-        client, csrf = _signed_in(server.url, key)
+        client, csrf = signed_in(server.url, key, timeout=300)
 
         def upload(name: str) -> httpx.Response:
             with data.open("rb") as handle:  # read from disk as it is sent
