@@ -9,9 +9,9 @@ status, the server's RSS before the request and its peak RSS (``VmHWM``) after i
 ``--api``, the same file goes through ``PUT /v1/files/{name}`` then ``POST /v1/trainings`` on a
 second fresh server (the path that streams), for comparison.
 
-Not part of ``make bench`` (a run takes a minute and 400 MB of disk):
+Not part of ``make bench``, which runs the ``bench_*`` modules (a run takes a minute and 400 MB of disk):
 
-    .venv/bin/python -m bench.bench_console_upload [--rows 2000] [--text-kb 100] [--api]
+    .venv/bin/python -m bench.console_upload [--rows 2000] [--text-kb 100] [--api]
 """
 
 from __future__ import annotations
