@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from typestrict_pipeline.errors import DatasetError
@@ -280,3 +281,32 @@ def test_posting_predictions_reads_the_dataset_file_once(tmp_path: Path, monkeyp
         posted = c.post(f"/v1/trainings/{tid}/predictions", json={"predictions": preds})
         assert posted.status_code == 202, posted.text
     assert reads.records <= ROWS + 1, f"{reads.passes:.1f} passes over the file"
+
+
+def test_blocks_of_kept_reads_at_once_share_one_allowance() -> None:
+    """Two requests reading at once (two threads) keep at most ``SHARED_READ_BYTES`` between
+    them: the second finds the allowance taken and keeps nothing (it reads the file as before);
+    once the first ends, the next block has it whole."""
+    import threading
+
+    entered, leave = threading.Event(), threading.Event()
+
+    def first() -> None:
+        with runreads.reads_within() as kept:
+            assert kept.budget == runreads.SHARED_READ_BYTES
+            entered.set()
+            leave.wait(30)
+
+    other = threading.Thread(target=first)
+    other.start()
+    try:
+        assert entered.wait(30)
+        with runreads.reads_within() as second:
+            assert second.budget == 0
+            assert not second.put(runreads.ColumnKey("/d.csv", "csv", "id", 1, 1),
+                                  [pa.array(["a"], pa.large_string())])
+    finally:
+        leave.set()
+        other.join(30)
+    with runreads.reads_within() as after:
+        assert after.budget == runreads.SHARED_READ_BYTES

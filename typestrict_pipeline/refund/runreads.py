@@ -218,6 +218,10 @@ def shared_reads(scope: str, *, budget: int | None = None) -> Iterator[ColumnCac
         _ACTIVE.reset(token)
 
 
+_WITHIN_HELD = [0]
+"""Bytes the :func:`reads_within` blocks running now may keep between them (under ``_LOCK``)."""
+
+
 @contextlib.contextmanager
 def reads_within(*, budget: int | None = None) -> Iterator[ColumnCache]:
     """Keep the columns read in full within this block for the rest of the block only, and let
@@ -226,7 +230,10 @@ def reads_within(*, budget: int | None = None) -> Iterator[ColumnCache]:
 
     One piece of work that reads a dataset's columns several times (the API's split of a
     training, a check of a training and its predictions: the validation, each decision's test
-    rows, every id) reads the file once.
+    rows, every id) reads the file once. The blocks running at once in a process share one
+    allowance of :data:`SHARED_READ_BYTES` (a server answering many such requests keeps no more
+    than one would): a block that finds it taken keeps less, or nothing, and reads the file
+    again where it must, as without this block.
 
     >>> key = ColumnKey("/d.csv", "csv", "id", 10, 1)
     >>> with reads_within() as kept:
@@ -239,18 +246,25 @@ def reads_within(*, budget: int | None = None) -> Iterator[ColumnCache]:
     True
 
     Args:
-        budget: bytes the block may keep (default :data:`SHARED_READ_BYTES`).
+        budget: bytes the block may keep at most (default :data:`SHARED_READ_BYTES`).
     """
     active = _ACTIVE.get()
     if active is not None:
         yield active
         return
-    cache = ColumnCache(SHARED_READ_BYTES if budget is None else budget)
+    wanted = SHARED_READ_BYTES if budget is None else budget
+    with _LOCK:
+        granted = max(0, min(wanted, SHARED_READ_BYTES - _WITHIN_HELD[0]))
+        _WITHIN_HELD[0] += granted
+    cache = ColumnCache(granted)
     token = _ACTIVE.set(cache)
     try:
         yield cache
     finally:
         _ACTIVE.reset(token)
+        with _LOCK:
+            _WITHIN_HELD[0] -= granted
+
 
 
 def drop_shared_reads(scope: str) -> None:
