@@ -12,9 +12,13 @@ allocations (``tracemalloc``, every thread): 64 MiB and more before, a few MiB n
 
 from __future__ import annotations
 
+import os
+import time
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+import pytest
 
 from tests.test_api_support import ApiServer, new_key
 from typestrict_pipeline.api.quota import StorageQuota
@@ -63,3 +67,45 @@ def test_an_upload_is_never_held_whole_by_the_server(tmp_path: Path) -> None:
         r = client.put("/v1/trainings/nope/model/w.bin", content=b"w" * 1000)
         assert r.status_code == 404, r.text
     assert list((home / "workspaces" / "acme" / ".uploads").iterdir()) == []
+
+
+def test_a_file_left_by_a_killed_upload_goes_without_another_upload(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # A server killed mid-upload leaves its staged file; the workspace may never upload again.
+    # The server removes every workspace's staged files older than a day as it starts and then
+    # every STALE_SWEEP_S (an hour; a fifth of a second here), and nothing else.
+    from typestrict_pipeline.api import trainings
+
+    monkeypatch.setattr(trainings, "STALE_SWEEP_S", 0.2)
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    home = tmp_path / "home"
+    staged = home / "workspaces" / "acme" / ".uploads"
+    staged.mkdir(parents=True)
+    stored = home / "workspaces" / "acme" / "files" / "kept.csv"
+    stored.parent.mkdir()
+    two_days_ago = time.time() - 2 * 86_400
+    for path in (staged / "left-by-a-kill", staged / "in-progress", stored):
+        path.write_bytes(b"x" * 10)
+    for path in (staged / "left-by-a-kill", stored):
+        os.utime(path, (two_days_ago, two_days_ago))
+    (home / "workspaces" / "plain-file").write_text("not a workspace")  # neither followed nor removed
+
+    def names() -> list[str]:
+        return sorted(p.name for p in staged.iterdir())
+
+    with ApiServer(url, home, rate_limit=None):
+        assert _within(10.0, lambda: names() == ["in-progress"]), names()
+        # a file that turns a day old while the server runs goes at the next sweep
+        os.utime(staged / "in-progress", (two_days_ago, two_days_ago))
+        assert _within(10.0, lambda: names() == []), names()
+        assert stored.read_bytes() == b"x" * 10  # the workspace's own files are never swept
+    assert (home / "workspaces" / "plain-file").read_text() == "not a workspace"
+
+
+def _within(seconds: float, holds: Callable[[], bool]) -> bool:
+    deadline = time.monotonic() + seconds
+    while not holds():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True

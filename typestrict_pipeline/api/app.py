@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -366,6 +368,26 @@ def _install_handlers(app: FastAPI) -> None:
                                "server; retry, and tell the operator if it persists")
 
 
+async def _sweep_uploads_hourly(home: Path) -> None:
+    """Remove the stale staged uploads of every workspace under ``home`` now and every
+    :data:`~typestrict_pipeline.api.trainings.STALE_SWEEP_S` until cancelled (the server's
+    shutdown), in a worker thread (:func:`~typestrict_pipeline.api.trainings.sweep_stale_uploads`).
+    A sweep that fails is logged and tried again at the next hour; it never stops the server."""
+    from starlette.concurrency import run_in_threadpool
+
+    from typestrict_pipeline.api.trainings import STALE_SWEEP_S, sweep_stale_uploads
+
+    while True:
+        try:
+            removed = await run_in_threadpool(sweep_stale_uploads, home)
+        except Exception:  # a bug: logged, the server keeps answering
+            logging.getLogger(__name__).exception("sweeping the stale staged uploads failed")
+        else:
+            if removed:
+                logging.getLogger(__name__).info("removed %d staged upload(s) older than a day", removed)
+        await asyncio.sleep(STALE_SWEEP_S)
+
+
 def create_app(
     store_url: str,
     home: str | Path,
@@ -446,9 +468,13 @@ def create_app(
         trainings = TrainingStore(settings.home, engine, jev_source, max_dataset_bytes=settings.max_upload_bytes,
                                   quota=settings.storage_quota)
         app.state.ctx = ApiContext(settings, engine, trainings, runs, KeyVerifier(engine, clock=clock), limiter)
+        sweeping = asyncio.create_task(_sweep_uploads_hourly(settings.home), name="sweep-stale-uploads")
         try:
             yield
         finally:
+            sweeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeping
             runs.close()
             engine.dispose()
 

@@ -97,10 +97,13 @@ from typestrict_pipeline.store import utcnow
 
 DRAFT_NAME = "api-draft.json"
 STORAGE_LOCK_NAME = ".storage.lock"
+"""The file whose ``flock`` is a workspace's storage lock (:meth:`TrainingStore.storage_lock`)."""
 UPLOAD_STAGING = ".uploads"
 STALE_UPLOAD_S = 86_400.0
 """A staged upload older than this (a day) was left by a server killed mid-upload."""
-"""The file whose ``flock`` is a workspace's storage lock (:meth:`TrainingStore.storage_lock`)."""
+STALE_SWEEP_S = 3_600.0
+"""How often a running API server removes, from every workspace, the staged uploads older than
+:data:`STALE_UPLOAD_S` (:func:`sweep_stale_uploads`; also once as it starts)."""
 GROUPING_NAME = "grouping.json"
 """The look for undeclared groups made when the training was created (``refund.grouping``)."""
 MANIFEST_NAME = "manifest.json"
@@ -184,7 +187,8 @@ def check_dataset_size(path: Path, bound: int) -> None:
             "send a smaller dataset, or split it into trainings of their own", file=str(path))
 
 
-__all__ = ["TrainingRequest", "TrainingState", "TrainingStore", "TrainingView", "WorkspaceArea", "disk_room"]
+__all__ = ["TrainingRequest", "TrainingState", "TrainingStore", "TrainingView", "WorkspaceArea", "disk_room",
+           "sweep_stale_uploads"]
 
 SUBMISSION_SOURCE = "the request's predictions"
 """How messages name a posted body's predictions (row N is ``predictions[N-1]``)."""
@@ -248,6 +252,47 @@ def check_name(name: str, what: str = "file name") -> str:
             repr(name[:80]), f"rename the {what}",
         )
     return name
+
+
+def sweep_stale_uploads(home: Path, *, now: float | None = None) -> int:
+    """Remove the staged uploads of every workspace under ``home`` that are older than
+    :data:`STALE_UPLOAD_S` (files a server killed mid-upload left in
+    ``<home>/workspaces/<workspace>/.uploads``); the number removed. An upload in progress
+    writes its file at least once a mebibyte, so it is never a day old. ``typestrict api`` runs
+    this as it starts and every :data:`STALE_SWEEP_S`, so a workspace that never uploads again
+    keeps no such file for longer than a day and an hour.
+
+    >>> import tempfile
+    >>> home = Path(tempfile.mkdtemp())
+    >>> staged = home / "workspaces" / "acme" / UPLOAD_STAGING
+    >>> staged.mkdir(parents=True)
+    >>> (staged / "old").write_bytes(b"x") and os.utime(staged / "old", (0, 0))
+    >>> (staged / "new").write_bytes(b"x") and None
+    >>> sweep_stale_uploads(home), sorted(p.name for p in staged.iterdir())
+    (1, ['new'])
+    """
+    at = time.time() if now is None else now
+    removed = 0
+    with contextlib.suppress(OSError):
+        for workspace in os.scandir(Path(home) / "workspaces"):
+            with contextlib.suppress(OSError):
+                if workspace.is_dir(follow_symlinks=False):
+                    removed += _sweep_staged(Path(workspace.path) / UPLOAD_STAGING, at)
+    return removed
+
+
+def _sweep_staged(folder: Path, now: float) -> int:
+    """Remove the files of ``folder`` last written more than :data:`STALE_UPLOAD_S` before
+    ``now``; the number removed (a missing folder, or a file another sweep took first, is
+    nothing to do)."""
+    removed = 0
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            with contextlib.suppress(OSError):
+                if now - entry.stat(follow_symlinks=False).st_mtime > STALE_UPLOAD_S:
+                    os.unlink(entry.path)
+                    removed += 1
+    return removed
 
 
 @dataclass(frozen=True)
@@ -827,14 +872,10 @@ class TrainingStore:
         """The folder an upload of the workspace is written to before it is checked and moved in
         place (``<home>/workspaces/<workspace>/.uploads``: on the home's file system, outside the
         folders its storage quota counts). A file left there by a server killed mid-upload is
-        removed by the workspace's next upload once it is a day old."""
+        removed once it is a day old: by the workspace's next upload, or by the running server's
+        hourly :func:`sweep_stale_uploads`, whichever comes first."""
         folder = self.area(workspace_id).root.parent / UPLOAD_STAGING
-        now = time.time()
-        with contextlib.suppress(OSError):
-            for entry in os.scandir(folder):
-                with contextlib.suppress(OSError):
-                    if now - entry.stat(follow_symlinks=False).st_mtime > STALE_UPLOAD_S:
-                        os.unlink(entry.path)
+        _sweep_staged(folder, time.time())
         return folder
 
     def submit(self, workspace_id: str, training_id: str, predictions_jsonl: bytes,
