@@ -22,7 +22,12 @@ from typing import Any
 import dagster as dg
 
 from resources.failures import failure
-from typestrict_pipeline.backtest.service import ModelSetup, endpoint_models, standin_models
+from typestrict_pipeline.backtest.service import (
+    RUN_ENDPOINT_ADVICE,
+    ModelSetup,
+    endpoint_models,
+    standin_models,
+)
 from typestrict_pipeline.backtest.workflow import Workflow
 
 
@@ -90,7 +95,8 @@ class BacktestModelsResource(BacktestModels):
     def _open(self, workflow: Workflow) -> Iterator[ModelSetup]:
         url = os.environ.get("TYPESTRICT_BACKTEST_MODEL_URL")
         if not url:
-            with standin_models(workflow, latency_s=self.standin_latency_s) as setup:
+            with standin_models(workflow, latency_s=self.standin_latency_s,
+                                endpoint_advice=RUN_ENDPOINT_ADVICE) as setup:
                 yield setup
             return
         missing = [v for v in ("TYPESTRICT_BACKTEST_MODEL", "TYPESTRICT_BACKTEST_PRICE_IN",

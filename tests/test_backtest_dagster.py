@@ -155,6 +155,27 @@ def test_the_default_models_resource_uses_the_stand_in_without_an_endpoint(
         pass
 
 
+def test_a_workflow_without_a_stand_in_says_what_to_do_where_its_models_are_chosen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The CLI chooses a backtest's models with --model-url; a run Dagster starts (the launchpad,
+    # the API) takes them from the code location's environment, where no flag exists to pass.
+    import dataclasses
+
+    from typestrict_pipeline.backtest.service import standin_models
+    from typestrict_pipeline.backtest.workflows.weather import WEATHER
+    from typestrict_pipeline.errors import InputError
+
+    monkeypatch.delenv("TYPESTRICT_BACKTEST_MODEL_URL", raising=False)
+    unstood = dataclasses.replace(WEATHER, name="no_stand_in")
+    with pytest.raises(InputError, match="Pass --model-url for a real"), standin_models(unstood):
+        pass
+    with pytest.raises(InputError) as raised, BacktestModelsResource().open(unstood):
+        pass
+    said = str(raised.value)
+    assert "TYPESTRICT_BACKTEST_MODEL_URL" in said and "--model-url" not in said, said
+
+
 def test_usage_asset_alone(tmp_path: Path) -> None:
     result = dg.materialize([backtest_usage], resources={
         "store": StoreResource(url=f"sqlite:///{tmp_path / 's.db'}")})

@@ -41,8 +41,11 @@ from typestrict_pipeline.backtest.workflows import default_registry
 from typestrict_pipeline.errors import InputError, NotFoundError
 
 __all__ = [
+    "CLI_ENDPOINT_ADVICE",
     "CLI_VERSION",
     "CUSTOMER_VERSION",
+    "RUN_ENDPOINT_ADVICE",
+    "STUDY_ENDPOINT_ADVICE",
     "ModelSetup",
     "VersionWords",
     "active_workflow",
@@ -84,9 +87,28 @@ def _standin_answers() -> dict[str, tuple[Callable[[Any], Any], str, PriceTable]
     return {weather.WEATHER.name: (weather.standin_answer, weather.DEMO_MODEL, weather.DEMO_PRICES)}
 
 
+CLI_ENDPOINT_ADVICE = "pass --model-url for a real OpenAI-compatible endpoint"
+"""What to do about a workflow with no stand-in, where the CLI chooses the models."""
+RUN_ENDPOINT_ADVICE = ("the operator sets TYPESTRICT_BACKTEST_MODEL_URL (with TYPESTRICT_BACKTEST_MODEL, "
+                       "TYPESTRICT_BACKTEST_PRICE_IN and TYPESTRICT_BACKTEST_PRICE_OUT) in the code "
+                       "location's environment for a real OpenAI-compatible endpoint")
+"""The same, for a run Dagster starts (its models come from the code location's environment:
+``resources.backtests.BacktestModelsResource``)."""
+STUDY_ENDPOINT_ADVICE = ("a study runs its workflow on the workflow's stand-in model: choose a workflow "
+                         "that has one, or backtest this one on a real endpoint "
+                         "(typestrict backtest run --model-url)")
+"""The same, for a study (its candidates run on the stand-in: no door of a study takes an endpoint)."""
+
+
 @contextlib.contextmanager
-def standin_models(workflow: Workflow, *, latency_s: float = 0.02) -> Iterator[ModelSetup]:
+def standin_models(workflow: Workflow, *, latency_s: float = 0.02,
+                   endpoint_advice: str = CLI_ENDPOINT_ADVICE) -> Iterator[ModelSetup]:
     """A stand-in server for ``workflow``'s models for the duration of the block.
+
+    ``endpoint_advice`` is what the refusal tells the reader to do instead, in the words of
+    where the models are chosen: the CLI's flag (:data:`CLI_ENDPOINT_ADVICE`) or, for a run
+    Dagster starts (the UI's launchpad, the API's backtests and studies), the code location's
+    environment (:data:`RUN_ENDPOINT_ADVICE`).
 
     Raises:
         InputError: the workflow has no stand-in answer function.
@@ -101,7 +123,7 @@ def standin_models(workflow: Workflow, *, latency_s: float = 0.02) -> Iterator[M
     if workflow.name not in answers:
         raise InputError(f"a stand-in answer function for workflow {workflow.name!r}",
                          f"none (stand-ins exist for {', '.join(sorted(answers))})",
-                         "pass --model-url for a real OpenAI-compatible endpoint")
+                         endpoint_advice)
     answer, model, prices = answers[workflow.name]
     with StandinServer(answer, latency_s=latency_s, model_name=model) as server:
         client = OpenAICompatibleClient(server.base_url, model, max_attempts=3, backoff_base_s=0.05)

@@ -35,7 +35,11 @@ def registered_workflow(
 
     Without ``base_url`` the workflow's stand-in model server answers (``latency_s`` per call).
     """
-    from typestrict_pipeline.backtest.service import endpoint_models, standin_models
+    from typestrict_pipeline.backtest.service import (
+        STUDY_ENDPOINT_ADVICE,
+        endpoint_models,
+        standin_models,
+    )
     from typestrict_pipeline.backtest.workflow import check_columns
     from typestrict_pipeline.backtest.workflows import default_registry, load_dataset
 
@@ -45,7 +49,8 @@ def registered_workflow(
     check_columns(wf, data)  # before a study is stored on data its workflow cannot read
     with _LOCK:
         if base_url is None:
-            models = _STACK.enter_context(standin_models(wf, latency_s=latency_s))
+            models = _STACK.enter_context(standin_models(wf, latency_s=latency_s,
+                                                         endpoint_advice=STUDY_ENDPOINT_ADVICE))
         else:
             models = _STACK.enter_context(endpoint_models(
                 wf, base_url=base_url, model=model or "model",
