@@ -254,13 +254,14 @@ def check_name(name: str, what: str = "file name") -> str:
     return name
 
 
-def sweep_stale_uploads(home: Path, *, now: float | None = None) -> int:
+def sweep_stale_uploads(home: Path) -> int:
     """Remove the staged uploads of every workspace under ``home`` that are older than
     :data:`STALE_UPLOAD_S` (files a server killed mid-upload left in
     ``<home>/workspaces/<workspace>/.uploads``); the number removed. An upload in progress
-    writes its file at least once a mebibyte, so it is never a day old. ``typestrict api`` runs
-    this as it starts and every :data:`STALE_SWEEP_S`, so a workspace that never uploads again
-    keeps no such file for longer than a day and an hour.
+    writes its file at least once a mebibyte, so it is never a day old. The API server
+    (:func:`~typestrict_pipeline.api.app.create_app`) runs this as it starts and every
+    :data:`STALE_SWEEP_S`, so a workspace that never uploads again keeps no such file for longer
+    than a day and an hour.
 
     >>> import tempfile
     >>> home = Path(tempfile.mkdtemp())
@@ -271,7 +272,7 @@ def sweep_stale_uploads(home: Path, *, now: float | None = None) -> int:
     >>> sweep_stale_uploads(home), sorted(p.name for p in staged.iterdir())
     (1, ['new'])
     """
-    at = time.time() if now is None else now
+    at = time.time()
     removed = 0
     with contextlib.suppress(OSError):
         for workspace in os.scandir(Path(home) / "workspaces"):

@@ -106,9 +106,10 @@ def standin_models(workflow: Workflow, *, latency_s: float = 0.02,
     """A stand-in server for ``workflow``'s models for the duration of the block.
 
     ``endpoint_advice`` is what the refusal tells the reader to do instead, in the words of
-    where the models are chosen: the CLI's flag (:data:`CLI_ENDPOINT_ADVICE`) or, for a run
-    Dagster starts (the UI's launchpad, the API's backtests and studies), the code location's
-    environment (:data:`RUN_ENDPOINT_ADVICE`).
+    where the models are chosen: the CLI's flag (:data:`CLI_ENDPOINT_ADVICE`), the code
+    location's environment for a backtest Dagster starts (the UI's launchpad, the API:
+    :data:`RUN_ENDPOINT_ADVICE`), or a workflow with a stand-in for a study
+    (:data:`STUDY_ENDPOINT_ADVICE`).
 
     Raises:
         InputError: the workflow has no stand-in answer function.
