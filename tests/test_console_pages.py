@@ -666,8 +666,8 @@ def test_the_backtests_page_reaches_every_run_card_and_study(app: tuple[object, 
     ("GET", "/console/nope", 404, "expected a page of the console, got '/console/nope'."),
     ("GET", "/console/trainings/a/b/c", 404, "expected a page of the console, got '/console/trainings/a/b/c'."),
     ("GET", "/console/static/nope.css", 404, "expected a page of the console, got '/console/static/nope.css'."),
-    ("DELETE", "/console/trainings", 405, "expected another method for '/console/trainings', got DELETE."),
-    ("POST", "/console/trainings/new", 405, "expected another method for '/console/trainings/new', got POST."),
+    ("DELETE", "/console/trainings", 405, "expected one of GET, HEAD, POST for '/console/trainings', got DELETE."),
+    ("POST", "/console/trainings/new", 405, "expected one of GET, HEAD for '/console/trainings/new', got POST."),
 ])
 def test_an_address_that_is_no_console_page_gets_the_consoles_page_saying_so(
         app: tuple[object, str, str], method: str, url: str, status: int, said: str) -> None:

@@ -263,7 +263,36 @@ class HeadMiddleware:
                 message = {"type": "http.response.body", "body": b"", "more_body": False}
             await send(message)
 
-        await self.app({**scope, "method": "GET"}, receive, headers_only)
+        await self.app({**scope, "method": "GET", HEAD_ASKED: True}, receive, headers_only)
+
+
+ROUTE_METHODS = ("DELETE", "GET", "PATCH", "POST", "PUT")
+"""The methods the application's routes are declared with (``HEAD`` is :class:`HeadMiddleware`'s)."""
+
+HEAD_ASKED = "typestrict.head"
+"""The scope key :class:`HeadMiddleware` sets on the ``GET`` a ``HEAD`` stands for, so that an
+answer naming the request's method (the ``405``) names the one the client sent."""
+
+
+def sent_method(request: Request) -> str:
+    """The method the client sent (``HEAD`` where :class:`HeadMiddleware` asked ``GET`` for it)."""
+    return "HEAD" if request.scope.get(HEAD_ASKED) else request.method
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route of the application takes at the request's path, sorted, with
+    ``HEAD`` wherever ``GET`` is (:class:`HeadMiddleware`): the ``Allow`` of a ``405`` (RFC 9110
+    §15.5.6). Starlette's ``Allow`` named the methods of the first route of that path only
+    (``POST`` on ``/v1/trainings``, which ``GET`` lists; ``PUT`` on ``/v1/files/{name}``, which
+    ``DELETE`` removes)."""
+    from starlette.routing import Match, Mount
+
+    routes = [route for route in getattr(request.app.router, "routes", ()) if not isinstance(route, Mount)]
+    methods = {method for method in ROUTE_METHODS  # asked per method: routers nest (FastAPI's own)
+               if any(route.matches({**request.scope, "method": method})[0] is Match.FULL for route in routes)}
+    if "GET" in methods:
+        methods.add("HEAD")
+    return sorted(methods)
 
 
 def _declares_head(scope: Scope) -> bool:
@@ -311,6 +340,17 @@ def _error_response(status: int, code: str, message: str,
     return JSONResponse(error_body(code, message), status_code=status, headers=dict(headers or {}))
 
 
+def one_of(methods: list[str]) -> str:
+    """The methods a path takes, as a ``405`` says them.
+
+    >>> one_of(["GET", "HEAD", "POST"]), one_of(["POST"]), one_of([])
+    ('one of GET, HEAD, POST', 'POST', 'another method')
+    """
+    if not methods:
+        return "another method"
+    return methods[0] if len(methods) == 1 else f"one of {', '.join(methods)}"
+
+
 def _install_handlers(app: FastAPI) -> None:
     @app.exception_handler(TypeStrictError)
     async def _ours(request: Request, exc: TypeStrictError) -> JSONResponse:
@@ -326,15 +366,21 @@ def _install_handlers(app: FastAPI) -> None:
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
         from typestrict_pipeline.console.web import is_console_path, not_a_page
 
+        headers = dict(exc.headers or {})
+        allowed: list[str] = []
+        if exc.status_code == 405:  # every method of the path, not the first route's only
+            allowed = allowed_methods(request) or [m.strip() for m in headers.get("Allow", "").split(",") if m.strip()]
+            if allowed:
+                headers["Allow"] = ", ".join(allowed)
         if exc.status_code in (404, 405) and is_console_path(request.url.path):  # a person's browser
-            return not_a_page(request, exc.status_code, exc.headers)
+            return not_a_page(request, exc.status_code, headers)
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         message = {
             404: f"expected a route of the API, got {request.url.path[:200]!r}. See /v1/openapi.json",
-            405: f"expected another method for {request.url.path[:200]!r}, got {request.method}. "
+            405: f"expected {one_of(allowed)} for {request.url.path[:200]!r}, got {sent_method(request)[:20]}. "
                  "See /v1/openapi.json",
         }.get(exc.status_code, str(exc.detail))
-        return _error_response(exc.status_code, code, message, exc.headers)
+        return _error_response(exc.status_code, code, message, headers)
 
     @app.exception_handler(ClientDisconnect)
     async def _gone(request: Request, exc: ClientDisconnect) -> JSONResponse:

@@ -378,10 +378,13 @@ def not_a_page(request: Request, status: int = 404, headers: Mapping[str, str] |
     """The page of a console address that is none of its pages (404), or a method its page does
     not take (405, with its ``Allow``): what to do is to use the console's links, never to read
     the API's schema."""
+    from typestrict_pipeline.api.app import one_of, sent_method
+
     path = request.url.path[:200]
     if status == 405:
-        return error_page(request, 405, "Not allowed", f"expected another method for {path!r}, got "
-                          f"{request.method[:20]}. {LINKS_FIX}", headers)
+        allowed = [m.strip() for m in (headers or {}).get("Allow", "").split(",") if m.strip()]
+        return error_page(request, 405, "Not allowed", f"expected {one_of(allowed)} for "
+                          f"{path!r}, got {sent_method(request)[:20]}. {LINKS_FIX}", headers)
     return error_page(request, 404, "Not found", f"expected a page of the console, got {path!r}. {LINKS_FIX}",
                       headers)
 
