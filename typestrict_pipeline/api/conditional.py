@@ -173,6 +173,12 @@ class _KeptFileResponse(FileResponse):
         whole file is served."""
         headers = Headers(scope=scope)
         value, if_range = headers.get("range"), headers.get("if-range")
+        if len(headers.getlist("range")) > 1 and self.status_code == 200:  # the first was served
+            shown = ", ".join(repr(v[:40]) for v in headers.getlist("range")[:3])
+            return JSONResponse(error_body("invalid_range", (
+                f"expected one Range header, got {len(headers.getlist('range'))} ({shown}). Send the "
+                "ranges in one header ('bytes=0-99,200-299'), or none to get the whole file")),
+                status_code=400)
         if (value is None or self.status_code != 200 or scope.get("method") not in ("GET", "HEAD")
                 or (if_range is not None and not self._should_use_range(if_range))):
             return scope

@@ -73,15 +73,21 @@ def foreign_charset(value: str | None) -> str | None:
     >>> foreign_charset("application/json; charset=utf-16"), foreign_charset("application/json; charset=UTF-8")
     ('utf-16', None)
     >>> foreign_charset("application/json")
+
+    Every ``charset`` parameter counts, not the first only: ``charset=utf-8;charset=latin-1`` is
+    not UTF-8 (which one the client meant is ambiguous).
+
+    >>> foreign_charset("application/json; charset=utf-8; charset=latin-1")
+    'latin-1'
     """
     if not value:
         return None
     message = email.message.Message()
     message["content-type"] = value
-    charset = message.get_param("charset")
-    if not isinstance(charset, str) or charset.strip().lower() in ("utf-8", "utf8"):
-        return None
-    return charset.strip()
+    for name, charset in message.get_params(failobj=[])[1:]:
+        if name.strip().lower() == "charset" and charset.strip().strip('"').lower() not in ("utf-8", "utf8"):
+            return charset.strip()
+    return None
 
 
 def decode_body(body: bytes) -> Any:
@@ -233,6 +239,25 @@ def _decoders(request: Request) -> anyio.CapacityLimiter:
     return limiter
 
 
+def _check_json_type(content_type: str | None) -> None:
+    """Refuse (``415``) a body whose ``Content-Type`` is not JSON, or not UTF-8."""
+    if not is_json_media_type(content_type):
+        raise _unsupported(content_type)
+    charset = foreign_charset(content_type)
+    if charset is not None:
+        raise _foreign_charset(charset)
+
+
+def _declares_body(request: Request) -> bool:
+    """Whether the request's head announces a body (a ``Content-Length`` other than 0, or a
+    chunked one): its media type is then checked before one byte of it is read, so a body the
+    route would refuse (``text/plain``, ``charset=latin-1``) is neither waited for (up to the
+    body deadline), nor held (up to 16 MiB), nor asked for with ``100 Continue``. A request
+    without a body keeps its own answer (the schema's "expected a value")."""
+    length = request.headers.get("content-length")
+    return (length is not None and length.strip().strip("0") != "") or "transfer-encoding" in request.headers
+
+
 async def _decode_json(request: Request) -> None:
     """The request's JSON body checked and decoded (in a worker thread) for FastAPI to read."""
     check_content_coding(request)
@@ -243,14 +268,12 @@ async def _decode_json(request: Request) -> None:
                        f"({', '.join(repr(v[:40]) for v in sent[:3])}). Send the body as JSON with "
                        "one 'Content-Type: application/json' header")
     content_type = sent[0] if sent else None
+    if _declares_body(request):  # refused on its headers: none of its body is read (or asked for)
+        _check_json_type(content_type)
     body = await request.body()
     if not body:
         return
-    if not is_json_media_type(content_type):
-        raise _unsupported(content_type)
-    charset = foreign_charset(content_type)
-    if charset is not None:
-        raise _foreign_charset(charset)
+    _check_json_type(content_type)
     try:
         if len(body) <= INLINE_DECODE_BYTES:
             request._json = decode_body(body)
