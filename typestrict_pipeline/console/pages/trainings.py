@@ -327,10 +327,25 @@ def _base_name_of(name: str) -> str:
     return name.rsplit("/", 1)[-1].rsplit("\\", 1)[-1]
 
 
+def _one_file(form: FormData, field: str, what: str, fix: str, where: str) -> UploadFile | None:
+    """The one file the form sent as ``field`` (a part with a file name: a browser sends an
+    unnamed empty part for a file input left empty), if any.
+
+    Raises:
+        InputError: two files or more: which one was meant is ambiguous (the first was used and
+            the others dropped unsaid, as a repeated text field was read as its last value).
+    """
+    files = [item for item in form.getlist(field) if isinstance(item, UploadFile) and item.filename]
+    if len(files) > 1:
+        names = ", ".join(repr(_base_name(item)[:60]) for item in files[:3])
+        raise InputError(f"one {what}", f"{len(files)} files ({names}{', ...' if len(files) > 3 else ''})",
+                         fix, file=where)
+    return files[0] if files else None
+
+
 def _dataset_file(form: FormData) -> UploadFile | None:
-    """The dataset file the form sent (``dataset_file``, the first one with a name), if any."""
-    return next((item for item in form.getlist("dataset_file") if isinstance(item, UploadFile) and item.filename),
-                None)
+    """The dataset file the form sent (``dataset_file``), if any; two are refused."""
+    return _one_file(form, "dataset_file", "dataset file", "choose one file in step 1", form_field("dataset"))
 
 
 def _upload(form: FormData, staged: StagedFile | None) -> tuple[str, StagedFile] | None:
@@ -520,6 +535,10 @@ def _trained_on_box(form: FormData) -> str | None:
                     "reload the page, tick or clear the box and send the form again")
 
 
+PREDICTIONS_FIELD = 'Upload the predictions, "Predictions file (JSON Lines)"'
+"""The predictions form's file field, as its refusals name it."""
+
+
 @router.post("/trainings/{training_id}/predictions")
 async def post_predictions(training_id: TrainingId, request: Request, session: Posted) -> Response:
     """The model's files (optional) and its predictions file: the same reader and checks as
@@ -527,10 +546,22 @@ async def post_predictions(training_id: TrainingId, request: Request, session: P
     work (the predictions checked against the split, the files written, the workspace's storage
     lock waited for) runs in the threadpool, so the server answers other requests meanwhile."""
     form = await read_form(request)
-    predictions = [item for item in form.getlist("predictions") if isinstance(item, UploadFile) and item.filename]
+    try:
+        predictions = _one_file(form, "predictions", "predictions file", "choose the one file your model wrote",
+                                PREDICTIONS_FIELD)
+    except InputError as exc:
+        return await run_in_threadpool(_refused_predictions, training_id, request, session, exc)
     model_files = await _read_files(form, "model_files")
     return await run_in_threadpool(_post_predictions, training_id, request, session, form,
-                                   predictions[0] if predictions else None, model_files)
+                                   predictions, model_files)
+
+
+def _refused_predictions(training_id: str, request: Request, session: ConsoleSession,
+                         exc: TypeStrictError) -> Response:
+    """The training's page with the predictions form's refusal (nothing was read or stored)."""
+    from typestrict_pipeline.api.errors import status_for
+
+    return _training_page(request, session, training_id, str(exc), status_for(exc)[0])
 
 
 def _read_predictions(upload: UploadFile, source: str, fix: str) -> bytes:
@@ -553,8 +584,7 @@ def _post_predictions(training_id: str, request: Request, session: ConsoleSessio
     try:
         if predictions is None:
             raise InputError("a predictions file (JSON Lines, one row per example and decision)",
-                             "no file", "choose the file your model wrote",
-                             file='Upload the predictions, "Predictions file (JSON Lines)"')
+                             "no file", "choose the file your model wrote", file=PREDICTIONS_FIELD)
         name = predictions.filename or ""
         data = _read_predictions(predictions, f"your file {_base_name_of(name)!r}",
                                  _trainings(request).past_row_bound(training_id))
