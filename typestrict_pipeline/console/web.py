@@ -177,6 +177,13 @@ BOX_FIELDS = frozenset({"rerun", "keep_if_loses", "trained_on", "enabled"})
 digest box), which refuses one sent twice in the box's own words."""
 
 
+SECRET_FIELDS = frozenset({"key", "csrf_token"})
+"""The fields whose values a refusal never shows: the sign-in form's workspace key (never shown
+again once made: a repeated ``key`` field's refusal showed 40 characters of each, 19 of them the
+secret's) and a CSRF token."""
+NOT_SHOWN = "(not shown)"
+
+
 def _repeated_field(form: FormData) -> str | None:
     """What is wrong when a form sends a text field more than once, else None: the last one was
     read (``budget_usd=1&budget_usd=1000000`` set a $1,000,000 budget), where the API refuses a
@@ -185,6 +192,8 @@ def _repeated_field(form: FormData) -> str | None:
 
     >>> _repeated_field(FormData([("budget_usd", "1"), ("budget_usd", "1000000")]))
     "budget_usd: expected it once (a repeated field is ambiguous), got ['1', '1000000']. Correct the field and submit the form again."
+    >>> _repeated_field(FormData([("key", "tsk_0123456789abcdef_secret"), ("key", "tsk_x")]))
+    "key: expected it once (a repeated field is ambiguous), got ['(not shown)', '(not shown)']. Correct the field and submit the form again."
     >>> _repeated_field(FormData([("a", "1"), ("b", "1")])) is None
     True
     """
@@ -195,7 +204,8 @@ def _repeated_field(form: FormData) -> str | None:
         if name in BOX_FIELDS:
             continue  # :func:`form_box` refuses a box sent twice, naming the box as the page does
         if len(values) > 1 and any(isinstance(v, str) for v in values):
-            shown = [v[:40] if isinstance(v, str) else "a file" for v in values[:5]]
+            shown = [NOT_SHOWN if name in SECRET_FIELDS else v[:40] if isinstance(v, str) else "a file"
+                     for v in values[:5]]
             return validation_message([{"loc": ("body", name), "input": shown,
                                         "msg": "It once (a repeated field is ambiguous)"}], fix=FORM_FIX)
     return None
