@@ -15,6 +15,7 @@ API's protocol):
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ MODEL = "tr_headers"
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[ApiServer, str]:
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ApiServer, str]]:
     tmp: Path = tmp_path_factory.mktemp("headers")
     url, key, _ = settled_model(tmp, MODEL, seed=5, keep_if_loses=True, weights=b"w" * 100)
     with ApiServer(url, tmp / "home", rate_limit=None) as server:

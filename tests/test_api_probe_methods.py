@@ -10,6 +10,7 @@ Probed on a real server (uvicorn, the API's protocol)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ MODEL = "tr_methods"
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[ApiServer, str]:
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ApiServer, str]]:
     tmp: Path = tmp_path_factory.mktemp("methods")
     url, key, _ = settled_model(tmp, MODEL, seed=3, keep_if_loses=True)
     with ApiServer(url, tmp / "home", rate_limit=None) as server:
