@@ -27,7 +27,7 @@ def test_refused_sign_ins_are_limited_per_address_with_the_apis_refused_keys(tmp
     loop = asyncio.new_event_loop()
     lifespan = app.router.lifespan_context(app)
     loop.run_until_complete(lifespan.__aenter__())
-    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app),  # type: ignore[arg-type]
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                base_url="http://console.test", follow_redirects=False)
     try:
         form = loop.run_until_complete(client.get("/console/sign-in")).text
