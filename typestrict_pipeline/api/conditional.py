@@ -67,6 +67,24 @@ def etag_matches(if_none_match: str | None, etag: str) -> bool:
     return "*" in tags or etag in tags
 
 
+def if_none_match(headers: Headers | list[tuple[bytes, bytes]]) -> str | None:
+    """A request's ``If-None-Match``, every header line of it: the field is a list, and several
+    lines are one list (RFC 9110 §5.3), so ``"x"`` then the file's ETag on two lines names the
+    file (it was a ``200``: the first line only was read by the routes, the last by the known
+    audit's fast path). None when none was sent.
+
+    >>> if_none_match([(b"if-none-match", b'"x"'), (b"accept", b"*/*"), (b"if-none-match", b'"ab"')])
+    '"x", "ab"'
+    >>> if_none_match([]) is None
+    True
+    """
+    if isinstance(headers, Headers):
+        values = headers.getlist("if-none-match")
+    else:
+        values = [value.decode("latin-1") for name, value in headers if name == b"if-none-match"]
+    return ", ".join(values) if values else None
+
+
 def file_sha256(path: Path, stat: os.stat_result) -> str:
     """The SHA-256 of the file at ``path`` whose ``os.stat`` is ``stat``: read once per
     ``(path, size, mtime_ns)``, then kept (it reads the file: call it off the event loop)."""
@@ -218,4 +236,4 @@ def serve_file(path: Path, *, if_none_match: str | None, media_type: str, cache_
 
 
 __all__ = ["MAX_DIGESTS", "MAX_KEPT_BYTES", "MAX_KEPT_FILE", "PRIVATE", "PUBLIC", "etag_matches",
-           "file_sha256", "kept_bytes", "read_kept", "serve_file"]
+           "file_sha256", "if_none_match", "kept_bytes", "read_kept", "serve_file"]

@@ -18,7 +18,13 @@ from fastapi.security import HTTPAuthorizationCredentials
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from typestrict_pipeline.api.app import ApiContext
-from typestrict_pipeline.api.conditional import PRIVATE, etag_matches, kept_bytes, serve_file
+from typestrict_pipeline.api.conditional import (
+    PRIVATE,
+    etag_matches,
+    if_none_match,
+    kept_bytes,
+    serve_file,
+)
 from typestrict_pipeline.api.deps import Ctx, Workspace, _bearer, get_ctx, get_workspace
 from typestrict_pipeline.api.edge import PathId, api_router
 from typestrict_pipeline.api.errors import ApiError
@@ -223,7 +229,7 @@ async def get_audit(
         info, found = await run_in_threadpool(_audit_lookup, request, credentials, model_id)
         assert found is not None
         path, stat = found, os.stat(found)
-    return _audit_response(model_id, sha, path, stat, request.headers.get("if-none-match"))
+    return _audit_response(model_id, sha, path, stat, if_none_match(request.headers))
 
 
 def _audit_response(model_id: str, sha: str, path: FsPath, stat: os.stat_result,
@@ -316,14 +322,12 @@ def _known_answer(scope: Scope, model_id: str) -> tuple[int, RawHeaders, bytes] 
     ctx: ApiContext | None = getattr(getattr(scope.get("app"), "state", None), "ctx", None)
     if ctx is None:
         return None
-    authorization = if_none_match = None
+    authorization = None
     for name, value in scope["headers"]:
         if name == b"authorization":
             if authorization is not None:
                 return None  # two: the route's 401 (api.deps.get_workspace)
             authorization = value
-        elif name == b"if-none-match":
-            if_none_match = value
         elif name == b"range":
             return None
     if authorization is None or scope.get("query_string"):  # a query: the route's to check
@@ -358,7 +362,7 @@ def _known_answer(scope: Scope, model_id: str) -> tuple[int, RawHeaders, bytes] 
             _PREBUILT.move_to_end(key)
             while len(_PREBUILT) > _MAX_KNOWN:
                 _PREBUILT.popitem(last=False)
-    if if_none_match is not None and etag_matches(if_none_match.decode("latin-1"), f'"{sha}"'):
+    if etag_matches(if_none_match(scope["headers"]), f'"{sha}"'):  # every line of it
         return 304, prebuilt[2], b""
     body = kept_bytes(path, stat, sha)
     if body is None:
@@ -427,7 +431,7 @@ def get_model_file(model_id: ModelId, name: FileName, request: Request, ctx: Ctx
     if not path.is_relative_to(root) or not path.is_file():
         raise ApiError(404, "not_found", f"expected a file {name!r} of model {model_id!r}, got none. "
                        f"List them with /v1/models/{model_id}/files")
-    return serve_file(path, if_none_match=request.headers.get("if-none-match"),
+    return serve_file(path, if_none_match=if_none_match(request.headers),
                       media_type="application/octet-stream", cache_control=PRIVATE, filename=name)
 
 
