@@ -476,8 +476,15 @@ class GroupingScan:
                 "warnings": [w.as_dict() for w in self.warnings]}
 
 
-def _head(path: Path, fmt: DatasetFormat, rows: int) -> dict[str, Any]:
-    """Every column of the file's first ``rows`` rows."""
+_HEAD_BATCH = 1024
+"""CSV rows read at a time for the sample: the cells of the columns looked at for repeats are
+Python strings only this many rows at a time, then Arrow."""
+
+
+def _head(path: Path, fmt: DatasetFormat, rows: int, keep: Collection[str] = ()) -> dict[str, Any]:
+    """The file's first ``rows`` rows: every column (a CSV: the first :data:`MAX_COLUMNS`, the
+    ones :func:`detect_undeclared_groups` looks at, and ``keep``, as lists; the others as
+    Arrow string arrays, the column :func:`_as_array` makes of the list)."""
     from typestrict_pipeline.refund.table import PARQUET_PRE_BUFFER, iter_column_batches
 
     if fmt is DatasetFormat.PARQUET:
@@ -501,9 +508,33 @@ def _head(path: Path, fmt: DatasetFormat, rows: int) -> dict[str, Any]:
     names: list[str] = []
     for _ in iter_column_batches(path, fmt, (), names_out=names, batch_rows=1):
         break  # a CSV's header is read with its first row
-    for batch in iter_column_batches(path, fmt, names, batch_rows=rows, batch_chars=0):  # the whole sample
-        return dict(batch.cells)
-    return {n: [] for n in names}
+    # Only the columns looked at (a file of 500 or 10,000 columns: 256 of them), and never the
+    # whole sample of them as Python strings: 40,000 rows of 500 columns took 1.9 GB to hold.
+    wanted = list(dict.fromkeys([*names[:MAX_COLUMNS], *(c for c in keep if c in names)]))
+    lists: dict[str, list[Any]] = {c: [] for c in wanted if c in keep}
+    chunks: dict[str, list[pa.Array]] = {c: [] for c in wanted if c not in keep}
+    for batch in iter_column_batches(path, fmt, wanted, batch_rows=min(rows, _HEAD_BATCH),
+                                     batch_chars=0):
+        take = min(batch.length, rows - batch.start)
+        for name, cells in batch.cells.items():
+            part = list(cells[:take])
+            if name in lists:
+                lists[name].extend(part)
+            else:
+                chunks[name].append(_as_array(part))
+        if batch.start + take >= rows:
+            break
+    out: dict[str, Any] = {}
+    for name in wanted:
+        if name in lists:
+            out[name] = lists[name]
+            continue
+        parts = chunks[name]
+        try:
+            out[name] = pa.concat_arrays(parts) if parts else []
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowCapacityError):  # past 2 GiB, or types that differ
+            out[name] = _as_array([v for part in parts for v in part.to_pylist()])
+    return out
 
 
 def scan_dataset(manifest: TrainingManifest, *, sample_rows: int = SAMPLE_ROWS) -> GroupingScan:
@@ -516,7 +547,8 @@ def scan_dataset(manifest: TrainingManifest, *, sample_rows: int = SAMPLE_ROWS) 
     skip = {cols.id} | ({cols.review_label} if cols.review_label else set())
     for d in manifest.decisions:
         skip |= {c for c in (d.answer_column, d.options_column, d.review_column) if c}
-    head = _head(manifest.dataset.path, manifest.dataset.format, sample_rows)
+    keep = {cols.text} | ({cols.group} if cols.group else set())
+    head = _head(manifest.dataset.path, manifest.dataset.format, sample_rows, keep)
     n = max((len(v) for v in head.values()), default=0)
     warnings = detect_undeclared_groups(head, text=cols.text, skip=skip, group=cols.group)
     return GroupingScan(cols.group, n, warnings)
