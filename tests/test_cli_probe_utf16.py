@@ -16,7 +16,7 @@ from typestrict_pipeline.cli import main
 WEATHER = ("event_time,known_time,precipitation,temp_max,temp_min,wind,weather\n"
            "2015-01-01T00:00:00Z,2015-01-02T00:00:00Z,0.0,12.8,5.0,4.7,sun\n")
 REVIEWS = "id,text,sentiment\n" + "".join(f"r{i},text {i},{'fresh' if i % 2 else 'rotten'}\n" for i in range(40))
-UTF16 = "got a UTF-16 file (NUL bytes between its letters). Save the file as UTF-8 (CSV UTF-8 in a spreadsheet)."
+UTF16 = "got a UTF-16 file (NUL bytes between its letters). Save the file as UTF-8."
 
 
 def _manifest(folder: Path, data: str) -> Path:

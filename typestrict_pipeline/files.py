@@ -40,7 +40,7 @@ def nul_refusal(head: bytes, nul: int) -> tuple[str, str]:
     halves = len(pairs) >= 4 and ((not odd.strip(b"\x00") and 0 not in even)
                                   or (not even.strip(b"\x00") and 0 not in odd))
     if bom or halves:
-        return "a UTF-16 file (NUL bytes between its letters)", "save the file as UTF-8 (CSV UTF-8 in a spreadsheet)"
+        return "a UTF-16 file (NUL bytes between its letters)", "save the file as UTF-8"
     line = head.count(b"\n", 0, nul) + 1
     return f"a NUL byte on line {line} of the file (a binary or sparse file?)", "check that this is the right file"
 
