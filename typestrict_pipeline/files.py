@@ -21,6 +21,30 @@ from typing import IO, Any
 from typestrict_pipeline.errors import InputError
 
 
+def nul_refusal(head: bytes, nul: int) -> tuple[str, str]:
+    """What a text file whose first bytes ``head`` hold a NUL byte at ``nul`` got, and what to
+    do: a UTF-16 file (a spreadsheet's "Unicode text": its byte order mark, or every other byte
+    NUL) is said to be one, to be saved as UTF-8; anything else may be a binary or sparse file.
+
+    >>> nul_refusal("id,text".encode("utf-16"), 3)[0]
+    'a UTF-16 file (NUL bytes between its letters)'
+    >>> nul_refusal(b"ab" + bytes(1), 2)
+    ('a NUL byte on line 1 of the file (a binary or sparse file?)', 'check that this is the right file')
+    >>> nul_refusal(bytes(4096), 0)[0]  # zeros: a sparse file, not UTF-16
+    'a NUL byte on line 1 of the file (a binary or sparse file?)'
+    """
+    bom = head[:2] in (b"\xff\xfe", b"\xfe\xff")
+    pairs = head[:64]
+    odd, even = pairs[1::2], pairs[0::2]
+    # UTF-16 text of Latin letters: every other byte NUL and none of the others (a file of zeros is not)
+    halves = len(pairs) >= 4 and ((not odd.strip(b"\x00") and 0 not in even)
+                                  or (not even.strip(b"\x00") and 0 not in odd))
+    if bom or halves:
+        return "a UTF-16 file (NUL bytes between its letters)", "save the file as UTF-8"
+    line = head.count(b"\n", 0, nul) + 1
+    return f"a NUL byte on line {line} of the file (a binary or sparse file?)", "check that this is the right file"
+
+
 def special_kind(path: str | os.PathLike[str]) -> str | None:
     """What ``path`` is when it exists but is not a regular file (followed through symlinks).
 
@@ -736,8 +760,8 @@ def read_data_file(
         nul = chunk.find(b"\x00")
         if text and nul >= 0:
             line = start.count(b"\n") + chunk.count(b"\n", 0, nul) + 1
-            raise error(f"{what} of text", f"a NUL byte on line {line} of the file (a binary or sparse file?)",
-                        "check that this is the right file", file=file, row=line - 1 if line > 1 else None)
+            got, fix = nul_refusal(start + chunk, len(start) + nul)
+            raise error(f"{what} of text", got, fix, file=file, row=line - 1 if line > 1 else None)
 
     try:
         opener: Any = open if module is None else importlib.import_module(module).open

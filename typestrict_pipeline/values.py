@@ -837,6 +837,39 @@ def base_url(value: Any, what: str = "--model-url", *,
     return value
 
 
+_HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+
+
+def listen_host(value: Any, what: str = "--host") -> str:
+    """An address a server listens on: an IPv4 or IPv6 address (``0.0.0.0``, ``::1``) or a host
+    name of dot-separated labels of 1 to 63 letters, digits and ``-`` (not first or last), at
+    most 253 characters. A longer or stranger host reached the server's start-up and failed
+    there with a traceback (a label past 63 characters: ``UnicodeError`` from the IDNA codec).
+
+    >>> listen_host("127.0.0.1"), listen_host("::"), listen_host("api.example.com")
+    ('127.0.0.1', '::', 'api.example.com')
+    >>> listen_host("x" * 64)
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected --host as an IP address or a host name (labels of 1 to 63 letters, digits or '-', at most 253 characters), got 'xxxxxxxxxxxxxxxxxxxx… (64 characters)'. Write the address to listen on, e.g. 127.0.0.1 (this machine only) or 0.0.0.0 (every interface).
+    """
+    import ipaddress
+
+    expected = (f"{what} as an IP address or a host name (labels of 1 to 63 letters, digits or '-', at most 253 "
+                "characters)")
+    fix = "write the address to listen on, e.g. 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)"
+    text = _text_of(value, expected, fix)
+    try:
+        ipaddress.ip_address(text)
+        return text
+    except ValueError:
+        pass
+    name = text[:-1] if text.endswith(".") else text
+    if not (0 < len(text) <= 253 and all(_HOST_LABEL.fullmatch(label) for label in name.split("."))):
+        raise InputError(expected, shown(text), fix)
+    return text
+
+
 def _hide_password(url: str) -> str:
     """``url`` with the password of its user part (``user:password@``) shown as ``***``.
 

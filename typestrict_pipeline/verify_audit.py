@@ -797,7 +797,8 @@ def read_bytes(path: str) -> tuple[bytes, int]:
                 raise Unreadable(why)
             return fh.read(MAX_FILE_BYTES + 1), info.st_size
     except OSError as exc:
-        raise Unreadable(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise Unreadable(f"cannot read {path}: expected an audit file that can be read, got {exc.strerror or exc}: "
+                         "check the path you gave, and that the audit file is there") from None
 
 
 def load(path: str) -> Any:

@@ -535,8 +535,10 @@ class WorkflowRegistry:
         try:
             return self._versions[name]
         except KeyError:
+            from typestrict_pipeline.values import shown
+
             raise NotFoundError(
-                f"expected a registered workflow, got {name!r} (registered: "
+                f"expected a registered workflow, got {shown(name, 80)} (registered: "
                 f"{', '.join(sorted(self._versions)) or 'none'}). Check the name."
             ) from None
 

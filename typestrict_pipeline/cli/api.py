@@ -17,8 +17,10 @@ The store is ``--store`` (default ``TYPESTRICT_STORE_URL``, else the SQLite file
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from typestrict_pipeline.cli.common import Wrote, say_wrote, shown_store, writes
@@ -55,6 +57,7 @@ def _serve(args: argparse.Namespace) -> int:
 
         refuse_new_store(_store(args), told=args.new_store, given=args.store is not None)
         open_store(_store(args)).dispose()
+        _check_listen(args.host, args.port)
         import uvicorn
 
         from typestrict_pipeline.api import create_app
@@ -80,14 +83,53 @@ def _serve(args: argparse.Namespace) -> int:
             os.environ["TYPESTRICT_HOME"] = str(home)
             os.environ[JEV_SOURCE_ENV] = json.dumps(dict(jev.source))
             os.environ[RATE_LIMIT_ENV] = "off" if limit is None else f"{limit.rate_per_s}/{limit.burst}"
-            uvicorn.run("typestrict_pipeline.api.app:app_from_env", factory=True, workers=args.workers,
-                        host=args.host, port=args.port, log_level=args.log_level, access_log=False,
-                        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, **uvicorn_options())
+            with _started(args.host, args.port):
+                uvicorn.run("typestrict_pipeline.api.app:app_from_env", factory=True, workers=args.workers,
+                            host=args.host, port=args.port, log_level=args.log_level, access_log=False,
+                            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, **uvicorn_options())
             return 0
         app = create_app(_store(args), home, jev_source=jev.source, rate_limit=limit, warm_runs=True)
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
-                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, **uvicorn_options())
+        with _started(args.host, args.port):
+            uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
+                        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, **uvicorn_options())
     return 0
+
+
+_LISTEN_FIX = "pass another --port or --host, or stop what listens there"
+
+
+def _check_listen(host: str, port: int) -> None:
+    """Refuse, before the server starts, an address it could not listen on: a host that does not
+    resolve, a port in use or one this user may not take. Uvicorn logged these as an ``ERROR``
+    line and exited 3 (the code of a cancelled ``backtest run``), or failed with a traceback."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError) as exc:
+        raise InputError("--host as an address this machine has", f"{host!r}, which does not resolve ({exc})",
+                         "write an IP address of this machine, e.g. 127.0.0.1 or 0.0.0.0") from None
+    family, kind, proto, _, address = infos[0]
+    try:
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            sock.bind(address)
+    except OSError as exc:
+        raise InputError(f"an address to listen on at {host}:{port}",
+                         f"{exc.strerror or exc} (errno {exc.errno})", _LISTEN_FIX) from None
+
+
+@contextlib.contextmanager
+def _started(host: str, port: int) -> Iterator[None]:
+    """Uvicorn's start-up failure (``sys.exit(3)``, what :func:`_check_listen` could not foresee:
+    the port taken since) as one of our errors, exit 2, after uvicorn's own ``ERROR`` line."""
+    try:
+        yield
+    except SystemExit as exc:
+        if exc.code == 3:  # uvicorn.server.STARTUP_FAILURE
+            raise InputError(f"the server to start on {host}:{port}", "a start-up failure (the ERROR line above)",
+                             _LISTEN_FIX) from None
+        raise
 
 
 LABEL_MAX_CHARS = 200
@@ -187,8 +229,11 @@ def _store_option(p: argparse.ArgumentParser) -> None:
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``api`` and ``api-key``."""
     p = subparsers.add_parser("api", help="serve the customer HTTP API (/v1) with uvicorn")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    from typestrict_pipeline.cli.common import bounded_int, positive_float
+    from typestrict_pipeline import values
+    from typestrict_pipeline.cli.common import bounded_int, positive_float, value_type
+
+    p.add_argument("--host", default="127.0.0.1", type=value_type(values.listen_host),
+                   help="address to listen on: an IP address or a host name (default 127.0.0.1)")
 
     # the rule of every whole number of the command line (ASCII digits, bounded): int() took
     # '１２' (full-width digits) as port 12, and '0x10' got argparse's "invalid int value"
@@ -212,8 +257,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     keys = subparsers.add_parser("api-key", help="API keys per workspace: create, revoke, list")
     sub = keys.add_subparsers(dest="api_key_command", required=True)
-    from typestrict_pipeline import values
-    from typestrict_pipeline.cli.common import identifier, value_type
+    from typestrict_pipeline.cli.common import identifier
 
     workspace = identifier("a workspace id")  # the rule of every command's workspace
     c = sub.add_parser("create", help="create a key for a workspace (printed once)")

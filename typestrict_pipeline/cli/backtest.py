@@ -127,15 +127,30 @@ def _pairs(items: list[str] | None, what: str) -> dict[str, Any]:
 
 
 def _data(args: argparse.Namespace, workflow: Workflow) -> tuple[dict[str, PointInTimeTable], str]:
+    # Each option read by one source only: --table without --csv, or --dataset with it, was
+    # ignored without a word (the run replayed another table than the one named).
+    if args.table is not None and not args.csv:
+        raise InputError("--table with --csv (it names the --csv file's table)", f"--table {shown(args.table, 60)} "
+                         "without --csv", "pass --csv FILE.csv too, or leave --table out to read --dataset")
+    if args.csv and args.dataset is not None:
+        raise InputError("--dataset or --csv, one of them", f"both (--dataset {shown(args.dataset, 60)})",
+                         "leave out --dataset to read the --csv file, or --csv to read the dataset")
     if args.csv:
-        table = PointInTimeTable.from_csv(args.csv, args.table)
+        table = PointInTimeTable.from_csv(args.csv, args.table or _CSV_TABLE)
         # The columns the workflow reads, checked here to name the file and advise on it (the
         # replay's own check speaks of a registered dataset).
         check_columns(workflow, {table.name: table}, dataset="the --csv file", file=args.csv,
                       fix="correct the cell in the file, or leave it empty when the value is missing, and run "
                           "again")
         return {table.name: table}, args.csv
-    return dict(load_dataset(args.dataset)), args.dataset
+    dataset = args.dataset or _DATASET
+    return dict(load_dataset(dataset)), dataset
+
+
+_DATASET = "seattle_weather"
+"""The dataset read when neither --dataset nor --csv is given."""
+_CSV_TABLE = "weather"
+"""The table a --csv file is when --table is not given."""
 
 
 @contextlib.contextmanager
@@ -157,9 +172,9 @@ def _models(args: argparse.Namespace, workflow: Workflow) -> Iterator[ModelSetup
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workspace", type=WORKSPACE, default="demo", help="workspace id (default: demo)")
     add_store(p)
-    p.add_argument("--dataset", default="seattle_weather", help="named dataset (default: seattle_weather)")
+    p.add_argument("--dataset", help=f"named dataset (default: {_DATASET})")
     p.add_argument("--csv", help="a CSV with event_time and known_time columns instead of --dataset")
-    p.add_argument("--table", default="weather", help="table name for --csv (default: weather)")
+    p.add_argument("--table", help=f"table name for --csv (default: {_CSV_TABLE}); only with --csv")
     p.add_argument("--model-url", help="an OpenAI-compatible base URL (default: the local stand-in)")
     p.add_argument("--model", help="model name at --model-url (its price-table entry)")
     p.add_argument("--api-key-env", help="environment variable holding the endpoint's key")

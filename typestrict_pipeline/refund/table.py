@@ -33,7 +33,7 @@ from typing import IO, Any, TypeAlias
 import pyarrow as pa
 
 from typestrict_pipeline.errors import DatasetError
-from typestrict_pipeline.files import bound_from_env, iter_jsonl_objects, loads_strict
+from typestrict_pipeline.files import bound_from_env, iter_jsonl_objects, loads_strict, nul_refusal
 from typestrict_pipeline.refund.manifest import DatasetFormat
 
 __all__ = [
@@ -172,9 +172,8 @@ def _refuse_binary(path: Path, module: str | None) -> None:
         return  # the reader says why
     nul = head.find(b"\x00")
     if nul >= 0:
-        line = head.count(b"\n", 0, nul) + 1
-        raise DatasetError("a CSV file of text", f"a NUL byte on line {line} of the file (a binary or sparse file?)",
-                           "check that this is the right file", file=str(path))
+        got, fix = nul_refusal(head, nul)
+        raise DatasetError("a CSV file of text", got, fix, file=str(path))
 
 
 def _csv_bytes(path: Path) -> bytes:

@@ -182,13 +182,30 @@ def create_store_engine(url: str) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database
         if database and database != ":memory:":
-            Path(database).parent.mkdir(parents=True, exist_ok=True)
+            _store_folder(Path(database))
         engine = create_engine(url, connect_args={"timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
     else:
         engine = create_engine(url, pool_pre_ping=True)
     event.listen(engine, "before_cursor_execute", refuse_nul)
     return engine
+
+
+def _store_folder(database: Path) -> None:
+    """Make the folder of a SQLite store's file. A file in the way (``TYPESTRICT_HOME`` or a
+    folder of ``--store`` naming a file or a FIFO) is one message naming it, exit 2: it was
+    ``FileExistsError`` reported as a bug, by every command that may start a store."""
+    try:
+        database.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as exc:
+        from typestrict_pipeline.files import special_kind
+
+        where = str(exc.filename or database.parent)
+        kind = special_kind(where) or "a file"
+        raise StoreError(
+            f"expected a folder to hold the store {database}, got {where!r}, {kind}, in its place. Point "
+            "--store, TYPESTRICT_STORE_URL or TYPESTRICT_HOME at a folder, or move that file away."
+        ) from None
 
 
 def refuse_nul(conn: object, cursor: object, statement: str, parameters: Any, context: object,

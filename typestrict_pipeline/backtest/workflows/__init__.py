@@ -13,6 +13,7 @@ from functools import lru_cache
 from typestrict_pipeline.backtest.pit import PointInTimeTable
 from typestrict_pipeline.backtest.workflow import WorkflowRegistry
 from typestrict_pipeline.errors import InputError
+from typestrict_pipeline.values import shown
 
 __all__ = ["DATASETS", "dataset_stamp", "default_registry", "load_dataset"]
 
@@ -46,7 +47,7 @@ def load_dataset(name: str) -> Mapping[str, PointInTimeTable]:
     if is_registered(name):
         return load_registered(name)
     names = sorted([*DATASETS, *(d.name for d in list_datasets())])
-    raise InputError(f"a dataset name ({', '.join(names)})", repr(name),
+    raise InputError(f"a dataset name ({', '.join(names)})", shown(name, 80),
                      "pick one, register one (typestrict data register), or pass a CSV with event_time "
                      "and known_time columns")
 

@@ -71,6 +71,7 @@ from typestrict_pipeline.errors import (
 )
 from typestrict_pipeline.files import StagedFile, max_data_file_bytes, read_json_file, write_atomic
 from typestrict_pipeline.lazy import LazyModule
+from typestrict_pipeline.values import shown
 
 if TYPE_CHECKING:  # imported on first use: keeps the code location's load quick
     import pandas as pd
@@ -154,7 +155,7 @@ class AppendResult:
 def _check_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME.match(name):
         raise InputError("a dataset name of lowercase letters, digits and _ (at most 64, starting with a letter "
-                         "or digit)", repr(name), "rename it, e.g. seattle_live")
+                         "or digit)", shown(name, 80), "rename it, e.g. seattle_live")
     return name
 
 
@@ -367,14 +368,14 @@ def register_dataset(
     from typestrict_pipeline.backtest.workflows import DATASETS, default_registry
 
     if _check_name(name) in DATASETS:
-        raise InputError("a name that is not a built-in dataset", repr(name), "pick another name")
+        raise InputError("a name that is not a built-in dataset", shown(name, 80), "pick another name")
     wf = (registry or default_registry()).get(workflow)
     missing = [t for t in wf.tables if t not in tables]
     extra = [t for t in tables if t not in wf.tables]
     if missing or extra:
         raise InputError(
             f"one file per table workflow {workflow!r} reads ({', '.join(wf.tables)})",
-            f"tables {sorted(tables)}",
+            f"tables {shown(sorted(tables), 200)}",
             words.tables,
         )
     at = (now or dt.datetime.now(dt.UTC)).replace(microsecond=0)
@@ -480,7 +481,7 @@ def append_rows(
     manifest = _manifest(name, base)
     folder = _folder(name, base)
     if table not in manifest["tables"]:
-        raise InputError(f"a table of dataset {name!r} ({', '.join(manifest['tables'])})", repr(table),
+        raise InputError(f"a table of dataset {name!r} ({', '.join(manifest['tables'])})", shown(table, 80),
                          words.table)
     src = Path(source)
     at = now or dt.datetime.now(dt.UTC)
