@@ -230,6 +230,8 @@ CASES: list[tuple[str, list[str], int, str]] = [
     # a store URL is checked by the store's one rule (scheme, driver, port), by every command
     ("store port not a number", ["credits", "balance", "acme", "--store", "postgresql://u@h:notaport/db"], 2,
      "expected a store URL sqlite:///PATH or postgresql://USER@HOST:PORT/DB, got 'postgresql+psycopg2://u@h:notaport/db'"),
+    ("store port past 65535", ["credits", "balance", "acme", "--store", "postgresql://u@h:99999/db"], 2,
+     "expected a store URL whose port is a TCP port from 1 to 65535, got 'postgresql+psycopg2://u@h:99999/db'"),
     ("store port an IPv6 host cut short", ["credits", "balance", "acme", "--store", "postgresql://u@[::1/db"], 2,
      "expected a store URL sqlite:///PATH or postgresql://USER@HOST:PORT/DB"),
     ("api-key store port not a number", ["api-key", "list", "acme", "--store", "postgresql://u@h:x/db"], 2,

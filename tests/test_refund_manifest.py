@@ -245,6 +245,18 @@ def test_a_workspace_id_follows_the_one_rule_of_workspace_ids(workspace: str) ->
     assert parse_manifest(manifest(workspace_id="w" * 64)).workspace_id == "w" * 64
 
 
+@pytest.mark.parametrize("training", ["t" * 129, "a..b", "..", "-x", ".hidden", "tr 1", ""])
+def test_a_training_id_follows_the_one_rule_of_training_ids(training: str) -> None:
+    """A manifest took a training id of any length (the store's columns hold 200 characters:
+    PostgreSQL refused the ledger's row after the manifest was accepted), '..', and a leading '-'
+    that the CLI reads as an option: one rule, the ids the CLI takes."""
+    with pytest.raises(ManifestError, match=r"key 'training_id': expected (a training id \(letters, digits"
+                                            r"|a non-empty)"):
+        parse_manifest(manifest(training_id=training))
+    assert parse_manifest(manifest(training_id="t" * 128)).training_id == "t" * 128
+    assert parse_manifest(manifest(training_id="tr_rt-2026.11")).training_id == "tr_rt-2026.11"
+
+
 def test_version_format_and_sources() -> None:
     with pytest.raises(
         ManifestError, match=r"key 'manifest_version': expected manifest_version 1, got 2"

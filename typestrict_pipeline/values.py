@@ -746,6 +746,35 @@ def workspace_id(value: Any, what: str = "a workspace id", *,
     return value
 
 
+TRAINING_ID_MAX = 128
+"""The longest training id a manifest may give: the CLI's rule for the ids it takes
+(``cli.common.identifier``), inside the store's 200-character columns."""
+_TRAINING_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def training_id(value: Any, what: str = "a training id", *,
+                fix: str = "rename it, e.g. 'tr_2026_11'") -> str:
+    """A manifest's training id: letters, digits, ``_``, ``-`` and ``.``, starting with a letter or
+    a digit, no ``..``, at most :data:`TRAINING_ID_MAX` characters, so every id a manifest gives can
+    be named to the CLI (which reads a leading ``-`` as an option) and fits the store (a longer id
+    failed in PostgreSQL's 200-character column after the manifest was accepted).
+
+    >>> training_id("tr_rt_2026_11")
+    'tr_rt_2026_11'
+    >>> training_id("a..b")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.InputError: expected a training id (letters, digits, '_', '-' or '.', starting with a letter or digit, no '..', at most 128 characters), got 'a..b'. Rename it, e.g. 'tr_2026_11'.
+    """
+    expected = (f"{what} (letters, digits, '_', '-' or '.', starting with a letter or digit, no '..', "
+                f"at most {TRAINING_ID_MAX} characters)")
+    if isinstance(value, str) and len(value) > TRAINING_ID_MAX:
+        raise InputError(expected, f"a text of {len(value):,} characters", fix)
+    if not isinstance(value, str) or not _TRAINING_ID.fullmatch(value) or ".." in value:
+        raise InputError(expected, shown(value), fix)
+    return value
+
+
 PERSON = "a person's e-mail address"
 """What an owner, a canceller or a notified person is called in messages (CLI and API alike)."""
 

@@ -231,8 +231,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = subparsers.add_parser("api", help="serve the customer HTTP API (/v1) with uvicorn")
     from typestrict_pipeline import values
     from typestrict_pipeline.cli.common import bounded_int, positive_float, value_type
+    from typestrict_pipeline.cli.parser import not_empty
 
-    p.add_argument("--host", default="127.0.0.1", type=value_type(values.listen_host),
+    host = value_type(values.listen_host)
+    # an empty value is the one rule of every empty value (parser.not_empty), then the address's
+    p.add_argument("--host", default="127.0.0.1", type=lambda text: host(not_empty(text)),
                    help="address to listen on: an IP address or a host name (default 127.0.0.1)")
 
     # the rule of every whole number of the command line (ASCII digits, bounded): int() took

@@ -109,6 +109,10 @@ def parse_store_url(url: str) -> URL:
     Traceback (most recent call last):
     ...
     typestrict_pipeline.errors.StoreError: expected a store URL that names its server and database once, got 'postgresql://u@db:5432/store?sslmode=require&port=2', whose query names port again. Remove 'port=' from the query (after '?').
+    >>> parse_store_url("postgresql://u@db:99999/store")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.StoreError: expected a store URL whose port is a TCP port from 1 to 65535, got 'postgresql://u@db:99999/store'. Write the server's port, 5432 by default, or leave ':PORT' out.
     >>> parse_store_url("postgresql://u@/store?host=/var/run/postgresql").query
     immutabledict({'host': '/var/run/postgresql'})
     >>> parse_store_url("sqlite:////srv/store.db?uri=true&mode=memory")
@@ -144,6 +148,12 @@ def parse_store_url(url: str) -> URL:
         raise StoreError(
             f"expected the psycopg2 driver for PostgreSQL, got {parsed.drivername!r}. "
             "Write the URL as postgresql://USER@HOST:PORT/DB."
+        )
+    if backend == "postgresql" and parsed.port is not None and not 1 <= parsed.port <= 65535:
+        # libpq's own 'invalid port number' came only when the command connected
+        raise StoreError(
+            f"expected a store URL whose port is a TCP port from 1 to 65535, got {_mask(url)!r}. "
+            "Write the server's port, 5432 by default, or leave ':PORT' out."
         )
     if backend == "postgresql":
         # libpq takes a query's host, port, dbname or user over the URL's own: '...@h:5432/db?port=2'
