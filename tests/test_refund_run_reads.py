@@ -258,6 +258,29 @@ def test_checking_a_training_reads_the_file_twice(tmp_path: Path, monkeypatch: p
     assert runreads.active_cache() is None
 
 
+@pytest.mark.parametrize("system", ["jev", "model"])
+def test_a_missing_predictions_file_is_said_before_the_dataset_is_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, system: str) -> None:
+    """A predictions file that is not there is found by its name: the check says so without
+    reading the dataset (it read and split the whole dataset first: 9 s and 700 MB at 1,000,000
+    rows, to say that a file named in the manifest did not exist)."""
+    from typestrict_pipeline.errors import PredictionsError
+    from typestrict_pipeline.refund.manifest import PredictionsFileSource
+    from typestrict_pipeline.refund.preflight import check_training, screen_training
+
+    _, manifest = _dataset(tmp_path)
+    source = manifest.jev if system == "jev" else manifest.model
+    assert isinstance(source, PredictionsFileSource)
+    source.path.unlink()
+    reads = Reads(monkeypatch)
+    with pytest.raises(PredictionsError, match=rf"expected an existing predictions file, got no such file. "
+                                               rf"Check where {system}'s predictions are in the manifest"):
+        check_training(manifest, reach=lambda *a, **k: None, something_to_train_on=True)
+    message = screen_training(manifest)
+    assert message is not None and "expected an existing predictions file" in message
+    assert (reads.opens, reads.records) == (0, 0), "the dataset was read before the missing file was said"
+
+
 def test_posting_predictions_reads_the_dataset_file_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``POST /v1/trainings/{id}/predictions`` checks them against the split (the dataset read,
     split, the stated ids attested, each prediction's row found): one pass over the file, whose

@@ -400,6 +400,37 @@ def _read_parquet(path: Path) -> list[Prediction]:
     return out
 
 
+def predictions_file(path: str | Path, system: str) -> Path:
+    """``path`` when it can be a predictions file: it exists and is named ``.jsonl``/``.ndjson``
+    or ``.parquet``/``.pq``. A check of names only, so a training's check says it before the
+    dataset is read (a missing file was said after a 1,000,000-row dataset was read and split).
+
+    >>> predictions_file("/nowhere/jev.jsonl", "jev")
+    Traceback (most recent call last):
+    ...
+    typestrict_pipeline.errors.PredictionsError: /nowhere/jev.jsonl: expected an existing predictions file, got no such file. Check where jev's predictions are in the manifest.
+
+    Raises:
+        PredictionsError: no such file, or not a JSONL or Parquet file by its name.
+    """
+    file = Path(path)
+    if not file.exists():
+        raise PredictionsError(
+            "an existing predictions file",
+            "no such file",
+            f"check where {system}'s predictions are in the manifest",
+            file=str(file),
+        )
+    if not file.name.lower().endswith((".jsonl", ".ndjson", ".parquet", ".pq")):
+        raise PredictionsError(
+            "a .jsonl or .parquet predictions file",
+            repr(file.name),
+            "convert the file to JSONL or Parquet",
+            file=str(file),
+        )
+    return file
+
+
 def read_predictions(path: str | Path, system: str) -> SystemPredictions:
     """Read and validate a predictions file (JSONL or Parquet, by its suffix).
 
@@ -413,26 +444,8 @@ def read_predictions(path: str | Path, system: str) -> SystemPredictions:
     Raises:
         PredictionsError: a missing file or any bad row (names the file, row and column).
     """
-    file = Path(path)
-    if not file.exists():
-        raise PredictionsError(
-            "an existing predictions file",
-            "no such file",
-            f"check where {system}'s predictions are in the manifest",
-            file=str(file),
-        )
-    name = file.name.lower()
-    if name.endswith((".jsonl", ".ndjson")):
-        items = _read_jsonl(file)
-    elif name.endswith((".parquet", ".pq")):
-        items = _read_parquet(file)
-    else:
-        raise PredictionsError(
-            "a .jsonl or .parquet predictions file",
-            repr(file.name),
-            "convert the file to JSONL or Parquet",
-            file=str(file),
-        )
+    file = predictions_file(path, system)
+    items = _read_jsonl(file) if file.name.lower().endswith((".jsonl", ".ndjson")) else _read_parquet(file)
     return SystemPredictions.from_iterable(system, str(file), items)
 
 

@@ -51,7 +51,11 @@ from typestrict_pipeline.refund.manifest import (
     TrainingManifest,
     TrainingStatus,
 )
-from typestrict_pipeline.refund.predictions import SystemPredictions, read_predictions
+from typestrict_pipeline.refund.predictions import (
+    SystemPredictions,
+    predictions_file,
+    read_predictions,
+)
 from typestrict_pipeline.refund.runreads import reads_within
 from typestrict_pipeline.refund.types import DecisionKind
 
@@ -337,19 +341,24 @@ def check_training(
         The dataset, the splits and what was checked.
 
     Raises:
-        DatasetError, NotEnoughDataError, PredictionsError, ManifestError: the first problem.
+        DatasetError, NotEnoughDataError, PredictionsError, ManifestError: the first problem;
+            a predictions file that is missing or not named JSONL or Parquet before the dataset
+            is read.
     """
     if manifest.status is TrainingStatus.FAILED:
         return Preflight(manifest, None, (), ("failed training: only the manifest is read",))
+    sources: list[tuple[str, PredictionSource]] = [("jev", manifest.jev)]
+    if manifest.model is not None:
+        sources.append(("model", manifest.model))
+    for system, source in sources:  # a file that is not there is said before the dataset is read
+        if isinstance(source, PredictionsFileSource):
+            predictions_file(source.path, system)
     with reads_within():  # the validation's pass keeps the ids and texts for the split and checks
         dataset = load_dataset(manifest, progress=progress)
         if something_to_train_on:
             check_something_to_train_on(dataset)
         holdouts = tuple(split_decisions(dataset))
         checked = [f"dataset: {dataset.n_rows} rows in {manifest.dataset.path_as_written}"]
-        sources: list[tuple[str, PredictionSource]] = [("jev", manifest.jev)]
-        if manifest.model is not None:
-            sources.append(("model", manifest.model))
         for system, source in sources:
             checked.append(_check_source(manifest, system, source, dataset, holdouts, reach))
     grouping = scan_dataset(manifest)
