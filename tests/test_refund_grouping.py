@@ -190,6 +190,35 @@ def test_the_cli_split_warns_before_judging(tmp_path: Path, capsys: pytest.Captu
     assert [w["kind"] for w in summary["grouping_warnings"]] == ["group_like_name", "repeated_values"]
 
 
+@pytest.mark.parametrize(("case", "said"), [
+    ("one group", "data.csv, column 'customer': expected at least 2 groups so some examples remain to train "
+                  "on, got 1 ('acme'): the test takes whole groups, so all 200 rows would be held out. Add "
+                  "examples of other groups, or declare no group column if the rows do not depend on each "
+                  "other."),
+    ("one text", "data.csv, column 'text': expected at least 2 distinct texts so some examples remain to "
+                 "train on, got 1: identical texts"),
+])
+def test_the_cli_split_says_why_nothing_is_left_to_train_on(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str, said: str) -> None:
+    """A split that holds out every row showed "train 0" without a word, where a training's
+    creation (the API, the console) and ``training check`` refuse it with the reason."""
+    if case == "one group":
+        manifest = _training(tmp_path, ["id", "text", "label", "customer"], _rows(200, lambda i: "acme"),
+                             group="customer")
+    else:
+        manifest = _training(tmp_path, ["id", "text", "label"], _rows(200, text=lambda i: "same review"))
+    assert cli_main(["split", str(manifest)]) == 0
+    out = capsys.readouterr().out
+    [line] = [line for line in out.splitlines() if "so some examples remain to train on" in line]
+    assert line.startswith(f"warning: {tmp_path}/{said}"), line
+    assert cli_main(["split", str(manifest), "--json"]) == 0
+    assert [d["n_train"] for d in json.loads(capsys.readouterr().out)] == [0]
+    # a split that leaves rows to train on says nothing of the kind
+    fine = _training(tmp_path / "fine", ["id", "text", "label"], _rows(200))
+    assert cli_main(["split", str(fine)]) == 0
+    assert "remain to train on" not in capsys.readouterr().out
+
+
 # --- the API ------------------------------------------------------------------------------------
 
 

@@ -15,10 +15,15 @@ import contextlib
 import json
 import os
 import tempfile
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from typestrict_pipeline.cli.common import add_json, add_store, identifier, read_store
 from typestrict_pipeline.errors import InputError
+
+if TYPE_CHECKING:  # the command imports the refund's modules when it runs (cli.COMMANDS)
+    from typestrict_pipeline.refund.dataset import Dataset
+    from typestrict_pipeline.refund.holdout import Holdout
 
 
 def _stored_audit(args: argparse.Namespace) -> str:
@@ -93,6 +98,22 @@ def _verify(args: argparse.Namespace) -> int:
             os.unlink(path)
 
 
+def _nothing_to_train_on(dataset: Dataset, holdouts: Sequence[Holdout]) -> str | None:
+    """Why no row is left to train on (the refusal of a training's creation through the API,
+    the console and ``training check``, :func:`~typestrict_pipeline.refund.holdout.check_something_to_train_on`),
+    or None when some row is: the split shows it (its train column all 0) with the reason."""
+    from typestrict_pipeline.errors import DatasetError
+    from typestrict_pipeline.refund.holdout import check_something_to_train_on, training_mask
+
+    if training_mask(holdouts).any():
+        return None
+    try:
+        check_something_to_train_on(dataset)
+    except DatasetError as exc:
+        return str(exc)
+    return None
+
+
 def _split(args: argparse.Namespace) -> int:
     from typestrict_pipeline.cli.common import print_json, print_table, progress
     from typestrict_pipeline.progress import Progress
@@ -113,7 +134,9 @@ def _split(args: argparse.Namespace) -> int:
                 bar["update"](p.done)
 
         with reads_within():  # the validation's pass keeps the ids and texts for the split
-            holdouts = split_decisions(load_dataset(manifest, progress=report))
+            dataset = load_dataset(manifest, progress=report)
+            holdouts = split_decisions(dataset)
+            nothing = _nothing_to_train_on(dataset, holdouts)
     # Before anything is judged: the unit the verdict will resample, and signs of groups the
     # manifest does not declare (refund/grouping.py; warnings only, no number changes).
     scan = scan_dataset(manifest)
@@ -128,6 +151,8 @@ def _split(args: argparse.Namespace) -> int:
                            for h in holdouts], group))
     for line in grouping_lines(scan):
         print(line)
+    if nothing is not None:
+        print(f"warning: {nothing}")
     print_table(None, ["decision", "source", "rows", "labeled", "test", "train", "excluded",
                  "test groups", "capped", "seed"],
                 [[s["decision"], s["source"], s["n_rows"], s["n_labeled"], s["n_test"],
