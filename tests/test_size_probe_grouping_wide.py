@@ -79,3 +79,30 @@ def test_the_sample_of_a_wide_file_is_not_held_as_python_strings(tmp_path: Path)
     # every cell of the sample as a string: 2.4 million cells, about 150 MiB; now 1,024 rows of the
     # 256 columns looked at
     assert peak < 64 * 1024 * 1024, f"{peak / 2**20:.0f} MiB"
+
+
+def test_a_wide_parquet_file_reads_only_the_columns_looked_at(tmp_path: Path) -> None:
+    """A Parquet file's sample is read as Arrow columns, but it read every column (500 columns:
+    all 500 for the 256 looked at); now the first 256, the text and the group, and the warnings
+    are those of every column."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from typestrict_pipeline.refund import grouping
+
+    csv_manifest = _training(tmp_path)
+    whole = _whole_sample(tmp_path / "data.csv")
+    pq.write_table(pa.table(whole), tmp_path / "data.parquet")
+    doc = json.loads(csv_manifest.read_text(encoding="utf-8"))
+    doc["dataset"].update(path="data.parquet", format="parquet")
+    for group in (None, "user_id"):  # 'user_id', column 400, declared: read too
+        doc["dataset"]["columns"]["group"] = group
+        path = tmp_path / f"manifest_{group}.json"
+        path.write_text(json.dumps(doc), encoding="utf-8")
+        manifest = load_manifest(path)
+        scan = scan_dataset(manifest)
+        assert scan.warnings == detect_undeclared_groups(whole, text="text", skip={"id", "label"}, group=group)
+        assert scan.sampled_rows == ROWS
+        head = grouping._head(manifest.dataset.path, manifest.dataset.format, ROWS,
+                              {"text"} | ({group} if group else set()))
+        assert list(head) == list(whole)[:MAX_COLUMNS] + ([group] if group else [])

@@ -482,18 +482,22 @@ Python strings only this many rows at a time, then Arrow."""
 
 
 def _head(path: Path, fmt: DatasetFormat, rows: int, keep: Collection[str] = ()) -> dict[str, Any]:
-    """The file's first ``rows`` rows: every column (a CSV: the first :data:`MAX_COLUMNS`, the
-    ones :func:`detect_undeclared_groups` looks at, and ``keep``, as lists; the others as
-    Arrow string arrays, the column :func:`_as_array` makes of the list)."""
+    """The file's first ``rows`` rows: of a CSV or Parquet file the first :data:`MAX_COLUMNS`
+    columns, the ones :func:`detect_undeclared_groups` looks at, and ``keep`` (a CSV's ``keep``
+    as lists, its others as Arrow string arrays, the column :func:`_as_array` makes of the
+    list); of JSON Lines every key."""
     from typestrict_pipeline.refund.table import PARQUET_PRE_BUFFER, iter_column_batches
 
     if fmt is DatasetFormat.PARQUET:
         import pyarrow.parquet as pq
 
         handle = pq.ParquetFile(path, pre_buffer=PARQUET_PRE_BUFFER)
-        for batch in handle.iter_batches(batch_size=rows):
+        every = [str(n) for n in handle.schema_arrow.names]
+        # the columns looked at and ``keep``, as a CSV's below: a file of 500 columns read 256
+        looked = list(dict.fromkeys([*every[:MAX_COLUMNS], *(c for c in keep if c in every)]))
+        for batch in handle.iter_batches(batch_size=rows, columns=looked):
             return {str(name): batch.column(i) for i, name in enumerate(batch.schema.names)}
-        return {str(n): [] for n in handle.schema_arrow.names}
+        return {n: [] for n in looked}
     if fmt is DatasetFormat.JSONL:
         from typestrict_pipeline.errors import DatasetError
         from typestrict_pipeline.files import iter_jsonl_objects
