@@ -132,10 +132,23 @@ def current_session(request: Request) -> ConsoleSession | None:
 
 
 def require_session(request: Request) -> ConsoleSession:
-    """The live session, or :class:`SignInRequired` (a FastAPI dependency)."""
+    """The live session, or :class:`SignInRequired` (a FastAPI dependency). A page takes one token
+    from its workspace's bucket, the one the API's requests with this cookie take
+    (:func:`~typestrict_pipeline.api.deps.get_workspace`): a session's pages were never limited,
+    so a signed-in browser could ask for them without end (150 at once: 150 pages, each a read of
+    the store), past what its workspace may ask of the API.
+
+    Raises:
+        SignInRequired: no live session.
+        ApiError: the 429 of a workspace over its limit (the console's page, with ``Retry-After``).
+    """
     found = current_session(request)
     if found is None:
         raise SignInRequired()
+    limiter = request.app.state.ctx.limiter
+    if limiter is not None and not getattr(request.state, "console_limited", False):
+        request.state.console_limited = True  # one token a request (a form's check asks again)
+        limiter.check(f"workspace:{found.workspace_id}")
     return found
 
 
@@ -401,7 +414,7 @@ def not_a_page(request: Request, status: int = 404, headers: Mapping[str, str] |
 
 _TITLES = {400: "Bad request", 402: "No credit left", 403: "Refused", 404: "Not found",
            409: "Conflict", 410: "Gone", 413: "Too large", 422: "Cannot do that",
-           503: "Store unavailable"}
+           429: "Too many requests", 503: "Store unavailable"}
 
 
 class ConsoleRoute(APIRoute):
@@ -429,7 +442,8 @@ class ConsoleRoute(APIRoute):
                 return not_a_page(request)
             except TypeStrictError as exc:
                 status, _ = status_for(exc)
-                return error_page(request, status, _TITLES.get(status, "Error"), for_console(exc))
+                return error_page(request, status, _TITLES.get(status, "Error"), for_console(exc),
+                                  exc.headers if isinstance(exc, ApiError) else None)
 
         return handler
 
