@@ -193,6 +193,21 @@ def test_a_body_that_stops_coming_is_cut_off(server: Any) -> None:
     assert _record_after(before).refused == 408
 
 
+def test_a_console_form_whose_body_stops_coming_gets_a_page(server: Any) -> None:
+    """The server's own refusal of a console address is a page a browser shows, not the API's
+    JSON: a sign-in form whose body stopped coming got '{"error": ...}' in the browser."""
+    sock = _connect(server)
+    sock.sendall(b"POST /console/sign-in HTTP/1.1\r\nHost: t\r\nContent-Type: application/x-www-form-urlencoded"
+                 b"\r\nContent-Length: 1000\r\n\r\nkey=tsk_")
+    status, headers, body = _answer(sock)
+    sock.close()
+    assert status == 408 and headers.get("content-type") == "text/html; charset=utf-8", (headers, body[:200])
+    page = body.decode()
+    assert page.startswith("<!doctype html>") and "<h1>Request Timeout</h1>" in page, page
+    assert "<p>expected " in page and "keep coming" in page and '<a href="/console">' in page
+    assert "<script" not in page
+
+
 def _chunked(total: int, size: int = 65536) -> Iterator[bytes]:
     yield b"%x\r\n" % size + b"[" + b" " * (size - 1) + b"\r\n"
     for _ in range(total // size - 1):

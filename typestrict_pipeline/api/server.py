@@ -54,6 +54,7 @@ bounds: work counted, not timed).
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import re
 from collections import deque
@@ -77,6 +78,8 @@ from typestrict_pipeline.api.app import (
     limit_setting,
     too_large_message,
 )
+from typestrict_pipeline.console.web import PREFIX as CONSOLE_PREFIX
+from typestrict_pipeline.console.web import is_console_path
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,22 @@ CONNECTIONS: deque[ConnectionRecord] = deque(maxlen=256)
 
 def _error_bytes(code: str, message: str) -> bytes:
     return json.dumps({"error": {"code": code, "message": message}}).encode()
+
+
+def _error_page_bytes(status: int, message: str) -> bytes:
+    """The page a console address gets when the server refuses its request by itself (a body
+    that stopped coming, one past its limit): the status and the message, as the console's own
+    error pages say them, with no script and a link back. The application, its templates and
+    the session are never reached here (the request is cut before it is whole).
+
+    >>> _error_page_bytes(408, "expected <the body>").decode().count("&lt;the body&gt;")
+    1
+    """
+    phrase = html.escape(HTTPStatus(status).phrase)
+    said = html.escape(message.rstrip("."))
+    return (f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{phrase} · TypeStrict"
+            f"</title></head><body><main><h1>{phrase}</h1><p>{said}.</p>"
+            f"<p><a href=\"{CONSOLE_PREFIX}\">Back to the console</a></p></main></body></html>").encode()
 
 
 @dataclass(frozen=True)
@@ -630,8 +649,12 @@ class BoundedH11Protocol(H11Protocol):
         if self.transport.is_closing():
             return
         if not answering:  # (else half an answer is out: closing is all that is left)
-            body = _error_bytes(code, message)
-            head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\n"
+            path = self.cycle.scope.get("path", "") if self.cycle is not None and self._stage is not _Stage.HEAD else ""
+            if is_console_path(str(path)):  # a person's browser: a page, not the API's JSON
+                body, kind = _error_page_bytes(status, message), "text/html; charset=utf-8"
+            else:
+                body, kind = _error_bytes(code, message), "application/json"
+            head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: {kind}\r\n"
                     f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode()
             self.transport.write(head + body)
         self.transport.close()
