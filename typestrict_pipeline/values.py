@@ -720,7 +720,19 @@ def row_id_value(value: str, what: str, fix: str) -> int:
 
 WORKSPACE_ID_MAX = 64
 """The longest workspace id: the narrowest column that holds one (a re-run schedule's)."""
-_WORKSPACE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_AN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def _an_id(value: Any, what: str, most: int, fix: str) -> str:
+    """``value`` when it is an id of letters, digits, ``_``, ``-`` and ``.``, starting with a letter
+    or a digit, no ``..``, at most ``most`` characters: the shape of workspace and training ids."""
+    expected = (f"{what} (letters, digits, '_', '-' or '.', starting with a letter or digit, no '..', "
+                f"at most {most} characters)")
+    if isinstance(value, str) and len(value) > most:
+        raise InputError(expected, f"a text of {len(value):,} characters", fix)
+    if not isinstance(value, str) or not _AN_ID.fullmatch(value) or ".." in value:
+        raise InputError(expected, shown(value), fix)
+    return value
 
 
 def workspace_id(value: Any, what: str = "a workspace id", *,
@@ -737,19 +749,12 @@ def workspace_id(value: Any, what: str = "a workspace id", *,
     ...
     typestrict_pipeline.errors.InputError: expected a workspace id (letters, digits, '_', '-' or '.', starting with a letter or digit, no '..', at most 64 characters), got a text of 65 characters. Use the workspace's id, e.g. 'demo'.
     """
-    expected = (f"{what} (letters, digits, '_', '-' or '.', starting with a letter or digit, no '..', "
-                f"at most {WORKSPACE_ID_MAX} characters)")
-    if isinstance(value, str) and len(value) > WORKSPACE_ID_MAX:
-        raise InputError(expected, f"a text of {len(value):,} characters", fix)
-    if not isinstance(value, str) or not _WORKSPACE_ID.fullmatch(value) or ".." in value:
-        raise InputError(expected, shown(value), fix)
-    return value
+    return _an_id(value, what, WORKSPACE_ID_MAX, fix)
 
 
 TRAINING_ID_MAX = 128
 """The longest training id a manifest may give: the CLI's rule for the ids it takes
 (``cli.common.identifier``), inside the store's 200-character columns."""
-_TRAINING_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 def training_id(value: Any, what: str = "a training id", *,
@@ -766,13 +771,7 @@ def training_id(value: Any, what: str = "a training id", *,
     ...
     typestrict_pipeline.errors.InputError: expected a training id (letters, digits, '_', '-' or '.', starting with a letter or digit, no '..', at most 128 characters), got 'a..b'. Rename it, e.g. 'tr_2026_11'.
     """
-    expected = (f"{what} (letters, digits, '_', '-' or '.', starting with a letter or digit, no '..', "
-                f"at most {TRAINING_ID_MAX} characters)")
-    if isinstance(value, str) and len(value) > TRAINING_ID_MAX:
-        raise InputError(expected, f"a text of {len(value):,} characters", fix)
-    if not isinstance(value, str) or not _TRAINING_ID.fullmatch(value) or ".." in value:
-        raise InputError(expected, shown(value), fix)
-    return value
+    return _an_id(value, what, TRAINING_ID_MAX, fix)
 
 
 PERSON = "a person's e-mail address"

@@ -452,20 +452,13 @@ def _name(ctx: _Ctx, where: str, value: Any) -> str:
     return text
 
 
-def _training_id(ctx: _Ctx, where: str, value: Any) -> str:
-    """The training id, by the one rule of training ids (:func:`typestrict_pipeline.values.training_id`)."""
+def _by_rule(ctx: _Ctx, where: str, value: Any, rule: Callable[[str], str]) -> str:
+    """A required string checked by the one rule of its kind in :mod:`typestrict_pipeline.values`
+    (:func:`~typestrict_pipeline.values.training_id`, :func:`~typestrict_pipeline.values.workspace_id`),
+    its refusal naming the manifest's key."""
     text = _required_string(ctx, where, value)
     try:
-        return values.training_id(text)
-    except InputError as exc:
-        raise ctx.fail(where, exc.expected, exc.got, exc.fix) from None
-
-
-def _workspace_id(ctx: _Ctx, where: str, value: Any) -> str:
-    """The workspace id, by the one rule of workspace ids (:func:`typestrict_pipeline.values.workspace_id`)."""
-    text = _required_string(ctx, where, value)
-    try:
-        return values.workspace_id(text)
+        return rule(text)
     except InputError as exc:
         raise ctx.fail(where, exc.expected, exc.got, exc.fix) from None
 
@@ -775,8 +768,8 @@ def parse_manifest(
             _describe(version),
             "write a version-1 manifest as described in docs/manifest.md",
         )
-    training_id = _training_id(ctx, "training_id", obj["training_id"])
-    workspace_id = _workspace_id(ctx, "workspace_id", obj["workspace_id"])
+    training_id = _by_rule(ctx, "training_id", obj["training_id"], values.training_id)
+    workspace_id = _by_rule(ctx, "workspace_id", obj["workspace_id"], values.workspace_id)
     dataset = _parse_dataset(ctx, obj["dataset"], paths)
 
     raw_decisions = obj["decisions"]
