@@ -8,7 +8,9 @@ still signs in. The real application over HTTP, its buckets on a clock the test 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -18,18 +20,31 @@ from typestrict_pipeline.api import create_app
 from typestrict_pipeline.api.ratelimit import ManualClock, RateLimit
 
 
-def test_refused_sign_ins_are_limited_per_address_with_the_apis_refused_keys(tmp_path: Path,
-                                                                               sqlite_url: str) -> None:
-    key = workspace_key(sqlite_url, "acme")
+@contextlib.contextmanager
+def limited_app(sqlite_url: str, home: Path, burst: int) -> Iterator[
+        tuple[asyncio.AbstractEventLoop, httpx.AsyncClient, ManualClock]]:
+    """The real application with a limit of one request a second in bursts of ``burst``, its
+    buckets on a clock the test moves: its event loop, an HTTP client of it, and the clock."""
     clock = ManualClock()
-    app = create_app(sqlite_url, tmp_path / "home", jev_source=JEV,
-                     rate_limit=RateLimit(rate_per_s=1.0, burst=3), clock=clock)
+    app = create_app(sqlite_url, home, jev_source=JEV,
+                     rate_limit=RateLimit(rate_per_s=1.0, burst=burst), clock=clock)
     loop = asyncio.new_event_loop()
     lifespan = app.router.lifespan_context(app)
     loop.run_until_complete(lifespan.__aenter__())
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                base_url="http://console.test", follow_redirects=False)
     try:
+        yield loop, client, clock
+    finally:
+        loop.run_until_complete(client.aclose())
+        loop.run_until_complete(lifespan.__aexit__(None, None, None))
+        loop.close()
+
+
+def test_refused_sign_ins_are_limited_per_address_with_the_apis_refused_keys(tmp_path: Path,
+                                                                               sqlite_url: str) -> None:
+    key = workspace_key(sqlite_url, "acme")
+    with limited_app(sqlite_url, tmp_path / "home", burst=3) as (loop, client, clock):
         form = loop.run_until_complete(client.get("/console/sign-in")).text
         found = re.search(r'name="csrf_token" value="([^"]+)"', form)
         assert found is not None
@@ -52,7 +67,3 @@ def test_refused_sign_ins_are_limited_per_address_with_the_apis_refused_keys(tmp
         assert sign_in("tsk_00000000000000ff_" + "A" * 43).status_code == 401  # a token is back
         assert sign_in("tsk_00000000000000fe_" + "A" * 43).status_code == 429  # and taken
         assert sign_in(key).status_code == 303  # a right key is no guess: it signs in
-    finally:
-        loop.run_until_complete(client.aclose())
-        loop.run_until_complete(lifespan.__aexit__(None, None, None))
-        loop.close()

@@ -7,32 +7,22 @@ application over HTTP, its buckets on a clock the test moves."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 from pathlib import Path
 
 import httpx
 
-from tests.test_console_pages import JEV, workspace_key
-from typestrict_pipeline.api import create_app
-from typestrict_pipeline.api.ratelimit import ManualClock, RateLimit
+from tests.test_api_probe_signin_limit import limited_app
+from tests.test_console_pages import workspace_key
 
 
 def test_a_sessions_pages_share_its_workspaces_limit_with_the_api(tmp_path: Path, sqlite_url: str) -> None:
     key = workspace_key(sqlite_url, "acme")
-    clock = ManualClock()
-    app = create_app(sqlite_url, tmp_path / "home", jev_source=JEV,
-                     rate_limit=RateLimit(rate_per_s=1.0, burst=4), clock=clock)
-    loop = asyncio.new_event_loop()
-    lifespan = app.router.lifespan_context(app)
-    loop.run_until_complete(lifespan.__aenter__())
-    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                               base_url="http://console.test", follow_redirects=False)
+    with limited_app(sqlite_url, tmp_path / "home", burst=4) as (loop, client, clock):
 
-    def run(request: object) -> httpx.Response:
-        return loop.run_until_complete(request)  # type: ignore[arg-type]
+        def run(request: object) -> httpx.Response:
+            return loop.run_until_complete(request)  # type: ignore[arg-type]
 
-    try:
         form = run(client.get("/console/sign-in")).text
         found = re.search(r'name="csrf_token" value="([^"]+)"', form)
         assert found is not None
@@ -53,7 +43,3 @@ def test_a_sessions_pages_share_its_workspaces_limit_with_the_api(tmp_path: Path
         posted = run(client.post("/console/settings/notifications", data={"csrf_token": token.group(1)}))
         assert posted.status_code != 429, posted.text
         assert run(client.get("/console/trainings")).status_code == 429  # and it was taken
-    finally:
-        loop.run_until_complete(client.aclose())
-        loop.run_until_complete(lifespan.__aexit__(None, None, None))
-        loop.close()
