@@ -22,6 +22,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -206,6 +207,31 @@ def test_a_console_form_whose_body_stops_coming_gets_a_page(server: Any) -> None
     assert page.startswith("<!doctype html>") and "<h1>Request Timeout</h1>" in page, page
     assert "<p>expected " in page and "keep coming" in page and '<a href="/console">' in page
     assert "<script" not in page
+
+
+def _assert_console_page(status: int, headers: dict[str, Any], body: bytes, expected: int, said: str) -> None:
+    assert status == expected and headers.get("content-type") == "text/html; charset=utf-8", (headers, body[:200])
+    page = body.decode()
+    assert page.startswith("<!doctype html>") and f"<h1>{HTTPStatus(expected).phrase}</h1>" in page, page
+    assert "<p>expected " in page and said in page and '<a href="/console">' in page and "<script" not in page
+
+
+@pytest.mark.parametrize("line", [b"GET /console/studies?page=2 HTTP/1.1", b"GET http://t/%63onsole HTTP/1.1"],
+                         ids=["origin form", "absolute form, percent-encoded"])
+def test_a_console_request_whose_headers_are_refused_gets_a_page(server: Any, line: bytes) -> None:
+    """Refused before its headers were whole (too many of them, or too slow), a console address
+    got the API's JSON in the browser: its request line names the address, so it is a page."""
+    sock = _connect(server)
+    head = line + b"\r\nHost: t\r\n" + b"".join(b"X-%d: v\r\n" % i for i in range(101)) + b"\r\n"
+    _send_all(sock, iter([head]))
+    status, headers, body = _answer(sock)
+    sock.close()
+    _assert_console_page(status, headers, body, 431, "header lines")
+    sock = _connect(server)
+    sock.sendall(line + b"\r\nHost: t\r\n")  # and no end to the headers
+    status, headers, body = _answer(sock)
+    sock.close()
+    _assert_console_page(status, headers, body, 408, "within 1 s")
 
 
 def _chunked(total: int, size: int = 65536) -> Iterator[bytes]:

@@ -43,7 +43,9 @@ is answered are held, reading paused, and read once it is):
 Body sizes are also the application's (``BodyLimitMiddleware`` in ``app.py``:
 ``Content-Length`` checked first, a body's data counted as it is read, the same ``413``).
 
-Every refusal is the API's error shape ``{"error": {"code", "message"}}``. :data:`CONNECTIONS`
+Every refusal is the API's error shape ``{"error": {"code", "message"}}``, except on a console
+address (its request line's path, when the headers are not whole yet): a plain page with the
+same message (:func:`request_line_path`, ``_error_page_bytes``). :data:`CONNECTIONS`
 keeps the last connections' bytes read and parser events (what the tests read to prove the
 bounds: work counted, not timed).
 
@@ -62,6 +64,7 @@ from dataclasses import dataclass
 from enum import Enum
 from http import HTTPStatus
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import h11
 from uvicorn.protocols.http.flow_control import FlowControl
@@ -128,6 +131,37 @@ def _error_page_bytes(status: int, message: str) -> bytes:
     return (f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{phrase} · TypeStrict"
             f"</title></head><body><main><h1>{phrase}</h1><p>{said}.</p>"
             f"<p><a href=\"{CONSOLE_PREFIX}\">Back to the console</a></p></main></body></html>").encode()
+
+
+def request_line_path(line: bytes) -> str:
+    """The path a request line names (``GET /console/x?y HTTP/1.1`` → ``/console/x``), read from
+    the head's first bytes when the server refuses a request before its headers are whole (a
+    ``431``, the headers' ``408``): percent-decoded as the application's ``path`` is, the
+    absolute form's path too; ``""`` when no request line is whole there yet or it is not one.
+
+    >>> request_line_path(b"GET /console/studies?page=2 HTTP/1.1\\r\\nHost: t")
+    '/console/studies'
+    >>> request_line_path(b"\\r\\nPOST http://h/%63onsole/sign-in HTTP/1.1\\r\\n")
+    '/console/sign-in'
+    >>> request_line_path(b"GET /console"), request_line_path(b"GARBAGE\\r\\n"), request_line_path(b"GET * HTTP/1.1\\r\\n")
+    ('', '', '')
+    """
+    head = line.lstrip(b"\r\n")
+    end = head.find(b"\n")
+    if end < 0:
+        return ""
+    parts = head[:end].rstrip(b"\r").split(b" ")
+    if len(parts) != 3 or not parts[2].startswith(b"HTTP/"):
+        return ""
+    target = parts[1].decode("latin-1")
+    if not target.startswith("/"):
+        try:
+            target = urlsplit(target).path
+        except ValueError:
+            return ""
+    if not target.startswith("/"):
+        return ""
+    return unquote(target.split("?", 1)[0].split("#", 1)[0])
 
 
 @dataclass(frozen=True)
@@ -431,6 +465,7 @@ class BoundedH11Protocol(H11Protocol):
         self._head_bytes = 0
         self._head_lines = 0
         self._tail = b""  # the head's last bytes, for a blank line split between two reads
+        self._line = b""  # the head's first bytes, up to its request line's end (for its path)
         self._chunks: ChunkedBody | None = None
         self._length = 0  # of a body with a Content-Length, the bytes still to come
         self._pending = b""  # the next requests' bytes, held while the current one is answered
@@ -520,6 +555,8 @@ class BoundedH11Protocol(H11Protocol):
         if self._head_bytes == 0 and head:
             self._arm(self.limits.header_timeout_s, self._header_timeout)  # from the first byte
         self._tail = (self._tail + head[-2:])[-2:]
+        if b"\n" not in self._line.lstrip(b"\r\n"):
+            self._line += head[: self.limits.max_header_bytes + 4 - len(self._line)]
         self._head_bytes += len(head)
         self._head_lines += head.count(b"\n")
         if self._head_bytes > self.limits.max_header_bytes:
@@ -562,7 +599,7 @@ class BoundedH11Protocol(H11Protocol):
     def _next_request(self) -> None:
         self._stage = _Stage.HEAD
         self._head_bytes = self._head_lines = 0
-        self._tail = b""
+        self._tail = self._line = b""
         self._chunks = None
         self._length = 0
         self._body_deadline = None
@@ -649,7 +686,10 @@ class BoundedH11Protocol(H11Protocol):
         if self.transport.is_closing():
             return
         if not answering:  # (else half an answer is out: closing is all that is left)
-            path = self.cycle.scope.get("path", "") if self.cycle is not None and self._stage is not _Stage.HEAD else ""
+            if self._stage is _Stage.HEAD:  # the headers are not whole: the request line's path, if any
+                path = request_line_path(self._line)
+            else:
+                path = self.cycle.scope.get("path", "") if self.cycle is not None else ""
             if is_console_path(str(path)):  # a person's browser: a page, not the API's JSON
                 body, kind = _error_page_bytes(status, message), "text/html; charset=utf-8"
             else:
