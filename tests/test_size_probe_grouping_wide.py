@@ -106,3 +106,40 @@ def test_a_wide_parquet_file_reads_only_the_columns_looked_at(tmp_path: Path) ->
         head = grouping._head(manifest.dataset.path, manifest.dataset.format, ROWS,
                               {"text"} | ({group} if group else set()))
         assert list(head) == list(whole)[:MAX_COLUMNS] + ([group] if group else [])
+
+
+def test_a_wide_json_lines_file_keeps_only_the_keys_looked_at(tmp_path: Path) -> None:
+    """A JSON Lines sample was held as every row's whole object (40,000 rows of 500 keys: 2.5 GB
+    for this look); now the first 256 keys in the order they appear, the text and the group, as
+    columns, and the warnings are those of every key. Rows may leave keys out or bring new ones."""
+    from typestrict_pipeline.refund import grouping
+
+    csv_manifest = _training(tmp_path)
+    whole = _whole_sample(tmp_path / "data.csv")
+    names = list(whole)
+    objects = []
+    for i in range(ROWS // 4):  # 1,500 rows: enough to look at
+        row = {n: whole[n][i] for n in names}
+        if i % 3 == 1:
+            del row["x3"]  # a key some rows leave out
+        if i >= 10:
+            row["late_customer"] = f"k{i // 5}"  # a key that first appears at row 11
+        objects.append(row)
+    with (tmp_path / "data.jsonl").open("w", encoding="utf-8") as f:
+        f.writelines(json.dumps(o) + "\n" for o in objects)
+    keys = list(dict.fromkeys(k for o in objects for k in o))
+    every = {k: [o.get(k) for o in objects] for k in keys}
+    doc = json.loads(csv_manifest.read_text(encoding="utf-8"))
+    doc["dataset"].update(path="data.jsonl", format="jsonl")
+    for group in (None, "user_id"):  # 'user_id', key 400, declared: read too
+        doc["dataset"]["columns"]["group"] = group
+        path = tmp_path / f"manifest_{group}.json"
+        path.write_text(json.dumps(doc), encoding="utf-8")
+        manifest = load_manifest(path)
+        scan = scan_dataset(manifest)
+        assert scan.warnings == detect_undeclared_groups(every, text="text", skip={"id", "label"}, group=group)
+        assert scan.sampled_rows == ROWS // 4
+        head = grouping._head(manifest.dataset.path, manifest.dataset.format, ROWS // 4,
+                              {"text"} | ({group} if group else set()))
+        assert list(head) == keys[:MAX_COLUMNS] + ([group] if group else [])
+        assert head["x3"] == every["x3"] and all(len(v) == ROWS // 4 for v in head.values())
