@@ -196,6 +196,9 @@ def test_every_form_needs_its_csrf_token(served: tuple[object, str]) -> None:
     for bad in ({}, {"csrf_token": "0" * 64}, {"csrf_token": csrf_token("another session")}):
         r = b.post("/console/sign-out", data=bad)
         assert r.status_code == 403 and "CSRF" in r.text
+    for pair in ((token, "0" * 64), ("0" * 64, token), (token, token)):  # one token, one header
+        r = b.post("/console/sign-out", headers=[("X-CSRF-Token", pair[0]), ("X-CSRF-Token", pair[1])])
+        assert r.status_code == 403 and "CSRF" in r.text, pair
     assert b.get("/console/trainings").status_code == 200  # still signed in
     r = b.post("/console/sign-out", headers={"X-CSRF-Token": token})  # HTMX sends it as a header
     assert r.status_code == 303 and r.headers["location"] == "/console/sign-in?signed_out=1"

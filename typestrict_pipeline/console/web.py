@@ -247,11 +247,15 @@ def form_box(form: FormData, field: str, sent: Callable[[str], bool], expected: 
 
 
 async def require_csrf(request: Request) -> ConsoleSession:
-    """The live session of a ``POST`` that carries its CSRF token (form field or header); the
-    session is looked up in the store off the event loop."""
+    """The live session of a ``POST`` that carries its CSRF token (form field or one
+    ``X-CSRF-Token`` header; two headers are refused, whatever they hold); the session is looked
+    up in the store off the event loop."""
     found = await run_in_threadpool(require_session, request)
     token = request.state.console_token
-    given = request.headers.get("x-csrf-token")
+    headers = request.headers.getlist("x-csrf-token")
+    if len(headers) > 1:  # one token, one header: two are not read as their first
+        raise CsrfRefused()
+    given = headers[0] if headers else None
     if given is None:
         value = (await read_form(request)).get("csrf_token")
         given = value if isinstance(value, str) else None
