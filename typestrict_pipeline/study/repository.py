@@ -48,7 +48,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from typestrict_pipeline.errors import ConflictError, LimitError, NotFoundError
-from typestrict_pipeline.lifecycle.leases import LeaseKind, release_in, take_in
+from typestrict_pipeline.lifecycle.leases import LeaseKind, release_in, release_mine_in, take_in
 from typestrict_pipeline.processes import ProcessIdentity, this_process
 from typestrict_pipeline.store import session_scope, utcnow
 from typestrict_pipeline.study.folds import FoldLayout
@@ -560,6 +560,34 @@ def start_study(engine: Engine, study_id: int, dagster_run_id: str | None = None
         )
         take_in(s, LeaseKind.STUDY, str(study_id), owner=owner or this_process(),
                 force=True)  # the new driver takes over whoever held it
+
+
+def await_run(engine: Engine, study_id: int, dagster_run_id: str) -> bool:
+    """A ``PENDING`` study whose Dagster run is queued waits on that run, not on the process that
+    created it: the run's id is recorded on the study and the creating process's lease dropped.
+
+    The API (and the console) create a study, then queue its ``study_job`` run; the run outlives
+    the server. Before, the server's process kept the study's lease while the run waited in the
+    queue (``max_concurrent_runs``), so a restart of the server (a deploy) made the reaper end
+    the study ``INTERRUPTED`` ("its process is gone") and free its workflow for another study,
+    whose run then made the queued one fail. Now the reaper ends a waiting study only when its
+    run has ended without starting it (``docs/lifecycle.md``, "Studies"). A run that started
+    meanwhile (the study ``RUNNING``, its lease the run's) is left as it is.
+
+    Returns:
+        Whether the study now waits on ``dagster_run_id``.
+    """
+    with session_scope(engine) as s:
+        _write_lock(s.connection())
+        waiting = s.execute(
+            update(StudyRow)
+            .where(StudyRow.id == study_id, StudyRow.state == StudyState.PENDING.value,
+                   StudyRow.dagster_run_id.is_(None))
+            .values(dagster_run_id=dagster_run_id)
+        ).rowcount  # type: ignore[attr-defined]
+        if waiting:
+            release_mine_in(s, LeaseKind.STUDY, str(study_id))
+        return bool(waiting)
 
 
 def abandon_unstarted(engine: Engine, study_id: int, reason: str) -> bool:
@@ -1350,6 +1378,7 @@ __all__ = [
     "Settlement",
     "SliceReservation",
     "active_study",
+    "await_run",
     "cancel_study",
     "create_study",
     "delete_study",
