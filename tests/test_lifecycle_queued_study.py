@@ -13,6 +13,7 @@ the run stays queued.
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib.util
 import json
 import os
@@ -30,7 +31,7 @@ import dagster as dg
 import httpx
 import pytest
 
-from assets.lifecycle import run_ended
+from assets.lifecycle import _due, run_ended
 from typestrict_pipeline.api.studies import study_form_config
 from typestrict_pipeline.lifecycle.leases import LeaseKind, holder
 from typestrict_pipeline.lifecycle.reaper import reap
@@ -119,9 +120,12 @@ def test_a_study_whose_run_is_queued_outlives_a_restart_of_the_api_and_ends_with
             create_study_from_config(engine, study_form_config(home, "acme", STUDY))  # still its workflow
         # Its run ends without starting it (here: failed by hand): the study ends by itself.
         with dg.DagsterInstance.from_config(str(home / "dagster_home")) as instance:
+            now = dt.datetime.now(dt.UTC)
+            assert _due(engine, now, run_ended(instance)) == []  # lifecycle_sensor: nothing to end
             run = instance.get_run_by_id(study["run_id"])
             assert run is not None
             instance.report_run_failed(run)
+            assert _due(engine, now, run_ended(instance)) == [f"study:{study['id']}"]
             ended = reap(engine, run_ended=run_ended(instance))
         assert [(e.object_id, e.state) for e in ended] == [(str(study["id"]), "INTERRUPTED")]
         assert f"its Dagster run {study['run_id']} ended FAILURE before the study did" in ended[0].why
