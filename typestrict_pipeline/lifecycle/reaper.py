@@ -157,17 +157,17 @@ def _reap_studies(engine: Engine, at: dt.datetime, workspace: str | None, workfl
     return out
 
 
-def _release_cancelled(engine: Engine, at: dt.datetime, workspace: str | None,
-                       workflow: str | None) -> None:
-    """Window runs still ``RESERVED`` on a ``CANCELLED`` study whose process is gone (it died
-    after the cancel, before it settled them) are given back: a reservation never outlives
-    the process holding it."""
+def _release_ended(engine: Engine, at: dt.datetime, workspace: str | None,
+                   workflow: str | None) -> None:
+    """Window runs still ``RESERVED`` on a ``CANCELLED`` or ``FAILED`` study whose process is gone
+    (it died, or ended on an error, after the cancel or the failure, before it settled them) are
+    given back: a reservation never outlives the process holding it."""
     from typestrict_pipeline.study import repository as repo
     from typestrict_pipeline.study.tables import RunRow, RunState, StudyRow, StudyState
 
     with session_scope(engine) as s:
         stmt = (select(StudyRow.id).distinct().join(RunRow, RunRow.study_id == StudyRow.id)
-                .where(StudyRow.state == StudyState.CANCELLED.value,
+                .where(StudyRow.state.in_([StudyState.CANCELLED.value, StudyState.FAILED.value]),
                        RunRow.state == RunState.RESERVED.value))
         if workspace is not None:
             stmt = stmt.where(StudyRow.workspace == workspace)
@@ -180,7 +180,7 @@ def _release_cancelled(engine: Engine, at: dt.datetime, workspace: str | None,
     for sid in held:
         lease = leases.get(str(sid))
         if lease is None or not lease.alive(at, STALE_AFTER):
-            repo.release_cancelled(engine, sid)
+            repo.release_ended(engine, sid)
 
 
 def reap(
@@ -193,11 +193,11 @@ def reap(
 ) -> list[Ended]:
     """End every running backtest and pending/running study whose process is gone (optionally of
     one workspace or workflow) as interrupted, with when and why; returns what it ended. Also
-    gives back the reservations a cancelled study's dead process left (:func:`_release_cancelled`)."""
+    gives back the reservations a cancelled or failed study's dead process left (:func:`_release_ended`)."""
     at = now or utcnow()
     ended = [*_reap_backtests(engine, at, workspace, workflow),
              *_reap_studies(engine, at, workspace, workflow, run_ended)]
-    _release_cancelled(engine, at, workspace, workflow)
+    _release_ended(engine, at, workspace, workflow)
     return ended
 
 

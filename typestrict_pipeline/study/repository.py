@@ -616,8 +616,15 @@ def abandon_unstarted(engine: Engine, study_id: int, reason: str) -> bool:
 
 
 def mark_failed(engine: Engine, study_id: int, error: str) -> None:
-    """Record that the study's run failed. Its workflow's lock and lease are released (a failed
-    study blocks nothing); a re-execution takes the lock again and resumes it."""
+    """Record that the study's run failed. Its workflow's lock is released (a failed study blocks
+    nothing); a re-execution takes the lock again and resumes it.
+
+    Its lease is released too, unless a window of it is still ``RESERVED`` (a slice whose store
+    write failed, or another step still running): then, as for a cancel, the lease stays with
+    the process that holds the reservation, and once that process is gone the reaper gives the
+    unspent reservation back (:func:`release_ended`). Before, the lease went at once and nothing
+    ever released such a window: a study ``FAILED`` on a dropped store connection kept its
+    slice's windows reserved (their steps and estimated cost) for good."""
     with session_scope(engine) as s:
         study = s.get(StudyRow, study_id)
         changed = s.execute(
@@ -627,7 +634,9 @@ def mark_failed(engine: Engine, study_id: int, error: str) -> None:
         ).rowcount  # type: ignore[attr-defined]
         if changed and study is not None:
             _release_lock(s, study)
-            release_in(s, LeaseKind.STUDY, str(study_id))
+            if s.scalar(select(_RUNS.c.id).where(
+                    _RUNS.c.study_id == study_id, _RUNS.c.state == RunState.RESERVED.value).limit(1)) is None:
+                release_in(s, LeaseKind.STUDY, str(study_id))
 
 
 def interrupt_study(engine: Engine, study_id: int, why: str, *,
@@ -674,7 +683,7 @@ def cancel_study(engine: Engine, study_id: int) -> StudyState:
             _release_lock(s, study)
             # A process settling reserved windows keeps its lease until it ends them (it
             # releases it at its finish); if it dies first, the reaper sees the lease dead and
-            # gives the reservations back (release_cancelled). Nothing reserved: released now.
+            # gives the reservations back (release_ended). Nothing reserved: released now.
             if s.scalar(select(_RUNS.c.id).where(
                     _RUNS.c.study_id == study_id, _RUNS.c.state == RunState.RESERVED.value).limit(1)) is None:
                 release_in(s, LeaseKind.STUDY, str(study_id))
@@ -682,16 +691,22 @@ def cancel_study(engine: Engine, study_id: int) -> StudyState:
         return StudyState(study.state)
 
 
-def release_cancelled(engine: Engine, study_id: int) -> int:
-    """Give back what a ``CANCELLED`` study's window runs still hold (``RESERVED``: their cost
-    and steps) and release its lease; for a study whose process died after the cancel, before
-    it settled the windows it was running (the reaper calls it once that process is gone).
-    Returns how many runs were released (0: not cancelled, or nothing held).
+_ENDED_HOLDING = (StudyState.CANCELLED.value, StudyState.FAILED.value)
+"""The states in which a study's window runs may still be ``RESERVED`` by a process that has not
+settled them yet: a cancel, or a failure, while a window ran (:func:`release_ended`)."""
+
+
+def release_ended(engine: Engine, study_id: int) -> int:
+    """Give back what a ``CANCELLED`` or ``FAILED`` study's window runs still hold (``RESERVED``:
+    their cost and steps) and release its lease; for a study whose process died (or ended on an
+    error) after the cancel or the failure, before it settled the windows it was running (the
+    reaper calls it once that process is gone). Returns how many runs were released (0: neither
+    cancelled nor failed, or nothing held).
     """
     with engine.begin() as conn:
         _write_lock(conn)
         state = conn.scalar(select(_S.state).where(_S.id == study_id))
-        if state != StudyState.CANCELLED.value:
+        if state not in _ENDED_HOLDING:
             return 0
         held = conn.execute(select(*_HELD_COLUMNS).where(
             _RUNS.c.study_id == study_id, _RUNS.c.state == RunState.RESERVED.value)).all()
@@ -1389,6 +1404,7 @@ __all__ = [
     "interrupt_study",
     "mark_failed",
     "record_stop",
+    "release_ended",
     "release_unstarted",
     "reserve_run",
     "reserve_runs_together",
