@@ -28,7 +28,7 @@ from assets.refund import verdict_job
 from resources.refund import RefundTrainingsResource
 from resources.store import StoreResource, store_of_run, store_run_request
 from typestrict_pipeline.lifecycle.leases import LeaseKind, holders
-from typestrict_pipeline.lifecycle.reaper import reap
+from typestrict_pipeline.lifecycle.reaper import reap, waits_on_its_run
 from typestrict_pipeline.lifecycle.tables import TrainingRow
 from typestrict_pipeline.lifecycle.trainings import (
     OPEN_STATES,
@@ -67,15 +67,20 @@ def _due(engine: Engine, now: dt.datetime, ended: Any) -> list[str]:
             TrainingRow.state.in_(OPEN_STATES), TrainingRow.deadline_at <= now).limit(200)))
         backtests = [str(i) for i in s.scalars(select(BacktestRow.id).where(
             BacktestRow.status == BacktestStatus.RUNNING.value))]
-        studies = [(str(i), r) for i, r in s.execute(select(StudyRow.id, StudyRow.dagster_run_id).where(
-            StudyRow.state.in_([StudyState.PENDING.value, StudyState.RUNNING.value]))).all()]
+        studies = [(str(i), r, st) for i, r, st in s.execute(
+            select(StudyRow.id, StudyRow.dagster_run_id, StudyRow.state).where(
+                StudyRow.state.in_([StudyState.PENDING.value, StudyState.RUNNING.value]))).all()]
     due = [f"training:{t}" for t in overdue]
     leases = holders(engine, LeaseKind.BACKTEST, backtests) if backtests else {}
     due += [f"backtest:{b}" for b in backtests if b not in leases or not leases[b].alive(now)]
-    study_leases = holders(engine, LeaseKind.STUDY, [i for i, _ in studies]) if studies else {}
-    for sid, run_id in studies:
+    study_leases = holders(engine, LeaseKind.STUDY, [i for i, _, _ in studies]) if studies else {}
+    for sid, run_id, state in studies:
         held = study_leases.get(sid)
-        if held is None or not held.alive(now) or (run_id and ended(run_id) is not None):
+        if run_id and ended(run_id) is not None:
+            due.append(f"study:{sid}")
+        elif held is None and waits_on_its_run(state, run_id):
+            continue  # its run waits in the queue: it holds the study
+        elif held is None or not held.alive(now):
             due.append(f"study:{sid}")
     return due
 

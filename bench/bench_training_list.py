@@ -66,10 +66,26 @@ def _copies(root: Path, source: str, workspace: str, n: int, prefix: str) -> Non
         (folder / DRAFT_NAME).write_text(text, encoding="utf-8")
 
 
+def _charged(url: str, workspace: str, training_ids: list[str]) -> None:
+    """Each copy a training of ``workspace``: charged, its lifecycle row written (a draft no
+    lifecycle row or ledger line knows is a creation that never committed: not listed)."""
+    from typestrict_pipeline.credits.ledger import CreditLedger
+    from typestrict_pipeline.lifecycle.trainings import start_training
+    from typestrict_pipeline.store import open_store
+
+    engine = open_store(url)
+    try:
+        CreditLedger(engine).grant(workspace, len(training_ids), reference=f"bench-{workspace}-copies")
+        for tid in training_ids:
+            start_training(engine, workspace, tid)
+    finally:
+        engine.dispose()
+
+
 def _every_manifest(store: TrainingStore, workspace: str) -> list[str]:
     """How ``list_ids`` worked before: every folder's manifest read on every call."""
     return sorted(e.name for e in os.scandir(store.trainings_dir)
-                  if not e.name.startswith(".") and e.is_dir() and store._owner(e.name) == workspace)
+                  if not e.name.startswith(".") and e.is_dir() and (store._owner(e.name) or ("",))[0] == workspace)
 
 
 def main() -> None:
@@ -109,6 +125,7 @@ def _pages(tmp: Path, url: str, key: str, root: Path, made: str) -> None:
     from typestrict_pipeline.api.app import create_app
 
     _copies(root, made, "acme", OWN - 1, "a")
+    _charged(url, "acme", [f"tr_a{i:011d}" for i in range(OWN - 1)])
     auth = {"Authorization": f"Bearer {key}"}
     with TestClient(create_app(url, tmp / "home", jev_source=JEV, rate_limit=None)) as c:
         def get(query: str) -> int:

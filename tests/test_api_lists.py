@@ -18,7 +18,9 @@ from typestrict_pipeline.api.paging import LIST_LIMIT, LIST_LIMIT_MAX
 from typestrict_pipeline.api.trainings import TrainingStore
 from typestrict_pipeline.backtest import PointInTimeTable, Workflow, run_backtest
 from typestrict_pipeline.backtest.store import save_backtest
+from typestrict_pipeline.credits import CreditLedger
 from typestrict_pipeline.files import read_json_file
+from typestrict_pipeline.lifecycle.trainings import start_training
 from typestrict_pipeline.store import open_store
 from typestrict_pipeline.study.form import StudyForm, study_config
 from typestrict_pipeline.study.service import create_study_from_config
@@ -168,6 +170,9 @@ def test_another_workspaces_data_is_never_read_to_list_this_ones(tmp_path: Path,
         manifest = next(p for p in (store.trainings_dir / f"tr_other{i:08d}").iterdir() if p.suffix == ".json"
                         and "draft" in p.name)
         manifest.write_text(manifest.read_text().replace('"workspace_id": "acme"', '"workspace_id": "other"'))
+    CreditLedger(store.engine).grant("other", 30, reference="copies")
+    for i in range(30):  # each copy a training: charged, its lifecycle row written (a draft no
+        start_training(store.engine, "other", f"tr_other{i:08d}")  # row knows is no training)
     reads: list[Path] = []
     real = read_json_file
 

@@ -599,12 +599,14 @@ def test_no_console_form_answers_a_server_error(app: tuple[object, str, str]) ->
     b.close()
 
 
-def test_the_trainings_page_shows_fifty_a_page_newest_first(app: tuple[object, str, str], tmp_path: Path) -> None:
+def test_the_trainings_page_shows_fifty_a_page_newest_first(app: tuple[object, str, str], tmp_path: Path,
+                                                            sqlite_url: str) -> None:
     """It read and showed every training of the workspace on one page (1,000 trainings: seconds)."""
     import os
     import shutil
 
     from typestrict_pipeline.console.paging import PER_PAGE as TRAININGS_PER_PAGE
+    from typestrict_pipeline.lifecycle.trainings import start_training
 
     b = Browser(app[0], app[1])
     made = b.form("/console/trainings", TRAINING, files={"dataset_file": ("reviews.csv", CSV.encode())})
@@ -612,9 +614,13 @@ def test_the_trainings_page_shows_fifty_a_page_newest_first(app: tuple[object, s
     first = made.headers["location"].rsplit("/", 1)[1]
     root = tmp_path / "home" / "trainings"
     older = [f"tr_{i:016x}" for i in range(TRAININGS_PER_PAGE + 4)]  # 55 in all
+    engine = open_store(sqlite_url)
+    CreditLedger(engine).grant("acme", len(older), reference="copies")
     for i, tid in enumerate(older):
         shutil.copytree(root / first, root / tid)
+        start_training(engine, "acme", tid)  # a training: charged, its lifecycle row written
         os.utime(root / tid, (1_700_000_000 + i, 1_700_000_000 + i))  # older than the one just made
+    engine.dispose()
     one = b.get("/console/trainings").text
     shown = re.findall(r'data-training="([^"]+)"', one)
     assert len(shown) == TRAININGS_PER_PAGE and shown[0] == first and shown[1] == older[-1]

@@ -12,6 +12,7 @@ directly; this module adds the workspace scoping.
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -217,8 +218,8 @@ def launch_study(engine: Engine, home: Path, runs: DagsterRuns, workspace: str,
         raise ConflictError(exc.for_workspace()) from None
     try:
         run_config = importlib.import_module("assets.studies").study_run_config(study_id)
-        runs.submit("study_job", run_config, workspace=workspace, object_ref=_object(study_id),
-                    tags={"workflow": config.workflow})
+        run_id = runs.submit("study_job", run_config, workspace=workspace, object_ref=_object(study_id),
+                             tags={"workflow": config.workflow})
     except BaseException as exc:
         why = ("its Dagster run could not be queued: the server's Dagster instance was unavailable. "
                "Nothing was spent; create the study again later (POST /v1/studies), and tell the "
@@ -228,6 +229,11 @@ def launch_study(engine: Engine, home: Path, runs: DagsterRuns, workspace: str,
             raise
         raise dagster_unavailable(f"study {study_id}'s Dagster run to be queued", exc,
                                   after=f"study {study_id} ended FAILED and nothing was spent") from None
+    try:  # it waits on its run now, not on this server
+        repo.await_run(engine, study_id, run_id)
+    except Exception:  # the store failed just now: the study and its run are there, as before this
+        logging.getLogger("typestrict.api").warning(  # step (held by this server's process)
+            "study %s: recording its queued run %s failed", study_id, run_id, exc_info=True)
     return check_study(engine, workspace, study_id)
 
 

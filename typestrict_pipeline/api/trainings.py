@@ -52,7 +52,7 @@ from typestrict_pipeline.api.quota import (
 )
 from typestrict_pipeline.credits import get_model
 from typestrict_pipeline.credits.ledger import InsufficientCreditsError, run_transaction
-from typestrict_pipeline.credits.models import ModelInfo, models_of
+from typestrict_pipeline.credits.models import ModelInfo, models_of, never_committed
 from typestrict_pipeline.errors import (
     ConflictError,
     DatasetError,
@@ -453,7 +453,7 @@ class TrainingStore:
         # trainings but never create one (the server does not start without a Jev source).
         self.jev_source = dict(jev_source) if jev_source is not None else None
         self.deadlines = deadlines or Deadlines.from_env()
-        self._owners: dict[tuple[str, int, int], str] = {}
+        self._owners: dict[tuple[str, int, int], tuple[str, bool]] = {}
         """(folder name, inode, change time) -> the workspace its manifest names: read once per
         folder, so a list costs one directory listing plus the new folders, not every
         workspace's manifests. Replaced whole by each list, never changed in place (a list
@@ -663,9 +663,16 @@ class TrainingStore:
 
     # --- read --------------------------------------------------------------------------------
 
-    def _doc(self, workspace_id: str, training_id: str) -> tuple[dict[str, Any], Path, bool]:
+    def _doc(self, workspace_id: str, training_id: str, *, committed: bool = True
+             ) -> tuple[dict[str, Any], Path, bool]:
+        """The training's manifest (or draft), its folder and whether it is a draft. A draft whose
+        charge never committed (:func:`~typestrict_pipeline.credits.models.never_committed`: its
+        server died inside the charging transaction, or is committing it now) is no training:
+        not found (``committed=False``: the caller checks that itself, for many at once)."""
         found = self._read(training_id)
         if found is None or found[0].get("workspace_id") != workspace_id:
+            raise self._no_training(training_id)
+        if committed and found[2] and never_committed(self.engine, [training_id]):
             raise self._no_training(training_id)
         return found
 
@@ -745,8 +752,9 @@ class TrainingStore:
         drafts: dict[str, bool] = {}
         for tid in training_ids:
             with contextlib.suppress(NotFoundError):
-                drafts[tid] = self._doc(workspace_id, tid)[2]
-        ids = list(drafts)
+                drafts[tid] = self._doc(workspace_id, tid, committed=False)[2]
+        uncommitted = never_committed(self.engine, [t for t, draft in drafts.items() if draft])
+        ids = [t for t in drafts if t not in uncommitted]
         expire_due(self.engine, now=now, training_ids=ids, trainings_dir=self.trainings_dir)
         statuses = statuses_of(self.engine, ids)
         models = {m: info for m, info in models_of(self.engine, ids).items() if info.workspace_id == workspace_id}
@@ -779,7 +787,7 @@ class TrainingStore:
                                trainings_dir=self.trainings_dir, words=self.words)
 
     def list_ids(self, workspace_id: str) -> list[str]:
-        """The workspace's trainings (drafts included), sorted by id.
+        """The workspace's trainings (drafts included, not one whose charge never committed), sorted by id.
 
         The folder of every workspace's trainings is one directory; which workspace a folder
         belongs to is read from its manifest once and kept by the folder's name, inode and
@@ -796,8 +804,9 @@ class TrainingStore:
         except FileNotFoundError:
             return []
         known = self._owners
-        owners: dict[tuple[str, int, int], str] = {}
-        out = []
+        owners: dict[tuple[str, int, int], tuple[str, bool]] = {}
+        out: list[str] = []
+        drafts: list[str] = []
         for entry in entries:
             try:
                 if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
@@ -809,16 +818,18 @@ class TrainingStore:
             if owner is None:
                 continue
             owners[key] = owner
-            if owner == workspace_id:
-                out.append(entry.name)
+            if owner[0] == workspace_id:
+                (drafts if owner[1] else out).append(entry.name)
         self._owners = owners  # only folders there now: a removed or changed one is dropped
-        return sorted(out)
+        uncommitted = never_committed(self.engine, drafts)  # a creation whose charge never committed
+        return sorted(out + [t for t in drafts if t not in uncommitted])
 
-    def _owner(self, training_id: str) -> str | None:
-        """The workspace a training folder's manifest (or draft) names; None when unreadable."""
+    def _owner(self, training_id: str) -> tuple[str, bool] | None:
+        """The workspace a training folder's manifest (or draft) names, and whether it is a
+        draft; None when unreadable."""
         found = self._read(training_id)
         owner = None if found is None else found[0].get("workspace_id")
-        return owner if isinstance(owner, str) else None
+        return (owner, found[2]) if isinstance(owner, str) and found is not None else None
 
     def split_json(self, workspace_id: str, training_id: str) -> bytes:
         """The training's split as ``GET /v1/trainings/{id}/split`` answers it (JSON): computed

@@ -80,6 +80,7 @@ __all__ = [
     "list_models",
     "model_files",
     "models_of",
+    "never_committed",
     "pipeline_value_roots",
     "removed_orphans",
     "settle_training",
@@ -644,6 +645,22 @@ ORPHAN_GRACE = dt.timedelta(days=1)
 in seconds, so one a day old is a leftover of a process that died, never one in flight."""
 
 
+def never_committed(engine: Engine, training_ids: Sequence[str]) -> set[str]:
+    """Of ``training_ids`` (draft folders: ``api-draft.json``, no manifest), those no lifecycle
+    row, ledger line or model record knows: a creation whose charging transaction never committed
+    (its process died after moving the folder in, or it is committing now). Nothing was charged
+    for them: they are no training (not shown, nothing accepted: ``TrainingStore``), and the
+    sweep removes them once :data:`ORPHAN_GRACE` old (:func:`removed_orphans`)."""
+    from typestrict_pipeline.credits.tables import CreditEntry
+    from typestrict_pipeline.lifecycle.tables import TrainingRow
+
+    names = list(dict.fromkeys(training_ids))
+    known: set[str] = set()
+    for key in (TrainingRow.training_id, ModelRecord.model_id, CreditEntry.reference):  # IN_CHUNK ids a query
+        known |= set(rows_by_id(engine, key, names, lambda _: True))
+    return set(names) - known
+
+
 def removed_orphans(engine: Engine, *, now: dt.datetime, trainings_dir: Path,
                     grace: dt.timedelta = ORPHAN_GRACE) -> list[str]:
     """Remove what a training's creation left when its process died before the charge committed
@@ -652,9 +669,6 @@ def removed_orphans(engine: Engine, *, now: dt.datetime, trainings_dir: Path,
     (``api-draft.json``, no manifest) that no lifecycle row, model record or ledger line knows,
     both last changed ``grace`` or more before ``now``. Nothing was charged for them and no one
     was told they exist, so nothing of them is kept. Returns the folders' names."""
-    from typestrict_pipeline.credits.tables import CreditEntry
-    from typestrict_pipeline.lifecycle.tables import TrainingRow
-
     before = (_check_now(now) - grace).timestamp()
     staged, drafts = [], []
     try:
@@ -674,12 +688,8 @@ def removed_orphans(engine: Engine, *, now: dt.datetime, trainings_dir: Path,
         except OSError:  # removed meanwhile
             continue
     if drafts:
-        names = [f.name for f in drafts]
-        with session_scope(engine) as session:
-            known = set(session.scalars(select(TrainingRow.training_id).where(TrainingRow.training_id.in_(names))))
-            known |= set(session.scalars(select(ModelRecord.model_id).where(ModelRecord.model_id.in_(names))))
-            known |= set(session.scalars(select(CreditEntry.reference).where(CreditEntry.reference.in_(names))))
-        drafts = [f for f in drafts if f.name not in known]
+        unknown = never_committed(engine, [f.name for f in drafts])
+        drafts = [f for f in drafts if f.name in unknown]
     out = []
     for folder in staged + drafts:
         if _remove(folder):

@@ -54,6 +54,7 @@ __all__ = [
     "holder",
     "holders",
     "release_in",
+    "release_mine_in",
     "take_in",
 ]
 
@@ -189,6 +190,17 @@ def release_in(session: Session, kind: LeaseKind, object_id: str, token: str | N
     if token is not None:
         stmt = stmt.where(LeaseRow.token == token)
     session.execute(stmt)
+
+
+def release_mine_in(session: Session, kind: LeaseKind, object_id: str,
+                    owner: ProcessIdentity | None = None) -> bool:
+    """Drop the lease if ``owner`` (default this process) holds it, in the caller's transaction;
+    a lease another process took over meanwhile is left as it is. Returns whether it was dropped."""
+    me = owner or this_process()
+    stmt = delete(LeaseRow).where(
+        LeaseRow.kind == kind.value, LeaseRow.object_id == object_id, LeaseRow.host == me.host,
+        LeaseRow.boot_id == me.boot_id, LeaseRow.pid == me.pid, LeaseRow.start_ticks == me.start_ticks)
+    return bool(session.execute(stmt).rowcount)  # type: ignore[attr-defined]
 
 
 def holder(engine: Engine, kind: LeaseKind, object_id: str) -> Holder | None:

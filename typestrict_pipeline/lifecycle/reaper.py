@@ -43,6 +43,7 @@ __all__ = [
     "cancel_backtest",
     "cancel_study",
     "reap",
+    "waits_on_its_run",
     "workflow_busy",
 ]
 
@@ -53,6 +54,16 @@ RunEnded = Callable[[str], str | None]
 NO_LEASE_GRACE = dt.timedelta(seconds=60)
 """A running object without any lease (written before leases existed) is interrupted once it is
 this old: no process can be shown to work on it."""
+
+
+def waits_on_its_run(state: str, dagster_run_id: str | None) -> bool:
+    """A ``PENDING`` study whose Dagster run was queued (:func:`~typestrict_pipeline.study.repository.await_run`):
+    no process holds it while the run waits in the queue; it lives while the run has not ended.
+
+    >>> waits_on_its_run("PENDING", "ab12"), waits_on_its_run("PENDING", None), waits_on_its_run("RUNNING", "ab12")
+    (True, False, False)
+    """
+    return state == "PENDING" and bool(dagster_run_id)
 
 
 @dataclass(frozen=True)
@@ -116,26 +127,27 @@ def _reap_studies(engine: Engine, at: dt.datetime, workspace: str | None, workfl
     from typestrict_pipeline.study.tables import StudyRow, StudyState
 
     with session_scope(engine) as s:
-        stmt = select(StudyRow.id, StudyRow.created_at, StudyRow.dagster_run_id).where(
+        stmt = select(StudyRow.id, StudyRow.created_at, StudyRow.dagster_run_id, StudyRow.state).where(
             StudyRow.state.in_([StudyState.PENDING.value, StudyState.RUNNING.value]))
         if workspace is not None:
             stmt = stmt.where(StudyRow.workspace == workspace)
         if workflow is not None:
             stmt = stmt.where(StudyRow.workflow == workflow)
-        live = [(int(i), c, r) for i, c, r in s.execute(stmt).all()]
+        live = [(int(i), c, r, st) for i, c, r, st in s.execute(stmt).all()]
     if not live:
         return []
-    leases = holders(engine, LeaseKind.STUDY, [str(i) for i, _, _ in live])
+    leases = holders(engine, LeaseKind.STUDY, [str(i) for i, _, _, _ in live])
     out: list[Ended] = []
-    for sid, created, run_id in live:
+    for sid, created, run_id, state in live:
         held = leases.get(str(sid))
+        held_by_run = held is None and waits_on_its_run(state, run_id)  # ended only if its run ended
         why = None
         if run_id and run_ended is not None:
             status = run_ended(run_id)
             if status is not None:
                 why = (f"interrupted at {_stamp(at)}: its Dagster run {run_id} ended {status} "
                        "before the study did (re-execute the run to resume it)")
-        if why is None and held is None and at - created >= NO_LEASE_GRACE:
+        if why is None and held is None and not held_by_run and at - created >= NO_LEASE_GRACE:
             why = (f"interrupted at {_stamp(at)}: no process holds it (it was started before "
                    "liveness was recorded)")
         if why is None and held is not None and not held.alive(at, STALE_AFTER):
@@ -145,17 +157,17 @@ def _reap_studies(engine: Engine, at: dt.datetime, workspace: str | None, workfl
     return out
 
 
-def _release_cancelled(engine: Engine, at: dt.datetime, workspace: str | None,
-                       workflow: str | None) -> None:
-    """Window runs still ``RESERVED`` on a ``CANCELLED`` study whose process is gone (it died
-    after the cancel, before it settled them) are given back: a reservation never outlives
-    the process holding it."""
+def _release_ended(engine: Engine, at: dt.datetime, workspace: str | None,
+                   workflow: str | None) -> None:
+    """Window runs still ``RESERVED`` on a ``CANCELLED`` or ``FAILED`` study whose process is gone
+    (it died, or ended on an error, after the cancel or the failure, before it settled them) are
+    given back: a reservation never outlives the process holding it."""
     from typestrict_pipeline.study import repository as repo
     from typestrict_pipeline.study.tables import RunRow, RunState, StudyRow, StudyState
 
     with session_scope(engine) as s:
         stmt = (select(StudyRow.id).distinct().join(RunRow, RunRow.study_id == StudyRow.id)
-                .where(StudyRow.state == StudyState.CANCELLED.value,
+                .where(StudyRow.state.in_([StudyState.CANCELLED.value, StudyState.FAILED.value]),
                        RunRow.state == RunState.RESERVED.value))
         if workspace is not None:
             stmt = stmt.where(StudyRow.workspace == workspace)
@@ -168,7 +180,7 @@ def _release_cancelled(engine: Engine, at: dt.datetime, workspace: str | None,
     for sid in held:
         lease = leases.get(str(sid))
         if lease is None or not lease.alive(at, STALE_AFTER):
-            repo.release_cancelled(engine, sid)
+            repo.release_ended(engine, sid)
 
 
 def reap(
@@ -181,11 +193,11 @@ def reap(
 ) -> list[Ended]:
     """End every running backtest and pending/running study whose process is gone (optionally of
     one workspace or workflow) as interrupted, with when and why; returns what it ended. Also
-    gives back the reservations a cancelled study's dead process left (:func:`_release_cancelled`)."""
+    gives back the reservations a cancelled or failed study's dead process left (:func:`_release_ended`)."""
     at = now or utcnow()
     ended = [*_reap_backtests(engine, at, workspace, workflow),
              *_reap_studies(engine, at, workspace, workflow, run_ended)]
-    _release_cancelled(engine, at, workspace, workflow)
+    _release_ended(engine, at, workspace, workflow)
     return ended
 
 

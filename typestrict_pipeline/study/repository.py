@@ -48,7 +48,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from typestrict_pipeline.errors import ConflictError, LimitError, NotFoundError
-from typestrict_pipeline.lifecycle.leases import LeaseKind, release_in, take_in
+from typestrict_pipeline.lifecycle.leases import LeaseKind, release_in, release_mine_in, take_in
 from typestrict_pipeline.processes import ProcessIdentity, this_process
 from typestrict_pipeline.store import session_scope, utcnow
 from typestrict_pipeline.study.folds import FoldLayout
@@ -562,6 +562,34 @@ def start_study(engine: Engine, study_id: int, dagster_run_id: str | None = None
                 force=True)  # the new driver takes over whoever held it
 
 
+def await_run(engine: Engine, study_id: int, dagster_run_id: str) -> bool:
+    """A ``PENDING`` study whose Dagster run is queued waits on that run, not on the process that
+    created it: the run's id is recorded on the study and the creating process's lease dropped.
+
+    The API (and the console) create a study, then queue its ``study_job`` run; the run outlives
+    the server. Before, the server's process kept the study's lease while the run waited in the
+    queue (``max_concurrent_runs``), so a restart of the server (a deploy) made the reaper end
+    the study ``INTERRUPTED`` ("its process is gone") and free its workflow for another study,
+    whose run then made the queued one fail. Now the reaper ends a waiting study only when its
+    run has ended without starting it (``docs/lifecycle.md``, "Studies"). A run that started
+    meanwhile (the study ``RUNNING``, its lease the run's) is left as it is.
+
+    Returns:
+        Whether the study now waits on ``dagster_run_id``.
+    """
+    with session_scope(engine) as s:
+        _write_lock(s.connection())
+        waiting = s.execute(
+            update(StudyRow)
+            .where(StudyRow.id == study_id, StudyRow.state == StudyState.PENDING.value,
+                   StudyRow.dagster_run_id.is_(None))
+            .values(dagster_run_id=dagster_run_id)
+        ).rowcount  # type: ignore[attr-defined]
+        if waiting:
+            release_mine_in(s, LeaseKind.STUDY, str(study_id))
+        return bool(waiting)
+
+
 def abandon_unstarted(engine: Engine, study_id: int, reason: str) -> bool:
     """Mark a study that no run ever started (still ``PENDING``) as ``FAILED`` with ``reason``
     and when (``finished_at``, as :func:`mark_failed`), and release its workflow's lock; do
@@ -588,8 +616,15 @@ def abandon_unstarted(engine: Engine, study_id: int, reason: str) -> bool:
 
 
 def mark_failed(engine: Engine, study_id: int, error: str) -> None:
-    """Record that the study's run failed. Its workflow's lock and lease are released (a failed
-    study blocks nothing); a re-execution takes the lock again and resumes it."""
+    """Record that the study's run failed. Its workflow's lock is released (a failed study blocks
+    nothing); a re-execution takes the lock again and resumes it.
+
+    Its lease is released too, unless a window of it is still ``RESERVED`` (a slice whose store
+    write failed, or another step still running): then, as for a cancel, the lease stays with
+    the process that holds the reservation, and once that process is gone the reaper gives the
+    unspent reservation back (:func:`release_ended`). Before, the lease went at once and nothing
+    ever released such a window: a study ``FAILED`` on a dropped store connection kept its
+    slice's windows reserved (their steps and estimated cost) for good."""
     with session_scope(engine) as s:
         study = s.get(StudyRow, study_id)
         changed = s.execute(
@@ -599,7 +634,9 @@ def mark_failed(engine: Engine, study_id: int, error: str) -> None:
         ).rowcount  # type: ignore[attr-defined]
         if changed and study is not None:
             _release_lock(s, study)
-            release_in(s, LeaseKind.STUDY, str(study_id))
+            if s.scalar(select(_RUNS.c.id).where(
+                    _RUNS.c.study_id == study_id, _RUNS.c.state == RunState.RESERVED.value).limit(1)) is None:
+                release_in(s, LeaseKind.STUDY, str(study_id))
 
 
 def interrupt_study(engine: Engine, study_id: int, why: str, *,
@@ -646,7 +683,7 @@ def cancel_study(engine: Engine, study_id: int) -> StudyState:
             _release_lock(s, study)
             # A process settling reserved windows keeps its lease until it ends them (it
             # releases it at its finish); if it dies first, the reaper sees the lease dead and
-            # gives the reservations back (release_cancelled). Nothing reserved: released now.
+            # gives the reservations back (release_ended). Nothing reserved: released now.
             if s.scalar(select(_RUNS.c.id).where(
                     _RUNS.c.study_id == study_id, _RUNS.c.state == RunState.RESERVED.value).limit(1)) is None:
                 release_in(s, LeaseKind.STUDY, str(study_id))
@@ -654,16 +691,22 @@ def cancel_study(engine: Engine, study_id: int) -> StudyState:
         return StudyState(study.state)
 
 
-def release_cancelled(engine: Engine, study_id: int) -> int:
-    """Give back what a ``CANCELLED`` study's window runs still hold (``RESERVED``: their cost
-    and steps) and release its lease; for a study whose process died after the cancel, before
-    it settled the windows it was running (the reaper calls it once that process is gone).
-    Returns how many runs were released (0: not cancelled, or nothing held).
+_ENDED_HOLDING = (StudyState.CANCELLED.value, StudyState.FAILED.value)
+"""The states in which a study's window runs may still be ``RESERVED`` by a process that has not
+settled them yet: a cancel, or a failure, while a window ran (:func:`release_ended`)."""
+
+
+def release_ended(engine: Engine, study_id: int) -> int:
+    """Give back what a ``CANCELLED`` or ``FAILED`` study's window runs still hold (``RESERVED``:
+    their cost and steps) and release its lease; for a study whose process died (or ended on an
+    error) after the cancel or the failure, before it settled the windows it was running (the
+    reaper calls it once that process is gone). Returns how many runs were released (0: neither
+    cancelled nor failed, or nothing held).
     """
     with engine.begin() as conn:
         _write_lock(conn)
         state = conn.scalar(select(_S.state).where(_S.id == study_id))
-        if state != StudyState.CANCELLED.value:
+        if state not in _ENDED_HOLDING:
             return 0
         held = conn.execute(select(*_HELD_COLUMNS).where(
             _RUNS.c.study_id == study_id, _RUNS.c.state == RunState.RESERVED.value)).all()
@@ -1350,6 +1393,7 @@ __all__ = [
     "Settlement",
     "SliceReservation",
     "active_study",
+    "await_run",
     "cancel_study",
     "create_study",
     "delete_study",
@@ -1360,6 +1404,7 @@ __all__ = [
     "interrupt_study",
     "mark_failed",
     "record_stop",
+    "release_ended",
     "release_unstarted",
     "reserve_run",
     "reserve_runs_together",
