@@ -266,6 +266,63 @@ class HeadMiddleware:
         await self.app({**scope, "method": "GET", HEAD_ASKED: True}, receive, headers_only)
 
 
+SHUTDOWN_MESSAGE = (
+    "expected an answer before the server stopped, got the server stopping first (an operator's "
+    "Ctrl-C, SIGTERM or a deploy, past its grace for requests in flight). The request may have been "
+    "carried out or not: look before sending it again (GET the list of what it creates), then send it "
+    "again once the server is back")
+"""The ``503 shutting_down`` of a request cut by the server's own shutdown (:class:`ShutdownMiddleware`)."""
+
+
+class ShutdownMiddleware:
+    """A request still in flight when the server's shutdown grace ends (``typestrict api``'s
+    ``GRACEFUL_SHUTDOWN_S``) is cancelled by uvicorn, which answered it with a plain-text ``500
+    Internal Server Error``: the API's error shape instead, ``503 shutting_down`` with
+    ``Retry-After`` (a console address: the console's plain page), and no traceback in the log.
+    The work a thread was doing for it may still finish: the message says to look before
+    sending the request again."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except asyncio.CancelledError:
+            if started:
+                raise  # half an answer is out: uvicorn closes the connection
+            with contextlib.suppress(Exception):
+                await _send_shutdown(scope, send)
+            # Answered: the request's task ends here, as uvicorn's shutdown waits for it to,
+            # without "Exception in ASGI application" and a traceback in the server's log.
+
+
+async def _send_shutdown(scope: Scope, send: Send) -> None:
+    from typestrict_pipeline.console.web import is_console_path
+
+    if is_console_path(str(scope.get("path", ""))):
+        from typestrict_pipeline.api.server import error_page_bytes
+
+        body, kind = error_page_bytes(503, SHUTDOWN_MESSAGE), b"text/html; charset=utf-8"
+    else:
+        body, kind = json.dumps(error_body("shutting_down", SHUTDOWN_MESSAGE)).encode(), b"application/json"
+    await send({"type": "http.response.start", "status": 503,
+                "headers": [(b"content-type", kind), (b"content-length", str(len(body)).encode()),
+                            (b"retry-after", b"10"), (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
 ROUTE_METHODS = ("DELETE", "GET", "PATCH", "POST", "PUT")
 """The methods the application's routes are declared with (``HEAD`` is :class:`HeadMiddleware`'s)."""
 
@@ -544,7 +601,8 @@ def create_app(
     app.add_middleware(models.KnownAuditMiddleware)  # innermost: inside both limits
     app.add_middleware(BodyLimitMiddleware, max_body=max_body_bytes, max_upload=max_upload_bytes)
     app.add_middleware(RateLimitMiddleware)  # a refused request costs nothing more
-    app.add_middleware(HeadMiddleware)  # outermost: a HEAD is the GET it stands for, everywhere
+    app.add_middleware(HeadMiddleware)  # a HEAD is the GET it stands for, everywhere
+    app.add_middleware(ShutdownMiddleware)  # outermost: a request the shutdown cut is answered in our words
     return app
 
 

@@ -45,7 +45,7 @@ Body sizes are also the application's (``BodyLimitMiddleware`` in ``app.py``:
 
 Every refusal is the API's error shape ``{"error": {"code", "message"}}``, except on a console
 address (its request line's path, when the headers are not whole yet): a plain page with the
-same message (:func:`request_line_path`, ``_error_page_bytes``). :data:`CONNECTIONS`
+same message (:func:`request_line_path`, ``error_page_bytes``). :data:`CONNECTIONS`
 keeps the last connections' bytes read and parser events (what the tests read to prove the
 bounds: work counted, not timed).
 
@@ -117,13 +117,13 @@ def _error_bytes(code: str, message: str) -> bytes:
     return json.dumps({"error": {"code": code, "message": message}}).encode()
 
 
-def _error_page_bytes(status: int, message: str) -> bytes:
+def error_page_bytes(status: int, message: str) -> bytes:
     """The page a console address gets when the server refuses its request by itself (a body
     that stopped coming, one past its limit): the status and the message, as the console's own
     error pages say them, with no script and a link back. The application, its templates and
     the session are never reached here (the request is cut before it is whole).
 
-    >>> _error_page_bytes(408, "expected <the body>").decode().count("&lt;the body&gt;")
+    >>> error_page_bytes(408, "expected <the body>").decode().count("&lt;the body&gt;")
     1
     """
     phrase = html.escape(HTTPStatus(status).phrase)
@@ -691,7 +691,7 @@ class BoundedH11Protocol(H11Protocol):
             else:
                 path = self.cycle.scope.get("path", "") if self.cycle is not None else ""
             if is_console_path(str(path)):  # a person's browser: a page, not the API's JSON
-                body, kind = _error_page_bytes(status, message), "text/html; charset=utf-8"
+                body, kind = error_page_bytes(status, message), "text/html; charset=utf-8"
             else:
                 body, kind = _error_bytes(code, message), "application/json"
             head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: {kind}\r\n"
