@@ -270,19 +270,24 @@ def data_end_from_tables(
     """End (exclusive) of the decision steps whose outcome is known, from point-in-time tables.
 
     A decision at ``t`` is scored by what happened by ``t + horizon``, which is known once a row
-    known at or after ``t + horizon`` exists; with ``K`` the earliest of the tables' latest
-    knowledge times, the last such ``t`` is ``K − horizon``, so the end is ``K − horizon + step``.
-    None for no table or an empty one.
+    known at or after ``t + horizon`` exists, and is told by a row about ``t`` or later (a row
+    about an earlier time says nothing of what happened after ``t``). Per table, the last such
+    ``t`` is the earlier of ``K − horizon`` (``K`` its latest knowledge time) and ``E`` (the
+    latest time a row is about); over the tables, the earliest, and the end is one step after it.
+    None for no table or an empty one. Without ``E``, one late correction about an old day, known
+    a month after the last row, counted as a month of new steps: a schedule fired a re-run whose
+    holdout had no outcome to score, and the failed re-run stopped the schedule for good ("The
+    previous study in the lineage did not finish").
 
     >>> from typestrict_pipeline.backtest.workflows.weather import load_seattle_weather
     >>> day = dt.timedelta(days=1)
     >>> data_end_from_tables({"weather": load_seattle_weather()}, horizon=day, step=day).date()
     datetime.date(2016, 1, 1)
     """
-    lasts: list[dt.datetime] = [t.last_known for t in tables.values() if len(t)]
+    lasts: list[dt.datetime] = [min(t.last_known - horizon, t.last_event) for t in tables.values() if len(t)]
     if not lasts or len(lasts) != len(tables):
         return None
-    return min(lasts) - horizon + step
+    return min(lasts) + step
 
 
 def dataset_data_end(config: Mapping[str, Any], step: dt.timedelta) -> dt.datetime | None:
