@@ -355,15 +355,28 @@ def datasets_read_by(engine: Engine, workspace_id: str, workflow_id: str) -> lis
     return sorted(d for d in found if d is not None)
 
 
-def record_data_end(engine: Engine, workspace_id: str, workflow_id: str, data_end: dt.datetime) -> None:
-    """Record that outcomes are known for every decision step before ``data_end`` (never moves back).
+def record_data_end(engine: Engine, workspace_id: str, workflow_id: str, data_end: dt.datetime, *,
+                    now: dt.datetime | None = None) -> dt.datetime:
+    """Record that outcomes are known for every decision step before ``data_end`` (never moves
+    back); the data end recorded now (``data_end``, or the later one recorded before).
 
     Raises:
-        InputError: a naive time; or the workflow's studies read a dataset themselves (then the
-            signal cannot apply: the data is the truth), naming the command that adds rows.
+        InputError: a naive time; a time after ``now`` (an outcome is not known before it happens,
+            and the recorded end never moves back: a typo such as 2199 was kept for good, and every
+            tick counted steps up to it as unseen); or the workflow's studies read a dataset
+            themselves (then the signal cannot apply: the data is the truth), naming the command
+            that adds rows.
     """
     if data_end.tzinfo is None:
         raise InputError("an aware UTC time", repr(data_end), "pass e.g. datetime(2015, 6, 1, tzinfo=UTC)")
+    at = now or utcnow()
+    if data_end > at:
+        raise InputError(
+            f"a data end at or before now ({at.astimezone(dt.UTC).isoformat()})",
+            data_end.astimezone(dt.UTC).isoformat(),
+            "record it once the outcomes are known: a recorded data end never moves back, and a later "
+            "one would let a re-run score steps whose outcome is not known yet",
+        )
     readable = datasets_read_by(engine, workspace_id, workflow_id)
     if readable:
         from typestrict_pipeline.backtest.workflows import DATASETS
@@ -384,9 +397,12 @@ def record_data_end(engine: Engine, workspace_id: str, workflow_id: str, data_en
         if row is None:
             session.add(DataEndRow(workspace_id=workspace_id, workflow_id=workflow_id,
                                    data_end=data_end, updated_at=utcnow()))
-        elif data_end > row.data_end:
+            return data_end
+        if data_end > row.data_end:
             row.data_end = data_end
             row.updated_at = utcnow()
+        recorded: dt.datetime = row.data_end
+        return recorded if recorded.tzinfo is not None else recorded.replace(tzinfo=dt.UTC)
 
 
 def recorded_data_end(engine: Engine, workspace_id: str, workflow_id: str) -> dt.datetime | None:
