@@ -106,16 +106,31 @@ class BacktestModelsResource(BacktestModels):
                 f"expected {', '.join(missing)} with TYPESTRICT_BACKTEST_MODEL_URL, got them unset. "
                 "Set the model name and its prices (micro-USD per 1M tokens): every call is costed."
             )
+        price_in, price_out = (_price(v) for v in ("TYPESTRICT_BACKTEST_PRICE_IN",
+                                                    "TYPESTRICT_BACKTEST_PRICE_OUT"))
         with endpoint_models(
             workflow, base_url=url, model=os.environ["TYPESTRICT_BACKTEST_MODEL"],
             api_key_env=os.environ.get("TYPESTRICT_BACKTEST_MODEL_KEY_ENV"),
-            input_micro_usd_per_mtok=int(os.environ["TYPESTRICT_BACKTEST_PRICE_IN"]),
-            output_micro_usd_per_mtok=int(os.environ["TYPESTRICT_BACKTEST_PRICE_OUT"]),
+            input_micro_usd_per_mtok=price_in, output_micro_usd_per_mtok=price_out,
         ) as setup:
             yield setup
 
     def open(self, workflow: Workflow) -> contextlib.AbstractContextManager[ModelSetup]:
         return self._open(workflow)
+
+
+def _price(variable: str) -> int:
+    """A price variable by the CLI's rule for ``--price-in`` (a whole number of micro-USD per 1M
+    tokens, 0 to 10¹²), refused naming the variable: ``0.15`` (dollars) was a bare ``ValueError``
+    from ``int()``, and ``1_000`` or 10³⁰ a price."""
+    from typestrict_pipeline.errors import InputError
+    from typestrict_pipeline.values import integer
+
+    try:
+        return integer(os.environ[variable], f"{variable} (a price in micro-USD per 1M tokens)",
+                       lo=0, hi=10**12, fix="write micro-USD per 1M tokens, e.g. 150000 for $0.15")
+    except InputError as exc:
+        raise failure(str(exc)) from exc
 
 
 def default_resources() -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """The backtests' Dagster wiring, in process: launchpad config, HISTORICAL tags, run card metadata."""
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -153,6 +154,16 @@ def test_the_default_models_resource_uses_the_stand_in_without_an_endpoint(
     with pytest.raises(dg.Failure, match="TYPESTRICT_BACKTEST_MODEL, TYPESTRICT_BACKTEST_PRICE_IN"), \
             BacktestModelsResource().open(WEATHER):
         pass
+    # A price in dollars (or not a whole number) is refused naming the variable, before any call:
+    # int("0.15") was a bare ValueError, and "1_000" a price of 1,000.
+    monkeypatch.setenv("TYPESTRICT_BACKTEST_MODEL", "m")
+    monkeypatch.setenv("TYPESTRICT_BACKTEST_PRICE_OUT", "600000")
+    for price in ("0.15", "1_000", "1e30", "-1"):
+        monkeypatch.setenv("TYPESTRICT_BACKTEST_PRICE_IN", price)
+        with pytest.raises(dg.Failure, match=r"expected TYPESTRICT_BACKTEST_PRICE_IN \(a price in micro-USD per "
+                                             r"1M tokens\).* got '" + re.escape(price) + r"'\. Write micro-USD"), \
+                BacktestModelsResource().open(WEATHER):
+            pass
 
 
 def test_a_workflow_without_a_stand_in_says_what_to_do_where_its_models_are_chosen(

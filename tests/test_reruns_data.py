@@ -69,6 +69,25 @@ def test_an_append_never_rewrites_rows_already_known(home: Path) -> None:
     assert table.view(CUT + DAY).get("precipitation", dt.datetime(2012, 2, 29, tzinfo=dt.UTC)) == 2.5
 
 
+def test_a_late_correction_about_an_old_day_is_no_new_step_for_a_schedule(home: Path) -> None:
+    """A correction about an old day, known a month after the last row, moved the data end a
+    month: a schedule counted 30 unseen steps, fired a re-run whose holdout had no outcome to
+    score (it failed), and then skipped forever ("The previous study in the lineage did not
+    finish"). The steps whose outcome is known end where the rows about them end."""
+    config = {"backend": "engine", "setup": REGISTERED_SETUP,
+              "setup_args": {"workflow": "seattle_rain", "dataset": "live"}}
+    assert dataset_data_end(config, DAY) == CUT
+    late = write(home / "late.csv", "2012-02-20T00:00:00Z,2012-03-31T00:00:00Z,2.5,10,5,3,rain")
+    assert append_rows("live", "weather", late).added == 1
+    assert load_dataset("live")["weather"].last_known == CUT + 30 * DAY
+    assert dataset_data_end(config, DAY) == CUT  # was CUT + 30 days
+    # The days themselves, as they become known, are new steps.
+    days = write(home / "days.csv", *(f"2012-03-{d:02d}T00:00:00Z,2012-04-{d:02d}T00:00:00Z,0,10,5,3,sun"
+                                      for d in range(1, 4)))
+    assert append_rows("live", "weather", days).added == 3
+    assert dataset_data_end(config, DAY) == CUT + 3 * DAY
+
+
 def test_an_append_that_would_take_the_table_past_the_size_bound_is_refused(
         home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No read could load such a table (every data file is read within the bound): the append is

@@ -543,3 +543,23 @@ def test_data_arrival_is_read_from_a_point_in_time_dataset(sqlite_url: str) -> N
     # 2015-12-02 .. 2015-12-31: 30 decision steps with a known outcome after the holdout.
     # and the built-in data never grow: the schedule says, at each evaluation, it can never fire
     assert r is not None and r.message.startswith("Not enough unseen data yet: 30 of 40 steps. It can never fire")
+
+
+def test_the_lineage_says_budget_reached_as_the_leaderboard_does(sqlite_url: str) -> None:
+    """A root study stopped by its budget before its holdout has a winner, so a schedule may
+    re-run it; its lineage entry said "Finished" (under a leaderboard whose State said "Budget
+    reached"), beside a holdout "not scored" that nothing explained."""
+    from typestrict_pipeline.reruns.lineage import lineage_cells
+    from typestrict_pipeline.reruns.service import lineage_entries, lineage_text
+    from typestrict_pipeline.study.leaderboard import load_leaderboard
+    from typestrict_pipeline.study.tables import StudyState
+
+    search = len(scenario.ARMS) * 2 * (5 + 5) * 20  # every arm's windows at 20 µ$ a step, no holdout
+    engine, port, root = _setup(sqlite_url, budget=search + 100)
+    board = load_leaderboard(engine, int(root))
+    assert board.state is StudyState.BUDGET_REACHED and board.holdout_score is None
+    enable_schedule(engine, port, study_id=root, cadence="1d", owner="ana@example.com", now=T0)
+    [entry] = lineage_entries(engine, root)
+    assert entry.state == "BUDGET_REACHED"  # the API's code, a study state's
+    assert lineage_cells(entry)[2] == "Budget reached"  # was "Finished"
+    assert "  Budget reached  " in lineage_text(engine, root)

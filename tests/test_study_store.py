@@ -488,3 +488,34 @@ def test_every_way_a_study_ends_records_when(sqlite_url: str) -> None:
         assert finished_at is not None and before <= finished_at <= after, (sid, finished_at)
     assert repo.active_study(engine, "demo", "wx-abandoned") is None
     engine.dispose()
+
+
+@pytest.mark.parametrize("way", ["admit", "check"])
+def test_a_run_near_the_budget_takes_the_extension_it_needs_when_the_padded_one_does_not_fit(
+        sqlite_url: str, way: str) -> None:
+    """A run whose next call (or step) outgrows its reservation asks for more with room to spare
+    (a quarter of its reservation), so it does not come back for every step. When the budget had
+    room for what the call needs but not for the padding, the run was cut there, and the study
+    with it ("Budget reached" with the holdout lost, on a budget the next step fitted in): it
+    takes what it needs now, and still never a micro-dollar past the budget."""
+    from typestrict_pipeline.study.runner import _Guard
+
+    engine = open_store(sqlite_url)
+    sid = _create(engine, n=2, limits=StudyLimits(2, 10_000, budget_micro=230),
+                  last=repo.LastBacktest(10, 1))  # 10 µ$ a step: a 20-step window reserves 200
+    repo.start_study(engine, sid)
+    key = next(iter(plan_runs(engine, sid)))
+    held = repo.reserve_run(engine, sid, key.candidate_id, key.fold, key.window, 20, attempt="a")
+    assert isinstance(held, repo.Reservation) and held.reserved_micro == 200
+    guard = _Guard(engine, held, per_step=10, enforce_cost=True)
+    if way == "admit":  # calls reserved before they are made: 190 held, then one of at most 20
+        assert guard.admit(150) and guard.admit(40)
+        assert guard.admit(20)  # needs 10 more (210 ≤ 230); the padding of 50 would pass 230
+        assert guard.reserved == 210 and not guard.cut
+        assert not guard.admit(30) and guard.cut  # 240 > 230: refused, the budget is kept
+    else:  # steps priced as they finish: 19 started, 0 finished, one more at 11 µ$
+        assert not guard.check(0, 19, 0, 11)  # 20 × 11 = 220: needs 20 more, 220 ≤ 230
+        assert guard.reserved == 220 and not guard.cut
+    with session_scope(engine) as s:
+        row = s.get(StudyRow, sid)
+        assert row is not None and (row.spend_micro or 0) + row.reserved_micro <= 230

@@ -40,7 +40,12 @@ from typestrict_pipeline.study.limits import (
     estimate_text,
     study_total_steps,
 )
-from typestrict_pipeline.study.service import StudyConfig, candidate_validator, lookup_last_backtest
+from typestrict_pipeline.study.service import (
+    StudyConfig,
+    candidate_validator,
+    check_layout_data,
+    lookup_last_backtest,
+)
 from typestrict_pipeline.study.tables import StudyRow, StudyState
 from typestrict_pipeline.values import row_id
 
@@ -91,10 +96,12 @@ def estimate_study(engine: Engine, config: StudyConfig) -> StudyEstimate:
         LimitError: a required limit is missing, a USD budget with no backtest to estimate
             from (the page's message), or no candidate the workflow accepts.
         NotEnoughDataError: the folds do not fit in the time range.
+        InputError: a window reaches outside the workflow's data.
     """
     layout = config.layout()
     limits = config.limits()
     limits.validate()
+    check_layout_data(config.backend, layout)
     kept, dropped = repo.screen_candidates(config.space, candidate_validator(config.backend))
     assert limits.max_candidates is not None
     admitted = kept[: limits.max_candidates]

@@ -90,6 +90,7 @@ __all__ = [
     "StepRecord",
     "StepStatus",
     "backtest_outcome",
+    "check_range_in_data",
     "for_workspace",
     "parse_step",
     "plan_steps",
@@ -675,7 +676,21 @@ def plan_steps(
             f"end the range at {format_time(start + n * step)} or {format_time(start + (n + 1) * step)}, "
             "or pick a step that divides it",
         )
-    for name, table in tables.items():
+    check_range_in_data(workflow, tables, start=start, end=end)
+    return [start + i * step for i in range(n + 1)]
+
+
+def check_range_in_data(workflow: Workflow, data: Mapping[str, PointInTimeTable] | PointInTimeTable, *,
+                        start: dt.datetime, end: dt.datetime) -> None:
+    """Refuse decisions from ``start`` to ``end`` that the data cannot hold: every table must have
+    a row known at ``start``, and the outcome of the decision at ``end``, known at
+    ``end + horizon``, must be within it (its last knowledge time). :func:`plan_steps`' rule,
+    also what a study's windows are held to before the study is stored.
+
+    Raises:
+        InputError: the range is not inside the data; the message gives the range that is.
+    """
+    for name, table in _as_tables(workflow, data).items():
         first, last = table.first_known, table.last_known
         last_decision = last - workflow.horizon
         if start < first or end > last_decision:
@@ -686,7 +701,6 @@ def plan_steps(
                 f"{format_time(start)} .. {format_time(end)}",
                 "pick a range inside it, or replay more data",
             )
-    return [start + i * step for i in range(n + 1)]
 
 
 def _check_services(

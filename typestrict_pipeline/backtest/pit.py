@@ -409,6 +409,7 @@ class PointInTimeTable:
         "_block_rows",
         "_cols",
         "_known",
+        "_last_event",
         "_n",
         "_name",
         "_nodes",
@@ -478,6 +479,7 @@ class PointInTimeTable:
         self._rec = rec
         self._cols = sorted_cols
         self._known = _freeze(rec[KNOWN_TIME].copy())
+        self._last_event = rec[EVENT_TIME].max()
         self._source_rows = _freeze(order.astype(np.int64) + 1)
         self._n = len(order)
         self._value_columns = tuple(cols)
@@ -629,6 +631,12 @@ class PointInTimeTable:
     def last_known(self) -> dt.datetime:
         """When the last row became known."""
         return to_utc_datetime(self._known[-1])
+
+    @property
+    def last_event(self) -> dt.datetime:
+        """The latest time a row is about (a late correction about an old time does not move it,
+        where it moves :attr:`last_known`)."""
+        return to_utc_datetime(self._last_event)
 
     @property
     def known_times(self) -> npt.NDArray[np.datetime64]:

@@ -260,14 +260,18 @@ def _data_arrived(args: argparse.Namespace) -> int:
     end = _time(args.end)  # values.timestamp: 1900-2199, as every time option
     engine = _engine(args)
     require_workspace(engine, args.workspace)  # a typo or the wrong store; a workflow without a study yet may take it
-    record_data_end(engine, args.workspace, args.workflow, end)
+    recorded = record_data_end(engine, args.workspace, args.workflow, end)
     key = f"{args.workspace}/{args.workflow}"
-    wrote = Wrote(f"the data end of {key}, {end.isoformat()}", (key,), store=shown_store(store_url(args)))
+    if recorded > end:  # the recorded end never moves back: nothing was written
+        wrote = Wrote(f"the data end of {key} is {recorded.isoformat()} already, after "
+                      f"{end.isoformat()} (it never moves back)", (), store=shown_store(store_url(args)))
+    else:
+        wrote = Wrote(f"the data end of {key}, {end.isoformat()}", (key,), store=shown_store(store_url(args)))
     if args.json:
-        print_json({"workspace": args.workspace, "workflow": args.workflow, "data_end": end,
+        print_json({"workspace": args.workspace, "workflow": args.workflow, "data_end": recorded,
                     "wrote": wrote.to_json()})
     else:
-        print(f"{args.workspace}/{args.workflow}: outcomes known up to {end.isoformat()}")
+        print(f"{args.workspace}/{args.workflow}: outcomes known up to {recorded.isoformat()}")
         say_wrote(args, wrote)
     return 0
 

@@ -83,6 +83,7 @@ from typestrict_pipeline.reruns.workspace import (
     workspace_status,
 )
 from typestrict_pipeline.store import session_scope, utcnow
+from typestrict_pipeline.study.tables import StudyRow, StudyState
 from typestrict_pipeline.values import PERSON, email
 
 _UNIT_SECONDS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -1137,10 +1138,19 @@ def lineage_entries(engine: Engine, study_id: str) -> list[LineageEntry]:
             select(LineageRow).where(LineageRow.lineage_root_id == root).order_by(LineageRow.seq)
         ).scalars().all()
         rows = [r for r in rows if not (r.superseded and r.study_id is None)]  # released claims
+        # A finished study is said as its leaderboard says it: "Budget reached" when a limit
+        # stopped it (the panel said "Finished" under a leaderboard whose State said "Budget
+        # reached", beside a holdout "not scored").
+        ids = [int(r.study_id) for r in rows if r.state is LineageState.FINISHED and r.study_id
+               and r.study_id.isdigit()]
+        stopped = {str(i) for i in session.execute(
+            select(StudyRow.id).where(StudyRow.id.in_(ids), StudyRow.state == StudyState.BUDGET_REACHED)
+        ).scalars()} if ids else set()
         return [
             LineageEntry(
                 seq=r.seq, study_id=r.study_id,
-                state=r.state.value + (" (set aside)" if r.superseded else ""),
+                state=(StudyState.BUDGET_REACHED.value if r.study_id in stopped else r.state.value)
+                + (" (set aside)" if r.superseded else ""),
                 window=r.window_label, winner=r.winner, holdout_score=r.holdout_score,
                 baseline_score=r.baseline_score, holdout_se=r.holdout_se, winner_changed=r.winner_changed,
             )

@@ -270,19 +270,24 @@ def data_end_from_tables(
     """End (exclusive) of the decision steps whose outcome is known, from point-in-time tables.
 
     A decision at ``t`` is scored by what happened by ``t + horizon``, which is known once a row
-    known at or after ``t + horizon`` exists; with ``K`` the earliest of the tables' latest
-    knowledge times, the last such ``t`` is ``K − horizon``, so the end is ``K − horizon + step``.
-    None for no table or an empty one.
+    known at or after ``t + horizon`` exists, and is told by a row about ``t`` or later (a row
+    about an earlier time says nothing of what happened after ``t``). Per table, the last such
+    ``t`` is the earlier of ``K − horizon`` (``K`` its latest knowledge time) and ``E`` (the
+    latest time a row is about); over the tables, the earliest, and the end is one step after it.
+    None for no table or an empty one. Without ``E``, one late correction about an old day, known
+    a month after the last row, counted as a month of new steps: a schedule fired a re-run whose
+    holdout had no outcome to score, and the failed re-run stopped the schedule for good ("The
+    previous study in the lineage did not finish").
 
     >>> from typestrict_pipeline.backtest.workflows.weather import load_seattle_weather
     >>> day = dt.timedelta(days=1)
     >>> data_end_from_tables({"weather": load_seattle_weather()}, horizon=day, step=day).date()
     datetime.date(2016, 1, 1)
     """
-    lasts: list[dt.datetime] = [t.last_known for t in tables.values() if len(t)]
+    lasts: list[dt.datetime] = [min(t.last_known - horizon, t.last_event) for t in tables.values() if len(t)]
     if not lasts or len(lasts) != len(tables):
         return None
-    return min(lasts) - horizon + step
+    return min(lasts) + step
 
 
 def dataset_data_end(config: Mapping[str, Any], step: dt.timedelta) -> dt.datetime | None:
@@ -350,15 +355,28 @@ def datasets_read_by(engine: Engine, workspace_id: str, workflow_id: str) -> lis
     return sorted(d for d in found if d is not None)
 
 
-def record_data_end(engine: Engine, workspace_id: str, workflow_id: str, data_end: dt.datetime) -> None:
-    """Record that outcomes are known for every decision step before ``data_end`` (never moves back).
+def record_data_end(engine: Engine, workspace_id: str, workflow_id: str, data_end: dt.datetime, *,
+                    now: dt.datetime | None = None) -> dt.datetime:
+    """Record that outcomes are known for every decision step before ``data_end`` (never moves
+    back); the data end recorded now (``data_end``, or the later one recorded before).
 
     Raises:
-        InputError: a naive time; or the workflow's studies read a dataset themselves (then the
-            signal cannot apply: the data is the truth), naming the command that adds rows.
+        InputError: a naive time; a time after ``now`` (an outcome is not known before it happens,
+            and the recorded end never moves back: a typo such as 2199 was kept for good, and every
+            tick counted steps up to it as unseen); or the workflow's studies read a dataset
+            themselves (then the signal cannot apply: the data is the truth), naming the command
+            that adds rows.
     """
     if data_end.tzinfo is None:
         raise InputError("an aware UTC time", repr(data_end), "pass e.g. datetime(2015, 6, 1, tzinfo=UTC)")
+    at = now or utcnow()
+    if data_end > at:
+        raise InputError(
+            f"a data end at or before now ({at.astimezone(dt.UTC).isoformat()})",
+            data_end.astimezone(dt.UTC).isoformat(),
+            "record it once the outcomes are known: a recorded data end never moves back, and a later "
+            "one would let a re-run score steps whose outcome is not known yet",
+        )
     readable = datasets_read_by(engine, workspace_id, workflow_id)
     if readable:
         from typestrict_pipeline.backtest.workflows import DATASETS
@@ -379,9 +397,12 @@ def record_data_end(engine: Engine, workspace_id: str, workflow_id: str, data_en
         if row is None:
             session.add(DataEndRow(workspace_id=workspace_id, workflow_id=workflow_id,
                                    data_end=data_end, updated_at=utcnow()))
-        elif data_end > row.data_end:
+            return data_end
+        if data_end > row.data_end:
             row.data_end = data_end
             row.updated_at = utcnow()
+        recorded: dt.datetime = row.data_end
+        return recorded if recorded.tzinfo is not None else recorded.replace(tzinfo=dt.UTC)
 
 
 def recorded_data_end(engine: Engine, workspace_id: str, workflow_id: str) -> dt.datetime | None:

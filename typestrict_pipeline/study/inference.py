@@ -393,7 +393,13 @@ class SpaDraws:
                           dtype=np.float64)
 
     def pvalue(self, kind: str) -> float:
-        """Share of resamples whose null maximum exceeds the largest mean difference."""
+        """Share of resamples whose null maximum exceeds the largest mean difference; 1 when no
+        candidate's mean difference is above 0 (the null "no candidate beats the benchmark" is
+        then what the sample says: a candidate that scored exactly as the benchmark on every step
+        re-samples to exactly 0, so the draws' maximum ties with the statistic, and counting only
+        the draws above it gave p = 0, "beats luck", to candidates that had no edge at all)."""
+        if not self.mean.max() > 0.0:
+            return 1.0
         active = np.ones(self.mean.shape[0], dtype=np.bool_)
         return float((self.null_maxima(kind, active) > self.mean.max()).mean())
 
@@ -441,7 +447,8 @@ def spa_draws(diffs: FloatArray, counts: FloatArray, block: float, *,
 def stepm_set(draws: SpaDraws, kind: PValueType) -> list[int]:
     """Romano–Wolf StepM (*Econometrica* 2005) as ``arch.bootstrap.StepM.compute`` runs it, with
     the p-value type chosen: reject every active candidate whose mean difference exceeds the
-    active set's critical value, drop them, repeat until none is rejected.
+    active set's critical value (and 0: a candidate not ahead of the benchmark beats nothing),
+    drop them, repeat until none is rejected.
 
     >>> d = np.random.default_rng(0).normal(size=(100, 3)); d[:, 1] += 1.0
     >>> stepm_set(spa_draws(d, bootstrap_counts(100, 1, 200, seed=0), 1.0), "upper")
@@ -451,7 +458,7 @@ def stepm_set(draws: SpaDraws, kind: PValueType) -> list[int]:
     found: list[int] = []
     while active.any():
         crit = draws.critical_value(kind, active)
-        new = active & (draws.mean > crit)
+        new = active & (draws.mean > crit) & (draws.mean > 0.0)  # a candidate not ahead beats nothing
         if not new.any():
             break
         found.extend(int(i) for i in np.flatnonzero(new))

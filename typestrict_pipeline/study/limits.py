@@ -93,15 +93,25 @@ def format_usd(micro: int | None, *, exact: bool = False) -> str:
     ('$0.0123', '—', '$2.50', '$0.000007')
     >>> format_usd(-5), format_usd(-1_234_567)
     ('-$0.000005', '-$1.23')
+
+    Rounded in whole numbers, halves up (the estimate's rule, :func:`format_estimate`), never
+    through a float, whose binary value sent halves either way (1,235,000 µ$ was "$1.24" and
+    1,255,000 "$1.25"; 123,450 and 123,550 were both "$0.1235"; a spend of 1,005,000 read "$1.00"
+    beside its estimate "≈ $1.01"):
+
+    >>> format_usd(1_005_000), format_usd(1_045_000), format_usd(123_550), format_usd(999_950)
+    ('$1.01', '$1.05', '$0.1236', '$1.0000')
     """
     if micro is None:
         return "—"
     sign, size = ("-" if micro < 0 else ""), abs(micro)
     if exact or size < 100:  # below $0.0001: every micro-USD
-        return f"{sign}${size / MICRO:.6f}"
+        return f"{sign}${size // MICRO}.{size % MICRO:06d}"
     if size >= MICRO:  # ≥ $1: cents are enough
-        return f"{sign}${size / MICRO:,.2f}"
-    return f"{sign}${size / MICRO:.4f}"  # ≥ $0.0001
+        cents = (size + 5_000) // 10_000
+        return f"{sign}${cents // 100:,}.{cents % 100:02d}"
+    tenths = (size + 50) // 100  # ≥ $0.0001: to the ten-thousandth of a dollar
+    return f"{sign}${tenths // 10_000}.{tenths % 10_000:04d}"
 
 
 def plain_usd(micro: int) -> str:

@@ -420,15 +420,25 @@ class _Guard:
             if not self.enforce_cost:
                 return True
             need = self.call_spent + self.call_held + bound_micro
-            if need > self.reserved:
-                extra = max(need - self.reserved, self.reservation.reserved_micro // 4)
-                if not repo.extend_reservation(self.engine, self.reservation.run_id,
-                                               self.reservation.attempt, extra):
-                    self.cut = True
-                    return False
-                self.reserved += extra
+            if need > self.reserved and not self._extend(
+                    need - self.reserved, max(need - self.reserved, self.reservation.reserved_micro // 4)):
+                self.cut = True
+                return False
             self.call_held += bound_micro
             return True
+
+    def _extend(self, need: int, ask: int) -> bool:
+        """Reserve more for this run, within the study's budget (the caller holds the lock):
+        ``ask`` (``need`` with room for the next steps, so the run does not come back for every
+        step), else only ``need`` when the budget has room for that but not for ``ask``. Asking
+        only for the padded amount cut a run whose next step still fitted the budget, near its
+        end, and with it the study: a budget equal to the estimate lost its holdout."""
+        for extra in (ask, need) if need < ask else (ask,):
+            if repo.extend_reservation(self.engine, self.reservation.run_id,
+                                       self.reservation.attempt, extra):
+                self.reserved += extra
+                return True
+        return False
 
     def settle(self, bound_micro: int, cost_micro: int) -> None:
         """A call admitted by :meth:`admit` ended: it cost ``cost_micro``."""
@@ -462,15 +472,12 @@ class _Guard:
             if self.enforce_cost:
                 bound = max(self.per_step, max_step_cost, 1)
                 committed = cost_finished + (started - finished + 1) * bound
-                if committed > self.reserved:
-                    # The run outgrows its estimate: reserve more, within the budget, or stop.
-                    extra = max(committed - self.reserved, self.reservation.reserved_micro // 4, bound)
-                    if repo.extend_reservation(self.engine, self.reservation.run_id,
-                                               self.reservation.attempt, extra):
-                        self.reserved += extra
-                    else:
-                        self.cut = True
-                        return True
+                if committed > self.reserved and not self._extend(
+                        committed - self.reserved,
+                        max(committed - self.reserved, self.reservation.reserved_micro // 4, bound)):
+                    # The run outgrows its estimate and the budget cannot give what it needs.
+                    self.cut = True
+                    return True
             now = time.monotonic()
             flush = now - self.last_flush >= self.flush_every_s
             if flush:

@@ -95,6 +95,7 @@ def create_study_from_config(engine: Engine, config: StudyConfig, *,
     """
     layout = config.layout()
     config.limits().validate()
+    check_layout_data(config.backend, layout)
     last = last_backtest or lookup_last_backtest(engine, config.workspace, config.workflow,
                                                  config.workflow_version)
     return repo.create_study(
@@ -104,6 +105,29 @@ def create_study_from_config(engine: Engine, config: StudyConfig, *,
         last_backtest=last, name=config.name, validate=candidate_validator(config.backend),
         min_unseen_steps=config.min_unseen_steps,
     )
+
+
+def check_layout_data(backend: Mapping[str, Any], layout: FoldLayout) -> None:
+    """For an engine backend: the study's windows, from its first tune window's first decision to
+    its holdout's last, lie inside the data its workflow replays (the rule a backtest's range is
+    held to, :func:`~typestrict_pipeline.backtest.engine.check_range_in_data`). A study whose
+    ``end`` was past the data's was stored and launched, then failed at its first window, after
+    the wait for its run.
+
+    Raises:
+        InputError: a window reaches outside the data; the message gives the range that is inside.
+    """
+    if backend.get("backend") != "engine":
+        return
+    from typestrict_pipeline.backtest.engine import check_range_in_data
+    from typestrict_pipeline.study.backends import EngineBackend
+
+    built = backend_from_config(backend)
+    if not isinstance(built, EngineBackend):
+        return
+    first = min(f.tune.start for f in layout.folds) if layout.folds else layout.holdout.start
+    check_range_in_data(built.setup.workflow, built.setup.data, start=first,
+                        end=layout.holdout.end - layout.step)
 
 
 def candidate_validator(backend: Mapping[str, Any]) -> Callable[[Candidate], str | None] | None:
