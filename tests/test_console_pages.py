@@ -546,27 +546,27 @@ _FIELD_VALUES = ["", " ", "0", "-1", "-0", "1.5", "1e999", "nan", "inf", "999999
                  "x" * 20_000, "\x00", "\u202e", "a\r\nb", "😀" * 100, "1d", "0s", "2012-01-01", "9999-12-31",
                  "0001-01-01", "${x}", "<script>alert(1)</script>", "../../etc/passwd", "true", "on",
                  "seattle_rain", "seattle_weather", "id", "text", "label", "yes, no", "yes,yes", "a=1,2,3",
-                 "a=1:2", "a=" + ",".join(map(str, range(5000))), "p=" + "\np=".join("1" for _ in range(300))]
+                 "a=1:2", "a=" + ",".join(map(str, range(5000))), "f" * 32, "p=" + "\np=".join("1" for _ in range(300))]
 _PATH_IDS = ["1", "0", "-1", "99999999999999999999", "abc", "%2e%2e", "1.5", "%00"]
 #: Every form the console posts, with its fields (the pages' own forms, and the ones a page shows
 #: only for a study, a schedule, a training or a subscription that exists).
 _FORMS = {
     "/console/trainings": ["col_id", "col_text", "col_group", "col_review_label", "decision-0-name",
                            "decision-0-question", "decision-0-answer_column", "decision-0-answers",
-                           "decision-0-options_column", "keep_if_loses"],
-    "/console/backtests": ["workflow", "dataset", "start", "end", "step"],
+                           "decision-0-options_column", "keep_if_loses", "form_id"],
+    "/console/backtests": ["workflow", "dataset", "start", "end", "step", "form_id"],
     "/console/studies": ["name", "workflow", "dataset", "start", "end", "step", "folds", "tune_steps",
                          "eval_steps", "holdout_steps", "grid", "random", "random_draws", "max_candidates",
-                         "max_total_steps", "budget_usd", "min_unseen_steps"],
+                         "max_total_steps", "budget_usd", "min_unseen_steps", "form_id"],
     "/console/studies/estimate": ["name", "workflow", "dataset", "start", "end", "step", "folds", "tune_steps",
                                   "eval_steps", "holdout_steps", "grid", "random", "random_draws",
                                   "max_candidates", "max_total_steps", "budget_usd", "min_unseen_steps"],
     "/console/settings/usage/budget": ["budget_usd"],
     "/console/settings/notifications": ["enabled", "person"],
-    "/console/schedules": ["rerun", "study", "cadence", "min_unseen_steps", "owner", "budget_usd"],
+    "/console/schedules": ["rerun", "study", "cadence", "min_unseen_steps", "owner", "budget_usd", "form_id"],
     **{f"/console/{kind}/{i}/cancel": [] for kind in ("studies", "backtests", "schedules", "trainings")
        for i in _PATH_IDS},
-    **{f"/console/trainings/{i}/predictions": ["trained_on", "model_files"] for i in _PATH_IDS},
+    **{f"/console/trainings/{i}/predictions": ["trained_on", "model_files", "form_id"] for i in _PATH_IDS},
 }
 
 

@@ -38,6 +38,7 @@ from typestrict_pipeline.console.board_pages import (
     parse_page,
 )
 from typestrict_pipeline.console.charts import chart_text, leaderboard_spec
+from typestrict_pipeline.console.once import once
 from typestrict_pipeline.console.paging import PER_PAGE, Pager, hrefs, requested
 from typestrict_pipeline.console.sessions import ConsoleSession
 from typestrict_pipeline.console.web import (
@@ -200,7 +201,8 @@ async def run_backtest(request: Request, session: Posted) -> Response:
     """Run a backtest: ``POST /v1/backtests``'s checks, then its Dagster run. The form is read on
     the event loop, the store's work (and the page) in the threadpool."""
     form = await read_form(request)
-    return await run_in_threadpool(_run_backtest, request, session, form)
+    return await once(request, session.workspace_id, form,
+                      lambda: run_in_threadpool(_run_backtest, request, session, form))
 
 
 def _run_backtest(request: Request, session: ConsoleSession, form: FormData) -> Response:
@@ -292,7 +294,8 @@ async def create_study(request: Request, session: Posted) -> Response:
     """Create a study and launch its Dagster run (``POST /v1/studies``). The form is read on the
     event loop, the store's work (and the page) in the threadpool."""
     form = await read_form(request)
-    return await run_in_threadpool(_create_study, request, session, form)
+    return await once(request, session.workspace_id, form,
+                      lambda: run_in_threadpool(_create_study, request, session, form))
 
 
 def _create_study(request: Request, session: ConsoleSession, form: FormData) -> Response:
@@ -409,7 +412,8 @@ async def enable_schedule(request: Request, session: Posted) -> Response:
     re-run from, set a cadence (the page's steps); the same call as ``POST /v1/studies/{id}/schedule``.
     The form is read on the event loop, the store's work (and the page) in the threadpool."""
     form = await read_form(request)
-    return await run_in_threadpool(_enable_schedule, request, session, form)
+    return await once(request, session.workspace_id, form,
+                      lambda: run_in_threadpool(_enable_schedule, request, session, form))
 
 
 def _chosen_study(request: Request, session: ConsoleSession, text: str) -> Any:

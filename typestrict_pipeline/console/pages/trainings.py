@@ -33,6 +33,7 @@ from typestrict_pipeline.api.trainings import (
     check_name,
     disk_room,
 )
+from typestrict_pipeline.console.once import once
 from typestrict_pipeline.console.paging import Pager, hrefs, requested
 from typestrict_pipeline.console.sessions import ConsoleSession
 from typestrict_pipeline.console.web import (
@@ -396,6 +397,12 @@ async def create_training(request: Request, session: Posted) -> Response:
     meanwhile. The staged file is discarded unless the training moved it into the workspace's
     files."""
     form = await read_form(request)
+    return await once(request, session.workspace_id, form, lambda: _start_training(request, session, form))
+
+
+async def _start_training(request: Request, session: ConsoleSession, form: FormData) -> Response:
+    """:func:`create_training` for the form's first sending (:func:`~typestrict_pipeline.console.once.once`:
+    a second sending of the same page's form goes to the training the first one started)."""
     try:
         staged = await _stage_dataset(request, session, form)
     except TypeStrictError as exc:
@@ -546,6 +553,14 @@ async def post_predictions(training_id: TrainingId, request: Request, session: P
     work (the predictions checked against the split, the files written, the workspace's storage
     lock waited for) runs in the threadpool, so the server answers other requests meanwhile."""
     form = await read_form(request)
+    return await once(request, session.workspace_id, form,
+                      lambda: _send_predictions(training_id, request, session, form))
+
+
+async def _send_predictions(training_id: str, request: Request, session: ConsoleSession,
+                            form: FormData) -> Response:
+    """:func:`post_predictions` for the form's first sending (a second one goes to the training's
+    page, where the first one's predictions are being judged)."""
     try:
         predictions = _one_file(form, "predictions", "predictions file", "choose the one file your model wrote",
                                 PREDICTIONS_FIELD)

@@ -1,0 +1,129 @@
+"""A creating form sent twice (a double click, a second click on a slow page, Enter twice) does
+its work once (``console/once.py``): the real application over HTTP, a real store.
+
+Measured in Chromium before the fix: three clicks on **Start the training (1 credit)** 300 ms
+apart, on a connection with 800 ms of latency, started three trainings and took three credits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.test_console_pages import CSV, TRAINING, Browser, _balance, running_app
+from typestrict_pipeline.api.keys import create_api_key
+from typestrict_pipeline.console.once import FORM_ID
+from typestrict_pipeline.credits import CreditLedger
+from typestrict_pipeline.store import open_store
+
+
+@pytest.fixture
+def app(tmp_path: Path, sqlite_url: str) -> Iterator[tuple[object, str, str]]:
+    """The app on a fresh store: keys of workspaces ``acme`` (2 credits) and ``other`` (1)."""
+    engine = open_store(sqlite_url)
+    acme = create_api_key(engine, "acme").key
+    other = create_api_key(engine, "other").key
+    CreditLedger(engine).grant("acme", 2, reference="tests")
+    CreditLedger(engine).grant("other", 1, reference="tests-other")
+    engine.dispose()
+    with running_app(sqlite_url, tmp_path / "home") as application:
+        yield application, acme, other
+
+
+def _form_id(page: str, action: str) -> str:
+    """The one-time id of the form of ``page`` that posts to ``action``."""
+    form = re.search(rf'<form method="post" action="{re.escape(action)}"(?s:.*?)</form>', page)
+    assert form is not None, page[:2000]
+    found = re.search(rf'name="{FORM_ID}" value="([^"]+)"', form.group(0))
+    assert found is not None, form.group(0)[:2000]
+    return found.group(1)
+
+
+def _trainings(b: Browser) -> list[str]:
+    return re.findall(r'data-training="([^"]+)"', b.get("/console/trainings").text)
+
+
+def _start(b: Browser, form_id: str, **changes: str) -> httpx.Response:
+    return b.form("/console/trainings", {**TRAINING, **changes, FORM_ID: form_id},
+                  files={"dataset_file": ("reviews.csv", CSV.encode())})
+
+
+def test_a_training_form_sent_twice_starts_one_training_and_takes_one_credit(
+        app: tuple[object, str, str], sqlite_url: str) -> None:
+    b = Browser(app[0], app[1])
+    form_id = _form_id(b.get("/console/trainings/new").text, "/console/trainings")
+    first, second = _start(b, form_id), _start(b, form_id)
+    assert first.status_code == 303, first.text[:3000]
+    assert second.status_code == 303 and second.headers["location"] == first.headers["location"], second.text[:3000]
+    assert _trainings(b) == [first.headers["location"].rsplit("/", 1)[1]]
+    assert _balance(sqlite_url, "acme") == 1
+    again = _form_id(b.get("/console/trainings/new").text, "/console/trainings")
+    assert again != form_id  # a new page is a new form: sent, it starts another training
+    assert _start(b, again).status_code == 303 and len(_trainings(b)) == 2 and _balance(sqlite_url, "acme") == 0
+    b.close()
+
+
+def test_a_training_form_sent_twice_at_once_starts_one_training(
+        app: tuple[object, str, str], sqlite_url: str) -> None:
+    """Both sendings arrive before either is done: the second waits for the first, and leads where
+    it led."""
+    b = Browser(app[0], app[1])
+    form_id = _form_id(b.get("/console/trainings/new").text, "/console/trainings")
+    data = {"csrf_token": b.csrf, **TRAINING, FORM_ID: form_id}
+
+    async def both() -> list[httpx.Response]:
+        return list(await asyncio.gather(*(
+            b.client.post("/console/trainings", data=data, files={"dataset_file": ("reviews.csv", CSV.encode())})
+            for _ in range(2))))
+
+    answers = b.loop.run_until_complete(both())
+    assert [a.status_code for a in answers] == [303, 303], [a.text[:2000] for a in answers]
+    assert answers[0].headers["location"] == answers[1].headers["location"]
+    assert len(_trainings(b)) == 1 and _balance(sqlite_url, "acme") == 1
+    b.close()
+
+
+def test_a_refused_sending_leaves_its_form_free_to_be_sent_corrected(
+        app: tuple[object, str, str], sqlite_url: str) -> None:
+    b = Browser(app[0], app[1])
+    form_id = _form_id(b.get("/console/trainings/new").text, "/console/trainings")
+    refused = _start(b, form_id, **{"decision-0-answers": "yes, maybe"})
+    assert refused.status_code == 422 and _balance(sqlite_url, "acme") == 2
+    assert _start(b, form_id).status_code == 303 and len(_trainings(b)) == 1  # a Refresh of it, corrected
+    b.close()
+
+
+def test_predictions_sent_twice_are_handed_over_once_and_the_second_goes_to_the_training(
+        app: tuple[object, str, str]) -> None:
+    """The second sending said "Conflict" about the first one's predictions, judged already."""
+    b = Browser(app[0], app[1])
+    made = _start(b, _form_id(b.get("/console/trainings/new").text, "/console/trainings"))
+    page_url = made.headers["location"]
+    training = page_url.rsplit("/", 1)[1]
+    split = b.get(f"/v1/trainings/{training}/split").json()
+    form_id = _form_id(b.get(page_url).text, f"{page_url}/predictions")
+    rows = "".join(f'{{"id": "{row.split(",", 1)[0]}", "decision": "sentiment", '
+                   '"probabilities": {"yes": 0.6, "no": 0.4}}\n' for row in CSV.splitlines()[1:])
+    sent = [b.form(f"{page_url}/predictions", {"trained_on": split["training_ids_sha256"], FORM_ID: form_id},
+                   files={"predictions": ("predictions.jsonl", rows.encode())}) for _ in range(2)]
+    assert [s.status_code for s in sent] == [303, 303], sent[1].text[:3000]
+    status = b.get(f"/v1/trainings/{training}").json()
+    assert status["state"] == "judging" and status["submissions"] == 1
+    b.close()
+
+
+def test_another_workspace_cannot_use_a_forms_id(app: tuple[object, str, str], sqlite_url: str) -> None:
+    """The id is the workspace's: the same id sent by another workspace is its own sending."""
+    a, o = Browser(app[0], app[1]), Browser(app[0], app[2])
+    form_id = _form_id(a.get("/console/trainings/new").text, "/console/trainings")
+    mine, theirs = _start(a, form_id), _start(o, form_id)
+    assert mine.status_code == theirs.status_code == 303
+    assert mine.headers["location"] != theirs.headers["location"]
+    assert _balance(sqlite_url, "other") == 0
+    a.close()
+    o.close()
