@@ -1042,7 +1042,7 @@ def test_a_delivered_models_files_date_is_written_as_every_console_date(
     from typestrict_pipeline.refund.types import Verdict
 
     (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "weights.bin").write_bytes(b"w")
+    (tmp_path / "model" / "weights.bin").write_bytes(b"w" * 12_345)
     engine = open_store(sqlite_url)
     try:
         settle_training(engine, SettlementRequest(
@@ -1055,6 +1055,12 @@ def test_a_delivered_models_files_date_is_written_as_every_console_date(
     shown = b.get("/console/models/tr_delivered")
     assert shown.status_code == 200, _shown(shown)[:2000]
     assert "Its files can be downloaded until 2027-01-06 07:38 UTC (kept 30 days)." in shown.text, _shown(shown)[:3000]
+    # a size as every count of the console and the CLI writes it (it said "(12345 bytes)")
+    assert 'download="weights.bin">weights.bin</a> <span class="help">(12,345 bytes)</span>' in shown.text
+    put = b.loop.run_until_complete(b.client.put("/v1/files/reviews.csv", content=CSV.encode(),
+                                                 headers={"Authorization": f"Bearer {app[1]}"}))
+    assert put.status_code in (200, 201), put.text
+    assert f">reviews.csv ({len(CSV):,} bytes)</option>" in b.get("/console/trainings/new").text
     b.close()
 
 
