@@ -127,3 +127,29 @@ def test_another_workspace_cannot_use_a_forms_id(app: tuple[object, str, str], s
     assert _balance(sqlite_url, "other") == 0
     a.close()
     o.close()
+
+
+def test_add_a_decision_works_without_script(app: tuple[object, str, str], sqlite_url: str) -> None:
+    """Without script, "Add a decision" (an HTMX button) did nothing: a training of several decisions
+    could not be started. A page without script has its own button (in a ``<noscript>``, after
+    **Start the training**, which stays the form's default for Enter): the form comes back with what
+    was typed and one more decision, its Name focused; nothing is made or charged."""
+    b = Browser(app[0], app[1])
+    page = b.get("/console/trainings/new").text
+    fallback = re.search(r"<noscript><button type=\"submit\"[^>]*name=\"add_decision\"[^>]*>Add a decision</button>", page)
+    assert fallback is not None and "formnovalidate" in fallback.group(0), page[-2500:]
+    assert page.index("Start the training (1 credit)") < fallback.start()
+    assert re.search(r'<button type="button" class="secondary js-only" hx-get="/console/trainings/new/decision', page)
+    back = b.form("/console/trainings", {**TRAINING, "add_decision": "1"},
+                  files={"dataset_file": ("reviews.csv", CSV.encode())})
+    assert back.status_code == 200, back.text[:3000]
+    assert 'value="Is it positive?"' in back.text and 'value="yes, no"' in back.text
+    assert re.search(r'<input id="decision-1-name" name="decision-1-name" value="" required maxlength="200"\s+'
+                     r'aria-describedby="decision-1-name-help" autofocus>', back.text), back.text[:4000]
+    assert "Choose <b class=\"wrap\">reviews.csv</b> again: a page sent back to add a decision" in back.text
+    assert _trainings(b) == [] and _balance(sqlite_url, "acme") == 2
+    two = {**TRAINING, "decision-1-name": "topic", "decision-1-question": "Is it about plot?",
+           "decision-1-answer_column": "label", "decision-1-answers": "yes, no", "decision-1-options_column": ""}
+    assert _start(b, _form_id(back.text, "/console/trainings"), **two).status_code == 303
+    assert len(_trainings(b)) == 1 and _balance(sqlite_url, "acme") == 1
+    b.close()

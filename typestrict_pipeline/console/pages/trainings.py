@@ -288,7 +288,7 @@ def training_body(values: dict[str, Any], dataset: str) -> dict[str, Any]:
 
 
 def _new_form(request: Request, session: ConsoleSession, values: dict[str, Any] | None = None,
-              error: str | None = None, status: int = 200) -> Response:
+              error: str | None = None, status: int = 200, *, focus_last: bool = False) -> Response:
     ctx = get_ctx(request)
     ws = session.workspace_id
     return render(request, "training_new.html", {
@@ -296,7 +296,8 @@ def _new_form(request: Request, session: ConsoleSession, values: dict[str, Any] 
                         "col_review_label": "", "decisions": [blank_decision()],
                         "keep_if_loses": False, "uploaded": ""},
         "files": ctx.trainings.area(ws).listing(), "error": error,
-        "balance": CreditLedger(ctx.engine).balance(ws), "max_decisions": MAX_DECISIONS}, status=status)
+        "balance": CreditLedger(ctx.engine).balance(ws), "max_decisions": MAX_DECISIONS,
+        "focus_last": focus_last}, status=status)
 
 
 @router.get("/trainings/new")
@@ -397,7 +398,28 @@ async def create_training(request: Request, session: Posted) -> Response:
     meanwhile. The staged file is discarded unless the training moved it into the workspace's
     files."""
     form = await read_form(request)
+    if ADD_DECISION in form:  # without script: the form comes back with one more decision, nothing made
+        return await run_in_threadpool(_one_more_decision, request, session, form)
     return await once(request, session.workspace_id, form, lambda: _start_training(request, session, form))
+
+
+ADD_DECISION = "add_decision"
+"""The field of the new-training form's "Add a decision" button of a page without script (in a
+``<noscript>``; with script, HTMX's button fetches one more decision's fields instead)."""
+
+
+def _one_more_decision(request: Request, session: ConsoleSession, form: FormData) -> Response:
+    """The new-training form sent back with what was typed and one more decision's fields, its
+    Name focused: "Add a decision" on a page without script. Nothing is read, stored or charged;
+    a chosen dataset file is named, to be chosen again."""
+    values = form_values(form)
+    if len(values["decisions"]) < MAX_DECISIONS:
+        values["decisions"].append(blank_decision())
+    upload = _dataset_file(form) if len(form.getlist("dataset_file")) == 1 else None
+    if upload is not None:
+        values["uploaded"] = _base_name(upload)
+        values["again_why"] = "a page sent back to add a decision cannot keep the file you chose"
+    return _new_form(request, session, values, focus_last=True)
 
 
 async def _start_training(request: Request, session: ConsoleSession, form: FormData) -> Response:
