@@ -1,8 +1,11 @@
-"""A creating form sent twice (a double click, a second click on a slow page, Enter twice) does
-its work once (``console/once.py``): the real application over HTTP, a real store.
+"""The console's forms in a person's hands, over HTTP (the real application, a real store).
 
-Measured in Chromium before the fix: three clicks on **Start the training (1 credit)** 300 ms
-apart, on a connection with 800 ms of latency, started three trainings and took three credits.
+* A creating form sent twice (a double click, a second click on a slow page, Enter twice) does
+  its work once (``console/once.py``). Measured in Chromium before the fix: three clicks on
+  **Start the training (1 credit)** 300 ms apart, on a connection with 800 ms of latency, started
+  three trainings and took three credits.
+* "Add a decision" works without script.
+* A refusal counts its steps in words ("1 step", not "1 steps").
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.test_console_pages import CSV, TRAINING, Browser, _balance, running_app
+from tests.test_console_pages import CSV, TRAINING, Browser, _balance, _finished_study, running_app
 from typestrict_pipeline.api.keys import create_api_key
 from typestrict_pipeline.console.once import FORM_ID
 from typestrict_pipeline.credits import CreditLedger
@@ -152,4 +155,18 @@ def test_add_a_decision_works_without_script(app: tuple[object, str, str], sqlit
            "decision-1-answer_column": "label", "decision-1-answers": "yes, no", "decision-1-options_column": ""}
     assert _start(b, _form_id(back.text, "/console/trainings"), **two).status_code == 303
     assert len(_trainings(b)) == 1 and _balance(sqlite_url, "acme") == 1
+    b.close()
+
+
+def test_promote_winners_refusal_counts_its_steps_in_words(app: tuple[object, str, str], sqlite_url: str) -> None:
+    """**Promote winner** refused by the gate said "scores stay correlated for 1 steps"."""
+    import html
+
+    sid = _finished_study(sqlite_url, budget_usd="1")
+    b = Browser(app[0], app[1])
+    refused = b.form(f"/console/studies/{sid}/promote", {})
+    assert refused.status_code == 409, refused.text[:2000]
+    said = html.unescape(refused.text)
+    assert "scores stay correlated for 1 step)" in said, said[:4000]
+    assert not re.search(r"\b1 steps\b", said)
     b.close()
