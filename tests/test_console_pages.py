@@ -1043,6 +1043,7 @@ def test_a_delivered_models_files_date_is_written_as_every_console_date(
 
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "weights.bin").write_bytes(b"w" * 12_345)
+    (tmp_path / "model" / "vocab.txt").write_bytes(b"v")
     engine = open_store(sqlite_url)
     try:
         settle_training(engine, SettlementRequest(
@@ -1057,6 +1058,7 @@ def test_a_delivered_models_files_date_is_written_as_every_console_date(
     assert "Its files can be downloaded until 2027-01-06 07:38 UTC (kept 30 days)." in shown.text, _shown(shown)[:3000]
     # a size as every count of the console and the CLI writes it (it said "(12345 bytes)")
     assert 'download="weights.bin">weights.bin</a> <span class="help">(12,345 bytes)</span>' in shown.text
+    assert 'download="vocab.txt">vocab.txt</a> <span class="help">(1 byte)</span>' in shown.text
     put = b.loop.run_until_complete(b.client.put("/v1/files/reviews.csv", content=CSV.encode(),
                                                  headers={"Authorization": f"Bearer {app[1]}"}))
     assert put.status_code in (200, 201), put.text
