@@ -170,3 +170,22 @@ def test_promote_winners_refusal_counts_its_steps_in_words(app: tuple[object, st
     assert "scores stay correlated for 1 step)" in said, said[:4000]
     assert not re.search(r"\b1 steps\b", said)
     b.close()
+
+
+def test_the_trainings_list_says_a_kept_trainings_credit_does_not_come_back_if_it_loses(
+        app: tuple[object, str, str]) -> None:
+    """The box "Keep the model even if it does not beat Jev" gives up the guarantee (the refund
+    page: "there is no refund: the credit stays spent"); the list said of such a training "spent
+    (comes back if the model does not beat Jev)", where its own page says "no refund if it loses"."""
+    import html
+
+    b = Browser(app[0], app[1])
+    kept = _start(b, _form_id(b.get("/console/trainings/new").text, "/console/trainings"), keep_if_loses="on")
+    plain = _start(b, _form_id(b.get("/console/trainings/new").text, "/console/trainings"))
+    listed = html.unescape(b.get("/console/trainings").text)
+    rows = {tid: row for tid, row in re.findall(r'data-training="([^"]+)"((?s:.*?))</tr>', listed)}
+    kept_row, plain_row = rows[kept.headers["location"].rsplit("/", 1)[1]], rows[plain.headers["location"].rsplit("/", 1)[1]]
+    assert "spent (no refund if the model does not beat Jev: it is kept; comes back if the training fails)" in kept_row
+    assert "comes back if the model does not beat Jev" not in kept_row
+    assert "spent (comes back if the model does not beat Jev)" in plain_row
+    b.close()

@@ -135,6 +135,10 @@ CREDIT_TEXT = {
     "refund": "came back",
     "failed": "came back",
 }
+KEPT_CREDIT_TEXT = "spent (no refund if the model does not beat Jev: it is kept; comes back if the training fails)"
+"""The credit of a training not judged yet whose box "Keep the model even if it does not beat Jev"
+is ticked: the box gives up the guarantee (the list said "comes back if the model does not beat
+Jev" of it too)."""
 def state_text(state: str) -> str:
     """A training's state in words.
 
@@ -165,7 +169,10 @@ def training_line(request: Request, workspace: str, training_id: str) -> Trainin
     manifest = ctx.trainings.manifest(workspace, training_id)
     state, model = ctx.trainings.state(workspace, training_id)
     if model is None:
-        return TrainingLine(training_id, state.value, None, None, CREDIT_TEXT.get(state.value, "spent"),
+        credit = CREDIT_TEXT.get(state.value, "spent")
+        if manifest.options.keep_if_loses and state.value in ("awaiting_predictions", "judging"):
+            credit = KEPT_CREDIT_TEXT
+        return TrainingLine(training_id, state.value, None, None, credit,
                             manifest.options.keep_if_loses, f"{PREFIX}/trainings/{training_id}")
     out = _verdict(ctx, model)
     return TrainingLine(training_id, state.value, out.verdict, out.settling_decision,
