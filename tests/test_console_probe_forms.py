@@ -4,6 +4,8 @@
   its work once (``console/once.py``). Measured in Chromium before the fix: three clicks on
   **Start the training (1 credit)** 300 ms apart, on a connection with 800 ms of latency, started
   three trainings and took three credits.
+* In Chromium (Debian's, headless, on a real server): two clicks on a slow connection start one
+  training and take one credit.
 * "Add a decision" works without script.
 * A refusal counts its steps in words ("1 step", not "1 steps").
 """
@@ -18,7 +20,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.test_console_pages import CSV, TRAINING, Browser, _balance, _finished_study, running_app
+from tests.test_console_pages import (
+    CSV,
+    JEV,
+    TRAINING,
+    Browser,
+    _balance,
+    _finished_study,
+    running_app,
+)
 from typestrict_pipeline.api.keys import create_api_key
 from typestrict_pipeline.console.once import FORM_ID
 from typestrict_pipeline.credits import CreditLedger
@@ -189,3 +199,54 @@ def test_the_trainings_list_says_a_kept_trainings_credit_does_not_come_back_if_i
     assert "comes back if the model does not beat Jev" not in kept_row
     assert "spent (comes back if the model does not beat Jev)" in plain_row
     b.close()
+
+
+def test_in_chromium_two_clicks_on_a_slow_page_start_one_training(
+        tmp_path: Path, sqlite_url: str) -> None:
+    import time
+
+    from playwright.sync_api import sync_playwright
+
+    from tests.test_api_support import ApiServer
+
+    engine = open_store(sqlite_url)
+    try:
+        key = create_api_key(engine, "acme").key
+        CreditLedger(engine).grant("acme", 3, reference="tests")
+    finally:
+        engine.dispose()
+    (tmp_path / "reviews.csv").write_text(CSV, encoding="utf-8")
+    with ApiServer(sqlite_url, tmp_path / "home", rate_limit=None, jev_source=JEV) as server, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium",
+                                    args=["--headless", "--no-sandbox", "--disable-gpu",
+                                          "--disable-background-networking"])
+        try:
+            context = browser.new_context()
+            page = context.new_page()
+            page.set_default_timeout(60_000)
+            page.goto(f"{server.url}/console/sign-in?next=/console/trainings/new")
+            page.fill("#key", key)
+            page.click("button[type=submit]")
+            page.wait_for_url("**/console/trainings/new")
+            page.get_by_label("Upload a dataset").set_input_files(str(tmp_path / "reviews.csv"))
+            for label, value in (("Group column (optional)", "grp"), ("Name", "sentiment"),
+                                 ("Question", "Is it positive?"), ("Answer column", "label"), ("Answers", "yes, no")):
+                page.get_by_label(label, exact=True).first.fill(value)
+            cdp = context.new_cdp_session(page)
+            cdp.send("Network.enable")
+            cdp.send("Network.emulateNetworkConditions", {"offline": False, "latency": 1500,
+                                                          "downloadThroughput": -1, "uploadThroughput": -1})
+            start = page.get_by_role("button", name="Start the training (1 credit)")
+            start.scroll_into_view_if_needed()
+            box = start.bounding_box()
+            assert box is not None
+            x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+            page.mouse.click(x, y)
+            time.sleep(0.3)  # the answer is 1.5 s away: the page, its button, are still there
+            page.mouse.click(x, y)
+            page.wait_for_url("**/console/trainings/tr_*", timeout=60_000)
+            page.wait_for_load_state()
+            assert "The split, before training" in page.locator("main").inner_text()
+            assert _balance(sqlite_url, "acme") == 2, "two clicks took two credits"
+        finally:
+            browser.close()
