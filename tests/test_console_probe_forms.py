@@ -250,3 +250,22 @@ def test_in_chromium_two_clicks_on_a_slow_page_start_one_training(
             assert _balance(sqlite_url, "acme") == 2, "two clicks took two credits"
         finally:
             browser.close()
+
+
+def test_a_forms_id_is_claimed_once_on_either_store(store_url: str) -> None:
+    """``console_submissions`` on SQLite and PostgreSQL: the first claim works, another waits
+    while it works and then leads where it led; a refusal frees the id; ids are per workspace."""
+    from typestrict_pipeline.console.once import Claim, claim, settle
+
+    engine = open_store(store_url)
+    try:
+        fid = "f" * 32
+        assert claim(engine, "acme", fid) is Claim.MINE
+        assert claim(engine, "acme", fid) is Claim.WORKING
+        assert claim(engine, "other", fid) is Claim.MINE
+        settle(engine, "acme", fid, "/console/trainings/tr_1")
+        assert claim(engine, "acme", fid) == "/console/trainings/tr_1"
+        settle(engine, "other", fid, None)  # refused: free again
+        assert claim(engine, "other", fid) is Claim.MINE
+    finally:
+        engine.dispose()
