@@ -269,3 +269,32 @@ def test_a_forms_id_is_claimed_once_on_either_store(store_url: str) -> None:
         assert claim(engine, "other", fid) is Claim.MINE
     finally:
         engine.dispose()
+
+
+def test_a_one_field_forms_refusal_is_tied_to_its_field(app: tuple[object, str, str], sqlite_url: str) -> None:
+    """As the sign-in form's key: the refused field is marked invalid and described by the refusal
+    (the budget field was marked invalid but described by its help only; the predictions file by
+    nothing), so a screen reader on the field reads why."""
+    from typestrict_pipeline.reruns.decide import SubscriptionState
+    from typestrict_pipeline.reruns.workspace import set_workspace
+
+    engine = open_store(sqlite_url)
+    try:
+        set_workspace(engine, "acme", subscription=SubscriptionState.ACTIVE, usage_budget_micro_usd=1_000_000)
+    finally:
+        engine.dispose()
+    b = Browser(app[0], app[1])
+    budget = b.form("/console/settings/usage/budget", {"budget_usd": "abc"})
+    assert budget.status_code == 422, budget.text[:2000]
+    field = re.search(r'<input id="budget_usd"[^>]*>', budget.text)
+    assert field is not None and 'aria-describedby="budget-error budget-help"' in field.group(0), field
+    assert 'aria-invalid="true"' in field.group(0) and 'id="budget-error"' in budget.text
+    made = _start(b, _form_id(b.get("/console/trainings/new").text, "/console/trainings"))
+    page_url = made.headers["location"]
+    refused = b.form(f"{page_url}/predictions", {}, files={"predictions": ("p.jsonl", b"not json\n")})
+    assert refused.status_code == 422, refused.text[:2000]
+    field = re.search(r'<input id="predictions"[^>]*>', refused.text)
+    assert field is not None and 'aria-describedby="error"' in field.group(0) and 'aria-invalid="true"' in field.group(0)
+    assert 'id="error"' in refused.text
+    assert 'aria-invalid' not in (re.search(r'<input id="predictions"[^>]*>', b.get(page_url).text) or [""])[0]
+    b.close()
