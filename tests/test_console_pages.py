@@ -197,6 +197,8 @@ def test_usage_and_notifications_pages_answer_for_a_new_workspace(app: tuple[obj
     b = Browser(app[0], app[1])
     usage = b.get("/console/settings/usage")
     assert usage.status_code == 200 and "Nothing spent yet." in usage.text and "No usage budget" in usage.text and "Set the budget" not in usage.text
+    # one full stop: the budget's text ended with one for a workspace not set up, and the page added its own
+    assert "Spent $0.000000 this month. Scheduled studies skip until the operator" in usage.text, usage.text[:3000]
     b.close()
 
 
@@ -546,27 +548,27 @@ _FIELD_VALUES = ["", " ", "0", "-1", "-0", "1.5", "1e999", "nan", "inf", "999999
                  "x" * 20_000, "\x00", "\u202e", "a\r\nb", "😀" * 100, "1d", "0s", "2012-01-01", "9999-12-31",
                  "0001-01-01", "${x}", "<script>alert(1)</script>", "../../etc/passwd", "true", "on",
                  "seattle_rain", "seattle_weather", "id", "text", "label", "yes, no", "yes,yes", "a=1,2,3",
-                 "a=1:2", "a=" + ",".join(map(str, range(5000))), "p=" + "\np=".join("1" for _ in range(300))]
+                 "a=1:2", "a=" + ",".join(map(str, range(5000))), "f" * 32, "p=" + "\np=".join("1" for _ in range(300))]
 _PATH_IDS = ["1", "0", "-1", "99999999999999999999", "abc", "%2e%2e", "1.5", "%00"]
 #: Every form the console posts, with its fields (the pages' own forms, and the ones a page shows
 #: only for a study, a schedule, a training or a subscription that exists).
 _FORMS = {
     "/console/trainings": ["col_id", "col_text", "col_group", "col_review_label", "decision-0-name",
                            "decision-0-question", "decision-0-answer_column", "decision-0-answers",
-                           "decision-0-options_column", "keep_if_loses"],
-    "/console/backtests": ["workflow", "dataset", "start", "end", "step"],
+                           "decision-0-options_column", "keep_if_loses", "form_id"],
+    "/console/backtests": ["workflow", "dataset", "start", "end", "step", "form_id"],
     "/console/studies": ["name", "workflow", "dataset", "start", "end", "step", "folds", "tune_steps",
                          "eval_steps", "holdout_steps", "grid", "random", "random_draws", "max_candidates",
-                         "max_total_steps", "budget_usd", "min_unseen_steps"],
+                         "max_total_steps", "budget_usd", "min_unseen_steps", "form_id"],
     "/console/studies/estimate": ["name", "workflow", "dataset", "start", "end", "step", "folds", "tune_steps",
                                   "eval_steps", "holdout_steps", "grid", "random", "random_draws",
                                   "max_candidates", "max_total_steps", "budget_usd", "min_unseen_steps"],
     "/console/settings/usage/budget": ["budget_usd"],
     "/console/settings/notifications": ["enabled", "person"],
-    "/console/schedules": ["rerun", "study", "cadence", "min_unseen_steps", "owner", "budget_usd"],
+    "/console/schedules": ["rerun", "study", "cadence", "min_unseen_steps", "owner", "budget_usd", "form_id"],
     **{f"/console/{kind}/{i}/cancel": [] for kind in ("studies", "backtests", "schedules", "trainings")
        for i in _PATH_IDS},
-    **{f"/console/trainings/{i}/predictions": ["trained_on", "model_files"] for i in _PATH_IDS},
+    **{f"/console/trainings/{i}/predictions": ["trained_on", "model_files", "form_id"] for i in _PATH_IDS},
 }
 
 
@@ -1046,7 +1048,8 @@ def test_a_delivered_models_files_date_is_written_as_every_console_date(
     from typestrict_pipeline.refund.types import Verdict
 
     (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "weights.bin").write_bytes(b"w")
+    (tmp_path / "model" / "weights.bin").write_bytes(b"w" * 12_345)
+    (tmp_path / "model" / "vocab.txt").write_bytes(b"v")
     engine = open_store(sqlite_url)
     try:
         settle_training(engine, SettlementRequest(
@@ -1059,6 +1062,13 @@ def test_a_delivered_models_files_date_is_written_as_every_console_date(
     shown = b.get("/console/models/tr_delivered")
     assert shown.status_code == 200, _shown(shown)[:2000]
     assert "Its files can be downloaded until 2027-01-06 07:38 UTC (kept 30 days)." in shown.text, _shown(shown)[:3000]
+    # a size as every count of the console and the CLI writes it (it said "(12345 bytes)")
+    assert 'download="weights.bin">weights.bin</a> <span class="help">(12,345 bytes)</span>' in shown.text
+    assert 'download="vocab.txt">vocab.txt</a> <span class="help">(1 byte)</span>' in shown.text
+    put = b.loop.run_until_complete(b.client.put("/v1/files/reviews.csv", content=CSV.encode(),
+                                                 headers={"Authorization": f"Bearer {app[1]}"}))
+    assert put.status_code in (200, 201), put.text
+    assert f">reviews.csv ({len(CSV):,} bytes)</option>" in b.get("/console/trainings/new").text
     b.close()
 
 

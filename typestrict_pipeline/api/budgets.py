@@ -63,7 +63,7 @@ def budget_view(engine: Engine, workspace: str, now: dt.datetime | None = None) 
         spent = int(spend(workspace, first, last))
         return BudgetView(workspace, "NOT_SET_UP", None, spent, first.isoformat(), last.isoformat(), False,
                           f"No usage budget: the operator has not set up this workspace's subscription "
-                          f"yet. Spent {format_usd(spent)} this month.")
+                          f"yet. Spent {format_usd(spent)} this month")  # no full stop: as the other text, a page adds it
     text = (f"{format_usd(status.spent_micro_usd)} of {format_usd(status.usage_budget_micro_usd)} spent "
             f"this month ({first.isoformat()} to {last.isoformat()}, UTC)")
     if status.usage_exhausted:

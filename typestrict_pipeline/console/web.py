@@ -43,6 +43,7 @@ from starlette.exceptions import HTTPException
 from starlette.formparsers import MultiPartException
 
 from typestrict_pipeline.api.errors import ApiError, status_for
+from typestrict_pipeline.console.once import new_form_id
 from typestrict_pipeline.console.sessions import ConsoleSession, csrf_matches, session_for
 from typestrict_pipeline.errors import InputError, NotFoundError, TypeStrictError
 from typestrict_pipeline.refund.metrics import GAIN_FORMULA
@@ -53,6 +54,7 @@ log = logging.getLogger("typestrict.console")
 HERE = Path(__file__).resolve().parent
 TEMPLATES = Jinja2Templates(directory=str(HERE / "templates"))
 TEMPLATES.env.filters["study_state"] = state_text  # "Budget reached", as the leaderboard says it
+TEMPLATES.env.globals["new_form_id"] = new_form_id  # a creating form's one-time id (console.once)
 TEMPLATES.env.globals["GAIN_FORMULA"] = GAIN_FORMULA  # the refund page's G, as every surface writes it
 PREFIX = "/console"
 COOKIE = "typestrict_session"

@@ -398,9 +398,11 @@ def get_schedule(engine: Engine, schedule_id: int) -> ScheduleView:
 
 
 def list_schedules(
-    engine: Engine, *, workspace_id: str | None = None, study_id: str | None = None, lineage_root_id: str | None = None
+    engine: Engine, *, workspace_id: str | None = None, study_id: str | None = None, lineage_root_id: str | None = None,
+    limit: int | None = None, offset: int = 0,
 ) -> list[ScheduleView]:
-    """Schedules, newest first, optionally of one workspace, study (root) or lineage."""
+    """Schedules, newest first, optionally of one workspace, study (root) or lineage; ``limit``
+    of them from ``offset`` (a console page's)."""
     q = select(RerunSchedule).order_by(RerunSchedule.id.desc())
     if workspace_id is not None:
         q = q.where(RerunSchedule.workspace_id == workspace_id)
@@ -408,8 +410,23 @@ def list_schedules(
         q = q.where((RerunSchedule.root_study_id == study_id) | (RerunSchedule.lineage_root_id == study_id))
     if lineage_root_id is not None:
         q = q.where(RerunSchedule.lineage_root_id == lineage_root_id)
+    if limit is not None:
+        q = q.limit(limit).offset(offset)
     with session_scope(engine) as session:
         return [_view(r) for r in session.execute(q).scalars().all()]
+
+
+def count_schedules(engine: Engine, *, workspace_id: str, study_id: str | None = None,
+                    newer_than: int | None = None) -> int:
+    """How many schedules the workspace (or one study of it) has, turned off ones included (each
+    turn on is a new one); only those newer than the schedule ``newer_than`` when given."""
+    q = select(func.count()).select_from(RerunSchedule).where(RerunSchedule.workspace_id == workspace_id)
+    if study_id is not None:
+        q = q.where((RerunSchedule.root_study_id == study_id) | (RerunSchedule.lineage_root_id == study_id))
+    if newer_than is not None:
+        q = q.where(RerunSchedule.id > newer_than)
+    with session_scope(engine) as session:
+        return int(session.execute(q).scalar_one())
 
 
 # --------------------------------------------------------------------------- ticks

@@ -228,6 +228,15 @@ class Leaderboard:
         }
 
 
+def steps_text(n: int, word: str = "step") -> str:
+    """A count of steps in words, singular for one (a refusal said "correlated for 1 steps").
+
+    >>> steps_text(1), steps_text(3), steps_text(2_000, "holdout step"), steps_text(1, "holdout step")
+    ('1 step', '3 steps', '2,000 holdout steps', '1 holdout step')
+    """
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
 def _reason_group(reason: str) -> str:
     if reason.startswith("duplicate"):
         return "duplicate"
@@ -640,8 +649,9 @@ def _holdout_text(board: Leaderboard) -> str:
                  f"{test.change_statistic:.1f} above 40.1), so the bound is not read as a win")
     span = board.decorrelation_span
     if test.skipped:
-        text += (f"; first {test.skipped} holdout steps left out (scores stay correlated for "
-                 f"{span} steps, the embargo is {board.embargo_steps})")
+        why = "" if span is None else f"scores stay correlated for {steps_text(span)}, "
+        text += (f"; first {steps_text(test.skipped, 'holdout step')} left out ({why}the embargo is "
+                 f"{board.embargo_steps})")
     if test.short and test.required_steps is not None and test.edge_to_detect is not None:
         text += (f". Warning: holdout too short: detecting the search's luck-adjusted edge "
                  f"{test.edge_to_detect:+.4f} with 80% power at one-sided 5% needs "

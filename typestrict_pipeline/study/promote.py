@@ -44,7 +44,7 @@ from typestrict_pipeline.study import repository as repo
 from typestrict_pipeline.study.dependence import Dependence
 from typestrict_pipeline.study.folds import FoldLayout
 from typestrict_pipeline.study.inference import holdout_skip, holdout_test
-from typestrict_pipeline.study.leaderboard import load_leaderboard
+from typestrict_pipeline.study.leaderboard import load_leaderboard, steps_text
 from typestrict_pipeline.study.runner import CandidateSpec, StudyBackend
 from typestrict_pipeline.study.stability import Stability
 from typestrict_pipeline.study.tables import (
@@ -203,7 +203,7 @@ def gate_decision(winner: Mapping[str, float], active: Mapping[str, float], *, s
         return GateResult(False, won_score, active_score, f"Not promoted: {exc}")
     detail = (f"winner − active {test.diff:+.4f} ± {test.se:.4f} (Newey–West SE) on {test.steps} "
               f"holdout steps (first {test.skipped} left out: scores stay correlated for "
-              f"{skip + embargo} steps), one-sided 95% lower bound "
+              f"{steps_text(skip + embargo)}), one-sided 95% lower bound "
               f"{test.lower_bound:+.4f}")
     scores = f"holdout scores {won_score:.4f} vs {active_score:.4f}"
     if not test.stable:

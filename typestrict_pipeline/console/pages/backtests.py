@@ -38,6 +38,7 @@ from typestrict_pipeline.console.board_pages import (
     parse_page,
 )
 from typestrict_pipeline.console.charts import chart_text, leaderboard_spec
+from typestrict_pipeline.console.once import once
 from typestrict_pipeline.console.paging import PER_PAGE, Pager, hrefs, requested
 from typestrict_pipeline.console.sessions import ConsoleSession
 from typestrict_pipeline.console.web import (
@@ -52,6 +53,7 @@ from typestrict_pipeline.console.web import (
     require_session,
 )
 from typestrict_pipeline.errors import InputError, TypeStrictError, for_customers
+from typestrict_pipeline.reruns.service import count_schedules
 from typestrict_pipeline.study.form import CONSOLE_SPACE
 from typestrict_pipeline.study.limits import format_usd
 from typestrict_pipeline.study.tables import StudyState
@@ -142,15 +144,25 @@ def _finished_studies(request: Request, ws: str) -> list[Any]:
         return rows
 
 
-def _schedules(request: Request, ws: str, study_id: str | None = None) -> list[dict[str, Any]]:
-    """The workspace's schedules (or one study's), each with its status: why it skipped, what
-    would make it fire (``typestrict schedule status``'s text)."""
+def _schedules(request: Request, ws: str, pager: Pager | None = None) -> list[dict[str, Any]]:
+    """The workspace's schedules (the ``pager``'s page of them), each with its status: why it
+    skipped, what would make it fire (``typestrict schedule status``'s text)."""
     from typestrict_pipeline.reruns.service import CONSOLE_STATUS, list_schedules, status_text
 
     engine = get_ctx(request).engine
+    views = list_schedules(engine, workspace_id=ws,
+                           limit=None if pager is None else pager.per_page,
+                           offset=0 if pager is None else pager.offset)
     return [{"view": v, "status": for_customers(status_text(engine, v, words=CONSOLE_STATUS)),
-             "enabled": v.state.value == "ENABLED"}
-            for v in list_schedules(engine, workspace_id=ws, study_id=study_id)]
+             "enabled": v.state.value == "ENABLED"} for v in views]
+
+
+def schedule_href(request: Request, ws: str, schedule_id: int) -> str:
+    """Where a schedule is on the Backtests tab: its card, on the page of ``?schedules=`` that
+    lists it (newest first, :data:`PER_PAGE` a page)."""
+    before = count_schedules(get_ctx(request).engine, workspace_id=ws, newer_than=schedule_id)
+    page = before // PER_PAGE + 1
+    return f"{PREFIX}/backtests{'' if page == 1 else f'?schedules={page}'}#schedule-{schedule_id}"
 
 
 def _page(request: Request, session: ConsoleSession, *, backtest: dict[str, str] | None = None,
@@ -162,7 +174,7 @@ def _page(request: Request, session: ConsoleSession, *, backtest: dict[str, str]
 
     ctx = get_ctx(request)
     ws = session.workspace_id
-    query, pages = request.query_params, ("backtests", "studies")
+    query, pages = request.query_params, ("backtests", "studies", "schedules")
     cards = requested(query.get("backtests"), "backtests")
     backtests, n_backtests, backtests_note = backtests_core.backtest_page(
         ctx.engine, ctx.runs, ws, limit=PER_PAGE, offset=(cards - 1) * PER_PAGE)
@@ -171,6 +183,10 @@ def _page(request: Request, session: ConsoleSession, *, backtest: dict[str, str]
     study_pager = Pager.at(requested(query.get("studies"), "studies"), param="studies",
                            total=studies_core.count_studies(ctx.engine, ws),
                            href=hrefs(f"{PREFIX}/backtests", query, "studies", pages))
+    schedules_href = hrefs(f"{PREFIX}/backtests", query, "schedules", pages)
+    schedule_pager = Pager.at(requested(query.get("schedules"), "schedules"), param="schedules",
+                              total=count_schedules(ctx.engine, workspace_id=ws),
+                              href=lambda n: f"{schedules_href(n)}#schedule")
     studies = [studies_core.settle_unstarted(ctx.engine, ctx.runs, r)
                for r in studies_core.list_studies(ctx.engine, ws, limit=PER_PAGE, offset=study_pager.offset)]
     return render(request, "backtests.html", {
@@ -178,7 +194,8 @@ def _page(request: Request, session: ConsoleSession, *, backtest: dict[str, str]
         "backtest_pager": backtest_pager, "study_pager": study_pager, "backtests_note": backtests_note,
         "b": backtest or BACKTEST_DEFAULTS, "s": study or STUDY_DEFAULTS,
         "backtest_error": backtest_error, "study_error": study_error, "estimate": estimate,
-        "schedules": _schedules(request, ws), "finished_studies": _finished_studies(request, ws),
+        "schedules": _schedules(request, ws, pager=schedule_pager), "schedule_pager": schedule_pager,
+        "finished_studies": _finished_studies(request, ws),
         "sch": schedule or {**SCHEDULE_DEFAULTS, "study": query.get("study") or ""},
         "schedule_error": schedule_error,
         "usd": format_usd, "live": LIVE_STATES, "columns_text": columns_text}, status=status)
@@ -186,10 +203,12 @@ def _page(request: Request, session: ConsoleSession, *, backtest: dict[str, str]
 
 @router.get("/backtests")
 def backtests_page(request: Request, session: Session, backtests: str | None = None,
-                   studies: str | None = None, study: int | None = None) -> Response:
+                   studies: str | None = None, schedules: str | None = None, study: int | None = None) -> Response:
     """The Backtests tab: run a backtest, the run cards, the Studies section (its studies, the
     new study form, and "Re-run on a schedule": the schedules, why each skipped, the form).
-    ``?backtests=N`` and ``?studies=N`` are the pages of its two lists; ``?study=N`` picks the
+    ``?backtests=N``, ``?studies=N`` and ``?schedules=N`` are the pages of its three lists
+    (every turn on of a schedule is a new one, kept turned off: the list grows without end, and
+    each schedule's status is a read of the store); ``?study=N`` picks the
     study to re-run from (a study page's link); declared here so the console's one rule of the
     query holds for them: each once."""
     return _page(request, session)
@@ -200,7 +219,8 @@ async def run_backtest(request: Request, session: Posted) -> Response:
     """Run a backtest: ``POST /v1/backtests``'s checks, then its Dagster run. The form is read on
     the event loop, the store's work (and the page) in the threadpool."""
     form = await read_form(request)
-    return await run_in_threadpool(_run_backtest, request, session, form)
+    return await once(request, session.workspace_id, form,
+                      lambda: run_in_threadpool(_run_backtest, request, session, form))
 
 
 def _run_backtest(request: Request, session: ConsoleSession, form: FormData) -> Response:
@@ -292,7 +312,8 @@ async def create_study(request: Request, session: Posted) -> Response:
     """Create a study and launch its Dagster run (``POST /v1/studies``). The form is read on the
     event loop, the store's work (and the page) in the threadpool."""
     form = await read_form(request)
-    return await run_in_threadpool(_create_study, request, session, form)
+    return await once(request, session.workspace_id, form,
+                      lambda: run_in_threadpool(_create_study, request, session, form))
 
 
 def _create_study(request: Request, session: ConsoleSession, form: FormData) -> Response:
@@ -328,7 +349,10 @@ def _study_context(request: Request, session: ConsoleSession, study_id: str,
     n_ranked = sum(1 for r in board.rows if r.rank is not None)
     drawn = chart_ranks(board.rows, winner=board.winner_candidate_id)
     winner_rank = next((r.rank for r in board.rows if r.candidate_id == board.winner_candidate_id), None)
-    schedules = _schedules(request, ws, str(row.id))
+    from typestrict_pipeline.reruns.service import list_schedules
+
+    schedules = [{"view": v, "href": schedule_href(request, ws, v.id)}
+                 for v in list_schedules(ctx.engine, workspace_id=ws, study_id=str(row.id), limit=PER_PAGE)]
     entries = lineage_entries(ctx.engine, str(row.id))
     spec = leaderboard_spec(row.id, n_candidates=n_ranked, luck_line=board.stats.luck_line, shown=drawn)
     return {
@@ -341,6 +365,7 @@ def _study_context(request: Request, session: ConsoleSession, study_id: str,
         "chart_text": chart_text(n_ranked, drawn),
         "winner_outside_chart": winner_rank is not None and winner_rank > drawn,
         "schedules": schedules,
+        "schedules_total": count_schedules(ctx.engine, workspace_id=ws, study_id=str(row.id)),
         "lineage": entries, "lineage_columns": LINEAGE_COLUMNS, "lineage_cells": lineage_cells,
         "lineage_summary": summarize(entries) if entries else None,
         "lineage_text": lineage_text(ctx.engine, str(row.id)) if entries else None,
@@ -409,7 +434,8 @@ async def enable_schedule(request: Request, session: Posted) -> Response:
     re-run from, set a cadence (the page's steps); the same call as ``POST /v1/studies/{id}/schedule``.
     The form is read on the event loop, the store's work (and the page) in the threadpool."""
     form = await read_form(request)
-    return await run_in_threadpool(_enable_schedule, request, session, form)
+    return await once(request, session.workspace_id, form,
+                      lambda: run_in_threadpool(_enable_schedule, request, session, form))
 
 
 def _chosen_study(request: Request, session: ConsoleSession, text: str) -> Any:
@@ -483,4 +509,4 @@ def _cancel_schedule(schedule_id: str, request: Request, session: ConsoleSession
         if status_for(exc)[0] == 404:
             raise
         return _page(request, session, schedule_error=f"Schedule {sid}: {exc}", status=422)
-    return redirect(f"{PREFIX}/backtests#schedule-{sid}", request)
+    return redirect(schedule_href(request, session.workspace_id, sid), request)

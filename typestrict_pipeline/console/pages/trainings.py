@@ -33,6 +33,7 @@ from typestrict_pipeline.api.trainings import (
     check_name,
     disk_room,
 )
+from typestrict_pipeline.console.once import once
 from typestrict_pipeline.console.paging import Pager, hrefs, requested
 from typestrict_pipeline.console.sessions import ConsoleSession
 from typestrict_pipeline.console.web import (
@@ -134,6 +135,10 @@ CREDIT_TEXT = {
     "refund": "came back",
     "failed": "came back",
 }
+KEPT_CREDIT_TEXT = "spent (no refund if the model does not beat Jev: it is kept; comes back if the training fails)"
+"""The credit of a training not judged yet whose box "Keep the model even if it does not beat Jev"
+is ticked: the box gives up the guarantee (the list said "comes back if the model does not beat
+Jev" of it too)."""
 def state_text(state: str) -> str:
     """A training's state in words.
 
@@ -164,7 +169,10 @@ def training_line(request: Request, workspace: str, training_id: str) -> Trainin
     manifest = ctx.trainings.manifest(workspace, training_id)
     state, model = ctx.trainings.state(workspace, training_id)
     if model is None:
-        return TrainingLine(training_id, state.value, None, None, CREDIT_TEXT.get(state.value, "spent"),
+        credit = CREDIT_TEXT.get(state.value, "spent")
+        if manifest.options.keep_if_loses and state.value in ("awaiting_predictions", "judging"):
+            credit = KEPT_CREDIT_TEXT
+        return TrainingLine(training_id, state.value, None, None, credit,
                             manifest.options.keep_if_loses, f"{PREFIX}/trainings/{training_id}")
     out = _verdict(ctx, model)
     return TrainingLine(training_id, state.value, out.verdict, out.settling_decision,
@@ -287,7 +295,7 @@ def training_body(values: dict[str, Any], dataset: str) -> dict[str, Any]:
 
 
 def _new_form(request: Request, session: ConsoleSession, values: dict[str, Any] | None = None,
-              error: str | None = None, status: int = 200) -> Response:
+              error: str | None = None, status: int = 200, *, focus_last: bool = False) -> Response:
     ctx = get_ctx(request)
     ws = session.workspace_id
     return render(request, "training_new.html", {
@@ -295,7 +303,8 @@ def _new_form(request: Request, session: ConsoleSession, values: dict[str, Any] 
                         "col_review_label": "", "decisions": [blank_decision()],
                         "keep_if_loses": False, "uploaded": ""},
         "files": ctx.trainings.area(ws).listing(), "error": error,
-        "balance": CreditLedger(ctx.engine).balance(ws), "max_decisions": MAX_DECISIONS}, status=status)
+        "balance": CreditLedger(ctx.engine).balance(ws), "max_decisions": MAX_DECISIONS,
+        "focus_last": focus_last}, status=status)
 
 
 @router.get("/trainings/new")
@@ -396,6 +405,33 @@ async def create_training(request: Request, session: Posted) -> Response:
     meanwhile. The staged file is discarded unless the training moved it into the workspace's
     files."""
     form = await read_form(request)
+    if ADD_DECISION in form:  # without script: the form comes back with one more decision, nothing made
+        return await run_in_threadpool(_one_more_decision, request, session, form)
+    return await once(request, session.workspace_id, form, lambda: _start_training(request, session, form))
+
+
+ADD_DECISION = "add_decision"
+"""The field of the new-training form's "Add a decision" button of a page without script (in a
+``<noscript>``; with script, HTMX's button fetches one more decision's fields instead)."""
+
+
+def _one_more_decision(request: Request, session: ConsoleSession, form: FormData) -> Response:
+    """The new-training form sent back with what was typed and one more decision's fields, its
+    Name focused: "Add a decision" on a page without script. Nothing is read, stored or charged;
+    a chosen dataset file is named, to be chosen again."""
+    values = form_values(form)
+    if len(values["decisions"]) < MAX_DECISIONS:
+        values["decisions"].append(blank_decision())
+    upload = _dataset_file(form) if len(form.getlist("dataset_file")) == 1 else None
+    if upload is not None:
+        values["uploaded"] = _base_name(upload)
+        values["again_why"] = "a page sent back to add a decision cannot keep the file you chose"
+    return _new_form(request, session, values, focus_last=True)
+
+
+async def _start_training(request: Request, session: ConsoleSession, form: FormData) -> Response:
+    """:func:`create_training` for the form's first sending (:func:`~typestrict_pipeline.console.once.once`:
+    a second sending of the same page's form goes to the training the first one started)."""
     try:
         staged = await _stage_dataset(request, session, form)
     except TypeStrictError as exc:
@@ -546,6 +582,14 @@ async def post_predictions(training_id: TrainingId, request: Request, session: P
     work (the predictions checked against the split, the files written, the workspace's storage
     lock waited for) runs in the threadpool, so the server answers other requests meanwhile."""
     form = await read_form(request)
+    return await once(request, session.workspace_id, form,
+                      lambda: _send_predictions(training_id, request, session, form))
+
+
+async def _send_predictions(training_id: str, request: Request, session: ConsoleSession,
+                            form: FormData) -> Response:
+    """:func:`post_predictions` for the form's first sending (a second one goes to the training's
+    page, where the first one's predictions are being judged)."""
     try:
         predictions = _one_file(form, "predictions", "predictions file", "choose the one file your model wrote",
                                 PREDICTIONS_FIELD)

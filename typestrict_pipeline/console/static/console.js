@@ -5,6 +5,8 @@
 //    (no eval) and the SVG renderer; the spec's data URL is an API route read with the session cookie.
 (function () {
   "use strict";
+  // 0. Script runs: the controls that need it (HTMX's "Add a decision") are shown (.js-only).
+  document.documentElement.classList.add("js");
   document.addEventListener("htmx:configRequest", function (event) {
     var token = document.body.dataset.csrf;
     if (token) { event.detail.headers["X-CSRF-Token"] = token; }
