@@ -28,7 +28,7 @@ from assets.refund import verdict_job
 from resources.refund import RefundTrainingsResource
 from resources.store import StoreResource, store_of_run, store_run_request
 from typestrict_pipeline.lifecycle.leases import LeaseKind, holders
-from typestrict_pipeline.lifecycle.reaper import reap, waits_on_its_run
+from typestrict_pipeline.lifecycle.reaper import RUN_GONE, reap, run_gone_ends, waits_on_its_run
 from typestrict_pipeline.lifecycle.tables import TrainingRow
 from typestrict_pipeline.lifecycle.trainings import (
     OPEN_STATES,
@@ -45,11 +45,14 @@ with any other error failed on our side: it is retried, flagged, and settled by 
 
 
 def run_ended(instance: dg.DagsterInstance) -> Any:
-    """``run_id -> status`` of a Dagster run that ended (None while it runs or is unknown)."""
+    """``run_id -> status`` of a Dagster run that ended (None while it runs; ``RUN_GONE`` when
+    the instance does not know it, which ends only a study waiting on it: ``run_gone_ends``)."""
 
     def ended(run_id: str) -> str | None:
         run = instance.get_run_by_id(run_id)
-        if run is None or not run.is_finished:
+        if run is None:
+            return RUN_GONE
+        if not run.is_finished:
             return None
         return str(run.status.value)
 
@@ -76,7 +79,7 @@ def _due(engine: Engine, now: dt.datetime, ended: Any) -> list[str]:
     study_leases = holders(engine, LeaseKind.STUDY, [i for i, _, _ in studies]) if studies else {}
     for sid, run_id, state in studies:
         held = study_leases.get(sid)
-        if run_id and ended(run_id) is not None:
+        if run_id and run_gone_ends(ended(run_id), state, run_id, held is not None) is not None:
             due.append(f"study:{sid}")
         elif held is None and waits_on_its_run(state, run_id):
             continue  # its run waits in the queue: it holds the study

@@ -96,7 +96,12 @@ def _api(home: Path, store: str, log: Path) -> Iterator[str]:
                 proc.wait()
 
 
-def test_a_study_whose_run_is_queued_outlives_a_restart_of_the_api_and_ends_with_its_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("end", ["failed", "deleted"])
+def test_a_study_whose_run_is_queued_outlives_a_restart_of_the_api_and_ends_with_its_run(
+        tmp_path: Path, end: str) -> None:
+    """Its run ends without starting it (failed), or an operator deletes the queued run from
+    Dagster: the study ends by itself (a deleted run left it ``PENDING``, its workflow busy,
+    until someone cancelled it)."""
     home = tmp_path / "home"
     store = f"sqlite:///{home / 'store.db'}"
     key = support.new_key(store, "acme")
@@ -124,10 +129,17 @@ def test_a_study_whose_run_is_queued_outlives_a_restart_of_the_api_and_ends_with
             assert _due(engine, now, run_ended(instance)) == []  # lifecycle_sensor: nothing to end
             run = instance.get_run_by_id(study["run_id"])
             assert run is not None
-            instance.report_run_failed(run)
+            if end == "failed":
+                instance.report_run_failed(run)
+            else:
+                instance.delete_run(study["run_id"])
             assert _due(engine, now, run_ended(instance)) == [f"study:{study['id']}"]
             ended = reap(engine, run_ended=run_ended(instance))
         assert [(e.object_id, e.state) for e in ended] == [(str(study["id"]), "INTERRUPTED")]
-        assert f"its Dagster run {study['run_id']} ended FAILURE before the study did" in ended[0].why
+        if end == "failed":
+            assert f"its Dagster run {study['run_id']} ended FAILURE before the study did" in ended[0].why
+        else:
+            assert f"its queued Dagster run {study['run_id']} is no longer in Dagster's instance" in ended[0].why
+        create_study_from_config(engine, study_form_config(home, "acme", STUDY))  # its workflow is free
     finally:
         engine.dispose()

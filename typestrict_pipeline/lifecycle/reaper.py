@@ -38,18 +38,20 @@ from typestrict_pipeline.store import session_scope, utcnow
 
 __all__ = [
     "NO_LEASE_GRACE",
+    "RUN_GONE",
     "Ended",
     "RunEnded",
     "cancel_backtest",
     "cancel_study",
     "reap",
+    "run_gone_ends",
     "waits_on_its_run",
     "workflow_busy",
 ]
 
 RunEnded = Callable[[str], str | None]
 """``run_ended(dagster_run_id)``: the status of a Dagster run that ended (``FAILURE``,
-``CANCELED``...), or None while it is queued or running (or unknown)."""
+``CANCELED``...), or None while it is queued or running; ``RUN_GONE`` when its instance does not know it."""
 
 NO_LEASE_GRACE = dt.timedelta(seconds=60)
 """A running object without any lease (written before leases existed) is interrupted once it is
@@ -64,6 +66,26 @@ def waits_on_its_run(state: str, dagster_run_id: str | None) -> bool:
     (True, False, False)
     """
     return state == "PENDING" and bool(dagster_run_id)
+
+
+RUN_GONE = "GONE"
+"""What a ``run_ended`` callable says of a run its Dagster instance does not know (deleted by an
+operator, or never in this instance): read as an end only for a study that waits on that run
+(:func:`run_gone_ends`); a study a process drives may run in another instance (the CLI's)."""
+
+
+def run_gone_ends(status: str | None, state: str, dagster_run_id: str | None, held: bool) -> str | None:
+    """The end ``status`` means for a study: the run's end, ``RUN_GONE`` only for a study no
+    process holds and that waits on that run (its queued run deleted: it would never start).
+
+    >>> run_gone_ends("GONE", "PENDING", "ab12", False), run_gone_ends("GONE", "RUNNING", "ab12", True)
+    ('GONE', None)
+    >>> run_gone_ends("FAILURE", "RUNNING", "ab12", True), run_gone_ends(None, "PENDING", "ab12", False)
+    ('FAILURE', None)
+    """
+    if status == RUN_GONE and (held or not waits_on_its_run(state, dagster_run_id)):
+        return None
+    return status
 
 
 @dataclass(frozen=True)
@@ -143,8 +165,11 @@ def _reap_studies(engine: Engine, at: dt.datetime, workspace: str | None, workfl
         held_by_run = held is None and waits_on_its_run(state, run_id)  # ended only if its run ended
         why = None
         if run_id and run_ended is not None:
-            status = run_ended(run_id)
-            if status is not None:
+            status = run_gone_ends(run_ended(run_id), state, run_id, held is not None)
+            if status == RUN_GONE:
+                why = (f"interrupted at {_stamp(at)}: its queued Dagster run {run_id} is no longer in "
+                       "Dagster's instance (deleted), so nothing will start the study (create it again)")
+            elif status is not None:
                 why = (f"interrupted at {_stamp(at)}: its Dagster run {run_id} ended {status} "
                        "before the study did (re-execute the run to resume it)")
         if why is None and held is None and not held_by_run and at - created >= NO_LEASE_GRACE:
