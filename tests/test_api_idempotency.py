@@ -77,7 +77,8 @@ def test_a_retried_training_is_answered_again_and_charged_once(tmp_path: Path, s
         assert other.status_code == 422, other.text
         error = other.json()["error"]
         assert error["code"] == "idempotency_key_reused"
-        assert "first used for (POST /v1/trainings with another body" in error["message"]
+        assert "first used for (POST /v1/trainings, " in error["message"]
+        assert "got POST /v1/trainings with another body. " in error["message"]
         assert "Use a new key for each new request" in error["message"]
         assert _count(c) == 1 and _balance(sqlite_url) == 4
 

@@ -169,6 +169,17 @@ def _ago(then: dt.datetime, now: dt.datetime) -> str:
     return f"{max(0, int((now - then).total_seconds()))} s ago"
 
 
+def _in_use(key: str, got: str) -> ApiError:
+    """The ``409`` of a key whose first request has not answered yet.
+
+    >>> print(_in_use("k1", "it still being worked on (since 2 s ago)"))
+    expected the first request with Idempotency-Key 'k1' to have answered, got it still being worked on (since 2 s ago). Retry after a moment: its answer is then replayed
+    """
+    return ApiError(409, "idempotency_key_in_use",
+                    f"expected the first request with {HEADER} {key!r} to have answered, got {got}. "
+                    "Retry after a moment: its answer is then replayed", headers={"Retry-After": "1"})
+
+
 def claim(engine: Engine, workspace_id: str, key: str, method: str, path: str, digest: str,
           now: dt.datetime | None = None) -> Claim | Stored:
     """Claim ``key`` for this request (a :class:`Claim`), or the stored answer of the same request
@@ -193,34 +204,30 @@ def claim(engine: Engine, workspace_id: str, key: str, method: str, path: str, d
         pass  # the key is known: whose request, and in which state?
     with session_scope(engine) as s:
         found = s.get(IdempotencyRow, (workspace_id, key))
-        if found is None:  # released (or forgotten) since: claim it afresh
+        if found is None:  # released (or forgotten) since: claim it afresh, unless another did
             s.add(row)
+            try:
+                s.flush()
+            except IntegrityError:
+                raise _in_use(key, "it being worked on again") from None
             return mine
         if (found.method, found.path, found.fingerprint) != (method, path, digest):
-            what = (f"{found.method} {found.path} with another body" if (found.method, found.path) == (method, path)
-                    else f"{found.method} {found.path}")
+            other = " with another body" if (found.method, found.path) == (method, path) else ""
             raise ApiError(422, "idempotency_key_reused",
                            f"expected {HEADER} {key!r} again only with the request it was first used "
-                           f"for ({what}, {_ago(found.claimed_at, now)}), got {method} {path}"
-                           f"{' with another body' if what.endswith('body') else ''}. Use a new key "
+                           f"for ({found.method} {found.path}, {_ago(found.claimed_at, now)}), got "
+                           f"{method} {path}{other}. Use a new key "
                            "for each new request (the same key only to retry the same request)")
         if found.completed_at is not None and found.status is not None and found.body is not None:
             return Stored(found.status, found.body, json.loads(found.headers or "{}"))
         if now - found.claimed_at < CLAIM_TIMEOUT:
-            raise ApiError(409, "idempotency_key_in_use",
-                           f"expected the first request with {HEADER} {key!r} to have answered, got "
-                           f"it still being worked on (since {_ago(found.claimed_at, now)}). Retry "
-                           "after a moment: its answer is then replayed",
-                           headers={"Retry-After": "1"})
+            raise _in_use(key, f"it still being worked on (since {_ago(found.claimed_at, now)})")
         taken = s.execute(update(IdempotencyRow).where(
             IdempotencyRow.workspace_id == workspace_id, IdempotencyRow.key == key,
             IdempotencyRow.claim_id == found.claim_id, IdempotencyRow.completed_at.is_(None),
         ).values(claim_id=mine.claim_id, claimed_at=now).execution_options(synchronize_session=False))
         if getattr(taken, "rowcount", 0) != 1:  # another retry took it over first
-            raise ApiError(409, "idempotency_key_in_use",
-                           f"expected the first request with {HEADER} {key!r} to have answered, got "
-                           "it being worked on again. Retry after a moment: its answer is then replayed",
-                           headers={"Retry-After": "1"})
+            raise _in_use(key, "it being worked on again")
         return mine
 
 
