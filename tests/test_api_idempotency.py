@@ -150,6 +150,32 @@ def test_a_key_being_worked_on_is_a_409_and_a_dead_claim_is_taken_over(tmp_path:
         engine.dispose()
 
 
+STUDY_FORM: dict[str, Any] = {
+    "workflow": "wx", "start": "2012-01-01", "end": "2012-07-01", "tune_steps": 10,
+    "eval_steps": 10, "holdout_steps": 10, "folds": 2, "grid": ["skill=0.5,0.6"],
+    "max_candidates": 2, "max_total_steps": 1000, "synthetic": True,
+}
+BACKTEST = {"workflow": "seattle_rain", "start": "2014-01-01", "end": "2014-01-31"}
+
+
+def test_a_retried_backtest_or_study_is_launched_once(tmp_path: Path, sqlite_url: str) -> None:
+    key = support.new_key(sqlite_url, "acme", credits=0)
+    with _server(tmp_path, sqlite_url) as server, server.client(key) as c:
+        for path, body, status in (("/v1/backtests", BACKTEST, 202), ("/v1/studies", STUDY_FORM, 201)):
+            one = {"Idempotency-Key": f"launch-{path[4:]}"}
+            first = c.post(path, json=body, headers=one)
+            assert first.status_code == status, first.text
+            again = c.post(path, json=body, headers=one)
+            assert again.status_code == status and again.headers["Idempotent-Replayed"] == "true", again.text
+            assert again.content == first.content
+            listed = c.get(path)
+            assert listed.status_code == 200 and listed.headers["X-Total-Count"] == "1", listed.text
+            # the key was first used for the backtest: a study with it is another request
+        reused = c.post("/v1/studies", json=STUDY_FORM, headers={"Idempotency-Key": "launch-backtests"})
+        assert reused.status_code == 422 and reused.json()["error"]["code"] == "idempotency_key_reused"
+        assert "first used for (POST /v1/backtests, " in reused.json()["error"]["message"]
+
+
 def test_the_three_charging_routes_document_the_header(tmp_path: Path, sqlite_url: str) -> None:
     with _server(tmp_path, sqlite_url) as server, server.client() as c:
         schema: dict[str, Any] = c.get("/v1/openapi.json").json()
