@@ -15,7 +15,14 @@ import httpx
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from typestrict_pipeline.api.idempotency import CLAIM_TIMEOUT, Claim, claim, fingerprint
+from typestrict_pipeline.api.idempotency import (
+    CLAIM_TIMEOUT,
+    KEEP_FOR,
+    Claim,
+    claim,
+    complete,
+    fingerprint,
+)
 from typestrict_pipeline.credits import CreditLedger
 from typestrict_pipeline.store import Base, open_store, utcnow
 
@@ -146,6 +153,15 @@ def test_a_key_being_worked_on_is_a_409_and_a_dead_claim_is_taken_over(tmp_path:
             assert c.post("/v1/trainings", json=BODY, headers={"Idempotency-Key": "dead"}).headers[
                 "Idempotent-Replayed"] == "true"
             assert _count(c) == 1 and _balance(sqlite_url) == 1
+            # an answer stored more than 24 hours ago is forgotten: the key is a new request
+            day_ago = utcnow() - KEEP_FOR - dt.timedelta(seconds=5)
+            old = claim(engine, "acme", "yesterday", "POST", "/v1/trainings", digest, now=day_ago)
+            assert isinstance(old, Claim)
+            complete(engine, old, 201, b'{"id":"tr_old"}', {"content-type": "application/json"})
+            fresh = c.post("/v1/trainings", json=BODY, headers={"Idempotency-Key": "yesterday"})
+            assert fresh.status_code == 201 and "Idempotent-Replayed" not in fresh.headers, fresh.text
+            assert fresh.json()["id"] != "tr_old"
+            assert _count(c) == 2 and _balance(sqlite_url) == 0
     finally:
         engine.dispose()
 
