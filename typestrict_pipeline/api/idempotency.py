@@ -29,6 +29,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import logging
 import re
 import secrets
 from collections.abc import Awaitable, Callable
@@ -39,7 +40,7 @@ from typing import Annotated, Any
 import anyio
 from fastapi import Header, Request, Response
 from sqlalchemy import Engine, Index, Integer, LargeBinary, String, Text, delete, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Mapped, mapped_column
 from starlette.concurrency import run_in_threadpool
 
@@ -57,6 +58,7 @@ CLAIM_TIMEOUT = dt.timedelta(minutes=5)
 takes the claim over. Above the slowest create (a training's split of a 200,000-row dataset takes
 seconds) and above the server's body deadline (``body_timeout_s``, 300 s), after which the
 request has been answered or dropped."""
+log = logging.getLogger("typestrict.api")
 _NOT_STORED = frozenset({"content-length", "date", "server", "set-cookie"})
 
 
@@ -255,6 +257,21 @@ def replay(stored: Stored) -> Response:
                     headers={**stored.headers, REPLAYED: "true"})
 
 
+async def _settle(step: Callable[..., None], engine: Engine, mine: Claim, *args: Any) -> None:
+    """Store the answer (or release the key), trying again a moment later when the store is busy
+    or unreachable; the work is done and answered whatever happens here: a claim that could not
+    be settled is given up after :data:`CLAIM_TIMEOUT` (its key answers ``409`` until then)."""
+    for attempt in range(3):
+        try:
+            await run_in_threadpool(step, engine, mine, *args)
+            return
+        except SQLAlchemyError as exc:
+            log.warning("Idempotency-Key %r of workspace %r: %s failed (%s), attempt %d of 3",
+                        mine.key, mine.workspace_id, step.__name__, type(exc).__name__, attempt + 1)
+            if attempt < 2:
+                await anyio.sleep(0.2 * (attempt + 1))
+
+
 async def run_idempotent(request: Request, engine: Engine, workspace_id: str,
                          handler: Callable[[Request], Awaitable[Response]]) -> Response:
     """``handler(request)`` under the request's ``Idempotency-Key`` (none: as it is). The body
@@ -272,15 +289,15 @@ async def run_idempotent(request: Request, engine: Engine, workspace_id: str,
         response = await handler(request)
     except BaseException:
         with anyio.CancelScope(shield=True):
-            await run_in_threadpool(release, engine, got)
+            await _settle(release, engine, got)
         raise
     content = getattr(response, "body", None)
     with anyio.CancelScope(shield=True):
         if 200 <= response.status_code < 300 and isinstance(content, bytes):
             kept = {k: v for k, v in response.headers.items() if k.lower() not in _NOT_STORED}
-            await run_in_threadpool(complete, engine, got, response.status_code, content, kept)
+            await _settle(complete, engine, got, response.status_code, content, kept)
         else:
-            await run_in_threadpool(release, engine, got)
+            await _settle(release, engine, got)
     return response
 
 
