@@ -198,14 +198,18 @@ def query_problem(query: QueryParams, params: Mapping[str, bool], *, fix: str = 
 
 class StrictJsonRoute(APIRoute):
     """A route whose caller is checked, then its query (:func:`query_problem`) and its JSON body
-    (see the module), before FastAPI reads them."""
+    (see the module), before FastAPI reads them; a route that declares
+    :func:`~typestrict_pipeline.api.idempotency.idempotency_key` then runs under its
+    ``Idempotency-Key`` (:func:`~typestrict_pipeline.api.idempotency.run_idempotent`)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        from typestrict_pipeline.api.deps import authenticate, get_workspace
+        from typestrict_pipeline.api.deps import WORKSPACE_CHECKED, authenticate, get_workspace
+        from typestrict_pipeline.api.idempotency import idempotency_key, run_idempotent
 
         handler = super().get_route_handler()
         params = query_params(self.dependant)
         keyed = any(one.call is get_workspace for one in _dependants(self.dependant))
+        idempotent = keyed and any(one.call is idempotency_key for one in _dependants(self.dependant))
 
         async def strict(request: Request) -> Response:
             if self.body_field is None and not request.scope.get("query_string"):
@@ -217,6 +221,9 @@ class StrictJsonRoute(APIRoute):
                 raise ApiError(422, "invalid_input", problem)
             if self.body_field is not None:
                 await _decode_json(request)
+            if idempotent:  # docs/api.md, "Retrying safely: Idempotency-Key"
+                return await run_idempotent(request, request.app.state.ctx.engine,
+                                            request.scope["state"][WORKSPACE_CHECKED], handler)
             return await handler(request)
 
         return strict

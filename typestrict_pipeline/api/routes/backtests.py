@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from fastapi import Depends
+
 from typestrict_pipeline.api import backtests as core
 from typestrict_pipeline.api.deps import Ctx, Workspace
 from typestrict_pipeline.api.edge import PathId, api_router
+from typestrict_pipeline.api.idempotency import idempotency_key
 from typestrict_pipeline.api.paging import ListPage
 from typestrict_pipeline.api.schemas import BacktestIn, BacktestOut, ErrorBody, WorkflowOut
 
@@ -20,7 +23,8 @@ def _out(view: core.BacktestView) -> BacktestOut:
     return BacktestOut(**dataclasses.asdict(view))
 
 
-@router.post("/backtests", status_code=202, response_model=BacktestOut)
+@router.post("/backtests", status_code=202, response_model=BacktestOut,
+             responses={409: {"model": ErrorBody}}, dependencies=[Depends(idempotency_key)])
 def run_backtest(body: BacktestIn, ctx: Ctx, workspace: Workspace) -> BacktestOut:
     """Check the backtest (workflow, range against the data, step, parameters), then launch it as
     a ``backtest_<workflow>_job`` run on the Dagster instance; it is ``queued`` until the daemon

@@ -9,11 +9,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Any
 
-from fastapi import Query
+from fastapi import Depends, Query
 
 from typestrict_pipeline.api.deps import Ctx, Workspace
 from typestrict_pipeline.api.edge import PathId, api_router
 from typestrict_pipeline.api.errors import ApiError
+from typestrict_pipeline.api.idempotency import idempotency_key
 from typestrict_pipeline.api.paging import ListPage
 from typestrict_pipeline.api.runs import RunInfo
 from typestrict_pipeline.api.schemas import (
@@ -105,7 +106,8 @@ def estimate(body: StudyFormIn, ctx: Ctx, workspace: Workspace) -> EstimateOut:
                        total_steps=est.total_steps, estimate_micro_usd=est.estimate_micro, text=est.text)
 
 
-@router.post("/studies", status_code=201, response_model=StudyOut, responses={409: {"model": ErrorBody}})
+@router.post("/studies", status_code=201, response_model=StudyOut, responses={409: {"model": ErrorBody}},
+             dependencies=[Depends(idempotency_key)])
 def create_study(body: StudyFormIn, ctx: Ctx, workspace: Workspace) -> StudyOut:
     """Create a study and launch it as a ``study_job`` run on the Dagster instance (the run the
     Dagster UI launches, listed there; one study at a time per workflow)."""

@@ -14,6 +14,7 @@ from starlette.concurrency import run_in_threadpool
 from typestrict_pipeline.api.deps import Ctx, Workspace
 from typestrict_pipeline.api.edge import PathId, api_router
 from typestrict_pipeline.api.errors import ApiError
+from typestrict_pipeline.api.idempotency import idempotency_key
 from typestrict_pipeline.api.paging import ListPage
 from typestrict_pipeline.api.routes.files import FileName, receive_upload, staging_for
 from typestrict_pipeline.api.schemas import (
@@ -62,7 +63,8 @@ def _warnings(scan: dict[str, Any] | None) -> list[GroupingWarningOut] | None:
 
 
 @router.post("/trainings", status_code=201, response_model=TrainingOut,
-             responses={402: {"model": ErrorBody}})
+             responses={402: {"model": ErrorBody}, 409: {"model": ErrorBody}},
+             dependencies=[Depends(idempotency_key)])
 def create_training(body: TrainingCreate, ctx: Ctx, workspace: Workspace) -> TrainingOut:
     """Start a training: the dataset (a file of the workspace's area) and its decisions are
     validated, one credit is charged, and the split can be read at once."""
