@@ -80,11 +80,12 @@ def test_a_request_cut_by_the_shutdown_gets_a_503_in_the_apis_words(tmp_path: Pa
         error = json.loads(body)["error"]
         assert error["code"] == "shutting_down", error
         assert error["message"].startswith("expected an answer before the server stopped, got the server stopping")
-        assert "may have been carried out or not" in error["message"]
+        assert "may have been carried out or not" in error["message"] and "Idempotency-Key" in error["message"]
         status, headers, body = _answer(console)
         assert status == 503 and headers.get("content-type") == "text/html; charset=utf-8", (status, body[:300])
         page = body.decode()
         assert "<h1>Service Unavailable</h1>" in page and "may have been carried out" in page
+        assert "Idempotency-Key" not in page and "look for it (Trainings, Backtests)" in page
         assert '<a href="/console">' in page and "Internal Server Error" not in page
     finally:
         api.close()

@@ -269,9 +269,14 @@ class HeadMiddleware:
 SHUTDOWN_MESSAGE = (
     "expected an answer before the server stopped, got the server stopping first (an operator's "
     "Ctrl-C, SIGTERM or a deploy, past its grace for requests in flight). The request may have been "
-    "carried out or not: look before sending it again (GET the list of what it creates), then send it "
-    "again once the server is back")
+    "carried out or not: once the server is back, send it again with the same Idempotency-Key "
+    "header, or look first (GET the list of what it creates)")
 """The ``503 shutting_down`` of a request cut by the server's own shutdown (:class:`ShutdownMiddleware`)."""
+SHUTDOWN_PAGE_MESSAGE = (
+    "expected an answer before the server stopped, got the server stopping first (a restart by its "
+    "operator). What you sent may have been carried out or not: once the console is back, look for it "
+    "(Trainings, Backtests) before sending it again")
+"""The console's words for the same (a console address)."""
 
 
 class ShutdownMiddleware:
@@ -314,7 +319,7 @@ async def _send_shutdown(scope: Scope, send: Send) -> None:
     if is_console_path(str(scope.get("path", ""))):
         from typestrict_pipeline.api.server import error_page_bytes
 
-        body, kind = error_page_bytes(503, SHUTDOWN_MESSAGE), b"text/html; charset=utf-8"
+        body, kind = error_page_bytes(503, SHUTDOWN_PAGE_MESSAGE), b"text/html; charset=utf-8"
     else:
         body, kind = json.dumps(error_body("shutting_down", SHUTDOWN_MESSAGE)).encode(), b"application/json"
     await send({"type": "http.response.start", "status": 503,
