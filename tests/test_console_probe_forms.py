@@ -253,20 +253,35 @@ def test_in_chromium_two_clicks_on_a_slow_page_start_one_training(
 
 
 def test_a_forms_id_is_claimed_once_on_either_store(store_url: str) -> None:
-    """``console_submissions`` on SQLite and PostgreSQL: the first claim works, another waits
-    while it works and then leads where it led; a refusal frees the id; ids are per workspace."""
-    from typestrict_pipeline.console.once import Claim, claim, settle
+    """A form's id is claimed by the API's one rule (``api_idempotency``) on SQLite and
+    PostgreSQL, as ``console.once`` claims it: the first claim works, another is told it is being
+    worked on (the form waits) and then gets where it led; a refusal frees the id; ids are per
+    workspace."""
+    from typestrict_pipeline.api.errors import ApiError
+    from typestrict_pipeline.api.idempotency import (
+        Claim,
+        Stored,
+        claim,
+        complete,
+        fingerprint,
+        release,
+    )
 
     engine = open_store(store_url)
     try:
-        fid = "f" * 32
-        assert claim(engine, "acme", fid) is Claim.MINE
-        assert claim(engine, "acme", fid) is Claim.WORKING
-        assert claim(engine, "other", fid) is Claim.MINE
-        settle(engine, "acme", fid, "/console/trainings/tr_1")
-        assert claim(engine, "acme", fid) == "/console/trainings/tr_1"
-        settle(engine, "other", fid, None)  # refused: free again
-        assert claim(engine, "other", fid) is Claim.MINE
+        fid, path = "f" * 32, "/console/trainings/new"
+        digest = fingerprint("POST", path, None)
+        mine = claim(engine, "acme", fid, "POST", path, digest)
+        assert isinstance(mine, Claim)
+        with pytest.raises(ApiError) as working:
+            claim(engine, "acme", fid, "POST", path, digest)
+        assert working.value.code == "idempotency_key_in_use"
+        other = claim(engine, "other", fid, "POST", path, digest)
+        assert isinstance(other, Claim)
+        complete(engine, mine, 303, b"", {"location": "/console/trainings/tr_1"})
+        assert claim(engine, "acme", fid, "POST", path, digest) == Stored(303, b"", {"location": "/console/trainings/tr_1"})
+        release(engine, other)  # refused: free again
+        assert isinstance(claim(engine, "other", fid, "POST", path, digest), Claim)
     finally:
         engine.dispose()
 

@@ -257,7 +257,7 @@ def replay(stored: Stored) -> Response:
                     headers={**stored.headers, REPLAYED: "true"})
 
 
-async def _settle(step: Callable[..., None], engine: Engine, mine: Claim, *args: Any) -> None:
+async def settle(step: Callable[..., None], engine: Engine, mine: Claim, *args: Any) -> None:
     """Store the answer (or release the key), trying again a moment later when the store is busy
     or unreachable; the work is done and answered whatever happens here: a claim that could not
     be settled is given up after :data:`CLAIM_TIMEOUT` (its key answers ``409`` until then)."""
@@ -289,18 +289,18 @@ async def run_idempotent(request: Request, engine: Engine, workspace_id: str,
         response = await handler(request)
     except BaseException:
         with anyio.CancelScope(shield=True):
-            await _settle(release, engine, got)
+            await settle(release, engine, got)
         raise
     content = getattr(response, "body", None)
     with anyio.CancelScope(shield=True):
         if 200 <= response.status_code < 300 and isinstance(content, bytes):
             kept = {k: v for k, v in response.headers.items() if k.lower() not in _NOT_STORED}
-            await _settle(complete, engine, got, response.status_code, content, kept)
+            await settle(complete, engine, got, response.status_code, content, kept)
         else:
-            await _settle(release, engine, got)
+            await settle(release, engine, got)
     return response
 
 
 __all__ = ["CLAIM_TIMEOUT", "HEADER", "KEEP_FOR", "REPLAYED", "Claim", "IdempotencyRow", "Stored",
            "canonical", "claim", "complete", "fingerprint", "idempotency_key", "parse_key", "release",
-           "replay", "run_idempotent"]
+           "replay", "run_idempotent", "settle"]
