@@ -35,6 +35,7 @@ from sqlalchemy import Engine, select
 
 from typestrict_pipeline import values
 from typestrict_pipeline.cli.common import (
+    EXIT_CANCELLED,
     MAX_CANDIDATES,
     MAX_STEPS,
     Wrote,
@@ -68,6 +69,7 @@ from typestrict_pipeline.study.tables import CandidateRow, CandidateState, Study
 from typestrict_pipeline.workspaces import require_workspace
 
 STEPS = bounded_int("a number of steps", 1, MAX_STEPS)
+
 
 
 def _engine(args: argparse.Namespace) -> Engine:
@@ -143,6 +145,13 @@ def _run(args: argparse.Namespace) -> int:
     else:
         print(render_markdown(board))
         say_wrote(args, wrote)
+    if board.state is StudyState.CANCELLED:
+        # Cancelled by another command (`typestrict study cancel`, the API, the console) while it
+        # ran: `backtest run`'s code for the same end (docs/cli.md, "Exit codes"), not a success.
+        print(f"typestrict: study {sid} was cancelled while it ran; what ran is kept and ranked "
+              f"above. Run the study again (`typestrict study run {args.workflow} ...`) for a "
+              "complete one.", file=sys.stderr)
+        return EXIT_CANCELLED
     return 0 if ok else 1
 
 
