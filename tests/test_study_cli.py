@@ -178,3 +178,16 @@ def test_a_study_cancelled_from_another_command_while_it_runs_exits_3(
     assert "| State | Cancelled" in captured.out
     assert code == EXIT_CANCELLED == 3, captured.err
     assert captured.err.startswith("typestrict: study 1 was cancelled while it ran; what ran is kept"), captured.err
+
+
+@pytest.mark.parametrize("flag", ["--holdout-steps", "--eval-steps"])
+def test_a_scored_window_of_one_step_is_refused_naming_the_flag(
+        typestrict_home: Path, flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The CLI's refusals name its flags: ``--holdout-steps 1`` was refused as "expected
+    holdout_steps to be a whole number ≥ 2 … Set holdout_steps to at least 2" (the API's field)."""
+    argv = list(RUN)
+    argv[argv.index(flag) + 1] = "1"
+    assert main([*argv, "--max-candidates", "2", "--max-total-steps", "1000"]) == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}: expected a number of steps from 2 to 10,000,000, got '1'" in err, err
+    assert "holdout_steps" not in err and "eval_steps" not in err and "Traceback" not in err
