@@ -165,7 +165,7 @@ def _part_a(demo: _Demo, t0: dt.datetime) -> bool:
     print(f"  2. schedule {schedule_id} enabled; study_rerun_sensor skipped: \"{first.skip_message}\"")
     write_seattle_csv(data / "seattle-oct-1-10.csv", known_after=SEATTLE_CUT, known_until=SEATTLE_CUT + 10 * DAY)
     added = append_rows(DATASET, "weather", data / "seattle-oct-1-10.csv")
-    print(f"  3. typestrict data append {DATASET} seattle-oct-1-10.csv: {added.added} rows added")
+    print(f"  3. typestrict data append {DATASET} seattle-oct-1-10.csv: {added.added} row{'' if added.added == 1 else 's'} added")
     # ten more days, left for the README's reader to append (the demo does not)
     write_seattle_csv(data / "seattle-oct-11-20.csv", known_after=SEATTLE_CUT + 10 * DAY,
                       known_until=SEATTLE_CUT + 20 * DAY)

@@ -21,7 +21,7 @@ import pytest
 from tests.test_backtest_failed_steps import _completion, _endpoint, model_server
 from typestrict_pipeline.backtest.store import list_backtests
 from typestrict_pipeline.cli import main
-from typestrict_pipeline.cli.backtest import EXIT_CANCELLED
+from typestrict_pipeline.cli.common import EXIT_CANCELLED
 from typestrict_pipeline.store import open_store
 
 RANGE = ["--start", "2013-06-01", "--end", "2013-06-05"]

@@ -158,6 +158,12 @@ def test_cli_register_append_show(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert "wx/weather: 5 rows added (65 in all); known up to 2012-03-06T00:00:00Z" in out
     assert main(["data", "show", "wx"]) == 0
     assert "outcomes are known for decisions up to 2012-03-05T00:00:00Z" in capsys.readouterr().out
+    # one row is "1 row", in what it says and in what it wrote (before: "1 rows added")
+    write_seattle_csv(tmp_path / "c.csv", known_after=CUT + 5 * DAY, known_until=CUT + 6 * DAY)
+    assert main(["data", "append", "wx", str(tmp_path / "c.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "wx/weather: 1 row added (66 in all); known up to 2012-03-07T00:00:00Z" in out, out
+    assert "1 rows" not in out and "1 new row of wx/weather" in out, out
     # Appending the same rows again is refused with the file, row and column, no traceback.
     assert main(["data", "append", "wx", str(tmp_path / "b.csv")]) == 2
     err = capsys.readouterr().err

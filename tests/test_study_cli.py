@@ -125,3 +125,69 @@ def test_a_grid_parameter_given_twice_is_refused_not_replaced(
     err = capsys.readouterr().err
     assert "expected each parameter once in --grid, got skill twice (the second skill='0.7')" in err
     assert main(["study", "list"]) != 0 or "wx" not in capsys.readouterr().out  # nothing created
+
+
+def test_a_study_cancelled_from_another_command_while_it_runs_exits_3(
+        typestrict_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``study run`` exits as ``backtest run`` does for the same end (docs/cli.md, "Exit codes"):
+    a study cancelled elsewhere (``typestrict study cancel``, the API, the console) while it ran
+    exits 3 with why on stderr, never 0 as if it had finished (before: 0)."""
+    import threading
+    import time
+
+    from typestrict_pipeline.cli.common import EXIT_CANCELLED
+    from typestrict_pipeline.lifecycle.reaper import cancel_study
+    from typestrict_pipeline.store import open_store, session_scope
+    from typestrict_pipeline.study.tables import StudyRow
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    cancelled: list[str] = []
+
+    def cancel_once_running() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            time.sleep(0.05)  # polls the store until the study runs, then cancels it
+            if not (tmp_path / "store.db").exists():
+                continue
+            eng = open_store(url)
+            try:
+                with session_scope(eng) as s:
+                    row = s.get(StudyRow, 1)
+                    running = row is not None and row.state == "RUNNING"
+                if running:
+                    cancelled.append(cancel_study(eng, 1).why)
+                    return
+            except Exception:  # the store is being created: read it again
+                continue
+            finally:
+                eng.dispose()
+
+    helper = threading.Thread(target=cancel_once_running)
+    helper.start()
+    try:  # the command in the main thread (it keeps its own signal handlers)
+        code = main(["study", "run", "seattle_rain", "--start", "2014-01-01", "--end", "2015-12-31",
+                     "--folds", "2", "--tune-steps", "30", "--eval-steps", "20", "--holdout-steps", "30",
+                     "--grid", "threshold=0.4,0.6", "--max-candidates", "2", "--max-total-steps", "10000",
+                     "--standin-latency", "0.05", "--max-in-flight", "1", "--store", url, "--new-store"])
+    finally:
+        helper.join(timeout=130)
+    captured = capsys.readouterr()
+    assert cancelled and cancelled[0].startswith("cancelled at ")
+    assert "| State | Cancelled" in captured.out
+    assert code == EXIT_CANCELLED == 3, captured.err
+    assert captured.err.startswith("typestrict: study 1 was cancelled while it ran; what ran is kept"), captured.err
+
+
+@pytest.mark.parametrize("flag", ["--holdout-steps", "--eval-steps"])
+def test_a_scored_window_of_one_step_is_refused_naming_the_flag(
+        typestrict_home: Path, flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The CLI's refusals name its flags: ``--holdout-steps 1`` was refused as "expected
+    holdout_steps to be a whole number ≥ 2 … Set holdout_steps to at least 2" (the API's field)."""
+    argv = list(RUN)
+    argv[argv.index(flag) + 1] = "1"
+    assert main([*argv, "--max-candidates", "2", "--max-total-steps", "1000"]) == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}: expected a number of steps from 2 to 10,000,000, got '1'" in err, err
+    assert "holdout_steps" not in err and "eval_steps" not in err and "Traceback" not in err

@@ -512,10 +512,83 @@ def test_a_run_near_the_budget_takes_the_extension_it_needs_when_the_padded_one_
         assert guard.admit(150) and guard.admit(40)
         assert guard.admit(20)  # needs 10 more (210 ≤ 230); the padding of 50 would pass 230
         assert guard.reserved == 210 and not guard.cut
-        assert not guard.admit(30) and guard.cut  # 240 > 230: refused, the budget is kept
+        for bound in (150, 40, 20):  # they cost what they could: nothing held is given back
+            guard.settle(bound, bound)
+        assert not guard.admit(30) and guard.cut  # 240 > 230, nothing in flight: refused
     else:  # steps priced as they finish: 19 started, 0 finished, one more at 11 µ$
         assert not guard.check(0, 19, 0, 11)  # 20 × 11 = 220: needs 20 more, 220 ≤ 230
         assert guard.reserved == 220 and not guard.cut
     with session_scope(engine) as s:
         row = s.get(StudyRow, sid)
         assert row is not None and (row.spend_micro or 0) + row.reserved_micro <= 230
+
+
+def _guard_of_one_run(engine, budget: int):
+    """A running study of 10 µ$ a step with ``budget``, and the guard of its first window run
+    (20 steps: 200 µ$ reserved)."""
+    from typestrict_pipeline.study.runner import _Guard
+
+    sid = _create(engine, n=2, limits=StudyLimits(2, 10_000, budget_micro=budget),
+                  last=repo.LastBacktest(10, 1))
+    repo.start_study(engine, sid)
+    key = next(iter(plan_runs(engine, sid)))
+    held = repo.reserve_run(engine, sid, key.candidate_id, key.fold, key.window, 20, attempt="a")
+    assert isinstance(held, repo.Reservation) and held.reserved_micro == 200
+    return sid, _Guard(engine, held, per_step=10, enforce_cost=True)
+
+
+def _study_money(engine, sid: int) -> int:
+    with session_scope(engine) as s:
+        row = s.get(StudyRow, sid)
+        assert row is not None
+        return (row.spend_micro or 0) + row.reserved_micro
+
+
+def test_a_call_that_does_not_fit_beside_the_calls_in_flight_waits_for_them_to_settle(
+        sqlite_url: str) -> None:
+    """Each call in flight is held at its bound (a few times what it costs). A call that did not
+    fit beside them cut the run at once, though their settlement frees most of what they hold: a
+    study whose budget equalled its estimate stopped at about 80% of it. It waits for them now,
+    and is refused only when nothing is in flight and it still does not fit."""
+    engine = open_store(sqlite_url)
+    sid, guard = _guard_of_one_run(engine, budget=200)  # the whole budget is this run's
+    assert guard.admit(80) and guard.admit(80)  # 160 held of 200
+    got: list[bool] = []
+    late = threading.Thread(target=lambda: got.append(guard.admit(80)))  # 240 > 200: not yet
+    late.start()
+    while late.is_alive() and getattr(guard, "waiting", 0) == 0:  # it waits (before: refused)
+        time.sleep(0.001)
+    guard.settle(80, 20)  # the first call cost 20 of its 80: 20 spent + 80 held + 80 = 180
+    late.join(timeout=30)
+    assert got == [True] and not guard.cut
+    guard.settle(80, 20)
+    guard.settle(80, 20)  # 60 spent, nothing in flight
+    assert guard.admit(140) and not guard.cut  # 200: fits exactly
+    guard.settle(140, 140)
+    assert not guard.admit(1) and guard.cut  # nothing in flight and no room: refused at once
+    assert guard.call_spent == 200 and _study_money(engine, sid) <= 200
+    engine.dispose()
+
+
+def test_calls_in_parallel_spend_the_budget_up_to_one_call_and_never_past_it(sqlite_url: str) -> None:
+    """Eight workers make calls held at 40 µ$ that cost 10 each until one is refused (real
+    threads, waiting for each other's settlements): the run spends the budget to within one
+    call's bound and never a micro-dollar past it, extending its reservation within the study's
+    budget, and no worker is left waiting."""
+    engine = open_store(sqlite_url)
+    sid, guard = _guard_of_one_run(engine, budget=1_000)
+
+    def worker() -> int:
+        made = 0
+        while guard.admit(40):
+            made += 1
+            guard.settle(40, 10)
+        return made
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        made = sum(pool.map(lambda _: worker(), range(8)))
+    assert guard.cut and guard.call_held == 0
+    assert made * 10 == guard.call_spent
+    assert 1_000 - 40 < guard.call_spent <= 1_000, guard.call_spent
+    assert guard.reserved <= 1_000 and _study_money(engine, sid) <= 1_000
+    engine.dispose()

@@ -43,6 +43,7 @@ from typestrict_pipeline.backtest.store import (
 from typestrict_pipeline.backtest.workflow import Workflow, check_columns
 from typestrict_pipeline.backtest.workflows import default_registry, load_dataset
 from typestrict_pipeline.cli.common import (
+    EXIT_CANCELLED,
     Wrote,
     add_json,
     add_store,
@@ -82,8 +83,6 @@ PRICE = bounded_int("a price in micro-USD per 1M tokens", 0, 10**12)
 # A live decision more than this past the data's last known time gets a warning.
 STALE_AFTER = dt.timedelta(days=2)
 
-EXIT_CANCELLED = 3
-"""``backtest run``'s exit code for a backtest cancelled by another command while it ran."""
 RUN_EXIT_CODES: dict[BacktestStatus, int] = {
     BacktestStatus.COMPLETED: 0,
     BacktestStatus.FAILED: 1,

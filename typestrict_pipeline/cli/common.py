@@ -44,6 +44,9 @@ STORE_HELP = ("the store, as a URL: sqlite:///path/store.db or postgresql://user
 # Bounds of the numbers a command takes (documented in docs/cli.md).
 MAX_STEPS = 10_000_000
 MAX_CANDIDATES = 100_000
+EXIT_CANCELLED = 3
+"""The exit code of ``backtest run`` and ``study run`` when what they ran was cancelled by another
+command (its ``cancel``, the API, the console) while it ran (docs/cli.md, "Exit codes")."""
 MAX_USD = 1_000_000
 _IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}")
 

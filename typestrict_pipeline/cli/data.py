@@ -107,7 +107,8 @@ def _append(args: argparse.Namespace) -> int:
         table = tables[0]
     r = append_rows(args.name, table, args.file)
     written = next(str(t.file) for t in dataset_info(r.dataset).tables if t.name == r.table)
-    wrote = Wrote(f"{r.added} new rows of {r.dataset}/{r.table}", (f"{r.dataset}/{r.table}",),
+    rows = f"{r.added} row{'' if r.added == 1 else 's'}"  # "1 row added", never "1 rows"
+    wrote = Wrote(f"{r.added} new row{'' if r.added == 1 else 's'} of {r.dataset}/{r.table}", (f"{r.dataset}/{r.table}",),
                   files=(written,))
     readers = _readers(args, r.dataset)
     if args.json:
@@ -115,7 +116,7 @@ def _append(args: argparse.Namespace) -> int:
             {"schedule_id": v.id, "study_id": v.root_study_id, **tl.to_json()} for v, tl in readers],
             "wrote": wrote.to_json()})
         return 0
-    print(f"{r.dataset}/{r.table}: {r.added} rows added ({r.rows} in all); known up to "
+    print(f"{r.dataset}/{r.table}: {rows} added ({r.rows} in all); known up to "
           f"{format_time(r.last_known_after)} (was {format_time(r.last_known_before)}).")
     from typestrict_pipeline.reruns.service import reading_text
 

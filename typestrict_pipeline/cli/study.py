@@ -35,6 +35,7 @@ from sqlalchemy import Engine, select
 
 from typestrict_pipeline import values
 from typestrict_pipeline.cli.common import (
+    EXIT_CANCELLED,
     MAX_CANDIDATES,
     MAX_STEPS,
     Wrote,
@@ -62,12 +63,16 @@ from typestrict_pipeline.errors import InputError, TypeStrictError
 from typestrict_pipeline.processes import keep_stop_signals, stop_request, stop_signals_received
 from typestrict_pipeline.store import session_scope
 from typestrict_pipeline.study import repository as repo
+from typestrict_pipeline.study.folds import MIN_SCORED_STEPS
 from typestrict_pipeline.study.leaderboard import load_leaderboard, render_markdown
 from typestrict_pipeline.study.limits import estimate_text, format_usd
 from typestrict_pipeline.study.tables import CandidateRow, CandidateState, StudyRow, StudyState
 from typestrict_pipeline.workspaces import require_workspace
 
 STEPS = bounded_int("a number of steps", 1, MAX_STEPS)
+SCORED_STEPS = bounded_int("a number of steps", MIN_SCORED_STEPS, MAX_STEPS)
+"""An eval or holdout window's steps, refused below the study's minimum naming the flag."""
+
 
 
 def _engine(args: argparse.Namespace) -> Engine:
@@ -143,6 +148,13 @@ def _run(args: argparse.Namespace) -> int:
     else:
         print(render_markdown(board))
         say_wrote(args, wrote)
+    if board.state is StudyState.CANCELLED:
+        # Cancelled by another command (`typestrict study cancel`, the API, the console) while it
+        # ran: `backtest run`'s code for the same end (docs/cli.md, "Exit codes"), not a success.
+        print(f"typestrict: study {sid} was cancelled while it ran; what ran is kept and ranked "
+              f"above. Run the study again (`typestrict study run {args.workflow} ...`) for a "
+              "complete one.", file=sys.stderr)
+        return EXIT_CANCELLED
     return 0 if ok else 1
 
 
@@ -457,8 +469,8 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--folds", type=bounded_int("a number of folds", 1, 100), default=3,
                    help="walk-forward folds, 1 to 100 (default 3)")
     p.add_argument("--tune-steps", type=STEPS, required=True, help="steps in each fold's tune window")
-    p.add_argument("--eval-steps", type=STEPS, required=True, help="steps in each fold's eval window")
-    p.add_argument("--holdout-steps", type=STEPS, required=True,
+    p.add_argument("--eval-steps", type=SCORED_STEPS, required=True, help="steps in each fold's eval window")
+    p.add_argument("--holdout-steps", type=SCORED_STEPS, required=True,
                    help="steps in the sealed holdout at the end of the data")
     p.add_argument("--horizon-steps", type=bounded_int("a horizon in steps", 1, 10_000), default=1,
                    help="steps until a decision's outcome is known (default 1)")

@@ -118,6 +118,12 @@ def _aware(name: str, value: dt.datetime) -> dt.datetime:
     return value.astimezone(dt.UTC)
 
 
+MIN_SCORED_STEPS = 2
+"""The fewest steps of a scored window (eval, holdout): :func:`plan_folds` refuses fewer, and
+the doors that bound their own inputs (``typestrict study run --eval-steps``, ``--holdout-steps``)
+refuse fewer in their own words."""
+
+
 def plan_folds(
     *,
     start: dt.datetime,
@@ -173,8 +179,8 @@ def plan_folds(
     checks: list[tuple[str, int, int]] = [
         ("n_folds", n_folds, 1),
         ("tune_steps", tune_steps, 1),
-        ("eval_steps", eval_steps, 2),
-        ("holdout_steps", holdout_steps, 2),
+        ("eval_steps", eval_steps, MIN_SCORED_STEPS),
+        ("holdout_steps", holdout_steps, MIN_SCORED_STEPS),
         ("horizon_steps", horizon_steps, 1),
         ("gap_steps", gap, horizon_steps),
         ("embargo_steps", embargo, horizon_steps),

@@ -510,7 +510,7 @@ def append_rows(
         if stored + len(added) > bound:  # every later read of the table would refuse it
             raise DatasetError(
                 f"a table of at most {bound:,} bytes once the rows are appended (the bound every read of "
-                "a data file keeps)", f"{stored + len(added):,} bytes ({rows.kept:,} rows added to {summary.rows:,})",
+                "a data file keeps)", f"{stored + len(added):,} bytes ({rows.kept:,} row{'' if rows.kept == 1 else 's'} added to {summary.rows:,})",
                 "register a new dataset with the newer rows, or set TYPESTRICT_MAX_DATA_FILE_BYTES",
                 file=str(src))
         _replace_appended(folder, target, added)
