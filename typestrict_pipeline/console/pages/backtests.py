@@ -128,20 +128,31 @@ FINISHED_STATES = (StudyState.FINISHED.value, StudyState.BUDGET_REACHED.value)
 """The studies a schedule may re-run from (the page's "the finished study to re-run from")."""
 
 
-def _finished_studies(request: Request, ws: str) -> list[Any]:
-    """The workspace's finished studies, newest first (at most 500): the form's "Study to re-run
-    from"."""
-    from sqlalchemy import select
+def _finished_studies(request: Request, ws: str, picked: str = "") -> tuple[list[Any], int, bool]:
+    """The form's "Study to re-run from": the workspace's newest :data:`PER_PAGE` finished
+    studies, the one ``picked`` (``?study=N``: a study page's link, or its number typed in the
+    form) added when older; how many finished studies there are; whether ``picked`` names none
+    of them."""
+    from sqlalchemy import func, select
 
     from typestrict_pipeline.store import session_scope
     from typestrict_pipeline.study.tables import StudyRow
 
+    finished = (StudyRow.workspace == ws, StudyRow.state.in_(FINISHED_STATES))
     with session_scope(get_ctx(request).engine) as s:
-        rows = list(s.execute(select(StudyRow).where(StudyRow.workspace == ws, StudyRow.state.in_(FINISHED_STATES))
-                              .order_by(StudyRow.id.desc()).limit(500)).scalars().all())
+        rows = list(s.execute(select(StudyRow).where(*finished)
+                              .order_by(StudyRow.id.desc()).limit(PER_PAGE)).scalars().all())
+        total = int(s.scalar(select(func.count()).select_from(StudyRow).where(*finished)) or 0)
+        unknown = False
+        if picked.isdigit() and all(str(r.id) != picked for r in rows):
+            older = s.execute(select(StudyRow).where(*finished, StudyRow.id == int(picked))).scalar_one_or_none()
+            if older is None:
+                unknown = True
+            else:
+                rows.insert(0, older)
         for r in rows:
             s.expunge(r)
-        return rows
+        return rows, total, unknown
 
 
 def _schedules(request: Request, ws: str, pager: Pager | None = None) -> list[dict[str, Any]]:
@@ -187,6 +198,8 @@ def _page(request: Request, session: ConsoleSession, *, backtest: dict[str, str]
     schedule_pager = Pager.at(requested(query.get("schedules"), "schedules"), param="schedules",
                               total=count_schedules(ctx.engine, workspace_id=ws),
                               href=lambda n: f"{schedules_href(n)}#schedule")
+    sch = schedule or {**SCHEDULE_DEFAULTS, "study": query.get("study") or ""}
+    finished, n_finished, unknown = _finished_studies(request, ws, sch.get("study", ""))
     studies = [studies_core.settle_unstarted(ctx.engine, ctx.runs, r)
                for r in studies_core.list_studies(ctx.engine, ws, limit=PER_PAGE, offset=study_pager.offset)]
     return render(request, "backtests.html", {
@@ -195,8 +208,9 @@ def _page(request: Request, session: ConsoleSession, *, backtest: dict[str, str]
         "b": backtest or BACKTEST_DEFAULTS, "s": study or STUDY_DEFAULTS,
         "backtest_error": backtest_error, "study_error": study_error, "estimate": estimate,
         "schedules": _schedules(request, ws, pager=schedule_pager), "schedule_pager": schedule_pager,
-        "finished_studies": _finished_studies(request, ws),
-        "sch": schedule or {**SCHEDULE_DEFAULTS, "study": query.get("study") or ""},
+        "finished_studies": finished, "finished_total": n_finished, "picked_unknown": unknown,
+        "per_page": PER_PAGE,
+        "sch": sch,
         "schedule_error": schedule_error,
         "usd": format_usd, "live": LIVE_STATES, "columns_text": columns_text}, status=status)
 
