@@ -48,6 +48,7 @@ from typestrict_pipeline.console.web import (
     form_box,
     read_form,
     redirect,
+    refused_input,
     render,
     require_csrf,
     require_session,
@@ -124,6 +125,20 @@ def _study_values(form: FormData) -> dict[str, str]:
 
 SCHEDULE_DEFAULTS = {"study": "", "cadence": "1d", "owner": "", "min_unseen_steps": "", "rerun": ""}
 """The "Re-run on a schedule" form of the Studies section, as it first shows."""
+BACKTEST_INPUTS = {"workflow": "b-workflow", "dataset": "b-dataset", "start": "b-start", "end": "b-end",
+                   "step": "b-step"}
+""""Run a backtest"'s inputs by the names its refusals give them (``web.refused_input``)."""
+STUDY_INPUTS = {"name": "s-name", "workflow": "s-workflow", "dataset": "s-dataset", "start": "s-start",
+                "end": "s-end", "step": "s-step", "folds": "s-folds", "tune_steps": "s-tune",
+                "eval_steps": "s-eval", "holdout_steps": "s-holdout", "grid": "s-grid", "random": "s-random",
+                "random_draws": "s-draws", "max_candidates": "s-maxc", "max_total_steps": "s-maxs",
+                "budget_usd": "s-budget", "min_unseen_steps": "s-unseen", "Grid": "s-grid",
+                "Random ranges": "s-random"}
+"""The new study form's inputs by the names (and labels, ``CONSOLE_SPACE``) its refusals give them."""
+SCHEDULE_INPUTS = {"study": "schedule-study", "Study to re-run from": "schedule-study",
+                   "Re-run on a schedule": "rerun", "cadence": "cadence", "owner": "owner",
+                   "min_unseen_steps": "min_unseen_steps", "Min unseen steps for a re-run": "min_unseen_steps"}
+"""The "Re-run on a schedule" form's inputs by the names (and labels) its refusals give them."""
 FINISHED_STATES = (StudyState.FINISHED.value, StudyState.BUDGET_REACHED.value)
 """The studies a schedule may re-run from (the page's "the finished study to re-run from")."""
 
@@ -207,6 +222,9 @@ def _page(request: Request, session: ConsoleSession, *, backtest: dict[str, str]
         "backtest_pager": backtest_pager, "study_pager": study_pager, "backtests_note": backtests_note,
         "b": backtest or BACKTEST_DEFAULTS, "s": study or STUDY_DEFAULTS,
         "backtest_error": backtest_error, "study_error": study_error, "estimate": estimate,
+        "backtest_refused": refused_input(backtest_error, BACKTEST_INPUTS),
+        "study_refused": refused_input(study_error, STUDY_INPUTS),
+        "schedule_refused": refused_input(schedule_error, SCHEDULE_INPUTS),
         "schedules": _schedules(request, ws, pager=schedule_pager), "schedule_pager": schedule_pager,
         "finished_studies": finished, "finished_total": n_finished, "picked_unknown": unknown,
         "per_page": PER_PAGE,
