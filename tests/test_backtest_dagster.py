@@ -191,4 +191,4 @@ def test_usage_asset_alone(tmp_path: Path) -> None:
     result = dg.materialize([backtest_usage], resources={
         "store": StoreResource(url=f"sqlite:///{tmp_path / 's.db'}")})
     md = result.asset_materializations_for_node("backtest_usage")[0].metadata
-    assert md["historical_usd"].value == "$0.000000" and md["live_usd"].value == "$0.000000"
+    assert md["historical_usd"].value == "$0.00" and md["live_usd"].value == "$0.00"

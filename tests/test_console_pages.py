@@ -198,7 +198,7 @@ def test_usage_and_notifications_pages_answer_for_a_new_workspace(app: tuple[obj
     usage = b.get("/console/settings/usage")
     assert usage.status_code == 200 and "Nothing spent yet." in usage.text and "No usage budget" in usage.text and "Set the budget" not in usage.text
     # one full stop: the budget's text ended with one for a workspace not set up, and the page added its own
-    assert "Spent $0.000000 this month. Scheduled studies skip until the operator" in usage.text, usage.text[:3000]
+    assert "Spent $0.00 this month. Scheduled studies skip until the operator" in usage.text, usage.text[:3000]
     b.close()
 
 

@@ -313,3 +313,64 @@ def test_a_one_field_forms_refusal_is_tied_to_its_field(app: tuple[object, str, 
     assert 'id="error"' in refused.text
     assert 'aria-invalid' not in (re.search(r'<input id="predictions"[^>]*>', b.get(page_url).text) or [""])[0]
     b.close()
+
+
+def _marked(page: str, error_id: str) -> dict[str, str]:
+    """Each input, select and textarea of ``page`` marked ``aria-invalid="true"``: its id and its
+    ``aria-describedby`` (the HTML parsed, not searched)."""
+    from html.parser import HTMLParser
+
+    found: dict[str, str] = {}
+
+    class Fields(HTMLParser):
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            a = dict(attrs)
+            if tag in ("input", "select", "textarea") and a.get("aria-invalid") == "true":
+                found[a.get("id") or "?"] = a.get("aria-describedby") or ""
+
+    Fields().feed(page)
+    assert f'id="{error_id}"' in page, page[:3000]
+    return found
+
+
+def test_a_many_field_forms_refusal_marks_the_field_it_names(app: tuple[object, str, str]) -> None:
+    """New training, Run the backtest, Create the study and Save the schedule showed their
+    refusal at the top, focused, but left the field it names unmarked: a screen reader on that
+    field heard nothing of it. Now the field the refusal names (``start: expected …``,
+    ``field 'workflow': expected …``, ``step 2 (Decisions), Decision 1, Name: expected …``, or the
+    list it quotes) is marked invalid and described by the refusal first, then its help; the
+    refusal stays at the top; nothing else is marked."""
+    b = Browser(app[0], app[1])
+    cases: list[tuple[str, dict[str, str], str, str, str]] = [
+        ("/console/backtests", {"workflow": "seattle_rain", "end": "2012-02-01"}, "backtest-error", "b-start", ""),
+        ("/console/backtests", {"workflow": "wx", "start": "2012-01-01", "end": "2012-02-01"}, "backtest-error",
+         "b-workflow", ""),
+        ("/console/backtests", {"workflow": "seattle_rain", "start": "2012-01-01", "end": "2012-02-01",
+                                "step": "-3"}, "backtest-error", "b-step", "b-step-help"),
+        ("/console/studies", {"workflow": "seattle_rain", "start": "2012-01-01", "end": "2012-12-01", "tune_steps": "0"}, "study-error",
+         "s-tune", ""),
+        ("/console/studies", {"workflow": "seattle_rain", "start": "2012-01-01", "end": "2012-12-01",
+                              "tune_steps": "10", "eval_steps": "10",
+                              "holdout_steps": "10", "grid": "lookback_days=1,2\nthreshold", "max_candidates": "2",
+                              "max_total_steps": "1000"}, "study-error",
+         "s-grid", "s-grid-help"),
+        ("/console/schedules", {"rerun": "on", "cadence": "1d", "owner": "ana@example.com"}, "schedule-error",
+         "schedule-study", ""),
+        ("/console/schedules", {"rerun": "on", "study": "1", "cadence": "1d", "owner": ""}, "schedule-error",
+         "owner", "owner-help"),
+        ("/console/schedules", {"study": "1", "cadence": "1d"}, "schedule-error", "rerun", "rerun-help"),
+    ]
+    for url, data, error_id, field, help_id in cases:
+        r = b.form(url, data)
+        assert r.status_code == 422, (url, data, r.status_code)
+        said = re.search(rf'id="{error_id}"[^>]*>([^<]*)', r.text)
+        assert said is not None and "expected" in said.group(1)
+        assert _marked(r.text, error_id) == {field: f"{error_id} {help_id}".strip()}, (url, data, said.group(1))
+    new = _form_id(b.get("/console/trainings/new").text, "/console/trainings")
+    refused = _start(b, new, **{"decision-0-name": "bad name!"})
+    assert refused.status_code == 422, refused.text[:2000]
+    assert _marked(refused.text, "error") == {"decision-0-name": "error decision-0-name-help"}
+    none = b.form("/console/trainings", {**TRAINING, FORM_ID: new})  # no dataset: step 1 (Data)
+    assert _marked(none.text, "error") == {"dataset_file": "error dataset-help"}, none.text[:3000]
+    assert _marked(b.get("/console/backtests").text, "run-title") == {}  # nothing marked before a refusal
+    b.close()

@@ -22,4 +22,4 @@ def test_halves_round_up_at_every_precision_and_agree_with_the_estimate() -> Non
 def test_exact_amounts_keep_every_micro_dollar() -> None:
     assert format_usd(1_000_000_000_000) == "$1,000,000.00"
     assert format_usd(999_999_999_999, exact=True) == "$999999.999999"
-    assert format_usd(7) == "$0.000007" and format_usd(0) == "$0.000000"
+    assert format_usd(7) == "$0.000007" and format_usd(0) == "$0.00"

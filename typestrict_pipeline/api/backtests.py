@@ -158,7 +158,10 @@ def check_backtest(engine: Engine, home: Path, workspace: str, req: BacktestRequ
                          repr(req.workflow[:80]), "name one of them (GET /v1/backtests/workflows)",
                          file="field 'workflow'")
     start, end = parse_time(req.start, "start"), parse_time(req.end, "end")
-    step = parse_step(req.step)
+    try:  # the field named, as the others: the console marks it, the API's 422 says which
+        step = parse_step(req.step)
+    except InputError as exc:
+        raise InputError(exc.expected, exc.got, exc.fix, file="field 'step'") from None
     if step > dt.timedelta(days=366):
         raise InputError("a step of at most 366 days", repr(req.step), "pick a smaller step", file="field 'step'")
     if end >= start and (end - start) // step >= MAX_STEPS:

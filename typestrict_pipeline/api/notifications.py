@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, Select, select
 
 from typestrict_pipeline.errors import NotFoundError
 from typestrict_pipeline.reruns.notify import KIND_TITLES, KIND_WINNER_CHANGED
@@ -83,22 +83,41 @@ def set_setting(engine: Engine, workspace: str, person: str, enabled: bool,
     return PersonSetting(person_id(person), kind, KIND_TITLES[kind], enabled)
 
 
-def deliveries(engine: Engine, workspace: str, limit: int = 100) -> list[Delivery]:
-    """The workspace's notifications, newest first, delivered or not (with why not: the error
-    without the server's paths or a webhook's URL beyond its host, :func:`errors.for_customers`)."""
-    from typestrict_pipeline.errors import for_customers
-    from typestrict_pipeline.reruns.notify import OutboxEntry
-    from typestrict_pipeline.reruns.tables import LineageRow, OutboxMessage
+def _own_keys(workspace: str) -> Select[str]:
+    """The outbox keys of the workspace's notifications (``winner-changed:<entry>``, one per entry
+    of its studies' lineages), as a query the store answers: no list of ids is sent to it."""
+    from sqlalchemy import String, cast, literal
+
+    from typestrict_pipeline.reruns.tables import LineageRow
     from typestrict_pipeline.study.tables import StudyRow
 
+    studies = select(cast(StudyRow.id, String)).where(StudyRow.workspace == workspace)
+    return select(literal("winner-changed:", String) + cast(LineageRow.id, String)).where(
+        LineageRow.lineage_root_id.in_(studies))
+
+
+def count_deliveries(engine: Engine, workspace: str) -> int:
+    """How many notifications the workspace has, delivered or not (the console's pages of them)."""
+    from sqlalchemy import func
+
+    from typestrict_pipeline.reruns.tables import OutboxMessage
+
     with session_scope(engine) as s:
-        studies = [str(i) for i in s.execute(select(StudyRow.id).where(StudyRow.workspace == workspace)).scalars()]
-        own = {f"winner-changed:{i}" for i in s.execute(
-            select(LineageRow.id).where(LineageRow.lineage_root_id.in_(studies))).scalars()} if studies else set()
-        if not own:
-            return []
-        rows = s.execute(select(OutboxMessage).where(OutboxMessage.dedupe_key.in_(own))
-                         .order_by(OutboxMessage.id.desc()).limit(limit)).scalars().all()
+        return int(s.execute(select(func.count()).select_from(OutboxMessage)
+                             .where(OutboxMessage.dedupe_key.in_(_own_keys(workspace)))).scalar_one())
+
+
+def deliveries(engine: Engine, workspace: str, limit: int = 100, offset: int = 0) -> list[Delivery]:
+    """The workspace's notifications, newest first, delivered or not (with why not: the error
+    without the server's paths or a webhook's URL beyond its host, :func:`errors.for_customers`):
+    ``limit`` of them after the newest ``offset``."""
+    from typestrict_pipeline.errors import for_customers
+    from typestrict_pipeline.reruns.notify import OutboxEntry
+    from typestrict_pipeline.reruns.tables import OutboxMessage
+
+    with session_scope(engine) as s:
+        rows = s.execute(select(OutboxMessage).where(OutboxMessage.dedupe_key.in_(_own_keys(workspace)))
+                         .order_by(OutboxMessage.id.desc()).offset(offset).limit(limit)).scalars().all()
         out = []
         for r in rows:
             entry = OutboxEntry(r.id, r.state, r.recipient, r.subject, r.attempts, r.created_at, r.sent_at,
@@ -112,4 +131,4 @@ def deliveries(engine: Engine, workspace: str, limit: int = 100) -> list[Deliver
         return out
 
 
-__all__ = ["Delivery", "PersonSetting", "deliveries", "people", "set_setting", "settings"]
+__all__ = ["Delivery", "PersonSetting", "count_deliveries", "deliveries", "people", "set_setting", "settings"]

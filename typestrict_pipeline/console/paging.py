@@ -1,7 +1,9 @@
 """A console list a page at a time: newest first, ``?<param>=N``, "Newer" and "Older" links.
 
-The Trainings page (``?page=``) and the Backtests page's run cards (``?backtests=``) and studies
-(``?studies=``) show :data:`PER_PAGE` items a page; a list builds only its page's items. A page
+The Trainings page (``?page=``), the Backtests page's run cards (``?backtests=``), studies
+(``?studies=``) and schedules (``?schedules=``), Settings → Usage's studies (``?studies=``) and
+Settings → Notifications' deliveries (``?deliveries=``) show :data:`PER_PAGE` items a page; a
+list builds only its page's items. A page
 past the last one is refused as a leaderboard page is (``page (in the query): expected a page
 from 1 to 2, got '3'. Use the Newer and Older links under the table.``).
 

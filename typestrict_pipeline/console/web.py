@@ -322,6 +322,46 @@ def render(request: Request, template: str, context: Mapping[str, Any] | None = 
     return response
 
 
+def refused_input(message: str | None, inputs: Mapping[str, str]) -> str | None:
+    """The id of the form's input a refusal names, to mark it ``aria-invalid`` and tie it to the
+    refusal (``aria-describedby``): the place before its ``: expected`` (a field's name as the API
+    names it, ``field 'name'`` as the core does, or the form's step and label), the longest of
+    ``inputs`` (name or label → input id) it is or begins with; else a label of ``inputs`` the
+    place quotes (``skill in "Grid"``), or the refusal does when it names no place. ``None`` when it names none of them (the refusal at the
+    top of the form says why all the same).
+
+    >>> form = {"start": "b-start", "budget_usd": "s-budget", "Study to re-run from": "schedule-study",
+    ...         "step 1 (Data)": "dataset_file", "step 1 (Data), Id column": "col_id"}
+    >>> refused_input("start: expected a value (it is required), got nothing. Correct the field.", form)
+    'b-start'
+    >>> refused_input("field 'budget_usd': expected a decimal number, got 'abc'. Type one.", form)
+    's-budget'
+    >>> refused_input("step 1 (Data), Id column: expected text, got ''. Name it.", form)
+    'col_id'
+    >>> refused_input('expected a study, got none. Pick one in the list "Study to re-run from".', form)
+    'schedule-study'
+    >>> refused_input("a line of 'Study to re-run from': expected NAME=V1, got 'x'. Write one.", form)
+    'schedule-study'
+    >>> refused_input("end: expected a date, got 'x'. Type one.", form) is None
+    True
+    """
+    if not message:
+        return None
+    head, sep, _ = message.partition(": expected ")
+    place = head.strip() if sep and not message.startswith("expected ") else ""
+    named = re.fullmatch(r"field '([^']+)'(.*)", place)
+    if named is not None:
+        place = named.group(1) + named.group(2)
+    found = [k for k in inputs if place and (place == k or place.startswith((f"{k},", f"{k} ", f"{k}.")))]
+    if found:
+        return inputs[max(found, key=len)]
+    quoted = place or message  # a label the place (or a refusal naming no place) quotes
+    for label, input_id in inputs.items():
+        if f'"{label}"' in quoted or f"'{label}'" in quoted:
+            return input_id
+    return None
+
+
 URL_SAFE = ":/%#?=@[]!$&'()*+,;"
 """What :class:`RedirectResponse` leaves unquoted in its ``Location`` (the rest, non-ASCII
 characters included, is percent-encoded)."""
@@ -456,5 +496,5 @@ class ConsoleRoute(APIRoute):
 
 __all__ = ["PREFIX", "ConsoleRoute", "clear_session_cookie", "cookie_name", "cookie_workspace",
            "current_session", "error_page", "form_box", "is_console_path", "not_a_page", "read_form",
-           "redirect", "render", "require_csrf", "require_session", "return_to", "safe_next", "secure_headers",
+           "redirect", "refused_input", "render", "require_csrf", "require_session", "return_to", "safe_next", "secure_headers",
            "set_session_cookie", "set_signin_cookie", "signin_matches", "signin_token"]

@@ -87,7 +87,8 @@ def usd_to_micro(usd: object) -> int:
 def format_usd(micro: int | None, *, exact: bool = False) -> str:
     """Format micro-USD for people: ``$0.0123``; ``—`` when unknown (never a fake $0). The
     product's one rule for an amount spent (a backtest's cost, a study's spend, Settings → Usage,
-    the CLI's tables): cents from $1, four decimals from $0.0001, six below; the sign first.
+    the CLI's tables): cents from $1, four decimals from $0.0001, six below; the sign first;
+    nothing spent ``$0.00``.
 
     >>> format_usd(12_345), format_usd(None), format_usd(2_500_000), format_usd(7, exact=True)
     ('$0.0123', '—', '$2.50', '$0.000007')
@@ -101,9 +102,18 @@ def format_usd(micro: int | None, *, exact: bool = False) -> str:
 
     >>> format_usd(1_005_000), format_usd(1_045_000), format_usd(123_550), format_usd(999_950)
     ('$1.01', '$1.05', '$0.1236', '$1.0000')
+
+    Nothing spent is a real $0 and reads as cents, ``$0.00`` (it read ``$0.000000``, as if an
+    amount had been rounded away); a cost not tracked stays ``—`` (the caller's "not tracked"),
+    never $0. ``exact`` keeps every micro-USD, zero included:
+
+    >>> format_usd(0), format_usd(0, exact=True), format_usd(1)
+    ('$0.00', '$0.000000', '$0.000001')
     """
     if micro is None:
         return "—"
+    if micro == 0 and not exact:
+        return "$0.00"
     sign, size = ("-" if micro < 0 else ""), abs(micro)
     if exact or size < 100:  # below $0.0001: every micro-USD
         return f"{sign}${size // MICRO}.{size % MICRO:06d}"

@@ -48,6 +48,7 @@ from typestrict_pipeline.console.web import (
     form_box,
     read_form,
     redirect,
+    refused_input,
     render,
     require_csrf,
     require_session,
@@ -124,24 +125,49 @@ def _study_values(form: FormData) -> dict[str, str]:
 
 SCHEDULE_DEFAULTS = {"study": "", "cadence": "1d", "owner": "", "min_unseen_steps": "", "rerun": ""}
 """The "Re-run on a schedule" form of the Studies section, as it first shows."""
+BACKTEST_INPUTS = {"workflow": "b-workflow", "dataset": "b-dataset", "start": "b-start", "end": "b-end",
+                   "step": "b-step"}
+""""Run a backtest"'s inputs by the names its refusals give them (``web.refused_input``)."""
+STUDY_INPUTS = {"name": "s-name", "workflow": "s-workflow", "dataset": "s-dataset", "start": "s-start",
+                "end": "s-end", "step": "s-step", "folds": "s-folds", "tune_steps": "s-tune",
+                "eval_steps": "s-eval", "holdout_steps": "s-holdout", "grid": "s-grid", "random": "s-random",
+                "random_draws": "s-draws", "max_candidates": "s-maxc", "max_total_steps": "s-maxs",
+                "budget_usd": "s-budget", "min_unseen_steps": "s-unseen", "Grid": "s-grid",
+                "Random ranges": "s-random"}
+"""The new study form's inputs by the names (and labels, ``CONSOLE_SPACE``) its refusals give them."""
+SCHEDULE_INPUTS = {"study": "schedule-study", "Study to re-run from": "schedule-study",
+                   "Re-run on a schedule": "rerun", "cadence": "cadence", "owner": "owner",
+                   "min_unseen_steps": "min_unseen_steps", "Min unseen steps for a re-run": "min_unseen_steps"}
+"""The "Re-run on a schedule" form's inputs by the names (and labels) its refusals give them."""
 FINISHED_STATES = (StudyState.FINISHED.value, StudyState.BUDGET_REACHED.value)
 """The studies a schedule may re-run from (the page's "the finished study to re-run from")."""
 
 
-def _finished_studies(request: Request, ws: str) -> list[Any]:
-    """The workspace's finished studies, newest first (at most 500): the form's "Study to re-run
-    from"."""
-    from sqlalchemy import select
+def _finished_studies(request: Request, ws: str, picked: str = "") -> tuple[list[Any], int, bool]:
+    """The form's "Study to re-run from": the workspace's newest :data:`PER_PAGE` finished
+    studies, the one ``picked`` (``?study=N``: a study page's link, or its number typed in the
+    form) added when older; how many finished studies there are; whether ``picked`` names none
+    of them."""
+    from sqlalchemy import func, select
 
     from typestrict_pipeline.store import session_scope
     from typestrict_pipeline.study.tables import StudyRow
 
+    finished = (StudyRow.workspace == ws, StudyRow.state.in_(FINISHED_STATES))
     with session_scope(get_ctx(request).engine) as s:
-        rows = list(s.execute(select(StudyRow).where(StudyRow.workspace == ws, StudyRow.state.in_(FINISHED_STATES))
-                              .order_by(StudyRow.id.desc()).limit(500)).scalars().all())
+        rows = list(s.execute(select(StudyRow).where(*finished)
+                              .order_by(StudyRow.id.desc()).limit(PER_PAGE)).scalars().all())
+        total = int(s.scalar(select(func.count()).select_from(StudyRow).where(*finished)) or 0)
+        unknown = False
+        if picked.isdigit() and all(str(r.id) != picked for r in rows):
+            older = s.execute(select(StudyRow).where(*finished, StudyRow.id == int(picked))).scalar_one_or_none()
+            if older is None:
+                unknown = True
+            else:
+                rows.insert(0, older)
         for r in rows:
             s.expunge(r)
-        return rows
+        return rows, total, unknown
 
 
 def _schedules(request: Request, ws: str, pager: Pager | None = None) -> list[dict[str, Any]]:
@@ -187,6 +213,8 @@ def _page(request: Request, session: ConsoleSession, *, backtest: dict[str, str]
     schedule_pager = Pager.at(requested(query.get("schedules"), "schedules"), param="schedules",
                               total=count_schedules(ctx.engine, workspace_id=ws),
                               href=lambda n: f"{schedules_href(n)}#schedule")
+    sch = schedule or {**SCHEDULE_DEFAULTS, "study": query.get("study") or ""}
+    finished, n_finished, unknown = _finished_studies(request, ws, sch.get("study", ""))
     studies = [studies_core.settle_unstarted(ctx.engine, ctx.runs, r)
                for r in studies_core.list_studies(ctx.engine, ws, limit=PER_PAGE, offset=study_pager.offset)]
     return render(request, "backtests.html", {
@@ -194,9 +222,13 @@ def _page(request: Request, session: ConsoleSession, *, backtest: dict[str, str]
         "backtest_pager": backtest_pager, "study_pager": study_pager, "backtests_note": backtests_note,
         "b": backtest or BACKTEST_DEFAULTS, "s": study or STUDY_DEFAULTS,
         "backtest_error": backtest_error, "study_error": study_error, "estimate": estimate,
+        "backtest_refused": refused_input(backtest_error, BACKTEST_INPUTS),
+        "study_refused": refused_input(study_error, STUDY_INPUTS),
+        "schedule_refused": refused_input(schedule_error, SCHEDULE_INPUTS),
         "schedules": _schedules(request, ws, pager=schedule_pager), "schedule_pager": schedule_pager,
-        "finished_studies": _finished_studies(request, ws),
-        "sch": schedule or {**SCHEDULE_DEFAULTS, "study": query.get("study") or ""},
+        "finished_studies": finished, "finished_total": n_finished, "picked_unknown": unknown,
+        "per_page": PER_PAGE,
+        "sch": sch,
         "schedule_error": schedule_error,
         "usd": format_usd, "live": LIVE_STATES, "columns_text": columns_text}, status=status)
 

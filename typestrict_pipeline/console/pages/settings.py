@@ -22,6 +22,7 @@ from starlette.datastructures import FormData
 from typestrict_pipeline.api.deps import get_ctx
 from typestrict_pipeline.api.errors import validation_message
 from typestrict_pipeline.api.schemas import BudgetIn
+from typestrict_pipeline.console.paging import Pager, hrefs, requested
 from typestrict_pipeline.console.sessions import ConsoleSession
 from typestrict_pipeline.console.web import (
     FORM_FIX,
@@ -45,8 +46,9 @@ Posted = Annotated[ConsoleSession, Depends(require_csrf)]
 
 
 @router.get("/settings/usage")
-def usage_page(request: Request, session: Session) -> Response:
-    """Settings → Usage."""
+def usage_page(request: Request, session: Session, studies: str | None = None) -> Response:
+    """Settings → Usage: its Studies table :data:`~typestrict_pipeline.console.paging.PER_PAGE`
+    a page, newest first (``?studies=N``)."""
     return _usage(request, session)
 
 
@@ -57,15 +59,19 @@ def _usage(request: Request, session: ConsoleSession, *, error: str | None = Non
     ctx = get_ctx(request)
     ws = session.workspace_id
     u = workspace_usage(ctx.engine, ws)
+    pager = Pager.at(requested(request.query_params.get("studies"), "studies"), param="studies",
+                     total=len(u.studies),
+                     href=lambda n: f"{hrefs(f'{PREFIX}/settings/usage', request.query_params, 'studies', ('studies',))(n)}#studies-title")
+    newest = u.studies[::-1]
     return render(request, "usage.html", {
         "by_day": u.by_day(), "by_workflow": list(u.by_workflow().values()), "total": u.totals(),
-        "studies": u.studies, "budget": budget_view(ctx.engine, ws), "usd": format_usd, "plain_usd": plain_usd,
+        "studies": newest[pager.offset:pager.last], "pager": pager, "budget": budget_view(ctx.engine, ws), "usd": format_usd, "plain_usd": plain_usd,
         "budget_error": error, "typed": typed, "saved": saved,
     }, status=status)
 
 
 @router.get("/settings/usage/saved")
-def usage_saved(request: Request, session: Session) -> Response:
+def usage_saved(request: Request, session: Session, studies: str | None = None) -> Response:
     """Settings → Usage after the budget was set."""
     return _usage(request, session, saved=True)
 
@@ -99,9 +105,11 @@ def _set_budget(request: Request, session: ConsoleSession, form: FormData) -> Re
 
 
 @router.get("/settings/notifications")
-def notifications_page(request: Request, session: Session, saved: int = 0) -> Response:
+def notifications_page(request: Request, session: Session, saved: int = 0,
+                       deliveries: str | None = None) -> Response:
     """Settings → Notifications: who gets "A scheduled study changes its winner", through what,
-    on or off per person, and every delivery with its failures (``GET /v1/notifications``)."""
+    on or off per person, and every delivery with its failures (``GET /v1/notifications``),
+    :data:`~typestrict_pipeline.console.paging.PER_PAGE` a page, newest first (``?deliveries=N``)."""
     from typestrict_pipeline.api import notifications as core
     from typestrict_pipeline.reruns.notify import (
         TITLE_WINNER_CHANGED,
@@ -115,9 +123,13 @@ def notifications_page(request: Request, session: Session, saved: int = 0) -> Re
         where = transport_label(transport_from_env(), customer=True)
     except TypeStrictError:  # the operator's setting is wrong: its message names server variables
         where = "nowhere yet: the server's delivery setting is not valid (its operator sees why)"
+    pager = Pager.at(requested(deliveries, "deliveries"), param="deliveries",
+                     total=core.count_deliveries(ctx.engine, ws),
+                     href=hrefs(request.url.path, request.query_params, "deliveries", ("deliveries",)))
     return render(request, "notifications.html", {
         "title": TITLE_WINNER_CHANGED, "where": where, "settings": core.settings(ctx.engine, ws),
-        "deliveries": core.deliveries(ctx.engine, ws), "saved": bool(saved)})
+        "deliveries": core.deliveries(ctx.engine, ws, limit=pager.per_page, offset=pager.offset),
+        "pager": pager, "saved": bool(saved)})
 
 
 @router.post("/settings/notifications")

@@ -43,6 +43,7 @@ from typestrict_pipeline.console.web import (
     form_box,
     read_form,
     redirect,
+    refused_input,
     render,
     require_csrf,
     require_session,
@@ -91,6 +92,24 @@ def form_field(key: str) -> str:
     where = f"step 2 (Decisions), Decision {int(found.group(1)) + 1}"
     name = found.group(2)
     return where if name is None else f"{where}, {_DECISION_FIELDS.get(name, name.replace('_', ' '))}"
+
+
+def form_inputs(decisions: int) -> dict[str, str]:
+    """The new-training form's inputs by the names its refusals give them (:func:`form_field`'s
+    words; ``web.refused_input``), with ``decisions`` decisions.
+
+    >>> form_inputs(2)["step 2 (Decisions), Decision 2, Answers"], form_inputs(1)["step 1 (Data), Id column"]
+    ('decision-1-answers', 'col_id')
+    """
+    out = {form_field("dataset"): "dataset_file", form_field("dataset.path"): "dataset_file",
+           form_field("dataset.columns.id"): "col_id", form_field("dataset.columns.text"): "col_text",
+           form_field("dataset.columns.group"): "col_group",
+           form_field("dataset.columns.review_label"): "col_review_label",
+           form_field("options.keep_if_loses"): "keep_if_loses"}
+    for i in range(decisions):
+        for name in _DECISION_FIELDS:
+            out[form_field(f"decisions[{i}].{name}")] = f"decision-{i}-{name}"
+    return out
 
 
 CONSOLE_WORDS = TrainingWords(
@@ -303,6 +322,7 @@ def _new_form(request: Request, session: ConsoleSession, values: dict[str, Any] 
                         "col_review_label": "", "decisions": [blank_decision()],
                         "keep_if_loses": False, "uploaded": ""},
         "files": ctx.trainings.area(ws).listing(), "error": error,
+        "refused": refused_input(error, form_inputs(len((values or {}).get("decisions") or [None]))),
         "balance": CreditLedger(ctx.engine).balance(ws), "max_decisions": MAX_DECISIONS,
         "focus_last": focus_last}, status=status)
 
