@@ -13,6 +13,7 @@ import html
 import re
 from typing import cast
 
+import httpx
 from sqlalchemy import Table, insert, select
 
 from tests.test_console_pages import Browser, _finished_study, app  # noqa: F401  (the fixture)
@@ -119,4 +120,30 @@ def test_the_study_to_rerun_from_lists_the_newest_fifty_and_takes_a_typed_number
     made = b.form("/console/schedules", {"rerun": "on", "study": str(sid), "cadence": "1d",
                                              "owner": "ana@example.com", "min_unseen_steps": "5"})
     assert made.status_code == 303, re.findall(r'id="schedule-error"[^>]*>([^<]*)', made.text)
+    b.close()
+
+
+def test_the_apis_notifications_are_a_page_at_a_time(app: tuple[object, str, str], sqlite_url: str) -> None:  # noqa: F811
+    """``GET /v1/notifications`` answered the newest 100 deliveries and no older one; now its
+    deliveries are a page as every list of the API (``limit``, ``offset``, ``X-Total-Count``,
+    ``Link``), newest first."""
+    from typestrict_pipeline.api.paging import LIST_LIMIT
+
+    sid = _finished_study(sqlite_url, budget_usd="1")
+    ours = [sid, *_copies(sqlite_url, sid, 249)]
+    b = Browser(app[0], app[1])
+
+    def api(url: str) -> httpx.Response:
+        return b.loop.run_until_complete(b.client.get(url, headers={"Authorization": f"Bearer {app[1]}"}))
+
+    first = api("/v1/notifications")
+    assert first.status_code == 200, first.text[:500]
+    assert len(first.json()["deliveries"]) == LIST_LIMIT and first.headers["x-total-count"] == "249"
+    assert first.headers["link"] == '</v1/notifications?limit=200&offset=200>; rel="next"'
+    rest = api("/v1/notifications?limit=200&offset=200").json()["deliveries"]
+    subjects = [d["subject"] for d in first.json()["deliveries"] + rest]
+    assert subjects == [f"study {i}" for i in reversed(ours[1:])]
+    past = api("/v1/notifications?offset=400")
+    assert past.status_code == 200 and past.json()["deliveries"] == [] and past.json()["settings"] == first.json()["settings"]
+    assert api("/v1/notifications?limit=0").status_code == 422
     b.close()

@@ -1,7 +1,7 @@
 """Every list of the API pages one way: ``?limit=`` and ``?offset=``, and two headers.
 
 ``GET /v1/trainings``, ``/v1/models``, ``/v1/studies``, ``/v1/backtests``, ``/v1/datasets`` and
-``/v1/files`` answer at most ``limit`` items (1 to :data:`LIST_LIMIT_MAX`, default
+``/v1/files`` (and ``/v1/notifications``, its ``deliveries``) answer at most ``limit`` items (1 to :data:`LIST_LIMIT_MAX`, default
 :data:`LIST_LIMIT`) after skipping ``offset`` (0 to :data:`LIST_OFFSET_MAX`), in the list's own
 order (docs/api.md, "Lists, a page at a time"). The body stays a JSON array; the answer says
 the rest in headers:
