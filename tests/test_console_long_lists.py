@@ -116,6 +116,8 @@ def test_the_study_to_rerun_from_lists_the_newest_fifty_and_takes_a_typed_number
     assert f"The list holds your newest 50 of 60 finished studies and #{sid};" in picked
     unknown = b.get("/console/backtests?study=99999").text
     assert "Study #99999 is not one of your finished studies." in unknown
+    padded = b.get(f"/console/backtests?study=0{ids[-1]}")  # the newest, spelled another way: no study
+    assert padded.status_code == 200 and f"Study #0{ids[-1]} is not one of your finished studies." in padded.text
     assert " selected" not in re.search(r'<select id="schedule-study".*?</select>', unknown, re.S).group(0)  # type: ignore[union-attr]
     made = b.form("/console/schedules", {"rerun": "on", "study": str(sid), "cadence": "1d",
                                              "owner": "ana@example.com", "min_unseen_steps": "5"})

@@ -159,8 +159,12 @@ def _finished_studies(request: Request, ws: str, picked: str = "") -> tuple[list
                               .order_by(StudyRow.id.desc()).limit(PER_PAGE)).scalars().all())
         total = int(s.scalar(select(func.count()).select_from(StudyRow).where(*finished)) or 0)
         unknown = False
-        if picked.isdigit() and all(str(r.id) != picked for r in rows):
-            older = s.execute(select(StudyRow).where(*finished, StudyRow.id == int(picked))).scalar_one_or_none()
+        # an id spelled as the API prints it ('01' is no study: it crashed the page, study 1 listed twice)
+        number = int(picked) if picked.isascii() and picked.isdigit() and len(picked) <= 18 else None
+        if number is not None and str(number) != picked:
+            number, unknown = None, True
+        if number is not None and all(r.id != number for r in rows):
+            older = s.execute(select(StudyRow).where(*finished, StudyRow.id == number)).scalar_one_or_none()
             if older is None:
                 unknown = True
             else:
